@@ -1,0 +1,80 @@
+/**
+ * The `Config` tab: `key | value` rows, found by key (an operator may add rows). Rows 2-5 hold the
+ * contract's keys. The secret may also live in a Script Property, which then wins, so it can be
+ * kept out of the sheet altogether.
+ */
+import type { PropertiesLike, SheetLike, SpreadsheetLike } from './services';
+
+export const CONFIG_TAB = 'Config';
+
+/** The contract's keys, in the order of rows 2-5, with Document 2's defaults. */
+export const CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | number]> = [
+  ['DAILY_CAP_USD', 50],
+  ['BURN_7D_CAP_USD', 200],
+  ['SLACK_WEBHOOK_URL', ''],
+  ['SECRET_TOKEN', ''],
+];
+
+export type ConfigValues = Map<string, unknown>;
+
+export function getConfigSheet(ss: SpreadsheetLike): SheetLike | null {
+  return ss.getSheetByName(CONFIG_TAB);
+}
+
+/** Every `key → value` of the Config tab, in one read. Keys are trimmed; later duplicates lose. */
+export function readConfig(ss: SpreadsheetLike): ConfigValues {
+  const values: ConfigValues = new Map();
+  const sheet = getConfigSheet(ss);
+  if (!sheet) return values;
+  const lastRow = sheet.getLastRow();
+  if (lastRow < 2) return values;
+  for (const [key, value] of sheet.getRange(2, 1, lastRow - 1, 2).getValues()) {
+    const name = String(key).trim();
+    if (name !== '' && !values.has(name)) values.set(name, value);
+  }
+  return values;
+}
+
+/** A Config value as text ('' when absent). */
+export function configText(config: ConfigValues, key: string): string {
+  const value = config.get(key);
+  return value === undefined || value === null ? '' : String(value).trim();
+}
+
+/**
+ * A Config value as a number; an empty cell takes the default. A cell that does not hold a
+ * number is an error that names the key, rather than a guess (a cap of "50$" must not become 0).
+ */
+export function configNumber(config: ConfigValues, key: string, fallback: number, min = 0): number {
+  const value = config.get(key);
+  if (value === undefined || value === null || value === '') return fallback;
+  const n = typeof value === 'number' ? value : Number(String(value).trim());
+  if (!Number.isFinite(n) || n < min) {
+    throw new Error(`Config ${key} must be a number >= ${min}, found "${String(value)}"`);
+  }
+  return n;
+}
+
+export const SECRET_KEY = 'SECRET_TOKEN';
+
+/**
+ * The ingest secret: the Script Property when set, else the Config value. '' means none.
+ * The Config tab is read only when no property is set (a read costs four service calls).
+ */
+export function resolveSecret(spreadsheet: SpreadsheetLike, properties: PropertiesLike): string {
+  const fromProperty = properties.getProperty(SECRET_KEY);
+  if (fromProperty) return fromProperty;
+  return configText(readConfig(spreadsheet), SECRET_KEY);
+}
+
+export interface Caps {
+  dailyCapUsd: number;
+  burn7dCapUsd: number;
+}
+
+export function readCaps(config: ConfigValues): Caps {
+  return {
+    dailyCapUsd: configNumber(config, 'DAILY_CAP_USD', 50),
+    burn7dCapUsd: configNumber(config, 'BURN_7D_CAP_USD', 200),
+  };
+}

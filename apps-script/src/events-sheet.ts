@@ -1,0 +1,133 @@
+/**
+ * The `events` tab: how an EventRecord becomes a sheet row and back, and the bounded-cost
+ * operations on the tab (append a batch, find stored event_ids, read the columns a report needs).
+ */
+import { EVENT_FIELDS, TEXT_FIELDS, type EventField, type EventRecord } from '../../schema/event-record';
+import type { CellValue, SheetLike, SpreadsheetLike } from './services';
+
+export const EVENTS_TAB = 'events';
+export const EVENT_COLUMNS = EVENT_FIELDS.length;
+/** Google Sheets' limit on cells in one spreadsheet (all tabs together). */
+export const SPREADSHEET_CELL_LIMIT = 10_000_000;
+/**
+ * Rows added beyond need when the tab grows, so that not every request pays for an insert.
+ * Dropped to "exactly what is needed" near the cell limit.
+ */
+export const GROWTH_ROWS = 1000;
+/** TextFinder regexes stay short: ids per search. */
+const IDS_PER_SEARCH = 100;
+
+const TEXT = new Set<EventField>(TEXT_FIELDS);
+
+export function columnOf(field: EventField): number {
+  return EVENT_FIELDS.indexOf(field) + 1;
+}
+
+/**
+ * One event as a row in header order. Every non-empty text value gets Sheets' quote prefix, so
+ * the sheet keeps it as literal text: `=`, `+`, `-`, `@` never start a formula, and ids such as
+ * `00123` or `TRUE` are not turned into numbers or booleans. The prefix is not part of the value.
+ */
+export function eventToRow(event: EventRecord): CellValue[] {
+  return EVENT_FIELDS.map((field) => {
+    const value = event[field];
+    if (value === null || value === undefined) return '';
+    if (TEXT.has(field)) return value === '' ? '' : `'${String(value)}`;
+    return value as CellValue;
+  });
+}
+
+function isDate(value: unknown): value is Date {
+  return Object.prototype.toString.call(value) === '[object Date]';
+}
+
+/** Cell → number, for reading rows back: empty and unparseable cells count as 0. */
+export function cellNumber(value: unknown): number {
+  if (typeof value === 'number') return value;
+  if (typeof value === 'string' && value.trim() !== '') {
+    const n = Number(value);
+    return Number.isFinite(n) ? n : 0;
+  }
+  return 0;
+}
+
+/** Cell → epoch ms, for a timestamp cell (a Date, or RFC 3339 text an operator pasted). NaN if neither. */
+export function cellTime(value: unknown): number {
+  if (isDate(value)) return value.getTime();
+  if (typeof value === 'string' && value !== '') return Date.parse(value);
+  return NaN;
+}
+
+export function getEventsSheet(ss: SpreadsheetLike): SheetLike {
+  const sheet = ss.getSheetByName(EVENTS_TAB);
+  if (!sheet) throw new Error(`the "${EVENTS_TAB}" tab is missing: run setup() from the Meter menu`);
+  return sheet;
+}
+
+/**
+ * Which of `ids` are already stored in the event_id column. The cost does not grow with the
+ * sheet: one TextFinder search per 100 ids (the search runs inside Google), then one read of the
+ * rows between the first and last hit to learn which ids matched.
+ */
+export function findStoredIds(sheet: SheetLike, ids: string[], lastRow = sheet.getLastRow()): Set<string> {
+  const found = new Set<string>();
+  if (lastRow < 2 || ids.length === 0) return found;
+  const column = sheet.getRange(2, 1, lastRow - 1, 1);
+  const rows: number[] = [];
+  for (let i = 0; i < ids.length; i += IDS_PER_SEARCH) {
+    // ids match /^[A-Za-z0-9._:-]+$/ (see schema), so only `.` needs escaping.
+    const pattern = ids.slice(i, i + IDS_PER_SEARCH).map((id) => id.replace(/\./g, '\\.')).join('|');
+    const hits = column.createTextFinder(`^(?:${pattern})$`).useRegularExpression(true).matchCase(true).matchEntireCell(true).findAll();
+    for (const hit of hits) rows.push(hit.getRow());
+  }
+  if (rows.length === 0) return found;
+  const first = Math.min(...rows);
+  const last = Math.max(...rows);
+  const wanted = new Set(ids);
+  for (const [value] of sheet.getRange(first, 1, last - first + 1, 1).getValues()) {
+    const id = String(value);
+    if (wanted.has(id)) found.add(id);
+  }
+  return found;
+}
+
+/** Cells in the whole spreadsheet (every tab counts towards Google's limit). */
+export function spreadsheetCells(ss: SpreadsheetLike): number {
+  let cells = 0;
+  for (const sheet of ss.getSheets()) cells += sheet.getMaxRows() * sheet.getMaxColumns();
+  return cells;
+}
+
+/**
+ * Writes rows after the last row in one setValues call, growing the tab first when needed.
+ * Refuses, before writing anything, a write that would pass the spreadsheet's cell limit.
+ */
+export function appendRows(ss: SpreadsheetLike, sheet: SheetLike, rows: CellValue[][], lastRow = sheet.getLastRow()): number {
+  if (rows.length === 0) return 0;
+  const start = lastRow + 1;
+  const maxRows = sheet.getMaxRows();
+  const needed = start + rows.length - 1 - maxRows;
+  if (needed > 0) {
+    const cells = spreadsheetCells(ss);
+    const width = sheet.getMaxColumns();
+    const after = cells + needed * width;
+    if (after > SPREADSHEET_CELL_LIMIT) {
+      throw new Error(
+        `the spreadsheet is full: ${rows.length} more row(s) would take it to ${after} cells, past Google's ` +
+          `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
+          `(exportArchive + npm run archive, see README) and apply retention to free rows.`,
+      );
+    }
+    const roomy = cells + (needed + GROWTH_ROWS) * width <= SPREADSHEET_CELL_LIMIT;
+    sheet.insertRowsAfter(maxRows, roomy ? needed + GROWTH_ROWS : needed);
+  }
+  sheet.getRange(start, 1, rows.length, EVENT_COLUMNS).setValues(rows);
+  return rows.length;
+}
+
+/** All data rows of the events tab, in one read (reports read the sheet once per run). */
+export function readAllRows(sheet: SheetLike): unknown[][] {
+  const lastRow = sheet.getLastRow();
+  if (lastRow < 2) return [];
+  return sheet.getRange(2, 1, lastRow - 1, EVENT_COLUMNS).getValues();
+}

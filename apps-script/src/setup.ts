@@ -1,0 +1,186 @@
+/**
+ * `setup()`: creates or repairs the meter's tabs, formats, validation and triggers. Every step
+ * checks before it changes, so running it again changes nothing that is already right, and it
+ * never deletes data (extra columns that hold values are left alone and reported).
+ */
+import { EVENT_FIELDS, type EventField } from '../../schema/event-record';
+import { CONFIG_DEFAULTS, CONFIG_TAB, SECRET_KEY } from './config';
+import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
+import type { MeterServices, SheetLike } from './services';
+
+/** The spreadsheet's time zone: days and date-times in the sheet are UTC days, as in the spend rules. */
+export const SHEET_TIME_ZONE = 'Etc/GMT';
+
+/** Shows the stored instant as its RFC 3339 UTC text (the sheet's time zone is GMT). */
+export const TIMESTAMP_FORMAT = 'yyyy-mm-dd"T"hh:mm:ss.000"Z"';
+export const COUNT_FORMAT = '0';
+/** USD with at least 4 and at most 6 decimals. */
+export const COST_FORMAT = '"$"#,##0.0000##';
+export const SCORE_FORMAT = '0.00##';
+
+const NUMBER_FORMATS: Partial<Record<EventField, string>> = {
+  timestamp: TIMESTAMP_FORMAT,
+  input_tokens: COUNT_FORMAT,
+  output_tokens: COUNT_FORMAT,
+  latency_ms: COUNT_FORMAT,
+  cost_usd: COST_FORMAT,
+  eval_score: SCORE_FORMAT,
+  confidence: SCORE_FORMAT,
+};
+
+export const ACTOR_TYPES = ['user', 'agent', 'human-reviewer'];
+/** Document 2's decisions, then the degraded-routing results that are also logged in `decision`. */
+export const DECISIONS = ['approved', 'rejected', 'edited', 'n/a', 'default', 'model', 'queue', 'human_review'];
+
+/** Time-driven triggers: handler → schedule. Times are UTC (the manifest's time zone). */
+export const TRIGGER_SCHEDULE = [
+  { handler: 'checkSpendCaps', every: 'minutes', n: 10 },
+  { handler: 'refreshDigest', every: 'hours', n: 1 },
+  { handler: 'exportArchive', every: 'days', n: 1, atHour: 1 },
+  { handler: 'applyRetention', every: 'days', n: 1, atHour: 3 },
+  { handler: 'sendWeeklyDigest', every: 'weeks', n: 1, atHour: 8 },
+] as const;
+const SCHEDULE_PROPERTY = 'METER_TRIGGER_SCHEDULE';
+
+export interface SetupReport {
+  changes: string[];
+  notes: string[];
+}
+
+function ensureSheet(svc: MeterServices, name: string, report: SetupReport): SheetLike {
+  const existing = svc.spreadsheet.getSheetByName(name);
+  if (existing) return existing;
+  report.changes.push(`created tab ${name}`);
+  return svc.spreadsheet.insertSheet(name);
+}
+
+function sameRow(actual: unknown[], expected: readonly string[]): boolean {
+  return expected.every((v, i) => String(actual[i] ?? '') === v);
+}
+
+function setupEvents(svc: MeterServices, report: SetupReport): void {
+  const sheet = ensureSheet(svc, EVENTS_TAB, report);
+  const maxCols = sheet.getMaxColumns();
+  if (maxCols < EVENT_COLUMNS) {
+    sheet.insertColumnsAfter(maxCols, EVENT_COLUMNS - maxCols);
+    report.changes.push(`events: added ${EVENT_COLUMNS - maxCols} column(s)`);
+  } else if (maxCols > EVENT_COLUMNS) {
+    // Unused columns cost cells towards the spreadsheet's 10 million limit; drop them if empty.
+    const extra = sheet.getRange(1, EVENT_COLUMNS + 1, sheet.getMaxRows(), maxCols - EVENT_COLUMNS).getValues();
+    if (extra.every((row) => row.every((v) => v === ''))) {
+      sheet.deleteColumns(EVENT_COLUMNS + 1, maxCols - EVENT_COLUMNS);
+      report.changes.push(`events: removed ${maxCols - EVENT_COLUMNS} empty column(s)`);
+    } else {
+      report.notes.push('events: columns after S hold values; left as they are');
+    }
+  }
+
+  const header = sheet.getRange(1, 1, 1, EVENT_COLUMNS);
+  if (!sameRow(header.getValues()[0], EVENT_FIELDS)) {
+    header.setValues([EVENT_FIELDS.slice()]);
+    header.setFontWeight('bold');
+    report.changes.push('events: wrote the header row');
+  }
+  if (sheet.getFrozenRows() !== 1) {
+    sheet.setFrozenRows(1);
+    report.changes.push('events: froze the header row');
+  }
+
+  // Formats and validation apply to whole data columns; they are cheap to re-apply and that
+  // repairs any a person changed by hand.
+  const dataRows = sheet.getMaxRows() - 1;
+  if (dataRows > 0) {
+    for (const [field, format] of Object.entries(NUMBER_FORMATS)) {
+      sheet.getRange(2, columnOf(field as EventField), dataRows, 1).setNumberFormat(format);
+    }
+    const list = (values: string[]) => svc.newDataValidation().requireValueInList(values, true).setAllowInvalid(true).build();
+    sheet.getRange(2, columnOf('actor_type'), dataRows, 1).setDataValidation(list(ACTOR_TYPES));
+    sheet.getRange(2, columnOf('decision'), dataRows, 1).setDataValidation(list(DECISIONS));
+    const checkbox = svc.newDataValidation().requireCheckbox().setAllowInvalid(true).build();
+    sheet.getRange(2, columnOf('pii_flag'), dataRows, 2).setDataValidation(checkbox);
+  }
+
+  if (!sheet.getFilter()) {
+    // Whole columns, so rows appended later are inside the filter too.
+    sheet.getRange('A:S').createFilter();
+    report.changes.push('events: added a filter');
+  }
+}
+
+function setupConfig(svc: MeterServices, report: SetupReport): void {
+  const sheet = ensureSheet(svc, CONFIG_TAB, report);
+  const lastRow = Math.max(sheet.getLastRow(), 1 + CONFIG_DEFAULTS.length);
+  if (sheet.getMaxRows() < lastRow) sheet.insertRowsAfter(sheet.getMaxRows(), lastRow - sheet.getMaxRows());
+  const cells = sheet.getRange(1, 1, lastRow, 2).getValues();
+  let changed = false;
+  if (!sameRow(cells[0], ['key', 'value'])) {
+    cells[0] = ['key', 'value'];
+    changed = true;
+  }
+  const rowOf = (key: string) => cells.findIndex((row, i) => i > 0 && String(row[0]).trim() === key);
+  CONFIG_DEFAULTS.forEach(([key, fallback], i) => {
+    if (rowOf(key) >= 0) return;
+    // The contract puts the keys in rows 2-5; use that row when it is free, else add one.
+    const preferred = i + 1;
+    if (String(cells[preferred][0]).trim() === '' && String(cells[preferred][1]) === '') cells[preferred] = [key, fallback];
+    else cells.push([key, fallback]);
+    report.changes.push(`Config: added ${key}`);
+    changed = true;
+  });
+  const secretRow = rowOf(SECRET_KEY);
+  if (String(cells[secretRow][1]).trim() === '') {
+    cells[secretRow] = [SECRET_KEY, `'${randomSecret(svc)}`];
+    report.changes.push('Config: generated a random SECRET_TOKEN');
+    changed = true;
+  }
+  if (changed) {
+    if (sheet.getMaxRows() < cells.length) sheet.insertRowsAfter(sheet.getMaxRows(), cells.length - sheet.getMaxRows());
+    sheet.getRange(1, 1, cells.length, 2).setValues(cells);
+    sheet.getRange(1, 1, 1, 2).setFontWeight('bold');
+  }
+  if (sheet.getFrozenRows() !== 1) sheet.setFrozenRows(1);
+}
+
+/** 64 hex characters from two UUIDv4s (244 random bits). */
+export function randomSecret(svc: Pick<MeterServices, 'uuid'>): string {
+  return (svc.uuid() + svc.uuid()).replace(/-/g, '');
+}
+
+function scheduleSignature(): string {
+  return JSON.stringify(TRIGGER_SCHEDULE);
+}
+
+/**
+ * Exactly one trigger per handler. Apps Script cannot say what schedule a trigger has, so a
+ * script property remembers which schedule they were made with; a change re-creates them.
+ */
+function setupTriggers(svc: MeterServices, report: SetupReport): void {
+  const current = svc.properties.getProperty(SCHEDULE_PROPERTY) === scheduleSignature();
+  const existing = svc.triggers.getProjectTriggers();
+  for (const item of TRIGGER_SCHEDULE) {
+    const mine = existing.filter((t) => t.getHandlerFunction() === item.handler);
+    if (mine.length === 1 && current) continue;
+    for (const t of mine) svc.triggers.deleteTrigger(t);
+    let builder = svc.triggers.newTrigger(item.handler).timeBased();
+    if (item.every === 'minutes') builder = builder.everyMinutes(item.n);
+    else if (item.every === 'hours') builder = builder.everyHours(item.n);
+    else if (item.every === 'days') builder = builder.everyDays(item.n).atHour(item.atHour);
+    else builder = builder.everyWeeks(item.n).onWeekDay(svc.monday as never).atHour(item.atHour);
+    builder.inTimezone('Etc/UTC').create();
+    report.changes.push(`trigger ${item.handler}: ${mine.length === 0 ? 'created' : 're-created'}`);
+  }
+  svc.properties.setProperty(SCHEDULE_PROPERTY, scheduleSignature());
+}
+
+export function setup(svc: MeterServices, extraSteps: Array<(report: SetupReport) => void> = []): SetupReport {
+  const report: SetupReport = { changes: [], notes: [] };
+  if (svc.spreadsheet.getSpreadsheetTimeZone() !== SHEET_TIME_ZONE) {
+    svc.spreadsheet.setSpreadsheetTimeZone(SHEET_TIME_ZONE);
+    report.changes.push(`spreadsheet time zone set to ${SHEET_TIME_ZONE}`);
+  }
+  setupEvents(svc, report);
+  setupConfig(svc, report);
+  for (const step of extraSteps) step(report);
+  setupTriggers(svc, report);
+  return report;
+}

@@ -1,0 +1,258 @@
+/**
+ * The event record of Document 2: one row per model call.
+ *
+ * This file is the one definition of the record. The meter (Apps Script bundle) uses it to
+ * validate and default what it ingests; the gateway uses it to build the events it sends. It must
+ * stay plain TypeScript with no Node or Apps Script API, because it is bundled into both.
+ */
+
+/** The column order of the sheet header and of every CSV. Fixed by Document 2. */
+export const EVENT_FIELDS = [
+  'event_id',
+  'timestamp',
+  'actor_type',
+  'provider',
+  'model',
+  'region',
+  'input_tokens',
+  'output_tokens',
+  'latency_ms',
+  'cost_usd',
+  'eval_score',
+  'confidence',
+  'job_id',
+  'customer_id',
+  'pii_flag',
+  'review_required',
+  'reviewer_id',
+  'decision',
+  'error_code',
+] as const;
+
+export type EventField = (typeof EVENT_FIELDS)[number];
+
+export type ActorType = 'user' | 'agent' | 'human-reviewer';
+export type Decision = 'approved' | 'rejected' | 'edited' | 'n/a';
+
+/** An event after ingest defaults and coercion: every field present, every value typed. */
+export interface EventRecord {
+  event_id: string;
+  /** The instant of the call. Written to the sheet as a date-time, to CSV as RFC 3339 UTC. */
+  timestamp: Date;
+  /** Not checked against the enumeration (Document 2), hence `string`. */
+  actor_type: ActorType | string;
+  provider: string;
+  model: string;
+  region: string;
+  input_tokens: number;
+  output_tokens: number;
+  latency_ms: number;
+  /** `null` only when nobody knows the cost (an unpriced model); the sheet shows it empty. */
+  cost_usd: number | null;
+  eval_score: number | null;
+  confidence: number | null;
+  job_id: string;
+  customer_id: string;
+  pii_flag: boolean;
+  review_required: boolean;
+  reviewer_id: string;
+  decision: Decision | string;
+  error_code: string;
+}
+
+/** What a client may send: any subset of the fields, loosely typed. Other fields are dropped. */
+export type EventInput = { [K in EventField]?: unknown } & Record<string, unknown>;
+
+type Kind = 'id' | 'time' | 'text' | 'int' | 'decimal' | 'unit' | 'bool';
+
+/** Kind and ingest default of each field (Document 2, "Ingest default when missing"). */
+const FIELD_KIND: Record<EventField, Kind> = {
+  event_id: 'id',
+  timestamp: 'time',
+  actor_type: 'text',
+  provider: 'text',
+  model: 'text',
+  region: 'text',
+  input_tokens: 'int',
+  output_tokens: 'int',
+  latency_ms: 'int',
+  cost_usd: 'decimal',
+  eval_score: 'unit',
+  confidence: 'unit',
+  job_id: 'text',
+  customer_id: 'text',
+  pii_flag: 'bool',
+  review_required: 'bool',
+  reviewer_id: 'text',
+  decision: 'text',
+  error_code: 'text',
+};
+
+const TEXT_DEFAULTS: Partial<Record<EventField, string>> = {
+  actor_type: 'agent',
+  provider: 'unknown',
+  model: 'unknown',
+  region: 'n/a',
+  decision: 'n/a',
+};
+
+/** Fields whose value is a whole number; the sheet formats them with 0 decimals. */
+export const INTEGER_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIELD_KIND[f] === 'int');
+/** Fields that hold text (written to the sheet as literal text, never parsed by it). */
+export const TEXT_FIELDS: readonly EventField[] = EVENT_FIELDS.filter(
+  (f) => FIELD_KIND[f] === 'text' || FIELD_KIND[f] === 'id',
+);
+export const BOOLEAN_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIELD_KIND[f] === 'bool');
+
+/** Longest text a field may hold. Long enough for any id or code, short enough to keep prompts out. */
+export const MAX_TEXT_LENGTH = 1000;
+/** event_id characters: what UUIDs and common id schemes use. Keeps ids safe to search for. */
+const EVENT_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+/** RFC 3339 date-time: date, `T` (or space), time, optional fraction, `Z` or an offset. */
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+
+export class EventValidationError extends Error {
+  constructor(
+    readonly field: string,
+    readonly expected: string,
+    readonly index?: number,
+  ) {
+    super(`${index === undefined ? '' : `events[${index}].`}${field}: expected ${expected}`);
+    this.name = 'EventValidationError';
+  }
+}
+
+export interface NormalizeOptions {
+  /** The ingest clock, for a missing timestamp. */
+  now: () => Date;
+  /** A UUIDv4 generator, for a missing event_id. */
+  uuid: () => string;
+  /** Position in a batch, so errors can say which event is wrong. */
+  index?: number;
+}
+
+function isMissing(value: unknown): boolean {
+  return value === undefined || value === null || value === '';
+}
+
+/** Parses RFC 3339 strictly (a real calendar date and time), returning the instant. */
+export function parseRfc3339(text: string): Date | null {
+  const m = RFC3339.exec(text.trim());
+  if (!m) return null;
+  const [, y, mo, d, h, mi, s] = m.map(Number) as number[];
+  if (mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || s > 60) return null;
+  const daysInMonth = new Date(Date.UTC(y, mo, 0)).getUTCDate();
+  if (d > daysInMonth) return null;
+  const ms = Date.parse(text.trim().replace(' ', 'T'));
+  return Number.isFinite(ms) ? new Date(ms) : null;
+}
+
+function coerceNumber(field: EventField, value: unknown, expected: string, index?: number): number {
+  // Document 2: "Numbers are coerced from the sent value". A number or a numeric string
+  // coerces; booleans, objects and arrays do not (Number(true) === 1 would hide a client bug).
+  let n = NaN;
+  if (typeof value === 'number') n = value;
+  else if (typeof value === 'string' && value.trim() !== '') n = Number(value.trim());
+  if (!Number.isFinite(n)) throw new EventValidationError(field, expected, index);
+  return n;
+}
+
+function coerceText(field: EventField, value: unknown, index?: number): string {
+  if (typeof value === 'string') {
+    if (value.length > MAX_TEXT_LENGTH) {
+      throw new EventValidationError(field, `text of at most ${MAX_TEXT_LENGTH} characters`, index);
+    }
+    return value;
+  }
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value);
+  throw new EventValidationError(field, 'a string', index);
+}
+
+/**
+ * Applies Document 2's ingest defaults and coercion rules to one event.
+ * Throws EventValidationError naming the field when a value cannot be coerced.
+ * Fields outside the 19 are dropped here, so raw prompts or completions never reach storage.
+ */
+export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRecord {
+  const { index } = opts;
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    throw new EventValidationError(index === undefined ? 'event' : 'event', 'a JSON object', index);
+  }
+  const src = input as EventInput;
+  const out: Partial<Record<EventField, unknown>> = {};
+  for (const field of EVENT_FIELDS) {
+    const value = src[field];
+    switch (FIELD_KIND[field]) {
+      case 'id': {
+        if (isMissing(value)) out[field] = opts.uuid();
+        else if (typeof value !== 'string' || !EVENT_ID_PATTERN.test(value)) {
+          throw new EventValidationError(field, '1 to 128 characters of A-Z a-z 0-9 . _ : - (a UUIDv4)', index);
+        } else out[field] = value;
+        break;
+      }
+      case 'time': {
+        if (isMissing(value)) out[field] = opts.now();
+        else {
+          const date = typeof value === 'string' ? parseRfc3339(value) : null;
+          if (!date) throw new EventValidationError(field, 'an RFC 3339 date-time such as 2026-01-31T12:00:00Z', index);
+          out[field] = date;
+        }
+        break;
+      }
+      case 'text':
+        out[field] = isMissing(value) ? (TEXT_DEFAULTS[field] ?? '') : coerceText(field, value, index);
+        break;
+      case 'int': {
+        if (isMissing(value)) out[field] = 0;
+        else {
+          const n = coerceNumber(field, value, 'a whole number >= 0', index);
+          if (n < 0 || !Number.isInteger(n)) throw new EventValidationError(field, 'a whole number >= 0', index);
+          out[field] = n;
+        }
+        break;
+      }
+      case 'decimal': {
+        if (isMissing(value)) out[field] = field === 'cost_usd' ? 0 : null;
+        else {
+          const n = coerceNumber(field, value, 'a number >= 0', index);
+          if (n < 0) throw new EventValidationError(field, 'a number >= 0', index);
+          out[field] = n;
+        }
+        break;
+      }
+      case 'unit': {
+        if (isMissing(value)) out[field] = null;
+        else {
+          const n = coerceNumber(field, value, 'a number from 0 to 1', index);
+          if (n < 0 || n > 1) throw new EventValidationError(field, 'a number from 0 to 1', index);
+          out[field] = n;
+        }
+        break;
+      }
+      case 'bool':
+        // Document 2: true only when the sent value is exactly boolean true.
+        out[field] = value === true;
+        break;
+    }
+  }
+  return out as unknown as EventRecord;
+}
+
+/** RFC 3339 UTC with milliseconds, the form every CSV and export uses. */
+export function formatTimestamp(date: Date): string {
+  return date.toISOString();
+}
+
+/** One CSV field, quoted when it holds a comma, quote or line break (RFC 4180). */
+export function csvField(value: unknown): string {
+  if (value === null || value === undefined) return '';
+  const text = Object.prototype.toString.call(value) === '[object Date]' ? formatTimestamp(value as Date) : String(value);
+  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+export const CSV_HEADER = EVENT_FIELDS.join(',');
+
+/** One event as a CSV line in header order (no line break). */
+export function eventToCsvLine(event: EventRecord): string {
+  return EVENT_FIELDS.map((f) => csvField(event[f])).join(',');
+}

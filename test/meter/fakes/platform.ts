@@ -1,0 +1,299 @@
+/**
+ * Fakes of the other Apps Script services the meter uses, a clock the test controls, and the
+ * loader that runs the built bundle (apps-script/dist) in a node:vm context holding only these
+ * services: no require, no process, no Buffer, as in Apps Script.
+ */
+import { randomUUID } from 'node:crypto';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import vm from 'node:vm';
+import type { MeterServices } from '../../../apps-script/src/services';
+import { CallCounter, FakeDataValidationBuilder, FakeSpreadsheet } from './spreadsheet';
+
+export class Clock {
+  constructor(public ms = Date.parse('2026-11-22T12:00:00.000Z')) {}
+  set(iso: string) {
+    this.ms = Date.parse(iso);
+  }
+  advance(ms: number) {
+    this.ms += ms;
+  }
+  now() {
+    return new Date(this.ms);
+  }
+}
+
+export class FakeLock {
+  /** Another execution holds the lock: tryLock answers false. */
+  busy = false;
+  held = false;
+  waits: number[] = [];
+  constructor(private readonly calls: CallCounter) {}
+  tryLock(ms: number) {
+    this.calls.count('Lock.tryLock');
+    this.waits.push(ms);
+    if (this.busy) return false;
+    this.held = true;
+    return true;
+  }
+  waitLock(ms: number) {
+    if (!this.tryLock(ms)) throw new Error('Lock timeout: another process was holding the lock for too long.');
+  }
+  hasLock() {
+    this.calls.count('Lock.hasLock');
+    return this.held;
+  }
+  releaseLock() {
+    this.calls.count('Lock.releaseLock');
+    this.held = false;
+  }
+}
+
+export class FakeProperties {
+  readonly store = new Map<string, string>();
+  constructor(private readonly calls: CallCounter) {}
+  getProperty(key: string) {
+    this.calls.count('Properties.getProperty');
+    return this.store.has(key) ? (this.store.get(key) as string) : null;
+  }
+  setProperty(key: string, value: string) {
+    this.calls.count('Properties.setProperty');
+    if (typeof value !== 'string') throw new Error('Property values must be strings.');
+    this.store.set(key, value);
+    return this;
+  }
+  deleteProperty(key: string) {
+    this.calls.count('Properties.deleteProperty');
+    this.store.delete(key);
+    return this;
+  }
+  getProperties() {
+    this.calls.count('Properties.getProperties');
+    return Object.fromEntries(this.store);
+  }
+}
+
+export interface FakeTriggerSpec {
+  handler: string;
+  every?: string;
+  n?: number;
+  atHour?: number;
+  weekDay?: unknown;
+  timeZone?: string;
+  id: string;
+}
+
+export class FakeTrigger {
+  constructor(readonly spec: FakeTriggerSpec) {}
+  getHandlerFunction() {
+    return this.spec.handler;
+  }
+  getUniqueId() {
+    return this.spec.id;
+  }
+}
+
+class FakeClockTriggerBuilder {
+  constructor(
+    private readonly app: FakeScriptApp,
+    private readonly spec: FakeTriggerSpec,
+  ) {}
+  everyMinutes(n: number) {
+    if (![1, 5, 10, 15, 30].includes(n)) throw new Error('Invalid argument: minutes. Should be 1, 5, 10, 15 or 30');
+    Object.assign(this.spec, { every: 'minutes', n });
+    return this;
+  }
+  everyHours(n: number) {
+    Object.assign(this.spec, { every: 'hours', n });
+    return this;
+  }
+  everyDays(n: number) {
+    Object.assign(this.spec, { every: 'days', n });
+    return this;
+  }
+  everyWeeks(n: number) {
+    Object.assign(this.spec, { every: 'weeks', n });
+    return this;
+  }
+  onWeekDay(day: unknown) {
+    this.spec.weekDay = day;
+    return this;
+  }
+  atHour(hour: number) {
+    if (hour < 0 || hour > 23) throw new Error('Invalid argument: hour');
+    this.spec.atHour = hour;
+    return this;
+  }
+  inTimezone(tz: string) {
+    this.spec.timeZone = tz;
+    return this;
+  }
+  create() {
+    this.app.calls.count('ClockTriggerBuilder.create');
+    if (!this.spec.every && this.spec.weekDay === undefined) throw new Error('The trigger has no schedule.');
+    const trigger = new FakeTrigger({ ...this.spec });
+    this.app.triggers.push(trigger);
+    return trigger;
+  }
+}
+
+export class FakeScriptApp {
+  readonly triggers: FakeTrigger[] = [];
+  readonly WeekDay = { MONDAY: 'MONDAY', TUESDAY: 'TUESDAY', SUNDAY: 'SUNDAY' } as const;
+  serviceUrl = 'https://script.google.com/macros/s/FAKE/exec';
+  private next = 1;
+  constructor(readonly calls: CallCounter) {}
+  getProjectTriggers() {
+    this.calls.count('ScriptApp.getProjectTriggers');
+    return this.triggers.slice();
+  }
+  deleteTrigger(trigger: FakeTrigger) {
+    this.calls.count('ScriptApp.deleteTrigger');
+    const i = this.triggers.indexOf(trigger);
+    if (i >= 0) this.triggers.splice(i, 1);
+  }
+  newTrigger(handler: string) {
+    this.calls.count('ScriptApp.newTrigger');
+    const spec: FakeTriggerSpec = { handler, id: String(this.next++) };
+    return { timeBased: () => new FakeClockTriggerBuilder(this, spec) };
+  }
+  getService() {
+    return { getUrl: () => this.serviceUrl };
+  }
+}
+
+export class FakeTextOutput {
+  private mime = 'TEXT';
+  constructor(private readonly content: string) {}
+  setMimeType(mime: string) {
+    this.mime = mime;
+    return this;
+  }
+  getMimeType() {
+    return this.mime;
+  }
+  getContent() {
+    return this.content;
+  }
+}
+
+export const FakeContentService = {
+  MimeType: { JSON: 'JSON', CSV: 'CSV', TEXT: 'TEXT' },
+  createTextOutput: (text = '') => new FakeTextOutput(text),
+};
+
+export class FakeUi {
+  readonly menus: Array<{ name: string; items: Array<[string, string]> }> = [];
+  createMenu(name: string) {
+    const menu = { name, items: [] as Array<[string, string]> };
+    const builder = {
+      addItem: (label: string, fn: string) => {
+        menu.items.push([label, fn]);
+        return builder;
+      },
+      addSeparator: () => builder,
+      addToUi: () => {
+        this.menus.push(menu);
+      },
+    };
+    return builder;
+  }
+}
+
+/** Every fake, wired together. */
+export class FakePlatform {
+  readonly calls = new CallCounter();
+  readonly clock = new Clock();
+  readonly spreadsheet = new FakeSpreadsheet(this.calls);
+  readonly lock = new FakeLock(this.calls);
+  readonly properties = new FakeProperties(this.calls);
+  readonly scriptApp = new FakeScriptApp(this.calls);
+  readonly ui = new FakeUi();
+  readonly logs: string[] = [];
+
+  /** The services as modules take them, for unit tests of the modules. */
+  services(): MeterServices {
+    return {
+      spreadsheet: this.spreadsheet,
+      lock: this.lock,
+      properties: this.properties,
+      newDataValidation: () => new FakeDataValidationBuilder(this.calls),
+      triggers: this.scriptApp,
+      monday: this.scriptApp.WeekDay.MONDAY,
+      uuid: () => randomUUID(),
+      now: () => this.clock.now(),
+      log: (m) => this.logs.push(m),
+    };
+  }
+
+  /** The globals of an Apps Script project, backed by these fakes. */
+  globals(): Record<string, unknown> {
+    const clock = this.clock;
+    const HostDate = Date;
+    // The bundle's `new Date()` and `Date.now()` read the test's clock.
+    class ClockDate extends HostDate {
+      constructor(...args: unknown[]) {
+        if (args.length === 0) super(clock.ms);
+        else super(...(args as [number]));
+      }
+      static now() {
+        return clock.ms;
+      }
+    }
+    const calls = this.calls;
+    return {
+      Date: ClockDate,
+      SpreadsheetApp: {
+        getActiveSpreadsheet: () => this.spreadsheet,
+        newDataValidation: () => new FakeDataValidationBuilder(calls),
+        getUi: () => this.ui,
+      },
+      LockService: { getScriptLock: () => this.lock },
+      PropertiesService: { getScriptProperties: () => this.properties },
+      ScriptApp: this.scriptApp,
+      ContentService: FakeContentService,
+      Utilities: { getUuid: () => randomUUID() },
+      console: { log: (...a: unknown[]) => this.logs.push(a.join(' ')), error: (...a: unknown[]) => this.logs.push(a.join(' ')) },
+      Logger: { log: (...a: unknown[]) => this.logs.push(a.join(' ')) },
+    };
+  }
+}
+
+export const DIST = join(import.meta.dirname, '..', '..', '..', 'apps-script', 'dist');
+
+/** The built bundle's .js files, concatenated in name order (Apps Script's load order). */
+export function bundleSource(): string {
+  return readdirSync(DIST)
+    .filter((f) => f.endsWith('.js'))
+    .sort()
+    .map((f) => readFileSync(join(DIST, f), 'utf8'))
+    .join('\n');
+}
+
+export type Bundle = Record<string, (...args: unknown[]) => unknown>;
+
+/** Loads the built bundle into a fresh V8 context whose globals are the platform's fakes. */
+export function loadBundle(platform: FakePlatform): Bundle {
+  const context = vm.createContext(platform.globals());
+  vm.runInContext(bundleSource(), context, { filename: 'apps-script/dist/meter.js' });
+  return context as unknown as Bundle;
+}
+
+/** A doPost/doGet event as Apps Script builds it. */
+export function webEvent(parameter: Record<string, string> = {}, body?: unknown) {
+  return {
+    parameter,
+    postData: body === undefined ? undefined : { contents: typeof body === 'string' ? body : JSON.stringify(body), type: 'application/json' },
+  };
+}
+
+/** Calls doPost/doGet of a bundle and parses the JSON reply. */
+export function callJson(bundle: Bundle, fn: 'doPost' | 'doGet', parameter: Record<string, string> = {}, body?: unknown) {
+  const out = bundle[fn](webEvent(parameter, body)) as FakeTextOutput;
+  expectMime(out, 'JSON');
+  return JSON.parse(out.getContent());
+}
+
+function expectMime(out: FakeTextOutput, mime: string) {
+  if (out.getMimeType() !== mime) throw new Error(`expected a ${mime} reply, got ${out.getMimeType()}`);
+}

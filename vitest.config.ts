@@ -1,0 +1,11 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    // Integration tests share one Redis and real loopback servers; files run one at a time.
+    fileParallelism: false,
+    testTimeout: 20_000,
+    hookTimeout: 20_000,
+  },
+});
