@@ -78,3 +78,24 @@ export function readCaps(config: ConfigValues): Caps {
     burn7dCapUsd: configNumber(config, 'BURN_7D_CAP_USD', 200),
   };
 }
+
+/** Keys setup() adds after the contract's rows, with their defaults ('' = operator fills in). */
+export const OPTIONAL_CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | number]> = [
+  ['RETENTION_DAYS', 30],
+  ['TEAM_EMAILS', ''],
+  ['ARCHIVE_FOLDER_ID', ''],
+  ['LOOKER_TEMPLATE_REPORT_ID', ''],
+];
+
+/** Sets one Config value by key (appending the key when absent): two reads and one write. */
+export function writeConfigValue(ss: SpreadsheetLike, key: string, value: string | number): void {
+  const sheet = getConfigSheet(ss);
+  if (!sheet) throw new Error(`the "${CONFIG_TAB}" tab is missing: run setup() from the Meter menu`);
+  const lastRow = sheet.getLastRow();
+  const keys = lastRow >= 2 ? sheet.getRange(2, 1, lastRow - 1, 1).getValues() : [];
+  const index = keys.findIndex(([k]) => String(k).trim() === key);
+  let row = index >= 0 ? index + 2 : lastRow + 1;
+  if (row > sheet.getMaxRows()) sheet.insertRowsAfter(sheet.getMaxRows(), 1);
+  // Text values get the quote prefix so an id that looks like a number stays as written.
+  sheet.getRange(row, 1, 1, 2).setValues([[key, typeof value === 'string' && value !== '' ? `'${value}` : value]]);
+}

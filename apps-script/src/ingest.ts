@@ -31,9 +31,9 @@ export function parseEvents(body: unknown, svc: Pick<MeterServices, 'now' | 'uui
 }
 
 /** Runs `work` under the script lock, or throws a "busy" error without running it. */
-export function withScriptLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T): T {
-  if (!svc.lock.tryLock(LOCK_WAIT_MS)) {
-    throw new Error(`meter busy: the write lock was not free within ${LOCK_WAIT_MS} ms; nothing was written, retry`);
+export function withScriptLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T, waitMs = LOCK_WAIT_MS): T {
+  if (!svc.lock.tryLock(waitMs)) {
+    throw new Error(`meter busy: the write lock was not free within ${waitMs} ms; nothing was written, retry`);
   }
   try {
     return work();

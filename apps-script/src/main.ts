@@ -4,6 +4,10 @@
  * apps, triggers, menus and the editor's Run button call. Logic lives in the modules; this file
  * gathers the services, hands them over and turns replies into ContentService output.
  */
+import * as alerts from './alerts';
+import * as archive from './archive-export';
+import * as digest from './digest';
+import * as retention from './retention';
 import { setup as runSetup } from './setup';
 import type { MeterServices } from './services';
 import { spendSummary } from './spend';
@@ -20,12 +24,17 @@ function services(): MeterServices {
     uuid: () => Utilities.getUuid(),
     now: () => new Date(),
     log: (message) => console.log(message),
+    fetch: (url, options) => UrlFetchApp.fetch(url, options),
+    mail: MailApp,
+    drive: DriveApp,
+    lineChart: Charts.ChartType.LINE,
   };
 }
 
 const ROUTES: WebRoutes = {
   get: {
     spend: (svc) => jsonReply(spendSummary(svc)),
+    export: (svc, params) => ({ kind: 'text', mimeType: 'csv', body: archive.exportSince(svc, params.since) }),
   },
   post: {},
   postBodyKeys: {},
@@ -36,6 +45,17 @@ function output(reply: WebReply): GoogleAppsScript.Content.TextOutput {
     return ContentService.createTextOutput(reply.body).setMimeType(ContentService.MimeType.CSV);
   }
   return ContentService.createTextOutput(JSON.stringify(reply.body)).setMimeType(ContentService.MimeType.JSON);
+}
+
+/** Shows a result to whoever ran a menu item; triggers and the editor have no UI, so just log. */
+function tell(message: string): string {
+  console.log(message);
+  try {
+    SpreadsheetApp.getActiveSpreadsheet().toast(message, 'Meter', 10);
+  } catch {
+    // No spreadsheet UI in this execution (trigger or web app).
+  }
+  return message;
 }
 
 /** Web app: ingest (and the back-office actions). */
@@ -51,12 +71,53 @@ export function doGet(e: WebEvent): GoogleAppsScript.Content.TextOutput {
 /** Creates or repairs tabs, formats, validation and triggers; safe to run again. */
 export function setup(): string {
   const report = runSetup(services());
-  const text = [
-    report.changes.length ? `Changed: ${report.changes.join('; ')}` : 'Nothing to change: the meter is set up.',
-    ...report.notes.map((n) => `Note: ${n}`),
-  ].join('\n');
-  console.log(text);
-  return text;
+  return tell(
+    [
+      report.changes.length ? `Changed: ${report.changes.join('; ')}` : 'Nothing to change: the meter is set up.',
+      ...report.notes.map((n) => `Note: ${n}`),
+    ].join('\n'),
+  );
+}
+
+/** Time-driven, every 10 minutes: Slack alert when a cap is crossed. */
+export function checkSpendCaps(): string {
+  return tell(alerts.checkSpendCaps(services()).message);
+}
+
+/** Time-driven, daily 03:00 UTC: deletes exported rows older than the short window. */
+export function applyRetention(): string {
+  return tell(retention.applyRetention(services()).message);
+}
+
+/** Time-driven, daily 01:00 UTC: previous day's events (and late arrivals) to the archive folder. */
+export function exportArchive(): string {
+  return tell(archive.exportArchive(services()).message);
+}
+
+/** Time-driven, Mondays 08:00 UTC: the digest e-mail to TEAM_EMAILS. */
+export function sendWeeklyDigest(): string {
+  return tell(digest.sendWeeklyDigest(services()).message);
+}
+
+/** Time-driven, hourly, and from the menu: rewrites the Digest tab. */
+export function refreshDigest(): string {
+  return tell(digest.refreshDigest(services()).message);
+}
+
+/** Menu: opens a dialog with the Looker Studio Linking API URL. */
+export function showLookerReportLink(): string {
+  const url = digest.lookerReportUrl(services());
+  const safe = url.replace(/&/g, '&amp;').replace(/"/g, '&quot;');
+  SpreadsheetApp.getUi().showModalDialog(
+    HtmlService.createHtmlOutput(
+      `<p>Opens a copy of the template report on the <b>events_public</b> tab (no rows flagged as personal data).</p>` +
+        `<p><a href="${safe}" target="_blank" rel="noopener">Open the Looker Studio report</a></p>`,
+    )
+      .setWidth(420)
+      .setHeight(140),
+    'Looker Studio report',
+  );
+  return url;
 }
 
 /** Simple trigger: the meter's menu. */
@@ -64,5 +125,12 @@ export function onOpen(): void {
   SpreadsheetApp.getUi()
     .createMenu('Meter')
     .addItem('Set up or repair', 'setup')
+    .addItem('Refresh digest', 'refreshDigest')
+    .addItem('Check spend caps now', 'checkSpendCaps')
+    .addItem('Open the Looker Studio report', 'showLookerReportLink')
+    .addSeparator()
+    .addItem('Export to the archive now', 'exportArchive')
+    .addItem('Apply retention now', 'applyRetention')
+    .addItem('Send the weekly digest now', 'sendWeeklyDigest')
     .addToUi();
 }

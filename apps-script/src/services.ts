@@ -37,6 +37,17 @@ export interface RangeLike {
   createFilter(): FilterLike;
   createTextFinder(text: string): TextFinderLike;
   clearContent(): RangeLike;
+  setFormula(formula: string): RangeLike;
+}
+
+export interface ChartLike {}
+
+export interface ChartBuilderLike {
+  setChartType(type: never): ChartBuilderLike;
+  addRange(range: never): ChartBuilderLike;
+  setPosition(anchorRowPos: number, anchorColPos: number, offsetX: number, offsetY: number): ChartBuilderLike;
+  setOption(option: string, value: unknown): ChartBuilderLike;
+  build(): ChartLike;
 }
 
 export interface SheetLike {
@@ -53,6 +64,11 @@ export interface SheetLike {
   setFrozenRows(rows: number): void;
   getFrozenRows(): number;
   getFilter(): FilterLike | null;
+  getSheetId(): number;
+  clear(): SheetLike;
+  getCharts(): ChartLike[];
+  insertChart(chart: never): void;
+  newChart(): ChartBuilderLike;
 }
 
 export interface SpreadsheetLike {
@@ -61,6 +77,8 @@ export interface SpreadsheetLike {
   getSheets(): SheetLike[];
   getSpreadsheetTimeZone(): string;
   setSpreadsheetTimeZone(timezone: string): void;
+  getId(): string;
+  getUrl(): string;
 }
 
 export interface LockLike {
@@ -95,6 +113,46 @@ export interface TriggersLike {
   newTrigger(functionName: string): { timeBased(): ClockTriggerBuilderLike };
 }
 
+export interface HttpResponseLike {
+  getResponseCode(): number;
+  getContentText(): string;
+}
+
+export interface FetchOptions {
+  method?: 'get' | 'post' | 'put' | 'delete' | 'patch';
+  contentType?: string;
+  payload?: string;
+  headers?: Record<string, string>;
+  muteHttpExceptions?: boolean;
+  followRedirects?: boolean;
+}
+
+/** UrlFetchApp.fetch. */
+export type FetchLike = (url: string, options: FetchOptions) => HttpResponseLike;
+
+export interface MailLike {
+  sendEmail(message: { to: string; subject: string; body: string; htmlBody?: string; name?: string }): void;
+  getRemainingDailyQuota(): number;
+}
+
+export interface FileLike {
+  getId(): string;
+  getName(): string;
+  getUrl(): string;
+}
+
+export interface FolderLike {
+  getId(): string;
+  getName(): string;
+  createFile(name: string, content: string, mimeType: string): FileLike;
+  getFilesByName(name: string): { hasNext(): boolean; next(): FileLike };
+}
+
+export interface DriveLike {
+  getFolderById(id: string): FolderLike;
+  createFolder(name: string): FolderLike;
+}
+
 /** Everything the meter's modules need from the platform, gathered by main.ts. */
 export interface MeterServices {
   spreadsheet: SpreadsheetLike;
@@ -108,5 +166,10 @@ export interface MeterServices {
   monday: unknown;
   uuid: () => string;
   now: () => Date;
+  fetch: FetchLike;
+  mail: MailLike;
+  drive: DriveLike;
+  /** Charts.ChartType.LINE: an enum value only the platform has. */
+  lineChart: unknown;
   log: (message: string) => void;
 }

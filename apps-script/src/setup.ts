@@ -4,7 +4,9 @@
  * never deletes data (extra columns that hold values are left alone and reported).
  */
 import { EVENT_FIELDS, type EventField } from '../../schema/event-record';
-import { CONFIG_DEFAULTS, CONFIG_TAB, SECRET_KEY } from './config';
+import { archiveFolder } from './archive-export';
+import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY } from './config';
+import { refreshDigest } from './digest';
 import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
 import type { MeterServices, SheetLike } from './services';
 
@@ -127,6 +129,12 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
     report.changes.push(`Config: added ${key}`);
     changed = true;
   });
+  for (const [key, fallback] of OPTIONAL_CONFIG_DEFAULTS) {
+    if (rowOf(key) >= 0) continue;
+    cells.push([key, fallback]);
+    report.changes.push(`Config: added ${key}`);
+    changed = true;
+  }
   const secretRow = rowOf(SECRET_KEY);
   if (String(cells[secretRow][1]).trim() === '') {
     cells[secretRow] = [SECRET_KEY, `'${randomSecret(svc)}`];
@@ -172,7 +180,7 @@ function setupTriggers(svc: MeterServices, report: SetupReport): void {
   svc.properties.setProperty(SCHEDULE_PROPERTY, scheduleSignature());
 }
 
-export function setup(svc: MeterServices, extraSteps: Array<(report: SetupReport) => void> = []): SetupReport {
+export function setup(svc: MeterServices): SetupReport {
   const report: SetupReport = { changes: [], notes: [] };
   if (svc.spreadsheet.getSpreadsheetTimeZone() !== SHEET_TIME_ZONE) {
     svc.spreadsheet.setSpreadsheetTimeZone(SHEET_TIME_ZONE);
@@ -180,7 +188,10 @@ export function setup(svc: MeterServices, extraSteps: Array<(report: SetupReport
   }
   setupEvents(svc, report);
   setupConfig(svc, report);
-  for (const step of extraSteps) step(report);
+  const folder = archiveFolder(svc);
+  report.notes.push(`archive exports go to the Drive folder "${folder.getName()}" (${folder.getId()})`);
+  if (!svc.spreadsheet.getSheetByName('Digest')) report.changes.push('created the Digest and events_public tabs');
+  refreshDigest(svc);
   setupTriggers(svc, report);
   return report;
 }

@@ -37,7 +37,8 @@ describe('the bundle as built', () => {
   it('defines every global function of the contract at top level', () => {
     const platform = new FakePlatform();
     const meter = loadBundle(platform);
-    for (const name of ['doPost', 'doGet', 'setup', 'onOpen']) {
+    const contract = ['doPost', 'doGet', 'setup', 'onOpen', 'checkSpendCaps', 'applyRetention', 'exportArchive', 'sendWeeklyDigest'];
+    for (const name of contract) {
       expect(source).toMatch(new RegExp(`^function ${name}\\(`, 'm'));
       expect(typeof meter[name]).toBe('function');
     }
@@ -109,13 +110,15 @@ describe('setup()', () => {
     meter.setup();
     const config = platform.spreadsheet.tab('Config')!;
     config.data[1][1] = 75; // operator's own cap
-    config.loadRows(6, [['TEAM_EMAILS', 'ops@example.com']]);
+    const operatorRow = config.data.length + 1;
+    config.loadRows(operatorRow, [['ON_CALL', 'ops@example.com']]);
     platform.spreadsheet.tab('events')!.data[0] = EVENT_FIELDS.map(() => '');
     platform.scriptApp.newTrigger('checkSpendCaps').timeBased().everyMinutes(5).create();
     meter.setup();
     expect(platform.spreadsheet.tab('events')!.data[0]).toEqual([...EVENT_FIELDS]);
     expect(config.data[1][1]).toBe(75);
-    expect(config.data[5]).toEqual(['TEAM_EMAILS', 'ops@example.com']);
+    expect(config.data[operatorRow - 1]).toEqual(['ON_CALL', 'ops@example.com']);
+    expect(config.data.filter((r) => r[0] === 'TEAM_EMAILS')).toHaveLength(1);
     expect(platform.scriptApp.triggers.filter((t) => t.getHandlerFunction() === 'checkSpendCaps')).toHaveLength(1);
   });
 

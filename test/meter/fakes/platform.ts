@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import vm from 'node:vm';
-import type { MeterServices } from '../../../apps-script/src/services';
+import type { FetchOptions, MeterServices } from '../../../apps-script/src/services';
 import { CallCounter, FakeDataValidationBuilder, FakeSpreadsheet } from './spreadsheet';
 
 export class Clock {
@@ -182,8 +182,124 @@ export const FakeContentService = {
   createTextOutput: (text = '') => new FakeTextOutput(text),
 };
 
+export interface FetchRecord {
+  url: string;
+  options: FetchOptions;
+}
+
+/**
+ * UrlFetchApp.fetch: every request is recorded; `respond` decides the answer (a status code, or
+ * throw to act as a network failure). muteHttpExceptions false + non-2xx throws, as the real one does.
+ */
+export class FakeUrlFetch {
+  readonly requests: FetchRecord[] = [];
+  respond: (req: FetchRecord) => { code: number; body?: string } = () => ({ code: 200, body: 'ok' });
+  constructor(private readonly calls: CallCounter) {}
+  fetch = (url: string, options: FetchOptions = {}) => {
+    this.calls.count('UrlFetchApp.fetch');
+    const req = { url, options };
+    this.requests.push(req);
+    const { code, body = '' } = this.respond(req);
+    if (!options.muteHttpExceptions && (code < 200 || code >= 300)) {
+      throw new Error(`Request failed for ${url} returned code ${code}. Truncated server response: ${body}`);
+    }
+    return { getResponseCode: () => code, getContentText: () => body };
+  };
+  /** Parsed JSON payloads of the requests sent to `url`. */
+  payloads(url?: string): any[] {
+    return this.requests.filter((r) => !url || r.url === url).map((r) => JSON.parse(r.options.payload ?? 'null'));
+  }
+}
+
+export class FakeMail {
+  readonly sent: Array<{ to: string; subject: string; body: string; htmlBody?: string }> = [];
+  quota = 100;
+  constructor(private readonly calls: CallCounter) {}
+  sendEmail(message: { to: string; subject: string; body: string; htmlBody?: string }) {
+    this.calls.count('MailApp.sendEmail');
+    const n = message.to.split(',').length;
+    if (n > this.quota) throw new Error('Service invoked too many times for one day: email.');
+    this.quota -= n;
+    this.sent.push(message);
+  }
+  getRemainingDailyQuota() {
+    this.calls.count('MailApp.getRemainingDailyQuota');
+    return this.quota;
+  }
+}
+
+export class FakeFile {
+  constructor(
+    readonly id: string,
+    readonly name: string,
+    readonly content: string,
+    readonly mimeType: string,
+  ) {}
+  getId() {
+    return this.id;
+  }
+  getName() {
+    return this.name;
+  }
+  getUrl() {
+    return `https://drive.google.com/file/d/${this.id}/view`;
+  }
+  getBlob() {
+    return { getDataAsString: () => this.content };
+  }
+}
+
+export class FakeFolder {
+  readonly files: FakeFile[] = [];
+  constructor(
+    private readonly drive: FakeDrive,
+    readonly id: string,
+    readonly name: string,
+  ) {}
+  getId() {
+    return this.id;
+  }
+  getName() {
+    return this.name;
+  }
+  createFile(name: string, content: string, mimeType: string) {
+    this.drive.calls.count('Folder.createFile');
+    const file = new FakeFile(`file-${this.drive.nextId++}`, name, content, mimeType);
+    this.files.push(file);
+    return file;
+  }
+  getFilesByName(name: string) {
+    this.drive.calls.count('Folder.getFilesByName');
+    const matches = this.files.filter((f) => f.name === name);
+    let i = 0;
+    return { hasNext: () => i < matches.length, next: () => matches[i++] };
+  }
+}
+
+export class FakeDrive {
+  readonly folders: FakeFolder[] = [];
+  nextId = 1;
+  constructor(readonly calls: CallCounter) {}
+  createFolder(name: string) {
+    this.calls.count('DriveApp.createFolder');
+    const folder = new FakeFolder(this, `folder-${this.nextId++}`, name);
+    this.folders.push(folder);
+    return folder;
+  }
+  getFolderById(id: string) {
+    this.calls.count('DriveApp.getFolderById');
+    const folder = this.folders.find((f) => f.id === id);
+    if (!folder) throw new Error('No item with the given ID could be found. Possibly because you have not edited this item or you do not have permission to access it.');
+    return folder;
+  }
+}
+
 export class FakeUi {
   readonly menus: Array<{ name: string; items: Array<[string, string]> }> = [];
+  readonly dialogs: Array<{ title: string; html: string }> = [];
+  showModalDialog(output: { getContent(): string }, title: string) {
+    this.dialogs.push({ title, html: output.getContent() });
+  }
   createMenu(name: string) {
     const menu = { name, items: [] as Array<[string, string]> };
     const builder = {
@@ -209,6 +325,9 @@ export class FakePlatform {
   readonly properties = new FakeProperties(this.calls);
   readonly scriptApp = new FakeScriptApp(this.calls);
   readonly ui = new FakeUi();
+  readonly urlFetch = new FakeUrlFetch(this.calls);
+  readonly mail = new FakeMail(this.calls);
+  readonly drive = new FakeDrive(this.calls);
   readonly logs: string[] = [];
 
   /** The services as modules take them, for unit tests of the modules. */
@@ -223,6 +342,10 @@ export class FakePlatform {
       uuid: () => randomUUID(),
       now: () => this.clock.now(),
       log: (m) => this.logs.push(m),
+      fetch: this.urlFetch.fetch,
+      mail: this.mail,
+      drive: this.drive,
+      lineChart: 'LINE',
     };
   }
 
@@ -253,6 +376,16 @@ export class FakePlatform {
       ScriptApp: this.scriptApp,
       ContentService: FakeContentService,
       Utilities: { getUuid: () => randomUUID() },
+      UrlFetchApp: { fetch: this.urlFetch.fetch },
+      MailApp: this.mail,
+      DriveApp: this.drive,
+      Charts: { ChartType: { LINE: 'LINE', COLUMN: 'COLUMN' } },
+      HtmlService: {
+        createHtmlOutput: (html: string) => {
+          const out = { getContent: () => html, setWidth: () => out, setHeight: () => out };
+          return out;
+        },
+      },
       console: { log: (...a: unknown[]) => this.logs.push(a.join(' ')), error: (...a: unknown[]) => this.logs.push(a.join(' ')) },
       Logger: { log: (...a: unknown[]) => this.logs.push(a.join(' ')) },
     };

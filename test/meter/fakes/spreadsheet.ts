@@ -264,9 +264,43 @@ export class FakeRange {
     this.sheet.filter = new FakeFilter(this);
     return this.sheet.filter;
   }
+  setFormula(formula: string) {
+    this.sheet.calls.count('Range.setFormula');
+    this.sheet.rowForWrite(this.row)[this.column - 1] = new Formula(formula);
+    return this;
+  }
   createTextFinder(text: string) {
     this.sheet.calls.count('Range.createTextFinder');
     return new FakeTextFinder(this, text);
+  }
+}
+
+export class FakeChart {
+  constructor(readonly options: Record<string, unknown>) {}
+}
+
+class FakeChartBuilder {
+  private readonly options: Record<string, unknown> = {};
+  constructor(private readonly sheet: FakeSheet) {}
+  setChartType(type: unknown) {
+    this.options.type = type;
+    return this;
+  }
+  addRange(range: FakeRange) {
+    this.options.range = { row: range.row, column: range.column, numRows: range.numRows, numColumns: range.numColumns };
+    return this;
+  }
+  setPosition(row: number, column: number) {
+    this.options.position = [row, column];
+    return this;
+  }
+  setOption(name: string, value: unknown) {
+    this.options[name] = value;
+    return this;
+  }
+  build() {
+    this.sheet.calls.count('EmbeddedChartBuilder.build');
+    return new FakeChart({ ...this.options });
   }
 }
 
@@ -277,7 +311,10 @@ export class FakeSheet {
   fontWeights: FormatRecord[] = [];
   validations: FormatRecord[] = [];
   filter: FakeFilter | null = null;
+  charts: FakeChart[] = [];
   frozenRows = 0;
+  private static nextId = 1;
+  readonly sheetId = FakeSheet.nextId++;
   hidden = false;
 
   constructor(
@@ -424,6 +461,22 @@ export class FakeSheet {
     this.calls.count('Sheet.getFilter');
     return this.filter;
   }
+  getSheetId() {
+    this.calls.count('Sheet.getSheetId');
+    return this.sheetId;
+  }
+  getCharts() {
+    this.calls.count('Sheet.getCharts');
+    return this.charts.slice();
+  }
+  newChart() {
+    this.calls.count('Sheet.newChart');
+    return new FakeChartBuilder(this);
+  }
+  insertChart(chart: FakeChart) {
+    this.calls.count('Sheet.insertChart');
+    this.charts.push(chart);
+  }
   hideSheet() {
     this.calls.count('Sheet.hideSheet');
     this.hidden = true;
@@ -487,7 +540,7 @@ export class FakeSpreadsheet {
     this.calls.count('Spreadsheet.getUrl');
     return `https://docs.google.com/spreadsheets/d/${this.id}/edit`;
   }
-  toast(message: string) {
+  toast(message: string, _title?: string, _seconds?: number) {
     this.calls.count('Spreadsheet.toast');
     this.toasts.push(message);
   }

@@ -1,0 +1,116 @@
+/**
+ * `checkSpendCaps()`: posts a spend alert to the team's Slack webhook when today's cost or the
+ * 7-day cost is strictly greater than its cap (the same rule as the gateway's routing).
+ *
+ * One alert per crossing and day: the UTC day of the last alert that Slack accepted is kept per
+ * cap in a script property. A post that fails (non-2xx or exception) is not recorded, so the next
+ * run tries again. The webhook URL is a secret (anyone holding it can post): it is never logged.
+ */
+import { configText, readCaps, readConfig } from './config';
+import type { MeterServices } from './services';
+import { capExceeded, readSpendRows, spendTotals, type SpendTotals } from './spend';
+import type { Caps } from './config';
+
+export const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
+
+export type CapKind = 'daily' | 'burn7d';
+type AlertState = Partial<Record<CapKind, string>>;
+
+export interface CapCheck {
+  totals: SpendTotals;
+  caps: Caps;
+  crossed: CapKind[];
+  /** Crossed caps not yet alerted today. */
+  due: CapKind[];
+  posted: boolean;
+  message: string;
+}
+
+export function utcDay(date: Date): string {
+  return date.toISOString().slice(0, 10);
+}
+
+const usd = (value: number, decimals: number) => `$${value.toFixed(decimals)}`;
+
+/** Document 2's alert: Block Kit blocks plus a top-level `text` (form 2, and the notification text). */
+export function slackPayload(totals: SpendTotals, caps: Caps, crossed: CapKind[], now: Date, sheetUrl: string) {
+  const names = crossed.map((k) => (k === 'daily' ? 'daily cap' : '7-day cap')).join(' and ');
+  const today = `Today: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
+  const week = `Last 7 days: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;
+  return {
+    text: `AI spend alert: ${names} crossed. ${today}. ${week}.`,
+    blocks: [
+      { type: 'header', text: { type: 'plain_text', text: `AI spend alert: ${names} crossed`, emoji: true } },
+      {
+        type: 'section',
+        fields: [
+          { type: 'mrkdwn', text: `*Today (UTC)*\n${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} cap` },
+          { type: 'mrkdwn', text: `*Last 7 days*\n${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} cap` },
+        ],
+      },
+      {
+        type: 'context',
+        elements: [
+          {
+            type: 'mrkdwn',
+            text: `UTC day ${utcDay(now)} · checked ${now.toISOString().slice(11, 16)} UTC · <${sheetUrl}|Open the meter> · routing is degraded while a cap is exceeded`,
+          },
+        ],
+      },
+    ],
+  };
+}
+
+function readState(svc: Pick<MeterServices, 'properties'>): AlertState {
+  try {
+    return JSON.parse(svc.properties.getProperty(ALERT_STATE_PROPERTY) ?? '{}') as AlertState;
+  } catch {
+    return {};
+  }
+}
+
+export function checkSpendCaps(svc: MeterServices): CapCheck {
+  const config = readConfig(svc.spreadsheet);
+  const caps = readCaps(config);
+  const now = svc.now();
+  const totals = spendTotals(readSpendRows(svc), now.getTime());
+  const crossed: CapKind[] = [];
+  if (totals.today > caps.dailyCapUsd) crossed.push('daily');
+  if (totals.last7d > caps.burn7dCapUsd) crossed.push('burn7d');
+  const day = utcDay(now);
+  const state = readState(svc);
+  const due = crossed.filter((k) => state[k] !== day);
+  const result: CapCheck = { totals, caps, crossed, due, posted: false, message: '' };
+
+  if (!capExceeded(totals, caps)) result.message = `under both caps (today ${usd(totals.today, 4)}, 7 days ${usd(totals.last7d, 2)})`;
+  else if (due.length === 0) result.message = `cap(s) ${crossed.join(', ')} crossed; already alerted today`;
+  else {
+    const webhook = configText(config, 'SLACK_WEBHOOK_URL');
+    if (webhook === '') result.message = `cap(s) ${due.join(', ')} crossed, but SLACK_WEBHOOK_URL is empty: no alert posted`;
+    else if (!/^https:\/\//.test(webhook)) result.message = 'SLACK_WEBHOOK_URL is not an https URL: no alert posted';
+    else {
+      const payload = slackPayload(totals, caps, due, now, svc.spreadsheet.getUrl());
+      try {
+        const response = svc.fetch(webhook, {
+          method: 'post',
+          contentType: 'application/json',
+          payload: JSON.stringify(payload),
+          muteHttpExceptions: true,
+        });
+        const code = response.getResponseCode();
+        if (code >= 200 && code < 300) {
+          for (const k of due) state[k] = day;
+          svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(state));
+          result.posted = true;
+          result.message = `alert posted for ${due.join(', ')}`;
+        } else {
+          result.message = `Slack answered HTTP ${code}; the alert will be retried on the next run`;
+        }
+      } catch (error) {
+        result.message = `posting the alert failed (${error instanceof Error ? error.message.replace(webhook, '<webhook>') : 'error'}); it will be retried on the next run`;
+      }
+    }
+  }
+  svc.log(`checkSpendCaps: ${result.message}`);
+  return result;
+}
