@@ -96,6 +96,12 @@ const TEXT_DEFAULTS: Partial<Record<EventField, string>> = {
   decision: 'n/a',
 };
 
+export type FieldKind = Kind;
+/** What kind of value a field holds: id, time, text, int, decimal, unit (0..1) or bool. */
+export function fieldKind(field: EventField): FieldKind {
+  return FIELD_KIND[field];
+}
+
 /** Fields whose value is a whole number; the sheet formats them with 0 decimals. */
 export const INTEGER_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIELD_KIND[f] === 'int');
 /** Fields that hold text (written to the sheet as literal text, never parsed by it). */

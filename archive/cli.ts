@@ -1,0 +1,86 @@
+/**
+ * Command line of the archive tools (see README, "The columnar archive"):
+ *   npm run archive -- <input> [--out DIR] [--partition] [--replace]
+ *   npm run archive:expire -- [--archive DIR] [--days 180] [--dry-run]
+ *   npm run report -- <daily|customers|burn|export-daily> [--archive DIR] [--format table|csv|json] [--as-of YYYY-MM-DD]
+ * Exit status: 0 on success, 1 on bad input (the message says which line and field), 2 on usage.
+ */
+import { parseArgs } from 'node:util';
+import { ArchiveInputError, convert } from './convert';
+import { openDuck } from './duck';
+import { DEFAULT_ARCHIVE_DAYS, expireArchive } from './expire';
+import { REPORTS, formatRows, reportSql, type ReportName } from './reports';
+
+export const DEFAULT_ARCHIVE = '.data/archive';
+
+class UsageError extends Error {}
+
+function today(): string {
+  return new Date().toISOString().slice(0, 10);
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  if (command === 'convert') {
+    const { values, positionals } = parseArgs({
+      args: rest,
+      allowPositionals: true,
+      options: { out: { type: 'string', default: DEFAULT_ARCHIVE }, partition: { type: 'boolean' }, replace: { type: 'boolean' } },
+    });
+    if (positionals.length !== 1) throw new UsageError('usage: npm run archive -- <export.csv | export URL | gateway events CSV> [--out DIR] [--partition] [--replace]');
+    const result = await convert(positionals[0], {
+      out: values.out!,
+      partition: values.partition,
+      replace: values.replace,
+      log: (line) => process.stderr.write(`${line}\n`),
+    });
+    process.stdout.write(`${result.files.join('\n')}\n`);
+    return;
+  }
+  if (command === 'expire') {
+    const { values } = parseArgs({
+      args: rest,
+      options: {
+        archive: { type: 'string', default: DEFAULT_ARCHIVE },
+        days: { type: 'string', default: process.env.ARCHIVE_RETENTION_DAYS ?? String(DEFAULT_ARCHIVE_DAYS) },
+        'dry-run': { type: 'boolean' },
+      },
+    });
+    const result = expireArchive(values.archive!, Number(values.days), new Date(), values['dry-run']);
+    for (const f of result.removed) process.stdout.write(`${values['dry-run'] ? 'would remove' : 'removed'} ${f}\n`);
+    process.stderr.write(`${result.removed.length} file(s) of days before ${result.cutoff} ${values['dry-run'] ? 'to remove' : 'removed'}; ${result.kept} kept\n`);
+    return;
+  }
+  if (command === 'report') {
+    const { values, positionals } = parseArgs({
+      args: rest,
+      allowPositionals: true,
+      options: {
+        archive: { type: 'string', default: DEFAULT_ARCHIVE },
+        format: { type: 'string', default: 'table' },
+        'as-of': { type: 'string', default: today() },
+      },
+    });
+    const name = positionals[0] as ReportName;
+    if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, got "${positionals[0] ?? ''}"`);
+    const format = values.format as 'table' | 'csv' | 'json';
+    if (!['table', 'csv', 'json'].includes(format)) throw new UsageError(`--format: expected table, csv or json, got "${values.format}"`);
+    if (!/^\d{4}-\d{2}-\d{2}$/.test(values['as-of']!)) throw new UsageError(`--as-of: expected YYYY-MM-DD, got "${values['as-of']}"`);
+    const duck = await openDuck();
+    try {
+      const { columns, rows } = await duck.query(reportSql(name, values.archive!, values['as-of']!));
+      // export-daily is Document 2's "daily cost to a CSV": CSV whatever --format says.
+      process.stdout.write(formatRows(rows, columns, name === 'export-daily' ? 'csv' : format));
+    } finally {
+      duck.close();
+    }
+    return;
+  }
+  throw new UsageError('usage: cli.ts <convert|expire|report> ...');
+}
+
+main(process.argv.slice(2)).catch((error: unknown) => {
+  const message = error instanceof Error ? error.message : String(error);
+  process.stderr.write(`${message}\n`);
+  process.exitCode = error instanceof UsageError ? 2 : error instanceof ArchiveInputError ? 1 : 1;
+});

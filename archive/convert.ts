@@ -1,0 +1,202 @@
+/**
+ * `npm run archive -- <input> [--out DIR] [--partition] [--replace]`: event CSV → Parquet archive.
+ *
+ * Input: an export CSV of the meter (`exportArchive` file or `doGet?action=export`), the web app's
+ * export URL, or the gateway's local events CSV: all have the 19-field header of the event record.
+ * Output: `events_<yyyymmdd>.parquet` per UTC day (zstd), or with --partition Hive folders
+ * `provider=<p>/day=<yyyymmdd>/events_<yyyymmdd>.parquet`.
+ *
+ * Every row is checked before anything is written; a bad row stops the run with its line and
+ * field, and the archive is left as it was. A day already in the archive is rewritten as the
+ * union of its stored rows and the input's rows, one row per event_id (the input wins), so
+ * running the same input again changes nothing and late arrivals join their day. With --replace
+ * a day's data becomes exactly the input's rows for that day.
+ */
+import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
+import { lit, openDuck, type Duck } from './duck';
+import { SELECT_TYPED, STAGE_CHECKS } from './event-sql';
+
+export interface ConvertOptions {
+  out: string;
+  partition?: boolean;
+  replace?: boolean;
+  /** Progress lines (stderr in the CLI). */
+  log?: (line: string) => void;
+  /** Environment for the export URL's token. */
+  env?: NodeJS.ProcessEnv;
+}
+
+export interface ConvertResult {
+  rows: number;
+  days: string[];
+  files: string[];
+}
+
+export class ArchiveInputError extends Error {}
+
+/** Downloads the web app's export URL (following its 302 with GET) to a temporary file. */
+async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promise<string> {
+  const target = new URL(url);
+  const token = env.METER_TOKEN;
+  if (token && !target.searchParams.has('token')) target.searchParams.set('token', token);
+  const response = await fetch(target, { redirect: 'follow' });
+  if (!response.ok || !response.body) throw new ArchiveInputError(`export URL answered HTTP ${response.status}`);
+  const file = join(dir, 'download.csv');
+  await pipeline(Readable.fromWeb(response.body as import('node:stream/web').ReadableStream), createWriteStream(file));
+  const head = readFileSync(file, 'utf8').slice(0, 200);
+  if (head.startsWith('{')) {
+    // The web app answers errors (bad token, bad `since`) as JSON with HTTP 200.
+    let message = head;
+    try {
+      message = JSON.parse(readFileSync(file, 'utf8')).error ?? head;
+    } catch {
+      /* keep the raw text */
+    }
+    throw new ArchiveInputError(`export URL refused: ${message}`);
+  }
+  return file;
+}
+
+function firstLine(file: string): string {
+  const fd = readFileSync(file, { encoding: 'utf8', flag: 'r' }).slice(0, 4096);
+  return fd.split(/\r?\n/, 1)[0].replace(/^\uFEFF/, '');
+}
+
+/** Existing archive files holding any of these days. */
+function dayFiles(out: string, days: string[], partition: boolean): string[] {
+  if (!existsSync(out)) return [];
+  const wanted = new Set(days);
+  if (!partition) return days.map((d) => join(out, `events_${d}.parquet`)).filter((f) => existsSync(f));
+  const files: string[] = [];
+  for (const p of readdirSync(out)) {
+    if (!p.startsWith('provider=')) continue;
+    for (const d of readdirSync(join(out, p))) {
+      if (!d.startsWith('day=') || !wanted.has(d.slice(4))) continue;
+      for (const f of readdirSync(join(out, p, d))) if (f.endsWith('.parquet')) files.push(join(out, p, d, f));
+    }
+  }
+  return files;
+}
+
+export async function convert(input: string, options: ConvertOptions): Promise<ConvertResult> {
+  const log = options.log ?? (() => {});
+  const out = resolve(options.out);
+  const partition = options.partition ?? false;
+  const started = Date.now();
+  const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)}s`;
+  mkdirSync(out, { recursive: true });
+  const work = join(out, `.archive-tmp-${process.pid}-${Date.now()}`);
+  mkdirSync(work);
+  const duck = await openDuck();
+  try {
+    const file = /^https?:\/\//.test(input) ? await download(input, options.env ?? process.env, work) : resolve(input);
+    if (!existsSync(file) || !statSync(file).isFile()) throw new ArchiveInputError(`${input}: no such file`);
+    const header = firstLine(file);
+    if (header !== CSV_HEADER) {
+      throw new ArchiveInputError(`${input}: line 1: expected the event header "${CSV_HEADER}", got "${header.slice(0, 200)}"`);
+    }
+
+    log(`reading ${input} (${(statSync(file).size / 1e6).toFixed(1)} MB)`);
+    await stage(duck, file);
+    const [{ n }] = await duck.all<{ n: number }>('SELECT count(*)::INTEGER AS n FROM staged');
+    log(`read ${n} rows in ${elapsed()}; checking`);
+    const bad = await duck.all<{ line: number; field: string; problem: string }>(`${STAGE_CHECKS} ORDER BY line LIMIT 20`);
+    if (bad.length > 0) {
+      const lines = bad.map((b) => `line ${b.line}, ${b.field}: ${b.problem}`);
+      throw new ArchiveInputError(`${input}: ${bad.length === 20 ? 'first 20 problems' : `${bad.length} problem(s)`}; nothing was written\n${lines.join('\n')}`);
+    }
+    // Typed rows, one per event_id (the last occurrence in the file wins). A hash aggregate finds
+    // repeated ids; the common case, none, costs no sort.
+    const [{ repeated }] = await duck.all<{ repeated: number }>('SELECT (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM staged');
+    const keep = repeated > 0 ? ' WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id)' : '';
+    await duck.run(`CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED}${keep})`);
+    if (repeated > 0) log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
+    const days = (await duck.all<{ d: string }>(`SELECT DISTINCT strftime(timestamp, '%Y%m%d') AS d FROM input ORDER BY d`)).map((r) => r.d);
+    const existing = dayFiles(out, days, partition);
+    log(`${n} rows, ${days.length} day(s)${existing.length ? `, merging with ${existing.length} stored file(s)` : ''} (${elapsed()})`);
+
+    const columns = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
+    const stored = existing.length && !options.replace
+      ? `UNION ALL SELECT ${columns} FROM read_parquet([${existing.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM input)`
+      : '';
+    await duck.run(`CREATE VIEW merged AS SELECT ${columns}, strftime(timestamp, '%Y%m%d') AS day FROM (SELECT ${columns} FROM input ${stored})`);
+
+    // Write everything under the scratch folder first; only then replace the archive's files.
+    const staged = join(work, 'out');
+    mkdirSync(staged);
+    // One pass writes every day. The partition columns stay inside the files, so each file
+    // describes itself; the flat layout drops `day` and keeps the 19 fields.
+    log(`writing ${days.length} day(s) (${elapsed()})`);
+    await duck.run(
+      `COPY (SELECT * FROM merged) TO ${lit(staged)} (FORMAT parquet, COMPRESSION zstd, ` +
+        `PARTITION_BY (${partition ? 'provider, day' : 'day'}), WRITE_PARTITION_COLUMNS ${partition}, FILENAME_PATTERN 'part_{i}')`,
+    );
+    const files = publish(staged, out, existing, partition);
+    log(`archived ${n} input rows into ${files.length} file(s) for ${days.length} day(s) (${elapsed()})`);
+    return { rows: n, days, files };
+  } finally {
+    duck.close();
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** Loads the CSV as text columns, with each record's line number (header = line 1). */
+async function stage(duck: Duck, file: string): Promise<void> {
+  const columns = EVENT_FIELDS.map((f) => `${lit(f)}: 'VARCHAR'`).join(', ');
+  await duck.run(
+    `CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM read_csv(${lit(file)}, header = true, auto_detect = false, ` +
+      `delim = ',', quote = '"', escape = '"', columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`,
+  );
+}
+
+/**
+ * Moves the staged files into the archive. A file of the same name is replaced by the rename
+ * itself (atomic); stored files of the merged days that were not overwritten are removed last.
+ */
+function publish(staged: string, out: string, replaced: string[], partition: boolean): string[] {
+  const written: string[] = [];
+  const walk = (dir: string) => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else if (entry.name.endsWith('.parquet')) written.push(path);
+    }
+  };
+  walk(staged);
+  written.sort();
+  const placed: string[] = [];
+  const perDir = new Map<string, number>();
+  for (const src of written) {
+    // DuckDB writes day=<yyyymmdd>/part_N.parquet; the archive's names are events_<yyyymmdd>[_N].parquet,
+    // flat in the folder, or under provider=<p>/day=<yyyymmdd>/ when partitioned.
+    let rel = src.slice(staged.length + 1);
+    const day = /day=(\d{8})/.exec(rel)?.[1];
+    const folder = partition ? dirname(rel) : '';
+    const n = (perDir.get(dirname(rel)) ?? 0) + 1;
+    perDir.set(dirname(rel), n);
+    rel = join(folder, n === 1 ? `events_${day}.parquet` : `events_${day}_${n}.parquet`);
+    const dest = join(out, rel);
+    mkdirSync(dirname(dest), { recursive: true });
+    renameSync(src, dest);
+    placed.push(dest);
+  }
+  const kept = new Set(placed);
+  for (const f of replaced) if (!kept.has(f)) rmSync(f, { force: true });
+  if (partition) removeEmptyDirs(out);
+  return placed;
+}
+
+function removeEmptyDirs(dir: string): boolean {
+  let empty = true;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    if (entry.isDirectory() && !entry.name.startsWith('.archive-tmp-')) {
+      if (!removeEmptyDirs(join(dir, entry.name))) empty = false;
+      else rmSync(join(dir, entry.name), { recursive: true });
+    } else empty = false;
+  }
+  return empty;
+}

@@ -1,0 +1,71 @@
+/**
+ * The event record in SQL, derived from the one definition in schema/event-record.ts: the
+ * checks a CSV row must pass (same rules as the meter's ingest) and the typed columns of the
+ * archive (timestamp TIMESTAMP in UTC, counts BIGINT, cost DECIMAL, scores DOUBLE, booleans).
+ * Both read the `staged` table: every field as text, plus `line`.
+ */
+import { EVENT_FIELDS, fieldKind, type EventField } from '../schema/event-record';
+
+export const COST_TYPE = 'DECIMAL(18,9)';
+const RFC3339 = String.raw`^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$`;
+
+const q = (f: EventField) => `"${f}"`;
+const present = (f: EventField) => `(${q(f)} IS NOT NULL AND ${q(f)} <> '')`;
+
+/** SQL condition that is true when the field's text is not acceptable, and what was expected. */
+function check(f: EventField): [string, string] | null {
+  const c = q(f);
+  switch (fieldKind(f)) {
+    case 'id':
+      return [`NOT coalesce(regexp_full_match(${c}, '[A-Za-z0-9._:-]{1,128}'), false)`, 'expected an event id (1 to 128 characters of A-Z a-z 0-9 . _ : -)'];
+    case 'time':
+      return [
+        `NOT (coalesce(regexp_full_match(${c}, '${RFC3339}'), false) AND TRY_CAST(${c} AS TIMESTAMPTZ) IS NOT NULL)`,
+        'expected an RFC 3339 date-time such as 2026-01-31T12:00:00Z',
+      ];
+    case 'int':
+      return [`${present(f)} AND NOT regexp_full_match(trim(${c}), '[0-9]+')`, 'expected a whole number >= 0'];
+    case 'decimal':
+      return [`${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) < 0 OR NOT isfinite(TRY_CAST(${c} AS DOUBLE)), true)`, 'expected a number >= 0'];
+    case 'unit':
+      return [`${present(f)} AND coalesce(NOT (TRY_CAST(${c} AS DOUBLE) BETWEEN 0 AND 1), true)`, 'expected a number from 0 to 1'];
+    case 'bool':
+      return [`${present(f)} AND lower(trim(${c})) NOT IN ('true', 'false')`, 'expected true or false'];
+    case 'text':
+      return null;
+  }
+}
+
+/**
+ * One row per problem (line, field, what was expected and what came), found in a single scan:
+ * each row builds the list of its problems, and only rows with some are kept.
+ */
+const RULES = EVENT_FIELDS.map((f) => [f, check(f)] as const).filter((r): r is readonly [EventField, [string, string]] => r[1] !== null);
+export const STAGE_CHECKS =
+  `SELECT line, problem.field AS field, problem.problem AS problem FROM (` +
+  `SELECT line, unnest(list_filter([${RULES.map(
+    ([f, [bad, expected]]) =>
+      `CASE WHEN ${bad} THEN {'field': '${f}', 'problem': '${expected}, got "' || coalesce(left(${q(f)}, 60), '') || '"'} END`,
+  ).join(', ')}], x -> x IS NOT NULL)) AS problem FROM staged)`;
+
+function typed(f: EventField): string {
+  const c = q(f);
+  switch (fieldKind(f)) {
+    case 'time':
+      return `CAST(CAST(${c} AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP) AS ${c}`;
+    case 'int':
+      return `coalesce(CAST(trim(${c}) AS BIGINT), 0) AS ${c}`;
+    case 'decimal':
+      // Through DOUBLE, so exponent forms such as 1.5e-7 (JavaScript's way to print small costs) parse.
+      return `CAST(CAST(nullif(${c}, '') AS DOUBLE) AS ${COST_TYPE}) AS ${c}`;
+    case 'unit':
+      return `CAST(nullif(${c}, '') AS DOUBLE) AS ${c}`;
+    case 'bool':
+      return `coalesce(lower(trim(${c})) = 'true', false) AS ${c}`;
+    default:
+      return `coalesce(${c}, '') AS ${c}`;
+  }
+}
+
+/** The staged rows with archive types (and `line`, for ordering). */
+export const SELECT_TYPED = `SELECT line, ${EVENT_FIELDS.map(typed).join(', ')} FROM staged`;

@@ -1,0 +1,74 @@
+/**
+ * Reports over the Parquet archive (Document 2, "Reports and aggregates", 3-6). Each report is one
+ * SQL query that DuckDB runs on the files; the JavaScript side only formats the result.
+ * Days are UTC days; "the last 7 days" are the as-of day and the 6 before, as in the meter.
+ */
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { lit } from './duck';
+
+export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;
+export type ReportName = (typeof REPORTS)[number];
+
+/** Every Parquet file under the archive folder, flat or partitioned (files carry all columns). */
+export function eventsSource(archive: string): string {
+  const dir = resolve(archive);
+  if (!existsSync(dir)) throw new Error(`--archive ${archive}: no such folder`);
+  return `read_parquet(${lit(join(dir, '**', '*.parquet'))}, hive_partitioning = false, union_by_name = true)`;
+}
+
+export function reportSql(name: ReportName, archive: string, asOf: string): string {
+  const ev = eventsSource(archive);
+  const day = `CAST("timestamp" AS DATE)`;
+  switch (name) {
+    case 'daily':
+      return `SELECT ${day} AS day, provider,
+          CAST(sum(cost_usd) AS DOUBLE) AS cost_usd,
+          sum(input_tokens)::DOUBLE AS input_tokens, sum(output_tokens)::DOUBLE AS output_tokens,
+          sum(input_tokens + output_tokens)::DOUBLE AS tokens_total
+        FROM ${ev} GROUP BY ALL ORDER BY day, provider`;
+    case 'customers':
+      return `SELECT customer_id, CAST(sum(cost_usd) AS DOUBLE) AS cost_usd, count(*)::DOUBLE AS calls
+        FROM ${ev}
+        WHERE ${day} BETWEEN DATE ${lit(asOf)} - INTERVAL 6 DAY AND DATE ${lit(asOf)}
+        GROUP BY customer_id ORDER BY cost_usd DESC, customer_id`;
+    case 'burn':
+      // A calendar of every day from each customer's first to last event day, so days without
+      // events count as zero and the 7-day window is 7 calendar days, not 7 rows.
+      return `WITH daily AS (
+          SELECT customer_id, ${day} AS day, sum(cost_usd) AS cost FROM ${ev} GROUP BY ALL
+        ), span AS (
+          SELECT customer_id, min(day) AS first, max(day) AS last FROM daily GROUP BY customer_id
+        ), calendar AS (
+          SELECT customer_id, CAST(unnest(generate_series(first, last, INTERVAL 1 DAY)) AS DATE) AS day FROM span
+        )
+        SELECT c.customer_id, c.day,
+          CAST(coalesce(d.cost, 0) AS DOUBLE) AS cost_usd,
+          CAST(sum(coalesce(d.cost, 0)) OVER (PARTITION BY c.customer_id ORDER BY c.day
+            RANGE BETWEEN INTERVAL 6 DAY PRECEDING AND CURRENT ROW) AS DOUBLE) AS burn_7d_usd
+        FROM calendar c LEFT JOIN daily d USING (customer_id, day)
+        ORDER BY c.customer_id, c.day`;
+    case 'export-daily':
+      return `SELECT ${day} AS day, CAST(sum(cost_usd) AS DOUBLE) AS cost_usd FROM ${ev} GROUP BY ALL ORDER BY day`;
+  }
+}
+
+type Row = Record<string, unknown>;
+
+function cell(value: unknown): string {
+  if (value === null || value === undefined) return '';
+  return String(value);
+}
+
+function csvCell(value: unknown): string {
+  const text = cell(value);
+  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+export function formatRows(rows: Row[], columns: string[], format: 'table' | 'csv' | 'json'): string {
+  if (format === 'json') return JSON.stringify(rows, null, 2) + '\n';
+  if (format === 'csv') return [columns.join(','), ...rows.map((r) => columns.map((c) => csvCell(r[c])).join(','))].join('\n') + '\n';
+  const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
+  const line = (cells: string[]) => cells.map((v, i) => (typeof rows[0]?.[columns[i]] === 'number' ? v.padStart(widths[i]) : v.padEnd(widths[i]))).join('  ');
+  return [line(columns), line(widths.map((w) => '-'.repeat(w))), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join('\n') + '\n';
+}
