@@ -18,7 +18,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
-import { SELECT_TYPED, STAGE_CHECKS } from './event-sql';
+import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, selectTypedGuarded } from './event-sql';
 
 export interface ConvertOptions {
   out: string;
@@ -101,40 +101,42 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
     }
 
     log(`reading ${input} (${(statSync(file).size / 1e6).toFixed(1)} MB)`);
-    await stage(duck, file);
-    const [{ n }] = await duck.all<{ n: number }>('SELECT count(*)::INTEGER AS n FROM staged');
-    log(`read ${n} rows in ${elapsed()}; checking`);
-    const bad = await duck.all<{ line: number; field: string; problem: string }>(`${STAGE_CHECKS} ORDER BY line LIMIT 20`);
-    if (bad.length > 0) {
-      const lines = bad.map((b) => `line ${b.line}, ${b.field}: ${b.problem}`);
-      throw new ArchiveInputError(`${input}: ${bad.length === 20 ? 'first 20 problems' : `${bad.length} problem(s)`}; nothing was written\n${lines.join('\n')}`);
-    }
-    // Typed rows, one per event_id (the last occurrence in the file wins). A hash aggregate finds
-    // repeated ids; the common case, none, costs no sort.
-    const [{ repeated }] = await duck.all<{ repeated: number }>('SELECT (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM staged');
-    const keep = repeated > 0 ? ' WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id)' : '';
-    await duck.run(`CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED}${keep})`);
-    if (repeated > 0) log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
-    const days = (await duck.all<{ d: string }>(`SELECT DISTINCT strftime(timestamp, '%Y%m%d') AS d FROM input ORDER BY d`)).map((r) => r.d);
-    const existing = dayFiles(out, days, partition);
-    log(`${n} rows, ${days.length} day(s)${existing.length ? `, merging with ${existing.length} stored file(s)` : ''} (${elapsed()})`);
-
+    const csvSource = readCsv(file);
     const columns = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
-    const stored = existing.length && !options.replace
-      ? `UNION ALL SELECT ${columns} FROM read_parquet([${existing.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM input)`
-      : '';
-    await duck.run(`CREATE VIEW merged AS SELECT ${columns}, strftime(timestamp, '%Y%m%d') AS day FROM (SELECT ${columns} FROM input ${stored})`);
-
-    // Write everything under the scratch folder first; only then replace the archive's files.
     const staged = join(work, 'out');
     mkdirSync(staged);
-    // One pass writes every day. The partition columns stay inside the files, so each file
-    // describes itself; the flat layout drops `day` and keeps the 19 fields.
-    log(`writing ${days.length} day(s) (${elapsed()})`);
-    await duck.run(
-      `COPY (SELECT * FROM merged) TO ${lit(staged)} (FORMAT parquet, COMPRESSION zstd, ` +
-        `PARTITION_BY (${partition ? 'provider, day' : 'day'}), WRITE_PARTITION_COLUMNS ${partition}, FILENAME_PATTERN 'part_{i}')`,
+    const writeDays = (select: string) =>
+      // One pass writes every day. The partition columns stay inside the files, so each file
+      // describes itself; the flat layout drops `day` and keeps the 19 fields.
+      duck.run(
+        `COPY (SELECT ${columns}, strftime("timestamp", '%Y%m%d') AS day FROM (${select})) TO ${lit(staged)} (FORMAT parquet, COMPRESSION zstd, ` +
+          `PARTITION_BY (${partition ? 'provider, day' : 'day'}), WRITE_PARTITION_COLUMNS ${partition}, FILENAME_PATTERN 'part_{i}')`,
+      );
+
+    // Fast path: check and type each row while streaming the CSV into Parquet.
+    try {
+      await duck.run(`CREATE TABLE input AS ${selectTypedGuarded(csvSource)}`);
+    } catch (error) {
+      if (!String((error as Error).message).includes(GUARD_ERROR)) throw error;
+      await throwRowProblems(duck, csvSource, input);
+    }
+    const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
+      'SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM input',
     );
+    log(`read and checked ${n} rows (${elapsed()})`);
+    if (repeated > 0) {
+      // Rare: the same event twice in one file. The last occurrence wins, which needs line order.
+      log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
+      await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${csvSource}`);
+      await duck.run(`DROP TABLE input; CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`);
+    }
+    const days = (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM input ORDER BY d`)).map((r) => r.d);
+    const existing = dayFiles(out, days, partition);
+    const stored = existing.length && !options.replace
+      ? ` UNION ALL SELECT ${columns} FROM read_parquet([${existing.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM input)`
+      : '';
+    log(`writing ${days.length} day(s)${existing.length ? `, merged with ${existing.length} stored file(s)` : ''} (${elapsed()})`);
+    await writeDays(`SELECT ${columns} FROM input${stored}`);
     const files = publish(staged, out, existing, partition);
     log(`archived ${n} input rows into ${files.length} file(s) for ${days.length} day(s) (${elapsed()})`);
     return { rows: n, days, files };
@@ -144,13 +146,21 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   }
 }
 
-/** Loads the CSV as text columns, with each record's line number (header = line 1). */
-async function stage(duck: Duck, file: string): Promise<void> {
+/** The CSV as text columns (typing is ours, so the errors can say what was expected). */
+function readCsv(file: string): string {
   const columns = EVENT_FIELDS.map((f) => `${lit(f)}: 'VARCHAR'`).join(', ');
-  await duck.run(
-    `CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM read_csv(${lit(file)}, header = true, auto_detect = false, ` +
-      `delim = ',', quote = '"', escape = '"', columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`,
+  return (
+    `read_csv(${lit(file)}, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"', ` +
+    `columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`
   );
+}
+
+/** Slow path, only for a file that failed the check: every problem with its line (header = line 1). */
+async function throwRowProblems(duck: Duck, source: string, input: string): Promise<never> {
+  await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${source}`);
+  const bad = await duck.all<{ line: number; field: string; problem: string }>(`${STAGE_CHECKS} ORDER BY line LIMIT 20`);
+  const lines = bad.map((b) => `line ${b.line}, ${b.field}: ${b.problem}`);
+  throw new ArchiveInputError(`${input}: ${bad.length === 20 ? 'first 20 problems' : `${bad.length} problem(s)`}; nothing was written\n${lines.join('\n')}`);
 }
 
 /**

@@ -69,3 +69,16 @@ function typed(f: EventField): string {
 
 /** The staged rows with archive types (and `line`, for ordering). */
 export const SELECT_TYPED = `SELECT line, ${EVENT_FIELDS.map(typed).join(', ')} FROM staged`;
+
+/** Marker of the guard's error, so the caller knows to look for the lines at fault. */
+export const GUARD_ERROR = 'archive-row-check-failed';
+
+/**
+ * Typed rows straight from a CSV source, in one streaming pass. A row that fails any check stops
+ * the query (DuckDB's error()), so nothing of a bad file is ever written; the caller then runs
+ * the slower line-numbered check (STAGE_CHECKS) to say which lines and fields are wrong.
+ */
+export function selectTypedGuarded(source: string): string {
+  const anyBad = RULES.map(([, [bad]]) => `(${bad})`).join(' OR ');
+  return `SELECT ${EVENT_FIELDS.map(typed).join(', ')} FROM ${source} WHERE CASE WHEN ${anyBad} THEN error('${GUARD_ERROR}') ELSE true END`;
+}
