@@ -1,0 +1,156 @@
+/**
+ * Circuit breaker per route, with Document 1's semantics on top of opossum:
+ *   closed    → open       after 5 consecutive failed calls (the route is then skipped, not called)
+ *   open      → half-open  30 s later
+ *   half-open: one probe at a time, at most one every 30 s, using a live request (no synthetic
+ *              calls that cost tokens); 2 successes out of 2 → closed; a failed probe → open for
+ *              another 30 s.
+ *
+ * opossum runs every call (its rolling stats give latency percentiles, counts and events), but its
+ * own tripping rule is percentage-based over a window, not "5 consecutive", and it closes after a
+ * single half-open success. So opossum's own opening is switched off (volumeThreshold is never
+ * reached) and the state machine here decides. Time comes from an injected clock, so tests (and
+ * the Lisbon drill's shortened intervals) drive it without waiting.
+ */
+import CircuitBreaker from 'opossum';
+import type { Clock } from './deadline';
+
+export type BreakerState = 'closed' | 'open' | 'half-open';
+
+export interface BreakerOptions {
+  failureThreshold?: number;
+  openMs?: number;
+  probesToClose?: number;
+  now?: Clock;
+}
+
+class FailedCall {
+  constructor(readonly result: unknown) {}
+}
+
+/** Permission to make one call; a probe when the breaker is half-open. */
+export interface Ticket {
+  probe: boolean;
+}
+
+export class Breaker {
+  readonly failureThreshold: number;
+  readonly openMs: number;
+  readonly probesToClose: number;
+  private readonly now: Clock;
+  private current: BreakerState = 'closed';
+  private consecutiveFailures = 0;
+  private openedAt = 0;
+  private lastProbeAt = -Infinity;
+  private probeInFlight = false;
+  private probeSuccesses = 0;
+  private openTotalMs = 0;
+  /** opossum executes the calls and keeps the rolling statistics. */
+  readonly circuit: CircuitBreaker<[() => Promise<unknown>], unknown>;
+  private readonly listeners: Array<(state: BreakerState) => void> = [];
+
+  constructor(
+    readonly name: string,
+    options: BreakerOptions = {},
+  ) {
+    this.failureThreshold = options.failureThreshold ?? 5;
+    this.openMs = options.openMs ?? 30_000;
+    this.probesToClose = options.probesToClose ?? 2;
+    this.now = options.now ?? Date.now;
+    this.circuit = new CircuitBreaker((fn: () => Promise<unknown>) => fn(), {
+      name,
+      timeout: false, // attempts carry their own deadline (AbortSignal)
+      volumeThreshold: Number.MAX_SAFE_INTEGER, // opossum never opens on its own
+      errorThresholdPercentage: 100,
+      rollingCountTimeout: 60_000,
+      rollingCountBuckets: 12,
+      rollingPercentilesEnabled: true,
+    });
+  }
+
+  onChange(listener: (state: BreakerState) => void): void {
+    this.listeners.push(listener);
+  }
+
+  private set(state: BreakerState): void {
+    if (state === this.current) return;
+    if (this.current === 'open') this.openTotalMs += this.now() - this.openedAt;
+    this.current = state;
+    for (const l of this.listeners) l(state);
+  }
+
+  /** The state now (open turns half-open by itself once 30 s have passed). */
+  state(): BreakerState {
+    if (this.current === 'open' && this.now() - this.openedAt >= this.openMs) {
+      this.set('half-open');
+      this.probeSuccesses = 0;
+      this.lastProbeAt = -Infinity;
+    }
+    return this.current;
+  }
+
+  /** May a call go now? In half-open this takes the single probe slot. */
+  tryAcquire(): Ticket | null {
+    const state = this.state();
+    if (state === 'closed') return { probe: false };
+    if (state === 'open') return null;
+    if (this.probeInFlight || this.now() - this.lastProbeAt < this.openMs) return null;
+    this.probeInFlight = true;
+    this.lastProbeAt = this.now();
+    return { probe: true };
+  }
+
+  /** Runs one call through opossum and records its outcome. `failed` says what counts as a failure. */
+  async run<T>(ticket: Ticket, call: () => Promise<T>, failed: (result: T) => boolean): Promise<T> {
+    try {
+      // A failed answer (a 500, say) is thrown inside opossum so its statistics count it, then
+      // handed back: the caller decides what to do with the answer.
+      const result = (await this.circuit.fire(async () => {
+        const r = await call();
+        if (failed(r)) throw new FailedCall(r);
+        return r;
+      })) as T;
+      this.record(ticket, true);
+      return result;
+    } catch (error) {
+      this.record(ticket, false);
+      if (error instanceof FailedCall) return error.result as T;
+      throw error;
+    }
+  }
+
+  /** Records an outcome decided later (a stream that breaks after its first byte). */
+  record(ticket: Ticket, success: boolean): void {
+    if (ticket.probe) this.probeInFlight = false;
+    const state = this.state();
+    if (success) {
+      this.consecutiveFailures = 0;
+      if (state === 'half-open' && ticket.probe && ++this.probeSuccesses >= this.probesToClose) this.set('closed');
+      return;
+    }
+    this.consecutiveFailures++;
+    if (state === 'half-open' || (state === 'closed' && this.consecutiveFailures >= this.failureThreshold)) {
+      this.openedAt = this.now();
+      this.consecutiveFailures = 0;
+      this.set('open');
+    }
+  }
+
+  /** Total time spent open, including the current open period. */
+  secondsOpen(): number {
+    const current = this.current === 'open' ? this.now() - this.openedAt : 0;
+    return (this.openTotalMs + current) / 1000;
+  }
+
+  /** Releases a probe slot that was taken but not used (the request ended before calling). */
+  release(ticket: Ticket): void {
+    if (ticket.probe) {
+      this.probeInFlight = false;
+      this.lastProbeAt = -Infinity;
+    }
+  }
+
+  shutdown(): void {
+    this.circuit.shutdown();
+  }
+}

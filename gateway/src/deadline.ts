@@ -1,0 +1,35 @@
+/**
+ * One time-to-answer per request. Every attempt, backoff and tier switch is cut to what is left,
+ * so no request answers later than its time-to-answer.
+ */
+export type Clock = () => number;
+
+export class Deadline {
+  readonly at: number;
+  constructor(
+    readonly budgetMs: number,
+    private readonly now: Clock = Date.now,
+  ) {
+    this.at = now() + budgetMs;
+  }
+  remaining(): number {
+    return Math.max(0, this.at - this.now());
+  }
+  expired(): boolean {
+    return this.remaining() <= 0;
+  }
+}
+
+/** Waits `ms`, or less if `signal` aborts first. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (ms <= 0 || signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

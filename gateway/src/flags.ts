@@ -1,0 +1,69 @@
+/**
+ * Feature flags (Document 1): enable_warm_fallback, enable_cold_queue, and a kill-switch per
+ * model. Defaults come from the routing map's `flags`; operators change them at run time with
+ * `PUT /admin/flags`. With Redis configured they live in the hash `<prefix>flags`, so every
+ * gateway instance sees a change within a second; requests read a local copy (no Redis round
+ * trip on the request path).
+ */
+import type { Redis } from 'ioredis';
+
+export interface Flags {
+  enable_warm_fallback: boolean;
+  enable_cold_queue: boolean;
+  killed_models: string[];
+}
+
+export interface FlagStore {
+  get(): Flags;
+  update(change: Partial<Flags>): Promise<Flags>;
+  close(): void;
+}
+
+export class LocalFlags implements FlagStore {
+  constructor(protected flags: Flags) {}
+  get(): Flags {
+    return this.flags;
+  }
+  async update(change: Partial<Flags>): Promise<Flags> {
+    this.flags = { ...this.flags, ...change };
+    return this.flags;
+  }
+  close(): void {}
+}
+
+export class RedisFlags extends LocalFlags {
+  private timer: NodeJS.Timeout;
+  constructor(
+    defaults: Flags,
+    private readonly redis: Redis,
+    private readonly key: string,
+    refreshMs = 1000,
+  ) {
+    super(defaults);
+    this.timer = setInterval(() => void this.refresh(), refreshMs);
+    this.timer.unref();
+  }
+  /** Reads the shared flags; fields not set there keep their defaults. */
+  async refresh(): Promise<Flags> {
+    const stored = await this.redis.hgetall(this.key).catch(() => null);
+    if (stored) {
+      const next = { ...this.flags };
+      if (stored.enable_warm_fallback !== undefined) next.enable_warm_fallback = stored.enable_warm_fallback === '1';
+      if (stored.enable_cold_queue !== undefined) next.enable_cold_queue = stored.enable_cold_queue === '1';
+      if (stored.killed_models !== undefined) next.killed_models = JSON.parse(stored.killed_models) as string[];
+      this.flags = next;
+    }
+    return this.flags;
+  }
+  async update(change: Partial<Flags>): Promise<Flags> {
+    const fields: Record<string, string> = {};
+    if (change.enable_warm_fallback !== undefined) fields.enable_warm_fallback = change.enable_warm_fallback ? '1' : '0';
+    if (change.enable_cold_queue !== undefined) fields.enable_cold_queue = change.enable_cold_queue ? '1' : '0';
+    if (change.killed_models !== undefined) fields.killed_models = JSON.stringify(change.killed_models);
+    if (Object.keys(fields).length) await this.redis.hset(this.key, fields);
+    return this.refresh();
+  }
+  close(): void {
+    clearInterval(this.timer);
+  }
+}

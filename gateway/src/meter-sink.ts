@@ -1,0 +1,238 @@
+/**
+ * Sends one meter event per provider call to the meter, off the request path.
+ *
+ * METER_URL set: events are appended to a spool file on disk first, then posted in batches of up
+ * to 500 (`{"events":[...]}`) in order; the web app's 302 is followed with a GET (fetch does that
+ * for a POST). Only a reply of `ok:true` moves the spool's committed offset, so while the meter is
+ * unreachable events wait on disk and are replayed in order, also after a restart; the meter drops
+ * event_ids it already has, so a batch sent twice (crash between post and commit) stores once. A
+ * batch the meter refuses as invalid goes to `rejected.jsonl` beside the spool (kept, not retried).
+ *
+ * METER_URL unset: events are appended to a local CSV file with the events header.
+ */
+import { appendFile, mkdir, open, readFile, rename, stat, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { CSV_HEADER, eventToCsvLine, formatTimestamp, type EventRecord } from '../../schema/event-record';
+
+export interface MeterSink {
+  readonly kind: string;
+  send(event: EventRecord): void;
+  /** Writes what is pending (and, for the web app, tries to deliver it). */
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}
+
+type Log = { warn: (msg: string) => void; info: (msg: string) => void; error: (msg: string) => void };
+
+/** Serialises async file work: appends, reads and commits never interleave. */
+class Chain {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(op: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(op, op);
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+}
+
+export class CsvSink implements MeterSink {
+  readonly kind = 'csv';
+  private pending: string[] = [];
+  private readonly chain = new Chain();
+  private timer: NodeJS.Timeout | null = null;
+  constructor(readonly file: string) {}
+  send(event: EventRecord): void {
+    this.pending.push(eventToCsvLine(event));
+    this.timer ??= setTimeout(() => void this.flush(), 50);
+  }
+  flush(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const lines = this.pending;
+    this.pending = [];
+    if (lines.length === 0) return this.chain.run(async () => undefined);
+    return this.chain.run(async () => {
+      await mkdir(dirname(this.file), { recursive: true });
+      const header = existsSync(this.file) ? '' : `${CSV_HEADER}\n`;
+      await appendFile(this.file, `${header}${lines.join('\n')}\n`);
+    });
+  }
+  close(): Promise<void> {
+    return this.flush();
+  }
+}
+
+/** A meter event as JSON for the web app (timestamp as RFC 3339 UTC). */
+export function eventJson(event: EventRecord): Record<string, unknown> {
+  return { ...event, timestamp: formatTimestamp(event.timestamp) };
+}
+
+export interface WebAppSinkOptions {
+  url: string;
+  token?: string;
+  spoolDir: string;
+  batchSize?: number;
+  flushIntervalMs?: number;
+  maxBackoffMs?: number;
+  log: Log;
+}
+
+export class WebAppSink implements MeterSink {
+  readonly kind = 'meter web app';
+  private pending: string[] = [];
+  private readonly chain = new Chain();
+  private readonly spool: string;
+  private readonly offsetFile: string;
+  private timer: NodeJS.Timeout | null = null;
+  private backoffMs = 0;
+  private retryAt = 0;
+  private delivering: Promise<void> | null = null;
+  private closed = false;
+  /** Counters for /health and tests. */
+  readonly stats = { delivered: 0, duplicates: 0, failedPosts: 0, rejected: 0 };
+
+  constructor(private readonly opts: WebAppSinkOptions) {
+    this.spool = join(opts.spoolDir, 'spool.jsonl');
+    this.offsetFile = join(opts.spoolDir, 'spool.offset');
+    this.schedule();
+  }
+
+  send(event: EventRecord): void {
+    this.pending.push(JSON.stringify(eventJson(event)));
+    if (this.pending.length >= (this.opts.batchSize ?? 500)) void this.flush();
+  }
+
+  private schedule(): void {
+    if (this.closed) return;
+    this.timer = setTimeout(() => {
+      void this.flush().finally(() => this.schedule());
+    }, this.opts.flushIntervalMs ?? 1000);
+    this.timer.unref();
+  }
+
+  /** Appends pending events to the spool (durable), then delivers what the spool holds. */
+  async flush(): Promise<void> {
+    const lines = this.pending;
+    this.pending = [];
+    if (lines.length) {
+      await this.chain.run(async () => {
+        await mkdir(this.opts.spoolDir, { recursive: true });
+        await appendFile(this.spool, `${lines.join('\n')}\n`);
+      });
+    }
+    if (Date.now() < this.retryAt) return;
+    this.delivering ??= this.deliver().finally(() => (this.delivering = null));
+    await this.delivering;
+  }
+
+  private async readOffset(): Promise<number> {
+    try {
+      return Number((await readFile(this.offsetFile, 'utf8')).trim()) || 0;
+    } catch {
+      return 0;
+    }
+  }
+
+  /** Next batch from the committed offset: whole lines only. */
+  private async nextBatch(offset: number): Promise<{ lines: string[]; bytes: number } | null> {
+    if (!existsSync(this.spool)) return null;
+    const size = (await stat(this.spool)).size;
+    if (offset >= size) return null;
+    const fh = await open(this.spool, 'r');
+    try {
+      const length = Math.min(size - offset, 4 * 1024 * 1024);
+      const buf = Buffer.alloc(length);
+      await fh.read(buf, 0, length, offset);
+      const text = buf.toString('utf8');
+      const end = text.lastIndexOf('\n');
+      if (end < 0) return null;
+      const lines = text.slice(0, end).split('\n').slice(0, this.opts.batchSize ?? 500);
+      const bytes = lines.reduce((n, l) => n + Buffer.byteLength(l) + 1, 0);
+      return { lines, bytes };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  private async post(lines: string[]): Promise<{ ok: boolean; error?: string; appended?: number; duplicates?: number }> {
+    const url = new URL(this.opts.url);
+    if (this.opts.token) url.searchParams.set('token', this.opts.token);
+    // Apps Script answers the POST with a 302; fetch follows it with a GET, as the web app needs.
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: `{"events":[${lines.join(',')}]}`,
+      redirect: 'follow',
+      signal: AbortSignal.timeout(30_000),
+    });
+    if (!res.ok) return { ok: false, error: `HTTP ${res.status}` };
+    try {
+      return (await res.json()) as { ok: boolean; error?: string };
+    } catch {
+      return { ok: false, error: 'the meter answered something that is not JSON' };
+    }
+  }
+
+  private async deliver(): Promise<void> {
+    for (;;) {
+      const offset = await this.chain.run(() => this.readOffset());
+      const batch = await this.chain.run(() => this.nextBatch(offset));
+      if (!batch) {
+        await this.chain.run(() => this.compact(offset));
+        return;
+      }
+      let reply: Awaited<ReturnType<WebAppSink['post']>>;
+      try {
+        reply = await this.post(batch.lines);
+      } catch (error) {
+        reply = { ok: false, error: (error as Error).name === 'TimeoutError' ? 'timed out' : 'meter unreachable' };
+      }
+      if (!reply.ok && !isPermanent(reply.error)) {
+        this.stats.failedPosts++;
+        this.backoffMs = Math.min(this.opts.maxBackoffMs ?? 60_000, Math.max(1000, this.backoffMs * 2));
+        this.retryAt = Date.now() + this.backoffMs;
+        this.opts.log.warn(`meter: ${reply.error ?? 'failed'}; ${batch.lines.length} event(s) stay spooled, retry in ${Math.round(this.backoffMs / 1000)} s`);
+        return;
+      }
+      if (!reply.ok) {
+        this.stats.rejected += batch.lines.length;
+        this.opts.log.error(`meter refused a batch (${reply.error}); kept in rejected.jsonl`);
+        await appendFile(join(this.opts.spoolDir, 'rejected.jsonl'), `${batch.lines.join('\n')}\n`);
+      } else {
+        this.stats.delivered += reply.appended ?? 0;
+        this.stats.duplicates += reply.duplicates ?? 0;
+      }
+      this.backoffMs = 0;
+      this.retryAt = 0;
+      await this.chain.run(() => writeFile(this.offsetFile, String(offset + batch.bytes)));
+    }
+  }
+
+  /** When everything is delivered, start the spool afresh so it does not grow forever. */
+  private async compact(offset: number): Promise<void> {
+    if (!existsSync(this.spool)) return;
+    const size = (await stat(this.spool)).size;
+    if (offset < size || size < 1024 * 1024) return;
+    await rename(this.spool, `${this.spool}.done`);
+    await writeFile(this.offsetFile, '0');
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.flush();
+  }
+}
+
+/** Errors a retry cannot fix: the meter refused the events themselves. */
+function isPermanent(error: string | undefined): boolean {
+  if (!error) return false;
+  return /expected|at most 500/.test(error) && !/busy|unauthorized|HTTP|unreachable|timed out/.test(error);
+}
+
+export function createMeterSink(env: NodeJS.ProcessEnv, log: Log): MeterSink {
+  if (env.METER_URL) {
+    return new WebAppSink({ url: env.METER_URL, token: env.METER_TOKEN, spoolDir: env.METER_SPOOL_DIR ?? '.data/meter-spool', log });
+  }
+  return new CsvSink(env.METER_CSV_FILE ?? '.data/events.csv');
+}

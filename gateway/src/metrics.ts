@@ -1,0 +1,54 @@
+/**
+ * Prometheus metrics (GET /metrics): requests by route and outcome, call latency, breaker state
+ * and time open per route, and the gateway's own request count by final tier.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Breaker } from './breaker';
+
+export class GatewayMetrics {
+  readonly registry = new Registry();
+  readonly calls: Counter<'route' | 'outcome'>;
+  readonly latency: Histogram<'route'>;
+  readonly requests: Counter<'tier' | 'status'>;
+
+  constructor(breakers: Array<{ label: string; breaker: Breaker }>) {
+    collectDefaultMetrics({ register: this.registry, prefix: 'gateway_' });
+    this.calls = new Counter({
+      name: 'gateway_route_calls_total',
+      help: 'Provider calls by route and outcome (ok, client_error, http_<status>, timeout, provider_down)',
+      labelNames: ['route', 'outcome'],
+      registers: [this.registry],
+    });
+    this.latency = new Histogram({
+      name: 'gateway_route_call_seconds',
+      help: 'Provider call latency by route (to the full body, or to the first byte when streaming)',
+      labelNames: ['route'],
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+      registers: [this.registry],
+    });
+    this.requests = new Counter({
+      name: 'gateway_requests_total',
+      help: 'Chat completion requests by the tier that answered and HTTP status',
+      labelNames: ['tier', 'status'],
+      registers: [this.registry],
+    });
+    new Gauge({
+      name: 'gateway_breaker_state',
+      help: 'Breaker state per route: 0 closed, 1 half-open, 2 open',
+      labelNames: ['route'],
+      registers: [this.registry],
+      collect() {
+        for (const { label, breaker } of breakers) this.set({ route: label }, { closed: 0, 'half-open': 1, open: 2 }[breaker.state()]);
+      },
+    });
+    new Gauge({
+      name: 'gateway_breaker_open_seconds_total',
+      help: 'Total seconds each route breaker has been open since start',
+      labelNames: ['route'],
+      registers: [this.registry],
+      collect() {
+        for (const { label, breaker } of breakers) this.set({ route: label }, breaker.secondsOpen());
+      },
+    });
+  }
+}

@@ -1,0 +1,27 @@
+/**
+ * cost_usd of a call: the provider's own figure when it reports one, else computed from model
+ * prices (@pydantic/genai-prices, pinned: prices change only when we upgrade it). A model with no
+ * known price leaves cost empty (never a silent 0) and says so once in the log.
+ */
+import { calcPrice } from '@pydantic/genai-prices';
+import type { Usage } from './providers/adapter';
+
+const unpriced = new Set<string>();
+
+export function costUsd(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
+  if (usage.cost_usd !== undefined) return usage.cost_usd;
+  const tokens = { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens };
+  let price: ReturnType<typeof calcPrice> = null;
+  try {
+    price = calcPrice(tokens, model, { providerId: provider }) ?? calcPrice(tokens, model);
+  } catch {
+    price = null;
+  }
+  if (price) return price.total_price;
+  const key = `${provider}/${model}`;
+  if (!unpriced.has(key)) {
+    unpriced.add(key);
+    warn(`no price known for ${key}: its events carry an empty cost_usd (set prices or report cost upstream)`);
+  }
+  return null;
+}

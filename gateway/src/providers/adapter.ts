@@ -1,0 +1,62 @@
+/**
+ * One interface for every provider (after Portkey's gateway): how to call it and how to read its
+ * usage. Document 1 calls every provider at `POST {baseUrl}/chat/completions` in OpenAI's format;
+ * a provider that is not natively compatible is reached through a gateway that offers that path,
+ * so today one adapter serves every kind. A native adapter would be added here, by kind.
+ */
+import type { RouteConfig } from '../routes-map';
+
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  /** Cost in USD when the provider reports it (some gateways do); else computed from prices. */
+  cost_usd?: number;
+}
+
+export interface OutboundRequest {
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+}
+
+export interface ProviderAdapter {
+  request(route: RouteConfig, body: Record<string, unknown>, apiKey: string, idempotencyKey: string): OutboundRequest;
+  /** Usage of a whole (non-streamed) response body. */
+  usage(response: unknown): Usage | null;
+}
+
+function readUsage(u: unknown): Usage | null {
+  if (!u || typeof u !== 'object') return null;
+  const x = u as Record<string, unknown>;
+  const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+  const input = num(x.prompt_tokens) ?? num(x.input_tokens);
+  const output = num(x.completion_tokens) ?? num(x.output_tokens);
+  if (input === undefined && output === undefined) return null;
+  const cost = num(x.cost) ?? num(x.total_cost);
+  return { input_tokens: input ?? 0, output_tokens: output ?? 0, ...(cost === undefined ? {} : { cost_usd: cost }) };
+}
+
+export const openAiCompatible: ProviderAdapter = {
+  request(route, body, apiKey, idempotencyKey) {
+    return {
+      url: `${route.baseUrl.replace(/\/+$/, '')}/chat/completions`,
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        'content-type': 'application/json',
+        'idempotency-key': idempotencyKey,
+      },
+      body: JSON.stringify({ ...body, model: route.model }),
+    };
+  },
+  usage(response) {
+    return response && typeof response === 'object' ? readUsage((response as { usage?: unknown }).usage) : null;
+  },
+};
+
+const ADAPTERS: Record<string, ProviderAdapter> = {};
+
+export function adapterFor(kind: string): ProviderAdapter {
+  return ADAPTERS[kind] ?? openAiCompatible;
+}
+
+export { readUsage };

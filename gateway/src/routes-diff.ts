@@ -1,0 +1,30 @@
+/**
+ * `npm run routes:diff [a] [b]`: what differs between two routing maps (default: the local and
+ * the production one), one line per JSON path, so routing changes are visible in review.
+ */
+import { readFileSync } from 'node:fs';
+
+type Json = unknown;
+
+export function diffJson(a: Json, b: Json, path = ''): string[] {
+  if (JSON.stringify(a) === JSON.stringify(b)) return [];
+  const isObj = (v: Json) => v !== null && typeof v === 'object';
+  if (isObj(a) && isObj(b) && Array.isArray(a) === Array.isArray(b)) {
+    const keys = Array.isArray(a) ? [...Array(Math.max((a as Json[]).length, (b as Json[]).length)).keys()].map(String) : [...new Set([...Object.keys(a as object), ...Object.keys(b as object)])];
+    return keys.flatMap((k) => {
+      const p = Array.isArray(a) ? `${path}[${k}]` : path ? `${path}.${k}` : k;
+      const av = (a as Record<string, Json>)[k];
+      const bv = (b as Record<string, Json>)[k];
+      if (av === undefined) return [`+ ${p}: ${JSON.stringify(bv)}`];
+      if (bv === undefined) return [`- ${p}: ${JSON.stringify(av)}`];
+      return diffJson(av, bv, p);
+    });
+  }
+  return [`~ ${path || '(top level)'}: ${JSON.stringify(a)} → ${JSON.stringify(b)}`];
+}
+
+if (process.argv[1]?.endsWith('routes-diff.ts')) {
+  const [a = 'routes.local.json', b = 'routes.prod.json'] = process.argv.slice(2);
+  const lines = diffJson(JSON.parse(readFileSync(a, 'utf8')), JSON.parse(readFileSync(b, 'utf8')));
+  process.stdout.write(`${a} → ${b}\n${lines.length ? lines.join('\n') : '(no differences)'}\n`);
+}

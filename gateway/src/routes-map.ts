@@ -1,0 +1,100 @@
+/**
+ * The routing map (Document 1): `hot` and `warm` routes tried in order, and the `cold` queue
+ * definition. Read once at start from ROUTES_FILE, checked with zod, `${NAME}` references resolved
+ * from the environment. Keys never live in the map (see keys.ts).
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { ConfigError } from './errors';
+
+const Route = z.strictObject({
+  provider: z.string().min(1).regex(/^[a-z0-9][a-z0-9._-]*$/, 'a lowercase provider kind such as openai'),
+  model: z.string().min(1),
+  baseUrl: z.string().min(1),
+  /** Cloud region of the endpoint, for the meter's `region` field (Document 2: "global" if unknown). */
+  region: z.string().min(1).optional(),
+});
+
+const Cold = z.strictObject({
+  mode: z.literal('graceful_degrade'),
+  queue: z.literal('ai-tasks'),
+  notify: z.array(z.string().min(1)),
+});
+
+const Flags = z.strictObject({
+  enable_warm_fallback: z.boolean().default(true),
+  enable_cold_queue: z.boolean().default(true),
+  /** Models switched off (kill-switch per model). */
+  killed_models: z.array(z.string()).default([]),
+});
+
+export const RoutesMap = z.strictObject({
+  hot: z.array(Route).min(1),
+  warm: z.array(Route),
+  cold: Cold,
+  flags: Flags.default({ enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] }),
+  /** The cheaper model degraded routing may switch to (Document 2's <CHEAPER_MODEL_ID>). */
+  cheaper_model: z.string().min(1).optional(),
+});
+
+export type RouteConfig = z.infer<typeof Route>;
+export type RoutesMapConfig = z.infer<typeof RoutesMap>;
+
+const REF = /\$\{([A-Z0-9_]+)\}/g;
+
+/** Replaces `${NAME}` in every string; a missing NAME is an error naming where it is used. */
+function resolveRefs(value: unknown, env: NodeJS.ProcessEnv, path: string, file: string): unknown {
+  if (typeof value === 'string') {
+    return value.replace(REF, (_, name: string) => {
+      const v = env[name];
+      if (v === undefined || v === '') throw new ConfigError(`${file}: ${path}: environment value ${name} is not set`);
+      return v;
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => resolveRefs(v, env, `${path}[${i}]`, file));
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolveRefs(v, env, path ? `${path}.${k}` : k, file)]));
+  }
+  return value;
+}
+
+function jsonPath(path: PropertyKey[]): string {
+  return path.reduce<string>((out, p) => (typeof p === 'number' ? `${out}[${p}]` : out ? `${out}.${String(p)}` : String(p)), '') || '(top level)';
+}
+
+export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEnv): RoutesMapConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (error) {
+    throw new ConfigError(`${file}: not valid JSON (${(error as Error).message})`);
+  }
+  const resolved = resolveRefs(raw, env, '', file);
+  const parsed = RoutesMap.safeParse(resolved);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `${file}: ${jsonPath(i.path)}: ${i.message}`);
+    throw new ConfigError(issues.join('\n'));
+  }
+  for (const [tier, routes] of [['hot', parsed.data.hot], ['warm', parsed.data.warm]] as const) {
+    routes.forEach((r, i) => {
+      let url: URL;
+      try {
+        url = new URL(r.baseUrl);
+      } catch {
+        throw new ConfigError(`${file}: ${tier}[${i}].baseUrl: expected an http(s) URL, got "${r.baseUrl}"`);
+      }
+      if (!/^https?:$/.test(url.protocol)) throw new ConfigError(`${file}: ${tier}[${i}].baseUrl: expected an http(s) URL, got "${r.baseUrl}"`);
+    });
+  }
+  return parsed.data;
+}
+
+export function loadRoutesMap(file: string, env: NodeJS.ProcessEnv): RoutesMapConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    throw new ConfigError(`${file}: cannot read the routing map (ROUTES_FILE)`);
+  }
+  return parseRoutesMap(text, file, env);
+}

@@ -1,0 +1,49 @@
+/**
+ * Scope definitions (Document 1: "Scope definition (YAML kept by the team)"): per protected job
+ * type (`x-job-type`), its maximum time-to-answer and its degrade mode when Hot and Warm both
+ * fail. The field names are ours (the spec leaves them open):
+ *
+ *   scopes:
+ *     invoice-summary:
+ *       time_to_answer_ms: 30000
+ *       degrade: queue            # queue | smaller_model | shorter_context
+ *       smaller_model: gpt-4o-mini   # for smaller_model
+ *       keep_last_messages: 4         # for shorter_context
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { parse } from 'yaml';
+import { z } from 'zod';
+import { ConfigError } from './errors';
+
+const Scope = z.strictObject({
+  time_to_answer_ms: z.number().int().positive().max(600_000),
+  degrade: z.enum(['queue', 'smaller_model', 'shorter_context']).default('queue'),
+  smaller_model: z.string().min(1).optional(),
+  keep_last_messages: z.number().int().positive().optional(),
+});
+const ScopeFile = z.strictObject({ scopes: z.record(z.string(), Scope) });
+
+export type ScopeConfig = z.infer<typeof Scope>;
+export type Scopes = Record<string, ScopeConfig>;
+
+export const DEFAULT_TIME_TO_ANSWER_MS = 30_000;
+
+export function loadScopes(file: string | undefined): Scopes {
+  if (!file || !existsSync(file)) return {};
+  let raw: unknown;
+  try {
+    raw = parse(readFileSync(file, 'utf8'));
+  } catch (error) {
+    throw new ConfigError(`${file}: not valid YAML (${(error as Error).message})`);
+  }
+  const parsed = ScopeFile.safeParse(raw);
+  if (!parsed.success) {
+    throw new ConfigError(parsed.error.issues.map((i) => `${file}: ${i.path.join('.') || '(top level)'}: ${i.message}`).join('\n'));
+  }
+  for (const [name, scope] of Object.entries(parsed.data.scopes)) {
+    if (scope.degrade === 'smaller_model' && !scope.smaller_model) {
+      throw new ConfigError(`${file}: scopes.${name}.smaller_model: required when degrade is smaller_model`);
+    }
+  }
+  return parsed.data.scopes;
+}

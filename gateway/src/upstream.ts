@@ -1,0 +1,62 @@
+/**
+ * Outbound HTTP to providers with undici: one keep-alive pool per origin (an Agent), a
+ * per-attempt timeout carried by an AbortSignal, and the body either read whole or handed over
+ * as a stream once its first byte has arrived (failover is only possible before that byte).
+ */
+import { Agent, request } from 'undici';
+import type { OutboundRequest } from './providers/adapter';
+
+export const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000, connections: 256, connect: { timeout: 10_000 } });
+
+export interface UpstreamAnswer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  /** Whole body (non-streamed). */
+  body?: Buffer;
+  /** Streamed: the first chunk, and an iterator over the rest. */
+  first?: Buffer;
+  rest?: AsyncIterator<Buffer>;
+  latencyMs: number;
+}
+
+export class UpstreamError extends Error {
+  constructor(
+    message: string,
+    readonly code: 'TIMEOUT' | 'PROVIDER_DOWN',
+  ) {
+    super(message);
+  }
+}
+
+function classify(error: unknown, timedOut: boolean): UpstreamError {
+  const e = error as { code?: string; name?: string; message?: string };
+  if (timedOut || e?.name === 'TimeoutError' || e?.code === 'UND_ERR_HEADERS_TIMEOUT' || e?.code === 'UND_ERR_BODY_TIMEOUT') {
+    return new UpstreamError('timed out', 'TIMEOUT');
+  }
+  return new UpstreamError(e?.code ?? e?.message ?? 'network error', 'PROVIDER_DOWN');
+}
+
+/**
+ * One attempt. Network errors and timeouts throw UpstreamError; any HTTP answer is returned.
+ * A streamed 2xx answer resolves once its first chunk has arrived.
+ */
+export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: number; signal?: AbortSignal; stream: boolean }): Promise<UpstreamAnswer> {
+  const started = performance.now();
+  const timeout = AbortSignal.timeout(Math.max(1, opts.timeoutMs));
+  const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+  try {
+    const res = await request(out.url, { method: 'POST', headers: out.headers, body: out.body, signal, dispatcher: agent });
+    const headers = res.headers as UpstreamAnswer['headers'];
+    if (opts.stream && res.statusCode >= 200 && res.statusCode < 300) {
+      const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+      const first = await it.next();
+      if (first.done) throw new UpstreamError('stream ended before its first byte', 'PROVIDER_DOWN');
+      return { status: res.statusCode, headers, first: first.value, rest: it, latencyMs: performance.now() - started };
+    }
+    const body = Buffer.from(await res.body.arrayBuffer());
+    return { status: res.statusCode, headers, body, latencyMs: performance.now() - started };
+  } catch (error) {
+    if (error instanceof UpstreamError) throw error;
+    throw classify(error, timeout.aborted);
+  }
+}

@@ -1,0 +1,97 @@
+// Start-up configuration: the routing maps, scopes, and `npm start` with nothing configured.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { keyResolver } from '../../gateway/src/keys';
+import { diffJson } from '../../gateway/src/routes-diff';
+import { loadRoutesMap, parseRoutesMap } from '../../gateway/src/routes-map';
+import { loadScopes } from '../../gateway/src/scopes';
+
+const root = join(import.meta.dirname, '..', '..');
+const env = { HOT_BASE_URL: 'http://h1/v1', HOT_BASE_URL_2: 'http://h2/v1', WARM_A_BASE_URL: 'http://a/v1', WARM_B_BASE_URL: 'http://b/v1' };
+
+describe('routing maps', () => {
+  it('routes.local.json and routes.prod.json are valid: two Hot routes on one provider, Warm on two others', () => {
+    for (const file of ['routes.local.json', 'routes.prod.json']) {
+      const map = loadRoutesMap(join(root, file), env);
+      expect(map.hot).toHaveLength(2);
+      expect(new Set(map.hot.map((r) => r.provider)).size).toBe(1);
+      expect(map.hot[0].baseUrl).toBe('http://h1/v1');
+      const warmKinds = new Set(map.warm.map((r) => r.provider));
+      expect(warmKinds.size).toBe(2);
+      expect(warmKinds.has(map.hot[0].provider)).toBe(false);
+      expect(JSON.stringify(readFileSync(join(root, file), 'utf8'))).not.toMatch(/sk-|API_KEY/);
+    }
+  });
+
+  it('names the file, the JSON path and what was expected', () => {
+    const bad = (map: unknown) => () => parseRoutesMap(JSON.stringify(map), 'r.json', env);
+    const base = { hot: [{ provider: 'openai', model: 'm', baseUrl: 'http://x' }], warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } };
+    expect(bad({ ...base, hot: [{ provider: 'openai', baseUrl: 'http://x' }] })).toThrow(/^r\.json: hot\[0\]\.model: /);
+    expect(bad({ ...base, cold: { ...base.cold, queue: 'other' } })).toThrow(/r\.json: cold\.queue: .*ai-tasks/);
+    expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: '${NOPE_URL}' }] })).toThrow('r.json: hot[0].baseUrl: environment value NOPE_URL is not set');
+    expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: 'ftp://x' }] })).toThrow('r.json: hot[0].baseUrl: expected an http(s) URL');
+    expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: 'http://x', apiKey: 'sk-1' }] })).toThrow(/hot\[0\]/);
+    expect(() => parseRoutesMap('{', 'r.json', env)).toThrow(/^r\.json: not valid JSON/);
+  });
+
+  it('keys: Hot routes use HOT_API_KEY; Warm providers map to WARM_A / WARM_B by order of appearance', () => {
+    const map = loadRoutesMap(join(root, 'routes.prod.json'), env);
+    const keyFor = keyResolver(map, { HOT_API_KEY: 'h', WARM_A_API_KEY: 'a', WARM_B_API_KEY: 'b', WARM_KEY_MISTRAL: '' });
+    expect([keyFor('hot', 'openai'), keyFor('warm', 'anthropic'), keyFor('warm', 'mistral')]).toEqual(['h', 'a', 'b']);
+  });
+
+  it('prints the difference of the two maps for review', () => {
+    const lines = diffJson(JSON.parse(readFileSync(join(root, 'routes.local.json'), 'utf8')), JSON.parse(readFileSync(join(root, 'routes.prod.json'), 'utf8')));
+    expect(lines).toContain('~ hot[0].model: "gpt-4o-mini" → "gpt-4o"');
+  });
+});
+
+describe('scopes', () => {
+  it('reads the team YAML and refuses a bad one with the path', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'scopes-'));
+    const file = join(dir, 's.yaml');
+    writeFileSync(file, 'scopes:\n  invoice:\n    time_to_answer_ms: 5000\n    degrade: smaller_model\n    smaller_model: gpt-4o-mini\n');
+    expect(loadScopes(file).invoice).toMatchObject({ time_to_answer_ms: 5000, degrade: 'smaller_model' });
+    writeFileSync(file, 'scopes:\n  invoice:\n    time_to_answer_ms: fast\n');
+    expect(() => loadScopes(file)).toThrow(/s\.yaml: scopes\.invoice\.time_to_answer_ms: /);
+    expect(loadScopes(join(dir, 'missing.yaml'))).toEqual({});
+  });
+});
+
+describe('npm start', () => {
+  it('runs the built gateway with nothing configured and says what it uses', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', METER_CSV_FILE: join(dir, 'e.csv') },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    await new Promise<void>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 10_000);
+      child.stdout.on('data', () => out.includes('listening') && (clearTimeout(t), resolve()));
+    });
+    child.kill('SIGTERM');
+    expect(out).toContain('routing map: routes.local.json (2 hot, 2 warm routes)');
+    expect(out).toContain('store: in-process');
+    expect(out).toContain('meter: local CSV');
+    expect(out).not.toMatch(/sk-|Bearer /);
+  });
+
+  it('refuses to start on an invalid map, naming the file and path', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'bad.json');
+    writeFileSync(file, JSON.stringify({ hot: [], warm: [], cold: {} }));
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], { cwd: root, env: { PATH: process.env.PATH, ROUTES_FILE: file, PORT: '0' } });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    const code = await new Promise((r) => child.on('exit', r));
+    expect(code).toBe(1);
+    expect(err).toContain(`${file}: hot: `);
+    expect(err).toContain(`${file}: cold.mode: `);
+  });
+});

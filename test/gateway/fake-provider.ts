@@ -1,0 +1,115 @@
+/**
+ * A provider as a real HTTP server on loopback, OpenAI-compatible, whose behaviour a test sets per
+ * request: answer, stream, fail with a status (and Retry-After), hang, or cut a stream after N
+ * chunks. It records every request (headers and body) it receives.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export type Behaviour =
+  | { kind: 'ok'; content?: string; usage?: { prompt_tokens: number; completion_tokens: number } | null; delayMs?: number }
+  | { kind: 'status'; status: number; retryAfter?: string; body?: unknown }
+  | { kind: 'hang' }
+  | { kind: 'stream'; chunks?: number; cutAfter?: number; delayMs?: number; noUsage?: boolean };
+
+export interface Received {
+  headers: IncomingMessage['headers'];
+  body: Record<string, any>;
+}
+
+export class FakeProvider {
+  readonly received: Received[] = [];
+  private server!: Server;
+  private queue: Behaviour[] = [];
+  fallback: Behaviour = { kind: 'ok' };
+  private sockets = new Set<import('node:net').Socket>();
+  url = '';
+
+  /** The next requests get these behaviours, in order; then `fallback`. */
+  next(...behaviours: Behaviour[]): this {
+    this.queue.push(...behaviours);
+    return this;
+  }
+  always(behaviour: Behaviour): this {
+    this.queue = [];
+    this.fallback = behaviour;
+    return this;
+  }
+
+  async start(): Promise<this> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    this.server.on('connection', (s) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let text = '';
+    for await (const chunk of req) text += chunk;
+    const body = text ? JSON.parse(text) : {};
+    this.received.push({ headers: req.headers, body });
+    const b = this.queue.shift() ?? this.fallback;
+    const model = body.model ?? 'unknown';
+    switch (b.kind) {
+      case 'hang':
+        return; // never answers; the socket stays open until the client gives up
+      case 'status':
+        res.writeHead(b.status, { 'content-type': 'application/json', ...(b.retryAfter ? { 'retry-after': b.retryAfter } : {}) });
+        res.end(JSON.stringify(b.body ?? { error: { message: `fake ${b.status}`, type: 'fake', code: null, param: null } }));
+        return;
+      case 'ok': {
+        if (b.delayMs) await new Promise((r) => setTimeout(r, b.delayMs));
+        const usage = b.usage === undefined ? { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 } : b.usage;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            id: 'chatcmpl-fake',
+            object: 'chat.completion',
+            created: 1,
+            model,
+            choices: [{ index: 0, message: { role: 'assistant', content: b.content ?? `hello from ${model}` }, finish_reason: 'stop' }],
+            ...(usage ? { usage } : {}),
+          }),
+        );
+        return;
+      }
+      case 'stream': {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const n = b.chunks ?? 3;
+        const chunk = (delta: object, finish: string | null = null) =>
+          `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+        for (let i = 0; i < n; i++) {
+          if (b.cutAfter !== undefined && i === b.cutAfter) {
+            res.socket?.destroy(); // the provider dies mid-stream
+            return;
+          }
+          res.write(chunk(i === 0 ? { role: 'assistant', content: 'part0' } : { content: ` part${i}` }, i === n - 1 ? 'stop' : null));
+          if (b.delayMs) await new Promise((r) => setTimeout(r, b.delayMs));
+        }
+        if (!b.noUsage && body.stream_options?.include_usage) {
+          res.write(`data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [], usage: { prompt_tokens: 20, completion_tokens: n, total_tokens: 20 + n } })}\n\n`);
+        }
+        res.end('data: [DONE]\n\n');
+        return;
+      }
+    }
+  }
+}
+
+/** A loopback port with nothing listening: connections are refused. */
+export async function refusedUrl(): Promise<string> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return `http://127.0.0.1:${port}/v1`;
+}

@@ -1,0 +1,208 @@
+// The gateway against providers that are real HTTP servers on loopback.
+import OpenAI from 'openai';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { idempotencyKeyFor } from '../../gateway/src/chat-request';
+import { FakeProvider, refusedUrl } from './fake-provider';
+import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
+
+let hot1: FakeProvider, hot2: FakeProvider, warmA: FakeProvider, warmB: FakeProvider;
+let gw: TestGateway | undefined;
+beforeEach(async () => {
+  [hot1, hot2, warmA, warmB] = await Promise.all([0, 1, 2, 3].map(() => new FakeProvider().start()));
+});
+afterEach(async () => {
+  await gw?.close();
+  gw = undefined;
+  await Promise.all([hot1, hot2, warmA, warmB].map((p) => p.stop()));
+});
+const all = () => mapOf([hot1.url, hot2.url], [warmA.url, warmB.url]);
+const client = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused-by-gateway', maxRetries: 0 });
+
+describe('OpenAI compatibility', () => {
+  it('the official openai client works by changing baseURL only, with the route headers', async () => {
+    gw = await startGateway(all());
+    const { data, response } = await client(gw.url)
+      .chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] })
+      .withResponse();
+    expect(data.choices[0].message.content).toBe('hello from gpt-4o-mini'); // the route's model is used
+    expect(response.headers.get('x-route-tier')).toBe('hot');
+    expect(response.headers.get('x-route-provider')).toBe('openai');
+    expect(response.headers.get('x-route-model')).toBe('gpt-4o-mini');
+    expect(response.headers.get('x-route-attempts')).toBe('1');
+    const [sent] = hot1.received;
+    expect(sent.headers.authorization).toBe('Bearer key-hot-openai');
+    expect(sent.headers['content-type']).toBe('application/json');
+    expect(sent.body.model).toBe('gpt-4o-mini');
+  });
+
+  it('streams through the openai client; the usage chunk reaches only clients that ask for it', async () => {
+    gw = await startGateway(all());
+    hot1.always({ kind: 'stream', chunks: 4 });
+    const stream = await client(gw.url).chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    let text = '';
+    const chunks = [];
+    for await (const chunk of stream) {
+      chunks.push(chunk);
+      text += chunk.choices[0]?.delta?.content ?? '';
+    }
+    expect(text).toBe('part0 part1 part2 part3');
+    expect(chunks.every((c) => c.choices.length === 1)).toBe(true);
+    expect(hot1.received[0].body.stream_options).toEqual({ include_usage: true });
+
+    const withUsage = await client(gw.url).chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } });
+    let usage = null;
+    for await (const chunk of withUsage) if (chunk.usage) usage = chunk.usage;
+    expect(usage).toMatchObject({ prompt_tokens: 20, completion_tokens: 4 });
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens])).toEqual([['20', '4'], ['20', '4']]);
+  });
+
+  it('refuses a body that is not a chat-completions request with 400 in OpenAI shape, calling no provider', async () => {
+    gw = await startGateway(all());
+    const res = await chat(gw.url, { model: 'x', messages: [] });
+    expect(res.status).toBe(400);
+    expect(res.json()).toEqual({ error: { message: expect.stringMatching(/^messages: /), type: 'invalid_request_error', param: 'messages', code: null } });
+    expect((await chat(gw.url, { messages: [{ role: 'robot', content: 'x' }], model: 'x' })).json().error.param).toBe('messages.0.role');
+    const raw = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{not json' });
+    expect(raw.status).toBe(400);
+    expect((await raw.json()).error.type).toBe('invalid_request_error');
+    await expect(client(gw.url).chat.completions.create({ model: 'x', messages: [] })).rejects.toBeInstanceOf(OpenAI.BadRequestError);
+    expect(hot1.received).toHaveLength(0);
+  });
+});
+
+describe('failover', () => {
+  it('Hot refusing connections: Warm answers; the same Idempotency-Key on every retry and tier', async () => {
+    gw = await startGateway(mapOf([await refusedUrl(), hot2.url], [warmA.url]));
+    hot2.always({ kind: 'status', status: 500 });
+    const res = await chat(gw.url, undefined, { 'x-user-id': 'u1', 'x-job-id': 'j1' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-route-tier')).toBe('warm');
+    expect(res.headers.get('x-route-provider')).toBe('anthropic');
+    expect(res.headers.get('x-route-attempts')).toBe('7'); // 3 + 3 failed, 1 answered
+    const key = idempotencyKeyFor('u1', 'j1', [{ role: 'user', content: 'hi' }]);
+    expect([...hot2.received, ...warmA.received].map((r) => r.headers['idempotency-key'])).toEqual(Array(4).fill(key));
+    expect(warmA.received[0].headers.authorization).toBe('Bearer key-warm-anthropic');
+    await gw.meter.flush();
+    const codes = gw.events().map((e) => e.error_code);
+    expect(codes).toEqual(['PROVIDER_DOWN', 'PROVIDER_DOWN', 'PROVIDER_DOWN', '500', '500', '500', '']);
+  });
+
+  it("passes the client's own Idempotency-Key through", async () => {
+    gw = await startGateway(all());
+    await chat(gw.url, undefined, { 'idempotency-key': 'client-key-1' });
+    expect(hot1.received[0].headers['idempotency-key']).toBe('client-key-1');
+  });
+
+  it('honours Retry-After when it fits in the time left, and moves on when it does not', async () => {
+    gw = await startGateway(all());
+    hot1.next({ kind: 'status', status: 429, retryAfter: '1' });
+    const waited = await chat(gw.url);
+    expect(waited.headers.get('x-route-tier')).toBe('hot');
+    expect(hot1.received).toHaveLength(2);
+    expect(waited.ms).toBeGreaterThanOrEqual(950);
+
+    hot1.next({ kind: 'status', status: 429, retryAfter: '5' });
+    const moved = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2000' });
+    expect(moved.status).toBe(200);
+    expect(hot1.received).toHaveLength(3); // no second try on hot1
+    expect(hot2.received).toHaveLength(1);
+  });
+
+  it('a revoked key (401) is not retried on the same route; the next route answers', async () => {
+    gw = await startGateway(all());
+    hot1.always({ kind: 'status', status: 401 });
+    const res = await chat(gw.url);
+    expect(res.status).toBe(200);
+    expect(hot1.received).toHaveLength(1);
+    expect(res.headers.get('x-route-attempts')).toBe('2');
+  });
+
+  it('a malformed request (400 from the provider) goes back as it is, no other route tried', async () => {
+    gw = await startGateway(all());
+    hot1.always({ kind: 'status', status: 400, body: { error: { message: 'bad tool schema', type: 'invalid_request_error', param: 'tools', code: null } } });
+    const res = await chat(gw.url);
+    expect(res.status).toBe(400);
+    expect(res.json().error.message).toBe('bad tool schema');
+    expect(hot2.received.length + warmA.received.length).toBe(0);
+  });
+
+  it('never answers later than the time-to-answer, even with every provider hanging', async () => {
+    gw = await startGateway(all());
+    for (const p of [hot1, hot2, warmA, warmB]) p.always({ kind: 'hang' });
+    const res = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '400' });
+    expect(res.ms).toBeLessThan(400 + 100); // the deadline plus loopback and scheduling slack
+    expect([503, 504]).toContain(res.status);
+    expect(res.json().error.code).toBe('time_to_answer');
+    expect((await chat(gw.url, undefined, { 'x-time-to-answer-ms': 'soon' })).status).toBe(400);
+  });
+
+  it('flags: warm fallback off, and a killed model, are honoured and changeable at run time', async () => {
+    gw = await startGateway(all());
+    hot1.always({ kind: 'status', status: 500 });
+    hot2.always({ kind: 'status', status: 500 });
+    const put = (body: unknown, token = ADMIN) =>
+      fetch(`${gw!.url}/admin/flags`, { method: 'PUT', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+    expect((await put({ enable_warm_fallback: false }, 'wrong')).status).toBe(401);
+    expect((await put({ enable_warm_fallback: 'no' })).status).toBe(400);
+    expect((await put({ enable_warm_fallback: false })).status).toBe(200);
+    expect((await chat(gw.url, undefined, { 'x-time-to-answer-ms': '3000' })).status).toBe(503);
+    expect(warmA.received).toHaveLength(0);
+    await put({ enable_warm_fallback: true, killed_models: ['claude-3-5-haiku-latest'] });
+    const res = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '5000' });
+    expect(res.headers.get('x-route-provider')).toBe('mistral');
+    expect(warmA.received).toHaveLength(0);
+  });
+});
+
+describe('streaming failures', () => {
+  it('fails over before the first byte; a provider dying mid-stream ends the client stream with an error event', async () => {
+    gw = await startGateway(all());
+    hot1.always({ kind: 'stream', cutAfter: 0 }); // dies before its first byte: retried, then the next route
+    hot2.always({ kind: 'stream', chunks: 5, cutAfter: 2, delayMs: 20 }); // dies after two chunks
+    const res = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-route-attempts')).toBe('4');
+    expect(hot1.received).toHaveLength(3);
+    expect(hot2.received).toHaveLength(1);
+    expect(res.text).toContain('part0');
+    expect(res.text).toContain('"code":"stream_interrupted"');
+    expect(res.text).not.toContain('[DONE]');
+    await gw.meter.flush();
+    expect(gw.events().at(-1)!.error_code).toBe('STREAM_INTERRUPTED');
+  });
+});
+
+describe('meter events', () => {
+  it('one event per provider call with usage, latency, cost, job and customer; unpriced models leave cost empty', async () => {
+    gw = await startGateway(mapOf([hot1.url], [warmA.url], { warm: [{ provider: 'acme', model: 'acme-private-1', baseUrl: warmA.url }] }));
+    hot1.next({ kind: 'status', status: 503 }, { kind: 'status', status: 503 }, { kind: 'status', status: 503 });
+    await chat(gw.url, undefined, { 'x-job-id': 'job-9', 'x-customer-id': 'cust-3' });
+    await chat(gw.url, undefined, { 'x-job-id': 'job-10', 'x-customer-id': 'cust-3' });
+    await gw.meter.flush();
+    const events = gw.events();
+    expect(events).toHaveLength(5);
+    const unpriced = events[3];
+    expect(unpriced).toMatchObject({ provider: 'acme', model: 'acme-private-1', input_tokens: '12', output_tokens: '5', cost_usd: '', job_id: 'job-9', customer_id: 'cust-3', actor_type: 'agent', error_code: '' });
+    expect(gw.logs.join('')).toContain('no price known for acme/acme-private-1');
+    const priced = events[4];
+    expect(priced).toMatchObject({ provider: 'openai', model: 'gpt-4o-mini', job_id: 'job-10' });
+    expect(Number(priced.cost_usd)).toBeGreaterThan(0);
+    expect(new Set(events.map((e) => e.event_id)).size).toBe(5);
+  });
+});
+
+describe('operator endpoints', () => {
+  it('/health and /metrics need the admin token and show breaker, latency and the last-20 score', async () => {
+    gw = await startGateway(all());
+    await chat(gw.url);
+    expect((await fetch(`${gw.url}/health`)).status).toBe(401);
+    const health = await (await fetch(`${gw.url}/health`, { headers: { authorization: `Bearer ${ADMIN}` } })).json();
+    expect(health.routes[0]).toMatchObject({ tier: 'hot', provider: 'openai', model: 'gpt-4o-mini', breaker: 'closed', error_rate: 0, last_20: [1] });
+    expect(health.routes[0].latency_p50_ms).toBeGreaterThanOrEqual(0);
+    const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+    expect(metrics).toContain('gateway_route_calls_total{route="hot:openai:gpt-4o-mini",outcome="ok"} 1');
+    expect(metrics).toContain('gateway_breaker_state{route="hot:openai:gpt-4o-mini"} 0');
+    expect(metrics).toContain('gateway_breaker_open_seconds_total');
+  });
+});

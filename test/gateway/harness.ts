@@ -1,0 +1,98 @@
+/** Starts a gateway on loopback against fake providers, with its meter events in a temp CSV. */
+import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { createGateway, type Gateway, type GatewayOptions } from '../../gateway/src/app';
+import { LocalFlags, type FlagStore } from '../../gateway/src/flags';
+import { CsvSink, type MeterSink } from '../../gateway/src/meter-sink';
+import type { RoutesMapConfig } from '../../gateway/src/routes-map';
+
+export interface TestGateway {
+  gateway: Gateway;
+  server: Server;
+  url: string;
+  meter: MeterSink;
+  csv: string;
+  logs: string[];
+  clock: { ms: number };
+  close(): Promise<void>;
+  events(): Array<Record<string, string>>;
+}
+
+export const ADMIN = 'admin-test-token';
+
+export function mapOf(hot: string[], warm: string[] = [], extra: Partial<RoutesMapConfig> = {}): RoutesMapConfig {
+  return {
+    hot: hot.map((baseUrl, i) => ({ provider: 'openai', model: i === 0 ? 'gpt-4o-mini' : 'gpt-4o-mini', baseUrl })),
+    warm: warm.map((baseUrl, i) => ({ provider: i === 0 ? 'anthropic' : 'mistral', model: i === 0 ? 'claude-3-5-haiku-latest' : 'mistral-small-latest', baseUrl })),
+    cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    flags: { enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] },
+    ...extra,
+  };
+}
+
+export function captureLogger(logs: string[]) {
+  return pino(
+    { level: 'debug', base: undefined },
+    new Writable({
+      write(chunk, _enc, cb) {
+        logs.push(String(chunk));
+        cb();
+      },
+    }),
+  );
+}
+
+export async function startGateway(map: RoutesMapConfig, options: Partial<GatewayOptions> & { flags?: FlagStore } = {}): Promise<TestGateway> {
+  const dir = mkdtempSync(join(tmpdir(), 'gw-test-'));
+  const csv = join(dir, 'events.csv');
+  const meter = options.meter ?? new CsvSink(csv);
+  const logs: string[] = [];
+  const clock = { ms: Date.now() };
+  const useClock = options.now === undefined && options.breaker !== undefined;
+  const gateway = createGateway({
+    map,
+    scopes: {},
+    keyFor: (tier, provider) => `key-${tier}-${provider}`,
+    meter,
+    flags: options.flags ?? new LocalFlags(map.flags),
+    log: captureLogger(logs),
+    adminToken: ADMIN,
+    ...options,
+    ...(useClock ? { now: () => clock.ms } : {}),
+  });
+  const server = await gateway.listen(0, '127.0.0.1');
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    gateway,
+    server,
+    url,
+    meter,
+    csv,
+    logs,
+    clock,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await meter.close();
+      gateway.failover.shutdown();
+    },
+    events() {
+      if (!existsSync(csv)) return [];
+      const [header, ...lines] = readFileSync(csv, 'utf8').trim().split('\n');
+      const cols = header.split(',');
+      return lines.map((l) => Object.fromEntries(l.split(',').map((v, i) => [cols[i], v])));
+    },
+  };
+}
+
+export async function chat(url: string, body: unknown = { model: 'any', messages: [{ role: 'user', content: 'hi' }] }, headers: Record<string, string> = {}) {
+  const started = performance.now();
+  const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text), ms: performance.now() - started };
+}
