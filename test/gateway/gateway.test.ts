@@ -65,7 +65,7 @@ describe('OpenAI compatibility', () => {
     expect((await chat(gw.url, { messages: [{ role: 'robot', content: 'x' }], model: 'x' })).json().error.param).toBe('messages.0.role');
     const raw = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{not json' });
     expect(raw.status).toBe(400);
-    expect((await raw.json()).error.type).toBe('invalid_request_error');
+    expect(((await raw.json()) as { error: { type: string } }).error.type).toBe('invalid_request_error');
     await expect(client(gw.url).chat.completions.create({ model: 'x', messages: [] })).rejects.toBeInstanceOf(OpenAI.BadRequestError);
     expect(hot1.received).toHaveLength(0);
   });
@@ -197,7 +197,7 @@ describe('operator endpoints', () => {
     gw = await startGateway(all());
     await chat(gw.url);
     expect((await fetch(`${gw.url}/health`)).status).toBe(401);
-    const health = await (await fetch(`${gw.url}/health`, { headers: { authorization: `Bearer ${ADMIN}` } })).json();
+    const health = (await (await fetch(`${gw.url}/health`, { headers: { authorization: `Bearer ${ADMIN}` } })).json()) as { routes: Array<Record<string, any>> };
     expect(health.routes[0]).toMatchObject({ tier: 'hot', provider: 'openai', model: 'gpt-4o-mini', breaker: 'closed', error_rate: 0, last_20: [1] });
     expect(health.routes[0].latency_p50_ms).toBeGreaterThanOrEqual(0);
     const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
