@@ -103,40 +103,50 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
     log(`reading ${input} (${(statSync(file).size / 1e6).toFixed(1)} MB)`);
     const csvSource = readCsv(file);
     const columns = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
-    const staged = join(work, 'out');
-    mkdirSync(staged);
-    const writeDays = (select: string) =>
+    const copyDays = (select: string, to: string) =>
       // One pass writes every day. The partition columns stay inside the files, so each file
       // describes itself; the flat layout drops `day` and keeps the 19 fields.
       duck.run(
-        `COPY (SELECT ${columns}, strftime("timestamp", '%Y%m%d') AS day FROM (${select})) TO ${lit(staged)} (FORMAT parquet, COMPRESSION zstd, ` +
+        `COPY (SELECT ${columns}, strftime("timestamp", '%Y%m%d') AS day FROM (${select})) TO ${lit(to)} (FORMAT parquet, COMPRESSION zstd, ` +
           `PARTITION_BY (${partition ? 'provider, day' : 'day'}), WRITE_PARTITION_COLUMNS ${partition}, FILENAME_PATTERN 'part_{i}')`,
       );
 
-    // Fast path: check and type each row while streaming the CSV into Parquet.
+    // Pass 1, the common case in one streaming read: check and type each row on its way from the
+    // CSV into Parquet files per day in the scratch folder. A bad row stops it (nothing published).
+    const first = join(work, 'pass1');
     try {
-      await duck.run(`CREATE TABLE input AS ${selectTypedGuarded(csvSource)}`);
+      await copyDays(selectTypedGuarded(csvSource), first);
     } catch (error) {
       if (!String((error as Error).message).includes(GUARD_ERROR)) throw error;
       await throwRowProblems(duck, csvSource, input);
     }
+    const written = `read_parquet(${lit(join(first, '**', '*.parquet'))}, hive_partitioning = false, union_by_name = true)`;
     const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
-      'SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM input',
+      `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,
     );
-    log(`read and checked ${n} rows (${elapsed()})`);
-    if (repeated > 0) {
-      // Rare: the same event twice in one file. The last occurrence wins, which needs line order.
-      log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
-      await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${csvSource}`);
-      await duck.run(`DROP TABLE input; CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`);
-    }
-    const days = (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM input ORDER BY d`)).map((r) => r.d);
+    const days = n ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d) : [];
     const existing = dayFiles(out, days, partition);
-    const stored = existing.length && !options.replace
-      ? ` UNION ALL SELECT ${columns} FROM read_parquet([${existing.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM input)`
-      : '';
-    log(`writing ${days.length} day(s)${existing.length ? `, merged with ${existing.length} stored file(s)` : ''} (${elapsed()})`);
-    await writeDays(`SELECT ${columns} FROM input${stored}`);
+    log(`read and checked ${n} rows, ${days.length} day(s) (${elapsed()})`);
+
+    // Pass 2, only when needed: one row per event_id within the input (the last occurrence wins,
+    // which needs line order), and the union with days already in the archive.
+    let staged = first;
+    const merge = existing.length > 0 && !options.replace;
+    if (repeated > 0 || merge) {
+      let source = written;
+      if (repeated > 0) {
+        log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
+        await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${csvSource}`);
+        await duck.run(`CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`);
+        source = 'input';
+      }
+      const stored = merge
+        ? ` UNION ALL SELECT ${columns} FROM read_parquet([${existing.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM ${source})`
+        : '';
+      if (merge) log(`merging with ${existing.length} stored file(s) (${elapsed()})`);
+      staged = join(work, 'pass2');
+      await copyDays(`SELECT ${columns} FROM ${source}${stored}`, staged);
+    }
     const files = publish(staged, out, existing, partition);
     log(`archived ${n} input rows into ${files.length} file(s) for ${days.length} day(s) (${elapsed()})`);
     return { rows: n, days, files };
