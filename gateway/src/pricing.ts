@@ -7,9 +7,22 @@ import { calcPrice } from '@pydantic/genai-prices';
 import type { Usage } from './providers/adapter';
 
 const unpriced = new Set<string>();
+/** calcPrice matches the model against every known model (~30 µs); remember answers per usage. */
+const cache = new Map<string, number | null>();
+const CACHE_LIMIT = 10_000;
 
 export function costUsd(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   if (usage.cost_usd !== undefined) return usage.cost_usd;
+  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}`;
+  const hit = cache.get(cacheKey);
+  if (hit !== undefined) return hit;
+  const cost = compute(provider, model, usage, warn);
+  if (cache.size >= CACHE_LIMIT) cache.clear();
+  cache.set(cacheKey, cost);
+  return cost;
+}
+
+function compute(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   const tokens = { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens };
   let price: ReturnType<typeof calcPrice> = null;
   try {

@@ -42,21 +42,35 @@ function classify(error: unknown, timedOut: boolean): UpstreamError {
  */
 export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: number; signal?: AbortSignal; stream: boolean }): Promise<UpstreamAnswer> {
   const started = performance.now();
-  const timeout = AbortSignal.timeout(Math.max(1, opts.timeoutMs));
-  const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+  // One controller per attempt: aborted by its timer or by the client going away. (A plain timer
+  // that is cleared costs ~1 µs; AbortSignal.timeout + AbortSignal.any cost ~20 µs and keep a
+  // 30 s timer alive per request.)
+  const controller = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    controller.abort();
+  }, Math.max(1, opts.timeoutMs));
+  const onClientGone = () => controller.abort();
+  opts.signal?.addEventListener('abort', onClientGone, { once: true });
+  let streaming = false;
   try {
-    const res = await request(out.url, { method: 'POST', headers: out.headers, body: out.body, signal, dispatcher: agent });
+    const res = await request(out.url, { method: 'POST', headers: out.headers, body: out.body, signal: controller.signal, dispatcher: agent });
     const headers = res.headers as UpstreamAnswer['headers'];
     if (opts.stream && res.statusCode >= 200 && res.statusCode < 300) {
       const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
       const first = await it.next();
       if (first.done) throw new UpstreamError('stream ended before its first byte', 'PROVIDER_DOWN');
+      streaming = true; // the client going away still cancels the rest of the stream
       return { status: res.statusCode, headers, first: first.value, rest: it, latencyMs: performance.now() - started };
     }
     const body = Buffer.from(await res.body.arrayBuffer());
     return { status: res.statusCode, headers, body, latencyMs: performance.now() - started };
   } catch (error) {
     if (error instanceof UpstreamError) throw error;
-    throw classify(error, timeout.aborted);
+    throw classify(error, timedOut);
+  } finally {
+    clearTimeout(timer);
+    if (!streaming) opts.signal?.removeEventListener('abort', onClientGone);
   }
 }
