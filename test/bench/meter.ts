@@ -16,7 +16,9 @@ function prepared(rows: number): { platform: FakePlatform; meter: Bundle } {
     randomUUID(), new Date(day - (i % 40) * 86_400_000), 'agent', 'openai', 'gpt-4o-mini', 'n/a',
     100, 20, 300, 0.0012, '', '', `job-${i}`, `cust-${i % 50}`, false, false, '', 'n/a', '',
   ]);
-  platform.spreadsheet.tab('events')!.loadRows(2, data);
+  const events = platform.spreadsheet.tab('events')!;
+  events.loadRows(2, data);
+  events.maxRows += 1000; // the headroom ingest keeps when it grows the tab
   return { platform, meter };
 }
 
