@@ -1,61 +1,82 @@
 // npm run bench:gateway — a stub provider, the built gateway and a load generator (autocannon), all
 // on loopback: throughput and latency direct to the stub and through the gateway, at concurrency
-// 1 and 32. Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
+// 1 and 32, with a stub that answers at once and one that takes 5 ms (any real model takes
+// longer). Added latency at concurrency 1 is also measured per request with a microsecond clock,
+// since autocannon reports whole milliseconds.
+// Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Agent, request } from 'undici';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
+const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 
-function startProcess(args: string[], env: Record<string, string>, ready: RegExp): Promise<{ child: ChildProcess; line: string }> {
+function startProcess(args: string[], env: Record<string, string>, ready: RegExp): Promise<{ child: ChildProcess; out: () => string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, args, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     child.stdout!.on('data', (d) => {
       out += d;
-      const m = ready.exec(out);
-      if (m) resolve({ child, line: m[0] });
+      if (ready.test(out)) resolve({ child, out: () => out });
     });
     child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
   });
 }
 
 async function load(url: string, connections: number) {
-  const body = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
-  const result = await autocannon({ url, method: 'POST', body, headers: { 'content-type': 'application/json' }, connections, duration: SECONDS, pipelining: 1 });
+  const result = await autocannon({ url, method: 'POST', body: BODY, headers: { 'content-type': 'application/json' }, connections, duration: SECONDS });
   if (result.non2xx) throw new Error(`${result.non2xx} non-2xx answers from ${url}`);
   return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
 }
 
-const stub = await startProcess(['test/bench/stub-provider.mjs'], {}, /listening (\d+)/);
-const stubPort = /listening (\d+)/.exec(stub.line)![1];
-const stubUrl = `http://127.0.0.1:${stubPort}/v1`;
-const gateway = await startProcess(
-  ['gateway/dist/main.js'],
-  {
-    PORT: '18181', LOG_LEVEL: 'warn', HOT_BASE_URL: stubUrl, HOT_BASE_URL_2: stubUrl, WARM_A_BASE_URL: stubUrl, WARM_B_BASE_URL: stubUrl,
-    METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
-  },
-  /./,
-);
-await new Promise((r) => setTimeout(r, 500));
-
-const rows: string[] = [];
-console.log(`Gateway bench: ${SECONDS} s per run, loopback, POST /v1/chat/completions (non-streaming)\n`);
-console.log(`${'connections'.padEnd(12)}${'direct req/s'.padStart(14)}${'gateway req/s'.padStart(15)}${'ratio'.padStart(8)}${'direct p50/p99 ms'.padStart(20)}${'gateway p50/p99 ms'.padStart(21)}${'added p50 ms'.padStart(14)}`);
-for (const c of [1, 32]) {
-  await load(`${stubUrl}/chat/completions`, c); // warm-up of both paths
-  const direct = await load(`${stubUrl}/chat/completions`, c);
-  await load('http://127.0.0.1:18181/v1/chat/completions', c);
-  const via = await load('http://127.0.0.1:18181/v1/chat/completions', c);
-  rows.push(
-    `${String(c).padEnd(12)}${direct.rps.toFixed(0).padStart(14)}${via.rps.toFixed(0).padStart(15)}${(via.rps / direct.rps).toFixed(2).padStart(8)}` +
-      `${`${direct.p50}/${direct.p99}`.padStart(20)}${`${via.p50}/${via.p99}`.padStart(21)}${(via.p50 - direct.p50).toFixed(2).padStart(14)}`,
-  );
-  console.log(rows.at(-1));
+/** p50 of one-at-a-time request latency, in ms with microsecond resolution. */
+async function sequentialP50(url: string, n = 3000): Promise<number> {
+  const dispatcher = new Agent({ connections: 1 });
+  const times: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t = performance.now();
+    const res = await request(url, { method: 'POST', body: BODY, headers: { 'content-type': 'application/json' }, dispatcher });
+    await res.body.arrayBuffer();
+    if (i >= 200) times.push(performance.now() - t); // after warm-up
+  }
+  await dispatcher.close();
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)];
 }
-console.log('\nautocannon reports latency in whole milliseconds; "added p50" is the difference of the two p50s.');
-gateway.child.kill('SIGTERM');
-stub.child.kill('SIGTERM');
+
+const pad = (v: string, n: number) => v.padStart(n);
+console.log(`Gateway bench: ${SECONDS} s per run, loopback, POST /v1/chat/completions (non-streaming)\n`);
+console.log(`${'stub'.padEnd(8)}${'conn'.padStart(5)}${pad('direct req/s', 14)}${pad('gateway req/s', 15)}${pad('ratio', 7)}${pad('direct p50/p99', 16)}${pad('gateway p50/p99', 17)}`);
+const added: string[] = [];
+for (const delay of [0, 5]) {
+  const stub = await startProcess(['test/bench/stub-provider.mjs'], { STUB_DELAY_MS: String(delay) }, /listening (\d+)/);
+  const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
+  const gateway = await startProcess(
+    ['gateway/dist/main.js'],
+    {
+      PORT: '18181', LOG_LEVEL: 'info', HOT_BASE_URL: stubUrl, HOT_BASE_URL_2: stubUrl, WARM_A_BASE_URL: stubUrl, WARM_B_BASE_URL: stubUrl,
+      METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
+    },
+    /listening/,
+  );
+  const direct = `${stubUrl}/chat/completions`;
+  const via = 'http://127.0.0.1:18181/v1/chat/completions';
+  for (const c of [1, 32]) {
+    await load(direct, c); // warm-up
+    const d = await load(direct, c);
+    await load(via, c);
+    const g = await load(via, c);
+    console.log(`${`${delay} ms`.padEnd(8)}${pad(String(c), 5)}${pad(d.rps.toFixed(0), 14)}${pad(g.rps.toFixed(0), 15)}${pad((g.rps / d.rps).toFixed(2), 7)}${pad(`${d.p50}/${d.p99} ms`, 16)}${pad(`${g.p50}/${g.p99} ms`, 17)}`);
+  }
+  const dp = await sequentialP50(direct);
+  const gp = await sequentialP50(via);
+  added.push(`stub ${delay} ms: p50 direct ${dp.toFixed(3)} ms, through the gateway ${gp.toFixed(3)} ms, added ${(gp - dp).toFixed(3)} ms`);
+  gateway.child.kill('SIGTERM');
+  stub.child.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 300));
+}
+console.log('\nAdded latency, one request at a time (3,000 requests, microsecond clock):');
+for (const line of added) console.log(`  ${line}`);
