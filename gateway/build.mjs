@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
 await build({
-  entryPoints: { main: join(here, 'src', 'main.ts') },
+  entryPoints: { main: join(here, 'src', 'main.ts'), worker: join(here, 'src', 'worker-main.ts'), ops: join(here, 'src', 'ops.ts') },
   outdir: join(here, 'dist'),
   bundle: true,
   platform: 'node',
@@ -16,4 +16,4 @@ await build({
   sourcemap: true,
   logLevel: 'warning',
 });
-console.log('gateway/dist: main.js');
+console.log('gateway/dist: main.js, worker.js, ops.js');

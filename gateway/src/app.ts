@@ -35,6 +35,8 @@ export interface GatewayOptions {
   degrade?: Degrade;
   /** Extra operator state for /health (pause flag, queue counts, ...). */
   healthExtras?: () => Promise<Record<string, unknown>>;
+  /** Routes live requests must avoid now (the capped provider's while the budget pause is on). */
+  skipRoute?: (route: import('./failover').Route) => boolean;
   /** Mounts more routers (budget, jobs, voice) on the same app. */
   extend?: (app: express.Express, helpers: { admin: express.RequestHandler; failover: Failover }) => void;
 }
@@ -116,7 +118,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     res.on('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const outcome = await failover.route(ctx, deadline, { signal: abort.signal, flags: opts.flags.get() });
+    const outcome = await failover.route(ctx, deadline, { signal: abort.signal, flags: opts.flags.get(), skip: opts.skipRoute });
     if (outcome.kind === 'exhausted') {
       metrics.requests.inc({ tier: 'cold', status: 'degraded' });
       await degrade(ctx, outcome, deadline, res);

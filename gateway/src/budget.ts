@@ -1,0 +1,87 @@
+/**
+ * The budget guardrail (Document 1): the pause flag `pause_ai_tasks` (`1` = paused, missing = not
+ * paused) in the store, set by the budget webhook at `percentUsed >= BUDGET_PAUSE_AT_PERCENT` for
+ * the capped provider or by an operator, cleared by /budget/resume. Requests read a local copy
+ * refreshed every 100 ms; the worker reads the store itself when it picks up a job.
+ */
+import type { Redis } from 'ioredis';
+import { z } from 'zod';
+
+export const PAUSE_KEY = 'pause_ai_tasks';
+export const PAUSED_MESSAGE = 'paused by budget guardrail';
+
+export interface PauseFlag {
+  /** The local copy (at most 100 ms old). */
+  paused(): boolean;
+  /** Reads the store now. */
+  refresh(): Promise<boolean>;
+  /** Sets the flag; true when it was not set before (so the pause notice goes out once). */
+  set(): Promise<boolean>;
+  clear(): Promise<void>;
+  close(): void;
+}
+
+export class MemoryPause implements PauseFlag {
+  private value = false;
+  paused() {
+    return this.value;
+  }
+  async refresh() {
+    return this.value;
+  }
+  async set() {
+    const was = this.value;
+    this.value = true;
+    return !was;
+  }
+  async clear() {
+    this.value = false;
+  }
+  close() {}
+}
+
+export class RedisPause implements PauseFlag {
+  private value = false;
+  private readonly timer: NodeJS.Timeout;
+  constructor(
+    private readonly redis: Redis,
+    refreshMs = 100,
+  ) {
+    this.timer = setInterval(() => void this.refresh().catch(() => undefined), refreshMs);
+    this.timer.unref();
+    void this.refresh().catch(() => undefined);
+  }
+  paused() {
+    return this.value;
+  }
+  async refresh() {
+    this.value = (await this.redis.get(PAUSE_KEY)) === '1';
+    return this.value;
+  }
+  async set() {
+    const newly = (await this.redis.set(PAUSE_KEY, '1', 'NX')) === 'OK';
+    if (!newly) await this.redis.set(PAUSE_KEY, '1');
+    this.value = true;
+    return newly;
+  }
+  async clear() {
+    await this.redis.del(PAUSE_KEY);
+    this.value = false;
+  }
+  close() {
+    clearInterval(this.timer);
+  }
+}
+
+export const BudgetWebhook = z.strictObject({
+  provider: z.string().min(1),
+  percentUsed: z.number().finite().min(0),
+});
+
+export function pauseThreshold(env: NodeJS.ProcessEnv): number {
+  const raw = env.BUDGET_PAUSE_AT_PERCENT;
+  if (raw === undefined || raw === '') return 80;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > 1000) throw new Error(`BUDGET_PAUSE_AT_PERCENT: expected a whole percent from 1 to 1000, got "${raw}"`);
+  return n;
+}

@@ -1,0 +1,107 @@
+/**
+ * The Cold tier and the budget endpoints, mounted on the gateway:
+ * - the degrade path: when no Hot or Warm route answered (or the time-to-answer leaves no room),
+ *   the request is queued and the client gets `202 {"status":"queued","jobId"}` in time;
+ * - `GET /v1/jobs/:id`: the job's state, attempts, last error, and its result once completed;
+ * - `POST /budget/webhook` and `POST /budget/resume` (operator token).
+ */
+import type express from 'express';
+import type { Response } from 'express';
+import { z } from 'zod';
+import type { Degrade } from './app';
+import { BudgetWebhook, type PauseFlag } from './budget';
+import type { ChatContext } from './chat-request';
+import type { ColdPayload, ColdQueue } from './cold-queue';
+import { openAiError } from './errors';
+import type { FlagStore } from './flags';
+import type { Notifier } from './notify';
+
+export interface ColdTierDeps {
+  queue: ColdQueue;
+  pause: PauseFlag;
+  flags: FlagStore;
+  notifier: Notifier;
+  cappedProvider: string;
+  pauseAtPercent: number;
+  log: { info: (m: string) => void; warn: (m: string) => void; error: (m: string) => void };
+}
+
+export function coldPayload(ctx: ChatContext, reason: string, reviewRequired = false): ColdPayload {
+  return {
+    body: ctx.body,
+    idempotencyKey: ctx.idempotencyKey,
+    userId: ctx.userId,
+    jobId: ctx.jobId,
+    customerId: ctx.customerId,
+    jobType: ctx.jobType,
+    reason,
+    reviewRequired,
+    enqueuedAt: new Date().toISOString(),
+  };
+}
+
+/** Queues the request and answers 202; 503 when the Cold queue is switched off or unreachable. */
+export async function answerQueued(deps: ColdTierDeps, ctx: ChatContext, res: Response, reason: string, attempts: number, options: { delayMs?: number; reviewRequired?: boolean } = {}): Promise<void> {
+  res.setHeader('x-route-tier', 'cold');
+  res.setHeader('x-route-provider', 'queue');
+  res.setHeader('x-route-model', ctx.body.model);
+  res.setHeader('x-route-attempts', String(attempts));
+  if (!deps.flags.get().enable_cold_queue) {
+    res.status(503).json(openAiError('no route answered and the Cold queue is switched off (enable_cold_queue)', 'upstream_error', null, 'cold_queue_disabled'));
+    return;
+  }
+  try {
+    const { jobId, created } = await deps.queue.enqueue(coldPayload(ctx, reason, options.reviewRequired), { delayMs: options.delayMs });
+    if (created) deps.notifier.notify({ kind: options.reviewRequired ? 'human_review' : 'enqueued', jobIds: [jobId], tenant: ctx.customerId || undefined, detail: `reason: ${reason}` });
+    res.status(202).json({ status: 'queued', jobId });
+  } catch (error) {
+    deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
+    res.status(503).json(openAiError('no route answered and the Cold queue is unreachable', 'upstream_error', null, 'cold_queue_unavailable'));
+  }
+}
+
+export function coldDegrade(deps: ColdTierDeps): Degrade {
+  return (ctx, outcome, _deadline, res) => answerQueued(deps, ctx, res, outcome.reason, outcome.attempts);
+}
+
+const JobId = z.string().regex(/^[A-Za-z0-9_-]{1,80}$/);
+
+export function mountColdTier(app: express.Express, admin: express.RequestHandler, deps: ColdTierDeps): void {
+  app.get('/v1/jobs/:id', async (req, res) => {
+    const id = JobId.safeParse(req.params.id);
+    const job = id.success ? await deps.queue.get(id.data) : null;
+    if (!job) {
+      res.status(404).json(openAiError(`no job ${String(req.params.id).slice(0, 80)}`, 'invalid_request_error', 'id', 'job_not_found'));
+      return;
+    }
+    res.json(job);
+  });
+
+  app.post('/budget/webhook', admin, async (req, res) => {
+    const parsed = BudgetWebhook.safeParse(req.body);
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      res.status(400).json({ error: `${i.path.join('.') || 'body'}: ${i.message}`, expected: '{"provider": string, "percentUsed": number}' });
+      return;
+    }
+    const { provider, percentUsed } = parsed.data;
+    if (provider === deps.cappedProvider && percentUsed >= deps.pauseAtPercent) {
+      const newly = await deps.pause.set();
+      if (newly) {
+        deps.log.warn(`budget pause: ${provider} at ${percentUsed}% (threshold ${deps.pauseAtPercent}%)`);
+        const counts = await deps.queue.counts().catch(() => null);
+        deps.notifier.notify({
+          kind: 'paused',
+          detail: `${provider} budget at ${percentUsed}% (pause at ${deps.pauseAtPercent}%).${counts ? ` Queue: ${counts.waiting} waiting, ${counts.delayed} delayed, ${counts.active} running (they finish).` : ''}`,
+        });
+      }
+    }
+    res.status(204).end();
+  });
+
+  app.post('/budget/resume', admin, async (_req, res) => {
+    await deps.pause.clear();
+    deps.log.warn('budget pause lifted');
+    res.status(204).end();
+  });
+}

@@ -1,0 +1,66 @@
+/**
+ * `npm run ops -- <command>`: the runbook's operator commands, against the store at
+ * QUEUE_STORE_URL (the same Redis the gateways and workers use).
+ *   status                 pause flag and queue counts
+ *   pause | resume         set or clear `pause_ai_tasks`
+ *   dlq list               dead-lettered jobs (all attempts used)
+ *   dlq move <id>|--all    move dead-lettered jobs back to the queue with fresh attempts
+ */
+import { Redis } from 'ioredis';
+import { RedisPause } from './budget';
+import { BullColdQueue } from './cold-queue';
+
+export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: string) => void): Promise<number> {
+  if (!env.QUEUE_STORE_URL) {
+    out('QUEUE_STORE_URL is not set: operator commands act on the Redis the gateways use');
+    return 2;
+  }
+  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
+  const pause = new RedisPause(redis, 60_000);
+  const queue = new BullColdQueue(redis, env.REDIS_PREFIX || undefined);
+  try {
+    const [command, sub, arg] = args;
+    switch (command) {
+      case 'status': {
+        const counts = await queue.counts();
+        out(`paused: ${(await pause.refresh()) ? 'yes (pause_ai_tasks = 1)' : 'no'}`);
+        out(`queue ai-tasks: ${Object.entries(counts).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+        return 0;
+      }
+      case 'pause':
+        await pause.set();
+        out('paused: queued jobs picked up from now on fail with "paused by budget guardrail" and are retried');
+        return 0;
+      case 'resume':
+        await pause.clear();
+        out('resumed');
+        return 0;
+      case 'dlq': {
+        if (sub === 'list') {
+          const jobs = await queue.deadLettered(1000);
+          for (const j of jobs) out(`${j.id}  tenant=${j.customerId || '-'}  attempts=${j.attempts}  enqueued=${j.enqueuedAt}  last error: ${j.lastError}`);
+          out(`${jobs.length} dead-lettered job(s)`);
+          return 0;
+        }
+        if (sub === 'move' && arg) {
+          const ids = arg === '--all' ? (await queue.deadLettered(10_000)).map((j) => j.id) : [arg];
+          let moved = 0;
+          for (const id of ids) if (await queue.retryDeadLettered(id)) moved++;
+          out(`moved ${moved} job(s) back to the queue`);
+          return moved === ids.length ? 0 : 1;
+        }
+        break;
+      }
+    }
+    out('usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all');
+    return 2;
+  } finally {
+    pause.close();
+    await queue.close();
+    redis.disconnect();
+  }
+}
+
+if (process.argv[1] && /ops\.(ts|js)$/.test(process.argv[1])) {
+  ops(process.argv.slice(2), process.env, (l) => process.stdout.write(`${l}\n`)).then((code) => process.exit(code));
+}

@@ -1,0 +1,152 @@
+/**
+ * Assembles the gateway's parts from the environment: routing map, scopes, meter sink, store
+ * (Redis or in-process), flags, pause flag, Cold queue, notifier, worker. Used by `npm start`,
+ * `npm run worker` and the Lisbon drill, so all three run the same wiring.
+ */
+import { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { createGateway, type Gateway } from './app';
+import { MemoryPause, pauseThreshold, RedisPause, type PauseFlag } from './budget';
+import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
+import { coldDegrade, mountColdTier, type ColdTierDeps } from './cold-tier';
+import { ConfigError } from './errors';
+import { Failover, type Route } from './failover';
+import { LocalFlags, RedisFlags, type FlagStore } from './flags';
+import { keyResolver } from './keys';
+import { createMeterSink, type MeterSink } from './meter-sink';
+import { Notifier } from './notify';
+import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
+import { loadScopes } from './scopes';
+import { startBullWorker, startMemoryWorker, type ColdWorker } from './worker';
+
+/**
+ * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
+ * configured (each provider's public OpenAI-compatible endpoint). Keys have no defaults.
+ */
+export const ENDPOINT_DEFAULTS: Record<string, string> = {
+  HOT_BASE_URL: 'https://api.openai.com/v1',
+  HOT_BASE_URL_2: 'https://api.openai.com/v1',
+  WARM_A_BASE_URL: 'https://api.anthropic.com/v1',
+  WARM_B_BASE_URL: 'https://api.mistral.ai/v1',
+};
+
+/** A Redis URL without its password, for logs. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparseable URL)';
+  }
+}
+
+export interface Stack {
+  map: RoutesMapConfig;
+  gateway: Gateway | null;
+  failover: Failover;
+  queue: ColdQueue;
+  pause: PauseFlag;
+  flags: FlagStore;
+  notifier: Notifier;
+  meter: MeterSink;
+  worker: ColdWorker | null;
+  redis: Redis | null;
+  cappedProvider: string;
+  close(): Promise<void>;
+}
+
+export interface StackOptions {
+  http: boolean;
+  worker: boolean;
+  /** Breaker and notification timings (the Lisbon drill shortens them; documented there). */
+  breaker?: { openMs?: number };
+  notifyWindowMs?: number;
+}
+
+export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, options: StackOptions): Promise<Stack> {
+  const env = { ...ENDPOINT_DEFAULTS, ...processEnv };
+  const production = env.NODE_ENV === 'production';
+  const defaulted = Object.keys(ENDPOINT_DEFAULTS).filter((k) => !processEnv[k]);
+  if (defaulted.length) log.info(`embedded endpoint defaults for ${defaulted.join(', ')}`);
+  const routesFile = env.ROUTES_FILE ?? (production ? 'routes.prod.json' : 'routes.local.json');
+  const map = loadRoutesMap(routesFile, env);
+  const scopesFile = env.SCOPES_FILE ?? 'scopes.yaml';
+  const scopes = loadScopes(scopesFile);
+  const pauseAtPercent = pauseThreshold(env);
+  const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
+
+  let redis: Redis | null = null;
+  if (env.QUEUE_STORE_URL) redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
+  else if (production) throw new ConfigError('QUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)');
+  const prefix = env.REDIS_PREFIX || undefined;
+  const flags: FlagStore = redis ? new RedisFlags(map.flags, redis, `${prefix ?? 'gateway'}:flags`) : new LocalFlags(map.flags);
+  const pause: PauseFlag = redis ? new RedisPause(redis) : new MemoryPause();
+  const queue: ColdQueue = redis ? new BullColdQueue(redis, prefix) : new MemoryColdQueue();
+  const meter = createMeterSink(env, log);
+  const notifier = new Notifier(map.cold.notify, { windowMs: options.notifyWindowMs ?? Number(env.NOTIFY_WINDOW_MS ?? 60_000), smtpUrl: env.SMTP_URL, onCall: env.ON_CALL, log });
+
+  log.info(`routing map: ${routesFile} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
+  log.info(`scopes: ${Object.keys(scopes).length ? `${scopesFile} (${Object.keys(scopes).join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`);
+  log.info(`meter: ${env.METER_URL ? 'meter web app (spooled to .data/meter-spool)' : `local CSV ${env.METER_CSV_FILE ?? '.data/events.csv'} (METER_URL not set)`}`);
+  log.info(`store: ${redis ? `Redis ${redactUrl(env.QUEUE_STORE_URL!)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
+  if (!redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');
+  log.info(`budget pause: ${cappedProvider} at ${pauseAtPercent}%`);
+
+  const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
+  const keyFor = keyResolver(map, env);
+  const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent, log: { info: (m) => log.info(m), warn: (m) => log.warn(m), error: (m) => log.error(m) } };
+  let gateway: Gateway | null = null;
+  let failover: Failover;
+  if (options.http) {
+    if (!env.ADMIN_TOKEN) log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
+    gateway = createGateway({
+      map,
+      scopes,
+      keyFor,
+      meter,
+      flags,
+      log,
+      adminToken: env.ADMIN_TOKEN,
+      breaker: options.breaker,
+      degrade: coldDegrade(coldDeps),
+      skipRoute: (r) => pause.paused() && skipWhilePaused(r),
+      healthExtras: async () => ({ paused: pause.paused(), capped_provider: cappedProvider, queue: await queue.counts().catch(() => 'unreachable') }),
+      extend: (app, { admin }) => mountColdTier(app, admin, coldDeps),
+    });
+    failover = gateway.failover;
+  } else {
+    failover = new Failover({ map, keyFor, meter: (e) => meter.send(e), warn: (m) => log.warn(m), breaker: options.breaker });
+  }
+
+  let worker: ColdWorker | null = null;
+  if (options.worker) {
+    const deps = { failover, pause, flags, notifier, skipWhilePaused, log: { info: (m: string) => log.info(m), warn: (m: string) => log.warn(m) } };
+    worker = redis ? startBullWorker(redis, prefix, deps) : startMemoryWorker(queue as MemoryColdQueue, deps);
+    log.info('worker: running in this process');
+  }
+
+  return {
+    map,
+    gateway,
+    failover,
+    queue,
+    pause,
+    flags,
+    notifier,
+    meter,
+    worker,
+    redis,
+    cappedProvider,
+    async close() {
+      await worker?.close();
+      await notifier.flush();
+      await queue.close();
+      await meter.close();
+      flags.close();
+      pause.close();
+      failover.shutdown();
+      redis?.disconnect();
+    },
+  };
+}

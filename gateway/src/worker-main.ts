@@ -1,0 +1,19 @@
+/** `npm run worker`: only the Cold worker (several may run at once against one Redis). */
+import { createLogger } from './log';
+import { fail } from './main';
+import { createStack } from './stack';
+
+async function run(): Promise<void> {
+  const log = createLogger(process.env.LOG_LEVEL);
+  if (!process.env.QUEUE_STORE_URL) log.warn('QUEUE_STORE_URL is not set: this worker has its own empty in-process queue; point it at the gateway\'s Redis');
+  const stack = await createStack(process.env, log, { http: false, worker: true });
+  const stop = async () => {
+    log.info('worker stopping: running jobs finish first');
+    await stack.close();
+    process.exit(0);
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+}
+
+run().catch(fail);
