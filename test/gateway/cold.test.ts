@@ -1,0 +1,228 @@
+// The Cold tier against the real Redis (its own database and key prefix, removed afterwards):
+// queue, worker, pause, budget endpoints, notifications, jobs, dead letters, restarts.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ops } from '../../gateway/src/ops';
+import { createStack, type Stack } from '../../gateway/src/stack';
+import { FakeProvider } from './fake-provider';
+import { captureLogger, chat } from './harness';
+
+const DB = 9;
+const REDIS_URL = `redis://127.0.0.1:6379/${DB}`;
+const ADMIN = 'cold-admin';
+const prefix = `test-cold-${process.pid}`;
+let redis: Redis;
+let hot: FakeProvider, warm: FakeProvider;
+let hook: Server;
+let hookUrl = '';
+const posted: Array<{ text: string }> = [];
+const stacks: Stack[] = [];
+let env: NodeJS.ProcessEnv;
+
+beforeAll(async () => {
+  redis = new Redis(REDIS_URL);
+  hook = createServer(async (req, res) => {
+    let body = '';
+    for await (const c of req) body += c;
+    posted.push(JSON.parse(body));
+    res.writeHead(200).end('ok');
+  });
+  await new Promise<void>((r) => hook.listen(0, '127.0.0.1', r));
+  hookUrl = `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`;
+});
+afterAll(async () => {
+  hook.close();
+  redis.disconnect();
+});
+
+async function cleanRedis() {
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+  await redis.del('pause_ai_tasks');
+}
+
+beforeEach(async () => {
+  await cleanRedis();
+  posted.length = 0;
+  [hot, warm] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
+  const dir = mkdtempSync(join(tmpdir(), 'cold-'));
+  const routes = join(dir, 'routes.json');
+  writeFileSync(
+    routes,
+    JSON.stringify({
+      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+      warm: [{ provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warm.url }],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [hookUrl, 'oncall@example.com'] },
+    }),
+  );
+  env = { ROUTES_FILE: routes, QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, ADMIN_TOKEN: ADMIN, METER_CSV_FILE: join(dir, 'e.csv'), NOTIFY_WINDOW_MS: '150', SCOPES_FILE: join(dir, 'none.yaml') };
+});
+afterEach(async () => {
+  for (const s of stacks.splice(0)) await s.close();
+  await Promise.all([hot.stop(), warm.stop()]);
+  await cleanRedis();
+});
+
+async function up(options: { worker: boolean }) {
+  const logs: string[] = [];
+  const stack = await createStack(env, captureLogger(logs), { http: true, ...options });
+  stacks.push(stack);
+  const server = await stack.gateway!.listen(0, '127.0.0.1');
+  const close = stack.close.bind(stack);
+  stack.close = async () => {
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+    await close();
+  };
+  return { stack, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, logs };
+}
+
+const admin = (url: string, path: string, body?: unknown, token = ADMIN) =>
+  fetch(`${url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+
+async function until<T>(check: () => Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+const job = async (url: string, id: string) => (await (await fetch(`${url}/v1/jobs/${id}`)).json()) as Record<string, any>;
+
+describe('Cold tier', () => {
+  it('every route failing: 202 queued within the time-to-answer, once per idempotency key, one coalesced notice', async () => {
+    env.NOTIFY_WINDOW_MS = '4000'; // both enqueues fall in one window
+    const { url, stack } = await up({ worker: false });
+    hot.always({ kind: 'status', status: 500 });
+    warm.always({ kind: 'status', status: 500 });
+    const first = await chat(url, undefined, { 'x-time-to-answer-ms': '3000', 'x-customer-id': 'acme', 'idempotency-key': 'req-1' });
+    expect(first.status).toBe(202);
+    expect(first.headers.get('x-route-tier')).toBe('cold');
+    expect(first.ms).toBeLessThan(3000);
+    const { jobId } = first.json();
+    expect(first.json()).toEqual({ status: 'queued', jobId: expect.stringMatching(/^llm-[0-9a-f]{40}$/) });
+    const again = await chat(url, undefined, { 'x-time-to-answer-ms': '3000', 'idempotency-key': 'req-1' });
+    expect(again.json().jobId).toBe(jobId);
+    await chat(url, undefined, { 'x-time-to-answer-ms': '3000', 'x-customer-id': 'beta', 'idempotency-key': 'req-2' });
+    expect(await job(url, jobId)).toMatchObject({ id: jobId, state: 'waiting', attempts: 0, customerId: 'acme', reason: 'all_failed' });
+    const counts = await redis.llen(`${prefix}:ai-tasks:wait`);
+    expect(counts).toBe(2);
+    await stack.notifier.flush(); // the window's end, without waiting for it
+    expect(posted).toHaveLength(1); // two enqueues, one message
+    expect(posted[0].text).toMatch(/AI requests queued \(Cold tier\) \(2\)/);
+    expect(posted[0].text).toContain(jobId);
+    expect(posted[0].text).toMatch(/Tenants: acme, beta/);
+    expect((await fetch(`${url}/v1/jobs/nope`)).status).toBe(404);
+  });
+
+  it('the time-to-answer leaving no room for Hot and Warm still answers 202 in time', async () => {
+    const { url } = await up({ worker: false });
+    hot.always({ kind: 'hang' });
+    warm.always({ kind: 'hang' });
+    const res = await chat(url, undefined, { 'x-time-to-answer-ms': '300' });
+    expect(res.status).toBe(202);
+    expect(res.ms).toBeLessThan(300 + 100);
+  });
+
+  it('the worker runs queued jobs through the routing again; a restart of gateway and worker loses nothing', async () => {
+    const first = await up({ worker: false });
+    hot.always({ kind: 'status', status: 503 });
+    warm.always({ kind: 'status', status: 503 });
+    const { jobId } = (await chat(first.url, undefined, { 'x-time-to-answer-ms': '3000' })).json();
+    await first.stack.close();
+    stacks.splice(stacks.indexOf(first.stack), 1);
+
+    hot.always({ kind: 'ok', content: 'late but here' });
+    const second = await up({ worker: true });
+    const done = await until(async () => {
+      const j = await job(second.url, jobId);
+      return j.state === 'completed' ? j : null;
+    });
+    expect(done.result).toMatchObject({ status: 200, tier: 'hot', provider: 'openai', body: { choices: [{ message: { content: 'late but here' } }] } });
+  });
+
+  it('budget webhook at 85 %: queued work pauses (jobs fail with the guardrail message), live traffic avoids the capped provider, one notice', async () => {
+    const { url, stack } = await up({ worker: true });
+    expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 }, 'wrong')).status).toBe(401);
+    expect((await admin(url, '/budget/webhook', { provider: 'openai' })).status).toBe(400);
+    expect(((await (await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: '85' })).json()) as { error: string }).error).toMatch(/^percentUsed: /);
+    expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 79.9 })).status).toBe(204);
+    expect((await admin(url, '/budget/webhook', { provider: 'anthropic', percentUsed: 99 })).status).toBe(204);
+    expect(await redis.get('pause_ai_tasks')).toBeNull();
+
+    const t0 = Date.now();
+    for (let i = 0; i < 3; i++) expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 })).status).toBe(204);
+    expect(await redis.get('pause_ai_tasks')).toBe('1');
+    await until(async () => stack.pause.paused());
+    expect(Date.now() - t0).toBeLessThan(5000);
+
+    // Live requests skip the capped provider's routes.
+    const live = await chat(url);
+    expect(live.headers.get('x-route-provider')).toBe('anthropic');
+    expect(hot.received).toHaveLength(0);
+
+    // A job picked up while paused fails with the guardrail's message and waits for a retry.
+    const queued = await stack.queue.enqueue({ body: { model: 'x', messages: [{ role: 'user', content: 'q' }] }, idempotencyKey: 'paused-job', userId: '', jobId: '', customerId: 'acme', jobType: '', reason: 'test', reviewRequired: false, enqueuedAt: new Date().toISOString() });
+    const failed = await until(async () => {
+      const j = await job(url, queued.jobId);
+      return j.attempts >= 1 ? j : null;
+    });
+    expect(failed.lastError).toBe('paused by budget guardrail');
+    expect(['failed', 'delayed', 'waiting']).toContain(failed.state);
+
+    await until(async () => posted.some((p) => /paused by the budget guardrail/.test(p.text)));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(posted.filter((p) => /paused by the budget guardrail/.test(p.text))).toHaveLength(1);
+
+    expect((await admin(url, '/budget/resume')).status).toBe(204);
+    expect(await redis.get('pause_ai_tasks')).toBeNull();
+    const done = await until(async () => {
+      const j = await job(url, queued.jobId);
+      return j.state === 'completed' ? j : null;
+    }, 15_000);
+    expect(done.attempts).toBeGreaterThanOrEqual(2);
+  });
+
+  it('a job the provider refuses as malformed is dead-lettered; ops lists it and moves it back', async () => {
+    const { url, stack } = await up({ worker: true });
+    hot.always({ kind: 'status', status: 422 });
+    const queued = await stack.queue.enqueue({ body: { model: 'x', messages: [{ role: 'user', content: 'q' }] }, idempotencyKey: 'bad-job', userId: '', jobId: '', customerId: 'acme', jobType: '', reason: 'test', reviewRequired: false, enqueuedAt: new Date().toISOString() });
+    const dead = await until(async () => {
+      const j = await job(url, queued.jobId);
+      return j.state === 'dead-lettered' ? j : null;
+    });
+    expect(dead.lastError).toMatch(/HTTP 422/);
+    const lines: string[] = [];
+    const opsEnv = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix };
+    expect(await ops(['dlq', 'list'], opsEnv, (l) => lines.push(l))).toBe(0);
+    expect(lines.join('\n')).toContain(queued.jobId);
+    hot.always({ kind: 'ok' });
+    expect(await ops(['dlq', 'move', queued.jobId], opsEnv, (l) => lines.push(l))).toBe(0);
+    await until(async () => (await job(url, queued.jobId)).state === 'completed');
+    await until(async () => posted.some((p) => /dead-lettered/.test(p.text)));
+    expect(await ops(['pause'], opsEnv, () => {})).toBe(0);
+    expect(await redis.get('pause_ai_tasks')).toBe('1');
+    const status: string[] = [];
+    await ops(['status'], opsEnv, (l) => status.push(l));
+    expect(status[0]).toMatch(/paused: yes/);
+    await ops(['resume'], opsEnv, () => {});
+    expect(await redis.get('pause_ai_tasks')).toBeNull();
+  });
+
+  it('enable_cold_queue off answers 503 with a clear error', async () => {
+    const { url, stack } = await up({ worker: false });
+    await stack.flags.update({ enable_cold_queue: false });
+    hot.always({ kind: 'status', status: 500 });
+    warm.always({ kind: 'status', status: 500 });
+    const res = await chat(url, undefined, { 'x-time-to-answer-ms': '3000' });
+    expect(res.status).toBe(503);
+    expect(res.json().error.code).toBe('cold_queue_disabled');
+  });
+});
