@@ -19,6 +19,12 @@ import type { RoutesMapConfig } from './routes-map';
 import type { Scopes } from './scopes';
 import { relaySse } from './sse';
 
+/** What happens to a request before routing: refused (rate limit), queued (degraded), or routed. */
+export type Admission =
+  | { kind: 'reject'; status: number; retryAfterS: number; message: string; code: string }
+  | { kind: 'queue'; delayMs: number; reviewRequired: boolean; decision: string }
+  | { kind: 'route'; model?: string; decision: string; skipProviders?: Set<string> };
+
 /** What the gateway does when no Hot or Warm route answered (the Cold tier plugs in here). */
 export type Degrade = (ctx: ChatContext, outcome: Extract<Outcome, { kind: 'exhausted' }>, deadline: Deadline, res: Response) => Promise<void>;
 
@@ -35,6 +41,10 @@ export interface GatewayOptions {
   degrade?: Degrade;
   /** Extra operator state for /health (pause flag, queue counts, ...). */
   healthExtras?: () => Promise<Record<string, unknown>>;
+  /** Rate limits and degraded routing (Document 2), decided before routing. */
+  admit?: (ctx: ChatContext) => Promise<Admission>;
+  /** Queues a request that admission sent to the Cold queue (degraded routing). */
+  enqueue?: (ctx: ChatContext, res: Response, admission: Extract<Admission, { kind: 'queue' }>) => Promise<void>;
   /** Routes live requests must avoid now (the capped provider's while the budget pause is on). */
   skipRoute?: (route: import('./failover').Route) => boolean;
   /** Mounts more routers (budget, jobs, voice) on the same app. */
@@ -118,15 +128,29 @@ export function createGateway(opts: GatewayOptions): Gateway {
     res.on('close', () => {
       if (!res.writableFinished) abort.abort();
     });
-    const outcome = await failover.route(ctx, deadline, { signal: abort.signal, flags: opts.flags.get(), skip: opts.skipRoute });
+    const admission: Admission = opts.admit ? await opts.admit(ctx) : { kind: 'route', decision: 'default' };
+    if (admission.kind === 'reject') {
+      res.setHeader('retry-after', String(admission.retryAfterS));
+      res.status(admission.status).json(openAiError(admission.message, 'rate_limit_error', null, admission.code));
+      return;
+    }
+    if (admission.kind === 'queue' && opts.enqueue) {
+      failover.meterEvent(ctx, { provider: 'queue', model: ctx.body.model }, 0, null, '', admission.decision, admission.reviewRequired);
+      await opts.enqueue(ctx, res, admission);
+      return;
+    }
+    const route = admission.kind === 'route' ? admission : { decision: 'default' as const, model: undefined, skipProviders: undefined };
+    const skipProviders = route.skipProviders;
+    const skip = (r: import('./failover').Route) => (opts.skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false);
+    const outcome = await failover.route(ctx, deadline, { signal: abort.signal, flags: opts.flags.get(), skip, model: route.model, decision: route.decision });
     if (outcome.kind === 'exhausted') {
       metrics.requests.inc({ tier: 'cold', status: 'degraded' });
       await degrade(ctx, outcome, deadline, res);
       return;
     }
-    const { route, upstream } = outcome;
-    routeHeaders(res, route.tier, route.config.provider, outcome.model, outcome.attempts);
-    metrics.requests.inc({ tier: route.tier, status: String(upstream.status) });
+    const { upstream } = outcome;
+    routeHeaders(res, outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
+    metrics.requests.inc({ tier: outcome.route.tier, status: String(upstream.status) });
     if (outcome.kind === 'answer' && upstream.first && upstream.rest) {
       res.status(upstream.status);
       res.setHeader('content-type', 'text/event-stream; charset=utf-8');
@@ -135,11 +159,11 @@ export function createGateway(opts: GatewayOptions): Gateway {
       const relayStart = performance.now();
       const relay = await relaySse(upstream.first, upstream.rest, res, ctx.body.stream_options?.include_usage === true);
       if (relay.broken) {
-        route.breaker.record(outcome.ticket, false);
-        route.health.record(false);
+        outcome.route.breaker.record(outcome.ticket, false);
+        outcome.route.health.record(false);
       }
-      const config = { ...route.config, model: outcome.model };
-      failover.meterEvent(ctx, config, upstream.latencyMs + (performance.now() - relayStart), relay.usage, relay.broken ? 'STREAM_INTERRUPTED' : '');
+      const config = { ...outcome.route.config, model: outcome.model };
+      failover.meterEvent(ctx, config, upstream.latencyMs + (performance.now() - relayStart), relay.usage, relay.broken ? 'STREAM_INTERRUPTED' : '', route.decision);
       return;
     }
     const type = upstream.headers['content-type'];

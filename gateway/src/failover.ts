@@ -90,7 +90,7 @@ export class Failover {
   }
 
   /** One meter event per provider call, success or failure (Document 2's record). */
-  meterEvent(ctx: ChatContext, route: RouteConfig, latencyMs: number, usage: Usage | null, errorCode: string, decision = 'n/a'): void {
+  meterEvent(ctx: ChatContext, route: Pick<RouteConfig, 'provider' | 'model' | 'region'>, latencyMs: number, usage: Usage | null, errorCode: string, decision = 'n/a', reviewRequired = false): void {
     const cost = usage ? costUsd(route.provider, route.model, usage, this.deps.warn) : 0;
     this.deps.meter({
       event_id: randomUUID(),
@@ -108,7 +108,7 @@ export class Failover {
       job_id: ctx.jobId,
       customer_id: ctx.customerId,
       pii_flag: false,
-      review_required: false,
+      review_required: reviewRequired,
       reviewer_id: '',
       decision,
       error_code: errorCode,

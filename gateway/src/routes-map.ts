@@ -35,6 +35,13 @@ export const RoutesMap = z.strictObject({
   flags: Flags.default({ enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] }),
   /** The cheaper model degraded routing may switch to (Document 2's <CHEAPER_MODEL_ID>). */
   cheaper_model: z.string().min(1).optional(),
+  /** Rate limits: per tenant (x-customer-id) and token budgets per provider, per minute. */
+  limits: z
+    .strictObject({
+      tenant_requests_per_minute: z.number().int().positive().optional(),
+      provider_tokens_per_minute: z.record(z.string(), z.number().int().positive()).optional(),
+    })
+    .optional(),
 });
 
 export type RouteConfig = z.infer<typeof Route>;

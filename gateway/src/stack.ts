@@ -8,7 +8,10 @@ import type { Logger } from 'pino';
 import { createGateway, type Gateway } from './app';
 import { MemoryPause, pauseThreshold, RedisPause, type PauseFlag } from './budget';
 import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
-import { coldDegrade, mountColdTier, type ColdTierDeps } from './cold-tier';
+import { answerQueued, coldDegrade, mountColdTier, type ColdTierDeps } from './cold-tier';
+import { capExceeded, planFor, SpendWatch } from './degraded';
+import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
+import type { Admission } from './app';
 import { ConfigError } from './errors';
 import { Failover, type Route } from './failover';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
@@ -83,7 +86,26 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const flags: FlagStore = redis ? new RedisFlags(map.flags, redis, `${prefix ?? 'gateway'}:flags`) : new LocalFlags(map.flags);
   const pause: PauseFlag = redis ? new RedisPause(redis) : new MemoryPause();
   const queue: ColdQueue = redis ? new BullColdQueue(redis, prefix) : new MemoryColdQueue();
-  const meter = createMeterSink(env, log);
+  const sink = createMeterSink(env, log);
+  const limiter: Limiter = redis ? new RedisLimiter(redis, prefix ?? 'gateway', map.limits ?? {}) : new MemoryLimiter(map.limits ?? {});
+  const spend = new SpendWatch({
+    meterUrl: env.METER_URL,
+    meterToken: env.METER_TOKEN,
+    dailyCap: Number(env.DAILY_CAP_USD ?? 50),
+    burnCap: Number(env.BURN_7D_CAP_USD ?? 200),
+    warn: (m) => log.warn(m),
+  });
+  // Every meter event also feeds the spend figures (degraded routing) and the provider token budgets.
+  const meter: MeterSink = {
+    kind: sink.kind,
+    send(event) {
+      sink.send(event);
+      spend.record(event.cost_usd);
+      limiter.spendTokens(event.provider, event.input_tokens + event.output_tokens);
+    },
+    flush: () => sink.flush(),
+    close: () => sink.close(),
+  };
   const notifier = new Notifier(map.cold.notify, { windowMs: options.notifyWindowMs ?? Number(env.NOTIFY_WINDOW_MS ?? 60_000), smtpUrl: env.SMTP_URL, onCall: env.ON_CALL, log });
 
   log.info(`routing map: ${routesFile} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
@@ -92,12 +114,35 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   log.info(`store: ${redis ? `Redis ${redactUrl(env.QUEUE_STORE_URL!)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
   if (!redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');
   log.info(`budget pause: ${cappedProvider} at ${pauseAtPercent}%`);
+  log.info(`spend caps for degraded routing: ${env.METER_URL ? "the meter's (doGet?action=spend, cached 60 s)" : `this gateway's own totals against ${env.DAILY_CAP_USD ?? 50} / ${env.BURN_7D_CAP_USD ?? 200} USD`}`);
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
   const keyFor = keyResolver(map, env);
   const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent, log: { info: (m) => log.info(m), warn: (m) => log.warn(m), error: (m) => log.error(m) } };
   let gateway: Gateway | null = null;
   let failover: Failover;
+  const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
+  const admit = async (ctx: import('./chat-request').ChatContext): Promise<Admission> => {
+    const tenantWait = await limiter.hitTenant(ctx.customerId).catch(() => 0);
+    if (tenantWait) {
+      return { kind: 'reject', status: 429, retryAfterS: tenantWait, code: 'tenant_rate_limited', message: `tenant "${ctx.customerId || '-'}" is over its ${map.limits?.tenant_requests_per_minute} requests per minute` };
+    }
+    const plan = planFor(ctx, capExceeded(await spend.view()), map.cheaper_model);
+    if (plan.kind === 'queue') return { kind: 'queue', delayMs: plan.delayMs, reviewRequired: plan.reviewRequired, decision: plan.decision };
+    const skipProviders = new Set<string>();
+    let wait = Infinity;
+    for (const p of providers) {
+      const w = await limiter.providerWait(p).catch(() => 0);
+      if (w) {
+        skipProviders.add(p);
+        wait = Math.min(wait, w);
+      }
+    }
+    if (skipProviders.size === providers.length) {
+      return { kind: 'reject', status: 429, retryAfterS: wait, code: 'provider_token_budget', message: 'every provider is over its token budget for this minute' };
+    }
+    return { kind: 'route', model: plan.kind === 'model' ? plan.model : undefined, decision: plan.kind === 'model' ? 'model' : 'default', skipProviders };
+  };
   if (options.http) {
     if (!env.ADMIN_TOKEN) log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
     gateway = createGateway({
@@ -110,6 +155,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
       adminToken: env.ADMIN_TOKEN,
       breaker: options.breaker,
       degrade: coldDegrade(coldDeps),
+      admit,
+      enqueue: (ctx, res, admission) => answerQueued(coldDeps, ctx, res, admission.decision, 0, { delayMs: admission.delayMs, reviewRequired: admission.reviewRequired }),
       skipRoute: (r) => pause.paused() && skipWhilePaused(r),
       healthExtras: async () => ({ paused: pause.paused(), capped_provider: cappedProvider, queue: await queue.counts().catch(() => 'unreachable') }),
       extend: (app, { admin }) => mountColdTier(app, admin, coldDeps),

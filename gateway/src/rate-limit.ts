@@ -1,0 +1,82 @@
+/**
+ * Rate limits (Document 1: "a rate limiter is kept per tenant" and "token budgets are kept per
+ * provider"), in Redis so they hold across gateway instances (in process without Redis). Fixed
+ * one-minute windows: simple, exact across instances with one INCR, and the Retry-After is the
+ * rest of the window. Values come from the routing map's `limits`.
+ */
+import type { Redis } from 'ioredis';
+
+export interface Limits {
+  tenant_requests_per_minute?: number;
+  provider_tokens_per_minute?: Record<string, number>;
+}
+
+export interface Limiter {
+  /** Counts a request for the tenant; the seconds to wait when over the limit, else 0. */
+  hitTenant(tenant: string): Promise<number>;
+  /** Seconds until the provider's token budget has room again; 0 when it has room now. */
+  providerWait(provider: string): Promise<number>;
+  spendTokens(provider: string, tokens: number): void;
+}
+
+const WINDOW_MS = 60_000;
+const windowOf = (now: number) => Math.floor(now / WINDOW_MS);
+const secondsLeft = (now: number) => Math.max(1, Math.ceil((WINDOW_MS - (now % WINDOW_MS)) / 1000));
+
+export class RedisLimiter implements Limiter {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+    private readonly limits: Limits,
+    private readonly now: () => number = Date.now,
+  ) {}
+  async hitTenant(tenant: string): Promise<number> {
+    const limit = this.limits.tenant_requests_per_minute;
+    if (!limit) return 0;
+    const now = this.now();
+    const key = `${this.prefix}:rl:tenant:${tenant || '-'}:${windowOf(now)}`;
+    const [[, count]] = (await this.redis.multi().incr(key).pexpire(key, WINDOW_MS * 2).exec()) as [[null, number], unknown];
+    return count > limit ? secondsLeft(now) : 0;
+  }
+  async providerWait(provider: string): Promise<number> {
+    const budget = this.limits.provider_tokens_per_minute?.[provider];
+    if (!budget) return 0;
+    const now = this.now();
+    const used = Number((await this.redis.get(`${this.prefix}:tb:${provider}:${windowOf(now)}`)) ?? 0);
+    return used >= budget ? secondsLeft(now) : 0;
+  }
+  spendTokens(provider: string, tokens: number): void {
+    if (!tokens || !this.limits.provider_tokens_per_minute?.[provider]) return;
+    const key = `${this.prefix}:tb:${provider}:${windowOf(this.now())}`;
+    void this.redis.multi().incrby(key, tokens).pexpire(key, WINDOW_MS * 2).exec().catch(() => undefined);
+  }
+}
+
+export class MemoryLimiter implements Limiter {
+  private readonly counts = new Map<string, number>();
+  constructor(
+    private readonly limits: Limits,
+    private readonly now: () => number = Date.now,
+  ) {}
+  private bump(key: string, by: number): number {
+    const v = (this.counts.get(key) ?? 0) + by;
+    this.counts.set(key, v);
+    if (this.counts.size > 10_000) this.counts.clear();
+    return v;
+  }
+  async hitTenant(tenant: string): Promise<number> {
+    const limit = this.limits.tenant_requests_per_minute;
+    if (!limit) return 0;
+    const now = this.now();
+    return this.bump(`t:${tenant}:${windowOf(now)}`, 1) > limit ? secondsLeft(now) : 0;
+  }
+  async providerWait(provider: string): Promise<number> {
+    const budget = this.limits.provider_tokens_per_minute?.[provider];
+    if (!budget) return 0;
+    const now = this.now();
+    return (this.counts.get(`p:${provider}:${windowOf(now)}`) ?? 0) >= budget ? secondsLeft(now) : 0;
+  }
+  spendTokens(provider: string, tokens: number): void {
+    if (tokens && this.limits.provider_tokens_per_minute?.[provider]) this.bump(`p:${provider}:${windowOf(this.now())}`, tokens);
+  }
+}

@@ -1,0 +1,152 @@
+// Degraded routing from the meter's spend (Document 2) and the Redis-held rate limits.
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createStack, type Stack } from '../../gateway/src/stack';
+import { FakeProvider } from './fake-provider';
+import { captureLogger, chat } from './harness';
+
+const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const prefix = `test-degraded-${process.pid}`;
+let redis: Redis;
+let meter: Server;
+let meterUrl = '';
+let spend = { today_cost_usd: 0, last_7d_cost_usd: 0 };
+let spendReads = 0;
+let hot: FakeProvider, warm: FakeProvider;
+const stacks: Array<Stack & { stop: () => Promise<void> }> = [];
+let dir = '';
+
+beforeAll(async () => {
+  redis = new Redis(REDIS_URL);
+  meter = createServer((req, res) => {
+    const url = new URL(req.url!, 'http://x');
+    if (req.method === 'GET' && url.searchParams.get('action') === 'spend') {
+      spendReads++;
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ ok: true, ...spend, daily_cap_usd: 50, burn_7d_cap_usd: 200, cap_exceeded: spend.today_cost_usd > 50 }));
+    } else {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"appended":0,"duplicates":0}');
+    }
+  });
+  await new Promise<void>((r) => meter.listen(0, '127.0.0.1', r));
+  meterUrl = `http://127.0.0.1:${(meter.address() as AddressInfo).port}/exec`;
+});
+afterAll(() => {
+  meter.close();
+  redis.disconnect();
+});
+beforeEach(async () => {
+  [hot, warm] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
+  spend = { today_cost_usd: 0, last_7d_cost_usd: 0 };
+  spendReads = 0;
+  dir = mkdtempSync(join(tmpdir(), 'degraded-'));
+});
+afterEach(async () => {
+  for (const s of stacks.splice(0)) await s.stop();
+  await Promise.all([hot.stop(), warm.stop()]);
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+
+async function up(extra: Record<string, unknown> = {}, env: NodeJS.ProcessEnv = {}) {
+  const routes = join(dir, `routes-${stacks.length}.json`);
+  writeFileSync(
+    routes,
+    JSON.stringify({
+      hot: [{ provider: 'openai', model: 'gpt-4o', baseUrl: hot.url }],
+      warm: [{ provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warm.url }],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: ['reviewer@example.com'] },
+      cheaper_model: 'gpt-4o-mini',
+      ...extra,
+    }),
+  );
+  const logs: string[] = [];
+  const stack = await createStack(
+    { ROUTES_FILE: routes, QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_URL: meterUrl, METER_TOKEN: 't', METER_SPOOL_DIR: join(dir, `spool-${stacks.length}`), NOTIFY_WINDOW_MS: '50', SCOPES_FILE: join(dir, 'none.yaml'), ...env },
+    captureLogger(logs),
+    { http: true, worker: false },
+  );
+  const server = await stack.gateway!.listen(0, '127.0.0.1');
+  const s = Object.assign(stack, {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    logs,
+    stop: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await stack.close();
+    },
+  });
+  stacks.push(s);
+  return s;
+}
+
+describe('degraded routing', () => {
+  it('under the caps routes normally (decision default) and reads the meter at most once a minute', async () => {
+    const gw = await up({}, { METER_URL: '', METER_CSV_FILE: join(dir, 'e.csv') });
+    const res = await chat(gw.url);
+    expect(res.headers.get('x-route-model')).toBe('gpt-4o');
+    await gw.meter.flush();
+    expect(readFileSync(join(dir, 'e.csv'), 'utf8')).toMatch(/,default,\n?$/m);
+    const withMeter = await up();
+    for (let i = 0; i < 5; i++) await chat(withMeter.url);
+    expect(spendReads).toBe(1);
+  });
+
+  it('a cap exceeded: must-have false → queued for 2 hours; can-use-cheaper → the cheaper model; else → human review', async () => {
+    spend = { today_cost_usd: 50.01, last_7d_cost_usd: 60 };
+    const gw = await up();
+    const later = await chat(gw.url, undefined, { 'x-must-have-answer': 'false', 'idempotency-key': 'd1' });
+    expect(later.status).toBe(202);
+    const job = (await (await fetch(`${gw.url}/v1/jobs/${later.json().jobId}`)).json()) as { state: string; reason: string };
+    expect(job).toMatchObject({ state: 'delayed', reason: 'queue' });
+    const delayed = await gw.queue.get(later.json().jobId);
+    expect(delayed?.state).toBe('delayed');
+
+    const cheaper = await chat(gw.url, undefined, { 'x-can-use-cheaper': 'true' });
+    expect(cheaper.status).toBe(200);
+    expect(cheaper.headers.get('x-route-model')).toBe('gpt-4o-mini');
+    expect(hot.received.at(-1)!.body.model).toBe('gpt-4o-mini');
+
+    const review = await chat(gw.url, undefined, { 'idempotency-key': 'd3' });
+    expect(review.status).toBe(202);
+    expect((await gw.queue.get(review.json().jobId))?.reason).toBe('human_review');
+    await gw.notifier.flush();
+    expect(gw.notifier.sent.find((m) => /human review/.test(m.subject))?.target).toBe('reviewer@example.com');
+  });
+
+  it('the 7-day cap counts too, and the gateway adds its own spend since the last read', async () => {
+    spend = { today_cost_usd: 1, last_7d_cost_usd: 200.5 };
+    const gw = await up();
+    expect((await chat(gw.url, undefined, { 'x-must-have-answer': 'false' })).status).toBe(202);
+  });
+});
+
+describe('rate limits held in Redis', () => {
+  it('a tenant over its requests per minute gets 429 with Retry-After, across gateway instances', async () => {
+    const a = await up({ limits: { tenant_requests_per_minute: 2 } });
+    const b = await up({ limits: { tenant_requests_per_minute: 2 } });
+    expect((await chat(a.url, undefined, { 'x-customer-id': 'acme' })).status).toBe(200);
+    expect((await chat(b.url, undefined, { 'x-customer-id': 'acme' })).status).toBe(200);
+    const over = await chat(a.url, undefined, { 'x-customer-id': 'acme' });
+    expect(over.status).toBe(429);
+    expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(over.json().error.code).toBe('tenant_rate_limited');
+    expect((await chat(b.url, undefined, { 'x-customer-id': 'other' })).status).toBe(200);
+  });
+
+  it("a provider over its token budget is skipped; all over → 429", async () => {
+    const gw = await up({ limits: { provider_tokens_per_minute: { openai: 10, anthropic: 10 } } });
+    expect((await chat(gw.url)).headers.get('x-route-provider')).toBe('openai'); // 17 tokens spent
+    await new Promise((r) => setTimeout(r, 50));
+    expect((await chat(gw.url)).headers.get('x-route-provider')).toBe('anthropic');
+    await new Promise((r) => setTimeout(r, 50));
+    const over = await chat(gw.url);
+    expect(over.status).toBe(429);
+    expect(over.json().error.code).toBe('provider_token_budget');
+  });
+});
