@@ -16,7 +16,7 @@ import type { KeyFor } from './keys';
 import type { MeterSink } from './meter-sink';
 import { GatewayMetrics } from './metrics';
 import type { RoutesMapConfig } from './routes-map';
-import type { Scopes } from './scopes';
+import { degradeVariant, type Scopes } from './scopes';
 import { relaySse } from './sse';
 
 /** What happens to a request before routing: refused (rate limit), queued (degraded), or routed. */
@@ -142,7 +142,14 @@ export function createGateway(opts: GatewayOptions): Gateway {
     const route = admission.kind === 'route' ? admission : { decision: 'default' as const, model: undefined, skipProviders: undefined };
     const skipProviders = route.skipProviders;
     const skip = (r: import('./failover').Route) => (opts.skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false);
-    const outcome = await failover.route(ctx, deadline, { signal: abort.signal, flags: opts.flags.get(), skip, model: route.model, decision: route.decision });
+    let outcome = await failover.route(ctx, deadline, { signal: abort.signal, flags: opts.flags.get(), skip, model: route.model, decision: route.decision });
+    // The scope's degrade mode, when it is not "queue": one more pass, smaller or shorter, in the time left.
+    const variant = outcome.kind === 'exhausted' && outcome.reason === 'all_failed' ? degradeVariant(opts.scopes[ctx.jobType], ctx.body) : null;
+    if (variant && outcome.kind === 'exhausted') {
+      const before = outcome.attempts;
+      const second = await failover.route({ ...ctx, body: variant.body }, deadline, { signal: abort.signal, flags: opts.flags.get(), skip, model: variant.model ?? route.model, decision: 'degraded' });
+      outcome = { ...second, attempts: before + second.attempts };
+    }
     if (outcome.kind === 'exhausted') {
       metrics.requests.inc({ tier: 'cold', status: 'degraded' });
       await degrade(ctx, outcome, deadline, res);

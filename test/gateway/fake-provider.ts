@@ -10,6 +10,8 @@ export type Behaviour =
   | { kind: 'ok'; content?: string; usage?: { prompt_tokens: number; completion_tokens: number } | null; delayMs?: number }
   | { kind: 'status'; status: number; retryAfter?: string; body?: unknown }
   | { kind: 'hang' }
+  /** The connection is dropped as soon as the request arrives (a blocked or unreachable host). */
+  | { kind: 'drop' }
   | { kind: 'stream'; chunks?: number; cutAfter?: number; delayMs?: number; noUsage?: boolean };
 
 export interface Received {
@@ -62,6 +64,9 @@ export class FakeProvider {
     switch (b.kind) {
       case 'hang':
         return; // never answers; the socket stays open until the client gives up
+      case 'drop':
+        req.socket.destroy();
+        return;
       case 'status':
         res.writeHead(b.status, { 'content-type': 'application/json', ...(b.retryAfter ? { 'retry-after': b.retryAfter } : {}) });
         res.end(JSON.stringify(b.body ?? { error: { message: `fake ${b.status}`, type: 'fake', code: null, param: null } }));

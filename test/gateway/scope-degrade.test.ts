@@ -1,0 +1,44 @@
+// A scope's degrade mode: a smaller model or a shorter context is tried before the queue.
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { chat, mapOf, startGateway, type TestGateway } from './harness';
+
+let hot: FakeProvider, warm: FakeProvider;
+let gw: TestGateway;
+beforeEach(async () => {
+  [hot, warm] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
+  gw = await startGateway(mapOf([hot.url], [warm.url]), {
+    scopes: {
+      summary: { time_to_answer_ms: 10_000, degrade: 'smaller_model', smaller_model: 'gpt-4o-nano' },
+      chatlog: { time_to_answer_ms: 10_000, degrade: 'shorter_context', keep_last_messages: 2 },
+    },
+  });
+});
+afterEach(async () => {
+  await gw.close();
+  await Promise.all([hot.stop(), warm.stop()]);
+});
+const fail3 = () => Array(3).fill({ kind: 'status', status: 500 });
+
+it('smaller_model: after Hot and Warm fail, the smaller model is tried before queueing', async () => {
+  hot.next(...fail3());
+  warm.next(...fail3());
+  const res = await chat(gw.url, undefined, { 'x-job-type': 'summary' });
+  expect(res.status).toBe(200);
+  expect(res.headers.get('x-route-model')).toBe('gpt-4o-nano');
+  expect(res.headers.get('x-route-attempts')).toBe('7');
+  expect(hot.received.at(-1)!.body.model).toBe('gpt-4o-nano');
+});
+
+it('shorter_context: the system message and the last messages are sent again', async () => {
+  hot.next(...fail3());
+  warm.next(...fail3());
+  const messages = [
+    { role: 'system', content: 'be brief' },
+    ...Array.from({ length: 6 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `m${i}` })),
+  ];
+  const res = await chat(gw.url, { model: 'x', messages }, { 'x-job-type': 'chatlog' });
+  expect(res.status).toBe(200);
+  expect(hot.received.at(-1)!.body.messages.map((m: { content: string }) => m.content)).toEqual(['be brief', 'm4', 'm5']);
+  expect(hot.received[0].body.messages).toHaveLength(7);
+});

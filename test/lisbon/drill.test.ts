@@ -1,0 +1,16 @@
+// `npm run lisbon` end to end against the real Redis: every step passes and it exits 0.
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { expect, it } from 'vitest';
+
+it('the Lisbon drill passes its four steps', () => {
+  const root = join(import.meta.dirname, '..', '..');
+  const run = spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['test/lisbon/drill.ts'], {
+    cwd: root,
+    encoding: 'utf8',
+    env: { ...process.env, QUEUE_STORE_URL: 'redis://127.0.0.1:6379/9' },
+    timeout: 120_000,
+  });
+  expect(run.stdout).toContain('4 passed, 0 failed');
+  expect(run.status).toBe(0);
+}, 130_000);

@@ -1,0 +1,207 @@
+/**
+ * `npm run lisbon` — Document 1's acceptance drill against local fault-injecting providers:
+ *   1. Hot providers blocked: Warm takes over within 1 to 2 (Warm) attempts.
+ *   2. Every provider answering 500: the breakers open and Cold enqueues (202).
+ *   3. Budget webhook at 85 %: new work pauses, running jobs finish, notifications fire.
+ *   4. No request ran longer than its time-to-answer; the pause took effect in under 5 s.
+ * Uses Redis when QUEUE_STORE_URL is set (with its own key prefix, removed afterwards), else the
+ * embedded store. Prints what it measured and exits 0 only if every step passes.
+ *
+ * Shortened for a drill that ends in seconds (shown in the table): notifications are coalesced
+ * over 300 ms instead of 60 s. Breakers keep Document 1's 5 failures / 30 s. Between steps 2
+ * and 3 the gateway is restarted, as an operator would after the outage (fresh breakers).
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import pino from 'pino';
+import { createStack, type Stack } from '../../gateway/src/stack';
+import { FakeProvider } from '../gateway/fake-provider';
+
+const ADMIN = 'lisbon-admin';
+const NOTIFY_WINDOW_MS = 300;
+const started = Date.now();
+const requests: Array<{ ms: number; tta: number; status: number }> = [];
+const results: Array<{ step: string; measured: string; target: string; pass: boolean }> = [];
+const notices: string[] = [];
+
+async function chat(url: string, tta: number, headers: Record<string, string> = {}) {
+  const t = performance.now();
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': String(tta), 'x-customer-id': 'lisbon-tenant', ...headers },
+    body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: `drill ${Math.random()}` }] }),
+  });
+  const body = await res.text();
+  const ms = performance.now() - t;
+  requests.push({ ms, tta, status: res.status });
+  return { status: res.status, headers: res.headers, body, ms };
+}
+
+async function until(check: () => Promise<boolean> | boolean, ms: number): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await check()) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return false;
+}
+
+async function main(): Promise<number> {
+  const providers = await Promise.all([0, 1, 2, 3].map(() => new FakeProvider().start()));
+  const [hot1, hot2, warmA, warmB] = providers;
+  const hook = createServer(async (req, res) => {
+    let body = '';
+    for await (const c of req) body += c;
+    notices.push((JSON.parse(body) as { text: string }).text);
+    res.writeHead(200).end();
+  });
+  await new Promise<void>((r) => hook.listen(0, '127.0.0.1', r));
+  const dir = mkdtempSync(join(tmpdir(), 'lisbon-'));
+  const routes = join(dir, 'routes.json');
+  writeFileSync(
+    routes,
+    JSON.stringify({
+      hot: [hot1, hot2].map((p) => ({ provider: 'openai', model: 'gpt-4o-mini', baseUrl: p.url })),
+      warm: [
+        { provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warmA.url },
+        { provider: 'mistral', model: 'mistral-small-latest', baseUrl: warmB.url },
+      ],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [`http://127.0.0.1:${(hook.address() as AddressInfo).port}/slack`, 'oncall@example.com'] },
+    }),
+  );
+  const prefix = `lisbon-${process.pid}`;
+  const env: NodeJS.ProcessEnv = {
+    ROUTES_FILE: routes,
+    ADMIN_TOKEN: ADMIN,
+    METER_CSV_FILE: join(dir, 'events.csv'),
+    SCOPES_FILE: join(dir, 'none.yaml'),
+    ...(process.env.QUEUE_STORE_URL ? { QUEUE_STORE_URL: process.env.QUEUE_STORE_URL, REDIS_PREFIX: prefix } : {}),
+  };
+  const store = process.env.QUEUE_STORE_URL ? `Redis (prefix ${prefix})` : 'embedded (in-process)';
+  const log = pino({ level: 'silent' });
+  const open: Array<{ stack: Stack; stop: () => Promise<void> }> = [];
+  const up = async () => {
+    const stack = await createStack(env, log, { http: true, worker: true, notifyWindowMs: NOTIFY_WINDOW_MS });
+    const server = await stack.gateway!.listen(0, '127.0.0.1');
+    const handle = {
+      stack,
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      stop: async () => {
+        server.closeAllConnections();
+        await new Promise<void>((r) => server.close(() => r()));
+        await stack.close();
+      },
+    };
+    open.push(handle);
+    return handle;
+  };
+
+  try {
+    // Step 1: Hot blocked.
+    let gw = await up();
+    hot1.always({ kind: 'drop' });
+    hot2.always({ kind: 'drop' });
+    const step1: Array<{ warmAttempts: number; tier: string; ms: number }> = [];
+    for (let i = 0; i < 4; i++) {
+      const before = hot1.received.length + hot2.received.length;
+      const res = await chat(gw.url, 10_000);
+      const total = Number(res.headers.get('x-route-attempts'));
+      step1.push({ warmAttempts: total - (hot1.received.length + hot2.received.length - before), tier: res.headers.get('x-route-tier') ?? '?', ms: res.ms });
+    }
+    const hotOpen = gw.stack.failover.routes.filter((r) => r.tier === 'hot' && r.breaker.state() === 'open').length;
+    results.push({
+      step: '1. Hot blocked → Warm takes over',
+      measured: `Warm answered ${step1.filter((s) => s.tier === 'warm').length}/4 requests with ${step1.map((s) => s.warmAttempts).join(', ')} Warm attempt(s); first in ${step1[0].ms.toFixed(0)} ms, after the Hot breakers opened (${hotOpen}/2) in ${step1.at(-1)!.ms.toFixed(0)} ms`,
+      target: 'every request answered by Warm in 1-2 Warm attempts',
+      pass: step1.every((s) => s.tier === 'warm' && s.warmAttempts >= 1 && s.warmAttempts <= 2),
+    });
+
+    // Step 2: everything answers 500.
+    for (const p of providers) p.always({ kind: 'status', status: 500 });
+    let queued: { status: number; body: string } | null = null;
+    for (let i = 0; i < 6; i++) {
+      const res = await chat(gw.url, 8000, { 'idempotency-key': `lisbon-step2-${i}` });
+      if (res.status === 202) queued = res;
+    }
+    const openRoutes = gw.stack.failover.routes.filter((r) => r.breaker.state() === 'open');
+    const counts = await gw.stack.queue.counts();
+    const depth = counts.waiting + counts.delayed + counts.active + counts.failed;
+    const openFor = Math.max(...gw.stack.failover.routes.map((r) => r.breaker.secondsOpen()));
+    results.push({
+      step: '2. HTTP 500 everywhere → breakers open, Cold enqueues',
+      measured: `${openRoutes.length}/4 breakers open (longest ${openFor.toFixed(1)} s so far, re-probe after 30 s); last answer ${queued?.status ?? 'none'} ${queued ? queued.body : ''}; queue depth ${depth}`,
+      target: 'all breakers open; 202 {status:"queued", jobId}; depth ≥ 1',
+      pass: openRoutes.length === 4 && queued !== null && /"status":"queued"/.test(queued.body) && depth >= 1,
+    });
+    await gw.stop();
+    open.pop();
+
+    // Step 3: budget webhook at 85 %, with jobs running.
+    for (const p of providers) p.always({ kind: 'ok', delayMs: 1500 });
+    gw = await up();
+    const payload = (key: string) => ({ body: { model: 'gpt-4o-mini', messages: [{ role: 'user' as const, content: key }] }, idempotencyKey: key, userId: '', jobId: key, customerId: 'lisbon-tenant', jobType: '', reason: 'drill', reviewRequired: false, enqueuedAt: new Date().toISOString() });
+    const running = await Promise.all([1, 2, 3].map((i) => gw.stack.queue.enqueue(payload(`lisbon-running-${i}-${prefix}`))));
+    await until(async () => (await gw.stack.queue.counts()).active >= 3, 5000);
+    const t0 = performance.now();
+    const hookRes = await fetch(`${gw.url}/budget/webhook`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: JSON.stringify({ provider: 'openai', percentUsed: 85 }) });
+    await until(() => gw.stack.pause.paused(), 5000);
+    const pauseVisibleMs = performance.now() - t0;
+    const fresh = await gw.stack.queue.enqueue(payload(`lisbon-new-${prefix}`));
+    const refused = await until(async () => (await gw.stack.queue.get(fresh.jobId))?.lastError === 'paused by budget guardrail', 5000);
+    const pauseHonouredMs = performance.now() - t0;
+    const finished = await until(async () => (await Promise.all(running.map((r) => gw.stack.queue.get(r.jobId)))).every((j) => j?.state === 'completed'), 10_000);
+    await gw.stack.notifier.flush();
+    await until(() => notices.some((n) => /paused by the budget guardrail/.test(n)), 2000);
+    const pauseNotices = notices.filter((n) => /paused by the budget guardrail/.test(n)).length;
+    const queueNotices = notices.filter((n) => /queued \(Cold tier\)/.test(n)).length;
+    results.push({
+      step: '3. Budget webhook 85 % → pause',
+      measured: `webhook ${hookRes.status}; flag visible in ${pauseVisibleMs.toFixed(0)} ms; new job refused ("paused by budget guardrail") after ${pauseHonouredMs.toFixed(0)} ms; running jobs finished: ${finished ? '3/3' : 'no'}; notifications: ${pauseNotices} pause, ${queueNotices} queue (Slack webhook; e-mail logged)`,
+      target: 'pause honoured < 5 s (goal 100 ms); running jobs finish; notifications sent',
+      pass: hookRes.status === 204 && refused && pauseHonouredMs < 5000 && finished && pauseNotices === 1 && queueNotices >= 1,
+    });
+    await fetch(`${gw.url}/budget/resume`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
+
+    // Step 4: time-to-answer.
+    const worst = requests.reduce((w, r) => (r.ms - r.tta > w.ms - w.tta ? r : w), requests[0]);
+    results.push({
+      step: '4. Time-to-answer and handoff',
+      measured: `${requests.length} requests; longest ${worst.ms.toFixed(0)} ms of its ${worst.tta} ms; over budget: ${requests.filter((r) => r.ms > r.tta).length}`,
+      target: 'no request longer than its time-to-answer',
+      pass: requests.every((r) => r.ms <= r.tta),
+    });
+  } finally {
+    for (const h of open.splice(0)) await h.stop();
+    for (const p of providers) await p.stop();
+    hook.close();
+    if (process.env.QUEUE_STORE_URL) {
+      const redis = new Redis(process.env.QUEUE_STORE_URL);
+      const keys = await redis.keys(`${prefix}:*`);
+      if (keys.length) await redis.del(...keys);
+      await redis.del('pause_ai_tasks');
+      redis.disconnect();
+    }
+  }
+
+  console.log(`Lisbon drill (store: ${store}; notifications coalesced over ${NOTIFY_WINDOW_MS} ms instead of 60 s; gateway restarted between steps 2 and 3)\n`);
+  for (const r of results) {
+    console.log(`${r.pass ? 'PASS' : 'FAIL'}  ${r.step}`);
+    console.log(`      measured: ${r.measured}`);
+    console.log(`      target:   ${r.target}`);
+  }
+  const passed = results.filter((r) => r.pass).length;
+  console.log(`\n${passed} passed, ${results.length - passed} failed (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+  return passed === results.length ? 0 : 1;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error) => {
+    console.error(error);
+    process.exit(1);
+  },
+);
