@@ -11,7 +11,9 @@ import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
 import { answerQueued, coldDegrade, mountColdTier, type ColdTierDeps } from './cold-tier';
 import { capExceeded, planFor, SpendWatch } from './degraded';
 import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
-import type { Admission } from './app';
+import { bearerGuard, type Admission } from './app';
+import { lintFile, loadConcierge } from './voice/config';
+import { MemoryVoiceStore, mountVoice, RedisVoiceStore, VoiceService } from './voice/calls';
 import { ConfigError } from './errors';
 import { Failover, type Route } from './failover';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
@@ -121,6 +123,25 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent, log: { info: (m) => log.info(m), warn: (m) => log.warn(m), error: (m) => log.error(m) } };
   let gateway: Gateway | null = null;
   let failover: Failover;
+  // The voice concierge: loaded when VOICE_TOKEN is set; in production only a file that lints clean.
+  let voice: VoiceService | null = null;
+  let voiceWhy = 'VOICE_TOKEN is not set';
+  if (env.VOICE_TOKEN) {
+    const file = env.CONCIERGE_FILE ?? 'concierge.json';
+    const problems = lintFile(file);
+    if (problems.length && production) {
+      throw new ConfigError(`${file} does not lint clean (npm run concierge:lint):\n${problems.map((p) => `${file}: ${p.path}: ${p.message}`).join('\n')}`);
+    }
+    const { config } = problems.length && problems[0].path === '$' ? { config: null } : loadConcierge(file);
+    if (config) {
+      voice = new VoiceService({ config, store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(), log: { warn: (m) => log.warn(m) } });
+      if (problems.length) log.warn(`${file}: ${problems.length} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
+      log.info(`voice concierge: ${file}`);
+    } else {
+      voiceWhy = `${file} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
+      log.warn(`voice endpoints answer 503: ${voiceWhy}`);
+    }
+  }
   const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
   const admit = async (ctx: import('./chat-request').ChatContext): Promise<Admission> => {
     const tenantWait = await limiter.hitTenant(ctx.customerId).catch(() => 0);
@@ -159,7 +180,10 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
       enqueue: (ctx, res, admission) => answerQueued(coldDeps, ctx, res, admission.decision, 0, { delayMs: admission.delayMs, reviewRequired: admission.reviewRequired }),
       skipRoute: (r) => pause.paused() && skipWhilePaused(r),
       healthExtras: async () => ({ paused: pause.paused(), capped_provider: cappedProvider, queue: await queue.counts().catch(() => 'unreachable') }),
-      extend: (app, { admin }) => mountColdTier(app, admin, coldDeps),
+      extend: (app, { admin }) => {
+        mountColdTier(app, admin, coldDeps);
+        mountVoice(app, bearerGuard(env.VOICE_TOKEN), voice, voiceWhy);
+      },
     });
     failover = gateway.failover;
   } else {

@@ -1,0 +1,61 @@
+/**
+ * Business hours in the configuration's local time: segments separated by `;`, each
+ * `<days> <HH:MM>-<HH:MM>`, days as `Mon-Fri`, `Sat` or `Mon,Wed,Fri`. Example:
+ * "Mon-Fri 08:00-18:00; Sat 09:00-13:00". A range may end at 24:00.
+ */
+const DAYS = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'];
+
+export interface Window {
+  day: number;
+  from: number; // minutes since local midnight
+  to: number;
+}
+
+function dayIndex(name: string): number {
+  return DAYS.indexOf(name.trim().toLowerCase().slice(0, 3));
+}
+
+function minutes(hhmm: string): number {
+  const m = /^(\d{1,2}):(\d{2})$/.exec(hhmm.trim());
+  if (!m) return NaN;
+  const h = Number(m[1]);
+  const mi = Number(m[2]);
+  if (h > 24 || mi > 59 || (h === 24 && mi !== 0)) return NaN;
+  return h * 60 + mi;
+}
+
+export function parseBusinessHours(text: string): { ok: true; windows: Window[] } | { ok: false; error: string } {
+  const windows: Window[] = [];
+  for (const segment of text.split(';').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^([A-Za-z,\- ]+?)\s+(\d{1,2}:\d{2})\s*-\s*(\d{1,2}:\d{2})$/.exec(segment);
+    if (!m) return { ok: false, error: `"${segment}": expected "<days> HH:MM-HH:MM"` };
+    const from = minutes(m[2]);
+    const to = minutes(m[3]);
+    if (!(from < to)) return { ok: false, error: `"${segment}": the range must end after it starts` };
+    const days: number[] = [];
+    for (const part of m[1].split(',')) {
+      const range = part.split('-').map(dayIndex);
+      if (range.some((d) => d < 0) || range.length > 2) return { ok: false, error: `"${segment}": unknown day in "${part.trim()}"` };
+      if (range.length === 1) days.push(range[0]);
+      else for (let d = range[0]; ; d = (d + 1) % 7) {
+        days.push(d);
+        if (d === range[1]) break;
+      }
+    }
+    for (const day of days) windows.push({ day, from, to });
+  }
+  return windows.length ? { ok: true, windows } : { ok: false, error: 'no opening hours given' };
+}
+
+/** Day of week and minutes since midnight of an instant, in a time zone. */
+export function localTime(at: Date, timeZone: string): { day: number; minutes: number } {
+  const parts = Object.fromEntries(
+    new Intl.DateTimeFormat('en-US', { timeZone, weekday: 'short', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).formatToParts(at).map((p) => [p.type, p.value]),
+  );
+  return { day: dayIndex(parts.weekday), minutes: Number(parts.hour) * 60 + Number(parts.minute) };
+}
+
+export function isOpen(windows: Window[], at: Date, timeZone: string): boolean {
+  const { day, minutes: m } = localTime(at, timeZone);
+  return windows.some((w) => w.day === day && m >= w.from && m < w.to);
+}

@@ -1,0 +1,228 @@
+/**
+ * The call-flow configuration of the voice concierge (Document 3), `concierge.json`: one zod
+ * schema is its definition, used by the gateway and by `npm run concierge:lint`. The lint adds
+ * what a schema cannot say alone: bracketed placeholders left, functions an intent calls that do
+ * not exist, targets, https, E.164, IANA time zones, business hours, BCP 47 language tags.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { parseBusinessHours } from './business-hours';
+
+export const INTENT_IDS = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail'] as const;
+export type IntentId = (typeof INTENT_IDS)[number];
+
+const unit = z.number().min(0).max(1);
+const positive = z.number().positive();
+const text = z.string().min(1);
+
+const Meta = z.strictObject({
+  version: z.literal('1.0'),
+  model: text,
+  timezone: text,
+  business_hours_local: text,
+  primary_language: text,
+  alt_languages: z.array(text),
+});
+
+const Guardrails = z.strictObject({
+  max_turns: z.number().int().min(1),
+  min_confidence: unit,
+  latency_budget_s: positive,
+  vad_enabled: z.boolean(),
+  after_hours_to_voicemail: z.boolean(),
+});
+
+const Consent = z.strictObject({
+  opening_line: text,
+  retry_if_no_ack: z.boolean(),
+  max_retries: z.number().int().min(0),
+});
+
+const SpendGuard = z.strictObject({
+  per_call_usd_cap: positive,
+  monthly_usd_cap: positive,
+  disconnect_when_exceeded: z.boolean(),
+  log_to: text,
+  audio_in_per_million: positive,
+  audio_out_per_million: positive,
+});
+
+const FunctionDef = z.strictObject({
+  name: z.string().regex(/^[a-z][a-z0-9_]*$/, 'a snake_case function name'),
+  args: z.array(z.string().min(1)),
+  webhook: text.optional(),
+  static_url: text.optional(),
+  dial: text.optional(),
+});
+
+const OnMatch = z.strictObject({
+  call: z.string().min(1).optional(),
+  confirm_readback: z.boolean().optional(),
+  ask: z.array(text).optional(),
+  qualify_rules: z.strictObject({ service_in: z.array(text).min(1), geo_whitelist: z.array(text).min(1) }).optional(),
+  say: text.optional(),
+  link: text.optional(),
+  offer_callback: z.boolean().optional(),
+  callback_minutes_window: z.number().int().positive().optional(),
+  privacy_notice: z.boolean().optional(),
+});
+
+const Intent = z.strictObject({
+  id: z.enum(INTENT_IDS),
+  triggers: z.array(text).min(1),
+  on_match: OnMatch,
+  handoff_if_confidence_below: unit.optional(),
+});
+
+export const ESCALATION_TRIGGERS = ['confidence_below', 'frustration_detected', 'turn_cap_reached', 'latency_over_budget', 'caller_request'] as const;
+const Rule = z.strictObject({
+  trigger: z.enum(ESCALATION_TRIGGERS),
+  threshold: z.number().positive().optional(),
+  repeat: z.number().int().min(1).optional(),
+  markers: z.array(text).optional(),
+  action: z.literal('escalate_to_human'),
+  reason: z.enum(['low_confidence', 'frustration_markers', 'turn_cap', 'latency', 'caller_request']),
+});
+
+export const ConciergeConfig = z.strictObject({
+  meta: Meta,
+  guardrails: Guardrails,
+  consent: Consent,
+  spend_guard: SpendGuard,
+  functions: z.array(FunctionDef).min(1),
+  intents: z.array(Intent).length(5),
+  escalation: z.strictObject({ rules: z.array(Rule).min(1) }),
+  workflow: z.strictObject({ dlq_url: text }),
+});
+export type Concierge = z.infer<typeof ConciergeConfig>;
+
+export interface Problem {
+  path: string;
+  message: string;
+}
+
+const PLACEHOLDER = /<[^<>]+>/;
+
+function pathOf(parts: ReadonlyArray<PropertyKey>): string {
+  return parts.reduce<string>((p, k) => (typeof k === 'number' ? `${p}[${k}]` : `${p}.${String(k)}`), '$');
+}
+
+function valueAt(root: unknown, parts: ReadonlyArray<PropertyKey>): unknown {
+  let v: unknown = root;
+  for (const k of parts) v = v && typeof v === 'object' ? (v as Record<PropertyKey, unknown>)[k] : undefined;
+  return v;
+}
+
+function walk(value: unknown, parts: PropertyKey[], visit: (v: unknown, parts: PropertyKey[]) => void): void {
+  visit(value, parts);
+  if (Array.isArray(value)) value.forEach((v, i) => walk(v, [...parts, i], visit));
+  else if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) walk(v, [...parts, k], visit);
+}
+
+const isHttps = (u: string) => {
+  try {
+    return new URL(u).protocol === 'https:';
+  } catch {
+    return false;
+  }
+};
+export const isE164 = (n: string) => /^\+[1-9]\d{1,14}$/.test(n);
+export function isTimeZone(tz: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en', { timeZone: tz });
+    return tz.includes('/') || tz === 'UTC';
+  } catch {
+    return false;
+  }
+}
+export function isLanguageTag(tag: string): boolean {
+  try {
+    return Intl.getCanonicalLocales(tag).length === 1 && /^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$/.test(tag);
+  } catch {
+    return false;
+  }
+}
+
+/** Every problem of a configuration, as `<JSON path>: <what is wrong>` pairs. Empty = clean. */
+export function lintConcierge(raw: unknown): Problem[] {
+  const problems: Problem[] = [];
+  const placeholders = new Set<string>();
+  walk(raw, [], (v, parts) => {
+    if (typeof v === 'string' && PLACEHOLDER.test(v)) {
+      placeholders.add(pathOf(parts));
+      problems.push({ path: pathOf(parts), message: `placeholder ${PLACEHOLDER.exec(v)![0]} must be replaced` });
+    }
+  });
+  const parsed = ConciergeConfig.safeParse(raw);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      const parts = issue.path as PropertyKey[];
+      const path = pathOf(parts);
+      if (placeholders.has(path)) continue; // already reported as a placeholder
+      const keys = (issue as { keys?: string[] }).keys;
+      if (issue.code === 'unrecognized_keys' && keys) {
+        for (const k of keys) problems.push({ path: pathOf([...parts, k]), message: 'unknown field' });
+        continue;
+      }
+      const missing = valueAt(raw, parts) === undefined;
+      problems.push({ path, message: missing ? 'missing field' : issue.message });
+    }
+  }
+  // Checks beyond the schema run on whatever is there, so one pass reports everything.
+  const c = raw as Partial<Concierge>;
+  const check = (parts: PropertyKey[], ok: (v: string) => boolean, message: string) => {
+    const v = valueAt(raw, parts);
+    const path = pathOf(parts);
+    if (typeof v === 'string' && !placeholders.has(path) && !ok(v)) problems.push({ path, message });
+  };
+  check(['meta', 'timezone'], isTimeZone, 'expected an IANA time zone such as Europe/Lisbon');
+  check(['meta', 'business_hours_local'], (v) => parseBusinessHours(v).ok, 'expected business hours such as "Mon-Fri 08:00-18:00; Sat 09:00-13:00"');
+  check(['meta', 'primary_language'], isLanguageTag, 'expected a BCP 47 language tag such as en-US');
+  (Array.isArray(c.meta?.alt_languages) ? c.meta!.alt_languages : []).forEach((_, i) => check(['meta', 'alt_languages', i], isLanguageTag, 'expected a BCP 47 language tag such as pt-PT'));
+  check(['spend_guard', 'log_to'], isHttps, 'expected an https URL');
+  check(['workflow', 'dlq_url'], isHttps, 'expected an https URL');
+  const functions = Array.isArray(c.functions) ? c.functions : [];
+  const names = new Set(functions.map((f) => f?.name));
+  functions.forEach((f, i) => {
+    if (!f || typeof f !== 'object') return;
+    const targets = (['webhook', 'static_url', 'dial'] as const).filter((t) => f[t] !== undefined);
+    if (targets.length !== 1) problems.push({ path: pathOf(['functions', i]), message: `expected exactly one target (webhook, static_url or dial), found ${targets.length ? targets.join(' and ') : 'none'}` });
+    check(['functions', i, 'webhook'], isHttps, 'expected an https URL');
+    check(['functions', i, 'static_url'], isHttps, 'expected an https URL');
+    check(['functions', i, 'dial'], isE164, 'expected a phone number in E.164, such as +351211234567');
+  });
+  const intents = Array.isArray(c.intents) ? c.intents : [];
+  const seen = new Set<string>();
+  intents.forEach((intent, i) => {
+    if (!intent || typeof intent !== 'object') return;
+    if (seen.has(intent.id)) problems.push({ path: pathOf(['intents', i, 'id']), message: `intent ${intent.id} is defined twice` });
+    seen.add(intent.id);
+    const call = intent.on_match?.call;
+    if (call && !names.has(call)) problems.push({ path: pathOf(['intents', i, 'on_match', 'call']), message: `calls ${call}, which is not in functions` });
+    if (intent.id !== 'voicemail' && intent.handoff_if_confidence_below === undefined) {
+      problems.push({ path: pathOf(['intents', i, 'handoff_if_confidence_below']), message: 'missing field (every intent but voicemail has one)' });
+    }
+    check(['intents', i, 'on_match', 'link'], isHttps, 'expected an https URL');
+  });
+  for (const id of INTENT_IDS) if (intents.length && !seen.has(id)) problems.push({ path: '$.intents', message: `intent ${id} is missing` });
+  const unique = new Map<string, Problem>();
+  for (const p of problems) unique.set(`${p.path}\u0000${p.message}`, p);
+  return [...unique.values()];
+}
+
+/** Reads and lints a file; a file that is not JSON is one problem at `$`. */
+export function lintFile(file: string): Problem[] {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (error) {
+    return [{ path: '$', message: `not readable JSON (${(error as Error).message})` }];
+  }
+  return lintConcierge(raw);
+}
+
+export function loadConcierge(file: string): { config: Concierge | null; problems: Problem[] } {
+  const problems = lintFile(file);
+  const parsed = ConciergeConfig.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+  return { config: parsed.success ? parsed.data : null, problems };
+}

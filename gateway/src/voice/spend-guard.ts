@@ -1,0 +1,192 @@
+/**
+ * The per-call spend guard (Document 3), a pure module: state in, event in, state and verdict out.
+ * Usable inside a voice server as it is, and behind the gateway's /v1/voice/* endpoints.
+ *
+ * Per call: inputMs, outputMs, turns, estUsd, ttfbBreaches (all from 0).
+ *   user.audio_frame / assistant.audio_frame  add their duration (empty or non-positive: refused)
+ *   assistant.response.start                  ttfb over latency_budget_s → one more breach
+ *   assistant.response.done                   one more turn, cost recomputed, then the checks in
+ *                                             Document 3's order, first match wins:
+ *       turns ≥ max_turns            → escalate   turn_cap
+ *       estUsd ≥ per_call_usd_cap    → disconnect per_call_cap (estUsd_at_disconnect kept)
+ *       ttfbBreaches ≥ 2             → escalate   latency
+ *   transcript (user)                         confidence and escalation rules (below)
+ *
+ * Cost: Document 3's estimate, input tokens = inputMs / 100 and output tokens = outputMs / 50, at
+ * the per-million audio prices. When response.done carries the model's reported usage (audio
+ * tokens), the call is billed from the sum of those instead and the estimate is kept beside it:
+ * the estimate undercounts, because a realtime conversation is re-sent to the model every turn.
+ */
+import type { Concierge, IntentId } from './config';
+import { matchIntent } from './intents';
+
+export type Action = 'continue' | 'escalate' | 'disconnect';
+export type Reason = 'turn_cap' | 'per_call_cap' | 'latency' | 'low_confidence' | 'frustration_markers' | 'caller_request';
+
+export interface CallState {
+  inputMs: number;
+  outputMs: number;
+  turns: number;
+  estUsd: number;
+  ttfbBreaches: number;
+  /** Document 3's estimate from audio durations, kept beside the billed figure. */
+  estimateUsd: number;
+  /** Sum of the cost of the model's reported audio usage; null until a response reports usage. */
+  billedUsd: number | null;
+  lowConfidence: number;
+  confidences: number[];
+  ttfbMs: number[];
+  intent: IntentId | 'unknown';
+  action: Action;
+  reason: Reason | null;
+  estUsd_at_disconnect: number | null;
+}
+
+export type VoiceEvent =
+  | { type: 'user.audio_frame'; ms: number }
+  | { type: 'assistant.audio_frame'; ms: number }
+  | { type: 'assistant.response.start'; ttfb_ms: number }
+  | { type: 'assistant.response.done'; usage?: RealtimeUsage }
+  | { type: 'transcript'; text: string; confidence: number; speaker: 'user' | 'assistant' };
+
+export interface RealtimeUsage {
+  input_token_details?: { audio_tokens?: number; cached_tokens_details?: { audio_tokens?: number } };
+  output_token_details?: { audio_tokens?: number };
+}
+
+export class VoiceEventError extends Error {}
+
+export interface GuardConfig {
+  maxTurns: number;
+  minConfidence: number;
+  confidenceRepeat: number;
+  latencyBudgetMs: number;
+  latencyRepeat: number;
+  perCallUsdCap: number;
+  inPerMillion: number;
+  outPerMillion: number;
+  frustrationMarkers: string[];
+  callerRequestMarkers: string[];
+  handoffBelow: Partial<Record<IntentId, number>>;
+  triggers: Array<{ id: IntentId; triggers: string[] }>;
+}
+
+/** Phrases of a caller asking for a person, when the configuration gives none. */
+export const DEFAULT_CALLER_REQUEST = ['speak to a person', 'talk to a person', 'real person', 'a human', 'speak to someone', 'talk to someone', 'an operator', 'customer service'];
+
+export function guardConfig(c: Concierge): GuardConfig {
+  const rule = (t: string) => c.escalation.rules.find((r) => r.trigger === t);
+  return {
+    maxTurns: rule('turn_cap_reached')?.threshold ?? c.guardrails.max_turns,
+    minConfidence: rule('confidence_below')?.threshold ?? c.guardrails.min_confidence,
+    confidenceRepeat: rule('confidence_below')?.repeat ?? 2,
+    latencyBudgetMs: (rule('latency_over_budget')?.threshold ?? c.guardrails.latency_budget_s) * 1000,
+    latencyRepeat: rule('latency_over_budget')?.repeat ?? 2,
+    perCallUsdCap: c.spend_guard.per_call_usd_cap,
+    inPerMillion: c.spend_guard.audio_in_per_million,
+    outPerMillion: c.spend_guard.audio_out_per_million,
+    frustrationMarkers: rule('frustration_detected')?.markers ?? [],
+    callerRequestMarkers: rule('caller_request')?.markers ?? DEFAULT_CALLER_REQUEST,
+    handoffBelow: Object.fromEntries(c.intents.filter((i) => i.handoff_if_confidence_below !== undefined).map((i) => [i.id, i.handoff_if_confidence_below])),
+    triggers: c.intents.map((i) => ({ id: i.id, triggers: i.triggers })),
+  };
+}
+
+export function newCall(): CallState {
+  return {
+    inputMs: 0,
+    outputMs: 0,
+    turns: 0,
+    estUsd: 0,
+    ttfbBreaches: 0,
+    estimateUsd: 0,
+    billedUsd: null,
+    lowConfidence: 0,
+    confidences: [],
+    ttfbMs: [],
+    intent: 'unknown',
+    action: 'continue',
+    reason: null,
+    estUsd_at_disconnect: null,
+  };
+}
+
+/** Document 3's estimate: 1 input token per 100 ms, 1 output token per 50 ms of audio. */
+export function estimateUsd(state: Pick<CallState, 'inputMs' | 'outputMs'>, cfg: Pick<GuardConfig, 'inPerMillion' | 'outPerMillion'>): number {
+  return ((state.inputMs / 100) * cfg.inPerMillion) / 1e6 + ((state.outputMs / 50) * cfg.outPerMillion) / 1e6;
+}
+
+function usageUsd(usage: RealtimeUsage, cfg: GuardConfig): number | null {
+  const inTokens = usage.input_token_details?.audio_tokens;
+  const outTokens = usage.output_token_details?.audio_tokens;
+  if (typeof inTokens !== 'number' && typeof outTokens !== 'number') return null;
+  return (((inTokens ?? 0) * cfg.inPerMillion) + (outTokens ?? 0) * cfg.outPerMillion) / 1e6;
+}
+
+const includesPhrase = (text: string, phrases: string[]) => {
+  const t = ` ${text.toLowerCase().replace(/[^\p{L}\p{N}' ]+/gu, ' ').replace(/\s+/g, ' ')} `;
+  return phrases.some((p) => t.includes(` ${p.toLowerCase()} `));
+};
+
+function escalate(state: CallState, reason: Reason): void {
+  state.action = 'escalate';
+  state.reason = reason;
+}
+
+/**
+ * Applies one event, in place, and returns the state. Once a call is escalated or disconnected,
+ * the verdict stays (later events still count audio and cost).
+ */
+export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig): CallState {
+  switch (event.type) {
+    case 'user.audio_frame':
+    case 'assistant.audio_frame': {
+      if (typeof event.ms !== 'number' || !Number.isFinite(event.ms) || event.ms <= 0) {
+        throw new VoiceEventError(`${event.type}.ms: expected a duration in milliseconds > 0 (empty frames are rejected), got ${JSON.stringify(event.ms)}`);
+      }
+      if (event.type === 'user.audio_frame') state.inputMs += event.ms;
+      else state.outputMs += event.ms;
+      return state;
+    }
+    case 'assistant.response.start': {
+      if (typeof event.ttfb_ms !== 'number' || !Number.isFinite(event.ttfb_ms) || event.ttfb_ms < 0) {
+        throw new VoiceEventError(`assistant.response.start.ttfb_ms: expected milliseconds >= 0, got ${JSON.stringify(event.ttfb_ms)}`);
+      }
+      state.ttfbMs.push(event.ttfb_ms);
+      if (event.ttfb_ms > cfg.latencyBudgetMs) state.ttfbBreaches++;
+      return state;
+    }
+    case 'assistant.response.done': {
+      state.turns++;
+      state.estimateUsd = estimateUsd(state, cfg);
+      const billed = event.usage ? usageUsd(event.usage, cfg) : null;
+      if (billed !== null) state.billedUsd = (state.billedUsd ?? 0) + billed;
+      state.estUsd = state.billedUsd ?? state.estimateUsd;
+      if (state.action !== 'continue') return state;
+      if (state.turns >= cfg.maxTurns) escalate(state, 'turn_cap');
+      else if (state.estUsd >= cfg.perCallUsdCap) {
+        state.action = 'disconnect';
+        state.reason = 'per_call_cap';
+        state.estUsd_at_disconnect = state.estUsd;
+      } else if (state.ttfbBreaches >= cfg.latencyRepeat) escalate(state, 'latency');
+      return state;
+    }
+    case 'transcript': {
+      if (typeof event.text !== 'string' || typeof event.confidence !== 'number' || event.confidence < 0 || event.confidence > 1 || (event.speaker !== 'user' && event.speaker !== 'assistant')) {
+        throw new VoiceEventError('transcript: expected {text: string, confidence: 0..1, speaker: "user"|"assistant"}');
+      }
+      if (event.speaker !== 'user') return state;
+      state.confidences.push(event.confidence);
+      if (state.intent === 'unknown') state.intent = matchIntent(event.text, cfg.triggers);
+      if (state.action !== 'continue') return state;
+      if (includesPhrase(event.text, cfg.callerRequestMarkers)) return escalate(state, 'caller_request'), state;
+      if (includesPhrase(event.text, cfg.frustrationMarkers)) return escalate(state, 'frustration_markers'), state;
+      const handoff = state.intent !== 'unknown' ? cfg.handoffBelow[state.intent] : undefined;
+      if (handoff !== undefined && event.confidence < handoff) return escalate(state, 'low_confidence'), state;
+      if (event.confidence < cfg.minConfidence && ++state.lowConfidence >= cfg.confidenceRepeat) escalate(state, 'low_confidence');
+      return state;
+    }
+    default:
+      throw new VoiceEventError(`type: expected one of user.audio_frame, assistant.audio_frame, assistant.response.start, assistant.response.done, transcript, billing.monthly_rollup; got ${JSON.stringify((event as { type?: unknown }).type)}`);
+  }
+}

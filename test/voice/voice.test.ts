@@ -1,0 +1,250 @@
+// The voice concierge: configuration lint, the spend guard (Document 3's tables, step by step),
+// intent matching, and the /v1/voice/* endpoints through HTTP with a real Redis.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createStack, type Stack } from '../../gateway/src/stack';
+import { lintConcierge } from '../../gateway/src/voice/config';
+import { matchIntent } from '../../gateway/src/voice/intents';
+import { applyEvent, estimateUsd, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
+import { captureLogger } from '../gateway/harness';
+import { filled, template } from './filled';
+
+const root = join(import.meta.dirname, '..', '..');
+
+describe('concierge.json and its lint', () => {
+  it('the template lists every placeholder; a filled copy is clean', () => {
+    const problems = lintConcierge(template());
+    expect(problems.length).toBeGreaterThanOrEqual(20);
+    expect(problems.every((p) => /placeholder <[^>]+> must be replaced/.test(p.message))).toBe(true);
+    expect(problems.map((p) => p.path)).toContain('$.functions[5].dial');
+    expect(lintConcierge(filled())).toEqual([]);
+    const t = template();
+    expect([t.guardrails.max_turns, t.guardrails.min_confidence, t.guardrails.latency_budget_s, t.spend_guard.per_call_usd_cap, t.consent.max_retries]).toEqual([8, 0.6, 1.8, 0.35, 1]);
+    expect(t.functions.map((f: { name: string }) => f.name)).toEqual(['book_slot', 'reschedule_slot', 'create_lead', 'lookup_pricing_page', 'route_to_voicemail', 'escalate_to_human']);
+    expect(t.escalation.rules).toHaveLength(4);
+  });
+
+  it('finds what is wrong, one line per problem with its JSON path', () => {
+    const c = filled() as any;
+    c.meta.colour = 'blue';
+    delete c.consent.max_retries;
+    c.guardrails.min_confidence = 1.4;
+    c.guardrails.max_turns = 0;
+    c.spend_guard.per_call_usd_cap = -1;
+    c.intents[0].on_match.call = 'book_table';
+    c.functions[3].webhook = 'https://x.example.com';
+    delete c.functions[4].webhook;
+    c.functions[0].webhook = 'http://hooks.example.com/book';
+    c.functions[5].dial = '211 234 567';
+    c.meta.timezone = 'Lisbon';
+    c.meta.business_hours_local = 'weekdays 9 to 5';
+    c.meta.primary_language = 'portuguese!';
+    const lines = lintConcierge(c).map((p) => `${p.path}: ${p.message}`);
+    const expectLine = (re: RegExp) => expect(lines.some((l) => re.test(l)), `${re} in\n${lines.join('\n')}`).toBe(true);
+    expectLine(/^\$\.meta\.colour: unknown field$/);
+    expectLine(/^\$\.consent\.max_retries: missing field$/);
+    expectLine(/^\$\.guardrails\.min_confidence: /);
+    expectLine(/^\$\.guardrails\.max_turns: /);
+    expectLine(/^\$\.spend_guard\.per_call_usd_cap: /);
+    expectLine(/^\$\.intents\[0\]\.on_match\.call: calls book_table, which is not in functions$/);
+    expectLine(/^\$\.functions\[3\]: expected exactly one target .* found webhook and static_url$/);
+    expectLine(/^\$\.functions\[4\]: expected exactly one target .* found none$/);
+    expectLine(/^\$\.functions\[0\]\.webhook: expected an https URL$/);
+    expectLine(/^\$\.functions\[5\]\.dial: expected a phone number in E\.164/);
+    expectLine(/^\$\.meta\.timezone: expected an IANA time zone/);
+    expectLine(/^\$\.meta\.business_hours_local: expected business hours/);
+    expectLine(/^\$\.meta\.primary_language: expected a BCP 47 language tag/);
+  });
+
+  it('npm run concierge:lint exits 1 on the template and 0 on a filled file', () => {
+    const tsx = join(root, 'node_modules', '.bin', 'tsx');
+    const bad = spawnSync(tsx, ['gateway/src/voice/lint-cli.ts'], { cwd: root, encoding: 'utf8' });
+    expect(bad.status).toBe(1);
+    expect(bad.stdout.split('\n')[0]).toBe('$.meta.model: placeholder <REALTIME_MODEL> must be replaced');
+    const file = join(mkdtempSync(join(tmpdir(), 'concierge-')), 'c.json');
+    writeFileSync(file, JSON.stringify(filled()));
+    const good = spawnSync(tsx, ['gateway/src/voice/lint-cli.ts', file], { cwd: root, encoding: 'utf8' });
+    expect(good.status).toBe(0);
+  });
+});
+
+describe('intent matching', () => {
+  const intents = filled().intents;
+  it('matches whole words and phrases, case-insensitively; otherwise unknown', () => {
+    expect(matchIntent("Hi, I'd like to BOOK a table", intents)).toBe('book');
+    expect(matchIntent('can we change time please', intents)).toBe('reschedule');
+    expect(matchIntent('How much is it?', intents)).toBe('pricing_deflection');
+    expect(matchIntent('my notebook broke', intents)).toBe('unknown');
+    expect(matchIntent('rebooking', intents)).toBe('unknown');
+  });
+});
+
+describe('spend guard (Document 3)', () => {
+  const cfg = guardConfig(filled()); // audio in 10 $/M, out 20 $/M, cap 0.35, 8 turns, 1.8 s
+  const run = (events: VoiceEvent[], state = newCall()) => {
+    for (const e of events) applyEvent(state, e, cfg);
+    return state;
+  };
+
+  it('audio frames add their duration; empty frames are refused', () => {
+    const s = run([{ type: 'user.audio_frame', ms: 20 }, { type: 'user.audio_frame', ms: 30 }, { type: 'assistant.audio_frame', ms: 40 }]);
+    expect([s.inputMs, s.outputMs]).toEqual([50, 40]);
+    expect(() => applyEvent(s, { type: 'user.audio_frame', ms: 0 }, cfg)).toThrow(/user\.audio_frame\.ms: expected a duration in milliseconds > 0/);
+    expect(() => applyEvent(s, { type: 'assistant.audio_frame', ms: -5 }, cfg)).toThrow(/> 0/);
+  });
+
+  it('estimates cost as inputMs/100 and outputMs/50 tokens at the per-million prices', () => {
+    const s = run([{ type: 'user.audio_frame', ms: 60_000 }, { type: 'assistant.audio_frame', ms: 30_000 }, { type: 'assistant.response.done' }]);
+    // 600 input tokens x 10/1e6 + 600 output tokens x 20/1e6 = 0.006 + 0.012
+    expect(s.estUsd).toBeCloseTo(0.018, 12);
+    expect(estimateUsd(s, cfg)).toBeCloseTo(0.018, 12);
+    expect(s.turns).toBe(1);
+  });
+
+  it('bills from the reported usage when response.done carries it, keeping the estimate beside it', () => {
+    const s = run([
+      { type: 'user.audio_frame', ms: 1000 },
+      { type: 'assistant.response.done', usage: { input_token_details: { audio_tokens: 5000 }, output_token_details: { audio_tokens: 1000 } } },
+      { type: 'assistant.response.done', usage: { input_token_details: { audio_tokens: 9000 }, output_token_details: { audio_tokens: 500 } } },
+    ]);
+    expect(s.billedUsd).toBeCloseTo((14_000 * 10 + 1500 * 20) / 1e6, 12);
+    expect(s.estUsd).toBe(s.billedUsd);
+    expect(s.estimateUsd).toBeCloseTo((10 * 10) / 1e6, 12);
+    expect(s.estimateUsd).toBeLessThan(s.estUsd);
+  });
+
+  it('checks in order at the end of each response: turn cap, then per-call cap (disconnect), then latency', () => {
+    const done = { type: 'assistant.response.done' } as const;
+    // Turn 8 with the cost also over the cap at that moment: turn_cap wins (first match ends the evaluation).
+    const both = run([...Array(7).fill(done), { type: 'assistant.audio_frame', ms: 1_000_000 }, done]);
+    expect([both.action, both.reason]).toEqual(['escalate', 'turn_cap']);
+    // Cost over the cap before the turn cap: disconnect, with estUsd_at_disconnect.
+    const cost = run([{ type: 'assistant.audio_frame', ms: 900_000 }, done]);
+    expect([cost.action, cost.reason]).toEqual(['disconnect', 'per_call_cap']);
+    expect(cost.estUsd_at_disconnect).toBeCloseTo(0.36, 12);
+    // Exactly at the cap counts (>=).
+    const exact = run([{ type: 'assistant.audio_frame', ms: 875_000 }, done]);
+    expect(exact.reason).toBe('per_call_cap');
+    // Two ttfb breaches and cost over the cap: the cap wins.
+    const order = run([{ type: 'assistant.response.start', ttfb_ms: 2000 }, { type: 'assistant.response.start', ttfb_ms: 2500 }, { type: 'assistant.audio_frame', ms: 900_000 }, done]);
+    expect(order.reason).toBe('per_call_cap');
+    // Latency alone: escalate after the second breach, not the first; at the budget is no breach.
+    const lat = run([{ type: 'assistant.response.start', ttfb_ms: 1800 }, done, { type: 'assistant.response.start', ttfb_ms: 1801 }, done]);
+    expect([lat.ttfbBreaches, lat.action]).toEqual([1, 'continue']);
+    run([{ type: 'assistant.response.start', ttfb_ms: 3000 }, done], lat);
+    expect([lat.action, lat.reason]).toEqual(['escalate', 'latency']);
+  });
+
+  it('escalation rules on the caller’s words: confidence twice, intent handoff at once, frustration, a person', () => {
+    const user = (text: string, confidence = 0.9) => ({ type: 'transcript', text, confidence, speaker: 'user' }) as const;
+    const twice = run([user('hmm', 0.5)]);
+    expect(twice.action).toBe('continue');
+    run([user('what', 0.4)], twice);
+    expect([twice.action, twice.reason]).toEqual(['escalate', 'low_confidence']);
+    const c = filled();
+    c.intents[0].handoff_if_confidence_below = 0.8;
+    const strict = guardConfig(c);
+    const first = newCall();
+    applyEvent(first, user('I want to book a table', 0.95), strict);
+    applyEvent(first, user('for four', 0.75), strict);
+    expect([first.intent, first.reason]).toEqual(['book', 'low_confidence']);
+    expect(run([user('this is ridiculous')]).reason).toBe('frustration_markers');
+    expect(run([user('can I speak to a person please')]).reason).toBe('caller_request');
+    expect(run([{ type: 'transcript', text: 'this is ridiculous', confidence: 0.1, speaker: 'assistant' }]).action).toBe('continue');
+  });
+});
+
+describe('/v1/voice endpoints (HTTP, Redis)', () => {
+  const REDIS_URL = 'redis://127.0.0.1:6379/9';
+  const prefix = `test-voice-${process.pid}`;
+  let redis: Redis;
+  const stacks: Array<{ stack: Stack; url: string; stop: () => Promise<void> }> = [];
+  let env: NodeJS.ProcessEnv;
+  beforeAll(() => {
+    redis = new Redis(REDIS_URL);
+    const dir = mkdtempSync(join(tmpdir(), 'voice-'));
+    writeFileSync(join(dir, 'concierge.json'), JSON.stringify(filled()));
+    env = { CONCIERGE_FILE: join(dir, 'concierge.json'), VOICE_TOKEN: 'voice-secret', QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml'), HOT_BASE_URL: 'http://127.0.0.1:9/v1' };
+  });
+  afterEach(async () => {
+    for (const s of stacks.splice(0)) await s.stop();
+    const keys = await redis.keys(`${prefix}:*`);
+    if (keys.length) await redis.del(...keys);
+  });
+  afterAll(() => redis.disconnect());
+
+  async function up() {
+    const stack = await createStack(env, captureLogger([]), { http: true, worker: false });
+    const server = await stack.gateway!.listen(0, '127.0.0.1');
+    const h = {
+      stack,
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      stop: async () => {
+        server.closeAllConnections();
+        await new Promise<void>((r) => server.close(() => r()));
+        await stack.close();
+      },
+    };
+    stacks.push(h);
+    return h;
+  }
+  const post = (url: string, path: string, body: unknown, token = 'voice-secret') =>
+    fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+
+  it('answers in business hours (Lisbon time) with the consent line; voicemail after hours and on no_answer', async () => {
+    const { url } = await up();
+    expect((await post(url, '/v1/voice/calls', { call_id: 'c1', from: '+351900000000' }, 'nope')).status).toBe(401);
+    const open = (await (await post(url, '/v1/voice/calls', { call_id: 'c1', from: '+351900000000', at: '2026-11-23T10:00:00Z' })).json()) as Record<string, unknown>;
+    expect(open).toMatchObject({ action: 'answer', consent_line: expect.stringContaining('AI assistant'), consent: { retry_if_no_ack: true, max_retries: 1 } });
+    const night = (await (await post(url, '/v1/voice/calls', { call_id: 'c2', from: '+351900000000', at: '2026-11-23T19:30:00Z' })).json()) as Record<string, unknown>;
+    expect(night).toMatchObject({ action: 'voicemail', reason: 'after_hours', function: 'route_to_voicemail', privacy_notice: true });
+    const sunday = (await (await post(url, '/v1/voice/calls', { call_id: 'c3', from: '+1', at: '2026-11-22T10:00:00Z' })).json()) as Record<string, unknown>;
+    expect(sunday.action).toBe('voicemail');
+    const missed = (await (await post(url, '/v1/voice/calls', { call_id: 'c4', from: '+1', at: '2026-11-23T10:00:00Z', trigger: 'no_answer' })).json()) as Record<string, unknown>;
+    expect(missed).toMatchObject({ action: 'voicemail', reason: 'no_answer' });
+    const bad = await post(url, '/v1/voice/calls', { call_id: 'c 5', from: '+1' });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: string }).error).toMatch(/^call_id: /);
+  });
+
+  it('events in batches through any instance; a bad event refuses the batch; the verdict comes back', async () => {
+    const a = await up();
+    const b = await up();
+    await post(a.url, '/v1/voice/calls', { call_id: 'call-9', from: '+351900000000', at: '2026-11-23T10:00:00Z' });
+    const frames = Array.from({ length: 50 }, () => ({ type: 'user.audio_frame', ms: 20 }));
+    const r1 = (await (await post(a.url, '/v1/voice/calls/call-9/events', frames)).json()) as Record<string, any>;
+    expect(r1).toMatchObject({ action: 'continue', state: { inputMs: 1000, outputMs: 0, turns: 0, ttfbBreaches: 0 } });
+    const refused = await post(b.url, '/v1/voice/calls/call-9/events', [{ type: 'assistant.audio_frame', ms: 40 }, { type: 'assistant.audio_frame', ms: 0 }]);
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: string }).error).toMatch(/^events\[1\]\.assistant\.audio_frame\.ms: /);
+    const r2 = (await (await post(b.url, '/v1/voice/calls/call-9/events', [{ type: 'assistant.audio_frame', ms: 900_000 }, { type: 'assistant.response.done' }])).json()) as Record<string, any>;
+    expect(r2).toMatchObject({ action: 'disconnect', reason: 'per_call_cap', state: { inputMs: 1000, outputMs: 900_000, turns: 1 } });
+    expect(r2.estUsd_at_disconnect).toBeGreaterThanOrEqual(0.35);
+    expect((await post(a.url, '/v1/voice/calls/unknown/events', { type: 'user.audio_frame', ms: 1 })).status).toBe(404);
+    const ttl = await redis.ttl(`${prefix}:voice:call:call-9`);
+    expect(ttl).toBeGreaterThan(3600);
+  });
+
+  it('a monthly rollup at the cap pauses new calls on every instance; calls in progress go on; a rollup below resumes', async () => {
+    const a = await up();
+    const b = await up();
+    await post(a.url, '/v1/voice/calls', { call_id: 'live', from: '+1', at: '2026-11-23T10:00:00Z' });
+    expect((await post(a.url, '/v1/voice/billing/monthly-rollup', { monthly_usd: 300 })).status).toBe(204);
+    const refused = await post(b.url, '/v1/voice/calls', { call_id: 'new', from: '+1', at: '2026-11-23T10:00:00Z' });
+    expect(refused.status).toBe(503);
+    expect(((await refused.json()) as { reason: string }).reason).toBe('monthly_cap');
+    expect((await post(b.url, '/v1/voice/calls/live/events', { type: 'user.audio_frame', ms: 20 })).status).toBe(200);
+    expect((await post(b.url, '/v1/voice/calls/live/events', { type: 'billing.monthly_rollup', monthly_usd: 120 })).status).toBe(200);
+    expect((await post(a.url, '/v1/voice/calls', { call_id: 'new', from: '+1', at: '2026-11-23T10:00:00Z' })).status).toBe(200);
+    expect((await post(a.url, '/v1/voice/billing/monthly-rollup', { monthly_usd: 'lots' })).status).toBe(400);
+  });
+
+  it('refuses, in production, a configuration that does not lint clean', async () => {
+    await expect(createStack({ ...env, NODE_ENV: 'production', CONCIERGE_FILE: join(root, 'concierge.json') }, captureLogger([]), { http: true, worker: false })).rejects.toThrow(/does not lint clean/);
+  });
+});
