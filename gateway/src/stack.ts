@@ -81,6 +81,22 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const pauseAtPercent = pauseThreshold(env);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
 
+  // The voice concierge: loaded when VOICE_TOKEN is set; in production only a file that lints clean
+  // (checked before any connection is opened, so a refused start leaves nothing behind).
+  let voiceConfig: import('./voice/config').Concierge | null = null;
+  let voiceWhy = 'VOICE_TOKEN is not set';
+  let voiceProblems = 0;
+  const conciergeFile = env.CONCIERGE_FILE ?? 'concierge.json';
+  if (env.VOICE_TOKEN) {
+    const problems = lintFile(conciergeFile);
+    if (problems.length && production) {
+      throw new ConfigError(`${conciergeFile} does not lint clean (npm run concierge:lint):\n${problems.map((p) => `${conciergeFile}: ${p.path}: ${p.message}`).join('\n')}`);
+    }
+    voiceProblems = problems.length;
+    voiceConfig = problems.length && problems[0].path === '$' ? null : loadConcierge(conciergeFile).config;
+    if (!voiceConfig) voiceWhy = `${conciergeFile} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
+  }
+
   let redis: Redis | null = null;
   if (env.QUEUE_STORE_URL) redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
   else if (production) throw new ConfigError('QUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)');
@@ -123,25 +139,12 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent, log: { info: (m) => log.info(m), warn: (m) => log.warn(m), error: (m) => log.error(m) } };
   let gateway: Gateway | null = null;
   let failover: Failover;
-  // The voice concierge: loaded when VOICE_TOKEN is set; in production only a file that lints clean.
   let voice: VoiceService | null = null;
-  let voiceWhy = 'VOICE_TOKEN is not set';
-  if (env.VOICE_TOKEN) {
-    const file = env.CONCIERGE_FILE ?? 'concierge.json';
-    const problems = lintFile(file);
-    if (problems.length && production) {
-      throw new ConfigError(`${file} does not lint clean (npm run concierge:lint):\n${problems.map((p) => `${file}: ${p.path}: ${p.message}`).join('\n')}`);
-    }
-    const { config } = problems.length && problems[0].path === '$' ? { config: null } : loadConcierge(file);
-    if (config) {
-      voice = new VoiceService({ config, store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(), log: { warn: (m) => log.warn(m) } });
-      if (problems.length) log.warn(`${file}: ${problems.length} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
-      log.info(`voice concierge: ${file}`);
-    } else {
-      voiceWhy = `${file} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
-      log.warn(`voice endpoints answer 503: ${voiceWhy}`);
-    }
-  }
+  if (voiceConfig) {
+    voice = new VoiceService({ config: voiceConfig, store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(), log: { warn: (m) => log.warn(m) } });
+    if (voiceProblems) log.warn(`${conciergeFile}: ${voiceProblems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
+    log.info(`voice concierge: ${conciergeFile}`);
+  } else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voiceWhy}`);
   const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
   const admit = async (ctx: import('./chat-request').ChatContext): Promise<Admission> => {
     const tenantWait = await limiter.hitTenant(ctx.customerId).catch(() => 0);

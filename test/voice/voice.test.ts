@@ -44,6 +44,7 @@ describe('concierge.json and its lint', () => {
     c.meta.timezone = 'Lisbon';
     c.meta.business_hours_local = 'weekdays 9 to 5';
     c.meta.primary_language = 'portuguese!';
+    c.escalation.rules[0].threshold = 6;
     const lines = lintConcierge(c).map((p) => `${p.path}: ${p.message}`);
     const expectLine = (re: RegExp) => expect(lines.some((l) => re.test(l)), `${re} in\n${lines.join('\n')}`).toBe(true);
     expectLine(/^\$\.meta\.colour: unknown field$/);
@@ -59,6 +60,7 @@ describe('concierge.json and its lint', () => {
     expectLine(/^\$\.meta\.timezone: expected an IANA time zone/);
     expectLine(/^\$\.meta\.business_hours_local: expected business hours/);
     expectLine(/^\$\.meta\.primary_language: expected a BCP 47 language tag/);
+    expectLine(/^\$\.escalation\.rules\[0\]\.threshold: expected a confidence from 0 to 1$/);
   });
 
   it('npm run concierge:lint exits 1 on the template and 0 on a filled file', () => {

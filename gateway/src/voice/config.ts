@@ -205,6 +205,12 @@ export function lintConcierge(raw: unknown): Problem[] {
     check(['intents', i, 'on_match', 'link'], isHttps, 'expected an https URL');
   });
   for (const id of INTENT_IDS) if (intents.length && !seen.has(id)) problems.push({ path: '$.intents', message: `intent ${id} is missing` });
+  const rules = Array.isArray(c.escalation?.rules) ? c.escalation!.rules : [];
+  rules.forEach((r, i) => {
+    if (r?.trigger === 'confidence_below' && typeof r.threshold === 'number' && r.threshold > 1) {
+      problems.push({ path: pathOf(['escalation', 'rules', i, 'threshold']), message: 'expected a confidence from 0 to 1' });
+    }
+  });
   const unique = new Map<string, Problem>();
   for (const p of problems) unique.set(`${p.path}\u0000${p.message}`, p);
   return [...unique.values()];
