@@ -10,6 +10,8 @@ import { ArchiveInputError, convert } from './convert';
 import { openDuck } from './duck';
 import { DEFAULT_ARCHIVE_DAYS, expireArchive } from './expire';
 import { REPORTS, formatRows, reportSql, type ReportName } from './reports';
+import { voiceRollupSql } from './voice-rollups';
+import { existsSync } from 'node:fs';
 
 export const DEFAULT_ARCHIVE = '.data/archive';
 
@@ -59,10 +61,25 @@ async function main(argv: string[]): Promise<void> {
         archive: { type: 'string', default: DEFAULT_ARCHIVE },
         format: { type: 'string', default: 'table' },
         'as-of': { type: 'string', default: today() },
+        since: { type: 'string' },
+        calls: { type: 'string' },
       },
     });
     const name = positionals[0] as ReportName;
-    if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, got "${positionals[0] ?? ''}"`);
+    if (positionals[0] === 'voice') {
+      const calls = values.calls ?? process.env.CALLS_CSV_FILE ?? '.data/calls.csv';
+      if (!existsSync(calls)) throw new UsageError(`--calls ${calls}: no such file (the gateway writes .data/calls.csv when METER_URL is not set; or pass the meter's calls export)`);
+      if (values.since && !/^\d{4}-\d{2}-\d{2}$/.test(values.since)) throw new UsageError(`--since: expected YYYY-MM-DD, got "${values.since}"`);
+      const duck = await openDuck();
+      try {
+        const { columns, rows } = await duck.query(voiceRollupSql(calls, values.since ?? null));
+        process.stdout.write(formatRows(rows, columns, (values.format as 'table' | 'csv' | 'json') ?? 'table'));
+      } finally {
+        duck.close();
+      }
+      return;
+    }
+    if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
     const format = values.format as 'table' | 'csv' | 'json';
     if (!['table', 'csv', 'json'].includes(format)) throw new UsageError(`--format: expected table, csv or json, got "${values.format}"`);
     if (!/^\d{4}-\d{2}-\d{2}$/.test(values['as-of']!)) throw new UsageError(`--as-of: expected YYYY-MM-DD, got "${values['as-of']}"`);

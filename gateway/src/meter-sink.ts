@@ -15,9 +15,9 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { CSV_HEADER, eventToCsvLine, formatTimestamp, type EventRecord } from '../../schema/event-record';
 
-export interface MeterSink {
+export interface MeterSink<T = EventRecord> {
   readonly kind: string;
-  send(event: EventRecord): void;
+  send(record: T): void;
   /** Writes what is pending (and, for the web app, tries to deliver it). */
   flush(): Promise<void>;
   close(): Promise<void>;
@@ -35,14 +35,18 @@ class Chain {
   }
 }
 
-export class CsvSink implements MeterSink {
+export class CsvSink<T = EventRecord> implements MeterSink<T> {
   readonly kind = 'csv';
   private pending: string[] = [];
   private readonly chain = new Chain();
   private timer: NodeJS.Timeout | null = null;
-  constructor(readonly file: string) {}
-  send(event: EventRecord): void {
-    this.pending.push(eventToCsvLine(event));
+  constructor(
+    readonly file: string,
+    private readonly header = CSV_HEADER,
+    private readonly toLine: (record: T) => string = eventToCsvLine as unknown as (record: T) => string,
+  ) {}
+  send(record: T): void {
+    this.pending.push(this.toLine(record));
     this.timer ??= setTimeout(() => void this.flush(), 50);
   }
   flush(): Promise<void> {
@@ -53,7 +57,7 @@ export class CsvSink implements MeterSink {
     if (lines.length === 0) return this.chain.run(async () => undefined);
     return this.chain.run(async () => {
       await mkdir(dirname(this.file), { recursive: true });
-      const header = existsSync(this.file) ? '' : `${CSV_HEADER}\n`;
+      const header = existsSync(this.file) ? '' : `${this.header}\n`;
       await appendFile(this.file, `${header}${lines.join('\n')}\n`);
     });
   }
@@ -69,6 +73,8 @@ export function eventJson(event: EventRecord): Record<string, unknown> {
 
 export interface WebAppSinkOptions {
   url: string;
+  /** The body key of a batch: `events` (default) or `calls`. */
+  key?: string;
   token?: string;
   spoolDir: string;
   batchSize?: number;
@@ -77,7 +83,7 @@ export interface WebAppSinkOptions {
   log: Log;
 }
 
-export class WebAppSink implements MeterSink {
+export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   readonly kind = 'meter web app';
   private pending: string[] = [];
   private readonly chain = new Chain();
@@ -91,14 +97,17 @@ export class WebAppSink implements MeterSink {
   /** Counters for /health and tests. */
   readonly stats = { delivered: 0, duplicates: 0, failedPosts: 0, rejected: 0 };
 
-  constructor(private readonly opts: WebAppSinkOptions) {
+  constructor(
+    private readonly opts: WebAppSinkOptions,
+    private readonly toJson: (record: T) => unknown = eventJson as unknown as (record: T) => unknown,
+  ) {
     this.spool = join(opts.spoolDir, 'spool.jsonl');
     this.offsetFile = join(opts.spoolDir, 'spool.offset');
     this.schedule();
   }
 
-  send(event: EventRecord): void {
-    this.pending.push(JSON.stringify(eventJson(event)));
+  send(record: T): void {
+    this.pending.push(JSON.stringify(this.toJson(record)));
     if (this.pending.length >= (this.opts.batchSize ?? 500)) void this.flush();
   }
 
@@ -161,7 +170,7 @@ export class WebAppSink implements MeterSink {
     const res = await fetch(url, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: `{"events":[${lines.join(',')}]}`,
+      body: `{"${this.opts.key ?? 'events'}":[${lines.join(',')}]}`,
       redirect: 'follow',
       signal: AbortSignal.timeout(30_000),
     });
@@ -181,7 +190,7 @@ export class WebAppSink implements MeterSink {
         await this.chain.run(() => this.compact(offset));
         return;
       }
-      let reply: Awaited<ReturnType<WebAppSink['post']>>;
+      let reply: { ok: boolean; error?: string; appended?: number; duplicates?: number };
       try {
         reply = await this.post(batch.lines);
       } catch (error) {

@@ -14,6 +14,10 @@ import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
 import { bearerGuard, type Admission } from './app';
 import { lintFile, loadConcierge } from './voice/config';
 import { MemoryVoiceStore, mountVoice, RedisVoiceStore, VoiceService } from './voice/calls';
+import { callToCsvLine, CALLS_CSV_HEADER, type CallRecord } from '../../schema/call-record';
+import { CsvSink, WebAppSink } from './meter-sink';
+import { DEFAULT_RATES_FILE, readRates } from './voice/rates';
+import { MemoryWorkflowStore, RedisWorkflowStore, Workflow } from './voice/workflow';
 import { ConfigError } from './errors';
 import { Failover, type Route } from './failover';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
@@ -140,8 +144,23 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   let gateway: Gateway | null = null;
   let failover: Failover;
   let voice: VoiceService | null = null;
+  let callSink: MeterSink<CallRecord> | null = null;
+  let workflow: Workflow | null = null;
   if (voiceConfig) {
-    voice = new VoiceService({ config: voiceConfig, store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(), log: { warn: (m) => log.warn(m) } });
+    // Call records go where events go: the meter web app (`{"calls":[...]}`, spooled), or a local CSV.
+    callSink = env.METER_URL
+      ? new WebAppSink<CallRecord>({ url: env.METER_URL, token: env.METER_TOKEN, key: 'calls', spoolDir: `${env.METER_SPOOL_DIR ?? '.data/meter-spool'}-calls`, log }, (r) => r)
+      : new CsvSink<CallRecord>(env.CALLS_CSV_FILE ?? '.data/calls.csv', CALLS_CSV_HEADER, callToCsvLine);
+    workflow = new Workflow({ config: voiceConfig, store: redis ? new RedisWorkflowStore(redis, prefix ?? 'gateway') : new MemoryWorkflowStore(), log: { warn: (m) => log.warn(m), error: (m) => log.error(m) } });
+    workflow.startDeadLetterRetry();
+    const ratesFile = env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
+    voice = new VoiceService({
+      config: voiceConfig,
+      store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(),
+      log: { warn: (m) => log.warn(m), error: (m) => log.error(m) },
+      workflow,
+      afterCall: { calls: callSink, events: meter, rates: () => readRates(ratesFile), voiceProvider: env.VOICE_PROVIDER ?? 'openai' },
+    });
     if (voiceProblems) log.warn(`${conciergeFile}: ${voiceProblems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
     log.info(`voice concierge: ${conciergeFile}`);
   } else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voiceWhy}`);
@@ -214,6 +233,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     cappedProvider,
     async close() {
       await worker?.close();
+      workflow?.stop();
+      await callSink?.close();
       await notifier.flush();
       await queue.close();
       await meter.close();

@@ -13,11 +13,15 @@ import { z } from 'zod';
 import { isOpen, parseBusinessHours, type Window } from './business-hours';
 import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
+import { afterCall, buildCallRecord, EndCall, type CallEndDeps, type EndCallBody } from './call-end';
+import { Workflow, WorkflowError } from './workflow';
 
 export const CALL_TTL_S = 24 * 3600;
 export const ENDED_TTL_S = 3600;
 
 export interface StoredCall {
+  /** The call record, once the call ended (ending again answers it). */
+  record?: import('../../../schema/call-record').CallRecord;
   call_id: string;
   from: string;
   country: string | null;
@@ -118,12 +122,20 @@ const StartCall = z.strictObject({
   trigger: z.enum(['no_answer', 'network_issue']).optional(),
 });
 const Rollup = z.strictObject({ monthly_usd: z.number().finite().min(0) });
+const FunctionCalled = z.strictObject({
+  function: z.string().min(1),
+  args: z.record(z.string(), z.unknown()).default({}),
+  call_id: z.string().regex(/^[A-Za-z0-9._:-]{1,128}$/, 'an id of 1 to 128 characters of A-Z a-z 0-9 . _ : -'),
+});
 
 export interface VoiceDeps {
   config: Concierge;
   store: VoiceStore;
-  log: { warn: (m: string) => void };
+  log: { warn: (m: string) => void; error: (m: string) => void };
   now?: () => Date;
+  /** What follows a finished call (record, summary, meter events). */
+  afterCall?: Omit<CallEndDeps, 'config' | 'log'>;
+  workflow?: Workflow;
 }
 
 /** The public part of the guard's state in answers. */
@@ -133,6 +145,9 @@ export function publicState(s: CallState) {
 
 export class VoiceService {
   readonly guard: GuardConfig;
+  get workflow(): Workflow | undefined {
+    return this.deps.workflow;
+  }
   private readonly hours: Window[];
   constructor(private readonly deps: VoiceDeps) {
     this.guard = guardConfig(deps.config);
@@ -204,6 +219,19 @@ export class VoiceService {
     return { status: 200, body: { action: s.action, ...(s.reason ? { reason: s.reason } : {}), state: publicState(s), intent: s.intent, ...(s.estUsd_at_disconnect !== null ? { estUsd_at_disconnect: s.estUsd_at_disconnect } : {}) } };
   }
 
+  async end(id: string, body: EndCallBody) {
+    let fresh = false;
+    const now = this.deps.now?.() ?? new Date();
+    const call = await this.deps.store.update(id, (current) => {
+      if (current.record) return current;
+      fresh = true;
+      return { ...current, ended_at: now.toISOString(), record: buildCallRecord(current, body, this.deps.config, now) };
+    });
+    if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
+    if (fresh && this.deps.afterCall) afterCall(call.record!, call, { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log });
+    return { status: 200, body: call.record };
+  }
+
   async rollup(monthlyUsd: number): Promise<void> {
     const paused = monthlyUsd >= this.deps.config.spend_guard.monthly_usd_cap;
     if (paused !== (await this.deps.store.monthlyPaused())) this.deps.log.warn(paused ? `voice: monthly spend ${monthlyUsd} USD reached the cap; new calls paused` : 'voice: new calls resumed');
@@ -227,6 +255,22 @@ export function mountVoice(app: express.Express, guard: express.RequestHandler, 
     const events = Array.isArray(req.body) ? req.body : [req.body];
     const out = await voice.events(String(req.params.call_id), events);
     res.status(out.status).json(out.body);
+  } : unavailable);
+  app.post('/v1/voice/calls/:call_id/end', guard, voice ? async (req, res) => {
+    const parsed = EndCall.safeParse(req.body);
+    if (!parsed.success) return bad(res, parsed.error);
+    const out = await voice.end(String(req.params.call_id), parsed.data);
+    res.status(out.status).json(out.body);
+  } : unavailable);
+  app.post('/v1/workflow/function-called', guard, voice?.workflow ? async (req, res) => {
+    const parsed = FunctionCalled.safeParse(req.body);
+    if (!parsed.success) return bad(res, parsed.error);
+    try {
+      res.json(await voice.workflow!.called(parsed.data));
+    } catch (error) {
+      if (!(error instanceof WorkflowError)) throw error;
+      res.status(error.status).json({ ok: false, error: error.message });
+    }
   } : unavailable);
   app.post('/v1/voice/billing/monthly-rollup', guard, voice ? async (req, res) => {
     const parsed = Rollup.safeParse(req.body);

@@ -1,0 +1,39 @@
+/**
+ * Document 3's metrics rollups from call records (the gateway's local `calls.csv`, or the meter's
+ * export of its `calls` tab), computed by DuckDB:
+ *   booking rate = bookings / answered calls      escalation rate = escalations / answered calls
+ *   containment = (answered − escalations) / answered
+ *   avg turns, avg TTFB (s), ASR WER (sampled calls only), cost per call and per booking (audio)
+ * "Answered" calls are those the agent handled: every outcome but voicemail_left. A rate with no
+ * answered calls (or a cost per booking with no booking) is empty, never a division by zero.
+ */
+import { CALL_FIELDS } from '../schema/call-record';
+import { lit } from './duck';
+
+const TYPES: Record<string, string> = {
+  call_id: 'VARCHAR', started_at: 'TIMESTAMPTZ', duration_s: 'DOUBLE', model: 'VARCHAR', intent_primary: 'VARCHAR', turns: 'DOUBLE',
+  ttfb_s: 'DOUBLE', asr_wer: 'DOUBLE', confidence_avg: 'DOUBLE', escalated: 'BOOLEAN', outcome: 'VARCHAR', est_audio_cost_usd: 'DOUBLE',
+  telephony_minutes: 'DOUBLE', country: 'VARCHAR',
+};
+
+export function voiceRollupSql(callsCsv: string, since: string | null): string {
+  const columns = CALL_FIELDS.map((f) => `${lit(f)}: '${TYPES[f]}'`).join(', ');
+  const where = since ? `WHERE started_at >= TIMESTAMPTZ ${lit(`${since} 00:00:00+00`)}` : '';
+  return `WITH c AS (SELECT * FROM read_csv(${lit(callsCsv)}, header = true, auto_detect = false, columns = {${columns}}) ${where}),
+    t AS (
+      SELECT count(*)::DOUBLE AS calls,
+        count(*) FILTER (WHERE outcome <> 'voicemail_left')::DOUBLE AS answered,
+        count(*) FILTER (WHERE outcome = 'booking')::DOUBLE AS bookings,
+        count(*) FILTER (WHERE escalated AND outcome <> 'voicemail_left')::DOUBLE AS escalations,
+        avg(turns) AS avg_turns, avg(ttfb_s) AS avg_ttfb_s, avg(asr_wer) AS asr_wer, count(asr_wer)::DOUBLE AS wer_sampled,
+        avg(est_audio_cost_usd) AS cost_per_call,
+        sum(est_audio_cost_usd) FILTER (WHERE outcome = 'booking') AS booking_cost
+      FROM c)
+    SELECT calls, answered AS answered_calls, bookings, escalations,
+      bookings / nullif(answered, 0) AS booking_rate,
+      escalations / nullif(answered, 0) AS escalation_rate,
+      (answered - escalations) / nullif(answered, 0) AS containment_rate,
+      avg_turns, avg_ttfb_s, asr_wer, wer_sampled AS asr_wer_sampled_calls,
+      cost_per_call, booking_cost / nullif(bookings, 0) AS cost_per_booking
+    FROM t`;
+}

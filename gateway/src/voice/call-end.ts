@@ -1,0 +1,135 @@
+/**
+ * After each call (Document 3): the call record built from the guard's state and the voice
+ * server's body; the summary POSTed to the configuration's `log_to`; the record sent to the meter
+ * (`{"calls":[...]}`, batched and spooled like events, none lost); and the call's audio cost (and,
+ * with a rates file, its telephony cost) sent as ordinary meter events, so the spend caps and
+ * alerts see voice spend. Ending a call twice answers the same record and sends nothing twice.
+ */
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import { INTENTS_PRIMARY, OUTCOMES, type CallRecord } from '../../../schema/call-record';
+import type { EventRecord } from '../../../schema/event-record';
+import type { Concierge } from './config';
+import { inboundRate, type RatesFile } from './rates';
+import type { StoredCall } from './calls';
+
+export const EndCall = z.strictObject({
+  outcome: z.enum(OUTCOMES),
+  intent_primary: z.enum(INTENTS_PRIMARY).optional(),
+  duration_s: z.number().finite().min(0).optional(),
+  asr_wer: z.number().min(0).max(1).optional(),
+  escalated: z.boolean().optional(),
+  ended_at: z.iso.datetime({ offset: true }).optional(),
+});
+export type EndCallBody = z.infer<typeof EndCall>;
+
+const avg = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
+const round = (n: number, d: number) => Number(n.toFixed(d));
+
+export function buildCallRecord(call: StoredCall, body: EndCallBody, config: Concierge, now: Date): CallRecord {
+  const s = call.state;
+  const ended = body.ended_at ? Date.parse(body.ended_at) : now.getTime();
+  const duration = body.duration_s ?? Math.max(0, (ended - Date.parse(call.started_at)) / 1000);
+  const ttfb = avg(s.ttfbMs);
+  const confidence = avg(s.confidences);
+  return {
+    call_id: call.call_id,
+    started_at: call.started_at,
+    duration_s: round(duration, 1),
+    model: config.meta.model,
+    intent_primary: body.intent_primary ?? s.intent,
+    turns: s.turns,
+    ttfb_s: ttfb === null ? null : round(ttfb / 1000, 3),
+    asr_wer: body.asr_wer ?? null,
+    confidence_avg: confidence === null ? null : round(confidence, 3),
+    escalated: body.escalated ?? s.action === 'escalate',
+    outcome: body.outcome,
+    est_audio_cost_usd: round(s.estUsd, 6),
+    // Telephony is billed per started minute.
+    telephony_minutes: Math.ceil(duration / 60),
+    country: call.country ?? '',
+  };
+}
+
+export interface CallEndDeps {
+  config: Concierge;
+  /** The call record sink (the meter's `calls`, or a local CSV). */
+  calls: { send(record: CallRecord): void };
+  /** The event sink (the same one the gateway's model calls use). */
+  events: { send(event: EventRecord): void };
+  rates: () => RatesFile;
+  voiceProvider: string;
+  log: { warn: (m: string) => void; error: (m: string) => void };
+}
+
+function event(fields: Partial<EventRecord> & Pick<EventRecord, 'provider' | 'model' | 'cost_usd' | 'job_id'>): EventRecord {
+  return {
+    event_id: randomUUID(),
+    timestamp: new Date(),
+    actor_type: 'agent',
+    region: 'n/a',
+    input_tokens: 0,
+    output_tokens: 0,
+    latency_ms: 0,
+    eval_score: null,
+    confidence: null,
+    customer_id: '',
+    pii_flag: false,
+    review_required: false,
+    reviewer_id: '',
+    decision: 'n/a',
+    error_code: '',
+    ...fields,
+  };
+}
+
+/** Sends everything that follows from a finished call. Nothing here is awaited by the caller's answer except the record. */
+export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps): void {
+  deps.calls.send(record);
+  const s = call.state;
+  deps.events.send(
+    event({
+      provider: deps.voiceProvider,
+      model: record.model,
+      input_tokens: Math.round(s.inputMs / 100),
+      output_tokens: Math.round(s.outputMs / 50),
+      latency_ms: Math.round(record.duration_s * 1000),
+      cost_usd: record.est_audio_cost_usd,
+      job_id: record.call_id,
+      confidence: record.confidence_avg,
+      review_required: record.escalated,
+    }),
+  );
+  if (record.telephony_minutes > 0) {
+    const rate = record.country ? inboundRate(deps.rates(), record.country) : null;
+    if (rate) {
+      deps.events.send(event({ provider: 'twilio', model: `voice-inbound-${record.country.toLowerCase()}`, cost_usd: Number((record.telephony_minutes * rate.perMinute).toFixed(6)), job_id: record.call_id }));
+    } else {
+      deps.log.error(`call ${record.call_id}: no telephony rate for country "${record.country || 'unknown'}" (run npm run concierge:rates -- ${record.country || '<ISO>'}); telephony cost not metered, no global rate assumed`);
+    }
+  }
+  void postSummary(record, deps);
+}
+
+async function postSummary(record: CallRecord, deps: CallEndDeps): Promise<void> {
+  const body = JSON.stringify({
+    call_id: record.call_id,
+    intent: record.intent_primary,
+    status: record.outcome,
+    duration_s: record.duration_s,
+    turns: record.turns,
+    est_audio_cost_usd: record.est_audio_cost_usd,
+    escalated: record.escalated,
+  });
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    try {
+      const res = await fetch(deps.config.spend_guard.log_to, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(10_000) });
+      if (res.ok) return;
+      if (res.status < 500) break;
+    } catch {
+      /* retried */
+    }
+    await new Promise((r) => setTimeout(r, 500 * 2 ** (attempt - 1)));
+  }
+  deps.log.warn(`call ${record.call_id}: the observability webhook did not take the summary`);
+}

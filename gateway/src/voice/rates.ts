@@ -1,0 +1,95 @@
+/**
+ * Telephony rates at deploy time (Document 3, launch checklist step 3):
+ * `npm run concierge:rates -- US GB ...` fetches `GET {TWILIO_PRICING_URL}/v1/Voice/Countries/{ISO}`
+ * with basic authentication (TWILIO_ACCOUNT_SID / TWILIO_AUTH_TOKEN), reads `price_unit`,
+ * `inbound_call_prices` and `outbound_prefix_prices` (prices arrive as strings), and writes the
+ * rates file the call records use (TELEPHONY_RATES_FILE, default .data/telephony-rates.json).
+ * A global rate is never assumed: a country without rates is an error that names it.
+ */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+
+export interface CountryRates {
+  price_unit: string;
+  /** Per-minute inbound price by number type (local, toll free, mobile...). */
+  inbound: Record<string, number>;
+  outbound: Array<{ prefixes: string[]; name: string; price: number }>;
+  fetched_at: string;
+}
+
+export type RatesFile = Record<string, CountryRates>;
+
+export const DEFAULT_RATES_FILE = '.data/telephony-rates.json';
+
+function price(value: unknown, where: string): number {
+  const n = typeof value === 'string' ? Number(value) : typeof value === 'number' ? value : NaN;
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${where}: expected a price, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+export async function fetchCountryRates(iso: string, opts: { baseUrl: string; sid: string; token: string }): Promise<CountryRates> {
+  if (!/^[A-Z]{2}$/.test(iso)) throw new Error(`${iso}: expected an ISO 3166 alpha-2 country code such as US`);
+  const res = await fetch(`${opts.baseUrl.replace(/\/+$/, '')}/v1/Voice/Countries/${iso}`, {
+    headers: { authorization: `Basic ${Buffer.from(`${opts.sid}:${opts.token}`).toString('base64')}` },
+    signal: AbortSignal.timeout(15_000),
+  });
+  if (res.status === 404) throw new Error(`${iso}: the pricing service has no rates for this country`);
+  if (!res.ok) throw new Error(`${iso}: pricing service answered HTTP ${res.status}`);
+  const body = (await res.json()) as { price_unit?: string; inbound_call_prices?: Array<{ number_type?: string; current_price?: unknown; base_price?: unknown }>; outbound_prefix_prices?: Array<{ prefixes?: string[]; friendly_name?: string; current_price?: unknown; base_price?: unknown }> };
+  const inbound: Record<string, number> = {};
+  (body.inbound_call_prices ?? []).forEach((p, i) => {
+    inbound[p.number_type ?? `type_${i}`] = price(p.current_price ?? p.base_price, `${iso} inbound_call_prices[${i}]`);
+  });
+  const outbound = (body.outbound_prefix_prices ?? []).map((p, i) => ({ prefixes: p.prefixes ?? [], name: p.friendly_name ?? '', price: price(p.current_price ?? p.base_price, `${iso} outbound_prefix_prices[${i}]`) }));
+  if (Object.keys(inbound).length === 0 && outbound.length === 0) throw new Error(`${iso}: the pricing service returned no rates for this country`);
+  return { price_unit: body.price_unit ?? 'USD', inbound, outbound, fetched_at: new Date().toISOString() };
+}
+
+export function readRates(file: string): RatesFile {
+  return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as RatesFile) : {};
+}
+
+export function writeRates(file: string, rates: RatesFile): void {
+  mkdirSync(dirname(file), { recursive: true });
+  writeFileSync(file, `${JSON.stringify(rates, null, 2)}\n`);
+}
+
+/** Inbound per-minute rate for a country: the local number rate, else the first listed; null if none. */
+export function inboundRate(rates: RatesFile, country: string): { perMinute: number; unit: string } | null {
+  const r = rates[country];
+  if (!r) return null;
+  const perMinute = r.inbound.local ?? Object.values(r.inbound)[0];
+  return perMinute === undefined ? null : { perMinute, unit: r.price_unit };
+}
+
+async function main(): Promise<number> {
+  const countries = process.argv.slice(2).map((c) => c.toUpperCase());
+  if (!countries.length) {
+    process.stderr.write('usage: npm run concierge:rates -- US GB ...\n');
+    return 2;
+  }
+  const sid = process.env.TWILIO_ACCOUNT_SID;
+  const token = process.env.TWILIO_AUTH_TOKEN;
+  if (!sid || !token) {
+    process.stderr.write('TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN must be set\n');
+    return 2;
+  }
+  const file = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
+  const rates = readRates(file);
+  let failed = 0;
+  for (const iso of countries) {
+    try {
+      rates[iso] = await fetchCountryRates(iso, { baseUrl: process.env.TWILIO_PRICING_URL ?? 'https://pricing.twilio.com', sid, token });
+      const r = inboundRate(rates, iso);
+      process.stdout.write(`${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${rates[iso].outbound.length} outbound prefix price(s)\n`);
+    } catch (error) {
+      failed++;
+      process.stderr.write(`${(error as Error).message}\n`);
+    }
+  }
+  writeRates(file, rates);
+  process.stdout.write(`rates written to ${file}\n`);
+  return failed ? 1 : 0;
+}
+
+if (process.argv[1]?.endsWith('rates.ts')) main().then((code) => (process.exitCode = code));

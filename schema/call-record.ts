@@ -1,0 +1,105 @@
+/**
+ * The call record of Document 3: one row per call. Like the event record, one definition shared by
+ * the gateway (which builds it when a call ends) and the meter (its `calls` tab). Plain
+ * TypeScript, no Node or Apps Script API.
+ */
+
+export const CALL_FIELDS = [
+  'call_id',
+  'started_at',
+  'duration_s',
+  'model',
+  'intent_primary',
+  'turns',
+  'ttfb_s',
+  'asr_wer',
+  'confidence_avg',
+  'escalated',
+  'outcome',
+  'est_audio_cost_usd',
+  'telephony_minutes',
+  'country',
+] as const;
+
+export type CallField = (typeof CALL_FIELDS)[number];
+
+export const INTENTS_PRIMARY = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail', 'unknown'] as const;
+export const OUTCOMES = ['booking', 'rescheduled', 'lead_created', 'deflected_to_pricing', 'voicemail_left', 'abandoned'] as const;
+
+export interface CallRecord {
+  call_id: string;
+  /** RFC 3339 UTC. */
+  started_at: string;
+  duration_s: number;
+  model: string;
+  intent_primary: (typeof INTENTS_PRIMARY)[number];
+  turns: number;
+  /** Average time to first audio, seconds; null when no response started. */
+  ttfb_s: number | null;
+  /** Word error rate of the sampled calls (about 10 a week); null when not sampled. */
+  asr_wer: number | null;
+  confidence_avg: number | null;
+  escalated: boolean;
+  outcome: (typeof OUTCOMES)[number];
+  est_audio_cost_usd: number;
+  telephony_minutes: number;
+  /** ISO 3166 alpha-2; '' when unknown. */
+  country: string;
+}
+
+export const NUMERIC_CALL_FIELDS: readonly CallField[] = ['duration_s', 'turns', 'ttfb_s', 'asr_wer', 'confidence_avg', 'est_audio_cost_usd', 'telephony_minutes'];
+
+export class CallRecordError extends Error {}
+
+/** Checks a record as the meter receives it: every field typed, enumerations checked. */
+export function checkCallRecord(input: unknown, index?: number): CallRecord {
+  const at = (f: string) => `${index === undefined ? '' : `calls[${index}].`}${f}`;
+  if (!input || typeof input !== 'object' || Array.isArray(input)) throw new CallRecordError(`${at('call')}: expected a JSON object`);
+  const r = input as Record<string, unknown>;
+  const str = (f: CallField, re?: RegExp) => {
+    const v = r[f];
+    if (typeof v !== 'string' || (re && !re.test(v))) throw new CallRecordError(`${at(f)}: expected ${re ? `text matching ${re}` : 'text'}`);
+    return v;
+  };
+  const num = (f: CallField, nullable = false, max = Infinity) => {
+    const v = r[f];
+    if (nullable && (v === null || v === undefined || v === '')) return null;
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v > max) throw new CallRecordError(`${at(f)}: expected a number from 0${max === Infinity ? '' : ` to ${max}`}`);
+    return v;
+  };
+  const oneOf = <T extends string>(f: CallField, values: readonly T[]) => {
+    const v = r[f];
+    if (typeof v !== 'string' || !values.includes(v as T)) throw new CallRecordError(`${at(f)}: expected one of ${values.join(', ')}`);
+    return v as T;
+  };
+  if (typeof r.escalated !== 'boolean') throw new CallRecordError(`${at('escalated')}: expected true or false`);
+  const started = str('started_at');
+  if (!Number.isFinite(Date.parse(started))) throw new CallRecordError(`${at('started_at')}: expected an RFC 3339 date-time`);
+  return {
+    call_id: str('call_id', /^[A-Za-z0-9._:-]{1,128}$/),
+    started_at: new Date(Date.parse(started)).toISOString(),
+    duration_s: num('duration_s')!,
+    model: str('model'),
+    intent_primary: oneOf('intent_primary', INTENTS_PRIMARY),
+    turns: num('turns')!,
+    ttfb_s: num('ttfb_s', true),
+    asr_wer: num('asr_wer', true, 1),
+    confidence_avg: num('confidence_avg', true, 1),
+    escalated: r.escalated,
+    outcome: oneOf('outcome', OUTCOMES),
+    est_audio_cost_usd: num('est_audio_cost_usd')!,
+    telephony_minutes: num('telephony_minutes')!,
+    country: r.country === '' || r.country === null || r.country === undefined ? '' : str('country', /^[A-Z]{2}$/),
+  };
+}
+
+export const CALLS_CSV_HEADER = CALL_FIELDS.join(',');
+
+export function callToCsvLine(c: CallRecord): string {
+  return CALL_FIELDS.map((f) => {
+    const v = c[f];
+    if (v === null || v === undefined) return '';
+    const t = String(v);
+    return /[",\r\n]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t;
+  }).join(',');
+}

@@ -1,0 +1,291 @@
+// The idempotent function-call workflow, call records and their side effects, telephony rates,
+// and the voice rollups — against loopback servers and the real Redis.
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { openDuck } from '../../archive/duck';
+import { voiceRollupSql } from '../../archive/voice-rollups';
+import { CALLS_CSV_HEADER, callToCsvLine, type CallRecord } from '../../schema/call-record';
+import { createStack, type Stack } from '../../gateway/src/stack';
+import { fetchCountryRates } from '../../gateway/src/voice/rates';
+import { canonicalJson, workflowKey } from '../../gateway/src/voice/workflow';
+import { captureLogger } from '../gateway/harness';
+import { filled } from './filled';
+
+const root = join(import.meta.dirname, '..', '..');
+const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const prefix = `test-wf-${process.pid}`;
+
+/** A loopback server whose handler the test sets; it records every request. */
+class Target {
+  server!: Server;
+  url = '';
+  seen: Array<{ path: string; headers: IncomingMessage['headers']; body: any }> = [];
+  handle: (n: number, req: IncomingMessage, res: ServerResponse, body: any) => void = (_n, _q, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-1"}');
+  async start() {
+    this.server = createServer(async (req, res) => {
+      let text = '';
+      for await (const c of req) text += c;
+      const body = text ? JSON.parse(text) : null;
+      this.seen.push({ path: req.url!, headers: req.headers, body });
+      this.handle(this.seen.length, req, res, body);
+    });
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this;
+  }
+  stop() {
+    this.server.closeAllConnections();
+    return new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
+let redis: Redis;
+let target: Target, dlq: Target, observe: Target;
+let dir: string;
+const stacks: Array<{ stack: Stack; url: string; stop: () => Promise<void> }> = [];
+
+beforeAll(() => {
+  redis = new Redis(REDIS_URL);
+});
+afterAll(() => redis.disconnect());
+beforeEach(async () => {
+  [target, dlq, observe] = await Promise.all([new Target().start(), new Target().start(), new Target().start()]);
+  dir = mkdtempSync(join(tmpdir(), 'wf-'));
+});
+afterEach(async () => {
+  for (const s of stacks.splice(0)) await s.stop();
+  await Promise.all([target.stop(), dlq.stop(), observe.stop()]);
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+
+async function up(extraEnv: NodeJS.ProcessEnv = {}) {
+  const c = filled() as any;
+  for (const f of c.functions) if (f.webhook) f.webhook = `${target.url}/${f.name}`;
+  c.workflow.dlq_url = `${dlq.url}/dlq`;
+  c.spend_guard.log_to = `${observe.url}/log`;
+  writeFileSync(join(dir, 'concierge.json'), JSON.stringify(c));
+  const env = { CONCIERGE_FILE: join(dir, 'concierge.json'), VOICE_TOKEN: 'v', QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_CSV_FILE: join(dir, 'events.csv'), CALLS_CSV_FILE: join(dir, 'calls.csv'), TELEPHONY_RATES_FILE: join(dir, 'rates.json'), SCOPES_FILE: join(dir, 'none.yaml'), ...extraEnv };
+  const stack = await createStack(env, captureLogger([]), { http: true, worker: false });
+  const server = await stack.gateway!.listen(0, '127.0.0.1');
+  const h = {
+    stack,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    stop: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await stack.close();
+    },
+  };
+  stacks.push(h);
+  return h;
+}
+const post = (url: string, path: string, body: unknown) => fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer v' }, body: JSON.stringify(body) });
+const called = async (url: string, body: unknown) => (await (await post(url, '/v1/workflow/function-called', body)).json()) as Record<string, any>;
+const booking = { function: 'book_slot', call_id: 'call-1', args: { name: 'Ana', phone: '+351900000001', service: 'cut', date: '2026-11-24', time: '10:00', location: 'Lisboa', notes: '' } };
+
+describe('function-call workflow', () => {
+  it('the key is canonical: key order and whitespace do not matter', () => {
+    expect(canonicalJson({ b: 1, a: { d: [1, { f: 2, e: 3 }], c: 'x' } })).toBe('{"a":{"c":"x","d":[1,{"e":3,"f":2}]},"b":1}');
+    expect(workflowKey('c', 'book_slot', JSON.parse('{ "b": 1,  "a": 2 }'))).toBe(workflowKey('c', 'book_slot', { a: 2, b: 1 }));
+    expect(workflowKey('c', 'book_slot', { a: 2 })).not.toBe(workflowKey('c2', 'book_slot', { a: 2 }));
+  });
+
+  it('a 500 twice then success: retried with the same Idempotency-Key; a replay answers the first result without calling again', async () => {
+    const gw = await up();
+    target.handle = (n, _q, res) => (n <= 2 ? res.writeHead(500).end('boom') : res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-77"}'));
+    const first = await called(gw.url, booking);
+    expect(first).toMatchObject({ ok: true, result: { booking_id: 'evt-77' }, replayed: false });
+    expect(target.seen).toHaveLength(3);
+    expect(new Set(target.seen.map((s) => s.headers['idempotency-key']))).toEqual(new Set([first.idempotency_key]));
+    expect(target.seen[0].body).toMatchObject({ call_id: 'call-1', function: 'book_slot', args: booking.args, idempotency_key: first.idempotency_key });
+    const replay = await called(gw.url, { ...booking, args: Object.fromEntries(Object.entries(booking.args).reverse()) });
+    expect(replay).toEqual({ ...first, replayed: true });
+    expect(target.seen).toHaveLength(3); // replaying the webhook twice yields one booking
+  });
+
+  it('a replay arriving while the first call is still running waits for it: one call to the target', async () => {
+    const gw = await up();
+    target.handle = (_n, _q, res) => setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"slow"}'), 400);
+    const [a, b] = await Promise.all([called(gw.url, booking), new Promise((r) => setTimeout(r, 50)).then(() => called(gw.url, booking))]);
+    expect(target.seen).toHaveLength(1);
+    expect(a.result).toEqual({ ok: true, booking_id: 'slow' });
+    expect(b).toMatchObject({ replayed: true, result: a.result });
+  });
+
+  it('a 400 is not retried and carries the target’s message', async () => {
+    const gw = await up();
+    target.handle = (_n, _q, res) => res.writeHead(400, { 'content-type': 'application/json' }).end('{"error":"date: not a date"}');
+    const answer = await called(gw.url, { ...booking, call_id: 'call-400' });
+    expect(answer).toMatchObject({ ok: false, replayed: false });
+    expect(answer.error).toContain('date: not a date');
+    expect(target.seen).toHaveLength(1);
+  });
+
+  it('failing for ever: 3 attempts, then the dead-letter URL; with that down too, nothing is lost', async () => {
+    const gw = await up();
+    target.handle = (_n, _q, res) => res.writeHead(503).end();
+    dlq.handle = (_n, _q, res) => res.writeHead(503).end(); // the dead-letter receiver is down
+    const answer = await called(gw.url, { ...booking, call_id: 'call-dead' });
+    expect(answer).toMatchObject({ ok: false, dead_lettered: true });
+    expect(target.seen).toHaveLength(3);
+    expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(1);
+    dlq.handle = (_n, _q, res) => res.writeHead(204).end(); // back up
+    const sent = await flushVia();
+    expect(sent).toBe(1);
+    const letter = dlq.seen.at(-1)!.body;
+    expect(letter).toMatchObject({ function: 'book_slot', call_id: 'call-dead', args: booking.args, idempotency_key: answer.idempotency_key, last_error: 'HTTP 503' });
+    expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
+  });
+
+  it('static_url answers the pricing page; dial answers the number; an unknown function is refused', async () => {
+    const gw = await up();
+    expect(await called(gw.url, { function: 'lookup_pricing_page', call_id: 'c', args: {} })).toMatchObject({ ok: true, result: { url: 'https://example.com/prices' } });
+    expect(await called(gw.url, { function: 'escalate_to_human', call_id: 'c', args: { reason: 'x' } })).toMatchObject({ ok: true, result: { dial: '+351211234567' } });
+    const res = await post(gw.url, '/v1/workflow/function-called', { function: 'order_pizza', call_id: 'c', args: {} });
+    expect(res.status).toBe(400);
+    expect(target.seen).toHaveLength(0);
+  });
+});
+
+/** Posts kept dead letters now (the service does it every 30 s). */
+async function flushVia(): Promise<number> {
+  const { Workflow, RedisWorkflowStore } = await import('../../gateway/src/voice/workflow');
+  const c = JSON.parse(readFileSync(join(dir, 'concierge.json'), 'utf8'));
+  const wf = new Workflow({ config: c, store: new RedisWorkflowStore(redis, prefix), log: { warn: () => {}, error: () => {} } });
+  return wf.flushDeadLetters();
+}
+
+describe('after each call', () => {
+  it('builds the call record, posts the summary, sends record and audio cost to the meter; ending twice sends nothing twice', async () => {
+    writeFileSync(join(dir, 'rates.json'), JSON.stringify({ PT: { price_unit: 'USD', inbound: { local: 0.01 }, outbound: [], fetched_at: 'x' } }));
+    const gw = await up();
+    await post(gw.url, '/v1/voice/calls', { call_id: 'rec-1', from: '+351900000001', country: 'PT', at: '2026-11-23T10:00:00Z' });
+    await post(gw.url, '/v1/voice/calls/rec-1/events', [
+      { type: 'transcript', text: 'I want to book a haircut', confidence: 0.9, speaker: 'user' },
+      { type: 'user.audio_frame', ms: 3000 },
+      { type: 'assistant.response.start', ttfb_ms: 800 },
+      { type: 'assistant.audio_frame', ms: 2000 },
+      { type: 'assistant.response.done' },
+      { type: 'transcript', text: 'tomorrow at ten', confidence: 0.7, speaker: 'user' },
+      { type: 'assistant.response.start', ttfb_ms: 1200 },
+      { type: 'assistant.response.done' },
+    ]);
+    const res = await post(gw.url, '/v1/voice/calls/rec-1/end', { outcome: 'booking', duration_s: 95, asr_wer: 0.08 });
+    const record = (await res.json()) as CallRecord;
+    expect(record).toEqual({
+      call_id: 'rec-1', started_at: '2026-11-23T10:00:00.000Z', duration_s: 95, model: 'gpt-realtime-mini', intent_primary: 'book', turns: 2,
+      ttfb_s: 1, asr_wer: 0.08, confidence_avg: 0.8, escalated: false, outcome: 'booking',
+      est_audio_cost_usd: Number(((30 * 10 + 40 * 20) / 1e6).toFixed(6)), telephony_minutes: 2, country: 'PT',
+    });
+    expect(await (await post(gw.url, '/v1/voice/calls/rec-1/end', { outcome: 'abandoned' })).json()).toEqual(record);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(observe.seen.map((s) => s.body)).toEqual([{ call_id: 'rec-1', intent: 'book', status: 'booking', duration_s: 95, turns: 2, est_audio_cost_usd: record.est_audio_cost_usd, escalated: false }]);
+    await gw.stack.close();
+    stacks.pop();
+    const calls = readFileSync(join(dir, 'calls.csv'), 'utf8').trim().split('\n');
+    expect(calls).toEqual([CALLS_CSV_HEADER, callToCsvLine(record)]);
+    const events = readFileSync(join(dir, 'events.csv'), 'utf8').trim().split('\n').slice(1);
+    expect(events).toHaveLength(2);
+    expect(events[0]).toMatch(/,openai,gpt-realtime-mini,n\/a,30,40,95000,0\.0011,,0\.8,rec-1,/);
+    expect(events[1]).toMatch(/,twilio,voice-inbound-pt,n\/a,0,0,0,0\.02,,,rec-1,/);
+    expect(await redis.ttl(`${prefix}:voice:call:rec-1`)).toBeLessThanOrEqual(3600);
+  });
+
+  it('a country without telephony rates is an error naming it, never a global rate', async () => {
+    const gw = await up();
+    await post(gw.url, '/v1/voice/calls', { call_id: 'rec-2', from: '+1', country: 'US', at: '2026-11-23T10:00:00Z' });
+    await post(gw.url, '/v1/voice/calls/rec-2/end', { outcome: 'abandoned', duration_s: 30 });
+    await gw.stack.close();
+    stacks.pop();
+    const events = readFileSync(join(dir, 'events.csv'), 'utf8');
+    expect(events).not.toContain('twilio');
+  });
+});
+
+describe('telephony rates', () => {
+  let pricing: Server;
+  let pricingUrl = '';
+  beforeAll(async () => {
+    pricing = createServer((req, res) => {
+      const auth = Buffer.from((req.headers.authorization ?? '').replace('Basic ', ''), 'base64').toString();
+      if (auth !== 'ACsid:tok') return void res.writeHead(401).end();
+      const iso = req.url!.split('/').pop();
+      if (iso !== 'US') return void res.writeHead(404).end('{"message":"not found"}');
+      res.writeHead(200, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          country: 'United States', iso_country: 'US', price_unit: 'USD',
+          inbound_call_prices: [{ number_type: 'local', base_price: '0.0085', current_price: '0.0085' }, { number_type: 'toll free', base_price: '0.0220', current_price: '0.0220' }],
+          outbound_prefix_prices: [{ prefixes: ['1'], friendly_name: 'United States', base_price: '0.0140', current_price: '0.0140' }],
+          url: 'https://pricing.twilio.com/v1/Voice/Countries/US',
+        }),
+      );
+    });
+    await new Promise<void>((r) => pricing.listen(0, '127.0.0.1', r));
+    pricingUrl = `http://127.0.0.1:${(pricing.address() as AddressInfo).port}`;
+  });
+  afterAll(() => pricing.close());
+
+  it('reads Twilio’s shape (prices as strings) with basic authentication', async () => {
+    const r = await fetchCountryRates('US', { baseUrl: pricingUrl, sid: 'ACsid', token: 'tok' });
+    expect(r).toMatchObject({ price_unit: 'USD', inbound: { local: 0.0085, 'toll free': 0.022 }, outbound: [{ prefixes: ['1'], name: 'United States', price: 0.014 }] });
+    await expect(fetchCountryRates('US', { baseUrl: pricingUrl, sid: 'ACsid', token: 'bad' })).rejects.toThrow('US: pricing service answered HTTP 401');
+  });
+
+  it('npm run concierge:rates writes the file, and a country without rates is an error that names it', async () => {
+    const file = join(dir, 'rates.json');
+    // Asynchronous: the pricing server lives in this process and must keep answering.
+    const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), ['gateway/src/voice/rates.ts', 'US', 'ZZ'], {
+      cwd: root,
+      env: { ...process.env, TWILIO_PRICING_URL: pricingUrl, TWILIO_ACCOUNT_SID: 'ACsid', TWILIO_AUTH_TOKEN: 'tok', TELEPHONY_RATES_FILE: file },
+    });
+    const run = { stdout: '', stderr: '', status: null as number | null };
+    child.stdout.on('data', (d) => (run.stdout += d));
+    child.stderr.on('data', (d) => (run.stderr += d));
+    run.status = await new Promise<number | null>((r) => child.on('exit', r));
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain('ZZ: the pricing service has no rates for this country');
+    expect(existsSync(file) && JSON.parse(readFileSync(file, 'utf8')).US.inbound.local).toBe(0.0085);
+    expect(run.stdout + run.stderr).not.toContain('tok');
+  });
+});
+
+describe('voice rollups', () => {
+  it('npm run report -- voice equals a direct computation over the call records', async () => {
+    const base = { model: 'm', started_at: '2026-11-20T10:00:00.000Z', duration_s: 60, telephony_minutes: 1, country: 'PT', confidence_avg: 0.9, ttfb_s: 1 } as const;
+    const records: CallRecord[] = [
+      { ...base, call_id: 'a', intent_primary: 'book', turns: 4, asr_wer: 0.1, escalated: false, outcome: 'booking', est_audio_cost_usd: 0.1 },
+      { ...base, call_id: 'b', intent_primary: 'book', turns: 6, asr_wer: null, escalated: true, outcome: 'abandoned', est_audio_cost_usd: 0.2, ttfb_s: 2 },
+      { ...base, call_id: 'c', intent_primary: 'qualify', turns: 2, asr_wer: 0.3, escalated: false, outcome: 'lead_created', est_audio_cost_usd: 0.05 },
+      { ...base, call_id: 'd', intent_primary: 'voicemail', turns: 0, asr_wer: null, escalated: false, outcome: 'voicemail_left', est_audio_cost_usd: 0.01, ttfb_s: null },
+      { ...base, call_id: 'old', started_at: '2026-10-01T10:00:00.000Z', intent_primary: 'book', turns: 9, asr_wer: null, escalated: false, outcome: 'booking', est_audio_cost_usd: 9 },
+    ];
+    const file = join(dir, 'calls.csv');
+    writeFileSync(file, [CALLS_CSV_HEADER, ...records.map(callToCsvLine)].join('\n') + '\n');
+    const duck = await openDuck();
+    const [r] = await duck.all(voiceRollupSql(file, '2026-11-01'));
+    duck.close();
+    const recent = records.filter((x) => x.started_at >= '2026-11-01');
+    const answered = recent.filter((x) => x.outcome !== 'voicemail_left');
+    const bookings = recent.filter((x) => x.outcome === 'booking');
+    const esc = answered.filter((x) => x.escalated).length;
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    expect(r).toMatchObject({ calls: 4, answered_calls: 3, bookings: 1, escalations: 1, asr_wer_sampled_calls: 2 });
+    expect(r.booking_rate).toBeCloseTo(bookings.length / answered.length, 12);
+    expect(r.escalation_rate).toBeCloseTo(esc / answered.length, 12);
+    expect(r.containment_rate).toBeCloseTo((answered.length - esc) / answered.length, 12);
+    expect(r.avg_turns).toBeCloseTo(mean(recent.map((x) => x.turns)), 12);
+    expect(r.avg_ttfb_s).toBeCloseTo(mean(recent.filter((x) => x.ttfb_s !== null).map((x) => x.ttfb_s!)), 12);
+    expect(r.asr_wer).toBeCloseTo(0.2, 12);
+    expect(r.cost_per_call).toBeCloseTo(mean(recent.map((x) => x.est_audio_cost_usd)), 12);
+    expect(r.cost_per_booking).toBeCloseTo(0.1, 12);
+    const cli = spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['archive/cli.ts', 'report', 'voice', '--calls', file, '--format', 'json'], { cwd: root, encoding: 'utf8' });
+    expect(JSON.parse(cli.stdout)[0].calls).toBe(5);
+  });
+});
