@@ -85,6 +85,11 @@ export const OPTIONAL_CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | 
   ['TEAM_EMAILS', ''],
   ['ARCHIVE_FOLDER_ID', ''],
   ['LOOKER_TEMPLATE_REPORT_ID', ''],
+  // The voice concierge's back office.
+  ['CALENDAR_ID', ''],
+  ['TIMEZONE', 'Etc/UTC'],
+  ['BOOKING_MINUTES', 60],
+  ['VOICEMAIL_FOLDER_ID', ''],
 ];
 
 /** Sets one Config value by key (appending the key when absent): two reads and one write. */

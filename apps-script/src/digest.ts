@@ -44,6 +44,8 @@ export interface DigestFigures {
   topModels30d: ModelTokens[];
   /** Rows left out because pii_flag is true. */
   piiRowsExcluded: number;
+  /** Voice concierge rollups over the last 7 and 30 days (null when there is no calls tab). */
+  voice?: { last7d: VoiceRollup; last30d: VoiceRollup } | null;
 }
 
 /** The digest's numbers from the events tab's rows (pure: the tests compare it to a direct computation). */
@@ -106,6 +108,45 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
   };
 }
 
+/** Document 3's rollups over the call records of a period (answered = every outcome but voicemail_left). */
+export interface VoiceRollup {
+  calls: number;
+  answered: number;
+  booking_rate: number | null;
+  escalation_rate: number | null;
+  containment_rate: number | null;
+  avg_turns: number | null;
+  avg_ttfb_s: number | null;
+  asr_wer: number | null;
+  cost_per_call: number | null;
+  cost_per_booking: number | null;
+}
+
+const CALL_COL = { started_at: 1, turns: 5, ttfb_s: 6, asr_wer: 7, escalated: 9, outcome: 10, cost: 11 };
+
+export function voiceRollup(rows: unknown[][], nowMs: number, days: number): VoiceRollup {
+  const from = utcDayStart(nowMs) - (days - 1) * DAY_MS;
+  const recent = rows.filter((r) => cellTime(r[CALL_COL.started_at]) >= from);
+  const answered = recent.filter((r) => r[CALL_COL.outcome] !== 'voicemail_left');
+  const bookings = recent.filter((r) => r[CALL_COL.outcome] === 'booking');
+  const escalations = answered.filter((r) => r[CALL_COL.escalated] === true).length;
+  const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
+  const nums = (col: number, list = recent) => list.filter((r) => r[col] !== '' && r[col] !== null && r[col] !== undefined).map((r) => cellNumber(r[col]));
+  const ratio = (a: number, b: number) => (b ? a / b : null);
+  return {
+    calls: recent.length,
+    answered: answered.length,
+    booking_rate: ratio(bookings.length, answered.length),
+    escalation_rate: ratio(escalations, answered.length),
+    containment_rate: ratio(answered.length - escalations, answered.length),
+    avg_turns: mean(nums(CALL_COL.turns)),
+    avg_ttfb_s: mean(nums(CALL_COL.ttfb_s)),
+    asr_wer: mean(nums(CALL_COL.asr_wer)),
+    cost_per_call: mean(nums(CALL_COL.cost)),
+    cost_per_booking: bookings.length ? nums(CALL_COL.cost, bookings).reduce((a, b) => a + b, 0) / bookings.length : null,
+  };
+}
+
 /** Fixed layout (same cells every refresh, so the chart's range never moves). Width 4. */
 export const LAYOUT = {
   width: 4,
@@ -144,6 +185,14 @@ export function digestGrid(d: DigestFigures): unknown[][] {
   grid.push(pad(['Daily cost, last 30 days']));
   grid.push(pad(['day', 'cost_usd']));
   for (const point of d.daily) grid.push(pad([text(point.day), point.cost_usd]));
+  grid.push(pad([]));
+  grid.push(pad(['Voice concierge (calls tab)']));
+  grid.push(pad(['metric', 'last 7 days', 'last 30 days']));
+  const v = d.voice;
+  const metric = (label: string, key: keyof VoiceRollup) => pad([label, v ? (v.last7d[key] ?? 'n/a') : 'n/a', v ? (v.last30d[key] ?? 'n/a') : 'n/a']);
+  grid.push(metric('calls', 'calls'), metric('answered calls', 'answered'), metric('booking rate', 'booking_rate'), metric('escalation rate', 'escalation_rate'));
+  grid.push(metric('containment rate', 'containment_rate'), metric('average turns', 'avg_turns'), metric('average TTFB (s)', 'avg_ttfb_s'));
+  grid.push(metric('ASR WER (sampled calls)', 'asr_wer'), metric('cost per call (audio, USD)', 'cost_per_call'), metric('cost per booking (audio, USD)', 'cost_per_booking'));
   return grid;
 }
 
@@ -192,6 +241,12 @@ export interface DigestRefresh {
 export function refreshDigest(svc: MeterServices): DigestRefresh {
   const rows = readAllRows(getEventsSheet(svc.spreadsheet));
   const figures = computeDigest(rows, svc.now().getTime());
+  const calls = svc.spreadsheet.getSheetByName('calls');
+  if (calls) {
+    const last = calls.getLastRow();
+    const callRows = last >= 2 ? calls.getRange(2, 1, last - 1, 14).getValues() : [];
+    figures.voice = { last7d: voiceRollup(callRows, svc.now().getTime(), 7), last30d: voiceRollup(callRows, svc.now().getTime(), 30) };
+  }
   const sheet = ensureTab(svc, DIGEST_TAB);
   const grid = digestGrid(figures);
   if (sheet.getMaxRows() < grid.length) sheet.insertRowsAfter(sheet.getMaxRows(), grid.length - sheet.getMaxRows());

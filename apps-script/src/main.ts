@@ -5,6 +5,8 @@
  * gathers the services, hands them over and turns replies into ContentService output.
  */
 import * as alerts from './alerts';
+import { backOfficeAction } from './backoffice';
+import { storeCalls } from './calls-tab';
 import * as archive from './archive-export';
 import * as digest from './digest';
 import * as retention from './retention';
@@ -28,6 +30,8 @@ function services(): MeterServices {
     mail: MailApp,
     drive: DriveApp,
     lineChart: Charts.ChartType.LINE,
+    base64: (text) => Utilities.base64Encode(text),
+    calendar: (id) => (id ? CalendarApp.getCalendarById(id) : CalendarApp.getDefaultCalendar()),
   };
 }
 
@@ -36,8 +40,15 @@ const ROUTES: WebRoutes = {
     spend: (svc) => jsonReply(spendSummary(svc)),
     export: (svc, params) => ({ kind: 'text', mimeType: 'csv', body: archive.exportSince(svc, params.since) }),
   },
-  post: {},
-  postBodyKeys: {},
+  post: {
+    book_slot: (svc, body) => backOfficeAction(svc, 'book_slot', body),
+    reschedule_slot: (svc, body) => backOfficeAction(svc, 'reschedule_slot', body),
+    create_lead: (svc, body) => backOfficeAction(svc, 'create_lead', body),
+    route_to_voicemail: (svc, body) => backOfficeAction(svc, 'route_to_voicemail', body),
+  },
+  postBodyKeys: {
+    calls: (svc, body) => storeCalls(svc, body),
+  },
 };
 
 function output(reply: WebReply): GoogleAppsScript.Content.TextOutput {

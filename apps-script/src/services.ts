@@ -30,6 +30,7 @@ export interface RangeLike {
   getRow(): number;
   getNumRows(): number;
   getValues(): unknown[][];
+  getValue(): unknown;
   setValues(values: unknown[][]): RangeLike;
   setNumberFormat(format: string): RangeLike;
   setFontWeight(weight: string | null): RangeLike;
@@ -116,12 +117,25 @@ export interface TriggersLike {
 export interface HttpResponseLike {
   getResponseCode(): number;
   getContentText(): string;
+  getBlob(): BlobLike;
+}
+
+export interface CalendarEventLike {
+  getId(): string;
+  setTime(startTime: Date, endTime: Date): CalendarEventLike;
+  deleteEvent(): void;
+}
+
+export interface CalendarLike {
+  createEvent(title: string, startTime: Date, endTime: Date, options?: { description?: string; location?: string }): CalendarEventLike;
+  getEventById(iCalId: string): CalendarEventLike | null;
 }
 
 export interface FetchOptions {
   method?: 'get' | 'post' | 'put' | 'delete' | 'patch';
+  /** form fields (Twilio's Messages API takes a form). */
   contentType?: string;
-  payload?: string;
+  payload?: string | Record<string, string>;
   headers?: Record<string, string>;
   muteHttpExceptions?: boolean;
   followRedirects?: boolean;
@@ -141,10 +155,17 @@ export interface FileLike {
   getUrl(): string;
 }
 
+export interface BlobLike {
+  setName(name: string): BlobLike;
+  getBytes(): number[];
+}
+
 export interface FolderLike {
   getId(): string;
   getName(): string;
   createFile(name: string, content: string, mimeType: string): FileLike;
+  /** createFile(blob): the real parameter type is a platform Blob, so callers pass it through `as never`. */
+  createFile(blob: never): FileLike;
   getFilesByName(name: string): { hasNext(): boolean; next(): FileLike };
 }
 
@@ -169,6 +190,10 @@ export interface MeterServices {
   fetch: FetchLike;
   mail: MailLike;
   drive: DriveLike;
+  /** Utilities.base64Encode, for basic authentication. */
+  base64: (text: string) => string;
+  /** A calendar by id ('' = the default calendar of the deploying user); null if not found. */
+  calendar: (id: string) => CalendarLike | null;
   /** Charts.ChartType.LINE: an enum value only the platform has. */
   lineChart: unknown;
   log: (message: string) => void;

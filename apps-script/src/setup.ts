@@ -7,6 +7,8 @@ import { EVENT_FIELDS, type EventField } from '../../schema/event-record';
 import { archiveFolder } from './archive-export';
 import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY } from './config';
 import { refreshDigest } from './digest';
+import { CALLS } from './calls-tab';
+import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, ensureTab } from './tabs';
 import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
 import type { MeterServices, SheetLike } from './services';
 
@@ -188,6 +190,10 @@ export function setup(svc: MeterServices): SetupReport {
   }
   setupEvents(svc, report);
   setupConfig(svc, report);
+  for (const spec of [CONTACTS, LEADS, ACTIVITIES, TASKS, CALLS, IDEMPOTENCY]) {
+    if (!svc.spreadsheet.getSheetByName(spec.name)) report.changes.push(`created tab ${spec.name}`);
+    ensureTab(svc.spreadsheet, spec);
+  }
   const folder = archiveFolder(svc);
   report.notes.push(`archive exports go to the Drive folder "${folder.getName()}" (${folder.getId()})`);
   if (!svc.spreadsheet.getSheetByName('Digest')) report.changes.push('created the Digest and events_public tabs');

@@ -344,6 +344,7 @@ describe('manifest scopes', () => {
       [/UrlFetchApp\./, 'https://www.googleapis.com/auth/script.external_request'],
       [/MailApp\b/, 'https://www.googleapis.com/auth/script.send_mail'],
       [/DriveApp\b/, 'https://www.googleapis.com/auth/drive.file'],
+      [/CalendarApp\./, 'https://www.googleapis.com/auth/calendar'],
     ];
     const needed = scopeOf.filter(([re]) => re.test(source)).map(([, scope]) => scope).sort();
     const manifest = JSON.parse(readFileSync(join(DIST, 'appsscript.json'), 'utf8'));

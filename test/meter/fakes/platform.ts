@@ -191,6 +191,23 @@ export interface FetchRecord {
  * UrlFetchApp.fetch: every request is recorded; `respond` decides the answer (a status code, or
  * throw to act as a network failure). muteHttpExceptions false + non-2xx throws, as the real one does.
  */
+export class FakeBlob {
+  constructor(
+    public name: string,
+    readonly bytes: number[],
+  ) {}
+  setName(name: string) {
+    this.name = name;
+    return this;
+  }
+  getName() {
+    return this.name;
+  }
+  getBytes() {
+    return this.bytes.slice();
+  }
+}
+
 export class FakeUrlFetch {
   readonly requests: FetchRecord[] = [];
   respond: (req: FetchRecord) => { code: number; body?: string } = () => ({ code: 200, body: 'ok' });
@@ -203,11 +220,11 @@ export class FakeUrlFetch {
     if (!options.muteHttpExceptions && (code < 200 || code >= 300)) {
       throw new Error(`Request failed for ${url} returned code ${code}. Truncated server response: ${body}`);
     }
-    return { getResponseCode: () => code, getContentText: () => body };
+    return { getResponseCode: () => code, getContentText: () => body, getBlob: () => new FakeBlob('download', [...Buffer.from(body)]) };
   };
   /** Parsed JSON payloads of the requests sent to `url`. */
   payloads(url?: string): any[] {
-    return this.requests.filter((r) => !url || r.url === url).map((r) => JSON.parse(r.options.payload ?? 'null'));
+    return this.requests.filter((r) => !url || r.url === url).map((r) => (typeof r.options.payload === 'string' ? JSON.parse(r.options.payload) : (r.options.payload ?? null)));
   }
 }
 
@@ -262,9 +279,12 @@ export class FakeFolder {
   getName() {
     return this.name;
   }
-  createFile(name: string, content: string, mimeType: string) {
+  createFile(nameOrBlob: string | FakeBlob, content = '', mimeType = 'text/plain') {
     this.drive.calls.count('Folder.createFile');
-    const file = new FakeFile(`file-${this.drive.nextId++}`, name, content, mimeType);
+    const blob = typeof nameOrBlob === 'string' ? null : nameOrBlob;
+    const file = blob
+      ? new FakeFile(`file-${this.drive.nextId++}`, blob.getName(), Buffer.from(blob.getBytes()).toString('latin1'), 'audio/mpeg')
+      : new FakeFile(`file-${this.drive.nextId++}`, nameOrBlob as string, content, mimeType);
     this.files.push(file);
     return file;
   }
@@ -291,6 +311,50 @@ export class FakeDrive {
     const folder = this.folders.find((f) => f.id === id);
     if (!folder) throw new Error('No item with the given ID could be found. Possibly because you have not edited this item or you do not have permission to access it.');
     return folder;
+  }
+}
+
+export class FakeCalendarEvent {
+  deleted = false;
+  constructor(
+    readonly id: string,
+    public title: string,
+    public start: Date,
+    public end: Date,
+    readonly options: { description?: string; location?: string },
+  ) {}
+  getId() {
+    return this.id;
+  }
+  setTime(start: Date, end: Date) {
+    this.start = new Date(start.getTime());
+    this.end = new Date(end.getTime());
+    return this;
+  }
+  deleteEvent() {
+    this.deleted = true;
+  }
+}
+
+export class FakeCalendar {
+  readonly events: FakeCalendarEvent[] = [];
+  private next = 1;
+  constructor(
+    readonly id: string,
+    private readonly calls: CallCounter,
+  ) {}
+  createEvent(title: string, start: Date, end: Date, options: { description?: string; location?: string } = {}) {
+    this.calls.count('Calendar.createEvent');
+    const ev = new FakeCalendarEvent(`evt-${this.next++}@google.com`, title, new Date(start.getTime()), new Date(end.getTime()), options);
+    this.events.push(ev);
+    return ev;
+  }
+  getEventById(id: string) {
+    this.calls.count('Calendar.getEventById');
+    return this.events.find((e) => e.id === id && !e.deleted) ?? null;
+  }
+  live() {
+    return this.events.filter((e) => !e.deleted);
   }
 }
 
@@ -328,6 +392,7 @@ export class FakePlatform {
   readonly urlFetch = new FakeUrlFetch(this.calls);
   readonly mail = new FakeMail(this.calls);
   readonly drive = new FakeDrive(this.calls);
+  readonly calendar = new FakeCalendar('primary', this.calls);
   readonly logs: string[] = [];
 
   /** The services as modules take them, for unit tests of the modules. */
@@ -346,6 +411,8 @@ export class FakePlatform {
       mail: this.mail,
       drive: this.drive,
       lineChart: 'LINE',
+      base64: (text) => Buffer.from(text).toString('base64'),
+      calendar: (id) => (id === '' || id === this.calendar.id ? this.calendar : null),
     };
   }
 
@@ -375,7 +442,11 @@ export class FakePlatform {
       PropertiesService: { getScriptProperties: () => this.properties },
       ScriptApp: this.scriptApp,
       ContentService: FakeContentService,
-      Utilities: { getUuid: () => randomUUID() },
+      Utilities: { getUuid: () => randomUUID(), base64Encode: (text: string) => Buffer.from(text).toString('base64') },
+      CalendarApp: {
+        getDefaultCalendar: () => this.calendar,
+        getCalendarById: (id: string) => (id === this.calendar.id ? this.calendar : null),
+      },
       UrlFetchApp: { fetch: this.urlFetch.fetch },
       MailApp: this.mail,
       DriveApp: this.drive,

@@ -1,0 +1,43 @@
+/**
+ * The `calls` tab: Document 3's call records (`doPost` with `{"calls":[...]}`), one row per call,
+ * typed like events (numbers as numbers, booleans exact, started_at a date-time), deduplicated by
+ * call_id. Every record is checked before anything is written; one bad record refuses the batch.
+ */
+import { CALL_FIELDS, checkCallRecord, type CallRecord } from '../../schema/call-record';
+import { findStoredIds } from './events-sheet';
+import { MAX_BATCH, withScriptLock } from './ingest';
+import type { MeterServices, SheetLike } from './services';
+import { appendTabRows, type TabSpec, tab } from './tabs';
+import type { JsonReply } from './web';
+
+export const CALLS: TabSpec = { name: 'calls', header: CALL_FIELDS };
+
+function toRow(c: CallRecord): unknown[] {
+  // appendTabRows quote-prefixes strings; the date goes in as a Date so the sheet can filter on it.
+  return CALL_FIELDS.map((f) => (f === 'started_at' ? new Date(c.started_at) : c[f] === null ? '' : c[f]));
+}
+
+export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
+  const list = (body as { calls?: unknown }).calls;
+  if (!Array.isArray(list)) return { ok: false, error: 'calls: expected an array of call records' };
+  if (list.length > MAX_BATCH) return { ok: false, error: `calls: expected at most ${MAX_BATCH} records per request, got ${list.length}` };
+  let records: CallRecord[];
+  try {
+    records = list.map((r, i) => checkCallRecord(r, i));
+  } catch (error) {
+    return { ok: false, error: (error as Error).message };
+  }
+  const unique = new Map<string, CallRecord>();
+  for (const r of records) if (!unique.has(r.call_id)) unique.set(r.call_id, r);
+  try {
+    return withScriptLock(svc, () => {
+      const sheet: SheetLike = tab(svc.spreadsheet, CALLS);
+      const stored = findStoredIds(sheet, [...unique.keys()]);
+      const fresh = [...unique.values()].filter((r) => !stored.has(r.call_id));
+      appendTabRows(sheet, fresh.map(toRow));
+      return { ok: true, appended: fresh.length, duplicates: records.length - fresh.length };
+    });
+  } catch (error) {
+    return { ok: false, error: (error as Error).message };
+  }
+}

@@ -1,0 +1,162 @@
+// The voice concierge's back office in the built bundle (node:vm), with fakes of CalendarApp,
+// DriveApp and UrlFetchApp: bookings, reschedules, leads, voicemail, call records, rollups.
+import { beforeEach, describe, expect, it } from 'vitest';
+import { voiceRollup } from '../../apps-script/src/digest';
+import { CALL_FIELDS, type CallRecord } from '../../schema/call-record';
+import { FakePlatform, callJson, loadBundle, type Bundle } from './fakes/platform';
+
+const SECRET = 'bo-secret';
+let platform: FakePlatform;
+let meter: Bundle;
+
+function setConfig(key: string, value: unknown) {
+  const row = platform.spreadsheet.tab('Config')!.data.find((r) => r[0] === key)!;
+  row[1] = value as string;
+}
+beforeEach(() => {
+  platform = new FakePlatform();
+  platform.clock.set('2026-11-22T12:00:00Z');
+  meter = loadBundle(platform);
+  meter.setup();
+  platform.properties.setProperty('SECRET_TOKEN', SECRET);
+  setConfig('TIMEZONE', 'Europe/Lisbon');
+  setConfig('BOOKING_MINUTES', 45);
+});
+const act = (action: string, body: unknown, token = SECRET) => callJson(meter, 'doPost', { action, token }, body);
+const rows = (name: string) => platform.spreadsheet.tab(name)!.data.slice(1);
+const booking = (key = 'key-book-0001') => ({
+  call_id: 'call-1',
+  idempotency_key: key,
+  args: { name: 'Ana Silva', phone: '+351912345678', service: 'Haircut', date: '2026-07-01', time: '10:30', location: 'Rua Augusta 1', notes: 'short', email: 'ana@example.com' },
+});
+
+describe('book_slot', () => {
+  it('creates one event, contact, activity and text; a replay changes nothing and answers the first result', () => {
+    platform.properties.setProperty('TWILIO_ACCOUNT_SID', 'AC1');
+    platform.properties.setProperty('TWILIO_AUTH_TOKEN', 'tok');
+    platform.properties.setProperty('TWILIO_FROM', '+15550001111');
+    platform.urlFetch.respond = () => ({ code: 201, body: '{"sid":"SM1"}' });
+    const first = act('book_slot', booking());
+    expect(first).toMatchObject({ ok: true, action: 'book_slot', booking_id: 'evt-1@google.com', text: 'sent', replayed: false });
+    const [ev] = platform.calendar.live();
+    expect(ev.title).toBe('Haircut – Ana Silva');
+    // 10:30 in Lisbon in July is 09:30 UTC (summer time); 45 minutes long.
+    expect([ev.start.toISOString(), ev.end.toISOString()]).toEqual(['2026-07-01T09:30:00.000Z', '2026-07-01T10:15:00.000Z']);
+    expect(ev.options.location).toBe('Rua Augusta 1');
+    expect(ev.options.description).toContain('call-1');
+    const replay = act('book_slot', booking());
+    expect(replay).toEqual({ ...first, replayed: true });
+    expect(platform.calendar.live()).toHaveLength(1);
+    expect(rows('contacts')).toHaveLength(1);
+    expect(rows('contacts')[0].slice(0, 5)).toEqual(['+351912345678', 'Ana Silva', 'ana@example.com', 'call-1', 'book']);
+    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed', 'Text Sent']);
+    const sms = platform.urlFetch.requests.filter((r) => r.url.includes('api.twilio.com'));
+    expect(sms).toHaveLength(1);
+    expect(sms[0].url).toBe('https://api.twilio.com/2010-04-01/Accounts/AC1/Messages.json');
+    expect(sms[0].options.payload).toMatchObject({ To: '+351912345678', From: '+15550001111' });
+    expect(sms[0].options.headers?.Authorization).toBe(`Basic ${Buffer.from('AC1:tok').toString('base64')}`);
+  });
+
+  it('without Twilio credentials the text is recorded as unsent', () => {
+    expect(act('book_slot', booking()).text).toMatch(/^unsent: Twilio credentials/);
+    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed', 'Text Unsent']);
+    expect(platform.urlFetch.requests).toHaveLength(0);
+  });
+
+  it('refuses a missing argument or a bad date/time naming it, writing nothing', () => {
+    const b = booking();
+    expect(act('book_slot', { ...b, args: { ...b.args, phone: '' } })).toEqual({ ok: false, error: 'args.phone: required for book_slot' });
+    expect(act('book_slot', { ...b, args: { ...b.args, date: '01/07/2026' } }).error).toBe('args.date: expected a date as YYYY-MM-DD, got "01/07/2026"');
+    expect(act('book_slot', { ...b, args: { ...b.args, date: '2026-02-30' } }).error).toMatch(/^args\.date: 2026-02-30 is not a calendar date/);
+    expect(act('book_slot', { ...b, args: { ...b.args, time: '25:00' } }).error).toMatch(/^args\.time: expected a time/);
+    expect(act('book_slot', { ...b, idempotency_key: 'x' }).error).toMatch(/^idempotency_key: /);
+    expect(act('book_slot', b, 'wrong')).toEqual({ ok: false, error: 'unauthorized' });
+    expect(platform.calendar.events).toHaveLength(0);
+    expect(rows('contacts')).toHaveLength(0);
+    expect(rows('idempotency')).toHaveLength(0);
+  });
+});
+
+describe('reschedule_slot, create_lead, route_to_voicemail', () => {
+  it('moves the booked event; an unknown booking_id is an error that says so', () => {
+    const { booking_id } = act('book_slot', booking());
+    const moved = act('reschedule_slot', { call_id: 'call-2', idempotency_key: 'key-move-0001', args: { booking_id, new_date: '2026-12-01', new_time: '15:00', phone: '+351912345678' } });
+    expect(moved).toMatchObject({ ok: true, booking_id, start: '2026-12-01T15:00:00.000Z' }); // Lisbon is UTC in winter
+    expect(platform.calendar.live()[0].start.toISOString()).toBe('2026-12-01T15:00:00.000Z');
+    expect(rows('activities').map((r) => r[1])).toContain('Booking Rescheduled');
+    const unknown = act('reschedule_slot', { call_id: 'call-2', idempotency_key: 'key-move-0002', args: { booking_id: 'nope', new_date: '2026-12-01', new_time: '15:00' } });
+    expect(unknown).toEqual({ ok: false, error: 'args.booking_id: no booking with id "nope"' });
+  });
+
+  it('creates a lead at stage New with an excerpt of the transcript; the contact keeps call, intent and opt-out', () => {
+    const transcript = `Hello ${'I need a new kitchen sink installed and maybe the pipes. '.repeat(20)}`;
+    const lead = act('create_lead', { call_id: 'call-3', idempotency_key: 'key-lead-0001', args: { name: 'Rui', phone: '+351930000000', email: 'rui@example.com', service: 'plumbing', budget: '500-1000', timeline: 'this month', utm: 'google', transcript, opted_out: true } });
+    expect(lead).toMatchObject({ ok: true, stage: 'New' });
+    const [row] = rows('leads');
+    expect(row.slice(2, 11)).toEqual(['call-3', '+351930000000', 'Rui', 'rui@example.com', 'plumbing', '500-1000', 'this month', 'google', 'New']);
+    expect(String(row[11]).length).toBeLessThanOrEqual(280);
+    expect(String(row[11])).toMatch(/…$/);
+    const [contact] = rows('contacts');
+    expect([contact[3], contact[4], contact[6]]).toEqual(['call-3', 'qualify', true]);
+    expect(String(contact[5]).length).toBeLessThanOrEqual(280);
+  });
+
+  it('saves one recording as voicemail/<call_id>.mp3 and one task due 24 hours later; a replay adds nothing', () => {
+    platform.urlFetch.respond = (req) => (req.url === 'https://api.twilio.com/rec/RE1.mp3' ? { code: 200, body: 'ID3audio' } : { code: 404 });
+    const body = { call_id: 'call-4', idempotency_key: 'key-vm-00001', args: { phone: '+351910000000', recording_url: 'https://api.twilio.com/rec/RE1.mp3', transcript: 'please call me back', utc: '2026-11-22T21:00:00Z' } };
+    const first = act('route_to_voicemail', body);
+    expect(first).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3', due_at: '2026-11-23T12:00:00.000Z' });
+    expect(act('route_to_voicemail', body).replayed).toBe(true);
+    const folder = platform.drive.folders.find((f) => f.name === 'voicemail')!;
+    expect(folder.files.map((f) => [f.name, f.content])).toEqual([['call-4.mp3', 'ID3audio']]);
+    expect(rows('tasks')).toHaveLength(1);
+    expect(rows('tasks')[0].slice(2, 7)).toEqual(['2026-11-23T12:00:00.000Z', 'Callback: Voicemail', '+351910000000', 'call-4', 'open']);
+    const missing = act('route_to_voicemail', { ...body, idempotency_key: 'key-vm-00002', args: { ...body.args, recording_url: 'https://api.twilio.com/rec/none.mp3' } });
+    expect(missing).toEqual({ ok: false, error: 'args.recording_url: the recording could not be fetched (HTTP 404)' });
+    expect(rows('tasks')).toHaveLength(1);
+  });
+});
+
+const call = (over: Partial<CallRecord>): CallRecord => ({
+  call_id: 'c', started_at: '2026-11-21T10:00:00.000Z', duration_s: 60, model: 'm', intent_primary: 'book', turns: 4, ttfb_s: 1.2, asr_wer: null,
+  confidence_avg: 0.9, escalated: false, outcome: 'booking', est_audio_cost_usd: 0.1, telephony_minutes: 1, country: 'PT', ...over,
+});
+
+describe('call records and rollups', () => {
+  it('stores {"calls":[...]} typed in the calls tab, once per call_id; a bad record refuses the batch', () => {
+    const records = [call({ call_id: 'a' }), call({ call_id: 'b', outcome: 'voicemail_left', intent_primary: 'voicemail', escalated: false, est_audio_cost_usd: 0.01, ttfb_s: null })];
+    expect(callJson(meter, 'doPost', { token: SECRET }, { calls: records })).toEqual({ ok: true, appended: 2, duplicates: 0 });
+    expect(callJson(meter, 'doPost', { token: SECRET }, { calls: records })).toEqual({ ok: true, appended: 0, duplicates: 2 });
+    const tab = platform.spreadsheet.tab('calls')!;
+    expect(tab.data[0]).toEqual([...CALL_FIELDS]);
+    const [a] = tab.data.slice(1);
+    expect(a[1]).toBeInstanceOf(Date);
+    expect([a[2], a[5], a[9], a[11]]).toEqual([60, 4, false, 0.1]);
+    const bad = callJson(meter, 'doPost', { token: SECRET }, { calls: [call({ call_id: 'c1' }), { ...call({ call_id: 'c2' }), outcome: 'won' }] });
+    expect(bad.ok).toBe(false);
+    expect(bad.error).toMatch(/^calls\[1\]\.outcome: expected one of booking/);
+    expect(tab.data).toHaveLength(3);
+  });
+
+  it('the digest shows the voice rollups for 7 and 30 days, equal to a direct computation', () => {
+    const records = [
+      call({ call_id: 'a', started_at: '2026-11-21T10:00:00.000Z', asr_wer: 0.1 }),
+      call({ call_id: 'b', started_at: '2026-11-20T10:00:00.000Z', escalated: true, outcome: 'abandoned', turns: 8, est_audio_cost_usd: 0.3 }),
+      call({ call_id: 'c', started_at: '2026-11-19T10:00:00.000Z', outcome: 'voicemail_left', intent_primary: 'voicemail', turns: 0, ttfb_s: null, est_audio_cost_usd: 0.02 }),
+      call({ call_id: 'd', started_at: '2026-11-01T10:00:00.000Z', asr_wer: 0.3, est_audio_cost_usd: 0.5 }),
+    ];
+    callJson(meter, 'doPost', { token: SECRET }, { calls: records });
+    meter.refreshDigest();
+    const grid = platform.spreadsheet.tab('Digest')!.data;
+    const value = (label: string) => grid.find((r) => r[0] === label)!.slice(1, 3);
+    expect(value('calls')).toEqual([3, 4]);
+    expect(value('booking rate')[0]).toBeCloseTo(1 / 2, 12); // answered: a, b
+    expect(value('escalation rate')[0]).toBeCloseTo(1 / 2, 12);
+    expect(value('containment rate')[1]).toBeCloseTo(2 / 3, 12); // 30 days: a, b, d answered; b escalated
+    expect(value('average turns')[1]).toBeCloseTo((4 + 8 + 0 + 4) / 4, 12);
+    expect(value('ASR WER (sampled calls)')[1]).toBeCloseTo(0.2, 12);
+    expect(value('cost per booking (audio, USD)')[1]).toBeCloseTo((0.1 + 0.5) / 2, 12);
+    const direct = voiceRollup(platform.spreadsheet.tab('calls')!.data.slice(1), platform.clock.ms, 30);
+    expect(value('cost per call (audio, USD)')[1]).toBeCloseTo(direct.cost_per_call!, 12);
+  });
+});
