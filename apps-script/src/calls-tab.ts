@@ -41,3 +41,19 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
     return { ok: false, error: (error as Error).message };
   }
 }
+
+/** `doGet?action=export&what=calls&since=YYYY-MM-DD`: the calls tab as CSV (started on or after that UTC day). */
+export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(since ?? '')) throw new Error(`since: expected a UTC day as YYYY-MM-DD, got "${since ?? ''}"`);
+  const from = Date.parse(`${since}T00:00:00Z`);
+  const sheet = svc.spreadsheet.getSheetByName(CALLS.name);
+  const last = sheet ? sheet.getLastRow() : 0;
+  const rows = sheet && last >= 2 ? sheet.getRange(2, 1, last - 1, CALL_FIELDS.length).getValues() : [];
+  const isDate = (v: unknown): v is Date => Object.prototype.toString.call(v) === '[object Date]';
+  const field = (v: unknown) => {
+    const t = isDate(v) ? v.toISOString() : v === null || v === undefined ? '' : String(v);
+    return /[",\r\n]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t;
+  };
+  const keep = rows.filter((r) => (isDate(r[1]) ? r[1].getTime() : Date.parse(String(r[1]))) >= from);
+  return [CALL_FIELDS.join(','), ...keep.map((r) => r.map(field).join(','))].join('\r\n') + '\r\n';
+}

@@ -6,7 +6,7 @@
  */
 import * as alerts from './alerts';
 import { backOfficeAction } from './backoffice';
-import { storeCalls } from './calls-tab';
+import { exportCallsSince, storeCalls } from './calls-tab';
 import * as archive from './archive-export';
 import * as digest from './digest';
 import * as retention from './retention';
@@ -38,7 +38,7 @@ function services(): MeterServices {
 const ROUTES: WebRoutes = {
   get: {
     spend: (svc) => jsonReply(spendSummary(svc)),
-    export: (svc, params) => ({ kind: 'text', mimeType: 'csv', body: archive.exportSince(svc, params.since) }),
+    export: (svc, params) => ({ kind: 'text', mimeType: 'csv', body: params.what === 'calls' ? exportCallsSince(svc, params.since) : archive.exportSince(svc, params.since) }),
   },
   post: {
     book_slot: (svc, body) => backOfficeAction(svc, 'book_slot', body),

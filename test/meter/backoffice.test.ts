@@ -3,7 +3,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { voiceRollup } from '../../apps-script/src/digest';
 import { CALL_FIELDS, type CallRecord } from '../../schema/call-record';
-import { FakePlatform, callJson, loadBundle, type Bundle } from './fakes/platform';
+import { FakePlatform, callJson, loadBundle, webEvent, type Bundle, type FakeTextOutput } from './fakes/platform';
 
 const SECRET = 'bo-secret';
 let platform: FakePlatform;
@@ -158,5 +158,10 @@ describe('call records and rollups', () => {
     expect(value('cost per booking (audio, USD)')[1]).toBeCloseTo((0.1 + 0.5) / 2, 12);
     const direct = voiceRollup(platform.spreadsheet.tab('calls')!.data.slice(1), platform.clock.ms, 30);
     expect(value('cost per call (audio, USD)')[1]).toBeCloseTo(direct.cost_per_call!, 12);
+    // The same records leave through the export, for `npm run report -- voice --calls <file>`.
+    const csv = (meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-19' })) as FakeTextOutput).getContent().trim().split('\r\n');
+    expect(csv[0]).toBe(CALL_FIELDS.join(','));
+    expect(csv.slice(1).map((l) => l.split(',')[0])).toEqual(['a', 'b', 'c']);
+    expect(csv[1]).toBe('a,2026-11-21T10:00:00.000Z,60,m,book,4,1.2,0.1,0.9,false,booking,0.1,1,PT');
   });
 });
