@@ -196,7 +196,8 @@ describe('Cold tier', () => {
     const queued = await stack.queue.enqueue({ body: { model: 'x', messages: [{ role: 'user', content: 'q' }] }, idempotencyKey: 'bad-job', userId: '', jobId: '', customerId: 'acme', jobType: '', reason: 'test', reviewRequired: false, enqueuedAt: new Date().toISOString() });
     const dead = await until(async () => {
       const j = await job(url, queued.jobId);
-      return j.state === 'dead-lettered' ? j : null;
+      // BullMQ may show the final state a moment before the failure reason is readable.
+      return j.state === 'dead-lettered' && j.lastError ? j : null;
     });
     expect(dead.lastError).toMatch(/HTTP 422/);
     const lines: string[] = [];
