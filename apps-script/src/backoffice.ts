@@ -113,7 +113,10 @@ function upsertContact(c: Context, fields: { name?: string; email?: string; inte
   }
 }
 
-/** Sends a text with Twilio's Messages API; without credentials, or on failure, says why. */
+/**
+ * Sends a text with Twilio's Messages API; without credentials, or on failure, says why. The
+ * status is recorded in the activity the text belongs to (`text: sent` or `text: unsent: …`).
+ */
 function sendText(c: Context, to: string, body: string): string {
   const sid = c.svc.properties.getProperty('TWILIO_ACCOUNT_SID');
   const token = c.svc.properties.getProperty('TWILIO_AUTH_TOKEN');
@@ -134,7 +137,6 @@ function sendText(c: Context, to: string, body: string): string {
       status = `unsent: ${(error as Error).message}`;
     }
   }
-  c.activities.push([c.now.toISOString(), status === 'sent' ? 'Text Sent' : 'Text Unsent', to, c.callId, '', `${status} | ${body}`]);
   return status;
 }
 
@@ -168,8 +170,8 @@ const PERFORM: Record<ActionName, (c: Context) => Record<string, unknown>> = {
       event.deleteEvent(); // nothing half-written
       throw error;
     }
-    c.activities.push([c.now.toISOString(), 'Booking Confirmed', phone, c.callId, event.getId(), `${service}, ${fmt(start, tz)}`]);
     const textStatus = sendText(c, phone, `Booking confirmed: ${service}, ${fmt(start, tz)}${text(c.args, 'location') ? ` at ${text(c.args, 'location')}` : ''}. Reply to change it.`);
+    c.activities.push([c.now.toISOString(), 'Booking Confirmed', phone, c.callId, event.getId(), `${service}, ${fmt(start, tz)} | text: ${textStatus}`]);
     return { booking_id: event.getId(), start: start.toISOString(), end: end.toISOString(), text: textStatus };
   },
   reschedule_slot(c) {
@@ -181,8 +183,8 @@ const PERFORM: Record<ActionName, (c: Context) => Record<string, unknown>> = {
     if (!event) throw new ArgError(`args.booking_id: no booking with id "${bookingId}"`);
     event.setTime(start, end);
     const phone = text(c.args, 'phone');
-    c.activities.push([c.now.toISOString(), 'Booking Rescheduled', phone, c.callId, bookingId, `${fmt(start, tz)}${text(c.args, 'notes') ? ` | ${text(c.args, 'notes')}` : ''}`]);
     const textStatus = phone ? sendText(c, phone, `Your booking is moved to ${fmt(start, tz)}.`) : 'unsent: no phone in the arguments';
+    c.activities.push([c.now.toISOString(), 'Booking Rescheduled', phone, c.callId, bookingId, `${fmt(start, tz)}${text(c.args, 'notes') ? ` | ${text(c.args, 'notes')}` : ''} | text: ${textStatus}`]);
     return { booking_id: bookingId, start: start.toISOString(), end: end.toISOString(), text: textStatus };
   },
   create_lead(c) {

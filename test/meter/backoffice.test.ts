@@ -49,7 +49,9 @@ describe('book_slot', () => {
     expect(platform.calendar.live()).toHaveLength(1);
     expect(rows('contacts')).toHaveLength(1);
     expect(rows('contacts')[0].slice(0, 5)).toEqual(['+351912345678', 'Ana Silva', 'ana@example.com', 'call-1', 'book']);
-    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed', 'Text Sent']);
+    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed']);
+    expect(rows('activities')[0][4]).toBe('evt-1@google.com');
+    expect(rows('activities')[0][5]).toMatch(/\| text: sent$/);
     const sms = platform.urlFetch.requests.filter((r) => r.url.includes('api.twilio.com'));
     expect(sms).toHaveLength(1);
     expect(sms[0].url).toBe('https://api.twilio.com/2010-04-01/Accounts/AC1/Messages.json');
@@ -59,7 +61,8 @@ describe('book_slot', () => {
 
   it('without Twilio credentials the text is recorded as unsent', () => {
     expect(act('book_slot', booking()).text).toMatch(/^unsent: Twilio credentials/);
-    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed', 'Text Unsent']);
+    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed']);
+    expect(rows('activities')[0][5]).toMatch(/\| text: unsent: Twilio credentials are not set/);
     expect(platform.urlFetch.requests).toHaveLength(0);
   });
 
