@@ -8,9 +8,9 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ops } from '../../gateway/src/ops';
-import { createStack, type Stack } from '../../gateway/src/stack';
+import type { Stack } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
-import { captureLogger, chat } from './harness';
+import { captureLogger, chat, listenStack } from './harness';
 
 const DB = 9;
 const REDIS_URL = `redis://127.0.0.1:6379/${DB}`;
@@ -70,16 +70,15 @@ afterEach(async () => {
 
 async function up(options: { worker: boolean }) {
   const logs: string[] = [];
-  const stack = await createStack(env, captureLogger(logs), { http: true, ...options });
-  stacks.push(stack);
-  const server = await stack.gateway!.listen(0, '127.0.0.1');
-  const close = stack.close.bind(stack);
-  stack.close = async () => {
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-    await close();
+  const h = await listenStack(env, { http: true, ...options }, captureLogger(logs));
+  // A test that closes the stack closes its server too (h.stop ends with the stack's own close).
+  const closeStack = h.stack.close.bind(h.stack);
+  h.stack.close = async () => {
+    h.stack.close = closeStack;
+    await h.stop();
   };
-  return { stack, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, logs };
+  stacks.push(h.stack);
+  return { ...h, logs };
 }
 
 const admin = (url: string, path: string, body?: unknown, token = ADMIN) =>

@@ -6,9 +6,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createStack, type Stack } from '../../gateway/src/stack';
+import type { Stack } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
-import { captureLogger, chat } from './harness';
+import { captureLogger, chat, listenStack } from './harness';
 
 const REDIS_URL = 'redis://127.0.0.1:6379/9';
 const prefix = `test-degraded-${process.pid}`;
@@ -66,21 +66,12 @@ async function up(extra: Record<string, unknown> = {}, env: NodeJS.ProcessEnv = 
     }),
   );
   const logs: string[] = [];
-  const stack = await createStack(
+  const h = await listenStack(
     { ROUTES_FILE: routes, QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_URL: meterUrl, METER_TOKEN: 't', METER_SPOOL_DIR: join(dir, `spool-${stacks.length}`), NOTIFY_WINDOW_MS: '50', SCOPES_FILE: join(dir, 'none.yaml'), ...env },
-    captureLogger(logs),
     { http: true, worker: false },
+    captureLogger(logs),
   );
-  const server = await stack.gateway!.listen(0, '127.0.0.1');
-  const s = Object.assign(stack, {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    logs,
-    stop: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-      await stack.close();
-    },
-  });
+  const s = Object.assign(h.stack, { url: h.url, logs, stop: h.stop });
   stacks.push(s);
   return s;
 }

@@ -10,6 +10,7 @@ import { createGateway, type Gateway, type GatewayOptions } from '../../gateway/
 import { LocalFlags, type FlagStore } from '../../gateway/src/flags';
 import { CsvSink, type MeterSink } from '../../gateway/src/meter-sink';
 import type { RoutesMapConfig } from '../../gateway/src/routes-map';
+import { createStack, type StackOptions } from '../../gateway/src/stack';
 
 export interface TestGateway {
   gateway: Gateway;
@@ -95,4 +96,19 @@ export async function chat(url: string, body: unknown = { model: 'any', messages
   const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
   const text = await res.text();
   return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text), ms: performance.now() - started };
+}
+
+/** The whole gateway stack (`createStack`) listening on a loopback port, with one stop for all. */
+export async function listenStack(env: NodeJS.ProcessEnv, options: StackOptions = { http: true, worker: false }, logger = captureLogger([])) {
+  const stack = await createStack(env, logger, options);
+  const server = await stack.gateway!.listen(0, '127.0.0.1');
+  return {
+    stack,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    async stop() {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await stack.close();
+    },
+  };
 }

@@ -18,8 +18,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import pino from 'pino';
-import { createStack, type Stack } from '../../gateway/src/stack';
+import type { Stack } from '../../gateway/src/stack';
 import { FakeProvider } from '../gateway/fake-provider';
+import { listenStack } from '../gateway/harness';
 
 const ADMIN = 'lisbon-admin';
 const NOTIFY_WINDOW_MS = 300;
@@ -85,17 +86,7 @@ async function main(): Promise<number> {
   const log = pino({ level: 'silent' });
   const open: Array<{ stack: Stack; stop: () => Promise<void> }> = [];
   const up = async () => {
-    const stack = await createStack(env, log, { http: true, worker: true, notifyWindowMs: NOTIFY_WINDOW_MS });
-    const server = await stack.gateway!.listen(0, '127.0.0.1');
-    const handle = {
-      stack,
-      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-      stop: async () => {
-        server.closeAllConnections();
-        await new Promise<void>((r) => server.close(() => r()));
-        await stack.close();
-      },
-    };
+    const handle = await listenStack(env, { http: true, worker: true, notifyWindowMs: NOTIFY_WINDOW_MS }, log);
     open.push(handle);
     return handle;
   };

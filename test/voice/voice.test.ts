@@ -1,8 +1,7 @@
 // The voice concierge: configuration lint, the spend guard (Document 3's tables, step by step),
 // intent matching, and the /v1/voice/* endpoints through HTTP with a real Redis.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -11,7 +10,7 @@ import { createStack, type Stack } from '../../gateway/src/stack';
 import { lintConcierge } from '../../gateway/src/voice/config';
 import { matchIntent } from '../../gateway/src/voice/intents';
 import { applyEvent, estimateUsd, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
-import { captureLogger } from '../gateway/harness';
+import { captureLogger, listenStack } from '../gateway/harness';
 import { filled, template } from './filled';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -181,17 +180,7 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
   afterAll(() => redis.disconnect());
 
   async function up() {
-    const stack = await createStack(env, captureLogger([]), { http: true, worker: false });
-    const server = await stack.gateway!.listen(0, '127.0.0.1');
-    const h = {
-      stack,
-      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-      stop: async () => {
-        server.closeAllConnections();
-        await new Promise<void>((r) => server.close(() => r()));
-        await stack.close();
-      },
-    };
+    const h = await listenStack(env);
     stacks.push(h);
     return h;
   }

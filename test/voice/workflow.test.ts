@@ -11,10 +11,10 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { openDuck } from '../../archive/duck';
 import { voiceRollupSql } from '../../archive/voice-rollups';
 import { CALLS_CSV_HEADER, callToCsvLine, type CallRecord } from '../../schema/call-record';
-import { createStack, type Stack } from '../../gateway/src/stack';
+import type { Stack } from '../../gateway/src/stack';
 import { fetchCountryRates } from '../../gateway/src/voice/rates';
 import { canonicalJson, workflowKey } from '../../gateway/src/voice/workflow';
-import { captureLogger } from '../gateway/harness';
+import { listenStack } from '../gateway/harness';
 import { filled } from './filled';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -72,17 +72,7 @@ async function up(extraEnv: NodeJS.ProcessEnv = {}) {
   c.spend_guard.log_to = `${observe.url}/log`;
   writeFileSync(join(dir, 'concierge.json'), JSON.stringify(c));
   const env = { CONCIERGE_FILE: join(dir, 'concierge.json'), VOICE_TOKEN: 'v', QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_CSV_FILE: join(dir, 'events.csv'), CALLS_CSV_FILE: join(dir, 'calls.csv'), TELEPHONY_RATES_FILE: join(dir, 'rates.json'), SCOPES_FILE: join(dir, 'none.yaml'), ...extraEnv };
-  const stack = await createStack(env, captureLogger([]), { http: true, worker: false });
-  const server = await stack.gateway!.listen(0, '127.0.0.1');
-  const h = {
-    stack,
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    stop: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-      await stack.close();
-    },
-  };
+  const h = await listenStack(env);
   stacks.push(h);
   return h;
 }
