@@ -50,7 +50,14 @@ export class RedisFlags extends LocalFlags {
       const next = { ...this.flags };
       if (stored.enable_warm_fallback !== undefined) next.enable_warm_fallback = stored.enable_warm_fallback === '1';
       if (stored.enable_cold_queue !== undefined) next.enable_cold_queue = stored.enable_cold_queue === '1';
-      if (stored.killed_models !== undefined) next.killed_models = JSON.parse(stored.killed_models) as string[];
+      if (stored.killed_models !== undefined) {
+        try {
+          const list = JSON.parse(stored.killed_models) as unknown;
+          if (Array.isArray(list)) next.killed_models = list.map(String);
+        } catch {
+          // A value someone wrote by hand that is not JSON: keep the last good list.
+        }
+      }
       this.flags = next;
     }
     return this.flags;

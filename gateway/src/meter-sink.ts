@@ -44,10 +44,14 @@ export class CsvSink<T = EventRecord> implements MeterSink<T> {
     readonly file: string,
     private readonly header = CSV_HEADER,
     private readonly toLine: (record: T) => string = eventToCsvLine as unknown as (record: T) => string,
+    /** A failed append (disk full, say) is reported here; it never crashes the gateway. */
+    private readonly onError: (message: string) => void = (m) => process.stderr.write(`${m}\n`),
   ) {}
   send(record: T): void {
     this.pending.push(this.toLine(record));
-    this.timer ??= setTimeout(() => void this.flush(), 50);
+    this.timer ??= setTimeout(() => {
+      this.flush().catch((error: Error) => this.onError(`meter CSV ${this.file}: ${error.message}`));
+    }, 50);
   }
   flush(): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
@@ -114,7 +118,9 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   private schedule(): void {
     if (this.closed) return;
     this.timer = setTimeout(() => {
-      void this.flush().finally(() => this.schedule());
+      this.flush()
+        .catch((error: Error) => this.opts.log.error(`meter spool: ${error.message}; events stay in memory and are tried again`))
+        .finally(() => this.schedule());
     }, this.opts.flushIntervalMs ?? 1000);
     this.timer.unref();
   }
@@ -124,10 +130,15 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     const lines = this.pending;
     this.pending = [];
     if (lines.length) {
-      await this.chain.run(async () => {
-        await mkdir(this.opts.spoolDir, { recursive: true });
-        await appendFile(this.spool, `${lines.join('\n')}\n`);
-      });
+      try {
+        await this.chain.run(async () => {
+          await mkdir(this.opts.spoolDir, { recursive: true });
+          await appendFile(this.spool, `${lines.join('\n')}\n`);
+        });
+      } catch (error) {
+        this.pending = [...lines, ...this.pending]; // not on disk yet: keep them, in order
+        throw error;
+      }
     }
     if (Date.now() < this.retryAt) return;
     this.delivering ??= this.deliver().finally(() => (this.delivering = null));
@@ -243,5 +254,5 @@ export function createMeterSink(env: NodeJS.ProcessEnv, log: Log): MeterSink {
   if (env.METER_URL) {
     return new WebAppSink({ url: env.METER_URL, token: env.METER_TOKEN, spoolDir: env.METER_SPOOL_DIR ?? '.data/meter-spool', log });
   }
-  return new CsvSink(env.METER_CSV_FILE ?? '.data/events.csv');
+  return new CsvSink(env.METER_CSV_FILE ?? '.data/events.csv', CSV_HEADER, eventToCsvLine, (m) => log.error(m));
 }

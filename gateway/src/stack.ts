@@ -150,7 +150,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     // Call records go where events go: the meter web app (`{"calls":[...]}`, spooled), or a local CSV.
     callSink = env.METER_URL
       ? new WebAppSink<CallRecord>({ url: env.METER_URL, token: env.METER_TOKEN, key: 'calls', spoolDir: `${env.METER_SPOOL_DIR ?? '.data/meter-spool'}-calls`, log }, (r) => r)
-      : new CsvSink<CallRecord>(env.CALLS_CSV_FILE ?? '.data/calls.csv', CALLS_CSV_HEADER, callToCsvLine);
+      : new CsvSink<CallRecord>(env.CALLS_CSV_FILE ?? '.data/calls.csv', CALLS_CSV_HEADER, callToCsvLine, (m) => log.error(m));
     workflow = new Workflow({ config: voiceConfig, store: redis ? new RedisWorkflowStore(redis, prefix ?? 'gateway') : new MemoryWorkflowStore(), log: { warn: (m) => log.warn(m), error: (m) => log.error(m) } });
     workflow.startDeadLetterRetry();
     const ratesFile = env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;

@@ -1,6 +1,6 @@
 // Meter events to the web app: batches, the 302 followed with GET, spooling while the meter is
 // down, replay in order after a restart, none lost and none duplicated. And the shared flags.
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RedisFlags } from '../../gateway/src/flags';
-import { WebAppSink } from '../../gateway/src/meter-sink';
+import { CsvSink, WebAppSink } from '../../gateway/src/meter-sink';
 import { normalizeEvent } from '../../schema/event-record';
 
 /** The meter web app as Apps Script serves it: POST → 302 → GET the answer; it dedups by event_id. */
@@ -108,6 +108,30 @@ describe('meter sink: the web app', () => {
     expect(warnings.join('\n')).toContain('unauthorized');
     expect(warnings.join('\n')).not.toContain('wrong-secret');
     await sink.close();
+  });
+});
+
+describe('meter sink: a local file that cannot be written', () => {
+  it('reports the error and keeps the gateway running (no unhandled rejection)', async () => {
+    const errors: string[] = [];
+    const dir = mkdtempSync(join(tmpdir(), 'csv-'));
+    const sink = new CsvSink(dir, undefined, undefined, (m) => errors.push(m)); // a directory, not a file
+    sink.send(event(1));
+    await new Promise((r) => setTimeout(r, 150));
+    expect(errors.join('\n')).toMatch(/meter CSV .*EISDIR/);
+  });
+
+  it('the web-app sink keeps events it could not spool, in order, for the next flush', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'spool-'));
+    const blocked = join(dir, 'not-a-dir');
+    writeFileSync(blocked, 'x'); // the spool directory path is a file: appends fail
+    meter = await new FakeMeterWebApp().start();
+    const sink = new WebAppSink({ url: meter.url, token: 'tok', spoolDir: blocked, flushIntervalMs: 60_000, log: quiet });
+    sink.send(event(1));
+    sink.send(event(2));
+    await expect(sink.flush()).rejects.toThrow();
+    expect(meter.stored).toEqual([]);
+    await sink.close().catch(() => undefined);
   });
 });
 
