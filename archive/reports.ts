@@ -5,6 +5,7 @@
  */
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { csvField } from '../schema/event-record';
 import { lit } from './duck';
 
 export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;
@@ -60,14 +61,10 @@ function cell(value: unknown): string {
   return String(value);
 }
 
-function csvCell(value: unknown): string {
-  const text = cell(value);
-  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
-}
 
 export function formatRows(rows: Row[], columns: string[], format: 'table' | 'csv' | 'json'): string {
   if (format === 'json') return JSON.stringify(rows, null, 2) + '\n';
-  if (format === 'csv') return [columns.join(','), ...rows.map((r) => columns.map((c) => csvCell(r[c])).join(','))].join('\n') + '\n';
+  if (format === 'csv') return [columns.join(','), ...rows.map((r) => columns.map((c) => csvField(r[c])).join(','))].join('\n') + '\n';
   const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
   const line = (cells: string[]) => cells.map((v, i) => (typeof rows[0]?.[columns[i]] === 'number' ? v.padStart(widths[i]) : v.padEnd(widths[i]))).join('  ');
   return [line(columns), line(widths.map((w) => '-'.repeat(w))), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join('\n') + '\n';

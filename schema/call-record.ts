@@ -1,3 +1,5 @@
+import { csvField } from './event-record';
+
 /**
  * The call record of Document 3: one row per call. Like the event record, one definition shared by
  * the gateway (which builds it when a call ends) and the meter (its `calls` tab). Plain
@@ -96,10 +98,5 @@ export function checkCallRecord(input: unknown, index?: number): CallRecord {
 export const CALLS_CSV_HEADER = CALL_FIELDS.join(',');
 
 export function callToCsvLine(c: CallRecord): string {
-  return CALL_FIELDS.map((f) => {
-    const v = c[f];
-    if (v === null || v === undefined) return '';
-    const t = String(v);
-    return /[",\r\n]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t;
-  }).join(',');
+  return CALL_FIELDS.map((f) => csvField(c[f])).join(',');
 }

@@ -4,7 +4,8 @@
  * call_id. Every record is checked before anything is written; one bad record refuses the batch.
  */
 import { CALL_FIELDS, checkCallRecord, type CallRecord } from '../../schema/call-record';
-import { findStoredIds } from './events-sheet';
+import { csvField } from '../../schema/event-record';
+import { cellTime, findStoredIds } from './events-sheet';
 import { MAX_BATCH, withScriptLock } from './ingest';
 import type { MeterServices, SheetLike } from './services';
 import { appendTabRows, type TabSpec, tab } from './tabs';
@@ -49,11 +50,6 @@ export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since:
   const sheet = svc.spreadsheet.getSheetByName(CALLS.name);
   const last = sheet ? sheet.getLastRow() : 0;
   const rows = sheet && last >= 2 ? sheet.getRange(2, 1, last - 1, CALL_FIELDS.length).getValues() : [];
-  const isDate = (v: unknown): v is Date => Object.prototype.toString.call(v) === '[object Date]';
-  const field = (v: unknown) => {
-    const t = isDate(v) ? v.toISOString() : v === null || v === undefined ? '' : String(v);
-    return /[",\r\n]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t;
-  };
-  const keep = rows.filter((r) => (isDate(r[1]) ? r[1].getTime() : Date.parse(String(r[1]))) >= from);
-  return [CALL_FIELDS.join(','), ...keep.map((r) => r.map(field).join(','))].join('\r\n') + '\r\n';
+  const keep = rows.filter((r) => cellTime(r[1]) >= from);
+  return [CALL_FIELDS.join(','), ...keep.map((r) => r.map(csvField).join(','))].join('\r\n') + '\r\n';
 }
