@@ -3,30 +3,22 @@
  * endpoints (health, metrics, flags) behind ADMIN_TOKEN.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { parseChatRequest, type ChatContext } from './chat-request';
-import { Deadline, type Clock } from './deadline';
+import { chatEndpoint, type ChatEndpointDeps, type Degrade } from './chat-endpoint';
+import type { Clock } from './deadline';
 import { openAiError } from './errors';
-import { Failover, type Outcome } from './failover';
+import { Failover } from './failover';
 import type { FlagStore } from './flags';
 import type { KeyFor } from './keys';
 import type { MeterSink } from './meter-sink';
 import { GatewayMetrics } from './metrics';
 import type { RoutesMapConfig } from './routes-map';
-import { degradeVariant, type Scopes } from './scopes';
-import { relaySse } from './sse';
+import type { Scopes } from './scopes';
 
-/** What happens to a request before routing: refused (rate limit), queued (degraded), or routed. */
-export type Admission =
-  | { kind: 'reject'; status: number; retryAfterS: number; message: string; code: string }
-  | { kind: 'queue'; delayMs: number; reviewRequired: boolean; decision: string }
-  | { kind: 'route'; model?: string; decision: string; skipProviders?: Set<string> };
-
-/** What the gateway does when no Hot or Warm route answered (the Cold tier plugs in here). */
-export type Degrade = (ctx: ChatContext, outcome: Extract<Outcome, { kind: 'exhausted' }>, deadline: Deadline, res: Response) => Promise<void>;
+export type { Admission, Degrade } from './chat-endpoint';
 
 export interface GatewayOptions {
   map: RoutesMapConfig;
@@ -42,9 +34,9 @@ export interface GatewayOptions {
   /** Extra operator state for /health (pause flag, queue counts, ...). */
   healthExtras?: () => Promise<Record<string, unknown>>;
   /** Rate limits and degraded routing (Document 2), decided before routing. */
-  admit?: (ctx: ChatContext) => Promise<Admission>;
+  admit?: ChatEndpointDeps['admit'];
   /** Queues a request that admission sent to the Cold queue (degraded routing). */
-  enqueue?: (ctx: ChatContext, res: Response, admission: Extract<Admission, { kind: 'queue' }>) => Promise<void>;
+  enqueue?: ChatEndpointDeps['enqueue'];
   /** Routes live requests must avoid now (the capped provider's while the budget pause is on). */
   skipRoute?: (route: import('./failover').Route) => boolean;
   /** Mounts more routers (budget, jobs, voice) on the same app. */
@@ -75,13 +67,6 @@ export function bearerGuard(token: string | undefined): express.RequestHandler {
   };
 }
 
-function routeHeaders(res: Response, tier: string, provider: string, model: string, attempts: number): void {
-  res.setHeader('x-route-tier', tier);
-  res.setHeader('x-route-provider', provider);
-  res.setHeader('x-route-model', model);
-  res.setHeader('x-route-attempts', String(attempts));
-}
-
 const FlagsChange = z.strictObject({
   enable_warm_fallback: z.boolean().optional(),
   enable_cold_queue: z.boolean().optional(),
@@ -104,79 +89,10 @@ export function createGateway(opts: GatewayOptions): Gateway {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
+  const chat = chatEndpoint({ failover, metrics, scopes: opts.scopes, flags: opts.flags, log: opts.log, now: opts.now, degrade: opts.degrade, admit: opts.admit, enqueue: opts.enqueue, skipRoute: opts.skipRoute });
+  // Before the JSON parser: the chat endpoint reads its own body (see chat-endpoint.ts).
+  app.post('/v1/chat/completions', (req, res) => chat(req, res));
   app.use(express.json({ limit: '20mb' }));
-
-  const degrade: Degrade =
-    opts.degrade ??
-    (async (_ctx, outcome, _deadline, res) => {
-      routeHeaders(res, 'cold', 'none', 'none', outcome.attempts);
-      const timeUp = outcome.reason === 'time_to_answer';
-      res
-        .status(timeUp ? 504 : 503)
-        .json(openAiError(timeUp ? 'no route answered within the time-to-answer' : `no route answered (${outcome.lastError ?? 'all routes skipped'})`, 'upstream_error', null, timeUp ? 'time_to_answer' : 'all_routes_failed'));
-    });
-
-  app.post('/v1/chat/completions', async (req: Request, res: Response) => {
-    const parsed = parseChatRequest(req.body, req.headers, opts.scopes);
-    if (!parsed.ok) {
-      res.status(400).json(openAiError(parsed.message, 'invalid_request_error', parsed.param));
-      return;
-    }
-    const ctx = parsed.context;
-    const deadline = new Deadline(ctx.timeToAnswerMs, opts.now);
-    const abort = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) abort.abort();
-    });
-    const admission: Admission = opts.admit ? await opts.admit(ctx) : { kind: 'route', decision: 'default' };
-    if (admission.kind === 'reject') {
-      res.setHeader('retry-after', String(admission.retryAfterS));
-      res.status(admission.status).json(openAiError(admission.message, 'rate_limit_error', null, admission.code));
-      return;
-    }
-    if (admission.kind === 'queue' && opts.enqueue) {
-      failover.meterEvent(ctx, { provider: 'queue', model: ctx.body.model }, 0, null, '', admission.decision, admission.reviewRequired);
-      await opts.enqueue(ctx, res, admission);
-      return;
-    }
-    const route = admission.kind === 'route' ? admission : { decision: 'default' as const, model: undefined, skipProviders: undefined };
-    const skipProviders = route.skipProviders;
-    const skip = (r: import('./failover').Route) => (opts.skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false);
-    let outcome = await failover.route(ctx, deadline, { signal: abort.signal, flags: opts.flags.get(), skip, model: route.model, decision: route.decision });
-    // The scope's degrade mode, when it is not "queue": one more pass, smaller or shorter, in the time left.
-    const variant = outcome.kind === 'exhausted' && outcome.reason === 'all_failed' ? degradeVariant(opts.scopes[ctx.jobType], ctx.body) : null;
-    if (variant && outcome.kind === 'exhausted') {
-      const before = outcome.attempts;
-      const second = await failover.route({ ...ctx, body: variant.body }, deadline, { signal: abort.signal, flags: opts.flags.get(), skip, model: variant.model ?? route.model, decision: 'degraded' });
-      outcome = { ...second, attempts: before + second.attempts };
-    }
-    if (outcome.kind === 'exhausted') {
-      metrics.requests.inc({ tier: 'cold', status: 'degraded' });
-      await degrade(ctx, outcome, deadline, res);
-      return;
-    }
-    const { upstream } = outcome;
-    routeHeaders(res, outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
-    metrics.requests.inc({ tier: outcome.route.tier, status: String(upstream.status) });
-    if (outcome.kind === 'answer' && upstream.first && upstream.rest) {
-      res.status(upstream.status);
-      res.setHeader('content-type', 'text/event-stream; charset=utf-8');
-      res.setHeader('cache-control', 'no-cache');
-      res.flushHeaders();
-      const relayStart = performance.now();
-      const relay = await relaySse(upstream.first, upstream.rest, res, ctx.body.stream_options?.include_usage === true);
-      if (relay.broken) {
-        outcome.route.breaker.record(outcome.ticket, false);
-        outcome.route.health.record(false);
-      }
-      const config = { ...outcome.route.config, model: outcome.model };
-      failover.meterEvent(ctx, config, upstream.latencyMs + (performance.now() - relayStart), relay.usage, relay.broken ? 'STREAM_INTERRUPTED' : '', route.decision);
-      return;
-    }
-    const type = upstream.headers['content-type'];
-    res.status(upstream.status).setHeader('content-type', typeof type === 'string' ? type : 'application/json');
-    res.end(upstream.body);
-  });
 
   app.get('/health', admin, async (_req, res) => {
     const flags = opts.flags.get();
@@ -235,8 +151,17 @@ export function createGateway(opts: GatewayOptions): Gateway {
     metrics,
     listen: (port, host = '0.0.0.0') =>
       new Promise((resolve, reject) => {
-        const server = app.listen(port, host, (error?: Error) => (error ? reject(error) : resolve(server)));
+        // The hot path goes straight to the chat endpoint; everything else through Express.
+        const server = createServer((req, res) => {
+          if (req.method === 'POST' && req.url === '/v1/chat/completions') void chat(req, res);
+          else app(req, res);
+        });
         server.keepAliveTimeout = 65_000;
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          server.off('error', reject);
+          resolve(server);
+        });
       }),
   };
 }

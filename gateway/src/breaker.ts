@@ -59,7 +59,7 @@ export class Breaker {
     this.now = options.now ?? Date.now;
     this.circuit = new CircuitBreaker((fn: () => Promise<unknown>) => fn(), {
       name,
-      timeout: false, // attempts carry their own deadline (AbortSignal)
+      timeout: false, // attempts carry their own deadline (a per-attempt timer)
       volumeThreshold: Number.MAX_SAFE_INTEGER, // opossum never opens on its own
       errorThresholdPercentage: 100,
       rollingCountTimeout: 60_000,

@@ -6,13 +6,14 @@
  * - `POST /budget/webhook` and `POST /budget/resume` (operator token).
  */
 import type express from 'express';
-import type { Response } from 'express';
+import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
-import type { Degrade } from './app';
+import { routeHeaders, type Degrade } from './chat-endpoint';
 import { BudgetWebhook, type PauseFlag } from './budget';
 import type { ChatContext } from './chat-request';
 import type { ColdPayload, ColdQueue } from './cold-queue';
 import { openAiError } from './errors';
+import { sendJson } from './http-io';
 import type { FlagStore } from './flags';
 import type { Notifier } from './notify';
 
@@ -41,22 +42,19 @@ export function coldPayload(ctx: ChatContext, reason: string, reviewRequired = f
 }
 
 /** Queues the request and answers 202; 503 when the Cold queue is switched off or unreachable. */
-export async function answerQueued(deps: ColdTierDeps, ctx: ChatContext, res: Response, reason: string, attempts: number, options: { delayMs?: number; reviewRequired?: boolean } = {}): Promise<void> {
-  res.setHeader('x-route-tier', 'cold');
-  res.setHeader('x-route-provider', 'queue');
-  res.setHeader('x-route-model', ctx.body.model);
-  res.setHeader('x-route-attempts', String(attempts));
+export async function answerQueued(deps: ColdTierDeps, ctx: ChatContext, res: ServerResponse, reason: string, attempts: number, options: { delayMs?: number; reviewRequired?: boolean } = {}): Promise<void> {
+  const headers = routeHeaders('cold', 'queue', ctx.body.model, attempts);
   if (!deps.flags.get().enable_cold_queue) {
-    res.status(503).json(openAiError('no route answered and the Cold queue is switched off (enable_cold_queue)', 'upstream_error', null, 'cold_queue_disabled'));
+    sendJson(res, 503, openAiError('no route answered and the Cold queue is switched off (enable_cold_queue)', 'upstream_error', null, 'cold_queue_disabled'), headers);
     return;
   }
   try {
     const { jobId, created } = await deps.queue.enqueue(coldPayload(ctx, reason, options.reviewRequired), { delayMs: options.delayMs });
     if (created) deps.notifier.notify({ kind: options.reviewRequired ? 'human_review' : 'enqueued', jobIds: [jobId], tenant: ctx.customerId || undefined, detail: `reason: ${reason}` });
-    res.status(202).json({ status: 'queued', jobId });
+    sendJson(res, 202, { status: 'queued', jobId }, headers);
   } catch (error) {
     deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
-    res.status(503).json(openAiError('no route answered and the Cold queue is unreachable', 'upstream_error', null, 'cold_queue_unavailable'));
+    sendJson(res, 503, openAiError('no route answered and the Cold queue is unreachable', 'upstream_error', null, 'cold_queue_unavailable'), headers);
   }
 }
 

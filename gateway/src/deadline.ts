@@ -2,6 +2,8 @@
  * One time-to-answer per request. Every attempt, backoff and tier switch is cut to what is left,
  * so no request answers later than its time-to-answer.
  */
+import type { CancelSignal } from './cancel';
+
 export type Clock = () => number;
 
 export class Deadline {
@@ -21,15 +23,15 @@ export class Deadline {
 }
 
 /** Waits `ms`, or less if `signal` aborts first. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+export function sleep(ms: number, signal?: CancelSignal): Promise<void> {
   return new Promise((resolve) => {
     if (ms <= 0 || signal?.aborted) return resolve();
     const timer = setTimeout(done, ms);
     function done() {
       clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
+      signal?.removeListener('abort', done);
       resolve();
     }
-    signal?.addEventListener('abort', done, { once: true });
+    signal?.once('abort', done);
   });
 }

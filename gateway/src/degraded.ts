@@ -88,19 +88,24 @@ export class SpendWatch {
     }
   }
 
-  async view(): Promise<SpendView> {
+  /** The figures now; a promise only while the meter's first figure is awaited. */
+  view(): SpendView | Promise<SpendView> {
     if (this.opts.meterUrl && (!this.cached || this.now() - this.cached.at > SPEND_CACHE_MS)) {
       this.refreshing ??= this.refresh().finally(() => (this.refreshing = null));
       // Only the first read waits; later refreshes happen while requests use the cached figure.
-      if (!this.cached) await this.refreshing;
+      if (!this.cached) return this.refreshing.then(() => this.figures());
     }
+    return this.figures();
+  }
+
+  private figures(): SpendView {
     const own = this.sinceRead.totals(this.now());
     if (this.cached) {
       const sameDay = this.cached.day === Math.floor(this.now() / DAY);
       return { today: (sameDay ? this.cached.today : 0) + own.today, last7d: this.cached.last7d + own.last7d, dailyCap: this.cached.dailyCap, burnCap: this.cached.burnCap };
     }
     const local = this.own.totals(this.now());
-    return { ...local, dailyCap: this.opts.dailyCap, burnCap: this.opts.burnCap };
+    return { today: local.today, last7d: local.last7d, dailyCap: this.opts.dailyCap, burnCap: this.opts.burnCap };
   }
 }
 

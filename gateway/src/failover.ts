@@ -12,6 +12,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EventRecord } from '../../schema/event-record';
 import { Breaker, type Ticket } from './breaker';
+import type { CancelSignal } from './cancel';
 import type { ChatContext } from './chat-request';
 import { Deadline, sleep, type Clock } from './deadline';
 import type { KeyFor } from './keys';
@@ -115,7 +116,7 @@ export class Failover {
     });
   }
 
-  private async attempt(route: Route, config: RouteConfig, ctx: ChatContext, body: Record<string, unknown>, deadline: Deadline, signal: AbortSignal | undefined): Promise<CallResult> {
+  private async attempt(route: Route, config: RouteConfig, ctx: ChatContext, body: Record<string, unknown>, deadline: Deadline, signal: CancelSignal | undefined): Promise<CallResult> {
     const out = route.adapter.request(config, body, this.deps.keyFor(route.tier, config.provider), ctx.idempotencyKey);
     const timeoutMs = Math.min(ATTEMPT_TIMEOUT_MS, deadline.remaining() - DEGRADE_RESERVE_MS);
     try {
@@ -127,7 +128,7 @@ export class Failover {
   }
 
   /** Tries the routes in order until one answers, or time or routes run out. */
-  async route(ctx: ChatContext, deadline: Deadline, options: { signal?: AbortSignal; flags: Flags; skip?: (route: Route) => boolean; model?: string; decision?: string } ): Promise<Outcome> {
+  async route(ctx: ChatContext, deadline: Deadline, options: { signal?: CancelSignal; flags: Flags; skip?: (route: Route) => boolean; model?: string; decision?: string } ): Promise<Outcome> {
     let attempts = 0;
     let lastError: string | null = null;
     const body: Record<string, unknown> = { ...ctx.body };
@@ -145,8 +146,7 @@ export class Failover {
         const result = await route.breaker.run(ticket, () => this.attempt(route, config, ctx, body, deadline, options.signal), (r) => r.kind === 'failure');
         const latency = result.answer?.latencyMs ?? this.now() - started;
         route.health.record(result.kind !== 'failure');
-        this.deps.metrics?.calls.inc({ route: route.label, outcome: result.kind === 'ok' ? 'ok' : result.kind === 'client_error' ? 'client_error' : result.error ? result.code.toLowerCase() : `http_${result.code}` });
-        this.deps.metrics?.latency.observe({ route: route.label }, latency / 1000);
+        this.deps.metrics?.countCall(route.label, result.kind === 'ok' ? 'ok' : result.kind === 'client_error' ? 'client_error' : result.error ? result.code.toLowerCase() : `http_${result.code}`, latency / 1000);
         if (result.kind === 'ok') {
           // Streams are metered when they end (their usage comes last).
           if (!ctx.stream) this.meterEvent(ctx, config, latency, this.usageOf(route, result.answer!), '', options.decision);
@@ -168,11 +168,7 @@ export class Failover {
   }
 
   usageOf(route: Route, answer: UpstreamAnswer): Usage | null {
-    try {
-      return route.adapter.usage(JSON.parse(answer.body!.toString('utf8')));
-    } catch {
-      return null;
-    }
+    return answer.body ? route.adapter.usage(answer.body) : null;
   }
 
   /** Metrics are made after the routes (they report on the breakers). */

@@ -37,7 +37,7 @@ class Chain {
 
 export class CsvSink<T = EventRecord> implements MeterSink<T> {
   readonly kind = 'csv';
-  private pending: string[] = [];
+  private pending: T[] = [];
   private readonly chain = new Chain();
   private timer: NodeJS.Timeout | null = null;
   constructor(
@@ -47,8 +47,9 @@ export class CsvSink<T = EventRecord> implements MeterSink<T> {
     /** A failed append (disk full, say) is reported here; it never crashes the gateway. */
     private readonly onError: (message: string) => void = (m) => process.stderr.write(`${m}\n`),
   ) {}
+  // Records are turned into lines when flushed, off the request path.
   send(record: T): void {
-    this.pending.push(this.toLine(record));
+    this.pending.push(record);
     this.timer ??= setTimeout(() => {
       this.flush().catch((error: Error) => this.onError(`meter CSV ${this.file}: ${error.message}`));
     }, 50);
@@ -56,7 +57,7 @@ export class CsvSink<T = EventRecord> implements MeterSink<T> {
   flush(): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    const lines = this.pending;
+    const lines = this.pending.map((r) => this.toLine(r));
     this.pending = [];
     if (lines.length === 0) return this.chain.run(async () => undefined);
     return this.chain.run(async () => {
@@ -89,7 +90,9 @@ export interface WebAppSinkOptions {
 
 export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   readonly kind = 'meter web app';
-  private pending: string[] = [];
+  private pending: T[] = [];
+  /** Lines whose append to the spool failed, written before newer ones. */
+  private unwritten: string[] = [];
   private readonly chain = new Chain();
   private readonly spool: string;
   private readonly offsetFile: string;
@@ -110,8 +113,9 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     this.schedule();
   }
 
+  // Records are serialised when flushed, off the request path.
   send(record: T): void {
-    this.pending.push(JSON.stringify(this.toJson(record)));
+    this.pending.push(record);
     if (this.pending.length >= (this.opts.batchSize ?? 500)) void this.flush();
   }
 
@@ -127,8 +131,9 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
 
   /** Appends pending events to the spool (durable), then delivers what the spool holds. */
   async flush(): Promise<void> {
-    const lines = this.pending;
+    const lines = this.unwritten.concat(this.pending.map((r) => JSON.stringify(this.toJson(r))));
     this.pending = [];
+    this.unwritten = [];
     if (lines.length) {
       try {
         await this.chain.run(async () => {
@@ -136,7 +141,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
           await appendFile(this.spool, `${lines.join('\n')}\n`);
         });
       } catch (error) {
-        this.pending = [...lines, ...this.pending]; // not on disk yet: keep them, in order
+        this.unwritten = lines; // not on disk yet: kept, and written first next time (in order)
         throw error;
       }
     }

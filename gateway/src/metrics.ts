@@ -11,6 +11,30 @@ export class GatewayMetrics {
   readonly latency: Histogram<'route'>;
   readonly requests: Counter<'tier' | 'status'>;
 
+  // Children by label values, made once: looking a label set up on every call costs more than
+  // the count itself on the hot path.
+  private readonly children = new Map<string, { inc(): void } | { observe(v: number): void }>();
+
+  private child<T>(key: string, make: () => T): T {
+    let c = this.children.get(key) as T | undefined;
+    if (c === undefined) {
+      c = make();
+      this.children.set(key, c as { inc(): void });
+    }
+    return c;
+  }
+
+  /** One provider call by route and outcome, with its latency. */
+  countCall(route: string, outcome: string, seconds: number): void {
+    this.child(`c\0${route}\0${outcome}`, () => this.calls.labels(route, outcome)).inc();
+    this.child(`l\0${route}`, () => this.latency.labels(route)).observe(seconds);
+  }
+
+  /** One chat request by the tier that answered and the HTTP status. */
+  countRequest(tier: string, status: number | string): void {
+    this.child(`r\0${tier}\0${status}`, () => this.requests.labels(tier, String(status))).inc();
+  }
+
   constructor(breakers: Array<{ label: string; breaker: Breaker }>) {
     collectDefaultMetrics({ register: this.registry, prefix: 'gateway_' });
     this.calls = new Counter({

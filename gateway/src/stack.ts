@@ -9,9 +9,10 @@ import { createGateway, type Gateway } from './app';
 import { MemoryPause, pauseThreshold, RedisPause, type PauseFlag } from './budget';
 import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
 import { answerQueued, coldDegrade, mountColdTier, type ColdTierDeps } from './cold-tier';
-import { capExceeded, planFor, SpendWatch } from './degraded';
+import { SpendWatch } from './degraded';
+import { admission } from './admission';
 import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
-import { bearerGuard, type Admission } from './app';
+import { bearerGuard } from './app';
 import { lintFile, loadConcierge } from './voice/config';
 import { MemoryVoiceStore, mountVoice, RedisVoiceStore, VoiceService } from './voice/calls';
 import { callToCsvLine, CALLS_CSV_HEADER, type CallRecord } from '../../schema/call-record';
@@ -164,28 +165,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     if (voiceProblems) log.warn(`${conciergeFile}: ${voiceProblems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
     log.info(`voice concierge: ${conciergeFile}`);
   } else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voiceWhy}`);
-  const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
-  const admit = async (ctx: import('./chat-request').ChatContext): Promise<Admission> => {
-    const tenantWait = await limiter.hitTenant(ctx.customerId).catch(() => 0);
-    if (tenantWait) {
-      return { kind: 'reject', status: 429, retryAfterS: tenantWait, code: 'tenant_rate_limited', message: `tenant "${ctx.customerId || '-'}" is over its ${map.limits?.tenant_requests_per_minute} requests per minute` };
-    }
-    const plan = planFor(ctx, capExceeded(await spend.view()), map.cheaper_model);
-    if (plan.kind === 'queue') return { kind: 'queue', delayMs: plan.delayMs, reviewRequired: plan.reviewRequired, decision: plan.decision };
-    const skipProviders = new Set<string>();
-    let wait = Infinity;
-    for (const p of providers) {
-      const w = await limiter.providerWait(p).catch(() => 0);
-      if (w) {
-        skipProviders.add(p);
-        wait = Math.min(wait, w);
-      }
-    }
-    if (skipProviders.size === providers.length) {
-      return { kind: 'reject', status: 429, retryAfterS: wait, code: 'provider_token_budget', message: 'every provider is over its token budget for this minute' };
-    }
-    return { kind: 'route', model: plan.kind === 'model' ? plan.model : undefined, decision: plan.kind === 'model' ? 'model' : 'default', skipProviders };
-  };
+  const admit = admission({ limiter, limits: map.limits, spend, providers: [...new Set([...map.hot, ...map.warm].map((r) => r.provider))], cheaperModel: map.cheaper_model });
   if (options.http) {
     if (!env.ADMIN_TOKEN) log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
     gateway = createGateway({

@@ -1,9 +1,10 @@
 /**
  * Outbound HTTP to providers with undici: one keep-alive pool per origin (an Agent), a
- * per-attempt timeout carried by an AbortSignal, and the body either read whole or handed over
+ * per-attempt timeout that cancels the call (see cancel.ts), and the body either read whole or handed over
  * as a stream once its first byte has arrived (failover is only possible before that byte).
  */
 import { Agent, request } from 'undici';
+import { Cancel, type CancelSignal } from './cancel';
 import type { OutboundRequest } from './providers/adapter';
 
 export const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000, connections: 256, connect: { timeout: 10_000 } });
@@ -40,22 +41,22 @@ function classify(error: unknown, timedOut: boolean): UpstreamError {
  * One attempt. Network errors and timeouts throw UpstreamError; any HTTP answer is returned.
  * A streamed 2xx answer resolves once its first chunk has arrived.
  */
-export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: number; signal?: AbortSignal; stream: boolean }): Promise<UpstreamAnswer> {
+export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: number; signal?: CancelSignal; stream: boolean }): Promise<UpstreamAnswer> {
   const started = performance.now();
-  // One controller per attempt: aborted by its timer or by the client going away. (A plain timer
+  // One canceller per attempt: fired by its timer or by the client going away. (A plain timer
   // that is cleared costs ~1 µs; AbortSignal.timeout + AbortSignal.any cost ~20 µs and keep a
   // 30 s timer alive per request.)
-  const controller = new AbortController();
+  const controller = new Cancel();
   let timedOut = false;
   const timer = setTimeout(() => {
     timedOut = true;
     controller.abort();
   }, Math.max(1, opts.timeoutMs));
   const onClientGone = () => controller.abort();
-  opts.signal?.addEventListener('abort', onClientGone, { once: true });
+  opts.signal?.once('abort', onClientGone);
   let streaming = false;
   try {
-    const res = await request(out.url, { method: 'POST', headers: out.headers, body: out.body, signal: controller.signal, dispatcher: agent });
+    const res = await request(out.url, { method: 'POST', headers: out.headers, body: out.body, signal: controller, dispatcher: agent });
     const headers = res.headers as UpstreamAnswer['headers'];
     if (opts.stream && res.statusCode >= 200 && res.statusCode < 300) {
       const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
@@ -71,6 +72,6 @@ export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: numb
     throw classify(error, timedOut);
   } finally {
     clearTimeout(timer);
-    if (!streaming) opts.signal?.removeEventListener('abort', onClientGone);
+    if (!streaming) opts.signal?.removeListener('abort', onClientGone);
   }
 }

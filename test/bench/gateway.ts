@@ -1,13 +1,14 @@
 // npm run bench:gateway — a stub provider, the built gateway and a load generator (autocannon), all
-// on loopback: throughput and latency direct to the stub and through the gateway, at concurrency
-// 1 and 32, with a stub that answers at once and one that takes 5 ms (any real model takes
-// longer). Added latency at concurrency 1 is also measured per request with a microsecond clock,
-// since autocannon reports whole milliseconds.
+// on loopback: throughput and latency direct to the stub, through a reference proxy with no logic
+// (reference-proxy.mjs: what the extra hop alone costs on this machine) and through the gateway, at
+// concurrency 1 and 32, with a stub that answers at once and one that takes 5 ms (any real model
+// takes longer). Added latency at concurrency 1 is also measured per request with a microsecond
+// clock, since autocannon reports whole milliseconds.
 // Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 
@@ -26,10 +27,16 @@ function startProcess(args: string[], env: Record<string, string>, ready: RegExp
   });
 }
 
-async function load(url: string, connections: number) {
-  const result = await autocannon({ url, method: 'POST', body: BODY, headers: { 'content-type': 'application/json' }, connections, duration: SECONDS });
+async function load(url: string, connections: number, duration = SECONDS) {
+  const result = await autocannon({ url, method: 'POST', body: BODY, headers: { 'content-type': 'application/json' }, connections, duration });
   if (result.non2xx) throw new Error(`${result.non2xx} non-2xx answers from ${url}`);
   return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
+}
+
+/** A short warm-up (connections, JIT), then the measured run. */
+async function measure(url: string, connections: number) {
+  await load(url, connections, 2);
+  return load(url, connections);
 }
 
 /** p50 of one-at-a-time request latency, in ms with microsecond resolution. */
@@ -48,12 +55,17 @@ async function sequentialP50(url: string, n = 3000): Promise<number> {
 }
 
 const pad = (v: string, n: number) => v.padStart(n);
-console.log(`Gateway bench: ${SECONDS} s per run, loopback, POST /v1/chat/completions (non-streaming)\n`);
-console.log(`${'stub'.padEnd(8)}${'conn'.padStart(5)}${pad('direct req/s', 14)}${pad('gateway req/s', 15)}${pad('ratio', 7)}${pad('direct p50/p99', 16)}${pad('gateway p50/p99', 17)}`);
+const fmt = (r: { rps: number; p50: number; p99: number }, direct: number) => `${pad(r.rps.toFixed(0), 7)} ${pad((r.rps / direct).toFixed(2), 5)} ${pad(`${r.p50}/${r.p99}`, 6)}`;
+console.log(`Gateway bench: ${SECONDS} s per run, loopback, POST /v1/chat/completions (non-streaming), ${cpus().length} CPUs shared by load generator, proxy and stub`);
+console.log('reference = node:http + undici passing the request on with no logic at all: the cost of the extra hop alone\n');
+console.log(`${'stub'.padEnd(6)}${pad('conn', 5)}${pad('direct req/s p50/p99', 22)}   ${'reference req/s ratio p50/p99'.padEnd(30)} ${'gateway req/s ratio p50/p99'.padEnd(28)}`);
 const added: string[] = [];
+const verdicts: string[] = [];
 for (const delay of [0, 5]) {
   const stub = await startProcess(['test/bench/stub-provider.mjs'], { STUB_DELAY_MS: String(delay) }, /listening (\d+)/);
   const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
+  const direct = `${stubUrl}/chat/completions`;
+  const reference = await startProcess(['test/bench/reference-proxy.mjs'], { TARGET: direct }, /listening (\d+)/);
   const gateway = await startProcess(
     ['gateway/dist/main.js'],
     {
@@ -62,21 +74,21 @@ for (const delay of [0, 5]) {
     },
     /listening/,
   );
-  const direct = `${stubUrl}/chat/completions`;
+  const ref = `http://127.0.0.1:${/listening (\d+)/.exec(reference.out())![1]}/v1/chat/completions`;
   const via = 'http://127.0.0.1:18181/v1/chat/completions';
   for (const c of [1, 32]) {
-    await load(direct, c); // warm-up
-    const d = await load(direct, c);
-    await load(via, c);
-    const g = await load(via, c);
-    console.log(`${`${delay} ms`.padEnd(8)}${pad(String(c), 5)}${pad(d.rps.toFixed(0), 14)}${pad(g.rps.toFixed(0), 15)}${pad((g.rps / d.rps).toFixed(2), 7)}${pad(`${d.p50}/${d.p99} ms`, 16)}${pad(`${g.p50}/${g.p99} ms`, 17)}`);
+    const [d, r, g] = [await measure(direct, c), await measure(ref, c), await measure(via, c)];
+    console.log(`${`${delay} ms`.padEnd(6)}${pad(String(c), 5)}${pad(`${d.rps.toFixed(0)} ${d.p50}/${d.p99}`, 22)}   ${fmt(r, d.rps).padEnd(30)} ${fmt(g, d.rps)}`);
+    if (c === 32) verdicts.push(`stub ${delay} ms, 32 connections: gateway at ${(g.rps / d.rps).toFixed(2)} of direct (goal 0.70: ${g.rps / d.rps >= 0.7 ? 'met' : 'not met'}); the reference at ${(r.rps / d.rps).toFixed(2)}; gateway/reference ${(g.rps / r.rps).toFixed(2)}`);
   }
   const dp = await sequentialP50(direct);
+  const rp = await sequentialP50(ref);
   const gp = await sequentialP50(via);
-  added.push(`stub ${delay} ms: p50 direct ${dp.toFixed(3)} ms, through the gateway ${gp.toFixed(3)} ms, added ${(gp - dp).toFixed(3)} ms`);
-  gateway.child.kill('SIGTERM');
-  stub.child.kill('SIGTERM');
+  added.push(`stub ${delay} ms: p50 direct ${dp.toFixed(3)} ms, reference ${rp.toFixed(3)} ms, gateway ${gp.toFixed(3)} ms; added by the gateway ${(gp - dp).toFixed(3)} ms (goal 0.3: ${gp - dp <= 0.3 ? 'met' : 'not met'}), of which the hop itself ${(rp - dp).toFixed(3)} ms and the gateway's own work ${(gp - rp).toFixed(3)} ms`);
+  for (const p of [gateway, reference, stub]) p.child.kill('SIGTERM');
   await new Promise((r) => setTimeout(r, 300));
 }
 console.log('\nAdded latency, one request at a time (3,000 requests, microsecond clock):');
 for (const line of added) console.log(`  ${line}`);
+console.log('\nThroughput:');
+for (const line of verdicts) console.log(`  ${line}`);

@@ -1,0 +1,60 @@
+/**
+ * Admission, decided before routing (Documents 1 and 2): the tenant's request rate, degraded
+ * routing from current spend (queue, cheaper model, human review), and the providers whose token
+ * budget for this minute is spent (skipped; every one spent → 429).
+ *
+ * Only configured limits are checked (each check is a store round trip with Redis). With none
+ * configured and the spend figures at hand, the decision is made without a promise: admission
+ * runs on every request, and at concurrency 1 each microsecond is latency.
+ */
+import type { Admission } from './chat-endpoint';
+import type { ChatContext } from './chat-request';
+import { capExceeded, planFor, type SpendView, type SpendWatch } from './degraded';
+import type { Limiter, Limits } from './rate-limit';
+
+export interface AdmissionDeps {
+  limiter: Limiter;
+  limits: Limits | undefined;
+  spend: SpendWatch;
+  providers: string[];
+  cheaperModel: string | undefined;
+}
+
+export function admission(deps: AdmissionDeps): (ctx: ChatContext) => Admission | Promise<Admission> {
+  const { limiter, limits, spend, providers } = deps;
+  const tenantLimit = limits?.tenant_requests_per_minute;
+  const budgeted = providers.filter((p) => limits?.provider_tokens_per_minute?.[p]);
+
+  const decide = (ctx: ChatContext, view: SpendView, skipProviders?: Set<string>): Admission => {
+    const plan = planFor(ctx, capExceeded(view), deps.cheaperModel);
+    if (plan.kind === 'queue') return { kind: 'queue', delayMs: plan.delayMs, reviewRequired: plan.reviewRequired, decision: plan.decision };
+    return { kind: 'route', model: plan.kind === 'model' ? plan.model : undefined, decision: plan.kind === 'model' ? 'model' : 'default', skipProviders };
+  };
+
+  const withLimits = async (ctx: ChatContext): Promise<Admission> => {
+    const tenantWait = tenantLimit ? await limiter.hitTenant(ctx.customerId).catch(() => 0) : 0;
+    if (tenantWait) {
+      return { kind: 'reject', status: 429, retryAfterS: tenantWait, code: 'tenant_rate_limited', message: `tenant "${ctx.customerId || '-'}" is over its ${tenantLimit} requests per minute` };
+    }
+    const view = await spend.view();
+    const skipProviders = new Set<string>();
+    let wait = Infinity;
+    for (const p of budgeted) {
+      const w = await limiter.providerWait(p).catch(() => 0);
+      if (w) {
+        skipProviders.add(p);
+        wait = Math.min(wait, w);
+      }
+    }
+    if (skipProviders.size === providers.length) {
+      return { kind: 'reject', status: 429, retryAfterS: wait, code: 'provider_token_budget', message: 'every provider is over its token budget for this minute' };
+    }
+    return decide(ctx, view, skipProviders);
+  };
+
+  return (ctx) => {
+    if (tenantLimit || budgeted.length) return withLimits(ctx);
+    const view = spend.view();
+    return view instanceof Promise ? view.then((v) => decide(ctx, v)) : decide(ctx, view);
+  };
+}

@@ -1,0 +1,29 @@
+// The meter's token counts come from the provider's usage object, read without parsing the whole
+// answer (adapter.ts): a wrong read would bill the wrong figures, so the awkward cases are here.
+import { describe, expect, it } from 'vitest';
+import { openAiCompatible } from '../../gateway/src/providers/adapter';
+
+const usageOf = (body: unknown) => openAiCompatible.usage(Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)));
+
+describe('usage of a whole answer', () => {
+  it('reads prompt and completion tokens, and a cost when the provider gives one', () => {
+    const answer = { id: 'x', choices: [{ message: { role: 'assistant', content: 'hi' } }], usage: { prompt_tokens: 12, completion_tokens: 3, total_tokens: 15, prompt_tokens_details: { cached_tokens: 0 }, cost: 0.0002 } };
+    expect(usageOf(answer)).toEqual({ input_tokens: 12, output_tokens: 3, cost_usd: 0.0002 });
+  });
+
+  it('is not fooled by answer text that talks about usage', () => {
+    const content = 'Here is JSON: {"usage": {"prompt_tokens": 999, "completion_tokens": 999}} and "usage" again';
+    const answer = { choices: [{ message: { role: 'assistant', content } }], usage: { prompt_tokens: 7, completion_tokens: 40 } };
+    expect(usageOf(answer)).toEqual({ input_tokens: 7, output_tokens: 40 });
+    // usage before the choices (another provider's key order) and pretty-printed
+    const reordered = JSON.stringify({ usage: { input_tokens: 5, output_tokens: 6 }, choices: [{ message: { content } }] }, null, 2);
+    expect(usageOf(reordered)).toEqual({ input_tokens: 5, output_tokens: 6 });
+  });
+
+  it('gives no usage (never zeros) when there is none or the body is not JSON', () => {
+    expect(usageOf({ choices: [] })).toBeNull();
+    expect(usageOf({ choices: [], usage: null })).toBeNull();
+    expect(usageOf('upstream exploded')).toBeNull();
+    expect(usageOf('{"usage": {"prompt_tokens": 3')).toBeNull();
+  });
+});
