@@ -100,8 +100,12 @@ export class Breaker {
     return { probe: true };
   }
 
-  /** Runs one call through opossum and records its outcome. `failed` says what counts as a failure. */
-  async run<T>(ticket: Ticket, call: () => Promise<T>, failed: (result: T) => boolean): Promise<T> {
+  /**
+   * Runs one call through opossum and records its outcome. `failed` says what counts as a
+   * failure; `neutral` what counts as neither (a call our own client cancelled says nothing about
+   * the route: it frees a probe slot and leaves the count of consecutive failures as it was).
+   */
+  async run<T>(ticket: Ticket, call: () => Promise<T>, failed: (result: T) => boolean, neutral?: (result: T) => boolean): Promise<T> {
     try {
       // A failed answer (a 500, say) is thrown inside opossum so its statistics count it, then
       // handed back: the caller decides what to do with the answer.
@@ -110,7 +114,8 @@ export class Breaker {
         if (failed(r)) throw new FailedCall(r);
         return r;
       })) as T;
-      this.record(ticket, true);
+      if (neutral?.(result)) this.release(ticket);
+      else this.record(ticket, true);
       return result;
     } catch (error) {
       this.record(ticket, false);

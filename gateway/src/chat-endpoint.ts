@@ -118,12 +118,14 @@ export function chatEndpoint(deps: ChatEndpointDeps): (req: IncomingMessage, res
       res.flushHeaders();
       const relayStart = performance.now();
       const relay = await relaySse(upstream.first, upstream.rest, res, ctx.body.stream_options?.include_usage === true);
-      if (relay.broken) {
+      // A stream cut by the provider counts against the route; one our client hung up on does not.
+      const code = !relay.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
+      if (code === 'STREAM_INTERRUPTED') {
         outcome.route.breaker.record(outcome.ticket, false);
         outcome.route.health.record(false);
       }
       const config = { ...outcome.route.config, model: outcome.model };
-      failover.meterEvent(ctx, config, upstream.latencyMs + (performance.now() - relayStart), relay.usage, relay.broken ? 'STREAM_INTERRUPTED' : '', decision);
+      failover.meterEvent(ctx, config, upstream.latencyMs + (performance.now() - relayStart), relay.usage, code, decision);
       return;
     }
     const type = upstream.headers['content-type'];

@@ -65,7 +65,8 @@ export interface FailoverDeps {
   random?: () => number;
 }
 
-type CallResult = { kind: 'ok' | 'client_error' | 'failure'; answer?: UpstreamAnswer; error?: UpstreamError; code: string };
+/** `cancelled`: our client went away during the call; neither a success nor a failure of the route. */
+type CallResult = { kind: 'ok' | 'client_error' | 'failure' | 'cancelled'; answer?: UpstreamAnswer; error?: UpstreamError; code: string };
 
 function classify(answer: UpstreamAnswer): CallResult {
   const s = answer.status;
@@ -122,7 +123,7 @@ export class Failover {
     try {
       return classify(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }));
     } catch (error) {
-      if (error instanceof UpstreamError) return { kind: 'failure', error, code: error.code };
+      if (error instanceof UpstreamError) return { kind: error.code === 'CLIENT_CLOSED' ? 'cancelled' : 'failure', error, code: error.code };
       throw error;
     }
   }
@@ -143,8 +144,18 @@ export class Failover {
         if (!ticket) break; // open (or a probe already in flight): skipped without a call
         attempts++;
         const started = this.now();
-        const result = await route.breaker.run(ticket, () => this.attempt(route, config, ctx, body, deadline, options.signal), (r) => r.kind === 'failure');
+        const result = await route.breaker.run(
+          ticket,
+          () => this.attempt(route, config, ctx, body, deadline, options.signal),
+          (r) => r.kind === 'failure',
+          (r) => r.kind === 'cancelled',
+        );
         const latency = result.answer?.latencyMs ?? this.now() - started;
+        if (result.kind === 'cancelled') {
+          this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
+          this.meterEvent(ctx, config, latency, null, result.code, options.decision);
+          return { kind: 'exhausted', attempts, reason: 'all_failed', lastError: 'client went away' };
+        }
         route.health.record(result.kind !== 'failure');
         this.deps.metrics?.countCall(route.label, result.kind === 'ok' ? 'ok' : result.kind === 'client_error' ? 'client_error' : result.error ? result.code.toLowerCase() : `http_${result.code}`, latency / 1000);
         if (result.kind === 'ok') {

@@ -23,7 +23,8 @@ export interface UpstreamAnswer {
 export class UpstreamError extends Error {
   constructor(
     message: string,
-    readonly code: 'TIMEOUT' | 'PROVIDER_DOWN',
+    /** CLIENT_CLOSED: our client went away and the call was cancelled (not the provider's fault). */
+    readonly code: 'TIMEOUT' | 'PROVIDER_DOWN' | 'CLIENT_CLOSED',
   ) {
     super(message);
   }
@@ -52,7 +53,11 @@ export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: numb
     timedOut = true;
     controller.abort();
   }, Math.max(1, opts.timeoutMs));
-  const onClientGone = () => controller.abort();
+  let clientGone = false;
+  const onClientGone = () => {
+    clientGone = true;
+    controller.abort();
+  };
   opts.signal?.once('abort', onClientGone);
   let streaming = false;
   try {
@@ -69,6 +74,7 @@ export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: numb
     return { status: res.statusCode, headers, body, latencyMs: performance.now() - started };
   } catch (error) {
     if (error instanceof UpstreamError) throw error;
+    if (clientGone && !timedOut) throw new UpstreamError('the client went away', 'CLIENT_CLOSED');
     throw classify(error, timedOut);
   } finally {
     clearTimeout(timer);

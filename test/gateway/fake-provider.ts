@@ -21,6 +21,8 @@ export interface Received {
 
 export class FakeProvider {
   readonly received: Received[] = [];
+  /** Requests whose caller hung up before the answer was complete. */
+  cancelled = 0;
   private server!: Server;
   private queue: Behaviour[] = [];
   fallback: Behaviour = { kind: 'ok' };
@@ -55,6 +57,9 @@ export class FakeProvider {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    res.on('close', () => {
+      if (!res.writableFinished) this.cancelled++;
+    });
     let text = '';
     for await (const chunk of req) text += chunk;
     const body = text ? JSON.parse(text) : {};

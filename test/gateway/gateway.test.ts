@@ -1,4 +1,5 @@
 // The gateway against providers that are real HTTP servers on loopback.
+import { gzipSync } from 'node:zlib';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { idempotencyKeyFor } from '../../gateway/src/chat-request';
@@ -68,6 +69,35 @@ describe('OpenAI compatibility', () => {
     expect(((await raw.json()) as { error: { type: string } }).error.type).toBe('invalid_request_error');
     await expect(client(gw.url).chat.completions.create({ model: 'x', messages: [] })).rejects.toBeInstanceOf(OpenAI.BadRequestError);
     expect(hot1.received).toHaveLength(0);
+  });
+});
+
+describe('request bodies (the chat endpoint reads its own)', () => {
+  const post = (url: string, body: string | Buffer, headers: Record<string, string>) => fetch(`${url}/v1/chat/completions`, { method: 'POST', headers, body });
+  const good = JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }] });
+
+  it('refuses a body that is not JSON by type (415) or by size (413), in OpenAI shape, calling no provider', async () => {
+    gw = await startGateway(all());
+    const text = await post(gw.url, good, { 'content-type': 'text/plain' });
+    expect(text.status).toBe(415);
+    expect(((await text.json()) as { error: { message: string; type: string } }).error).toMatchObject({ type: 'invalid_request_error', message: expect.stringMatching(/^Content-Type: expected application\/json, got "text\/plain"/) });
+    const huge = await post(gw.url, JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'y'.repeat(21 * 1024 * 1024) }] }), { 'content-type': 'application/json' });
+    expect(huge.status).toBe(413);
+    expect(((await huge.json()) as { error: { message: string } }).error.message).toMatch(/^body: larger than 20971520 bytes/);
+    const squeezed = await post(gw.url, Buffer.from('not gzip'), { 'content-type': 'application/json', 'content-encoding': 'gzip' });
+    expect(squeezed.status).toBe(400);
+    expect(hot1.received).toHaveLength(0);
+  });
+
+  it('accepts a gzip body, a JSON type with charset, and the path with a query string', async () => {
+    gw = await startGateway(all());
+    expect((await post(gw.url, gzipSync(good), { 'content-type': 'application/json', 'content-encoding': 'gzip' })).status).toBe(200);
+    expect((await post(gw.url, good, { 'content-type': 'application/json; charset=utf-8' })).status).toBe(200);
+    const query = await fetch(`${gw.url}/v1/chat/completions?trace=1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: good });
+    expect(query.status).toBe(200);
+    expect(query.headers.get('x-route-tier')).toBe('hot');
+    expect(hot1.received).toHaveLength(3);
+    expect(hot1.received.every((r) => r.body.messages[0].content === 'hi')).toBe(true);
   });
 });
 
@@ -152,6 +182,37 @@ describe('failover', () => {
     const res = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '5000' });
     expect(res.headers.get('x-route-provider')).toBe('mistral');
     expect(warmA.received).toHaveLength(0);
+  });
+});
+
+describe('a client that goes away', () => {
+  it('cancels the provider call, tries no other route, and does not count against the route', async () => {
+    gw = await startGateway(all());
+    hot1.always({ kind: 'hang' });
+    for (let i = 0; i < 6; i++) {
+      await expect(fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: `q${i}` }] }), signal: AbortSignal.timeout(100) })).rejects.toThrow();
+    }
+    await expect.poll(() => hot1.cancelled, { timeout: 2000 }).toBe(6);
+    expect(hot2.received.length + warmA.received.length + warmB.received.length).toBe(0);
+    // Six hang-ups are not six provider failures: the breaker stays closed.
+    expect(gw.gateway.failover.routes[0].breaker.state()).toBe('closed');
+    await gw.meter.flush();
+    expect(gw.events().map((e) => e.error_code)).toEqual(Array(6).fill('CLIENT_CLOSED'));
+  });
+
+  it('mid-stream: the provider stream is cancelled and the hang-up is not a stream failure of the route', async () => {
+    gw = await startGateway(all(), { breaker: { failureThreshold: 1 } });
+    hot1.always({ kind: 'stream', chunks: 50, delayMs: 20 });
+    const controller = new AbortController();
+    const res = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }), signal: controller.signal });
+    const reader = res.body!.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toContain('part0');
+    controller.abort();
+    await expect.poll(() => hot1.cancelled, { timeout: 2000 }).toBe(1);
+    await gw.meter.flush();
+    await expect.poll(() => gw!.events().map((e) => e.error_code), { timeout: 2000 }).toEqual(['CLIENT_CLOSED']);
+    // With a threshold of 1, one counted failure would have opened it.
+    expect(gw.gateway.failover.routes[0].breaker.state()).toBe('closed');
   });
 });
 
