@@ -3,11 +3,23 @@
  * per-attempt timeout that cancels the call (see cancel.ts), and the body either read whole or handed over
  * as a stream once its first byte has arrived (failover is only possible before that byte).
  */
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { Cancel, type CancelSignal } from './cancel';
 import type { OutboundRequest } from './providers/adapter';
 
 export const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000, connections: 256, connect: { timeout: 10_000 } });
+
+// Each route's URL parsed once: undici's top-level request() parses the URL string on every call.
+const targets = new Map<string, { origin: string; path: string }>();
+function target(url: string): { origin: string; path: string } {
+  let t = targets.get(url);
+  if (!t) {
+    const u = new URL(url);
+    t = { origin: u.origin, path: `${u.pathname}${u.search}` };
+    targets.set(url, t);
+  }
+  return t;
+}
 
 export interface UpstreamAnswer {
   status: number;
@@ -61,7 +73,8 @@ export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: numb
   opts.signal?.once('abort', onClientGone);
   let streaming = false;
   try {
-    const res = await request(out.url, { method: 'POST', headers: out.headers, body: out.body, signal: controller, dispatcher: agent });
+    const { origin, path } = target(out.url);
+    const res = await agent.request({ origin, path, method: 'POST', headers: out.headers, body: out.body, signal: controller });
     const headers = res.headers as UpstreamAnswer['headers'];
     if (opts.stream && res.statusCode >= 200 && res.statusCode < 300) {
       const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
