@@ -1,6 +1,7 @@
 /**
- * The gateway's HTTP surface (Express 5): the OpenAI-compatible chat endpoint, and the operator
- * endpoints (health, metrics, flags) behind ADMIN_TOKEN.
+ * The gateway's HTTP surface: one node:http server whose hot path (POST /v1/chat/completions,
+ * chat-endpoint.ts) goes straight to its handler, and an Express 5 app for everything else: the
+ * operator endpoints (health, metrics, flags) behind ADMIN_TOKEN, and what `extend` mounts.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server } from 'node:http';

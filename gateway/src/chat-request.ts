@@ -19,7 +19,7 @@ export const ChatBody = z.looseObject({
 });
 export type ChatBodyT = z.infer<typeof ChatBody>;
 
-/** Headers are case-insensitive; Express gives them lowercased. */
+/** Headers are case-insensitive; node:http gives them lowercased. */
 type Headers = Record<string, string | string[] | undefined>;
 const header = (h: Headers, name: string): string | undefined => {
   const v = h[name];
