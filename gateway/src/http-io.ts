@@ -1,8 +1,9 @@
 /**
  * Request bodies and JSON answers on plain node:http, for the chat endpoint's hot path (which
  * does not go through Express). What Express's json parser did for that path is done here: a
- * 20 MB limit (413), JSON content types only (415), gzip/deflate/br bodies inflated, a body that
- * is not JSON → 400. Every answer is written with one writeHead (headers and length at once).
+ * 20 MB limit (413), gzip/deflate/br bodies inflated (another coding → 415), and a body that is
+ * not JSON, by its Content-Type or its text → 400 (the issue: a body that is not a valid request is
+ * a 400). Every answer is written with one writeHead (headers and length at once).
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
@@ -20,7 +21,7 @@ export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Prom
   // No Content-Type at all is read as JSON (some clients omit it); any other type is refused.
   if (type !== undefined && !JSON_TYPE.test(type)) {
     req.resume();
-    return Promise.resolve({ ok: false, status: 415, message: `Content-Type: expected application/json, got "${type.slice(0, 100)}"` });
+    return Promise.resolve({ ok: false, status: 400, message: `Content-Type: expected application/json, got "${type.slice(0, 100)}"` });
   }
   const encoding = (req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
   const decoder = encoding === 'identity' ? null : DECODERS[encoding];

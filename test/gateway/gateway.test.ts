@@ -76,16 +76,19 @@ describe('request bodies (the chat endpoint reads its own)', () => {
   const post = (url: string, body: string | Buffer, headers: Record<string, string>) => fetch(`${url}/v1/chat/completions`, { method: 'POST', headers, body });
   const good = JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }] });
 
-  it('refuses a body that is not JSON by type (415) or by size (413), in OpenAI shape, calling no provider', async () => {
+  it('refuses a body that is not JSON by type (400), by size (413) or by coding (415), in OpenAI shape, calling no provider', async () => {
     gw = await startGateway(all());
     const text = await post(gw.url, good, { 'content-type': 'text/plain' });
-    expect(text.status).toBe(415);
+    expect(text.status).toBe(400);
     expect(((await text.json()) as { error: { message: string; type: string } }).error).toMatchObject({ type: 'invalid_request_error', message: expect.stringMatching(/^Content-Type: expected application\/json, got "text\/plain"/) });
     const huge = await post(gw.url, JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'y'.repeat(21 * 1024 * 1024) }] }), { 'content-type': 'application/json' });
     expect(huge.status).toBe(413);
     expect(((await huge.json()) as { error: { message: string } }).error.message).toMatch(/^body: larger than 20971520 bytes/);
     const squeezed = await post(gw.url, Buffer.from('not gzip'), { 'content-type': 'application/json', 'content-encoding': 'gzip' });
     expect(squeezed.status).toBe(400);
+    const zipped = await post(gw.url, good, { 'content-type': 'application/json', 'content-encoding': 'zstd' });
+    expect(zipped.status).toBe(415);
+    expect(((await zipped.json()) as { error: { message: string } }).error.message).toBe('Content-Encoding: expected identity, gzip, deflate or br, got "zstd"');
     expect(hot1.received).toHaveLength(0);
   });
 
