@@ -2,7 +2,7 @@
  * The inbound request: OpenAI's chat-completions body (checked, other fields passed through
  * untouched) and the routing context from our headers.
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { z } from 'zod';
 import { DEFAULT_TIME_TO_ANSWER_MS, type Scopes } from './scopes';
 
@@ -41,7 +41,7 @@ export interface ChatContext {
 
 /** Document 1: a hash of user id + job id + input, the same on every retry and every tier. */
 export function idempotencyKeyFor(userId: string, jobId: string, messages: unknown): string {
-  return createHash('sha256').update(JSON.stringify([userId, jobId, messages])).digest('hex');
+  return hash('sha256', JSON.stringify([userId, jobId, messages]), 'hex');
 }
 
 export type ParseResult = { ok: true; context: ChatContext } | { ok: false; message: string; param: string | null };
