@@ -48,7 +48,7 @@ export function routeHeaders(tier: string, provider: string, model: string, atte
   return { 'x-route-tier': tier, 'x-route-provider': provider, 'x-route-model': model, 'x-route-attempts': String(attempts) };
 }
 
-const ROUTE_ALL: Admission = { kind: 'route', decision: 'default' };
+const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
 
 /** 503 (no route answered) or 504 (time-to-answer used up), when no Cold tier is plugged in. */
 const answerUnavailable: Degrade = async (_ctx, outcome, _deadline, res) => {
@@ -89,12 +89,10 @@ export function chatEndpoint(deps: ChatEndpointDeps): (req: IncomingMessage, res
       await deps.enqueue(ctx, res, admission);
       return;
     }
-    const route = admission.kind === 'route' ? admission : ROUTE_ALL;
-    const skipProviders = route.kind === 'route' ? route.skipProviders : undefined;
+    // A queue decision with no queue plugged in is routed as usual.
+    const { skipProviders, decision, model } = admission.kind === 'route' ? admission : ROUTE_ALL;
     const skipRoute = deps.skipRoute;
     const skip = skipRoute || skipProviders?.size ? (r: Route) => (skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false) : undefined;
-    const decision = route.kind === 'route' ? route.decision : 'default';
-    const model = route.kind === 'route' ? route.model : undefined;
     let outcome = await failover.route(ctx, deadline, { signal: gone, flags: deps.flags.get(), skip, model, decision });
     // The scope's degrade mode, when it is not "queue": one more pass, smaller or shorter, in the time left.
     const variant = outcome.kind === 'exhausted' && outcome.reason === 'all_failed' ? degradeVariant(deps.scopes[ctx.jobType], ctx.body) : null;

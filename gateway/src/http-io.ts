@@ -15,25 +15,26 @@ export type BodyResult = { ok: true; value: unknown } | { ok: false; status: 400
 const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\s*(?:;|$)/i;
 const DECODERS: Record<string, () => NodeJS.ReadWriteStream> = { gzip: createGunzip, 'x-gzip': createGunzip, deflate: createInflate, br: createBrotliDecompress };
 
+/** Refused before reading: the body is drained (so the connection can be reused) and not kept. */
+function refuse(req: IncomingMessage, status: 400 | 413 | 415, message: string): Promise<BodyResult> {
+  req.resume();
+  return Promise.resolve({ ok: false, status, message });
+}
+
 /** Reads and parses a JSON request body. Never rejects: a bad body is a result with its status. */
 export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<BodyResult> {
   const type = req.headers['content-type'];
   // No Content-Type at all is read as JSON (some clients omit it); any other type is refused.
   if (type !== undefined && !JSON_TYPE.test(type)) {
-    req.resume();
-    return Promise.resolve({ ok: false, status: 400, message: `Content-Type: expected application/json, got "${type.slice(0, 100)}"` });
+    return refuse(req, 400, `Content-Type: expected application/json, got "${type.slice(0, 100)}"`);
   }
   const encoding = (req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
   const decoder = encoding === 'identity' ? null : DECODERS[encoding];
   if (decoder === undefined) {
-    req.resume();
-    return Promise.resolve({ ok: false, status: 415, message: `Content-Encoding: expected identity, gzip, deflate or br, got "${encoding.slice(0, 50)}"` });
+    return refuse(req, 415, `Content-Encoding: expected identity, gzip, deflate or br, got "${encoding.slice(0, 50)}"`);
   }
   const declared = Number(req.headers['content-length']);
-  if (declared > limit) {
-    req.resume();
-    return Promise.resolve({ ok: false, status: 413, message: `body: larger than ${limit} bytes` });
-  }
+  if (declared > limit) return refuse(req, 413, `body: larger than ${limit} bytes`);
   const source: NodeJS.ReadableStream = decoder ? req.pipe(decoder()) : req;
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];

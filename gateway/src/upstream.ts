@@ -1,7 +1,7 @@
 /**
  * Outbound HTTP to providers with undici: one keep-alive pool per origin (an Agent), a
- * per-attempt timeout that cancels the call (see cancel.ts), and the body either read whole or handed over
- * as a stream once its first byte has arrived (failover is only possible before that byte).
+ * per-attempt timeout that cancels the call (see cancel.ts), and the body either read whole or
+ * handed over as a stream once its first byte has arrived (failover is only possible before it).
  */
 import { Agent } from 'undici';
 import { Cancel, type CancelSignal } from './cancel';
@@ -65,11 +65,7 @@ export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: numb
     timedOut = true;
     controller.abort();
   }, Math.max(1, opts.timeoutMs));
-  let clientGone = false;
-  const onClientGone = () => {
-    clientGone = true;
-    controller.abort();
-  };
+  const onClientGone = () => controller.abort();
   opts.signal?.once('abort', onClientGone);
   let streaming = false;
   try {
@@ -87,7 +83,7 @@ export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: numb
     return { status: res.statusCode, headers, body, latencyMs: performance.now() - started };
   } catch (error) {
     if (error instanceof UpstreamError) throw error;
-    if (clientGone && !timedOut) throw new UpstreamError('the client went away', 'CLIENT_CLOSED');
+    if (opts.signal?.aborted && !timedOut) throw new UpstreamError('the client went away', 'CLIENT_CLOSED');
     throw classify(error, timedOut);
   } finally {
     clearTimeout(timer);

@@ -36,17 +36,6 @@ function readUsage(u: unknown): Usage | null {
   return { input_tokens: input ?? 0, output_tokens: output ?? 0, ...(cost === undefined ? {} : { cost_usd: cost }) };
 }
 
-const chatUrls = new Map<string, string>();
-/** `{baseUrl}/chat/completions`, made once per base URL. */
-function chatUrl(baseUrl: string): string {
-  let url = chatUrls.get(baseUrl);
-  if (url === undefined) {
-    url = `${baseUrl.replace(/\/+$/, '')}/chat/completions`;
-    chatUrls.set(baseUrl, url);
-  }
-  return url;
-}
-
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const USAGE_KEY = Buffer.from('"usage"');
@@ -94,7 +83,7 @@ export function usageObject(body: Buffer): unknown {
 export const openAiCompatible: ProviderAdapter = {
   request(route, body, apiKey, idempotencyKey) {
     return {
-      url: chatUrl(route.baseUrl),
+      url: `${route.baseUrl.replace(/\/+$/, '')}/chat/completions`,
       headers: {
         authorization: `Bearer ${apiKey}`,
         'content-type': 'application/json',

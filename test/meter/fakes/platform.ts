@@ -187,10 +187,6 @@ export interface FetchRecord {
   options: FetchOptions;
 }
 
-/**
- * UrlFetchApp.fetch: every request is recorded; `respond` decides the answer (a status code, or
- * throw to act as a network failure). muteHttpExceptions false + non-2xx throws, as the real one does.
- */
 export class FakeBlob {
   constructor(
     public name: string,
@@ -208,6 +204,10 @@ export class FakeBlob {
   }
 }
 
+/**
+ * UrlFetchApp.fetch: every request is recorded; `respond` decides the answer (a status code, or
+ * throw to act as a network failure). muteHttpExceptions false + non-2xx throws, as the real one does.
+ */
 export class FakeUrlFetch {
   readonly requests: FetchRecord[] = [];
   respond: (req: FetchRecord) => { code: number; body?: string } = () => ({ code: 200, body: 'ok' });
