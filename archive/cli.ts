@@ -29,7 +29,10 @@ async function main(argv: string[]): Promise<void> {
       allowPositionals: true,
       options: { out: { type: 'string', default: DEFAULT_ARCHIVE }, partition: { type: 'boolean' }, replace: { type: 'boolean' } },
     });
-    if (positionals.length !== 1) throw new UsageError('usage: npm run archive -- <export.csv | export URL | gateway events CSV> [--out DIR] [--partition] [--replace]');
+    if (positionals.length !== 1)
+      throw new UsageError(
+        'usage: npm run archive -- <export.csv | export URL | gateway events CSV> [--out DIR] [--partition] [--replace]',
+      );
     const result = await convert(positionals[0], {
       out: values.out!,
       partition: values.partition,
@@ -50,7 +53,9 @@ async function main(argv: string[]): Promise<void> {
     });
     const result = expireArchive(values.archive!, Number(values.days), new Date(), values['dry-run']);
     for (const f of result.removed) process.stdout.write(`${values['dry-run'] ? 'would remove' : 'removed'} ${f}\n`);
-    process.stderr.write(`${result.removed.length} file(s) of days before ${result.cutoff} ${values['dry-run'] ? 'to remove' : 'removed'}; ${result.kept} kept\n`);
+    process.stderr.write(
+      `${result.removed.length} file(s) of days before ${result.cutoff} ${values['dry-run'] ? 'to remove' : 'removed'}; ${result.kept} kept\n`,
+    );
     return;
   }
   if (command === 'report') {
@@ -68,8 +73,12 @@ async function main(argv: string[]): Promise<void> {
     const name = positionals[0] as ReportName;
     if (positionals[0] === 'voice') {
       const calls = values.calls ?? process.env.CALLS_CSV_FILE ?? '.data/calls.csv';
-      if (!existsSync(calls)) throw new UsageError(`--calls ${calls}: no such file (the gateway writes .data/calls.csv when METER_URL is not set; or pass the meter's calls export)`);
-      if (values.since && !/^\d{4}-\d{2}-\d{2}$/.test(values.since)) throw new UsageError(`--since: expected YYYY-MM-DD, got "${values.since}"`);
+      if (!existsSync(calls))
+        throw new UsageError(
+          `--calls ${calls}: no such file (the gateway writes .data/calls.csv when METER_URL is not set; or pass the meter's calls export)`,
+        );
+      if (values.since && !/^\d{4}-\d{2}-\d{2}$/.test(values.since))
+        throw new UsageError(`--since: expected YYYY-MM-DD, got "${values.since}"`);
       const duck = await openDuck();
       try {
         const { columns, rows } = await duck.query(voiceRollupSql(calls, values.since ?? null));
@@ -79,7 +88,8 @@ async function main(argv: string[]): Promise<void> {
       }
       return;
     }
-    if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
+    if (!REPORTS.includes(name))
+      throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
     const format = values.format as 'table' | 'csv' | 'json';
     if (!['table', 'csv', 'json'].includes(format)) throw new UsageError(`--format: expected table, csv or json, got "${values.format}"`);
     if (!/^\d{4}-\d{2}-\d{2}$/.test(values['as-of']!)) throw new UsageError(`--as-of: expected YYYY-MM-DD, got "${values['as-of']}"`);

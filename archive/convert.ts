@@ -124,7 +124,9 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
     const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
       `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,
     );
-    const days = n ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d) : [];
+    const days = n
+      ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d)
+      : [];
     const existing = dayFiles(out, days, partition);
     log(`read and checked ${n} rows, ${days.length} day(s) (${elapsed()})`);
 
@@ -137,7 +139,9 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
       if (repeated > 0) {
         log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
         await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${csvSource}`);
-        await duck.run(`CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`);
+        await duck.run(
+          `CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`,
+        );
         source = 'input';
       }
       const stored = merge
@@ -170,7 +174,9 @@ async function throwRowProblems(duck: Duck, source: string, input: string): Prom
   await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${source}`);
   const bad = await duck.all<{ line: number; field: string; problem: string }>(`${STAGE_CHECKS} ORDER BY line LIMIT 20`);
   const lines = bad.map((b) => `line ${b.line}, ${b.field}: ${b.problem}`);
-  throw new ArchiveInputError(`${input}: ${bad.length === 20 ? 'first 20 problems' : `${bad.length} problem(s)`}; nothing was written\n${lines.join('\n')}`);
+  throw new ArchiveInputError(
+    `${input}: ${bad.length === 20 ? 'first 20 problems' : `${bad.length} problem(s)`}; nothing was written\n${lines.join('\n')}`,
+  );
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 import { EVENT_FIELDS, fieldKind, type EventField } from '../schema/event-record';
 
-export const COST_TYPE = 'DECIMAL(18,9)';
+const COST_TYPE = 'DECIMAL(18,9)';
 const RFC3339 = String.raw`^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$`;
 
 const q = (f: EventField) => `"${f}"`;
@@ -17,7 +17,10 @@ function check(f: EventField): [string, string] | null {
   const c = q(f);
   switch (fieldKind(f)) {
     case 'id':
-      return [`NOT coalesce(regexp_full_match(${c}, '[A-Za-z0-9._:-]{1,128}'), false)`, 'expected an event id (1 to 128 characters of A-Z a-z 0-9 . _ : -)'];
+      return [
+        `NOT coalesce(regexp_full_match(${c}, '[A-Za-z0-9._:-]{1,128}'), false)`,
+        'expected an event id (1 to 128 characters of A-Z a-z 0-9 . _ : -)',
+      ];
     case 'time':
       return [
         `NOT (coalesce(regexp_full_match(${c}, '${RFC3339}'), false) AND TRY_CAST(${c} AS TIMESTAMPTZ) IS NOT NULL)`,
@@ -26,7 +29,10 @@ function check(f: EventField): [string, string] | null {
     case 'int':
       return [`${present(f)} AND NOT regexp_full_match(trim(${c}), '[0-9]+')`, 'expected a whole number >= 0'];
     case 'decimal':
-      return [`${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) < 0 OR NOT isfinite(TRY_CAST(${c} AS DOUBLE)), true)`, 'expected a number >= 0'];
+      return [
+        `${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) < 0 OR NOT isfinite(TRY_CAST(${c} AS DOUBLE)), true)`,
+        'expected a number >= 0',
+      ];
     case 'unit':
       return [`${present(f)} AND coalesce(NOT (TRY_CAST(${c} AS DOUBLE) BETWEEN 0 AND 1), true)`, 'expected a number from 0 to 1'];
     case 'bool':

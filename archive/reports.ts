@@ -12,7 +12,7 @@ export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;
 export type ReportName = (typeof REPORTS)[number];
 
 /** Every Parquet file under the archive folder, flat or partitioned (files carry all columns). */
-export function eventsSource(archive: string): string {
+function eventsSource(archive: string): string {
   const dir = resolve(archive);
   if (!existsSync(dir)) throw new Error(`--archive ${archive}: no such folder`);
   return `read_parquet(${lit(join(dir, '**', '*.parquet'))}, hive_partitioning = false, union_by_name = true)`;
@@ -61,11 +61,13 @@ function cell(value: unknown): string {
   return String(value);
 }
 
-
 export function formatRows(rows: Row[], columns: string[], format: 'table' | 'csv' | 'json'): string {
   if (format === 'json') return JSON.stringify(rows, null, 2) + '\n';
   if (format === 'csv') return [columns.join(','), ...rows.map((r) => columns.map((c) => csvField(r[c])).join(','))].join('\n') + '\n';
   const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
-  const line = (cells: string[]) => cells.map((v, i) => (typeof rows[0]?.[columns[i]] === 'number' ? v.padStart(widths[i]) : v.padEnd(widths[i]))).join('  ');
-  return [line(columns), line(widths.map((w) => '-'.repeat(w))), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join('\n') + '\n';
+  const line = (cells: string[]) =>
+    cells.map((v, i) => (typeof rows[0]?.[columns[i]] === 'number' ? v.padStart(widths[i]) : v.padEnd(widths[i]))).join('  ');
+  return (
+    [line(columns), line(widths.map((w) => '-'.repeat(w))), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join('\n') + '\n'
+  );
 }

@@ -11,9 +11,20 @@ import { CALL_FIELDS } from '../schema/call-record';
 import { lit } from './duck';
 
 const TYPES: Record<string, string> = {
-  call_id: 'VARCHAR', started_at: 'TIMESTAMPTZ', duration_s: 'DOUBLE', model: 'VARCHAR', intent_primary: 'VARCHAR', turns: 'DOUBLE',
-  ttfb_s: 'DOUBLE', asr_wer: 'DOUBLE', confidence_avg: 'DOUBLE', escalated: 'BOOLEAN', outcome: 'VARCHAR', est_audio_cost_usd: 'DOUBLE',
-  telephony_minutes: 'DOUBLE', country: 'VARCHAR',
+  call_id: 'VARCHAR',
+  started_at: 'TIMESTAMPTZ',
+  duration_s: 'DOUBLE',
+  model: 'VARCHAR',
+  intent_primary: 'VARCHAR',
+  turns: 'DOUBLE',
+  ttfb_s: 'DOUBLE',
+  asr_wer: 'DOUBLE',
+  confidence_avg: 'DOUBLE',
+  escalated: 'BOOLEAN',
+  outcome: 'VARCHAR',
+  est_audio_cost_usd: 'DOUBLE',
+  telephony_minutes: 'DOUBLE',
+  country: 'VARCHAR',
 };
 
 export function voiceRollupSql(callsCsv: string, since: string | null): string {

@@ -23,7 +23,7 @@ export const CALL_FIELDS = [
   'country',
 ] as const;
 
-export type CallField = (typeof CALL_FIELDS)[number];
+type CallField = (typeof CALL_FIELDS)[number];
 
 export const INTENTS_PRIMARY = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail', 'unknown'] as const;
 export const OUTCOMES = ['booking', 'rescheduled', 'lead_created', 'deflected_to_pricing', 'voicemail_left', 'abandoned'] as const;
@@ -49,9 +49,7 @@ export interface CallRecord {
   country: string;
 }
 
-export const NUMERIC_CALL_FIELDS: readonly CallField[] = ['duration_s', 'turns', 'ttfb_s', 'asr_wer', 'confidence_avg', 'est_audio_cost_usd', 'telephony_minutes'];
-
-export class CallRecordError extends Error {}
+class CallRecordError extends Error {}
 
 /** Checks a record as the meter receives it: every field typed, enumerations checked. */
 export function checkCallRecord(input: unknown, index?: number): CallRecord {
@@ -60,13 +58,15 @@ export function checkCallRecord(input: unknown, index?: number): CallRecord {
   const r = input as Record<string, unknown>;
   const str = (f: CallField, re?: RegExp) => {
     const v = r[f];
-    if (typeof v !== 'string' || (re && !re.test(v))) throw new CallRecordError(`${at(f)}: expected ${re ? `text matching ${re}` : 'text'}`);
+    if (typeof v !== 'string' || (re && !re.test(v)))
+      throw new CallRecordError(`${at(f)}: expected ${re ? `text matching ${re}` : 'text'}`);
     return v;
   };
   const num = (f: CallField, nullable = false, max = Infinity) => {
     const v = r[f];
     if (nullable && (v === null || v === undefined || v === '')) return null;
-    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v > max) throw new CallRecordError(`${at(f)}: expected a number from 0${max === Infinity ? '' : ` to ${max}`}`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v > max)
+      throw new CallRecordError(`${at(f)}: expected a number from 0${max === Infinity ? '' : ` to ${max}`}`);
     return v;
   };
   const oneOf = <T extends string>(f: CallField, values: readonly T[]) => {

@@ -31,8 +31,8 @@ export const EVENT_FIELDS = [
 
 export type EventField = (typeof EVENT_FIELDS)[number];
 
-export type ActorType = 'user' | 'agent' | 'human-reviewer';
-export type Decision = 'approved' | 'rejected' | 'edited' | 'n/a';
+type ActorType = 'user' | 'agent' | 'human-reviewer';
+type Decision = 'approved' | 'rejected' | 'edited' | 'n/a';
 
 /** An event after ingest defaults and coercion: every field present, every value typed. */
 export interface EventRecord {
@@ -102,22 +102,17 @@ export function fieldKind(field: EventField): FieldKind {
   return FIELD_KIND[field];
 }
 
-/** Fields whose value is a whole number; the sheet formats them with 0 decimals. */
-export const INTEGER_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIELD_KIND[f] === 'int');
 /** Fields that hold text (written to the sheet as literal text, never parsed by it). */
-export const TEXT_FIELDS: readonly EventField[] = EVENT_FIELDS.filter(
-  (f) => FIELD_KIND[f] === 'text' || FIELD_KIND[f] === 'id',
-);
-export const BOOLEAN_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIELD_KIND[f] === 'bool');
+export const TEXT_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIELD_KIND[f] === 'text' || FIELD_KIND[f] === 'id');
 
 /** Longest text a field may hold. Long enough for any id or code, short enough to keep prompts out. */
-export const MAX_TEXT_LENGTH = 1000;
+const MAX_TEXT_LENGTH = 1000;
 /** event_id characters: what UUIDs and common id schemes use. Keeps ids safe to search for. */
 const EVENT_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 /** RFC 3339 date-time: date, `T` (or space), time, optional fraction, `Z` or an offset. */
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
 
-export class EventValidationError extends Error {
+class EventValidationError extends Error {
   constructor(
     readonly field: string,
     readonly expected: string,

@@ -11,9 +11,9 @@ import type { MeterServices } from './services';
 import { capExceeded, readSpendRows, spendTotals, type SpendTotals } from './spend';
 import type { Caps } from './config';
 
-export const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
+const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
 
-export type CapKind = 'daily' | 'burn7d';
+type CapKind = 'daily' | 'burn7d';
 type AlertState = Partial<Record<CapKind, string>>;
 
 export interface CapCheck {
@@ -26,14 +26,14 @@ export interface CapCheck {
   message: string;
 }
 
-export function utcDay(date: Date): string {
+function utcDay(date: Date): string {
   return date.toISOString().slice(0, 10);
 }
 
 const usd = (value: number, decimals: number) => `$${value.toFixed(decimals)}`;
 
 /** Document 2's alert: Block Kit blocks plus a top-level `text` (form 2, and the notification text). */
-export function slackPayload(totals: SpendTotals, caps: Caps, crossed: CapKind[], now: Date, sheetUrl: string) {
+function slackPayload(totals: SpendTotals, caps: Caps, crossed: CapKind[], now: Date, sheetUrl: string) {
   const names = crossed.map((k) => (k === 'daily' ? 'daily cap' : '7-day cap')).join(' and ');
   const today = `Today: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
   const week = `Last 7 days: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;

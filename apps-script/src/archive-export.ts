@@ -15,7 +15,7 @@ import type { FolderLike, MeterServices } from './services';
 import { DAY_MS, utcDayStart } from './spend';
 import { readWatermark, watermarkHolds, writeWatermark } from './watermark';
 
-export const ARCHIVE_FOLDER_NAME = 'AI meter archive';
+const ARCHIVE_FOLDER_NAME = 'AI meter archive';
 /** Export and retention read the whole tab; they may wait longer for the lock than ingest does. */
 export const MAINTENANCE_LOCK_MS = 30_000;
 
@@ -24,7 +24,7 @@ function isDate(value: unknown): value is Date {
 }
 
 /** One sheet row as a CSV line: dates as RFC 3339 UTC, booleans as true/false. */
-export function rowToCsvLine(row: unknown[]): string {
+function rowToCsvLine(row: unknown[]): string {
   return EVENT_FIELDS.map((_, i) => {
     const v = row[i];
     if (isDate(v)) return formatTimestamp(v);
@@ -33,7 +33,7 @@ export function rowToCsvLine(row: unknown[]): string {
   }).join(',');
 }
 
-export function rowsToCsv(rows: unknown[][]): string {
+function rowsToCsv(rows: unknown[][]): string {
   return [CSV_HEADER, ...rows.map(rowToCsvLine)].join('\r\n') + '\r\n';
 }
 
@@ -68,39 +68,47 @@ function freeName(folder: FolderLike, base: string): string {
 }
 
 export function exportArchive(svc: MeterServices): ExportResult {
-  return withScriptLock(svc, () => {
-    const rows = readAllRows(getEventsSheet(svc.spreadsheet));
-    const previous = readWatermark(svc);
-    const trusted = watermarkHolds(previous, rows);
-    const startRow = trusted ? previous.row : 1;
-    const todayStart = utcDayStart(svc.now().getTime());
+  return withScriptLock(
+    svc,
+    () => {
+      const rows = readAllRows(getEventsSheet(svc.spreadsheet));
+      const previous = readWatermark(svc);
+      const trusted = watermarkHolds(previous, rows);
+      const startRow = trusted ? previous.row : 1;
+      const todayStart = utcDayStart(svc.now().getTime());
 
-    const out: unknown[][] = [];
-    let watermark = startRow;
-    let waiting = false;
-    let unreadable = 0;
-    for (let r = startRow + 1; r <= rows.length + 1; r++) {
-      const row = rows[r - 2];
-      const t = cellTime(row[1]);
-      if (Number.isNaN(t)) unreadable++;
-      else if (t < todayStart) out.push(row);
-      else waiting = true; // today's row: next night's export takes it
-      if (!waiting) watermark = r;
-    }
+      const out: unknown[][] = [];
+      let watermark = startRow;
+      let waiting = false;
+      let unreadable = 0;
+      for (let r = startRow + 1; r <= rows.length + 1; r++) {
+        const row = rows[r - 2];
+        const t = cellTime(row[1]);
+        if (Number.isNaN(t)) unreadable++;
+        else if (t < todayStart) out.push(row);
+        else waiting = true; // today's row: next night's export takes it
+        if (!waiting) watermark = r;
+      }
 
-    let file: string | null = null;
-    if (out.length > 0) {
-      const folder = archiveFolder(svc);
-      file = freeName(folder, `events_${new Date(todayStart - DAY_MS).toISOString().slice(0, 10)}`);
-      folder.createFile(file, rowsToCsv(out), 'text/csv');
-    }
-    writeWatermark(svc, { row: watermark, eventId: watermark >= 2 ? String(rows[watermark - 2][0]) : '', exportedAt: svc.now().toISOString() });
-    const notes = [
-      trusted ? '' : previous ? 'the previous watermark no longer matched its row (rows were moved by hand): exported from the top' : '',
-      unreadable ? `${unreadable} row(s) have no readable timestamp and were not exported` : '',
-    ].filter(Boolean);
-    const message = `${file ? `wrote ${out.length} row(s) to ${file}` : 'no rows to export'}; watermark at row ${watermark}${notes.length ? `; ${notes.join('; ')}` : ''}`;
-    svc.log(`exportArchive: ${message}`);
-    return { file, rows: out.length, watermark, message };
-  }, MAINTENANCE_LOCK_MS);
+      let file: string | null = null;
+      if (out.length > 0) {
+        const folder = archiveFolder(svc);
+        file = freeName(folder, `events_${new Date(todayStart - DAY_MS).toISOString().slice(0, 10)}`);
+        folder.createFile(file, rowsToCsv(out), 'text/csv');
+      }
+      writeWatermark(svc, {
+        row: watermark,
+        eventId: watermark >= 2 ? String(rows[watermark - 2][0]) : '',
+        exportedAt: svc.now().toISOString(),
+      });
+      const notes = [
+        trusted ? '' : previous ? 'the previous watermark no longer matched its row (rows were moved by hand): exported from the top' : '',
+        unreadable ? `${unreadable} row(s) have no readable timestamp and were not exported` : '',
+      ].filter(Boolean);
+      const message = `${file ? `wrote ${out.length} row(s) to ${file}` : 'no rows to export'}; watermark at row ${watermark}${notes.length ? `; ${notes.join('; ')}` : ''}`;
+      svc.log(`exportArchive: ${message}`);
+      return { file, rows: out.length, watermark, message };
+    },
+    MAINTENANCE_LOCK_MS,
+  );
 }

@@ -23,9 +23,8 @@ import type { JsonReply } from './web';
 import type { CalendarLike, FolderLike, MeterServices, SheetLike } from './services';
 import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, appendTabRows, cellText, findRow, tab } from './tabs';
 
-export const ACTIONS = ['book_slot', 'reschedule_slot', 'create_lead', 'route_to_voicemail'] as const;
-export type ActionName = (typeof ACTIONS)[number];
-export const VOICEMAIL_FOLDER_NAME = 'voicemail';
+export type ActionName = 'book_slot' | 'reschedule_slot' | 'create_lead' | 'route_to_voicemail';
+const VOICEMAIL_FOLDER_NAME = 'voicemail';
 const DAY_MS = 86_400_000;
 const EXCERPT = 280;
 
@@ -44,13 +43,30 @@ const text = (args: Args, name: string): string => (args[name] === undefined || 
 /** Minutes east of UTC of a time zone at an instant (Intl, as Apps Script's V8 has it). */
 function offsetMinutes(at: number, timeZone: string): number {
   const parts: Record<string, string> = {};
-  for (const p of new Intl.DateTimeFormat('en-US', { timeZone, hourCycle: 'h23', year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit' }).formatToParts(new Date(at))) parts[p.type] = p.value;
-  const asUtc = Date.UTC(Number(parts.year), Number(parts.month) - 1, Number(parts.day), Number(parts.hour), Number(parts.minute), Number(parts.second));
+  for (const p of new Intl.DateTimeFormat('en-US', {
+    timeZone,
+    hourCycle: 'h23',
+    year: 'numeric',
+    month: '2-digit',
+    day: '2-digit',
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit',
+  }).formatToParts(new Date(at)))
+    parts[p.type] = p.value;
+  const asUtc = Date.UTC(
+    Number(parts.year),
+    Number(parts.month) - 1,
+    Number(parts.day),
+    Number(parts.hour),
+    Number(parts.minute),
+    Number(parts.second),
+  );
   return Math.round((asUtc - at) / 60_000);
 }
 
 /** A local date and time in a time zone → the instant. Refuses what does not parse, naming the argument. */
-export function zonedInstant(date: string, time: string, timeZone: string, names: [string, string]): Date {
+function zonedInstant(date: string, time: string, timeZone: string, names: [string, string]): Date {
   const d = /^(\d{4})-(\d{2})-(\d{2})$/.exec(date);
   if (!d) throw new ArgError(`args.${names[0]}: expected a date as YYYY-MM-DD, got "${date}"`);
   const t = /^(\d{1,2}):(\d{2})$/.exec(time);
@@ -58,14 +74,15 @@ export function zonedInstant(date: string, time: string, timeZone: string, names
   const [y, m, day] = [Number(d[1]), Number(d[2]), Number(d[3])];
   const local = Date.UTC(y, m - 1, day, Number(t[1]), Number(t[2]));
   const check = new Date(local);
-  if (check.getUTCFullYear() !== y || check.getUTCMonth() !== m - 1 || check.getUTCDate() !== day) throw new ArgError(`args.${names[0]}: ${date} is not a calendar date`);
+  if (check.getUTCFullYear() !== y || check.getUTCMonth() !== m - 1 || check.getUTCDate() !== day)
+    throw new ArgError(`args.${names[0]}: ${date} is not a calendar date`);
   // Two passes settle the offset across a daylight-saving change.
   let at = local - offsetMinutes(local, timeZone) * 60_000;
   at = local - offsetMinutes(at, timeZone) * 60_000;
   return new Date(at);
 }
 
-export function excerpt(transcript: string): string {
+function excerpt(transcript: string): string {
   const flat = transcript.replace(/\s+/g, ' ').trim();
   return flat.length <= EXCERPT ? flat : `${flat.slice(0, EXCERPT - 1)}…`;
 }
@@ -106,10 +123,32 @@ function upsertContact(c: Context, fields: { name?: string; email?: string; inte
   if (row) {
     const range = sheet.getRange(row, 1, 1, CONTACTS.header.length);
     const [cur] = range.getValues();
-    const next = [phone, fields.name || cur[1], fields.email || cur[2], c.callId, fields.intent, fields.transcript ? excerpt(fields.transcript) : cur[5], optedOut || cur[6] === true, cur[7] || at, at];
+    const next = [
+      phone,
+      fields.name || cur[1],
+      fields.email || cur[2],
+      c.callId,
+      fields.intent,
+      fields.transcript ? excerpt(fields.transcript) : cur[5],
+      optedOut || cur[6] === true,
+      cur[7] || at,
+      at,
+    ];
     range.setValues([next.map(cellText)]);
   } else {
-    appendTabRows(sheet, [[phone, fields.name ?? '', fields.email ?? '', c.callId, fields.intent, fields.transcript ? excerpt(fields.transcript) : '', optedOut, at, at]]);
+    appendTabRows(sheet, [
+      [
+        phone,
+        fields.name ?? '',
+        fields.email ?? '',
+        c.callId,
+        fields.intent,
+        fields.transcript ? excerpt(fields.transcript) : '',
+        optedOut,
+        at,
+        at,
+      ],
+    ]);
   }
 }
 
@@ -149,7 +188,15 @@ function voicemailFolder(c: Context): FolderLike {
 }
 
 function fmt(d: Date, tz: string): string {
-  return new Intl.DateTimeFormat('en-GB', { timeZone: tz, weekday: 'short', day: 'numeric', month: 'short', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).format(d);
+  return new Intl.DateTimeFormat('en-GB', {
+    timeZone: tz,
+    weekday: 'short',
+    day: 'numeric',
+    month: 'short',
+    hour: '2-digit',
+    minute: '2-digit',
+    hourCycle: 'h23',
+  }).format(d);
 }
 
 const PERFORM: Record<ActionName, (c: Context) => Record<string, unknown>> = {
@@ -170,8 +217,19 @@ const PERFORM: Record<ActionName, (c: Context) => Record<string, unknown>> = {
       event.deleteEvent(); // nothing half-written
       throw error;
     }
-    const textStatus = sendText(c, phone, `Booking confirmed: ${service}, ${fmt(start, tz)}${text(c.args, 'location') ? ` at ${text(c.args, 'location')}` : ''}. Reply to change it.`);
-    c.activities.push([c.now.toISOString(), 'Booking Confirmed', phone, c.callId, event.getId(), `${service}, ${fmt(start, tz)} | text: ${textStatus}`]);
+    const textStatus = sendText(
+      c,
+      phone,
+      `Booking confirmed: ${service}, ${fmt(start, tz)}${text(c.args, 'location') ? ` at ${text(c.args, 'location')}` : ''}. Reply to change it.`,
+    );
+    c.activities.push([
+      c.now.toISOString(),
+      'Booking Confirmed',
+      phone,
+      c.callId,
+      event.getId(),
+      `${service}, ${fmt(start, tz)} | text: ${textStatus}`,
+    ]);
     return { booking_id: event.getId(), start: start.toISOString(), end: end.toISOString(), text: textStatus };
   },
   reschedule_slot(c) {
@@ -184,16 +242,40 @@ const PERFORM: Record<ActionName, (c: Context) => Record<string, unknown>> = {
     event.setTime(start, end);
     const phone = text(c.args, 'phone');
     const textStatus = phone ? sendText(c, phone, `Your booking is moved to ${fmt(start, tz)}.`) : 'unsent: no phone in the arguments';
-    c.activities.push([c.now.toISOString(), 'Booking Rescheduled', phone, c.callId, bookingId, `${fmt(start, tz)}${text(c.args, 'notes') ? ` | ${text(c.args, 'notes')}` : ''} | text: ${textStatus}`]);
+    c.activities.push([
+      c.now.toISOString(),
+      'Booking Rescheduled',
+      phone,
+      c.callId,
+      bookingId,
+      `${fmt(start, tz)}${text(c.args, 'notes') ? ` | ${text(c.args, 'notes')}` : ''} | text: ${textStatus}`,
+    ]);
     return { booking_id: bookingId, start: start.toISOString(), end: end.toISOString(), text: textStatus };
   },
   create_lead(c) {
-    upsertContact(c, { name: text(c.args, 'name'), email: text(c.args, 'email'), intent: 'qualify', transcript: text(c.args, 'transcript') });
+    upsertContact(c, {
+      name: text(c.args, 'name'),
+      email: text(c.args, 'email'),
+      intent: 'qualify',
+      transcript: text(c.args, 'transcript'),
+    });
     const leadId = `lead-${c.svc.uuid()}`;
-    appendTabRows(tab(c.svc.spreadsheet, LEADS), [[
-      leadId, c.now.toISOString(), c.callId, text(c.args, 'phone'), text(c.args, 'name'), text(c.args, 'email'), text(c.args, 'service'),
-      text(c.args, 'budget'), text(c.args, 'timeline'), text(c.args, 'utm'), 'New', excerpt(text(c.args, 'transcript')),
-    ]]);
+    appendTabRows(tab(c.svc.spreadsheet, LEADS), [
+      [
+        leadId,
+        c.now.toISOString(),
+        c.callId,
+        text(c.args, 'phone'),
+        text(c.args, 'name'),
+        text(c.args, 'email'),
+        text(c.args, 'service'),
+        text(c.args, 'budget'),
+        text(c.args, 'timeline'),
+        text(c.args, 'utm'),
+        'New',
+        excerpt(text(c.args, 'transcript')),
+      ],
+    ]);
     c.activities.push([c.now.toISOString(), 'Lead Created', text(c.args, 'phone'), c.callId, '', leadId]);
     return { lead_id: leadId, stage: 'New' };
   },
@@ -203,22 +285,32 @@ const PERFORM: Record<ActionName, (c: Context) => Record<string, unknown>> = {
     const sid = c.svc.properties.getProperty('TWILIO_ACCOUNT_SID');
     const token = c.svc.properties.getProperty('TWILIO_AUTH_TOKEN');
     const twilio = /^https:\/\/api\.twilio\.com\//.test(url) && sid && token;
-    const res = c.svc.fetch(url, { method: 'get', muteHttpExceptions: true, ...(twilio ? { headers: { Authorization: `Basic ${c.svc.base64(`${sid}:${token}`)}` } } : {}) });
-    if (res.getResponseCode() !== 200) throw new ArgError(`args.recording_url: the recording could not be fetched (HTTP ${res.getResponseCode()})`);
+    const res = c.svc.fetch(url, {
+      method: 'get',
+      muteHttpExceptions: true,
+      ...(twilio ? { headers: { Authorization: `Basic ${c.svc.base64(`${sid}:${token}`)}` } } : {}),
+    });
+    if (res.getResponseCode() !== 200)
+      throw new ArgError(`args.recording_url: the recording could not be fetched (HTTP ${res.getResponseCode()})`);
     const file = voicemailFolder(c).createFile(res.getBlob().setName(`${c.callId}.mp3`) as never);
     const taskId = `task-${c.svc.uuid()}`;
     const due = new Date(c.now.getTime() + DAY_MS);
-    appendTabRows(tab(c.svc.spreadsheet, TASKS), [[taskId, c.now.toISOString(), due.toISOString(), 'Callback: Voicemail', text(c.args, 'phone'), c.callId, 'open', file.getUrl()]]);
+    appendTabRows(tab(c.svc.spreadsheet, TASKS), [
+      [taskId, c.now.toISOString(), due.toISOString(), 'Callback: Voicemail', text(c.args, 'phone'), c.callId, 'open', file.getUrl()],
+    ]);
     upsertContact(c, { intent: 'voicemail', transcript: text(c.args, 'transcript') });
     return { task_id: taskId, due_at: due.toISOString(), recording: `/${VOICEMAIL_FOLDER_NAME}/${c.callId}.mp3`, file_id: file.getId() };
   },
 };
 
 export function backOfficeAction(svc: MeterServices, action: ActionName, body: unknown): JsonReply {
-  if (!body || typeof body !== 'object' || Array.isArray(body)) return { ok: false, error: 'body: expected {call_id, args, idempotency_key}' };
+  if (!body || typeof body !== 'object' || Array.isArray(body))
+    return { ok: false, error: 'body: expected {call_id, args, idempotency_key}' };
   const b = body as { call_id?: unknown; args?: unknown; idempotency_key?: unknown };
-  if (typeof b.call_id !== 'string' || !/^[A-Za-z0-9._:-]{1,128}$/.test(b.call_id)) return { ok: false, error: 'call_id: expected 1 to 128 characters of A-Z a-z 0-9 . _ : -' };
-  if (typeof b.idempotency_key !== 'string' || !/^[A-Za-z0-9_-]{8,128}$/.test(b.idempotency_key)) return { ok: false, error: 'idempotency_key: expected 8 to 128 characters of A-Z a-z 0-9 _ -' };
+  if (typeof b.call_id !== 'string' || !/^[A-Za-z0-9._:-]{1,128}$/.test(b.call_id))
+    return { ok: false, error: 'call_id: expected 1 to 128 characters of A-Z a-z 0-9 . _ : -' };
+  if (typeof b.idempotency_key !== 'string' || !/^[A-Za-z0-9_-]{8,128}$/.test(b.idempotency_key))
+    return { ok: false, error: 'idempotency_key: expected 8 to 128 characters of A-Z a-z 0-9 _ -' };
   if (!b.args || typeof b.args !== 'object' || Array.isArray(b.args)) return { ok: false, error: 'args: expected an object' };
   const args = b.args as Args;
   for (const name of REQUIRED[action]) if (text(args, name) === '') return { ok: false, error: `args.${name}: required for ${action}` };

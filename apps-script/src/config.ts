@@ -17,7 +17,7 @@ export const CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | number]> 
 
 export type ConfigValues = Map<string, unknown>;
 
-export function getConfigSheet(ss: SpreadsheetLike): SheetLike | null {
+function getConfigSheet(ss: SpreadsheetLike): SheetLike | null {
   return ss.getSheetByName(CONFIG_TAB);
 }
 
@@ -99,7 +99,7 @@ export function writeConfigValue(ss: SpreadsheetLike, key: string, value: string
   const lastRow = sheet.getLastRow();
   const keys = lastRow >= 2 ? sheet.getRange(2, 1, lastRow - 1, 1).getValues() : [];
   const index = keys.findIndex(([k]) => String(k).trim() === key);
-  let row = index >= 0 ? index + 2 : lastRow + 1;
+  const row = index >= 0 ? index + 2 : lastRow + 1;
   if (row > sheet.getMaxRows()) sheet.insertRowsAfter(sheet.getMaxRows(), 1);
   // Text values get the quote prefix so an id that looks like a number stays as written.
   sheet.getRange(row, 1, 1, 2).setValues([[key, typeof value === 'string' && value !== '' ? `'${value}` : value]]);

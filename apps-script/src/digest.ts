@@ -12,20 +12,20 @@ import { cellNumber, cellTime, columnOf, getEventsSheet, readAllRows } from './e
 import type { MeterServices, SheetLike } from './services';
 import { DAY_MS, roundUsd, utcDayStart } from './spend';
 
-export const DIGEST_TAB = 'Digest';
-export const PUBLIC_TAB = 'events_public';
-export const TOP_N = 10;
-export const SERIES_DAYS = 30;
+const DIGEST_TAB = 'Digest';
+const PUBLIC_TAB = 'events_public';
+const TOP_N = 10;
+const SERIES_DAYS = 30;
 
 const col = (f: EventField) => columnOf(f) - 1;
 
-export interface CustomerCost {
+interface CustomerCost {
   customer_id: string;
   cost_usd: number;
   calls: number;
 }
 
-export interface ModelTokens {
+interface ModelTokens {
   model: string;
   tokens_total: number;
   cost_usd: number;
@@ -131,7 +131,8 @@ export function voiceRollup(rows: unknown[][], nowMs: number, days: number): Voi
   const bookings = recent.filter((r) => r[CALL_COL.outcome] === 'booking');
   const escalations = answered.filter((r) => r[CALL_COL.escalated] === true).length;
   const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
-  const nums = (col: number, list = recent) => list.filter((r) => r[col] !== '' && r[col] !== null && r[col] !== undefined).map((r) => cellNumber(r[col]));
+  const nums = (col: number, list = recent) =>
+    list.filter((r) => r[col] !== '' && r[col] !== null && r[col] !== undefined).map((r) => cellNumber(r[col]));
   const ratio = (a: number, b: number) => (b ? a / b : null);
   return {
     calls: recent.length,
@@ -148,7 +149,7 @@ export function voiceRollup(rows: unknown[][], nowMs: number, days: number): Voi
 }
 
 /** Fixed layout (same cells every refresh, so the chart's range never moves). Width 4. */
-export const LAYOUT = {
+const LAYOUT = {
   width: 4,
   scoreRow: 4,
   customersHeader: 7,
@@ -160,7 +161,7 @@ const pad = (cells: unknown[]): unknown[] => [...cells, ...new Array(LAYOUT.widt
 const text = (s: string) => (s === '' ? '' : `'${s}`);
 
 /** The Digest tab's cells, top to bottom. */
-export function digestGrid(d: DigestFigures): unknown[][] {
+function digestGrid(d: DigestFigures): unknown[][] {
   const grid: unknown[][] = [];
   grid.push(pad(['AI spend digest', `updated ${d.generatedAt.slice(0, 16).replace('T', ' ')} UTC`]));
   grid.push(pad([`Rows with pii_flag TRUE are left out of this tab (${d.piiRowsExcluded} row(s)).`]));
@@ -189,17 +190,38 @@ export function digestGrid(d: DigestFigures): unknown[][] {
   grid.push(pad(['Voice concierge (calls tab)']));
   grid.push(pad(['metric', 'last 7 days', 'last 30 days']));
   const v = d.voice;
-  const metric = (label: string, key: keyof VoiceRollup) => pad([label, v ? (v.last7d[key] ?? 'n/a') : 'n/a', v ? (v.last30d[key] ?? 'n/a') : 'n/a']);
-  grid.push(metric('calls', 'calls'), metric('answered calls', 'answered'), metric('booking rate', 'booking_rate'), metric('escalation rate', 'escalation_rate'));
+  const metric = (label: string, key: keyof VoiceRollup) =>
+    pad([label, v ? (v.last7d[key] ?? 'n/a') : 'n/a', v ? (v.last30d[key] ?? 'n/a') : 'n/a']);
+  grid.push(
+    metric('calls', 'calls'),
+    metric('answered calls', 'answered'),
+    metric('booking rate', 'booking_rate'),
+    metric('escalation rate', 'escalation_rate'),
+  );
   grid.push(metric('containment rate', 'containment_rate'), metric('average turns', 'avg_turns'), metric('average TTFB (s)', 'avg_ttfb_s'));
-  grid.push(metric('ASR WER (sampled calls)', 'asr_wer'), metric('cost per call (audio, USD)', 'cost_per_call'), metric('cost per booking (audio, USD)', 'cost_per_booking'));
+  grid.push(
+    metric('ASR WER (sampled calls)', 'asr_wer'),
+    metric('cost per call (audio, USD)', 'cost_per_call'),
+    metric('cost per booking (audio, USD)', 'cost_per_booking'),
+  );
   return grid;
 }
 
 /** Columns of the pii-free tab: what a public dashboard needs (no ids of people or reviewers). */
-export const PUBLIC_FIELDS: EventField[] = [
-  'timestamp', 'actor_type', 'provider', 'model', 'region', 'input_tokens', 'output_tokens',
-  'latency_ms', 'cost_usd', 'customer_id', 'pii_flag', 'decision', 'error_code',
+const PUBLIC_FIELDS: EventField[] = [
+  'timestamp',
+  'actor_type',
+  'provider',
+  'model',
+  'region',
+  'input_tokens',
+  'output_tokens',
+  'latency_ms',
+  'cost_usd',
+  'customer_id',
+  'pii_flag',
+  'decision',
+  'error_code',
 ];
 
 function letter(column: number): string {
@@ -209,7 +231,7 @@ function letter(column: number): string {
 }
 
 /** A live QUERY over the events tab that drops pii rows; Sheets recalculates it on every change. */
-export function publicQueryFormula(): string {
+function publicQueryFormula(): string {
   const columns = PUBLIC_FIELDS.map((f) => letter(columnOf(f))).join(', ');
   return `=QUERY(events!A:${letter(EVENT_FIELDS.length)}, "select ${columns} where ${letter(columnOf('pii_flag'))} <> true", 1)`;
 }
@@ -219,7 +241,7 @@ function ensureTab(svc: MeterServices, name: string): SheetLike {
 }
 
 /** Keeps the public tab's formula in place and its grid as tall as the events tab. */
-export function refreshPublicTab(svc: MeterServices, eventRows: number): SheetLike {
+function refreshPublicTab(svc: MeterServices, eventRows: number): SheetLike {
   const sheet = ensureTab(svc, PUBLIC_TAB);
   const width = PUBLIC_FIELDS.length;
   const maxCols = sheet.getMaxColumns();
@@ -297,7 +319,9 @@ export interface WeeklyDigestResult {
 /** `sendWeeklyDigest()`: one e-mail to TEAM_EMAILS with the scorecards, the top tables and links. */
 export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
   const config = readConfig(svc.spreadsheet);
-  const listed = configText(config, 'TEAM_EMAILS').split(/[,;\s]+/).filter(Boolean);
+  const listed = configText(config, 'TEAM_EMAILS')
+    .split(/[,;\s]+/)
+    .filter(Boolean);
   const bad = listed.filter((a) => !EMAIL.test(a));
   const finish = (sent: boolean, recipients: string[], message: string): WeeklyDigestResult => {
     svc.log(`sendWeeklyDigest: ${message}`);
@@ -307,7 +331,11 @@ export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
   if (listed.length === 0) return finish(false, [], 'Config TEAM_EMAILS is empty; nothing sent');
   const quota = svc.mail.getRemainingDailyQuota();
   if (quota < listed.length) {
-    return finish(false, listed, `MailApp quota left today is ${quota}, ${listed.length} recipient(s) needed; nothing sent (the next Monday run tries again, or send from the menu)`);
+    return finish(
+      false,
+      listed,
+      `MailApp quota left today is ${quota}, ${listed.length} recipient(s) needed; nothing sent (the next Monday run tries again, or send from the menu)`,
+    );
   }
   const { figures } = refreshDigest(svc);
   const sheetUrl = svc.spreadsheet.getUrl();
@@ -331,7 +359,10 @@ export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
     ...figures.topCustomers7d.map((c) => `  ${c.customer_id}: ${money(c.cost_usd)} (${c.calls} calls)`),
     '',
     'Top models by tokens, last 30 days:',
-    ...figures.topModels30d.map((m) => `  ${m.model}: ${m.tokens_total} tokens, ${money(m.cost_usd)}, ${m.usd_per_1k_tokens === null ? 'n/a' : money(m.usd_per_1k_tokens, 4)} per 1K tokens`),
+    ...figures.topModels30d.map(
+      (m) =>
+        `  ${m.model}: ${m.tokens_total} tokens, ${money(m.cost_usd)}, ${m.usd_per_1k_tokens === null ? 'n/a' : money(m.usd_per_1k_tokens, 4)} per 1K tokens`,
+    ),
     '',
     ...links.map(([label, url]) => `${label}: ${url}`),
     '',
@@ -345,12 +376,29 @@ export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
     `<h2>AI spend digest</h2><p>Week to ${figures.generatedAt.slice(0, 10)} (UTC)</p>`,
     table(['Today', 'Last 7 days', 'Last 30 days'], [[money(figures.today, 4), money(figures.last7d), money(figures.last30d)]]),
     '<h3>Top customers by cost, last 7 days</h3>',
-    table(['customer_id', 'cost', 'calls'], figures.topCustomers7d.map((c) => [c.customer_id, money(c.cost_usd), String(c.calls)])),
+    table(
+      ['customer_id', 'cost', 'calls'],
+      figures.topCustomers7d.map((c) => [c.customer_id, money(c.cost_usd), String(c.calls)]),
+    ),
     '<h3>Top models by tokens, last 30 days</h3>',
-    table(['model', 'tokens', 'cost', '$ per 1K tokens'], figures.topModels30d.map((m) => [m.model, String(m.tokens_total), money(m.cost_usd), m.usd_per_1k_tokens === null ? 'n/a' : money(m.usd_per_1k_tokens, 4)])),
+    table(
+      ['model', 'tokens', 'cost', '$ per 1K tokens'],
+      figures.topModels30d.map((m) => [
+        m.model,
+        String(m.tokens_total),
+        money(m.cost_usd),
+        m.usd_per_1k_tokens === null ? 'n/a' : money(m.usd_per_1k_tokens, 4),
+      ]),
+    ),
     `<p>${links.map(([label, url]) => `<a href="${esc(url)}">${esc(label)}</a>`).join(' · ')}</p>`,
     `<p style="color:#666">Rows flagged as personal data (${figures.piiRowsExcluded}) are left out.</p>`,
   ].join('\n');
-  svc.mail.sendEmail({ to: listed.join(','), subject: `AI spend digest: ${money(figures.last7d)} in the last 7 days`, body: lines.join('\n'), htmlBody: html, name: 'AI usage meter' });
+  svc.mail.sendEmail({
+    to: listed.join(','),
+    subject: `AI spend digest: ${money(figures.last7d)} in the last 7 days`,
+    body: lines.join('\n'),
+    htmlBody: html,
+    name: 'AI usage meter',
+  });
   return finish(true, listed, `sent to ${listed.length} recipient(s)`);
 }

@@ -8,12 +8,12 @@ import type { CellValue, SheetLike, SpreadsheetLike } from './services';
 export const EVENTS_TAB = 'events';
 export const EVENT_COLUMNS = EVENT_FIELDS.length;
 /** Google Sheets' limit on cells in one spreadsheet (all tabs together). */
-export const SPREADSHEET_CELL_LIMIT = 10_000_000;
+const SPREADSHEET_CELL_LIMIT = 10_000_000;
 /**
  * Rows added beyond need when the tab grows, so that not every request pays for an insert.
  * Dropped to "exactly what is needed" near the cell limit.
  */
-export const GROWTH_ROWS = 1000;
+const GROWTH_ROWS = 1000;
 /** TextFinder regexes stay short: ids per search. */
 const IDS_PER_SEARCH = 100;
 
@@ -76,7 +76,10 @@ export function findStoredIds(sheet: SheetLike, ids: string[], lastRow = sheet.g
   const rows: number[] = [];
   for (let i = 0; i < ids.length; i += IDS_PER_SEARCH) {
     // ids match /^[A-Za-z0-9._:-]+$/ (see schema), so only `.` needs escaping.
-    const pattern = ids.slice(i, i + IDS_PER_SEARCH).map((id) => id.replace(/\./g, '\\.')).join('|');
+    const pattern = ids
+      .slice(i, i + IDS_PER_SEARCH)
+      .map((id) => id.replace(/\./g, '\\.'))
+      .join('|');
     const hits = column.createTextFinder(`^(?:${pattern})$`).useRegularExpression(true).matchCase(true).matchEntireCell(true).findAll();
     for (const hit of hits) rows.push(hit.getRow());
   }
@@ -92,7 +95,7 @@ export function findStoredIds(sheet: SheetLike, ids: string[], lastRow = sheet.g
 }
 
 /** Cells in the whole spreadsheet (every tab counts towards Google's limit). */
-export function spreadsheetCells(ss: SpreadsheetLike): number {
+function spreadsheetCells(ss: SpreadsheetLike): number {
   let cells = 0;
   for (const sheet of ss.getSheets()) cells += sheet.getMaxRows() * sheet.getMaxColumns();
   return cells;

@@ -12,7 +12,7 @@ import type { MeterServices } from './services';
 
 export const MAX_BATCH = 500;
 /** Document 2: "A script lock is tried for up to 5000 ms around the write". */
-export const LOCK_WAIT_MS = 5000;
+const LOCK_WAIT_MS = 5000;
 
 export type IngestReply = { ok: true; appended: number; duplicates: number };
 

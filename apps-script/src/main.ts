@@ -38,7 +38,11 @@ function services(): MeterServices {
 const ROUTES: WebRoutes = {
   get: {
     spend: (svc) => jsonReply(spendSummary(svc)),
-    export: (svc, params) => ({ kind: 'text', mimeType: 'csv', body: params.what === 'calls' ? exportCallsSince(svc, params.since) : archive.exportSince(svc, params.since) }),
+    export: (svc, params) => ({
+      kind: 'text',
+      mimeType: 'csv',
+      body: params.what === 'calls' ? exportCallsSince(svc, params.since) : archive.exportSince(svc, params.since),
+    }),
   },
   post: {
     book_slot: (svc, body) => backOfficeAction(svc, 'book_slot', body),

@@ -16,7 +16,7 @@ import type { MeterServices } from './services';
 import { DAY_MS, utcDayStart } from './spend';
 import { readWatermark, watermarkHolds, writeWatermark } from './watermark';
 
-export const DEFAULT_RETENTION_DAYS = 30;
+const DEFAULT_RETENTION_DAYS = 30;
 
 const TEXT_COLUMNS = TEXT_FIELDS.map((f) => columnOf(f) - 1);
 
@@ -38,47 +38,55 @@ export function applyRetention(svc: MeterServices): RetentionResult {
   const days = configNumber(readConfig(svc.spreadsheet), 'RETENTION_DAYS', DEFAULT_RETENTION_DAYS, 1);
   const cutoffMs = utcDayStart(svc.now().getTime()) - days * DAY_MS;
   const cutoff = new Date(cutoffMs).toISOString();
-  return withScriptLock(svc, () => {
-    const sheet = getEventsSheet(svc.spreadsheet);
-    const rows = readAllRows(sheet);
-    const wm = readWatermark(svc);
-    const finish = (deleted: number, keptUnexported: number, message: string): RetentionResult => {
-      svc.log(`applyRetention: ${message}`);
-      return { deleted, keptUnexported, cutoff, message };
-    };
-    if (!watermarkHolds(wm, rows)) {
-      const old = rows.filter((r) => cellTime(r[1]) < cutoffMs).length;
-      return finish(0, old, wm
-        ? `nothing deleted: the export watermark no longer matches its row (rows moved by hand); ${old} old row(s) wait until exportArchive runs again`
-        : `nothing deleted: no archive export has run yet; ${old} old row(s) wait for exportArchive`);
-    }
-    const keep: unknown[][] = [];
-    let deleted = 0;
-    let keptUnexported = 0;
-    let firstDeleted = -1;
-    rows.forEach((row, i) => {
-      const old = cellTime(row[1]) < cutoffMs; // NaN compares false: unreadable rows stay
-      if (old && i + 2 <= wm.row) {
-        deleted++;
-        if (firstDeleted < 0) firstDeleted = i;
-        return;
+  return withScriptLock(
+    svc,
+    () => {
+      const sheet = getEventsSheet(svc.spreadsheet);
+      const rows = readAllRows(sheet);
+      const wm = readWatermark(svc);
+      const finish = (deleted: number, keptUnexported: number, message: string): RetentionResult => {
+        svc.log(`applyRetention: ${message}`);
+        return { deleted, keptUnexported, cutoff, message };
+      };
+      if (!watermarkHolds(wm, rows)) {
+        const old = rows.filter((r) => cellTime(r[1]) < cutoffMs).length;
+        return finish(
+          0,
+          old,
+          wm
+            ? `nothing deleted: the export watermark no longer matches its row (rows moved by hand); ${old} old row(s) wait until exportArchive runs again`
+            : `nothing deleted: no archive export has run yet; ${old} old row(s) wait for exportArchive`,
+        );
       }
-      if (old) keptUnexported++;
-      keep.push(row);
-    });
-    const why = keptUnexported ? `; kept ${keptUnexported} old row(s) the archive export has not taken yet` : '';
-    if (deleted === 0) return finish(0, keptUnexported, `no rows older than ${cutoff}${why}`);
+      const keep: unknown[][] = [];
+      let deleted = 0;
+      let keptUnexported = 0;
+      let firstDeleted = -1;
+      rows.forEach((row, i) => {
+        const old = cellTime(row[1]) < cutoffMs; // NaN compares false: unreadable rows stay
+        if (old && i + 2 <= wm.row) {
+          deleted++;
+          if (firstDeleted < 0) firstDeleted = i;
+          return;
+        }
+        if (old) keptUnexported++;
+        keep.push(row);
+      });
+      const why = keptUnexported ? `; kept ${keptUnexported} old row(s) the archive export has not taken yet` : '';
+      if (deleted === 0) return finish(0, keptUnexported, `no rows older than ${cutoff}${why}`);
 
-    // Rows above the first deleted one do not move; rewrite from there down, then drop the tail.
-    const moved = keep.slice(firstDeleted).map(asWritten);
-    if (moved.length > 0) sheet.getRange(firstDeleted + 2, 1, moved.length, EVENT_COLUMNS).setValues(moved);
-    const tailStart = keep.length + 2;
-    if (sheet.getMaxRows() - deleted <= 1) sheet.insertRowsAfter(sheet.getMaxRows(), 1); // a sheet keeps one data row
-    sheet.deleteRows(tailStart, deleted);
-    // Every deleted row was at or above the watermark, so it moves up by exactly that many rows;
-    // the row it names now may be a different (kept) event, so record that one's id.
-    const row = wm.row - deleted;
-    writeWatermark(svc, { ...wm, row, eventId: row >= 2 ? String(keep[row - 2][0]) : '' });
-    return finish(deleted, keptUnexported, `deleted ${deleted} row(s) older than ${cutoff}${why}`);
-  }, MAINTENANCE_LOCK_MS);
+      // Rows above the first deleted one do not move; rewrite from there down, then drop the tail.
+      const moved = keep.slice(firstDeleted).map(asWritten);
+      if (moved.length > 0) sheet.getRange(firstDeleted + 2, 1, moved.length, EVENT_COLUMNS).setValues(moved);
+      const tailStart = keep.length + 2;
+      if (sheet.getMaxRows() - deleted <= 1) sheet.insertRowsAfter(sheet.getMaxRows(), 1); // a sheet keeps one data row
+      sheet.deleteRows(tailStart, deleted);
+      // Every deleted row was at or above the watermark, so it moves up by exactly that many rows;
+      // the row it names now may be a different (kept) event, so record that one's id.
+      const row = wm.row - deleted;
+      writeWatermark(svc, { ...wm, row, eventId: row >= 2 ? String(keep[row - 2][0]) : '' });
+      return finish(deleted, keptUnexported, `deleted ${deleted} row(s) older than ${cutoff}${why}`);
+    },
+    MAINTENANCE_LOCK_MS,
+  );
 }

@@ -6,27 +6,27 @@
 
 export type CellValue = string | number | boolean | Date;
 
-export interface TextFinderLike {
+interface TextFinderLike {
   matchCase(matchCase: boolean): TextFinderLike;
   matchEntireCell(entire: boolean): TextFinderLike;
   useRegularExpression(useRegEx: boolean): TextFinderLike;
   findAll(): RangeLike[];
 }
 
-export interface DataValidationLike {}
+type DataValidationLike = object;
 
-export interface DataValidationBuilderLike {
+interface DataValidationBuilderLike {
   requireValueInList(values: string[], showDropdown?: boolean): DataValidationBuilderLike;
   requireCheckbox(): DataValidationBuilderLike;
   setAllowInvalid(allowInvalidData: boolean): DataValidationBuilderLike;
   build(): DataValidationLike;
 }
 
-export interface FilterLike {
+interface FilterLike {
   getRange(): RangeLike;
 }
 
-export interface RangeLike {
+interface RangeLike {
   getRow(): number;
   getNumRows(): number;
   getValues(): unknown[][];
@@ -41,9 +41,9 @@ export interface RangeLike {
   setFormula(formula: string): RangeLike;
 }
 
-export interface ChartLike {}
+type ChartLike = object;
 
-export interface ChartBuilderLike {
+interface ChartBuilderLike {
   setChartType(type: never): ChartBuilderLike;
   addRange(range: never): ChartBuilderLike;
   setPosition(anchorRowPos: number, anchorColPos: number, offsetX: number, offsetY: number): ChartBuilderLike;
@@ -82,7 +82,7 @@ export interface SpreadsheetLike {
   getUrl(): string;
 }
 
-export interface LockLike {
+interface LockLike {
   tryLock(timeoutInMillis: number): boolean;
   releaseLock(): void;
 }
@@ -93,11 +93,11 @@ export interface PropertiesLike {
   deleteProperty(key: string): PropertiesLike;
 }
 
-export interface TriggerLike {
+interface TriggerLike {
   getHandlerFunction(): string;
 }
 
-export interface ClockTriggerBuilderLike {
+interface ClockTriggerBuilderLike {
   everyMinutes(n: number): ClockTriggerBuilderLike;
   everyHours(n: number): ClockTriggerBuilderLike;
   everyDays(n: number): ClockTriggerBuilderLike;
@@ -108,19 +108,19 @@ export interface ClockTriggerBuilderLike {
   create(): TriggerLike;
 }
 
-export interface TriggersLike {
+interface TriggersLike {
   getProjectTriggers(): TriggerLike[];
   deleteTrigger(trigger: TriggerLike): void;
   newTrigger(functionName: string): { timeBased(): ClockTriggerBuilderLike };
 }
 
-export interface HttpResponseLike {
+interface HttpResponseLike {
   getResponseCode(): number;
   getContentText(): string;
   getBlob(): BlobLike;
 }
 
-export interface CalendarEventLike {
+interface CalendarEventLike {
   getId(): string;
   setTime(startTime: Date, endTime: Date): CalendarEventLike;
   deleteEvent(): void;
@@ -142,20 +142,20 @@ export interface FetchOptions {
 }
 
 /** UrlFetchApp.fetch. */
-export type FetchLike = (url: string, options: FetchOptions) => HttpResponseLike;
+type FetchLike = (url: string, options: FetchOptions) => HttpResponseLike;
 
-export interface MailLike {
+interface MailLike {
   sendEmail(message: { to: string; subject: string; body: string; htmlBody?: string; name?: string }): void;
   getRemainingDailyQuota(): number;
 }
 
-export interface FileLike {
+interface FileLike {
   getId(): string;
   getName(): string;
   getUrl(): string;
 }
 
-export interface BlobLike {
+interface BlobLike {
   setName(name: string): BlobLike;
   getBytes(): number[];
 }
@@ -169,7 +169,7 @@ export interface FolderLike {
   getFilesByName(name: string): { hasNext(): boolean; next(): FileLike };
 }
 
-export interface DriveLike {
+interface DriveLike {
   getFolderById(id: string): FolderLike;
   createFolder(name: string): FolderLike;
 }

@@ -13,14 +13,14 @@ import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
 import type { MeterServices, SheetLike } from './services';
 
 /** The spreadsheet's time zone: days and date-times in the sheet are UTC days, as in the spend rules. */
-export const SHEET_TIME_ZONE = 'Etc/GMT';
+const SHEET_TIME_ZONE = 'Etc/GMT';
 
 /** Shows the stored instant as its RFC 3339 UTC text (the sheet's time zone is GMT). */
-export const TIMESTAMP_FORMAT = 'yyyy-mm-dd"T"hh:mm:ss.000"Z"';
-export const COUNT_FORMAT = '0';
+const TIMESTAMP_FORMAT = 'yyyy-mm-dd"T"hh:mm:ss.000"Z"';
+const COUNT_FORMAT = '0';
 /** USD with at least 4 and at most 6 decimals. */
-export const COST_FORMAT = '"$"#,##0.0000##';
-export const SCORE_FORMAT = '0.00##';
+const COST_FORMAT = '"$"#,##0.0000##';
+const SCORE_FORMAT = '0.00##';
 
 const NUMBER_FORMATS: Partial<Record<EventField, string>> = {
   timestamp: TIMESTAMP_FORMAT,
@@ -32,12 +32,12 @@ const NUMBER_FORMATS: Partial<Record<EventField, string>> = {
   confidence: SCORE_FORMAT,
 };
 
-export const ACTOR_TYPES = ['user', 'agent', 'human-reviewer'];
+const ACTOR_TYPES = ['user', 'agent', 'human-reviewer'];
 /** Document 2's decisions, then the degraded-routing results that are also logged in `decision`. */
-export const DECISIONS = ['approved', 'rejected', 'edited', 'n/a', 'default', 'model', 'queue', 'human_review'];
+const DECISIONS = ['approved', 'rejected', 'edited', 'n/a', 'default', 'model', 'queue', 'human_review'];
 
 /** Time-driven triggers: handler → schedule. Times are UTC (the manifest's time zone). */
-export const TRIGGER_SCHEDULE = [
+const TRIGGER_SCHEDULE = [
   { handler: 'checkSpendCaps', every: 'minutes', n: 10 },
   { handler: 'refreshDigest', every: 'hours', n: 1 },
   { handler: 'exportArchive', every: 'days', n: 1, atHour: 1 },
@@ -152,7 +152,7 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
 }
 
 /** 64 hex characters from two UUIDv4s (244 random bits). */
-export function randomSecret(svc: Pick<MeterServices, 'uuid'>): string {
+function randomSecret(svc: Pick<MeterServices, 'uuid'>): string {
   return (svc.uuid() + svc.uuid()).replace(/-/g, '');
 }
 
@@ -175,7 +175,11 @@ function setupTriggers(svc: MeterServices, report: SetupReport): void {
     if (item.every === 'minutes') builder = builder.everyMinutes(item.n);
     else if (item.every === 'hours') builder = builder.everyHours(item.n);
     else if (item.every === 'days') builder = builder.everyDays(item.n).atHour(item.atHour);
-    else builder = builder.everyWeeks(item.n).onWeekDay(svc.monday as never).atHour(item.atHour);
+    else
+      builder = builder
+        .everyWeeks(item.n)
+        .onWeekDay(svc.monday as never)
+        .atHour(item.atHour);
     builder.inTimezone('Etc/UTC').create();
     report.changes.push(`trigger ${item.handler}: ${mine.length === 0 ? 'created' : 're-created'}`);
   }

@@ -12,10 +12,19 @@ export interface TabSpec {
   hidden?: boolean;
 }
 
-export const CONTACTS: TabSpec = { name: 'contacts', header: ['phone', 'name', 'email', 'call_id', 'intent', 'transcript_excerpt', 'opted_out', 'created_at', 'updated_at'] };
-export const LEADS: TabSpec = { name: 'leads', header: ['lead_id', 'created_at', 'call_id', 'phone', 'name', 'email', 'service', 'budget', 'timeline', 'utm', 'stage', 'summary'] };
+export const CONTACTS: TabSpec = {
+  name: 'contacts',
+  header: ['phone', 'name', 'email', 'call_id', 'intent', 'transcript_excerpt', 'opted_out', 'created_at', 'updated_at'],
+};
+export const LEADS: TabSpec = {
+  name: 'leads',
+  header: ['lead_id', 'created_at', 'call_id', 'phone', 'name', 'email', 'service', 'budget', 'timeline', 'utm', 'stage', 'summary'],
+};
 export const ACTIVITIES: TabSpec = { name: 'activities', header: ['at', 'type', 'phone', 'call_id', 'booking_id', 'detail'] };
-export const TASKS: TabSpec = { name: 'tasks', header: ['task_id', 'created_at', 'due_at', 'type', 'phone', 'call_id', 'status', 'recording'] };
+export const TASKS: TabSpec = {
+  name: 'tasks',
+  header: ['task_id', 'created_at', 'due_at', 'type', 'phone', 'call_id', 'status', 'recording'],
+};
 /** Results of back-office actions by idempotency key (hidden; a replay answers from here). */
 export const IDEMPOTENCY: TabSpec = { name: 'idempotency', header: ['key', 'action', 'result', 'at'], hidden: true };
 
@@ -49,7 +58,12 @@ export function cellText(value: unknown): unknown {
 export function findRow(sheet: SheetLike, column: number, value: string): number {
   const last = sheet.getLastRow();
   if (last < 2 || value === '') return 0;
-  const hits = sheet.getRange(2, column, last - 1, 1).createTextFinder(value).matchCase(true).matchEntireCell(true).findAll();
+  const hits = sheet
+    .getRange(2, column, last - 1, 1)
+    .createTextFinder(value)
+    .matchCase(true)
+    .matchEntireCell(true)
+    .findAll();
   return hits.length ? hits[0].getRow() : 0;
 }
 

@@ -6,7 +6,7 @@
  */
 import type { MeterServices } from './services';
 
-export const WATERMARK_PROPERTY = 'EXPORT_WATERMARK';
+const WATERMARK_PROPERTY = 'EXPORT_WATERMARK';
 
 export interface Watermark {
   /** Last exported row (1 = only the header: nothing exported yet). */

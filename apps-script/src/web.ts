@@ -17,8 +17,8 @@ export interface WebEvent {
 export type JsonReply = { ok: boolean; error?: string };
 export type WebReply = { kind: 'json'; body: JsonReply } | { kind: 'text'; body: string; mimeType: 'csv' };
 
-export type GetAction = (svc: MeterServices, params: Record<string, string>) => WebReply;
-export type PostAction = (svc: MeterServices, body: unknown, params: Record<string, string>) => JsonReply;
+type GetAction = (svc: MeterServices, params: Record<string, string>) => WebReply;
+type PostAction = (svc: MeterServices, body: unknown, params: Record<string, string>) => JsonReply;
 
 const json = (body: JsonReply): WebReply => ({ kind: 'json', body });
 const failure = (error: unknown): JsonReply => ({ ok: false, error: error instanceof Error ? error.message : String(error) });

@@ -27,14 +27,26 @@ export function admission(deps: AdmissionDeps): (ctx: ChatContext) => Admission 
 
   const decide = (ctx: ChatContext, view: SpendView, skipProviders?: Set<string>): Admission => {
     const plan = planFor(ctx, capExceeded(view), deps.cheaperModel);
-    if (plan.kind === 'queue') return { kind: 'queue', delayMs: plan.delayMs, reviewRequired: plan.reviewRequired, decision: plan.decision };
-    return { kind: 'route', model: plan.kind === 'model' ? plan.model : undefined, decision: plan.kind === 'model' ? 'model' : 'default', skipProviders };
+    if (plan.kind === 'queue')
+      return { kind: 'queue', delayMs: plan.delayMs, reviewRequired: plan.reviewRequired, decision: plan.decision };
+    return {
+      kind: 'route',
+      model: plan.kind === 'model' ? plan.model : undefined,
+      decision: plan.kind === 'model' ? 'model' : 'default',
+      skipProviders,
+    };
   };
 
   const withLimits = async (ctx: ChatContext): Promise<Admission> => {
     const tenantWait = tenantLimit ? await limiter.hitTenant(ctx.customerId).catch(() => 0) : 0;
     if (tenantWait) {
-      return { kind: 'reject', status: 429, retryAfterS: tenantWait, code: 'tenant_rate_limited', message: `tenant "${ctx.customerId || '-'}" is over its ${tenantLimit} requests per minute` };
+      return {
+        kind: 'reject',
+        status: 429,
+        retryAfterS: tenantWait,
+        code: 'tenant_rate_limited',
+        message: `tenant "${ctx.customerId || '-'}" is over its ${tenantLimit} requests per minute`,
+      };
     }
     const view = await spend.view();
     const skipProviders = new Set<string>();
@@ -47,7 +59,13 @@ export function admission(deps: AdmissionDeps): (ctx: ChatContext) => Admission 
       }
     }
     if (skipProviders.size === providers.length) {
-      return { kind: 'reject', status: 429, retryAfterS: wait, code: 'provider_token_budget', message: 'every provider is over its token budget for this minute' };
+      return {
+        kind: 'reject',
+        status: 429,
+        retryAfterS: wait,
+        code: 'provider_token_budget',
+        message: 'every provider is over its token budget for this minute',
+      };
     }
     return decide(ctx, view, skipProviders);
   };

@@ -19,8 +19,6 @@ import { GatewayMetrics } from './metrics';
 import type { RoutesMapConfig } from './routes-map';
 import type { Scopes } from './scopes';
 
-export type { Admission, Degrade } from './chat-endpoint';
-
 export interface GatewayOptions {
   map: RoutesMapConfig;
   scopes: Scopes;
@@ -90,7 +88,18 @@ export function createGateway(opts: GatewayOptions): Gateway {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const chat = chatEndpoint({ failover, metrics, scopes: opts.scopes, flags: opts.flags, log: opts.log, now: opts.now, degrade: opts.degrade, admit: opts.admit, enqueue: opts.enqueue, skipRoute: opts.skipRoute });
+  const chat = chatEndpoint({
+    failover,
+    metrics,
+    scopes: opts.scopes,
+    flags: opts.flags,
+    log: opts.log,
+    now: opts.now,
+    degrade: opts.degrade,
+    admit: opts.admit,
+    enqueue: opts.enqueue,
+    skipRoute: opts.skipRoute,
+  });
   // Before the JSON parser: the chat endpoint reads its own body (see chat-endpoint.ts).
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
   app.use(express.json({ limit: '20mb' }));
@@ -141,7 +150,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
     if (res.headersSent) return;
     const status = error.status && error.status < 500 ? error.status : 500;
     if (status >= 500) opts.log.error({ err: error.message, path: req.path }, 'request failed');
-    const message = error.type === 'entity.parse.failed' ? 'body: expected a JSON object' : status >= 500 ? 'internal error' : error.message;
+    const message =
+      error.type === 'entity.parse.failed' ? 'body: expected a JSON object' : status >= 500 ? 'internal error' : error.message;
     if (req.path.startsWith('/v1/chat')) res.status(status).json(openAiError(message));
     else res.status(status).json({ error: message });
   });

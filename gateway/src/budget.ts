@@ -7,7 +7,7 @@
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 
-export const PAUSE_KEY = 'pause_ai_tasks';
+const PAUSE_KEY = 'pause_ai_tasks';
 export const PAUSED_MESSAGE = 'paused by budget guardrail';
 
 export interface PauseFlag {
@@ -82,6 +82,7 @@ export function pauseThreshold(env: NodeJS.ProcessEnv): number {
   const raw = env.BUDGET_PAUSE_AT_PERCENT;
   if (raw === undefined || raw === '') return 80;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > 1000) throw new Error(`BUDGET_PAUSE_AT_PERCENT: expected a whole percent from 1 to 1000, got "${raw}"`);
+  if (!Number.isInteger(n) || n < 1 || n > 1000)
+    throw new Error(`BUDGET_PAUSE_AT_PERCENT: expected a whole percent from 1 to 1000, got "${raw}"`);
   return n;
 }

@@ -28,7 +28,12 @@ export type Admission =
   | { kind: 'route'; model?: string; decision: string; skipProviders?: Set<string> };
 
 /** What the gateway does when no Hot or Warm route answered (the Cold tier plugs in here). */
-export type Degrade = (ctx: ChatContext, outcome: Extract<Outcome, { kind: 'exhausted' }>, deadline: Deadline, res: ServerResponse) => Promise<void>;
+export type Degrade = (
+  ctx: ChatContext,
+  outcome: Extract<Outcome, { kind: 'exhausted' }>,
+  deadline: Deadline,
+  res: ServerResponse,
+) => Promise<void>;
 
 export interface ChatEndpointDeps {
   failover: Failover;
@@ -53,8 +58,15 @@ const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decisi
 /** 503 (no route answered) or 504 (time-to-answer used up), when no Cold tier is plugged in. */
 const answerUnavailable: Degrade = async (_ctx, outcome, _deadline, res) => {
   const timeUp = outcome.reason === 'time_to_answer';
-  const message = timeUp ? 'no route answered within the time-to-answer' : `no route answered (${outcome.lastError ?? 'all routes skipped'})`;
-  sendJson(res, timeUp ? 504 : 503, openAiError(message, 'upstream_error', null, timeUp ? 'time_to_answer' : 'all_routes_failed'), routeHeaders('cold', 'none', 'none', outcome.attempts));
+  const message = timeUp
+    ? 'no route answered within the time-to-answer'
+    : `no route answered (${outcome.lastError ?? 'all routes skipped'})`;
+  sendJson(
+    res,
+    timeUp ? 504 : 503,
+    openAiError(message, 'upstream_error', null, timeUp ? 'time_to_answer' : 'all_routes_failed'),
+    routeHeaders('cold', 'none', 'none', outcome.attempts),
+  );
 };
 
 export function chatEndpoint(deps: ChatEndpointDeps): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
@@ -81,7 +93,9 @@ export function chatEndpoint(deps: ChatEndpointDeps): (req: IncomingMessage, res
     const admitted = deps.admit ? deps.admit(ctx) : ROUTE_ALL;
     const admission = admitted instanceof Promise ? await admitted : admitted;
     if (admission.kind === 'reject') {
-      sendJson(res, admission.status, openAiError(admission.message, 'rate_limit_error', null, admission.code), { 'retry-after': String(admission.retryAfterS) });
+      sendJson(res, admission.status, openAiError(admission.message, 'rate_limit_error', null, admission.code), {
+        'retry-after': String(admission.retryAfterS),
+      });
       return;
     }
     if (admission.kind === 'queue' && deps.enqueue) {
@@ -92,13 +106,23 @@ export function chatEndpoint(deps: ChatEndpointDeps): (req: IncomingMessage, res
     // A queue decision with no queue plugged in is routed as usual.
     const { skipProviders, decision, model } = admission.kind === 'route' ? admission : ROUTE_ALL;
     const skipRoute = deps.skipRoute;
-    const skip = skipRoute || skipProviders?.size ? (r: Route) => (skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false) : undefined;
+    const skip =
+      skipRoute || skipProviders?.size
+        ? (r: Route) => (skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false)
+        : undefined;
     let outcome = await failover.route(ctx, deadline, { signal: gone, flags: deps.flags.get(), skip, model, decision });
     // The scope's degrade mode, when it is not "queue": one more pass, smaller or shorter, in the time left.
-    const variant = outcome.kind === 'exhausted' && outcome.reason === 'all_failed' ? degradeVariant(deps.scopes[ctx.jobType], ctx.body) : null;
+    const variant =
+      outcome.kind === 'exhausted' && outcome.reason === 'all_failed' ? degradeVariant(deps.scopes[ctx.jobType], ctx.body) : null;
     if (variant && outcome.kind === 'exhausted') {
       const before = outcome.attempts;
-      const second = await failover.route({ ...ctx, body: variant.body }, deadline, { signal: gone, flags: deps.flags.get(), skip, model: variant.model ?? model, decision: 'degraded' });
+      const second = await failover.route({ ...ctx, body: variant.body }, deadline, {
+        signal: gone,
+        flags: deps.flags.get(),
+        skip,
+        model: variant.model ?? model,
+        decision: 'degraded',
+      });
       outcome = { ...second, attempts: before + second.attempts };
     }
     if (outcome.kind === 'exhausted') {

@@ -11,7 +11,7 @@ const Message = z.looseObject({
   content: z.union([z.string(), z.array(z.unknown()), z.null()]).optional(),
 });
 
-export const ChatBody = z.looseObject({
+const ChatBody = z.looseObject({
   model: z.string().min(1),
   messages: z.array(Message).min(1),
   stream: z.boolean().optional(),
@@ -46,7 +46,7 @@ export function idempotencyKeyFor(userId: string, jobId: string, messages: unkno
 
 export type ParseResult = { ok: true; context: ChatContext } | { ok: false; message: string; param: string | null };
 
-export const MAX_TIME_TO_ANSWER_MS = 600_000;
+const MAX_TIME_TO_ANSWER_MS = 600_000;
 
 export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes): ParseResult {
   const parsed = ChatBody.safeParse(body);
@@ -62,7 +62,11 @@ export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes
   if (explicit !== undefined) {
     const n = Number(explicit);
     if (!Number.isInteger(n) || n < 1 || n > MAX_TIME_TO_ANSWER_MS) {
-      return { ok: false, message: `x-time-to-answer-ms: expected whole milliseconds from 1 to ${MAX_TIME_TO_ANSWER_MS}, got "${explicit}"`, param: null };
+      return {
+        ok: false,
+        message: `x-time-to-answer-ms: expected whole milliseconds from 1 to ${MAX_TIME_TO_ANSWER_MS}, got "${explicit}"`,
+        param: null,
+      };
     }
     tta = n;
   }

@@ -16,7 +16,7 @@ export const JOB_NAME = 'llm-task';
 export const JOB_ATTEMPTS = 5;
 export const JOB_BACKOFF_MS = 1000;
 /** Completed results and dead-lettered jobs are kept this long. */
-export const KEEP_COMPLETED_S = 7 * 24 * 3600;
+const KEEP_COMPLETED_S = 7 * 24 * 3600;
 
 export interface ColdPayload {
   /** The chat request as the client sent it. */
@@ -32,7 +32,7 @@ export interface ColdPayload {
   enqueuedAt: string;
 }
 
-export type JobState = 'waiting' | 'delayed' | 'active' | 'completed' | 'failed' | 'dead-lettered' | 'unknown';
+type JobState = 'waiting' | 'delayed' | 'active' | 'completed' | 'failed' | 'dead-lettered' | 'unknown';
 
 export interface JobView {
   id: string;
@@ -77,11 +77,11 @@ export interface ColdQueue {
 }
 
 /** Job id from the idempotency key (hashed: client keys may hold characters BullMQ ids must not). */
-export function coldJobId(idempotencyKey: string): string {
+function coldJobId(idempotencyKey: string): string {
   return `llm-${createHash('sha256').update(idempotencyKey).digest('hex').slice(0, 40)}`;
 }
 
-export const JOB_OPTIONS = {
+const JOB_OPTIONS = {
   attempts: JOB_ATTEMPTS,
   backoff: { type: 'exponential' as const, delay: JOB_BACKOFF_MS },
   removeOnComplete: { age: KEEP_COMPLETED_S },
@@ -138,7 +138,14 @@ export class BullColdQueue implements ColdQueue {
   async counts(): Promise<QueueCounts> {
     const c = await this.queue.getJobCounts('waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized');
     // "failed" (retrying) jobs sit among the delayed ones; counting them would read every delayed job.
-    return { waiting: (c.waiting ?? 0) + (c.prioritized ?? 0), delayed: c.delayed ?? 0, active: c.active ?? 0, completed: c.completed ?? 0, failed: 0, dead_lettered: c.failed ?? 0 };
+    return {
+      waiting: (c.waiting ?? 0) + (c.prioritized ?? 0),
+      delayed: c.delayed ?? 0,
+      active: c.active ?? 0,
+      completed: c.completed ?? 0,
+      failed: 0,
+      dead_lettered: c.failed ?? 0,
+    };
   }
   async deadLettered(limit = 100): Promise<JobView[]> {
     return (await this.queue.getFailed(0, limit - 1)).map((j) => view(j, 'failed'));
@@ -175,7 +182,15 @@ export class MemoryColdQueue implements ColdQueue {
     const jobId = coldJobId(payload.idempotencyKey);
     if (this.jobs.has(jobId)) return { jobId, created: false };
     const delay = options.delayMs ?? 0;
-    this.jobs.set(jobId, { payload, state: delay ? 'delayed' : 'waiting', attemptsMade: 0, lastError: null, result: null, runAt: Date.now() + delay, finishedAt: null });
+    this.jobs.set(jobId, {
+      payload,
+      state: delay ? 'delayed' : 'waiting',
+      attemptsMade: 0,
+      lastError: null,
+      result: null,
+      runAt: Date.now() + delay,
+      finishedAt: null,
+    });
     for (const l of this.listeners) l();
     return { jobId, created: true };
   }
@@ -221,7 +236,10 @@ export class MemoryColdQueue implements ColdQueue {
     return c;
   }
   async deadLettered(limit = 100): Promise<JobView[]> {
-    return [...this.jobs].map(([id, j]) => this.toView(id, j)).filter((v) => v.state === 'dead-lettered').slice(0, limit);
+    return [...this.jobs]
+      .map(([id, j]) => this.toView(id, j))
+      .filter((v) => v.state === 'dead-lettered')
+      .slice(0, limit);
   }
   async retryDeadLettered(id: string): Promise<boolean> {
     const j = this.jobs.get(id);

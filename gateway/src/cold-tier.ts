@@ -27,7 +27,7 @@ export interface ColdTierDeps {
   log: { info: (m: string) => void; warn: (m: string) => void; error: (m: string) => void };
 }
 
-export function coldPayload(ctx: ChatContext, reason: string, reviewRequired = false): ColdPayload {
+function coldPayload(ctx: ChatContext, reason: string, reviewRequired = false): ColdPayload {
   return {
     body: ctx.body,
     idempotencyKey: ctx.idempotencyKey,
@@ -42,19 +42,47 @@ export function coldPayload(ctx: ChatContext, reason: string, reviewRequired = f
 }
 
 /** Queues the request and answers 202; 503 when the Cold queue is switched off or unreachable. */
-export async function answerQueued(deps: ColdTierDeps, ctx: ChatContext, res: ServerResponse, reason: string, attempts: number, options: { delayMs?: number; reviewRequired?: boolean } = {}): Promise<void> {
+export async function answerQueued(
+  deps: ColdTierDeps,
+  ctx: ChatContext,
+  res: ServerResponse,
+  reason: string,
+  attempts: number,
+  options: { delayMs?: number; reviewRequired?: boolean } = {},
+): Promise<void> {
   const headers = routeHeaders('cold', 'queue', ctx.body.model, attempts);
   if (!deps.flags.get().enable_cold_queue) {
-    sendJson(res, 503, openAiError('no route answered and the Cold queue is switched off (enable_cold_queue)', 'upstream_error', null, 'cold_queue_disabled'), headers);
+    sendJson(
+      res,
+      503,
+      openAiError(
+        'no route answered and the Cold queue is switched off (enable_cold_queue)',
+        'upstream_error',
+        null,
+        'cold_queue_disabled',
+      ),
+      headers,
+    );
     return;
   }
   try {
     const { jobId, created } = await deps.queue.enqueue(coldPayload(ctx, reason, options.reviewRequired), { delayMs: options.delayMs });
-    if (created) deps.notifier.notify({ kind: options.reviewRequired ? 'human_review' : 'enqueued', jobIds: [jobId], tenant: ctx.customerId || undefined, detail: `reason: ${reason}` });
+    if (created)
+      deps.notifier.notify({
+        kind: options.reviewRequired ? 'human_review' : 'enqueued',
+        jobIds: [jobId],
+        tenant: ctx.customerId || undefined,
+        detail: `reason: ${reason}`,
+      });
     sendJson(res, 202, { status: 'queued', jobId }, headers);
   } catch (error) {
     deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
-    sendJson(res, 503, openAiError('no route answered and the Cold queue is unreachable', 'upstream_error', null, 'cold_queue_unavailable'), headers);
+    sendJson(
+      res,
+      503,
+      openAiError('no route answered and the Cold queue is unreachable', 'upstream_error', null, 'cold_queue_unavailable'),
+      headers,
+    );
   }
 }
 
@@ -79,7 +107,9 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
     const parsed = BudgetWebhook.safeParse(req.body);
     if (!parsed.success) {
       const i = parsed.error.issues[0];
-      res.status(400).json({ error: `${i.path.join('.') || 'body'}: ${i.message}`, expected: '{"provider": string, "percentUsed": number}' });
+      res
+        .status(400)
+        .json({ error: `${i.path.join('.') || 'body'}: ${i.message}`, expected: '{"provider": string, "percentUsed": number}' });
       return;
     }
     const { provider, percentUsed } = parsed.data;

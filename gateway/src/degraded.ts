@@ -10,10 +10,10 @@
  */
 import type { ChatContext } from './chat-request';
 
-export const SPEND_CACHE_MS = 60_000;
-export const QUEUE_RELEASE_MS = 2 * 3600_000;
+const SPEND_CACHE_MS = 60_000;
+const QUEUE_RELEASE_MS = 2 * 3600_000;
 /** Human-review jobs wait this long for a person before the worker tries the routing again. */
-export const HUMAN_REVIEW_HOLD_MS = 24 * 3600_000;
+const HUMAN_REVIEW_HOLD_MS = 24 * 3600_000;
 const DAY = 86_400_000;
 
 export type Plan =
@@ -29,7 +29,7 @@ export interface SpendView {
 }
 
 /** This gateway's own spend per UTC day (the last 7 days are kept). */
-export class LocalSpend {
+class LocalSpend {
   private readonly byDay = new Map<number, number>();
   add(cost: number | null, at = Date.now()): void {
     if (!cost) return;
@@ -52,7 +52,14 @@ export class SpendWatch {
   private refreshing: Promise<void> | null = null;
 
   constructor(
-    private readonly opts: { meterUrl?: string; meterToken?: string; dailyCap: number; burnCap: number; warn: (m: string) => void; now?: () => number },
+    private readonly opts: {
+      meterUrl?: string;
+      meterToken?: string;
+      dailyCap: number;
+      burnCap: number;
+      warn: (m: string) => void;
+      now?: () => number;
+    },
   ) {}
 
   /** Every priced call feeds both the local totals and the "since the meter's figure" delta. */
@@ -71,7 +78,14 @@ export class SpendWatch {
     if (this.opts.meterToken) url.searchParams.set('token', this.opts.meterToken);
     try {
       const res = await fetch(url, { redirect: 'follow', signal: AbortSignal.timeout(5000) });
-      const body = (await res.json()) as { ok?: boolean; today_cost_usd?: number; last_7d_cost_usd?: number; daily_cap_usd?: number; burn_7d_cap_usd?: number; error?: string };
+      const body = (await res.json()) as {
+        ok?: boolean;
+        today_cost_usd?: number;
+        last_7d_cost_usd?: number;
+        daily_cap_usd?: number;
+        burn_7d_cap_usd?: number;
+        error?: string;
+      };
       if (!body.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
       this.cached = {
         at: this.now(),
@@ -102,7 +116,12 @@ export class SpendWatch {
     const own = this.sinceRead.totals(this.now());
     if (this.cached) {
       const sameDay = this.cached.day === Math.floor(this.now() / DAY);
-      return { today: (sameDay ? this.cached.today : 0) + own.today, last7d: this.cached.last7d + own.last7d, dailyCap: this.cached.dailyCap, burnCap: this.cached.burnCap };
+      return {
+        today: (sameDay ? this.cached.today : 0) + own.today,
+        last7d: this.cached.last7d + own.last7d,
+        dailyCap: this.cached.dailyCap,
+        burnCap: this.cached.burnCap,
+      };
     }
     const local = this.own.totals(this.now());
     return { today: local.today, last7d: local.last7d, dailyCap: this.opts.dailyCap, burnCap: this.opts.burnCap };

@@ -3,7 +3,12 @@ export interface OpenAiError {
   error: { message: string; type: string; param: string | null; code: string | null };
 }
 
-export function openAiError(message: string, type = 'invalid_request_error', param: string | null = null, code: string | null = null): OpenAiError {
+export function openAiError(
+  message: string,
+  type = 'invalid_request_error',
+  param: string | null = null,
+  code: string | null = null,
+): OpenAiError {
   return { error: { message, type, param, code } };
 }
 

@@ -26,10 +26,10 @@ import { callUpstream, UpstreamError, type UpstreamAnswer } from './upstream';
 import type { Flags } from './flags';
 
 /** Below this much time left, an attempt cannot answer in time: degrade instead. */
-export const MIN_ATTEMPT_MS = 50;
+const MIN_ATTEMPT_MS = 50;
 /** Kept back from every attempt so the degrade path (Cold) still fits in the time-to-answer. */
-export const DEGRADE_RESERVE_MS = 25;
-export const ATTEMPT_TIMEOUT_MS = 30_000;
+const DEGRADE_RESERVE_MS = 25;
+const ATTEMPT_TIMEOUT_MS = 30_000;
 
 export type Tier = 'hot' | 'warm';
 
@@ -92,7 +92,15 @@ export class Failover {
   }
 
   /** One meter event per provider call, success or failure (Document 2's record). */
-  meterEvent(ctx: ChatContext, route: Pick<RouteConfig, 'provider' | 'model' | 'region'>, latencyMs: number, usage: Usage | null, errorCode: string, decision = 'n/a', reviewRequired = false): void {
+  meterEvent(
+    ctx: ChatContext,
+    route: Pick<RouteConfig, 'provider' | 'model' | 'region'>,
+    latencyMs: number,
+    usage: Usage | null,
+    errorCode: string,
+    decision = 'n/a',
+    reviewRequired = false,
+  ): void {
     const cost = usage ? costUsd(route.provider, route.model, usage, this.deps.warn) : 0;
     this.deps.meter({
       event_id: randomUUID(),
@@ -117,19 +125,31 @@ export class Failover {
     });
   }
 
-  private async attempt(route: Route, config: RouteConfig, ctx: ChatContext, body: Record<string, unknown>, deadline: Deadline, signal: CancelSignal | undefined): Promise<CallResult> {
+  private async attempt(
+    route: Route,
+    config: RouteConfig,
+    ctx: ChatContext,
+    body: Record<string, unknown>,
+    deadline: Deadline,
+    signal: CancelSignal | undefined,
+  ): Promise<CallResult> {
     const out = route.adapter.request(config, body, this.deps.keyFor(route.tier, config.provider), ctx.idempotencyKey);
     const timeoutMs = Math.min(ATTEMPT_TIMEOUT_MS, deadline.remaining() - DEGRADE_RESERVE_MS);
     try {
       return classify(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }));
     } catch (error) {
-      if (error instanceof UpstreamError) return { kind: error.code === 'CLIENT_CLOSED' ? 'cancelled' : 'failure', error, code: error.code };
+      if (error instanceof UpstreamError)
+        return { kind: error.code === 'CLIENT_CLOSED' ? 'cancelled' : 'failure', error, code: error.code };
       throw error;
     }
   }
 
   /** Tries the routes in order until one answers, or time or routes run out. */
-  async route(ctx: ChatContext, deadline: Deadline, options: { signal?: CancelSignal; flags: Flags; skip?: (route: Route) => boolean; model?: string; decision?: string } ): Promise<Outcome> {
+  async route(
+    ctx: ChatContext,
+    deadline: Deadline,
+    options: { signal?: CancelSignal; flags: Flags; skip?: (route: Route) => boolean; model?: string; decision?: string },
+  ): Promise<Outcome> {
     let attempts = 0;
     let lastError: string | null = null;
     const body: Record<string, unknown> = { ...ctx.body };
@@ -139,7 +159,8 @@ export class Failover {
       const config = options.model ? { ...route.config, model: options.model } : route.config;
       for (let n = 1; n <= RETRY.attempts; n++) {
         if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'all_failed', lastError: 'client went away' };
-        if (deadline.remaining() < MIN_ATTEMPT_MS + DEGRADE_RESERVE_MS) return { kind: 'exhausted', attempts, reason: 'time_to_answer', lastError };
+        if (deadline.remaining() < MIN_ATTEMPT_MS + DEGRADE_RESERVE_MS)
+          return { kind: 'exhausted', attempts, reason: 'time_to_answer', lastError };
         const ticket = route.breaker.tryAcquire();
         if (!ticket) break; // open (or a probe already in flight): skipped without a call
         attempts++;
@@ -157,7 +178,17 @@ export class Failover {
           return { kind: 'exhausted', attempts, reason: 'all_failed', lastError: 'client went away' };
         }
         route.health.record(result.kind !== 'failure');
-        this.deps.metrics?.countCall(route.label, result.kind === 'ok' ? 'ok' : result.kind === 'client_error' ? 'client_error' : result.error ? result.code.toLowerCase() : `http_${result.code}`, latency / 1000);
+        this.deps.metrics?.countCall(
+          route.label,
+          result.kind === 'ok'
+            ? 'ok'
+            : result.kind === 'client_error'
+              ? 'client_error'
+              : result.error
+                ? result.code.toLowerCase()
+                : `http_${result.code}`,
+          latency / 1000,
+        );
         if (result.kind === 'ok') {
           // Streams are metered when they end (their usage comes last).
           if (!ctx.stream) this.meterEvent(ctx, config, latency, this.usageOf(route, result.answer!), '', options.decision);

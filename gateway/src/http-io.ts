@@ -8,12 +8,17 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 
-export const MAX_BODY_BYTES = 20 * 1024 * 1024;
+const MAX_BODY_BYTES = 20 * 1024 * 1024;
 
 export type BodyResult = { ok: true; value: unknown } | { ok: false; status: 400 | 413 | 415; message: string };
 
 const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\s*(?:;|$)/i;
-const DECODERS: Record<string, () => NodeJS.ReadWriteStream> = { gzip: createGunzip, 'x-gzip': createGunzip, deflate: createInflate, br: createBrotliDecompress };
+const DECODERS: Record<string, () => NodeJS.ReadWriteStream> = {
+  gzip: createGunzip,
+  'x-gzip': createGunzip,
+  deflate: createInflate,
+  br: createBrotliDecompress,
+};
 
 /** Refused before reading: the body is drained (so the connection can be reused) and not kept. */
 function refuse(req: IncomingMessage, status: 400 | 413 | 415, message: string): Promise<BodyResult> {
@@ -65,7 +70,9 @@ export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Prom
         finish({ ok: false, status: 400, message: 'body: expected a JSON object' });
       }
     });
-    source.on('error', () => finish({ ok: false, status: 400, message: decoder ? `body: not valid ${encoding} data` : 'body: the request was cut off' }));
+    source.on('error', () =>
+      finish({ ok: false, status: 400, message: decoder ? `body: not valid ${encoding} data` : 'body: the request was cut off' }),
+    );
     req.on('aborted', () => finish({ ok: false, status: 400, message: 'body: the request was cut off' }));
   });
 }
@@ -76,7 +83,13 @@ export function sendJson(res: ServerResponse, status: number, value: unknown, he
 }
 
 /** `headers` (a fresh object from the caller) is completed in place with the type and length. */
-export function sendBody(res: ServerResponse, status: number, body: string | Buffer, contentType: string, headers: OutgoingHttpHeaders = {}): void {
+export function sendBody(
+  res: ServerResponse,
+  status: number,
+  body: string | Buffer,
+  contentType: string,
+  headers: OutgoingHttpHeaders = {},
+): void {
   if (res.headersSent || res.destroyed) return;
   headers['content-type'] = contentType;
   headers['content-length'] = typeof body === 'string' ? Buffer.byteLength(body) : body.length;

@@ -10,7 +10,7 @@ import { ConfigError } from './errors';
 
 export type KeyFor = (tier: 'hot' | 'warm', provider: string) => string;
 
-export function warmKeyNames(map: RoutesMapConfig): Map<string, string> {
+function warmKeyNames(map: RoutesMapConfig): Map<string, string> {
   const kinds = [...new Set(map.warm.map((r) => r.provider))];
   const letters = ['WARM_A_API_KEY', 'WARM_B_API_KEY'];
   return new Map(kinds.map((kind, i) => [kind, letters[i] ?? `WARM_KEY_${kind.toUpperCase().replace(/[^A-Z0-9]/g, '_')}`]));

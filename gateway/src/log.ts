@@ -6,7 +6,15 @@ export function createLogger(level = process.env.LOG_LEVEL ?? 'info') {
     level,
     base: undefined,
     redact: {
-      paths: ['*.authorization', '*.apiKey', '*.token', '*.METER_TOKEN', '*.ADMIN_TOKEN', 'headers.authorization', 'req.headers.authorization'],
+      paths: [
+        '*.authorization',
+        '*.apiKey',
+        '*.token',
+        '*.METER_TOKEN',
+        '*.ADMIN_TOKEN',
+        'headers.authorization',
+        'req.headers.authorization',
+      ],
       censor: '[secret]',
     },
   });

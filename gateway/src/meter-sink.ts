@@ -72,7 +72,7 @@ export class CsvSink<T = EventRecord> implements MeterSink<T> {
 }
 
 /** A meter event as JSON for the web app (timestamp as RFC 3339 UTC). */
-export function eventJson(event: EventRecord): Record<string, unknown> {
+function eventJson(event: EventRecord): Record<string, unknown> {
   return { ...event, timestamp: formatTimestamp(event.timestamp) };
 }
 
@@ -171,7 +171,10 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
       const text = buf.toString('utf8');
       const end = text.lastIndexOf('\n');
       if (end < 0) return null;
-      const lines = text.slice(0, end).split('\n').slice(0, this.opts.batchSize ?? 500);
+      const lines = text
+        .slice(0, end)
+        .split('\n')
+        .slice(0, this.opts.batchSize ?? 500);
       const bytes = lines.reduce((n, l) => n + Buffer.byteLength(l) + 1, 0);
       return { lines, bytes };
     } finally {
@@ -216,7 +219,9 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
         this.stats.failedPosts++;
         this.backoffMs = Math.min(this.opts.maxBackoffMs ?? 60_000, Math.max(1000, this.backoffMs * 2));
         this.retryAt = Date.now() + this.backoffMs;
-        this.opts.log.warn(`meter: ${reply.error ?? 'failed'}; ${batch.lines.length} event(s) stay spooled, retry in ${Math.round(this.backoffMs / 1000)} s`);
+        this.opts.log.warn(
+          `meter: ${reply.error ?? 'failed'}; ${batch.lines.length} event(s) stay spooled, retry in ${Math.round(this.backoffMs / 1000)} s`,
+        );
         return;
       }
       if (!reply.ok) {

@@ -26,10 +26,14 @@ export interface Sent {
 type Log = { warn: (m: string) => void; info: (m: string) => void };
 
 const NEXT_ACTION: Record<NoticeKind, string> = {
-  enqueued: 'Retried automatically by the worker: 5 attempts, backoff 1, 2, 4, 8 s. Clients poll GET /v1/jobs/<id>. If jobs dead-letter, move them back with `npm run ops -- dlq move <id>`.',
-  paused: 'Queued work is paused until an operator resumes it: POST /budget/resume or `npm run ops -- resume`. Live requests avoid the capped provider.',
-  dead_lettered: 'These jobs used all 5 attempts. Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>`, and tell the client if needed (degraded > 15 min).',
-  human_review: 'A person must answer these: spend caps are exceeded and the caller needs an answer. Find them with `npm run ops -- status`.',
+  enqueued:
+    'Retried automatically by the worker: 5 attempts, backoff 1, 2, 4, 8 s. Clients poll GET /v1/jobs/<id>. If jobs dead-letter, move them back with `npm run ops -- dlq move <id>`.',
+  paused:
+    'Queued work is paused until an operator resumes it: POST /budget/resume or `npm run ops -- resume`. Live requests avoid the capped provider.',
+  dead_lettered:
+    'These jobs used all 5 attempts. Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>`, and tell the client if needed (degraded > 15 min).',
+  human_review:
+    'A person must answer these: spend caps are exceeded and the caller needs an answer. Find them with `npm run ops -- status`.',
 };
 
 const TITLE: Record<NoticeKind, string> = {
@@ -111,7 +115,13 @@ export class Notifier {
       const res = await fetch(target, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ text, blocks: [{ type: 'header', text: { type: 'plain_text', text: subject } }, { type: 'section', text: { type: 'mrkdwn', text } }] }),
+        body: JSON.stringify({
+          text,
+          blocks: [
+            { type: 'header', text: { type: 'plain_text', text: subject } },
+            { type: 'section', text: { type: 'mrkdwn', text } },
+          ],
+        }),
         signal: AbortSignal.timeout(10_000),
       });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
@@ -130,7 +140,7 @@ export class Notifier {
 }
 
 /** Webhook URLs carry their secret in the path: logs show only the host. */
-export function redactTarget(target: string): string {
+function redactTarget(target: string): string {
   try {
     return new URL(target).host;
   } catch {

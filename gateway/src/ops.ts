@@ -24,7 +24,11 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
       case 'status': {
         const counts = await queue.counts();
         out(`paused: ${(await pause.refresh()) ? 'yes (pause_ai_tasks = 1)' : 'no'}`);
-        out(`queue ai-tasks: ${Object.entries(counts).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+        out(
+          `queue ai-tasks: ${Object.entries(counts)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')}`,
+        );
         return 0;
       }
       case 'pause':
@@ -38,7 +42,8 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
       case 'dlq': {
         if (sub === 'list') {
           const jobs = await queue.deadLettered(1000);
-          for (const j of jobs) out(`${j.id}  tenant=${j.customerId || '-'}  attempts=${j.attempts}  enqueued=${j.enqueuedAt}  last error: ${j.lastError}`);
+          for (const j of jobs)
+            out(`${j.id}  tenant=${j.customerId || '-'}  attempts=${j.attempts}  enqueued=${j.enqueuedAt}  last error: ${j.lastError}`);
           out(`${jobs.length} dead-lettered job(s)`);
           return 0;
         }

@@ -24,7 +24,7 @@ export function costUsd(provider: string, model: string, usage: Usage, warn: (me
 
 function compute(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   const tokens = { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens };
-  let price: ReturnType<typeof calcPrice> = null;
+  let price: ReturnType<typeof calcPrice>;
   try {
     price = calcPrice(tokens, model, { providerId: provider }) ?? calcPrice(tokens, model);
   } catch {

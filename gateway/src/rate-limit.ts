@@ -35,7 +35,11 @@ export class RedisLimiter implements Limiter {
     if (!limit) return 0;
     const now = this.now();
     const key = `${this.prefix}:rl:tenant:${tenant || '-'}:${windowOf(now)}`;
-    const [[, count]] = (await this.redis.multi().incr(key).pexpire(key, WINDOW_MS * 2).exec()) as [[null, number], unknown];
+    const [[, count]] = (await this.redis
+      .multi()
+      .incr(key)
+      .pexpire(key, WINDOW_MS * 2)
+      .exec()) as [[null, number], unknown];
     return count > limit ? secondsLeft(now) : 0;
   }
   async providerWait(provider: string): Promise<number> {
@@ -48,7 +52,12 @@ export class RedisLimiter implements Limiter {
   spendTokens(provider: string, tokens: number): void {
     if (!tokens || !this.limits.provider_tokens_per_minute?.[provider]) return;
     const key = `${this.prefix}:tb:${provider}:${windowOf(this.now())}`;
-    void this.redis.multi().incrby(key, tokens).pexpire(key, WINDOW_MS * 2).exec().catch(() => undefined);
+    void this.redis
+      .multi()
+      .incrby(key, tokens)
+      .pexpire(key, WINDOW_MS * 2)
+      .exec()
+      .catch(() => undefined);
   }
 }
 

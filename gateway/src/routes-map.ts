@@ -8,7 +8,10 @@ import { z } from 'zod';
 import { ConfigError } from './errors';
 
 const Route = z.strictObject({
-  provider: z.string().min(1).regex(/^[a-z0-9][a-z0-9._-]*$/, 'a lowercase provider kind such as openai'),
+  provider: z
+    .string()
+    .min(1)
+    .regex(/^[a-z0-9][a-z0-9._-]*$/, 'a lowercase provider kind such as openai'),
   model: z.string().min(1),
   baseUrl: z.string().min(1),
   /** Cloud region of the endpoint, for the meter's `region` field (Document 2: "global" if unknown). */
@@ -28,7 +31,7 @@ const Flags = z.strictObject({
   killed_models: z.array(z.string()).default([]),
 });
 
-export const RoutesMap = z.strictObject({
+const RoutesMap = z.strictObject({
   hot: z.array(Route).min(1),
   warm: z.array(Route),
   cold: Cold,
@@ -66,7 +69,9 @@ function resolveRefs(value: unknown, env: NodeJS.ProcessEnv, path: string, file:
 }
 
 function jsonPath(path: PropertyKey[]): string {
-  return path.reduce<string>((out, p) => (typeof p === 'number' ? `${out}[${p}]` : out ? `${out}.${String(p)}` : String(p)), '') || '(top level)';
+  return (
+    path.reduce<string>((out, p) => (typeof p === 'number' ? `${out}[${p}]` : out ? `${out}.${String(p)}` : String(p)), '') || '(top level)'
+  );
 }
 
 export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEnv): RoutesMapConfig {
@@ -82,7 +87,10 @@ export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEn
     const issues = parsed.error.issues.map((i) => `${file}: ${jsonPath(i.path)}: ${i.message}`);
     throw new ConfigError(issues.join('\n'));
   }
-  for (const [tier, routes] of [['hot', parsed.data.hot], ['warm', parsed.data.warm]] as const) {
+  for (const [tier, routes] of [
+    ['hot', parsed.data.hot],
+    ['warm', parsed.data.warm],
+  ] as const) {
     routes.forEach((r, i) => {
       let url: URL;
       try {
@@ -90,7 +98,8 @@ export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEn
       } catch {
         throw new ConfigError(`${file}: ${tier}[${i}].baseUrl: expected an http(s) URL, got "${r.baseUrl}"`);
       }
-      if (!/^https?:$/.test(url.protocol)) throw new ConfigError(`${file}: ${tier}[${i}].baseUrl: expected an http(s) URL, got "${r.baseUrl}"`);
+      if (!/^https?:$/.test(url.protocol))
+        throw new ConfigError(`${file}: ${tier}[${i}].baseUrl: expected an http(s) URL, got "${r.baseUrl}"`);
     });
   }
   return parsed.data;

@@ -53,7 +53,10 @@ export function loadScopes(file: string | undefined): Scopes {
  * both failed: a smaller model on the same routes, or a shorter context (system messages plus the
  * last `keep_last_messages`, 4 by default). null for `queue` (straight to the Cold tier).
  */
-export function degradeVariant<T extends { messages: Array<{ role: string }> }>(scope: ScopeConfig | undefined, body: T): { body: T; model?: string } | null {
+export function degradeVariant<T extends { messages: Array<{ role: string }> }>(
+  scope: ScopeConfig | undefined,
+  body: T,
+): { body: T; model?: string } | null {
   if (!scope || scope.degrade === 'queue') return null;
   if (scope.degrade === 'smaller_model') return { body, model: scope.smaller_model };
   const keep = scope.keep_last_messages ?? 4;

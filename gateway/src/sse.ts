@@ -31,7 +31,12 @@ async function write(res: ServerResponse, chunk: Buffer | string): Promise<void>
   if (!res.write(chunk)) await once(res, 'drain');
 }
 
-export async function relaySse(first: Buffer, rest: AsyncIterator<Buffer>, res: ServerResponse, clientWantsUsage: boolean): Promise<RelayResult> {
+export async function relaySse(
+  first: Buffer,
+  rest: AsyncIterator<Buffer>,
+  res: ServerResponse,
+  clientWantsUsage: boolean,
+): Promise<RelayResult> {
   const result: RelayResult = { usage: null, broken: false, sawDone: false };
   let carry: Buffer = Buffer.alloc(0);
   const handle = async (chunk: Buffer, final: boolean) => {
@@ -48,7 +53,11 @@ export async function relaySse(first: Buffer, rest: AsyncIterator<Buffer>, res: 
     if (!whole.includes(USAGE)) return write(res, whole);
     const kept: string[] = [];
     for (const event of whole.toString('utf8').split('\n\n')) {
-      const data = event.split('\n').find((l) => l.startsWith('data:'))?.slice(5).trim();
+      const data = event
+        .split('\n')
+        .find((l) => l.startsWith('data:'))
+        ?.slice(5)
+        .trim();
       const found = data && data !== '[DONE]' ? usageOnly(data) : null;
       if (found) result.usage = found.usage;
       if (found?.empty && !clientWantsUsage) continue;
@@ -71,7 +80,9 @@ export async function relaySse(first: Buffer, rest: AsyncIterator<Buffer>, res: 
   if (!result.sawDone) {
     // Never a silent truncation: the client learns the stream broke.
     result.broken = true;
-    const error = { error: { message: 'the provider stream ended before it finished', type: 'upstream_error', code: 'stream_interrupted', param: null } };
+    const error = {
+      error: { message: 'the provider stream ended before it finished', type: 'upstream_error', code: 'stream_interrupted', param: null },
+    };
     if (!res.destroyed) res.write(`data: ${JSON.stringify(error)}\n\n`);
   }
   res.end();

@@ -33,7 +33,7 @@ import { startBullWorker, startMemoryWorker, type ColdWorker } from './worker';
  * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
  * configured (each provider's public OpenAI-compatible endpoint). Keys have no defaults.
  */
-export const ENDPOINT_DEFAULTS: Record<string, string> = {
+const ENDPOINT_DEFAULTS: Record<string, string> = {
   HOT_BASE_URL: 'https://api.openai.com/v1',
   HOT_BASE_URL_2: 'https://api.openai.com/v1',
   WARM_A_BASE_URL: 'https://api.anthropic.com/v1',
@@ -41,7 +41,7 @@ export const ENDPOINT_DEFAULTS: Record<string, string> = {
 };
 
 /** A Redis URL without its password, for logs. */
-export function redactUrl(url: string): string {
+function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
@@ -95,11 +95,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   if (env.VOICE_TOKEN) {
     const problems = lintFile(conciergeFile);
     if (problems.length && production) {
-      throw new ConfigError(`${conciergeFile} does not lint clean (npm run concierge:lint):\n${problems.map((p) => `${conciergeFile}: ${p.path}: ${p.message}`).join('\n')}`);
+      throw new ConfigError(
+        `${conciergeFile} does not lint clean (npm run concierge:lint):\n${problems.map((p) => `${conciergeFile}: ${p.path}: ${p.message}`).join('\n')}`,
+      );
     }
     voiceProblems = problems.length;
     voiceConfig = problems.length && problems[0].path === '$' ? null : loadConcierge(conciergeFile).config;
-    if (!voiceConfig) voiceWhy = `${conciergeFile} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
+    if (!voiceConfig)
+      voiceWhy = `${conciergeFile} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
   }
 
   let redis: Redis | null = null;
@@ -129,19 +132,38 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     flush: () => sink.flush(),
     close: () => sink.close(),
   };
-  const notifier = new Notifier(map.cold.notify, { windowMs: options.notifyWindowMs ?? Number(env.NOTIFY_WINDOW_MS ?? 60_000), smtpUrl: env.SMTP_URL, onCall: env.ON_CALL, log });
+  const notifier = new Notifier(map.cold.notify, {
+    windowMs: options.notifyWindowMs ?? Number(env.NOTIFY_WINDOW_MS ?? 60_000),
+    smtpUrl: env.SMTP_URL,
+    onCall: env.ON_CALL,
+    log,
+  });
 
   log.info(`routing map: ${routesFile} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
-  log.info(`scopes: ${Object.keys(scopes).length ? `${scopesFile} (${Object.keys(scopes).join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`);
-  log.info(`meter: ${env.METER_URL ? 'meter web app (spooled to .data/meter-spool)' : `local CSV ${env.METER_CSV_FILE ?? '.data/events.csv'} (METER_URL not set)`}`);
+  log.info(
+    `scopes: ${Object.keys(scopes).length ? `${scopesFile} (${Object.keys(scopes).join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`,
+  );
+  log.info(
+    `meter: ${env.METER_URL ? 'meter web app (spooled to .data/meter-spool)' : `local CSV ${env.METER_CSV_FILE ?? '.data/events.csv'} (METER_URL not set)`}`,
+  );
   log.info(`store: ${redis ? `Redis ${redactUrl(env.QUEUE_STORE_URL!)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
   if (!redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');
   log.info(`budget pause: ${cappedProvider} at ${pauseAtPercent}%`);
-  log.info(`spend caps for degraded routing: ${env.METER_URL ? "the meter's (doGet?action=spend, cached 60 s)" : `this gateway's own totals against ${env.DAILY_CAP_USD ?? 50} / ${env.BURN_7D_CAP_USD ?? 200} USD`}`);
+  log.info(
+    `spend caps for degraded routing: ${env.METER_URL ? "the meter's (doGet?action=spend, cached 60 s)" : `this gateway's own totals against ${env.DAILY_CAP_USD ?? 50} / ${env.BURN_7D_CAP_USD ?? 200} USD`}`,
+  );
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
   const keyFor = keyResolver(map, env);
-  const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent, log: { info: (m) => log.info(m), warn: (m) => log.warn(m), error: (m) => log.error(m) } };
+  const coldDeps: ColdTierDeps = {
+    queue,
+    pause,
+    flags,
+    notifier,
+    cappedProvider,
+    pauseAtPercent,
+    log: { info: (m) => log.info(m), warn: (m) => log.warn(m), error: (m) => log.error(m) },
+  };
   let gateway: Gateway | null = null;
   let failover: Failover;
   let voice: VoiceService | null = null;
@@ -150,9 +172,22 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   if (voiceConfig) {
     // Call records go where events go: the meter web app (`{"calls":[...]}`, spooled), or a local CSV.
     callSink = env.METER_URL
-      ? new WebAppSink<CallRecord>({ url: env.METER_URL, token: env.METER_TOKEN, key: 'calls', spoolDir: `${env.METER_SPOOL_DIR ?? '.data/meter-spool'}-calls`, log }, (r) => r)
+      ? new WebAppSink<CallRecord>(
+          {
+            url: env.METER_URL,
+            token: env.METER_TOKEN,
+            key: 'calls',
+            spoolDir: `${env.METER_SPOOL_DIR ?? '.data/meter-spool'}-calls`,
+            log,
+          },
+          (r) => r,
+        )
       : new CsvSink<CallRecord>(env.CALLS_CSV_FILE ?? '.data/calls.csv', CALLS_CSV_HEADER, callToCsvLine, (m) => log.error(m));
-    workflow = new Workflow({ config: voiceConfig, store: redis ? new RedisWorkflowStore(redis, prefix ?? 'gateway') : new MemoryWorkflowStore(), log: { warn: (m) => log.warn(m), error: (m) => log.error(m) } });
+    workflow = new Workflow({
+      config: voiceConfig,
+      store: redis ? new RedisWorkflowStore(redis, prefix ?? 'gateway') : new MemoryWorkflowStore(),
+      log: { warn: (m) => log.warn(m), error: (m) => log.error(m) },
+    });
     workflow.startDeadLetterRetry();
     const ratesFile = env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
     voice = new VoiceService({
@@ -165,7 +200,13 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     if (voiceProblems) log.warn(`${conciergeFile}: ${voiceProblems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
     log.info(`voice concierge: ${conciergeFile}`);
   } else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voiceWhy}`);
-  const admit = admission({ limiter, limits: map.limits, spend, providers: [...new Set([...map.hot, ...map.warm].map((r) => r.provider))], cheaperModel: map.cheaper_model });
+  const admit = admission({
+    limiter,
+    limits: map.limits,
+    spend,
+    providers: [...new Set([...map.hot, ...map.warm].map((r) => r.provider))],
+    cheaperModel: map.cheaper_model,
+  });
   if (options.http) {
     if (!env.ADMIN_TOKEN) log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
     gateway = createGateway({
@@ -179,9 +220,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
       breaker: options.breaker,
       degrade: coldDegrade(coldDeps),
       admit,
-      enqueue: (ctx, res, admission) => answerQueued(coldDeps, ctx, res, admission.decision, 0, { delayMs: admission.delayMs, reviewRequired: admission.reviewRequired }),
+      enqueue: (ctx, res, admission) =>
+        answerQueued(coldDeps, ctx, res, admission.decision, 0, { delayMs: admission.delayMs, reviewRequired: admission.reviewRequired }),
       skipRoute: (r) => pause.paused() && skipWhilePaused(r),
-      healthExtras: async () => ({ paused: pause.paused(), capped_provider: cappedProvider, queue: await queue.counts().catch(() => 'unreachable') }),
+      healthExtras: async () => ({
+        paused: pause.paused(),
+        capped_provider: cappedProvider,
+        queue: await queue.counts().catch(() => 'unreachable'),
+      }),
       extend: (app, { admin }) => {
         mountColdTier(app, admin, coldDeps);
         mountVoice(app, bearerGuard(env.VOICE_TOKEN), voice, voiceWhy);
@@ -194,7 +240,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
 
   let worker: ColdWorker | null = null;
   if (options.worker) {
-    const deps = { failover, pause, flags, notifier, skipWhilePaused, log: { info: (m: string) => log.info(m), warn: (m: string) => log.warn(m) } };
+    const deps = {
+      failover,
+      pause,
+      flags,
+      notifier,
+      skipWhilePaused,
+      log: { info: (m: string) => log.info(m), warn: (m: string) => log.warn(m) },
+    };
     worker = redis ? startBullWorker(redis, prefix, deps) : startMemoryWorker(queue as MemoryColdQueue, deps);
     log.info('worker: running in this process');
   }

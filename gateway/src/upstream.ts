@@ -7,7 +7,7 @@ import { Agent } from 'undici';
 import { Cancel, type CancelSignal } from './cancel';
 import type { OutboundRequest } from './providers/adapter';
 
-export const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000, connections: 256, connect: { timeout: 10_000 } });
+const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000, connections: 256, connect: { timeout: 10_000 } });
 
 // Each route's URL parsed once: undici's top-level request() parses the URL string on every call.
 const targets = new Map<string, { origin: string; path: string }>();
@@ -54,17 +54,23 @@ function classify(error: unknown, timedOut: boolean): UpstreamError {
  * One attempt. Network errors and timeouts throw UpstreamError; any HTTP answer is returned.
  * A streamed 2xx answer resolves once its first chunk has arrived.
  */
-export async function callUpstream(out: OutboundRequest, opts: { timeoutMs: number; signal?: CancelSignal; stream: boolean }): Promise<UpstreamAnswer> {
+export async function callUpstream(
+  out: OutboundRequest,
+  opts: { timeoutMs: number; signal?: CancelSignal; stream: boolean },
+): Promise<UpstreamAnswer> {
   const started = performance.now();
   // One canceller per attempt: fired by its timer or by the client going away. (A plain timer
   // that is cleared costs ~1 µs; AbortSignal.timeout + AbortSignal.any cost ~20 µs and keep a
   // 30 s timer alive per request.)
   const controller = new Cancel();
   let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    controller.abort();
-  }, Math.max(1, opts.timeoutMs));
+  const timer = setTimeout(
+    () => {
+      timedOut = true;
+      controller.abort();
+    },
+    Math.max(1, opts.timeoutMs),
+  );
   const onClientGone = () => controller.abort();
   opts.signal?.once('abort', onClientGone);
   let streaming = false;

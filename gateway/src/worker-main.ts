@@ -5,7 +5,8 @@ import { createStack } from './stack';
 
 async function run(): Promise<void> {
   const log = createLogger(process.env.LOG_LEVEL);
-  if (!process.env.QUEUE_STORE_URL) log.warn('QUEUE_STORE_URL is not set: this worker has its own empty in-process queue; point it at the gateway\'s Redis');
+  if (!process.env.QUEUE_STORE_URL)
+    log.warn("QUEUE_STORE_URL is not set: this worker has its own empty in-process queue; point it at the gateway's Redis");
   const stack = await createStack(process.env, log, { http: false, worker: true });
   const stop = async () => {
     log.info('worker stopping: running jobs finish first');

@@ -14,7 +14,7 @@ import type { Notifier } from './notify';
 import { PAUSED_MESSAGE, type PauseFlag } from './budget';
 
 /** Time a queued job may take per attempt (it has no caller waiting on it). */
-export const JOB_TIME_MS = 120_000;
+const JOB_TIME_MS = 120_000;
 
 export interface WorkerDeps {
   failover: Failover;
@@ -27,7 +27,7 @@ export interface WorkerDeps {
   jobTimeMs?: number;
 }
 
-export interface JobResult {
+interface JobResult {
   status: number;
   tier: string;
   provider: string;
@@ -37,7 +37,7 @@ export interface JobResult {
 }
 
 /** One run of one job: the routing again, or an error that makes the queue retry it. */
-export async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult> {
+async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult> {
   if (await deps.pause.refresh()) throw new Error(PAUSED_MESSAGE);
   const ctx: ChatContext = {
     body: { ...payload.body, stream: false },
@@ -64,8 +64,16 @@ export async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<Jo
     /* keep the text */
   }
   // A request the provider refuses as malformed will not heal with retries.
-  if (outcome.kind === 'client_error') throw new UnrecoverableError(`provider refused the request: HTTP ${outcome.upstream.status} ${text.slice(0, 300)}`);
-  return { status: outcome.upstream.status, tier: outcome.route.tier, provider: outcome.route.config.provider, model: outcome.model, attempts: outcome.attempts, body };
+  if (outcome.kind === 'client_error')
+    throw new UnrecoverableError(`provider refused the request: HTTP ${outcome.upstream.status} ${text.slice(0, 300)}`);
+  return {
+    status: outcome.upstream.status,
+    tier: outcome.route.tier,
+    provider: outcome.route.config.provider,
+    model: outcome.model,
+    attempts: outcome.attempts,
+    body,
+  };
 }
 
 export interface ColdWorker {
@@ -73,12 +81,23 @@ export interface ColdWorker {
 }
 
 export function startBullWorker(connection: ConnectionOptions, prefix: string | undefined, deps: WorkerDeps, concurrency = 4): ColdWorker {
-  const worker = new Worker<ColdPayload, JobResult>(QUEUE_NAME, async (job) => runJob(job.data, deps), { connection, prefix, concurrency, name: JOB_NAME });
+  const worker = new Worker<ColdPayload, JobResult>(QUEUE_NAME, async (job) => runJob(job.data, deps), {
+    connection,
+    prefix,
+    concurrency,
+    name: JOB_NAME,
+  });
   worker.on('failed', (job, error) => {
     if (!job) return;
     const dead = job.attemptsMade >= (job.opts.attempts ?? JOB_ATTEMPTS) || error instanceof UnrecoverableError;
     deps.log.warn(`job ${job.id} attempt ${job.attemptsMade} failed: ${error.message}${dead ? ' (dead-lettered)' : ''}`);
-    if (dead) deps.notifier.notify({ kind: 'dead_lettered', jobIds: [job.id!], tenant: job.data.customerId, detail: `last error: ${error.message}` });
+    if (dead)
+      deps.notifier.notify({
+        kind: 'dead_lettered',
+        jobIds: [job.id!],
+        tenant: job.data.customerId,
+        detail: `last error: ${error.message}`,
+      });
   });
   worker.on('error', (error) => deps.log.warn(`worker: ${error.message}`));
   return { close: () => worker.close() };
@@ -107,7 +126,12 @@ export function startMemoryWorker(queue: MemoryColdQueue, deps: WorkerDeps, conc
           if (dead) {
             job.dead = true;
             job.finishedAt = Date.now();
-            deps.notifier.notify({ kind: 'dead_lettered', jobIds: [id], tenant: job.payload.customerId, detail: `last error: ${error.message}` });
+            deps.notifier.notify({
+              kind: 'dead_lettered',
+              jobIds: [id],
+              tenant: job.payload.customerId,
+              detail: `last error: ${error.message}`,
+            });
           } else job.runAt = Date.now() + JOB_BACKOFF_MS * 2 ** (job.attemptsMade - 1);
         })
         .finally(() => {

@@ -64,8 +64,24 @@ describe('npm run archive', () => {
     const out = join(dir, 'arch');
     await convert(
       csv([
-        { event_id: 'a', timestamp: '2026-11-21T09:00:00Z', provider: 'openai', cost_usd: 0.05, customer_id: 'acme', input_tokens: 100, output_tokens: 20 },
-        { event_id: 'b', timestamp: '2026-11-21T10:00:00Z', provider: 'openai', cost_usd: 3.1, customer_id: 'acme', input_tokens: 900, output_tokens: 410 },
+        {
+          event_id: 'a',
+          timestamp: '2026-11-21T09:00:00Z',
+          provider: 'openai',
+          cost_usd: 0.05,
+          customer_id: 'acme',
+          input_tokens: 100,
+          output_tokens: 20,
+        },
+        {
+          event_id: 'b',
+          timestamp: '2026-11-21T10:00:00Z',
+          provider: 'openai',
+          cost_usd: 3.1,
+          customer_id: 'acme',
+          input_tokens: 900,
+          output_tokens: 410,
+        },
       ]),
       { out },
     );
@@ -79,18 +95,31 @@ describe('npm run archive', () => {
 
   it('writes typed, zstd-compressed columns', async () => {
     const out = join(dir, 'arch');
-    await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00+02:00', cost_usd: '1.5e-7', eval_score: 0.5, pii_flag: true }]), { out });
+    await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00+02:00', cost_usd: '1.5e-7', eval_score: 0.5, pii_flag: true }]), {
+      out,
+    });
     const duck = await openDuck();
     try {
       const file = lit(join(out, 'events_20261121.parquet'));
       const types = Object.fromEntries(
-        (await duck.all<{ column_name: string; column_type: string }>(`DESCRIBE SELECT * FROM read_parquet(${file})`)).map((r) => [r.column_name, r.column_type]),
+        (await duck.all<{ column_name: string; column_type: string }>(`DESCRIBE SELECT * FROM read_parquet(${file})`)).map((r) => [
+          r.column_name,
+          r.column_type,
+        ]),
       );
       expect(types).toMatchObject({
-        timestamp: 'TIMESTAMP', input_tokens: 'BIGINT', latency_ms: 'BIGINT', cost_usd: 'DECIMAL(18,9)',
-        eval_score: 'DOUBLE', pii_flag: 'BOOLEAN', review_required: 'BOOLEAN', customer_id: 'VARCHAR',
+        timestamp: 'TIMESTAMP',
+        input_tokens: 'BIGINT',
+        latency_ms: 'BIGINT',
+        cost_usd: 'DECIMAL(18,9)',
+        eval_score: 'DOUBLE',
+        pii_flag: 'BOOLEAN',
+        review_required: 'BOOLEAN',
+        customer_id: 'VARCHAR',
       });
-      const [row] = await duck.all(`SELECT strftime("timestamp", '%Y-%m-%dT%H:%M:%S') AS t, CAST(cost_usd AS VARCHAR) AS c, pii_flag FROM read_parquet(${file})`);
+      const [row] = await duck.all(
+        `SELECT strftime("timestamp", '%Y-%m-%dT%H:%M:%S') AS t, CAST(cost_usd AS VARCHAR) AS c, pii_flag FROM read_parquet(${file})`,
+      );
       expect(row).toEqual({ t: '2026-11-21T07:00:00', c: '0.000000150', pii_flag: true });
       const codecs = await duck.all<{ compression: string }>(`SELECT DISTINCT compression FROM parquet_metadata(${file})`);
       expect(codecs.map((c) => c.compression)).toEqual(['ZSTD']);
@@ -101,12 +130,28 @@ describe('npm run archive', () => {
 
   it('running again replaces the day: no event twice, late arrivals join, the input wins', async () => {
     const out = join(dir, 'arch');
-    const first = csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }, { event_id: 'b', timestamp: '2026-11-21T10:00:00Z', cost_usd: 2 }]);
+    const first = csv([
+      { event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 },
+      { event_id: 'b', timestamp: '2026-11-21T10:00:00Z', cost_usd: 2 },
+    ]);
     await convert(first, { out });
     await convert(first, { out });
-    expect(await rowsIn(out)).toEqual([{ event_id: 'a', cost_usd: 1 }, { event_id: 'b', cost_usd: 2 }]);
-    await convert(csv([{ event_id: 'b', timestamp: '2026-11-21T10:00:00Z', cost_usd: 5 }, { event_id: 'late', timestamp: '2026-11-21T23:00:00Z', cost_usd: 3 }]), { out });
-    expect(await rowsIn(out)).toEqual([{ event_id: 'a', cost_usd: 1 }, { event_id: 'b', cost_usd: 5 }, { event_id: 'late', cost_usd: 3 }]);
+    expect(await rowsIn(out)).toEqual([
+      { event_id: 'a', cost_usd: 1 },
+      { event_id: 'b', cost_usd: 2 },
+    ]);
+    await convert(
+      csv([
+        { event_id: 'b', timestamp: '2026-11-21T10:00:00Z', cost_usd: 5 },
+        { event_id: 'late', timestamp: '2026-11-21T23:00:00Z', cost_usd: 3 },
+      ]),
+      { out },
+    );
+    expect(await rowsIn(out)).toEqual([
+      { event_id: 'a', cost_usd: 1 },
+      { event_id: 'b', cost_usd: 5 },
+      { event_id: 'late', cost_usd: 3 },
+    ]);
     await convert(csv([{ event_id: 'only', timestamp: '2026-11-21T01:00:00Z', cost_usd: 9 }]), { out, replace: true });
     expect(await rowsIn(out)).toEqual([{ event_id: 'only', cost_usd: 9 }]);
   });
@@ -119,8 +164,14 @@ describe('npm run archive', () => {
     ]);
     await convert(input, { out, partition: true });
     await convert(input, { out, partition: true });
-    const files = readdirSync(out, { recursive: true }).map(String).filter((f) => f.endsWith('.parquet')).sort();
-    expect(files).toEqual(['provider=anthropic/day=20261121/events_20261121.parquet', 'provider=openai/day=20261120/events_20261120.parquet']);
+    const files = readdirSync(out, { recursive: true })
+      .map(String)
+      .filter((f) => f.endsWith('.parquet'))
+      .sort();
+    expect(files).toEqual([
+      'provider=anthropic/day=20261121/events_20261121.parquet',
+      'provider=openai/day=20261120/events_20261120.parquet',
+    ]);
     expect((await report('daily', out)).map((r) => [r.day, r.provider, r.cost_usd])).toEqual([
       ['2026-11-20', 'openai', 1],
       ['2026-11-21', 'anthropic', 2],
@@ -133,8 +184,15 @@ describe('npm run archive', () => {
     const before = snapshot(out);
     const bad = join(dir, 'bad.csv');
     const line = (id: string, time: string, cost: string) => `${id},${time},agent,p,m,n/a,1,1,1,${cost},,,,,false,false,,n/a,`;
-    writeFileSync(bad, [CSV_HEADER, line('z', '2026-11-21T09:00:00Z', '1'), line('y', '2026-11-21T09:00:00Z', 'abc'), line('x', 'yesterday', '1')].join('\n'));
-    await expect(convert(bad, { out })).rejects.toThrow(/2 problem\(s\); nothing was written\nline 3, cost_usd: expected a number >= 0, got "abc"\nline 4, timestamp: expected an RFC 3339/);
+    writeFileSync(
+      bad,
+      [CSV_HEADER, line('z', '2026-11-21T09:00:00Z', '1'), line('y', '2026-11-21T09:00:00Z', 'abc'), line('x', 'yesterday', '1')].join(
+        '\n',
+      ),
+    );
+    await expect(convert(bad, { out })).rejects.toThrow(
+      /2 problem\(s\); nothing was written\nline 3, cost_usd: expected a number >= 0, got "abc"\nline 4, timestamp: expected an RFC 3339/,
+    );
     expect(snapshot(out)).toEqual(before);
     writeFileSync(bad, 'id,when\n1,2\n');
     await expect(convert(bad, { out })).rejects.toThrow(/line 1: expected the event header/);
@@ -147,9 +205,16 @@ describe('npm run archive', () => {
     const failed = spawnSync(tsx, ['archive/cli.ts', 'convert', bad, '--out', join(dir, 'o')], { cwd: root, encoding: 'utf8' });
     expect(failed.status).toBe(1);
     expect(failed.stderr).toContain('line 2, input_tokens: expected a whole number >= 0, got "1.5"');
-    const ok = execFileSync(tsx, ['archive/cli.ts', 'convert', csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z' }]), '--out', join(dir, 'o')], { cwd: root, encoding: 'utf8' });
+    const ok = execFileSync(
+      tsx,
+      ['archive/cli.ts', 'convert', csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z' }]), '--out', join(dir, 'o')],
+      { cwd: root, encoding: 'utf8' },
+    );
     expect(ok.trim()).toBe(join(dir, 'o', 'events_20261121.parquet'));
-    const daily = execFileSync(tsx, ['archive/cli.ts', 'report', 'export-daily', '--archive', join(dir, 'o')], { cwd: root, encoding: 'utf8' });
+    const daily = execFileSync(tsx, ['archive/cli.ts', 'report', 'export-daily', '--archive', join(dir, 'o')], {
+      cwd: root,
+      encoding: 'utf8',
+    });
     expect(daily).toBe('day,cost_usd\n2026-11-21,0\n');
   });
 });
@@ -189,7 +254,9 @@ describe('inputs', () => {
         res.writeHead(302, { location: '/echo?user_content_key=abc' }).end();
       } else if (new URL(req.url!, 'http://x').searchParams.get('user_content_key') === 'abc') {
         const asked = seen.filter((s) => s.startsWith('GET /exec')).at(-1)!;
-        res.writeHead(200, { 'content-type': 'text/csv' }).end(asked.includes('token=s3cret') ? body : '{"ok":false,"error":"unauthorized"}');
+        res
+          .writeHead(200, { 'content-type': 'text/csv' })
+          .end(asked.includes('token=s3cret') ? body : '{"ok":false,"error":"unauthorized"}');
       }
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -199,7 +266,9 @@ describe('inputs', () => {
     expect(seen).toEqual(['GET /exec?action=export&since=2026-11-21&token=s3cret', 'GET /echo?user_content_key=abc']);
     seen.length = 0;
     expect(await rowsIn(out)).toEqual([{ event_id: 'u1', cost_usd: 2 }]);
-    await expect(convert(`http://127.0.0.1:${port}/exec?action=export&since=2026-11-21`, { out, env: {} })).rejects.toThrow('export URL refused: unauthorized');
+    await expect(convert(`http://127.0.0.1:${port}/exec?action=export&since=2026-11-21`, { out, env: {} })).rejects.toThrow(
+      'export URL refused: unauthorized',
+    );
   });
 
   it("takes the meter bundle's own export CSV: the sheet's totals equal the archive's", async () => {
@@ -207,7 +276,17 @@ describe('inputs', () => {
     const meter = loadBundle(platform);
     meter.setup();
     platform.properties.setProperty('SECRET_TOKEN', 't');
-    meter.doPost(webEvent({ token: 't' }, { events: [{ cost_usd: 0.05, customer_id: '00123', timestamp: '2026-11-21T08:00:00Z' }, { cost_usd: 3.1, timestamp: '2026-11-21T09:00:00Z', pii_flag: true }] }));
+    meter.doPost(
+      webEvent(
+        { token: 't' },
+        {
+          events: [
+            { cost_usd: 0.05, customer_id: '00123', timestamp: '2026-11-21T08:00:00Z' },
+            { cost_usd: 3.1, timestamp: '2026-11-21T09:00:00Z', pii_flag: true },
+          ],
+        },
+      ),
+    );
     const exported = (meter.doGet(webEvent({ token: 't', action: 'export', since: '2026-11-01' })) as FakeTextOutput).getContent();
     const file = join(dir, 'export.csv');
     writeFileSync(file, exported);
@@ -222,14 +301,23 @@ describe('npm run archive:expire', () => {
   it('removes files of days older than the window, flat and partitioned', () => {
     const out = join(dir, 'arch');
     mkdirSync(join(out, 'provider=p', 'day=20260101'), { recursive: true });
-    for (const f of ['events_20260520.parquet', 'events_20260527.parquet', 'events_20261120.parquet', 'provider=p/day=20260101/events_20260101.parquet', 'notes.txt']) {
+    for (const f of [
+      'events_20260520.parquet',
+      'events_20260527.parquet',
+      'events_20261120.parquet',
+      'provider=p/day=20260101/events_20260101.parquet',
+      'notes.txt',
+    ]) {
       writeFileSync(join(out, f), 'x');
     }
     const now = new Date('2026-11-22T05:00:00Z'); // 180 days before: 2026-05-26
     expect(expireArchive(out, 180, now, true).removed).toHaveLength(2);
     const result = expireArchive(out, 180, now);
     expect(result.cutoff).toBe('2026-05-26');
-    expect(result.removed.map((f) => f.slice(out.length + 1)).sort()).toEqual(['events_20260520.parquet', 'provider=p/day=20260101/events_20260101.parquet']);
+    expect(result.removed.map((f) => f.slice(out.length + 1)).sort()).toEqual([
+      'events_20260520.parquet',
+      'provider=p/day=20260101/events_20260101.parquet',
+    ]);
     expect(readdirSync(out).sort()).toEqual(['events_20260527.parquet', 'events_20261120.parquet', 'notes.txt']);
     expect(() => expireArchive(out, 0, now)).toThrow(/--days/);
   });

@@ -10,7 +10,15 @@ import { EVENT_FIELDS, fieldKind } from '../../schema/event-record';
 const [mode, what, a, b] = process.argv.slice(2);
 const start = performance.now();
 let rows = 0;
-const TYPES: Record<string, string> = { id: 'VARCHAR', text: 'VARCHAR', time: 'TIMESTAMPTZ', int: 'BIGINT', decimal: 'DOUBLE', unit: 'DOUBLE', bool: 'BOOLEAN' };
+const TYPES: Record<string, string> = {
+  id: 'VARCHAR',
+  text: 'VARCHAR',
+  time: 'TIMESTAMPTZ',
+  int: 'BIGINT',
+  decimal: 'DOUBLE',
+  unit: 'DOUBLE',
+  bool: 'BOOLEAN',
+};
 
 if (mode === 'ours' && what === 'convert') {
   rows = (await convert(a, { out: b })).rows;

@@ -28,24 +28,34 @@ async function generate(): Promise<void> {
 }
 
 function step(args: string[]): { ms: number; maxRssMb: number; rows: number } {
-  const text = execFileSync(join('node_modules', '.bin', 'tsx'), ['test/bench/archive-step.ts', ...args], { encoding: 'utf8', maxBuffer: 1 << 26 });
+  const text = execFileSync(join('node_modules', '.bin', 'tsx'), ['test/bench/archive-step.ts', ...args], {
+    encoding: 'utf8',
+    maxBuffer: 1 << 26,
+  });
   return JSON.parse(text.trim().split('\n').at(-1)!);
 }
 
 const t0 = performance.now();
 await generate();
-console.log(`generated ${ROWS} events (${(statSync(csv).size / 1e6).toFixed(0)} MB CSV) in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+console.log(
+  `generated ${ROWS} events (${(statSync(csv).size / 1e6).toFixed(0)} MB CSV) in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`,
+);
 
 const ours = join(dir, 'ours');
 const direct = join(dir, 'direct');
 const rows: Array<[string, ReturnType<typeof step>, ReturnType<typeof step>]> = [];
 rows.push(['convert (CSV → Parquet)', step(['ours', 'convert', csv, ours]), step(['direct', 'convert', csv, direct])]);
-for (const name of ['daily', 'customers', 'burn', 'export-daily']) rows.push([`report ${name}`, step(['ours', name, ours]), step(['direct', name, ours])]);
+for (const name of ['daily', 'customers', 'burn', 'export-daily'])
+  rows.push([`report ${name}`, step(['ours', name, ours]), step(['direct', name, ours])]);
 
 const pad = (s: string, n: number) => s.padStart(n);
-console.log(`${'step'.padEnd(26)}${pad('ours ms', 10)}${pad('direct ms', 11)}${pad('ratio', 8)}${pad('ours MB', 10)}${pad('direct MB', 11)}`);
+console.log(
+  `${'step'.padEnd(26)}${pad('ours ms', 10)}${pad('direct ms', 11)}${pad('ratio', 8)}${pad('ours MB', 10)}${pad('direct MB', 11)}`,
+);
 for (const [name, o, d] of rows) {
-  console.log(`${name.padEnd(26)}${pad(o.ms.toFixed(0), 10)}${pad(d.ms.toFixed(0), 11)}${pad((o.ms / d.ms).toFixed(2), 8)}${pad(o.maxRssMb.toFixed(0), 10)}${pad(d.maxRssMb.toFixed(0), 11)}`);
+  console.log(
+    `${name.padEnd(26)}${pad(o.ms.toFixed(0), 10)}${pad(d.ms.toFixed(0), 11)}${pad((o.ms / d.ms).toFixed(2), 8)}${pad(o.maxRssMb.toFixed(0), 10)}${pad(d.maxRssMb.toFixed(0), 11)}`,
+  );
 }
 console.log('\nours = the archive tool (checks every row, dedups by event_id, merges with stored days, writes per day);');
 console.log('direct = the bare typed read + COPY, or the report SQL alone. Peak memory is the whole process (Node + DuckDB).');

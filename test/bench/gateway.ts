@@ -28,7 +28,14 @@ function startProcess(args: string[], env: Record<string, string>, ready: RegExp
 }
 
 async function load(url: string, connections: number, duration = SECONDS) {
-  const result = await autocannon({ url, method: 'POST', body: BODY, headers: { 'content-type': 'application/json' }, connections, duration });
+  const result = await autocannon({
+    url,
+    method: 'POST',
+    body: BODY,
+    headers: { 'content-type': 'application/json' },
+    connections,
+    duration,
+  });
   if (result.non2xx) throw new Error(`${result.non2xx} non-2xx answers from ${url}`);
   return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
 }
@@ -55,10 +62,15 @@ async function sequentialP50(url: string, n = 3000): Promise<number> {
 }
 
 const pad = (v: string, n: number) => v.padStart(n);
-const fmt = (r: { rps: number; p50: number; p99: number }, direct: number) => `${pad(r.rps.toFixed(0), 7)} ${pad((r.rps / direct).toFixed(2), 5)} ${pad(`${r.p50}/${r.p99}`, 6)}`;
-console.log(`Gateway bench: ${SECONDS} s per run, loopback, POST /v1/chat/completions (non-streaming), ${cpus().length} CPUs shared by load generator, proxy and stub`);
+const fmt = (r: { rps: number; p50: number; p99: number }, direct: number) =>
+  `${pad(r.rps.toFixed(0), 7)} ${pad((r.rps / direct).toFixed(2), 5)} ${pad(`${r.p50}/${r.p99}`, 6)}`;
+console.log(
+  `Gateway bench: ${SECONDS} s per run, loopback, POST /v1/chat/completions (non-streaming), ${cpus().length} CPUs shared by load generator, proxy and stub`,
+);
 console.log('reference = node:http + undici passing the request on with no logic at all: the cost of the extra hop alone\n');
-console.log(`${'stub'.padEnd(6)}${pad('conn', 5)}${pad('direct req/s p50/p99', 22)}   ${'reference req/s ratio p50/p99'.padEnd(30)} ${'gateway req/s ratio p50/p99'.padEnd(28)}`);
+console.log(
+  `${'stub'.padEnd(6)}${pad('conn', 5)}${pad('direct req/s p50/p99', 22)}   ${'reference req/s ratio p50/p99'.padEnd(30)} ${'gateway req/s ratio p50/p99'.padEnd(28)}`,
+);
 const added: string[] = [];
 const verdicts: string[] = [];
 for (const delay of [0, 5]) {
@@ -69,7 +81,12 @@ for (const delay of [0, 5]) {
   const gateway = await startProcess(
     ['gateway/dist/main.js'],
     {
-      PORT: '18181', LOG_LEVEL: 'info', HOT_BASE_URL: stubUrl, HOT_BASE_URL_2: stubUrl, WARM_A_BASE_URL: stubUrl, WARM_B_BASE_URL: stubUrl,
+      PORT: '18181',
+      LOG_LEVEL: 'info',
+      HOT_BASE_URL: stubUrl,
+      HOT_BASE_URL_2: stubUrl,
+      WARM_A_BASE_URL: stubUrl,
+      WARM_B_BASE_URL: stubUrl,
       METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
     },
     /listening/,
@@ -78,13 +95,20 @@ for (const delay of [0, 5]) {
   const via = 'http://127.0.0.1:18181/v1/chat/completions';
   for (const c of [1, 32]) {
     const [d, r, g] = [await measure(direct, c), await measure(ref, c), await measure(via, c)];
-    console.log(`${`${delay} ms`.padEnd(6)}${pad(String(c), 5)}${pad(`${d.rps.toFixed(0)} ${d.p50}/${d.p99}`, 22)}   ${fmt(r, d.rps).padEnd(30)} ${fmt(g, d.rps)}`);
-    if (c === 32) verdicts.push(`stub ${delay} ms, 32 connections: gateway at ${(g.rps / d.rps).toFixed(2)} of direct (goal 0.70: ${g.rps / d.rps >= 0.7 ? 'met' : 'not met'}); the reference at ${(r.rps / d.rps).toFixed(2)}; gateway/reference ${(g.rps / r.rps).toFixed(2)}`);
+    console.log(
+      `${`${delay} ms`.padEnd(6)}${pad(String(c), 5)}${pad(`${d.rps.toFixed(0)} ${d.p50}/${d.p99}`, 22)}   ${fmt(r, d.rps).padEnd(30)} ${fmt(g, d.rps)}`,
+    );
+    if (c === 32)
+      verdicts.push(
+        `stub ${delay} ms, 32 connections: gateway at ${(g.rps / d.rps).toFixed(2)} of direct (goal 0.70: ${g.rps / d.rps >= 0.7 ? 'met' : 'not met'}); the reference at ${(r.rps / d.rps).toFixed(2)}; gateway/reference ${(g.rps / r.rps).toFixed(2)}`,
+      );
   }
   const dp = await sequentialP50(direct);
   const rp = await sequentialP50(ref);
   const gp = await sequentialP50(via);
-  added.push(`stub ${delay} ms: p50 direct ${dp.toFixed(3)} ms, reference ${rp.toFixed(3)} ms, gateway ${gp.toFixed(3)} ms; added by the gateway ${(gp - dp).toFixed(3)} ms (goal 0.3: ${gp - dp <= 0.3 ? 'met' : 'not met'}), of which the hop itself ${(rp - dp).toFixed(3)} ms and the gateway's own work ${(gp - rp).toFixed(3)} ms`);
+  added.push(
+    `stub ${delay} ms: p50 direct ${dp.toFixed(3)} ms, reference ${rp.toFixed(3)} ms, gateway ${gp.toFixed(3)} ms; added by the gateway ${(gp - dp).toFixed(3)} ms (goal 0.3: ${gp - dp <= 0.3 ? 'met' : 'not met'}), of which the hop itself ${(rp - dp).toFixed(3)} ms and the gateway's own work ${(gp - rp).toFixed(3)} ms`,
+  );
   for (const p of [gateway, reference, stub]) p.child.kill('SIGTERM');
   await new Promise((r) => setTimeout(r, 300));
 }

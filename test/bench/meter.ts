@@ -13,8 +13,25 @@ function prepared(rows: number): { platform: FakePlatform; meter: Bundle } {
   platform.properties.setProperty('SECRET_TOKEN', SECRET);
   const day = Date.parse('2026-11-22T00:00:00Z');
   const data = Array.from({ length: rows }, (_, i) => [
-    randomUUID(), new Date(day - (i % 40) * 86_400_000), 'agent', 'openai', 'gpt-4o-mini', 'n/a',
-    100, 20, 300, 0.0012, '', '', `job-${i}`, `cust-${i % 50}`, false, false, '', 'n/a', '',
+    randomUUID(),
+    new Date(day - (i % 40) * 86_400_000),
+    'agent',
+    'openai',
+    'gpt-4o-mini',
+    'n/a',
+    100,
+    20,
+    300,
+    0.0012,
+    '',
+    '',
+    `job-${i}`,
+    `cust-${i % 50}`,
+    false,
+    false,
+    '',
+    'n/a',
+    '',
   ]);
   const events = platform.spreadsheet.tab('events')!;
   events.loadRows(2, data);

@@ -13,7 +13,13 @@ const server = createServer((req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', async () => {
-    const upstream = await agent.request({ origin, path, method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) });
+    const upstream = await agent.request({
+      origin,
+      path,
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: Buffer.concat(chunks),
+    });
     const out = Buffer.from(await upstream.body.arrayBuffer());
     res.writeHead(upstream.statusCode, { 'content-type': 'application/json', 'content-length': out.length });
     res.end(out);

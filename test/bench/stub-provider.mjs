@@ -2,7 +2,10 @@
 import { createServer } from 'node:http';
 
 const body = JSON.stringify({
-  id: 'chatcmpl-bench', object: 'chat.completion', created: 1, model: 'gpt-4o-mini',
+  id: 'chatcmpl-bench',
+  object: 'chat.completion',
+  created: 1,
+  model: 'gpt-4o-mini',
   choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
   usage: { prompt_tokens: 10, completion_tokens: 1, total_tokens: 11 },
 });

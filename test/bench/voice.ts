@@ -25,27 +25,46 @@ for (let i = 0; i < N; i++) {
   if ((i & 1023) === 1023) state = newCall(); // keep numbers small, like real calls
 }
 const inProcess = N / ((performance.now() - t0) / 1000);
-console.log(`in process: ${N.toLocaleString()} events in ${(performance.now() - t0).toFixed(0)} ms = ${Math.round(inProcess).toLocaleString()} events/s`);
+console.log(
+  `in process: ${N.toLocaleString()} events in ${(performance.now() - t0).toFixed(0)} ms = ${Math.round(inProcess).toLocaleString()} events/s`,
+);
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-voice-'));
 writeFileSync(join(dir, 'concierge.json'), JSON.stringify(config));
 const child = spawn(process.execPath, ['gateway/dist/main.js'], {
-  env: { PATH: process.env.PATH!, PORT: '18191', LOG_LEVEL: 'info', VOICE_TOKEN: 'bench', CONCIERGE_FILE: join(dir, 'concierge.json'), METER_CSV_FILE: join(dir, 'e.csv'), WORKER: 'off', ...(process.env.QUEUE_STORE_URL ? { QUEUE_STORE_URL: process.env.QUEUE_STORE_URL, REDIS_PREFIX: `bench-voice-${process.pid}` } : {}) },
+  env: {
+    PATH: process.env.PATH!,
+    PORT: '18191',
+    LOG_LEVEL: 'info',
+    VOICE_TOKEN: 'bench',
+    CONCIERGE_FILE: join(dir, 'concierge.json'),
+    METER_CSV_FILE: join(dir, 'e.csv'),
+    WORKER: 'off',
+    ...(process.env.QUEUE_STORE_URL ? { QUEUE_STORE_URL: process.env.QUEUE_STORE_URL, REDIS_PREFIX: `bench-voice-${process.pid}` } : {}),
+  },
   stdio: ['ignore', 'pipe', 'inherit'],
 });
 await new Promise<void>((resolve) => child.stdout!.on('data', (d) => String(d).includes('listening') && resolve()));
 const headers = { 'content-type': 'application/json', authorization: 'Bearer bench' };
 const calls = 64;
 for (let i = 0; i < calls; i++) {
-  await fetch('http://127.0.0.1:18191/v1/voice/calls', { method: 'POST', headers, body: JSON.stringify({ call_id: `bench-${i}`, from: '+351900000000', at: '2026-11-23T10:00:00Z' }) });
+  await fetch('http://127.0.0.1:18191/v1/voice/calls', {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ call_id: `bench-${i}`, from: '+351900000000', at: '2026-11-23T10:00:00Z' }),
+  });
 }
-const batch = JSON.stringify(Array.from({ length: 50 }, (_, i) => ({ type: i % 2 ? 'assistant.audio_frame' : 'user.audio_frame', ms: 20 })));
+const batch = JSON.stringify(
+  Array.from({ length: 50 }, (_, i) => ({ type: i % 2 ? 'assistant.audio_frame' : 'user.audio_frame', ms: 20 })),
+);
 let n = 0;
 const result = await autocannon({
   url: 'http://127.0.0.1:18191',
   connections: 16,
   duration: Number(process.env.BENCH_SECONDS ?? 6),
-  requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, path: `/v1/voice/calls/bench-${n++ % calls}/events`, headers, body: batch }) }],
+  requests: [
+    { method: 'POST', setupRequest: (req) => ({ ...req, path: `/v1/voice/calls/bench-${n++ % calls}/events`, headers, body: batch }) },
+  ],
 });
 child.kill('SIGTERM');
 if (process.env.QUEUE_STORE_URL) {
@@ -56,5 +75,9 @@ if (process.env.QUEUE_STORE_URL) {
   redis.disconnect();
 }
 const overHttp = result.requests.average * 50;
-console.log(`over HTTP (${process.env.QUEUE_STORE_URL ? 'Redis' : 'in-process store'}, batches of 50, 16 connections, 64 calls): ${Math.round(result.requests.average)} req/s = ${Math.round(overHttp).toLocaleString()} events/s; p50 ${result.latency.p50} ms; non-2xx ${result.non2xx}`);
-console.log(`goals: in process ≥ 1,000,000 events/s: ${inProcess >= 1e6 ? 'met' : 'NOT met'}; over HTTP ≥ 20,000 events/s: ${overHttp >= 20_000 ? 'met' : 'NOT met'}`);
+console.log(
+  `over HTTP (${process.env.QUEUE_STORE_URL ? 'Redis' : 'in-process store'}, batches of 50, 16 connections, 64 calls): ${Math.round(result.requests.average)} req/s = ${Math.round(overHttp).toLocaleString()} events/s; p50 ${result.latency.p50} ms; non-2xx ${result.non2xx}`,
+);
+console.log(
+  `goals: in process ≥ 1,000,000 events/s: ${inProcess >= 1e6 ? 'met' : 'NOT met'}; over HTTP ≥ 20,000 events/s: ${overHttp >= 20_000 ? 'met' : 'NOT met'}`,
+);

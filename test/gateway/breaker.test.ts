@@ -14,7 +14,14 @@ const flags = { enable_warm_fallback: true, enable_cold_queue: true, killed_mode
 
 beforeEach(async () => {
   [hot, warm] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
-  failover = new Failover({ map: mapOf([hot.url], [warm.url]), keyFor: () => 'k', meter: () => {}, warn: () => {}, now: () => clock.ms, random: () => 0 });
+  failover = new Failover({
+    map: mapOf([hot.url], [warm.url]),
+    keyFor: () => 'k',
+    meter: () => {},
+    warn: () => {},
+    now: () => clock.ms,
+    random: () => 0,
+  });
 });
 afterEach(async () => {
   failover.shutdown();

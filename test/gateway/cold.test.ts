@@ -60,7 +60,15 @@ beforeEach(async () => {
       cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [hookUrl, 'oncall@example.com'] },
     }),
   );
-  env = { ROUTES_FILE: routes, QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, ADMIN_TOKEN: ADMIN, METER_CSV_FILE: join(dir, 'e.csv'), NOTIFY_WINDOW_MS: '150', SCOPES_FILE: join(dir, 'none.yaml') };
+  env = {
+    ROUTES_FILE: routes,
+    QUEUE_STORE_URL: REDIS_URL,
+    REDIS_PREFIX: prefix,
+    ADMIN_TOKEN: ADMIN,
+    METER_CSV_FILE: join(dir, 'e.csv'),
+    NOTIFY_WINDOW_MS: '150',
+    SCOPES_FILE: join(dir, 'none.yaml'),
+  };
 });
 afterEach(async () => {
   for (const s of stacks.splice(0)) await s.close();
@@ -82,7 +90,11 @@ async function up(options: { worker: boolean }) {
 }
 
 const admin = (url: string, path: string, body?: unknown, token = ADMIN) =>
-  fetch(`${url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+  fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
 
 async function until<T>(check: () => Promise<T | undefined | null | false>, ms = 10_000): Promise<T> {
   const end = Date.now() + ms;
@@ -144,14 +156,21 @@ describe('Cold tier', () => {
       const j = await job(second.url, jobId);
       return j.state === 'completed' ? j : null;
     });
-    expect(done.result).toMatchObject({ status: 200, tier: 'hot', provider: 'openai', body: { choices: [{ message: { content: 'late but here' } }] } });
+    expect(done.result).toMatchObject({
+      status: 200,
+      tier: 'hot',
+      provider: 'openai',
+      body: { choices: [{ message: { content: 'late but here' } }] },
+    });
   });
 
   it('budget webhook at 85 %: queued work pauses (jobs fail with the guardrail message), live traffic avoids the capped provider, one notice', async () => {
     const { url, stack } = await up({ worker: true });
     expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 }, 'wrong')).status).toBe(401);
     expect((await admin(url, '/budget/webhook', { provider: 'openai' })).status).toBe(400);
-    expect(((await (await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: '85' })).json()) as { error: string }).error).toMatch(/^percentUsed: /);
+    expect(
+      ((await (await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: '85' })).json()) as { error: string }).error,
+    ).toMatch(/^percentUsed: /);
     expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 79.9 })).status).toBe(204);
     expect((await admin(url, '/budget/webhook', { provider: 'anthropic', percentUsed: 99 })).status).toBe(204);
     expect(await redis.get('pause_ai_tasks')).toBeNull();
@@ -168,7 +187,17 @@ describe('Cold tier', () => {
     expect(hot.received).toHaveLength(0);
 
     // A job picked up while paused fails with the guardrail's message and waits for a retry.
-    const queued = await stack.queue.enqueue({ body: { model: 'x', messages: [{ role: 'user', content: 'q' }] }, idempotencyKey: 'paused-job', userId: '', jobId: '', customerId: 'acme', jobType: '', reason: 'test', reviewRequired: false, enqueuedAt: new Date().toISOString() });
+    const queued = await stack.queue.enqueue({
+      body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
+      idempotencyKey: 'paused-job',
+      userId: '',
+      jobId: '',
+      customerId: 'acme',
+      jobType: '',
+      reason: 'test',
+      reviewRequired: false,
+      enqueuedAt: new Date().toISOString(),
+    });
     const failed = await until(async () => {
       const j = await job(url, queued.jobId);
       return j.attempts >= 1 ? j : null;
@@ -192,7 +221,17 @@ describe('Cold tier', () => {
   it('a job the provider refuses as malformed is dead-lettered; ops lists it and moves it back', async () => {
     const { url, stack } = await up({ worker: true });
     hot.always({ kind: 'status', status: 422 });
-    const queued = await stack.queue.enqueue({ body: { model: 'x', messages: [{ role: 'user', content: 'q' }] }, idempotencyKey: 'bad-job', userId: '', jobId: '', customerId: 'acme', jobType: '', reason: 'test', reviewRequired: false, enqueuedAt: new Date().toISOString() });
+    const queued = await stack.queue.enqueue({
+      body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
+      idempotencyKey: 'bad-job',
+      userId: '',
+      jobId: '',
+      customerId: 'acme',
+      jobType: '',
+      reason: 'test',
+      reviewRequired: false,
+      enqueuedAt: new Date().toISOString(),
+    });
     const dead = await until(async () => {
       const j = await job(url, queued.jobId);
       // BullMQ may show the final state a moment before the failure reason is readable.

@@ -10,7 +10,12 @@ import { loadRoutesMap, parseRoutesMap } from '../../gateway/src/routes-map';
 import { loadScopes } from '../../gateway/src/scopes';
 
 const root = join(import.meta.dirname, '..', '..');
-const env = { HOT_BASE_URL: 'http://h1/v1', HOT_BASE_URL_2: 'http://h2/v1', WARM_A_BASE_URL: 'http://a/v1', WARM_B_BASE_URL: 'http://b/v1' };
+const env = {
+  HOT_BASE_URL: 'http://h1/v1',
+  HOT_BASE_URL_2: 'http://h2/v1',
+  WARM_A_BASE_URL: 'http://a/v1',
+  WARM_B_BASE_URL: 'http://b/v1',
+};
 
 describe('routing maps', () => {
   it('routes.local.json and routes.prod.json are valid: two Hot routes on one provider, Warm on two others', () => {
@@ -28,11 +33,19 @@ describe('routing maps', () => {
 
   it('names the file, the JSON path and what was expected', () => {
     const bad = (map: unknown) => () => parseRoutesMap(JSON.stringify(map), 'r.json', env);
-    const base = { hot: [{ provider: 'openai', model: 'm', baseUrl: 'http://x' }], warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } };
+    const base = {
+      hot: [{ provider: 'openai', model: 'm', baseUrl: 'http://x' }],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    };
     expect(bad({ ...base, hot: [{ provider: 'openai', baseUrl: 'http://x' }] })).toThrow(/^r\.json: hot\[0\]\.model: /);
     expect(bad({ ...base, cold: { ...base.cold, queue: 'other' } })).toThrow(/r\.json: cold\.queue: .*ai-tasks/);
-    expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: '${NOPE_URL}' }] })).toThrow('r.json: hot[0].baseUrl: environment value NOPE_URL is not set');
-    expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: 'ftp://x' }] })).toThrow('r.json: hot[0].baseUrl: expected an http(s) URL');
+    expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: '${NOPE_URL}' }] })).toThrow(
+      'r.json: hot[0].baseUrl: environment value NOPE_URL is not set',
+    );
+    expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: 'ftp://x' }] })).toThrow(
+      'r.json: hot[0].baseUrl: expected an http(s) URL',
+    );
     expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: 'http://x', apiKey: 'sk-1' }] })).toThrow(/hot\[0\]/);
     expect(() => parseRoutesMap('{', 'r.json', env)).toThrow(/^r\.json: not valid JSON/);
   });
@@ -44,7 +57,10 @@ describe('routing maps', () => {
   });
 
   it('prints the difference of the two maps for review', () => {
-    const lines = diffJson(JSON.parse(readFileSync(join(root, 'routes.local.json'), 'utf8')), JSON.parse(readFileSync(join(root, 'routes.prod.json'), 'utf8')));
+    const lines = diffJson(
+      JSON.parse(readFileSync(join(root, 'routes.local.json'), 'utf8')),
+      JSON.parse(readFileSync(join(root, 'routes.prod.json'), 'utf8')),
+    );
     expect(lines).toContain('~ hot[0].model: "gpt-4o-mini" → "gpt-4o"');
   });
 });
@@ -86,7 +102,10 @@ describe('npm start', () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');
     writeFileSync(file, JSON.stringify({ hot: [], warm: [], cold: {} }));
-    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], { cwd: root, env: { PATH: process.env.PATH, ROUTES_FILE: file, PORT: '0' } });
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, ROUTES_FILE: file, PORT: '0' },
+    });
     let err = '';
     child.stderr.on('data', (d) => (err += d));
     const code = await new Promise((r) => child.on('exit', r));

@@ -27,7 +27,9 @@ beforeAll(async () => {
     const url = new URL(req.url!, 'http://x');
     if (req.method === 'GET' && url.searchParams.get('action') === 'spend') {
       spendReads++;
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ ok: true, ...spend, daily_cap_usd: 50, burn_7d_cap_usd: 200, cap_exceeded: spend.today_cost_usd > 50 }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ ok: true, ...spend, daily_cap_usd: 50, burn_7d_cap_usd: 200, cap_exceeded: spend.today_cost_usd > 50 }));
     } else {
       req.resume();
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"appended":0,"duplicates":0}');
@@ -67,7 +69,17 @@ async function up(extra: Record<string, unknown> = {}, env: NodeJS.ProcessEnv = 
   );
   const logs: string[] = [];
   const h = await listenStack(
-    { ROUTES_FILE: routes, QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_URL: meterUrl, METER_TOKEN: 't', METER_SPOOL_DIR: join(dir, `spool-${stacks.length}`), NOTIFY_WINDOW_MS: '50', SCOPES_FILE: join(dir, 'none.yaml'), ...env },
+    {
+      ROUTES_FILE: routes,
+      QUEUE_STORE_URL: REDIS_URL,
+      REDIS_PREFIX: prefix,
+      METER_URL: meterUrl,
+      METER_TOKEN: 't',
+      METER_SPOOL_DIR: join(dir, `spool-${stacks.length}`),
+      NOTIFY_WINDOW_MS: '50',
+      SCOPES_FILE: join(dir, 'none.yaml'),
+      ...env,
+    },
     { http: true, worker: false },
     captureLogger(logs),
   );
@@ -130,7 +142,7 @@ describe('rate limits held in Redis', () => {
     expect((await chat(b.url, undefined, { 'x-customer-id': 'other' })).status).toBe(200);
   });
 
-  it("a provider over its token budget is skipped; all over → 429", async () => {
+  it('a provider over its token budget is skipped; all over → 429', async () => {
     const gw = await up({ limits: { provider_tokens_per_minute: { openai: 10, anthropic: 10 } } });
     expect((await chat(gw.url)).headers.get('x-route-provider')).toBe('openai'); // 17 tokens spent
     await new Promise((r) => setTimeout(r, 50));

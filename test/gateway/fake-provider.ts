@@ -106,7 +106,9 @@ export class FakeProvider {
           if (b.delayMs) await new Promise((r) => setTimeout(r, b.delayMs));
         }
         if (!b.noUsage && body.stream_options?.include_usage) {
-          res.write(`data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [], usage: { prompt_tokens: 20, completion_tokens: n, total_tokens: 20 + n } })}\n\n`);
+          res.write(
+            `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [], usage: { prompt_tokens: 20, completion_tokens: n, total_tokens: 20 + n } })}\n\n`,
+          );
         }
         res.end('data: [DONE]\n\n');
         return;

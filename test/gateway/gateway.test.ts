@@ -50,21 +50,35 @@ describe('OpenAI compatibility', () => {
     expect(chunks.every((c) => c.choices.length === 1)).toBe(true);
     expect(hot1.received[0].body.stream_options).toEqual({ include_usage: true });
 
-    const withUsage = await client(gw.url).chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } });
+    const withUsage = await client(gw.url).chat.completions.create({
+      model: 'x',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let usage = null;
     for await (const chunk of withUsage) if (chunk.usage) usage = chunk.usage;
     expect(usage).toMatchObject({ prompt_tokens: 20, completion_tokens: 4 });
     await gw.meter.flush();
-    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens])).toEqual([['20', '4'], ['20', '4']]);
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens])).toEqual([
+      ['20', '4'],
+      ['20', '4'],
+    ]);
   });
 
   it('refuses a body that is not a chat-completions request with 400 in OpenAI shape, calling no provider', async () => {
     gw = await startGateway(all());
     const res = await chat(gw.url, { model: 'x', messages: [] });
     expect(res.status).toBe(400);
-    expect(res.json()).toEqual({ error: { message: expect.stringMatching(/^messages: /), type: 'invalid_request_error', param: 'messages', code: null } });
+    expect(res.json()).toEqual({
+      error: { message: expect.stringMatching(/^messages: /), type: 'invalid_request_error', param: 'messages', code: null },
+    });
     expect((await chat(gw.url, { messages: [{ role: 'robot', content: 'x' }], model: 'x' })).json().error.param).toBe('messages.0.role');
-    const raw = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{not json' });
+    const raw = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{not json',
+    });
     expect(raw.status).toBe(400);
     expect(((await raw.json()) as { error: { type: string } }).error.type).toBe('invalid_request_error');
     await expect(client(gw.url).chat.completions.create({ model: 'x', messages: [] })).rejects.toBeInstanceOf(OpenAI.BadRequestError);
@@ -73,22 +87,30 @@ describe('OpenAI compatibility', () => {
 });
 
 describe('request bodies (the chat endpoint reads its own)', () => {
-  const post = (url: string, body: string | Buffer, headers: Record<string, string>) => fetch(`${url}/v1/chat/completions`, { method: 'POST', headers, body });
+  const post = (url: string, body: string | Buffer, headers: Record<string, string>) =>
+    fetch(`${url}/v1/chat/completions`, { method: 'POST', headers, body });
   const good = JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }] });
 
   it('refuses a body that is not JSON by type (400), by size (413) or by coding (415), in OpenAI shape, calling no provider', async () => {
     gw = await startGateway(all());
     const text = await post(gw.url, good, { 'content-type': 'text/plain' });
     expect(text.status).toBe(400);
-    expect(((await text.json()) as { error: { message: string; type: string } }).error).toMatchObject({ type: 'invalid_request_error', message: expect.stringMatching(/^Content-Type: expected application\/json, got "text\/plain"/) });
-    const huge = await post(gw.url, JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'y'.repeat(21 * 1024 * 1024) }] }), { 'content-type': 'application/json' });
+    expect(((await text.json()) as { error: { message: string; type: string } }).error).toMatchObject({
+      type: 'invalid_request_error',
+      message: expect.stringMatching(/^Content-Type: expected application\/json, got "text\/plain"/),
+    });
+    const huge = await post(gw.url, JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'y'.repeat(21 * 1024 * 1024) }] }), {
+      'content-type': 'application/json',
+    });
     expect(huge.status).toBe(413);
     expect(((await huge.json()) as { error: { message: string } }).error.message).toMatch(/^body: larger than 20971520 bytes/);
     const squeezed = await post(gw.url, Buffer.from('not gzip'), { 'content-type': 'application/json', 'content-encoding': 'gzip' });
     expect(squeezed.status).toBe(400);
     const zipped = await post(gw.url, good, { 'content-type': 'application/json', 'content-encoding': 'zstd' });
     expect(zipped.status).toBe(415);
-    expect(((await zipped.json()) as { error: { message: string } }).error.message).toBe('Content-Encoding: expected identity, gzip, deflate or br, got "zstd"');
+    expect(((await zipped.json()) as { error: { message: string } }).error.message).toBe(
+      'Content-Encoding: expected identity, gzip, deflate or br, got "zstd"',
+    );
     expect(hot1.received).toHaveLength(0);
   });
 
@@ -96,7 +118,11 @@ describe('request bodies (the chat endpoint reads its own)', () => {
     gw = await startGateway(all());
     expect((await post(gw.url, gzipSync(good), { 'content-type': 'application/json', 'content-encoding': 'gzip' })).status).toBe(200);
     expect((await post(gw.url, good, { 'content-type': 'application/json; charset=utf-8' })).status).toBe(200);
-    const query = await fetch(`${gw.url}/v1/chat/completions?trace=1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: good });
+    const query = await fetch(`${gw.url}/v1/chat/completions?trace=1`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: good,
+    });
     expect(query.status).toBe(200);
     expect(query.headers.get('x-route-tier')).toBe('hot');
     expect(hot1.received).toHaveLength(3);
@@ -153,7 +179,11 @@ describe('failover', () => {
 
   it('a malformed request (400 from the provider) goes back as it is, no other route tried', async () => {
     gw = await startGateway(all());
-    hot1.always({ kind: 'status', status: 400, body: { error: { message: 'bad tool schema', type: 'invalid_request_error', param: 'tools', code: null } } });
+    hot1.always({
+      kind: 'status',
+      status: 400,
+      body: { error: { message: 'bad tool schema', type: 'invalid_request_error', param: 'tools', code: null } },
+    });
     const res = await chat(gw.url);
     expect(res.status).toBe(400);
     expect(res.json().error.message).toBe('bad tool schema');
@@ -175,7 +205,11 @@ describe('failover', () => {
     hot1.always({ kind: 'status', status: 500 });
     hot2.always({ kind: 'status', status: 500 });
     const put = (body: unknown, token = ADMIN) =>
-      fetch(`${gw!.url}/admin/flags`, { method: 'PUT', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+      fetch(`${gw!.url}/admin/flags`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: JSON.stringify(body),
+      });
     expect((await put({ enable_warm_fallback: false }, 'wrong')).status).toBe(401);
     expect((await put({ enable_warm_fallback: 'no' })).status).toBe(400);
     expect((await put({ enable_warm_fallback: false })).status).toBe(200);
@@ -193,7 +227,14 @@ describe('a client that goes away', () => {
     gw = await startGateway(all());
     hot1.always({ kind: 'hang' });
     for (let i = 0; i < 6; i++) {
-      await expect(fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: `q${i}` }] }), signal: AbortSignal.timeout(100) })).rejects.toThrow();
+      await expect(
+        fetch(`${gw.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: `q${i}` }] }),
+          signal: AbortSignal.timeout(100),
+        }),
+      ).rejects.toThrow();
     }
     await expect.poll(() => hot1.cancelled, { timeout: 2000 }).toBe(6);
     expect(hot2.received.length + warmA.received.length + warmB.received.length).toBe(0);
@@ -207,7 +248,12 @@ describe('a client that goes away', () => {
     gw = await startGateway(all(), { breaker: { failureThreshold: 1 } });
     hot1.always({ kind: 'stream', chunks: 50, delayMs: 20 });
     const controller = new AbortController();
-    const res = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }), signal: controller.signal });
+    const res = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+      signal: controller.signal,
+    });
     const reader = res.body!.getReader();
     expect(new TextDecoder().decode((await reader.read()).value)).toContain('part0');
     controller.abort();
@@ -247,7 +293,17 @@ describe('meter events', () => {
     const events = gw.events();
     expect(events).toHaveLength(5);
     const unpriced = events[3];
-    expect(unpriced).toMatchObject({ provider: 'acme', model: 'acme-private-1', input_tokens: '12', output_tokens: '5', cost_usd: '', job_id: 'job-9', customer_id: 'cust-3', actor_type: 'agent', error_code: '' });
+    expect(unpriced).toMatchObject({
+      provider: 'acme',
+      model: 'acme-private-1',
+      input_tokens: '12',
+      output_tokens: '5',
+      cost_usd: '',
+      job_id: 'job-9',
+      customer_id: 'cust-3',
+      actor_type: 'agent',
+      error_code: '',
+    });
     expect(gw.logs.join('')).toContain('no price known for acme/acme-private-1');
     const priced = events[4];
     expect(priced).toMatchObject({ provider: 'openai', model: 'gpt-4o-mini', job_id: 'job-10' });
@@ -261,8 +317,17 @@ describe('operator endpoints', () => {
     gw = await startGateway(all());
     await chat(gw.url);
     expect((await fetch(`${gw.url}/health`)).status).toBe(401);
-    const health = (await (await fetch(`${gw.url}/health`, { headers: { authorization: `Bearer ${ADMIN}` } })).json()) as { routes: Array<Record<string, any>> };
-    expect(health.routes[0]).toMatchObject({ tier: 'hot', provider: 'openai', model: 'gpt-4o-mini', breaker: 'closed', error_rate: 0, last_20: [1] });
+    const health = (await (await fetch(`${gw.url}/health`, { headers: { authorization: `Bearer ${ADMIN}` } })).json()) as {
+      routes: Array<Record<string, any>>;
+    };
+    expect(health.routes[0]).toMatchObject({
+      tier: 'hot',
+      provider: 'openai',
+      model: 'gpt-4o-mini',
+      breaker: 'closed',
+      error_rate: 0,
+      last_20: [1],
+    });
     expect(health.routes[0].latency_p50_ms).toBeGreaterThanOrEqual(0);
     const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
     expect(metrics).toContain('gateway_route_calls_total{route="hot:openai:gpt-4o-mini",outcome="ok"} 1');

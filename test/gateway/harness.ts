@@ -29,7 +29,11 @@ export const ADMIN = 'admin-test-token';
 export function mapOf(hot: string[], warm: string[] = [], extra: Partial<RoutesMapConfig> = {}): RoutesMapConfig {
   return {
     hot: hot.map((baseUrl, i) => ({ provider: 'openai', model: i === 0 ? 'gpt-4o-mini' : 'gpt-4o-mini', baseUrl })),
-    warm: warm.map((baseUrl, i) => ({ provider: i === 0 ? 'anthropic' : 'mistral', model: i === 0 ? 'claude-3-5-haiku-latest' : 'mistral-small-latest', baseUrl })),
+    warm: warm.map((baseUrl, i) => ({
+      provider: i === 0 ? 'anthropic' : 'mistral',
+      model: i === 0 ? 'claude-3-5-haiku-latest' : 'mistral-small-latest',
+      baseUrl,
+    })),
     cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
     flags: { enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] },
     ...extra,
@@ -48,7 +52,10 @@ export function captureLogger(logs: string[]) {
   );
 }
 
-export async function startGateway(map: RoutesMapConfig, options: Partial<GatewayOptions> & { flags?: FlagStore } = {}): Promise<TestGateway> {
+export async function startGateway(
+  map: RoutesMapConfig,
+  options: Partial<GatewayOptions> & { flags?: FlagStore } = {},
+): Promise<TestGateway> {
   const dir = mkdtempSync(join(tmpdir(), 'gw-test-'));
   const csv = join(dir, 'events.csv');
   const meter = options.meter ?? new CsvSink(csv);
@@ -91,15 +98,27 @@ export async function startGateway(map: RoutesMapConfig, options: Partial<Gatewa
   };
 }
 
-export async function chat(url: string, body: unknown = { model: 'any', messages: [{ role: 'user', content: 'hi' }] }, headers: Record<string, string> = {}) {
+export async function chat(
+  url: string,
+  body: unknown = { model: 'any', messages: [{ role: 'user', content: 'hi' }] },
+  headers: Record<string, string> = {},
+) {
   const started = performance.now();
-  const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  const res = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
   const text = await res.text();
   return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text), ms: performance.now() - started };
 }
 
 /** The whole gateway stack (`createStack`) listening on a loopback port, with one stop for all. */
-export async function listenStack(env: NodeJS.ProcessEnv, options: StackOptions = { http: true, worker: false }, logger = captureLogger([])) {
+export async function listenStack(
+  env: NodeJS.ProcessEnv,
+  options: StackOptions = { http: true, worker: false },
+  logger = captureLogger([]),
+) {
   const stack = await createStack(env, logger, options);
   const server = await stack.gateway!.listen(0, '127.0.0.1');
   return {

@@ -53,7 +53,8 @@ class FakeMeterWebApp {
   }
 }
 
-const event = (i: number) => normalizeEvent({ event_id: `e${i}`, cost_usd: 0.01, provider: 'openai' }, { now: () => new Date(), uuid: () => 'x' });
+const event = (i: number) =>
+  normalizeEvent({ event_id: `e${i}`, cost_usd: 0.01, provider: 'openai' }, { now: () => new Date(), uuid: () => 'x' });
 const quiet = { warn: () => {}, info: () => {}, error: () => {} };
 
 let meter: FakeMeterWebApp | undefined;
@@ -65,7 +66,14 @@ afterEach(async () => {
 describe('meter sink: the web app', () => {
   it('posts batches, follows the 302 with a GET, and delivers every event once, in order', async () => {
     meter = await new FakeMeterWebApp().start();
-    const sink = new WebAppSink({ url: meter.url, token: 'tok', spoolDir: mkdtempSync(join(tmpdir(), 'spool-')), batchSize: 500, flushIntervalMs: 60_000, log: quiet });
+    const sink = new WebAppSink({
+      url: meter.url,
+      token: 'tok',
+      spoolDir: mkdtempSync(join(tmpdir(), 'spool-')),
+      batchSize: 500,
+      flushIntervalMs: 60_000,
+      log: quiet,
+    });
     for (let i = 0; i < 1200; i++) sink.send(event(i));
     await sink.flush();
     expect(meter.stored).toEqual(Array.from({ length: 1200 }, (_, i) => `e${i}`));
@@ -101,7 +109,13 @@ describe('meter sink: the web app', () => {
   it('keeps events spooled while the token is refused, and never puts the token in the log', async () => {
     meter = await new FakeMeterWebApp().start();
     const warnings: string[] = [];
-    const sink = new WebAppSink({ url: meter.url, token: 'wrong-secret', spoolDir: mkdtempSync(join(tmpdir(), 'spool-')), flushIntervalMs: 60_000, log: { ...quiet, warn: (m) => warnings.push(m) } });
+    const sink = new WebAppSink({
+      url: meter.url,
+      token: 'wrong-secret',
+      spoolDir: mkdtempSync(join(tmpdir(), 'spool-')),
+      flushIntervalMs: 60_000,
+      log: { ...quiet, warn: (m) => warnings.push(m) },
+    });
     sink.send(event(1));
     await sink.flush();
     expect(meter.stored).toEqual([]);

@@ -7,7 +7,11 @@ const usageOf = (body: unknown) => openAiCompatible.usage(Buffer.from(typeof bod
 
 describe('usage of a whole answer', () => {
   it('reads prompt and completion tokens, and a cost when the provider gives one', () => {
-    const answer = { id: 'x', choices: [{ message: { role: 'assistant', content: 'hi' } }], usage: { prompt_tokens: 12, completion_tokens: 3, total_tokens: 15, prompt_tokens_details: { cached_tokens: 0 }, cost: 0.0002 } };
+    const answer = {
+      id: 'x',
+      choices: [{ message: { role: 'assistant', content: 'hi' } }],
+      usage: { prompt_tokens: 12, completion_tokens: 3, total_tokens: 15, prompt_tokens_details: { cached_tokens: 0 }, cost: 0.0002 },
+    };
     expect(usageOf(answer)).toEqual({ input_tokens: 12, output_tokens: 3, cost_usd: 0.0002 });
   });
 

@@ -71,7 +71,11 @@ async function main(): Promise<number> {
         { provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warmA.url },
         { provider: 'mistral', model: 'mistral-small-latest', baseUrl: warmB.url },
       ],
-      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [`http://127.0.0.1:${(hook.address() as AddressInfo).port}/slack`, 'oncall@example.com'] },
+      cold: {
+        mode: 'graceful_degrade',
+        queue: 'ai-tasks',
+        notify: [`http://127.0.0.1:${(hook.address() as AddressInfo).port}/slack`, 'oncall@example.com'],
+      },
     }),
   );
   const prefix = `lisbon-${process.pid}`;
@@ -101,7 +105,11 @@ async function main(): Promise<number> {
       const before = hot1.received.length + hot2.received.length;
       const res = await chat(gw.url, 10_000);
       const total = Number(res.headers.get('x-route-attempts'));
-      step1.push({ warmAttempts: total - (hot1.received.length + hot2.received.length - before), tier: res.headers.get('x-route-tier') ?? '?', ms: res.ms });
+      step1.push({
+        warmAttempts: total - (hot1.received.length + hot2.received.length - before),
+        tier: res.headers.get('x-route-tier') ?? '?',
+        ms: res.ms,
+      });
     }
     const hotOpen = gw.stack.failover.routes.filter((r) => r.tier === 'hot' && r.breaker.state() === 'open').length;
     results.push({
@@ -134,17 +142,34 @@ async function main(): Promise<number> {
     // Step 3: budget webhook at 85 %, with jobs running.
     for (const p of providers) p.always({ kind: 'ok', delayMs: 1500 });
     gw = await up();
-    const payload = (key: string) => ({ body: { model: 'gpt-4o-mini', messages: [{ role: 'user' as const, content: key }] }, idempotencyKey: key, userId: '', jobId: key, customerId: 'lisbon-tenant', jobType: '', reason: 'drill', reviewRequired: false, enqueuedAt: new Date().toISOString() });
+    const payload = (key: string) => ({
+      body: { model: 'gpt-4o-mini', messages: [{ role: 'user' as const, content: key }] },
+      idempotencyKey: key,
+      userId: '',
+      jobId: key,
+      customerId: 'lisbon-tenant',
+      jobType: '',
+      reason: 'drill',
+      reviewRequired: false,
+      enqueuedAt: new Date().toISOString(),
+    });
     const running = await Promise.all([1, 2, 3].map((i) => gw.stack.queue.enqueue(payload(`lisbon-running-${i}-${prefix}`))));
     await until(async () => (await gw.stack.queue.counts()).active >= 3, 5000);
     const t0 = performance.now();
-    const hookRes = await fetch(`${gw.url}/budget/webhook`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: JSON.stringify({ provider: 'openai', percentUsed: 85 }) });
+    const hookRes = await fetch(`${gw.url}/budget/webhook`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ provider: 'openai', percentUsed: 85 }),
+    });
     await until(() => gw.stack.pause.paused(), 5000);
     const pauseVisibleMs = performance.now() - t0;
     const fresh = await gw.stack.queue.enqueue(payload(`lisbon-new-${prefix}`));
     const refused = await until(async () => (await gw.stack.queue.get(fresh.jobId))?.lastError === 'paused by budget guardrail', 5000);
     const pauseHonouredMs = performance.now() - t0;
-    const finished = await until(async () => (await Promise.all(running.map((r) => gw.stack.queue.get(r.jobId)))).every((j) => j?.state === 'completed'), 10_000);
+    const finished = await until(
+      async () => (await Promise.all(running.map((r) => gw.stack.queue.get(r.jobId)))).every((j) => j?.state === 'completed'),
+      10_000,
+    );
     await gw.stack.notifier.flush();
     await until(() => notices.some((n) => /paused by the budget guardrail/.test(n)), 2000);
     const pauseNotices = notices.filter((n) => /paused by the budget guardrail/.test(n)).length;
@@ -178,7 +203,9 @@ async function main(): Promise<number> {
     }
   }
 
-  console.log(`Lisbon drill (store: ${store}; notifications coalesced over ${NOTIFY_WINDOW_MS} ms instead of 60 s; gateway restarted between steps 2 and 3)\n`);
+  console.log(
+    `Lisbon drill (store: ${store}; notifications coalesced over ${NOTIFY_WINDOW_MS} ms instead of 60 s; gateway restarted between steps 2 and 3)\n`,
+  );
   for (const r of results) {
     console.log(`${r.pass ? 'PASS' : 'FAIL'}  ${r.step}`);
     console.log(`      measured: ${r.measured}`);

@@ -27,7 +27,16 @@ const rows = (name: string) => platform.spreadsheet.tab(name)!.data.slice(1);
 const booking = (key = 'key-book-0001') => ({
   call_id: 'call-1',
   idempotency_key: key,
-  args: { name: 'Ana Silva', phone: '+351912345678', service: 'Haircut', date: '2026-07-01', time: '10:30', location: 'Rua Augusta 1', notes: 'short', email: 'ana@example.com' },
+  args: {
+    name: 'Ana Silva',
+    phone: '+351912345678',
+    service: 'Haircut',
+    date: '2026-07-01',
+    time: '10:30',
+    location: 'Rua Augusta 1',
+    notes: 'short',
+    email: 'ana@example.com',
+  },
 });
 
 describe('book_slot', () => {
@@ -69,8 +78,12 @@ describe('book_slot', () => {
   it('refuses a missing argument or a bad date/time naming it, writing nothing', () => {
     const b = booking();
     expect(act('book_slot', { ...b, args: { ...b.args, phone: '' } })).toEqual({ ok: false, error: 'args.phone: required for book_slot' });
-    expect(act('book_slot', { ...b, args: { ...b.args, date: '01/07/2026' } }).error).toBe('args.date: expected a date as YYYY-MM-DD, got "01/07/2026"');
-    expect(act('book_slot', { ...b, args: { ...b.args, date: '2026-02-30' } }).error).toMatch(/^args\.date: 2026-02-30 is not a calendar date/);
+    expect(act('book_slot', { ...b, args: { ...b.args, date: '01/07/2026' } }).error).toBe(
+      'args.date: expected a date as YYYY-MM-DD, got "01/07/2026"',
+    );
+    expect(act('book_slot', { ...b, args: { ...b.args, date: '2026-02-30' } }).error).toMatch(
+      /^args\.date: 2026-02-30 is not a calendar date/,
+    );
     expect(act('book_slot', { ...b, args: { ...b.args, time: '25:00' } }).error).toMatch(/^args\.time: expected a time/);
     expect(act('book_slot', { ...b, idempotency_key: 'x' }).error).toMatch(/^idempotency_key: /);
     expect(act('book_slot', b, 'wrong')).toEqual({ ok: false, error: 'unauthorized' });
@@ -83,20 +96,52 @@ describe('book_slot', () => {
 describe('reschedule_slot, create_lead, route_to_voicemail', () => {
   it('moves the booked event; an unknown booking_id is an error that says so', () => {
     const { booking_id } = act('book_slot', booking());
-    const moved = act('reschedule_slot', { call_id: 'call-2', idempotency_key: 'key-move-0001', args: { booking_id, new_date: '2026-12-01', new_time: '15:00', phone: '+351912345678' } });
+    const moved = act('reschedule_slot', {
+      call_id: 'call-2',
+      idempotency_key: 'key-move-0001',
+      args: { booking_id, new_date: '2026-12-01', new_time: '15:00', phone: '+351912345678' },
+    });
     expect(moved).toMatchObject({ ok: true, booking_id, start: '2026-12-01T15:00:00.000Z' }); // Lisbon is UTC in winter
     expect(platform.calendar.live()[0].start.toISOString()).toBe('2026-12-01T15:00:00.000Z');
     expect(rows('activities').map((r) => r[1])).toContain('Booking Rescheduled');
-    const unknown = act('reschedule_slot', { call_id: 'call-2', idempotency_key: 'key-move-0002', args: { booking_id: 'nope', new_date: '2026-12-01', new_time: '15:00' } });
+    const unknown = act('reschedule_slot', {
+      call_id: 'call-2',
+      idempotency_key: 'key-move-0002',
+      args: { booking_id: 'nope', new_date: '2026-12-01', new_time: '15:00' },
+    });
     expect(unknown).toEqual({ ok: false, error: 'args.booking_id: no booking with id "nope"' });
   });
 
   it('creates a lead at stage New with an excerpt of the transcript; the contact keeps call, intent and opt-out', () => {
     const transcript = `Hello ${'I need a new kitchen sink installed and maybe the pipes. '.repeat(20)}`;
-    const lead = act('create_lead', { call_id: 'call-3', idempotency_key: 'key-lead-0001', args: { name: 'Rui', phone: '+351930000000', email: 'rui@example.com', service: 'plumbing', budget: '500-1000', timeline: 'this month', utm: 'google', transcript, opted_out: true } });
+    const lead = act('create_lead', {
+      call_id: 'call-3',
+      idempotency_key: 'key-lead-0001',
+      args: {
+        name: 'Rui',
+        phone: '+351930000000',
+        email: 'rui@example.com',
+        service: 'plumbing',
+        budget: '500-1000',
+        timeline: 'this month',
+        utm: 'google',
+        transcript,
+        opted_out: true,
+      },
+    });
     expect(lead).toMatchObject({ ok: true, stage: 'New' });
     const [row] = rows('leads');
-    expect(row.slice(2, 11)).toEqual(['call-3', '+351930000000', 'Rui', 'rui@example.com', 'plumbing', '500-1000', 'this month', 'google', 'New']);
+    expect(row.slice(2, 11)).toEqual([
+      'call-3',
+      '+351930000000',
+      'Rui',
+      'rui@example.com',
+      'plumbing',
+      '500-1000',
+      'this month',
+      'google',
+      'New',
+    ]);
     expect(String(row[11]).length).toBeLessThanOrEqual(280);
     expect(String(row[11])).toMatch(/…$/);
     const [contact] = rows('contacts');
@@ -105,8 +150,18 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
   });
 
   it('saves one recording as voicemail/<call_id>.mp3 and one task due 24 hours later; a replay adds nothing', () => {
-    platform.urlFetch.respond = (req) => (req.url === 'https://api.twilio.com/rec/RE1.mp3' ? { code: 200, body: 'ID3audio' } : { code: 404 });
-    const body = { call_id: 'call-4', idempotency_key: 'key-vm-00001', args: { phone: '+351910000000', recording_url: 'https://api.twilio.com/rec/RE1.mp3', transcript: 'please call me back', utc: '2026-11-22T21:00:00Z' } };
+    platform.urlFetch.respond = (req) =>
+      req.url === 'https://api.twilio.com/rec/RE1.mp3' ? { code: 200, body: 'ID3audio' } : { code: 404 };
+    const body = {
+      call_id: 'call-4',
+      idempotency_key: 'key-vm-00001',
+      args: {
+        phone: '+351910000000',
+        recording_url: 'https://api.twilio.com/rec/RE1.mp3',
+        transcript: 'please call me back',
+        utc: '2026-11-22T21:00:00Z',
+      },
+    };
     const first = act('route_to_voicemail', body);
     expect(first).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3', due_at: '2026-11-23T12:00:00.000Z' });
     expect(act('route_to_voicemail', body).replayed).toBe(true);
@@ -114,20 +169,47 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
     expect(folder.files.map((f) => [f.name, f.content])).toEqual([['call-4.mp3', 'ID3audio']]);
     expect(rows('tasks')).toHaveLength(1);
     expect(rows('tasks')[0].slice(2, 7)).toEqual(['2026-11-23T12:00:00.000Z', 'Callback: Voicemail', '+351910000000', 'call-4', 'open']);
-    const missing = act('route_to_voicemail', { ...body, idempotency_key: 'key-vm-00002', args: { ...body.args, recording_url: 'https://api.twilio.com/rec/none.mp3' } });
+    const missing = act('route_to_voicemail', {
+      ...body,
+      idempotency_key: 'key-vm-00002',
+      args: { ...body.args, recording_url: 'https://api.twilio.com/rec/none.mp3' },
+    });
     expect(missing).toEqual({ ok: false, error: 'args.recording_url: the recording could not be fetched (HTTP 404)' });
     expect(rows('tasks')).toHaveLength(1);
   });
 });
 
 const call = (over: Partial<CallRecord>): CallRecord => ({
-  call_id: 'c', started_at: '2026-11-21T10:00:00.000Z', duration_s: 60, model: 'm', intent_primary: 'book', turns: 4, ttfb_s: 1.2, asr_wer: null,
-  confidence_avg: 0.9, escalated: false, outcome: 'booking', est_audio_cost_usd: 0.1, telephony_minutes: 1, country: 'PT', ...over,
+  call_id: 'c',
+  started_at: '2026-11-21T10:00:00.000Z',
+  duration_s: 60,
+  model: 'm',
+  intent_primary: 'book',
+  turns: 4,
+  ttfb_s: 1.2,
+  asr_wer: null,
+  confidence_avg: 0.9,
+  escalated: false,
+  outcome: 'booking',
+  est_audio_cost_usd: 0.1,
+  telephony_minutes: 1,
+  country: 'PT',
+  ...over,
 });
 
 describe('call records and rollups', () => {
   it('stores {"calls":[...]} typed in the calls tab, once per call_id; a bad record refuses the batch', () => {
-    const records = [call({ call_id: 'a' }), call({ call_id: 'b', outcome: 'voicemail_left', intent_primary: 'voicemail', escalated: false, est_audio_cost_usd: 0.01, ttfb_s: null })];
+    const records = [
+      call({ call_id: 'a' }),
+      call({
+        call_id: 'b',
+        outcome: 'voicemail_left',
+        intent_primary: 'voicemail',
+        escalated: false,
+        est_audio_cost_usd: 0.01,
+        ttfb_s: null,
+      }),
+    ];
     expect(callJson(meter, 'doPost', { token: SECRET }, { calls: records })).toEqual({ ok: true, appended: 2, duplicates: 0 });
     expect(callJson(meter, 'doPost', { token: SECRET }, { calls: records })).toEqual({ ok: true, appended: 0, duplicates: 2 });
     const tab = platform.spreadsheet.tab('calls')!;
@@ -135,7 +217,12 @@ describe('call records and rollups', () => {
     const [a] = tab.data.slice(1);
     expect(a[1]).toBeInstanceOf(Date);
     expect([a[2], a[5], a[9], a[11]]).toEqual([60, 4, false, 0.1]);
-    const bad = callJson(meter, 'doPost', { token: SECRET }, { calls: [call({ call_id: 'c1' }), { ...call({ call_id: 'c2' }), outcome: 'won' }] });
+    const bad = callJson(
+      meter,
+      'doPost',
+      { token: SECRET },
+      { calls: [call({ call_id: 'c1' }), { ...call({ call_id: 'c2' }), outcome: 'won' }] },
+    );
     expect(bad.ok).toBe(false);
     expect(bad.error).toMatch(/^calls\[1\]\.outcome: expected one of booking/);
     expect(tab.data).toHaveLength(3);
@@ -144,8 +231,23 @@ describe('call records and rollups', () => {
   it('the digest shows the voice rollups for 7 and 30 days, equal to a direct computation', () => {
     const records = [
       call({ call_id: 'a', started_at: '2026-11-21T10:00:00.000Z', asr_wer: 0.1 }),
-      call({ call_id: 'b', started_at: '2026-11-20T10:00:00.000Z', escalated: true, outcome: 'abandoned', turns: 8, est_audio_cost_usd: 0.3 }),
-      call({ call_id: 'c', started_at: '2026-11-19T10:00:00.000Z', outcome: 'voicemail_left', intent_primary: 'voicemail', turns: 0, ttfb_s: null, est_audio_cost_usd: 0.02 }),
+      call({
+        call_id: 'b',
+        started_at: '2026-11-20T10:00:00.000Z',
+        escalated: true,
+        outcome: 'abandoned',
+        turns: 8,
+        est_audio_cost_usd: 0.3,
+      }),
+      call({
+        call_id: 'c',
+        started_at: '2026-11-19T10:00:00.000Z',
+        outcome: 'voicemail_left',
+        intent_primary: 'voicemail',
+        turns: 0,
+        ttfb_s: null,
+        est_audio_cost_usd: 0.02,
+      }),
       call({ call_id: 'd', started_at: '2026-11-01T10:00:00.000Z', asr_wer: 0.3, est_audio_cost_usd: 0.5 }),
     ];
     callJson(meter, 'doPost', { token: SECRET }, { calls: records });
@@ -162,7 +264,10 @@ describe('call records and rollups', () => {
     const direct = voiceRollup(platform.spreadsheet.tab('calls')!.data.slice(1), platform.clock.ms, 30);
     expect(value('cost per call (audio, USD)')[1]).toBeCloseTo(direct.cost_per_call!, 12);
     // The same records leave through the export, for `npm run report -- voice --calls <file>`.
-    const csv = (meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-19' })) as FakeTextOutput).getContent().trim().split('\r\n');
+    const csv = (meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-19' })) as FakeTextOutput)
+      .getContent()
+      .trim()
+      .split('\r\n');
     expect(csv[0]).toBe(CALL_FIELDS.join(','));
     expect(csv.slice(1).map((l) => l.split(',')[0])).toEqual(['a', 'b', 'c']);
     expect(csv[1]).toBe('a,2026-11-21T10:00:00.000Z,60,m,book,4,1.2,0.1,0.9,false,booking,0.1,1,PT');

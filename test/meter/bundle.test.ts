@@ -173,7 +173,14 @@ describe('doPost ingest', () => {
   });
 
   it('keeps text as text: formulas, numbers-as-text and booleans-as-text are not interpreted', () => {
-    post(meter, { customer_id: '=HYPERLINK("http://x","y")', job_id: '00123', error_code: '429', reviewer_id: 'TRUE', region: '+1', model: '@sum' });
+    post(meter, {
+      customer_id: '=HYPERLINK("http://x","y")',
+      job_id: '00123',
+      error_code: '429',
+      reviewer_id: 'TRUE',
+      region: '+1',
+      model: '@sum',
+    });
     const [row] = rows();
     expect(row[13]).toBe('=HYPERLINK("http://x","y")');
     expect(row[12]).toBe('00123');
@@ -185,7 +192,12 @@ describe('doPost ingest', () => {
   });
 
   it('stores booleans only for exactly true, and drops fields outside the 19', () => {
-    post(meter, { events: [{ pii_flag: 'true', review_required: 1 }, { pii_flag: true, review_required: true, prompt: 'secret prompt' }] });
+    post(meter, {
+      events: [
+        { pii_flag: 'true', review_required: 1 },
+        { pii_flag: true, review_required: true, prompt: 'secret prompt' },
+      ],
+    });
     const [a, b] = rows();
     expect([a[14], a[15]]).toEqual([false, false]);
     expect([b[14], b[15]]).toEqual([true, true]);
@@ -215,7 +227,12 @@ describe('doPost ingest', () => {
   });
 
   it('stores an event_id once: a retried request is acknowledged as duplicates', () => {
-    const batch = { events: [{ event_id: 'evt-1', cost_usd: 1 }, { event_id: 'evt-2', cost_usd: 2 }] };
+    const batch = {
+      events: [
+        { event_id: 'evt-1', cost_usd: 1 },
+        { event_id: 'evt-2', cost_usd: 2 },
+      ],
+    };
     expect(post(meter, batch)).toEqual({ ok: true, appended: 2, duplicates: 0 });
     expect(post(meter, batch)).toEqual({ ok: true, appended: 0, duplicates: 2 });
     expect(post(meter, { events: [{ event_id: 'evt-2' }, { event_id: 'evt-3' }, { event_id: 'evt-3' }] })).toEqual({
@@ -259,7 +276,10 @@ describe('doPost ingest', () => {
 
   it('grows past the first 1,000 rows', () => {
     const events = platform.spreadsheet.tab('events')!;
-    events.loadRows(2, Array.from({ length: 998 }, (_, i) => [`old-${i}`, new Date(0), ...Array(17).fill('')]));
+    events.loadRows(
+      2,
+      Array.from({ length: 998 }, (_, i) => [`old-${i}`, new Date(0), ...Array(17).fill('')]),
+    );
     expect(events.maxRows).toBe(1000);
     expect(post(meter, { events: Array.from({ length: 300 }, (_, i) => ({ job_id: `n${i}` })) })).toMatchObject({ appended: 300 });
     expect(events.maxRows).toBe(1299 + 1000); // grown with headroom, so the next requests need no insert
@@ -318,6 +338,8 @@ describe('doGet', () => {
   it('names a Config cap that is not a number', () => {
     const { platform, meter } = freshMeter();
     platform.spreadsheet.tab('Config')!.data[1][1] = '50$';
-    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET }).error).toBe('Config DAILY_CAP_USD must be a number >= 0, found "50$"');
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET }).error).toBe(
+      'Config DAILY_CAP_USD must be a number >= 0, found "50$"',
+    );
   });
 });

@@ -74,7 +74,12 @@ describe('checkSpendCaps', () => {
 
   it('a crossed 7-day cap alerts too, counting the 6 days before today', () => {
     setConfig(platform, 'BURN_7D_CAP_USD', 10);
-    post(meter, { events: [{ timestamp: '2026-11-16T01:00:00Z', cost_usd: 6 }, { timestamp: '2026-11-20T01:00:00Z', cost_usd: 5 }] });
+    post(meter, {
+      events: [
+        { timestamp: '2026-11-16T01:00:00Z', cost_usd: 6 },
+        { timestamp: '2026-11-20T01:00:00Z', cost_usd: 5 },
+      ],
+    });
     meter.checkSpendCaps();
     const body = platform.urlFetch.payloads()[0];
     expect(body.blocks[0].text.text).toMatch(/7-day cap crossed/);
@@ -116,7 +121,12 @@ describe('exportArchive and doGet export', () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
     post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z', cost_usd: 1, pii_flag: true }] });
     platform.clock.set('2026-11-22T00:30:00Z');
-    post(meter, { events: [{ event_id: 'late', timestamp: '2026-11-18T08:00:00Z' }, { event_id: 'today1', timestamp: '2026-11-22T00:20:00Z' }] });
+    post(meter, {
+      events: [
+        { event_id: 'late', timestamp: '2026-11-18T08:00:00Z' },
+        { event_id: 'today1', timestamp: '2026-11-22T00:20:00Z' },
+      ],
+    });
     post(meter, { event_id: 'd2', timestamp: '2026-11-21T23:59:00Z' }); // after a today row: exported, past the watermark
     platform.clock.set('2026-11-22T01:00:00Z');
     expect(meter.exportArchive()).toMatch(/wrote 3 row\(s\) to events_2026-11-21\.csv; watermark at row 3/);
@@ -128,13 +138,22 @@ describe('exportArchive and doGet export', () => {
 
     platform.clock.set('2026-11-23T01:00:00Z');
     expect(meter.exportArchive()).toMatch(/wrote 2 row\(s\) to events_2026-11-22\.csv/);
-    expect(csvOf(platform)[1].lines.slice(1).map((l) => l.split(',')[0])).toEqual(['today1', 'd2']);
+    expect(
+      csvOf(platform)[1]
+        .lines.slice(1)
+        .map((l) => l.split(',')[0]),
+    ).toEqual(['today1', 'd2']);
     expect(meter.exportArchive()).toMatch(/no rows to export/);
   });
 
   it('doGet?action=export serves the CSV of events on or after a UTC day', () => {
     const { meter } = freshMeter();
-    post(meter, { events: [{ event_id: 'a', timestamp: '2026-11-19T23:59:59Z' }, { event_id: 'b', timestamp: '2026-11-20T00:00:00Z', customer_id: 'x,y' }] });
+    post(meter, {
+      events: [
+        { event_id: 'a', timestamp: '2026-11-19T23:59:59Z' },
+        { event_id: 'b', timestamp: '2026-11-20T00:00:00Z', customer_id: 'x,y' },
+      ],
+    });
     const out = meter.doGet(webEvent({ token: SECRET, action: 'export', since: '2026-11-20' })) as FakeTextOutput;
     expect(out.getMimeType()).toBe('CSV');
     const lines = out.getContent().trim().split('\r\n');
@@ -175,7 +194,11 @@ describe('applyRetention', () => {
     expect(platform.calls.get('Sheet.deleteRows')).toBe(1);
     expect(platform.calls.get('Range.getValues')).toBeLessThanOrEqual(2);
     const rows = dataRows(eventsTab(platform));
-    expect(rows.map((r) => r[0])).toEqual(Array.from({ length: 60 }, (_, i) => i).filter((i) => i % 3 !== 0).map((i) => `e${i}`));
+    expect(rows.map((r) => r[0])).toEqual(
+      Array.from({ length: 60 }, (_, i) => i)
+        .filter((i) => i % 3 !== 0)
+        .map((i) => `e${i}`),
+    );
     expect(rows[0][12]).toBe('001'); // text stayed text through the rewrite
     expect(rows.every((r) => r[1] instanceof Date)).toBe(true);
     // Ingest and the next export still line up with the moved rows.
@@ -214,7 +237,27 @@ describe('applyRetention', () => {
     const base = Date.parse('2026-11-21T00:00:00Z');
     eventsTab(platform).loadRows(
       2,
-      Array.from({ length: 100_000 }, (_, i) => [`r${i}`, new Date(base - (i % 60) * 86_400_000), 'agent', 'p', 'm', 'n/a', 1, 1, 1, 0.001, '', '', '', '', false, false, '', 'n/a', '']),
+      Array.from({ length: 100_000 }, (_, i) => [
+        `r${i}`,
+        new Date(base - (i % 60) * 86_400_000),
+        'agent',
+        'p',
+        'm',
+        'n/a',
+        1,
+        1,
+        1,
+        0.001,
+        '',
+        '',
+        '',
+        '',
+        false,
+        false,
+        '',
+        'n/a',
+        '',
+      ]),
     );
     meter.exportArchive();
     platform.calls.reset();
@@ -243,7 +286,12 @@ function direct(rows: Cell[][], now: number) {
   const byCustomer = new Map<string, number>();
   for (const r of pub.filter((r) => within(r, 7))) byCustomer.set(String(r[13]), (byCustomer.get(String(r[13])) ?? 0) + (r[9] as number));
   const top = [...byCustomer].sort((a, b) => b[1] - a[1])[0];
-  return { today: sum(pub.filter((r) => within(r, 1))), last7d: sum(pub.filter((r) => within(r, 7))), last30d: sum(pub.filter((r) => within(r, 30))), top };
+  return {
+    today: sum(pub.filter((r) => within(r, 1))),
+    last7d: sum(pub.filter((r) => within(r, 7))),
+    last30d: sum(pub.filter((r) => within(r, 30))),
+    top,
+  };
 }
 
 describe('digest', () => {
@@ -251,13 +299,49 @@ describe('digest', () => {
     const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
     const now = platform.clock.ms;
     let seed = 7;
-    const rnd = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+    const rnd = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
     const rows: Cell[][] = Array.from({ length: 2000 }, (_, i) => [
-      `id${i}`, new Date(now - Math.floor(rnd() * 40 * 86_400_000)), 'agent', 'openai', ['gpt-a', 'gpt-b', 'zero'][i % 3], 'n/a',
-      i % 3 === 2 ? 0 : Math.floor(rnd() * 1000), i % 3 === 2 ? 0 : Math.floor(rnd() * 500), 100, Math.round(rnd() * 10000) / 10000,
-      '', '', '', `c${i % 7}`, i % 10 === 0, false, '', 'n/a', '',
+      `id${i}`,
+      new Date(now - Math.floor(rnd() * 40 * 86_400_000)),
+      'agent',
+      'openai',
+      ['gpt-a', 'gpt-b', 'zero'][i % 3],
+      'n/a',
+      i % 3 === 2 ? 0 : Math.floor(rnd() * 1000),
+      i % 3 === 2 ? 0 : Math.floor(rnd() * 500),
+      100,
+      Math.round(rnd() * 10000) / 10000,
+      '',
+      '',
+      '',
+      `c${i % 7}`,
+      i % 10 === 0,
+      false,
+      '',
+      'n/a',
+      '',
     ]);
-    rows.push(['secret-row', new Date(now), 'user', 'openai', 'gpt-a', 'n/a', 5, 5, 1, 999, '', '', '', 'pii-customer', true, false, '', 'n/a', '']);
+    rows.push([
+      'secret-row',
+      new Date(now),
+      'user',
+      'openai',
+      'gpt-a',
+      'n/a',
+      5,
+      5,
+      1,
+      999,
+      '',
+      '',
+      '',
+      'pii-customer',
+      true,
+      false,
+      '',
+      'n/a',
+      '',
+    ]);
     eventsTab(platform).loadRows(2, rows);
     return { platform, meter, rows, now };
   }
@@ -346,7 +430,10 @@ describe('manifest scopes', () => {
       [/DriveApp\b/, 'https://www.googleapis.com/auth/drive.file'],
       [/CalendarApp\./, 'https://www.googleapis.com/auth/calendar'],
     ];
-    const needed = scopeOf.filter(([re]) => re.test(source)).map(([, scope]) => scope).sort();
+    const needed = scopeOf
+      .filter(([re]) => re.test(source))
+      .map(([, scope]) => scope)
+      .sort();
     const manifest = JSON.parse(readFileSync(join(DIST, 'appsscript.json'), 'utf8'));
     expect([...manifest.oauthScopes].sort()).toEqual(needed);
   });

@@ -74,7 +74,10 @@ describe('modules with the fakes', () => {
     const svc = platform.services();
     setup(svc);
     const sheet = platform.spreadsheet.tab('events')!;
-    sheet.loadRows(2, Array.from({ length: 20_000 }, (_, i) => [`id-${i}`, ...Array(18).fill('')]));
+    sheet.loadRows(
+      2,
+      Array.from({ length: 20_000 }, (_, i) => [`id-${i}`, ...Array(18).fill('')]),
+    );
     platform.calls.reset();
     const found = findStoredIds(sheet, ['id-5', 'id-19999', 'nope']);
     expect([...found].sort()).toEqual(['id-19999', 'id-5']);
@@ -84,7 +87,17 @@ describe('modules with the fakes', () => {
   it('sums spend by UTC day', () => {
     const now = Date.parse('2026-11-22T05:00:00Z');
     const t = (iso: string) => new Date(iso);
-    expect(spendTotals([[t('2026-11-22T00:00:00Z'), 1], [t('2026-11-21T23:00:00Z'), 2], ['', 5], [t('2026-11-15T12:00:00Z'), 4]], now)).toEqual({
+    expect(
+      spendTotals(
+        [
+          [t('2026-11-22T00:00:00Z'), 1],
+          [t('2026-11-21T23:00:00Z'), 2],
+          ['', 5],
+          [t('2026-11-15T12:00:00Z'), 4],
+        ],
+        now,
+      ),
+    ).toEqual({
       today: 1,
       last7d: 3,
     });
@@ -129,7 +142,11 @@ describe('fakes behave like Apps Script', () => {
     s.deleteColumns(20, 7);
     const row = eventToRow(normalizeEvent({}, opts));
     expect(row).toHaveLength(EVENT_FIELDS.length);
-    appendRows(ss, s, Array.from({ length: 1500 }, () => row));
+    appendRows(
+      ss,
+      s,
+      Array.from({ length: 1500 }, () => row),
+    );
     expect(s.maxRows).toBe(2500); // 1500 rows (no header in this bare sheet) + 1000 rows of headroom
   });
 });

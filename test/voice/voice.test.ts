@@ -23,8 +23,21 @@ describe('concierge.json and its lint', () => {
     expect(problems.map((p) => p.path)).toContain('$.functions[5].dial');
     expect(lintConcierge(filled())).toEqual([]);
     const t = template();
-    expect([t.guardrails.max_turns, t.guardrails.min_confidence, t.guardrails.latency_budget_s, t.spend_guard.per_call_usd_cap, t.consent.max_retries]).toEqual([8, 0.6, 1.8, 0.35, 1]);
-    expect(t.functions.map((f: { name: string }) => f.name)).toEqual(['book_slot', 'reschedule_slot', 'create_lead', 'lookup_pricing_page', 'route_to_voicemail', 'escalate_to_human']);
+    expect([
+      t.guardrails.max_turns,
+      t.guardrails.min_confidence,
+      t.guardrails.latency_budget_s,
+      t.spend_guard.per_call_usd_cap,
+      t.consent.max_retries,
+    ]).toEqual([8, 0.6, 1.8, 0.35, 1]);
+    expect(t.functions.map((f: { name: string }) => f.name)).toEqual([
+      'book_slot',
+      'reschedule_slot',
+      'create_lead',
+      'lookup_pricing_page',
+      'route_to_voicemail',
+      'escalate_to_human',
+    ]);
     expect(t.escalation.rules).toHaveLength(4);
   });
 
@@ -45,7 +58,11 @@ describe('concierge.json and its lint', () => {
     c.meta.primary_language = 'portuguese!';
     c.escalation.rules[0].threshold = 6;
     const lines = lintConcierge(c).map((p) => `${p.path}: ${p.message}`);
-    const expectLine = (re: RegExp) => expect(lines.some((l) => re.test(l)), `${re} in\n${lines.join('\n')}`).toBe(true);
+    const expectLine = (re: RegExp) =>
+      expect(
+        lines.some((l) => re.test(l)),
+        `${re} in\n${lines.join('\n')}`,
+      ).toBe(true);
     expectLine(/^\$\.meta\.colour: unknown field$/);
     expectLine(/^\$\.consent\.max_retries: missing field$/);
     expectLine(/^\$\.guardrails\.min_confidence: /);
@@ -93,14 +110,24 @@ describe('spend guard (Document 3)', () => {
   };
 
   it('audio frames add their duration; empty frames are refused', () => {
-    const s = run([{ type: 'user.audio_frame', ms: 20 }, { type: 'user.audio_frame', ms: 30 }, { type: 'assistant.audio_frame', ms: 40 }]);
+    const s = run([
+      { type: 'user.audio_frame', ms: 20 },
+      { type: 'user.audio_frame', ms: 30 },
+      { type: 'assistant.audio_frame', ms: 40 },
+    ]);
     expect([s.inputMs, s.outputMs]).toEqual([50, 40]);
-    expect(() => applyEvent(s, { type: 'user.audio_frame', ms: 0 }, cfg)).toThrow(/user\.audio_frame\.ms: expected a duration in milliseconds > 0/);
+    expect(() => applyEvent(s, { type: 'user.audio_frame', ms: 0 }, cfg)).toThrow(
+      /user\.audio_frame\.ms: expected a duration in milliseconds > 0/,
+    );
     expect(() => applyEvent(s, { type: 'assistant.audio_frame', ms: -5 }, cfg)).toThrow(/> 0/);
   });
 
   it('estimates cost as inputMs/100 and outputMs/50 tokens at the per-million prices', () => {
-    const s = run([{ type: 'user.audio_frame', ms: 60_000 }, { type: 'assistant.audio_frame', ms: 30_000 }, { type: 'assistant.response.done' }]);
+    const s = run([
+      { type: 'user.audio_frame', ms: 60_000 },
+      { type: 'assistant.audio_frame', ms: 30_000 },
+      { type: 'assistant.response.done' },
+    ]);
     // 600 input tokens x 10/1e6 + 600 output tokens x 20/1e6 = 0.006 + 0.012
     expect(s.estUsd).toBeCloseTo(0.018, 12);
     expect(estimateUsd(s, cfg)).toBeCloseTo(0.018, 12);
@@ -110,8 +137,14 @@ describe('spend guard (Document 3)', () => {
   it('bills from the reported usage when response.done carries it, keeping the estimate beside it', () => {
     const s = run([
       { type: 'user.audio_frame', ms: 1000 },
-      { type: 'assistant.response.done', usage: { input_token_details: { audio_tokens: 5000 }, output_token_details: { audio_tokens: 1000 } } },
-      { type: 'assistant.response.done', usage: { input_token_details: { audio_tokens: 9000 }, output_token_details: { audio_tokens: 500 } } },
+      {
+        type: 'assistant.response.done',
+        usage: { input_token_details: { audio_tokens: 5000 }, output_token_details: { audio_tokens: 1000 } },
+      },
+      {
+        type: 'assistant.response.done',
+        usage: { input_token_details: { audio_tokens: 9000 }, output_token_details: { audio_tokens: 500 } },
+      },
     ]);
     expect(s.billedUsd).toBeCloseTo((14_000 * 10 + 1500 * 20) / 1e6, 12);
     expect(s.estUsd).toBe(s.billedUsd);
@@ -132,7 +165,12 @@ describe('spend guard (Document 3)', () => {
     const exact = run([{ type: 'assistant.audio_frame', ms: 875_000 }, done]);
     expect(exact.reason).toBe('per_call_cap');
     // Two ttfb breaches and cost over the cap: the cap wins.
-    const order = run([{ type: 'assistant.response.start', ttfb_ms: 2000 }, { type: 'assistant.response.start', ttfb_ms: 2500 }, { type: 'assistant.audio_frame', ms: 900_000 }, done]);
+    const order = run([
+      { type: 'assistant.response.start', ttfb_ms: 2000 },
+      { type: 'assistant.response.start', ttfb_ms: 2500 },
+      { type: 'assistant.audio_frame', ms: 900_000 },
+      done,
+    ]);
     expect(order.reason).toBe('per_call_cap');
     // Latency alone: escalate after the second breach, not the first; at the budget is no breach.
     const lat = run([{ type: 'assistant.response.start', ttfb_ms: 1800 }, done, { type: 'assistant.response.start', ttfb_ms: 1801 }, done]);
@@ -170,7 +208,15 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     redis = new Redis(REDIS_URL);
     const dir = mkdtempSync(join(tmpdir(), 'voice-'));
     writeFileSync(join(dir, 'concierge.json'), JSON.stringify(filled()));
-    env = { CONCIERGE_FILE: join(dir, 'concierge.json'), VOICE_TOKEN: 'voice-secret', QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml'), HOT_BASE_URL: 'http://127.0.0.1:9/v1' };
+    env = {
+      CONCIERGE_FILE: join(dir, 'concierge.json'),
+      VOICE_TOKEN: 'voice-secret',
+      QUEUE_STORE_URL: REDIS_URL,
+      REDIS_PREFIX: prefix,
+      METER_CSV_FILE: join(dir, 'e.csv'),
+      SCOPES_FILE: join(dir, 'none.yaml'),
+      HOT_BASE_URL: 'http://127.0.0.1:9/v1',
+    };
   });
   afterEach(async () => {
     for (const s of stacks.splice(0)) await s.stop();
@@ -185,18 +231,35 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     return h;
   }
   const post = (url: string, path: string, body: unknown, token = 'voice-secret') =>
-    fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify(body) });
+    fetch(`${url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify(body),
+    });
 
   it('answers in business hours (Lisbon time) with the consent line; voicemail after hours and on no_answer', async () => {
     const { url } = await up();
     expect((await post(url, '/v1/voice/calls', { call_id: 'c1', from: '+351900000000' }, 'nope')).status).toBe(401);
-    const open = (await (await post(url, '/v1/voice/calls', { call_id: 'c1', from: '+351900000000', at: '2026-11-23T10:00:00Z' })).json()) as Record<string, unknown>;
-    expect(open).toMatchObject({ action: 'answer', consent_line: expect.stringContaining('AI assistant'), consent: { retry_if_no_ack: true, max_retries: 1 } });
-    const night = (await (await post(url, '/v1/voice/calls', { call_id: 'c2', from: '+351900000000', at: '2026-11-23T19:30:00Z' })).json()) as Record<string, unknown>;
+    const open = (await (
+      await post(url, '/v1/voice/calls', { call_id: 'c1', from: '+351900000000', at: '2026-11-23T10:00:00Z' })
+    ).json()) as Record<string, unknown>;
+    expect(open).toMatchObject({
+      action: 'answer',
+      consent_line: expect.stringContaining('AI assistant'),
+      consent: { retry_if_no_ack: true, max_retries: 1 },
+    });
+    const night = (await (
+      await post(url, '/v1/voice/calls', { call_id: 'c2', from: '+351900000000', at: '2026-11-23T19:30:00Z' })
+    ).json()) as Record<string, unknown>;
     expect(night).toMatchObject({ action: 'voicemail', reason: 'after_hours', function: 'route_to_voicemail', privacy_notice: true });
-    const sunday = (await (await post(url, '/v1/voice/calls', { call_id: 'c3', from: '+1', at: '2026-11-22T10:00:00Z' })).json()) as Record<string, unknown>;
+    const sunday = (await (await post(url, '/v1/voice/calls', { call_id: 'c3', from: '+1', at: '2026-11-22T10:00:00Z' })).json()) as Record<
+      string,
+      unknown
+    >;
     expect(sunday.action).toBe('voicemail');
-    const missed = (await (await post(url, '/v1/voice/calls', { call_id: 'c4', from: '+1', at: '2026-11-23T10:00:00Z', trigger: 'no_answer' })).json()) as Record<string, unknown>;
+    const missed = (await (
+      await post(url, '/v1/voice/calls', { call_id: 'c4', from: '+1', at: '2026-11-23T10:00:00Z', trigger: 'no_answer' })
+    ).json()) as Record<string, unknown>;
     expect(missed).toMatchObject({ action: 'voicemail', reason: 'no_answer' });
     const bad = await post(url, '/v1/voice/calls', { call_id: 'c 5', from: '+1' });
     expect(bad.status).toBe(400);
@@ -210,10 +273,18 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     const frames = Array.from({ length: 50 }, () => ({ type: 'user.audio_frame', ms: 20 }));
     const r1 = (await (await post(a.url, '/v1/voice/calls/call-9/events', frames)).json()) as Record<string, any>;
     expect(r1).toMatchObject({ action: 'continue', state: { inputMs: 1000, outputMs: 0, turns: 0, ttfbBreaches: 0 } });
-    const refused = await post(b.url, '/v1/voice/calls/call-9/events', [{ type: 'assistant.audio_frame', ms: 40 }, { type: 'assistant.audio_frame', ms: 0 }]);
+    const refused = await post(b.url, '/v1/voice/calls/call-9/events', [
+      { type: 'assistant.audio_frame', ms: 40 },
+      { type: 'assistant.audio_frame', ms: 0 },
+    ]);
     expect(refused.status).toBe(400);
     expect(((await refused.json()) as { error: string }).error).toMatch(/^events\[1\]\.assistant\.audio_frame\.ms: /);
-    const r2 = (await (await post(b.url, '/v1/voice/calls/call-9/events', [{ type: 'assistant.audio_frame', ms: 900_000 }, { type: 'assistant.response.done' }])).json()) as Record<string, any>;
+    const r2 = (await (
+      await post(b.url, '/v1/voice/calls/call-9/events', [
+        { type: 'assistant.audio_frame', ms: 900_000 },
+        { type: 'assistant.response.done' },
+      ])
+    ).json()) as Record<string, any>;
     expect(r2).toMatchObject({ action: 'disconnect', reason: 'per_call_cap', state: { inputMs: 1000, outputMs: 900_000, turns: 1 } });
     expect(r2.estUsd_at_disconnect).toBeGreaterThanOrEqual(0.35);
     expect((await post(a.url, '/v1/voice/calls/unknown/events', { type: 'user.audio_frame', ms: 1 })).status).toBe(404);
@@ -236,6 +307,11 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
   });
 
   it('refuses, in production, a configuration that does not lint clean', async () => {
-    await expect(createStack({ ...env, NODE_ENV: 'production', CONCIERGE_FILE: join(root, 'concierge.json') }, captureLogger([]), { http: true, worker: false })).rejects.toThrow(/does not lint clean/);
+    await expect(
+      createStack({ ...env, NODE_ENV: 'production', CONCIERGE_FILE: join(root, 'concierge.json') }, captureLogger([]), {
+        http: true,
+        worker: false,
+      }),
+    ).rejects.toThrow(/does not lint clean/);
   });
 });

@@ -26,7 +26,8 @@ class Target {
   server!: Server;
   url = '';
   seen: Array<{ path: string; headers: IncomingMessage['headers']; body: any }> = [];
-  handle: (n: number, req: IncomingMessage, res: ServerResponse, body: any) => void = (_n, _q, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-1"}');
+  handle: (n: number, req: IncomingMessage, res: ServerResponse, body: any) => void = (_n, _q, res) =>
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-1"}');
   async start() {
     this.server = createServer(async (req, res) => {
       let text = '';
@@ -71,14 +72,34 @@ async function up(extraEnv: NodeJS.ProcessEnv = {}) {
   c.workflow.dlq_url = `${dlq.url}/dlq`;
   c.spend_guard.log_to = `${observe.url}/log`;
   writeFileSync(join(dir, 'concierge.json'), JSON.stringify(c));
-  const env = { CONCIERGE_FILE: join(dir, 'concierge.json'), VOICE_TOKEN: 'v', QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_CSV_FILE: join(dir, 'events.csv'), CALLS_CSV_FILE: join(dir, 'calls.csv'), TELEPHONY_RATES_FILE: join(dir, 'rates.json'), SCOPES_FILE: join(dir, 'none.yaml'), ...extraEnv };
+  const env = {
+    CONCIERGE_FILE: join(dir, 'concierge.json'),
+    VOICE_TOKEN: 'v',
+    QUEUE_STORE_URL: REDIS_URL,
+    REDIS_PREFIX: prefix,
+    METER_CSV_FILE: join(dir, 'events.csv'),
+    CALLS_CSV_FILE: join(dir, 'calls.csv'),
+    TELEPHONY_RATES_FILE: join(dir, 'rates.json'),
+    SCOPES_FILE: join(dir, 'none.yaml'),
+    ...extraEnv,
+  };
   const h = await listenStack(env);
   stacks.push(h);
   return h;
 }
-const post = (url: string, path: string, body: unknown) => fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer v' }, body: JSON.stringify(body) });
-const called = async (url: string, body: unknown) => (await (await post(url, '/v1/workflow/function-called', body)).json()) as Record<string, any>;
-const booking = { function: 'book_slot', call_id: 'call-1', args: { name: 'Ana', phone: '+351900000001', service: 'cut', date: '2026-11-24', time: '10:00', location: 'Lisboa', notes: '' } };
+const post = (url: string, path: string, body: unknown) =>
+  fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer v' },
+    body: JSON.stringify(body),
+  });
+const called = async (url: string, body: unknown) =>
+  (await (await post(url, '/v1/workflow/function-called', body)).json()) as Record<string, any>;
+const booking = {
+  function: 'book_slot',
+  call_id: 'call-1',
+  args: { name: 'Ana', phone: '+351900000001', service: 'cut', date: '2026-11-24', time: '10:00', location: 'Lisboa', notes: '' },
+};
 
 describe('function-call workflow', () => {
   it('the key is canonical: key order and whitespace do not matter', () => {
@@ -89,12 +110,20 @@ describe('function-call workflow', () => {
 
   it('a 500 twice then success: retried with the same Idempotency-Key; a replay answers the first result without calling again', async () => {
     const gw = await up();
-    target.handle = (n, _q, res) => (n <= 2 ? res.writeHead(500).end('boom') : res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-77"}'));
+    target.handle = (n, _q, res) =>
+      n <= 2
+        ? res.writeHead(500).end('boom')
+        : res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-77"}');
     const first = await called(gw.url, booking);
     expect(first).toMatchObject({ ok: true, result: { booking_id: 'evt-77' }, replayed: false });
     expect(target.seen).toHaveLength(3);
     expect(new Set(target.seen.map((s) => s.headers['idempotency-key']))).toEqual(new Set([first.idempotency_key]));
-    expect(target.seen[0].body).toMatchObject({ call_id: 'call-1', function: 'book_slot', args: booking.args, idempotency_key: first.idempotency_key });
+    expect(target.seen[0].body).toMatchObject({
+      call_id: 'call-1',
+      function: 'book_slot',
+      args: booking.args,
+      idempotency_key: first.idempotency_key,
+    });
     const replay = await called(gw.url, { ...booking, args: Object.fromEntries(Object.entries(booking.args).reverse()) });
     expect(replay).toEqual({ ...first, replayed: true });
     expect(target.seen).toHaveLength(3); // replaying the webhook twice yields one booking
@@ -102,7 +131,8 @@ describe('function-call workflow', () => {
 
   it('a replay arriving while the first call is still running waits for it: one call to the target', async () => {
     const gw = await up();
-    target.handle = (_n, _q, res) => setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"slow"}'), 400);
+    target.handle = (_n, _q, res) =>
+      setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"slow"}'), 400);
     const [a, b] = await Promise.all([called(gw.url, booking), new Promise((r) => setTimeout(r, 50)).then(() => called(gw.url, booking))]);
     expect(target.seen).toHaveLength(1);
     expect(a.result).toEqual({ ok: true, booking_id: 'slow' });
@@ -130,14 +160,26 @@ describe('function-call workflow', () => {
     const sent = await flushVia();
     expect(sent).toBe(1);
     const letter = dlq.seen.at(-1)!.body;
-    expect(letter).toMatchObject({ function: 'book_slot', call_id: 'call-dead', args: booking.args, idempotency_key: answer.idempotency_key, last_error: 'HTTP 503' });
+    expect(letter).toMatchObject({
+      function: 'book_slot',
+      call_id: 'call-dead',
+      args: booking.args,
+      idempotency_key: answer.idempotency_key,
+      last_error: 'HTTP 503',
+    });
     expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
   });
 
   it('static_url answers the pricing page; dial answers the number; an unknown function is refused', async () => {
     const gw = await up();
-    expect(await called(gw.url, { function: 'lookup_pricing_page', call_id: 'c', args: {} })).toMatchObject({ ok: true, result: { url: 'https://example.com/prices' } });
-    expect(await called(gw.url, { function: 'escalate_to_human', call_id: 'c', args: { reason: 'x' } })).toMatchObject({ ok: true, result: { dial: '+351211234567' } });
+    expect(await called(gw.url, { function: 'lookup_pricing_page', call_id: 'c', args: {} })).toMatchObject({
+      ok: true,
+      result: { url: 'https://example.com/prices' },
+    });
+    expect(await called(gw.url, { function: 'escalate_to_human', call_id: 'c', args: { reason: 'x' } })).toMatchObject({
+      ok: true,
+      result: { dial: '+351211234567' },
+    });
     const res = await post(gw.url, '/v1/workflow/function-called', { function: 'order_pizza', call_id: 'c', args: {} });
     expect(res.status).toBe(400);
     expect(target.seen).toHaveLength(0);
@@ -154,7 +196,10 @@ async function flushVia(): Promise<number> {
 
 describe('after each call', () => {
   it('builds the call record, posts the summary, sends record and audio cost to the meter; ending twice sends nothing twice', async () => {
-    writeFileSync(join(dir, 'rates.json'), JSON.stringify({ PT: { price_unit: 'USD', inbound: { local: 0.01 }, outbound: [], fetched_at: 'x' } }));
+    writeFileSync(
+      join(dir, 'rates.json'),
+      JSON.stringify({ PT: { price_unit: 'USD', inbound: { local: 0.01 }, outbound: [], fetched_at: 'x' } }),
+    );
     const gw = await up();
     await post(gw.url, '/v1/voice/calls', { call_id: 'rec-1', from: '+351900000001', country: 'PT', at: '2026-11-23T10:00:00Z' });
     await post(gw.url, '/v1/voice/calls/rec-1/events', [
@@ -170,13 +215,34 @@ describe('after each call', () => {
     const res = await post(gw.url, '/v1/voice/calls/rec-1/end', { outcome: 'booking', duration_s: 95, asr_wer: 0.08 });
     const record = (await res.json()) as CallRecord;
     expect(record).toEqual({
-      call_id: 'rec-1', started_at: '2026-11-23T10:00:00.000Z', duration_s: 95, model: 'gpt-realtime-mini', intent_primary: 'book', turns: 2,
-      ttfb_s: 1, asr_wer: 0.08, confidence_avg: 0.8, escalated: false, outcome: 'booking',
-      est_audio_cost_usd: Number(((30 * 10 + 40 * 20) / 1e6).toFixed(6)), telephony_minutes: 2, country: 'PT',
+      call_id: 'rec-1',
+      started_at: '2026-11-23T10:00:00.000Z',
+      duration_s: 95,
+      model: 'gpt-realtime-mini',
+      intent_primary: 'book',
+      turns: 2,
+      ttfb_s: 1,
+      asr_wer: 0.08,
+      confidence_avg: 0.8,
+      escalated: false,
+      outcome: 'booking',
+      est_audio_cost_usd: Number(((30 * 10 + 40 * 20) / 1e6).toFixed(6)),
+      telephony_minutes: 2,
+      country: 'PT',
     });
     expect(await (await post(gw.url, '/v1/voice/calls/rec-1/end', { outcome: 'abandoned' })).json()).toEqual(record);
     await new Promise((r) => setTimeout(r, 200));
-    expect(observe.seen.map((s) => s.body)).toEqual([{ call_id: 'rec-1', intent: 'book', status: 'booking', duration_s: 95, turns: 2, est_audio_cost_usd: record.est_audio_cost_usd, escalated: false }]);
+    expect(observe.seen.map((s) => s.body)).toEqual([
+      {
+        call_id: 'rec-1',
+        intent: 'book',
+        status: 'booking',
+        duration_s: 95,
+        turns: 2,
+        est_audio_cost_usd: record.est_audio_cost_usd,
+        escalated: false,
+      },
+    ]);
     await gw.stack.close();
     stacks.pop();
     const calls = readFileSync(join(dir, 'calls.csv'), 'utf8').trim().split('\n');
@@ -210,8 +276,13 @@ describe('telephony rates', () => {
       if (iso !== 'US') return void res.writeHead(404).end('{"message":"not found"}');
       res.writeHead(200, { 'content-type': 'application/json' }).end(
         JSON.stringify({
-          country: 'United States', iso_country: 'US', price_unit: 'USD',
-          inbound_call_prices: [{ number_type: 'local', base_price: '0.0085', current_price: '0.0085' }, { number_type: 'toll free', base_price: '0.0220', current_price: '0.0220' }],
+          country: 'United States',
+          iso_country: 'US',
+          price_unit: 'USD',
+          inbound_call_prices: [
+            { number_type: 'local', base_price: '0.0085', current_price: '0.0085' },
+            { number_type: 'toll free', base_price: '0.0220', current_price: '0.0220' },
+          ],
           outbound_prefix_prices: [{ prefixes: ['1'], friendly_name: 'United States', base_price: '0.0140', current_price: '0.0140' }],
           url: 'https://pricing.twilio.com/v1/Voice/Countries/US',
         }),
@@ -224,8 +295,14 @@ describe('telephony rates', () => {
 
   it('reads Twilio’s shape (prices as strings) with basic authentication', async () => {
     const r = await fetchCountryRates('US', { baseUrl: pricingUrl, sid: 'ACsid', token: 'tok' });
-    expect(r).toMatchObject({ price_unit: 'USD', inbound: { local: 0.0085, 'toll free': 0.022 }, outbound: [{ prefixes: ['1'], name: 'United States', price: 0.014 }] });
-    await expect(fetchCountryRates('US', { baseUrl: pricingUrl, sid: 'ACsid', token: 'bad' })).rejects.toThrow('US: pricing service answered HTTP 401');
+    expect(r).toMatchObject({
+      price_unit: 'USD',
+      inbound: { local: 0.0085, 'toll free': 0.022 },
+      outbound: [{ prefixes: ['1'], name: 'United States', price: 0.014 }],
+    });
+    await expect(fetchCountryRates('US', { baseUrl: pricingUrl, sid: 'ACsid', token: 'bad' })).rejects.toThrow(
+      'US: pricing service answered HTTP 401',
+    );
   });
 
   it('npm run concierge:rates writes the file, and a country without rates is an error that names it', async () => {
@@ -233,7 +310,13 @@ describe('telephony rates', () => {
     // Asynchronous: the pricing server lives in this process and must keep answering.
     const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), ['gateway/src/voice/rates.ts', 'US', 'ZZ'], {
       cwd: root,
-      env: { ...process.env, TWILIO_PRICING_URL: pricingUrl, TWILIO_ACCOUNT_SID: 'ACsid', TWILIO_AUTH_TOKEN: 'tok', TELEPHONY_RATES_FILE: file },
+      env: {
+        ...process.env,
+        TWILIO_PRICING_URL: pricingUrl,
+        TWILIO_ACCOUNT_SID: 'ACsid',
+        TWILIO_AUTH_TOKEN: 'tok',
+        TELEPHONY_RATES_FILE: file,
+      },
     });
     const run = { stdout: '', stderr: '', status: null as number | null };
     child.stdout.on('data', (d) => (run.stdout += d));
@@ -248,13 +331,69 @@ describe('telephony rates', () => {
 
 describe('voice rollups', () => {
   it('npm run report -- voice equals a direct computation over the call records', async () => {
-    const base = { model: 'm', started_at: '2026-11-20T10:00:00.000Z', duration_s: 60, telephony_minutes: 1, country: 'PT', confidence_avg: 0.9, ttfb_s: 1 } as const;
+    const base = {
+      model: 'm',
+      started_at: '2026-11-20T10:00:00.000Z',
+      duration_s: 60,
+      telephony_minutes: 1,
+      country: 'PT',
+      confidence_avg: 0.9,
+      ttfb_s: 1,
+    } as const;
     const records: CallRecord[] = [
-      { ...base, call_id: 'a', intent_primary: 'book', turns: 4, asr_wer: 0.1, escalated: false, outcome: 'booking', est_audio_cost_usd: 0.1 },
-      { ...base, call_id: 'b', intent_primary: 'book', turns: 6, asr_wer: null, escalated: true, outcome: 'abandoned', est_audio_cost_usd: 0.2, ttfb_s: 2 },
-      { ...base, call_id: 'c', intent_primary: 'qualify', turns: 2, asr_wer: 0.3, escalated: false, outcome: 'lead_created', est_audio_cost_usd: 0.05 },
-      { ...base, call_id: 'd', intent_primary: 'voicemail', turns: 0, asr_wer: null, escalated: false, outcome: 'voicemail_left', est_audio_cost_usd: 0.01, ttfb_s: null },
-      { ...base, call_id: 'old', started_at: '2026-10-01T10:00:00.000Z', intent_primary: 'book', turns: 9, asr_wer: null, escalated: false, outcome: 'booking', est_audio_cost_usd: 9 },
+      {
+        ...base,
+        call_id: 'a',
+        intent_primary: 'book',
+        turns: 4,
+        asr_wer: 0.1,
+        escalated: false,
+        outcome: 'booking',
+        est_audio_cost_usd: 0.1,
+      },
+      {
+        ...base,
+        call_id: 'b',
+        intent_primary: 'book',
+        turns: 6,
+        asr_wer: null,
+        escalated: true,
+        outcome: 'abandoned',
+        est_audio_cost_usd: 0.2,
+        ttfb_s: 2,
+      },
+      {
+        ...base,
+        call_id: 'c',
+        intent_primary: 'qualify',
+        turns: 2,
+        asr_wer: 0.3,
+        escalated: false,
+        outcome: 'lead_created',
+        est_audio_cost_usd: 0.05,
+      },
+      {
+        ...base,
+        call_id: 'd',
+        intent_primary: 'voicemail',
+        turns: 0,
+        asr_wer: null,
+        escalated: false,
+        outcome: 'voicemail_left',
+        est_audio_cost_usd: 0.01,
+        ttfb_s: null,
+      },
+      {
+        ...base,
+        call_id: 'old',
+        started_at: '2026-10-01T10:00:00.000Z',
+        intent_primary: 'book',
+        turns: 9,
+        asr_wer: null,
+        escalated: false,
+        outcome: 'booking',
+        est_audio_cost_usd: 9,
+      },
     ];
     const file = join(dir, 'calls.csv');
     writeFileSync(file, [CALLS_CSV_HEADER, ...records.map(callToCsvLine)].join('\n') + '\n');
@@ -275,7 +414,11 @@ describe('voice rollups', () => {
     expect(r.asr_wer).toBeCloseTo(0.2, 12);
     expect(r.cost_per_call).toBeCloseTo(mean(recent.map((x) => x.est_audio_cost_usd)), 12);
     expect(r.cost_per_booking).toBeCloseTo(0.1, 12);
-    const cli = spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['archive/cli.ts', 'report', 'voice', '--calls', file, '--format', 'json'], { cwd: root, encoding: 'utf8' });
+    const cli = spawnSync(
+      join(root, 'node_modules', '.bin', 'tsx'),
+      ['archive/cli.ts', 'report', 'voice', '--calls', file, '--format', 'json'],
+      { cwd: root, encoding: 'utf8' },
+    );
     expect(JSON.parse(cli.stdout)[0].calls).toBe(5);
   });
 });

@@ -47,7 +47,7 @@ const USAGE_KEY = Buffer.from('"usage"');
  * quotes would be escaped), so the last one followed by `:` and `{` is the key. Anything
  * unexpected → undefined, and the caller parses the whole body.
  */
-export function usageObject(body: Buffer): unknown {
+function usageObject(body: Buffer): unknown {
   const at = body.lastIndexOf(USAGE_KEY);
   if (at < 1 || body[at - 1] === BACKSLASH) return undefined;
   let i = at + USAGE_KEY.length;

@@ -26,7 +26,10 @@ function minutes(hhmm: string): number {
 
 export function parseBusinessHours(text: string): { ok: true; windows: Window[] } | { ok: false; error: string } {
   const windows: Window[] = [];
-  for (const segment of text.split(';').map((s) => s.trim()).filter(Boolean)) {
+  for (const segment of text
+    .split(';')
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const m = /^([A-Za-z,\- ]+?)\s+(\d{1,2}:\d{2})\s*-\s*(\d{1,2}:\d{2})$/.exec(segment);
     if (!m) return { ok: false, error: `"${segment}": expected "<days> HH:MM-HH:MM"` };
     const from = minutes(m[2]);
@@ -37,10 +40,11 @@ export function parseBusinessHours(text: string): { ok: true; windows: Window[] 
       const range = part.split('-').map(dayIndex);
       if (range.some((d) => d < 0) || range.length > 2) return { ok: false, error: `"${segment}": unknown day in "${part.trim()}"` };
       if (range.length === 1) days.push(range[0]);
-      else for (let d = range[0]; ; d = (d + 1) % 7) {
-        days.push(d);
-        if (d === range[1]) break;
-      }
+      else
+        for (let d = range[0]; ; d = (d + 1) % 7) {
+          days.push(d);
+          if (d === range[1]) break;
+        }
     }
     for (const day of days) windows.push({ day, from, to });
   }
@@ -48,9 +52,11 @@ export function parseBusinessHours(text: string): { ok: true; windows: Window[] 
 }
 
 /** Day of week and minutes since midnight of an instant, in a time zone. */
-export function localTime(at: Date, timeZone: string): { day: number; minutes: number } {
+function localTime(at: Date, timeZone: string): { day: number; minutes: number } {
   const parts = Object.fromEntries(
-    new Intl.DateTimeFormat('en-US', { timeZone, weekday: 'short', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' }).formatToParts(at).map((p) => [p.type, p.value]),
+    new Intl.DateTimeFormat('en-US', { timeZone, weekday: 'short', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' })
+      .formatToParts(at)
+      .map((p) => [p.type, p.value]),
   );
   return { day: dayIndex(parts.weekday), minutes: Number(parts.hour) * 60 + Number(parts.minute) };
 }

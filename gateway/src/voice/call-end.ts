@@ -103,9 +103,18 @@ export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDep
   if (record.telephony_minutes > 0) {
     const rate = record.country ? inboundRate(deps.rates(), record.country) : null;
     if (rate) {
-      deps.events.send(event({ provider: 'twilio', model: `voice-inbound-${record.country.toLowerCase()}`, cost_usd: Number((record.telephony_minutes * rate.perMinute).toFixed(6)), job_id: record.call_id }));
+      deps.events.send(
+        event({
+          provider: 'twilio',
+          model: `voice-inbound-${record.country.toLowerCase()}`,
+          cost_usd: Number((record.telephony_minutes * rate.perMinute).toFixed(6)),
+          job_id: record.call_id,
+        }),
+      );
     } else {
-      deps.log.error(`call ${record.call_id}: no telephony rate for country "${record.country || 'unknown'}" (run npm run concierge:rates -- ${record.country || '<ISO>'}); telephony cost not metered, no global rate assumed`);
+      deps.log.error(
+        `call ${record.call_id}: no telephony rate for country "${record.country || 'unknown'}" (run npm run concierge:rates -- ${record.country || '<ISO>'}); telephony cost not metered, no global rate assumed`,
+      );
     }
   }
   void postSummary(record, deps);
@@ -123,7 +132,12 @@ async function postSummary(record: CallRecord, deps: CallEndDeps): Promise<void>
   });
   for (let attempt = 1; attempt <= 3; attempt++) {
     try {
-      const res = await fetch(deps.config.spend_guard.log_to, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(10_000) });
+      const res = await fetch(deps.config.spend_guard.log_to, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+        signal: AbortSignal.timeout(10_000),
+      });
       if (res.ok) return;
       if (res.status < 500) break;
     } catch {

@@ -16,8 +16,8 @@ import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type
 import { afterCall, buildCallRecord, EndCall, type CallEndDeps, type EndCallBody } from './call-end';
 import { Workflow, WorkflowError } from './workflow';
 
-export const CALL_TTL_S = 24 * 3600;
-export const ENDED_TTL_S = 3600;
+const CALL_TTL_S = 24 * 3600;
+const ENDED_TTL_S = 3600;
 
 export interface StoredCall {
   /** The call record, once the call ended (ending again answers it). */
@@ -32,7 +32,7 @@ export interface StoredCall {
   version: number;
 }
 
-export interface VoiceStore {
+interface VoiceStore {
   create(call: StoredCall): Promise<StoredCall>;
   get(id: string): Promise<StoredCall | null>;
   /** Applies `change` atomically (retried on a concurrent update). */
@@ -116,7 +116,10 @@ export class RedisVoiceStore implements VoiceStore {
 const StartCall = z.strictObject({
   call_id: z.string().regex(/^[A-Za-z0-9._:-]{1,128}$/, 'an id of 1 to 128 characters of A-Z a-z 0-9 . _ : -'),
   from: z.string().min(1),
-  country: z.string().regex(/^[A-Z]{2}$/, 'an ISO 3166 alpha-2 code such as PT').optional(),
+  country: z
+    .string()
+    .regex(/^[A-Z]{2}$/, 'an ISO 3166 alpha-2 code such as PT')
+    .optional(),
   at: z.iso.datetime({ offset: true }).optional(),
   /** The telephony layer's reason to skip the conversation: no_answer or network_issue → voicemail. */
   trigger: z.enum(['no_answer', 'network_issue']).optional(),
@@ -139,7 +142,7 @@ export interface VoiceDeps {
 }
 
 /** The public part of the guard's state in answers. */
-export function publicState(s: CallState) {
+function publicState(s: CallState) {
   return { inputMs: s.inputMs, outputMs: s.outputMs, turns: s.turns, estUsd: Number(s.estUsd.toFixed(6)), ttfbBreaches: s.ttfbBreaches };
 }
 
@@ -157,7 +160,8 @@ export class VoiceService {
   }
 
   async start(input: z.infer<typeof StartCall>) {
-    if (await this.deps.store.monthlyPaused()) return { status: 503, body: { reason: 'monthly_cap', message: 'new calls are paused: the monthly voice spend cap is reached' } };
+    if (await this.deps.store.monthlyPaused())
+      return { status: 503, body: { reason: 'monthly_cap', message: 'new calls are paused: the monthly voice spend cap is reached' } };
     const c = this.deps.config;
     const at = input.at ? new Date(input.at) : (this.deps.now?.() ?? new Date());
     const open = isOpen(this.hours, at, c.meta.timezone);
@@ -177,7 +181,13 @@ export class VoiceService {
       status: 200,
       body: {
         action: call.action,
-        ...(call.action === 'voicemail' ? { reason: voicemailReason ?? 'after_hours', function: voicemail?.on_match.call ?? 'route_to_voicemail', privacy_notice: voicemail?.on_match.privacy_notice ?? true } : {}),
+        ...(call.action === 'voicemail'
+          ? {
+              reason: voicemailReason ?? 'after_hours',
+              function: voicemail?.on_match.call ?? 'route_to_voicemail',
+              privacy_notice: voicemail?.on_match.privacy_notice ?? true,
+            }
+          : {}),
         consent_line: c.consent.opening_line,
         consent: { retry_if_no_ack: c.consent.retry_if_no_ack, max_retries: c.consent.max_retries },
         language: c.meta.primary_language,
@@ -216,7 +226,16 @@ export class VoiceService {
     if (problem) return { status: 400, body: { error: problem } };
     if (rollup !== null) await this.rollup(rollup);
     const s = call.state;
-    return { status: 200, body: { action: s.action, ...(s.reason ? { reason: s.reason } : {}), state: publicState(s), intent: s.intent, ...(s.estUsd_at_disconnect !== null ? { estUsd_at_disconnect: s.estUsd_at_disconnect } : {}) } };
+    return {
+      status: 200,
+      body: {
+        action: s.action,
+        ...(s.reason ? { reason: s.reason } : {}),
+        state: publicState(s),
+        intent: s.intent,
+        ...(s.estUsd_at_disconnect !== null ? { estUsd_at_disconnect: s.estUsd_at_disconnect } : {}),
+      },
+    };
   }
 
   async end(id: string, body: EndCallBody) {
@@ -228,54 +247,87 @@ export class VoiceService {
       return { ...current, ended_at: now.toISOString(), record: buildCallRecord(current, body, this.deps.config, now) };
     });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
-    if (fresh && this.deps.afterCall) afterCall(call.record!, call, { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log });
+    if (fresh && this.deps.afterCall)
+      afterCall(call.record!, call, { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log });
     return { status: 200, body: call.record };
   }
 
   async rollup(monthlyUsd: number): Promise<void> {
     const paused = monthlyUsd >= this.deps.config.spend_guard.monthly_usd_cap;
-    if (paused !== (await this.deps.store.monthlyPaused())) this.deps.log.warn(paused ? `voice: monthly spend ${monthlyUsd} USD reached the cap; new calls paused` : 'voice: new calls resumed');
+    if (paused !== (await this.deps.store.monthlyPaused()))
+      this.deps.log.warn(paused ? `voice: monthly spend ${monthlyUsd} USD reached the cap; new calls paused` : 'voice: new calls resumed');
     await this.deps.store.setMonthlyPaused(paused);
   }
 }
 
 export function mountVoice(app: express.Express, guard: express.RequestHandler, voice: VoiceService | null, why: string): void {
-  const unavailable = (_req: express.Request, res: express.Response) => res.status(503).json({ error: `voice endpoints unavailable: ${why}` });
+  const unavailable = (_req: express.Request, res: express.Response) =>
+    res.status(503).json({ error: `voice endpoints unavailable: ${why}` });
   const bad = (res: express.Response, error: z.ZodError) => {
     const i = error.issues[0];
     res.status(400).json({ error: `${i.path.join('.') || 'body'}: ${i.message}` });
   };
-  app.post('/v1/voice/calls', guard, voice ? async (req, res) => {
-    const parsed = StartCall.safeParse(req.body);
-    if (!parsed.success) return bad(res, parsed.error);
-    const out = await voice.start(parsed.data);
-    res.status(out.status).json(out.body);
-  } : unavailable);
-  app.post('/v1/voice/calls/:call_id/events', guard, voice ? async (req, res) => {
-    const events = Array.isArray(req.body) ? req.body : [req.body];
-    const out = await voice.events(String(req.params.call_id), events);
-    res.status(out.status).json(out.body);
-  } : unavailable);
-  app.post('/v1/voice/calls/:call_id/end', guard, voice ? async (req, res) => {
-    const parsed = EndCall.safeParse(req.body);
-    if (!parsed.success) return bad(res, parsed.error);
-    const out = await voice.end(String(req.params.call_id), parsed.data);
-    res.status(out.status).json(out.body);
-  } : unavailable);
-  app.post('/v1/workflow/function-called', guard, voice?.workflow ? async (req, res) => {
-    const parsed = FunctionCalled.safeParse(req.body);
-    if (!parsed.success) return bad(res, parsed.error);
-    try {
-      res.json(await voice.workflow!.called(parsed.data));
-    } catch (error) {
-      if (!(error instanceof WorkflowError)) throw error;
-      res.status(error.status).json({ ok: false, error: error.message });
-    }
-  } : unavailable);
-  app.post('/v1/voice/billing/monthly-rollup', guard, voice ? async (req, res) => {
-    const parsed = Rollup.safeParse(req.body);
-    if (!parsed.success) return bad(res, parsed.error);
-    await voice.rollup(parsed.data.monthly_usd);
-    res.status(204).end();
-  } : unavailable);
+  app.post(
+    '/v1/voice/calls',
+    guard,
+    voice
+      ? async (req, res) => {
+          const parsed = StartCall.safeParse(req.body);
+          if (!parsed.success) return bad(res, parsed.error);
+          const out = await voice.start(parsed.data);
+          res.status(out.status).json(out.body);
+        }
+      : unavailable,
+  );
+  app.post(
+    '/v1/voice/calls/:call_id/events',
+    guard,
+    voice
+      ? async (req, res) => {
+          const events = Array.isArray(req.body) ? req.body : [req.body];
+          const out = await voice.events(String(req.params.call_id), events);
+          res.status(out.status).json(out.body);
+        }
+      : unavailable,
+  );
+  app.post(
+    '/v1/voice/calls/:call_id/end',
+    guard,
+    voice
+      ? async (req, res) => {
+          const parsed = EndCall.safeParse(req.body);
+          if (!parsed.success) return bad(res, parsed.error);
+          const out = await voice.end(String(req.params.call_id), parsed.data);
+          res.status(out.status).json(out.body);
+        }
+      : unavailable,
+  );
+  app.post(
+    '/v1/workflow/function-called',
+    guard,
+    voice?.workflow
+      ? async (req, res) => {
+          const parsed = FunctionCalled.safeParse(req.body);
+          if (!parsed.success) return bad(res, parsed.error);
+          try {
+            res.json(await voice.workflow!.called(parsed.data));
+          } catch (error) {
+            if (!(error instanceof WorkflowError)) throw error;
+            res.status(error.status).json({ ok: false, error: error.message });
+          }
+        }
+      : unavailable,
+  );
+  app.post(
+    '/v1/voice/billing/monthly-rollup',
+    guard,
+    voice
+      ? async (req, res) => {
+          const parsed = Rollup.safeParse(req.body);
+          if (!parsed.success) return bad(res, parsed.error);
+          await voice.rollup(parsed.data.monthly_usd);
+          res.status(204).end();
+        }
+      : unavailable,
+  );
 }

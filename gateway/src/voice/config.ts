@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { parseBusinessHours } from './business-hours';
 
-export const INTENT_IDS = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail'] as const;
+const INTENT_IDS = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail'] as const;
 export type IntentId = (typeof INTENT_IDS)[number];
 
 const unit = z.number().min(0).max(1);
@@ -74,7 +74,13 @@ const Intent = z.strictObject({
   handoff_if_confidence_below: unit.optional(),
 });
 
-export const ESCALATION_TRIGGERS = ['confidence_below', 'frustration_detected', 'turn_cap_reached', 'latency_over_budget', 'caller_request'] as const;
+const ESCALATION_TRIGGERS = [
+  'confidence_below',
+  'frustration_detected',
+  'turn_cap_reached',
+  'latency_over_budget',
+  'caller_request',
+] as const;
 const Rule = z.strictObject({
   trigger: z.enum(ESCALATION_TRIGGERS),
   threshold: z.number().positive().optional(),
@@ -126,8 +132,8 @@ const isHttps = (u: string) => {
     return false;
   }
 };
-export const isE164 = (n: string) => /^\+[1-9]\d{1,14}$/.test(n);
-export function isTimeZone(tz: string): boolean {
+const isE164 = (n: string) => /^\+[1-9]\d{1,14}$/.test(n);
+function isTimeZone(tz: string): boolean {
   try {
     new Intl.DateTimeFormat('en', { timeZone: tz });
     return tz.includes('/') || tz === 'UTC';
@@ -135,7 +141,7 @@ export function isTimeZone(tz: string): boolean {
     return false;
   }
 }
-export function isLanguageTag(tag: string): boolean {
+function isLanguageTag(tag: string): boolean {
   try {
     return Intl.getCanonicalLocales(tag).length === 1 && /^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$/.test(tag);
   } catch {
@@ -176,9 +182,15 @@ export function lintConcierge(raw: unknown): Problem[] {
     if (typeof v === 'string' && !placeholders.has(path) && !ok(v)) problems.push({ path, message });
   };
   check(['meta', 'timezone'], isTimeZone, 'expected an IANA time zone such as Europe/Lisbon');
-  check(['meta', 'business_hours_local'], (v) => parseBusinessHours(v).ok, 'expected business hours such as "Mon-Fri 08:00-18:00; Sat 09:00-13:00"');
+  check(
+    ['meta', 'business_hours_local'],
+    (v) => parseBusinessHours(v).ok,
+    'expected business hours such as "Mon-Fri 08:00-18:00; Sat 09:00-13:00"',
+  );
   check(['meta', 'primary_language'], isLanguageTag, 'expected a BCP 47 language tag such as en-US');
-  (Array.isArray(c.meta?.alt_languages) ? c.meta!.alt_languages : []).forEach((_, i) => check(['meta', 'alt_languages', i], isLanguageTag, 'expected a BCP 47 language tag such as pt-PT'));
+  (Array.isArray(c.meta?.alt_languages) ? c.meta!.alt_languages : []).forEach((_, i) =>
+    check(['meta', 'alt_languages', i], isLanguageTag, 'expected a BCP 47 language tag such as pt-PT'),
+  );
   check(['spend_guard', 'log_to'], isHttps, 'expected an https URL');
   check(['workflow', 'dlq_url'], isHttps, 'expected an https URL');
   const functions = Array.isArray(c.functions) ? c.functions : [];
@@ -186,7 +198,11 @@ export function lintConcierge(raw: unknown): Problem[] {
   functions.forEach((f, i) => {
     if (!f || typeof f !== 'object') return;
     const targets = (['webhook', 'static_url', 'dial'] as const).filter((t) => f[t] !== undefined);
-    if (targets.length !== 1) problems.push({ path: pathOf(['functions', i]), message: `expected exactly one target (webhook, static_url or dial), found ${targets.length ? targets.join(' and ') : 'none'}` });
+    if (targets.length !== 1)
+      problems.push({
+        path: pathOf(['functions', i]),
+        message: `expected exactly one target (webhook, static_url or dial), found ${targets.length ? targets.join(' and ') : 'none'}`,
+      });
     check(['functions', i, 'webhook'], isHttps, 'expected an https URL');
     check(['functions', i, 'static_url'], isHttps, 'expected an https URL');
     check(['functions', i, 'dial'], isE164, 'expected a phone number in E.164, such as +351211234567');
@@ -198,13 +214,18 @@ export function lintConcierge(raw: unknown): Problem[] {
     if (seen.has(intent.id)) problems.push({ path: pathOf(['intents', i, 'id']), message: `intent ${intent.id} is defined twice` });
     seen.add(intent.id);
     const call = intent.on_match?.call;
-    if (call && !names.has(call)) problems.push({ path: pathOf(['intents', i, 'on_match', 'call']), message: `calls ${call}, which is not in functions` });
+    if (call && !names.has(call))
+      problems.push({ path: pathOf(['intents', i, 'on_match', 'call']), message: `calls ${call}, which is not in functions` });
     if (intent.id !== 'voicemail' && intent.handoff_if_confidence_below === undefined) {
-      problems.push({ path: pathOf(['intents', i, 'handoff_if_confidence_below']), message: 'missing field (every intent but voicemail has one)' });
+      problems.push({
+        path: pathOf(['intents', i, 'handoff_if_confidence_below']),
+        message: 'missing field (every intent but voicemail has one)',
+      });
     }
     check(['intents', i, 'on_match', 'link'], isHttps, 'expected an https URL');
   });
-  for (const id of INTENT_IDS) if (intents.length && !seen.has(id)) problems.push({ path: '$.intents', message: `intent ${id} is missing` });
+  for (const id of INTENT_IDS)
+    if (intents.length && !seen.has(id)) problems.push({ path: '$.intents', message: `intent ${id} is missing` });
   const rules = Array.isArray(c.escalation?.rules) ? c.escalation!.rules : [];
   rules.forEach((r, i) => {
     if (r?.trigger === 'confidence_below' && typeof r.threshold === 'number' && r.threshold > 1) {

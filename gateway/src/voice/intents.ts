@@ -5,7 +5,12 @@
  */
 import type { IntentId } from './config';
 
-const normalise = (text: string) => ` ${text.toLowerCase().replace(/[^\p{L}\p{N}_' ]+/gu, ' ').replace(/\s+/g, ' ').trim()} `;
+const normalise = (text: string) =>
+  ` ${text
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}_' ]+/gu, ' ')
+    .replace(/\s+/g, ' ')
+    .trim()} `;
 
 export function matchIntent(text: string, intents: Array<{ id: IntentId; triggers: string[] }>): IntentId | 'unknown' {
   const words = normalise(text);

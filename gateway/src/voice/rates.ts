@@ -35,13 +35,22 @@ export async function fetchCountryRates(iso: string, opts: { baseUrl: string; si
   });
   if (res.status === 404) throw new Error(`${iso}: the pricing service has no rates for this country`);
   if (!res.ok) throw new Error(`${iso}: pricing service answered HTTP ${res.status}`);
-  const body = (await res.json()) as { price_unit?: string; inbound_call_prices?: Array<{ number_type?: string; current_price?: unknown; base_price?: unknown }>; outbound_prefix_prices?: Array<{ prefixes?: string[]; friendly_name?: string; current_price?: unknown; base_price?: unknown }> };
+  const body = (await res.json()) as {
+    price_unit?: string;
+    inbound_call_prices?: Array<{ number_type?: string; current_price?: unknown; base_price?: unknown }>;
+    outbound_prefix_prices?: Array<{ prefixes?: string[]; friendly_name?: string; current_price?: unknown; base_price?: unknown }>;
+  };
   const inbound: Record<string, number> = {};
   (body.inbound_call_prices ?? []).forEach((p, i) => {
     inbound[p.number_type ?? `type_${i}`] = price(p.current_price ?? p.base_price, `${iso} inbound_call_prices[${i}]`);
   });
-  const outbound = (body.outbound_prefix_prices ?? []).map((p, i) => ({ prefixes: p.prefixes ?? [], name: p.friendly_name ?? '', price: price(p.current_price ?? p.base_price, `${iso} outbound_prefix_prices[${i}]`) }));
-  if (Object.keys(inbound).length === 0 && outbound.length === 0) throw new Error(`${iso}: the pricing service returned no rates for this country`);
+  const outbound = (body.outbound_prefix_prices ?? []).map((p, i) => ({
+    prefixes: p.prefixes ?? [],
+    name: p.friendly_name ?? '',
+    price: price(p.current_price ?? p.base_price, `${iso} outbound_prefix_prices[${i}]`),
+  }));
+  if (Object.keys(inbound).length === 0 && outbound.length === 0)
+    throw new Error(`${iso}: the pricing service returned no rates for this country`);
   return { price_unit: body.price_unit ?? 'USD', inbound, outbound, fetched_at: new Date().toISOString() };
 }
 
@@ -81,7 +90,9 @@ async function main(): Promise<number> {
     try {
       rates[iso] = await fetchCountryRates(iso, { baseUrl: process.env.TWILIO_PRICING_URL ?? 'https://pricing.twilio.com', sid, token });
       const r = inboundRate(rates, iso);
-      process.stdout.write(`${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${rates[iso].outbound.length} outbound prefix price(s)\n`);
+      process.stdout.write(
+        `${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${rates[iso].outbound.length} outbound prefix price(s)\n`,
+      );
     } catch (error) {
       failed++;
       process.stderr.write(`${(error as Error).message}\n`);

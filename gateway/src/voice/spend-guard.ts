@@ -20,8 +20,8 @@
 import type { Concierge, IntentId } from './config';
 import { matchIntent } from './intents';
 
-export type Action = 'continue' | 'escalate' | 'disconnect';
-export type Reason = 'turn_cap' | 'per_call_cap' | 'latency' | 'low_confidence' | 'frustration_markers' | 'caller_request';
+type Action = 'continue' | 'escalate' | 'disconnect';
+type Reason = 'turn_cap' | 'per_call_cap' | 'latency' | 'low_confidence' | 'frustration_markers' | 'caller_request';
 
 export interface CallState {
   inputMs: number;
@@ -49,7 +49,7 @@ export type VoiceEvent =
   | { type: 'assistant.response.done'; usage?: RealtimeUsage }
   | { type: 'transcript'; text: string; confidence: number; speaker: 'user' | 'assistant' };
 
-export interface RealtimeUsage {
+interface RealtimeUsage {
   input_token_details?: { audio_tokens?: number; cached_tokens_details?: { audio_tokens?: number } };
   output_token_details?: { audio_tokens?: number };
 }
@@ -72,7 +72,16 @@ export interface GuardConfig {
 }
 
 /** Phrases of a caller asking for a person, when the configuration gives none. */
-export const DEFAULT_CALLER_REQUEST = ['speak to a person', 'talk to a person', 'real person', 'a human', 'speak to someone', 'talk to someone', 'an operator', 'customer service'];
+const DEFAULT_CALLER_REQUEST = [
+  'speak to a person',
+  'talk to a person',
+  'real person',
+  'a human',
+  'speak to someone',
+  'talk to someone',
+  'an operator',
+  'customer service',
+];
 
 export function guardConfig(c: Concierge): GuardConfig {
   const rule = (t: string) => c.escalation.rules.find((r) => r.trigger === t);
@@ -87,7 +96,9 @@ export function guardConfig(c: Concierge): GuardConfig {
     outPerMillion: c.spend_guard.audio_out_per_million,
     frustrationMarkers: rule('frustration_detected')?.markers ?? [],
     callerRequestMarkers: rule('caller_request')?.markers ?? DEFAULT_CALLER_REQUEST,
-    handoffBelow: Object.fromEntries(c.intents.filter((i) => i.handoff_if_confidence_below !== undefined).map((i) => [i.id, i.handoff_if_confidence_below])),
+    handoffBelow: Object.fromEntries(
+      c.intents.filter((i) => i.handoff_if_confidence_below !== undefined).map((i) => [i.id, i.handoff_if_confidence_below]),
+    ),
     triggers: c.intents.map((i) => ({ id: i.id, triggers: i.triggers })),
   };
 }
@@ -112,7 +123,10 @@ export function newCall(): CallState {
 }
 
 /** Document 3's estimate: 1 input token per 100 ms, 1 output token per 50 ms of audio. */
-export function estimateUsd(state: Pick<CallState, 'inputMs' | 'outputMs'>, cfg: Pick<GuardConfig, 'inPerMillion' | 'outPerMillion'>): number {
+export function estimateUsd(
+  state: Pick<CallState, 'inputMs' | 'outputMs'>,
+  cfg: Pick<GuardConfig, 'inPerMillion' | 'outPerMillion'>,
+): number {
   return ((state.inputMs / 100) * cfg.inPerMillion) / 1e6 + ((state.outputMs / 50) * cfg.outPerMillion) / 1e6;
 }
 
@@ -120,11 +134,14 @@ function usageUsd(usage: RealtimeUsage, cfg: GuardConfig): number | null {
   const inTokens = usage.input_token_details?.audio_tokens;
   const outTokens = usage.output_token_details?.audio_tokens;
   if (typeof inTokens !== 'number' && typeof outTokens !== 'number') return null;
-  return (((inTokens ?? 0) * cfg.inPerMillion) + (outTokens ?? 0) * cfg.outPerMillion) / 1e6;
+  return ((inTokens ?? 0) * cfg.inPerMillion + (outTokens ?? 0) * cfg.outPerMillion) / 1e6;
 }
 
 const includesPhrase = (text: string, phrases: string[]) => {
-  const t = ` ${text.toLowerCase().replace(/[^\p{L}\p{N}' ]+/gu, ' ').replace(/\s+/g, ' ')} `;
+  const t = ` ${text
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N}' ]+/gu, ' ')
+    .replace(/\s+/g, ' ')} `;
   return phrases.some((p) => t.includes(` ${p.toLowerCase()} `));
 };
 
@@ -142,7 +159,9 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
     case 'user.audio_frame':
     case 'assistant.audio_frame': {
       if (typeof event.ms !== 'number' || !Number.isFinite(event.ms) || event.ms <= 0) {
-        throw new VoiceEventError(`${event.type}.ms: expected a duration in milliseconds > 0 (empty frames are rejected), got ${JSON.stringify(event.ms)}`);
+        throw new VoiceEventError(
+          `${event.type}.ms: expected a duration in milliseconds > 0 (empty frames are rejected), got ${JSON.stringify(event.ms)}`,
+        );
       }
       if (event.type === 'user.audio_frame') state.inputMs += event.ms;
       else state.outputMs += event.ms;
@@ -172,21 +191,29 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
       return state;
     }
     case 'transcript': {
-      if (typeof event.text !== 'string' || typeof event.confidence !== 'number' || event.confidence < 0 || event.confidence > 1 || (event.speaker !== 'user' && event.speaker !== 'assistant')) {
+      if (
+        typeof event.text !== 'string' ||
+        typeof event.confidence !== 'number' ||
+        event.confidence < 0 ||
+        event.confidence > 1 ||
+        (event.speaker !== 'user' && event.speaker !== 'assistant')
+      ) {
         throw new VoiceEventError('transcript: expected {text: string, confidence: 0..1, speaker: "user"|"assistant"}');
       }
       if (event.speaker !== 'user') return state;
       state.confidences.push(event.confidence);
       if (state.intent === 'unknown') state.intent = matchIntent(event.text, cfg.triggers);
       if (state.action !== 'continue') return state;
-      if (includesPhrase(event.text, cfg.callerRequestMarkers)) return escalate(state, 'caller_request'), state;
-      if (includesPhrase(event.text, cfg.frustrationMarkers)) return escalate(state, 'frustration_markers'), state;
+      if (includesPhrase(event.text, cfg.callerRequestMarkers)) return (escalate(state, 'caller_request'), state);
+      if (includesPhrase(event.text, cfg.frustrationMarkers)) return (escalate(state, 'frustration_markers'), state);
       const handoff = state.intent !== 'unknown' ? cfg.handoffBelow[state.intent] : undefined;
-      if (handoff !== undefined && event.confidence < handoff) return escalate(state, 'low_confidence'), state;
+      if (handoff !== undefined && event.confidence < handoff) return (escalate(state, 'low_confidence'), state);
       if (event.confidence < cfg.minConfidence && ++state.lowConfidence >= cfg.confidenceRepeat) escalate(state, 'low_confidence');
       return state;
     }
     default:
-      throw new VoiceEventError(`type: expected one of user.audio_frame, assistant.audio_frame, assistant.response.start, assistant.response.done, transcript, billing.monthly_rollup; got ${JSON.stringify((event as { type?: unknown }).type)}`);
+      throw new VoiceEventError(
+        `type: expected one of user.audio_frame, assistant.audio_frame, assistant.response.start, assistant.response.done, transcript, billing.monthly_rollup; got ${JSON.stringify((event as { type?: unknown }).type)}`,
+      );
   }
 }

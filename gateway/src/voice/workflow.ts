@@ -19,7 +19,7 @@ import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Concierge } from './config';
 
-export const RESULT_TTL_S = 7 * 24 * 3600;
+const RESULT_TTL_S = 7 * 24 * 3600;
 const RUNNING_TTL_S = 120;
 
 /** JSON with object keys sorted at every level: the same arguments always give the same text. */
@@ -36,7 +36,9 @@ export function canonicalJson(value: unknown): string {
 }
 
 export function workflowKey(callId: string, fn: string, args: unknown): string {
-  return createHash('sha256').update(`${callId}\u0000${fn}\u0000${canonicalJson(args ?? {})}`).digest('hex');
+  return createHash('sha256')
+    .update(`${callId}\u0000${fn}\u0000${canonicalJson(args ?? {})}`)
+    .digest('hex');
 }
 
 export interface WorkflowAnswer {
@@ -49,7 +51,7 @@ export interface WorkflowAnswer {
 }
 
 /** Where results, in-flight markers and undelivered dead letters are kept. */
-export interface WorkflowStore {
+interface WorkflowStore {
   /** Claims the key; false when another call holds it or it is done. */
   claim(key: string): Promise<boolean>;
   result(key: string): Promise<WorkflowAnswer | null>;
@@ -159,7 +161,10 @@ export class Workflow {
 
   async called(input: { function: string; args: Record<string, unknown>; call_id: string }): Promise<WorkflowAnswer> {
     const fn = this.deps.config.functions.find((f) => f.name === input.function);
-    if (!fn) throw new WorkflowError(`function: "${input.function}" is not in the configuration (${this.deps.config.functions.map((f) => f.name).join(', ')})`);
+    if (!fn)
+      throw new WorkflowError(
+        `function: "${input.function}" is not in the configuration (${this.deps.config.functions.map((f) => f.name).join(', ')})`,
+      );
     const key = workflowKey(input.call_id, input.function, input.args);
     if (fn.static_url) return { ok: true, result: { url: fn.static_url }, idempotency_key: key, replayed: false };
     if (fn.dial) return { ok: true, result: { dial: fn.dial }, idempotency_key: key, replayed: false };
@@ -203,7 +208,11 @@ export class Workflow {
         /* plain text answer */
       }
       if (res.status >= 500) return { kind: 'retry', message: `HTTP ${res.status}` };
-      if (res.status >= 400) return { kind: 'client', message: `HTTP ${res.status}: ${typeof json === 'object' ? JSON.stringify(json).slice(0, 500) : text.slice(0, 500)}` };
+      if (res.status >= 400)
+        return {
+          kind: 'client',
+          message: `HTTP ${res.status}: ${typeof json === 'object' ? JSON.stringify(json).slice(0, 500) : text.slice(0, 500)}`,
+        };
       // The meter web app always answers 200; its `ok:false` is the real status.
       if (json && typeof json === 'object' && (json as { ok?: unknown }).ok === false) {
         const error = String((json as { error?: unknown }).error ?? 'refused');
@@ -211,11 +220,18 @@ export class Workflow {
       }
       return { kind: 'ok', result: json };
     } catch (error) {
-      return { kind: 'retry', message: (error as Error).name === 'TimeoutError' ? 'timed out' : `network error (${(error as Error).message})` };
+      return {
+        kind: 'retry',
+        message: (error as Error).name === 'TimeoutError' ? 'timed out' : `network error (${(error as Error).message})`,
+      };
     }
   }
 
-  private async run(url: string, input: { function: string; args: Record<string, unknown>; call_id: string }, key: string): Promise<WorkflowAnswer> {
+  private async run(
+    url: string,
+    input: { function: string; args: Record<string, unknown>; call_id: string },
+    key: string,
+  ): Promise<WorkflowAnswer> {
     const body = JSON.stringify({ call_id: input.call_id, function: input.function, args: input.args, idempotency_key: key });
     let last = '';
     for (let n = 1; n <= 3; n++) {
@@ -225,16 +241,37 @@ export class Workflow {
       last = a.message;
       if (n < 3) await new Promise((r) => setTimeout(r, (this.deps.backoffMs ?? ((i) => 500 * 2 ** (i - 1)))(n)));
     }
-    const letter = JSON.stringify({ function: input.function, args: input.args, call_id: input.call_id, idempotency_key: key, last_error: last, at: new Date().toISOString() });
+    const letter = JSON.stringify({
+      function: input.function,
+      args: input.args,
+      call_id: input.call_id,
+      idempotency_key: key,
+      last_error: last,
+      at: new Date().toISOString(),
+    });
     const delivered = await this.postDeadLetter(letter);
     if (!delivered) await this.deps.store.pushDeadLetter(letter);
-    this.deps.log.error(`workflow ${input.function} for call ${input.call_id} dead-lettered after 3 attempts: ${last}${delivered ? '' : ' (dead-letter URL down: kept, will retry)'}`);
-    return { ok: false, result: null, error: `target failed 3 times (${last}); dead-lettered`, dead_lettered: true, idempotency_key: key, replayed: false };
+    this.deps.log.error(
+      `workflow ${input.function} for call ${input.call_id} dead-lettered after 3 attempts: ${last}${delivered ? '' : ' (dead-letter URL down: kept, will retry)'}`,
+    );
+    return {
+      ok: false,
+      result: null,
+      error: `target failed 3 times (${last}); dead-lettered`,
+      dead_lettered: true,
+      idempotency_key: key,
+      replayed: false,
+    };
   }
 
   private async postDeadLetter(letter: string): Promise<boolean> {
     try {
-      const res = await fetch(this.deps.config.workflow.dlq_url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: letter, signal: AbortSignal.timeout(10_000) });
+      const res = await fetch(this.deps.config.workflow.dlq_url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: letter,
+        signal: AbortSignal.timeout(10_000),
+      });
       return res.ok;
     } catch {
       return false;

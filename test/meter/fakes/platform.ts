@@ -224,7 +224,9 @@ export class FakeUrlFetch {
   };
   /** Parsed JSON payloads of the requests sent to `url`. */
   payloads(url?: string): any[] {
-    return this.requests.filter((r) => !url || r.url === url).map((r) => (typeof r.options.payload === 'string' ? JSON.parse(r.options.payload) : (r.options.payload ?? null)));
+    return this.requests
+      .filter((r) => !url || r.url === url)
+      .map((r) => (typeof r.options.payload === 'string' ? JSON.parse(r.options.payload) : (r.options.payload ?? null)));
   }
 }
 
@@ -309,7 +311,10 @@ export class FakeDrive {
   getFolderById(id: string) {
     this.calls.count('DriveApp.getFolderById');
     const folder = this.folders.find((f) => f.id === id);
-    if (!folder) throw new Error('No item with the given ID could be found. Possibly because you have not edited this item or you do not have permission to access it.');
+    if (!folder)
+      throw new Error(
+        'No item with the given ID could be found. Possibly because you have not edited this item or you do not have permission to access it.',
+      );
     return folder;
   }
 }
@@ -487,7 +492,8 @@ export function loadBundle(platform: FakePlatform): Bundle {
 export function webEvent(parameter: Record<string, string> = {}, body?: unknown) {
   return {
     parameter,
-    postData: body === undefined ? undefined : { contents: typeof body === 'string' ? body : JSON.stringify(body), type: 'application/json' },
+    postData:
+      body === undefined ? undefined : { contents: typeof body === 'string' ? body : JSON.stringify(body), type: 'application/json' },
   };
 }
 
