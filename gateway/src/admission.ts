@@ -7,10 +7,18 @@
  * configured and the spend figures at hand, the decision is made without a promise: admission
  * runs on every request, and at concurrency 1 each microsecond is latency.
  */
-import type { Admission } from './chat-endpoint';
-import type { ChatContext } from './chat-request';
 import { capExceeded, planFor, type SpendView, type SpendWatch } from './degraded';
 import type { Limiter, Limits } from './rate-limit';
+import type { RequestContext } from './request-context';
+
+/** What happens to a request before routing: refused (rate limit), queued (spend-cap routing), or routed. */
+export type Admission =
+  | { kind: 'reject'; status: number; retryAfterS: number; message: string; code: string }
+  | { kind: 'queue'; delayMs: number; reviewRequired: boolean; decision: string }
+  | { kind: 'route'; model?: string; decision: string; skipProviders?: Set<string> };
+
+/** Admission decides without a promise when it needs no store round trip (see above). */
+export type Admit = (ctx: RequestContext) => Admission | Promise<Admission>;
 
 export interface AdmissionDeps {
   limiter: Limiter;
@@ -20,12 +28,12 @@ export interface AdmissionDeps {
   cheaperModel: string | undefined;
 }
 
-export function admission(deps: AdmissionDeps): (ctx: ChatContext) => Admission | Promise<Admission> {
+export function admission(deps: AdmissionDeps): Admit {
   const { limiter, limits, spend, providers } = deps;
   const tenantLimit = limits?.tenant_requests_per_minute;
   const budgeted = providers.filter((p) => limits?.provider_tokens_per_minute?.[p]);
 
-  const decide = (ctx: ChatContext, view: SpendView, skipProviders?: Set<string>): Admission => {
+  const decide = (ctx: RequestContext, view: SpendView, skipProviders?: Set<string>): Admission => {
     const plan = planFor(ctx, capExceeded(view), deps.cheaperModel);
     if (plan.kind === 'queue')
       return { kind: 'queue', delayMs: plan.delayMs, reviewRequired: plan.reviewRequired, decision: plan.decision };
@@ -37,7 +45,7 @@ export function admission(deps: AdmissionDeps): (ctx: ChatContext) => Admission 
     };
   };
 
-  const withLimits = async (ctx: ChatContext): Promise<Admission> => {
+  const withLimits = async (ctx: RequestContext): Promise<Admission> => {
     const tenantWait = tenantLimit ? await limiter.hitTenant(ctx.customerId).catch(() => 0) : 0;
     if (tenantWait) {
       return {

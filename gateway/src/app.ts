@@ -8,44 +8,29 @@ import { createServer, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { chatEndpoint, type ChatEndpointDeps, type Degrade } from './chat-endpoint';
-import type { Clock } from './deadline';
+import { chatEndpoint } from './chat-endpoint';
 import { openAiError } from './errors';
-import { Failover } from './failover';
 import type { FlagStore } from './flags';
-import type { KeyFor } from './keys';
-import type { MeterSink } from './meter-sink';
-import { GatewayMetrics } from './metrics';
-import type { RoutesMapConfig } from './routes-map';
+import type { RequestPath } from './request-path';
 import type { Scopes } from './scopes';
 
 export interface GatewayOptions {
-  map: RoutesMapConfig;
+  path: RequestPath;
   scopes: Scopes;
-  keyFor: KeyFor;
-  meter: MeterSink;
   flags: FlagStore;
   log: Logger;
+  /** What kind of meter sink events go to, for /health. */
+  meterKind: string;
   adminToken?: string;
-  now?: Clock;
-  breaker?: { failureThreshold?: number; openMs?: number; probesToClose?: number };
-  degrade?: Degrade;
   /** Extra operator state for /health (pause flag, queue counts, ...). */
   healthExtras?: () => Promise<Record<string, unknown>>;
-  /** Rate limits and degraded routing (Document 2), decided before routing. */
-  admit?: ChatEndpointDeps['admit'];
-  /** Queues a request that admission sent to the Cold queue (degraded routing). */
-  enqueue?: ChatEndpointDeps['enqueue'];
-  /** Routes live requests must avoid now (the capped provider's while the budget pause is on). */
-  skipRoute?: (route: import('./failover').Route) => boolean;
   /** Mounts more routers (budget, jobs, voice) on the same app. */
-  extend?: (app: express.Express, helpers: { admin: express.RequestHandler; failover: Failover }) => void;
+  extend?: (app: express.Express, helpers: { admin: express.RequestHandler }) => void;
 }
 
 export interface Gateway {
   app: express.Express;
-  failover: Failover;
-  metrics: GatewayMetrics;
+  path: RequestPath;
   listen(port: number, host?: string): Promise<Server>;
 }
 
@@ -73,33 +58,12 @@ const FlagsChange = z.strictObject({
 });
 
 export function createGateway(opts: GatewayOptions): Gateway {
-  const failover = new Failover({
-    map: opts.map,
-    keyFor: opts.keyFor,
-    meter: (e) => opts.meter.send(e),
-    warn: (m) => opts.log.warn(m),
-    now: opts.now,
-    breaker: opts.breaker,
-  });
-  const metrics = new GatewayMetrics(failover.routes.map((r) => ({ label: r.label, breaker: r.breaker })));
-  failover.attachMetrics(metrics);
-  for (const r of failover.routes) r.breaker.onChange((state) => opts.log.warn({ route: r.label, breaker: state }, `breaker ${state}`));
+  const { failover, metrics } = opts.path;
   const admin = bearerGuard(opts.adminToken);
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const chat = chatEndpoint({
-    failover,
-    metrics,
-    scopes: opts.scopes,
-    flags: opts.flags,
-    log: opts.log,
-    now: opts.now,
-    degrade: opts.degrade,
-    admit: opts.admit,
-    enqueue: opts.enqueue,
-    skipRoute: opts.skipRoute,
-  });
+  const chat = chatEndpoint({ pipeline: opts.path.pipeline, scopes: opts.scopes, log: opts.log });
   // Before the JSON parser: the chat endpoint reads its own body (see chat-endpoint.ts).
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
   app.use(express.json({ limit: '20mb' }));
@@ -118,7 +82,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
         ...r.health.snapshot(r.breaker),
       })),
       flags,
-      meter: opts.meter.kind,
+      meter: opts.meterKind,
       ...(opts.healthExtras ? await opts.healthExtras() : {}),
     });
   });
@@ -143,7 +107,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     res.json(flags);
   });
 
-  opts.extend?.(app, { admin, failover });
+  opts.extend?.(app, { admin });
 
   // Bodies that are not JSON, and anything that throws, get a JSON error (never a stack trace).
   app.use((error: Error & { status?: number; type?: string }, req: Request, res: Response, _next: NextFunction) => {
@@ -158,8 +122,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
 
   return {
     app,
-    failover,
-    metrics,
+    path: opts.path,
     listen: (port, host = '0.0.0.0') =>
       new Promise((resolve, reject) => {
         // The hot path goes straight to the chat endpoint; everything else through Express.

@@ -77,12 +77,3 @@ export const BudgetWebhook = z.strictObject({
   provider: z.string().min(1),
   percentUsed: z.number().finite().min(0),
 });
-
-export function pauseThreshold(env: NodeJS.ProcessEnv): number {
-  const raw = env.BUDGET_PAUSE_AT_PERCENT;
-  if (raw === undefined || raw === '') return 80;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1 || n > 1000)
-    throw new Error(`BUDGET_PAUSE_AT_PERCENT: expected a whole percent from 1 to 1000, got "${raw}"`);
-  return n;
-}

@@ -1,6 +1,6 @@
 /**
  * The Cold tier and the budget endpoints, mounted on the gateway:
- * - the degrade path: when no Hot or Warm route answered (or the time-to-answer leaves no room),
+ * - the Cold fallback: when no Hot or Warm route answered (or the time-to-answer leaves no room),
  *   the request is queued and the client gets `202 {"status":"queued","jobId"}` in time;
  * - `GET /v1/jobs/:id`: the job's state, attempts, last error, and its result once completed;
  * - `POST /budget/webhook` and `POST /budget/resume` (operator token).
@@ -8,14 +8,16 @@
 import type express from 'express';
 import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
-import { routeHeaders, type Degrade } from './chat-endpoint';
 import { BudgetWebhook, type PauseFlag } from './budget';
-import type { ChatContext } from './chat-request';
+import type { ChatBodyT } from './chat-request';
 import type { ColdPayload, ColdQueue } from './cold-queue';
 import { openAiError } from './errors';
 import { sendJson } from './http-io';
 import type { FlagStore } from './flags';
 import type { Notifier } from './notify';
+import type { ColdFallback, QueueReason } from './pipeline';
+import type { RequestContext } from './request-context';
+import { routeHeaders } from './route-headers';
 
 export interface ColdTierDeps {
   queue: ColdQueue;
@@ -27,9 +29,9 @@ export interface ColdTierDeps {
   log: { info: (m: string) => void; warn: (m: string) => void; error: (m: string) => void };
 }
 
-function coldPayload(ctx: ChatContext, reason: string, reviewRequired = false): ColdPayload {
+function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false): ColdPayload {
   return {
-    body: ctx.body,
+    body: ctx.body as ChatBodyT,
     idempotencyKey: ctx.idempotencyKey,
     userId: ctx.userId,
     jobId: ctx.jobId,
@@ -41,53 +43,38 @@ function coldPayload(ctx: ChatContext, reason: string, reviewRequired = false): 
   };
 }
 
-/** Queues the request and answers 202; 503 when the Cold queue is switched off or unreachable. */
-export async function answerQueued(
-  deps: ColdTierDeps,
-  ctx: ChatContext,
-  res: ServerResponse,
-  reason: string,
-  attempts: number,
-  options: { delayMs?: number; reviewRequired?: boolean } = {},
-): Promise<void> {
-  const headers = routeHeaders('cold', 'queue', ctx.body.model, attempts);
-  if (!deps.flags.get().enable_cold_queue) {
-    sendJson(
-      res,
-      503,
-      openAiError(
-        'no route answered and the Cold queue is switched off (enable_cold_queue)',
-        'upstream_error',
-        null,
-        'cold_queue_disabled',
-      ),
-      headers,
-    );
-    return;
-  }
-  try {
-    const { jobId, created } = await deps.queue.enqueue(coldPayload(ctx, reason, options.reviewRequired), { delayMs: options.delayMs });
-    if (created)
-      deps.notifier.notify({
-        kind: options.reviewRequired ? 'human_review' : 'enqueued',
-        jobIds: [jobId],
-        tenant: ctx.customerId || undefined,
-        detail: `reason: ${reason}`,
-      });
-    sendJson(res, 202, { status: 'queued', jobId }, headers);
-  } catch (error) {
-    deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
-    sendJson(
-      res,
-      503,
-      openAiError('no route answered and the Cold queue is unreachable', 'upstream_error', null, 'cold_queue_unavailable'),
-      headers,
-    );
-  }
-}
-
-export function coldDegrade(deps: ColdTierDeps): Degrade {
-  return (ctx, outcome, _deadline, res) => answerQueued(deps, ctx, res, outcome.reason, outcome.attempts);
+/** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
+export function coldFallback(deps: ColdTierDeps): ColdFallback {
+  return {
+    async queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<void> {
+      const headers = routeHeaders('cold', 'queue', ctx.body.model, why.attempts);
+      if (!deps.flags.get().enable_cold_queue) {
+        const error = openAiError(
+          'no route answered and the Cold queue is switched off (enable_cold_queue)',
+          'upstream_error',
+          null,
+          'cold_queue_disabled',
+        );
+        return sendJson(res, 503, error, headers);
+      }
+      try {
+        const { jobId, created } = await deps.queue.enqueue(coldPayload(ctx, why.reason, why.reviewRequired), { delayMs: why.delayMs });
+        if (created) {
+          const kind = why.reviewRequired ? 'human_review' : 'enqueued';
+          deps.notifier.notify({ kind, jobIds: [jobId], tenant: ctx.customerId || undefined, detail: `reason: ${why.reason}` });
+        }
+        sendJson(res, 202, { status: 'queued', jobId }, headers);
+      } catch (error) {
+        deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
+        sendJson(
+          res,
+          503,
+          openAiError('no route answered and the Cold queue is unreachable', 'upstream_error', null, 'cold_queue_unavailable'),
+          headers,
+        );
+      }
+    },
+  };
 }
 
 const JobId = z.string().regex(/^[A-Za-z0-9_-]{1,80}$/);

@@ -8,7 +8,7 @@
  *   else                        → queued for human review, reviewer told  decision `human_review`
  * Otherwise the request routes normally (decision `default`).
  */
-import type { ChatContext } from './chat-request';
+import type { RequestContext } from './request-context';
 
 const SPEND_CACHE_MS = 60_000;
 const QUEUE_RELEASE_MS = 2 * 3600_000;
@@ -133,7 +133,11 @@ export function capExceeded(v: SpendView): boolean {
 }
 
 /** Document 2's table. */
-export function planFor(ctx: ChatContext, exceeded: boolean, cheaperModel: string | undefined): Plan {
+export function planFor(
+  ctx: Pick<RequestContext, 'mustHaveAnswer' | 'canUseCheaper'>,
+  exceeded: boolean,
+  cheaperModel: string | undefined,
+): Plan {
   if (!exceeded) return { kind: 'default' };
   if (!ctx.mustHaveAnswer) return { kind: 'queue', delayMs: QUEUE_RELEASE_MS, reviewRequired: false, decision: 'queue' };
   if (ctx.canUseCheaper && cheaperModel) return { kind: 'model', model: cheaperModel };

@@ -10,20 +10,32 @@ import { ConfigError } from './errors';
 
 export type KeyFor = (tier: 'hot' | 'warm', provider: string) => string;
 
+const overrideName = (provider: string) => `WARM_KEY_${provider.toUpperCase().replace(/[^A-Z0-9]/g, '_')}`;
+
 function warmKeyNames(map: RoutesMapConfig): Map<string, string> {
   const kinds = [...new Set(map.warm.map((r) => r.provider))];
   const letters = ['WARM_A_API_KEY', 'WARM_B_API_KEY'];
-  return new Map(kinds.map((kind, i) => [kind, letters[i] ?? `WARM_KEY_${kind.toUpperCase().replace(/[^A-Z0-9]/g, '_')}`]));
+  return new Map(kinds.map((kind, i) => [kind, letters[i] ?? overrideName(kind)]));
 }
 
 export function keyResolver(map: RoutesMapConfig, env: NodeJS.ProcessEnv): KeyFor {
   const names = warmKeyNames(map);
   return (tier, provider) => {
     if (tier === 'hot') return env.HOT_API_KEY ?? '';
-    const override = env[`WARM_KEY_${provider.toUpperCase().replace(/[^A-Z0-9]/g, '_')}`];
+    const override = env[overrideName(provider)];
     if (override) return override;
     const name = names.get(provider);
     if (!name) throw new ConfigError(`no API key mapping for warm provider ${provider}`);
     return env[name] ?? '';
   };
+}
+
+/** The key names the map's routes need that the environment does not set, each with its routes' providers. */
+export function missingKeys(map: RoutesMapConfig, env: NodeJS.ProcessEnv): string[] {
+  const needed = new Map<string, Set<string>>();
+  const need = (name: string, provider: string) => needed.set(name, (needed.get(name) ?? new Set()).add(provider));
+  for (const r of map.hot) need('HOT_API_KEY', r.provider);
+  const names = warmKeyNames(map);
+  for (const r of map.warm) need(env[overrideName(r.provider)] ? overrideName(r.provider) : names.get(r.provider)!, r.provider);
+  return [...needed].filter(([name]) => !env[name]).map(([name, providers]) => `${name} (${[...providers].join(', ')})`);
 }

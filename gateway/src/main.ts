@@ -5,13 +5,14 @@
  */
 import type { Server } from 'node:http';
 import { ConfigError } from './errors';
+import { readEnv } from './env';
 import { createLogger } from './log';
 import { createStack } from './stack';
 
 export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Server> {
   const log = createLogger(env.LOG_LEVEL);
   const stack = await createStack(env, log, { http: true, worker: env.WORKER !== 'off' });
-  const port = Number(env.PORT ?? 8080);
+  const port = readEnv(env).PORT;
   const server = await stack.gateway!.listen(port);
   log.info(`gateway listening on :${(server.address() as { port: number }).port}`);
   const stop = async () => {

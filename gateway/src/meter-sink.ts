@@ -13,6 +13,7 @@
 import { appendFile, mkdir, open, readFile, rename, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import type { GatewayEnv } from './env';
 import { CSV_HEADER, eventToCsvLine, formatTimestamp, type EventRecord } from '../../schema/event-record';
 
 export interface MeterSink<T = EventRecord> {
@@ -260,9 +261,10 @@ function isPermanent(error: string | undefined): boolean {
   return /expected|at most 500/.test(error) && !/busy|unauthorized|HTTP|unreachable|timed out/.test(error);
 }
 
-export function createMeterSink(env: NodeJS.ProcessEnv, log: Log): MeterSink {
-  if (env.METER_URL) {
-    return new WebAppSink({ url: env.METER_URL, token: env.METER_TOKEN, spoolDir: env.METER_SPOOL_DIR ?? '.data/meter-spool', log });
-  }
-  return new CsvSink(env.METER_CSV_FILE ?? '.data/events.csv', CSV_HEADER, eventToCsvLine, (m) => log.error(m));
+export function createMeterSink(
+  env: Pick<GatewayEnv, 'METER_URL' | 'METER_TOKEN' | 'METER_SPOOL_DIR' | 'METER_CSV_FILE'>,
+  log: Log,
+): MeterSink {
+  if (env.METER_URL) return new WebAppSink({ url: env.METER_URL, token: env.METER_TOKEN, spoolDir: env.METER_SPOOL_DIR, log });
+  return new CsvSink(env.METER_CSV_FILE, CSV_HEADER, eventToCsvLine, (m) => log.error(m));
 }

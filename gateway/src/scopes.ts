@@ -49,19 +49,19 @@ export function loadScopes(file: string | undefined): Scopes {
 }
 
 /**
- * The scope's degrade variant of a request, tried once more before the queue when Hot and Warm
+ * The scope's fallback variant of a request, tried once more before the queue when Hot and Warm
  * both failed: a smaller model on the same routes, or a shorter context (system messages plus the
- * last `keep_last_messages`, 4 by default). null for `queue` (straight to the Cold tier).
+ * last `keep_last_messages`, 4 by default). null for `queue` (straight to the Cold tier), and for
+ * a body without chat messages.
  */
-export function degradeVariant<T extends { messages: Array<{ role: string }> }>(
-  scope: ScopeConfig | undefined,
-  body: T,
-): { body: T; model?: string } | null {
+export function fallbackVariant<T extends object>(scope: ScopeConfig | undefined, body: T): { body: T; model?: string } | null {
   if (!scope || scope.degrade === 'queue') return null;
   if (scope.degrade === 'smaller_model') return { body, model: scope.smaller_model };
+  const messages = (body as { messages?: unknown }).messages;
+  if (!Array.isArray(messages)) return null;
   const keep = scope.keep_last_messages ?? 4;
-  const system = body.messages.filter((m) => m.role === 'system' || m.role === 'developer');
-  const rest = body.messages.filter((m) => m.role !== 'system' && m.role !== 'developer');
+  const system = (messages as Array<{ role: string }>).filter((m) => m.role === 'system' || m.role === 'developer');
+  const rest = (messages as Array<{ role: string }>).filter((m) => m.role !== 'system' && m.role !== 'developer');
   if (rest.length <= keep) return null; // nothing to shorten
   return { body: { ...body, messages: [...system, ...rest.slice(-keep)] } };
 }

@@ -1,11 +1,13 @@
 /**
  * Relays a provider's server-sent events to the client, event by event, with backpressure (a
- * full socket pauses the reading). It reads the final usage chunk for the meter, and hides that
- * chunk from clients that did not ask for it (we add `stream_options.include_usage` upstream;
- * a client whose code reads `choices[0]` of every chunk must not see an empty `choices`).
+ * full socket pauses the reading). Events are parsed with eventsource-parser, so every line ending
+ * the SSE format allows (LF, CRLF, CR) and multi-line `data:` fields are read as the format says,
+ * then written back in LF form. It reads the final usage chunk for the meter, and hides that
+ * chunk from clients that did not ask for it (we add `stream_options.include_usage` upstream; a
+ * client whose code reads `choices[0]` of every chunk must not see an empty `choices`).
  */
-import { once } from 'node:events';
 import type { ServerResponse } from 'node:http';
+import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { readUsage, type Usage } from './providers/adapter';
 
 export interface RelayResult {
@@ -15,9 +17,9 @@ export interface RelayResult {
   sawDone: boolean;
 }
 
-const USAGE = Buffer.from('"usage"');
-
-function usageOnly(data: string): { usage: Usage | null; empty: boolean } | null {
+/** The usage an event carries, and whether it carries nothing else (an empty `choices`). */
+function usageOf(data: string): { usage: Usage; empty: boolean } | null {
+  if (!data.includes('"usage"')) return null; // most chunks: no parse at all
   try {
     const json = JSON.parse(data) as { usage?: unknown; choices?: unknown[] };
     const usage = readUsage(json.usage);
@@ -27,8 +29,23 @@ function usageOnly(data: string): { usage: Usage | null; empty: boolean } | null
   }
 }
 
-async function write(res: ServerResponse, chunk: Buffer | string): Promise<void> {
-  if (!res.write(chunk)) await once(res, 'drain');
+function serialize(event: EventSourceMessage): string {
+  const head = `${event.event ? `event: ${event.event}\n` : ''}${event.id !== undefined ? `id: ${event.id}\n` : ''}`;
+  return `${head}data: ${event.data.split('\n').join('\ndata: ')}\n\n`;
+}
+
+/** Resolves when the socket can take more, or is gone (a closed socket never drains). */
+function writable(res: ServerResponse): Promise<void> {
+  if (res.destroyed || res.writableEnded) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
 }
 
 export async function relaySse(
@@ -38,42 +55,33 @@ export async function relaySse(
   clientWantsUsage: boolean,
 ): Promise<RelayResult> {
   const result: RelayResult = { usage: null, broken: false, sawDone: false };
-  let carry: Buffer = Buffer.alloc(0);
-  const handle = async (chunk: Buffer, final: boolean) => {
-    const buf = carry.length ? Buffer.concat([carry, chunk]) : chunk;
-    // Events end with a blank line; forward whole events, keep the unfinished tail.
-    const end = final ? buf.length : buf.lastIndexOf('\n\n') + 2;
-    if (end < 2 && !final) {
-      carry = buf;
-      return;
-    }
-    const whole = buf.subarray(0, end);
-    carry = Buffer.from(buf.subarray(end));
-    if (whole.includes('[DONE]')) result.sawDone = true;
-    if (!whole.includes(USAGE)) return write(res, whole);
-    const kept: string[] = [];
-    for (const event of whole.toString('utf8').split('\n\n')) {
-      const data = event
-        .split('\n')
-        .find((l) => l.startsWith('data:'))
-        ?.slice(5)
-        .trim();
-      const found = data && data !== '[DONE]' ? usageOnly(data) : null;
+  let out = '';
+  const parser = createParser({
+    onEvent(event) {
+      if (event.data === '[DONE]') result.sawDone = true;
+      const found = result.sawDone ? null : usageOf(event.data);
       if (found) result.usage = found.usage;
-      if (found?.empty && !clientWantsUsage) continue;
-      kept.push(event);
-    }
-    const text = kept.join('\n\n');
-    if (text.trim()) await write(res, text.endsWith('\n\n') || !text ? text : `${text}${final ? '' : '\n\n'}`);
+      if (found?.empty && !clientWantsUsage) return;
+      out += serialize(event);
+    },
+  });
+  const decoder = new TextDecoder();
+  const feed = async (text: string) => {
+    parser.feed(text);
+    if (!out) return;
+    const chunk = out;
+    out = '';
+    if (!res.write(chunk)) await writable(res);
   };
   try {
-    await handle(first, false);
+    await feed(decoder.decode(first, { stream: true }));
     for (;;) {
       const next = await rest.next();
       if (next.done) break;
-      await handle(next.value, false);
+      await feed(decoder.decode(next.value, { stream: true }));
     }
-    if (carry.length) await handle(Buffer.alloc(0), true);
+    // A last event without its blank line still counts.
+    await feed(`${decoder.decode()}\n\n`);
   } catch {
     result.broken = true;
   }

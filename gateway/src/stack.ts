@@ -1,33 +1,38 @@
 /**
- * Assembles the gateway's parts from the environment: routing map, scopes, meter sink, store
- * (Redis or in-process), flags, pause flag, Cold queue, notifier, worker. Used by `npm start`,
- * `npm run worker` and the Lisbon drill, so all three run the same wiring.
+ * Assembles the gateway from the environment: routing map, scopes, stores, meter sink, spend
+ * watch, notifier, the request path (built once here), the HTTP surface, the voice concierge and
+ * the Cold worker. Used by `npm start`, `npm run worker` and the Lisbon drill, so all three run
+ * the same wiring.
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { createGateway, type Gateway } from './app';
-import { MemoryPause, pauseThreshold, RedisPause, type PauseFlag } from './budget';
-import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
-import { answerQueued, coldDegrade, mountColdTier, type ColdTierDeps } from './cold-tier';
-import { SpendWatch } from './degraded';
+import type { CallRecord } from '../../schema/call-record';
 import { admission } from './admission';
-import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
-import { bearerGuard } from './app';
-import { lintFile, loadConcierge } from './voice/config';
-import { MemoryVoiceStore, mountVoice, RedisVoiceStore, VoiceService } from './voice/calls';
-import { callToCsvLine, CALLS_CSV_HEADER, type CallRecord } from '../../schema/call-record';
-import { CsvSink, WebAppSink } from './meter-sink';
-import { DEFAULT_RATES_FILE, readRates } from './voice/rates';
-import { MemoryWorkflowStore, RedisWorkflowStore, Workflow } from './voice/workflow';
+import { bearerGuard, createGateway, type Gateway } from './app';
+import type { PauseFlag } from './budget';
+import type { ColdQueue } from './cold-queue';
+import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
+import { SpendWatch } from './degraded';
+import { startDemoProviders, type DemoProviders } from './demo-providers';
+import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
-import { Failover, type Route } from './failover';
-import { LocalFlags, RedisFlags, type FlagStore } from './flags';
-import { keyResolver } from './keys';
-import { createMeterSink, type MeterSink } from './meter-sink';
+import type { FlagStore } from './flags';
+import { keyResolver, missingKeys } from './keys';
+import { createMeterSink, CsvSink, WebAppSink, type MeterSink } from './meter-sink';
 import { Notifier } from './notify';
+import { createRequestPath, type RequestPath } from './request-path';
+import type { Route } from './route';
 import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
 import { loadScopes } from './scopes';
+import { describeStart } from './startup-log';
+import { createStores } from './stores';
+import { callToCsvLine, CALLS_CSV_HEADER } from '../../schema/call-record';
+import { lintFile, loadConcierge, type Concierge } from './voice/config';
+import { MemoryVoiceStore, mountVoice, RedisVoiceStore, VoiceService } from './voice/calls';
+import { DEFAULT_RATES_FILE, readRates } from './voice/rates';
+import { MemoryWorkflowStore, RedisWorkflowStore, Workflow } from './voice/workflow';
 import { startBullWorker, startMemoryWorker, type ColdWorker } from './worker';
+import type { MemoryColdQueue } from './cold-queue';
 
 /**
  * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
@@ -40,21 +45,10 @@ const ENDPOINT_DEFAULTS: Record<string, string> = {
   WARM_B_BASE_URL: 'https://api.mistral.ai/v1',
 };
 
-/** A Redis URL without its password, for logs. */
-function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return '(unparseable URL)';
-  }
-}
-
 export interface Stack {
   map: RoutesMapConfig;
   gateway: Gateway | null;
-  failover: Failover;
+  path: RequestPath;
   queue: ColdQueue;
   pause: PauseFlag;
   flags: FlagStore;
@@ -74,54 +68,63 @@ export interface StackOptions {
   notifyWindowMs?: number;
 }
 
-export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, options: StackOptions): Promise<Stack> {
-  const env = { ...ENDPOINT_DEFAULTS, ...processEnv };
-  const production = env.NODE_ENV === 'production';
-  const defaulted = Object.keys(ENDPOINT_DEFAULTS).filter((k) => !processEnv[k]);
-  if (defaulted.length) log.info(`embedded endpoint defaults for ${defaulted.join(', ')}`);
-  const routesFile = env.ROUTES_FILE ?? (production ? 'routes.prod.json' : 'routes.local.json');
-  const map = loadRoutesMap(routesFile, env);
-  const scopesFile = env.SCOPES_FILE ?? 'scopes.yaml';
-  const scopes = loadScopes(scopesFile);
-  const pauseAtPercent = pauseThreshold(env);
-  const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
+/** With nothing configured (no key, no endpoint, no map) and outside production: the demo providers. */
+function wantsDemo(env: GatewayEnv): boolean {
+  if (env.production || env.DEMO_PROVIDERS === 'off' || env.ROUTES_FILE) return false;
+  const set = (name: string) => Boolean(env.raw[name]);
+  const keys = ['HOT_API_KEY', 'WARM_A_API_KEY', 'WARM_B_API_KEY', ...Object.keys(env.raw).filter((k) => k.startsWith('WARM_KEY_'))];
+  return !keys.some(set) && !Object.keys(ENDPOINT_DEFAULTS).some(set);
+}
 
-  // The voice concierge: loaded when VOICE_TOKEN is set; in production only a file that lints clean
-  // (checked before any connection is opened, so a refused start leaves nothing behind).
-  let voiceConfig: import('./voice/config').Concierge | null = null;
-  let voiceWhy = 'VOICE_TOKEN is not set';
-  let voiceProblems = 0;
-  const conciergeFile = env.CONCIERGE_FILE ?? 'concierge.json';
-  if (env.VOICE_TOKEN) {
-    const problems = lintFile(conciergeFile);
-    if (problems.length && production) {
-      throw new ConfigError(
-        `${conciergeFile} does not lint clean (npm run concierge:lint):\n${problems.map((p) => `${conciergeFile}: ${p.path}: ${p.message}`).join('\n')}`,
-      );
-    }
-    voiceProblems = problems.length;
-    voiceConfig = problems.length && problems[0].path === '$' ? null : loadConcierge(conciergeFile).config;
-    if (!voiceConfig)
-      voiceWhy = `${conciergeFile} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
+/** The routing map, on the demo providers when nothing is configured; missing keys refused in production. */
+async function routingMap(env: GatewayEnv, log: Logger): Promise<{ map: RoutesMapConfig; file: string; demo: DemoProviders | null }> {
+  const file = env.ROUTES_FILE ?? (env.production ? 'routes.prod.json' : 'routes.local.json');
+  const map = loadRoutesMap(file, { ...ENDPOINT_DEFAULTS, ...env.raw });
+  if (wantsDemo(env)) {
+    const demo = await startDemoProviders(map);
+    log.warn('no provider key or endpoint is set: answering from the built-in demo providers (local, in process; x-route-provider demo-*)');
+    log.info('demo: a message containing #fail-hot makes the Hot routes fail (the Warm tier answers); #fail-all queues it (Cold tier)');
+    return { map: demo.map, file, demo };
   }
+  const missing = missingKeys(map, env.raw);
+  if (missing.length && env.production) throw new ConfigError(`provider keys not set: ${missing.join(', ')}`);
+  if (missing.length) log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
+  const defaulted = Object.keys(ENDPOINT_DEFAULTS).filter((k) => !env.raw[k]);
+  if (defaulted.length) log.info(`embedded endpoint defaults for ${defaulted.join(', ')}`);
+  return { map, file, demo: null };
+}
 
-  let redis: Redis | null = null;
-  if (env.QUEUE_STORE_URL) redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
-  else if (production) throw new ConfigError('QUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)');
-  const prefix = env.REDIS_PREFIX || undefined;
-  const flags: FlagStore = redis ? new RedisFlags(map.flags, redis, `${prefix ?? 'gateway'}:flags`) : new LocalFlags(map.flags);
-  const pause: PauseFlag = redis ? new RedisPause(redis) : new MemoryPause();
-  const queue: ColdQueue = redis ? new BullColdQueue(redis, prefix) : new MemoryColdQueue();
+/** The concierge file, checked before any connection opens (a refused start leaves nothing behind). */
+function voiceConfig(env: GatewayEnv): { config: Concierge | null; why: string; problems: number } {
+  if (!env.VOICE_TOKEN) return { config: null, why: 'VOICE_TOKEN is not set', problems: 0 };
+  const file = env.CONCIERGE_FILE;
+  const problems = lintFile(file);
+  if (problems.length && env.production) {
+    const lines = problems.map((p) => `${file}: ${p.path}: ${p.message}`).join('\n');
+    throw new ConfigError(`${file} does not lint clean (npm run concierge:lint):\n${lines}`);
+  }
+  const config = problems.length && problems[0].path === '$' ? null : loadConcierge(file).config;
+  const why = config ? '' : `${file} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
+  return { config, why, problems: problems.length };
+}
+
+export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, options: StackOptions): Promise<Stack> {
+  const env = readEnv(processEnv);
+  const scopes = loadScopes(env.SCOPES_FILE);
+  const voice = voiceConfig(env);
+  const { map, file: routesFile, demo } = await routingMap(env, log);
+  const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
+  const stores = createStores(env, map);
+  const { redis, flags, pause, queue, limiter } = stores;
   const sink = createMeterSink(env, log);
-  const limiter: Limiter = redis ? new RedisLimiter(redis, prefix ?? 'gateway', map.limits ?? {}) : new MemoryLimiter(map.limits ?? {});
   const spend = new SpendWatch({
     meterUrl: env.METER_URL,
     meterToken: env.METER_TOKEN,
-    dailyCap: Number(env.DAILY_CAP_USD ?? 50),
-    burnCap: Number(env.BURN_7D_CAP_USD ?? 200),
+    dailyCap: env.DAILY_CAP_USD,
+    burnCap: env.BURN_7D_CAP_USD,
     warn: (m) => log.warn(m),
   });
-  // Every meter event also feeds the spend figures (degraded routing) and the provider token budgets.
+  // Every meter event also feeds the spend figures (spend-cap routing) and the provider token budgets.
   const meter: MeterSink = {
     kind: sink.kind,
     send(event) {
@@ -133,96 +136,43 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     close: () => sink.close(),
   };
   const notifier = new Notifier(map.cold.notify, {
-    windowMs: options.notifyWindowMs ?? Number(env.NOTIFY_WINDOW_MS ?? 60_000),
+    windowMs: options.notifyWindowMs ?? env.NOTIFY_WINDOW_MS,
     smtpUrl: env.SMTP_URL,
     onCall: env.ON_CALL,
     log,
   });
-
-  log.info(`routing map: ${routesFile} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
-  log.info(
-    `scopes: ${Object.keys(scopes).length ? `${scopesFile} (${Object.keys(scopes).join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`,
-  );
-  log.info(
-    `meter: ${env.METER_URL ? 'meter web app (spooled to .data/meter-spool)' : `local CSV ${env.METER_CSV_FILE ?? '.data/events.csv'} (METER_URL not set)`}`,
-  );
-  log.info(`store: ${redis ? `Redis ${redactUrl(env.QUEUE_STORE_URL!)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
-  if (!redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');
-  log.info(`budget pause: ${cappedProvider} at ${pauseAtPercent}%`);
-  log.info(
-    `spend caps for degraded routing: ${env.METER_URL ? "the meter's (doGet?action=spend, cached 60 s)" : `this gateway's own totals against ${env.DAILY_CAP_USD ?? 50} / ${env.BURN_7D_CAP_USD ?? 200} USD`}`,
-  );
+  describeStart(log, { env, map, routesFile, scopes, stores, cappedProvider });
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
-  const keyFor = keyResolver(map, env);
-  const coldDeps: ColdTierDeps = {
-    queue,
-    pause,
+  const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent: env.BUDGET_PAUSE_AT_PERCENT, log };
+  const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
+  const path = createRequestPath({
+    map,
+    scopes,
+    keyFor: keyResolver(map, env.raw),
+    sendEvent: (e) => meter.send(e),
     flags,
-    notifier,
-    cappedProvider,
-    pauseAtPercent,
-    log: { info: (m) => log.info(m), warn: (m) => log.warn(m), error: (m) => log.error(m) },
-  };
-  let gateway: Gateway | null = null;
-  let failover: Failover;
-  let voice: VoiceService | null = null;
-  let callSink: MeterSink<CallRecord> | null = null;
-  let workflow: Workflow | null = null;
-  if (voiceConfig) {
-    // Call records go where events go: the meter web app (`{"calls":[...]}`, spooled), or a local CSV.
-    callSink = env.METER_URL
-      ? new WebAppSink<CallRecord>(
-          {
-            url: env.METER_URL,
-            token: env.METER_TOKEN,
-            key: 'calls',
-            spoolDir: `${env.METER_SPOOL_DIR ?? '.data/meter-spool'}-calls`,
-            log,
-          },
-          (r) => r,
-        )
-      : new CsvSink<CallRecord>(env.CALLS_CSV_FILE ?? '.data/calls.csv', CALLS_CSV_HEADER, callToCsvLine, (m) => log.error(m));
-    workflow = new Workflow({
-      config: voiceConfig,
-      store: redis ? new RedisWorkflowStore(redis, prefix ?? 'gateway') : new MemoryWorkflowStore(),
-      log: { warn: (m) => log.warn(m), error: (m) => log.error(m) },
-    });
-    workflow.startDeadLetterRetry();
-    const ratesFile = env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
-    voice = new VoiceService({
-      config: voiceConfig,
-      store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(),
-      log: { warn: (m) => log.warn(m), error: (m) => log.error(m) },
-      workflow,
-      afterCall: { calls: callSink, events: meter, rates: () => readRates(ratesFile), voiceProvider: env.VOICE_PROVIDER ?? 'openai' },
-    });
-    if (voiceProblems) log.warn(`${conciergeFile}: ${voiceProblems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
-    log.info(`voice concierge: ${conciergeFile}`);
-  } else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voiceWhy}`);
-  const admit = admission({
-    limiter,
-    limits: map.limits,
-    spend,
-    providers: [...new Set([...map.hot, ...map.warm].map((r) => r.provider))],
-    cheaperModel: map.cheaper_model,
+    log,
+    breaker: options.breaker,
+    admit: admission({ limiter, limits: map.limits, spend, providers, cheaperModel: map.cheaper_model }),
+    cold: coldFallback(coldDeps),
+    skipRoute: (r) => pause.paused() && skipWhilePaused(r),
   });
+  const voiceParts = voice.config ? buildVoice(env, voice.config, { redis, prefix: stores.prefix, meter, log }) : null;
+  if (voice.config && voice.problems)
+    log.warn(`${env.CONCIERGE_FILE}: ${voice.problems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
+  if (voice.config) log.info(`voice concierge: ${env.CONCIERGE_FILE}`);
+  else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voice.why}`);
+
+  let gateway: Gateway | null = null;
   if (options.http) {
-    if (!env.ADMIN_TOKEN) log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
     gateway = createGateway({
-      map,
+      path,
       scopes,
-      keyFor,
-      meter,
       flags,
       log,
+      meterKind: meter.kind,
       adminToken: env.ADMIN_TOKEN,
-      breaker: options.breaker,
-      degrade: coldDegrade(coldDeps),
-      admit,
-      enqueue: (ctx, res, admission) =>
-        answerQueued(coldDeps, ctx, res, admission.decision, 0, { delayMs: admission.delayMs, reviewRequired: admission.reviewRequired }),
-      skipRoute: (r) => pause.paused() && skipWhilePaused(r),
       healthExtras: async () => ({
         paused: pause.paused(),
         capped_provider: cappedProvider,
@@ -230,32 +180,22 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
       }),
       extend: (app, { admin }) => {
         mountColdTier(app, admin, coldDeps);
-        mountVoice(app, bearerGuard(env.VOICE_TOKEN), voice, voiceWhy);
+        mountVoice(app, bearerGuard(env.VOICE_TOKEN), voiceParts?.service ?? null, voice.why);
       },
     });
-    failover = gateway.failover;
-  } else {
-    failover = new Failover({ map, keyFor, meter: (e) => meter.send(e), warn: (m) => log.warn(m), breaker: options.breaker });
   }
 
   let worker: ColdWorker | null = null;
   if (options.worker) {
-    const deps = {
-      failover,
-      pause,
-      flags,
-      notifier,
-      skipWhilePaused,
-      log: { info: (m: string) => log.info(m), warn: (m: string) => log.warn(m) },
-    };
-    worker = redis ? startBullWorker(redis, prefix, deps) : startMemoryWorker(queue as MemoryColdQueue, deps);
+    const deps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
+    worker = redis ? startBullWorker(redis, stores.prefix, deps) : startMemoryWorker(queue as MemoryColdQueue, deps);
     log.info('worker: running in this process');
   }
 
   return {
     map,
     gateway,
-    failover,
+    path,
     queue,
     pause,
     flags,
@@ -266,15 +206,53 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     cappedProvider,
     async close() {
       await worker?.close();
-      workflow?.stop();
-      await callSink?.close();
+      await voiceParts?.close();
       await notifier.flush();
       await queue.close();
       await meter.close();
       flags.close();
       pause.close();
-      failover.shutdown();
+      path.failover.shutdown();
+      await demo?.close();
       redis?.disconnect();
+    },
+  };
+}
+
+/** The voice concierge's parts: call records' sink, the function-call workflow and the call service. */
+function buildVoice(
+  env: GatewayEnv,
+  config: Concierge,
+  shared: { redis: Redis | null; prefix: string | undefined; meter: MeterSink; log: Logger },
+) {
+  const { redis, prefix, meter, log } = shared;
+  const logs = { warn: (m: string) => log.warn(m), error: (m: string) => log.error(m) };
+  // Call records go where events go: the meter web app (`{"calls":[...]}`, spooled), or a local CSV.
+  const callSink: MeterSink<CallRecord> = env.METER_URL
+    ? new WebAppSink<CallRecord>(
+        { url: env.METER_URL, token: env.METER_TOKEN, key: 'calls', spoolDir: `${env.METER_SPOOL_DIR}-calls`, log },
+        (r) => r,
+      )
+    : new CsvSink<CallRecord>(env.CALLS_CSV_FILE, CALLS_CSV_HEADER, callToCsvLine, (m) => log.error(m));
+  const workflow = new Workflow({
+    config,
+    store: redis ? new RedisWorkflowStore(redis, prefix ?? 'gateway') : new MemoryWorkflowStore(),
+    log: logs,
+  });
+  workflow.startDeadLetterRetry();
+  const ratesFile = env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
+  const service = new VoiceService({
+    config,
+    store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(),
+    log: logs,
+    workflow,
+    afterCall: { calls: callSink, events: meter, rates: () => readRates(ratesFile), voiceProvider: env.VOICE_PROVIDER },
+  });
+  return {
+    service,
+    async close() {
+      workflow.stop();
+      await callSink.close();
     },
   };
 }

@@ -8,7 +8,8 @@ import { UnrecoverableError, Worker, type ConnectionOptions } from 'bullmq';
 import type { ChatContext } from './chat-request';
 import { JOB_ATTEMPTS, JOB_BACKOFF_MS, JOB_NAME, QUEUE_NAME, type ColdPayload, type MemoryColdQueue } from './cold-queue';
 import { Deadline } from './deadline';
-import type { Failover, Route } from './failover';
+import type { Failover } from './failover';
+import type { Route } from './route';
 import type { FlagStore } from './flags';
 import type { Notifier } from './notify';
 import { PAUSED_MESSAGE, type PauseFlag } from './budget';
@@ -40,6 +41,7 @@ interface JobResult {
 async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult> {
   if (await deps.pause.refresh()) throw new Error(PAUSED_MESSAGE);
   const ctx: ChatContext = {
+    api: 'chat',
     body: { ...payload.body, stream: false },
     stream: false,
     idempotencyKey: payload.idempotencyKey,
@@ -56,6 +58,7 @@ async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult
     skip: (r) => deps.pause.paused() && deps.skipWhilePaused(r),
   });
   if (outcome.kind === 'exhausted') throw new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
+  if (outcome.kind === 'answer') outcome.settleWhole();
   const text = outcome.upstream.body?.toString('utf8') ?? '';
   let body: unknown = text;
   try {

@@ -3,7 +3,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Breaker } from '../../gateway/src/breaker';
 import { parseChatRequest } from '../../gateway/src/chat-request';
 import { Deadline } from '../../gateway/src/deadline';
+import { CallMeter } from '../../gateway/src/call-meter';
 import { Failover } from '../../gateway/src/failover';
+import { buildRoutes } from '../../gateway/src/route';
 import { FakeProvider } from './fake-provider';
 import { mapOf } from './harness';
 
@@ -15,10 +17,12 @@ const flags = { enable_warm_fallback: true, enable_cold_queue: true, killed_mode
 beforeEach(async () => {
   [hot, warm] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
   failover = new Failover({
-    map: mapOf([hot.url], [warm.url]),
+    routes: buildRoutes(mapOf([hot.url], [warm.url]), { now: () => clock.ms }),
     keyFor: () => 'k',
-    meter: () => {},
-    warn: () => {},
+    meter: new CallMeter(
+      () => {},
+      () => {},
+    ),
     now: () => clock.ms,
     random: () => 0,
   });

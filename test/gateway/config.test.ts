@@ -98,6 +98,58 @@ describe('npm start', () => {
     expect(out).not.toMatch(/sk-|Bearer /);
   });
 
+  it('with no provider configured, answers from the demo providers and shows failover live', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', METER_CSV_FILE: join(dir, 'e.csv'), WORKER: 'off' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      const port = await new Promise<string>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 10_000);
+        child.stdout.on('data', () => {
+          const m = /listening on :(\d+)/.exec(out);
+          if (m) (clearTimeout(t), resolve(m[1]));
+        });
+      });
+      expect(out).toContain('built-in demo providers');
+      const ask = (content: string) =>
+        fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content }] }),
+        });
+      const hot = await ask('hello');
+      expect([hot.status, hot.headers.get('x-route-tier'), hot.headers.get('x-route-provider')]).toEqual([200, 'hot', 'demo-openai']);
+      expect(((await hot.json()) as { choices: Array<{ message: { content: string } }> }).choices[0].message.content).toContain('hello');
+      const warm = await ask('hello #fail-hot');
+      expect([warm.status, warm.headers.get('x-route-tier'), warm.headers.get('x-route-provider')]).toEqual([
+        200,
+        'warm',
+        'demo-anthropic',
+      ]);
+      const cold = await ask('hello #fail-all');
+      expect([cold.status, cold.headers.get('x-route-tier')]).toEqual([202, 'cold']);
+    } finally {
+      child.kill('SIGTERM');
+    }
+  });
+
+  it('refuses to start on a bad environment value, naming it', async () => {
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', METER_URL: 'script.google.com/macros/s/x/exec', DAILY_CAP_USD: '-3' },
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    expect(err).toContain('METER_URL: expected an absolute https or http URL');
+    expect(err).toContain('DAILY_CAP_USD: expected a number from 0 to 1000000000, got "-3"');
+  });
+
   it('refuses to start on an invalid map, naming the file and path', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');

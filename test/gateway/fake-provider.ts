@@ -12,7 +12,19 @@ export type Behaviour =
   | { kind: 'hang' }
   /** The connection is dropped as soon as the request arrives (a blocked or unreachable host). */
   | { kind: 'drop' }
-  | { kind: 'stream'; chunks?: number; cutAfter?: number; delayMs?: number; noUsage?: boolean };
+  | {
+      kind: 'stream';
+      chunks?: number;
+      cutAfter?: number;
+      delayMs?: number;
+      noUsage?: boolean;
+      /** The line ending between fields and events (the SSE format allows LF, CRLF and CR). */
+      eol?: '\n' | '\r\n' | '\r';
+      /** Each event's JSON pretty-printed over several `data:` lines. */
+      multiLine?: boolean;
+      /** The text of each chunk instead of `part<i>`. */
+      contents?: string[];
+    };
 
 export interface Received {
   headers: IncomingMessage['headers'];
@@ -94,23 +106,37 @@ export class FakeProvider {
       }
       case 'stream': {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
-        const n = b.chunks ?? 3;
+        const n = b.contents?.length ?? b.chunks ?? 3;
+        const eol = b.eol ?? '\n';
+        const event = (value: unknown) => {
+          const json = b.multiLine ? JSON.stringify(value, null, 1) : JSON.stringify(value);
+          return `${json
+            .split('\n')
+            .map((line) => `data: ${line}`)
+            .join(eol)}${eol}${eol}`;
+        };
         const chunk = (delta: object, finish: string | null = null) =>
-          `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+          event({
+            id: 'chatcmpl-fake',
+            object: 'chat.completion.chunk',
+            created: 1,
+            model,
+            choices: [{ index: 0, delta, finish_reason: finish }],
+          });
+        const text = (i: number) => b.contents?.[i] ?? (i === 0 ? 'part0' : ` part${i}`);
         for (let i = 0; i < n; i++) {
           if (b.cutAfter !== undefined && i === b.cutAfter) {
             res.socket?.destroy(); // the provider dies mid-stream
             return;
           }
-          res.write(chunk(i === 0 ? { role: 'assistant', content: 'part0' } : { content: ` part${i}` }, i === n - 1 ? 'stop' : null));
+          res.write(chunk(i === 0 ? { role: 'assistant', content: text(0) } : { content: text(i) }, i === n - 1 ? 'stop' : null));
           if (b.delayMs) await new Promise((r) => setTimeout(r, b.delayMs));
         }
         if (!b.noUsage && body.stream_options?.include_usage) {
-          res.write(
-            `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [], usage: { prompt_tokens: 20, completion_tokens: n, total_tokens: 20 + n } })}\n\n`,
-          );
+          const usage = { prompt_tokens: 20, completion_tokens: n, total_tokens: 20 + n };
+          res.write(event({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [], usage }));
         }
-        res.end('data: [DONE]\n\n');
+        res.end(`data: [DONE]${eol}${eol}`);
         return;
       }
     }

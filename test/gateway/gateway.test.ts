@@ -2,7 +2,7 @@
 import { gzipSync } from 'node:zlib';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { idempotencyKeyFor } from '../../gateway/src/chat-request';
+import { idempotencyKeyFor } from '../../gateway/src/request-context';
 import { FakeProvider, refusedUrl } from './fake-provider';
 import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
 
@@ -239,7 +239,7 @@ describe('a client that goes away', () => {
     await expect.poll(() => hot1.cancelled, { timeout: 2000 }).toBe(6);
     expect(hot2.received.length + warmA.received.length + warmB.received.length).toBe(0);
     // Six hang-ups are not six provider failures: the breaker stays closed.
-    expect(gw.gateway.failover.routes[0].breaker.state()).toBe('closed');
+    expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
     await gw.meter.flush();
     expect(gw.events().map((e) => e.error_code)).toEqual(Array(6).fill('CLIENT_CLOSED'));
   });
@@ -261,7 +261,7 @@ describe('a client that goes away', () => {
     await gw.meter.flush();
     await expect.poll(() => gw!.events().map((e) => e.error_code), { timeout: 2000 }).toEqual(['CLIENT_CLOSED']);
     // With a threshold of 1, one counted failure would have opened it.
-    expect(gw.gateway.failover.routes[0].breaker.state()).toBe('closed');
+    expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
   });
 });
 

@@ -6,9 +6,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import pino from 'pino';
-import { createGateway, type Gateway, type GatewayOptions } from '../../gateway/src/app';
+import { createGateway, type Gateway } from '../../gateway/src/app';
 import { LocalFlags, type FlagStore } from '../../gateway/src/flags';
 import { CsvSink, type MeterSink } from '../../gateway/src/meter-sink';
+import { createRequestPath, type RequestPathOptions } from '../../gateway/src/request-path';
 import type { RoutesMapConfig } from '../../gateway/src/routes-map';
 import { createStack, type StackOptions } from '../../gateway/src/stack';
 
@@ -52,27 +53,28 @@ export function captureLogger(logs: string[]) {
   );
 }
 
-export async function startGateway(
-  map: RoutesMapConfig,
-  options: Partial<GatewayOptions> & { flags?: FlagStore } = {},
-): Promise<TestGateway> {
+export type TestGatewayOptions = Partial<Omit<RequestPathOptions, 'sendEvent'>> & { flags?: FlagStore; meter?: MeterSink };
+
+export async function startGateway(map: RoutesMapConfig, options: TestGatewayOptions = {}): Promise<TestGateway> {
   const dir = mkdtempSync(join(tmpdir(), 'gw-test-'));
   const csv = join(dir, 'events.csv');
   const meter = options.meter ?? new CsvSink(csv);
   const logs: string[] = [];
   const clock = { ms: Date.now() };
   const useClock = options.now === undefined && options.breaker !== undefined;
-  const gateway = createGateway({
-    map,
+  const log = captureLogger(logs);
+  const flags = options.flags ?? new LocalFlags(map.flags);
+  const path = createRequestPath({
     scopes: {},
     keyFor: (tier, provider) => `key-${tier}-${provider}`,
-    meter,
-    flags: options.flags ?? new LocalFlags(map.flags),
-    log: captureLogger(logs),
-    adminToken: ADMIN,
+    log,
     ...options,
+    map,
+    flags,
+    sendEvent: (e) => meter.send(e),
     ...(useClock ? { now: () => clock.ms } : {}),
   });
+  const gateway = createGateway({ path, scopes: options.scopes ?? {}, flags, log, meterKind: meter.kind, adminToken: ADMIN });
   const server = await gateway.listen(0, '127.0.0.1');
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
@@ -87,7 +89,7 @@ export async function startGateway(
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await meter.close();
-      gateway.failover.shutdown();
+      gateway.path.failover.shutdown();
     },
     events() {
       if (!existsSync(csv)) return [];

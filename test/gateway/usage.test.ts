@@ -1,7 +1,7 @@
 // The meter's token counts come from the provider's usage object, read without parsing the whole
 // answer (adapter.ts): a wrong read would bill the wrong figures, so the awkward cases are here.
 import { describe, expect, it } from 'vitest';
-import { openAiCompatible } from '../../gateway/src/providers/adapter';
+import { openAiCompatible } from '../../gateway/src/providers/openai-compatible';
 
 const usageOf = (body: unknown) => openAiCompatible.usage(Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)));
 

@@ -111,7 +111,7 @@ async function main(): Promise<number> {
         ms: res.ms,
       });
     }
-    const hotOpen = gw.stack.failover.routes.filter((r) => r.tier === 'hot' && r.breaker.state() === 'open').length;
+    const hotOpen = gw.stack.path.failover.routes.filter((r) => r.tier === 'hot' && r.breaker.state() === 'open').length;
     results.push({
       step: '1. Hot blocked → Warm takes over',
       measured: `Warm answered ${step1.filter((s) => s.tier === 'warm').length}/4 requests with ${step1.map((s) => s.warmAttempts).join(', ')} Warm attempt(s); first in ${step1[0].ms.toFixed(0)} ms, after the Hot breakers opened (${hotOpen}/2) in ${step1.at(-1)!.ms.toFixed(0)} ms`,
@@ -126,10 +126,10 @@ async function main(): Promise<number> {
       const res = await chat(gw.url, 8000, { 'idempotency-key': `lisbon-step2-${i}` });
       if (res.status === 202) queued = res;
     }
-    const openRoutes = gw.stack.failover.routes.filter((r) => r.breaker.state() === 'open');
+    const openRoutes = gw.stack.path.failover.routes.filter((r) => r.breaker.state() === 'open');
     const counts = await gw.stack.queue.counts();
     const depth = counts.waiting + counts.delayed + counts.active + counts.failed;
-    const openFor = Math.max(...gw.stack.failover.routes.map((r) => r.breaker.secondsOpen()));
+    const openFor = Math.max(...gw.stack.path.failover.routes.map((r) => r.breaker.secondsOpen()));
     results.push({
       step: '2. HTTP 500 everywhere → breakers open, Cold enqueues',
       measured: `${openRoutes.length}/4 breakers open (longest ${openFor.toFixed(1)} s so far, re-probe after 30 s); last answer ${queued?.status ?? 'none'} ${queued ? queued.body : ''}; queue depth ${depth}`,

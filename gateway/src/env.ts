@@ -1,0 +1,81 @@
+/**
+ * The gateway's environment, read once at start and checked with one zod schema: every value the
+ * gateway reads is named here with its default, and a bad value stops the start with its name and
+ * what was expected (never a 500 on the first request). Provider keys and `${NAME}` references of
+ * the routing map are read from the raw environment (their names depend on the map).
+ */
+import { z } from 'zod';
+import { ConfigError } from './errors';
+
+const url = (schemes: string[]) =>
+  z.string().refine(
+    (v) => {
+      try {
+        return schemes.includes(new URL(v).protocol);
+      } catch {
+        return false;
+      }
+    },
+    `expected an absolute ${schemes.map((s) => s.replace(':', '')).join(' or ')} URL`,
+  );
+
+const number = (min: number, max: number, whole = false) =>
+  z.coerce.number().refine((n) => Number.isFinite(n) && n >= min && n <= max && (!whole || Number.isInteger(n)), {
+    message: `expected ${whole ? 'a whole number' : 'a number'} from ${min} to ${max}`,
+  });
+
+const Env = z.object({
+  NODE_ENV: z.string().optional(),
+  PORT: number(0, 65535, true).default(8080),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** `off`: no Cold worker in this process (run `npm run worker`). */
+  WORKER: z.string().default('on'),
+  ROUTES_FILE: z.string().min(1).optional(),
+  SCOPES_FILE: z.string().min(1).default('scopes.yaml'),
+  QUEUE_STORE_URL: url(['redis:', 'rediss:']).optional(),
+  REDIS_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9._:-]{1,64}$/, 'expected 1-64 letters, digits, . _ : -')
+    .optional(),
+  METER_URL: url(['https:', 'http:']).optional(),
+  METER_TOKEN: z.string().optional(),
+  METER_CSV_FILE: z.string().min(1).default('.data/events.csv'),
+  METER_SPOOL_DIR: z.string().min(1).default('.data/meter-spool'),
+  ADMIN_TOKEN: z.string().optional(),
+  CAPPED_PROVIDER: z.string().optional(),
+  BUDGET_PAUSE_AT_PERCENT: number(1, 1000, true).default(80),
+  DAILY_CAP_USD: number(0, 1e9).default(50),
+  BURN_7D_CAP_USD: number(0, 1e9).default(200),
+  NOTIFY_WINDOW_MS: number(0, 3_600_000, true).default(60_000),
+  SMTP_URL: url(['smtp:', 'smtps:']).optional(),
+  SMTP_FROM: z.string().default('ai-gateway@localhost'),
+  ON_CALL: z.string().optional(),
+  /** `off` keeps the built-in demo providers from starting when no provider is configured. */
+  DEMO_PROVIDERS: z.enum(['auto', 'off']).default('auto'),
+  VOICE_TOKEN: z.string().optional(),
+  CONCIERGE_FILE: z.string().min(1).default('concierge.json'),
+  CALLS_CSV_FILE: z.string().min(1).default('.data/calls.csv'),
+  TELEPHONY_RATES_FILE: z.string().min(1).optional(),
+  VOICE_PROVIDER: z.string().min(1).default('openai'),
+});
+
+export type GatewayEnv = z.infer<typeof Env> & { production: boolean; raw: NodeJS.ProcessEnv };
+
+/** Empty strings count as unset: `FOO= npm start` should behave like no FOO. */
+function withoutEmpty(env: NodeJS.ProcessEnv): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== ''));
+}
+
+export function readEnv(raw: NodeJS.ProcessEnv): GatewayEnv {
+  const parsed = Env.safeParse(withoutEmpty(raw));
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => {
+      const name = String(i.path[0]);
+      // Values that may hold a secret (tokens, keys, URLs with passwords) are not echoed.
+      const shown = /TOKEN|KEY|SECRET|URL/.test(name) ? '' : `, got "${String(raw[name]).slice(0, 80)}"`;
+      return `${name}: ${i.message}${shown}`;
+    });
+    throw new ConfigError(`environment:\n${lines.join('\n')}`);
+  }
+  return { ...parsed.data, production: parsed.data.NODE_ENV === 'production', raw };
+}

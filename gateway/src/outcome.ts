@@ -1,0 +1,85 @@
+/**
+ * What routing produced for one request. An answer settles itself once its body has been relayed
+ * (`settle`): the breaker learns of a stream that broke after its first byte, and the call's meter
+ * event is written with the usage the answer carried. Failed calls were settled by the routing
+ * loop as they happened.
+ */
+import type { Ticket } from './breaker';
+import type { CallMeter } from './call-meter';
+import type { Usage } from './providers/adapter';
+import type { RequestContext } from './request-context';
+import type { Route } from './route';
+import type { UpstreamAnswer } from './upstream';
+
+export interface Settlement {
+  ok: boolean;
+  usage: Usage | null;
+  /** '' for a success; `STREAM_INTERRUPTED` (the provider's fault) or `CLIENT_CLOSED` (not). */
+  code?: string;
+  /** Time spent relaying after the first byte, added to the call's latency. */
+  relayMs?: number;
+}
+
+export class Answer {
+  readonly kind = 'answer';
+  private settled = false;
+  constructor(
+    readonly route: Route,
+    /** The model called (spend-cap routing or a scope fallback may ask for another). */
+    readonly model: string,
+    readonly attempts: number,
+    readonly upstream: UpstreamAnswer,
+    private readonly ticket: Ticket,
+    private readonly ctx: RequestContext,
+    private readonly meter: CallMeter,
+    private readonly decision: string,
+  ) {}
+
+  /** Records the call's end: breaker and health on a provider failure, and the meter event. Once. */
+  settle(s: Settlement): void {
+    if (this.settled) return;
+    this.settled = true;
+    const code = s.code ?? '';
+    if (!s.ok && code !== 'CLIENT_CLOSED') {
+      this.route.breaker.record(this.ticket, false);
+      this.route.health.record(false);
+    }
+    const { provider, region } = this.route.config;
+    this.meter.record({
+      ctx: this.ctx,
+      provider,
+      model: this.model,
+      region,
+      latencyMs: this.upstream.latencyMs + (s.relayMs ?? 0),
+      usage: s.usage,
+      errorCode: code,
+      decision: this.decision,
+    });
+  }
+
+  /** A whole (non-streamed) answer: settled at once with the usage its body reports. */
+  settleWhole(): Usage | null {
+    const usage = this.upstream.body ? this.route.adapter.usage(this.upstream.body) : null;
+    this.settle({ ok: true, usage });
+    return usage;
+  }
+}
+
+/** The provider refused the request as malformed: passed back as it is, no other route tried. */
+interface ClientError {
+  kind: 'client_error';
+  route: Route;
+  model: string;
+  attempts: number;
+  upstream: UpstreamAnswer;
+}
+
+/** No route answered: every one failed or was skipped, or the time-to-answer ran out. */
+export interface Exhausted {
+  kind: 'exhausted';
+  attempts: number;
+  reason: 'all_failed' | 'time_to_answer';
+  lastError: string | null;
+}
+
+export type Outcome = Answer | ClientError | Exhausted;

@@ -1,0 +1,146 @@
+/**
+ * The request pipeline every endpoint shares: admission (rate limits, spend-cap routing) → the
+ * routing over the Hot and Warm tiers → the scope's fallback variant → the Cold fallback; an
+ * answer is relayed (whole or streamed) and then settled (breaker, health, meter event). An
+ * endpoint only reads and checks its body into a RequestContext and hands it here.
+ */
+import type { ServerResponse } from 'node:http';
+import type { Admission, Admit } from './admission';
+import { Cancel } from './cancel';
+import type { CallMeter } from './call-meter';
+import { Deadline, type Clock } from './deadline';
+import { openAiError } from './errors';
+import type { Failover } from './failover';
+import type { FlagStore } from './flags';
+import { sendBody, sendJson } from './http-io';
+import type { GatewayMetrics } from './metrics';
+import type { Answer, Exhausted, Outcome } from './outcome';
+import type { RequestContext } from './request-context';
+import type { Route } from './route';
+import { routeHeaders } from './route-headers';
+import { fallbackVariant, type Scopes } from './scopes';
+import { relaySse } from './sse';
+
+/** Why a request goes to the Cold queue, and how. */
+export interface QueueReason {
+  reason: string;
+  attempts: number;
+  delayMs?: number;
+  reviewRequired?: boolean;
+}
+
+/** The Cold tier as the pipeline sees it: queue the request and answer the client (202, or 503). */
+export interface ColdFallback {
+  queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<void>;
+}
+
+export interface PipelineDeps {
+  failover: Failover;
+  metrics: GatewayMetrics;
+  meter: CallMeter;
+  scopes: Scopes;
+  flags: FlagStore;
+  admit?: Admit;
+  /** null: no Cold tier, an exhausted request answers 503 (or 504 when time ran out). */
+  cold?: ColdFallback | null;
+  /** Routes live requests must avoid now (the capped provider's while the budget pause is on). */
+  skipRoute?: (route: Route) => boolean;
+  now?: Clock;
+}
+
+const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
+
+export class Pipeline {
+  constructor(private readonly deps: PipelineDeps) {}
+
+  async handle(ctx: RequestContext, res: ServerResponse): Promise<void> {
+    const deadline = new Deadline(ctx.timeToAnswerMs, this.deps.now);
+    const gone = new Cancel();
+    res.on('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    const admitted = this.deps.admit ? this.deps.admit(ctx) : ROUTE_ALL;
+    const admission = admitted instanceof Promise ? await admitted : admitted;
+    if (admission.kind === 'reject') {
+      const error = openAiError(admission.message, 'rate_limit_error', null, admission.code);
+      sendJson(res, admission.status, error, { 'retry-after': String(admission.retryAfterS) });
+      return;
+    }
+    if (admission.kind === 'queue' && this.deps.cold) {
+      const { decision, delayMs, reviewRequired } = admission;
+      this.deps.meter.record({
+        ctx,
+        provider: 'queue',
+        model: ctx.body.model,
+        latencyMs: 0,
+        usage: null,
+        errorCode: '',
+        decision,
+        reviewRequired,
+      });
+      await this.deps.cold.queue(ctx, res, { reason: decision, attempts: 0, delayMs, reviewRequired });
+      return;
+    }
+    // A queue decision with no queue plugged in is routed as usual.
+    const outcome = await this.route(ctx, deadline, gone, admission.kind === 'route' ? admission : ROUTE_ALL);
+    if (outcome.kind === 'exhausted') return this.fallBack(ctx, outcome, res);
+    this.deps.metrics.countRequest(outcome.route.tier, outcome.upstream.status);
+    const headers = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
+    if (outcome.kind === 'answer' && outcome.upstream.rest) return this.relayStream(ctx, outcome, res, headers, gone);
+    if (outcome.kind === 'answer') outcome.settleWhole();
+    const type = outcome.upstream.headers['content-type'];
+    sendBody(res, outcome.upstream.status, outcome.upstream.body!, typeof type === 'string' ? type : 'application/json', headers);
+  }
+
+  /** Hot → Warm, then once more with the scope's fallback variant (smaller or shorter) in the time left. */
+  private async route(
+    ctx: RequestContext,
+    deadline: Deadline,
+    signal: Cancel,
+    admission: Extract<Admission, { kind: 'route' }>,
+  ): Promise<Outcome> {
+    const { skipProviders, decision, model } = admission;
+    const skipRoute = this.deps.skipRoute;
+    const skip =
+      skipRoute || skipProviders?.size
+        ? (r: Route) => (skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false)
+        : undefined;
+    const options = { signal, skip, model, decision };
+    const first = await this.deps.failover.route(ctx, deadline, { ...options, flags: this.deps.flags.get() });
+    const variant =
+      first.kind === 'exhausted' && first.reason === 'all_failed' ? fallbackVariant(this.deps.scopes[ctx.jobType], ctx.body) : null;
+    if (!variant || first.kind !== 'exhausted') return first;
+    return this.deps.failover.route({ ...ctx, body: variant.body }, deadline, {
+      ...options,
+      flags: this.deps.flags.get(),
+      model: variant.model ?? model,
+      decision: 'degraded',
+      priorAttempts: first.attempts,
+    });
+  }
+
+  /** No route answered: the Cold queue when there is one, else 503 (no route) or 504 (time ran out). */
+  private async fallBack(ctx: RequestContext, outcome: Exhausted, res: ServerResponse): Promise<void> {
+    this.deps.metrics.countRequest('cold', 'degraded');
+    if (this.deps.cold) return this.deps.cold.queue(ctx, res, { reason: outcome.reason, attempts: outcome.attempts });
+    const timeUp = outcome.reason === 'time_to_answer';
+    const message = timeUp
+      ? 'no route answered within the time-to-answer'
+      : `no route answered (${outcome.lastError ?? 'all routes skipped'})`;
+    const error = openAiError(message, 'upstream_error', null, timeUp ? 'time_to_answer' : 'all_routes_failed');
+    sendJson(res, timeUp ? 504 : 503, error, routeHeaders('cold', 'none', 'none', outcome.attempts));
+  }
+
+  /** A stream cut by the provider counts against the route; one our client hung up on does not. */
+  private async relayStream(ctx: RequestContext, answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel) {
+    headers['content-type'] = 'text/event-stream; charset=utf-8';
+    headers['cache-control'] = 'no-cache';
+    res.writeHead(answer.upstream.status, headers as Record<string, string>);
+    res.flushHeaders();
+    const started = performance.now();
+    const wantsUsage = (ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true;
+    const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, wantsUsage);
+    const code = !relay.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
+    answer.settle({ ok: !relay.broken, usage: relay.usage, code, relayMs: performance.now() - started });
+  }
+}

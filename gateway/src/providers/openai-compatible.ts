@@ -1,0 +1,76 @@
+/**
+ * The OpenAI-compatible adapter: `POST {baseUrl}/chat/completions` with a bearer key, and the
+ * usage read from the answer's `usage` object.
+ */
+import type { ApiKind } from '../request-context';
+import { readUsage, type ProviderAdapter } from './adapter';
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const USAGE_KEY = Buffer.from('"usage"');
+
+/**
+ * The `"usage": {...}` object of an OpenAI-style response, parsed on its own: the usage comes
+ * last, after the choices, whose text is most of the body, so reading only it spares a parse of
+ * the whole answer on every call. A literal `"usage"` cannot occur inside a JSON string (its
+ * quotes would be escaped), so the last one followed by `:` and `{` is the key. Anything
+ * unexpected → undefined, and the caller parses the whole body.
+ */
+function usageObject(body: Buffer): unknown {
+  const at = body.lastIndexOf(USAGE_KEY);
+  if (at < 1 || body[at - 1] === BACKSLASH) return undefined;
+  let i = at + USAGE_KEY.length;
+  const skipSpace = () => {
+    while (i < body.length && (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09)) i++;
+  };
+  skipSpace();
+  if (body[i] !== 0x3a /* : */) return undefined;
+  i++;
+  skipSpace();
+  if (body[i] !== 0x7b /* { */) return undefined;
+  const start = i;
+  let depth = 0;
+  let inString = false;
+  for (; i < body.length; i++) {
+    const c = body[i];
+    if (inString) {
+      if (c === BACKSLASH) i++;
+      else if (c === QUOTE) inString = false;
+    } else if (c === QUOTE) inString = true;
+    else if (c === 0x7b) depth++;
+    else if (c === 0x7d && --depth === 0) {
+      try {
+        return JSON.parse(body.toString('utf8', start, i + 1));
+      } catch {
+        return undefined;
+      }
+    }
+  }
+  return undefined;
+}
+
+/** The provider path of each API, under the route's base URL. */
+const API_PATH: Record<ApiKind, string> = { chat: '/chat/completions' };
+
+export const openAiCompatible: ProviderAdapter = {
+  request(route, api, body, apiKey, idempotencyKey) {
+    return {
+      url: `${route.baseUrl.replace(/\/+$/, '')}${API_PATH[api]}`,
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        'content-type': 'application/json',
+        'idempotency-key': idempotencyKey,
+      },
+      body: JSON.stringify({ ...body, model: route.model }),
+    };
+  },
+  usage(body) {
+    const usage = usageObject(body);
+    if (usage !== undefined) return readUsage(usage);
+    try {
+      return readUsage((JSON.parse(body.toString('utf8')) as { usage?: unknown } | null)?.usage);
+    } catch {
+      return null;
+    }
+  },
+};

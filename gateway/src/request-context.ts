@@ -1,0 +1,77 @@
+/**
+ * The routing context of one request, whatever its endpoint: the body to send (checked by the
+ * endpoint), and what our request headers say (who is calling, the time-to-answer, what the
+ * caller accepts when spend caps are exceeded, the idempotency key).
+ */
+import { hash } from 'node:crypto';
+import { DEFAULT_TIME_TO_ANSWER_MS, type Scopes } from './scopes';
+
+/** The OpenAI API a request speaks (the provider path it is sent to). */
+export type ApiKind = 'chat';
+
+export interface RequestContext<B extends { model: string } = { model: string } & Record<string, unknown>> {
+  api: ApiKind;
+  body: B;
+  stream: boolean;
+  idempotencyKey: string;
+  userId: string;
+  jobId: string;
+  customerId: string;
+  jobType: string;
+  timeToAnswerMs: number;
+  mustHaveAnswer: boolean;
+  canUseCheaper: boolean;
+}
+
+/** Headers are case-insensitive; node:http gives them lowercased. */
+export type Headers = Record<string, string | string[] | undefined>;
+const header = (h: Headers, name: string): string | undefined => {
+  const v = h[name];
+  return Array.isArray(v) ? v[0] : v;
+};
+
+const MAX_TIME_TO_ANSWER_MS = 600_000;
+
+/** The default idempotency key: a hash of user id + job id + input, the same on every retry and tier. */
+export function idempotencyKeyFor(userId: string, jobId: string, input: unknown): string {
+  return hash('sha256', JSON.stringify([userId, jobId, input]), 'hex');
+}
+
+export type HeaderResult = { ok: true; value: Omit<RequestContext, 'api' | 'body' | 'stream'> } | { ok: false; message: string };
+
+/** Our routing headers; `input` is what the default idempotency key hashes (the messages, say). */
+export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unknown): HeaderResult {
+  let tta = DEFAULT_TIME_TO_ANSWER_MS;
+  const jobType = header(headers, 'x-job-type') ?? '';
+  if (jobType && scopes[jobType]) tta = scopes[jobType].time_to_answer_ms;
+  const explicit = header(headers, 'x-time-to-answer-ms');
+  if (explicit !== undefined) {
+    const n = Number(explicit);
+    if (!Number.isInteger(n) || n < 1 || n > MAX_TIME_TO_ANSWER_MS) {
+      return {
+        ok: false,
+        message: `x-time-to-answer-ms: expected whole milliseconds from 1 to ${MAX_TIME_TO_ANSWER_MS}, got "${explicit}"`,
+      };
+    }
+    tta = n;
+  }
+  const userId = header(headers, 'x-user-id') ?? '';
+  const jobId = header(headers, 'x-job-id') ?? '';
+  const bool = (name: string, fallback: boolean) => {
+    const v = header(headers, name);
+    return v === undefined ? fallback : !/^(false|0|no)$/i.test(v.trim());
+  };
+  return {
+    ok: true,
+    value: {
+      idempotencyKey: header(headers, 'idempotency-key') || idempotencyKeyFor(userId, jobId, input),
+      userId,
+      jobId,
+      customerId: header(headers, 'x-customer-id') ?? '',
+      jobType,
+      timeToAnswerMs: tta,
+      mustHaveAnswer: bool('x-must-have-answer', true),
+      canUseCheaper: bool('x-can-use-cheaper', false),
+    },
+  };
+}

@@ -1,0 +1,62 @@
+/**
+ * Builds the request path once: the routes (with their breakers), the metrics that report on
+ * them, the call meter, the failover loop and the pipeline every endpoint shares. The HTTP layer,
+ * the Cold worker and the tests all take what this returns; nothing else constructs them.
+ */
+import type { Logger } from 'pino';
+import type { EventRecord } from '../../schema/event-record';
+import type { Admit } from './admission';
+import type { BreakerOptions } from './breaker';
+import { CallMeter } from './call-meter';
+import type { Clock } from './deadline';
+import { Failover } from './failover';
+import type { FlagStore } from './flags';
+import type { KeyFor } from './keys';
+import { GatewayMetrics } from './metrics';
+import { Pipeline, type ColdFallback } from './pipeline';
+import { buildRoutes, type Route } from './route';
+import type { RoutesMapConfig } from './routes-map';
+import type { Scopes } from './scopes';
+
+export interface RequestPathOptions {
+  map: RoutesMapConfig;
+  scopes: Scopes;
+  keyFor: KeyFor;
+  /** Where meter events go (the meter sink, teed into spend and token budgets by the wiring). */
+  sendEvent: (event: EventRecord) => void;
+  flags: FlagStore;
+  log: Logger;
+  now?: Clock;
+  breaker?: Omit<BreakerOptions, 'now'>;
+  admit?: Admit;
+  cold?: ColdFallback | null;
+  skipRoute?: (route: Route) => boolean;
+}
+
+export interface RequestPath {
+  routes: Route[];
+  failover: Failover;
+  metrics: GatewayMetrics;
+  meter: CallMeter;
+  pipeline: Pipeline;
+}
+
+export function createRequestPath(o: RequestPathOptions): RequestPath {
+  const routes = buildRoutes(o.map, { ...o.breaker, now: o.now ?? Date.now });
+  for (const r of routes) r.breaker.onChange((state) => o.log.warn({ route: r.label, breaker: state }, `breaker ${state}`));
+  const metrics = new GatewayMetrics(routes);
+  const meter = new CallMeter(o.sendEvent, (m) => o.log.warn(m));
+  const failover = new Failover({ routes, keyFor: o.keyFor, meter, metrics, now: o.now });
+  const pipeline = new Pipeline({
+    failover,
+    metrics,
+    meter,
+    scopes: o.scopes,
+    flags: o.flags,
+    admit: o.admit,
+    cold: o.cold,
+    skipRoute: o.skipRoute,
+    now: o.now,
+  });
+  return { routes, failover, metrics, meter, pipeline };
+}

@@ -1,0 +1,33 @@
+/**
+ * A route: one entry of the routing map (tier, provider, model, endpoint) with its own breaker,
+ * health record and provider adapter. Built once from the map; the failover loop, the metrics,
+ * `/health` and the worker all read the same list.
+ */
+import { Breaker, type BreakerOptions } from './breaker';
+import type { ProviderAdapter } from './providers/adapter';
+import { adapterFor } from './providers/registry';
+import { RouteHealth } from './route-health';
+import type { RouteConfig, RoutesMapConfig } from './routes-map';
+
+export type Tier = 'hot' | 'warm';
+
+export class Route {
+  readonly label: string;
+  readonly breaker: Breaker;
+  readonly health = new RouteHealth();
+  readonly adapter: ProviderAdapter;
+  constructor(
+    readonly tier: Tier,
+    readonly config: RouteConfig,
+    breakerOptions: BreakerOptions,
+  ) {
+    this.label = `${tier}:${config.provider}:${config.model}`;
+    this.breaker = new Breaker(this.label, breakerOptions);
+    this.adapter = adapterFor(config.provider);
+  }
+}
+
+/** Every route of the map, Hot first then Warm, in the map's order. */
+export function buildRoutes(map: RoutesMapConfig, breaker: BreakerOptions = {}): Route[] {
+  return [...map.hot.map((r) => new Route('hot', r, breaker)), ...map.warm.map((r) => new Route('warm', r, breaker))];
+}

@@ -1,0 +1,46 @@
+/** The start-up description: what the gateway is using, so an operator reads it in the first lines of the log. */
+import type { Logger } from 'pino';
+import type { GatewayEnv } from './env';
+import type { RoutesMapConfig } from './routes-map';
+import type { Scopes } from './scopes';
+import type { Stores } from './stores';
+
+/** A Redis URL without its password, for logs. */
+function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparseable URL)';
+  }
+}
+
+export interface StartFacts {
+  env: GatewayEnv;
+  map: RoutesMapConfig;
+  routesFile: string;
+  scopes: Scopes;
+  stores: Stores;
+  cappedProvider: string;
+}
+
+export function describeStart(log: Logger, f: StartFacts): void {
+  const { env, map, scopes } = f;
+  const scopeNames = Object.keys(scopes);
+  log.info(`routing map: ${f.routesFile} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
+  log.info(
+    `scopes: ${scopeNames.length ? `${env.SCOPES_FILE} (${scopeNames.join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`,
+  );
+  log.info(
+    `meter: ${env.METER_URL ? `meter web app (spooled to ${env.METER_SPOOL_DIR})` : `local CSV ${env.METER_CSV_FILE} (METER_URL not set)`}`,
+  );
+  log.info(`store: ${env.QUEUE_STORE_URL ? `Redis ${redactUrl(env.QUEUE_STORE_URL)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
+  if (!f.stores.redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');
+  log.info(`budget pause: ${f.cappedProvider} at ${env.BUDGET_PAUSE_AT_PERCENT}%`);
+  const caps = env.METER_URL
+    ? "the meter's (doGet?action=spend, cached 60 s)"
+    : `this gateway's own totals against ${env.DAILY_CAP_USD} / ${env.BURN_7D_CAP_USD} USD`;
+  log.info(`spend caps for spend-cap routing: ${caps}`);
+  if (!env.ADMIN_TOKEN) log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
+}

@@ -1,0 +1,50 @@
+/**
+ * The shared state behind the gateway, chosen in one place: Redis when QUEUE_STORE_URL is set
+ * (every instance sees the same flags, pause, queue and limits), else in-process stand-ins that
+ * behave the same within one process (queued work then does not survive a restart).
+ */
+import { Redis } from 'ioredis';
+import { MemoryPause, RedisPause, type PauseFlag } from './budget';
+import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
+import type { GatewayEnv } from './env';
+import { ConfigError } from './errors';
+import { LocalFlags, RedisFlags, type FlagStore } from './flags';
+import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
+import type { RoutesMapConfig } from './routes-map';
+
+export interface Stores {
+  redis: Redis | null;
+  /** Key prefix for the gateway's own Redis keys (BullMQ's default prefix when unset). */
+  prefix: string | undefined;
+  flags: FlagStore;
+  pause: PauseFlag;
+  queue: ColdQueue;
+  limiter: Limiter;
+}
+
+export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
+  if (!env.QUEUE_STORE_URL && env.production) {
+    throw new ConfigError('QUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)');
+  }
+  const prefix = env.REDIS_PREFIX;
+  const limits = map.limits ?? {};
+  if (!env.QUEUE_STORE_URL) {
+    return {
+      redis: null,
+      prefix,
+      flags: new LocalFlags(map.flags),
+      pause: new MemoryPause(),
+      queue: new MemoryColdQueue(),
+      limiter: new MemoryLimiter(limits),
+    };
+  }
+  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
+  return {
+    redis,
+    prefix,
+    flags: new RedisFlags(map.flags, redis, `${prefix ?? 'gateway'}:flags`),
+    pause: new RedisPause(redis),
+    queue: new BullColdQueue(redis, prefix),
+    limiter: new RedisLimiter(redis, prefix ?? 'gateway', limits),
+  };
+}

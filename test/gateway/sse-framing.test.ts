@@ -1,0 +1,69 @@
+// Server-sent events as providers really frame them: CRLF or CR line endings, JSON spread over
+// several `data:` lines, and `[DONE]` as text inside an answer. The client must get every chunk and
+// the meter the stream's usage, whatever the framing.
+import OpenAI from 'openai';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { chat, mapOf, startGateway, type TestGateway } from './harness';
+
+let hot: FakeProvider;
+let gw: TestGateway;
+beforeEach(async () => {
+  hot = await new FakeProvider().start();
+  gw = await startGateway(mapOf([hot.url]));
+});
+afterEach(async () => {
+  await gw.close();
+  await hot.stop();
+});
+
+async function streamText(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>) {
+  let text = '';
+  let usage: OpenAI.CompletionUsage | null = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    if (chunk.usage) usage = chunk.usage;
+  }
+  return { text, usage };
+}
+
+const ask = (includeUsage: boolean) =>
+  new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: 'unused', maxRetries: 0 }).chat.completions.create({
+    model: 'x',
+    messages: [{ role: 'user', content: 'hi' }],
+    stream: true,
+    ...(includeUsage ? { stream_options: { include_usage: true } } : {}),
+  });
+
+describe('stream framing', () => {
+  for (const [name, eol] of [
+    ['CRLF', '\r\n'],
+    ['CR', '\r'],
+  ] as const) {
+    it(`a provider that ends its lines with ${name}: every chunk streamed and the usage metered`, async () => {
+      hot.always({ kind: 'stream', chunks: 4, eol });
+      const { text, usage } = await streamText(await ask(true));
+      expect(text).toBe('part0 part1 part2 part3');
+      expect(usage).toMatchObject({ prompt_tokens: 20, completion_tokens: 4 });
+      await gw.meter.flush();
+      expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([['20', '4', '']]);
+    });
+  }
+
+  it('JSON spread over several data: lines is joined, as the format says', async () => {
+    hot.always({ kind: 'stream', chunks: 3, multiLine: true });
+    const { text } = await streamText(await ask(false));
+    expect(text).toBe('part0 part1 part2');
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens])).toEqual([['20', '3']]);
+  });
+
+  it('"[DONE]" inside an answer is text: a stream cut after it is still reported as interrupted', async () => {
+    hot.always({ kind: 'stream', contents: ['say [DONE] now', ' and more', ' never sent'], cutAfter: 2, delayMs: 20 });
+    const res = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(res.text).toContain('say [DONE] now');
+    expect(res.text).toContain('"code":"stream_interrupted"');
+    await gw.meter.flush();
+    expect(gw.events().at(-1)!.error_code).toBe('STREAM_INTERRUPTED');
+  });
+});
