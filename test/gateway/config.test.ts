@@ -112,7 +112,9 @@ describe('npm start', () => {
         const t = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 10_000);
         child.stdout.on('data', () => {
           const m = /listening on :(\d+)/.exec(out);
-          if (m) (clearTimeout(t), resolve(m[1]));
+          if (!m) return;
+          clearTimeout(t);
+          resolve(m[1]);
         });
       });
       expect(out).toContain('built-in demo providers');
