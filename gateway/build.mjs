@@ -1,4 +1,4 @@
-// Builds the gateway: gateway/src/main.ts → gateway/dist/main.js (ESM, dependencies left in
+// Builds the gateway's commands: bin/gateway.ts → gateway/dist/main.js (and the worker and ops) (ESM, dependencies left in
 // node_modules). esbuild is the same bundler the meter uses; no tsc emit step to keep in sync.
 import { build } from 'esbuild';
 import { dirname, join } from 'node:path';
@@ -6,7 +6,11 @@ import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
 await build({
-  entryPoints: { main: join(here, 'src', 'main.ts'), worker: join(here, 'src', 'worker-main.ts'), ops: join(here, 'src', 'ops.ts') },
+  entryPoints: {
+    main: join(here, '..', 'bin', 'gateway.ts'),
+    worker: join(here, '..', 'bin', 'worker.ts'),
+    ops: join(here, '..', 'bin', 'ops.ts'),
+  },
   outdir: join(here, 'dist'),
   bundle: true,
   platform: 'node',

@@ -3,14 +3,14 @@
  * chat-endpoint.ts) goes straight to its handler, and an Express 5 app for everything else: the
  * operator endpoints (health, metrics, flags) behind ADMIN_TOKEN, and what `extend` mounts.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
-import { z } from 'zod';
+import { bearerGuard } from './bearer';
 import { chatEndpoint } from './chat-endpoint';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
+import { mountOperator } from './operator';
 import type { RequestPath } from './request-path';
 import type { Scopes } from './scopes';
 
@@ -34,31 +34,7 @@ export interface Gateway {
   listen(port: number, host?: string): Promise<Server>;
 }
 
-function sameSecret(a: string, b: string): boolean {
-  const h = (s: string) => createHash('sha256').update(s).digest();
-  return timingSafeEqual(h(a), h(b));
-}
-
-/** Bearer-token guard; no token configured means the endpoints are closed (never open by default). */
-export function bearerGuard(token: string | undefined): express.RequestHandler {
-  return (req: Request, res: Response, next: NextFunction) => {
-    const sent = /^Bearer (.+)$/.exec(req.get('authorization') ?? '')?.[1];
-    if (!token || !sent || !sameSecret(sent, token)) {
-      res.status(401).json({ error: 'unauthorized: send Authorization: Bearer <token>' });
-      return;
-    }
-    next();
-  };
-}
-
-const FlagsChange = z.strictObject({
-  enable_warm_fallback: z.boolean().optional(),
-  enable_cold_queue: z.boolean().optional(),
-  killed_models: z.array(z.string().min(1)).optional(),
-});
-
 export function createGateway(opts: GatewayOptions): Gateway {
-  const { failover, metrics } = opts.path;
   const admin = bearerGuard(opts.adminToken);
   const app = express();
   app.disable('x-powered-by');
@@ -68,45 +44,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
   app.use(express.json({ limit: '20mb' }));
 
-  app.get('/health', admin, async (_req, res) => {
-    const flags = opts.flags.get();
-    res.json({
-      ok: true,
-      routes: failover.routes.map((r) => ({
-        tier: r.tier,
-        provider: r.config.provider,
-        model: r.config.model,
-        breaker: r.breaker.state(),
-        breaker_open_seconds: r.breaker.secondsOpen(),
-        killed: flags.killed_models.includes(r.config.model),
-        ...r.health.snapshot(r.breaker),
-      })),
-      flags,
-      meter: opts.meterKind,
-      ...(opts.healthExtras ? await opts.healthExtras() : {}),
-    });
-  });
-
-  app.get('/metrics', admin, async (_req, res) => {
-    res.setHeader('content-type', metrics.registry.contentType);
-    res.end(await metrics.registry.metrics());
-  });
-
-  app.get('/admin/flags', admin, (_req, res) => {
-    res.json(opts.flags.get());
-  });
-  app.put('/admin/flags', admin, async (req, res) => {
-    const parsed = FlagsChange.safeParse(req.body);
-    if (!parsed.success) {
-      const i = parsed.error.issues[0];
-      res.status(400).json({ error: `${i.path.join('.') || 'body'}: ${i.message}` });
-      return;
-    }
-    const flags = await opts.flags.update(parsed.data);
-    opts.log.warn({ flags }, 'flags changed');
-    res.json(flags);
-  });
-
+  mountOperator(app, admin, opts);
   opts.extend?.(app, { admin });
 
   // Bodies that are not JSON, and anything that throws, get a JSON error (never a stack trace).

@@ -102,7 +102,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   private retryAt = 0;
   private delivering: Promise<void> | null = null;
   private closed = false;
-  /** Counters for /health and tests. */
+  /** Delivery counters, read by tests. */
   readonly stats = { delivered: 0, duplicates: 0, failedPosts: 0, rejected: 0 };
 
   constructor(

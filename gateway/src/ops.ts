@@ -65,7 +65,3 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
     redis.disconnect();
   }
 }
-
-if (process.argv[1] && /ops\.(ts|js)$/.test(process.argv[1])) {
-  ops(process.argv.slice(2), process.env, (l) => process.stdout.write(`${l}\n`)).then((code) => process.exit(code));
-}

@@ -1,8 +1,7 @@
 /**
- * `npm run routes:diff [a] [b]`: what differs between two routing maps (default: the local and
- * the production one), one line per JSON path, so routing changes are visible in review.
+ * What differs between two routing maps, one line per JSON path, so routing changes are visible
+ * in review (`npm run routes:diff`, bin/routes-diff.ts).
  */
-import { readFileSync } from 'node:fs';
 
 type Json = unknown;
 
@@ -23,10 +22,4 @@ export function diffJson(a: Json, b: Json, path = ''): string[] {
     });
   }
   return [`~ ${path || '(top level)'}: ${JSON.stringify(a)} → ${JSON.stringify(b)}`];
-}
-
-if (process.argv[1]?.endsWith('routes-diff.ts')) {
-  const [a = 'routes.local.json', b = 'routes.prod.json'] = process.argv.slice(2);
-  const lines = diffJson(JSON.parse(readFileSync(a, 'utf8')), JSON.parse(readFileSync(b, 'utf8')));
-  process.stdout.write(`${a} → ${b}\n${lines.length ? lines.join('\n') : '(no differences)'}\n`);
 }

@@ -8,7 +8,8 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { CallRecord } from '../../schema/call-record';
 import { admission } from './admission';
-import { bearerGuard, createGateway, type Gateway } from './app';
+import { createGateway, type Gateway } from './app';
+import { bearerGuard } from './bearer';
 import type { PauseFlag } from './budget';
 import type { ColdQueue } from './cold-queue';
 import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
@@ -23,9 +24,9 @@ import { Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
 import type { Route } from './route';
 import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
-import { loadScopes } from './scopes';
+import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
-import { createStores } from './stores';
+import { createStores, type Stores } from './stores';
 import { callToCsvLine, CALLS_CSV_HEADER } from '../../schema/call-record';
 import { lintFile, loadConcierge, type Concierge } from './voice/config';
 import { MemoryVoiceStore, mountVoice, RedisVoiceStore, VoiceService } from './voice/calls';
@@ -116,7 +117,6 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   const stores = createStores(env, map);
   const { redis, flags, pause, queue, limiter } = stores;
-  const sink = createMeterSink(env, log);
   const spend = new SpendWatch({
     meterUrl: env.METER_URL,
     meterToken: env.METER_TOKEN,
@@ -124,17 +124,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     burnCap: env.BURN_7D_CAP_USD,
     warn: (m) => log.warn(m),
   });
-  // Every meter event also feeds the spend figures (spend-cap routing) and the provider token budgets.
-  const meter: MeterSink = {
-    kind: sink.kind,
-    send(event) {
-      sink.send(event);
-      spend.record(event.cost_usd);
-      limiter.spendTokens(event.provider, event.input_tokens + event.output_tokens);
-    },
-    flush: () => sink.flush(),
-    close: () => sink.close(),
-  };
+  const meter = teeMeter(createMeterSink(env, log), spend, limiter);
   const notifier = new Notifier(map.cold.notify, {
     windowMs: options.notifyWindowMs ?? env.NOTIFY_WINDOW_MS,
     smtpUrl: env.SMTP_URL,
@@ -158,39 +148,24 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     cold: coldFallback(coldDeps),
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
   });
-  const voiceParts = voice.config ? buildVoice(env, voice.config, { redis, prefix: stores.prefix, meter, log }) : null;
-  if (voice.config && voice.problems)
-    log.warn(`${env.CONCIERGE_FILE}: ${voice.problems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
-  if (voice.config) log.info(`voice concierge: ${env.CONCIERGE_FILE}`);
-  else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voice.why}`);
+  const voiceParts = startVoice(env, voice, { redis, prefix: stores.prefix, meter, log });
 
-  let gateway: Gateway | null = null;
-  if (options.http) {
-    gateway = createGateway({
-      path,
-      scopes,
-      flags,
-      log,
-      meterKind: meter.kind,
-      adminToken: env.ADMIN_TOKEN,
-      healthExtras: async () => ({
-        paused: pause.paused(),
-        capped_provider: cappedProvider,
-        queue: await queue.counts().catch(() => 'unreachable'),
-      }),
-      extend: (app, { admin }) => {
-        mountColdTier(app, admin, coldDeps);
-        mountVoice(app, bearerGuard(env.VOICE_TOKEN), voiceParts?.service ?? null, voice.why);
-      },
-    });
-  }
+  const health = async () => ({
+    paused: pause.paused(),
+    capped_provider: cappedProvider,
+    queue: await queue.counts().catch(() => 'unreachable'),
+  });
+  const gateway = options.http
+    ? httpGateway(env, { path, scopes, flags, log, meter, coldDeps, voiceParts, voiceWhy: voice.why, health })
+    : null;
 
-  let worker: ColdWorker | null = null;
-  if (options.worker) {
-    const deps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
-    worker = redis ? startBullWorker(redis, stores.prefix, deps) : startMemoryWorker(queue as MemoryColdQueue, deps);
-    log.info('worker: running in this process');
-  }
+  const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
+  const worker = !options.worker
+    ? null
+    : redis
+      ? startBullWorker(redis, stores.prefix, workerDeps)
+      : startMemoryWorker(queue as MemoryColdQueue, workerDeps);
+  if (worker) log.info('worker: running in this process');
 
   return {
     map,
@@ -204,27 +179,99 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     worker,
     redis,
     cappedProvider,
-    async close() {
-      await worker?.close();
-      await voiceParts?.close();
-      await notifier.flush();
-      await queue.close();
-      await meter.close();
-      flags.close();
-      pause.close();
-      path.failover.shutdown();
-      await demo?.close();
-      redis?.disconnect();
-    },
+    close: () => closeStack({ worker, voiceParts, notifier, queue, meter, flags, pause, path, demo, redis }),
   };
 }
 
+/** Stops what the stack started, the worker first (its running jobs finish) and the store last. */
+async function closeStack(p: {
+  worker: ColdWorker | null;
+  voiceParts: { close(): Promise<void> } | null;
+  notifier: Notifier;
+  queue: ColdQueue;
+  meter: MeterSink;
+  flags: FlagStore;
+  pause: PauseFlag;
+  path: RequestPath;
+  demo: DemoProviders | null;
+  redis: Redis | null;
+}): Promise<void> {
+  await p.worker?.close();
+  await p.voiceParts?.close();
+  await p.notifier.flush();
+  await p.queue.close();
+  await p.meter.close();
+  p.flags.close();
+  p.pause.close();
+  p.path.failover.shutdown();
+  await p.demo?.close();
+  p.redis?.disconnect();
+}
+
+/** Every meter event also feeds the spend figures (spend-cap routing) and the provider token budgets. */
+function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']): MeterSink {
+  return {
+    kind: sink.kind,
+    send(event) {
+      sink.send(event);
+      spend.record(event.cost_usd);
+      limiter.spendTokens(event.provider, event.input_tokens + event.output_tokens);
+    },
+    flush: () => sink.flush(),
+    close: () => sink.close(),
+  };
+}
+
+interface HttpParts {
+  path: RequestPath;
+  scopes: Scopes;
+  flags: FlagStore;
+  log: Logger;
+  meter: MeterSink;
+  coldDeps: ColdTierDeps;
+  voiceParts: ReturnType<typeof buildVoice> | null;
+  voiceWhy: string;
+  health: () => Promise<Record<string, unknown>>;
+}
+
+/** The HTTP surface: the request path's endpoints, the operator endpoints, the Cold tier's and the voice endpoints. */
+function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
+  return createGateway({
+    path: p.path,
+    scopes: p.scopes,
+    flags: p.flags,
+    log: p.log,
+    meterKind: p.meter.kind,
+    adminToken: env.ADMIN_TOKEN,
+    healthExtras: p.health,
+    extend: (app, { admin }) => {
+      mountColdTier(app, admin, p.coldDeps);
+      mountVoice(app, bearerGuard(env.VOICE_TOKEN), p.voiceParts?.service ?? null, p.voiceWhy);
+    },
+  });
+}
+
+interface VoiceShared {
+  redis: Redis | null;
+  prefix: string | undefined;
+  meter: MeterSink;
+  log: Logger;
+}
+
+/** The voice concierge when configured (else its endpoints answer 503 with the reason). */
+function startVoice(env: GatewayEnv, voice: ReturnType<typeof voiceConfig>, shared: VoiceShared) {
+  if (!voice.config) {
+    if (env.VOICE_TOKEN) shared.log.warn(`voice endpoints answer 503: ${voice.why}`);
+    return null;
+  }
+  if (voice.problems)
+    shared.log.warn(`${env.CONCIERGE_FILE}: ${voice.problems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
+  shared.log.info(`voice concierge: ${env.CONCIERGE_FILE}`);
+  return buildVoice(env, voice.config, shared);
+}
+
 /** The voice concierge's parts: call records' sink, the function-call workflow and the call service. */
-function buildVoice(
-  env: GatewayEnv,
-  config: Concierge,
-  shared: { redis: Redis | null; prefix: string | undefined; meter: MeterSink; log: Logger },
-) {
+function buildVoice(env: GatewayEnv, config: Concierge, shared: VoiceShared) {
   const { redis, prefix, meter, log } = shared;
   const logs = { warn: (m: string) => log.warn(m), error: (m: string) => log.error(m) };
   // Call records go where events go: the meter web app (`{"calls":[...]}`, spooled), or a local CSV.

@@ -1,7 +1,8 @@
 /**
- * `npm start`: the gateway on $PORT (default 8080), with the Cold worker in the same process
- * (WORKER=off leaves the worker to `npm run worker`). With nothing configured it runs on
- * routes.local.json and embedded defaults, and its first log lines say what it is using.
+ * Starting and stopping a gateway process (`npm start`, bin/gateway.ts): the gateway on $PORT
+ * (default 8080), with the Cold worker in the same process (WORKER=off leaves the worker to
+ * `npm run worker`). With nothing configured it answers from the built-in demo providers, and its
+ * first log lines say what it is using.
  */
 import type { Server } from 'node:http';
 import { ConfigError } from './errors';
@@ -11,7 +12,7 @@ import { createStack } from './stack';
 
 export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Server> {
   const log = createLogger(env.LOG_LEVEL);
-  const stack = await createStack(env, log, { http: true, worker: env.WORKER !== 'off' });
+  const stack = await createStack(env, log, { http: true, worker: readEnv(env).WORKER !== 'off' });
   const port = readEnv(env).PORT;
   const server = await stack.gateway!.listen(port);
   log.info(`gateway listening on :${(server.address() as { port: number }).port}`);
@@ -31,5 +32,3 @@ export function fail(error: unknown): never {
   process.stderr.write(`gateway did not start:\n${message}\n`);
   process.exit(1);
 }
-
-if (process.argv[1] && /main\.(ts|js|mjs)$/.test(process.argv[1])) start().catch(fail);

@@ -1,7 +1,7 @@
 /** `npm run worker`: only the Cold worker (several may run at once against one Redis). */
-import { createLogger } from './log';
-import { fail } from './main';
-import { createStack } from './stack';
+import { createLogger } from '../gateway/src/log';
+import { fail } from '../gateway/src/start';
+import { createStack } from '../gateway/src/stack';
 
 async function run(): Promise<void> {
   const log = createLogger(process.env.LOG_LEVEL);

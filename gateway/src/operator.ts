@@ -1,0 +1,61 @@
+/** The operator endpoints behind ADMIN_TOKEN: `/health`, `/metrics` and the run-time flags. */
+import type express from 'express';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import type { FlagStore } from './flags';
+import type { RequestPath } from './request-path';
+
+const FlagsChange = z.strictObject({
+  enable_warm_fallback: z.boolean().optional(),
+  enable_cold_queue: z.boolean().optional(),
+  killed_models: z.array(z.string().min(1)).optional(),
+});
+
+export interface OperatorDeps {
+  path: RequestPath;
+  flags: FlagStore;
+  log: Logger;
+  meterKind: string;
+  healthExtras?: () => Promise<Record<string, unknown>>;
+}
+
+export function mountOperator(app: express.Express, admin: express.RequestHandler, o: OperatorDeps): void {
+  app.get('/health', admin, async (_req, res) => {
+    const flags = o.flags.get();
+    res.json({
+      ok: true,
+      routes: o.path.failover.routes.map((r) => ({
+        tier: r.tier,
+        provider: r.config.provider,
+        model: r.config.model,
+        breaker: r.breaker.state(),
+        breaker_open_seconds: r.breaker.secondsOpen(),
+        killed: flags.killed_models.includes(r.config.model),
+        ...r.health.snapshot(r.breaker),
+      })),
+      flags,
+      meter: o.meterKind,
+      ...(o.healthExtras ? await o.healthExtras() : {}),
+    });
+  });
+
+  app.get('/metrics', admin, async (_req, res) => {
+    res.setHeader('content-type', o.path.metrics.registry.contentType);
+    res.end(await o.path.metrics.registry.metrics());
+  });
+
+  app.get('/admin/flags', admin, (_req, res) => {
+    res.json(o.flags.get());
+  });
+  app.put('/admin/flags', admin, async (req, res) => {
+    const parsed = FlagsChange.safeParse(req.body);
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      res.status(400).json({ error: `${i.path.join('.') || 'body'}: ${i.message}` });
+      return;
+    }
+    const flags = await o.flags.update(parsed.data);
+    o.log.warn({ flags }, 'flags changed');
+    res.json(flags);
+  });
+}
