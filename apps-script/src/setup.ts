@@ -33,8 +33,8 @@ const NUMBER_FORMATS: Partial<Record<EventField, string>> = {
 };
 
 const ACTOR_TYPES = ['user', 'agent', 'human-reviewer'];
-/** Document 2's decisions, then the degraded-routing results that are also logged in `decision`. */
-const DECISIONS = ['approved', 'rejected', 'edited', 'n/a', 'default', 'model', 'queue', 'human_review'];
+/** The review decisions, then the spend-cap routing results and the scope fallback variant, also logged in `decision`. */
+const DECISIONS = ['approved', 'rejected', 'edited', 'n/a', 'default', 'model', 'queue', 'human_review', 'fallback_variant'];
 
 /** Time-driven triggers: handler → schedule. Times are UTC (the manifest's time zone). */
 const TRIGGER_SCHEDULE = [

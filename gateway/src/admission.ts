@@ -1,5 +1,5 @@
 /**
- * Admission, decided before routing (Documents 1 and 2): the tenant's request rate, degraded
+ * Admission, decided before routing: the tenant's request rate, spend-cap
  * routing from current spend (queue, cheaper model, human review), and the providers whose token
  * budget for this minute is spent (skipped; every one spent → 429).
  *
@@ -7,7 +7,7 @@
  * configured and the spend figures at hand, the decision is made without a promise: admission
  * runs on every request, and at concurrency 1 each microsecond is latency.
  */
-import { capExceeded, planFor, type SpendView, type SpendWatch } from './degraded';
+import { capExceeded, planFor, type SpendView, type SpendWatch } from './spend-cap-routing';
 import type { Limiter, Limits } from './rate-limit';
 import type { RequestContext } from './request-context';
 

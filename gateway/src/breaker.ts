@@ -1,5 +1,5 @@
 /**
- * Circuit breaker per route, with Document 1's semantics on top of opossum:
+ * Circuit breaker per route, with the gateway's semantics (docs/gateway.md) on top of opossum:
  *   closed    → open       after 5 consecutive failed calls (the route is then skipped, not called)
  *   open      → half-open  30 s later
  *   half-open: one probe at a time, at most one every 30 s, using a live request (no synthetic

@@ -36,7 +36,7 @@ export class CallMeter {
       actor_type: 'agent',
       provider: f.provider,
       model: f.model,
-      region: f.region ?? 'n/a',
+      region: f.region ?? 'global', // the record's word for a region we do not know
       input_tokens: f.usage?.input_tokens ?? 0,
       output_tokens: f.usage?.output_tokens ?? 0,
       latency_ms: Math.round(f.latencyMs),

@@ -2,7 +2,7 @@
  * Which API key a route uses. Keys come from the environment only, never from the routing map:
  * every Hot route uses HOT_API_KEY; a Warm route picks its key by provider kind. The mapping is
  * explicit: the first Warm provider kind seen in the map uses WARM_A_API_KEY, the second
- * WARM_B_API_KEY (Document 1 names two Warm providers, A and B); `WARM_KEY_<KIND>` (e.g.
+ * WARM_B_API_KEY (two Warm providers, A and B, by default); `WARM_KEY_<KIND>` (e.g.
  * WARM_KEY_MISTRAL) overrides that for a kind.
  */
 import type { RoutesMapConfig } from './routes-map';

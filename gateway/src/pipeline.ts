@@ -114,14 +114,14 @@ export class Pipeline {
       ...options,
       flags: this.deps.flags.get(),
       model: variant.model ?? model,
-      decision: 'degraded',
+      decision: 'fallback_variant',
       priorAttempts: first.attempts,
     });
   }
 
   /** No route answered: the Cold queue when there is one, else 503 (no route) or 504 (time ran out). */
   private async fallBack(ctx: RequestContext, outcome: Exhausted, res: ServerResponse): Promise<void> {
-    this.deps.metrics.countRequest('cold', 'degraded');
+    this.deps.metrics.countRequest('cold', 'fallback');
     if (this.deps.cold) return this.deps.cold.queue(ctx, res, { reason: outcome.reason, attempts: outcome.attempts });
     const timeUp = outcome.reason === 'time_to_answer';
     const message = timeUp

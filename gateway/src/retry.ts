@@ -1,5 +1,5 @@
 /**
- * Retry policy per route call (Document 1): 3 attempts, exponential backoff from 200 ms with
+ * Retry policy per route call: 3 attempts, exponential backoff from 200 ms with
  * jitter, capped at 2 s. Jitter is "equal jitter": half the delay fixed, half random, so retries
  * of many clients spread out while each still waits at least half the step.
  */

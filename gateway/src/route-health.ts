@@ -1,5 +1,5 @@
 /**
- * Route health record (Document 1): latency p50/p95 and error rate (from opossum's rolling window,
+ * Route health record: latency p50/p95 and error rate (from opossum's rolling window,
  * the last minute), and the passive health score: the last 20 calls, 1 success / 0 failure.
  */
 import type { Breaker } from './breaker';

@@ -1,5 +1,5 @@
 /**
- * The routing map (Document 1): `hot` and `warm` routes tried in order, and the `cold` queue
+ * The routing map: `hot` and `warm` routes tried in order, and the `cold` queue
  * definition. Read once at start from ROUTES_FILE, checked with zod, `${NAME}` references resolved
  * from the environment. Keys never live in the map (see keys.ts).
  */
@@ -14,7 +14,7 @@ const Route = z.strictObject({
     .regex(/^[a-z0-9][a-z0-9._-]*$/, 'a lowercase provider kind such as openai'),
   model: z.string().min(1),
   baseUrl: z.string().min(1),
-  /** Cloud region of the endpoint, for the meter's `region` field (Document 2: "global" if unknown). */
+  /** Cloud region of the endpoint, for the meter's `region` field (`global` when unset). */
   region: z.string().min(1).optional(),
 });
 
@@ -36,7 +36,7 @@ const RoutesMap = z.strictObject({
   warm: z.array(Route),
   cold: Cold,
   flags: Flags.default({ enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] }),
-  /** The cheaper model degraded routing may switch to (Document 2's <CHEAPER_MODEL_ID>). */
+  /** The cheaper model spend-cap routing may switch to. */
   cheaper_model: z.string().min(1).optional(),
   /** Rate limits: per tenant (x-customer-id) and token budgets per provider, per minute. */
   limits: z

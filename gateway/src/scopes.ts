@@ -1,6 +1,6 @@
 /**
- * Scope definitions (Document 1: "Scope definition (YAML kept by the team)"): per protected job
- * type (`x-job-type`), its maximum time-to-answer and its degrade mode when Hot and Warm both
+ * Scope definitions (a YAML file kept by the team): per protected job
+ * type (`x-job-type`), its maximum time-to-answer and its fallback variant (the `degrade` field) when Hot and Warm both
  * fail. The field names are ours (the spec leaves them open):
  *
  *   scopes:

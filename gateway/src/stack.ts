@@ -13,7 +13,7 @@ import { bearerGuard } from './bearer';
 import type { PauseFlag } from './budget';
 import type { ColdQueue } from './cold-queue';
 import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
-import { SpendWatch } from './degraded';
+import { SpendWatch } from './spend-cap-routing';
 import { startDemoProviders, type DemoProviders } from './demo-providers';
 import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';

@@ -1,4 +1,4 @@
-// Document 1's breaker, driven through real calls to loopback providers with a clock the test controls.
+// The route breaker, driven through real calls to loopback providers with a clock the test controls.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Breaker } from '../../gateway/src/breaker';
 import { parseChatRequest } from '../../gateway/src/chat-request';

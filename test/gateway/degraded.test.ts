@@ -1,4 +1,4 @@
-// Degraded routing from the meter's spend (Document 2) and the Redis-held rate limits.
+// Spend-cap routing from the meter's spend and the Redis-held rate limits.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';

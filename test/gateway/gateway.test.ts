@@ -309,6 +309,8 @@ describe('meter events', () => {
     expect(priced).toMatchObject({ provider: 'openai', model: 'gpt-4o-mini', job_id: 'job-10' });
     expect(Number(priced.cost_usd)).toBeGreaterThan(0);
     expect(new Set(events.map((e) => e.event_id)).size).toBe(5);
+    // A route without a region says so with the record's word for "unknown".
+    expect(new Set(events.map((e) => e.region))).toEqual(new Set(['global']));
   });
 });
 

@@ -1,5 +1,5 @@
 /**
- * `npm run lisbon` — Document 1's acceptance drill against local fault-injecting providers:
+ * `npm run lisbon` — the gateway's acceptance drill (the Lisbon Test) against local fault-injecting providers:
  *   1. Hot providers blocked: Warm takes over within 1 to 2 (Warm) attempts.
  *   2. Every provider answering 500: the breakers open and Cold enqueues (202).
  *   3. Budget webhook at 85 %: new work pauses, running jobs finish, notifications fire.
@@ -8,7 +8,7 @@
  * embedded store. Prints what it measured and exits 0 only if every step passes.
  *
  * Shortened for a drill that ends in seconds (shown in the table): notifications are coalesced
- * over 300 ms instead of 60 s. Breakers keep Document 1's 5 failures / 30 s. Between steps 2
+ * over 300 ms instead of 60 s. Breakers keep their 5 failures / 30 s. Between steps 2
  * and 3 the gateway is restarted, as an operator would after the outage (fresh breakers).
  */
 import { createServer } from 'node:http';

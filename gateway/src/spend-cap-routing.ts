@@ -1,5 +1,5 @@
 /**
- * Degraded-mode routing (Document 2), evaluated per request from current spend. Spend comes from
+ * Spend-cap routing, evaluated per request from current spend. Spend comes from
  * the meter (`doGet?action=spend`, cached at most 60 s) plus what this gateway has spent since that
  * read; with no meter configured, from this gateway's own totals. While a cap is exceeded
  * (strictly greater):
@@ -132,7 +132,7 @@ export function capExceeded(v: SpendView): boolean {
   return v.today > v.dailyCap || v.last7d > v.burnCap;
 }
 
-/** Document 2's table. */
+/** The spend-cap routing table (docs/gateway.md, "Spend-cap routing"). */
 export function planFor(
   ctx: Pick<RequestContext, 'mustHaveAnswer' | 'canUseCheaper'>,
   exceeded: boolean,
