@@ -29,7 +29,7 @@ export const ADMIN = 'admin-test-token';
 
 export function mapOf(hot: string[], warm: string[] = [], extra: Partial<RoutesMapConfig> = {}): RoutesMapConfig {
   return {
-    hot: hot.map((baseUrl, i) => ({ provider: 'openai', model: i === 0 ? 'gpt-4o-mini' : 'gpt-4o-mini', baseUrl })),
+    hot: hot.map((baseUrl) => ({ provider: 'openai', model: 'gpt-4o-mini', baseUrl })),
     warm: warm.map((baseUrl, i) => ({
       provider: i === 0 ? 'anthropic' : 'mistral',
       model: i === 0 ? 'claude-3-5-haiku-latest' : 'mistral-small-latest',
