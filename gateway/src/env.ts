@@ -28,6 +28,8 @@ const Env = z.object({
   NODE_ENV: z.string().optional(),
   PORT: number(0, 65535, true).default(8080),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** How long a SIGTERM waits for requests and streams in flight before cutting them. */
+  SHUTDOWN_GRACE_MS: number(0, 600_000, true).default(25_000),
   /** `off`: no Cold worker in this process (run `npm run worker`). */
   WORKER: z.string().default('on'),
   ROUTES_FILE: z.string().min(1).optional(),

@@ -1,6 +1,20 @@
 /** The response headers every routed answer carries: which tier, provider and model answered, after how many calls. */
 import type { OutgoingHttpHeaders } from 'node:http';
 
+/**
+ * A header value as it may be sent: printable ASCII stays as it is; anything else (a model name
+ * with an emoji, a newline from a caller) is percent-encoded, so no caller text can make a header
+ * invalid (a 500 after the work was accepted) or inject another header.
+ */
+function headerValue(text: string): string {
+  return /^[\x20-\x7e]*$/.test(text) ? text : encodeURIComponent(text);
+}
+
 export function routeHeaders(tier: string, provider: string, model: string, attempts: number): OutgoingHttpHeaders {
-  return { 'x-route-tier': tier, 'x-route-provider': provider, 'x-route-model': model, 'x-route-attempts': String(attempts) };
+  return {
+    'x-route-tier': tier,
+    'x-route-provider': headerValue(provider),
+    'x-route-model': headerValue(model),
+    'x-route-attempts': String(attempts),
+  };
 }

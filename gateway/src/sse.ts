@@ -34,11 +34,19 @@ function serialize(event: EventSourceMessage): string {
   return `${head}data: ${event.data.split('\n').join('\ndata: ')}\n\n`;
 }
 
-/** Resolves when the socket can take more, or is gone (a closed socket never drains). */
-function writable(res: ServerResponse): Promise<void> {
+/** A client that reads nothing for this long is cut off (its stream would hold the provider's open). */
+const STALL_MS = 30_000;
+
+/**
+ * Resolves when the socket can take more, or is gone: a closed socket never drains, and a client
+ * that stopped reading is cut off after STALL_MS, so every way a stream ends ends the relay.
+ */
+function writable(res: ServerResponse, stallMs: number): Promise<void> {
   if (res.destroyed || res.writableEnded) return Promise.resolve();
   return new Promise((resolve) => {
+    const timer = setTimeout(() => res.destroy(), stallMs);
     const done = () => {
+      clearTimeout(timer);
       res.off('drain', done);
       res.off('close', done);
       resolve();
@@ -53,6 +61,7 @@ export async function relaySse(
   rest: AsyncIterator<Buffer>,
   res: ServerResponse,
   clientWantsUsage: boolean,
+  stallMs = STALL_MS,
 ): Promise<RelayResult> {
   const result: RelayResult = { usage: null, broken: false, sawDone: false };
   let out = '';
@@ -71,7 +80,7 @@ export async function relaySse(
     if (!out) return;
     const chunk = out;
     out = '';
-    if (!res.write(chunk)) await writable(res);
+    if (!res.write(chunk)) await writable(res, stallMs);
   };
   try {
     await feed(decoder.decode(first, { stream: true }));

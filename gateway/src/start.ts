@@ -8,17 +8,22 @@ import type { Server } from 'node:http';
 import { ConfigError } from './errors';
 import { readEnv } from './env';
 import { createLogger } from './log';
+import { trackRequests } from './shutdown';
 import { createStack } from './stack';
 
 export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Server> {
   const log = createLogger(env.LOG_LEVEL);
-  const stack = await createStack(env, log, { http: true, worker: readEnv(env).WORKER !== 'off' });
-  const port = readEnv(env).PORT;
-  const server = await stack.gateway!.listen(port);
+  const settings = readEnv(env);
+  const stack = await createStack(env, log, { http: true, worker: settings.WORKER !== 'off' });
+  const server = await stack.gateway!.listen(settings.PORT);
+  const drain = trackRequests(server);
   log.info(`gateway listening on :${(server.address() as { port: number }).port}`);
+  // SIGTERM: stop accepting, let requests and streams in flight finish, then flush the meter and
+  // close the stores (the worker finishes its running jobs; BullMQ hands back any it cannot).
   const stop = async () => {
-    log.info('shutting down: finishing requests and running jobs, flushing meter events');
-    server.close();
+    log.info(`shutting down: finishing requests (up to ${settings.SHUTDOWN_GRACE_MS} ms) and running jobs, flushing meter events`);
+    const finished = await drain.close(settings.SHUTDOWN_GRACE_MS);
+    if (!finished) log.warn('shutdown: requests still running at the end of the grace period were cut');
     await stack.close();
     process.exit(0);
   };

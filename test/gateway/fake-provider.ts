@@ -24,6 +24,8 @@ export type Behaviour =
       multiLine?: boolean;
       /** The text of each chunk instead of `part<i>`. */
       contents?: string[];
+      /** Pads each chunk's text to about this many bytes (a fast, heavy stream). */
+      chunkBytes?: number;
     };
 
 export interface Received {
@@ -35,6 +37,8 @@ export class FakeProvider {
   readonly received: Received[] = [];
   /** Requests whose caller hung up before the answer was complete. */
   cancelled = 0;
+  /** Times a stream had to wait because its reader (the gateway) stopped reading. */
+  stalls = 0;
   private server!: Server;
   private queue: Behaviour[] = [];
   fallback: Behaviour = { kind: 'ok' };
@@ -123,13 +127,21 @@ export class FakeProvider {
             model,
             choices: [{ index: 0, delta, finish_reason: finish }],
           });
-        const text = (i: number) => b.contents?.[i] ?? (i === 0 ? 'part0' : ` part${i}`);
+        const pad = b.chunkBytes ? 'x'.repeat(b.chunkBytes) : '';
+        const text = (i: number) => b.contents?.[i] ?? (i === 0 ? `part0${pad}` : ` part${i}${pad}`);
         for (let i = 0; i < n; i++) {
           if (b.cutAfter !== undefined && i === b.cutAfter) {
             res.socket?.destroy(); // the provider dies mid-stream
             return;
           }
-          res.write(chunk(i === 0 ? { role: 'assistant', content: text(0) } : { content: text(i) }, i === n - 1 ? 'stop' : null));
+          const written = res.write(
+            chunk(i === 0 ? { role: 'assistant', content: text(0) } : { content: text(i) }, i === n - 1 ? 'stop' : null),
+          );
+          if (!written) {
+            this.stalls++;
+            await new Promise((r) => (res.once('drain', r), res.once('close', r)));
+            if (res.destroyed) return;
+          }
           if (b.delayMs) await new Promise((r) => setTimeout(r, b.delayMs));
         }
         if (!b.noUsage && body.stream_options?.include_usage) {

@@ -1,0 +1,127 @@
+// Faults around the request path: a client that stops reading a stream, a SIGTERM with a call in
+// flight, and caller text that is not a valid header value.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider, refusedUrl } from './fake-provider';
+import { chat, listenStack, mapOf, startGateway, type TestGateway } from './harness';
+
+const root = join(import.meta.dirname, '..', '..');
+let hot: FakeProvider;
+let gw: TestGateway | undefined;
+beforeEach(async () => {
+  hot = await new FakeProvider().start();
+});
+afterEach(async () => {
+  await gw?.close();
+  gw = undefined;
+  await hot.stop();
+});
+
+/** Waits for a condition that other processes or timers make true; fails after `ms`. */
+async function until<T>(what: string, probe: () => T | Promise<T>, ms = 5000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe('a client that stops reading a stream', () => {
+  it('ends the relay when it goes away while the gateway waits for it, and the call is metered CLIENT_CLOSED', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.always({ kind: 'stream', chunks: 4000, chunkBytes: 4096 });
+    const body = JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    const res = await new Promise<import('node:http').IncomingMessage>((resolve) => {
+      req.on('response', resolve);
+      req.end(body);
+    });
+    await new Promise((r) => res.once('data', r));
+    res.pause(); // reads nothing more: the gateway's socket fills up, then the provider's
+    await until('the provider to be held back', () => hot.stalls > 0, 15_000);
+    req.destroy();
+    const event = await until('the meter event', async () => {
+      await gw!.meter.flush();
+      return gw!.events().find((e) => e.error_code === 'CLIENT_CLOSED');
+    });
+    expect(event).toMatchObject({ provider: 'openai', error_code: 'CLIENT_CLOSED' });
+    expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
+  });
+});
+
+describe('caller text in response headers', () => {
+  it('a model name that is not a valid header value still gets its 202 when queued, the name percent-encoded', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'faults-'));
+    const routes = join(dir, 'routes.json');
+    const dead = await refusedUrl();
+    writeFileSync(
+      routes,
+      JSON.stringify({
+        hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: dead }],
+        warm: [],
+        cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+      }),
+    );
+    const app = await listenStack({ ROUTES_FILE: routes, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml') });
+    try {
+      for (const model of ['gpt-4o-mini-🤖', 'evil\r\nset-cookie: x=1']) {
+        const res = await chat(app.url, { model, messages: [{ role: 'user', content: `hi ${model}` }] });
+        expect(res.status).toBe(202);
+        expect(res.json()).toMatchObject({ status: 'queued' });
+        expect(res.headers.get('x-route-model')).toBe(encodeURIComponent(model));
+        expect(res.headers.get('set-cookie')).toBeNull();
+      }
+    } finally {
+      await app.stop();
+    }
+  });
+});
+
+describe('SIGTERM', () => {
+  it('lets the call in flight finish, writes its meter event, then exits 0', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sigterm-'));
+    const routes = join(dir, 'routes.json');
+    const csv = join(dir, 'e.csv');
+    writeFileSync(
+      routes,
+      JSON.stringify({
+        hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+        warm: [],
+        cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+      }),
+    );
+    hot.always({ kind: 'ok', delayMs: 1500, content: 'finished in time' });
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: {
+        PATH: process.env.PATH,
+        PORT: '0',
+        ROUTES_FILE: routes,
+        METER_CSV_FILE: csv,
+        WORKER: 'off',
+        SCOPES_FILE: join(dir, 'none.yaml'),
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    const exited = new Promise<number | null>((r) => child.on('exit', r));
+    const port = await until('the gateway to listen', () => /listening on :(\d+)/.exec(out)?.[1], 10_000);
+    const answer = chat(`http://127.0.0.1:${port}`);
+    await until('the provider to get the call', () => hot.received.length === 1);
+    child.kill('SIGTERM');
+    const res = await answer;
+    expect(res.status).toBe(200);
+    expect(res.text).toContain('finished in time');
+    expect(await exited).toBe(0);
+    expect(existsSync(csv)).toBe(true);
+    const lines = readFileSync(csv, 'utf8').trim().split('\n');
+    expect(lines).toHaveLength(2); // header + the call
+  });
+});
