@@ -10,6 +10,7 @@
  * another provider would reject it too, and each try costs.
  */
 import type { CallMeter } from './call-meter';
+import { CallPlanner, type CallPlan } from './call-plan';
 import type { CancelSignal } from './cancel';
 import { Deadline, sleep, type Clock } from './deadline';
 import type { Flags } from './flags';
@@ -77,15 +78,8 @@ export class Failover {
     );
   }
 
-  private async attempt(
-    route: Route,
-    config: RouteConfig,
-    ctx: RequestContext,
-    body: Record<string, unknown>,
-    deadline: Deadline,
-    signal?: CancelSignal,
-  ) {
-    const out = route.adapter.request(config, ctx.api, body, this.deps.keyFor(route.tier, config.provider), ctx.idempotencyKey);
+  private async attempt(route: Route, config: RouteConfig, ctx: RequestContext, plan: CallPlan, deadline: Deadline, signal?: CancelSignal) {
+    const out = route.adapter.request(config, plan.api, plan.body, this.deps.keyFor(route.tier, config.provider), ctx.idempotencyKey);
     const timeoutMs = Math.min(ATTEMPT_TIMEOUT_MS, deadline.remaining() - FALLBACK_RESERVE_MS);
     try {
       return classifyAnswer(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }));
@@ -100,8 +94,10 @@ export class Failover {
   async route(ctx: RequestContext, deadline: Deadline, options: RouteOptions): Promise<Outcome> {
     let attempts = options.priorAttempts ?? 0;
     let lastError: string | null = null;
-    const body = this.outboundBody(ctx);
+    const planner = new CallPlanner(ctx);
     for (const route of this.candidates(options.flags, options.skip)) {
+      const plan = planner.planFor(route);
+      if (!plan) continue; // this route cannot serve this request's API or model
       const config = options.model ? { ...route.config, model: options.model } : route.config;
       for (let n = 1; n <= RETRY.attempts; n++) {
         if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'all_failed', lastError: 'client went away' };
@@ -113,7 +109,7 @@ export class Failover {
         const started = this.now();
         const result = await route.breaker.run(
           ticket,
-          () => this.attempt(route, config, ctx, body, deadline, options.signal),
+          () => this.attempt(route, config, ctx, plan, deadline, options.signal),
           (r) => r.kind === 'failure',
           (r) => r.kind === 'cancelled',
         );
@@ -127,7 +123,12 @@ export class Failover {
         route.health.record(result.kind !== 'failure');
         this.deps.metrics?.countCall(route.label, metricOutcome(result), latency / 1000);
         if (result.kind === 'ok') {
-          return new Answer(route, config.model, attempts, result.answer!, ticket, ctx, this.deps.meter, options.decision ?? 'n/a');
+          return new Answer(route, config.model, attempts, result.answer!, ticket, {
+            ctx,
+            api: plan.api,
+            meter: this.deps.meter,
+            decision: options.decision ?? 'n/a',
+          });
         }
         failed(result.code);
         if (result.kind === 'client_error') return { kind: 'client_error', route, model: config.model, attempts, upstream: result.answer! };
@@ -138,13 +139,6 @@ export class Failover {
       }
     }
     return { kind: 'exhausted', attempts, reason: 'all_failed', lastError };
-  }
-
-  /** A stream asks the provider for its usage chunk (hidden from clients that did not ask, see sse.ts). */
-  private outboundBody(ctx: RequestContext): Record<string, unknown> {
-    const body: Record<string, unknown> = { ...ctx.body };
-    if (ctx.stream) body.stream_options = { ...((ctx.body.stream_options as object | undefined) ?? {}), include_usage: true };
-    return body;
   }
 
   /** How long to wait before retrying the same route; null to move on to the next route now. */

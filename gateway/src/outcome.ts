@@ -7,7 +7,7 @@
 import type { Ticket } from './breaker';
 import type { CallMeter } from './call-meter';
 import type { Usage } from './providers/adapter';
-import type { RequestContext } from './request-context';
+import type { ApiKind, RequestContext } from './request-context';
 import type { Route } from './route';
 import type { UpstreamAnswer } from './upstream';
 
@@ -20,6 +20,15 @@ export interface Settlement {
   relayMs?: number;
 }
 
+/** What an answer needs to settle itself, and which provider API answered. */
+export interface AnswerOf {
+  ctx: RequestContext;
+  /** The provider API that answered (`chat` for a translated Responses request). */
+  api: ApiKind;
+  meter: CallMeter;
+  decision: string;
+}
+
 export class Answer {
   readonly kind = 'answer';
   private settled = false;
@@ -30,9 +39,7 @@ export class Answer {
     readonly attempts: number,
     readonly upstream: UpstreamAnswer,
     private readonly ticket: Ticket,
-    private readonly ctx: RequestContext,
-    private readonly meter: CallMeter,
-    private readonly decision: string,
+    readonly of: AnswerOf,
   ) {}
 
   /** Records the call's end: breaker and health on a provider failure, and the meter event. Once. */
@@ -45,15 +52,15 @@ export class Answer {
       this.route.health.record(false);
     }
     const { provider, region } = this.route.config;
-    this.meter.record({
-      ctx: this.ctx,
+    this.of.meter.record({
+      ctx: this.of.ctx,
       provider,
       model: this.model,
       region,
       latencyMs: this.upstream.latencyMs + (s.relayMs ?? 0),
       usage: s.usage,
       errorCode: code,
-      decision: this.decision,
+      decision: this.of.decision,
     });
   }
 

@@ -6,8 +6,8 @@
 import { hash } from 'node:crypto';
 import { DEFAULT_TIME_TO_ANSWER_MS, type Scopes } from './scopes';
 
-/** The OpenAI API a request speaks (the provider path it is sent to). */
-export type ApiKind = 'chat';
+/** The OpenAI API a request speaks, or a provider offers. */
+export type ApiKind = 'chat' | 'responses' | 'embeddings';
 
 export interface RequestContext<B extends { model: string } = { model: string } & Record<string, unknown>> {
   api: ApiKind;
@@ -21,6 +21,8 @@ export interface RequestContext<B extends { model: string } = { model: string } 
   timeToAnswerMs: number;
   mustHaveAnswer: boolean;
   canUseCheaper: boolean;
+  /** A Responses request translated for chat-only routes; absent when it cannot be (those routes are skipped). */
+  asChat?: Record<string, unknown>;
 }
 
 /** Headers are case-insensitive; node:http gives them lowercased. */
@@ -37,7 +39,7 @@ export function idempotencyKeyFor(userId: string, jobId: string, input: unknown)
   return hash('sha256', JSON.stringify([userId, jobId, input]), 'hex');
 }
 
-export type HeaderResult = { ok: true; value: Omit<RequestContext, 'api' | 'body' | 'stream'> } | { ok: false; message: string };
+export type HeaderResult = { ok: true; value: Omit<RequestContext, 'api' | 'body' | 'stream' | 'asChat'> } | { ok: false; message: string };
 
 /** Our routing headers; `input` is what the default idempotency key hashes (the messages, say). */
 export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unknown): HeaderResult {

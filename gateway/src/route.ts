@@ -6,16 +6,23 @@
 import { Breaker, type BreakerOptions } from './breaker';
 import type { ProviderAdapter } from './providers/adapter';
 import { adapterFor } from './providers/registry';
+import type { ApiKind } from './request-context';
 import { RouteHealth } from './route-health';
 import type { RouteConfig, RoutesMapConfig } from './routes-map';
 
 export type Tier = 'hot' | 'warm';
+
+/** What a provider kind offers when its route does not say. */
+function defaultApis(provider: string): ApiKind[] {
+  return provider === 'openai' ? ['chat', 'responses'] : ['chat'];
+}
 
 export class Route {
   readonly label: string;
   readonly breaker: Breaker;
   readonly health = new RouteHealth();
   readonly adapter: ProviderAdapter;
+  readonly apis: ReadonlySet<ApiKind>;
   constructor(
     readonly tier: Tier,
     readonly config: RouteConfig,
@@ -24,6 +31,7 @@ export class Route {
     this.label = `${tier}:${config.provider}:${config.model}`;
     this.breaker = new Breaker(this.label, breakerOptions);
     this.adapter = adapterFor(config.provider);
+    this.apis = new Set(config.apis ?? defaultApis(config.provider));
   }
 }
 

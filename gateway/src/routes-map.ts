@@ -16,6 +16,15 @@ const Route = z.strictObject({
   baseUrl: z.string().min(1),
   /** Cloud region of the endpoint, for the meter's `region` field (`global` when unset). */
   region: z.string().min(1).optional(),
+  /**
+   * The OpenAI APIs this endpoint offers (default by provider kind: `openai` offers chat and
+   * responses, every other kind chat only). A route that lists `embeddings` serves embeddings of
+   * its `model` only.
+   */
+  apis: z
+    .array(z.enum(['chat', 'responses', 'embeddings']))
+    .min(1)
+    .optional(),
 });
 
 const Cold = z.strictObject({

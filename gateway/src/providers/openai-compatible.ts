@@ -50,12 +50,24 @@ function usageObject(body: Buffer): unknown {
 }
 
 /** The provider path of each API, under the route's base URL. */
-const API_PATH: Record<ApiKind, string> = { chat: '/chat/completions' };
+const API_PATH: Record<ApiKind, string> = { chat: '/chat/completions', responses: '/responses', embeddings: '/embeddings' };
+
+// Each route's URL per API made once (this runs on every call).
+const urls = new Map<string, string>();
+function urlOf(baseUrl: string, api: ApiKind): string {
+  const key = `${api} ${baseUrl}`;
+  let url = urls.get(key);
+  if (url === undefined) {
+    url = `${baseUrl.replace(/\/+$/, '')}${API_PATH[api]}`;
+    urls.set(key, url);
+  }
+  return url;
+}
 
 export const openAiCompatible: ProviderAdapter = {
   request(route, api, body, apiKey, idempotencyKey) {
     return {
-      url: `${route.baseUrl.replace(/\/+$/, '')}${API_PATH[api]}`,
+      url: urlOf(route.baseUrl, api),
       headers: {
         authorization: `Bearer ${apiKey}`,
         'content-type': 'application/json',

@@ -1,0 +1,46 @@
+/**
+ * What to send to one route for one request: which of the provider's APIs to call and with what
+ * body. A route serves a request natively when it offers the request's API; a Responses request
+ * reaches a chat-only route translated (responses/); an embeddings request goes only to routes
+ * that serve embeddings of the very model asked for (another model's vectors are useless to the
+ * caller's index). Bodies are made once per request and API, not once per attempt.
+ */
+import type { RequestContext, ApiKind } from './request-context';
+import type { Route } from './route';
+
+export interface CallPlan {
+  /** The provider API called: the request's own, or `chat` for a translated Responses request. */
+  api: ApiKind;
+  body: Record<string, unknown>;
+}
+
+/** A request's bodies per provider API, made on first use. */
+export class CallPlanner {
+  private readonly bodies = new Map<ApiKind, Record<string, unknown> | null>();
+  constructor(private readonly ctx: RequestContext) {}
+
+  /** The call to make on this route, or null when the route cannot serve this request. */
+  planFor(route: Route): CallPlan | null {
+    const { ctx } = this;
+    if (ctx.api === 'embeddings') {
+      return route.apis.has('embeddings') && route.config.model === ctx.body.model ? this.plan('embeddings') : null;
+    }
+    if (route.apis.has(ctx.api)) return this.plan(ctx.api);
+    if (ctx.api === 'responses' && route.apis.has('chat') && ctx.asChat) return this.plan('chat');
+    return null;
+  }
+
+  private plan(api: ApiKind): CallPlan | null {
+    if (!this.bodies.has(api)) this.bodies.set(api, this.bodyFor(api));
+    const body = this.bodies.get(api)!;
+    return body ? { api, body } : null;
+  }
+
+  private bodyFor(api: ApiKind): Record<string, unknown> | null {
+    const { ctx } = this;
+    const body: Record<string, unknown> = api === 'chat' && ctx.api === 'responses' ? { ...ctx.asChat! } : { ...ctx.body };
+    // A chat stream asks the provider for its usage chunk (hidden from clients that did not ask, see sse.ts).
+    if (api === 'chat' && ctx.stream) body.stream_options = { ...((body.stream_options as object | undefined) ?? {}), include_usage: true };
+    return body;
+  }
+}
