@@ -13,12 +13,7 @@ import { SpendWatch } from './degraded';
 import { admission } from './admission';
 import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
 import { bearerGuard } from './app';
-import { lintFile, loadConcierge } from './voice/config';
-import { MemoryVoiceStore, mountVoice, RedisVoiceStore, VoiceService } from './voice/calls';
-import { callToCsvLine, CALLS_CSV_HEADER, type CallRecord } from '../../schema/call-record';
-import { CsvSink, WebAppSink } from './meter-sink';
-import { DEFAULT_RATES_FILE, readRates } from './voice/rates';
-import { MemoryWorkflowStore, RedisWorkflowStore, Workflow } from './voice/workflow';
+import { createVoice, loadVoice, voiceOptions } from './voice';
 import { ConfigError } from './errors';
 import { Failover, type Route } from './failover';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
@@ -86,24 +81,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const pauseAtPercent = pauseThreshold(env);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
 
-  // The voice concierge: loaded when VOICE_TOKEN is set; in production only a file that lints clean
-  // (checked before any connection is opened, so a refused start leaves nothing behind).
-  let voiceConfig: import('./voice/config').Concierge | null = null;
-  let voiceWhy = 'VOICE_TOKEN is not set';
-  let voiceProblems = 0;
-  const conciergeFile = env.CONCIERGE_FILE ?? 'concierge.json';
-  if (env.VOICE_TOKEN) {
-    const problems = lintFile(conciergeFile);
-    if (problems.length && production) {
-      throw new ConfigError(
-        `${conciergeFile} does not lint clean (npm run concierge:lint):\n${problems.map((p) => `${conciergeFile}: ${p.path}: ${p.message}`).join('\n')}`,
-      );
-    }
-    voiceProblems = problems.length;
-    voiceConfig = problems.length && problems[0].path === '$' ? null : loadConcierge(conciergeFile).config;
-    if (!voiceConfig)
-      voiceWhy = `${conciergeFile} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
-  }
+  // Before any connection is opened, so a refused start leaves nothing behind.
+  const voiceConfig = loadVoice(voiceOptions(env), production);
 
   let redis: Redis | null = null;
   if (env.QUEUE_STORE_URL) redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
@@ -166,40 +145,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   };
   let gateway: Gateway | null = null;
   let failover: Failover;
-  let voice: VoiceService | null = null;
-  let callSink: MeterSink<CallRecord> | null = null;
-  let workflow: Workflow | null = null;
-  if (voiceConfig) {
-    // Call records go where events go: the meter web app (`{"calls":[...]}`, spooled), or a local CSV.
-    callSink = env.METER_URL
-      ? new WebAppSink<CallRecord>(
-          {
-            url: env.METER_URL,
-            token: env.METER_TOKEN,
-            key: 'calls',
-            spoolDir: `${env.METER_SPOOL_DIR ?? '.data/meter-spool'}-calls`,
-            log,
-          },
-          (r) => r,
-        )
-      : new CsvSink<CallRecord>(env.CALLS_CSV_FILE ?? '.data/calls.csv', CALLS_CSV_HEADER, callToCsvLine, (m) => log.error(m));
-    workflow = new Workflow({
-      config: voiceConfig,
-      store: redis ? new RedisWorkflowStore(redis, prefix ?? 'gateway') : new MemoryWorkflowStore(),
-      log: { warn: (m) => log.warn(m), error: (m) => log.error(m) },
-    });
-    workflow.startDeadLetterRetry();
-    const ratesFile = env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
-    voice = new VoiceService({
-      config: voiceConfig,
-      store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(),
-      log: { warn: (m) => log.warn(m), error: (m) => log.error(m) },
-      workflow,
-      afterCall: { calls: callSink, events: meter, rates: () => readRates(ratesFile), voiceProvider: env.VOICE_PROVIDER ?? 'openai' },
-    });
-    if (voiceProblems) log.warn(`${conciergeFile}: ${voiceProblems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
-    log.info(`voice concierge: ${conciergeFile}`);
-  } else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voiceWhy}`);
+  const voice = createVoice(voiceConfig, { redis, prefix: prefix ?? 'gateway', meter, log });
   const admit = admission({
     limiter,
     limits: map.limits,
@@ -230,7 +176,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
       }),
       extend: (app, { admin }) => {
         mountColdTier(app, admin, coldDeps);
-        mountVoice(app, bearerGuard(env.VOICE_TOKEN), voice, voiceWhy);
+        voice.mount(app, bearerGuard(env.VOICE_TOKEN));
       },
     });
     failover = gateway.failover;
@@ -266,8 +212,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     cappedProvider,
     async close() {
       await worker?.close();
-      workflow?.stop();
-      await callSink?.close();
+      await voice.close();
       await notifier.flush();
       await queue.close();
       await meter.close();

@@ -9,7 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createStack, type Stack } from '../../gateway/src/stack';
 import { lintConcierge } from '../../gateway/src/voice/config';
 import { matchIntent } from '../../gateway/src/voice/intents';
-import { applyEvent, estimateUsd, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
+import { applyEvent, estUsdFromDurations, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { captureLogger, listenStack } from '../gateway/harness';
 import { filled, template } from './filled';
 
@@ -130,7 +130,7 @@ describe('spend guard (Document 3)', () => {
     ]);
     // 600 input tokens x 10/1e6 + 600 output tokens x 20/1e6 = 0.006 + 0.012
     expect(s.estUsd).toBeCloseTo(0.018, 12);
-    expect(estimateUsd(s, cfg)).toBeCloseTo(0.018, 12);
+    expect(estUsdFromDurations(s, cfg)).toBeCloseTo(0.018, 12);
     expect(s.turns).toBe(1);
   });
 
@@ -148,8 +148,8 @@ describe('spend guard (Document 3)', () => {
     ]);
     expect(s.billedUsd).toBeCloseTo((14_000 * 10 + 1500 * 20) / 1e6, 12);
     expect(s.estUsd).toBe(s.billedUsd);
-    expect(s.estimateUsd).toBeCloseTo((10 * 10) / 1e6, 12);
-    expect(s.estimateUsd).toBeLessThan(s.estUsd);
+    expect(s.estUsdFromDurations).toBeCloseTo((10 * 10) / 1e6, 12);
+    expect(s.estUsdFromDurations).toBeLessThan(s.estUsd);
   });
 
   it('checks in order at the end of each response: turn cap, then per-call cap (disconnect), then latency', () => {

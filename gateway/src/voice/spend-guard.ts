@@ -30,7 +30,7 @@ export interface CallState {
   estUsd: number;
   ttfbBreaches: number;
   /** Document 3's estimate from audio durations, kept beside the billed figure. */
-  estimateUsd: number;
+  estUsdFromDurations: number;
   /** Sum of the cost of the model's reported audio usage; null until a response reports usage. */
   billedUsd: number | null;
   lowConfidence: number;
@@ -110,7 +110,7 @@ export function newCall(): CallState {
     turns: 0,
     estUsd: 0,
     ttfbBreaches: 0,
-    estimateUsd: 0,
+    estUsdFromDurations: 0,
     billedUsd: null,
     lowConfidence: 0,
     confidences: [],
@@ -123,7 +123,7 @@ export function newCall(): CallState {
 }
 
 /** Document 3's estimate: 1 input token per 100 ms, 1 output token per 50 ms of audio. */
-export function estimateUsd(
+export function estUsdFromDurations(
   state: Pick<CallState, 'inputMs' | 'outputMs'>,
   cfg: Pick<GuardConfig, 'inPerMillion' | 'outPerMillion'>,
 ): number {
@@ -177,10 +177,10 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
     }
     case 'assistant.response.done': {
       state.turns++;
-      state.estimateUsd = estimateUsd(state, cfg);
+      state.estUsdFromDurations = estUsdFromDurations(state, cfg);
       const billed = event.usage ? usageUsd(event.usage, cfg) : null;
       if (billed !== null) state.billedUsd = (state.billedUsd ?? 0) + billed;
-      state.estUsd = state.billedUsd ?? state.estimateUsd;
+      state.estUsd = state.billedUsd ?? state.estUsdFromDurations;
       if (state.action !== 'continue') return state;
       if (state.turns >= cfg.maxTurns) escalate(state, 'turn_cap');
       else if (state.estUsd >= cfg.perCallUsdCap) {
