@@ -8,7 +8,8 @@
  * dead-lettered (used all its attempts; kept until an operator moves it back).
  */
 import { createHash } from 'node:crypto';
-import { Queue, type ConnectionOptions, type Job } from 'bullmq';
+import { Queue, UnrecoverableError, type ConnectionOptions, type Job } from 'bullmq';
+import { backoffMs } from './backoff';
 import type { ChatBodyT } from './chat-request';
 
 export const QUEUE_NAME = 'ai-tasks';
@@ -81,12 +82,17 @@ function coldJobId(idempotencyKey: string): string {
   return `llm-${createHash('sha256').update(idempotencyKey).digest('hex').slice(0, 40)}`;
 }
 
-const JOB_OPTIONS = {
+/** Test runs shorten the backoff; everything else uses JOB_BACKOFF_MS. */
+interface QueueOptions {
+  backoffMs?: number;
+}
+
+const jobOptions = (backoff: number) => ({
   attempts: JOB_ATTEMPTS,
-  backoff: { type: 'exponential' as const, delay: JOB_BACKOFF_MS },
+  backoff: { type: 'exponential' as const, delay: backoff },
   removeOnComplete: { age: KEEP_COMPLETED_S },
   removeOnFail: false as const,
-};
+});
 
 /**
  * BullMQ's states → ours. In BullMQ a job that failed but has attempts left waits in `delayed`
@@ -120,14 +126,16 @@ function view(job: Job<ColdPayload>, state: string): JobView {
 export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
-  constructor(connection: ConnectionOptions, prefix?: string) {
+  private readonly backoffMs: number;
+  constructor(connection: ConnectionOptions, prefix?: string, options: QueueOptions = {}) {
     this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection, prefix });
+    this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload.idempotencyKey);
     const existing = await this.queue.getJob(jobId);
     if (existing) return { jobId, created: false };
-    await this.queue.add(JOB_NAME, payload, { ...JOB_OPTIONS, jobId, delay: options.delayMs });
+    await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs), jobId, delay: options.delayMs });
     return { jobId, created: true };
   }
   async get(id: string): Promise<JobView | null> {
@@ -173,11 +181,25 @@ interface MemoryJob {
   finishedAt: number | null;
 }
 
+/** A failed run of a job, as the in-process worker reports it (BullMQ's `failed` event). */
+interface JobFailure {
+  id: string;
+  payload: ColdPayload;
+  attemptsMade: number;
+  error: Error;
+  /** All attempts used, or an UnrecoverableError: the job is dead-lettered. */
+  dead: boolean;
+}
+
 /** The in-process stand-in: same states, attempts and backoff; gone on restart. */
 export class MemoryColdQueue implements ColdQueue {
   readonly durable = false;
   readonly jobs = new Map<string, MemoryJob>();
   private readonly listeners: Array<() => void> = [];
+  private readonly backoffMs: number;
+  constructor(options: QueueOptions = {}) {
+    this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
+  }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload.idempotencyKey);
     if (this.jobs.has(jobId)) return { jobId, created: false };
@@ -249,4 +271,58 @@ export class MemoryColdQueue implements ColdQueue {
     return true;
   }
   async close(): Promise<void> {}
+
+  /**
+   * Runs due jobs through `processor`, `concurrency` at a time, as BullMQ's Worker does: a result
+   * completes the job; an error fails it and schedules a retry after the exponential backoff, until
+   * the attempts are used or the error is an UnrecoverableError (then it is dead-lettered).
+   */
+  work(
+    processor: (payload: ColdPayload) => Promise<unknown>,
+    options: { concurrency?: number; onFailed?: (failure: JobFailure) => void } = {},
+  ): { close(): Promise<void> } {
+    const concurrency = options.concurrency ?? 4;
+    let running = 0;
+    let closed = false;
+    const active = new Set<Promise<void>>();
+    const tick = () => {
+      while (!closed && running < concurrency) {
+        const next = this.take();
+        if (!next) return;
+        const [id, job] = next;
+        running++;
+        const p: Promise<void> = processor(job.payload)
+          .then((result) => {
+            Object.assign(job, { state: 'completed', result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
+          })
+          .catch((error: Error) => {
+            job.attemptsMade++;
+            job.lastError = error.message;
+            job.state = 'failed';
+            const dead = job.attemptsMade >= JOB_ATTEMPTS || error instanceof UnrecoverableError;
+            if (dead) {
+              job.dead = true;
+              job.finishedAt = Date.now();
+            } else job.runAt = Date.now() + backoffMs(job.attemptsMade, { firstMs: this.backoffMs });
+            options.onFailed?.({ id, payload: job.payload, attemptsMade: job.attemptsMade, error, dead });
+          })
+          .finally(() => {
+            running--;
+            active.delete(p);
+            tick();
+          });
+        active.add(p);
+      }
+    };
+    const timer = setInterval(tick, 50);
+    timer.unref();
+    this.onEnqueue(tick);
+    return {
+      async close() {
+        closed = true;
+        clearInterval(timer);
+        await Promise.all(active);
+      },
+    };
+  }
 }
