@@ -1,8 +1,11 @@
 /**
+ * (Over 300 lines: both implementations of ColdQueue stay side by side, read and kept in agreement together.)
+ *
  * The Cold tier's durable queue (Document 1): BullMQ queue `ai-tasks`, job `llm-task`, attempts 5,
  * exponential backoff from 1000 ms. A job's id derives from the request's idempotency key, so a
  * client that retries the same request does not enqueue it twice. Without Redis an in-process
- * queue with the same behaviour stands in (queued work then does not survive a restart).
+ * queue with the same behaviour stands in (queued work then does not survive a restart); the
+ * contract suite (test/gateway/cold-queue.contract.test.ts) runs the same cases against both.
  *
  * Job states shown to clients: waiting, delayed, active, completed, failed (will be retried),
  * dead-lettered (used all its attempts; kept until an operator moves it back).
@@ -16,7 +19,7 @@ export const QUEUE_NAME = 'ai-tasks';
 export const JOB_NAME = 'llm-task';
 export const JOB_ATTEMPTS = 5;
 export const JOB_BACKOFF_MS = 1000;
-/** Completed results and dead-lettered jobs are kept this long. */
+/** Completed results are kept this long; dead-lettered jobs until an operator moves them back. */
 const KEEP_COMPLETED_S = 7 * 24 * 3600;
 
 export interface ColdPayload {
@@ -60,7 +63,7 @@ export interface QueueCounts {
   delayed: number;
   active: number;
   completed: number;
-  /** Failed and waiting for a retry (in-process queue only; BullMQ counts them as delayed). */
+  /** Always 0: failed jobs waiting for their retry are counted in `delayed`, as BullMQ does (counting them apart would read every delayed job). Kept so the shape of /health and `ops status` does not change. */
   failed: number;
   dead_lettered: number;
 }
@@ -169,16 +172,27 @@ export class BullColdQueue implements ColdQueue {
   }
 }
 
+/** In-process job states; `retrying` and `dead` are what BullMQ keeps as delayed-after-a-failure and failed. */
+type MemoryState = 'waiting' | 'delayed' | 'active' | 'completed' | 'retrying' | 'dead';
+const MEMORY_VIEW: Record<MemoryState, JobState> = {
+  waiting: 'waiting',
+  delayed: 'delayed',
+  active: 'active',
+  completed: 'completed',
+  retrying: 'failed',
+  dead: 'dead-lettered',
+};
+
 interface MemoryJob {
   payload: ColdPayload;
-  /** Used all its attempts, or failed in a way retries cannot fix. */
-  dead?: boolean;
-  state: Exclude<JobState, 'dead-lettered' | 'unknown'>;
+  state: MemoryState;
   attemptsMade: number;
   lastError: string | null;
   result: unknown;
   runAt: number;
   finishedAt: number | null;
+  /** Order of dead-lettering: the list shows the newest first, as BullMQ's does. */
+  deadSeq: number;
 }
 
 /** A failed run of a job, as the in-process worker reports it (BullMQ's `failed` event). */
@@ -191,12 +205,18 @@ interface JobFailure {
   dead: boolean;
 }
 
-/** The in-process stand-in: same states, attempts and backoff; gone on restart. */
+/**
+ * The in-process stand-in: the same states, attempts, backoff, counts and lists as BullMQ shows
+ * through ColdQueue (the contract suite runs both); completed jobs are dropped after the same
+ * week; everything is gone on restart.
+ */
 export class MemoryColdQueue implements ColdQueue {
   readonly durable = false;
-  readonly jobs = new Map<string, MemoryJob>();
+  private readonly jobs = new Map<string, MemoryJob>();
   private readonly listeners: Array<() => void> = [];
   private readonly backoffMs: number;
+  private deadSeq = 0;
+  private sweptAt = Date.now();
   constructor(options: QueueOptions = {}) {
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
@@ -212,17 +232,18 @@ export class MemoryColdQueue implements ColdQueue {
       result: null,
       runAt: Date.now() + delay,
       finishedAt: null,
+      deadSeq: 0,
     });
-    for (const l of this.listeners) l();
+    this.wake();
     return { jobId, created: true };
   }
-  onEnqueue(listener: () => void): void {
-    this.listeners.push(listener);
+  private wake(): void {
+    for (const l of this.listeners) l();
   }
   /** The next job that is due, marked active. */
-  take(now = Date.now()): [string, MemoryJob] | null {
+  private take(now = Date.now()): [string, MemoryJob] | null {
     for (const [id, job] of this.jobs) {
-      if ((job.state === 'waiting' || job.state === 'delayed' || (job.state === 'failed' && !job.dead)) && job.runAt <= now) {
+      if ((job.state === 'waiting' || job.state === 'delayed' || job.state === 'retrying') && job.runAt <= now) {
         job.state = 'active';
         return [id, job];
       }
@@ -230,10 +251,9 @@ export class MemoryColdQueue implements ColdQueue {
     return null;
   }
   private toView(id: string, j: MemoryJob): JobView {
-    const dead = j.state === 'failed' && j.dead === true;
     return {
       id,
-      state: dead ? 'dead-lettered' : j.state === 'waiting' && j.runAt > Date.now() ? 'delayed' : j.state,
+      state: MEMORY_VIEW[j.state],
       attempts: j.attemptsMade,
       maxAttempts: JOB_ATTEMPTS,
       lastError: j.lastError,
@@ -250,27 +270,51 @@ export class MemoryColdQueue implements ColdQueue {
   }
   async counts(): Promise<QueueCounts> {
     const c: QueueCounts = { waiting: 0, delayed: 0, active: 0, completed: 0, failed: 0, dead_lettered: 0 };
-    for (const [id, j] of this.jobs) {
-      const s = this.toView(id, j).state;
-      if (s === 'dead-lettered') c.dead_lettered++;
-      else if (s !== 'unknown') c[s]++;
+    for (const j of this.jobs.values()) {
+      if (j.state === 'dead') c.dead_lettered++;
+      else if (j.state === 'retrying')
+        c.delayed++; // as BullMQ counts them
+      else c[j.state]++;
     }
     return c;
   }
   async deadLettered(limit = 100): Promise<JobView[]> {
     return [...this.jobs]
-      .map(([id, j]) => this.toView(id, j))
-      .filter((v) => v.state === 'dead-lettered')
-      .slice(0, limit);
+      .filter(([, j]) => j.state === 'dead')
+      .sort(([, a], [, b]) => b.deadSeq - a.deadSeq)
+      .slice(0, limit)
+      .map(([id, j]) => this.toView(id, j));
   }
   async retryDeadLettered(id: string): Promise<boolean> {
     const j = this.jobs.get(id);
-    if (!j || !j.dead) return false;
-    Object.assign(j, { state: 'waiting', dead: false, attemptsMade: 0, runAt: Date.now() });
-    for (const l of this.listeners) l();
+    if (!j || j.state !== 'dead') return false;
+    Object.assign(j, { state: 'waiting', attemptsMade: 0, lastError: null, finishedAt: null, runAt: Date.now() });
+    this.wake();
     return true;
   }
   async close(): Promise<void> {}
+
+  private completed(job: MemoryJob, result: unknown): void {
+    Object.assign(job, { state: 'completed', result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
+    // BullMQ drops completed jobs older than a week when jobs complete; so does this, once a minute at most.
+    if (Date.now() - this.sweptAt < 60_000) return;
+    this.sweptAt = Date.now();
+    for (const [id, j] of this.jobs)
+      if (j.state === 'completed' && j.finishedAt! < Date.now() - KEEP_COMPLETED_S * 1000) this.jobs.delete(id);
+  }
+
+  /** Records a failed run; true when the job is now dead-lettered. */
+  private failed(job: MemoryJob, error: Error): boolean {
+    job.attemptsMade++;
+    job.lastError = error.message;
+    if (job.attemptsMade >= JOB_ATTEMPTS || error instanceof UnrecoverableError) {
+      Object.assign(job, { state: 'dead', finishedAt: Date.now(), deadSeq: ++this.deadSeq });
+      return true;
+    }
+    job.state = 'retrying';
+    job.runAt = Date.now() + backoffMs(job.attemptsMade, { firstMs: this.backoffMs });
+    return false;
+  }
 
   /**
    * Runs due jobs through `processor`, `concurrency` at a time, as BullMQ's Worker does: a result
@@ -282,45 +326,37 @@ export class MemoryColdQueue implements ColdQueue {
     options: { concurrency?: number; onFailed?: (failure: JobFailure) => void } = {},
   ): { close(): Promise<void> } {
     const concurrency = options.concurrency ?? 4;
-    let running = 0;
     let closed = false;
     const active = new Set<Promise<void>>();
     const tick = () => {
-      while (!closed && running < concurrency) {
+      while (!closed && active.size < concurrency) {
         const next = this.take();
         if (!next) return;
         const [id, job] = next;
-        running++;
-        const p: Promise<void> = processor(job.payload)
-          .then((result) => {
-            Object.assign(job, { state: 'completed', result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
-          })
-          .catch((error: Error) => {
-            job.attemptsMade++;
-            job.lastError = error.message;
-            job.state = 'failed';
-            const dead = job.attemptsMade >= JOB_ATTEMPTS || error instanceof UnrecoverableError;
-            if (dead) {
-              job.dead = true;
-              job.finishedAt = Date.now();
-            } else job.runAt = Date.now() + backoffMs(job.attemptsMade, { firstMs: this.backoffMs });
-            options.onFailed?.({ id, payload: job.payload, attemptsMade: job.attemptsMade, error, dead });
-          })
+        const run: Promise<void> = processor(job.payload)
+          .then(
+            (result) => this.completed(job, result),
+            (error: Error) => {
+              const dead = this.failed(job, error);
+              options.onFailed?.({ id, payload: job.payload, attemptsMade: job.attemptsMade, error, dead });
+            },
+          )
           .finally(() => {
-            running--;
-            active.delete(p);
+            active.delete(run);
             tick();
           });
-        active.add(p);
+        active.add(run);
       }
     };
+    // Delayed jobs and retries fall due with time: look again every 50 ms.
     const timer = setInterval(tick, 50);
     timer.unref();
-    this.onEnqueue(tick);
+    this.listeners.push(tick);
     return {
-      async close() {
+      close: async () => {
         closed = true;
         clearInterval(timer);
+        this.listeners.splice(this.listeners.indexOf(tick), 1);
         await Promise.all(active);
       },
     };
