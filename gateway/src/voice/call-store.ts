@@ -6,10 +6,15 @@
  */
 import type { Redis } from 'ioredis';
 import type { CallRecord } from '../../../schema/call-record';
+import { ExpiringMap } from './expiring-map';
 import type { CallState } from './spend-guard';
 
-const CALL_TTL_S = 24 * 3600;
-const ENDED_TTL_S = 3600;
+/** How long a call is kept: a day while it runs, an hour once it ended (tests shorten both). */
+export interface CallTtl {
+  liveS: number;
+  endedS: number;
+}
+const CALL_TTL: CallTtl = { liveS: 24 * 3600, endedS: 3600 };
 
 export interface StoredCall {
   /** The call record, once the call ended (ending again answers it). */
@@ -34,14 +39,16 @@ export interface VoiceStore {
   setMonthlyPaused(paused: boolean): Promise<void>;
 }
 
+/** In process: the same lifetimes; every call in and out is a copy, as JSON in Redis is. */
 export class MemoryVoiceStore implements VoiceStore {
-  private readonly calls = new Map<string, StoredCall>();
+  private readonly calls = new ExpiringMap<StoredCall>();
   private paused = false;
+  constructor(private readonly ttl: CallTtl = CALL_TTL) {}
   async create(call: StoredCall) {
     const existing = this.calls.get(call.call_id);
-    if (existing) return existing;
-    this.calls.set(call.call_id, call);
-    return call;
+    if (existing) return structuredClone(existing);
+    this.calls.set(call.call_id, structuredClone(call), this.ttl.liveS);
+    return structuredClone(call);
   }
   async get(id: string) {
     const c = this.calls.get(id);
@@ -50,9 +57,9 @@ export class MemoryVoiceStore implements VoiceStore {
   async update(id: string, change: (call: StoredCall) => StoredCall) {
     const c = this.calls.get(id);
     if (!c) return null;
-    const next = change(structuredClone(c));
-    this.calls.set(id, { ...next, version: c.version + 1 });
-    return this.calls.get(id)!;
+    const next = { ...change(structuredClone(c)), version: c.version + 1 };
+    this.calls.set(id, structuredClone(next), next.ended_at ? this.ttl.endedS : this.ttl.liveS);
+    return next;
   }
   async monthlyPaused() {
     return this.paused;
@@ -73,12 +80,13 @@ export class RedisVoiceStore implements VoiceStore {
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
+    private readonly ttl: CallTtl = CALL_TTL,
   ) {}
   private key(id: string) {
     return `${this.prefix}:voice:call:${id}`;
   }
   async create(call: StoredCall) {
-    const ok = await this.redis.set(this.key(call.call_id), JSON.stringify(call), 'EX', CALL_TTL_S, 'NX');
+    const ok = await this.redis.set(this.key(call.call_id), JSON.stringify(call), 'EX', this.ttl.liveS, 'NX');
     return ok ? call : ((await this.get(call.call_id)) ?? call);
   }
   async get(id: string) {
@@ -91,7 +99,7 @@ export class RedisVoiceStore implements VoiceStore {
       const current = await this.get(id);
       if (!current) return null;
       const next = { ...change(structuredClone(current)), version: current.version + 1 };
-      const ttl = next.ended_at ? ENDED_TTL_S : CALL_TTL_S;
+      const ttl = next.ended_at ? this.ttl.endedS : this.ttl.liveS;
       const done = (await this.redis.eval(CAS, 1, this.key(id), String(current.version), JSON.stringify(next), String(ttl))) as number;
       if (done === 1) return next;
       if (done === -1) return null;

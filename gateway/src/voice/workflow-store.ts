@@ -5,10 +5,16 @@
  * restart; without Redis, an in-process store with the same behaviour. Answers are stored as JSON.
  */
 import type { Redis } from 'ioredis';
+import { ExpiringMap } from './expiring-map';
 
-/** Answers are kept a week; an in-flight marker two minutes (a crashed holder frees its key). */
-const RESULT_TTL_S = 7 * 24 * 3600;
-const RUNNING_TTL_S = 120;
+/** Answers are kept a week; an in-flight marker two minutes, so a crashed holder frees its key (tests shorten both). */
+export interface WorkflowTtl {
+  resultS: number;
+  runningS: number;
+}
+const WORKFLOW_TTL: WorkflowTtl = { resultS: 7 * 24 * 3600, runningS: 120 };
+/** The in-flight marker; an answer is JSON, never this text. */
+const RUNNING = 'running';
 
 export interface WorkflowStore<A> {
   /** Claims the key; false when another call holds it or it is done. */
@@ -29,19 +35,20 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
+    private readonly ttl: WorkflowTtl = WORKFLOW_TTL,
   ) {}
   private k(key: string) {
     return `${this.prefix}:wf:${key}`;
   }
   async claim(key: string) {
-    return (await this.redis.set(this.k(key), 'running', 'EX', RUNNING_TTL_S, 'NX')) === 'OK';
+    return (await this.redis.set(this.k(key), RUNNING, 'EX', this.ttl.runningS, 'NX')) === 'OK';
   }
   async result(key: string) {
     const v = await this.redis.get(this.k(key));
-    return v && v !== 'running' ? (JSON.parse(v) as A) : null;
+    return v && v !== RUNNING ? (JSON.parse(v) as A) : null;
   }
   async finish(key: string, answer: A) {
-    await this.redis.set(this.k(key), JSON.stringify(answer), 'EX', RESULT_TTL_S);
+    await this.redis.set(this.k(key), JSON.stringify(answer), 'EX', this.ttl.resultS);
   }
   async release(key: string) {
     await this.redis.del(this.k(key));
@@ -54,24 +61,26 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
     return items ?? [];
   }
   async returnDeadLetters(payloads: string[]) {
-    if (payloads.length) await this.redis.lpush(`${this.prefix}:wf:dlq-pending`, ...payloads.reverse());
+    if (payloads.length) await this.redis.lpush(`${this.prefix}:wf:dlq-pending`, ...[...payloads].reverse());
   }
 }
 
+/** In process: the same lifetimes for answers and in-flight markers. */
 export class MemoryWorkflowStore<A> implements WorkflowStore<A> {
-  private readonly keys = new Map<string, string>();
-  readonly pending: string[] = [];
+  private readonly keys = new ExpiringMap<string>();
+  private readonly pending: string[] = [];
+  constructor(private readonly ttl: WorkflowTtl = WORKFLOW_TTL) {}
   async claim(key: string) {
-    if (this.keys.has(key)) return false;
-    this.keys.set(key, 'running');
+    if (this.keys.get(key) !== undefined) return false;
+    this.keys.set(key, RUNNING, this.ttl.runningS);
     return true;
   }
   async result(key: string) {
     const v = this.keys.get(key);
-    return v && v !== 'running' ? (JSON.parse(v) as A) : null;
+    return v && v !== RUNNING ? (JSON.parse(v) as A) : null;
   }
   async finish(key: string, answer: A) {
-    this.keys.set(key, JSON.stringify(answer));
+    this.keys.set(key, JSON.stringify(answer), this.ttl.resultS);
   }
   async release(key: string) {
     this.keys.delete(key);
