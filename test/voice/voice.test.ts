@@ -79,6 +79,14 @@ describe('concierge.json and its lint', () => {
     expectLine(/^\$\.escalation\.rules\[0\]\.threshold: expected a confidence from 0 to 1$/);
   });
 
+  it('a file holding JSON that is not an object is one problem at $, not a crash', () => {
+    for (const raw of [null, 42, 'text', []]) {
+      const problems = lintConcierge(raw);
+      expect(problems.length).toBeGreaterThanOrEqual(1);
+      expect(problems[0]).toMatchObject({ path: '$', message: expect.stringMatching(/expected object/) });
+    }
+  });
+
   it('npm run concierge:lint exits 1 on the template and 0 on a filled file', () => {
     const tsx = join(root, 'node_modules', '.bin', 'tsx');
     const bad = spawnSync(tsx, ['gateway/src/voice/lint-cli.ts'], { cwd: root, encoding: 'utf8' });
