@@ -18,7 +18,7 @@ import type { ChatBodyT } from './chat-request';
 export const QUEUE_NAME = 'ai-tasks';
 export const JOB_NAME = 'llm-task';
 export const JOB_ATTEMPTS = 5;
-export const JOB_BACKOFF_MS = 1000;
+const JOB_BACKOFF_MS = 1000;
 /** Completed results are kept this long; dead-lettered jobs until an operator moves them back. */
 const KEEP_COMPLETED_S = 7 * 24 * 3600;
 
