@@ -1,5 +1,5 @@
 /**
- * The budget guardrail (Document 1): the pause flag `pause_ai_tasks` (`1` = paused, missing = not
+ * The budget guardrail: the pause flag `pause_ai_tasks` (`1` = paused, missing = not
  * paused) in the store, set by the budget webhook at `percentUsed >= BUDGET_PAUSE_AT_PERCENT` for
  * the capped provider or by an operator, cleared by /budget/resume. Requests read a local copy
  * refreshed every 100 ms; the worker reads the store itself when it picks up a job.

@@ -1,7 +1,7 @@
 /**
  * (Over 300 lines: both implementations of ColdQueue stay side by side, read and kept in agreement together.)
  *
- * The Cold tier's durable queue (Document 1): BullMQ queue `ai-tasks`, job `llm-task`, attempts 5,
+ * The Cold tier's durable queue: BullMQ queue `ai-tasks`, job `llm-task`, attempts 5,
  * exponential backoff from 1000 ms. A job's id derives from the request's idempotency key, so a
  * client that retries the same request does not enqueue it twice. Without Redis an in-process
  * queue with the same behaviour stands in (queued work then does not survive a restart); the

@@ -1,5 +1,5 @@
 /**
- * Human notifications (Document 1): on enqueue to Cold, on a budget pause, on a dead-lettered job
+ * Human notifications: on enqueue to Cold, on a budget pause, on a dead-lettered job
  * and on work routed to human review. Targets are the routing map's `cold.notify`: an https URL
  * gets a Slack-compatible JSON post; an e-mail address goes through SMTP_URL (nodemailer), or is
  * logged when SMTP_URL is unset. Bursts are coalesced: notices of one kind within a window (60 s

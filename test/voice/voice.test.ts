@@ -1,4 +1,4 @@
-// The voice concierge: configuration lint, the spend guard (Document 3's tables, step by step),
+// The voice concierge: configuration lint, the spend guard (its rules, step by step),
 // intent matching, and the /v1/voice/* endpoints through HTTP with a real Redis.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -110,7 +110,7 @@ describe('intent matching', () => {
   });
 });
 
-describe('spend guard (Document 3)', () => {
+describe('spend guard', () => {
   const cfg = guardConfig(filled()); // audio in 10 $/M, out 20 $/M, cap 0.35, 8 turns, 1.8 s
   const run = (events: VoiceEvent[], state = newCall()) => {
     for (const e of events) applyEvent(state, e, cfg);

@@ -1,5 +1,5 @@
 /**
- * After each call (Document 3): the call record built from the guard's state and the voice
+ * After each call: the call record built from the guard's state and the voice
  * server's body; the summary POSTed to the configuration's `log_to`; the record sent to the meter
  * (`{"calls":[...]}`, batched and spooled like events, none lost); and the call's audio cost (and,
  * with a rates file, its telephony cost) sent as ordinary meter events, so the spend caps and

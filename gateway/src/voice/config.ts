@@ -1,5 +1,5 @@
 /**
- * The call-flow configuration of the voice concierge (Document 3), `concierge.json`: one zod
+ * The call-flow configuration of the voice concierge, `concierge.json`: one zod
  * schema is its definition, used by the gateway and by `npm run concierge:lint`. The lint adds
  * what a schema cannot say alone: bracketed placeholders left, functions an intent calls that do
  * not exist, targets, https, E.164, IANA time zones, business hours, BCP 47 language tags.

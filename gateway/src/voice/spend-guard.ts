@@ -1,18 +1,18 @@
 /**
- * The per-call spend guard (Document 3), a pure module: state in, event in, state and verdict out.
+ * The per-call spend guard, a pure module: state in, event in, state and verdict out.
  * Usable inside a voice server as it is, and behind the gateway's /v1/voice/* endpoints.
  *
  * Per call: inputMs, outputMs, turns, estUsd, ttfbBreaches (all from 0).
  *   user.audio_frame / assistant.audio_frame  add their duration (empty or non-positive: refused)
  *   assistant.response.start                  ttfb over latency_budget_s → one more breach
  *   assistant.response.done                   one more turn, cost recomputed, then the checks in
- *                                             Document 3's order, first match wins:
+ *                                             this order, first match wins:
  *       turns ≥ max_turns            → escalate   turn_cap
  *       estUsd ≥ per_call_usd_cap    → disconnect per_call_cap (estUsd_at_disconnect kept)
  *       ttfbBreaches ≥ 2             → escalate   latency
  *   transcript (user)                         confidence and escalation rules (below)
  *
- * Cost: Document 3's estimate, input tokens = inputMs / 100 and output tokens = outputMs / 50, at
+ * Cost: the concierge's estimate, input tokens = inputMs / 100 and output tokens = outputMs / 50, at
  * the per-million audio prices. When response.done carries the model's reported usage (audio
  * tokens), the call is billed from the sum of those instead and the estimate is kept beside it:
  * the estimate undercounts, because a realtime conversation is re-sent to the model every turn.
@@ -29,7 +29,7 @@ export interface CallState {
   turns: number;
   estUsd: number;
   ttfbBreaches: number;
-  /** Document 3's estimate from audio durations, kept beside the billed figure. */
+  /** The estimate from audio durations, kept beside the billed figure. */
   estUsdFromDurations: number;
   /** Sum of the cost of the model's reported audio usage; null until a response reports usage. */
   billedUsd: number | null;
@@ -122,7 +122,7 @@ export function newCall(): CallState {
   };
 }
 
-/** Document 3's estimate: 1 input token per 100 ms, 1 output token per 50 ms of audio. */
+/** The estimate from audio durations: 1 input token per 100 ms, 1 output token per 50 ms of audio. */
 export function estUsdFromDurations(
   state: Pick<CallState, 'inputMs' | 'outputMs'>,
   cfg: Pick<GuardConfig, 'inPerMillion' | 'outPerMillion'>,

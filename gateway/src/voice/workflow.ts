@@ -1,5 +1,5 @@
 /**
- * The automation workflow (Document 3): `realtime.function_called` → the function's target.
+ * The automation workflow: `realtime.function_called` → the function's target.
  *   webhook     POST {call_id, function, args, idempotency_key} with `Idempotency-Key`
  *   static_url  answer the URL (the pricing page)
  *   dial        answer the number to dial (escalate_to_human)
