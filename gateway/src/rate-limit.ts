@@ -1,7 +1,8 @@
 /**
  * Rate limits: requests per minute per tenant, and tokens per minute per provider, in Redis so
- * they hold across gateway instances (in process without Redis). Fixed one-minute windows: simple, exact across instances with one INCR, and the Retry-After is the
- * rest of the window. Values come from the routing map's `limits`.
+ * they hold across gateway instances (in process without Redis). Fixed one-minute windows:
+ * simple, exact across instances with one INCR, and the Retry-After is the rest of the window.
+ * Values come from the routing map's `limits`.
  */
 import type { Redis } from 'ioredis';
 
