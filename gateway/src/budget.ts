@@ -1,5 +1,5 @@
 /**
- * The budget guardrail (Document 1): the pause flag `pause_ai_tasks` (`1` = paused, missing = not
+ * The budget guardrail: the pause flag `pause_ai_tasks` (`1` = paused, missing = not
  * paused) in the store, set by the budget webhook at `percentUsed >= BUDGET_PAUSE_AT_PERCENT` for
  * the capped provider or by an operator, cleared by /budget/resume. Requests read a local copy
  * refreshed every 100 ms; the worker reads the store itself when it picks up a job.
@@ -46,6 +46,8 @@ export class RedisPause implements PauseFlag {
   constructor(
     private readonly redis: Redis,
     refreshMs = 100,
+    /** Tests use a key of their own; everything else the contract's `pause_ai_tasks`. */
+    private readonly key = PAUSE_KEY,
   ) {
     this.timer = setInterval(() => void this.refresh().catch(() => undefined), refreshMs);
     this.timer.unref();
@@ -55,17 +57,18 @@ export class RedisPause implements PauseFlag {
     return this.value;
   }
   async refresh() {
-    this.value = (await this.redis.get(PAUSE_KEY)) === '1';
+    this.value = (await this.redis.get(this.key)) === '1';
     return this.value;
   }
   async set() {
-    const newly = (await this.redis.set(PAUSE_KEY, '1', 'NX')) === 'OK';
-    if (!newly) await this.redis.set(PAUSE_KEY, '1');
+    // Read and set in one transaction: a value other than 1 (an operator's hand-written 0) was "not
+    // paused", so this pause is new and its notice goes out.
+    const [[, before]] = (await this.redis.multi().get(this.key).set(this.key, '1').exec()) as [[null, string | null], unknown];
     this.value = true;
-    return newly;
+    return before !== '1';
   }
   async clear() {
-    await this.redis.del(PAUSE_KEY);
+    await this.redis.del(this.key);
     this.value = false;
   }
   close() {

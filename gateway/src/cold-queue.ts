@@ -1,21 +1,25 @@
 /**
- * The Cold tier's durable queue (Document 1): BullMQ queue `ai-tasks`, job `llm-task`, attempts 5,
+ * (Over 300 lines: both implementations of ColdQueue stay side by side, read and kept in agreement together.)
+ *
+ * The Cold tier's durable queue: BullMQ queue `ai-tasks`, job `llm-task`, attempts 5,
  * exponential backoff from 1000 ms. A job's id derives from the request's idempotency key, so a
  * client that retries the same request does not enqueue it twice. Without Redis an in-process
- * queue with the same behaviour stands in (queued work then does not survive a restart).
+ * queue with the same behaviour stands in (queued work then does not survive a restart); the
+ * contract suite (test/gateway/cold-queue.contract.test.ts) runs the same cases against both.
  *
  * Job states shown to clients: waiting, delayed, active, completed, failed (will be retried),
  * dead-lettered (used all its attempts; kept until an operator moves it back).
  */
 import { createHash } from 'node:crypto';
-import { Queue, type ConnectionOptions, type Job } from 'bullmq';
+import { Queue, UnrecoverableError, type ConnectionOptions, type Job } from 'bullmq';
+import { backoffMs } from './backoff';
 import type { ChatBodyT } from './chat-request';
 
 export const QUEUE_NAME = 'ai-tasks';
 export const JOB_NAME = 'llm-task';
 export const JOB_ATTEMPTS = 5;
-export const JOB_BACKOFF_MS = 1000;
-/** Completed results and dead-lettered jobs are kept this long. */
+const JOB_BACKOFF_MS = 1000;
+/** Completed results are kept this long; dead-lettered jobs until an operator moves them back. */
 const KEEP_COMPLETED_S = 7 * 24 * 3600;
 
 export interface ColdPayload {
@@ -59,7 +63,7 @@ export interface QueueCounts {
   delayed: number;
   active: number;
   completed: number;
-  /** Failed and waiting for a retry (in-process queue only; BullMQ counts them as delayed). */
+  /** Always 0: failed jobs waiting for their retry are counted in `delayed`, as BullMQ does (counting them apart would read every delayed job). Kept so the shape of /health and `ops status` does not change. */
   failed: number;
   dead_lettered: number;
 }
@@ -81,12 +85,17 @@ function coldJobId(idempotencyKey: string): string {
   return `llm-${createHash('sha256').update(idempotencyKey).digest('hex').slice(0, 40)}`;
 }
 
-const JOB_OPTIONS = {
+/** Test runs shorten the backoff; everything else uses JOB_BACKOFF_MS. */
+interface QueueOptions {
+  backoffMs?: number;
+}
+
+const jobOptions = (backoff: number) => ({
   attempts: JOB_ATTEMPTS,
-  backoff: { type: 'exponential' as const, delay: JOB_BACKOFF_MS },
+  backoff: { type: 'exponential' as const, delay: backoff },
   removeOnComplete: { age: KEEP_COMPLETED_S },
   removeOnFail: false as const,
-};
+});
 
 /**
  * BullMQ's states → ours. In BullMQ a job that failed but has attempts left waits in `delayed`
@@ -120,14 +129,16 @@ function view(job: Job<ColdPayload>, state: string): JobView {
 export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
-  constructor(connection: ConnectionOptions, prefix?: string) {
+  private readonly backoffMs: number;
+  constructor(connection: ConnectionOptions, prefix?: string, options: QueueOptions = {}) {
     this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection, prefix });
+    this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload.idempotencyKey);
     const existing = await this.queue.getJob(jobId);
     if (existing) return { jobId, created: false };
-    await this.queue.add(JOB_NAME, payload, { ...JOB_OPTIONS, jobId, delay: options.delayMs });
+    await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs), jobId, delay: options.delayMs });
     return { jobId, created: true };
   }
   async get(id: string): Promise<JobView | null> {
@@ -161,23 +172,54 @@ export class BullColdQueue implements ColdQueue {
   }
 }
 
+/** In-process job states; `retrying` and `dead` are what BullMQ keeps as delayed-after-a-failure and failed. */
+type MemoryState = 'waiting' | 'delayed' | 'active' | 'completed' | 'retrying' | 'dead';
+const MEMORY_VIEW: Record<MemoryState, JobState> = {
+  waiting: 'waiting',
+  delayed: 'delayed',
+  active: 'active',
+  completed: 'completed',
+  retrying: 'failed',
+  dead: 'dead-lettered',
+};
+
 interface MemoryJob {
   payload: ColdPayload;
-  /** Used all its attempts, or failed in a way retries cannot fix. */
-  dead?: boolean;
-  state: Exclude<JobState, 'dead-lettered' | 'unknown'>;
+  state: MemoryState;
   attemptsMade: number;
   lastError: string | null;
   result: unknown;
   runAt: number;
   finishedAt: number | null;
+  /** Order of dead-lettering: the list shows the newest first, as BullMQ's does. */
+  deadSeq: number;
 }
 
-/** The in-process stand-in: same states, attempts and backoff; gone on restart. */
+/** A failed run of a job, as the in-process worker reports it (BullMQ's `failed` event). */
+interface JobFailure {
+  id: string;
+  payload: ColdPayload;
+  attemptsMade: number;
+  error: Error;
+  /** All attempts used, or an UnrecoverableError: the job is dead-lettered. */
+  dead: boolean;
+}
+
+/**
+ * The in-process stand-in: the same states, attempts, backoff, counts and lists as BullMQ shows
+ * through ColdQueue (the contract suite runs both); completed jobs are dropped after the same
+ * week; everything is gone on restart.
+ */
 export class MemoryColdQueue implements ColdQueue {
   readonly durable = false;
-  readonly jobs = new Map<string, MemoryJob>();
+  private readonly jobs = new Map<string, MemoryJob>();
   private readonly listeners: Array<() => void> = [];
+  private readonly backoffMs: number;
+  private deadSeq = 0;
+  private sweptAt = Date.now();
+  constructor(options: QueueOptions = {}) {
+    this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
+  }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload.idempotencyKey);
     if (this.jobs.has(jobId)) return { jobId, created: false };
@@ -190,17 +232,18 @@ export class MemoryColdQueue implements ColdQueue {
       result: null,
       runAt: Date.now() + delay,
       finishedAt: null,
+      deadSeq: 0,
     });
-    for (const l of this.listeners) l();
+    this.wake();
     return { jobId, created: true };
   }
-  onEnqueue(listener: () => void): void {
-    this.listeners.push(listener);
+  private wake(): void {
+    for (const l of this.listeners) l();
   }
   /** The next job that is due, marked active. */
-  take(now = Date.now()): [string, MemoryJob] | null {
+  private take(now = Date.now()): [string, MemoryJob] | null {
     for (const [id, job] of this.jobs) {
-      if ((job.state === 'waiting' || job.state === 'delayed' || (job.state === 'failed' && !job.dead)) && job.runAt <= now) {
+      if ((job.state === 'waiting' || job.state === 'delayed' || job.state === 'retrying') && job.runAt <= now) {
         job.state = 'active';
         return [id, job];
       }
@@ -208,10 +251,9 @@ export class MemoryColdQueue implements ColdQueue {
     return null;
   }
   private toView(id: string, j: MemoryJob): JobView {
-    const dead = j.state === 'failed' && j.dead === true;
     return {
       id,
-      state: dead ? 'dead-lettered' : j.state === 'waiting' && j.runAt > Date.now() ? 'delayed' : j.state,
+      state: MEMORY_VIEW[j.state],
       attempts: j.attemptsMade,
       maxAttempts: JOB_ATTEMPTS,
       lastError: j.lastError,
@@ -228,25 +270,95 @@ export class MemoryColdQueue implements ColdQueue {
   }
   async counts(): Promise<QueueCounts> {
     const c: QueueCounts = { waiting: 0, delayed: 0, active: 0, completed: 0, failed: 0, dead_lettered: 0 };
-    for (const [id, j] of this.jobs) {
-      const s = this.toView(id, j).state;
-      if (s === 'dead-lettered') c.dead_lettered++;
-      else if (s !== 'unknown') c[s]++;
+    for (const j of this.jobs.values()) {
+      if (j.state === 'dead') c.dead_lettered++;
+      else if (j.state === 'retrying')
+        c.delayed++; // as BullMQ counts them
+      else c[j.state]++;
     }
     return c;
   }
   async deadLettered(limit = 100): Promise<JobView[]> {
     return [...this.jobs]
-      .map(([id, j]) => this.toView(id, j))
-      .filter((v) => v.state === 'dead-lettered')
-      .slice(0, limit);
+      .filter(([, j]) => j.state === 'dead')
+      .sort(([, a], [, b]) => b.deadSeq - a.deadSeq)
+      .slice(0, limit)
+      .map(([id, j]) => this.toView(id, j));
   }
   async retryDeadLettered(id: string): Promise<boolean> {
     const j = this.jobs.get(id);
-    if (!j || !j.dead) return false;
-    Object.assign(j, { state: 'waiting', dead: false, attemptsMade: 0, runAt: Date.now() });
-    for (const l of this.listeners) l();
+    if (!j || j.state !== 'dead') return false;
+    Object.assign(j, { state: 'waiting', attemptsMade: 0, lastError: null, finishedAt: null, runAt: Date.now() });
+    this.wake();
     return true;
   }
   async close(): Promise<void> {}
+
+  private completed(job: MemoryJob, result: unknown): void {
+    Object.assign(job, { state: 'completed', result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
+    // BullMQ drops completed jobs older than a week when jobs complete; so does this, once a minute at most.
+    if (Date.now() - this.sweptAt < 60_000) return;
+    this.sweptAt = Date.now();
+    for (const [id, j] of this.jobs)
+      if (j.state === 'completed' && j.finishedAt! < Date.now() - KEEP_COMPLETED_S * 1000) this.jobs.delete(id);
+  }
+
+  /** Records a failed run; true when the job is now dead-lettered. */
+  private failed(job: MemoryJob, error: Error): boolean {
+    job.attemptsMade++;
+    job.lastError = error.message;
+    if (job.attemptsMade >= JOB_ATTEMPTS || error instanceof UnrecoverableError) {
+      Object.assign(job, { state: 'dead', finishedAt: Date.now(), deadSeq: ++this.deadSeq });
+      return true;
+    }
+    job.state = 'retrying';
+    job.runAt = Date.now() + backoffMs(job.attemptsMade, { firstMs: this.backoffMs });
+    return false;
+  }
+
+  /**
+   * Runs due jobs through `processor`, `concurrency` at a time, as BullMQ's Worker does: a result
+   * completes the job; an error fails it and schedules a retry after the exponential backoff, until
+   * the attempts are used or the error is an UnrecoverableError (then it is dead-lettered).
+   */
+  work(
+    processor: (payload: ColdPayload) => Promise<unknown>,
+    options: { concurrency?: number; onFailed?: (failure: JobFailure) => void } = {},
+  ): { close(): Promise<void> } {
+    const concurrency = options.concurrency ?? 4;
+    let closed = false;
+    const active = new Set<Promise<void>>();
+    const tick = () => {
+      while (!closed && active.size < concurrency) {
+        const next = this.take();
+        if (!next) return;
+        const [id, job] = next;
+        const run: Promise<void> = processor(job.payload)
+          .then(
+            (result) => this.completed(job, result),
+            (error: Error) => {
+              const dead = this.failed(job, error);
+              options.onFailed?.({ id, payload: job.payload, attemptsMade: job.attemptsMade, error, dead });
+            },
+          )
+          .finally(() => {
+            active.delete(run);
+            tick();
+          });
+        active.add(run);
+      }
+    };
+    // Delayed jobs and retries fall due with time: look again every 50 ms.
+    const timer = setInterval(tick, 50);
+    timer.unref();
+    this.listeners.push(tick);
+    return {
+      close: async () => {
+        closed = true;
+        clearInterval(timer);
+        this.listeners.splice(this.listeners.indexOf(tick), 1);
+        await Promise.all(active);
+      },
+    };
+  }
 }

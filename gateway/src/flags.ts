@@ -1,5 +1,5 @@
 /**
- * Feature flags (Document 1): enable_warm_fallback, enable_cold_queue, and a kill-switch per
+ * Feature flags: enable_warm_fallback, enable_cold_queue, and a kill-switch per
  * model. Defaults come from the routing map's `flags`; operators change them at run time with
  * `PUT /admin/flags`. With Redis configured they live in the hash `<prefix>flags`, so every
  * gateway instance sees a change within a second; requests read a local copy (no Redis round

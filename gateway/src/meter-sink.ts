@@ -15,6 +15,7 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { GatewayEnv } from './env';
 import { CSV_HEADER, eventToCsvLine, formatTimestamp, type EventRecord } from '../../schema/event-record';
+import { backoffMs } from './backoff';
 
 export interface MeterSink<T = EventRecord> {
   readonly kind: string;
@@ -98,7 +99,8 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   private readonly spool: string;
   private readonly offsetFile: string;
   private timer: NodeJS.Timeout | null = null;
-  private backoffMs = 0;
+  /** Failed posts in a row: the next try waits backoffMs(failures), 1 s doubling up to maxBackoffMs. */
+  private failures = 0;
   private retryAt = 0;
   private delivering: Promise<void> | null = null;
   private closed = false;
@@ -218,10 +220,10 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
       }
       if (!reply.ok && !isPermanent(reply.error)) {
         this.stats.failedPosts++;
-        this.backoffMs = Math.min(this.opts.maxBackoffMs ?? 60_000, Math.max(1000, this.backoffMs * 2));
-        this.retryAt = Date.now() + this.backoffMs;
+        const wait = backoffMs(++this.failures, { firstMs: 1000, maxMs: this.opts.maxBackoffMs ?? 60_000 });
+        this.retryAt = Date.now() + wait;
         this.opts.log.warn(
-          `meter: ${reply.error ?? 'failed'}; ${batch.lines.length} event(s) stay spooled, retry in ${Math.round(this.backoffMs / 1000)} s`,
+          `meter: ${reply.error ?? 'failed'}; ${batch.lines.length} event(s) stay spooled, retry in ${Math.round(wait / 1000)} s`,
         );
         return;
       }
@@ -233,7 +235,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
         this.stats.delivered += reply.appended ?? 0;
         this.stats.duplicates += reply.duplicates ?? 0;
       }
-      this.backoffMs = 0;
+      this.failures = 0;
       this.retryAt = 0;
       await this.chain.run(() => writeFile(this.offsetFile, String(offset + batch.bytes)));
     }

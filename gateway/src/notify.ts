@@ -1,5 +1,5 @@
 /**
- * Human notifications (Document 1): on enqueue to Cold, on a budget pause, on a dead-lettered job
+ * Human notifications: on enqueue to Cold, on a budget pause, on a dead-lettered job
  * and on work routed to human review. Targets are the routing map's `cold.notify`: an https URL
  * gets a Slack-compatible JSON post; an e-mail address goes through SMTP_URL (nodemailer), or is
  * logged when SMTP_URL is unset. Bursts are coalesced: notices of one kind within a window (60 s
@@ -7,6 +7,7 @@
  * logged; it never delays a request (nothing here is awaited on the request path).
  */
 import nodemailer, { type Transporter } from 'nodemailer';
+import { retrying, type RetryPolicy } from './backoff';
 
 export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review';
 
@@ -24,6 +25,11 @@ export interface Sent {
 }
 
 type Log = { warn: (m: string) => void; info: (m: string) => void };
+
+/** A failed delivery is tried twice more, 1 s and then 5 s later. */
+const DELIVERY_RETRY: RetryPolicy = { attempts: 3, firstMs: 1000, factor: 5 };
+/** Delivered messages kept for inspection (tests, a debugger); older ones are dropped. */
+const KEEP_SENT = 100;
 
 const NEXT_ACTION: Record<NoticeKind, string> = {
   enqueued:
@@ -47,14 +53,19 @@ export class Notifier {
   private readonly pending = new Map<NoticeKind, Notice[]>();
   private timer: NodeJS.Timeout | null = null;
   private readonly mailer: Transporter | null;
-  readonly sent: Sent[] = [];
+  private readonly recent: Sent[] = [];
   private inflight: Promise<unknown>[] = [];
 
   constructor(
     private readonly targets: string[],
-    private readonly opts: { windowMs?: number; smtpUrl?: string; onCall?: string; log: Log; retryDelaysMs?: number[] },
+    private readonly opts: { windowMs?: number; smtpUrl?: string; onCall?: string; log: Log; retry?: RetryPolicy },
   ) {
     this.mailer = opts.smtpUrl ? nodemailer.createTransport(opts.smtpUrl) : null;
+  }
+
+  /** The last 100 messages delivered, oldest first. */
+  get sent(): readonly Sent[] {
+    return this.recent;
   }
 
   notify(notice: Notice): void {
@@ -94,20 +105,14 @@ export class Notifier {
   }
 
   private async deliver(target: string, subject: string, text: string): Promise<void> {
-    const delays = this.opts.retryDelaysMs ?? [1000, 5000];
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await this.send(target, subject, text);
-        this.sent.push({ target, subject, text });
-        return;
-      } catch (error) {
-        if (attempt >= delays.length) {
-          this.opts.log.warn(`notification to ${redactTarget(target)} failed: ${(error as Error).message}`);
-          return;
-        }
-        await new Promise((r) => setTimeout(r, delays[attempt]));
-      }
+    try {
+      await retrying(() => this.send(target, subject, text), this.opts.retry ?? DELIVERY_RETRY);
+    } catch (error) {
+      this.opts.log.warn(`notification to ${redactTarget(target)} failed: ${(error as Error).message}`);
+      return;
     }
+    this.recent.push({ target, subject, text });
+    if (this.recent.length > KEEP_SENT) this.recent.splice(0, this.recent.length - KEEP_SENT);
   }
 
   private async send(target: string, subject: string, text: string): Promise<void> {

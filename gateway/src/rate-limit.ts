@@ -1,8 +1,8 @@
 /**
- * Rate limits (Document 1: "a rate limiter is kept per tenant" and "token budgets are kept per
- * provider"), in Redis so they hold across gateway instances (in process without Redis). Fixed
- * one-minute windows: simple, exact across instances with one INCR, and the Retry-After is the
- * rest of the window. Values come from the routing map's `limits`.
+ * Rate limits: requests per minute per tenant, and tokens per minute per provider, in Redis so
+ * they hold across gateway instances (in process without Redis). Fixed one-minute windows:
+ * simple, exact across instances with one INCR, and the Retry-After is the rest of the window.
+ * Values come from the routing map's `limits`.
  */
 import type { Redis } from 'ioredis';
 
@@ -22,6 +22,9 @@ export interface Limiter {
 const WINDOW_MS = 60_000;
 const windowOf = (now: number) => Math.floor(now / WINDOW_MS);
 const secondsLeft = (now: number) => Math.max(1, Math.ceil((WINDOW_MS - (now % WINDOW_MS)) / 1000));
+/** Requests without a tenant have a counter of their own, apart from every tenant's (even one named "-"). */
+const tenantKey = (tenant: string, window: number) => (tenant ? `rl:tenant:${tenant}:${window}` : `rl:anon:${window}`);
+const tokensKey = (provider: string, window: number) => `tb:${provider}:${window}`;
 
 export class RedisLimiter implements Limiter {
   constructor(
@@ -34,7 +37,7 @@ export class RedisLimiter implements Limiter {
     const limit = this.limits.tenant_requests_per_minute;
     if (!limit) return 0;
     const now = this.now();
-    const key = `${this.prefix}:rl:tenant:${tenant || '-'}:${windowOf(now)}`;
+    const key = `${this.prefix}:${tenantKey(tenant, windowOf(now))}`;
     const [[, count]] = (await this.redis
       .multi()
       .incr(key)
@@ -46,12 +49,12 @@ export class RedisLimiter implements Limiter {
     const budget = this.limits.provider_tokens_per_minute?.[provider];
     if (!budget) return 0;
     const now = this.now();
-    const used = Number((await this.redis.get(`${this.prefix}:tb:${provider}:${windowOf(now)}`)) ?? 0);
+    const used = Number((await this.redis.get(`${this.prefix}:${tokensKey(provider, windowOf(now))}`)) ?? 0);
     return used >= budget ? secondsLeft(now) : 0;
   }
   spendTokens(provider: string, tokens: number): void {
     if (!tokens || !this.limits.provider_tokens_per_minute?.[provider]) return;
-    const key = `${this.prefix}:tb:${provider}:${windowOf(this.now())}`;
+    const key = `${this.prefix}:${tokensKey(provider, windowOf(this.now()))}`;
     void this.redis
       .multi()
       .incrby(key, tokens)
@@ -61,31 +64,42 @@ export class RedisLimiter implements Limiter {
   }
 }
 
+/** In process: the counters of the current window only (Redis lets older ones expire). */
 export class MemoryLimiter implements Limiter {
-  private readonly counts = new Map<string, number>();
+  private counts = new Map<string, number>();
+  private window = -Infinity;
   constructor(
     private readonly limits: Limits,
     private readonly now: () => number = Date.now,
   ) {}
-  private bump(key: string, by: number): number {
-    const v = (this.counts.get(key) ?? 0) + by;
-    this.counts.set(key, v);
-    if (this.counts.size > 10_000) this.counts.clear();
-    return v;
+  /** The counters of `window`; a new window starts them afresh. */
+  private at(window: number): Map<string, number> {
+    if (window !== this.window) {
+      this.counts = new Map();
+      this.window = window;
+    }
+    return this.counts;
   }
   async hitTenant(tenant: string): Promise<number> {
     const limit = this.limits.tenant_requests_per_minute;
     if (!limit) return 0;
     const now = this.now();
-    return this.bump(`t:${tenant}:${windowOf(now)}`, 1) > limit ? secondsLeft(now) : 0;
+    const counts = this.at(windowOf(now));
+    const key = tenantKey(tenant, this.window);
+    const count = (counts.get(key) ?? 0) + 1;
+    counts.set(key, count);
+    return count > limit ? secondsLeft(now) : 0;
   }
   async providerWait(provider: string): Promise<number> {
     const budget = this.limits.provider_tokens_per_minute?.[provider];
     if (!budget) return 0;
     const now = this.now();
-    return (this.counts.get(`p:${provider}:${windowOf(now)}`) ?? 0) >= budget ? secondsLeft(now) : 0;
+    return (this.at(windowOf(now)).get(tokensKey(provider, this.window)) ?? 0) >= budget ? secondsLeft(now) : 0;
   }
   spendTokens(provider: string, tokens: number): void {
-    if (tokens && this.limits.provider_tokens_per_minute?.[provider]) this.bump(`p:${provider}:${windowOf(this.now())}`, tokens);
+    if (!tokens || !this.limits.provider_tokens_per_minute?.[provider]) return;
+    const counts = this.at(windowOf(this.now()));
+    const key = tokensKey(provider, this.window);
+    counts.set(key, (counts.get(key) ?? 0) + tokens);
   }
 }

@@ -6,7 +6,6 @@
  */
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { CallRecord } from '../../schema/call-record';
 import { admission } from './admission';
 import { createGateway, type Gateway } from './app';
 import { bearerGuard } from './bearer';
@@ -19,7 +18,7 @@ import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import type { FlagStore } from './flags';
 import { keyResolver, missingKeys } from './keys';
-import { createMeterSink, CsvSink, WebAppSink, type MeterSink } from './meter-sink';
+import { createMeterSink, type MeterSink } from './meter-sink';
 import { Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
 import type { Route } from './route';
@@ -27,11 +26,7 @@ import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
 import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
 import { createStores, type Stores } from './stores';
-import { callToCsvLine, CALLS_CSV_HEADER } from '../../schema/call-record';
-import { lintFile, loadConcierge, type Concierge } from './voice/config';
-import { MemoryVoiceStore, mountVoice, RedisVoiceStore, VoiceService } from './voice/calls';
-import { DEFAULT_RATES_FILE, readRates } from './voice/rates';
-import { MemoryWorkflowStore, RedisWorkflowStore, Workflow } from './voice/workflow';
+import { createVoice, loadVoice, voiceOptions, type Voice } from './voice';
 import { startBullWorker, startMemoryWorker, type ColdWorker } from './worker';
 import type { MemoryColdQueue } from './cold-queue';
 
@@ -95,24 +90,11 @@ async function routingMap(env: GatewayEnv, log: Logger): Promise<{ map: RoutesMa
   return { map, file, demo: null };
 }
 
-/** The concierge file, checked before any connection opens (a refused start leaves nothing behind). */
-function voiceConfig(env: GatewayEnv): { config: Concierge | null; why: string; problems: number } {
-  if (!env.VOICE_TOKEN) return { config: null, why: 'VOICE_TOKEN is not set', problems: 0 };
-  const file = env.CONCIERGE_FILE;
-  const problems = lintFile(file);
-  if (problems.length && env.production) {
-    const lines = problems.map((p) => `${file}: ${p.path}: ${p.message}`).join('\n');
-    throw new ConfigError(`${file} does not lint clean (npm run concierge:lint):\n${lines}`);
-  }
-  const config = problems.length && problems[0].path === '$' ? null : loadConcierge(file).config;
-  const why = config ? '' : `${file} is not a valid configuration (${problems.length} problem(s); run npm run concierge:lint)`;
-  return { config, why, problems: problems.length };
-}
-
 export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, options: StackOptions): Promise<Stack> {
   const env = readEnv(processEnv);
   const scopes = loadScopes(env.SCOPES_FILE);
-  const voice = voiceConfig(env);
+  // Before any connection is opened, so a refused start leaves nothing behind.
+  const voiceLoaded = loadVoice(voiceOptions(env), env.production);
   const { map, file: routesFile, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   const stores = createStores(env, map);
@@ -148,16 +130,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     cold: coldFallback(coldDeps),
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
   });
-  const voiceParts = startVoice(env, voice, { redis, prefix: stores.prefix, meter, log });
+  const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
 
   const health = async () => ({
     paused: pause.paused(),
     capped_provider: cappedProvider,
     queue: await queue.counts().catch(() => 'unreachable'),
   });
-  const gateway = options.http
-    ? httpGateway(env, { path, scopes, flags, log, meter, coldDeps, voiceParts, voiceWhy: voice.why, health })
-    : null;
+  const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, coldDeps, voice, health }) : null;
 
   const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
   const worker = !options.worker
@@ -179,14 +159,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     worker,
     redis,
     cappedProvider,
-    close: () => closeStack({ worker, voiceParts, notifier, queue, meter, flags, pause, path, demo, redis }),
+    close: () => closeStack({ worker, voice, notifier, queue, meter, flags, pause, path, demo, redis }),
   };
 }
 
 /** Stops what the stack started, the worker first (its running jobs finish) and the store last. */
 async function closeStack(p: {
   worker: ColdWorker | null;
-  voiceParts: { close(): Promise<void> } | null;
+  voice: Voice;
   notifier: Notifier;
   queue: ColdQueue;
   meter: MeterSink;
@@ -197,7 +177,7 @@ async function closeStack(p: {
   redis: Redis | null;
 }): Promise<void> {
   await p.worker?.close();
-  await p.voiceParts?.close();
+  await p.voice.close();
   await p.notifier.flush();
   await p.queue.close();
   await p.meter.close();
@@ -229,8 +209,7 @@ interface HttpParts {
   log: Logger;
   meter: MeterSink;
   coldDeps: ColdTierDeps;
-  voiceParts: ReturnType<typeof buildVoice> | null;
-  voiceWhy: string;
+  voice: Voice;
   health: () => Promise<Record<string, unknown>>;
 }
 
@@ -246,60 +225,7 @@ function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
     healthExtras: p.health,
     extend: (app, { admin }) => {
       mountColdTier(app, admin, p.coldDeps);
-      mountVoice(app, bearerGuard(env.VOICE_TOKEN), p.voiceParts?.service ?? null, p.voiceWhy);
+      p.voice.mount(app, bearerGuard(env.VOICE_TOKEN));
     },
   });
-}
-
-interface VoiceShared {
-  redis: Redis | null;
-  prefix: string | undefined;
-  meter: MeterSink;
-  log: Logger;
-}
-
-/** The voice concierge when configured (else its endpoints answer 503 with the reason). */
-function startVoice(env: GatewayEnv, voice: ReturnType<typeof voiceConfig>, shared: VoiceShared) {
-  if (!voice.config) {
-    if (env.VOICE_TOKEN) shared.log.warn(`voice endpoints answer 503: ${voice.why}`);
-    return null;
-  }
-  if (voice.problems)
-    shared.log.warn(`${env.CONCIERGE_FILE}: ${voice.problems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
-  shared.log.info(`voice concierge: ${env.CONCIERGE_FILE}`);
-  return buildVoice(env, voice.config, shared);
-}
-
-/** The voice concierge's parts: call records' sink, the function-call workflow and the call service. */
-function buildVoice(env: GatewayEnv, config: Concierge, shared: VoiceShared) {
-  const { redis, prefix, meter, log } = shared;
-  const logs = { warn: (m: string) => log.warn(m), error: (m: string) => log.error(m) };
-  // Call records go where events go: the meter web app (`{"calls":[...]}`, spooled), or a local CSV.
-  const callSink: MeterSink<CallRecord> = env.METER_URL
-    ? new WebAppSink<CallRecord>(
-        { url: env.METER_URL, token: env.METER_TOKEN, key: 'calls', spoolDir: `${env.METER_SPOOL_DIR}-calls`, log },
-        (r) => r,
-      )
-    : new CsvSink<CallRecord>(env.CALLS_CSV_FILE, CALLS_CSV_HEADER, callToCsvLine, (m) => log.error(m));
-  const workflow = new Workflow({
-    config,
-    store: redis ? new RedisWorkflowStore(redis, prefix ?? 'gateway') : new MemoryWorkflowStore(),
-    log: logs,
-  });
-  workflow.startDeadLetterRetry();
-  const ratesFile = env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
-  const service = new VoiceService({
-    config,
-    store: redis ? new RedisVoiceStore(redis, prefix ?? 'gateway') : new MemoryVoiceStore(),
-    log: logs,
-    workflow,
-    afterCall: { calls: callSink, events: meter, rates: () => readRates(ratesFile), voiceProvider: env.VOICE_PROVIDER },
-  });
-  return {
-    service,
-    async close() {
-      workflow.stop();
-      await callSink.close();
-    },
-  };
 }

@@ -6,7 +6,7 @@
  */
 import { UnrecoverableError, Worker, type ConnectionOptions } from 'bullmq';
 import type { ChatContext } from './chat-request';
-import { JOB_ATTEMPTS, JOB_BACKOFF_MS, JOB_NAME, QUEUE_NAME, type ColdPayload, type MemoryColdQueue } from './cold-queue';
+import { JOB_ATTEMPTS, JOB_NAME, QUEUE_NAME, type ColdPayload, type MemoryColdQueue } from './cold-queue';
 import { Deadline } from './deadline';
 import type { Failover } from './failover';
 import type { Route } from './route';
@@ -108,51 +108,12 @@ export function startBullWorker(connection: ConnectionOptions, prefix: string | 
 
 /** The in-process worker for the in-process queue: same attempts and exponential backoff. */
 export function startMemoryWorker(queue: MemoryColdQueue, deps: WorkerDeps, concurrency = 4): ColdWorker {
-  let running = 0;
-  let closed = false;
-  const active = new Set<Promise<void>>();
-  const tick = () => {
-    while (!closed && running < concurrency) {
-      const next = queue.take();
-      if (!next) return;
-      const [id, job] = next;
-      running++;
-      const p: Promise<void> = runJob(job.payload, deps)
-        .then((result) => {
-          Object.assign(job, { state: 'completed', result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
-        })
-        .catch((error: Error) => {
-          job.attemptsMade++;
-          job.lastError = error.message;
-          job.state = 'failed';
-          const dead = job.attemptsMade >= JOB_ATTEMPTS || error instanceof UnrecoverableError;
-          if (dead) {
-            job.dead = true;
-            job.finishedAt = Date.now();
-            deps.notifier.notify({
-              kind: 'dead_lettered',
-              jobIds: [id],
-              tenant: job.payload.customerId,
-              detail: `last error: ${error.message}`,
-            });
-          } else job.runAt = Date.now() + JOB_BACKOFF_MS * 2 ** (job.attemptsMade - 1);
-        })
-        .finally(() => {
-          running--;
-          active.delete(p);
-          tick();
-        });
-      active.add(p);
-    }
-  };
-  const timer = setInterval(tick, 50);
-  timer.unref();
-  queue.onEnqueue(tick);
-  return {
-    async close() {
-      closed = true;
-      clearInterval(timer);
-      await Promise.all(active);
+  return queue.work((payload) => runJob(payload, deps), {
+    concurrency,
+    onFailed: ({ id, payload, attemptsMade, error, dead }) => {
+      deps.log.warn(`job ${id} attempt ${attemptsMade} failed: ${error.message}${dead ? ' (dead-lettered)' : ''}`);
+      if (dead)
+        deps.notifier.notify({ kind: 'dead_lettered', jobIds: [id], tenant: payload.customerId, detail: `last error: ${error.message}` });
     },
-  };
+  });
 }

@@ -28,7 +28,11 @@ describe('notifier', () => {
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/services/SECRET`;
     const warnings: string[] = [];
-    const n = new Notifier([url], { windowMs: 10, retryDelaysMs: [10, 10], log: { warn: (m) => warnings.push(m), info: () => {} } });
+    const n = new Notifier([url], {
+      windowMs: 10,
+      retry: { attempts: 3, firstMs: 10, factor: 1 },
+      log: { warn: (m) => warnings.push(m), info: () => {} },
+    });
     n.notify({ kind: 'paused', detail: 'x' });
     await n.flush();
     expect(calls).toBe(3);
@@ -39,5 +43,16 @@ describe('notifier', () => {
     expect(warnings.join('\n')).toMatch(/notification to 127\.0\.0\.1:\d+ failed: HTTP 500/);
     expect(warnings.join('\n')).not.toContain('SECRET');
     server.close();
+  });
+
+  it('keeps only the last 100 delivered messages, newest last (a long-running gateway does not grow)', async () => {
+    const n = new Notifier(['ops@example.com'], { windowMs: 60_000, log: { warn: () => {}, info: () => {} } });
+    for (let i = 0; i < 150; i++) {
+      n.notify({ kind: 'paused', detail: `round ${i}` });
+      await n.flush();
+    }
+    expect(n.sent).toHaveLength(100);
+    expect(n.sent[0].text).toContain('round 50');
+    expect(n.sent[99].text).toContain('round 149');
   });
 });

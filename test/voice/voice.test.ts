@@ -1,4 +1,4 @@
-// The voice concierge: configuration lint, the spend guard (Document 3's tables, step by step),
+// The voice concierge: configuration lint, the spend guard (its rules, step by step),
 // intent matching, and the /v1/voice/* endpoints through HTTP with a real Redis.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -9,7 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createStack, type Stack } from '../../gateway/src/stack';
 import { lintConcierge } from '../../gateway/src/voice/config';
 import { matchIntent } from '../../gateway/src/voice/intents';
-import { applyEvent, estimateUsd, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
+import { applyEvent, estUsdFromDurations, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { captureLogger, listenStack } from '../gateway/harness';
 import { filled, template } from './filled';
 
@@ -79,6 +79,14 @@ describe('concierge.json and its lint', () => {
     expectLine(/^\$\.escalation\.rules\[0\]\.threshold: expected a confidence from 0 to 1$/);
   });
 
+  it('a file holding JSON that is not an object is one problem at $, not a crash', () => {
+    for (const raw of [null, 42, 'text', []]) {
+      const problems = lintConcierge(raw);
+      expect(problems.length).toBeGreaterThanOrEqual(1);
+      expect(problems[0]).toMatchObject({ path: '$', message: expect.stringMatching(/expected object/) });
+    }
+  });
+
   it('npm run concierge:lint exits 1 on the template and 0 on a filled file', () => {
     const tsx = join(root, 'node_modules', '.bin', 'tsx');
     const bad = spawnSync(tsx, ['gateway/src/voice/lint-cli.ts'], { cwd: root, encoding: 'utf8' });
@@ -102,7 +110,7 @@ describe('intent matching', () => {
   });
 });
 
-describe('spend guard (Document 3)', () => {
+describe('spend guard', () => {
   const cfg = guardConfig(filled()); // audio in 10 $/M, out 20 $/M, cap 0.35, 8 turns, 1.8 s
   const run = (events: VoiceEvent[], state = newCall()) => {
     for (const e of events) applyEvent(state, e, cfg);
@@ -130,7 +138,7 @@ describe('spend guard (Document 3)', () => {
     ]);
     // 600 input tokens x 10/1e6 + 600 output tokens x 20/1e6 = 0.006 + 0.012
     expect(s.estUsd).toBeCloseTo(0.018, 12);
-    expect(estimateUsd(s, cfg)).toBeCloseTo(0.018, 12);
+    expect(estUsdFromDurations(s, cfg)).toBeCloseTo(0.018, 12);
     expect(s.turns).toBe(1);
   });
 
@@ -148,8 +156,8 @@ describe('spend guard (Document 3)', () => {
     ]);
     expect(s.billedUsd).toBeCloseTo((14_000 * 10 + 1500 * 20) / 1e6, 12);
     expect(s.estUsd).toBe(s.billedUsd);
-    expect(s.estimateUsd).toBeCloseTo((10 * 10) / 1e6, 12);
-    expect(s.estimateUsd).toBeLessThan(s.estUsd);
+    expect(s.estUsdFromDurations).toBeCloseTo((10 * 10) / 1e6, 12);
+    expect(s.estUsdFromDurations).toBeLessThan(s.estUsd);
   });
 
   it('checks in order at the end of each response: turn cap, then per-call cap (disconnect), then latency', () => {

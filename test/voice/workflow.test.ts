@@ -14,7 +14,7 @@ import { CALLS_CSV_HEADER, callToCsvLine, type CallRecord } from '../../schema/c
 import type { Stack } from '../../gateway/src/stack';
 import { fetchCountryRates } from '../../gateway/src/voice/rates';
 import { canonicalJson, workflowKey } from '../../gateway/src/voice/workflow';
-import { listenStack } from '../gateway/harness';
+import { captureLogger, listenStack } from '../gateway/harness';
 import { filled } from './filled';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -66,7 +66,7 @@ afterEach(async () => {
   if (keys.length) await redis.del(...keys);
 });
 
-async function up(extraEnv: NodeJS.ProcessEnv = {}) {
+async function up(extraEnv: NodeJS.ProcessEnv = {}, logs: string[] = []) {
   const c = filled() as any;
   for (const f of c.functions) if (f.webhook) f.webhook = `${target.url}/${f.name}`;
   c.workflow.dlq_url = `${dlq.url}/dlq`;
@@ -83,7 +83,7 @@ async function up(extraEnv: NodeJS.ProcessEnv = {}) {
     SCOPES_FILE: join(dir, 'none.yaml'),
     ...extraEnv,
   };
-  const h = await listenStack(env);
+  const h = await listenStack(env, undefined, captureLogger(logs));
   stacks.push(h);
   return h;
 }
@@ -186,9 +186,18 @@ describe('function-call workflow', () => {
   });
 });
 
+async function until(check: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** Posts kept dead letters now (the service does it every 30 s). */
 async function flushVia(): Promise<number> {
-  const { Workflow, RedisWorkflowStore } = await import('../../gateway/src/voice/workflow');
+  const { Workflow } = await import('../../gateway/src/voice/workflow');
+  const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
   const c = JSON.parse(readFileSync(join(dir, 'concierge.json'), 'utf8'));
   const wf = new Workflow({ config: c, store: new RedisWorkflowStore(redis, prefix), log: { warn: () => {}, error: () => {} } });
   return wf.flushDeadLetters();
@@ -252,6 +261,22 @@ describe('after each call', () => {
     expect(events[0]).toMatch(/,openai,gpt-realtime-mini,n\/a,30,40,95000,0\.0011,,0\.8,rec-1,/);
     expect(events[1]).toMatch(/,twilio,voice-inbound-pt,n\/a,0,0,0,0\.02,,,rec-1,/);
     expect(await redis.ttl(`${prefix}:voice:call:rec-1`)).toBeLessThanOrEqual(3600);
+  });
+
+  it('the summary: a 5xx is retried (3 posts in all), a 4xx is not; either way a warning names the call', async () => {
+    const logs: string[] = [];
+    const gw = await up({}, logs);
+    const warned = (id: string) => logs.some((l) => l.includes(`call ${id}: the observability webhook did not take the summary`));
+    observe.handle = (_n, _q, res) => res.writeHead(503).end();
+    await post(gw.url, '/v1/voice/calls', { call_id: 'sum-5xx', from: '+1', at: '2026-11-23T10:00:00Z' });
+    await post(gw.url, '/v1/voice/calls/sum-5xx/end', { outcome: 'abandoned', duration_s: 1 });
+    await until(() => warned('sum-5xx'));
+    expect(observe.seen).toHaveLength(3);
+    observe.handle = (_n, _q, res) => res.writeHead(400).end();
+    await post(gw.url, '/v1/voice/calls', { call_id: 'sum-4xx', from: '+1', at: '2026-11-23T10:00:00Z' });
+    await post(gw.url, '/v1/voice/calls/sum-4xx/end', { outcome: 'abandoned', duration_s: 1 });
+    await until(() => warned('sum-4xx'));
+    expect(observe.seen).toHaveLength(4);
   });
 
   it('a country without telephony rates is an error naming it, never a global rate', async () => {

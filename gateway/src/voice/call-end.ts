@@ -1,27 +1,23 @@
 /**
- * After each call (Document 3): the call record built from the guard's state and the voice
+ * After each call: the call record built from the guard's state and the voice
  * server's body; the summary POSTed to the configuration's `log_to`; the record sent to the meter
  * (`{"calls":[...]}`, batched and spooled like events, none lost); and the call's audio cost (and,
  * with a rates file, its telephony cost) sent as ordinary meter events, so the spend caps and
  * alerts see voice spend. Ending a call twice answers the same record and sends nothing twice.
  */
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
-import { INTENTS_PRIMARY, OUTCOMES, type CallRecord } from '../../../schema/call-record';
+import type { CallRecord } from '../../../schema/call-record';
 import type { EventRecord } from '../../../schema/event-record';
+import { retrying, type RetryPolicy } from '../backoff';
+import type { EndCallBody } from './bodies';
+import type { StoredCall } from './call-store';
 import type { Concierge } from './config';
 import { inboundRate, type RatesFile } from './rates';
-import type { StoredCall } from './calls';
 
-export const EndCall = z.strictObject({
-  outcome: z.enum(OUTCOMES),
-  intent_primary: z.enum(INTENTS_PRIMARY).optional(),
-  duration_s: z.number().finite().min(0).optional(),
-  asr_wer: z.number().min(0).max(1).optional(),
-  escalated: z.boolean().optional(),
-  ended_at: z.iso.datetime({ offset: true }).optional(),
-});
-export type EndCallBody = z.infer<typeof EndCall>;
+/** The summary is posted up to 3 times, 0.5 s then 1 s apart; an answer under 500 is not retried. */
+const SUMMARY_RETRY: RetryPolicy = { attempts: 3, firstMs: 500 };
+
+class RefusedSummary extends Error {}
 
 const avg = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
 const round = (n: number, d: number) => Number(n.toFixed(d));
@@ -130,20 +126,19 @@ async function postSummary(record: CallRecord, deps: CallEndDeps): Promise<void>
     est_audio_cost_usd: record.est_audio_cost_usd,
     escalated: record.escalated,
   });
-  for (let attempt = 1; attempt <= 3; attempt++) {
-    try {
-      const res = await fetch(deps.config.spend_guard.log_to, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body,
-        signal: AbortSignal.timeout(10_000),
-      });
-      if (res.ok) return;
-      if (res.status < 500) break;
-    } catch {
-      /* retried */
-    }
-    await new Promise((r) => setTimeout(r, 500 * 2 ** (attempt - 1)));
+  const post = async () => {
+    const res = await fetch(deps.config.spend_guard.log_to, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (res.ok) return;
+    throw res.status < 500 ? new RefusedSummary(`HTTP ${res.status}`) : new Error(`HTTP ${res.status}`);
+  };
+  try {
+    await retrying(post, SUMMARY_RETRY, (e) => !(e instanceof RefusedSummary));
+  } catch {
+    deps.log.warn(`call ${record.call_id}: the observability webhook did not take the summary`);
   }
-  deps.log.warn(`call ${record.call_id}: the observability webhook did not take the summary`);
 }

@@ -1,5 +1,5 @@
 /**
- * The call-flow configuration of the voice concierge (Document 3), `concierge.json`: one zod
+ * The call-flow configuration of the voice concierge, `concierge.json`: one zod
  * schema is its definition, used by the gateway and by `npm run concierge:lint`. The lint adds
  * what a schema cannot say alone: bracketed placeholders left, functions an intent calls that do
  * not exist, targets, https, E.164, IANA time zones, business hours, BCP 47 language tags.
@@ -149,9 +149,11 @@ function isLanguageTag(tag: string): boolean {
   }
 }
 
-/** Every problem of a configuration, as `<JSON path>: <what is wrong>` pairs. Empty = clean. */
-export function lintConcierge(raw: unknown): Problem[] {
-  const problems: Problem[] = [];
+/** Checks the string at `parts`, when there is one and it is not a placeholder (reported already). */
+type Check = (parts: PropertyKey[], ok: (v: string) => boolean, message: string) => void;
+
+/** Bracketed placeholders left from the template; their paths, so other checks skip them. */
+function placeholderProblems(raw: unknown, problems: Problem[]): Set<string> {
   const placeholders = new Set<string>();
   walk(raw, [], (v, parts) => {
     if (typeof v === 'string' && PLACEHOLDER.test(v)) {
@@ -159,28 +161,27 @@ export function lintConcierge(raw: unknown): Problem[] {
       problems.push({ path: pathOf(parts), message: `placeholder ${PLACEHOLDER.exec(v)![0]} must be replaced` });
     }
   });
+  return placeholders;
+}
+
+function schemaProblems(raw: unknown, placeholders: Set<string>, problems: Problem[]): void {
   const parsed = ConciergeConfig.safeParse(raw);
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues) {
-      const parts = issue.path as PropertyKey[];
-      const path = pathOf(parts);
-      if (placeholders.has(path)) continue; // already reported as a placeholder
-      const keys = (issue as { keys?: string[] }).keys;
-      if (issue.code === 'unrecognized_keys' && keys) {
-        for (const k of keys) problems.push({ path: pathOf([...parts, k]), message: 'unknown field' });
-        continue;
-      }
-      const missing = valueAt(raw, parts) === undefined;
-      problems.push({ path, message: missing ? 'missing field' : issue.message });
-    }
-  }
-  // Checks beyond the schema run on whatever is there, so one pass reports everything.
-  const c = raw as Partial<Concierge>;
-  const check = (parts: PropertyKey[], ok: (v: string) => boolean, message: string) => {
-    const v = valueAt(raw, parts);
+  if (parsed.success) return;
+  for (const issue of parsed.error.issues) {
+    const parts = issue.path as PropertyKey[];
     const path = pathOf(parts);
-    if (typeof v === 'string' && !placeholders.has(path) && !ok(v)) problems.push({ path, message });
-  };
+    if (placeholders.has(path)) continue; // already reported as a placeholder
+    const keys = (issue as { keys?: string[] }).keys;
+    if (issue.code === 'unrecognized_keys' && keys) {
+      for (const k of keys) problems.push({ path: pathOf([...parts, k]), message: 'unknown field' });
+      continue;
+    }
+    const missing = valueAt(raw, parts) === undefined;
+    problems.push({ path, message: missing ? 'missing field' : issue.message });
+  }
+}
+
+function formatProblems(c: Partial<Concierge>, check: Check): void {
   check(['meta', 'timezone'], isTimeZone, 'expected an IANA time zone such as Europe/Lisbon');
   check(
     ['meta', 'business_hours_local'],
@@ -193,8 +194,11 @@ export function lintConcierge(raw: unknown): Problem[] {
   );
   check(['spend_guard', 'log_to'], isHttps, 'expected an https URL');
   check(['workflow', 'dlq_url'], isHttps, 'expected an https URL');
+}
+
+/** Each function has exactly one well-formed target; answers the function names. */
+function functionProblems(c: Partial<Concierge>, check: Check, problems: Problem[]): Set<string | undefined> {
   const functions = Array.isArray(c.functions) ? c.functions : [];
-  const names = new Set(functions.map((f) => f?.name));
   functions.forEach((f, i) => {
     if (!f || typeof f !== 'object') return;
     const targets = (['webhook', 'static_url', 'dial'] as const).filter((t) => f[t] !== undefined);
@@ -207,6 +211,11 @@ export function lintConcierge(raw: unknown): Problem[] {
     check(['functions', i, 'static_url'], isHttps, 'expected an https URL');
     check(['functions', i, 'dial'], isE164, 'expected a phone number in E.164, such as +351211234567');
   });
+  return new Set(functions.map((f) => f?.name));
+}
+
+/** Every intent once, each calling a function that exists, each but voicemail with a handoff threshold. */
+function intentProblems(c: Partial<Concierge>, names: Set<string | undefined>, check: Check, problems: Problem[]): void {
   const intents = Array.isArray(c.intents) ? c.intents : [];
   const seen = new Set<string>();
   intents.forEach((intent, i) => {
@@ -226,6 +235,22 @@ export function lintConcierge(raw: unknown): Problem[] {
   });
   for (const id of INTENT_IDS)
     if (intents.length && !seen.has(id)) problems.push({ path: '$.intents', message: `intent ${id} is missing` });
+}
+
+/** Every problem of a configuration, as `<JSON path>: <what is wrong>` pairs. Empty = clean. */
+export function lintConcierge(raw: unknown): Problem[] {
+  const problems: Problem[] = [];
+  const placeholders = placeholderProblems(raw, problems);
+  schemaProblems(raw, placeholders, problems);
+  // Checks beyond the schema run on whatever is there, so one pass reports everything.
+  const c = (raw && typeof raw === 'object' ? raw : {}) as Partial<Concierge>; // null or a number: the schema said so
+  const check: Check = (parts, ok, message) => {
+    const v = valueAt(raw, parts);
+    const path = pathOf(parts);
+    if (typeof v === 'string' && !placeholders.has(path) && !ok(v)) problems.push({ path, message });
+  };
+  formatProblems(c, check);
+  intentProblems(c, functionProblems(c, check, problems), check, problems);
   const rules = Array.isArray(c.escalation?.rules) ? c.escalation!.rules : [];
   rules.forEach((r, i) => {
     if (r?.trigger === 'confidence_below' && typeof r.threshold === 'number' && r.threshold > 1) {

@@ -1,5 +1,5 @@
 /**
- * Telephony rates at deploy time (Document 3, launch checklist step 3):
+ * Telephony rates at deploy time (launch checklist step 3):
  * `npm run concierge:rates -- US GB ...` fetches `GET {TWILIO_PRICING_URL}/v1/Voice/Countries/{ISO}`
  * with basic authentication (TWILIO_ACCOUNT_SID / TWILIO_AUTH_TOKEN), reads `price_unit`,
  * `inbound_call_prices` and `outbound_prefix_prices` (prices arrive as strings), and writes the

@@ -1,18 +1,18 @@
 /**
- * The per-call spend guard (Document 3), a pure module: state in, event in, state and verdict out.
+ * The per-call spend guard, a pure module: state in, event in, state and verdict out.
  * Usable inside a voice server as it is, and behind the gateway's /v1/voice/* endpoints.
  *
  * Per call: inputMs, outputMs, turns, estUsd, ttfbBreaches (all from 0).
  *   user.audio_frame / assistant.audio_frame  add their duration (empty or non-positive: refused)
  *   assistant.response.start                  ttfb over latency_budget_s → one more breach
  *   assistant.response.done                   one more turn, cost recomputed, then the checks in
- *                                             Document 3's order, first match wins:
+ *                                             this order, first match wins:
  *       turns ≥ max_turns            → escalate   turn_cap
  *       estUsd ≥ per_call_usd_cap    → disconnect per_call_cap (estUsd_at_disconnect kept)
  *       ttfbBreaches ≥ 2             → escalate   latency
  *   transcript (user)                         confidence and escalation rules (below)
  *
- * Cost: Document 3's estimate, input tokens = inputMs / 100 and output tokens = outputMs / 50, at
+ * Cost: the concierge's estimate, input tokens = inputMs / 100 and output tokens = outputMs / 50, at
  * the per-million audio prices. When response.done carries the model's reported usage (audio
  * tokens), the call is billed from the sum of those instead and the estimate is kept beside it:
  * the estimate undercounts, because a realtime conversation is re-sent to the model every turn.
@@ -29,8 +29,8 @@ export interface CallState {
   turns: number;
   estUsd: number;
   ttfbBreaches: number;
-  /** Document 3's estimate from audio durations, kept beside the billed figure. */
-  estimateUsd: number;
+  /** The estimate from audio durations, kept beside the billed figure. */
+  estUsdFromDurations: number;
   /** Sum of the cost of the model's reported audio usage; null until a response reports usage. */
   billedUsd: number | null;
   lowConfidence: number;
@@ -110,7 +110,7 @@ export function newCall(): CallState {
     turns: 0,
     estUsd: 0,
     ttfbBreaches: 0,
-    estimateUsd: 0,
+    estUsdFromDurations: 0,
     billedUsd: null,
     lowConfidence: 0,
     confidences: [],
@@ -122,8 +122,8 @@ export function newCall(): CallState {
   };
 }
 
-/** Document 3's estimate: 1 input token per 100 ms, 1 output token per 50 ms of audio. */
-export function estimateUsd(
+/** The estimate from audio durations: 1 input token per 100 ms, 1 output token per 50 ms of audio. */
+export function estUsdFromDurations(
   state: Pick<CallState, 'inputMs' | 'outputMs'>,
   cfg: Pick<GuardConfig, 'inPerMillion' | 'outPerMillion'>,
 ): number {
@@ -177,10 +177,10 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
     }
     case 'assistant.response.done': {
       state.turns++;
-      state.estimateUsd = estimateUsd(state, cfg);
+      state.estUsdFromDurations = estUsdFromDurations(state, cfg);
       const billed = event.usage ? usageUsd(event.usage, cfg) : null;
       if (billed !== null) state.billedUsd = (state.billedUsd ?? 0) + billed;
-      state.estUsd = state.billedUsd ?? state.estimateUsd;
+      state.estUsd = state.billedUsd ?? state.estUsdFromDurations;
       if (state.action !== 'continue') return state;
       if (state.turns >= cfg.maxTurns) escalate(state, 'turn_cap');
       else if (state.estUsd >= cfg.perCallUsdCap) {

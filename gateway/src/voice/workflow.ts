@@ -1,5 +1,5 @@
 /**
- * The automation workflow (Document 3): `realtime.function_called` → the function's target.
+ * The automation workflow: `realtime.function_called` → the function's target.
  *   webhook     POST {call_id, function, args, idempotency_key} with `Idempotency-Key`
  *   static_url  answer the URL (the pricing page)
  *   dial        answer the number to dial (escalate_to_human)
@@ -16,11 +16,12 @@
  * is down too, the payload is kept in Redis and posted again later: nothing is lost.
  */
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import { retrying, type RetryPolicy } from '../backoff';
 import type { Concierge } from './config';
+import type { WorkflowStore } from './workflow-store';
 
-const RESULT_TTL_S = 7 * 24 * 3600;
-const RUNNING_TTL_S = 120;
+/** 3 attempts in all, 0.5 s then 1 s apart. */
+const TARGET_RETRY: RetryPolicy = { attempts: 3, firstMs: 500 };
 
 /** JSON with object keys sorted at every level: the same arguments always give the same text. */
 export function canonicalJson(value: unknown): string {
@@ -50,80 +51,6 @@ export interface WorkflowAnswer {
   dead_lettered?: boolean;
 }
 
-/** Where results, in-flight markers and undelivered dead letters are kept. */
-interface WorkflowStore {
-  /** Claims the key; false when another call holds it or it is done. */
-  claim(key: string): Promise<boolean>;
-  result(key: string): Promise<WorkflowAnswer | null>;
-  finish(key: string, answer: WorkflowAnswer): Promise<void>;
-  release(key: string): Promise<void>;
-  pushDeadLetter(payload: string): Promise<void>;
-  takeDeadLetters(n: number): Promise<string[]>;
-  returnDeadLetters(payloads: string[]): Promise<void>;
-}
-
-export class RedisWorkflowStore implements WorkflowStore {
-  constructor(
-    private readonly redis: Redis,
-    private readonly prefix: string,
-  ) {}
-  private k(key: string) {
-    return `${this.prefix}:wf:${key}`;
-  }
-  async claim(key: string) {
-    return (await this.redis.set(this.k(key), 'running', 'EX', RUNNING_TTL_S, 'NX')) === 'OK';
-  }
-  async result(key: string) {
-    const v = await this.redis.get(this.k(key));
-    return v && v !== 'running' ? (JSON.parse(v) as WorkflowAnswer) : null;
-  }
-  async finish(key: string, answer: WorkflowAnswer) {
-    await this.redis.set(this.k(key), JSON.stringify(answer), 'EX', RESULT_TTL_S);
-  }
-  async release(key: string) {
-    await this.redis.del(this.k(key));
-  }
-  async pushDeadLetter(payload: string) {
-    await this.redis.rpush(`${this.prefix}:wf:dlq-pending`, payload);
-  }
-  async takeDeadLetters(n: number) {
-    const items = await this.redis.lpop(`${this.prefix}:wf:dlq-pending`, n);
-    return items ?? [];
-  }
-  async returnDeadLetters(payloads: string[]) {
-    if (payloads.length) await this.redis.lpush(`${this.prefix}:wf:dlq-pending`, ...payloads.reverse());
-  }
-}
-
-export class MemoryWorkflowStore implements WorkflowStore {
-  private readonly keys = new Map<string, string>();
-  readonly pending: string[] = [];
-  async claim(key: string) {
-    if (this.keys.has(key)) return false;
-    this.keys.set(key, 'running');
-    return true;
-  }
-  async result(key: string) {
-    const v = this.keys.get(key);
-    return v && v !== 'running' ? (JSON.parse(v) as WorkflowAnswer) : null;
-  }
-  async finish(key: string, answer: WorkflowAnswer) {
-    this.keys.set(key, JSON.stringify(answer));
-  }
-  async release(key: string) {
-    this.keys.delete(key);
-  }
-  async pushDeadLetter(payload: string) {
-    this.pending.push(payload);
-  }
-  async takeDeadLetters(n: number) {
-    return this.pending.splice(0, n);
-  }
-  async returnDeadLetters(payloads: string[]) {
-    this.pending.unshift(...payloads);
-  }
-}
-
 export class WorkflowError extends Error {
   constructor(
     message: string,
@@ -135,15 +62,16 @@ export class WorkflowError extends Error {
 
 export interface WorkflowDeps {
   config: Concierge;
-  store: WorkflowStore;
+  store: WorkflowStore<WorkflowAnswer>;
   log: { warn: (m: string) => void; error: (m: string) => void };
-  /** Backoff before retry n (1-based); tests shorten it. */
-  backoffMs?: (n: number) => number;
+  /** How a target that fails (5xx, network, meter busy) is retried; tests shorten it. */
+  retry?: RetryPolicy;
   timeoutMs?: number;
   /** How long a replay waits for the first call to finish. */
   waitMs?: number;
 }
 
+/** One call of the target: an answer, a refusal retries cannot fix, or a failure worth a retry. */
 type Attempt = { kind: 'ok'; result: unknown } | { kind: 'client'; message: string } | { kind: 'retry'; message: string };
 
 export class Workflow {
@@ -233,13 +161,19 @@ export class Workflow {
     key: string,
   ): Promise<WorkflowAnswer> {
     const body = JSON.stringify({ call_id: input.call_id, function: input.function, args: input.args, idempotency_key: key });
-    let last = '';
-    for (let n = 1; n <= 3; n++) {
-      const a = await this.attempt(url, body, key);
-      if (a.kind === 'ok') return { ok: true, result: a.result, idempotency_key: key, replayed: false };
-      if (a.kind === 'client') return { ok: false, result: null, error: a.message, idempotency_key: key, replayed: false };
-      last = a.message;
-      if (n < 3) await new Promise((r) => setTimeout(r, (this.deps.backoffMs ?? ((i) => 500 * 2 ** (i - 1)))(n)));
+    const policy = this.deps.retry ?? TARGET_RETRY;
+    let last: string;
+    try {
+      const done = await retrying(async () => {
+        const a = await this.attempt(url, body, key);
+        if (a.kind === 'retry') throw new Error(a.message);
+        return a;
+      }, policy);
+      return done.kind === 'ok'
+        ? { ok: true, result: done.result, idempotency_key: key, replayed: false }
+        : { ok: false, result: null, error: done.message, idempotency_key: key, replayed: false };
+    } catch (error) {
+      last = (error as Error).message;
     }
     const letter = JSON.stringify({
       function: input.function,
@@ -252,12 +186,12 @@ export class Workflow {
     const delivered = await this.postDeadLetter(letter);
     if (!delivered) await this.deps.store.pushDeadLetter(letter);
     this.deps.log.error(
-      `workflow ${input.function} for call ${input.call_id} dead-lettered after 3 attempts: ${last}${delivered ? '' : ' (dead-letter URL down: kept, will retry)'}`,
+      `workflow ${input.function} for call ${input.call_id} dead-lettered after ${policy.attempts} attempts: ${last}${delivered ? '' : ' (dead-letter URL down: kept, will retry)'}`,
     );
     return {
       ok: false,
       result: null,
-      error: `target failed 3 times (${last}); dead-lettered`,
+      error: `target failed ${policy.attempts} times (${last}); dead-lettered`,
       dead_lettered: true,
       idempotency_key: key,
       replayed: false,

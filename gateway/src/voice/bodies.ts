@@ -1,0 +1,43 @@
+/**
+ * The request bodies of the voice endpoints, checked with zod: an error names the field
+ * (`call_id: an id of 1 to 128 characters …`).
+ */
+import { z } from 'zod';
+import { INTENTS_PRIMARY, OUTCOMES } from '../../../schema/call-record';
+
+const callId = z.string().regex(/^[A-Za-z0-9._:-]{1,128}$/, 'an id of 1 to 128 characters of A-Z a-z 0-9 . _ : -');
+
+/** POST /v1/voice/calls */
+export const StartCall = z.strictObject({
+  call_id: callId,
+  from: z.string().min(1),
+  country: z
+    .string()
+    .regex(/^[A-Z]{2}$/, 'an ISO 3166 alpha-2 code such as PT')
+    .optional(),
+  at: z.iso.datetime({ offset: true }).optional(),
+  /** The telephony layer's reason to skip the conversation: no_answer or network_issue → voicemail. */
+  trigger: z.enum(['no_answer', 'network_issue']).optional(),
+});
+export type StartCallBody = z.infer<typeof StartCall>;
+
+/** POST /v1/voice/calls/:call_id/end */
+export const EndCall = z.strictObject({
+  outcome: z.enum(OUTCOMES),
+  intent_primary: z.enum(INTENTS_PRIMARY).optional(),
+  duration_s: z.number().finite().min(0).optional(),
+  asr_wer: z.number().min(0).max(1).optional(),
+  escalated: z.boolean().optional(),
+  ended_at: z.iso.datetime({ offset: true }).optional(),
+});
+export type EndCallBody = z.infer<typeof EndCall>;
+
+/** POST /v1/voice/billing/monthly-rollup */
+export const Rollup = z.strictObject({ monthly_usd: z.number().finite().min(0) });
+
+/** POST /v1/workflow/function-called */
+export const FunctionCalled = z.strictObject({
+  function: z.string().min(1),
+  args: z.record(z.string(), z.unknown()).default({}),
+  call_id: callId,
+});

@@ -1,0 +1,176 @@
+// One contract per store, two implementations each: in the real Redis (db 9, keys under a prefix
+// of this process, removed afterwards) and in process. The same cases run against both, through
+// the store's interface, so a gateway without Redis behaves as one with it (within one process).
+// Rate limits, feature flags, the budget pause flag. (The Cold queue has its own file.)
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryPause, RedisPause, type PauseFlag } from '../../gateway/src/budget';
+import { LocalFlags, RedisFlags, type Flags, type FlagStore } from '../../gateway/src/flags';
+import { MemoryLimiter, RedisLimiter, type Limiter, type Limits } from '../../gateway/src/rate-limit';
+
+const prefix = `test-stores-${process.pid}`;
+let redis: Redis;
+let n = 0;
+const closing: Array<() => void> = [];
+beforeAll(() => {
+  redis = new Redis('redis://127.0.0.1:6379/9');
+});
+afterEach(async () => {
+  for (const c of closing.splice(0)) c();
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+afterAll(() => redis.disconnect());
+/** A key space of its own for each store made. */
+const space = () => `${prefix}:${++n}`;
+
+async function until(check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe.each([
+  ['Redis', (limits: Limits, now: () => number): Limiter => new RedisLimiter(redis, space(), limits, now)],
+  ['in process', (limits: Limits, now: () => number): Limiter => new MemoryLimiter(limits, now)],
+])('rate limiter contract: %s', (_name, make) => {
+  // 15 s into a window: 45 s left in it.
+  const clock = { ms: 0 };
+  const now = () => clock.ms;
+  const atWindow = (w: number) => (clock.ms = w * 60_000 + 15_000);
+
+  it('without limits nothing ever waits', async () => {
+    atWindow(1000);
+    const l = make({}, now);
+    for (let i = 0; i < 50; i++) expect(await l.hitTenant('acme')).toBe(0);
+    l.spendTokens('openai', 1e9);
+    expect(await l.providerWait('openai')).toBe(0);
+  });
+
+  it('a tenant over its requests per minute waits for the rest of the window; other tenants and the next window do not', async () => {
+    atWindow(1000);
+    const l = make({ tenant_requests_per_minute: 3 }, now);
+    expect([await l.hitTenant('acme'), await l.hitTenant('acme'), await l.hitTenant('acme')]).toEqual([0, 0, 0]);
+    expect(await l.hitTenant('acme')).toBe(45);
+    expect(await l.hitTenant('beta')).toBe(0);
+    atWindow(1001);
+    expect(await l.hitTenant('acme')).toBe(0);
+  });
+
+  it('requests without a tenant are counted apart from a tenant named "-"', async () => {
+    atWindow(1000);
+    const l = make({ tenant_requests_per_minute: 1 }, now);
+    expect(await l.hitTenant('')).toBe(0);
+    expect(await l.hitTenant('-')).toBe(0);
+    expect(await l.hitTenant('')).toBe(45);
+  });
+
+  it('a provider past its token budget waits for the rest of the window; providers without a budget never do', async () => {
+    atWindow(1000);
+    const l = make({ provider_tokens_per_minute: { openai: 1000 } }, now);
+    l.spendTokens('openai', 600);
+    expect(await l.providerWait('openai')).toBe(0);
+    l.spendTokens('openai', 400);
+    expect(await l.providerWait('openai')).toBe(45);
+    l.spendTokens('mistral', 1e9);
+    expect(await l.providerWait('mistral')).toBe(0);
+    atWindow(1001);
+    expect(await l.providerWait('openai')).toBe(0);
+  });
+
+  it('a burst of 10,001 other tenants in the same minute does not reset a tenant’s count', async () => {
+    atWindow(1000);
+    const l = make({ tenant_requests_per_minute: 1 }, now);
+    await l.hitTenant('acme');
+    await Promise.all(Array.from({ length: 10_001 }, (_, i) => l.hitTenant(`t${i}`)));
+    expect(await l.hitTenant('acme')).toBe(45);
+  });
+});
+
+const defaults: Flags = { enable_warm_fallback: true, enable_cold_queue: true, killed_models: ['old-model'] };
+
+describe.each([
+  [
+    'Redis',
+    (): FlagStore => {
+      const f = new RedisFlags(defaults, redis, space());
+      closing.push(() => f.close());
+      return f;
+    },
+  ],
+  ['in process', (): FlagStore => new LocalFlags(defaults)],
+])('feature flags contract: %s', (_name, make) => {
+  it('the routing map’s defaults until changed', () => {
+    expect(make().get()).toEqual(defaults);
+  });
+
+  it('a change is in force at once where it was made; the flags it does not name keep their values', async () => {
+    const f = make();
+    expect(await f.update({ enable_cold_queue: false })).toEqual({ ...defaults, enable_cold_queue: false });
+    expect(f.get()).toEqual({ ...defaults, enable_cold_queue: false });
+    expect(await f.update({ enable_warm_fallback: false })).toEqual({ ...defaults, enable_cold_queue: false, enable_warm_fallback: false });
+    expect(await f.update({ enable_cold_queue: true })).toEqual({ ...defaults, enable_warm_fallback: false });
+  });
+
+  it('killed models are replaced as a list, not merged; an empty change changes nothing', async () => {
+    const f = make();
+    await f.update({ killed_models: ['a', 'b'] });
+    expect((await f.update({ killed_models: ['c'] })).killed_models).toEqual(['c']);
+    expect(await f.update({})).toEqual({ ...defaults, killed_models: ['c'] });
+    expect((await f.update({ killed_models: [] })).killed_models).toEqual([]);
+    expect(f.get().killed_models).toEqual([]);
+  });
+});
+
+describe.each([
+  [
+    'Redis',
+    (key: string): PauseFlag => {
+      const p = new RedisPause(redis, 20, key);
+      closing.push(() => p.close());
+      return p;
+    },
+  ],
+  ['in process', (): PauseFlag => new MemoryPause()],
+])('budget pause flag contract: %s', (_name, make) => {
+  it('not paused at first; set pauses and says so only the first time; clear resumes', async () => {
+    const p = make(`${space()}:pause_ai_tasks`);
+    expect(p.paused()).toBe(false);
+    expect(await p.refresh()).toBe(false);
+    expect(await p.set()).toBe(true); // the pause notice goes out
+    expect(p.paused()).toBe(true);
+    expect(await p.refresh()).toBe(true);
+    expect(await p.set()).toBe(false); // already paused: no second notice
+    await p.clear();
+    expect(p.paused()).toBe(false);
+    expect(await p.refresh()).toBe(false);
+    expect(await p.set()).toBe(true);
+  });
+});
+
+describe('budget pause flag in Redis (what the in-process flag cannot share)', () => {
+  it('a value an operator wrote by hand other than 1 means not paused, and setting the pause then reports it as new', async () => {
+    const key = `${space()}:pause_ai_tasks`;
+    await redis.set(key, '0');
+    const p = new RedisPause(redis, 20, key);
+    closing.push(() => p.close());
+    expect(await p.refresh()).toBe(false);
+    expect(await p.set()).toBe(true);
+    expect(await redis.get(key)).toBe('1');
+  });
+
+  it('every instance sees a pause set by another within its refresh', async () => {
+    const key = `${space()}:pause_ai_tasks`;
+    const [a, b] = [new RedisPause(redis, 20, key), new RedisPause(redis, 20, key)];
+    closing.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    await a.set();
+    await until(() => b.paused());
+    await b.clear();
+    await until(() => !a.paused());
+  });
+});

@@ -1,0 +1,143 @@
+// One contract per voice store, two implementations each: in the real Redis (db 9, keys under a
+// prefix of this process, removed afterwards) and in process. The same cases run against both,
+// through the store's interface. Expiry runs for real with lifetimes of a second.
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryVoiceStore, RedisVoiceStore, type CallTtl, type StoredCall, type VoiceStore } from '../../gateway/src/voice/call-store';
+import { newCall } from '../../gateway/src/voice/spend-guard';
+import { MemoryWorkflowStore, RedisWorkflowStore, type WorkflowStore, type WorkflowTtl } from '../../gateway/src/voice/workflow-store';
+
+const prefix = `test-vstores-${process.pid}`;
+let redis: Redis;
+let n = 0;
+beforeAll(() => {
+  redis = new Redis('redis://127.0.0.1:6379/9');
+});
+afterEach(async () => {
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+afterAll(() => redis.disconnect());
+const space = () => `${prefix}:${++n}`;
+
+async function until(check: () => Promise<boolean>, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const call = (id: string, from = '+351900000000'): StoredCall => ({
+  call_id: id,
+  from,
+  country: 'PT',
+  started_at: '2026-11-23T10:00:00.000Z',
+  ended_at: null,
+  action: 'answer',
+  state: newCall(),
+  version: 0,
+});
+
+describe.each([
+  ['Redis', (ttl?: CallTtl): VoiceStore => new RedisVoiceStore(redis, space(), ttl)],
+  ['in process', (ttl?: CallTtl): VoiceStore => new MemoryVoiceStore(ttl)],
+])('call store contract: %s', (_name, make) => {
+  it('a call is stored once: starting it again answers the first, unchanged', async () => {
+    const s = make();
+    expect(await s.create(call('c1'))).toEqual(call('c1'));
+    expect(await s.create(call('c1', '+1999'))).toEqual(call('c1'));
+    expect(await s.get('c1')).toEqual(call('c1'));
+    expect(await s.get('nope')).toBeNull();
+  });
+
+  it('an update applies the change and moves the version on; an unknown call is null', async () => {
+    const s = make();
+    await s.create(call('c1'));
+    const updated = await s.update('c1', (c) => ({ ...c, state: { ...c.state, turns: 2 } }));
+    expect(updated).toMatchObject({ version: 1, state: { turns: 2 } });
+    expect(await s.get('c1')).toEqual(updated);
+    expect(await s.update('nope', (c) => c)).toBeNull();
+  });
+
+  it('keeps its own copy: changing an object given to or received from the store changes nothing stored', async () => {
+    const s = make();
+    const given = call('c1');
+    const created = await s.create(given);
+    given.state.turns = 7;
+    created.state.turns = 8;
+    const updated = (await s.update('c1', (c) => ({ ...c, from: '+1' })))!;
+    updated.state.turns = 9;
+    (await s.get('c1'))!.state.turns = 10;
+    expect(await s.get('c1')).toMatchObject({ from: '+1', version: 1, state: { turns: 0 } });
+  });
+
+  it('concurrent updates are all applied, none lost', async () => {
+    const s = make();
+    await s.create(call('c1'));
+    await Promise.all(Array.from({ length: 10 }, () => s.update('c1', (c) => ({ ...c, state: { ...c.state, turns: c.state.turns + 1 } }))));
+    expect(await s.get('c1')).toMatchObject({ version: 10, state: { turns: 10 } });
+  });
+
+  it('an ended call is forgotten after its shorter lifetime; a live call is kept', async () => {
+    const s = make({ liveS: 60, endedS: 1 });
+    await s.create(call('live'));
+    await s.create(call('ended'));
+    await s.update('ended', (c) => ({ ...c, ended_at: '2026-11-23T10:05:00.000Z' }));
+    await until(async () => (await s.get('ended')) === null);
+    expect(await s.update('ended', (c) => c)).toBeNull();
+    expect(await s.get('live')).not.toBeNull();
+  });
+
+  it('the monthly pause is off until set, and can be lifted', async () => {
+    const s = make();
+    expect(await s.monthlyPaused()).toBe(false);
+    await s.setMonthlyPaused(true);
+    expect(await s.monthlyPaused()).toBe(true);
+    await s.setMonthlyPaused(false);
+    expect(await s.monthlyPaused()).toBe(false);
+  });
+});
+
+type Answer = { ok: boolean; result: unknown };
+describe.each([
+  ['Redis', (ttl?: WorkflowTtl): WorkflowStore<Answer> => new RedisWorkflowStore<Answer>(redis, space(), ttl)],
+  ['in process', (ttl?: WorkflowTtl): WorkflowStore<Answer> => new MemoryWorkflowStore<Answer>(ttl)],
+])('workflow store contract: %s', (_name, make) => {
+  it('a key is claimed once; its answer, once finished, is what every later caller gets', async () => {
+    const s = make();
+    expect(await s.claim('k')).toBe(true);
+    expect(await s.claim('k')).toBe(false);
+    expect(await s.result('k')).toBeNull(); // running
+    await s.finish('k', { ok: true, result: { booking_id: 'b1' } });
+    expect(await s.result('k')).toEqual({ ok: true, result: { booking_id: 'b1' } });
+    expect(await s.claim('k')).toBe(false); // done
+    expect(await s.result('other')).toBeNull();
+  });
+
+  it('a released key can be claimed again', async () => {
+    const s = make();
+    await s.claim('k');
+    await s.release('k');
+    expect(await s.claim('k')).toBe(true);
+  });
+
+  it('a crashed holder’s claim runs out; an answer runs out after its own lifetime', async () => {
+    const s = make({ resultS: 1, runningS: 1 });
+    await s.claim('crashed');
+    await until(() => s.claim('crashed'));
+    await s.finish('crashed', { ok: true, result: 1 });
+    await until(async () => (await s.result('crashed')) === null);
+  });
+
+  it('dead letters come out oldest first, n at a time; letters put back come first again, in their order', async () => {
+    const s = make();
+    expect(await s.takeDeadLetters(5)).toEqual([]);
+    for (const l of ['a', 'b', 'c', 'd']) await s.pushDeadLetter(l);
+    const taken = await s.takeDeadLetters(3);
+    expect(taken).toEqual(['a', 'b', 'c']);
+    await s.returnDeadLetters(taken.slice(1));
+    expect(await s.takeDeadLetters(10)).toEqual(['b', 'c', 'd']);
+    expect(await s.takeDeadLetters(10)).toEqual([]);
+  });
+});

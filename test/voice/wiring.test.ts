@@ -1,0 +1,69 @@
+// The voice concierge's wiring (voice/index.ts) through the whole stack, without Redis: what the
+// endpoints answer and what the start-up log says when the concierge is off, unusable or on.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { captureLogger, listenStack } from '../gateway/harness';
+import { filled } from './filled';
+
+const dir = mkdtempSync(join(tmpdir(), 'voice-wiring-'));
+const base = { METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml'), CALLS_CSV_FILE: join(dir, 'calls.csv') };
+const open: Array<{ stop: () => Promise<void> }> = [];
+afterEach(async () => {
+  for (const s of open.splice(0)) await s.stop();
+});
+
+async function up(env: NodeJS.ProcessEnv) {
+  const logs: string[] = [];
+  const h = await listenStack({ ...base, ...env }, { http: true, worker: false }, captureLogger(logs));
+  open.push(h);
+  const start = (token = 'v') =>
+    fetch(`${h.url}/v1/voice/calls`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({ call_id: 'w1', from: '+351900000000', at: '2026-11-23T10:00:00Z' }),
+    });
+  return { ...h, logs: () => logs.map((l) => JSON.parse(l).msg as string), start };
+}
+
+describe('voice wiring', () => {
+  it('without VOICE_TOKEN the endpoints refuse everyone with 401 and nothing is loaded', async () => {
+    const gw = await up({});
+    expect((await gw.start()).status).toBe(401);
+    expect(gw.logs().some((m) => /voice (concierge|endpoints)|lint problem/.test(m))).toBe(false);
+  });
+
+  it('a file that is not a configuration: 503 naming the reason, on every endpoint, and a warning at start', async () => {
+    const file = join(dir, 'broken.json');
+    writeFileSync(file, '{ not json');
+    const gw = await up({ VOICE_TOKEN: 'v', CONCIERGE_FILE: file });
+    const res = await gw.start();
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { error: string }).error).toBe(
+      `voice endpoints unavailable: ${file} is not a valid configuration (1 problem(s); run npm run concierge:lint)`,
+    );
+    const workflow = await fetch(`${gw.url}/v1/workflow/function-called`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer v' },
+      body: '{}',
+    });
+    expect(workflow.status).toBe(503);
+    expect(gw.logs()).toContain(
+      `voice endpoints answer 503: ${file} is not a valid configuration (1 problem(s); run npm run concierge:lint)`,
+    );
+  });
+
+  it('a usable file with lint problems runs outside production, with a warning; the in-process stores serve calls', async () => {
+    const c = filled() as any;
+    c.functions[0].webhook = 'http://hooks.example.com/book'; // not https: a lint problem, still usable
+    const file = join(dir, 'trial.json');
+    writeFileSync(file, JSON.stringify(c));
+    const gw = await up({ VOICE_TOKEN: 'v', CONCIERGE_FILE: file });
+    expect(gw.logs()).toContain(`${file}: 1 lint problem(s); fine for a trial, refused with NODE_ENV=production`);
+    expect(gw.logs()).toContain(`voice concierge: ${file}`);
+    expect(gw.stack.redis).toBeNull();
+    expect(await (await gw.start()).json()).toMatchObject({ action: 'answer' });
+    expect(await (await gw.start('wrong')).json()).toMatchObject({ error: expect.stringMatching(/^unauthorized/) });
+  });
+});
