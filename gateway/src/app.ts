@@ -1,17 +1,22 @@
 /**
- * The gateway's HTTP surface: one node:http server whose hot path (POST /v1/chat/completions,
- * chat-endpoint.ts) goes straight to its handler, and an Express 5 app for everything else: the
- * operator endpoints (health, metrics, flags) behind ADMIN_TOKEN, and what `extend` mounts.
+ * The gateway's HTTP surface: one node:http server whose hot path (POST /v1/chat/completions)
+ * goes straight to its handler, and an Express 5 app for everything else: the other OpenAI
+ * endpoints (responses, embeddings, models), the operator endpoints behind ADMIN_TOKEN, and what
+ * `extend` mounts. Every error, on every path and method, is JSON in OpenAI's shape.
  */
 import { createServer, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { bearerGuard } from './bearer';
-import { chatEndpoint } from './chat-endpoint';
+import { parseChatRequest } from './chat-request';
+import { embeddingsParser } from './embeddings-request';
+import { endpoint } from './endpoint';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
+import { mountModels } from './models';
 import { mountOperator } from './operator';
 import type { RequestPath } from './request-path';
+import { responsesParser } from './responses-request';
 import type { Scopes } from './scopes';
 
 export interface GatewayOptions {
@@ -34,18 +39,52 @@ export interface Gateway {
   listen(port: number, host?: string): Promise<Server>;
 }
 
+interface RouteLayer {
+  route?: { methods: Record<string, boolean> };
+  match(path: string): boolean;
+}
+
+/** 405 with `Allow` for a known path asked with another method; 404 for a path the gateway does not serve. */
+function notFound(app: express.Express): express.RequestHandler {
+  return (req, res) => {
+    const layers = (app as unknown as { router: { stack: RouteLayer[] } }).router.stack;
+    const allowed = new Set<string>();
+    for (const layer of layers)
+      if (layer.route && layer.match(req.path)) for (const m of Object.keys(layer.route.methods)) allowed.add(m.toUpperCase());
+    if (allowed.size) {
+      const allow = [...allowed].join(', ');
+      res.setHeader('allow', allow);
+      res
+        .status(405)
+        .json(
+          openAiError(`${req.method} is not allowed on ${req.path}: use ${allow}`, 'invalid_request_error', null, 'method_not_allowed'),
+        );
+      return;
+    }
+    res.status(404).json(openAiError(`no endpoint ${req.method} ${req.path.slice(0, 200)}`, 'invalid_request_error', null, 'not_found'));
+  };
+}
+
 export function createGateway(opts: GatewayOptions): Gateway {
   const admin = bearerGuard(opts.adminToken);
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const chat = chatEndpoint({ pipeline: opts.path.pipeline, scopes: opts.scopes, log: opts.log });
-  // Before the JSON parser: the chat endpoint reads its own body (see chat-endpoint.ts).
+  const { pipeline, routes } = opts.path;
+  const deps = { pipeline, log: opts.log };
+  const chat = endpoint(deps, (body, headers) => parseChatRequest(body, headers, opts.scopes));
+  // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts).
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
+  const responses = endpoint(deps, responsesParser(routes, opts.scopes));
+  app.post('/v1/responses', (req, res) => responses(req, res));
+  const embeddings = endpoint(deps, embeddingsParser(routes, opts.scopes));
+  app.post('/v1/embeddings', (req, res) => embeddings(req, res));
+  mountModels(app, routes);
   app.use(express.json({ limit: '20mb' }));
 
   mountOperator(app, admin, opts);
   opts.extend?.(app, { admin });
+  app.use(notFound(app));
 
   // Bodies that are not JSON, and anything that throws, get a JSON error (never a stack trace).
   app.use((error: Error & { status?: number; type?: string }, req: Request, res: Response, _next: NextFunction) => {
@@ -54,8 +93,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
     if (status >= 500) opts.log.error({ err: error.message, path: req.path }, 'request failed');
     const message =
       error.type === 'entity.parse.failed' ? 'body: expected a JSON object' : status >= 500 ? 'internal error' : error.message;
-    if (req.path.startsWith('/v1/chat')) res.status(status).json(openAiError(message));
-    else res.status(status).json({ error: message });
+    res.status(status).json(openAiError(message, status >= 500 ? 'api_error' : 'invalid_request_error'));
   });
 
   return {

@@ -3,6 +3,7 @@
  * and the routing context from our headers.
  */
 import { z } from 'zod';
+import type { Parsed } from './endpoint';
 import { readRoutingHeaders, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
 
@@ -21,9 +22,7 @@ export type ChatBodyT = z.infer<typeof ChatBody>;
 
 export type ChatContext = RequestContext<ChatBodyT>;
 
-export type ParseResult = { ok: true; context: ChatContext } | { ok: false; message: string; param: string | null };
-
-export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes): ParseResult {
+export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes): Parsed {
   const parsed = ChatBody.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -32,5 +31,6 @@ export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes
   }
   const routing = readRoutingHeaders(headers, scopes, parsed.data.messages);
   if (!routing.ok) return { ok: false, message: routing.message, param: null };
-  return { ok: true, context: { api: 'chat', body: parsed.data, stream: parsed.data.stream === true, ...routing.value } };
+  const context: ChatContext = { api: 'chat', body: parsed.data, stream: parsed.data.stream === true, ...routing.value };
+  return { ok: true, context };
 }

@@ -13,7 +13,7 @@
 import { createHash } from 'node:crypto';
 import { Queue, UnrecoverableError, type ConnectionOptions, type Job } from 'bullmq';
 import { backoffMs } from './backoff';
-import type { ChatBodyT } from './chat-request';
+import type { ApiKind } from './request-context';
 
 export const QUEUE_NAME = 'ai-tasks';
 export const JOB_NAME = 'llm-task';
@@ -23,8 +23,12 @@ const JOB_BACKOFF_MS = 1000;
 const KEEP_COMPLETED_S = 7 * 24 * 3600;
 
 export interface ColdPayload {
-  /** The chat request as the client sent it. */
-  body: ChatBodyT;
+  /** The API the request speaks; absent on jobs queued before there was more than chat. */
+  api?: ApiKind;
+  /** The request as the client sent it. */
+  body: { model: string } & Record<string, unknown>;
+  /** A Responses request's chat translation, for chat-only routes. */
+  asChat?: Record<string, unknown>;
   idempotencyKey: string;
   userId: string;
   jobId: string;

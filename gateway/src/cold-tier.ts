@@ -9,7 +9,6 @@ import type express from 'express';
 import type { ServerResponse } from 'node:http';
 import { z } from 'zod';
 import { BudgetWebhook, type PauseFlag } from './budget';
-import type { ChatBodyT } from './chat-request';
 import type { ColdPayload, ColdQueue } from './cold-queue';
 import { openAiError } from './errors';
 import { sendJson } from './http-io';
@@ -31,7 +30,9 @@ export interface ColdTierDeps {
 
 function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false): ColdPayload {
   return {
-    body: ctx.body as ChatBodyT,
+    api: ctx.api,
+    body: ctx.body,
+    asChat: ctx.asChat,
     idempotencyKey: ctx.idempotencyKey,
     userId: ctx.userId,
     jobId: ctx.jobId,

@@ -52,6 +52,10 @@ const Env = z.object({
   SMTP_URL: url(['smtp:', 'smtps:']).optional(),
   SMTP_FROM: z.string().default('ai-gateway@localhost'),
   ON_CALL: z.string().optional(),
+  /** Connections per provider origin (unset: no cap; see upstream.ts). */
+  UPSTREAM_CONNECTIONS: number(1, 1_000_000, true).optional(),
+  /** `on`: HTTP/2 to providers that offer it (TLS with ALPN). */
+  UPSTREAM_HTTP2: z.enum(['on', 'off']).default('off'),
   /** `off` keeps the built-in demo providers from starting when no provider is configured. */
   DEMO_PROVIDERS: z.enum(['auto', 'off']).default('auto'),
   VOICE_TOKEN: z.string().optional(),

@@ -63,13 +63,6 @@ export class Answer {
       decision: this.of.decision,
     });
   }
-
-  /** A whole (non-streamed) answer: settled at once with the usage its body reports. */
-  settleWhole(): Usage | null {
-    const usage = this.upstream.body ? this.route.adapter.usage(this.upstream.body) : null;
-    this.settle({ ok: true, usage });
-    return usage;
-  }
 }
 
 /** The provider refused the request as malformed: passed back as it is, no other route tried. */

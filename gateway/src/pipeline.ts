@@ -19,6 +19,7 @@ import type { RequestContext } from './request-context';
 import type { Route } from './route';
 import { routeHeaders } from './route-headers';
 import { fallbackVariant, type Scopes } from './scopes';
+import { streamTransform, wholeAnswer } from './relay';
 import { relaySse } from './sse';
 
 /** Why a request goes to the Cold queue, and how. */
@@ -86,10 +87,13 @@ export class Pipeline {
     if (outcome.kind === 'exhausted') return this.fallBack(ctx, outcome, res);
     this.deps.metrics.countRequest(outcome.route.tier, outcome.upstream.status);
     const headers = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
-    if (outcome.kind === 'answer' && outcome.upstream.rest) return this.relayStream(ctx, outcome, res, headers, gone);
-    if (outcome.kind === 'answer') outcome.settleWhole();
+    if (outcome.kind === 'answer' && outcome.upstream.rest) return this.relayStream(outcome, res, headers, gone);
     const type = outcome.upstream.headers['content-type'];
-    sendBody(res, outcome.upstream.status, outcome.upstream.body!, typeof type === 'string' ? type : 'application/json', headers);
+    const contentType = typeof type === 'string' ? type : 'application/json';
+    if (outcome.kind === 'client_error') return sendBody(res, outcome.upstream.status, outcome.upstream.body!, contentType, headers);
+    const whole = wholeAnswer(outcome);
+    outcome.settle({ ok: true, usage: whole.usage });
+    sendBody(res, outcome.upstream.status, whole.body, typeof whole.body === 'string' ? 'application/json' : contentType, headers);
   }
 
   /** Hot → Warm, then once more with the scope's fallback variant (smaller or shorter) in the time left. */
@@ -132,14 +136,13 @@ export class Pipeline {
   }
 
   /** A stream cut by the provider counts against the route; one our client hung up on does not. */
-  private async relayStream(ctx: RequestContext, answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel) {
+  private async relayStream(answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel) {
     headers['content-type'] = 'text/event-stream; charset=utf-8';
     headers['cache-control'] = 'no-cache';
     res.writeHead(answer.upstream.status, headers as Record<string, string>);
     res.flushHeaders();
     const started = performance.now();
-    const wantsUsage = (ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true;
-    const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, wantsUsage);
+    const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer));
     const code = !relay.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
     answer.settle({ ok: !relay.broken, usage: relay.usage, code, relayMs: performance.now() - started });
   }

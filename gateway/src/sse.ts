@@ -2,34 +2,36 @@
  * Relays a provider's server-sent events to the client, event by event, with backpressure (a
  * full socket pauses the reading). Events are parsed with eventsource-parser, so every line ending
  * the SSE format allows (LF, CRLF, CR) and multi-line `data:` fields are read as the format says,
- * then written back in LF form. It reads the final usage chunk for the meter, and hides that
- * chunk from clients that did not ask for it (we add `stream_options.include_usage` upstream; a
- * client whose code reads `choices[0]` of every chunk must not see an empty `choices`).
+ * then written back in LF form. What is written for each event is the stream transform's choice
+ * (stream-transforms.ts): passed through, or translated into another API's events.
  */
 import type { ServerResponse } from 'node:http';
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { readUsage, type Usage } from './providers/adapter';
+import type { Usage } from './providers/adapter';
+
+/** How one API's stream is relayed: what to write per event, when it is complete, its usage. */
+export interface StreamTransform {
+  /** Written before the provider's first event (a translation's opening events). */
+  start?(): string;
+  /** What to write for one provider event ('' to write nothing). */
+  event(e: EventSourceMessage): string;
+  /** The provider said the stream is complete. */
+  done: boolean;
+  usage: Usage | null;
+  /** Written once the stream is complete (a translation's closing events). */
+  end?(): string;
+  /** Written when the stream broke: the client must learn it, never a silent truncation. */
+  broken(): string;
+}
 
 export interface RelayResult {
   usage: Usage | null;
   /** The provider's stream broke after it began (the client got an error event). */
   broken: boolean;
-  sawDone: boolean;
 }
 
-/** The usage an event carries, and whether it carries nothing else (an empty `choices`). */
-function usageOf(data: string): { usage: Usage; empty: boolean } | null {
-  if (!data.includes('"usage"')) return null; // most chunks: no parse at all
-  try {
-    const json = JSON.parse(data) as { usage?: unknown; choices?: unknown[] };
-    const usage = readUsage(json.usage);
-    return usage ? { usage, empty: !json.choices || json.choices.length === 0 } : null;
-  } catch {
-    return null;
-  }
-}
-
-function serialize(event: EventSourceMessage): string {
+/** An event as SSE text, LF line endings, multi-line data kept as several `data:` lines. */
+export function serialize(event: EventSourceMessage): string {
   const head = `${event.event ? `event: ${event.event}\n` : ''}${event.id !== undefined ? `id: ${event.id}\n` : ''}`;
   return `${head}data: ${event.data.split('\n').join('\ndata: ')}\n\n`;
 }
@@ -60,20 +62,11 @@ export async function relaySse(
   first: Buffer,
   rest: AsyncIterator<Buffer>,
   res: ServerResponse,
-  clientWantsUsage: boolean,
+  transform: StreamTransform,
   stallMs = STALL_MS,
 ): Promise<RelayResult> {
-  const result: RelayResult = { usage: null, broken: false, sawDone: false };
-  let out = '';
-  const parser = createParser({
-    onEvent(event) {
-      if (event.data === '[DONE]') result.sawDone = true;
-      const found = result.sawDone ? null : usageOf(event.data);
-      if (found) result.usage = found.usage;
-      if (found?.empty && !clientWantsUsage) return;
-      out += serialize(event);
-    },
-  });
+  let out = transform.start?.() ?? '';
+  const parser = createParser({ onEvent: (event) => (out += transform.event(event)) });
   const decoder = new TextDecoder();
   const feed = async (text: string) => {
     parser.feed(text);
@@ -82,6 +75,7 @@ export async function relaySse(
     out = '';
     if (!res.write(chunk)) await writable(res, stallMs);
   };
+  let failed = false;
   try {
     await feed(decoder.decode(first, { stream: true }));
     for (;;) {
@@ -92,16 +86,10 @@ export async function relaySse(
     // A last event without its blank line still counts.
     await feed(`${decoder.decode()}\n\n`);
   } catch {
-    result.broken = true;
+    failed = true;
   }
-  if (!result.sawDone) {
-    // Never a silent truncation: the client learns the stream broke.
-    result.broken = true;
-    const error = {
-      error: { message: 'the provider stream ended before it finished', type: 'upstream_error', code: 'stream_interrupted', param: null },
-    };
-    if (!res.destroyed) res.write(`data: ${JSON.stringify(error)}\n\n`);
-  }
+  const broken = failed || !transform.done;
+  if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
   res.end();
-  return result;
+  return { usage: transform.usage, broken };
 }

@@ -26,6 +26,7 @@ import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
 import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
 import { createStores, type Stores } from './stores';
+import { configureUpstream } from './upstream';
 import { createVoice, loadVoice, voiceOptions, type Voice } from './voice';
 import { startBullWorker, startMemoryWorker, type ColdWorker } from './worker';
 import type { MemoryColdQueue } from './cold-queue';
@@ -92,6 +93,7 @@ async function routingMap(env: GatewayEnv, log: Logger): Promise<{ map: RoutesMa
 
 export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, options: StackOptions): Promise<Stack> {
   const env = readEnv(processEnv);
+  configureUpstream({ connections: env.UPSTREAM_CONNECTIONS ?? null, http2: env.UPSTREAM_HTTP2 === 'on' });
   const scopes = loadScopes(env.SCOPES_FILE);
   // Before any connection is opened, so a refused start leaves nothing behind.
   const voiceLoaded = loadVoice(voiceOptions(env), env.production);

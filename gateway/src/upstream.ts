@@ -7,7 +7,23 @@ import { Agent } from 'undici';
 import { Cancel, type CancelSignal } from './cancel';
 import type { OutboundRequest } from './providers/adapter';
 
-const agent = new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000, connections: 256, connect: { timeout: 10_000 } });
+/**
+ * The connection pools to providers. No cap on connections per origin by default: long streams
+ * hold their connection for their whole length, and a cap makes later streams wait for earlier
+ * ones (1,000 streams of 2 s behind 256 connections waited seconds for their first token).
+ * `UPSTREAM_CONNECTIONS` sets a cap; `UPSTREAM_HTTP2=on` lets undici speak HTTP/2 to providers
+ * that offer it over TLS (many streams on few connections).
+ */
+function pool(connections: number | null, http2: boolean): Agent {
+  return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000, connections, allowH2: http2, connect: { timeout: 10_000 } });
+}
+let agent = pool(null, false);
+
+export function configureUpstream(options: { connections: number | null; http2: boolean }): void {
+  const old = agent;
+  agent = pool(options.connections, options.http2);
+  void old.close();
+}
 
 // Each route's URL parsed once: undici's top-level request() parses the URL string on every call.
 const targets = new Map<string, { origin: string; path: string }>();

@@ -5,10 +5,11 @@
  * A job that used all its attempts is dead-lettered (kept, visible, notified).
  */
 import { UnrecoverableError, Worker, type ConnectionOptions } from 'bullmq';
-import type { ChatContext } from './chat-request';
+import type { RequestContext } from './request-context';
 import { JOB_ATTEMPTS, JOB_NAME, QUEUE_NAME, type ColdPayload, type MemoryColdQueue } from './cold-queue';
 import { Deadline } from './deadline';
 import type { Failover } from './failover';
+import { wholeAnswer } from './relay';
 import type { Route } from './route';
 import type { FlagStore } from './flags';
 import type { Notifier } from './notify';
@@ -40,8 +41,9 @@ interface JobResult {
 /** One run of one job: the routing again, or an error that makes the queue retry it. */
 async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult> {
   if (await deps.pause.refresh()) throw new Error(PAUSED_MESSAGE);
-  const ctx: ChatContext = {
-    api: 'chat',
+  const ctx: RequestContext = {
+    api: payload.api ?? 'chat',
+    asChat: payload.asChat,
     body: { ...payload.body, stream: false },
     stream: false,
     idempotencyKey: payload.idempotencyKey,
@@ -58,8 +60,12 @@ async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult
     skip: (r) => deps.pause.paused() && deps.skipWhilePaused(r),
   });
   if (outcome.kind === 'exhausted') throw new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
-  if (outcome.kind === 'answer') outcome.settleWhole();
-  const text = outcome.upstream.body?.toString('utf8') ?? '';
+  let text = outcome.upstream.body?.toString('utf8') ?? '';
+  if (outcome.kind === 'answer') {
+    const whole = wholeAnswer(outcome);
+    outcome.settle({ ok: true, usage: whole.usage });
+    text = whole.body.toString();
+  }
   let body: unknown = text;
   try {
     body = JSON.parse(text);

@@ -1,29 +1,36 @@
 /**
- * POST /v1/chat/completions: reads and checks the body and our headers, then hands the request
- * to the shared pipeline (pipeline.ts).
- *
- * This is the gateway's hot path, so it runs on plain node:http request/response objects: the
- * server hands this exact path straight here, without Express's router walk, its req/res
- * prototype swap and its body parser (together about a third of the gateway's CPU per request
- * in `npm run bench:gateway`). Express still serves it (same handler) when the URL carries a
- * query string, and serves every other endpoint.
+ * An OpenAI endpoint on the shared pipeline: read the JSON body (http-io.ts), check it with the
+ * endpoint's parser into a request context, hand it to the pipeline. Every failure is an error in
+ * OpenAI's shape; nothing unexpected leaks a stack trace.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { parseChatRequest } from './chat-request';
 import { openAiError } from './errors';
 import { readJsonBody, sendJson } from './http-io';
 import type { Pipeline } from './pipeline';
-import type { Scopes } from './scopes';
+import type { Headers, RequestContext } from './request-context';
 
 export type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
-export function chatEndpoint(deps: { pipeline: Pipeline; scopes: Scopes; log: Logger }): Handler {
+/** What a parser found wrong: the status (400 unless said), message, the parameter and a code. */
+export interface Refused {
+  ok: false;
+  message: string;
+  param: string | null;
+  status?: number;
+  code?: string;
+}
+export type Parsed = { ok: true; context: RequestContext } | Refused;
+export type Parser = (body: unknown, headers: Headers) => Parsed;
+
+export function endpoint(deps: { pipeline: Pipeline; log: Logger }, parse: Parser): Handler {
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await readJsonBody(req);
     if (!body.ok) return sendJson(res, body.status, openAiError(body.message));
-    const parsed = parseChatRequest(body.value, req.headers, deps.scopes);
-    if (!parsed.ok) return sendJson(res, 400, openAiError(parsed.message, 'invalid_request_error', parsed.param));
+    const parsed = parse(body.value, req.headers);
+    if (!parsed.ok) {
+      return sendJson(res, parsed.status ?? 400, openAiError(parsed.message, 'invalid_request_error', parsed.param, parsed.code ?? null));
+    }
     await deps.pipeline.handle(parsed.context, res);
   }
 

@@ -1,0 +1,33 @@
+/**
+ * How an answer reaches the client: whole or streamed, as the provider gave it, or translated when
+ * a Responses request was served by a chat-only route. The pipeline and the Cold worker both use it.
+ */
+import { newResponseId } from './responses/ids';
+import { chatToResponse } from './responses/answer';
+import type { Answer } from './outcome';
+import { readUsage, type Usage } from './providers/adapter';
+import type { StreamTransform } from './sse';
+import { chatPassthrough, chatToResponses, responsesPassthrough } from './stream-transforms';
+
+const translated = (answer: Answer) => answer.of.ctx.api === 'responses' && answer.of.api === 'chat';
+
+export function streamTransform(answer: Answer): StreamTransform {
+  const { ctx } = answer.of;
+  if (translated(answer)) return chatToResponses(ctx.body, { responseId: newResponseId(), now: Date.now() });
+  if (answer.of.api === 'responses') return responsesPassthrough();
+  return chatPassthrough((ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true);
+}
+
+/** A whole (non-streamed) answer's body for the client, and its usage for the meter. */
+export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usage | null } {
+  const raw = answer.upstream.body!;
+  if (!translated(answer)) return { body: raw, usage: answer.route.adapter.usage(raw) };
+  let chat: { usage?: unknown } | null = null;
+  try {
+    chat = JSON.parse(raw.toString('utf8')) as { usage?: unknown };
+  } catch {
+    return { body: raw, usage: null }; // not JSON: passed on as the provider sent it
+  }
+  const response = chatToResponse(chat, answer.of.ctx.body, { responseId: newResponseId(), now: Date.now() });
+  return { body: JSON.stringify(response), usage: readUsage(chat?.usage) };
+}

@@ -1,0 +1,44 @@
+/**
+ * The Responses request: OpenAI's body (checked loosely: the provider checks the rest), and its
+ * chat translation for the routes that offer only chat completions. A request that cannot be
+ * translated (built-in tools, `previous_response_id`, …) is served by the routes that offer the
+ * Responses API natively, and refused with a 400 naming the parameter when no route does.
+ */
+import { z } from 'zod';
+import type { Parsed } from './endpoint';
+import { readRoutingHeaders, type Headers } from './request-context';
+import { responsesToChat } from './responses/request';
+import type { Route } from './route';
+import type { Scopes } from './scopes';
+
+const ResponsesBody = z.looseObject({
+  model: z.string().min(1),
+  input: z.union([z.string(), z.array(z.looseObject({}))]),
+  instructions: z.string().nullish(),
+  stream: z.boolean().nullish(),
+});
+
+export function responsesParser(routes: Route[], scopes: Scopes) {
+  const native = routes.some((r) => r.apis.has('responses'));
+  return (body: unknown, headers: Headers): Parsed => {
+    const parsed = ResponsesBody.safeParse(body);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      const param = issue.path.length ? issue.path.map(String).join('.') : null;
+      return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
+    }
+    const translated = responsesToChat(parsed.data);
+    if (!translated.ok && !native) {
+      return {
+        ok: false,
+        param: translated.param,
+        code: translated.code,
+        message: `${translated.message} (no route offers the Responses API natively)`,
+      };
+    }
+    const routing = readRoutingHeaders(headers, scopes, [parsed.data.instructions ?? null, parsed.data.input]);
+    if (!routing.ok) return { ok: false, message: routing.message, param: null };
+    const asChat = translated.ok ? translated.chat : undefined;
+    return { ok: true, context: { api: 'responses', body: parsed.data, stream: parsed.data.stream === true, asChat, ...routing.value } };
+  };
+}

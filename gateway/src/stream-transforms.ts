@@ -1,0 +1,90 @@
+/**
+ * The stream transforms, one per way an answer is relayed:
+ * - chat, passed through: reads the final usage chunk for the meter and hides it from clients that
+ *   did not ask for it (we add `stream_options.include_usage` upstream; a client whose code reads
+ *   `choices[0]` of every chunk must not see an empty `choices`); complete at `[DONE]` (its own
+ *   event, never text inside an answer);
+ * - responses, passed through: complete at `response.completed` / `incomplete` / `failed`, whose
+ *   `response.usage` is the meter's;
+ * - responses translated from a chat stream (responses/stream.ts).
+ */
+import type { EventSourceMessage } from 'eventsource-parser';
+import { readUsage, type Usage } from './providers/adapter';
+import { ChatToResponsesStream, sseEvent } from './responses/stream';
+import type { ResponseIds } from './responses/ids';
+import { serialize, type StreamTransform } from './sse';
+
+const INTERRUPTED = 'the provider stream ended before it finished';
+
+function parse(data: string): Record<string, unknown> | null {
+  try {
+    return JSON.parse(data) as Record<string, unknown>;
+  } catch {
+    return null;
+  }
+}
+
+export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
+  return {
+    done: false,
+    usage: null as Usage | null,
+    event(e) {
+      if (e.data === '[DONE]') this.done = true;
+      // Most chunks carry no usage: no parse at all.
+      const json = !this.done && e.data.includes('"usage"') ? parse(e.data) : null;
+      const usage = json ? readUsage(json.usage) : null;
+      if (usage) {
+        this.usage = usage;
+        const empty = !Array.isArray(json!.choices) || json!.choices.length === 0;
+        if (empty && !clientWantsUsage) return '';
+      }
+      return serialize(e);
+    },
+    broken: () =>
+      `data: ${JSON.stringify({ error: { message: INTERRUPTED, type: 'upstream_error', code: 'stream_interrupted', param: null } })}\n\n`,
+  };
+}
+
+const FINAL = /^response\.(completed|incomplete|failed)$/;
+
+export function responsesPassthrough(): StreamTransform {
+  return {
+    done: false,
+    usage: null as Usage | null,
+    event(e: EventSourceMessage) {
+      const type = e.event ?? (e.data.includes('"response.') ? (parse(e.data)?.type as string | undefined) : undefined);
+      if (type && FINAL.test(type)) {
+        this.done = true;
+        this.usage = readUsage((parse(e.data)?.response as { usage?: unknown } | undefined)?.usage);
+      }
+      return serialize(e);
+    },
+    broken: () => responsesError(),
+  };
+}
+
+function responsesError(): string {
+  return `event: error\ndata: ${JSON.stringify({ type: 'error', code: 'stream_interrupted', message: INTERRUPTED, param: null })}\n\n`;
+}
+
+export function chatToResponses(request: Record<string, unknown>, ids: ResponseIds): StreamTransform {
+  const translation = new ChatToResponsesStream(request, ids);
+  const write = (events: Parameters<typeof sseEvent>[0][]) => events.map(sseEvent).join('');
+  return {
+    done: false,
+    get usage() {
+      return readUsage(translation.usage);
+    },
+    start: () => write(translation.start()),
+    event(e) {
+      if (e.data === '[DONE]') {
+        this.done = true;
+        return '';
+      }
+      const chunk = parse(e.data);
+      return chunk ? write(translation.push(chunk)) : '';
+    },
+    end: () => write(translation.end()),
+    broken: () => responsesError(),
+  };
+}
