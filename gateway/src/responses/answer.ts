@@ -1,0 +1,67 @@
+/**
+ * A whole chat completion as a Response object: the assistant's text as a `message` item, each
+ * tool call as a `function_call` item (its `call_id` is the chat tool call's id, so the client's
+ * `function_call_output` finds its way back through request.ts), the status (`incomplete` when the
+ * provider stopped at the token limit or its content filter), and the usage.
+ */
+import type { ResponseFunctionToolCall, ResponseOutputItem, ResponseOutputMessage } from 'openai/resources/responses/responses';
+import { requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
+import { fallbackCallId, itemId, type ResponseIds } from './ids';
+
+type Json = Record<string, unknown>;
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Why a chat answer stopped, as the Responses API says it: only `length` and `content_filter` leave it incomplete. */
+export function incompleteReason(finishReason: unknown): ResponseState['incompleteReason'] {
+  if (finishReason === 'length') return 'max_output_tokens';
+  if (finishReason === 'content_filter') return 'content_filter';
+  return undefined;
+}
+
+/** Chat message content as text: a string, or (some providers) a list of text parts. */
+function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.map((part) => (isObject(part) && part.type === 'text' && typeof part.text === 'string' ? part.text : '')).join('');
+}
+
+export function chatToResponse(chat: unknown, request: Record<string, unknown>, ids: ResponseIds): Record<string, unknown> {
+  const body = isObject(chat) ? chat : {};
+  const model = typeof body.model === 'string' && body.model ? body.model : requestedModel(request);
+  const choice = Array.isArray(body.choices) ? body.choices.find((c) => isObject(c) && (c.index ?? 0) === 0) : undefined;
+  const usage = responseUsage(body.usage);
+  if (!isObject(choice) || !isObject(choice.message)) {
+    const error = { code: 'server_error' as const, message: 'The provider answered without a message.' };
+    return { ...responseObject(request, ids, { model, status: 'failed', output: [], usage, error }) };
+  }
+  const message = choice.message;
+  const reason = incompleteReason(choice.finish_reason);
+  const status = reason ? 'incomplete' : 'completed';
+  const output: ResponseOutputItem[] = [];
+
+  const text = textOf(message.content);
+  const refusal = typeof message.refusal === 'string' && message.refusal ? message.refusal : null;
+  const calls = (Array.isArray(message.tool_calls) ? message.tool_calls : []).filter(
+    (c): c is Json => isObject(c) && (c.type ?? 'function') === 'function' && isObject(c.function),
+  );
+  // A message item when there is something to say, or nothing else to give (an empty answer is an empty message).
+  if (text || refusal || !calls.length) {
+    const content: ResponseOutputMessage['content'] = [];
+    if (text || !refusal) content.push({ type: 'output_text', text, annotations: [], logprobs: [] });
+    if (refusal) content.push({ type: 'refusal', refusal });
+    output.push({ id: itemId(ids.responseId, 'msg', output.length), type: 'message', status, content, role: 'assistant' });
+  }
+  for (const call of calls) {
+    const fn = call.function as Json;
+    const item: ResponseFunctionToolCall = {
+      id: itemId(ids.responseId, 'fc', output.length),
+      type: 'function_call',
+      status,
+      arguments: typeof fn.arguments === 'string' ? fn.arguments : JSON.stringify(fn.arguments ?? {}),
+      call_id: typeof call.id === 'string' && call.id ? call.id : fallbackCallId(ids.responseId, output.length),
+      name: typeof fn.name === 'string' ? fn.name : '',
+    };
+    output.push(item);
+  }
+  return { ...responseObject(request, ids, { model, status, output, usage, incompleteReason: reason }) };
+}

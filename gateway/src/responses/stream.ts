@@ -1,0 +1,303 @@
+/**
+ * A chat-completions stream as a Responses stream: each chat chunk (the parsed JSON of one SSE
+ * `data:`) becomes the Responses events it amounts to, in the order OpenAI sends them:
+ *
+ *   response.created → response.in_progress
+ *   text:       output_item.added (message) → content_part.added → output_text.delta… →
+ *               output_text.done → content_part.done → output_item.done
+ *   each tool call (by the chat `tool_calls[].index`): output_item.added (function_call) →
+ *               function_call_arguments.delta… → function_call_arguments.done → output_item.done
+ *   response.completed (response.incomplete when the provider stopped at the token limit or its
+ *   content filter), with the whole response and its usage.
+ *
+ * `sequence_number` counts every event from 0. Items are numbered in the order they begin, and an
+ * item is closed when the next begins (as OpenAI does), so output_index, content_index and item_id
+ * always name an item the client has seen added and not yet done. A refusal streams as a `refusal`
+ * content part of the message. Arguments a provider sends for a call after the next call began
+ * (chat streams them one after another; none is known to interleave) are kept for the final
+ * response without events. The usage-only chunk is absorbed; `usage` gives it to the meter.
+ */
+import type {
+  Response,
+  ResponseFunctionToolCall,
+  ResponseOutputItem,
+  ResponseOutputMessage,
+  ResponseOutputRefusal,
+  ResponseOutputText,
+  ResponseStreamEvent,
+} from 'openai/resources/responses/responses';
+import { incompleteReason } from './answer';
+import { requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
+import { fallbackCallId, itemId, type ResponseIds } from './ids';
+
+export type { ResponseStreamEvent };
+
+type Json = Record<string, unknown>;
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+
+type ItemStatus = 'in_progress' | 'completed' | 'incomplete';
+type Part = ResponseOutputText | ResponseOutputRefusal;
+
+interface MessageState {
+  kind: 'message';
+  outputIndex: number;
+  id: string;
+  parts: Part[];
+  partOpen: boolean;
+  status: ItemStatus;
+}
+
+interface CallState {
+  kind: 'call';
+  outputIndex: number;
+  id: string;
+  callId: string;
+  name: string;
+  arguments: string;
+  status: ItemStatus;
+}
+
+/** The usage a chat stream reported, in the chat shape (the provider's other fields, such as a cost, kept). */
+export type ChatUsage = { prompt_tokens: number; completion_tokens: number } & Json;
+
+/** One event without its sequence number, checked against the SDK's type for that event. */
+type EventOf<T extends ResponseStreamEvent['type']> = Omit<Extract<ResponseStreamEvent, { type: T }>, 'sequence_number'>;
+
+const copy = (part: Part): Part => (part.type === 'output_text' ? { ...part, annotations: [], logprobs: [] } : { ...part });
+
+export class ChatToResponsesStream {
+  private sequence = 0;
+  private started = false;
+  private ended = false;
+  private model: string;
+  private finishReason: unknown = null;
+  private chatUsage: ChatUsage | null = null;
+  private readonly items: Array<MessageState | CallState> = [];
+  private readonly calls = new Map<number, CallState>();
+  /** The item still open (at most one: an item is closed when the next begins). */
+  private open: MessageState | CallState | null = null;
+
+  constructor(
+    private readonly request: Record<string, unknown>,
+    private readonly ids: ResponseIds,
+  ) {
+    this.model = requestedModel(request);
+  }
+
+  /** The usage seen, in the chat shape (prompt_tokens/completion_tokens), for the meter. */
+  get usage(): ChatUsage | null {
+    return this.chatUsage;
+  }
+
+  /** The events to emit before any chunk arrives (`response.created`, `response.in_progress`). */
+  start(): ResponseStreamEvent[] {
+    const out: ResponseStreamEvent[] = [];
+    if (this.started) return out;
+    this.started = true;
+    const response = this.response({ status: 'in_progress' });
+    this.emit(out, { type: 'response.created', response });
+    this.emit(out, { type: 'response.in_progress', response });
+    return out;
+  }
+
+  /** Events for one chat chunk (deltas, function-call argument deltas; the usage chunk is absorbed). */
+  push(chunk: unknown): ResponseStreamEvent[] {
+    const out = this.start();
+    if (this.ended || !isObject(chunk)) return out;
+    if (typeof chunk.model === 'string' && chunk.model) this.model = chunk.model;
+    this.readUsage(chunk.usage);
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
+    if (!isObject(choice)) return out;
+    const delta = isObject(choice.delta) ? choice.delta : {};
+    if (typeof delta.content === 'string' && delta.content) this.text(out, 'output_text', delta.content);
+    if (typeof delta.refusal === 'string' && delta.refusal) this.text(out, 'refusal', delta.refusal);
+    if (Array.isArray(delta.tool_calls)) delta.tool_calls.forEach((call, position) => this.toolCall(out, call, position));
+    if (choice.finish_reason) this.finishReason = choice.finish_reason;
+    return out;
+  }
+
+  /**
+   * Closing events: the `.done` events of the open item, and `response.completed` with the usage
+   * (`response.incomplete` when the finish reason was `length` or `content_filter`). Call it once
+   * the provider's stream finished (`[DONE]`); for a stream that broke, call fail().
+   */
+  end(): ResponseStreamEvent[] {
+    const out = this.start();
+    if (this.ended) return out;
+    this.ended = true;
+    const reason = incompleteReason(this.finishReason);
+    const status = reason ? 'incomplete' : 'completed';
+    // Nothing said and nothing called: an empty message, as a whole answer would have.
+    if (!this.items.length) this.part(out, this.message(out), 'output_text');
+    this.close(out, status);
+    const response = this.response({ status, incompleteReason: reason, usage: responseUsage(this.chatUsage) });
+    this.emit(out, reason ? { type: 'response.incomplete', response } : { type: 'response.completed', response });
+    return out;
+  }
+
+  /** `response.failed` for a provider stream that broke before it finished (what arrived stays in its output). */
+  fail(message: string): ResponseStreamEvent[] {
+    const out = this.start();
+    if (this.ended) return out;
+    this.ended = true;
+    const response = this.response({ status: 'failed', error: { code: 'server_error', message }, usage: responseUsage(this.chatUsage) });
+    this.emit(out, { type: 'response.failed', response });
+    return out;
+  }
+
+  // ---- items -------------------------------------------------------------------------------
+
+  private text(out: ResponseStreamEvent[], kind: Part['type'], delta: string): void {
+    const message = this.open?.kind === 'message' ? this.open : this.message(out);
+    const part = message.partOpen && message.parts.at(-1)?.type === kind ? message.parts.at(-1)! : this.part(out, message, kind);
+    const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
+    if (part.type === 'output_text') {
+      part.text += delta;
+      this.emit(out, { type: 'response.output_text.delta', ...at, delta, logprobs: [] });
+    } else {
+      part.refusal += delta;
+      this.emit(out, { type: 'response.refusal.delta', ...at, delta });
+    }
+  }
+
+  /** A new message item, after closing the open item. */
+  private message(out: ResponseStreamEvent[]): MessageState {
+    this.close(out, 'completed');
+    const outputIndex = this.items.length;
+    const message: MessageState = {
+      kind: 'message',
+      outputIndex,
+      id: itemId(this.ids.responseId, 'msg', outputIndex),
+      parts: [],
+      partOpen: false,
+      status: 'in_progress',
+    };
+    this.items.push(message);
+    this.open = message;
+    this.emit(out, { type: 'response.output_item.added', output_index: outputIndex, item: this.item(message) });
+    return message;
+  }
+
+  /** A new content part of the message, after closing its open part. */
+  private part(out: ResponseStreamEvent[], message: MessageState, kind: Part['type']): Part {
+    this.closePart(out, message);
+    const part: Part =
+      kind === 'output_text' ? { type: 'output_text', text: '', annotations: [], logprobs: [] } : { type: 'refusal', refusal: '' };
+    message.parts.push(part);
+    message.partOpen = true;
+    const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
+    this.emit(out, { type: 'response.content_part.added', ...at, part: copy(part) });
+    return part;
+  }
+
+  private closePart(out: ResponseStreamEvent[], message: MessageState): void {
+    const part = message.parts.at(-1);
+    if (!message.partOpen || !part) return;
+    message.partOpen = false;
+    const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
+    if (part.type === 'output_text') this.emit(out, { type: 'response.output_text.done', ...at, text: part.text, logprobs: [] });
+    else this.emit(out, { type: 'response.refusal.done', ...at, refusal: part.refusal });
+    this.emit(out, { type: 'response.content_part.done', ...at, part: copy(part) });
+  }
+
+  private toolCall(out: ResponseStreamEvent[], delta: unknown, position: number): void {
+    if (!isObject(delta)) return;
+    const index = num(delta.index) ?? position;
+    const fn = isObject(delta.function) ? delta.function : {};
+    let call = this.calls.get(index);
+    if (!call) {
+      this.close(out, 'completed');
+      const outputIndex = this.items.length;
+      call = {
+        kind: 'call',
+        outputIndex,
+        id: itemId(this.ids.responseId, 'fc', outputIndex),
+        callId: typeof delta.id === 'string' && delta.id ? delta.id : fallbackCallId(this.ids.responseId, outputIndex),
+        name: typeof fn.name === 'string' ? fn.name : '',
+        arguments: '',
+        status: 'in_progress',
+      };
+      this.items.push(call);
+      this.calls.set(index, call);
+      this.open = call;
+      this.emit(out, { type: 'response.output_item.added', output_index: outputIndex, item: this.item(call) });
+    } else if (!call.name && typeof fn.name === 'string') {
+      call.name = fn.name; // a provider that names the function after its first delta
+    }
+    if (typeof fn.arguments !== 'string' || !fn.arguments) return;
+    call.arguments += fn.arguments;
+    if (this.open === call) {
+      this.emit(out, {
+        type: 'response.function_call_arguments.delta',
+        item_id: call.id,
+        output_index: call.outputIndex,
+        delta: fn.arguments,
+      });
+    }
+  }
+
+  /** Closes the open item, if any, with its `.done` events. */
+  private close(out: ResponseStreamEvent[], status: 'completed' | 'incomplete'): void {
+    const item = this.open;
+    if (!item) return;
+    this.open = null;
+    if (item.kind === 'message') {
+      this.closePart(out, item);
+    } else {
+      const at = { item_id: item.id, output_index: item.outputIndex };
+      this.emit(out, { type: 'response.function_call_arguments.done', ...at, arguments: item.arguments, name: item.name });
+    }
+    item.status = status;
+    this.emit(out, { type: 'response.output_item.done', output_index: item.outputIndex, item: this.item(item) });
+  }
+
+  /** An item as the Responses API shows it, a fresh object each time (events may be kept and sent later). */
+  private item(state: MessageState | CallState): ResponseOutputItem {
+    if (state.kind === 'message') {
+      const message: ResponseOutputMessage = {
+        id: state.id,
+        type: 'message',
+        status: state.status,
+        content: state.parts.map(copy),
+        role: 'assistant',
+      };
+      return message;
+    }
+    const call: ResponseFunctionToolCall = {
+      id: state.id,
+      type: 'function_call',
+      status: state.status,
+      arguments: state.arguments,
+      call_id: state.callId,
+      name: state.name,
+    };
+    return call;
+  }
+
+  // ---- the response --------------------------------------------------------------------------
+
+  private response(state: Partial<ResponseState> & Pick<ResponseState, 'status'>): Response {
+    const output = state.status === 'in_progress' ? [] : this.items.map((item) => this.item(item));
+    const object = responseObject(this.request, this.ids, { model: this.model, output, usage: null, ...state });
+    return object as Response; // without `output_text`, which the SDK computes
+  }
+
+  private readUsage(usage: unknown): void {
+    if (!isObject(usage)) return;
+    const prompt = num(usage.prompt_tokens) ?? num(usage.input_tokens);
+    const completion = num(usage.completion_tokens) ?? num(usage.output_tokens);
+    if (prompt === undefined && completion === undefined) return;
+    this.chatUsage = { ...usage, prompt_tokens: prompt ?? 0, completion_tokens: completion ?? 0 };
+  }
+
+  private emit<T extends ResponseStreamEvent['type']>(out: ResponseStreamEvent[], event: EventOf<T> & { type: T }): void {
+    out.push({ ...event, sequence_number: this.sequence++ } as unknown as ResponseStreamEvent);
+  }
+}
+
+/** One event as SSE text: `event: <type>\ndata: <json>\n\n` (the Responses API names each event). */
+export function sseEvent(event: ResponseStreamEvent): string {
+  return `event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`;
+}
