@@ -207,6 +207,8 @@ function messages(body: Json): ChatMessage[] {
       assistant = null;
     } else if (type === 'reasoning') {
       // Dropped (see the header); it does not end the assistant turn it belongs to.
+    } else if (type === undefined) {
+      invalid(`${at}.type`, `${at} must have a type (or a role, for a message).`);
     } else if (type === 'item_reference') {
       unsupported(
         at,
