@@ -5,18 +5,11 @@
  * provider stopped at the token limit or its content filter), and the usage.
  */
 import type { ResponseFunctionToolCall, ResponseOutputItem, ResponseOutputMessage } from 'openai/resources/responses/responses';
-import { requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
+import { incompleteReason, requestedModel, responseObject, responseUsage } from './envelope';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
 
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-
-/** Why a chat answer stopped, as the Responses API says it: only `length` and `content_filter` leave it incomplete. */
-export function incompleteReason(finishReason: unknown): ResponseState['incompleteReason'] {
-  if (finishReason === 'length') return 'max_output_tokens';
-  if (finishReason === 'content_filter') return 'content_filter';
-  return undefined;
-}
 
 /** Chat message content as text: a string, or (some providers) a list of text parts. */
 function textOf(content: unknown): string {
@@ -32,7 +25,7 @@ export function chatToResponse(chat: unknown, request: Record<string, unknown>, 
   const usage = responseUsage(body.usage);
   if (!isObject(choice) || !isObject(choice.message)) {
     const error = { code: 'server_error' as const, message: 'The provider answered without a message.' };
-    return { ...responseObject(request, ids, { model, status: 'failed', output: [], usage, error }) };
+    return responseObject(request, ids, { model, status: 'failed', output: [], usage, error });
   }
   const message = choice.message;
   const reason = incompleteReason(choice.finish_reason);
@@ -63,5 +56,5 @@ export function chatToResponse(chat: unknown, request: Record<string, unknown>, 
     };
     output.push(item);
   }
-  return { ...responseObject(request, ids, { model, status, output, usage, incompleteReason: reason }) };
+  return responseObject(request, ids, { model, status, output, usage, incompleteReason: reason });
 }

@@ -24,6 +24,13 @@ export interface ResponseState {
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
 
+/** Why a chat answer stopped, as the Responses API says it: only `length` and `content_filter` leave it incomplete. */
+export function incompleteReason(finishReason: unknown): ResponseState['incompleteReason'] {
+  if (finishReason === 'length') return 'max_output_tokens';
+  if (finishReason === 'content_filter') return 'content_filter';
+  return undefined;
+}
+
 /** The model the client asked for, for events sent before the provider named its own. */
 export function requestedModel(request: Record<string, unknown>): string {
   return typeof request.model === 'string' ? request.model : '';

@@ -119,13 +119,13 @@ const IGNORED = new Set([
   'service_tier',
   'truncation',
 ]);
-/** Refused whenever set (not null): what they ask for needs OpenAI's own state or machinery. */
-const STATEFUL: Record<string, string> = {
+/** Refused whenever set (not null): what they ask for needs the provider's own state or machinery. */
+const REFUSED_WHEN_SET: Record<string, string> = {
   previous_response_id: 'continuing a stored response needs the provider that stored it; send the whole conversation in `input` instead',
   conversation: 'conversations are stored by the provider that created them; send the whole conversation in `input` instead',
   prompt: 'stored prompts live at the provider that stored them; send the prompt in `instructions` and `input` instead',
-  context_management: 'server-side context compaction',
-  moderation: 'moderation results',
+  context_management: 'a chat provider does not compact the context on its side',
+  moderation: 'a chat provider gives no moderation results',
 };
 
 export function responsesToChat(body: Record<string, unknown>, options: TranslateOptions = {}): ChatTranslation {
@@ -140,8 +140,8 @@ export function responsesToChat(body: Record<string, unknown>, options: Translat
 function translate(body: Json, options: TranslateOptions): Json {
   if (!isObject(body)) return invalid('body', 'The request body must be a JSON object.');
   for (const key of Object.keys(body)) {
-    if (key in STATEFUL) {
-      if (isSet(body[key])) unsupported(key, `'${key}' is not supported on this route: ${STATEFUL[key]}.`);
+    if (key in REFUSED_WHEN_SET) {
+      if (isSet(body[key])) unsupported(key, `'${key}' is not supported on this route: ${REFUSED_WHEN_SET[key]}.`);
     } else if (!TRANSLATED.has(key) && !IGNORED.has(key)) {
       unsupported(key, `Unknown parameter: '${key}'.`);
     }
@@ -207,6 +207,8 @@ function messages(body: Json): ChatMessage[] {
       assistant = null;
     } else if (type === 'reasoning') {
       // Dropped (see the header); it does not end the assistant turn it belongs to.
+    } else if (type === undefined) {
+      invalid(`${at}.type`, `${at} must have a type (or a role, for a message).`);
     } else if (type === 'item_reference') {
       unsupported(
         at,

@@ -26,8 +26,7 @@ import type {
   ResponseOutputText,
   ResponseStreamEvent,
 } from 'openai/resources/responses/responses';
-import { incompleteReason } from './answer';
-import { requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
+import { incompleteReason, requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
 
 export type { ResponseStreamEvent };
@@ -50,6 +49,8 @@ interface MessageState {
 
 interface CallState {
   kind: 'call';
+  /** The chat tool call's `index` (or, from a provider that leaves it out, its id). */
+  key: number | string;
   outputIndex: number;
   id: string;
   callId: string;
@@ -74,7 +75,7 @@ export class ChatToResponsesStream {
   private finishReason: unknown = null;
   private chatUsage: ChatUsage | null = null;
   private readonly items: Array<MessageState | CallState> = [];
-  private readonly calls = new Map<number, CallState>();
+  private readonly calls = new Map<number | string, CallState>();
   /** The item still open (at most one: an item is closed when the next begins). */
   private open: MessageState | CallState | null = null;
 
@@ -204,23 +205,27 @@ export class ChatToResponsesStream {
 
   private toolCall(out: ResponseStreamEvent[], delta: unknown, position: number): void {
     if (!isObject(delta)) return;
-    const index = num(delta.index) ?? position;
+    // Chat numbers tool calls by `index`; a provider that leaves it out gives each call's id in
+    // its first delta and nothing in the next ones (those continue the open call).
+    const id = typeof delta.id === 'string' && delta.id ? delta.id : undefined;
+    const key = num(delta.index) ?? (id ? `id:${id}` : this.open?.kind === 'call' ? this.open.key : position);
     const fn = isObject(delta.function) ? delta.function : {};
-    let call = this.calls.get(index);
+    let call = this.calls.get(key);
     if (!call) {
       this.close(out, 'completed');
       const outputIndex = this.items.length;
       call = {
         kind: 'call',
+        key,
         outputIndex,
         id: itemId(this.ids.responseId, 'fc', outputIndex),
-        callId: typeof delta.id === 'string' && delta.id ? delta.id : fallbackCallId(this.ids.responseId, outputIndex),
+        callId: id ?? fallbackCallId(this.ids.responseId, outputIndex),
         name: typeof fn.name === 'string' ? fn.name : '',
         arguments: '',
         status: 'in_progress',
       };
       this.items.push(call);
-      this.calls.set(index, call);
+      this.calls.set(key, call);
       this.open = call;
       this.emit(out, { type: 'response.output_item.added', output_index: outputIndex, item: this.item(call) });
     } else if (!call.name && typeof fn.name === 'string') {

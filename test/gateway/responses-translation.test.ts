@@ -1,0 +1,883 @@
+// The translation between OpenAI's Responses API and chat completions (gateway/src/responses/), for
+// routes whose provider offers only chat: each function on its own, then the events and answers it
+// makes through the official `openai` client (a loopback server that translates as a route would),
+// so that a client using `responses.create()` cannot tell it is talking to a chat provider.
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
+import type { ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
+import type {
+  Response,
+  ResponseCreateParams,
+  ResponseInputItem,
+  ResponseStreamEvent,
+  ResponseUsage,
+} from 'openai/resources/responses/responses';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { chatToResponse } from '../../gateway/src/responses/answer';
+import { newResponseId } from '../../gateway/src/responses/ids';
+import { responsesToChat, type Refusal } from '../../gateway/src/responses/request';
+import { ChatToResponsesStream, sseEvent } from '../../gateway/src/responses/stream';
+
+// ---- chat answers, whole and streamed, from one script ------------------------------------------
+
+interface Script {
+  text?: string;
+  refusal?: string;
+  calls?: Array<{ id: string; name: string; arguments: string }>;
+  finish?: 'stop' | 'length' | 'tool_calls' | 'content_filter';
+  usage?: { prompt: number; completion: number; cached?: number; reasoning?: number } | null;
+}
+
+const PROVIDER_MODEL = 'mistral-small-latest';
+
+function chatUsage(s: Script): ChatCompletion['usage'] {
+  const u = s.usage === undefined ? { prompt: 12, completion: 5 } : s.usage;
+  if (!u) return undefined;
+  return {
+    prompt_tokens: u.prompt,
+    completion_tokens: u.completion,
+    total_tokens: u.prompt + u.completion,
+    prompt_tokens_details: { cached_tokens: u.cached ?? 0 },
+    completion_tokens_details: { reasoning_tokens: u.reasoning ?? 0 },
+  };
+}
+
+function whole(s: Script): ChatCompletion {
+  const calls = s.calls ?? [];
+  return {
+    id: 'chatcmpl-1',
+    object: 'chat.completion',
+    created: 1_700_000_000,
+    model: PROVIDER_MODEL,
+    choices: [
+      {
+        index: 0,
+        logprobs: null,
+        finish_reason: s.finish ?? (calls.length ? 'tool_calls' : 'stop'),
+        message: {
+          role: 'assistant',
+          content: s.text ?? null,
+          refusal: s.refusal ?? null,
+          ...(calls.length
+            ? {
+                tool_calls: calls.map((c) => ({ id: c.id, type: 'function' as const, function: { name: c.name, arguments: c.arguments } })),
+              }
+            : {}),
+        },
+      },
+    ],
+    usage: chatUsage(s),
+  };
+}
+
+const pieces = (text: string, size = 4) =>
+  Array.from({ length: Math.ceil(text.length / size) }, (_, i) => text.slice(i * size, i * size + size));
+
+/** The chunks a chat provider streams for the script: role, text pieces, each call's deltas, finish, usage. */
+function chunked(s: Script): ChatCompletionChunk[] {
+  const base = { id: 'chatcmpl-1', object: 'chat.completion.chunk' as const, created: 1_700_000_000, model: PROVIDER_MODEL };
+  const chunk = (
+    delta: ChatCompletionChunk.Choice.Delta,
+    finish: ChatCompletionChunk.Choice['finish_reason'] = null,
+  ): ChatCompletionChunk => ({
+    ...base,
+    choices: [{ index: 0, delta, finish_reason: finish, logprobs: null }],
+  });
+  const out = [chunk({ role: 'assistant', content: '' })];
+  for (const piece of pieces(s.text ?? '')) out.push(chunk({ content: piece }));
+  if (s.refusal) out.push(chunk({ refusal: s.refusal }));
+  (s.calls ?? []).forEach((c, index) => {
+    out.push(chunk({ tool_calls: [{ index, id: c.id, type: 'function', function: { name: c.name, arguments: '' } }] }));
+    for (const piece of pieces(c.arguments, 7)) out.push(chunk({ tool_calls: [{ index, function: { arguments: piece } }] }));
+  });
+  out.push(chunk({}, s.finish ?? (s.calls?.length ? 'tool_calls' : 'stop')));
+  const usage = chatUsage(s);
+  if (usage) out.push({ ...base, choices: [], usage });
+  return out;
+}
+
+/** All the events of a streamed script, as a route would produce them. */
+function streamed(s: Script, request: Record<string, unknown> = REQUEST, ids = IDS) {
+  const stream = new ChatToResponsesStream(request, ids);
+  const events = [...stream.start()];
+  for (const c of chunked(s)) events.push(...stream.push(c));
+  events.push(...stream.end());
+  return { events, stream };
+}
+
+const IDS = { responseId: 'resp_abc', now: 1_750_000_000 };
+const REQUEST: Record<string, unknown> = { model: 'gpt-4o-mini', input: 'Hi' };
+const WEATHER_TOOL = {
+  type: 'function' as const,
+  name: 'get_weather',
+  description: 'The weather in a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false },
+  strict: true,
+};
+
+const translate = (body: Record<string, unknown>) => {
+  const result = responsesToChat(body);
+  if (!result.ok) throw new Error(`refused: ${result.message}`);
+  return result.chat;
+};
+
+// ---- the request ----------------------------------------------------------------------------
+
+describe('responsesToChat', () => {
+  it('translates text input, instructions, sampling, the token limit and streaming', () => {
+    const body: ResponseCreateParams = {
+      model: 'gpt-4o-mini',
+      instructions: 'Answer in French.',
+      input: 'Hello',
+      max_output_tokens: 300,
+      temperature: 0.2,
+      top_p: 0.9,
+      user: 'u-1',
+      safety_identifier: 'hash-1',
+      stream: true,
+    };
+    expect(responsesToChat(body as unknown as Record<string, unknown>)).toEqual({
+      ok: true,
+      chat: {
+        messages: [
+          { role: 'system', content: 'Answer in French.' },
+          { role: 'user', content: 'Hello' },
+        ],
+        max_completion_tokens: 300,
+        temperature: 0.2,
+        top_p: 0.9,
+        user: 'u-1',
+        safety_identifier: 'hash-1',
+        stream: true,
+        stream_options: { include_usage: true },
+      },
+    });
+    expect(responsesToChat({ input: 'Hi', max_output_tokens: 5 }, { maxTokensField: 'max_tokens' })).toEqual({
+      ok: true,
+      chat: { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5 },
+    });
+  });
+
+  it('translates message items: roles, text and image parts, and assistant output messages', () => {
+    const input: ResponseInputItem[] = [
+      { role: 'developer', content: 'Be brief.' },
+      { type: 'message', role: 'system', content: [{ type: 'input_text', text: 'Use metric units.' }] },
+      {
+        type: 'message',
+        role: 'user',
+        content: [
+          { type: 'input_text', text: 'What is in this picture?' },
+          { type: 'input_image', image_url: 'https://example.com/cat.png', detail: 'low' },
+          { type: 'input_image', image_url: 'data:image/png;base64,AAAA', detail: 'original' },
+        ],
+      },
+      // an earlier answer passed back as it came (response.output)
+      {
+        id: 'msg_1',
+        type: 'message',
+        role: 'assistant',
+        status: 'completed',
+        content: [{ type: 'output_text', text: 'A cat.', annotations: [], logprobs: [] }],
+      },
+      { role: 'user', content: 'And its colour?' },
+    ];
+    expect(translate({ input })).toEqual({
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'system', content: 'Use metric units.' },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'What is in this picture?' },
+            { type: 'image_url', image_url: { url: 'https://example.com/cat.png', detail: 'low' } },
+            { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA', detail: 'high' } },
+          ],
+        },
+        { role: 'assistant', content: 'A cat.' },
+        { role: 'user', content: 'And its colour?' },
+      ],
+    });
+  });
+
+  it('translates function calls (merged into one assistant message) and their outputs (tool messages)', () => {
+    const input: ResponseInputItem[] = [
+      { role: 'user', content: 'Weather in Paris and Oslo?' },
+      { id: 'rs_1', type: 'reasoning', summary: [], encrypted_content: 'gAAAA…' },
+      {
+        type: 'message',
+        role: 'assistant',
+        content: [{ type: 'output_text', text: 'Let me check.', annotations: [] }],
+        id: 'msg_1',
+        status: 'completed',
+      },
+      { type: 'function_call', id: 'fc_1', call_id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}', status: 'completed' },
+      { type: 'function_call', id: 'fc_2', call_id: 'call_2', name: 'get_weather', arguments: '{"city":"Oslo"}', status: 'completed' },
+      { type: 'function_call_output', call_id: 'call_1', output: '18°C' },
+      { type: 'function_call_output', call_id: 'call_2', output: [{ type: 'input_text', text: '4°C' }] },
+      { type: 'function_call', call_id: 'call_3', name: 'get_weather', arguments: '{"city":"Rome"}' },
+      {
+        type: 'function_call_output',
+        call_id: 'call_3',
+        output: [
+          { type: 'input_text', text: 'sunny, ' },
+          { type: 'input_text', text: '25°C' },
+        ],
+      },
+    ];
+    expect(translate({ input, tools: [WEATHER_TOOL] }).messages).toEqual([
+      { role: 'user', content: 'Weather in Paris and Oslo?' },
+      {
+        role: 'assistant',
+        content: 'Let me check.',
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+          { id: 'call_2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_1', content: '18°C' },
+      { role: 'tool', tool_call_id: 'call_2', content: '4°C' },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_3', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Rome"}' } }],
+      },
+      {
+        role: 'tool',
+        tool_call_id: 'call_3',
+        content: [
+          { type: 'text', text: 'sunny, ' },
+          { type: 'text', text: '25°C' },
+        ],
+      },
+    ] satisfies ChatCompletionMessageParam[]);
+  });
+
+  it('translates function tools, tool_choice, parallel_tool_calls, text.format and reasoning effort', () => {
+    const chatTool = {
+      type: 'function',
+      function: { name: 'get_weather', description: 'The weather in a city', parameters: WEATHER_TOOL.parameters, strict: true },
+    };
+    const bare = { type: 'function', name: 'now', parameters: null, strict: null };
+    expect(translate({ input: 'Hi', tools: [WEATHER_TOOL, bare], tool_choice: 'required', parallel_tool_calls: false })).toEqual({
+      messages: [{ role: 'user', content: 'Hi' }],
+      tools: [chatTool, { type: 'function', function: { name: 'now' } }],
+      tool_choice: 'required',
+      parallel_tool_calls: false,
+    });
+    expect(translate({ input: 'Hi', tools: [WEATHER_TOOL], tool_choice: { type: 'function', name: 'get_weather' } }).tool_choice).toEqual({
+      type: 'function',
+      function: { name: 'get_weather' },
+    });
+    // allowed_tools: chat gets only the allowed tools, and the mode
+    const allowed = translate({
+      input: 'Hi',
+      tools: [WEATHER_TOOL, bare],
+      tool_choice: { type: 'allowed_tools', mode: 'auto', tools: [{ type: 'function', name: 'now' }] },
+    });
+    expect(allowed.tools).toEqual([{ type: 'function', function: { name: 'now' } }]);
+    expect(allowed.tool_choice).toBe('auto');
+    // without tools, chat refuses tool_choice and parallel_tool_calls: harmless ones are dropped
+    expect(translate({ input: 'Hi', tools: [], tool_choice: 'auto', parallel_tool_calls: true })).toEqual({
+      messages: [{ role: 'user', content: 'Hi' }],
+    });
+
+    const schema = { type: 'object', properties: { n: { type: 'number' } }, required: ['n'], additionalProperties: false };
+    expect(
+      translate({ input: 'Hi', text: { format: { type: 'json_schema', name: 'n', schema, strict: true }, verbosity: 'low' } }),
+    ).toMatchObject({
+      response_format: { type: 'json_schema', json_schema: { name: 'n', schema, strict: true } },
+      verbosity: 'low',
+    });
+    expect(translate({ input: 'Hi', text: { format: { type: 'json_object' } } }).response_format).toEqual({ type: 'json_object' });
+    expect(translate({ input: 'Hi', text: { format: { type: 'text' } } })).not.toHaveProperty('response_format');
+    expect(translate({ input: 'Hi', reasoning: { effort: 'low', summary: 'auto' } })).toMatchObject({ reasoning_effort: 'low' });
+  });
+
+  it('ignores what has no effect a chat provider could honour', () => {
+    const chat = translate({
+      input: 'Hi',
+      store: false,
+      include: ['reasoning.encrypted_content', 'message.output_text.logprobs'],
+      truncation: 'auto',
+      service_tier: 'flex',
+      prompt_cache_key: 'k',
+      prompt_cache_retention: '24h',
+      metadata: { team: 'a' },
+      top_logprobs: 3,
+      stream_options: { include_obfuscation: false },
+      background: false,
+      previous_response_id: null,
+      conversation: null,
+    });
+    expect(chat).toEqual({ messages: [{ role: 'user', content: 'Hi' }] });
+  });
+
+  const refusals: Array<[string, Record<string, unknown>, string, Refusal['code']]> = [
+    ['web_search', { tools: [{ type: 'web_search' }] }, 'tools[0].type', 'unsupported_parameter'],
+    [
+      'file_search',
+      { tools: [WEATHER_TOOL, { type: 'file_search', vector_store_ids: ['vs_1'] }] },
+      'tools[1].type',
+      'unsupported_parameter',
+    ],
+    ['code_interpreter', { tools: [{ type: 'code_interpreter', container: { type: 'auto' } }] }, 'tools[0].type', 'unsupported_parameter'],
+    [
+      'computer use',
+      { tools: [{ type: 'computer_use_preview', display_width: 1, display_height: 1, environment: 'linux' }] },
+      'tools[0].type',
+      'unsupported_parameter',
+    ],
+    ['image_generation', { tools: [{ type: 'image_generation' }] }, 'tools[0].type', 'unsupported_parameter'],
+    ['mcp', { tools: [{ type: 'mcp', server_label: 'x', server_url: 'https://x' }] }, 'tools[0].type', 'unsupported_parameter'],
+    ['custom tools', { tools: [{ type: 'custom', name: 'x' }] }, 'tools[0].type', 'unsupported_parameter'],
+    [
+      'a built-in tool_choice',
+      { tools: [WEATHER_TOOL], tool_choice: { type: 'web_search_preview' } },
+      'tool_choice',
+      'unsupported_parameter',
+    ],
+    [
+      'a tool_choice naming no tool',
+      { tools: [WEATHER_TOOL], tool_choice: { type: 'function', name: 'nope' } },
+      'tool_choice.name',
+      'invalid_value',
+    ],
+    ['tool_choice required without tools', { tool_choice: 'required' }, 'tool_choice', 'invalid_value'],
+    ['previous_response_id', { previous_response_id: 'resp_1' }, 'previous_response_id', 'unsupported_parameter'],
+    ['conversation', { conversation: 'conv_1' }, 'conversation', 'unsupported_parameter'],
+    ['a stored prompt', { prompt: { id: 'pmpt_1' } }, 'prompt', 'unsupported_parameter'],
+    ['background', { background: true }, 'background', 'unsupported_parameter'],
+    ['context_management', { context_management: [{ type: 'compaction' }] }, 'context_management', 'unsupported_parameter'],
+    ['reasoning.mode pro', { reasoning: { mode: 'pro' } }, 'reasoning.mode', 'unsupported_parameter'],
+    ['an unknown parameter', { frequency_penalty: 1 }, 'frequency_penalty', 'unsupported_parameter'],
+    [
+      'a built-in tool call item',
+      { input: [{ type: 'web_search_call', id: 'ws_1', status: 'completed' }] },
+      'input[0].type',
+      'unsupported_parameter',
+    ],
+    ['an item_reference', { input: [{ type: 'item_reference', id: 'msg_1' }] }, 'input[0]', 'unsupported_parameter'],
+    [
+      'an image by file_id',
+      { input: [{ role: 'user', content: [{ type: 'input_image', file_id: 'file-1', detail: 'auto' }] }] },
+      'input[0].content[0].file_id',
+      'unsupported_parameter',
+    ],
+    [
+      'an image in a tool output',
+      { input: [{ type: 'function_call_output', call_id: 'c', output: [{ type: 'input_image', image_url: 'https://x' }] }] },
+      'input[0].output[0].type',
+      'unsupported_parameter',
+    ],
+    [
+      'an image in a system message',
+      { input: [{ role: 'system', content: [{ type: 'input_image', image_url: 'https://x', detail: 'auto' }] }] },
+      'input[0].content[0].type',
+      'invalid_value',
+    ],
+    ['an unknown role', { input: [{ role: 'tool', content: 'x' }] }, 'input[0].role', 'invalid_value'],
+    ['an item with neither type nor role', { input: [{ content: 'x' }] }, 'input[0].type', 'invalid_value'],
+    [
+      'a function call without arguments',
+      { input: [{ type: 'function_call', call_id: 'c', name: 'f' }] },
+      'input[0].arguments',
+      'invalid_value',
+    ],
+    ['a temperature that is not a number', { temperature: 'hot' }, 'temperature', 'invalid_value'],
+    [
+      'a json_schema format without a schema',
+      { text: { format: { type: 'json_schema', name: 'x' } } },
+      'text.format.schema',
+      'invalid_value',
+    ],
+  ];
+  it.each(refusals)('refuses %s, naming the parameter', (_, fields, param, code) => {
+    const result = responsesToChat({ model: 'gpt-4o-mini', input: 'Hi', ...fields });
+    expect(result).toMatchObject({ ok: false, param, code });
+    if (!result.ok) expect(result.message).toContain(param.split('.')[0]);
+  });
+
+  it('refuses a request without input', () => {
+    expect(responsesToChat({ model: 'gpt-4o-mini', instructions: 'x' })).toMatchObject({
+      ok: false,
+      param: 'input',
+      code: 'missing_required_parameter',
+    });
+    expect(responsesToChat({ input: [] })).toMatchObject({ ok: false, param: 'input', code: 'invalid_value' });
+  });
+});
+
+// ---- the whole answer -----------------------------------------------------------------------
+
+describe('chatToResponse', () => {
+  it('makes a completed Response: a message item, the usage, and the request echoed', () => {
+    const request = {
+      model: 'gpt-4o-mini',
+      input: 'Hi',
+      instructions: 'Be nice.',
+      temperature: 0.3,
+      tools: [WEATHER_TOOL],
+      metadata: { a: '1' },
+    };
+    const response = chatToResponse(
+      whole({ text: 'Hello there!', usage: { prompt: 20, completion: 4, cached: 8, reasoning: 1 } }),
+      request,
+      {
+        responseId: 'resp_abc',
+        now: 1_750_000_000_123, // milliseconds work too
+      },
+    ) as unknown as Response;
+    expect(response).toMatchObject({
+      id: 'resp_abc',
+      object: 'response',
+      created_at: 1_750_000_000,
+      status: 'completed',
+      error: null,
+      incomplete_details: null,
+      model: PROVIDER_MODEL,
+      instructions: 'Be nice.',
+      temperature: 0.3,
+      top_p: 1,
+      tools: [WEATHER_TOOL],
+      tool_choice: 'auto',
+      parallel_tool_calls: true,
+      metadata: { a: '1' },
+      text: { format: { type: 'text' } },
+    });
+    expect(response.output).toEqual([
+      {
+        id: 'msg_abc_0',
+        type: 'message',
+        status: 'completed',
+        role: 'assistant',
+        content: [{ type: 'output_text', text: 'Hello there!', annotations: [], logprobs: [] }],
+      },
+    ]);
+    expect(response.usage).toEqual({
+      input_tokens: 20,
+      input_tokens_details: { cached_tokens: 8, cache_write_tokens: 0 },
+      output_tokens: 4,
+      output_tokens_details: { reasoning_tokens: 1 },
+      total_tokens: 24,
+    } satisfies ResponseUsage);
+    expect(response).not.toHaveProperty('output_text'); // the SDK computes it
+  });
+
+  it('gives each tool call as a function_call item whose call_id is the chat tool call id', () => {
+    const calls = [
+      { id: 'call_A', name: 'get_weather', arguments: '{"city":"Paris"}' },
+      { id: 'call_B', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+    ];
+    const response = chatToResponse(whole({ calls }), REQUEST, IDS) as unknown as Response;
+    expect(response.status).toBe('completed');
+    expect(response.output).toEqual([
+      { id: 'fc_abc_0', type: 'function_call', status: 'completed', call_id: 'call_A', name: 'get_weather', arguments: '{"city":"Paris"}' },
+      { id: 'fc_abc_1', type: 'function_call', status: 'completed', call_id: 'call_B', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+    ]);
+    // text and a call: the message first, as chat gives them
+    const both = chatToResponse(whole({ text: 'Checking.', calls: calls.slice(0, 1) }), REQUEST, IDS) as unknown as Response;
+    expect(both.output.map((i) => `${i.type}:${i.id}`)).toEqual(['message:msg_abc_0', 'function_call:fc_abc_1']);
+  });
+
+  it('is incomplete when the provider stopped at the token limit or its content filter', () => {
+    const cut = chatToResponse(
+      whole({ text: 'Once upon a', finish: 'length' }),
+      { ...REQUEST, max_output_tokens: 3 },
+      IDS,
+    ) as unknown as Response;
+    expect(cut).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, max_output_tokens: 3 });
+    expect(cut.output[0]).toMatchObject({ type: 'message', status: 'incomplete' });
+    const filtered = chatToResponse(whole({ text: '', finish: 'content_filter' }), REQUEST, IDS) as unknown as Response;
+    expect(filtered).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'content_filter' } });
+  });
+
+  it('keeps a refusal as a refusal part, gives no usage when the provider sent none, fails without a message', () => {
+    const refused = chatToResponse(whole({ refusal: 'I cannot help with that.', usage: null }), REQUEST, IDS) as unknown as Response;
+    expect(refused.output[0]).toMatchObject({ type: 'message', content: [{ type: 'refusal', refusal: 'I cannot help with that.' }] });
+    expect(refused.usage).toBeNull();
+    const empty = chatToResponse({ id: 'x', choices: [] }, REQUEST, IDS) as unknown as Response;
+    expect(empty).toMatchObject({ status: 'failed', error: { code: 'server_error' }, output: [], model: 'gpt-4o-mini' });
+  });
+});
+
+// ---- the stream -----------------------------------------------------------------------------
+
+describe('ChatToResponsesStream', () => {
+  /** Checks what every Responses stream must hold, and returns the event types in order. */
+  function checkSequence(events: ResponseStreamEvent[]): string[] {
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+    const open = new Map<number, string>(); // output_index → item id, while the item is open
+    const added: number[] = [];
+    for (const e of events) {
+      if (e.type === 'response.output_item.added') {
+        expect(e.output_index).toBe(added.length); // items begin in order
+        added.push(e.output_index);
+        open.set(e.output_index, e.item.id!);
+      } else if ('item_id' in e && 'output_index' in e) {
+        expect(open.get(e.output_index)).toBe(e.item_id);
+      }
+      if (e.type === 'response.output_item.done') {
+        expect(open.get(e.output_index)).toBe(e.item.id);
+        open.delete(e.output_index);
+      }
+    }
+    expect(open.size).toBe(0);
+    return events.map((e) => e.type);
+  }
+
+  it('streams text as OpenAI does, and ends with the whole response and its usage', () => {
+    const { events, stream } = streamed({ text: 'Hello there, friend!', usage: { prompt: 9, completion: 6 } });
+    const types = checkSequence(events);
+    const deltas = events.filter((e) => e.type === 'response.output_text.delta');
+    expect(types).toEqual([
+      'response.created',
+      'response.in_progress',
+      'response.output_item.added',
+      'response.content_part.added',
+      ...deltas.map(() => 'response.output_text.delta'),
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ]);
+    expect(deltas.map((e) => (e.type === 'response.output_text.delta' ? e.delta : '')).join('')).toBe('Hello there, friend!');
+    expect(deltas[0]).toMatchObject({ item_id: 'msg_abc_0', output_index: 0, content_index: 0 });
+    expect(events[0]).toMatchObject({
+      type: 'response.created',
+      response: { id: 'resp_abc', status: 'in_progress', output: [], usage: null },
+    });
+    const last = events.at(-1)!;
+    expect(last.type).toBe('response.completed');
+    // the streamed response is the one a whole answer gives
+    const completed = (last as { response: Response }).response;
+    const wholeAnswer = chatToResponse(
+      whole({ text: 'Hello there, friend!', usage: { prompt: 9, completion: 6 } }),
+      REQUEST,
+      IDS,
+    ) as unknown as Response;
+    expect({ ...completed, completed_at: 0 }).toEqual({ ...wholeAnswer, completed_at: 0 });
+    expect(stream.usage).toMatchObject({ prompt_tokens: 9, completion_tokens: 6 });
+  });
+
+  it('streams tool calls one item each, by the chat tool call index', () => {
+    const calls = [
+      { id: 'call_A', name: 'get_weather', arguments: '{"city":"Paris","unit":"c"}' },
+      { id: 'call_B', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+    ];
+    const { events } = streamed({ text: 'Checking.', calls });
+    const types = checkSequence(events);
+    const call = (n: number) => [
+      'response.output_item.added',
+      ...Array(Math.ceil(calls[n].arguments.length / 7)).fill('response.function_call_arguments.delta'),
+      'response.function_call_arguments.done',
+      'response.output_item.done',
+    ];
+    expect(types.slice(2, 4)).toEqual(['response.output_item.added', 'response.content_part.added']);
+    expect(types.slice(types.indexOf('response.output_item.done') + 1)).toEqual([...call(0), ...call(1), 'response.completed']);
+    const added = events.filter((e) => e.type === 'response.output_item.added');
+    expect(added.map((e) => e.item)).toEqual([
+      { id: 'msg_abc_0', type: 'message', status: 'in_progress', role: 'assistant', content: [] },
+      { id: 'fc_abc_1', type: 'function_call', status: 'in_progress', call_id: 'call_A', name: 'get_weather', arguments: '' },
+      { id: 'fc_abc_2', type: 'function_call', status: 'in_progress', call_id: 'call_B', name: 'get_weather', arguments: '' },
+    ]);
+    const done = events.filter((e) => e.type === 'response.function_call_arguments.done');
+    expect(done).toMatchObject([
+      { item_id: 'fc_abc_1', output_index: 1, name: 'get_weather', arguments: calls[0].arguments },
+      { item_id: 'fc_abc_2', output_index: 2, name: 'get_weather', arguments: calls[1].arguments },
+    ]);
+    const completed = (events.at(-1) as { response: Response }).response;
+    expect(completed.output.map((i) => (i as { status?: string }).status)).toEqual(['completed', 'completed', 'completed']);
+  });
+
+  it('reads tool calls however providers chunk them: whole, several in one chunk, or without an index', () => {
+    const base = { id: 'c', object: 'chat.completion.chunk' as const, created: 1, model: PROVIDER_MODEL };
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+      ...base,
+      choices: [{ index: 0, delta, finish_reason: finish }],
+    });
+    const fn = (name: string, args: string) => ({ type: 'function', function: { name, arguments: args } });
+    const variants = {
+      'two whole calls in one chunk': [
+        chunk({
+          tool_calls: [
+            { index: 0, id: 'call_1', ...fn('a', '{"x":1}') },
+            { index: 1, id: 'call_2', ...fn('b', '{}') },
+          ],
+        }),
+      ],
+      'no index: a call per id, then its continuation': [
+        chunk({ tool_calls: [{ id: 'call_1', ...fn('a', '{"x"') }] }),
+        chunk({ tool_calls: [{ function: { arguments: ':1}' } }] }),
+        chunk({ tool_calls: [{ id: 'call_2', ...fn('b', '{}') }] }),
+      ],
+    };
+    for (const [name, chunks] of Object.entries(variants)) {
+      const stream = new ChatToResponsesStream(REQUEST, IDS);
+      const events = [
+        ...stream.start(),
+        ...chunks.flatMap((c) => stream.push(c)),
+        ...stream.push(chunk({}, 'tool_calls')),
+        ...stream.end(),
+      ];
+      checkSequence(events);
+      const output = (events.at(-1) as { response: Response }).response.output;
+      expect(output, name).toMatchObject([
+        { type: 'function_call', id: 'fc_abc_0', call_id: 'call_1', name: 'a', arguments: '{"x":1}' },
+        { type: 'function_call', id: 'fc_abc_1', call_id: 'call_2', name: 'b', arguments: '{}' },
+      ]);
+    }
+  });
+
+  it('ends with response.incomplete when the provider stopped at the token limit', () => {
+    const { events } = streamed({ text: 'Once upon a', finish: 'length' }, { ...REQUEST, max_output_tokens: 3 });
+    checkSequence(events);
+    const last = events.at(-1)!;
+    expect(last).toMatchObject({
+      type: 'response.incomplete',
+      response: { status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, max_output_tokens: 3 },
+    });
+    expect(events.find((e) => e.type === 'response.output_item.done')).toMatchObject({ item: { status: 'incomplete' } });
+  });
+
+  it('streams a refusal as a refusal part, and an empty answer as an empty message', () => {
+    const refused = checkSequence(streamed({ refusal: 'No.' }).events);
+    expect(refused).toContain('response.refusal.delta');
+    expect(refused).toContain('response.refusal.done');
+    const { events } = streamed({ text: '' });
+    checkSequence(events);
+    expect((events.at(-1) as { response: Response }).response.output).toEqual([
+      {
+        id: 'msg_abc_0',
+        type: 'message',
+        status: 'completed',
+        role: 'assistant',
+        content: [{ type: 'output_text', text: '', annotations: [], logprobs: [] }],
+      },
+    ]);
+  });
+
+  it('starts once (push and end start it if the caller did not), absorbs the usage chunk, and can fail', () => {
+    const stream = new ChatToResponsesStream(REQUEST, IDS);
+    const first = stream.push(chunked({ text: 'Hi' })[1]);
+    expect(first.map((e) => e.type)).toEqual([
+      'response.created',
+      'response.in_progress',
+      'response.output_item.added',
+      'response.content_part.added',
+      'response.output_text.delta',
+    ]);
+    expect(stream.start()).toEqual([]);
+    const usageChunk = chunked({ text: 'Hi', usage: { prompt: 3, completion: 1 } }).at(-1)!;
+    expect(stream.push(usageChunk)).toEqual([]);
+    expect(stream.usage).toMatchObject({ prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 });
+    const failed = stream.fail('the provider stream ended before it finished');
+    expect(failed).toMatchObject([
+      {
+        type: 'response.failed',
+        sequence_number: 5,
+        response: { status: 'failed', error: { code: 'server_error' }, usage: { input_tokens: 3 } },
+      },
+    ]);
+    expect(stream.end()).toEqual([]);
+    expect(stream.push(chunked({ text: 'more' })[1])).toEqual([]);
+  });
+
+  it('writes each event as a named SSE event', () => {
+    const [created] = new ChatToResponsesStream(REQUEST, IDS).start();
+    const text = sseEvent(created);
+    expect(text).toMatch(/^event: response\.created\ndata: \{.*\}\n\n$/);
+    expect(JSON.parse(text.split('\n')[1].slice('data: '.length))).toEqual(created);
+  });
+});
+
+// ---- through the official openai client -----------------------------------------------------
+
+/**
+ * A route as the gateway will run one: the client's Responses request translated for a chat
+ * provider (the next scripted answer), and the chat answer translated back, streamed or whole.
+ */
+describe('through the official openai client', () => {
+  let server: Server;
+  let client: OpenAI;
+  const answers: Script[] = [];
+  const chatRequests: Record<string, any>[] = [];
+
+  const readBody = async (req: IncomingMessage) => {
+    const parts: Buffer[] = [];
+    for await (const part of req) parts.push(part as Buffer);
+    return JSON.parse(Buffer.concat(parts).toString('utf8')) as Record<string, unknown>;
+  };
+
+  beforeAll(async () => {
+    server = createServer(async (req, res) => {
+      const request = await readBody(req);
+      const translated = responsesToChat(request);
+      if (!translated.ok) {
+        const error = { message: translated.message, type: 'invalid_request_error', param: translated.param, code: translated.code };
+        res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error }));
+        return;
+      }
+      chatRequests.push(translated.chat);
+      const script = answers.shift() ?? { text: 'no answer scripted' };
+      const ids = { responseId: newResponseId(), now: Date.now() };
+      if (translated.chat.stream !== true) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(chatToResponse(whole(script), request, ids)));
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      const stream = new ChatToResponsesStream(request, ids);
+      const write = (events: ResponseStreamEvent[]) => events.forEach((e) => res.write(sseEvent(e)));
+      write(stream.start());
+      for (const c of chunked(script)) write(stream.push(c));
+      write(stream.end());
+      res.end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    client = new OpenAI({ baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+  });
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  beforeEach(() => {
+    answers.length = 0;
+    chatRequests.length = 0;
+  });
+
+  const TEXT = 'The capital of France is Paris. It has about 2.1 million inhabitants.';
+
+  it('responses.create({stream: true}): the SDK reads every event, and the deltas make the chat text', async () => {
+    answers.push({ text: TEXT, usage: { prompt: 14, completion: 17 } });
+    const stream = await client.responses.create({
+      model: 'gpt-4o-mini',
+      instructions: 'Be factual.',
+      input: 'Capital of France?',
+      stream: true,
+    });
+    const events: ResponseStreamEvent[] = [];
+    for await (const event of stream) events.push(event);
+    expect(events[0].type).toBe('response.created');
+    expect(events.at(-1)!.type).toBe('response.completed');
+    const text = events.map((e) => (e.type === 'response.output_text.delta' ? e.delta : '')).join('');
+    expect(text).toBe(TEXT);
+    const completed = events.at(-1) as { response: Response };
+    expect(completed.response.usage).toMatchObject({ input_tokens: 14, output_tokens: 17, total_tokens: 31 });
+    expect(chatRequests[0]).toMatchObject({
+      messages: [
+        { role: 'system', content: 'Be factual.' },
+        { role: 'user', content: 'Capital of France?' },
+      ],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+  });
+
+  it('responses.stream(): the SDK accumulates the events, and finalResponse().output_text is the chat text', async () => {
+    answers.push({ text: TEXT });
+    const runner = client.responses.stream({ model: 'gpt-4o-mini', input: 'Capital of France?' });
+    const snapshots: string[] = [];
+    runner.on('response.output_text.delta', (e) => snapshots.push(e.snapshot));
+    const final = await runner.finalResponse();
+    expect(final.output_text).toBe(TEXT);
+    expect(final.status).toBe('completed');
+    expect(snapshots.at(-1)).toBe(TEXT);
+    expect(final.usage).toMatchObject({ input_tokens: 12, output_tokens: 5 });
+  });
+
+  it('responses.create() without streaming: response.output_text is the chat text', async () => {
+    answers.push({ text: TEXT });
+    const response = await client.responses.create({ model: 'gpt-4o-mini', input: 'Capital of France?', max_output_tokens: 100 });
+    expect(response.output_text).toBe(TEXT);
+    expect(response).toMatchObject({ object: 'response', status: 'completed', model: PROVIDER_MODEL, max_output_tokens: 100 });
+    expect(response.id).toMatch(/^resp_[0-9a-f]{48}$/);
+    expect(chatRequests[0]).toEqual({ messages: [{ role: 'user', content: 'Capital of France?' }], max_completion_tokens: 100 });
+  });
+
+  it('a function-calling round trip: the call comes back as function_call items, its output goes on as a tool message', async () => {
+    const call = { id: 'call_w1', name: 'get_weather', arguments: '{"city":"Paris"}' };
+    answers.push({ calls: [call] }, { text: 'It is 18°C in Paris.' });
+    const input: ResponseInputItem[] = [{ role: 'user', content: 'Weather in Paris?' }];
+    const first = await client.responses.create({ model: 'gpt-4o-mini', input, tools: [WEATHER_TOOL] });
+    expect(first.output).toEqual([
+      expect.objectContaining({ type: 'function_call', call_id: 'call_w1', name: 'get_weather', arguments: '{"city":"Paris"}' }),
+    ]);
+    const fc = first.output[0];
+    if (fc.type !== 'function_call') throw new Error('expected a function call');
+
+    const second = await client.responses.create({
+      model: 'gpt-4o-mini',
+      tools: [WEATHER_TOOL],
+      input: [
+        ...input,
+        ...(first.output as ResponseInputItem[]),
+        { type: 'function_call_output', call_id: fc.call_id, output: JSON.stringify({ celsius: 18 }) },
+      ],
+    });
+    expect(second.output_text).toBe('It is 18°C in Paris.');
+    expect(chatRequests[1].messages).toEqual([
+      { role: 'user', content: 'Weather in Paris?' },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_w1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+      },
+      { role: 'tool', tool_call_id: 'call_w1', content: '{"celsius":18}' },
+    ]);
+    expect(chatRequests[1].tools).toEqual([
+      {
+        type: 'function',
+        function: { name: 'get_weather', description: WEATHER_TOOL.description, parameters: WEATHER_TOOL.parameters, strict: true },
+      },
+    ]);
+  });
+
+  it('a streamed function call: finalResponse() has the call with its whole arguments (and the SDK parses strict ones)', async () => {
+    const calls = [
+      { id: 'call_s1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+      { id: 'call_s2', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+    ];
+    answers.push({ text: 'Checking both.', calls }, { text: 'Paris 18°C, Oslo 4°C.' });
+    const input: ResponseInputItem[] = [{ role: 'user', content: 'Weather in Paris and Oslo?' }];
+    const final = await client.responses.stream({ model: 'gpt-4o-mini', input, tools: [WEATHER_TOOL] }).finalResponse();
+    expect(final.output_text).toBe('Checking both.');
+    const fcs = final.output.filter((i) => i.type === 'function_call');
+    expect(fcs).toMatchObject([
+      { call_id: 'call_s1', arguments: calls[0].arguments, parsed_arguments: { city: 'Paris' } },
+      { call_id: 'call_s2', arguments: calls[1].arguments, parsed_arguments: { city: 'Oslo' } },
+    ]);
+    // the output passed back as it came (with the SDK's parsed fields), then both outputs
+    const outputs = fcs.map((f) => ({
+      type: 'function_call_output' as const,
+      call_id: f.call_id,
+      output: f.call_id === 'call_s1' ? '18' : '4',
+    }));
+    const next = await client.responses
+      .stream({ model: 'gpt-4o-mini', tools: [WEATHER_TOOL], input: [...input, ...(final.output as ResponseInputItem[]), ...outputs] })
+      .finalResponse();
+    expect(next.output_text).toBe('Paris 18°C, Oslo 4°C.');
+    expect(chatRequests[1].messages).toEqual([
+      { role: 'user', content: 'Weather in Paris and Oslo?' },
+      {
+        role: 'assistant',
+        content: 'Checking both.',
+        tool_calls: calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })),
+      },
+      { role: 'tool', tool_call_id: 'call_s1', content: '18' },
+      { role: 'tool', tool_call_id: 'call_s2', content: '4' },
+    ]);
+  });
+
+  it('a stream cut at the token limit: finalResponse() is incomplete', async () => {
+    answers.push({ text: 'Once upon a', finish: 'length' });
+    const final = await client.responses.stream({ model: 'gpt-4o-mini', input: 'A story', max_output_tokens: 3 }).finalResponse();
+    expect(final).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, output_text: 'Once upon a' });
+  });
+
+  it('a refused request: the SDK raises a 400 that names the parameter', async () => {
+    const error = await client.responses.create({ model: 'gpt-4o-mini', input: 'Search the web', tools: [{ type: 'web_search' }] }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(error).toMatchObject({ status: 400, param: 'tools[0].type', code: 'unsupported_parameter' });
+    expect((error as Error).message).toContain("'web_search'");
+  });
+});
