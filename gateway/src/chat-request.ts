@@ -18,9 +18,9 @@ const ChatBody = z.looseObject({
   stream: z.boolean().optional(),
   stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
 });
-export type ChatBodyT = z.infer<typeof ChatBody>;
+type ChatBodyT = z.infer<typeof ChatBody>;
 
-export type ChatContext = RequestContext<ChatBodyT>;
+type ChatContext = RequestContext<ChatBodyT>;
 
 export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes): Parsed {
   const parsed = ChatBody.safeParse(body);

@@ -13,7 +13,7 @@ import type { Headers, RequestContext } from './request-context';
 export type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
 /** What a parser found wrong: the status (400 unless said), message, the parameter and a code. */
-export interface Refused {
+interface Refused {
   ok: false;
   message: string;
   param: string | null;

@@ -22,7 +22,7 @@ export function streamTransform(answer: Answer): StreamTransform {
 export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usage | null } {
   const raw = answer.upstream.body!;
   if (!translated(answer)) return { body: raw, usage: answer.route.adapter.usage(raw) };
-  let chat: { usage?: unknown } | null = null;
+  let chat: { usage?: unknown };
   try {
     chat = JSON.parse(raw.toString('utf8')) as { usage?: unknown };
   } catch {

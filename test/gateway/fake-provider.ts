@@ -7,7 +7,14 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 
 export type Behaviour =
-  | { kind: 'ok'; content?: string; usage?: { prompt_tokens: number; completion_tokens: number } | null; delayMs?: number }
+  | {
+      kind: 'ok';
+      content?: string;
+      usage?: { prompt_tokens: number; completion_tokens: number } | null;
+      delayMs?: number;
+      /** Answers with this function call instead of text. */
+      toolCall?: { name: string; arguments: string };
+    }
   | { kind: 'status'; status: number; retryAfter?: string; body?: unknown }
   | { kind: 'hang' }
   /** The connection is dropped as soon as the request arrives (a blocked or unreachable host). */
@@ -29,6 +36,8 @@ export type Behaviour =
     };
 
 export interface Received {
+  /** The provider path called: `/v1/chat/completions`, `/v1/responses`, `/v1/embeddings`. */
+  path: string;
   headers: IncomingMessage['headers'];
   body: Record<string, any>;
 }
@@ -79,9 +88,14 @@ export class FakeProvider {
     let text = '';
     for await (const chunk of req) text += chunk;
     const body = text ? JSON.parse(text) : {};
-    this.received.push({ headers: req.headers, body });
+    const path = (req.url ?? '').replace(/\?.*/, '');
+    this.received.push({ path, headers: req.headers, body });
     const b = this.queue.shift() ?? this.fallback;
     const model = body.model ?? 'unknown';
+    if (b.kind === 'ok' || b.kind === 'stream') {
+      if (path.endsWith('/embeddings')) return answerEmbeddings(res, body);
+      if (path.endsWith('/responses')) return answerResponses(res, body, body.stream === true);
+    }
     switch (b.kind) {
       case 'hang':
         return; // never answers; the socket stays open until the client gives up
@@ -102,7 +116,15 @@ export class FakeProvider {
             object: 'chat.completion',
             created: 1,
             model,
-            choices: [{ index: 0, message: { role: 'assistant', content: b.content ?? `hello from ${model}` }, finish_reason: 'stop' }],
+            choices: [
+              b.toolCall
+                ? {
+                    index: 0,
+                    message: { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: b.toolCall }] },
+                    finish_reason: 'tool_calls',
+                  }
+                : { index: 0, message: { role: 'assistant', content: b.content ?? `hello from ${model}` }, finish_reason: 'stop' },
+            ],
             ...(usage ? { usage } : {}),
           }),
         );
@@ -162,4 +184,78 @@ export async function refusedUrl(): Promise<string> {
   const port = (server.address() as AddressInfo).port;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return `http://127.0.0.1:${port}/v1`;
+}
+
+/** OpenAI's embeddings answer: one 3-dimensional vector per input, usage counted per input. */
+function answerEmbeddings(res: ServerResponse, body: Record<string, any>): void {
+  const inputs: unknown[] = Array.isArray(body.input) ? body.input : [body.input];
+  const data = inputs.map((_, index) => ({ object: 'embedding', index, embedding: [0.1, 0.2, index] }));
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(
+    JSON.stringify({
+      object: 'list',
+      data,
+      model: body.model,
+      usage: { prompt_tokens: 7 * inputs.length, total_tokens: 7 * inputs.length },
+    }),
+  );
+}
+
+/** The Responses API, natively: a whole response, or its event stream. */
+function answerResponses(res: ServerResponse, body: Record<string, any>, stream: boolean): void {
+  const text = `native responses from ${body.model}`;
+  const message = {
+    id: 'msg_native',
+    type: 'message',
+    role: 'assistant',
+    status: 'completed',
+    content: [{ type: 'output_text', text, annotations: [] }],
+  };
+  const response = {
+    id: 'resp_native',
+    object: 'response',
+    created_at: 1,
+    status: 'completed',
+    model: body.model,
+    output: [message],
+    usage: {
+      input_tokens: 30,
+      output_tokens: 6,
+      total_tokens: 36,
+      input_tokens_details: { cached_tokens: 0 },
+      output_tokens_details: { reasoning_tokens: 0 },
+    },
+    error: null,
+    incomplete_details: null,
+    instructions: null,
+    metadata: {},
+    parallel_tool_calls: true,
+    temperature: null,
+    tool_choice: 'auto',
+    tools: [],
+    top_p: null,
+  };
+  if (!stream) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(response));
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  let seq = 0;
+  const send = (type: string, fields: object) =>
+    res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...fields })}\n\n`);
+  send('response.created', { response: { ...response, status: 'in_progress', output: [], usage: null } });
+  send('response.output_item.added', { output_index: 0, item: { ...message, status: 'in_progress', content: [] } });
+  send('response.content_part.added', {
+    item_id: 'msg_native',
+    output_index: 0,
+    content_index: 0,
+    part: { type: 'output_text', text: '', annotations: [] },
+  });
+  send('response.output_text.delta', { item_id: 'msg_native', output_index: 0, content_index: 0, delta: text, logprobs: [] });
+  send('response.output_text.done', { item_id: 'msg_native', output_index: 0, content_index: 0, text, logprobs: [] });
+  send('response.content_part.done', { item_id: 'msg_native', output_index: 0, content_index: 0, part: message.content[0] });
+  send('response.output_item.done', { output_index: 0, item: message });
+  send('response.completed', { response });
+  res.end();
 }

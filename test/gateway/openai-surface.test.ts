@@ -1,0 +1,183 @@
+// The rest of the OpenAI surface through the official client: Responses (native and translated),
+// embeddings (failover only to the same model), models, and JSON errors on every path and method.
+import OpenAI from 'openai';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { mapOf, startGateway, type TestGateway } from './harness';
+
+let hot: FakeProvider, warm: FakeProvider, embedA: FakeProvider, embedB: FakeProvider, other: FakeProvider;
+let gw: TestGateway;
+beforeEach(async () => {
+  [hot, warm, embedA, embedB, other] = await Promise.all([0, 1, 2, 3, 4].map(() => new FakeProvider().start()));
+  const map = mapOf([hot.url], [warm.url]);
+  map.hot.push({ provider: 'openai', model: 'text-embedding-3-small', baseUrl: embedA.url, apis: ['embeddings'] });
+  map.hot.push({ provider: 'openai', model: 'text-embedding-3-large', baseUrl: other.url, apis: ['embeddings'] });
+  map.warm.push({ provider: 'azure', model: 'text-embedding-3-small', baseUrl: embedB.url, apis: ['embeddings'] });
+  gw = await startGateway(map);
+});
+afterEach(async () => {
+  await gw.close();
+  await Promise.all([hot, warm, embedA, embedB, other].map((p) => p.stop()));
+});
+const client = () => new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+const chatCalls = (p: FakeProvider) => p.received.filter((r) => r.path.endsWith('/chat/completions'));
+
+describe('POST /v1/responses', () => {
+  it('passes through to a Hot route that offers the Responses API, whole and streamed, and meters its usage', async () => {
+    const whole = await client().responses.create({ model: 'gpt-4o-mini', input: 'hello', instructions: 'be brief' });
+    expect(whole.output_text).toBe('native responses from gpt-4o-mini');
+    expect(hot.received.at(-1)).toMatchObject({ path: '/v1/responses', body: { input: 'hello', instructions: 'be brief' } });
+    const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'hello' });
+    const final = await stream.finalResponse();
+    expect(final.output_text).toBe('native responses from gpt-4o-mini');
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.provider, e.input_tokens, e.output_tokens, e.error_code])).toEqual([
+      ['openai', '30', '6', ''],
+      ['openai', '30', '6', ''],
+    ]);
+  });
+
+  it('with Hot down, a Warm chat-only route answers translated: the client cannot tell, whole or streamed', async () => {
+    hot.always({ kind: 'status', status: 503 });
+    warm.always({ kind: 'ok', content: 'translated answer', usage: { prompt_tokens: 11, completion_tokens: 3 } });
+    const raw = await client().responses.create({ model: 'gpt-4o-mini', input: 'hello', instructions: 'be brief' }).withResponse();
+    expect(raw.response.headers.get('x-route-tier')).toBe('warm');
+    expect(raw.data.object).toBe('response');
+    expect(raw.data.output_text).toBe('translated answer');
+    expect(raw.data.usage).toMatchObject({ input_tokens: 11, output_tokens: 3 });
+    const sent = chatCalls(warm).at(-1)!.body;
+    expect(sent.messages).toEqual([
+      { role: 'system', content: 'be brief' },
+      { role: 'user', content: 'hello' },
+    ]);
+
+    warm.always({ kind: 'stream', chunks: 3 });
+    const events: string[] = [];
+    const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'hello' });
+    stream.on('event', (e) => events.push(e.type));
+    const final = await stream.finalResponse();
+    expect(final.output_text).toBe('part0 part1 part2');
+    expect(events[0]).toBe('response.created');
+    expect(events).toContain('response.output_text.delta');
+    expect(events.at(-1)).toBe('response.completed');
+    await gw.meter.flush();
+    const warmEvents = gw.events().filter((e) => e.provider === 'anthropic');
+    expect(warmEvents.map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([
+      ['11', '3', ''],
+      ['20', '3', ''],
+    ]);
+  });
+
+  it('function calling works through the translation, both ways', async () => {
+    hot.always({ kind: 'status', status: 503 });
+    warm.next({ kind: 'ok', toolCall: { name: 'get_weather', arguments: '{"city":"Lisbon"}' } });
+    const tools: OpenAI.Responses.Tool[] = [
+      {
+        type: 'function',
+        name: 'get_weather',
+        description: 'weather',
+        parameters: { type: 'object', properties: { city: { type: 'string' } } },
+        strict: false,
+      },
+    ];
+    const first = await client().responses.create({ model: 'gpt-4o-mini', input: 'weather in Lisbon?', tools });
+    const call = first.output.find((o) => o.type === 'function_call');
+    expect(call).toMatchObject({ type: 'function_call', name: 'get_weather', arguments: '{"city":"Lisbon"}', call_id: 'call_1' });
+    expect(chatCalls(warm).at(-1)!.body.tools[0]).toMatchObject({ type: 'function', function: { name: 'get_weather' } });
+
+    warm.next({ kind: 'ok', content: 'sunny' });
+    const second = await client().responses.create({
+      model: 'gpt-4o-mini',
+      tools,
+      input: [
+        { role: 'user', content: 'weather in Lisbon?' },
+        { type: 'function_call', call_id: 'call_1', name: 'get_weather', arguments: '{"city":"Lisbon"}' },
+        { type: 'function_call_output', call_id: 'call_1', output: '{"sky":"clear"}' },
+      ],
+    });
+    expect(second.output_text).toBe('sunny');
+    const messages = chatCalls(warm).at(-1)!.body.messages;
+    expect(messages[1]).toMatchObject({ role: 'assistant', tool_calls: [{ id: 'call_1', function: { name: 'get_weather' } }] });
+    expect(messages[2]).toEqual({ role: 'tool', tool_call_id: 'call_1', content: '{"sky":"clear"}' });
+  });
+
+  it('what cannot be translated goes only to native routes, and is a 400 naming the parameter when there are none', async () => {
+    hot.always({ kind: 'status', status: 503 });
+    const stateful = { model: 'gpt-4o-mini', input: 'and then?', previous_response_id: 'resp_123' } as const;
+    await expect(client().responses.create(stateful)).rejects.toBeInstanceOf(OpenAI.APIError); // the native route is down
+    expect(hot.received.filter((r) => r.path === '/v1/responses')).toHaveLength(3);
+    expect(chatCalls(warm)).toHaveLength(0); // never sent translated: the state lives with the other provider
+
+    const chatOnly = await startGateway({
+      ...mapOf([]),
+      hot: [{ provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warm.url }],
+    });
+    try {
+      const c = new OpenAI({ baseURL: `${chatOnly.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const refused = (await c.responses.create(stateful).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+      expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(refused.param).toBe('previous_response_id');
+      expect(refused.message).toMatch(/previous_response_id/);
+      const builtIn = (await c.responses
+        .create({ model: 'x', input: 'hi', tools: [{ type: 'web_search' }] })
+        .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+      expect(builtIn).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(builtIn.param).toMatch(/^tools/);
+      expect(chatCalls(warm)).toHaveLength(0);
+    } finally {
+      await chatOnly.close();
+    }
+  });
+});
+
+describe('POST /v1/embeddings', () => {
+  it('fails over only to a route of the same model, and meters the usage', async () => {
+    embedA.always({ kind: 'status', status: 503 });
+    const raw = await client()
+      .embeddings.create({ model: 'text-embedding-3-small', input: ['a', 'b'] })
+      .withResponse();
+    expect(raw.data.data).toHaveLength(2);
+    expect(raw.response.headers.get('x-route-provider')).toBe('azure');
+    expect(embedA.received).toHaveLength(3); // retried on its route first
+    expect(other.received).toHaveLength(0); // another model's vectors are never an answer
+    expect(hot.received.concat(warm.received)).toHaveLength(0);
+    await gw.meter.flush();
+    expect(gw.events().at(-1)).toMatchObject({ provider: 'azure', model: 'text-embedding-3-small', input_tokens: '14', error_code: '' });
+  });
+
+  it('a model no route serves is a 404 naming it; nothing is called', async () => {
+    const error = await client()
+      .embeddings.create({ model: 'nomic-embed', input: 'a' })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((error as InstanceType<typeof OpenAI.NotFoundError>).code).toBe('model_not_found');
+    expect(embedA.received.length + embedB.received.length + other.received.length).toBe(0);
+  });
+});
+
+describe('GET /v1/models and errors', () => {
+  it('lists the models the routing map serves', async () => {
+    const ids = [];
+    for await (const m of client().models.list()) ids.push(m.id);
+    expect(ids.sort()).toEqual(['claude-3-5-haiku-latest', 'gpt-4o-mini', 'text-embedding-3-large', 'text-embedding-3-small']);
+  });
+
+  it('answers JSON in OpenAI shape on unknown paths, wrong methods and bad bodies', async () => {
+    const unknown = await fetch(`${gw.url}/v1/completions/legacy`, { method: 'POST' });
+    expect(unknown.status).toBe(404);
+    expect(await unknown.json()).toMatchObject({ error: { type: 'invalid_request_error', code: 'not_found' } });
+    const wrong = await fetch(`${gw.url}/v1/chat/completions`);
+    expect(wrong.status).toBe(405);
+    expect(wrong.headers.get('allow')).toBe('POST');
+    expect(await wrong.json()).toMatchObject({ error: { code: 'method_not_allowed' } });
+    const bad = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"model":',
+    });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ error: { type: 'invalid_request_error' } });
+    const operator = await fetch(`${gw.url}/nothing-here`);
+    expect(operator.headers.get('content-type')).toMatch(/json/);
+  });
+});
