@@ -89,12 +89,12 @@ describe('concierge.json and its lint', () => {
 
   it('npm run concierge:lint exits 1 on the template and 0 on a filled file', () => {
     const tsx = join(root, 'node_modules', '.bin', 'tsx');
-    const bad = spawnSync(tsx, ['gateway/src/voice/lint-cli.ts'], { cwd: root, encoding: 'utf8' });
+    const bad = spawnSync(tsx, ['bin/concierge-lint.ts'], { cwd: root, encoding: 'utf8' });
     expect(bad.status).toBe(1);
     expect(bad.stdout.split('\n')[0]).toBe('$.meta.model: placeholder <REALTIME_MODEL> must be replaced');
     const file = join(mkdtempSync(join(tmpdir(), 'concierge-')), 'c.json');
     writeFileSync(file, JSON.stringify(filled()));
-    const good = spawnSync(tsx, ['gateway/src/voice/lint-cli.ts', file], { cwd: root, encoding: 'utf8' });
+    const good = spawnSync(tsx, ['bin/concierge-lint.ts', file], { cwd: root, encoding: 'utf8' });
     expect(good.status).toBe(0);
   });
 });

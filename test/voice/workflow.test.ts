@@ -333,7 +333,7 @@ describe('telephony rates', () => {
   it('npm run concierge:rates writes the file, and a country without rates is an error that names it', async () => {
     const file = join(dir, 'rates.json');
     // Asynchronous: the pricing server lives in this process and must keep answering.
-    const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), ['gateway/src/voice/rates.ts', 'US', 'ZZ'], {
+    const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), ['bin/concierge-rates.ts', 'US', 'ZZ'], {
       cwd: root,
       env: {
         ...process.env,

@@ -3,7 +3,7 @@
  * the file is valid and holds no placeholder; otherwise exit 1 and one line per problem,
  * `<JSON path>: <what is wrong>`. Launch checklist step 1.
  */
-import { lintFile } from './config';
+import { lintFile } from '../gateway/src/voice/config';
 
 const file = process.argv[2] ?? process.env.CONCIERGE_FILE ?? 'concierge.json';
 const problems = lintFile(file);

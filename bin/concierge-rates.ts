@@ -1,0 +1,36 @@
+/** `npm run concierge:rates -- US GB …`: per-country telephony rates from Twilio's pricing API into the rates file. */
+import { DEFAULT_RATES_FILE, fetchCountryRates, inboundRate, readRates, writeRates } from '../gateway/src/voice/rates';
+
+async function main(): Promise<number> {
+  const countries = process.argv.slice(2).map((c) => c.toUpperCase());
+  if (!countries.length) {
+    process.stderr.write('usage: npm run concierge:rates -- US GB ...\n');
+    return 2;
+  }
+  const sid = process.env.TWILIO_ACCOUNT_SID;
+  const token = process.env.TWILIO_AUTH_TOKEN;
+  if (!sid || !token) {
+    process.stderr.write('TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN must be set\n');
+    return 2;
+  }
+  const file = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
+  const rates = readRates(file);
+  let failed = 0;
+  for (const iso of countries) {
+    try {
+      rates[iso] = await fetchCountryRates(iso, { baseUrl: process.env.TWILIO_PRICING_URL ?? 'https://pricing.twilio.com', sid, token });
+      const r = inboundRate(rates, iso);
+      process.stdout.write(
+        `${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${rates[iso].outbound.length} outbound prefix price(s)\n`,
+      );
+    } catch (error) {
+      failed++;
+      process.stderr.write(`${(error as Error).message}\n`);
+    }
+  }
+  writeRates(file, rates);
+  process.stdout.write(`rates written to ${file}\n`);
+  return failed ? 1 : 0;
+}
+
+main().then((code) => (process.exitCode = code));
