@@ -15,6 +15,8 @@ export interface Flags {
 
 export interface FlagStore {
   get(): Flags;
+  /** Reads the shared flags now (an instance does this before it takes traffic). */
+  refresh(): Promise<Flags>;
   update(change: Partial<Flags>): Promise<Flags>;
   close(): void;
 }
@@ -22,6 +24,9 @@ export interface FlagStore {
 export class LocalFlags implements FlagStore {
   constructor(protected flags: Flags) {}
   get(): Flags {
+    return this.flags;
+  }
+  async refresh(): Promise<Flags> {
     return this.flags;
   }
   async update(change: Partial<Flags>): Promise<Flags> {

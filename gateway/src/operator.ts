@@ -25,6 +25,7 @@ export function mountOperator(app: express.Express, admin: express.RequestHandle
     res.json({
       ok: true,
       routes: o.path.failover.routes.map((r) => ({
+        id: r.label,
         tier: r.tier,
         provider: r.config.provider,
         model: r.config.model,

@@ -18,6 +18,7 @@ function defaultApis(provider: string): ApiKind[] {
 }
 
 export class Route {
+  /** Unique in the map: two routes of one provider and model are still told apart. */
   readonly label: string;
   readonly breaker: Breaker;
   readonly health = new RouteHealth();
@@ -27,8 +28,9 @@ export class Route {
     readonly tier: Tier,
     readonly config: RouteConfig,
     breakerOptions: BreakerOptions,
+    position: number,
   ) {
-    this.label = `${tier}:${config.provider}:${config.model}`;
+    this.label = config.id ?? `${tier}-${position + 1}`;
     this.breaker = new Breaker(this.label, breakerOptions);
     this.adapter = adapterFor(config.provider);
     this.apis = new Set(config.apis ?? defaultApis(config.provider));
@@ -37,5 +39,5 @@ export class Route {
 
 /** Every route of the map, Hot first then Warm, in the map's order. */
 export function buildRoutes(map: RoutesMapConfig, breaker: BreakerOptions = {}): Route[] {
-  return [...map.hot.map((r) => new Route('hot', r, breaker)), ...map.warm.map((r) => new Route('warm', r, breaker))];
+  return [...map.hot.map((r, i) => new Route('hot', r, breaker, i)), ...map.warm.map((r, i) => new Route('warm', r, breaker, i))];
 }

@@ -8,6 +8,11 @@ import { z } from 'zod';
 import { ConfigError } from './errors';
 
 const Route = z.strictObject({
+  /** The route's name in metrics, logs and /health (default: its tier and place, `hot-1`, `warm-2`). */
+  id: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'lowercase letters, digits, . _ - (at most 64)')
+    .optional(),
   provider: z
     .string()
     .min(1)
@@ -96,11 +101,15 @@ export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEn
     const issues = parsed.error.issues.map((i) => `${file}: ${jsonPath(i.path)}: ${i.message}`);
     throw new ConfigError(issues.join('\n'));
   }
+  const ids = new Set<string>();
   for (const [tier, routes] of [
     ['hot', parsed.data.hot],
     ['warm', parsed.data.warm],
   ] as const) {
     routes.forEach((r, i) => {
+      const id = r.id ?? `${tier}-${i + 1}`;
+      if (ids.has(id)) throw new ConfigError(`${file}: ${tier}[${i}].id: "${id}" is already the id of another route`);
+      ids.add(id);
       let url: URL;
       try {
         url = new URL(r.baseUrl);

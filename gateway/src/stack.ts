@@ -101,6 +101,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   const stores = createStores(env, map);
   const { redis, flags, pause, queue, limiter } = stores;
+  // The shared flags (a kill-switch, say) are in force from the first request, not a second later.
+  await Promise.all([flags.refresh(), pause.refresh().catch(() => false)]);
   const spend = new SpendWatch({
     meterUrl: env.METER_URL,
     meterToken: env.METER_TOKEN,

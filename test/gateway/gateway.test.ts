@@ -332,8 +332,10 @@ describe('operator endpoints', () => {
     });
     expect(health.routes[0].latency_p50_ms).toBeGreaterThanOrEqual(0);
     const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
-    expect(metrics).toContain('gateway_route_calls_total{route="hot:openai:gpt-4o-mini",outcome="ok"} 1');
-    expect(metrics).toContain('gateway_breaker_state{route="hot:openai:gpt-4o-mini"} 0');
+    // Each route by its id: the two Hot routes share provider and model and are still told apart.
+    expect(metrics).toContain('gateway_route_calls_total{route="hot-1",outcome="ok"} 1');
+    expect(metrics).toContain('gateway_breaker_state{route="hot-1"} 0');
+    expect(metrics).toContain('gateway_breaker_state{route="hot-2"} 0');
     expect(metrics).toContain('gateway_breaker_open_seconds_total');
   });
 });
