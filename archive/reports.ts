@@ -5,7 +5,7 @@
  */
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { csvField } from '../schema/event-record';
+import { csvField } from '../schema/csv-cell';
 import { lit } from './duck';
 
 export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;

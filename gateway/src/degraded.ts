@@ -128,9 +128,7 @@ export class SpendWatch {
   }
 }
 
-export function capExceeded(v: SpendView): boolean {
-  return v.today > v.dailyCap || v.last7d > v.burnCap;
-}
+export { capExceeded } from '../../schema/spend-cap';
 
 /** Document 2's table. */
 export function planFor(ctx: ChatContext, exceeded: boolean, cheaperModel: string | undefined): Plan {

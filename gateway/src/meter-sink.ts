@@ -14,6 +14,7 @@ import { appendFile, mkdir, open, readFile, rename, stat, writeFile } from 'node
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { CSV_HEADER, eventToCsvLine, formatTimestamp, type EventRecord } from '../../schema/event-record';
+import { isPermanentRefusal } from '../../schema/meter-reply';
 
 export interface MeterSink<T = EventRecord> {
   readonly kind: string;
@@ -182,7 +183,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     }
   }
 
-  private async post(lines: string[]): Promise<{ ok: boolean; error?: string; appended?: number; duplicates?: number }> {
+  private async post(lines: string[]): Promise<{ ok: boolean; error?: string; code?: string; appended?: number; duplicates?: number }> {
     const url = new URL(this.opts.url);
     if (this.opts.token) url.searchParams.set('token', this.opts.token);
     // Apps Script answers the POST with a 302; fetch follows it with a GET, as the web app needs.
@@ -209,13 +210,13 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
         await this.chain.run(() => this.compact(offset));
         return;
       }
-      let reply: { ok: boolean; error?: string; appended?: number; duplicates?: number };
+      let reply: { ok: boolean; error?: string; code?: string; appended?: number; duplicates?: number };
       try {
         reply = await this.post(batch.lines);
       } catch (error) {
         reply = { ok: false, error: (error as Error).name === 'TimeoutError' ? 'timed out' : 'meter unreachable' };
       }
-      if (!reply.ok && !isPermanent(reply.error)) {
+      if (!reply.ok && !isPermanentRefusal(reply.code)) {
         this.stats.failedPosts++;
         this.backoffMs = Math.min(this.opts.maxBackoffMs ?? 60_000, Math.max(1000, this.backoffMs * 2));
         this.retryAt = Date.now() + this.backoffMs;
@@ -252,12 +253,6 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     if (this.timer) clearTimeout(this.timer);
     await this.flush();
   }
-}
-
-/** Errors a retry cannot fix: the meter refused the events themselves. */
-function isPermanent(error: string | undefined): boolean {
-  if (!error) return false;
-  return /expected|at most 500/.test(error) && !/busy|unauthorized|HTTP|unreachable|timed out/.test(error);
 }
 
 export function createMeterSink(env: NodeJS.ProcessEnv, log: Log): MeterSink {

@@ -246,11 +246,11 @@ describe('doPost ingest', () => {
   });
 
   it('checks the token: query first, then body; a wrong one writes nothing', () => {
-    expect(post(meter, { cost_usd: 1 }, 'wrong')).toEqual({ ok: false, error: 'unauthorized' });
-    expect(post(meter, { cost_usd: 1 }, null)).toEqual({ ok: false, error: 'unauthorized' });
+    expect(post(meter, { cost_usd: 1 }, 'wrong')).toEqual({ ok: false, error: 'unauthorized', code: 'unauthorized' });
+    expect(post(meter, { cost_usd: 1 }, null)).toEqual({ ok: false, error: 'unauthorized', code: 'unauthorized' });
     expect(post(meter, { cost_usd: 1, token: SECRET }, null)).toMatchObject({ ok: true });
     expect(post(meter, { cost_usd: 1, token: 'wrong' }, SECRET)).toMatchObject({ ok: true });
-    expect(post(meter, { cost_usd: 1, token: SECRET }, 'wrong')).toEqual({ ok: false, error: 'unauthorized' });
+    expect(post(meter, { cost_usd: 1, token: SECRET }, 'wrong')).toEqual({ ok: false, error: 'unauthorized', code: 'unauthorized' });
     expect(rows()).toHaveLength(2);
     expect(JSON.stringify(post(meter, {}, 'nope'))).not.toContain(SECRET);
   });
@@ -258,7 +258,7 @@ describe('doPost ingest', () => {
   it('uses the Config secret when no Script Property is set', () => {
     platform.properties.deleteProperty('SECRET_TOKEN');
     const configSecret = String(platform.spreadsheet.tab('Config')!.data[4][1]);
-    expect(post(meter, {}, SECRET)).toEqual({ ok: false, error: 'unauthorized' });
+    expect(post(meter, {}, SECRET)).toEqual({ ok: false, error: 'unauthorized', code: 'unauthorized' });
     expect(post(meter, {}, configSecret)).toMatchObject({ ok: true });
   });
 
@@ -309,7 +309,7 @@ describe('doPost ingest', () => {
 describe('doGet', () => {
   it('refuses a bad token and an unknown action', () => {
     const { meter } = freshMeter();
-    expect(callJson(meter, 'doGet', { action: 'spend', token: 'x' })).toEqual({ ok: false, error: 'unauthorized' });
+    expect(callJson(meter, 'doGet', { action: 'spend', token: 'x' })).toEqual({ ok: false, error: 'unauthorized', code: 'unauthorized' });
     const reply = callJson(meter, 'doGet', { action: 'drop', token: SECRET });
     expect(reply.ok).toBe(false);
     expect(reply.error).toMatch(/^action: expected one of .*spend.*got "drop"/);

@@ -161,7 +161,11 @@ describe('exportArchive and doGet export', () => {
     expect(lines.slice(1).map((l) => l.split(',')[0])).toEqual(['b']);
     expect(lines[1]).toContain('"x,y"');
     expect(callJson(meter, 'doGet', { token: SECRET, action: 'export', since: '20-11-2026' }).error).toMatch(/^since: expected a UTC day/);
-    expect(callJson(meter, 'doGet', { token: 'no', action: 'export', since: '2026-11-20' })).toEqual({ ok: false, error: 'unauthorized' });
+    expect(callJson(meter, 'doGet', { token: 'no', action: 'export', since: '2026-11-20' })).toEqual({
+      ok: false,
+      error: 'unauthorized',
+      code: 'unauthorized',
+    });
   });
 });
 

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import vm from 'node:vm';
-import type { FetchOptions, MeterServices } from '../../../apps-script/src/services';
+import type { Blob, FetchOptions, MeterServices } from '../../../apps-script/src/services';
 import { CallCounter, FakeDataValidationBuilder, FakeSpreadsheet } from './spreadsheet';
 
 export class Clock {
@@ -29,10 +29,14 @@ export class FakeLock {
   held = false;
   waits: number[] = [];
   constructor(private readonly calls: CallCounter) {}
+  /**
+   * The fake cannot tell executions apart: a tryLock while the lock is held is taken to come from
+   * another execution (a request arriving while one is running), which waits and gets false.
+   */
   tryLock(ms: number) {
     this.calls.count('Lock.tryLock');
     this.waits.push(ms);
-    if (this.busy) return false;
+    if (this.busy || this.held) return false;
     this.held = true;
     return true;
   }
@@ -82,6 +86,9 @@ export interface FakeTriggerSpec {
   timeZone?: string;
   id: string;
 }
+
+const weekday = (name: string) => name as unknown as GoogleAppsScript.Base.Weekday;
+const LINE_CHART = 'LINE' as unknown as GoogleAppsScript.Charts.ChartType;
 
 export class FakeTrigger {
   constructor(readonly spec: FakeTriggerSpec) {}
@@ -139,7 +146,8 @@ class FakeClockTriggerBuilder {
 
 export class FakeScriptApp {
   readonly triggers: FakeTrigger[] = [];
-  readonly WeekDay = { MONDAY: 'MONDAY', TUESDAY: 'TUESDAY', SUNDAY: 'SUNDAY' } as const;
+  /** Platform enum values: the fake's are their names (the d.ts declares a numeric enum nobody can construct). */
+  readonly WeekDay = { MONDAY: weekday('MONDAY'), TUESDAY: weekday('TUESDAY'), SUNDAY: weekday('SUNDAY') };
   serviceUrl = 'https://script.google.com/macros/s/FAKE/exec';
   private next = 1;
   constructor(readonly calls: CallCounter) {}
@@ -202,6 +210,9 @@ export class FakeBlob {
   getBytes() {
     return this.bytes.slice();
   }
+  getBlob() {
+    return this;
+  }
 }
 
 /**
@@ -248,6 +259,7 @@ export class FakeMail {
 }
 
 export class FakeFile {
+  description = '';
   constructor(
     readonly id: string,
     readonly name: string,
@@ -266,6 +278,13 @@ export class FakeFile {
   getBlob() {
     return { getDataAsString: () => this.content };
   }
+  getDescription() {
+    return this.description;
+  }
+  setDescription(text: string) {
+    this.description = text;
+    return this;
+  }
 }
 
 export class FakeFolder {
@@ -281,11 +300,16 @@ export class FakeFolder {
   getName() {
     return this.name;
   }
-  createFile(nameOrBlob: string | FakeBlob, content = '', mimeType = 'text/plain') {
+  createFile(nameOrBlob: string | Pick<Blob, 'getBlob'>, content = '', mimeType = 'text/plain') {
     this.drive.calls.count('Folder.createFile');
-    const blob = typeof nameOrBlob === 'string' ? null : nameOrBlob;
+    const blob = typeof nameOrBlob === 'string' ? null : nameOrBlob.getBlob();
     const file = blob
-      ? new FakeFile(`file-${this.drive.nextId++}`, blob.getName(), Buffer.from(blob.getBytes()).toString('latin1'), 'audio/mpeg')
+      ? new FakeFile(
+          `file-${this.drive.nextId++}`,
+          blob.getName() ?? 'Untitled',
+          Buffer.from(blob.getBytes()).toString('latin1'),
+          'audio/mpeg',
+        )
       : new FakeFile(`file-${this.drive.nextId++}`, nameOrBlob as string, content, mimeType);
     this.files.push(file);
     return file;
@@ -321,7 +345,9 @@ export class FakeDrive {
 
 export class FakeCalendarEvent {
   deleted = false;
+  readonly tags = new Map<string, string>();
   constructor(
+    private readonly calls: CallCounter,
     readonly id: string,
     public title: string,
     public start: Date,
@@ -329,15 +355,28 @@ export class FakeCalendarEvent {
     readonly options: { description?: string; location?: string },
   ) {}
   getId() {
+    this.calls.count('CalendarEvent.getId');
     return this.id;
   }
-  setTime(start: Date, end: Date) {
+  setTime(start: GoogleAppsScript.Base.Date, end: GoogleAppsScript.Base.Date) {
+    this.calls.count('CalendarEvent.setTime');
     this.start = new Date(start.getTime());
     this.end = new Date(end.getTime());
     return this;
   }
-  deleteEvent() {
-    this.deleted = true;
+  /** Apps Script's event tags: key/value pairs stored with the event, readable later. */
+  setTag(key: string, value: string) {
+    this.calls.count('CalendarEvent.setTag');
+    this.tags.set(key, value);
+    return this;
+  }
+  getTag(key: string) {
+    this.calls.count('CalendarEvent.getTag');
+    return this.tags.get(key) ?? '';
+  }
+  getDescription() {
+    this.calls.count('CalendarEvent.getDescription');
+    return this.options.description ?? '';
   }
 }
 
@@ -350,13 +389,25 @@ export class FakeCalendar {
   ) {}
   createEvent(title: string, start: Date, end: Date, options: { description?: string; location?: string } = {}) {
     this.calls.count('Calendar.createEvent');
-    const ev = new FakeCalendarEvent(`evt-${this.next++}@google.com`, title, new Date(start.getTime()), new Date(end.getTime()), options);
+    const ev = new FakeCalendarEvent(
+      this.calls,
+      `evt-${this.next++}@google.com`,
+      title,
+      new Date(start.getTime()),
+      new Date(end.getTime()),
+      options,
+    );
     this.events.push(ev);
     return ev;
   }
   getEventById(id: string) {
     this.calls.count('Calendar.getEventById');
     return this.events.find((e) => e.id === id && !e.deleted) ?? null;
+  }
+  /** Events that overlap [start, end), as the real getEvents(startTime, endTime) answers. */
+  getEvents(start: GoogleAppsScript.Base.Date, end: GoogleAppsScript.Base.Date) {
+    this.calls.count('Calendar.getEvents');
+    return this.live().filter((e) => e.start.getTime() < end.getTime() && e.end.getTime() > start.getTime());
   }
   live() {
     return this.events.filter((e) => !e.deleted);
@@ -415,7 +466,7 @@ export class FakePlatform {
       fetch: this.urlFetch.fetch,
       mail: this.mail,
       drive: this.drive,
-      lineChart: 'LINE',
+      lineChart: LINE_CHART,
       base64: (text) => Buffer.from(text).toString('base64'),
       calendar: (id) => (id === '' || id === this.calendar.id ? this.calendar : null),
     };
@@ -455,7 +506,7 @@ export class FakePlatform {
       UrlFetchApp: { fetch: this.urlFetch.fetch },
       MailApp: this.mail,
       DriveApp: this.drive,
-      Charts: { ChartType: { LINE: 'LINE', COLUMN: 'COLUMN' } },
+      Charts: { ChartType: { LINE: LINE_CHART } },
       HtmlService: {
         createHtmlOutput: (html: string) => {
           const out = { getContent: () => html, setWidth: () => out, setHeight: () => out };

@@ -71,6 +71,9 @@ export class FakeDataValidation {
     readonly values: string[],
     readonly allowInvalid: boolean,
   ) {}
+  getAllowInvalid() {
+    return this.allowInvalid;
+  }
 }
 
 export class FakeDataValidationBuilder {
@@ -142,6 +145,10 @@ export class FakeTextFinder {
 
 export class FakeFilter {
   constructor(readonly range: FakeRange) {}
+  remove() {
+    this.range.sheet.calls.count('Filter.remove');
+    if (this.range.sheet.filter === this) this.range.sheet.filter = null;
+  }
   getRange() {
     this.range.sheet.calls.count('Filter.getRange');
     return this.range;
@@ -276,7 +283,12 @@ export class FakeRange {
 }
 
 export class FakeChart {
+  private static next = 1;
+  readonly id = FakeChart.next++;
   constructor(readonly options: Record<string, unknown>) {}
+  getChartId() {
+    return this.id;
+  }
 }
 
 class FakeChartBuilder {
