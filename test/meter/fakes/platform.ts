@@ -218,15 +218,24 @@ export class FakeBlob {
 /**
  * UrlFetchApp.fetch: every request is recorded; `respond` decides the answer (a status code, or
  * throw to act as a network failure). muteHttpExceptions false + non-2xx throws, as the real one does.
+ * A slow URL: `latencyMs` passes on the clock while the request is out, and `meanwhile` runs then
+ * (another request reaching the web app, say).
  */
 export class FakeUrlFetch {
   readonly requests: FetchRecord[] = [];
   respond: (req: FetchRecord) => { code: number; body?: string } = () => ({ code: 200, body: 'ok' });
-  constructor(private readonly calls: CallCounter) {}
+  latencyMs = 0;
+  meanwhile: ((req: FetchRecord) => void) | null = null;
+  constructor(
+    private readonly calls: CallCounter,
+    private readonly clock: Clock,
+  ) {}
   fetch = (url: string, options: FetchOptions = {}) => {
     this.calls.count('UrlFetchApp.fetch');
     const req = { url, options };
     this.requests.push(req);
+    this.clock.advance(this.latencyMs);
+    this.meanwhile?.(req);
     const { code, body = '' } = this.respond(req);
     if (!options.muteHttpExceptions && (code < 200 || code >= 300)) {
       throw new Error(`Request failed for ${url} returned code ${code}. Truncated server response: ${body}`);
@@ -261,6 +270,7 @@ export class FakeMail {
 export class FakeFile {
   description = '';
   constructor(
+    private readonly calls: CallCounter,
     readonly id: string,
     readonly name: string,
     readonly content: string,
@@ -279,9 +289,11 @@ export class FakeFile {
     return { getDataAsString: () => this.content };
   }
   getDescription() {
+    this.calls.count('File.getDescription');
     return this.description;
   }
   setDescription(text: string) {
+    this.calls.count('File.setDescription');
     this.description = text;
     return this;
   }
@@ -305,12 +317,13 @@ export class FakeFolder {
     const blob = typeof nameOrBlob === 'string' ? null : nameOrBlob.getBlob();
     const file = blob
       ? new FakeFile(
+          this.drive.calls,
           `file-${this.drive.nextId++}`,
           blob.getName() ?? 'Untitled',
           Buffer.from(blob.getBytes()).toString('latin1'),
           'audio/mpeg',
         )
-      : new FakeFile(`file-${this.drive.nextId++}`, nameOrBlob as string, content, mimeType);
+      : new FakeFile(this.drive.calls, `file-${this.drive.nextId++}`, nameOrBlob as string, content, mimeType);
     this.files.push(file);
     return file;
   }
@@ -445,11 +458,20 @@ export class FakePlatform {
   readonly properties = new FakeProperties(this.calls);
   readonly scriptApp = new FakeScriptApp(this.calls);
   readonly ui = new FakeUi();
-  readonly urlFetch = new FakeUrlFetch(this.calls);
+  readonly urlFetch = new FakeUrlFetch(this.calls, this.clock);
   readonly mail = new FakeMail(this.calls);
   readonly drive = new FakeDrive(this.calls);
   readonly calendar = new FakeCalendar('primary', this.calls);
   readonly logs: string[] = [];
+  /** Calls to services outside the spreadsheet made while the script lock was held (should stay empty). */
+  readonly outboundUnderLock: string[] = [];
+
+  constructor() {
+    this.calls.observe((name) => {
+      if (this.lock.held && /^(UrlFetchApp|Calendar|CalendarEvent|DriveApp|Folder|File|MailApp)\./.test(name))
+        this.outboundUnderLock.push(name);
+    });
+  }
 
   /** The services as modules take them, for unit tests of the modules. */
   services(): MeterServices {
