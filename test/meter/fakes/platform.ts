@@ -387,6 +387,10 @@ export class FakeCalendarEvent {
     this.calls.count('CalendarEvent.getTag');
     return this.tags.get(key) ?? '';
   }
+  deleteEvent() {
+    this.calls.count('CalendarEvent.deleteEvent');
+    this.deleted = true;
+  }
   getDescription() {
     this.calls.count('CalendarEvent.getDescription');
     return this.options.description ?? '';
