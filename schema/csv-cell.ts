@@ -17,7 +17,7 @@ const FORMULA_TRIGGERS = ['=', '+', '-', '@', '\t', '\r'];
 export const NEUTRAL_MARK = "'";
 
 /** Text as it goes into a CSV cell: formula-looking text (and text starting with the mark) gets the mark. */
-export function neutraliseText(text: string): string {
+function neutraliseText(text: string): string {
   const first = text.charAt(0);
   return first === NEUTRAL_MARK || FORMULA_TRIGGERS.includes(first) ? NEUTRAL_MARK + text : text;
 }

@@ -7,7 +7,7 @@
  * explicitly (the ingest adds the code); a cost that is simply absent keeps meaning 0.
  */
 
-export const UNPRICED = 'UNPRICED';
+const UNPRICED = 'UNPRICED';
 const SEPARATOR = '|';
 
 export function isUnpriced(errorCode: unknown): boolean {

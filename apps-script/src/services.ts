@@ -27,7 +27,7 @@ type Returning<T, K extends keyof T, R> = T[K] extends (...args: infer A) => unk
 
 export type CellValue = string | number | boolean | Date;
 
-export interface TextFinder {
+interface TextFinder {
   matchCase: Returning<GTextFinder, 'matchCase', TextFinder>;
   matchEntireCell: Returning<GTextFinder, 'matchEntireCell', TextFinder>;
   useRegularExpression: Returning<GTextFinder, 'useRegularExpression', TextFinder>;
@@ -45,7 +45,7 @@ interface DataValidationBuilder {
 
 type Filter = Pick<GoogleAppsScript.Spreadsheet.Filter, 'remove'>;
 
-export interface Range extends Pick<GRange, 'getRow' | 'getNumRows' | 'getValues' | 'getValue'> {
+interface Range extends Pick<GRange, 'getRow' | 'getNumRows' | 'getValues' | 'getValue'> {
   setValues: Returning<GRange, 'setValues', Range>;
   setNumberFormat: Returning<GRange, 'setNumberFormat', Range>;
   setFontWeight: Returning<GRange, 'setFontWeight', Range>;

@@ -26,7 +26,7 @@ const json = (body: JsonReply | object): WebReply => ({ kind: 'json', body });
 const refuse = (code: MeterFailure['code'], error: string): MeterFailure => ({ ok: false, error, code });
 
 /** Any exception as a reply: a refusal keeps its code; anything else (a Google service timing out, say) is `internal`. */
-export function failure(error: unknown): MeterFailure {
+function failure(error: unknown): MeterFailure {
   if (error instanceof MeterRefusal) return refuse(error.code, error.message);
   return refuse('internal', error instanceof Error ? error.message : String(error));
 }

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { EVENT_FIELDS } from '../../schema/event-record';
 import { DIST, FakePlatform, bundleSource, callJson, loadBundle, type Bundle } from './fakes/platform';
-import { Formula } from './fakes/spreadsheet';
+import { Formula } from './fakes/cells';
 
 const SECRET = 'test-secret-0123456789abcdef';
 

@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { EVENT_FIELDS } from '../../schema/event-record';
 import { FakePlatform, callJson, loadBundle } from './fakes/platform';
-import type { Cell } from './fakes/spreadsheet';
+import type { Cell } from './fakes/cells';
 
 const SECRET = 'future-secret';
 

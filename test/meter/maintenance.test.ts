@@ -6,7 +6,8 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { computeDigest } from '../../apps-script/src/digest';
 import { CSV_HEADER } from '../../schema/event-record';
 import { DIST, FakePlatform, bundleSource, callJson, loadBundle, webEvent, type Bundle, type FakeTextOutput } from './fakes/platform';
-import type { Cell, FakeSheet } from './fakes/spreadsheet';
+import type { Cell } from './fakes/cells';
+import type { FakeSheet } from './fakes/spreadsheet';
 
 const SECRET = 'maintenance-secret';
 const WEBHOOK = 'https://hooks.slack.example/services/T000/B000/XXXX';

@@ -11,7 +11,7 @@ import { WebAppSink } from '../../gateway/src/meter-sink';
 import { normalizeEvent } from '../../schema/event-record';
 import { METER_REPLY_CODES } from '../../schema/meter-reply';
 import { FakePlatform, callJson, loadBundle, webEvent, type Bundle, type FakeTextOutput } from './fakes/platform';
-import { SHEETS_CALL } from './fakes/spreadsheet';
+import { SHEETS_CALL } from './fakes/calls';
 
 const SECRET = 'codes-secret';
 
