@@ -1,5 +1,6 @@
 // The voice concierge's back office in the built bundle (node:vm), with fakes of CalendarApp,
 // DriveApp and UrlFetchApp: bookings, reschedules, leads, voicemail, call records, rollups.
+// One describe per group of actions: long because each behaviour is a short test of its own.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { voiceRollup } from '../../apps-script/src/voice-rollup';
 import { CALL_FIELDS, type CallRecord } from '../../schema/call-record';
