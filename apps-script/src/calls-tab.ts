@@ -33,7 +33,7 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
   for (const r of records) if (!unique.has(r.call_id)) unique.set(r.call_id, r);
   return withScriptLock(svc, () => {
     const sheet = tab(svc.spreadsheet, CALLS);
-    const stored = findStoredIds(sheet, [...unique.keys()]);
+    const stored = findStoredIds(sheet, [...unique.keys()], undefined, AT.call_id + 1);
     const fresh = [...unique.values()].filter((r) => !stored.has(r.call_id));
     appendTabRows(sheet, fresh.map(toRow));
     return { ok: true, appended: fresh.length, duplicates: records.length - fresh.length };

@@ -71,14 +71,14 @@ export function getEventsSheet(ss: Spreadsheet): Sheet {
 }
 
 /**
- * Which of `ids` are already stored in the event_id column. The cost does not grow with the
- * sheet: one TextFinder search per 100 ids (the search runs inside Google), then one read of the
- * rows between the first and last hit to learn which ids matched.
+ * Which of `ids` are already stored in the id column (event_id here; the calls tab passes its
+ * call_id column). The cost does not grow with the sheet: one TextFinder search per 100 ids (the
+ * search runs inside Google), then one read of the rows between the first and last hit.
  */
-export function findStoredIds(sheet: Sheet, ids: string[], lastRow = sheet.getLastRow()): Set<string> {
+export function findStoredIds(sheet: Sheet, ids: string[], lastRow = sheet.getLastRow(), idColumn = columnOf('event_id')): Set<string> {
   const found = new Set<string>();
   if (lastRow < 2 || ids.length === 0) return found;
-  const column = sheet.getRange(2, 1, lastRow - 1, 1);
+  const column = sheet.getRange(2, idColumn, lastRow - 1, 1);
   const rows: number[] = [];
   for (let i = 0; i < ids.length; i += IDS_PER_SEARCH) {
     // ids follow schema/ids.ts, where only `.` is special in a regular expression.
@@ -93,7 +93,7 @@ export function findStoredIds(sheet: Sheet, ids: string[], lastRow = sheet.getLa
   const first = Math.min(...rows);
   const last = Math.max(...rows);
   const wanted = new Set(ids);
-  for (const [value] of sheet.getRange(first, 1, last - first + 1, 1).getValues()) {
+  for (const [value] of sheet.getRange(first, idColumn, last - first + 1, 1).getValues()) {
     const id = String(value);
     if (wanted.has(id)) found.add(id);
   }

@@ -122,12 +122,13 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
     cells[0] = ['key', 'value'];
     changed = true;
   }
-  const rowOf = (key: string) => cells.findIndex((row, i) => i > 0 && String(row[0]).trim() === key);
+  const rowOf = (key: string) => cells.findIndex(([k], i) => i > 0 && String(k).trim() === key);
   CONFIG_DEFAULTS.forEach(([key, fallback], i) => {
     if (rowOf(key) >= 0) return;
     // The contract puts the keys in rows 2-5; use that row when it is free, else add one.
     const preferred = i + 1;
-    if (String(cells[preferred][0]).trim() === '' && String(cells[preferred][1]) === '') cells[preferred] = [key, fallback];
+    const [k, v] = cells[preferred];
+    if (String(k).trim() === '' && String(v) === '') cells[preferred] = [key, fallback];
     else cells.push([key, fallback]);
     report.changes.push(`Config: added ${key}`);
     changed = true;
@@ -139,7 +140,8 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
     changed = true;
   }
   const secretRow = rowOf(SECRET_KEY);
-  if (String(cells[secretRow][1]).trim() === '') {
+  const [, secret] = cells[secretRow];
+  if (String(secret).trim() === '') {
     cells[secretRow] = [SECRET_KEY, `'${randomSecret(svc)}`];
     report.changes.push('Config: generated a random SECRET_TOKEN');
     changed = true;
