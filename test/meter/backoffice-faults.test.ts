@@ -81,4 +81,25 @@ describe('a back-office action that fails half-way', () => {
     expect(act('book_slot', booking())).toMatchObject({ text: first.text, replayed: true });
     expect(texts()).toHaveLength(1);
   });
+
+  it('tabs of an earlier version (no idempotency_key or progress column) are widened on first use, their rows kept', () => {
+    const { platform, act, rows } = backOffice();
+    const activities = platform.spreadsheet.tab('activities')!;
+    const idempotency = platform.spreadsheet.tab('idempotency')!;
+    activities.deleteColumns(7, 1);
+    idempotency.deleteColumns(5, 1);
+    idempotency.loadRows(2, [
+      ['key-old-00001', 'create_lead', '{"ok":true,"action":"create_lead","lead_id":"lead-old","stage":"New"}', '2026-11-01T00:00:00.000Z'],
+    ]);
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, booking_id: 'evt-1@google.com' });
+    expect(activities.data[0].at(-1)).toBe('idempotency_key');
+    expect(rows('activities')[0].at(-1)).toBe('key-book-0001');
+    expect(act('create_lead', lead('key-old-00001'))).toEqual({
+      ok: true,
+      action: 'create_lead',
+      lead_id: 'lead-old',
+      stage: 'New',
+      replayed: true,
+    });
+  });
 });
