@@ -53,7 +53,8 @@ function textOnce(c: Ctx, progress: Progress, to: string, body: string, alsoLock
     return to !== '' && claimText(c.svc, progress);
   });
   if (to === '' && !progress.text) progress.text = 'unsent: no phone in the arguments';
-  return send ? sendText(c.svc, to, body) : (progress.text as string);
+  if (send) progress.text = sendText(c.svc, to, body); // saved first thing by finish()
+  return progress.text as string;
 }
 
 /** The event this key booked, if an earlier attempt got that far. */
@@ -83,6 +84,7 @@ function bookSlot(c: Ctx): Steps {
     const result = { booking_id: bookingId, start: start.toISOString(), end: end.toISOString(), text };
     finish(
       c,
+      progress,
       { type: 'Booking Confirmed', booking_id: bookingId, detail: `${service}, ${when} | text: ${text}` },
       { ok: true, action: 'book_slot', ...result },
     );
@@ -105,6 +107,7 @@ function rescheduleSlot(c: Ctx): Steps {
     const result = { booking_id: bookingId, start: start.toISOString(), end: end.toISOString(), text };
     finish(
       c,
+      progress,
       { type: 'Booking Rescheduled', booking_id: bookingId, detail: `${when}${notes ? ` | ${notes}` : ''} | text: ${text}` },
       { ok: true, action: 'reschedule_slot', ...result },
     );
@@ -140,7 +143,7 @@ function createLead(c: Ctx): Steps {
       return id;
     });
     const result = { lead_id: leadId, stage: 'New' };
-    finish(c, { type: 'Lead Created', detail: leadId }, { ok: true, action: 'create_lead', ...result });
+    finish(c, progress, { type: 'Lead Created', detail: leadId }, { ok: true, action: 'create_lead', ...result });
     return result;
   };
 }
@@ -217,7 +220,7 @@ function routeToVoicemail(c: Ctx): Steps {
       recording: `/${VOICEMAIL_FOLDER_NAME}/${file.getName()}`,
       file_id: file.getId(),
     };
-    finish(c, null, { ok: true, action: 'route_to_voicemail', ...result });
+    finish(c, progress, null, { ok: true, action: 'route_to_voicemail', ...result });
     return result;
   };
 }

@@ -42,9 +42,13 @@ export function locked<T>(c: Ctx, progress: Progress, work: () => T): T {
   });
 }
 
-/** Under the lock: the activity (once per key) and the action's result; the action is then done. */
-export function finish(c: Ctx, activity: Record<string, unknown> | null, result: object): void {
+/**
+ * Under the lock: the progress first (the text's outcome is then known to a retry), the activity
+ * (once per key), and the action's result; the action is then done.
+ */
+export function finish(c: Ctx, progress: Progress, activity: Record<string, unknown> | null, result: object): void {
   withScriptLock(c.svc, () => {
+    saveProgress(c.svc, c.key, progress);
     if (activity) {
       const sheet = tab(c.svc.spreadsheet, ACTIVITIES);
       if (!findKeyed(sheet, ACTIVITIES, c.key))

@@ -25,6 +25,15 @@ describe('a back-office action that fails half-way', () => {
     expect(act('book_slot', booking())).toEqual({ ...same, replayed: true });
   });
 
+  it('book_slot: Sheets times out after the activity was logged; the retry keeps the known outcome "sent" and logs nothing twice', () => {
+    const { platform, act, rows, texts } = backOffice({ twilio: true });
+    platform.calls.failAfter((name, tab) => name === 'Range.setValues' && tab === 'activities');
+    expect(act('book_slot', booking())).toMatchObject(timedOut);
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, booking_id: 'evt-1@google.com', text: 'sent', replayed: false });
+    expect(texts()).toHaveLength(1);
+    expect(rows('activities')).toHaveLength(1);
+  });
+
   it('book_slot: the calendar event was made when Sheets timed out; the retry finds it by its tag and books nothing new', () => {
     const { platform, act, texts } = backOffice({ twilio: true });
     platform.calls.failAfter((name) => name === 'Calendar.createEvent');
