@@ -1,6 +1,7 @@
 // Back-office actions that fail half-way, on the built bundle: Google's services time out in the
 // middle of a script ("Service Spreadsheets timed out"); the voice workflow retries with the same
 // idempotency key. The retry finishes what is missing and repeats nothing; a text goes out at most once.
+// One describe for all the half-way faults: long because each fault is a short test of its own.
 import { describe, expect, it } from 'vitest';
 import { backOffice, booking, lead, voicemail } from './backoffice-setup';
 
