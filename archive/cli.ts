@@ -21,88 +21,86 @@ function today(): string {
   return new Date().toISOString().slice(0, 10);
 }
 
+async function convertCommand(rest: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: { out: { type: 'string', default: DEFAULT_ARCHIVE }, partition: { type: 'boolean' }, replace: { type: 'boolean' } },
+  });
+  if (positionals.length !== 1)
+    throw new UsageError('usage: npm run archive -- <export.csv | export URL | gateway events CSV> [--out DIR] [--partition] [--replace]');
+  const result = await convert(positionals[0], {
+    out: values.out!,
+    partition: values.partition,
+    replace: values.replace,
+    log: (line) => process.stderr.write(`${line}\n`),
+  });
+  process.stdout.write(`${result.files.join('\n')}\n`);
+}
+
+function expireCommand(rest: string[]): void {
+  const { values } = parseArgs({
+    args: rest,
+    options: {
+      archive: { type: 'string', default: DEFAULT_ARCHIVE },
+      days: { type: 'string', default: process.env.ARCHIVE_RETENTION_DAYS ?? String(DEFAULT_ARCHIVE_DAYS) },
+      'dry-run': { type: 'boolean' },
+    },
+  });
+  const result = expireArchive(values.archive!, Number(values.days), new Date(), values['dry-run']);
+  for (const f of result.removed) process.stdout.write(`${values['dry-run'] ? 'would remove' : 'removed'} ${f}\n`);
+  process.stderr.write(
+    `${result.removed.length} file(s) of days before ${result.cutoff} ${values['dry-run'] ? 'to remove' : 'removed'}; ${result.kept} kept\n`,
+  );
+}
+
+/** Runs one query and prints its rows in the format asked for. */
+async function printQuery(sql: string, format: 'table' | 'csv' | 'json'): Promise<void> {
+  const duck = await openDuck();
+  try {
+    const { columns, rows } = await duck.query(sql);
+    process.stdout.write(formatRows(rows, columns, format));
+  } finally {
+    duck.close();
+  }
+}
+
+async function reportCommand(rest: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: {
+      archive: { type: 'string', default: DEFAULT_ARCHIVE },
+      format: { type: 'string', default: 'table' },
+      'as-of': { type: 'string', default: today() },
+      since: { type: 'string' },
+      calls: { type: 'string' },
+    },
+  });
+  const format = values.format as 'table' | 'csv' | 'json';
+  if (!['table', 'csv', 'json'].includes(format)) throw new UsageError(`--format: expected table, csv or json, got "${values.format}"`);
+  if (positionals[0] === 'voice') {
+    const calls = values.calls ?? process.env.CALLS_CSV_FILE ?? '.data/calls.csv';
+    if (!existsSync(calls))
+      throw new UsageError(
+        `--calls ${calls}: no such file (the gateway writes .data/calls.csv when METER_URL is not set; or pass the meter's calls export)`,
+      );
+    if (values.since && !/^\d{4}-\d{2}-\d{2}$/.test(values.since))
+      throw new UsageError(`--since: expected YYYY-MM-DD, got "${values.since}"`);
+    return printQuery(voiceRollupSql(calls, values.since ?? null), format);
+  }
+  const name = positionals[0] as ReportName;
+  if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(values['as-of']!)) throw new UsageError(`--as-of: expected YYYY-MM-DD, got "${values['as-of']}"`);
+  // export-daily is the specification's "daily cost to a CSV": CSV whatever --format says.
+  return printQuery(reportSql(name, values.archive!, values['as-of']!), name === 'export-daily' ? 'csv' : format);
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
-  if (command === 'convert') {
-    const { values, positionals } = parseArgs({
-      args: rest,
-      allowPositionals: true,
-      options: { out: { type: 'string', default: DEFAULT_ARCHIVE }, partition: { type: 'boolean' }, replace: { type: 'boolean' } },
-    });
-    if (positionals.length !== 1)
-      throw new UsageError(
-        'usage: npm run archive -- <export.csv | export URL | gateway events CSV> [--out DIR] [--partition] [--replace]',
-      );
-    const result = await convert(positionals[0], {
-      out: values.out!,
-      partition: values.partition,
-      replace: values.replace,
-      log: (line) => process.stderr.write(`${line}\n`),
-    });
-    process.stdout.write(`${result.files.join('\n')}\n`);
-    return;
-  }
-  if (command === 'expire') {
-    const { values } = parseArgs({
-      args: rest,
-      options: {
-        archive: { type: 'string', default: DEFAULT_ARCHIVE },
-        days: { type: 'string', default: process.env.ARCHIVE_RETENTION_DAYS ?? String(DEFAULT_ARCHIVE_DAYS) },
-        'dry-run': { type: 'boolean' },
-      },
-    });
-    const result = expireArchive(values.archive!, Number(values.days), new Date(), values['dry-run']);
-    for (const f of result.removed) process.stdout.write(`${values['dry-run'] ? 'would remove' : 'removed'} ${f}\n`);
-    process.stderr.write(
-      `${result.removed.length} file(s) of days before ${result.cutoff} ${values['dry-run'] ? 'to remove' : 'removed'}; ${result.kept} kept\n`,
-    );
-    return;
-  }
-  if (command === 'report') {
-    const { values, positionals } = parseArgs({
-      args: rest,
-      allowPositionals: true,
-      options: {
-        archive: { type: 'string', default: DEFAULT_ARCHIVE },
-        format: { type: 'string', default: 'table' },
-        'as-of': { type: 'string', default: today() },
-        since: { type: 'string' },
-        calls: { type: 'string' },
-      },
-    });
-    const name = positionals[0] as ReportName;
-    if (positionals[0] === 'voice') {
-      const calls = values.calls ?? process.env.CALLS_CSV_FILE ?? '.data/calls.csv';
-      if (!existsSync(calls))
-        throw new UsageError(
-          `--calls ${calls}: no such file (the gateway writes .data/calls.csv when METER_URL is not set; or pass the meter's calls export)`,
-        );
-      if (values.since && !/^\d{4}-\d{2}-\d{2}$/.test(values.since))
-        throw new UsageError(`--since: expected YYYY-MM-DD, got "${values.since}"`);
-      const duck = await openDuck();
-      try {
-        const { columns, rows } = await duck.query(voiceRollupSql(calls, values.since ?? null));
-        process.stdout.write(formatRows(rows, columns, (values.format as 'table' | 'csv' | 'json') ?? 'table'));
-      } finally {
-        duck.close();
-      }
-      return;
-    }
-    if (!REPORTS.includes(name))
-      throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
-    const format = values.format as 'table' | 'csv' | 'json';
-    if (!['table', 'csv', 'json'].includes(format)) throw new UsageError(`--format: expected table, csv or json, got "${values.format}"`);
-    if (!/^\d{4}-\d{2}-\d{2}$/.test(values['as-of']!)) throw new UsageError(`--as-of: expected YYYY-MM-DD, got "${values['as-of']}"`);
-    const duck = await openDuck();
-    try {
-      const { columns, rows } = await duck.query(reportSql(name, values.archive!, values['as-of']!));
-      // export-daily is Document 2's "daily cost to a CSV": CSV whatever --format says.
-      process.stdout.write(formatRows(rows, columns, name === 'export-daily' ? 'csv' : format));
-    } finally {
-      duck.close();
-    }
-    return;
-  }
+  if (command === 'convert') return convertCommand(rest);
+  if (command === 'expire') return expireCommand(rest);
+  if (command === 'report') return reportCommand(rest);
   throw new UsageError('usage: cli.ts <convert|expire|report> ...');
 }
 

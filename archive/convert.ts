@@ -18,7 +18,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
-import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, selectTypedGuarded } from './event-sql';
+import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 
 export interface ConvertOptions {
   out: string;
@@ -160,12 +160,12 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   }
 }
 
-/** The CSV as text columns (typing is ours, so the errors can say what was expected). */
+/** The CSV as text columns (typing is ours, so the errors can say what was expected), text cells as sent. */
 function readCsv(file: string): string {
   const columns = EVENT_FIELDS.map((f) => `${lit(f)}: 'VARCHAR'`).join(', ');
-  return (
+  return restoredText(
     `read_csv(${lit(file)}, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"', ` +
-    `columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`
+      `columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`,
   );
 }
 

@@ -4,7 +4,9 @@
  * archive (timestamp TIMESTAMP in UTC, counts BIGINT, cost DECIMAL, scores DOUBLE, booleans).
  * Both read the `staged` table: every field as text, plus `line`.
  */
-import { EVENT_FIELDS, fieldKind, type EventField } from '../schema/event-record';
+import { NEUTRAL_MARK } from '../schema/csv-cell';
+import { EVENT_FIELDS, TEXT_FIELDS, fieldKind, type EventField } from '../schema/event-record';
+import { ID_PATTERN_SOURCE, ID_RULE } from '../schema/ids';
 
 const COST_TYPE = 'DECIMAL(18,9)';
 const RFC3339 = String.raw`^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$`;
@@ -17,10 +19,7 @@ function check(f: EventField): [string, string] | null {
   const c = q(f);
   switch (fieldKind(f)) {
     case 'id':
-      return [
-        `NOT coalesce(regexp_full_match(${c}, '[A-Za-z0-9._:-]{1,128}'), false)`,
-        'expected an event id (1 to 128 characters of A-Z a-z 0-9 . _ : -)',
-      ];
+      return [`NOT coalesce(regexp_full_match(${c}, '${ID_PATTERN_SOURCE}'), false)`, `expected an event id (${ID_RULE})`];
     case 'time':
       return [
         `NOT (coalesce(regexp_full_match(${c}, '${RFC3339}'), false) AND TRY_CAST(${c} AS TIMESTAMPTZ) IS NOT NULL)`,
@@ -87,4 +86,21 @@ export const GUARD_ERROR = 'archive-row-check-failed';
 export function selectTypedGuarded(source: string): string {
   const anyBad = RULES.map(([, [bad]]) => `(${bad})`).join(' OR ');
   return `SELECT ${EVENT_FIELDS.map(typed).join(', ')} FROM ${source} WHERE CASE WHEN ${anyBad} THEN error('${GUARD_ERROR}') ELSE true END`;
+}
+
+const mark = `'${NEUTRAL_MARK.replace(/'/g, "''")}'`;
+
+/**
+ * A CSV source with every text field back to the text that was sent: CSV writers put a mark in
+ * front of formula-looking text (and of text that starts with the mark), see schema/csv-cell.ts;
+ * here a leading mark is dropped, so `customer_id` in Parquet equals what the sender sent.
+ */
+export function restoredText(source: string): string {
+  const text = new Set<EventField>(TEXT_FIELDS);
+  const columns = EVENT_FIELDS.map((f) =>
+    text.has(f)
+      ? `CASE WHEN starts_with(${q(f)}, ${mark}) THEN substr(${q(f)}, ${NEUTRAL_MARK.length + 1}) ELSE ${q(f)} END AS ${q(f)}`
+      : q(f),
+  );
+  return `(SELECT ${columns.join(', ')} FROM ${source})`;
 }

@@ -1,6 +1,6 @@
 /**
  * `npm run archive:expire`: removes archive files whose day is older than the long window
- * (Document 2: 180 days). A file's day is in its name (`events_<yyyymmdd>…parquet`), so nothing
+ * (180 days by the specification). A file's day is in its name (`events_<yyyymmdd>…parquet`), so nothing
  * has to be opened. The object-store equivalent is a lifecycle rule (see README).
  */
 import { readdirSync, rmSync } from 'node:fs';

@@ -1,11 +1,12 @@
 /**
- * Reports over the Parquet archive (Document 2, "Reports and aggregates", 3-6). Each report is one
- * SQL query that DuckDB runs on the files; the JavaScript side only formats the result.
+ * Reports over the Parquet archive (the specification's aggregates: daily totals, per customer,
+ * rolling burn, daily cost as CSV). Each report is one SQL query that DuckDB runs on the files;
+ * the JavaScript side only formats the result.
  * Days are UTC days; "the last 7 days" are the as-of day and the 6 before, as in the meter.
  */
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { csvField } from '../schema/event-record';
+import { csvField } from '../schema/csv-cell';
 import { lit } from './duck';
 
 export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;

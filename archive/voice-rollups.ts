@@ -1,5 +1,5 @@
 /**
- * Document 3's metrics rollups from call records (the gateway's local `calls.csv`, or the meter's
+ * The voice concierge's metrics rollups from call records (the gateway's local `calls.csv`, or the meter's
  * export of its `calls` tab), computed by DuckDB:
  *   booking rate = bookings / answered calls      escalation rate = escalations / answered calls
  *   containment = (answered − escalations) / answered

@@ -1,4 +1,6 @@
-import { csvField } from './event-record';
+import { csvField } from './csv-cell';
+import { ID_PATTERN } from './ids';
+import { MeterRefusal } from './meter-reply';
 
 /**
  * The call record of Document 3: one row per call. Like the event record, one definition shared by
@@ -49,7 +51,11 @@ export interface CallRecord {
   country: string;
 }
 
-class CallRecordError extends Error {}
+class CallRecordError extends MeterRefusal {
+  constructor(message: string) {
+    super('invalid_call', message);
+  }
+}
 
 /** Checks a record as the meter receives it: every field typed, enumerations checked. */
 export function checkCallRecord(input: unknown, index?: number): CallRecord {
@@ -78,7 +84,7 @@ export function checkCallRecord(input: unknown, index?: number): CallRecord {
   const started = str('started_at');
   if (!Number.isFinite(Date.parse(started))) throw new CallRecordError(`${at('started_at')}: expected an RFC 3339 date-time`);
   return {
-    call_id: str('call_id', /^[A-Za-z0-9._:-]{1,128}$/),
+    call_id: str('call_id', ID_PATTERN),
     started_at: new Date(Date.parse(started)).toISOString(),
     duration_s: num('duration_s')!,
     model: str('model'),

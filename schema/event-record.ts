@@ -1,12 +1,17 @@
 /**
- * The event record of Document 2: one row per model call.
+ * The event record: one row per model call.
  *
  * This file is the one definition of the record. The meter (Apps Script bundle) uses it to
  * validate and default what it ingests; the gateway uses it to build the events it sends. It must
  * stay plain TypeScript with no Node or Apps Script API, because it is bundled into both.
  */
 
-/** The column order of the sheet header and of every CSV. Fixed by Document 2. */
+import { csvField } from './csv-cell';
+import { ID_PATTERN, ID_RULE } from './ids';
+import { MeterRefusal, type MeterReplyCode } from './meter-reply';
+import { markUnpriced } from './unpriced';
+
+/** The column order of the sheet header and of every CSV. Fixed by the specification. */
 export const EVENT_FIELDS = [
   'event_id',
   'timestamp',
@@ -39,7 +44,7 @@ export interface EventRecord {
   event_id: string;
   /** The instant of the call. Written to the sheet as a date-time, to CSV as RFC 3339 UTC. */
   timestamp: Date;
-  /** Not checked against the enumeration (Document 2), hence `string`. */
+  /** Not checked against the enumeration (the specification says so), hence `string`. */
   actor_type: ActorType | string;
   provider: string;
   model: string;
@@ -47,7 +52,7 @@ export interface EventRecord {
   input_tokens: number;
   output_tokens: number;
   latency_ms: number;
-  /** `null` only when nobody knows the cost (an unpriced model); the sheet shows it empty. */
+  /** `null` only when nobody knows the cost (an unpriced model); see unpriced.ts for how that is recorded. */
   cost_usd: number | null;
   eval_score: number | null;
   confidence: number | null;
@@ -65,7 +70,7 @@ export type EventInput = { [K in EventField]?: unknown } & Record<string, unknow
 
 type Kind = 'id' | 'time' | 'text' | 'int' | 'decimal' | 'unit' | 'bool';
 
-/** Kind and ingest default of each field (Document 2, "Ingest default when missing"). */
+/** Kind and ingest default of each field (the specification's "ingest default when missing"). */
 const FIELD_KIND: Record<EventField, Kind> = {
   event_id: 'id',
   timestamp: 'time',
@@ -107,18 +112,18 @@ export const TEXT_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIE
 
 /** Longest text a field may hold. Long enough for any id or code, short enough to keep prompts out. */
 const MAX_TEXT_LENGTH = 1000;
-/** event_id characters: what UUIDs and common id schemes use. Keeps ids safe to search for. */
-const EVENT_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
+/**
+ * How far ahead of the meter's clock an event may be stamped (senders' clocks drift). Beyond it the
+ * event is refused: a row from the future would count as today's spend for ever and hold back the
+ * archive export.
+ */
+export const CLOCK_SKEW_ALLOWANCE_MS = 5 * 60_000;
 /** RFC 3339 date-time: date, `T` (or space), time, optional fraction, `Z` or an offset. */
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
 
-class EventValidationError extends Error {
-  constructor(
-    readonly field: string,
-    readonly expected: string,
-    readonly index?: number,
-  ) {
-    super(`${index === undefined ? '' : `events[${index}].`}${field}: expected ${expected}`);
+class EventValidationError extends MeterRefusal {
+  constructor(field: string, expected: string, index?: number, code: MeterReplyCode = 'invalid_event') {
+    super(code, `${index === undefined ? '' : `events[${index}].`}${field}: expected ${expected}`);
     this.name = 'EventValidationError';
   }
 }
@@ -130,6 +135,8 @@ export interface NormalizeOptions {
   uuid: () => string;
   /** Position in a batch, so errors can say which event is wrong. */
   index?: number;
+  /** Refuse timestamps later than now plus this (the meter's ingest uses CLOCK_SKEW_ALLOWANCE_MS). */
+  maxFutureMs?: number;
 }
 
 function isMissing(value: unknown): boolean {
@@ -149,7 +156,7 @@ export function parseRfc3339(text: string): Date | null {
 }
 
 function coerceNumber(field: EventField, value: unknown, expected: string, index?: number): number {
-  // Document 2: "Numbers are coerced from the sent value". A number or a numeric string
+  // The specification: "Numbers are coerced from the sent value". A number or a numeric string
   // coerces; booleans, objects and arrays do not (Number(true) === 1 would hide a client bug).
   let n = NaN;
   if (typeof value === 'number') n = value;
@@ -169,8 +176,22 @@ function coerceText(field: EventField, value: unknown, index?: number): string {
   throw new EventValidationError(field, 'a string', index);
 }
 
+function checkNotFuture(date: Date, opts: NormalizeOptions): Date {
+  if (opts.maxFutureMs === undefined) return date;
+  const latest = opts.now().getTime() + opts.maxFutureMs;
+  if (date.getTime() <= latest) return date;
+  const minutes = opts.maxFutureMs / 60_000;
+  throw new EventValidationError(
+    'timestamp',
+    `a time at most ${minutes} minutes after the meter's clock (allowance for clock skew; latest accepted now ` +
+      `${new Date(latest).toISOString()}), got ${date.toISOString()}`,
+    opts.index,
+    'future_timestamp',
+  );
+}
+
 /**
- * Applies Document 2's ingest defaults and coercion rules to one event.
+ * Applies the ingest defaults and coercion rules to one event.
  * Throws EventValidationError naming the field when a value cannot be coerced.
  * Fields outside the 19 are dropped here, so raw prompts or completions never reach storage.
  */
@@ -186,8 +207,8 @@ export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRec
     switch (FIELD_KIND[field]) {
       case 'id': {
         if (isMissing(value)) out[field] = opts.uuid();
-        else if (typeof value !== 'string' || !EVENT_ID_PATTERN.test(value)) {
-          throw new EventValidationError(field, '1 to 128 characters of A-Z a-z 0-9 . _ : - (a UUIDv4)', index);
+        else if (typeof value !== 'string' || !ID_PATTERN.test(value)) {
+          throw new EventValidationError(field, `${ID_RULE} (a UUIDv4)`, index);
         } else out[field] = value;
         break;
       }
@@ -196,7 +217,7 @@ export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRec
         else {
           const date = typeof value === 'string' ? parseRfc3339(value) : null;
           if (!date) throw new EventValidationError(field, 'an RFC 3339 date-time such as 2026-01-31T12:00:00Z', index);
-          out[field] = date;
+          out[field] = checkNotFuture(date, opts);
         }
         break;
       }
@@ -231,24 +252,19 @@ export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRec
         break;
       }
       case 'bool':
-        // Document 2: true only when the sent value is exactly boolean true.
+        // The specification: true only when the sent value is exactly boolean true.
         out[field] = value === true;
         break;
     }
   }
+  // An explicit `cost_usd: null` says the cost is unknown: the cost keeps the default, the event is marked.
+  if (src.cost_usd === null) out.error_code = markUnpriced(out.error_code as string);
   return out as unknown as EventRecord;
 }
 
 /** RFC 3339 UTC with milliseconds, the form every CSV and export uses. */
 export function formatTimestamp(date: Date): string {
   return date.toISOString();
-}
-
-/** One CSV field, quoted when it holds a comma, quote or line break (RFC 4180). */
-export function csvField(value: unknown): string {
-  if (value === null || value === undefined) return '';
-  const text = Object.prototype.toString.call(value) === '[object Date]' ? formatTimestamp(value as Date) : String(value);
-  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
 export const CSV_HEADER = EVENT_FIELDS.join(',');

@@ -1,14 +1,16 @@
 /**
  * `checkSpendCaps()`: posts a spend alert to the team's Slack webhook when today's cost or the
- * 7-day cost is strictly greater than its cap (the same rule as the gateway's routing).
+ * 7-day cost is strictly greater than its cap (the same rule as the gateway's routing). Calls
+ * without a price are counted in the alert, since their cost is missing from the totals.
  *
  * One alert per crossing and day: the UTC day of the last alert that Slack accepted is kept per
  * cap in a script property. A post that fails (non-2xx or exception) is not recorded, so the next
  * run tries again. The webhook URL is a secret (anyone holding it can post): it is never logged.
  */
+import { overCap } from '../../schema/spend-cap';
 import { configText, readCaps, readConfig } from './config';
 import type { MeterServices } from './services';
-import { capExceeded, readSpendRows, spendTotals, type SpendTotals } from './spend';
+import { capExceeded, readSpendRows, spendTotals, unpricedCounts, type SpendTotals } from './spend';
 import type { Caps } from './config';
 
 const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
@@ -18,6 +20,8 @@ type AlertState = Partial<Record<CapKind, string>>;
 
 export interface CapCheck {
   totals: SpendTotals;
+  /** Events marked as having no price (counted as $0 in the totals), today and in the 7 days. */
+  unpriced: SpendTotals;
   caps: Caps;
   crossed: CapKind[];
   /** Crossed caps not yet alerted today. */
@@ -32,13 +36,23 @@ function utcDay(date: Date): string {
 
 const usd = (value: number, decimals: number) => `$${value.toFixed(decimals)}`;
 
-/** Document 2's alert: Block Kit blocks plus a top-level `text` (form 2, and the notification text). */
-function slackPayload(totals: SpendTotals, caps: Caps, crossed: CapKind[], now: Date, sheetUrl: string) {
+/** "N calls without a price" for the 7 days (and today), or '' when there are none. */
+function unpricedNote(unpriced: SpendTotals): string {
+  if (unpriced.last7d === 0) return '';
+  const calls = (n: number) => `${n} call${n === 1 ? '' : 's'}`;
+  return `${calls(unpriced.last7d)} without a price in the last 7 days (${unpriced.today} today): their cost is unknown and counted as $0, so the totals are too low`;
+}
+
+/** The alert: Block Kit blocks plus a top-level `text` (the plain form, and the notification text). */
+function slackPayload(check: Pick<CapCheck, 'totals' | 'caps' | 'unpriced'>, crossed: CapKind[], now: Date, sheetUrl: string) {
+  const { totals, caps } = check;
   const names = crossed.map((k) => (k === 'daily' ? 'daily cap' : '7-day cap')).join(' and ');
   const today = `Today: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
   const week = `Last 7 days: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;
+  const note = unpricedNote(check.unpriced);
+  const noteBlock = note ? [{ type: 'section', text: { type: 'mrkdwn', text: `:warning: ${note}.` } }] : [];
   return {
-    text: `AI spend alert: ${names} crossed. ${today}. ${week}.`,
+    text: `AI spend alert: ${names} crossed. ${today}. ${week}.${note ? ` ${note}.` : ''}`,
     blocks: [
       { type: 'header', text: { type: 'plain_text', text: `AI spend alert: ${names} crossed`, emoji: true } },
       {
@@ -48,6 +62,7 @@ function slackPayload(totals: SpendTotals, caps: Caps, crossed: CapKind[], now: 
           { type: 'mrkdwn', text: `*Last 7 days*\n${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} cap` },
         ],
       },
+      ...noteBlock,
       {
         type: 'context',
         elements: [
@@ -73,14 +88,19 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const config = readConfig(svc.spreadsheet);
   const caps = readCaps(config);
   const now = svc.now();
-  const totals = spendTotals(readSpendRows(svc), now.getTime());
+  const rows = readSpendRows(svc, 'error_code');
+  const totals = spendTotals(rows, now.getTime());
+  const unpriced = unpricedCounts(
+    rows.map((r) => [r[0], r[2]]),
+    now.getTime(),
+  );
   const crossed: CapKind[] = [];
-  if (totals.today > caps.dailyCapUsd) crossed.push('daily');
-  if (totals.last7d > caps.burn7dCapUsd) crossed.push('burn7d');
+  if (overCap(totals.today, caps.dailyCapUsd)) crossed.push('daily');
+  if (overCap(totals.last7d, caps.burn7dCapUsd)) crossed.push('burn7d');
   const day = utcDay(now);
   const state = readState(svc);
   const due = crossed.filter((k) => state[k] !== day);
-  const result: CapCheck = { totals, caps, crossed, due, posted: false, message: '' };
+  const result: CapCheck = { totals, unpriced, caps, crossed, due, posted: false, message: '' };
 
   if (!capExceeded(totals, caps)) result.message = `under both caps (today ${usd(totals.today, 4)}, 7 days ${usd(totals.last7d, 2)})`;
   else if (due.length === 0) result.message = `cap(s) ${crossed.join(', ')} crossed; already alerted today`;
@@ -89,7 +109,7 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
     if (webhook === '') result.message = `cap(s) ${due.join(', ')} crossed, but SLACK_WEBHOOK_URL is empty: no alert posted`;
     else if (!/^https:\/\//.test(webhook)) result.message = 'SLACK_WEBHOOK_URL is not an https URL: no alert posted';
     else {
-      const payload = slackPayload(totals, caps, due, now, svc.spreadsheet.getUrl());
+      const payload = slackPayload(result, due, now, svc.spreadsheet.getUrl());
       try {
         const response = svc.fetch(webhook, {
           method: 'post',

@@ -1,29 +1,33 @@
 /**
- * The nightly export that feeds the Parquet archive (Document 2, "A nightly export of the events
- * tab feeds the Parquet archive"), and the same CSV served by `doGet?action=export&since=`.
+ * The nightly export that feeds the Parquet archive, and the same CSV served by
+ * `doGet?action=export&since=`.
  *
  * `exportArchive()` writes every row added since the last export whose timestamp is before today
  * (UTC): the previous day's events plus late arrivals with older timestamps. Today's rows wait for
- * the next night. The file is `events_<previous day>.csv` in the archive folder; the archive side
- * dedups by event_id, so a row exported twice (possible after a watermark reset) is harmless.
+ * the next night. A row stamped further in the future than the clock-skew allowance cannot be
+ * waited for (it would hold the watermark back for good), so it is exported at once and the run
+ * says so. The file is `events_<previous day>.csv` in the archive folder; the archive dedups by
+ * event_id, so a row exported twice (possible after a watermark reset) is harmless.
+ *
+ * The script lock is held for the read and for the watermark's move, not for the Drive write.
  */
-import { CSV_HEADER, EVENT_FIELDS, csvField, formatTimestamp, parseRfc3339 } from '../../schema/event-record';
-import { configText, readConfig, writeConfigValue } from './config';
-import { cellTime, getEventsSheet, readAllRows } from './events-sheet';
-import { withScriptLock } from './ingest';
-import type { FolderLike, MeterServices } from './services';
-import { DAY_MS, utcDayStart } from './spend';
-import { readWatermark, watermarkHolds, writeWatermark } from './watermark';
+import { csvField } from '../../schema/csv-cell';
+import { CLOCK_SKEW_ALLOWANCE_MS, CSV_HEADER, EVENT_FIELDS, formatTimestamp } from '../../schema/event-record';
+import { EVENT_AT, cellTime, getEventsSheet, readAllRows } from './events-sheet';
+import { folderFromConfig } from './folders';
+import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
+import type { Folder, MeterServices } from './services';
+import { findRow } from './tabs';
+import { DAY_MS, parseUtcDay, utcDayStart } from './utc-day';
+import { readWatermark, watermarkHolds, writeWatermark, type Watermark } from './watermark';
 
 const ARCHIVE_FOLDER_NAME = 'AI meter archive';
-/** Export and retention read the whole tab; they may wait longer for the lock than ingest does. */
-export const MAINTENANCE_LOCK_MS = 30_000;
 
 function isDate(value: unknown): value is Date {
   return Object.prototype.toString.call(value) === '[object Date]';
 }
 
-/** One sheet row as a CSV line: dates as RFC 3339 UTC, booleans as true/false. */
+/** One sheet row as a CSV line: dates as RFC 3339 UTC, booleans as true/false, text neutralised. */
 function rowToCsvLine(row: unknown[]): string {
   return EVENT_FIELDS.map((_, i) => {
     const v = row[i];
@@ -39,19 +43,13 @@ function rowsToCsv(rows: unknown[][]): string {
 
 /** `doGet?action=export&since=YYYY-MM-DD`: rows with a timestamp on or after that UTC day. */
 export function exportSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
-  const day = /^\d{4}-\d{2}-\d{2}$/.test(since ?? '') ? parseRfc3339(`${since}T00:00:00Z`) : null;
-  if (!day) throw new Error(`since: expected a UTC day as YYYY-MM-DD, got "${since ?? ''}"`);
-  const from = day.getTime();
-  return rowsToCsv(readAllRows(getEventsSheet(svc.spreadsheet)).filter((row) => cellTime(row[1]) >= from));
+  const from = parseUtcDay(since).getTime();
+  return rowsToCsv(readAllRows(getEventsSheet(svc.spreadsheet)).filter((row) => cellTime(row[EVENT_AT.timestamp]) >= from));
 }
 
 /** The archive folder from Config, creating it (and recording its id) when missing. */
-export function archiveFolder(svc: MeterServices): FolderLike {
-  const id = configText(readConfig(svc.spreadsheet), 'ARCHIVE_FOLDER_ID');
-  if (id) return svc.drive.getFolderById(id);
-  const folder = svc.drive.createFolder(ARCHIVE_FOLDER_NAME);
-  writeConfigValue(svc.spreadsheet, 'ARCHIVE_FOLDER_ID', folder.getId());
-  return folder;
+export function archiveFolder(svc: MeterServices): Folder {
+  return folderFromConfig(svc, 'ARCHIVE_FOLDER_ID', ARCHIVE_FOLDER_NAME);
 }
 
 export interface ExportResult {
@@ -61,54 +59,85 @@ export interface ExportResult {
   message: string;
 }
 
-function freeName(folder: FolderLike, base: string): string {
+interface ExportPlan {
+  out: unknown[][];
+  /** The last row up to which everything is exported after this run, and its event. */
+  watermark: Watermark;
+  notes: string[];
+}
+
+/** Which rows to export and where the watermark ends, from the tab's rows (row 2 = index 0). */
+function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number): ExportPlan {
+  const trusted = watermarkHolds(previous, rows);
+  const startRow = trusted ? previous.row : 1;
+  const todayStart = utcDayStart(nowMs);
+  const aheadFrom = nowMs + CLOCK_SKEW_ALLOWANCE_MS;
+  const out: unknown[][] = [];
+  let row = startRow;
+  let waiting = false;
+  let unreadable = 0;
+  let ahead = 0;
+  for (let r = startRow + 1; r <= rows.length + 1; r++) {
+    const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
+    if (Number.isNaN(t)) unreadable++;
+    else if (t < todayStart) out.push(rows[r - 2]);
+    else if (t > aheadFrom) {
+      out.push(rows[r - 2]); // from the future: waiting for its day would hold the watermark for good
+      ahead++;
+    } else waiting = true; // today's row: next night's export takes it
+    if (!waiting) row = r;
+  }
+  const notes = [
+    trusted ? '' : previous ? 'the previous watermark no longer matched its row (rows were moved by hand): exported from the top' : '',
+    unreadable ? `${unreadable} row(s) have no readable timestamp and were not exported` : '',
+    ahead
+      ? `${ahead} row(s) stamped more than ${CLOCK_SKEW_ALLOWANCE_MS / 60_000} minutes in the future were exported now instead of waiting for their day (check the sender's clock)`
+      : '',
+  ].filter(Boolean);
+  const eventId = row >= 2 ? String(rows[row - 2][EVENT_AT.event_id]) : '';
+  return { out, watermark: { row, eventId, exportedAt: new Date(nowMs).toISOString() }, notes };
+}
+
+function freeName(folder: Folder, base: string): string {
   let name = `${base}.csv`;
   for (let n = 2; folder.getFilesByName(name).hasNext(); n++) name = `${base}_${n}.csv`;
   return name;
 }
 
+/**
+ * Records the watermark at its event. Retention may have run while the file was written (it
+ * deletes only rows above the old watermark, so the event moved up): the event is found again.
+ */
+function commitWatermark(svc: MeterServices, wm: Watermark): number {
+  let row = wm.row;
+  if (row >= 2) {
+    const sheet = getEventsSheet(svc.spreadsheet);
+    const idColumn = EVENT_AT.event_id + 1;
+    const inPlace = row <= sheet.getLastRow() && String(sheet.getRange(row, idColumn).getValue()) === wm.eventId;
+    if (!inPlace) row = findRow(sheet, idColumn, wm.eventId);
+  }
+  if (row) writeWatermark(svc, { ...wm, row });
+  return row;
+}
+
 export function exportArchive(svc: MeterServices): ExportResult {
-  return withScriptLock(
+  const nowMs = svc.now().getTime();
+  const plan = withScriptLock(
     svc,
-    () => {
-      const rows = readAllRows(getEventsSheet(svc.spreadsheet));
-      const previous = readWatermark(svc);
-      const trusted = watermarkHolds(previous, rows);
-      const startRow = trusted ? previous.row : 1;
-      const todayStart = utcDayStart(svc.now().getTime());
-
-      const out: unknown[][] = [];
-      let watermark = startRow;
-      let waiting = false;
-      let unreadable = 0;
-      for (let r = startRow + 1; r <= rows.length + 1; r++) {
-        const row = rows[r - 2];
-        const t = cellTime(row[1]);
-        if (Number.isNaN(t)) unreadable++;
-        else if (t < todayStart) out.push(row);
-        else waiting = true; // today's row: next night's export takes it
-        if (!waiting) watermark = r;
-      }
-
-      let file: string | null = null;
-      if (out.length > 0) {
-        const folder = archiveFolder(svc);
-        file = freeName(folder, `events_${new Date(todayStart - DAY_MS).toISOString().slice(0, 10)}`);
-        folder.createFile(file, rowsToCsv(out), 'text/csv');
-      }
-      writeWatermark(svc, {
-        row: watermark,
-        eventId: watermark >= 2 ? String(rows[watermark - 2][0]) : '',
-        exportedAt: svc.now().toISOString(),
-      });
-      const notes = [
-        trusted ? '' : previous ? 'the previous watermark no longer matched its row (rows were moved by hand): exported from the top' : '',
-        unreadable ? `${unreadable} row(s) have no readable timestamp and were not exported` : '',
-      ].filter(Boolean);
-      const message = `${file ? `wrote ${out.length} row(s) to ${file}` : 'no rows to export'}; watermark at row ${watermark}${notes.length ? `; ${notes.join('; ')}` : ''}`;
-      svc.log(`exportArchive: ${message}`);
-      return { file, rows: out.length, watermark, message };
-    },
+    () => planExport(readAllRows(getEventsSheet(svc.spreadsheet)), readWatermark(svc), nowMs),
     MAINTENANCE_LOCK_MS,
   );
+  let file: string | null = null;
+  if (plan.out.length > 0) {
+    const folder = archiveFolder(svc);
+    file = freeName(folder, `events_${new Date(utcDayStart(nowMs) - DAY_MS).toISOString().slice(0, 10)}`);
+    folder.createFile(file, rowsToCsv(plan.out), 'text/csv');
+  }
+  const watermark = withScriptLock(svc, () => commitWatermark(svc, plan.watermark), MAINTENANCE_LOCK_MS);
+  const where = watermark
+    ? `watermark at row ${watermark}`
+    : 'watermark unchanged: the last exported event is no longer in the tab (removed by hand?)';
+  const message = `${file ? `wrote ${plan.out.length} row(s) to ${file}` : 'no rows to export'}; ${where}${plan.notes.length ? `; ${plan.notes.join('; ')}` : ''}`;
+  svc.log(`exportArchive: ${message}`);
+  return { file, rows: plan.out.length, watermark, message };
 }

@@ -1,17 +1,22 @@
 /**
- * The `calls` tab: Document 3's call records (`doPost` with `{"calls":[...]}`), one row per call,
- * typed like events (numbers as numbers, booleans exact, started_at a date-time), deduplicated by
- * call_id. Every record is checked before anything is written; one bad record refuses the batch.
+ * The `calls` tab: the voice concierge's call records (`doPost` with `{"calls":[...]}`), one row per
+ * call, typed like events (numbers as numbers, booleans exact, started_at a date-time),
+ * deduplicated by call_id. Every record is checked before anything is written; one bad record
+ * refuses the batch.
  */
 import { CALL_FIELDS, checkCallRecord, type CallRecord } from '../../schema/call-record';
-import { csvField } from '../../schema/event-record';
+import { csvField } from '../../schema/csv-cell';
+import { MeterRefusal } from '../../schema/meter-reply';
 import { cellTime, findStoredIds } from './events-sheet';
-import { MAX_BATCH, withScriptLock } from './ingest';
-import type { MeterServices, SheetLike } from './services';
-import { appendTabRows, type TabSpec, tab } from './tabs';
+import { MAX_BATCH } from './ingest';
+import { withScriptLock } from './lock';
+import type { MeterServices } from './services';
+import { appendTabRows, fieldIndex, type TabSpec, tab } from './tabs';
+import { parseUtcDay } from './utc-day';
 import type { JsonReply } from './web';
 
 export const CALLS: TabSpec = { name: 'calls', header: CALL_FIELDS };
+const AT = fieldIndex(CALL_FIELDS);
 
 function toRow(c: CallRecord): unknown[] {
   // appendTabRows quote-prefixes strings; the date goes in as a Date so the sheet can filter on it.
@@ -20,36 +25,27 @@ function toRow(c: CallRecord): unknown[] {
 
 export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
   const list = (body as { calls?: unknown }).calls;
-  if (!Array.isArray(list)) return { ok: false, error: 'calls: expected an array of call records' };
-  if (list.length > MAX_BATCH) return { ok: false, error: `calls: expected at most ${MAX_BATCH} records per request, got ${list.length}` };
-  let records: CallRecord[];
-  try {
-    records = list.map((r, i) => checkCallRecord(r, i));
-  } catch (error) {
-    return { ok: false, error: (error as Error).message };
-  }
+  if (!Array.isArray(list)) throw new MeterRefusal('invalid_body', 'calls: expected an array of call records');
+  if (list.length > MAX_BATCH)
+    throw new MeterRefusal('too_many_events', `calls: expected at most ${MAX_BATCH} records per request, got ${list.length}`);
+  const records = list.map((r, i) => checkCallRecord(r, i));
   const unique = new Map<string, CallRecord>();
   for (const r of records) if (!unique.has(r.call_id)) unique.set(r.call_id, r);
-  try {
-    return withScriptLock(svc, () => {
-      const sheet: SheetLike = tab(svc.spreadsheet, CALLS);
-      const stored = findStoredIds(sheet, [...unique.keys()]);
-      const fresh = [...unique.values()].filter((r) => !stored.has(r.call_id));
-      appendTabRows(sheet, fresh.map(toRow));
-      return { ok: true, appended: fresh.length, duplicates: records.length - fresh.length };
-    });
-  } catch (error) {
-    return { ok: false, error: (error as Error).message };
-  }
+  return withScriptLock(svc, () => {
+    const sheet = tab(svc.spreadsheet, CALLS);
+    const stored = findStoredIds(sheet, [...unique.keys()], undefined, AT.call_id + 1);
+    const fresh = [...unique.values()].filter((r) => !stored.has(r.call_id));
+    appendTabRows(sheet, fresh.map(toRow));
+    return { ok: true, appended: fresh.length, duplicates: records.length - fresh.length };
+  });
 }
 
 /** `doGet?action=export&what=calls&since=YYYY-MM-DD`: the calls tab as CSV (started on or after that UTC day). */
 export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
-  if (!/^\d{4}-\d{2}-\d{2}$/.test(since ?? '')) throw new Error(`since: expected a UTC day as YYYY-MM-DD, got "${since ?? ''}"`);
-  const from = Date.parse(`${since}T00:00:00Z`);
+  const from = parseUtcDay(since).getTime();
   const sheet = svc.spreadsheet.getSheetByName(CALLS.name);
   const last = sheet ? sheet.getLastRow() : 0;
   const rows = sheet && last >= 2 ? sheet.getRange(2, 1, last - 1, CALL_FIELDS.length).getValues() : [];
-  const keep = rows.filter((r) => cellTime(r[1]) >= from);
+  const keep = rows.filter((r) => cellTime(r[AT.started_at]) >= from);
   return [CALL_FIELDS.join(','), ...keep.map((r) => r.map(csvField).join(','))].join('\r\n') + '\r\n';
 }

@@ -3,11 +3,12 @@
  * contract's keys. The secret may also live in a Script Property, which then wins, so it can be
  * kept out of the sheet altogether.
  */
-import type { PropertiesLike, SheetLike, SpreadsheetLike } from './services';
+import { MeterRefusal } from '../../schema/meter-reply';
+import type { Properties, Sheet, Spreadsheet } from './services';
 
 export const CONFIG_TAB = 'Config';
 
-/** The contract's keys, in the order of rows 2-5, with Document 2's defaults. */
+/** The contract's keys, in the order of rows 2-5, with the specification's defaults. */
 export const CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | number]> = [
   ['DAILY_CAP_USD', 50],
   ['BURN_7D_CAP_USD', 200],
@@ -17,12 +18,12 @@ export const CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | number]> 
 
 export type ConfigValues = Map<string, unknown>;
 
-function getConfigSheet(ss: SpreadsheetLike): SheetLike | null {
+function getConfigSheet(ss: Spreadsheet): Sheet | null {
   return ss.getSheetByName(CONFIG_TAB);
 }
 
 /** Every `key → value` of the Config tab, in one read. Keys are trimmed; later duplicates lose. */
-export function readConfig(ss: SpreadsheetLike): ConfigValues {
+export function readConfig(ss: Spreadsheet): ConfigValues {
   const values: ConfigValues = new Map();
   const sheet = getConfigSheet(ss);
   if (!sheet) return values;
@@ -50,7 +51,7 @@ export function configNumber(config: ConfigValues, key: string, fallback: number
   if (value === undefined || value === null || value === '') return fallback;
   const n = typeof value === 'number' ? value : Number(String(value).trim());
   if (!Number.isFinite(n) || n < min) {
-    throw new Error(`Config ${key} must be a number >= ${min}, found "${String(value)}"`);
+    throw new MeterRefusal('config_error', `Config ${key} must be a number >= ${min}, found "${String(value)}"`);
   }
   return n;
 }
@@ -61,7 +62,7 @@ export const SECRET_KEY = 'SECRET_TOKEN';
  * The ingest secret: the Script Property when set, else the Config value. '' means none.
  * The Config tab is read only when no property is set (a read costs four service calls).
  */
-export function resolveSecret(spreadsheet: SpreadsheetLike, properties: PropertiesLike): string {
+export function resolveSecret(spreadsheet: Spreadsheet, properties: Properties): string {
   const fromProperty = properties.getProperty(SECRET_KEY);
   if (fromProperty) return fromProperty;
   return configText(readConfig(spreadsheet), SECRET_KEY);
@@ -93,9 +94,9 @@ export const OPTIONAL_CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | 
 ];
 
 /** Sets one Config value by key (appending the key when absent): two reads and one write. */
-export function writeConfigValue(ss: SpreadsheetLike, key: string, value: string | number): void {
+export function writeConfigValue(ss: Spreadsheet, key: string, value: string | number): void {
   const sheet = getConfigSheet(ss);
-  if (!sheet) throw new Error(`the "${CONFIG_TAB}" tab is missing: run setup() from the Meter menu`);
+  if (!sheet) throw new MeterRefusal('not_set_up', `the "${CONFIG_TAB}" tab is missing: run setup() from the Meter menu`);
   const lastRow = sheet.getLastRow();
   const keys = lastRow >= 2 ? sheet.getRange(2, 1, lastRow - 1, 1).getValues() : [];
   const index = keys.findIndex(([k]) => String(k).trim() === key);

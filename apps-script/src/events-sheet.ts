@@ -3,7 +3,9 @@
  * operations on the tab (append a batch, find stored event_ids, read the columns a report needs).
  */
 import { EVENT_FIELDS, TEXT_FIELDS, type EventField, type EventRecord } from '../../schema/event-record';
-import type { CellValue, SheetLike, SpreadsheetLike } from './services';
+import { MeterRefusal } from '../../schema/meter-reply';
+import type { CellValue, Sheet, Spreadsheet } from './services';
+import { fieldIndex } from './tabs';
 
 export const EVENTS_TAB = 'events';
 export const EVENT_COLUMNS = EVENT_FIELDS.length;
@@ -19,8 +21,12 @@ const IDS_PER_SEARCH = 100;
 
 const TEXT = new Set<EventField>(TEXT_FIELDS);
 
+/** 0-based position of each field in a row read from the tab. */
+export const EVENT_AT = fieldIndex(EVENT_FIELDS);
+
+/** 1-based column of a field. */
 export function columnOf(field: EventField): number {
-  return EVENT_FIELDS.indexOf(field) + 1;
+  return EVENT_AT[field] + 1;
 }
 
 /**
@@ -58,24 +64,24 @@ export function cellTime(value: unknown): number {
   return NaN;
 }
 
-export function getEventsSheet(ss: SpreadsheetLike): SheetLike {
+export function getEventsSheet(ss: Spreadsheet): Sheet {
   const sheet = ss.getSheetByName(EVENTS_TAB);
-  if (!sheet) throw new Error(`the "${EVENTS_TAB}" tab is missing: run setup() from the Meter menu`);
+  if (!sheet) throw new MeterRefusal('not_set_up', `the "${EVENTS_TAB}" tab is missing: run setup() from the Meter menu`);
   return sheet;
 }
 
 /**
- * Which of `ids` are already stored in the event_id column. The cost does not grow with the
- * sheet: one TextFinder search per 100 ids (the search runs inside Google), then one read of the
- * rows between the first and last hit to learn which ids matched.
+ * Which of `ids` are already stored in the id column (event_id here; the calls tab passes its
+ * call_id column). The cost does not grow with the sheet: one TextFinder search per 100 ids (the
+ * search runs inside Google), then one read of the rows between the first and last hit.
  */
-export function findStoredIds(sheet: SheetLike, ids: string[], lastRow = sheet.getLastRow()): Set<string> {
+export function findStoredIds(sheet: Sheet, ids: string[], lastRow = sheet.getLastRow(), idColumn = columnOf('event_id')): Set<string> {
   const found = new Set<string>();
   if (lastRow < 2 || ids.length === 0) return found;
-  const column = sheet.getRange(2, 1, lastRow - 1, 1);
+  const column = sheet.getRange(2, idColumn, lastRow - 1, 1);
   const rows: number[] = [];
   for (let i = 0; i < ids.length; i += IDS_PER_SEARCH) {
-    // ids match /^[A-Za-z0-9._:-]+$/ (see schema), so only `.` needs escaping.
+    // ids follow schema/ids.ts, where only `.` is special in a regular expression.
     const pattern = ids
       .slice(i, i + IDS_PER_SEARCH)
       .map((id) => id.replace(/\./g, '\\.'))
@@ -87,7 +93,7 @@ export function findStoredIds(sheet: SheetLike, ids: string[], lastRow = sheet.g
   const first = Math.min(...rows);
   const last = Math.max(...rows);
   const wanted = new Set(ids);
-  for (const [value] of sheet.getRange(first, 1, last - first + 1, 1).getValues()) {
+  for (const [value] of sheet.getRange(first, idColumn, last - first + 1, 1).getValues()) {
     const id = String(value);
     if (wanted.has(id)) found.add(id);
   }
@@ -95,7 +101,7 @@ export function findStoredIds(sheet: SheetLike, ids: string[], lastRow = sheet.g
 }
 
 /** Cells in the whole spreadsheet (every tab counts towards Google's limit). */
-function spreadsheetCells(ss: SpreadsheetLike): number {
+function spreadsheetCells(ss: Spreadsheet): number {
   let cells = 0;
   for (const sheet of ss.getSheets()) cells += sheet.getMaxRows() * sheet.getMaxColumns();
   return cells;
@@ -105,7 +111,7 @@ function spreadsheetCells(ss: SpreadsheetLike): number {
  * Writes rows after the last row in one setValues call, growing the tab first when needed.
  * Refuses, before writing anything, a write that would pass the spreadsheet's cell limit.
  */
-export function appendRows(ss: SpreadsheetLike, sheet: SheetLike, rows: CellValue[][], lastRow = sheet.getLastRow()): number {
+export function appendRows(ss: Spreadsheet, sheet: Sheet, rows: CellValue[][], lastRow = sheet.getLastRow()): number {
   if (rows.length === 0) return 0;
   const start = lastRow + 1;
   const maxRows = sheet.getMaxRows();
@@ -115,7 +121,8 @@ export function appendRows(ss: SpreadsheetLike, sheet: SheetLike, rows: CellValu
     const width = sheet.getMaxColumns();
     const after = cells + needed * width;
     if (after > SPREADSHEET_CELL_LIMIT) {
-      throw new Error(
+      throw new MeterRefusal(
+        'spreadsheet_full',
         `the spreadsheet is full: ${rows.length} more row(s) would take it to ${after} cells, past Google's ` +
           `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
           `(exportArchive + npm run archive, see README) and apply retention to free rows.`,
@@ -129,7 +136,7 @@ export function appendRows(ss: SpreadsheetLike, sheet: SheetLike, rows: CellValu
 }
 
 /** All data rows of the events tab, in one read (reports read the sheet once per run). */
-export function readAllRows(sheet: SheetLike): unknown[][] {
+export function readAllRows(sheet: Sheet): unknown[][] {
   const lastRow = sheet.getLastRow();
   if (lastRow < 2) return [];
   return sheet.getRange(2, 1, lastRow - 1, EVENT_COLUMNS).getValues();

@@ -1,45 +1,35 @@
 /**
- * Ingest (Document 2, "Ingest event"): one event, or `{events:[...]}` of up to 500.
+ * Ingest: one event, or `{events:[...]}` of up to 500.
  *
  * Every event is validated before anything is written; one refused event refuses the request, so
  * a reply of `ok:false` always means nothing was stored. Stored event_ids are acknowledged as
  * duplicates and not stored again, so a client that retries (for instance after losing the
  * answer to the web app's 302) never doubles a row.
  */
-import { normalizeEvent, type EventRecord } from '../../schema/event-record';
+import { CLOCK_SKEW_ALLOWANCE_MS, normalizeEvent, type EventRecord } from '../../schema/event-record';
+import { MeterRefusal } from '../../schema/meter-reply';
 import { appendRows, eventToRow, findStoredIds, getEventsSheet } from './events-sheet';
+import { withScriptLock } from './lock';
 import type { MeterServices } from './services';
 
 export const MAX_BATCH = 500;
-/** Document 2: "A script lock is tried for up to 5000 ms around the write". */
-const LOCK_WAIT_MS = 5000;
 
 export type IngestReply = { ok: true; appended: number; duplicates: number };
 
 /** The events a body carries, validated and defaulted. Throws with the field at fault. */
 export function parseEvents(body: unknown, svc: Pick<MeterServices, 'now' | 'uuid'>): EventRecord[] {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new Error('body: expected a JSON object (one event, or {"events":[...]})');
+    throw new MeterRefusal('invalid_body', 'body: expected a JSON object (one event, or {"events":[...]})');
   }
+  // Events stamped beyond the clock-skew allowance are refused (with the whole batch).
+  const opts = { now: svc.now, uuid: svc.uuid, maxFutureMs: CLOCK_SKEW_ALLOWANCE_MS };
   const batch = (body as { events?: unknown }).events;
-  if (batch === undefined) return [normalizeEvent(body, svc)];
-  if (!Array.isArray(batch)) throw new Error('events: expected an array of event objects');
+  if (batch === undefined) return [normalizeEvent(body, opts)];
+  if (!Array.isArray(batch)) throw new MeterRefusal('invalid_body', 'events: expected an array of event objects');
   if (batch.length > MAX_BATCH) {
-    throw new Error(`events: expected at most ${MAX_BATCH} events per request, got ${batch.length}`);
+    throw new MeterRefusal('too_many_events', `events: expected at most ${MAX_BATCH} events per request, got ${batch.length}`);
   }
-  return batch.map((event, index) => normalizeEvent(event, { ...svc, index }));
-}
-
-/** Runs `work` under the script lock, or throws a "busy" error without running it. */
-export function withScriptLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T, waitMs = LOCK_WAIT_MS): T {
-  if (!svc.lock.tryLock(waitMs)) {
-    throw new Error(`meter busy: the write lock was not free within ${waitMs} ms; nothing was written, retry`);
-  }
-  try {
-    return work();
-  } finally {
-    svc.lock.releaseLock();
-  }
+  return batch.map((event, index) => normalizeEvent(event, { ...opts, index }));
 }
 
 /** Stores the events that are not stored yet, in one batched write under the script lock. */

@@ -8,7 +8,9 @@ import * as alerts from './alerts';
 import { backOfficeAction } from './backoffice';
 import { exportCallsSince, storeCalls } from './calls-tab';
 import * as archive from './archive-export';
-import * as digest from './digest';
+import * as digestMail from './digest-mail';
+import * as digestTab from './digest-tab';
+import { lookerReportUrl } from './public-tab';
 import * as retention from './retention';
 import { setup as runSetup } from './setup';
 import type { MeterServices } from './services';
@@ -111,17 +113,17 @@ export function exportArchive(): string {
 
 /** Time-driven, Mondays 08:00 UTC: the digest e-mail to TEAM_EMAILS. */
 export function sendWeeklyDigest(): string {
-  return tell(digest.sendWeeklyDigest(services()).message);
+  return tell(digestMail.sendWeeklyDigest(services()).message);
 }
 
 /** Time-driven, hourly, and from the menu: rewrites the Digest tab. */
 export function refreshDigest(): string {
-  return tell(digest.refreshDigest(services()).message);
+  return tell(digestTab.refreshDigest(services()).message);
 }
 
 /** Menu: opens a dialog with the Looker Studio Linking API URL. */
 export function showLookerReportLink(): string {
-  const url = digest.lookerReportUrl(services());
+  const url = lookerReportUrl(services());
   const safe = url.replace(/&/g, '&amp;').replace(/"/g, '&quot;');
   SpreadsheetApp.getUi().showModalDialog(
     HtmlService.createHtmlOutput(

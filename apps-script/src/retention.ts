@@ -8,17 +8,16 @@
  * when the watermark cannot be trusted nothing is deleted: the run says why.
  */
 import { TEXT_FIELDS } from '../../schema/event-record';
-import { MAINTENANCE_LOCK_MS } from './archive-export';
 import { configNumber, readConfig } from './config';
-import { cellTime, columnOf, EVENT_COLUMNS, getEventsSheet, readAllRows } from './events-sheet';
-import { withScriptLock } from './ingest';
+import { EVENT_AT, EVENT_COLUMNS, cellTime, getEventsSheet, readAllRows } from './events-sheet';
+import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
 import type { MeterServices } from './services';
-import { DAY_MS, utcDayStart } from './spend';
+import { DAY_MS, utcDayStart } from './utc-day';
 import { readWatermark, watermarkHolds, writeWatermark } from './watermark';
 
 const DEFAULT_RETENTION_DAYS = 30;
 
-const TEXT_COLUMNS = TEXT_FIELDS.map((f) => columnOf(f) - 1);
+const TEXT_COLUMNS = TEXT_FIELDS.map((f) => EVENT_AT[f]);
 
 /** Values read back are plain; written again they need the quote prefix to stay text. */
 function asWritten(row: unknown[]): unknown[] {
@@ -49,7 +48,7 @@ export function applyRetention(svc: MeterServices): RetentionResult {
         return { deleted, keptUnexported, cutoff, message };
       };
       if (!watermarkHolds(wm, rows)) {
-        const old = rows.filter((r) => cellTime(r[1]) < cutoffMs).length;
+        const old = rows.filter((r) => cellTime(r[EVENT_AT.timestamp]) < cutoffMs).length;
         return finish(
           0,
           old,
@@ -63,7 +62,7 @@ export function applyRetention(svc: MeterServices): RetentionResult {
       let keptUnexported = 0;
       let firstDeleted = -1;
       rows.forEach((row, i) => {
-        const old = cellTime(row[1]) < cutoffMs; // NaN compares false: unreadable rows stay
+        const old = cellTime(row[EVENT_AT.timestamp]) < cutoffMs; // NaN compares false: unreadable rows stay
         if (old && i + 2 <= wm.row) {
           deleted++;
           if (firstDeleted < 0) firstDeleted = i;
@@ -84,7 +83,7 @@ export function applyRetention(svc: MeterServices): RetentionResult {
       // Every deleted row was at or above the watermark, so it moves up by exactly that many rows;
       // the row it names now may be a different (kept) event, so record that one's id.
       const row = wm.row - deleted;
-      writeWatermark(svc, { ...wm, row, eventId: row >= 2 ? String(keep[row - 2][0]) : '' });
+      writeWatermark(svc, { ...wm, row, eventId: row >= 2 ? String(keep[row - 2][EVENT_AT.event_id]) : '' });
       return finish(deleted, keptUnexported, `deleted ${deleted} row(s) older than ${cutoff}${why}`);
     },
     MAINTENANCE_LOCK_MS,

@@ -1,200 +1,186 @@
 /**
- * The slices of Apps Script services the meter uses. Modules take these as parameters (never the
- * globals), so tests can hand them in-memory fakes, and `main.ts` hands them the real services:
- * the type checker proves the real ones fit, because main.ts passes them where these are expected.
+ * The parts of Apps Script's services the meter uses, cut from Google's own type definitions
+ * (@types/google-apps-script). Each slice `Pick`s the methods the meter calls, with Google's
+ * parameters and results. Where a method leads to another Apps Script object, the result is our
+ * slice of that object (`Returning`), so an in-memory fake can stand in for it; overloaded
+ * methods are written out with the overloads the meter uses. Modules take these as parameters
+ * (never the globals); main.ts passes the real services, so the type checker proves they fit.
  */
+type GSpreadsheet = GoogleAppsScript.Spreadsheet.Spreadsheet;
+type GSheet = GoogleAppsScript.Spreadsheet.Sheet;
+type GRange = GoogleAppsScript.Spreadsheet.Range;
+type GTextFinder = GoogleAppsScript.Spreadsheet.TextFinder;
+type GChartBuilder = GoogleAppsScript.Spreadsheet.EmbeddedChartBuilder;
+type GValidationBuilder = GoogleAppsScript.Spreadsheet.DataValidationBuilder;
+type GProperties = GoogleAppsScript.Properties.Properties;
+type GScriptApp = GoogleAppsScript.Script.ScriptApp;
+type GClockBuilder = GoogleAppsScript.Script.ClockTriggerBuilder;
+type GResponse = GoogleAppsScript.URL_Fetch.HTTPResponse;
+type GBlob = GoogleAppsScript.Base.Blob;
+type GFolder = GoogleAppsScript.Drive.Folder;
+type GFileIterator = GoogleAppsScript.Drive.FileIterator;
+type GCalendar = GoogleAppsScript.Calendar.Calendar;
+type GCalendarEvent = GoogleAppsScript.Calendar.CalendarEvent;
+
+/** Google's method `K` of `T` with its own parameters, returning `R` (our slice of what it returns). */
+type Returning<T, K extends keyof T, R> = T[K] extends (...args: infer A) => unknown ? (...args: A) => R : never;
 
 export type CellValue = string | number | boolean | Date;
 
-interface TextFinderLike {
-  matchCase(matchCase: boolean): TextFinderLike;
-  matchEntireCell(entire: boolean): TextFinderLike;
-  useRegularExpression(useRegEx: boolean): TextFinderLike;
-  findAll(): RangeLike[];
+interface TextFinder {
+  matchCase: Returning<GTextFinder, 'matchCase', TextFinder>;
+  matchEntireCell: Returning<GTextFinder, 'matchEntireCell', TextFinder>;
+  useRegularExpression: Returning<GTextFinder, 'useRegularExpression', TextFinder>;
+  findAll: Returning<GTextFinder, 'findAll', Range[]>;
 }
 
-type DataValidationLike = object;
+type DataValidation = Pick<GoogleAppsScript.Spreadsheet.DataValidation, 'getAllowInvalid'>;
 
-interface DataValidationBuilderLike {
-  requireValueInList(values: string[], showDropdown?: boolean): DataValidationBuilderLike;
-  requireCheckbox(): DataValidationBuilderLike;
-  setAllowInvalid(allowInvalidData: boolean): DataValidationBuilderLike;
-  build(): DataValidationLike;
+interface DataValidationBuilder {
+  requireValueInList(values: string[], showDropdown: boolean): DataValidationBuilder;
+  requireCheckbox(): DataValidationBuilder;
+  setAllowInvalid: Returning<GValidationBuilder, 'setAllowInvalid', DataValidationBuilder>;
+  build: Returning<GValidationBuilder, 'build', DataValidation>;
 }
 
-interface FilterLike {
-  getRange(): RangeLike;
+type Filter = Pick<GoogleAppsScript.Spreadsheet.Filter, 'remove'>;
+
+interface Range extends Pick<GRange, 'getRow' | 'getNumRows' | 'getValues' | 'getValue'> {
+  setValues: Returning<GRange, 'setValues', Range>;
+  setNumberFormat: Returning<GRange, 'setNumberFormat', Range>;
+  setFontWeight: Returning<GRange, 'setFontWeight', Range>;
+  /** The rule is our slice of Google's DataValidation (a method, so Google's own type fits too). */
+  setDataValidation(rule: DataValidation | null): Range;
+  createFilter: Returning<GRange, 'createFilter', Filter>;
+  createTextFinder: Returning<GRange, 'createTextFinder', TextFinder>;
+  setFormula: Returning<GRange, 'setFormula', Range>;
 }
 
-interface RangeLike {
-  getRow(): number;
-  getNumRows(): number;
-  getValues(): unknown[][];
-  getValue(): unknown;
-  setValues(values: unknown[][]): RangeLike;
-  setNumberFormat(format: string): RangeLike;
-  setFontWeight(weight: string | null): RangeLike;
-  setDataValidation(rule: DataValidationLike | null): RangeLike;
-  createFilter(): FilterLike;
-  createTextFinder(text: string): TextFinderLike;
-  clearContent(): RangeLike;
-  setFormula(formula: string): RangeLike;
+type EmbeddedChart = Pick<GoogleAppsScript.Spreadsheet.EmbeddedChart, 'getChartId'>;
+
+interface ChartBuilder {
+  setChartType: Returning<GChartBuilder, 'setChartType', ChartBuilder>;
+  addRange(range: Range): ChartBuilder;
+  setPosition: Returning<GChartBuilder, 'setPosition', ChartBuilder>;
+  setOption: Returning<GChartBuilder, 'setOption', ChartBuilder>;
+  build: Returning<GChartBuilder, 'build', EmbeddedChart>;
 }
 
-type ChartLike = object;
-
-interface ChartBuilderLike {
-  setChartType(type: never): ChartBuilderLike;
-  addRange(range: never): ChartBuilderLike;
-  setPosition(anchorRowPos: number, anchorColPos: number, offsetX: number, offsetY: number): ChartBuilderLike;
-  setOption(option: string, value: unknown): ChartBuilderLike;
-  build(): ChartLike;
+export interface Sheet
+  extends
+    Pick<GSheet, 'getName' | 'getLastRow' | 'getMaxRows' | 'getMaxColumns' | 'deleteRows' | 'deleteColumns'>,
+    Pick<GSheet, 'setFrozenRows' | 'getFrozenRows' | 'getSheetId'> {
+  getRange(row: number, column: number, numRows?: number, numColumns?: number): Range;
+  getRange(a1Notation: string): Range;
+  insertRowsAfter: Returning<GSheet, 'insertRowsAfter', Sheet>;
+  insertColumnsAfter: Returning<GSheet, 'insertColumnsAfter', Sheet>;
+  getFilter: Returning<GSheet, 'getFilter', Filter | null>;
+  getCharts: Returning<GSheet, 'getCharts', EmbeddedChart[]>;
+  insertChart(chart: EmbeddedChart): void;
+  newChart: Returning<GSheet, 'newChart', ChartBuilder>;
 }
 
-export interface SheetLike {
-  getName(): string;
-  getLastRow(): number;
-  getMaxRows(): number;
-  getMaxColumns(): number;
-  getRange(row: number, column: number, numRows?: number, numColumns?: number): RangeLike;
-  getRange(a1Notation: string): RangeLike;
-  insertRowsAfter(afterPosition: number, howMany: number): SheetLike;
-  deleteRows(rowPosition: number, howMany: number): void;
-  insertColumnsAfter(afterPosition: number, howMany: number): SheetLike;
-  deleteColumns(columnPosition: number, howMany: number): void;
-  setFrozenRows(rows: number): void;
-  getFrozenRows(): number;
-  getFilter(): FilterLike | null;
-  getSheetId(): number;
-  clear(): SheetLike;
-  getCharts(): ChartLike[];
-  insertChart(chart: never): void;
-  newChart(): ChartBuilderLike;
+export interface Spreadsheet extends Pick<GSpreadsheet, 'getSpreadsheetTimeZone' | 'setSpreadsheetTimeZone' | 'getId' | 'getUrl'> {
+  getSheetByName: Returning<GSpreadsheet, 'getSheetByName', Sheet | null>;
+  insertSheet(sheetName: string): Sheet;
+  getSheets: Returning<GSpreadsheet, 'getSheets', Sheet[]>;
 }
 
-export interface SpreadsheetLike {
-  getSheetByName(name: string): SheetLike | null;
-  insertSheet(sheetName: string): SheetLike;
-  getSheets(): SheetLike[];
-  getSpreadsheetTimeZone(): string;
-  setSpreadsheetTimeZone(timezone: string): void;
-  getId(): string;
-  getUrl(): string;
+type Lock = Pick<GoogleAppsScript.Lock.Lock, 'tryLock' | 'releaseLock'>;
+
+export interface Properties extends Pick<GProperties, 'getProperty'> {
+  setProperty: Returning<GProperties, 'setProperty', Properties>;
+  deleteProperty: Returning<GProperties, 'deleteProperty', Properties>;
 }
 
-interface LockLike {
-  tryLock(timeoutInMillis: number): boolean;
-  releaseLock(): void;
+type Trigger = Pick<GoogleAppsScript.Script.Trigger, 'getHandlerFunction'>;
+
+interface ClockTriggerBuilder {
+  everyMinutes: Returning<GClockBuilder, 'everyMinutes', ClockTriggerBuilder>;
+  everyHours: Returning<GClockBuilder, 'everyHours', ClockTriggerBuilder>;
+  everyDays: Returning<GClockBuilder, 'everyDays', ClockTriggerBuilder>;
+  everyWeeks: Returning<GClockBuilder, 'everyWeeks', ClockTriggerBuilder>;
+  onWeekDay: Returning<GClockBuilder, 'onWeekDay', ClockTriggerBuilder>;
+  atHour: Returning<GClockBuilder, 'atHour', ClockTriggerBuilder>;
+  inTimezone: Returning<GClockBuilder, 'inTimezone', ClockTriggerBuilder>;
+  create: Returning<GClockBuilder, 'create', Trigger>;
 }
 
-export interface PropertiesLike {
-  getProperty(key: string): string | null;
-  setProperty(key: string, value: string): PropertiesLike;
-  deleteProperty(key: string): PropertiesLike;
+interface Triggers {
+  getProjectTriggers: Returning<GScriptApp, 'getProjectTriggers', Trigger[]>;
+  deleteTrigger(trigger: Trigger): void;
+  newTrigger: Returning<
+    GScriptApp,
+    'newTrigger',
+    { timeBased: Returning<GoogleAppsScript.Script.TriggerBuilder, 'timeBased', ClockTriggerBuilder> }
+  >;
 }
 
-interface TriggerLike {
-  getHandlerFunction(): string;
+/** UrlFetchApp.fetch's options, exactly Google's. */
+export type FetchOptions = GoogleAppsScript.URL_Fetch.URLFetchRequestOptions;
+
+export interface Blob extends Pick<GBlob, 'getBytes' | 'getName'> {
+  setName: Returning<GBlob, 'setName', Blob>;
+  /** Makes a Blob a BlobSource, which Folder.createFile takes. */
+  getBlob: Returning<GBlob, 'getBlob', Blob>;
 }
 
-interface ClockTriggerBuilderLike {
-  everyMinutes(n: number): ClockTriggerBuilderLike;
-  everyHours(n: number): ClockTriggerBuilderLike;
-  everyDays(n: number): ClockTriggerBuilderLike;
-  everyWeeks(n: number): ClockTriggerBuilderLike;
-  onWeekDay(day: never): ClockTriggerBuilderLike;
-  atHour(hour: number): ClockTriggerBuilderLike;
-  inTimezone(timezone: string): ClockTriggerBuilderLike;
-  create(): TriggerLike;
+interface HttpResponse extends Pick<GResponse, 'getResponseCode' | 'getContentText'> {
+  getBlob: Returning<GResponse, 'getBlob', Blob>;
 }
 
-interface TriggersLike {
-  getProjectTriggers(): TriggerLike[];
-  deleteTrigger(trigger: TriggerLike): void;
-  newTrigger(functionName: string): { timeBased(): ClockTriggerBuilderLike };
-}
-
-interface HttpResponseLike {
-  getResponseCode(): number;
-  getContentText(): string;
-  getBlob(): BlobLike;
-}
-
-interface CalendarEventLike {
-  getId(): string;
-  setTime(startTime: Date, endTime: Date): CalendarEventLike;
-  deleteEvent(): void;
-}
-
-export interface CalendarLike {
-  createEvent(title: string, startTime: Date, endTime: Date, options?: { description?: string; location?: string }): CalendarEventLike;
-  getEventById(iCalId: string): CalendarEventLike | null;
-}
-
-export interface FetchOptions {
-  method?: 'get' | 'post' | 'put' | 'delete' | 'patch';
-  /** form fields (Twilio's Messages API takes a form). */
-  contentType?: string;
-  payload?: string | Record<string, string>;
-  headers?: Record<string, string>;
-  muteHttpExceptions?: boolean;
-  followRedirects?: boolean;
-}
-
-/** UrlFetchApp.fetch. */
-type FetchLike = (url: string, options: FetchOptions) => HttpResponseLike;
-
-interface MailLike {
+interface Mail extends Pick<GoogleAppsScript.Mail.MailApp, 'getRemainingDailyQuota'> {
   sendEmail(message: { to: string; subject: string; body: string; htmlBody?: string; name?: string }): void;
-  getRemainingDailyQuota(): number;
 }
 
-interface FileLike {
-  getId(): string;
-  getName(): string;
-  getUrl(): string;
+interface File extends Pick<GoogleAppsScript.Drive.File, 'getId' | 'getName' | 'getUrl' | 'getDescription'> {
+  setDescription: Returning<GoogleAppsScript.Drive.File, 'setDescription', File>;
 }
 
-interface BlobLike {
-  setName(name: string): BlobLike;
-  getBytes(): number[];
+export interface Folder extends Pick<GFolder, 'getId' | 'getName'> {
+  createFile(blob: Pick<Blob, 'getBlob'>): File;
+  createFile(name: string, content: string, mimeType: string): File;
+  getFilesByName: Returning<GFolder, 'getFilesByName', Pick<GFileIterator, 'hasNext'> & { next: Returning<GFileIterator, 'next', File> }>;
 }
 
-export interface FolderLike {
-  getId(): string;
-  getName(): string;
-  createFile(name: string, content: string, mimeType: string): FileLike;
-  /** createFile(blob): the real parameter type is a platform Blob, so callers pass it through `as never`. */
-  createFile(blob: never): FileLike;
-  getFilesByName(name: string): { hasNext(): boolean; next(): FileLike };
+interface Drive {
+  getFolderById: Returning<GoogleAppsScript.Drive.DriveApp, 'getFolderById', Folder>;
+  createFolder: Returning<GoogleAppsScript.Drive.DriveApp, 'createFolder', Folder>;
 }
 
-interface DriveLike {
-  getFolderById(id: string): FolderLike;
-  createFolder(name: string): FolderLike;
+export interface CalendarEvent extends Pick<GCalendarEvent, 'getId' | 'getTag' | 'getDescription'> {
+  setTime: Returning<GCalendarEvent, 'setTime', CalendarEvent>;
+  setTag: Returning<GCalendarEvent, 'setTag', CalendarEvent>;
+}
+
+export interface Calendar {
+  createEvent(title: string, startTime: Date, endTime: Date, options: { description?: string; location?: string }): CalendarEvent;
+  getEventById: Returning<GCalendar, 'getEventById', CalendarEvent | null>;
+  getEvents(startTime: Date, endTime: Date): CalendarEvent[];
 }
 
 /** Everything the meter's modules need from the platform, gathered by main.ts. */
 export interface MeterServices {
-  spreadsheet: SpreadsheetLike;
+  spreadsheet: Spreadsheet;
   /** The script lock (one per script, shared by every web-app request and trigger). */
-  lock: LockLike;
+  lock: Lock;
   /** Script properties: secrets and small state that must not sit in the sheet. */
-  properties: PropertiesLike;
-  newDataValidation: () => DataValidationBuilderLike;
-  triggers: TriggersLike;
-  /** ScriptApp.WeekDay.MONDAY: an enum value only the platform has. */
-  monday: unknown;
+  properties: Properties;
+  newDataValidation: () => DataValidationBuilder;
+  triggers: Triggers;
+  /** ScriptApp.WeekDay.MONDAY. */
+  monday: GoogleAppsScript.Base.Weekday;
   uuid: () => string;
   now: () => Date;
-  fetch: FetchLike;
-  mail: MailLike;
-  drive: DriveLike;
+  /** UrlFetchApp.fetch. */
+  fetch: (url: string, options: FetchOptions) => HttpResponse;
+  mail: Mail;
+  drive: Drive;
   /** Utilities.base64Encode, for basic authentication. */
   base64: (text: string) => string;
   /** A calendar by id ('' = the default calendar of the deploying user); null if not found. */
-  calendar: (id: string) => CalendarLike | null;
-  /** Charts.ChartType.LINE: an enum value only the platform has. */
-  lineChart: unknown;
+  calendar: (id: string) => Calendar | null;
+  /** Charts.ChartType.LINE. */
+  lineChart: GoogleAppsScript.Charts.ChartType;
   log: (message: string) => void;
 }

@@ -6,11 +6,11 @@
 import { EVENT_FIELDS, type EventField } from '../../schema/event-record';
 import { archiveFolder } from './archive-export';
 import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY } from './config';
-import { refreshDigest } from './digest';
+import { DIGEST_TAB, refreshDigest } from './digest-tab';
 import { CALLS } from './calls-tab';
-import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, ensureTab } from './tabs';
+import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab } from './tabs';
 import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
-import type { MeterServices, SheetLike } from './services';
+import type { MeterServices, Sheet } from './services';
 
 /** The spreadsheet's time zone: days and date-times in the sheet are UTC days, as in the spend rules. */
 const SHEET_TIME_ZONE = 'Etc/GMT';
@@ -51,7 +51,7 @@ export interface SetupReport {
   notes: string[];
 }
 
-function ensureSheet(svc: MeterServices, name: string, report: SetupReport): SheetLike {
+function ensureSheet(svc: MeterServices, name: string, report: SetupReport): Sheet {
   const existing = svc.spreadsheet.getSheetByName(name);
   if (existing) return existing;
   report.changes.push(`created tab ${name}`);
@@ -75,7 +75,7 @@ function setupEvents(svc: MeterServices, report: SetupReport): void {
       sheet.deleteColumns(EVENT_COLUMNS + 1, maxCols - EVENT_COLUMNS);
       report.changes.push(`events: removed ${maxCols - EVENT_COLUMNS} empty column(s)`);
     } else {
-      report.notes.push('events: columns after S hold values; left as they are');
+      report.notes.push(`events: columns after ${columnLetter(EVENT_COLUMNS)} hold values; left as they are`);
     }
   }
 
@@ -101,12 +101,13 @@ function setupEvents(svc: MeterServices, report: SetupReport): void {
     sheet.getRange(2, columnOf('actor_type'), dataRows, 1).setDataValidation(list(ACTOR_TYPES));
     sheet.getRange(2, columnOf('decision'), dataRows, 1).setDataValidation(list(DECISIONS));
     const checkbox = svc.newDataValidation().requireCheckbox().setAllowInvalid(true).build();
-    sheet.getRange(2, columnOf('pii_flag'), dataRows, 2).setDataValidation(checkbox);
+    const booleans = columnOf('pii_flag');
+    sheet.getRange(2, booleans, dataRows, columnOf('review_required') - booleans + 1).setDataValidation(checkbox);
   }
 
   if (!sheet.getFilter()) {
     // Whole columns, so rows appended later are inside the filter too.
-    sheet.getRange('A:S').createFilter();
+    sheet.getRange(`A:${columnLetter(EVENT_COLUMNS)}`).createFilter();
     report.changes.push('events: added a filter');
   }
 }
@@ -121,12 +122,13 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
     cells[0] = ['key', 'value'];
     changed = true;
   }
-  const rowOf = (key: string) => cells.findIndex((row, i) => i > 0 && String(row[0]).trim() === key);
+  const rowOf = (key: string) => cells.findIndex(([k], i) => i > 0 && String(k).trim() === key);
   CONFIG_DEFAULTS.forEach(([key, fallback], i) => {
     if (rowOf(key) >= 0) return;
     // The contract puts the keys in rows 2-5; use that row when it is free, else add one.
     const preferred = i + 1;
-    if (String(cells[preferred][0]).trim() === '' && String(cells[preferred][1]) === '') cells[preferred] = [key, fallback];
+    const [k, v] = cells[preferred];
+    if (String(k).trim() === '' && String(v) === '') cells[preferred] = [key, fallback];
     else cells.push([key, fallback]);
     report.changes.push(`Config: added ${key}`);
     changed = true;
@@ -138,7 +140,8 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
     changed = true;
   }
   const secretRow = rowOf(SECRET_KEY);
-  if (String(cells[secretRow][1]).trim() === '') {
+  const [, secret] = cells[secretRow];
+  if (String(secret).trim() === '') {
     cells[secretRow] = [SECRET_KEY, `'${randomSecret(svc)}`];
     report.changes.push('Config: generated a random SECRET_TOKEN');
     changed = true;
@@ -175,11 +178,7 @@ function setupTriggers(svc: MeterServices, report: SetupReport): void {
     if (item.every === 'minutes') builder = builder.everyMinutes(item.n);
     else if (item.every === 'hours') builder = builder.everyHours(item.n);
     else if (item.every === 'days') builder = builder.everyDays(item.n).atHour(item.atHour);
-    else
-      builder = builder
-        .everyWeeks(item.n)
-        .onWeekDay(svc.monday as never)
-        .atHour(item.atHour);
+    else builder = builder.everyWeeks(item.n).onWeekDay(svc.monday).atHour(item.atHour);
     builder.inTimezone('Etc/UTC').create();
     report.changes.push(`trigger ${item.handler}: ${mine.length === 0 ? 'created' : 're-created'}`);
   }
@@ -200,7 +199,7 @@ export function setup(svc: MeterServices): SetupReport {
   }
   const folder = archiveFolder(svc);
   report.notes.push(`archive exports go to the Drive folder "${folder.getName()}" (${folder.getId()})`);
-  if (!svc.spreadsheet.getSheetByName('Digest')) report.changes.push('created the Digest and events_public tabs');
+  if (!svc.spreadsheet.getSheetByName(DIGEST_TAB)) report.changes.push('created the Digest and events_public tabs');
   refreshDigest(svc);
   setupTriggers(svc, report);
   return report;

@@ -1,13 +1,15 @@
 /**
- * Spend figures (Document 2): today's cost (the UTC day) and the rolling 7-day cost (today and
- * the 6 UTC days before), against the caps. A cap is exceeded only when strictly greater, the
- * same rule for the alerts and for the gateway's degraded routing.
+ * Spend figures: today's cost (the UTC day) and the rolling 7-day cost (today and the 6 UTC days
+ * before), against the caps. A cap is exceeded only when strictly greater: the shared rule of
+ * schema/spend-cap.ts, the same for the alerts and for the gateway's spend-cap routing.
  */
+import type { EventField } from '../../schema/event-record';
+import { capExceeded as overACap } from '../../schema/spend-cap';
+import { isUnpriced } from '../../schema/unpriced';
 import { readCaps, readConfig, type Caps } from './config';
 import { cellNumber, cellTime, columnOf, getEventsSheet } from './events-sheet';
 import type { MeterServices } from './services';
-
-export const DAY_MS = 86_400_000;
+import { DAY_MS, utcDayStart } from './utc-day';
 
 export interface SpendSummary {
   ok: true;
@@ -16,10 +18,6 @@ export interface SpendSummary {
   daily_cap_usd: number;
   burn_7d_cap_usd: number;
   cap_exceeded: boolean;
-}
-
-export function utcDayStart(ms: number): number {
-  return Math.floor(ms / DAY_MS) * DAY_MS;
 }
 
 /** Sums of floats carry noise (0.05 + 3.10 = 3.1500000000000004); money is shown without it. */
@@ -32,37 +30,49 @@ export interface SpendTotals {
   last7d: number;
 }
 
-/** Today's and the 7-day cost from (timestamp, cost) pairs. Future-dated rows count as today. */
-export function spendTotals(rows: Iterable<readonly [unknown, unknown]>, nowMs: number): SpendTotals {
+/** Sums of `value(cell)` over rows of today and of the 7 days, from (timestamp, cell) pairs. Future-dated rows count as today. */
+function windowSums(rows: Iterable<readonly unknown[]>, nowMs: number, value: (cell: unknown) => number): SpendTotals {
   const today = utcDayStart(nowMs);
   const weekStart = today - 6 * DAY_MS;
-  let todayCost = 0;
-  let weekCost = 0;
-  for (const [time, cost] of rows) {
+  let todaySum = 0;
+  let weekSum = 0;
+  for (const [time, cell] of rows) {
     const t = cellTime(time);
     if (!(t >= weekStart)) continue; // also skips NaN
-    const c = cellNumber(cost);
-    weekCost += c;
-    if (t >= today) todayCost += c;
+    const v = value(cell);
+    weekSum += v;
+    if (t >= today) todaySum += v;
   }
-  return { today: roundUsd(todayCost), last7d: roundUsd(weekCost) };
+  return { today: todaySum, last7d: weekSum };
+}
+
+/** Today's and the 7-day cost from (timestamp, cost) pairs. */
+export function spendTotals(rows: Iterable<readonly unknown[]>, nowMs: number): SpendTotals {
+  const sums = windowSums(rows, nowMs, cellNumber);
+  return { today: roundUsd(sums.today), last7d: roundUsd(sums.last7d) };
+}
+
+/** Events marked as having no price, today and in the 7 days, from (timestamp, error_code) pairs. */
+export function unpricedCounts(rows: Iterable<readonly unknown[]>, nowMs: number): SpendTotals {
+  return windowSums(rows, nowMs, (code) => (isUnpriced(code) ? 1 : 0));
 }
 
 export function capExceeded(totals: SpendTotals, caps: Caps): boolean {
-  return totals.today > caps.dailyCapUsd || totals.last7d > caps.burn7dCapUsd;
+  return overACap({ today: totals.today, last7d: totals.last7d, dailyCap: caps.dailyCapUsd, burnCap: caps.burn7dCapUsd });
 }
 
-/** Reads the timestamp and cost columns once and returns the pairs. */
-export function readSpendRows(svc: Pick<MeterServices, 'spreadsheet'>): Array<[unknown, unknown]> {
+/** One read of the columns from timestamp to `through`; each row as [timestamp, cost_usd, <through>]. */
+export function readSpendRows(svc: Pick<MeterServices, 'spreadsheet'>, through: EventField = 'cost_usd'): unknown[][] {
   const sheet = getEventsSheet(svc.spreadsheet);
   const lastRow = sheet.getLastRow();
   if (lastRow < 2) return [];
   const first = columnOf('timestamp');
-  const costOffset = columnOf('cost_usd') - first;
+  const cost = columnOf('cost_usd') - first;
+  const extra = columnOf(through) - first;
   return sheet
-    .getRange(2, first, lastRow - 1, costOffset + 1)
+    .getRange(2, first, lastRow - 1, Math.max(cost, extra) + 1)
     .getValues()
-    .map((row) => [row[0], row[costOffset]]);
+    .map((row) => [row[0], row[cost], row[extra]]);
 }
 
 /** The `doGet?action=spend` answer. */

@@ -1,16 +1,19 @@
 /**
  * Small tabs with a header row (the back office's contacts, leads, activities, tasks, calls and
  * the idempotency record): create or repair, find a row by a column's exact value (TextFinder:
- * the cost does not grow with the tab), and append rows in one write. Text cells get Sheets'
- * quote prefix, as in the events tab, so nothing a caller says becomes a formula or a number.
+ * the cost does not grow with the tab), read and write rows by column name, and append rows in
+ * one write. Text cells get Sheets' quote prefix, as in the events tab, so nothing a caller says
+ * becomes a formula or a number.
  */
-import type { SheetLike, SpreadsheetLike } from './services';
+import type { Sheet, Spreadsheet } from './services';
 
 export interface TabSpec {
   name: string;
   header: readonly string[];
-  hidden?: boolean;
 }
+
+/** Rows that a back-office action writes carry its idempotency key, so a retry finds them. */
+const KEY = 'idempotency_key';
 
 export const CONTACTS: TabSpec = {
   name: 'contacts',
@@ -18,23 +21,55 @@ export const CONTACTS: TabSpec = {
 };
 export const LEADS: TabSpec = {
   name: 'leads',
-  header: ['lead_id', 'created_at', 'call_id', 'phone', 'name', 'email', 'service', 'budget', 'timeline', 'utm', 'stage', 'summary'],
+  header: ['lead_id', 'created_at', 'call_id', 'phone', 'name', 'email', 'service', 'budget', 'timeline', 'utm', 'stage', 'summary', KEY],
 };
-export const ACTIVITIES: TabSpec = { name: 'activities', header: ['at', 'type', 'phone', 'call_id', 'booking_id', 'detail'] };
+export const ACTIVITIES: TabSpec = { name: 'activities', header: ['at', 'type', 'phone', 'call_id', 'booking_id', 'detail', KEY] };
 export const TASKS: TabSpec = {
   name: 'tasks',
-  header: ['task_id', 'created_at', 'due_at', 'type', 'phone', 'call_id', 'status', 'recording'],
+  header: ['task_id', 'created_at', 'due_at', 'type', 'phone', 'call_id', 'status', 'recording', KEY],
 };
-/** Results of back-office actions by idempotency key (hidden; a replay answers from here). */
-export const IDEMPOTENCY: TabSpec = { name: 'idempotency', header: ['key', 'action', 'result', 'at'], hidden: true };
+/** Back-office actions by idempotency key: claimed first, `progress` as steps finish, `result` when done. */
+export const IDEMPOTENCY: TabSpec = { name: 'idempotency', header: ['key', 'action', 'result', 'at', 'progress'] };
 
-export function ensureTab(ss: SpreadsheetLike, spec: TabSpec): SheetLike {
+/** 0-based position of each name in a header or field list. */
+export function fieldIndex<F extends string>(fields: readonly F[]): Record<F, number> {
+  return Object.fromEntries(fields.map((f, i) => [f, i])) as Record<F, number>;
+}
+
+/** 1-based column of a name in a tab's header. */
+export function columnIn(spec: TabSpec, name: string): number {
+  const i = spec.header.indexOf(name);
+  if (i < 0) throw new Error(`${spec.name}: no column "${name}"`);
+  return i + 1;
+}
+
+/** A1 letters of a 1-based column (1 → A, 19 → S, 27 → AA). */
+export function columnLetter(column: number): string {
+  let s = '';
+  for (let n = column; n > 0; n = Math.floor((n - 1) / 26)) s = String.fromCharCode(65 + ((n - 1) % 26)) + s;
+  return s;
+}
+
+/** A row read from a tab, by column name. */
+export function rowRecord(spec: TabSpec, row: readonly unknown[]): Record<string, unknown> {
+  return Object.fromEntries(spec.header.map((name, i) => [name, row[i] ?? '']));
+}
+
+/** A record as a row in the tab's header order (absent names are empty). */
+export function recordRow(spec: TabSpec, record: Record<string, unknown>): unknown[] {
+  return spec.header.map((name) => record[name] ?? '');
+}
+
+export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   let sheet = ss.getSheetByName(spec.name);
   if (!sheet) {
     sheet = ss.insertSheet(spec.name);
     const extra = sheet.getMaxColumns() - spec.header.length;
     if (extra > 0) sheet.deleteColumns(spec.header.length + 1, extra);
   }
+  // A tab made by an older version may be narrower than its header now is.
+  const width = sheet.getMaxColumns();
+  if (width < spec.header.length) sheet.insertColumnsAfter(width, spec.header.length - width);
   const head = sheet.getRange(1, 1, 1, spec.header.length);
   if (head.getValues()[0].some((v, i) => String(v) !== spec.header[i])) {
     head.setValues([spec.header.slice()]);
@@ -44,8 +79,10 @@ export function ensureTab(ss: SpreadsheetLike, spec: TabSpec): SheetLike {
   return sheet;
 }
 
-export function tab(ss: SpreadsheetLike, spec: TabSpec): SheetLike {
-  return ss.getSheetByName(spec.name) ?? ensureTab(ss, spec);
+/** The tab, created or widened first when it is missing or older than its header. */
+export function tab(ss: Spreadsheet, spec: TabSpec): Sheet {
+  const sheet = ss.getSheetByName(spec.name);
+  return sheet && sheet.getMaxColumns() >= spec.header.length ? sheet : ensureTab(ss, spec);
 }
 
 /** Literal text for a cell (quote prefix for non-empty strings). */
@@ -55,7 +92,7 @@ export function cellText(value: unknown): unknown {
 }
 
 /** The row (1-based) whose `column` holds exactly `value`, or 0. */
-export function findRow(sheet: SheetLike, column: number, value: string): number {
+export function findRow(sheet: Sheet, column: number, value: string): number {
   const last = sheet.getLastRow();
   if (last < 2 || value === '') return 0;
   const hits = sheet
@@ -67,8 +104,13 @@ export function findRow(sheet: SheetLike, column: number, value: string): number
   return hits.length ? hits[0].getRow() : 0;
 }
 
+/** The row written by the action with this idempotency key, or 0. */
+export function findKeyed(sheet: Sheet, spec: TabSpec, key: string): number {
+  return findRow(sheet, columnIn(spec, KEY), key);
+}
+
 /** Appends rows in one write, growing the tab when needed. */
-export function appendTabRows(sheet: SheetLike, rows: unknown[][]): number {
+export function appendTabRows(sheet: Sheet, rows: unknown[][]): number {
   if (!rows.length) return 0;
   const start = sheet.getLastRow() + 1;
   const need = start + rows.length - 1 - sheet.getMaxRows();

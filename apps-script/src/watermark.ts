@@ -4,6 +4,7 @@
  * that row, so a watermark that no longer points at the same event (someone sorted the tab or
  * deleted rows by hand) is detected and not trusted.
  */
+import { EVENT_AT } from './events-sheet';
 import type { MeterServices } from './services';
 
 const WATERMARK_PROPERTY = 'EXPORT_WATERMARK';
@@ -35,5 +36,5 @@ export function watermarkHolds(wm: Watermark | null, rows: unknown[][]): wm is W
   if (!wm) return false;
   if (wm.row === 1) return true;
   const row = rows[wm.row - 2];
-  return row !== undefined && String(row[0]) === wm.eventId;
+  return row !== undefined && String(row[EVENT_AT.event_id]) === wm.eventId;
 }

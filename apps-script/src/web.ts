@@ -1,8 +1,10 @@
 /**
  * The web app's two entry points as plain functions: request in, reply out. Apps Script always
- * answers HTTP 200, so every outcome is in the JSON body (`ok` true or false). Error texts name
- * what is wrong and never echo the secret or the sent token.
+ * answers HTTP 200, so every outcome is in the JSON body: `ok` true, or `ok` false with `error`
+ * (for people: names what is wrong, never echoes the secret or the sent token) and `code` (for
+ * programs, one of schema/meter-reply.ts).
  */
+import { MeterRefusal, type MeterFailure } from '../../schema/meter-reply';
 import { isAuthorized, requestToken } from './auth';
 import { resolveSecret } from './config';
 import { ingestEvents, parseEvents } from './ingest';
@@ -14,15 +16,21 @@ export interface WebEvent {
   postData?: { contents?: string; type?: string };
 }
 
-export type JsonReply = { ok: boolean; error?: string };
-export type WebReply = { kind: 'json'; body: JsonReply } | { kind: 'text'; body: string; mimeType: 'csv' };
+export type JsonReply = { ok: true; [field: string]: unknown } | MeterFailure;
+export type WebReply = { kind: 'json'; body: JsonReply | object } | { kind: 'text'; body: string; mimeType: 'csv' };
 
 type GetAction = (svc: MeterServices, params: Record<string, string>) => WebReply;
 type PostAction = (svc: MeterServices, body: unknown, params: Record<string, string>) => JsonReply;
 
-const json = (body: JsonReply): WebReply => ({ kind: 'json', body });
-const failure = (error: unknown): JsonReply => ({ ok: false, error: error instanceof Error ? error.message : String(error) });
-const UNAUTHORIZED: JsonReply = { ok: false, error: 'unauthorized' };
+const json = (body: JsonReply | object): WebReply => ({ kind: 'json', body });
+const refuse = (code: MeterFailure['code'], error: string): MeterFailure => ({ ok: false, error, code });
+
+/** Any exception as a reply: a refusal keeps its code; anything else (a Google service timing out, say) is `internal`. */
+function failure(error: unknown): MeterFailure {
+  if (error instanceof MeterRefusal) return refuse(error.code, error.message);
+  return refuse('internal', error instanceof Error ? error.message : String(error));
+}
+const UNAUTHORIZED = refuse('unauthorized', 'unauthorized');
 
 function authorized(svc: MeterServices, params: Record<string, string>, body: unknown): boolean {
   return isAuthorized(resolveSecret(svc.spreadsheet, svc.properties), requestToken(params, body));
@@ -53,18 +61,18 @@ export function handlePost(svc: MeterServices, routes: WebRoutes, e: WebEvent | 
   try {
     const params = e?.parameter ?? {};
     const text = e?.postData?.contents ?? '';
-    if (text.trim() === '') return { ok: false, error: 'body: expected JSON, got an empty body' };
+    if (text.trim() === '') return refuse('invalid_body', 'body: expected JSON, got an empty body');
     let body: unknown;
     try {
       body = JSON.parse(text);
     } catch {
-      return { ok: false, error: 'body: expected JSON, could not parse it' };
+      return refuse('invalid_body', 'body: expected JSON, could not parse it');
     }
     if (!authorized(svc, params, body)) return UNAUTHORIZED;
     const action = params.action;
     if (action) {
       const handler = lookup(routes.post, action);
-      if (!handler) return { ok: false, error: `action: unknown POST action "${action}"` };
+      if (!handler) return refuse('unknown_action', `action: unknown POST action "${action}"`);
       return handler(svc, body, params);
     }
     if (body && typeof body === 'object' && !Array.isArray(body)) {
@@ -85,7 +93,7 @@ export function handleGet(svc: MeterServices, routes: WebRoutes, e: WebEvent | u
     const action = params.action ?? '';
     const handler = lookup(routes.get, action);
     if (!handler) {
-      return json({ ok: false, error: `action: expected one of ${Object.keys(routes.get).join(', ')}, got "${action}"` });
+      return json(refuse('unknown_action', `action: expected one of ${Object.keys(routes.get).join(', ')}, got "${action}"`));
     }
     return handler(svc, params);
   } catch (error) {

@@ -4,6 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { EventRecord } from '../../schema/event-record';
+import { markUnpriced } from '../../schema/unpriced';
 import { costUsd } from './pricing';
 import type { Usage } from './providers/adapter';
 import type { RequestContext } from './request-context';
@@ -30,6 +31,7 @@ export class CallMeter {
 
   record(f: CallFacts): void {
     const cost = f.usage ? costUsd(f.provider, f.model, f.usage, this.warn) : 0;
+    // A call whose cost nobody knows is flagged, never a silent $0 (the meter counts them).
     this.send({
       event_id: randomUUID(),
       timestamp: new Date(),
@@ -49,7 +51,7 @@ export class CallMeter {
       review_required: f.reviewRequired ?? false,
       reviewer_id: '',
       decision: f.decision ?? 'n/a',
-      error_code: f.errorCode,
+      error_code: cost === null ? markUnpriced(f.errorCode) : f.errorCode,
     });
   }
 }

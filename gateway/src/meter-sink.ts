@@ -16,6 +16,7 @@ import { dirname, join } from 'node:path';
 import type { GatewayEnv } from './env';
 import { CSV_HEADER, eventToCsvLine, formatTimestamp, type EventRecord } from '../../schema/event-record';
 import { backoffMs } from './backoff';
+import { isPermanentRefusal } from '../../schema/meter-reply';
 
 export interface MeterSink<T = EventRecord> {
   readonly kind: string;
@@ -185,7 +186,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     }
   }
 
-  private async post(lines: string[]): Promise<{ ok: boolean; error?: string; appended?: number; duplicates?: number }> {
+  private async post(lines: string[]): Promise<{ ok: boolean; error?: string; code?: string; appended?: number; duplicates?: number }> {
     const url = new URL(this.opts.url);
     if (this.opts.token) url.searchParams.set('token', this.opts.token);
     // Apps Script answers the POST with a 302; fetch follows it with a GET, as the web app needs.
@@ -212,13 +213,13 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
         await this.chain.run(() => this.compact(offset));
         return;
       }
-      let reply: { ok: boolean; error?: string; appended?: number; duplicates?: number };
+      let reply: { ok: boolean; error?: string; code?: string; appended?: number; duplicates?: number };
       try {
         reply = await this.post(batch.lines);
       } catch (error) {
         reply = { ok: false, error: (error as Error).name === 'TimeoutError' ? 'timed out' : 'meter unreachable' };
       }
-      if (!reply.ok && !isPermanent(reply.error)) {
+      if (!reply.ok && !isPermanentRefusal(reply.code)) {
         this.stats.failedPosts++;
         const wait = backoffMs(++this.failures, { firstMs: 1000, maxMs: this.opts.maxBackoffMs ?? 60_000 });
         this.retryAt = Date.now() + wait;
@@ -255,12 +256,6 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     if (this.timer) clearTimeout(this.timer);
     await this.flush();
   }
-}
-
-/** Errors a retry cannot fix: the meter refused the events themselves. */
-function isPermanent(error: string | undefined): boolean {
-  if (!error) return false;
-  return /expected|at most 500/.test(error) && !/busy|unauthorized|HTTP|unreachable|timed out/.test(error);
 }
 
 export function createMeterSink(

@@ -128,9 +128,7 @@ export class SpendWatch {
   }
 }
 
-export function capExceeded(v: SpendView): boolean {
-  return v.today > v.dailyCap || v.last7d > v.burnCap;
-}
+export { capExceeded } from '../../schema/spend-cap';
 
 /** The spend-cap routing table (docs/gateway.md, "Spend-cap routing"). */
 export function planFor(

@@ -1,7 +1,8 @@
 // The voice concierge's back office in the built bundle (node:vm), with fakes of CalendarApp,
 // DriveApp and UrlFetchApp: bookings, reschedules, leads, voicemail, call records, rollups.
+// One describe per group of actions: long because each behaviour is a short test of its own.
 import { beforeEach, describe, expect, it } from 'vitest';
-import { voiceRollup } from '../../apps-script/src/digest';
+import { voiceRollup } from '../../apps-script/src/voice-rollup';
 import { CALL_FIELDS, type CallRecord } from '../../schema/call-record';
 import { FakePlatform, callJson, loadBundle, webEvent, type Bundle, type FakeTextOutput } from './fakes/platform';
 
@@ -77,7 +78,11 @@ describe('book_slot', () => {
 
   it('refuses a missing argument or a bad date/time naming it, writing nothing', () => {
     const b = booking();
-    expect(act('book_slot', { ...b, args: { ...b.args, phone: '' } })).toEqual({ ok: false, error: 'args.phone: required for book_slot' });
+    expect(act('book_slot', { ...b, args: { ...b.args, phone: '' } })).toEqual({
+      ok: false,
+      error: 'args.phone: required for book_slot',
+      code: 'invalid_argument',
+    });
     expect(act('book_slot', { ...b, args: { ...b.args, date: '01/07/2026' } }).error).toBe(
       'args.date: expected a date as YYYY-MM-DD, got "01/07/2026"',
     );
@@ -86,7 +91,7 @@ describe('book_slot', () => {
     );
     expect(act('book_slot', { ...b, args: { ...b.args, time: '25:00' } }).error).toMatch(/^args\.time: expected a time/);
     expect(act('book_slot', { ...b, idempotency_key: 'x' }).error).toMatch(/^idempotency_key: /);
-    expect(act('book_slot', b, 'wrong')).toEqual({ ok: false, error: 'unauthorized' });
+    expect(act('book_slot', b, 'wrong')).toEqual({ ok: false, error: 'unauthorized', code: 'unauthorized' });
     expect(platform.calendar.events).toHaveLength(0);
     expect(rows('contacts')).toHaveLength(0);
     expect(rows('idempotency')).toHaveLength(0);
@@ -109,7 +114,7 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
       idempotency_key: 'key-move-0002',
       args: { booking_id: 'nope', new_date: '2026-12-01', new_time: '15:00' },
     });
-    expect(unknown).toEqual({ ok: false, error: 'args.booking_id: no booking with id "nope"' });
+    expect(unknown).toEqual({ ok: false, error: 'args.booking_id: no booking with id "nope"', code: 'invalid_argument' });
   });
 
   it('creates a lead at stage New with an excerpt of the transcript; the contact keeps call, intent and opt-out', () => {
@@ -174,7 +179,11 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
       idempotency_key: 'key-vm-00002',
       args: { ...body.args, recording_url: 'https://api.twilio.com/rec/none.mp3' },
     });
-    expect(missing).toEqual({ ok: false, error: 'args.recording_url: the recording could not be fetched (HTTP 404)' });
+    expect(missing).toEqual({
+      ok: false,
+      error: 'args.recording_url: the recording could not be fetched (HTTP 404)',
+      code: 'invalid_argument',
+    });
     expect(rows('tasks')).toHaveLength(1);
   });
 });

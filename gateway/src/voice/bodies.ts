@@ -2,10 +2,11 @@
  * The request bodies of the voice endpoints, checked with zod: an error names the field
  * (`call_id: an id of 1 to 128 characters …`).
  */
+import { ID_PATTERN, ID_RULE } from '../../../schema/ids';
 import { z } from 'zod';
 import { INTENTS_PRIMARY, OUTCOMES } from '../../../schema/call-record';
 
-const callId = z.string().regex(/^[A-Za-z0-9._:-]{1,128}$/, 'an id of 1 to 128 characters of A-Z a-z 0-9 . _ : -');
+const callId = z.string().regex(ID_PATTERN, `an id of ${ID_RULE}`);
 
 /** POST /v1/voice/calls */
 export const StartCall = z.strictObject({

@@ -15,6 +15,7 @@
  * says so. A 4xx is not retried: the answer carries the target's message. When the dead-letter URL
  * is down too, the payload is kept in Redis and posted again later: nothing is lost.
  */
+import { isPermanentRefusal } from '../../../schema/meter-reply';
 import { createHash } from 'node:crypto';
 import { retrying, type RetryPolicy } from '../backoff';
 import type { Concierge } from './config';
@@ -143,8 +144,10 @@ export class Workflow {
         };
       // The meter web app always answers 200; its `ok:false` is the real status.
       if (json && typeof json === 'object' && (json as { ok?: unknown }).ok === false) {
-        const error = String((json as { error?: unknown }).error ?? 'refused');
-        return /busy/.test(error) ? { kind: 'retry', message: error } : { kind: 'client', message: error };
+        const { error, code } = json as { error?: unknown; code?: unknown };
+        const message = String(error ?? 'refused');
+        // By the meter's reply code: busy, a timeout half-way (internal) and code-less replies heal on a retry.
+        return isPermanentRefusal(typeof code === 'string' ? code : undefined) ? { kind: 'client', message } : { kind: 'retry', message };
       }
       return { kind: 'ok', result: json };
     } catch (error) {

@@ -1,0 +1,233 @@
+/**
+ * The four back-office actions. Each checks its arguments first (`plan`, nothing written) and
+ * returns the steps to run once the idempotency key is recorded. Every side effect is findable
+ * by the key, so a retry after a half-way failure finishes what is missing instead of doing it
+ * again: the calendar event carries the key as a tag (and in its description), the recording is
+ * `<call_id>.mp3`, rows carry the key. Calendar, Drive and UrlFetch run outside the script lock;
+ * only sheet work takes it.
+ */
+import { MeterRefusal } from '../../schema/meter-reply';
+import { configNumber, configText } from './config';
+import type { Progress } from './idempotency';
+import { arg, finish, locked, upsertContact, excerpt, type Ctx } from './backoffice-rows';
+import { folderFromConfig } from './folders';
+import type { Calendar, CalendarEvent, Folder } from './services';
+import { claimText, sendText } from './sms';
+import { LEADS, TASKS, appendTabRows, findKeyed, recordRow, rowRecord, tab } from './tabs';
+import { checkedTimeZone, localText, zonedInstant } from './zoned-time';
+
+export type ActionName = 'book_slot' | 'reschedule_slot' | 'create_lead' | 'route_to_voicemail';
+type Steps = (progress: Progress) => Record<string, unknown>;
+
+/** Arguments each action cannot do without. */
+export const REQUIRED: Record<ActionName, string[]> = {
+  book_slot: ['name', 'phone', 'service', 'date', 'time'],
+  reschedule_slot: ['booking_id', 'new_date', 'new_time'],
+  create_lead: ['name', 'phone'],
+  route_to_voicemail: ['phone', 'recording_url'],
+};
+
+const EVENT_TAG = 'meter_idempotency_key';
+const VOICEMAIL_FOLDER_NAME = 'voicemail';
+const DAY_MS = 86_400_000;
+
+function calendar(c: Ctx): Calendar {
+  const id = configText(c.config, 'CALENDAR_ID');
+  const cal = c.svc.calendar(id);
+  if (!cal) throw new MeterRefusal('config_error', `Config CALENDAR_ID: no calendar "${id}" is visible to the deploying account`);
+  return cal;
+}
+
+/** Start and end of the slot the arguments name, in Config TIMEZONE; refuses what does not parse. */
+function slot(c: Ctx, dateArg: string, timeArg: string) {
+  const tz = checkedTimeZone(configText(c.config, 'TIMEZONE') || 'Etc/UTC');
+  const start = zonedInstant(arg(c.args, dateArg), arg(c.args, timeArg), tz, [dateArg, timeArg]);
+  const end = new Date(start.getTime() + configNumber(c.config, 'BOOKING_MINUTES', 60, 1) * 60_000);
+  return { tz, start, end };
+}
+
+/** The text message of an action, at most once: claimed under the lock, sent outside it. */
+function textOnce(c: Ctx, progress: Progress, to: string, body: string, alsoLocked: () => void = () => {}): string {
+  const send = locked(c, progress, () => {
+    alsoLocked();
+    return to !== '' && claimText(c.svc, progress);
+  });
+  if (to === '' && !progress.text) progress.text = 'unsent: no phone in the arguments';
+  if (send) progress.text = sendText(c.svc, to, body); // saved first thing by finish()
+  return progress.text as string;
+}
+
+/** The event this key booked, if an earlier attempt got that far. */
+function bookedEvent(cal: Calendar, progress: Progress, key: string, start: Date, end: Date): CalendarEvent | null {
+  if (progress.booking_id) return cal.getEventById(progress.booking_id);
+  return cal.getEvents(start, end).find((e) => e.getTag(EVENT_TAG) === key || e.getDescription().includes(key)) ?? null;
+}
+
+function bookSlot(c: Ctx): Steps {
+  const { tz, start, end } = slot(c, 'date', 'time');
+  const [name, service, phone, location] = ['name', 'service', 'phone', 'location'].map((n) => arg(c.args, n));
+  const cal = calendar(c);
+  return (progress) => {
+    let event = bookedEvent(cal, progress, c.key, start, end);
+    if (!event) {
+      const description = [arg(c.args, 'notes'), `Phone: ${phone}`, `Call: ${c.callId}`, `Booking ref: ${c.key}`].filter(Boolean);
+      event = cal.createEvent(`${service} – ${name}`, start, end, { location, description: description.join('\n') });
+      event.setTag(EVENT_TAG, c.key);
+    }
+    const bookingId = event.getId();
+    progress.booking_id = bookingId;
+    const when = localText(start, tz);
+    const body = `Booking confirmed: ${service}, ${when}${location ? ` at ${location}` : ''}. Reply to change it.`;
+    const text = textOnce(c, progress, phone, body, () =>
+      upsertContact(c, { name, email: arg(c.args, 'email'), intent: 'book', transcript: arg(c.args, 'transcript') }),
+    );
+    const result = { booking_id: bookingId, start: start.toISOString(), end: end.toISOString(), text };
+    finish(
+      c,
+      progress,
+      { type: 'Booking Confirmed', booking_id: bookingId, detail: `${service}, ${when} | text: ${text}` },
+      { ok: true, action: 'book_slot', ...result },
+    );
+    return result;
+  };
+}
+
+function rescheduleSlot(c: Ctx): Steps {
+  const { tz, start, end } = slot(c, 'new_date', 'new_time');
+  const bookingId = arg(c.args, 'booking_id');
+  const cal = calendar(c);
+  return (progress) => {
+    const event = cal.getEventById(bookingId);
+    if (!event) throw new MeterRefusal('invalid_argument', `args.booking_id: no booking with id "${bookingId}"`);
+    event.setTime(start, end); // setting the same time again is harmless
+    const phone = arg(c.args, 'phone');
+    const when = localText(start, tz);
+    const text = textOnce(c, progress, phone, `Your booking is moved to ${when}.`);
+    const notes = arg(c.args, 'notes');
+    const result = { booking_id: bookingId, start: start.toISOString(), end: end.toISOString(), text };
+    finish(
+      c,
+      progress,
+      { type: 'Booking Rescheduled', booking_id: bookingId, detail: `${when}${notes ? ` | ${notes}` : ''} | text: ${text}` },
+      { ok: true, action: 'reschedule_slot', ...result },
+    );
+    return result;
+  };
+}
+
+function createLead(c: Ctx): Steps {
+  return (progress) => {
+    const leadId = locked(c, progress, () => {
+      upsertContact(c, {
+        name: arg(c.args, 'name'),
+        email: arg(c.args, 'email'),
+        intent: 'qualify',
+        transcript: arg(c.args, 'transcript'),
+      });
+      const sheet = tab(c.svc.spreadsheet, LEADS);
+      const row = findKeyed(sheet, LEADS, c.key);
+      if (row) return String(rowRecord(LEADS, sheet.getRange(row, 1, 1, LEADS.header.length).getValues()[0]).lead_id);
+      const id = `lead-${c.svc.uuid()}`;
+      const fields = ['phone', 'name', 'email', 'service', 'budget', 'timeline', 'utm'].map((n) => [n, arg(c.args, n)]);
+      appendTabRows(sheet, [
+        recordRow(LEADS, {
+          ...Object.fromEntries(fields),
+          lead_id: id,
+          created_at: c.now.toISOString(),
+          call_id: c.callId,
+          stage: 'New',
+          summary: excerpt(arg(c.args, 'transcript')),
+          idempotency_key: c.key,
+        }),
+      ]);
+      return id;
+    });
+    const result = { lead_id: leadId, stage: 'New' };
+    finish(c, progress, { type: 'Lead Created', detail: leadId }, { ok: true, action: 'create_lead', ...result });
+    return result;
+  };
+}
+
+/** A file of this name in the folder that belongs to the key (its description), or one whose description was never set. */
+function keyedFile(folder: Folder, name: string, key: string) {
+  for (const files = folder.getFilesByName(name); files.hasNext();) {
+    const file = files.next();
+    const owner = file.getDescription() ?? '';
+    if (owner === key) return file;
+    // Saved by an attempt that stopped before labelling it: finish that step.
+    if (owner === '') return file.setDescription(key);
+  }
+  return null;
+}
+
+/**
+ * The call's recording in the voicemail folder as `<call_id>.mp3` (`_2`, `_3` … for a further
+ * recording of the same call), labelled with the key: found if an earlier attempt saved it, else
+ * fetched and saved. Runs outside the lock.
+ */
+function savedRecording(c: Ctx, url: string) {
+  const folder = folderFromConfig(c.svc, 'VOICEMAIL_FOLDER_ID', VOICEMAIL_FOLDER_NAME);
+  let name = `${c.callId}.mp3`;
+  for (let n = 2; ; n++) {
+    const mine = keyedFile(folder, name, c.key);
+    if (mine) return mine;
+    if (!folder.getFilesByName(name).hasNext()) break;
+    name = `${c.callId}_${n}.mp3`;
+  }
+  const sid = c.svc.properties.getProperty('TWILIO_ACCOUNT_SID');
+  const token = c.svc.properties.getProperty('TWILIO_AUTH_TOKEN');
+  const twilio = /^https:\/\/api\.twilio\.com\//.test(url) && sid && token;
+  const res = c.svc.fetch(url, {
+    method: 'get',
+    muteHttpExceptions: true,
+    ...(twilio ? { headers: { Authorization: `Basic ${c.svc.base64(`${sid}:${token}`)}` } } : {}),
+  });
+  const code = res.getResponseCode();
+  if (code !== 200) {
+    const why = `args.recording_url: the recording could not be fetched (HTTP ${code})`;
+    throw new MeterRefusal(code >= 500 ? 'internal' : 'invalid_argument', why);
+  }
+  return folder.createFile(res.getBlob().setName(name)).setDescription(c.key);
+}
+
+function routeToVoicemail(c: Ctx): Steps {
+  const url = arg(c.args, 'recording_url');
+  if (!/^https:\/\//.test(url)) throw new MeterRefusal('invalid_argument', `args.recording_url: expected an https URL, got "${url}"`);
+  return (progress) => {
+    const file = savedRecording(c, url);
+    const task = locked(c, progress, () => {
+      upsertContact(c, { intent: 'voicemail', transcript: arg(c.args, 'transcript') });
+      const sheet = tab(c.svc.spreadsheet, TASKS);
+      const row = findKeyed(sheet, TASKS, c.key);
+      if (row) return rowRecord(TASKS, sheet.getRange(row, 1, 1, TASKS.header.length).getValues()[0]);
+      const fresh = {
+        task_id: `task-${c.svc.uuid()}`,
+        created_at: c.now.toISOString(),
+        due_at: new Date(c.now.getTime() + DAY_MS).toISOString(),
+        type: 'Callback: Voicemail',
+        phone: arg(c.args, 'phone'),
+        call_id: c.callId,
+        status: 'open',
+        recording: file.getUrl(),
+        idempotency_key: c.key,
+      };
+      appendTabRows(sheet, [recordRow(TASKS, fresh)]);
+      return fresh;
+    });
+    const result = {
+      task_id: String(task.task_id),
+      due_at: String(task.due_at),
+      recording: `/${VOICEMAIL_FOLDER_NAME}/${file.getName()}`,
+      file_id: file.getId(),
+    };
+    finish(c, progress, null, { ok: true, action: 'route_to_voicemail', ...result });
+    return result;
+  };
+}
+
+export const ACTIONS: Record<ActionName, (c: Ctx) => Steps> = {
+  book_slot: bookSlot,
+  reschedule_slot: rescheduleSlot,
+  create_lead: createLead,
+  route_to_voicemail: routeToVoicemail,
+};

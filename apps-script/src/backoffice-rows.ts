@@ -1,0 +1,100 @@
+/**
+ * The back office's rows: one request's context, the contact (one row per phone, updated in
+ * place, so doing it twice is harmless) and the activity log (one row per action, carrying its
+ * idempotency key so a retry finds it). Run under the script lock.
+ */
+import type { ConfigValues } from './config';
+import { finishKey, saveProgress, type Progress } from './idempotency';
+import { withScriptLock } from './lock';
+import type { MeterServices } from './services';
+import { ACTIVITIES, CONTACTS, appendTabRows, cellText, columnIn, findKeyed, findRow, recordRow, rowRecord, tab } from './tabs';
+
+export type Args = Record<string, unknown>;
+
+export interface Ctx {
+  svc: MeterServices;
+  config: ConfigValues;
+  args: Args;
+  callId: string;
+  /** The idempotency key: every side effect is findable by it. */
+  key: string;
+  now: Date;
+}
+
+const EXCERPT = 280;
+
+/** An argument as trimmed text ('' when absent). */
+export function arg(args: Args, name: string): string {
+  return args[name] === undefined || args[name] === null ? '' : String(args[name]).trim();
+}
+
+export function excerpt(transcript: string): string {
+  const flat = transcript.replace(/\s+/g, ' ').trim();
+  return flat.length <= EXCERPT ? flat : `${flat.slice(0, EXCERPT - 1)}…`;
+}
+
+/** Runs sheet work under the script lock, then saves the action's progress (the last write). */
+export function locked<T>(c: Ctx, progress: Progress, work: () => T): T {
+  return withScriptLock(c.svc, () => {
+    const out = work();
+    saveProgress(c.svc, c.key, progress);
+    return out;
+  });
+}
+
+/**
+ * Under the lock: the progress first (the text's outcome is then known to a retry), the activity
+ * (once per key), and the action's result; the action is then done.
+ */
+export function finish(c: Ctx, progress: Progress, activity: Record<string, unknown> | null, result: object): void {
+  withScriptLock(c.svc, () => {
+    saveProgress(c.svc, c.key, progress);
+    if (activity) {
+      const sheet = tab(c.svc.spreadsheet, ACTIVITIES);
+      if (!findKeyed(sheet, ACTIVITIES, c.key))
+        appendTabRows(sheet, [
+          recordRow(ACTIVITIES, {
+            at: c.now.toISOString(),
+            phone: arg(c.args, 'phone'),
+            call_id: c.callId,
+            ...activity,
+            idempotency_key: c.key,
+          }),
+        ]);
+    }
+    finishKey(c.svc, c.key, result);
+  });
+}
+
+/** Adds or updates the contact with this phone (call under the lock). */
+export function upsertContact(c: Ctx, fields: { name?: string; email?: string; intent: string; transcript?: string }): void {
+  const sheet = tab(c.svc.spreadsheet, CONTACTS);
+  const phone = arg(c.args, 'phone');
+  const optedOut = c.args.opted_out === true || c.args.consent === 'opted_out';
+  const row = findRow(sheet, columnIn(CONTACTS, 'phone'), phone);
+  const at = c.now.toISOString();
+  const fresh = {
+    phone,
+    call_id: c.callId,
+    intent: fields.intent,
+    transcript_excerpt: fields.transcript ? excerpt(fields.transcript) : '',
+    updated_at: at,
+  };
+  if (!row) {
+    appendTabRows(sheet, [
+      recordRow(CONTACTS, { ...fresh, name: fields.name ?? '', email: fields.email ?? '', opted_out: optedOut, created_at: at }),
+    ]);
+    return;
+  }
+  const range = sheet.getRange(row, 1, 1, CONTACTS.header.length);
+  const cur = rowRecord(CONTACTS, range.getValues()[0]);
+  const next = {
+    ...fresh,
+    name: fields.name || cur.name,
+    email: fields.email || cur.email,
+    transcript_excerpt: fresh.transcript_excerpt || cur.transcript_excerpt,
+    opted_out: optedOut || cur.opted_out === true,
+    created_at: cur.created_at || at,
+  };
+  range.setValues([recordRow(CONTACTS, next).map(cellText)]);
+}

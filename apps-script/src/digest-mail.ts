@@ -1,0 +1,113 @@
+/**
+ * `sendWeeklyDigest()`: one e-mail to Config TEAM_EMAILS (Mondays 08:00 UTC) with the scorecards,
+ * the calls without a price, the top tables and links. Rows flagged as personal data are left out.
+ * The remaining MailApp quota is checked first: the e-mail goes to everyone or to no one.
+ */
+import { configText, readConfig } from './config';
+import { unpricedSentence, type DigestFigures } from './digest';
+import { DIGEST_TAB, refreshDigest } from './digest-tab';
+import { lookerReportUrl } from './public-tab';
+import type { MeterServices } from './services';
+
+const EMAIL = /^[^\s@,;]+@[^\s@,;]+\.[^\s@,;]+$/;
+const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+const money = (n: number, d = 2) => `$${n.toFixed(d)}`;
+const perK = (n: number | null) => (n === null ? 'n/a' : money(n, 4));
+
+export interface WeeklyDigestResult {
+  sent: boolean;
+  recipients: string[];
+  message: string;
+}
+
+function plainBody(f: DigestFigures, links: Array<[string, string]>): string {
+  return [
+    `AI spend digest, week to ${f.generatedAt.slice(0, 10)} (UTC)`,
+    '',
+    `Cost today: ${money(f.today, 4)}   Last 7 days: ${money(f.last7d)}   Last 30 days: ${money(f.last30d)}`,
+    ...(unpricedSentence(f) ? [unpricedSentence(f)] : []),
+    '',
+    'Top customers by cost, last 7 days:',
+    ...f.topCustomers7d.map((c) => `  ${c.customer_id}: ${money(c.cost_usd)} (${c.calls} calls)`),
+    '',
+    'Top models by tokens, last 30 days:',
+    ...f.topModels30d.map(
+      (m) => `  ${m.model}: ${m.tokens_total} tokens, ${money(m.cost_usd)}, ${perK(m.usd_per_1k_tokens)} per 1K tokens`,
+    ),
+    '',
+    ...links.map(([label, url]) => `${label}: ${url}`),
+    '',
+    `Rows flagged as personal data (${f.piiRowsExcluded}) are left out.`,
+  ].join('\n');
+}
+
+function htmlBody(f: DigestFigures, links: Array<[string, string]>): string {
+  const table = (head: string[], body: string[][]) =>
+    `<table cellpadding="4" style="border-collapse:collapse"><tr>${head.map((h) => `<th align="left">${esc(h)}</th>`).join('')}</tr>` +
+    body.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('') +
+    '</table>';
+  return [
+    `<h2>AI spend digest</h2><p>Week to ${f.generatedAt.slice(0, 10)} (UTC)</p>`,
+    table(['Today', 'Last 7 days', 'Last 30 days'], [[money(f.today, 4), money(f.last7d), money(f.last30d)]]),
+    unpricedSentence(f) ? `<p><b>${esc(unpricedSentence(f))}</b></p>` : '',
+    '<h3>Top customers by cost, last 7 days</h3>',
+    table(
+      ['customer_id', 'cost', 'calls'],
+      f.topCustomers7d.map((c) => [c.customer_id, money(c.cost_usd), String(c.calls)]),
+    ),
+    '<h3>Top models by tokens, last 30 days</h3>',
+    table(
+      ['model', 'tokens', 'cost', '$ per 1K tokens'],
+      f.topModels30d.map((m) => [m.model, String(m.tokens_total), money(m.cost_usd), perK(m.usd_per_1k_tokens)]),
+    ),
+    `<p>${links.map(([label, url]) => `<a href="${esc(url)}">${esc(label)}</a>`).join(' · ')}</p>`,
+    `<p style="color:#666">Rows flagged as personal data (${f.piiRowsExcluded}) are left out.</p>`,
+  ].join('\n');
+}
+
+function digestLinks(svc: MeterServices, config: ReturnType<typeof readConfig>): Array<[string, string]> {
+  const sheetUrl = svc.spreadsheet.getUrl();
+  const digestTab = svc.spreadsheet.getSheetByName(DIGEST_TAB);
+  const links: Array<[string, string]> = [
+    ['Digest tab', `${sheetUrl}#gid=${digestTab ? digestTab.getSheetId() : 0}`],
+    ['Meter spreadsheet', sheetUrl],
+  ];
+  try {
+    links.push(['Looker Studio report', lookerReportUrl(svc, config)]);
+  } catch {
+    // No template configured: the e-mail simply has no report link.
+  }
+  return links;
+}
+
+export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
+  const config = readConfig(svc.spreadsheet);
+  const listed = configText(config, 'TEAM_EMAILS')
+    .split(/[,;\s]+/)
+    .filter(Boolean);
+  const bad = listed.filter((a) => !EMAIL.test(a));
+  const finish = (sent: boolean, recipients: string[], message: string): WeeklyDigestResult => {
+    svc.log(`sendWeeklyDigest: ${message}`);
+    return { sent, recipients, message };
+  };
+  if (bad.length) return finish(false, [], `Config TEAM_EMAILS has entries that are not e-mail addresses: ${bad.join(', ')}; nothing sent`);
+  if (listed.length === 0) return finish(false, [], 'Config TEAM_EMAILS is empty; nothing sent');
+  const quota = svc.mail.getRemainingDailyQuota();
+  if (quota < listed.length) {
+    return finish(
+      false,
+      listed,
+      `MailApp quota left today is ${quota}, ${listed.length} recipient(s) needed; nothing sent (the next Monday run tries again, or send from the menu)`,
+    );
+  }
+  const { figures } = refreshDigest(svc);
+  const links = digestLinks(svc, config);
+  svc.mail.sendEmail({
+    to: listed.join(','),
+    subject: `AI spend digest: ${money(figures.last7d)} in the last 7 days`,
+    body: plainBody(figures, links),
+    htmlBody: htmlBody(figures, links),
+    name: 'AI usage meter',
+  });
+  return finish(true, listed, `sent to ${listed.length} recipient(s)`);
+}

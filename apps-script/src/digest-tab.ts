@@ -1,0 +1,110 @@
+/**
+ * The `Digest` tab, rewritten by `refreshDigest()` (hourly and from the menu): scorecards, calls
+ * without a price, top customers and models, the daily series with its chart, the voice rollups.
+ * The layout is fixed (same cells every refresh), so the chart's range never moves.
+ */
+import { SERIES_DAYS, computeDigest, type DigestFigures } from './digest';
+import { getEventsSheet, readAllRows } from './events-sheet';
+import { ensureSheet, refreshPublicTab } from './public-tab';
+import type { MeterServices } from './services';
+import { voiceRollups, type VoiceRollup } from './voice-rollup';
+
+export const DIGEST_TAB = 'Digest';
+const TOP_N = 10;
+
+/** Width 4; rows of the fixed blocks. */
+const LAYOUT = {
+  width: 4,
+  scoreRow: 4,
+  customersHeader: 7,
+  modelsHeader: 7 + TOP_N + 3,
+  dailyHeader: 7 + 2 * (TOP_N + 3),
+};
+
+const pad = (cells: unknown[]): unknown[] => [...cells, ...new Array(LAYOUT.width - cells.length).fill('')];
+const text = (s: string) => (s === '' ? '' : `'${s}`);
+
+function voiceBlock(v: DigestFigures['voice']): unknown[][] {
+  const metric = (label: string, key: keyof VoiceRollup) =>
+    pad([label, v ? (v.last7d[key] ?? 'n/a') : 'n/a', v ? (v.last30d[key] ?? 'n/a') : 'n/a']);
+  return [
+    pad(['Voice concierge (calls tab)']),
+    pad(['metric', 'last 7 days', 'last 30 days']),
+    metric('calls', 'calls'),
+    metric('answered calls', 'answered'),
+    metric('booking rate', 'booking_rate'),
+    metric('escalation rate', 'escalation_rate'),
+    metric('containment rate', 'containment_rate'),
+    metric('average turns', 'avg_turns'),
+    metric('average TTFB (s)', 'avg_ttfb_s'),
+    metric('ASR WER (sampled calls)', 'asr_wer'),
+    metric('cost per call (audio, USD)', 'cost_per_call'),
+    metric('cost per booking (audio, USD)', 'cost_per_booking'),
+  ];
+}
+
+/** The Digest tab's cells, top to bottom. */
+function digestGrid(d: DigestFigures): unknown[][] {
+  const grid: unknown[][] = [];
+  grid.push(pad(['AI spend digest', `updated ${d.generatedAt.slice(0, 16).replace('T', ' ')} UTC`]));
+  grid.push(pad([`Rows with pii_flag TRUE are left out of this tab (${d.piiRowsExcluded} row(s)).`]));
+  grid.push(pad(['Cost today (UTC)', 'Cost last 7 days', 'Cost last 30 days']));
+  grid.push(pad([d.today, d.last7d, d.last30d]));
+  // Their cost is unknown and counted as 0 above, so the scorecards are too low by that much.
+  grid.push(pad(['Calls without a price today', 'Calls without a price, last 7 days', 'Calls without a price, last 30 days']));
+  grid.push(pad([d.unpriced.today, d.unpriced.last7d, d.unpriced.last30d]));
+  grid.push(pad(['Top customers by cost, last 7 days']));
+  grid.push(pad(['customer_id', 'cost_usd', 'calls']));
+  for (let i = 0; i < TOP_N; i++) {
+    const c = d.topCustomers7d[i];
+    grid.push(pad(c ? [text(c.customer_id), c.cost_usd, c.calls] : []));
+  }
+  grid.push(pad([]));
+  grid.push(pad(['Top models by tokens, last 30 days']));
+  grid.push(pad(['model', 'tokens_total', 'cost_usd', '$ per 1K tokens']));
+  for (let i = 0; i < TOP_N; i++) {
+    const m = d.topModels30d[i];
+    grid.push(pad(m ? [text(m.model), m.tokens_total, m.cost_usd, m.usd_per_1k_tokens ?? 'n/a'] : []));
+  }
+  grid.push(pad([]));
+  grid.push(pad(['Daily cost, last 30 days']));
+  grid.push(pad(['day', 'cost_usd']));
+  for (const point of d.daily) grid.push(pad([text(point.day), point.cost_usd]));
+  grid.push(pad([]));
+  grid.push(...voiceBlock(d.voice));
+  return grid;
+}
+
+export interface DigestRefresh {
+  figures: DigestFigures;
+  message: string;
+}
+
+/** `refreshDigest()`: reads the events tab once and rewrites the Digest tab's fixed block. */
+export function refreshDigest(svc: MeterServices): DigestRefresh {
+  const rows = readAllRows(getEventsSheet(svc.spreadsheet));
+  const figures = computeDigest(rows, svc.now().getTime());
+  figures.voice = voiceRollups(svc);
+  const sheet = ensureSheet(svc, DIGEST_TAB);
+  const grid = digestGrid(figures);
+  if (sheet.getMaxRows() < grid.length) sheet.insertRowsAfter(sheet.getMaxRows(), grid.length - sheet.getMaxRows());
+  sheet.getRange(1, 1, grid.length, LAYOUT.width).setValues(grid);
+  sheet.getRange(LAYOUT.scoreRow, 1, 1, 3).setNumberFormat('"$"#,##0.00');
+  if (sheet.getCharts().length === 0) {
+    const series = sheet.getRange(LAYOUT.dailyHeader + 1, 1, SERIES_DAYS + 1, 2);
+    const chart = sheet
+      .newChart()
+      .setChartType(svc.lineChart)
+      .addRange(series)
+      .setPosition(1, LAYOUT.width + 2, 0, 0)
+      .setOption('title', 'Daily cost (USD), last 30 days')
+      .setOption('legend', { position: 'none' })
+      .build();
+    sheet.insertChart(chart);
+  }
+  refreshPublicTab(svc, rows.length);
+  const unpriced = figures.unpriced.last7d ? `; ${figures.unpriced.last7d} call(s) without a price in 7 days` : '';
+  const message = `digest refreshed: today $${figures.today.toFixed(4)}, 7 days $${figures.last7d.toFixed(2)}, 30 days $${figures.last30d.toFixed(2)}${unpriced}`;
+  svc.log(`refreshDigest: ${message}`);
+  return { figures, message };
+}

@@ -1,0 +1,52 @@
+/**
+ * The back office's record of idempotency keys (the `idempotency` tab): a key is recorded first,
+ * before any side effect; each step's outcome is saved in `progress` as it finishes; `result`
+ * is written when the action is done. A retry of the key answers the result, or, when the first
+ * attempt stopped half-way, picks up from the progress. Every function here runs under the
+ * script lock (callers take it).
+ */
+import { MeterRefusal } from '../../schema/meter-reply';
+import type { MeterServices, Sheet } from './services';
+import { IDEMPOTENCY, appendTabRows, cellText, columnIn, findRow, recordRow, rowRecord, tab } from './tabs';
+
+/** What the steps of an action have done so far (ids they made, the text message's state). */
+export type Progress = Record<string, string | undefined>;
+
+type Claim = { done: Record<string, unknown>; progress?: undefined } | { done: null; progress: Progress };
+
+function keyRow(svc: Pick<MeterServices, 'spreadsheet'>, key: string): { sheet: Sheet; row: number } {
+  const sheet = tab(svc.spreadsheet, IDEMPOTENCY);
+  return { sheet, row: findRow(sheet, columnIn(IDEMPOTENCY, 'key'), key) };
+}
+
+function parse(text: unknown): Record<string, unknown> | null {
+  return typeof text === 'string' && text !== '' ? (JSON.parse(text) as Record<string, unknown>) : null;
+}
+
+/** The key's state; a key seen for the first time is recorded before anything else happens. */
+export function claimKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, action: string, now: Date): Claim {
+  const { sheet, row } = keyRow(svc, key);
+  if (!row) {
+    appendTabRows(sheet, [recordRow(IDEMPOTENCY, { key, action, at: now.toISOString(), progress: '{}' })]);
+    return { done: null, progress: {} };
+  }
+  const record = rowRecord(IDEMPOTENCY, sheet.getRange(row, 1, 1, IDEMPOTENCY.header.length).getValues()[0]);
+  if (record.action !== action)
+    throw new MeterRefusal('invalid_argument', `idempotency_key: already used for ${String(record.action)}, not ${action}`);
+  const done = parse(record.result);
+  return done ? { done } : { done: null, progress: (parse(record.progress) ?? {}) as Progress };
+}
+
+function writeCell(svc: Pick<MeterServices, 'spreadsheet'>, key: string, column: 'progress' | 'result', value: object): void {
+  const { sheet, row } = keyRow(svc, key);
+  if (!row) throw new Error(`idempotency: the record of key ${key} disappeared`);
+  sheet.getRange(row, columnIn(IDEMPOTENCY, column), 1, 1).setValues([[cellText(JSON.stringify(value))]]);
+}
+
+export function saveProgress(svc: Pick<MeterServices, 'spreadsheet'>, key: string, progress: Progress): void {
+  writeCell(svc, key, 'progress', progress);
+}
+
+export function finishKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, result: object): void {
+  writeCell(svc, key, 'result', result);
+}

@@ -1,0 +1,74 @@
+/**
+ * The pii-free `events_public` tab that Looker Studio reads (a live QUERY over the events tab that
+ * drops rows flagged as personal data), and the Linking API URL that builds the report on it from
+ * a template.
+ */
+import { EVENT_FIELDS, type EventField } from '../../schema/event-record';
+import { MeterRefusal } from '../../schema/meter-reply';
+import { configText, readConfig, type ConfigValues } from './config';
+import { columnOf } from './events-sheet';
+import type { MeterServices, Sheet } from './services';
+import { columnLetter } from './tabs';
+
+const PUBLIC_TAB = 'events_public';
+
+/** Columns of the pii-free tab: what a public dashboard needs (no ids of people or reviewers). */
+const PUBLIC_FIELDS: EventField[] = [
+  'timestamp',
+  'actor_type',
+  'provider',
+  'model',
+  'region',
+  'input_tokens',
+  'output_tokens',
+  'latency_ms',
+  'cost_usd',
+  'customer_id',
+  'pii_flag',
+  'decision',
+  'error_code',
+];
+
+/** A live QUERY over the events tab that drops pii rows; Sheets recalculates it on every change. */
+function publicQueryFormula(): string {
+  const columns = PUBLIC_FIELDS.map((f) => columnLetter(columnOf(f))).join(', ');
+  const piiColumn = columnLetter(columnOf('pii_flag'));
+  return `=QUERY(events!A:${columnLetter(EVENT_FIELDS.length)}, "select ${columns} where ${piiColumn} <> true", 1)`;
+}
+
+export function ensureSheet(svc: MeterServices, name: string): Sheet {
+  return svc.spreadsheet.getSheetByName(name) ?? svc.spreadsheet.insertSheet(name);
+}
+
+/** Keeps the public tab's formula in place and its grid as tall as the events tab. */
+export function refreshPublicTab(svc: MeterServices, eventRows: number): Sheet {
+  const sheet = ensureSheet(svc, PUBLIC_TAB);
+  const width = PUBLIC_FIELDS.length;
+  const maxCols = sheet.getMaxColumns();
+  if (maxCols > width) sheet.deleteColumns(width + 1, maxCols - width);
+  else if (maxCols < width) sheet.insertColumnsAfter(maxCols, width - maxCols);
+  const needed = eventRows + 1;
+  const maxRows = sheet.getMaxRows();
+  if (maxRows < needed) sheet.insertRowsAfter(maxRows, needed - maxRows);
+  sheet.getRange(1, 1).setFormula(publicQueryFormula());
+  return sheet;
+}
+
+/** Looker Studio Linking API: a copy of the template report on the pii-free tab. */
+export function lookerReportUrl(svc: MeterServices, config: ConfigValues = readConfig(svc.spreadsheet)): string {
+  const template = configText(config, 'LOOKER_TEMPLATE_REPORT_ID');
+  if (!template)
+    throw new MeterRefusal(
+      'config_error',
+      'Config LOOKER_TEMPLATE_REPORT_ID is empty: put the id of your template report there (see README)',
+    );
+  const sheet = svc.spreadsheet.getSheetByName(PUBLIC_TAB);
+  if (!sheet) throw new MeterRefusal('not_set_up', `the "${PUBLIC_TAB}" tab is missing: run "Refresh digest" from the Meter menu first`);
+  const q = (s: string) => encodeURIComponent(s);
+  return (
+    'https://lookerstudio.google.com/reporting/create' +
+    `?c.reportId=${q(template)}&r.reportName=${q('AI spend')}` +
+    `&ds.ds0.connector=googleSheets&ds.ds0.spreadsheetId=${q(svc.spreadsheet.getId())}` +
+    `&ds.ds0.worksheetId=${sheet.getSheetId()}&ds.ds0.hasHeader=true&ds.ds0.datasourceName=${q('AI events (no PII)')}`
+  );
+}

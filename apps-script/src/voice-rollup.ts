@@ -1,0 +1,59 @@
+/**
+ * The voice concierge's rollups over the call records of a period, for the digest (answered =
+ * every outcome but voicemail_left).
+ */
+import { CALL_FIELDS } from '../../schema/call-record';
+import { CALLS } from './calls-tab';
+import { cellNumber, cellTime } from './events-sheet';
+import type { MeterServices } from './services';
+import { fieldIndex } from './tabs';
+import { DAY_MS, utcDayStart } from './utc-day';
+
+export interface VoiceRollup {
+  calls: number;
+  answered: number;
+  booking_rate: number | null;
+  escalation_rate: number | null;
+  containment_rate: number | null;
+  avg_turns: number | null;
+  avg_ttfb_s: number | null;
+  asr_wer: number | null;
+  cost_per_call: number | null;
+  cost_per_booking: number | null;
+}
+
+const AT = fieldIndex(CALL_FIELDS);
+
+export function voiceRollup(rows: unknown[][], nowMs: number, days: number): VoiceRollup {
+  const from = utcDayStart(nowMs) - (days - 1) * DAY_MS;
+  const recent = rows.filter((r) => cellTime(r[AT.started_at]) >= from);
+  const answered = recent.filter((r) => r[AT.outcome] !== 'voicemail_left');
+  const bookings = recent.filter((r) => r[AT.outcome] === 'booking');
+  const escalations = answered.filter((r) => r[AT.escalated] === true).length;
+  const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
+  const nums = (col: number, list = recent) =>
+    list.filter((r) => r[col] !== '' && r[col] !== null && r[col] !== undefined).map((r) => cellNumber(r[col]));
+  const ratio = (a: number, b: number) => (b ? a / b : null);
+  return {
+    calls: recent.length,
+    answered: answered.length,
+    booking_rate: ratio(bookings.length, answered.length),
+    escalation_rate: ratio(escalations, answered.length),
+    containment_rate: ratio(answered.length - escalations, answered.length),
+    avg_turns: mean(nums(AT.turns)),
+    avg_ttfb_s: mean(nums(AT.ttfb_s)),
+    asr_wer: mean(nums(AT.asr_wer)),
+    cost_per_call: mean(nums(AT.est_audio_cost_usd)),
+    cost_per_booking: bookings.length ? nums(AT.est_audio_cost_usd, bookings).reduce((a, b) => a + b, 0) / bookings.length : null,
+  };
+}
+
+/** The rollups for 7 and 30 days from the calls tab, or null when there is none. */
+export function voiceRollups(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): { last7d: VoiceRollup; last30d: VoiceRollup } | null {
+  const calls = svc.spreadsheet.getSheetByName(CALLS.name);
+  if (!calls) return null;
+  const last = calls.getLastRow();
+  const rows = last >= 2 ? calls.getRange(2, 1, last - 1, CALL_FIELDS.length).getValues() : [];
+  const now = svc.now().getTime();
+  return { last7d: voiceRollup(rows, now, 7), last30d: voiceRollup(rows, now, 30) };
+}

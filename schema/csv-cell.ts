@@ -1,0 +1,42 @@
+/**
+ * One CSV cell, as every CSV of the project writes it (the meter's exports, the gateway's local
+ * event and call files, the archive's reports) and as the archive reads it back.
+ *
+ * Formula cells: a spreadsheet opening the file runs a cell that starts with `=`, `+`, `-`, `@`,
+ * tab or carriage return as a formula (OWASP, "CSV injection"). Such text is written with a
+ * leading apostrophe, which spreadsheets show as text. So that a reader can undo it exactly, text
+ * that itself starts with an apostrophe gets one more. Reading: a cell that starts with an
+ * apostrophe loses that one apostrophe, nothing else changes. Only text is touched; numbers,
+ * booleans and dates are written as they are.
+ */
+
+/** First characters that make a spreadsheet treat a cell as a formula. */
+const FORMULA_TRIGGERS = ['=', '+', '-', '@', '\t', '\r'];
+
+/** The mark put in front of such text (and in front of text that starts with the mark itself). */
+export const NEUTRAL_MARK = "'";
+
+/** Text as it goes into a CSV cell: formula-looking text (and text starting with the mark) gets the mark. */
+function neutraliseText(text: string): string {
+  const first = text.charAt(0);
+  return first === NEUTRAL_MARK || FORMULA_TRIGGERS.includes(first) ? NEUTRAL_MARK + text : text;
+}
+
+/** The original text of a cell written by `neutraliseText`. */
+export function restoreText(cell: string): string {
+  return cell.startsWith(NEUTRAL_MARK) ? cell.slice(NEUTRAL_MARK.length) : cell;
+}
+
+function isDate(value: unknown): value is Date {
+  return Object.prototype.toString.call(value) === '[object Date]';
+}
+
+/** One CSV field: dates as RFC 3339 UTC, text neutralised, quoted when it holds a comma, quote or line break (RFC 4180). */
+export function csvField(value: unknown): string {
+  if (value === null || value === undefined) return '';
+  let text: string;
+  if (isDate(value)) text = value.toISOString();
+  else if (typeof value === 'string') text = neutraliseText(value);
+  else text = String(value);
+  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}

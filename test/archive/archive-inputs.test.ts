@@ -1,0 +1,95 @@
+// Inputs of the archive (the meter's export URL, the meter bundle's own export CSV) and expiry.
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { convert } from '../../archive/convert';
+import { expireArchive } from '../../archive/expire';
+import type { EventInput } from '../../schema/event-record';
+import { FakePlatform, loadBundle, webEvent, type FakeTextOutput } from '../meter/fakes/platform';
+import { csvIn, report, rowsIn, scratchDir } from './archive-setup';
+
+const scratch = scratchDir();
+const csv = (events: EventInput[], name?: string) => csvIn(scratch(), events, name);
+
+describe('inputs', () => {
+  let server: Server;
+  afterAll(() => server?.close());
+
+  it("takes the meter's export URL, follows its 302 with GET and sends the token from the environment", async () => {
+    const body = readFileSync(csv([{ event_id: 'u1', timestamp: '2026-11-21T09:00:00Z', cost_usd: 2 }]), 'utf8');
+    const seen: string[] = [];
+    server = createServer((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      if (req.url!.startsWith('/exec')) {
+        res.writeHead(302, { location: '/echo?user_content_key=abc' }).end();
+      } else if (new URL(req.url!, 'http://x').searchParams.get('user_content_key') === 'abc') {
+        const asked = seen.filter((s) => s.startsWith('GET /exec')).at(-1)!;
+        res
+          .writeHead(200, { 'content-type': 'text/csv' })
+          .end(asked.includes('token=s3cret') ? body : '{"ok":false,"error":"unauthorized"}');
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    const out = join(scratch(), 'arch');
+    await convert(`http://127.0.0.1:${port}/exec?action=export&since=2026-11-21`, { out, env: { METER_TOKEN: 's3cret' } });
+    expect(seen).toEqual(['GET /exec?action=export&since=2026-11-21&token=s3cret', 'GET /echo?user_content_key=abc']);
+    seen.length = 0;
+    expect(await rowsIn(out)).toEqual([{ event_id: 'u1', cost_usd: 2 }]);
+    await expect(convert(`http://127.0.0.1:${port}/exec?action=export&since=2026-11-21`, { out, env: {} })).rejects.toThrow(
+      'export URL refused: unauthorized',
+    );
+  });
+
+  it("takes the meter bundle's own export CSV: the sheet's totals equal the archive's", async () => {
+    const platform = new FakePlatform();
+    const meter = loadBundle(platform);
+    meter.setup();
+    platform.properties.setProperty('SECRET_TOKEN', 't');
+    meter.doPost(
+      webEvent(
+        { token: 't' },
+        {
+          events: [
+            { cost_usd: 0.05, customer_id: '00123', timestamp: '2026-11-21T08:00:00Z' },
+            { cost_usd: 3.1, timestamp: '2026-11-21T09:00:00Z', pii_flag: true },
+          ],
+        },
+      ),
+    );
+    const exported = (meter.doGet(webEvent({ token: 't', action: 'export', since: '2026-11-01' })) as FakeTextOutput).getContent();
+    const file = join(scratch(), 'export.csv');
+    writeFileSync(file, exported);
+    const out = join(scratch(), 'arch');
+    await convert(file, { out });
+    expect(await report('export-daily', out)).toEqual([{ day: '2026-11-21', cost_usd: 3.15 }]);
+    expect((await report('customers', out)).map((r) => r.customer_id).sort()).toEqual(['', '00123']);
+  });
+});
+
+describe('npm run archive:expire', () => {
+  it('removes files of days older than the window, flat and partitioned', () => {
+    const out = join(scratch(), 'arch');
+    mkdirSync(join(out, 'provider=p', 'day=20260101'), { recursive: true });
+    for (const f of [
+      'events_20260520.parquet',
+      'events_20260527.parquet',
+      'events_20261120.parquet',
+      'provider=p/day=20260101/events_20260101.parquet',
+      'notes.txt',
+    ]) {
+      writeFileSync(join(out, f), 'x');
+    }
+    const now = new Date('2026-11-22T05:00:00Z'); // 180 days before: 2026-05-26
+    expect(expireArchive(out, 180, now, true).removed).toHaveLength(2);
+    const result = expireArchive(out, 180, now);
+    expect(result.cutoff).toBe('2026-05-26');
+    expect(result.removed.map((f) => f.slice(out.length + 1)).sort()).toEqual([
+      'events_20260520.parquet',
+      'provider=p/day=20260101/events_20260101.parquet',
+    ]);
+    expect(readdirSync(out).sort()).toEqual(['events_20260527.parquet', 'events_20261120.parquet', 'notes.txt']);
+    expect(() => expireArchive(out, 0, now)).toThrow(/--days/);
+  });
+});

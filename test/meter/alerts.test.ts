@@ -1,0 +1,89 @@
+// Cap alerts (checkSpendCaps): the built bundle in node:vm, with a clock the tests control.
+// One describe per feature: long because each behaviour is a short test of its own.
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { Bundle, FakePlatform } from './fakes/platform';
+import { WEBHOOK, freshMeter, post, setConfig } from './maintenance-setup';
+
+describe('checkSpendCaps', () => {
+  let platform: FakePlatform;
+  let meter: Bundle;
+  beforeEach(() => {
+    ({ platform, meter } = freshMeter());
+    setConfig(platform, 'SLACK_WEBHOOK_URL', WEBHOOK);
+  });
+
+  it("the specification's smoke test: with the daily cap at 0.01 the alert fires once; reset, it stays quiet", () => {
+    post(meter, { events: [{ cost_usd: 0.05 }, { cost_usd: 3.1 }] });
+    setConfig(platform, 'DAILY_CAP_USD', 0.01);
+    meter.checkSpendCaps();
+    expect(platform.urlFetch.requests).toHaveLength(1);
+    const [req] = platform.urlFetch.requests;
+    expect(req.url).toBe(WEBHOOK);
+    expect(req.options).toMatchObject({ method: 'post', contentType: 'application/json' });
+    const body = platform.urlFetch.payloads()[0];
+    expect(body.blocks.map((b: { type: string }) => b.type)).toEqual(['header', 'section', 'context']);
+    expect(body.blocks[0].text.text).toMatch(/spend alert/i);
+    const fields = body.blocks[1].fields.map((f: { text: string }) => f.text).join('\n');
+    expect(fields).toContain('$3.1500 of $0.01 cap'); // today: 4 decimals
+    expect(fields).toContain('$3.15 of $200.00 cap'); // 7 days: 2 decimals
+    expect(body.text).toMatch(/daily cap crossed.*\$3\.1500.*\$3\.15/);
+
+    meter.checkSpendCaps();
+    meter.checkSpendCaps();
+    expect(platform.urlFetch.requests).toHaveLength(1);
+
+    setConfig(platform, 'DAILY_CAP_USD', 50);
+    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
+    expect(platform.urlFetch.requests).toHaveLength(1);
+  });
+
+  it('alerts again the next UTC day while the cap is still crossed', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    meter.checkSpendCaps();
+    platform.clock.set('2026-11-23T00:05:00Z');
+    meter.checkSpendCaps(); // new day: today's cost is 0, nothing to say
+    expect(platform.urlFetch.requests).toHaveLength(1);
+    post(meter, { cost_usd: 1.5 });
+    meter.checkSpendCaps();
+    expect(platform.urlFetch.requests).toHaveLength(2);
+  });
+
+  it('a crossed 7-day cap alerts too, counting the 6 days before today', () => {
+    setConfig(platform, 'BURN_7D_CAP_USD', 10);
+    post(meter, {
+      events: [
+        { timestamp: '2026-11-16T01:00:00Z', cost_usd: 6 },
+        { timestamp: '2026-11-20T01:00:00Z', cost_usd: 5 },
+      ],
+    });
+    meter.checkSpendCaps();
+    const body = platform.urlFetch.payloads()[0];
+    expect(body.blocks[0].text.text).toMatch(/7-day cap crossed/);
+    expect(body.blocks[0].text.text).not.toMatch(/daily/);
+  });
+
+  it('a failed post is retried on the next run, and the webhook never reaches the log', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    platform.urlFetch.respond = () => ({ code: 500 });
+    expect(meter.checkSpendCaps()).toMatch(/HTTP 500.*retried/);
+    platform.urlFetch.respond = () => {
+      throw new Error(`Address unavailable: ${WEBHOOK}`);
+    };
+    expect(meter.checkSpendCaps()).toMatch(/failed.*retried/);
+    platform.urlFetch.respond = () => ({ code: 200 });
+    expect(meter.checkSpendCaps()).toMatch(/alert posted/);
+    expect(meter.checkSpendCaps()).toMatch(/already alerted/);
+    expect(platform.urlFetch.requests).toHaveLength(3);
+    expect(platform.logs.join('\n')).not.toContain('XXXX');
+  });
+
+  it('with no webhook configured nothing is posted, and the run says so', () => {
+    setConfig(platform, 'SLACK_WEBHOOK_URL', '');
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    expect(meter.checkSpendCaps()).toMatch(/SLACK_WEBHOOK_URL is empty/);
+    expect(platform.urlFetch.requests).toHaveLength(0);
+  });
+});

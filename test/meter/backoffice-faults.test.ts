@@ -1,0 +1,115 @@
+// Back-office actions that fail half-way, on the built bundle: Google's services time out in the
+// middle of a script ("Service Spreadsheets timed out"); the voice workflow retries with the same
+// idempotency key. The retry finishes what is missing and repeats nothing; a text goes out at most once.
+// One describe for all the half-way faults: long because each fault is a short test of its own.
+import { describe, expect, it } from 'vitest';
+import { backOffice, booking, lead, voicemail } from './backoffice-setup';
+
+const timedOut = { ok: false, error: expect.stringMatching(/Service Spreadsheets timed out/) };
+
+describe('a back-office action that fails half-way', () => {
+  it('book_slot: Sheets times out after the text went out; the retry makes no second event and sends no second text', () => {
+    const { platform, act, rows, texts } = backOffice({ twilio: true });
+    platform.calls.failAfter((name) => name === 'UrlFetchApp.fetch');
+    expect(act('book_slot', booking())).toMatchObject(timedOut);
+    const retry = act('book_slot', booking());
+    expect(retry).toMatchObject({ ok: true, booking_id: 'evt-1@google.com', replayed: false });
+    // Whether the interrupted attempt's text went out cannot be known: recorded, not re-sent.
+    expect(retry.text).toMatch(/^unknown: /);
+    expect(platform.calendar.events).toHaveLength(1);
+    expect(texts()).toHaveLength(1);
+    expect(rows('contacts')).toHaveLength(1);
+    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed']);
+    expect(String(rows('activities')[0][5])).toContain('text: unknown');
+    const { replayed, ...same } = retry;
+    expect(replayed).toBe(false);
+    expect(act('book_slot', booking())).toEqual({ ...same, replayed: true });
+  });
+
+  it('book_slot: Sheets times out after the activity was logged; the retry keeps the known outcome "sent" and logs nothing twice', () => {
+    const { platform, act, rows, texts } = backOffice({ twilio: true });
+    platform.calls.failAfter((name, tab) => name === 'Range.setValues' && tab === 'activities');
+    expect(act('book_slot', booking())).toMatchObject(timedOut);
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, booking_id: 'evt-1@google.com', text: 'sent', replayed: false });
+    expect(texts()).toHaveLength(1);
+    expect(rows('activities')).toHaveLength(1);
+  });
+
+  it('book_slot: the calendar event was made when Sheets timed out; the retry finds it by its tag and books nothing new', () => {
+    const { platform, act, texts } = backOffice({ twilio: true });
+    platform.calls.failAfter((name) => name === 'Calendar.createEvent');
+    expect(act('book_slot', booking())).toMatchObject(timedOut);
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, booking_id: 'evt-1@google.com', text: 'sent' });
+    expect(platform.calendar.events).toHaveLength(1); // never a second one, not even one made and deleted
+    expect(platform.calendar.events[0].tags.get('meter_idempotency_key')).toBe('key-book-0001');
+    expect(texts()).toHaveLength(1);
+  });
+
+  it('reschedule_slot: Sheets times out after the text went out; the retry sends no second text', () => {
+    const { platform, act, texts } = backOffice({ twilio: true });
+    const { booking_id } = act('book_slot', booking());
+    const move = {
+      call_id: 'call-2',
+      idempotency_key: 'key-move-0001',
+      args: { booking_id, new_date: '2026-12-01', new_time: '15:00', phone: '+351912345678' },
+    };
+    platform.calls.failAfter((name) => name === 'UrlFetchApp.fetch');
+    expect(act('reschedule_slot', move)).toMatchObject(timedOut);
+    expect(act('reschedule_slot', move)).toMatchObject({ ok: true, booking_id, start: '2026-12-01T15:00:00.000Z' });
+    expect(texts()).toHaveLength(2); // the booking's and the move's, once each
+  });
+
+  it('route_to_voicemail: Sheets times out after the recording was saved; the retry fetches nothing and makes one task', () => {
+    const { platform, act, rows } = backOffice();
+    platform.calls.failAfter((name) => name === 'Folder.createFile');
+    expect(act('route_to_voicemail', voicemail())).toMatchObject(timedOut);
+    expect(act('route_to_voicemail', voicemail())).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3' });
+    const folder = platform.drive.folders.find((f) => f.name === 'voicemail')!;
+    expect(folder.files.map((f) => f.name)).toEqual(['call-4.mp3']);
+    expect(platform.urlFetch.requests.filter((r) => r.url.endsWith('.mp3'))).toHaveLength(1);
+    expect(rows('tasks')).toHaveLength(1);
+  });
+
+  it('create_lead: Sheets times out after the lead row was written; the retry makes no second lead', () => {
+    const { platform, act, rows } = backOffice();
+    platform.calls.failAfter((name, tab) => name === 'Range.setValues' && tab === 'leads');
+    expect(act('create_lead', lead())).toMatchObject(timedOut);
+    const retry = act('create_lead', lead());
+    expect(retry).toMatchObject({ ok: true, stage: 'New' });
+    expect(rows('leads')).toHaveLength(1);
+    expect(rows('leads')[0][0]).toBe(retry.lead_id);
+    expect(rows('activities').map((r) => r[1])).toEqual(['Lead Created']);
+  });
+
+  it('a text whose request fails mid-way is recorded as unknown, never as unsent, and not sent again', () => {
+    const { platform, act, texts } = backOffice({ twilio: true });
+    platform.urlFetch.respond = () => {
+      throw new Error('Timeout: https://api.twilio.com/2010-04-01/Accounts/AC1/Messages.json');
+    };
+    const first = act('book_slot', booking());
+    expect(first).toMatchObject({ ok: true, text: expect.stringMatching(/^unknown: Timeout/) });
+    expect(act('book_slot', booking())).toMatchObject({ text: first.text, replayed: true });
+    expect(texts()).toHaveLength(1);
+  });
+
+  it('tabs of an earlier version (no idempotency_key or progress column) are widened on first use, their rows kept', () => {
+    const { platform, act, rows } = backOffice();
+    const activities = platform.spreadsheet.tab('activities')!;
+    const idempotency = platform.spreadsheet.tab('idempotency')!;
+    activities.deleteColumns(7, 1);
+    idempotency.deleteColumns(5, 1);
+    idempotency.loadRows(2, [
+      ['key-old-00001', 'create_lead', '{"ok":true,"action":"create_lead","lead_id":"lead-old","stage":"New"}', '2026-11-01T00:00:00.000Z'],
+    ]);
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, booking_id: 'evt-1@google.com' });
+    expect(activities.data[0].at(-1)).toBe('idempotency_key');
+    expect(rows('activities')[0].at(-1)).toBe('key-book-0001');
+    expect(act('create_lead', lead('key-old-00001'))).toEqual({
+      ok: true,
+      action: 'create_lead',
+      lead_id: 'lead-old',
+      stage: 'New',
+      replayed: true,
+    });
+  });
+});

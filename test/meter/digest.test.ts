@@ -1,0 +1,148 @@
+// The digest (figures, Digest tab, public tab, Looker link, weekly e-mail): the built bundle in node:vm.
+// One describe per feature: long because each behaviour is a short test of its own.
+import { describe, expect, it } from 'vitest';
+import { computeDigest } from '../../apps-script/src/digest';
+import type { Cell } from './fakes/cells';
+import { eventsTab, freshMeter, setConfig } from './maintenance-setup';
+
+/** An independent, direct computation of the digest figures to compare with the module's. */
+function direct(rows: Cell[][], now: number) {
+  const day = (t: number) => Math.floor(t / 86_400_000);
+  const today = day(now);
+  const pub = rows.filter((r) => r[14] !== true);
+  const within = (r: Cell[], days: number) => day((r[1] as Date).getTime()) > today - days;
+  const sum = (rs: Cell[][]) => rs.reduce((s, r) => s + (r[9] as number), 0);
+  const byCustomer = new Map<string, number>();
+  for (const r of pub.filter((r) => within(r, 7))) byCustomer.set(String(r[13]), (byCustomer.get(String(r[13])) ?? 0) + (r[9] as number));
+  const top = [...byCustomer].sort((a, b) => b[1] - a[1])[0];
+  return {
+    today: sum(pub.filter((r) => within(r, 1))),
+    last7d: sum(pub.filter((r) => within(r, 7))),
+    last30d: sum(pub.filter((r) => within(r, 30))),
+    top,
+  };
+}
+
+describe('digest', () => {
+  function withRows() {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const now = platform.clock.ms;
+    let seed = 7;
+    const rnd = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
+    const rows: Cell[][] = Array.from({ length: 2000 }, (_, i) => [
+      `id${i}`,
+      new Date(now - Math.floor(rnd() * 40 * 86_400_000)),
+      'agent',
+      'openai',
+      ['gpt-a', 'gpt-b', 'zero'][i % 3],
+      'n/a',
+      i % 3 === 2 ? 0 : Math.floor(rnd() * 1000),
+      i % 3 === 2 ? 0 : Math.floor(rnd() * 500),
+      100,
+      Math.round(rnd() * 10000) / 10000,
+      '',
+      '',
+      '',
+      `c${i % 7}`,
+      i % 10 === 0,
+      false,
+      '',
+      'n/a',
+      '',
+    ]);
+    rows.push([
+      'secret-row',
+      new Date(now),
+      'user',
+      'openai',
+      'gpt-a',
+      'n/a',
+      5,
+      5,
+      1,
+      999,
+      '',
+      '',
+      '',
+      'pii-customer',
+      true,
+      false,
+      '',
+      'n/a',
+      '',
+    ]);
+    eventsTab(platform).loadRows(2, rows);
+    return { platform, meter, rows, now };
+  }
+
+  it('figures equal a direct computation on the same rows, without pii rows', () => {
+    const { rows, now } = withRows();
+    const d = computeDigest(rows, now);
+    const expected = direct(rows, now);
+    expect(d.today).toBeCloseTo(expected.today, 9);
+    expect(d.last7d).toBeCloseTo(expected.last7d, 9);
+    expect(d.last30d).toBeCloseTo(expected.last30d, 9);
+    expect(d.daily).toHaveLength(30);
+    expect(d.daily.reduce((s, p) => s + p.cost_usd, 0)).toBeCloseTo(expected.last30d, 6);
+    expect([d.topCustomers7d[0].customer_id, d.topCustomers7d[0].cost_usd]).toEqual([expected.top[0], Number(expected.top[1].toFixed(10))]);
+    expect(d.topCustomers7d.map((c) => c.customer_id)).not.toContain('pii-customer');
+    expect(d.piiRowsExcluded).toBe(rows.filter((r) => r[14] === true).length);
+    const zero = d.topModels30d.find((m) => m.model === 'zero')!;
+    expect(zero.tokens_total).toBe(0);
+    expect(zero.usd_per_1k_tokens).toBeNull(); // guarded division
+    const a = d.topModels30d.find((m) => m.model === 'gpt-a')!;
+    expect(a.usd_per_1k_tokens).toBeCloseTo(a.cost_usd / (a.tokens_total / 1000), 6);
+  });
+
+  it('refreshDigest writes the tab with one read of the events, one chart, and a pii-free public tab', () => {
+    const { platform, meter, rows, now } = withRows();
+    platform.calls.reset();
+    meter.refreshDigest();
+    expect(platform.calls.get('Range.getValues')).toBe(1);
+    const tab = platform.spreadsheet.tab('Digest')!;
+    const expected = direct(rows, now);
+    expect(tab.data[3][0]).toBeCloseTo(expected.today, 9);
+    expect(tab.data[3][2]).toBeCloseTo(expected.last30d, 9);
+    expect(JSON.stringify(tab.data)).not.toContain('pii-customer');
+    meter.refreshDigest();
+    expect(tab.charts).toHaveLength(1);
+    expect(tab.charts[0].options).toMatchObject({ type: 'LINE', range: { column: 1, numColumns: 2, numRows: 31 } });
+    const pub = platform.spreadsheet.tab('events_public')!;
+    const formula = platform.spreadsheet.tab('events_public')!.getRange(1, 1).getFormulas()[0][0];
+    expect(formula).toMatch(/^=QUERY\(events!A:S, "select .* where O <> true", 1\)$/);
+    expect(formula).not.toMatch(/select [^"]*\bA\b/); // no event_id, so rows cannot be traced to people
+    expect(pub.maxRows).toBeGreaterThanOrEqual(rows.length + 1);
+  });
+
+  it('the menu builds a Looker Studio Linking API URL on the public tab from the template id', () => {
+    const { platform, meter } = withRows();
+    expect(() => meter.showLookerReportLink()).toThrow(/LOOKER_TEMPLATE_REPORT_ID is empty/);
+    setConfig(platform, 'LOOKER_TEMPLATE_REPORT_ID', 'tmpl-123');
+    const url = new URL(meter.showLookerReportLink() as string);
+    expect(url.origin + url.pathname).toBe('https://lookerstudio.google.com/reporting/create');
+    expect(url.searchParams.get('c.reportId')).toBe('tmpl-123');
+    expect(url.searchParams.get('ds.ds0.connector')).toBe('googleSheets');
+    expect(url.searchParams.get('ds.ds0.spreadsheetId')).toBe(platform.spreadsheet.id);
+    expect(url.searchParams.get('ds.ds0.worksheetId')).toBe(String(platform.spreadsheet.tab('events_public')!.sheetId));
+    expect(platform.ui.dialogs[0].html).toContain('lookerstudio.google.com');
+  });
+
+  it('sendWeeklyDigest e-mails TEAM_EMAILS once, within the quota, without pii rows', () => {
+    const { platform, meter } = withRows();
+    expect(meter.sendWeeklyDigest()).toMatch(/TEAM_EMAILS is empty/);
+    setConfig(platform, 'TEAM_EMAILS', 'ops@example.com, finance@example.com');
+    platform.mail.quota = 1;
+    expect(meter.sendWeeklyDigest()).toMatch(/quota left today is 1, 2 recipient/);
+    expect(platform.mail.sent).toHaveLength(0);
+    platform.mail.quota = 100;
+    expect(meter.sendWeeklyDigest()).toMatch(/sent to 2/);
+    const [mail] = platform.mail.sent;
+    expect(mail.to).toBe('ops@example.com,finance@example.com');
+    expect(mail.body).toMatch(/Cost today: \$[\d.]+ +Last 7 days: \$[\d.]+ +Last 30 days/);
+    expect(mail.body).toContain('Top customers by cost, last 7 days');
+    expect(mail.body).toContain(platform.spreadsheet.getUrl());
+    expect(mail.body + mail.htmlBody).not.toContain('pii-customer');
+    setConfig(platform, 'TEAM_EMAILS', 'ops@example.com, not-an-address');
+    expect(meter.sendWeeklyDigest()).toMatch(/not e-mail addresses: not-an-address/);
+  });
+});

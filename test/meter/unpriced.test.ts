@@ -1,0 +1,79 @@
+// Calls without a price, on the built bundle: counted (not silently $0) in the Digest tab, the
+// cap alert and the weekly e-mail. A call is unpriced when its error_code holds UNPRICED, or when
+// the sender sent `cost_usd: null` (the gateway does, for a model with no known price).
+import { describe, expect, it } from 'vitest';
+import { EVENT_FIELDS } from '../../schema/event-record';
+import { FakePlatform, callJson, loadBundle } from './fakes/platform';
+
+const SECRET = 'unpriced-secret';
+const WEBHOOK = 'https://hooks.slack.example/services/T/B/X';
+
+function meterWithUnpricedCalls() {
+  const platform = new FakePlatform();
+  platform.clock.set('2026-11-22T12:00:00Z');
+  const meter = loadBundle(platform);
+  meter.setup();
+  platform.properties.setProperty('SECRET_TOKEN', SECRET);
+  const reply = callJson(
+    meter,
+    'doPost',
+    { token: SECRET },
+    {
+      events: [
+        { event_id: 'priced', cost_usd: 3, model: 'gpt-known' },
+        { event_id: 'flagged', error_code: 'UNPRICED', model: 'new-model' },
+        { event_id: 'null-cost', cost_usd: null, model: 'new-model' }, // the gateway's unpriced event
+        { event_id: 'failed-too', timestamp: '2026-11-19T10:00:00Z', error_code: 'TIMEOUT|UNPRICED' },
+        { event_id: 'old', timestamp: '2026-10-01T10:00:00Z', error_code: 'UNPRICED' }, // outside 30 days
+        { event_id: 'pii', error_code: 'UNPRICED', pii_flag: true }, // left out of the digest
+        { event_id: 'no-cost-sent', model: 'm' }, // absent cost: the ingest default 0, not unpriced
+      ],
+    },
+  );
+  expect(reply).toMatchObject({ ok: true, appended: 7 });
+  const cell = (id: string, field: string) =>
+    platform.spreadsheet.tab('events')!.data.find((r) => r[0] === id)![EVENT_FIELDS.indexOf(field as never)];
+  return { platform, meter, cell };
+}
+
+describe('calls without a price', () => {
+  it('an explicit cost_usd null keeps the default cost of 0 and is marked UNPRICED; an absent cost is not', () => {
+    const { cell } = meterWithUnpricedCalls();
+    expect([cell('null-cost', 'cost_usd'), cell('null-cost', 'error_code')]).toEqual([0, 'UNPRICED']);
+    expect([cell('no-cost-sent', 'cost_usd'), cell('no-cost-sent', 'error_code')]).toEqual([0, '']);
+  });
+
+  it('the Digest tab shows how many calls had no price today, in 7 and in 30 days', () => {
+    const { platform, meter } = meterWithUnpricedCalls();
+    meter.refreshDigest();
+    const grid = platform.spreadsheet.tab('Digest')!.data;
+    const at = grid.findIndex((r) => r[0] === 'Calls without a price today');
+    expect(grid[at].slice(0, 3)).toEqual([
+      'Calls without a price today',
+      'Calls without a price, last 7 days',
+      'Calls without a price, last 30 days',
+    ]);
+    expect(grid[at + 1].slice(0, 3)).toEqual([2, 3, 3]);
+  });
+
+  it('the cap alert says "N calls without a price"', () => {
+    const { platform, meter } = meterWithUnpricedCalls();
+    const config = platform.spreadsheet.tab('Config')!.data;
+    config.find((r) => r[0] === 'SLACK_WEBHOOK_URL')![1] = WEBHOOK;
+    config.find((r) => r[0] === 'DAILY_CAP_USD')![1] = 1;
+    meter.checkSpendCaps();
+    const [alert] = platform.urlFetch.payloads(WEBHOOK);
+    expect(alert.text).toContain('4 calls without a price in the last 7 days (3 today)');
+    const blocks = JSON.stringify(alert.blocks);
+    expect(blocks).toContain('4 calls without a price');
+  });
+
+  it('the weekly e-mail says it too', () => {
+    const { platform, meter } = meterWithUnpricedCalls();
+    platform.spreadsheet.tab('Config')!.data.find((r) => r[0] === 'TEAM_EMAILS')![1] = 'ops@example.com';
+    meter.sendWeeklyDigest();
+    const [mail] = platform.mail.sent;
+    expect(mail.body).toContain('3 calls without a price in the last 7 days');
+    expect(mail.htmlBody).toContain('3 calls without a price in the last 7 days');
+  });
+});
