@@ -36,7 +36,7 @@ export interface ConvertResult {
   files: string[];
 }
 
-export class ArchiveInputError extends Error {}
+class ArchiveInputError extends Error {}
 
 /** Downloads the web app's export URL (following its 302 with GET) to a temporary file. */
 async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promise<string> {

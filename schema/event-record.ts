@@ -198,7 +198,7 @@ function checkNotFuture(date: Date, opts: NormalizeOptions): Date {
 export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRecord {
   const { index } = opts;
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
-    throw new EventValidationError(index === undefined ? 'event' : 'event', 'a JSON object', index);
+    throw new EventValidationError('event', 'a JSON object', index);
   }
   const src = input as EventInput;
   const out: Partial<Record<EventField, unknown>> = {};

@@ -164,16 +164,16 @@ describe('npm run archive', () => {
     const bad = join(scratch(), 'bad.csv');
     writeFileSync(bad, `${CSV_HEADER}\nx,2026-11-21T09:00:00Z,agent,p,m,n/a,1.5,0,0,0,,,,,false,false,,n/a,\n`);
     const tsx = join(root, 'node_modules', '.bin', 'tsx');
-    const failed = spawnSync(tsx, ['archive/cli.ts', 'convert', bad, '--out', join(scratch(), 'o')], { cwd: root, encoding: 'utf8' });
+    const failed = spawnSync(tsx, ['bin/archive.ts', 'convert', bad, '--out', join(scratch(), 'o')], { cwd: root, encoding: 'utf8' });
     expect(failed.status).toBe(1);
     expect(failed.stderr).toContain('line 2, input_tokens: expected a whole number >= 0, got "1.5"');
     const ok = execFileSync(
       tsx,
-      ['archive/cli.ts', 'convert', csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z' }]), '--out', join(scratch(), 'o')],
+      ['bin/archive.ts', 'convert', csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z' }]), '--out', join(scratch(), 'o')],
       { cwd: root, encoding: 'utf8' },
     );
     expect(ok.trim()).toBe(join(scratch(), 'o', 'events_20261121.parquet'));
-    const daily = execFileSync(tsx, ['archive/cli.ts', 'report', 'export-daily', '--archive', join(scratch(), 'o')], {
+    const daily = execFileSync(tsx, ['bin/archive.ts', 'report', 'export-daily', '--archive', join(scratch(), 'o')], {
       cwd: root,
       encoding: 'utf8',
     });

@@ -441,7 +441,7 @@ describe('voice rollups', () => {
     expect(r.cost_per_booking).toBeCloseTo(0.1, 12);
     const cli = spawnSync(
       join(root, 'node_modules', '.bin', 'tsx'),
-      ['archive/cli.ts', 'report', 'voice', '--calls', file, '--format', 'json'],
+      ['bin/archive.ts', 'report', 'voice', '--calls', file, '--format', 'json'],
       { cwd: root, encoding: 'utf8' },
     );
     expect(JSON.parse(cli.stdout)[0].calls).toBe(5);

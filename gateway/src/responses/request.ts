@@ -1,4 +1,6 @@
 /**
+ * (Over 300 lines: one translation, kept whole so each field's rule sits beside the others.)
+ *
  * A Responses API request (`POST /v1/responses`) as a chat-completions request, for routes whose
  * provider offers only chat completions. What chat cannot express is refused, naming the
  * parameter, so the client gets a clear 400 instead of an answer to another question.

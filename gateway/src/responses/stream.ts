@@ -1,4 +1,6 @@
 /**
+ * (Over 300 lines: one event sequence, kept whole so the order of the events reads top to bottom.)
+ *
  * A chat-completions stream as a Responses stream: each chat chunk (the parsed JSON of one SSE
  * `data:`) becomes the Responses events it amounts to, in the order OpenAI sends them:
  *

@@ -6,11 +6,11 @@
  * Exit status: 0 on success, 1 on bad input (the message says which line and field), 2 on usage.
  */
 import { parseArgs } from 'node:util';
-import { ArchiveInputError, convert } from './convert';
-import { openDuck } from './duck';
-import { DEFAULT_ARCHIVE_DAYS, expireArchive } from './expire';
-import { REPORTS, formatRows, reportSql, type ReportName } from './reports';
-import { voiceRollupSql } from './voice-rollups';
+import { convert } from '../archive/convert';
+import { openDuck } from '../archive/duck';
+import { DEFAULT_ARCHIVE_DAYS, expireArchive } from '../archive/expire';
+import { REPORTS, formatRows, reportSql, type ReportName } from '../archive/reports';
+import { voiceRollupSql } from '../archive/voice-rollups';
 import { existsSync } from 'node:fs';
 
 export const DEFAULT_ARCHIVE = '.data/archive';
@@ -101,11 +101,12 @@ async function main(argv: string[]): Promise<void> {
   if (command === 'convert') return convertCommand(rest);
   if (command === 'expire') return expireCommand(rest);
   if (command === 'report') return reportCommand(rest);
-  throw new UsageError('usage: cli.ts <convert|expire|report> ...');
+  throw new UsageError('usage: npm run archive | archive:expire | report -- ...');
 }
 
 main(process.argv.slice(2)).catch((error: unknown) => {
   const message = error instanceof Error ? error.message : String(error);
   process.stderr.write(`${message}\n`);
-  process.exitCode = error instanceof UsageError ? 2 : error instanceof ArchiveInputError ? 1 : 1;
+  // A bad argument is 2; a bad input file (ArchiveInputError, which names the line and field) and anything else 1.
+  process.exitCode = error instanceof UsageError ? 2 : 1;
 });
