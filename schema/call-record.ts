@@ -3,7 +3,7 @@ import { ID_PATTERN } from './ids';
 import { MeterRefusal } from './meter-reply';
 
 /**
- * The call record of Document 3: one row per call. Like the event record, one definition shared by
+ * The call record of the voice concierge: one row per call. Like the event record, one definition shared by
  * the gateway (which builds it when a call ends) and the meter (its `calls` tab). Plain
  * TypeScript, no Node or Apps Script API.
  */
