@@ -1,15 +1,18 @@
 /**
  * The gateway's HTTP surface: one node:http server whose hot path (POST /v1/chat/completions,
  * chat-endpoint.ts) goes straight to its handler, and an Express 5 app for everything else: the
- * operator endpoints (health, metrics, flags) behind ADMIN_TOKEN, and what `extend` mounts.
+ * operator endpoints (health, metrics, flags) behind ADMIN_TOKEN, and what `extend` mounts. With
+ * client keys (`auth`), every /v1 request needs one (key-guard.ts), the voice endpoints aside.
  */
 import { createServer, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { bearerGuard } from './bearer';
 import { chatEndpoint } from './chat-endpoint';
+import type { ClientAuth } from './client-auth';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
+import { keyGuard } from './key-guard';
 import { mountOperator } from './operator';
 import type { RequestPath } from './request-path';
 import type { Scopes } from './scopes';
@@ -22,6 +25,8 @@ export interface GatewayOptions {
   /** What kind of meter sink events go to, for /health. */
   meterKind: string;
   adminToken?: string;
+  /** Client keys (GATEWAY_AUTH=keys); null or absent: /v1 is open. */
+  auth?: ClientAuth | null;
   /** Extra operator state for /health (pause flag, queue counts, ...). */
   healthExtras?: () => Promise<Record<string, unknown>>;
   /** Mounts more routers (budget, jobs, voice) on the same app. */
@@ -39,9 +44,11 @@ export function createGateway(opts: GatewayOptions): Gateway {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const chat = chatEndpoint({ pipeline: opts.path.pipeline, scopes: opts.scopes, log: opts.log });
+  const chat = chatEndpoint({ pipeline: opts.path.pipeline, scopes: opts.scopes, log: opts.log, auth: opts.auth });
   // Before the JSON parser: the chat endpoint reads its own body (see chat-endpoint.ts).
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
+  // Before the parser too: a request without a valid key is refused unread.
+  if (opts.auth) app.use('/v1', keyGuard(opts.auth));
   app.use(express.json({ limit: '20mb' }));
 
   mountOperator(app, admin, opts);

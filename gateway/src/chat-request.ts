@@ -3,6 +3,7 @@
  * and the routing context from our headers.
  */
 import { z } from 'zod';
+import type { ClientKey } from './client-keys';
 import { readRoutingHeaders, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
 
@@ -23,14 +24,14 @@ export type ChatContext = RequestContext<ChatBodyT>;
 
 export type ParseResult = { ok: true; context: ChatContext } | { ok: false; message: string; param: string | null };
 
-export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes): ParseResult {
+export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes, clientKey?: ClientKey): ParseResult {
   const parsed = ChatBody.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const param = issue.path.length ? issue.path.map(String).join('.') : null;
     return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
   }
-  const routing = readRoutingHeaders(headers, scopes, parsed.data.messages);
+  const routing = readRoutingHeaders(headers, scopes, parsed.data.messages, clientKey);
   if (!routing.ok) return { ok: false, message: routing.message, param: null };
   return { ok: true, context: { api: 'chat', body: parsed.data, stream: parsed.data.stream === true, ...routing.value } };
 }

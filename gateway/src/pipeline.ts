@@ -15,6 +15,7 @@ import type { FlagStore } from './flags';
 import { sendBody, sendJson } from './http-io';
 import type { GatewayMetrics } from './metrics';
 import type { Answer, Exhausted, Outcome } from './outcome';
+import type { Usage } from './providers/adapter';
 import type { RequestContext } from './request-context';
 import type { Route } from './route';
 import { routeHeaders } from './route-headers';
@@ -46,6 +47,8 @@ export interface PipelineDeps {
   /** Routes live requests must avoid now (the capped provider's while the budget pause is on). */
   skipRoute?: (route: Route) => boolean;
   now?: Clock;
+  /** The tokens an answer used, once relayed (the client key's tokens per minute). */
+  onTokens?: (ctx: RequestContext, tokens: number) => void;
 }
 
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
@@ -87,7 +90,7 @@ export class Pipeline {
     this.deps.metrics.countRequest(outcome.route.tier, outcome.upstream.status);
     const headers = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
     if (outcome.kind === 'answer' && outcome.upstream.rest) return this.relayStream(ctx, outcome, res, headers, gone);
-    if (outcome.kind === 'answer') outcome.settleWhole();
+    if (outcome.kind === 'answer') this.spent(ctx, outcome.settleWhole());
     const type = outcome.upstream.headers['content-type'];
     sendBody(res, outcome.upstream.status, outcome.upstream.body!, typeof type === 'string' ? type : 'application/json', headers);
   }
@@ -142,5 +145,10 @@ export class Pipeline {
     const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, wantsUsage);
     const code = !relay.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
     answer.settle({ ok: !relay.broken, usage: relay.usage, code, relayMs: performance.now() - started });
+    this.spent(ctx, relay.usage);
+  }
+
+  private spent(ctx: RequestContext, usage: Usage | null): void {
+    if (usage && this.deps.onTokens) this.deps.onTokens(ctx, usage.input_tokens + usage.output_tokens);
   }
 }

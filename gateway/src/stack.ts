@@ -11,6 +11,7 @@ import { admission } from './admission';
 import { createGateway, type Gateway } from './app';
 import { bearerGuard } from './bearer';
 import type { PauseFlag } from './budget';
+import type { ClientAuth } from './client-auth';
 import type { ColdQueue } from './cold-queue';
 import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
 import { SpendWatch } from './degraded';
@@ -18,6 +19,8 @@ import { startDemoProviders, type DemoProviders } from './demo-providers';
 import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import type { FlagStore } from './flags';
+import { startClientAuth } from './key-guard';
+import { spendKeyTokens } from './key-policy';
 import { keyResolver, missingKeys } from './keys';
 import { createMeterSink, CsvSink, WebAppSink, type MeterSink } from './meter-sink';
 import { Notifier } from './notify';
@@ -147,7 +150,9 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     admit: admission({ limiter, limits: map.limits, spend, providers, cheaperModel: map.cheaper_model }),
     cold: coldFallback(coldDeps),
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
+    onTokens: (ctx, tokens) => spendKeyTokens(limiter, ctx.clientKey, tokens),
   });
+  const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voiceParts = startVoice(env, voice, { redis, prefix: stores.prefix, meter, log });
 
   const health = async () => ({
@@ -156,7 +161,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     queue: await queue.counts().catch(() => 'unreachable'),
   });
   const gateway = options.http
-    ? httpGateway(env, { path, scopes, flags, log, meter, coldDeps, voiceParts, voiceWhy: voice.why, health })
+    ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voiceParts, voiceWhy: voice.why, health })
     : null;
 
   const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
@@ -179,7 +184,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     worker,
     redis,
     cappedProvider,
-    close: () => closeStack({ worker, voiceParts, notifier, queue, meter, flags, pause, path, demo, redis }),
+    close: () => closeStack({ worker, voiceParts, auth, notifier, queue, meter, flags, pause, path, demo, redis }),
   };
 }
 
@@ -187,6 +192,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
 async function closeStack(p: {
   worker: ColdWorker | null;
   voiceParts: { close(): Promise<void> } | null;
+  auth: ClientAuth | null;
   notifier: Notifier;
   queue: ColdQueue;
   meter: MeterSink;
@@ -198,6 +204,7 @@ async function closeStack(p: {
 }): Promise<void> {
   await p.worker?.close();
   await p.voiceParts?.close();
+  await p.auth?.close();
   await p.notifier.flush();
   await p.queue.close();
   await p.meter.close();
@@ -228,6 +235,7 @@ interface HttpParts {
   flags: FlagStore;
   log: Logger;
   meter: MeterSink;
+  auth: ClientAuth | null;
   coldDeps: ColdTierDeps;
   voiceParts: ReturnType<typeof buildVoice> | null;
   voiceWhy: string;
@@ -243,6 +251,7 @@ function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
     log: p.log,
     meterKind: p.meter.kind,
     adminToken: env.ADMIN_TOKEN,
+    auth: p.auth,
     healthExtras: p.health,
     extend: (app, { admin }) => {
       mountColdTier(app, admin, p.coldDeps);
