@@ -23,7 +23,7 @@ export class RedisKeyStore implements KeyStore {
     this.records = `${prefix}:client-keys`;
     this.ids = `${prefix}:client-keys:ids`;
     this.lastUsed = `${prefix}:client-keys:last-used`;
-    this.where = `Redis (${this.records})`;
+    this.where = `Redis ${this.records}`;
   }
 
   async add(record: ClientKey): Promise<boolean> {

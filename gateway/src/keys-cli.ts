@@ -65,7 +65,7 @@ async function run(command: string | undefined, args: string[], store: ReturnTyp
   if (command === 'create') {
     const spec = parseCreate(args);
     const { key, record } = await createKey(store, spec);
-    out(`made ${record.id} for tenant ${record.tenant}: ${limits(record)}; kept in ${store.where} (its hash only)`);
+    out(`made ${record.id} for tenant ${record.tenant}: ${limits(record)}; only its hash is kept, in ${store.where}`);
     out('Give this key to the tenant now: it is shown only this once.');
     out(key);
     return 0;

@@ -5,12 +5,17 @@
 // takes longer). Added latency at concurrency 1 is also measured per request with a microsecond
 // clock, since autocannon reports whole milliseconds.
 // Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
+// Then client keys (issue 14): the gateway with GATEWAY_AUTH=keys against the same gateway open, in
+// alternating runs on the instant stub; goal: keys within 3 % of open. BENCH_KEYS_ONLY=1 runs only that.
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
+import { ClientAuth } from '../../gateway/src/client-auth';
+import { createKey, type KeyStore } from '../../gateway/src/client-keys';
+import { FileKeyStore } from '../../gateway/src/client-keys-file';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
@@ -47,18 +52,116 @@ async function measure(url: string, connections: number) {
 }
 
 /** p50 of one-at-a-time request latency, in ms with microsecond resolution. */
-async function sequentialP50(url: string, n = 3000): Promise<number> {
+async function sequentialP50(url: string, n = 3000, headers: Record<string, string> = {}): Promise<number> {
   const dispatcher = new Agent({ connections: 1 });
   const times: number[] = [];
   for (let i = 0; i < n; i++) {
     const t = performance.now();
-    const res = await request(url, { method: 'POST', body: BODY, headers: { 'content-type': 'application/json' }, dispatcher });
+    const res = await request(url, { method: 'POST', body: BODY, headers: { 'content-type': 'application/json', ...headers }, dispatcher });
     await res.body.arrayBuffer();
     if (i >= 200) times.push(performance.now() - t); // after warm-up
   }
   await dispatcher.close();
   times.sort((a, b) => a - b);
   return times[Math.floor(times.length / 2)];
+}
+
+/** The built gateway on `port` in front of the stub. */
+const startGateway = (port: number, stubUrl: string, extra: Record<string, string> = {}) =>
+  startProcess(
+    ['gateway/dist/main.js'],
+    {
+      PORT: String(port),
+      LOG_LEVEL: 'info',
+      HOT_BASE_URL: stubUrl,
+      HOT_BASE_URL_2: stubUrl,
+      WARM_A_BASE_URL: stubUrl,
+      WARM_B_BASE_URL: stubUrl,
+      METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
+      ...extra,
+    },
+    /listening/,
+  );
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** CPU time (user + system) a process has used, in ms, from /proc (Linux); null elsewhere. */
+function cpuMs(pid: number): number | null {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // clock ticks of 1/100 s
+  } catch {
+    return null;
+  }
+}
+
+/** The key check alone, in this process: µs per check of a cached key (what each request pays). */
+async function checkCost(store: KeyStore, key: string, n = 200_000): Promise<number> {
+  const auth = new ClientAuth(store, { warn: () => undefined });
+  const header = `Bearer ${key}`;
+  await auth.check(header);
+  for (let i = 0; i < 20_000; i++) auth.check(header); // warm-up (JIT)
+  const started = performance.now();
+  for (let i = 0; i < n; i++) auth.check(header);
+  return ((performance.now() - started) * 1000) / n;
+}
+
+/** One load run against a gateway process: req/s and the gateway's own CPU per request (µs). */
+async function run(url: string, pid: number, seconds: number, headers: Record<string, string> = {}) {
+  const before = cpuMs(pid);
+  const result = await autocannon({
+    url,
+    method: 'POST',
+    body: BODY,
+    headers: { 'content-type': 'application/json', ...headers },
+    connections: 32,
+    duration: seconds,
+  });
+  if (result.non2xx) throw new Error(`${result.non2xx} non-2xx answers from ${url}`);
+  const after = cpuMs(pid);
+  const cpu = before === null || after === null ? NaN : ((after - before) * 1000) / result.requests.total;
+  return { rps: result.requests.average, cpu };
+}
+
+/**
+ * The same gateway open and with client keys (a key without limits: what the check itself costs),
+ * in alternating short runs; each keys run is compared with the open run just before it, so a
+ * change in the machine's other load between runs weighs on both. The gateway's CPU time per
+ * request is reported too: it is what the check adds, and it moves far less with other load.
+ */
+async function keysVersusOpen(rounds = 8, seconds = Math.min(SECONDS, 4)): Promise<string[]> {
+  const stub = await startProcess(['test/bench/stub-provider.mjs'], { STUB_DELAY_MS: '0' }, /listening (\d+)/);
+  const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
+  const file = join(mkdtempSync(join(tmpdir(), 'bench-keys-')), 'client-keys.json');
+  const store = new FileKeyStore(file);
+  const { key } = await createKey(store, { tenant: 'bench' });
+  const open = await startGateway(18181, stubUrl, { GATEWAY_AUTH: 'open' });
+  const keyed = await startGateway(18182, stubUrl, { GATEWAY_AUTH: 'keys', CLIENT_KEYS_FILE: file });
+  const auth = { authorization: `Bearer ${key}` };
+  const [openUrl, keysUrl] = ['http://127.0.0.1:18181/v1/chat/completions', 'http://127.0.0.1:18182/v1/chat/completions'];
+  await run(openUrl, open.child.pid!, 2);
+  await run(keysUrl, keyed.child.pid!, 2, auth);
+  const runs: Array<{ open: Awaited<ReturnType<typeof run>>; keys: Awaited<ReturnType<typeof run>> }> = [];
+  for (let i = 0; i < rounds; i++)
+    runs.push({ open: await run(openUrl, open.child.pid!, seconds), keys: await run(keysUrl, keyed.child.pid!, seconds, auth) });
+  const p50 = { open: await sequentialP50(openUrl), keys: await sequentialP50(keysUrl, 3000, auth) };
+  for (const p of [open, keyed, stub]) p.child.kill('SIGTERM');
+  const ratio = median(runs.map((r) => r.keys.rps / r.open.rps));
+  const cpu = { open: median(runs.map((r) => r.open.cpu)), keys: median(runs.map((r) => r.keys.cpu)) };
+  const list = (side: 'open' | 'keys') => runs.map((r) => r[side].rps.toFixed(0)).join(' ');
+  return [
+    `req/s per run (${rounds} × ${seconds} s each, alternating): open ${list('open')}; keys ${list('keys')}`,
+    `median req/s: open ${median(runs.map((r) => r.open.rps)).toFixed(0)}, keys ${median(runs.map((r) => r.keys.rps)).toFixed(0)}; median keys/open of adjacent runs ${ratio.toFixed(3)} (goal ≥ 0.97: ${ratio >= 0.97 ? 'met' : 'not met'})`,
+    `gateway CPU per request (median): open ${cpu.open.toFixed(1)} µs, keys ${cpu.keys.toFixed(1)} µs (${(cpu.keys / cpu.open).toFixed(3)})`,
+    `the key check alone (a cached key, in process): ${(await checkCost(store, key)).toFixed(2)} µs per request`,
+    `one request at a time, p50: open ${p50.open.toFixed(3)} ms, keys ${p50.keys.toFixed(3)} ms (${(p50.keys - p50.open >= 0 ? '+' : '') + (p50.keys - p50.open).toFixed(3)} ms)`,
+  ];
+}
+
+if (process.env.BENCH_KEYS_ONLY) {
+  console.log(`Client keys: GATEWAY_AUTH=keys vs open, instant stub, 32 connections, ${cpus().length} CPUs`);
+  for (const line of await keysVersusOpen()) console.log(`  ${line}`);
+  process.exit(0);
 }
 
 const pad = (v: string, n: number) => v.padStart(n);
@@ -78,19 +181,7 @@ for (const delay of [0, 5]) {
   const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
   const direct = `${stubUrl}/chat/completions`;
   const reference = await startProcess(['test/bench/reference-proxy.mjs'], { TARGET: direct }, /listening (\d+)/);
-  const gateway = await startProcess(
-    ['gateway/dist/main.js'],
-    {
-      PORT: '18181',
-      LOG_LEVEL: 'info',
-      HOT_BASE_URL: stubUrl,
-      HOT_BASE_URL_2: stubUrl,
-      WARM_A_BASE_URL: stubUrl,
-      WARM_B_BASE_URL: stubUrl,
-      METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
-    },
-    /listening/,
-  );
+  const gateway = await startGateway(18181, stubUrl);
   const ref = `http://127.0.0.1:${/listening (\d+)/.exec(reference.out())![1]}/v1/chat/completions`;
   const via = 'http://127.0.0.1:18181/v1/chat/completions';
   for (const c of [1, 32]) {
@@ -116,3 +207,5 @@ console.log('\nAdded latency, one request at a time (3,000 requests, microsecond
 for (const line of added) console.log(`  ${line}`);
 console.log('\nThroughput:');
 for (const line of verdicts) console.log(`  ${line}`);
+console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections, alternating runs):`);
+for (const line of await keysVersusOpen()) console.log(`  ${line}`);
