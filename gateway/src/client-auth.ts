@@ -7,7 +7,9 @@
  * against the hash in constant time before it is trusted. Every `refreshMs` (2 s) all cached keys
  * are read again in one store call, so a revocation reaches every instance within about 2 s; an
  * entry older than `maxAgeMs` (4 s: the timer fell behind) is not trusted and the request waits
- * for the store. Last-used times are gathered here and written in one batch per refresh.
+ * for the store. Last-used times are gathered here and written in one batch per refresh. A store
+ * that does not answer within `lookupTimeoutMs` (1 s) counts as unreachable (Redis commands wait
+ * for a reconnection rather than fail): requests are not held by it.
  */
 import { timingSafeEqual } from 'node:crypto';
 import { hashKey, looksLikeKey, type ClientKey, type KeyStore } from './client-keys';
@@ -46,6 +48,14 @@ export interface ClientAuthOptions {
   maxAgeMs?: number;
   /** Keys unused this long leave the cache. */
   idleMs?: number;
+  lookupTimeoutMs?: number;
+}
+
+/** The store's answer, or a rejection once `ms` have passed without one. */
+function within<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms)));
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
 function sameHash(a: string, b: string): boolean {
@@ -62,6 +72,7 @@ export class ClientAuth {
   private readonly refreshMs: number;
   private readonly maxAgeMs: number;
   private readonly idleMs: number;
+  private readonly lookupTimeoutMs: number;
   private timer: NodeJS.Timeout | null = null;
   private refreshing: Promise<void> | null = null;
   private down = false;
@@ -74,6 +85,7 @@ export class ClientAuth {
     this.refreshMs = options.refreshMs ?? 2000;
     this.maxAgeMs = options.maxAgeMs ?? 2 * this.refreshMs;
     this.idleMs = options.idleMs ?? 600_000;
+    this.lookupTimeoutMs = options.lookupTimeoutMs ?? 1000;
   }
 
   /** Starts the background refresh (not started by tests that drive `refresh` themselves). */
@@ -84,7 +96,7 @@ export class ClientAuth {
 
   /** The key of an `Authorization` header value; answers without a promise when the key is cached. */
   check(authorization: string | undefined): AuthResult | Promise<AuthResult> {
-    const token = authorization?.startsWith('Bearer ') ? authorization.slice(7).trim() : '';
+    const token = authorization && /^bearer /i.test(authorization) ? authorization.slice(7).trim() : '';
     if (!token) return MISSING;
     if (!looksLikeKey(token)) return INVALID;
     const hash = hashKey(token);
@@ -111,8 +123,7 @@ export class ClientAuth {
   private lookup(hash: string, now: number): Promise<Entry> {
     let p = this.pending.get(hash);
     if (!p) {
-      p = this.store
-        .find([hash])
+      p = within(this.store.find([hash]), this.lookupTimeoutMs)
         .then(
           ([key]) => this.remember(hash, { key: this.trusted(key, hash), checkedAt: now, seenAt: now }),
           (error) => {
@@ -157,7 +168,7 @@ export class ClientAuth {
     const hashes = [...this.cache.keys()];
     if (!hashes.length) return;
     try {
-      const found = await this.store.find(hashes);
+      const found = await within(this.store.find(hashes), this.lookupTimeoutMs);
       hashes.forEach((h, i) => {
         const e = this.cache.get(h);
         if (e) Object.assign(e, { key: this.trusted(found[i], h), checkedAt: started });
@@ -173,7 +184,7 @@ export class ClientAuth {
     const batch = this.used;
     this.used = new Map();
     try {
-      await this.store.touch(batch);
+      await within(this.store.touch(batch), this.lookupTimeoutMs);
     } catch {
       // Kept for the next batch (newer times win); the store's warning is logged by the reads.
       for (const [id, ms] of batch) if (!this.used.has(id)) this.used.set(id, ms);

@@ -8,28 +8,27 @@ import { ClientAuth, type AuthResult } from '../../gateway/src/client-auth';
 import { createKey, type KeyStore } from '../../gateway/src/client-keys';
 import { FileKeyStore } from '../../gateway/src/client-keys-file';
 
-/** A file store whose reads and writes are counted, and which can be made unreachable. */
+/** A file store whose reads and writes are counted, and which can be made unreachable (failing, or never answering). */
 function countedStore() {
   const inner = new FileKeyStore(join(mkdtempSync(join(tmpdir(), 'auth-')), 'client-keys.json'));
   const calls = { find: 0, touch: 0 };
-  let down = false;
+  let down: false | 'fails' | 'hangs' = false;
+  const unreachable = () => (down === 'hangs' ? new Promise<never>(() => undefined) : Promise.reject(new Error('connection refused')));
   const store: KeyStore = {
     where: inner.where,
     add: (r) => inner.add(r),
     list: () => inner.list(),
     revoke: (id, at) => inner.revoke(id, at),
-    async find(hashes) {
+    find(hashes) {
       calls.find++;
-      if (down) throw new Error('connection refused');
-      return inner.find(hashes);
+      return down ? unreachable() : inner.find(hashes);
     },
-    async touch(used) {
+    touch(used) {
       calls.touch++;
-      if (down) throw new Error('connection refused');
-      return inner.touch(used);
+      return down ? unreachable() : inner.touch(used);
     },
   };
-  return { store, calls, setDown: (v: boolean) => (down = v) };
+  return { store, calls, setDown: (v: typeof down) => (down = v) };
 }
 
 const bearer = (key: string) => `Bearer ${key}`;
@@ -48,6 +47,7 @@ describe('client key check', () => {
       expect(again).not.toBeInstanceOf(Promise);
       expect((again as AuthResult).ok).toBe(true);
     }
+    expect((auth.check(`bearer  ${key} `) as AuthResult).ok).toBe(true); // the scheme is case-insensitive (RFC 9110)
     expect(calls.find).toBe(1);
   });
 
@@ -104,27 +104,31 @@ describe('client key check', () => {
     await auth.close();
   });
 
-  it('store unreachable: a key already checked keeps its answer, a new one gets 503, one warning per outage', async () => {
-    const { store, setDown } = countedStore();
-    const clock = { ms: 1_000_000 };
-    const warnings: string[] = [];
-    const known = await createKey(store, { tenant: 'acme' });
-    const fresh = await createKey(store, { tenant: 'beta' });
-    const auth = new ClientAuth(store, { warn: (m) => warnings.push(m), now: () => clock.ms });
-    expect((await settle(auth.check(bearer(known.key)))).ok).toBe(true);
-    setDown(true);
-    clock.ms += 10_000;
-    await auth.refresh();
-    expect((await settle(auth.check(bearer(known.key)))).ok).toBe(true);
-    expect(await settle(auth.check(bearer(fresh.key)))).toMatchObject({
-      ok: false,
-      status: 503,
-      error: { error: { code: 'key_store_unavailable' } },
-    });
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toMatch(/client key store unreachable/);
-    setDown(false);
-    expect((await settle(auth.check(bearer(fresh.key)))).ok).toBe(true);
-    expect(warnings[1]).toMatch(/reachable again/);
-  });
+  it.each(['fails', 'hangs'] as const)(
+    'store unreachable (%s): a key already checked keeps its answer, a new one gets 503, one warning per outage',
+    async (how) => {
+      const { store, setDown } = countedStore();
+      const clock = { ms: 1_000_000 };
+      const warnings: string[] = [];
+      const known = await createKey(store, { tenant: 'acme' });
+      const fresh = await createKey(store, { tenant: 'beta' });
+      const auth = new ClientAuth(store, { warn: (m) => warnings.push(m), now: () => clock.ms, lookupTimeoutMs: 100 });
+      expect((await settle(auth.check(bearer(known.key)))).ok).toBe(true);
+      setDown(how);
+      clock.ms += 10_000;
+      await auth.refresh(); // returns even when the store never answers
+      expect((await settle(auth.check(bearer(known.key)))).ok).toBe(true);
+      expect(await settle(auth.check(bearer(fresh.key)))).toMatchObject({
+        ok: false,
+        status: 503,
+        error: { error: { code: 'key_store_unavailable' } },
+      });
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toMatch(/client key store unreachable/);
+      setDown(false);
+      expect((await settle(auth.check(bearer(fresh.key)))).ok).toBe(true);
+      expect(warnings[1]).toMatch(/reachable again/);
+      await auth.close();
+    },
+  );
 });
