@@ -66,12 +66,12 @@ async function sequentialP50(url: string, n = 3000, headers: Record<string, stri
   return times[Math.floor(times.length / 2)];
 }
 
-/** The built gateway on `port` in front of the stub. */
-const startGateway = (port: number, stubUrl: string, extra: Record<string, string> = {}) =>
-  startProcess(
+/** The built gateway on a free port in front of the stub; its chat URL. */
+async function startGateway(stubUrl: string, extra: Record<string, string> = {}) {
+  const p = await startProcess(
     ['gateway/dist/main.js'],
     {
-      PORT: String(port),
+      PORT: '0',
       LOG_LEVEL: 'info',
       HOT_BASE_URL: stubUrl,
       HOT_BASE_URL_2: stubUrl,
@@ -80,8 +80,10 @@ const startGateway = (port: number, stubUrl: string, extra: Record<string, strin
       METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
       ...extra,
     },
-    /listening/,
+    /listening on :(\d+)/,
   );
+  return { ...p, url: `http://127.0.0.1:${/listening on :(\d+)/.exec(p.out())![1]}/v1/chat/completions` };
+}
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
@@ -135,10 +137,10 @@ async function keysVersusOpen(rounds = 8, seconds = Math.min(SECONDS, 4)): Promi
   const file = join(mkdtempSync(join(tmpdir(), 'bench-keys-')), 'client-keys.json');
   const store = new FileKeyStore(file);
   const { key } = await createKey(store, { tenant: 'bench' });
-  const open = await startGateway(18181, stubUrl, { GATEWAY_AUTH: 'open' });
-  const keyed = await startGateway(18182, stubUrl, { GATEWAY_AUTH: 'keys', CLIENT_KEYS_FILE: file });
+  const open = await startGateway(stubUrl, { GATEWAY_AUTH: 'open' });
+  const keyed = await startGateway(stubUrl, { GATEWAY_AUTH: 'keys', CLIENT_KEYS_FILE: file });
   const auth = { authorization: `Bearer ${key}` };
-  const [openUrl, keysUrl] = ['http://127.0.0.1:18181/v1/chat/completions', 'http://127.0.0.1:18182/v1/chat/completions'];
+  const [openUrl, keysUrl] = [open.url, keyed.url];
   await run(openUrl, open.child.pid!, 2);
   await run(keysUrl, keyed.child.pid!, 2, auth);
   const runs: Array<{ open: Awaited<ReturnType<typeof run>>; keys: Awaited<ReturnType<typeof run>> }> = [];
@@ -181,9 +183,9 @@ for (const delay of [0, 5]) {
   const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
   const direct = `${stubUrl}/chat/completions`;
   const reference = await startProcess(['test/bench/reference-proxy.mjs'], { TARGET: direct }, /listening (\d+)/);
-  const gateway = await startGateway(18181, stubUrl);
+  const gateway = await startGateway(stubUrl);
   const ref = `http://127.0.0.1:${/listening (\d+)/.exec(reference.out())![1]}/v1/chat/completions`;
-  const via = 'http://127.0.0.1:18181/v1/chat/completions';
+  const via = gateway.url;
   for (const c of [1, 32]) {
     const [d, r, g] = [await measure(direct, c), await measure(ref, c), await measure(via, c)];
     console.log(
