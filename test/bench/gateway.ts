@@ -126,10 +126,12 @@ async function run(url: string, pid: number, seconds: number, headers: Record<st
 }
 
 /**
- * The same gateway open and with client keys (a key without limits: what the check itself costs),
- * in alternating short runs; each keys run is compared with the open run just before it, so a
- * change in the machine's other load between runs weighs on both. The gateway's CPU time per
- * request is reported too: it is what the check adds, and it moves far less with other load.
+ * The same gateway open and with client keys (a key without limits: what the check itself costs).
+ * Two open gateways and one with keys take turns in short runs, keys between the two; each keys
+ * run is compared with the mean of the open runs around it, so a change in the machine's other
+ * load weighs on both sides. The two open gateways compared with each other (A/A) show the noise
+ * of the same comparison when nothing differs. The gateway's CPU time per request is compared the
+ * same way: it is what the check adds, and it moves less with other load than req/s.
  */
 async function keysVersusOpen(rounds = 8, seconds = Math.min(SECONDS, 4)): Promise<string[]> {
   const stub = await startProcess(['test/bench/stub-provider.mjs'], { STUB_DELAY_MS: '0' }, /listening (\d+)/);
@@ -137,25 +139,26 @@ async function keysVersusOpen(rounds = 8, seconds = Math.min(SECONDS, 4)): Promi
   const file = join(mkdtempSync(join(tmpdir(), 'bench-keys-')), 'client-keys.json');
   const store = new FileKeyStore(file);
   const { key } = await createKey(store, { tenant: 'bench' });
-  const open = await startGateway(stubUrl, { GATEWAY_AUTH: 'open' });
-  const keyed = await startGateway(stubUrl, { GATEWAY_AUTH: 'keys', CLIENT_KEYS_FILE: file });
   const auth = { authorization: `Bearer ${key}` };
-  const [openUrl, keysUrl] = [open.url, keyed.url];
-  await run(openUrl, open.child.pid!, 2);
-  await run(keysUrl, keyed.child.pid!, 2, auth);
-  const runs: Array<{ open: Awaited<ReturnType<typeof run>>; keys: Awaited<ReturnType<typeof run>> }> = [];
-  for (let i = 0; i < rounds; i++)
-    runs.push({ open: await run(openUrl, open.child.pid!, seconds), keys: await run(keysUrl, keyed.child.pid!, seconds, auth) });
-  const p50 = { open: await sequentialP50(openUrl), keys: await sequentialP50(keysUrl, 3000, auth) };
-  for (const p of [open, keyed, stub]) p.child.kill('SIGTERM');
-  const ratio = median(runs.map((r) => r.keys.rps / r.open.rps));
-  const cpu = { open: median(runs.map((r) => r.open.cpu)), keys: median(runs.map((r) => r.keys.cpu)) };
-  const list = (side: 'open' | 'keys') => runs.map((r) => r[side].rps.toFixed(0)).join(' ');
+  const a = await startGateway(stubUrl, { GATEWAY_AUTH: 'open' });
+  const keyed = await startGateway(stubUrl, { GATEWAY_AUTH: 'keys', CLIENT_KEYS_FILE: file });
+  const b = await startGateway(stubUrl, { GATEWAY_AUTH: 'open' });
+  const go = (g: typeof a, s: number) => run(g.url, g.child.pid!, s, g === keyed ? auth : {});
+  for (const g of [a, keyed, b]) await go(g, 2); // warm-up
+  const runs: Array<Record<'a' | 'keys' | 'b', Awaited<ReturnType<typeof run>>>> = [];
+  for (let i = 0; i < rounds; i++) runs.push({ a: await go(a, seconds), keys: await go(keyed, seconds), b: await go(b, seconds) });
+  const p50 = { open: await sequentialP50(a.url), keys: await sequentialP50(keyed.url, 3000, auth) };
+  const checkUs = await checkCost(store, key);
+  for (const p of [a, keyed, b, stub]) p.child.kill('SIGTERM');
+  type Run = (typeof runs)[number];
+  const ratio = (f: (r: Run) => number) => median(runs.map(f)).toFixed(3);
+  const rpsKeys = ratio((r) => r.keys.rps / ((r.a.rps + r.b.rps) / 2));
+  const list = (side: 'a' | 'keys' | 'b') => runs.map((r) => r[side].rps.toFixed(0)).join(' ');
   return [
-    `req/s per run (${rounds} × ${seconds} s each, alternating): open ${list('open')}; keys ${list('keys')}`,
-    `median req/s: open ${median(runs.map((r) => r.open.rps)).toFixed(0)}, keys ${median(runs.map((r) => r.keys.rps)).toFixed(0)}; median keys/open of adjacent runs ${ratio.toFixed(3)} (goal ≥ 0.97: ${ratio >= 0.97 ? 'met' : 'not met'})`,
-    `gateway CPU per request (median): open ${cpu.open.toFixed(1)} µs, keys ${cpu.keys.toFixed(1)} µs; median keys/open of adjacent runs ${median(runs.map((r) => r.keys.cpu / r.open.cpu)).toFixed(3)}`,
-    `the key check alone (a cached key, in process): ${(await checkCost(store, key)).toFixed(2)} µs per request`,
+    `req/s per run (${rounds} rounds of ${seconds} s: open A, keys, open B): A ${list('a')}; keys ${list('keys')}; B ${list('b')}`,
+    `req/s, keys / open around it (median): ${rpsKeys} (goal ≥ 0.97: ${Number(rpsKeys) >= 0.97 ? 'met' : 'not met'}); open B / open A, the noise: ${ratio((r) => r.b.rps / r.a.rps)}`,
+    `gateway CPU per request (median): open A ${median(runs.map((r) => r.a.cpu)).toFixed(1)} µs, keys ${median(runs.map((r) => r.keys.cpu)).toFixed(1)} µs, open B ${median(runs.map((r) => r.b.cpu)).toFixed(1)} µs; keys / open around it ${ratio((r) => r.keys.cpu / ((r.a.cpu + r.b.cpu) / 2))}, B / A ${ratio((r) => r.b.cpu / r.a.cpu)}`,
+    `the key check alone (a cached key, in process): ${checkUs.toFixed(2)} µs per request`,
     `one request at a time, p50: open ${p50.open.toFixed(3)} ms, keys ${p50.keys.toFixed(3)} ms (${(p50.keys - p50.open >= 0 ? '+' : '') + (p50.keys - p50.open).toFixed(3)} ms)`,
   ];
 }
