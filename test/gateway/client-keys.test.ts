@@ -31,8 +31,14 @@ describe('who may call (GATEWAY_AUTH=keys)', () => {
     expect(body).toEqual({
       error: { message: expect.stringMatching(/API key/), type: 'invalid_request_error', code: 'invalid_api_key', param: null },
     });
-    // What Express serves under /v1 needs the key too.
+    // What Express serves under /v1 needs the key too, the chat endpoint included (a query string sends it there).
     expect((await fetch(`${url}/v1/jobs/llm-${'0'.repeat(40)}`)).status).toBe(401);
+    const viaExpress = await fetch(`${url}/v1/chat/completions?trace=1`, {
+      method: 'POST',
+      body: '{}',
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(viaExpress.status).toBe(401);
     expect((await fetch(`${url}/v1/models`)).status).toBe(401);
     expect(calls()).toBe(0);
 
