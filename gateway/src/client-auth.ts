@@ -12,7 +12,7 @@
  * for a reconnection rather than fail): requests are not held by it.
  */
 import { timingSafeEqual } from 'node:crypto';
-import { hashKey, looksLikeKey, type ClientKey, type KeyStore } from './client-keys';
+import { hashKey, KEY_LENGTH, looksLikeKey, type ClientKey, type KeyStore } from './client-keys';
 import { openAiError, type OpenAiError } from './errors';
 
 export type AuthResult = { ok: true; key: ClientKey } | { ok: false; status: 401 | 503; error: OpenAiError };
@@ -39,6 +39,8 @@ interface Entry {
   /** When the store was asked (not answered): a revocation after it is seen on the next read. */
   checkedAt: number;
   seenAt: number;
+  /** The answer for a valid key, made once per read of the store. */
+  accepted?: AuthResult;
 }
 
 export interface ClientAuthOptions {
@@ -56,6 +58,13 @@ function within<T>(p: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms)));
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
+/** The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110); '' when there is none. */
+function bearerToken(authorization: string | undefined): string {
+  if (!authorization) return '';
+  if (authorization.startsWith('Bearer ')) return authorization.slice(7).trim();
+  return /^bearer /i.test(authorization) ? authorization.slice(7).trim() : '';
 }
 
 function sameHash(a: string, b: string): boolean {
@@ -96,13 +105,14 @@ export class ClientAuth {
 
   /** The key of an `Authorization` header value; answers without a promise when the key is cached. */
   check(authorization: string | undefined): AuthResult | Promise<AuthResult> {
-    const token = authorization && /^bearer /i.test(authorization) ? authorization.slice(7).trim() : '';
+    const token = bearerToken(authorization);
     if (!token) return MISSING;
-    if (!looksLikeKey(token)) return INVALID;
-    const hash = hashKey(token);
-    const entry = this.cache.get(hash);
+    // A cached key costs one hash and a lookup; the shape is checked only before asking the store.
+    const hash = token.length === KEY_LENGTH ? hashKey(token) : '';
+    const entry = hash ? this.cache.get(hash) : undefined;
     const now = this.now();
     if (entry && now - entry.checkedAt <= this.maxAgeMs) return this.answer(entry, now);
+    if (!looksLikeKey(token)) return INVALID;
     return this.lookup(hash, now).then(
       (fresh) => this.answer(fresh, now),
       // The store is unreachable: a key known good stays good (a revocation needs the store too).
@@ -116,7 +126,7 @@ export class ClientAuth {
     if (!key) return INVALID;
     if (key.revoked) return REVOKED;
     this.used.set(key.id, now);
-    return { ok: true, key };
+    return (entry.accepted ??= { ok: true, key });
   }
 
   /** One store call per hash however many requests wait for it. */
@@ -171,7 +181,7 @@ export class ClientAuth {
       const found = await within(this.store.find(hashes), this.lookupTimeoutMs);
       hashes.forEach((h, i) => {
         const e = this.cache.get(h);
-        if (e) Object.assign(e, { key: this.trusted(found[i], h), checkedAt: started });
+        if (e) Object.assign(e, { key: this.trusted(found[i], h), checkedAt: started, accepted: undefined });
       });
       this.storeUp();
     } catch (error) {

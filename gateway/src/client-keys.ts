@@ -42,6 +42,7 @@ export interface KeyStore {
 /** Tenants go into limiter keys and meter CSVs: a plain name. */
 export const TENANT_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
 const KEY_PATTERN = /^gk_[A-Za-z0-9_-]{32}$/;
+export const KEY_LENGTH = 35;
 
 export const hashKey = (key: string): string => hash('sha256', key, 'hex');
 
