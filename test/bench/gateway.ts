@@ -5,17 +5,15 @@
 // takes longer). Added latency at concurrency 1 is also measured per request with a microsecond
 // clock, since autocannon reports whole milliseconds.
 // Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
-// Then client keys (issue 14): the gateway with GATEWAY_AUTH=keys against the same gateway open, in
-// alternating runs on the instant stub; goal: keys within 3 % of open. BENCH_KEYS_ONLY=1 runs only that.
+// Then client keys (issue 14): GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
+// BENCH_KEYS_ONLY=1 runs only that; BENCH_KEYS_ROUNDS sets its rounds (8).
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { ClientAuth } from '../../gateway/src/client-auth';
-import { createKey, type KeyStore } from '../../gateway/src/client-keys';
-import { FileKeyStore } from '../../gateway/src/client-keys-file';
+import { keysVersusOpen } from './gateway-keys';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
@@ -52,12 +50,12 @@ async function measure(url: string, connections: number) {
 }
 
 /** p50 of one-at-a-time request latency, in ms with microsecond resolution. */
-async function sequentialP50(url: string, n = 3000, headers: Record<string, string> = {}): Promise<number> {
+async function sequentialP50(url: string, n = 3000): Promise<number> {
   const dispatcher = new Agent({ connections: 1 });
   const times: number[] = [];
   for (let i = 0; i < n; i++) {
     const t = performance.now();
-    const res = await request(url, { method: 'POST', body: BODY, headers: { 'content-type': 'application/json', ...headers }, dispatcher });
+    const res = await request(url, { method: 'POST', body: BODY, headers: { 'content-type': 'application/json' }, dispatcher });
     await res.body.arrayBuffer();
     if (i >= 200) times.push(performance.now() - t); // after warm-up
   }
@@ -66,8 +64,8 @@ async function sequentialP50(url: string, n = 3000, headers: Record<string, stri
   return times[Math.floor(times.length / 2)];
 }
 
-/** The built gateway on a free port in front of the stub; its chat URL. */
-async function startGateway(stubUrl: string, extra: Record<string, string> = {}) {
+/** The built gateway on a free port (a fixed one may still be held by the run before) in front of the stub; its chat URL. */
+async function startGateway(stubUrl: string) {
   const p = await startProcess(
     ['gateway/dist/main.js'],
     {
@@ -78,94 +76,15 @@ async function startGateway(stubUrl: string, extra: Record<string, string> = {})
       WARM_A_BASE_URL: stubUrl,
       WARM_B_BASE_URL: stubUrl,
       METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
-      ...extra,
     },
     /listening on :(\d+)/,
   );
   return { ...p, url: `http://127.0.0.1:${/listening on :(\d+)/.exec(p.out())![1]}/v1/chat/completions` };
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-
-/** CPU time (user + system) a process has used, in ms, from /proc (Linux); null elsewhere. */
-function cpuMs(pid: number): number | null {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // clock ticks of 1/100 s
-  } catch {
-    return null;
-  }
-}
-
-/** The key check alone, in this process: µs per check of a cached key (what each request pays). */
-async function checkCost(store: KeyStore, key: string, n = 200_000): Promise<number> {
-  const auth = new ClientAuth(store, { warn: () => undefined });
-  const header = `Bearer ${key}`;
-  await auth.check(header);
-  for (let i = 0; i < 20_000; i++) auth.check(header); // warm-up (JIT)
-  const started = performance.now();
-  for (let i = 0; i < n; i++) auth.check(header);
-  return ((performance.now() - started) * 1000) / n;
-}
-
-/** One load run against a gateway process: req/s and the gateway's own CPU per request (µs). */
-async function run(url: string, pid: number, seconds: number, headers: Record<string, string> = {}) {
-  const before = cpuMs(pid);
-  const result = await autocannon({
-    url,
-    method: 'POST',
-    body: BODY,
-    headers: { 'content-type': 'application/json', ...headers },
-    connections: 32,
-    duration: seconds,
-  });
-  if (result.non2xx) throw new Error(`${result.non2xx} non-2xx answers from ${url}`);
-  const after = cpuMs(pid);
-  const cpu = before === null || after === null ? NaN : ((after - before) * 1000) / result.requests.total;
-  return { rps: result.requests.average, cpu };
-}
-
-/**
- * The same gateway open and with client keys (a key without limits: what the check itself costs).
- * Two open gateways and one with keys take turns in short runs, keys between the two; each keys
- * run is compared with the mean of the open runs around it, so a change in the machine's other
- * load weighs on both sides. The two open gateways compared with each other (A/A) show the noise
- * of the same comparison when nothing differs. The gateway's CPU time per request is compared the
- * same way: it is what the check adds, and it moves less with other load than req/s.
- */
-async function keysVersusOpen(rounds = 8, seconds = Math.min(SECONDS, 4)): Promise<string[]> {
-  const stub = await startProcess(['test/bench/stub-provider.mjs'], { STUB_DELAY_MS: '0' }, /listening (\d+)/);
-  const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
-  const file = join(mkdtempSync(join(tmpdir(), 'bench-keys-')), 'client-keys.json');
-  const store = new FileKeyStore(file);
-  const { key } = await createKey(store, { tenant: 'bench' });
-  const auth = { authorization: `Bearer ${key}` };
-  const a = await startGateway(stubUrl, { GATEWAY_AUTH: 'open' });
-  const keyed = await startGateway(stubUrl, { GATEWAY_AUTH: 'keys', CLIENT_KEYS_FILE: file });
-  const b = await startGateway(stubUrl, { GATEWAY_AUTH: 'open' });
-  const go = (g: typeof a, s: number) => run(g.url, g.child.pid!, s, g === keyed ? auth : {});
-  for (const g of [a, keyed, b]) await go(g, 2); // warm-up
-  const runs: Array<Record<'a' | 'keys' | 'b', Awaited<ReturnType<typeof run>>>> = [];
-  for (let i = 0; i < rounds; i++) runs.push({ a: await go(a, seconds), keys: await go(keyed, seconds), b: await go(b, seconds) });
-  const p50 = { open: await sequentialP50(a.url), keys: await sequentialP50(keyed.url, 3000, auth) };
-  const checkUs = await checkCost(store, key);
-  for (const p of [a, keyed, b, stub]) p.child.kill('SIGTERM');
-  type Run = (typeof runs)[number];
-  const ratio = (f: (r: Run) => number) => median(runs.map(f)).toFixed(3);
-  const rpsKeys = ratio((r) => r.keys.rps / ((r.a.rps + r.b.rps) / 2));
-  const list = (side: 'a' | 'keys' | 'b') => runs.map((r) => r[side].rps.toFixed(0)).join(' ');
-  return [
-    `req/s per run (${rounds} rounds of ${seconds} s: open A, keys, open B): A ${list('a')}; keys ${list('keys')}; B ${list('b')}`,
-    `req/s, keys / open around it (median): ${rpsKeys} (goal ≥ 0.97: ${Number(rpsKeys) >= 0.97 ? 'met' : 'not met'}); open B / open A, the noise: ${ratio((r) => r.b.rps / r.a.rps)}`,
-    `gateway CPU per request (median): open A ${median(runs.map((r) => r.a.cpu)).toFixed(1)} µs, keys ${median(runs.map((r) => r.keys.cpu)).toFixed(1)} µs, open B ${median(runs.map((r) => r.b.cpu)).toFixed(1)} µs; keys / open around it ${ratio((r) => r.keys.cpu / ((r.a.cpu + r.b.cpu) / 2))}, B / A ${ratio((r) => r.b.cpu / r.a.cpu)}`,
-    `the key check alone (a cached key, in process): ${checkUs.toFixed(2)} µs per request`,
-    `one request at a time, p50: open ${p50.open.toFixed(3)} ms, keys ${p50.keys.toFixed(3)} ms (${(p50.keys - p50.open >= 0 ? '+' : '') + (p50.keys - p50.open).toFixed(3)} ms)`,
-  ];
-}
-
 if (process.env.BENCH_KEYS_ONLY) {
   console.log(`Client keys: GATEWAY_AUTH=keys vs open, instant stub, 32 connections, ${cpus().length} CPUs`);
-  for (const line of await keysVersusOpen()) console.log(`  ${line}`);
+  for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
   process.exit(0);
 }
 
@@ -212,5 +131,5 @@ console.log('\nAdded latency, one request at a time (3,000 requests, microsecond
 for (const line of added) console.log(`  ${line}`);
 console.log('\nThroughput:');
 for (const line of verdicts) console.log(`  ${line}`);
-console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections, alternating runs):`);
-for (const line of await keysVersusOpen()) console.log(`  ${line}`);
+console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections; gateway-keys.ts):`);
+for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
