@@ -1,12 +1,14 @@
 /**
- * Admission, decided before routing: the tenant's request rate, spend-cap
- * routing from current spend (queue, cheaper model, human review), and the providers whose token
- * budget for this minute is spent (skipped; every one spent → 429).
+ * Admission, decided before routing: the client key's own requests and tokens per minute
+ * (key-policy.ts), the tenant's request rate, spend-cap routing from current spend (queue,
+ * cheaper model, human review), and the providers whose token budget for this minute is spent
+ * (skipped; every one spent → 429).
  *
  * Only configured limits are checked (each check is a store round trip with Redis). With none
  * configured and the spend figures at hand, the decision is made without a promise: admission
  * runs on every request, and at concurrency 1 each microsecond is latency.
  */
+import { keyLimits } from './key-policy';
 import { capExceeded, planFor, type SpendView, type SpendWatch } from './spend-cap-routing';
 import type { Limiter, Limits } from './rate-limit';
 import type { RequestContext } from './request-context';
@@ -78,9 +80,13 @@ export function admission(deps: AdmissionDeps): Admit {
     return decide(ctx, view, skipProviders);
   };
 
-  return (ctx) => {
+  const withoutKey = (ctx: RequestContext): Admission | Promise<Admission> => {
     if (tenantLimit || budgeted.length) return withLimits(ctx);
     const view = spend.view();
     return view instanceof Promise ? view.then((v) => decide(ctx, v)) : decide(ctx, view);
   };
+
+  const withKeyLimits = async (ctx: RequestContext): Promise<Admission> => (await keyLimits(limiter, ctx.clientKey!)) ?? withoutKey(ctx);
+
+  return (ctx) => (ctx.clientKey?.rpm || ctx.clientKey?.tpm ? withKeyLimits(ctx) : withoutKey(ctx));
 }

@@ -2,17 +2,21 @@
  * The gateway's HTTP surface: one node:http server whose hot path (POST /v1/chat/completions)
  * goes straight to its handler, and an Express 5 app for everything else: the other OpenAI
  * endpoints (responses, embeddings, models), the operator endpoints behind ADMIN_TOKEN, and what
- * `extend` mounts. Every error, on every path and method, is JSON in OpenAI's shape.
+ * `extend` mounts. With client keys (`auth`), every /v1 request needs one (endpoint.ts,
+ * key-guard.ts), the voice endpoints aside. Every error, on every path and method, is JSON in
+ * OpenAI's shape.
  */
 import { createServer, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { bearerGuard } from './bearer';
 import { parseChatRequest } from './chat-request';
+import type { ClientAuth } from './client-auth';
 import { embeddingsParser } from './embeddings-request';
 import { endpoint } from './endpoint';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
+import { keyGuard } from './key-guard';
 import { mountModels } from './models';
 import { mountOperator } from './operator';
 import type { RequestPath } from './request-path';
@@ -27,6 +31,8 @@ export interface GatewayOptions {
   /** What kind of meter sink events go to, for /health. */
   meterKind: string;
   adminToken?: string;
+  /** Client keys (GATEWAY_AUTH=keys); null or absent: /v1 is open. */
+  auth?: ClientAuth | null;
   /** Extra operator state for /health (pause flag, queue counts, ...). */
   healthExtras?: () => Promise<Record<string, unknown>>;
   /** Mounts more routers (budget, jobs, voice) on the same app. */
@@ -71,14 +77,16 @@ export function createGateway(opts: GatewayOptions): Gateway {
   app.disable('x-powered-by');
   app.set('etag', false);
   const { pipeline, routes } = opts.path;
-  const deps = { pipeline, log: opts.log };
-  const chat = endpoint(deps, (body, headers) => parseChatRequest(body, headers, opts.scopes));
-  // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts).
+  const deps = { pipeline, log: opts.log, auth: opts.auth };
+  const chat = endpoint(deps, (body, headers, key) => parseChatRequest(body, headers, opts.scopes, key));
+  // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts) and check their keys.
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
   const responses = endpoint(deps, responsesParser(routes, opts.scopes));
   app.post('/v1/responses', (req, res) => responses(req, res));
   const embeddings = endpoint(deps, embeddingsParser(routes, opts.scopes));
   app.post('/v1/embeddings', (req, res) => embeddings(req, res));
+  // Before the parser too: any other /v1 request without a valid key is refused unread.
+  if (opts.auth) app.use('/v1', keyGuard(opts.auth));
   mountModels(app, routes);
   app.use(express.json({ limit: '20mb' }));
 

@@ -3,6 +3,7 @@
  * and the routing context from our headers.
  */
 import { z } from 'zod';
+import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
 import { readRoutingHeaders, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
@@ -22,14 +23,14 @@ type ChatBodyT = z.infer<typeof ChatBody>;
 
 type ChatContext = RequestContext<ChatBodyT>;
 
-export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes): Parsed {
+export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes, clientKey?: ClientKey): Parsed {
   const parsed = ChatBody.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const param = issue.path.length ? issue.path.map(String).join('.') : null;
     return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
   }
-  const routing = readRoutingHeaders(headers, scopes, parsed.data.messages);
+  const routing = readRoutingHeaders(headers, scopes, parsed.data.messages, clientKey);
   if (!routing.ok) return { ok: false, message: routing.message, param: null };
   const context: ChatContext = { api: 'chat', body: parsed.data, stream: parsed.data.stream === true, ...routing.value };
   return { ok: true, context };

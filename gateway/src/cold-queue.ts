@@ -88,6 +88,8 @@ export interface ColdQueue {
 function coldJobId(idempotencyKey: string): string {
   return `llm-${createHash('sha256').update(idempotencyKey).digest('hex').slice(0, 40)}`;
 }
+/** The shape of every id coldJobId makes: anything else is not a job (and must not reach the store). */
+export const COLD_JOB_ID = /^llm-[0-9a-f]{40}$/;
 
 /** Test runs shorten the backoff; everything else uses JOB_BACKOFF_MS. */
 interface QueueOptions {

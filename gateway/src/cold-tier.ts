@@ -2,17 +2,18 @@
  * The Cold tier and the budget endpoints, mounted on the gateway:
  * - the Cold fallback: when no Hot or Warm route answered (or the time-to-answer leaves no room),
  *   the request is queued and the client gets `202 {"status":"queued","jobId"}` in time;
- * - `GET /v1/jobs/:id`: the job's state, attempts, last error, and its result once completed;
+ * - `GET /v1/jobs/:id`: the job's state, attempts, last error, and its result once completed; with
+ *   client keys, only to the tenant that queued it (another tenant's job is answered as absent);
  * - `POST /budget/webhook` and `POST /budget/resume` (operator token).
  */
 import type express from 'express';
 import type { ServerResponse } from 'node:http';
-import { z } from 'zod';
 import { BudgetWebhook, type PauseFlag } from './budget';
-import type { ColdPayload, ColdQueue } from './cold-queue';
+import { COLD_JOB_ID, type ColdPayload, type ColdQueue } from './cold-queue';
 import { openAiError } from './errors';
 import { sendJson } from './http-io';
 import type { FlagStore } from './flags';
+import { clientKeyOf } from './key-guard';
 import type { Notifier } from './notify';
 import type { ColdFallback, QueueReason } from './pipeline';
 import type { RequestContext } from './request-context';
@@ -78,14 +79,19 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
   };
 }
 
-const JobId = z.string().regex(/^[A-Za-z0-9_-]{1,80}$/);
-
 export function mountColdTier(app: express.Express, admin: express.RequestHandler, deps: ColdTierDeps): void {
   app.get('/v1/jobs/:id', async (req, res) => {
-    const id = JobId.safeParse(req.params.id);
-    const job = id.success ? await deps.queue.get(id.data) : null;
-    if (!job) {
-      res.status(404).json(openAiError(`no job ${String(req.params.id).slice(0, 80)}`, 'invalid_request_error', 'id', 'job_not_found'));
+    const id = String(req.params.id);
+    if (!COLD_JOB_ID.test(id)) {
+      const message = `id: expected a job id as the gateway returns it ("llm-" and 40 hex digits), got "${id.slice(0, 80)}"`;
+      res.status(400).json(openAiError(message, 'invalid_request_error', 'id', 'invalid_job_id'));
+      return;
+    }
+    const job = await deps.queue.get(id);
+    const key = clientKeyOf(res);
+    // Another tenant's job is answered as absent: its existence is not theirs to learn.
+    if (!job || (key && job.customerId !== key.tenant)) {
+      res.status(404).json(openAiError(`no job ${id}`, 'invalid_request_error', 'id', 'job_not_found'));
       return;
     }
     res.json(job);

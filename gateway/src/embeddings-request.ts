@@ -3,6 +3,7 @@
  * (call-plan.ts), so a model no route serves is refused here, before anything is called.
  */
 import { z } from 'zod';
+import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
 import { readRoutingHeaders, type Headers } from './request-context';
 import type { Route } from './route';
@@ -23,7 +24,7 @@ const EmbeddingsBody = z.looseObject({
 
 export function embeddingsParser(routes: Route[], scopes: Scopes) {
   const served = new Set(routes.filter((r) => r.apis.has('embeddings')).map((r) => r.config.model));
-  return (body: unknown, headers: Headers): Parsed => {
+  return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
     const parsed = EmbeddingsBody.safeParse(body);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
@@ -40,7 +41,7 @@ export function embeddingsParser(routes: Route[], scopes: Scopes) {
         message: `model: no route serves embeddings of "${parsed.data.model}" (served: ${known})`,
       };
     }
-    const routing = readRoutingHeaders(headers, scopes, parsed.data.input);
+    const routing = readRoutingHeaders(headers, scopes, parsed.data.input, clientKey);
     if (!routing.ok) return { ok: false, message: routing.message, param: null };
     return { ok: true, context: { api: 'embeddings', body: parsed.data, stream: false, ...routing.value } };
   };

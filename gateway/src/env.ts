@@ -44,6 +44,10 @@ const Env = z.object({
   METER_CSV_FILE: z.string().min(1).default('.data/events.csv'),
   METER_SPOOL_DIR: z.string().min(1).default('.data/meter-spool'),
   ADMIN_TOKEN: z.string().optional(),
+  /** `keys`: every /v1 request (voice aside) needs a client key; default `keys` in production, else `open`. */
+  GATEWAY_AUTH: z.enum(['keys', 'open']).optional(),
+  /** Where client keys are kept without Redis (with QUEUE_STORE_URL they are in Redis). */
+  CLIENT_KEYS_FILE: z.string().min(1).default('.data/client-keys.json'),
   CAPPED_PROVIDER: z.string().optional(),
   BUDGET_PAUSE_AT_PERCENT: number(1, 1000, true).default(80),
   DAILY_CAP_USD: number(0, 1e9).default(50),
@@ -65,7 +69,11 @@ const Env = z.object({
   VOICE_PROVIDER: z.string().min(1).default('openai'),
 });
 
-export type GatewayEnv = z.infer<typeof Env> & { production: boolean; raw: NodeJS.ProcessEnv };
+export type GatewayEnv = Omit<z.infer<typeof Env>, 'GATEWAY_AUTH'> & {
+  GATEWAY_AUTH: 'keys' | 'open';
+  production: boolean;
+  raw: NodeJS.ProcessEnv;
+};
 
 /** Empty strings count as unset: `FOO= npm start` should behave like no FOO. */
 function withoutEmpty(env: NodeJS.ProcessEnv): Record<string, string> {
@@ -83,5 +91,6 @@ export function readEnv(raw: NodeJS.ProcessEnv): GatewayEnv {
     });
     throw new ConfigError(`environment:\n${lines.join('\n')}`);
   }
-  return { ...parsed.data, production: parsed.data.NODE_ENV === 'production', raw };
+  const production = parsed.data.NODE_ENV === 'production';
+  return { ...parsed.data, GATEWAY_AUTH: parsed.data.GATEWAY_AUTH ?? (production ? 'keys' : 'open'), production, raw };
 }

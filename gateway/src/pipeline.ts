@@ -15,6 +15,7 @@ import type { FlagStore } from './flags';
 import { sendBody, sendJson } from './http-io';
 import type { GatewayMetrics } from './metrics';
 import type { Answer, Exhausted, Outcome } from './outcome';
+import type { Usage } from './providers/adapter';
 import type { RequestContext } from './request-context';
 import type { Route } from './route';
 import { routeHeaders } from './route-headers';
@@ -47,6 +48,8 @@ export interface PipelineDeps {
   /** Routes live requests must avoid now (the capped provider's while the budget pause is on). */
   skipRoute?: (route: Route) => boolean;
   now?: Clock;
+  /** The tokens an answer used, once relayed (the client key's tokens per minute). */
+  onTokens?: (ctx: RequestContext, tokens: number) => void;
 }
 
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
@@ -93,6 +96,7 @@ export class Pipeline {
     if (outcome.kind === 'client_error') return sendBody(res, outcome.upstream.status, outcome.upstream.body!, contentType, headers);
     const whole = wholeAnswer(outcome);
     outcome.settle({ ok: true, usage: whole.usage });
+    this.spent(ctx, whole.usage);
     sendBody(res, outcome.upstream.status, whole.body, typeof whole.body === 'string' ? 'application/json' : contentType, headers);
   }
 
@@ -145,5 +149,10 @@ export class Pipeline {
     const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer));
     const code = !relay.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
     answer.settle({ ok: !relay.broken, usage: relay.usage, code, relayMs: performance.now() - started });
+    this.spent(answer.of.ctx, relay.usage);
+  }
+
+  private spent(ctx: RequestContext, usage: Usage | null): void {
+    if (usage && this.deps.onTokens) this.deps.onTokens(ctx, usage.input_tokens + usage.output_tokens);
   }
 }

@@ -17,6 +17,8 @@ export interface Limiter {
   /** Seconds until the provider's token budget has room again; 0 when it has room now. */
   providerWait(provider: string): Promise<number>;
   spendTokens(provider: string, tokens: number): void;
+  /** Adds `by` to a named counter of the current window (client keys' limits); its count after, and the seconds left. */
+  countWindow(counter: string, by: number): Promise<{ count: number; retryAfterS: number }>;
 }
 
 const WINDOW_MS = 60_000;
@@ -33,6 +35,16 @@ export class RedisLimiter implements Limiter {
     private readonly limits: Limits,
     private readonly now: () => number = Date.now,
   ) {}
+  async countWindow(counter: string, by: number): Promise<{ count: number; retryAfterS: number }> {
+    const now = this.now();
+    const key = `${this.prefix}:rl:${counter}:${windowOf(now)}`;
+    const [[, count]] = (await this.redis
+      .multi()
+      .incrby(key, by)
+      .pexpire(key, WINDOW_MS * 2)
+      .exec()) as [[null, number], unknown];
+    return { count, retryAfterS: secondsLeft(now) };
+  }
   async hitTenant(tenant: string): Promise<number> {
     const limit = this.limits.tenant_requests_per_minute;
     if (!limit) return 0;
@@ -101,5 +113,14 @@ export class MemoryLimiter implements Limiter {
     const counts = this.at(windowOf(this.now()));
     const key = tokensKey(provider, this.window);
     counts.set(key, (counts.get(key) ?? 0) + tokens);
+  }
+  /** Client keys' counters, the current window only (apart from the counters above). */
+  private keyWindow = { window: -1, counts: new Map<string, number>() };
+  async countWindow(counter: string, by: number): Promise<{ count: number; retryAfterS: number }> {
+    const now = this.now();
+    if (this.keyWindow.window !== windowOf(now)) this.keyWindow = { window: windowOf(now), counts: new Map() };
+    const count = (this.keyWindow.counts.get(counter) ?? 0) + by;
+    this.keyWindow.counts.set(counter, count);
+    return { count, retryAfterS: secondsLeft(now) };
   }
 }

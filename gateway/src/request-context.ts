@@ -2,8 +2,13 @@
  * The routing context of one request, whatever its endpoint: the body to send (checked by the
  * endpoint), and what our request headers say (who is calling, the time-to-answer, what the
  * caller accepts when spend caps are exceeded, the idempotency key).
+ *
+ * With client keys the tenant is the key's (never `x-customer-id`), and the idempotency key is
+ * scoped to it: two tenants sending the same `Idempotency-Key` (or the same messages) get two
+ * jobs and two provider idempotency keys.
  */
 import { hash } from 'node:crypto';
+import type { ClientKey } from './client-keys';
 import { DEFAULT_TIME_TO_ANSWER_MS, type Scopes } from './scopes';
 
 /** The OpenAI API a request speaks, or a provider offers. */
@@ -23,6 +28,8 @@ export interface RequestContext<B extends { model: string } = { model: string } 
   canUseCheaper: boolean;
   /** A Responses request translated for chat-only routes; absent when it cannot be (those routes are skipped). */
   asChat?: Record<string, unknown>;
+  /** The client key the request came with (GATEWAY_AUTH=keys); its tenant is `customerId`. */
+  clientKey?: ClientKey;
 }
 
 /** Headers are case-insensitive; node:http gives them lowercased. */
@@ -39,10 +46,18 @@ export function idempotencyKeyFor(userId: string, jobId: string, input: unknown)
   return hash('sha256', JSON.stringify([userId, jobId, input]), 'hex');
 }
 
+/** The idempotency key within a tenant: the client's key, else the default's parts, hashed with the tenant. */
+function tenantIdempotencyKey(tenant: string, given: string | undefined, userId: string, jobId: string, input: unknown): string {
+  return hash('sha256', JSON.stringify(given ? [tenant, given] : [tenant, userId, jobId, input]), 'hex');
+}
+
 export type HeaderResult = { ok: true; value: Omit<RequestContext, 'api' | 'body' | 'stream' | 'asChat'> } | { ok: false; message: string };
 
-/** Our routing headers; `input` is what the default idempotency key hashes (the messages, say). */
-export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unknown): HeaderResult {
+/**
+ * Our routing headers; `input` is what the default idempotency key hashes (the messages, say).
+ * `clientKey`: the request's client key, whose tenant replaces `x-customer-id`.
+ */
+export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unknown, clientKey?: ClientKey): HeaderResult {
   let tta = DEFAULT_TIME_TO_ANSWER_MS;
   const jobType = header(headers, 'x-job-type') ?? '';
   if (jobType && scopes[jobType]) tta = scopes[jobType].time_to_answer_ms;
@@ -63,17 +78,21 @@ export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unkn
     const v = header(headers, name);
     return v === undefined ? fallback : !/^(false|0|no)$/i.test(v.trim());
   };
+  const given = header(headers, 'idempotency-key') || undefined;
   return {
     ok: true,
     value: {
-      idempotencyKey: header(headers, 'idempotency-key') || idempotencyKeyFor(userId, jobId, input),
+      idempotencyKey: clientKey
+        ? tenantIdempotencyKey(clientKey.tenant, given, userId, jobId, input)
+        : (given ?? idempotencyKeyFor(userId, jobId, input)),
       userId,
       jobId,
-      customerId: header(headers, 'x-customer-id') ?? '',
+      customerId: clientKey ? clientKey.tenant : (header(headers, 'x-customer-id') ?? ''),
       jobType,
       timeToAnswerMs: tta,
       mustHaveAnswer: bool('x-must-have-answer', true),
       canUseCheaper: bool('x-can-use-cheaper', false),
+      clientKey,
     },
   };
 }

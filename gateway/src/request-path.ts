@@ -15,6 +15,7 @@ import type { KeyFor } from './keys';
 import { GatewayMetrics } from './metrics';
 import { Pipeline, type ColdFallback } from './pipeline';
 import { buildRoutes, type Route } from './route';
+import type { RequestContext } from './request-context';
 import type { RoutesMapConfig } from './routes-map';
 import type { Scopes } from './scopes';
 
@@ -31,6 +32,8 @@ export interface RequestPathOptions {
   admit?: Admit;
   cold?: ColdFallback | null;
   skipRoute?: (route: Route) => boolean;
+  /** The tokens an answer used (the client key's tokens per minute). */
+  onTokens?: (ctx: RequestContext, tokens: number) => void;
 }
 
 export interface RequestPath {
@@ -57,6 +60,7 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
     cold: o.cold,
     skipRoute: o.skipRoute,
     now: o.now,
+    onTokens: o.onTokens,
   });
   return { routes, failover, metrics, meter, pipeline };
 }

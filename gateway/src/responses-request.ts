@@ -5,6 +5,7 @@
  * Responses API natively, and refused with a 400 naming the parameter when no route does.
  */
 import { z } from 'zod';
+import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
 import { readRoutingHeaders, type Headers } from './request-context';
 import { responsesToChat } from './responses/request';
@@ -20,7 +21,7 @@ const ResponsesBody = z.looseObject({
 
 export function responsesParser(routes: Route[], scopes: Scopes) {
   const native = routes.some((r) => r.apis.has('responses'));
-  return (body: unknown, headers: Headers): Parsed => {
+  return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
     const parsed = ResponsesBody.safeParse(body);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
@@ -36,7 +37,7 @@ export function responsesParser(routes: Route[], scopes: Scopes) {
         message: `${translated.message} (no route offers the Responses API natively)`,
       };
     }
-    const routing = readRoutingHeaders(headers, scopes, [parsed.data.instructions ?? null, parsed.data.input]);
+    const routing = readRoutingHeaders(headers, scopes, [parsed.data.instructions ?? null, parsed.data.input], clientKey);
     if (!routing.ok) return { ok: false, message: routing.message, param: null };
     const asChat = translated.ok ? translated.chat : undefined;
     return { ok: true, context: { api: 'responses', body: parsed.data, stream: parsed.data.stream === true, asChat, ...routing.value } };

@@ -10,6 +10,7 @@ import { admission } from './admission';
 import { createGateway, type Gateway } from './app';
 import { bearerGuard } from './bearer';
 import type { PauseFlag } from './budget';
+import type { ClientAuth } from './client-auth';
 import type { ColdQueue } from './cold-queue';
 import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
 import { SpendWatch } from './spend-cap-routing';
@@ -17,6 +18,8 @@ import { startDemoProviders, type DemoProviders } from './demo-providers';
 import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import type { FlagStore } from './flags';
+import { startClientAuth } from './key-guard';
+import { spendKeyTokens } from './key-policy';
 import { keyResolver, missingKeys } from './keys';
 import { createMeterSink, type MeterSink } from './meter-sink';
 import { Notifier } from './notify';
@@ -133,7 +136,9 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     admit: admission({ limiter, limits: map.limits, spend, providers, cheaperModel: map.cheaper_model }),
     cold: coldFallback(coldDeps),
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
+    onTokens: (ctx, tokens) => spendKeyTokens(limiter, ctx.clientKey, tokens),
   });
+  const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
 
   const health = async () => ({
@@ -141,7 +146,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     capped_provider: cappedProvider,
     queue: await queue.counts().catch(() => 'unreachable'),
   });
-  const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, coldDeps, voice, health }) : null;
+  const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, health }) : null;
 
   const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
   const worker = !options.worker
@@ -163,7 +168,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     worker,
     redis,
     cappedProvider,
-    close: () => closeStack({ worker, voice, notifier, queue, meter, flags, pause, path, demo, redis }),
+    close: () => closeStack({ worker, voice, auth, notifier, queue, meter, flags, pause, path, demo, redis }),
   };
 }
 
@@ -171,6 +176,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
 async function closeStack(p: {
   worker: ColdWorker | null;
   voice: Voice;
+  auth: ClientAuth | null;
   notifier: Notifier;
   queue: ColdQueue;
   meter: MeterSink;
@@ -182,6 +188,7 @@ async function closeStack(p: {
 }): Promise<void> {
   await p.worker?.close();
   await p.voice.close();
+  await p.auth?.close();
   await p.notifier.flush();
   await p.queue.close();
   await p.meter.close();
@@ -212,6 +219,7 @@ interface HttpParts {
   flags: FlagStore;
   log: Logger;
   meter: MeterSink;
+  auth: ClientAuth | null;
   coldDeps: ColdTierDeps;
   voice: Voice;
   health: () => Promise<Record<string, unknown>>;
@@ -226,6 +234,7 @@ function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
     log: p.log,
     meterKind: p.meter.kind,
     adminToken: env.ADMIN_TOKEN,
+    auth: p.auth,
     healthExtras: p.health,
     extend: (app, { admin }) => {
       mountColdTier(app, admin, p.coldDeps);

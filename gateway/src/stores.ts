@@ -5,6 +5,9 @@
  */
 import { Redis } from 'ioredis';
 import { MemoryPause, RedisPause, type PauseFlag } from './budget';
+import type { KeyStore } from './client-keys';
+import { FileKeyStore } from './client-keys-file';
+import { RedisKeyStore } from './client-keys-redis';
 import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
 import type { GatewayEnv } from './env';
 import { ConfigError } from './errors';
@@ -20,6 +23,12 @@ export interface Stores {
   pause: PauseFlag;
   queue: ColdQueue;
   limiter: Limiter;
+  /** Client keys: in Redis with the rest, else in CLIENT_KEYS_FILE (the gateway and `npm run keys` use this). */
+  keys: KeyStore;
+}
+
+export function keyStoreFor(env: GatewayEnv, redis: Redis | null): KeyStore {
+  return redis ? new RedisKeyStore(redis, env.REDIS_PREFIX ?? 'gateway') : new FileKeyStore(env.CLIENT_KEYS_FILE);
 }
 
 export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
@@ -36,6 +45,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
       pause: new MemoryPause(),
       queue: new MemoryColdQueue(),
       limiter: new MemoryLimiter(limits),
+      keys: keyStoreFor(env, null),
     };
   }
   const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
@@ -46,5 +56,6 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
     pause: new RedisPause(redis),
     queue: new BullColdQueue(redis, prefix),
     limiter: new RedisLimiter(redis, prefix ?? 'gateway', limits),
+    keys: keyStoreFor(env, redis),
   };
 }

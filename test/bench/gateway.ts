@@ -5,12 +5,15 @@
 // takes longer). Added latency at concurrency 1 is also measured per request with a microsecond
 // clock, since autocannon reports whole milliseconds.
 // Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
+// Then client keys (issue 14): GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
+// BENCH_KEYS_ONLY=1 runs only that; BENCH_KEYS_ROUNDS sets its rounds (8).
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
+import { keysVersusOpen } from './gateway-keys';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
@@ -61,6 +64,30 @@ async function sequentialP50(url: string, n = 3000): Promise<number> {
   return times[Math.floor(times.length / 2)];
 }
 
+/** The built gateway on a free port (a fixed one may still be held by the run before) in front of the stub; its chat URL. */
+async function startGateway(stubUrl: string) {
+  const p = await startProcess(
+    ['gateway/dist/main.js'],
+    {
+      PORT: '0',
+      LOG_LEVEL: 'info',
+      HOT_BASE_URL: stubUrl,
+      HOT_BASE_URL_2: stubUrl,
+      WARM_A_BASE_URL: stubUrl,
+      WARM_B_BASE_URL: stubUrl,
+      METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
+    },
+    /listening on :(\d+)/,
+  );
+  return { ...p, url: `http://127.0.0.1:${/listening on :(\d+)/.exec(p.out())![1]}/v1/chat/completions` };
+}
+
+if (process.env.BENCH_KEYS_ONLY) {
+  console.log(`Client keys: GATEWAY_AUTH=keys vs open, instant stub, 32 connections, ${cpus().length} CPUs`);
+  for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
+  process.exit(0);
+}
+
 const pad = (v: string, n: number) => v.padStart(n);
 const fmt = (r: { rps: number; p50: number; p99: number }, direct: number) =>
   `${pad(r.rps.toFixed(0), 7)} ${pad((r.rps / direct).toFixed(2), 5)} ${pad(`${r.p50}/${r.p99}`, 6)}`;
@@ -78,21 +105,9 @@ for (const delay of [0, 5]) {
   const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
   const direct = `${stubUrl}/chat/completions`;
   const reference = await startProcess(['test/bench/reference-proxy.mjs'], { TARGET: direct }, /listening (\d+)/);
-  const gateway = await startProcess(
-    ['gateway/dist/main.js'],
-    {
-      PORT: '18181',
-      LOG_LEVEL: 'info',
-      HOT_BASE_URL: stubUrl,
-      HOT_BASE_URL_2: stubUrl,
-      WARM_A_BASE_URL: stubUrl,
-      WARM_B_BASE_URL: stubUrl,
-      METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
-    },
-    /listening/,
-  );
+  const gateway = await startGateway(stubUrl);
   const ref = `http://127.0.0.1:${/listening (\d+)/.exec(reference.out())![1]}/v1/chat/completions`;
-  const via = 'http://127.0.0.1:18181/v1/chat/completions';
+  const via = gateway.url;
   for (const c of [1, 32]) {
     const [d, r, g] = [await measure(direct, c), await measure(ref, c), await measure(via, c)];
     console.log(
@@ -116,3 +131,5 @@ console.log('\nAdded latency, one request at a time (3,000 requests, microsecond
 for (const line of added) console.log(`  ${line}`);
 console.log('\nThroughput:');
 for (const line of verdicts) console.log(`  ${line}`);
+console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections; gateway-keys.ts):`);
+for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);

@@ -130,7 +130,8 @@ describe('Cold tier', () => {
     expect(posted[0].text).toMatch(/AI requests queued \(Cold tier\) \(2\)/);
     expect(posted[0].text).toContain(jobId);
     expect(posted[0].text).toMatch(/Tenants: acme, beta/);
-    expect((await fetch(`${url}/v1/jobs/nope`)).status).toBe(404);
+    expect((await fetch(`${url}/v1/jobs/llm-${'0'.repeat(40)}`)).status).toBe(404);
+    expect((await fetch(`${url}/v1/jobs/nope`)).status).toBe(400); // not an id the gateway makes
   });
 
   it('the time-to-answer leaving no room for Hot and Warm still answers 202 in time', async () => {

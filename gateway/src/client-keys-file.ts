@@ -1,0 +1,78 @@
+/**
+ * Client keys in a local JSON file (no Redis: one machine). The records (hashes, never keys) are in
+ * CLIENT_KEYS_FILE, written by the CLI only; last-used times in a file of their own beside it,
+ * written by the gateway only, so the two never overwrite each other's changes. Every write goes to
+ * a temporary file renamed over the old one: a reader sees the old file or the new, never half.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { ClientKey, KeyStore } from './client-keys';
+
+type Stored = Omit<ClientKey, 'lastUsed'>;
+
+async function readJson<T>(file: string, empty: T): Promise<T> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8')) as T;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return empty;
+    throw new Error(`${file}: ${(error as Error).message}`, { cause: error });
+  }
+}
+
+async function writeAtomic(file: string, value: unknown): Promise<void> {
+  await mkdir(dirname(file), { recursive: true });
+  const temp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  await writeFile(temp, `${JSON.stringify(value, null, 2)}\n`, { mode: 0o600 });
+  await rename(temp, file);
+}
+
+export class FileKeyStore implements KeyStore {
+  readonly where: string;
+  private readonly usedFile: string;
+
+  constructor(private readonly file: string) {
+    this.usedFile = file.replace(/(\.json)?$/, '.last-used.json');
+    this.where = `file ${file}`;
+  }
+
+  private records = async () => (await readJson<{ keys: Stored[] }>(this.file, { keys: [] })).keys;
+  private used = () => readJson<Record<string, string>>(this.usedFile, {});
+
+  async add(record: ClientKey): Promise<boolean> {
+    const keys = await this.records();
+    if (keys.some((k) => k.id === record.id)) return false;
+    const { lastUsed: _, ...stored } = record;
+    await writeAtomic(this.file, { keys: [...keys, stored] });
+    return true;
+  }
+
+  async list(): Promise<ClientKey[]> {
+    const [keys, used] = await Promise.all([this.records(), this.used()]);
+    return keys.map((k) => ({ ...k, lastUsed: used[k.id] ?? null }));
+  }
+
+  async find(hashes: string[]): Promise<Array<ClientKey | null>> {
+    const byHash = new Map((await this.records()).map((k) => [k.hash, k]));
+    return hashes.map((h) => {
+      const k = byHash.get(h);
+      return k ? { ...k, lastUsed: null } : null;
+    });
+  }
+
+  async revoke(id: string, at: Date): Promise<ClientKey | null> {
+    const keys = await this.records();
+    const record = keys.find((k) => k.id === id);
+    if (!record) return null;
+    record.revoked ??= at.toISOString();
+    await writeAtomic(this.file, { keys });
+    return { ...record, lastUsed: (await this.used())[id] ?? null };
+  }
+
+  async touch(used: Map<string, number>): Promise<void> {
+    if (!used.size) return;
+    const all = await this.used();
+    for (const [id, ms] of used) all[id] = new Date(ms).toISOString();
+    await writeAtomic(this.usedFile, all);
+  }
+}

@@ -1,0 +1,59 @@
+/**
+ * Client keys on the HTTP surface (GATEWAY_AUTH=keys): the guard in front of everything Express
+ * serves under /v1 (the chat endpoint checks its key itself, on the hot path), and the start-up
+ * choice between keys and open. The voice endpoints (/v1/voice/*, /v1/workflow/*) keep their own
+ * VOICE_TOKEN; the operator endpoints live outside /v1 with ADMIN_TOKEN.
+ */
+import type { RequestHandler, Response } from 'express';
+import type { Logger } from 'pino';
+import { ClientAuth } from './client-auth';
+import type { ClientKey, KeyStore } from './client-keys';
+import type { GatewayEnv } from './env';
+
+/** Under /v1 (as Express sees the path below its mount point), and case-insensitive as Express's routing. */
+const OWN_TOKEN = /^\/(voice|workflow)(\/|$)/i;
+
+/** For `app.use('/v1', …)`: a valid key goes on in `res.locals`, anything else is answered 401. */
+export function keyGuard(auth: ClientAuth): RequestHandler {
+  return async (req, res, next) => {
+    if (OWN_TOKEN.test(req.path)) return next();
+    const checked = auth.check(req.get('authorization'));
+    const result = checked instanceof Promise ? await checked : checked;
+    if (!result.ok) {
+      res.status(result.status).json(result.error);
+      return;
+    }
+    res.locals.clientKey = result.key;
+    next();
+  };
+}
+
+/** The key an Express /v1 request came with; undefined with GATEWAY_AUTH=open. */
+export const clientKeyOf = (res: Response): ClientKey | undefined => res.locals.clientKey as ClientKey | undefined;
+
+/** How many keys are valid, if the store answers within 2 s (a start must not hang on it). */
+async function activeKeys(store: KeyStore): Promise<number | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), 2000)));
+  const count = store.list().then(
+    (keys) => keys.filter((k) => !k.revoked).length,
+    () => null,
+  );
+  const n = await Promise.race([count, late]);
+  clearTimeout(timer);
+  return n;
+}
+
+/** The key check for this gateway, or null when it is open (with the warning that says so). */
+export async function startClientAuth(env: GatewayEnv, store: KeyStore, log: Logger): Promise<ClientAuth | null> {
+  if (env.GATEWAY_AUTH === 'open') {
+    log.warn(
+      'GATEWAY_AUTH=open: /v1 takes no client key, so anyone who can reach this port can spend the provider keys; set GATEWAY_AUTH=keys and make keys with `npm run keys -- create <tenant>`',
+    );
+    return null;
+  }
+  const active = await activeKeys(store);
+  log.info(`client keys: required on /v1 (GATEWAY_AUTH=keys), kept in ${store.where}${active === null ? '' : `, ${active} valid`}`);
+  if (active === 0) log.warn('no valid client key yet: every /v1 request answers 401 until `npm run keys -- create <tenant>`');
+  return new ClientAuth(store, { warn: (m) => log.warn(m) }).start();
+}

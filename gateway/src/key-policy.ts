@@ -1,0 +1,62 @@
+/**
+ * What a valid client key may do: the models it may ask for, the tenant it speaks for, and its own
+ * requests and tokens per minute (fixed one-minute windows on the shared limiter, so they hold
+ * across instances with Redis).
+ *
+ * `x-customer-id` may repeat the key's tenant or be left out; naming another tenant is refused
+ * (403) rather than ignored: a backend that sends it believes it bills that tenant, and quietly
+ * billing another would hide its mistake. (OpenAI refuses an `OpenAI-Organization` header that does
+ * not match the key in the same way.)
+ */
+import type { Admission } from './admission';
+import type { ClientKey } from './client-keys';
+import { openAiError, type OpenAiError } from './errors';
+import type { Limiter } from './rate-limit';
+
+export interface KeyRefusal {
+  status: 403;
+  error: OpenAiError;
+}
+
+const quoted = (names: string[]) => names.map((n) => `"${n}"`).join(', ');
+
+/** Why this key may not make this request (403), or null. */
+export function keyRefusal(key: ClientKey, model: string, customerHeader: string | undefined): KeyRefusal | null {
+  if (key.models.length && !key.models.includes(model)) {
+    const message = `model "${model}" is not allowed for this API key; it may use ${quoted(key.models)}`;
+    return { status: 403, error: openAiError(message, 'invalid_request_error', 'model', 'model_not_allowed') };
+  }
+  if (customerHeader && customerHeader !== key.tenant) {
+    const message = `x-customer-id "${customerHeader}" does not match this API key's tenant "${key.tenant}": send the key's tenant or leave the header out`;
+    return { status: 403, error: openAiError(message, 'invalid_request_error', 'x-customer-id', 'tenant_mismatch') };
+  }
+  return null;
+}
+
+const requestsCounter = (key: ClientKey) => `key:${key.id}:requests`;
+const tokensCounter = (key: ClientKey) => `key:${key.id}:tokens`;
+
+function over(retryAfterS: number, code: string, message: string): Admission {
+  return { kind: 'reject', status: 429, retryAfterS, code, message };
+}
+
+/** The key's own limits, before routing: a 429 admission, or null. A store that fails lets the request through (as the tenant limit does). */
+export async function keyLimits(limiter: Limiter, key: ClientKey): Promise<Admission | null> {
+  const none = { count: 0, retryAfterS: 0 };
+  if (key.rpm) {
+    const { count, retryAfterS } = await limiter.countWindow(requestsCounter(key), 1).catch(() => none);
+    if (count > key.rpm)
+      return over(retryAfterS, 'key_requests_per_minute', `API key ${key.id} is over its limit of ${key.rpm} requests per minute`);
+  }
+  if (key.tpm) {
+    const { count, retryAfterS } = await limiter.countWindow(tokensCounter(key), 0).catch(() => none);
+    if (count >= key.tpm)
+      return over(retryAfterS, 'key_tokens_per_minute', `API key ${key.id} has used its limit of ${key.tpm} tokens per minute`);
+  }
+  return null;
+}
+
+/** Counts an answer's tokens against its key's tokens per minute (off the request path). */
+export function spendKeyTokens(limiter: Limiter, key: ClientKey | undefined, tokens: number): void {
+  if (key?.tpm && tokens > 0) void limiter.countWindow(tokensCounter(key), tokens).catch(() => undefined);
+}

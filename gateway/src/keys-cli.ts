@@ -1,0 +1,122 @@
+/**
+ * `npm run keys -- <command>`: client keys, in the store the gateway reads (Redis with
+ * QUEUE_STORE_URL and REDIS_PREFIX, else CLIENT_KEYS_FILE), so run it with the gateway's environment.
+ *   create <tenant> [--rpm N] [--tpm N] [--models a,b]   makes a key; the key is the last line, shown once
+ *   list                                                 one line per key, its id first; never the key
+ *   revoke <key id>                                      refused by every gateway within a few seconds
+ * Exit 0 done, 1 failed (no such key, store unreachable), 2 bad arguments or environment.
+ */
+import { Redis } from 'ioredis';
+import { createKey, TENANT_PATTERN, type ClientKey, type KeySpec } from './client-keys';
+import { readEnv } from './env';
+import { ConfigError } from './errors';
+import { keyStoreFor } from './stores';
+
+type Print = (line: string) => void;
+
+const USAGE = 'usage: npm run keys -- create <tenant> [--rpm N] [--tpm N] [--models a,b] | list | revoke <key id>';
+const KEY_ID = /^key_[0-9a-f]{8}$/;
+
+/** Bad arguments: the message names the argument and what was expected. */
+class UsageError extends Error {}
+
+function wholeNumber(name: string, value: string | undefined): number {
+  const n = Number(value);
+  if (value === undefined || !/^\d+$/.test(value) || n < 1 || n > 1e9)
+    throw new UsageError(`${name}: expected a whole number from 1 to 1000000000, got ${value === undefined ? 'nothing' : `"${value}"`}`);
+  return n;
+}
+
+function modelList(value: string | undefined): string[] {
+  const models = (value ?? '').split(',').map((m) => m.trim());
+  if (!value || models.some((m) => !m))
+    throw new UsageError(`--models: expected model names separated by commas (e.g. gpt-4o-mini,gpt-4o), got "${value ?? ''}"`);
+  return models;
+}
+
+/** `create`'s arguments: the tenant, then options as `--rpm 60` or `--rpm=60`. */
+function parseCreate(args: string[]): KeySpec {
+  const [tenant, ...rest] = args;
+  if (!tenant || tenant.startsWith('--'))
+    throw new UsageError('tenant: expected the tenant the key is for, e.g. npm run keys -- create acme');
+  if (!TENANT_PATTERN.test(tenant))
+    throw new UsageError(`tenant: expected 1-64 letters, digits, . _ @ - (starting with a letter or digit), got "${tenant.slice(0, 80)}"`);
+  const spec: KeySpec = { tenant };
+  for (let i = 0; i < rest.length; i++) {
+    const [flag, inline] = rest[i].split(/=(.*)/s, 2);
+    const value = inline ?? rest[++i];
+    if (flag === '--rpm') spec.rpm = wholeNumber('--rpm', value);
+    else if (flag === '--tpm') spec.tpm = wholeNumber('--tpm', value);
+    else if (flag === '--models') spec.models = modelList(value);
+    else
+      throw new UsageError(`${flag.startsWith('--') ? 'option' : 'argument'} "${flag}": create takes a tenant and --rpm, --tpm, --models`);
+  }
+  return spec;
+}
+
+const limits = (k: Pick<ClientKey, 'rpm' | 'tpm' | 'models'>) =>
+  `rpm=${k.rpm ?? 'none'} tpm=${k.tpm ?? 'none'} models=${k.models.length ? k.models.join(',') : 'any'}`;
+
+/** One `list` line: the key id first. */
+const listLine = (k: ClientKey) =>
+  `${k.id} tenant=${k.tenant} ${limits(k)} created=${k.created} last_used=${k.lastUsed ?? 'never'} ${k.revoked ? `revoked=${k.revoked}` : 'valid'}`;
+
+async function run(command: string | undefined, args: string[], store: ReturnType<typeof keyStoreFor>, out: Print, err: Print) {
+  if (command === 'create') {
+    const spec = parseCreate(args);
+    const { key, record } = await createKey(store, spec);
+    out(`made ${record.id} for tenant ${record.tenant}: ${limits(record)}; only its hash is kept, in ${store.where}`);
+    out('Give this key to the tenant now: it is shown only this once.');
+    out(key);
+    return 0;
+  }
+  if (command === 'list') {
+    if (args.length) throw new UsageError(`list: expected no arguments, got "${args[0]}"`);
+    const keys = (await store.list()).sort((a, b) => a.created.localeCompare(b.created));
+    for (const k of keys) out(listLine(k));
+    err(`${keys.length} key(s), ${keys.filter((k) => !k.revoked).length} valid, in ${store.where}`);
+    return 0;
+  }
+  const [id, extra] = args;
+  if (!id || !KEY_ID.test(id) || extra !== undefined)
+    throw new UsageError(
+      `key id: expected one id as list shows it ("key_" and 8 hex digits), got ${id ? `"${args.join(' ')}"` : 'nothing'}`,
+    );
+  const revoked = await store.revoke(id, new Date());
+  if (!revoked) {
+    err(`no key ${id} in ${store.where} (npm run keys -- list shows the ids)`);
+    return 1;
+  }
+  out(`revoked ${id} (tenant ${revoked.tenant}) at ${revoked.revoked}: every gateway refuses it within a few seconds`);
+  return 0;
+}
+
+export async function keysCli(args: string[], rawEnv: NodeJS.ProcessEnv, out: Print, err: Print): Promise<number> {
+  const [command, ...rest] = args;
+  if (!['create', 'list', 'revoke'].includes(command ?? '')) {
+    err(command ? `unknown command "${command}": expected create, list or revoke` : 'command: expected create, list or revoke');
+    err(USAGE);
+    return 2;
+  }
+  let redis: Redis | null = null;
+  try {
+    const env = readEnv(rawEnv);
+    if (env.production && !env.QUEUE_STORE_URL)
+      throw new ConfigError('QUEUE_STORE_URL: required with NODE_ENV=production (the gateways read their keys from Redis)');
+    if (env.QUEUE_STORE_URL) {
+      redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: 1, connectTimeout: 5000 });
+      redis.on('error', () => undefined); // a command's own error says it
+    }
+    return await run(command, rest, keyStoreFor(env, redis), out, err);
+  } catch (error) {
+    if (error instanceof UsageError || error instanceof ConfigError) {
+      err(error.message);
+      if (error instanceof UsageError) err(USAGE);
+      return 2;
+    }
+    err(`key store: ${(error as Error).message}`);
+    return 1;
+  } finally {
+    redis?.disconnect();
+  }
+}

@@ -1,0 +1,155 @@
+// Client keys (issue 14), as a customer with the official openai client sees them: who may call,
+// whose tenant a request is, and each key's own limits. Real Redis, real HTTP.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { readEnv } from '../../gateway/src/env';
+import { redisDump } from './redis-dump';
+import { ask, client, keysWorld, refusal, type KeysWorld } from './keys-harness';
+import { captureLogger, listenStack } from './harness';
+
+let w: KeysWorld;
+beforeEach(async () => {
+  w = await keysWorld('keys');
+});
+afterEach(() => w.end());
+
+const calls = () => w.hot.received.length + w.warm.received.length;
+
+describe('who may call (GATEWAY_AUTH=keys)', () => {
+  it('no key or a wrong one: 401 invalid_api_key in OpenAI shape, and no provider is called', async () => {
+    const { url } = await w.up();
+    const { key } = await w.makeKey('acme');
+    const wrong = await refusal(ask(url, `gk_${'x'.repeat(32)}`));
+    expect(wrong).toMatchObject({ status: 401, code: 'invalid_api_key' });
+    expect(await refusal(ask(url, 'sk-some-openai-key'))).toMatchObject({ status: 401, code: 'invalid_api_key' });
+    const none = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(none.status).toBe(401);
+    const body = (await none.json()) as { error: Record<string, unknown> };
+    expect(body).toEqual({
+      error: { message: expect.stringMatching(/API key/), type: 'invalid_request_error', code: 'invalid_api_key', param: null },
+    });
+    // What Express serves under /v1 needs the key too, the chat endpoint included (a query string sends it there).
+    expect((await fetch(`${url}/v1/jobs/llm-${'0'.repeat(40)}`)).status).toBe(401);
+    const viaExpress = await fetch(`${url}/v1/chat/completions?trace=1`, {
+      method: 'POST',
+      body: '{}',
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(viaExpress.status).toBe(401);
+    expect((await fetch(`${url}/v1/models`)).status).toBe(401);
+    expect(calls()).toBe(0);
+
+    const { data, response } = await ask(url, key);
+    expect(response.status).toBe(200);
+    expect(data.choices[0].message.content).toContain('hello');
+    // The provider gets the operator's provider key, never the client's key.
+    expect(w.hot.received[0].headers.authorization).toBe('Bearer provider-hot-key');
+  });
+
+  it('voice endpoints keep VOICE_TOKEN and operator endpoints ADMIN_TOKEN: a client key opens neither', async () => {
+    const { url } = await w.up({ ADMIN_TOKEN: 'admin-t' });
+    const { key } = await w.makeKey('acme');
+    const voice = await fetch(`${url}/v1/voice/calls`, { method: 'POST', headers: { authorization: `Bearer ${key}` } });
+    expect(voice.status).toBe(401);
+    expect(await voice.json()).toEqual({ error: expect.stringMatching(/unauthorized/) }); // the voice guard's answer, not ours
+    expect((await fetch(`${url}/health`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(401);
+    expect((await fetch(`${url}/health`, { headers: { authorization: 'Bearer admin-t' } })).status).toBe(200);
+  });
+
+  it('the key, the key id and the tenant: the key is in no log line, no answer and no Redis key or value', async () => {
+    const { url, logs, stop } = await w.up();
+    const a = await w.makeKey('acme');
+    const b = await w.makeKey('beta', '--rpm', '100', '--tpm', '100000');
+    w.hot.always({ kind: 'status', status: 500 });
+    w.warm.always({ kind: 'status', status: 500 });
+    const queued = await ask(url, a.key); // Cold fallback: a job in Redis
+    expect(queued.response.status).toBe(202);
+    const jobId = (queued.data as unknown as { jobId: string }).jobId;
+    const job = await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${a.key}` } })).text();
+    await ask(url, b.key); // through its limits (counters in Redis)
+    await refusal(ask(url, b.key, { 'x-customer-id': 'acme' }));
+    await stop(); // writes the last-used times
+    const dump = await redisDump(w.redis, w.prefix);
+    expect(dump).toContain(a.id); // the dump holds the keys' records, the job and the limits
+    expect(dump).toContain(jobId);
+    for (const text of [dump, logs.join(''), job]) {
+      for (const { key } of [a, b]) expect(text).not.toContain(key.slice(3));
+      expect(text).not.toContain('gk_');
+    }
+  });
+
+  it('GATEWAY_AUTH is keys by default in production and open otherwise; open warns at start that anyone can spend', async () => {
+    expect(readEnv({ NODE_ENV: 'production' }).GATEWAY_AUTH).toBe('keys');
+    expect(readEnv({}).GATEWAY_AUTH).toBe('open');
+    expect(() => readEnv({ GATEWAY_AUTH: 'none' })).toThrow(/GATEWAY_AUTH: .*"keys"\s*\|\s*"open"/);
+    const logs: string[] = [];
+    const open = await listenStack({ ...w.env, GATEWAY_AUTH: 'open' }, { http: true, worker: false }, captureLogger(logs));
+    try {
+      expect(logs.join('')).toMatch(/GATEWAY_AUTH=open.*anyone who can reach this port can spend/);
+      // Open: today's behaviour, x-customer-id is the tenant.
+      const res = await client(open.url, 'anything').chat.completions.create(
+        { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+        { headers: { 'x-customer-id': 'walk-in' } },
+      );
+      expect(res.choices).toHaveLength(1);
+      await open.stack.meter.flush();
+    } finally {
+      await open.stop();
+    }
+    const keysUp = await w.up();
+    expect(keysUp.logs.join('')).toMatch(/no valid client key yet: every \/v1 request answers 401/);
+  });
+});
+
+describe('the tenant comes from the key', () => {
+  it("meter events carry the key's tenant; x-customer-id may repeat it, naming another tenant is refused (403)", async () => {
+    const { url, stack } = await w.up();
+    const { key } = await w.makeKey('acme');
+    await ask(url, key);
+    await ask(url, key, { 'x-customer-id': 'acme' });
+    const other = await refusal(ask(url, key, { 'x-customer-id': 'beta' }));
+    expect(other).toMatchObject({ status: 403, code: 'tenant_mismatch' });
+    expect(other.message).toMatch(/x-customer-id "beta" does not match this API key's tenant "acme"/);
+    expect(calls()).toBe(2);
+    await stack.meter.flush();
+    const { readFileSync } = await import('node:fs');
+    const [header, ...lines] = readFileSync(w.env.METER_CSV_FILE!, 'utf8').trim().split('\n');
+    const col = header.split(',').indexOf('customer_id');
+    expect(lines.map((l) => l.split(',')[col])).toEqual(['acme', 'acme']);
+  });
+});
+
+describe("each key's own limits", () => {
+  it('a key over its --rpm gets 429 with Retry-After naming the limit; another tenant is unaffected', async () => {
+    const { url } = await w.up();
+    const a = await w.makeKey('acme', '--rpm', '2');
+    const b = await w.makeKey('beta', '--rpm', '2');
+    await ask(url, a.key);
+    await ask(url, a.key);
+    const over = await refusal(ask(url, a.key));
+    expect(over).toMatchObject({ status: 429, code: 'key_requests_per_minute' });
+    expect(over.message).toContain(`API key ${a.id} is over its limit of 2 requests per minute`);
+    expect(Number(over.retryAfter)).toBeGreaterThanOrEqual(1);
+    expect(Number(over.retryAfter)).toBeLessThanOrEqual(60);
+    expect((await ask(url, b.key)).response.status).toBe(200);
+    expect(calls()).toBe(3);
+  });
+
+  it('--tpm counts the tokens answers used; --models refuses another model with 403 naming it', async () => {
+    const { url } = await w.up();
+    const { key, id } = await w.makeKey('acme', '--tpm', '20', '--models', 'gpt-4o-mini,gpt-4o');
+    const model = await refusal(ask(url, key, {}, 'o3'));
+    expect(model).toMatchObject({ status: 403, code: 'model_not_allowed' });
+    expect(model.message).toBe('model "o3" is not allowed for this API key; it may use "gpt-4o-mini", "gpt-4o"');
+    expect(calls()).toBe(0);
+    await ask(url, key); // 17 tokens (the fake provider's usage): under 20
+    await ask(url, key, {}, 'gpt-4o'); // 34 now
+    const over = await refusal(ask(url, key));
+    expect(over).toMatchObject({ status: 429, code: 'key_tokens_per_minute' });
+    expect(over.message).toContain(`API key ${id} has used its limit of 20 tokens per minute`);
+    expect(over.retryAfter).toMatch(/^\d+$/);
+  });
+});

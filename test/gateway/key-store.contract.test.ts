@@ -1,0 +1,105 @@
+// One contract for both client key stores: Redis (real, its own prefix, removed afterwards) and the
+// file under a temporary directory. Whatever the gateway and the CLI rely on holds for both.
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createKey, hashKey, type ClientKey, type KeyStore } from '../../gateway/src/client-keys';
+import { FileKeyStore } from '../../gateway/src/client-keys-file';
+import { RedisKeyStore } from '../../gateway/src/client-keys-redis';
+import { redisDump } from './redis-dump';
+
+const prefix = `test-keystore-${process.pid}`;
+let redis: Redis;
+beforeAll(() => {
+  redis = new Redis('redis://127.0.0.1:6379/9');
+});
+afterEach(async () => {
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+afterAll(() => redis.disconnect());
+
+interface Subject {
+  store: KeyStore;
+  /** Everything the store wrote, as text. */
+  raw: () => Promise<string>;
+}
+
+const subjects: Array<[string, () => Subject]> = [
+  ['Redis', () => ({ store: new RedisKeyStore(redis, prefix), raw: () => redisDump(redis, prefix) })],
+  [
+    'file',
+    () => {
+      const dir = mkdtempSync(join(tmpdir(), 'keystore-'));
+      const raw = async () =>
+        readdirSync(dir)
+          .map((f) => readFileSync(join(dir, f), 'utf8'))
+          .join('\n');
+      return { store: new FileKeyStore(join(dir, 'client-keys.json')), raw };
+    },
+  ],
+];
+
+describe.each(subjects)('client key store: %s', (_name, make) => {
+  it('keeps what create made: a recognisable random key, its record found by the hash and listed by id', async () => {
+    const { store } = make();
+    const a = await createKey(store, { tenant: 'acme', rpm: 60, models: ['gpt-4o-mini'] });
+    const b = await createKey(store, { tenant: 'beta' });
+    expect(a.key).toMatch(/^gk_[A-Za-z0-9_-]{32}$/);
+    expect(a.record.id).toMatch(/^key_[0-9a-f]{8}$/);
+    expect(a.key).not.toBe(b.key);
+    const [foundA, unknown, foundB] = await store.find([hashKey(a.key), hashKey('gk_nope'), hashKey(b.key)]);
+    expect(foundA).toMatchObject({ id: a.record.id, tenant: 'acme', rpm: 60, tpm: null, models: ['gpt-4o-mini'], revoked: null });
+    expect(unknown).toBeNull();
+    expect(foundB).toMatchObject({ id: b.record.id, tenant: 'beta', rpm: null, models: [] });
+    const listed = await store.list();
+    expect(listed.map((k) => k.id).sort()).toEqual([a.record.id, b.record.id].sort());
+    expect(await store.find([])).toEqual([]);
+  });
+
+  it('refuses a record whose id is taken, and keeps the first', async () => {
+    const { store } = make();
+    const a = await createKey(store, { tenant: 'acme' });
+    const clash: ClientKey = { ...a.record, hash: hashKey('gk_other'), tenant: 'evil' };
+    expect(await store.add(clash)).toBe(false);
+    expect((await store.list()).map((k) => k.tenant)).toEqual(['acme']);
+    expect((await store.find([hashKey('gk_other')]))[0]).toBeNull();
+  });
+
+  it('revokes by id once (the first time stands); an unknown id is null', async () => {
+    const { store } = make();
+    const a = await createKey(store, { tenant: 'acme' });
+    const first = await store.revoke(a.record.id, new Date('2026-01-01T00:00:00Z'));
+    expect(first).toMatchObject({ id: a.record.id, revoked: '2026-01-01T00:00:00.000Z' });
+    expect((await store.revoke(a.record.id, new Date('2026-02-01T00:00:00Z')))?.revoked).toBe('2026-01-01T00:00:00.000Z');
+    expect((await store.find([hashKey(a.key)]))[0]?.revoked).toBe('2026-01-01T00:00:00.000Z');
+    expect(await store.revoke('key_00000000', new Date())).toBeNull();
+  });
+
+  it('writes last-used times in batches, shown by list', async () => {
+    const { store } = make();
+    const a = await createKey(store, { tenant: 'acme' });
+    const b = await createKey(store, { tenant: 'beta' });
+    await store.touch(new Map([[a.record.id, Date.parse('2026-03-01T10:00:00Z')]]));
+    await store.touch(new Map([[b.record.id, Date.parse('2026-03-01T11:00:00Z')]]));
+    await store.touch(new Map());
+    const used = Object.fromEntries((await store.list()).map((k) => [k.tenant, k.lastUsed]));
+    expect(used).toEqual({ acme: '2026-03-01T10:00:00.000Z', beta: '2026-03-01T11:00:00.000Z' });
+  });
+
+  it('holds no key in plain text, only its SHA-256', async () => {
+    const { store, raw } = make();
+    const made = [await createKey(store, { tenant: 'acme' }), await createKey(store, { tenant: 'beta' })];
+    await store.touch(new Map([[made[0].record.id, Date.now()]]));
+    await store.revoke(made[1].record.id, new Date());
+    const text = await raw();
+    expect(text).toContain(made[0].record.hash); // the dump is real
+    for (const { key } of made) {
+      expect(text).not.toContain(key);
+      expect(text).not.toContain(key.slice(3)); // nor its random part
+    }
+    expect(text).not.toContain('gk_');
+  });
+});

@@ -1,0 +1,90 @@
+// `npm run keys` as an operator meets it: what it prints, and how it refuses bad arguments (exit 2,
+// naming the argument and what was expected). Against a key file in a temporary directory; the
+// Redis store and the CLI's own process are covered in client-keys-jobs.test.ts.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { keysCli } from '../../gateway/src/keys-cli';
+import { refusedUrl } from './fake-provider';
+
+let env: NodeJS.ProcessEnv;
+beforeEach(() => {
+  env = { CLIENT_KEYS_FILE: join(mkdtempSync(join(tmpdir(), 'keys-cli-')), 'client-keys.json') };
+});
+
+async function keys(...args: string[]) {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await keysCli(
+    args,
+    env,
+    (l) => out.push(l),
+    (l) => err.push(l),
+  );
+  return { code, out, err: err.join('\n') };
+}
+
+describe('npm run keys', () => {
+  it('create prints the key once, as the last line; list shows the key id first and never the key; revoke marks it', async () => {
+    const made = await keys('create', 'acme', '--rpm=60', '--tpm', '100000', '--models', 'gpt-4o-mini,gpt-4o');
+    expect(made.code).toBe(0);
+    const key = made.out.at(-1)!;
+    expect(key).toMatch(/^gk_[A-Za-z0-9_-]{32}$/);
+    expect(made.out.slice(0, -1).join('\n')).not.toContain(key.slice(3));
+    const id = /(key_[0-9a-f]{8})/.exec(made.out[0])![1];
+    await keys('create', 'beta');
+    const listed = await keys('list');
+    expect(listed.code).toBe(0);
+    expect(listed.out).toHaveLength(2);
+    expect(listed.out[0]).toMatch(
+      new RegExp(`^${id} tenant=acme rpm=60 tpm=100000 models=gpt-4o-mini,gpt-4o created=\\S+Z last_used=never valid$`),
+    );
+    expect(listed.out[1]).toMatch(/^key_[0-9a-f]{8} tenant=beta rpm=none tpm=none models=any /);
+    expect(listed.out.join('\n')).not.toContain('gk_');
+    expect(listed.err).toBe(`2 key(s), 2 valid, in file ${env.CLIENT_KEYS_FILE}`);
+    const revoked = await keys('revoke', id);
+    expect(revoked).toMatchObject({ code: 0 });
+    expect(revoked.out[0]).toMatch(new RegExp(`^revoked ${id} \\(tenant acme\\)`));
+    expect((await keys('list')).out[0]).toMatch(/ revoked=\d{4}-\d\d-\d\dT\S+Z$/);
+    expect(await keys('revoke', 'key_00000000')).toMatchObject({ code: 1, err: expect.stringContaining('no key key_00000000') });
+  });
+
+  it.each([
+    [['create'], /^tenant: expected the tenant/],
+    [['create', '--rpm', '5'], /^tenant: expected the tenant/],
+    [['create', 'a b'], /^tenant: expected 1-64 letters, digits, \. _ @ - .*got "a b"/],
+    [['create', 'acme', '--rpm'], /^--rpm: expected a whole number from 1 to 1000000000, got nothing/],
+    [['create', 'acme', '--rpm', '0'], /^--rpm: expected a whole number .* got "0"/],
+    [['create', 'acme', '--tpm=1.5'], /^--tpm: expected a whole number .* got "1.5"/],
+    [['create', 'acme', '--models', 'a,,b'], /^--models: expected model names separated by commas .* got "a,,b"/],
+    [['create', 'acme', '--limit', '5'], /^option "--limit": create takes a tenant and --rpm, --tpm, --models/],
+    [['create', 'acme', 'extra'], /^argument "extra": create takes/],
+    [['list', 'all'], /^list: expected no arguments, got "all"/],
+    [['revoke'], /^key id: expected one id as list shows it .* got nothing/],
+    [['revoke', 'gk_abc'], /^key id: expected one id .* got "gk_abc"/],
+    [['rotate'], /^unknown command "rotate": expected create, list or revoke/],
+    [[], /^command: expected create, list or revoke/],
+  ])('%j → exit 2, naming the argument', async (args, message) => {
+    const r = await keys(...args);
+    expect(r.code).toBe(2);
+    expect(r.err).toMatch(message);
+    expect(r.err).toContain('usage: npm run keys -- create <tenant>');
+    expect(r.out).toEqual([]);
+  });
+
+  it('refuses an environment that would keep keys where the gateways do not read them (exit 2), and an unreachable store is exit 1', async () => {
+    env = { ...env, NODE_ENV: 'production' };
+    expect(await keys('list')).toMatchObject({
+      code: 2,
+      err: expect.stringMatching(/^QUEUE_STORE_URL: required with NODE_ENV=production/),
+    });
+    env = { REDIS_PREFIX: 'bad prefix' };
+    expect(await keys('list')).toMatchObject({ code: 2, err: expect.stringMatching(/REDIS_PREFIX: expected 1-64 letters/) });
+    env = { QUEUE_STORE_URL: (await refusedUrl()).replace(/^http:\/\/(.*)\/v1$/, 'redis://$1/9') };
+    const down = await keys('create', 'acme');
+    expect(down.code).toBe(1);
+    expect(down.err).toMatch(/^key store: /);
+    expect(down.out).toEqual([]);
+  });
+});
