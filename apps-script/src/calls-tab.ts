@@ -8,7 +8,7 @@ import { csvField } from '../../schema/event-record';
 import { cellTime, findStoredIds } from './events-sheet';
 import { MAX_BATCH, withScriptLock } from './ingest';
 import type { MeterServices, SheetLike } from './services';
-import { appendTabRows, type TabSpec, tab } from './tabs';
+import { appendTabRows, ensureTab, type TabSpec, tab } from './tabs';
 import type { JsonReply } from './web';
 
 export const CALLS: TabSpec = { name: 'calls', header: CALL_FIELDS };
@@ -32,7 +32,9 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
   for (const r of records) if (!unique.has(r.call_id)) unique.set(r.call_id, r);
   try {
     return withScriptLock(svc, () => {
-      const sheet: SheetLike = tab(svc.spreadsheet, CALLS);
+      let sheet: SheetLike = tab(svc.spreadsheet, CALLS);
+      // A calls tab from before ended_reason: widen it (older rows keep their columns).
+      if (sheet.getMaxColumns() < CALL_FIELDS.length) sheet = ensureTab(svc.spreadsheet, CALLS);
       const stored = findStoredIds(sheet, [...unique.keys()]);
       const fresh = [...unique.values()].filter((r) => !stored.has(r.call_id));
       appendTabRows(sheet, fresh.map(toRow));
@@ -49,7 +51,10 @@ export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since:
   const from = Date.parse(`${since}T00:00:00Z`);
   const sheet = svc.spreadsheet.getSheetByName(CALLS.name);
   const last = sheet ? sheet.getLastRow() : 0;
-  const rows = sheet && last >= 2 ? sheet.getRange(2, 1, last - 1, CALL_FIELDS.length).getValues() : [];
+  // A tab from before ended_reason has fewer columns: the missing ones export empty.
+  const width = sheet ? Math.min(CALL_FIELDS.length, sheet.getMaxColumns()) : 0;
+  const rows = sheet && last >= 2 ? sheet.getRange(2, 1, last - 1, width).getValues() : [];
   const keep = rows.filter((r) => cellTime(r[1]) >= from);
-  return [CALL_FIELDS.join(','), ...keep.map((r) => r.map(csvField).join(','))].join('\r\n') + '\r\n';
+  const line = (r: unknown[]) => CALL_FIELDS.map((_, i) => csvField(r[i] ?? '')).join(',');
+  return [CALL_FIELDS.join(','), ...keep.map(line)].join('\r\n') + '\r\n';
 }

@@ -35,6 +35,9 @@ export function ensureTab(ss: SpreadsheetLike, spec: TabSpec): SheetLike {
     const extra = sheet.getMaxColumns() - spec.header.length;
     if (extra > 0) sheet.deleteColumns(spec.header.length + 1, extra);
   }
+  // A tab made before a field was added (the calls tab's ended_reason) gains the column at the end.
+  const short = spec.header.length - sheet.getMaxColumns();
+  if (short > 0) sheet.insertColumnsAfter(sheet.getMaxColumns(), short);
   const head = sheet.getRange(1, 1, 1, spec.header.length);
   if (head.getValues()[0].some((v, i) => String(v) !== spec.header[i])) {
     head.setValues([spec.header.slice()]);

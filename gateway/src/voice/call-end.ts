@@ -20,6 +20,13 @@ export const EndCall = z.strictObject({
   asr_wer: z.number().min(0).max(1).optional(),
   escalated: z.boolean().optional(),
   ended_at: z.iso.datetime({ offset: true }).optional(),
+  /** Why the call ended (schema ENDED_REASONS); by default the guard's escalation reason, if any. */
+  ended_reason: z
+    .string()
+    .regex(/^[a-z][a-z0-9_]{0,63}$/, 'a snake_case reason such as caller_hangup')
+    .optional(),
+  /** The voice server sent one meter event per model response (the phone bridge does): the call's audio cost is not sent again. */
+  responses_metered: z.boolean().optional(),
 });
 export type EndCallBody = z.infer<typeof EndCall>;
 
@@ -48,6 +55,7 @@ export function buildCallRecord(call: StoredCall, body: EndCallBody, config: Con
     // Telephony is billed per started minute.
     telephony_minutes: Math.ceil(duration / 60),
     country: call.country ?? '',
+    ended_reason: body.ended_reason ?? s.reason ?? '',
   };
 }
 
@@ -84,22 +92,24 @@ function event(fields: Partial<EventRecord> & Pick<EventRecord, 'provider' | 'mo
 }
 
 /** Sends everything that follows from a finished call. Nothing here is awaited by the caller's answer except the record. */
-export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps): void {
+export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps, responsesMetered = false): void {
   deps.calls.send(record);
   const s = call.state;
-  deps.events.send(
-    event({
-      provider: deps.voiceProvider,
-      model: record.model,
-      input_tokens: Math.round(s.inputMs / 100),
-      output_tokens: Math.round(s.outputMs / 50),
-      latency_ms: Math.round(record.duration_s * 1000),
-      cost_usd: record.est_audio_cost_usd,
-      job_id: record.call_id,
-      confidence: record.confidence_avg,
-      review_required: record.escalated,
-    }),
-  );
+  // Each response already went to the meter with its own usage: sending the total again would count it twice.
+  if (!responsesMetered)
+    deps.events.send(
+      event({
+        provider: deps.voiceProvider,
+        model: record.model,
+        input_tokens: Math.round(s.inputMs / 100),
+        output_tokens: Math.round(s.outputMs / 50),
+        latency_ms: Math.round(record.duration_s * 1000),
+        cost_usd: record.est_audio_cost_usd,
+        job_id: record.call_id,
+        confidence: record.confidence_avg,
+        review_required: record.escalated,
+      }),
+    );
   if (record.telephony_minutes > 0) {
     const rate = record.country ? inboundRate(deps.rates(), record.country) : null;
     if (rate) {
