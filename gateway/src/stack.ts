@@ -19,6 +19,7 @@ import { callToCsvLine, CALLS_CSV_HEADER, type CallRecord } from '../../schema/c
 import { CsvSink, WebAppSink } from './meter-sink';
 import { DEFAULT_RATES_FILE, readRates } from './voice/rates';
 import { MemoryWorkflowStore, RedisWorkflowStore, Workflow } from './voice/workflow';
+import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
 import { ConfigError } from './errors';
 import { Failover, type Route } from './failover';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
@@ -200,6 +201,9 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     if (voiceProblems) log.warn(`${conciergeFile}: ${voiceProblems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
     log.info(`voice concierge: ${conciergeFile}`);
   } else if (env.VOICE_TOKEN) log.warn(`voice endpoints answer 503: ${voiceWhy}`);
+  const logs = { info: (m: string) => log.info(m), warn: (m: string) => log.warn(m), error: (m: string) => log.error(m) };
+  const phone: PhoneBridge | null =
+    voice && workflow ? phoneBridgeFromEnv(env, { config: voiceConfig!, voice, workflow, meter, log: logs }) : null;
   const admit = admission({
     limiter,
     limits: map.limits,
@@ -231,7 +235,9 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
       extend: (app, { admin }) => {
         mountColdTier(app, admin, coldDeps);
         mountVoice(app, bearerGuard(env.VOICE_TOKEN), voice, voiceWhy);
+        phone?.mount(app);
       },
+      upgrade: phone ? (req, socket, head) => phone.upgrade(req, socket, head) : undefined,
     });
     failover = gateway.failover;
   } else {
@@ -265,6 +271,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     redis,
     cappedProvider,
     async close() {
+      await phone?.close();
       await worker?.close();
       workflow?.stop();
       await callSink?.close();
