@@ -49,7 +49,6 @@ export const ENDED_REASONS = [
   'realtime_failure',
   'shutdown',
 ] as const;
-export type EndedReason = (typeof ENDED_REASONS)[number];
 const ENDED_REASON = /^[a-z][a-z0-9_]{0,63}$/;
 
 export interface CallRecord {

@@ -94,14 +94,16 @@ export class RealtimeSession {
     this.link = link;
     this.appendedMs = 0;
     const timer = setTimeout(() => {
+      if (this.link !== link) return;
       link.close();
       this.failed('no session.updated within the latency budget', first);
     }, deadline - performance.now());
     link.onFailure = (why) => {
       clearTimeout(timer);
-      this.failed(why, first && !this.ready);
+      if (this.link === link) this.failed(why, first && !this.ready);
     };
     link.onEvent = (e) => {
+      if (this.link !== link) return; // a socket we already gave up (messages still in flight)
       if (!this.ready) {
         if (e.type === 'error') {
           clearTimeout(timer);

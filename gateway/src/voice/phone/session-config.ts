@@ -58,7 +58,7 @@ function intentLines(c: Concierge): string[] {
   return lines;
 }
 
-export function buildInstructions(c: Concierge, callerNumber: string | null): string {
+function buildInstructions(c: Concierge, callerNumber: string | null): string {
   const alt = c.meta.alt_languages.length ? ` If the caller speaks ${c.meta.alt_languages.join(' or ')}, answer in that language.` : '';
   const dial = c.functions.find((f) => f.dial);
   return [

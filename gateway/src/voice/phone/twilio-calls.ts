@@ -7,7 +7,7 @@
  */
 import pRetry, { AbortError } from 'p-retry';
 
-export class TwilioCallError extends Error {
+class TwilioCallError extends Error {
   constructor(
     message: string,
     readonly status: number | null,
