@@ -39,7 +39,7 @@ interface Run {
 
 function spawnPinned(args: string[], env: Record<string, string>): Promise<{ child: ChildProcess; port: number }> {
   const node = [process.execPath, ...(process.env.BENCH_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROF}`] : []), ...args];
-  const [cmd, argv] = pin ? ['taskset', ['-c', '0', ...node]] : [node[0], node.slice(1)];
+  const [cmd, argv] = pin ? ['/usr/bin/taskset', ['-c', '0', ...node]] : [node[0], node.slice(1)];
   const child = spawn(cmd, argv, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     let out = '';
@@ -140,7 +140,7 @@ function row(r: Run): string {
 }
 
 export async function benchBridge(): Promise<void> {
-  if (pin) execSync(`taskset -p -c 1 ${process.pid}`, { stdio: 'ignore' });
+  if (pin) execSync(`/usr/bin/taskset -p -c 1 ${process.pid}`, { stdio: 'ignore' });
   const results: Run[] = [];
   for (const kind of ['relay', 'bridge'] as const) {
     const d: [Direction, Direction] = [new Direction(CALLS), new Direction(CALLS)];

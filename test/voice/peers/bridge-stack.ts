@@ -12,7 +12,7 @@ import type { EventRecord } from '../../../schema/event-record';
 import { RedisVoiceStore, VoiceService } from '../../../gateway/src/voice/calls';
 import type { Concierge } from '../../../gateway/src/voice/config';
 import { createPhoneBridge, type PhoneBridge } from '../../../gateway/src/voice/phone/bridge';
-import type { CallSummary } from '../../../gateway/src/voice/phone/call-session';
+import type { CallSummary } from '../../../gateway/src/voice/phone/call-types';
 import { phoneSettings } from '../../../gateway/src/voice/phone/settings';
 import { RedisWorkflowStore, Workflow } from '../../../gateway/src/voice/workflow';
 import { filled } from '../filled';

@@ -13,12 +13,10 @@
  */
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
-import { ENDED_REASONS, type CallRecord } from '../../../../schema/call-record';
-import type { EventRecord } from '../../../../schema/event-record';
-import type { VoiceService } from '../calls';
-import type { Concierge } from '../config';
-import type { Workflow } from '../workflow';
+import { ENDED_REASONS } from '../../../../schema/call-record';
 import { CallActions } from './call-actions';
+import type { SessionDeps, TwilioMessage } from './call-types';
+import { writeCallRecord } from './call-record';
 import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
 import { GuardFeed, type Verdict } from './guard-feed';
@@ -27,40 +25,7 @@ import { base64Bytes, Playback } from './playback';
 import type { RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
 import { sessionUpdate } from './session-config';
-import type { PhoneSettings } from './settings';
-import type { CallControl } from './twilio-calls';
-import type { Lines } from './twiml';
-
-export interface CallSummary {
-  call_id: string;
-  ended_reason: string;
-  /** The call record written through the end-of-call path (null if that failed: logged). */
-  record: CallRecord | null;
-  transcript: SaidLine[];
-  estUsd_at_disconnect: number | null;
-  /** Why the realtime side was given up, when it was. */
-  realtime_failure: string | null;
-}
-
-export interface SessionDeps {
-  config: Concierge;
-  settings: PhoneSettings;
-  voice: Pick<VoiceService, 'events' | 'end'>;
-  workflow: Pick<Workflow, 'called'>;
-  meter: { send(event: EventRecord): void };
-  calls: CallControl;
-  lines: Lines;
-  provider: string;
-  tenant: string;
-  log: { info: (m: string) => void; warn: (m: string) => void; error: (m: string) => void };
-  onEnded: (summary: CallSummary) => void;
-}
-
-export interface TwilioMessage {
-  event?: unknown;
-  media?: { payload?: unknown; track?: unknown };
-  mark?: { name?: unknown };
-}
+import { TurnTiming } from './turn-timing';
 
 const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const CLOSING_LIMIT_MS = 10_000;
@@ -78,8 +43,7 @@ export class CallSession {
   private readonly rt: RealtimeSession;
   private readonly actions: CallActions;
   private readonly said: SaidLine[] = [];
-  private speechEndAt: number | null = null;
-  private readonly responseStart = new Map<string, number>();
+  private readonly timing = new TurnTiming();
   private responding: string | null = null;
   private playingResponse: string | null = null;
   private muted: string | null = null;
@@ -151,7 +115,7 @@ export class CallSession {
     if (!first) {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
       this.responding = null;
-      this.responseStart.clear();
+      this.timing.reset();
       return;
     }
     const line = this.deps.config.consent.opening_line;
@@ -168,9 +132,7 @@ export class CallSession {
       case 'input_audio_buffer.speech_started':
         return this.bargeIn();
       case 'input_audio_buffer.speech_stopped':
-        // audio_end_ms is on the session's audio clock; frames arrive in real time, so map it to now.
-        this.speechEndAt = performance.now() - Math.max(0, this.rt.appendedMs - Number(e.audio_end_ms ?? this.rt.appendedMs));
-        return;
+        return this.timing.speechStopped(e.audio_end_ms, this.rt.appendedMs);
       case 'conversation.item.input_audio_transcription.completed':
         return this.callerSaid(e);
       case 'response.output_audio_transcript.done':
@@ -179,7 +141,7 @@ export class CallSession {
       case 'response.created': {
         const id = String((e.response as RealtimeResponse | undefined)?.id ?? '');
         this.responding = id;
-        this.responseStart.set(id, this.speechEndAt ?? performance.now());
+        this.timing.responseCreated(id);
         if (this.phase === 'closing' && this.closing && this.closing.id === null) this.closing.id = id;
         return;
       }
@@ -205,15 +167,13 @@ export class CallSession {
     this.toTwilio(`{"event":"mark","streamSid":"${this.streamSid}","mark":{"name":"${mark}"}}`);
     this.playingResponse = String(resp);
     this.feed.frame('assistant', bytes);
-    if (this.speechEndAt !== null) {
-      this.feed.event({ type: 'assistant.response.start', ttfb_ms: Math.round(performance.now() - this.speechEndAt) });
-      this.speechEndAt = null;
-    }
+    const ttfb = this.timing.firstAudio();
+    if (ttfb !== null) this.feed.event({ type: 'assistant.response.start', ttfb_ms: ttfb });
   }
 
   /** The caller started speaking: if assistant audio is still playing, stop it where the caller is. */
   private bargeIn(): void {
-    this.speechEndAt = null;
+    this.timing.speechStarted();
     if (this.phase !== 'live' || !this.playback.playing()) return;
     const heard = this.playback.heard()!;
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
@@ -247,21 +207,10 @@ export class CallSession {
     if (this.responding === id) this.responding = null;
     this.feed.event({ type: 'assistant.response.done', ...(r?.usage ? { usage: r.usage } : {}) });
     const { config, provider, tenant } = this.deps;
+    const latencyMs = this.timing.responseDone(id);
     this.deps.meter.send(
-      responseEvent({
-        provider,
-        model: config.meta.model,
-        callId: this.callSid,
-        tenant,
-        usage: r?.usage,
-        status: r?.status,
-        latencyMs: performance.now() - (this.responseStart.get(id) ?? performance.now()),
-        confidence: this.lastConfidence,
-        inPerMillion: config.spend_guard.audio_in_per_million,
-        outPerMillion: config.spend_guard.audio_out_per_million,
-      }),
+      responseEvent({ config, provider, tenant, callId: this.callSid, response: r, latencyMs, confidence: this.lastConfidence }),
     );
-    this.responseStart.delete(id);
     if (this.closing && id === this.closing.id) {
       this.closing.generated = true;
       this.checkClosing();
@@ -345,21 +294,8 @@ export class CallSession {
     if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
     await this.feed.flush();
     await this.functions.idle(FUNCTIONS_WAIT_MS);
-    const { outcome, intent } = this.functions.result();
-    let record: CallRecord | null = null;
-    try {
-      const out = await this.deps.voice.end(this.callSid, {
-        outcome,
-        ...(intent ? { intent_primary: intent } : {}),
-        escalated: this.escalated,
-        ended_reason: reason,
-        responses_metered: true,
-      });
-      if (out.status === 200) record = out.body as CallRecord;
-      else this.deps.log.error(`call ${this.callSid}: the call record was refused (${out.status}: ${JSON.stringify(out.body)})`);
-    } catch (error) {
-      this.deps.log.error(`call ${this.callSid}: the call record could not be written (${(error as Error).message})`);
-    }
+    const facts = { functions: this.functions, escalated: this.escalated, reason };
+    const record = await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
     this.deps.log.info(`call ${this.callSid}: ended (${reason})`);
     this.deps.onEnded({
       call_id: this.callSid,

@@ -8,7 +8,8 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { z } from 'zod';
-import type { CallSession, TwilioMessage } from './call-session';
+import type { CallSession } from './call-session';
+import type { TwilioMessage } from './call-types';
 import type { TwilioAuth } from './twilio-auth';
 
 const Start = z.object({

@@ -6,26 +6,26 @@
  * record agree (text tokens are counted, not priced: the configuration has no text prices).
  */
 import { randomUUID } from 'node:crypto';
-import type { RealtimeResponseUsage } from 'openai/resources/realtime/realtime';
+import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import type { EventRecord } from '../../../../schema/event-record';
+import type { Concierge } from '../config';
 
 export interface ResponseFacts {
+  config: Pick<Concierge, 'meta' | 'spend_guard'>;
   provider: string;
-  model: string;
-  callId: string;
   tenant: string;
-  usage: RealtimeResponseUsage | undefined;
-  status: string | undefined;
+  callId: string;
+  response: RealtimeResponse | undefined;
   latencyMs: number;
   confidence: number | null;
-  inPerMillion: number;
-  outPerMillion: number;
 }
 
 const STATUS_CODE: Record<string, string> = { cancelled: 'CANCELLED', incomplete: 'INCOMPLETE', failed: 'FAILED' };
 
 export function responseEvent(f: ResponseFacts): EventRecord {
-  const u = f.usage ?? {};
+  const u = f.response?.usage ?? {};
+  const { audio_in_per_million: inPrice, audio_out_per_million: outPrice } = f.config.spend_guard;
+  const status = f.response?.status;
   const audioIn = u.input_token_details?.audio_tokens ?? 0;
   const audioOut = u.output_token_details?.audio_tokens ?? 0;
   return {
@@ -33,12 +33,12 @@ export function responseEvent(f: ResponseFacts): EventRecord {
     timestamp: new Date(),
     actor_type: 'agent',
     provider: f.provider,
-    model: f.model,
+    model: f.config.meta.model,
     region: 'n/a',
     input_tokens: u.input_tokens ?? 0,
     output_tokens: u.output_tokens ?? 0,
     latency_ms: Math.max(0, Math.round(f.latencyMs)),
-    cost_usd: Number(((audioIn * f.inPerMillion + audioOut * f.outPerMillion) / 1e6).toFixed(9)),
+    cost_usd: Number(((audioIn * inPrice + audioOut * outPrice) / 1e6).toFixed(9)),
     eval_score: null,
     confidence: f.confidence,
     job_id: f.callId,
@@ -47,6 +47,6 @@ export function responseEvent(f: ResponseFacts): EventRecord {
     review_required: false,
     reviewer_id: '',
     decision: 'n/a',
-    error_code: (f.status && STATUS_CODE[f.status]) ?? '',
+    error_code: (status && STATUS_CODE[status]) ?? '',
   };
 }
