@@ -32,23 +32,22 @@ export const OUTCOMES = ['booking', 'rescheduled', 'lead_created', 'deflected_to
 
 /**
  * Why a call ended, as hosted voice platforms report it: the caller hung up, the call was
- * transferred (by the agent, or for an escalation reason of Document 3), the per-call cap cut it,
+ * transferred (by the agent, or for one of the concierge's escalation reasons), the per-call cap cut it,
  * the realtime model failed, the gateway shut down. The meter accepts any snake_case word, so a
  * gateway that learns a new reason never has its records refused by an older meter.
  */
-export const ENDED_REASONS = [
-  'completed',
-  'caller_hangup',
-  'transfer',
-  'low_confidence',
-  'turn_cap',
-  'latency',
-  'frustration_markers',
-  'caller_request',
-  'per_call_cap',
-  'realtime_failure',
-  'shutdown',
-] as const;
+export type EndedReason =
+  | 'completed'
+  | 'caller_hangup'
+  | 'transfer'
+  | 'low_confidence'
+  | 'turn_cap'
+  | 'latency'
+  | 'frustration_markers'
+  | 'caller_request'
+  | 'per_call_cap'
+  | 'realtime_failure'
+  | 'shutdown';
 const ENDED_REASON = /^[a-z][a-z0-9_]{0,63}$/;
 
 export interface CallRecord {

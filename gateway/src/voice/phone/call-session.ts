@@ -13,7 +13,7 @@
  */
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
-import { ENDED_REASONS } from '../../../../schema/call-record';
+import type { EndedReason } from '../../../../schema/call-record';
 import { CallActions } from './call-actions';
 import type { SessionDeps, TwilioMessage } from './call-types';
 import { writeCallRecord } from './call-record';
@@ -31,11 +31,12 @@ const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const CLOSING_LIMIT_MS = 10_000;
 const STOP_WAIT_MS = 10_000;
 const FUNCTIONS_WAIT_MS = 5_000;
-const KNOWN_REASONS = new Set<string>(ENDED_REASONS);
+/** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
+const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndedReason[]);
 
 export class CallSession {
   private phase: 'live' | 'closing' | 'transferring' | 'ended' = 'live';
-  private reason: string | null = null;
+  private reason: EndedReason | null = null;
   private escalated = false;
   private readonly playback = new Playback();
   private readonly feed: GuardFeed;
@@ -70,7 +71,7 @@ export class CallSession {
       workflow: deps.workflow,
       callId: callSid,
       dialTarget: (name) => config.functions.some((f) => f.name === name && f.dial),
-      onDial: (_fn, args) => void this.transfer(KNOWN_REASONS.has(String(args.reason)) ? String(args.reason) : 'transfer'),
+      onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndedReason) : 'transfer'),
       log,
     });
     this.rt = new RealtimeSession({
@@ -103,7 +104,7 @@ export class CallSession {
   }
 
   /** Ends the call (idempotent); the reason already decided, if any, wins. */
-  finish(reason: string): Promise<void> {
+  finish(reason: EndedReason): Promise<void> {
     return (this.ended ??= this.end(reason));
   }
 
@@ -236,7 +237,7 @@ export class CallSession {
     else void this.transfer('realtime_failure');
   }
 
-  private async transfer(reason: string): Promise<void> {
+  private async transfer(reason: EndedReason): Promise<void> {
     if (this.phase !== 'live') return;
     this.phase = 'transferring';
     this.reason = reason;
@@ -285,7 +286,7 @@ export class CallSession {
     this.stopTimer.unref();
   }
 
-  private async end(fallback: string): Promise<void> {
+  private async end(fallback: EndedReason): Promise<void> {
     const reason = this.reason ?? fallback;
     this.phase = 'ended';
     if (this.stopTimer) clearTimeout(this.stopTimer);

@@ -1,5 +1,5 @@
 /** What a call session needs, what Twilio sends it, and what it reports when the call is over. */
-import type { CallRecord } from '../../../../schema/call-record';
+import type { CallRecord, EndedReason } from '../../../../schema/call-record';
 import type { EventRecord } from '../../../../schema/event-record';
 import type { VoiceService } from '../calls';
 import type { Concierge } from '../config';
@@ -11,7 +11,7 @@ import type { Lines } from './twiml';
 
 export interface CallSummary {
   call_id: string;
-  ended_reason: string;
+  ended_reason: EndedReason;
   /** The call record written through the end-of-call path (null if that failed: logged). */
   record: CallRecord | null;
   transcript: SaidLine[];

@@ -6,12 +6,14 @@
  * before every other event (so `assistant.response.done` prices all the audio before it) and
  * whenever a second of audio has gathered. Batches go one at a time, in order.
  */
+import type { EndedReason } from '../../../../schema/call-record';
 import type { VoiceEvent } from '../spend-guard';
 import { bytesToMs } from './playback';
 
 export interface Verdict {
   action: 'continue' | 'escalate' | 'disconnect';
-  reason?: string;
+  /** The guard's reasons are all call-ending reasons of the record. */
+  reason?: EndedReason;
   estUsd_at_disconnect?: number;
 }
 
