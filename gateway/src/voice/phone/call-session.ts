@@ -262,6 +262,7 @@ export class CallSession {
     await new Promise<void>((resolve) => {
       this.closing = { id: null, generated: false, done: resolve };
       if (!this.rt.isReady) return resolve();
+      if (this.responding) this.rt.send({ type: 'response.cancel' }); // the closing line comes next, nothing else
       const lang = this.deps.config.meta.primary_language;
       const instructions = `Say this to the caller in ${lang}, and nothing else: "${this.deps.lines.closing}"`;
       this.rt.send({
