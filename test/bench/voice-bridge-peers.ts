@@ -1,44 +1,51 @@
 // The bridge bench's peers, lean so that they measure the bridge and not themselves: a realtime
 // server that answers session.update, takes appends and sends one 20 ms µ-law delta per call every
 // 20 ms; Twilio media-stream clients that send one 20 ms frame every 20 ms and echo marks. Each
-// frame carries its sequence number and call index in its first bytes (the bridge passes bytes
-// through unchanged), so the receiving side looks up when it was sent: one clock, one process.
+// frame carries its sequence number, call index and send time in its first bytes (the bridge
+// passes bytes through unchanged). The two sides run in worker threads of one process, whose
+// `performance.now()` share one origin, so the receiver reads the delay off the frame itself.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import WebSocket, { WebSocketServer } from 'ws';
 import { voiced } from '../voice/peers/mulaw';
 
-const RING = 4096;
 const VOICE = voiced(1000, 140);
+const HEAD = Buffer.alloc(12);
+/** The rest of each frame (148 bytes of µ-law voice), encoded once. */
+const TAILS = Array.from({ length: 50 }, (_, i) => VOICE.subarray(i * 160 + 12, i * 160 + 160).toString('base64'));
+const micros = () => Math.round(performance.now() * 1000) >>> 0;
 
-/** Send times and arrival latencies of one direction. */
+/** Where the value of `"key":"` starts in a message (the peers read only what they need). */
+function valueAt(text: string, key: string): number {
+  const i = text.indexOf(key);
+  return i < 0 ? -1 : i + key.length;
+}
+
+/** One direction's frames as seen by one side: how many it sent, or received and how late. */
 export class Direction {
-  readonly sentAt: Float64Array[] = [];
   readonly samples: number[] = [];
-  readonly slow: Array<[number, number]> = [];
   sent = 0;
   received = 0;
   recording = false;
-  constructor(calls: number) {
-    for (let i = 0; i < calls; i++) this.sentAt.push(new Float64Array(RING));
-  }
-  /** A 160-byte frame for call `call`, number `seq`, stamped now. */
+  /**
+   * A 160-byte frame for call `call`, number `seq`, stamped now (µs). Its first 12 bytes (seq,
+   * call, time) are 16 base64 characters on their own (12 is a multiple of 3): only they are
+   * encoded per frame.
+   */
   frame(call: number, seq: number): string {
-    const b = Buffer.from(VOICE.subarray((seq % 50) * 160, (seq % 50) * 160 + 160));
-    b.writeUInt32BE(seq, 0);
-    b.writeUInt16BE(call, 4);
-    this.sentAt[call][seq % RING] = performance.now();
+    HEAD.writeUInt32BE(seq, 0);
+    HEAD.writeUInt16BE(call, 4);
+    HEAD.writeUInt32BE(micros(), 6);
     this.sent++;
-    return b.toString('base64');
+    return HEAD.toString('base64') + TAILS[seq % TAILS.length];
   }
-  arrived(b64: string): number {
-    const b = Buffer.from(b64, 'base64');
-    const call = b.readUInt16BE(4);
-    const ms = performance.now() - this.sentAt[call][b.readUInt32BE(0) % RING];
+  /** A frame arrived: its base64 payload starts at `at` in the message text; returns its call. */
+  arrived(text: string, at: number): number {
+    const head = Buffer.from(text.slice(at, at + 16), 'base64');
+    const ms = ((micros() - head.readUInt32BE(6)) >>> 0) / 1000;
     this.received++;
     if (this.recording) this.samples.push(ms);
-    if (this.recording && ms > 20) this.slow.push([Math.round(performance.now()), Math.round(ms)]);
-    return call;
+    return head.readUInt16BE(4);
   }
 }
 
@@ -78,9 +85,10 @@ export class BenchRealtime {
     let call = -1;
     ws.send(JSON.stringify({ type: 'session.created', session: { type: 'realtime' } }));
     ws.on('message', (data) => {
-      const e = JSON.parse(data.toString());
-      if (e.type === 'input_audio_buffer.append') {
-        const from = this.inbound.arrived(e.audio);
+      const text = data.toString();
+      const at = valueAt(text, '"audio":"');
+      if (at >= 0) {
+        const from = this.inbound.arrived(text, at);
         if (call < 0) {
           call = from;
           const ticker = every20((call * 20) / this.calls, (n) => {
@@ -92,7 +100,10 @@ export class BenchRealtime {
           });
           this.tickers.push(ticker);
         }
-      } else if (e.type === 'session.update') ws.send(JSON.stringify({ type: 'session.updated', session: e.session }));
+        return;
+      }
+      const e = JSON.parse(text);
+      if (e.type === 'session.update') ws.send(JSON.stringify({ type: 'session.updated', session: e.session }));
     });
   }
 
@@ -121,9 +132,12 @@ export class BenchCall {
   ) {
     this.streamSid = `MZ${String(index).padStart(32, '0')}`;
     ws.on('message', (data) => {
-      const m = JSON.parse(data.toString());
-      if (m.event === 'media') this.outbound.arrived(m.media.payload);
-      else if (m.event === 'mark') ws.send(`{"event":"mark","streamSid":"${this.streamSid}","mark":{"name":"${m.mark.name}"}}`);
+      const text = data.toString();
+      const at = valueAt(text, '"payload":"');
+      if (at >= 0) return void this.outbound.arrived(text, at);
+      const mark = valueAt(text, '"name":"');
+      if (mark >= 0)
+        ws.send(`{"event":"mark","streamSid":"${this.streamSid}","mark":{"name":"${text.slice(mark, text.indexOf('"', mark))}"}}`);
     });
     ws.send(JSON.stringify({ event: 'connected', protocol: 'Call', version: '1.0.0' }));
     ws.send(
