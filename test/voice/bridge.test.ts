@@ -92,7 +92,8 @@ describe('phone bridge: the call path', () => {
     const truncate = await clientEvent(conn, 'conversation.item.truncate');
     const heardMs = cleared.playedBytes / 8;
     expect(truncate).toMatchObject({ item_id: item, content_index: 0 });
-    expect(Math.abs(truncate.audio_end_ms - heardMs)).toBeLessThanOrEqual(60);
+    // Within a syllable of what the caller heard (marks come back every 100 ms of audio, on a busy machine late).
+    expect(Math.abs(truncate.audio_end_ms - heardMs)).toBeLessThanOrEqual(100);
     expect(truncate.audio_end_ms).toBeLessThan(3000);
     // The answer to the caller comes; nothing more of the greeting is sent after the clear.
     await serverEvent(conn, 'response.done', (e) => e.response.status === 'completed');

@@ -32,6 +32,7 @@ export class MediaCall extends EventEmitter {
   received: Buffer[] = [];
   receivedBytes = 0;
   playedBytes = 0;
+  private playedAt = performance.now();
   /** Every caller byte sent, in order. */
   sent: Buffer[] = [];
   clears: Array<{ playedBytes: number; at: number }> = [];
@@ -96,10 +97,16 @@ export class MediaCall extends EventEmitter {
       streamSid: this.streamSid,
       media: { track: 'inbound', chunk: String(this.ticks + 1), timestamp: String(this.ticks * 20), payload: chunk.toString('base64') },
     });
-    // Playback: 20 ms of the gateway's audio plays per tick; marks echo once their audio played.
-    this.playedBytes = Math.min(this.receivedBytes, this.playedBytes + FRAME_BYTES);
+    this.play();
     this.echoMarks();
     this.emit('frame');
+  }
+
+  /** Playback runs on the wall clock, as a phone line does (8 bytes a ms while audio is queued). */
+  private play(): void {
+    const now = performance.now();
+    this.playedBytes = Math.min(this.receivedBytes, this.playedBytes + (now - this.playedAt) * 8);
+    this.playedAt = now;
   }
 
   private echoMarks(): void {
@@ -112,6 +119,7 @@ export class MediaCall extends EventEmitter {
 
   private onMessage(m: { event: string; streamSid?: string; media?: { payload: string }; mark?: { name: string } }): void {
     if (m.streamSid !== this.streamSid) this.emit('error', new Error(`message for stream ${m.streamSid}`));
+    this.play(); // audio arriving after a silence starts playing now, not in the past
     if (m.event === 'media') {
       const b = Buffer.from(m.media!.payload, 'base64');
       this.received.push(b);
