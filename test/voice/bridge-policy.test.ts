@@ -59,7 +59,8 @@ describe('phone bridge: the policy on real events', () => {
 
   it('the per-call cap → a closing line the caller hears, then Status=completed; ended_reason per_call_cap', async () => {
     s = await bridgeStack(); // cap 0.35 USD; audio out 20 USD per million tokens
-    const closing = assistantAudio(800);
+    const closing = assistantAudio(820);
+    s.realtime.chunkBytes = 480; // 60 ms deltas: the last 40 ms are marked only at the end of the answer
     s.realtime.brain = brain({
       greeting: {
         audio: assistantAudio(300),

@@ -81,6 +81,7 @@ describe('phone bridge: the call path', () => {
   it('barge-in: the caller speaks over the assistant → Twilio clear, and the item truncated at what was heard', async () => {
     s = await bridgeStack();
     const greeting = assistantAudio(3000);
+    s.realtime.chunkBytes = 320; // 40 ms deltas: a mark every third one (each 100 ms of audio)
     s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'A long greeting' } });
     const call = await s.twilio.call('CA0003');
     const conn = await firstConn(s);

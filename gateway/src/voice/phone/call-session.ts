@@ -136,6 +136,8 @@ export class CallSession {
         return this.timing.speechStopped(e.audio_end_ms, this.rt.appendedMs);
       case 'conversation.item.input_audio_transcription.completed':
         return this.callerSaid(e);
+      case 'response.output_audio.done':
+        return this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
       case 'response.output_audio_transcript.done':
         if (typeof e.transcript === 'string' && e.transcript) this.remember({ speaker: 'assistant', text: e.transcript });
         return;
@@ -164,12 +166,15 @@ export class CallSession {
     const bytes = base64Bytes(delta);
     if (!bytes) return;
     this.toTwilio(`{"event":"media","streamSid":"${this.streamSid}","media":{"payload":"${delta}"}}`);
-    const mark = this.playback.sent(String(item ?? resp), bytes);
-    this.toTwilio(`{"event":"mark","streamSid":"${this.streamSid}","mark":{"name":"${mark}"}}`);
+    this.markIf(this.playback.sent(String(item ?? resp), bytes));
     this.playingResponse = String(resp);
     this.feed.frame('assistant', bytes);
     const ttfb = this.timing.firstAudio();
     if (ttfb !== null) this.feed.event({ type: 'assistant.response.start', ttfb_ms: ttfb });
+  }
+
+  private markIf(name: string | null): void {
+    if (name) this.toTwilio(`{"event":"mark","streamSid":"${this.streamSid}","mark":{"name":"${name}"}}`);
   }
 
   /** The caller started speaking: if assistant audio is still playing, stop it where the caller is. */

@@ -1,14 +1,18 @@
 /**
- * What the caller has actually heard of the assistant's audio. Each chunk sent to Twilio is
- * followed by a `mark`; Twilio echoes a mark once the audio before it has finished playing. So an
- * echoed mark says "the caller heard this item up to N ms". Between marks playback runs in real
- * time, so the estimate is the last echoed position plus the time since its echo, never more than
- * what was sent. That is the `audio_end_ms` a barge-in truncates the item at.
+ * What the caller has actually heard of the assistant's audio. Audio sent to Twilio is followed by
+ * a `mark` at least every 100 ms of it and at the end of each answer; Twilio echoes a mark once the
+ * audio before it has finished playing. So an echoed mark says "the caller heard this item up to
+ * N ms". Between marks playback runs in real time, so the estimate is the last echoed position
+ * plus the time since its echo, never more than what was sent. That is the `audio_end_ms` a
+ * barge-in truncates the item at. (A mark per chunk would double the messages for nothing.)
  *
  * µ-law at 8 kHz is one byte per sample: 8 bytes = 1 ms.
  */
 
 export const bytesToMs = (bytes: number) => bytes / 8;
+
+/** Audio between marks: the precision of "what was heard" before interpolation. */
+const MARK_EVERY_MS = 100;
 
 /** Bytes of a base64 text without decoding it. */
 export function base64Bytes(b64: string): number {
@@ -31,12 +35,13 @@ export class Playback {
   private heardMs = 0;
   /** When the last echoed mark came (or the item's first chunk went out, before any echo). */
   private anchorAt = 0;
-  private lastMark: string | null = null;
+  /** Audio of the item sent since the last mark. */
+  private unmarkedMs = 0;
 
   constructor(private readonly now: () => number = () => performance.now()) {}
 
-  /** Records a chunk of `item` sent to Twilio; returns the mark name to send right after it. */
-  sent(item: string, bytes: number): string {
+  /** Records a chunk of `item` sent to Twilio; returns a mark name to send right after it, if one is due. */
+  sent(item: string, bytes: number): string | null {
     if (item !== this.item) {
       // A new item plays once what is still queued of the previous one has played.
       const queued = this.item && this.pending.size ? this.sentMs - this.heardMs - (this.now() - this.anchorAt) : 0;
@@ -44,11 +49,19 @@ export class Playback {
       this.sentMs = 0;
       this.heardMs = 0;
       this.anchorAt = this.now() + Math.max(0, queued);
+      this.unmarkedMs = 0;
     }
     this.sentMs += bytesToMs(bytes);
+    this.unmarkedMs += bytesToMs(bytes);
+    return this.unmarkedMs >= MARK_EVERY_MS ? this.mark() : null;
+  }
+
+  /** The end of an answer's audio: a mark for what is not marked yet (null if nothing is). */
+  mark(): string | null {
+    if (!this.item || this.unmarkedMs === 0) return null;
     const name = `m${++this.seq}`;
-    this.pending.set(name, { item, endMs: this.sentMs });
-    this.lastMark = name;
+    this.pending.set(name, { item: this.item, endMs: this.sentMs });
+    this.unmarkedMs = 0;
     return name;
   }
 
@@ -69,24 +82,19 @@ export class Playback {
 
   /** Assistant audio sent and not yet played out. */
   playing(): boolean {
-    return this.item !== null && this.pending.size > 0;
+    return this.item !== null && !this.drained();
   }
 
   /** The item playing (or last played) and how much of it the caller has heard, in whole ms. */
   heard(): { item: string; ms: number } | null {
     if (!this.item) return null;
-    const ms = this.pending.size ? Math.max(0, Math.min(this.sentMs, this.heardMs + (this.now() - this.anchorAt))) : this.sentMs;
+    const ms = this.drained() ? this.sentMs : Math.max(0, Math.min(this.sentMs, this.heardMs + (this.now() - this.anchorAt)));
     return { item: this.item, ms: Math.floor(ms) };
   }
 
-  /** Whether every mark sent so far has been echoed (the caller heard everything). */
+  /** Whether all audio sent is marked and every mark echoed (the caller heard everything). */
   drained(): boolean {
-    return this.pending.size === 0;
-  }
-
-  /** The name of the last mark sent (the end of the audio so far). */
-  last(): string | null {
-    return this.lastMark;
+    return this.pending.size === 0 && this.unmarkedMs === 0;
   }
 
   /** After a `clear`: nothing is playing; echoes of cleared marks are ignored. */
@@ -95,5 +103,6 @@ export class Playback {
     this.item = null;
     this.sentMs = 0;
     this.heardMs = 0;
+    this.unmarkedMs = 0;
   }
 }
