@@ -6,6 +6,7 @@
  *   avg turns, avg TTFB (s), ASR WER (sampled calls only), cost per call and per booking (audio)
  * "Answered" calls are those the agent handled: every outcome but voicemail_left. A rate with no
  * answered calls (or a cost per booking with no booking) is empty, never a division by zero.
+ * Files written before ended_reason existed have one column less: null_padding reads them too.
  */
 import { CALL_FIELDS } from '../schema/call-record';
 import { lit } from './duck';
@@ -25,12 +26,13 @@ const TYPES: Record<string, string> = {
   est_audio_cost_usd: 'DOUBLE',
   telephony_minutes: 'DOUBLE',
   country: 'VARCHAR',
+  ended_reason: 'VARCHAR',
 };
 
 export function voiceRollupSql(callsCsv: string, since: string | null): string {
   const columns = CALL_FIELDS.map((f) => `${lit(f)}: '${TYPES[f]}'`).join(', ');
   const where = since ? `WHERE started_at >= TIMESTAMPTZ ${lit(`${since} 00:00:00+00`)}` : '';
-  return `WITH c AS (SELECT * FROM read_csv(${lit(callsCsv)}, header = true, auto_detect = false, columns = {${columns}}) ${where}),
+  return `WITH c AS (SELECT * FROM read_csv(${lit(callsCsv)}, header = true, auto_detect = false, null_padding = true, columns = {${columns}}) ${where}),
     t AS (
       SELECT count(*)::DOUBLE AS calls,
         count(*) FILTER (WHERE outcome <> 'voicemail_left')::DOUBLE AS answered,

@@ -23,12 +23,34 @@ export const CALL_FIELDS = [
   'est_audio_cost_usd',
   'telephony_minutes',
   'country',
+  // Added after the first release: last, so rows and files written before keep their columns.
+  'ended_reason',
 ] as const;
 
 type CallField = (typeof CALL_FIELDS)[number];
 
 export const INTENTS_PRIMARY = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail', 'unknown'] as const;
 export const OUTCOMES = ['booking', 'rescheduled', 'lead_created', 'deflected_to_pricing', 'voicemail_left', 'abandoned'] as const;
+
+/**
+ * Why a call ended, as hosted voice platforms report it: the caller hung up, the call was
+ * transferred (by the agent, or for one of the concierge's escalation reasons), the per-call cap cut it,
+ * the realtime model failed, the gateway shut down. The meter accepts any snake_case word, so a
+ * gateway that learns a new reason never has its records refused by an older meter.
+ */
+export type EndedReason =
+  | 'completed'
+  | 'caller_hangup'
+  | 'transfer'
+  | 'low_confidence'
+  | 'turn_cap'
+  | 'latency'
+  | 'frustration_markers'
+  | 'caller_request'
+  | 'per_call_cap'
+  | 'realtime_failure'
+  | 'shutdown';
+const ENDED_REASON = /^[a-z][a-z0-9_]{0,63}$/;
 
 export interface CallRecord {
   call_id: string;
@@ -49,6 +71,8 @@ export interface CallRecord {
   telephony_minutes: number;
   /** ISO 3166 alpha-2; '' when unknown. */
   country: string;
+  /** Why the call ended (ENDED_REASONS); '' or absent when not known (records from before the field). */
+  ended_reason?: string;
 }
 
 class CallRecordError extends MeterRefusal {
@@ -98,6 +122,7 @@ export function checkCallRecord(input: unknown, index?: number): CallRecord {
     est_audio_cost_usd: num('est_audio_cost_usd')!,
     telephony_minutes: num('telephony_minutes')!,
     country: r.country === '' || r.country === null || r.country === undefined ? '' : str('country', /^[A-Z]{2}$/),
+    ended_reason: r.ended_reason === '' || r.ended_reason === null || r.ended_reason === undefined ? '' : str('ended_reason', ENDED_REASON),
   };
 }
 

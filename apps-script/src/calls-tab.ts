@@ -45,7 +45,10 @@ export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since:
   const from = parseUtcDay(since).getTime();
   const sheet = svc.spreadsheet.getSheetByName(CALLS.name);
   const last = sheet ? sheet.getLastRow() : 0;
-  const rows = sheet && last >= 2 ? sheet.getRange(2, 1, last - 1, CALL_FIELDS.length).getValues() : [];
+  // A tab from before ended_reason has fewer columns: the missing ones export empty.
+  const width = sheet ? Math.min(CALL_FIELDS.length, sheet.getMaxColumns()) : 0;
+  const rows = sheet && last >= 2 ? sheet.getRange(2, 1, last - 1, width).getValues() : [];
   const keep = rows.filter((r) => cellTime(r[AT.started_at]) >= from);
-  return [CALL_FIELDS.join(','), ...keep.map((r) => r.map(csvField).join(','))].join('\r\n') + '\r\n';
+  const line = (r: unknown[]) => CALL_FIELDS.map((_, i) => csvField(r[i] ?? '')).join(',');
+  return [CALL_FIELDS.join(','), ...keep.map(line)].join('\r\n') + '\r\n';
 }

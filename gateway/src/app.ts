@@ -37,6 +37,8 @@ export interface GatewayOptions {
   healthExtras?: () => Promise<Record<string, unknown>>;
   /** Mounts more routers (budget, jobs, voice) on the same app. */
   extend?: (app: express.Express, helpers: { admin: express.RequestHandler }) => void;
+  /** WebSocket upgrades (the phone bridge's media stream); true when it took the request. */
+  upgrade?: (req: import('node:http').IncomingMessage, socket: import('node:stream').Duplex, head: Buffer) => boolean;
 }
 
 export interface Gateway {
@@ -115,6 +117,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
           else app(req, res);
         });
         server.keepAliveTimeout = 65_000;
+        server.on('upgrade', (req, socket, head) => opts.upgrade?.(req, socket, head) || socket.destroy());
         server.once('error', reject);
         server.listen(port, host, () => {
           server.off('error', reject);

@@ -30,7 +30,8 @@ import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
 import { createStores, type Stores } from './stores';
 import { configureUpstream } from './upstream';
-import { createVoice, loadVoice, voiceOptions, type Voice } from './voice';
+import { createVoice, loadVoice, voiceOptions, type LoadedVoice, type Voice } from './voice';
+import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
 import { startBullWorker, startMemoryWorker, type ColdWorker } from './worker';
 import type { MemoryColdQueue } from './cold-queue';
 
@@ -140,13 +141,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   });
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
+  const phone = phoneBridge(env, voiceLoaded, voice, meter, log);
 
   const health = async () => ({
     paused: pause.paused(),
     capped_provider: cappedProvider,
     queue: await queue.counts().catch(() => 'unreachable'),
   });
-  const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, health }) : null;
+  const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health }) : null;
 
   const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
   const worker = !options.worker
@@ -168,7 +170,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     worker,
     redis,
     cappedProvider,
-    close: () => closeStack({ worker, voice, auth, notifier, queue, meter, flags, pause, path, demo, redis }),
+    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis }),
   };
 }
 
@@ -176,6 +178,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
 async function closeStack(p: {
   worker: ColdWorker | null;
   voice: Voice;
+  phone: PhoneBridge | null;
   auth: ClientAuth | null;
   notifier: Notifier;
   queue: ColdQueue;
@@ -187,6 +190,7 @@ async function closeStack(p: {
   redis: Redis | null;
 }): Promise<void> {
   await p.worker?.close();
+  await p.phone?.close();
   await p.voice.close();
   await p.auth?.close();
   await p.notifier.flush();
@@ -197,6 +201,13 @@ async function closeStack(p: {
   p.path.failover.shutdown();
   await p.demo?.close();
   p.redis?.disconnect();
+}
+
+/** The phone bridge (Twilio ⇄ the realtime model) when the concierge is configured. */
+function phoneBridge(env: GatewayEnv, loaded: LoadedVoice, voice: Voice, meter: MeterSink, log: Logger): PhoneBridge | null {
+  if (!voice.service || !voice.workflow || !loaded.config) return null;
+  const logs = { info: (m: string) => log.info(m), warn: (m: string) => log.warn(m), error: (m: string) => log.error(m) };
+  return phoneBridgeFromEnv(env.raw, { config: loaded.config, voice: voice.service, workflow: voice.workflow, meter, log: logs });
 }
 
 /** Every meter event also feeds the spend figures (spend-cap routing) and the provider token budgets. */
@@ -222,6 +233,7 @@ interface HttpParts {
   auth: ClientAuth | null;
   coldDeps: ColdTierDeps;
   voice: Voice;
+  phone: PhoneBridge | null;
   health: () => Promise<Record<string, unknown>>;
 }
 
@@ -239,6 +251,8 @@ function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
     extend: (app, { admin }) => {
       mountColdTier(app, admin, p.coldDeps);
       p.voice.mount(app, bearerGuard(env.VOICE_TOKEN));
+      p.phone?.mount(app);
     },
+    upgrade: p.phone ? (req, socket, head) => p.phone!.upgrade(req, socket, head) : undefined,
   });
 }

@@ -1,5 +1,6 @@
 // npm run bench:voice — events per second through the pure spend guard, and through the events
-// endpoint in batches of 50 frames (the built gateway, Redis when QUEUE_STORE_URL is set).
+// endpoint in batches of 50 frames (the built gateway, Redis when QUEUE_STORE_URL is set), then
+// the phone bridge under N concurrent calls (voice-bridge.ts; BENCH_CALLS, BENCH_BRIDGE_SECONDS).
 // Goals (issue 7): ≥ 1 million events/s in process; ≥ 20,000 events/s over HTTP on one core.
 import autocannon from 'autocannon';
 import { spawn } from 'node:child_process';
@@ -8,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { applyEvent, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { filled } from '../voice/filled';
+import { benchBridge } from './voice-bridge';
 
 const config = filled();
 const cfg = guardConfig(config);
@@ -81,3 +83,6 @@ console.log(
 console.log(
   `goals: in process ≥ 1,000,000 events/s: ${inProcess >= 1e6 ? 'met' : 'NOT met'}; over HTTP ≥ 20,000 events/s: ${overHttp >= 20_000 ? 'met' : 'NOT met'}`,
 );
+
+// The phone bridge: concurrent calls through the gateway beside a bare relay (voice-bridge.ts).
+await benchBridge();

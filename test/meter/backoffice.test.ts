@@ -279,6 +279,6 @@ describe('call records and rollups', () => {
       .split('\r\n');
     expect(csv[0]).toBe(CALL_FIELDS.join(','));
     expect(csv.slice(1).map((l) => l.split(',')[0])).toEqual(['a', 'b', 'c']);
-    expect(csv[1]).toBe('a,2026-11-21T10:00:00.000Z,60,m,book,4,1.2,0.1,0.9,false,booking,0.1,1,PT');
+    expect(csv[1]).toBe('a,2026-11-21T10:00:00.000Z,60,m,book,4,1.2,0.1,0.9,false,booking,0.1,1,PT,'); // ended_reason not given
   });
 });

@@ -238,6 +238,7 @@ describe('after each call', () => {
       est_audio_cost_usd: Number(((30 * 10 + 40 * 20) / 1e6).toFixed(6)),
       telephony_minutes: 2,
       country: 'PT',
+      ended_reason: '',
     });
     expect(await (await post(gw.url, '/v1/voice/calls/rec-1/end', { outcome: 'abandoned' })).json()).toEqual(record);
     await new Promise((r) => setTimeout(r, 200));

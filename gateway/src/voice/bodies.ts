@@ -30,6 +30,13 @@ export const EndCall = z.strictObject({
   asr_wer: z.number().min(0).max(1).optional(),
   escalated: z.boolean().optional(),
   ended_at: z.iso.datetime({ offset: true }).optional(),
+  /** Why the call ended (schema ENDED_REASONS); by default the guard's escalation reason, if any. */
+  ended_reason: z
+    .string()
+    .regex(/^[a-z][a-z0-9_]{0,63}$/, 'a snake_case reason such as caller_hangup')
+    .optional(),
+  /** The voice server sent one meter event per model response (the phone bridge does): the call's audio cost is not sent again. */
+  responses_metered: z.boolean().optional(),
 });
 export type EndCallBody = z.infer<typeof EndCall>;
 

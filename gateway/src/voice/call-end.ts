@@ -44,6 +44,7 @@ export function buildCallRecord(call: StoredCall, body: EndCallBody, config: Con
     // Telephony is billed per started minute.
     telephony_minutes: Math.ceil(duration / 60),
     country: call.country ?? '',
+    ended_reason: body.ended_reason ?? s.reason ?? '',
   };
 }
 
@@ -80,22 +81,24 @@ function event(fields: Partial<EventRecord> & Pick<EventRecord, 'provider' | 'mo
 }
 
 /** Sends everything that follows from a finished call. Nothing here is awaited by the caller's answer except the record. */
-export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps): void {
+export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps, responsesMetered = false): void {
   deps.calls.send(record);
   const s = call.state;
-  deps.events.send(
-    event({
-      provider: deps.voiceProvider,
-      model: record.model,
-      input_tokens: Math.round(s.inputMs / 100),
-      output_tokens: Math.round(s.outputMs / 50),
-      latency_ms: Math.round(record.duration_s * 1000),
-      cost_usd: record.est_audio_cost_usd,
-      job_id: record.call_id,
-      confidence: record.confidence_avg,
-      review_required: record.escalated,
-    }),
-  );
+  // Each response already went to the meter with its own usage: sending the total again would count it twice.
+  if (!responsesMetered)
+    deps.events.send(
+      event({
+        provider: deps.voiceProvider,
+        model: record.model,
+        input_tokens: Math.round(s.inputMs / 100),
+        output_tokens: Math.round(s.outputMs / 50),
+        latency_ms: Math.round(record.duration_s * 1000),
+        cost_usd: record.est_audio_cost_usd,
+        job_id: record.call_id,
+        confidence: record.confidence_avg,
+        review_required: record.escalated,
+      }),
+    );
   if (record.telephony_minutes > 0) {
     const rate = record.country ? inboundRate(deps.rates(), record.country) : null;
     if (rate) {

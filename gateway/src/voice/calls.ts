@@ -131,7 +131,7 @@ export class VoiceService {
     });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
     if (fresh && this.deps.afterCall)
-      afterCall(call.record!, call, { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log });
+      afterCall(call.record!, call, { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log }, body.responses_metered);
     return { status: 200, body: call.record };
   }
 

@@ -1,0 +1,123 @@
+/**
+ * The phone bridge: Twilio ⇄ the gateway ⇄ the realtime model, as one object the server wires in
+ * two places: `mount(app)` for the webhooks and `upgrade(req, socket, head)` for the media stream
+ * (true when it took the upgrade). `close()` ends live calls (their callers fall through to the
+ * transfer fallback) and writes their records.
+ *
+ * It depends on the voice concierge's public surface only: VoiceService (start, events, end) and
+ * Workflow (called), so calls made by phone share state, guard, idempotency and records with the
+ * /v1/voice/* endpoints.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type express from 'express';
+import type { EventRecord } from '../../../../schema/event-record';
+import type { VoiceService } from '../calls';
+import type { Concierge } from '../config';
+import type { Workflow } from '../workflow';
+import { CallSession } from './call-session';
+import type { CallSummary } from './call-types';
+import { MediaStreams } from './media-stream';
+import { phoneSettings, type PhoneSettings } from './settings';
+import { TwilioAuth } from './twilio-auth';
+import { TwilioCalls, type CallControl } from './twilio-calls';
+import { mountTwilioWebhooks } from './twilio-webhook';
+import { DEFAULT_LINES, type Lines } from './twiml';
+
+export interface PhoneBridge {
+  mount(app: express.Express): void;
+  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean;
+  close(): Promise<void>;
+  /** Calls in progress on this instance. */
+  readonly liveCalls: number;
+}
+
+type Log = { info: (m: string) => void; warn: (m: string) => void; error: (m: string) => void };
+
+export interface PhoneBridgeDeps {
+  config: Concierge;
+  settings: PhoneSettings;
+  voice: Pick<VoiceService, 'start' | 'events' | 'end'>;
+  workflow: Pick<Workflow, 'called'>;
+  /** The meter sink chat calls use: one event per realtime response. */
+  meter: { send(event: EventRecord): void };
+  log: Log;
+  /** Provider and tenant of the meter events (VOICE_PROVIDER, VOICE_TENANT). */
+  provider?: string;
+  tenant?: string;
+  /** Call control; Twilio's REST API by default. */
+  calls?: CallControl;
+  lines?: Partial<Lines>;
+  /** After each call's record is written (tests, drills, transcripts review). */
+  onCallEnded?: (summary: CallSummary) => void;
+}
+
+export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
+  const { config, settings, log } = deps;
+  const lines: Lines = { ...DEFAULT_LINES, ...deps.lines };
+  const dial = config.functions.find((f) => f.dial)?.dial ?? null;
+  if (!dial) log.warn('phone bridge: no function has a dial target: escalations end the call with a line instead of a transfer');
+  if (!config.guardrails.vad_enabled) log.warn('phone bridge: guardrails.vad_enabled is false: the model will not take turns by itself');
+  const auth = new TwilioAuth(settings.twilioAuthToken, settings.publicUrl, settings.mediaUrl);
+  const calls =
+    deps.calls ??
+    new TwilioCalls({ apiUrl: settings.twilioApiUrl, accountSid: settings.twilioAccountSid, authToken: settings.twilioAuthToken });
+  const streams: MediaStreams = new MediaStreams({
+    auth,
+    log,
+    create: (start, ws) =>
+      new CallSession(start.callSid, start.streamSid, start.customParameters.from ?? null, ws, {
+        config,
+        settings,
+        voice: deps.voice,
+        workflow: deps.workflow,
+        meter: deps.meter,
+        calls,
+        lines,
+        provider: deps.provider ?? 'openai',
+        tenant: deps.tenant ?? '',
+        log,
+        onEnded: (summary) => {
+          streams.live.delete(summary.call_id);
+          deps.onCallEnded?.(summary);
+        },
+      }),
+  });
+  return {
+    mount: (app) => mountTwilioWebhooks(app, { auth, voice: deps.voice, streams, mediaUrl: settings.mediaUrl, dial, lines, log }),
+    upgrade: (req, socket, head) => streams.upgrade(req, socket, head),
+    close: () => streams.close(),
+    get liveCalls() {
+      return streams.live.size;
+    },
+  };
+}
+
+/**
+ * The bridge from the environment (PUBLIC_URL, OPENAI_API_KEY, OPENAI_REALTIME_URL,
+ * TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN, TWILIO_API_URL, VOICE_PROVIDER, VOICE_TENANT). With a
+ * variable missing it still mounts the webhooks, answering 503 with what is missing (never a
+ * value), so a misconfigured number fails loudly rather than with Twilio's generic error.
+ */
+export function phoneBridgeFromEnv(env: NodeJS.ProcessEnv, deps: Omit<PhoneBridgeDeps, 'settings'>): PhoneBridge {
+  const { settings, problems } = phoneSettings(env, deps.config.meta.model);
+  if (settings) {
+    deps.log.info(`phone bridge: Twilio webhooks at ${settings.publicUrl}/twilio/voice, media at ${settings.mediaUrl}`);
+    return createPhoneBridge({ ...deps, settings, provider: deps.provider ?? env.VOICE_PROVIDER, tenant: deps.tenant ?? env.VOICE_TENANT });
+  }
+  deps.log.warn(`phone bridge off: ${problems.join('; ')}`);
+  const off = (_req: express.Request, res: express.Response) =>
+    res
+      .status(503)
+      .type('text/plain')
+      .send(`phone bridge off: ${problems.join('; ')}`);
+  return {
+    mount: (app) => {
+      app.post('/twilio/voice', off);
+      app.post('/twilio/status', off);
+    },
+    upgrade: () => false,
+    close: async () => undefined,
+    liveCalls: 0,
+  };
+}

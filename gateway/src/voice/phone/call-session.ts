@@ -1,0 +1,316 @@
+/**
+ * One phone call: Twilio's media stream on one side, the realtime session on the other, the
+ * configuration's policy in between.
+ *
+ *   caller frame      → `input_audio_buffer.append` at once, bytes unchanged; its duration to the guard
+ *   `output_audio.delta` → Twilio `media` at once, bytes unchanged, then a `mark` (see playback.ts)
+ *   caller speaks over the assistant → Twilio `clear` + `conversation.item.truncate` at what was heard
+ *   end of caller speech → first audio of the answer: the TTFB the guard checks against the budget
+ *   caller transcript → the guard, with its confidence (confidence.ts)
+ *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
+ *   guard: escalate   → transfer to a person; disconnect → closing line, then the call is completed
+ *   the end (Twilio `stop`, hang-up, transfer, disconnect) → the call record, with `ended_reason`
+ */
+import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
+import WebSocket from 'ws';
+import type { EndedReason } from '../../../../schema/call-record';
+import { CallActions } from './call-actions';
+import type { SessionDeps, TwilioMessage } from './call-types';
+import { writeCallRecord } from './call-record';
+import { transcriptConfidence } from './confidence';
+import { FunctionCalls } from './function-calls';
+import { GuardFeed, type Verdict } from './guard-feed';
+import { responseEvent } from './meter-event';
+import { base64Bytes, Playback } from './playback';
+import type { RealtimeServerMessage } from './realtime-link';
+import { RealtimeSession, type SaidLine } from './realtime-session';
+import { sessionUpdate } from './session-config';
+import { TurnTiming } from './turn-timing';
+
+const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
+const CLOSING_LIMIT_MS = 10_000;
+const STOP_WAIT_MS = 10_000;
+const FUNCTIONS_WAIT_MS = 5_000;
+/** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
+const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndedReason[]);
+
+export class CallSession {
+  private phase: 'live' | 'closing' | 'transferring' | 'ended' = 'live';
+  private reason: EndedReason | null = null;
+  private escalated = false;
+  private readonly playback = new Playback();
+  private readonly feed: GuardFeed;
+  private readonly functions: FunctionCalls;
+  private readonly rt: RealtimeSession;
+  private readonly actions: CallActions;
+  private readonly said: SaidLine[] = [];
+  private readonly timing = new TurnTiming();
+  private responding: string | null = null;
+  private playingResponse: string | null = null;
+  private muted: string | null = null;
+  private closing: { id: string | null; generated: boolean; done: () => void } | null = null;
+  private lastConfidence: number | null = null;
+  private estAtDisconnect: number | null = null;
+  private failure: string | null = null;
+  private warnedNoLogprobs = false;
+  private ended: Promise<void> | null = null;
+  private stopTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    readonly callSid: string,
+    private readonly streamSid: string,
+    callerNumber: string | null,
+    private readonly ws: WebSocket,
+    private readonly deps: SessionDeps,
+  ) {
+    const { config, settings, log } = deps;
+    const dial = config.functions.find((f) => f.dial);
+    this.feed = new GuardFeed(deps.voice, callSid, (v) => this.verdict(v), log);
+    this.actions = new CallActions({ calls: deps.calls, callSid, dial: dial?.dial ?? null, lines: deps.lines, log });
+    this.functions = new FunctionCalls({
+      workflow: deps.workflow,
+      callId: callSid,
+      dialTarget: (name) => config.functions.some((f) => f.name === name && f.dial),
+      onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndedReason) : 'transfer'),
+      log,
+    });
+    this.rt = new RealtimeSession({
+      url: settings.realtimeUrl,
+      apiKey: settings.openaiApiKey,
+      update: sessionUpdate(config, callerNumber),
+      budgetMs: config.guardrails.latency_budget_s * 1000,
+      history: () => this.said,
+      awaitingAnswer: () => this.responding !== null || this.said.at(-1)?.speaker === 'user',
+      log,
+      callId: callSid,
+    });
+    this.rt.onEvent = (e) => this.onRealtime(e);
+    this.rt.onReady = (first) => this.ready(first);
+    this.rt.onLost = (why) => this.lost(why);
+    this.rt.start();
+  }
+
+  /** A message from Twilio's media stream (already parsed). */
+  onTwilio(m: TwilioMessage): void {
+    if (m.event === 'media') {
+      const payload = m.media?.payload;
+      if (this.phase !== 'live' || typeof payload !== 'string' || !B64.test(payload)) return;
+      const bytes = base64Bytes(payload);
+      if (bytes > 0 && this.rt.append(payload, bytes)) this.feed.frame('user', bytes);
+    } else if (m.event === 'mark') {
+      if (typeof m.mark?.name === 'string') this.playback.echoed(m.mark.name);
+      this.checkClosing();
+    } else if (m.event === 'stop') void this.finish('caller_hangup');
+  }
+
+  /** Ends the call (idempotent); the reason already decided, if any, wins. */
+  finish(reason: EndedReason): Promise<void> {
+    return (this.ended ??= this.end(reason));
+  }
+
+  private toTwilio(text: string): void {
+    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(text);
+  }
+
+  private ready(first: boolean): void {
+    if (!first) {
+      // A new conversation after a reconnect: nothing of the old one is in progress there.
+      this.responding = null;
+      this.timing.reset();
+      return;
+    }
+    const line = this.deps.config.consent.opening_line;
+    this.rt.send({
+      type: 'response.create',
+      response: { instructions: `Greet the caller now with exactly these words, in full: "${line}"` },
+    });
+  }
+
+  private onRealtime(e: RealtimeServerMessage): void {
+    switch (e.type) {
+      case 'response.output_audio.delta':
+        return this.audioOut(e);
+      case 'input_audio_buffer.speech_started':
+        return this.bargeIn();
+      case 'input_audio_buffer.speech_stopped':
+        return this.timing.speechStopped(e.audio_end_ms, this.rt.appendedMs);
+      case 'conversation.item.input_audio_transcription.completed':
+        return this.callerSaid(e);
+      case 'response.output_audio.done':
+        return this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
+      case 'response.output_audio_transcript.done':
+        if (typeof e.transcript === 'string' && e.transcript) this.remember({ speaker: 'assistant', text: e.transcript });
+        return;
+      case 'response.created': {
+        const id = String((e.response as RealtimeResponse | undefined)?.id ?? '');
+        this.responding = id;
+        this.timing.responseCreated(id);
+        if (this.phase === 'closing' && this.closing && this.closing.id === null) this.closing.id = id;
+        return;
+      }
+      case 'response.function_call_arguments.done':
+        if (this.phase === 'live') this.functions.start(e as never);
+        return;
+      case 'response.done':
+        return void this.responseDone(e.response as RealtimeResponse);
+      case 'error':
+        this.deps.log.warn(`call ${this.callSid}: realtime error ${JSON.stringify(e.error).slice(0, 300)}`);
+    }
+  }
+
+  private audioOut(e: RealtimeServerMessage): void {
+    const { delta, item_id: item, response_id: resp } = e as { delta?: unknown; item_id?: unknown; response_id?: unknown };
+    if (this.phase === 'transferring' || this.phase === 'ended') return;
+    if (this.phase === 'closing' && resp !== this.closing?.id) return;
+    if (resp === this.muted || typeof delta !== 'string' || !B64.test(delta)) return;
+    const bytes = base64Bytes(delta);
+    if (!bytes) return;
+    this.toTwilio(`{"event":"media","streamSid":"${this.streamSid}","media":{"payload":"${delta}"}}`);
+    this.markIf(this.playback.sent(String(item ?? resp), bytes));
+    this.playingResponse = String(resp);
+    this.feed.frame('assistant', bytes);
+    const ttfb = this.timing.firstAudio();
+    if (ttfb !== null) this.feed.event({ type: 'assistant.response.start', ttfb_ms: ttfb });
+  }
+
+  private markIf(name: string | null): void {
+    if (name) this.toTwilio(`{"event":"mark","streamSid":"${this.streamSid}","mark":{"name":"${name}"}}`);
+  }
+
+  /** The caller started speaking: if assistant audio is still playing, stop it where the caller is. */
+  private bargeIn(): void {
+    this.timing.speechStarted();
+    if (this.phase !== 'live' || !this.playback.playing()) return;
+    const heard = this.playback.heard()!;
+    this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
+    this.playback.clear();
+    this.muted = this.playingResponse;
+    this.rt.send({ type: 'conversation.item.truncate', item_id: heard.item, content_index: 0, audio_end_ms: heard.ms });
+  }
+
+  private callerSaid(e: RealtimeServerMessage): void {
+    const text = typeof e.transcript === 'string' ? e.transcript.trim() : '';
+    if (!text) return;
+    const confidence = transcriptConfidence(e.logprobs);
+    this.remember({ speaker: 'user', text, confidence });
+    if (confidence === null) {
+      if (!this.warnedNoLogprobs)
+        this.deps.log.warn(`call ${this.callSid}: transcripts carry no log-probabilities; confidence rules cannot run`);
+      this.warnedNoLogprobs = true;
+      return;
+    }
+    this.lastConfidence = confidence;
+    this.feed.event({ type: 'transcript', text, confidence, speaker: 'user' });
+  }
+
+  private remember(line: SaidLine): void {
+    this.said.push(line);
+    if (this.said.length > 200) this.said.shift();
+  }
+
+  private async responseDone(r: RealtimeResponse | undefined): Promise<void> {
+    const id = String(r?.id ?? '');
+    if (this.responding === id) this.responding = null;
+    this.feed.event({ type: 'assistant.response.done', ...(r?.usage ? { usage: r.usage } : {}) });
+    const { config, provider, tenant } = this.deps;
+    const latencyMs = this.timing.responseDone(id);
+    this.deps.meter.send(
+      responseEvent({ config, provider, tenant, callId: this.callSid, response: r, latencyMs, confidence: this.lastConfidence }),
+    );
+    if (this.closing && id === this.closing.id) {
+      this.closing.generated = true;
+      this.checkClosing();
+    }
+    const outputs = await this.functions.outputs(id);
+    if (!outputs.length || this.phase !== 'live') return;
+    for (const o of outputs) {
+      this.rt.send({ type: 'conversation.item.create', item: { type: 'function_call_output', call_id: o.call_id, output: o.output } });
+    }
+    this.rt.send({ type: 'response.create' });
+  }
+
+  private verdict(v: Verdict): void {
+    if (this.phase !== 'live' || v.action === 'continue') return;
+    if (v.action === 'escalate') void this.transfer(v.reason ?? 'transfer');
+    else void this.disconnect(v);
+  }
+
+  private lost(why: string): void {
+    this.failure = why;
+    this.deps.log.error(`call ${this.callSid}: the realtime model is unreachable (${why}); transferring the caller`);
+    if (this.phase === 'closing') this.closing?.done();
+    else void this.transfer('realtime_failure');
+  }
+
+  private async transfer(reason: EndedReason): Promise<void> {
+    if (this.phase !== 'live') return;
+    this.phase = 'transferring';
+    this.reason = reason;
+    this.escalated = true;
+    if (this.responding) this.rt.send({ type: 'response.cancel' });
+    if (this.playback.playing()) this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
+    this.playback.clear();
+    // Not taken by Twilio: closing the stream runs the answer's fallback (the same line and <Dial>).
+    if (!(await this.actions.transfer(reason))) this.ws.close(1000);
+    this.awaitStop();
+  }
+
+  private async disconnect(v: Verdict): Promise<void> {
+    if (!this.deps.config.spend_guard.disconnect_when_exceeded) {
+      this.deps.log.warn(`call ${this.callSid}: ${v.reason} reached; disconnect_when_exceeded is false, so the call goes on`);
+      return;
+    }
+    this.phase = 'closing';
+    this.reason = v.reason ?? 'per_call_cap';
+    this.estAtDisconnect = v.estUsd_at_disconnect ?? null;
+    this.deps.log.warn(`call ${this.callSid}: ${this.reason} at ${this.estAtDisconnect} USD; closing line, then the call ends`);
+    await new Promise<void>((resolve) => {
+      this.closing = { id: null, generated: false, done: resolve };
+      if (!this.rt.isReady) return resolve();
+      if (this.responding) this.rt.send({ type: 'response.cancel' }); // the closing line comes next, nothing else
+      const lang = this.deps.config.meta.primary_language;
+      const instructions = `Say this to the caller in ${lang}, and nothing else: "${this.deps.lines.closing}"`;
+      this.rt.send({
+        type: 'response.create',
+        response: { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions },
+      });
+      setTimeout(resolve, CLOSING_LIMIT_MS).unref();
+    });
+    if (this.phase !== 'closing') return;
+    if (!(await this.actions.hangUp(this.reason))) this.ws.close(1000);
+    this.awaitStop();
+  }
+
+  /** The closing line is over once it is generated and every mark of it came back. */
+  private checkClosing(): void {
+    if (this.closing?.generated && this.playback.drained()) this.closing.done();
+  }
+
+  /** Twilio ends the stream after a redirect or completion; if it never says so, end anyway. */
+  private awaitStop(): void {
+    this.stopTimer ??= setTimeout(() => void this.finish(this.reason ?? 'completed'), STOP_WAIT_MS);
+    this.stopTimer.unref();
+  }
+
+  private async end(fallback: EndedReason): Promise<void> {
+    const reason = this.reason ?? fallback;
+    this.phase = 'ended';
+    if (this.stopTimer) clearTimeout(this.stopTimer);
+    this.closing?.done();
+    this.rt.close();
+    if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
+    await this.feed.flush();
+    await this.functions.idle(FUNCTIONS_WAIT_MS);
+    const facts = { functions: this.functions, escalated: this.escalated, reason };
+    const record = await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
+    this.deps.log.info(`call ${this.callSid}: ended (${reason})`);
+    this.deps.onEnded({
+      call_id: this.callSid,
+      ended_reason: reason,
+      record,
+      transcript: [...this.said],
+      estUsd_at_disconnect: this.estAtDisconnect,
+      realtime_failure: this.failure,
+    });
+  }
+}

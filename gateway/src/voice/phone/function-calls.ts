@@ -1,0 +1,116 @@
+/**
+ * The model's function calls, run through the existing workflow (same idempotency key:
+ * sha256(call id + function + canonical args), same retries and dead letters). A call the model
+ * repeats with the same arguments is a replay there: one booking, and the model gets the same
+ * answer both times. Results are held until the response that asked for them is done (a new
+ * response cannot start while one is in progress); then each becomes a `function_call_output`
+ * item. A `dial` target is not run: it asks the session to transfer the call.
+ */
+import type { Workflow, WorkflowAnswer } from '../workflow';
+
+type Outcome = 'booking' | 'rescheduled' | 'lead_created' | 'deflected_to_pricing' | 'voicemail_left';
+type Intent = 'book' | 'reschedule' | 'qualify' | 'pricing_deflection' | 'voicemail';
+
+/** What each function achieves when it succeeds, most telling first. */
+const ACHIEVES: Array<[string, Outcome, Intent]> = [
+  ['book_slot', 'booking', 'book'],
+  ['reschedule_slot', 'rescheduled', 'reschedule'],
+  ['create_lead', 'lead_created', 'qualify'],
+  ['route_to_voicemail', 'voicemail_left', 'voicemail'],
+  ['lookup_pricing_page', 'deflected_to_pricing', 'pricing_deflection'],
+];
+
+export interface FunctionCallEvent {
+  call_id: string;
+  name: string;
+  arguments: string;
+  response_id: string;
+}
+
+export interface FunctionOutput {
+  call_id: string;
+  output: string;
+}
+
+const OUTPUT_LIMIT = 4000;
+
+export class FunctionCalls {
+  private readonly byResponse = new Map<string, Array<Promise<FunctionOutput | null>>>();
+  private readonly done = new Set<string>();
+  private readonly inFlight = new Set<Promise<unknown>>();
+
+  constructor(
+    private readonly deps: {
+      workflow: Pick<Workflow, 'called'>;
+      callId: string;
+      dialTarget: (name: string) => boolean;
+      onDial: (fn: string, args: Record<string, unknown>) => void;
+      log: { warn: (m: string) => void };
+    },
+  ) {}
+
+  start(ev: FunctionCallEvent): void {
+    const run = this.run(ev);
+    this.inFlight.add(run);
+    void run.finally(() => this.inFlight.delete(run));
+    const list = this.byResponse.get(ev.response_id) ?? [];
+    list.push(run);
+    this.byResponse.set(ev.response_id, list);
+  }
+
+  /** The outputs for a finished response (empty when it called nothing, or only a transfer). */
+  async outputs(responseId: string): Promise<FunctionOutput[]> {
+    const list = this.byResponse.get(responseId);
+    this.byResponse.delete(responseId);
+    if (!list) return [];
+    return (await Promise.all(list)).filter((o): o is FunctionOutput => o !== null);
+  }
+
+  /** Waits (at most `ms`) for calls still running, so the call's outcome includes them. */
+  async idle(ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<void>((r) => (timer = setTimeout(r, ms)));
+    await Promise.race([Promise.allSettled([...this.inFlight]), limit]);
+    clearTimeout(timer);
+  }
+
+  /** The call's outcome and intent from the functions that succeeded. */
+  result(): { outcome: Outcome | 'abandoned'; intent: Intent | null } {
+    const hit = ACHIEVES.find(([fn]) => this.done.has(fn));
+    return hit ? { outcome: hit[1], intent: hit[2] } : { outcome: 'abandoned', intent: null };
+  }
+
+  private async run(ev: FunctionCallEvent): Promise<FunctionOutput | null> {
+    let args: unknown;
+    try {
+      args = JSON.parse(ev.arguments || '{}');
+    } catch {
+      args = null;
+    }
+    if (!args || typeof args !== 'object' || Array.isArray(args)) {
+      return this.output(ev, { ok: false, error: 'arguments: expected a JSON object' });
+    }
+    if (this.deps.dialTarget(ev.name)) {
+      this.deps.onDial(ev.name, args as Record<string, unknown>);
+      return null;
+    }
+    try {
+      const answer: WorkflowAnswer = await this.deps.workflow.called({
+        function: ev.name,
+        args: args as Record<string, unknown>,
+        call_id: this.deps.callId,
+      });
+      if (answer.ok) this.done.add(ev.name);
+      return this.output(ev, answer.ok ? { ok: true, result: answer.result } : { ok: false, error: answer.error ?? 'failed' });
+    } catch (error) {
+      // Unknown function, or the first call with this key still running elsewhere.
+      this.deps.log.warn(`call ${this.deps.callId}: function ${ev.name} failed: ${(error as Error).message}`);
+      return this.output(ev, { ok: false, error: (error as Error).message });
+    }
+  }
+
+  private output(ev: FunctionCallEvent, value: unknown): FunctionOutput {
+    const text = JSON.stringify(value);
+    return { call_id: ev.call_id, output: text.length > OUTPUT_LIMIT ? `${text.slice(0, OUTPUT_LIMIT)}…` : text };
+  }
+}

@@ -1,0 +1,103 @@
+/**
+ * `wss://…/twilio/media`: Twilio Media Streams. The handshake must carry a valid
+ * `X-Twilio-Signature` (else `403`, no socket); then `connected`, and `start` within 10 s, whose
+ * CallSid must come with the ticket our webhook gave that call (else the socket is closed with
+ * 1008 and nothing starts: no realtime connection, no cost). One stream per call at a time.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { z } from 'zod';
+import type { CallSession } from './call-session';
+import type { TwilioMessage } from './call-types';
+import type { TwilioAuth } from './twilio-auth';
+
+const Start = z.object({
+  event: z.literal('start'),
+  start: z.object({
+    streamSid: z.string().regex(/^[A-Za-z0-9]{1,64}$/),
+    callSid: z.string().regex(/^[A-Za-z0-9._:-]{1,128}$/),
+    customParameters: z.record(z.string(), z.string()).default({}),
+    mediaFormat: z.object({ encoding: z.literal('audio/x-mulaw'), sampleRate: z.literal(8000), channels: z.literal(1) }).optional(),
+  }),
+});
+export type StreamStart = z.infer<typeof Start>['start'];
+
+const START_WITHIN_MS = 10_000;
+
+export class MediaStreams {
+  private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 256 * 1024 });
+  readonly live = new Map<string, CallSession>();
+
+  constructor(
+    private readonly deps: {
+      auth: TwilioAuth;
+      create: (start: StreamStart, ws: WebSocket) => CallSession;
+      log: { warn: (m: string) => void };
+    },
+  ) {}
+
+  /** Takes `/twilio/media` upgrades (true), leaves any other path to others (false). */
+  upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean {
+    if ((req.url ?? '').split('?')[0] !== '/twilio/media') return false;
+    if (!this.deps.auth.handshake(req)) {
+      this.deps.log.warn(`twilio media: refused a stream handshake without a valid X-Twilio-Signature (${req.socket.remoteAddress})`);
+      socket.end(
+        'HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 26\r\n\r\ninvalid Twilio signature\r\n',
+      );
+      return true;
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws));
+    return true;
+  }
+
+  private accept(ws: WebSocket): void {
+    let session: CallSession | null = null;
+    const timer = setTimeout(() => ws.close(1008, 'no start message'), START_WITHIN_MS);
+    ws.on('message', (data, isBinary) => {
+      let m: TwilioMessage;
+      try {
+        m = JSON.parse(isBinary ? '' : data.toString()) as TwilioMessage;
+      } catch {
+        return ws.close(1003, 'expected JSON text messages');
+      }
+      if (session) return session.onTwilio(m);
+      if (m?.event === 'connected') return;
+      clearTimeout(timer);
+      session = this.begin(m, ws);
+    });
+    ws.on('close', () => {
+      clearTimeout(timer);
+      void session?.finish('caller_hangup');
+    });
+    ws.on('error', () => ws.terminate());
+  }
+
+  private begin(m: unknown, ws: WebSocket): CallSession | null {
+    const parsed = Start.safeParse(m);
+    if (!parsed.success) {
+      ws.close(1008, 'expected a start message with audio/x-mulaw 8000 Hz mono');
+      return null;
+    }
+    const start = parsed.data.start;
+    if (!this.deps.auth.ticketMatches(start.callSid, start.customParameters.ticket)) {
+      this.deps.log.warn(`twilio media: refused a stream for call ${start.callSid}: not a call this gateway answered`);
+      ws.close(1008, 'not a call this gateway answered');
+      return null;
+    }
+    if (this.live.has(start.callSid)) {
+      ws.close(1008, 'this call already has a stream');
+      return null;
+    }
+    const session = this.deps.create(start, ws);
+    this.live.set(start.callSid, session);
+    return session;
+  }
+
+  /** Ends every live call (shutdown) and stops accepting streams. */
+  async close(): Promise<void> {
+    await Promise.all([...this.live.values()].map((s) => s.finish('shutdown')));
+    for (const ws of this.wss.clients) ws.terminate();
+    await new Promise<void>((r) => this.wss.close(() => r()));
+  }
+}

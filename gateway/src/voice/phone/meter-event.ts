@@ -1,0 +1,52 @@
+/**
+ * Each realtime response is a model call of the meter (one row per model call), sent through the
+ * same sink as chat calls so the daily and 7-day caps, the digest and the archive include the
+ * phone. Tokens are the response's usage; the cost is its audio tokens at the configuration's
+ * per-million prices, exactly what the spend guard bills, so the meter, the guard and the call
+ * record agree (text tokens are counted, not priced: the configuration has no text prices).
+ */
+import { randomUUID } from 'node:crypto';
+import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
+import type { EventRecord } from '../../../../schema/event-record';
+import type { Concierge } from '../config';
+
+export interface ResponseFacts {
+  config: Pick<Concierge, 'meta' | 'spend_guard'>;
+  provider: string;
+  tenant: string;
+  callId: string;
+  response: RealtimeResponse | undefined;
+  latencyMs: number;
+  confidence: number | null;
+}
+
+const STATUS_CODE: Record<string, string> = { cancelled: 'CANCELLED', incomplete: 'INCOMPLETE', failed: 'FAILED' };
+
+export function responseEvent(f: ResponseFacts): EventRecord {
+  const u = f.response?.usage ?? {};
+  const { audio_in_per_million: inPrice, audio_out_per_million: outPrice } = f.config.spend_guard;
+  const status = f.response?.status;
+  const audioIn = u.input_token_details?.audio_tokens ?? 0;
+  const audioOut = u.output_token_details?.audio_tokens ?? 0;
+  return {
+    event_id: randomUUID(),
+    timestamp: new Date(),
+    actor_type: 'agent',
+    provider: f.provider,
+    model: f.config.meta.model,
+    region: 'n/a',
+    input_tokens: u.input_tokens ?? 0,
+    output_tokens: u.output_tokens ?? 0,
+    latency_ms: Math.max(0, Math.round(f.latencyMs)),
+    cost_usd: Number(((audioIn * inPrice + audioOut * outPrice) / 1e6).toFixed(9)),
+    eval_score: null,
+    confidence: f.confidence,
+    job_id: f.callId,
+    customer_id: f.tenant,
+    pii_flag: false,
+    review_required: false,
+    reviewer_id: '',
+    decision: 'n/a',
+    error_code: (status && STATUS_CODE[status]) ?? '',
+  };
+}

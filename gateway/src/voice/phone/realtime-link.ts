@@ -1,0 +1,88 @@
+/**
+ * One WebSocket to the realtime model (GA interface: `Authorization: Bearer` and no `OpenAI-Beta`
+ * header). It opens within a deadline or fails; afterwards it hands each server event to `onEvent`
+ * and reports one failure (closed without our asking, a socket error) to `onFailure`. Errors never
+ * carry the key: a refused handshake is described by its HTTP status only.
+ */
+import WebSocket from 'ws';
+
+export interface RealtimeServerMessage {
+  type: string;
+  [field: string]: unknown;
+}
+
+export class RealtimeLink {
+  private closedByUs = false;
+  private failed = false;
+  onEvent: (event: RealtimeServerMessage) => void = () => undefined;
+  onFailure: (why: string) => void = () => undefined;
+
+  private constructor(private readonly ws: WebSocket) {
+    ws.on('message', (data, isBinary) => {
+      if (isBinary) return;
+      let event: RealtimeServerMessage;
+      try {
+        event = JSON.parse(data.toString()) as RealtimeServerMessage;
+      } catch {
+        return this.fail('the realtime server sent a message that is not JSON');
+      }
+      if (event && typeof event.type === 'string') this.onEvent(event);
+    });
+    ws.on('close', (code) => this.fail(`the realtime socket closed (code ${code})`));
+    ws.on('error', (error) => this.fail(`the realtime socket failed (${error.message})`));
+  }
+
+  /** Opens the socket; rejects when it is refused or not open within `timeoutMs`. */
+  static connect(url: string, apiKey: string, timeoutMs: number): Promise<RealtimeLink> {
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(url, {
+        headers: { authorization: `Bearer ${apiKey}` },
+        handshakeTimeout: timeoutMs,
+        perMessageDeflate: false,
+      });
+      const timer = setTimeout(() => {
+        ws.terminate();
+        reject(new Error(`the realtime server did not open within ${timeoutMs} ms`));
+      }, timeoutMs);
+      ws.once('unexpected-response', (_req, res) => {
+        clearTimeout(timer);
+        ws.terminate();
+        res.resume();
+        reject(new Error(`the realtime server refused the connection (HTTP ${res.statusCode})`));
+      });
+      ws.once('error', (error) => {
+        clearTimeout(timer);
+        reject(new Error(`the realtime server could not be reached (${error.message})`));
+      });
+      ws.once('open', () => {
+        clearTimeout(timer);
+        resolve(new RealtimeLink(ws));
+      });
+    });
+  }
+
+  get open(): boolean {
+    return this.ws.readyState === WebSocket.OPEN;
+  }
+
+  send(event: { type: string } & Record<string, unknown>): void {
+    if (this.open) this.ws.send(JSON.stringify(event));
+  }
+
+  /** A message already serialised (the audio hot path builds it without JSON.stringify). */
+  sendRaw(text: string): void {
+    if (this.open) this.ws.send(text);
+  }
+
+  close(): void {
+    this.closedByUs = true;
+    if (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING) this.ws.close(1000);
+  }
+
+  private fail(why: string): void {
+    if (this.closedByUs || this.failed) return;
+    this.failed = true;
+    this.ws.terminate();
+    this.onFailure(why);
+  }
+}

@@ -1,0 +1,129 @@
+/**
+ * The realtime session, built from concierge.json (GA interface: `session.type: "realtime"`,
+ * formats under `audio.input` / `audio.output`):
+ *   - G.711 µ-law both ways (`audio/pcmu`): Twilio's own format, so bytes pass through untouched;
+ *   - server VAD when `guardrails.vad_enabled` (it answers at the end of the caller's turn and
+ *     cancels its answer when the caller speaks over it);
+ *   - input transcription, with log-probabilities (`include`), for the guard's confidence rules;
+ *   - instructions from the configuration: consent line first, the five intents, the qualify
+ *     questions and rules, the pricing message, the privacy notice, the languages;
+ *   - every `functions` entry as a function tool whose parameters are its `args`.
+ * The caller's words never go into instructions; only the operator's configuration does.
+ */
+import type { RealtimeFunctionTool, RealtimeSessionCreateRequest, SessionUpdateEvent } from 'openai/resources/realtime/realtime';
+import type { Concierge } from '../config';
+
+/** The transcription model: one that reports log-probabilities (whisper-1 does not). */
+const TRANSCRIBE_MODEL = 'gpt-4o-mini-transcribe';
+
+function intentLines(c: Concierge): string[] {
+  const lines: string[] = [];
+  for (const intent of c.intents) {
+    const m = intent.on_match;
+    const words = `(the caller says things like: ${intent.triggers.join(', ')})`;
+    switch (intent.id) {
+      case 'book':
+      case 'reschedule': {
+        const fn = c.functions.find((f) => f.name === m.call);
+        const action = intent.id === 'book' ? 'wants to book an appointment' : 'wants to move an existing booking';
+        lines.push(
+          `- ${intent.id}: the caller ${action} ${words}. Collect ${fn?.args.join(', ') ?? 'the details'}` +
+            `${m.confirm_readback ? ', read them back and get a yes' : ''}, then call ${m.call}.`,
+        );
+        break;
+      }
+      case 'qualify': {
+        const rules = m.qualify_rules
+          ? ` We serve only these services: ${m.qualify_rules.service_in.join(', ')}; and only these areas: ${m.qualify_rules.geo_whitelist.join(', ')}. Outside them, say so politely.`
+          : '';
+        lines.push(
+          `- qualify: the caller wants a quote ${words}. Ask, one at a time: ${(m.ask ?? []).join(' ')}${rules} Then call ${m.call ?? 'create_lead'}.`,
+        );
+        break;
+      }
+      case 'pricing_deflection':
+        lines.push(
+          `- pricing_deflection: the caller asks about prices ${words}. Say: "${m.say ?? ''}"` +
+            `${m.link ? ` The link is ${m.link}.` : ''}` +
+            `${m.offer_callback ? ` Offer a call back within ${m.callback_minutes_window ?? 15} minutes.` : ''}`,
+        );
+        break;
+      case 'voicemail':
+        lines.push(
+          `- voicemail: the caller wants to leave a message. ${m.privacy_notice ? 'First tell them the message is recorded and stored to call them back. ' : ''}Then call ${m.call ?? 'route_to_voicemail'}.`,
+        );
+        break;
+    }
+  }
+  return lines;
+}
+
+function buildInstructions(c: Concierge, callerNumber: string | null): string {
+  const alt = c.meta.alt_languages.length ? ` If the caller speaks ${c.meta.alt_languages.join(' or ')}, answer in that language.` : '';
+  const dial = c.functions.find((f) => f.dial);
+  return [
+    `You answer the phone for this business after hours. Speak ${c.meta.primary_language}.${alt} Keep every answer short: this is a phone call.`,
+    `Your first words on the call are exactly: "${c.consent.opening_line}" Then wait for the caller to agree before going on.`,
+    'You handle exactly five intents:',
+    ...intentLines(c),
+    'For anything else, say politely that you can only help with bookings, changes, quotes, prices and messages.',
+    dial ? `If the caller asks for a person, call ${dial.name}.` : '',
+    callerNumber ? `The caller's number is ${callerNumber}; confirm it rather than asking for it.` : '',
+  ]
+    .filter(Boolean)
+    .join('\n');
+}
+
+function tools(c: Concierge): RealtimeFunctionTool[] {
+  return c.functions.map((f) => {
+    const purpose = f.dial
+      ? 'Transfer the caller to a person.'
+      : f.static_url
+        ? 'Get the link to the pricing page.'
+        : `Run ${f.name.replace(/_/g, ' ')}.`;
+    return {
+      type: 'function',
+      name: f.name,
+      description: `${purpose}${f.args.length ? ` Arguments: ${f.args.join(', ')}.` : ''}`,
+      parameters: {
+        type: 'object',
+        properties: Object.fromEntries(f.args.map((a) => [a, { type: 'string' }])),
+        additionalProperties: false,
+      },
+    };
+  });
+}
+
+/** ISO 639-1 part of a BCP 47 tag ("pt-PT" → "pt"), the transcription's language hint. */
+const iso639 = (tag: string) => tag.split('-')[0].toLowerCase();
+
+export function sessionUpdate(c: Concierge, callerNumber: string | null): SessionUpdateEvent {
+  const session: RealtimeSessionCreateRequest = {
+    type: 'realtime',
+    model: c.meta.model,
+    output_modalities: ['audio'],
+    instructions: buildInstructions(c, callerNumber),
+    audio: {
+      input: {
+        format: { type: 'audio/pcmu' },
+        // A hint only when the caller is expected to speak one language.
+        transcription: { model: TRANSCRIBE_MODEL, ...(c.meta.alt_languages.length ? {} : { language: iso639(c.meta.primary_language) }) },
+        turn_detection: c.guardrails.vad_enabled
+          ? {
+              type: 'server_vad',
+              threshold: 0.5,
+              prefix_padding_ms: 300,
+              silence_duration_ms: 500,
+              create_response: true,
+              interrupt_response: true,
+            }
+          : null,
+      },
+      output: { format: { type: 'audio/pcmu' } },
+    },
+    include: ['item.input_audio_transcription.logprobs'],
+    tools: tools(c),
+    tool_choice: 'auto',
+  };
+  return { type: 'session.update', session };
+}

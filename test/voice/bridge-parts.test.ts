@@ -1,0 +1,95 @@
+// The bridge's small parts where a mistake would be silent: the settings it reads (what is
+// missing is named, never shown), Twilio call control (what is retried, what is not, what an
+// error says), and the confidence it derives from log-probabilities.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { transcriptConfidence } from '../../gateway/src/voice/phone/confidence';
+import { phoneSettings } from '../../gateway/src/voice/phone/settings';
+import { TwilioCalls } from '../../gateway/src/voice/phone/twilio-calls';
+
+describe('phone settings', () => {
+  const env = {
+    PUBLIC_URL: 'https://voice.example.com/',
+    OPENAI_API_KEY: 'sk-secret-value',
+    TWILIO_ACCOUNT_SID: 'AC123',
+    TWILIO_AUTH_TOKEN: 'tw-secret-value',
+  };
+
+  it('derives the media URL and the realtime URL with the model; defaults for the APIs', () => {
+    const { settings } = phoneSettings(env, 'gpt-realtime-mini');
+    expect(settings).toMatchObject({
+      publicUrl: 'https://voice.example.com',
+      mediaUrl: 'wss://voice.example.com/twilio/media',
+      realtimeUrl: 'wss://api.openai.com/v1/realtime?model=gpt-realtime-mini',
+      twilioApiUrl: 'https://api.twilio.com',
+    });
+  });
+
+  it('names what is missing or malformed, never a value', () => {
+    const { settings, problems } = phoneSettings(
+      { ...env, PUBLIC_URL: 'https://voice.example.com/gateway', OPENAI_API_KEY: '', OPENAI_REALTIME_URL: 'https://x' },
+      'm',
+    );
+    expect(settings).toBeNull();
+    expect(problems).toEqual([
+      'OPENAI_API_KEY is not set',
+      'PUBLIC_URL: expected the origin Twilio reaches, such as https://voice.example.com (no path)',
+      'OPENAI_REALTIME_URL: expected a wss:// URL',
+    ]);
+    expect(problems.join(' ')).not.toContain('secret');
+  });
+});
+
+describe('Twilio call control', () => {
+  let server: Server | null = null;
+  afterEach(() => new Promise<void>((r) => (server ? server.close(() => r()) : r())));
+
+  async function api(answers: number[]) {
+    const seen: Array<{ url: string; auth: string; body: string }> = [];
+    server = createServer(async (req, res) => {
+      let body = '';
+      for await (const c of req) body += c;
+      seen.push({ url: req.url!, auth: req.headers.authorization!, body });
+      const status = answers[seen.length - 1] ?? 200;
+      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ message: `status ${status}` }));
+    });
+    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
+    const calls = new TwilioCalls({
+      apiUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      accountSid: 'AC123',
+      authToken: 'tw-secret-value',
+      backoffMs: 5,
+    });
+    return { calls, seen };
+  }
+
+  it('redirects with TwiML (form body, basic auth); a 5xx is retried, then it goes through', async () => {
+    const { calls, seen } = await api([503, 500, 200]);
+    await calls.redirect('CA42', '<Response><Dial>+351211234567</Dial></Response>');
+    expect(seen).toHaveLength(3);
+    expect(seen[0].url).toBe('/2010-04-01/Accounts/AC123/Calls/CA42.json');
+    expect(seen[0].auth).toBe(`Basic ${Buffer.from('AC123:tw-secret-value').toString('base64')}`);
+    expect(Object.fromEntries(new URLSearchParams(seen[2].body))).toEqual({ Twiml: '<Response><Dial>+351211234567</Dial></Response>' });
+  });
+
+  it('a 4xx is not retried; the error says the status and Twilio’s message, not the credentials', async () => {
+    const { calls, seen } = await api([404]);
+    const error = await calls.complete('CA42').catch((e: Error) => e);
+    expect(seen).toHaveLength(1);
+    expect(seen[0].body).toBe('Status=completed');
+    expect((error as Error).message).toBe('Twilio call update: HTTP 404: status 404');
+    expect((error as Error).message).not.toContain('secret');
+    await expect(calls.complete('CA42/../../x')).rejects.toThrow('not a Twilio CallSid');
+  });
+});
+
+describe('transcript confidence', () => {
+  it('is exp(mean log-probability), and null without log-probabilities', () => {
+    expect(transcriptConfidence([{ logprob: Math.log(0.9) }, { logprob: Math.log(0.4) }])).toBeCloseTo(0.6, 4);
+    expect(transcriptConfidence([{ logprob: 0 }])).toBe(1);
+    expect(transcriptConfidence([])).toBeNull();
+    expect(transcriptConfidence(undefined)).toBeNull();
+    expect(transcriptConfidence([{ logprob: 'x' }])).toBeNull();
+  });
+});

@@ -1,0 +1,146 @@
+// The configuration's policy acting on a real call through the bridge: the spend guard fed with
+// the call's own events (confidence from the transcription's log-probabilities, TTFB from the end
+// of the caller's speech, usage from response.done), and its decisions carried out through the
+// local Twilio's REST API; a realtime server that drops mid-call.
+import { afterEach, describe, expect, it } from 'vitest';
+import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
+import type { RtConn } from './peers/realtime-peer';
+import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import type { MediaCall } from './peers/twilio-peer';
+import { until } from './peers/wait';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+const HUMAN = '+351211234567';
+
+async function answered(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
+  const call = await stack.twilio.call(callSid);
+  const conn = stack.realtime.conns.at(-1) ?? (await until<RtConn>(stack.realtime, 'connection'));
+  await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+  return { call, conn };
+}
+
+const hungUp = (call: MediaCall) => (call.closed ? Promise.resolve() : until(call, 'closed', () => true, 'the stream closed'));
+
+const update = (stack: BridgeStack, callSid: string) =>
+  stack.twilio.updates.find((u) => u.callSid === callSid) ??
+  until<(typeof stack.twilio.updates)[number]>(stack.twilio.events, 'update', (u) => u.callSid === callSid, `a call update for ${callSid}`);
+
+describe('phone bridge: the policy on real events', () => {
+  it('low confidence twice → the caller is transferred to the human number (<Dial> through the REST API)', async () => {
+    s = await bridgeStack();
+    s.realtime.heardQueue = [
+      { text: 'mm yes', logprob: Math.log(0.3) },
+      { text: 'uh what was it', logprob: Math.log(0.35) },
+    ];
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA0101');
+    speak(call);
+    await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    await serverEvent(conn, 'response.done');
+    expect(s.twilio.updates).toEqual([]); // once is not enough
+    speak(call);
+    const second = await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    const secondAt = performance.now();
+    const u = await update(s, 'CA0101');
+    expect(u.at).toBeGreaterThan(secondAt); // the transfer followed the second low-confidence transcript
+    expect(second.transcript).toBe('uh what was it');
+    expect(u.form.Twiml).toMatch(new RegExp(`<Say>[^<]+</Say><Dial>\\${HUMAN}</Dial>`));
+    const end = await s.endOf('CA0101');
+    await hungUp(call);
+    expect(end.record).toMatchObject({ ended_reason: 'low_confidence', escalated: true });
+    expect(end.record!.confidence_avg).toBeCloseTo(0.325, 3);
+    expect(s.twilio.updates).toHaveLength(1);
+  });
+
+  it('the per-call cap → a closing line the caller hears, then Status=completed; ended_reason per_call_cap', async () => {
+    s = await bridgeStack(); // cap 0.35 USD; audio out 20 USD per million tokens
+    const closing = assistantAudio(820);
+    s.realtime.chunkBytes = 480; // 60 ms deltas: the last 40 ms are marked only at the end of the answer
+    s.realtime.brain = brain({
+      greeting: {
+        audio: assistantAudio(300),
+        usage: { input_tokens: 10, output_tokens: 20_000, output_token_details: { audio_tokens: 20_000 } },
+      },
+      closing: { audio: closing, transcript: 'Goodbye.' },
+    });
+    const call = await s.twilio.call('CA0102');
+    const conn = s.realtime.conns.at(-1) ?? (await until<RtConn>(s.realtime, 'connection'));
+    const req = await clientEvent(conn, 'response.create', (e) => e.response?.instructions?.startsWith('Say this'));
+    expect(req.response).toMatchObject({ conversation: 'none', tool_choice: 'none' });
+    expect(req.response.instructions).toContain('pt-PT');
+    const u = await update(s, 'CA0102');
+    expect(u.form).toEqual({ Status: 'completed' });
+    // The whole closing line had played before the call was completed.
+    expect(Buffer.concat(call.received).subarray(-closing.length).equals(closing)).toBe(true);
+    expect(call.playedBytes).toBe(call.receivedBytes);
+    const end = await s.endOf('CA0102');
+    expect(end.record).toMatchObject({ ended_reason: 'per_call_cap', escalated: false });
+    expect(end.estUsd_at_disconnect).toBeCloseTo(0.4, 6);
+    expect(end.record!.est_audio_cost_usd).toBeGreaterThanOrEqual(0.35);
+  });
+
+  it('two slow answers (TTFB over the budget) → escalation with reason latency', async () => {
+    s = await bridgeStack((c) => {
+      c.guardrails.latency_budget_s = 0.4;
+      c.escalation.rules.find((r) => r.trigger === 'latency_over_budget')!.threshold = 0.4;
+    });
+    const slow = { audio: assistantAudio(200), delayMs: 700 };
+    s.realtime.brain = brain({ turns: [slow, slow] });
+    const { call, conn } = await answered(s, 'CA0103');
+    speak(call);
+    await serverEvent(conn, 'response.done');
+    expect(s.twilio.updates).toEqual([]); // one breach is not two
+    speak(call);
+    const secondAnswer = await serverEvent(conn, 'response.output_audio.delta');
+    const secondAt = performance.now();
+    const u = await update(s, 'CA0103');
+    expect(secondAnswer).toBeTruthy();
+    expect(u.at).toBeGreaterThan(secondAt); // escalated after the second slow answer, not the first
+    expect(u.form.Twiml).toContain(`<Dial>${HUMAN}</Dial>`);
+    const end = await s.endOf('CA0103');
+    expect(end.record).toMatchObject({ ended_reason: 'latency', escalated: true });
+    expect(end.record!.ttfb_s).toBeGreaterThan(0.6);
+  });
+
+  it('the realtime server drops mid-call and refuses the reconnect → the caller is transferred, reason recorded', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA0104');
+    s.realtime.refuse = true;
+    conn.drop();
+    const u = await update(s, 'CA0104');
+    expect(u.form.Twiml).toContain(`<Dial>${HUMAN}</Dial>`);
+    expect(s.realtime.attempts).toBe(2); // the call's session, then one reconnect attempt
+    const end = await s.endOf('CA0104');
+    await hungUp(call);
+    expect(end.record).toMatchObject({ ended_reason: 'realtime_failure', escalated: true });
+    expect(end.realtime_failure).toMatch(/HTTP 503/);
+  });
+
+  it('the realtime server drops and the reconnect succeeds → same call, the conversation replayed, audio flows again', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({ greeting: { audio: assistantAudio(300), transcript: 'Hello, I am the assistant.' } });
+    const { call, conn } = await answered(s, 'CA0105');
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(again, 'session.update');
+    const replayed = await clientEvent(again, 'conversation.item.create');
+    expect(replayed.item).toMatchObject({
+      type: 'message',
+      role: 'assistant',
+      content: [{ type: 'output_text', text: 'Hello, I am the assistant.' }],
+    });
+    const words = speak(call, 400);
+    await serverEvent(again, 'input_audio_buffer.speech_stopped');
+    expect(Buffer.concat(again.inbound).indexOf(words)).toBeGreaterThanOrEqual(0);
+    await serverEvent(again, 'response.done');
+    expect(s.twilio.updates).toEqual([]);
+    call.hangUp();
+    expect((await s.endOf('CA0105')).record).toMatchObject({ ended_reason: 'caller_hangup', escalated: false });
+  });
+});

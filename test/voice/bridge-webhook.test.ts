@@ -1,0 +1,184 @@
+// Twilio's side of the door: signed webhooks and handshakes (anything else → 403, nothing
+// started), the TwiML for each path, a stream only for a call the webhook answered, the status
+// callback, and the bridge wired into the gateway's own server (createStack).
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { getExpectedTwilioSignature } from 'twilio/lib/webhooks/webhooks.js';
+import WebSocket from 'ws';
+import { afterEach, describe, expect, it } from 'vitest';
+import { captureLogger, listenStack } from '../gateway/harness';
+import { filled } from './filled';
+import { ACCOUNT_SID, AUTH_TOKEN, bridgeStack, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
+import { API_KEY } from './peers/realtime-peer';
+import { brain } from './peers/script';
+import { until } from './peers/wait';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+const form = (callSid: string, from = '+351910000001') => ({
+  CallSid: callSid,
+  AccountSid: ACCOUNT_SID,
+  From: from,
+  To: '+351210000000',
+  CallStatus: 'ringing',
+});
+
+describe('phone bridge: Twilio webhooks and the media stream door', () => {
+  it('an invalid or missing signature → 403 and nothing started; a signed call → <Connect><Stream> then the transfer fallback', async () => {
+    s = await bridgeStack();
+    const forged = await s.twilio.placeCall(form('CA0201'), 'bm90IGEgc2lnbmF0dXJl');
+    expect([forged.status, forged.twiml]).toEqual([403, 'invalid Twilio signature']);
+    const other = getExpectedTwilioSignature('another-token', `${PUBLIC_URL}/twilio/voice`, form('CA0201'));
+    expect((await s.twilio.placeCall(form('CA0201'), other)).status).toBe(403);
+    expect((await s.voice.events('CA0201', [])).status).toBe(404); // no call was started
+    expect(s.realtime.attempts).toBe(0);
+
+    const answer = await s.twilio.placeCall(form('CA0201'));
+    expect(answer.status).toBe(200);
+    expect(answer.stream!.url).toBe('wss://voice.example.test/twilio/media');
+    expect(Object.keys(answer.stream!.parameters).sort()).toEqual(['from', 'ticket']);
+    expect(answer.twiml).toMatch(/<\/Connect><Say>[^<]+<\/Say><Dial>\+351211234567<\/Dial><\/Response>$/);
+    expect((await s.voice.events('CA0201', [])).status).toBe(200);
+  });
+
+  it('caller text cannot become TwiML: a hostile From is escaped out of the answer', async () => {
+    s = await bridgeStack();
+    const answer = await s.twilio.placeCall(form('CA0202', '+351"/><Dial>+19005550100</Dial><Say>x'));
+    expect(answer.status).toBe(200);
+    expect(answer.twiml).not.toContain('+1900');
+    expect(answer.twiml.match(/<Dial>/g)).toHaveLength(1);
+  });
+
+  it('the media stream: a bad handshake signature → 403; a stream for a call the webhook did not answer → closed, no realtime session', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const answer = await s.twilio.placeCall(form('CA0203'));
+    await expect(s.twilio.openStream('CA0203', answer, { signature: 'bad' })).rejects.toThrow('HTTP 403');
+    // A valid handshake, but the ticket of another call, or none at all.
+    const stolen = await s.twilio.openStream('CA0299', answer);
+    const closed = await until<{ code: number; reason: string }>(stolen, 'closed');
+    expect(closed).toEqual({ code: 1008, reason: 'not a call this gateway answered' });
+    const none = await s.twilio.openStream('CA0203', answer, { ticket: '' });
+    expect((await until<{ code: number }>(none, 'closed')).code).toBe(1008);
+    expect(s.realtime.attempts).toBe(0);
+    // The answered call itself streams.
+    const call = await s.twilio.openStream('CA0203', answer);
+    await until(s.realtime, 'connection');
+    expect(s.bridge.liveCalls).toBe(1);
+    call.hangUp();
+    await s.endOf('CA0203');
+  });
+
+  it('voicemail hours and the monthly pause answer a short line and hang up, without a stream', async () => {
+    const today = new Intl.DateTimeFormat('en', { weekday: 'short', timeZone: 'Europe/Lisbon' }).format(new Date());
+    const days = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+    const closedDay = days[(days.indexOf(today) + 3) % 7];
+    s = await bridgeStack((c) => (c.meta.business_hours_local = `${closedDay} 10:00-11:00`));
+    const night = await s.twilio.placeCall(form('CA0204'));
+    expect(night.stream).toBeNull();
+    expect(night.twiml).toMatch(/<Say>[^<]+<\/Say><Hangup\/><\/Response>$/);
+    await s.voice.rollup(1_000_000);
+    const paused = await s.twilio.placeCall(form('CA0205'));
+    expect(paused.stream).toBeNull();
+    expect(paused.twiml).toMatch(/<Say>[^<]+<\/Say><Hangup\/>/);
+    expect(paused.twiml).not.toBe(night.twiml);
+  });
+
+  it('a status callback: signature checked; a completed call ends its live session and writes the record', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    await s.twilio.call('CA0206');
+    await until(s.realtime, 'connection');
+    const status = { CallSid: 'CA0206', CallStatus: 'completed', AccountSid: ACCOUNT_SID };
+    const post = (signature: string) =>
+      fetch(`${s!.twilio.opts.gateway}/twilio/status`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-twilio-signature': signature },
+        body: new URLSearchParams(status).toString(),
+      });
+    expect((await post('forged')).status).toBe(403);
+    expect(s.ended).toEqual([]);
+    expect((await post(getExpectedTwilioSignature(AUTH_TOKEN, `${PUBLIC_URL}/twilio/status`, status))).status).toBe(204);
+    expect((await s.endOf('CA0206')).record).toMatchObject({ call_id: 'CA0206', ended_reason: 'caller_hangup' });
+  });
+});
+
+describe('phone bridge inside the gateway (createStack)', () => {
+  const prefix = `test-bridge-stack-${process.pid}`;
+  afterEach(async () => {
+    const redis = new Redis('redis://127.0.0.1:6379/9');
+    const keys = await redis.keys(`${prefix}:*`);
+    if (keys.length) await redis.del(...keys);
+    redis.disconnect();
+  });
+
+  function env(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+    const dir = mkdtempSync(join(tmpdir(), 'bridge-stack-'));
+    const c = filled();
+    c.meta.business_hours_local = 'Mon-Sun 00:00-24:00';
+    writeFileSync(join(dir, 'concierge.json'), JSON.stringify(c));
+    return {
+      CONCIERGE_FILE: join(dir, 'concierge.json'),
+      VOICE_TOKEN: 'voice-secret',
+      QUEUE_STORE_URL: 'redis://127.0.0.1:6379/9',
+      REDIS_PREFIX: prefix,
+      METER_CSV_FILE: join(dir, 'e.csv'),
+      CALLS_CSV_FILE: join(dir, 'calls.csv'),
+      SCOPES_FILE: join(dir, 'none.yaml'),
+      HOT_BASE_URL: 'http://127.0.0.1:9/v1',
+      PUBLIC_URL,
+      OPENAI_API_KEY: API_KEY,
+      TWILIO_ACCOUNT_SID: ACCOUNT_SID,
+      TWILIO_AUTH_TOKEN: AUTH_TOKEN,
+      ...extra,
+    };
+  }
+
+  it('the server takes /twilio/voice and the /twilio/media upgrade; secrets never reach the logs', async () => {
+    const lines: string[] = [];
+    const h = await listenStack(env(), { http: true, worker: false }, captureLogger(lines));
+    try {
+      const body = new URLSearchParams(form('CA0301')).toString();
+      const post = (signature: string) =>
+        fetch(`${h.url}/twilio/voice`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-twilio-signature': signature },
+          body,
+        });
+      expect((await post('')).status).toBe(403);
+      const ok = await post(getExpectedTwilioSignature(AUTH_TOKEN, `${PUBLIC_URL}/twilio/voice`, form('CA0301')));
+      expect(ok.status).toBe(200);
+      expect(ok.headers.get('content-type')).toMatch(/^text\/xml/);
+      expect(await ok.text()).toContain('<Stream url="wss://voice.example.test/twilio/media">');
+      const refused = new WebSocket(`${h.url.replace('http', 'ws')}/twilio/media`, { headers: { 'x-twilio-signature': 'bad' } });
+      const status = await new Promise<number>((r) => refused.once('unexpected-response', (_q, res) => r(res.statusCode!)));
+      expect(status).toBe(403);
+      const elsewhere = new WebSocket(`${h.url.replace('http', 'ws')}/v1/other`);
+      await new Promise((r) => elsewhere.once('error', r));
+    } finally {
+      await h.stop();
+    }
+    const all = lines.join('\n');
+    expect(all).toContain('phone bridge: Twilio webhooks at https://voice.example.test/twilio/voice');
+    expect(all).not.toContain(AUTH_TOKEN);
+    expect(all).not.toContain(API_KEY);
+  });
+
+  it('without PUBLIC_URL the webhooks answer 503 naming what is missing (no values)', async () => {
+    const h = await listenStack(env({ PUBLIC_URL: '' }));
+    try {
+      const res = await fetch(`${h.url}/twilio/voice`, { method: 'POST', body: 'CallSid=CA1' });
+      expect(res.status).toBe(503);
+      const text = await res.text();
+      expect(text).toBe('phone bridge off: PUBLIC_URL is not set');
+    } finally {
+      await h.stop();
+    }
+  });
+});

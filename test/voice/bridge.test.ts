@@ -1,0 +1,175 @@
+// The phone bridge end to end on loopback: a local Twilio (signed webhook, Media Stream playing
+// real µ-law in real time, REST API), the gateway's bridge around the real VoiceService/Workflow
+// (Redis), and a local realtime server following the GA event sequence.
+import { afterEach, describe, expect, it } from 'vitest';
+import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
+import { until } from './peers/wait';
+import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import type { RtConn } from './peers/realtime-peer';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+const firstConn = (stack: BridgeStack) =>
+  stack.realtime.conns[0] ? Promise.resolve(stack.realtime.conns[0]) : until<RtConn>(stack.realtime, 'connection');
+
+describe('phone bridge: the call path', () => {
+  it('configures the realtime session from concierge.json and greets with the consent line', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const call = await s.twilio.call('CA0001');
+    const conn = await firstConn(s);
+    const update = (await clientEvent(conn, 'session.update')).session;
+    const c = s.config;
+    expect(update).toMatchObject({
+      type: 'realtime',
+      model: c.meta.model,
+      output_modalities: ['audio'],
+      include: ['item.input_audio_transcription.logprobs'],
+      audio: {
+        input: { format: { type: 'audio/pcmu' }, turn_detection: { type: 'server_vad' }, transcription: { model: expect.any(String) } },
+        output: { format: { type: 'audio/pcmu' } },
+      },
+    });
+    const text: string = update.instructions;
+    expect(text.indexOf(c.consent.opening_line)).toBeGreaterThan(0);
+    expect(text.indexOf(c.consent.opening_line)).toBeLessThan(text.indexOf('- book'));
+    for (const id of ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail']) expect(text).toContain(`- ${id}:`);
+    for (const q of c.intents[2].on_match.ask!) expect(text).toContain(q);
+    expect(text).toContain(c.intents[3].on_match.say!);
+    expect(text).toContain('recorded');
+    expect(text).toContain('pt-PT');
+    expect(text).toContain('en-GB');
+    expect(text).toContain('+351910000001'); // the caller's number, to confirm rather than ask
+    expect(update.tools.map((t: any) => [t.name, Object.keys(t.parameters.properties)])).toEqual(c.functions.map((f) => [f.name, f.args]));
+    // The model speaks first: the consent line, and the caller hears it.
+    const greet = await clientEvent(conn, 'response.create');
+    expect(greet.response.instructions).toContain(c.consent.opening_line);
+    await until(
+      call,
+      'frame',
+      () => call.marksEchoed.length > 0 && call.playedBytes === call.receivedBytes && call.receivedBytes > 0,
+      'the greeting heard',
+    );
+    call.hangUp();
+    const end = await s.endOf('CA0001');
+    expect(end.ended_reason).toBe('caller_hangup');
+  });
+
+  it('passes the audio through unchanged both ways (µ-law bytes, no transcoding)', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(700);
+    s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'Hello' } });
+    const call = await s.twilio.call('CA0002');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the greeting heard');
+    const words = speak(call, 500);
+    await serverEvent(conn, 'input_audio_buffer.speech_stopped');
+    call.hangUp();
+    await s.endOf('CA0002');
+    const sent = Buffer.concat(call.sent);
+    const got = Buffer.concat(conn.inbound);
+    expect(got.length).toBeGreaterThan(sent.length - 160 * 5); // at most the frames in flight at hang-up
+    expect(got.equals(sent.subarray(0, got.length))).toBe(true);
+    expect(got.indexOf(words)).toBeGreaterThanOrEqual(0);
+    expect(Buffer.concat(call.received).subarray(0, greeting.length).equals(greeting)).toBe(true);
+  });
+
+  it('barge-in: the caller speaks over the assistant → Twilio clear, and the item truncated at what was heard', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(3000);
+    s.realtime.chunkBytes = 320; // 40 ms deltas: a mark every third one (each 100 ms of audio)
+    s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'A long greeting' } });
+    const call = await s.twilio.call('CA0003');
+    const conn = await firstConn(s);
+    const item = (await serverEvent(conn, 'response.output_audio.delta')).item_id;
+    await until(call, 'frame', () => call.playedBytes >= 8000, 'one second of the greeting heard');
+    speak(call, 400);
+    const cleared = await until<{ playedBytes: number }>(call, 'clear');
+    const chunksBefore = call.received.length;
+    const truncate = await clientEvent(conn, 'conversation.item.truncate');
+    const heardMs = cleared.playedBytes / 8;
+    expect(truncate).toMatchObject({ item_id: item, content_index: 0 });
+    // Within a syllable of what the caller heard (marks come back every 100 ms of audio, on a busy machine late).
+    expect(Math.abs(truncate.audio_end_ms - heardMs)).toBeLessThanOrEqual(100);
+    expect(truncate.audio_end_ms).toBeLessThan(3000);
+    // The answer to the caller comes; nothing more of the greeting is sent after the clear.
+    await serverEvent(conn, 'response.done', (e) => e.response.status === 'completed');
+    const later = Buffer.concat(call.received.slice(chunksBefore));
+    expect(later.length).toBeGreaterThan(0);
+    expect(later.indexOf(greeting.subarray(16_000, 16_800))).toBe(-1);
+    call.hangUp();
+    await s.endOf('CA0003');
+  });
+
+  it('a booking by function call reaches the workflow target once although the model repeats the call; the record follows', async () => {
+    s = await bridgeStack();
+    const args = {
+      name: 'Ana',
+      phone: '+351910000001',
+      service: 'cleaning',
+      date: '2026-11-24',
+      time: '10:00',
+      location: 'Lisboa',
+      notes: '',
+    };
+    s.realtime.heardQueue = [
+      { text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 },
+      { text: 'yes please book it', logprob: -0.2 },
+    ];
+    s.realtime.brain = brain({
+      turns: [{ call: { name: 'book_slot', args } }, { call: { name: 'book_slot', args: { ...args } } }],
+      afterOutput: { audio: assistantAudio(300), transcript: 'You are booked.' },
+    });
+    const call = await s.twilio.call('CA0004');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    const outputs: any[] = [];
+    conn.on('client', (e) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output' && outputs.push(e.item));
+    for (let turn = 1; turn <= 2; turn++) {
+      speak(call, 400);
+      await until(conn, 'client', () => outputs.length === turn, `function output ${turn}`);
+      await serverEvent(conn, 'response.done', (e) => e.response.output?.[0]?.type === 'message');
+      await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    }
+    expect(s.hooks.seen.filter((h) => h.path === '/book_slot')).toHaveLength(1);
+    expect(s.hooks.seen[0].body).toMatchObject({ call_id: 'CA0004', function: 'book_slot', args });
+    expect(outputs.map((o) => JSON.parse(o.output))).toEqual([
+      { ok: true, result: { ok: true, booking_id: 'evt-1' } },
+      { ok: true, result: { ok: true, booking_id: 'evt-1' } },
+    ]);
+    // Each output answers its own function call, then the model is asked to go on.
+    const calls = conn.events.filter((e: any) => e.type === 'response.create' && !e.response);
+    expect(calls).toHaveLength(2);
+    call.hangUp();
+    const { record } = await s.endOf('CA0004');
+    expect(record).toMatchObject({
+      call_id: 'CA0004',
+      model: s.config.meta.model,
+      intent_primary: 'book',
+      outcome: 'booking',
+      escalated: false,
+      ended_reason: 'caller_hangup',
+      country: 'PT',
+      turns: 5, // greeting, call, answer, call, answer
+    });
+    expect(record!.confidence_avg).toBeCloseTo((Math.exp(-0.1) + Math.exp(-0.2)) / 2, 3);
+    expect(record!.ttfb_s).toBeGreaterThan(0);
+    expect(record!.duration_s).toBeGreaterThan(1);
+    // The end-of-call path: the record to the meter's calls, the summary to log_to.
+    expect(s.records).toEqual([record]);
+    if (!s.observe.seen.length) await until(s.observe.events, 'request', () => true, 'the observability summary');
+    expect(s.observe.seen[0].body).toMatchObject({ call_id: 'CA0004', status: 'booking', turns: 5, escalated: false });
+    // One meter event per realtime response, through the chat calls' sink; no second audio total.
+    const done = s.meterEvents;
+    expect(done.map((e) => [e.provider, e.model, e.job_id, e.customer_id])).toEqual(
+      Array(5).fill(['openai', s.config.meta.model, 'CA0004', 'acme-dental']),
+    );
+    expect(done.every((e) => e.input_tokens > 0 && e.output_tokens > 0 && e.cost_usd! > 0)).toBe(true);
+    const billed = done.reduce((a, e) => a + e.cost_usd!, 0);
+    expect(record!.est_audio_cost_usd).toBeCloseTo(billed, 6);
+  });
+});

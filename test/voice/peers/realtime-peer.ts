@@ -1,0 +1,285 @@
+// A local realtime model server that follows the Realtime API's GA event sequence over a real
+// WebSocket: it refuses a missing key or an `OpenAI-Beta` header, answers `session.created`,
+// checks and applies `session.update` (GA shape only), runs a server VAD on the µ-law it is sent
+// (speech_started / speech_stopped with the session's silence duration, committed, item created,
+// then the transcription with log-probabilities), creates responses (audio deltas, transcript,
+// function calls, `response.done` with usage), cancels a response the caller talks over, and
+// records every client event for the tests to check. What the "model" says is the test's `brain`.
+import { EventEmitter } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { RealtimeClientEvent, RealtimeSessionCreateRequest } from 'openai/resources/realtime/realtime';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { energy, FRAME_BYTES } from './mulaw';
+
+export const API_KEY = 'test-openai-key';
+
+/** What the model does for one response. */
+export interface Reply {
+  audio?: Buffer;
+  transcript?: string;
+  call?: { name: string; args: Record<string, unknown> };
+  /** Time before the first delta (a slow model). */
+  delayMs?: number;
+  usage?: Record<string, unknown>;
+}
+
+export interface BrainContext {
+  conn: RtConn;
+  /** Why the response exists: VAD at the end of the caller's turn, or the client's response.create. */
+  trigger: 'turn' | 'create';
+  instructions?: string;
+  /** The caller's transcript that ended the turn (for `turn`). */
+  heard?: string;
+}
+
+export interface Heard {
+  text: string;
+  /** Per-token log-probability of the transcription. */
+  logprob: number;
+}
+
+const VOICED = 200; // mean |sample| above this is speech
+
+export class RtConn extends EventEmitter {
+  readonly id: number;
+  session: RealtimeSessionCreateRequest | null = null;
+  /** Caller audio received, decoded from base64 and concatenated. */
+  inbound: Buffer[] = [];
+  inboundBytes = 0;
+  events: RealtimeClientEvent[] = [];
+  private speaking = false;
+  private speechStart = 0;
+  private silentBytes = 0;
+  private carry = Buffer.alloc(0);
+  private active: { id: string; cancelled: boolean } | null = null;
+  private seq = 0;
+
+  constructor(
+    readonly ws: WebSocket,
+    readonly peer: RealtimePeer,
+    id: number,
+  ) {
+    super();
+    this.id = id;
+    ws.on('message', (data) => this.onClient(JSON.parse(String(data)) as RealtimeClientEvent));
+    this.send({ type: 'session.created', session: { type: 'realtime', model: 'gpt-realtime-mini', output_modalities: ['audio'] } });
+  }
+
+  send(e: Record<string, unknown>): void {
+    if (this.ws.readyState !== 1) return;
+    this.ws.send(JSON.stringify({ event_id: `evt_${++this.seq}`, ...e }));
+    this.emit('server', e);
+  }
+
+  /** The server goes away mid-call, as a dropped connection does. */
+  drop(): void {
+    this.ws.terminate();
+  }
+
+  private onClient(e: RealtimeClientEvent): void {
+    this.events.push(e);
+    this.emit('client', e);
+    this.peer.emit('client', { conn: this, event: e });
+    switch (e.type) {
+      case 'session.update':
+        return this.update(e.session as RealtimeSessionCreateRequest);
+      case 'input_audio_buffer.append':
+        return this.audio(Buffer.from(e.audio, 'base64'));
+      case 'response.create':
+        return void this.respond({ trigger: 'create', instructions: e.response?.instructions });
+      case 'response.cancel':
+        if (this.active) this.active.cancelled = true;
+        return;
+      case 'conversation.item.create':
+        return this.send({ type: 'conversation.item.added', item: { id: `item_c${this.seq}`, ...e.item } });
+      case 'conversation.item.truncate':
+        return this.send({ type: 'conversation.item.truncated', item_id: e.item_id, content_index: 0, audio_end_ms: e.audio_end_ms });
+    }
+  }
+
+  private update(s: RealtimeSessionCreateRequest): void {
+    const input = s.audio?.input?.format as { type?: string } | undefined;
+    const output = s.audio?.output?.format as { type?: string } | undefined;
+    if (s.type !== 'realtime' || input?.type !== 'audio/pcmu' || output?.type !== 'audio/pcmu') {
+      return this.send({
+        type: 'error',
+        error: { type: 'invalid_request_error', code: 'invalid_value', message: 'expected the GA session shape' },
+      });
+    }
+    this.session = s;
+    this.send({ type: 'session.updated', session: s });
+  }
+
+  /** Server VAD over 20 ms chunks; positions in ms of the session's audio. */
+  private audio(bytes: Buffer): void {
+    this.inbound.push(bytes);
+    let buf = Buffer.concat([this.carry, bytes]);
+    while (buf.length >= FRAME_BYTES) {
+      this.vad(buf.subarray(0, FRAME_BYTES));
+      buf = buf.subarray(FRAME_BYTES);
+    }
+    this.carry = buf;
+  }
+
+  private vad(frame: Buffer): void {
+    this.inboundBytes += frame.length;
+    const at = this.inboundBytes / 8;
+    const td = this.session?.audio?.input?.turn_detection as { silence_duration_ms?: number; interrupt_response?: boolean } | null;
+    if (!td) return;
+    if (energy(frame) > VOICED) {
+      this.silentBytes = 0;
+      if (this.speaking) return;
+      this.speaking = true;
+      this.speechStart = at - 20;
+      this.send({ type: 'input_audio_buffer.speech_started', audio_start_ms: this.speechStart, item_id: `item_u${this.seq}` });
+      if (this.active && td.interrupt_response !== false) this.active.cancelled = true;
+      return;
+    }
+    if (!this.speaking) return;
+    this.silentBytes += frame.length;
+    if (this.silentBytes / 8 < (td.silence_duration_ms ?? 500)) return;
+    this.speaking = false;
+    const item = `item_u${++this.seq}`;
+    // audio_end_ms includes the silence that ended the turn, as the API documents.
+    this.send({ type: 'input_audio_buffer.speech_stopped', audio_end_ms: at, item_id: item });
+    this.send({ type: 'input_audio_buffer.committed', item_id: item, previous_item_id: null });
+    this.send({ type: 'conversation.item.added', item: { id: item, type: 'message', role: 'user', content: [{ type: 'input_audio' }] } });
+    const heard = this.peer.hear(this);
+    const logprobs = heard.text.split(/\s+/).map((token) => ({ token, logprob: heard.logprob, bytes: [...Buffer.from(token)] }));
+    this.send({
+      type: 'conversation.item.input_audio_transcription.completed',
+      item_id: item,
+      content_index: 0,
+      transcript: heard.text,
+      logprobs,
+      usage: { type: 'duration', seconds: 1 },
+    });
+    void this.respond({ trigger: 'turn', heard: heard.text });
+  }
+
+  private async respond(ctx: Omit<BrainContext, 'conn'>): Promise<void> {
+    if (this.active && !this.active.cancelled) {
+      return this.send({
+        type: 'error',
+        error: { type: 'invalid_request_error', code: 'conversation_already_has_active_response', message: 'busy' },
+      });
+    }
+    const reply = this.peer.brain({ conn: this, ...ctx });
+    if (!reply) return;
+    const id = `resp_${++this.seq}`;
+    const me = { id, cancelled: false };
+    this.active = me;
+    this.send({ type: 'response.created', response: { id, object: 'realtime.response', status: 'in_progress', output: [] } });
+    if (reply.delayMs) await new Promise((r) => setTimeout(r, reply.delayMs));
+    const output = reply.call ? [this.functionCall(id, reply.call)] : [await this.speak(id, me, reply)];
+    const outMs = (reply.audio?.length ?? 0) / 8;
+    const usage = reply.usage ?? {
+      total_tokens: 0,
+      input_tokens: Math.round(this.inboundBytes / 8 / 100) + 50,
+      output_tokens: Math.round(outMs / 50) + 10,
+      input_token_details: { audio_tokens: Math.round(this.inboundBytes / 8 / 100), text_tokens: 50, cached_tokens: 0 },
+      output_token_details: { audio_tokens: Math.round(outMs / 50), text_tokens: 10 },
+    };
+    if (this.active === me) this.active = null;
+    const status = me.cancelled ? 'cancelled' : 'completed';
+    this.send({ type: 'response.done', response: { id, object: 'realtime.response', status, output, usage } });
+  }
+
+  private functionCall(responseId: string, call: { name: string; args: Record<string, unknown> }) {
+    const item = {
+      id: `item_f${++this.seq}`,
+      type: 'function_call',
+      call_id: `call_${this.seq}`,
+      name: call.name,
+      arguments: JSON.stringify(call.args),
+    };
+    this.send({ type: 'response.output_item.added', response_id: responseId, output_index: 0, item: { ...item, arguments: '' } });
+    this.send({
+      type: 'response.function_call_arguments.delta',
+      response_id: responseId,
+      item_id: item.id,
+      output_index: 0,
+      call_id: item.call_id,
+      delta: item.arguments,
+    });
+    this.send({
+      type: 'response.function_call_arguments.done',
+      response_id: responseId,
+      item_id: item.id,
+      output_index: 0,
+      call_id: item.call_id,
+      name: item.name,
+      arguments: item.arguments,
+    });
+    this.send({ type: 'response.output_item.done', response_id: responseId, output_index: 0, item });
+    return item;
+  }
+
+  private async speak(responseId: string, me: { cancelled: boolean }, reply: Reply) {
+    const item = { id: `item_a${++this.seq}`, type: 'message', role: 'assistant', status: 'in_progress' };
+    const base = { response_id: responseId, item_id: item.id, output_index: 0, content_index: 0 };
+    this.send({ type: 'response.output_item.added', response_id: responseId, output_index: 0, item });
+    this.send({ type: 'response.content_part.added', ...base, part: { type: 'audio', transcript: '' } });
+    const audio = reply.audio ?? Buffer.alloc(0);
+    const chunk = this.peer.chunkBytes;
+    for (let i = 0; i < audio.length && !me.cancelled; i += chunk) {
+      this.send({ type: 'response.output_audio.delta', ...base, delta: audio.subarray(i, i + chunk).toString('base64') });
+      if (this.peer.paceMs) await new Promise((r) => setTimeout(r, this.peer.paceMs));
+      else await new Promise((r) => setImmediate(r));
+    }
+    this.send({ type: 'response.output_audio.done', ...base });
+    if (reply.transcript) this.send({ type: 'response.output_audio_transcript.done', ...base, transcript: reply.transcript });
+    this.send({ type: 'response.output_item.done', response_id: responseId, output_index: 0, item: { ...item, status: 'completed' } });
+    return { ...item, status: me.cancelled ? 'incomplete' : 'completed' };
+  }
+}
+
+export class RealtimePeer extends EventEmitter {
+  readonly conns: RtConn[] = [];
+  /** Handshakes seen (refused ones included). */
+  attempts = 0;
+  /** Refuse new connections (HTTP 503), e.g. once the first one dropped. */
+  refuse = false;
+  /** Bytes per audio delta, and a pause between deltas (0: as fast as the socket takes them). */
+  chunkBytes = 800;
+  paceMs = 0;
+  brain: (ctx: BrainContext) => Reply | null = () => null;
+  /** What the transcription hears for each caller turn, in order (then "hello", clearly). */
+  heardQueue: Heard[] = [];
+  private server!: Server;
+  private wss!: WebSocketServer;
+  url = '';
+
+  hear(_conn: RtConn): Heard {
+    return this.heardQueue.shift() ?? { text: 'hello', logprob: -0.05 };
+  }
+
+  async start(): Promise<this> {
+    this.server = createServer((_req, res) => res.writeHead(426).end());
+    this.wss = new WebSocketServer({ noServer: true });
+    this.server.on('upgrade', (req, socket, head) => {
+      this.attempts++;
+      const url = new URL(req.url ?? '/', 'http://x');
+      const refuse = (status: number, why: string) => socket.end(`HTTP/1.1 ${status} ${why}\r\nContent-Length: 0\r\n\r\n`);
+      if (req.headers.authorization !== `Bearer ${API_KEY}`) return refuse(401, 'Unauthorized');
+      if (req.headers['openai-beta']) return refuse(400, 'Beta Not Accepted');
+      if (url.pathname !== '/v1/realtime' || !url.searchParams.get('model')) return refuse(400, 'Bad Request');
+      if (this.refuse) return refuse(503, 'Service Unavailable');
+      this.wss.handleUpgrade(req, socket, head, (ws) => {
+        const conn = new RtConn(ws, this, this.conns.length + 1);
+        this.conns.push(conn);
+        this.emit('connection', conn);
+      });
+    });
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.url = `ws://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1/realtime`;
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    for (const c of this.wss.clients) c.terminate();
+    this.server.closeAllConnections();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
