@@ -111,7 +111,8 @@ export class ClientAuth {
     const hash = token.length === KEY_LENGTH ? hashKey(token) : '';
     const entry = hash ? this.cache.get(hash) : undefined;
     const now = this.now();
-    if (entry && now - entry.checkedAt <= this.maxAgeMs) return this.answer(entry, now);
+    // While the store is unreachable a key known good is answered at once (the timer keeps trying it).
+    if (entry && (now - entry.checkedAt <= this.maxAgeMs || (this.down && entry.key))) return this.answer(entry, now);
     if (!looksLikeKey(token)) return INVALID;
     return this.lookup(hash, now).then(
       (fresh) => this.answer(fresh, now),
