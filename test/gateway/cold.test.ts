@@ -108,8 +108,8 @@ async function until<T>(check: () => Promise<T | undefined | null | false>, ms =
 const job = async (url: string, id: string) => (await (await fetch(`${url}/v1/jobs/${id}`)).json()) as Record<string, any>;
 
 describe('Cold tier', () => {
-  it('every route failing: 202 queued within the time-to-answer, once per idempotency key, one coalesced notice', async () => {
-    env.NOTIFY_WINDOW_MS = '4000'; // both enqueues fall in one window
+  it('every route failing: 202 queued within the time-to-answer, once per idempotency key, the first notice at once', async () => {
+    env.NOTIFY_WINDOW_MS = '60000'; // the second enqueue falls in the first one's window
     const { url, stack } = await up({ worker: false });
     hot.always({ kind: 'status', status: 500 });
     warm.always({ kind: 'status', status: 500 });
@@ -125,11 +125,14 @@ describe('Cold tier', () => {
     expect(await job(url, jobId)).toMatchObject({ id: jobId, state: 'waiting', attempts: 0, customerId: 'acme', reason: 'all_failed' });
     const counts = await redis.llen(`${prefix}:ai-tasks:wait`);
     expect(counts).toBe(2);
-    await stack.notifier.flush(); // the window's end, without waiting for it
-    expect(posted).toHaveLength(1); // two enqueues, one message
-    expect(posted[0].text).toMatch(/AI requests queued \(Cold tier\) \(2\)/);
+    await until(async () => posted.length === 1); // the first enqueue's notice, without waiting for the window
+    expect(posted[0].text).toMatch(/^AI requests queued \(Cold tier\)\nJobs \(1\): llm-/);
     expect(posted[0].text).toContain(jobId);
-    expect(posted[0].text).toMatch(/Tenants: acme, beta/);
+    expect(posted[0].text).toMatch(/Tenants: acme\n/);
+    await stack.notifier.flush(); // the window's end, without waiting for it
+    expect(posted).toHaveLength(2); // the second enqueue: one follow-up
+    expect(posted[1].text).toMatch(/AI requests queued \(Cold tier\) \(1 more since the first notice\)/);
+    expect(posted[1].text).toMatch(/Tenants: beta/);
     expect((await fetch(`${url}/v1/jobs/nope`)).status).toBe(404);
   });
 
