@@ -16,7 +16,7 @@ import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, re
 import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
+import { CSV_HEADER, CSV_TEXT_MARK, EVENT_FIELDS, TEXT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
 import { removeEmptiedPartitions } from './expire';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, selectTypedGuarded } from './event-sql';
@@ -161,13 +161,22 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   }
 }
 
-/** The CSV as text columns (typing is ours, so the errors can say what was expected). */
+/**
+ * The CSV as text columns (typing is ours, so the errors can say what was expected), each text
+ * field back to the text that was sent: CSV writers mark formula-looking text (schema's csvField),
+ * one leading mark is dropped here.
+ */
 function readCsv(file: string): string {
   const columns = EVENT_FIELDS.map((f) => `${lit(f)}: 'VARCHAR'`).join(', ');
-  return (
+  const source =
     `read_csv(${lit(file)}, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"', ` +
-    `columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`
+    `columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`;
+  const text = new Set<string>(TEXT_FIELDS);
+  const mark = lit(CSV_TEXT_MARK);
+  const restored = EVENT_FIELDS.map((f) =>
+    text.has(f) ? `CASE WHEN starts_with("${f}", ${mark}) THEN substr("${f}", 2) ELSE "${f}" END AS "${f}"` : `"${f}"`,
   );
+  return `(SELECT ${restored.join(', ')} FROM ${source})`;
 }
 
 /** Slow path, only for a file that failed the check: every problem with its line (header = line 1). */

@@ -244,10 +244,19 @@ export function formatTimestamp(date: Date): string {
   return date.toISOString();
 }
 
-/** One CSV field, quoted when it holds a comma, quote or line break (RFC 4180). */
+/**
+ * The mark put before text a spreadsheet would run as a formula (a leading `=`, `+`, `-`, `@`, tab
+ * or carriage return: OWASP's CSV-injection rule), and before text that starts with the mark itself,
+ * so a reader gets the exact text back by dropping one leading mark (archive/convert.ts does).
+ */
+export const CSV_TEXT_MARK = "'";
+const NEEDS_MARK = /^[=+\-@\t\r']/;
+
+/** One CSV field: text neutralised (CSV_TEXT_MARK), quoted when it holds a comma, quote or line break (RFC 4180). */
 export function csvField(value: unknown): string {
   if (value === null || value === undefined) return '';
-  const text = Object.prototype.toString.call(value) === '[object Date]' ? formatTimestamp(value as Date) : String(value);
+  let text = Object.prototype.toString.call(value) === '[object Date]' ? formatTimestamp(value as Date) : String(value);
+  if (typeof value === 'string' && NEEDS_MARK.test(text)) text = CSV_TEXT_MARK + text;
   return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
