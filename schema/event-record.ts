@@ -106,7 +106,7 @@ export function fieldKind(field: EventField): FieldKind {
 export const TEXT_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIELD_KIND[f] === 'text' || FIELD_KIND[f] === 'id');
 
 /** Longest text a field may hold. Long enough for any id or code, short enough to keep prompts out. */
-const MAX_TEXT_LENGTH = 1000;
+export const MAX_TEXT_LENGTH = 1000;
 /** event_id characters: what UUIDs and common id schemes use. Keeps ids safe to search for. */
 const EVENT_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 /** RFC 3339 date-time: date, `T` (or space), time, optional fraction, `Z` or an offset. */

@@ -24,13 +24,14 @@ export interface CallFacts {
 
 export class CallMeter {
   constructor(
-    private readonly send: (event: EventRecord) => void,
+    private readonly send: (event: EventRecord) => Promise<void>,
     private readonly warn: (message: string) => void,
   ) {}
 
-  record(f: CallFacts): void {
+  /** Sends the call's event; resolves once it is durable (the meter sink's spool or CSV). */
+  record(f: CallFacts): Promise<void> {
     const cost = f.usage ? costUsd(f.provider, f.model, f.usage, this.warn) : 0;
-    this.send({
+    return this.send({
       event_id: randomUUID(),
       timestamp: new Date(),
       actor_type: 'agent',

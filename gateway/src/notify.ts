@@ -10,7 +10,7 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import { retrying, type RetryPolicy } from './backoff';
 
-export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review';
+export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review' | 'meter_backlog';
 
 export interface Notice {
   kind: NoticeKind;
@@ -41,6 +41,8 @@ const NEXT_ACTION: Record<NoticeKind, string> = {
     'These jobs used all 5 attempts. Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>`, and tell the client if needed (degraded > 15 min).',
   human_review:
     'A person must answer these: spend caps are exceeded and the caller needs an answer. Find them with `npm run ops -- status`.',
+  meter_backlog:
+    "Meter events are piling up on this gateway's disk (nothing is dropped). Check METER_URL, METER_TOKEN and the web app's deployment, and the free space of METER_SPOOL_DIR; GET /health shows the backlog.",
 };
 
 const TITLE: Record<NoticeKind, string> = {
@@ -48,6 +50,7 @@ const TITLE: Record<NoticeKind, string> = {
   paused: 'AI work paused by the budget guardrail',
   dead_lettered: 'Queued AI jobs dead-lettered',
   human_review: 'AI requests routed to human review',
+  meter_backlog: 'Meter events not delivered: spool over its limit',
 };
 
 /** A window of one kind: its first notice went out at once; later ones wait here for the follow-up. */
@@ -61,7 +64,7 @@ const MAX_ITEM_CHARS = 200;
 const cut = (text: string) => (text.length > MAX_ITEM_CHARS ? `${text.slice(0, MAX_ITEM_CHARS)}…` : text);
 
 /** Slack's mrkdwn reads `<…>` as links and mentions (`<!channel>`); caller text is escaped as Slack documents. */
-export function slackEscape(text: string): string {
+function slackEscape(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 

@@ -87,7 +87,10 @@ export class Pipeline {
     this.deps.metrics.countRequest(outcome.route.tier, outcome.upstream.status);
     const headers = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
     if (outcome.kind === 'answer' && outcome.upstream.rest) return this.relayStream(ctx, outcome, res, headers, gone);
-    if (outcome.kind === 'answer') outcome.settleWhole();
+    if (outcome.kind === 'answer') {
+      outcome.settleWhole();
+      await outcome.durable; // the call's event on disk before its answer is released
+    }
     const type = outcome.upstream.headers['content-type'];
     sendBody(res, outcome.upstream.status, outcome.upstream.body!, typeof type === 'string' ? type : 'application/json', headers);
   }
@@ -139,8 +142,11 @@ export class Pipeline {
     res.flushHeaders();
     const started = performance.now();
     const wantsUsage = (ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true;
-    const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, wantsUsage);
-    const code = !relay.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
-    answer.settle({ ok: !relay.broken, usage: relay.usage, code, relayMs: performance.now() - started });
+    // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
+    await relaySse(answer.upstream.first!, answer.upstream.rest!, res, wantsUsage, undefined, (relay) => {
+      const code = !relay.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
+      answer.settle({ ok: !relay.broken, usage: relay.usage, code, relayMs: performance.now() - started });
+      return answer.durable;
+    });
   }
 }

@@ -22,8 +22,8 @@ export interface RequestPathOptions {
   map: RoutesMapConfig;
   scopes: Scopes;
   keyFor: KeyFor;
-  /** Where meter events go (the meter sink, teed into spend and token budgets by the wiring). */
-  sendEvent: (event: EventRecord) => void;
+  /** Where meter events go (the meter sink, teed into spend and token budgets by the wiring); resolves once durable. */
+  sendEvent: (event: EventRecord) => Promise<void>;
   flags: FlagStore;
   log: Logger;
   now?: Clock;

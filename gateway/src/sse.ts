@@ -62,6 +62,8 @@ export async function relaySse(
   res: ServerResponse,
   clientWantsUsage: boolean,
   stallMs = STALL_MS,
+  /** Runs before the response ends (the call's meter event is made durable first). */
+  beforeEnd?: (result: RelayResult) => Promise<void>,
 ): Promise<RelayResult> {
   const result: RelayResult = { usage: null, broken: false, sawDone: false };
   let out = '';
@@ -102,6 +104,7 @@ export async function relaySse(
     };
     if (!res.destroyed) res.write(`data: ${JSON.stringify(error)}\n\n`);
   }
+  await beforeEnd?.(result);
   res.end();
   return result;
 }

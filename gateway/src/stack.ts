@@ -106,13 +106,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     burnCap: env.BURN_7D_CAP_USD,
     warn: (m) => log.warn(m),
   });
-  const meter = teeMeter(createMeterSink(env, log), spend, limiter);
   const notifier = new Notifier(map.cold.notify, {
     windowMs: options.notifyWindowMs ?? env.NOTIFY_WINDOW_MS,
     smtpUrl: env.SMTP_URL,
     onCall: env.ON_CALL,
     log,
   });
+  const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
+  const meter = teeMeter(createMeterSink(env, log, backlog), spend, limiter);
   describeStart(log, { env, map, routesFile, scopes, stores, cappedProvider });
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
@@ -133,6 +134,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
 
   const health = async () => ({
+    meter_sink: meter.status(),
     paused: pause.paused(),
     capped_provider: cappedProvider,
     queue: await queue.counts().catch(() => 'unreachable'),
@@ -193,12 +195,13 @@ function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']
   return {
     kind: sink.kind,
     send(event) {
-      sink.send(event);
       spend.record(event.cost_usd);
       limiter.spendTokens(event.provider, event.input_tokens + event.output_tokens);
+      return sink.send(event);
     },
     flush: () => sink.flush(),
     close: () => sink.close(),
+    status: () => sink.status(),
   };
 }
 

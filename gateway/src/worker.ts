@@ -58,7 +58,10 @@ async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult
     skip: (r) => deps.pause.paused() && deps.skipWhilePaused(r),
   });
   if (outcome.kind === 'exhausted') throw new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
-  if (outcome.kind === 'answer') outcome.settleWhole();
+  if (outcome.kind === 'answer') {
+    outcome.settleWhole();
+    await outcome.durable; // the call's event on disk before the job completes with its answer
+  }
   const text = outcome.upstream.body?.toString('utf8') ?? '';
   let body: unknown = text;
   try {

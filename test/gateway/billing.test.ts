@@ -1,15 +1,19 @@
-// Billing data the gateway writes, under hostile input: caller text that a spreadsheet would run as
-// a formula, headers longer than the event record allows.
-import { mkdtempSync } from 'node:fs';
+// Billing data the gateway writes, under faults and hostile input: a process killed right after
+// its answers, caller text that a spreadsheet would run as a formula, headers longer than the event
+// record allows.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { lit, openDuck } from '../../archive/duck';
 import { formatRows, reportSql } from '../../archive/reports';
+import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
 import { chat, mapOf, startGateway, type TestGateway } from './harness';
 
+const root = join(import.meta.dirname, '..', '..');
 let hot: FakeProvider;
 let gw: TestGateway | undefined;
 beforeEach(async () => {
@@ -64,5 +68,117 @@ describe('formula text from callers', () => {
     } finally {
       duck.close();
     }
+  });
+});
+
+describe('headers longer than the event record allows', () => {
+  it('are refused 400 at admission, naming the header, before any provider is called; at the limit they pass', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    for (const name of ['x-customer-id', 'x-job-id', 'x-user-id']) {
+      const res = await chat(gw.url, undefined, { [name]: 'c'.repeat(1001) });
+      expect(res.status).toBe(400);
+      expect(res.json().error.message).toBe(`${name}: expected at most 1000 characters (the meter event's limit), got 1001`);
+    }
+    const model = await chat(gw.url, { model: 'm'.repeat(1001), messages: [{ role: 'user', content: 'hi' }] });
+    expect(model.status).toBe(400);
+    expect(model.json().error.message).toMatch(/^model: /);
+    expect(hot.received).toHaveLength(0);
+    const atLimit = await chat(gw.url, undefined, { 'x-customer-id': 'c'.repeat(1000) });
+    expect(atLimit.status).toBe(200);
+    await gw.meter.flush();
+    expect(gw.events().map((e) => e.customer_id.length)).toEqual([1000]);
+  });
+});
+
+/** Waits for a condition another process makes true; fails after `ms`. */
+async function until<T>(what: string, probe: () => T | Promise<T>, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** The built gateway as a child process; `kill -9` it right after the answers of `n` requests (30 at a time). */
+async function answersThenKill(env: Record<string, string>, n: number): Promise<string[]> {
+  const dir = mkdtempSync(join(tmpdir(), 'kill9-'));
+  const routes = join(dir, 'routes.json');
+  writeFileSync(
+    routes,
+    JSON.stringify({
+      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    }),
+  );
+  const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+    cwd: root,
+    env: { PATH: process.env.PATH, PORT: '0', ROUTES_FILE: routes, WORKER: 'off', SCOPES_FILE: join(dir, 'none.yaml'), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  const exited = new Promise((r) => child.on('exit', r));
+  const port = await until('the gateway to listen', () => /listening on :(\d+)/.exec(out)?.[1]);
+  const answered: string[] = [];
+  let next = 0;
+  const client = async () => {
+    while (next < n) {
+      const id = `job-${next++}`;
+      const res = await chat(`http://127.0.0.1:${port}`, undefined, { 'x-job-id': id });
+      if (res.status === 200) answered.push(id);
+    }
+  };
+  await Promise.all(Array.from({ length: 30 }, client));
+  child.kill('SIGKILL'); // as an OOM kill or a node eviction would, right after the last answer
+  await exited;
+  return answered;
+}
+
+describe('an answer is released after its event is on disk', () => {
+  it('whole and streamed: when the client has the answer, the CSV has the call (no flush)', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const whole = await chat(gw.url, undefined, { 'x-job-id': 'whole' });
+    expect(whole.status).toBe(200);
+    expect(readFileSync(gw.csv, 'utf8')).toContain(',whole,');
+    hot.always({ kind: 'stream', chunks: 5 });
+    const streamed = await chat(
+      gw.url,
+      { model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true },
+      { 'x-job-id': 'streamed' },
+    );
+    expect(streamed.text).toContain('data: [DONE]');
+    expect(readFileSync(gw.csv, 'utf8')).toMatch(/,streamed,[^\n]*,$/m); // its line, error_code empty: a complete call
+  });
+});
+
+describe('a gateway killed right after answering (kill -9)', () => {
+  it('web-app sink: every answered call has its event in the spool', async () => {
+    const meter = await new FakeMeterWebApp().start();
+    meter.mode = 'busy'; // the meter cannot take events now: they wait in the spool
+    const spoolDir = mkdtempSync(join(tmpdir(), 'kill9-spool-'));
+    try {
+      const answered = await answersThenKill({ METER_URL: meter.url, METER_TOKEN: 'tok', METER_SPOOL_DIR: spoolDir }, 300);
+      expect(answered).toHaveLength(300);
+      const spooled = existsSync(join(spoolDir, 'spool.jsonl'))
+        ? readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8')
+            .trim()
+            .split('\n')
+            .map((l) => JSON.parse(l).job_id as string)
+        : [];
+      expect(answered.filter((id) => !spooled.includes(id))).toEqual([]); // none lost
+    } finally {
+      await meter.stop();
+    }
+  });
+
+  it('local CSV sink: every answered call has its line in the CSV', async () => {
+    const csv = join(mkdtempSync(join(tmpdir(), 'kill9-csv-')), 'events.csv');
+    const answered = await answersThenKill({ METER_CSV_FILE: csv }, 300);
+    expect(answered).toHaveLength(300);
+    const lines = existsSync(csv) ? readFileSync(csv, 'utf8') : '';
+    expect(answered.filter((id) => !lines.includes(`,${id},`))).toEqual([]); // none lost
   });
 });
