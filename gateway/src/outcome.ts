@@ -59,6 +59,7 @@ export class Answer {
       provider,
       model: this.model,
       region,
+      route: this.route.label,
       latencyMs: this.upstream.latencyMs + (s.relayMs ?? 0),
       usage: s.usage,
       errorCode: code,

@@ -45,7 +45,11 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
   const routes = buildRoutes(o.map, { ...o.breaker, now: o.now ?? Date.now });
   for (const r of routes) r.breaker.onChange((state) => o.log.warn({ route: r.label, breaker: state }, `breaker ${state}`));
   const metrics = new GatewayMetrics(routes);
-  const meter = new CallMeter(o.sendEvent, (m) => o.log.warn(m));
+  const meter = new CallMeter(
+    o.sendEvent,
+    (m) => o.log.warn(m),
+    (route) => metrics.countUnpriced(route),
+  );
   const failover = new Failover({ routes, keyFor: o.keyFor, meter, metrics, now: o.now });
   const pipeline = new Pipeline({
     failover,

@@ -11,7 +11,7 @@ import { lit, openDuck } from '../../archive/duck';
 import { formatRows, reportSql } from '../../archive/reports';
 import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
-import { chat, mapOf, startGateway, type TestGateway } from './harness';
+import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
 
 const root = join(import.meta.dirname, '..', '..');
 let hot: FakeProvider;
@@ -136,6 +136,35 @@ async function answersThenKill(env: Record<string, string>, n: number): Promise<
   await exited;
   return answered;
 }
+
+describe('numbers that cannot be money', () => {
+  it('a model without a known price: its event says UNPRICED with an empty cost (never $0), counted in /metrics and /health', async () => {
+    const map = { ...mapOf([hot.url]), hot: [{ provider: 'openai', model: 'house-model-7', baseUrl: hot.url }] };
+    gw = await startGateway(map);
+    for (let i = 0; i < 2; i++) expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.model, e.cost_usd, e.error_code])).toEqual([
+      ['house-model-7', '', 'UNPRICED'],
+      ['house-model-7', '', 'UNPRICED'],
+    ]);
+    const auth = { authorization: `Bearer ${ADMIN}` };
+    const metrics = await (await fetch(`${gw.url}/metrics`, { headers: auth })).text();
+    expect(metrics).toContain('gateway_unpriced_calls_total{route="hot:openai:house-model-7"} 2');
+    const health = (await (await fetch(`${gw.url}/health`, { headers: auth })).json()) as Record<string, unknown>;
+    expect(health.unpriced_calls).toEqual({ total: 2, by_route: { 'hot:openai:house-model-7': 2 } });
+  });
+
+  it('provider usage that cannot be a count or a cost: the event carries counts and a cost the meter takes', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.always({ kind: 'ok', usage: { prompt_tokens: -12, completion_tokens: 2.5, cost: -3 } as any });
+    expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    const [e] = gw.events();
+    expect([e.input_tokens, e.output_tokens]).toEqual(['0', '3']);
+    expect(Number(e.cost_usd)).toBeGreaterThanOrEqual(0); // priced from the list, not the reported -3
+    expect(e.cost_usd).not.toBe('');
+  });
+});
 
 describe('an answer is released after its event is on disk', () => {
   it('whole and streamed: when the client has the answer, the CSV has the call (no flush)', async () => {

@@ -284,7 +284,7 @@ describe('streaming failures', () => {
 });
 
 describe('meter events', () => {
-  it('one event per provider call with usage, latency, cost, job and customer; unpriced models leave cost empty', async () => {
+  it('one event per provider call with usage, latency, cost, job and customer; unpriced models leave cost empty and say UNPRICED', async () => {
     gw = await startGateway(mapOf([hot1.url], [warmA.url], { warm: [{ provider: 'acme', model: 'acme-private-1', baseUrl: warmA.url }] }));
     hot1.next({ kind: 'status', status: 503 }, { kind: 'status', status: 503 }, { kind: 'status', status: 503 });
     await chat(gw.url, undefined, { 'x-job-id': 'job-9', 'x-customer-id': 'cust-3' });
@@ -302,7 +302,7 @@ describe('meter events', () => {
       job_id: 'job-9',
       customer_id: 'cust-3',
       actor_type: 'agent',
-      error_code: '',
+      error_code: 'UNPRICED', // flagged, never a silent $0
     });
     expect(gw.logs.join('')).toContain('no price known for acme/acme-private-1');
     const priced = events[4];

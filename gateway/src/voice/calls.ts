@@ -92,7 +92,9 @@ export class VoiceService {
         const e = raw as VoiceEvent | { type: 'billing.monthly_rollup'; monthly_usd: number };
         if (!e || typeof e !== 'object') problem = `events[${i}]: expected an event object`;
         else if (e.type === 'billing.monthly_rollup') {
-          if (typeof e.monthly_usd !== 'number' || e.monthly_usd < 0) problem = `events[${i}].monthly_usd: expected a number >= 0`;
+          // JSON's 1e309 parses as Infinity: finite only.
+          if (typeof e.monthly_usd !== 'number' || !Number.isFinite(e.monthly_usd) || e.monthly_usd < 0)
+            problem = `events[${i}].monthly_usd: expected a finite number >= 0`;
           else rollup = e.monthly_usd;
         } else {
           try {
