@@ -34,11 +34,11 @@ const KEEP_SENT = 100;
 
 const NEXT_ACTION: Record<NoticeKind, string> = {
   enqueued:
-    'Retried automatically by the worker: 5 attempts, backoff 1, 2, 4, 8 s. Clients poll GET /v1/jobs/<id>. If jobs dead-letter, move them back with `npm run ops -- dlq move <id>`.',
+    'Retried automatically by the worker: 5 real tries (backoff 1, 2, 4, 8 s); while every route is open or the budget pause is on, jobs wait without spending tries, for up to 24 h. Clients poll GET /v1/jobs/<id>. If jobs dead-letter, move them back with `npm run ops -- dlq move <id>`.',
   paused:
     'Queued work is paused until an operator resumes it: POST /budget/resume or `npm run ops -- resume`. Live requests avoid the capped provider.',
   dead_lettered:
-    'These jobs used all 5 attempts. Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>`, and tell the client if needed (degraded > 15 min).',
+    'These jobs used all 5 tries, waited 24 h for a route, or were refused as malformed (the last error says which). Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>` (kept 30 days), and tell the client if needed (degraded > 15 min).',
   human_review:
     'A person must answer these: spend caps are exceeded and the caller needs an answer. Find them with `npm run ops -- status`.',
   meter_backlog:

@@ -27,8 +27,8 @@ import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
 import { createStores, type Stores } from './stores';
 import { createVoice, loadVoice, voiceOptions, type Voice } from './voice';
-import { startBullWorker, startMemoryWorker, type ColdWorker } from './worker';
-import type { MemoryColdQueue } from './cold-queue';
+import { startWorker, type ColdWorker } from './worker';
+import type { BullColdQueue, MemoryColdQueue } from './cold-queue';
 
 /**
  * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
@@ -62,6 +62,8 @@ export interface StackOptions {
   /** Breaker and notification timings (the Lisbon drill shortens them; documented there). */
   breaker?: { openMs?: number };
   notifyWindowMs?: number;
+  /** Cold timings: a job's backoff, how long it may be deferred, how often a deferred job looks again (tests, the drill). */
+  cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number };
 }
 
 /** With nothing configured (no key, no endpoint, no map) and outside production: the demo providers. */
@@ -97,7 +99,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const voiceLoaded = loadVoice(voiceOptions(env), env.production);
   const { map, file: routesFile, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
-  const stores = createStores(env, map);
+  const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
   const { redis, flags, pause, queue, limiter } = stores;
   const spend = new SpendWatch({
     meterUrl: env.METER_URL,
@@ -141,12 +143,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   });
   const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, coldDeps, voice, health }) : null;
 
-  const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
-  const worker = !options.worker
-    ? null
-    : redis
-      ? startBullWorker(redis, stores.prefix, workerDeps)
-      : startMemoryWorker(queue as MemoryColdQueue, workerDeps);
+  const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log, ...options.cold };
+  const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;
   if (worker) log.info('worker: running in this process');
 
   return {

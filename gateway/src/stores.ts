@@ -5,7 +5,7 @@
  */
 import { Redis } from 'ioredis';
 import { MemoryPause, RedisPause, type PauseFlag } from './budget';
-import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
+import { BullColdQueue, MemoryColdQueue, type ColdQueue, type QueueOptions } from './cold-queue';
 import type { GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
@@ -22,7 +22,7 @@ export interface Stores {
   limiter: Limiter;
 }
 
-export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
+export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions: QueueOptions = {}): Stores {
   if (!env.QUEUE_STORE_URL && env.production) {
     throw new ConfigError('QUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)');
   }
@@ -34,7 +34,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
       prefix,
       flags: new LocalFlags(map.flags),
       pause: new MemoryPause(),
-      queue: new MemoryColdQueue(),
+      queue: new MemoryColdQueue(queueOptions),
       limiter: new MemoryLimiter(limits),
     };
   }
@@ -44,7 +44,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
     prefix,
     flags: new RedisFlags(map.flags, redis, `${prefix ?? 'gateway'}:flags`),
     pause: new RedisPause(redis),
-    queue: new BullColdQueue(redis, prefix),
+    queue: new BullColdQueue(redis, prefix, queueOptions),
     limiter: new RedisLimiter(redis, prefix ?? 'gateway', limits),
   };
 }
