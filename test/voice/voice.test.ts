@@ -300,6 +300,25 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect(ttl).toBeGreaterThan(3600);
   });
 
+  it('40 concurrent events for one call through two instances: every one 200, none lost', async () => {
+    const a = await up();
+    const b = await up();
+    await post(a.url, '/v1/voice/calls', { call_id: 'call-40', from: '+351900000000', at: '2026-11-23T10:00:00Z' });
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        post(i % 2 ? a.url : b.url, '/v1/voice/calls/call-40/events', { type: 'user.audio_frame', ms: 20 }),
+      ),
+    );
+    expect(answers.map((r) => r.status)).toEqual(Array(40).fill(200));
+    const seen = await Promise.all(answers.map(async (r) => ((await r.json()) as { state: { inputMs: number } }).state.inputMs));
+    expect([...seen].sort((x, y) => x - y)).toEqual(Array.from({ length: 40 }, (_, i) => 20 * (i + 1))); // each saw its own frame and those before
+    const last = (await (await post(a.url, '/v1/voice/calls/call-40/events', { type: 'user.audio_frame', ms: 20 })).json()) as {
+      state: { inputMs: number };
+    };
+    expect(last.state.inputMs).toBe(41 * 20);
+    expect(await redis.llen(`${prefix}:voice:call:call-40:changes`)).toBe(0); // every change folded into the saved call
+  });
+
   it('numbers that cannot be money are refused 400 naming the field; the call’s cost stays finite and >= 0', async () => {
     const { url } = await up();
     await post(url, '/v1/voice/calls', { call_id: 'call-n', from: '+351900000000', at: '2026-11-23T10:00:00Z' });

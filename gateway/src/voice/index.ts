@@ -16,7 +16,7 @@ import { ConfigError } from '../errors';
 import { CsvSink, type MeterSink } from '../meter-sink';
 import { WebAppSink } from '../meter-web-app';
 import { MemoryVoiceStore, RedisVoiceStore } from './call-store';
-import { VoiceService } from './calls';
+import { callReducer, VoiceService } from './calls';
 import { lintFile, loadConcierge, type Concierge } from './config';
 import { mountVoice } from './endpoints';
 import { DEFAULT_RATES_FILE, readRates } from './rates';
@@ -130,7 +130,7 @@ export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
   workflow.startDeadLetterRetry();
   const service = new VoiceService({
     config,
-    store: redis ? new RedisVoiceStore(redis, prefix) : new MemoryVoiceStore(),
+    store: redis ? new RedisVoiceStore(redis, prefix, callReducer(config)) : new MemoryVoiceStore(callReducer(config)),
     log: say,
     workflow,
     afterCall: {
