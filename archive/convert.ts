@@ -19,6 +19,7 @@ import { pipeline } from 'node:stream/promises';
 import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
+import { removeEmptiedPartitions } from './expire';
 
 export interface ConvertOptions {
   out: string;
@@ -211,18 +212,11 @@ function publish(staged: string, out: string, replaced: string[], partition: boo
     placed.push(dest);
   }
   const kept = new Set(placed);
-  for (const f of replaced) if (!kept.has(f)) rmSync(f, { force: true });
-  if (partition) removeEmptyDirs(out);
-  return placed;
-}
-
-function removeEmptyDirs(dir: string): boolean {
-  let empty = true;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    if (entry.isDirectory() && !entry.name.startsWith('.archive-tmp-')) {
-      if (!removeEmptyDirs(join(dir, entry.name))) empty = false;
-      else rmSync(join(dir, entry.name), { recursive: true });
-    } else empty = false;
+  for (const f of replaced) {
+    if (kept.has(f)) continue;
+    rmSync(f, { force: true });
+    // Only the partition folders this emptied; every other folder in the archive stays.
+    if (partition) removeEmptiedPartitions(out, f);
   }
-  return empty;
+  return placed;
 }

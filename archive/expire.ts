@@ -2,11 +2,18 @@
  * `npm run archive:expire`: removes archive files whose day is older than the long window
  * (180 days by the specification). A file's day is in its name (`events_<yyyymmdd>…parquet`), so nothing
  * has to be opened. The object-store equivalent is a lifecycle rule (see README).
+ *
+ * Only what the archive writes is touched: day files flat in the folder or in its partition
+ * folders (`provider=<p>/day=<yyyymmdd>/`), and a partition folder only once removing its last
+ * file emptied it. Other files and folders in the archive folder, empty or not, stay.
  */
-import { readdirSync, rmSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { readdirSync, rmdirSync, rmSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
+const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
+/** The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. */
+const PARTITION_DIR = /^(provider=.+|day=\d{8})$/;
 
 export interface ExpireResult {
   removed: string[];
@@ -14,29 +21,46 @@ export interface ExpireResult {
   cutoff: string;
 }
 
+const subdirs = (dir: string, shape: RegExp) =>
+  readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && shape.test(e.name))
+    .map((e) => join(dir, e.name));
+
+/**
+ * After the archive removed `file`: its partition folders, innermost first, each only if that
+ * left it empty. Stops at the first folder that is not a partition folder or still holds anything.
+ */
+export function removeEmptiedPartitions(root: string, file: string): void {
+  for (let dir = dirname(file); dir !== root && dir.startsWith(`${root}/`) && PARTITION_DIR.test(basename(dir)); dir = dirname(dir)) {
+    if (readdirSync(dir).length > 0) return;
+    rmdirSync(dir);
+  }
+}
+
 /** Removes files of days strictly before `today − days` (UTC). `dryRun` only lists them. */
 export function expireArchive(archive: string, days: number, now = new Date(), dryRun = false): ExpireResult {
   if (!Number.isInteger(days) || days < 1) throw new Error(`--days: expected a whole number >= 1, got ${days}`);
   const today = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate());
   const cutoff = new Date(today - days * 86_400_000).toISOString().slice(0, 10).replace(/-/g, '');
+  const root = resolve(archive);
   const removed: string[] = [];
   let kept = 0;
-  const walk = (dir: string) => {
+  // The archive's own places: the folder itself (flat layout) and provider=<p>/day=<yyyymmdd>/.
+  const places = [root, ...subdirs(root, /^provider=.+$/).flatMap((p) => subdirs(p, /^day=\d{8}$/))];
+  for (const dir of places) {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const day = entry.isFile() ? DAY_FILE.exec(entry.name)?.[1] : undefined;
+      if (!day) continue;
       const path = join(dir, entry.name);
-      if (entry.isDirectory()) {
-        walk(path);
-        if (!dryRun && readdirSync(path).length === 0) rmSync(path, { recursive: true });
+      if (day >= cutoff) {
+        kept++;
         continue;
       }
-      const day = /^events_(\d{8})(_\d+)?\.parquet$/.exec(entry.name)?.[1];
-      if (!day) continue;
-      if (day < cutoff) {
-        removed.push(path);
-        if (!dryRun) rmSync(path);
-      } else kept++;
+      removed.push(path);
+      if (dryRun) continue;
+      rmSync(path);
+      removeEmptiedPartitions(root, path);
     }
-  };
-  walk(resolve(archive));
+  }
   return { removed, kept, cutoff: `${cutoff.slice(0, 4)}-${cutoff.slice(4, 6)}-${cutoff.slice(6)}` };
 }

@@ -111,7 +111,7 @@ export function fieldKind(field: EventField): FieldKind {
 export const TEXT_FIELDS: readonly EventField[] = EVENT_FIELDS.filter((f) => FIELD_KIND[f] === 'text' || FIELD_KIND[f] === 'id');
 
 /** Longest text a field may hold. Long enough for any id or code, short enough to keep prompts out. */
-const MAX_TEXT_LENGTH = 1000;
+export const MAX_TEXT_LENGTH = 1000;
 /**
  * How far ahead of the meter's clock an event may be stamped (senders' clocks drift). Beyond it the
  * event is refused: a row from the future would count as today's spend for ever and hold back the

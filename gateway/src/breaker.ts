@@ -141,6 +141,19 @@ export class Breaker {
     }
   }
 
+  /**
+   * The earliest time a call may go: now when closed; when the open period ends; in half-open the
+   * next probe slot (a probe under way: a second later, when its answer is usually known).
+   */
+  nextCallAt(): number {
+    const state = this.state();
+    const now = this.now();
+    if (state === 'closed') return now;
+    if (state === 'open') return this.openedAt + this.openMs;
+    if (this.probeInFlight) return now + Math.min(1000, this.openMs);
+    return Math.max(now, this.lastProbeAt + this.openMs);
+  }
+
   /** Total time spent open, including the current open period. */
   secondsOpen(): number {
     const current = this.current === 'open' ? this.now() - this.openedAt : 0;

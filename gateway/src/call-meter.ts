@@ -1,6 +1,12 @@
 /**
  * One meter event per provider call (and one per request sent to the queue by spend-cap
  * routing), in the shared event record's shape. The one place the gateway builds an event.
+ *
+ * Numbers from providers are checked where they enter: a token count that is not a finite
+ * number >= 0 counts as 0 (rounded to whole tokens otherwise), a reported cost that is not one is
+ * ignored (the price list decides). A call with usage but no known price carries an empty cost and
+ * `UNPRICED` in error_code (after its own code, `STREAM_INTERRUPTED|UNPRICED`), as the meter counts
+ * them; the gateway counts them too (/metrics gateway_unpriced_calls_total, /health).
  */
 import { randomUUID } from 'node:crypto';
 import type { EventRecord } from '../../schema/event-record';
@@ -14,6 +20,8 @@ export interface CallFacts {
   provider: string;
   model: string;
   region?: string;
+  /** The route's label (`hot:openai:gpt-4o-mini`), for the unpriced count. */
+  route?: string;
   latencyMs: number;
   usage: Usage | null;
   /** '' for a success; the failure class or HTTP status otherwise. */
@@ -23,25 +31,54 @@ export interface CallFacts {
   reviewRequired?: boolean;
 }
 
+const count = (n: number) => (Number.isFinite(n) && n >= 0 ? Math.round(n) : 0);
+
+/** Usage with counts that can be counts, and a reported cost only when it can be money. */
+function checked(usage: Usage): Usage {
+  const cost = usage.cost_usd;
+  return {
+    input_tokens: count(usage.input_tokens),
+    output_tokens: count(usage.output_tokens),
+    ...(cost !== undefined && Number.isFinite(cost) && cost >= 0 ? { cost_usd: cost } : {}),
+  };
+}
+
 export class CallMeter {
+  private readonly unpriced = new Map<string, number>();
   constructor(
-    private readonly send: (event: EventRecord) => void,
+    private readonly send: (event: EventRecord) => Promise<void>,
     private readonly warn: (message: string) => void,
+    /** Told of each unpriced call, by route (the metrics counter). */
+    private readonly onUnpriced: (route: string) => void = () => {},
   ) {}
 
-  record(f: CallFacts): void {
-    const cost = f.usage ? costUsd(f.provider, f.model, f.usage, this.warn) : 0;
-    // A call whose cost nobody knows is flagged, never a silent $0 (the meter counts them).
-    this.send({
+  /** Unpriced calls since start, by route (for /health). */
+  unpricedCalls(): { total: number; by_route: Record<string, number> } {
+    const by_route = Object.fromEntries(this.unpriced);
+    return { total: [...this.unpriced.values()].reduce((a, b) => a + b, 0), by_route };
+  }
+
+  /** Sends the call's event; resolves once it is durable (the meter sink's spool or CSV). */
+  record(f: CallFacts): Promise<void> {
+    const usage = f.usage ? checked(f.usage) : null;
+    const cost = usage ? costUsd(f.provider, f.model, usage, this.warn) : 0;
+    let errorCode = f.errorCode;
+    if (cost === null) {
+      const route = f.route ?? `${f.provider}:${f.model}`;
+      this.unpriced.set(route, (this.unpriced.get(route) ?? 0) + 1);
+      this.onUnpriced(route);
+      errorCode = markUnpriced(errorCode); // never a silent $0: the meter counts these
+    }
+    return this.send({
       event_id: randomUUID(),
       timestamp: new Date(),
       actor_type: 'agent',
       provider: f.provider,
       model: f.model,
       region: f.region ?? 'global', // the record's word for a region we do not know
-      input_tokens: f.usage?.input_tokens ?? 0,
-      output_tokens: f.usage?.output_tokens ?? 0,
-      latency_ms: Math.round(f.latencyMs),
+      input_tokens: usage?.input_tokens ?? 0,
+      output_tokens: usage?.output_tokens ?? 0,
+      latency_ms: count(f.latencyMs),
       cost_usd: cost,
       eval_score: null,
       confidence: null,
@@ -51,7 +88,7 @@ export class CallMeter {
       review_required: f.reviewRequired ?? false,
       reviewer_id: '',
       decision: f.decision ?? 'n/a',
-      error_code: cost === null ? markUnpriced(f.errorCode) : f.errorCode,
+      error_code: errorCode,
     });
   }
 }

@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
+import { MAX_TEXT_LENGTH } from '../../schema/event-record';
 import { readRoutingHeaders, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
 
@@ -14,7 +15,8 @@ const Message = z.looseObject({
 });
 
 const ChatBody = z.looseObject({
-  model: z.string().min(1),
+  // The model goes into the meter event too: no longer than the event record allows.
+  model: z.string().min(1).max(MAX_TEXT_LENGTH),
   messages: z.array(Message).min(1),
   stream: z.boolean().optional(),
   stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),

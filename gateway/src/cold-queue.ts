@@ -8,19 +8,54 @@
  * contract suite (test/gateway/cold-queue.contract.test.ts) runs the same cases against both.
  *
  * Job states shown to clients: waiting, delayed, active, completed, failed (will be retried),
- * dead-lettered (used all its attempts; kept until an operator moves it back).
+ * dead-lettered (used all its attempts; kept 30 days, until an operator moves it back).
+ *
+ * A job no route can take now (every breaker open, or the budget pause) is deferred, not failed: the
+ * processor throws DeferJob and the queue delays it to the time given without spending an attempt
+ * (BullMQ: moveToDelayed + DelayedError); its view says why and until when (`deferred`).
+ *
+ * Bounds, the same in Redis and in process: completed jobs 7 days and the newest 10,000, without
+ * the request body (a prompt is not kept once answered); dead-lettered jobs 30 days and the newest
+ * 10,000.
  */
 import { createHash } from 'node:crypto';
-import { Queue, UnrecoverableError, type ConnectionOptions, type Job } from 'bullmq';
+import { DelayedError, Queue, UnrecoverableError, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { backoffMs } from './backoff';
 import type { ApiKind } from './request-context';
 
-export const QUEUE_NAME = 'ai-tasks';
-export const JOB_NAME = 'llm-task';
-export const JOB_ATTEMPTS = 5;
+const QUEUE_NAME = 'ai-tasks';
+const JOB_NAME = 'llm-task';
+const JOB_ATTEMPTS = 5;
 const JOB_BACKOFF_MS = 1000;
-/** Completed results are kept this long; dead-lettered jobs until an operator moves them back. */
+/** Completed results are kept this long, and at most this many (the newest). */
 const KEEP_COMPLETED_S = 7 * 24 * 3600;
+const KEEP_COMPLETED = 10_000;
+/** Dead-lettered jobs (prompts included) are kept this long for an operator, and at most this many. */
+const KEEP_DEAD_S = 30 * 24 * 3600;
+const KEEP_DEAD = 10_000;
+
+/** Thrown by a processor for a job no route can take now: delayed to `until` (ms), no attempt spent. */
+export class DeferJob extends Error {
+  constructor(
+    readonly until: number,
+    readonly reason: string,
+  ) {
+    super(`deferred until ${new Date(until).toISOString()}: ${reason}`);
+    this.name = 'DeferJob';
+  }
+}
+
+/** Why a job waits without spending attempts, until when, and since when it has been deferred. */
+export interface Deferral {
+  reason: string;
+  until: string;
+  since: string;
+}
+
+/** The deferral a job carries now, after a DeferJob (since: the first deferral's, or now). */
+function nextDeferral(previous: Deferral | null, defer: DeferJob): Deferral {
+  return { reason: defer.reason, until: new Date(defer.until).toISOString(), since: previous?.since ?? new Date().toISOString() };
+}
 
 export interface ColdPayload {
   /** The API the request speaks; absent on jobs queued before there was more than chat. */
@@ -48,6 +83,8 @@ export interface JobView {
   attempts: number;
   maxAttempts: number;
   lastError: string | null;
+  /** Set while the job waits for a route (or the pause) without spending attempts. */
+  deferred: Deferral | null;
   result: unknown;
   reason: string;
   customerId: string;
@@ -91,17 +128,30 @@ function coldJobId(idempotencyKey: string): string {
 /** The shape of every id coldJobId makes: anything else is not a job (and must not reach the store). */
 export const COLD_JOB_ID = /^llm-[0-9a-f]{40}$/;
 
-/** Test runs shorten the backoff; everything else uses JOB_BACKOFF_MS. */
-interface QueueOptions {
+/** Test runs shorten the backoff and the bounds; everything else uses the constants above. */
+export interface QueueOptions {
   backoffMs?: number;
+  keepCompleted?: number;
+  keepDead?: number;
 }
 
-const jobOptions = (backoff: number) => ({
+const jobOptions = (backoff: number, o: QueueOptions) => ({
   attempts: JOB_ATTEMPTS,
   backoff: { type: 'exponential' as const, delay: backoff },
-  removeOnComplete: { age: KEEP_COMPLETED_S },
-  removeOnFail: false as const,
+  removeOnComplete: { age: KEEP_COMPLETED_S, count: o.keepCompleted ?? KEEP_COMPLETED },
+  removeOnFail: { age: KEEP_DEAD_S, count: o.keepDead ?? KEEP_DEAD },
 });
+
+/** A completed job's payload without its request body: nothing reads it again. */
+function answered(payload: ColdPayload): ColdPayload {
+  return { ...payload, body: { model: payload.body.model, messages: [] }, asChat: undefined };
+}
+
+/** The deferral BullMQ keeps in a job's progress (worker.ts writes it there). */
+function deferralOf(job: Job<ColdPayload>): Deferral | null {
+  const p = job.progress as Partial<Deferral> | number | undefined;
+  return p && typeof p === 'object' && typeof p.since === 'string' ? (p as Deferral) : null;
+}
 
 /**
  * BullMQ's states → ours. In BullMQ a job that failed but has attempts left waits in `delayed`
@@ -110,10 +160,12 @@ const jobOptions = (backoff: number) => ({
  */
 function view(job: Job<ColdPayload>, state: string): JobView {
   const maxAttempts = job.opts.attempts ?? JOB_ATTEMPTS;
+  const deferred = deferralOf(job);
+  const waitingForRoute = deferred !== null && Date.parse(deferred.until) > Date.now();
   const mapped: JobState =
     state === 'failed'
       ? 'dead-lettered'
-      : state === 'delayed' && job.attemptsMade > 0
+      : state === 'delayed' && job.attemptsMade > 0 && !waitingForRoute
         ? 'failed'
         : state === 'prioritized' || state === 'waiting-children' || state === 'wait'
           ? 'waiting'
@@ -124,6 +176,7 @@ function view(job: Job<ColdPayload>, state: string): JobView {
     attempts: job.attemptsMade,
     maxAttempts,
     lastError: job.failedReason || null,
+    deferred,
     result: job.returnvalue ?? null,
     reason: job.data.reason,
     customerId: job.data.customerId,
@@ -132,11 +185,24 @@ function view(job: Job<ColdPayload>, state: string): JobView {
   };
 }
 
+/** What a worker runs for each job: its payload and its current deferral, to a result or an error. */
+export type Processor = (payload: ColdPayload, deferred: Deferral | null) => Promise<unknown>;
+
+export interface WorkOptions {
+  concurrency?: number;
+  onFailed?: (failure: JobFailure) => void;
+  onError?: (error: Error) => void;
+}
+
 export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
   private readonly backoffMs: number;
-  constructor(connection: ConnectionOptions, prefix?: string, options: QueueOptions = {}) {
+  constructor(
+    private readonly connection: ConnectionOptions,
+    private readonly prefix?: string,
+    private readonly options: QueueOptions = {},
+  ) {
     this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection, prefix });
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
@@ -144,7 +210,7 @@ export class BullColdQueue implements ColdQueue {
     const jobId = coldJobId(payload.idempotencyKey);
     const existing = await this.queue.getJob(jobId);
     if (existing) return { jobId, created: false };
-    await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs), jobId, delay: options.delayMs });
+    await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });
     return { jobId, created: true };
   }
   async get(id: string): Promise<JobView | null> {
@@ -170,8 +236,41 @@ export class BullColdQueue implements ColdQueue {
   async retryDeadLettered(id: string): Promise<boolean> {
     const job = await this.queue.getJob(id);
     if (!job || (await job.getState()) !== 'failed') return false;
+    await job.updateProgress(0); // a fresh start: no deferral carried over
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     return true;
+  }
+
+  /**
+   * BullMQ's Worker over this queue: a DeferJob becomes moveToDelayed + DelayedError (no attempt
+   * spent, the deferral kept in the job's progress); once a job completes, its request body leaves
+   * Redis (the answer stays for the client to read).
+   */
+  work(processor: Processor, options: WorkOptions = {}): { close(): Promise<void> } {
+    const run = async (job: Job<ColdPayload>, token?: string) => {
+      try {
+        return await processor(job.data, deferralOf(job));
+      } catch (error) {
+        if (!(error instanceof DeferJob)) throw error;
+        await job.updateProgress(nextDeferral(deferralOf(job), error));
+        await job.moveToDelayed(error.until, token);
+        throw new DelayedError();
+      }
+    };
+    const worker = new Worker<ColdPayload>(QUEUE_NAME, run, {
+      connection: this.connection,
+      prefix: this.prefix,
+      concurrency: options.concurrency ?? 4,
+      name: JOB_NAME,
+    });
+    worker.on('completed', (job) => void job.updateData(answered(job.data)).catch(() => undefined));
+    worker.on('failed', (job, error) => {
+      if (!job) return;
+      const dead = job.attemptsMade >= (job.opts.attempts ?? JOB_ATTEMPTS) || error instanceof UnrecoverableError;
+      options.onFailed?.({ id: job.id!, payload: job.data, attemptsMade: job.attemptsMade, error, dead });
+    });
+    worker.on('error', (error) => options.onError?.(error));
+    return { close: () => worker.close() };
   }
   async close(): Promise<void> {
     await this.queue.close();
@@ -194,6 +293,7 @@ interface MemoryJob {
   state: MemoryState;
   attemptsMade: number;
   lastError: string | null;
+  deferred: Deferral | null;
   result: unknown;
   runAt: number;
   finishedAt: number | null;
@@ -222,8 +322,9 @@ export class MemoryColdQueue implements ColdQueue {
   private readonly listeners: Array<() => void> = [];
   private readonly backoffMs: number;
   private deadSeq = 0;
-  private sweptAt = Date.now();
-  constructor(options: QueueOptions = {}) {
+  /** Completed and dead-lettered ids, oldest first: the count bounds drop from the front. */
+  private readonly finished = { completed: new Set<string>(), dead: new Set<string>() };
+  constructor(private readonly options: QueueOptions = {}) {
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
@@ -235,6 +336,7 @@ export class MemoryColdQueue implements ColdQueue {
       state: delay ? 'delayed' : 'waiting',
       attemptsMade: 0,
       lastError: null,
+      deferred: null,
       result: null,
       runAt: Date.now() + delay,
       finishedAt: null,
@@ -263,6 +365,7 @@ export class MemoryColdQueue implements ColdQueue {
       attempts: j.attemptsMade,
       maxAttempts: JOB_ATTEMPTS,
       lastError: j.lastError,
+      deferred: j.deferred,
       result: j.result,
       reason: j.payload.reason,
       customerId: j.payload.customerId,
@@ -294,27 +397,43 @@ export class MemoryColdQueue implements ColdQueue {
   async retryDeadLettered(id: string): Promise<boolean> {
     const j = this.jobs.get(id);
     if (!j || j.state !== 'dead') return false;
-    Object.assign(j, { state: 'waiting', attemptsMade: 0, lastError: null, finishedAt: null, runAt: Date.now() });
+    Object.assign(j, { state: 'waiting', attemptsMade: 0, lastError: null, deferred: null, finishedAt: null, runAt: Date.now() });
+    this.finished.dead.delete(id);
     this.wake();
     return true;
   }
   async close(): Promise<void> {}
 
-  private completed(job: MemoryJob, result: unknown): void {
-    Object.assign(job, { state: 'completed', result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
-    // BullMQ drops completed jobs older than a week when jobs complete; so does this, once a minute at most.
-    if (Date.now() - this.sweptAt < 60_000) return;
-    this.sweptAt = Date.now();
-    for (const [id, j] of this.jobs)
-      if (j.state === 'completed' && j.finishedAt! < Date.now() - KEEP_COMPLETED_S * 1000) this.jobs.delete(id);
+  private completed(id: string, job: MemoryJob, result: unknown): void {
+    const payload = answered(job.payload);
+    Object.assign(job, { state: 'completed', payload, result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
+    this.bound(id, this.finished.completed, this.options.keepCompleted ?? KEEP_COMPLETED, KEEP_COMPLETED_S);
+  }
+
+  /** As BullMQ's removeOnComplete / removeOnFail: the newest `count` kept, none older than `ageS`. */
+  private bound(id: string, ids: Set<string>, count: number, ageS: number): void {
+    ids.add(id);
+    const oldest = Date.now() - ageS * 1000;
+    for (const old of ids) {
+      const j = this.jobs.get(old);
+      if (ids.size <= count && j && j.finishedAt! >= oldest) break;
+      ids.delete(old);
+      this.jobs.delete(old);
+    }
+  }
+
+  /** Delays a job that no route can take now, without spending an attempt. */
+  private deferred(job: MemoryJob, defer: DeferJob): void {
+    Object.assign(job, { state: 'delayed', runAt: defer.until, deferred: nextDeferral(job.deferred, defer) });
   }
 
   /** Records a failed run; true when the job is now dead-lettered. */
-  private failed(job: MemoryJob, error: Error): boolean {
+  private failed(id: string, job: MemoryJob, error: Error): boolean {
     job.attemptsMade++;
     job.lastError = error.message;
     if (job.attemptsMade >= JOB_ATTEMPTS || error instanceof UnrecoverableError) {
       Object.assign(job, { state: 'dead', finishedAt: Date.now(), deadSeq: ++this.deadSeq });
+      this.bound(id, this.finished.dead, this.options.keepDead ?? KEEP_DEAD, KEEP_DEAD_S);
       return true;
     }
     job.state = 'retrying';
@@ -324,13 +443,11 @@ export class MemoryColdQueue implements ColdQueue {
 
   /**
    * Runs due jobs through `processor`, `concurrency` at a time, as BullMQ's Worker does: a result
-   * completes the job; an error fails it and schedules a retry after the exponential backoff, until
-   * the attempts are used or the error is an UnrecoverableError (then it is dead-lettered).
+   * completes the job; a DeferJob delays it without spending an attempt; another error fails it and
+   * schedules a retry after the exponential backoff, until the attempts are used or the error is an
+   * UnrecoverableError (then it is dead-lettered).
    */
-  work(
-    processor: (payload: ColdPayload) => Promise<unknown>,
-    options: { concurrency?: number; onFailed?: (failure: JobFailure) => void } = {},
-  ): { close(): Promise<void> } {
+  work(processor: Processor, options: WorkOptions = {}): { close(): Promise<void> } {
     const concurrency = options.concurrency ?? 4;
     let closed = false;
     const active = new Set<Promise<void>>();
@@ -339,11 +456,12 @@ export class MemoryColdQueue implements ColdQueue {
         const next = this.take();
         if (!next) return;
         const [id, job] = next;
-        const run: Promise<void> = processor(job.payload)
+        const run: Promise<void> = processor(job.payload, job.deferred)
           .then(
-            (result) => this.completed(job, result),
+            (result) => this.completed(id, job, result),
             (error: Error) => {
-              const dead = this.failed(job, error);
+              if (error instanceof DeferJob) return this.deferred(job, error);
+              const dead = this.failed(id, job, error);
               options.onFailed?.({ id, payload: job.payload, attemptsMade: job.attemptsMade, error, dead });
             },
           )

@@ -10,6 +10,7 @@ export class GatewayMetrics {
   readonly calls: Counter<'route' | 'outcome'>;
   readonly latency: Histogram<'route'>;
   readonly requests: Counter<'tier' | 'status'>;
+  readonly unpriced: Counter<'route'>;
 
   // Children by label values, made once: looking a label set up on every call costs more than
   // the count itself on the hot path.
@@ -35,6 +36,11 @@ export class GatewayMetrics {
     this.child(`r\0${tier}\0${status}`, () => this.requests.labels(tier, String(status))).inc();
   }
 
+  /** One answered call whose model has no known price (its event carries UNPRICED). */
+  countUnpriced(route: string): void {
+    this.child(`u\0${route}`, () => this.unpriced.labels(route)).inc();
+  }
+
   constructor(breakers: Array<{ label: string; breaker: Breaker }>) {
     collectDefaultMetrics({ register: this.registry, prefix: 'gateway_' });
     this.calls = new Counter({
@@ -54,6 +60,12 @@ export class GatewayMetrics {
       name: 'gateway_requests_total',
       help: 'Chat completion requests by the tier that answered and HTTP status',
       labelNames: ['tier', 'status'],
+      registers: [this.registry],
+    });
+    this.unpriced = new Counter({
+      name: 'gateway_unpriced_calls_total',
+      help: 'Calls with usage but no known price, by route: their events carry an empty cost_usd and UNPRICED',
+      labelNames: ['route'],
       registers: [this.registry],
     });
     new Gauge({

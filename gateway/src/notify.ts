@@ -2,14 +2,15 @@
  * Human notifications: on enqueue to Cold, on a budget pause, on a dead-lettered job
  * and on work routed to human review. Targets are the routing map's `cold.notify`: an https URL
  * gets a Slack-compatible JSON post; an e-mail address goes through SMTP_URL (nodemailer), or is
- * logged when SMTP_URL is unset. Bursts are coalesced: notices of one kind within a window (60 s
- * by default) make one message with counts, tenants and ids. A failed delivery is retried and
+ * logged when SMTP_URL is unset. The first notice of a kind goes out at once; the notices that
+ * follow it within a window (60 s by default) make one follow-up at the window's end, with counts,
+ * tenants and ids. Caller text is escaped for Slack's mrkdwn. A failed delivery is retried and
  * logged; it never delays a request (nothing here is awaited on the request path).
  */
 import nodemailer, { type Transporter } from 'nodemailer';
 import { retrying, type RetryPolicy } from './backoff';
 
-export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review';
+export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review' | 'meter_backlog';
 
 export interface Notice {
   kind: NoticeKind;
@@ -33,13 +34,15 @@ const KEEP_SENT = 100;
 
 const NEXT_ACTION: Record<NoticeKind, string> = {
   enqueued:
-    'Retried automatically by the worker: 5 attempts, backoff 1, 2, 4, 8 s. Clients poll GET /v1/jobs/<id>. If jobs dead-letter, move them back with `npm run ops -- dlq move <id>`.',
+    'Retried automatically by the worker: 5 real tries (backoff 1, 2, 4, 8 s); while every route is open or the budget pause is on, jobs wait without spending tries, for up to 24 h. Clients poll GET /v1/jobs/<id>. If jobs dead-letter, move them back with `npm run ops -- dlq move <id>`.',
   paused:
     'Queued work is paused until an operator resumes it: POST /budget/resume or `npm run ops -- resume`. Live requests avoid the capped provider.',
   dead_lettered:
-    'These jobs used all 5 attempts. Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>`, and tell the client if needed (degraded > 15 min).',
+    'These jobs used all 5 tries, waited 24 h for a route, or were refused as malformed (the last error says which). Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>` (kept 30 days), and tell the client if needed (degraded > 15 min).',
   human_review:
     'A person must answer these: spend caps are exceeded and the caller needs an answer. Find them with `npm run ops -- status`.',
+  meter_backlog:
+    "Meter events are piling up on this gateway's disk (nothing is dropped). Check METER_URL, METER_TOKEN and the web app's deployment, and the free space of METER_SPOOL_DIR; GET /health shows the backlog.",
 };
 
 const TITLE: Record<NoticeKind, string> = {
@@ -47,14 +50,30 @@ const TITLE: Record<NoticeKind, string> = {
   paused: 'AI work paused by the budget guardrail',
   dead_lettered: 'Queued AI jobs dead-lettered',
   human_review: 'AI requests routed to human review',
+  meter_backlog: 'Meter events not delivered: spool over its limit',
 };
 
+/** A window of one kind: its first notice went out at once; later ones wait here for the follow-up. */
+interface Window {
+  pending: Notice[];
+  timer: NodeJS.Timeout;
+}
+
+/** Caller text (tenants, provider errors) shown in a notice is cut to this many characters. */
+const MAX_ITEM_CHARS = 200;
+const cut = (text: string) => (text.length > MAX_ITEM_CHARS ? `${text.slice(0, MAX_ITEM_CHARS)}…` : text);
+
+/** Slack's mrkdwn reads `<…>` as links and mentions (`<!channel>`); caller text is escaped as Slack documents. */
+function slackEscape(text: string): string {
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+
 export class Notifier {
-  private readonly pending = new Map<NoticeKind, Notice[]>();
-  private timer: NodeJS.Timeout | null = null;
+  private readonly windows = new Map<NoticeKind, Window>();
   private readonly mailer: Transporter | null;
   private readonly recent: Sent[] = [];
-  private inflight: Promise<unknown>[] = [];
+  /** Deliveries under way; each leaves the set when settled. */
+  private readonly inflight = new Set<Promise<void>>();
 
   constructor(
     private readonly targets: string[],
@@ -68,45 +87,74 @@ export class Notifier {
     return this.recent;
   }
 
+  /**
+   * The first notice of a kind goes out at once and opens a window; notices within the window
+   * make one follow-up at its end (counts, tenants, ids). A window that ends with nothing pending
+   * closes: the next notice goes out at once again.
+   */
   notify(notice: Notice): void {
-    const list = this.pending.get(notice.kind) ?? [];
-    list.push(notice);
-    this.pending.set(notice.kind, list);
-    this.timer ??= setTimeout(() => void this.flush(), this.opts.windowMs ?? 60_000);
-    this.timer.unref?.();
+    const open = this.windows.get(notice.kind);
+    if (open) {
+      open.pending.push(notice);
+      return;
+    }
+    this.send(notice.kind, [notice], false);
+    this.open(notice.kind);
   }
 
-  /** One message per kind for everything pending. */
+  private open(kind: NoticeKind): void {
+    const timer = setTimeout(() => this.endWindow(kind), this.opts.windowMs ?? 60_000);
+    timer.unref?.();
+    this.windows.set(kind, { pending: [], timer });
+  }
+
+  /** The window's end: the follow-up for what it gathered, and a new window after it (else none). */
+  private endWindow(kind: NoticeKind): void {
+    const w = this.windows.get(kind);
+    if (!w) return;
+    this.windows.delete(kind);
+    if (!w.pending.length) return;
+    this.send(kind, w.pending, true);
+    this.open(kind);
+  }
+
+  /** Sends every pending follow-up now (shutdown, tests) and waits for every delivery under way. */
   async flush(): Promise<void> {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    const batches = [...this.pending];
-    this.pending.clear();
-    for (const [kind, notices] of batches) {
-      const ids = notices.flatMap((n) => n.jobIds ?? []);
-      const tenants = [...new Set(notices.map((n) => n.tenant).filter(Boolean))];
-      const details = [...new Set(notices.map((n) => n.detail).filter(Boolean))];
-      const subject = `${TITLE[kind]}${notices.length > 1 ? ` (${notices.length})` : ''}`;
-      const text = [
-        `${subject}`,
-        ids.length ? `Jobs (${ids.length}): ${ids.slice(0, 20).join(', ')}${ids.length > 20 ? `, and ${ids.length - 20} more` : ''}` : '',
-        tenants.length ? `Tenants: ${tenants.slice(0, 20).join(', ')}` : '',
-        ...details.slice(0, 5),
-        `Next: ${NEXT_ACTION[kind]}`,
-        this.opts.onCall ? `On call: ${this.opts.onCall}` : '',
-      ]
-        .filter(Boolean)
-        .join('\n');
-      for (const target of this.targets) this.inflight.push(this.deliver(target, subject, text));
+    for (const [kind, w] of [...this.windows]) {
+      clearTimeout(w.timer);
+      this.windows.delete(kind);
+      if (w.pending.length) this.send(kind, w.pending, true);
     }
-    const all = this.inflight;
-    this.inflight = [];
-    await Promise.all(all);
+    await Promise.all([...this.inflight]);
+  }
+
+  /** One message for these notices, to every target (delivery not awaited here). */
+  private send(kind: NoticeKind, notices: Notice[], followUp: boolean): void {
+    const ids = notices.flatMap((n) => n.jobIds ?? []);
+    const tenants = [...new Set(notices.map((n) => n.tenant).filter(Boolean))] as string[];
+    const details = [...new Set(notices.map((n) => n.detail).filter(Boolean))] as string[];
+    const subject = followUp ? `${TITLE[kind]} (${notices.length} more since the first notice)` : TITLE[kind];
+    const text = [
+      `${subject}`,
+      ids.length ? `Jobs (${ids.length}): ${ids.slice(0, 20).join(', ')}${ids.length > 20 ? `, and ${ids.length - 20} more` : ''}` : '',
+      tenants.length
+        ? `Tenants: ${tenants.slice(0, 20).map(cut).join(', ')}${tenants.length > 20 ? `, and ${tenants.length - 20} more` : ''}`
+        : '',
+      ...details.slice(0, 5).map(cut),
+      `Next: ${NEXT_ACTION[kind]}`,
+      this.opts.onCall ? `On call: ${this.opts.onCall}` : '',
+    ]
+      .filter(Boolean)
+      .join('\n');
+    for (const target of this.targets) {
+      const delivery: Promise<void> = this.deliver(target, subject, text).finally(() => this.inflight.delete(delivery));
+      this.inflight.add(delivery);
+    }
   }
 
   private async deliver(target: string, subject: string, text: string): Promise<void> {
     try {
-      await retrying(() => this.send(target, subject, text), this.opts.retry ?? DELIVERY_RETRY);
+      await retrying(() => this.post(target, subject, text), this.opts.retry ?? DELIVERY_RETRY);
     } catch (error) {
       this.opts.log.warn(`notification to ${redactTarget(target)} failed: ${(error as Error).message}`);
       return;
@@ -115,16 +163,18 @@ export class Notifier {
     if (this.recent.length > KEEP_SENT) this.recent.splice(0, this.recent.length - KEEP_SENT);
   }
 
-  private async send(target: string, subject: string, text: string): Promise<void> {
+  private async post(target: string, subject: string, text: string): Promise<void> {
     if (/^https:\/\//.test(target) || /^http:\/\/(127\.0\.0\.1|localhost)[:/]/.test(target)) {
+      const mrkdwn = slackEscape(text);
       const res = await fetch(target, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({
-          text,
+          text: mrkdwn,
           blocks: [
+            // The subject is ours alone (a title and a count): plain text, nothing to escape.
             { type: 'header', text: { type: 'plain_text', text: subject } },
-            { type: 'section', text: { type: 'mrkdwn', text } },
+            { type: 'section', text: { type: 'mrkdwn', text: mrkdwn } },
           ],
         }),
         signal: AbortSignal.timeout(10_000),

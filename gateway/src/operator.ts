@@ -36,6 +36,7 @@ export function mountOperator(app: express.Express, admin: express.RequestHandle
       })),
       flags,
       meter: o.meterKind,
+      unpriced_calls: o.path.meter.unpricedCalls(),
       ...(o.healthExtras ? await o.healthExtras() : {}),
     });
   });

@@ -32,6 +32,8 @@ export interface AnswerOf {
 export class Answer {
   readonly kind = 'answer';
   private settled = false;
+  /** Resolves once the call's meter event is durable: the answer is released after it. */
+  durable: Promise<void> = Promise.resolve();
   constructor(
     readonly route: Route,
     /** The model called (spend-cap routing or a scope fallback may ask for another). */
@@ -52,11 +54,12 @@ export class Answer {
       this.route.health.record(false);
     }
     const { provider, region } = this.route.config;
-    this.of.meter.record({
+    this.durable = this.of.meter.record({
       ctx: this.of.ctx,
       provider,
       model: this.model,
       region,
+      route: this.route.label,
       latencyMs: this.upstream.latencyMs + (s.relayMs ?? 0),
       usage: s.usage,
       errorCode: code,

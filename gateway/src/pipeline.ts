@@ -97,6 +97,7 @@ export class Pipeline {
     const whole = wholeAnswer(outcome);
     outcome.settle({ ok: true, usage: whole.usage });
     this.spent(ctx, whole.usage);
+    await outcome.durable; // the call's event on disk before its answer is released
     sendBody(res, outcome.upstream.status, whole.body, typeof whole.body === 'string' ? 'application/json' : contentType, headers);
   }
 
@@ -146,9 +147,12 @@ export class Pipeline {
     res.writeHead(answer.upstream.status, headers as Record<string, string>);
     res.flushHeaders();
     const started = performance.now();
-    const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer));
-    const code = !relay.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
-    answer.settle({ ok: !relay.broken, usage: relay.usage, code, relayMs: performance.now() - started });
+    // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
+    const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer), undefined, (r) => {
+      const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
+      answer.settle({ ok: !r.broken, usage: r.usage, code, relayMs: performance.now() - started });
+      return answer.durable;
+    });
     this.spent(answer.of.ctx, relay.usage);
   }
 

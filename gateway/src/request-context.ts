@@ -9,6 +9,7 @@
  */
 import { hash } from 'node:crypto';
 import type { ClientKey } from './client-keys';
+import { MAX_TEXT_LENGTH } from '../../schema/event-record';
 import { DEFAULT_TIME_TO_ANSWER_MS, type Scopes } from './scopes';
 
 /** The OpenAI API a request speaks, or a provider offers. */
@@ -40,6 +41,18 @@ const header = (h: Headers, name: string): string | undefined => {
 };
 
 const MAX_TIME_TO_ANSWER_MS = 600_000;
+/** Headers copied into the meter event: longer than the event record allows, the meter would refuse it. */
+const EVENT_HEADERS = ['x-customer-id', 'x-job-id', 'x-user-id'] as const;
+
+/** Refused before any provider is called (and paid): the call's event could not be metered. */
+function tooLong(headers: Headers): string | null {
+  for (const name of EVENT_HEADERS) {
+    const v = header(headers, name);
+    if (v !== undefined && v.length > MAX_TEXT_LENGTH)
+      return `${name}: expected at most ${MAX_TEXT_LENGTH} characters (the meter event's limit), got ${v.length}`;
+  }
+  return null;
+}
 
 /** The default idempotency key: a hash of user id + job id + input, the same on every retry and tier. */
 export function idempotencyKeyFor(userId: string, jobId: string, input: unknown): string {
@@ -58,6 +71,8 @@ export type HeaderResult = { ok: true; value: Omit<RequestContext, 'api' | 'body
  * `clientKey`: the request's client key, whose tenant replaces `x-customer-id`.
  */
 export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unknown, clientKey?: ClientKey): HeaderResult {
+  const long = tooLong(headers);
+  if (long) return { ok: false, message: long };
   let tta = DEFAULT_TIME_TO_ANSWER_MS;
   const jobType = header(headers, 'x-job-type') ?? '';
   if (jobType && scopes[jobType]) tta = scopes[jobType].time_to_answer_ms;

@@ -23,8 +23,8 @@ export interface RequestPathOptions {
   map: RoutesMapConfig;
   scopes: Scopes;
   keyFor: KeyFor;
-  /** Where meter events go (the meter sink, teed into spend and token budgets by the wiring). */
-  sendEvent: (event: EventRecord) => void;
+  /** Where meter events go (the meter sink, teed into spend and token budgets by the wiring); resolves once durable. */
+  sendEvent: (event: EventRecord) => Promise<void>;
   flags: FlagStore;
   log: Logger;
   now?: Clock;
@@ -48,7 +48,11 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
   const routes = buildRoutes(o.map, { ...o.breaker, now: o.now ?? Date.now });
   for (const r of routes) r.breaker.onChange((state) => o.log.warn({ route: r.label, breaker: state }, `breaker ${state}`));
   const metrics = new GatewayMetrics(routes);
-  const meter = new CallMeter(o.sendEvent, (m) => o.log.warn(m));
+  const meter = new CallMeter(
+    o.sendEvent,
+    (m) => o.log.warn(m),
+    (route) => metrics.countUnpriced(route),
+  );
   const failover = new Failover({ routes, keyFor: o.keyFor, meter, metrics, now: o.now });
   const pipeline = new Pipeline({
     failover,

@@ -64,6 +64,8 @@ export async function relaySse(
   res: ServerResponse,
   transform: StreamTransform,
   stallMs = STALL_MS,
+  /** Runs before the response ends (the call's meter event is made durable first). */
+  beforeEnd?: (result: RelayResult) => Promise<void>,
 ): Promise<RelayResult> {
   let out = transform.start?.() ?? '';
   const parser = createParser({ onEvent: (event) => (out += transform.event(event)) });
@@ -90,6 +92,8 @@ export async function relaySse(
   }
   const broken = failed || !transform.done;
   if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
+  const result = { usage: transform.usage, broken };
+  await beforeEnd?.(result);
   res.end();
-  return { usage: transform.usage, broken };
+  return result;
 }

@@ -32,8 +32,8 @@ import { createStores, type Stores } from './stores';
 import { configureUpstream } from './upstream';
 import { createVoice, loadVoice, voiceOptions, type LoadedVoice, type Voice } from './voice';
 import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
-import { startBullWorker, startMemoryWorker, type ColdWorker } from './worker';
-import type { MemoryColdQueue } from './cold-queue';
+import { startWorker, type ColdWorker } from './worker';
+import type { BullColdQueue, MemoryColdQueue } from './cold-queue';
 
 /**
  * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
@@ -67,6 +67,8 @@ export interface StackOptions {
   /** Breaker and notification timings (the Lisbon drill shortens them; documented there). */
   breaker?: { openMs?: number };
   notifyWindowMs?: number;
+  /** Cold timings: a job's backoff, how long it may be deferred, how often a deferred job looks again (tests, the drill). */
+  cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number };
 }
 
 /** With nothing configured (no key, no endpoint, no map) and outside production: the demo providers. */
@@ -103,7 +105,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const voiceLoaded = loadVoice(voiceOptions(env), env.production);
   const { map, file: routesFile, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
-  const stores = createStores(env, map);
+  const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
   const { redis, flags, pause, queue, limiter } = stores;
   // The shared flags (a kill-switch, say) are in force from the first request, not a second later.
   await Promise.all([flags.refresh(), pause.refresh().catch(() => false)]);
@@ -114,13 +116,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     burnCap: env.BURN_7D_CAP_USD,
     warn: (m) => log.warn(m),
   });
-  const meter = teeMeter(createMeterSink(env, log), spend, limiter);
   const notifier = new Notifier(map.cold.notify, {
     windowMs: options.notifyWindowMs ?? env.NOTIFY_WINDOW_MS,
     smtpUrl: env.SMTP_URL,
     onCall: env.ON_CALL,
     log,
   });
+  const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
+  const meter = teeMeter(createMeterSink(env, log, backlog), spend, limiter);
   describeStart(log, { env, map, routesFile, scopes, stores, cappedProvider });
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
@@ -144,18 +147,15 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const phone = phoneBridge(env, voiceLoaded, voice, meter, log);
 
   const health = async () => ({
+    meter_sink: meter.status(),
     paused: pause.paused(),
     capped_provider: cappedProvider,
     queue: await queue.counts().catch(() => 'unreachable'),
   });
   const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health }) : null;
 
-  const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log };
-  const worker = !options.worker
-    ? null
-    : redis
-      ? startBullWorker(redis, stores.prefix, workerDeps)
-      : startMemoryWorker(queue as MemoryColdQueue, workerDeps);
+  const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log, ...options.cold };
+  const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;
   if (worker) log.info('worker: running in this process');
 
   return {
@@ -215,12 +215,13 @@ function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']
   return {
     kind: sink.kind,
     send(event) {
-      sink.send(event);
       spend.record(event.cost_usd);
       limiter.spendTokens(event.provider, event.input_tokens + event.output_tokens);
+      return sink.send(event);
     },
     flush: () => sink.flush(),
     close: () => sink.close(),
+    status: () => sink.status(),
   };
 }
 

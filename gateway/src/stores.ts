@@ -8,7 +8,7 @@ import { MemoryPause, RedisPause, type PauseFlag } from './budget';
 import type { KeyStore } from './client-keys';
 import { FileKeyStore } from './client-keys-file';
 import { RedisKeyStore } from './client-keys-redis';
-import { BullColdQueue, MemoryColdQueue, type ColdQueue } from './cold-queue';
+import { BullColdQueue, MemoryColdQueue, type ColdQueue, type QueueOptions } from './cold-queue';
 import type { GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
@@ -31,7 +31,7 @@ export function keyStoreFor(env: GatewayEnv, redis: Redis | null): KeyStore {
   return redis ? new RedisKeyStore(redis, env.REDIS_PREFIX ?? 'gateway') : new FileKeyStore(env.CLIENT_KEYS_FILE);
 }
 
-export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
+export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions: QueueOptions = {}): Stores {
   if (!env.QUEUE_STORE_URL && env.production) {
     throw new ConfigError('QUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)');
   }
@@ -43,7 +43,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
       prefix,
       flags: new LocalFlags(map.flags),
       pause: new MemoryPause(),
-      queue: new MemoryColdQueue(),
+      queue: new MemoryColdQueue(queueOptions),
       limiter: new MemoryLimiter(limits),
       keys: keyStoreFor(env, null),
     };
@@ -54,7 +54,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig): Stores {
     prefix,
     flags: new RedisFlags(map.flags, redis, `${prefix ?? 'gateway'}:flags`),
     pause: new RedisPause(redis),
-    queue: new BullColdQueue(redis, prefix),
+    queue: new BullColdQueue(redis, prefix, queueOptions),
     limiter: new RedisLimiter(redis, prefix ?? 'gateway', limits),
     keys: keyStoreFor(env, redis),
   };

@@ -1,22 +1,32 @@
 /**
  * The Cold worker: takes `llm-task` jobs and runs the Hot/Warm routing again for them (it never
- * re-enqueues). A job picked up while `pause_ai_tasks` is `1` fails with "paused by budget
- * guardrail" and is retried per its attempts; jobs already running when the pause is set finish.
- * A job that used all its attempts is dead-lettered (kept, visible, notified).
+ * re-enqueues). Attempts (5) count only real tries that say something about the job:
+ * - while `pause_ai_tasks` is `1`, a job is not run: it is deferred, re-checked every 30 s;
+ * - when no route can be called (every breaker open, or every route skipped), it is deferred to the
+ *   earliest moment one can be probed; when its own calls failed and left every route open again
+ *   (the outage goes on: those calls were the breakers' probes), likewise;
+ * - a deferral is no attempt (DeferJob: BullMQ's moveToDelayed). Deferred for longer than 24 h in
+ *   all, the job is dead-lettered and a person told.
+ * Jobs already running when the pause is set finish. A job that used all its attempts is
+ * dead-lettered (kept, visible, notified).
  */
-import { UnrecoverableError, Worker, type ConnectionOptions } from 'bullmq';
+import { UnrecoverableError } from 'bullmq';
 import type { RequestContext } from './request-context';
-import { JOB_ATTEMPTS, JOB_NAME, QUEUE_NAME, type ColdPayload, type MemoryColdQueue } from './cold-queue';
+import { DeferJob, type BullColdQueue, type ColdPayload, type Deferral, type MemoryColdQueue } from './cold-queue';
 import { Deadline } from './deadline';
 import type { Failover } from './failover';
+import type { Flags, FlagStore } from './flags';
 import { wholeAnswer } from './relay';
 import type { Route } from './route';
-import type { FlagStore } from './flags';
 import type { Notifier } from './notify';
 import { PAUSED_MESSAGE, type PauseFlag } from './budget';
 
 /** Time a queued job may take per attempt (it has no caller waiting on it). */
 const JOB_TIME_MS = 120_000;
+/** How long a job may wait for a route (or the pause) in all before it is dead-lettered. */
+const MAX_DEFER_MS = 24 * 3600_000;
+/** How often a deferred job looks again when nothing says when (the pause, every route skipped). */
+const RECHECK_MS = 30_000;
 
 export interface WorkerDeps {
   failover: Failover;
@@ -27,6 +37,9 @@ export interface WorkerDeps {
   skipWhilePaused: (route: Route) => boolean;
   log: { info: (m: string) => void; warn: (m: string) => void };
   jobTimeMs?: number;
+  /** Shortened by tests and the drill; MAX_DEFER_MS and RECHECK_MS otherwise. */
+  maxDeferMs?: number;
+  recheckMs?: number;
 }
 
 interface JobResult {
@@ -38,9 +51,26 @@ interface JobResult {
   body: unknown;
 }
 
-/** One run of one job: the routing again, or an error that makes the queue retry it. */
-async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult> {
-  if (await deps.pause.refresh()) throw new Error(PAUSED_MESSAGE);
+/** A DeferJob to `until`, or, past the deferral limit, the end of the job (dead-lettered, a person told). */
+function defer(deferred: Deferral | null, until: number, reason: string, deps: WorkerDeps): Error {
+  const limit = deps.maxDeferMs ?? MAX_DEFER_MS;
+  const since = deferred ? Date.parse(deferred.since) : Date.now();
+  if (until - since <= limit) return new DeferJob(until, reason);
+  const hours = limit / 3600_000;
+  return new UnrecoverableError(`no route could take it for ${hours >= 1 ? `${hours} h` : `${limit / 1000} s`} (${reason})`);
+}
+
+/** When a route of this job may next be called, and why none can now. */
+function nextRoute(deps: WorkerDeps, flags: Flags, skip: (r: Route) => boolean): { at: number; reason: string } {
+  const routes = deps.failover.candidates(flags, skip);
+  if (!routes.length) return { at: Date.now() + (deps.recheckMs ?? RECHECK_MS), reason: 'every route is switched off or skipped' };
+  const at = Math.min(...routes.map((r) => r.breaker.nextCallAt()));
+  return { at, reason: `every route's breaker is open; next probe at ${new Date(at).toISOString()}` };
+}
+
+/** One run of one job: the routing again, a deferral, or an error that makes the queue retry it. */
+async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: WorkerDeps): Promise<JobResult> {
+  if (await deps.pause.refresh()) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
   const ctx: RequestContext = {
     api: payload.api ?? 'chat',
     asChat: payload.asChat,
@@ -55,15 +85,20 @@ async function runJob(payload: ColdPayload, deps: WorkerDeps): Promise<JobResult
     mustHaveAnswer: true,
     canUseCheaper: false,
   };
-  const outcome = await deps.failover.route(ctx, new Deadline(ctx.timeToAnswerMs), {
-    flags: deps.flags.get(),
-    skip: (r) => deps.pause.paused() && deps.skipWhilePaused(r),
-  });
-  if (outcome.kind === 'exhausted') throw new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
+  const flags = deps.flags.get();
+  const skip = (r: Route) => deps.pause.paused() && deps.skipWhilePaused(r);
+  const outcome = await deps.failover.route(ctx, new Deadline(ctx.timeToAnswerMs), { flags, skip });
+  if (outcome.kind === 'exhausted') {
+    const next = nextRoute(deps, flags, skip);
+    // No call made, or the calls made left every route open (the outage goes on): no attempt spent.
+    if (outcome.attempts === 0 || next.at > Date.now()) throw defer(deferred, next.at, next.reason, deps);
+    throw new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
+  }
   let text = outcome.upstream.body?.toString('utf8') ?? '';
   if (outcome.kind === 'answer') {
     const whole = wholeAnswer(outcome);
     outcome.settle({ ok: true, usage: whole.usage });
+    await outcome.durable; // the call's event on disk before the job completes with its answer
     text = whole.body.toString();
   }
   let body: unknown = text;
@@ -89,37 +124,15 @@ export interface ColdWorker {
   close(): Promise<void>;
 }
 
-export function startBullWorker(connection: ConnectionOptions, prefix: string | undefined, deps: WorkerDeps, concurrency = 4): ColdWorker {
-  const worker = new Worker<ColdPayload, JobResult>(QUEUE_NAME, async (job) => runJob(job.data, deps), {
-    connection,
-    prefix,
-    concurrency,
-    name: JOB_NAME,
-  });
-  worker.on('failed', (job, error) => {
-    if (!job) return;
-    const dead = job.attemptsMade >= (job.opts.attempts ?? JOB_ATTEMPTS) || error instanceof UnrecoverableError;
-    deps.log.warn(`job ${job.id} attempt ${job.attemptsMade} failed: ${error.message}${dead ? ' (dead-lettered)' : ''}`);
-    if (dead)
-      deps.notifier.notify({
-        kind: 'dead_lettered',
-        jobIds: [job.id!],
-        tenant: job.data.customerId,
-        detail: `last error: ${error.message}`,
-      });
-  });
-  worker.on('error', (error) => deps.log.warn(`worker: ${error.message}`));
-  return { close: () => worker.close() };
-}
-
-/** The in-process worker for the in-process queue: same attempts and exponential backoff. */
-export function startMemoryWorker(queue: MemoryColdQueue, deps: WorkerDeps, concurrency = 4): ColdWorker {
-  return queue.work((payload) => runJob(payload, deps), {
+/** The worker over either queue (BullMQ's Worker in Redis, or the in-process one): same jobs, same notices. */
+export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: WorkerDeps, concurrency = 4): ColdWorker {
+  return queue.work((payload, deferred) => runJob(payload, deferred, deps), {
     concurrency,
     onFailed: ({ id, payload, attemptsMade, error, dead }) => {
       deps.log.warn(`job ${id} attempt ${attemptsMade} failed: ${error.message}${dead ? ' (dead-lettered)' : ''}`);
       if (dead)
         deps.notifier.notify({ kind: 'dead_lettered', jobIds: [id], tenant: payload.customerId, detail: `last error: ${error.message}` });
     },
+    onError: (error) => deps.log.warn(`worker: ${error.message}`),
   });
 }

@@ -10,12 +10,16 @@
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { keysVersusOpen } from './gateway-keys';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
+/** `csv` (default): meter events to a local CSV; `web-app`: to a spool, delivered to a meter stub on loopback. */
+const METER = process.env.BENCH_METER === 'web-app' ? 'web-app' : 'csv';
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 
 function startProcess(args: string[], env: Record<string, string>, ready: RegExp): Promise<{ child: ChildProcess; out: () => string }> {
@@ -75,7 +79,7 @@ async function startGateway(stubUrl: string) {
       HOT_BASE_URL_2: stubUrl,
       WARM_A_BASE_URL: stubUrl,
       WARM_B_BASE_URL: stubUrl,
-      METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-gw-')), 'events.csv'),
+      ...(await meterEnv()),
     },
     /listening on :(\d+)/,
   );
@@ -87,6 +91,22 @@ if (process.env.BENCH_KEYS_ONLY) {
   for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
   process.exit(0);
 }
+/** A meter web app that takes every batch at once (no 302: the bench measures the gateway, not Apps Script). */
+async function meterStub(): Promise<string> {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"appended":0}'));
+  });
+  server.unref();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/exec`;
+}
+const meterEnv = async (): Promise<Record<string, string>> => {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-gw-'));
+  return METER === 'csv'
+    ? { METER_CSV_FILE: join(dir, 'events.csv') }
+    : { METER_URL: await meterStub(), METER_SPOOL_DIR: join(dir, 'spool') };
+};
 
 const pad = (v: string, n: number) => v.padStart(n);
 const fmt = (r: { rps: number; p50: number; p99: number }, direct: number) =>
@@ -94,7 +114,8 @@ const fmt = (r: { rps: number; p50: number; p99: number }, direct: number) =>
 console.log(
   `Gateway bench: ${SECONDS} s per run, loopback, POST /v1/chat/completions (non-streaming), ${cpus().length} CPUs shared by load generator, proxy and stub`,
 );
-console.log('reference = node:http + undici passing the request on with no logic at all: the cost of the extra hop alone\n');
+console.log('reference = node:http + undici passing the request on with no logic at all: the cost of the extra hop alone');
+console.log(`meter events: ${METER === 'csv' ? 'local CSV' : 'spool, delivered to a meter stub'} (BENCH_METER=csv|web-app)\n`);
 console.log(
   `${'stub'.padEnd(6)}${pad('conn', 5)}${pad('direct req/s p50/p99', 22)}   ${'reference req/s ratio p50/p99'.padEnd(30)} ${'gateway req/s ratio p50/p99'.padEnd(28)}`,
 );

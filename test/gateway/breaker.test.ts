@@ -20,7 +20,7 @@ beforeEach(async () => {
     routes: buildRoutes(mapOf([hot.url], [warm.url]), { now: () => clock.ms }),
     keyFor: () => 'k',
     meter: new CallMeter(
-      () => {},
+      async () => {},
       () => {},
     ),
     now: () => clock.ms,

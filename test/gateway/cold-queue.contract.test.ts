@@ -3,10 +3,21 @@
 // own worker. Every case runs against both, through the ColdQueue interface, with the same processor:
 // what a client polling GET /v1/jobs/:id or an operator reading /health sees must not depend on
 // whether the gateway has Redis.
-import { UnrecoverableError, Worker } from 'bullmq';
+import { randomBytes } from 'node:crypto';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { UnrecoverableError } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { BullColdQueue, JOB_NAME, MemoryColdQueue, QUEUE_NAME, type ColdPayload, type ColdQueue } from '../../gateway/src/cold-queue';
+import {
+  BullColdQueue,
+  DeferJob,
+  MemoryColdQueue,
+  type ColdPayload,
+  type ColdQueue,
+  type Deferral,
+  type QueueOptions,
+} from '../../gateway/src/cold-queue';
 
 const connection = { host: '127.0.0.1', port: 6379, db: 9 };
 let redis: Redis;
@@ -25,36 +36,31 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-type Processor = (payload: ColdPayload) => Promise<unknown>;
+type Processor = (payload: ColdPayload, deferred: Deferral | null) => Promise<unknown>;
 interface Twin {
   queue: ColdQueue;
   /** Starts a worker with `processor`; closed after the test. */
   work(processor: Processor): { close(): Promise<void> };
 }
 
-const twins: Record<string, (backoffMs: number) => Twin> = {
-  'BullMQ (Redis)': (backoffMs) => {
+const twins: Record<string, (options: QueueOptions) => Twin & { prefix?: string }> = {
+  'BullMQ (Redis)': (options) => {
     const prefix = `test-cq-${process.pid}-${++n}`;
-    const queue = new BullColdQueue(connection, prefix, { backoffMs });
+    const queue = new BullColdQueue(connection, prefix, options);
     cleanup.push(() => queue.close());
     return {
       queue,
+      prefix,
       work(processor) {
-        // As startBullWorker runs it, with the test's processor in place of the routing.
-        const worker = new Worker<ColdPayload>(QUEUE_NAME, (job) => processor(job.data), {
-          connection,
-          prefix,
-          concurrency: 4,
-          name: JOB_NAME,
-        });
-        const handle = { close: () => worker.close() };
+        // BullMQ's Worker, as the gateway's worker runs it, with the test's processor in place of the routing.
+        const handle = queue.work(processor);
         cleanup.push(handle.close);
         return handle;
       },
     };
   },
-  'in process': (backoffMs) => {
-    const queue = new MemoryColdQueue({ backoffMs });
+  'in process': (options) => {
+    const queue = new MemoryColdQueue(options);
     return {
       queue,
       work(processor) {
@@ -91,7 +97,7 @@ const stateIs = (q: ColdQueue, id: string, state: string) => until(async () => (
 const noCounts = { waiting: 0, delayed: 0, active: 0, completed: 0, failed: 0, dead_lettered: 0 };
 
 describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
-  const make = (backoffMs = 20) => twins[name](backoffMs);
+  const make = (backoffMs = 20, options: QueueOptions = {}) => twins[name]({ backoffMs, ...options });
 
   it('a new job waits; the same idempotency key answers the same job and adds none', async () => {
     const { queue } = make();
@@ -104,6 +110,7 @@ describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
       attempts: 0,
       maxAttempts: 5,
       lastError: null,
+      deferred: null,
       result: null,
       reason: 'all_failed',
       customerId: 'acme',
@@ -198,5 +205,86 @@ describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
       ids.push(jobId);
     }
     expect((await twin.queue.deadLettered(2)).map((j) => j.id)).toEqual([ids[2], ids[1]]);
+  });
+
+  it('a deferred job waits, saying why and until when, without spending an attempt; then it runs', async () => {
+    const twin = make();
+    const seen: Array<Deferral | null> = [];
+    twin.work(async (_p, deferred) => {
+      seen.push(deferred);
+      if (seen.length === 1) throw new DeferJob(Date.now() + 600, 'every route is open');
+      return 'ran';
+    });
+    const { jobId } = await twin.queue.enqueue(payload('deferred'));
+    const waiting = await until(async () => {
+      const j = await twin.queue.get(jobId);
+      return j?.deferred ? j : null;
+    });
+    expect(waiting).toMatchObject({ state: 'delayed', attempts: 0, lastError: null, deferred: { reason: 'every route is open' } });
+    expect(Date.parse(waiting!.deferred!.until)).toBeGreaterThan(Date.now());
+    expect(await twin.queue.counts()).toEqual({ ...noCounts, delayed: 1 });
+    expect(await stateIs(twin.queue, jobId, 'completed')).toMatchObject({ attempts: 1, result: 'ran' });
+    expect(seen[1]).toMatchObject({ reason: 'every route is open', since: waiting!.deferred!.since }); // the run knows since when
+  });
+
+  it('completed jobs: only the newest are kept (10,000; 3 here), as dead-lettered ones (10,000; 2 here)', async () => {
+    const twin = make(20, { keepCompleted: 3, keepDead: 2 });
+    twin.work(async (p) => {
+      if (p.idempotencyKey.startsWith('bad')) throw new UnrecoverableError('refused');
+      return 'ok';
+    });
+    const done: string[] = [];
+    for (const key of ['c1', 'c2', 'c3', 'c4', 'c5']) {
+      const { jobId } = await twin.queue.enqueue(payload(key));
+      await stateIs(twin.queue, jobId, 'completed');
+      done.push(jobId);
+    }
+    const dead: string[] = [];
+    for (const key of ['bad1', 'bad2', 'bad3']) {
+      const { jobId } = await twin.queue.enqueue(payload(key));
+      await stateIs(twin.queue, jobId, 'dead-lettered');
+      dead.push(jobId);
+    }
+    expect(await twin.queue.counts()).toEqual({ ...noCounts, completed: 3, dead_lettered: 2 });
+    expect(await twin.queue.get(done[0])).toBeNull();
+    expect((await twin.queue.get(done[4]))?.result).toBe('ok');
+    expect((await twin.queue.deadLettered()).map((j) => j.id)).toEqual([dead[2], dead[1]]);
+  });
+});
+
+describe('what a completed job keeps', () => {
+  it('Redis: the request body (the prompt) leaves Redis once the job is answered', async () => {
+    const twin = twins['BullMQ (Redis)']({ backoffMs: 20 });
+    const asked = payload('prompt');
+    (asked.body.messages as Array<{ content: string }>)[0].content = 'secret prompt text';
+    const { jobId } = await twin.queue.enqueue(asked);
+    expect(await redis.hget(`${twin.prefix}:ai-tasks:${jobId}`, 'data')).toContain('secret prompt text');
+    twin.work(async () => 'answered');
+    await stateIs(twin.queue, jobId, 'completed');
+    await until(async () => !(await redis.hget(`${twin.prefix}:ai-tasks:${jobId}`, 'data'))!.includes('secret prompt text'));
+    expect((await twin.queue.get(jobId))?.result).toBe('answered');
+  });
+
+  it('in process: 20 answered requests of 5 MB each are not kept in memory', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const queue = new MemoryColdQueue({ backoffMs: 20 });
+    cleanup.push(queue.work(async () => 'answered').close);
+    // Large strings made from buffers live outside the V8 heap (external): count both.
+    const used = () => process.memoryUsage().heapUsed + process.memoryUsage().external;
+    gc();
+    const before = used();
+    for (let i = 0; i < 20; i++) {
+      const big = payload(`big-${i}`);
+      (big.body.messages as Array<{ content: string }>)[0].content = randomBytes(3.75 * 1024 * 1024).toString('base64'); // 5 MB of flat text
+      const { jobId } = await queue.enqueue(big);
+      await stateIs(queue, jobId, 'completed');
+    }
+    for (let i = 0; i < 3; i++) {
+      gc(); // external memory is released as its strings are swept: a few rounds, with turns between
+      await new Promise((r) => setImmediate(r));
+    }
+    const grown = (used() - before) / 1024 ** 2;
+    expect(grown).toBeLessThan(30); // 100 MB of prompts, none kept
   });
 });

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ops } from '../../gateway/src/ops';
-import type { Stack } from '../../gateway/src/stack';
+import type { Stack, StackOptions } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
 
@@ -76,7 +76,7 @@ afterEach(async () => {
   await cleanRedis();
 });
 
-async function up(options: { worker: boolean }) {
+async function up(options: Omit<StackOptions, 'http'>) {
   const logs: string[] = [];
   const h = await listenStack(env, { http: true, ...options }, captureLogger(logs));
   // A test that closes the stack closes its server too (h.stop ends with the stack's own close).
@@ -108,8 +108,8 @@ async function until<T>(check: () => Promise<T | undefined | null | false>, ms =
 const job = async (url: string, id: string) => (await (await fetch(`${url}/v1/jobs/${id}`)).json()) as Record<string, any>;
 
 describe('Cold tier', () => {
-  it('every route failing: 202 queued within the time-to-answer, once per idempotency key, one coalesced notice', async () => {
-    env.NOTIFY_WINDOW_MS = '4000'; // both enqueues fall in one window
+  it('every route failing: 202 queued within the time-to-answer, once per idempotency key, the first notice at once', async () => {
+    env.NOTIFY_WINDOW_MS = '60000'; // the second enqueue falls in the first one's window
     const { url, stack } = await up({ worker: false });
     hot.always({ kind: 'status', status: 500 });
     warm.always({ kind: 'status', status: 500 });
@@ -125,11 +125,14 @@ describe('Cold tier', () => {
     expect(await job(url, jobId)).toMatchObject({ id: jobId, state: 'waiting', attempts: 0, customerId: 'acme', reason: 'all_failed' });
     const counts = await redis.llen(`${prefix}:ai-tasks:wait`);
     expect(counts).toBe(2);
-    await stack.notifier.flush(); // the window's end, without waiting for it
-    expect(posted).toHaveLength(1); // two enqueues, one message
-    expect(posted[0].text).toMatch(/AI requests queued \(Cold tier\) \(2\)/);
+    await until(async () => posted.length === 1); // the first enqueue's notice, without waiting for the window
+    expect(posted[0].text).toMatch(/^AI requests queued \(Cold tier\)\nJobs \(1\): llm-/);
     expect(posted[0].text).toContain(jobId);
-    expect(posted[0].text).toMatch(/Tenants: acme, beta/);
+    expect(posted[0].text).toMatch(/Tenants: acme\n/);
+    await stack.notifier.flush(); // the window's end, without waiting for it
+    expect(posted).toHaveLength(2); // the second enqueue: one follow-up
+    expect(posted[1].text).toMatch(/AI requests queued \(Cold tier\) \(1 more since the first notice\)/);
+    expect(posted[1].text).toMatch(/Tenants: beta/);
     expect((await fetch(`${url}/v1/jobs/llm-${'0'.repeat(40)}`)).status).toBe(404);
     expect((await fetch(`${url}/v1/jobs/nope`)).status).toBe(400); // not an id the gateway makes
   });
@@ -165,8 +168,8 @@ describe('Cold tier', () => {
     });
   });
 
-  it('budget webhook at 85 %: queued work pauses (jobs fail with the guardrail message), live traffic avoids the capped provider, one notice', async () => {
-    const { url, stack } = await up({ worker: true });
+  it('budget webhook at 85 %: queued work waits without spending attempts, live traffic avoids the capped provider, one notice', async () => {
+    const { url, stack } = await up({ worker: true, cold: { recheckMs: 200 } });
     expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 }, 'wrong')).status).toBe(401);
     expect((await admin(url, '/budget/webhook', { provider: 'openai' })).status).toBe(400);
     expect(
@@ -187,7 +190,7 @@ describe('Cold tier', () => {
     expect(live.headers.get('x-route-provider')).toBe('anthropic');
     expect(hot.received).toHaveLength(0);
 
-    // A job picked up while paused fails with the guardrail's message and waits for a retry.
+    // A job picked up while paused is not run: it waits (delayed, saying why), no attempt spent.
     const queued = await stack.queue.enqueue({
       body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
       idempotencyKey: 'paused-job',
@@ -199,12 +202,16 @@ describe('Cold tier', () => {
       reviewRequired: false,
       enqueuedAt: new Date().toISOString(),
     });
-    const failed = await until(async () => {
+    const waiting = await until(async () => {
       const j = await job(url, queued.jobId);
-      return j.attempts >= 1 ? j : null;
+      return j.deferred ? j : null;
     });
-    expect(failed.lastError).toBe('paused by budget guardrail');
-    expect(['failed', 'delayed', 'waiting']).toContain(failed.state);
+    expect(waiting).toMatchObject({ state: 'delayed', attempts: 0, lastError: null, deferred: { reason: 'paused by budget guardrail' } });
+    const rechecked = await until(async () => {
+      const j = await job(url, queued.jobId); // looked at again (every 200 ms here), still paused
+      return j.state === 'delayed' && j.deferred.until !== waiting.deferred.until ? j : null;
+    });
+    expect(rechecked).toMatchObject({ attempts: 0, deferred: { since: waiting.deferred.since } });
 
     await until(async () => posted.some((p) => /paused by the budget guardrail/.test(p.text)));
     await new Promise((r) => setTimeout(r, 300));
@@ -216,7 +223,48 @@ describe('Cold tier', () => {
       const j = await job(url, queued.jobId);
       return j.state === 'completed' ? j : null;
     }, 15_000);
-    expect(done.attempts).toBeGreaterThanOrEqual(2);
+    expect(done.attempts).toBe(1); // the one real try
+  });
+
+  it('a job queued during an outage longer than its attempts span completes once a provider returns; only real tries count', async () => {
+    // Shortened: breakers open for 400 ms (30 s), a job's backoff 50 ms (1 s): 5 attempts span under 1 s.
+    const { url } = await up({ worker: true, breaker: { openMs: 400 }, cold: { backoffMs: 50 } });
+    hot.always({ kind: 'status', status: 500 });
+    warm.always({ kind: 'status', status: 500 });
+    const queued = await chat(url, undefined, { 'x-time-to-answer-ms': '3000' });
+    expect(queued.status).toBe(202);
+    const { jobId } = queued.json();
+    const waiting = await until(async () => {
+      const j = await job(url, jobId);
+      return j.deferred && j.state === 'delayed' ? j : null;
+    });
+    expect(waiting.deferred.reason).toMatch(/^every route's breaker is open; next probe at /);
+    await new Promise((r) => setTimeout(r, 3000)); // the outage goes on, 3 times the span of 5 attempts
+    expect((await job(url, jobId)).state).not.toBe('dead-lettered');
+    const calls = hot.received.length + warm.received.length;
+    hot.always({ kind: 'ok', content: 'back' });
+    warm.always({ kind: 'ok', content: 'back' });
+    const done = await until(async () => {
+      const j = await job(url, jobId);
+      return j.state === 'completed' ? j : null;
+    });
+    expect(done.result).toMatchObject({ status: 200, body: { choices: [{ message: { content: 'back' } }] } });
+    expect(done.attempts).toBeLessThanOrEqual(3);
+    expect(calls).toBeLessThan(40); // probes, not a retry storm
+    expect(posted.some((p) => /dead-lettered/.test(p.text))).toBe(false);
+  });
+
+  it('a job that waits for a route longer than the limit is dead-lettered, and a person told', async () => {
+    const { url } = await up({ worker: true, breaker: { openMs: 300 }, cold: { backoffMs: 50, maxDeferMs: 1500 } });
+    hot.always({ kind: 'status', status: 500 });
+    warm.always({ kind: 'status', status: 500 });
+    const { jobId } = (await chat(url, undefined, { 'x-time-to-answer-ms': '3000' })).json();
+    const dead = await until(async () => {
+      const j = await job(url, jobId);
+      return j.state === 'dead-lettered' && j.lastError ? j : null;
+    });
+    expect(dead.lastError).toMatch(/^no route could take it for 1\.5 s \(every route's breaker is open/);
+    await until(async () => posted.some((p) => /Queued AI jobs dead-lettered/.test(p.text) && p.text.includes(jobId)));
   });
 
   it('a job the provider refuses as malformed is dead-lettered; ops lists it and moves it back', async () => {

@@ -1,57 +1,15 @@
 // Meter events to the web app: batches, the 302 followed with GET, spooling while the meter is
 // down, replay in order after a restart, none lost and none duplicated. And the shared flags.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RedisFlags } from '../../gateway/src/flags';
-import { CsvSink, WebAppSink } from '../../gateway/src/meter-sink';
+import { CsvSink, eventProblem } from '../../gateway/src/meter-sink';
+import { WebAppSink } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
-
-/** The meter web app as Apps Script serves it: POST → 302 → GET the answer; it dedups by event_id. */
-class FakeMeterWebApp {
-  stored: string[] = [];
-  requests: string[] = [];
-  down = false;
-  server!: Server;
-  url = '';
-  private answers = new Map<string, string>();
-  async start() {
-    let n = 0;
-    this.server = createServer(async (req, res) => {
-      let body = '';
-      for await (const c of req) body += c;
-      this.requests.push(`${req.method} ${req.url!.split('?')[0]}`);
-      if (this.down) return void res.writeHead(500).end('down');
-      if (req.method === 'POST') {
-        const url = new URL(req.url!, 'http://x');
-        let answer: object;
-        if (url.searchParams.get('token') !== 'tok') answer = { ok: false, error: 'unauthorized' };
-        else {
-          const events = JSON.parse(body).events as Array<{ event_id: string }>;
-          const fresh = events.filter((e) => !this.stored.includes(e.event_id));
-          this.stored.push(...fresh.map((e) => e.event_id));
-          answer = { ok: true, appended: fresh.length, duplicates: events.length - fresh.length };
-        }
-        const key = `k${n++}`;
-        this.answers.set(key, JSON.stringify(answer));
-        return void res.writeHead(302, { location: `/echo?user_content_key=${key}` }).end();
-      }
-      const key = new URL(req.url!, 'http://x').searchParams.get('user_content_key')!;
-      res.writeHead(200, { 'content-type': 'application/json' }).end(this.answers.get(key) ?? '{"ok":false,"error":"no such answer"}');
-    });
-    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/exec`;
-    return this;
-  }
-  stop() {
-    this.server.closeAllConnections();
-    return new Promise<void>((r) => this.server.close(() => r()));
-  }
-}
+import { FakeMeterWebApp } from './fake-meter';
 
 const event = (i: number) =>
   normalizeEvent({ event_id: `e${i}`, cost_usd: 0.01, provider: 'openai' }, { now: () => new Date(), uuid: () => 'x' });
@@ -86,7 +44,7 @@ describe('meter sink: the web app', () => {
   it('spools while the meter is down and replays in order after a restart: none lost, none doubled', async () => {
     meter = await new FakeMeterWebApp().start();
     const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
-    meter.down = true;
+    meter.mode = 'down';
     const first = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, maxBackoffMs: 1, log: quiet });
     for (let i = 0; i < 10; i++) first.send(event(i));
     await first.flush();
@@ -96,7 +54,7 @@ describe('meter sink: the web app', () => {
     await first.close();
 
     // The gateway restarts; the meter comes back.
-    meter.down = false;
+    meter.mode = 'ok';
     const second = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, log: quiet });
     for (let i = 10; i < 15; i++) second.send(event(i));
     await second.flush();
@@ -121,6 +79,90 @@ describe('meter sink: the web app', () => {
     expect(meter.stored).toEqual([]);
     expect(warnings.join('\n')).toContain('unauthorized');
     expect(warnings.join('\n')).not.toContain('wrong-secret');
+    await sink.close();
+  });
+});
+
+describe('meter sink: events the meter refuses', () => {
+  const rejected = (dir: string) =>
+    readFileSync(join(dir, 'rejected.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { reason: string; record: { event_id: string } });
+
+  it('a refused batch is split until only the refused events are left: every other event is delivered, in order', async () => {
+    meter = await new FakeMeterWebApp().start();
+    const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
+    const errors: string[] = [];
+    const sink = new WebAppSink({
+      url: meter.url,
+      token: 'tok',
+      spoolDir,
+      flushIntervalMs: 60_000,
+      log: { ...quiet, error: (m) => errors.push(m) },
+    });
+    const ahead = new Date(Date.now() + 10 * 60_000); // a sender whose clock runs 10 minutes ahead
+    for (let i = 0; i < 40; i++) sink.send(i === 3 || i === 29 ? { ...event(i), timestamp: ahead } : event(i));
+    await sink.flush();
+    const good = Array.from({ length: 40 }, (_, i) => `e${i}`).filter((id) => id !== 'e3' && id !== 'e29');
+    expect(meter.stored).toEqual(good);
+    expect(rejected(spoolDir).map((r) => r.record.event_id)).toEqual(['e3', 'e29']);
+    expect(rejected(spoolDir)[0].reason).toMatch(/^refused by the meter: events\[0\]\.timestamp: expected a time at most 5 minutes/);
+    expect(sink.stats).toMatchObject({ delivered: 38, rejected: 2 });
+    expect(errors.join('\n')).toContain('kept in rejected.jsonl');
+    await sink.flush(); // nothing left: nothing posted again
+    expect(meter.stored).toHaveLength(38);
+    await sink.close();
+  });
+
+  it('an event the meter would refuse is never spooled: set aside at once with the reason, the others delivered', async () => {
+    meter = await new FakeMeterWebApp().start();
+    const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
+    const sink = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, check: eventProblem, log: quiet });
+    for (let i = 0; i < 5; i++) sink.send(i === 2 ? { ...event(i), customer_id: 'c'.repeat(1001) } : event(i));
+    await sink.flush();
+    expect(meter.stored).toEqual(['e0', 'e1', 'e3', 'e4']);
+    expect(meter.posts).toEqual([4]); // one post: the meter never saw the bad event
+    const [set] = rejected(spoolDir);
+    expect(set.record.event_id).toBe('e2');
+    expect(set.reason).toBe('refused before spooling: customer_id: expected text of at most 1000 characters');
+    expect(readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8')).not.toContain('ccccc');
+    await sink.close();
+  });
+});
+
+describe('meter sink: a spool that passes its size limit', () => {
+  it('alerts loudly (error and notice, again at each further 10 %), drops nothing, and delivers oldest first once the meter is back', async () => {
+    meter = await new FakeMeterWebApp().start();
+    meter.mode = 'busy';
+    const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
+    const errors: string[] = [];
+    const notices: string[] = [];
+    const sink = new WebAppSink({
+      url: meter.url,
+      token: 'tok',
+      spoolDir,
+      flushIntervalMs: 60_000,
+      maxBackoffMs: 1,
+      maxSpoolBytes: 4000,
+      onBacklog: (m) => notices.push(m),
+      log: { ...quiet, error: (m) => errors.push(m) },
+    });
+    const size = JSON.stringify({ ...event(0), timestamp: new Date().toISOString() }).length + 1;
+    const n = Math.ceil(4000 / size) + 10;
+    for (let i = 0; i < n; i++) await sink.send(event(i));
+    await sink.flush();
+    expect(notices.length).toBeGreaterThanOrEqual(2); // passing the limit, then 10 % more
+    expect(notices[0]).toMatch(/meter spool holds [\d.]+ MB not yet delivered, over its 0\.0 MB limit.*Nothing is dropped/);
+    expect(errors.filter((e) => /over its/.test(e))).toHaveLength(notices.length);
+    expect(sink.status()).toMatchObject({ over_limit: true, spool_limit_bytes: 4000 });
+    const spooled = readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8').trim().split('\n');
+    expect(spooled.map((l) => JSON.parse(l).event_id)).toEqual(Array.from({ length: n }, (_, i) => `e${i}`));
+    meter.mode = 'ok';
+    await new Promise((r) => setTimeout(r, 5)); // past the 1 ms backoff
+    await sink.flush();
+    expect(meter.stored).toEqual(Array.from({ length: n }, (_, i) => `e${i}`));
+    expect(sink.status()).toMatchObject({ over_limit: false });
     await sink.close();
   });
 });

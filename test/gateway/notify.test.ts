@@ -1,20 +1,44 @@
-// Notifications: bursts coalesce; a failing target is retried and logged, never thrown.
-import { createServer } from 'node:http';
+// Notifications: the first notice of a burst at once, the rest coalesced into one follow-up; caller
+// text escaped for Slack; a failing target is retried and logged, never thrown.
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { Notifier } from '../../gateway/src/notify';
 
+/** A Slack incoming webhook on loopback: it keeps every JSON body posted to it. */
+async function slackHook(): Promise<{ server: Server; url: string; posts: any[] }> {
+  const posts: any[] = [];
+  const server = createServer(async (req, res) => {
+    let body = '';
+    for await (const c of req) body += c;
+    posts.push(JSON.parse(body));
+    res.writeHead(200).end('ok');
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/services/T/B/x`, posts };
+}
+
+async function until(check: () => boolean, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
 describe('notifier', () => {
-  it('a thousand enqueues make one message per target, with counts and ids', async () => {
+  it('a thousand enqueues make two messages per target: the first at once, one follow-up with counts and ids', async () => {
     const logs: string[] = [];
     const n = new Notifier(['ops@example.com'], { windowMs: 60_000, log: { warn: (m) => logs.push(m), info: (m) => logs.push(m) } });
     for (let i = 0; i < 1000; i++) n.notify({ kind: 'enqueued', jobIds: [`job-${i}`], tenant: `t${i % 3}` });
     await n.flush();
-    expect(n.sent).toHaveLength(1);
-    expect(n.sent[0].subject).toBe('AI requests queued (Cold tier) (1000)');
-    expect(n.sent[0].text).toContain('Jobs (1000): job-0, job-1');
-    expect(n.sent[0].text).toContain('and 980 more');
-    expect(n.sent[0].text).toContain('Tenants: t0, t1, t2');
+    expect(n.sent).toHaveLength(2);
+    expect(n.sent[0].subject).toBe('AI requests queued (Cold tier)');
+    expect(n.sent[0].text).toContain('Jobs (1): job-0');
+    expect(n.sent[1].subject).toBe('AI requests queued (Cold tier) (999 more since the first notice)');
+    expect(n.sent[1].text).toContain('Jobs (999): job-1, job-2');
+    expect(n.sent[1].text).toContain('and 979 more');
+    expect(n.sent[1].text).toContain('Tenants: t1, t2, t0');
     expect(logs.join('\n')).toMatch(/e-mail to ops@example.com \(not sent: SMTP_URL is not set\)/);
   });
 
@@ -43,6 +67,56 @@ describe('notifier', () => {
     expect(warnings.join('\n')).toMatch(/notification to 127\.0\.0\.1:\d+ failed: HTTP 500/);
     expect(warnings.join('\n')).not.toContain('SECRET');
     server.close();
+  });
+
+  it('the first notice of a burst arrives at once; the rest of the window waits for one follow-up', async () => {
+    const hook = await slackHook();
+    const n = new Notifier([hook.url], { windowMs: 60_000, log: { warn: () => {}, info: () => {} } });
+    const t0 = performance.now();
+    n.notify({ kind: 'paused', detail: 'openai budget at 85%' });
+    await until(() => hook.posts.length === 1, 2000);
+    expect(performance.now() - t0).toBeLessThan(2000);
+    expect(hook.posts[0].text).toContain('AI work paused by the budget guardrail');
+    n.notify({ kind: 'enqueued', jobIds: ['llm-1'] }); // another kind: its own first notice, at once
+    await until(() => hook.posts.length === 2, 2000);
+    for (let i = 2; i <= 4; i++) n.notify({ kind: 'enqueued', jobIds: [`llm-${i}`], tenant: 'acme' });
+    await new Promise((r) => setImmediate(r));
+    expect(hook.posts).toHaveLength(2); // the window is still open: nothing more yet
+    await n.flush(); // the window's end
+    expect(hook.posts).toHaveLength(3);
+    expect(hook.posts[2].text).toMatch(
+      /AI requests queued \(Cold tier\) \(3 more since the first notice\)\nJobs \(3\): llm-2, llm-3, llm-4\nTenants: acme/,
+    );
+    hook.server.close();
+  });
+
+  it('a window that ends quiet closes: the next notice goes out at once again', async () => {
+    const hook = await slackHook();
+    const n = new Notifier([hook.url], { windowMs: 50, log: { warn: () => {}, info: () => {} } });
+    n.notify({ kind: 'dead_lettered', jobIds: ['llm-a'] });
+    await until(() => hook.posts.length === 1, 2000);
+    await new Promise((r) => setTimeout(r, 120)); // past the window, with nothing in it
+    n.notify({ kind: 'dead_lettered', jobIds: ['llm-b'] });
+    await until(() => hook.posts.length === 2, 2000);
+    expect(hook.posts[1].text).toMatch(/^Queued AI jobs dead-lettered\nJobs \(1\): llm-b/);
+    hook.server.close();
+  });
+
+  it('caller text is escaped for Slack mrkdwn (no mention, no link); e-mail gets it as it was', async () => {
+    const hook = await slackHook();
+    const logs: string[] = [];
+    const n = new Notifier([hook.url, 'ops@example.com'], { windowMs: 60_000, log: { warn: () => {}, info: (m) => logs.push(m) } });
+    n.notify({ kind: 'enqueued', jobIds: ['llm-1'], tenant: '<!channel>', detail: 'last error: <https://evil.example|click here> & more' });
+    await n.flush();
+    const post = hook.posts[0];
+    for (const text of [post.text, post.blocks[1].text.text]) {
+      expect(text).toContain('Tenants: &lt;!channel&gt;');
+      expect(text).toContain('last error: &lt;https://evil.example|click here&gt; &amp; more');
+      expect(text).not.toMatch(/<!channel>|<https:/);
+    }
+    expect(post.blocks[1].text.type).toBe('mrkdwn');
+    expect(logs.join('\n')).toContain('Tenants: <!channel>'); // the e-mail (logged: no SMTP_URL) is plain text
+    hook.server.close();
   });
 
   it('keeps only the last 100 delivered messages, newest last (a long-running gateway does not grow)', async () => {

@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { expect, it } from 'vitest';
 
-it('the Lisbon drill passes its four steps', () => {
+it('the Lisbon drill passes its five steps', () => {
   const root = join(import.meta.dirname, '..', '..');
   const run = spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['test/lisbon/drill.ts'], {
     cwd: root,
@@ -11,6 +11,6 @@ it('the Lisbon drill passes its four steps', () => {
     env: { ...process.env, QUEUE_STORE_URL: 'redis://127.0.0.1:6379/9' },
     timeout: 120_000,
   });
-  expect(run.stdout).toContain('4 passed, 0 failed');
+  expect(run.stdout).toContain('5 passed, 0 failed');
   expect(run.status).toBe(0);
 }, 130_000);

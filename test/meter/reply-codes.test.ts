@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { WebAppSink } from '../../gateway/src/meter-sink';
+import { WebAppSink } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
 import { METER_REPLY_CODES } from '../../schema/meter-reply';
 import { FakePlatform, callJson, loadBundle, webEvent, type Bundle, type FakeTextOutput } from './fakes/platform';

@@ -3,7 +3,14 @@
 // through the store's interface. Expiry runs for real with lifetimes of a second.
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryVoiceStore, RedisVoiceStore, type CallTtl, type StoredCall, type VoiceStore } from '../../gateway/src/voice/call-store';
+import {
+  MemoryVoiceStore,
+  RedisVoiceStore,
+  type CallTtl,
+  type Reduce,
+  type StoredCall,
+  type VoiceStore,
+} from '../../gateway/src/voice/call-store';
 import { newCall } from '../../gateway/src/voice/spend-guard';
 import { MemoryWorkflowStore, RedisWorkflowStore, type WorkflowStore, type WorkflowTtl } from '../../gateway/src/voice/workflow-store';
 
@@ -39,9 +46,18 @@ const call = (id: string, from = '+351900000000'): StoredCall => ({
   version: 0,
 });
 
+/** The test's changes: more turns, a new caller number, or the call's end. */
+type Change = { turns?: number; from?: string; end?: string };
+const reduce: Reduce<Change> = (c, op) => {
+  if (op.turns) c.state.turns += op.turns;
+  if (op.from) c.from = op.from;
+  if (op.end) c.ended_at = op.end;
+  return c;
+};
+
 describe.each([
-  ['Redis', (ttl?: CallTtl): VoiceStore => new RedisVoiceStore(redis, space(), ttl)],
-  ['in process', (ttl?: CallTtl): VoiceStore => new MemoryVoiceStore(ttl)],
+  ['Redis', (ttl?: CallTtl): VoiceStore<Change> => new RedisVoiceStore(redis, space(), reduce, ttl)],
+  ['in process', (ttl?: CallTtl): VoiceStore<Change> => new MemoryVoiceStore(reduce, ttl)],
 ])('call store contract: %s', (_name, make) => {
   it('a call is stored once: starting it again answers the first, unchanged', async () => {
     const s = make();
@@ -51,13 +67,13 @@ describe.each([
     expect(await s.get('nope')).toBeNull();
   });
 
-  it('an update applies the change and moves the version on; an unknown call is null', async () => {
+  it('a change is applied and moves the version on; an unknown call is null', async () => {
     const s = make();
     await s.create(call('c1'));
-    const updated = await s.update('c1', (c) => ({ ...c, state: { ...c.state, turns: 2 } }));
+    const updated = await s.apply('c1', { turns: 2 });
     expect(updated).toMatchObject({ version: 1, state: { turns: 2 } });
     expect(await s.get('c1')).toEqual(updated);
-    expect(await s.update('nope', (c) => c)).toBeNull();
+    expect(await s.apply('nope', { turns: 1 })).toBeNull();
   });
 
   it('keeps its own copy: changing an object given to or received from the store changes nothing stored', async () => {
@@ -66,26 +82,28 @@ describe.each([
     const created = await s.create(given);
     given.state.turns = 7;
     created.state.turns = 8;
-    const updated = (await s.update('c1', (c) => ({ ...c, from: '+1' })))!;
+    const updated = (await s.apply('c1', { from: '+1' }))!;
     updated.state.turns = 9;
     (await s.get('c1'))!.state.turns = 10;
     expect(await s.get('c1')).toMatchObject({ from: '+1', version: 1, state: { turns: 0 } });
   });
 
-  it('concurrent updates are all applied, none lost', async () => {
+  it('100 concurrent changes are all applied, each answer seeing its own and those before it; none lost, none refused', async () => {
     const s = make();
     await s.create(call('c1'));
-    await Promise.all(Array.from({ length: 10 }, () => s.update('c1', (c) => ({ ...c, state: { ...c.state, turns: c.state.turns + 1 } }))));
-    expect(await s.get('c1')).toMatchObject({ version: 10, state: { turns: 10 } });
+    const seen = await Promise.all(Array.from({ length: 100 }, () => s.apply('c1', { turns: 1 })));
+    expect(seen.map((c) => c!.state.turns).sort((a, b) => a - b)).toEqual(Array.from({ length: 100 }, (_, i) => i + 1));
+    expect(seen.every((c) => c!.version === c!.state.turns)).toBe(true);
+    expect(await s.get('c1')).toMatchObject({ version: 100, state: { turns: 100 } });
   });
 
   it('an ended call is forgotten after its shorter lifetime; a live call is kept', async () => {
     const s = make({ liveS: 60, endedS: 1 });
     await s.create(call('live'));
     await s.create(call('ended'));
-    await s.update('ended', (c) => ({ ...c, ended_at: '2026-11-23T10:05:00.000Z' }));
+    await s.apply('ended', { end: '2026-11-23T10:05:00.000Z' });
     await until(async () => (await s.get('ended')) === null);
-    expect(await s.update('ended', (c) => c)).toBeNull();
+    expect(await s.apply('ended', { turns: 1 })).toBeNull();
     expect(await s.get('live')).not.toBeNull();
   });
 

@@ -300,6 +300,63 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect(ttl).toBeGreaterThan(3600);
   });
 
+  it('40 concurrent events for one call through two instances: every one 200, none lost', async () => {
+    const a = await up();
+    const b = await up();
+    await post(a.url, '/v1/voice/calls', { call_id: 'call-40', from: '+351900000000', at: '2026-11-23T10:00:00Z' });
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        post(i % 2 ? a.url : b.url, '/v1/voice/calls/call-40/events', { type: 'user.audio_frame', ms: 20 }),
+      ),
+    );
+    expect(answers.map((r) => r.status)).toEqual(Array(40).fill(200));
+    const seen = await Promise.all(answers.map(async (r) => ((await r.json()) as { state: { inputMs: number } }).state.inputMs));
+    expect([...seen].sort((x, y) => x - y)).toEqual(Array.from({ length: 40 }, (_, i) => 20 * (i + 1))); // each saw its own frame and those before
+    const last = (await (await post(a.url, '/v1/voice/calls/call-40/events', { type: 'user.audio_frame', ms: 20 })).json()) as {
+      state: { inputMs: number };
+    };
+    expect(last.state.inputMs).toBe(41 * 20);
+    expect(await redis.llen(`${prefix}:voice:call:call-40:changes`)).toBe(0); // every change folded into the saved call
+  });
+
+  it('numbers that cannot be money are refused 400 naming the field; the call’s cost stays finite and >= 0', async () => {
+    const { url } = await up();
+    await post(url, '/v1/voice/calls', { call_id: 'call-n', from: '+351900000000', at: '2026-11-23T10:00:00Z' });
+    const refused = async (body: string) => {
+      const res = await fetch(`${url}/v1/voice/calls/call-n/events`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer voice-secret' },
+        body,
+      });
+      expect(res.status).toBe(400);
+      return ((await res.json()) as { error: string }).error;
+    };
+    const done = (usage: string) => `[{"type":"assistant.response.done","usage":${usage}}]`;
+    expect(await refused(done('{"input_token_details":{"audio_tokens":-5000}}'))).toBe(
+      'events[0].assistant.response.done.usage.input_token_details.audio_tokens: expected a whole number of tokens from 0 to 10000000, got -5000',
+    );
+    expect(await refused(done('{"output_token_details":{"audio_tokens":1e308}}'))).toMatch(
+      /^events\[0\]\.assistant\.response\.done\.usage\.output_token_details\.audio_tokens: expected a whole number/,
+    );
+    expect(await refused(done('{"output_token_details":{"audio_tokens":1e309}}'))).toMatch(
+      /output_token_details\.audio_tokens: .*got Infinity$/,
+    );
+    expect(await refused('[{"type":"user.audio_frame","ms":1e308}]')).toMatch(/^events\[0\]\.user\.audio_frame\.ms: expected a duration/);
+    expect(await refused('[{"type":"billing.monthly_rollup","monthly_usd":1e309}]')).toBe(
+      'events[0].monthly_usd: expected a finite number >= 0',
+    );
+    const ok = await post(url, '/v1/voice/calls/call-n/events', [
+      {
+        type: 'assistant.response.done',
+        usage: { input_token_details: { audio_tokens: 1000 }, output_token_details: { audio_tokens: 500 } },
+      },
+    ]);
+    expect(ok.status).toBe(200);
+    const { state } = (await ok.json()) as { state: { estUsd: number; turns: number } };
+    expect(state.turns).toBe(1); // none of the refused batches counted
+    expect(Number.isFinite(state.estUsd) && state.estUsd >= 0).toBe(true);
+  });
+
   it('a monthly rollup at the cap pauses new calls on every instance; calls in progress go on; a rollup below resumes', async () => {
     const a = await up();
     const b = await up();

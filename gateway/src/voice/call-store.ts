@@ -1,8 +1,13 @@
 /**
  * Where calls live between the voice server's requests. In Redis (a day, or an hour after the call
- * ends), so any gateway instance can take the next event of a call; updates are compare-and-set on
- * a version, so two instances never lose each other's events; the monthly pause is a Redis flag
- * every instance honours. Without Redis, an in-process store with the same behaviour.
+ * ends), so any gateway instance can take the next event of a call; the monthly pause is a Redis
+ * flag every instance honours. Without Redis, an in-process store with the same behaviour.
+ *
+ * A change to a call is data (`Op`), applied by the store's `reduce`. In Redis each change is
+ * appended, atomically and in order, to the call's list of changes by one script, which answers
+ * with the last saved call and the changes after it; the caller folds them (its own last) and
+ * saves the result if nothing newer was saved, dropping the changes it holds. No change is ever
+ * lost or refused however many arrive at once, and no one retries: the order is the list's.
  */
 import type { Redis } from 'ioredis';
 import type { CallRecord } from '../../../schema/call-record';
@@ -19,6 +24,8 @@ const CALL_TTL: CallTtl = { liveS: 24 * 3600, endedS: 3600 };
 export interface StoredCall {
   /** The call record, once the call ended (ending again answers it). */
   record?: CallRecord;
+  /** Which end request made the record (so exactly one sends what follows the call). */
+  endedBy?: string;
   call_id: string;
   from: string;
   country: string | null;
@@ -26,24 +33,33 @@ export interface StoredCall {
   ended_at: string | null;
   action: 'answer' | 'voicemail';
   state: CallState;
+  /** Changes applied since the call was stored. */
   version: number;
 }
 
-export interface VoiceStore {
+/** Applies one change to a call (a copy, to change in place or not). Pure: every instance folds the same. */
+export type Reduce<Op> = (call: StoredCall, op: Op) => StoredCall;
+
+export interface VoiceStore<Op> {
   /** Stores a new call; when the id exists already, the stored call is kept and answered. */
   create(call: StoredCall): Promise<StoredCall>;
   get(id: string): Promise<StoredCall | null>;
-  /** Applies `change` atomically (retried on a concurrent update); null when there is no such call. */
-  update(id: string, change: (call: StoredCall) => StoredCall): Promise<StoredCall | null>;
+  /** Appends a change, atomically and in order; the call with every change up to it applied. Null: no such call. */
+  apply(id: string, op: Op): Promise<StoredCall | null>;
   monthlyPaused(): Promise<boolean>;
   setMonthlyPaused(paused: boolean): Promise<void>;
 }
 
+const ttlOf = (call: StoredCall, ttl: CallTtl) => (call.ended_at ? ttl.endedS : ttl.liveS);
+
 /** In process: the same lifetimes; every call in and out is a copy, as JSON in Redis is. */
-export class MemoryVoiceStore implements VoiceStore {
+export class MemoryVoiceStore<Op> implements VoiceStore<Op> {
   private readonly calls = new ExpiringMap<StoredCall>();
   private paused = false;
-  constructor(private readonly ttl: CallTtl = CALL_TTL) {}
+  constructor(
+    private readonly reduce: Reduce<Op>,
+    private readonly ttl: CallTtl = CALL_TTL,
+  ) {}
   async create(call: StoredCall) {
     const existing = this.calls.get(call.call_id);
     if (existing) return structuredClone(existing);
@@ -54,11 +70,11 @@ export class MemoryVoiceStore implements VoiceStore {
     const c = this.calls.get(id);
     return c ? structuredClone(c) : null;
   }
-  async update(id: string, change: (call: StoredCall) => StoredCall) {
+  async apply(id: string, op: Op) {
     const c = this.calls.get(id);
     if (!c) return null;
-    const next = { ...change(structuredClone(c)), version: c.version + 1 };
-    this.calls.set(id, structuredClone(next), next.ended_at ? this.ttl.endedS : this.ttl.liveS);
+    const next = { ...this.reduce(structuredClone(c), structuredClone(op)), version: c.version + 1 };
+    this.calls.set(id, structuredClone(next), ttlOf(next, this.ttl));
     return next;
   }
   async monthlyPaused() {
@@ -69,42 +85,79 @@ export class MemoryVoiceStore implements VoiceStore {
   }
 }
 
-/** SET the call only if its stored version is still the one read. */
-const CAS = `local cur = redis.call('GET', KEYS[1])
-if not cur then return -1 end
-if cjson.decode(cur).version ~= tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+/** A new call: stored unless one with its id is; a leftover change list of an expired namesake goes. */
+const CREATE = `if redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2], 'NX') then
+  redis.call('DEL', KEYS[2], KEYS[3])
+  return 1
+end
+return 0`;
+
+/** Appends a change (numbered by the call's counter); answers the saved call, the change's number, and the list. */
+const APPEND = `local saved = redis.call('GET', KEYS[1])
+if not saved then return false end
+local seq = redis.call('INCR', KEYS[3])
+redis.call('RPUSH', KEYS[2], seq .. ':' .. ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('EXPIRE', KEYS[3], ARGV[2])
+return {saved, seq, redis.call('LRANGE', KEYS[2], 0, -1)}`;
+
+/** Saves a folded call unless a newer one is saved; drops the changes it holds. */
+const SAVE = `local saved = redis.call('GET', KEYS[1])
+if not saved or cjson.decode(saved).version >= tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+while true do
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if not head or tonumber(string.match(head, '^(%d+):')) > tonumber(ARGV[2]) then break end
+  redis.call('LPOP', KEYS[2])
+end
 return 1`;
 
-export class RedisVoiceStore implements VoiceStore {
+export class RedisVoiceStore<Op> implements VoiceStore<Op> {
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
+    private readonly reduce: Reduce<Op>,
     private readonly ttl: CallTtl = CALL_TTL,
   ) {}
-  private key(id: string) {
-    return `${this.prefix}:voice:call:${id}`;
+  /** The saved call, its list of changes, and the counter that numbers them. */
+  private keys(id: string): [string, string, string] {
+    const call = `${this.prefix}:voice:call:${id}`;
+    return [call, `${call}:changes`, `${call}:seq`];
   }
   async create(call: StoredCall) {
-    const ok = await this.redis.set(this.key(call.call_id), JSON.stringify(call), 'EX', this.ttl.liveS, 'NX');
-    return ok ? call : ((await this.get(call.call_id)) ?? call);
+    const created = (await this.redis.eval(CREATE, 3, ...this.keys(call.call_id), JSON.stringify(call), String(this.ttl.liveS))) === 1;
+    return created ? call : ((await this.get(call.call_id)) ?? call);
+  }
+  /** The saved call with the changes after it applied, up to change `upTo` (all when absent). */
+  private fold(saved: string, changes: string[], upTo = Infinity): StoredCall {
+    let call = JSON.parse(saved) as StoredCall;
+    for (const entry of changes) {
+      const colon = entry.indexOf(':');
+      const seq = Number(entry.slice(0, colon));
+      if (seq <= call.version || seq > upTo) continue;
+      call = { ...this.reduce(call, JSON.parse(entry.slice(colon + 1)) as Op), version: seq };
+    }
+    return call;
   }
   async get(id: string) {
-    const text = await this.redis.get(this.key(id));
-    return text ? (JSON.parse(text) as StoredCall) : null;
+    const [call, changes] = this.keys(id);
+    const [[, saved], [, list]] = (await this.redis.multi().get(call).lrange(changes, 0, -1).exec()) as [
+      [null, string | null],
+      [null, string[]],
+    ];
+    return saved ? this.fold(saved, list) : null;
   }
-  async update(id: string, change: (call: StoredCall) => StoredCall) {
-    // Optimistic: each round one of the concurrent writers wins; a call has one voice server.
-    for (let attempt = 0; attempt < 20; attempt++) {
-      const current = await this.get(id);
-      if (!current) return null;
-      const next = { ...change(structuredClone(current)), version: current.version + 1 };
-      const ttl = next.ended_at ? this.ttl.endedS : this.ttl.liveS;
-      const done = (await this.redis.eval(CAS, 1, this.key(id), String(current.version), JSON.stringify(next), String(ttl))) as number;
-      if (done === 1) return next;
-      if (done === -1) return null;
-    }
-    throw new Error(`call ${id}: too many concurrent updates`);
+  async apply(id: string, op: Op) {
+    const keys = this.keys(id);
+    const out = (await this.redis.eval(APPEND, 3, ...keys, JSON.stringify(op), String(this.ttl.liveS))) as
+      [string, number, string[]] | null;
+    if (!out) return null;
+    const [saved, seq, changes] = out;
+    const next = this.fold(saved, changes, seq);
+    await this.redis.eval(SAVE, 3, ...keys, JSON.stringify(next), String(next.version), String(ttlOf(next, this.ttl)));
+    return next;
   }
   async monthlyPaused() {
     return (await this.redis.get(`${this.prefix}:voice:monthly_paused`)) === '1';

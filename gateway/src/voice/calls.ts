@@ -5,18 +5,46 @@
  *   end      the call record, once (ending again answers the same record)
  *   rollup   monthly spend; at or over the cap new calls pause on every instance
  * Call state lives in the call store (call-store.ts), so any gateway instance takes any request.
+ * A batch is checked first (a bad event refuses it, naming it), then applied as one change that
+ * the store appends atomically: concurrent batches for one call are all applied, in one order.
  */
+import { randomUUID } from 'node:crypto';
 import { isOpen, parseBusinessHours, type Window } from './business-hours';
 import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
 import { afterCall, buildCallRecord, type CallEndDeps } from './call-end';
 import type { EndCallBody, StartCallBody } from './bodies';
-import type { VoiceStore } from './call-store';
+import type { Reduce, VoiceStore } from './call-store';
 import type { Workflow } from './workflow';
+
+/** A change to a call, as the store keeps it: a checked batch of events, or the call's end. */
+export type CallChange = { kind: 'events'; events: VoiceEvent[] } | { kind: 'end'; body: EndCallBody; at: string; by: string };
+
+/** How a change applies to a call: the spend guard over the events; the record, once, at the end. */
+export function callReducer(config: Concierge): Reduce<CallChange> {
+  const guard = guardConfig(config);
+  return (call, change) => {
+    if (change.kind === 'events') {
+      for (const e of change.events) {
+        try {
+          applyEvent(call.state, e, guard);
+        } catch {
+          // Checked before it was stored; one that throws anyway is skipped, so it never poisons the call.
+        }
+      }
+      return call;
+    }
+    if (call.record) return call;
+    const at = new Date(change.at);
+    return { ...call, ended_at: change.at, endedBy: change.by, record: buildCallRecord(call, change.body, config, at) };
+  };
+}
+
+type RollupEvent = { type: 'billing.monthly_rollup'; monthly_usd: number };
 
 export interface VoiceDeps {
   config: Concierge;
-  store: VoiceStore;
+  store: VoiceStore<CallChange>;
   log: { warn: (m: string) => void; error: (m: string) => void };
   now?: () => Date;
   /** What follows a finished call (record, summary, meter events). */
@@ -79,35 +107,46 @@ export class VoiceService {
     };
   }
 
+  /**
+   * Checks a batch (each event's fields; none depends on the call's state), so a bad event refuses
+   * the whole batch before anything is stored. Returns the guard's events and the last rollup.
+   */
+  private check(events: unknown[]): { problem: string } | { guarded: VoiceEvent[]; rollup: number | null } {
+    const scratch = newCall();
+    const guarded: VoiceEvent[] = [];
+    let rollup: number | null = null;
+    for (const [i, raw] of events.entries()) {
+      const e = raw as VoiceEvent | RollupEvent;
+      if (!e || typeof e !== 'object') return { problem: `events[${i}]: expected an event object` };
+      if (e.type === 'billing.monthly_rollup') {
+        // JSON's 1e309 parses as Infinity: finite only.
+        if (typeof e.monthly_usd !== 'number' || !Number.isFinite(e.monthly_usd) || e.monthly_usd < 0)
+          return { problem: `events[${i}].monthly_usd: expected a finite number >= 0` };
+        rollup = e.monthly_usd;
+        continue;
+      }
+      try {
+        applyEvent(scratch, e, this.guard);
+      } catch (error) {
+        if (!(error instanceof VoiceEventError)) throw error;
+        return { problem: `events[${i}].${error.message}` };
+      }
+      guarded.push(e);
+    }
+    return { guarded, rollup };
+  }
+
   /** Applies a batch all-or-nothing: a bad event refuses the batch, naming it. */
   async events(id: string, events: unknown[]) {
-    let problem: string | null = null;
-    let rollup: number | null = null;
-    const call = await this.deps.store.update(id, (current) => {
-      problem = null;
-      // The batch is applied to a copy: a bad event anywhere leaves the stored state untouched.
-      const state = structuredClone(current.state);
-      events.forEach((raw, i) => {
-        if (problem) return;
-        const e = raw as VoiceEvent | { type: 'billing.monthly_rollup'; monthly_usd: number };
-        if (!e || typeof e !== 'object') problem = `events[${i}]: expected an event object`;
-        else if (e.type === 'billing.monthly_rollup') {
-          if (typeof e.monthly_usd !== 'number' || e.monthly_usd < 0) problem = `events[${i}].monthly_usd: expected a number >= 0`;
-          else rollup = e.monthly_usd;
-        } else {
-          try {
-            applyEvent(state, e, this.guard);
-          } catch (error) {
-            if (!(error instanceof VoiceEventError)) throw error;
-            problem = `events[${i}].${error.message}`;
-          }
-        }
-      });
-      return problem ? current : { ...current, state };
-    });
+    const checked = this.check(events);
+    if ('problem' in checked) {
+      const known = await this.deps.store.get(id);
+      if (!known) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
+      return { status: 400, body: { error: checked.problem } };
+    }
+    const call = await this.deps.store.apply(id, { kind: 'events', events: checked.guarded });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
-    if (problem) return { status: 400, body: { error: problem } };
-    if (rollup !== null) await this.rollup(rollup);
+    if (checked.rollup !== null) await this.rollup(checked.rollup);
     const s = call.state;
     return {
       status: 200,
@@ -122,14 +161,11 @@ export class VoiceService {
   }
 
   async end(id: string, body: EndCallBody) {
-    let fresh = false;
     const now = this.deps.now?.() ?? new Date();
-    const call = await this.deps.store.update(id, (current) => {
-      if (current.record) return current;
-      fresh = true;
-      return { ...current, ended_at: now.toISOString(), record: buildCallRecord(current, body, this.deps.config, now) };
-    });
+    const by = randomUUID();
+    const call = await this.deps.store.apply(id, { kind: 'end', body, at: now.toISOString(), by });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
+    const fresh = call.endedBy === by; // this request's change made the record
     if (fresh && this.deps.afterCall)
       afterCall(call.record!, call, { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log }, body.responses_metered);
     return { status: 200, body: call.record };

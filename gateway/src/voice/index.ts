@@ -10,12 +10,13 @@
 import type express from 'express';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { callToCsvLine, CALLS_CSV_HEADER, type CallRecord } from '../../../schema/call-record';
+import { callToCsvLine, CALLS_CSV_HEADER, checkCallRecord, type CallRecord } from '../../../schema/call-record';
 import type { GatewayEnv } from '../env';
 import { ConfigError } from '../errors';
-import { CsvSink, WebAppSink, type MeterSink } from '../meter-sink';
+import { CsvSink, type MeterSink } from '../meter-sink';
+import { WebAppSink } from '../meter-web-app';
 import { MemoryVoiceStore, RedisVoiceStore } from './call-store';
-import { VoiceService } from './calls';
+import { callReducer, VoiceService } from './calls';
 import { lintFile, loadConcierge, type Concierge } from './config';
 import { mountVoice } from './endpoints';
 import { DEFAULT_RATES_FILE, readRates } from './rates';
@@ -92,6 +93,16 @@ export interface Voice {
   close(): Promise<void>;
 }
 
+/** The reason the meter would refuse a call record, by the shared record's rules; null if none. */
+function callProblem(json: unknown): string | null {
+  try {
+    checkCallRecord(json);
+    return null;
+  } catch (error) {
+    return (error as Error).message;
+  }
+}
+
 export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
   const { options, config } = loaded;
   const { redis, prefix, log } = shared;
@@ -107,7 +118,7 @@ export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
   const say = { warn: (m: string) => log.warn(m), error: (m: string) => log.error(m) };
   const calls: MeterSink<CallRecord> = options.meterUrl
     ? new WebAppSink<CallRecord>(
-        { url: options.meterUrl, token: options.meterToken, key: 'calls', spoolDir: options.callsSpoolDir, log },
+        { url: options.meterUrl, token: options.meterToken, key: 'calls', spoolDir: options.callsSpoolDir, check: callProblem, log },
         (r) => r,
       )
     : new CsvSink<CallRecord>(options.callsCsvFile, CALLS_CSV_HEADER, callToCsvLine, (m) => log.error(m));
@@ -119,7 +130,7 @@ export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
   workflow.startDeadLetterRetry();
   const service = new VoiceService({
     config,
-    store: redis ? new RedisVoiceStore(redis, prefix) : new MemoryVoiceStore(),
+    store: redis ? new RedisVoiceStore(redis, prefix, callReducer(config)) : new MemoryVoiceStore(callReducer(config)),
     log: say,
     workflow,
     afterCall: {

@@ -3,7 +3,7 @@
  * Usable inside a voice server as it is, and behind the gateway's /v1/voice/* endpoints.
  *
  * Per call: inputMs, outputMs, turns, estUsd, ttfbBreaches (all from 0).
- *   user.audio_frame / assistant.audio_frame  add their duration (empty or non-positive: refused)
+ *   user.audio_frame / assistant.audio_frame  add their duration (empty, non-positive or over an hour: refused)
  *   assistant.response.start                  ttfb over latency_budget_s → one more breach
  *   assistant.response.done                   one more turn, cost recomputed, then the checks in
  *                                             this order, first match wins:
@@ -16,6 +16,8 @@
  * the per-million audio prices. When response.done carries the model's reported usage (audio
  * tokens), the call is billed from the sum of those instead and the estimate is kept beside it:
  * the estimate undercounts, because a realtime conversation is re-sent to the model every turn.
+ * Every count and duration is checked where it enters (finite, within bounds; the error names the
+ * field), so the cost is always a finite number >= 0.
  */
 import type { Concierge, IntentId } from './config';
 import { matchIntent } from './intents';
@@ -55,6 +57,35 @@ interface RealtimeUsage {
 }
 
 export class VoiceEventError extends Error {}
+
+/** The longest audio frame or time to first byte taken (an hour): longer is not a measurement. */
+const MAX_MS = 3_600_000;
+/** The most audio tokens one response may report: far above any realtime session's context. */
+const MAX_AUDIO_TOKENS = 10_000_000;
+
+/** A number from a voice server as a count or duration: finite, within [min, max], else refused naming the field. */
+function measure(field: string, value: unknown, min: number, max: number, what: string, exclusiveMin = false): number {
+  const ok = typeof value === 'number' && Number.isFinite(value) && (exclusiveMin ? value > min : value >= min) && value <= max;
+  const shown = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? String(value)); // 1e309 shows as Infinity
+  if (!ok) throw new VoiceEventError(`${field}: expected ${what}, got ${shown}`);
+  return value as number;
+}
+
+/** Each audio token count the usage carries: a whole number from 0 to MAX_AUDIO_TOKENS. */
+function checkUsage(usage: RealtimeUsage): void {
+  const at = 'assistant.response.done.usage';
+  if (typeof usage !== 'object' || usage === null) throw new VoiceEventError(`${at}: expected an object`);
+  const counts: Array<[string, unknown]> = [
+    [`${at}.input_token_details.audio_tokens`, usage.input_token_details?.audio_tokens],
+    [`${at}.input_token_details.cached_tokens_details.audio_tokens`, usage.input_token_details?.cached_tokens_details?.audio_tokens],
+    [`${at}.output_token_details.audio_tokens`, usage.output_token_details?.audio_tokens],
+  ];
+  for (const [field, value] of counts) {
+    if (value === undefined) continue;
+    const n = measure(field, value, 0, MAX_AUDIO_TOKENS, `a whole number of tokens from 0 to ${MAX_AUDIO_TOKENS}`);
+    if (!Number.isInteger(n)) throw new VoiceEventError(`${field}: expected a whole number of tokens, got ${n}`);
+  }
+}
 
 export interface GuardConfig {
   maxTurns: number;
@@ -158,24 +189,26 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
   switch (event.type) {
     case 'user.audio_frame':
     case 'assistant.audio_frame': {
-      if (typeof event.ms !== 'number' || !Number.isFinite(event.ms) || event.ms <= 0) {
-        throw new VoiceEventError(
-          `${event.type}.ms: expected a duration in milliseconds > 0 (empty frames are rejected), got ${JSON.stringify(event.ms)}`,
-        );
-      }
+      measure(
+        `${event.type}.ms`,
+        event.ms,
+        0,
+        MAX_MS,
+        `a duration in milliseconds > 0 and at most ${MAX_MS} (empty frames are rejected)`,
+        true,
+      );
       if (event.type === 'user.audio_frame') state.inputMs += event.ms;
       else state.outputMs += event.ms;
       return state;
     }
     case 'assistant.response.start': {
-      if (typeof event.ttfb_ms !== 'number' || !Number.isFinite(event.ttfb_ms) || event.ttfb_ms < 0) {
-        throw new VoiceEventError(`assistant.response.start.ttfb_ms: expected milliseconds >= 0, got ${JSON.stringify(event.ttfb_ms)}`);
-      }
+      measure('assistant.response.start.ttfb_ms', event.ttfb_ms, 0, MAX_MS, `milliseconds from 0 to ${MAX_MS}`);
       state.ttfbMs.push(event.ttfb_ms);
       if (event.ttfb_ms > cfg.latencyBudgetMs) state.ttfbBreaches++;
       return state;
     }
     case 'assistant.response.done': {
+      if (event.usage !== undefined) checkUsage(event.usage);
       state.turns++;
       state.estUsdFromDurations = estUsdFromDurations(state, cfg);
       const billed = event.usage ? usageUsd(event.usage, cfg) : null;

@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import type { CallRecord } from '../../../schema/call-record';
 import type { EventRecord } from '../../../schema/event-record';
 import { RedisVoiceStore } from '../../../gateway/src/voice/call-store';
-import { VoiceService } from '../../../gateway/src/voice/calls';
+import { callReducer, VoiceService } from '../../../gateway/src/voice/calls';
 import type { Concierge } from '../../../gateway/src/voice/config';
 import { createPhoneBridge, type PhoneBridge } from '../../../gateway/src/voice/phone/bridge';
 import type { CallSummary } from '../../../gateway/src/voice/phone/call-types';
@@ -100,7 +100,7 @@ export async function bridgeStack(change: (c: Concierge) => void = () => undefin
   });
   const voice = new VoiceService({
     config,
-    store: new RedisVoiceStore(redis, prefix),
+    store: new RedisVoiceStore(redis, prefix, callReducer(config)),
     log,
     workflow,
     afterCall: {

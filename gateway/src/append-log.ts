@@ -1,0 +1,153 @@
+/**
+ * A file that lines are appended to with group commit: every line appended in one turn of the
+ * event loop (the answers of concurrent requests) is written by one write, and each `append`
+ * resolves once its write returned. A written line survives a crash of this process (it is in the
+ * kernel's page cache); to survive a crash of the machine, the file is fdatasync'ed once a second
+ * when something was written, so a power loss costs at most the last second or so.
+ *
+ * A write that fails (disk full, a folder that is not one) is logged; its lines stay in memory,
+ * before newer ones, and are written when the disk takes them again (retried with backoff). While
+ * it fails, appends resolve at once: answers are not held back by a broken disk.
+ */
+import { existsSync } from 'node:fs';
+import { appendFile, mkdir, open } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { backoffMs } from './backoff';
+
+/** Serialises async file work: appends, reads and commits never interleave. */
+class Chain {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(op: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(op, op);
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+}
+
+export interface AppendLogOptions {
+  /** Written first when the file does not exist (a CSV header). */
+  header?: string;
+  /** fdatasync period when something was written; default 1000 ms. */
+  syncMs?: number;
+  onError: (message: string) => void;
+}
+
+export class AppendLog {
+  /** File operations of this log and of its owner (reads, renames) run one at a time here. */
+  readonly chain = new Chain();
+  private pending: string[] = [];
+  private waiters: Array<() => void> = [];
+  private scheduled = false;
+  private writing: Promise<void> | null = null;
+  private failures = 0;
+  private retryTimer: NodeJS.Timeout | null = null;
+  private lastError: Error | null = null;
+  private dirty = false;
+  private readonly syncTimer: NodeJS.Timeout;
+
+  constructor(
+    readonly file: string,
+    private readonly opts: AppendLogOptions,
+  ) {
+    this.syncTimer = setInterval(() => void this.sync(), opts.syncMs ?? 1000);
+    this.syncTimer.unref();
+  }
+
+  /** Appends one line (without its line break); resolves once it is written (or the disk refused it, logged). */
+  append(line: string): Promise<void> {
+    this.pending.push(line);
+    if (this.failures > 0) return Promise.resolve(); // failing: the retry timer writes it
+    const written = new Promise<void>((resolve) => this.waiters.push(resolve));
+    if (!this.scheduled && !this.writing) {
+      this.scheduled = true;
+      setImmediate(() => this.drain());
+    }
+    return written;
+  }
+
+  /** Lines appended but not written yet. */
+  get unwritten(): number {
+    return this.pending.length;
+  }
+
+  private drain(): void {
+    this.scheduled = false;
+    if (this.writing || !this.pending.length) return;
+    const lines = this.pending;
+    const waiters = this.waiters;
+    this.pending = [];
+    this.waiters = [];
+    this.writing = this.chain
+      .run(() => this.write(lines))
+      .then(
+        () => {
+          this.failures = 0;
+          this.lastError = null;
+        },
+        (error: Error) => {
+          this.pending = lines.concat(this.pending); // before newer lines: the order is kept
+          this.lastError = error;
+          const wait = backoffMs(++this.failures, { firstMs: 1000, maxMs: 30_000 });
+          this.opts.onError(
+            `${this.file}: ${error.message}; ${this.pending.length} line(s) kept in memory, written again in ${wait / 1000} s`,
+          );
+          this.retryTimer ??= setTimeout(() => {
+            this.retryTimer = null;
+            this.drain();
+          }, wait);
+          this.retryTimer.unref();
+        },
+      )
+      .finally(() => {
+        for (const w of waiters) w();
+        this.writing = null;
+        if (this.pending.length && this.failures === 0) this.drain();
+      });
+  }
+
+  private async write(lines: string[]): Promise<void> {
+    await mkdir(dirname(this.file), { recursive: true });
+    const header = this.opts.header && !existsSync(this.file) ? `${this.opts.header}\n` : '';
+    await appendFile(this.file, `${header}${lines.join('\n')}\n`);
+    this.dirty = true;
+  }
+
+  /** Writes what is pending now; rejects with the disk's error when it cannot. */
+  async written(): Promise<void> {
+    while (this.writing || this.pending.length) {
+      if (!this.writing) {
+        if (this.retryTimer) clearTimeout(this.retryTimer);
+        this.retryTimer = null;
+        this.drain();
+      }
+      await this.writing;
+      if (this.failures > 0) throw this.lastError ?? new Error(`${this.file}: not written`);
+    }
+  }
+
+  /** fdatasync: what was written survives a machine crash too. */
+  private async sync(): Promise<void> {
+    if (!this.dirty) return;
+    this.dirty = false;
+    await this.chain
+      .run(async () => {
+        const fh = await open(this.file, 'r+');
+        try {
+          await fh.datasync();
+        } finally {
+          await fh.close();
+        }
+      })
+      .catch(() => undefined); // the next write reports a broken disk
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.syncTimer);
+    try {
+      await this.written();
+    } finally {
+      if (this.retryTimer) clearTimeout(this.retryTimer);
+      await this.sync();
+    }
+  }
+}

@@ -1,0 +1,213 @@
+// Billing data the gateway writes, under faults and hostile input: a process killed right after
+// its answers, caller text that a spreadsheet would run as a formula, headers longer than the event
+// record allows.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { convert } from '../../archive/convert';
+import { lit, openDuck } from '../../archive/duck';
+import { formatRows, reportSql } from '../../archive/reports';
+import { FakeMeterWebApp } from './fake-meter';
+import { FakeProvider } from './fake-provider';
+import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
+
+const root = join(import.meta.dirname, '..', '..');
+let hot: FakeProvider;
+let gw: TestGateway | undefined;
+beforeEach(async () => {
+  hot = await new FakeProvider().start();
+});
+afterEach(async () => {
+  await gw?.close();
+  gw = undefined;
+  await hot.stop();
+});
+
+async function query<T>(sql: string): Promise<T[]> {
+  const duck = await openDuck();
+  try {
+    return await duck.all<T>(sql);
+  } finally {
+    duck.close();
+  }
+}
+
+describe('formula text from callers', () => {
+  // (A leading tab cannot reach us in a header: HTTP trims it.)
+  const hostile = ['=HYPERLINK("https://evil.example","click")', '+1+2', '-2+3', '@SUM(A1)', "'quoted"];
+
+  it('is written neutralised to .data/events.csv, and the archive and its CSV report give the exact text back', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    for (const [i, customer] of hostile.entries()) {
+      const res = await chat(gw.url, undefined, { 'x-customer-id': customer, 'x-job-id': `job-${i}` });
+      expect(res.status).toBe(200);
+    }
+    await gw.meter.flush();
+    // What a spreadsheet opening the file sees: no cell starts with a formula character.
+    const cells = await query<{ customer_id: string }>(
+      `SELECT customer_id FROM read_csv(${lit(gw.csv)}, header = true, all_varchar = true) ORDER BY job_id`,
+    );
+    expect(cells.map((c) => c.customer_id)).toEqual(hostile.map((h) => `'${h}`));
+
+    const out = join(mkdtempSync(join(tmpdir(), 'formula-archive-')), 'arch');
+    await convert(gw.csv, { out });
+    const archived = await query<{ customer_id: string }>(
+      `SELECT customer_id FROM read_parquet(${lit(join(out, '*.parquet'))}) ORDER BY job_id`,
+    );
+    expect(archived.map((r) => r.customer_id)).toEqual(hostile);
+
+    const asOf = new Date().toISOString().slice(0, 10);
+    const duck = await openDuck();
+    try {
+      const { columns, rows } = await duck.query(reportSql('customers', out, asOf));
+      const report = formatRows(rows, columns, 'csv').split('\n').slice(1);
+      expect(report.some((line) => line.startsWith(`"'=HYPERLINK(""https://evil.example"",""click"")"`))).toBe(true);
+      expect(report.filter((line) => /^[=+\-@\t\r]/.test(line))).toEqual([]);
+    } finally {
+      duck.close();
+    }
+  });
+});
+
+describe('headers longer than the event record allows', () => {
+  it('are refused 400 at admission, naming the header, before any provider is called; at the limit they pass', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    for (const name of ['x-customer-id', 'x-job-id', 'x-user-id']) {
+      const res = await chat(gw.url, undefined, { [name]: 'c'.repeat(1001) });
+      expect(res.status).toBe(400);
+      expect(res.json().error.message).toBe(`${name}: expected at most 1000 characters (the meter event's limit), got 1001`);
+    }
+    const model = await chat(gw.url, { model: 'm'.repeat(1001), messages: [{ role: 'user', content: 'hi' }] });
+    expect(model.status).toBe(400);
+    expect(model.json().error.message).toMatch(/^model: /);
+    expect(hot.received).toHaveLength(0);
+    const atLimit = await chat(gw.url, undefined, { 'x-customer-id': 'c'.repeat(1000) });
+    expect(atLimit.status).toBe(200);
+    await gw.meter.flush();
+    expect(gw.events().map((e) => e.customer_id.length)).toEqual([1000]);
+  });
+});
+
+/** Waits for a condition another process makes true; fails after `ms`. */
+async function until<T>(what: string, probe: () => T | Promise<T>, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** The built gateway as a child process; `kill -9` it right after the answers of `n` requests (30 at a time). */
+async function answersThenKill(env: Record<string, string>, n: number): Promise<string[]> {
+  const dir = mkdtempSync(join(tmpdir(), 'kill9-'));
+  const routes = join(dir, 'routes.json');
+  writeFileSync(
+    routes,
+    JSON.stringify({
+      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    }),
+  );
+  const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+    cwd: root,
+    env: { PATH: process.env.PATH, PORT: '0', ROUTES_FILE: routes, WORKER: 'off', SCOPES_FILE: join(dir, 'none.yaml'), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  const exited = new Promise((r) => child.on('exit', r));
+  const port = await until('the gateway to listen', () => /listening on :(\d+)/.exec(out)?.[1]);
+  const answered: string[] = [];
+  let next = 0;
+  const client = async () => {
+    while (next < n) {
+      const id = `job-${next++}`;
+      const res = await chat(`http://127.0.0.1:${port}`, undefined, { 'x-job-id': id });
+      if (res.status === 200) answered.push(id);
+    }
+  };
+  await Promise.all(Array.from({ length: 30 }, client));
+  child.kill('SIGKILL'); // as an OOM kill or a node eviction would, right after the last answer
+  await exited;
+  return answered;
+}
+
+describe('numbers that cannot be money', () => {
+  it('a model without a known price: its event says UNPRICED with an empty cost (never $0), counted in /metrics and /health', async () => {
+    const map = { ...mapOf([hot.url]), hot: [{ provider: 'openai', model: 'house-model-7', baseUrl: hot.url }] };
+    gw = await startGateway(map);
+    for (let i = 0; i < 2; i++) expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.model, e.cost_usd, e.error_code])).toEqual([
+      ['house-model-7', '', 'UNPRICED'],
+      ['house-model-7', '', 'UNPRICED'],
+    ]);
+    const auth = { authorization: `Bearer ${ADMIN}` };
+    const metrics = await (await fetch(`${gw.url}/metrics`, { headers: auth })).text();
+    expect(metrics).toContain('gateway_unpriced_calls_total{route="hot-1"} 2');
+    const health = (await (await fetch(`${gw.url}/health`, { headers: auth })).json()) as Record<string, unknown>;
+    expect(health.unpriced_calls).toEqual({ total: 2, by_route: { 'hot-1': 2 } });
+  });
+
+  it('provider usage that cannot be a count or a cost: the event carries counts and a cost the meter takes', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.always({ kind: 'ok', usage: { prompt_tokens: -12, completion_tokens: 2.5, cost: -3 } as any });
+    expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    const [e] = gw.events();
+    expect([e.input_tokens, e.output_tokens]).toEqual(['0', '3']);
+    expect(Number(e.cost_usd)).toBeGreaterThanOrEqual(0); // priced from the list, not the reported -3
+    expect(e.cost_usd).not.toBe('');
+  });
+});
+
+describe('an answer is released after its event is on disk', () => {
+  it('whole and streamed: when the client has the answer, the CSV has the call (no flush)', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const whole = await chat(gw.url, undefined, { 'x-job-id': 'whole' });
+    expect(whole.status).toBe(200);
+    expect(readFileSync(gw.csv, 'utf8')).toContain(',whole,');
+    hot.always({ kind: 'stream', chunks: 5 });
+    const streamed = await chat(
+      gw.url,
+      { model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true },
+      { 'x-job-id': 'streamed' },
+    );
+    expect(streamed.text).toContain('data: [DONE]');
+    expect(readFileSync(gw.csv, 'utf8')).toMatch(/,streamed,[^\n]*,$/m); // its line, error_code empty: a complete call
+  });
+});
+
+describe('a gateway killed right after answering (kill -9)', () => {
+  it('web-app sink: every answered call has its event in the spool', async () => {
+    const meter = await new FakeMeterWebApp().start();
+    meter.mode = 'busy'; // the meter cannot take events now: they wait in the spool
+    const spoolDir = mkdtempSync(join(tmpdir(), 'kill9-spool-'));
+    try {
+      const answered = await answersThenKill({ METER_URL: meter.url, METER_TOKEN: 'tok', METER_SPOOL_DIR: spoolDir }, 300);
+      expect(answered).toHaveLength(300);
+      const spooled = existsSync(join(spoolDir, 'spool.jsonl'))
+        ? readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8')
+            .trim()
+            .split('\n')
+            .map((l) => JSON.parse(l).job_id as string)
+        : [];
+      expect(answered.filter((id) => !spooled.includes(id))).toEqual([]); // none lost
+    } finally {
+      await meter.stop();
+    }
+  });
+
+  it('local CSV sink: every answered call has its line in the CSV', async () => {
+    const csv = join(mkdtempSync(join(tmpdir(), 'kill9-csv-')), 'events.csv');
+    const answered = await answersThenKill({ METER_CSV_FILE: csv }, 300);
+    expect(answered).toHaveLength(300);
+    const lines = existsSync(csv) ? readFileSync(csv, 'utf8') : '';
+    expect(answered.filter((id) => !lines.includes(`,${id},`))).toEqual([]); // none lost
+  });
+});
