@@ -20,7 +20,7 @@ export const EndCall = z.strictObject({
   asr_wer: z.number().min(0).max(1).optional(),
   escalated: z.boolean().optional(),
   ended_at: z.iso.datetime({ offset: true }).optional(),
-  /** Why the call ended (schema ENDED_REASONS); by default the guard's escalation reason, if any. */
+  /** Why the call ended (schema EndedReason); by default the guard's escalation reason, if any. */
   ended_reason: z
     .string()
     .regex(/^[a-z][a-z0-9_]{0,63}$/, 'a snake_case reason such as caller_hangup')
@@ -96,20 +96,20 @@ export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDep
   deps.calls.send(record);
   const s = call.state;
   // Each response already went to the meter with its own usage: sending the total again would count it twice.
-  if (!responsesMetered)
-    deps.events.send(
-      event({
-        provider: deps.voiceProvider,
-        model: record.model,
-        input_tokens: Math.round(s.inputMs / 100),
-        output_tokens: Math.round(s.outputMs / 50),
-        latency_ms: Math.round(record.duration_s * 1000),
-        cost_usd: record.est_audio_cost_usd,
-        job_id: record.call_id,
-        confidence: record.confidence_avg,
-        review_required: record.escalated,
-      }),
-    );
+  const audio = responsesMetered ? { send: () => undefined } : deps.events;
+  audio.send(
+    event({
+      provider: deps.voiceProvider,
+      model: record.model,
+      input_tokens: Math.round(s.inputMs / 100),
+      output_tokens: Math.round(s.outputMs / 50),
+      latency_ms: Math.round(record.duration_s * 1000),
+      cost_usd: record.est_audio_cost_usd,
+      job_id: record.call_id,
+      confidence: record.confidence_avg,
+      review_required: record.escalated,
+    }),
+  );
   if (record.telephony_minutes > 0) {
     const rate = record.country ? inboundRate(deps.rates(), record.country) : null;
     if (rate) {
