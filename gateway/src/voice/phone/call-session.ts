@@ -1,4 +1,6 @@
 /**
+ * (Over 300 lines: the call's life in one place, every event of both sides beside the state it changes.)
+ *
  * One phone call: Twilio's media stream on one side, the realtime session on the other, the
  * configuration's policy in between.
  *
