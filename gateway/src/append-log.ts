@@ -3,14 +3,15 @@
  * event loop (the answers of concurrent requests) is written by one write, and each `append`
  * resolves once its write returned. A written line survives a crash of this process (it is in the
  * kernel's page cache); to survive a crash of the machine, the file is fdatasync'ed once a second
- * when something was written, so a power loss costs at most the last second or so.
+ * when something was written, so a power loss costs at most the last second or so. The file stays
+ * open between writes (one write per group, no open and close) and is closed after each sync: a
+ * file moved away or deleted is followed by a new one within a second.
  *
  * A write that fails (disk full, a folder that is not one) is logged; its lines stay in memory,
  * before newer ones, and are written when the disk takes them again (retried with backoff). While
  * it fails, appends resolve at once: answers are not held back by a broken disk.
  */
-import { existsSync } from 'node:fs';
-import { appendFile, mkdir, open } from 'node:fs/promises';
+import { mkdir, open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { backoffMs } from './backoff';
 
@@ -43,6 +44,7 @@ export class AppendLog {
   private retryTimer: NodeJS.Timeout | null = null;
   private lastError: Error | null = null;
   private dirty = false;
+  private handle: FileHandle | null = null;
   private readonly syncTimer: NodeJS.Timeout;
 
   constructor(
@@ -106,10 +108,26 @@ export class AppendLog {
   }
 
   private async write(lines: string[]): Promise<void> {
-    await mkdir(dirname(this.file), { recursive: true });
-    const header = this.opts.header && !existsSync(this.file) ? `${this.opts.header}\n` : '';
-    await appendFile(this.file, `${header}${lines.join('\n')}\n`);
+    let header = '';
+    if (!this.handle) {
+      await mkdir(dirname(this.file), { recursive: true });
+      this.handle = await open(this.file, 'a');
+      if (this.opts.header && (await this.handle.stat()).size === 0) header = `${this.opts.header}\n`;
+    }
     this.dirty = true;
+    try {
+      await this.handle.appendFile(`${header}${lines.join('\n')}\n`);
+    } catch (error) {
+      await this.release(); // opened afresh on the next try
+      throw error;
+    }
+  }
+
+  /** Closes the file (run inside `chain`): the next write opens it again, a new one if it was moved. */
+  async release(): Promise<void> {
+    const h = this.handle;
+    this.handle = null;
+    await h?.close().catch(() => undefined);
   }
 
   /** Writes what is pending now; rejects with the disk's error when it cannot. */
@@ -125,18 +143,15 @@ export class AppendLog {
     }
   }
 
-  /** fdatasync: what was written survives a machine crash too. */
+  /** Once a second: fdatasync what was written (it survives a machine crash too), then close the file. */
   private async sync(): Promise<void> {
-    if (!this.dirty) return;
+    if (!this.dirty && !this.handle) return;
+    const dirty = this.dirty;
     this.dirty = false;
     await this.chain
       .run(async () => {
-        const fh = await open(this.file, 'r+');
-        try {
-          await fh.datasync();
-        } finally {
-          await fh.close();
-        }
+        if (dirty) await this.handle?.datasync();
+        await this.release();
       })
       .catch(() => undefined); // the next write reports a broken disk
   }

@@ -8,7 +8,15 @@
  * is never spooled: it goes to `rejected.jsonl` with the reason.
  */
 import type { GatewayEnv } from './env';
-import { CSV_HEADER, eventToCsvLine, normalizeEvent, type EventRecord } from '../../schema/event-record';
+import {
+  CSV_HEADER,
+  EVENT_FIELDS,
+  eventToCsvLine,
+  fieldKind,
+  MAX_TEXT_LENGTH,
+  normalizeEvent,
+  type EventRecord,
+} from '../../schema/event-record';
 import { AppendLog } from './append-log';
 import { WebAppSink } from './meter-web-app';
 
@@ -51,8 +59,31 @@ export class CsvSink<T = EventRecord> implements MeterSink<T> {
   }
 }
 
-/** The reason the meter would refuse this event JSON, by the shared record's rules; null if none. */
+const KINDS = EVENT_FIELDS.map((f) => [f, fieldKind(f)] as const);
+
+/** A quick look with the record's own field kinds and text limit: true when no value could be refused. */
+function plainlyValid(e: Record<string, unknown>): boolean {
+  for (const [f, kind] of KINDS) {
+    const v = e[f];
+    if (kind === 'text' || kind === 'id') {
+      if (typeof v !== 'string' || v.length > MAX_TEXT_LENGTH) return false;
+    } else if (kind === 'int') {
+      if (!Number.isInteger(v) || (v as number) < 0) return false;
+    } else if (kind === 'decimal' || kind === 'unit') {
+      if (v !== null && !(typeof v === 'number' && Number.isFinite(v) && v >= 0 && (kind === 'decimal' || v <= 1))) return false;
+    } else if (typeof v !== (kind === 'bool' ? 'boolean' : 'string')) return false;
+  }
+  return true;
+}
+
+/**
+ * The reason the meter would refuse this event JSON, by the shared record's rules; null if none.
+ * The full rules (normalizeEvent) cost about as much as the rest of the event's way to disk, so an
+ * event that passes the quick look goes on; one it doubts gets the full rules and their reason (a
+ * rule the quick look does not cover, such as the id's characters, is caught by the meter's refusal).
+ */
 export function eventProblem(json: unknown): string | null {
+  if (plainlyValid(json as Record<string, unknown>)) return null;
   try {
     normalizeEvent(json, { now: () => new Date(), uuid: () => 'checked' });
     return null;

@@ -224,6 +224,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     if (!existsSync(this.spool.file)) return;
     const size = (await stat(this.spool.file)).size;
     if (offset < size || size < 1024 * 1024) return;
+    await this.spool.release(); // later appends go to the new spool, not the renamed one
     await rename(this.spool.file, `${this.spool.file}.done`);
     await writeFile(this.offsetFile, '0');
   }

@@ -3,13 +3,16 @@
 // (reference-proxy.mjs: what the extra hop alone costs on this machine) and through the gateway, at
 // concurrency 1 and 32, with a stub that answers at once and one that takes 5 ms (any real model
 // takes longer). Added latency at concurrency 1 is also measured per request with a microsecond
-// clock, since autocannon reports whole milliseconds.
+// clock, since autocannon reports whole milliseconds. The gateway's own CPU time per request (from
+// /proc, Linux) is printed beside its throughput: on a machine shared with other work, throughput
+// swings with the neighbours; CPU per request is what the gateway itself spends.
 // Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
 // Then client keys (issue 14): GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
 // BENCH_KEYS_ONLY=1 runs only that; BENCH_KEYS_ROUNDS sets its rounds (8).
+// Issue 15: an answered call's meter event on disk before its answer costs under 5 % of throughput.
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
@@ -22,9 +25,14 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const METER = process.env.BENCH_METER === 'web-app' ? 'web-app' : 'csv';
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 
+/** Every process started, stopped when the bench ends however it ends (none left behind). */
+const children: ChildProcess[] = [];
+process.on('exit', () => children.forEach((c) => c.kill('SIGTERM')));
+
 function startProcess(args: string[], env: Record<string, string>, ready: RegExp): Promise<{ child: ChildProcess; out: () => string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, args, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(child);
     let out = '';
     child.stdout!.on('data', (d) => {
       out += d;
@@ -44,13 +52,24 @@ async function load(url: string, connections: number, duration = SECONDS) {
     duration,
   });
   if (result.non2xx) throw new Error(`${result.non2xx} non-2xx answers from ${url}`);
-  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99 };
+  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, total: result.requests.total };
 }
 
-/** A short warm-up (connections, JIT), then the measured run. */
-async function measure(url: string, connections: number) {
+/** CPU seconds (user + system) a process has used, from /proc (Linux); null elsewhere. */
+function cpuSeconds(pid: number | undefined): number | null {
+  const file = `/proc/${pid}/stat`;
+  if (pid === undefined || !existsSync(file)) return null;
+  const fields = readFileSync(file, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ 100)
+}
+
+/** A short warm-up (connections, JIT), then the measured run; with `pid`, that process's CPU µs per request. */
+async function measure(url: string, connections: number, pid?: number) {
   await load(url, connections, 2);
-  return load(url, connections);
+  const before = cpuSeconds(pid);
+  const r = await load(url, connections);
+  const after = cpuSeconds(pid);
+  return { ...r, cpuUs: before === null || after === null ? null : ((after - before) * 1e6) / r.total };
 }
 
 /** p50 of one-at-a-time request latency, in ms with microsecond resolution. */
@@ -117,7 +136,7 @@ console.log(
 console.log('reference = node:http + undici passing the request on with no logic at all: the cost of the extra hop alone');
 console.log(`meter events: ${METER === 'csv' ? 'local CSV' : 'spool, delivered to a meter stub'} (BENCH_METER=csv|web-app)\n`);
 console.log(
-  `${'stub'.padEnd(6)}${pad('conn', 5)}${pad('direct req/s p50/p99', 22)}   ${'reference req/s ratio p50/p99'.padEnd(30)} ${'gateway req/s ratio p50/p99'.padEnd(28)}`,
+  `${'stub'.padEnd(6)}${pad('conn', 5)}${pad('direct req/s p50/p99', 22)}   ${'reference req/s ratio p50/p99'.padEnd(30)} ${'gateway req/s ratio p50/p99'.padEnd(28)}${pad('CPU µs/req', 11)}`,
 );
 const added: string[] = [];
 const verdicts: string[] = [];
@@ -130,9 +149,9 @@ for (const delay of [0, 5]) {
   const ref = `http://127.0.0.1:${/listening (\d+)/.exec(reference.out())![1]}/v1/chat/completions`;
   const via = gateway.url;
   for (const c of [1, 32]) {
-    const [d, r, g] = [await measure(direct, c), await measure(ref, c), await measure(via, c)];
+    const [d, r, g] = [await measure(direct, c), await measure(ref, c), await measure(via, c, gateway.child.pid)];
     console.log(
-      `${`${delay} ms`.padEnd(6)}${pad(String(c), 5)}${pad(`${d.rps.toFixed(0)} ${d.p50}/${d.p99}`, 22)}   ${fmt(r, d.rps).padEnd(30)} ${fmt(g, d.rps)}`,
+      `${`${delay} ms`.padEnd(6)}${pad(String(c), 5)}${pad(`${d.rps.toFixed(0)} ${d.p50}/${d.p99}`, 22)}   ${fmt(r, d.rps).padEnd(30)} ${fmt(g, d.rps)}${g.cpuUs === null ? '' : pad(g.cpuUs.toFixed(0), 8)}`,
     );
     if (c === 32)
       verdicts.push(
