@@ -18,6 +18,7 @@ import { startDemoProviders, type DemoProviders } from './demo-providers';
 import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import type { FlagStore } from './flags';
+import { FleetBreakers } from './fleet-breakers';
 import { startClientAuth } from './key-guard';
 import { spendKeyTokens } from './key-policy';
 import { keyResolver, missingKeys } from './keys';
@@ -25,7 +26,8 @@ import { createMeterSink, type MeterSink } from './meter-sink';
 import { Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
 import type { Route } from './route';
-import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
+import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
+import { mountRoutesReload, RoutesReloader } from './routes-reload';
 import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
 import { createStores, type Stores } from './stores';
@@ -58,6 +60,8 @@ export interface Stack {
   worker: ColdWorker | null;
   redis: Redis | null;
   cappedProvider: string;
+  /** Reloads the routing map (SIGHUP, POST /admin/routes/reload). */
+  routes: RoutesReloader;
   close(): Promise<void>;
 }
 
@@ -80,22 +84,28 @@ function wantsDemo(env: GatewayEnv): boolean {
 }
 
 /** The routing map, on the demo providers when nothing is configured; missing keys refused in production. */
-async function routingMap(env: GatewayEnv, log: Logger): Promise<{ map: RoutesMapConfig; file: string; demo: DemoProviders | null }> {
+async function routingMap(
+  env: GatewayEnv,
+  log: Logger,
+): Promise<{ map: RoutesMapConfig; file: string; version: MapVersion; demo: DemoProviders | null }> {
   const file = env.ROUTES_FILE ?? (env.production ? 'routes.prod.json' : 'routes.local.json');
-  const map = loadRoutesMap(file, { ...ENDPOINT_DEFAULTS, ...env.raw });
+  const { map, version } = readRoutesMap(file, mapEnv(env));
   if (wantsDemo(env)) {
     const demo = await startDemoProviders(map);
     log.warn('no provider key or endpoint is set: answering from the built-in demo providers (local, in process; x-route-provider demo-*)');
     log.info('demo: a message containing #fail-hot makes the Hot routes fail (the Warm tier answers); #fail-all queues it (Cold tier)');
-    return { map: demo.map, file, demo };
+    return { map: demo.map, file, version, demo };
   }
   const missing = missingKeys(map, env.raw);
   if (missing.length && env.production) throw new ConfigError(`provider keys not set: ${missing.join(', ')}`);
   if (missing.length) log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
   const defaulted = Object.keys(ENDPOINT_DEFAULTS).filter((k) => !env.raw[k]);
   if (defaulted.length) log.info(`embedded endpoint defaults for ${defaulted.join(', ')}`);
-  return { map, file, demo: null };
+  return { map, file, version, demo: null };
 }
+
+/** What the map's `${NAME}` references are resolved from. */
+const mapEnv = (env: GatewayEnv) => ({ ...ENDPOINT_DEFAULTS, ...env.raw });
 
 export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, options: StackOptions): Promise<Stack> {
   const env = readEnv(processEnv);
@@ -103,7 +113,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const scopes = loadScopes(env.SCOPES_FILE);
   // Before any connection is opened, so a refused start leaves nothing behind.
   const voiceLoaded = loadVoice(voiceOptions(env), env.production);
-  const { map, file: routesFile, demo } = await routingMap(env, log);
+  const { map, file: routesFile, version, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
   const { redis, flags, pause, queue, limiter } = stores;
@@ -142,17 +152,35 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
     onTokens: (ctx, tokens) => spendKeyTokens(limiter, ctx.clientKey, tokens),
   });
+  // The breakers act as one with the other instances on this Redis; their state is read before traffic.
+  const fleet = redis ? new FleetBreakers(redis, stores.prefix ?? 'gateway', log) : null;
+  await fleet?.start(path.routes);
+  const reloader = new RoutesReloader({
+    file: routesFile,
+    mapEnv: mapEnv(env),
+    keyEnv: env.raw,
+    production: env.production,
+    map,
+    version,
+    path,
+    fleet,
+    demo: demo !== null,
+    log,
+  });
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
   const phone = phoneBridge(env, voiceLoaded, voice, meter, log);
 
   const health = async () => ({
+    routes_map: reloader.version(),
     meter_sink: meter.status(),
     paused: pause.paused(),
     capped_provider: cappedProvider,
     queue: await queue.counts().catch(() => 'unreachable'),
   });
-  const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health }) : null;
+  const gateway = options.http
+    ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health, reloader })
+    : null;
 
   const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log, ...options.cold };
   const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;
@@ -170,7 +198,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     worker,
     redis,
     cappedProvider,
-    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis }),
+    routes: reloader,
+    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis, fleet, reloader }),
   };
 }
 
@@ -188,6 +217,8 @@ async function closeStack(p: {
   path: RequestPath;
   demo: DemoProviders | null;
   redis: Redis | null;
+  fleet: FleetBreakers | null;
+  reloader: RoutesReloader;
 }): Promise<void> {
   await p.worker?.close();
   await p.phone?.close();
@@ -198,6 +229,8 @@ async function closeStack(p: {
   await p.meter.close();
   p.flags.close();
   p.pause.close();
+  p.fleet?.close();
+  p.reloader.close();
   p.path.failover.shutdown();
   await p.demo?.close();
   p.redis?.disconnect();
@@ -236,6 +269,7 @@ interface HttpParts {
   voice: Voice;
   phone: PhoneBridge | null;
   health: () => Promise<Record<string, unknown>>;
+  reloader: RoutesReloader;
 }
 
 /** The HTTP surface: the request path's endpoints, the operator endpoints, the Cold tier's and the voice endpoints. */
@@ -251,6 +285,7 @@ function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
     healthExtras: p.health,
     extend: (app, { admin }) => {
       mountColdTier(app, admin, p.coldDeps);
+      mountRoutesReload(app, admin, p.reloader);
       p.voice.mount(app, bearerGuard(env.VOICE_TOKEN));
       p.phone?.mount(app);
     },
