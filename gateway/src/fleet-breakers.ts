@@ -46,7 +46,7 @@ interface Watched {
 }
 
 /** The route's name for the fleet: its id and a fingerprint of its tier and settings. */
-export function fleetName(route: Route): string {
+function fleetName(route: Route): string {
   const fingerprint = createHash('sha256').update(route.settings).digest('hex').slice(0, 8);
   return `${route.label}:${fingerprint}`;
 }

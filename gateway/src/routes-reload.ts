@@ -34,7 +34,7 @@ export interface ReloadResult {
 }
 
 /** A reload that cannot be done in this mode (the demo providers); 409, not a bad map. */
-export class ReloadUnavailable extends ConfigError {}
+class ReloadUnavailable extends ConfigError {}
 
 export interface ReloaderDeps {
   file: string;
@@ -102,7 +102,8 @@ export class RoutesReloader {
     const ids = (sign: string, list: string[]) => list.map((id) => `${sign}${id}`);
     const diff = [...ids('+', r.added), ...ids('-', r.removed), ...ids('~', r.changed)].join(' ') || 'no route changed';
     this.deps.log.info(`routing map reloaded: ${r.routes_map.file} version ${r.routes_map.version} (${diff})`);
-    if (r.restart_needed.length) this.deps.log.warn(`routing map: ${r.restart_needed.join(', ')} changed; that takes effect at the next restart`);
+    if (r.restart_needed.length)
+      this.deps.log.warn(`routing map: ${r.restart_needed.join(', ')} changed; that takes effect at the next restart`);
   }
 
   /** Removed routes' breakers are shut down once no request can still be using them. */

@@ -1,0 +1,129 @@
+// Breakers across instances: several whole gateways (createStack) on one real Redis, a dead route
+// on a loopback provider. One instance's opening stops the others; the fleet probes once.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { ADMIN, chat, listenStack } from './harness';
+import { until } from './keys-harness';
+
+const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const prefix = `test-fleet-breakers-${process.pid}`;
+const redis = new Redis(REDIS_URL);
+type Instance = Awaited<ReturnType<typeof listenStack>>;
+let hot: FakeProvider, warm: FakeProvider;
+let fleet: Instance[] = [];
+let dir: string;
+
+beforeEach(async () => {
+  [hot, warm] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
+  dir = mkdtempSync(join(tmpdir(), 'fleet-breakers-'));
+  writeFileSync(
+    join(dir, 'routes.json'),
+    JSON.stringify({
+      hot: [{ id: 'primary', provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+      warm: [{ id: 'backup', provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warm.url }],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    }),
+  );
+});
+afterEach(async () => {
+  await Promise.all(fleet.map((i) => i.stop()));
+  fleet = [];
+  await Promise.all([hot.stop(), warm.stop()]);
+  const keys = await redis.keys(`${prefix}*`);
+  if (keys.length) await redis.del(...keys);
+});
+afterAll(() => redis.disconnect());
+
+async function instance(n: number, openMs?: number): Promise<Instance> {
+  const env = {
+    ROUTES_FILE: join(dir, 'routes.json'),
+    QUEUE_STORE_URL: REDIS_URL,
+    REDIS_PREFIX: prefix,
+    ADMIN_TOKEN: ADMIN,
+    METER_CSV_FILE: join(dir, `events-${n}.csv`),
+    SCOPES_FILE: join(dir, 'none.yaml'),
+  };
+  const started = await listenStack(env, { http: true, worker: false, breaker: openMs ? { openMs } : undefined });
+  fleet.push(started);
+  return started;
+}
+
+const primary = (i: Instance) => i.stack.path.routes.find((r) => r.label === 'primary')!.breaker;
+const health = async (i: Instance) =>
+  (await (await fetch(`${i.url}/health`, { headers: { authorization: `Bearer ${ADMIN}` } })).json()) as {
+    routes: Array<{ id: string; breaker: string }>;
+  };
+
+describe('breakers across instances', () => {
+  it('one instance opens the breaker; the others stop calling the route, and one started later knows', async () => {
+    hot.always({ kind: 'status', status: 500 });
+    const [a, b, c] = await Promise.all([instance(1), instance(2), instance(3)]);
+    while (primary(a).state() !== 'open') expect((await chat(a.url)).headers.get('x-route-tier')).toBe('warm');
+    expect(hot.received).toHaveLength(5);
+    await until(async () => primary(b).state() === 'open' && primary(c).state() === 'open', 5000);
+    expect((await health(b)).routes.find((r) => r.id === 'primary')?.breaker).toBe('open');
+    for (const i of [b, c]) expect((await chat(i.url)).headers.get('x-route-tier')).toBe('warm');
+    const late = await instance(4);
+    expect(primary(late).state()).toBe('open');
+    expect((await chat(late.url)).headers.get('x-route-tier')).toBe('warm');
+    expect(hot.received).toHaveLength(5); // no instance called the dead route again
+  });
+
+  it('three instances under load: a dead route gets at most 5 failing calls plus one in flight per other instance', async () => {
+    hot.always({ kind: 'status', status: 503 });
+    const three = await Promise.all([instance(1), instance(2), instance(3)]);
+    const allOpen = () => three.every((i) => primary(i).state() === 'open');
+    // Each instance serves one request at a time, as a client behind a load balancer would see it.
+    await Promise.all(
+      three.map(async (i) => {
+        for (let n = 0; n < 10 && !allOpen(); n++) expect((await chat(i.url)).status).toBe(200);
+      }),
+    );
+    await until(async () => allOpen(), 5000);
+    expect(hot.received.length).toBeGreaterThanOrEqual(5);
+    expect(hot.received.length).toBeLessThanOrEqual(5 + 2);
+  });
+
+  it('in half-open one instance probes for the whole fleet; its probes close every breaker', async () => {
+    const openMs = 2000;
+    hot.always({ kind: 'status', status: 500 });
+    const three = await Promise.all([instance(1, openMs), instance(2, openMs), instance(3, openMs)]);
+    const [a] = three;
+    while (primary(a).state() !== 'open') await chat(a.url);
+    await until(async () => three.every((i) => primary(i).state() === 'open'), 5000);
+    hot.always({ kind: 'ok' });
+    const before = hot.received.length;
+    await until(async () => three.every((i) => primary(i).state() === 'half-open'), 10_000);
+    // Within one probe period, every instance has requests for the route: one probe in all.
+    for (let round = 0; round < 4; round++) await Promise.all(three.map((i) => chat(i.url)));
+    expect(hot.received.length - before).toBe(1);
+    // The next period's probe (the second success) closes the breaker on every instance.
+    await until(async () => {
+      await Promise.all(three.map((i) => chat(i.url)));
+      return three.every((i) => primary(i).state() === 'closed');
+    }, 15_000);
+    expect((await chat(three[2].url)).headers.get('x-route-tier')).toBe('hot');
+  });
+
+  it('a success adds no Redis call; a failed call adds one round trip', async () => {
+    const a = await instance(1);
+    const commands: string[] = [];
+    const redisOf = a.stack.redis!;
+    const send = redisOf.sendCommand.bind(redisOf);
+    redisOf.sendCommand = ((command: { name: string; args: unknown[] }) => {
+      if (command.args.some((x) => String(x).includes(':breaker')) || ['multi', 'exec'].includes(command.name)) commands.push(command.name);
+      return send(command as never);
+    }) as typeof redisOf.sendCommand;
+    for (let n = 0; n < 20; n++) expect((await chat(a.url)).headers.get('x-route-tier')).toBe('hot');
+    expect(commands).toEqual([]);
+    hot.next({ kind: 'status', status: 500 });
+    expect((await chat(a.url)).headers.get('x-route-tier')).toBe('hot'); // failed once, then answered
+    await until(async () => commands.length >= 6);
+    // The failure: one MULTI (the count, its expiry, the announcement); the success after it resets the count.
+    expect(commands).toEqual(['multi', 'incr', 'pexpire', 'publish', 'exec', 'del']);
+  });
+});
