@@ -194,7 +194,8 @@ export class Breaker {
     const now = this.now();
     if (state === 'closed') return now;
     if (state === 'open') return this.openedAt + this.openMs;
-    if (this.probeInFlight) return now + Math.min(1000, this.openMs);
+    // A probe under way here, or the fleet's probe held by another instance: look again in a second.
+    if (this.probeInFlight || (this.probeGate && !this.probeGate())) return now + Math.min(1000, this.openMs);
     return Math.max(now, this.lastProbeAt + this.openMs);
   }
 

@@ -95,9 +95,12 @@ export class FleetBreakers {
     await this.sync(fresh);
   }
 
-  close(): void {
+  /** Stops following; a probe lease held here is given back, so another instance probes at once. */
+  async close(): Promise<void> {
+    const held = [...this.byName.values()].filter((w) => w.lease === 'mine').map((w) => this.key(w, 'probe'));
     for (const w of this.byName.values()) this.stopRetry(w);
     this.sub.disconnect();
+    if (held.length) await this.redis.del(...held).catch(() => {});
   }
 
   private key(w: Watched, part: 'open' | 'tripped' | 'failures' | 'probe'): string {

@@ -229,7 +229,7 @@ async function closeStack(p: {
   await p.meter.close();
   p.flags.close();
   p.pause.close();
-  p.fleet?.close();
+  await p.fleet?.close();
   p.reloader.close();
   p.path.failover.shutdown();
   await p.demo?.close();
