@@ -27,6 +27,18 @@ import type { Route } from './route';
 const COUNT_TTL_MS = 10 * 60_000;
 /** How long a tripped (open or half-open) route stays known to an instance started later. */
 const TRIPPED_TTL_MS = 24 * 3_600_000;
+/**
+ * How long a lease, a state read or a goodbye waits for Redis. Commands wait for a reconnection
+ * (the store's connection retries forever): a breaker must not wait that long to probe.
+ */
+const WAIT_MS = 1000;
+
+/** The promise's value, or null if it takes longer than `ms`. */
+function within<T>(promise: Promise<T>, ms: number): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), ms)));
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
 
 type Lease = 'none' | 'asking' | 'mine' | 'theirs';
 
@@ -66,6 +78,7 @@ export class FleetBreakers {
     private readonly log: Logger,
   ) {
     this.sub = redis.duplicate();
+    this.sub.on('error', (error: Error) => this.unreachable(error));
     this.channel = `${prefix}:breakers`;
   }
 
@@ -100,7 +113,11 @@ export class FleetBreakers {
     const held = [...this.byName.values()].filter((w) => w.lease === 'mine').map((w) => this.key(w, 'probe'));
     for (const w of this.byName.values()) this.stopRetry(w);
     this.sub.disconnect();
-    if (held.length) await this.redis.del(...held).catch(() => {});
+    if (held.length)
+      await within(
+        this.redis.del(...held).catch(() => 0),
+        WAIT_MS,
+      );
   }
 
   private key(w: Watched, part: 'open' | 'tripped' | 'failures' | 'probe'): string {
@@ -121,8 +138,11 @@ export class FleetBreakers {
     if (!list.length) return;
     const pipe = this.redis.pipeline();
     for (const w of list) pipe.exists(this.key(w, 'tripped')).pttl(this.key(w, 'open')).exists(this.key(w, 'failures'));
-    const replies = await pipe.exec().catch((error: Error) => this.unreachable(error));
-    if (!replies) return;
+    const replies = await within(
+      pipe.exec().catch((error: Error) => this.unreachable(error)),
+      WAIT_MS,
+    );
+    if (!replies) return; // not known now: these routes start closed here, as in a single process
     list.forEach((w, i) => {
       const [tripped, openMs, failures] = [0, 1, 2].map((k) => replies[i * 3 + k][1] as number);
       if (tripped === 1) w.route.breaker.openFromFleet(Math.max(0, openMs));
@@ -164,7 +184,8 @@ export class FleetBreakers {
     const multi = this.redis.multi().incr(failures).pexpire(failures, COUNT_TTL_MS);
     this.send(multi, w, 'failing', (replies) => {
       const count = replies?.[0]?.[1];
-      if (typeof count === 'number' && count >= w.route.breaker.failureThreshold) w.route.breaker.trip();
+      const { breaker } = w.route;
+      if (typeof count === 'number' && count >= breaker.failureThreshold && breaker.state() === 'closed') breaker.trip();
     });
   }
 
@@ -205,16 +226,18 @@ export class FleetBreakers {
     w.lease = 'asking';
     const key = this.key(w, 'probe');
     try {
-      const won = await this.redis.set(key, this.instance, 'PX', 2 * w.route.breaker.openMs, 'NX');
+      const taken = this.redis.set(key, this.instance, 'PX', 2 * w.route.breaker.openMs, 'NX').then((reply) => reply === 'OK');
+      const won = await within(taken, WAIT_MS);
       if (w.lease !== 'asking') return; // the state changed meanwhile
+      if (won === null) throw new Error('no answer to the probe lease within a second');
       if (won) {
         w.lease = 'mine';
         return;
       }
       w.lease = 'theirs';
       // If the holder goes away, its lease lapses: ask again then.
-      const left = await this.redis.pttl(key);
-      w.retry = setTimeout(() => w.lease === 'theirs' && (w.lease = 'none'), left > 0 ? left : w.route.breaker.openMs);
+      const left = (await within(this.redis.pttl(key), WAIT_MS)) ?? 0;
+      w.retry = setTimeout(() => w.lease === 'theirs' && (w.lease = 'none'), Math.max(0, left));
       w.retry.unref();
     } catch (error) {
       if (w.lease === 'asking') w.lease = 'mine'; // Redis unreachable: probe as a single process would

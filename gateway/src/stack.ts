@@ -49,6 +49,7 @@ const ENDPOINT_DEFAULTS: Record<string, string> = {
 };
 
 export interface Stack {
+  /** The map at start (a reload changes the routes in force: `path.routes`). */
   map: RoutesMapConfig;
   gateway: Gateway | null;
   path: RequestPath;
