@@ -1,6 +1,7 @@
 // Breakers across instances: several whole gateways (createStack) on one real Redis, a dead route
 // on a loopback provider. One instance's opening stops the others; the fleet probes once.
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, connect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -38,10 +39,10 @@ afterEach(async () => {
 });
 afterAll(() => redis.disconnect());
 
-async function instance(n: number, openMs?: number): Promise<Instance> {
+async function instance(n: number, openMs?: number, redisUrl = REDIS_URL): Promise<Instance> {
   const env = {
     ROUTES_FILE: join(dir, 'routes.json'),
-    QUEUE_STORE_URL: REDIS_URL,
+    QUEUE_STORE_URL: redisUrl,
     REDIS_PREFIX: prefix,
     ADMIN_TOKEN: ADMIN,
     METER_CSV_FILE: join(dir, `events-${n}.csv`),
@@ -126,4 +127,52 @@ describe('breakers across instances', () => {
     // The failure: one MULTI (the count, its expiry, the announcement); the success after it resets the count.
     expect(commands).toEqual(['multi', 'incr', 'pexpire', 'publish', 'exec', 'del']);
   });
+
+  it('while Redis does not answer, a breaker still probes and closes on its own', async () => {
+    const link = await new RedisLink().open();
+    try {
+      hot.always({ kind: 'status', status: 500 });
+      const a = await instance(1, 500, link.url);
+      while (primary(a).state() !== 'open') await chat(a.url);
+      link.cut();
+      hot.always({ kind: 'ok' });
+      await until(async () => {
+        await chat(a.url);
+        return primary(a).state() === 'closed';
+      }, 10_000);
+      expect((await chat(a.url)).headers.get('x-route-tier')).toBe('hot');
+      await link.open(); // the store answers again, so the stack can stop cleanly
+    } finally {
+      link.cut();
+    }
+  });
 });
+
+/** A TCP link to the test Redis that the test can cut (every connection dropped, new ones refused). */
+class RedisLink {
+  private server: Server | null = null;
+  private readonly sockets = new Set<Socket>();
+  private port = 0;
+  get url() {
+    return `redis://127.0.0.1:${this.port}/9`;
+  }
+  async open(): Promise<this> {
+    this.server = createServer((client) => {
+      const upstream = connect(6379, '127.0.0.1');
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        s.on('error', () => {});
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve) => this.server!.listen(this.port, '127.0.0.1', resolve));
+    this.port = (this.server.address() as { port: number }).port;
+    return this;
+  }
+  cut(): void {
+    this.server?.close();
+    this.server = null;
+    for (const s of this.sockets) s.destroy();
+  }
+}
