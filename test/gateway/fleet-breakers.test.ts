@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
-import { ADMIN, chat, listenStack } from './harness';
+import { ADMIN, chat, listenStack, mapOf, startGateway } from './harness';
 import { until } from './keys-harness';
 
 const REDIS_URL = 'redis://127.0.0.1:6379/9';
@@ -144,6 +144,25 @@ describe('breakers across instances', () => {
       await link.open(); // the store answers again, so the stack can stop cleanly
     } finally {
       link.cut();
+    }
+  });
+});
+
+describe('route identity', () => {
+  it('two routes of one provider and model have their own metric series and log lines', async () => {
+    hot.always({ kind: 'status', status: 500 });
+    const gw = await startGateway(mapOf([hot.url, warm.url])); // both openai gpt-4o-mini
+    try {
+      while (gw.gateway.path.routes[0].breaker.state() !== 'open') expect((await chat(gw.url)).status).toBe(200);
+      const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+      expect(metrics).toContain('gateway_breaker_state{route="hot-1"} 2');
+      expect(metrics).toContain('gateway_breaker_state{route="hot-2"} 0');
+      expect(metrics).toContain('gateway_route_calls_total{route="hot-1",outcome="http_500"} 5');
+      expect(metrics).toMatch(/gateway_route_calls_total\{route="hot-2",outcome="ok"\} [1-9]/);
+      const opened = gw.logs.map((l) => JSON.parse(l)).filter((l) => l.msg === 'breaker open');
+      expect(opened.map((l) => l.route)).toEqual(['hot-1']);
+    } finally {
+      await gw.close();
     }
   });
 });
