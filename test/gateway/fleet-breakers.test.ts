@@ -1,6 +1,6 @@
 // Breakers across instances: several whole gateways (createStack) on one real Redis, a dead route
 // on a loopback provider. One instance's opening stops the others; the fleet probes once.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -57,6 +57,7 @@ const primary = (i: Instance) => i.stack.path.routes.find((r) => r.label === 'pr
 const health = async (i: Instance) =>
   (await (await fetch(`${i.url}/health`, { headers: { authorization: `Bearer ${ADMIN}` } })).json()) as {
     routes: Array<{ id: string; breaker: string }>;
+    routes_map: { version: string };
   };
 
 describe('breakers across instances', () => {
@@ -126,6 +127,26 @@ describe('breakers across instances', () => {
     await until(async () => commands.length >= 6);
     // The failure: one MULTI (the count, its expiry, the announcement); the success after it resets the count.
     expect(commands).toEqual(['multi', 'incr', 'pexpire', 'publish', 'exec', 'del']);
+  });
+
+  it('a reload on one instance: /health tells the versions apart, and the unchanged route keeps its shared breaker', async () => {
+    hot.always({ kind: 'status', status: 500 });
+    const [a, b] = await Promise.all([instance(1), instance(2)]);
+    const v1 = (await health(b)).routes_map.version;
+    while (primary(a).state() !== 'open') await chat(a.url);
+    await until(async () => primary(b).state() === 'open', 5000);
+    const file = join(dir, 'routes.json');
+    const map = JSON.parse(readFileSync(file, 'utf8'));
+    map.warm.push({ id: 'backup-2', provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warm.url });
+    writeFileSync(file, JSON.stringify(map));
+    const res = await fetch(`${a.url}/admin/routes/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
+    expect(await res.json()).toMatchObject({ added: ['backup-2'], removed: [], changed: [] });
+    const [ha, hb] = await Promise.all([health(a), health(b)]);
+    expect(ha.routes_map.version).not.toBe(v1);
+    expect(hb.routes_map.version).toBe(v1);
+    expect(ha.routes.find((r) => r.id === 'primary')?.breaker).toBe('open');
+    expect((await chat(a.url)).headers.get('x-route-tier')).toBe('warm');
+    expect(hot.received).toHaveLength(5);
   });
 
   it('while Redis does not answer, a breaker still probes and closes on its own', async () => {
