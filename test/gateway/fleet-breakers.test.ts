@@ -91,7 +91,7 @@ describe('breakers across instances', () => {
   });
 
   it('in half-open one instance probes for the whole fleet; its probes close every breaker', async () => {
-    const openMs = 2000;
+    const openMs = 3000;
     hot.always({ kind: 'status', status: 500 });
     const three = await Promise.all([instance(1, openMs), instance(2, openMs), instance(3, openMs)]);
     const [a] = three;
