@@ -8,8 +8,9 @@
 // swings with the neighbours; CPU per request is what the gateway itself spends.
 // Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
 // Then client keys (issue 14): GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
-// BENCH_KEYS_ONLY=1 runs only that; BENCH_KEYS_ROUNDS sets its rounds (8).
-// Issue 15: an answered call's meter event on disk before its answer costs under 5 % of throughput.
+// Then durable meter events: each answer held until its event is on disk, against released at once
+// (gateway-durable.ts), goal under 5 %.
+// BENCH_ONLY=keys|durable runs only that part; BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -18,6 +19,7 @@ import type { AddressInfo } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
+import { durableVersusNot } from './gateway-durable';
 import { keysVersusOpen } from './gateway-keys';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
@@ -105,9 +107,20 @@ async function startGateway(stubUrl: string) {
   return { ...p, url: `http://127.0.0.1:${/listening on :(\d+)/.exec(p.out())![1]}/v1/chat/completions` };
 }
 
-if (process.env.BENCH_KEYS_ONLY) {
-  console.log(`Client keys: GATEWAY_AUTH=keys vs open, instant stub, 32 connections, ${cpus().length} CPUs`);
-  for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
+/** The interleaved comparisons (gateway-ab.ts), printed under their headings. */
+async function comparisons(only?: string) {
+  if (!only || only === 'keys') {
+    console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections, ${cpus().length} CPUs; gateway-keys.ts):`);
+    for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
+  }
+  if (!only || only === 'durable') {
+    console.log(`\nDurable meter events (answer after its event is on disk vs at once; instant stub, 32 connections; gateway-durable.ts):`);
+    for (const line of await durableVersusNot(Number(process.env.BENCH_AB_ROUNDS ?? 6))) console.log(`  ${line}`);
+  }
+}
+const ONLY = process.env.BENCH_ONLY ?? (process.env.BENCH_KEYS_ONLY ? 'keys' : undefined);
+if (ONLY) {
+  await comparisons(ONLY);
   process.exit(0);
 }
 /** A meter web app that takes every batch at once (no 302: the bench measures the gateway, not Apps Script). */
@@ -171,5 +184,4 @@ console.log('\nAdded latency, one request at a time (3,000 requests, microsecond
 for (const line of added) console.log(`  ${line}`);
 console.log('\nThroughput:');
 for (const line of verdicts) console.log(`  ${line}`);
-console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections; gateway-keys.ts):`);
-for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
+await comparisons();
