@@ -20,6 +20,7 @@
  */
 import { createHash } from 'node:crypto';
 import { DelayedError, Queue, UnrecoverableError, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import { Redis } from 'ioredis';
 import { backoffMs } from './backoff';
 import type { ApiKind } from './request-context';
 
@@ -198,12 +199,19 @@ export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
   private readonly backoffMs: number;
+  /** The queue's own connection when given a shared one (closed with the queue). */
+  private readonly own: Redis | null;
   constructor(
     private readonly connection: ConnectionOptions,
     private readonly prefix?: string,
     private readonly options: QueueOptions = {},
   ) {
-    this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection, prefix });
+    // Adding a job fails at once while Redis is unreachable, as BullMQ advises for a Queue behind an
+    // HTTP endpoint: with the shared connection's offline queue the add would wait for Redis to come
+    // back, past the request's time-to-answer, and create a job whose client was told 503.
+    this.own = connection instanceof Redis ? connection.duplicate({ enableOfflineQueue: false }) : null;
+    this.own?.on('error', () => undefined); // the shared connection reports the outage (reportRedisState)
+    this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection: this.own ?? connection, prefix });
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
@@ -274,6 +282,7 @@ export class BullColdQueue implements ColdQueue {
   }
   async close(): Promise<void> {
     await this.queue.close();
+    this.own?.disconnect();
   }
 }
 

@@ -27,6 +27,8 @@ import { relaySse } from './sse';
 export interface QueueReason {
   reason: string;
   attempts: number;
+  /** What is left of the time-to-answer: the queue must answer within it. */
+  timeLeftMs: number;
   delayMs?: number;
   reviewRequired?: boolean;
 }
@@ -82,12 +84,12 @@ export class Pipeline {
         decision,
         reviewRequired,
       });
-      await this.deps.cold.queue(ctx, res, { reason: decision, attempts: 0, delayMs, reviewRequired });
+      await this.deps.cold.queue(ctx, res, { reason: decision, attempts: 0, timeLeftMs: deadline.remaining(), delayMs, reviewRequired });
       return;
     }
     // A queue decision with no queue plugged in is routed as usual.
     const outcome = await this.route(ctx, deadline, gone, admission.kind === 'route' ? admission : ROUTE_ALL);
-    if (outcome.kind === 'exhausted') return this.fallBack(ctx, outcome, res);
+    if (outcome.kind === 'exhausted') return this.fallBack(ctx, outcome, res, deadline);
     this.deps.metrics.countRequest(outcome.route.tier, outcome.upstream.status);
     const headers = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
     if (outcome.kind === 'answer' && outcome.upstream.rest) return this.relayStream(outcome, res, headers, gone);
@@ -129,9 +131,10 @@ export class Pipeline {
   }
 
   /** No route answered: the Cold queue when there is one, else 503 (no route) or 504 (time ran out). */
-  private async fallBack(ctx: RequestContext, outcome: Exhausted, res: ServerResponse): Promise<void> {
+  private async fallBack(ctx: RequestContext, outcome: Exhausted, res: ServerResponse, deadline: Deadline): Promise<void> {
     this.deps.metrics.countRequest('cold', 'fallback');
-    if (this.deps.cold) return this.deps.cold.queue(ctx, res, { reason: outcome.reason, attempts: outcome.attempts });
+    const why = { reason: outcome.reason, attempts: outcome.attempts, timeLeftMs: deadline.remaining() };
+    if (this.deps.cold) return this.deps.cold.queue(ctx, res, why);
     const timeUp = outcome.reason === 'time_to_answer';
     const message = timeUp
       ? 'no route answered within the time-to-answer'

@@ -28,7 +28,7 @@ import type { Route } from './route';
 import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
 import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
-import { createStores, type Stores } from './stores';
+import { createStores, reportRedisState, type Stores } from './stores';
 import { configureUpstream } from './upstream';
 import { createVoice, loadVoice, voiceOptions, type LoadedVoice, type Voice } from './voice';
 import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
@@ -106,6 +106,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const { map, file: routesFile, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
+  if (stores.redis) reportRedisState(stores.redis, log);
   const { redis, flags, pause, queue, limiter } = stores;
   // The shared flags (a kill-switch, say) are in force from the first request, not a second later.
   await Promise.all([flags.refresh(), pause.refresh().catch(() => false)]);

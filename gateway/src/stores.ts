@@ -59,3 +59,21 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
     keys: keyStoreFor(env, redis),
   };
 }
+
+/**
+ * One log line when Redis becomes unreachable and one when it is back (ioredis reconnects by itself
+ * and would otherwise print every failed attempt to stderr, outside the log).
+ */
+export function reportRedisState(redis: Redis, log: { error(m: string): void; info(m: string): void }): void {
+  let down = false;
+  redis.on('error', (error: Error) => {
+    if (down) return;
+    down = true;
+    log.error(`Redis unreachable (${error.message}): live requests go on; Cold enqueues answer 503 until it is back`);
+  });
+  redis.on('ready', () => {
+    if (!down) return;
+    down = false;
+    log.info('Redis reachable again');
+  });
+}
