@@ -6,8 +6,8 @@
 // clock, since autocannon reports whole milliseconds. The gateway's own CPU time per request (from
 // /proc, Linux) is printed beside its throughput: on a machine shared with other work, throughput
 // swings with the neighbours; CPU per request is what the gateway itself spends.
-// Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
-// Then client keys (issue 14): GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
+// Goals: at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
+// Then client keys: GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
 // Then durable meter events: each answer held until its event is on disk, against released at once
 // (gateway-durable.ts), goal under 5 %.
 // BENCH_ONLY=keys|durable runs only that part; BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).

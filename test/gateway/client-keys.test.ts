@@ -1,4 +1,4 @@
-// Client keys (issue 14), as a customer with the official openai client sees them: who may call,
+// Client keys, as a customer with the official openai client sees them: who may call,
 // whose tenant a request is, and each key's own limits. Real Redis, real HTTP.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readEnv } from '../../gateway/src/env';
