@@ -10,7 +10,8 @@
 // Then client keys: GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
 // Then durable meter events: each answer held until its event is on disk, against released at once
 // (gateway-durable.ts), goal under 5 %.
-// BENCH_ONLY=keys|durable runs only that part; BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
+// Then shared state: one of a fleet on Redis against alone (gateway-fleet.ts), goal within 5 %.
+// BENCH_ONLY=keys|durable|fleet runs only that part; BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -20,6 +21,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { durableVersusNot } from './gateway-durable';
+import { fleetVersusAlone } from './gateway-fleet';
 import { keysVersusOpen } from './gateway-keys';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
@@ -116,6 +118,10 @@ async function comparisons(only?: string) {
   if (!only || only === 'durable') {
     console.log(`\nDurable meter events (answer after its event is on disk vs at once; instant stub, 32 connections; gateway-durable.ts):`);
     for (const line of await durableVersusNot(Number(process.env.BENCH_AB_ROUNDS ?? 6))) console.log(`  ${line}`);
+  }
+  if (!only || only === 'fleet') {
+    console.log(`\nShared state (one of a fleet on Redis vs alone, both to a meter stub; instant stub, 32 connections; gateway-fleet.ts):`);
+    for (const line of await fleetVersusAlone(Number(process.env.BENCH_AB_ROUNDS ?? 6))) console.log(`  ${line}`);
   }
 }
 const ONLY = process.env.BENCH_ONLY ?? (process.env.BENCH_KEYS_ONLY ? 'keys' : undefined);
