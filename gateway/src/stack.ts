@@ -33,7 +33,8 @@ import { configureUpstream } from './upstream';
 import { createVoice, loadVoice, voiceOptions, type LoadedVoice, type Voice } from './voice';
 import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
 import { startWorker, type ColdWorker } from './worker';
-import type { BullColdQueue, MemoryColdQueue } from './cold-queue';
+import type { MemoryColdQueue } from './cold-queue-memory';
+import type { BullColdQueue } from './cold-queue-redis';
 
 /**
  * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
