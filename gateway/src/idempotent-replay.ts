@@ -68,9 +68,11 @@ export interface ReplayDeps {
   ttlMs?: number;
 }
 
-const refusal = (status: number, code: string, message: string) => ({
+/** `headers` tell OpenAI's clients (which retry a 409 by themselves) when to try again, or not to. */
+const refusal = (status: number, code: string, message: string, headers: Record<string, string> = {}) => ({
   status,
   error: openAiError(message, 'invalid_request_error', null, code),
+  headers,
 });
 
 const REUSED = refusal(
@@ -82,6 +84,7 @@ const IN_FLIGHT = refusal(
   409,
   'idempotency_key_in_flight',
   'Idempotency-Key: the first request with this key is still running; retry once it has answered',
+  { 'retry-after': '1' },
 );
 
 export class IdempotentReplay {
@@ -108,11 +111,12 @@ export class IdempotentReplay {
       case 'other_body':
         return sendJson(res, REUSED.status, REUSED.error);
       case 'running':
-        return sendJson(res, IN_FLIGHT.status, IN_FLIGHT.error);
+        return sendJson(res, IN_FLIGHT.status, IN_FLIGHT.error, { ...IN_FLIGHT.headers });
       case 'not_kept': {
         const { status, bytes } = claim.notKept;
         const message = `Idempotency-Key: the first request with this key was answered (${status}, ${bytes} bytes), but answers over ${this.maxBytes} bytes are not kept for replay; send a new key to run it again`;
-        return sendJson(res, 409, openAiError(message, 'invalid_request_error', null, 'idempotency_answer_not_kept'));
+        const error = openAiError(message, 'invalid_request_error', null, 'idempotency_answer_not_kept');
+        return sendJson(res, 409, error, { 'x-should-retry': 'false' });
       }
     }
     await this.run(claim.lease, res, serve);
@@ -176,6 +180,7 @@ export class IdempotentReplay {
     this.deps.metrics.countRequest('replay', answer.status);
     const headers: Record<string, string> = { ...answer.headers, 'idempotent-replayed': 'true' };
     if (!answer.stream) return sendBody(res, answer.status, answer.body, headers['content-type'] ?? 'application/json', headers);
+    if (res.destroyed) return;
     headers['cache-control'] = 'no-cache';
     res.writeHead(answer.status, headers);
     res.end(answer.body);

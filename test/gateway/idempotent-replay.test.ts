@@ -123,6 +123,7 @@ describe('idempotent replay across instances', () => {
     const during = await chat(b.url, BODY, { 'idempotency-key': 'order-10' });
     expect(during.status).toBe(409);
     expect(during.json().error.code).toBe('idempotency_key_in_flight');
+    expect(during.headers.get('retry-after')).toBe('1'); // OpenAI's clients retry a 409 by themselves, after this
     const answered = await first;
     const after = await chat(b.url, BODY, { 'idempotency-key': 'order-10' });
     expect([answered.status, after.status, after.text === answered.text]).toEqual([200, 200, true]);
@@ -247,6 +248,7 @@ describe('idempotent replay: limits (in process)', () => {
     const again = await chat(gw.url, BODY, { 'idempotency-key': 'big' });
     expect(again.status).toBe(409);
     expect(again.json().error.code).toBe('idempotency_answer_not_kept');
+    expect(again.headers.get('x-should-retry')).toBe('false'); // retrying cannot help: OpenAI's clients obey this
     expect(hot.received).toHaveLength(1);
   });
 
