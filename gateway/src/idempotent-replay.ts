@@ -30,16 +30,16 @@ export interface ReplayRequest {
 /** Whether the pipeline's answer ended as it should (a stream the provider cut did not). */
 export type Served = 'complete' | 'broken';
 
-export const REPLAY_TTL_MS = 24 * 60 * 60 * 1000;
+const REPLAY_TTL_MS = 24 * 60 * 60 * 1000;
 /** Bodies (whole or streamed) larger than this are not kept. */
-export const REPLAY_MAX_BYTES = 1024 * 1024;
+const REPLAY_MAX_BYTES = 1024 * 1024;
 /** A running request holds its key this long, renewed every third of it: a dead instance's key is free within it. */
-export const REPLAY_LEASE_MS = 30_000;
+const REPLAY_LEASE_MS = 30_000;
 /** A store that does not answer in this time is passed by (the request runs without replay). */
 const STORE_TIMEOUT_MS = 1000;
 
 /** JSON with object keys sorted at every level: the same request however its keys were ordered. */
-export function canonicalJson(value: unknown): string {
+function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
   if (value && typeof value === 'object') {
     const keys = Object.keys(value).sort();

@@ -58,7 +58,7 @@ type Entry =
   | { kind: 'not_kept'; fingerprint: string; notKept: NotKept; expiresAt: number; bytes: number };
 
 /** The in-process store's memory budget: beyond it the oldest entries go first. */
-export const MEMORY_REPLAY_BYTES = 64 * 1024 * 1024;
+const MEMORY_REPLAY_BYTES = 64 * 1024 * 1024;
 
 /**
  * In process: one gateway only, gone on restart. Bounded by a byte budget (answers are up to a
