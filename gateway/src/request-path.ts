@@ -36,8 +36,8 @@ export interface RequestPathOptions {
   skipRoute?: (route: Route) => boolean;
   /** The tokens an answer used (the client key's tokens per minute). */
   onTokens?: (ctx: RequestContext, tokens: number) => void;
-  /** Where idempotent replay keeps answers (absent: requests with an Idempotency-Key run every time); `maxBytes` for tests. */
-  replay?: { store: ReplayStore; maxBytes?: number } | null;
+  /** Where idempotent replay keeps answers (absent: requests with an Idempotency-Key run every time); the limits for tests. */
+  replay?: { store: ReplayStore; maxBytes?: number; leaseMs?: number } | null;
 }
 
 export interface RequestPath {

@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MemoryReplayStore } from '../../gateway/src/replay-store';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack, mapOf, startGateway } from './harness';
-import { until } from './keys-harness';
+import { keysWorld, until } from './keys-harness';
 
 const REDIS_URL = 'redis://127.0.0.1:6379/9';
 const prefix = `test-replay-${process.pid}`;
@@ -252,6 +252,18 @@ describe('idempotent replay: limits (in process)', () => {
     expect(hot.received).toHaveLength(1);
   });
 
+  it('a first request that outlasts its lease keeps its key: the lease is renewed while it runs', async () => {
+    const gw = await startGateway(mapOf([hot.url]), { replay: { store: new MemoryReplayStore(), leaseMs: 150 } });
+    stops.push(gw.close);
+    hot.next({ kind: 'ok', delayMs: 800 });
+    const started = Date.now();
+    const first = chat(gw.url, BODY, { 'idempotency-key': 'slow' });
+    await until(async () => hot.received.length === 1 && Date.now() - started > 500);
+    expect((await chat(gw.url, BODY, { 'idempotency-key': 'slow' })).status).toBe(409);
+    expect((await first).status).toBe(200);
+    expect(hot.received).toHaveLength(1);
+  });
+
   it('a provider 4xx is kept and replayed, as the first request got it', async () => {
     const gw = await startGateway(mapOf([hot.url]), { replay: { store: new MemoryReplayStore() } });
     stops.push(gw.close);
@@ -261,6 +273,29 @@ describe('idempotent replay: limits (in process)', () => {
     expect([first.status, again.status, again.headers.get('idempotent-replayed')]).toEqual([400, 400, 'true']);
     expect(again.text).toBe(first.text);
     expect(hot.received).toHaveLength(1);
+  });
+});
+
+describe('idempotent replay with client keys', () => {
+  it('a tenant is its client key’s: the same Idempotency-Key from two tenants runs twice, each replays its own', async () => {
+    const w = await keysWorld('replay-keys');
+    try {
+      const [a, b] = [await w.up(), await w.up()];
+      const [acme, beta] = [await w.makeKey('acme'), await w.makeKey('beta')];
+      w.hot.next({ kind: 'ok', content: 'for acme' }, { kind: 'ok', content: 'for beta' });
+      const same = { 'idempotency-key': 'invoice-7' };
+      const auth = (key: string) => ({ ...same, authorization: `Bearer ${key}` });
+      await chat(a.url, BODY, auth(acme.key));
+      await chat(a.url, BODY, auth(beta.key));
+      const again = [await chat(b.url, BODY, auth(acme.key)), await chat(b.url, BODY, auth(beta.key))];
+      expect(again.map((r) => r.json().choices[0].message.content)).toEqual(['for acme', 'for beta']);
+      expect(again.map((r) => r.headers.get('idempotent-replayed'))).toEqual(['true', 'true']);
+      // A tenant cannot name another to read its answers.
+      expect((await chat(b.url, BODY, { ...auth(beta.key), 'x-customer-id': 'acme' })).status).toBe(403);
+      expect(w.hot.received).toHaveLength(2);
+    } finally {
+      await w.end();
+    }
   });
 });
 
