@@ -127,7 +127,9 @@ export class IdempotentReplay {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<null>((resolve) => (timer = setTimeout(resolve, STORE_TIMEOUT_MS, null)));
     try {
-      return await Promise.race([this.deps.store.claim(req.key, req.fingerprint, this.leaseMs), late]);
+      const claim = await Promise.race([this.deps.store.claim(req.key, req.fingerprint, this.leaseMs), late]);
+      if (claim === null) throw new Error(`no answer in ${STORE_TIMEOUT_MS} ms`);
+      return claim;
     } catch (error) {
       this.deps.log.warn({ err: (error as Error).message }, 'idempotent replay: store unavailable, request runs without replay');
       return null;
