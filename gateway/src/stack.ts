@@ -143,6 +143,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     cold: coldFallback(coldDeps),
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
     onTokens: (ctx, tokens) => spendKeyTokens(limiter, ctx.clientKey, tokens),
+    replay: { store: stores.replay },
   });
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });

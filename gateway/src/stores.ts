@@ -15,6 +15,8 @@ import type { GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
 import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
+import { MemoryReplayStore, type ReplayStore } from './replay-store';
+import { RedisReplayStore } from './replay-store-redis';
 import type { RoutesMapConfig } from './routes-map';
 
 export interface Stores {
@@ -27,6 +29,8 @@ export interface Stores {
   limiter: Limiter;
   /** Client keys: in Redis with the rest, else in CLIENT_KEYS_FILE (the gateway and `npm run keys` use this). */
   keys: KeyStore;
+  /** Idempotent replay's claims and answers. */
+  replay: ReplayStore;
 }
 
 export function keyStoreFor(env: GatewayEnv, redis: Redis | null): KeyStore {
@@ -48,6 +52,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
       queue: new MemoryColdQueue(queueOptions),
       limiter: new MemoryLimiter(limits),
       keys: keyStoreFor(env, null),
+      replay: new MemoryReplayStore(),
     };
   }
   const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
@@ -59,6 +64,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
     queue: new BullColdQueue(redis, prefix, queueOptions),
     limiter: new RedisLimiter(redis, prefix ?? 'gateway', limits),
     keys: keyStoreFor(env, redis),
+    replay: new RedisReplayStore(redis, prefix ?? 'gateway'),
   };
 }
 
