@@ -1,0 +1,68 @@
+// Meter events across instances: two real gateway processes started from one working directory
+// (only PORT differs) deliver every event to the meter exactly once, through a spool compaction,
+// a kill -9 and a restart; with Redis through its shared stream, without it each on its own spool.
+import { existsSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeMeterWebApp } from './fake-meter';
+import { FakeProvider } from './fake-provider';
+import { chats, startInstance, until, type Instance } from './instances';
+
+let hot: FakeProvider;
+let meter: FakeMeterWebApp;
+let cwd: string;
+const running: Instance[] = [];
+
+beforeEach(async () => {
+  [hot, meter] = await Promise.all([new FakeProvider().start(), new FakeMeterWebApp().start()]);
+  cwd = mkdtempSync(join(tmpdir(), 'meter-fleet-'));
+  writeFileSync(
+    join(cwd, 'routes.json'),
+    JSON.stringify({
+      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    }),
+  );
+});
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((i) => i.crash()));
+  await Promise.all([hot.stop(), meter.stop()]);
+});
+
+/** The settings of `npm start` in one checkout: the defaults, a routing map and the meter. */
+const settings = (extra: Record<string, string> = {}) => ({
+  ROUTES_FILE: 'routes.json',
+  METER_URL: meter.url,
+  METER_TOKEN: 'tok',
+  ...extra,
+});
+
+async function instance(extra: Record<string, string> = {}): Promise<Instance> {
+  const i = await startInstance(cwd, settings(extra));
+  running.push(i);
+  return i;
+}
+
+/** Every event stored once and posted once (no event sent twice, none lost). */
+function expectEachOnce(n: number): void {
+  expect(meter.stored).toHaveLength(n);
+  expect(new Set(meter.stored).size).toBe(n);
+  expect(meter.posts.reduce((a, b) => a + b, 0)).toBe(n);
+}
+
+describe('meter events across instances, without Redis', () => {
+  it('two instances on the default spool folder deliver every event once, also after one of them compacts its spool', async () => {
+    const [a, b] = [await instance(), await instance()];
+    const first = await chats([a.url], 3000); // over 1 MiB: a's spool is compacted once delivered
+    expect(first.every((s) => s === 200)).toBe(true);
+    await until('3000 events at the meter', () => meter.stored.length >= 3000, 30_000);
+    const spools = readdirSync(join(cwd, '.data')).filter((f) => f.startsWith('meter-spool'));
+    await until('a spool compacted', () => spools.some((d) => existsSync(join(cwd, '.data', d, 'spool.jsonl.done'))), 5000);
+    const more = await chats([a.url, b.url], 100);
+    expect(more.every((s) => s === 200)).toBe(true);
+    await until('the next 100 events at the meter', () => meter.stored.length >= 3100, 15_000);
+    expectEachOnce(3100);
+  }, 90_000);
+});
