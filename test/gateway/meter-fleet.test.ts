@@ -4,7 +4,8 @@
 import { existsSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
 import { chats, startInstance, until, type Instance } from './instances';
@@ -65,4 +66,42 @@ describe('meter events across instances, without Redis', () => {
     await until('the next 100 events at the meter', () => meter.stored.length >= 3100, 15_000);
     expectEachOnce(3100);
   }, 90_000);
+});
+
+describe('meter events across instances, with Redis', () => {
+  const REDIS_URL = 'redis://127.0.0.1:6379/9';
+  const prefix = `test-meter-fleet-${process.pid}`;
+  const stream = `${prefix}:meter:events`;
+  const redis = new Redis(REDIS_URL);
+  afterEach(async () => {
+    const keys = await redis.keys(`${prefix}:*`);
+    if (keys.length) await redis.del(...keys);
+  });
+  afterAll(() => redis.disconnect());
+
+  const shared = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_CLAIM_IDLE_MS: '500' };
+  /** Events pending with the consumers of the meter group, by the pid in the consumer's name. */
+  async function pendingOf(pid: number): Promise<number> {
+    const [, , , consumers] = (await redis.xpending(stream, 'meter')) as [number, string, string, Array<[string, string]> | null];
+    return Number((consumers ?? []).find(([name]) => name.split(':')[1] === String(pid))?.[1] ?? 0);
+  }
+
+  it('a kill -9 of one instance with events pending: the other claims them, each event reaches the meter once, and a restart goes on', async () => {
+    const a = await instance(shared);
+    meter.hold(); // the meter is slow: a batch stays pending with the instance that read it
+    expect((await chats([a.url], 300)).every((s) => s === 200)).toBe(true);
+    await until('events pending with instance a', async () => (await pendingOf(a.pid)) > 0);
+    const b = await instance(shared);
+    await a.crash();
+    meter.release(); // a's post never arrives (its connection died with it)
+    await until('300 events at the meter', () => meter.stored.length >= 300, 15_000);
+    expect(b.output()).toMatch(/claimed \d+ event\(s\) left pending by another gateway/);
+
+    const again = await instance(shared); // a restarted in the same folder
+    expect((await chats([again.url, b.url], 100)).every((s) => s === 200)).toBe(true);
+    await until('400 events at the meter', () => meter.stored.length >= 400, 15_000);
+    expectEachOnce(400);
+    await until('the stream emptied of what the meter has', async () => (await redis.xlen(stream)) === 0);
+    expect(await pendingOf(a.pid)).toBe(0);
+  }, 60_000);
 });
