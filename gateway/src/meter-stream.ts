@@ -111,7 +111,7 @@ export class RedisStreamSink implements MeterSink {
   }
 
   private async xadd(lines: string[]): Promise<boolean> {
-    if (this.opts.redis.status !== 'ready') return false;
+    if (this.redisDown()) return false;
     const pipeline = this.opts.redis.pipeline();
     for (const line of lines) pipeline.xadd(this.key, '*', 'e', line);
     let timer: NodeJS.Timeout | undefined;
@@ -119,6 +119,11 @@ export class RedisStreamSink implements MeterSink {
     const replies = await Promise.race([pipeline.exec().catch(() => null), late]);
     clearTimeout(timer);
     return replies !== null && replies.every(([error]) => !error);
+  }
+
+  /** Known to be down: the connection was lost or failed (it is tried again meanwhile); no wait for it then. */
+  private redisDown(): boolean {
+    return ['reconnecting', 'close', 'end'].includes(this.opts.redis.status);
   }
 
   private async createGroup(): Promise<void> {
@@ -245,7 +250,8 @@ export class RedisStreamSink implements MeterSink {
     if (this.pending.length) this.append();
     await Promise.all(this.appending);
     await this.opts.fallback.flush();
-    if (this.poster.waiting()) return;
+    // Not while Redis is away: its commands would wait for it, and a shutdown with them.
+    if (this.poster.waiting() || this.opts.redis.status !== 'ready') return;
     this.kick();
     await this.delivering;
   }
@@ -268,6 +274,7 @@ export class RedisStreamSink implements MeterSink {
     if (this.timer) clearTimeout(this.timer);
     try {
       await this.flush();
+      if (this.opts.redis.status !== 'ready') return;
       const mine = (await this.opts.redis.xpending(this.key, GROUP, '-', '+', 1, this.consumer)) as unknown[];
       if (!mine.length) await this.opts.redis.xgroup('DELCONSUMER', this.key, GROUP, this.consumer);
     } catch (error) {
