@@ -47,6 +47,7 @@ type Entry = { id: string; line: string };
 type RawEntry = [id: string, fields: string[] | null];
 const GROUP = 'meter';
 const REJECTED_KEEP = 100_000;
+const CONSUMER_GONE_MS = 10 * 60_000;
 
 export class RedisStreamSink implements MeterSink {
   readonly kind = 'meter web app';
@@ -69,7 +70,7 @@ export class RedisStreamSink implements MeterSink {
   constructor(private readonly opts: StreamSinkOptions) {
     this.key = `${opts.prefix}:meter:events`;
     this.poster = new MeterPoster(opts);
-    this.ready = this.createGroup();
+    this.ready = this.createGroup().then(() => this.forgetGoneConsumers());
     this.schedule();
   }
 
@@ -131,6 +132,16 @@ export class RedisStreamSink implements MeterSink {
     await this.opts.redis.xgroup('CREATE', this.key, GROUP, '0', 'MKSTREAM').catch((error: Error) => {
       if (!error.message.includes('BUSYGROUP')) throw error;
     });
+  }
+
+  /** Consumers of gateways gone for 10 minutes with nothing pending are removed (a live one is made again on its next read). */
+  private async forgetGoneConsumers(): Promise<void> {
+    const consumers = (await this.opts.redis.xinfo('CONSUMERS', this.key, GROUP)) as Array<Array<string | number>>;
+    for (const c of consumers) {
+      const field = (name: string) => c[c.indexOf(name) + 1];
+      if (Number(field('pending')) === 0 && Number(field('idle')) > CONSUMER_GONE_MS)
+        await this.opts.redis.xgroup('DELCONSUMER', this.key, GROUP, String(field('name')));
+    }
   }
 
   private schedule(): void {
