@@ -1,7 +1,7 @@
 // Meter events across instances: two real gateway processes started from one working directory
 // (only PORT differs) deliver every event to the meter exactly once, through a spool compaction,
 // a kill -9 and a restart; with Redis through its shared stream, without it each on its own spool.
-import { existsSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -66,6 +66,21 @@ describe('meter events across instances, without Redis', () => {
     await until('the next 100 events at the meter', () => meter.stored.length >= 3100, 15_000);
     expectEachOnce(3100);
   }, 90_000);
+});
+
+describe('meter events across instances, without Redis: a crash', () => {
+  it('a gateway killed with events in its spool: the next one started takes its folder over and delivers them', async () => {
+    meter.mode = 'down'; // events wait in the spools
+    const [a, b] = [await instance(), await instance()];
+    expect((await chats([a.url, b.url], 200)).every((s) => s === 200)).toBe(true);
+    await a.crash();
+    meter.mode = 'ok';
+    const again = await instance(); // a restarted: the first free folder is the dead one's
+    await until('200 events at the meter', () => meter.stored.length >= 200, 20_000);
+    expectEachOnce(200);
+    expect(readFileSync(join(cwd, '.data/meter-spool/lock'), 'utf8')).toMatch(new RegExp(`^${again.pid}\n`));
+    expect(b.output()).toContain('.data/meter-spool is held by process');
+  }, 60_000);
 });
 
 describe('meter events across instances, with Redis', () => {
