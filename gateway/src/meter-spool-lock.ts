@@ -81,7 +81,7 @@ function create(lock: string): boolean {
 function takeOver(lock: string, dead: number | null): boolean {
   const guard = `${lock}.takeover`;
   if (!create(guard)) {
-    if (Date.now() - statSync(guard, { throwIfNoEntry: false })!.mtimeMs > TAKEOVER_STALE_MS) unlinkSync(guard);
+    if (age(guard) > TAKEOVER_STALE_MS) unlinkSync(guard);
     return false;
   }
   try {
@@ -94,16 +94,25 @@ function takeOver(lock: string, dead: number | null): boolean {
   }
 }
 
+/** Milliseconds since the file was changed; 0 when it is gone. */
+function age(file: string): number {
+  const st = statSync(file, { throwIfNoEntry: false });
+  return st ? Date.now() - st.mtimeMs : 0;
+}
+
 function tryFolder(dir: string): { taken: boolean; by: number | null } {
   if (held.has(dir)) return { taken: false, by: process.pid };
   mkdirSync(dir, { recursive: true });
   const lock = join(dir, 'lock');
-  if (create(lock)) return { taken: true, by: null };
-  const by = owner(lock);
-  // An empty lock is being written by its creator this instant: held.
-  const writing = by === null && existsSync(lock) && Date.now() - statSync(lock).mtimeMs < TAKEOVER_STALE_MS;
-  if (writing || alive(by)) return { taken: false, by };
-  return { taken: takeOver(lock, by), by };
+  for (let attempt = 0; attempt < 3; attempt++) {
+    if (create(lock)) return { taken: true, by: null };
+    if (!existsSync(lock)) continue; // released meanwhile: try again
+    const by = owner(lock);
+    // An empty lock is being written by its creator this instant: held.
+    if ((by === null && age(lock) < TAKEOVER_STALE_MS) || alive(by)) return { taken: false, by };
+    return { taken: takeOver(lock, by), by };
+  }
+  return { taken: false, by: null };
 }
 
 /** Takes the first spool folder of `base`, `base.2`, … that no running process holds. */
