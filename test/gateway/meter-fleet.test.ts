@@ -46,10 +46,15 @@ async function instance(extra: Record<string, string> = {}): Promise<Instance> {
   return i;
 }
 
-/** Every event stored once and posted once (no event sent twice, none lost). */
-function expectEachOnce(n: number): void {
+/** Every answered call's event stored once: none lost, none stored twice. */
+function expectStoredOnce(n: number): void {
   expect(meter.stored).toHaveLength(n);
   expect(new Set(meter.stored).size).toBe(n);
+}
+
+/** Stored once and also posted once: with one process per spool folder no event is even sent twice. */
+function expectEachOnce(n: number): void {
+  expectStoredOnce(n);
   expect(meter.posts.reduce((a, b) => a + b, 0)).toBe(n);
 }
 
@@ -94,7 +99,9 @@ describe('meter events across instances, with Redis', () => {
   });
   afterAll(() => redis.disconnect());
 
-  const shared = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_CLAIM_IDLE_MS: '500' };
+  // Short, for the test; a loaded machine may still claim a batch whose post is slow: it is posted
+  // twice and stored once (at least once to the meter, once in the sheet by event_id).
+  const shared = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix, METER_CLAIM_IDLE_MS: '1500' };
   /** Events pending with the consumers of the meter group, by the pid in the consumer's name. */
   async function pendingOf(pid: number): Promise<number> {
     const [, , , consumers] = (await redis.xpending(stream, 'meter')) as [number, string, string, Array<[string, string]> | null];
@@ -115,7 +122,7 @@ describe('meter events across instances, with Redis', () => {
     const again = await instance(shared); // a restarted in the same folder
     expect((await chats([again.url, b.url], 100)).every((s) => s === 200)).toBe(true);
     await until('400 events at the meter', () => meter.stored.length >= 400, 15_000);
-    expectEachOnce(400);
+    expectStoredOnce(400);
     await until('the stream emptied of what the meter has', async () => (await redis.xlen(stream)) === 0);
     expect(await pendingOf(a.pid)).toBe(0);
   }, 60_000);
