@@ -125,7 +125,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     log,
   });
   const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
-  const meter = teeMeter(createMeterSink(env, log, backlog), spend, limiter);
+  const meter = teeMeter(createMeterSink(env, log, backlog, redis), spend, limiter);
   describeStart(log, { env, map, routesFile, scopes, stores, cappedProvider });
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
