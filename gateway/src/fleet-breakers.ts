@@ -22,6 +22,7 @@ import type { ChainableCommander, Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { BreakerState, ChangeCause } from './breaker';
 import type { Route } from './route';
+import { within } from './within';
 
 /** How long the shared failure count lives without a new failure. */
 const COUNT_TTL_MS = 10 * 60_000;
@@ -32,13 +33,6 @@ const TRIPPED_TTL_MS = 24 * 3_600_000;
  * (the store's connection retries forever): a breaker must not wait that long to probe.
  */
 const WAIT_MS = 1000;
-
-/** The promise's value, or null if it takes longer than `ms`. */
-function within<T>(promise: Promise<T>, ms: number): Promise<T | null> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), ms)));
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
-}
 
 type Lease = 'none' | 'asking' | 'mine' | 'theirs';
 
@@ -113,11 +107,7 @@ export class FleetBreakers {
     const held = [...this.byName.values()].filter((w) => w.lease === 'mine').map((w) => this.key(w, 'probe'));
     for (const w of this.byName.values()) this.stopRetry(w);
     this.sub.disconnect();
-    if (held.length)
-      await within(
-        this.redis.del(...held).catch(() => 0),
-        WAIT_MS,
-      );
+    if (held.length) await within(this.redis.del(...held), WAIT_MS).catch(() => 0);
   }
 
   private key(w: Watched, part: 'open' | 'tripped' | 'failures' | 'probe'): string {
@@ -138,10 +128,7 @@ export class FleetBreakers {
     if (!list.length) return;
     const pipe = this.redis.pipeline();
     for (const w of list) pipe.exists(this.key(w, 'tripped')).pttl(this.key(w, 'open')).exists(this.key(w, 'failures'));
-    const replies = await within(
-      pipe.exec().catch((error: Error) => this.unreachable(error)),
-      WAIT_MS,
-    );
+    const replies = await within(pipe.exec(), WAIT_MS, 'Redis').catch((error: Error) => this.unreachable(error));
     if (!replies) return; // not known now: these routes start closed here, as in a single process
     list.forEach((w, i) => {
       const [tripped, openMs, failures] = [0, 1, 2].map((k) => replies[i * 3 + k][1] as number);
@@ -227,16 +214,15 @@ export class FleetBreakers {
     const key = this.key(w, 'probe');
     try {
       const taken = this.redis.set(key, this.instance, 'PX', 2 * w.route.breaker.openMs, 'NX').then((reply) => reply === 'OK');
-      const won = await within(taken, WAIT_MS);
+      const won = await within(taken, WAIT_MS, 'Redis');
       if (w.lease !== 'asking') return; // the state changed meanwhile
-      if (won === null) throw new Error('no answer to the probe lease within a second');
       if (won) {
         w.lease = 'mine';
         return;
       }
       w.lease = 'theirs';
       // If the holder goes away, its lease lapses: ask again then.
-      const left = (await within(this.redis.pttl(key), WAIT_MS)) ?? 0;
+      const left = await within(this.redis.pttl(key), WAIT_MS).catch(() => 0);
       w.retry = setTimeout(() => w.lease === 'theirs' && (w.lease = 'none'), Math.max(0, left));
       w.retry.unref();
     } catch (error) {
