@@ -130,11 +130,15 @@ export class FleetBreakers {
     for (const w of list) pipe.exists(this.key(w, 'tripped')).pttl(this.key(w, 'open')).exists(this.key(w, 'failures'));
     const replies = await within(pipe.exec(), WAIT_MS, 'Redis').catch((error: Error) => this.unreachable(error));
     if (!replies) return; // not known now: these routes start closed here, as in a single process
-    list.forEach((w, i) => {
+    const leases = list.map((w, i) => {
       const [tripped, openMs, failures] = [0, 1, 2].map((k) => replies[i * 3 + k][1] as number);
-      if (tripped === 1) w.route.breaker.openFromFleet(Math.max(0, openMs));
       if (failures === 1) w.counting = true;
+      if (tripped !== 1) return;
+      w.route.breaker.openFromFleet(Math.max(0, openMs));
+      // Half-open in the fleet already: ask for the probe now, so the first request can be it.
+      if (w.route.breaker.state() === 'half-open') return this.takeLease(w);
     });
+    await Promise.all(leases);
   }
 
   private changed(w: Watched, state: BreakerState, cause: ChangeCause): void {
