@@ -119,11 +119,13 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     expect(provider.connections).toBeLessThanOrEqual(2);
   });
 
-  it('UPSTREAM_HTTP2=off (the default): the same streams over HTTP/1.1, a connection each', async () => {
+  it('UPSTREAM_HTTP2=off (the default): the same streams over HTTP/1.1, one at a time per connection', async () => {
     provider = await new TlsProvider().start();
-    const bodies = await streams(await gatewayTo(provider, 'off'), 100);
+    const url = await gatewayTo(provider, 'off');
+    await streams(url, 1);
+    const bodies = await streams(url, 100);
     expect(bodies.every((b) => b.includes('p4'))).toBe(true);
     expect(new Set(provider.versions)).toEqual(new Set(['1.1']));
-    expect(provider.connections).toBeGreaterThan(50);
+    expect(provider.connections).toBeGreaterThan(2); // how many overlap depends on the machine's speed
   });
 });
