@@ -14,6 +14,8 @@ import type { ClientAuth } from './client-auth';
 import type { ColdQueue } from './cold-queue';
 import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
 import { SpendWatch } from './spend-cap-routing';
+import { spendDaysFor } from './spend-days';
+import { noticeWindowsFor } from './notice-windows';
 import { startDemoProviders, type DemoProviders } from './demo-providers';
 import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
@@ -115,12 +117,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     dailyCap: env.DAILY_CAP_USD,
     burnCap: env.BURN_7D_CAP_USD,
     warn: (m) => log.warn(m),
+    days: spendDaysFor(redis, stores.prefix ?? 'gateway', (m) => log.warn(m)),
   });
   const notifier = new Notifier(map.cold.notify, {
     windowMs: options.notifyWindowMs ?? env.NOTIFY_WINDOW_MS,
     smtpUrl: env.SMTP_URL,
     onCall: env.ON_CALL,
     log,
+    windows: noticeWindowsFor(redis, stores.prefix ?? 'gateway'),
   });
   const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
   const meter = teeMeter(createMeterSink(env, log, backlog), spend, limiter);
@@ -170,7 +174,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     worker,
     redis,
     cappedProvider,
-    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis }),
+    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, spend, flags, pause, path, demo, redis }),
   };
 }
 
@@ -183,6 +187,7 @@ async function closeStack(p: {
   notifier: Notifier;
   queue: ColdQueue;
   meter: MeterSink;
+  spend: SpendWatch;
   flags: FlagStore;
   pause: PauseFlag;
   path: RequestPath;
@@ -196,6 +201,7 @@ async function closeStack(p: {
   await p.notifier.flush();
   await p.queue.close();
   await p.meter.close();
+  await p.spend.close();
   p.flags.close();
   p.pause.close();
   p.path.failover.shutdown();
