@@ -9,16 +9,21 @@
  *   else                        → queued for human review, reviewer told  decision `human_review`
  * Otherwise the request routes normally (decision `default`).
  *
- * "Since that read" is the day counter now minus the day counter just before the meter was asked
+ * "Since that read" is the day counter now minus the day counter 10 s before the meter was asked
  * (the baseline). Each instance keeps its own baseline; the counter is never reset, so a fresh meter
  * figure on one instance changes nothing for another, and the fleet's calls after the baseline are
- * all counted. Taking the baseline before the request to the meter errs on the safe side: a call
- * answered while the meter is asked is counted twice at worst, until the next read.
+ * all counted. The 10 s cover events still on their way to the meter; an event the meter already
+ * has from those seconds is counted twice until the next read: the safe side for a cap.
  */
+import { capExceeded } from '../../schema/spend-cap';
 import type { RequestContext } from './request-context';
 import { dayOf, MemorySpendDays, type SpendDays } from './spend-days';
 
 const SPEND_CACHE_MS = 60_000;
+/** Meter events reach the meter within seconds (the spool posts every second, the web app takes a few). */
+const DELIVERY_LAG_S = 10;
+/** Within this many of its largest calls of the day from a cap, a request waits for a fresh read of a shared counter. */
+const NEAR_CAP_CALLS = 10;
 const QUEUE_RELEASE_MS = 2 * 3600_000;
 /** Human-review jobs wait this long for a person before the worker tries the routing again. */
 const HUMAN_REVIEW_HOLD_MS = 24 * 3600_000;
@@ -51,6 +56,8 @@ export class SpendWatch {
   private refreshing: Promise<void> | null = null;
   private loaded = false;
   private readonly days: SpendDays;
+  /** This instance's largest call cost of the UTC day: how close to a cap is "near". */
+  private largest = { day: -1, usd: 0 };
 
   constructor(
     private readonly opts: {
@@ -70,6 +77,10 @@ export class SpendWatch {
   /** Every priced call adds to today's spend. */
   record(cost: number | null): void {
     this.days.add(cost);
+    if (!cost || !(cost > 0)) return;
+    const day = dayOf(this.now());
+    if (this.largest.day !== day) this.largest = { day, usd: 0 };
+    this.largest.usd = Math.max(this.largest.usd, cost);
   }
 
   /** Counts what is not yet counted (shutdown). */
@@ -87,7 +98,9 @@ export class SpendWatch {
     if (this.opts.meterToken) url.searchParams.set('token', this.opts.meterToken);
     await this.days.refresh();
     const today = dayOf(this.now());
-    const base = { day: today, usd: this.days.spentBetween(today, today) };
+    // Spend of the last seconds may not be in the meter's figure yet: counted as "since" too.
+    const recent = await this.days.recentSpend(DELIVERY_LAG_S).catch(() => 0);
+    const base = { day: today, usd: Math.max(0, this.days.spentBetween(today, today) - recent) };
     try {
       const res = await fetch(url, { redirect: 'follow', signal: AbortSignal.timeout(5000) });
       const body = (await res.json()) as {
@@ -122,7 +135,18 @@ export class SpendWatch {
       // Only the first read waits; later refreshes happen while requests use the cached figure.
       if (!this.cached) return this.refreshing.then(() => this.figures());
     }
-    return this.figures();
+    const figures = this.figures();
+    return this.nearCap(figures) ? this.days.refresh().then(() => this.figures()) : figures;
+  }
+
+  /**
+   * Near a cap (and not over it), a shared figure a few calls old could let the fleet overshoot:
+   * the request waits for a fresh read (one Redis round trip). Elsewhere it never waits.
+   */
+  private nearCap(v: SpendView): boolean {
+    if (!this.days.shared || capExceeded(v)) return false;
+    const margin = NEAR_CAP_CALLS * (this.largest.day === dayOf(this.now()) ? this.largest.usd : 0);
+    return v.today + margin > v.dailyCap || v.last7d + margin > v.burnCap;
   }
 
   private figures(): SpendView {
@@ -146,7 +170,7 @@ export class SpendWatch {
   }
 }
 
-export { capExceeded } from '../../schema/spend-cap';
+export { capExceeded };
 
 /** The spend-cap routing table (docs/gateway.md, "Spend-cap routing"). */
 export function planFor(

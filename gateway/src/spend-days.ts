@@ -6,11 +6,13 @@
  *
  * Redis: `<prefix>:spend:<YYYY-MM-DD>`, integer micro-dollars (INCRBY: no float drift; what is
  * below a micro-dollar is carried to the next add), kept 8 days (the 7-day figure needs today and
- * the 6 before). Adds never wait: they are batched, one batch in flight at a time, sent after the
- * answer, and a batch that fails is kept and sent again. Each batch's reply carries the last 8
- * days (one round trip: INCRBY, EXPIRE, MGET), and a figure older than 250 ms is read again in the
- * background, so an instance routes on the fleet's spend as of its own last call or 250 ms ago,
- * whichever is newer, plus its own calls not yet counted there.
+ * the 6 before); beside it `<prefix>:spend:s:<unix second>`, the same per second for 2 minutes (the
+ * spend of the last seconds, which the meter may not have yet). Adds never wait: they are batched,
+ * one batch in flight at a time, sent after the answer, and a batch that fails is kept and sent
+ * again a second later. Each batch's reply carries the last 8 days (one round trip: INCRBY and
+ * EXPIRE of both keys, MGET), and a figure older than 250 ms is read again in the background, so
+ * an instance routes on the fleet's spend as of its own last call or 250 ms ago, whichever is
+ * newer, plus its own calls not yet counted there.
  */
 import type { Redis } from 'ioredis';
 
@@ -21,14 +23,18 @@ const MICRO = 1_000_000;
 /** Today and the 7 days before it: the 7-day figure, and a meter figure read late yesterday. */
 const DAYS_KEPT = 8;
 const KEY_TTL_S = (DAYS_KEPT + 1) * 86_400;
+/** Per-second counters: how far back `recentSpend` can look. */
+const SECOND_TTL_S = 120;
 /** A shared figure older than this is read again (in the background; the request does not wait). */
 const FRESH_MS = 250;
-/** A batch that failed is sent again this much later (and sooner with the next call). */
+/** A batch that failed is sent again this much later. */
 const RETRY_MS = 1000;
 /** How long the first read, and the last send at shutdown, may take before going on without them. */
 const WAIT_MS = 2000;
 
 export interface SpendDays {
+  /** True when other processes add to the same figures (a fresh read can tell something new). */
+  readonly shared: boolean;
   /** Adds a call's cost (USD) to today's spend; never waits. */
   add(costUsd: number | null): void;
   /** USD spent from UTC day `from` to day `to` (day numbers, both included), as known now. */
@@ -37,19 +43,31 @@ export interface SpendDays {
   ready(): Promise<void>;
   /** Reads the shared figures now (at most 2 s): a meter figure's baseline is taken after it. */
   refresh(): Promise<void>;
+  /** USD spent in the last `seconds` whole seconds (at most 120), this one included. */
+  recentSpend(seconds: number): Promise<number>;
   /** Sends what is not yet counted (at most 2 s). */
   close(): Promise<void>;
 }
 
 /** In process: this process's own calls, per UTC day. */
 export class MemorySpendDays implements SpendDays {
+  readonly shared = false;
   private readonly byDay = new Map<number, number>();
+  private readonly bySecond = new Map<number, number>();
   constructor(private readonly now: () => number = Date.now) {}
   add(costUsd: number | null): void {
     if (!costUsd || !(costUsd > 0)) return;
-    const day = dayOf(this.now());
+    const [day, second] = [dayOf(this.now()), secondOf(this.now())];
     this.byDay.set(day, (this.byDay.get(day) ?? 0) + costUsd);
+    this.bySecond.set(second, (this.bySecond.get(second) ?? 0) + costUsd);
     for (const d of this.byDay.keys()) if (d <= day - DAYS_KEPT) this.byDay.delete(d);
+    for (const s of this.bySecond.keys()) if (s <= second - SECOND_TTL_S) this.bySecond.delete(s);
+  }
+  async recentSpend(seconds: number): Promise<number> {
+    const from = secondOf(this.now()) - seconds + 1;
+    let sum = 0;
+    for (const [s, usd] of this.bySecond) if (s >= from) sum += usd;
+    return sum;
   }
   spentBetween(from: number, to: number): number {
     let sum = 0;
@@ -64,19 +82,29 @@ export class MemorySpendDays implements SpendDays {
 type Micros = Map<number, number>;
 
 const addTo = (into: Micros, day: number, micros: number) => into.set(day, (into.get(day) ?? 0) + micros);
+const secondOf = (ms: number): number => Math.floor(ms / 1000);
+const sum = (m: Micros): number => [...m.values()].reduce((a, b) => a + b, 0);
 
 /** In Redis: the fleet's calls, per UTC day (see the top of this file). */
 export class RedisSpendDays implements SpendDays {
+  readonly shared = true;
   /** Micro-dollars per day as Redis last answered. */
   private known: Micros = new Map();
+  /** When Redis last answered (monotonic ms). */
   private knownAt = -Infinity;
+  /** After a failed batch, none before this (monotonic ms); the failure is logged once until one succeeds. */
+  private holdUntil = 0;
+  private failing = false;
   /** Micro-dollars not yet sent, and those in the batch under way. */
   private queued: Micros = new Map();
   private inflight: Micros = new Map();
   private carry = 0;
   private syncing: Promise<void> | null = null;
-  private retry: NodeJS.Timeout | null = null;
+  /** The next batch, waiting for the retry after a failure. */
+  private next: NodeJS.Timeout | null = null;
   private readonly firstRead: Promise<void>;
+  /** After close nothing more is sent (the connection is about to go). */
+  private closed = false;
 
   constructor(
     private readonly redis: Redis,
@@ -93,11 +121,11 @@ export class RedisSpendDays implements SpendDays {
     this.carry = exact - whole;
     if (!whole) return;
     addTo(this.queued, dayOf(this.now()), whole);
-    void this.sync();
+    this.kick();
   }
 
   spentBetween(from: number, to: number): number {
-    if (!this.syncing && this.now() - this.knownAt > FRESH_MS) void this.sync();
+    if (performance.now() - this.knownAt > FRESH_MS) this.kick();
     let micros = 0;
     for (const figures of [this.known, this.queued, this.inflight]) {
       for (const [d, m] of figures) if (d >= from && d <= to) micros += m;
@@ -110,14 +138,18 @@ export class RedisSpendDays implements SpendDays {
   }
 
   refresh(): Promise<void> {
-    return within(this.sync(), WAIT_MS);
+    // A read that starts now: a batch under way may have been sent before another instance's call.
+    const fresh = (this.syncing ?? Promise.resolve()).then(() => this.sync());
+    return within(fresh, WAIT_MS);
   }
 
   async close(): Promise<void> {
-    if (this.retry) clearTimeout(this.retry);
+    if (this.next) clearTimeout(this.next);
+    this.next = null;
     const drained = (async () => {
       for (let round = 0; round < 3 && (this.syncing || this.queued.size); round++) await this.sync();
     })();
+    this.closed = true;
     if (!(await within(drained, WAIT_MS).then(() => !this.queued.size && !this.inflight.size))) {
       this.opts.warn(`spend not yet counted in Redis at shutdown: $${this.pendingUsd().toFixed(6)} (Redis did not answer in time)`);
     }
@@ -128,22 +160,42 @@ export class RedisSpendDays implements SpendDays {
   }
 
   private pendingUsd(): number {
-    let micros = 0;
-    for (const figures of [this.queued, this.inflight]) for (const m of figures.values()) micros += m;
-    return micros / MICRO;
+    return (sum(this.queued) + sum(this.inflight)) / MICRO;
   }
 
   private key(day: number): string {
     return `${this.prefix}:spend:${new Date(day * DAY_MS).toISOString().slice(0, 10)}`;
   }
 
+  private secondKey(second: number): string {
+    return `${this.prefix}:spend:s:${second}`;
+  }
+
+  async recentSpend(seconds: number): Promise<number> {
+    const now = secondOf(this.now());
+    const keys = Array.from({ length: Math.min(seconds, SECOND_TTL_S) }, (_, i) => this.secondKey(now - i));
+    const counted = await this.redis.mget(...keys);
+    return (counted.reduce((sum, v) => sum + Number(v ?? 0), 0) + this.pendingUsd() * MICRO) / MICRO;
+  }
+
   /** One batch at a time; the next starts when this one ends if calls came meanwhile. */
   private sync(): Promise<void> {
     this.syncing ??= this.send().finally(() => {
       this.syncing = null;
-      if (this.queued.size && !this.retry) void this.sync();
+      if (this.queued.size) this.kick();
     });
     return this.syncing;
+  }
+
+  /** A batch now, or once the wait after a failed one is over. */
+  private kick(wait = this.holdUntil - performance.now()): void {
+    if (this.syncing || this.next || this.closed) return;
+    if (wait <= 0) return void this.sync();
+    this.next = setTimeout(() => {
+      this.next = null;
+      void this.sync();
+    }, wait);
+    this.next.unref();
   }
 
   /** Adds the queued micro-dollars and reads the last 8 days back, in one round trip. */
@@ -153,7 +205,9 @@ export class RedisSpendDays implements SpendDays {
     const today = dayOf(this.now());
     const days = Array.from({ length: DAYS_KEPT }, (_, i) => today - i);
     const batch = this.redis.pipeline();
+    const second = this.secondKey(secondOf(this.now()));
     for (const [day, micros] of this.inflight) batch.incrby(this.key(day), micros).expire(this.key(day), KEY_TTL_S);
+    if (this.inflight.size) batch.incrby(second, sum(this.inflight)).expire(second, SECOND_TTL_S);
     batch.mget(...days.map((d) => this.key(d)));
     try {
       const replies = (await batch.exec()) ?? [];
@@ -161,19 +215,18 @@ export class RedisSpendDays implements SpendDays {
       if (failed || !replies.length) throw failed?.[0] ?? new Error('no reply');
       const values = replies.at(-1)![1] as Array<string | null>;
       this.known = new Map(days.map((d, i) => [d, Number(values[i] ?? 0)]));
-      this.knownAt = this.now();
+      this.knownAt = performance.now();
       this.inflight = new Map();
+      this.holdUntil = 0;
+      this.failing = false;
     } catch (error) {
       // Kept, not lost: back in the queue for the next batch. (A batch that failed after Redis
       // applied its INCRBY is counted twice: the safe side for a cap.)
       for (const [day, micros] of this.inflight) addTo(this.queued, day, micros);
       this.inflight = new Map();
-      this.opts.warn(`spend not counted in Redis yet (${(error as Error).message}); kept and sent again`);
-      this.retry ??= setTimeout(() => {
-        this.retry = null;
-        void this.sync();
-      }, RETRY_MS);
-      this.retry.unref();
+      if (!this.failing) this.opts.warn(`spend not counted in Redis yet (${(error as Error).message}); kept and sent again`);
+      this.failing = true;
+      this.holdUntil = performance.now() + RETRY_MS;
     }
   }
 }
