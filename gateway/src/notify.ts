@@ -33,6 +33,8 @@ type Log = { warn: (m: string) => void; info: (m: string) => void };
 const DELIVERY_RETRY: RetryPolicy = { attempts: 3, firstMs: 1000, factor: 5 };
 /** Delivered messages kept for inspection (tests, a debugger); older ones are dropped. */
 const KEEP_SENT = 100;
+/** A window's store that does not answer within this is treated as away (the notice goes on its own). */
+const STORE_WAIT_MS = 2000;
 
 const NEXT_ACTION: Record<NoticeKind, string> = {
   enqueued:
@@ -110,12 +112,12 @@ export class Notifier {
 
   private async place(notice: Notice): Promise<void> {
     try {
-      if (await this.windows.open(notice.kind, this.windowMs)) {
+      if (await timed(this.windows.open(notice.kind, this.windowMs), STORE_WAIT_MS)) {
         this.send(notice.kind, [notice], false);
         this.endAt(notice.kind, this.windowMs);
         return;
       }
-      this.endAt(notice.kind, await this.windows.hold(notice.kind, notice, this.windowMs));
+      this.endAt(notice.kind, await timed(this.windows.hold(notice.kind, notice, this.windowMs), STORE_WAIT_MS));
     } catch (error) {
       // The windows' store did not answer: a message of its own rather than none.
       this.opts.log.warn(`notification windows unavailable (${(error as Error).message}); this notice is sent on its own`);
@@ -230,6 +232,15 @@ export class Notifier {
     }
     throw new Error('not an https URL or an e-mail address');
   }
+}
+
+/** `work`, or an error once `ms` have passed without its answer. */
+function timed<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms);
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
 
 /** Webhook URLs carry their secret in the path: logs show only the host. */

@@ -24,6 +24,8 @@ const SPEND_CACHE_MS = 60_000;
 const DELIVERY_LAG_S = 10;
 /** Within this many of its largest calls of the day from a cap, a request waits for a fresh read of a shared counter. */
 const NEAR_CAP_CALLS = 10;
+/** ...and waits at most this long (Redis slow or away: the figures at hand decide). */
+const NEAR_CAP_WAIT_MS = 100;
 const QUEUE_RELEASE_MS = 2 * 3600_000;
 /** Human-review jobs wait this long for a person before the worker tries the routing again. */
 const HUMAN_REVIEW_HOLD_MS = 24 * 3600_000;
@@ -136,12 +138,12 @@ export class SpendWatch {
       if (!this.cached) return this.refreshing.then(() => this.figures());
     }
     const figures = this.figures();
-    return this.nearCap(figures) ? this.days.refresh().then(() => this.figures()) : figures;
+    return this.nearCap(figures) ? this.days.refresh(NEAR_CAP_WAIT_MS).then(() => this.figures()) : figures;
   }
 
   /**
    * Near a cap (and not over it), a shared figure a few calls old could let the fleet overshoot:
-   * the request waits for a fresh read (one Redis round trip). Elsewhere it never waits.
+   * the request waits for a fresh read (one Redis round trip, at most 100 ms). Elsewhere it never waits.
    */
   private nearCap(v: SpendView): boolean {
     if (!this.days.shared || capExceeded(v)) return false;

@@ -41,8 +41,8 @@ export interface SpendDays {
   spentBetween(from: number, to: number): number;
   /** Resolves when the figures have been read once (at once in process; at most 2 s with Redis). */
   ready(): Promise<void>;
-  /** Reads the shared figures now (at most 2 s): a meter figure's baseline is taken after it. */
-  refresh(): Promise<void>;
+  /** Reads the shared figures now, waiting at most `maxWaitMs` (2 s): a meter figure's baseline is taken after it. */
+  refresh(maxWaitMs?: number): Promise<void>;
   /** USD spent in the last `seconds` whole seconds (at most 120), this one included. */
   recentSpend(seconds: number): Promise<number>;
   /** Sends what is not yet counted (at most 2 s). */
@@ -56,7 +56,7 @@ export class MemorySpendDays implements SpendDays {
   private readonly bySecond = new Map<number, number>();
   constructor(private readonly now: () => number = Date.now) {}
   add(costUsd: number | null): void {
-    if (!costUsd || !(costUsd > 0)) return;
+    if (!costUsd || !(costUsd > 0) || !Number.isFinite(costUsd)) return;
     const [day, second] = [dayOf(this.now()), secondOf(this.now())];
     this.byDay.set(day, (this.byDay.get(day) ?? 0) + costUsd);
     this.bySecond.set(second, (this.bySecond.get(second) ?? 0) + costUsd);
@@ -115,7 +115,7 @@ export class RedisSpendDays implements SpendDays {
   }
 
   add(costUsd: number | null): void {
-    if (!costUsd || !(costUsd > 0)) return;
+    if (!costUsd || !(costUsd > 0) || !Number.isFinite(costUsd)) return;
     const exact = costUsd * MICRO + this.carry;
     const whole = Math.floor(exact);
     this.carry = exact - whole;
@@ -137,10 +137,10 @@ export class RedisSpendDays implements SpendDays {
     return within(this.firstRead, WAIT_MS);
   }
 
-  refresh(): Promise<void> {
+  refresh(maxWaitMs = WAIT_MS): Promise<void> {
     // A read that starts now: a batch under way may have been sent before another instance's call.
     const fresh = (this.syncing ?? Promise.resolve()).then(() => this.sync());
-    return within(fresh, WAIT_MS);
+    return within(fresh, maxWaitMs);
   }
 
   async close(): Promise<void> {
