@@ -58,10 +58,11 @@ export class MemorySpendDays implements SpendDays {
   add(costUsd: number | null): void {
     if (!costUsd || !(costUsd > 0) || !Number.isFinite(costUsd)) return;
     const [day, second] = [dayOf(this.now()), secondOf(this.now())];
+    // Old days and seconds are dropped when a new one starts (not on every call).
+    if (!this.byDay.has(day)) for (const d of this.byDay.keys()) if (d <= day - DAYS_KEPT) this.byDay.delete(d);
+    if (!this.bySecond.has(second)) for (const x of this.bySecond.keys()) if (x <= second - SECOND_TTL_S) this.bySecond.delete(x);
     this.byDay.set(day, (this.byDay.get(day) ?? 0) + costUsd);
     this.bySecond.set(second, (this.bySecond.get(second) ?? 0) + costUsd);
-    for (const d of this.byDay.keys()) if (d <= day - DAYS_KEPT) this.byDay.delete(d);
-    for (const s of this.bySecond.keys()) if (s <= second - SECOND_TTL_S) this.bySecond.delete(s);
   }
   async recentSpend(seconds: number): Promise<number> {
     const from = secondOf(this.now()) - seconds + 1;
