@@ -33,8 +33,19 @@ const NUMBER_FORMATS: Partial<Record<EventField, string>> = {
 };
 
 const ACTOR_TYPES = ['user', 'agent', 'human-reviewer'];
-/** The review decisions, then the spend-cap routing results and the scope fallback variant, also logged in `decision`. */
-const DECISIONS = ['approved', 'rejected', 'edited', 'n/a', 'default', 'model', 'queue', 'human_review', 'fallback_variant'];
+/** The review decisions, then the spend-cap routing results, the scope fallback variant and idempotent replays, also logged in `decision`. */
+const DECISIONS = [
+  'approved',
+  'rejected',
+  'edited',
+  'n/a',
+  'default',
+  'model',
+  'queue',
+  'human_review',
+  'fallback_variant',
+  'idempotent_replay',
+];
 
 /** Time-driven triggers: handler → schedule. Times are UTC (the manifest's time zone). */
 const TRIGGER_SCHEDULE = [

@@ -7,13 +7,22 @@
  * open between writes (one write per group, no open and close) and is closed after each sync: a
  * file moved away or deleted is followed by a new one within a second.
  *
+ * Several processes may append to one file (two gateways in one working directory share the
+ * CSV): the file is opened O_APPEND, each write() carries whole lines only (a group is cut at line
+ * breaks into pieces of at most 256 KiB, one write each; Linux appends one write() to a local
+ * file in one piece), and a new file gets its header by a hard link of a complete header file, so
+ * it is written once and before any line.
+ *
  * A write that fails (disk full, a folder that is not one) is logged; its lines stay in memory,
  * before newer ones, and are written when the disk takes them again (retried with backoff). While
  * it fails, appends resolve at once: answers are not held back by a broken disk.
  */
-import { mkdir, open, type FileHandle } from 'node:fs/promises';
+import { link, mkdir, open, unlink, writeFile, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { backoffMs } from './backoff';
+
+/** The largest piece written by one write(): whole lines up to this size. */
+const PIECE_BYTES = 256 * 1024;
 
 /** Serialises async file work: appends, reads and commits never interleave. */
 class Chain {
@@ -111,15 +120,43 @@ export class AppendLog {
     let header = '';
     if (!this.handle) {
       await mkdir(dirname(this.file), { recursive: true });
+      if (this.opts.header) await this.createWithHeader();
       this.handle = await open(this.file, 'a');
       if (this.opts.header && (await this.handle.stat()).size === 0) header = `${this.opts.header}\n`;
     }
     this.dirty = true;
     try {
-      await this.handle.appendFile(`${header}${lines.join('\n')}\n`);
+      await this.writeWhole(this.handle, Buffer.from(`${header}${lines.join('\n')}\n`));
     } catch (error) {
       await this.release(); // opened afresh on the next try
       throw error;
+    }
+  }
+
+  /** A new file appears with its header already in it (a link fails if another process made it first). */
+  private async createWithHeader(): Promise<void> {
+    const draft = `${this.file}.${process.pid}.new`;
+    try {
+      await writeFile(draft, `${this.opts.header}\n`, { flag: 'wx' });
+      await link(draft, this.file);
+    } catch {
+      // The file exists already (or links are not supported: the header is then written if it is empty).
+    } finally {
+      await unlink(draft).catch(() => undefined);
+    }
+  }
+
+  /** Whole lines per write(), so lines of another process never land inside one of ours. */
+  private async writeWhole(handle: FileHandle, buf: Buffer): Promise<void> {
+    let at = 0;
+    while (at < buf.length) {
+      let end = Math.min(buf.length, at + PIECE_BYTES);
+      if (end < buf.length) {
+        const cut = buf.lastIndexOf(0x0a, end - 1);
+        end = cut >= at ? cut + 1 : buf.indexOf(0x0a, end) + 1; // a line longer than a piece goes alone
+      }
+      for (let off = at; off < end;) off += (await handle.write(buf, off, end - off)).bytesWritten;
+      at = end;
     }
   }
 

@@ -18,6 +18,7 @@ import type { Notifier } from './notify';
 import type { ColdFallback, QueueReason } from './pipeline';
 import type { RequestContext } from './request-context';
 import { routeHeaders } from './route-headers';
+import { within } from './within';
 
 export interface ColdTierDeps {
   queue: ColdQueue;
@@ -45,6 +46,12 @@ function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false
   };
 }
 
+/**
+ * The failover's reserve for this answer: a queue slower than that, with no time left, is
+ * unreachable. A job added after all is found again by a retry (its id comes from the idempotency key).
+ */
+const ENQUEUE_FLOOR_MS = 25;
+
 /** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
   return {
@@ -60,7 +67,8 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         return sendJson(res, 503, error, headers);
       }
       try {
-        const { jobId, created } = await deps.queue.enqueue(coldPayload(ctx, why.reason, why.reviewRequired), { delayMs: why.delayMs });
+        const enqueued = deps.queue.enqueue(coldPayload(ctx, why.reason, why.reviewRequired), { delayMs: why.delayMs });
+        const { jobId, created } = await within(enqueued, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
         if (created) {
           const kind = why.reviewRequired ? 'human_review' : 'enqueued';
           deps.notifier.notify({ kind, jobIds: [jobId], tenant: ctx.customerId || undefined, detail: `reason: ${why.reason}` });

@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import type { ClientAuth } from './client-auth';
 import type { ClientKey } from './client-keys';
 import { openAiError } from './errors';
+import { replayRequestOf } from './idempotent-replay';
 import { readJsonBody, sendJson } from './http-io';
 import { keyRefusal } from './key-policy';
 import type { Pipeline } from './pipeline';
@@ -59,7 +60,9 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
     }
     const refusal = who.key && keyRefusal(who.key, parsed.context.body.model, req.headers['x-customer-id'] as string | undefined);
     if (refusal) return sendJson(res, refusal.status, refusal.error);
-    await deps.pipeline.handle(parsed.context, res);
+    // Only a client's own Idempotency-Key asks for replay (nothing is hashed without one).
+    const replay = replayRequestOf(req.headers['idempotency-key'], req.url ?? '', body.value, parsed.context.customerId);
+    await deps.pipeline.handle(parsed.context, res, replay);
   }
 
   return async (req, res) => {

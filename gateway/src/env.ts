@@ -43,6 +43,8 @@ const Env = z.object({
   METER_TOKEN: z.string().optional(),
   METER_CSV_FILE: z.string().min(1).default('.data/events.csv'),
   METER_SPOOL_DIR: z.string().min(1).default('.data/meter-spool'),
+  /** With Redis: how long a meter event stays pending with a gateway before another one claims it. */
+  METER_CLAIM_IDLE_MS: number(100, 86_400_000, true).default(60_000),
   ADMIN_TOKEN: z.string().optional(),
   /** `keys`: every /v1 request (voice aside) needs a client key; default `keys` in production, else `open`. */
   GATEWAY_AUTH: z.enum(['keys', 'open']).optional(),

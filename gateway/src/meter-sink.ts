@@ -1,12 +1,15 @@
 /**
- * Where the gateway's meter events go: the meter web app through a spool on disk
- * (meter-web-app.ts) when METER_URL is set, else a local CSV file with the events header.
+ * Where the gateway's meter events go: with METER_URL, the meter web app through a Redis stream
+ * shared by every gateway (meter-stream.ts) when QUEUE_STORE_URL is set, else through a spool on
+ * disk of this process (meter-web-app.ts); without METER_URL, a local CSV file with the events
+ * header, which several processes may append to (append-log.ts writes whole lines).
  *
  * `send` resolves once the record is written to a file (append-log.ts: group commit, one write per
  * turn of the event loop), so an answer released after it has its event on disk, safe from a
  * crash of the process. A record the meter would refuse (checked against the shared record's rules)
  * is never spooled: it goes to `rejected.jsonl` with the reason.
  */
+import type { Redis } from 'ioredis';
 import type { GatewayEnv } from './env';
 import {
   CSV_HEADER,
@@ -18,7 +21,8 @@ import {
   type EventRecord,
 } from '../../schema/event-record';
 import { AppendLog } from './append-log';
-import { WebAppSink } from './meter-web-app';
+import { RedisStreamSink } from './meter-stream';
+import { eventJson, WebAppSink } from './meter-web-app';
 
 export interface MeterSink<T = EventRecord> {
   readonly kind: string;
@@ -92,19 +96,18 @@ export function eventProblem(json: unknown): string | null {
   }
 }
 
-export function createMeterSink(
-  env: Pick<GatewayEnv, 'METER_URL' | 'METER_TOKEN' | 'METER_SPOOL_DIR' | 'METER_CSV_FILE'>,
-  log: Log,
-  onBacklog?: (message: string) => void,
-): MeterSink {
-  if (env.METER_URL)
-    return new WebAppSink({
-      url: env.METER_URL,
-      token: env.METER_TOKEN,
-      spoolDir: env.METER_SPOOL_DIR,
-      check: eventProblem,
-      onBacklog,
-      log,
-    });
+type MeterEnv = Pick<
+  GatewayEnv,
+  'METER_URL' | 'METER_TOKEN' | 'METER_SPOOL_DIR' | 'METER_CSV_FILE' | 'METER_CLAIM_IDLE_MS' | 'REDIS_PREFIX'
+>;
+
+export function createMeterSink(env: MeterEnv, log: Log, onBacklog?: (message: string) => void, redis: Redis | null = null): MeterSink {
+  if (env.METER_URL) {
+    const meter = { url: env.METER_URL, token: env.METER_TOKEN, check: eventProblem, onBacklog, log };
+    const spool = new WebAppSink({ ...meter, spoolDir: env.METER_SPOOL_DIR });
+    if (!redis) return spool;
+    const prefix = env.REDIS_PREFIX ?? 'gateway';
+    return new RedisStreamSink({ ...meter, redis, prefix, toJson: eventJson, fallback: spool, claimIdleMs: env.METER_CLAIM_IDLE_MS });
+  }
   return new CsvSink(env.METER_CSV_FILE, CSV_HEADER, eventToCsvLine, (m) => log.error(m));
 }

@@ -11,6 +11,7 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import { retrying, type RetryPolicy } from './backoff';
 import { MemoryNoticeWindows, type NoticeWindows } from './notice-windows';
+import { within } from './within';
 
 export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review' | 'meter_backlog';
 
@@ -112,12 +113,12 @@ export class Notifier {
 
   private async place(notice: Notice): Promise<void> {
     try {
-      if (await timed(this.windows.open(notice.kind, this.windowMs), STORE_WAIT_MS)) {
+      if (await within(this.windows.open(notice.kind, this.windowMs), STORE_WAIT_MS, 'Redis')) {
         this.send(notice.kind, [notice], false);
         this.endAt(notice.kind, this.windowMs);
         return;
       }
-      this.endAt(notice.kind, await timed(this.windows.hold(notice.kind, notice, this.windowMs), STORE_WAIT_MS));
+      this.endAt(notice.kind, await within(this.windows.hold(notice.kind, notice, this.windowMs), STORE_WAIT_MS, 'Redis'));
     } catch (error) {
       // The windows' store did not answer: a message of its own rather than none.
       this.opts.log.warn(`notification windows unavailable (${(error as Error).message}); this notice is sent on its own`);
@@ -232,15 +233,6 @@ export class Notifier {
     }
     throw new Error('not an https URL or an e-mail address');
   }
-}
-
-/** `work`, or an error once `ms` have passed without its answer. */
-function timed<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms);
-  });
-  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
 
 /** Webhook URLs carry their secret in the path: logs show only the host. */

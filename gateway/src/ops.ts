@@ -8,7 +8,7 @@
  */
 import { Redis } from 'ioredis';
 import { RedisPause } from './budget';
-import { BullColdQueue } from './cold-queue';
+import { BullColdQueue } from './cold-queue-redis';
 
 export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: string) => void): Promise<number> {
   if (!env.QUEUE_STORE_URL) {

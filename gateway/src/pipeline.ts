@@ -2,7 +2,8 @@
  * The request pipeline every endpoint shares: admission (rate limits, spend-cap routing) → the
  * routing over the Hot and Warm tiers → the scope's fallback variant → the Cold fallback; an
  * answer is relayed (whole or streamed) and then settled (breaker, health, meter event). An
- * endpoint only reads and checks its body into a RequestContext and hands it here.
+ * endpoint only reads and checks its body into a RequestContext and hands it here. A request that
+ * sent an Idempotency-Key goes through idempotent replay first (idempotent-replay.ts).
  */
 import type { ServerResponse } from 'node:http';
 import type { Admission, Admit } from './admission';
@@ -11,6 +12,7 @@ import type { CallMeter } from './call-meter';
 import { Deadline, type Clock } from './deadline';
 import { openAiError } from './errors';
 import type { Failover } from './failover';
+import type { IdempotentReplay, ReplayRequest, Served } from './idempotent-replay';
 import type { FlagStore } from './flags';
 import { sendBody, sendJson } from './http-io';
 import type { GatewayMetrics } from './metrics';
@@ -27,6 +29,8 @@ import { relaySse } from './sse';
 export interface QueueReason {
   reason: string;
   attempts: number;
+  /** What is left of the time-to-answer: the queue must answer within it. */
+  timeLeftMs: number;
   delayMs?: number;
   reviewRequired?: boolean;
 }
@@ -50,6 +54,8 @@ export interface PipelineDeps {
   now?: Clock;
   /** The tokens an answer used, once relayed (the client key's tokens per minute). */
   onTokens?: (ctx: RequestContext, tokens: number) => void;
+  /** Idempotent replay (null: requests with an Idempotency-Key run every time). */
+  replay?: IdempotentReplay | null;
 }
 
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
@@ -57,7 +63,13 @@ const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decisi
 export class Pipeline {
   constructor(private readonly deps: PipelineDeps) {}
 
-  async handle(ctx: RequestContext, res: ServerResponse): Promise<void> {
+  /** `replay`: the request's replay identity when it sent an Idempotency-Key. */
+  handle(ctx: RequestContext, res: ServerResponse, replay?: ReplayRequest | null): Promise<void | Served> {
+    if (replay && this.deps.replay) return this.deps.replay.guard(replay, ctx, res, () => this.serve(ctx, res));
+    return this.serve(ctx, res);
+  }
+
+  private async serve(ctx: RequestContext, res: ServerResponse): Promise<Served> {
     const deadline = new Deadline(ctx.timeToAnswerMs, this.deps.now);
     const gone = new Cancel();
     res.on('close', () => {
@@ -68,7 +80,7 @@ export class Pipeline {
     if (admission.kind === 'reject') {
       const error = openAiError(admission.message, 'rate_limit_error', null, admission.code);
       sendJson(res, admission.status, error, { 'retry-after': String(admission.retryAfterS) });
-      return;
+      return 'complete';
     }
     if (admission.kind === 'queue' && this.deps.cold) {
       const { decision, delayMs, reviewRequired } = admission;
@@ -82,23 +94,30 @@ export class Pipeline {
         decision,
         reviewRequired,
       });
-      await this.deps.cold.queue(ctx, res, { reason: decision, attempts: 0, delayMs, reviewRequired });
-      return;
+      await this.deps.cold.queue(ctx, res, { reason: decision, attempts: 0, timeLeftMs: deadline.remaining(), delayMs, reviewRequired });
+      return 'complete';
     }
     // A queue decision with no queue plugged in is routed as usual.
     const outcome = await this.route(ctx, deadline, gone, admission.kind === 'route' ? admission : ROUTE_ALL);
-    if (outcome.kind === 'exhausted') return this.fallBack(ctx, outcome, res);
+    if (outcome.kind === 'exhausted') {
+      await this.fallBack(ctx, outcome, res, deadline);
+      return 'complete';
+    }
     this.deps.metrics.countRequest(outcome.route.tier, outcome.upstream.status);
     const headers = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
     if (outcome.kind === 'answer' && outcome.upstream.rest) return this.relayStream(outcome, res, headers, gone);
     const type = outcome.upstream.headers['content-type'];
     const contentType = typeof type === 'string' ? type : 'application/json';
-    if (outcome.kind === 'client_error') return sendBody(res, outcome.upstream.status, outcome.upstream.body!, contentType, headers);
+    if (outcome.kind === 'client_error') {
+      sendBody(res, outcome.upstream.status, outcome.upstream.body!, contentType, headers);
+      return 'complete';
+    }
     const whole = wholeAnswer(outcome);
     outcome.settle({ ok: true, usage: whole.usage });
     this.spent(ctx, whole.usage);
     await outcome.durable; // the call's event on disk before its answer is released
     sendBody(res, outcome.upstream.status, whole.body, typeof whole.body === 'string' ? 'application/json' : contentType, headers);
+    return 'complete';
   }
 
   /** Hot → Warm, then once more with the scope's fallback variant (smaller or shorter) in the time left. */
@@ -129,9 +148,10 @@ export class Pipeline {
   }
 
   /** No route answered: the Cold queue when there is one, else 503 (no route) or 504 (time ran out). */
-  private async fallBack(ctx: RequestContext, outcome: Exhausted, res: ServerResponse): Promise<void> {
+  private async fallBack(ctx: RequestContext, outcome: Exhausted, res: ServerResponse, deadline: Deadline): Promise<void> {
     this.deps.metrics.countRequest('cold', 'fallback');
-    if (this.deps.cold) return this.deps.cold.queue(ctx, res, { reason: outcome.reason, attempts: outcome.attempts });
+    const why = { reason: outcome.reason, attempts: outcome.attempts, timeLeftMs: deadline.remaining() };
+    if (this.deps.cold) return this.deps.cold.queue(ctx, res, why);
     const timeUp = outcome.reason === 'time_to_answer';
     const message = timeUp
       ? 'no route answered within the time-to-answer'
@@ -141,7 +161,7 @@ export class Pipeline {
   }
 
   /** A stream cut by the provider counts against the route; one our client hung up on does not. */
-  private async relayStream(answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel) {
+  private async relayStream(answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel): Promise<Served> {
     headers['content-type'] = 'text/event-stream; charset=utf-8';
     headers['cache-control'] = 'no-cache';
     res.writeHead(answer.upstream.status, headers as Record<string, string>);
@@ -154,6 +174,7 @@ export class Pipeline {
       return answer.durable;
     });
     this.spent(answer.of.ctx, relay.usage);
+    return relay.broken ? 'broken' : 'complete';
   }
 
   private spent(ctx: RequestContext, usage: Usage | null): void {

@@ -5,6 +5,7 @@
  * Values come from the routing map's `limits`.
  */
 import type { Redis } from 'ioredis';
+import { within } from './within';
 
 export interface Limits {
   tenant_requests_per_minute?: number;
@@ -28,6 +29,12 @@ const secondsLeft = (now: number) => Math.max(1, Math.ceil((WINDOW_MS - (now % W
 const tenantKey = (tenant: string, window: number) => (tenant ? `rl:tenant:${tenant}:${window}` : `rl:anon:${window}`);
 const tokensKey = (provider: string, window: number) => `tb:${provider}:${window}`;
 
+/**
+ * How long a limit check waits for Redis. Past it (Redis away or stalled) the caller admits the
+ * request: a limiter that cannot count fails open rather than hold every request past its time-to-answer.
+ */
+const CHECK_MS = 250;
+
 export class RedisLimiter implements Limiter {
   constructor(
     private readonly redis: Redis,
@@ -38,11 +45,14 @@ export class RedisLimiter implements Limiter {
   async countWindow(counter: string, by: number): Promise<{ count: number; retryAfterS: number }> {
     const now = this.now();
     const key = `${this.prefix}:rl:${counter}:${windowOf(now)}`;
-    const [[, count]] = (await this.redis
-      .multi()
-      .incrby(key, by)
-      .pexpire(key, WINDOW_MS * 2)
-      .exec()) as [[null, number], unknown];
+    const [[, count]] = (await within(
+      this.redis
+        .multi()
+        .incrby(key, by)
+        .pexpire(key, WINDOW_MS * 2)
+        .exec(),
+      CHECK_MS,
+    )) as [[null, number], unknown];
     return { count, retryAfterS: secondsLeft(now) };
   }
   async hitTenant(tenant: string): Promise<number> {
@@ -50,18 +60,21 @@ export class RedisLimiter implements Limiter {
     if (!limit) return 0;
     const now = this.now();
     const key = `${this.prefix}:${tenantKey(tenant, windowOf(now))}`;
-    const [[, count]] = (await this.redis
-      .multi()
-      .incr(key)
-      .pexpire(key, WINDOW_MS * 2)
-      .exec()) as [[null, number], unknown];
+    const [[, count]] = (await within(
+      this.redis
+        .multi()
+        .incr(key)
+        .pexpire(key, WINDOW_MS * 2)
+        .exec(),
+      CHECK_MS,
+    )) as [[null, number], unknown];
     return count > limit ? secondsLeft(now) : 0;
   }
   async providerWait(provider: string): Promise<number> {
     const budget = this.limits.provider_tokens_per_minute?.[provider];
     if (!budget) return 0;
     const now = this.now();
-    const used = Number((await this.redis.get(`${this.prefix}:${tokensKey(provider, windowOf(now))}`)) ?? 0);
+    const used = Number((await within(this.redis.get(`${this.prefix}:${tokensKey(provider, windowOf(now))}`), CHECK_MS)) ?? 0);
     return used >= budget ? secondsLeft(now) : 0;
   }
   spendTokens(provider: string, tokens: number): void {

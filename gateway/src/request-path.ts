@@ -12,9 +12,11 @@ import type { Clock } from './deadline';
 import { Failover } from './failover';
 import type { FlagStore } from './flags';
 import type { KeyFor } from './keys';
+import { IdempotentReplay } from './idempotent-replay';
 import { GatewayMetrics } from './metrics';
 import { Pipeline, type ColdFallback } from './pipeline';
 import { buildRoutes, type Route } from './route';
+import type { ReplayStore } from './replay-store';
 import type { RequestContext } from './request-context';
 import type { RoutesMapConfig } from './routes-map';
 import type { Scopes } from './scopes';
@@ -34,6 +36,8 @@ export interface RequestPathOptions {
   skipRoute?: (route: Route) => boolean;
   /** The tokens an answer used (the client key's tokens per minute). */
   onTokens?: (ctx: RequestContext, tokens: number) => void;
+  /** Where idempotent replay keeps answers (absent: requests with an Idempotency-Key run every time); the limits for tests. */
+  replay?: { store: ReplayStore; maxBytes?: number; leaseMs?: number } | null;
 }
 
 export interface RequestPath {
@@ -65,6 +69,7 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
     skipRoute: o.skipRoute,
     now: o.now,
     onTokens: o.onTokens,
+    replay: o.replay ? new IdempotentReplay({ ...o.replay, meter, metrics, log: o.log }) : null,
   });
   return { routes, failover, metrics, meter, pipeline };
 }

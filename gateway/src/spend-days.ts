@@ -15,6 +15,10 @@
  * newer, plus its own calls not yet counted there.
  */
 import type { Redis } from 'ioredis';
+import { within } from './within';
+
+/** Waits for `work` at most `ms`; it goes on in the background, and its failure is handled there. */
+const atMost = (work: Promise<void>, ms: number): Promise<void> => within(work, ms).catch(() => undefined);
 
 const DAY_MS = 86_400_000;
 export const dayOf = (ms: number): number => Math.floor(ms / DAY_MS);
@@ -135,13 +139,13 @@ export class RedisSpendDays implements SpendDays {
   }
 
   ready(): Promise<void> {
-    return within(this.firstRead, WAIT_MS);
+    return atMost(this.firstRead, WAIT_MS);
   }
 
   refresh(maxWaitMs = WAIT_MS): Promise<void> {
     // A read that starts now: a batch under way may have been sent before another instance's call.
     const fresh = (this.syncing ?? Promise.resolve()).then(() => this.sync());
-    return within(fresh, maxWaitMs);
+    return atMost(fresh, maxWaitMs);
   }
 
   async close(): Promise<void> {
@@ -151,7 +155,7 @@ export class RedisSpendDays implements SpendDays {
       for (let round = 0; round < 3 && (this.syncing || this.queued.size); round++) await this.sync();
     })();
     this.closed = true;
-    if (!(await within(drained, WAIT_MS).then(() => !this.queued.size && !this.inflight.size))) {
+    if (!(await atMost(drained, WAIT_MS).then(() => !this.queued.size && !this.inflight.size))) {
       this.opts.warn(`spend not yet counted in Redis at shutdown: $${this.pendingUsd().toFixed(6)} (Redis did not answer in time)`);
     }
   }
@@ -230,16 +234,6 @@ export class RedisSpendDays implements SpendDays {
       this.holdUntil = performance.now() + RETRY_MS;
     }
   }
-}
-
-/** Waits for `work` at most `ms` (it goes on in the background). */
-function within(work: Promise<void>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, ms);
-    timer.unref();
-  });
-  return Promise.race([work.catch(() => undefined), late]).finally(() => clearTimeout(timer));
 }
 
 export function spendDaysFor(redis: Redis | null, prefix: string, warn: (m: string) => void): SpendDays {

@@ -30,12 +30,13 @@ import type { Route } from './route';
 import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
 import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
-import { createStores, type Stores } from './stores';
+import { createStores, reportRedisState, type Stores } from './stores';
 import { configureUpstream } from './upstream';
 import { createVoice, loadVoice, voiceOptions, type LoadedVoice, type Voice } from './voice';
 import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
 import { startWorker, type ColdWorker } from './worker';
-import type { BullColdQueue, MemoryColdQueue } from './cold-queue';
+import type { MemoryColdQueue } from './cold-queue-memory';
+import type { BullColdQueue } from './cold-queue-redis';
 
 /**
  * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
@@ -108,6 +109,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const { map, file: routesFile, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
+  if (stores.redis) reportRedisState(stores.redis, log);
   const { redis, flags, pause, queue, limiter } = stores;
   // The shared flags (a kill-switch, say) are in force from the first request, not a second later.
   await Promise.all([flags.refresh(), pause.refresh().catch(() => false)]);
@@ -127,7 +129,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     windows: noticeWindowsFor(redis, stores.prefix ?? 'gateway'),
   });
   const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
-  const meter = teeMeter(createMeterSink(env, log, backlog), spend, limiter);
+  const meter = teeMeter(createMeterSink(env, log, backlog, redis), spend, limiter);
   describeStart(log, { env, map, routesFile, scopes, stores, cappedProvider });
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
@@ -145,6 +147,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     cold: coldFallback(coldDeps),
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
     onTokens: (ctx, tokens) => spendKeyTokens(limiter, ctx.clientKey, tokens),
+    replay: { store: stores.replay },
   });
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });

@@ -25,6 +25,10 @@ export interface StartFacts {
   cappedProvider: string;
 }
 
+/** Where meter events wait for the meter: the shared Redis stream, or this process's spool folder. */
+const meterWay = (env: GatewayEnv) =>
+  env.QUEUE_STORE_URL ? `through the Redis stream ${env.REDIS_PREFIX ?? 'gateway'}:meter:events` : `spooled to ${env.METER_SPOOL_DIR}`;
+
 export function describeStart(log: Logger, f: StartFacts): void {
   const { env, map, scopes } = f;
   const scopeNames = Object.keys(scopes);
@@ -32,9 +36,7 @@ export function describeStart(log: Logger, f: StartFacts): void {
   log.info(
     `scopes: ${scopeNames.length ? `${env.SCOPES_FILE} (${scopeNames.join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`,
   );
-  log.info(
-    `meter: ${env.METER_URL ? `meter web app (spooled to ${env.METER_SPOOL_DIR})` : `local CSV ${env.METER_CSV_FILE} (METER_URL not set)`}`,
-  );
+  log.info(`meter: ${env.METER_URL ? `meter web app (${meterWay(env)})` : `local CSV ${env.METER_CSV_FILE} (METER_URL not set)`}`);
   log.info(`store: ${env.QUEUE_STORE_URL ? `Redis ${redactUrl(env.QUEUE_STORE_URL)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
   if (!f.stores.redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');
   log.info(`budget pause: ${f.cappedProvider} at ${env.BUDGET_PAUSE_AT_PERCENT}%`);

@@ -8,11 +8,15 @@ import { MemoryPause, RedisPause, type PauseFlag } from './budget';
 import type { KeyStore } from './client-keys';
 import { FileKeyStore } from './client-keys-file';
 import { RedisKeyStore } from './client-keys-redis';
-import { BullColdQueue, MemoryColdQueue, type ColdQueue, type QueueOptions } from './cold-queue';
+import type { ColdQueue, QueueOptions } from './cold-queue';
+import { MemoryColdQueue } from './cold-queue-memory';
+import { BullColdQueue } from './cold-queue-redis';
 import type { GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import { LocalFlags, RedisFlags, type FlagStore } from './flags';
 import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
+import { MemoryReplayStore, type ReplayStore } from './replay-store';
+import { RedisReplayStore } from './replay-store-redis';
 import type { RoutesMapConfig } from './routes-map';
 
 export interface Stores {
@@ -25,6 +29,8 @@ export interface Stores {
   limiter: Limiter;
   /** Client keys: in Redis with the rest, else in CLIENT_KEYS_FILE (the gateway and `npm run keys` use this). */
   keys: KeyStore;
+  /** Idempotent replay's claims and answers. */
+  replay: ReplayStore;
 }
 
 export function keyStoreFor(env: GatewayEnv, redis: Redis | null): KeyStore {
@@ -46,6 +52,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
       queue: new MemoryColdQueue(queueOptions),
       limiter: new MemoryLimiter(limits),
       keys: keyStoreFor(env, null),
+      replay: new MemoryReplayStore(),
     };
   }
   const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
@@ -57,5 +64,24 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
     queue: new BullColdQueue(redis, prefix, queueOptions),
     limiter: new RedisLimiter(redis, prefix ?? 'gateway', limits),
     keys: keyStoreFor(env, redis),
+    replay: new RedisReplayStore(redis, prefix ?? 'gateway'),
   };
+}
+
+/**
+ * One log line when Redis becomes unreachable and one when it is back (ioredis reconnects by itself
+ * and would otherwise print every failed attempt to stderr, outside the log).
+ */
+export function reportRedisState(redis: Redis, log: { error(m: string): void; info(m: string): void }): void {
+  let down = false;
+  redis.on('error', (error: Error) => {
+    if (down) return;
+    down = true;
+    log.error(`Redis unreachable (${error.message}): live requests go on; Cold enqueues answer 503 until it is back`);
+  });
+  redis.on('ready', () => {
+    if (!down) return;
+    down = false;
+    log.info('Redis reachable again');
+  });
 }

@@ -13,15 +13,31 @@ import type { OutboundRequest } from './providers/adapter';
  * ones (1,000 streams of 2 s behind 256 connections waited seconds for their first token).
  * `UPSTREAM_CONNECTIONS` sets a cap; `UPSTREAM_HTTP2=on` lets undici speak HTTP/2 to providers
  * that offer it over TLS (many streams on few connections).
+ *
+ * undici sends a request on a busy connection only when the pool's `pipelining` allows more than
+ * one at a time and the request is marked idempotent, for HTTP/2 streams as for HTTP/1.1
+ * pipelining. With HTTP/2 on, both are set (up to H2_STREAMS streams per connection, the usual
+ * server limit; every call carries an Idempotency-Key); so a provider that answers in HTTP/1.1
+ * would get requests pipelined behind each other: `on` is for maps whose providers all speak HTTP/2.
  */
+const H2_STREAMS = 100;
 function pool(connections: number | null, http2: boolean): Agent {
-  return new Agent({ keepAliveTimeout: 30_000, keepAliveMaxTimeout: 120_000, connections, allowH2: http2, connect: { timeout: 10_000 } });
+  return new Agent({
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 120_000,
+    connections,
+    allowH2: http2,
+    pipelining: http2 ? H2_STREAMS : 1,
+    connect: { timeout: 10_000 },
+  });
 }
 let agent = pool(null, false);
+let multiplexed = false;
 
 export function configureUpstream(options: { connections: number | null; http2: boolean }): void {
   const old = agent;
   agent = pool(options.connections, options.http2);
+  multiplexed = options.http2;
   void old.close();
 }
 
@@ -92,7 +108,15 @@ export async function callUpstream(
   let streaming = false;
   try {
     const { origin, path } = target(out.url);
-    const res = await agent.request({ origin, path, method: 'POST', headers: out.headers, body: out.body, signal: controller });
+    const res = await agent.request({
+      origin,
+      path,
+      method: 'POST',
+      headers: out.headers,
+      body: out.body,
+      signal: controller,
+      idempotent: multiplexed,
+    });
     const headers = res.headers as UpstreamAnswer['headers'];
     if (opts.stream && res.statusCode >= 200 && res.statusCode < 300) {
       const it = res.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;

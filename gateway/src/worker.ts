@@ -12,7 +12,9 @@
  */
 import { UnrecoverableError } from 'bullmq';
 import type { RequestContext } from './request-context';
-import { DeferJob, type BullColdQueue, type ColdPayload, type Deferral, type MemoryColdQueue } from './cold-queue';
+import { DeferJob, type ColdPayload, type Deferral } from './cold-queue';
+import type { MemoryColdQueue } from './cold-queue-memory';
+import type { BullColdQueue } from './cold-queue-redis';
 import { Deadline } from './deadline';
 import type { Failover } from './failover';
 import type { Flags, FlagStore } from './flags';

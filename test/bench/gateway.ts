@@ -6,10 +6,12 @@
 // clock, since autocannon reports whole milliseconds. The gateway's own CPU time per request (from
 // /proc, Linux) is printed beside its throughput: on a machine shared with other work, throughput
 // swings with the neighbours; CPU per request is what the gateway itself spends.
-// Goals (issue 3): at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
-// Then client keys (issue 14): GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
-// BENCH_KEYS_ONLY=1 runs only that; BENCH_KEYS_ROUNDS sets its rounds (8).
-// Issue 15: an answered call's meter event on disk before its answer costs under 5 % of throughput.
+// Goals: at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
+// Then client keys: GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
+// Then durable meter events: each answer held until its event is on disk, against released at once
+// (gateway-durable.ts), goal under 5 %.
+// Then shared state: one of a fleet on Redis against alone (gateway-fleet.ts), goal within 5 %.
+// BENCH_ONLY=keys|durable|fleet runs only that part; BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -18,6 +20,8 @@ import type { AddressInfo } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
+import { durableVersusNot } from './gateway-durable';
+import { fleetVersusAlone } from './gateway-fleet';
 import { keysVersusOpen } from './gateway-keys';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
@@ -105,9 +109,24 @@ async function startGateway(stubUrl: string) {
   return { ...p, url: `http://127.0.0.1:${/listening on :(\d+)/.exec(p.out())![1]}/v1/chat/completions` };
 }
 
-if (process.env.BENCH_KEYS_ONLY) {
-  console.log(`Client keys: GATEWAY_AUTH=keys vs open, instant stub, 32 connections, ${cpus().length} CPUs`);
-  for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
+/** The interleaved comparisons (gateway-ab.ts), printed under their headings. */
+async function comparisons(only?: string) {
+  if (!only || only === 'keys') {
+    console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections, ${cpus().length} CPUs; gateway-keys.ts):`);
+    for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
+  }
+  if (!only || only === 'durable') {
+    console.log(`\nDurable meter events (answer after its event is on disk vs at once; instant stub, 32 connections; gateway-durable.ts):`);
+    for (const line of await durableVersusNot(Number(process.env.BENCH_AB_ROUNDS ?? 6))) console.log(`  ${line}`);
+  }
+  if (!only || only === 'fleet') {
+    console.log(`\nShared state (one of a fleet on Redis vs alone, both to a meter stub; instant stub, 32 connections; gateway-fleet.ts):`);
+    for (const line of await fleetVersusAlone(Number(process.env.BENCH_AB_ROUNDS ?? 6))) console.log(`  ${line}`);
+  }
+}
+const ONLY = process.env.BENCH_ONLY ?? (process.env.BENCH_KEYS_ONLY ? 'keys' : undefined);
+if (ONLY) {
+  await comparisons(ONLY);
   process.exit(0);
 }
 /** A meter web app that takes every batch at once (no 302: the bench measures the gateway, not Apps Script). */
@@ -136,7 +155,7 @@ console.log(
 console.log('reference = node:http + undici passing the request on with no logic at all: the cost of the extra hop alone');
 console.log(`meter events: ${METER === 'csv' ? 'local CSV' : 'spool, delivered to a meter stub'} (BENCH_METER=csv|web-app)\n`);
 console.log(
-  `${'stub'.padEnd(6)}${pad('conn', 5)}${pad('direct req/s p50/p99', 22)}   ${'reference req/s ratio p50/p99'.padEnd(30)} ${'gateway req/s ratio p50/p99'.padEnd(28)}${pad('CPU µs/req', 11)}`,
+  `${'stub'.padEnd(6)}${pad('conn', 5)}${pad('direct req/s p50/p99', 22)}   ${'reference req/s ratio p50/p99'.padEnd(30)} ${'gateway req/s ratio p50/p99'.padEnd(28)}${pad('CPU µs/req ref gw', 18)}`,
 );
 const added: string[] = [];
 const verdicts: string[] = [];
@@ -149,13 +168,17 @@ for (const delay of [0, 5]) {
   const ref = `http://127.0.0.1:${/listening (\d+)/.exec(reference.out())![1]}/v1/chat/completions`;
   const via = gateway.url;
   for (const c of [1, 32]) {
-    const [d, r, g] = [await measure(direct, c), await measure(ref, c), await measure(via, c, gateway.child.pid)];
+    const [d, r, g] = [await measure(direct, c), await measure(ref, c, reference.child.pid), await measure(via, c, gateway.child.pid)];
+    const cpu = (x: { cpuUs: number | null }) => (x.cpuUs === null ? '' : pad(x.cpuUs.toFixed(0), 5));
     console.log(
-      `${`${delay} ms`.padEnd(6)}${pad(String(c), 5)}${pad(`${d.rps.toFixed(0)} ${d.p50}/${d.p99}`, 22)}   ${fmt(r, d.rps).padEnd(30)} ${fmt(g, d.rps)}${g.cpuUs === null ? '' : pad(g.cpuUs.toFixed(0), 8)}`,
+      `${`${delay} ms`.padEnd(6)}${pad(String(c), 5)}${pad(`${d.rps.toFixed(0)} ${d.p50}/${d.p99}`, 22)}   ${fmt(r, d.rps).padEnd(30)} ${fmt(g, d.rps)}${pad(`${cpu(r)} ${cpu(g)}`, 14)}`,
     );
     if (c === 32)
       verdicts.push(
-        `stub ${delay} ms, 32 connections: gateway at ${(g.rps / d.rps).toFixed(2)} of direct (goal 0.70: ${g.rps / d.rps >= 0.7 ? 'met' : 'not met'}); the reference at ${(r.rps / d.rps).toFixed(2)}; gateway/reference ${(g.rps / r.rps).toFixed(2)}`,
+        `stub ${delay} ms, 32 connections: gateway at ${(g.rps / d.rps).toFixed(2)} of direct (goal 0.70: ${g.rps / d.rps >= 0.7 ? 'met' : 'not met'}); the reference at ${(r.rps / d.rps).toFixed(2)}; gateway/reference ${(g.rps / r.rps).toFixed(2)}${delay === 0 ? ` (hot-path goal ≥ 0.8: ${g.rps / r.rps >= 0.8 ? 'met' : 'not met'})` : ''}` +
+          (r.cpuUs !== null && g.cpuUs !== null
+            ? `; CPU per request: reference ${r.cpuUs.toFixed(0)} µs, gateway ${g.cpuUs.toFixed(0)} µs, the gateway's own work ${(g.cpuUs - r.cpuUs).toFixed(0)} µs`
+            : ''),
       );
   }
   const dp = await sequentialP50(direct);
@@ -171,5 +194,4 @@ console.log('\nAdded latency, one request at a time (3,000 requests, microsecond
 for (const line of added) console.log(`  ${line}`);
 console.log('\nThroughput:');
 for (const line of verdicts) console.log(`  ${line}`);
-console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections; gateway-keys.ts):`);
-for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
+await comparisons();

@@ -1,4 +1,4 @@
-// Part of npm run bench:gateway: long streams at scale (issue 17). A stub provider in its own
+// Part of npm run bench:gateway: long streams at scale. A stub provider in its own
 // process (stub-stream-provider.mjs) streams 100 chunks 20 ms apart; STREAMS (1,000) concurrent
 // chat completions with `stream: true` go through the built gateway and through a no-logic
 // streaming reference proxy (reference-stream-proxy.mjs: node:http in, undici out, the SSE body
@@ -9,7 +9,7 @@
 // RSS while every stream is open, minus its RSS just before, per stream. The load generator is
 // this process, on node:http with an uncapped keep-alive agent; its CPU and the stub's are printed
 // so a saturated generator would show.
-// Goals (issue 17): all complete; TTFT p99 ≤ 1.25x and total p99 ≤ 1.1x the reference's; gateway
+// Goals: all complete; TTFT p99 ≤ 1.25x and total p99 ≤ 1.1x the reference's; gateway
 // CPU ≤ 1.5x the reference's; memory per open stream stated.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';

@@ -7,7 +7,7 @@
 // and the machine's load average are printed beside the figures: on a shared machine a busy
 // neighbour shows up in every column, the reference's too. BENCH_PIN=1 pins the system under test
 // to core 0 and this process to core 1 (taskset).
-// Goals (issue 19): the delay the bridge adds, p99 ≤ 5 ms at 100 concurrent calls; 100 calls on
+// Goals: the delay the bridge adds, p99 ≤ 5 ms at 100 concurrent calls; 100 calls on
 // one core without a dropped frame; CPU per call-second and memory per call stated.
 import { execSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';

@@ -1,7 +1,7 @@
 // npm run bench:voice — events per second through the pure spend guard, and through the events
 // endpoint in batches of 50 frames (the built gateway, Redis when QUEUE_STORE_URL is set), then
 // the phone bridge under N concurrent calls (voice-bridge.ts; BENCH_CALLS, BENCH_BRIDGE_SECONDS).
-// Goals (issue 7): ≥ 1 million events/s in process; ≥ 20,000 events/s over HTTP on one core.
+// Goals: ≥ 1 million events/s in process; ≥ 20,000 events/s over HTTP on one core.
 import autocannon from 'autocannon';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';

@@ -1,4 +1,4 @@
-// Client keys (issue 14): work belongs to its tenant (idempotency, jobs), revocation through the
+// Client keys: work belongs to its tenant (idempotency, jobs), revocation through the
 // CLI reaches running gateways, and two gateways on one Redis agree. Real Redis, real HTTP.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';

@@ -1,4 +1,4 @@
-// Client keys (issue 14), as a customer with the official openai client sees them: who may call,
+// Client keys, as a customer with the official openai client sees them: who may call,
 // whose tenant a request is, and each key's own limits. Real Redis, real HTTP.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readEnv } from '../../gateway/src/env';
@@ -119,6 +119,45 @@ describe('the tenant comes from the key', () => {
     const [header, ...lines] = readFileSync(w.env.METER_CSV_FILE!, 'utf8').trim().split('\n');
     const col = header.split(',').indexOf('customer_id');
     expect(lines.map((l) => l.split(',')[col])).toEqual(['acme', 'acme']);
+  });
+});
+
+describe('every OpenAI endpoint takes the key', () => {
+  it("responses and embeddings: 401 without a key and no provider call; with it, their events carry the key's tenant", async () => {
+    const { writeFileSync, readFileSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const routes = join(w.dir, 'routes-embeddings.json');
+    const cold = { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] };
+    const hot = [
+      { provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url },
+      { provider: 'openai', model: 'text-embedding-3-small', baseUrl: w.hot.url, apis: ['embeddings'] },
+    ];
+    writeFileSync(routes, JSON.stringify({ hot, warm: [], cold }));
+    const { url, stack } = await w.up({ ROUTES_FILE: routes });
+    const { key } = await w.makeKey('acme');
+    const nokey = client(url, 'sk-not-a-client-key');
+    expect(await refusal(nokey.responses.create({ model: 'gpt-4o-mini', input: 'hi' }))).toMatchObject({
+      status: 401,
+      code: 'invalid_api_key',
+    });
+    expect(await refusal(nokey.embeddings.create({ model: 'text-embedding-3-small', input: 'hi' }))).toMatchObject({
+      status: 401,
+      code: 'invalid_api_key',
+    });
+    expect(calls()).toBe(0);
+
+    const keyed = client(url, key);
+    expect((await keyed.responses.create({ model: 'gpt-4o-mini', input: 'hi' })).status).toBe('completed');
+    expect((await keyed.embeddings.create({ model: 'text-embedding-3-small', input: 'hi' })).data).toHaveLength(1);
+    expect(calls()).toBe(2);
+    await stack.meter.flush();
+    const [header, ...lines] = readFileSync(w.env.METER_CSV_FILE!, 'utf8').trim().split('\n');
+    const cols = header.split(',');
+    const rows = lines.map((l) => l.split(','));
+    expect(rows.map((r) => [r[cols.indexOf('model')], r[cols.indexOf('customer_id')]])).toEqual([
+      ['gpt-4o-mini', 'acme'],
+      ['text-embedding-3-small', 'acme'],
+    ]);
   });
 });
 

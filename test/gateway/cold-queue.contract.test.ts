@@ -9,15 +9,9 @@ import { runInNewContext } from 'node:vm';
 import { UnrecoverableError } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  BullColdQueue,
-  DeferJob,
-  MemoryColdQueue,
-  type ColdPayload,
-  type ColdQueue,
-  type Deferral,
-  type QueueOptions,
-} from '../../gateway/src/cold-queue';
+import { DeferJob, type ColdPayload, type ColdQueue, type Deferral, type QueueOptions } from '../../gateway/src/cold-queue';
+import { MemoryColdQueue } from '../../gateway/src/cold-queue-memory';
+import { BullColdQueue } from '../../gateway/src/cold-queue-redis';
 
 const connection = { host: '127.0.0.1', port: 6379, db: 9 };
 let redis: Redis;

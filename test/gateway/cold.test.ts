@@ -204,7 +204,8 @@ describe('Cold tier', () => {
     });
     const waiting = await until(async () => {
       const j = await job(url, queued.jobId);
-      return j.deferred ? j : null;
+      // The worker notes why the job waits, then moves it to delayed: a look in between sees it active.
+      return j.deferred && j.state !== 'active' ? j : null;
     });
     expect(waiting).toMatchObject({ state: 'delayed', attempts: 0, lastError: null, deferred: { reason: 'paused by budget guardrail' } });
     const rechecked = await until(async () => {

@@ -20,6 +20,9 @@ export class FakeMeterWebApp {
   /** Batches posted (event counts), in order. */
   posts: number[] = [];
   mode: 'ok' | 'busy' | 'down' = 'ok';
+  /** While set, POSTs wait for it; a POST whose caller went away meanwhile is not ingested. */
+  private held: Promise<void> | null = null;
+  private unhold: () => void = () => {};
   server!: Server;
   url = '';
   private answers = new Map<string, string>();
@@ -33,6 +36,10 @@ export class FakeMeterWebApp {
       this.requests.push(`${req.method} ${req.url!.split('?')[0]}`);
       if (this.mode === 'down') return void res.writeHead(500).end('down');
       if (req.method === 'POST') {
+        let gone = false;
+        res.on('close', () => (gone = !res.writableFinished));
+        await this.held;
+        if (gone) return;
         const key = `k${n++}`;
         this.answers.set(key, JSON.stringify(this.ingest(new URL(req.url!, 'http://x'), body)));
         return void res.writeHead(302, { location: `/echo?user_content_key=${key}` }).end();
@@ -70,7 +77,17 @@ export class FakeMeterWebApp {
     return { ok: true, appended: fresh.length, duplicates: events.length - fresh.length };
   }
 
+  /** Holds every POST until `release` (a slow meter: batches stay pending with the gateways). */
+  hold(): void {
+    this.held = new Promise((r) => (this.unhold = r));
+  }
+  release(): void {
+    this.held = null;
+    this.unhold();
+  }
+
   stop(): Promise<void> {
+    this.release();
     this.server.closeAllConnections();
     return new Promise<void>((r) => this.server.close(() => r()));
   }

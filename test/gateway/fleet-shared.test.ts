@@ -1,7 +1,6 @@
 // Several gateway instances on one real Redis act as one: spend caps count the fleet's spend (and
 // survive a restart), a notification window makes one message for the fleet, and a newly started
 // process honours the shared kill-switch on its very first request.
-import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -11,6 +10,7 @@ import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack } from './harness';
+import { startInstance, until } from './instances';
 
 const REDIS_URL = 'redis://127.0.0.1:6379/9';
 const prefix = `test-fleet-shared-${process.pid}`;
@@ -81,16 +81,6 @@ async function routedOf(urls: string[], n: number): Promise<number> {
     if (res.status === 200) routed++;
   }
   return routed;
-}
-
-async function until<T>(what: string, probe: () => T | Promise<T>, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 describe('spend caps across instances', () => {
@@ -170,27 +160,16 @@ describe('flags at start-up', () => {
         }),
       );
       await redis.hset(`${prefix}:flags`, { killed_models: JSON.stringify(['killed-model']) });
-      const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
-        cwd: root,
-        env: {
-          PATH: process.env.PATH,
-          PORT: '0',
-          ROUTES_FILE: routes,
-          QUEUE_STORE_URL: REDIS_URL,
-          REDIS_PREFIX: prefix,
-          WORKER: 'off',
-          METER_CSV_FILE: join(dir, 'spawned.csv'),
-          METER_SPOOL_DIR: join(dir, 'spawned-spool'),
-          SCOPES_FILE: join(dir, 'none.yaml'),
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
+      const gateway = await startInstance(root, {
+        ROUTES_FILE: routes,
+        QUEUE_STORE_URL: REDIS_URL,
+        REDIS_PREFIX: prefix,
+        METER_CSV_FILE: join(dir, 'spawned.csv'),
+        METER_SPOOL_DIR: join(dir, 'spawned-spool'),
+        SCOPES_FILE: join(dir, 'none.yaml'),
       });
-      const exited = new Promise((r) => child.on('exit', r));
-      running.push({ stop: async () => void (child.kill('SIGTERM'), await exited) });
-      let out = '';
-      child.stdout.on('data', (d) => (out += d));
-      const port = await until('the gateway to listen', () => /listening on :(\d+)/.exec(out)?.[1]);
-      const res = await chat(`http://127.0.0.1:${port}`);
+      running.push(gateway);
+      const res = await chat(gateway.url);
       expect(res.status).toBe(200);
       expect(res.headers.get('x-route-model')).toBe('gpt-4o-mini');
       expect(hot.received).toHaveLength(0);

@@ -58,6 +58,10 @@ describe('setup()', () => {
     expect(formats.get(10)).toMatch(/0\.0000##/);
     const lists = events.validations.filter((v) => (v.value as { kind: string }).kind === 'list').map((v) => v.column);
     expect(lists.sort((a, b) => a - b)).toEqual([3, 18]);
+    // Every decision the gateway writes is in the sheet's list, so its rows are not marked invalid.
+    const decisions = events.validations.find((v) => v.column === 18)!.value as { values: string[] };
+    for (const d of ['default', 'model', 'queue', 'human_review', 'fallback_variant', 'idempotent_replay'])
+      expect(decisions.values).toContain(d);
     const boxes = events.validations.find((v) => (v.value as { kind: string }).kind === 'checkbox')!;
     expect([boxes.column, boxes.numColumns]).toEqual([15, 2]);
     expect(platform.spreadsheet.timeZone).toBe('Etc/GMT');

@@ -1,0 +1,228 @@
+/**
+ * The Cold queue in process, for a gateway without Redis: the same states, attempts, backoff,
+ * counts and lists as BullMQ shows through ColdQueue (the contract suite runs both); gone on restart.
+ */
+import { UnrecoverableError } from 'bullmq';
+import { backoffMs } from './backoff';
+import {
+  answered,
+  coldJobId,
+  DeferJob,
+  JOB_ATTEMPTS,
+  JOB_BACKOFF_MS,
+  KEEP_COMPLETED,
+  KEEP_COMPLETED_S,
+  KEEP_DEAD,
+  KEEP_DEAD_S,
+  nextDeferral,
+  type ColdPayload,
+  type ColdQueue,
+  type Deferral,
+  type EnqueueResult,
+  type JobState,
+  type JobView,
+  type Processor,
+  type QueueCounts,
+  type QueueOptions,
+  type WorkOptions,
+} from './cold-queue';
+
+/** In-process job states; `retrying` and `dead` are what BullMQ keeps as delayed-after-a-failure and failed. */
+type MemoryState = 'waiting' | 'delayed' | 'active' | 'completed' | 'retrying' | 'dead';
+const MEMORY_VIEW: Record<MemoryState, JobState> = {
+  waiting: 'waiting',
+  delayed: 'delayed',
+  active: 'active',
+  completed: 'completed',
+  retrying: 'failed',
+  dead: 'dead-lettered',
+};
+
+interface MemoryJob {
+  payload: ColdPayload;
+  state: MemoryState;
+  attemptsMade: number;
+  lastError: string | null;
+  deferred: Deferral | null;
+  result: unknown;
+  runAt: number;
+  finishedAt: number | null;
+  /** Order of dead-lettering: the list shows the newest first, as BullMQ's does. */
+  deadSeq: number;
+}
+
+/**
+ * The in-process stand-in: the same states, attempts, backoff, counts and lists as BullMQ shows
+ * through ColdQueue (the contract suite runs both); completed jobs are dropped after the same
+ * week; everything is gone on restart.
+ */
+export class MemoryColdQueue implements ColdQueue {
+  readonly durable = false;
+  private readonly jobs = new Map<string, MemoryJob>();
+  private readonly listeners: Array<() => void> = [];
+  private readonly backoffMs: number;
+  private deadSeq = 0;
+  /** Completed and dead-lettered ids, oldest first: the count bounds drop from the front. */
+  private readonly finished = { completed: new Set<string>(), dead: new Set<string>() };
+  constructor(private readonly options: QueueOptions = {}) {
+    this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
+  }
+  async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
+    const jobId = coldJobId(payload.idempotencyKey);
+    if (this.jobs.has(jobId)) return { jobId, created: false };
+    const delay = options.delayMs ?? 0;
+    this.jobs.set(jobId, {
+      payload,
+      state: delay ? 'delayed' : 'waiting',
+      attemptsMade: 0,
+      lastError: null,
+      deferred: null,
+      result: null,
+      runAt: Date.now() + delay,
+      finishedAt: null,
+      deadSeq: 0,
+    });
+    this.wake();
+    return { jobId, created: true };
+  }
+  private wake(): void {
+    for (const l of this.listeners) l();
+  }
+  /** The next job that is due, marked active. */
+  private take(now = Date.now()): [string, MemoryJob] | null {
+    for (const [id, job] of this.jobs) {
+      if ((job.state === 'waiting' || job.state === 'delayed' || job.state === 'retrying') && job.runAt <= now) {
+        job.state = 'active';
+        return [id, job];
+      }
+    }
+    return null;
+  }
+  private toView(id: string, j: MemoryJob): JobView {
+    return {
+      id,
+      state: MEMORY_VIEW[j.state],
+      attempts: j.attemptsMade,
+      maxAttempts: JOB_ATTEMPTS,
+      lastError: j.lastError,
+      deferred: j.deferred,
+      result: j.result,
+      reason: j.payload.reason,
+      customerId: j.payload.customerId,
+      enqueuedAt: j.payload.enqueuedAt,
+      finishedAt: j.finishedAt ? new Date(j.finishedAt).toISOString() : null,
+    };
+  }
+  async get(id: string): Promise<JobView | null> {
+    const j = this.jobs.get(id);
+    return j ? this.toView(id, j) : null;
+  }
+  async counts(): Promise<QueueCounts> {
+    const c: QueueCounts = { waiting: 0, delayed: 0, active: 0, completed: 0, failed: 0, dead_lettered: 0 };
+    for (const j of this.jobs.values()) {
+      if (j.state === 'dead') c.dead_lettered++;
+      else if (j.state === 'retrying')
+        c.delayed++; // as BullMQ counts them
+      else c[j.state]++;
+    }
+    return c;
+  }
+  async deadLettered(limit = 100): Promise<JobView[]> {
+    return [...this.jobs]
+      .filter(([, j]) => j.state === 'dead')
+      .sort(([, a], [, b]) => b.deadSeq - a.deadSeq)
+      .slice(0, limit)
+      .map(([id, j]) => this.toView(id, j));
+  }
+  async retryDeadLettered(id: string): Promise<boolean> {
+    const j = this.jobs.get(id);
+    if (!j || j.state !== 'dead') return false;
+    Object.assign(j, { state: 'waiting', attemptsMade: 0, lastError: null, deferred: null, finishedAt: null, runAt: Date.now() });
+    this.finished.dead.delete(id);
+    this.wake();
+    return true;
+  }
+  async close(): Promise<void> {}
+
+  private completed(id: string, job: MemoryJob, result: unknown): void {
+    const payload = answered(job.payload);
+    Object.assign(job, { state: 'completed', payload, result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
+    this.bound(id, this.finished.completed, this.options.keepCompleted ?? KEEP_COMPLETED, KEEP_COMPLETED_S);
+  }
+
+  /** As BullMQ's removeOnComplete / removeOnFail: the newest `count` kept, none older than `ageS`. */
+  private bound(id: string, ids: Set<string>, count: number, ageS: number): void {
+    ids.add(id);
+    const oldest = Date.now() - ageS * 1000;
+    for (const old of ids) {
+      const j = this.jobs.get(old);
+      if (ids.size <= count && j && j.finishedAt! >= oldest) break;
+      ids.delete(old);
+      this.jobs.delete(old);
+    }
+  }
+
+  /** Delays a job that no route can take now, without spending an attempt. */
+  private deferred(job: MemoryJob, defer: DeferJob): void {
+    Object.assign(job, { state: 'delayed', runAt: defer.until, deferred: nextDeferral(job.deferred, defer) });
+  }
+
+  /** Records a failed run; true when the job is now dead-lettered. */
+  private failed(id: string, job: MemoryJob, error: Error): boolean {
+    job.attemptsMade++;
+    job.lastError = error.message;
+    if (job.attemptsMade >= JOB_ATTEMPTS || error instanceof UnrecoverableError) {
+      Object.assign(job, { state: 'dead', finishedAt: Date.now(), deadSeq: ++this.deadSeq });
+      this.bound(id, this.finished.dead, this.options.keepDead ?? KEEP_DEAD, KEEP_DEAD_S);
+      return true;
+    }
+    job.state = 'retrying';
+    job.runAt = Date.now() + backoffMs(job.attemptsMade, { firstMs: this.backoffMs });
+    return false;
+  }
+
+  /**
+   * Runs due jobs through `processor`, `concurrency` at a time, as BullMQ's Worker does: a result
+   * completes the job; a DeferJob delays it without spending an attempt; another error fails it and
+   * schedules a retry after the exponential backoff, until the attempts are used or the error is an
+   * UnrecoverableError (then it is dead-lettered).
+   */
+  work(processor: Processor, options: WorkOptions = {}): { close(): Promise<void> } {
+    const concurrency = options.concurrency ?? 4;
+    let closed = false;
+    const active = new Set<Promise<void>>();
+    const tick = () => {
+      while (!closed && active.size < concurrency) {
+        const next = this.take();
+        if (!next) return;
+        const [id, job] = next;
+        const run: Promise<void> = processor(job.payload, job.deferred)
+          .then(
+            (result) => this.completed(id, job, result),
+            (error: Error) => {
+              if (error instanceof DeferJob) return this.deferred(job, error);
+              const dead = this.failed(id, job, error);
+              options.onFailed?.({ id, payload: job.payload, attemptsMade: job.attemptsMade, error, dead });
+            },
+          )
+          .finally(() => {
+            active.delete(run);
+            tick();
+          });
+        active.add(run);
+      }
+    };
+    // Delayed jobs and retries fall due with time: look again every 50 ms.
+    const timer = setInterval(tick, 50);
+    timer.unref();
+    this.listeners.push(tick);
+    return {
+      close: async () => {
+        closed = true;
+        clearInterval(timer);
+        this.listeners.splice(this.listeners.indexOf(tick), 1);
+        await Promise.all(active);
+      },
+    };
+  }
+}

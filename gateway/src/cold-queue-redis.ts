@@ -1,0 +1,166 @@
+/**
+ * The Cold queue on Redis (BullMQ): durable, shared by every gateway and worker on the Redis. What
+ * it promises is in cold-queue.ts; the in-process stand-in (cold-queue-memory.ts) keeps the same.
+ */
+import { DelayedError, Queue, UnrecoverableError, Worker, type ConnectionOptions, type Job } from 'bullmq';
+import { Redis } from 'ioredis';
+import {
+  answered,
+  coldJobId,
+  DeferJob,
+  JOB_ATTEMPTS,
+  JOB_BACKOFF_MS,
+  JOB_NAME,
+  KEEP_COMPLETED,
+  KEEP_COMPLETED_S,
+  KEEP_DEAD,
+  KEEP_DEAD_S,
+  nextDeferral,
+  QUEUE_NAME,
+  type ColdPayload,
+  type ColdQueue,
+  type Deferral,
+  type EnqueueResult,
+  type JobState,
+  type JobView,
+  type Processor,
+  type QueueCounts,
+  type QueueOptions,
+  type WorkOptions,
+} from './cold-queue';
+
+const jobOptions = (backoff: number, o: QueueOptions) => ({
+  attempts: JOB_ATTEMPTS,
+  backoff: { type: 'exponential' as const, delay: backoff },
+  removeOnComplete: { age: KEEP_COMPLETED_S, count: o.keepCompleted ?? KEEP_COMPLETED },
+  removeOnFail: { age: KEEP_DEAD_S, count: o.keepDead ?? KEEP_DEAD },
+});
+
+/** The deferral BullMQ keeps in a job's progress (worker.ts writes it there). */
+function deferralOf(job: Job<ColdPayload>): Deferral | null {
+  const p = job.progress as Partial<Deferral> | number | undefined;
+  return p && typeof p === 'object' && typeof p.since === 'string' ? (p as Deferral) : null;
+}
+
+/**
+ * BullMQ's states → ours. In BullMQ a job that failed but has attempts left waits in `delayed`
+ * (its backoff) and `failed` is final: so `failed` is our dead-lettered, and a delayed job that has
+ * already failed is our `failed` (will be retried).
+ */
+function view(job: Job<ColdPayload>, state: string): JobView {
+  const maxAttempts = job.opts.attempts ?? JOB_ATTEMPTS;
+  const deferred = deferralOf(job);
+  const waitingForRoute = deferred !== null && Date.parse(deferred.until) > Date.now();
+  const mapped: JobState =
+    state === 'failed'
+      ? 'dead-lettered'
+      : state === 'delayed' && job.attemptsMade > 0 && !waitingForRoute
+        ? 'failed'
+        : state === 'prioritized' || state === 'waiting-children' || state === 'wait'
+          ? 'waiting'
+          : ((['waiting', 'delayed', 'active', 'completed'].includes(state) ? state : 'unknown') as JobState);
+  return {
+    id: job.id!,
+    state: mapped,
+    attempts: job.attemptsMade,
+    maxAttempts,
+    lastError: job.failedReason || null,
+    deferred,
+    result: job.returnvalue ?? null,
+    reason: job.data.reason,
+    customerId: job.data.customerId,
+    enqueuedAt: job.data.enqueuedAt,
+    finishedAt: job.finishedOn ? new Date(job.finishedOn).toISOString() : null,
+  };
+}
+
+export class BullColdQueue implements ColdQueue {
+  readonly durable = true;
+  readonly queue: Queue<ColdPayload>;
+  private readonly backoffMs: number;
+  /** The queue's own connection when given a shared one (closed with the queue). */
+  private readonly own: Redis | null;
+  constructor(
+    private readonly connection: ConnectionOptions,
+    private readonly prefix?: string,
+    private readonly options: QueueOptions = {},
+  ) {
+    // Adding a job fails at once while Redis is unreachable, as BullMQ advises for a Queue behind an
+    // HTTP endpoint: with the shared connection's offline queue the add would wait for Redis to come
+    // back, past the request's time-to-answer, and create a job whose client was told 503.
+    this.own = connection instanceof Redis ? connection.duplicate({ enableOfflineQueue: false }) : null;
+    this.own?.on('error', () => undefined); // the shared connection reports the outage (reportRedisState)
+    this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection: this.own ?? connection, prefix });
+    this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
+  }
+  async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
+    const jobId = coldJobId(payload.idempotencyKey);
+    const existing = await this.queue.getJob(jobId);
+    if (existing) return { jobId, created: false };
+    await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });
+    return { jobId, created: true };
+  }
+  async get(id: string): Promise<JobView | null> {
+    const job = await this.queue.getJob(id);
+    if (!job) return null;
+    return view(job, await job.getState());
+  }
+  async counts(): Promise<QueueCounts> {
+    const c = await this.queue.getJobCounts('waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized');
+    // "failed" (retrying) jobs sit among the delayed ones; counting them would read every delayed job.
+    return {
+      waiting: (c.waiting ?? 0) + (c.prioritized ?? 0),
+      delayed: c.delayed ?? 0,
+      active: c.active ?? 0,
+      completed: c.completed ?? 0,
+      failed: 0,
+      dead_lettered: c.failed ?? 0,
+    };
+  }
+  async deadLettered(limit = 100): Promise<JobView[]> {
+    return (await this.queue.getFailed(0, limit - 1)).map((j) => view(j, 'failed'));
+  }
+  async retryDeadLettered(id: string): Promise<boolean> {
+    const job = await this.queue.getJob(id);
+    if (!job || (await job.getState()) !== 'failed') return false;
+    await job.updateProgress(0); // a fresh start: no deferral carried over
+    await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    return true;
+  }
+
+  /**
+   * BullMQ's Worker over this queue: a DeferJob becomes moveToDelayed + DelayedError (no attempt
+   * spent, the deferral kept in the job's progress); once a job completes, its request body leaves
+   * Redis (the answer stays for the client to read).
+   */
+  work(processor: Processor, options: WorkOptions = {}): { close(): Promise<void> } {
+    const run = async (job: Job<ColdPayload>, token?: string) => {
+      try {
+        return await processor(job.data, deferralOf(job));
+      } catch (error) {
+        if (!(error instanceof DeferJob)) throw error;
+        await job.updateProgress(nextDeferral(deferralOf(job), error));
+        await job.moveToDelayed(error.until, token);
+        throw new DelayedError();
+      }
+    };
+    const worker = new Worker<ColdPayload>(QUEUE_NAME, run, {
+      connection: this.connection,
+      prefix: this.prefix,
+      concurrency: options.concurrency ?? 4,
+      name: JOB_NAME,
+    });
+    worker.on('completed', (job) => void job.updateData(answered(job.data)).catch(() => undefined));
+    worker.on('failed', (job, error) => {
+      if (!job) return;
+      const dead = job.attemptsMade >= (job.opts.attempts ?? JOB_ATTEMPTS) || error instanceof UnrecoverableError;
+      options.onFailed?.({ id: job.id!, payload: job.data, attemptsMade: job.attemptsMade, error, dead });
+    });
+    worker.on('error', (error) => options.onError?.(error));
+    return { close: () => worker.close() };
+  }
+  async close(): Promise<void> {
+    await this.queue.close();
+    this.own?.disconnect();
+  }
+}

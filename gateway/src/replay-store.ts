@@ -1,0 +1,155 @@
+/**
+ * Where idempotent replay keeps its state: per idempotency key, either a claim (the first request
+ * is running, held by a lease) or what the first request answered, kept for 24 hours. One
+ * interface, two implementations with one contract (test/gateway/replay-store.contract.test.ts):
+ * Redis (replay-store-redis.ts; every instance sees every answer) and this file's in-process twin.
+ *
+ * Each entry remembers the request's fingerprint (a hash of its endpoint and canonical body), so a
+ * key sent again with another body is told apart from a true repeat.
+ */
+import { randomUUID } from 'node:crypto';
+
+/** What the first request answered, as a repeat gets it back. */
+export interface StoredAnswer {
+  status: number;
+  /** `content-type` and the `x-route-*` headers. */
+  headers: Record<string, string>;
+  body: Buffer;
+  /** Sent as server-sent events (replayed as a stream). */
+  stream: boolean;
+}
+
+/** The first request was answered, but its answer was larger than replay keeps. */
+export interface NotKept {
+  status: number;
+  bytes: number;
+}
+
+/** A running first request's hold on its key; renewed while it runs, given up or replaced by its answer. */
+export interface Lease {
+  key: string;
+  token: string;
+  fingerprint: string;
+}
+
+export type Claim =
+  | { kind: 'claimed'; lease: Lease }
+  | { kind: 'answered'; answer: StoredAnswer }
+  | { kind: 'not_kept'; notKept: NotKept }
+  | { kind: 'running' }
+  | { kind: 'other_body' };
+
+export interface ReplayStore {
+  /** The key's state, claiming it for `leaseMs` when it has none. One store round trip. */
+  claim(key: string, fingerprint: string, leaseMs: number): Promise<Claim>;
+  /** Extends a lease still held; false when it was lost (expired, or taken by another). */
+  renew(lease: Lease, leaseMs: number): Promise<boolean>;
+  /** Replaces a lease still held by the answer (or the note that it was not kept) for `ttlMs`. */
+  keep(lease: Lease, result: StoredAnswer | NotKept, ttlMs: number): Promise<boolean>;
+  /** Gives the key up (the first request failed): the next repeat runs anew. */
+  release(lease: Lease): Promise<void>;
+}
+
+export const isAnswer = (r: StoredAnswer | NotKept): r is StoredAnswer => 'body' in r;
+
+type Entry =
+  | { kind: 'running'; fingerprint: string; token: string; expiresAt: number; bytes: number }
+  | { kind: 'answered'; fingerprint: string; answer: StoredAnswer; expiresAt: number; bytes: number }
+  | { kind: 'not_kept'; fingerprint: string; notKept: NotKept; expiresAt: number; bytes: number };
+
+/** The in-process store's memory budget: beyond it the oldest entries go first. */
+const MEMORY_REPLAY_BYTES = 64 * 1024 * 1024;
+
+/**
+ * In process: one gateway only, gone on restart. Bounded by a byte budget (answers are up to a
+ * MiB each and kept a day), the oldest entries dropped first; expired entries are dropped as met.
+ */
+export class MemoryReplayStore implements ReplayStore {
+  private readonly entries = new Map<string, Entry>();
+  private bytes = 0;
+
+  constructor(
+    private readonly budget = MEMORY_REPLAY_BYTES,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  claim(key: string, fingerprint: string, leaseMs: number): Promise<Claim> {
+    const entry = this.live(key);
+    if (!entry) {
+      const token = newToken();
+      this.put(key, { kind: 'running', fingerprint, token, expiresAt: this.now() + leaseMs, bytes: key.length + 64 });
+      return Promise.resolve({ kind: 'claimed', lease: { key, token, fingerprint } });
+    }
+    if (entry.fingerprint !== fingerprint) return Promise.resolve({ kind: 'other_body' });
+    if (entry.kind === 'running') return Promise.resolve({ kind: 'running' });
+    if (entry.kind === 'not_kept') return Promise.resolve({ kind: 'not_kept', notKept: { ...entry.notKept } });
+    const a = entry.answer;
+    return Promise.resolve({ kind: 'answered', answer: { ...a, headers: { ...a.headers }, body: Buffer.from(a.body) } });
+  }
+
+  renew(lease: Lease, leaseMs: number): Promise<boolean> {
+    const entry = this.held(lease);
+    if (entry) entry.expiresAt = this.now() + leaseMs;
+    return Promise.resolve(entry !== null);
+  }
+
+  keep(lease: Lease, result: StoredAnswer | NotKept, ttlMs: number): Promise<boolean> {
+    if (!this.held(lease)) return Promise.resolve(false);
+    const expiresAt = this.now() + ttlMs;
+    const { fingerprint } = lease;
+    this.put(
+      lease.key,
+      isAnswer(result)
+        ? {
+            kind: 'answered',
+            fingerprint,
+            answer: { ...result, body: Buffer.from(result.body) },
+            expiresAt,
+            bytes: result.body.length + 256,
+          }
+        : { kind: 'not_kept', fingerprint, notKept: { ...result }, expiresAt, bytes: 128 },
+    );
+    return Promise.resolve(true);
+  }
+
+  release(lease: Lease): Promise<void> {
+    if (this.held(lease)) this.drop(lease.key);
+    return Promise.resolve();
+  }
+
+  private held(lease: Lease): Entry | null {
+    const entry = this.live(lease.key);
+    return entry?.kind === 'running' && entry.token === lease.token ? entry : null;
+  }
+
+  private live(key: string): Entry | null {
+    const entry = this.entries.get(key);
+    if (!entry) return null;
+    if (entry.expiresAt > this.now()) return entry;
+    this.drop(key);
+    return null;
+  }
+
+  /** Stores an entry as the newest, then drops the oldest while over budget. */
+  private put(key: string, entry: Entry): void {
+    this.drop(key);
+    this.entries.set(key, entry);
+    this.bytes += entry.bytes;
+    for (const [oldest] of this.entries) {
+      if (this.bytes <= this.budget || oldest === key) break;
+      this.drop(oldest);
+    }
+  }
+
+  private drop(key: string): void {
+    const entry = this.entries.get(key);
+    if (!entry) return;
+    this.bytes -= entry.bytes;
+    this.entries.delete(key);
+  }
+}
+
+/** A claim's token: tells the claim's holder from a later one after its lease ran out. */
+export function newToken(): string {
+  return randomUUID().replaceAll('-', '');
+}

@@ -1,0 +1,12 @@
+/**
+ * A promise, or a rejection once `ms` have passed: for calls to a store that may not answer (Redis
+ * away, its client holding commands until it is back), so that a request keeps its time-to-answer.
+ * The call itself is not cancelled; its late result is ignored.
+ */
+export function within<T>(promise: Promise<T>, ms: number, what = 'the store'): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not answer within ${Math.round(ms)} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,320 @@
+// Idempotent replay across instances: whole gateway stacks on one real Redis (db 9, a prefix of
+// this process, removed afterwards) in front of a fake provider that counts its calls.
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { MemoryReplayStore } from '../../gateway/src/replay-store';
+import { FakeProvider } from './fake-provider';
+import { chat, listenStack, mapOf, startGateway } from './harness';
+import { keysWorld, until } from './keys-harness';
+
+const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const prefix = `test-replay-${process.pid}`;
+const redis = new Redis(REDIS_URL);
+const BODY = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Summarise invoice 7' }] };
+
+let hot: FakeProvider;
+let dir: string;
+const stops: Array<() => Promise<void>> = [];
+
+beforeEach(async () => {
+  hot = await new FakeProvider().start();
+  dir = mkdtempSync(join(tmpdir(), 'replay-'));
+  writeFileSync(
+    join(dir, 'routes.json'),
+    JSON.stringify({
+      hot: [
+        { provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url },
+        { provider: 'openai', model: 'text-embedding-3-small', baseUrl: hot.url, apis: ['embeddings'] },
+      ],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    }),
+  );
+});
+afterEach(async () => {
+  for (const stop of stops.splice(0)) await stop();
+  await hot.stop();
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+afterAll(() => redis.disconnect());
+
+/** A gateway instance on the shared Redis, with its own meter CSV. */
+async function instance(name: string) {
+  const csv = join(dir, `${name}.csv`);
+  const env = {
+    ROUTES_FILE: join(dir, 'routes.json'),
+    QUEUE_STORE_URL: REDIS_URL,
+    REDIS_PREFIX: prefix,
+    METER_CSV_FILE: csv,
+    SCOPES_FILE: join(dir, 'none.yaml'),
+    HOT_API_KEY: 'provider-key',
+  };
+  const app = await listenStack(env);
+  stops.push(app.stop);
+  const events = () => {
+    if (!existsSync(csv)) return [];
+    const [header, ...lines] = readFileSync(csv, 'utf8').trim().split('\n');
+    return lines.map((l) => Object.fromEntries(l.split(',').map((v, i) => [header.split(',')[i], v])));
+  };
+  return { ...app, events };
+}
+
+const routeHeaders = (h: Headers) => [...h].filter(([name]) => name.startsWith('x-route-'));
+
+async function post(url: string, path: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+describe('idempotent replay across instances', () => {
+  it('the same key twice runs once: another instance answers from the store, byte for byte, without a provider call', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    const first = await chat(a.url, BODY, { 'idempotency-key': 'order-7' });
+    const again = await chat(b.url, BODY, { 'idempotency-key': 'order-7' });
+    expect(hot.received).toHaveLength(1);
+    expect(first.status).toBe(200);
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+    expect(again.status).toBe(200);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.text).toBe(first.text);
+    expect(routeHeaders(again.headers)).toEqual(routeHeaders(first.headers));
+    expect(again.headers.get('content-type')).toBe(first.headers.get('content-type'));
+    // The replay is metered as one: no tokens, no cost, marked in `decision`.
+    const [replayed] = b.events();
+    expect(replayed).toMatchObject({ decision: 'idempotent_replay', input_tokens: '0', output_tokens: '0', cost_usd: '0' });
+    expect(replayed.provider).toBe('openai');
+    expect(a.events()[0].decision).toBe('default');
+  });
+
+  it('the same body with its keys in another order is the same request', async () => {
+    const a = await instance('a');
+    await chat(a.url, BODY, { 'idempotency-key': 'order-8' });
+    const again = await chat(a.url, { messages: BODY.messages, model: BODY.model }, { 'idempotency-key': 'order-8' });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(hot.received).toHaveLength(1);
+  });
+
+  it('the key with another body is refused with 422, and nothing is called', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    await chat(a.url, BODY, { 'idempotency-key': 'order-9' });
+    const other = await chat(
+      b.url,
+      { ...BODY, messages: [{ role: 'user', content: 'Summarise invoice 8' }] },
+      { 'idempotency-key': 'order-9' },
+    );
+    expect(other.status).toBe(422);
+    expect(other.json().error).toMatchObject({ type: 'invalid_request_error', code: 'idempotency_key_reused' });
+    expect(hot.received).toHaveLength(1);
+  });
+
+  it('a repeat while the first still runs gets 409; once it has answered, the answer', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    hot.next({ kind: 'ok', delayMs: 700 });
+    const first = chat(a.url, BODY, { 'idempotency-key': 'order-10' });
+    await until(async () => hot.received.length === 1);
+    const during = await chat(b.url, BODY, { 'idempotency-key': 'order-10' });
+    expect(during.status).toBe(409);
+    expect(during.json().error.code).toBe('idempotency_key_in_flight');
+    expect(during.headers.get('retry-after')).toBe('1'); // OpenAI's clients retry a 409 by themselves, after this
+    const answered = await first;
+    const after = await chat(b.url, BODY, { 'idempotency-key': 'order-10' });
+    expect([answered.status, after.status, after.text === answered.text]).toEqual([200, 200, true]);
+    expect(hot.received).toHaveLength(1);
+  });
+
+  it('a stream is replayed as the same stream of events', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    hot.next({ kind: 'stream', chunks: 4 });
+    const body = { ...BODY, stream: true };
+    const first = await chat(a.url, body, { 'idempotency-key': 'order-11' });
+    const again = await chat(b.url, body, { 'idempotency-key': 'order-11' });
+    expect(first.text).toContain('part3');
+    expect(first.text).toContain('data: [DONE]');
+    expect(again.text).toBe(first.text);
+    expect(again.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(hot.received).toHaveLength(1);
+  });
+
+  it('a stream the provider cut is not kept: the repeat runs again', async () => {
+    const a = await instance('a');
+    hot.next({ kind: 'stream', chunks: 5, cutAfter: 2, delayMs: 20 }, { kind: 'stream', chunks: 5 });
+    const body = { ...BODY, stream: true };
+    const cut = await chat(a.url, body, { 'idempotency-key': 'order-12' });
+    expect(cut.text).toContain('stream_interrupted');
+    const again = await chat(a.url, body, { 'idempotency-key': 'order-12' });
+    expect(again.headers.get('idempotent-replayed')).toBeNull();
+    expect(again.text).toContain('data: [DONE]');
+    expect(hot.received).toHaveLength(2);
+  });
+
+  it('two tenants with the same key never see each other’s answers', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    hot.next({ kind: 'ok', content: 'for acme' }, { kind: 'ok', content: 'for beta' });
+    const key = { 'idempotency-key': 'shared-key' };
+    await chat(a.url, BODY, { ...key, 'x-customer-id': 'acme' });
+    await chat(a.url, BODY, { ...key, 'x-customer-id': 'beta' });
+    const acme = await chat(b.url, BODY, { ...key, 'x-customer-id': 'acme' });
+    const beta = await chat(b.url, BODY, { ...key, 'x-customer-id': 'beta' });
+    expect(acme.json().choices[0].message.content).toBe('for acme');
+    expect(beta.json().choices[0].message.content).toBe('for beta');
+    expect([acme.headers.get('idempotent-replayed'), beta.headers.get('idempotent-replayed')]).toEqual(['true', 'true']);
+    expect(hot.received).toHaveLength(2);
+  });
+
+  it('a request without the header never replays, however alike', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    const first = await chat(a.url, BODY);
+    const second = await chat(b.url, BODY);
+    expect([first.status, second.status]).toEqual([200, 200]);
+    expect(second.headers.get('idempotent-replayed')).toBeNull();
+    expect(hot.received).toHaveLength(2);
+  });
+
+  it('a Cold 202 is replayed with the same job id; a 503 is not kept', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    hot.always({ kind: 'status', status: 401 }); // a refused key: no retry, the Cold tier at once
+    const queued = await chat(a.url, BODY, { 'idempotency-key': 'order-13' });
+    expect(queued.status).toBe(202);
+    const again = await chat(b.url, BODY, { 'idempotency-key': 'order-13' });
+    expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([202, 'true']);
+    expect(again.json().jobId).toBe(queued.json().jobId);
+    expect(hot.received).toHaveLength(1);
+
+    await a.stack.flags.update({ enable_cold_queue: false });
+    await until(async () => !b.stack.flags.get().enable_cold_queue);
+    const failed = await chat(b.url, BODY, { 'idempotency-key': 'order-14' });
+    expect(failed.status).toBe(503);
+    const retried = await chat(a.url, BODY, { 'idempotency-key': 'order-14' });
+    expect([retried.status, retried.headers.get('idempotent-replayed')]).toEqual([503, null]);
+    expect(hot.received).toHaveLength(3);
+  });
+
+  it('responses and embeddings are replayed too', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    const responses = { model: 'gpt-4o-mini', input: 'Summarise invoice 7' };
+    const embeddings = { model: 'text-embedding-3-small', input: ['invoice 7'] };
+    for (const [path, body] of [
+      ['/v1/responses', responses],
+      ['/v1/embeddings', embeddings],
+    ] as const) {
+      const first = await post(a.url, path, body, { 'idempotency-key': `k-${path}` });
+      const again = await post(b.url, path, body, { 'idempotency-key': `k-${path}` });
+      expect([first.status, again.status, again.headers.get('idempotent-replayed')]).toEqual([200, 200, 'true']);
+      expect(again.text).toBe(first.text);
+    }
+    expect(hot.received.map((r) => r.path)).toEqual(['/v1/responses', '/v1/embeddings']);
+    // One key, two endpoints: a different request.
+    const crossed = await post(b.url, '/v1/embeddings', embeddings, { 'idempotency-key': 'k-/v1/responses' });
+    expect(crossed.status).toBe(422);
+  });
+
+  it('Redis calls: none without the header; with it one to claim and one to keep, and one to replay', async () => {
+    const a = await instance('a');
+    const calls: string[] = [];
+    const r = a.stack.redis!;
+    const send = r.sendCommand.bind(r);
+    r.sendCommand = ((command: { name: string; args: unknown[] }, ...rest: unknown[]) => {
+      if (command.args.some((x) => String(x).includes(':idempotency:'))) calls.push(command.name);
+      return (send as (...x: unknown[]) => unknown)(command, ...rest);
+    }) as typeof r.sendCommand;
+    for (let i = 0; i < 10; i++) await chat(a.url, BODY);
+    expect(calls).toEqual([]);
+    for (let i = 0; i < 10; i++) await chat(a.url, BODY, { 'idempotency-key': `count-${i}` });
+    // One claim and one keep each, by script hash; a script's very first run on a connection is
+    // answered NOSCRIPT and sent again in full (EVAL), once per script.
+    expect(calls.filter((c) => c === 'evalsha')).toHaveLength(20);
+    expect(calls.filter((c) => c === 'eval').length).toBeLessThanOrEqual(2);
+    expect(calls.length).toBeLessThanOrEqual(22);
+    calls.length = 0;
+    for (let i = 0; i < 10; i++) await chat(a.url, BODY, { 'idempotency-key': `count-${i}` });
+    expect(calls).toEqual(Array(10).fill('evalsha'));
+  });
+});
+
+describe('idempotent replay: limits (in process)', () => {
+  it('an answer over the size kept is not run again: the repeat gets 409 idempotency_answer_not_kept', async () => {
+    const gw = await startGateway(mapOf([hot.url]), { replay: { store: new MemoryReplayStore(), maxBytes: 100 } });
+    stops.push(gw.close);
+    const first = await chat(gw.url, BODY, { 'idempotency-key': 'big' });
+    expect(first.status).toBe(200);
+    expect(first.text.length).toBeGreaterThan(100);
+    const again = await chat(gw.url, BODY, { 'idempotency-key': 'big' });
+    expect(again.status).toBe(409);
+    expect(again.json().error.code).toBe('idempotency_answer_not_kept');
+    expect(again.headers.get('x-should-retry')).toBe('false'); // retrying cannot help: OpenAI's clients obey this
+    expect(hot.received).toHaveLength(1);
+  });
+
+  it('a first request that outlasts its lease keeps its key: the lease is renewed while it runs', async () => {
+    const gw = await startGateway(mapOf([hot.url]), { replay: { store: new MemoryReplayStore(), leaseMs: 150 } });
+    stops.push(gw.close);
+    hot.next({ kind: 'ok', delayMs: 800 });
+    const started = Date.now();
+    const first = chat(gw.url, BODY, { 'idempotency-key': 'slow' });
+    await until(async () => hot.received.length === 1 && Date.now() - started > 500);
+    expect((await chat(gw.url, BODY, { 'idempotency-key': 'slow' })).status).toBe(409);
+    expect((await first).status).toBe(200);
+    expect(hot.received).toHaveLength(1);
+  });
+
+  it('a provider 4xx is kept and replayed, as the first request got it', async () => {
+    const gw = await startGateway(mapOf([hot.url]), { replay: { store: new MemoryReplayStore() } });
+    stops.push(gw.close);
+    hot.next({ kind: 'status', status: 400, body: { error: { message: 'bad tool schema', type: 'invalid_request_error' } } });
+    const first = await chat(gw.url, BODY, { 'idempotency-key': 'bad' });
+    const again = await chat(gw.url, BODY, { 'idempotency-key': 'bad' });
+    expect([first.status, again.status, again.headers.get('idempotent-replayed')]).toEqual([400, 400, 'true']);
+    expect(again.text).toBe(first.text);
+    expect(hot.received).toHaveLength(1);
+  });
+});
+
+describe('idempotent replay with client keys', () => {
+  it('a tenant is its client key’s: the same Idempotency-Key from two tenants runs twice, each replays its own', async () => {
+    const w = await keysWorld('replay-keys');
+    try {
+      const [a, b] = [await w.up(), await w.up()];
+      const [acme, beta] = [await w.makeKey('acme'), await w.makeKey('beta')];
+      w.hot.next({ kind: 'ok', content: 'for acme' }, { kind: 'ok', content: 'for beta' });
+      const same = { 'idempotency-key': 'invoice-7' };
+      const auth = (key: string) => ({ ...same, authorization: `Bearer ${key}` });
+      await chat(a.url, BODY, auth(acme.key));
+      await chat(a.url, BODY, auth(beta.key));
+      const again = [await chat(b.url, BODY, auth(acme.key)), await chat(b.url, BODY, auth(beta.key))];
+      expect(again.map((r) => r.json().choices[0].message.content)).toEqual(['for acme', 'for beta']);
+      expect(again.map((r) => r.headers.get('idempotent-replayed'))).toEqual(['true', 'true']);
+      // A tenant cannot name another to read its answers.
+      expect((await chat(b.url, BODY, { ...auth(beta.key), 'x-customer-id': 'acme' })).status).toBe(403);
+      expect(w.hot.received).toHaveLength(2);
+    } finally {
+      await w.end();
+    }
+  });
+});
+
+describe('idempotent replay: a store that fails', () => {
+  it('a request is served without replay when the store cannot be reached, and the log says so', async () => {
+    const down = new Error('connect ECONNREFUSED');
+    const store = {
+      claim: () => Promise.reject(down),
+      renew: () => Promise.reject(down),
+      keep: () => Promise.reject(down),
+      release: () => Promise.reject(down),
+    };
+    const gw = await startGateway(mapOf([hot.url]), { replay: { store } });
+    stops.push(gw.close);
+    const answers = [await chat(gw.url, BODY, { 'idempotency-key': 'k' }), await chat(gw.url, BODY, { 'idempotency-key': 'k' })];
+    expect(answers.map((a) => a.status)).toEqual([200, 200]);
+    expect(hot.received).toHaveLength(2);
+    expect(gw.logs.join('')).toContain('idempotent replay: store unavailable, request runs without replay');
+  });
+});

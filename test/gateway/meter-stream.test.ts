@@ -1,0 +1,137 @@
+// The parts of "meter events across instances" one process shows: the Redis stream's refusals and
+// its fall-back to the file spool, the spool folder's lock, and one CSV appended by two processes.
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { eventProblem } from '../../gateway/src/meter-sink';
+import { RedisStreamSink } from '../../gateway/src/meter-stream';
+import { eventJson, WebAppSink } from '../../gateway/src/meter-web-app';
+import { CSV_HEADER, EVENT_FIELDS, normalizeEvent } from '../../schema/event-record';
+import { FakeMeterWebApp } from './fake-meter';
+
+const event = (i: number, at = new Date()) =>
+  normalizeEvent({ event_id: `e${i}`, cost_usd: 0.01, provider: 'openai' }, { now: () => at, uuid: () => 'x' });
+const quiet = { warn: () => {}, info: () => {}, error: () => {} };
+const prefix = `test-meter-stream-${process.pid}`;
+const redis = new Redis('redis://127.0.0.1:6379/9');
+
+let meter: FakeMeterWebApp;
+beforeEach(async () => {
+  meter = await new FakeMeterWebApp().start();
+});
+afterEach(async () => {
+  await meter.stop();
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+afterAll(() => redis.disconnect());
+
+function streamSink(client: Redis, spoolDir = mkdtempSync(join(tmpdir(), 'stream-spool-'))) {
+  const fallback = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, log: quiet });
+  const sink = new RedisStreamSink({
+    url: meter.url,
+    token: 'tok',
+    redis: client,
+    prefix,
+    toJson: eventJson,
+    check: eventProblem,
+    fallback,
+    flushIntervalMs: 60_000,
+    log: quiet,
+  });
+  return { sink, fallback };
+}
+
+describe('meter events through the Redis stream', () => {
+  it('a refused event is isolated and kept in Redis with the meter reason; the others are delivered and the stream emptied', async () => {
+    const { sink } = streamSink(redis);
+    const sent = [0, 1, 2, 3, 4].map((i) => (i === 2 ? event(i, new Date(Date.now() + 3_600_000)) : event(i)));
+    await Promise.all(sent.map((e) => sink.send(e)));
+    expect(await redis.xlen(`${prefix}:meter:events`)).toBe(5); // durable in Redis once send resolved
+    await sink.flush();
+    expect(meter.stored).toEqual(['e0', 'e1', 'e3', 'e4']);
+    const rejected = await redis.xrange(`${prefix}:meter:rejected`, '-', '+');
+    expect(rejected).toHaveLength(1);
+    const fields = rejected[0][1];
+    expect(fields[fields.indexOf('reason') + 1]).toMatch(/refused by the meter: events\[0\]\.timestamp/);
+    expect(JSON.parse(fields[fields.indexOf('record') + 1])).toMatchObject({ event_id: 'e2' });
+    expect(await redis.xlen(`${prefix}:meter:events`)).toBe(0);
+    await sink.close();
+  });
+
+  it('with Redis unreachable, events go to the file spool within a second and are delivered from there', async () => {
+    const down = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: null, lazyConnect: false });
+    down.on('error', () => undefined);
+    const spoolDir = mkdtempSync(join(tmpdir(), 'stream-spool-'));
+    const { sink } = streamSink(down, spoolDir);
+    await Promise.all([0, 1, 2].map((i) => sink.send(event(i))));
+    expect(readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8').trim().split('\n')).toHaveLength(3);
+    await sink.flush().catch(() => undefined); // the stream's own delivery fails: Redis is down
+    expect(meter.stored).toEqual(['e0', 'e1', 'e2']);
+    expect(sink.status()).toMatchObject({ fell_back_to_spool: 3 });
+    down.disconnect();
+    await sink.close();
+  });
+});
+
+describe('a spool folder belongs to one process', () => {
+  it('a second sink on the same folder takes <dir>.2; a lock left by a dead process is taken over; close frees it', async () => {
+    const dir = join(mkdtempSync(join(tmpdir(), 'spool-lock-')), 'meter-spool');
+    const warnings: string[] = [];
+    const first = new WebAppSink({ url: meter.url, token: 'tok', spoolDir: dir, flushIntervalMs: 60_000, log: quiet });
+    const second = new WebAppSink({
+      url: meter.url,
+      token: 'tok',
+      spoolDir: dir,
+      flushIntervalMs: 60_000,
+      log: { ...quiet, warn: (m) => warnings.push(m) },
+    });
+    expect([first.dir, second.dir]).toEqual([dir, `${dir}.2`]);
+    expect(warnings[0]).toContain(`${dir} is held by process ${process.pid}; this gateway spools to ${dir}.2`);
+    await Promise.all([first.close(), second.close()]);
+    expect(existsSync(join(dir, 'lock'))).toBe(false);
+
+    const dead = spawnSync(process.execPath, ['-e', '']).pid!; // a pid that no longer runs
+    writeFileSync(join(dir, 'lock'), `${dead}\nelsewhere\n`);
+    const third = new WebAppSink({ url: meter.url, token: 'tok', spoolDir: dir, flushIntervalMs: 60_000, log: quiet });
+    expect(third.dir).toBe(dir);
+    expect(readFileSync(join(dir, 'lock'), 'utf8')).toMatch(new RegExp(`^${process.pid}\n`));
+    await third.close();
+  });
+});
+
+describe('one CSV, two processes', () => {
+  it('rows of two processes appending big groups at once never mix: one header, every row whole and once', async () => {
+    const csv = join(mkdtempSync(join(tmpdir(), 'csv-two-')), 'events.csv');
+    const sinkModule = join(import.meta.dirname, '../../gateway/src/meter-sink.ts');
+    const recordModule = join(import.meta.dirname, '../../schema/event-record.ts');
+    // Each process sends 10 groups of 4,000 events, each group in one turn (about 1.2 MB: more than one write).
+    const startAt = Date.now() + 1500; // after both processes have loaded
+    const script = (tag: string) => `
+      const { CsvSink } = await import(${JSON.stringify(sinkModule)});
+      const { normalizeEvent } = await import(${JSON.stringify(recordModule)});
+      const sink = new CsvSink(${JSON.stringify(csv)});
+      while (Date.now() < ${startAt}) await new Promise((r) => setTimeout(r, 1)); // both begin together
+      const base = normalizeEvent({ cost_usd: 0.01, provider: 'openai', model: 'm'.repeat(200) }, { now: () => new Date(), uuid: () => 'x' });
+      for (let g = 0; g < 10; g++) {
+        const sent = [];
+        for (let i = 0; i < 4000; i++) sent.push(sink.send({ ...base, event_id: '${tag}-' + g + '-' + i }));
+        await Promise.all(sent);
+      }
+      await sink.close();`;
+    const run = (tag: string) =>
+      new Promise<number | null>((resolve) => {
+        const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script(tag)], { stdio: 'inherit' });
+        child.on('exit', resolve);
+      });
+    expect(await Promise.all([run('a'), run('b')])).toEqual([0, 0]);
+    const [header, ...rows] = readFileSync(csv, 'utf8').trim().split('\n');
+    expect(header).toBe(CSV_HEADER);
+    expect(rows).toHaveLength(80_000);
+    expect(rows.every((r) => r.split(',').length === EVENT_FIELDS.length && /^(a|b)-\d-\d+,/.test(r))).toBe(true);
+    expect(new Set(rows.map((r) => r.split(',')[0])).size).toBe(80_000);
+  }, 60_000);
+});

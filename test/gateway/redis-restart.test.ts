@@ -1,0 +1,140 @@
+// The gateway's Redis goes away and comes back: a Redis of the test's own (a private redis-server on
+// a free port, append-only file on, removed afterwards) that the test stops and starts again.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { chat, listenStack } from './harness';
+import { until } from './keys-harness';
+
+const hasRedisServer = spawnSync('redis-server', ['--version']).status === 0;
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/** A redis-server of our own, with an append-only file fsync'ed every second (the usual production setting). */
+class OwnRedis {
+  private child: ChildProcess | null = null;
+  readonly dir = mkdtempSync(join(tmpdir(), 'own-redis-'));
+  port = 0;
+  get url() {
+    return `redis://127.0.0.1:${this.port}/0`;
+  }
+  async start(): Promise<this> {
+    this.port ||= await freePort();
+    const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--appendonly', 'yes', '--save', ''];
+    this.child = spawn('redis-server', [...args, '--appendfsync', 'everysec'], { stdio: 'ignore' });
+    const probe = new Redis(this.url, { lazyConnect: true, retryStrategy: () => 20, maxRetriesPerRequest: null });
+    probe.on('error', () => undefined); // refused until the server listens
+    await until(async () => (await probe.ping().catch(() => '')) === 'PONG');
+    probe.disconnect();
+    return this;
+  }
+  /** Stops it as a restart or an upgrade would (SHUTDOWN: the append-only file is flushed first). */
+  async stop(): Promise<void> {
+    const child = this.child!;
+    const exited = new Promise((r) => child.once('exit', r));
+    const c = new Redis(this.url, { maxRetriesPerRequest: 1, retryStrategy: () => null });
+    c.on('error', () => undefined);
+    await c.call('SHUTDOWN').catch(() => undefined); // the connection closes as the server exits
+    c.disconnect();
+    await exited;
+    this.child = null;
+  }
+  async end(): Promise<void> {
+    this.child?.kill('SIGKILL');
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+let redis: OwnRedis;
+let hot: FakeProvider;
+let env: NodeJS.ProcessEnv;
+beforeEach(async () => {
+  if (!hasRedisServer) return;
+  redis = await new OwnRedis().start();
+  hot = await new FakeProvider().start();
+  const dir = mkdtempSync(join(tmpdir(), 'redis-restart-'));
+  writeFileSync(
+    join(dir, 'routes.json'),
+    JSON.stringify({
+      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+      limits: { tenant_requests_per_minute: 1000 }, // counted in Redis: the check must not wait for it
+    }),
+  );
+  env = {
+    ROUTES_FILE: join(dir, 'routes.json'),
+    QUEUE_STORE_URL: redis.url,
+    METER_CSV_FILE: join(dir, 'events.csv'),
+    SCOPES_FILE: join(dir, 'none.yaml'),
+  };
+});
+afterEach(async () => {
+  if (!hasRedisServer) return;
+  await hot.stop();
+  await redis.end();
+});
+
+describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
+  it('while it is away, live answers go on (limits fail open) and are metered; work that needs the queue gets 503 within its time-to-answer', async () => {
+    const gw = await listenStack(env, { http: true, worker: false });
+    try {
+      expect((await chat(gw.url)).status).toBe(200);
+      await redis.stop();
+      const live = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '3000', 'x-customer-id': 'acme' });
+      expect(live.status).toBe(200);
+      hot.always({ kind: 'status', status: 500 });
+      const queued = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2000' });
+      expect(queued.status).toBe(503); // before: no answer at all until Redis came back
+      expect(queued.ms).toBeLessThanOrEqual(2000 + 100);
+      expect(JSON.parse(queued.text).error.code).toBe('cold_queue_unavailable');
+      await gw.stack.meter.flush();
+      const { readFileSync } = await import('node:fs');
+      const [header, ...rows] = readFileSync(env.METER_CSV_FILE!, 'utf8').trim().split('\n');
+      const code = header.split(',').indexOf('error_code');
+      const codes = rows.map((r) => r.split(',')[code]);
+      expect(codes.filter((c) => c === '')).toHaveLength(2); // both answers, the one during the outage too
+      expect(codes.filter((c) => c === '500').length).toBeGreaterThan(0); // and every failed provider call
+      await redis.start();
+      const after = await until(async () => {
+        const r = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2000' });
+        return r.status === 202 && r;
+      });
+      expect(JSON.parse(after.text).status).toBe('queued');
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  it('a job queued before a restart is still there after it, and completes once a provider answers', async () => {
+    const gw = await listenStack(env, { http: true, worker: true, cold: { backoffMs: 50, recheckMs: 100 }, breaker: { openMs: 200 } });
+    try {
+      hot.always({ kind: 'status', status: 500 });
+      const queued = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2000' });
+      expect(queued.status).toBe(202);
+      const { jobId } = JSON.parse(queued.text) as { jobId: string };
+      await redis.stop();
+      await redis.start();
+      hot.always({ kind: 'ok' });
+      const done = await until(async () => {
+        const r = await fetch(`${gw.url}/v1/jobs/${jobId}`);
+        const job = r.status === 200 ? ((await r.json()) as { state: string; result?: unknown }) : null;
+        return job?.state === 'completed' && job;
+      }, 20_000);
+      expect(done.result).toBeTruthy();
+    } finally {
+      await gw.stop();
+    }
+  });
+});
