@@ -13,6 +13,8 @@ async function run(): Promise<void> {
     await stack.close();
     process.exit(0);
   };
+  // SIGHUP: the routing map again, as the gateway does (a refused map is logged; the old one stays).
+  process.on('SIGHUP', () => void stack.routes.reload().catch(() => {}));
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
 }

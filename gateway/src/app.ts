@@ -78,7 +78,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const { pipeline, routes } = opts.path;
+  const { pipeline } = opts.path;
+  const routes = () => opts.path.routes; // the routes in force now (a reload replaces them)
   const deps = { pipeline, log: opts.log, auth: opts.auth };
   const chat = endpoint(deps, (body, headers, key) => parseChatRequest(body, headers, opts.scopes, key));
   // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts) and check their keys.

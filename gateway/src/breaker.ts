@@ -11,11 +11,17 @@
  * single half-open success. So opossum's own opening is switched off (volumeThreshold is never
  * reached) and the state machine here decides. Time comes from an injected clock, so tests (and
  * the Lisbon drill's shortened intervals) drive it without waiting.
+ *
+ * Several gateway instances on one Redis make their breakers act as one (fleet-breakers.ts): the
+ * fleet opens and closes a breaker here from outside (`openFromFleet`, `closeFromFleet`, `trip`),
+ * and may gate the half-open probe so that one instance probes for all of them (`gateProbes`).
  */
 import CircuitBreaker from 'opossum';
 import type { Clock } from './deadline';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
+/** Who changed the state: this instance (its own calls, or time passing) or the fleet's word. */
+export type ChangeCause = 'local' | 'fleet';
 
 export interface BreakerOptions {
   failureThreshold?: number;
@@ -47,7 +53,10 @@ export class Breaker {
   private openTotalMs = 0;
   /** opossum executes the calls and keeps the rolling statistics. */
   readonly circuit: CircuitBreaker<[() => Promise<unknown>], unknown>;
-  private readonly listeners: Array<(state: BreakerState) => void> = [];
+  private readonly listeners: Array<(state: BreakerState, cause: ChangeCause) => void> = [];
+  private readonly outcomeListeners: Array<(success: boolean, probe: boolean) => void> = [];
+  /** In half-open: may this instance probe now? (Set by the fleet; absent: always.) */
+  private probeGate: (() => boolean) | null = null;
 
   constructor(
     readonly name: string,
@@ -68,15 +77,51 @@ export class Breaker {
     });
   }
 
-  onChange(listener: (state: BreakerState) => void): void {
+  onChange(listener: (state: BreakerState, cause: ChangeCause) => void): void {
     this.listeners.push(listener);
   }
 
-  private set(state: BreakerState): void {
+  /** Told of every call outcome that counted (a success or a failure; not a cancelled call). */
+  onOutcome(listener: (success: boolean, probe: boolean) => void): void {
+    this.outcomeListeners.push(listener);
+  }
+
+  /** In half-open, a probe goes only when `gate` says yes (the fleet's single probe). */
+  gateProbes(gate: () => boolean): void {
+    this.probeGate = gate;
+  }
+
+  private set(state: BreakerState, cause: ChangeCause = 'local'): void {
     if (state === this.current) return;
     if (this.current === 'open') this.openTotalMs += this.now() - this.openedAt;
     this.current = state;
-    for (const l of this.listeners) l(state);
+    for (const l of this.listeners) l(state, cause);
+  }
+
+  private openAt(at: number, cause: ChangeCause): void {
+    this.openedAt = at;
+    this.consecutiveFailures = 0;
+    this.probeSuccesses = 0;
+    this.set('open', cause);
+  }
+
+  /** Opens now: the fleet's count of consecutive failures reached the threshold. */
+  trip(): void {
+    if (this.state() !== 'open') this.openAt(this.now(), 'local');
+  }
+
+  /** Another instance opened this route's breaker: open here too, for what is left of its period. */
+  openFromFleet(remainingMs = this.openMs): void {
+    if (this.state() === 'open') return;
+    this.openAt(this.now() - (this.openMs - Math.max(0, Math.min(remainingMs, this.openMs))), 'fleet');
+  }
+
+  /** Another instance's probes closed it. */
+  closeFromFleet(): void {
+    if (this.current === 'closed') return;
+    this.consecutiveFailures = 0;
+    this.probeSuccesses = 0;
+    this.set('closed', 'fleet');
   }
 
   /** The state now (open turns half-open by itself once 30 s have passed). */
@@ -95,6 +140,7 @@ export class Breaker {
     if (state === 'closed') return { probe: false };
     if (state === 'open') return null;
     if (this.probeInFlight || this.now() - this.lastProbeAt < this.openMs) return null;
+    if (this.probeGate && !this.probeGate()) return null; // another instance probes for the fleet
     this.probeInFlight = true;
     this.lastProbeAt = this.now();
     return { probe: true };
@@ -131,14 +177,12 @@ export class Breaker {
     if (success) {
       this.consecutiveFailures = 0;
       if (state === 'half-open' && ticket.probe && ++this.probeSuccesses >= this.probesToClose) this.set('closed');
-      return;
+    } else {
+      this.consecutiveFailures++;
+      if (state === 'half-open' || (state === 'closed' && this.consecutiveFailures >= this.failureThreshold))
+        this.openAt(this.now(), 'local');
     }
-    this.consecutiveFailures++;
-    if (state === 'half-open' || (state === 'closed' && this.consecutiveFailures >= this.failureThreshold)) {
-      this.openedAt = this.now();
-      this.consecutiveFailures = 0;
-      this.set('open');
-    }
+    for (const l of this.outcomeListeners) l(success, ticket.probe);
   }
 
   /**
@@ -150,7 +194,8 @@ export class Breaker {
     const now = this.now();
     if (state === 'closed') return now;
     if (state === 'open') return this.openedAt + this.openMs;
-    if (this.probeInFlight) return now + Math.min(1000, this.openMs);
+    // A probe under way here, or the fleet's probe held by another instance: look again in a second.
+    if (this.probeInFlight || (this.probeGate && !this.probeGate())) return now + Math.min(1000, this.openMs);
     return Math.max(now, this.lastProbeAt + this.openMs);
   }
 

@@ -20,7 +20,7 @@ export interface CallFacts {
   provider: string;
   model: string;
   region?: string;
-  /** The route's label (`hot:openai:gpt-4o-mini`), for the unpriced count. */
+  /** The route's id (`hot-1`, or the map's `id`), for the unpriced count. */
   route?: string;
   latencyMs: number;
   usage: Usage | null;

@@ -6,7 +6,7 @@ import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
 import { readRoutingHeaders, type Headers } from './request-context';
-import type { Route } from './route';
+import { lastOf, type Route } from './route';
 import type { Scopes } from './scopes';
 
 const EmbeddingsBody = z.looseObject({
@@ -22,8 +22,8 @@ const EmbeddingsBody = z.looseObject({
   user: z.string().optional(),
 });
 
-export function embeddingsParser(routes: Route[], scopes: Scopes) {
-  const served = new Set(routes.filter((r) => r.apis.has('embeddings')).map((r) => r.config.model));
+export function embeddingsParser(routes: () => Route[], scopes: Scopes) {
+  const models = lastOf(routes, (all) => new Set(all.filter((r) => r.apis.has('embeddings')).map((r) => r.config.model)));
   return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
     const parsed = EmbeddingsBody.safeParse(body);
     if (!parsed.success) {
@@ -31,6 +31,7 @@ export function embeddingsParser(routes: Route[], scopes: Scopes) {
       const param = issue.path.length ? issue.path.map(String).join('.') : null;
       return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
     }
+    const served = models();
     if (!served.has(parsed.data.model)) {
       const known = [...served].join(', ') || 'none';
       return {

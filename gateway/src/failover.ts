@@ -8,6 +8,9 @@
  * milliseconds, but the next route is tried). A request the provider rejects as malformed (400,
  * 404, 413, 422 and other 4xx) goes back to the client as it is, without trying other routes:
  * another provider would reject it too, and each try costs.
+ *
+ * The routes and their keys come as one set that a reload of the routing map replaces (`use`); a
+ * request routes over the set it started with to its end.
  */
 import type { CallMeter } from './call-meter';
 import { CallPlanner, type CallPlan } from './call-plan';
@@ -29,9 +32,13 @@ const MIN_ATTEMPT_MS = 50;
 const FALLBACK_RESERVE_MS = 25;
 const ATTEMPT_TIMEOUT_MS = 30_000;
 
-export interface FailoverDeps {
+/** The routes of one routing map, with the provider keys that map assigns. */
+export interface RouteSet {
   routes: Route[];
   keyFor: KeyFor;
+}
+
+export interface FailoverDeps extends RouteSet {
   meter: CallMeter;
   metrics?: GatewayMetrics;
   now?: Clock;
@@ -48,6 +55,14 @@ export interface RouteOptions {
   decision?: string;
   /** Calls already made for this request (a second pass counts on from the first). */
   priorAttempts?: number;
+  /** The route set to use (a second pass uses the first one's); default the current one. */
+  set?: RouteSet;
+}
+
+/** What an attempt needs from the request beyond the call itself. */
+interface AttemptOf {
+  keyFor: KeyFor;
+  signal?: CancelSignal;
 }
 
 /** `cancelled`: our client went away during the call; neither a success nor a failure of the route. */
@@ -64,22 +79,38 @@ const metricOutcome = (r: CallResult) =>
   r.kind === 'ok' ? 'ok' : r.kind === 'client_error' ? 'client_error' : r.error ? r.code.toLowerCase() : `http_${r.code}`;
 
 export class Failover {
-  readonly routes: Route[];
+  private set: RouteSet;
   private readonly now: Clock;
   constructor(private readonly deps: FailoverDeps) {
-    this.routes = deps.routes;
+    this.set = { routes: deps.routes, keyFor: deps.keyFor };
     this.now = deps.now ?? Date.now;
   }
 
+  /** The routes in force now. */
+  get routes(): Route[] {
+    return this.set.routes;
+  }
+
+  /** The route set in force now (a request keeps it for all its passes). */
+  get current(): RouteSet {
+    return this.set;
+  }
+
+  /** Puts another route set in force (a reload of the routing map); requests under way keep theirs. */
+  use(set: RouteSet): void {
+    this.set = set;
+  }
+
   /** The routes this request may use, in order, after flags and the caller's filter. */
-  candidates(flags: Flags, skip?: (route: Route) => boolean): Route[] {
-    return this.routes.filter(
+  candidates(flags: Flags, skip?: (route: Route) => boolean, set = this.set): Route[] {
+    return set.routes.filter(
       (r) => (r.tier === 'hot' || flags.enable_warm_fallback) && !flags.killed_models.includes(r.config.model) && !(skip && skip(r)),
     );
   }
 
-  private async attempt(route: Route, config: RouteConfig, ctx: RequestContext, plan: CallPlan, deadline: Deadline, signal?: CancelSignal) {
-    const out = route.adapter.request(config, plan.api, plan.body, this.deps.keyFor(route.tier, config.provider), ctx.idempotencyKey);
+  private async attempt(route: Route, config: RouteConfig, ctx: RequestContext, plan: CallPlan, deadline: Deadline, o: AttemptOf) {
+    const out = route.adapter.request(config, plan.api, plan.body, o.keyFor(route.tier, config.provider), ctx.idempotencyKey);
+    const signal = o.signal;
     const timeoutMs = Math.min(ATTEMPT_TIMEOUT_MS, deadline.remaining() - FALLBACK_RESERVE_MS);
     try {
       return classifyAnswer(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }));
@@ -95,7 +126,9 @@ export class Failover {
     let attempts = options.priorAttempts ?? 0;
     let lastError: string | null = null;
     const planner = new CallPlanner(ctx);
-    for (const route of this.candidates(options.flags, options.skip)) {
+    const set = options.set ?? this.set;
+    const of: AttemptOf = { keyFor: set.keyFor, signal: options.signal };
+    for (const route of this.candidates(options.flags, options.skip, set)) {
       const plan = planner.planFor(route);
       if (!plan) continue; // this route cannot serve this request's API or model
       const config = options.model ? { ...route.config, model: options.model } : route.config;
@@ -109,7 +142,7 @@ export class Failover {
         const started = this.now();
         const result = await route.breaker.run(
           ticket,
-          () => this.attempt(route, config, ctx, plan, deadline, options.signal),
+          () => this.attempt(route, config, ctx, plan, deadline, of),
           (r) => r.kind === 'failure',
           (r) => r.kind === 'cancelled',
         );
@@ -164,6 +197,6 @@ export class Failover {
   }
 
   shutdown(): void {
-    for (const r of this.routes) r.breaker.shutdown();
+    for (const r of this.set.routes) r.breaker.shutdown();
   }
 }

@@ -41,7 +41,8 @@ export class GatewayMetrics {
     this.child(`u\0${route}`, () => this.unpriced.labels(route)).inc();
   }
 
-  constructor(breakers: Array<{ label: string; breaker: Breaker }>) {
+  /** `routes`: the routes in force now (a reload of the routing map replaces them). */
+  constructor(routes: () => Array<{ label: string; breaker: Breaker }>) {
     collectDefaultMetrics({ register: this.registry, prefix: 'gateway_' });
     this.calls = new Counter({
       name: 'gateway_route_calls_total',
@@ -74,7 +75,8 @@ export class GatewayMetrics {
       labelNames: ['route'],
       registers: [this.registry],
       collect() {
-        for (const { label, breaker } of breakers) this.set({ route: label }, { closed: 0, 'half-open': 1, open: 2 }[breaker.state()]);
+        this.reset(); // a route removed by a reload leaves no series behind
+        for (const { label, breaker } of routes()) this.set({ route: label }, { closed: 0, 'half-open': 1, open: 2 }[breaker.state()]);
       },
     });
     new Gauge({
@@ -83,7 +85,8 @@ export class GatewayMetrics {
       labelNames: ['route'],
       registers: [this.registry],
       collect() {
-        for (const { label, breaker } of breakers) this.set({ route: label }, breaker.secondsOpen());
+        this.reset();
+        for (const { label, breaker } of routes()) this.set({ route: label }, breaker.secondsOpen());
       },
     });
   }

@@ -1,18 +1,21 @@
 /** `GET /v1/models`: the models the routing map serves, in OpenAI's list shape (tools probe it to check a key). */
 import type express from 'express';
 import { openAiError } from './errors';
-import type { Route } from './route';
+import { lastOf, type Route } from './route';
 
-export function mountModels(app: express.Express, routes: Route[]): void {
-  const models = new Map<string, { id: string; object: 'model'; created: number; owned_by: string }>();
-  for (const r of routes)
-    if (!models.has(r.config.model))
-      models.set(r.config.model, { id: r.config.model, object: 'model', created: 0, owned_by: r.config.provider });
+export function mountModels(app: express.Express, routes: () => Route[]): void {
+  const list = lastOf(routes, (served) => {
+    const models = new Map<string, { id: string; object: 'model'; created: number; owned_by: string }>();
+    for (const r of served)
+      if (!models.has(r.config.model))
+        models.set(r.config.model, { id: r.config.model, object: 'model', created: 0, owned_by: r.config.provider });
+    return models;
+  });
   app.get('/v1/models', (_req, res) => {
-    res.json({ object: 'list', data: [...models.values()] });
+    res.json({ object: 'list', data: [...list().values()] });
   });
   app.get('/v1/models/:id', (req, res) => {
-    const model = models.get(req.params.id);
+    const model = list().get(req.params.id);
     if (model) res.json(model);
     else
       res

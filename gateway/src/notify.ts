@@ -13,6 +13,8 @@ import { retrying, type RetryPolicy } from './backoff';
 import { MemoryNoticeWindows, type NoticeWindows } from './notice-windows';
 import { within } from './within';
 
+export { noticeWindowsFor } from './notice-windows';
+
 export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review' | 'meter_backlog';
 
 export interface Notice {

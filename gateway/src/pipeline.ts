@@ -133,7 +133,8 @@ export class Pipeline {
       skipRoute || skipProviders?.size
         ? (r: Route) => (skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false)
         : undefined;
-    const options = { signal, skip, model, decision };
+    // Both passes on the routes in force when the request started (a reload does not move it).
+    const options = { signal, skip, model, decision, set: this.deps.failover.current };
     const first = await this.deps.failover.route(ctx, deadline, { ...options, flags: this.deps.flags.get() });
     const variant =
       first.kind === 'exhausted' && first.reason === 'all_failed' ? fallbackVariant(this.deps.scopes[ctx.jobType], ctx.body) : null;

@@ -1,7 +1,9 @@
 /**
  * Builds the request path once: the routes (with their breakers), the metrics that report on
  * them, the call meter, the failover loop and the pipeline every endpoint shares. The HTTP layer,
- * the Cold worker and the tests all take what this returns; nothing else constructs them.
+ * the Cold worker and the tests all take what this returns; nothing else constructs them. A reload
+ * of the routing map builds only a new route set (`routesFor`) and puts it in force in the
+ * failover loop (routes-reload.ts); the metrics, meter and pipeline stay.
  */
 import type { Logger } from 'pino';
 import type { EventRecord } from '../../schema/event-record';
@@ -41,7 +43,10 @@ export interface RequestPathOptions {
 }
 
 export interface RequestPath {
-  routes: Route[];
+  /** The routes in force now. */
+  readonly routes: Route[];
+  /** The routes of another map, keeping the unchanged ones of those in force (not yet in force). */
+  routesFor(map: RoutesMapConfig): Route[];
   failover: Failover;
   metrics: GatewayMetrics;
   meter: CallMeter;
@@ -49,9 +54,18 @@ export interface RequestPath {
 }
 
 export function createRequestPath(o: RequestPathOptions): RequestPath {
-  const routes = buildRoutes(o.map, { ...o.breaker, now: o.now ?? Date.now });
-  for (const r of routes) r.breaker.onChange((state) => o.log.warn({ route: r.label, breaker: state }, `breaker ${state}`));
-  const metrics = new GatewayMetrics(routes);
+  const breaker = { ...o.breaker, now: o.now ?? Date.now };
+  const logged = new WeakSet<Route>();
+  const logChanges = (routes: Route[]) => {
+    for (const r of routes)
+      if (!logged.has(r)) {
+        logged.add(r);
+        r.breaker.onChange((state, cause) => o.log.warn({ route: r.label, breaker: state, cause }, `breaker ${state}`));
+      }
+    return routes;
+  };
+  const routes = logChanges(buildRoutes(o.map, breaker));
+  const metrics = new GatewayMetrics((): Route[] => failover.routes);
   const meter = new CallMeter(
     o.sendEvent,
     (m) => o.log.warn(m),
@@ -71,5 +85,14 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
     onTokens: o.onTokens,
     replay: o.replay ? new IdempotentReplay({ ...o.replay, meter, metrics, log: o.log }) : null,
   });
-  return { routes, failover, metrics, meter, pipeline };
+  return {
+    get routes() {
+      return failover.routes;
+    },
+    routesFor: (map) => logChanges(buildRoutes(map, breaker, failover.routes)),
+    failover,
+    metrics,
+    meter,
+    pipeline,
+  };
 }

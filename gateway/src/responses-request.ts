@@ -9,7 +9,7 @@ import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
 import { readRoutingHeaders, type Headers } from './request-context';
 import { responsesToChat } from './responses/request';
-import type { Route } from './route';
+import { lastOf, type Route } from './route';
 import type { Scopes } from './scopes';
 
 const ResponsesBody = z.looseObject({
@@ -19,8 +19,8 @@ const ResponsesBody = z.looseObject({
   stream: z.boolean().nullish(),
 });
 
-export function responsesParser(routes: Route[], scopes: Scopes) {
-  const native = routes.some((r) => r.apis.has('responses'));
+export function responsesParser(routes: () => Route[], scopes: Scopes) {
+  const native = lastOf(routes, (served) => served.some((r) => r.apis.has('responses')));
   return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
     const parsed = ResponsesBody.safeParse(body);
     if (!parsed.success) {
@@ -29,7 +29,7 @@ export function responsesParser(routes: Route[], scopes: Scopes) {
       return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
     }
     const translated = responsesToChat(parsed.data);
-    if (!translated.ok && !native) {
+    if (!translated.ok && !native()) {
       return {
         ok: false,
         param: translated.param,

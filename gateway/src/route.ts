@@ -1,7 +1,9 @@
 /**
  * A route: one entry of the routing map (tier, provider, model, endpoint) with its own breaker,
- * health record and provider adapter. Built once from the map; the failover loop, the metrics,
- * `/health` and the worker all read the same list.
+ * health record and provider adapter. Built from the map at start; the failover loop, the metrics,
+ * `/health` and the worker all read the same list. A reload of the map builds the list again and
+ * keeps the Route (breaker and health with it) of each route whose id, tier and settings are
+ * unchanged.
  */
 import { Breaker, type BreakerOptions } from './breaker';
 import type { ProviderAdapter } from './providers/adapter';
@@ -20,6 +22,8 @@ function defaultApis(provider: string): ApiKind[] {
 export class Route {
   /** Unique in the map: two routes of one provider and model are still told apart. */
   readonly label: string;
+  /** Its tier and settings as stable JSON: equal for the same route in two maps. */
+  readonly settings: string;
   readonly breaker: Breaker;
   readonly health = new RouteHealth();
   readonly adapter: ProviderAdapter;
@@ -30,14 +34,45 @@ export class Route {
     breakerOptions: BreakerOptions,
     position: number,
   ) {
-    this.label = config.id ?? `${tier}-${position + 1}`;
+    this.label = routeId(tier, config, position);
+    this.settings = settingsOf(tier, config);
     this.breaker = new Breaker(this.label, breakerOptions);
     this.adapter = adapterFor(config.provider);
     this.apis = new Set(config.apis ?? defaultApis(config.provider));
   }
 }
 
-/** Every route of the map, Hot first then Warm, in the map's order. */
-export function buildRoutes(map: RoutesMapConfig, breaker: BreakerOptions = {}): Route[] {
-  return [...map.hot.map((r, i) => new Route('hot', r, breaker, i)), ...map.warm.map((r, i) => new Route('warm', r, breaker, i))];
+function routeId(tier: Tier, config: RouteConfig, position: number): string {
+  return config.id ?? `${tier}-${position + 1}`;
+}
+
+function settingsOf(tier: Tier, config: RouteConfig): string {
+  return JSON.stringify([tier, config], ['0', '1', ...Object.keys(config).sort()]);
+}
+
+/**
+ * Every route of the map, Hot first then Warm, in the map's order. A route of `previous` with the
+ * same id, tier and settings is kept as it is (its breaker state, statistics and health).
+ */
+export function buildRoutes(map: RoutesMapConfig, breaker: BreakerOptions = {}, previous: Route[] = []): Route[] {
+  const kept = new Map(previous.map((r) => [r.label, r]));
+  const make = (tier: Tier) => (config: RouteConfig, i: number) => {
+    const same = kept.get(routeId(tier, config, i));
+    return same && same.settings === settingsOf(tier, config) ? same : new Route(tier, config, breaker, i);
+  };
+  return [...map.hot.map(make('hot')), ...map.warm.map(make('warm'))];
+}
+
+/** What `derive` makes of the routes in force, made again only when a reload replaced them. */
+export function lastOf<T>(routes: () => Route[], derive: (routes: Route[]) => T): () => T {
+  let seen: Route[] | null = null;
+  let value: T;
+  return () => {
+    const now = routes();
+    if (now !== seen) {
+      seen = now;
+      value = derive(now);
+    }
+    return value;
+  };
 }

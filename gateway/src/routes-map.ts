@@ -1,8 +1,11 @@
 /**
  * The routing map: `hot` and `warm` routes tried in order, and the `cold` queue
- * definition. Read once at start from ROUTES_FILE, checked with zod, `${NAME}` references resolved
- * from the environment. Keys never live in the map (see keys.ts).
+ * definition. Read at start from ROUTES_FILE (and again on a reload, routes-reload.ts), checked
+ * with zod, `${NAME}` references resolved from the environment. Keys never live in the map (see
+ * keys.ts). Its version is the start of the SHA-256 of the file's text, so two instances that run
+ * the same map show the same version in /health.
  */
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { ConfigError } from './errors';
@@ -123,12 +126,26 @@ export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEn
   return parsed.data;
 }
 
+/** Which map an instance runs: the file, the version of its text, when it was put in force. */
+export interface MapVersion {
+  file: string;
+  version: string;
+  loaded_at: string;
+}
+
 export function loadRoutesMap(file: string, env: NodeJS.ProcessEnv): RoutesMapConfig {
+  return readRoutesMap(file, env).map;
+}
+
+/** Reads and checks the map; a ConfigError names the file and the JSON path of what is wrong. */
+export function readRoutesMap(file: string, env: NodeJS.ProcessEnv): { map: RoutesMapConfig; version: MapVersion } {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch {
     throw new ConfigError(`${file}: cannot read the routing map (ROUTES_FILE)`);
   }
-  return parseRoutesMap(text, file, env);
+  const map = parseRoutesMap(text, file, env);
+  const version = createHash('sha256').update(text).digest('hex').slice(0, 12);
+  return { map, version: { file, version, loaded_at: new Date().toISOString() } };
 }

@@ -173,6 +173,7 @@ export class SpendWatch {
 }
 
 export { capExceeded };
+export { spendDaysFor } from './spend-days';
 
 /** The spend-cap routing table (docs/gateway.md, "Spend-cap routing"). */
 export function planFor(

@@ -13,21 +13,21 @@ import type { PauseFlag } from './budget';
 import type { ClientAuth } from './client-auth';
 import type { ColdQueue } from './cold-queue';
 import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
-import { SpendWatch } from './spend-cap-routing';
-import { spendDaysFor } from './spend-days';
-import { noticeWindowsFor } from './notice-windows';
+import { SpendWatch, spendDaysFor } from './spend-cap-routing';
 import { startDemoProviders, type DemoProviders } from './demo-providers';
 import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
 import type { FlagStore } from './flags';
+import { FleetBreakers } from './fleet-breakers';
 import { startClientAuth } from './key-guard';
 import { spendKeyTokens } from './key-policy';
 import { keyResolver, missingKeys } from './keys';
 import { createMeterSink, type MeterSink } from './meter-sink';
-import { Notifier } from './notify';
+import { noticeWindowsFor, Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
 import type { Route } from './route';
-import { loadRoutesMap, type RoutesMapConfig } from './routes-map';
+import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
+import { mountRoutesReload, RoutesReloader } from './routes-reload';
 import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
 import { createStores, reportRedisState, type Stores } from './stores';
@@ -50,6 +50,7 @@ const ENDPOINT_DEFAULTS: Record<string, string> = {
 };
 
 export interface Stack {
+  /** The map at start (a reload changes the routes in force: `path.routes`). */
   map: RoutesMapConfig;
   gateway: Gateway | null;
   path: RequestPath;
@@ -61,6 +62,8 @@ export interface Stack {
   worker: ColdWorker | null;
   redis: Redis | null;
   cappedProvider: string;
+  /** Reloads the routing map (SIGHUP, POST /admin/routes/reload). */
+  routes: RoutesReloader;
   close(): Promise<void>;
 }
 
@@ -83,22 +86,28 @@ function wantsDemo(env: GatewayEnv): boolean {
 }
 
 /** The routing map, on the demo providers when nothing is configured; missing keys refused in production. */
-async function routingMap(env: GatewayEnv, log: Logger): Promise<{ map: RoutesMapConfig; file: string; demo: DemoProviders | null }> {
+async function routingMap(
+  env: GatewayEnv,
+  log: Logger,
+): Promise<{ map: RoutesMapConfig; file: string; version: MapVersion; demo: DemoProviders | null }> {
   const file = env.ROUTES_FILE ?? (env.production ? 'routes.prod.json' : 'routes.local.json');
-  const map = loadRoutesMap(file, { ...ENDPOINT_DEFAULTS, ...env.raw });
+  const { map, version } = readRoutesMap(file, mapEnv(env));
   if (wantsDemo(env)) {
     const demo = await startDemoProviders(map);
     log.warn('no provider key or endpoint is set: answering from the built-in demo providers (local, in process; x-route-provider demo-*)');
     log.info('demo: a message containing #fail-hot makes the Hot routes fail (the Warm tier answers); #fail-all queues it (Cold tier)');
-    return { map: demo.map, file, demo };
+    return { map: demo.map, file, version, demo };
   }
   const missing = missingKeys(map, env.raw);
   if (missing.length && env.production) throw new ConfigError(`provider keys not set: ${missing.join(', ')}`);
   if (missing.length) log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
   const defaulted = Object.keys(ENDPOINT_DEFAULTS).filter((k) => !env.raw[k]);
   if (defaulted.length) log.info(`embedded endpoint defaults for ${defaulted.join(', ')}`);
-  return { map, file, demo: null };
+  return { map, file, version, demo: null };
 }
+
+/** What the map's `${NAME}` references are resolved from. */
+const mapEnv = (env: GatewayEnv) => ({ ...ENDPOINT_DEFAULTS, ...env.raw });
 
 export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, options: StackOptions): Promise<Stack> {
   const env = readEnv(processEnv);
@@ -106,7 +115,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const scopes = loadScopes(env.SCOPES_FILE);
   // Before any connection is opened, so a refused start leaves nothing behind.
   const voiceLoaded = loadVoice(voiceOptions(env), env.production);
-  const { map, file: routesFile, demo } = await routingMap(env, log);
+  const { map, file: routesFile, version, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
   if (stores.redis) reportRedisState(stores.redis, log);
@@ -130,7 +139,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   });
   const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
   const meter = teeMeter(createMeterSink(env, log, backlog, redis), spend, limiter);
-  describeStart(log, { env, map, routesFile, scopes, stores, cappedProvider });
+  describeStart(log, { env, map, routesFile, routesVersion: version.version, scopes, stores, cappedProvider });
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
   const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent: env.BUDGET_PAUSE_AT_PERCENT, log };
@@ -149,17 +158,35 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     onTokens: (ctx, tokens) => spendKeyTokens(limiter, ctx.clientKey, tokens),
     replay: { store: stores.replay },
   });
+  // The breakers act as one with the other instances on this Redis; their state is read before traffic.
+  const fleet = redis ? new FleetBreakers(redis, stores.prefix ?? 'gateway', log) : null;
+  await fleet?.start(path.routes);
+  const reloader = new RoutesReloader({
+    file: routesFile,
+    mapEnv: mapEnv(env),
+    keyEnv: env.raw,
+    production: env.production,
+    map,
+    version,
+    path,
+    fleet,
+    demo: demo !== null,
+    log,
+  });
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
   const phone = phoneBridge(env, voiceLoaded, voice, meter, log);
 
   const health = async () => ({
+    routes_map: reloader.version(),
     meter_sink: meter.status(),
     paused: pause.paused(),
     capped_provider: cappedProvider,
     queue: await queue.counts().catch(() => 'unreachable'),
   });
-  const gateway = options.http ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health }) : null;
+  const gateway = options.http
+    ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health, reloader })
+    : null;
 
   const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log, ...options.cold };
   const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;
@@ -177,7 +204,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     worker,
     redis,
     cappedProvider,
-    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, spend, flags, pause, path, demo, redis }),
+    routes: reloader,
+    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis, fleet, reloader }),
   };
 }
 
@@ -190,12 +218,13 @@ async function closeStack(p: {
   notifier: Notifier;
   queue: ColdQueue;
   meter: MeterSink;
-  spend: SpendWatch;
   flags: FlagStore;
   pause: PauseFlag;
   path: RequestPath;
   demo: DemoProviders | null;
   redis: Redis | null;
+  fleet: FleetBreakers | null;
+  reloader: RoutesReloader;
 }): Promise<void> {
   await p.worker?.close();
   await p.phone?.close();
@@ -204,9 +233,10 @@ async function closeStack(p: {
   await p.notifier.flush();
   await p.queue.close();
   await p.meter.close();
-  await p.spend.close();
   p.flags.close();
   p.pause.close();
+  await p.fleet?.close();
+  p.reloader.close();
   p.path.failover.shutdown();
   await p.demo?.close();
   p.redis?.disconnect();
@@ -229,7 +259,7 @@ function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']
       return sink.send(event);
     },
     flush: () => sink.flush(),
-    close: () => sink.close(),
+    close: () => sink.close().then(() => spend.close()), // spend not yet counted in Redis is sent
     status: () => sink.status(),
   };
 }
@@ -245,6 +275,7 @@ interface HttpParts {
   voice: Voice;
   phone: PhoneBridge | null;
   health: () => Promise<Record<string, unknown>>;
+  reloader: RoutesReloader;
 }
 
 /** The HTTP surface: the request path's endpoints, the operator endpoints, the Cold tier's and the voice endpoints. */
@@ -260,6 +291,7 @@ function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
     healthExtras: p.health,
     extend: (app, { admin }) => {
       mountColdTier(app, admin, p.coldDeps);
+      mountRoutesReload(app, admin, p.reloader);
       p.voice.mount(app, bearerGuard(env.VOICE_TOKEN));
       p.phone?.mount(app);
     },

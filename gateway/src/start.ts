@@ -27,6 +27,8 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
     await stack.close();
     process.exit(0);
   };
+  // SIGHUP: reload the routing map (a refused map is logged with its file and JSON path; the old one stays).
+  process.on('SIGHUP', () => void stack.routes.reload().catch(() => {}));
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
   return server;

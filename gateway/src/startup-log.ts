@@ -20,6 +20,8 @@ export interface StartFacts {
   env: GatewayEnv;
   map: RoutesMapConfig;
   routesFile: string;
+  /** The version of the map's text (routes-map.ts), as /health shows it. */
+  routesVersion: string;
   scopes: Scopes;
   stores: Stores;
   cappedProvider: string;
@@ -32,7 +34,7 @@ const meterWay = (env: GatewayEnv) =>
 export function describeStart(log: Logger, f: StartFacts): void {
   const { env, map, scopes } = f;
   const scopeNames = Object.keys(scopes);
-  log.info(`routing map: ${f.routesFile} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
+  log.info(`routing map: ${f.routesFile} version ${f.routesVersion} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
   log.info(
     `scopes: ${scopeNames.length ? `${env.SCOPES_FILE} (${scopeNames.join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`,
   );

@@ -92,7 +92,7 @@ describe('npm start', () => {
       child.stdout.on('data', () => out.includes('listening') && (clearTimeout(t), resolve()));
     });
     child.kill('SIGTERM');
-    expect(out).toContain('routing map: routes.local.json (2 hot, 2 warm routes)');
+    expect(out).toMatch(/routing map: routes\.local\.json version [0-9a-f]{12} \(2 hot, 2 warm routes\)/);
     expect(out).toContain('store: in-process');
     expect(out).toContain('meter: local CSV');
     expect(out).not.toMatch(/sk-|Bearer /);

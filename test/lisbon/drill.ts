@@ -15,7 +15,7 @@
  * retry backoff starts at 100 ms instead of 1 s (its 5 attempts span 1.5 s instead of 15 s: the
  * outage still outlasts them threefold). Notifications keep their 60 s window: the first notice of
  * a burst goes out at once. Between steps 3 and 4 the gateway is restarted, as an operator would
- * after the outage (fresh breakers).
+ * after the outage (fresh breakers in process; with Redis it reads the fleet's breaker state).
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';

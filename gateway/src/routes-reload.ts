@@ -1,0 +1,151 @@
+/**
+ * Reloading the routing map while the gateway runs: `SIGHUP` (start.ts) or
+ * `POST /admin/routes/reload`. The file is read and checked as at start; a map that fails a check
+ * is refused with the file's path and the JSON path, and the map in force stays. A good map's
+ * routes are put in force at once (failover.ts `use`): requests under way finish on the routes they
+ * started with, a route whose id, tier and settings are unchanged keeps its breaker and health,
+ * and the breakers of removed routes are shut down once no request can still be using them.
+ *
+ * Only the routes (`hot`, `warm`, and the provider keys they are assigned) change on a reload; the
+ * other sections (`cold`, `flags`, `cheaper_model`, `limits`) are read at start, and a reload that
+ * changes them says they need a restart.
+ */
+import type express from 'express';
+import type { Logger } from 'pino';
+import { ConfigError } from './errors';
+import type { FleetBreakers } from './fleet-breakers';
+import { keyResolver, missingKeys } from './keys';
+import type { RequestPath } from './request-path';
+import type { Route } from './route';
+import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
+
+/** Longer than any request may run (the longest time-to-answer is 600 s). */
+const RETIRE_AFTER_MS = 11 * 60_000;
+const START_ONLY = ['cold', 'flags', 'cheaper_model', 'limits'] as const;
+
+export interface ReloadResult {
+  routes_map: MapVersion;
+  added: string[];
+  removed: string[];
+  /** Ids whose tier or settings changed: a fresh breaker. */
+  changed: string[];
+  /** Sections that differ from the map at start and take effect only at the next restart. */
+  restart_needed: string[];
+}
+
+/** A reload that cannot be done in this mode (the demo providers); 409, not a bad map. */
+class ReloadUnavailable extends ConfigError {}
+
+export interface ReloaderDeps {
+  file: string;
+  /** The environment the map's `${NAME}` references are resolved from (with the embedded defaults). */
+  mapEnv: NodeJS.ProcessEnv;
+  /** The environment provider keys come from. */
+  keyEnv: NodeJS.ProcessEnv;
+  production: boolean;
+  /** The map in force at start, and its version. */
+  map: RoutesMapConfig;
+  version: MapVersion;
+  path: RequestPath;
+  fleet: FleetBreakers | null;
+  /** Running on the built-in demo providers: their map is made in process, there is no file to reload. */
+  demo: boolean;
+  log: Logger;
+}
+
+export class RoutesReloader {
+  private current: MapVersion;
+  private readonly retiring = new Set<Route>();
+  /** One reload at a time: a second waits for the first. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly deps: ReloaderDeps) {
+    this.current = deps.version;
+  }
+
+  version(): MapVersion {
+    return this.current;
+  }
+
+  /** Reloads ROUTES_FILE; rejects with a ConfigError (and logs it) when the map is refused. */
+  reload(): Promise<ReloadResult> {
+    const next = this.queue.then(() => this.load());
+    this.queue = next.catch(() => {});
+    return next;
+  }
+
+  private async load(): Promise<ReloadResult> {
+    const { deps } = this;
+    try {
+      if (deps.demo) throw new ReloadUnavailable('the built-in demo providers are running (no ROUTES_FILE): there is no map to reload');
+      const { map, version } = readRoutesMap(deps.file, deps.mapEnv);
+      const missing = missingKeys(map, deps.keyEnv);
+      if (missing.length && deps.production) throw new ConfigError(`${deps.file}: provider keys not set: ${missing.join(', ')}`);
+      if (missing.length) deps.log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
+      const before = deps.path.routes;
+      const routes = deps.path.routesFor(map);
+      await deps.fleet?.watch(routes); // the fleet's state of new routes, before they take traffic
+      deps.path.failover.use({ routes, keyFor: keyResolver(map, deps.keyEnv) });
+      this.retire(before.filter((r) => !routes.includes(r)));
+      this.current = version;
+      const result = { routes_map: version, ...changes(before, routes), restart_needed: startOnly(deps.map, map) };
+      this.logged(result);
+      return result;
+    } catch (error) {
+      const message = error instanceof ConfigError ? error.message : String(error);
+      deps.log.error(`routing map reload refused, version ${this.current.version} stays in force: ${message}`);
+      throw error;
+    }
+  }
+
+  private logged(r: ReloadResult): void {
+    const ids = (sign: string, list: string[]) => list.map((id) => `${sign}${id}`);
+    const diff = [...ids('+', r.added), ...ids('-', r.removed), ...ids('~', r.changed)].join(' ') || 'no route changed';
+    this.deps.log.info(`routing map reloaded: ${r.routes_map.file} version ${r.routes_map.version} (${diff})`);
+    if (r.restart_needed.length)
+      this.deps.log.warn(`routing map: ${r.restart_needed.join(', ')} changed; that takes effect at the next restart`);
+  }
+
+  /** Removed routes' breakers are shut down once no request can still be using them. */
+  private retire(routes: Route[]): void {
+    for (const r of routes) {
+      this.retiring.add(r);
+      setTimeout(() => {
+        this.retiring.delete(r);
+        r.breaker.shutdown();
+      }, RETIRE_AFTER_MS).unref();
+    }
+  }
+
+  close(): void {
+    for (const r of this.retiring) r.breaker.shutdown();
+    this.retiring.clear();
+  }
+}
+
+function changes(before: Route[], after: Route[]) {
+  const ids = (routes: Route[]) => new Set(routes.map((r) => r.label));
+  const [old, now] = [ids(before), ids(after)];
+  return {
+    added: [...now].filter((id) => !old.has(id)),
+    removed: [...old].filter((id) => !now.has(id)),
+    changed: after.filter((r) => old.has(r.label) && !before.includes(r)).map((r) => r.label),
+  };
+}
+
+function startOnly(atStart: RoutesMapConfig, next: RoutesMapConfig): string[] {
+  return START_ONLY.filter((k) => JSON.stringify(atStart[k]) !== JSON.stringify(next[k]));
+}
+
+/** `POST /admin/routes/reload` (ADMIN_TOKEN): 200 with what changed, 400 naming the file and JSON path. */
+export function mountRoutesReload(app: express.Express, admin: express.RequestHandler, reloader: RoutesReloader): void {
+  app.post('/admin/routes/reload', admin, async (_req, res) => {
+    try {
+      res.json(await reloader.reload());
+    } catch (error) {
+      const status = error instanceof ReloadUnavailable ? 409 : error instanceof ConfigError ? 400 : 500;
+      const message = error instanceof ConfigError ? error.message : 'internal error';
+      res.status(status).json({ error: message, routes_map: reloader.version() });
+    }
+  });
+}

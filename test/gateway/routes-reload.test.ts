@@ -1,0 +1,142 @@
+// Reloading the routing map on a running gateway: POST /admin/routes/reload on the whole stack
+// (createStack), and SIGHUP on a spawned `gateway/dist/main.js` (built by `npm run build`).
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { ADMIN, chat, listenStack } from './harness';
+import { until } from './keys-harness';
+
+const root = join(import.meta.dirname, '..', '..');
+const cold = { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] };
+const auth = { authorization: `Bearer ${ADMIN}` };
+let one: FakeProvider, two: FakeProvider;
+let dir: string, file: string;
+let app: Awaited<ReturnType<typeof listenStack>> | undefined;
+
+beforeEach(async () => {
+  [one, two] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
+  one.always({ kind: 'ok', content: 'from one' });
+  two.always({ kind: 'ok', content: 'from two' });
+  dir = mkdtempSync(join(tmpdir(), 'reload-'));
+  file = join(dir, 'routes.json');
+});
+afterEach(async () => {
+  await app?.stop();
+  app = undefined;
+  await Promise.all([one.stop(), two.stop()]);
+});
+
+const route = (id: string, baseUrl: string) => ({ id, provider: 'openai', model: 'gpt-4o-mini', baseUrl });
+/** Writes a map and returns its text's version as /health shows it. */
+function writeMap(map: unknown): string {
+  const text = typeof map === 'string' ? map : JSON.stringify(map, null, 2);
+  writeFileSync(file, text);
+  return createHash('sha256').update(text).digest('hex').slice(0, 12);
+}
+const env = () => ({ ROUTES_FILE: file, ADMIN_TOKEN: ADMIN, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml') });
+const health = async (url: string) =>
+  (await (await fetch(`${url}/health`, { headers: auth })).json()) as {
+    routes_map: { file: string; version: string; loaded_at: string };
+    routes: Array<{ id: string; breaker: string }>;
+  };
+const reload = (url: string) => fetch(`${url}/admin/routes/reload`, { method: 'POST', headers: auth });
+const said = (res: { json: () => any }) => res.json().choices[0].message.content as string;
+
+describe('reloading the routing map', () => {
+  it('a good map is put in force: /health shows its version, new routes answer, removed ones leave /health and /metrics', async () => {
+    const v1 = writeMap({ hot: [route('first', one.url)], warm: [], cold });
+    app = await listenStack(env());
+    const before = await health(app.url);
+    expect(before.routes_map).toMatchObject({ file, version: v1 });
+    expect(said(await chat(app.url))).toBe('from one');
+
+    const v2 = writeMap({ hot: [route('second', two.url)], warm: [], cold });
+    const res = await reload(app.url);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ routes_map: { version: v2 }, added: ['second'], removed: ['first'], changed: [] });
+    const after = await health(app.url);
+    expect(after.routes_map.version).toBe(v2);
+    expect(after.routes.map((r) => r.id)).toEqual(['second']);
+    expect(after.routes_map.loaded_at >= before.routes_map.loaded_at).toBe(true);
+    expect(said(await chat(app.url))).toBe('from two');
+    const metrics = await (await fetch(`${app.url}/metrics`, { headers: auth })).text();
+    expect(metrics).toContain('gateway_breaker_state{route="second"} 0');
+    expect(metrics).not.toContain('gateway_breaker_state{route="first"}');
+  });
+
+  it('a bad map is refused naming the file and the JSON path; the map in force keeps serving', async () => {
+    const v1 = writeMap({ hot: [route('first', one.url)], warm: [], cold });
+    app = await listenStack(env());
+    writeMap({ hot: [route('first', one.url)], warm: [{ provider: 'mistral', model: 7, baseUrl: two.url }], cold });
+    const res = await reload(app.url);
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: string };
+    expect(body.error).toContain(`${file}: warm[0].model:`);
+    writeMap('{"hot": [');
+    expect(((await (await reload(app.url)).json()) as { error: string }).error).toMatch(new RegExp(`^${file}: not valid JSON`));
+    expect((await health(app.url)).routes_map.version).toBe(v1);
+    expect(said(await chat(app.url))).toBe('from one');
+    expect((await fetch(`${app.url}/admin/routes/reload`, { method: 'POST' })).status).toBe(401);
+  });
+
+  it('an unchanged route keeps its breaker; a request under way finishes on the routes it started with', async () => {
+    writeMap({ hot: [route('dead', two.url), route('slow', one.url)], warm: [], cold });
+    app = await listenStack(env());
+    two.always({ kind: 'status', status: 500 });
+    while (app.stack.path.routes[0].breaker.state() !== 'open') await chat(app.url);
+    // The next request's first call fails; its retry (100 to 200 ms later) comes after the reload.
+    one.always({ kind: 'ok', content: 'slow answer' }).next({ kind: 'status', status: 500 });
+    const seen = one.received.length;
+    const slow = chat(app.url);
+    await until(async () => one.received.length === seen + 1);
+    const fresh = await new FakeProvider().start();
+    try {
+      fresh.always({ kind: 'ok', content: 'from fresh' });
+      writeMap({ hot: [route('dead', two.url), route('fresh', fresh.url)], warm: [], cold });
+      expect(await (await reload(app.url)).json()).toMatchObject({ added: ['fresh'], removed: ['slow'] });
+      const res = await slow;
+      expect(res.status).toBe(200);
+      expect(said(res)).toBe('slow answer');
+      expect((await health(app.url)).routes.find((r) => r.id === 'dead')?.breaker).toBe('open');
+      const calls = two.received.length;
+      expect(said(await chat(app.url))).toBe('from fresh');
+      expect(two.received).toHaveLength(calls); // still open: skipped without a call
+    } finally {
+      await fresh.stop();
+    }
+  });
+
+  it('SIGHUP reloads a spawned gateway, and a bad map there is logged with its path and refused', async () => {
+    writeMap({ hot: [route('first', one.url)], warm: [], cold });
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', WORKER: 'off', ...env() },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    const exited = new Promise((r) => child.on('exit', r));
+    try {
+      const port = await until(async () => /listening on :(\d+)/.exec(out)?.[1]);
+      const url = `http://127.0.0.1:${port}`;
+      const v2 = writeMap({ hot: [route('second', two.url)], warm: [], cold });
+      child.kill('SIGHUP');
+      await until(async () => (await health(url)).routes_map.version === v2);
+      expect(said(await chat(url))).toBe('from two');
+
+      writeMap({ hot: [{ ...route('second', two.url), baseUrl: 'ftp://nowhere' }], warm: [], cold });
+      child.kill('SIGHUP');
+      const line = await until(async () => out.split('\n').find((l) => l.includes('routing map reload refused')));
+      expect(line).toContain(`${file}: hot[0].baseUrl: expected an http(s) URL`);
+      expect((await health(url)).routes_map.version).toBe(v2);
+      expect(said(await chat(url))).toBe('from two');
+    } finally {
+      child.kill('SIGTERM');
+      await exited;
+    }
+  });
+});
