@@ -4,11 +4,16 @@
  * gets a Slack-compatible JSON post; an e-mail address goes through SMTP_URL (nodemailer), or is
  * logged when SMTP_URL is unset. The first notice of a kind goes out at once; the notices that
  * follow it within a window (60 s by default) make one follow-up at the window's end, with counts,
- * tenants and ids. Caller text is escaped for Slack's mrkdwn. A failed delivery is retried and
+ * tenants and ids. The windows are the fleet's with Redis (notice-windows.ts): one message per
+ * window however many instances notify. Caller text is escaped for Slack's mrkdwn. A failed delivery is retried and
  * logged; it never delays a request (nothing here is awaited on the request path).
  */
 import nodemailer, { type Transporter } from 'nodemailer';
 import { retrying, type RetryPolicy } from './backoff';
+import { MemoryNoticeWindows, type NoticeWindows } from './notice-windows';
+import { within } from './within';
+
+export { noticeWindowsFor } from './notice-windows';
 
 export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review' | 'meter_backlog';
 
@@ -31,6 +36,8 @@ type Log = { warn: (m: string) => void; info: (m: string) => void };
 const DELIVERY_RETRY: RetryPolicy = { attempts: 3, firstMs: 1000, factor: 5 };
 /** Delivered messages kept for inspection (tests, a debugger); older ones are dropped. */
 const KEEP_SENT = 100;
+/** A window's store that does not answer within this is treated as away (the notice goes on its own). */
+const STORE_WAIT_MS = 2000;
 
 const NEXT_ACTION: Record<NoticeKind, string> = {
   enqueued:
@@ -53,12 +60,6 @@ const TITLE: Record<NoticeKind, string> = {
   meter_backlog: 'Meter events not delivered: spool over its limit',
 };
 
-/** A window of one kind: its first notice went out at once; later ones wait here for the follow-up. */
-interface Window {
-  pending: Notice[];
-  timer: NodeJS.Timeout;
-}
-
 /** Caller text (tenants, provider errors) shown in a notice is cut to this many characters. */
 const MAX_ITEM_CHARS = 200;
 const cut = (text: string) => (text.length > MAX_ITEM_CHARS ? `${text.slice(0, MAX_ITEM_CHARS)}…` : text);
@@ -69,17 +70,29 @@ function slackEscape(text: string): string {
 }
 
 export class Notifier {
-  private readonly windows = new Map<NoticeKind, Window>();
+  /** The window ends this process waits for, one timer per kind, to send the follow-up. */
+  private readonly timers = new Map<NoticeKind, NodeJS.Timeout>();
+  private readonly windows: NoticeWindows;
   private readonly mailer: Transporter | null;
   private readonly recent: Sent[] = [];
-  /** Deliveries under way; each leaves the set when settled. */
+  /** Notices being placed in their window, and deliveries under way; each leaves its set when settled. */
+  private readonly placing = new Set<Promise<void>>();
   private readonly inflight = new Set<Promise<void>>();
 
   constructor(
     private readonly targets: string[],
-    private readonly opts: { windowMs?: number; smtpUrl?: string; onCall?: string; log: Log; retry?: RetryPolicy },
+    private readonly opts: {
+      windowMs?: number;
+      smtpUrl?: string;
+      onCall?: string;
+      log: Log;
+      retry?: RetryPolicy;
+      /** The windows (in process unless given; notice-windows.ts). */
+      windows?: NoticeWindows;
+    },
   ) {
     this.mailer = opts.smtpUrl ? nodemailer.createTransport(opts.smtpUrl) : null;
+    this.windows = opts.windows ?? new MemoryNoticeWindows();
   }
 
   /** The last 100 messages delivered, oldest first. */
@@ -87,53 +100,82 @@ export class Notifier {
     return this.recent;
   }
 
+  private get windowMs(): number {
+    return this.opts.windowMs ?? 60_000;
+  }
+
   /**
    * The first notice of a kind goes out at once and opens a window; notices within the window
-   * make one follow-up at its end (counts, tenants, ids). A window that ends with nothing pending
+   * make one follow-up at its end (counts, tenants, ids). A window that ends with nothing held
    * closes: the next notice goes out at once again.
    */
   notify(notice: Notice): void {
-    const open = this.windows.get(notice.kind);
-    if (open) {
-      open.pending.push(notice);
+    this.track(this.place(notice));
+  }
+
+  private async place(notice: Notice): Promise<void> {
+    try {
+      if (await within(this.windows.open(notice.kind, this.windowMs), STORE_WAIT_MS, 'Redis')) {
+        this.send(notice.kind, [notice], false);
+        this.endAt(notice.kind, this.windowMs);
+        return;
+      }
+      this.endAt(notice.kind, await within(this.windows.hold(notice.kind, notice, this.windowMs), STORE_WAIT_MS, 'Redis'));
+    } catch (error) {
+      // The windows' store did not answer: a message of its own rather than none.
+      this.opts.log.warn(`notification windows unavailable (${(error as Error).message}); this notice is sent on its own`);
+      this.send(notice.kind, [notice], false);
+    }
+  }
+
+  /** This process sends the follow-up at the window's end, unless it already waits for one. */
+  private endAt(kind: NoticeKind, ms: number): void {
+    if (this.timers.has(kind)) return;
+    const timer = setTimeout(() => this.track(this.endWindow(kind)), ms);
+    timer.unref?.();
+    this.timers.set(kind, timer);
+  }
+
+  /** Tracks background work so that flush() waits for it. */
+  private track(work: Promise<void>): void {
+    const tracked: Promise<void> = work
+      .catch((error) => this.opts.log.warn(`notification window failed: ${(error as Error).message}`))
+      .finally(() => this.placing.delete(tracked));
+    this.placing.add(tracked);
+  }
+
+  /** The window's end: the follow-up for what it held (if another instance has not sent it), and a new window after it. */
+  private async endWindow(kind: NoticeKind): Promise<void> {
+    this.timers.delete(kind);
+    const held = await this.windows.take(kind);
+    if (!held.notices.length) {
+      await this.windows.close(kind);
       return;
     }
-    this.send(notice.kind, [notice], false);
-    this.open(notice.kind);
+    this.send(kind, held.notices, true, held.total);
+    await this.windows.open(kind, this.windowMs, true);
+    this.endAt(kind, this.windowMs);
   }
 
-  private open(kind: NoticeKind): void {
-    const timer = setTimeout(() => this.endWindow(kind), this.opts.windowMs ?? 60_000);
-    timer.unref?.();
-    this.windows.set(kind, { pending: [], timer });
-  }
-
-  /** The window's end: the follow-up for what it gathered, and a new window after it (else none). */
-  private endWindow(kind: NoticeKind): void {
-    const w = this.windows.get(kind);
-    if (!w) return;
-    this.windows.delete(kind);
-    if (!w.pending.length) return;
-    this.send(kind, w.pending, true);
-    this.open(kind);
-  }
-
-  /** Sends every pending follow-up now (shutdown, tests) and waits for every delivery under way. */
+  /** Sends this process's pending follow-ups now (shutdown, tests) and waits for every delivery under way. */
   async flush(): Promise<void> {
-    for (const [kind, w] of [...this.windows]) {
-      clearTimeout(w.timer);
-      this.windows.delete(kind);
-      if (w.pending.length) this.send(kind, w.pending, true);
+    while (this.placing.size) await Promise.all([...this.placing]);
+    for (const [kind, timer] of [...this.timers]) {
+      clearTimeout(timer);
+      this.timers.delete(kind);
+      const held = await this.windows.take(kind).catch(() => ({ notices: [], total: 0 }));
+      await this.windows.close(kind).catch(() => undefined);
+      if (held.notices.length) this.send(kind, held.notices, true, held.total);
     }
     await Promise.all([...this.inflight]);
   }
 
   /** One message for these notices, to every target (delivery not awaited here). */
-  private send(kind: NoticeKind, notices: Notice[], followUp: boolean): void {
+  private send(kind: NoticeKind, notices: Notice[], followUp: boolean, total = notices.length): void {
     const ids = notices.flatMap((n) => n.jobIds ?? []);
     const tenants = [...new Set(notices.map((n) => n.tenant).filter(Boolean))] as string[];
     const details = [...new Set(notices.map((n) => n.detail).filter(Boolean))] as string[];
-    const subject = followUp ? `${TITLE[kind]} (${notices.length} more since the first notice)` : TITLE[kind];
+    const subject = followUp ? `${TITLE[kind]} (${total} more since the first notice)` : TITLE[kind];
     const text = [
       `${subject}`,
       ids.length ? `Jobs (${ids.length}): ${ids.slice(0, 20).join(', ')}${ids.length > 20 ? `, and ${ids.length - 20} more` : ''}` : '',
@@ -141,6 +183,7 @@ export class Notifier {
         ? `Tenants: ${tenants.slice(0, 20).map(cut).join(', ')}${tenants.length > 20 ? `, and ${tenants.length - 20} more` : ''}`
         : '',
       ...details.slice(0, 5).map(cut),
+      total > notices.length ? `(${total - notices.length} more notices not listed)` : '',
       `Next: ${NEXT_ACTION[kind]}`,
       this.opts.onCall ? `On call: ${this.opts.onCall}` : '',
     ]

@@ -1,20 +1,34 @@
 /**
  * Spend-cap routing, evaluated per request from current spend. Spend comes from
- * the meter (`doGet?action=spend`, cached at most 60 s) plus what this gateway has spent since that
- * read; with no meter configured, from this gateway's own totals. While a cap is exceeded
+ * the meter (`doGet?action=spend`, cached at most 60 s) plus what was spent since that read; with no
+ * meter configured, from the spend per UTC day counted by the gateways themselves (spend-days.ts:
+ * shared by every instance in Redis, else this process's own). While a cap is exceeded
  * (strictly greater):
  *   x-must-have-answer: false  → queued, released after 2 hours           decision `queue`
  *   else x-can-use-cheaper: true → the map's `cheaper_model`               decision `model`
  *   else                        → queued for human review, reviewer told  decision `human_review`
  * Otherwise the request routes normally (decision `default`).
+ *
+ * "Since that read" is the day counter now minus the day counter 10 s before the meter was asked
+ * (the baseline). Each instance keeps its own baseline; the counter is never reset, so a fresh meter
+ * figure on one instance changes nothing for another, and the fleet's calls after the baseline are
+ * all counted. The 10 s cover events still on their way to the meter; an event the meter already
+ * has from those seconds is counted twice until the next read: the safe side for a cap.
  */
+import { capExceeded } from '../../schema/spend-cap';
 import type { RequestContext } from './request-context';
+import { dayOf, MemorySpendDays, type SpendDays } from './spend-days';
 
 const SPEND_CACHE_MS = 60_000;
+/** Meter events reach the meter within seconds (the spool posts every second, the web app takes a few). */
+const DELIVERY_LAG_S = 10;
+/** Within this many of its largest calls of the day from a cap, a request waits for a fresh read of a shared counter. */
+const NEAR_CAP_CALLS = 10;
+/** ...and waits at most this long (Redis slow or away: the figures at hand decide). */
+const NEAR_CAP_WAIT_MS = 100;
 const QUEUE_RELEASE_MS = 2 * 3600_000;
 /** Human-review jobs wait this long for a person before the worker tries the routing again. */
 const HUMAN_REVIEW_HOLD_MS = 24 * 3600_000;
-const DAY = 86_400_000;
 
 export type Plan =
   | { kind: 'default' }
@@ -28,28 +42,24 @@ export interface SpendView {
   burnCap: number;
 }
 
-/** This gateway's own spend per UTC day (the last 7 days are kept). */
-class LocalSpend {
-  private readonly byDay = new Map<number, number>();
-  add(cost: number | null, at = Date.now()): void {
-    if (!cost) return;
-    const day = Math.floor(at / DAY);
-    this.byDay.set(day, (this.byDay.get(day) ?? 0) + cost);
-    for (const d of this.byDay.keys()) if (d < day - 7) this.byDay.delete(d);
-  }
-  totals(now = Date.now()): { today: number; last7d: number } {
-    const today = Math.floor(now / DAY);
-    let week = 0;
-    for (const [d, c] of this.byDay) if (d > today - 7 && d <= today) week += c;
-    return { today: this.byDay.get(today) ?? 0, last7d: week };
-  }
+interface MeterFigure {
+  at: number;
+  day: number;
+  today: number;
+  last7d: number;
+  dailyCap: number;
+  burnCap: number;
+  /** The day counter just before the meter was asked: spend since the figure is the counter's growth. */
+  base: { day: number; usd: number };
 }
 
 export class SpendWatch {
-  private cached: { at: number; today: number; last7d: number; dailyCap: number; burnCap: number; day: number } | null = null;
-  private sinceRead = new LocalSpend();
-  readonly own = new LocalSpend();
+  private cached: MeterFigure | null = null;
   private refreshing: Promise<void> | null = null;
+  private loaded = false;
+  private readonly days: SpendDays;
+  /** This instance's largest call cost of the UTC day: how close to a cap is "near". */
+  private largest = { day: -1, usd: 0 };
 
   constructor(
     private readonly opts: {
@@ -59,13 +69,25 @@ export class SpendWatch {
       burnCap: number;
       warn: (m: string) => void;
       now?: () => number;
+      /** Where spend per day is counted (in process unless given). */
+      days?: SpendDays;
     },
-  ) {}
+  ) {
+    this.days = opts.days ?? new MemorySpendDays(() => this.now());
+  }
 
-  /** Every priced call feeds both the local totals and the "since the meter's figure" delta. */
+  /** Every priced call adds to today's spend. */
   record(cost: number | null): void {
-    this.own.add(cost, this.now());
-    this.sinceRead.add(cost, this.now());
+    this.days.add(cost);
+    if (!cost || !(cost > 0)) return;
+    const day = dayOf(this.now());
+    if (this.largest.day !== day) this.largest = { day, usd: 0 };
+    this.largest.usd = Math.max(this.largest.usd, cost);
+  }
+
+  /** Counts what is not yet counted (shutdown). */
+  close(): Promise<void> {
+    return this.days.close();
   }
 
   private now(): number {
@@ -76,6 +98,11 @@ export class SpendWatch {
     const url = new URL(this.opts.meterUrl!);
     url.searchParams.set('action', 'spend');
     if (this.opts.meterToken) url.searchParams.set('token', this.opts.meterToken);
+    await this.days.refresh();
+    const today = dayOf(this.now());
+    // Spend of the last seconds may not be in the meter's figure yet: counted as "since" too.
+    const recent = await this.days.recentSpend(DELIVERY_LAG_S).catch(() => 0);
+    const base = { day: today, usd: Math.max(0, this.days.spentBetween(today, today) - recent) };
     try {
       const res = await fetch(url, { redirect: 'follow', signal: AbortSignal.timeout(5000) });
       const body = (await res.json()) as {
@@ -89,46 +116,64 @@ export class SpendWatch {
       if (!body.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
       this.cached = {
         at: this.now(),
-        day: Math.floor(this.now() / DAY),
+        day: today,
         today: body.today_cost_usd ?? 0,
         last7d: body.last_7d_cost_usd ?? 0,
         dailyCap: body.daily_cap_usd ?? this.opts.dailyCap,
         burnCap: body.burn_7d_cap_usd ?? this.opts.burnCap,
+        base,
       };
-      this.sinceRead = new LocalSpend();
     } catch (error) {
-      this.opts.warn(`meter spend unavailable (${(error as Error).message}); using the last figures and this gateway's own spend`);
+      this.opts.warn(`meter spend unavailable (${(error as Error).message}); using the last figures and the spend counted since`);
       if (this.cached) this.cached.at = this.now(); // do not hammer a meter that is down
     }
   }
 
-  /** The figures now; a promise only while the meter's first figure is awaited. */
+  /** The figures now; a promise only while the first figures (the counter's, the meter's) are awaited. */
   view(): SpendView | Promise<SpendView> {
+    if (!this.loaded) return this.days.ready().then(() => ((this.loaded = true), this.view()));
     if (this.opts.meterUrl && (!this.cached || this.now() - this.cached.at > SPEND_CACHE_MS)) {
       this.refreshing ??= this.refresh().finally(() => (this.refreshing = null));
       // Only the first read waits; later refreshes happen while requests use the cached figure.
       if (!this.cached) return this.refreshing.then(() => this.figures());
     }
-    return this.figures();
+    const figures = this.figures();
+    return this.nearCap(figures) ? this.days.refresh(NEAR_CAP_WAIT_MS).then(() => this.figures()) : figures;
+  }
+
+  /**
+   * Near a cap (and not over it), a shared figure a few calls old could let the fleet overshoot:
+   * the request waits for a fresh read (one Redis round trip, at most 100 ms). Elsewhere it never waits.
+   */
+  private nearCap(v: SpendView): boolean {
+    if (!this.days.shared || capExceeded(v)) return false;
+    const margin = NEAR_CAP_CALLS * (this.largest.day === dayOf(this.now()) ? this.largest.usd : 0);
+    return v.today + margin > v.dailyCap || v.last7d + margin > v.burnCap;
   }
 
   private figures(): SpendView {
-    const own = this.sinceRead.totals(this.now());
-    if (this.cached) {
-      const sameDay = this.cached.day === Math.floor(this.now() / DAY);
+    const today = dayOf(this.now());
+    const c = this.cached;
+    if (c) {
+      const since = Math.max(0, this.days.spentBetween(c.base.day, today) - c.base.usd);
       return {
-        today: (sameDay ? this.cached.today : 0) + own.today,
-        last7d: this.cached.last7d + own.last7d,
-        dailyCap: this.cached.dailyCap,
-        burnCap: this.cached.burnCap,
+        today: c.day === today ? c.today + since : this.days.spentBetween(today, today),
+        last7d: c.last7d + since,
+        dailyCap: c.dailyCap,
+        burnCap: c.burnCap,
       };
     }
-    const local = this.own.totals(this.now());
-    return { today: local.today, last7d: local.last7d, dailyCap: this.opts.dailyCap, burnCap: this.opts.burnCap };
+    return {
+      today: this.days.spentBetween(today, today),
+      last7d: this.days.spentBetween(today - 6, today),
+      dailyCap: this.opts.dailyCap,
+      burnCap: this.opts.burnCap,
+    };
   }
 }
 
-export { capExceeded } from '../../schema/spend-cap';
+export { capExceeded };
+export { spendDaysFor } from './spend-days';
 
 /** The spend-cap routing table (docs/gateway.md, "Spend-cap routing"). */
 export function planFor(

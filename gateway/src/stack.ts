@@ -13,7 +13,7 @@ import type { PauseFlag } from './budget';
 import type { ClientAuth } from './client-auth';
 import type { ColdQueue } from './cold-queue';
 import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
-import { SpendWatch } from './spend-cap-routing';
+import { SpendWatch, spendDaysFor } from './spend-cap-routing';
 import { startDemoProviders, type DemoProviders } from './demo-providers';
 import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
@@ -23,7 +23,7 @@ import { startClientAuth } from './key-guard';
 import { spendKeyTokens } from './key-policy';
 import { keyResolver, missingKeys } from './keys';
 import { createMeterSink, type MeterSink } from './meter-sink';
-import { Notifier } from './notify';
+import { noticeWindowsFor, Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
 import type { Route } from './route';
 import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
@@ -128,12 +128,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     dailyCap: env.DAILY_CAP_USD,
     burnCap: env.BURN_7D_CAP_USD,
     warn: (m) => log.warn(m),
+    days: spendDaysFor(redis, stores.prefix ?? 'gateway', (m) => log.warn(m)),
   });
   const notifier = new Notifier(map.cold.notify, {
     windowMs: options.notifyWindowMs ?? env.NOTIFY_WINDOW_MS,
     smtpUrl: env.SMTP_URL,
     onCall: env.ON_CALL,
     log,
+    windows: noticeWindowsFor(redis, stores.prefix ?? 'gateway'),
   });
   const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
   const meter = teeMeter(createMeterSink(env, log, backlog, redis), spend, limiter);
@@ -257,7 +259,7 @@ function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']
       return sink.send(event);
     },
     flush: () => sink.flush(),
-    close: () => sink.close(),
+    close: () => sink.close().then(() => spend.close()), // spend not yet counted in Redis is sent
     status: () => sink.status(),
   };
 }

@@ -44,7 +44,7 @@ export function describeStart(log: Logger, f: StartFacts): void {
   log.info(`budget pause: ${f.cappedProvider} at ${env.BUDGET_PAUSE_AT_PERCENT}%`);
   const caps = env.METER_URL
     ? "the meter's (doGet?action=spend, cached 60 s)"
-    : `this gateway's own totals against ${env.DAILY_CAP_USD} / ${env.BURN_7D_CAP_USD} USD`;
+    : `${f.stores.redis ? "every instance's totals in Redis" : "this gateway's own totals"} against ${env.DAILY_CAP_USD} / ${env.BURN_7D_CAP_USD} USD`;
   log.info(`spend caps for spend-cap routing: ${caps}`);
   if (!env.ADMIN_TOKEN) log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
 }

@@ -3,6 +3,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { RedisNoticeWindows } from '../../gateway/src/notice-windows';
 import { Notifier } from '../../gateway/src/notify';
 
 /** A Slack incoming webhook on loopback: it keeps every JSON body posted to it. */
@@ -128,5 +130,23 @@ describe('notifier', () => {
     expect(n.sent).toHaveLength(100);
     expect(n.sent[0].text).toContain('round 50');
     expect(n.sent[99].text).toContain('round 149');
+  });
+
+  it("the fleet's windows in a Redis that does not answer: each notice goes out on its own, with a warning", async () => {
+    const hook = await slackHook();
+    const away = new Redis('redis://127.0.0.1:1/9', { enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => null });
+    away.on('error', () => undefined);
+    const warnings: string[] = [];
+    const n = new Notifier([hook.url], {
+      windowMs: 60_000,
+      windows: new RedisNoticeWindows(away, `test-notify-${process.pid}`),
+      log: { warn: (m) => warnings.push(m), info: () => {} },
+    });
+    n.notify({ kind: 'enqueued', jobIds: ['llm-1'] });
+    n.notify({ kind: 'enqueued', jobIds: ['llm-2'] });
+    await n.flush();
+    expect(hook.posts.map((p) => p.text.split('\n')[1]).sort()).toEqual(['Jobs (1): llm-1', 'Jobs (1): llm-2']);
+    expect(warnings.join('\n')).toContain('notification windows unavailable');
+    hook.server.close();
   });
 });

@@ -1,0 +1,193 @@
+// The two stores that make spend caps and notices the fleet's: spend per UTC day and the
+// notification windows. The same cases run against Redis (db 9, keys under a prefix of this
+// process, removed afterwards) and in process; then what only Redis can do: share and survive.
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryNoticeWindows, RedisNoticeWindows, type NoticeWindows } from '../../gateway/src/notice-windows';
+import { dayOf, MemorySpendDays, RedisSpendDays, type SpendDays } from '../../gateway/src/spend-days';
+
+const prefix = `test-fleet-stores-${process.pid}`;
+let redis: Redis;
+let n = 0;
+const closing: SpendDays[] = [];
+beforeAll(() => {
+  redis = new Redis('redis://127.0.0.1:6379/9');
+});
+afterEach(async () => {
+  for (const c of closing.splice(0)) await c.close();
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+afterAll(() => redis.disconnect());
+const space = () => `${prefix}:${++n}`;
+const warnings: string[] = [];
+
+async function until(check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+const DAY = 86_400_000;
+
+describe.each([
+  ['Redis', (now: () => number, key = space()): SpendDays => new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now })],
+  ['in process', (now: () => number): SpendDays => new MemorySpendDays(now)],
+])('spend per day contract: %s', (_name, make) => {
+  it('counts each priced call on its UTC day; free and unpriced calls add nothing', async () => {
+    const clock = { ms: 20_000 * DAY + 3_600_000 };
+    const days = make(() => clock.ms);
+    closing.push(days);
+    await days.ready();
+    const today = dayOf(clock.ms);
+    days.add(0.25);
+    days.add(null);
+    days.add(0);
+    clock.ms += DAY;
+    days.add(1.5);
+    await days.refresh();
+    expect(days.spentBetween(today, today)).toBeCloseTo(0.25, 9);
+    expect(days.spentBetween(today + 1, today + 1)).toBeCloseTo(1.5, 9);
+    expect(days.spentBetween(today - 6, today + 1)).toBeCloseTo(1.75, 9);
+  });
+
+  it('a thousand small calls add up to the cent: no float drift, nothing below a micro-dollar lost in the sum', async () => {
+    const days = make(() => 20_000 * DAY);
+    closing.push(days);
+    await days.ready();
+    for (let i = 0; i < 1000; i++) days.add(0.0000015); // 1.5 micro-dollars each
+    await days.refresh();
+    expect(days.spentBetween(20_000, 20_000)).toBeCloseTo(0.0015, 6);
+  });
+
+  it('tells the spend of the last seconds (what the meter may not have yet), and not older', async () => {
+    const clock = { ms: 20_000 * DAY + 5_000 };
+    const days = make(() => clock.ms);
+    closing.push(days);
+    await days.ready();
+    days.add(0.3);
+    await days.refresh();
+    clock.ms += 4_000;
+    days.add(0.2);
+    await days.refresh();
+    expect(await days.recentSpend(10)).toBeCloseTo(0.5, 9);
+    expect(await days.recentSpend(3)).toBeCloseTo(0.2, 9);
+  });
+
+  it('a call is in the figures at once, before any store answers', async () => {
+    const days = make(() => 20_000 * DAY);
+    closing.push(days);
+    await days.ready();
+    days.add(0.5);
+    expect(days.spentBetween(20_000, 20_000)).toBeCloseTo(0.5, 9);
+  });
+});
+
+describe('spend per day in Redis: one figure for the fleet', () => {
+  it("two instances see each other's calls, and a new instance starts with the day's spend", async () => {
+    const key = space();
+    const now = () => 20_000 * DAY;
+    const a = new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now });
+    const b = new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now });
+    closing.push(a, b);
+    a.add(0.1);
+    b.add(0.2);
+    await Promise.all([a.refresh(), b.refresh()]);
+    await a.refresh();
+    expect(a.spentBetween(20_000, 20_000)).toBeCloseTo(0.3, 9);
+    await a.close();
+    const restarted = new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now });
+    closing.push(restarted);
+    await restarted.ready();
+    expect(restarted.spentBetween(20_000, 20_000)).toBeCloseTo(0.3, 9);
+    expect(await redis.ttl(`${key}:spend:${new Date(20_000 * DAY).toISOString().slice(0, 10)}`)).toBeGreaterThan(7 * 86_400);
+  });
+
+  it('calls made while Redis does not answer are kept and counted once it does', async () => {
+    const key = space();
+    const link = await redisLink();
+    const client = new Redis(link.port, '127.0.0.1', { db: 9, enableOfflineQueue: false, retryStrategy: () => 50, lazyConnect: true });
+    client.on('error', () => undefined);
+    await client.connect().catch(() => undefined);
+    const days = new RedisSpendDays(client, key, { warn: (m) => warnings.push(m), now: () => 20_000 * DAY });
+    days.add(0.4);
+    expect(days.spentBetween(20_000, 20_000)).toBeCloseTo(0.4, 9);
+    await until(() => warnings.some((w) => /spend not counted in Redis yet/.test(w)));
+    await link.open();
+    await until(async () => (await redis.get(`${key}:spend:${new Date(20_000 * DAY).toISOString().slice(0, 10)}`)) === '400000');
+    await days.close();
+    client.disconnect();
+    await link.close();
+  });
+});
+
+/** A loopback TCP link to the real Redis that refuses connections until opened (Redis down, then back). */
+async function redisLink() {
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
+  const port = (probe.address() as AddressInfo).port;
+  await new Promise<void>((r) => probe.close(() => r()));
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(6379, '127.0.0.1');
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('error', () => undefined);
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  return {
+    port,
+    open: () => new Promise<void>((r) => server.listen(port, '127.0.0.1', r)),
+    close: () => {
+      for (const s of sockets) s.destroy();
+      return new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
+
+describe.each([
+  ['Redis', (): NoticeWindows => new RedisNoticeWindows(redis, space())],
+  ['in process', (): NoticeWindows => new MemoryNoticeWindows()],
+])('notification windows contract: %s', (_name, make) => {
+  it('one opener per window; the others hold their notices, taken once; the window ends and opens again', async () => {
+    const w = make();
+    const opened = await Promise.all([w.open('enqueued', 300), w.open('enqueued', 300), w.open('enqueued', 300)]);
+    expect(opened.filter(Boolean)).toHaveLength(1);
+    expect(await w.open('paused', 300)).toBe(true); // each kind its own window
+    const left = await w.hold('enqueued', { kind: 'enqueued', jobIds: ['llm-2'], tenant: 'acme' }, 300);
+    expect(left).toBeGreaterThan(0);
+    expect(left).toBeLessThanOrEqual(300);
+    await w.hold('enqueued', { kind: 'enqueued', jobIds: ['llm-3'] }, 300);
+    const [first, second] = await Promise.all([w.take('enqueued'), w.take('enqueued')]);
+    const taken = [first, second].find((h) => h.notices.length)!;
+    expect(taken.total).toBe(2);
+    expect(taken.notices.map((x) => x.jobIds)).toEqual([['llm-2'], ['llm-3']]);
+    expect([first, second].filter((h) => h.notices.length)).toHaveLength(1);
+    await until(async () => w.open('enqueued', 300));
+  });
+
+  it('a forced open starts the next window at once (the follow-up sender owns it)', async () => {
+    const w = make();
+    expect(await w.open('dead_lettered', 10_000)).toBe(true);
+    expect(await w.open('dead_lettered', 10_000, true)).toBe(true);
+    expect(await w.open('dead_lettered', 10_000)).toBe(false);
+  });
+});
+
+describe('notification windows in Redis', () => {
+  it('keeps the first 1,000 held notices for the lists and counts them all; skips a hand-written entry', async () => {
+    const key = space();
+    const w = new RedisNoticeWindows(redis, key);
+    await w.open('enqueued', 60_000);
+    await Promise.all(Array.from({ length: 1200 }, (_, i) => w.hold('enqueued', { kind: 'enqueued', jobIds: [`llm-${i}`] }, 60_000)));
+    await redis.rpush(`${key}:notice:enqueued:held`, 'not json');
+    const held = await w.take('enqueued');
+    expect(held.total).toBe(1200);
+    expect(held.notices).toHaveLength(1000);
+    expect(await redis.exists(`${key}:notice:enqueued:held`, `${key}:notice:enqueued:count`)).toBe(0);
+  });
+});
