@@ -14,8 +14,8 @@
  * instead of 30 s (5 failures still open them), the outage lasts 4.5 s instead of 45 s, and a job's
  * retry backoff starts at 100 ms instead of 1 s (its 5 attempts span 1.5 s instead of 15 s: the
  * outage still outlasts them threefold). Notifications keep their 60 s window: the first notice of
- * a burst goes out at once. Between steps 3 and 4 the gateway is restarted, as an operator would
- * after the outage (fresh breakers in process; with Redis it reads the fleet's breaker state).
+ * a burst goes out at once. After step 3 live traffic closes the breakers again (two good probes
+ * each), then the gateway is restarted, as an operator would after the outage.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -153,6 +153,14 @@ async function main(): Promise<number> {
 
     // Step 3: the outage goes on past every attempt a job has; then the providers return.
     results.push(await outageOutlived(gw, queued ? (JSON.parse(queued.body) as { jobId: string }).jobId : '', outageStart, providers));
+    // The providers are back: live traffic closes every breaker (two good probes each, one per open
+    // period) before the restart, so step 4's jobs meet closed routes, as after a real outage. (With
+    // Redis the restarted gateway reads the fleet's breakers: half-open ones would hold its jobs.)
+    await until(async () => {
+      if (gw.stack.path.failover.routes.every((r) => r.breaker.state() === 'closed')) return true;
+      await chat(gw.url, 8000);
+      return false;
+    }, 4 * BREAKER_OPEN_MS);
     await gw.stop();
     open.pop();
 
