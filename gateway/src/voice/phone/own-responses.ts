@@ -3,33 +3,41 @@
  * turns the model takes by itself: each is created with `metadata: {bridge: <purpose>}`, which the
  * Realtime API echoes in `response.created`. While one is asked for and not yet created, a response
  * the model starts on its own (the caller spoke) is cancelled and muted, and ours is asked again
- * once that one is done, so the caller hears the bridge's line and nothing before it.
+ * once that one is done, so the caller hears the bridge's line and nothing before it. After two
+ * such retries the next response is taken as ours: a server that did not echo metadata could
+ * otherwise keep the call asking forever.
  */
 export type Purpose = 'consent' | 'closing';
+
+const MAX_AGAIN = 2;
 
 type Send = (event: { type: string } & Record<string, unknown>) => void;
 
 export class OwnResponses {
   private readonly muted = new Set<string>();
-  private expecting: { purpose: Purpose; create: { type: string } & Record<string, unknown>; again: boolean } | null = null;
+  private expecting: { purpose: Purpose; create: { type: string } & Record<string, unknown>; again: boolean; tries: number } | null = null;
 
   constructor(private readonly send: Send) {}
 
   ask(purpose: Purpose, response: Record<string, unknown>): void {
     const create = { type: 'response.create', response: { ...response, metadata: { bridge: purpose } } };
-    this.expecting = { purpose, create, again: false };
+    this.expecting = { purpose, create, again: false, tries: 0 };
     this.send(create);
   }
 
   /** A response was created: its purpose when it is ours. */
   created(id: string, metadata: unknown): Purpose | null {
     const purpose = (metadata as { bridge?: Purpose } | null | undefined)?.bridge ?? null;
-    if (purpose && purpose === this.expecting?.purpose) this.expecting = null;
-    else if (this.expecting) {
-      this.muted.add(id);
-      this.expecting.again = true;
-      this.send({ type: 'response.cancel' });
+    const expecting = this.expecting;
+    if (!expecting) return purpose;
+    if (purpose === expecting.purpose || expecting.tries >= MAX_AGAIN) {
+      this.expecting = null;
+      return expecting.purpose;
     }
+    this.muted.add(id);
+    expecting.again = true;
+    expecting.tries++;
+    this.send({ type: 'response.cancel' });
     return purpose;
   }
 
