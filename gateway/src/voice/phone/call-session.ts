@@ -32,7 +32,7 @@ import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
 import type { RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
-import { sessionUpdate } from './session-config';
+import { sessionUpdate, turnTakingOn } from './session-config';
 import { TurnTiming } from './turn-timing';
 
 const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -226,6 +226,8 @@ export class CallSession {
       case 'response.done':
         return void this.responseDone(e.response as RealtimeResponse);
       case 'error':
+        // The bridge cancels before its own lines whether or not a response is running.
+        if ((e.error as { code?: string } | undefined)?.code === 'response_cancel_not_active') return;
         this.deps.log.warn(`call ${this.callSid}: realtime error ${JSON.stringify(e.error).slice(0, 300)}`);
     }
   }
@@ -384,7 +386,8 @@ export class CallSession {
     this.consentLine!.generated = true;
     if (!this.respondOnTurn) {
       this.respondOnTurn = true;
-      this.rt.send(sessionUpdate(this.deps.config, this.numbers.from, { respond: true }) as never);
+      const on = turnTakingOn(this.deps.config);
+      if (on) this.rt.send(on as never);
     }
     this.checkConsentLine();
   }
