@@ -103,7 +103,8 @@ export class CallSession {
       update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       history: () => this.said,
-      awaitingAnswer: () => this.responding !== null || this.said.at(-1)?.speaker === 'user',
+      // Before the opening line was said, the new session owes the line (ready), not an answer.
+      awaitingAnswer: () => this.respondOnTurn && (this.responding !== null || this.said.at(-1)?.speaker === 'user'),
       log,
       callId: callSid,
     });
@@ -154,6 +155,8 @@ export class CallSession {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
       this.responding = null;
       this.timing.reset();
+      // The opening line never finished on the old socket: it is still the first thing to say.
+      if (!this.respondOnTurn) this.sayConsent(false);
       return;
     }
     this.sayConsent(false);
