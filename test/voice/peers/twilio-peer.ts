@@ -3,7 +3,7 @@
 // the caller's audio when it speaks, silence otherwise), plays the gateway's audio in real time
 // and echoes each mark once the audio before it has played; `clear` drops what is buffered. Its
 // REST API side takes call updates (redirect with TwiML, Status=completed) with basic auth and,
-// like Twilio, then ends the call's stream with `stop`.
+// like Twilio, then ends the call's stream with `stop`; and text messages (Messages.json), kept.
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -139,8 +139,25 @@ export class MediaCall extends EventEmitter {
   }
 }
 
+/** An attribute of the first `<verb>` in a TwiML document, unescaped (null when absent). */
+export function twimlAttr(twiml: string, verb: string, attr: string): string | null {
+  const tag = new RegExp(`<${verb}\\b[^>]*>`).exec(twiml)?.[0];
+  const value = tag ? new RegExp(`\\s${attr}="([^"]*)"`).exec(tag)?.[1] : undefined;
+  return value === undefined
+    ? null
+    : value
+        .replace(/&quot;/g, '"')
+        .replace(/&lt;/g, '<')
+        .replace(/&gt;/g, '>')
+        .replace(/&amp;/g, '&');
+}
+
 export class TwilioPeer {
   readonly updates: Array<{ callSid: string; form: Record<string, string>; at: number }> = [];
+  /** Text messages sent through the Messages API (To, From, Body). */
+  readonly texts: Array<Record<string, string>> = [];
+  /** The Messages API's answer (e.g. 400 or 500 to see a text fail). */
+  textStatus = 201;
   readonly events = new EventEmitter();
   readonly calls = new Map<string, MediaCall>();
   /** The REST API's answer to the next updates (e.g. 500 to see retries, 404 for a gone call). */
@@ -178,6 +195,23 @@ export class TwilioPeer {
     const streamUrl = /<Stream url="([^"]+)"/.exec(twiml)?.[1];
     const parameters = Object.fromEntries([...twiml.matchAll(/<Parameter name="([^"]+)" value="([^"]*)"\/>/g)].map((m) => [m[1], m[2]]));
     return { status: res.status, twiml, stream: streamUrl ? { url: streamUrl, parameters } : null };
+  }
+
+  /**
+   * Twilio calling one of the URLs the gateway named in its TwiML (an absolute URL under
+   * PUBLIC_URL, query included), signed over that URL as Twilio signs it.
+   */
+  async callback(url: string, form: Record<string, string>, signature?: string): Promise<{ status: number; body: string }> {
+    const u = new URL(url);
+    const res = await fetch(`${this.opts.gateway}${u.pathname}${u.search}`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        'x-twilio-signature': signature ?? getExpectedTwilioSignature(this.opts.authToken, url, form),
+      },
+      body: new URLSearchParams(form).toString(),
+    });
+    return { status: res.status, body: await res.text() };
   }
 
   /** Opens the media stream the answer named, on the gateway's loopback port, signed over its wss:// URL. */
@@ -230,6 +264,17 @@ export class TwilioPeer {
     for await (const c of req) text += c;
     const m = /^\/2010-04-01\/Accounts\/([^/]+)\/Calls\/([^/]+)\.json$/.exec(req.url ?? '');
     const expected = `Basic ${Buffer.from(`${this.opts.accountSid}:${this.opts.authToken}`).toString('base64')}`;
+    if (req.url === `/2010-04-01/Accounts/${this.opts.accountSid}/Messages.json` && req.method === 'POST') {
+      if (req.headers.authorization !== expected) return void res.writeHead(401).end('{"message":"Authenticate"}');
+      const message = Object.fromEntries(new URLSearchParams(text));
+      this.texts.push(message);
+      this.events.emit('text', message);
+      if (this.textStatus >= 300)
+        return void res.writeHead(this.textStatus, { 'content-type': 'application/json' }).end('{"message":"refused"}');
+      return void res
+        .writeHead(201, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ sid: `SM${this.texts.length}`, status: 'queued' }));
+    }
     if (!m || req.method !== 'POST') return void res.writeHead(404).end();
     if (req.headers.authorization !== expected)
       return void res.writeHead(401, { 'content-type': 'application/json' }).end('{"message":"Authenticate"}');

@@ -1,5 +1,6 @@
 /**
- * (Over 300 lines: the call's life in one place, every event of both sides beside the state it changes.)
+ * (Over 300 lines: the call's life in one place, every event of both sides beside the state it changes;
+ * the edges hook in here, their rules live in consent.ts, own-responses.ts, pricing.ts, voicemail.ts.)
  *
  * One phone call: Twilio's media stream on one side, the realtime session on the other, the
  * configuration's policy in between.
@@ -8,6 +9,8 @@
  *   `output_audio.delta` → Twilio `media` at once, bytes unchanged, then a `mark` (see playback.ts)
  *   caller speaks over the assistant → Twilio `clear` + `conversation.item.truncate` at what was heard
  *   end of caller speech → first audio of the answer: the TTFB the guard checks against the budget
+ *   consent           the opening line first (no model turn before it), then the caller's answer
+ *                     decides (consent.ts): repeated, declined (told, ended, tagged) or agreed
  *   caller transcript → the guard, with its confidence (confidence.ts)
  *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
  *   guard: escalate   → transfer to a person; disconnect → closing line, then the call is completed
@@ -15,30 +18,38 @@
  */
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
-import type { EndedReason } from '../../../../schema/call-record';
 import { CallActions } from './call-actions';
-import type { SessionDeps, TwilioMessage } from './call-types';
+import { ConsentGate } from './consent';
+import type { EndReason, SessionDeps, TwilioMessage } from './call-types';
 import { writeCallRecord } from './call-record';
 import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
 import { GuardFeed, type Verdict } from './guard-feed';
+import { tagOptedOut } from './opt-out';
+import { OwnResponses } from './own-responses';
+import { PricingDeflection } from './pricing';
 import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
 import type { RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
-import { sessionUpdate } from './session-config';
+import { sessionUpdate, turnTakingOn } from './session-config';
 import { TurnTiming } from './turn-timing';
 
 const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const CLOSING_LIMIT_MS = 10_000;
 const STOP_WAIT_MS = 10_000;
 const FUNCTIONS_WAIT_MS = 5_000;
+const CONSENT_WAIT_MS = 8_000;
 /** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
-const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndedReason[]);
+const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndReason[]);
 
 export class CallSession {
   private phase: 'live' | 'closing' | 'transferring' | 'ended' = 'live';
-  private reason: EndedReason | null = null;
+  private reason: EndReason | null = null;
+  /** The agent's audio reached the caller at least once. */
+  private spoke = false;
+  /** Handed to voicemail (network issue): the voicemail flow writes the record. */
+  private toVoicemail = false;
   private escalated = false;
   private readonly playback = new Playback();
   private readonly feed: GuardFeed;
@@ -49,8 +60,15 @@ export class CallSession {
   private readonly timing = new TurnTiming();
   private responding: string | null = null;
   private playingResponse: string | null = null;
-  private muted: string | null = null;
+  private readonly own: OwnResponses;
   private closing: { id: string | null; generated: boolean; done: () => void } | null = null;
+  private readonly consent: ConsentGate;
+  /** The opening line being said: done once generated and every mark of it came back. */
+  private consentLine: { id: string; generated: boolean } | null = null;
+  /** The model answers turns by itself only once the opening line was said. */
+  private respondOnTurn = false;
+  private readonly tagging: Array<Promise<void>> = [];
+  private readonly pricing: PricingDeflection;
   private lastConfidence: number | null = null;
   private estAtDisconnect: number | null = null;
   private failure: string | null = null;
@@ -61,31 +79,48 @@ export class CallSession {
   constructor(
     readonly callSid: string,
     private readonly streamSid: string,
-    callerNumber: string | null,
+    private readonly numbers: { from: string | null; to: string | null },
     private readonly ws: WebSocket,
     private readonly deps: SessionDeps,
   ) {
     const { config, settings, log } = deps;
-    const dial = config.functions.find((f) => f.dial);
+    const callerNumber = numbers.from;
+    const dial = { number: config.functions.find((f) => f.dial)?.dial ?? null, action: deps.urls.dial(callerNumber) };
+    this.pricing = new PricingDeflection({ config, calls: deps.calls, callSid, caller: numbers.from, business: numbers.to, log });
     this.feed = new GuardFeed(deps.voice, callSid, (v) => this.verdict(v), log);
-    this.actions = new CallActions({ calls: deps.calls, callSid, dial: dial?.dial ?? null, lines: deps.lines, log });
+    this.actions = new CallActions({ calls: deps.calls, callSid, dial, lines: deps.lines, log });
     this.functions = new FunctionCalls({
       workflow: deps.workflow,
       callId: callSid,
       dialTarget: (name) => config.functions.some((f) => f.name === name && f.dial),
-      onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndedReason) : 'transfer'),
+      enrich: (fn, result) => this.pricing.handle(fn, result),
+      onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndReason) : 'transfer'),
       log,
     });
     this.rt = new RealtimeSession({
       url: settings.realtimeUrl,
       apiKey: settings.openaiApiKey,
-      update: sessionUpdate(config, callerNumber),
+      update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       history: () => this.said,
-      awaitingAnswer: () => this.responding !== null || this.said.at(-1)?.speaker === 'user',
+      // Before the opening line was said, the new session owes the line (ready), not an answer.
+      awaitingAnswer: () => this.respondOnTurn && (this.responding !== null || this.said.at(-1)?.speaker === 'user'),
       log,
       callId: callSid,
     });
+    const triggers = config.intents.filter((i) => i.id !== 'voicemail').flatMap((i) => i.triggers);
+    this.consent = new ConsentGate({
+      retryIfNoAck: config.consent.retry_if_no_ack,
+      maxRetries: config.consent.max_retries,
+      triggers,
+      waitMs: deps.consentWaitMs ?? CONSENT_WAIT_MS,
+      actions: {
+        repeat: () => this.sayConsent(true),
+        declined: (text) => this.optOut(text),
+        noAck: () => void this.closeWith(deps.lines.noConsent, 'no_consent'),
+      },
+    });
+    this.own = new OwnResponses((e) => this.rt.send(e));
     this.rt.onEvent = (e) => this.onRealtime(e);
     this.rt.onReady = (first) => this.ready(first);
     this.rt.onLost = (why) => this.lost(why);
@@ -102,11 +137,12 @@ export class CallSession {
     } else if (m.event === 'mark') {
       if (typeof m.mark?.name === 'string') this.playback.echoed(m.mark.name);
       this.checkClosing();
+      this.checkConsentLine();
     } else if (m.event === 'stop') void this.finish('caller_hangup');
   }
 
   /** Ends the call (idempotent); the reason already decided, if any, wins. */
-  finish(reason: EndedReason): Promise<void> {
+  finish(reason: EndReason): Promise<void> {
     return (this.ended ??= this.end(reason));
   }
 
@@ -119,13 +155,53 @@ export class CallSession {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
       this.responding = null;
       this.timing.reset();
+      // The opening line never finished on the old socket: it is still the first thing to say.
+      if (!this.respondOnTurn) this.sayConsent(false);
       return;
     }
+    this.sayConsent(false);
+  }
+
+  /** The opening line, first or again; the model's own answer to the caller (if any) gives way. */
+  private sayConsent(again: boolean): void {
+    if (this.phase !== 'live') return;
     const line = this.deps.config.consent.opening_line;
-    this.rt.send({
-      type: 'response.create',
-      response: { instructions: `Greet the caller now with exactly these words, in full: "${line}"` },
-    });
+    const instructions = again
+      ? `Repeat to the caller exactly these words, in full: "${line}"`
+      : `Greet the caller now with exactly these words, in full: "${line}"`;
+    if (again) this.silenceModel();
+    this.own.ask('consent', { instructions });
+  }
+
+  /** Stops what the model is saying (or about to say): cancelled, muted, cleared at Twilio. */
+  private silenceModel(): void {
+    this.rt.send({ type: 'response.cancel' }); // also one we have not seen created yet
+    this.own.mute(this.responding);
+    if (this.playback.playing()) this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
+    this.playback.clear();
+  }
+
+  private created(r: RealtimeResponse | undefined): void {
+    const id = String(r?.id ?? '');
+    this.responding = id;
+    this.timing.responseCreated(id);
+    const purpose = this.own.created(id, r?.metadata);
+    if (purpose === 'consent') this.consentLine = { id, generated: false };
+    if (purpose === 'closing' && this.closing) this.closing.id = id;
+  }
+
+  /** The opening line heard to its end: the wait for the caller's answer starts. */
+  private checkConsentLine(): void {
+    if (!this.consentLine?.generated || !this.playback.drained()) return;
+    this.consentLine = null;
+    this.consent.lineHeard();
+  }
+
+  private optOut(text: string): void {
+    const fn = this.deps.config.intents.find((i) => i.id === 'qualify')?.on_match.call ?? 'create_lead';
+    const { workflow, log } = this.deps;
+    this.tagging.push(tagOptedOut({ workflow, fn, callId: this.callSid, phone: this.numbers.from, transcript: text, log }));
+    void this.closeWith(this.deps.lines.optedOut, 'opted_out');
   }
 
   private onRealtime(e: RealtimeServerMessage): void {
@@ -133,8 +209,10 @@ export class CallSession {
       case 'response.output_audio.delta':
         return this.audioOut(e);
       case 'input_audio_buffer.speech_started':
+        this.consent.speechStarted();
         return this.bargeIn();
       case 'input_audio_buffer.speech_stopped':
+        this.consent.speechStopped();
         return this.timing.speechStopped(e.audio_end_ms, this.rt.appendedMs);
       case 'conversation.item.input_audio_transcription.completed':
         return this.callerSaid(e);
@@ -143,19 +221,16 @@ export class CallSession {
       case 'response.output_audio_transcript.done':
         if (typeof e.transcript === 'string' && e.transcript) this.remember({ speaker: 'assistant', text: e.transcript });
         return;
-      case 'response.created': {
-        const id = String((e.response as RealtimeResponse | undefined)?.id ?? '');
-        this.responding = id;
-        this.timing.responseCreated(id);
-        if (this.phase === 'closing' && this.closing && this.closing.id === null) this.closing.id = id;
-        return;
-      }
+      case 'response.created':
+        return this.created(e.response as RealtimeResponse | undefined);
       case 'response.function_call_arguments.done':
         if (this.phase === 'live') this.functions.start(e as never);
         return;
       case 'response.done':
         return void this.responseDone(e.response as RealtimeResponse);
       case 'error':
+        // The bridge cancels before its own lines whether or not a response is running.
+        if ((e.error as { code?: string } | undefined)?.code === 'response_cancel_not_active') return;
         this.deps.log.warn(`call ${this.callSid}: realtime error ${JSON.stringify(e.error).slice(0, 300)}`);
     }
   }
@@ -164,10 +239,11 @@ export class CallSession {
     const { delta, item_id: item, response_id: resp } = e as { delta?: unknown; item_id?: unknown; response_id?: unknown };
     if (this.phase === 'transferring' || this.phase === 'ended') return;
     if (this.phase === 'closing' && resp !== this.closing?.id) return;
-    if (resp === this.muted || typeof delta !== 'string' || !B64.test(delta)) return;
+    if (this.own.isMuted(String(resp)) || typeof delta !== 'string' || !B64.test(delta)) return;
     const bytes = base64Bytes(delta);
     if (!bytes) return;
     this.toTwilio(`{"event":"media","streamSid":"${this.streamSid}","media":{"payload":"${delta}"}}`);
+    this.spoke = true;
     this.markIf(this.playback.sent(String(item ?? resp), bytes));
     this.playingResponse = String(resp);
     this.feed.frame('assistant', bytes);
@@ -186,13 +262,14 @@ export class CallSession {
     const heard = this.playback.heard()!;
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
-    this.muted = this.playingResponse;
+    this.own.mute(this.playingResponse);
     this.rt.send({ type: 'conversation.item.truncate', item_id: heard.item, content_index: 0, audio_end_ms: heard.ms });
   }
 
   private callerSaid(e: RealtimeServerMessage): void {
     const text = typeof e.transcript === 'string' ? e.transcript.trim() : '';
     if (!text) return;
+    if (this.phase === 'live' && !this.consent.settled) this.consent.heard(text);
     const confidence = transcriptConfidence(e.logprobs);
     this.remember({ speaker: 'user', text, confidence });
     if (confidence === null) {
@@ -223,6 +300,8 @@ export class CallSession {
       this.closing.generated = true;
       this.checkClosing();
     }
+    if (this.consentLine?.id === id) this.consentSaid();
+    if (this.phase !== 'ended') this.own.done();
     const outputs = await this.functions.outputs(id);
     if (!outputs.length || this.phase !== 'live') return;
     for (const o of outputs) {
@@ -239,12 +318,29 @@ export class CallSession {
 
   private lost(why: string): void {
     this.failure = why;
-    this.deps.log.error(`call ${this.callSid}: the realtime model is unreachable (${why}); transferring the caller`);
-    if (this.phase === 'closing') this.closing?.done();
-    else void this.transfer('realtime_failure');
+    if (this.phase === 'closing') return this.closing?.done();
+    if (this.spoke) {
+      this.deps.log.error(`call ${this.callSid}: the realtime model is unreachable (${why}); transferring the caller`);
+      return void this.transfer('realtime_failure');
+    }
+    this.deps.log.error(
+      `call ${this.callSid}: the realtime model is unreachable (${why}) before the agent spoke; voicemail (network_issue)`,
+    );
+    void this.voicemail();
   }
 
-  private async transfer(reason: EndedReason): Promise<void> {
+  /** A network issue before the agent could speak: the voicemail intent, as Twilio TwiML. */
+  private async voicemail(): Promise<void> {
+    if (this.phase !== 'live') return;
+    this.phase = 'transferring';
+    this.reason = 'realtime_failure';
+    const twiml = this.deps.voicemail.twiml('network_issue', this.numbers.from);
+    if (await this.actions.redirect(twiml, 'voicemail after a realtime failure')) this.toVoicemail = true;
+    else this.ws.close(1000); // the answer's fallback: a person
+    this.awaitStop();
+  }
+
+  private async transfer(reason: EndReason): Promise<void> {
     if (this.phase !== 'live') return;
     this.phase = 'transferring';
     this.reason = reason;
@@ -262,25 +358,41 @@ export class CallSession {
       this.deps.log.warn(`call ${this.callSid}: ${v.reason} reached; disconnect_when_exceeded is false, so the call goes on`);
       return;
     }
-    this.phase = 'closing';
-    this.reason = v.reason ?? 'per_call_cap';
     this.estAtDisconnect = v.estUsd_at_disconnect ?? null;
-    this.deps.log.warn(`call ${this.callSid}: ${this.reason} at ${this.estAtDisconnect} USD; closing line, then the call ends`);
+    this.deps.log.warn(
+      `call ${this.callSid}: ${v.reason ?? 'per_call_cap'} at ${this.estAtDisconnect} USD; closing line, then the call ends`,
+    );
+    await this.closeWith(this.deps.lines.closing, v.reason ?? 'per_call_cap');
+  }
+
+  /** A last line the model says (out of band, no tools), heard to its end (or 10 s), then the call is completed. */
+  private async closeWith(line: string, reason: EndReason): Promise<void> {
+    if (this.phase !== 'live') return;
+    this.phase = 'closing';
+    this.reason = reason;
     await new Promise<void>((resolve) => {
       this.closing = { id: null, generated: false, done: resolve };
       if (!this.rt.isReady) return resolve();
-      if (this.responding) this.rt.send({ type: 'response.cancel' }); // the closing line comes next, nothing else
+      this.silenceModel(); // the closing line comes next, nothing else
       const lang = this.deps.config.meta.primary_language;
-      const instructions = `Say this to the caller in ${lang}, and nothing else: "${this.deps.lines.closing}"`;
-      this.rt.send({
-        type: 'response.create',
-        response: { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions },
-      });
+      const instructions = `Say this to the caller in ${lang}, and nothing else: "${line}"`;
+      this.own.ask('closing', { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions });
       setTimeout(resolve, CLOSING_LIMIT_MS).unref();
     });
     if (this.phase !== 'closing') return;
-    if (!(await this.actions.hangUp(this.reason))) this.ws.close(1000);
+    if (!(await this.actions.hangUp(reason))) this.ws.close(1000);
     this.awaitStop();
+  }
+
+  /** The opening line is generated; from now on the model answers the caller's turns by itself. */
+  private consentSaid(): void {
+    this.consentLine!.generated = true;
+    if (!this.respondOnTurn) {
+      this.respondOnTurn = true;
+      const on = turnTakingOn(this.deps.config);
+      if (on) this.rt.send(on as never);
+    }
+    this.checkConsentLine();
   }
 
   /** The closing line is over once it is generated and every mark of it came back. */
@@ -294,17 +406,19 @@ export class CallSession {
     this.stopTimer.unref();
   }
 
-  private async end(fallback: EndedReason): Promise<void> {
+  private async end(fallback: EndReason): Promise<void> {
     const reason = this.reason ?? fallback;
     this.phase = 'ended';
+    this.consent.close();
     if (this.stopTimer) clearTimeout(this.stopTimer);
     this.closing?.done();
     this.rt.close();
     if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
     await this.feed.flush();
     await this.functions.idle(FUNCTIONS_WAIT_MS);
+    await Promise.all(this.tagging);
     const facts = { functions: this.functions, escalated: this.escalated, reason };
-    const record = await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
+    const record = this.toVoicemail ? undefined : await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
     this.deps.log.info(`call ${this.callSid}: ended (${reason})`);
     this.deps.onEnded({
       call_id: this.callSid,
@@ -313,6 +427,7 @@ export class CallSession {
       transcript: [...this.said],
       estUsd_at_disconnect: this.estAtDisconnect,
       realtime_failure: this.failure,
+      pricing: this.pricing.record,
     });
   }
 }

@@ -1,0 +1,74 @@
+/**
+ * `POST /twilio/status`, Twilio's call status callback. A terminal status (completed, busy,
+ * failed, no-answer, canceled) closes what is still open for the call: a live session here ends
+ * (its own end writes the record); a call with no session (voicemail, the monthly pause, a stream
+ * that never came or broke off without `stop`) gets its record, `abandoned` unless a voicemail
+ * was already recorded. Once: a call that has its record is left alone.
+ *
+ * The callback often comes before the record that says more: an answered call's stream may be
+ * ending on another instance (its session records what the call achieved, a booking…), and a
+ * voicemail's recording callback comes after the call (if the caller hung up before Twilio asked
+ * the `<Record>` action). So the record is written here only if none appears within `graceMs`
+ * (15 s: a session's end waits up to 5 s for function calls), checked in the store every 250 ms.
+ */
+import type { StoredCall } from '../call-store';
+import type { VoiceService } from '../calls';
+import type { CallEnds } from './call-ends';
+import type { EndReason } from './call-types';
+import type { MediaStreams } from './media-stream';
+
+const GRACE_MS = 15_000;
+const POLL_MS = 250;
+
+const TERMINAL: Record<string, EndReason> = {
+  completed: 'caller_hangup',
+  busy: 'busy',
+  failed: 'failed',
+  'no-answer': 'no_answer',
+  canceled: 'canceled',
+};
+
+export class CallStatus {
+  constructor(
+    private readonly deps: {
+      voice: Pick<VoiceService, 'get'>;
+      streams: Pick<MediaStreams, 'live'>;
+      ends: CallEnds;
+      log: { info: (m: string) => void };
+      graceMs?: number;
+    },
+  ) {}
+
+  async update(callSid: string, status: string): Promise<void> {
+    const reason = TERMINAL[status];
+    if (!reason) return;
+    const session = this.deps.streams.live.get(callSid);
+    if (session) return void session.finish(reason);
+    const call = await this.deps.voice.get(callSid);
+    if (!call || call.record) return;
+    void this.unlessEnded(callSid, status, reason);
+  }
+
+  /** The record from here only if the stream's session or the voicemail did not write one in time. */
+  private async unlessEnded(callSid: string, status: string, reason: EndReason): Promise<void> {
+    const until = Date.now() + (this.deps.graceMs ?? GRACE_MS);
+    for (;;) {
+      await new Promise((r) => setTimeout(r, POLL_MS).unref());
+      if (this.deps.streams.live.has(callSid)) return; // its stream is here after all: its end writes
+      const call = await this.deps.voice.get(callSid);
+      if (!call || call.record) return;
+      if (Date.now() >= until) return this.write(call, status, reason);
+    }
+  }
+
+  private async write(call: StoredCall, status: string, reason: EndReason): Promise<void> {
+    const callSid = call.call_id;
+    const paused = call.voicemail_reason === 'monthly_cap';
+    this.deps.log.info(`call ${callSid}: status ${status} with no live stream; writing its record`);
+    await this.deps.ends.write(callSid, {
+      outcome: 'abandoned',
+      ...(call.action === 'voicemail' ? { intent_primary: 'voicemail' as const } : {}),
+      ended_reason: paused ? 'monthly_cap' : reason,
+    });
+  }
+}
