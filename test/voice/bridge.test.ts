@@ -80,18 +80,26 @@ describe('phone bridge: the call path', () => {
 
   it('barge-in: the caller speaks over the assistant → Twilio clear, and the item truncated at what was heard', async () => {
     s = await bridgeStack();
-    const greeting = assistantAudio(3000);
+    const greeting = assistantAudio(300);
+    const long = assistantAudio(3000);
     s.realtime.chunkBytes = 320; // 40 ms deltas: a mark every third one (each 100 ms of audio)
-    s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'A long greeting' } });
+    // The consent line is heard whole (no barge-in on it); the caller agrees, and cuts the long answer.
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      turns: [{ audio: long, transcript: 'A long answer' }],
+    });
     const call = await s.twilio.call('CA0003');
     const conn = await firstConn(s);
-    const item = (await serverEvent(conn, 'response.output_audio.delta')).item_id;
-    await until(call, 'frame', () => call.playedBytes >= 8000, 'one second of the greeting heard');
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the consent line heard');
+    speak(call, 400); // agrees (the peer transcribes "yes, hello")
+    const answer = await serverEvent(conn, 'response.created', (e) => e.response?.metadata?.bridge === undefined);
+    const item = (await serverEvent(conn, 'response.output_audio.delta', (e) => e.response_id === answer.response.id)).item_id;
+    await until(call, 'frame', () => call.playedBytes >= greeting.length + 8000, 'one second of the answer heard');
     speak(call, 400);
     const cleared = await until<{ playedBytes: number }>(call, 'clear');
     const chunksBefore = call.received.length;
     const truncate = await clientEvent(conn, 'conversation.item.truncate');
-    const heardMs = cleared.playedBytes / 8;
+    const heardMs = (cleared.playedBytes - greeting.length) / 8;
     expect(truncate).toMatchObject({ item_id: item, content_index: 0 });
     // Within a syllable of what the caller heard (marks come back every 100 ms of audio, on a busy machine late).
     expect(Math.abs(truncate.audio_end_ms - heardMs)).toBeLessThanOrEqual(100);
@@ -100,7 +108,7 @@ describe('phone bridge: the call path', () => {
     await serverEvent(conn, 'response.done', (e) => e.response.status === 'completed');
     const later = Buffer.concat(call.received.slice(chunksBefore));
     expect(later.length).toBeGreaterThan(0);
-    expect(later.indexOf(greeting.subarray(16_000, 16_800))).toBe(-1);
+    expect(later.indexOf(long.subarray(16_000, 16_800))).toBe(-1);
     call.hangUp();
     await s.endOf('CA0003');
   });

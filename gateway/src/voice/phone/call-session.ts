@@ -255,10 +255,14 @@ export class CallSession {
     if (name) this.toTwilio(`{"event":"mark","streamSid":"${this.streamSid}","mark":{"name":"${name}"}}`);
   }
 
-  /** The caller started speaking: if assistant audio is still playing, stop it where the caller is. */
+  /**
+   * The caller started speaking: if assistant audio is still playing, stop it where the caller is.
+   * Not the consent line: the caller hears it whole whatever they say over it (a refusal still counts).
+   */
   private bargeIn(): void {
     this.timing.speechStarted();
     if (this.phase !== 'live' || !this.playback.playing()) return;
+    if (this.consentLine && this.playingResponse === this.consentLine.id) return;
     const heard = this.playback.heard()!;
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
