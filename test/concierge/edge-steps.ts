@@ -1,0 +1,95 @@
+// The launch checklist's steps on the call's edges, driven as Twilio drives them, through the
+// gateway's public surface only: 5 the consent flow with an opt-out, 8 an after-hours call that
+// leaves a recording. The drill reads the TwiML the gateway answers and follows it: it posts the
+// recording callback the TwiML names (signed, as Twilio signs it) and checks what reached the
+// back office.
+import { getExpectedTwilioSignature } from 'twilio/lib/webhooks/webhooks.js';
+import { voiced } from '../voice/peers/mulaw';
+import { pass, type Row } from './config-steps';
+import { eventually, nextInstant } from './drill-calls';
+import { ACCOUNT_SID, AUTH_TOKEN, type DrillStack } from './drill-stack';
+
+const DAY_MS = 86_400_000;
+
+/** An attribute of the first `<verb …>` in the TwiML (entities decoded), or null. */
+function attribute(twiml: string, verb: string, name: string): string | null {
+  const tag = new RegExp(`<${verb}\\b[^>]*>`).exec(twiml)?.[0];
+  const value = tag ? new RegExp(`\\b${name}="([^"]*)"`).exec(tag)?.[1] : undefined;
+  return value === undefined ? null : value.replace(/&amp;/g, '&').replace(/&quot;/g, '"').replace(/&lt;/g, '<').replace(/&gt;/g, '>');
+}
+
+/** POSTs a form to a URL the gateway named in its TwiML, signed over that URL as Twilio signs it. */
+async function twilioPost(s: DrillStack, url: string, form: Record<string, string>): Promise<number> {
+  const u = new URL(url);
+  const res = await fetch(`${s.gateway}${u.pathname}${u.search}`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/x-www-form-urlencoded',
+      'x-twilio-signature': getExpectedTwilioSignature(AUTH_TOKEN, url, form),
+    },
+    body: new URLSearchParams(form).toString(),
+  });
+  await res.text();
+  return res.status;
+}
+
+const shortTwiml = (twiml: string) => twiml.replace(/^<\?xml[^>]*>/, '').slice(0, 160);
+
+export async function afterHoursStep(s: DrillStack): Promise<Row> {
+  const step = '8. An after-hours call leaves a recording and a next-day task';
+  const target = `TwiML with the privacy notice and <Record>; its signed recordingStatusCallback → route_to_voicemail → voicemail/<call_id>.mp3 and a 'Callback: Voicemail' task due 24 h later`;
+  const fail = (measured: string): Row => ({ step, measured, target, status: 'FAIL' });
+  if (!s.config.guardrails.after_hours_to_voicemail) return fail('guardrails.after_hours_to_voicemail is false: after-hours calls are answered');
+  const closed = nextInstant(s.config, false);
+  if (closed === null) return fail(`meta.business_hours_local "${s.config.meta.business_hours_local}" is never closed: no call is after hours`);
+  s.clock.moveTo(closed);
+  const callSid = 'CAdrill08night';
+  const from = '+351910000008';
+  const answer = await s.twilio.placeCall({ CallSid: callSid, AccountSid: ACCOUNT_SID, From: from, To: '+351210000000', CallStatus: 'ringing', FromCountry: 'PT' });
+  const callback = attribute(answer.twiml, 'Record', 'recordingStatusCallback');
+  const said = /<Say\b[^>]*>[^<]+<\/Say>[\s\S]*<Record\b/.test(answer.twiml);
+  if (answer.status !== 200 || !callback)
+    return fail(`answer ${answer.status}: no <Record> with a recordingStatusCallback in the TwiML (${shortTwiml(answer.twiml)}…)`);
+
+  // Twilio has recorded the caller's message: it posts the recording's status to the callback.
+  const recordingSid = 'REdrill0000000000000000000000008';
+  const recordingUrl = `https://api.twilio.com/2010-04-01/Accounts/${ACCOUNT_SID}/Recordings/${recordingSid}`;
+  const message = voiced(3000, 120);
+  s.backOffice.recordings.set(recordingUrl, message);
+  const status = await twilioPost(s, callback, {
+    AccountSid: ACCOUNT_SID,
+    CallSid: callSid,
+    RecordingSid: recordingSid,
+    RecordingUrl: recordingUrl,
+    RecordingStatus: 'completed',
+    RecordingDuration: '3',
+    RecordingChannels: '1',
+    RecordingSource: 'RecordVerb',
+    RecordingStartTime: new Date(s.clock.now()).toUTCString(),
+  });
+  const mine = () =>
+    s.backOffice.deliveries.find((d) => d.action === 'route_to_voicemail' && (d.body as { call_id?: string })?.call_id === callSid);
+  await eventually(() => mine() !== undefined && mine()!.reply.ok === true, 15_000);
+  const delivery = mine();
+  const args = (delivery?.body as { args?: Record<string, unknown> } | undefined)?.args ?? {};
+  const file = s.backOffice.voicemails().find((f) => f.name === `${callSid}.mp3`);
+  const task = s.backOffice.rows('tasks').find((t) => t.call_id === callSid);
+  const dueIn = task ? Date.parse(String(task.due_at)) - Date.parse(String(task.created_at)) : NaN;
+  const ok =
+    said && status < 300 && delivery?.reply.ok === true && args.phone === from && file?.bytes === message.length && task?.type === 'Callback: Voicemail' && dueIn === DAY_MS;
+  return {
+    step,
+    measured: `${new Date(closed).toISOString()} (closed): ${said ? 'privacy notice, ' : 'NO privacy notice, '}<Record>; callback ${new URL(callback).pathname} answered ${status}; route_to_voicemail ${delivery ? `sent (phone ${String(args.phone)}, recording ${String(args.recording_url ?? '?').slice(-40)}, utc ${String(args.utc ?? '?')}) → ${delivery.reply.ok ? 'ok' : `refused: ${String(delivery.reply.error)}`}` : 'NEVER sent'}; ${file ? `voicemail/${file.name} (${file.bytes} bytes of ${message.length})` : 'no recording saved'}; ${task ? `task '${String(task.type)}' due ${String(task.due_at)} (${(dueIn / 3_600_000).toFixed(1)} h later)` : 'no task'}`,
+    target,
+    status: pass(ok),
+  };
+}
+
+export function consentStep(_s: DrillStack): Promise<Row> {
+  return Promise.resolve({
+    step: '5. The consent flow: an opt-out tags the contact',
+    measured: 'not run: this gateway has no consent flow over the phone yet (acknowledgement, retry, opt-out)',
+    target: 'the caller declines the consent line → told so, the call ends politely, the contact is tagged opted_out in the back office',
+    status: 'FAIL',
+  });
+}
