@@ -124,7 +124,10 @@ export async function replayStep(s: DrillStack): Promise<Row> {
   const before = s.backOffice.bookings();
   const call = await DrillCall.place(s, 'CAdrill06book', phone);
   const outputs: string[] = [];
-  call.conn.on('client', (e: any) => e.type === 'conversation.item.create' && e.item?.type === 'function_call_output' && outputs.push(e.item.output));
+  call.conn.on(
+    'client',
+    (e: any) => e.type === 'conversation.item.create' && e.item?.type === 'function_call_output' && outputs.push(e.item.output),
+  );
   for (let turn = 1; turn <= 2; turn++) {
     await call.heard();
     call.speak();
@@ -133,12 +136,19 @@ export async function replayStep(s: DrillStack): Promise<Row> {
   await call.heard();
   call.call.hangUp();
   const { record } = await call.ended();
-  const sent = s.backOffice.deliveries.filter((d) => d.action === 'book_slot' && (d.body as { call_id?: string })?.call_id === call.callSid);
+  const sent = s.backOffice.deliveries.filter(
+    (d) => d.action === 'book_slot' && (d.body as { call_id?: string })?.call_id === call.callSid,
+  );
   const replies = sent.length ? [await s.backOffice.replay(sent[0]), await s.backOffice.replay(sent[0])] : [];
   const booked = s.backOffice.bookings() - before;
-  const ids = new Set([...sent, ...replies.map((reply) => ({ reply }))].map((d) => String(d.reply.booking_id)));
+  const ids = new Set([...sent.map((d) => d.reply), ...replies].map((r) => String(r.booking_id)));
   const ok =
-    sent.length === 1 && replies.every((r) => r.replayed === true) && booked === 1 && ids.size === 1 && outputs.length === 2 && outputs[0] === outputs[1];
+    sent.length === 1 &&
+    replies.every((r) => r.replayed === true) &&
+    booked === 1 &&
+    ids.size === 1 &&
+    outputs.length === 2 &&
+    outputs[0] === outputs[1];
   return {
     step: '6. The workflow webhook replayed twice yields one booking',
     measured: `the model called book_slot twice → the back office reached ${sent.length} time(s), the same answer both times: ${outputs.length === 2 && outputs[0] === outputs[1]}; that webhook replayed twice → replayed: ${replies.map((r) => r.replayed).join(', ') || 'not sent'}; calendar events: ${booked}, booking id(s) ${[...ids].join(', ')}; call outcome ${record?.outcome}`,

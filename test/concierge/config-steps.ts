@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { calcPrice } from '@pydantic/genai-prices';
-import { lintFile, type Concierge } from '../../gateway/src/voice/config';
+import { lintFile } from '../../gateway/src/voice/config';
 import { inboundRate, readRates } from '../../gateway/src/voice/rates';
 
 export interface Row {
@@ -24,9 +24,7 @@ export function lintStep(file: string): Row {
   const shown = problems.slice(0, 5).map((p) => `${p.path}: ${p.message}`);
   return {
     step: '1. Every bracketed value replaced; the configuration lints clean',
-    measured: problems.length
-      ? `${problems.length} problem(s): ${shown.join('; ')}${problems.length > 5 ? '; …' : ''}`
-      : `${file}: clean`,
+    measured: problems.length ? `${problems.length} problem(s): ${shown.join('; ')}${problems.length > 5 ? '; …' : ''}` : `${file}: clean`,
     target: 'npm run concierge:lint finds nothing',
     status: pass(problems.length === 0),
   };

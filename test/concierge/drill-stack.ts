@@ -50,6 +50,8 @@ export interface DrillStack {
   dlq: Target;
   voice: VoiceService;
   bridge: PhoneBridge;
+  /** Where call state is kept, for the report: `Redis (prefix …)` or `in process`. */
+  store: string;
   /** http://127.0.0.1:port of the gateway side. */
   gateway: string;
   records: CallRecord[];
@@ -144,6 +146,7 @@ export async function drillStack(operatorConfig: Concierge, ratesFile: string): 
     dlq,
     voice,
     bridge,
+    store: redis ? `Redis (prefix ${prefix})` : 'in process',
     gateway,
     records,
     ended,

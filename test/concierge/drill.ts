@@ -51,13 +51,22 @@ async function main(): Promise<number> {
   const file = values.config ?? process.env.CONCIERGE_FILE ?? 'concierge.json';
   const ratesFile = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
   const raw = readRaw(file);
-  const rows: Row[] = [lintStep(file), priceStep(raw), ratesStep(configuredCountries(raw, (values.countries ?? '').split(',').filter(Boolean)), ratesFile)];
+  const rows: Row[] = [
+    lintStep(file),
+    priceStep(raw),
+    ratesStep(configuredCountries(raw, (values.countries ?? '').split(',').filter(Boolean)), ratesFile),
+  ];
   const parsed = ConciergeConfig.safeParse(raw);
   let stack: DrillStack | null = null;
   try {
     if (!parsed.success) {
       for (const [step] of CALL_STEPS)
-        rows.push({ step, measured: 'not run: the configuration is not usable (step 1)', target: 'a configuration the gateway loads', status: 'FAIL' });
+        rows.push({
+          step,
+          measured: 'not run: the configuration is not usable (step 1)',
+          target: 'a configuration the gateway loads',
+          status: 'FAIL',
+        });
     } else {
       stack = await drillStack(parsed.data, ratesFile);
       for (const [step, run] of CALL_STEPS) rows.push(await guarded(step, () => run(stack!)));
@@ -66,7 +75,7 @@ async function main(): Promise<number> {
   } finally {
     await stack?.close();
   }
-  console.log(`Concierge drill: ${file} against local peers (Twilio, realtime model, back office); store: ${process.env.QUEUE_STORE_URL ? 'Redis' : 'in process'}\n`);
+  console.log(`Concierge drill: ${file} against local peers (Twilio, realtime model, back office); store: ${stack?.store ?? 'none'}\n`);
   for (const r of rows) {
     console.log(`${r.status.padEnd(4)}  ${r.step}`);
     console.log(`      measured: ${r.measured}`);

@@ -15,7 +15,13 @@ const DAY_MS = 86_400_000;
 function attribute(twiml: string, verb: string, name: string): string | null {
   const tag = new RegExp(`<${verb}\\b[^>]*>`).exec(twiml)?.[0];
   const value = tag ? new RegExp(`\\b${name}="([^"]*)"`).exec(tag)?.[1] : undefined;
-  return value === undefined ? null : value.replace(/&amp;/g, '&').replace(/&quot;/g, '"').replace(/&lt;/g, '<').replace(/&gt;/g, '>');
+  return value === undefined
+    ? null
+    : value
+        .replace(/&amp;/g, '&')
+        .replace(/&quot;/g, '"')
+        .replace(/&lt;/g, '<')
+        .replace(/&gt;/g, '>');
 }
 
 /** POSTs a form to a URL the gateway named in its TwiML, signed over that URL as Twilio signs it. */
@@ -39,13 +45,22 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
   const step = '8. An after-hours call leaves a recording and a next-day task';
   const target = `TwiML with the privacy notice and <Record>; its signed recordingStatusCallback → route_to_voicemail → voicemail/<call_id>.mp3 and a 'Callback: Voicemail' task due 24 h later`;
   const fail = (measured: string): Row => ({ step, measured, target, status: 'FAIL' });
-  if (!s.config.guardrails.after_hours_to_voicemail) return fail('guardrails.after_hours_to_voicemail is false: after-hours calls are answered');
+  if (!s.config.guardrails.after_hours_to_voicemail)
+    return fail('guardrails.after_hours_to_voicemail is false: after-hours calls are answered');
   const closed = nextInstant(s.config, false);
-  if (closed === null) return fail(`meta.business_hours_local "${s.config.meta.business_hours_local}" is never closed: no call is after hours`);
+  if (closed === null)
+    return fail(`meta.business_hours_local "${s.config.meta.business_hours_local}" is never closed: no call is after hours`);
   s.clock.moveTo(closed);
   const callSid = 'CAdrill08night';
   const from = '+351910000008';
-  const answer = await s.twilio.placeCall({ CallSid: callSid, AccountSid: ACCOUNT_SID, From: from, To: '+351210000000', CallStatus: 'ringing', FromCountry: 'PT' });
+  const answer = await s.twilio.placeCall({
+    CallSid: callSid,
+    AccountSid: ACCOUNT_SID,
+    From: from,
+    To: '+351210000000',
+    CallStatus: 'ringing',
+    FromCountry: 'PT',
+  });
   const callback = attribute(answer.twiml, 'Record', 'recordingStatusCallback');
   const said = /<Say\b[^>]*>[^<]+<\/Say>[\s\S]*<Record\b/.test(answer.twiml);
   if (answer.status !== 200 || !callback)
@@ -76,7 +91,13 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
   const task = s.backOffice.rows('tasks').find((t) => t.call_id === callSid);
   const dueIn = task ? Date.parse(String(task.due_at)) - Date.parse(String(task.created_at)) : NaN;
   const ok =
-    said && status < 300 && delivery?.reply.ok === true && args.phone === from && file?.bytes === message.length && task?.type === 'Callback: Voicemail' && dueIn === DAY_MS;
+    said &&
+    status < 300 &&
+    delivery?.reply.ok === true &&
+    args.phone === from &&
+    file?.bytes === message.length &&
+    task?.type === 'Callback: Voicemail' &&
+    dueIn === DAY_MS;
   return {
     step,
     measured: `${new Date(closed).toISOString()} (closed): ${said ? 'privacy notice, ' : 'NO privacy notice, '}<Record>; callback ${new URL(callback).pathname} answered ${status}; route_to_voicemail ${delivery ? `sent (phone ${String(args.phone)}, recording ${String(args.recording_url ?? '?').slice(-40)}, utc ${String(args.utc ?? '?')}) → ${delivery.reply.ok ? 'ok' : `refused: ${String(delivery.reply.error)}`}` : 'NEVER sent'}; ${file ? `voicemail/${file.name} (${file.bytes} bytes of ${message.length})` : 'no recording saved'}; ${task ? `task '${String(task.type)}' due ${String(task.due_at)} (${(dueIn / 3_600_000).toFixed(1)} h later)` : 'no task'}`,
