@@ -17,6 +17,11 @@ function openHours(s: DrillStack): void {
   s.clock.moveTo(at);
 }
 
+/** The caller is heard clearly every turn (so no confidence rule interferes with the caps). */
+function clearCaller(s: DrillStack): void {
+  s.realtime.heardQueue = Array.from({ length: ANSWER_BOUND }, () => ({ text: 'hello, can you hear me', logprob: -0.001 }));
+}
+
 /**
  * The usage of the largest answer a realtime model can give: MAX_ANSWER_TOKENS of output audio,
  * and as input the caller's audio so far plus every earlier answer (the conversation is re-sent
@@ -39,6 +44,7 @@ const usd = (n: number | null | undefined) => (typeof n === 'number' ? `${n.toFi
 async function perCallCap(s: DrillStack): Promise<{ ok: boolean; text: string }> {
   const cap = s.config.spend_guard.per_call_usd_cap;
   let answers = 0;
+  clearCaller(s);
   s.realtime.brain = drillBrain({}, (r, ctx) =>
     ctx.instructions?.startsWith('Say this') ? r : { ...r, usage: largestAnswer(ctx.conn, answers++) },
   );
@@ -67,6 +73,7 @@ async function turnCap(s: DrillStack): Promise<{ ok: boolean; text: string }> {
   const cap = guardConfig(s.config).maxTurns;
   if (cap > ANSWER_BOUND)
     return { ok: false, text: `max_turns ${cap}: NOT reached: more than a ${ANSWER_BOUND}-answer call, so it can never fire` };
+  clearCaller(s);
   s.realtime.brain = drillBrain({});
   const call = await DrillCall.place(s, 'CAdrill04turns', '+351910000014');
   const { summary } = await call.drive(ANSWER_BOUND);
@@ -77,7 +84,7 @@ async function turnCap(s: DrillStack): Promise<{ ok: boolean; text: string }> {
     ok,
     text: ok
       ? `max_turns ${cap}: escalated at answer ${summary.record?.turns} (Twilio redirected to ${dial}; ended_reason turn_cap)`
-      : `max_turns ${cap}: NOT escalated; the call ended ${summary.ended_reason} after ${summary.record?.turns ?? '?'} answer(s)`,
+      : `max_turns ${cap}: NOT reached; the call ended ${summary.ended_reason} after ${summary.record?.turns ?? '?'} answer(s)`,
   };
 }
 
