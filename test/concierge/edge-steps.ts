@@ -25,7 +25,7 @@ function attribute(twiml: string, verb: string, name: string): string | null {
 }
 
 /** POSTs a form to a URL the gateway named in its TwiML, signed over that URL as Twilio signs it. */
-async function twilioPost(s: DrillStack, url: string, form: Record<string, string>): Promise<number> {
+async function twilioPost(s: DrillStack, url: string, form: Record<string, string>): Promise<{ status: number; twiml: string }> {
   const u = new URL(url);
   const res = await fetch(`${s.gateway}${u.pathname}${u.search}`, {
     method: 'POST',
@@ -35,8 +35,7 @@ async function twilioPost(s: DrillStack, url: string, form: Record<string, strin
     },
     body: new URLSearchParams(form).toString(),
   });
-  await res.text();
-  return res.status;
+  return { status: res.status, twiml: await res.text() };
 }
 
 const shortTwiml = (twiml: string) => twiml.replace(/^<\?xml[^>]*>/, '').slice(0, 160);
@@ -71,13 +70,22 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
   const recordingUrl = `https://api.twilio.com/2010-04-01/Accounts/${ACCOUNT_SID}/Recordings/${recordingSid}`;
   const message = voiced(3000, 120);
   s.backOffice.recordings.set(recordingUrl, message);
-  const status = await twilioPost(s, callback, {
+  // The caller finishes: Twilio asks the <Record action> (if any) what comes next, then posts the
+  // recording's status to the recordingStatusCallback once the file is ready.
+  const action = attribute(answer.twiml, 'Record', 'action');
+  const recorded = {
     AccountSid: ACCOUNT_SID,
     CallSid: callSid,
     RecordingSid: recordingSid,
     RecordingUrl: recordingUrl,
-    RecordingStatus: 'completed',
     RecordingDuration: '3',
+  };
+  const then = action
+    ? await twilioPost(s, action, { ...recorded, From: from, To: '+351210000000', CallStatus: 'in-progress', Digits: 'hangup' })
+    : null;
+  const status = await twilioPost(s, callback, {
+    ...recorded,
+    RecordingStatus: 'completed',
     RecordingChannels: '1',
     RecordingSource: 'RecordVerb',
     RecordingStartTime: new Date(s.clock.now()).toUTCString(),
@@ -92,7 +100,8 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
   const dueIn = task ? Date.parse(String(task.due_at)) - Date.parse(String(task.created_at)) : NaN;
   const ok =
     said &&
-    status < 300 &&
+    (then === null || then.status === 200) &&
+    status.status < 300 &&
     delivery?.reply.ok === true &&
     args.phone === from &&
     file?.bytes === message.length &&
@@ -100,7 +109,16 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
     dueIn === DAY_MS;
   return {
     step,
-    measured: `${new Date(closed).toISOString()} (closed): ${said ? 'privacy notice, ' : 'NO privacy notice, '}<Record>; callback ${new URL(callback).pathname} answered ${status}; route_to_voicemail ${delivery ? `sent (phone ${String(args.phone)}, recording ${String(args.recording_url ?? '?').slice(-40)}, utc ${String(args.utc ?? '?')}) → ${delivery.reply.ok ? 'ok' : `refused: ${String(delivery.reply.error)}`}` : 'NEVER sent'}; ${file ? `voicemail/${file.name} (${file.bytes} bytes of ${message.length})` : 'no recording saved'}; ${task ? `task '${String(task.type)}' due ${String(task.due_at)} (${(dueIn / 3_600_000).toFixed(1)} h later)` : 'no task'}`,
+    measured: [
+      `${new Date(closed).toISOString()} (closed): ${said ? 'privacy notice, ' : 'NO privacy notice, '}<Record>`,
+      then ? `its action answered ${then.status} (${shortTwiml(then.twiml)})` : 'no action',
+      `recordingStatusCallback ${new URL(callback).pathname} answered ${status.status}`,
+      delivery
+        ? `route_to_voicemail sent (phone ${String(args.phone)}, utc ${String(args.utc ?? '?')}) → ${delivery.reply.ok ? 'ok' : `refused: ${String(delivery.reply.error)}`}`
+        : 'route_to_voicemail NEVER sent',
+      file ? `voicemail/${file.name} (${file.bytes} bytes of ${message.length})` : 'no recording saved',
+      task ? `task '${String(task.type)}' due ${String(task.due_at)} (${(dueIn / 3_600_000).toFixed(1)} h later)` : 'no task',
+    ].join('; '),
     target,
     status: pass(ok),
   };
