@@ -49,7 +49,7 @@ describe('phone bridge: the policy on real events', () => {
     const u = await update(s, 'CA0101');
     expect(u.at).toBeGreaterThan(secondAt); // the transfer followed the second low-confidence transcript
     expect(second.transcript).toBe('uh what was it');
-    expect(u.form.Twiml).toMatch(new RegExp(`<Say>[^<]+</Say><Dial>\\${HUMAN}</Dial>`));
+    expect(u.form.Twiml).toMatch(new RegExp(`<Say>[^<]+</Say><Dial action="[^"]+/twilio/dial[^"]*"[^>]*>\\${HUMAN}</Dial>`));
     const end = await s.endOf('CA0101');
     await hungUp(call);
     expect(end.record).toMatchObject({ ended_reason: 'low_confidence', escalated: true });
@@ -101,7 +101,7 @@ describe('phone bridge: the policy on real events', () => {
     const u = await update(s, 'CA0103');
     expect(secondAnswer).toBeTruthy();
     expect(u.at).toBeGreaterThan(secondAt); // escalated after the second slow answer, not the first
-    expect(u.form.Twiml).toContain(`<Dial>${HUMAN}</Dial>`);
+    expect(u.form.Twiml).toMatch(new RegExp(`<Dial action="[^"]+"[^>]*>\\${HUMAN}</Dial>`));
     const end = await s.endOf('CA0103');
     expect(end.record).toMatchObject({ ended_reason: 'latency', escalated: true });
     expect(end.record!.ttfb_s).toBeGreaterThan(0.6);
@@ -114,7 +114,7 @@ describe('phone bridge: the policy on real events', () => {
     s.realtime.refuse = true;
     conn.drop();
     const u = await update(s, 'CA0104');
-    expect(u.form.Twiml).toContain(`<Dial>${HUMAN}</Dial>`);
+    expect(u.form.Twiml).toMatch(new RegExp(`<Dial action="[^"]+"[^>]*>\\${HUMAN}</Dial>`));
     expect(s.realtime.attempts).toBe(2); // the call's session, then one reconnect attempt
     const end = await s.endOf('CA0104');
     await hungUp(call);

@@ -32,6 +32,8 @@ export interface StoredCall {
   started_at: string;
   ended_at: string | null;
   action: 'answer' | 'voicemail';
+  /** Why a call went to voicemail without a conversation (after_hours, no_answer, network_issue, monthly_cap). */
+  voicemail_reason?: string;
   state: CallState;
   /** Changes applied since the call was stored. */
   version: number;

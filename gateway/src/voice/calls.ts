@@ -14,7 +14,7 @@ import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
 import { afterCall, buildCallRecord, type CallEndDeps } from './call-end';
 import type { EndCallBody, StartCallBody } from './bodies';
-import type { Reduce, VoiceStore } from './call-store';
+import type { Reduce, StoredCall, VoiceStore } from './call-store';
 import type { Workflow } from './workflow';
 
 /** A change to a call, as the store keeps it: a checked batch of events, or the call's end. */
@@ -71,10 +71,23 @@ export class VoiceService {
   }
 
   async start(input: StartCallBody) {
-    if (await this.deps.store.monthlyPaused())
-      return { status: 503, body: { reason: 'monthly_cap', message: 'new calls are paused: the monthly voice spend cap is reached' } };
     const c = this.deps.config;
     const at = input.at ? new Date(input.at) : (this.deps.now?.() ?? new Date());
+    if (await this.deps.store.monthlyPaused()) {
+      // Kept (as a voicemail call with the pause reason) so its record can say why it was not answered.
+      await this.deps.store.create({
+        call_id: input.call_id,
+        from: input.from,
+        country: input.country ?? null,
+        started_at: at.toISOString(),
+        ended_at: null,
+        action: 'voicemail',
+        voicemail_reason: 'monthly_cap',
+        state: { ...newCall(), intent: 'voicemail' },
+        version: 0,
+      });
+      return { status: 503, body: { reason: 'monthly_cap', message: 'new calls are paused: the monthly voice spend cap is reached' } };
+    }
     const open = isOpen(this.hours, at, c.meta.timezone);
     const voicemailReason = input.trigger ?? (!open && c.guardrails.after_hours_to_voicemail ? 'after_hours' : null);
     const call = await this.deps.store.create({
@@ -84,6 +97,7 @@ export class VoiceService {
       started_at: at.toISOString(),
       ended_at: null,
       action: voicemailReason ? 'voicemail' : 'answer',
+      ...(voicemailReason ? { voicemail_reason: voicemailReason } : {}),
       state: { ...newCall(), intent: voicemailReason ? 'voicemail' : 'unknown' },
       version: 0,
     });
@@ -168,7 +182,12 @@ export class VoiceService {
     const fresh = call.endedBy === by; // this request's change made the record
     if (fresh && this.deps.afterCall)
       afterCall(call.record!, call, { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log }, body.responses_metered);
-    return { status: 200, body: call.record };
+    return { status: 200, body: call.record, fresh };
+  }
+
+  /** The stored call (null when unknown or expired). */
+  get(id: string): Promise<StoredCall | null> {
+    return this.deps.store.get(id);
   }
 
   async rollup(monthlyUsd: number): Promise<void> {

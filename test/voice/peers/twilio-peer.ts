@@ -139,6 +139,19 @@ export class MediaCall extends EventEmitter {
   }
 }
 
+/** An attribute of the first `<verb>` in a TwiML document, unescaped (null when absent). */
+export function twimlAttr(twiml: string, verb: string, attr: string): string | null {
+  const tag = new RegExp(`<${verb}\\b[^>]*>`).exec(twiml)?.[0];
+  const value = tag ? new RegExp(`\\s${attr}="([^"]*)"`).exec(tag)?.[1] : undefined;
+  return value === undefined
+    ? null
+    : value
+        .replace(/&quot;/g, '"')
+        .replace(/&lt;/g, '<')
+        .replace(/&gt;/g, '>')
+        .replace(/&amp;/g, '&');
+}
+
 export class TwilioPeer {
   readonly updates: Array<{ callSid: string; form: Record<string, string>; at: number }> = [];
   readonly events = new EventEmitter();
@@ -178,6 +191,23 @@ export class TwilioPeer {
     const streamUrl = /<Stream url="([^"]+)"/.exec(twiml)?.[1];
     const parameters = Object.fromEntries([...twiml.matchAll(/<Parameter name="([^"]+)" value="([^"]*)"\/>/g)].map((m) => [m[1], m[2]]));
     return { status: res.status, twiml, stream: streamUrl ? { url: streamUrl, parameters } : null };
+  }
+
+  /**
+   * Twilio calling one of the URLs the gateway named in its TwiML (an absolute URL under
+   * PUBLIC_URL, query included), signed over that URL as Twilio signs it.
+   */
+  async callback(url: string, form: Record<string, string>, signature?: string): Promise<{ status: number; body: string }> {
+    const u = new URL(url);
+    const res = await fetch(`${this.opts.gateway}${u.pathname}${u.search}`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        'x-twilio-signature': signature ?? getExpectedTwilioSignature(this.opts.authToken, url, form),
+      },
+      body: new URLSearchParams(form).toString(),
+    });
+    return { status: res.status, body: await res.text() };
   }
 
   /** Opens the media stream the answer named, on the gateway's loopback port, signed over its wss:// URL. */

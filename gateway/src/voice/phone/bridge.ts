@@ -15,7 +15,10 @@ import type { EventRecord } from '../../../../schema/event-record';
 import type { VoiceService } from '../calls';
 import type { Concierge } from '../config';
 import type { Workflow } from '../workflow';
+import { CallEnds } from './call-ends';
 import { CallSession } from './call-session';
+import { CallStatus } from './call-status';
+import { CALLBACK_PATHS, CallbackUrls } from './callback-urls';
 import type { CallSummary } from './call-types';
 import { MediaStreams } from './media-stream';
 import { phoneSettings, type PhoneSettings } from './settings';
@@ -23,6 +26,7 @@ import { TwilioAuth } from './twilio-auth';
 import { TwilioCalls, type CallControl } from './twilio-calls';
 import { mountTwilioWebhooks } from './twilio-webhook';
 import { DEFAULT_LINES, type Lines } from './twiml';
+import { Voicemail } from './voicemail';
 
 export interface PhoneBridge {
   mount(app: express.Express): void;
@@ -37,7 +41,7 @@ type Log = { info: (m: string) => void; warn: (m: string) => void; error: (m: st
 export interface PhoneBridgeDeps {
   config: Concierge;
   settings: PhoneSettings;
-  voice: Pick<VoiceService, 'start' | 'events' | 'end'>;
+  voice: Pick<VoiceService, 'start' | 'events' | 'end' | 'get'>;
   workflow: Pick<Workflow, 'called'>;
   /** The meter sink chat calls use: one event per realtime response. */
   meter: { send(event: EventRecord): void };
@@ -62,29 +66,43 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
   const calls =
     deps.calls ??
     new TwilioCalls({ apiUrl: settings.twilioApiUrl, accountSid: settings.twilioAccountSid, authToken: settings.twilioAuthToken });
+  const urls = new CallbackUrls(settings.publicUrl);
+  const ends = new CallEnds({ voice: deps.voice, onCallEnded: deps.onCallEnded, log });
+  const voicemail = new Voicemail({ config, urls, lines, workflow: deps.workflow, ends, log });
   const streams: MediaStreams = new MediaStreams({
     auth,
     log,
     create: (start, ws) =>
-      new CallSession(start.callSid, start.streamSid, start.customParameters.from ?? null, ws, {
-        config,
-        settings,
-        voice: deps.voice,
-        workflow: deps.workflow,
-        meter: deps.meter,
-        calls,
-        lines,
-        provider: deps.provider ?? 'openai',
-        tenant: deps.tenant ?? '',
-        log,
-        onEnded: (summary) => {
-          streams.live.delete(summary.call_id);
-          deps.onCallEnded?.(summary);
+      new CallSession(
+        start.callSid,
+        start.streamSid,
+        { from: start.customParameters.from ?? null, to: start.customParameters.to ?? null },
+        ws,
+        {
+          config,
+          settings,
+          voice: deps.voice,
+          workflow: deps.workflow,
+          meter: deps.meter,
+          calls,
+          lines,
+          urls,
+          voicemail,
+          provider: deps.provider ?? 'openai',
+          tenant: deps.tenant ?? '',
+          log,
+          onEnded: (summary) => {
+            streams.live.delete(summary.call_id);
+            // A call handed to voicemail has its record written by the voicemail flow.
+            if (summary.record !== undefined) ends.report(summary);
+          },
         },
-      }),
+      ),
   });
+  const status = new CallStatus({ voice: deps.voice, streams, ends, log });
   return {
-    mount: (app) => mountTwilioWebhooks(app, { auth, voice: deps.voice, streams, mediaUrl: settings.mediaUrl, dial, lines, log }),
+    mount: (app) =>
+      mountTwilioWebhooks(app, { auth, voice: deps.voice, status, voicemail, urls, mediaUrl: settings.mediaUrl, dial, lines, log }),
     upgrade: (req, socket, head) => streams.upgrade(req, socket, head),
     close: () => streams.close(),
     get liveCalls() {
@@ -115,6 +133,7 @@ export function phoneBridgeFromEnv(env: NodeJS.ProcessEnv, deps: Omit<PhoneBridg
     mount: (app) => {
       app.post('/twilio/voice', off);
       app.post('/twilio/status', off);
+      for (const path of Object.values(CALLBACK_PATHS)) app.post(path, off);
     },
     upgrade: () => false,
     close: async () => undefined,

@@ -8,14 +8,14 @@
  * media stream makes Twilio run the answer's fallback (the same line and `<Dial>`).
  */
 import type { CallControl } from './twilio-calls';
-import { transferTwiml, type Lines } from './twiml';
+import { transferTwiml, type DialTarget, type Lines } from './twiml';
 
 export class CallActions {
   constructor(
     private readonly opts: {
       calls: CallControl;
       callSid: string;
-      dial: string | null;
+      dial: DialTarget;
       lines: Lines;
       log: { info: (m: string) => void; error: (m: string) => void };
     },
@@ -26,10 +26,25 @@ export class CallActions {
     const { calls, callSid, dial, lines, log } = this.opts;
     try {
       await calls.redirect(callSid, transferTwiml(lines.transfer, dial, lines.unavailable));
-      log.info(`call ${callSid}: transferred to ${dial ? 'the human number' : 'a closing line (no dial number configured)'} (${reason})`);
+      log.info(
+        `call ${callSid}: transferred to ${dial.number ? 'the human number' : 'a closing line (no dial number configured)'} (${reason})`,
+      );
       return true;
     } catch (error) {
       log.error(`call ${callSid}: the transfer (${reason}) was not taken by Twilio: ${(error as Error).message}`);
+      return false;
+    }
+  }
+
+  /** True when Twilio took the redirect to this TwiML (voicemail). */
+  async redirect(twiml: string, why: string): Promise<boolean> {
+    const { calls, callSid, log } = this.opts;
+    try {
+      await calls.redirect(callSid, twiml);
+      log.info(`call ${callSid}: redirected (${why})`);
+      return true;
+    } catch (error) {
+      log.error(`call ${callSid}: the redirect (${why}) was not taken by Twilio: ${(error as Error).message}`);
       return false;
     }
   }

@@ -15,9 +15,8 @@
  */
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
-import type { EndedReason } from '../../../../schema/call-record';
 import { CallActions } from './call-actions';
-import type { SessionDeps, TwilioMessage } from './call-types';
+import type { EndReason, SessionDeps, TwilioMessage } from './call-types';
 import { writeCallRecord } from './call-record';
 import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
@@ -34,11 +33,15 @@ const CLOSING_LIMIT_MS = 10_000;
 const STOP_WAIT_MS = 10_000;
 const FUNCTIONS_WAIT_MS = 5_000;
 /** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
-const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndedReason[]);
+const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndReason[]);
 
 export class CallSession {
   private phase: 'live' | 'closing' | 'transferring' | 'ended' = 'live';
-  private reason: EndedReason | null = null;
+  private reason: EndReason | null = null;
+  /** The agent's audio reached the caller at least once. */
+  private spoke = false;
+  /** Handed to voicemail (network issue): the voicemail flow writes the record. */
+  private toVoicemail = false;
   private escalated = false;
   private readonly playback = new Playback();
   private readonly feed: GuardFeed;
@@ -61,19 +64,20 @@ export class CallSession {
   constructor(
     readonly callSid: string,
     private readonly streamSid: string,
-    callerNumber: string | null,
+    private readonly numbers: { from: string | null; to: string | null },
     private readonly ws: WebSocket,
     private readonly deps: SessionDeps,
   ) {
     const { config, settings, log } = deps;
-    const dial = config.functions.find((f) => f.dial);
+    const callerNumber = numbers.from;
+    const dial = { number: config.functions.find((f) => f.dial)?.dial ?? null, action: deps.urls.dial(callerNumber) };
     this.feed = new GuardFeed(deps.voice, callSid, (v) => this.verdict(v), log);
-    this.actions = new CallActions({ calls: deps.calls, callSid, dial: dial?.dial ?? null, lines: deps.lines, log });
+    this.actions = new CallActions({ calls: deps.calls, callSid, dial, lines: deps.lines, log });
     this.functions = new FunctionCalls({
       workflow: deps.workflow,
       callId: callSid,
       dialTarget: (name) => config.functions.some((f) => f.name === name && f.dial),
-      onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndedReason) : 'transfer'),
+      onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndReason) : 'transfer'),
       log,
     });
     this.rt = new RealtimeSession({
@@ -106,7 +110,7 @@ export class CallSession {
   }
 
   /** Ends the call (idempotent); the reason already decided, if any, wins. */
-  finish(reason: EndedReason): Promise<void> {
+  finish(reason: EndReason): Promise<void> {
     return (this.ended ??= this.end(reason));
   }
 
@@ -168,6 +172,7 @@ export class CallSession {
     const bytes = base64Bytes(delta);
     if (!bytes) return;
     this.toTwilio(`{"event":"media","streamSid":"${this.streamSid}","media":{"payload":"${delta}"}}`);
+    this.spoke = true;
     this.markIf(this.playback.sent(String(item ?? resp), bytes));
     this.playingResponse = String(resp);
     this.feed.frame('assistant', bytes);
@@ -239,12 +244,29 @@ export class CallSession {
 
   private lost(why: string): void {
     this.failure = why;
-    this.deps.log.error(`call ${this.callSid}: the realtime model is unreachable (${why}); transferring the caller`);
-    if (this.phase === 'closing') this.closing?.done();
-    else void this.transfer('realtime_failure');
+    if (this.phase === 'closing') return this.closing?.done();
+    if (this.spoke) {
+      this.deps.log.error(`call ${this.callSid}: the realtime model is unreachable (${why}); transferring the caller`);
+      return void this.transfer('realtime_failure');
+    }
+    this.deps.log.error(
+      `call ${this.callSid}: the realtime model is unreachable (${why}) before the agent spoke; voicemail (network_issue)`,
+    );
+    void this.voicemail();
   }
 
-  private async transfer(reason: EndedReason): Promise<void> {
+  /** A network issue before the agent could speak: the voicemail intent, as Twilio TwiML. */
+  private async voicemail(): Promise<void> {
+    if (this.phase !== 'live') return;
+    this.phase = 'transferring';
+    this.reason = 'realtime_failure';
+    const twiml = this.deps.voicemail.twiml('network_issue', this.numbers.from);
+    if (await this.actions.redirect(twiml, 'voicemail after a realtime failure')) this.toVoicemail = true;
+    else this.ws.close(1000); // the answer's fallback: a person
+    this.awaitStop();
+  }
+
+  private async transfer(reason: EndReason): Promise<void> {
     if (this.phase !== 'live') return;
     this.phase = 'transferring';
     this.reason = reason;
@@ -294,7 +316,7 @@ export class CallSession {
     this.stopTimer.unref();
   }
 
-  private async end(fallback: EndedReason): Promise<void> {
+  private async end(fallback: EndReason): Promise<void> {
     const reason = this.reason ?? fallback;
     this.phase = 'ended';
     if (this.stopTimer) clearTimeout(this.stopTimer);
@@ -304,7 +326,7 @@ export class CallSession {
     await this.feed.flush();
     await this.functions.idle(FUNCTIONS_WAIT_MS);
     const facts = { functions: this.functions, escalated: this.escalated, reason };
-    const record = await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
+    const record = this.toVoicemail ? undefined : await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
     this.deps.log.info(`call ${this.callSid}: ended (${reason})`);
     this.deps.onEnded({
       call_id: this.callSid,

@@ -7,13 +7,22 @@ import type { Workflow } from '../workflow';
 import type { SaidLine } from './realtime-session';
 import type { PhoneSettings } from './settings';
 import type { CallControl } from './twilio-calls';
+import type { CallbackUrls } from './callback-urls';
 import type { Lines } from './twiml';
+import type { Voicemail } from './voicemail';
+
+/**
+ * Why a phone call ended: the shared record's reasons, and those of the call's edges (the consent
+ * line declined or never answered, voicemail's triggers, the monthly pause, Twilio's statuses).
+ */
+export type EndReason =
+  EndedReason | 'opted_out' | 'no_consent' | 'after_hours' | 'no_answer' | 'monthly_cap' | 'busy' | 'failed' | 'canceled';
 
 export interface CallSummary {
   call_id: string;
-  ended_reason: EndedReason;
-  /** The call record written through the end-of-call path (null if that failed: logged). */
-  record: CallRecord | null;
+  ended_reason: EndReason | string;
+  /** The call record written through the end-of-call path (null if that failed: logged; undefined: left to voicemail). */
+  record: CallRecord | null | undefined;
   transcript: SaidLine[];
   estUsd_at_disconnect: number | null;
   /** Why the realtime side was given up, when it was. */
@@ -24,6 +33,8 @@ export interface SessionDeps {
   config: Concierge;
   settings: PhoneSettings;
   voice: Pick<VoiceService, 'events' | 'end'>;
+  urls: CallbackUrls;
+  voicemail: Pick<Voicemail, 'twiml'>;
   workflow: Pick<Workflow, 'called'>;
   meter: { send(event: EventRecord): void };
   calls: CallControl;

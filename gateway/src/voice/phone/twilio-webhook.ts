@@ -1,27 +1,33 @@
 /**
- * Twilio's webhooks (form-encoded, `X-Twilio-Signature` checked against PUBLIC_URL: invalid or
- * missing → `403` and nothing started):
+ * Twilio's webhooks (form-encoded, `X-Twilio-Signature` checked against PUBLIC_URL + path + query:
+ * invalid or missing → `403` and nothing started):
  *   POST /twilio/voice   an inbound call. The call logic of /v1/voice/calls decides (business
  *                        hours, monthly pause): answer → `<Connect><Stream>` to /twilio/media with
- *                        the call's ticket and number, then the transfer fallback; voicemail or
- *                        monthly pause → a short `<Say>` and `<Hangup>` (their full flows come
- *                        later). If the call logic fails (store down), the caller goes to a person.
- *   POST /twilio/status  the call's status callback: a terminal status ends a live session here.
+ *                        the call's ticket and numbers, then the transfer fallback; after hours or
+ *                        the monthly pause → voicemail (voicemail.ts). If the call logic fails
+ *                        (store down), the caller goes to a person.
+ *   POST /twilio/status  the call's status callback (call-status.ts).
+ *   POST /twilio/voicemail/recorded, /twilio/voicemail/recording, /twilio/dial   the callbacks the
+ *                        gateway names in its TwiML (callback-urls.ts).
  */
 import express from 'express';
 import type { VoiceService } from '../calls';
-import type { MediaStreams } from './media-stream';
+import type { CallStatus } from './call-status';
+import { CALLBACK_PATHS, callbackQuery, isPhone, type CallbackUrls } from './callback-urls';
 import type { TwilioAuth } from './twilio-auth';
-import { answerTwiml, sayAndHangUp, transferTwiml, type Lines } from './twiml';
+import { answerTwiml, hangUpTwiml, transferTwiml, type Lines } from './twiml';
+import type { Voicemail } from './voicemail';
 
 const CALL_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-const PHONE = /^\+?[0-9]{3,16}$/;
-const TERMINAL = new Set(['completed', 'busy', 'failed', 'no-answer', 'canceled']);
+/** How a `<Dial>` ended that means a person took the call. */
+const CONNECTED = new Set(['completed', 'answered']);
 
 export interface WebhookDeps {
   auth: TwilioAuth;
   voice: Pick<VoiceService, 'start'>;
-  streams: MediaStreams;
+  status: CallStatus;
+  voicemail: Voicemail;
+  urls: CallbackUrls;
   mediaUrl: string;
   dial: string | null;
   lines: Lines;
@@ -38,49 +44,82 @@ function signed(auth: TwilioAuth, log: WebhookDeps['log']): express.RequestHandl
 
 const twiml = (res: express.Response, xml: string) => res.status(200).type('text/xml').send(xml);
 
+/** The form's CallSid, or a 400 that names it. */
+function callSidOf(req: express.Request, res: express.Response): string | null {
+  const sid = (req.body as Record<string, unknown>).CallSid;
+  if (typeof sid === 'string' && CALL_ID.test(sid)) return sid;
+  res.status(400).type('text/plain').send('CallSid: expected a Twilio call SID');
+  return null;
+}
+
 export function mountTwilioWebhooks(app: express.Express, deps: WebhookDeps): void {
   const form = express.urlencoded({ extended: false, limit: '64kb' });
   const check = signed(deps.auth, deps.log);
-  const { lines, log } = deps;
+  const { lines, log, urls, voicemail } = deps;
 
   app.post('/twilio/voice', form, check, async (req, res) => {
     const p = req.body as Record<string, unknown>;
-    const callSid = typeof p.CallSid === 'string' ? p.CallSid : '';
-    if (!CALL_ID.test(callSid)) return void res.status(400).type('text/plain').send('CallSid: expected a Twilio call SID');
+    const callSid = callSidOf(req, res);
+    if (!callSid) return;
     const from = typeof p.From === 'string' && p.From ? p.From : 'unknown';
+    const caller = isPhone(from) ? from : null;
     const country = typeof p.FromCountry === 'string' && /^[A-Z]{2}$/.test(p.FromCountry) ? p.FromCountry : undefined;
+    const dial = { number: deps.dial, action: urls.dial(caller) };
     let out: Awaited<ReturnType<WebhookDeps['voice']['start']>>;
     try {
       out = await deps.voice.start({ call_id: callSid, from, ...(country ? { country } : {}) });
     } catch (error) {
       log.error(`call ${callSid}: the call logic failed (${(error as Error).message}); transferring the caller`);
-      return void twiml(res, transferTwiml(lines.transfer, deps.dial, lines.unavailable));
+      return void twiml(res, transferTwiml(lines.transfer, dial, lines.unavailable));
     }
     if (out.status === 503) {
-      log.info(`call ${callSid}: not answered: new calls are paused (monthly_cap)`);
-      return void twiml(res, sayAndHangUp(lines.monthlyPause));
+      log.info(`call ${callSid}: not bridged: new calls are paused (monthly_cap); voicemail offered`);
+      return void twiml(res, voicemail.twiml('monthly_cap', caller));
     }
     if ('action' in out.body && out.body.action === 'voicemail') {
-      log.info(`call ${callSid}: voicemail (${out.body.reason ?? 'after_hours'})`);
-      return void twiml(res, sayAndHangUp(lines.voicemail));
+      const reason = out.body.reason === 'no_answer' || out.body.reason === 'network_issue' ? out.body.reason : 'after_hours';
+      log.info(`call ${callSid}: voicemail (${reason})`);
+      return void twiml(res, voicemail.twiml(reason, caller));
     }
     const parameters: Record<string, string> = { ticket: deps.auth.ticket(callSid) };
-    if (PHONE.test(from)) parameters.from = from;
+    if (caller) parameters.from = caller;
+    if (isPhone(p.To)) parameters.to = p.To;
     log.info(`call ${callSid}: answered; media stream requested`);
     twiml(
       res,
-      answerTwiml({
-        mediaUrl: deps.mediaUrl,
-        parameters,
-        fallback: { line: lines.transfer, dial: deps.dial, unavailable: lines.unavailable },
-      }),
+      answerTwiml({ mediaUrl: deps.mediaUrl, parameters, fallback: { line: lines.transfer, dial, unavailable: lines.unavailable } }),
     );
   });
 
-  app.post('/twilio/status', form, check, (req, res) => {
+  app.post('/twilio/status', form, check, async (req, res) => {
     const p = req.body as Record<string, unknown>;
-    const session = typeof p.CallSid === 'string' ? deps.streams.live.get(p.CallSid) : undefined;
-    if (session && typeof p.CallStatus === 'string' && TERMINAL.has(p.CallStatus)) void session.finish('caller_hangup');
+    const callSid = callSidOf(req, res);
+    if (!callSid) return;
+    await deps.status.update(callSid, typeof p.CallStatus === 'string' ? p.CallStatus : '');
+    res.status(204).end();
+  });
+
+  app.post(CALLBACK_PATHS.dial, form, check, (req, res) => {
+    const callSid = callSidOf(req, res);
+    if (!callSid) return;
+    const status = String((req.body as Record<string, unknown>).DialCallStatus ?? '');
+    if (CONNECTED.has(status)) return void twiml(res, hangUpTwiml());
+    log.info(`call ${callSid}: the transfer ended ${status || 'without a status'}; voicemail`);
+    twiml(res, voicemail.twiml('no_answer', callbackQuery(req.query).from));
+  });
+
+  app.post(CALLBACK_PATHS.recorded, form, check, async (req, res) => {
+    const callSid = callSidOf(req, res);
+    if (!callSid) return;
+    const { reason } = callbackQuery(req.query);
+    twiml(res, await voicemail.recorded(callSid, reason ?? 'after_hours', req.body as Record<string, unknown>));
+  });
+
+  app.post(CALLBACK_PATHS.recording, form, check, async (req, res) => {
+    const callSid = callSidOf(req, res);
+    if (!callSid) return;
+    const { reason, from } = callbackQuery(req.query);
+    await voicemail.recording(callSid, reason ?? 'after_hours', from, req.body as Record<string, unknown>);
     res.status(204).end();
   });
 }

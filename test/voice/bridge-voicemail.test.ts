@@ -1,0 +1,232 @@
+// The call's edges that end in voicemail, through the bridge with the local Twilio and realtime
+// peers: after hours, the monthly pause (no realtime connection), a realtime failure before the
+// agent spoke (network issue), a transfer nobody answered; then Twilio's callbacks, each signed
+// over the absolute URL the TwiML named, and the status callback that closes what is left, once.
+import { afterEach, describe, expect, it } from 'vitest';
+import { ACCOUNT_SID, bridgeStack, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
+import { assistantAudio, brain, speak } from './peers/script';
+import { twimlAttr } from './peers/twilio-peer';
+import { until } from './peers/wait';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+const CALLER = '+351910000001';
+const form = (callSid: string) => ({ CallSid: callSid, AccountSid: ACCOUNT_SID, From: CALLER, To: '+351210000000', CallStatus: 'ringing' });
+const RECORDING = (sid: string) => `https://api.twilio.com/2010-04-01/Accounts/${ACCOUNT_SID}/Recordings/${sid}`;
+
+/** A day and hour when the business is closed (three days from today, Lisbon time). */
+function closedHours(): string {
+  const today = new Intl.DateTimeFormat('en', { weekday: 'short', timeZone: 'Europe/Lisbon' }).format(new Date());
+  const days = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+  return `${days[(days.indexOf(today) + 3) % 7]} 10:00-11:00`;
+}
+
+/** Twilio's side of a recorded message: the <Record> action, then the recording status callback. */
+async function leaveMessage(st: BridgeStack, callSid: string, twiml: string, recordingSid = 'RE0001') {
+  const action = twimlAttr(twiml, 'Record', 'action')!;
+  const callback = twimlAttr(twiml, 'Record', 'recordingStatusCallback')!;
+  const recorded = await st.twilio.callback(action, {
+    CallSid: callSid,
+    AccountSid: ACCOUNT_SID,
+    RecordingUrl: RECORDING(recordingSid),
+    RecordingDuration: '7',
+  });
+  const ready = {
+    CallSid: callSid,
+    AccountSid: ACCOUNT_SID,
+    RecordingSid: recordingSid,
+    RecordingUrl: RECORDING(recordingSid),
+    RecordingStatus: 'completed',
+    RecordingDuration: '7',
+    RecordingStartTime: 'Mon, 23 Nov 2026 22:01:02 +0000',
+  };
+  const stored = await st.twilio.callback(callback, ready);
+  return { recorded, stored, ready, callback };
+}
+
+const voicemailPosts = (st: BridgeStack) => st.hooks.seen.filter((r) => r.path === '/route_to_voicemail');
+
+describe('phone bridge edges: voicemail', () => {
+  it('after hours: the privacy notice and <Record> with both callbacks under PUBLIC_URL; the recording reaches route_to_voicemail once; one record', async () => {
+    s = await bridgeStack((c) => (c.meta.business_hours_local = closedHours()));
+    const answer = await s.twilio.placeCall(form('CA0701'));
+    expect(answer.stream).toBeNull();
+    expect(answer.twiml).toContain('stored only so that we can call you back'); // the privacy notice
+    const callback = twimlAttr(answer.twiml, 'Record', 'recordingStatusCallback')!;
+    expect(callback).toBe(`${PUBLIC_URL}/twilio/voicemail/recording?reason=after_hours&from=%2B351910000001`);
+    expect(twimlAttr(answer.twiml, 'Record', 'action')).toBe(
+      `${PUBLIC_URL}/twilio/voicemail/recorded?reason=after_hours&from=%2B351910000001`,
+    );
+    expect(answer.twiml).toMatch(/<Record [^>]+\/><Say>[^<]+<\/Say><Hangup\/><\/Response>$/); // nothing recorded: thanks, never silence
+
+    const { recorded, stored, ready } = await leaveMessage(s, 'CA0701', answer.twiml);
+    expect(recorded.status).toBe(200);
+    expect(recorded.body).toMatch(/<Say>Thank you. We will call you back. Goodbye.<\/Say><Hangup\/>/);
+    expect(stored.status).toBe(204);
+    expect(voicemailPosts(s).map((r) => r.body)).toEqual([
+      expect.objectContaining({
+        call_id: 'CA0701',
+        function: 'route_to_voicemail',
+        args: { transcript: '', phone: CALLER, utc: '2026-11-23T22:01:02.000Z', recording_url: `${RECORDING('RE0001')}.mp3` },
+      }),
+    ]);
+    expect(s.records).toEqual([
+      expect.objectContaining({ call_id: 'CA0701', outcome: 'voicemail_left', intent_primary: 'voicemail', ended_reason: 'after_hours' }),
+    ]);
+    // Twilio sends the callback again, then the call's completed status: nothing happens twice.
+    expect((await s.twilio.callback(callback, ready)).status).toBe(204);
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0701', CallStatus: 'completed' })).status).toBe(204);
+    expect(voicemailPosts(s)).toHaveLength(1);
+    expect(s.records).toHaveLength(1);
+    expect(s.ended.map((e) => e.call_id)).toEqual(['CA0701']);
+  });
+
+  it('every callback is signature-checked over its full URL: forged, or with its query changed → 403 and nothing routed', async () => {
+    s = await bridgeStack((c) => (c.meta.business_hours_local = closedHours()));
+    const answer = await s.twilio.placeCall(form('CA0702'));
+    const callback = twimlAttr(answer.twiml, 'Record', 'recordingStatusCallback')!;
+    const ready = { CallSid: 'CA0702', RecordingUrl: RECORDING('RE2'), RecordingStatus: 'completed' };
+    expect((await s.twilio.callback(callback, ready, 'forged')).status).toBe(403);
+    // Signed for one URL, sent to another (another caller's number in the query).
+    const { getExpectedTwilioSignature } = await import('twilio/lib/webhooks/webhooks.js');
+    const signature = getExpectedTwilioSignature('twilio-test-auth-token', callback, ready);
+    expect((await s.twilio.callback(callback.replace('910000001', '910000009'), ready, signature)).status).toBe(403);
+    for (const path of ['/twilio/voicemail/recorded', '/twilio/dial', '/twilio/status'])
+      expect(
+        (await s.twilio.callback(`${PUBLIC_URL}${path}`, { CallSid: 'CA0702', DialCallStatus: 'busy', CallStatus: 'completed' }, 'x'))
+          .status,
+      ).toBe(403);
+    expect(voicemailPosts(s)).toEqual([]);
+    expect(s.records).toEqual([]);
+  });
+
+  it('the monthly cap: no realtime connection; a short line offers voicemail; the record says monthly_cap, message or not', async () => {
+    s = await bridgeStack();
+    await s.voice.rollup(1_000_000);
+    const answer = await s.twilio.placeCall(form('CA0703'));
+    expect(answer.stream).toBeNull();
+    expect(answer.twiml).toContain('If you like, leave a message after the tone');
+    expect(twimlAttr(answer.twiml, 'Record', 'recordingStatusCallback')).toContain('reason=monthly_cap');
+    await leaveMessage(s, 'CA0703', answer.twiml);
+    // A second caller hangs up without a message: the status callback writes the record.
+    const quiet = await s.twilio.placeCall(form('CA0704'));
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0704', CallStatus: 'completed' })).status).toBe(204);
+    expect(quiet.stream).toBeNull();
+    expect(s.realtime.attempts).toBe(0);
+    expect(s.records.map((r) => [r.call_id, r.outcome, r.ended_reason])).toEqual([
+      ['CA0703', 'voicemail_left', 'monthly_cap'],
+      ['CA0704', 'abandoned', 'monthly_cap'],
+    ]);
+  });
+
+  it('a realtime failure before the agent spoke: the live call is redirected to voicemail (network_issue); its record comes from the voicemail', async () => {
+    s = await bridgeStack();
+    s.realtime.refuse = true;
+    const call = await s.twilio.call('CA0705');
+    const update = await until<{ form: Record<string, string> }>(s.twilio.events, 'update');
+    expect(s.realtime.attempts).toBe(2); // one more attempt, then voicemail
+    expect(update.form.Twiml).toContain('having trouble on our side');
+    expect(twimlAttr(update.form.Twiml, 'Record', 'recordingStatusCallback')).toContain('reason=network_issue');
+    await until(call, 'closed');
+    await leaveMessage(s, 'CA0705', update.form.Twiml);
+    await s.endOf('CA0705');
+    expect(s.records).toEqual([
+      expect.objectContaining({ call_id: 'CA0705', outcome: 'voicemail_left', ended_reason: 'realtime_failure' }),
+    ]);
+    expect(voicemailPosts(s)).toHaveLength(1);
+  });
+
+  it('after the agent spoke, a realtime failure still goes to a person, whose <Dial> names its action', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    await s.twilio.call('CA0706');
+    const conn = await until<any>(s.realtime, 'connection');
+    await until(s.twilio.calls.get('CA0706')!, 'media');
+    s.realtime.refuse = true;
+    conn.drop();
+    const update = await until<{ form: Record<string, string> }>(s.twilio.events, 'update');
+    expect(update.form.Twiml).toContain('<Dial');
+    expect(twimlAttr(update.form.Twiml, 'Dial', 'action')).toBe(`${PUBLIC_URL}/twilio/dial?from=%2B351910000001`);
+    expect((await s.endOf('CA0706')).record).toMatchObject({ ended_reason: 'realtime_failure', escalated: true });
+  });
+
+  it('a transfer nobody takes (busy, no-answer, failed) ends in voicemail, never silence; one that connected hangs up after', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({
+      turns: [{ call: { name: 'escalate_to_human', args: { reason: 'caller_request', transcript: '', phone: CALLER } } }],
+    });
+    const call = await s.twilio.call('CA0707');
+    await until(call, 'media'); // the greeting
+    speak(call);
+    const update = await until<{ form: Record<string, string> }>(s.twilio.events, 'update');
+    const action = twimlAttr(update.form.Twiml, 'Dial', 'action')!;
+    // The answer's own fallback <Dial> names it too.
+    const answer = await s.twilio.placeCall(form('CA0708'));
+    expect(twimlAttr(answer.twiml, 'Dial', 'action')).toBe(action);
+    for (const status of ['busy', 'no-answer', 'failed']) {
+      const after = await s.twilio.callback(action, { CallSid: 'CA0707', DialCallStatus: status });
+      expect(after.status).toBe(200);
+      expect(after.body).toContain('nobody from our team is free');
+      expect(twimlAttr(after.body, 'Record', 'recordingStatusCallback')).toBe(
+        `${PUBLIC_URL}/twilio/voicemail/recording?reason=no_answer&from=%2B351910000001`,
+      );
+    }
+    expect((await s.twilio.callback(action, { CallSid: 'CA0707', DialCallStatus: 'completed' })).body).toMatch(
+      /<Response><Hangup\/><\/Response>$/,
+    );
+    // The record was written when the stream ended (the transfer); the voicemail still reaches the back office.
+    expect((await s.endOf('CA0707')).record).toMatchObject({ escalated: true, ended_reason: 'caller_request' });
+    const { stored } = await leaveMessage(
+      s,
+      'CA0707',
+      (await s.twilio.callback(action, { CallSid: 'CA0707', DialCallStatus: 'busy' })).body,
+    );
+    expect(stored.status).toBe(204);
+    expect(voicemailPosts(s)).toHaveLength(1);
+    expect(s.records.filter((r) => r.call_id === 'CA0707')).toHaveLength(1);
+  });
+});
+
+describe('phone bridge edges: the status callback', () => {
+  it('a call answered whose stream never came: completed writes the record once; a late status or stream end writes nothing more', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const answer = await s.twilio.placeCall(form('CA0709'));
+    const status = (CallStatus: string) => s!.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0709', CallStatus });
+    expect((await status('completed')).status).toBe(204);
+    expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0709', outcome: 'abandoned', ended_reason: 'caller_hangup' })]);
+    expect((await status('completed')).status).toBe(204);
+    // A stream that turns up late and ends.
+    const late = await s.twilio.openStream('CA0709', answer);
+    await until(s.realtime, 'connection');
+    late.hangUp();
+    // Its session is gone once its end ran (record asked for, summary offered).
+    await new Promise<void>((r) => {
+      const check = () => (s!.bridge.liveCalls === 0 ? r() : setTimeout(check, 20));
+      check();
+    });
+    expect(s.logs.filter((l) => l.includes('call CA0709: ended'))).toHaveLength(2); // the status callback's, then the stream's
+    expect(s.records).toHaveLength(1);
+    expect(s.ended.map((e) => e.call_id)).toEqual(['CA0709']);
+  });
+
+  it('busy, failed, no-answer and canceled close a live session with that reason', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({ greeting: { audio: assistantAudio(200), transcript: 'Hi.' } });
+    for (const [sid, st, reason] of [
+      ['CA0710', 'failed', 'failed'],
+      ['CA0711', 'no-answer', 'no_answer'],
+      ['CA0712', 'canceled', 'canceled'],
+      ['CA0713', 'busy', 'busy'],
+    ]) {
+      await s.twilio.call(sid);
+      await until(s.realtime, 'connection');
+      expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: sid, CallStatus: st })).status).toBe(204);
+      expect((await s.endOf(sid)).record).toMatchObject({ call_id: sid, ended_reason: reason });
+    }
+  });
+});
