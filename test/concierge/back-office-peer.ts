@@ -18,15 +18,15 @@ export class BackOfficePeer {
   private readonly office = backOffice();
   /** Every request the back office answered, in order. */
   readonly deliveries: Delivery[] = [];
-  /** Recordings Twilio holds, by URL (the back office fetches them). */
-  readonly recordings = new Map<string, Buffer>();
+  /** Recordings Twilio holds, by URL (the back office fetches them); as base64 text, since the fake services carry text. */
+  readonly recordings = new Map<string, string>();
   private server!: Server;
   url = '';
 
   constructor(private readonly now: () => number) {
     this.office.platform.urlFetch.respond = (req) => {
-      const bytes = this.recordings.get(req.url) ?? this.recordings.get(req.url.replace(/\.mp3$/, ''));
-      return bytes ? { code: 200, body: bytes.toString('latin1') } : { code: 404 };
+      const body = this.recordings.get(req.url) ?? this.recordings.get(req.url.replace(/\.mp3$/, ''));
+      return body ? { code: 200, body } : { code: 404 };
     };
   }
 
@@ -77,9 +77,9 @@ export class BackOfficePeer {
     return this.office.platform.calendar.live().length;
   }
 
-  /** Files of the voicemail folder: name and size. */
-  voicemails(): Array<{ name: string; bytes: number }> {
+  /** Files of the voicemail folder: name and content. */
+  voicemails(): Array<{ name: string; content: string }> {
     const folder = this.office.platform.drive.folders.find((f) => f.name === 'voicemail');
-    return (folder?.files ?? []).map((f) => ({ name: f.getName(), bytes: f.content.length }));
+    return (folder?.files ?? []).map((f) => ({ name: f.getName(), content: f.content }));
   }
 }

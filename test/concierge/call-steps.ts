@@ -4,7 +4,7 @@ import { guardConfig } from '../../gateway/src/voice/spend-guard';
 import type { Reply, RtConn } from '../voice/peers/realtime-peer';
 import { assistantAudio } from '../voice/peers/script';
 import { pass, type Row } from './config-steps';
-import { ANSWER_BOUND, DrillCall, drillBrain, eventually, nextInstant } from './drill-calls';
+import { ANSWER_BOUND, dialed, DrillCall, drillBrain, eventually, nextInstant } from './drill-calls';
 import type { DrillStack } from './drill-stack';
 
 /** The most output audio one realtime response can carry (its `max_output_tokens` ceiling). */
@@ -78,12 +78,11 @@ async function turnCap(s: DrillStack): Promise<{ ok: boolean; text: string }> {
   const call = await DrillCall.place(s, 'CAdrill04turns', '+351910000014');
   const { summary } = await call.drive(ANSWER_BOUND);
   const redirect = call.updates().find((u) => u.Twiml);
-  const dial = redirect ? (/<Dial>([^<]+)<\/Dial>/.exec(redirect.Twiml)?.[1] ?? 'a closing line (no dial number)') : null;
   const ok = summary.ended_reason === 'turn_cap' && summary.record?.escalated === true && redirect !== undefined;
   return {
     ok,
     text: ok
-      ? `max_turns ${cap}: escalated at answer ${summary.record?.turns} (Twilio redirected to ${dial}; ended_reason turn_cap)`
+      ? `max_turns ${cap}: escalated at answer ${summary.record?.turns} (Twilio redirected to ${dialed(redirect?.Twiml)}; ended_reason turn_cap)`
       : `max_turns ${cap}: NOT reached; the call ended ${summary.ended_reason} after ${summary.record?.turns ?? '?'} answer(s)`,
   };
 }
@@ -187,7 +186,7 @@ export async function lowConfidenceStep(s: DrillStack): Promise<Row> {
   const ok = afterFirst === 0 && escalated && summary.ended_reason === 'low_confidence' && redirect !== undefined;
   return {
     step: '7. Low confidence twice escalates',
-    measured: `two transcripts at confidence ${confidence.toFixed(3)} (min_confidence ${guard.minConfidence}): after the first ${afterFirst ? 'ESCALATED already' : 'the call went on'}; after the second ${escalated ? `Twilio redirected (${/<Dial>([^<]+)<\/Dial>/.exec(redirect?.Twiml ?? '')?.[1] ?? 'no <Dial>'})` : 'NOT escalated'}; ended_reason ${summary.ended_reason}`,
+    measured: `two transcripts at confidence ${confidence.toFixed(3)} (min_confidence ${guard.minConfidence}): after the first ${afterFirst ? 'ESCALATED already' : 'the call went on'}; after the second ${escalated ? `Twilio redirected (${dialed(redirect?.Twiml)})` : 'NOT escalated'}; ended_reason ${summary.ended_reason}`,
     target: 'not after one low-confidence transcript; escalated to a person after the second, reason low_confidence',
     status: pass(ok),
   };

@@ -107,6 +107,11 @@ export class DrillCall {
   }
 }
 
+/** The number a transfer's TwiML dials, or a note that it dials none. */
+export function dialed(twiml: string | undefined): string {
+  return /<Dial\b[^>]*>([^<]+)<\/Dial>/.exec(twiml ?? '')?.[1] ?? 'no <Dial>: a closing line';
+}
+
 /** Polls a condition (the back office is reached asynchronously) until it holds or `ms` pass. */
 export async function eventually(check: () => boolean, ms = 10_000): Promise<boolean> {
   const end = Date.now() + ms;

@@ -68,7 +68,7 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
   // Twilio has recorded the caller's message: it posts the recording's status to the callback.
   const recordingSid = 'REdrill0000000000000000000000008';
   const recordingUrl = `https://api.twilio.com/2010-04-01/Accounts/${ACCOUNT_SID}/Recordings/${recordingSid}`;
-  const message = voiced(3000, 120);
+  const message = voiced(3000, 120).toString('base64');
   s.backOffice.recordings.set(recordingUrl, message);
   // The caller finishes: Twilio asks the <Record action> (if any) what comes next, then posts the
   // recording's status to the recordingStatusCallback once the file is ready.
@@ -104,7 +104,7 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
     status.status < 300 &&
     delivery?.reply.ok === true &&
     args.phone === from &&
-    file?.bytes === message.length &&
+    file?.content === message &&
     task?.type === 'Callback: Voicemail' &&
     dueIn === DAY_MS;
   return {
@@ -116,7 +116,7 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
       delivery
         ? `route_to_voicemail sent (phone ${String(args.phone)}, utc ${String(args.utc ?? '?')}) → ${delivery.reply.ok ? 'ok' : `refused: ${String(delivery.reply.error)}`}`
         : 'route_to_voicemail NEVER sent',
-      file ? `voicemail/${file.name} (${file.bytes} bytes of ${message.length})` : 'no recording saved',
+      file ? `voicemail/${file.name} (${file.content === message ? 'the recording' : 'NOT the recording'})` : 'no recording saved',
       task ? `task '${String(task.type)}' due ${String(task.due_at)} (${(dueIn / 3_600_000).toFixed(1)} h later)` : 'no task',
     ].join('; '),
     target,

@@ -33,7 +33,8 @@ export function transcripts(s: DrillStack): string {
   return s.ended
     .map((c) => {
       const lines = c.transcript.map((l) => `    ${l.speaker === 'user' ? 'caller   ' : 'assistant'}  ${l.text}`);
-      return [`  ${c.call_id} (${c.ended_reason}, outcome ${c.record?.outcome ?? '?'})`, ...lines].join('\n');
+      const said = lines.length ? lines : ['    (no conversation)'];
+      return [`  ${c.call_id} (${c.ended_reason}, outcome ${c.record?.outcome ?? '?'})`, ...said].join('\n');
     })
     .join('\n');
 }
