@@ -4,18 +4,11 @@ import { guardConfig } from '../../gateway/src/voice/spend-guard';
 import type { Reply, RtConn } from '../voice/peers/realtime-peer';
 import { assistantAudio } from '../voice/peers/script';
 import { pass, type Row } from './config-steps';
-import { ANSWER_BOUND, dialed, DrillCall, drillBrain, eventually, nextInstant } from './drill-calls';
+import { ANSWER_BOUND, dialed, DrillCall, drillBrain, eventually, openHours } from './drill-calls';
 import type { DrillStack } from './drill-stack';
 
 /** The most output audio one realtime response can carry (its `max_output_tokens` ceiling). */
 const MAX_ANSWER_TOKENS = 4096;
-
-/** At an open hour, or an error that says why the drill cannot answer a call. */
-function openHours(s: DrillStack): void {
-  const at = nextInstant(s.config, true);
-  if (at === null) throw new Error(`meta.business_hours_local "${s.config.meta.business_hours_local}" is never open: no call is answered`);
-  s.clock.moveTo(at);
-}
 
 /** The caller is heard clearly every turn (so no confidence rule interferes with the caps). */
 function clearCaller(s: DrillStack): void {
@@ -134,12 +127,12 @@ export async function replayStep(s: DrillStack): Promise<Row> {
     'client',
     (e: any) => e.type === 'conversation.item.create' && e.item?.type === 'function_call_output' && outputs.push(e.item.output),
   );
+  await call.greeted();
   for (let turn = 1; turn <= 2; turn++) {
-    await call.heard();
     call.speak();
-    await eventually(() => outputs.length >= turn);
+    await call.answered(1 + 2 * turn); // the function call, then the answer with its output
+    await call.heard();
   }
-  await call.heard();
   call.call.hangUp();
   const { record } = await call.ended();
   const sent = s.backOffice.deliveries.filter(
@@ -173,7 +166,7 @@ export async function lowConfidenceStep(s: DrillStack): Promise<Row> {
   ];
   s.realtime.brain = drillBrain({});
   const call = await DrillCall.place(s, 'CAdrill07unsure', '+351910000007');
-  await call.heard();
+  await call.greeted();
   call.speak();
   await call.answered(2);
   const afterFirst = call.updates().length;

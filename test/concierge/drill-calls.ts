@@ -24,6 +24,13 @@ export function nextInstant(config: Concierge, open: boolean): number | null {
   return null;
 }
 
+/** Moves the drill's clock to an open hour, or throws saying why no call can be answered. */
+export function openHours(s: DrillStack): void {
+  const at = nextInstant(s.config, true);
+  if (at === null) throw new Error(`meta.business_hours_local "${s.config.meta.business_hours_local}" is never open: no call is answered`);
+  s.clock.moveTo(at);
+}
+
 /**
  * The drill's model: the script's replies, with the greeting's transcript set to the line the
  * gateway asked for (the consent line), so the transcripts read as the call went.
@@ -70,6 +77,12 @@ export class DrillCall {
     return c.playedBytes === c.receivedBytes
       ? Promise.resolve()
       : until(c, 'frame', () => c.playedBytes === c.receivedBytes || c.closed, 'the answer heard');
+  }
+
+  /** Resolves once the greeting (the consent line) has been said and heard. */
+  async greeted(): Promise<void> {
+    await this.answered(1);
+    await this.heard();
   }
 
   /** The caller says something and pauses (the model's VAD ends the turn). */
