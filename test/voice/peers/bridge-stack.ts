@@ -72,7 +72,10 @@ export interface BridgeStack {
   close(): Promise<void>;
 }
 
-export async function bridgeStack(change: (c: Concierge) => void = () => undefined): Promise<BridgeStack> {
+export async function bridgeStack(
+  change: (c: Concierge) => void = () => undefined,
+  opts: { consentWaitMs?: number } = {},
+): Promise<BridgeStack> {
   const [realtime, hooks, observe] = await Promise.all([new RealtimePeer().start(), new Target().start(), new Target().start()]);
   const config = filled();
   config.meta.business_hours_local = 'Mon-Sun 00:00-24:00';
@@ -133,6 +136,7 @@ export async function bridgeStack(change: (c: Concierge) => void = () => undefin
     meter: { send: (e) => meterEvents.push(e) },
     log,
     tenant: 'acme-dental',
+    ...opts,
     onCallEnded: (s) => (ended.push(s), events.emit('ended', s)),
   });
   bridge.mount(app);

@@ -31,6 +31,8 @@ export interface BrainContext {
   instructions?: string;
   /** The caller's transcript that ended the turn (for `turn`). */
   heard?: string;
+  /** The client's `response.metadata` (for `create`), echoed in the response's events. */
+  metadata?: Record<string, string> | null;
 }
 
 export interface Heard {
@@ -87,7 +89,7 @@ export class RtConn extends EventEmitter {
       case 'input_audio_buffer.append':
         return this.audio(Buffer.from(e.audio, 'base64'));
       case 'response.create':
-        return void this.respond({ trigger: 'create', instructions: e.response?.instructions });
+        return void this.respond({ trigger: 'create', instructions: e.response?.instructions, metadata: e.response?.metadata ?? null });
       case 'response.cancel':
         if (this.active) this.active.cancelled = true;
         return;
@@ -125,7 +127,11 @@ export class RtConn extends EventEmitter {
   private vad(frame: Buffer): void {
     this.inboundBytes += frame.length;
     const at = this.inboundBytes / 8;
-    const td = this.session?.audio?.input?.turn_detection as { silence_duration_ms?: number; interrupt_response?: boolean } | null;
+    const td = this.session?.audio?.input?.turn_detection as {
+      silence_duration_ms?: number;
+      interrupt_response?: boolean;
+      create_response?: boolean;
+    } | null;
     if (!td) return;
     if (energy(frame) > VOICED) {
       this.silentBytes = 0;
@@ -155,7 +161,8 @@ export class RtConn extends EventEmitter {
       logprobs,
       usage: { type: 'duration', seconds: 1 },
     });
-    void this.respond({ trigger: 'turn', heard: heard.text });
+    // Like the API: with create_response false the turn is committed and transcribed, not answered.
+    if (td.create_response !== false) void this.respond({ trigger: 'turn', heard: heard.text });
   }
 
   private async respond(ctx: Omit<BrainContext, 'conn'>): Promise<void> {
@@ -170,7 +177,8 @@ export class RtConn extends EventEmitter {
     const id = `resp_${++this.seq}`;
     const me = { id, cancelled: false };
     this.active = me;
-    this.send({ type: 'response.created', response: { id, object: 'realtime.response', status: 'in_progress', output: [] } });
+    const metadata = ctx.metadata ?? null;
+    this.send({ type: 'response.created', response: { id, object: 'realtime.response', status: 'in_progress', output: [], metadata } });
     if (reply.delayMs) await new Promise((r) => setTimeout(r, reply.delayMs));
     const output = reply.call ? [this.functionCall(id, reply.call)] : [await this.speak(id, me, reply)];
     const outMs = (reply.audio?.length ?? 0) / 8;
@@ -183,7 +191,7 @@ export class RtConn extends EventEmitter {
     };
     if (this.active === me) this.active = null;
     const status = me.cancelled ? 'cancelled' : 'completed';
-    this.send({ type: 'response.done', response: { id, object: 'realtime.response', status, output, usage } });
+    this.send({ type: 'response.done', response: { id, object: 'realtime.response', status, output, usage, metadata } });
   }
 
   private functionCall(responseId: string, call: { name: string; args: Record<string, unknown> }) {
@@ -245,14 +253,14 @@ export class RealtimePeer extends EventEmitter {
   chunkBytes = 800;
   paceMs = 0;
   brain: (ctx: BrainContext) => Reply | null = () => null;
-  /** What the transcription hears for each caller turn, in order (then "hello", clearly). */
+  /** What the transcription hears for each caller turn, in order (then "yes, hello", clearly: a caller who agrees to the consent line). */
   heardQueue: Heard[] = [];
   private server!: Server;
   private wss!: WebSocketServer;
   url = '';
 
   hear(_conn: RtConn): Heard {
-    return this.heardQueue.shift() ?? { text: 'hello', logprob: -0.05 };
+    return this.heardQueue.shift() ?? { text: 'yes, hello', logprob: -0.05 };
   }
 
   async start(): Promise<this> {

@@ -9,6 +9,8 @@ export const assistantAudio = (ms: number) => voiced(ms, 210, 7000);
 
 export interface Script {
   greeting?: Reply;
+  /** The consent line said again (default: the greeting). */
+  repeat?: Reply;
   /** One reply per caller turn, in order (then a short answer). */
   turns?: Reply[];
   /** After function outputs (the client's plain response.create). */
@@ -22,6 +24,8 @@ export function brain(script: Script): (ctx: BrainContext) => Reply | null {
     if (ctx.trigger === 'create') {
       if (ctx.instructions?.startsWith('Greet'))
         return script.greeting ?? { audio: assistantAudio(300), transcript: 'Hello, this is an AI assistant.' };
+      if (ctx.instructions?.startsWith('Repeat'))
+        return script.repeat ?? script.greeting ?? { audio: assistantAudio(300), transcript: 'This is an AI assistant.' };
       if (ctx.instructions?.startsWith('Say this')) return script.closing ?? { audio: assistantAudio(500), transcript: 'Goodbye.' };
       return script.afterOutput ?? { audio: assistantAudio(300), transcript: 'Done.' };
     }

@@ -52,6 +52,8 @@ export interface PhoneBridgeDeps {
   /** Call control; Twilio's REST API by default. */
   calls?: CallControl;
   lines?: Partial<Lines>;
+  /** How long a caller has to answer the consent line (8 s). */
+  consentWaitMs?: number;
   /** After each call's record is written (tests, drills, transcripts review). */
   onCallEnded?: (summary: CallSummary) => void;
 }
@@ -91,6 +93,7 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
           provider: deps.provider ?? 'openai',
           tenant: deps.tenant ?? '',
           log,
+          ...(deps.consentWaitMs ? { consentWaitMs: deps.consentWaitMs } : {}),
           onEnded: (summary) => {
             streams.live.delete(summary.call_id);
             // A call handed to voicemail has its record written by the voicemail flow.

@@ -8,6 +8,8 @@
  *   `output_audio.delta` → Twilio `media` at once, bytes unchanged, then a `mark` (see playback.ts)
  *   caller speaks over the assistant → Twilio `clear` + `conversation.item.truncate` at what was heard
  *   end of caller speech → first audio of the answer: the TTFB the guard checks against the budget
+ *   consent           the opening line first (no model turn before it), then the caller's answer
+ *                     decides (consent.ts): repeated, declined (told, ended, tagged) or agreed
  *   caller transcript → the guard, with its confidence (confidence.ts)
  *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
  *   guard: escalate   → transfer to a person; disconnect → closing line, then the call is completed
@@ -16,11 +18,13 @@
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
 import { CallActions } from './call-actions';
+import { ConsentGate } from './consent';
 import type { EndReason, SessionDeps, TwilioMessage } from './call-types';
 import { writeCallRecord } from './call-record';
 import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
 import { GuardFeed, type Verdict } from './guard-feed';
+import { tagOptedOut } from './opt-out';
 import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
 import type { RealtimeServerMessage } from './realtime-link';
@@ -32,6 +36,9 @@ const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const CLOSING_LIMIT_MS = 10_000;
 const STOP_WAIT_MS = 10_000;
 const FUNCTIONS_WAIT_MS = 5_000;
+const CONSENT_WAIT_MS = 8_000;
+/** What the bridge's own responses carry in `metadata.bridge`, so their events are told from the model's turns. */
+type Purpose = 'consent' | 'closing';
 /** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
 const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndReason[]);
 
@@ -52,8 +59,16 @@ export class CallSession {
   private readonly timing = new TurnTiming();
   private responding: string | null = null;
   private playingResponse: string | null = null;
-  private muted: string | null = null;
+  private readonly muted = new Set<string>();
   private closing: { id: string | null; generated: boolean; done: () => void } | null = null;
+  private readonly consent: ConsentGate;
+  /** The opening line being said: done once generated and every mark of it came back. */
+  private consentLine: { id: string; generated: boolean } | null = null;
+  /** The model answers turns by itself only once the opening line was said. */
+  private respondOnTurn = false;
+  /** A bridge response asked for and not yet created: any other response meanwhile is muted. */
+  private expecting: { purpose: Purpose; create: { type: string } & Record<string, unknown>; again: boolean } | null = null;
+  private readonly tagging: Array<Promise<void>> = [];
   private lastConfidence: number | null = null;
   private estAtDisconnect: number | null = null;
   private failure: string | null = null;
@@ -83,12 +98,24 @@ export class CallSession {
     this.rt = new RealtimeSession({
       url: settings.realtimeUrl,
       apiKey: settings.openaiApiKey,
-      update: sessionUpdate(config, callerNumber),
+      update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       history: () => this.said,
       awaitingAnswer: () => this.responding !== null || this.said.at(-1)?.speaker === 'user',
       log,
       callId: callSid,
+    });
+    const triggers = config.intents.filter((i) => i.id !== 'voicemail').flatMap((i) => i.triggers);
+    this.consent = new ConsentGate({
+      retryIfNoAck: config.consent.retry_if_no_ack,
+      maxRetries: config.consent.max_retries,
+      triggers,
+      waitMs: deps.consentWaitMs ?? CONSENT_WAIT_MS,
+      actions: {
+        repeat: () => this.sayConsent(true),
+        declined: (text) => this.optOut(text),
+        noAck: () => void this.closeWith(deps.lines.noConsent, 'no_consent'),
+      },
     });
     this.rt.onEvent = (e) => this.onRealtime(e);
     this.rt.onReady = (first) => this.ready(first);
@@ -106,6 +133,7 @@ export class CallSession {
     } else if (m.event === 'mark') {
       if (typeof m.mark?.name === 'string') this.playback.echoed(m.mark.name);
       this.checkClosing();
+      this.checkConsentLine();
     } else if (m.event === 'stop') void this.finish('caller_hangup');
   }
 
@@ -125,11 +153,63 @@ export class CallSession {
       this.timing.reset();
       return;
     }
+    this.sayConsent(false);
+  }
+
+  /** The opening line, first or again; the model's own answer to the caller (if any) gives way. */
+  private sayConsent(again: boolean): void {
+    if (this.phase !== 'live') return;
     const line = this.deps.config.consent.opening_line;
-    this.rt.send({
-      type: 'response.create',
-      response: { instructions: `Greet the caller now with exactly these words, in full: "${line}"` },
-    });
+    const instructions = again
+      ? `Repeat to the caller exactly these words, in full: "${line}"`
+      : `Greet the caller now with exactly these words, in full: "${line}"`;
+    if (again) this.silenceModel();
+    this.ask('consent', { instructions });
+  }
+
+  /** Stops what the model is saying (or about to say): cancelled, muted, cleared at Twilio. */
+  private silenceModel(): void {
+    this.rt.send({ type: 'response.cancel' }); // also one we have not seen created yet
+    if (this.responding) this.muted.add(this.responding);
+    if (this.playback.playing()) this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
+    this.playback.clear();
+  }
+
+  /** A response of the bridge's own, recognised by its metadata when it is created. */
+  private ask(purpose: Purpose, response: Record<string, unknown>): void {
+    const create = { type: 'response.create', response: { ...response, metadata: { bridge: purpose } } };
+    this.expecting = { purpose, create, again: false };
+    this.rt.send(create);
+  }
+
+  private created(r: RealtimeResponse | undefined): void {
+    const id = String(r?.id ?? '');
+    this.responding = id;
+    this.timing.responseCreated(id);
+    const purpose = (r?.metadata as { bridge?: string } | null | undefined)?.bridge;
+    if (purpose === 'consent') this.consentLine = { id, generated: false };
+    if (purpose === 'closing' && this.closing) this.closing.id = id;
+    if (purpose && purpose === this.expecting?.purpose) this.expecting = null;
+    else if (this.expecting) {
+      // The model started a turn before ours: not heard; ours is asked again once it is done.
+      this.muted.add(id);
+      this.expecting.again = true;
+      this.rt.send({ type: 'response.cancel' });
+    }
+  }
+
+  /** The opening line heard to its end: the wait for the caller's answer starts. */
+  private checkConsentLine(): void {
+    if (!this.consentLine?.generated || !this.playback.drained()) return;
+    this.consentLine = null;
+    this.consent.lineHeard();
+  }
+
+  private optOut(text: string): void {
+    const fn = this.deps.config.intents.find((i) => i.id === 'qualify')?.on_match.call ?? 'create_lead';
+    const { workflow, log } = this.deps;
+    this.tagging.push(tagOptedOut({ workflow, fn, callId: this.callSid, phone: this.numbers.from, transcript: text, log }));
+    void this.closeWith(this.deps.lines.optedOut, 'opted_out');
   }
 
   private onRealtime(e: RealtimeServerMessage): void {
@@ -137,8 +217,10 @@ export class CallSession {
       case 'response.output_audio.delta':
         return this.audioOut(e);
       case 'input_audio_buffer.speech_started':
+        this.consent.speechStarted();
         return this.bargeIn();
       case 'input_audio_buffer.speech_stopped':
+        this.consent.speechStopped();
         return this.timing.speechStopped(e.audio_end_ms, this.rt.appendedMs);
       case 'conversation.item.input_audio_transcription.completed':
         return this.callerSaid(e);
@@ -147,13 +229,8 @@ export class CallSession {
       case 'response.output_audio_transcript.done':
         if (typeof e.transcript === 'string' && e.transcript) this.remember({ speaker: 'assistant', text: e.transcript });
         return;
-      case 'response.created': {
-        const id = String((e.response as RealtimeResponse | undefined)?.id ?? '');
-        this.responding = id;
-        this.timing.responseCreated(id);
-        if (this.phase === 'closing' && this.closing && this.closing.id === null) this.closing.id = id;
-        return;
-      }
+      case 'response.created':
+        return this.created(e.response as RealtimeResponse | undefined);
       case 'response.function_call_arguments.done':
         if (this.phase === 'live') this.functions.start(e as never);
         return;
@@ -168,7 +245,7 @@ export class CallSession {
     const { delta, item_id: item, response_id: resp } = e as { delta?: unknown; item_id?: unknown; response_id?: unknown };
     if (this.phase === 'transferring' || this.phase === 'ended') return;
     if (this.phase === 'closing' && resp !== this.closing?.id) return;
-    if (resp === this.muted || typeof delta !== 'string' || !B64.test(delta)) return;
+    if (this.muted.has(String(resp)) || typeof delta !== 'string' || !B64.test(delta)) return;
     const bytes = base64Bytes(delta);
     if (!bytes) return;
     this.toTwilio(`{"event":"media","streamSid":"${this.streamSid}","media":{"payload":"${delta}"}}`);
@@ -191,13 +268,14 @@ export class CallSession {
     const heard = this.playback.heard()!;
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
-    this.muted = this.playingResponse;
+    if (this.playingResponse) this.muted.add(this.playingResponse);
     this.rt.send({ type: 'conversation.item.truncate', item_id: heard.item, content_index: 0, audio_end_ms: heard.ms });
   }
 
   private callerSaid(e: RealtimeServerMessage): void {
     const text = typeof e.transcript === 'string' ? e.transcript.trim() : '';
     if (!text) return;
+    if (this.phase === 'live' && !this.consent.settled) this.consent.heard(text);
     const confidence = transcriptConfidence(e.logprobs);
     this.remember({ speaker: 'user', text, confidence });
     if (confidence === null) {
@@ -227,6 +305,11 @@ export class CallSession {
     if (this.closing && id === this.closing.id) {
       this.closing.generated = true;
       this.checkClosing();
+    }
+    if (this.consentLine?.id === id) this.consentSaid();
+    if (this.expecting?.again && this.phase !== 'ended') {
+      this.expecting.again = false;
+      this.rt.send(this.expecting.create);
     }
     const outputs = await this.functions.outputs(id);
     if (!outputs.length || this.phase !== 'live') return;
@@ -284,25 +367,40 @@ export class CallSession {
       this.deps.log.warn(`call ${this.callSid}: ${v.reason} reached; disconnect_when_exceeded is false, so the call goes on`);
       return;
     }
-    this.phase = 'closing';
-    this.reason = v.reason ?? 'per_call_cap';
     this.estAtDisconnect = v.estUsd_at_disconnect ?? null;
-    this.deps.log.warn(`call ${this.callSid}: ${this.reason} at ${this.estAtDisconnect} USD; closing line, then the call ends`);
+    this.deps.log.warn(
+      `call ${this.callSid}: ${v.reason ?? 'per_call_cap'} at ${this.estAtDisconnect} USD; closing line, then the call ends`,
+    );
+    await this.closeWith(this.deps.lines.closing, v.reason ?? 'per_call_cap');
+  }
+
+  /** A last line the model says (out of band, no tools), heard to its end (or 10 s), then the call is completed. */
+  private async closeWith(line: string, reason: EndReason): Promise<void> {
+    if (this.phase !== 'live') return;
+    this.phase = 'closing';
+    this.reason = reason;
     await new Promise<void>((resolve) => {
       this.closing = { id: null, generated: false, done: resolve };
       if (!this.rt.isReady) return resolve();
-      if (this.responding) this.rt.send({ type: 'response.cancel' }); // the closing line comes next, nothing else
+      this.silenceModel(); // the closing line comes next, nothing else
       const lang = this.deps.config.meta.primary_language;
-      const instructions = `Say this to the caller in ${lang}, and nothing else: "${this.deps.lines.closing}"`;
-      this.rt.send({
-        type: 'response.create',
-        response: { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions },
-      });
+      const instructions = `Say this to the caller in ${lang}, and nothing else: "${line}"`;
+      this.ask('closing', { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions });
       setTimeout(resolve, CLOSING_LIMIT_MS).unref();
     });
     if (this.phase !== 'closing') return;
-    if (!(await this.actions.hangUp(this.reason))) this.ws.close(1000);
+    if (!(await this.actions.hangUp(reason))) this.ws.close(1000);
     this.awaitStop();
+  }
+
+  /** The opening line is generated; from now on the model answers the caller's turns by itself. */
+  private consentSaid(): void {
+    this.consentLine!.generated = true;
+    if (!this.respondOnTurn) {
+      this.respondOnTurn = true;
+      this.rt.send(sessionUpdate(this.deps.config, this.numbers.from, { respond: true }) as never);
+    }
+    this.checkConsentLine();
   }
 
   /** The closing line is over once it is generated and every mark of it came back. */
@@ -319,12 +417,14 @@ export class CallSession {
   private async end(fallback: EndReason): Promise<void> {
     const reason = this.reason ?? fallback;
     this.phase = 'ended';
+    this.consent.close();
     if (this.stopTimer) clearTimeout(this.stopTimer);
     this.closing?.done();
     this.rt.close();
     if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
     await this.feed.flush();
     await this.functions.idle(FUNCTIONS_WAIT_MS);
+    await Promise.all(this.tagging);
     const facts = { functions: this.functions, escalated: this.escalated, reason };
     const record = this.toVoicemail ? undefined : await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
     this.deps.log.info(`call ${this.callSid}: ended (${reason})`);

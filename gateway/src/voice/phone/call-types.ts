@@ -43,6 +43,8 @@ export interface SessionDeps {
   tenant: string;
   log: { info: (m: string) => void; warn: (m: string) => void; error: (m: string) => void };
   onEnded: (summary: CallSummary) => void;
+  /** How long the caller has to answer the consent line (8 s; tests shorten it). */
+  consentWaitMs?: number;
 }
 
 export interface TwilioMessage {

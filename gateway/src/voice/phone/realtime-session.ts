@@ -40,7 +40,8 @@ export class RealtimeSession {
     private readonly opts: {
       url: string;
       apiKey: string;
-      update: SessionUpdateEvent;
+      /** The session's configuration as it stands (a new socket gets the current one). */
+      update: () => SessionUpdateEvent;
       budgetMs: number;
       history: () => SaidLine[];
       /** Whether the caller is waiting for an answer (then a new session is asked for one). */
@@ -123,7 +124,7 @@ export class RealtimeSession {
       }
       this.onEvent(e);
     };
-    link.send(this.opts.update as unknown as { type: string });
+    link.send(this.opts.update() as unknown as { type: string });
   }
 
   private failed(why: string, first: boolean): void {

@@ -97,7 +97,16 @@ function tools(c: Concierge): RealtimeFunctionTool[] {
 /** ISO 639-1 part of a BCP 47 tag ("pt-PT" → "pt"), the transcription's language hint. */
 const iso639 = (tag: string) => tag.split('-')[0].toLowerCase();
 
-export function sessionUpdate(c: Concierge, callerNumber: string | null): SessionUpdateEvent {
+/**
+ * `respond`: whether the server VAD answers the caller's turns by itself. Off until the opening
+ * line is said, so nothing the model says comes before it (a caller who speaks first is heard, not
+ * answered); on from then on.
+ */
+export function sessionUpdate(
+  c: Concierge,
+  callerNumber: string | null,
+  opts: { respond: boolean } = { respond: true },
+): SessionUpdateEvent {
   const session: RealtimeSessionCreateRequest = {
     type: 'realtime',
     model: c.meta.model,
@@ -114,7 +123,7 @@ export function sessionUpdate(c: Concierge, callerNumber: string | null): Sessio
               threshold: 0.5,
               prefix_padding_ms: 300,
               silence_duration_ms: 500,
-              create_response: true,
+              create_response: opts.respond,
               interrupt_response: true,
             }
           : null,

@@ -1,0 +1,145 @@
+// Consent over the phone, through the bridge with the local Twilio and realtime peers: the opening
+// line comes first, whatever the caller does; silence or an unclear answer has it said again
+// (retry_if_no_ack, max_retries); a caller who declines is told, the call ends and the contact is
+// tagged opted out through the back office's create_lead; one who never answers is let go politely.
+import { afterEach, describe, expect, it } from 'vitest';
+import { classifyAck } from '../../gateway/src/voice/phone/consent';
+import { filled } from './filled';
+import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
+import { voiced } from './peers/mulaw';
+import type { RtConn } from './peers/realtime-peer';
+import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import { until } from './peers/wait';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+const triggers = filled().intents.flatMap((i) => i.triggers);
+const creates = (conn: RtConn) =>
+  conn.events.filter((e) => e.type === 'response.create').map((e: any) => (e.response?.instructions ?? '') as string);
+const update = (st: BridgeStack, callSid: string) =>
+  st.twilio.updates.find((u) => u.callSid === callSid) ??
+  until<(typeof st.twilio.updates)[number]>(st.twilio.events, 'update', (u) => u.callSid === callSid, `an update of ${callSid}`);
+
+describe('consent: how an answer is classified', () => {
+  it.each([
+    ['Yes, that is fine', 'yes'],
+    ['ok', 'yes'],
+    ['Sim, claro.', 'yes'],
+    ['no problem', 'yes'],
+    ['I would like to book a cleaning', 'yes'], // going on with a request after hearing the line
+    ['No.', 'declined'],
+    ["No, I don't want to be recorded", 'declined'],
+    ['yes but do not record this', 'declined'],
+    ['please opt out', 'declined'],
+    ['Não quero.', 'declined'],
+    ['hello?', 'unclear'],
+    ['what was that', 'unclear'],
+  ])('%j → %s', (text, ack) => {
+    expect(classifyAck(text, triggers)).toBe(ack);
+  });
+});
+
+describe('consent over the phone', () => {
+  it('the opening line is the first thing the caller hears, even when the caller talks first; then the model takes turns', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(400);
+    s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'consent line' } });
+    const call = await s.twilio.call('CA0801');
+    call.say(voiced(300, 120)); // "Hello?" before anything was said
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    const first = await serverEvent(conn, 'response.created');
+    expect(first.response.metadata).toEqual({ bridge: 'consent' });
+    await until(call, 'frame', () => call.receivedBytes >= greeting.length, 'the greeting');
+    expect(Buffer.concat(call.received).subarray(0, greeting.length).equals(greeting)).toBe(true);
+    const updates = conn.events.filter((e) => e.type === 'session.update') as any[];
+    expect(updates[0].session.audio.input.turn_detection.create_response).toBe(false);
+    await clientEvent(conn, 'session.update', (e: any) => e.session.audio.input.turn_detection.create_response === true);
+    call.hangUp();
+    await s.endOf('CA0801');
+  });
+
+  it('silence: the line is said once more (max_retries 1); silence again: a polite end, no_consent, nobody tagged', async () => {
+    s = await bridgeStack(() => undefined, { consentWaitMs: 400 });
+    s.realtime.brain = brain({});
+    const call = await s.twilio.call('CA0802');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
+    const u = await update(s, 'CA0802');
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect(creates(conn).map((i) => i.split(' ')[0])).toEqual(['Greet', 'Repeat', 'Say']);
+    expect(creates(conn)[2]).toContain('I did not hear an answer');
+    expect(call.marksEchoed.length).toBeGreaterThan(0); // the closing line was heard before the hang-up
+    expect((await s.endOf('CA0802')).record).toMatchObject({ ended_reason: 'no_consent', outcome: 'abandoned' });
+    expect(s.hooks.seen).toEqual([]);
+  });
+
+  it('without retry_if_no_ack the line is not repeated', async () => {
+    s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
+    s.realtime.brain = brain({});
+    await s.twilio.call('CA0803');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await update(s, 'CA0803');
+    expect(creates(conn).map((i) => i.split(' ')[0])).toEqual(['Greet', 'Say']);
+    expect((await s.endOf('CA0803')).ended_reason).toBe('no_consent');
+  });
+
+  it('an unclear answer: the model’s own answer is cut and the line repeated; a yes then lets the call go on', async () => {
+    s = await bridgeStack();
+    s.realtime.heardQueue = [
+      { text: 'hello?', logprob: -0.05 },
+      { text: 'yes, that is fine', logprob: -0.05 },
+    ];
+    s.realtime.brain = brain({
+      turns: [
+        { audio: assistantAudio(2000), transcript: 'Sorry?' },
+        { audio: assistantAudio(300), transcript: 'How can I help?' },
+      ],
+    });
+    const call = await s.twilio.call('CA0804');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call);
+    const repeat = await clientEvent(conn, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
+    expect(conn.events.indexOf(repeat)).toBeGreaterThan(conn.events.findIndex((e) => e.type === 'response.cancel'));
+    await serverEvent(conn, 'response.done', (e) => e.response.metadata?.bridge === 'consent');
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the repeat heard');
+    speak(call);
+    await serverEvent(conn, 'response.done', (e) => e.response.status === 'completed' && e.response.metadata === null);
+    expect(creates(conn).filter((i) => i.startsWith('Repeat'))).toHaveLength(1);
+    expect(s.twilio.updates).toEqual([]); // the call goes on
+    call.hangUp();
+    expect((await s.endOf('CA0804')).ended_reason).toBe('caller_hangup');
+  });
+
+  it('a caller who declines is told, the call ends politely, and the contact is tagged opted out in the back office', async () => {
+    s = await bridgeStack();
+    s.realtime.heardQueue = [{ text: "No, I don't want to be recorded", logprob: -0.05 }];
+    s.realtime.brain = brain({
+      turns: [{ audio: assistantAudio(2000), transcript: 'Why not?' }],
+      closing: { audio: assistantAudio(600), transcript: 'Understood.' },
+    });
+    const call = await s.twilio.call('CA0805', '+351910000077');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call);
+    const closing = await clientEvent(conn, 'response.create', (e: any) => e.response?.metadata?.bridge === 'closing');
+    expect(closing.response.instructions).toContain('we will not contact you again');
+    const u = await update(s, 'CA0805');
+    expect(u.form).toEqual({ Status: 'completed' });
+    const end = await s.endOf('CA0805');
+    expect(end.record).toMatchObject({ ended_reason: 'opted_out', outcome: 'abandoned', escalated: false });
+    const tag = s.hooks.seen.filter((h) => h.path === '/create_lead');
+    expect(tag).toHaveLength(1);
+    expect(tag[0].body).toMatchObject({
+      call_id: 'CA0805',
+      function: 'create_lead',
+      args: { phone: '+351910000077', opted_out: true, consent: 'opted_out', transcript: "No, I don't want to be recorded" },
+    });
+    // "Why not?" (the model's own answer to the no) was cut: the caller heard the greeting and the closing line.
+    expect(call.receivedBytes).toBeLessThan(assistantAudio(300).length + assistantAudio(600).length + 8 * 300);
+  });
+});
