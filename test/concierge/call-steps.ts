@@ -10,9 +10,12 @@ import type { DrillStack } from './drill-stack';
 /** The most output audio one realtime response can carry (its `max_output_tokens` ceiling). */
 const MAX_ANSWER_TOKENS = 4096;
 
-/** The caller is heard clearly every turn (so no confidence rule interferes with the caps). */
+/** The caller agrees to the consent line, then is heard clearly every turn (so no confidence rule interferes with the caps). */
 function clearCaller(s: DrillStack): void {
-  s.realtime.heardQueue = Array.from({ length: ANSWER_BOUND }, () => ({ text: 'hello, can you hear me', logprob: -0.001 }));
+  s.realtime.heardQueue = [
+    { text: 'yes, that is fine', logprob: -0.001 },
+    ...Array.from({ length: ANSWER_BOUND }, () => ({ text: 'and can you tell me more', logprob: -0.001 })),
+  ];
 }
 
 /**

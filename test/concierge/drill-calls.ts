@@ -32,16 +32,17 @@ export function openHours(s: DrillStack): void {
 }
 
 /**
- * The drill's model: the script's replies, with the greeting's transcript set to the line the
- * gateway asked for (the consent line), so the transcripts read as the call went.
+ * The drill's model: the script's replies, with the transcript of each line the gateway asks for
+ * (the consent line, its repeat, a closing line) set to that line, so the transcripts read as the
+ * call went.
  */
 export function drillBrain(script: Script, adjust: (r: Reply, ctx: BrainContext) => Reply = (r) => r): (ctx: BrainContext) => Reply | null {
   const talk = brain(script);
   return (ctx) => {
     const reply = talk(ctx);
     if (!reply) return null;
-    const asked = /^Greet[^"]*"(.*)"$/s.exec(ctx.instructions ?? '')?.[1];
-    return adjust(asked && !script.greeting ? { ...reply, audio: assistantAudio(600), transcript: asked } : reply, ctx);
+    const asked = /^(?:Greet|Repeat|Say this)[^"]*"(.*)"$/s.exec(ctx.instructions ?? '')?.[1];
+    return adjust(asked ? { ...reply, audio: reply.audio ?? assistantAudio(600), transcript: asked } : reply, ctx);
   };
 }
 

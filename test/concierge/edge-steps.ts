@@ -6,7 +6,8 @@
 import { getExpectedTwilioSignature } from 'twilio/lib/webhooks/webhooks.js';
 import { voiced } from '../voice/peers/mulaw';
 import { pass, type Row } from './config-steps';
-import { eventually, nextInstant } from './drill-calls';
+import { DrillCall, drillBrain, eventually, nextInstant, openHours } from './drill-calls';
+import { until } from '../voice/peers/wait';
 import { ACCOUNT_SID, AUTH_TOKEN, type DrillStack } from './drill-stack';
 
 const DAY_MS = 86_400_000;
@@ -124,11 +125,76 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
   };
 }
 
-export function consentStep(_s: DrillStack): Promise<Row> {
-  return Promise.resolve({
+/** The `response.create` instructions the gateway sent the model, in order. */
+const asked = (call: DrillCall) =>
+  call.conn.events
+    .filter((e) => e.type === 'response.create')
+    .map((e: any) => ({ text: String(e.response?.instructions ?? ''), bridge: e.response?.metadata?.bridge }));
+
+/** Resolves once `n` of the bridge's own responses of this purpose are done, and heard. */
+async function bridgeSaid(call: DrillCall, purpose: string, n: number): Promise<void> {
+  let done = 0;
+  await until(
+    call.conn,
+    'server',
+    (e: any) => e.type === 'response.done' && e.response?.metadata?.bridge === purpose && ++done >= n,
+    `${purpose} line ${n}`,
+  );
+  await call.heard();
+}
+
+export async function consentStep(s: DrillStack): Promise<Row> {
+  openHours(s);
+  const { opening_line: line, retry_if_no_ack: retry, max_retries: retries } = s.config.consent;
+  const repeats = retry && retries > 0;
+  s.realtime.heardQueue = [
+    ...(repeats ? [{ text: 'sorry, who is this?', logprob: -0.05 }] : []),
+    { text: 'no, I do not want this call recorded', logprob: -0.05 },
+  ];
+  s.realtime.brain = drillBrain({});
+  const phone = '+351910000005';
+  const call = await DrillCall.place(s, 'CAdrill05optout', phone);
+  const lineDone = bridgeSaid(call, 'consent', 1);
+  await lineDone;
+  const first = asked(call)[0];
+  if (repeats) {
+    const again = bridgeSaid(call, 'consent', 1); // the next consent line done from now on
+    call.speak(); // unclear
+    await again;
+  }
+  call.speak(); // declined
+  const summary = await call.ended();
+  const told = asked(call).find((a) => a.bridge === 'closing')?.text ?? '';
+  const completed = call.updates().some((u) => u.Status === 'completed');
+  const tag = () =>
+    s.backOffice.deliveries.find(
+      (d) => (d.body as { call_id?: string })?.call_id === call.callSid && (d.body as any)?.args?.opted_out === true,
+    );
+  await eventually(() => tag() !== undefined, 10_000);
+  const contact = s.backOffice.rows('contacts').find((c) => c.phone === phone);
+  const lines = asked(call).filter((a) => a.bridge === 'consent').length;
+  const ok =
+    first?.text.includes(line) === true &&
+    first.bridge === 'consent' &&
+    lines === (repeats ? 2 : 1) &&
+    summary.ended_reason === 'opted_out' &&
+    told !== '' &&
+    completed &&
+    tag()?.reply.ok === true &&
+    contact?.opted_out === true;
+  return {
     step: '5. The consent flow: an opt-out tags the contact',
-    measured: 'not run: this gateway has no consent flow over the phone yet (acknowledgement, retry, opt-out)',
-    target: 'the caller declines the consent line → told so, the call ends politely, the contact is tagged opted_out in the back office',
-    status: 'FAIL',
-  });
+    measured: [
+      `first line the caller heard: ${first?.text.includes(line) ? 'the consent line' : `NOT the consent line (${first?.text.slice(0, 60) ?? 'nothing'})`}`,
+      `an unclear answer → the line said ${lines} time(s) in all (retry_if_no_ack ${retry}, max_retries ${retries})`,
+      `"no, I do not want this call recorded" → told ${told ? `"${/"(.*)"$/s.exec(told)?.[1] ?? told}"` : 'NOTHING'}, ${completed ? 'then Twilio Status=completed' : 'the call NOT completed'}, ended_reason ${summary.ended_reason}`,
+      tag()
+        ? `back office: ${tag()!.action} with opted_out → ${tag()!.reply.ok ? 'ok' : `refused: ${String(tag()!.reply.error)}`}`
+        : 'back office: NOTHING tagged',
+      `contact ${phone}: opted_out ${String(contact?.opted_out ?? 'no row')}`,
+    ].join('; '),
+    target:
+      'the consent line first (said again once for an unclear answer when retry_if_no_ack); a decline is told, the call completed (opted_out), the contact tagged opted_out',
+    status: pass(ok),
+  };
 }
