@@ -58,19 +58,15 @@ async function main(): Promise<number> {
   ];
   const parsed = ConciergeConfig.safeParse(raw);
   let stack: DrillStack | null = null;
+  let notRun = parsed.success ? '' : 'the configuration is not usable (step 1)';
   try {
-    if (!parsed.success) {
-      for (const [step] of CALL_STEPS)
-        rows.push({
-          step,
-          measured: 'not run: the configuration is not usable (step 1)',
-          target: 'a configuration the gateway loads',
-          status: 'FAIL',
-        });
-    } else {
-      stack = await drillStack(parsed.data, ratesFile);
-      for (const [step, run] of CALL_STEPS) rows.push(await guarded(step, () => run(stack!)));
-    }
+    if (parsed.success) stack = await drillStack(parsed.data, ratesFile).catch((error: Error) => ((notRun = error.message), null));
+    for (const [step, run] of CALL_STEPS)
+      rows.push(
+        stack
+          ? await guarded(step, () => run(stack!))
+          : { step, measured: `not run: ${notRun}`, target: 'a configuration the gateway loads', status: 'FAIL' },
+      );
     rows.push(reviewStep(stack), freezeStep(raw, stack));
   } finally {
     await stack?.close();
