@@ -3,7 +3,7 @@
 // the caller's audio when it speaks, silence otherwise), plays the gateway's audio in real time
 // and echoes each mark once the audio before it has played; `clear` drops what is buffered. Its
 // REST API side takes call updates (redirect with TwiML, Status=completed) with basic auth and,
-// like Twilio, then ends the call's stream with `stop`.
+// like Twilio, then ends the call's stream with `stop`; and text messages (Messages.json), kept.
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -154,6 +154,10 @@ export function twimlAttr(twiml: string, verb: string, attr: string): string | n
 
 export class TwilioPeer {
   readonly updates: Array<{ callSid: string; form: Record<string, string>; at: number }> = [];
+  /** Text messages sent through the Messages API (To, From, Body). */
+  readonly texts: Array<Record<string, string>> = [];
+  /** The Messages API's answer (e.g. 400 or 500 to see a text fail). */
+  textStatus = 201;
   readonly events = new EventEmitter();
   readonly calls = new Map<string, MediaCall>();
   /** The REST API's answer to the next updates (e.g. 500 to see retries, 404 for a gone call). */
@@ -260,6 +264,17 @@ export class TwilioPeer {
     for await (const c of req) text += c;
     const m = /^\/2010-04-01\/Accounts\/([^/]+)\/Calls\/([^/]+)\.json$/.exec(req.url ?? '');
     const expected = `Basic ${Buffer.from(`${this.opts.accountSid}:${this.opts.authToken}`).toString('base64')}`;
+    if (req.url === `/2010-04-01/Accounts/${this.opts.accountSid}/Messages.json` && req.method === 'POST') {
+      if (req.headers.authorization !== expected) return void res.writeHead(401).end('{"message":"Authenticate"}');
+      const message = Object.fromEntries(new URLSearchParams(text));
+      this.texts.push(message);
+      this.events.emit('text', message);
+      if (this.textStatus >= 300)
+        return void res.writeHead(this.textStatus, { 'content-type': 'application/json' }).end('{"message":"refused"}');
+      return void res
+        .writeHead(201, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ sid: `SM${this.texts.length}`, status: 'queued' }));
+    }
     if (!m || req.method !== 'POST') return void res.writeHead(404).end();
     if (req.headers.authorization !== expected)
       return void res.writeHead(401, { 'content-type': 'application/json' }).end('{"message":"Authenticate"}');

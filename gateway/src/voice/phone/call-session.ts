@@ -25,6 +25,7 @@ import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
 import { GuardFeed, type Verdict } from './guard-feed';
 import { tagOptedOut } from './opt-out';
+import { PricingDeflection } from './pricing';
 import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
 import type { RealtimeServerMessage } from './realtime-link';
@@ -69,6 +70,7 @@ export class CallSession {
   /** A bridge response asked for and not yet created: any other response meanwhile is muted. */
   private expecting: { purpose: Purpose; create: { type: string } & Record<string, unknown>; again: boolean } | null = null;
   private readonly tagging: Array<Promise<void>> = [];
+  private readonly pricing: PricingDeflection;
   private lastConfidence: number | null = null;
   private estAtDisconnect: number | null = null;
   private failure: string | null = null;
@@ -86,12 +88,14 @@ export class CallSession {
     const { config, settings, log } = deps;
     const callerNumber = numbers.from;
     const dial = { number: config.functions.find((f) => f.dial)?.dial ?? null, action: deps.urls.dial(callerNumber) };
+    this.pricing = new PricingDeflection({ config, calls: deps.calls, callSid, caller: numbers.from, business: numbers.to, log });
     this.feed = new GuardFeed(deps.voice, callSid, (v) => this.verdict(v), log);
     this.actions = new CallActions({ calls: deps.calls, callSid, dial, lines: deps.lines, log });
     this.functions = new FunctionCalls({
       workflow: deps.workflow,
       callId: callSid,
       dialTarget: (name) => config.functions.some((f) => f.name === name && f.dial),
+      enrich: (fn, result) => this.pricing.handle(fn, result),
       onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndReason) : 'transfer'),
       log,
     });
@@ -435,6 +439,7 @@ export class CallSession {
       transcript: [...this.said],
       estUsd_at_disconnect: this.estAtDisconnect,
       realtime_failure: this.failure,
+      pricing: this.pricing.record,
     });
   }
 }

@@ -8,6 +8,7 @@ import type { SaidLine } from './realtime-session';
 import type { PhoneSettings } from './settings';
 import type { CallControl } from './twilio-calls';
 import type { CallbackUrls } from './callback-urls';
+import type { PricingRecord } from './pricing';
 import type { Lines } from './twiml';
 import type { Voicemail } from './voicemail';
 
@@ -27,6 +28,8 @@ export interface CallSummary {
   estUsd_at_disconnect: number | null;
   /** Why the realtime side was given up, when it was. */
   realtime_failure: string | null;
+  /** The pricing deflection: the link texted (or why not) and the callback offer with its window. */
+  pricing?: PricingRecord | null;
 }
 
 export interface SessionDeps {

@@ -17,7 +17,7 @@ export const CALLBACK_PATHS = {
 } as const;
 
 /** Why a caller is sent to voicemail: the voicemail intent's triggers, and the monthly pause. */
-export const VOICEMAIL_REASONS = ['after_hours', 'no_answer', 'network_issue', 'monthly_cap'] as const;
+const VOICEMAIL_REASONS = ['after_hours', 'no_answer', 'network_issue', 'monthly_cap'] as const;
 export type VoicemailReason = (typeof VOICEMAIL_REASONS)[number];
 
 const PHONE = /^\+?[0-9]{3,16}$/;

@@ -45,6 +45,8 @@ export class FunctionCalls {
       callId: string;
       dialTarget: (name: string) => boolean;
       onDial: (fn: string, args: Record<string, unknown>) => void;
+      /** What the model is given for a function's result (the pricing deflection adds to it). */
+      enrich?: (fn: string, result: unknown) => Promise<unknown>;
       log: { warn: (m: string) => void };
     },
   ) {}
@@ -100,8 +102,10 @@ export class FunctionCalls {
         args: args as Record<string, unknown>,
         call_id: this.deps.callId,
       });
-      if (answer.ok) this.done.add(ev.name);
-      return this.output(ev, answer.ok ? { ok: true, result: answer.result } : { ok: false, error: answer.error ?? 'failed' });
+      if (!answer.ok) return this.output(ev, { ok: false, error: answer.error ?? 'failed' });
+      this.done.add(ev.name);
+      const result = this.deps.enrich ? await this.deps.enrich(ev.name, answer.result) : answer.result;
+      return this.output(ev, { ok: true, result });
     } catch (error) {
       // Unknown function, or the first call with this key still running elsewhere.
       this.deps.log.warn(`call ${this.deps.callId}: function ${ev.name} failed: ${(error as Error).message}`);

@@ -19,6 +19,8 @@ class TwilioCallError extends Error {
 export interface CallControl {
   redirect(callSid: string, twiml: string): Promise<void>;
   complete(callSid: string): Promise<void>;
+  /** A text message; what happened, in the back office's words: `sent`, `unsent: …` or `unknown: …`. */
+  text(to: string, from: string, body: string): Promise<string>;
 }
 
 export class TwilioCalls implements CallControl {
@@ -33,6 +35,23 @@ export class TwilioCalls implements CallControl {
 
   complete(callSid: string): Promise<void> {
     return this.update(callSid, { Status: 'completed' });
+  }
+
+  /**
+   * A text through Twilio's Messages API (`POST …/Messages.json` with To, From, Body), the request
+   * the back office's texts make. Sent at most once: never retried, since a failure half-way cannot
+   * say whether the message went out (then `unknown`).
+   */
+  async text(to: string, from: string, body: string): Promise<string> {
+    const url = `${this.opts.apiUrl}/2010-04-01/Accounts/${encodeURIComponent(this.opts.accountSid)}/Messages.json`;
+    try {
+      await this.once(url, new URLSearchParams({ To: to, From: from, Body: body }).toString());
+      return 'sent';
+    } catch (error) {
+      const e = ((error as { originalError?: unknown }).originalError ?? error) as TwilioCallError;
+      const certain = e.status !== null && e.status !== undefined && e.status < 500;
+      return `${certain ? 'unsent' : 'unknown'}: ${e.message.replace('Twilio call update', 'Twilio text')}`;
+    }
   }
 
   private async update(callSid: string, form: Record<string, string>): Promise<void> {

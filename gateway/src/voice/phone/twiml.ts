@@ -95,7 +95,7 @@ export function sayAndHangUp(line: string): string {
 }
 
 /** The line that opens voicemail, by why the caller is there. */
-export function voicemailLine(lines: Lines, reason: VoicemailReason): string {
+function voicemailLine(lines: Lines, reason: VoicemailReason): string {
   return { after_hours: lines.voicemail, no_answer: lines.noAnswer, network_issue: lines.networkIssue, monthly_cap: lines.monthlyPause }[
     reason
   ];

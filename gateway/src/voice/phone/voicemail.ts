@@ -19,7 +19,7 @@ import { CallbackUrls, type VoicemailReason } from './callback-urls';
 import { sayAndHangUp, voicemailTwiml, type Lines } from './twiml';
 
 /** `ended_reason` of a call that ended in voicemail, by why it went there. */
-export const VOICEMAIL_ENDED: Record<VoicemailReason, string> = {
+const VOICEMAIL_ENDED: Record<VoicemailReason, string> = {
   after_hours: 'after_hours',
   no_answer: 'no_answer',
   network_issue: 'realtime_failure',
