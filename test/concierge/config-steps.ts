@@ -56,7 +56,9 @@ export function priceStep(raw: Record<string, any> | null): Row {
   }
   const list = problems.length ? null : listPrices(model);
   if (list && (!same(guard.audio_in_per_million, list.in) || !same(guard.audio_out_per_million, list.out)))
-    problems.push(`the price list has ${model} at ${list.in} / ${list.out}`);
+    problems.push(
+      `set to ${guard.audio_in_per_million} / ${guard.audio_out_per_million} USD, but the price list has ${model} at ${list.in} / ${list.out}`,
+    );
   const set = `audio_in_per_million ${JSON.stringify(guard.audio_in_per_million)}, audio_out_per_million ${JSON.stringify(guard.audio_out_per_million)} USD`;
   const against = list
     ? `; list price of ${model}: ${list.in} / ${list.out}`
@@ -65,7 +67,7 @@ export function priceStep(raw: Record<string, any> | null): Row {
       : `; ${model || 'the model'} is not in the price list: check them against the vendor's`;
   return {
     step: '2. Audio price constants set from current prices',
-    measured: `${set}${against}${problems.length ? ` — ${problems.join('; ')}` : ''}`,
+    measured: problems.length ? problems.join('; ') : `${set}${against}`,
     target: "both set (> 0), not the template's, equal to the model's list price (@pydantic/genai-prices) when it has one",
     status: pass(problems.length === 0),
   };

@@ -39,7 +39,7 @@ async function guarded(step: string, run: () => Promise<Row>): Promise<Row> {
 }
 
 const CALL_STEPS: Array<[string, (s: DrillStack) => Promise<Row>]> = [
-  ['4. Both caps fire', capsStep],
+  ['4. Both caps fire: per_call_usd_cap disconnects, max_turns escalates', capsStep],
   ['5. The consent flow: an opt-out tags the contact', consentStep],
   ['6. The workflow webhook replayed twice yields one booking', replayStep],
   ['7. Low confidence twice escalates', lowConfidenceStep],
@@ -71,7 +71,9 @@ async function main(): Promise<number> {
   } finally {
     await stack?.close();
   }
-  console.log(`Concierge drill: ${file} against local peers (Twilio, realtime model, back office); store: ${stack?.store ?? 'none'}\n`);
+  console.log(
+    `Concierge drill: ${file} against local peers (Twilio, realtime model, back office); store: ${stack?.store ?? 'none, no call placed'}\n`,
+  );
   for (const r of rows) {
     console.log(`${r.status.padEnd(4)}  ${r.step}`);
     console.log(`      measured: ${r.measured}`);
