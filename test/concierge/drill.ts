@@ -47,15 +47,23 @@ const CALL_STEPS: Array<[string, (s: DrillStack) => Promise<Row>]> = [
 ];
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({ options: { config: { type: 'string' }, countries: { type: 'string' } } });
+  let values: { config?: string; countries?: string };
+  try {
+    ({ values } = parseArgs({ options: { config: { type: 'string' }, countries: { type: 'string' } } }));
+  } catch (error) {
+    console.error(`${(error as Error).message}\nusage: npm run concierge:drill -- [--config FILE] [--countries PT,GB]`);
+    return 2;
+  }
   const file = values.config ?? process.env.CONCIERGE_FILE ?? 'concierge.json';
   const ratesFile = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
+  const countries = (values.countries ?? '').split(',').filter(Boolean);
+  const odd = countries.filter((c) => !/^[A-Za-z]{2}$/.test(c));
+  if (odd.length) {
+    console.error(`--countries: expected ISO 3166 alpha-2 codes separated by commas, such as PT,GB; got ${odd.join(', ')}`);
+    return 2;
+  }
   const raw = readRaw(file);
-  const rows: Row[] = [
-    lintStep(file),
-    priceStep(raw),
-    ratesStep(configuredCountries(raw, (values.countries ?? '').split(',').filter(Boolean)), ratesFile),
-  ];
+  const rows: Row[] = [lintStep(file), priceStep(raw), ratesStep(configuredCountries(raw, countries), ratesFile)];
   const parsed = ConciergeConfig.safeParse(raw);
   let stack: DrillStack | null = null;
   let notRun = parsed.success ? '' : 'the configuration is not usable (step 1)';
