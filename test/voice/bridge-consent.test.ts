@@ -3,7 +3,7 @@
 // (retry_if_no_ack, max_retries); a caller who declines is told, the call ends and the contact is
 // tagged opted out through the back office's create_lead; one who never answers is let go politely.
 import { afterEach, describe, expect, it } from 'vitest';
-import { classifyAck } from '../../gateway/src/voice/phone/consent';
+import { classifyAck, ConsentGate } from '../../gateway/src/voice/phone/consent';
 import { filled } from './filled';
 import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
 import { voiced } from './peers/mulaw';
@@ -40,6 +40,41 @@ describe('consent: how an answer is classified', () => {
     ['what was that', 'unclear'],
   ])('%j → %s', (text, ack) => {
     expect(classifyAck(text, triggers)).toBe(ack);
+  });
+});
+
+describe('consent: the gate', () => {
+  const gate = () => {
+    const did: string[] = [];
+    const g = new ConsentGate({
+      retryIfNoAck: true,
+      maxRetries: 1,
+      triggers,
+      waitMs: 60_000,
+      actions: { repeat: () => did.push('repeat'), declined: () => did.push('declined'), noAck: () => did.push('noAck') },
+    });
+    return { g, did };
+  };
+
+  it('a yes said before the line was heard is not an answer to it; a refusal counts at any time', () => {
+    const early = gate();
+    expect(early.g.heard('yes, hello')).toBeNull();
+    early.g.lineHeard();
+    expect(early.g.heard('yes')).toBe('yes');
+    expect(early.g.settled).toBe(true);
+    const no = gate();
+    expect(no.g.heard('no')).toBe('declined');
+    expect(no.did).toEqual(['declined']);
+  });
+
+  it('unclear answers: one repeat (max_retries 1), then the polite end; nothing after it is decided', () => {
+    const { g, did } = gate();
+    g.lineHeard();
+    g.heard('hello?');
+    g.lineHeard();
+    g.heard('what?');
+    expect(did).toEqual(['repeat', 'noAck']);
+    expect(g.heard('yes')).toBeNull();
   });
 });
 

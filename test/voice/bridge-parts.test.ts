@@ -1,10 +1,12 @@
 // The bridge's small parts where a mistake would be silent: the settings it reads (what is
 // missing is named, never shown), Twilio call control (what is retried, what is not, what an
-// error says), and the confidence it derives from log-probabilities.
+// error says), the confidence it derives from log-probabilities, and how it tells its own
+// responses from the model's turns.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { transcriptConfidence } from '../../gateway/src/voice/phone/confidence';
+import { OwnResponses } from '../../gateway/src/voice/phone/own-responses';
 import { phoneSettings } from '../../gateway/src/voice/phone/settings';
 import { TwilioCalls } from '../../gateway/src/voice/phone/twilio-calls';
 
@@ -91,5 +93,35 @@ describe('transcript confidence', () => {
     expect(transcriptConfidence([])).toBeNull();
     expect(transcriptConfidence(undefined)).toBeNull();
     expect(transcriptConfidence([{ logprob: 'x' }])).toBeNull();
+  });
+});
+
+describe("the bridge's own responses", () => {
+  it('a model turn created before ours is muted and cancelled, ours asked again once it is done; ours is recognised by its metadata', () => {
+    const sent: any[] = [];
+    const own = new OwnResponses((e) => sent.push(e));
+    own.ask('closing', { instructions: 'Say this' });
+    expect(own.created('resp_model', null)).toBeNull();
+    expect(own.isMuted('resp_model')).toBe(true);
+    expect(sent.map((e) => e.type)).toEqual(['response.create', 'response.cancel']);
+    own.done();
+    expect(sent[2]).toEqual(sent[0]);
+    expect(own.created('resp_ours', { bridge: 'closing' })).toBe('closing');
+    expect(own.isMuted('resp_ours')).toBe(false);
+    own.done();
+    expect(sent).toHaveLength(3); // nothing asked again
+  });
+
+  it('a server that never echoes metadata cannot keep the call asking: after two retries the next response is taken as ours', () => {
+    const sent: any[] = [];
+    const own = new OwnResponses((e) => sent.push(e));
+    own.ask('consent', {});
+    for (const id of ['r1', 'r2']) {
+      expect(own.created(id, undefined)).toBeNull();
+      own.done();
+    }
+    expect(own.created('r3', undefined)).toBe('consent');
+    expect(own.isMuted('r3')).toBe(false);
+    expect(sent.filter((e) => e.type === 'response.create')).toHaveLength(3);
   });
 });

@@ -1,5 +1,6 @@
 /**
- * (Over 300 lines: the call's life in one place, every event of both sides beside the state it changes.)
+ * (Over 300 lines: the call's life in one place, every event of both sides beside the state it changes;
+ * the edges hook in here, their rules live in consent.ts, own-responses.ts, pricing.ts, voicemail.ts.)
  *
  * One phone call: Twilio's media stream on one side, the realtime session on the other, the
  * configuration's policy in between.
@@ -25,6 +26,7 @@ import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
 import { GuardFeed, type Verdict } from './guard-feed';
 import { tagOptedOut } from './opt-out';
+import { OwnResponses } from './own-responses';
 import { PricingDeflection } from './pricing';
 import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
@@ -38,8 +40,6 @@ const CLOSING_LIMIT_MS = 10_000;
 const STOP_WAIT_MS = 10_000;
 const FUNCTIONS_WAIT_MS = 5_000;
 const CONSENT_WAIT_MS = 8_000;
-/** What the bridge's own responses carry in `metadata.bridge`, so their events are told from the model's turns. */
-type Purpose = 'consent' | 'closing';
 /** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
 const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndReason[]);
 
@@ -60,15 +60,13 @@ export class CallSession {
   private readonly timing = new TurnTiming();
   private responding: string | null = null;
   private playingResponse: string | null = null;
-  private readonly muted = new Set<string>();
+  private readonly own: OwnResponses;
   private closing: { id: string | null; generated: boolean; done: () => void } | null = null;
   private readonly consent: ConsentGate;
   /** The opening line being said: done once generated and every mark of it came back. */
   private consentLine: { id: string; generated: boolean } | null = null;
   /** The model answers turns by itself only once the opening line was said. */
   private respondOnTurn = false;
-  /** A bridge response asked for and not yet created: any other response meanwhile is muted. */
-  private expecting: { purpose: Purpose; create: { type: string } & Record<string, unknown>; again: boolean } | null = null;
   private readonly tagging: Array<Promise<void>> = [];
   private readonly pricing: PricingDeflection;
   private lastConfidence: number | null = null;
@@ -121,6 +119,7 @@ export class CallSession {
         noAck: () => void this.closeWith(deps.lines.noConsent, 'no_consent'),
       },
     });
+    this.own = new OwnResponses((e) => this.rt.send(e));
     this.rt.onEvent = (e) => this.onRealtime(e);
     this.rt.onReady = (first) => this.ready(first);
     this.rt.onLost = (why) => this.lost(why);
@@ -168,38 +167,24 @@ export class CallSession {
       ? `Repeat to the caller exactly these words, in full: "${line}"`
       : `Greet the caller now with exactly these words, in full: "${line}"`;
     if (again) this.silenceModel();
-    this.ask('consent', { instructions });
+    this.own.ask('consent', { instructions });
   }
 
   /** Stops what the model is saying (or about to say): cancelled, muted, cleared at Twilio. */
   private silenceModel(): void {
     this.rt.send({ type: 'response.cancel' }); // also one we have not seen created yet
-    if (this.responding) this.muted.add(this.responding);
+    this.own.mute(this.responding);
     if (this.playback.playing()) this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
-  }
-
-  /** A response of the bridge's own, recognised by its metadata when it is created. */
-  private ask(purpose: Purpose, response: Record<string, unknown>): void {
-    const create = { type: 'response.create', response: { ...response, metadata: { bridge: purpose } } };
-    this.expecting = { purpose, create, again: false };
-    this.rt.send(create);
   }
 
   private created(r: RealtimeResponse | undefined): void {
     const id = String(r?.id ?? '');
     this.responding = id;
     this.timing.responseCreated(id);
-    const purpose = (r?.metadata as { bridge?: string } | null | undefined)?.bridge;
+    const purpose = this.own.created(id, r?.metadata);
     if (purpose === 'consent') this.consentLine = { id, generated: false };
     if (purpose === 'closing' && this.closing) this.closing.id = id;
-    if (purpose && purpose === this.expecting?.purpose) this.expecting = null;
-    else if (this.expecting) {
-      // The model started a turn before ours: not heard; ours is asked again once it is done.
-      this.muted.add(id);
-      this.expecting.again = true;
-      this.rt.send({ type: 'response.cancel' });
-    }
   }
 
   /** The opening line heard to its end: the wait for the caller's answer starts. */
@@ -249,7 +234,7 @@ export class CallSession {
     const { delta, item_id: item, response_id: resp } = e as { delta?: unknown; item_id?: unknown; response_id?: unknown };
     if (this.phase === 'transferring' || this.phase === 'ended') return;
     if (this.phase === 'closing' && resp !== this.closing?.id) return;
-    if (this.muted.has(String(resp)) || typeof delta !== 'string' || !B64.test(delta)) return;
+    if (this.own.isMuted(String(resp)) || typeof delta !== 'string' || !B64.test(delta)) return;
     const bytes = base64Bytes(delta);
     if (!bytes) return;
     this.toTwilio(`{"event":"media","streamSid":"${this.streamSid}","media":{"payload":"${delta}"}}`);
@@ -272,7 +257,7 @@ export class CallSession {
     const heard = this.playback.heard()!;
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
-    if (this.playingResponse) this.muted.add(this.playingResponse);
+    this.own.mute(this.playingResponse);
     this.rt.send({ type: 'conversation.item.truncate', item_id: heard.item, content_index: 0, audio_end_ms: heard.ms });
   }
 
@@ -311,10 +296,7 @@ export class CallSession {
       this.checkClosing();
     }
     if (this.consentLine?.id === id) this.consentSaid();
-    if (this.expecting?.again && this.phase !== 'ended') {
-      this.expecting.again = false;
-      this.rt.send(this.expecting.create);
-    }
+    if (this.phase !== 'ended') this.own.done();
     const outputs = await this.functions.outputs(id);
     if (!outputs.length || this.phase !== 'live') return;
     for (const o of outputs) {
@@ -389,7 +371,7 @@ export class CallSession {
       this.silenceModel(); // the closing line comes next, nothing else
       const lang = this.deps.config.meta.primary_language;
       const instructions = `Say this to the caller in ${lang}, and nothing else: "${line}"`;
-      this.ask('closing', { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions });
+      this.own.ask('closing', { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions });
       setTimeout(resolve, CLOSING_LIMIT_MS).unref();
     });
     if (this.phase !== 'closing') return;

@@ -12,6 +12,8 @@
  *   unclear    anything else ("hello?", "what?"), or silence: nothing transcribed within
  *              `waitMs` (8 s) of the line's end, the caller's own speech restarting the wait
  *
+ * Only words said after the line was heard (to its end, or until the caller spoke over it) answer
+ * it, except a refusal, which counts whenever it comes.
  * Unclear: with `consent.retry_if_no_ack` the line is said again, at most `max_retries` times;
  * after that (or without retries) the call ends politely (`no_consent`, not an opt-out). Declined:
  * the caller is told, the call ends (`opted_out`) and the contact is tagged in the back office.
@@ -119,6 +121,8 @@ export interface ConsentActions {
 /** The consent state of one call: waiting for an answer to the line, then settled. */
 export class ConsentGate {
   private state: 'waiting' | 'settled' = 'waiting';
+  /** Agreement counts only once the line was heard; a refusal counts at any time. */
+  private lineWasHeard = false;
   private retries = 0;
   private timer: NodeJS.Timeout | null = null;
 
@@ -138,6 +142,7 @@ export class ConsentGate {
 
   /** The line (or its repeat) has been heard to the end: the wait for an answer starts. */
   lineHeard(): void {
+    this.lineWasHeard = true;
     if (this.state === 'waiting') this.arm();
   }
 
@@ -155,6 +160,7 @@ export class ConsentGate {
   heard(text: string): Ack | null {
     if (this.state !== 'waiting') return null;
     const ack = classifyAck(text, this.opts.triggers);
+    if (ack !== 'declined' && !this.lineWasHeard) return null; // said before the line: not an answer to it
     if (ack === 'yes') this.settle();
     else if (ack === 'declined') {
       this.settle();

@@ -1,0 +1,59 @@
+/**
+ * The responses the bridge asks the model for (the consent line, a closing line), told from the
+ * turns the model takes by itself: each is created with `metadata: {bridge: <purpose>}`, which the
+ * Realtime API echoes in `response.created`. While one is asked for and not yet created, a response
+ * the model starts on its own (the caller spoke) is cancelled and muted, and ours is asked again
+ * once that one is done, so the caller hears the bridge's line and nothing before it. After two
+ * such retries the next response is taken as ours: a server that did not echo metadata could
+ * otherwise keep the call asking forever.
+ */
+export type Purpose = 'consent' | 'closing';
+
+const MAX_AGAIN = 2;
+
+type Send = (event: { type: string } & Record<string, unknown>) => void;
+
+export class OwnResponses {
+  private readonly muted = new Set<string>();
+  private expecting: { purpose: Purpose; create: { type: string } & Record<string, unknown>; again: boolean; tries: number } | null = null;
+
+  constructor(private readonly send: Send) {}
+
+  ask(purpose: Purpose, response: Record<string, unknown>): void {
+    const create = { type: 'response.create', response: { ...response, metadata: { bridge: purpose } } };
+    this.expecting = { purpose, create, again: false, tries: 0 };
+    this.send(create);
+  }
+
+  /** A response was created: its purpose when it is ours. */
+  created(id: string, metadata: unknown): Purpose | null {
+    const purpose = (metadata as { bridge?: Purpose } | null | undefined)?.bridge ?? null;
+    const expecting = this.expecting;
+    if (!expecting) return purpose;
+    if (purpose === expecting.purpose || expecting.tries >= MAX_AGAIN) {
+      this.expecting = null;
+      return expecting.purpose;
+    }
+    this.muted.add(id);
+    expecting.again = true;
+    expecting.tries++;
+    this.send({ type: 'response.cancel' });
+    return purpose;
+  }
+
+  /** A response is done: ours again if a model turn got in its way. */
+  done(): void {
+    if (!this.expecting?.again) return;
+    this.expecting.again = false;
+    this.send(this.expecting.create);
+  }
+
+  /** Its audio never reaches the caller (cut by the caller, or by the bridge). */
+  mute(id: string | null): void {
+    if (id) this.muted.add(id);
+  }
+
+  isMuted(id: string): boolean {
+    return this.muted.has(id);
+  }
+}
