@@ -46,27 +46,29 @@ const CALL_STEPS: Array<[string, (s: DrillStack) => Promise<Row>]> = [
   ['8. An after-hours call leaves a recording and a next-day task', afterHoursStep],
 ];
 
-async function main(): Promise<number> {
+const USAGE = 'usage: npm run concierge:drill -- [--config FILE] [--countries PT,GB]';
+
+/** The options, or the reason they are refused (a usage error, before anything runs). */
+function options(): { file: string; countries: string[] } | { refused: string } {
   let values: { config?: string; countries?: string };
   try {
     ({ values } = parseArgs({ options: { config: { type: 'string' }, countries: { type: 'string' } } }));
   } catch (error) {
-    console.error(`${(error as Error).message}\nusage: npm run concierge:drill -- [--config FILE] [--countries PT,GB]`);
-    return 2;
+    return { refused: `${(error as Error).message}\n${USAGE}` };
   }
-  const file = values.config ?? process.env.CONCIERGE_FILE ?? 'concierge.json';
-  const ratesFile = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
   const countries = (values.countries ?? '').split(',').filter(Boolean);
   const odd = countries.filter((c) => !/^[A-Za-z]{2}$/.test(c));
-  if (odd.length) {
-    console.error(`--countries: expected ISO 3166 alpha-2 codes separated by commas, such as PT,GB; got ${odd.join(', ')}`);
-    return 2;
-  }
-  const raw = readRaw(file);
-  const rows: Row[] = [lintStep(file), priceStep(raw), ratesStep(configuredCountries(raw, countries), ratesFile)];
+  if (odd.length)
+    return { refused: `--countries: expected ISO 3166 alpha-2 codes separated by commas, such as PT,GB; got ${odd.join(', ')}` };
+  return { file: values.config ?? process.env.CONCIERGE_FILE ?? 'concierge.json', countries };
+}
+
+/** Steps 4-8 on the drill's stack (or each marked not run, saying why), then 9-10; the stack is closed after. */
+async function callRows(raw: Record<string, any> | null, ratesFile: string): Promise<{ rows: Row[]; stack: DrillStack | null }> {
   const parsed = ConciergeConfig.safeParse(raw);
   let stack: DrillStack | null = null;
-  let notRun = parsed.success ? '' : 'the configuration is not usable (step 1)';
+  let notRun = 'the configuration is not usable (step 1)';
+  const rows: Row[] = [];
   try {
     if (parsed.success) stack = await drillStack(parsed.data, ratesFile).catch((error: Error) => ((notRun = error.message), null));
     for (const [step, run] of CALL_STEPS)
@@ -79,6 +81,10 @@ async function main(): Promise<number> {
   } finally {
     await stack?.close();
   }
+  return { rows, stack };
+}
+
+function print(file: string, rows: Row[], stack: DrillStack | null): number {
   console.log(
     `Concierge drill: ${file} against local peers (Twilio, realtime model, back office); store: ${stack?.store ?? 'none, no call placed'}\n`,
   );
@@ -90,10 +96,23 @@ async function main(): Promise<number> {
   if (stack) console.log(`\nTranscripts of the drill's calls (step 9; the model's words are the drill's script):\n${transcripts(stack)}`);
   const counted = rows.filter((r) => r.status !== 'TODO');
   const failed = counted.filter((r) => r.status === 'FAIL');
-  console.log(
-    `\n${counted.length - failed.length} passed, ${failed.length} failed${failed.length ? ` (${failed.map((r) => r.step.split('.')[0]).join(', ')})` : ''}; steps 9-10 are yours (${((Date.now() - started) / 1000).toFixed(1)} s)`,
-  );
+  const named = failed.length ? ` (${failed.map((r) => r.step.split('.')[0]).join(', ')})` : '';
+  const seconds = ((Date.now() - started) / 1000).toFixed(1);
+  console.log(`\n${counted.length - failed.length} passed, ${failed.length} failed${named}; steps 9-10 are yours (${seconds} s)`);
   return failed.length ? 1 : 0;
+}
+
+async function main(): Promise<number> {
+  const opts = options();
+  if ('refused' in opts) {
+    console.error(opts.refused);
+    return 2;
+  }
+  const ratesFile = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
+  const raw = readRaw(opts.file);
+  const fileRows = [lintStep(opts.file), priceStep(raw), ratesStep(configuredCountries(raw, opts.countries), ratesFile)];
+  const { rows, stack } = await callRows(raw, ratesFile);
+  return print(opts.file, [...fileRows, ...rows], stack);
 }
 
 main().then(
