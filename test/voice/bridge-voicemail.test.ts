@@ -2,6 +2,7 @@
 // peers: after hours, the monthly pause (no realtime connection), a realtime failure before the
 // agent spoke (network issue), a transfer nobody answered; then Twilio's callbacks, each signed
 // over the absolute URL the TwiML named, and the status callback that closes what is left, once.
+import { EventEmitter } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ACCOUNT_SID, bridgeStack, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
 import { assistantAudio, brain, speak } from './peers/script';
@@ -192,12 +193,13 @@ describe('phone bridge edges: voicemail', () => {
 });
 
 describe('phone bridge edges: the status callback', () => {
-  it('a call answered whose stream never came: completed writes the record once; a late status or stream end writes nothing more', async () => {
-    s = await bridgeStack();
+  it('a call answered whose stream never came: completed writes the record once (after a grace for a stream elsewhere); a late status or stream end writes nothing more', async () => {
+    s = await bridgeStack(() => undefined, { statusGraceMs: 300 });
     s.realtime.brain = brain({});
     const answer = await s.twilio.placeCall(form('CA0709'));
     const status = (CallStatus: string) => s!.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0709', CallStatus });
     expect((await status('completed')).status).toBe(204);
+    await s.endOf('CA0709');
     expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0709', outcome: 'abandoned', ended_reason: 'caller_hangup' })]);
     expect((await status('completed')).status).toBe(204);
     // A stream that turns up late and ends.
@@ -212,6 +214,25 @@ describe('phone bridge edges: the status callback', () => {
     expect(s.logs.filter((l) => l.includes('call CA0709: ended'))).toHaveLength(2); // the status callback's, then the stream's
     expect(s.records).toHaveLength(1);
     expect(s.ended.map((e) => e.call_id)).toEqual(['CA0709']);
+  });
+
+  it('an answered call whose stream ends elsewhere during the grace keeps that record (its booking), not an abandoned one', async () => {
+    s = await bridgeStack(() => undefined, { statusGraceMs: 5000 });
+    // Seen from the store: the status callback's check that finds the record and stops.
+    const get = s.voice.get.bind(s.voice);
+    const checks = new EventEmitter();
+    s.voice.get = async (id) => {
+      const call = await get(id);
+      checks.emit('checked', call);
+      return call;
+    };
+    await s.twilio.placeCall(form('CA0714'));
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0714', CallStatus: 'completed' })).status).toBe(204);
+    expect(s.records).toEqual([]); // not yet: the stream may be ending on another instance
+    // Another instance's session ends the call with what it achieved.
+    await s.voice.end('CA0714', { outcome: 'booking', intent_primary: 'book', ended_reason: 'caller_hangup', responses_metered: true });
+    await until(checks, 'checked', (c: any) => c?.call_id === 'CA0714' && !!c.record, 'the status callback to see the record');
+    expect(s.records.map((r) => [r.call_id, r.outcome])).toEqual([['CA0714', 'booking']]);
   });
 
   it('busy, failed, no-answer and canceled close a live session with that reason', async () => {

@@ -144,6 +144,11 @@ describe('phone bridge inside the gateway (createStack)', () => {
       expect(ok.status).toBe(200);
       expect(ok.headers.get('content-type')).toMatch(/^text\/xml/);
       expect(await ok.text()).toContain('<Stream url="wss://voice.example.test/twilio/media">');
+      // The callbacks the TwiML names are served by the gateway's own server, signature-checked.
+      for (const path of ['/twilio/voicemail/recording', '/twilio/voicemail/recorded', '/twilio/dial'])
+        expect(
+          (await fetch(`${h.url}${path}`, { method: 'POST', headers: { 'x-twilio-signature': 'x' }, body: 'CallSid=CA0301' })).status,
+        ).toBe(403);
       const refused = new WebSocket(`${h.url.replace('http', 'ws')}/twilio/media`, { headers: { 'x-twilio-signature': 'bad' } });
       const status = await new Promise<number>((r) => refused.once('unexpected-response', (_q, res) => r(res.statusCode!)));
       expect(status).toBe(403);
@@ -165,6 +170,7 @@ describe('phone bridge inside the gateway (createStack)', () => {
       expect(res.status).toBe(503);
       const text = await res.text();
       expect(text).toBe('phone bridge off: PUBLIC_URL is not set');
+      expect((await fetch(`${h.url}/twilio/dial`, { method: 'POST', body: 'CallSid=CA1' })).status).toBe(503);
     } finally {
       await h.stop();
     }

@@ -52,6 +52,8 @@ export interface PhoneBridgeDeps {
   /** Call control; Twilio's REST API by default. */
   calls?: CallControl;
   lines?: Partial<Lines>;
+  /** How long a status callback waits for an answered call's stream to write its record (15 s). */
+  statusGraceMs?: number;
   /** How long a caller has to answer the consent line (8 s). */
   consentWaitMs?: number;
   /** After each call's record is written (tests, drills, transcripts review). */
@@ -102,7 +104,7 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
         },
       ),
   });
-  const status = new CallStatus({ voice: deps.voice, streams, ends, log });
+  const status = new CallStatus({ voice: deps.voice, streams, ends, log, graceMs: deps.statusGraceMs });
   return {
     mount: (app) =>
       mountTwilioWebhooks(app, { auth, voice: deps.voice, status, voicemail, urls, mediaUrl: settings.mediaUrl, dial, lines, log }),

@@ -2,13 +2,22 @@
  * `POST /twilio/status`, Twilio's call status callback. A terminal status (completed, busy,
  * failed, no-answer, canceled) closes what is still open for the call: a live session here ends
  * (its own end writes the record); a call with no session (voicemail, the monthly pause, a stream
- * that never came or broke off without `stop`) gets its record now, `abandoned` unless a voicemail
+ * that never came or broke off without `stop`) gets its record, `abandoned` unless a voicemail
  * was already recorded. Once: a call that has its record is left alone.
+ *
+ * A call that was answered may have its stream on another instance, whose `stop` comes at the same
+ * time as this callback: its session writes the record with what the call achieved (a booking…).
+ * So for an answered call the record is written here only if none appears within `graceMs` (15 s:
+ * a session's end waits up to 5 s for function calls), checked in the store every 250 ms.
  */
+import type { StoredCall } from '../call-store';
 import type { VoiceService } from '../calls';
 import type { CallEnds } from './call-ends';
 import type { EndReason } from './call-types';
 import type { MediaStreams } from './media-stream';
+
+const GRACE_MS = 15_000;
+const POLL_MS = 250;
 
 const TERMINAL: Record<string, EndReason> = {
   completed: 'caller_hangup',
@@ -25,6 +34,7 @@ export class CallStatus {
       streams: Pick<MediaStreams, 'live'>;
       ends: CallEnds;
       log: { info: (m: string) => void };
+      graceMs?: number;
     },
   ) {}
 
@@ -35,6 +45,24 @@ export class CallStatus {
     if (session) return void session.finish(reason);
     const call = await this.deps.voice.get(callSid);
     if (!call || call.record) return;
+    if (call.action === 'answer') return void this.unlessEnded(callSid, status, reason);
+    await this.write(call, status, reason);
+  }
+
+  /** An answered call: its record from here only if its stream's session did not write one. */
+  private async unlessEnded(callSid: string, status: string, reason: EndReason): Promise<void> {
+    const until = Date.now() + (this.deps.graceMs ?? GRACE_MS);
+    for (;;) {
+      await new Promise((r) => setTimeout(r, POLL_MS).unref());
+      if (this.deps.streams.live.has(callSid)) return; // its stream is here after all: its end writes
+      const call = await this.deps.voice.get(callSid);
+      if (!call || call.record) return;
+      if (Date.now() >= until) return this.write(call, status, reason);
+    }
+  }
+
+  private async write(call: StoredCall, status: string, reason: EndReason): Promise<void> {
+    const callSid = call.call_id;
     const paused = call.voicemail_reason === 'monthly_cap';
     this.deps.log.info(`call ${callSid}: status ${status} with no live stream; writing its record`);
     await this.deps.ends.write(callSid, {
