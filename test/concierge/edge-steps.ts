@@ -154,8 +154,7 @@ export async function consentStep(s: DrillStack): Promise<Row> {
   s.realtime.brain = drillBrain({});
   const phone = '+351910000005';
   const call = await DrillCall.place(s, 'CAdrill05optout', phone);
-  const lineDone = bridgeSaid(call, 'consent', 1);
-  await lineDone;
+  await bridgeSaid(call, 'consent', 1);
   const first = asked(call)[0];
   if (repeats) {
     const again = bridgeSaid(call, 'consent', 1); // the next consent line done from now on
@@ -186,7 +185,9 @@ export async function consentStep(s: DrillStack): Promise<Row> {
     step: '5. The consent flow: an opt-out tags the contact',
     measured: [
       `first line the caller heard: ${first?.text.includes(line) ? 'the consent line' : `NOT the consent line (${first?.text.slice(0, 60) ?? 'nothing'})`}`,
-      `an unclear answer → the line said ${lines} time(s) in all (retry_if_no_ack ${retry}, max_retries ${retries})`,
+      repeats
+        ? `an unclear answer → the line said ${lines} time(s) in all (max_retries ${retries})`
+        : `no retry configured (retry_if_no_ack ${retry}, max_retries ${retries}): the line said ${lines} time(s)`,
       `"no, I do not want this call recorded" → told ${told ? `"${/"(.*)"$/s.exec(told)?.[1] ?? told}"` : 'NOTHING'}, ${completed ? 'then Twilio Status=completed' : 'the call NOT completed'}, ended_reason ${summary.ended_reason}`,
       tag()
         ? `back office: ${tag()!.action} with opted_out → ${tag()!.reply.ok ? 'ok' : `refused: ${String(tag()!.reply.error)}`}`
