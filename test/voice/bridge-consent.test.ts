@@ -97,6 +97,21 @@ describe('consent over the phone', () => {
     await s.endOf('CA0801');
   });
 
+  it('the realtime server drops before the line was said: the new session says it first, and only then takes turns', async () => {
+    s = await bridgeStack();
+    s.realtime.paceMs = 20;
+    s.realtime.brain = brain({ greeting: { audio: assistantAudio(1000), transcript: 'consent line' } });
+    await s.twilio.call('CA0807');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await serverEvent(conn, 'response.created');
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    const greet = await clientEvent(again, 'response.create');
+    expect(greet.response.instructions).toMatch(/^Greet/);
+    expect((again.events[0] as any).session.audio.input.turn_detection.create_response).toBe(false);
+    await clientEvent(again, 'session.update', (e: any) => e.session.audio.input.turn_detection?.create_response === true);
+  });
+
   it('silence: the line is said once more (max_retries 1); silence again: a polite end, no_consent, nobody tagged', async () => {
     s = await bridgeStack(() => undefined, { consentWaitMs: 400 });
     s.realtime.brain = brain({});

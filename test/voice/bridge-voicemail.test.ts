@@ -106,7 +106,7 @@ describe('phone bridge edges: voicemail', () => {
   });
 
   it('the monthly cap: no realtime connection; a short line offers voicemail; the record says monthly_cap, message or not', async () => {
-    s = await bridgeStack();
+    s = await bridgeStack(() => undefined, { statusGraceMs: 300 });
     await s.voice.rollup(1_000_000);
     const answer = await s.twilio.placeCall(form('CA0703'));
     expect(answer.stream).toBeNull();
@@ -117,6 +117,7 @@ describe('phone bridge edges: voicemail', () => {
     const quiet = await s.twilio.placeCall(form('CA0704'));
     expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0704', CallStatus: 'completed' })).status).toBe(204);
     expect(quiet.stream).toBeNull();
+    await s.endOf('CA0704');
     expect(s.realtime.attempts).toBe(0);
     expect(s.records.map((r) => [r.call_id, r.outcome, r.ended_reason])).toEqual([
       ['CA0703', 'voicemail_left', 'monthly_cap'],

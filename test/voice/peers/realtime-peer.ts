@@ -92,6 +92,11 @@ export class RtConn extends EventEmitter {
         return void this.respond({ trigger: 'create', instructions: e.response?.instructions, metadata: e.response?.metadata ?? null });
       case 'response.cancel':
         if (this.active) this.active.cancelled = true;
+        else
+          this.send({
+            type: 'error',
+            error: { type: 'invalid_request_error', code: 'response_cancel_not_active', message: 'no active response' },
+          });
         return;
       case 'conversation.item.create':
         return this.send({ type: 'conversation.item.added', item: { id: `item_c${this.seq}`, ...e.item } });
@@ -100,7 +105,17 @@ export class RtConn extends EventEmitter {
     }
   }
 
-  private update(s: RealtimeSessionCreateRequest): void {
+  /** Like the API: the fields present are updated, the others kept. */
+  private update(patch: RealtimeSessionCreateRequest): void {
+    const was = this.session;
+    const s = {
+      ...was,
+      ...patch,
+      audio: {
+        input: { ...was?.audio?.input, ...patch.audio?.input },
+        output: { ...was?.audio?.output, ...patch.audio?.output },
+      },
+    } as RealtimeSessionCreateRequest;
     const input = s.audio?.input?.format as { type?: string } | undefined;
     const output = s.audio?.output?.format as { type?: string } | undefined;
     if (s.type !== 'realtime' || input?.type !== 'audio/pcmu' || output?.type !== 'audio/pcmu') {

@@ -32,7 +32,7 @@ import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
 import type { RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
-import { sessionUpdate } from './session-config';
+import { sessionUpdate, turnTakingOn } from './session-config';
 import { TurnTiming } from './turn-timing';
 
 const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -103,7 +103,8 @@ export class CallSession {
       update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       history: () => this.said,
-      awaitingAnswer: () => this.responding !== null || this.said.at(-1)?.speaker === 'user',
+      // Before the opening line was said, the new session owes the line (ready), not an answer.
+      awaitingAnswer: () => this.respondOnTurn && (this.responding !== null || this.said.at(-1)?.speaker === 'user'),
       log,
       callId: callSid,
     });
@@ -154,6 +155,8 @@ export class CallSession {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
       this.responding = null;
       this.timing.reset();
+      // The opening line never finished on the old socket: it is still the first thing to say.
+      if (!this.respondOnTurn) this.sayConsent(false);
       return;
     }
     this.sayConsent(false);
@@ -226,6 +229,8 @@ export class CallSession {
       case 'response.done':
         return void this.responseDone(e.response as RealtimeResponse);
       case 'error':
+        // The bridge cancels before its own lines whether or not a response is running.
+        if ((e.error as { code?: string } | undefined)?.code === 'response_cancel_not_active') return;
         this.deps.log.warn(`call ${this.callSid}: realtime error ${JSON.stringify(e.error).slice(0, 300)}`);
     }
   }
@@ -384,7 +389,8 @@ export class CallSession {
     this.consentLine!.generated = true;
     if (!this.respondOnTurn) {
       this.respondOnTurn = true;
-      this.rt.send(sessionUpdate(this.deps.config, this.numbers.from, { respond: true }) as never);
+      const on = turnTakingOn(this.deps.config);
+      if (on) this.rt.send(on as never);
     }
     this.checkConsentLine();
   }

@@ -5,10 +5,11 @@
  * that never came or broke off without `stop`) gets its record, `abandoned` unless a voicemail
  * was already recorded. Once: a call that has its record is left alone.
  *
- * A call that was answered may have its stream on another instance, whose `stop` comes at the same
- * time as this callback: its session writes the record with what the call achieved (a booking…).
- * So for an answered call the record is written here only if none appears within `graceMs` (15 s:
- * a session's end waits up to 5 s for function calls), checked in the store every 250 ms.
+ * The callback often comes before the record that says more: an answered call's stream may be
+ * ending on another instance (its session records what the call achieved, a booking…), and a
+ * voicemail's recording callback comes after the call (if the caller hung up before Twilio asked
+ * the `<Record>` action). So the record is written here only if none appears within `graceMs`
+ * (15 s: a session's end waits up to 5 s for function calls), checked in the store every 250 ms.
  */
 import type { StoredCall } from '../call-store';
 import type { VoiceService } from '../calls';
@@ -45,11 +46,10 @@ export class CallStatus {
     if (session) return void session.finish(reason);
     const call = await this.deps.voice.get(callSid);
     if (!call || call.record) return;
-    if (call.action === 'answer') return void this.unlessEnded(callSid, status, reason);
-    await this.write(call, status, reason);
+    void this.unlessEnded(callSid, status, reason);
   }
 
-  /** An answered call: its record from here only if its stream's session did not write one. */
+  /** The record from here only if the stream's session or the voicemail did not write one in time. */
   private async unlessEnded(callSid: string, status: string, reason: EndReason): Promise<void> {
     const until = Date.now() + (this.deps.graceMs ?? GRACE_MS);
     for (;;) {

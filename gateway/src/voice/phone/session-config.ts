@@ -94,6 +94,27 @@ function tools(c: Concierge): RealtimeFunctionTool[] {
   });
 }
 
+function turnDetection(c: Concierge, respond: boolean) {
+  if (!c.guardrails.vad_enabled) return null;
+  return {
+    type: 'server_vad' as const,
+    threshold: 0.5,
+    prefix_padding_ms: 300,
+    silence_duration_ms: 500,
+    create_response: respond,
+    interrupt_response: true,
+  };
+}
+
+/**
+ * The model takes turns by itself from now on: a partial `session.update` with the turn detection
+ * only (the Realtime API updates the fields present); null when VAD is off.
+ */
+export function turnTakingOn(c: Concierge): SessionUpdateEvent | null {
+  const td = turnDetection(c, true);
+  return td ? { type: 'session.update', session: { type: 'realtime', audio: { input: { turn_detection: td } } } } : null;
+}
+
 /** ISO 639-1 part of a BCP 47 tag ("pt-PT" → "pt"), the transcription's language hint. */
 const iso639 = (tag: string) => tag.split('-')[0].toLowerCase();
 
@@ -117,16 +138,7 @@ export function sessionUpdate(
         format: { type: 'audio/pcmu' },
         // A hint only when the caller is expected to speak one language.
         transcription: { model: TRANSCRIBE_MODEL, ...(c.meta.alt_languages.length ? {} : { language: iso639(c.meta.primary_language) }) },
-        turn_detection: c.guardrails.vad_enabled
-          ? {
-              type: 'server_vad',
-              threshold: 0.5,
-              prefix_padding_ms: 300,
-              silence_duration_ms: 500,
-              create_response: opts.respond,
-              interrupt_response: true,
-            }
-          : null,
+        turn_detection: turnDetection(c, opts.respond),
       },
       output: { format: { type: 'audio/pcmu' } },
     },
