@@ -1,0 +1,87 @@
+// `npm run concierge:drill` end to end, as an operator runs it: passes on a filled configuration
+// (against Redis, leaving no key behind), and fails naming the step on a configuration that still
+// holds a placeholder, and on one whose per-call cap is too high to ever fire.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import type { Concierge } from '../../gateway/src/voice/config';
+import { filled } from '../voice/filled';
+
+const root = join(import.meta.dirname, '..', '..');
+const dir = mkdtempSync(join(tmpdir(), 'concierge-drill-'));
+const rates = join(dir, 'rates.json');
+const rate = (perMinute: number) => ({
+  price_unit: 'USD',
+  inbound: { local: perMinute },
+  outbound: [],
+  fetched_at: '2026-11-23T00:00:00Z',
+});
+writeFileSync(rates, JSON.stringify({ PT: rate(0.0085), GB: rate(0.01) }));
+const REDIS = 'redis://127.0.0.1:6379/9';
+
+/** Runs the real command on a copy of the filled configuration with `change` applied (asynchronously: vitest's worker keeps talking). */
+async function drill(name: string, change: (c: Record<string, any>) => void, env: NodeJS.ProcessEnv = {}) {
+  const config: Concierge = filled();
+  change(config);
+  const file = join(dir, `${name}.json`);
+  writeFileSync(file, JSON.stringify(config, null, 2));
+  const child = spawn('npm', ['run', '-s', 'concierge:drill', '--', '--config', file], {
+    cwd: root,
+    env: { ...process.env, TELEPHONY_RATES_FILE: rates, QUEUE_STORE_URL: '', ...env },
+    timeout: 150_000,
+  });
+  let stdout = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  const status = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  const row = (n: number) => new RegExp(`^(PASS|FAIL|TODO) +${n}\\. .*\\n +measured: (.*)$`, 'm').exec(stdout);
+  return { stdout, status, row: (n: number) => ({ status: row(n)?.[1], measured: row(n)?.[2] ?? '' }) };
+}
+
+describe('npm run concierge:drill', () => {
+  it('passes every step on a filled configuration, with the transcripts for step 9; no Redis key is left', async () => {
+    const run = await drill('filled', () => undefined, { QUEUE_STORE_URL: REDIS });
+    for (const n of [1, 2, 3, 4, 5, 6, 7, 8]) expect({ n, ...run.row(n) }).toMatchObject({ n, status: 'PASS' });
+    expect(run.row(4).measured).toMatch(/per_call_usd_cap 0\.35: disconnected after \d+ answer\(s\) at 0\.\d+ USD/);
+    expect(run.row(4).measured).toMatch(/max_turns 8: escalated at answer 8/);
+    expect(run.row(6).measured).toMatch(/calendar events: 1\b/);
+    expect(run.row(5).measured).toMatch(/the line said 2 time\(s\) in all.*ended_reason opted_out.*contact \+351910000005: opted_out true/);
+    expect(run.row(8).measured).toMatch(
+      /voicemail\/CAdrill08night\.mp3 \(the recording\); task 'Callback: Voicemail' due .* \(24\.0 h later\)/,
+    );
+    expect([run.row(9).status, run.row(10).status]).toEqual(['TODO', 'TODO']);
+    expect(run.stdout).toContain(`assistant  ${filled().consent.opening_line}`);
+    expect(run.stdout).toMatch(/8 passed, 0 failed; steps 9-10 are yours/);
+    expect(run.status).toBe(0);
+    const redis = new Redis(REDIS);
+    const prefix = /store: Redis \(prefix ([^)]+)\)/.exec(run.stdout)?.[1];
+    expect(prefix).toMatch(/^concierge-drill-\d+$/);
+    expect(await redis.keys(`${prefix}:*`)).toEqual([]);
+    redis.disconnect();
+  }, 160_000);
+
+  it('fails naming step 1 on a configuration that still holds a placeholder; the other steps still run', async () => {
+    const run = await drill('placeholder', (c) => (c.functions[0].webhook = '<BOOKING_WEBHOOK_URL>'));
+    expect(run.row(1)).toEqual({
+      status: 'FAIL',
+      measured: '1 problem(s): $.functions[0].webhook: placeholder <BOOKING_WEBHOOK_URL> must be replaced',
+    });
+    expect(run.row(4).status).toBe('PASS');
+    expect(run.stdout).toMatch(/1 failed \(1\)/);
+    expect(run.status).toBe(1);
+  }, 160_000);
+
+  it('fails naming step 4 when the per-call cap is too high to ever fire within a call', async () => {
+    const run = await drill('high-cap', (c) => (c.spend_guard.per_call_usd_cap = 1000));
+    expect(run.row(4).status).toBe('FAIL');
+    expect(run.row(4).measured).toMatch(
+      /per_call_usd_cap 1000: NOT disconnected; .* ended turn_cap: the turn cap ended the call first: a cap this high can never fire/,
+    );
+    expect(run.row(4).measured).toMatch(/max_turns 8: escalated at answer 8/);
+    for (const n of [1, 2, 3, 6, 7]) expect(run.row(n).status).toBe('PASS');
+    expect(run.stdout).toMatch(/1 failed \(4\)/);
+    expect(run.status).toBe(1);
+  }, 160_000);
+});
