@@ -91,6 +91,10 @@ export class BullColdQueue implements ColdQueue {
     this.own = connection instanceof Redis ? connection.duplicate({ enableOfflineQueue: false }) : null;
     this.own?.on('error', () => undefined); // the shared connection reports the outage (reportRedisState)
     this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection: this.own ?? connection, prefix });
+    // A command refused while the connection is down (BullMQ's first INFO among them) is reported as
+    // the queue's 'error'; the shared connection already logs the outage (reportRedisState), and an
+    // 'error' without a listener would end the process.
+    this.queue.on('error', () => undefined);
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
