@@ -189,7 +189,9 @@ describe('consent over the phone', () => {
       function: 'create_lead',
       args: { phone: '+351910000077', opted_out: true, consent: 'opted_out', transcript: "No, I don't want to be recorded" },
     });
-    // "Why not?" (the model's own answer to the no) was cut: the caller heard the greeting and the closing line.
+    // "Why not?" (the model's own answer to the no) was cut: the caller heard the greeting and the closing line,
+    // and the transcript holds what was said, not the answer nobody heard.
     expect(call.receivedBytes).toBeLessThan(assistantAudio(300).length + assistantAudio(600).length + 8 * 300);
+    expect(end.transcript.filter((l) => l.speaker === 'assistant').map((l) => l.text)).not.toContain('Why not?');
   });
 });

@@ -60,6 +60,8 @@ export class CallSession {
   private readonly timing = new TurnTiming();
   private responding: string | null = null;
   private playingResponse: string | null = null;
+  /** Responses of which some audio reached Twilio. */
+  private readonly voiced = new Set<string>();
   private readonly own: OwnResponses;
   private closing: { id: string | null; generated: boolean; done: () => void } | null = null;
   private readonly consent: ConsentGate;
@@ -219,6 +221,9 @@ export class CallSession {
       case 'response.output_audio.done':
         return this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
       case 'response.output_audio_transcript.done':
+        // An answer muted before any of it reached the caller is not part of what was said (one cut
+        // by barge-in was partly heard and stays).
+        if (this.own.isMuted(String(e.response_id)) && !this.voiced.has(String(e.response_id))) return;
         if (typeof e.transcript === 'string' && e.transcript) this.remember({ speaker: 'assistant', text: e.transcript });
         return;
       case 'response.created':
@@ -246,6 +251,7 @@ export class CallSession {
     this.spoke = true;
     this.markIf(this.playback.sent(String(item ?? resp), bytes));
     this.playingResponse = String(resp);
+    this.voiced.add(this.playingResponse);
     this.feed.frame('assistant', bytes);
     const ttfb = this.timing.firstAudio();
     if (ttfb !== null) this.feed.event({ type: 'assistant.response.start', ttfb_ms: ttfb });
