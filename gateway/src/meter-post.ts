@@ -94,3 +94,50 @@ export class MeterPoster {
     }
   }
 }
+
+/**
+ * When a sink delivers: every `intervalMs` and when asked (`kick`), one delivery at a time, none
+ * while the meter asked to wait. Shared by the file spool and the Redis stream.
+ */
+export class DeliveryLoop {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly poster: MeterPoster,
+    private readonly deliver: () => Promise<void>,
+    private readonly onError: (error: Error) => void,
+    private readonly intervalMs = 1000,
+  ) {
+    this.schedule();
+  }
+
+  /** Starts a delivery unless one runs or the meter asked us to wait. */
+  kick(): void {
+    if (this.poster.waiting()) return;
+    this.running ??= this.deliver()
+      .catch(this.onError)
+      .finally(() => (this.running = null));
+  }
+
+  /** The delivery under way, if any. */
+  get current(): Promise<void> | null {
+    return this.running;
+  }
+
+  /** No more timed deliveries (a kick still delivers). */
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.kick();
+      this.schedule();
+    }, this.intervalMs);
+    this.timer.unref();
+  }
+}

@@ -21,8 +21,9 @@ import type { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { EventRecord } from '../../schema/event-record';
-import { MeterPoster, type MeterPostOptions } from './meter-post';
+import { DeliveryLoop, MeterPoster, type MeterPostOptions } from './meter-post';
 import type { MeterSink } from './meter-sink';
+import { within } from './within';
 
 export interface StreamSinkOptions extends MeterPostOptions {
   redis: Redis;
@@ -58,9 +59,7 @@ export class RedisStreamSink implements MeterSink {
   private readonly ready: Promise<void>;
   private pending: Array<{ record: EventRecord; line: string; done: () => void }> = [];
   private appending = new Set<Promise<void>>();
-  private timer: NodeJS.Timeout | null = null;
-  private delivering: Promise<void> | null = null;
-  private closed = false;
+  private readonly loop: DeliveryLoop;
   private unsent = 0;
   private backlog = 0;
   private alerted = false;
@@ -71,7 +70,12 @@ export class RedisStreamSink implements MeterSink {
     this.key = `${opts.prefix}:meter:events`;
     this.poster = new MeterPoster(opts);
     this.ready = this.createGroup().then(() => this.forgetGoneConsumers());
-    this.schedule();
+    this.loop = new DeliveryLoop(
+      this.poster,
+      () => this.deliver(),
+      (error) => opts.log.error(`meter stream: ${error.message}; events stay in Redis and are tried again`),
+      opts.flushIntervalMs,
+    );
   }
 
   get stats() {
@@ -90,7 +94,7 @@ export class RedisStreamSink implements MeterSink {
     if (this.pending.length === 1) setImmediate(() => this.append());
     if (++this.unsent >= (this.opts.batchSize ?? 500)) {
       this.unsent = 0;
-      void written.then(() => this.kick());
+      void written.then(() => this.loop.kick());
     }
     return written;
   }
@@ -115,10 +119,7 @@ export class RedisStreamSink implements MeterSink {
     if (this.redisDown()) return false;
     const pipeline = this.opts.redis.pipeline();
     for (const line of lines) pipeline.xadd(this.key, '*', 'e', line);
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<null>((r) => (timer = setTimeout(() => r(null), this.opts.appendTimeoutMs ?? 1000)));
-    const replies = await Promise.race([pipeline.exec().catch(() => null), late]);
-    clearTimeout(timer);
+    const replies = await within(pipeline.exec(), this.opts.appendTimeoutMs ?? 1000).catch(() => null);
     return replies !== null && replies.every(([error]) => !error);
   }
 
@@ -142,22 +143,6 @@ export class RedisStreamSink implements MeterSink {
       if (Number(field('pending')) === 0 && Number(field('idle')) > CONSUMER_GONE_MS)
         await this.opts.redis.xgroup('DELCONSUMER', this.key, GROUP, String(field('name')));
     }
-  }
-
-  private schedule(): void {
-    if (this.closed) return;
-    this.timer = setTimeout(() => {
-      this.kick();
-      this.schedule();
-    }, this.opts.flushIntervalMs ?? 1000);
-    this.timer.unref();
-  }
-
-  private kick(): void {
-    if (this.poster.waiting()) return;
-    this.delivering ??= this.deliver()
-      .catch((error: Error) => this.opts.log.error(`meter stream: ${error.message}; events stay in Redis and are tried again`))
-      .finally(() => (this.delivering = null));
   }
 
   /** Own pending events first (a post that failed), then those of a dead gateway, then new ones. */
@@ -263,8 +248,8 @@ export class RedisStreamSink implements MeterSink {
     await this.opts.fallback.flush();
     // Not while Redis is away: its commands would wait for it, and a shutdown with them.
     if (this.poster.waiting() || this.opts.redis.status !== 'ready') return;
-    this.kick();
-    await this.delivering;
+    this.loop.kick();
+    await this.loop.current;
   }
 
   status(): Record<string, unknown> {
@@ -281,8 +266,7 @@ export class RedisStreamSink implements MeterSink {
 
   /** Delivers what it can, then leaves the group if nothing is pending with it (else another gateway claims it). */
   async close(): Promise<void> {
-    this.closed = true;
-    if (this.timer) clearTimeout(this.timer);
+    this.loop.stop();
     try {
       await this.flush();
       if (this.opts.redis.status !== 'ready') return;

@@ -18,7 +18,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { formatTimestamp, type EventRecord } from '../../schema/event-record';
 import { AppendLog } from './append-log';
-import { MeterPoster } from './meter-post';
+import { DeliveryLoop, MeterPoster } from './meter-post';
 import { takeSpoolFolder, type SpoolFolder } from './meter-spool-lock';
 import type { Log, MeterSink } from './meter-sink';
 
@@ -51,11 +51,9 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   readonly kind = 'meter web app';
   private readonly spool: AppendLog;
   private readonly offsetFile: string;
-  private timer: NodeJS.Timeout | null = null;
   private readonly folder: SpoolFolder;
   private readonly poster: MeterPoster;
-  private delivering: Promise<void> | null = null;
-  private closed = false;
+  private readonly loop: DeliveryLoop;
   private unsent = 0;
   /** Bytes spooled and not delivered (exact after each delivery, counted up between). */
   private backlog = 0;
@@ -72,7 +70,12 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     this.poster = new MeterPoster(opts);
     this.spool = new AppendLog(join(this.folder.dir, 'spool.jsonl'), { onError: (m) => opts.log.error(`meter spool ${m}`) });
     this.offsetFile = join(this.folder.dir, 'spool.offset');
-    this.schedule();
+    this.loop = new DeliveryLoop(
+      this.poster,
+      () => this.deliver(),
+      (error) => opts.log.error(`meter spool: ${error.message}; events stay spooled and are tried again`),
+      opts.flushIntervalMs,
+    );
   }
 
   /** Delivery counters, read by tests and /health. */
@@ -98,34 +101,17 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     const written = this.spool.append(line);
     if (++this.unsent >= (this.opts.batchSize ?? 500)) {
       this.unsent = 0;
-      void written.then(() => this.kick());
+      void written.then(() => this.loop.kick());
     }
     return written;
-  }
-
-  private schedule(): void {
-    if (this.closed) return;
-    this.timer = setTimeout(() => {
-      this.kick();
-      this.schedule();
-    }, this.opts.flushIntervalMs ?? 1000);
-    this.timer.unref();
-  }
-
-  /** Starts a delivery unless one runs or the meter asked us to wait. */
-  private kick(): void {
-    if (this.poster.waiting()) return;
-    this.delivering ??= this.deliver()
-      .catch((error: Error) => this.opts.log.error(`meter spool: ${error.message}; events stay spooled and are tried again`))
-      .finally(() => (this.delivering = null));
   }
 
   /** Writes what was sent to the spool, then delivers what the spool holds (unless backing off). */
   async flush(): Promise<void> {
     await this.spool.written();
     if (this.poster.waiting()) return;
-    this.kick();
-    await this.delivering;
+    this.loop.kick();
+    await this.loop.current;
   }
 
   private async readOffset(): Promise<number> {
@@ -234,8 +220,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   }
 
   async close(): Promise<void> {
-    this.closed = true;
-    if (this.timer) clearTimeout(this.timer);
+    this.loop.stop();
     try {
       await this.flush();
     } finally {

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider, refusedUrl } from './fake-provider';
 import { chat, listenStack, mapOf, startGateway, type TestGateway } from './harness';
+import { until } from './instances';
 
 const root = join(import.meta.dirname, '..', '..');
 let hot: FakeProvider;
@@ -20,17 +21,6 @@ afterEach(async () => {
   gw = undefined;
   await hot.stop();
 });
-
-/** Waits for a condition that other processes or timers make true; fails after `ms`. */
-async function until<T>(what: string, probe: () => T | Promise<T>, ms = 5000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 describe('a client that stops reading a stream', () => {
   it('ends the relay when it goes away while the gateway waits for it, and the call is metered CLIENT_CLOSED', async () => {
