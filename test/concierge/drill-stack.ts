@@ -6,24 +6,20 @@
 // afterwards), else it stays in process. The clock the call logic reads is the drill's: real time
 // moved to an open hour for answered calls and to a closed one for the after-hours call.
 import { EventEmitter } from 'node:events';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import express from 'express';
 import { Redis } from 'ioredis';
 import type { CallRecord } from '../../schema/call-record';
 import { MemoryVoiceStore, RedisVoiceStore } from '../../gateway/src/voice/call-store';
 import { callReducer, VoiceService } from '../../gateway/src/voice/calls';
 import type { Concierge } from '../../gateway/src/voice/config';
-import { createPhoneBridge, type PhoneBridge } from '../../gateway/src/voice/phone/bridge';
+import type { PhoneBridge } from '../../gateway/src/voice/phone/bridge';
 import type { CallSummary } from '../../gateway/src/voice/phone/call-types';
-import { phoneSettings } from '../../gateway/src/voice/phone/settings';
 import { readRates } from '../../gateway/src/voice/rates';
 import { Workflow, type WorkflowAnswer } from '../../gateway/src/voice/workflow';
 import { MemoryWorkflowStore, RedisWorkflowStore } from '../../gateway/src/voice/workflow-store';
 import { Target } from '../voice/peers/bridge-stack';
-import { API_KEY, RealtimePeer } from '../voice/peers/realtime-peer';
+import { hostBridge } from '../voice/peers/bridge-host';
+import { RealtimePeer } from '../voice/peers/realtime-peer';
 import { TwilioPeer } from '../voice/peers/twilio-peer';
-import { until } from '../voice/peers/wait';
 import { BackOfficePeer } from './back-office-peer';
 
 export const AUTH_TOKEN = 'drill-twilio-auth-token';
@@ -90,7 +86,6 @@ export async function drillStack(operatorConfig: Concierge, ratesFile: string): 
   };
   const events = new EventEmitter();
   const records: CallRecord[] = [];
-  const ended: CallSummary[] = [];
   const workflow = new Workflow({
     config,
     store: redis ? new RedisWorkflowStore<WorkflowAnswer>(redis, prefix) : new MemoryWorkflowStore<WorkflowAnswer>(),
@@ -110,32 +105,9 @@ export async function drillStack(operatorConfig: Concierge, ratesFile: string): 
       voiceProvider: 'openai',
     },
   });
-  const app = express();
-  const server = createServer(app);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const gateway = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const twilio = await new TwilioPeer({ gateway, publicUrl: PUBLIC_URL, authToken: AUTH_TOKEN, accountSid: ACCOUNT_SID }).start();
-  const env = {
-    PUBLIC_URL,
-    OPENAI_API_KEY: API_KEY,
-    OPENAI_REALTIME_URL: realtime.url,
-    TWILIO_ACCOUNT_SID: ACCOUNT_SID,
-    TWILIO_AUTH_TOKEN: AUTH_TOKEN,
-    TWILIO_API_URL: twilio.apiUrl,
-  };
-  const { settings, problems } = phoneSettings(env, config.meta.model);
-  if (!settings) throw new Error(problems.join('; '));
-  const bridge = createPhoneBridge({
-    config,
-    settings,
-    voice,
-    workflow,
-    meter: { send: () => undefined },
-    log,
-    onCallEnded: (s) => (ended.push(s), events.emit('ended', s)),
-  });
-  bridge.mount(app);
-  server.on('upgrade', (req, socket, head) => bridge.upgrade(req, socket, head) || socket.destroy());
+  const identity = { publicUrl: PUBLIC_URL, authToken: AUTH_TOKEN, accountSid: ACCOUNT_SID };
+  const host = await hostBridge({ config, voice, workflow, meter: { send: () => undefined }, log }, realtime, events, identity);
+  const { bridge, twilio, gateway, ended } = host;
   return {
     config,
     clock,
@@ -151,18 +123,10 @@ export async function drillStack(operatorConfig: Concierge, ratesFile: string): 
     records,
     ended,
     logs,
-    endOf: (callSid, limitMs = 20_000) => {
-      const done = ended.find((s) => s.call_id === callSid);
-      return done
-        ? Promise.resolve(done)
-        : until<CallSummary>(events, 'ended', (s) => s.call_id === callSid, `the end of call ${callSid}`, limitMs);
-    },
+    endOf: (callSid, limitMs = 20_000) => host.endOf(callSid, limitMs),
     async close() {
-      await bridge.close();
+      await host.close();
       workflow.stop();
-      await twilio.stop();
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
       await Promise.all([realtime.stop(), observe.stop(), dlq.stop(), backOffice.stop()]);
       if (redis) {
         const keys = await redis.keys(`${prefix}:*`);

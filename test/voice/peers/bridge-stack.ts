@@ -5,26 +5,22 @@
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import express from 'express';
 import { Redis } from 'ioredis';
 import type { CallRecord } from '../../../schema/call-record';
 import type { EventRecord } from '../../../schema/event-record';
 import { RedisVoiceStore } from '../../../gateway/src/voice/call-store';
 import { callReducer, VoiceService } from '../../../gateway/src/voice/calls';
 import type { Concierge } from '../../../gateway/src/voice/config';
-import { createPhoneBridge, type PhoneBridge } from '../../../gateway/src/voice/phone/bridge';
+import type { PhoneBridge } from '../../../gateway/src/voice/phone/bridge';
 import type { CallSummary } from '../../../gateway/src/voice/phone/call-types';
-import { phoneSettings } from '../../../gateway/src/voice/phone/settings';
 import { Workflow, type WorkflowAnswer } from '../../../gateway/src/voice/workflow';
 import { RedisWorkflowStore } from '../../../gateway/src/voice/workflow-store';
 import { filled } from '../filled';
-import { API_KEY, RealtimePeer } from './realtime-peer';
+import { hostBridge } from './bridge-host';
+import { RealtimePeer } from './realtime-peer';
 import { TwilioPeer } from './twilio-peer';
-import { until } from './wait';
 
-export const AUTH_TOKEN = 'twilio-test-auth-token';
-export const ACCOUNT_SID = 'AC00000000000000000000000000000001';
-export const PUBLIC_URL = 'https://voice.example.test';
+export { ACCOUNT_SID, AUTH_TOKEN, PUBLIC_URL } from './bridge-host';
 const REDIS_URL = 'redis://127.0.0.1:6379/9';
 
 /** A loopback HTTP server that records what it is sent and answers with `handle`. */
@@ -94,7 +90,6 @@ export async function bridgeStack(
   const events = new EventEmitter();
   const records: CallRecord[] = [];
   const meterEvents: EventRecord[] = [];
-  const ended: CallSummary[] = [];
   const workflow = new Workflow({
     config,
     store: new RedisWorkflowStore<WorkflowAnswer>(redis, prefix),
@@ -113,34 +108,12 @@ export async function bridgeStack(
       voiceProvider: 'openai',
     },
   });
-  const app = express();
-  const server = createServer(app);
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const gateway = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const twilio = await new TwilioPeer({ gateway, publicUrl: PUBLIC_URL, authToken: AUTH_TOKEN, accountSid: ACCOUNT_SID }).start();
-  const env = {
-    PUBLIC_URL,
-    OPENAI_API_KEY: API_KEY,
-    OPENAI_REALTIME_URL: realtime.url,
-    TWILIO_ACCOUNT_SID: ACCOUNT_SID,
-    TWILIO_AUTH_TOKEN: AUTH_TOKEN,
-    TWILIO_API_URL: twilio.apiUrl,
-  };
-  const { settings, problems } = phoneSettings(env, config.meta.model);
-  if (!settings) throw new Error(problems.join('; '));
-  const bridge = createPhoneBridge({
-    config,
-    settings,
-    voice,
-    workflow,
-    meter: { send: (e) => meterEvents.push(e) },
-    log,
-    tenant: 'acme-dental',
-    ...opts,
-    onCallEnded: (s) => (ended.push(s), events.emit('ended', s)),
-  });
-  bridge.mount(app);
-  server.on('upgrade', (req, socket, head) => bridge.upgrade(req, socket, head) || socket.destroy());
+  const host = await hostBridge(
+    { config, voice, workflow, meter: { send: (e) => meterEvents.push(e) }, log, tenant: 'acme-dental', ...opts },
+    realtime,
+    events,
+  );
+  const { bridge, twilio, ended } = host;
   return {
     config,
     twilio,
@@ -154,15 +127,9 @@ export async function bridgeStack(
     ended,
     events,
     logs,
-    endOf: (callSid) =>
-      ended.find((s) => s.call_id === callSid)
-        ? Promise.resolve(ended.find((s) => s.call_id === callSid)!)
-        : until<CallSummary>(events, 'ended', (s) => s.call_id === callSid, `the end of call ${callSid}`),
+    endOf: (callSid) => host.endOf(callSid),
     async close() {
-      await bridge.close();
-      await twilio.stop();
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
+      await host.close();
       await Promise.all([realtime.stop(), hooks.stop(), observe.stop()]);
       const keys = await redis.keys(`${prefix}:*`);
       if (keys.length) await redis.del(...keys);
