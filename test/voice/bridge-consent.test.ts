@@ -97,6 +97,20 @@ describe('consent over the phone', () => {
     await s.endOf('CA0801');
   });
 
+  it('a caller who speaks over the consent line still hears it whole: neither the model nor the bridge cuts it', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(1500);
+    s.realtime.paceMs = 20; // the model speaks in real time, so the caller talks over what it is still saying
+    s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'consent line' } });
+    const call = await s.twilio.call('CA0808');
+    await until(call, 'frame', () => call.receivedBytes >= 1600, 'the first 200 ms of the line');
+    speak(call, 400); // over the line
+    await until(call, 'frame', () => call.receivedBytes >= greeting.length, 'the whole line', 8000);
+    expect(Buffer.concat(call.received).subarray(0, greeting.length).equals(greeting)).toBe(true);
+    call.hangUp();
+    await s.endOf('CA0808');
+  });
+
   it('the realtime server drops before the line was said: the new session says it first, and only then takes turns', async () => {
     s = await bridgeStack();
     s.realtime.paceMs = 20;
