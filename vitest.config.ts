@@ -5,6 +5,8 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     // Integration tests share one Redis and real loopback servers; files run one at a time.
     fileParallelism: false,
+    // A Redis database of this run's own, emptied afterwards (test/redis-run.ts).
+    globalSetup: ['test/redis-run.ts'],
     testTimeout: 20_000,
     hookTimeout: 20_000,
   },

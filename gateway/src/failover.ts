@@ -133,7 +133,7 @@ export class Failover {
       if (!plan) continue; // this route cannot serve this request's API or model
       const config = options.model ? { ...route.config, model: options.model } : route.config;
       for (let n = 1; n <= RETRY.attempts; n++) {
-        if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'all_failed', lastError: 'client went away' };
+        if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
         if (deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS)
           return { kind: 'exhausted', attempts, reason: 'time_to_answer', lastError };
         const ticket = route.breaker.tryAcquire();
@@ -151,7 +151,7 @@ export class Failover {
         if (result.kind === 'cancelled') {
           this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
           failed(result.code);
-          return { kind: 'exhausted', attempts, reason: 'all_failed', lastError: 'client went away' };
+          return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
         }
         route.health.record(result.kind !== 'failure');
         this.deps.metrics?.countCall(route.label, metricOutcome(result), latency / 1000);

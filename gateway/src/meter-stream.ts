@@ -3,25 +3,35 @@
  * METER_URL set): the stream, not a file of this process, is where an event is durable before its
  * answer is released.
  *
- * - `send` appends the event with XADD (the XADDs of one turn of the event loop go in one pipeline,
- *   one round trip) and resolves once Redis has it.
- * - Every gateway delivers, as a consumer of one consumer group: XREADGROUP batches of up to 500,
- *   posted to the meter (meter-post.ts), then XACK and XDEL in one MULTI, only after the meter has
- *   them. The stream thus holds only events the meter has not confirmed.
- * - Events read by a gateway that died (kill -9, a lost machine) stay pending under its consumer
+ * - `send` appends the event and resolves once Redis has it. The events sent in one turn of the
+ *   event loop (the answers of concurrent requests) share one stream entry, up to 50 to an entry:
+ *   one XADD, one round trip. An entry's field `e` holds its events' JSON lines joined by ",\n"
+ *   (JSON.stringify writes no raw newline, so the split is exact); an entry of one event is the
+ *   format of earlier versions, which are thus read as before, and an earlier version reading a
+ *   newer entry posts its events as part of its batch (joined by commas, as a batch is).
+ * - Every gateway delivers, as a consumer of one consumer group: XREADGROUP of about 500 events
+ *   (the entries to read are reckoned from the events per entry of the last read), posted to the
+ *   meter (meter-post.ts) in batches of up to 500, then XACK and XDEL in one MULTI of the entries
+ *   whose events the meter all has (or set aside, below): an entry split across two posts, or by a
+ *   refused batch's halves, is acknowledged once its last event is settled. The stream thus holds
+ *   only entries with events the meter has not confirmed. A read that comes back full is followed
+ *   by another; otherwise the next waits for 500 more events sent or the second's timer.
+ * - Entries read by a gateway that died (kill -9, a lost machine) stay pending under its consumer
  *   name; any gateway claims those idle for `claimIdleMs` (XAUTOCLAIM) and delivers them.
- * - Delivery is at least once (a crash between the meter's answer and the XACK posts a batch
- *   again); the meter stores each event_id once, so the sheet gets each event exactly once.
- * - Records the meter refuses for good go to the `rejected` stream with its reason (newest 100,000).
- * - When Redis does not take an append within `appendTimeoutMs` (down, reconnecting), the event
- *   goes to `fallback`, this process's file spool, which posts it to the meter itself: answers are
+ * - Delivery is at least once (a crash between the meter's answer and the XACK posts a batch again,
+ *   and an entry not wholly settled is read again with the events of it the meter already has); the
+ *   meter stores each event_id once, so the sheet gets each event exactly once.
+ * - Records the meter refuses for good go to the `rejected` stream, one each, with its reason
+ *   (newest 100,000).
+ * - When Redis does not take an append within `appendTimeoutMs` (down, reconnecting), the events
+ *   go to `fallback`, this process's file spool, which posts them to the meter itself: answers are
  *   not held back by Redis, and an event that reaches both is stored once by its event_id.
  */
 import type { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { EventRecord } from '../../schema/event-record';
-import { DeliveryLoop, MeterPoster, type MeterPostOptions } from './meter-post';
+import { DeliveryLoop, MeterPoster, type MeterPostOptions, type Settling } from './meter-post';
 import type { MeterSink } from './meter-sink';
 import { within } from './within';
 
@@ -39,14 +49,24 @@ export interface StreamSinkOptions extends MeterPostOptions {
   /** How long an event stays pending with a consumer before another gateway claims it (default 60 s). */
   claimIdleMs?: number;
   appendTimeoutMs?: number;
-  /** Events waiting in the stream above which the sink alerts (default 1,000,000). */
+  /** Events waiting in the stream (about: entries times the events per entry last read) above which the sink alerts (default 1,000,000). */
   maxBacklog?: number;
   onBacklog?: (message: string) => void;
 }
 
-type Entry = { id: string; line: string };
+type Entry = { id: string; lines: string[] };
 type RawEntry = [id: string, fields: string[] | null];
+/** What a read got from Redis (entries, deleted ones too) and the entries with events among them. */
+type Read = { got: number; entries: Entry[] };
+/** An event read from the stream, with what is left unsettled of its entry. */
+type Item = { line: string; entry: { id: string; left: number } };
+/** The events sent in one turn of the event loop, appended together. */
+type Turn = { records: EventRecord[]; lines: string[]; written: Promise<void>; done: () => void };
 const GROUP = 'meter';
+/** Events in one stream entry at most: a turn's events above it take several entries. */
+const EVENTS_PER_ENTRY = 50;
+/** Between the events of an entry; a JSON line holds no raw newline. */
+const SEPARATOR = ',\n';
 const REJECTED_KEEP = 100_000;
 const CONSUMER_GONE_MS = 10 * 60_000;
 
@@ -57,12 +77,14 @@ export class RedisStreamSink implements MeterSink {
   readonly consumer = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   private readonly poster: MeterPoster;
   private readonly ready: Promise<void>;
-  private pending: Array<{ record: EventRecord; line: string; done: () => void }> = [];
+  private turn: Turn | null = null;
   private appending = new Set<Promise<void>>();
   private readonly loop: DeliveryLoop;
   private unsent = 0;
   private backlog = 0;
   private alerted = false;
+  /** Events per entry in the last read: how many entries a read asks for, and the backlog in events from the stream's length. */
+  private perEntry = EVENTS_PER_ENTRY;
   /** Events that went to the file spool because Redis did not take them in time. */
   private fellBack = 0;
 
@@ -90,26 +112,35 @@ export class RedisStreamSink implements MeterSink {
       this.stats.rejected++;
       return this.setAside([line], `refused before spooling: ${problem}`).catch(() => undefined);
     }
-    const written = new Promise<void>((done) => this.pending.push({ record, line, done }));
-    if (this.pending.length === 1) setImmediate(() => this.append());
+    const turn = (this.turn ??= this.nextTurn());
+    turn.records.push(record);
+    turn.lines.push(line);
     if (++this.unsent >= (this.opts.batchSize ?? 500)) {
       this.unsent = 0;
-      void written.then(() => this.loop.kick());
+      void turn.written.then(() => this.loop.kick());
     }
-    return written;
+    return turn.written;
   }
 
-  /** One pipeline of XADDs for what was sent in this turn; what Redis does not take in time goes to the file spool. */
+  /** The events of this turn, appended once it ends; all resolve together. */
+  private nextTurn(): Turn {
+    let done = () => {};
+    const written = new Promise<void>((resolve) => (done = resolve));
+    setImmediate(() => this.append());
+    return { records: [], lines: [], written, done };
+  }
+
+  /** This turn's events in as few entries as they fit; what Redis does not take in time goes to the file spool. */
   private append(): void {
-    if (!this.pending.length) return;
-    const group = this.pending;
-    this.pending = [];
-    const job = this.xadd(group.map((p) => p.line)).then(async (added) => {
+    const turn = this.turn;
+    if (!turn) return;
+    this.turn = null;
+    const job = this.xadd(turn.lines).then(async (added) => {
       if (!added) {
-        this.fellBack += group.length;
-        await Promise.all(group.map((p) => this.opts.fallback.send(p.record)));
+        this.fellBack += turn.records.length;
+        await Promise.all(turn.records.map((r) => this.opts.fallback.send(r)));
       }
-      for (const p of group) p.done();
+      turn.done();
     });
     this.appending.add(job);
     void job.finally(() => this.appending.delete(job));
@@ -118,7 +149,8 @@ export class RedisStreamSink implements MeterSink {
   private async xadd(lines: string[]): Promise<boolean> {
     if (this.redisDown()) return false;
     const pipeline = this.opts.redis.pipeline();
-    for (const line of lines) pipeline.xadd(this.key, '*', 'e', line);
+    for (let i = 0; i < lines.length; i += EVENTS_PER_ENTRY)
+      pipeline.xadd(this.key, '*', 'e', lines.slice(i, i + EVENTS_PER_ENTRY).join(SEPARATOR));
     const replies = await within(pipeline.exec(), this.opts.appendTimeoutMs ?? 1000).catch(() => null);
     return replies !== null && replies.every(([error]) => !error);
   }
@@ -145,61 +177,94 @@ export class RedisStreamSink implements MeterSink {
     }
   }
 
-  /** Own pending events first (a post that failed), then those of a dead gateway, then new ones. */
+  /**
+   * Own pending entries first (a post that failed), then those of a dead gateway, then new ones;
+   * each read again while it comes back full (more wait), else the next waits for a kick or the timer.
+   */
   private async deliver(): Promise<void> {
     await this.ready.catch(() => this.createGroup());
-    for (const read of [() => this.read('0'), () => this.claim(), () => this.read('>')]) {
-      for (;;) {
-        const entries = await read().catch((error: Error) => this.regroup(error));
-        if (!entries.length) break;
-        if (!(await this.settle(entries))) return this.measureBacklog();
+    for (const read of [(n: number) => this.read('0', n), (n: number) => this.claim(n), (n: number) => this.read('>', n)]) {
+      for (let full = true; full;) {
+        const count = this.count();
+        const { got, entries } = await read(count).catch((error: Error) => this.regroup(error));
+        full = got === count;
+        if (entries.length && !(await this.settle(entries))) return this.measureBacklog();
       }
     }
   }
 
-  /** The stream was deleted (FLUSHDB, say): the group is made again and the read tried on the next tick. */
-  private async regroup(error: Error): Promise<Entry[]> {
-    if (!error.message.includes('NOGROUP')) throw error;
-    await this.createGroup();
-    return [];
+  /** Entries to read for about `batchSize` events, by the events per entry of the last read. */
+  private count(): number {
+    const size = this.opts.batchSize ?? 500;
+    return Math.max(1, Math.min(size, Math.floor(size / this.perEntry)));
   }
 
-  private async read(from: '0' | '>'): Promise<Entry[]> {
-    const count = this.opts.batchSize ?? 500;
+  /** The stream was deleted (FLUSHDB, say): the group is made again and the read tried on the next tick. */
+  private async regroup(error: Error): Promise<Read> {
+    if (!error.message.includes('NOGROUP')) throw error;
+    await this.createGroup();
+    return { got: 0, entries: [] };
+  }
+
+  private async read(from: '0' | '>', count: number): Promise<Read> {
     const reply = (await this.opts.redis.xreadgroup('GROUP', GROUP, this.consumer, 'COUNT', count, 'STREAMS', this.key, from)) as Array<
       [string, RawEntry[]]
     > | null;
-    return this.entries(reply?.[0]?.[1] ?? []);
+    const raw = reply?.[0]?.[1] ?? [];
+    return { got: raw.length, entries: await this.entries(raw) };
   }
 
-  private async claim(): Promise<Entry[]> {
+  private async claim(count: number): Promise<Read> {
     const idle = this.opts.claimIdleMs ?? 60_000;
-    const count = this.opts.batchSize ?? 500;
     const [, raw] = (await this.opts.redis.xautoclaim(this.key, GROUP, this.consumer, idle, '0-0', 'COUNT', count)) as [string, RawEntry[]];
-    if (raw.length) this.opts.log.info(`meter stream: claimed ${raw.length} event(s) left pending by another gateway`);
-    return this.entries(raw);
+    const entries = await this.entries(raw);
+    const events = entries.reduce((n, e) => n + e.lines.length, 0);
+    if (events) this.opts.log.info(`meter stream: claimed ${events} event(s) left pending by another gateway`);
+    return { got: raw.length, entries };
   }
 
-  /** Entries with their line; one deleted meanwhile (no fields) is acknowledged and dropped. */
+  /** Entries with their events; one deleted meanwhile (no fields) or holding none is acknowledged and dropped. */
   private async entries(raw: RawEntry[]): Promise<Entry[]> {
-    const gone = raw.filter(([, fields]) => !fields).map(([id]) => id);
-    if (gone.length) await this.ack(gone);
-    return raw.filter(([, f]) => f).map(([id, fields]) => ({ id, line: fields![fields!.indexOf('e') + 1] }));
+    const entries: Entry[] = [];
+    const empty: string[] = [];
+    for (const [id, fields] of raw) {
+      const at = fields ? fields.indexOf('e') : -1;
+      if (at < 0 || !fields![at + 1]) empty.push(id);
+      else entries.push({ id, lines: fields![at + 1].split(SEPARATOR) });
+    }
+    if (empty.length) await this.ack(empty);
+    return entries;
   }
 
-  private settle(entries: Entry[]): Promise<boolean> {
-    return this.poster.settle(entries, {
-      line: (e) => e.line,
-      setAside: (refused, reason) =>
-        this.setAside(
-          refused.map((e) => e.line),
-          reason,
-        ),
-      done: (settled) => this.ack(settled.map((e) => e.id)),
+  /** The entries' events in posts of up to `batchSize`; false when the meter could not take one now. */
+  private async settle(entries: Entry[]): Promise<boolean> {
+    const items = entries.flatMap(({ id, lines }) => {
+      const entry = { id, left: lines.length };
+      return lines.map((line): Item => ({ line, entry }));
     });
+    this.perEntry = items.length / entries.length;
+    const size = this.opts.batchSize ?? 500;
+    for (let i = 0; i < items.length; i += size) {
+      if (!(await this.poster.settle(items.slice(i, i + size), this.settling))) return false;
+    }
+    return true;
   }
 
-  /** The meter has these: acknowledged and deleted together, so the stream keeps only what it lacks. */
+  /** What the meter has, or set aside, counts down its entry; an entry is acknowledged with its last event. */
+  private readonly settling: Settling<Item> = {
+    line: (item) => item.line,
+    setAside: (refused, reason) =>
+      this.setAside(
+        refused.map((item) => item.line),
+        reason,
+      ),
+    done: async (settled) => {
+      const whole = settled.filter((item) => --item.entry.left === 0).map((item) => item.entry.id);
+      if (whole.length) await this.ack(whole);
+    },
+  };
+
+  /** The meter has these entries' events: acknowledged and deleted together, so the stream keeps only what it lacks. */
   private async ack(ids: string[]): Promise<void> {
     await this.opts.redis
       .multi()
@@ -231,19 +296,22 @@ export class RedisStreamSink implements MeterSink {
 
   /** After a failed post: how much waits in the stream, and a notice when it passes the limit. */
   private async measureBacklog(): Promise<void> {
-    this.backlog = await this.opts.redis.xlen(this.key).catch(() => this.backlog);
+    this.backlog = await this.opts.redis
+      .xlen(this.key)
+      .then((entries) => Math.round(entries * this.perEntry))
+      .catch(() => this.backlog);
     const limit = this.opts.maxBacklog ?? 1_000_000;
     if (this.backlog <= limit || this.alerted) return;
     this.alerted = true;
     const message =
-      `meter stream ${this.key} holds ${this.backlog} events not yet delivered, over its limit of ${limit}: the meter has not ` +
+      `meter stream ${this.key} holds about ${this.backlog} events not yet delivered, over its limit of ${limit}: the meter has not ` +
       `taken events for a while. Nothing is dropped; check METER_URL, METER_TOKEN, the web app, and Redis's memory.`;
     this.opts.log.error(message);
     this.opts.onBacklog?.(message);
   }
 
   async flush(): Promise<void> {
-    if (this.pending.length) this.append();
+    this.append();
     await Promise.all(this.appending);
     await this.opts.fallback.flush();
     // Not while Redis is away: its commands would wait for it, and a shutdown with them.

@@ -8,12 +8,18 @@
  * The spool folder belongs to one process (meter-spool-lock.ts): a second gateway in the same
  * working directory takes `<dir>.2`, and a restarted one takes over the folder of a dead one.
  *
+ * The spool is compacted once `compactBytes` (1 MiB) of it are delivered: emptied when all of it
+ * is, and under steady traffic, when it is never all delivered, started afresh with the part not
+ * yet delivered once that part is no larger than what is dropped (each byte copied at most about
+ * once). The committed offset names the spool file it counts in (its inode), so after a crash in
+ * the middle of a compaction an offset of the old file is never applied to the new one.
+ *
  * Records the meter refuses for good go to `rejected.jsonl` with the meter's reason, every other
  * record of their batch is delivered. A record that breaks the shared record's rules (`check`) is
  * set aside there before it is ever spooled. A backlog over `maxSpoolBytes` (1 GiB) is an error and a notice, again
  * at each further 10 %: nothing is dropped, the order stays oldest first.
  */
-import { appendFile, open, readFile, rename, stat, writeFile } from 'node:fs/promises';
+import { appendFile, link, open, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { formatTimestamp, type EventRecord } from '../../schema/event-record';
@@ -23,6 +29,10 @@ import { takeSpoolFolder, type SpoolFolder } from './meter-spool-lock';
 import type { Log, MeterSink } from './meter-sink';
 
 const DEFAULT_MAX_SPOOL_BYTES = 1024 ** 3;
+const DEFAULT_COMPACT_BYTES = 1024 ** 2;
+
+/** The committed offset and the spool file it counts in (null: written by an earlier version, the current file). */
+type Committed = { ino: number | null; offset: number };
 
 /** A meter event as JSON for the web app (timestamp as RFC 3339 UTC). */
 export function eventJson(event: EventRecord): Record<string, unknown> {
@@ -40,6 +50,8 @@ export interface WebAppSinkOptions {
   maxBackoffMs?: number;
   /** Bytes waiting in the spool above which the sink alerts (default 1 GiB). */
   maxSpoolBytes?: number;
+  /** Delivered bytes from which the spool is compacted (default 1 MiB). */
+  compactBytes?: number;
   /** The reason the meter would refuse a record (its JSON), or null: checked before spooling. */
   check?: (json: unknown) => string | null;
   /** Told when the backlog passes maxSpoolBytes, and at each further 10 % (a notice to people). */
@@ -114,19 +126,27 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     await this.loop.current;
   }
 
-  private async readOffset(): Promise<number> {
+  /** `<inode>:<offset>`, or a bare offset as earlier versions wrote it. */
+  private async readOffset(): Promise<Committed> {
     try {
-      return Number((await readFile(this.offsetFile, 'utf8')).trim()) || 0;
+      const [a, b] = (await readFile(this.offsetFile, 'utf8')).trim().split(':');
+      return b === undefined ? { ino: null, offset: Number(a) || 0 } : { ino: Number(a), offset: Number(b) || 0 };
     } catch {
-      return 0;
+      return { ino: null, offset: 0 };
     }
   }
 
-  /** Next batch from the committed offset: whole lines only. An offset past the end (a replaced spool) starts over. */
-  private async nextBatch(committed: number): Promise<{ lines: string[]; offset: number; size: number } | null> {
+  /** Written aside, then renamed over: a crash never leaves an empty offset (it would post the whole spool again). */
+  private async commit(ino: number, offset: number): Promise<void> {
+    await writeFile(`${this.offsetFile}.next`, `${ino}:${offset}`);
+    await rename(`${this.offsetFile}.next`, this.offsetFile);
+  }
+
+  /** Next batch from the committed offset: whole lines only. An offset of another file, or past the end (a replaced spool), starts over. */
+  private async nextBatch(committed: Committed): Promise<{ lines: string[]; offset: number; ino: number } | null> {
     if (!existsSync(this.spool.file)) return null;
-    const size = (await stat(this.spool.file)).size;
-    const offset = committed > size ? 0 : committed;
+    const { size, ino } = await stat(this.spool.file);
+    const offset = (committed.ino !== null && committed.ino !== ino) || committed.offset > size ? 0 : committed.offset;
     this.backlog = size - offset;
     this.checkBacklog();
     if (offset >= size) return null;
@@ -142,7 +162,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
         .slice(0, end)
         .split('\n')
         .slice(0, this.opts.batchSize ?? 500);
-      return { lines, offset, size };
+      return { lines, offset, ino };
     } finally {
       await fh.close();
     }
@@ -150,10 +170,11 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
 
   private async deliver(): Promise<void> {
     for (;;) {
-      const committed = await this.spool.chain.run(() => this.readOffset());
+      // The offset is read and written only here, one delivery at a time: not in the appends' chain.
+      const committed = await this.readOffset();
       const batch = await this.spool.chain.run(() => this.nextBatch(committed));
       if (!batch) {
-        await this.spool.chain.run(() => this.compact(committed));
+        await this.compact(committed); // a delivered spool found at start
         return;
       }
       let at = batch.offset;
@@ -164,10 +185,11 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
         done: (lines) => {
           at += lines.reduce((n, l) => n + Buffer.byteLength(l) + 1, 0);
           const end = at;
-          return this.spool.chain.run(() => writeFile(this.offsetFile, String(end)));
+          return this.commit(batch.ino, end);
         },
       });
       if (!settled) return;
+      await this.compact({ ino: batch.ino, offset: at });
     }
   }
 
@@ -179,14 +201,61 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     await this.spool.chain.run(() => appendFile(join(this.folder.dir, 'rejected.jsonl'), text));
   }
 
-  /** When everything is delivered, start the spool afresh so it does not grow forever. */
-  private async compact(offset: number): Promise<void> {
-    if (!existsSync(this.spool.file)) return;
-    const size = (await stat(this.spool.file)).size;
-    if (offset < size || size < 1024 * 1024) return;
-    await this.spool.release(); // later appends go to the new spool, not the renamed one
+  /**
+   * All delivered: the spool is moved to `spool.jsonl.done` and appends start a new one. Part
+   * delivered (traffic never stops): the rest is copied to a new file that replaces the spool (the
+   * old one kept as `.done`), once the rest is no larger than the part delivered. The copy is made
+   * beside the appends, and only what they added meanwhile is copied while they wait, with the
+   * swap. The offset is committed afresh after; a crash before leaves an offset of the old file,
+   * which the new one does not take (its inode differs).
+   */
+  private async compact(delivered: Committed): Promise<void> {
+    // Decided beside the appends (the spool only grows; the swap below looks again), so a batch
+    // that is not due for compaction holds no append back.
+    const seen = await this.compactable(delivered);
+    if (!seen) return;
+    if (seen.size === delivered.offset) return this.spool.chain.run(() => this.retire(seen.size));
+    const next = `${this.spool.file}.next`;
+    await writeFile(next, await this.readRange(delivered.offset, seen.size));
+    await this.spool.chain.run(async () => {
+      const { size } = await stat(this.spool.file); // the spool is only appended to: [seen, size) is new
+      if (size > seen.size) await appendFile(next, await this.readRange(seen.size, size));
+      await this.spool.release(); // later appends go to the new spool, not the replaced one
+      // The old spool stays readable as `.done` (a second name for it), and the swap is one rename:
+      // at every moment the spool's name holds every event not yet delivered.
+      await unlink(`${this.spool.file}.done`).catch(() => undefined);
+      await link(this.spool.file, `${this.spool.file}.done`);
+      await rename(next, this.spool.file);
+      await this.commit((await stat(this.spool.file)).ino, 0);
+    });
+  }
+
+  /** The spool's size when it is due for compaction (1 MiB delivered, the rest no larger), else null. */
+  private async compactable(delivered: Committed): Promise<{ size: number } | null> {
+    if (delivered.offset < (this.opts.compactBytes ?? DEFAULT_COMPACT_BYTES) || !existsSync(this.spool.file)) return null;
+    const { size, ino } = await stat(this.spool.file);
+    if (delivered.ino !== null && delivered.ino !== ino) return null;
+    if (size - delivered.offset > delivered.offset) return null;
+    return { size };
+  }
+
+  /** A spool delivered in full, unless appended to since it was seen (run in the chain: no append in between). */
+  private async retire(delivered: number): Promise<void> {
+    if ((await stat(this.spool.file)).size !== delivered) return;
+    await this.spool.release();
     await rename(this.spool.file, `${this.spool.file}.done`);
-    await writeFile(this.offsetFile, '0');
+    await writeFile(this.offsetFile, '0'); // any new spool: its offset then names it
+  }
+
+  private async readRange(from: number, to: number): Promise<Buffer> {
+    const fh = await open(this.spool.file, 'r');
+    try {
+      const buf = Buffer.alloc(to - from);
+      await fh.read(buf, 0, buf.length, from);
+      return buf;
+    } finally {
+      await fh.close();
+    }
   }
 
   private checkBacklog(): void {

@@ -81,7 +81,8 @@ interface ClientError {
 export interface Exhausted {
   kind: 'exhausted';
   attempts: number;
-  reason: 'all_failed' | 'time_to_answer';
+  /** `client_closed`: our client went away; nobody waits for an answer, so nothing is queued for it. */
+  reason: 'all_failed' | 'time_to_answer' | 'client_closed';
   lastError: string | null;
 }
 

@@ -101,7 +101,7 @@ export class Pipeline {
     const outcome = await this.route(ctx, deadline, gone, admission.kind === 'route' ? admission : ROUTE_ALL);
     if (outcome.kind === 'exhausted') {
       await this.fallBack(ctx, outcome, res, deadline);
-      return 'complete';
+      return outcome.reason === 'client_closed' ? 'broken' : 'complete'; // nothing answered: no replay kept
     }
     this.deps.metrics.countRequest(outcome.route.tier, outcome.upstream.status);
     const headers = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
@@ -148,8 +148,16 @@ export class Pipeline {
     });
   }
 
-  /** No route answered: the Cold queue when there is one, else 503 (no route) or 504 (time ran out). */
+  /**
+   * No route answered: the Cold queue when there is one, else 503 (no route) or 504 (time ran out).
+   * Not for a client that went away: it would never read the job id, and the job would spend on an
+   * answer nobody waits for, with a notice to a person about it.
+   */
   private async fallBack(ctx: RequestContext, outcome: Exhausted, res: ServerResponse, deadline: Deadline): Promise<void> {
+    if (outcome.reason === 'client_closed') {
+      this.deps.metrics.countRequest('none', 'client_closed');
+      return;
+    }
     this.deps.metrics.countRequest('cold', 'fallback');
     const why = { reason: outcome.reason, attempts: outcome.attempts, timeLeftMs: deadline.remaining() };
     if (this.deps.cold) return this.deps.cold.queue(ctx, res, why);
@@ -165,8 +173,8 @@ export class Pipeline {
   private async relayStream(answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel): Promise<Served> {
     headers['content-type'] = 'text/event-stream; charset=utf-8';
     headers['cache-control'] = 'no-cache';
+    // Sent with the first event (relaySse): one write, not two, per stream started.
     res.writeHead(answer.upstream.status, headers as Record<string, string>);
-    res.flushHeaders();
     const started = performance.now();
     // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
     const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer), undefined, (r) => {

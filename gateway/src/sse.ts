@@ -4,9 +4,13 @@
  * the SSE format allows (LF, CRLF, CR) and multi-line `data:` fields are read as the format says,
  * then written back in LF form. What is written for each event is the stream transform's choice
  * (stream-transforms.ts): passed through, or translated into another API's events.
+ *
+ * Most chunks of a chat stream are whole events already in that form, which the transform passes
+ * through unchanged: those are written as they came, without being decoded, parsed and encoded
+ * again (at 1,000 concurrent streams, about 5 % of the gateway's CPU).
  */
 import type { ServerResponse } from 'node:http';
-import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import type { Usage } from './providers/adapter';
 
 /** How one API's stream is relayed: what to write per event, when it is complete, its usage. */
@@ -15,6 +19,12 @@ export interface StreamTransform {
   start?(): string;
   /** What to write for one provider event ('' to write nothing). */
   event(e: EventSourceMessage): string;
+  /**
+   * Whether these whole events, in LF form with `data:` lines only (see `plainEvents`), would each
+   * be written exactly as they came, and change nothing the transform keeps: then they are written
+   * as they are. Absent: every event goes through `event`.
+   */
+  passes?(events: Buffer): boolean;
   /** The provider said the stream is complete. */
   done: boolean;
   usage: Usage | null;
@@ -34,6 +44,25 @@ export interface RelayResult {
 export function serialize(event: EventSourceMessage): string {
   const head = `${event.event ? `event: ${event.event}\n` : ''}${event.id !== undefined ? `id: ${event.id}\n` : ''}`;
   return `${head}data: ${event.data.split('\n').join('\ndata: ')}\n\n`;
+}
+
+const LF = 0x0a;
+
+/**
+ * Whole events exactly as `serialize` writes them back: every line `data: ...` ended by LF, every
+ * event ended by one blank line, no CR (and so no byte-order mark at the start either).
+ */
+function plainEvents(b: Buffer): boolean {
+  const n = b.length;
+  if (n < 8 || b[n - 1] !== LF || b[n - 2] !== LF || b.indexOf(0x0d) !== -1) return false;
+  for (let i = 0; i < n;) {
+    // "data: "
+    if (b[i] !== 0x64 || b[i + 1] !== 0x61 || b[i + 2] !== 0x74 || b[i + 3] !== 0x61 || b[i + 4] !== 0x3a || b[i + 5] !== 0x20)
+      return false;
+    i = b.indexOf(LF, i + 6) + 1; // found: b ends with LF
+    if (b[i] === LF) i++;
+  }
+  return true;
 }
 
 /** A client that reads nothing for this long is cut off (its stream would hold the provider's open). */
@@ -68,25 +97,49 @@ export async function relaySse(
   beforeEnd?: (result: RelayResult) => Promise<void>,
 ): Promise<RelayResult> {
   let out = transform.start?.() ?? '';
-  const parser = createParser({ onEvent: (event) => (out += transform.event(event)) });
-  const decoder = new TextDecoder();
-  const feed = async (text: string) => {
-    parser.feed(text);
+  let wrote = false;
+  const send = (chunk: string | Buffer) => {
+    wrote = true;
+    return res.write(chunk) ? undefined : writable(res, stallMs);
+  };
+  // Made for the first chunk not written as it came: in most chat streams the last, after the
+  // burst of starts. A byte-order mark is stripped only at the stream's start (`started`).
+  let started = false;
+  let parser: EventSourceParser | null = null;
+  let decoder: InstanceType<typeof TextDecoder> | null = null;
+  const parse = (bytes: Buffer | null) => {
+    if (!parser) {
+      parser = createParser({ onEvent: (event) => (out += transform.event(event)) });
+      if (started) parser.feed('');
+    }
+    decoder ??= new TextDecoder();
+    // null: the stream's end, where a last event without its blank line still counts.
+    parser.feed(bytes ? decoder.decode(bytes, { stream: true }) : `${decoder.decode()}\n\n`);
     if (!out) return;
     const chunk = out;
     out = '';
-    if (!res.write(chunk)) await writable(res, stallMs);
+    return send(chunk);
+  };
+  // All bytes so far ended with a blank line: the parser and the decoder hold nothing back.
+  let between = true;
+  const feed = (bytes: Buffer) => {
+    const asItCame = between && !out && transform.passes !== undefined && plainEvents(bytes) && transform.passes(bytes);
+    between = bytes.length > 1 && bytes[bytes.length - 1] === LF && bytes[bytes.length - 2] === LF;
+    const sent = asItCame ? send(bytes) : parse(bytes);
+    started = true;
+    return sent;
   };
   let failed = false;
   try {
-    await feed(decoder.decode(first, { stream: true }));
+    await feed(first);
+    // Headers go out with the first event, in one write; a first chunk that wrote nothing sends them alone.
+    if (!wrote && !res.destroyed) res.flushHeaders();
     for (;;) {
       const next = await rest.next();
       if (next.done) break;
-      await feed(decoder.decode(next.value, { stream: true }));
+      await feed(next.value);
     }
-    // A last event without its blank line still counts.
-    await feed(`${decoder.decode()}\n\n`);
+    if (!between) await parse(null);
   } catch {
     failed = true;
   }

@@ -24,10 +24,26 @@ function parse(data: string): Record<string, unknown> | null {
   }
 }
 
+const DONE = Buffer.from('[DONE]');
+const USAGE = Buffer.from('"usage"');
+
+/** No usage in these events but `"usage":null` (OpenAI's on every chunk of a stream that asked for it). */
+function noUsage(b: Buffer): boolean {
+  for (let i = b.indexOf(USAGE); i !== -1; i = b.indexOf(USAGE, i + USAGE.length)) {
+    const j = i + USAGE.length; // ":null"
+    if (b[j] !== 0x3a || b[j + 1] !== 0x6e || b[j + 2] !== 0x75 || b[j + 3] !== 0x6c || b[j + 4] !== 0x6c) return false;
+  }
+  return true;
+}
+
 export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
   return {
     done: false,
     usage: null as Usage | null,
+    // Neither the end nor the usage chunk: `event` would write every one as it came.
+    passes(events) {
+      return !this.done && events.indexOf(DONE) === -1 && noUsage(events);
+    },
     event(e) {
       if (e.data === '[DONE]') this.done = true;
       // Most chunks carry no usage: no parse at all.

@@ -7,11 +7,13 @@
 // /proc, Linux) is printed beside its throughput: on a machine shared with other work, throughput
 // swings with the neighbours; CPU per request is what the gateway itself spends.
 // Goals: at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
+// Then the gateway's own steps of the hot path, each alone (gateway-steps.ts): what the spec's work
+// costs of the gateway's own CPU per request.
 // Then client keys: GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).
 // Then durable meter events: each answer held until its event is on disk, against released at once
 // (gateway-durable.ts), goal under 5 %.
 // Then shared state: one of a fleet on Redis against alone (gateway-fleet.ts), goal within 5 %.
-// BENCH_ONLY=keys|durable|fleet runs only that part; BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
+// BENCH_ONLY=steps|keys|durable|fleet runs only that part; BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -22,6 +24,7 @@ import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { durableVersusNot } from './gateway-durable';
 import { fleetVersusAlone } from './gateway-fleet';
+import { hotPathSteps } from './gateway-steps';
 import { keysVersusOpen } from './gateway-keys';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
@@ -111,6 +114,10 @@ async function startGateway(stubUrl: string) {
 
 /** The interleaved comparisons (gateway-ab.ts), printed under their headings. */
 async function comparisons(only?: string) {
+  if (!only || only === 'steps') {
+    console.log(`\nThe gateway's own steps on the hot path, each alone in a loop (CPU per request; gateway-steps.ts):`);
+    for (const line of await hotPathSteps()) console.log(`  ${line}`);
+  }
   if (!only || only === 'keys') {
     console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections, ${cpus().length} CPUs; gateway-keys.ts):`);
     for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);

@@ -175,15 +175,16 @@ async function memoryPerStream(t: Target, agent: Agent): Promise<{ kb: number; c
 
 const stub = await startProcess(['test/bench/stub-stream-provider.mjs'], {}, /listening (\d+)/);
 const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
+// GATEWAY_NODE_ARGS, REFERENCE_NODE_ARGS: node flags for either proxy (say --cpu-prof --cpu-prof-dir=...)
+// when profiling (profile-summary.mjs reads the profiles).
+const nodeArgs = (name: string) => (process.env[name] ?? '').split(' ').filter(Boolean);
 const reference = await startProcess(
-  ['test/bench/reference-stream-proxy.mjs'],
+  [...nodeArgs('REFERENCE_NODE_ARGS'), 'test/bench/reference-stream-proxy.mjs'],
   { TARGET: `${stubUrl}/chat/completions` },
   /listening (\d+)/,
 );
-// GATEWAY_NODE_ARGS: node flags for the gateway (say --cpu-prof --cpu-prof-dir=...) when profiling.
-const gatewayArgs = (process.env.GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean);
 const gateway = await startProcess(
-  [...gatewayArgs, 'gateway/dist/main.js'],
+  [...nodeArgs('GATEWAY_NODE_ARGS'), 'gateway/dist/main.js'],
   {
     PORT: process.env.STREAMS_GATEWAY_PORT ?? '18182',
     LOG_LEVEL: 'info',

@@ -1,14 +1,9 @@
 // A minimal OpenAI-compatible provider for benches: a fixed completion, as fast as Node answers.
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 
-const body = JSON.stringify({
-  id: 'chatcmpl-bench',
-  object: 'chat.completion',
-  created: 1,
-  model: 'gpt-4o-mini',
-  choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-  usage: { prompt_tokens: 10, completion_tokens: 1, total_tokens: 11 },
-});
+// The answer, shared with gateway-steps.ts.
+const body = JSON.stringify(JSON.parse(readFileSync(new URL('./stub-answer.json', import.meta.url), 'utf8')));
 const delay = Number(process.env.STUB_DELAY_MS ?? 0);
 const answer = (res) => res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
 const server = createServer((req, res) => {

@@ -17,7 +17,7 @@ import { readRates } from '../../gateway/src/voice/rates';
 import { Workflow, type WorkflowAnswer } from '../../gateway/src/voice/workflow';
 import { MemoryWorkflowStore, RedisWorkflowStore } from '../../gateway/src/voice/workflow-store';
 import { Target } from '../voice/peers/bridge-stack';
-import { hostBridge } from '../voice/peers/bridge-host';
+import { hostBridge, logInto } from '../voice/peers/bridge-host';
 import { RealtimePeer } from '../voice/peers/realtime-peer';
 import { TwilioPeer } from '../voice/peers/twilio-peer';
 import { BackOfficePeer } from './back-office-peer';
@@ -79,11 +79,7 @@ export async function drillStack(operatorConfig: Concierge, ratesFile: string): 
   const redis = redisUrl ? new Redis(redisUrl) : null;
   const prefix = `concierge-drill-${process.pid}`;
   const logs: string[] = [];
-  const log = {
-    info: (m: string) => logs.push(`info ${m}`),
-    warn: (m: string) => logs.push(`warn ${m}`),
-    error: (m: string) => logs.push(`error ${m}`),
-  };
+  const log = logInto(logs);
   const events = new EventEmitter();
   const records: CallRecord[] = [];
   const workflow = new Workflow({

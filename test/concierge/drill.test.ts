@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import type { Concierge } from '../../gateway/src/voice/config';
 import { filled } from '../voice/filled';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const root = join(import.meta.dirname, '..', '..');
 const dir = mkdtempSync(join(tmpdir(), 'concierge-drill-'));
@@ -20,7 +21,7 @@ const rate = (perMinute: number) => ({
   fetched_at: '2026-11-23T00:00:00Z',
 });
 writeFileSync(rates, JSON.stringify({ PT: rate(0.0085), GB: rate(0.01) }));
-const REDIS = 'redis://127.0.0.1:6379/9';
+const REDIS = TEST_REDIS_URL;
 
 /** Runs the real command on a copy of the filled configuration with `change` applied (asynchronously: vitest's worker keeps talking). */
 async function drill(name: string, change: (c: Record<string, any>) => void, env: NodeJS.ProcessEnv = {}) {

@@ -7,23 +7,11 @@ import { getExpectedTwilioSignature } from 'twilio/lib/webhooks/webhooks.js';
 import { voiced } from '../voice/peers/mulaw';
 import { pass, type Row } from './config-steps';
 import { DrillCall, drillBrain, eventually, nextInstant, openHours } from './drill-calls';
+import { twimlAttr } from '../voice/peers/twilio-peer';
 import { until } from '../voice/peers/wait';
 import { ACCOUNT_SID, AUTH_TOKEN, type DrillStack } from './drill-stack';
 
 const DAY_MS = 86_400_000;
-
-/** An attribute of the first `<verb …>` in the TwiML (entities decoded), or null. */
-function attribute(twiml: string, verb: string, name: string): string | null {
-  const tag = new RegExp(`<${verb}\\b[^>]*>`).exec(twiml)?.[0];
-  const value = tag ? new RegExp(`\\b${name}="([^"]*)"`).exec(tag)?.[1] : undefined;
-  return value === undefined
-    ? null
-    : value
-        .replace(/&amp;/g, '&')
-        .replace(/&quot;/g, '"')
-        .replace(/&lt;/g, '<')
-        .replace(/&gt;/g, '>');
-}
 
 /** POSTs a form to a URL the gateway named in its TwiML, signed over that URL as Twilio signs it. */
 async function twilioPost(s: DrillStack, url: string, form: Record<string, string>): Promise<{ status: number; twiml: string }> {
@@ -61,7 +49,7 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
     CallStatus: 'ringing',
     FromCountry: 'PT',
   });
-  const callback = attribute(answer.twiml, 'Record', 'recordingStatusCallback');
+  const callback = twimlAttr(answer.twiml, 'Record', 'recordingStatusCallback');
   const said = /<Say\b[^>]*>[^<]+<\/Say>[\s\S]*<Record\b/.test(answer.twiml);
   if (answer.status !== 200 || !callback)
     return fail(`answer ${answer.status}: no <Record> with a recordingStatusCallback in the TwiML (${shortTwiml(answer.twiml)}…)`);
@@ -73,7 +61,7 @@ export async function afterHoursStep(s: DrillStack): Promise<Row> {
   s.backOffice.recordings.set(recordingUrl, message);
   // The caller finishes: Twilio asks the <Record action> (if any) what comes next, then posts the
   // recording's status to the recordingStatusCallback once the file is ready.
-  const action = attribute(answer.twiml, 'Record', 'action');
+  const action = twimlAttr(answer.twiml, 'Record', 'action');
   const recorded = {
     AccountSid: ACCOUNT_SID,
     CallSid: callSid,

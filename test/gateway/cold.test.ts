@@ -11,8 +11,9 @@ import { ops } from '../../gateway/src/ops';
 import type { Stack, StackOptions } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
+import { TEST_REDIS_DB } from '../redis-db';
 
-const DB = 9;
+const DB = TEST_REDIS_DB;
 const REDIS_URL = `redis://127.0.0.1:6379/${DB}`;
 const ADMIN = 'cold-admin';
 const prefix = `test-cold-${process.pid}`;
@@ -303,6 +304,47 @@ describe('Cold tier', () => {
     expect(status[0]).toMatch(/paused: yes/);
     await ops(['resume'], opsEnv, () => {});
     expect(await redis.get('pause_ai_tasks')).toBeNull();
+  });
+
+  it('a client that hangs up is not queued: no job, no notice, the call cancelled and metered CLIENT_CLOSED', async () => {
+    const { url, stack } = await up({ worker: false });
+    hot.always({ kind: 'hang' });
+    const asked = fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': '5000' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'q' }] }),
+      signal: AbortSignal.timeout(200),
+    });
+    await expect(asked).rejects.toThrow();
+    const jobs = async () => {
+      const c = await stack.queue.counts();
+      return c.waiting + c.delayed + c.active;
+    };
+    const ended = async () =>
+      /gateway_requests_total\{tier="none",status="client_closed"\} 1/.test(
+        await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text(),
+      );
+    // Whichever comes first: the request counted as ended by its client, or (the defect) a job queued for it.
+    await until(async () => (await ended()) || (await jobs()) > 0);
+    expect(await jobs()).toBe(0);
+    expect(hot.cancelled).toBe(1);
+    expect(warm.received.length).toBe(0);
+    expect(posted).toEqual([]);
+  });
+
+  it('operator commands in a row leave no error behind (a queue closed while it was still connecting)', async () => {
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    try {
+      const opsEnv = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix };
+      for (let i = 0; i < 30; i++) expect(await ops([i % 2 ? 'resume' : 'pause'], opsEnv, () => {})).toBe(0);
+      // A rejection is reported after the microtasks of its turn: two turns more let the last one show.
+      for (let turn = 0; turn < 2; turn++) await new Promise((r) => setImmediate(r));
+    } finally {
+      process.off('unhandledRejection', record);
+    }
+    expect(unhandled.map(String)).toEqual([]);
   });
 
   it('enable_cold_queue off answers 503 with a clear error', async () => {

@@ -9,8 +9,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import type { Stack } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
+import { TEST_REDIS_URL } from '../redis-db';
 
-const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const REDIS_URL = TEST_REDIS_URL;
 const prefix = `test-degraded-${process.pid}`;
 let redis: Redis;
 let meter: Server;

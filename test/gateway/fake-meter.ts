@@ -3,7 +3,8 @@
  * carries the reply, always HTTP 200 with `{ok:true,...}` or `{ok:false,error,code}`. It checks each
  * event with the shared record's rules (schema/event-record.ts) and, as the meter does, refuses a
  * whole batch at its first bad event, naming it; it stores each event_id once. `mode` makes it
- * busy (the script lock was not free: retry) or down (HTTP 500).
+ * busy (the script lock was not free: retry) or down (HTTP 500); `downAfter` takes it down once it
+ * has answered a number of batches.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -20,6 +21,8 @@ export class FakeMeterWebApp {
   /** Batches posted (event counts), in order. */
   posts: number[] = [];
   mode: 'ok' | 'busy' | 'down' = 'ok';
+  /** Batches still answered before the meter goes down (`downAfter`). */
+  private answersLeft = Infinity;
   /** While set, POSTs wait for it; a POST whose caller went away meanwhile is not ingested. */
   private held: Promise<void> | null = null;
   private unhold: () => void = () => {};
@@ -36,6 +39,7 @@ export class FakeMeterWebApp {
       this.requests.push(`${req.method} ${req.url!.split('?')[0]}`);
       if (this.mode === 'down') return void res.writeHead(500).end('down');
       if (req.method === 'POST') {
+        if (this.answersLeft-- <= 0) return void res.writeHead(500).end('down');
         let gone = false;
         res.on('close', () => (gone = !res.writableFinished));
         await this.held;
@@ -75,6 +79,11 @@ export class FakeMeterWebApp {
       this.events.set(String(e.event_id), e);
     }
     return { ok: true, appended: fresh.length, duplicates: events.length - fresh.length };
+  }
+
+  /** Answers `batches` more batches, then every POST gets HTTP 500 (a meter lost in the middle of a delivery); `downAfter(Infinity)` brings it back. */
+  downAfter(batches: number): void {
+    this.answersLeft = batches;
   }
 
   /** Holds every POST until `release` (a slow meter: batches stay pending with the gateways). */

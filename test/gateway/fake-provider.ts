@@ -19,6 +19,8 @@ export type Behaviour =
   | { kind: 'hang' }
   /** The connection is dropped as soon as the request arrives (a blocked or unreachable host). */
   | { kind: 'drop' }
+  /** An event stream written as these exact pieces, a pause after each (so they arrive apart). */
+  | { kind: 'raw-stream'; pieces: Buffer[]; gapMs?: number }
   | {
       kind: 'stream';
       chunks?: number;
@@ -102,6 +104,14 @@ export class FakeProvider {
       case 'drop':
         req.socket.destroy();
         return;
+      case 'raw-stream':
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        for (const piece of b.pieces) {
+          res.write(piece);
+          await new Promise((r) => setTimeout(r, b.gapMs ?? 5));
+        }
+        res.end();
+        return;
       case 'status':
         res.writeHead(b.status, { 'content-type': 'application/json', ...(b.retryAfter ? { 'retry-after': b.retryAfter } : {}) });
         res.end(JSON.stringify(b.body ?? { error: { message: `fake ${b.status}`, type: 'fake', code: null, param: null } }));
@@ -161,7 +171,10 @@ export class FakeProvider {
           );
           if (!written) {
             this.stalls++;
-            await new Promise((r) => (res.once('drain', r), res.once('close', r)));
+            await new Promise<void>((r) => {
+              const go = () => (res.off('drain', go), res.off('close', go), r());
+              res.on('drain', go).on('close', go);
+            });
             if (res.destroyed) return;
           }
           if (b.delayMs) await new Promise((r) => setTimeout(r, b.delayMs));

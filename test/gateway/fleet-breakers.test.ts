@@ -9,8 +9,9 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
 import { ADMIN, chat, listenStack, mapOf, startGateway } from './harness';
 import { until } from './keys-harness';
+import { TEST_REDIS_DB, TEST_REDIS_URL } from '../redis-db';
 
-const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const REDIS_URL = TEST_REDIS_URL;
 const prefix = `test-fleet-breakers-${process.pid}`;
 const redis = new Redis(REDIS_URL);
 type Instance = Awaited<ReturnType<typeof listenStack>>;
@@ -194,7 +195,7 @@ class RedisLink {
   private readonly sockets = new Set<Socket>();
   private port = 0;
   get url() {
-    return `redis://127.0.0.1:${this.port}/9`;
+    return `redis://127.0.0.1:${this.port}/${TEST_REDIS_DB}`;
   }
   async open(): Promise<this> {
     this.server = createServer((client) => {

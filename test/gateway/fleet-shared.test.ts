@@ -11,8 +11,9 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack } from './harness';
 import { startInstance, until } from './instances';
+import { TEST_REDIS_URL } from '../redis-db';
 
-const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const REDIS_URL = TEST_REDIS_URL;
 const prefix = `test-fleet-shared-${process.pid}`;
 const root = join(import.meta.dirname, '..', '..');
 /** What the provider reports each call cost: the caps below are counted in these. */

@@ -6,13 +6,14 @@ import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryNoticeWindows, RedisNoticeWindows, type NoticeWindows } from '../../gateway/src/notice-windows';
 import { dayOf, MemorySpendDays, RedisSpendDays, type SpendDays } from '../../gateway/src/spend-days';
+import { TEST_REDIS_DB, TEST_REDIS_URL } from '../redis-db';
 
 const prefix = `test-fleet-stores-${process.pid}`;
 let redis: Redis;
 let n = 0;
 const closing: SpendDays[] = [];
 beforeAll(() => {
-  redis = new Redis('redis://127.0.0.1:6379/9');
+  redis = new Redis(TEST_REDIS_URL);
 });
 afterEach(async () => {
   for (const c of closing.splice(0)) await c.close();
@@ -109,7 +110,12 @@ describe('spend per day in Redis: one figure for the fleet', () => {
   it('calls made while Redis does not answer are kept and counted once it does', async () => {
     const key = space();
     const link = await redisLink();
-    const client = new Redis(link.port, '127.0.0.1', { db: 9, enableOfflineQueue: false, retryStrategy: () => 50, lazyConnect: true });
+    const client = new Redis(link.port, '127.0.0.1', {
+      db: TEST_REDIS_DB,
+      enableOfflineQueue: false,
+      retryStrategy: () => 50,
+      lazyConnect: true,
+    });
     client.on('error', () => undefined);
     await client.connect().catch(() => undefined);
     const days = new RedisSpendDays(client, key, { warn: (m) => warnings.push(m), now: () => 20_000 * DAY });

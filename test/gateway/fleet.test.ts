@@ -8,8 +8,9 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseRoutesMap } from '../../gateway/src/routes-map';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack } from './harness';
+import { TEST_REDIS_URL } from '../redis-db';
 
-const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const REDIS_URL = TEST_REDIS_URL;
 const prefix = `test-fleet-${process.pid}`;
 const redis = new Redis(REDIS_URL);
 let hot: FakeProvider, spare: FakeProvider;

@@ -9,8 +9,9 @@ import { MemoryReplayStore } from '../../gateway/src/replay-store';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack, mapOf, startGateway } from './harness';
 import { keysWorld, until } from './keys-harness';
+import { TEST_REDIS_URL } from '../redis-db';
 
-const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const REDIS_URL = TEST_REDIS_URL;
 const prefix = `test-replay-${process.pid}`;
 const redis = new Redis(REDIS_URL);
 const BODY = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'Summarise invoice 7' }] };

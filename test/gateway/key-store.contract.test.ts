@@ -9,11 +9,12 @@ import { createKey, hashKey, type ClientKey, type KeyStore } from '../../gateway
 import { FileKeyStore } from '../../gateway/src/client-keys-file';
 import { RedisKeyStore } from '../../gateway/src/client-keys-redis';
 import { redisDump } from './redis-dump';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const prefix = `test-keystore-${process.pid}`;
 let redis: Redis;
 beforeAll(() => {
-  redis = new Redis('redis://127.0.0.1:6379/9');
+  redis = new Redis(TEST_REDIS_URL);
 });
 afterEach(async () => {
   const keys = await redis.keys(`${prefix}:*`);

@@ -11,8 +11,9 @@ import OpenAI from 'openai';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, listenStack } from './harness';
+import { TEST_REDIS_URL } from '../redis-db';
 
-export const REDIS_URL = 'redis://127.0.0.1:6379/9';
+export const REDIS_URL = TEST_REDIS_URL;
 
 export interface KeysWorld {
   redis: Redis;

@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
 import { chats, startInstance, until, type Instance } from './instances';
+import { TEST_REDIS_URL } from '../redis-db';
 
 let hot: FakeProvider;
 let meter: FakeMeterWebApp;
@@ -89,7 +90,7 @@ describe('meter events across instances, without Redis: a crash', () => {
 });
 
 describe('meter events across instances, with Redis', () => {
-  const REDIS_URL = 'redis://127.0.0.1:6379/9';
+  const REDIS_URL = TEST_REDIS_URL;
   const prefix = `test-meter-fleet-${process.pid}`;
   const stream = `${prefix}:meter:events`;
   const redis = new Redis(REDIS_URL);

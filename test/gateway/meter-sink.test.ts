@@ -10,6 +10,8 @@ import { CsvSink, eventProblem } from '../../gateway/src/meter-sink';
 import { WebAppSink } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
 import { FakeMeterWebApp } from './fake-meter';
+import { until } from './instances';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const event = (i: number) =>
   normalizeEvent({ event_id: `e${i}`, cost_usd: 0.01, provider: 'openai' }, { now: () => new Date(), uuid: () => 'x' });
@@ -20,6 +22,16 @@ afterEach(async () => {
   await meter?.stop();
   meter = undefined;
 });
+
+/** A spool folder holding `n` events, spooled by a sink that found the meter down (then closed). */
+async function spooledWhileDown(n: number): Promise<{ spoolDir: string; first: WebAppSink }> {
+  const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
+  meter!.mode = 'down';
+  const first = new WebAppSink({ url: meter!.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, maxBackoffMs: 1, log: quiet });
+  for (let i = 0; i < n; i++) first.send(event(i));
+  await first.flush();
+  return { spoolDir, first };
+}
 
 describe('meter sink: the web app', () => {
   it('posts batches, follows the 302 with a GET, and delivers every event once, in order', async () => {
@@ -43,11 +55,7 @@ describe('meter sink: the web app', () => {
 
   it('spools while the meter is down and replays in order after a restart: none lost, none doubled', async () => {
     meter = await new FakeMeterWebApp().start();
-    const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
-    meter.mode = 'down';
-    const first = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, maxBackoffMs: 1, log: quiet });
-    for (let i = 0; i < 10; i++) first.send(event(i));
-    await first.flush();
+    const { spoolDir, first } = await spooledWhileDown(10);
     expect(meter.stored).toEqual([]);
     expect(first.stats.failedPosts).toBe(1);
     expect(readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8').trim().split('\n')).toHaveLength(10);
@@ -80,6 +88,50 @@ describe('meter sink: the web app', () => {
     expect(warnings.join('\n')).toContain('unauthorized');
     expect(warnings.join('\n')).not.toContain('wrong-secret');
     await sink.close();
+  });
+});
+
+describe('meter sink: a spool under traffic that never stops', () => {
+  const posts = () => meter!.requests.filter((r) => r.startsWith('POST')).length;
+  const spooledIds = (dir: string) =>
+    readFileSync(join(dir, 'spool.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).event_id);
+
+  it('is compacted to what is not delivered yet while events keep coming: none lost, none doubled', async () => {
+    meter = await new FakeMeterWebApp().start();
+    const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
+    const sink = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, compactBytes: 2000, log: quiet });
+    await Promise.all(Array.from({ length: 20 }, (_, i) => sink.send(event(i))));
+    meter.hold();
+    const delivering = sink.flush(); // the 20 are posted; the meter holds the post
+    await until('the first post', () => posts() === 1);
+    await Promise.all(Array.from({ length: 5 }, (_, i) => sink.send(event(20 + i)))); // traffic meanwhile
+    meter.release();
+    meter.hold();
+    await until('the second post', () => posts() === 2);
+    // The spool holds only the 5 not delivered yet: the delivered 20 were dropped without a pause in traffic.
+    expect(spooledIds(spoolDir)).toEqual(['e20', 'e21', 'e22', 'e23', 'e24']);
+    meter.release();
+    await delivering;
+    expect(meter.stored).toEqual(Array.from({ length: 25 }, (_, i) => `e${i}`));
+    expect(sink.stats.duplicates).toBe(0);
+    await sink.close();
+  });
+
+  it('an offset left by a crash during a compaction is not applied to the new spool (it names the old file)', async () => {
+    meter = await new FakeMeterWebApp().start();
+    const { spoolDir, first } = await spooledWhileDown(10);
+    await first.close();
+    const threeLines = readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8').split('\n').slice(0, 3).join('\n').length + 1;
+    // The old file's offset: every event of the spool is delivered all the same.
+    writeFileSync(join(spoolDir, 'spool.offset'), `1:${threeLines}`);
+    meter.mode = 'ok';
+    const second = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, log: quiet });
+    await second.flush();
+    expect(meter.stored).toEqual(Array.from({ length: 10 }, (_, i) => `e${i}`));
+    await second.close();
   });
 });
 
@@ -192,7 +244,7 @@ describe('meter sink: a local file that cannot be written', () => {
 
 describe('flags shared through Redis', () => {
   it('a change on one gateway instance reaches another', async () => {
-    const redis = new Redis('redis://127.0.0.1:6379/0');
+    const redis = new Redis(TEST_REDIS_URL);
     const key = `test:${process.pid}:${Date.now()}:flags`;
     const defaults = { enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] };
     const a = new RedisFlags(defaults, redis, key, 50);

@@ -7,16 +7,17 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { eventProblem } from '../../gateway/src/meter-sink';
-import { RedisStreamSink } from '../../gateway/src/meter-stream';
+import { RedisStreamSink, type StreamSinkOptions } from '../../gateway/src/meter-stream';
 import { eventJson, WebAppSink } from '../../gateway/src/meter-web-app';
 import { CSV_HEADER, EVENT_FIELDS, normalizeEvent } from '../../schema/event-record';
 import { FakeMeterWebApp } from './fake-meter';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const event = (i: number, at = new Date()) =>
   normalizeEvent({ event_id: `e${i}`, cost_usd: 0.01, provider: 'openai' }, { now: () => at, uuid: () => 'x' });
 const quiet = { warn: () => {}, info: () => {}, error: () => {} };
 const prefix = `test-meter-stream-${process.pid}`;
-const redis = new Redis('redis://127.0.0.1:6379/9');
+const redis = new Redis(TEST_REDIS_URL);
 
 let meter: FakeMeterWebApp;
 beforeEach(async () => {
@@ -29,7 +30,15 @@ afterEach(async () => {
 });
 afterAll(() => redis.disconnect());
 
-function streamSink(client: Redis, spoolDir = mkdtempSync(join(tmpdir(), 'stream-spool-'))) {
+/** The event_ids the stream holds: an entry's field is one event's JSON or several joined by ",\n", a batch's array body either way. */
+async function inStream(): Promise<string[]> {
+  const entries = await redis.xrange(`${prefix}:meter:events`, '-', '+');
+  return entries.flatMap(([, fields]) =>
+    (JSON.parse(`[${fields[fields.indexOf('e') + 1]}]`) as Array<{ event_id: string }>).map((e) => e.event_id),
+  );
+}
+
+function streamSink(client: Redis, spoolDir = mkdtempSync(join(tmpdir(), 'stream-spool-')), extra: Partial<StreamSinkOptions> = {}) {
   const fallback = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, log: quiet });
   const sink = new RedisStreamSink({
     url: meter.url,
@@ -41,6 +50,7 @@ function streamSink(client: Redis, spoolDir = mkdtempSync(join(tmpdir(), 'stream
     fallback,
     flushIntervalMs: 60_000,
     log: quiet,
+    ...extra,
   });
   return { sink, fallback };
 }
@@ -50,7 +60,7 @@ describe('meter events through the Redis stream', () => {
     const { sink } = streamSink(redis);
     const sent = [0, 1, 2, 3, 4].map((i) => (i === 2 ? event(i, new Date(Date.now() + 3_600_000)) : event(i)));
     await Promise.all(sent.map((e) => sink.send(e)));
-    expect(await redis.xlen(`${prefix}:meter:events`)).toBe(5); // durable in Redis once send resolved
+    expect(await inStream()).toEqual(['e0', 'e1', 'e2', 'e3', 'e4']); // durable in Redis once send resolved
     await sink.flush();
     expect(meter.stored).toEqual(['e0', 'e1', 'e3', 'e4']);
     const rejected = await redis.xrange(`${prefix}:meter:rejected`, '-', '+');
@@ -58,6 +68,34 @@ describe('meter events through the Redis stream', () => {
     const fields = rejected[0][1];
     expect(fields[fields.indexOf('reason') + 1]).toMatch(/refused by the meter: events\[0\]\.timestamp/);
     expect(JSON.parse(fields[fields.indexOf('record') + 1])).toMatchObject({ event_id: 'e2' });
+    expect(await redis.xlen(`${prefix}:meter:events`)).toBe(0);
+    await sink.close();
+  });
+
+  it('events of one entry the meter has only in part stay in Redis; after a crash another gateway delivers the rest, each event stored once', async () => {
+    const { sink: first } = streamSink(redis, undefined, { batchSize: 2 }); // the 5 events in posts of 2
+    await Promise.all([0, 1, 2, 3, 4].map((i) => first.send(event(i))));
+    meter.downAfter(1); // the meter takes e0 and e1, then is lost
+    await first.flush();
+    expect(meter.stored).toEqual(['e0', 'e1']);
+    expect(await inStream()).toEqual(['e0', 'e1', 'e2', 'e3', 'e4']); // not acknowledged: e2..e4 are not settled
+    await first.close(); // as if it died: its entry stays pending with it
+
+    meter.downAfter(Infinity);
+    const { sink: second } = streamSink(redis, undefined, { claimIdleMs: 1 });
+    await second.flush(); // claims the dead one's entry and delivers it whole
+    expect(meter.stored).toEqual(['e0', 'e1', 'e2', 'e3', 'e4']);
+    expect(second.stats).toMatchObject({ delivered: 3, duplicates: 2 });
+    expect(await inStream()).toEqual([]);
+    await second.close();
+  });
+
+  it('entries written by an earlier version, one event each, are delivered beside newer ones', async () => {
+    for (const i of [0, 1]) await redis.xadd(`${prefix}:meter:events`, '*', 'e', JSON.stringify(eventJson(event(i))));
+    const { sink } = streamSink(redis);
+    await Promise.all([2, 3].map((i) => sink.send(event(i))));
+    await sink.flush();
+    expect(meter.stored).toEqual(['e0', 'e1', 'e2', 'e3']);
     expect(await redis.xlen(`${prefix}:meter:events`)).toBe(0);
     await sink.close();
   });

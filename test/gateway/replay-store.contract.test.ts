@@ -4,12 +4,13 @@ import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryReplayStore, type Claim, type Lease, type ReplayStore, type StoredAnswer } from '../../gateway/src/replay-store';
 import { RedisReplayStore } from '../../gateway/src/replay-store-redis';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const prefix = `test-replay-store-${process.pid}`;
 let redis: Redis;
 let n = 0;
 beforeAll(() => {
-  redis = new Redis('redis://127.0.0.1:6379/9');
+  redis = new Redis(TEST_REDIS_URL);
 });
 afterEach(async () => {
   const keys = await redis.keys(`${prefix}:*`);

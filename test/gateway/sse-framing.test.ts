@@ -66,4 +66,36 @@ describe('stream framing', () => {
     await gw.meter.flush();
     expect(gw.events().at(-1)!.error_code).toBe('STREAM_INTERRUPTED');
   });
+
+  it('OpenAI\'s own form cut anywhere ("usage":null on every chunk, a comment, an event and a character split): every event as sent, the usage chunk only when asked, the usage metered', async () => {
+    const event = (value: object) => `data: ${JSON.stringify(value)}\n\n`;
+    const chunk = (delta: object, finish: string | null = null) =>
+      event({ id: 'c', choices: [{ index: 0, delta, finish_reason: finish }], usage: null });
+    const [first, second, last] = [chunk({ role: 'assistant', content: 'Olá' }), chunk({ content: ' mundo é' }), chunk({}, 'stop')];
+    const usage = event({ id: 'c', choices: [], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } });
+    const done = 'data: [DONE]\n\n';
+    const cut = Buffer.from(second).indexOf(Buffer.from('é')) + 1; // between the two bytes of "é"
+    const pieces = [
+      Buffer.from(first),
+      Buffer.from(second).subarray(0, cut),
+      Buffer.concat([Buffer.from(second).subarray(cut), Buffer.from(': keep-alive\n\n')]),
+      Buffer.from(last),
+      Buffer.from(usage + done),
+    ];
+    for (const asked of [false, true]) {
+      hot.always({ kind: 'raw-stream', pieces });
+      const res = await chat(gw.url, {
+        model: 'x',
+        messages: [{ role: 'user', content: 'hi' }],
+        stream: true,
+        ...(asked ? { stream_options: { include_usage: true } } : {}),
+      });
+      expect(res.text).toBe(first + second + last + (asked ? usage : '') + done);
+    }
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([
+      ['7', '3', ''],
+      ['7', '3', ''],
+    ]);
+  });
 });

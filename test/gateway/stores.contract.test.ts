@@ -7,13 +7,14 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryPause, RedisPause, type PauseFlag } from '../../gateway/src/budget';
 import { LocalFlags, RedisFlags, type Flags, type FlagStore } from '../../gateway/src/flags';
 import { MemoryLimiter, RedisLimiter, type Limiter, type Limits } from '../../gateway/src/rate-limit';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const prefix = `test-stores-${process.pid}`;
 let redis: Redis;
 let n = 0;
 const closing: Array<() => void> = [];
 beforeAll(() => {
-  redis = new Redis('redis://127.0.0.1:6379/9');
+  redis = new Redis(TEST_REDIS_URL);
 });
 afterEach(async () => {
   for (const c of closing.splice(0)) c();

@@ -14,6 +14,7 @@ import { ACCOUNT_SID, AUTH_TOKEN, bridgeStack, PUBLIC_URL, type BridgeStack } fr
 import { API_KEY } from './peers/realtime-peer';
 import { brain } from './peers/script';
 import { until } from './peers/wait';
+import { TEST_REDIS_URL } from '../redis-db';
 
 let s: BridgeStack | null = null;
 afterEach(async () => {
@@ -100,7 +101,7 @@ describe('phone bridge: Twilio webhooks and the media stream door', () => {
 describe('phone bridge inside the gateway (createStack)', () => {
   const prefix = `test-bridge-stack-${process.pid}`;
   afterEach(async () => {
-    const redis = new Redis('redis://127.0.0.1:6379/9');
+    const redis = new Redis(TEST_REDIS_URL);
     const keys = await redis.keys(`${prefix}:*`);
     if (keys.length) await redis.del(...keys);
     redis.disconnect();
@@ -114,7 +115,7 @@ describe('phone bridge inside the gateway (createStack)', () => {
     return {
       CONCIERGE_FILE: join(dir, 'concierge.json'),
       VOICE_TOKEN: 'voice-secret',
-      QUEUE_STORE_URL: 'redis://127.0.0.1:6379/9',
+      QUEUE_STORE_URL: TEST_REDIS_URL,
       REDIS_PREFIX: prefix,
       METER_CSV_FILE: join(dir, 'e.csv'),
       CALLS_CSV_FILE: join(dir, 'calls.csv'),

@@ -13,12 +13,13 @@ import {
 } from '../../gateway/src/voice/call-store';
 import { newCall } from '../../gateway/src/voice/spend-guard';
 import { MemoryWorkflowStore, RedisWorkflowStore, type WorkflowStore, type WorkflowTtl } from '../../gateway/src/voice/workflow-store';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const prefix = `test-vstores-${process.pid}`;
 let redis: Redis;
 let n = 0;
 beforeAll(() => {
-  redis = new Redis('redis://127.0.0.1:6379/9');
+  redis = new Redis(TEST_REDIS_URL);
 });
 afterEach(async () => {
   const keys = await redis.keys(`${prefix}:*`);

@@ -12,6 +12,7 @@ import { matchIntent } from '../../gateway/src/voice/intents';
 import { applyEvent, estUsdFromDurations, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { captureLogger, listenStack } from '../gateway/harness';
 import { filled, template } from './filled';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const root = join(import.meta.dirname, '..', '..');
 
@@ -207,7 +208,7 @@ describe('spend guard', () => {
 });
 
 describe('/v1/voice endpoints (HTTP, Redis)', () => {
-  const REDIS_URL = 'redis://127.0.0.1:6379/9';
+  const REDIS_URL = TEST_REDIS_URL;
   const prefix = `test-voice-${process.pid}`;
   let redis: Redis;
   const stacks: Array<{ stack: Stack; url: string; stop: () => Promise<void> }> = [];

@@ -16,9 +16,10 @@ import { fetchCountryRates } from '../../gateway/src/voice/rates';
 import { canonicalJson, workflowKey } from '../../gateway/src/voice/workflow';
 import { captureLogger, listenStack } from '../gateway/harness';
 import { filled } from './filled';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const root = join(import.meta.dirname, '..', '..');
-const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const REDIS_URL = TEST_REDIS_URL;
 const prefix = `test-wf-${process.pid}`;
 
 /** A loopback server whose handler the test sets; it records every request. */

@@ -14,6 +14,15 @@ import { API_KEY, type RealtimePeer } from './realtime-peer';
 import { TwilioPeer } from './twilio-peer';
 import { until } from './wait';
 
+/** A log for the bridge's parts that keeps its lines, `level message`, for a test to read. */
+export function logInto(lines: string[]) {
+  return {
+    info: (m: string) => void lines.push(`info ${m}`),
+    warn: (m: string) => void lines.push(`warn ${m}`),
+    error: (m: string) => void lines.push(`error ${m}`),
+  };
+}
+
 export const AUTH_TOKEN = 'twilio-test-auth-token';
 export const ACCOUNT_SID = 'AC00000000000000000000000000000001';
 export const PUBLIC_URL = 'https://voice.example.test';

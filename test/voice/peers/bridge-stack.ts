@@ -16,12 +16,13 @@ import type { CallSummary } from '../../../gateway/src/voice/phone/call-types';
 import { Workflow, type WorkflowAnswer } from '../../../gateway/src/voice/workflow';
 import { RedisWorkflowStore } from '../../../gateway/src/voice/workflow-store';
 import { filled } from '../filled';
-import { hostBridge } from './bridge-host';
+import { hostBridge, logInto } from './bridge-host';
 import { RealtimePeer } from './realtime-peer';
 import { TwilioPeer } from './twilio-peer';
+import { TEST_REDIS_URL } from '../../redis-db';
 
 export { ACCOUNT_SID, AUTH_TOKEN, PUBLIC_URL } from './bridge-host';
-const REDIS_URL = 'redis://127.0.0.1:6379/9';
+const REDIS_URL = TEST_REDIS_URL;
 
 /** A loopback HTTP server that records what it is sent and answers with `handle`. */
 export class Target {
@@ -82,11 +83,7 @@ export async function bridgeStack(
   const prefix = `test-bridge-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
   const redis = new Redis(REDIS_URL);
   const logs: string[] = [];
-  const log = {
-    info: (m: string) => logs.push(`info ${m}`),
-    warn: (m: string) => logs.push(`warn ${m}`),
-    error: (m: string) => logs.push(`error ${m}`),
-  };
+  const log = logInto(logs);
   const events = new EventEmitter();
   const records: CallRecord[] = [];
   const meterEvents: EventRecord[] = [];
