@@ -4,6 +4,7 @@
  */
 import { DelayedError, Queue, UnrecoverableError, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
+import { within } from './within';
 import {
   answered,
   coldJobId,
@@ -51,14 +52,18 @@ function view(job: Job<ColdPayload>, state: string): JobView {
   const maxAttempts = job.opts.attempts ?? JOB_ATTEMPTS;
   const deferred = deferralOf(job);
   const waitingForRoute = deferred !== null && Date.parse(deferred.until) > Date.now();
+  // A worker writes the deferral, then moves the job to delayed: in between it is already deferred.
+  const deferring = state === 'active' && waitingForRoute;
   const mapped: JobState =
     state === 'failed'
       ? 'dead-lettered'
       : state === 'delayed' && job.attemptsMade > 0 && !waitingForRoute
         ? 'failed'
-        : state === 'prioritized' || state === 'waiting-children' || state === 'wait'
-          ? 'waiting'
-          : ((['waiting', 'delayed', 'active', 'completed'].includes(state) ? state : 'unknown') as JobState);
+        : deferring
+          ? 'delayed'
+          : state === 'prioritized' || state === 'waiting-children' || state === 'wait'
+            ? 'waiting'
+            : ((['waiting', 'delayed', 'active', 'completed'].includes(state) ? state : 'unknown') as JobState);
   return {
     id: job.id!,
     state: mapped,
@@ -104,10 +109,19 @@ export class BullColdQueue implements ColdQueue {
     await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });
     return { jobId, created: true };
   }
+  /**
+   * One job in one state: BullMQ reads the job and its state apart, and a worker moves it on
+   * between them (a poll saw a deferred job still `waiting`, a completed one without its attempt),
+   * so the state is read on both sides of the job and the read repeated until they agree.
+   */
   async get(id: string): Promise<JobView | null> {
-    const job = await this.queue.getJob(id);
-    if (!job) return null;
-    return view(job, await job.getState());
+    for (let tries = 1; ; tries++) {
+      const before = await this.queue.getJobState(id);
+      const job = await this.queue.getJob(id);
+      const state = await this.queue.getJobState(id);
+      if (!job || state === 'unknown') return null;
+      if (state === before || tries === 5) return view(job, state);
+    }
   }
   async counts(): Promise<QueueCounts> {
     const c = await this.queue.getJobCounts('waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized');
@@ -163,8 +177,20 @@ export class BullColdQueue implements ColdQueue {
     worker.on('error', (error) => options.onError?.(error));
     return { close: () => worker.close() };
   }
+  /**
+   * The own connection goes first, then the queue once its start-up has settled: BullMQ's start-up
+   * (an INFO once connected) still running when the queue closes would fail on the closed
+   * connection after the queue dropped its error listeners, an unhandled rejection (seen with
+   * `npm run ops`, whose commands close the queue as soon as they are done).
+   */
   async close(): Promise<void> {
+    if (this.own) {
+      this.own.disconnect();
+      await within(
+        this.queue.waitUntilReady().catch(() => undefined),
+        1000,
+      ).catch(() => undefined);
+    }
     await this.queue.close();
-    this.own?.disconnect();
   }
 }
