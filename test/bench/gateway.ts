@@ -13,7 +13,7 @@
 // Then durable meter events: each answer held until its event is on disk, against released at once
 // (gateway-durable.ts), goal under 5 %.
 // Then shared state: one of a fleet on Redis against alone (gateway-fleet.ts), goal within 5 %.
-// BENCH_ONLY=steps|keys|durable|fleet runs only that part; BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
+// BENCH_ONLY=hot|steps|keys|durable|fleet runs only that part (hot: the table above); BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
 import autocannon from 'autocannon';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -26,6 +26,7 @@ import { durableVersusNot } from './gateway-durable';
 import { fleetVersusAlone } from './gateway-fleet';
 import { hotPathSteps } from './gateway-steps';
 import { keysVersusOpen } from './gateway-keys';
+import { START_NODE_FLAGS } from './start-flags';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 /** `csv` (default): meter events to a local CSV; `web-app`: to a spool, delivered to a meter stub on loopback. */
@@ -97,7 +98,7 @@ async function sequentialP50(url: string, n = 3000): Promise<number> {
 /** The built gateway on a free port (a fixed one may still be held by the run before) in front of the stub; its chat URL. */
 async function startGateway(stubUrl: string) {
   const p = await startProcess(
-    ['gateway/dist/main.js'],
+    [...START_NODE_FLAGS, 'gateway/dist/main.js'],
     {
       PORT: '0',
       LOG_LEVEL: 'info',
@@ -132,7 +133,7 @@ async function comparisons(only?: string) {
   }
 }
 const ONLY = process.env.BENCH_ONLY ?? (process.env.BENCH_KEYS_ONLY ? 'keys' : undefined);
-if (ONLY) {
+if (ONLY && ONLY !== 'hot') {
   await comparisons(ONLY);
   process.exit(0);
 }
@@ -201,4 +202,4 @@ console.log('\nAdded latency, one request at a time (3,000 requests, microsecond
 for (const line of added) console.log(`  ${line}`);
 console.log('\nThroughput:');
 for (const line of verdicts) console.log(`  ${line}`);
-await comparisons();
+if (!ONLY) await comparisons();

@@ -16,6 +16,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { START_NODE_FLAGS } from './start-flags';
 
 const STREAMS = Number(process.env.STREAMS ?? 1000);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
@@ -184,7 +185,7 @@ const reference = await startProcess(
   /listening (\d+)/,
 );
 const gateway = await startProcess(
-  [...nodeArgs('GATEWAY_NODE_ARGS'), 'gateway/dist/main.js'],
+  [...START_NODE_FLAGS, ...nodeArgs('GATEWAY_NODE_ARGS'), 'gateway/dist/main.js'],
   {
     PORT: process.env.STREAMS_GATEWAY_PORT ?? '18182',
     LOG_LEVEL: 'info',
