@@ -115,12 +115,13 @@ export class BullColdQueue implements ColdQueue {
    * so the state is read on both sides of the job and the read repeated until they agree.
    */
   async get(id: string): Promise<JobView | null> {
+    let before = await this.queue.getJobState(id);
     for (let tries = 1; ; tries++) {
-      const before = await this.queue.getJobState(id);
       const job = await this.queue.getJob(id);
       const state = await this.queue.getJobState(id);
       if (!job || state === 'unknown') return null;
       if (state === before || tries === 5) return view(job, state);
+      before = state; // read again: the state after this job is the one before the next
     }
   }
   async counts(): Promise<QueueCounts> {
