@@ -34,9 +34,12 @@ function isDate(value: unknown): value is Date {
 /** One CSV field: dates as RFC 3339 UTC, text neutralised, quoted when it holds a comma, quote or line break (RFC 4180). */
 export function csvField(value: unknown): string {
   if (value === null || value === undefined) return '';
-  let text: string;
-  if (isDate(value)) text = value.toISOString();
-  else if (typeof value === 'string') text = neutraliseText(value);
-  else text = String(value);
+  if (typeof value === 'string') return quoted(neutraliseText(value));
+  // Numbers and booleans never hold a comma, quote or line break (and they are most of a line's cells).
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  return quoted(isDate(value) ? value.toISOString() : String(value));
+}
+
+function quoted(text: string): string {
   return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }

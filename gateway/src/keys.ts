@@ -18,15 +18,23 @@ function warmKeyNames(map: RoutesMapConfig): Map<string, string> {
   return new Map(kinds.map((kind, i) => [kind, letters[i] ?? overrideName(kind)]));
 }
 
+/** Reads each key once (process.env is slow to read on every call); a reload of the map reads them again. */
 export function keyResolver(map: RoutesMapConfig, env: NodeJS.ProcessEnv): KeyFor {
   const names = warmKeyNames(map);
-  return (tier, provider) => {
-    if (tier === 'hot') return env.HOT_API_KEY ?? '';
+  const hot = env.HOT_API_KEY ?? '';
+  const warm = new Map<string, string>();
+  const warmKey = (provider: string) => {
     const override = env[overrideName(provider)];
     if (override) return override;
     const name = names.get(provider);
     if (!name) throw new ConfigError(`no API key mapping for warm provider ${provider}`);
     return env[name] ?? '';
+  };
+  return (tier, provider) => {
+    if (tier === 'hot') return hot;
+    let key = warm.get(provider);
+    if (key === undefined) warm.set(provider, (key = warmKey(provider)));
+    return key;
   };
 }
 

@@ -1,0 +1,111 @@
+// Instructions per request on the hot path, the gateway beside the reference proxy, counted by
+// valgrind's callgrind: unlike CPU time, the count hardly moves with what else the machine is doing
+// (two runs of the same build agree within about 2 %), so a change of a few per cent in the
+// gateway's own work can be read on a shared machine. Each proxy runs under callgrind with
+// counting off; after a warm-up it is switched on for a fixed number of requests
+// (`callgrind_control -i on|off`), then dumped. User space only: the system calls' own cost (two
+// socket writes per request, the same for both) is not in it. V8's optimizing compiler still runs
+// in that window under valgrind (it is some 50 times slower), so the count is also given without it.
+import autocannon from 'autocannon';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { START_NODE_FLAGS } from './start-flags';
+
+const WARM_UP = Number(process.env.BENCH_INSTR_WARMUP ?? 3000);
+const COUNTED = Number(process.env.BENCH_INSTR_REQUESTS ?? 2000);
+const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
+
+/** A process started with `node args`, resolved with its pid and the port it printed. */
+function start(args: string[], env: Record<string, string>, ready: RegExp, valgrindDir?: string) {
+  const command = valgrindDir ? 'valgrind' : process.execPath;
+  const argv = valgrindDir
+    ? ['--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${join(valgrindDir, 'cg.%p')}`, process.execPath, ...args]
+    : args;
+  const child = spawn(command, argv, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'ignore'] });
+  return new Promise<{ pid: number; port: string; stop: () => void }>((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = ready.exec(out);
+      if (m) resolve({ pid: child.pid!, port: m[1], stop: () => child.kill('SIGKILL') });
+    });
+    child.on('exit', (code) => reject(new Error(`${args.join(' ')} exited ${code}: ${out}`)));
+  });
+}
+
+async function requests(url: string, amount: number): Promise<void> {
+  const r = await autocannon({ url, method: 'POST', body: BODY, headers: { 'content-type': 'application/json' }, connections: 8, amount });
+  if (r.non2xx || r.errors) throw new Error(`${r.non2xx} non-2xx answers, ${r.errors} errors from ${url}`);
+}
+
+/** Instructions per counted request, in all and without V8's optimizing compiler. */
+function countOf(dir: string, pid: number): { all: number; withoutCompiler: number } {
+  const dump = readdirSync(dir).find((f) => f.startsWith(`cg.${pid}.`));
+  if (!dump) throw new Error(`no callgrind dump for ${pid} in ${dir}`);
+  const listing = execFileSync('callgrind_annotate', ['--threshold=100', join(dir, dump)], { encoding: 'utf8', maxBuffer: 1 << 28 });
+  let all = 0;
+  let compiler = 0;
+  for (const line of listing.split('\n')) {
+    const m = /^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)$/.exec(line);
+    if (!m || m[2].includes('PROGRAM TOTALS')) continue;
+    const n = Number(m[1].replaceAll(',', ''));
+    all += n;
+    if (/compiler::|maglev::/i.test(m[2])) compiler += n;
+  }
+  return { all: all / COUNTED, withoutCompiler: (all - compiler) / COUNTED };
+}
+
+async function counted(args: string[], env: Record<string, string>, ready: RegExp, path: string) {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-instr-'));
+  const proc = await start(args, env, ready, dir);
+  try {
+    const url = `http://127.0.0.1:${proc.port}${path}`;
+    await requests(url, WARM_UP);
+    execFileSync('callgrind_control', ['-i', 'on', String(proc.pid)], { stdio: 'ignore' });
+    await requests(url, COUNTED);
+    execFileSync('callgrind_control', ['-i', 'off', String(proc.pid)], { stdio: 'ignore' });
+    execFileSync('callgrind_control', ['-d', String(proc.pid)], { stdio: 'ignore' });
+    return countOf(dir, proc.pid);
+  } finally {
+    proc.stop();
+  }
+}
+
+export async function instructionsPerRequest(): Promise<string[]> {
+  if (spawnSync('valgrind', ['--version']).status !== 0) return ['skipped: valgrind is not installed'];
+  const stub = await start(['test/bench/stub-provider.mjs'], {}, /listening (\d+)/);
+  try {
+    const base = `http://127.0.0.1:${stub.port}/v1`;
+    const reference = await counted(
+      ['test/bench/reference-proxy.mjs'],
+      { TARGET: `${base}/chat/completions` },
+      /listening (\d+)/,
+      '/v1/chat/completions',
+    );
+    const dir = mkdtempSync(join(tmpdir(), 'bench-instr-csv-'));
+    const gateway = await counted(
+      [...START_NODE_FLAGS, 'gateway/dist/main.js'],
+      {
+        PORT: '0',
+        LOG_LEVEL: 'info',
+        HOT_BASE_URL: base,
+        HOT_BASE_URL_2: base,
+        WARM_A_BASE_URL: base,
+        WARM_B_BASE_URL: base,
+        METER_CSV_FILE: join(dir, 'events.csv'),
+      },
+      /listening on :(\d+)/,
+      '/v1/chat/completions',
+    );
+    const k = (n: number) => `${(n / 1000).toFixed(0)}k`;
+    return [
+      `${COUNTED} requests counted after ${WARM_UP} of warm-up, 8 connections, instant stub (user space; system calls not counted)`,
+      `in all:                   reference ${k(reference.all)}, gateway ${k(gateway.all)} instructions per request; gateway/reference ${(gateway.all / reference.all).toFixed(2)}`,
+      `without V8's compiler:    reference ${k(reference.withoutCompiler)}, gateway ${k(gateway.withoutCompiler)}; gateway/reference ${(gateway.withoutCompiler / reference.withoutCompiler).toFixed(2)}`,
+    ];
+  } finally {
+    stub.stop();
+  }
+}
