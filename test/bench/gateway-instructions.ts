@@ -8,7 +8,7 @@
 // in that window under valgrind (it is some 50 times slower), so the count is also given without it.
 import autocannon from 'autocannon';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { START_NODE_FLAGS } from './start-flags';
@@ -17,22 +17,33 @@ const WARM_UP = Number(process.env.BENCH_INSTR_WARMUP ?? 3000);
 const COUNTED = Number(process.env.BENCH_INSTR_REQUESTS ?? 2000);
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 
-/** A process started with `node args`, resolved with its pid and the port it printed. */
+/** A process started with `node args` (under callgrind with `valgrindDir`), resolved with its pid and the port it printed. */
 function start(args: string[], env: Record<string, string>, ready: RegExp, valgrindDir?: string) {
   const command = valgrindDir ? 'valgrind' : process.execPath;
   const argv = valgrindDir
     ? ['--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${join(valgrindDir, 'cg.%p')}`, process.execPath, ...args]
     : args;
-  const child = spawn(command, argv, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'ignore'] });
+  const child = spawn(command, argv, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const stop = () => child.kill('SIGKILL');
+  process.on('exit', stop); // never left behind, however the bench ends
   return new Promise<{ pid: number; port: string; stop: () => void }>((resolve, reject) => {
     let out = '';
+    let err = '';
+    child.stderr.on('data', (d) => (err = (err + d).slice(-2000)));
     child.stdout.on('data', (d) => {
       out += d;
       const m = ready.exec(out);
-      if (m) resolve({ pid: child.pid!, port: m[1], stop: () => child.kill('SIGKILL') });
+      if (m) resolve({ pid: child.pid!, port: m[1], stop });
     });
-    child.on('exit', (code) => reject(new Error(`${args.join(' ')} exited ${code}: ${out}`)));
+    child.on('error', reject);
+    child.on('exit', (code) => reject(new Error(`${command} ${args.join(' ')} exited ${code}: ${out}${err}`)));
   });
+}
+
+/** callgrind_control exits 0 even when it reached no process: its words tell. */
+function control(pid: number, ...command: string[]): void {
+  const said = execFileSync('callgrind_control', [...command, String(pid)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  if (!/^\s*OK\.\s*$/m.test(said)) throw new Error(`callgrind_control ${command.join(' ')}: ${said || 'no answer'}`);
 }
 
 async function requests(url: string, amount: number): Promise<void> {
@@ -44,38 +55,46 @@ async function requests(url: string, amount: number): Promise<void> {
 function countOf(dir: string, pid: number): { all: number; withoutCompiler: number } {
   const dump = readdirSync(dir).find((f) => f.startsWith(`cg.${pid}.`));
   if (!dump) throw new Error(`no callgrind dump for ${pid} in ${dir}`);
-  const listing = execFileSync('callgrind_annotate', ['--threshold=100', join(dir, dump)], { encoding: 'utf8', maxBuffer: 1 << 28 });
-  let all = 0;
+  // --auto=no: no annotated source lines, which have the same shape as the function lines.
+  const listing = execFileSync('callgrind_annotate', ['--auto=no', '--threshold=100', join(dir, dump)], {
+    encoding: 'utf8',
+    maxBuffer: 1 << 28,
+  });
+  const total = /^\s*([\d,]+) \(\s*[\d.]+%\)\s+PROGRAM TOTALS/m.exec(listing);
+  if (!total) throw new Error(`no PROGRAM TOTALS in ${dump}`);
+  const all = Number(total[1].replaceAll(',', ''));
   let compiler = 0;
   for (const line of listing.split('\n')) {
     const m = /^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)$/.exec(line);
-    if (!m || m[2].includes('PROGRAM TOTALS')) continue;
-    const n = Number(m[1].replaceAll(',', ''));
-    all += n;
-    if (/compiler::|maglev::/i.test(m[2])) compiler += n;
+    if (m && /compiler::|maglev::/i.test(m[2])) compiler += Number(m[1].replaceAll(',', ''));
   }
   return { all: all / COUNTED, withoutCompiler: (all - compiler) / COUNTED };
 }
 
 async function counted(args: string[], env: Record<string, string>, ready: RegExp, path: string) {
   const dir = mkdtempSync(join(tmpdir(), 'bench-instr-'));
-  const proc = await start(args, env, ready, dir);
   try {
-    const url = `http://127.0.0.1:${proc.port}${path}`;
-    await requests(url, WARM_UP);
-    execFileSync('callgrind_control', ['-i', 'on', String(proc.pid)], { stdio: 'ignore' });
-    await requests(url, COUNTED);
-    execFileSync('callgrind_control', ['-i', 'off', String(proc.pid)], { stdio: 'ignore' });
-    execFileSync('callgrind_control', ['-d', String(proc.pid)], { stdio: 'ignore' });
-    return countOf(dir, proc.pid);
+    const proc = await start(args, env, ready, dir);
+    try {
+      const url = `http://127.0.0.1:${proc.port}${path}`;
+      await requests(url, WARM_UP);
+      control(proc.pid, '-i', 'on');
+      await requests(url, COUNTED);
+      control(proc.pid, '-i', 'off');
+      control(proc.pid, '-d');
+      return countOf(dir, proc.pid);
+    } finally {
+      proc.stop();
+    }
   } finally {
-    proc.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
 export async function instructionsPerRequest(): Promise<string[]> {
   if (spawnSync('valgrind', ['--version']).status !== 0) return ['skipped: valgrind is not installed'];
   const stub = await start(['test/bench/stub-provider.mjs'], {}, /listening (\d+)/);
+  const dir = mkdtempSync(join(tmpdir(), 'bench-instr-csv-'));
   try {
     const base = `http://127.0.0.1:${stub.port}/v1`;
     const reference = await counted(
@@ -84,7 +103,6 @@ export async function instructionsPerRequest(): Promise<string[]> {
       /listening (\d+)/,
       '/v1/chat/completions',
     );
-    const dir = mkdtempSync(join(tmpdir(), 'bench-instr-csv-'));
     const gateway = await counted(
       [...START_NODE_FLAGS, 'gateway/dist/main.js'],
       {
@@ -107,5 +125,6 @@ export async function instructionsPerRequest(): Promise<string[]> {
     ];
   } finally {
     stub.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
 }
