@@ -8,7 +8,7 @@
 // the same count of streams held open at little CPU (10 chunks 300 ms apart): the proxy's highest
 // RSS while every stream is open, minus its RSS just before, per stream. The load generator is
 // this process, on node:http with an uncapped keep-alive agent; its CPU and the stub's are printed
-// so a saturated generator would show.
+// so a saturated generator would show. Last, each proxy's peak RSS over the whole run (VmHWM).
 // Goals: all complete; TTFT p99 ≤ 1.25x and total p99 ≤ 1.1x the reference's; gateway
 // CPU ≤ 1.5x the reference's; memory per open stream stated.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -56,6 +56,11 @@ function cpuSeconds(pid: number): number {
 }
 
 /** Resident set size in MB. */
+/** The highest RSS the process has had (VmHWM): the top of its bursts, the young generation's growth included. */
+function peakRssMb(pid: number): number {
+  return Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
+}
+
 function rssMb(pid: number): number {
   const kb = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1];
   return Number(kb) / 1024;
@@ -263,6 +268,9 @@ console.log(`  total p50 ${range(ratios('total50'))}; total p99 ${verdict('total
 console.log(`  CPU ${verdict('cpuS', 1.5)}`);
 console.log(
   `  memory per open stream: gateway ${memory.gateway.kb.toFixed(1)} KB, reference ${memory.reference.kb.toFixed(1)} KB (${STREAMS} streams held open: highest RSS minus RSS before, per stream)`,
+);
+console.log(
+  `  peak RSS over the whole run: gateway ${peakRssMb(targets.gateway.pid).toFixed(0)} MB, reference ${peakRssMb(targets.reference.pid).toFixed(0)} MB (VmHWM)`,
 );
 
 agent.destroy();
