@@ -36,6 +36,16 @@ describe('OpenAI compatibility', () => {
     expect(sent.body.model).toBe('gpt-4o-mini');
   });
 
+  it('a large answer arrives whole: 3 MB read from the provider in many pieces, characters cut between them intact', async () => {
+    gw = await startGateway(all());
+    const content = 'a€𝄞'.repeat(400_000); // 3.2 MB of UTF-8: reads end inside characters
+    hot1.always({ kind: 'ok', content, usage: { prompt_tokens: 7, completion_tokens: 900_000 } });
+    const data = await client(gw.url).chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'long' }] });
+    expect(data.choices[0].message.content === content).toBe(true);
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens])).toEqual([['7', '900000']]);
+  });
+
   it('streams through the openai client; the usage chunk reaches only clients that ask for it', async () => {
     gw = await startGateway(all());
     hot1.always({ kind: 'stream', chunks: 4 });
