@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pino from 'pino';
 import { createStack, type Stack } from '../../gateway/src/stack';
+import { allRoutesTo } from './start-flags';
 
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 const AUTOCANNON = createRequire(import.meta.url).resolve('autocannon');
@@ -40,10 +41,12 @@ export async function startStub(): Promise<{ url: string; stop: () => void }> {
 }
 
 async function gatewayHere(stubUrl: string, side: Side) {
-  const u = { HOT_BASE_URL: stubUrl, HOT_BASE_URL_2: stubUrl, WARM_A_BASE_URL: stubUrl, WARM_B_BASE_URL: stubUrl };
   const meter = join(mkdtempSync(join(tmpdir(), 'bench-ab-')), 'events.csv');
   const env = typeof side.env === 'function' ? side.env() : side.env;
-  const stack = await createStack({ ...u, METER_CSV_FILE: meter, ...env }, pino({ level: 'silent' }), { http: true, worker: false });
+  const stack = await createStack({ ...allRoutesTo(stubUrl), METER_CSV_FILE: meter, ...env }, pino({ level: 'silent' }), {
+    http: true,
+    worker: false,
+  });
   side.adjust?.(stack);
   const server = await stack.gateway!.listen(0, '127.0.0.1');
   return {

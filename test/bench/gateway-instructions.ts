@@ -11,7 +11,7 @@ import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { START_NODE_FLAGS } from './start-flags';
+import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 
 const WARM_UP = Number(process.env.BENCH_INSTR_WARMUP ?? 3000);
 const COUNTED = Number(process.env.BENCH_INSTR_REQUESTS ?? 2000);
@@ -108,10 +108,7 @@ export async function instructionsPerRequest(): Promise<string[]> {
       {
         PORT: '0',
         LOG_LEVEL: 'info',
-        HOT_BASE_URL: base,
-        HOT_BASE_URL_2: base,
-        WARM_A_BASE_URL: base,
-        WARM_B_BASE_URL: base,
+        ...allRoutesTo(base),
         METER_CSV_FILE: join(dir, 'events.csv'),
       },
       /listening on :(\d+)/,

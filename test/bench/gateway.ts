@@ -29,7 +29,7 @@ import { fleetVersusAlone } from './gateway-fleet';
 import { instructionsPerRequest } from './gateway-instructions';
 import { hotPathSteps } from './gateway-steps';
 import { keysVersusOpen } from './gateway-keys';
-import { START_NODE_FLAGS } from './start-flags';
+import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 /** `csv` (default): meter events to a local CSV; `web-app`: to a spool, delivered to a meter stub on loopback. */
@@ -105,10 +105,7 @@ async function startGateway(stubUrl: string) {
     {
       PORT: '0',
       LOG_LEVEL: 'info',
-      HOT_BASE_URL: stubUrl,
-      HOT_BASE_URL_2: stubUrl,
-      WARM_A_BASE_URL: stubUrl,
-      WARM_B_BASE_URL: stubUrl,
+      ...allRoutesTo(stubUrl),
       ...(await meterEnv()),
     },
     /listening on :(\d+)/,

@@ -16,7 +16,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { START_NODE_FLAGS } from './start-flags';
+import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 
 const STREAMS = Number(process.env.STREAMS ?? 1000);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
@@ -55,16 +55,13 @@ function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_S; // utime, stime (fields 14 and 15)
 }
 
-/** Resident set size in MB. */
-/** The highest RSS the process has had (VmHWM): the top of its bursts, the young generation's growth included. */
-function peakRssMb(pid: number): number {
-  return Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
-}
-
-function rssMb(pid: number): number {
-  const kb = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1];
+/** A size from /proc/<pid>/status in MB: VmRSS, the resident set now; VmHWM, the highest it has been. */
+function statusMb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
+  const kb = new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1];
   return Number(kb) / 1024;
 }
+const rssMb = (pid: number) => statusMb(pid, 'VmRSS');
+const peakRssMb = (pid: number) => statusMb(pid, 'VmHWM');
 
 interface Stream {
   ttft: number;
@@ -195,10 +192,7 @@ const gateway = await startProcess(
     PORT: process.env.STREAMS_GATEWAY_PORT ?? '18182',
     LOG_LEVEL: 'info',
     WORKER: 'off',
-    HOT_BASE_URL: stubUrl,
-    HOT_BASE_URL_2: stubUrl,
-    WARM_A_BASE_URL: stubUrl,
-    WARM_B_BASE_URL: stubUrl,
+    ...allRoutesTo(stubUrl),
     METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-streams-')), 'events.csv'),
   },
   /listening/,
