@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { FakeProvider } from '../gateway/fake-provider';
 import { chat, listenStack } from '../gateway/harness';
+import { median } from './median';
 
 const REDIS_URL = process.env.QUEUE_STORE_URL ?? 'redis://127.0.0.1:6379/9';
 const trials = Number(process.argv[2] ?? 10);
@@ -55,9 +56,7 @@ try {
   const lags = results.map((r) => r.lagMs).sort((a, b) => a - b);
   const calls = results.map((r) => r.calls);
   console.log(`${trials} trials, 3 instances, one request at a time each, a dead Hot route`);
-  console.log(
-    `last instance open after the first: median ${lags[Math.floor(lags.length / 2)].toFixed(1)} ms, max ${lags.at(-1)!.toFixed(1)} ms`,
-  );
+  console.log(`last instance open after the first: median ${median(lags).toFixed(1)} ms, max ${lags.at(-1)!.toFixed(1)} ms`);
   console.log(`calls the dead route got: ${calls.join(', ')} (goal: at most 5 + 2 in flight)`);
 } finally {
   const keys = await redis.keys(`${prefix}*`);

@@ -17,11 +17,11 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pino from 'pino';
 import { createStack, type Stack } from '../../gateway/src/stack';
+import { median } from './median';
 import { allRoutesTo } from './start-flags';
 
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 const AUTOCANNON = createRequire(import.meta.url).resolve('autocannon');
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /**
  * One side of a comparison: its environment (beside the stub's URLs and a fresh CSV; a function when

@@ -29,6 +29,7 @@ import { fleetVersusAlone } from './gateway-fleet';
 import { instructionsPerRequest } from './gateway-instructions';
 import { hotPathSteps } from './gateway-steps';
 import { keysVersusOpen } from './gateway-keys';
+import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
@@ -94,8 +95,7 @@ async function sequentialP50(url: string, n = 3000): Promise<number> {
     if (i >= 200) times.push(performance.now() - t); // after warm-up
   }
   await dispatcher.close();
-  times.sort((a, b) => a - b);
-  return times[Math.floor(times.length / 2)];
+  return median(times);
 }
 
 /** The built gateway on a free port (a fixed one may still be held by the run before) in front of the stub; its chat URL. */

@@ -17,6 +17,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 
 const STREAMS = Number(process.env.STREAMS ?? 1000);
@@ -246,11 +247,6 @@ const range = (values: number[], digits = 2) => {
   const s = [...values].sort((a, b) => a - b);
   const [lo, hi] = [s[0].toFixed(digits), s[s.length - 1].toFixed(digits)];
   return lo === hi ? lo : `${lo}-${hi}`;
-};
-const median = (values: number[]) => {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 };
 const ratios = (key: keyof Run) => results.gateway.map((g, i) => g[key] / results.reference[i][key]);
 const verdict = (key: keyof Run, goal: number) => {
