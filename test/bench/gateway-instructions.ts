@@ -7,38 +7,19 @@
 // socket writes per request, the same for both) is not in it. V8's optimizing compiler still runs
 // in that window under valgrind (it is some 50 times slower), so the count is also given without it.
 import autocannon from 'autocannon';
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
+import { startProcess } from './start-process';
 
 const WARM_UP = Number(process.env.BENCH_INSTR_WARMUP ?? 3000);
 const COUNTED = Number(process.env.BENCH_INSTR_REQUESTS ?? 2000);
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 
-/** A process started with `node args` (under callgrind with `valgrindDir`), resolved with its pid and the port it printed. */
-function start(args: string[], env: Record<string, string>, ready: RegExp, valgrindDir?: string) {
-  const command = valgrindDir ? 'valgrind' : process.execPath;
-  const argv = valgrindDir
-    ? ['--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${join(valgrindDir, 'cg.%p')}`, process.execPath, ...args]
-    : args;
-  const child = spawn(command, argv, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const stop = () => child.kill('SIGKILL');
-  process.on('exit', stop); // never left behind, however the bench ends
-  return new Promise<{ pid: number; port: string; stop: () => void }>((resolve, reject) => {
-    let out = '';
-    let err = '';
-    child.stderr.on('data', (d) => (err = (err + d).slice(-2000)));
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = ready.exec(out);
-      if (m) resolve({ pid: child.pid!, port: m[1], stop });
-    });
-    child.on('error', reject);
-    child.on('exit', (code) => reject(new Error(`${command} ${args.join(' ')} exited ${code}: ${out}${err}`)));
-  });
-}
+/** valgrind's callgrind with counting off until switched on, its dumps written into `dir`. */
+const callgrind = (dir: string) => ['valgrind', '--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${join(dir, 'cg.%p')}`];
 
 /** callgrind_control exits 0 even when it reached no process: its words tell. */
 function control(pid: number, ...command: string[]): void {
@@ -74,7 +55,7 @@ function countOf(dir: string, pid: number): { all: number; withoutCompiler: numb
 async function counted(args: string[], env: Record<string, string>, ready: RegExp, path: string) {
   const dir = mkdtempSync(join(tmpdir(), 'bench-instr-'));
   try {
-    const proc = await start(args, env, ready, dir);
+    const proc = await startProcess(args, env, ready, callgrind(dir));
     try {
       const url = `http://127.0.0.1:${proc.port}${path}`;
       await requests(url, WARM_UP);
@@ -93,7 +74,7 @@ async function counted(args: string[], env: Record<string, string>, ready: RegEx
 
 export async function instructionsPerRequest(): Promise<string[]> {
   if (spawnSync('valgrind', ['--version']).status !== 0) return ['skipped: valgrind is not installed'];
-  const stub = await start(['test/bench/stub-provider.mjs'], {}, /listening (\d+)/);
+  const stub = await startProcess(['test/bench/stub-provider.mjs'], {}, /listening (\d+)/);
   const dir = mkdtempSync(join(tmpdir(), 'bench-instr-csv-'));
   try {
     const base = `http://127.0.0.1:${stub.port}/v1`;

@@ -17,7 +17,6 @@
 // Then shared state: one of a fleet on Redis against alone (gateway-fleet.ts), goal within 5 %.
 // BENCH_ONLY=hot|steps|instructions|keys|durable|fleet runs only that part (hot: the table above); BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
 import autocannon from 'autocannon';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -31,28 +30,12 @@ import { hotPathSteps } from './gateway-steps';
 import { keysVersusOpen } from './gateway-keys';
 import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
+import { startProcess } from './start-process';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 /** `csv` (default): meter events to a local CSV; `web-app`: to a spool, delivered to a meter stub on loopback. */
 const METER = process.env.BENCH_METER === 'web-app' ? 'web-app' : 'csv';
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
-
-/** Every process started, stopped when the bench ends however it ends (none left behind). */
-const children: ChildProcess[] = [];
-process.on('exit', () => children.forEach((c) => c.kill('SIGTERM')));
-
-function startProcess(args: string[], env: Record<string, string>, ready: RegExp): Promise<{ child: ChildProcess; out: () => string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, args, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-    children.push(child);
-    let out = '';
-    child.stdout!.on('data', (d) => {
-      out += d;
-      if (ready.test(out)) resolve({ child, out: () => out });
-    });
-    child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
-  });
-}
 
 async function load(url: string, connections: number, duration = SECONDS) {
   const result = await autocannon({
@@ -110,7 +93,7 @@ async function startGateway(stubUrl: string) {
     },
     /listening on :(\d+)/,
   );
-  return { ...p, url: `http://127.0.0.1:${/listening on :(\d+)/.exec(p.out())![1]}/v1/chat/completions` };
+  return { ...p, url: `http://127.0.0.1:${p.port}/v1/chat/completions` };
 }
 
 /** The interleaved comparisons (gateway-ab.ts), printed under their headings. */
@@ -184,14 +167,14 @@ const added: string[] = [];
 const verdicts: string[] = [];
 for (const delay of [0, 5]) {
   const stub = await startProcess(['test/bench/stub-provider.mjs'], { STUB_DELAY_MS: String(delay) }, /listening (\d+)/);
-  const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
+  const stubUrl = `http://127.0.0.1:${stub.port}/v1`;
   const direct = `${stubUrl}/chat/completions`;
   const reference = await startProcess(['test/bench/reference-proxy.mjs'], { TARGET: direct }, /listening (\d+)/);
   const gateway = await startGateway(stubUrl);
-  const ref = `http://127.0.0.1:${/listening (\d+)/.exec(reference.out())![1]}/v1/chat/completions`;
+  const ref = `http://127.0.0.1:${reference.port}/v1/chat/completions`;
   const via = gateway.url;
   for (const c of [1, 32]) {
-    const [d, r, g] = [await measure(direct, c), await measure(ref, c, reference.child.pid), await measure(via, c, gateway.child.pid)];
+    const [d, r, g] = [await measure(direct, c), await measure(ref, c, reference.pid), await measure(via, c, gateway.pid)];
     const cpu = (x: { cpuUs: number | null }) => (x.cpuUs === null ? '' : pad(x.cpuUs.toFixed(0), 5));
     console.log(
       `${`${delay} ms`.padEnd(6)}${pad(String(c), 5)}${pad(`${d.rps.toFixed(0)} ${d.p50}/${d.p99}`, 22)}   ${fmt(r, d.rps).padEnd(30)} ${fmt(g, d.rps)}${pad(`${cpu(r)} ${cpu(g)}`, 14)}`,
@@ -210,7 +193,7 @@ for (const delay of [0, 5]) {
   added.push(
     `stub ${delay} ms: p50 direct ${dp.toFixed(3)} ms, reference ${rp.toFixed(3)} ms, gateway ${gp.toFixed(3)} ms; added by the gateway ${(gp - dp).toFixed(3)} ms (goal 0.3: ${gp - dp <= 0.3 ? 'met' : 'not met'}), of which the hop itself ${(rp - dp).toFixed(3)} ms and the gateway's own work ${(gp - rp).toFixed(3)} ms`,
   );
-  for (const p of [gateway, reference, stub]) p.child.kill('SIGTERM');
+  for (const p of [gateway, reference, stub]) p.stop();
   await new Promise((r) => setTimeout(r, 300));
 }
 console.log('\nAdded latency, one request at a time (3,000 requests, microsecond clock):');

@@ -12,13 +12,13 @@
 // so a saturated generator would show. Last, each proxy's peak RSS over the whole run (VmHWM).
 // Goals: all complete; TTFT p99 ≤ 1.25x and total p99 ≤ 1.1x the reference's; gateway
 // CPU ≤ 1.5x the reference's; memory per open stream stated.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
+import { startProcess } from './start-process';
 
 const STREAMS = Number(process.env.STREAMS ?? 1000);
 const ROUNDS = Number(process.env.ROUNDS ?? 6);
@@ -30,25 +30,6 @@ const body = (extra: Record<string, number> = {}) =>
 const BODY = body();
 const HOLD = { chunks: 10, intervalMs: 300 };
 const HOLD_BODY = body({ stub_chunks: HOLD.chunks, stub_interval_ms: HOLD.intervalMs });
-
-// Children are stopped however this process ends (a failed start included).
-const children: ChildProcess[] = [];
-process.on('exit', () => {
-  for (const c of children) if (c.exitCode === null) c.kill('SIGTERM');
-});
-
-function startProcess(args: string[], env: Record<string, string>, ready: RegExp): Promise<{ child: ChildProcess; out: () => string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, args, { env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-    children.push(child);
-    let out = '';
-    child.stdout!.on('data', (d) => {
-      out += d;
-      if (ready.test(out)) resolve({ child, out: () => out });
-    });
-    child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
-  });
-}
 
 /** CPU seconds (user + system) a process has used so far. */
 function cpuSeconds(pid: number): number {
@@ -179,7 +160,7 @@ async function memoryPerStream(t: Target, agent: Agent): Promise<{ kb: number; c
 }
 
 const stub = await startProcess(['test/bench/stub-stream-provider.mjs'], {}, /listening (\d+)/);
-const stubUrl = `http://127.0.0.1:${/listening (\d+)/.exec(stub.out())![1]}/v1`;
+const stubUrl = `http://127.0.0.1:${stub.port}/v1`;
 // GATEWAY_NODE_ARGS, REFERENCE_NODE_ARGS: node flags for either proxy (say --cpu-prof --cpu-prof-dir=...)
 // when profiling (profile-summary.mjs reads the profiles).
 const nodeArgs = (name: string) => (process.env[name] ?? '').split(' ').filter(Boolean);
@@ -201,10 +182,10 @@ const gateway = await startProcess(
 );
 const targets: Record<'reference' | 'gateway', Target> = {
   reference: {
-    url: new URL(`http://127.0.0.1:${/listening (\d+)/.exec(reference.out())![1]}/v1/chat/completions`),
-    pid: reference.child.pid!,
+    url: new URL(`http://127.0.0.1:${reference.port}/v1/chat/completions`),
+    pid: reference.pid,
   },
-  gateway: { url: new URL(`http://127.0.0.1:${process.env.STREAMS_GATEWAY_PORT ?? '18182'}/v1/chat/completions`), pid: gateway.child.pid! },
+  gateway: { url: new URL(`http://127.0.0.1:${process.env.STREAMS_GATEWAY_PORT ?? '18182'}/v1/chat/completions`), pid: gateway.pid },
 };
 type Name = keyof typeof targets;
 const names: Name[] = ['reference', 'gateway'];
@@ -224,7 +205,7 @@ for (const name of names) {
   memory[name] = await memoryPerStream(targets[name], agent);
 }
 // Warm-up at full load: connections on both hops, JIT. Not measured.
-for (const name of names) await run(targets[name], agent, stub.child.pid!);
+for (const name of names) await run(targets[name], agent, stub.pid);
 
 const results: Record<Name, Run[]> = { reference: [], gateway: [] };
 const ms = (v: number) => v.toFixed(0).padStart(6);
@@ -235,7 +216,7 @@ for (let round = 1; round <= ROUNDS; round++) {
   const order: Name[] = round % 2 ? ['reference', 'gateway'] : ['gateway', 'reference'];
   for (const name of order) {
     await new Promise((r) => setTimeout(r, 500));
-    const r = await run(targets[name], agent, stub.child.pid!);
+    const r = await run(targets[name], agent, stub.pid);
     results[name].push(r);
     console.log(
       `${String(round).padEnd(6)}${name.padEnd(10)}${`${r.complete}/${STREAMS}`.padStart(10)}${ms(r.ttft50)} ms${ms(r.ttft99)}${ms(r.total50)} ms${ms(r.total99)}${r.cpuS.toFixed(2).padStart(7)}   ${r.stubCpuS.toFixed(2)}, ${r.loadGenCpuS.toFixed(2)} / ${r.wallS.toFixed(1)}`,
@@ -269,4 +250,4 @@ console.log(
 );
 
 agent.destroy();
-for (const p of [gateway, reference, stub]) p.child.kill('SIGTERM');
+for (const p of [gateway, reference, stub]) p.stop();
