@@ -1,5 +1,5 @@
-// Faults around the request path: a client that stops reading a stream, a SIGTERM with a call in
-// flight, and caller text that is not a valid header value.
+// Faults around the request path: a client that stops reading a stream (for good, or for a
+// while), a SIGTERM with a call in flight, and caller text that is not a valid header value.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
@@ -42,6 +42,45 @@ describe('a client that stops reading a stream', () => {
     });
     expect(event).toMatchObject({ provider: 'openai', error_code: 'CLIENT_CLOSED' });
     expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
+  });
+});
+
+describe('a client that reads slowly', () => {
+  it('holds the provider back while it does not read, then gets the whole stream, in order, once it reads again', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const chunks = 4000;
+    const pad = 'x'.repeat(4096);
+    hot.always({ kind: 'stream', chunks, chunkBytes: pad.length });
+    const body = JSON.stringify({
+      model: 'x',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    const res = await new Promise<import('node:http').IncomingMessage>((resolve) => {
+      req.on('response', resolve);
+      req.end(body);
+    });
+    const received: Buffer[] = [];
+    res.on('data', (c: Buffer) => received.push(c));
+    res.pause();
+    await until('the provider to be held back', () => hot.stalls > 0, 15_000);
+    const ended = new Promise((r) => res.on('end', r));
+    res.resume();
+    await ended;
+    const events = Buffer.concat(received).toString('utf8').split('\n\n').filter(Boolean);
+    expect(events.at(-1)).toBe('data: [DONE]');
+    const parsed = events.slice(0, -1).map((e) => JSON.parse(e.slice('data: '.length)));
+    const text = parsed.map((e) => e.choices[0]?.delta.content ?? '').join('');
+    const expected = Array.from({ length: chunks }, (_, i) => (i === 0 ? `part0${pad}` : ` part${i}${pad}`)).join('');
+    expect(text === expected).toBe(true); // 16 MB: compared whole, not printed
+    expect(parsed.at(-1).usage).toMatchObject({ completion_tokens: chunks });
+    const event = await until('the meter event', async () => {
+      await gw!.meter.flush();
+      return gw!.events()[0];
+    });
+    expect(event).toMatchObject({ provider: 'openai', error_code: '', output_tokens: String(chunks) });
   });
 });
 
