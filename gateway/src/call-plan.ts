@@ -19,11 +19,14 @@ export class CallPlanner {
   private readonly bodies = new Map<ApiKind, Record<string, unknown> | null>();
   constructor(private readonly ctx: RequestContext) {}
 
-  /** The call to make on this route, or null when the route cannot serve this request. */
-  planFor(route: Route): CallPlan | null {
+  /**
+   * The call to make on this route with `model` (the route's own, or another that a scope's fallback
+   * or spend-cap routing asks for), or null when the route cannot serve this request.
+   */
+  planFor(route: Route, model = route.config.model): CallPlan | null {
     const { ctx } = this;
     if (ctx.api === 'embeddings') {
-      return route.apis.has('embeddings') && route.config.model === ctx.body.model ? this.plan('embeddings') : null;
+      return route.apis.has('embeddings') && model === ctx.body.model ? this.plan('embeddings') : null;
     }
     if (route.apis.has(ctx.api)) return this.plan(ctx.api);
     if (ctx.api === 'responses' && route.apis.has('chat') && ctx.asChat) return this.plan('chat');

@@ -129,9 +129,9 @@ export class Failover {
     const set = options.set ?? this.set;
     const of: AttemptOf = { keyFor: set.keyFor, signal: options.signal };
     for (const route of this.candidates(options.flags, options.skip, set)) {
-      const plan = planner.planFor(route);
-      if (!plan) continue; // this route cannot serve this request's API or model
       const config = options.model ? { ...route.config, model: options.model } : route.config;
+      const plan = planner.planFor(route, config.model);
+      if (!plan) continue; // this route cannot serve this request's API or model
       for (let n = 1; n <= RETRY.attempts; n++) {
         if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
         if (deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS)

@@ -5,7 +5,7 @@
  * shared by every instance in Redis, else this process's own). While a cap is exceeded
  * (strictly greater):
  *   x-must-have-answer: false  → queued, released after 2 hours           decision `queue`
- *   else x-can-use-cheaper: true → the map's `cheaper_model`               decision `model`
+ *   else x-can-use-cheaper: true → the map's `cheaper_model` (not for embeddings) decision `model`
  *   else                        → queued for human review, reviewer told  decision `human_review`
  * Otherwise the request routes normally (decision `default`).
  *
@@ -177,12 +177,13 @@ export { spendDaysFor } from './spend-days';
 
 /** The spend-cap routing table (docs/gateway.md, "Spend-cap routing"). */
 export function planFor(
-  ctx: Pick<RequestContext, 'mustHaveAnswer' | 'canUseCheaper'>,
+  ctx: Pick<RequestContext, 'mustHaveAnswer' | 'canUseCheaper' | 'api'>,
   exceeded: boolean,
   cheaperModel: string | undefined,
 ): Plan {
   if (!exceeded) return { kind: 'default' };
   if (!ctx.mustHaveAnswer) return { kind: 'queue', delayMs: QUEUE_RELEASE_MS, reviewRequired: false, decision: 'queue' };
-  if (ctx.canUseCheaper && cheaperModel) return { kind: 'model', model: cheaperModel };
+  // Another model's vectors are useless to the caller's index: no cheaper model for embeddings.
+  if (ctx.canUseCheaper && cheaperModel && ctx.api !== 'embeddings') return { kind: 'model', model: cheaperModel };
   return { kind: 'queue', delayMs: HUMAN_REVIEW_HOLD_MS, reviewRequired: true, decision: 'human_review' };
 }

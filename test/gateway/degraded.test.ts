@@ -123,6 +123,25 @@ describe('degraded routing', () => {
     expect(gw.notifier.sent.find((m) => /human review/.test(m.subject))?.target).toBe('reviewer@example.com');
   });
 
+  it('a cap exceeded: an embeddings request that can use cheaper goes to human review, never to the cheaper model', async () => {
+    spend = { today_cost_usd: 50.01, last_7d_cost_usd: 60 };
+    const gw = await up({
+      hot: [
+        { provider: 'openai', model: 'gpt-4o', baseUrl: hot.url },
+        { provider: 'openai', model: 'text-embedding-3-small', baseUrl: hot.url, apis: ['embeddings'] },
+      ],
+    });
+    const res = await fetch(`${gw.url}/v1/embeddings`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-can-use-cheaper': 'true', 'idempotency-key': 'e1' },
+      body: JSON.stringify({ model: 'text-embedding-3-small', input: 'a' }),
+    });
+    expect(res.status).toBe(202);
+    const { jobId } = (await res.json()) as { jobId: string };
+    expect((await gw.queue.get(jobId))?.reason).toBe('human_review');
+    expect(hot.received).toHaveLength(0);
+  });
+
   it('the 7-day cap counts too, and the gateway adds its own spend since the last read', async () => {
     spend = { today_cost_usd: 1, last_7d_cost_usd: 200.5 };
     const gw = await up();

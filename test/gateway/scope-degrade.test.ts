@@ -42,3 +42,26 @@ it('shorter_context: the system message and the last messages are sent again', a
   expect(hot.received.at(-1)!.body.messages.map((m: { content: string }) => m.content)).toEqual(['be brief', 'm4', 'm5']);
   expect(hot.received[0].body.messages).toHaveLength(7);
 });
+
+it('smaller_model never applies to embeddings: another model is not asked, and the request goes on to the fallback', async () => {
+  const vectors = await new FakeProvider().start();
+  const map = mapOf([hot.url], [warm.url]);
+  map.hot.push({ provider: 'openai', model: 'text-embedding-3-small', baseUrl: vectors.url, apis: ['embeddings'] });
+  map.hot.push({ provider: 'openai', model: 'text-embedding-3-large', baseUrl: vectors.url, apis: ['embeddings'] });
+  const embeddings = await startGateway(map, {
+    scopes: { index: { time_to_answer_ms: 10_000, degrade: 'smaller_model', smaller_model: 'text-embedding-3-large' } },
+  });
+  try {
+    vectors.always({ kind: 'status', status: 503 });
+    const res = await fetch(`${embeddings.url}/v1/embeddings`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-job-type': 'index' },
+      body: JSON.stringify({ model: 'text-embedding-3-small', input: 'a' }),
+    });
+    expect(res.status).toBe(503);
+    expect(vectors.received.map((r) => r.body.model)).toEqual(Array(3).fill('text-embedding-3-small'));
+  } finally {
+    await embeddings.close();
+    await vectors.stop();
+  }
+});
