@@ -90,7 +90,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
   app.post('/v1/embeddings', (req, res) => embeddings(req, res));
   // Before the parser too: any other /v1 request without a valid key is refused unread.
   if (opts.auth) app.use('/v1', keyGuard(opts.auth));
-  mountModels(app, routes);
+  mountModels(app, routes, opts.flags);
   app.use(express.json({ limit: '20mb' }));
 
   mountOperator(app, admin, opts);

@@ -191,4 +191,18 @@ describe("each key's own limits", () => {
     expect(over.message).toContain(`API key ${id} has used its limit of 20 tokens per minute`);
     expect(over.retryAfter).toMatch(/^\d+$/);
   });
+
+  it('models.list offers a key that names its models only those: a picker never offers what answers 403', async () => {
+    const { url } = await w.up();
+    const { key } = await w.makeKey('acme', '--models', 'gpt-4o-mini');
+    const limited = client(url, key);
+    const ids = [];
+    for await (const m of limited.models.list()) ids.push(m.id);
+    expect(ids).toEqual(['gpt-4o-mini']);
+    expect((await limited.models.retrieve('gpt-4o-mini')).id).toBe('gpt-4o-mini');
+    await expect(limited.models.retrieve('claude-3-5-haiku-latest')).rejects.toMatchObject({ status: 404, code: 'model_not_found' });
+    const all = [];
+    for await (const m of client(url, (await w.makeKey('acme')).key).models.list()) all.push(m.id);
+    expect(all.sort()).toEqual(['claude-3-5-haiku-latest', 'gpt-4o-mini']);
+  });
 });

@@ -229,6 +229,9 @@ describe('failover', () => {
     const res = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '5000' });
     expect(res.headers.get('x-route-provider')).toBe('mistral');
     expect(warmA.received).toHaveLength(0);
+    const models = (await (await fetch(`${gw.url}/v1/models`)).json()) as { data: Array<{ id: string }> };
+    expect(models.data.map((m) => m.id)).not.toContain('claude-3-5-haiku-latest');
+    expect((await fetch(`${gw.url}/v1/models/claude-3-5-haiku-latest`)).status).toBe(404);
   });
 });
 
