@@ -41,7 +41,14 @@ export class CallPlanner {
 
   private bodyFor(api: ApiKind): Record<string, unknown> | null {
     const { ctx } = this;
-    const body: Record<string, unknown> = api === 'chat' && ctx.api === 'responses' ? { ...ctx.asChat! } : { ...ctx.body };
+    const translated = api === 'chat' && ctx.api === 'responses';
+    const body: Record<string, unknown> = translated ? { ...ctx.asChat! } : { ...ctx.body };
+    if (translated) {
+      // This call's `stream` decides, not the client's: the Cold worker runs a streamed request whole.
+      delete body.stream;
+      delete body.stream_options;
+      if (ctx.stream) body.stream = true;
+    }
     // A chat stream asks the provider for its usage chunk (hidden from clients that did not ask, see sse.ts).
     if (api === 'chat' && ctx.stream) body.stream_options = { ...((body.stream_options as object | undefined) ?? {}), include_usage: true };
     return body;

@@ -6,7 +6,8 @@
  *   event, never text inside an answer);
  * - responses, passed through: complete at `response.completed` / `incomplete` / `failed`, whose
  *   `response.usage` is the meter's;
- * - responses translated from a chat stream (responses/stream.ts).
+ * - responses translated from a chat stream (responses/stream.ts): complete at `[DONE]` unless the
+ *   provider reported an error in the stream; a broken one ends with the translation's `response.failed`.
  */
 import type { EventSourceMessage } from 'eventsource-parser';
 import { readUsage, type Usage } from './providers/adapter';
@@ -94,13 +95,15 @@ export function chatToResponses(request: Record<string, unknown>, ids: ResponseI
     start: () => write(translation.start()),
     event(e) {
       if (e.data === '[DONE]') {
-        this.done = true;
+        // A stream that reported an error is no complete answer, even when it ends properly.
+        this.done = !translation.failed;
         return '';
       }
       const chunk = parse(e.data);
       return chunk ? write(translation.push(chunk)) : '';
     },
     end: () => write(translation.end()),
-    broken: () => responsesError(),
+    // The translation's own response.failed (nothing when it already failed on a provider error).
+    broken: () => write(translation.fail(INTERRUPTED)),
   };
 }

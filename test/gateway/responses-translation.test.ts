@@ -1,9 +1,13 @@
 // The translation between OpenAI's Responses API and chat completions (gateway/src/responses/), for
 // routes whose provider offers only chat: each function on its own, then the events and answers it
 // makes through the official `openai` client (a loopback server that translates as a route would),
-// so that a client using `responses.create()` cannot tell it is talking to a chat provider.
+// so that a client using `responses.create()` cannot tell it is talking to a chat provider; last,
+// what only the gateway shows (a provider's stream failing, the Cold worker) against a FakeProvider.
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import type {
@@ -13,11 +17,16 @@ import type {
   ResponseStreamEvent,
   ResponseUsage,
 } from 'openai/resources/responses/responses';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { CallPlanner } from '../../gateway/src/call-plan';
+import type { RequestContext } from '../../gateway/src/request-context';
+import type { Route } from '../../gateway/src/route';
 import { chatToResponse } from '../../gateway/src/responses/answer';
 import { newResponseId } from '../../gateway/src/responses/ids';
 import { responsesToChat, type Refusal } from '../../gateway/src/responses/request';
 import { ChatToResponsesStream, sseEvent } from '../../gateway/src/responses/stream';
+import { FakeProvider } from './fake-provider';
+import { listenStack, mapOf, startGateway, type TestGateway } from './harness';
 
 // ---- chat answers, whole and streamed, from one script ------------------------------------------
 
@@ -879,5 +888,145 @@ describe('through the official openai client', () => {
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
     expect(error).toMatchObject({ status: 400, param: 'tools[0].type', code: 'unsupported_parameter' });
     expect((error as Error).message).toContain("'web_search'");
+  });
+});
+
+// ---- through the gateway, on a chat-only route ------------------------------------------------
+
+/** The gateway with one chat-only route (the provider's chat stream is translated), read by the official client. */
+describe('through the gateway, translated for a chat-only route', () => {
+  let provider: FakeProvider;
+  let gw: TestGateway;
+  beforeEach(async () => {
+    provider = await new FakeProvider().start();
+    gw = await startGateway({ ...mapOf([]), hot: [{ provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: provider.url }] });
+  });
+  afterEach(async () => {
+    await gw.close();
+    await provider.stop();
+  });
+  const client = () => new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const base = { id: 'c', object: 'chat.completion.chunk', created: 1, model: PROVIDER_MODEL };
+  const chunk = (delta: object, finish: string | null = null) => ({ ...base, choices: [{ index: 0, delta, finish_reason: finish }] });
+  const sse = (chunks: unknown[], done = true) =>
+    Buffer.from(chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`).join('') + (done ? 'data: [DONE]\n\n' : ''));
+
+  /** Every event of one streamed request, as the SDK iterates them. */
+  async function events(): Promise<ResponseStreamEvent[]> {
+    const out: ResponseStreamEvent[] = [];
+    for await (const e of await client().responses.create({ model: 'gpt-4o-mini', input: 'hi', stream: true })) out.push(e);
+    return out;
+  }
+  const lastMeterEvent = async () => {
+    await gw.meter.flush();
+    return gw.events().at(-1)!;
+  };
+
+  it('an error inside the chat stream ends the response as failed with the provider message, metered as a failure', async () => {
+    const errorChunk = { error: { message: 'Upstream overloaded', type: 'server_error', code: 503 } };
+    const openRouter = {
+      ...base,
+      error: { message: 'Provider disconnected', code: 502 },
+      choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
+    };
+    for (const [last, message] of [
+      [errorChunk, 'Upstream overloaded'],
+      [openRouter, 'Provider disconnected'],
+    ] as const) {
+      provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Hel' }), last, chunk({ content: 'lo' })])] });
+      const seen = await events();
+      expect(seen.map((e) => e.sequence_number)).toEqual(seen.map((_, i) => i));
+      expect(seen.at(-1)).toMatchObject({ type: 'response.failed', response: { status: 'failed', error: { message } } });
+      expect(seen.filter((e) => e.type === 'response.failed' || e.type === 'response.completed')).toHaveLength(1);
+      expect((await lastMeterEvent()).error_code).not.toBe('');
+
+      provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Hel' }), last])] });
+      const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();
+      expect(final).toMatchObject({ status: 'failed', error: { message }, output_text: 'Hel' });
+    }
+  });
+
+  it('parallel tool calls that share index 0 but carry their own ids come back as separate function calls', async () => {
+    const call = (id: string, name: string, args: string) => ({ index: 0, id, type: 'function', function: { name, arguments: args } });
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [
+        sse([
+          chunk({ role: 'assistant', content: null }),
+          chunk({ tool_calls: [call('call_a', 'f', '{"x":')] }),
+          chunk({ tool_calls: [{ index: 0, function: { arguments: '1}' } }] }),
+          chunk({ tool_calls: [call('call_b', 'g', '{"y":2}')] }),
+          chunk({}, 'tool_calls'),
+        ]),
+      ],
+    });
+    const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();
+    expect(final.output).toMatchObject([
+      { type: 'function_call', call_id: 'call_a', name: 'f', arguments: '{"x":1}' },
+      { type: 'function_call', call_id: 'call_b', name: 'g', arguments: '{"y":2}' },
+    ]);
+  });
+
+  it('a chat stream cut mid-way ends with a numbered response.failed that keeps what arrived', async () => {
+    provider.next({ kind: 'stream', chunks: 5, cutAfter: 2 });
+    const seen = await events();
+    expect(seen.map((e) => e.sequence_number)).toEqual(seen.map((_, i) => i));
+    expect(seen.at(-1)).toMatchObject({ type: 'response.failed', response: { status: 'failed', error: { code: 'server_error' } } });
+    expect((await lastMeterEvent()).error_code).toBe('STREAM_INTERRUPTED');
+
+    // The chunks that arrived before the end (without [DONE]) stay in the output.
+    provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Hel' }), chunk({ content: 'lo' })], false)] });
+    const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();
+    expect(final).toMatchObject({ status: 'failed', output_text: 'Hello', output: [{ type: 'message', status: 'incomplete' }] });
+  });
+});
+
+describe('a streamed Responses request run by the Cold worker', () => {
+  const route = { apis: new Set(['chat']), config: { model: 'claude-3-5-haiku-latest' } } as unknown as Route;
+  const context = (stream: boolean): RequestContext => {
+    const translated = translate({ model: 'gpt-4o-mini', input: 'hi', stream: true });
+    return { api: 'responses', body: { model: 'gpt-4o-mini' }, asChat: translated, stream } as RequestContext;
+  };
+
+  it('is sent to a chat route streamed only when the call itself streams', () => {
+    expect(new CallPlanner(context(true)).planFor(route)!.body).toMatchObject({ stream: true, stream_options: { include_usage: true } });
+    const whole = new CallPlanner(context(false)).planFor(route)!.body;
+    expect(whole).not.toHaveProperty('stream');
+    expect(whole).not.toHaveProperty('stream_options');
+  });
+
+  it('completes with a Response object and its usage metered', async () => {
+    const provider = await new FakeProvider().start();
+    const dir = mkdtempSync(join(tmpdir(), 'responses-cold-'));
+    const routes = join(dir, 'routes.json');
+    const hot = [{ provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: provider.url }];
+    writeFileSync(routes, JSON.stringify({ hot, warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
+    const csv = join(dir, 'e.csv');
+    const env = { ROUTES_FILE: routes, ADMIN_TOKEN: 'cold-admin', METER_CSV_FILE: csv, SCOPES_FILE: join(dir, 'none.yaml') };
+    const h = await listenStack(env, { http: true, worker: true });
+    try {
+      provider.always({ kind: 'ok', content: 'late but here', usage: { prompt_tokens: 7, completion_tokens: 3 } });
+      // A time-to-answer too short for any route: queued without a call.
+      const queued = await fetch(`${h.url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': '10' },
+        body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hi', stream: true }),
+      });
+      expect(queued.status).toBe(202);
+      const { jobId } = (await queued.json()) as { jobId: string };
+      const job = async () => (await (await fetch(`${h.url}/v1/jobs/${jobId}`)).json()) as { state: string; result: { body: unknown } };
+      await expect.poll(async () => (await job()).state, { timeout: 5000 }).toBe('completed'); // the worker runs it on its own
+      expect((await job()).result.body).toMatchObject({
+        object: 'response',
+        status: 'completed',
+        usage: { input_tokens: 7, output_tokens: 3 },
+      });
+      expect(provider.received.at(-1)!.body).not.toHaveProperty('stream');
+      await h.stack.meter.flush();
+      expect(readFileSync(csv, 'utf8')).toMatch(/,7,3,/);
+    } finally {
+      await h.stop();
+      await provider.stop();
+    }
   });
 });

@@ -7,10 +7,12 @@
  *   response.created → response.in_progress
  *   text:       output_item.added (message) → content_part.added → output_text.delta… →
  *               output_text.done → content_part.done → output_item.done
- *   each tool call (by the chat `tool_calls[].index`): output_item.added (function_call) →
- *               function_call_arguments.delta… → function_call_arguments.done → output_item.done
+ *   each tool call (by the chat `tool_calls[].index`; a new id under an index is a new call):
+ *               output_item.added (function_call) → function_call_arguments.delta… →
+ *               function_call_arguments.done → output_item.done
  *   response.completed (response.incomplete when the provider stopped at the token limit or its
- *   content filter), with the whole response and its usage.
+ *   content filter), with the whole response and its usage; response.failed, and nothing after
+ *   it, when the provider reports an error inside its stream (or the stream breaks: fail()).
  *
  * `sequence_number` counts every event from 0. Items are numbered in the order they begin, and an
  * item is closed when the next begins (as OpenAI does), so output_index, content_index and item_id
@@ -56,6 +58,8 @@ interface CallState {
   outputIndex: number;
   id: string;
   callId: string;
+  /** The id the provider gave the call, if any. */
+  providerId?: string;
   name: string;
   arguments: string;
   status: ItemStatus;
@@ -73,6 +77,7 @@ export class ChatToResponsesStream {
   private sequence = 0;
   private started = false;
   private ended = false;
+  private hasFailed = false;
   private model: string;
   private finishReason: unknown = null;
   private chatUsage: ChatUsage | null = null;
@@ -91,6 +96,11 @@ export class ChatToResponsesStream {
   /** The usage seen, in the chat shape (prompt_tokens/completion_tokens), for the meter. */
   get usage(): ChatUsage | null {
     return this.chatUsage;
+  }
+
+  /** Whether the response ended as failed (a provider error in the stream, or fail()). */
+  get failed(): boolean {
+    return this.hasFailed;
   }
 
   /** The events to emit before any chunk arrives (`response.created`, `response.in_progress`). */
@@ -112,6 +122,8 @@ export class ChatToResponsesStream {
     this.readUsage(chunk.usage);
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
     const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
+    const error = providerError(chunk, choice);
+    if (error !== null) return [...out, ...this.fail(error)];
     if (!isObject(choice)) return out;
     const delta = isObject(choice.delta) ? choice.delta : {};
     if (typeof delta.content === 'string' && delta.content) this.text(out, 'output_text', delta.content);
@@ -140,11 +152,17 @@ export class ChatToResponsesStream {
     return out;
   }
 
-  /** `response.failed` for a provider stream that broke before it finished (what arrived stays in its output). */
+  /**
+   * `response.failed` for a provider stream that broke or reported an error before it finished
+   * (what arrived stays in its output; the item left open is incomplete, it will never finish).
+   */
   fail(message: string): ResponseStreamEvent[] {
     const out = this.start();
     if (this.ended) return out;
     this.ended = true;
+    this.hasFailed = true;
+    if (this.open) this.open.status = 'incomplete';
+    this.open = null;
     const response = this.response({ status: 'failed', error: { code: 'server_error', message }, usage: responseUsage(this.chatUsage) });
     this.emit(out, { type: 'response.failed', response });
     return out;
@@ -213,6 +231,8 @@ export class ChatToResponsesStream {
     const key = num(delta.index) ?? (id ? `id:${id}` : this.open?.kind === 'call' ? this.open.key : position);
     const fn = isObject(delta.function) ? delta.function : {};
     let call = this.calls.get(key);
+    // Some providers (Ollama, some Gemini and vLLM adapters) give parallel calls one index: a new id is a new call.
+    if (call?.providerId && id && id !== call.providerId) call = undefined;
     if (!call) {
       this.close(out, 'completed');
       const outputIndex = this.items.length;
@@ -222,6 +242,7 @@ export class ChatToResponsesStream {
         outputIndex,
         id: itemId(this.ids.responseId, 'fc', outputIndex),
         callId: id ?? fallbackCallId(this.ids.responseId, outputIndex),
+        providerId: id,
         name: typeof fn.name === 'string' ? fn.name : '',
         arguments: '',
         status: 'in_progress',
@@ -302,6 +323,19 @@ export class ChatToResponsesStream {
   private emit<T extends ResponseStreamEvent['type']>(out: ResponseStreamEvent[], event: EventOf<T> & { type: T }): void {
     out.push({ ...event, sequence_number: this.sequence++ } as unknown as ResponseStreamEvent);
   }
+}
+
+/**
+ * The error a provider reports inside its chat stream, or null: a chunk `{"error": …}`, or a
+ * choice that finished with `error` (OpenRouter's way, with the error beside it).
+ */
+function providerError(chunk: Json, choice: unknown): string | null {
+  const error = chunk.error;
+  if (isObject(error) && typeof error.message === 'string' && error.message) return error.message;
+  if (typeof error === 'string' && error) return error;
+  if (error !== undefined && error !== null) return 'the provider reported an error';
+  if (isObject(choice) && choice.finish_reason === 'error') return 'the provider reported an error';
+  return null;
 }
 
 /** One event as SSE text: `event: <type>\ndata: <json>\n\n` (the Responses API names each event). */
