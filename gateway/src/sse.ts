@@ -129,7 +129,6 @@ export async function relaySse(
     started = true;
     return sent;
   };
-  let failed = false;
   try {
     await feed(first);
     // Headers go out with the first event, in one write; a first chunk that wrote nothing sends them alone.
@@ -141,9 +140,11 @@ export async function relaySse(
     }
     if (!between) await parse(null);
   } catch {
-    failed = true;
+    // A failed read ends the relay; whether the stream broke is `transform.done`'s to say (below).
   }
-  const broken = failed || !transform.done;
+  // A read error after the provider said the stream is complete (a connection dropped after
+  // `[DONE]`) breaks nothing the client was owed.
+  const broken = !transform.done;
   if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
   const result = { usage: transform.usage, broken };
   await beforeEnd?.(result);

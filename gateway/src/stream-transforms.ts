@@ -4,8 +4,8 @@
  *   did not ask for it (we add `stream_options.include_usage` upstream; a client whose code reads
  *   `choices[0]` of every chunk must not see an empty `choices`); complete at `[DONE]` (its own
  *   event, never text inside an answer);
- * - responses, passed through: complete at `response.completed` / `incomplete` / `failed`, whose
- *   `response.usage` is the meter's;
+ * - responses, passed through: complete at `response.completed` / `incomplete`, a failure of the
+ *   route at `response.failed`; the final event's `response.usage` is the meter's;
  * - responses translated from a chat stream (responses/stream.ts): complete at `[DONE]` unless the
  *   provider reported an error in the stream; a broken one ends with the translation's `response.failed`.
  */
@@ -65,18 +65,22 @@ export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
 const FINAL = /^response\.(completed|incomplete|failed)$/;
 
 export function responsesPassthrough(): StreamTransform {
+  let failed = false;
   return {
     done: false,
     usage: null as Usage | null,
     event(e: EventSourceMessage) {
       const type = e.event ?? (e.data.includes('"response.') ? (parse(e.data)?.type as string | undefined) : undefined);
       if (type && FINAL.test(type)) {
-        this.done = true;
+        // A response the provider failed is no complete answer (a failure of the route), though
+        // its own event already told the client: nothing more is written for it (`broken`).
+        failed = type === 'response.failed';
+        this.done = !failed;
         this.usage = readUsage((parse(e.data)?.response as { usage?: unknown } | undefined)?.usage);
       }
       return serialize(e);
     },
-    broken: () => responsesError(),
+    broken: () => (failed ? '' : responsesError()),
   };
 }
 

@@ -19,8 +19,8 @@ export type Behaviour =
   | { kind: 'hang' }
   /** The connection is dropped as soon as the request arrives (a blocked or unreachable host). */
   | { kind: 'drop' }
-  /** An event stream written as these exact pieces, a pause after each (so they arrive apart). */
-  | { kind: 'raw-stream'; pieces: Buffer[]; gapMs?: number }
+  /** An event stream written as these exact pieces, a pause after each (so they arrive apart); `reset`: the connection then dropped, not ended. */
+  | { kind: 'raw-stream'; pieces: Buffer[]; gapMs?: number; reset?: boolean }
   | {
       kind: 'stream';
       chunks?: number;
@@ -110,7 +110,8 @@ export class FakeProvider {
           res.write(piece);
           await new Promise((r) => setTimeout(r, b.gapMs ?? 5));
         }
-        res.end();
+        if (b.reset) res.socket?.destroy();
+        else res.end();
         return;
       case 'status':
         res.writeHead(b.status, { 'content-type': 'application/json', ...(b.retryAfter ? { 'retry-after': b.retryAfter } : {}) });

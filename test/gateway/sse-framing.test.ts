@@ -58,6 +58,42 @@ describe('stream framing', () => {
     expect(gw.events().map((e) => [e.input_tokens, e.output_tokens])).toEqual([['20', '3']]);
   });
 
+  it('a provider that drops its connection after [DONE]: the stream is complete, with no error after its end', async () => {
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const usage = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [], usage: { prompt_tokens: 7, completion_tokens: 1 } })}\n\n`;
+    hot.always({
+      kind: 'raw-stream',
+      pieces: [Buffer.from(chunk({ role: 'assistant', content: 'hi' }, 'stop') + usage + 'data: [DONE]\n\n')],
+      reset: true,
+    });
+    const res = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(res.text.endsWith('data: [DONE]\n\n')).toBe(true);
+    expect(res.text).not.toContain('stream_interrupted');
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([['7', '1', '']]);
+  });
+
+  it('a Responses stream the provider ends with response.failed is metered as a failure of the route, its usage kept', async () => {
+    const event = (type: string, response: object) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: 0, response: { id: 'resp_1', object: 'response', ...response } })}\n\n`;
+    const failed = event('response.failed', {
+      status: 'failed',
+      error: { code: 'server_error', message: 'the model crashed' },
+      usage: { input_tokens: 9, output_tokens: 2, total_tokens: 11 },
+    });
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(event('response.created', { status: 'in_progress' }) + failed)] });
+    const res = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'x', input: 'hi', stream: true }),
+    });
+    const text = await res.text();
+    expect(text.endsWith(failed)).toBe(true); // the provider's own event, nothing added after it
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([['9', '2', 'STREAM_INTERRUPTED']]);
+  });
+
   it('"[DONE]" inside an answer is text: a stream cut after it is still reported as interrupted', async () => {
     hot.always({ kind: 'stream', contents: ['say [DONE] now', ' and more', ' never sent'], cutAfter: 2, delayMs: 20 });
     const res = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
