@@ -6,20 +6,45 @@ import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
 import { MAX_TEXT_LENGTH } from '../../schema/event-record';
-import { readRoutingHeaders, type Headers, type RequestContext } from './request-context';
+import { ModelName, readRoutingHeaders, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
 
 const Message = z.looseObject({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool', 'function']),
-  content: z.union([z.string(), z.array(z.unknown()), z.null()]).optional(),
+  content: z
+    .union([z.string(), z.array(z.unknown()), z.null()], { error: 'expected a string, an array of content parts, or null' })
+    .optional(),
 });
+
+/** What the caller sent, briefly; numbers as themselves (JSON would show Infinity as null). */
+const shown = (v: unknown) => (typeof v === 'number' ? String(v) : JSON.stringify(v).slice(0, 50));
+
+/**
+ * A parameter OpenAI allows absent or null, else `ok`. A plain predicate, not a chain of zod
+ * checks: this is the hot path, and one message per field says all that was expected.
+ */
+function nullable<T>(ok: (v: unknown) => boolean, expected: string) {
+  return z.custom<T>(ok, { error: (issue) => `expected ${expected} or null, got ${shown(issue.input)}` }).nullish();
+}
+const count = () => nullable<number>((v) => Number.isInteger(v) && (v as number) > 0, 'a positive integer');
+// NaN and ±Infinity fail both comparisons.
+const within = (min: number, max: number) =>
+  nullable<number>((v) => typeof v === 'number' && v >= min && v <= max, `a number from ${min} to ${max}`);
 
 const ChatBody = z.looseObject({
   // The model goes into the meter event too: no longer than the event record allows.
-  model: z.string().min(1).max(MAX_TEXT_LENGTH),
+  model: ModelName.max(MAX_TEXT_LENGTH),
   messages: z.array(Message).min(1),
-  stream: z.boolean().optional(),
+  stream: nullable<boolean>((v) => typeof v === 'boolean', 'true, false'),
   stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
+  max_tokens: count(),
+  max_completion_tokens: count(),
+  n: count(),
+  temperature: within(0, 2),
+  top_p: within(0, 1),
+  presence_penalty: within(-2, 2),
+  frequency_penalty: within(-2, 2),
+  seed: nullable<number>(Number.isInteger, 'an integer'),
 });
 type ChatBodyT = z.infer<typeof ChatBody>;
 

@@ -5,18 +5,27 @@
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
-import { readRoutingHeaders, type Headers } from './request-context';
+import { ModelName, readRoutingHeaders, type Headers } from './request-context';
 import { lastOf, type Route } from './route';
 import type { Scopes } from './scopes';
 
+const TEXT = { error: 'expected a non-empty string' };
+const Text = z.string(TEXT).min(1, TEXT);
+// A refinement, not .int().min(0): zod's union reports a refinement's issue (input.3: …) where
+// an .int() failure would leave only the union's own message.
+const TOKEN_ID = { error: 'expected a token id (an integer from 0)' };
+const TokenId = z.number(TOKEN_ID).refine((n) => Number.isInteger(n) && n >= 0, TOKEN_ID);
+const TokenIds = z.array(TokenId).min(1, { error: 'expected at least one token id' });
+/** One array of token ids is one input, however long; else at most 2048 inputs (OpenAI's limit). */
+const fewEnough = (input: string | unknown[]) => typeof input === 'string' || typeof input[0] === 'number' || input.length <= 2048;
+
 const EmbeddingsBody = z.looseObject({
-  model: z.string().min(1),
-  input: z.union([
-    z.string().min(1),
-    z.array(z.string().min(1)).min(1).max(2048),
-    z.array(z.number().int()).min(1),
-    z.array(z.array(z.number().int()).min(1)).min(1).max(2048),
-  ]),
+  model: ModelName,
+  input: z
+    .union([Text, z.array(Text).min(1), TokenIds, z.array(TokenIds).min(1)], {
+      error: 'expected a non-empty string, an array of strings, an array of token ids or an array of token-id arrays',
+    })
+    .refine(fewEnough, { error: 'expected at most 2048 inputs' }),
   encoding_format: z.enum(['float', 'base64']).optional(),
   dimensions: z.number().int().positive().optional(),
   user: z.string().optional(),

@@ -1,18 +1,27 @@
 /**
  * Request bodies and JSON answers on plain node:http, for the chat endpoint's hot path (which
  * does not go through Express). What Express's json parser did for that path is done here: a
- * 20 MB limit (413), gzip/deflate/br bodies inflated (another coding → 415), and a body that is
- * not JSON, by its Content-Type or its text → 400 (the issue: a body that is not a valid request is
- * a 400). Every answer is written with one writeHead (headers and length at once).
+ * 20 MB limit (413), gzip/deflate/br bodies inflated (another coding → 415), a charset other than
+ * UTF-8 refused (415) and a leading byte-order mark read past, and a body that is not JSON, by its
+ * Content-Type or its text → 400 (the issue: a body that is not a valid request is a 400). Every
+ * answer is written with one writeHead (headers and length at once).
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
 
 const MAX_BODY_BYTES = 20 * 1024 * 1024;
+/**
+ * Deeper bodies are refused: later steps (the idempotency key's JSON.stringify, the provider's
+ * request) recurse and would overflow the stack on a small body nested thousands deep. Real
+ * requests nest a few levels, tool JSON schemas some dozens; 128 leaves them room.
+ */
+const MAX_DEPTH = 128;
 
 export type BodyResult = { ok: true; value: unknown } | { ok: false; status: 400 | 413 | 415; message: string };
 
 const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\s*(?:;|$)/i;
+const CHARSET = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i;
+const UTF8 = /^utf-?8$/i;
 const DECODERS: Record<string, () => NodeJS.ReadWriteStream> = {
   gzip: createGunzip,
   'x-gzip': createGunzip,
@@ -26,6 +35,40 @@ function refuse(req: IncomingMessage, status: 400 | 413 | 415, message: string):
   return Promise.resolve({ ok: false, status, message });
 }
 
+/** The body is decoded as UTF-8 only: another charset read as UTF-8 would reach the provider garbled. */
+function charsetRefusal(type: string): string | null {
+  const match = CHARSET.exec(type);
+  const charset = match ? (match[1] ?? match[2]) : undefined;
+  if (charset === undefined || UTF8.test(charset)) return null;
+  return `Content-Type: unsupported charset "${charset.slice(0, 50)}" (expected utf-8)`;
+}
+
+/** Whether containers nest more than `levels` deep; it recurses at most `levels + 1` calls. */
+function deeperThan(value: unknown, levels: number): boolean {
+  if (typeof value !== 'object' || value === null) return false;
+  if (levels === 0) return true;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) if (deeperThan(value[i], levels - 1)) return true;
+    return false;
+  }
+  for (const key in value) if (deeperThan((value as Record<string, unknown>)[key], levels - 1)) return true;
+  return false;
+}
+
+function parseBody(bytes: Buffer): BodyResult {
+  let text = bytes.toString('utf8');
+  // A UTF-8 byte-order mark is read past, as Express's json parser does on the other paths.
+  if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return { ok: false, status: 400, message: 'body: expected a JSON object' };
+  }
+  if (deeperThan(value, MAX_DEPTH)) return { ok: false, status: 400, message: `body: nested deeper than ${MAX_DEPTH} levels` };
+  return { ok: true, value };
+}
+
 /** Reads and parses a JSON request body. Never rejects: a bad body is a result with its status. */
 export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<BodyResult> {
   const type = req.headers['content-type'];
@@ -33,6 +76,8 @@ export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Prom
   if (type !== undefined && !JSON_TYPE.test(type)) {
     return refuse(req, 400, `Content-Type: expected application/json, got "${type.slice(0, 100)}"`);
   }
+  const charset = type === undefined ? null : charsetRefusal(type);
+  if (charset) return refuse(req, 415, charset);
   const encoding = (req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
   const decoder = encoding === 'identity' ? null : DECODERS[encoding];
   if (decoder === undefined) {
@@ -63,12 +108,7 @@ export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Prom
     });
     source.on('end', () => {
       if (done) return;
-      const text = (chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)).toString('utf8');
-      try {
-        finish({ ok: true, value: JSON.parse(text) });
-      } catch {
-        finish({ ok: false, status: 400, message: 'body: expected a JSON object' });
-      }
+      finish(parseBody(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)));
     });
     source.on('error', () =>
       finish({ ok: false, status: 400, message: decoder ? `body: not valid ${encoding} data` : 'body: the request was cut off' }),

@@ -8,6 +8,7 @@
  * jobs and two provider idempotency keys.
  */
 import { hash } from 'node:crypto';
+import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import { MAX_TEXT_LENGTH } from '../../schema/event-record';
 import { DEFAULT_TIME_TO_ANSWER_MS, type Scopes } from './scopes';
@@ -32,6 +33,15 @@ export interface RequestContext<B extends { model: string } = { model: string } 
   /** The client key the request came with (GATEWAY_AUTH=keys); its tenant is `customerId`. */
   clientKey?: ClientKey;
 }
+
+/** Half a UTF-16 pair, alone: text with one cannot be encoded (as UTF-8, in a header or a URI). */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** Every endpoint's `model`: it goes into our response headers and the meter event. */
+export const ModelName = z
+  .string()
+  .min(1, { error: 'expected a non-empty string' })
+  .refine((model) => !LONE_SURROGATE.test(model), { error: 'expected well-formed Unicode text (it has a lone surrogate)' });
 
 /** Headers are case-insensitive; node:http gives them lowercased. */
 export type Headers = Record<string, string | string[] | undefined>;

@@ -7,13 +7,13 @@
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
-import { readRoutingHeaders, type Headers } from './request-context';
+import { ModelName, readRoutingHeaders, type Headers } from './request-context';
 import { responsesToChat } from './responses/request';
 import { lastOf, type Route } from './route';
 import type { Scopes } from './scopes';
 
 const ResponsesBody = z.looseObject({
-  model: z.string().min(1),
+  model: ModelName,
   input: z.union([z.string(), z.array(z.looseObject({}))]),
   instructions: z.string().nullish(),
   stream: z.boolean().nullish(),

@@ -1,13 +1,17 @@
 /** The response headers every routed answer carries: which tier, provider and model answered, after how many calls. */
 import type { OutgoingHttpHeaders } from 'node:http';
 
+const LONE_SURROGATES = /\p{Cs}/gu;
+
 /**
  * A header value as it may be sent: printable ASCII stays as it is; anything else (a model name
  * with an emoji, a newline from a caller) is percent-encoded, so no caller text can make a header
  * invalid (a 500 after the work was accepted) or inject another header.
  */
 function headerValue(text: string): string {
-  return /^[\x20-\x7e]*$/.test(text) ? text : encodeURIComponent(text);
+  if (/^[\x20-\x7e]*$/.test(text)) return text;
+  // encodeURIComponent throws on a lone surrogate (half a UTF-16 pair): it becomes U+FFFD first.
+  return encodeURIComponent(text.replace(LONE_SURROGATES, '\ufffd'));
 }
 
 export function routeHeaders(tier: string, provider: string, model: string, attempts: number): OutgoingHttpHeaders {

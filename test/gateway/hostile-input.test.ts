@@ -1,0 +1,198 @@
+// Bodies a careless or hostile client sends to the /v1 endpoints: other charsets, a byte-order
+// mark, deep nesting, broken Unicode in the model, out-of-range numbers. Each is a 4xx in OpenAI's
+// shape naming what was wrong, before any provider is called or any event metered; never a 500.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { mapOf, startGateway, type TestGateway } from './harness';
+
+let hot: FakeProvider, embed: FakeProvider;
+let gw: TestGateway;
+beforeEach(async () => {
+  [hot, embed] = await Promise.all([0, 1].map(() => new FakeProvider().start()));
+  const map = mapOf([hot.url]);
+  map.hot.push({ provider: 'openai', model: 'text-embedding-3-small', baseUrl: embed.url, apis: ['embeddings'] });
+  gw = await startGateway(map);
+});
+afterEach(async () => {
+  await gw.close();
+  await Promise.all([hot, embed].map((p) => p.stop()));
+});
+
+type Endpoint = 'chat/completions' | 'embeddings' | 'responses';
+async function post(path: Endpoint, body: string | Buffer, type = 'application/json') {
+  const res = await fetch(`${gw.url}/v1/${path}`, { method: 'POST', headers: { 'content-type': type }, body });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, json: () => JSON.parse(text) as { error: Record<string, unknown> }, text };
+}
+const CHAT = (content: unknown, extra: object = {}) =>
+  JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content }], ...extra });
+const BODIES: Record<Endpoint, (text: string) => string> = {
+  'chat/completions': (text) => CHAT(text),
+  embeddings: (text) => JSON.stringify({ model: 'text-embedding-3-small', input: text }),
+  responses: (text) => JSON.stringify({ model: 'gpt-4o-mini', input: text }),
+};
+const calls = () => hot.received.length + embed.received.length;
+async function nothingMetered() {
+  await gw.meter.flush();
+  expect(gw.events()).toEqual([]);
+  expect(gw.logs.join('')).not.toContain('request failed');
+}
+/** The error a refused request answers, checked to be in OpenAI's shape. */
+async function refusedWith(answer: ReturnType<typeof post>, status: number) {
+  const got = await answer;
+  expect(got.status, got.text).toBe(status);
+  const { error } = got.json();
+  expect(error).toMatchObject({ type: 'invalid_request_error', message: expect.any(String) });
+  expect(Object.keys(error).sort()).toEqual(['code', 'message', 'param', 'type']);
+  return error;
+}
+
+describe('the body charset', () => {
+  it('anything but UTF-8 is a 415 naming the charset on every /v1 endpoint; nothing is called', async () => {
+    for (const path of Object.keys(BODIES) as Endpoint[]) {
+      const latin1 = Buffer.from(BODIES[path]('h\u00e9llo'), 'latin1'); // é is the single byte 0xE9
+      const error = await refusedWith(post(path, latin1, 'application/json; charset=latin1'), 415);
+      expect(error.message).toBe('Content-Type: unsupported charset "latin1" (expected utf-8)');
+      const utf16 = Buffer.from(BODIES[path]('hi'), 'utf16le');
+      expect((await refusedWith(post(path, utf16, 'application/json; charset="utf-16"'), 415)).message).toMatch(/"utf-16"/);
+    }
+    expect(calls()).toBe(0);
+    await nothingMetered();
+  });
+
+  it('utf-8 in any case, quoted or not, is read as it is: the provider gets every character', async () => {
+    for (const type of ['application/json; charset=UTF-8', 'application/json;charset="utf-8"', 'application/json; Charset=Utf-8; x=1']) {
+      expect((await post('chat/completions', CHAT('h\u00e9llo \ud83d\ude00'), type)).status).toBe(200);
+    }
+    expect(hot.received.map((r) => r.body.messages[0].content)).toEqual(Array(3).fill('h\u00e9llo \ud83d\ude00'));
+  });
+
+  it('a UTF-8 byte-order mark before the JSON is read past, as the Express paths do', async () => {
+    const bom = Buffer.from([0xef, 0xbb, 0xbf]);
+    for (const path of Object.keys(BODIES) as Endpoint[]) {
+      const answer = await post(path, Buffer.concat([bom, Buffer.from(BODIES[path]('h\u00e9llo'))]));
+      expect(answer.status, answer.text).toBe(200);
+    }
+    expect(hot.received[0].body.messages[0].content).toBe('h\u00e9llo');
+    expect(embed.received[0].body.input).toBe('h\u00e9llo');
+  });
+});
+
+describe('deep nesting', () => {
+  it('a small body nested thousands deep is a 400 naming the body, before anything runs', async () => {
+    const deep = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":${'['.repeat(5000)}${']'.repeat(5000)}}]}`;
+    expect(deep.length).toBeLessThan(11_000);
+    for (const path of Object.keys(BODIES) as Endpoint[]) {
+      const error = await refusedWith(post(path, deep), 400);
+      expect(error).toMatchObject({ message: 'body: nested deeper than 128 levels', param: null });
+    }
+    expect(calls()).toBe(0);
+    await nothingMetered();
+  });
+
+  it('a tool whose JSON schema nests 50 levels still goes through untouched', async () => {
+    let schema: Record<string, unknown> = { type: 'string' };
+    for (let i = 0; i < 50; i++) schema = { type: 'object', properties: { inner: schema } };
+    const tools = [{ type: 'function', function: { name: 'f', parameters: schema } }];
+    expect((await post('chat/completions', CHAT('hi', { tools }))).status).toBe(200);
+    expect(hot.received[0].body.tools).toEqual(tools);
+  });
+});
+
+describe('the model name', () => {
+  it('a lone surrogate in the model is a 400 naming model on chat, embeddings and responses; nothing is called or metered', async () => {
+    const broken = JSON.stringify('gpt-\ud800'); // sent as the JSON escape "\ud800"
+    expect(broken).toContain('\\ud800');
+    const bodies: Array<[Endpoint, string]> = [
+      ['chat/completions', `{"model":${broken},"messages":[{"role":"user","content":"hi"}]}`],
+      ['embeddings', `{"model":${broken},"input":"hi"}`],
+      ['responses', `{"model":${broken},"input":"hi"}`],
+    ];
+    for (const [path, body] of bodies) {
+      const error = await refusedWith(post(path, body), 400);
+      expect(error).toMatchObject({ param: 'model', message: 'model: expected well-formed Unicode text (it has a lone surrogate)' });
+    }
+    expect(calls()).toBe(0);
+    await nothingMetered();
+  });
+
+  it("a configured model with a lone surrogate is percent-encoded in the route headers, not a 500 after the provider's answer", async () => {
+    const odd = await startGateway({ ...mapOf([]), hot: [{ provider: 'openai', model: 'gpt-\ud800', baseUrl: hot.url }] });
+    try {
+      const res = await fetch(`${odd.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: CHAT('hi'),
+      });
+      expect(res.status, await res.text()).toBe(200);
+      expect(res.headers.get('x-route-model')).toBe('gpt-%EF%BF%BD');
+    } finally {
+      await odd.close();
+    }
+  });
+});
+
+describe('chat parameters', () => {
+  // As sent, in JSON text: 1e999 is a valid JSON number that JSON.parse reads as Infinity.
+  const cases: Array<[string, string, string]> = [
+    ['"max_completion_tokens":1e999', 'max_completion_tokens', 'expected a positive integer or null, got Infinity'],
+    ['"max_tokens":0', 'max_tokens', 'expected a positive integer or null, got 0'],
+    ['"n":-3', 'n', 'expected a positive integer or null, got -3'],
+    ['"temperature":"hot"', 'temperature', 'expected a number from 0 to 2 or null, got "hot"'],
+    ['"temperature":2.5', 'temperature', 'expected a number from 0 to 2 or null, got 2.5'],
+    ['"top_p":1.1', 'top_p', 'expected a number from 0 to 1 or null, got 1.1'],
+    ['"presence_penalty":-3', 'presence_penalty', 'expected a number from -2 to 2 or null, got -3'],
+    ['"frequency_penalty":[1]', 'frequency_penalty', 'expected a number from -2 to 2 or null, got [1]'],
+    ['"seed":1.5', 'seed', 'expected an integer or null, got 1.5'],
+    ['"stream":"yes"', 'stream', 'expected true, false or null, got "yes"'],
+  ];
+  it('a number out of range or of the wrong type is a 400 naming the field and what was expected; nothing is called', async () => {
+    for (const [field, param, expected] of cases) {
+      const error = await refusedWith(post('chat/completions', `${CHAT('hi').slice(0, -1)},${field}}`), 400);
+      expect(error).toMatchObject({ param, message: `${param}: ${expected}` });
+    }
+    expect(calls()).toBe(0);
+    await nothingMetered();
+  });
+
+  it('valid values, nulls and fields the gateway does not know reach the provider untouched', async () => {
+    const extra = {
+      max_tokens: null,
+      max_completion_tokens: 100,
+      n: 2,
+      temperature: 0,
+      top_p: 1,
+      presence_penalty: -2,
+      frequency_penalty: null,
+      seed: -7,
+      stream: null,
+      logit_bias: { '50256': -100 },
+      verbosity: 'low',
+    };
+    expect((await post('chat/completions', CHAT('hi', extra))).status).toBe(200);
+    expect(hot.received[0].body).toEqual({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], ...extra });
+  });
+});
+
+describe('union errors', () => {
+  it('say what was expected, and refuse negative token ids', async () => {
+    const input = (value: unknown) => post('embeddings', JSON.stringify({ model: 'text-embedding-3-small', input: value }));
+    const anyOf = 'expected a non-empty string, an array of strings, an array of token ids or an array of token-id arrays';
+    expect(await refusedWith(input(5), 400)).toMatchObject({ param: 'input', message: `input: ${anyOf}` });
+    expect(await refusedWith(input([3, -1]), 400)).toMatchObject({
+      param: 'input.1',
+      message: 'input.1: expected a token id (an integer from 0)',
+    });
+    expect(await refusedWith(input([[1], [2, -5]]), 400)).toMatchObject({ message: 'input.1.1: expected a token id (an integer from 0)' });
+    expect(await refusedWith(input(['a', '']), 400)).toMatchObject({ message: 'input.1: expected a non-empty string' });
+    expect(await refusedWith(input([7, 1.5]), 400)).toMatchObject({ message: 'input.1: expected a token id (an integer from 0)' });
+    expect(await refusedWith(input(Array(2049).fill('a')), 400)).toMatchObject({ message: 'input: expected at most 2048 inputs' });
+    const content = await refusedWith(post('chat/completions', CHAT(5)), 400);
+    expect(content).toMatchObject({
+      param: 'messages.0.content',
+      message: 'messages.0.content: expected a string, an array of content parts, or null',
+    });
+    expect(calls()).toBe(0);
+    expect((await input(Array(3000).fill(1))).status).toBe(200); // one input of 3000 tokens
+  });
+});
