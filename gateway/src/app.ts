@@ -84,7 +84,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
   const chat = endpoint(deps, (body, headers, key) => parseChatRequest(body, headers, opts.scopes, key));
   // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts) and check their keys.
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
-  const responses = endpoint(deps, responsesParser(routes, opts.scopes));
+  const responses = endpoint(deps, responsesParser(routes, opts.scopes, opts.flags));
   app.post('/v1/responses', (req, res) => responses(req, res));
   const embeddings = endpoint(deps, embeddingsParser(routes, opts.scopes));
   app.post('/v1/embeddings', (req, res) => embeddings(req, res));

@@ -16,7 +16,7 @@ import type { CallMeter } from './call-meter';
 import { CallPlanner, type CallPlan } from './call-plan';
 import type { CancelSignal } from './cancel';
 import { Deadline, sleep, type Clock } from './deadline';
-import type { Flags } from './flags';
+import { allowedBy, type Flags } from './flags';
 import type { KeyFor } from './keys';
 import type { GatewayMetrics } from './metrics';
 import { Answer, type Outcome } from './outcome';
@@ -75,6 +75,9 @@ function classifyAnswer(answer: UpstreamAnswer): CallResult {
   return { kind: 'client_error', answer, code: String(s) };
 }
 
+/** A streamed answer: scored when the stream ends (Answer.settle), not at its first byte. */
+const streamed = (r: CallResult) => r.answer?.rest !== undefined;
+
 const metricOutcome = (r: CallResult) =>
   r.kind === 'ok' ? 'ok' : r.kind === 'client_error' ? 'client_error' : r.error ? r.code.toLowerCase() : `http_${r.code}`;
 
@@ -103,9 +106,7 @@ export class Failover {
 
   /** The routes this request may use, in order, after flags and the caller's filter. */
   candidates(flags: Flags, skip?: (route: Route) => boolean, set = this.set): Route[] {
-    return set.routes.filter(
-      (r) => (r.tier === 'hot' || flags.enable_warm_fallback) && !flags.killed_models.includes(r.config.model) && !(skip && skip(r)),
-    );
+    return set.routes.filter((r) => allowedBy(flags, r) && !(skip && skip(r)));
   }
 
   private async attempt(route: Route, config: RouteConfig, ctx: RequestContext, plan: CallPlan, deadline: Deadline, o: AttemptOf) {
@@ -145,6 +146,7 @@ export class Failover {
           () => this.attempt(route, config, ctx, plan, deadline, of),
           (r) => r.kind === 'failure',
           (r) => r.kind === 'cancelled',
+          ctx.stream ? streamed : undefined,
         );
         const latency = result.answer?.latencyMs ?? this.now() - started;
         const failed = (code: string) => this.meterFailure(ctx, config, latency, code, options.decision);
@@ -153,7 +155,7 @@ export class Failover {
           failed(result.code);
           return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
         }
-        route.health.record(result.kind !== 'failure');
+        if (!streamed(result)) route.health.record(result.kind !== 'failure');
         this.deps.metrics?.countCall(route.label, metricOutcome(result), latency / 1000);
         if (result.kind === 'ok') {
           return new Answer(route, config.model, attempts, result.answer!, ticket, {

@@ -6,11 +6,17 @@
  * trip on the request path).
  */
 import type { Redis } from 'ioredis';
+import type { Route } from './route';
 
 export interface Flags {
   enable_warm_fallback: boolean;
   enable_cold_queue: boolean;
   killed_models: string[];
+}
+
+/** Whether the flags let live requests use this route: Warm only with warm fallback on, no killed model. */
+export function allowedBy(flags: Flags, route: Route): boolean {
+  return (route.tier === 'hot' || flags.enable_warm_fallback) && !flags.killed_models.includes(route.config.model);
 }
 
 export interface FlagStore {

@@ -9,7 +9,8 @@ import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
 import { ModelName, readRoutingHeaders, type Headers } from './request-context';
 import { responsesToChat } from './responses/request';
-import { lastOf, type Route } from './route';
+import { allowedBy, type FlagStore } from './flags';
+import type { Route } from './route';
 import type { Scopes } from './scopes';
 
 const ResponsesBody = z.looseObject({
@@ -19,8 +20,9 @@ const ResponsesBody = z.looseObject({
   stream: z.boolean().nullish(),
 });
 
-export function responsesParser(routes: () => Route[], scopes: Scopes) {
-  const native = lastOf(routes, (served) => served.some((r) => r.apis.has('responses')));
+export function responsesParser(routes: () => Route[], scopes: Scopes, flags: FlagStore) {
+  // Asked only of a request that cannot be translated: a route the flags switch off serves nothing.
+  const native = () => routes().some((r) => r.apis.has('responses') && allowedBy(flags.get(), r));
   return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
     const parsed = ResponsesBody.safeParse(body);
     if (!parsed.success) {
@@ -34,7 +36,7 @@ export function responsesParser(routes: () => Route[], scopes: Scopes) {
         ok: false,
         param: translated.param,
         code: translated.code,
-        message: `${translated.message} (no route offers the Responses API natively)`,
+        message: `${translated.message} (no route in service offers the Responses API natively)`,
       };
     }
     const routing = readRoutingHeaders(headers, scopes, [parsed.data.instructions ?? null, parsed.data.input], clientKey);

@@ -128,6 +128,23 @@ describe('POST /v1/responses', () => {
       await chatOnly.close();
     }
   });
+
+  it('a native route the flags switch off serves nothing: the request is the same 400, not a 503', async () => {
+    const map = mapOf([], [other.url]);
+    map.hot = [{ provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warm.url }];
+    map.warm = [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: other.url }];
+    map.flags = { enable_warm_fallback: false, enable_cold_queue: true, killed_models: [] };
+    const warmOff = await startGateway(map);
+    try {
+      const c = new OpenAI({ baseURL: `${warmOff.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const stateful = { model: 'gpt-4o-mini', input: 'and then?', previous_response_id: 'resp_123' } as const;
+      const refused = await c.responses.create(stateful).catch((e: unknown) => e);
+      expect(refused).toMatchObject({ status: 400, param: 'previous_response_id' });
+      expect(other.received.length + warm.received.length).toBe(0);
+    } finally {
+      await warmOff.close();
+    }
+  });
 });
 
 describe('POST /v1/embeddings', () => {
