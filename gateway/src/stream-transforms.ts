@@ -3,7 +3,7 @@
  * - chat, passed through: reads the final usage chunk for the meter and hides it from clients that
  *   did not ask for it (we add `stream_options.include_usage` upstream; a client whose code reads
  *   `choices[0]` of every chunk must not see an empty `choices`); complete at `[DONE]` (its own
- *   event, never text inside an answer);
+ *   event, never text inside an answer) unless the provider sent an error inside the stream;
  * - responses, passed through: complete at `response.completed` / `incomplete`, a failure of the
  *   route at `response.failed`; the final event's `response.usage` is the meter's;
  * - responses translated from a chat stream (responses/stream.ts): complete at `[DONE]` unless the
@@ -27,6 +27,8 @@ function parse(data: string): Record<string, unknown> | null {
 
 const DONE = Buffer.from('[DONE]');
 const USAGE = Buffer.from('"usage"');
+/** An `error` key (or a value "error": then `event` parses the chunk and finds no error; text has its quotes escaped). */
+const ERROR = Buffer.from('"error"');
 
 /** No usage in these events but `"usage":null` (OpenAI's on every chunk of a stream that asked for it). */
 function noUsage(b: Buffer): boolean {
@@ -38,17 +40,20 @@ function noUsage(b: Buffer): boolean {
 }
 
 export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
+  /** The provider reported an error inside its stream: the client saw it, the call failed. */
+  let failed = false;
   return {
     done: false,
     usage: null as Usage | null,
-    // Neither the end nor the usage chunk: `event` would write every one as it came.
+    // Neither the end, the usage chunk nor an error: `event` would write every one as it came.
     passes(events) {
-      return !this.done && events.indexOf(DONE) === -1 && noUsage(events);
+      return !this.done && events.indexOf(DONE) === -1 && noUsage(events) && events.indexOf(ERROR) === -1;
     },
     event(e) {
-      if (e.data === '[DONE]') this.done = true;
-      // Most chunks carry no usage: no parse at all.
-      const json = !this.done && e.data.includes('"usage"') ? parse(e.data) : null;
+      if (e.data === '[DONE]') this.done = !failed;
+      // Most chunks carry neither usage nor an error: no parse at all.
+      const json = e.data !== '[DONE]' && (e.data.includes('"usage"') || e.data.includes('"error"')) ? parse(e.data) : null;
+      if (json && json.error !== undefined && json.error !== null) failed = true;
       const usage = json ? readUsage(json.usage) : null;
       if (usage) {
         this.usage = usage;
@@ -58,7 +63,9 @@ export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
       return serialize(e);
     },
     broken: () =>
-      `data: ${JSON.stringify({ error: { message: INTERRUPTED, type: 'upstream_error', code: 'stream_interrupted', param: null } })}\n\n`,
+      failed
+        ? ''
+        : `data: ${JSON.stringify({ error: { message: INTERRUPTED, type: 'upstream_error', code: 'stream_interrupted', param: null } })}\n\n`,
   };
 }
 

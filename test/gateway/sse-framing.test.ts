@@ -74,6 +74,22 @@ describe('stream framing', () => {
     expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([['7', '1', '']]);
   });
 
+  it('a chat stream with an error inside it is relayed as it came, then metered as a failure of the route', async () => {
+    const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'an "error": not one' }, finish_reason: null }] })}\n\n`;
+    const error = `data: ${JSON.stringify({ error: { message: 'Upstream overloaded', type: 'server_error', code: 503 } })}\n\n`;
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(chunk), Buffer.from(error + 'data: [DONE]\n\n')] });
+    const res = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(res.text).toBe(chunk + error + 'data: [DONE]\n\n'); // nothing added: the client saw the provider's error
+    await gw.meter.flush();
+    expect(gw.events().map((e) => e.error_code)).toEqual(['STREAM_INTERRUPTED']);
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(chunk + 'data: [DONE]\n\n')] });
+    expect((await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true })).text).toBe(
+      chunk + 'data: [DONE]\n\n',
+    );
+    await gw.meter.flush();
+    expect(gw.events().map((e) => e.error_code)).toEqual(['STREAM_INTERRUPTED', '']); // "error" in the text is text
+  });
+
   it('a Responses stream the provider ends with response.failed is metered as a failure of the route, its usage kept', async () => {
     const event = (type: string, response: object) =>
       `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: 0, response: { id: 'resp_1', object: 'response', ...response } })}\n\n`;
