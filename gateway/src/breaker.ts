@@ -15,6 +15,10 @@
  * Several gateway instances on one Redis make their breakers act as one (fleet-breakers.ts): the
  * fleet opens and closes a breaker here from outside (`openFromFleet`, `closeFromFleet`, `trip`),
  * and may gate the half-open probe so that one instance probes for all of them (`gateProbes`).
+ *
+ * A streamed answer is scored when the stream ends, not at its first byte (`run`'s `held`, then
+ * `end`): a provider that always breaks mid-stream must count failures only, and a probe that is
+ * a stream is decided by how it ends.
  */
 import CircuitBreaker from 'opossum';
 import type { Clock } from './deadline';
@@ -37,7 +41,11 @@ class FailedCall {
 /** Permission to make one call; a probe when the breaker is half-open. */
 export interface Ticket {
   probe: boolean;
+  /** A held call's opossum call, ended by `end` (true: a success). */
+  ended?: (success: boolean) => void;
 }
+
+const ignore = () => {};
 
 export class Breaker {
   readonly failureThreshold: number;
@@ -149,17 +157,37 @@ export class Breaker {
   /**
    * Runs one call through opossum and records its outcome. `failed` says what counts as a
    * failure; `neutral` what counts as neither (a call our own client cancelled says nothing about
-   * the route: it frees a probe slot and leaves the count of consecutive failures as it was).
+   * the route: it frees a probe slot and leaves the count of consecutive failures as it was);
+   * `held` what is handed back unscored, to be scored by `end` (a stream, once it has ended).
    */
-  async run<T>(ticket: Ticket, call: () => Promise<T>, failed: (result: T) => boolean, neutral?: (result: T) => boolean): Promise<T> {
-    try {
-      // A failed answer (a 500, say) is thrown inside opossum so its statistics count it, then
-      // handed back: the caller decides what to do with the answer.
-      const result = (await this.circuit.fire(async () => {
-        const r = await call();
+  async run<T>(
+    ticket: Ticket,
+    call: () => Promise<T>,
+    failed: (result: T) => boolean,
+    neutral?: (result: T) => boolean,
+    held?: (result: T) => boolean,
+  ): Promise<T> {
+    let calling: Promise<T> | undefined;
+    // A failed answer (a 500, say) is thrown inside opossum so its statistics count it, then
+    // handed back: the caller decides what to do with the answer. A held one keeps opossum's call
+    // open until `end`, so its statistics count it (and time it) by how it ended.
+    const fired = this.circuit.fire(() =>
+      (calling = call()).then((r) => {
         if (failed(r)) throw new FailedCall(r);
-        return r;
-      })) as T;
+        if (!held?.(r)) return r;
+        return new Promise<T>((resolve, reject) => (ticket.ended = (ok) => (ok ? resolve(r) : reject(new FailedCall(r)))));
+      }),
+    );
+    try {
+      if (held && calling) {
+        // Handed back at its first byte; anything not held goes on as below.
+        const r = await calling.catch(ignore);
+        if (ticket.ended) {
+          fired.catch(ignore); // a failed end, counted by opossum: nothing to wait for
+          return r as T;
+        }
+      }
+      const result = (await fired) as T;
       if (neutral?.(result)) this.release(ticket);
       else this.record(ticket, true);
       return result;
@@ -170,7 +198,15 @@ export class Breaker {
     }
   }
 
-  /** Records an outcome decided later (a stream that breaks after its first byte). */
+  /** Scores a held call once it has ended: a success, a failure, or neither (null: our client hung up). */
+  end(ticket: Ticket, success: boolean | null): void {
+    if (success === null) this.release(ticket);
+    else this.record(ticket, success);
+    // opossum counts a call our client cancelled as a success, held or not.
+    ticket.ended?.(success !== false);
+  }
+
+  /** Records an outcome: a call's, or one told from outside (tests). */
   record(ticket: Ticket, success: boolean): void {
     if (ticket.probe) this.probeInFlight = false;
     const state = this.state();

@@ -1,8 +1,8 @@
 /**
  * What routing produced for one request. An answer settles itself once its body has been relayed
- * (`settle`): the breaker learns of a stream that broke after its first byte, and the call's meter
- * event is written with the usage the answer carried. Failed calls were settled by the routing
- * loop as they happened.
+ * (`settle`): a stream is scored then (breaker and health: routing left it unscored at its first
+ * byte), and the call's meter event is written with the usage the answer carried. Whole answers
+ * and failed calls were scored by the routing loop as they happened.
  */
 import type { Ticket } from './breaker';
 import type { CallMeter } from './call-meter';
@@ -44,14 +44,16 @@ export class Answer {
     readonly of: AnswerOf,
   ) {}
 
-  /** Records the call's end: breaker and health on a provider failure, and the meter event. Once. */
+  /** Records the call's end: a stream's score (breaker and health), and the meter event. Once. */
   settle(s: Settlement): void {
     if (this.settled) return;
     this.settled = true;
     const code = s.code ?? '';
-    if (!s.ok && code !== 'CLIENT_CLOSED') {
-      this.route.breaker.record(this.ticket, false);
-      this.route.health.record(false);
+    if (this.upstream.rest) {
+      // Our own client hanging up says nothing about the route: the ticket is released unscored.
+      const success = s.ok ? true : code === 'CLIENT_CLOSED' ? null : false;
+      this.route.breaker.end(this.ticket, success);
+      if (success !== null) this.route.health.record(success);
     }
     const { provider, region } = this.route.config;
     this.durable = this.of.meter.record({

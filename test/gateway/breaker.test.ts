@@ -7,7 +7,7 @@ import { CallMeter } from '../../gateway/src/call-meter';
 import { Failover } from '../../gateway/src/failover';
 import { buildRoutes } from '../../gateway/src/route';
 import { FakeProvider } from './fake-provider';
-import { mapOf } from './harness';
+import { chat, mapOf, startGateway, type TestGateway } from './harness';
 
 let hot: FakeProvider, warm: FakeProvider;
 let failover: Failover;
@@ -103,5 +103,62 @@ describe('breaker per route', () => {
     expect(b.tryAcquire()).toBeNull();
     b.record(probe!, true);
     b.shutdown();
+  });
+});
+
+describe('breaker per route: streams, scored by how they end', () => {
+  // Cut after its first bytes have surely arrived (a chunk cut with the socket may be lost).
+  const CUT = { kind: 'stream', chunks: 5, cutAfter: 2, delayMs: 20 } as const;
+  let gw: TestGateway;
+  afterEach(() => gw.close());
+  const stream = (headers: Record<string, string> = {}) =>
+    chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }, headers);
+  const route = () => gw.gateway.path.failover.routes[0];
+
+  it('a stream the provider cuts mid-way is one failure: the 5th in a row opens the breaker', async () => {
+    gw = await startGateway(mapOf([hot.url], [warm.url]), { breaker: {} });
+    hot.always(CUT);
+    for (let i = 0; i < 5; i++) expect((await stream()).text).toContain('"code":"stream_interrupted"');
+    expect(route().breaker.state()).toBe('open');
+    expect(route().health.snapshot(route().breaker)).toMatchObject({ last_20: [0, 0, 0, 0, 0], error_rate: 1, calls_last_minute: 5 });
+    expect((await stream()).headers.get('x-route-tier')).toBe('warm'); // skipped without a call
+    expect(hot.received).toHaveLength(5);
+  });
+
+  it('a half-open probe that is a stream: a cut one opens the breaker again, completed ones close it', async () => {
+    gw = await startGateway(mapOf([hot.url], [warm.url]), { breaker: { failureThreshold: 1 } });
+    hot.always({ kind: 'stream' }).next(CUT, CUT);
+    await stream();
+    expect(route().breaker.state()).toBe('open');
+    gw.clock.ms += 30_000;
+    expect((await stream()).headers.get('x-route-tier')).toBe('hot'); // the probe, cut
+    expect(route().breaker.state()).toBe('open');
+    for (let i = 0; i < 2; i++) {
+      gw.clock.ms += 30_000;
+      const res = await stream(); // a probe that completes
+      expect([res.headers.get('x-route-tier'), res.text.includes('[DONE]')]).toEqual(['hot', true]);
+    }
+    expect(route().breaker.state()).toBe('closed');
+    expect(route().health.lastTwenty()).toEqual([0, 0, 1, 1]);
+  });
+
+  it('a probe stream our client hangs up on scores nothing and frees the probe slot at once', async () => {
+    gw = await startGateway(mapOf([hot.url], [warm.url]), { breaker: { failureThreshold: 1 } });
+    hot.always({ kind: 'stream' }).next(CUT, { kind: 'stream', chunks: 50, delayMs: 20 });
+    await stream();
+    gw.clock.ms += 30_000;
+    const controller = new AbortController();
+    const res = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+      signal: controller.signal,
+    });
+    await res.body!.getReader().read();
+    controller.abort();
+    await expect.poll(() => route().breaker.nextCallAt()).toBe(gw.clock.ms); // released: the next request may probe
+    expect(route().breaker.state()).toBe('half-open');
+    expect(route().health.lastTwenty()).toEqual([0]);
+    expect((await stream()).headers.get('x-route-tier')).toBe('hot');
   });
 });
