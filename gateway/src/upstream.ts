@@ -22,8 +22,15 @@ import type { OutboundRequest } from './providers/adapter';
  * would get requests pipelined behind each other: `on` is for maps whose providers all speak HTTP/2.
  */
 const H2_STREAMS = 100;
-function pool(connections: number | null, http2: boolean): Agent {
+/**
+ * A stream whose provider sends nothing for this long is cut (undici's `bodyTimeout`: the time
+ * between body chunks, not counted while our reader holds the connection back). Only a stream is
+ * concerned: a whole answer, and a stream before its first byte, are bounded by the attempt's timer.
+ */
+const STREAM_IDLE_MS = 60_000;
+function pool(connections: number | null, http2: boolean, idleMs = STREAM_IDLE_MS): Agent {
   return new Agent({
+    bodyTimeout: idleMs,
     keepAliveTimeout: 30_000,
     keepAliveMaxTimeout: 120_000,
     connections,
@@ -35,9 +42,10 @@ function pool(connections: number | null, http2: boolean): Agent {
 let agent = pool(null, false);
 let multiplexed = false;
 
-export function configureUpstream(options: { connections: number | null; http2: boolean }): void {
+/** `idleMs` replaces STREAM_IDLE_MS (for tests). */
+export function configureUpstream(options: { connections: number | null; http2: boolean; idleMs?: number }): void {
   const old = agent;
-  agent = pool(options.connections, options.http2);
+  agent = pool(options.connections, options.http2, options.idleMs);
   multiplexed = options.http2;
   void old.close();
 }
@@ -99,7 +107,9 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
     let rest: BodyQueue | null = null; // once its first chunk came
     const chunks: Buffer[] = [];
     let stop: ((reason: Error) => void) | null = null;
-    const onCancel = () => stop?.(new Error('cancelled'));
+    // Until undici starts the request (connecting, or queued for a connection) there is nothing to
+    // abort, and dispatch takes no signal: settle now; onRequestStart aborts it before it is sent.
+    const onCancel = () => (stop ? stop(new Error('cancelled')) : reject(new Error('cancelled')));
     cancel.once('abort', onCancel);
     const done = () => cancel.removeListener('abort', onCancel);
     agent.dispatch(options, {
