@@ -173,7 +173,9 @@ export class Failover {
         await sleep(wait, options.signal);
       }
     }
-    return { kind: 'exhausted', attempts, reason: 'all_failed', lastError };
+    // The routes ran out; if the time did too, that is what the client is told (504, not 503).
+    const timeUp = attempts > 0 && deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS;
+    return { kind: 'exhausted', attempts, reason: timeUp ? 'time_to_answer' : 'all_failed', lastError };
   }
 
   /** How long to wait before retrying the same route; null to move on to the next route now. */

@@ -210,6 +210,14 @@ describe('failover', () => {
     expect((await chat(gw.url, undefined, { 'x-time-to-answer-ms': 'soon' })).status).toBe(400);
   });
 
+  it('a last route that used up the time-to-answer is a 504 time_to_answer, not a 503', async () => {
+    gw = await startGateway(mapOf([hot1.url]));
+    hot1.always({ kind: 'hang' });
+    const res = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '300' });
+    expect(res.status).toBe(504);
+    expect(res.json().error.code).toBe('time_to_answer');
+  });
+
   it('flags: warm fallback off, and a killed model, are honoured and changeable at run time', async () => {
     gw = await startGateway(all());
     hot1.always({ kind: 'status', status: 500 });
