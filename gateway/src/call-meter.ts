@@ -4,8 +4,8 @@
  *
  * Numbers from providers are checked where they enter: a token count that is not a finite
  * number >= 0 counts as 0 (rounded to whole tokens otherwise), a reported cost that is not one is
- * ignored (the price list decides). A call with usage but no known price carries an empty cost and
- * `UNPRICED` in error_code (after its own code, `STREAM_INTERRUPTED|UNPRICED`), as the meter counts
+ * ignored (the price list decides). A call with usage but no known price, or a complete answer
+ * that reported no usage at all, carries an empty cost and `UNPRICED` in error_code (after its own code, `STREAM_INTERRUPTED|UNPRICED`), as the meter counts
  * them; the gateway counts them too (/metrics gateway_unpriced_calls_total, /health).
  */
 import { randomUUID } from 'node:crypto';
@@ -24,6 +24,8 @@ export interface CallFacts {
   route?: string;
   latencyMs: number;
   usage: Usage | null;
+  /** The provider answered in full (and bills for it): without usage its cost is unknown, not $0. */
+  answered?: boolean;
   /** '' for a success; the failure class or HTTP status otherwise. */
   errorCode: string;
   /** The spend-cap routing decision the call was made under (`n/a` when none applied). */
@@ -45,6 +47,8 @@ function checked(usage: Usage): Usage {
 
 export class CallMeter {
   private readonly unpriced = new Map<string, number>();
+  /** Routes already said to answer without usage. */
+  private readonly silent = new Set<string>();
   constructor(
     private readonly send: (event: EventRecord) => Promise<void>,
     private readonly warn: (message: string) => void,
@@ -58,10 +62,20 @@ export class CallMeter {
     return { total: [...this.unpriced.values()].reduce((a, b) => a + b, 0), by_route };
   }
 
+  /** An answer that reported no usage: its cost is unknown (null), said once per route. */
+  private noUsage(f: CallFacts): null {
+    const route = f.route ?? `${f.provider}:${f.model}`;
+    if (!this.silent.has(route)) {
+      this.silent.add(route);
+      this.warn(`route ${route} answered without reporting its usage: such calls are metered UNPRICED`);
+    }
+    return null;
+  }
+
   /** Sends the call's event; resolves once it is durable (the meter sink's spool or CSV). */
   record(f: CallFacts): Promise<void> {
     const usage = f.usage ? checked(f.usage) : null;
-    const cost = usage ? costUsd(f.provider, f.model, usage, this.warn) : 0;
+    const cost = usage ? costUsd(f.provider, f.model, usage, this.warn) : f.answered ? this.noUsage(f) : 0;
     let errorCode = f.errorCode;
     if (cost === null) {
       const route = f.route ?? `${f.provider}:${f.model}`;

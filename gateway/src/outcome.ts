@@ -64,6 +64,8 @@ export class Answer {
       route: this.route.label,
       latencyMs: this.upstream.latencyMs + (s.relayMs ?? 0),
       usage: s.usage,
+      // A failed or cut-off call is flagged by its code already; a complete one without usage is not.
+      answered: s.ok,
       errorCode: code,
       decision: this.of.decision,
     });

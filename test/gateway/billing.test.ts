@@ -154,6 +154,22 @@ describe('numbers that cannot be money', () => {
     expect(health.unpriced_calls).toEqual({ total: 2, by_route: { 'hot-1': 2 } });
   });
 
+  it('an answer without usage, whole or streamed: UNPRICED with an empty cost (never a silent $0); a failed call stays $0', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.next({ kind: 'ok', usage: null }, { kind: 'stream', chunks: 3, noUsage: true }, { kind: 'status', status: 400 });
+    expect((await chat(gw.url)).status).toBe(200);
+    const streamed = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(streamed.text).toContain('part2');
+    expect((await chat(gw.url)).status).toBe(400);
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.cost_usd, e.error_code])).toEqual([
+      ['0', '0', '', 'UNPRICED'],
+      ['0', '0', '', 'UNPRICED'],
+      ['0', '0', '0', '400'],
+    ]);
+    expect(gw.logs.filter((l) => l.includes('without reporting its usage'))).toHaveLength(1); // once per route
+  });
+
   it('provider usage that cannot be a count or a cost: the event carries counts and a cost the meter takes', async () => {
     gw = await startGateway(mapOf([hot.url]));
     hot.always({ kind: 'ok', usage: { prompt_tokens: -12, completion_tokens: 2.5, cost: -3 } as any });
