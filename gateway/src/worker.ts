@@ -70,13 +70,22 @@ function nextRoute(deps: WorkerDeps, flags: Flags, skip: (r: Route) => boolean):
   return { at, reason: `every route's breaker is open; next probe at ${new Date(at).toISOString()}` };
 }
 
+/**
+ * A queued request is run whole: `stream` false where the client sent it, and no `stream_options`
+ * (providers refuse them without a stream, and an embeddings body that never had `stream`).
+ */
+function wholeBody<B extends object>(body: B): B {
+  const { stream_options: _options, ...rest } = body as B & { stream_options?: unknown; stream?: unknown };
+  return ('stream' in rest ? { ...rest, stream: false } : rest) as unknown as B;
+}
+
 /** One run of one job: the routing again, a deferral, or an error that makes the queue retry it. */
 async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: WorkerDeps): Promise<JobResult> {
   if (await deps.pause.refresh()) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
   const ctx: RequestContext = {
     api: payload.api ?? 'chat',
     asChat: payload.asChat,
-    body: { ...payload.body, stream: false },
+    body: wholeBody(payload.body),
     stream: false,
     idempotencyKey: payload.idempotencyKey,
     userId: payload.userId,

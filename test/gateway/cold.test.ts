@@ -1,6 +1,6 @@
 // The Cold tier against the real Redis (its own database and key prefix, removed afterwards):
 // queue, worker, pause, budget endpoints, notifications, jobs, dead letters, restarts.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -136,6 +136,29 @@ describe('Cold tier', () => {
     expect(posted[1].text).toMatch(/Tenants: beta/);
     expect((await fetch(`${url}/v1/jobs/llm-${'0'.repeat(40)}`)).status).toBe(404);
     expect((await fetch(`${url}/v1/jobs/nope`)).status).toBe(400); // not an id the gateway makes
+  });
+
+  it('a queued request runs whole: a chat without its stream options, embeddings without a stream field (providers refuse both)', async () => {
+    const routes = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8'));
+    routes.hot.push({ provider: 'openai', model: 'text-embedding-3-small', baseUrl: hot.url, apis: ['embeddings'] });
+    writeFileSync(env.ROUTES_FILE!, JSON.stringify(routes));
+    const { url } = await up({ worker: true });
+    const queue = (path: string, body: object) =>
+      fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': '10' }, // no room for a call: queued
+        body: JSON.stringify(body),
+      }).then((r) => r.json() as Promise<{ jobId: string }>);
+    const streamed = { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } };
+    const ids = [
+      (await queue('/v1/chat/completions', streamed)).jobId,
+      (await queue('/v1/embeddings', { model: 'text-embedding-3-small', input: 'a' })).jobId,
+    ];
+    for (const id of ids) await until(async () => (await job(url, id)).state === 'completed');
+    const sent = (path: string) => hot.received.find((r) => r.path.endsWith(path))!.body;
+    expect(sent('/chat/completions')).toMatchObject({ stream: false });
+    expect(sent('/chat/completions')).not.toHaveProperty('stream_options');
+    expect(sent('/embeddings')).not.toHaveProperty('stream');
   });
 
   it('the time-to-answer leaving no room for Hot and Warm still answers 202 in time', async () => {
