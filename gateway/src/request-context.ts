@@ -74,6 +74,18 @@ function tenantIdempotencyKey(tenant: string, given: string | undefined, userId:
   return hash('sha256', JSON.stringify(given ? [tenant, given] : [tenant, userId, jobId, input]), 'hex');
 }
 
+const YES = /^(true|1|yes|on)$/i;
+const NO = /^(false|0|no|off)$/i;
+
+/** A yes/no header: absent or empty, the default; a yes or a no; anything else, the refusal naming it. */
+function yesOrNo(headers: Headers, name: string, fallback: boolean): boolean | string {
+  const v = header(headers, name)?.trim();
+  if (!v) return fallback;
+  if (YES.test(v)) return true;
+  if (NO.test(v)) return false;
+  return `${name}: expected true or false (or 1/0, yes/no, on/off), got "${v.slice(0, 50)}"`;
+}
+
 export type HeaderResult = { ok: true; value: Omit<RequestContext, 'api' | 'body' | 'stream' | 'asChat'> } | { ok: false; message: string };
 
 /**
@@ -99,10 +111,10 @@ export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unkn
   }
   const userId = header(headers, 'x-user-id') ?? '';
   const jobId = header(headers, 'x-job-id') ?? '';
-  const bool = (name: string, fallback: boolean) => {
-    const v = header(headers, name);
-    return v === undefined ? fallback : !/^(false|0|no)$/i.test(v.trim());
-  };
+  const mustHaveAnswer = yesOrNo(headers, 'x-must-have-answer', true);
+  const canUseCheaper = yesOrNo(headers, 'x-can-use-cheaper', false);
+  if (typeof mustHaveAnswer === 'string') return { ok: false, message: mustHaveAnswer };
+  if (typeof canUseCheaper === 'string') return { ok: false, message: canUseCheaper };
   const given = header(headers, 'idempotency-key') || undefined;
   return {
     ok: true,
@@ -115,8 +127,8 @@ export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unkn
       customerId: clientKey ? clientKey.tenant : (header(headers, 'x-customer-id') ?? ''),
       jobType,
       timeToAnswerMs: tta,
-      mustHaveAnswer: bool('x-must-have-answer', true),
-      canUseCheaper: bool('x-can-use-cheaper', false),
+      mustHaveAnswer,
+      canUseCheaper,
       clientKey,
     },
   };

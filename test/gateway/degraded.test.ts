@@ -116,6 +116,12 @@ describe('degraded routing', () => {
     expect(cheaper.headers.get('x-route-model')).toBe('gpt-4o-mini');
     expect(hot.received.at(-1)!.body.model).toBe('gpt-4o-mini');
 
+    const off = await chat(gw.url, undefined, { 'x-can-use-cheaper': 'off', 'idempotency-key': 'd2' });
+    expect(off.status).toBe(202); // "off" is a no: human review, not the cheaper model
+    const unclear = await chat(gw.url, undefined, { 'x-can-use-cheaper': 'maybe' });
+    expect(unclear.status).toBe(400);
+    expect(unclear.json().error.message).toBe('x-can-use-cheaper: expected true or false (or 1/0, yes/no, on/off), got "maybe"');
+
     const review = await chat(gw.url, undefined, { 'idempotency-key': 'd3' });
     expect(review.status).toBe(202);
     expect((await gw.queue.get(review.json().jobId))?.reason).toBe('human_review');
