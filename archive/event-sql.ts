@@ -5,7 +5,7 @@
  * Both read the `staged` table: every field as text, plus `line`.
  */
 import { NEUTRAL_MARK } from '../schema/csv-cell';
-import { EVENT_FIELDS, TEXT_FIELDS, fieldKind, type EventField } from '../schema/event-record';
+import { COST_LIMIT_USD, EVENT_FIELDS, EXPECTED, MAX_COUNT, TEXT_FIELDS, fieldKind, type EventField } from '../schema/event-record';
 import { ID_PATTERN_SOURCE, ID_RULE } from '../schema/ids';
 
 const COST_TYPE = 'DECIMAL(18,9)';
@@ -14,30 +14,48 @@ const RFC3339 = String.raw`^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]
 const q = (f: EventField) => `"${f}"`;
 const present = (f: EventField) => `(${q(f)} IS NOT NULL AND ${q(f)} <> '')`;
 
-/** SQL condition that is true when the field's text is not acceptable, and what was expected. */
-function check(f: EventField): [string, string] | null {
+/**
+ * SQL conditions that are true when the field's text is not acceptable, each with what was
+ * expected. Counts and costs have the meter's own limits (schema/event-record.ts), which also keep
+ * them inside BIGINT and DECIMAL(18,9).
+ */
+function checks(f: EventField): Array<[string, string]> {
   const c = q(f);
   switch (fieldKind(f)) {
     case 'id':
-      return [`NOT coalesce(regexp_full_match(${c}, '${ID_PATTERN_SOURCE}'), false)`, `expected an event id (${ID_RULE})`];
+      return [[`NOT coalesce(regexp_full_match(${c}, '${ID_PATTERN_SOURCE}'), false)`, `expected an event id (${ID_RULE})`]];
     case 'time':
       return [
-        `NOT (coalesce(regexp_full_match(${c}, '${RFC3339}'), false) AND TRY_CAST(${c} AS TIMESTAMPTZ) IS NOT NULL)`,
-        'expected an RFC 3339 date-time such as 2026-01-31T12:00:00Z',
+        [
+          `NOT (coalesce(regexp_full_match(${c}, '${RFC3339}'), false) AND TRY_CAST(${c} AS TIMESTAMPTZ) IS NOT NULL)`,
+          'expected an RFC 3339 date-time such as 2026-01-31T12:00:00Z',
+        ],
       ];
-    case 'int':
-      return [`${present(f)} AND NOT regexp_full_match(trim(${c}), '[0-9]+')`, 'expected a whole number >= 0'];
+    case 'int': {
+      const digits = `regexp_full_match(trim(${c}), '[0-9]+')`;
+      return [
+        [`${present(f)} AND NOT ${digits}`, `expected ${EXPECTED.count}`],
+        // Too many digits for HUGEINT casts to NULL: too large as well.
+        [
+          `${present(f)} AND ${digits} AND coalesce(TRY_CAST(trim(${c}) AS HUGEINT) > ${MAX_COUNT}, true)`,
+          `expected ${EXPECTED.countRange}`,
+        ],
+      ];
+    }
     case 'decimal':
       return [
-        `${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) < 0 OR NOT isfinite(TRY_CAST(${c} AS DOUBLE)), true)`,
-        'expected a number >= 0',
+        [
+          `${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) < 0 OR NOT isfinite(TRY_CAST(${c} AS DOUBLE)), true)`,
+          `expected ${EXPECTED.cost}`,
+        ],
+        [`${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) >= ${COST_LIMIT_USD}, false)`, `expected ${EXPECTED.costRange}`],
       ];
     case 'unit':
-      return [`${present(f)} AND coalesce(NOT (TRY_CAST(${c} AS DOUBLE) BETWEEN 0 AND 1), true)`, 'expected a number from 0 to 1'];
+      return [[`${present(f)} AND coalesce(NOT (TRY_CAST(${c} AS DOUBLE) BETWEEN 0 AND 1), true)`, `expected ${EXPECTED.unit}`]];
     case 'bool':
-      return [`${present(f)} AND lower(trim(${c})) NOT IN ('true', 'false')`, 'expected true or false'];
+      return [[`${present(f)} AND lower(trim(${c})) NOT IN ('true', 'false')`, 'expected true or false']];
     case 'text':
-      return null;
+      return [];
   }
 }
 
@@ -45,7 +63,7 @@ function check(f: EventField): [string, string] | null {
  * One row per problem (line, field, what was expected and what came), found in a single scan:
  * each row builds the list of its problems, and only rows with some are kept.
  */
-const RULES = EVENT_FIELDS.map((f) => [f, check(f)] as const).filter((r): r is readonly [EventField, [string, string]] => r[1] !== null);
+const RULES = EVENT_FIELDS.flatMap((f) => checks(f).map((rule) => [f, rule] as const));
 export const STAGE_CHECKS =
   `SELECT line, problem.field AS field, problem.problem AS problem FROM (` +
   `SELECT line, unnest(list_filter([${RULES.map(

@@ -3,15 +3,18 @@
  * event and call files, the archive's reports) and as the archive reads it back.
  *
  * Formula cells: a spreadsheet opening the file runs a cell that starts with `=`, `+`, `-`, `@`,
- * tab or carriage return as a formula (OWASP, "CSV injection"). Such text is written with a
- * leading apostrophe, which spreadsheets show as text. So that a reader can undo it exactly, text
- * that itself starts with an apostrophe gets one more. Reading: a cell that starts with an
- * apostrophe loses that one apostrophe, nothing else changes. Only text is touched; numbers,
+ * tab or carriage return as a formula (OWASP, "CSV injection"), and some trim leading whitespace
+ * first, so `=` after spaces, a no-break space or a line break counts too. Such text is written
+ * with a leading apostrophe, which spreadsheets show as text. So that a reader can undo it
+ * exactly, text that itself starts with an apostrophe gets one more. Reading: a cell that starts
+ * with an apostrophe loses that one apostrophe, nothing else changes. Only text is touched; numbers,
  * booleans and dates are written as they are.
  */
 
 /** First characters that make a spreadsheet treat a cell as a formula. */
 const FORMULA_TRIGGERS = ['=', '+', '-', '@', '\t', '\r'];
+/** A formula trigger as the first character after any whitespace (`\s`: spaces, NBSP, line breaks, tabs). */
+const FORMULA_AFTER_WHITESPACE = /^\s*[=+\-@]/;
 
 /** The mark put in front of such text (and in front of text that starts with the mark itself). */
 export const NEUTRAL_MARK = "'";
@@ -19,7 +22,8 @@ export const NEUTRAL_MARK = "'";
 /** Text as it goes into a CSV cell: formula-looking text (and text starting with the mark) gets the mark. */
 function neutraliseText(text: string): string {
   const first = text.charAt(0);
-  return first === NEUTRAL_MARK || FORMULA_TRIGGERS.includes(first) ? NEUTRAL_MARK + text : text;
+  const marked = first === NEUTRAL_MARK || FORMULA_TRIGGERS.includes(first) || FORMULA_AFTER_WHITESPACE.test(text);
+  return marked ? NEUTRAL_MARK + text : text;
 }
 
 /** The original text of a cell written by `neutraliseText`. */

@@ -118,6 +118,42 @@ export const MAX_TEXT_LENGTH = 1000;
  * archive export.
  */
 export const CLOCK_SKEW_ALLOWANCE_MS = 5 * 60_000;
+/**
+ * Largest count (tokens, milliseconds) accepted: beyond it a JavaScript number is no longer exact,
+ * and the archive's BIGINT would refuse the row (blocking that night's file).
+ */
+export const MAX_COUNT = Number.MAX_SAFE_INTEGER;
+/** Costs must be below this: the archive stores cost as DECIMAL(18,9), 9 digits before the point. */
+export const COST_LIMIT_USD = 1e9;
+/** What a number field expects, as the meter's and the archive's errors say it. */
+export const EXPECTED = {
+  count: 'a whole number >= 0',
+  countRange: `a whole number from 0 to ${MAX_COUNT}`,
+  cost: 'a number >= 0',
+  costRange: `a number >= 0 and below ${COST_LIMIT_USD}`,
+  unit: 'a number from 0 to 1',
+} as const;
+
+/**
+ * Number text: decimal digits with an optional fraction and exponent (`42`, `.5`, `1e-7`, as JSON
+ * prints numbers). No sign, since no number of the record (nor of Config) may be negative; no hex,
+ * octal or binary (`Number('0x10')` is 16), no `Infinity`.
+ */
+const DECIMAL_TEXT = /^(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+/** The number a decimal text holds (surrounding whitespace ignored), NaN for anything else. */
+export function parseDecimalText(text: string): number {
+  const t = text.trim();
+  return DECIMAL_TEXT.test(t) ? Number(t) : NaN;
+}
+
+/**
+ * Control characters (U+0000-U+001F, U+007F-U+009F) and the line/paragraph separators U+2028/U+2029:
+ * they break lines in e-mail and logs. Written as "anything but the other characters" (lint forbids
+ * control characters in a pattern).
+ */
+const CONTROL_CHARACTERS = /[^ -~\u00a0-\u2027\u202a-\uffff]/g;
+
 /** RFC 3339 date-time: date, `T` (or space), time, optional fraction, `Z` or an offset. */
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
 
@@ -156,11 +192,11 @@ export function parseRfc3339(text: string): Date | null {
 }
 
 function coerceNumber(field: EventField, value: unknown, expected: string, index?: number): number {
-  // The specification: "Numbers are coerced from the sent value". A number or a numeric string
+  // The specification: "Numbers are coerced from the sent value". A number or decimal number text
   // coerces; booleans, objects and arrays do not (Number(true) === 1 would hide a client bug).
   let n = NaN;
   if (typeof value === 'number') n = value;
-  else if (typeof value === 'string' && value.trim() !== '') n = Number(value.trim());
+  else if (typeof value === 'string') n = parseDecimalText(value);
   if (!Number.isFinite(n)) throw new EventValidationError(field, expected, index);
   return n;
 }
@@ -170,7 +206,8 @@ function coerceText(field: EventField, value: unknown, index?: number): string {
     if (value.length > MAX_TEXT_LENGTH) {
       throw new EventValidationError(field, `text of at most ${MAX_TEXT_LENGTH} characters`, index);
     }
-    return value;
+    // A space, not a refusal: the gateway would lose the event; a line break could forge lines in the digest e-mail.
+    return value.replace(CONTROL_CHARACTERS, ' ');
   }
   if (typeof value === 'number' && Number.isFinite(value)) return String(value);
   throw new EventValidationError(field, 'a string', index);
@@ -227,8 +264,9 @@ export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRec
       case 'int': {
         if (isMissing(value)) out[field] = 0;
         else {
-          const n = coerceNumber(field, value, 'a whole number >= 0', index);
-          if (n < 0 || !Number.isInteger(n)) throw new EventValidationError(field, 'a whole number >= 0', index);
+          const n = coerceNumber(field, value, EXPECTED.count, index);
+          if (n < 0 || !Number.isInteger(n)) throw new EventValidationError(field, EXPECTED.count, index);
+          if (n > MAX_COUNT) throw new EventValidationError(field, EXPECTED.countRange, index);
           out[field] = n;
         }
         break;
@@ -236,8 +274,9 @@ export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRec
       case 'decimal': {
         if (isMissing(value)) out[field] = field === 'cost_usd' ? 0 : null;
         else {
-          const n = coerceNumber(field, value, 'a number >= 0', index);
-          if (n < 0) throw new EventValidationError(field, 'a number >= 0', index);
+          const n = coerceNumber(field, value, EXPECTED.cost, index);
+          if (n < 0) throw new EventValidationError(field, EXPECTED.cost, index);
+          if (n >= COST_LIMIT_USD) throw new EventValidationError(field, EXPECTED.costRange, index);
           out[field] = n;
         }
         break;
@@ -245,8 +284,8 @@ export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRec
       case 'unit': {
         if (isMissing(value)) out[field] = null;
         else {
-          const n = coerceNumber(field, value, 'a number from 0 to 1', index);
-          if (n < 0 || n > 1) throw new EventValidationError(field, 'a number from 0 to 1', index);
+          const n = coerceNumber(field, value, EXPECTED.unit, index);
+          if (n < 0 || n > 1) throw new EventValidationError(field, EXPECTED.unit, index);
           out[field] = n;
         }
         break;

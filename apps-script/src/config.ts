@@ -3,6 +3,7 @@
  * contract's keys. The secret may also live in a Script Property, which then wins, so it can be
  * kept out of the sheet altogether.
  */
+import { parseDecimalText } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { Properties, Sheet, Spreadsheet } from './services';
 
@@ -42,16 +43,22 @@ export function configText(config: ConfigValues, key: string): string {
   return value === undefined || value === null ? '' : String(value).trim();
 }
 
+/** Keys whose value must be a whole number (a fractional RETENTION_DAYS would cut mid-day). */
+const WHOLE_NUMBER_KEYS = new Set(['RETENTION_DAYS']);
+
 /**
- * A Config value as a number; an empty cell takes the default. A cell that does not hold a
- * number is an error that names the key, rather than a guess (a cap of "50$" must not become 0).
+ * A Config value as a number; an empty cell (or one holding only spaces) takes the default. A
+ * cell that does not hold a decimal number is an error that names the key, rather than a guess
+ * (a cap of "50$" must not become 0, nor "0x32" 50).
  */
 export function configNumber(config: ConfigValues, key: string, fallback: number, min = 0): number {
   const value = config.get(key);
-  if (value === undefined || value === null || value === '') return fallback;
-  const n = typeof value === 'number' ? value : Number(String(value).trim());
-  if (!Number.isFinite(n) || n < min) {
-    throw new MeterRefusal('config_error', `Config ${key} must be a number >= ${min}, found "${String(value)}"`);
+  if (value === undefined || value === null || (typeof value === 'string' && value.trim() === '')) return fallback;
+  const n = typeof value === 'number' ? value : typeof value === 'string' ? parseDecimalText(value) : NaN;
+  const whole = WHOLE_NUMBER_KEYS.has(key);
+  if (!Number.isFinite(n) || n < min || (whole && !Number.isInteger(n))) {
+    const expected = whole ? `a whole number >= ${min}` : `a number >= ${min}`;
+    throw new MeterRefusal('config_error', `Config ${key} must be ${expected}, found "${String(value)}"`);
   }
   return n;
 }

@@ -1,8 +1,13 @@
 /**
  * `applyRetention()`: hard-deletes rows of the events tab whose timestamp is older than the short
  * window (Config RETENTION_DAYS, default 30 days before today's UTC midnight), in one batched
- * operation under the script lock: one read, one write of the rows that stay (shifted up), one
- * deleteRows of the freed tail. Rows may be in any order (late events with old timestamps exist).
+ * operation under the script lock: one read, one write of the rows that stay (shifted up, the freed
+ * tail blanked in the same write), one deleteRows of the blank tail. Rows may be in any order (late
+ * events with old timestamps exist).
+ *
+ * A run may be cut off after any call. The single write never leaves a row twice in the tab, and
+ * the journal (retention-journal.ts), recorded before it, lets the next run finish the steps after
+ * it: drop the blank tail, move the watermark.
  *
  * A row the archive export has not taken yet (below the export watermark) is never deleted, and
  * when the watermark cannot be trusted nothing is deleted: the run says why.
@@ -11,9 +16,10 @@ import { TEXT_FIELDS } from '../../schema/event-record';
 import { configNumber, readConfig } from './config';
 import { EVENT_AT, EVENT_COLUMNS, cellTime, getEventsSheet, readAllRows } from './events-sheet';
 import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
+import { finishJournal, interruptedRun, startJournal } from './retention-journal';
 import type { MeterServices } from './services';
 import { DAY_MS, utcDayStart } from './utc-day';
-import { readWatermark, watermarkHolds, writeWatermark } from './watermark';
+import { readWatermark, watermarkHolds } from './watermark';
 
 const DEFAULT_RETENTION_DAYS = 30;
 
@@ -42,10 +48,15 @@ export function applyRetention(svc: MeterServices): RetentionResult {
     () => {
       const sheet = getEventsSheet(svc.spreadsheet);
       const rows = readAllRows(sheet);
-      const wm = readWatermark(svc);
+      const stored = readWatermark(svc);
+      // A previous run cut off after its rewrite: finish it first (the rows read are already rewritten).
+      const resumed = interruptedRun(svc, stored, rows);
+      if (resumed) finishJournal(svc, sheet, resumed);
+      const wm = resumed ? resumed.after : stored;
+      const earlier = resumed ? `finished an interrupted run that deleted ${resumed.count} row(s); ` : '';
       const finish = (deleted: number, keptUnexported: number, message: string): RetentionResult => {
-        svc.log(`applyRetention: ${message}`);
-        return { deleted, keptUnexported, cutoff, message };
+        svc.log(`applyRetention: ${earlier}${message}`);
+        return { deleted: deleted + (resumed ? resumed.count : 0), keptUnexported, cutoff, message: earlier + message };
       };
       if (!watermarkHolds(wm, rows)) {
         const old = rows.filter((r) => cellTime(r[EVENT_AT.timestamp]) < cutoffMs).length;
@@ -74,16 +85,23 @@ export function applyRetention(svc: MeterServices): RetentionResult {
       const why = keptUnexported ? `; kept ${keptUnexported} old row(s) the archive export has not taken yet` : '';
       if (deleted === 0) return finish(0, keptUnexported, `no rows older than ${cutoff}${why}`);
 
-      // Rows above the first deleted one do not move; rewrite from there down, then drop the tail.
-      const moved = keep.slice(firstDeleted).map(asWritten);
-      if (moved.length > 0) sheet.getRange(firstDeleted + 2, 1, moved.length, EVENT_COLUMNS).setValues(moved);
-      const tailStart = keep.length + 2;
-      if (sheet.getMaxRows() - deleted <= 1) sheet.insertRowsAfter(sheet.getMaxRows(), 1); // a sheet keeps one data row
-      sheet.deleteRows(tailStart, deleted);
       // Every deleted row was at or above the watermark, so it moves up by exactly that many rows;
       // the row it names now may be a different (kept) event, so record that one's id.
       const row = wm.row - deleted;
-      writeWatermark(svc, { ...wm, row, eventId: row >= 2 ? String(keep[row - 2][EVENT_AT.event_id]) : '' });
+      const after = { ...wm, row, eventId: row >= 2 ? String(keep[row - 2][EVENT_AT.event_id]) : '' };
+      let maxRows = sheet.getMaxRows();
+      if (maxRows - deleted <= 1) {
+        sheet.insertRowsAfter(maxRows, 1); // a sheet keeps one data row
+        maxRows += 1;
+      }
+      const journal = { before: wm, after, tailStart: keep.length + 2, count: deleted, maxRows };
+      startJournal(svc, journal);
+      // Rows above the first deleted one do not move. One write from there down: the kept rows
+      // shifted up, then the freed tail blanked, so no state of the tab holds a row twice.
+      const rewrite = keep.slice(firstDeleted).map(asWritten);
+      for (let i = 0; i < deleted; i++) rewrite.push(new Array<string>(EVENT_COLUMNS).fill(''));
+      sheet.getRange(firstDeleted + 2, 1, rewrite.length, EVENT_COLUMNS).setValues(rewrite);
+      finishJournal(svc, sheet, journal);
       return finish(deleted, keptUnexported, `deleted ${deleted} row(s) older than ${cutoff}${why}`);
     },
     MAINTENANCE_LOCK_MS,

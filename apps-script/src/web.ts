@@ -4,6 +4,7 @@
  * (for people: names what is wrong, never echoes the secret or the sent token) and `code` (for
  * programs, one of schema/meter-reply.ts).
  */
+import { EVENT_FIELDS } from '../../schema/event-record';
 import { MeterRefusal, type MeterFailure } from '../../schema/meter-reply';
 import { isAuthorized, requestToken } from './auth';
 import { resolveSecret } from './config';
@@ -42,7 +43,7 @@ export interface WebRoutes {
   get: Record<string, GetAction>;
   /** `doPost?action=<name>`; no action means ingest. */
   post: Record<string, PostAction>;
-  /** A POST body holding this key (e.g. `calls`) goes to this handler instead of ingest. */
+  /** A POST body holding this key (e.g. `calls`) and no event field goes to this handler instead of ingest. */
   postBodyKeys: Record<string, PostAction>;
 }
 
@@ -50,6 +51,17 @@ export const jsonReply = json;
 
 function lookup<T>(table: Record<string, T>, name: string): T | undefined {
   return Object.prototype.hasOwnProperty.call(table, name) ? table[name] : undefined;
+}
+
+const has = (body: object, key: string) => Object.prototype.hasOwnProperty.call(body, key);
+
+/**
+ * True when a body is events: it has `events` or any event field. Such a body is ingested even if
+ * it also holds a `calls` key (extra fields of an event are dropped), so an event is never refused
+ * as a malformed call-record body and lost.
+ */
+function isEventBody(body: object): boolean {
+  return has(body, 'events') || EVENT_FIELDS.some((field) => has(body, field));
 }
 
 function ingest(svc: MeterServices, body: unknown): JsonReply {
@@ -75,9 +87,9 @@ export function handlePost(svc: MeterServices, routes: WebRoutes, e: WebEvent | 
       if (!handler) return refuse('unknown_action', `action: unknown POST action "${action}"`);
       return handler(svc, body, params);
     }
-    if (body && typeof body === 'object' && !Array.isArray(body)) {
+    if (body && typeof body === 'object' && !Array.isArray(body) && !isEventBody(body)) {
       for (const key of Object.keys(routes.postBodyKeys)) {
-        if (key in body) return routes.postBodyKeys[key](svc, body, params);
+        if (has(body, key)) return routes.postBodyKeys[key](svc, body, params);
       }
     }
     return ingest(svc, body);

@@ -160,6 +160,34 @@ describe('npm run archive', () => {
     await expect(convert(bad, { out })).rejects.toThrow(/line 1: expected the event header/);
   });
 
+  it('stores the largest count and cost the meter accepts, and names the line and field of a row beyond them', async () => {
+    const out = join(scratch(), 'arch');
+    const max = { event_id: 'max', timestamp: '2026-11-21T09:00:00Z', input_tokens: Number.MAX_SAFE_INTEGER, cost_usd: 999_999_999.999 };
+    await convert(csv([max]), { out });
+    expect(await rowsIn(out)).toEqual([{ event_id: 'max', cost_usd: 999_999_999.999 }]);
+    const before = snapshot(out);
+    const bad = join(scratch(), 'big.csv');
+    const line = (id: string, tokens: string, cost: string) =>
+      `${id},2026-11-21T09:00:00Z,agent,p,m,n/a,${tokens},1,1,${cost},,,,,false,false,,n/a,`;
+    writeFileSync(
+      bad,
+      [
+        CSV_HEADER,
+        line('a', '1', '1'),
+        line('b', '99999999999999999999', '1'),
+        line('c', '1', '1000000000'),
+        line('d', '1', '1e+308'),
+      ].join('\n'),
+    );
+    await expect(convert(bad, { out })).rejects.toThrow(
+      '3 problem(s); nothing was written\n' +
+        'line 3, input_tokens: expected a whole number from 0 to 9007199254740991, got "99999999999999999999"\n' +
+        'line 4, cost_usd: expected a number >= 0 and below 1000000000, got "1000000000"\n' +
+        'line 5, cost_usd: expected a number >= 0 and below 1000000000, got "1e+308"',
+    );
+    expect(snapshot(out)).toEqual(before);
+  });
+
   it('the CLI exits 1 with the line and field, and 0 with the files written', () => {
     const bad = join(scratch(), 'bad.csv');
     writeFileSync(bad, `${CSV_HEADER}\nx,2026-11-21T09:00:00Z,agent,p,m,n/a,1.5,0,0,0,,,,,false,false,,n/a,\n`);

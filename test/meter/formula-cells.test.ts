@@ -22,6 +22,9 @@ export const HOSTILE = {
   decision: 'plain, with "quotes"',
 };
 
+/** The text as stored: ingest turns control characters (the tab, the CR) into spaces (hostile-values.test.ts). */
+const STORED = Object.fromEntries(Object.entries(HOSTILE).map(([field, text]) => [field, text.replace(/[\t\r]/g, ' ')]));
+
 function meterWithHostileRows() {
   const platform = new FakePlatform();
   platform.clock.set('2026-11-21T15:00:00Z');
@@ -53,18 +56,18 @@ describe('formula-looking text in exports', () => {
     const { platform, meter } = meterWithHostileRows();
     platform.clock.set('2026-11-22T01:00:00Z');
     expect(meter.exportArchive()).toMatch(/wrote 1 row/);
-    expectNeutralised(platform.drive.folders[0].files[0].content, HOSTILE);
+    expectNeutralised(platform.drive.folders[0].files[0].content, STORED);
   });
 
   it('doGet?action=export holds no live formula and gives back the exact text', () => {
     const { meter } = meterWithHostileRows();
     const out = meter.doGet(webEvent({ token: SECRET, action: 'export', since: '2026-11-21' })) as FakeTextOutput;
-    expectNeutralised(out.getContent(), HOSTILE);
+    expectNeutralised(out.getContent(), STORED);
   });
 
   it("the gateway's event and call CSV lines use the same rule", () => {
     const event = normalizeEvent({ event_id: '-starts-with-minus', ...HOSTILE }, { now: () => new Date(), uuid: () => 'u' });
-    expectNeutralised(`${CSV_HEADER}\n${eventToCsvLine(event)}\n`, { event_id: '-starts-with-minus', ...HOSTILE });
+    expectNeutralised(`${CSV_HEADER}\n${eventToCsvLine(event)}\n`, { event_id: '-starts-with-minus', ...STORED });
     const call: CallRecord = {
       call_id: '-c1',
       started_at: '2026-11-21T10:00:00.000Z',

