@@ -9,7 +9,7 @@
  * them; the gateway counts them too (/metrics gateway_unpriced_calls_total, /health).
  */
 import { randomUUID } from 'node:crypto';
-import type { EventRecord } from '../../schema/event-record';
+import { COST_LIMIT_USD, MAX_COUNT, type EventRecord } from '../../schema/event-record';
 import { markUnpriced } from '../../schema/unpriced';
 import { costUsd } from './pricing';
 import type { Usage } from './providers/adapter';
@@ -33,7 +33,9 @@ export interface CallFacts {
   reviewRequired?: boolean;
 }
 
-const count = (n: number) => (Number.isFinite(n) && n >= 0 ? Math.round(n) : 0);
+/** Beyond the record's limits a number is no count or cost the meter (and its archive) can take. */
+const count = (n: number) => (Number.isFinite(n) && n >= 0 && n <= MAX_COUNT ? Math.round(n) : 0);
+const money = (usd: number | undefined) => usd !== undefined && Number.isFinite(usd) && usd >= 0 && usd < COST_LIMIT_USD;
 
 /** Usage with counts that can be counts, and a reported cost only when it can be money. */
 function checked(usage: Usage): Usage {
@@ -41,7 +43,7 @@ function checked(usage: Usage): Usage {
   return {
     input_tokens: count(usage.input_tokens),
     output_tokens: count(usage.output_tokens),
-    ...(cost !== undefined && Number.isFinite(cost) && cost >= 0 ? { cost_usd: cost } : {}),
+    ...(money(cost) ? { cost_usd: cost } : {}),
   };
 }
 
@@ -75,7 +77,8 @@ export class CallMeter {
   /** Sends the call's event; resolves once it is durable (the meter sink's spool or CSV). */
   record(f: CallFacts): Promise<void> {
     const usage = f.usage ? checked(f.usage) : null;
-    const cost = usage ? costUsd(f.provider, f.model, usage, this.warn) : f.answered ? this.noUsage(f) : 0;
+    const priced = usage ? costUsd(f.provider, f.model, usage, this.warn) : f.answered ? this.noUsage(f) : 0;
+    const cost = priced === null || money(priced) ? priced : null; // a price past the record's limit is no price
     let errorCode = f.errorCode;
     if (cost === null) {
       const route = f.route ?? `${f.provider}:${f.model}`;

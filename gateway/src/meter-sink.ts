@@ -16,6 +16,8 @@ import {
   EVENT_FIELDS,
   eventToCsvLine,
   fieldKind,
+  MAX_COUNT,
+  COST_LIMIT_USD,
   MAX_TEXT_LENGTH,
   normalizeEvent,
   type EventRecord,
@@ -72,9 +74,11 @@ function plainlyValid(e: Record<string, unknown>): boolean {
     if (kind === 'text' || kind === 'id') {
       if (typeof v !== 'string' || v.length > MAX_TEXT_LENGTH) return false;
     } else if (kind === 'int') {
-      if (!Number.isInteger(v) || (v as number) < 0) return false;
+      if (!Number.isInteger(v) || (v as number) < 0 || (v as number) > MAX_COUNT) return false;
     } else if (kind === 'decimal' || kind === 'unit') {
-      if (v !== null && !(typeof v === 'number' && Number.isFinite(v) && v >= 0 && (kind === 'decimal' || v <= 1))) return false;
+      if (v === null) continue;
+      // NaN and the infinities fail one comparison or the other.
+      if (typeof v !== 'number' || !(v >= 0) || !(kind === 'decimal' ? v < COST_LIMIT_USD : v <= 1)) return false;
     } else if (typeof v !== (kind === 'bool' ? 'boolean' : 'string')) return false;
   }
   return true;

@@ -180,6 +180,15 @@ describe('numbers that cannot be money', () => {
     expect(Number(e.cost_usd)).toBeGreaterThanOrEqual(0); // priced from the list, not the reported -3
     expect(e.cost_usd).not.toBe('');
   });
+
+  it("usage past the record's limits: no count the meter would refuse, and a cost past its limit is UNPRICED, the event kept", async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.always({ kind: 'ok', usage: { prompt_tokens: 1e21, completion_tokens: 9e15, cost: 5e9 } as any });
+    expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    const [e] = gw.events();
+    expect([e.input_tokens, e.output_tokens, e.cost_usd, e.error_code]).toEqual(['0', '9000000000000000', '', 'UNPRICED']);
+  });
 });
 
 describe('an answer is released after its event is on disk', () => {
