@@ -61,7 +61,7 @@ export class VoiceEventError extends Error {}
 /** The longest audio frame or time to first byte taken (an hour): longer is not a measurement. */
 const MAX_MS = 3_600_000;
 /** The most audio tokens one response may report: far above any realtime session's context. */
-const MAX_AUDIO_TOKENS = 10_000_000;
+export const MAX_AUDIO_TOKENS = 10_000_000;
 
 /** A number from a voice server as a count or duration: finite, within [min, max], else refused naming the field. */
 function measure(field: string, value: unknown, min: number, max: number, what: string, exclusiveMin = false): number {

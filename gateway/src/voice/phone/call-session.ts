@@ -34,6 +34,7 @@ import type { RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
 import { sessionUpdate, turnTakingOn } from './session-config';
 import { TurnTiming } from './turn-timing';
+import { cleanUsage, type Usage } from './usage';
 
 const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const CLOSING_LIMIT_MS = 10_000;
@@ -300,12 +301,12 @@ export class CallSession {
   private async responseDone(r: RealtimeResponse | undefined): Promise<void> {
     const id = String(r?.id ?? '');
     if (this.responding === id) this.responding = null;
-    this.feed.event({ type: 'assistant.response.done', ...(r?.usage ? { usage: r.usage } : {}) });
+    const usage = this.usageOf(r);
+    this.feed.event({ type: 'assistant.response.done', ...(usage ? { usage } : {}) });
     const { config, provider, tenant } = this.deps;
     const latencyMs = this.timing.responseDone(id);
-    this.deps.meter.send(
-      responseEvent({ config, provider, tenant, callId: this.callSid, response: r, latencyMs, confidence: this.lastConfidence }),
-    );
+    const facts = { config, provider, tenant, callId: this.callSid, response: r, usage, latencyMs, confidence: this.lastConfidence };
+    this.deps.meter.send(responseEvent(facts));
     if (this.closing && id === this.closing.id) {
       this.closing.generated = true;
       this.checkClosing();
@@ -318,6 +319,16 @@ export class CallSession {
       this.rt.send({ type: 'conversation.item.create', item: { type: 'function_call_output', call_id: o.call_id, output: o.output } });
     }
     this.rt.send({ type: 'response.create' });
+  }
+
+  /** The response's usage as the meter and the guard take it: a bad count is dropped, and logged. */
+  private usageOf(r: RealtimeResponse | undefined): Usage | undefined {
+    const { usage, dropped } = cleanUsage(r?.usage);
+    if (dropped.length)
+      this.deps.log.warn(
+        `call ${this.callSid}: response ${String(r?.id)}: dropped usage field(s) that are not token counts: ${dropped.join(', ')}`,
+      );
+    return usage;
   }
 
   private verdict(v: Verdict): void {

@@ -4,7 +4,8 @@
  * repeats with the same arguments is a replay there: one booking, and the model gets the same
  * answer both times. Results are held until the response that asked for them is done (a new
  * response cannot start while one is in progress); then each becomes a `function_call_output`
- * item. A `dial` target is not run: it asks the session to transfer the call.
+ * item. A `dial` target is not run: it asks the session to transfer the call. The same call_id
+ * announced twice is started once (one output for it).
  */
 import type { Workflow, WorkflowAnswer } from '../workflow';
 
@@ -37,6 +38,8 @@ const OUTPUT_LIMIT = 4000;
 export class FunctionCalls {
   private readonly byResponse = new Map<string, Array<Promise<FunctionOutput | null>>>();
   private readonly done = new Set<string>();
+  /** The call_ids already started in this call. */
+  private readonly started = new Set<string>();
   private readonly inFlight = new Set<Promise<unknown>>();
 
   constructor(
@@ -52,6 +55,13 @@ export class FunctionCalls {
   ) {}
 
   start(ev: FunctionCallEvent): void {
+    // The model answers each call_id once: the same event again (a resend) would otherwise get a
+    // second function_call_output for one call.
+    if (this.started.has(ev.call_id)) {
+      this.deps.log.warn(`call ${this.deps.callId}: function call ${String(ev.call_id)} (${ev.name}) announced again; ignored`);
+      return;
+    }
+    this.started.add(ev.call_id);
     const run = this.run(ev);
     this.inFlight.add(run);
     void run.finally(() => this.inFlight.delete(run));

@@ -4,7 +4,8 @@
  * back. Audio frames are summed, not posted one by one: 50 frames a second each way would be a
  * Redis round trip every 10 ms per call, and the guard only adds their durations. The sums go out
  * before every other event (so `assistant.response.done` prices all the audio before it) and
- * whenever a second of audio has gathered. Batches go one at a time, in order.
+ * whenever a second of audio has gathered. Batches go one at a time, in order; a batch the guard
+ * refuses (400) is sent again event by event, so only the event it refuses is lost (and logged).
  */
 import type { EndedReason } from '../../../../schema/call-record';
 import type { VoiceEvent } from '../spend-guard';
@@ -66,24 +67,33 @@ export class GuardFeed {
     while (this.queue.length) {
       const batch = this.queue;
       this.queue = [];
-      for (let attempt = 1; ; attempt++) {
-        try {
-          const out = await this.voice.events(this.callId, batch);
-          if (out.status === 200) this.onVerdict(out.body as Verdict);
-          else this.log.error(`call ${this.callId}: the spend guard refused events (${out.status}: ${JSON.stringify(out.body)})`);
-          break;
-        } catch (error) {
-          // The store hiccuped: the same batch again (the guard only sums, order is kept), then give up loudly.
-          if (attempt === 3) {
-            this.log.error(
-              `call ${this.callId}: the spend guard could not be reached (${(error as Error).message}); ${batch.length} event(s) lost`,
-            );
-            break;
-          }
-          await new Promise((r) => setTimeout(r, 100 * attempt));
-        }
-      }
+      const status = await this.send(batch);
+      // The guard takes a batch whole or not at all: one event it refuses (a usage figure, say)
+      // must not take the audio durations and turns sent with it down too, so each goes alone.
+      if (status === 400 && batch.length > 1) for (const e of batch) await this.send([e]);
     }
     this.running = null;
+  }
+
+  /** One batch to the guard, its verdict handed on; the HTTP-like status (0: unreachable). */
+  private async send(batch: VoiceEvent[]): Promise<number> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const out = await this.voice.events(this.callId, batch);
+        if (out.status === 200) this.onVerdict(out.body as Verdict);
+        else if (out.status !== 400 || batch.length === 1)
+          this.log.error(`call ${this.callId}: the spend guard refused events (${out.status}: ${JSON.stringify(out.body)})`);
+        return out.status;
+      } catch (error) {
+        // The store hiccuped: the same batch again (the guard only sums, order is kept), then give up loudly.
+        if (attempt === 3) {
+          this.log.error(
+            `call ${this.callId}: the spend guard could not be reached (${(error as Error).message}); ${batch.length} event(s) lost`,
+          );
+          return 0;
+        }
+        await new Promise((r) => setTimeout(r, 100 * attempt));
+      }
+    }
   }
 }

@@ -25,6 +25,14 @@ export type StreamStart = z.infer<typeof Start>['start'];
 
 const START_WITHIN_MS = 10_000;
 
+/** One media stream: its call once `start` came, and whether a malformed message was logged. */
+interface Stream {
+  session: CallSession | null;
+  warned: boolean;
+}
+
+const isObject = (m: unknown): m is Record<string, unknown> => typeof m === 'object' && m !== null && !Array.isArray(m);
+
 export class MediaStreams {
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 256 * 1024 });
   readonly live = new Map<string, CallSession>();
@@ -33,7 +41,7 @@ export class MediaStreams {
     private readonly deps: {
       auth: TwilioAuth;
       create: (start: StreamStart, ws: WebSocket) => CallSession;
-      log: { warn: (m: string) => void };
+      log: { warn: (m: string) => void; error: (m: string) => void };
     },
   ) {}
 
@@ -52,25 +60,44 @@ export class MediaStreams {
   }
 
   private accept(ws: WebSocket): void {
-    let session: CallSession | null = null;
+    const stream: Stream = { session: null, warned: false };
     const timer = setTimeout(() => ws.close(1008, 'no start message'), START_WITHIN_MS);
     ws.on('message', (data, isBinary) => {
-      let m: TwilioMessage;
+      // A listener that throws would reach ws as an uncaught exception (the process, and every
+      // call on it, gone) and leave this socket unread: end this one call instead.
       try {
-        m = JSON.parse(isBinary ? '' : data.toString()) as TwilioMessage;
-      } catch {
-        return ws.close(1003, 'expected JSON text messages');
+        this.message(ws, stream, timer, isBinary ? null : data.toString());
+      } catch (error) {
+        this.deps.log.error(`twilio media: call ${stream.session?.callSid ?? '(not started)'}: ${(error as Error).message}; ending it`);
+        if (stream.session) void stream.session.finish('bridge_error');
+        else ws.close(1011, 'internal error');
       }
-      if (session) return session.onTwilio(m);
-      if (m?.event === 'connected') return;
-      clearTimeout(timer);
-      session = this.begin(m, ws);
     });
     ws.on('close', () => {
       clearTimeout(timer);
-      void session?.finish('caller_hangup');
+      void stream.session?.finish('caller_hangup');
     });
     ws.on('error', () => ws.terminate());
+  }
+
+  private message(ws: WebSocket, stream: Stream, timer: NodeJS.Timeout, text: string | null): void {
+    let m: unknown;
+    try {
+      m = JSON.parse(text ?? '');
+    } catch {
+      return ws.close(1003, 'expected JSON text messages');
+    }
+    if (!stream.session) {
+      if (isObject(m) && m.event === 'connected') return;
+      clearTimeout(timer);
+      stream.session = this.begin(m, ws);
+      return;
+    }
+    // Twilio only sends objects; anything else (null, an array, a number) is ignored so that one
+    // bad message does not cut the caller off, and logged once per stream.
+    if (isObject(m)) return stream.session.onTwilio(m as TwilioMessage);
+    if (!stream.warned) this.deps.log.warn(`twilio media: call ${stream.session.callSid}: ignored a message that is not a JSON object`);
+    stream.warned = true;
   }
 
   private begin(m: unknown, ws: WebSocket): CallSession | null {

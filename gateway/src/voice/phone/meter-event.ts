@@ -3,12 +3,14 @@
  * same sink as chat calls so the daily and 7-day caps, the digest and the archive include the
  * phone. Tokens are the response's usage; the cost is its audio tokens at the configuration's
  * per-million prices, exactly what the spend guard bills, so the meter, the guard and the call
- * record agree (text tokens are counted, not priced: the configuration has no text prices).
+ * record agree (text tokens are counted, not priced: the configuration has no text prices). The
+ * usage is the cleaned one (usage.ts), the same the guard is given: every count whole and >= 0.
  */
 import { randomUUID } from 'node:crypto';
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import type { EventRecord } from '../../../../schema/event-record';
 import type { Concierge } from '../config';
+import type { Usage } from './usage';
 
 export interface ResponseFacts {
   config: Pick<Concierge, 'meta' | 'spend_guard'>;
@@ -16,6 +18,8 @@ export interface ResponseFacts {
   tenant: string;
   callId: string;
   response: RealtimeResponse | undefined;
+  /** The response's usage, cleaned (never the raw one). */
+  usage: Usage | undefined;
   latencyMs: number;
   confidence: number | null;
 }
@@ -23,7 +27,7 @@ export interface ResponseFacts {
 const STATUS_CODE: Record<string, string> = { cancelled: 'CANCELLED', incomplete: 'INCOMPLETE', failed: 'FAILED' };
 
 export function responseEvent(f: ResponseFacts): EventRecord {
-  const u = f.response?.usage ?? {};
+  const u = f.usage ?? {};
   const { audio_in_per_million: inPrice, audio_out_per_million: outPrice } = f.config.spend_guard;
   const status = f.response?.status;
   const audioIn = u.input_token_details?.audio_tokens ?? 0;

@@ -1,0 +1,178 @@
+// Odd and hostile input from either side of a live call, through the loopback peers: messages on
+// Twilio's media stream that are not Twilio's objects, usage figures from the realtime model that
+// are not token counts, a function call the model announces twice. None may crash the process,
+// leave a call stuck, put a made-up cost in the meter, or blind the spend guard.
+import type { WebSocket } from 'ws';
+import { afterEach, describe, expect, it } from 'vitest';
+import { GuardFeed } from '../../gateway/src/voice/phone/guard-feed';
+import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
+import type { RtConn } from './peers/realtime-peer';
+import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import type { MediaCall } from './peers/twilio-peer';
+import { until } from './peers/wait';
+import { logInto } from './peers/bridge-host';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+async function answered(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
+  const call = await stack.twilio.call(callSid);
+  const conn = stack.realtime.conns.at(-1) ?? (await until<RtConn>(stack.realtime, 'connection'));
+  await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+  return { call, conn };
+}
+
+const socketClosed = (ws: WebSocket) =>
+  ws.readyState === ws.CLOSED ? Promise.resolve() : new Promise<void>((r) => ws.once('close', () => r()));
+
+const update = (stack: BridgeStack, callSid: string) =>
+  stack.twilio.updates.find((u) => u.callSid === callSid) ??
+  until<(typeof stack.twilio.updates)[number]>(stack.twilio.events, 'update', (u) => u.callSid === callSid, `a call update for ${callSid}`);
+
+describe('phone bridge: hostile input', () => {
+  it('JSON that is not an object on a live stream (null, array, number, string, no event) is ignored and logged once; the call goes on and ends cleanly', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const uncaught: unknown[] = [];
+    const onUncaught = (e: unknown) => void uncaught.push(e);
+    process.on('uncaughtException', onUncaught);
+    try {
+      const { call, conn } = await answered(s, 'CAH01');
+      for (const text of ['null', '[]', '[{"event":"stop"}]', '5', '"stop"', 'true', '{}', '{"event":null}']) call.ws.send(text);
+      // The stream is still read: the caller's next turn reaches the model and is answered.
+      speak(call);
+      await serverEvent(conn, 'response.done');
+      expect(s.bridge.liveCalls).toBe(1);
+      call.hangUp();
+      const end = await s.endOf('CAH01');
+      await socketClosed(conn.ws);
+      expect(end.record).toMatchObject({ call_id: 'CAH01', ended_reason: 'caller_hangup' });
+      expect(s.bridge.liveCalls).toBe(0);
+      expect(uncaught).toEqual([]);
+      const warned = s.logs.filter((l) => l.includes('not a JSON object'));
+      expect(warned).toHaveLength(1); // once per stream, not once per message
+      expect(warned[0]).toContain('CAH01');
+      await s.bridge.close(); // nothing left hanging
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
+  });
+
+  it('a fault while handling a stream message ends that call cleanly (record, realtime closed), never the process', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const uncaught: unknown[] = [];
+    const onUncaught = (e: unknown) => void uncaught.push(e);
+    process.on('uncaughtException', onUncaught);
+    try {
+      const { call, conn } = await answered(s, 'CAH05');
+      // The fault: the log throws on the line the bridge writes for a malformed message.
+      const push = s.logs.push.bind(s.logs);
+      s.logs.push = (...lines: string[]) => {
+        if (lines.some((l) => l.includes('not a JSON object'))) throw new Error('log sink broke');
+        return push(...lines);
+      };
+      call.ws.send('null');
+      const end = await s.endOf('CAH05');
+      await socketClosed(conn.ws);
+      if (!call.closed) await until(call, 'closed');
+      expect(end.record).toMatchObject({ call_id: 'CAH05', ended_reason: 'bridge_error' });
+      expect(s.logs.some((l) => l.startsWith('error') && l.includes('log sink broke'))).toBe(true);
+      expect(s.bridge.liveCalls).toBe(0);
+      expect(uncaught).toEqual([]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
+  });
+
+  it('usage figures that are not token counts are dropped and logged; the meter and the guard keep the good ones, and the cap still ends the call', async () => {
+    s = await bridgeStack(); // cap 0.35 USD; audio in 10, out 20 USD per million tokens
+    s.realtime.brain = brain({
+      greeting: {
+        audio: assistantAudio(300),
+        usage: {
+          input_tokens: -7,
+          output_tokens: '20000',
+          input_token_details: { audio_tokens: -500_000, cached_tokens_details: { audio_tokens: 1.5 } },
+          output_token_details: { audio_tokens: 20_000 }, // 0.4 USD: over the cap
+        },
+      },
+    });
+    const call = await s.twilio.call('CAH02');
+    const u = await update(s, 'CAH02');
+    expect(u.form).toEqual({ Status: 'completed' });
+    const end = await s.endOf('CAH02');
+    expect(end.record).toMatchObject({ ended_reason: 'per_call_cap' });
+    expect(end.estUsd_at_disconnect).toBeCloseTo(0.4, 6);
+    const greeting = s.meterEvents.find((e) => e.job_id === 'CAH02' && e.output_tokens === 0 && (e.cost_usd ?? 0) > 0.3)!;
+    expect(greeting).toMatchObject({ input_tokens: 0, output_tokens: 0, cost_usd: 0.4 });
+    for (const e of s.meterEvents) {
+      for (const n of [e.input_tokens, e.output_tokens, e.cost_usd]) expect(n === null || (Number.isFinite(n) && n >= 0)).toBe(true); // null: not priced
+    }
+    const dropped = s.logs.filter((l) => l.includes('usage field'));
+    expect(dropped).toHaveLength(1); // one line per response
+    for (const field of [
+      'input_tokens=-7',
+      'output_tokens="20000"',
+      'input_token_details.audio_tokens=-500000',
+      'input_token_details.cached_tokens_details.audio_tokens=1.5',
+    ])
+      expect(dropped[0]).toContain(field);
+    expect(s.logs.filter((l) => l.includes('refused events'))).toEqual([]);
+    expect(call.closed || (await until(call, 'closed'))).toBeTruthy();
+  });
+
+  it('an event the guard refuses does not take the audio durations sent with it down too', async () => {
+    s = await bridgeStack();
+    await s.voice.start({ call_id: 'CAH03', from: '+351910000001' });
+    const logs: string[] = [];
+    const feed = new GuardFeed(s.voice, 'CAH03', () => undefined, logInto(logs));
+    feed.frame('user', 2400); // under a second in all: summed and sent with the next event
+    feed.frame('assistant', 4000);
+    feed.event({ type: 'assistant.response.done', usage: { output_token_details: { audio_tokens: -1 } } });
+    await feed.flush();
+    const st = (await s.voice.get('CAH03'))!.state;
+    expect({ inputMs: st.inputMs, outputMs: st.outputMs, turns: st.turns }).toEqual({ inputMs: 300, outputMs: 500, turns: 0 });
+    expect(logs.filter((l) => l.includes('refused'))).toHaveLength(1);
+    expect(logs[0]).toContain('output_token_details.audio_tokens');
+  });
+
+  it('a function call the model announces twice (same call_id) runs once and is answered once', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Booked.' } });
+    const { conn } = await answered(s, 'CAH04');
+    const args = JSON.stringify({
+      name: 'Ana',
+      phone: '+351910000001',
+      service: 'cleaning',
+      date: '2026-11-24',
+      time: '10:00',
+      location: 'Lisboa',
+      notes: '',
+    });
+    const fc = {
+      type: 'response.function_call_arguments.done',
+      response_id: 'resp_X',
+      item_id: 'item_fX',
+      output_index: 0,
+      call_id: 'call_X',
+      name: 'book_slot',
+      arguments: args,
+    };
+    conn.send({ type: 'response.created', response: { id: 'resp_X', status: 'in_progress', output: [], metadata: null } });
+    conn.send(fc);
+    conn.send(fc);
+    conn.send({
+      type: 'response.done',
+      response: { id: 'resp_X', status: 'completed', output: [], usage: { input_tokens: 1, output_tokens: 1 } },
+    });
+    // The outputs go out before the one response.create that follows them.
+    await clientEvent(conn, 'response.create', (e) => e.response?.instructions === undefined);
+    const outputs = conn.events.filter((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
+    expect(outputs.map((e: any) => e.item.call_id)).toEqual(['call_X']);
+    expect(s.hooks.seen.filter((h) => h.path === '/book_slot')).toHaveLength(1);
+  });
+});
