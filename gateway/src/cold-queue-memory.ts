@@ -68,7 +68,7 @@ export class MemoryColdQueue implements ColdQueue {
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
-    const jobId = coldJobId(payload.idempotencyKey);
+    const jobId = coldJobId(payload);
     if (this.jobs.has(jobId)) return { jobId, created: false };
     const delay = options.delayMs ?? 0;
     this.jobs.set(jobId, {

@@ -103,7 +103,7 @@ export class BullColdQueue implements ColdQueue {
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
-    const jobId = coldJobId(payload.idempotencyKey);
+    const jobId = coldJobId(payload);
     const existing = await this.queue.getJob(jobId);
     if (existing) return { jobId, created: false };
     await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });

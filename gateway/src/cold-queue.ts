@@ -20,6 +20,7 @@
  * constants and the deferral; cold-queue-redis.ts is BullMQ's, cold-queue-memory.ts the in-process one.
  */
 import { createHash } from 'node:crypto';
+import { canonicalJson } from './canonical-json';
 import type { ApiKind } from './request-context';
 
 export const QUEUE_NAME = 'ai-tasks';
@@ -120,9 +121,15 @@ export interface ColdQueue {
   close(): Promise<void>;
 }
 
-/** Job id from the idempotency key (hashed: client keys may hold characters BullMQ ids must not). */
-export function coldJobId(idempotencyKey: string): string {
-  return `llm-${createHash('sha256').update(idempotencyKey).digest('hex').slice(0, 40)}`;
+/**
+ * A job's id: the tenant, the idempotency key and the request itself, hashed (keys may hold
+ * characters BullMQ ids must not). The same request sent again finds its job; another request
+ * never does, whatever key it shares (another tenant's, a key reused with a new body, or the
+ * default key, which hashes the messages only): it would be handed someone else's answer.
+ */
+export function coldJobId(p: Pick<ColdPayload, 'customerId' | 'idempotencyKey' | 'api' | 'body'>): string {
+  const identity = JSON.stringify([p.customerId, p.idempotencyKey, p.api ?? 'chat', canonicalJson(p.body)]);
+  return `llm-${createHash('sha256').update(identity).digest('hex').slice(0, 40)}`;
 }
 /** The shape of every id coldJobId makes: anything else is not a job (and must not reach the store). */
 export const COLD_JOB_ID = /^llm-[0-9a-f]{40}$/;

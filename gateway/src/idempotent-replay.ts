@@ -13,6 +13,7 @@
 import { hash } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
+import { canonicalJson } from './canonical-json';
 import { AnswerTape } from './answer-tape';
 import type { CallMeter } from './call-meter';
 import { openAiError } from './errors';
@@ -37,16 +38,6 @@ const REPLAY_MAX_BYTES = 1024 * 1024;
 const REPLAY_LEASE_MS = 30_000;
 /** A store that does not answer in this time is passed by (the request runs without replay). */
 const STORE_TIMEOUT_MS = 1000;
-
-/** JSON with object keys sorted at every level: the same request however its keys were ordered. */
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value && typeof value === 'object') {
-    const keys = Object.keys(value).sort();
-    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`).join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
-}
 
 /** The request's replay identity, or null when the client sent no Idempotency-Key. */
 export function replayRequestOf(given: string | string[] | undefined, path: string, body: unknown, tenant: string): ReplayRequest | null {

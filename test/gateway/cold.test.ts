@@ -120,7 +120,7 @@ describe('Cold tier', () => {
     expect(first.ms).toBeLessThan(3000);
     const { jobId } = first.json();
     expect(first.json()).toEqual({ status: 'queued', jobId: expect.stringMatching(/^llm-[0-9a-f]{40}$/) });
-    const again = await chat(url, undefined, { 'x-time-to-answer-ms': '3000', 'idempotency-key': 'req-1' });
+    const again = await chat(url, undefined, { 'x-time-to-answer-ms': '3000', 'x-customer-id': 'acme', 'idempotency-key': 'req-1' });
     expect(again.json().jobId).toBe(jobId);
     await chat(url, undefined, { 'x-time-to-answer-ms': '3000', 'x-customer-id': 'beta', 'idempotency-key': 'req-2' });
     expect(await job(url, jobId)).toMatchObject({ id: jobId, state: 'waiting', attempts: 0, customerId: 'acme', reason: 'all_failed' });
@@ -159,6 +159,22 @@ describe('Cold tier', () => {
     expect(sent('/chat/completions')).toMatchObject({ stream: false });
     expect(sent('/chat/completions')).not.toHaveProperty('stream_options');
     expect(sent('/embeddings')).not.toHaveProperty('stream');
+  });
+
+  it("a job is the request's own: another body, or another tenant with the same key, is another job, never someone else's answer", async () => {
+    const { url } = await up({ worker: false });
+    hot.always({ kind: 'status', status: 500 });
+    warm.always({ kind: 'status', status: 500 });
+    const messages = [{ role: 'user', content: 'the same question' }];
+    const send = (body: object, headers: Record<string, string> = {}) =>
+      chat(url, { messages, ...body }, { 'x-time-to-answer-ms': '3000', ...headers }).then((r) => r.json().jobId as string);
+    const first = await send({ model: 'gpt-4o-mini', temperature: 0 });
+    expect(await send({ model: 'gpt-4o-mini', temperature: 0 })).toBe(first); // the same request: its job
+    const other = await send({ model: 'claude-3-5-haiku-latest', temperature: 1 }); // the default key hashes the messages only
+    const acme = await send({ model: 'gpt-4o-mini' }, { 'x-customer-id': 'acme', 'idempotency-key': 'order-1' });
+    const beta = await send({ model: 'gpt-4o-mini', temperature: 2 }, { 'x-customer-id': 'beta', 'idempotency-key': 'order-1' });
+    expect(new Set([first, other, acme, beta]).size).toBe(4);
+    expect(await redis.llen(`${prefix}:ai-tasks:wait`)).toBe(4); // each queued, each with its own body
   });
 
   it('the time-to-answer leaving no room for Hot and Warm still answers 202 in time', async () => {

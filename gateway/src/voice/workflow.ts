@@ -18,24 +18,12 @@
 import { isPermanentRefusal } from '../../../schema/meter-reply';
 import { createHash } from 'node:crypto';
 import { retrying, type RetryPolicy } from '../backoff';
+import { canonicalJson } from '../canonical-json';
 import type { Concierge } from './config';
 import type { WorkflowStore } from './workflow-store';
 
 /** 3 attempts in all, 0.5 s then 1 s apart. */
 const TARGET_RETRY: RetryPolicy = { attempts: 3, firstMs: 500 };
-
-/** JSON with object keys sorted at every level: the same arguments always give the same text. */
-export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value && typeof value === 'object') {
-    return `{${Object.keys(value)
-      .sort()
-      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(value);
-}
 
 export function workflowKey(callId: string, fn: string, args: unknown): string {
   return createHash('sha256')
