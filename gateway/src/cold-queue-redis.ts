@@ -168,6 +168,10 @@ export class BullColdQueue implements ColdQueue {
       prefix: this.prefix,
       concurrency: options.concurrency ?? 4,
       name: JOB_NAME,
+      // A job cut mid-run (its worker killed) is taken back and run again as often as it has
+      // attempts: BullMQ's default (once) dead-lettered a job after two rolling restarts.
+      maxStalledCount: JOB_ATTEMPTS,
+      ...(options.lockMs ? { lockDuration: options.lockMs, stalledInterval: options.lockMs } : {}),
     });
     worker.on('completed', (job) => void job.updateData(answered(job.data)).catch(() => undefined));
     worker.on('failed', (job, error) => {

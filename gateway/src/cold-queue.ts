@@ -151,6 +151,8 @@ export type Processor = (payload: ColdPayload, deferred: Deferral | null) => Pro
 
 export interface WorkOptions {
   concurrency?: number;
+  /** How long a running job's lock lasts unrenewed (a worker killed mid-job) before another worker takes it back; 30 s (tests shorten it). */
+  lockMs?: number;
   onFailed?: (failure: JobFailure) => void;
   onError?: (error: Error) => void;
 }

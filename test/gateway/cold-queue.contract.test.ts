@@ -3,7 +3,9 @@
 // own worker. Every case runs against both, through the ColdQueue interface, with the same processor:
 // what a client polling GET /v1/jobs/:id or an operator reading /health sees must not depend on
 // whether the gateway has Redis.
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { UnrecoverableError } from 'bullmq';
@@ -276,6 +278,37 @@ describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
     expect((await twin.queue.get(done[4]))?.result).toBe('ok');
     expect((await twin.queue.deadLettered()).map((j) => j.id)).toEqual([dead[2], dead[1]]);
   });
+});
+
+describe('a worker killed mid-job (Redis)', () => {
+  /** A worker in a process of its own (so kill -9 is real), with 0.3 s locks; `hang`: its runs never end. */
+  function workerProcess(prefix: string, hang: boolean) {
+    const source = join(import.meta.dirname, '../../gateway/src/cold-queue-redis.ts');
+    const code = `import(${JSON.stringify(source)}).then(({ BullColdQueue }) => {
+      const queue = new BullColdQueue(${JSON.stringify(connection)}, ${JSON.stringify(prefix)});
+      queue.work(async () => { console.log('running'); return ${hang} ? new Promise(() => {}) : 'answered'; }, { lockMs: 300 });
+    });`;
+    const child = spawn(process.execPath, ['--import', 'tsx', '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    cleanup.push(async () => void child.kill('SIGKILL'));
+    return { running: () => until(async () => out.includes('running')), kill: () => child.kill('SIGKILL') };
+  }
+
+  it('is taken back and run again, also after a second kill (as often as it has attempts)', async () => {
+    const prefix = `test-cq-${process.pid}-${++n}`;
+    const queue = new BullColdQueue(connection, prefix, { backoffMs: 20 });
+    cleanup.push(() => queue.close());
+    const { jobId } = await queue.enqueue(payload('stalled'));
+    for (let kill = 1; kill <= 2; kill++) {
+      const w = workerProcess(prefix, true);
+      await w.running();
+      w.kill();
+    }
+    const last = workerProcess(prefix, false);
+    await last.running();
+    expect(await stateIs(queue, jobId, 'completed')).toMatchObject({ result: 'answered' });
+  }, 30_000);
 });
 
 describe('what a completed job keeps', () => {
