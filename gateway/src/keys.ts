@@ -38,6 +38,28 @@ export function keyResolver(map: RoutesMapConfig, env: NodeJS.ProcessEnv): KeyFo
   };
 }
 
+/** The variable each Warm provider kind's key is read from under this map. */
+function warmKeySources(map: RoutesMapConfig, env: NodeJS.ProcessEnv): Map<string, string> {
+  const letters = warmKeyNames(map);
+  return new Map([...letters].map(([kind, letter]) => [kind, env[overrideName(kind)] ? overrideName(kind) : letter]));
+}
+
+/**
+ * How a reload would move keys between Warm provider kinds (by letter, reordering the kinds moves
+ * them): `kind: OLD → NEW` for each kind whose variable changes, or whose variable fed another
+ * kind until now. Either way one provider would be sent another provider's key.
+ */
+export function movedKeys(current: RoutesMapConfig, next: RoutesMapConfig, env: NodeJS.ProcessEnv): string[] {
+  const was = warmKeySources(current, env);
+  const fed = new Map([...was].map(([kind, name]) => [name, kind]));
+  const moved: string[] = [];
+  for (const [kind, name] of warmKeySources(next, env)) {
+    if (was.has(kind) && was.get(kind) !== name) moved.push(`${kind}: ${was.get(kind)} → ${name}`);
+    else if (fed.has(name) && fed.get(name) !== kind) moved.push(`${kind}: ${name}, until now ${fed.get(name)}'s`);
+  }
+  return moved;
+}
+
 /** The key names the map's routes need that the environment does not set, each with its routes' providers. */
 export function missingKeys(map: RoutesMapConfig, env: NodeJS.ProcessEnv): string[] {
   const needed = new Map<string, Set<string>>();

@@ -14,7 +14,7 @@ import type express from 'express';
 import type { Logger } from 'pino';
 import { ConfigError } from './errors';
 import type { FleetBreakers } from './fleet-breakers';
-import { keyResolver, missingKeys } from './keys';
+import { keyResolver, missingKeys, movedKeys } from './keys';
 import type { RequestPath } from './request-path';
 import type { Route } from './route';
 import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
@@ -55,12 +55,15 @@ export interface ReloaderDeps {
 
 export class RoutesReloader {
   private current: MapVersion;
+  /** The map in force: its Warm key assignment is what a reload must not move. */
+  private inForce: RoutesMapConfig;
   private readonly retiring = new Set<Route>();
   /** One reload at a time: a second waits for the first. */
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly deps: ReloaderDeps) {
     this.current = deps.version;
+    this.inForce = deps.map;
   }
 
   version(): MapVersion {
@@ -79,6 +82,11 @@ export class RoutesReloader {
     try {
       if (deps.demo) throw new ReloadUnavailable('the built-in demo providers are running (no ROUTES_FILE): there is no map to reload');
       const { map, version } = readRoutesMap(deps.file, deps.mapEnv);
+      const moved = movedKeys(this.inForce, map, deps.keyEnv);
+      if (moved.length) {
+        const fix = 'keep the order of the Warm provider kinds, or pin each kind to its key with WARM_KEY_<KIND>';
+        throw new ConfigError(`${deps.file}: the Warm providers' keys would move (${moved.join('; ')}): ${fix}`);
+      }
       const missing = missingKeys(map, deps.keyEnv);
       if (missing.length && deps.production) throw new ConfigError(`${deps.file}: provider keys not set: ${missing.join(', ')}`);
       if (missing.length) deps.log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
@@ -88,6 +96,7 @@ export class RoutesReloader {
       deps.path.failover.use({ routes, keyFor: keyResolver(map, deps.keyEnv) });
       this.retire(before.filter((r) => !routes.includes(r)));
       this.current = version;
+      this.inForce = map;
       const result = { routes_map: version, ...changes(before, routes), restart_needed: startOnly(deps.map, map) };
       this.logged(result);
       return result;

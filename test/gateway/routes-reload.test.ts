@@ -83,6 +83,31 @@ describe('reloading the routing map', () => {
     expect((await fetch(`${app.url}/admin/routes/reload`, { method: 'POST' })).status).toBe(401);
   });
 
+  it("reordering the Warm provider kinds is refused: it would send each provider the other's key; pinned keys may move", async () => {
+    const warm = (...kinds: string[]) => kinds.map((provider) => ({ provider, model: `${provider}-model`, baseUrl: two.url }));
+    const keys = { WARM_A_API_KEY: 'sk-anthropic-key', WARM_B_API_KEY: 'sk-mistral-key' };
+    const v1 = writeMap({ hot: [route('first', one.url)], warm: warm('anthropic', 'mistral'), cold });
+    app = await listenStack({ ...env(), ...keys });
+    writeMap({ hot: [route('first', one.url)], warm: warm('mistral', 'anthropic'), cold });
+    const res = await reload(app.url);
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error).toContain('anthropic: WARM_A_API_KEY → WARM_B_API_KEY');
+    expect((await health(app.url)).routes_map.version).toBe(v1);
+    writeMap({ hot: [route('first', one.url)], warm: warm('mistral'), cold }); // mistral alone would take anthropic's letter
+    expect((await reload(app.url)).status).toBe(400);
+    await app.stop();
+
+    writeMap({ hot: [route('first', one.url)], warm: warm('anthropic', 'mistral'), cold });
+    const pinned = { WARM_KEY_ANTHROPIC: keys.WARM_A_API_KEY, WARM_KEY_MISTRAL: keys.WARM_B_API_KEY };
+    app = await listenStack({ ...env(), ...pinned });
+    writeMap({ hot: [route('first', one.url)], warm: warm('mistral', 'anthropic'), cold });
+    expect((await reload(app.url)).status).toBe(200);
+    one.always({ kind: 'status', status: 503 });
+    await chat(app.url);
+    const sent = two.received.map((r) => [r.body.model, r.headers.authorization]);
+    expect(sent).toContainEqual(['mistral-model', 'Bearer sk-mistral-key']);
+  });
+
   it('an unchanged route keeps its breaker; a request under way finishes on the routes it started with', async () => {
     writeMap({ hot: [route('dead', two.url), route('slow', one.url)], warm: [], cold });
     app = await listenStack(env());
