@@ -9,13 +9,23 @@
 import { Redis } from 'ioredis';
 import { RedisPause } from './budget';
 import { BullColdQueue } from './cold-queue-redis';
+import { within } from './within';
 
 export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: string) => void): Promise<number> {
   if (!env.QUEUE_STORE_URL) {
     out('QUEUE_STORE_URL is not set: operator commands act on the Redis the gateways use');
     return 2;
   }
-  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
+  // A store that is away is said in one line within seconds, not waited for (and logged) for ever.
+  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: 1, connectTimeout: 5000 });
+  redis.on('error', () => undefined); // the ping's own error says it, once
+  try {
+    await within(redis.ping(), 5000, 'the store at QUEUE_STORE_URL');
+  } catch (error) {
+    redis.disconnect();
+    out(`the store at QUEUE_STORE_URL did not answer: ${(error as Error).message}`);
+    return 1;
+  }
   const pause = new RedisPause(redis, 60_000);
   const queue = new BullColdQueue(redis, env.REDIS_PREFIX || undefined);
   try {

@@ -345,6 +345,13 @@ describe('Cold tier', () => {
     expect(await redis.get('pause_ai_tasks')).toBeNull();
   });
 
+  it('ops with the store away: one line saying so and exit code 1, within seconds (it waited for ever)', async () => {
+    const lines: string[] = [];
+    expect(await ops(['status'], { QUEUE_STORE_URL: 'redis://127.0.0.1:1/0' }, (l) => lines.push(l))).toBe(1);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^the store at QUEUE_STORE_URL did not answer: /);
+  }, 10_000);
+
   it('a client that hangs up is not queued: no job, no notice, the call cancelled and metered CLIENT_CLOSED', async () => {
     const { url, stack } = await up({ worker: false });
     hot.always({ kind: 'hang' });
