@@ -19,10 +19,17 @@ const url = (schemes: string[]) =>
     `expected an absolute ${schemes.map((s) => s.replace(':', '')).join(' or ')} URL`,
   );
 
-const number = (min: number, max: number, whole = false) =>
-  z.coerce.number().refine((n) => Number.isFinite(n) && n >= min && n <= max && (!whole || Number.isInteger(n)), {
-    message: `expected ${whole ? 'a whole number' : 'a number'} from ${min} to ${max}`,
-  });
+/** Decimal text only: Number() reads spaces as 0 (PORT=" " listened on a random port) and 0x1F90 as 8080. */
+const DECIMAL = /^\d+(\.\d+)?$/;
+const number = (min: number, max: number, whole = false) => {
+  const message = `expected ${whole ? 'a whole number' : 'a number'} from ${min} to ${max}`;
+  return z
+    .string()
+    .trim()
+    .regex(DECIMAL, message)
+    .transform(Number)
+    .refine((n) => n >= min && n <= max && (!whole || Number.isInteger(n)), message);
+};
 
 const Env = z.object({
   NODE_ENV: z.string().optional(),
@@ -31,7 +38,7 @@ const Env = z.object({
   /** How long a SIGTERM waits for requests and streams in flight before cutting them. */
   SHUTDOWN_GRACE_MS: number(0, 600_000, true).default(25_000),
   /** `off`: no Cold worker in this process (run `npm run worker`). */
-  WORKER: z.string().default('on'),
+  WORKER: z.enum(['on', 'off']).default('on'),
   ROUTES_FILE: z.string().min(1).optional(),
   SCOPES_FILE: z.string().min(1).default('scopes.yaml'),
   QUEUE_STORE_URL: url(['redis:', 'rediss:']).optional(),

@@ -10,6 +10,7 @@ import type { Admission, Admit } from './admission';
 import { Cancel } from './cancel';
 import type { CallMeter } from './call-meter';
 import { Deadline, type Clock } from './deadline';
+import { trackWork } from './in-flight';
 import { openAiError } from './errors';
 import type { Failover } from './failover';
 import type { IdempotentReplay, ReplayRequest, Served } from './idempotent-replay';
@@ -61,12 +62,19 @@ export interface PipelineDeps {
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
 
 export class Pipeline {
+  /** Requests under way: a stop waits for them (a request cut at shutdown meters its call at its end). */
+  private readonly inFlight = trackWork();
   constructor(private readonly deps: PipelineDeps) {}
 
   /** `replay`: the request's replay identity when it sent an Idempotency-Key. */
   handle(ctx: RequestContext, res: ServerResponse, replay?: ReplayRequest | null): Promise<void | Served> {
-    if (replay && this.deps.replay) return this.deps.replay.guard(replay, ctx, res, () => this.serve(ctx, res));
-    return this.serve(ctx, res);
+    if (replay && this.deps.replay) return this.inFlight.track(this.deps.replay.guard(replay, ctx, res, () => this.serve(ctx, res)));
+    return this.inFlight.track(this.serve(ctx, res));
+  }
+
+  /** Resolves once no request is under way, or after `ms`; true when none is. */
+  idle(ms: number): Promise<boolean> {
+    return this.inFlight.idle(ms);
   }
 
   private async serve(ctx: RequestContext, res: ServerResponse): Promise<Served> {

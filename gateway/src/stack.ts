@@ -64,6 +64,11 @@ export interface Stack {
   cappedProvider: string;
   /** Reloads the routing map (SIGHUP, POST /admin/routes/reload). */
   routes: RoutesReloader;
+  /**
+   * Resolves once no request is in the pipeline (each one's calls metered), or after `ms`; true when
+   * none is. A stop waits for it before `close`: a request whose connection was cut meters its call after.
+   */
+  idle(ms: number): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -205,6 +210,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     redis,
     cappedProvider,
     routes: reloader,
+    idle: (ms) => path.pipeline.idle(ms),
     close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis, fleet, reloader }),
   };
 }

@@ -12,8 +12,8 @@ import { trackRequests } from './shutdown';
 import { createStack } from './stack';
 
 export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Server> {
-  const log = createLogger(env.LOG_LEVEL);
-  const settings = readEnv(env);
+  const settings = readEnv(env); // first: a bad LOG_LEVEL is named like any other bad value
+  const log = createLogger(settings.LOG_LEVEL);
   const stack = await createStack(env, log, { http: true, worker: settings.WORKER !== 'off' });
   const server = await stack.gateway!.listen(settings.PORT);
   const drain = trackRequests(server);
@@ -24,6 +24,12 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
     log.info(`shutting down: finishing requests (up to ${settings.SHUTDOWN_GRACE_MS} ms) and running jobs, flushing meter events`);
     const finished = await drain.close(settings.SHUTDOWN_GRACE_MS);
     if (!finished) log.warn('shutdown: requests still running at the end of the grace period were cut');
+    // A cut request meters its call (CLIENT_CLOSED) only after its connection closes: wait for it
+    // before the meter is closed, or the call goes unbilled. Cut requests only unwind, so 2 s is
+    // ample, and bounded it keeps SIGTERM inside Kubernetes' 30 s (the grace's 25 s + 2 s + closing).
+    const SETTLE_MS = 2_000;
+    if (!(await stack.idle(SETTLE_MS)))
+      log.warn(`shutdown: requests not finished ${SETTLE_MS} ms after being cut; their meter events may be missing`);
     await stack.close();
     process.exit(0);
   };

@@ -4,6 +4,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { readEnv } from '../../gateway/src/env';
 import { keyResolver } from '../../gateway/src/keys';
 import { diffJson } from '../../gateway/src/routes-diff';
 import { loadRoutesMap, parseRoutesMap } from '../../gateway/src/routes-map';
@@ -150,6 +151,21 @@ describe('npm start', () => {
     expect(await new Promise((r) => child.on('exit', r))).toBe(1);
     expect(err).toContain('METER_URL: expected an absolute https or http URL');
     expect(err).toContain('DAILY_CAP_USD: expected a number from 0 to 1000000000, got "-3"');
+  });
+
+  it('a blank or hexadecimal number, a WORKER other than on/off and a bad LOG_LEVEL are each refused by name', async () => {
+    expect(() => readEnv({ PORT: ' ' })).toThrow('PORT: expected a whole number from 0 to 65535');
+    expect(() => readEnv({ PORT: '0x1F90' })).toThrow('PORT: expected a whole number from 0 to 65535, got "0x1F90"');
+    expect(readEnv({ PORT: ' 8081 ', SHUTDOWN_GRACE_MS: '1000' })).toMatchObject({ PORT: 8081, SHUTDOWN_GRACE_MS: 1000 });
+    expect(() => readEnv({ WORKER: 'false' })).toThrow(/WORKER: .*"false"/);
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', LOG_LEVEL: 'verbose' },
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    expect(err).toMatch(/^gateway did not start:\nenvironment:\nLOG_LEVEL: .*"verbose"/);
   });
 
   it('refuses to start on an invalid map, naming the file and path', async () => {

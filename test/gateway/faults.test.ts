@@ -113,7 +113,8 @@ describe('caller text in response headers', () => {
 });
 
 describe('SIGTERM', () => {
-  it('lets the call in flight finish, writes its meter event, then exits 0', async () => {
+  /** A real gateway process (gateway/dist/main.js) on a routing map with `hot` as its one route, writing its events to a CSV. */
+  async function spawnGateway(env: Record<string, string> = {}) {
     const dir = mkdtempSync(join(tmpdir(), 'sigterm-'));
     const routes = join(dir, 'routes.json');
     const csv = join(dir, 'e.csv');
@@ -125,7 +126,6 @@ describe('SIGTERM', () => {
         cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
       }),
     );
-    hot.always({ kind: 'ok', delayMs: 1500, content: 'finished in time' });
     const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
       cwd: root,
       env: {
@@ -135,6 +135,7 @@ describe('SIGTERM', () => {
         METER_CSV_FILE: csv,
         WORKER: 'off',
         SCOPES_FILE: join(dir, 'none.yaml'),
+        ...env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -142,15 +143,55 @@ describe('SIGTERM', () => {
     child.stdout.on('data', (d) => (out += d));
     const exited = new Promise<number | null>((r) => child.on('exit', r));
     const port = await until('the gateway to listen', () => /listening on :(\d+)/.exec(out)?.[1], 10_000);
-    const answer = chat(`http://127.0.0.1:${port}`);
+    /** The CSV's events, each as field → value. */
+    const events = () => {
+      if (!existsSync(csv)) return [];
+      const [header, ...lines] = readFileSync(csv, 'utf8').trim().split('\n');
+      const fields = header.split(',');
+      return lines.map((l) => Object.fromEntries(l.split(',').map((v, i) => [fields[i], v])));
+    };
+    return { child, exited, url: `http://127.0.0.1:${port}`, csv, events, log: () => out };
+  }
+
+  it('lets the call in flight finish, writes its meter event, then exits 0', async () => {
+    hot.always({ kind: 'ok', delayMs: 1500, content: 'finished in time' });
+    const g = await spawnGateway();
+    const answer = chat(g.url);
     await until('the provider to get the call', () => hot.received.length === 1);
-    child.kill('SIGTERM');
+    g.child.kill('SIGTERM');
     const res = await answer;
     expect(res.status).toBe(200);
     expect(res.text).toContain('finished in time');
-    expect(await exited).toBe(0);
-    expect(existsSync(csv)).toBe(true);
-    const lines = readFileSync(csv, 'utf8').trim().split('\n');
+    expect(await g.exited).toBe(0);
+    expect(existsSync(g.csv)).toBe(true);
+    const lines = readFileSync(g.csv, 'utf8').trim().split('\n');
     expect(lines).toHaveLength(2); // header + the call
+  });
+
+  // A call still running when the grace period ends is cut; the provider was called, so it is metered.
+  it.each([
+    ['a stream', { kind: 'stream', chunks: 50, delayMs: 100 } as const, true],
+    ['a whole answer', { kind: 'ok', delayMs: 5000 } as const, false],
+  ])('meters %s cut at the end of the grace period, then exits 0', async (_, behaviour, stream) => {
+    hot.always(behaviour); // 5 s: longer than the grace period
+    const g = await spawnGateway({ SHUTDOWN_GRACE_MS: '1000' });
+    const res = fetch(`${g.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream }),
+    });
+    let reading: Promise<unknown> = res;
+    if (stream) {
+      const reader = (await res).body!.getReader();
+      await reader.read(); // the relay has started
+      reading = (async () => {
+        while (!(await reader.read()).done);
+      })();
+    } else await until('the provider to get the call', () => hot.received.length === 1);
+    g.child.kill('SIGTERM');
+    await reading.catch(() => {}); // cut by the gateway
+    expect(await g.exited).toBe(0);
+    expect(g.log()).toContain('were cut');
+    expect(g.events()).toMatchObject([{ provider: 'openai', error_code: 'CLIENT_CLOSED' }]);
   });
 });
