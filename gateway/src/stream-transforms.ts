@@ -10,6 +10,7 @@
  *   provider reported an error in the stream; a broken one ends with the translation's `response.failed`.
  */
 import type { EventSourceMessage } from 'eventsource-parser';
+import { chatStreamError } from './chat-stream-error';
 import { readUsage, type Usage } from './providers/adapter';
 import { ChatToResponsesStream, sseEvent } from './responses/stream';
 import type { ResponseIds } from './responses/ids';
@@ -53,7 +54,7 @@ export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
       if (e.data === '[DONE]') this.done = !failed;
       // Most chunks carry neither usage nor an error: no parse at all.
       const json = e.data !== '[DONE]' && (e.data.includes('"usage"') || e.data.includes('"error"')) ? parse(e.data) : null;
-      if (json && json.error !== undefined && json.error !== null) failed = true;
+      if (json && chatStreamError(json) !== null) failed = true;
       const usage = json ? readUsage(json.usage) : null;
       if (usage) {
         this.usage = usage;

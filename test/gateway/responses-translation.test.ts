@@ -933,12 +933,16 @@ describe('through the gateway, translated for a chat-only route', () => {
       [errorChunk, 'Upstream overloaded'],
       [openRouter, 'Provider disconnected'],
     ] as const) {
-      provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Hel' }), last, chunk({ content: 'lo' })])] });
+      const usage = { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 1 } };
+      provider.next({
+        kind: 'raw-stream',
+        pieces: [sse([chunk({ role: 'assistant', content: 'Hel' }), last, chunk({ content: 'lo' }), usage])],
+      });
       const seen = await events();
       expect(seen.map((e) => e.sequence_number)).toEqual(seen.map((_, i) => i));
       expect(seen.at(-1)).toMatchObject({ type: 'response.failed', response: { status: 'failed', error: { message } } });
       expect(seen.filter((e) => e.type === 'response.failed' || e.type === 'response.completed')).toHaveLength(1);
-      expect((await lastMeterEvent()).error_code).not.toBe('');
+      expect(await lastMeterEvent()).toMatchObject({ input_tokens: '9', error_code: 'STREAM_INTERRUPTED' }); // the usage after the error kept
 
       provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Hel' }), last])] });
       const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();

@@ -89,6 +89,18 @@ describe('stream framing', () => {
     await gw.meter.flush();
     // "error" in the text is text: a complete answer (UNPRICED: this one reported no usage)
     expect(gw.events().map((e) => e.error_code)).toEqual(['STREAM_INTERRUPTED', 'UNPRICED']);
+    // OpenRouter's way: a choice that finished with "error"; the usage chunk after it still counts.
+    const openRouter = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: {}, finish_reason: 'error' }] })}\n\n`;
+    const usage = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [], usage: { prompt_tokens: 5, completion_tokens: 2 } })}\n\n`;
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(chunk + openRouter + usage + 'data: [DONE]\n\n')] });
+    await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    await gw.meter.flush();
+    expect(
+      gw
+        .events()
+        .map((e) => [e.input_tokens, e.error_code])
+        .at(-1),
+    ).toEqual(['5', 'STREAM_INTERRUPTED']);
   });
 
   it('a Responses stream the provider ends with response.failed is metered as a failure of the route, its usage kept', async () => {

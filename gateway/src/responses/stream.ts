@@ -31,6 +31,7 @@ import type {
   ResponseStreamEvent,
 } from 'openai/resources/responses/responses';
 import { incompleteReason, requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
+import { chatStreamError } from '../chat-stream-error';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
 
 export type { ResponseStreamEvent };
@@ -117,12 +118,13 @@ export class ChatToResponsesStream {
   /** Events for one chat chunk (deltas, function-call argument deltas; the usage chunk is absorbed). */
   push(chunk: unknown): ResponseStreamEvent[] {
     const out = this.start();
-    if (this.ended || !isObject(chunk)) return out;
+    if (!isObject(chunk)) return out;
+    this.readUsage(chunk.usage); // also once ended: a usage chunk may follow a provider's error
+    if (this.ended) return out;
     if (typeof chunk.model === 'string' && chunk.model) this.model = chunk.model;
-    this.readUsage(chunk.usage);
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
     const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
-    const error = providerError(chunk, choice);
+    const error = chatStreamError(chunk);
     if (error !== null) return [...out, ...this.fail(error)];
     if (!isObject(choice)) return out;
     const delta = isObject(choice.delta) ? choice.delta : {};
@@ -323,19 +325,6 @@ export class ChatToResponsesStream {
   private emit<T extends ResponseStreamEvent['type']>(out: ResponseStreamEvent[], event: EventOf<T> & { type: T }): void {
     out.push({ ...event, sequence_number: this.sequence++ } as unknown as ResponseStreamEvent);
   }
-}
-
-/**
- * The error a provider reports inside its chat stream, or null: a chunk `{"error": …}`, or a
- * choice that finished with `error` (OpenRouter's way, with the error beside it).
- */
-function providerError(chunk: Json, choice: unknown): string | null {
-  const error = chunk.error;
-  if (isObject(error) && typeof error.message === 'string' && error.message) return error.message;
-  if (typeof error === 'string' && error) return error;
-  if (error !== undefined && error !== null) return 'the provider reported an error';
-  if (isObject(choice) && choice.finish_reason === 'error') return 'the provider reported an error';
-  return null;
 }
 
 /** One event as SSE text: `event: <type>\ndata: <json>\n\n` (the Responses API names each event). */
