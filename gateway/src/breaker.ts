@@ -160,34 +160,54 @@ export class Breaker {
    * the route: it frees a probe slot and leaves the count of consecutive failures as it was);
    * `held` what is handed back unscored, to be scored by `end` (a stream, once it has ended).
    */
-  async run<T>(
+  run<T>(
     ticket: Ticket,
     call: () => Promise<T>,
     failed: (result: T) => boolean,
     neutral?: (result: T) => boolean,
     held?: (result: T) => boolean,
   ): Promise<T> {
-    let calling: Promise<T> | undefined;
+    if (held) return this.runHeld(ticket, call, failed, held, neutral);
     // A failed answer (a 500, say) is thrown inside opossum so its statistics count it, then
-    // handed back: the caller decides what to do with the answer. A held one keeps opossum's call
-    // open until `end`, so its statistics count it (and time it) by how it ended.
+    // handed back: the caller decides what to do with the answer.
+    const fired = this.circuit.fire(async () => {
+      const r = await call();
+      if (failed(r)) throw new FailedCall(r);
+      return r;
+    });
+    return this.scored(ticket, fired as Promise<T>, neutral);
+  }
+
+  /**
+   * A call whose answer, when `held` says so, goes back at its first byte unscored: opossum's call
+   * stays open until `end` settles it, so its statistics count (and time) it by how it ended.
+   * Any other answer is scored as `run` scores it.
+   */
+  private async runHeld<T>(
+    ticket: Ticket,
+    call: () => Promise<T>,
+    failed: (result: T) => boolean,
+    held: (result: T) => boolean,
+    neutral?: (result: T) => boolean,
+  ): Promise<T> {
+    let calling: Promise<T> | undefined;
     const fired = this.circuit.fire(() =>
       (calling = call()).then((r) => {
         if (failed(r)) throw new FailedCall(r);
-        if (!held?.(r)) return r;
+        if (!held(r)) return r;
         return new Promise<T>((resolve, reject) => (ticket.ended = (ok) => (ok ? resolve(r) : reject(new FailedCall(r)))));
       }),
-    );
+    ) as Promise<T>;
+    // opossum calls the action at once (fire's executor); `ended` is set before `calling` settles here.
+    const r = calling ? await (calling as Promise<T>).catch(ignore) : undefined;
+    if (!ticket.ended) return this.scored(ticket, fired, neutral);
+    fired.catch(ignore); // a failed end, counted by opossum: nothing to wait for
+    return r as T;
+  }
+
+  private async scored<T>(ticket: Ticket, fired: Promise<T>, neutral?: (result: T) => boolean): Promise<T> {
     try {
-      if (held && calling) {
-        // Handed back at its first byte; anything not held goes on as below.
-        const r = await calling.catch(ignore);
-        if (ticket.ended) {
-          fired.catch(ignore); // a failed end, counted by opossum: nothing to wait for
-          return r as T;
-        }
-      }
-      const result = (await fired) as T;
+      const result = await fired;
       if (neutral?.(result)) this.release(ticket);
       else this.record(ticket, true);
       return result;

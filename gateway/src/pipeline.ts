@@ -181,17 +181,23 @@ export class Pipeline {
   private async relayStream(answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel): Promise<Served> {
     headers['content-type'] = 'text/event-stream; charset=utf-8';
     headers['cache-control'] = 'no-cache';
-    // Sent with the first event (relaySse): one write, not two, per stream started.
-    res.writeHead(answer.upstream.status, headers as Record<string, string>);
     const started = performance.now();
-    // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
-    const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer), undefined, (r) => {
-      const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
-      answer.settle({ ok: !r.broken, usage: r.usage, code, relayMs: performance.now() - started });
-      return answer.durable;
-    });
-    this.spent(answer.of.ctx, relay.usage);
-    return relay.broken ? 'broken' : 'complete';
+    try {
+      // Sent with the first event (relaySse): one write, not two, per stream started.
+      res.writeHead(answer.upstream.status, headers as Record<string, string>);
+      // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
+      const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer), undefined, (r) => {
+        const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED';
+        answer.settle({ ok: !r.broken, usage: r.usage, code, relayMs: performance.now() - started });
+        return answer.durable;
+      });
+      this.spent(answer.of.ctx, relay.usage);
+      return relay.broken ? 'broken' : 'complete';
+    } finally {
+      // Whatever went wrong on the way, the call is settled once (a stream's breaker ticket, a
+      // half-open probe among them, is released only here; settling twice does nothing).
+      answer.settle({ ok: false, usage: null, code: gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED' });
+    }
   }
 
   private spent(ctx: RequestContext, usage: Usage | null): void {
