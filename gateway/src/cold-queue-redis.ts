@@ -79,6 +79,13 @@ function view(job: Job<ColdPayload>, state: string): JobView {
   };
 }
 
+/**
+ * How often a job cut mid-run (its worker killed) is taken back and run again: BullMQ's default,
+ * once, dead-lettered a job after two rolling restarts; more would let a job that kills its worker
+ * (out of memory, say) take down one worker after another.
+ */
+const STALLS_TAKEN_BACK = 2;
+
 export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
@@ -168,9 +175,7 @@ export class BullColdQueue implements ColdQueue {
       prefix: this.prefix,
       concurrency: options.concurrency ?? 4,
       name: JOB_NAME,
-      // A job cut mid-run (its worker killed) is taken back and run again as often as it has
-      // attempts: BullMQ's default (once) dead-lettered a job after two rolling restarts.
-      maxStalledCount: JOB_ATTEMPTS,
+      maxStalledCount: STALLS_TAKEN_BACK,
       ...(options.lockMs ? { lockDuration: options.lockMs, stalledInterval: options.lockMs } : {}),
     });
     worker.on('completed', (job) => void job.updateData(answered(job.data)).catch(() => undefined));

@@ -23,14 +23,15 @@ import type { OutboundRequest } from './providers/adapter';
  */
 const H2_STREAMS = 100;
 /**
- * A stream whose provider sends nothing for this long is cut (undici's `bodyTimeout`: the time
- * between body chunks, not counted while our reader holds the connection back). Only a stream is
- * concerned: a whole answer, and a stream before its first byte, are bounded by the attempt's timer.
+ * A stream whose provider sends nothing for this long is cut (undici's `bodyTimeout`, set on a
+ * streamed call only: the time between body chunks, not counted while our reader holds the
+ * connection back). A whole answer, and a stream before its first byte, are bounded by the
+ * attempt's timer, however long a Cold job's time-to-answer makes it.
  */
 const STREAM_IDLE_MS = 60_000;
-function pool(connections: number | null, http2: boolean, idleMs = STREAM_IDLE_MS): Agent {
+let streamIdleMs = STREAM_IDLE_MS;
+function pool(connections: number | null, http2: boolean): Agent {
   return new Agent({
-    bodyTimeout: idleMs,
     keepAliveTimeout: 30_000,
     keepAliveMaxTimeout: 120_000,
     connections,
@@ -45,7 +46,8 @@ let multiplexed = false;
 /** `idleMs` replaces STREAM_IDLE_MS (for tests). */
 export function configureUpstream(options: { connections: number | null; http2: boolean; idleMs?: number }): void {
   const old = agent;
-  agent = pool(options.connections, options.http2, options.idleMs);
+  agent = pool(options.connections, options.http2);
+  streamIdleMs = options.idleMs ?? STREAM_IDLE_MS;
   multiplexed = options.http2;
   void old.close();
 }
@@ -168,7 +170,8 @@ export async function callUpstream(
   let streaming = false;
   try {
     const { origin, path } = target(out.url);
-    const options = { origin, path, method: 'POST' as const, headers: out.headers, body: out.body, idempotent: multiplexed };
+    const bodyTimeout = opts.stream ? streamIdleMs : 0; // 0: none; the attempt's timer bounds a whole answer
+    const options = { origin, path, method: 'POST' as const, headers: out.headers, body: out.body, idempotent: multiplexed, bodyTimeout };
     const answer = await dispatch(options, controller, opts.stream);
     streaming = 'rest' in answer; // the client going away still cancels the rest of the stream
     return { ...answer, latencyMs: performance.now() - started };

@@ -281,12 +281,12 @@ describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
 });
 
 describe('a worker killed mid-job (Redis)', () => {
-  /** A worker in a process of its own (so kill -9 is real), with 0.3 s locks; `hang`: its runs never end. */
+  /** A worker in a process of its own (so kill -9 is real), with 1 s locks; `hang`: its runs never end. */
   function workerProcess(prefix: string, hang: boolean) {
     const source = join(import.meta.dirname, '../../gateway/src/cold-queue-redis.ts');
     const code = `import(${JSON.stringify(source)}).then(({ BullColdQueue }) => {
       const queue = new BullColdQueue(${JSON.stringify(connection)}, ${JSON.stringify(prefix)});
-      queue.work(async () => { console.log('running'); return ${hang} ? new Promise(() => {}) : 'answered'; }, { lockMs: 300 });
+      queue.work(async () => { console.log('running'); return ${hang} ? new Promise(() => {}) : 'answered'; }, { lockMs: 1000 });
     });`;
     const child = spawn(process.execPath, ['--import', 'tsx', '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -295,7 +295,7 @@ describe('a worker killed mid-job (Redis)', () => {
     return { running: () => until(async () => out.includes('running')), kill: () => child.kill('SIGKILL') };
   }
 
-  it('is taken back and run again, also after a second kill (as often as it has attempts)', async () => {
+  it('is taken back and run again, also after a second kill', async () => {
     const prefix = `test-cq-${process.pid}-${++n}`;
     const queue = new BullColdQueue(connection, prefix, { backoffMs: 20 });
     cleanup.push(() => queue.close());

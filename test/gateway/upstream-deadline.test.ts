@@ -45,7 +45,7 @@ describe('a call waiting for a connection (the pool at its cap)', () => {
     const held = call(gw.url, 5000, holder.signal);
     await expect.poll(() => hot.received.length).toBe(1);
     const res = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '500' });
-    expect(res.ms).toBeLessThan(500 + 100); // the deadline plus loopback and scheduling slack
+    expect(res.ms).toBeLessThan(2500); // about its 500 ms; without the bound, the holder's 5 s
     expect(res.status).toBe(504);
     expect(res.json().error.code).toBe('time_to_answer');
     expect(await meterCodes()).toEqual(['TIMEOUT']);
@@ -98,8 +98,8 @@ describe('a provider silent after its first byte', () => {
     expect(res.status).toBe(200);
     expect(res.text).toContain('part0');
     expect(res.text).toContain('"code":"stream_interrupted"');
-    expect(res.ms).toBeLessThan(300 + 1000 + 100); // undici's body timer ticks every ~0.5 s, so up to 1 s late
+    expect(res.ms).toBeLessThan(4000); // 300 ms, late by up to a tick of undici's ~0.5 s body timer; without it, 300 s
     expect(await meterCodes()).toEqual(['STREAM_INTERRUPTED']);
     await expect.poll(() => dropped).toBe(true); // the provider's connection closed
-  }, 5000);
+  }, 10_000);
 });
