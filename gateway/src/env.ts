@@ -5,6 +5,7 @@
  * the routing map are read from the raw environment (their names depend on the map).
  */
 import { z } from 'zod';
+import { parseDecimalText } from '../../schema/event-record';
 import { ConfigError } from './errors';
 
 const url = (schemes: string[]) =>
@@ -19,17 +20,15 @@ const url = (schemes: string[]) =>
     `expected an absolute ${schemes.map((s) => s.replace(':', '')).join(' or ')} URL`,
   );
 
-/** Decimal text only: Number() reads spaces as 0 (PORT=" " listened on a random port) and 0x1F90 as 8080. */
-const DECIMAL = /^\d+(\.\d+)?$/;
-const number = (min: number, max: number, whole = false) => {
-  const message = `expected ${whole ? 'a whole number' : 'a number'} from ${min} to ${max}`;
-  return z
+/** Decimal text only (the record's rule): Number() reads spaces as 0 (PORT=" " listened on a random port) and 0x1F90 as 8080. */
+const number = (min: number, max: number, whole = false) =>
+  z
     .string()
-    .trim()
-    .regex(DECIMAL, message)
-    .transform(Number)
-    .refine((n) => n >= min && n <= max && (!whole || Number.isInteger(n)), message);
-};
+    .transform(parseDecimalText)
+    .refine(
+      (n) => n >= min && n <= max && (!whole || Number.isInteger(n)),
+      `expected ${whole ? 'a whole number' : 'a number'} from ${min} to ${max}`,
+    );
 
 const Env = z.object({
   NODE_ENV: z.string().optional(),

@@ -3,7 +3,7 @@
  * does not go through Express). What Express's json parser did for that path is done here: a
  * 20 MB limit (413), gzip/deflate/br bodies inflated (another coding → 415), a charset other than
  * UTF-8 refused (415) and a leading byte-order mark read past, and a body that is not JSON, by its
- * Content-Type or its text → 400 (the issue: a body that is not a valid request is a 400). Every
+ * Content-Type or its text → 400 (a body that is not a valid request is a 400, never a 500). Every
  * answer is written with one writeHead (headers and length at once).
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
@@ -16,6 +16,7 @@ const MAX_BODY_BYTES = 20 * 1024 * 1024;
  * requests nest a few levels, tool JSON schemas some dozens; 128 leaves them room.
  */
 const MAX_DEPTH = 128;
+const OPENERS = [0x5b, 0x7b]; // [ {
 
 export type BodyResult = { ok: true; value: unknown } | { ok: false; status: 400 | 413 | 415; message: string };
 
@@ -55,6 +56,14 @@ function deeperThan(value: unknown, levels: number): boolean {
   return false;
 }
 
+/** Fewer brackets than levels cannot nest that deep: most bodies skip the walk (this is the hot path). */
+function mayNestDeeper(bytes: Buffer): boolean {
+  let brackets = 0;
+  for (const open of OPENERS)
+    for (let i = bytes.indexOf(open); i !== -1; i = bytes.indexOf(open, i + 1)) if (++brackets > MAX_DEPTH) return true;
+  return false;
+}
+
 function parseBody(bytes: Buffer): BodyResult {
   let text = bytes.toString('utf8');
   // A UTF-8 byte-order mark is read past, as Express's json parser does on the other paths.
@@ -65,7 +74,8 @@ function parseBody(bytes: Buffer): BodyResult {
   } catch {
     return { ok: false, status: 400, message: 'body: expected a JSON object' };
   }
-  if (deeperThan(value, MAX_DEPTH)) return { ok: false, status: 400, message: `body: nested deeper than ${MAX_DEPTH} levels` };
+  if (mayNestDeeper(bytes) && deeperThan(value, MAX_DEPTH))
+    return { ok: false, status: 400, message: `body: nested deeper than ${MAX_DEPTH} levels` };
   return { ok: true, value };
 }
 

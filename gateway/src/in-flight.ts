@@ -1,40 +1,35 @@
 /**
- * Work under way, counted so that a stop can wait for it: a request's pipeline, which meters its
+ * Requests under way, counted so that a stop can wait for them: a request's pipeline meters its
  * call at its end, after its connection closed (a request cut at shutdown still bills its call).
  */
-export interface Work {
-  /** Counts `work` as running until it settles; returns it. */
-  track<T>(work: Promise<T>): Promise<T>;
-  /** Resolves once no tracked work is running, or after `ms`; true when none is. */
-  idle(ms: number): Promise<boolean>;
-}
+export class InFlight {
+  private running = 0;
+  private readonly waiting = new Set<() => void>();
+  private readonly done = () => {
+    if (--this.running === 0) for (const wake of this.waiting) wake();
+  };
 
-export function trackWork(): Work {
-  let running = 0;
-  const waiting = new Set<() => void>();
-  const done = () => {
-    if (--running === 0) for (const wake of waiting) wake();
-  };
-  return {
-    track(work) {
-      running++;
-      work.then(done, done);
-      return work;
-    },
-    async idle(ms) {
-      if (running === 0) return true;
-      return new Promise<boolean>((resolve) => {
-        const wake = () => {
-          clearTimeout(timer);
-          waiting.delete(wake);
-          resolve(true);
-        };
-        const timer = setTimeout(() => {
-          waiting.delete(wake);
-          resolve(false);
-        }, ms);
-        waiting.add(wake);
-      });
-    },
-  };
+  /** Counts `work` as under way until it settles; returns it. */
+  track<T>(work: Promise<T>): Promise<T> {
+    this.running++;
+    work.then(this.done, this.done);
+    return work;
+  }
+
+  /** Resolves once nothing is under way, or after `ms`; true when nothing is. */
+  idle(ms: number): Promise<boolean> {
+    if (this.running === 0) return Promise.resolve(true);
+    return new Promise<boolean>((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.waiting.delete(wake);
+        resolve(true);
+      };
+      const timer = setTimeout(() => {
+        this.waiting.delete(wake);
+        resolve(false);
+      }, ms);
+      this.waiting.add(wake);
+    });
+  }
 }

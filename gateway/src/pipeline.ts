@@ -10,7 +10,7 @@ import type { Admission, Admit } from './admission';
 import { Cancel } from './cancel';
 import type { CallMeter } from './call-meter';
 import { Deadline, type Clock } from './deadline';
-import { trackWork } from './in-flight';
+import { InFlight } from './in-flight';
 import { openAiError } from './errors';
 import type { Failover } from './failover';
 import type { IdempotentReplay, ReplayRequest, Served } from './idempotent-replay';
@@ -63,7 +63,7 @@ const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decisi
 
 export class Pipeline {
   /** Requests under way: a stop waits for them (a request cut at shutdown meters its call at its end). */
-  private readonly inFlight = trackWork();
+  private readonly inFlight = new InFlight();
   constructor(private readonly deps: PipelineDeps) {}
 
   /** `replay`: the request's replay identity when it sent an Idempotency-Key. */

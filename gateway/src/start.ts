@@ -11,6 +11,13 @@ import { createLogger } from './log';
 import { trackRequests } from './shutdown';
 import { createStack } from './stack';
 
+/**
+ * A request cut at the end of the grace meters its call (CLIENT_CLOSED) only after its connection
+ * closed: a stop waits this long for that before the meter closes, or the call goes unbilled. Cut
+ * requests only unwind, so 2 s is ample, and it keeps SIGTERM inside Kubernetes' 30 s (25 + 2 s).
+ */
+const SETTLE_MS = 2_000;
+
 export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Server> {
   const settings = readEnv(env); // first: a bad LOG_LEVEL is named like any other bad value
   const log = createLogger(settings.LOG_LEVEL);
@@ -24,10 +31,6 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
     log.info(`shutting down: finishing requests (up to ${settings.SHUTDOWN_GRACE_MS} ms) and running jobs, flushing meter events`);
     const finished = await drain.close(settings.SHUTDOWN_GRACE_MS);
     if (!finished) log.warn('shutdown: requests still running at the end of the grace period were cut');
-    // A cut request meters its call (CLIENT_CLOSED) only after its connection closes: wait for it
-    // before the meter is closed, or the call goes unbilled. Cut requests only unwind, so 2 s is
-    // ample, and bounded it keeps SIGTERM inside Kubernetes' 30 s (the grace's 25 s + 2 s + closing).
-    const SETTLE_MS = 2_000;
     if (!(await stack.idle(SETTLE_MS)))
       log.warn(`shutdown: requests not finished ${SETTLE_MS} ms after being cut; their meter events may be missing`);
     await stack.close();
