@@ -2,6 +2,7 @@
 // make harmless, through the built bundle: numbers the archive could not store, number text in
 // other bases, formulas behind leading whitespace, line breaks in text, and a stray `calls` field.
 import { describe, expect, it } from 'vitest';
+import { EVENT_FIELDS } from '../../schema/event-record';
 import { restoreText } from '../../schema/csv-cell';
 import { parseCsv } from './csv';
 import { callJson, type FakeTextOutput } from './fakes/platform';
@@ -11,23 +12,7 @@ type Meter = ReturnType<typeof freshMeter>['meter'];
 const spend = (meter: Meter) => callJson(meter, 'doGet', { action: 'spend', token: SECRET });
 /** A cell a spreadsheet would run: a formula trigger after any leading whitespace (NBSP, line breaks included). */
 const LIVE_FORMULA = /^\s*[=+\-@]/;
-const col = (name: string) =>
-  [
-    'event_id',
-    'timestamp',
-    'actor_type',
-    'provider',
-    'model',
-    'region',
-    'input_tokens',
-    'output_tokens',
-    'latency_ms',
-    'cost_usd',
-    'eval_score',
-    'confidence',
-    'job_id',
-    'customer_id',
-  ].indexOf(name);
+const col = (name: (typeof EVENT_FIELDS)[number]) => EVENT_FIELDS.indexOf(name);
 
 describe('numbers the archive can store', () => {
   it('refuses a count above 2^53-1 or a cost of $1e9 or more, naming the event and field; nothing is written', () => {

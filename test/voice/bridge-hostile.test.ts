@@ -32,13 +32,19 @@ const update = (stack: BridgeStack, callSid: string) =>
   stack.twilio.updates.find((u) => u.callSid === callSid) ??
   until<(typeof stack.twilio.updates)[number]>(stack.twilio.events, 'update', (u) => u.callSid === callSid, `a call update for ${callSid}`);
 
+/** Uncaught exceptions while a test runs (the process must never see one); `stop` when done. */
+function watchUncaught() {
+  const seen: unknown[] = [];
+  const onUncaught = (e: unknown) => void seen.push(e);
+  process.on('uncaughtException', onUncaught);
+  return { seen, stop: () => void process.off('uncaughtException', onUncaught) };
+}
+
 describe('phone bridge: hostile input', () => {
   it('JSON that is not an object on a live stream (null, array, number, string, no event) is ignored and logged once; the call goes on and ends cleanly', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});
-    const uncaught: unknown[] = [];
-    const onUncaught = (e: unknown) => void uncaught.push(e);
-    process.on('uncaughtException', onUncaught);
+    const uncaught = watchUncaught();
     try {
       const { call, conn } = await answered(s, 'CAH01');
       for (const text of ['null', '[]', '[{"event":"stop"}]', '5', '"stop"', 'true', '{}', '{"event":null}']) call.ws.send(text);
@@ -51,22 +57,20 @@ describe('phone bridge: hostile input', () => {
       await socketClosed(conn.ws);
       expect(end.record).toMatchObject({ call_id: 'CAH01', ended_reason: 'caller_hangup' });
       expect(s.bridge.liveCalls).toBe(0);
-      expect(uncaught).toEqual([]);
+      expect(uncaught.seen).toEqual([]);
       const warned = s.logs.filter((l) => l.includes('not a JSON object'));
       expect(warned).toHaveLength(1); // once per stream, not once per message
       expect(warned[0]).toContain('CAH01');
       await s.bridge.close(); // nothing left hanging
     } finally {
-      process.off('uncaughtException', onUncaught);
+      uncaught.stop();
     }
   });
 
   it('a fault while handling a stream message ends that call cleanly (record, realtime closed), never the process', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});
-    const uncaught: unknown[] = [];
-    const onUncaught = (e: unknown) => void uncaught.push(e);
-    process.on('uncaughtException', onUncaught);
+    const uncaught = watchUncaught();
     try {
       const { call, conn } = await answered(s, 'CAH05');
       // The fault: the log throws on the line the bridge writes for a malformed message.
@@ -82,9 +86,9 @@ describe('phone bridge: hostile input', () => {
       expect(end.record).toMatchObject({ call_id: 'CAH05', ended_reason: 'bridge_error' });
       expect(s.logs.some((l) => l.startsWith('error') && l.includes('log sink broke'))).toBe(true);
       expect(s.bridge.liveCalls).toBe(0);
-      expect(uncaught).toEqual([]);
+      expect(uncaught.seen).toEqual([]);
     } finally {
-      process.off('uncaughtException', onUncaught);
+      uncaught.stop();
     }
   });
 
