@@ -127,10 +127,26 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
           result.message = `Slack answered HTTP ${code}; the alert will be retried on the next run`;
         }
       } catch (error) {
-        result.message = `posting the alert failed (${error instanceof Error ? error.message.replace(webhook, '<webhook>') : 'error'}); it will be retried on the next run`;
+        result.message = `posting the alert failed (${withoutWebhook(errorText(error), webhook)}); it will be retried on the next run`;
       }
     }
   }
   svc.log(`checkSpendCaps: ${result.message}`);
   return result;
+}
+
+/** An error's message, whatever realm it came from (a plain `instanceof Error` misses some). */
+const errorText = (error: unknown): string => String((error as { message?: unknown } | null)?.message ?? error);
+
+/**
+ * The text without the webhook: the URL's path is its secret (Slack's `/services/T…/B…/…`), so
+ * every URL goes, and every segment of the path wherever it appears (an error may quote it whole,
+ * twice, or cut).
+ */
+function withoutWebhook(text: string, webhook: string): string {
+  let out = text.replace(/https?:\/\/\S+/g, '<webhook>');
+  // No URL class in Apps Script: the path is what follows the host.
+  const path = webhook.replace(/^https?:\/\/[^/]*/, '').split(/[?#]/)[0];
+  for (const segment of path.split('/').filter((p) => p.length >= 3)) out = out.split(segment).join('<secret>');
+  return out;
 }

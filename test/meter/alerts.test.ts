@@ -1,5 +1,6 @@
 // Cap alerts (checkSpendCaps): the built bundle in node:vm, with a clock the tests control.
 // One describe per feature: long because each behaviour is a short test of its own.
+import { runInContext, type Context } from 'node:vm';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { Bundle, FakePlatform } from './fakes/platform';
 import { WEBHOOK, freshMeter, post, setConfig } from './maintenance-setup';
@@ -68,10 +69,13 @@ describe('checkSpendCaps', () => {
     post(meter, { cost_usd: 2 });
     platform.urlFetch.respond = () => ({ code: 500 });
     expect(meter.checkSpendCaps()).toMatch(/HTTP 500.*retried/);
+    // Thrown as Apps Script throws: an Error of the script's own realm (the bundle's context here).
+    const ScriptError = runInContext('Error', meter as unknown as Context) as ErrorConstructor;
     platform.urlFetch.respond = () => {
-      throw new Error(`Address unavailable: ${WEBHOOK}`);
+      throw new ScriptError(`Address unavailable: ${WEBHOOK} (retried ${WEBHOOK}; path ${new URL(WEBHOOK).pathname.slice(0, 30)})`);
     };
     expect(meter.checkSpendCaps()).toMatch(/failed.*retried/);
+    expect(platform.logs.join('\n')).not.toContain('/services/'); // the webhook's secret path, whole or cut
     platform.urlFetch.respond = () => ({ code: 200 });
     expect(meter.checkSpendCaps()).toMatch(/alert posted/);
     expect(meter.checkSpendCaps()).toMatch(/already alerted/);
