@@ -10,7 +10,7 @@ function sameSecret(a: string, b: string): boolean {
 /** Bearer-token guard; no token configured means the endpoints are closed (never open by default). */
 export function bearerGuard(token: string | undefined): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
-    const sent = /^Bearer (.+)$/.exec(req.get('authorization') ?? '')?.[1];
+    const sent = /^Bearer +(.+)$/i.exec(req.get('authorization') ?? '')?.[1]?.trim(); // any case (RFC 9110), as client keys
     if (!token || !sent || !sameSecret(sent, token)) {
       res.status(401).json({ error: 'unauthorized: send Authorization: Bearer <token>' });
       return;

@@ -229,6 +229,9 @@ describe('failover', () => {
         body: JSON.stringify(body),
       });
     expect((await put({ enable_warm_fallback: false }, 'wrong')).status).toBe(401);
+    const health = (authorization: string) => fetch(`${gw!.url}/health`, { headers: { authorization } }).then((r) => r.status);
+    expect(await health(`bearer ${ADMIN}`)).toBe(200); // the scheme is case-insensitive (RFC 9110), as for client keys
+    expect(await health(`Basic ${ADMIN}`)).toBe(401);
     expect((await put({ enable_warm_fallback: 'no' })).status).toBe(400);
     expect((await put({ enable_warm_fallback: false })).status).toBe(200);
     expect((await chat(gw.url, undefined, { 'x-time-to-answer-ms': '3000' })).status).toBe(503);
