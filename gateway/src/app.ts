@@ -91,7 +91,6 @@ export function createGateway(opts: GatewayOptions): Gateway {
   // Before the parser too: any other /v1 request without a valid key is refused unread.
   if (opts.auth) app.use('/v1', keyGuard(opts.auth));
   mountModels(app, routes, opts.flags);
-  app.use(express.json({ limit: '20mb' }));
 
   mountOperator(app, admin, opts);
   opts.extend?.(app, { admin });

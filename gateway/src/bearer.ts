@@ -1,14 +1,26 @@
 /** Bearer-token checks for operator and voice endpoints: constant-time, and closed when no token is configured. */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 
 function sameSecret(a: string, b: string): boolean {
   const h = (s: string) => createHash('sha256').update(s).digest();
   return timingSafeEqual(h(a), h(b));
 }
 
-/** Bearer-token guard; no token configured means the endpoints are closed (never open by default). */
+/** JSON bodies of the operator and voice endpoints (the OpenAI endpoints read their own, http-io.ts). */
+const jsonBody = express.json({ limit: '20mb' });
+
+/**
+ * Bearer-token guard; no token configured means the endpoints are closed (never open by default).
+ * Only a caller it lets in has its JSON body read: nobody without the token gets a 20 MB parse,
+ * and a path that does not exist answers 404 whatever its body.
+ */
 export function bearerGuard(token: string | undefined): RequestHandler {
+  const guard = tokenGuard(token);
+  return (req, res, next) => guard(req, res, (error?: unknown) => (error ? next(error) : jsonBody(req, res, next)));
+}
+
+function tokenGuard(token: string | undefined): RequestHandler {
   return (req: Request, res: Response, next: NextFunction) => {
     const sent = /^Bearer +(.+)$/i.exec(req.get('authorization') ?? '')?.[1]?.trim(); // any case (RFC 9110), as client keys
     if (!token || !sent || !sameSecret(sent, token)) {

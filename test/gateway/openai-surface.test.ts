@@ -196,5 +196,9 @@ describe('GET /v1/models and errors', () => {
     expect(await bad.json()).toMatchObject({ error: { type: 'invalid_request_error' } });
     const operator = await fetch(`${gw.url}/nothing-here`);
     expect(operator.headers.get('content-type')).toMatch(/json/);
+    // A body is read only for a caller let in: an unknown path is a 404 and a wrong token a 401, whatever the body.
+    const junk = { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"not json' };
+    expect((await fetch(`${gw.url}/nothing-here`, junk)).status).toBe(404);
+    expect((await fetch(`${gw.url}/admin/flags`, { ...junk, method: 'PUT' })).status).toBe(401);
   });
 });
