@@ -4,8 +4,8 @@
  * One rule for the chat stream passed through and for its Responses translation: either way the
  * call failed, though the stream may end properly after it.
  */
+import { isObject } from './json-object';
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 const REPORTED = 'the provider reported an error';
 
 export function chatStreamError(chunk: Json): string | null {

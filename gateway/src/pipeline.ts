@@ -68,8 +68,9 @@ export class Pipeline {
 
   /** `replay`: the request's replay identity when it sent an Idempotency-Key. */
   handle(ctx: RequestContext, res: ServerResponse, replay?: ReplayRequest | null): Promise<void | Served> {
-    if (replay && this.deps.replay) return this.inFlight.track(this.deps.replay.guard(replay, ctx, res, () => this.serve(ctx, res)));
-    return this.inFlight.track(this.serve(ctx, res));
+    const work: Promise<void | Served> =
+      replay && this.deps.replay ? this.deps.replay.guard(replay, ctx, res, () => this.serve(ctx, res)) : this.serve(ctx, res);
+    return this.inFlight.track(work);
   }
 
   /** Resolves once no request is under way, or after `ms`; true when none is. */

@@ -7,9 +7,9 @@
 import type { ResponseFunctionToolCall, ResponseOutputItem, ResponseOutputMessage } from 'openai/resources/responses/responses';
 import { incompleteReason, requestedModel, responseObject, responseUsage } from './envelope';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
+import { isObject } from '../json-object';
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** Chat message content as text: a string, or (some providers) a list of text parts. */
 function textOf(content: unknown): string {

@@ -8,6 +8,7 @@
  */
 import type { Response, ResponseOutputItem, ResponseUsage } from 'openai/resources/responses/responses';
 import { unixSeconds, type ResponseIds } from './ids';
+import { isObject } from '../json-object';
 
 /** A Response as the API sends it (without the SDK's computed `output_text`). */
 export type ResponseObject = Omit<Response, 'output_text'>;
@@ -21,7 +22,6 @@ export interface ResponseState {
   error?: { code: 'server_error'; message: string };
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
 
 /** Why a chat answer stopped, as the Responses API says it: only `length` and `content_filter` leave it incomplete. */

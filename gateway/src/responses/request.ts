@@ -50,6 +50,7 @@
  *   stateless conversation (`store: false`, reasoning passed back) that fails over from a route
  *   offering the Responses API.
  */
+import { isObject } from '../json-object';
 
 export type Refusal = {
   ok: false;
@@ -80,7 +81,6 @@ const refuse = (code: Refusal['code'], param: string | null, message: string): n
 const unsupported = (param: string, message: string) => refuse('unsupported_parameter', param, message);
 const invalid = (param: string, message: string) => refuse('invalid_value', param, message);
 
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isSet = (v: unknown) => v !== undefined && v !== null;
 
 /** Checks an optional field's type: absent or null passes; anything else must satisfy `ok`. */

@@ -33,11 +33,11 @@ import type {
 import { incompleteReason, requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
 import { chatStreamError } from '../chat-stream-error';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
+import { isObject } from '../json-object';
 
 export type { ResponseStreamEvent };
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
 
 type ItemStatus = 'in_progress' | 'completed' | 'incomplete';

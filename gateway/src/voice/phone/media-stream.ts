@@ -11,6 +11,7 @@ import { z } from 'zod';
 import type { CallSession } from './call-session';
 import type { TwilioMessage } from './call-types';
 import type { TwilioAuth } from './twilio-auth';
+import { isObject } from '../../json-object';
 
 const Start = z.object({
   event: z.literal('start'),
@@ -30,8 +31,6 @@ interface Stream {
   session: CallSession | null;
   warned: boolean;
 }
-
-const isObject = (m: unknown): m is Record<string, unknown> => typeof m === 'object' && m !== null && !Array.isArray(m);
 
 export class MediaStreams {
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 256 * 1024 });

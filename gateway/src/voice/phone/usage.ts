@@ -6,6 +6,7 @@
  * response (which would blind it to the turn and its cost). Fields the bridge does not use are left out.
  */
 import { MAX_AUDIO_TOKENS } from '../spend-guard';
+import { isObject } from '../../json-object';
 
 export interface Usage {
   input_tokens?: number;
@@ -23,7 +24,6 @@ const COUNTS = [
 ];
 
 type Obj = Record<string, unknown>;
-const isObject = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isCount = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= MAX_AUDIO_TOKENS;
 
 /** The cleaned usage (undefined when none was reported) and what was dropped, `field=value`. */
