@@ -68,9 +68,17 @@ interface AttemptOf {
 /** `cancelled`: our client went away during the call; neither a success nor a failure of the route. */
 type CallResult = { kind: 'ok' | 'client_error' | 'failure' | 'cancelled'; answer?: UpstreamAnswer; error?: UpstreamError; code: string };
 
-function classifyAnswer(answer: UpstreamAnswer): CallResult {
+/**
+ * A 2xx answer to a streamed request that is not an event stream (a provider that ignores
+ * `stream: true`, or a proxy's page) cannot be relayed as one: a failure of the route, not retried
+ * there (it would answer the same way), so the next route streams instead.
+ */
+const NOT_A_STREAM = 'NOT_A_STREAM';
+
+function classifyAnswer(answer: UpstreamAnswer, stream: boolean): CallResult {
   const s = answer.status;
-  if (s >= 200 && s < 300) return { kind: 'ok', answer, code: '' };
+  if (s >= 200 && s < 300)
+    return stream && !answer.rest ? { kind: 'failure', answer, code: NOT_A_STREAM } : { kind: 'ok', answer, code: '' };
   if (s === 408 || s === 429 || s >= 500 || s === 401 || s === 403) return { kind: 'failure', answer, code: String(s) };
   return { kind: 'client_error', answer, code: String(s) };
 }
@@ -79,7 +87,7 @@ function classifyAnswer(answer: UpstreamAnswer): CallResult {
 const streamed = (r: CallResult) => r.answer?.rest !== undefined;
 
 const metricOutcome = (r: CallResult) =>
-  r.kind === 'ok' ? 'ok' : r.kind === 'client_error' ? 'client_error' : r.error ? r.code.toLowerCase() : `http_${r.code}`;
+  r.kind === 'ok' ? 'ok' : r.kind === 'client_error' ? 'client_error' : /^\d+$/.test(r.code) ? `http_${r.code}` : r.code.toLowerCase();
 
 export class Failover {
   private set: RouteSet;
@@ -114,7 +122,7 @@ export class Failover {
     const signal = o.signal;
     const timeoutMs = Math.min(ATTEMPT_TIMEOUT_MS, deadline.remaining() - FALLBACK_RESERVE_MS);
     try {
-      return classifyAnswer(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }));
+      return classifyAnswer(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }), ctx.stream);
     } catch (error) {
       if (error instanceof UpstreamError)
         return { kind: error.code === 'CLIENT_CLOSED' ? 'cancelled' : 'failure', error, code: error.code } as CallResult;
@@ -167,7 +175,7 @@ export class Failover {
         }
         failed(result.code);
         if (result.kind === 'client_error') return { kind: 'client_error', route, model: config.model, attempts, upstream: result.answer! };
-        lastError = `${route.label}: ${result.error ? result.error.message : `HTTP ${result.code}`}`;
+        lastError = `${route.label}: ${result.error ? result.error.message : result.code === NOT_A_STREAM ? 'not an event stream' : `HTTP ${result.code}`}`;
         const wait = this.retryWait(result, n, ticket.probe, deadline);
         if (wait === null) break;
         await sleep(wait, options.signal);
@@ -181,7 +189,7 @@ export class Failover {
   /** How long to wait before retrying the same route; null to move on to the next route now. */
   private retryWait(result: CallResult, n: number, probe: boolean, deadline: Deadline): number | null {
     const status = result.answer?.status;
-    if (probe || status === 401 || status === 403 || n === RETRY.attempts) return null;
+    if (probe || status === 401 || status === 403 || result.code === NOT_A_STREAM || n === RETRY.attempts) return null;
     const wait = retryAfterMs(result.answer?.headers['retry-after'], Date.now()) ?? backoffMs(n, this.deps.random);
     // Wait only if an attempt still fits afterwards.
     return wait > deadline.remaining() - MIN_ATTEMPT_MS - FALLBACK_RESERVE_MS ? null : wait;

@@ -93,12 +93,17 @@ function classify(error: unknown, timedOut: boolean): UpstreamError {
   return new UpstreamError(e?.code ?? e?.message ?? 'network error', 'PROVIDER_DOWN');
 }
 
+/** An event stream, or a stream that does not say what it is; anything else is read whole. */
+function eventStream(type: string | string[] | undefined): boolean {
+  return type === undefined || (typeof type === 'string' && /^\s*text\/event-stream\s*(;|$)/i.test(type));
+}
+
 type Answered = Pick<UpstreamAnswer, 'status' | 'headers'> & ({ body: Buffer } | { first: Buffer; rest: BodyQueue });
 
 /**
  * One call straight on undici's dispatcher. A whole answer is collected as it comes; a streamed 2xx
- * answer resolves with its first chunk and a BodyQueue for the rest (any other status is read
- * whole). `agent.request` would wrap each call in an async resource and a Readable stream: about
+ * answer that is an event stream resolves with its first chunk and a BodyQueue for the rest (any
+ * other answer is read whole: failover.ts decides what a whole answer to a stream is). `agent.request` would wrap each call in an async resource and a Readable stream: about
  * 8 % of the gateway's instructions per request on the hot path, and more per stream and chunk.
  */
 function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, stream: boolean): Promise<Answered> {
@@ -122,7 +127,7 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
       onResponseStart(_controller, statusCode, responseHeaders) {
         status = statusCode;
         headers = responseHeaders;
-        streamed = stream && status >= 200 && status < 300;
+        streamed = stream && status >= 200 && status < 300 && eventStream(headers['content-type']);
       },
       onResponseData(controller, chunk) {
         if (!streamed) chunks.push(chunk);

@@ -118,6 +118,7 @@ describe('breaker per route: streams, scored by how they end', () => {
   it('a stream the provider cuts mid-way is one failure: the 5th in a row opens the breaker', async () => {
     gw = await startGateway(mapOf([hot.url], [warm.url]), { breaker: {} });
     hot.always(CUT);
+    warm.always({ kind: 'stream' });
     for (let i = 0; i < 5; i++) expect((await stream()).text).toContain('"code":"stream_interrupted"');
     expect(route().breaker.state()).toBe('open');
     expect(route().health.snapshot(route().breaker)).toMatchObject({ last_20: [0, 0, 0, 0, 0], error_rate: 1, calls_last_minute: 5 });

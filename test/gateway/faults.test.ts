@@ -84,6 +84,36 @@ describe('a client that reads slowly', () => {
   });
 });
 
+describe('a provider that answers a streamed request with a whole answer', () => {
+  it('counts it as a failure of that route and streams from the next one, without retrying the first', async () => {
+    const warm = await new FakeProvider().start();
+    try {
+      gw = await startGateway(mapOf([hot.url], [warm.url]));
+      hot.always({ kind: 'ok', content: 'a whole answer' }); // 200 application/json to stream: true
+      warm.always({ kind: 'stream', chunks: 3 });
+      const res = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
+      expect(res.headers.get('x-route-tier')).toBe('warm');
+      const events = res.text.split('\n\n').filter(Boolean);
+      expect(events.at(-1)).toBe('data: [DONE]');
+      const text = events
+        .slice(0, -1)
+        .map((e) => JSON.parse(e.slice('data: '.length)).choices[0]?.delta.content ?? '')
+        .join('');
+      expect(text).toBe('part0 part1 part2');
+      expect(hot.received).toHaveLength(1);
+      const failed = await until("the failed call's meter event", async () => {
+        await gw!.meter.flush();
+        return gw!.events().find((e) => e.provider === 'openai');
+      });
+      expect(failed?.error_code).toBe('NOT_A_STREAM');
+    } finally {
+      await warm.stop();
+    }
+  });
+});
+
 describe('caller text in response headers', () => {
   it('a model name that is not a valid header value still gets its 202 when queued, the name percent-encoded', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'faults-'));

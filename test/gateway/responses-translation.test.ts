@@ -972,7 +972,7 @@ describe('through the gateway, translated for a chat-only route', () => {
   });
 
   it('a chat stream cut mid-way ends with a numbered response.failed that keeps what arrived', async () => {
-    provider.next({ kind: 'stream', chunks: 5, cutAfter: 2 });
+    provider.next({ kind: 'stream', chunks: 5, cutAfter: 2, delayMs: 20 }); // its first bytes surely arrive before the cut
     const seen = await events();
     expect(seen.map((e) => e.sequence_number)).toEqual(seen.map((_, i) => i));
     expect(seen.at(-1)).toMatchObject({ type: 'response.failed', response: { status: 'failed', error: { code: 'server_error' } } });
