@@ -4,6 +4,10 @@
  * reaches a chat-only route translated (responses/); an embeddings request goes only to routes
  * that serve embeddings of the very model asked for (another model's vectors are useless to the
  * caller's index). Bodies are made once per request and API, not once per attempt.
+ *
+ * A translated request names its output limit `max_completion_tokens` (OpenAI's name, the only one
+ * its reasoning models take) on a route of kind `openai`, and `max_tokens` on any other kind: the
+ * name every OpenAI-compatible chat provider knows, where some refuse the newer one.
  */
 import type { RequestContext, ApiKind } from './request-context';
 import type { Route } from './route';
@@ -16,7 +20,8 @@ export interface CallPlan {
 
 /** A request's bodies per provider API, made on first use. */
 export class CallPlanner {
-  private readonly bodies = new Map<ApiKind, Record<string, unknown> | null>();
+  /** By API, and for a translated request by the name of its output limit too. */
+  private readonly bodies = new Map<string, Record<string, unknown> | null>();
   constructor(private readonly ctx: RequestContext) {}
 
   /**
@@ -29,21 +34,26 @@ export class CallPlanner {
       return route.apis.has('embeddings') && model === ctx.body.model ? this.plan('embeddings') : null;
     }
     if (route.apis.has(ctx.api)) return this.plan(ctx.api);
-    if (ctx.api === 'responses' && route.apis.has('chat') && ctx.asChat) return this.plan('chat');
+    if (ctx.api === 'responses' && route.apis.has('chat') && ctx.asChat) return this.plan('chat', route.config.provider !== 'openai');
     return null;
   }
 
-  private plan(api: ApiKind): CallPlan | null {
-    if (!this.bodies.has(api)) this.bodies.set(api, this.bodyFor(api));
-    const body = this.bodies.get(api)!;
+  private plan(api: ApiKind, maxTokens = false): CallPlan | null {
+    const key = maxTokens ? `${api}:max_tokens` : api;
+    if (!this.bodies.has(key)) this.bodies.set(key, this.bodyFor(api, maxTokens));
+    const body = this.bodies.get(key)!;
     return body ? { api, body } : null;
   }
 
-  private bodyFor(api: ApiKind): Record<string, unknown> | null {
+  private bodyFor(api: ApiKind, maxTokens: boolean): Record<string, unknown> | null {
     const { ctx } = this;
     const translated = api === 'chat' && ctx.api === 'responses';
     const body: Record<string, unknown> = translated ? { ...ctx.asChat! } : { ...ctx.body };
     if (translated) {
+      if (maxTokens && 'max_completion_tokens' in body) {
+        body.max_tokens = body.max_completion_tokens;
+        delete body.max_completion_tokens;
+      }
       // This call's `stream` decides, not the client's: the Cold worker runs a streamed request whole.
       delete body.stream;
       delete body.stream_options;

@@ -162,10 +162,6 @@ describe('responsesToChat', () => {
         stream_options: { include_usage: true },
       },
     });
-    expect(responsesToChat({ input: 'Hi', max_output_tokens: 5 }, { maxTokensField: 'max_tokens' })).toEqual({
-      ok: true,
-      chat: { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5 },
-    });
   });
 
   it('translates message items: roles, text and image parts, and assistant output messages', () => {
@@ -921,6 +917,25 @@ describe('through the gateway, translated for a chat-only route', () => {
     await gw.meter.flush();
     return gw.events().at(-1)!;
   };
+
+  it('the output limit is max_tokens for a chat provider of another kind, max_completion_tokens for an OpenAI chat-only route', async () => {
+    await client().responses.create({ model: 'gpt-4o-mini', input: 'hi', max_output_tokens: 50 });
+    expect(provider.received[0].body).toMatchObject({ max_tokens: 50 });
+    expect(provider.received[0].body).not.toHaveProperty('max_completion_tokens');
+
+    const openAiChat = await startGateway({
+      ...mapOf([]),
+      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: provider.url, apis: ['chat'] }],
+    });
+    try {
+      const viaOpenAi = new OpenAI({ baseURL: `${openAiChat.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      await viaOpenAi.responses.create({ model: 'gpt-4o-mini', input: 'hi', max_output_tokens: 50 });
+      expect(provider.received[1]).toMatchObject({ path: '/v1/chat/completions', body: { max_completion_tokens: 50 } });
+      expect(provider.received[1].body).not.toHaveProperty('max_tokens');
+    } finally {
+      await openAiChat.close();
+    }
+  });
 
   it('an error inside the chat stream ends the response as failed with the provider message, metered as a failure', async () => {
     const errorChunk = { error: { message: 'Upstream overloaded', type: 'server_error', code: 503 } };

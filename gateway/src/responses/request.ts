@@ -16,7 +16,8 @@
  * - `tools` of type `function` (flat) → chat's nested `{type: 'function', function: {…}}`.
  * - `tool_choice`: `auto`/`none`/`required`, `{type: 'function', name}`, and `allowed_tools`
  *   (function tools only: chat gets just those tools and the mode as its tool_choice).
- * - `max_output_tokens` → `max_completion_tokens` (or `max_tokens`, see TranslateOptions);
+ * - `max_output_tokens` → `max_completion_tokens` (OpenAI's name; call-plan.ts gives other
+ *   provider kinds `max_tokens`);
  *   `temperature`, `top_p`, `parallel_tool_calls` (with tools only: chat refuses it without),
  *   `user`, `safety_identifier` as they are; `reasoning.effort` → `reasoning_effort`;
  *   `text.format` json_schema / json_object → `response_format`; `text.verbosity` → `verbosity`.
@@ -60,11 +61,6 @@ export type Refusal = {
 };
 
 export type ChatTranslation = { ok: true; chat: Record<string, unknown> } | Refusal;
-
-export interface TranslateOptions {
-  /** The chat field for `max_output_tokens`: OpenAI's current name (default), or the older one some providers still require. */
-  maxTokensField?: 'max_completion_tokens' | 'max_tokens';
-}
 
 type Json = Record<string, unknown>;
 type ChatMessage = Json & { role: string };
@@ -130,16 +126,16 @@ const REFUSED_WHEN_SET: Record<string, string> = {
   moderation: 'a chat provider gives no moderation results',
 };
 
-export function responsesToChat(body: Record<string, unknown>, options: TranslateOptions = {}): ChatTranslation {
+export function responsesToChat(body: Record<string, unknown>): ChatTranslation {
   try {
-    return { ok: true, chat: translate(body, options) };
+    return { ok: true, chat: translate(body) };
   } catch (error) {
     if (error instanceof Refused) return error.refusal;
     throw error;
   }
 }
 
-function translate(body: Json, options: TranslateOptions): Json {
+function translate(body: Json): Json {
   if (!isObject(body)) return invalid('body', 'The request body must be a JSON object.');
   for (const key of Object.keys(body)) {
     if (key in REFUSED_WHEN_SET) {
@@ -168,7 +164,7 @@ function translate(body: Json, options: TranslateOptions): Json {
     if (tools.choice !== undefined) chat.tool_choice = tools.choice;
     if (isSet(body.parallel_tool_calls)) chat.parallel_tool_calls = body.parallel_tool_calls;
   }
-  if (isSet(body.max_output_tokens)) chat[options.maxTokensField ?? 'max_completion_tokens'] = body.max_output_tokens;
+  if (isSet(body.max_output_tokens)) chat.max_completion_tokens = body.max_output_tokens;
   for (const key of ['temperature', 'top_p', 'user', 'safety_identifier'] as const) if (isSet(body[key])) chat[key] = body[key];
   Object.assign(chat, reasoning(body.reasoning), text(body.text));
   if (body.stream === true) {
