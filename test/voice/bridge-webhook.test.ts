@@ -15,6 +15,7 @@ import { API_KEY } from './peers/realtime-peer';
 import { brain } from './peers/script';
 import { until } from './peers/wait';
 import { TEST_REDIS_URL } from '../redis-db';
+import { TwilioAuth } from '../../gateway/src/voice/phone/twilio-auth';
 
 let s: BridgeStack | null = null;
 afterEach(async () => {
@@ -77,6 +78,31 @@ describe('phone bridge: Twilio webhooks and the media stream door', () => {
     expect(s.bridge.liveCalls).toBe(1);
     call.hangUp();
     await s.endOf('CA0203');
+  });
+
+  it('a ticket opens one stream, soon after its call was answered: a replayed or old ticket opens nothing', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const answer = await s.twilio.placeCall(form('CA0204'));
+    const call = await s.twilio.openStream('CA0204', answer);
+    await until(s.realtime, 'connection');
+    call.hangUp();
+    await s.endOf('CA0204');
+    // The same signed handshake and ticket again, after the call ended: no second session.
+    const replayed = await s.twilio.openStream('CA0204', answer);
+    expect(await until<{ code: number; reason: string }>(replayed, 'closed')).toEqual({
+      code: 1008,
+      reason: 'this call already had its stream',
+    });
+    // A ticket this gateway gave eleven minutes ago, never used.
+    const then = Date.now() - 11 * 60_000;
+    const old = new TwilioAuth(AUTH_TOKEN, PUBLIC_URL, 'wss://voice.example.test/twilio/media', () => then).ticket('CA0205');
+    const late = await s.twilio.openStream('CA0205', answer, { ticket: old });
+    expect(await until<{ code: number; reason: string }>(late, 'closed')).toEqual({
+      code: 1008,
+      reason: 'not a call this gateway answered',
+    });
+    expect(s.realtime.attempts).toBe(1);
   });
 
   it('a status callback: signature checked; a completed call ends its live session and writes the record', async () => {

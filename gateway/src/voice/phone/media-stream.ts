@@ -2,7 +2,9 @@
  * `wss://…/twilio/media`: Twilio Media Streams. The handshake must carry a valid
  * `X-Twilio-Signature` (else `403`, no socket); then `connected`, and `start` within 10 s, whose
  * CallSid must come with the ticket our webhook gave that call (else the socket is closed with
- * 1008 and nothing starts: no realtime connection, no cost). One stream per call at a time.
+ * 1008 and nothing starts: no realtime connection, no cost). One stream per call: a ticket
+ * already used on this instance opens nothing (a replayed handshake and `start`), and every ticket
+ * expires (twilio-auth.ts), so no instance takes one for long.
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -10,8 +12,9 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { z } from 'zod';
 import type { CallSession } from './call-session';
 import type { TwilioMessage } from './call-types';
-import type { TwilioAuth } from './twilio-auth';
+import { TICKET_TTL_MS, type TwilioAuth } from './twilio-auth';
 import { isObject } from '../../json-object';
+import { ExpiringMap } from '../expiring-map';
 
 const Start = z.object({
   event: z.literal('start'),
@@ -35,6 +38,8 @@ interface Stream {
 export class MediaStreams {
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 256 * 1024 });
   readonly live = new Map<string, CallSession>();
+  /** Calls that had their stream here, for as long as their ticket could come back. */
+  private readonly streamed = new ExpiringMap<true>();
 
   constructor(
     private readonly deps: {
@@ -111,10 +116,12 @@ export class MediaStreams {
       ws.close(1008, 'not a call this gateway answered');
       return null;
     }
-    if (this.live.has(start.callSid)) {
-      ws.close(1008, 'this call already has a stream');
+    if (this.live.has(start.callSid) || this.streamed.get(start.callSid)) {
+      this.deps.log.warn(`twilio media: refused a second stream for call ${start.callSid}`);
+      ws.close(1008, 'this call already had its stream');
       return null;
     }
+    this.streamed.set(start.callSid, true, TICKET_TTL_MS / 1000);
     const session = this.deps.create(start, ws);
     this.live.set(start.callSid, session);
     return session;

@@ -6,21 +6,28 @@
  *   the default port, as Twilio may sign either).
  * - The media stream's WebSocket handshake: the same header over the `wss://` URL and no
  *   parameters (Twilio signs WebSocket requests that way).
- * - The stream's ticket: the webhook that answered a call puts HMAC(auth token, CallSid) in the
- *   `<Stream>`'s parameters; Twilio hands it back in the `start` message. A stream whose ticket does
- *   not match its CallSid was not answered by us (or not by any instance sharing this auth token,
- *   so it works behind a load balancer without shared state), and is refused before anything
- *   starts.
+ * - The stream's ticket: the webhook that answered a call puts its time and HMAC(auth token,
+ *   CallSid and that time) in the `<Stream>`'s parameters; Twilio hands it back in the `start`
+ *   message. A stream whose ticket does not match its CallSid was not answered by us (or not by any
+ *   instance sharing this auth token, so it works behind a load balancer without shared state), and
+ *   is refused before anything starts; so is a ticket older than TICKET_TTL_MS (Twilio opens the
+ *   stream as soon as it reads the answer: an old ticket is a replayed one). media-stream.ts takes
+ *   each ticket once.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { validateRequest } from 'twilio/lib/webhooks/webhooks.js';
+
+/** How long after the answer a ticket opens a stream; instances' clocks may differ by a minute. */
+export const TICKET_TTL_MS = 10 * 60_000;
+const CLOCK_SKEW_MS = 60_000;
 
 export class TwilioAuth {
   constructor(
     private readonly authToken: string,
     private readonly publicUrl: string,
     private readonly mediaUrl: string,
+    private readonly now: () => number = Date.now,
   ) {}
 
   /** A webhook: the path (with its query) under PUBLIC_URL and the parsed form. */
@@ -37,15 +44,24 @@ export class TwilioAuth {
     return validateRequest(this.authToken, signature, `${this.mediaUrl}${query}`, {});
   }
 
-  /** The ticket the answering webhook puts in the stream's parameters. */
+  /** The ticket the answering webhook puts in the stream's parameters: `<ms>.<mac>`. */
   ticket(callSid: string): string {
-    return createHmac('sha256', this.authToken).update(`media-stream\u0000${callSid}`).digest('base64url');
+    const at = String(Math.floor(this.now()));
+    return `${at}.${this.mac(callSid, at)}`;
   }
 
+  /** A ticket this auth token made for this call, within TICKET_TTL_MS of now. */
   ticketMatches(callSid: string, ticket: unknown): boolean {
-    if (typeof ticket !== 'string') return false;
-    const want = Buffer.from(this.ticket(callSid));
-    const got = Buffer.from(ticket);
+    const m = typeof ticket === 'string' ? /^(\d{1,15})\.([A-Za-z0-9_-]{43})$/.exec(ticket) : null;
+    if (!m) return false;
+    const age = this.now() - Number(m[1]);
+    if (age > TICKET_TTL_MS || age < -CLOCK_SKEW_MS) return false;
+    const want = Buffer.from(this.mac(callSid, m[1]));
+    const got = Buffer.from(m[2]);
     return want.length === got.length && timingSafeEqual(want, got);
+  }
+
+  private mac(callSid: string, at: string): string {
+    return createHmac('sha256', this.authToken).update(`media-stream\u0000${callSid}\u0000${at}`).digest('base64url');
   }
 }
