@@ -41,13 +41,15 @@ function watchUncaught() {
 }
 
 describe('phone bridge: hostile input', () => {
-  it('JSON that is not an object on a live stream (null, array, number, string, no event) is ignored and logged once; the call goes on and ends cleanly', async () => {
+  it('a message that is not a JSON object on a live stream (not JSON, binary, null, array, number, string, no event) is ignored and logged once; the call goes on and ends cleanly', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});
     const uncaught = watchUncaught();
     try {
       const { call, conn } = await answered(s, 'CAH01');
-      for (const text of ['null', '[]', '[{"event":"stop"}]', '5', '"stop"', 'true', '{}', '{"event":null}']) call.ws.send(text);
+      for (const text of ['null', '[]', '[{"event":"stop"}]', '5', '"stop"', 'true', '{}', '{"event":null}', 'not json', '{"event":"me'])
+        call.ws.send(text);
+      call.ws.send(Buffer.from([0x7b, 0x7d]), { binary: true });
       // The stream is still read: the caller's next turn reaches the model and is answered.
       speak(call);
       await serverEvent(conn, 'response.done');

@@ -89,7 +89,8 @@ export class MediaStreams {
     try {
       m = JSON.parse(text ?? '');
     } catch {
-      return ws.close(1003, 'expected JSON text messages');
+      // Before `start` nothing is lost by closing; on a live call it is ignored as below.
+      if (!stream.session) return ws.close(1003, 'expected JSON text messages');
     }
     if (!stream.session) {
       if (isObject(m) && m.event === 'connected') return;
@@ -97,8 +98,9 @@ export class MediaStreams {
       stream.session = this.begin(m, ws);
       return;
     }
-    // Twilio only sends objects; anything else (null, an array, a number) is ignored so that one
-    // bad message does not cut the caller off, and logged once per stream.
+    // Twilio only sends JSON objects as text; anything else (not JSON, binary, null, an array, a
+    // number) is ignored so that one bad message does not cut the caller off, and logged once per
+    // stream (closing would also have recorded the call as the caller's hang-up).
     if (isObject(m)) return stream.session.onTwilio(m as TwilioMessage);
     if (!stream.warned) this.deps.log.warn(`twilio media: call ${stream.session.callSid}: ignored a message that is not a JSON object`);
     stream.warned = true;
