@@ -3,7 +3,7 @@
  * it promises is in cold-queue.ts; the in-process stand-in (cold-queue-memory.ts) keeps the same.
  */
 import { DelayedError, Queue, UnrecoverableError, Worker, type ConnectionOptions, type Job } from 'bullmq';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { within } from './within';
 import {
   answered,
@@ -29,6 +29,9 @@ import {
   type QueueOptions,
   type WorkOptions,
 } from './cold-queue';
+
+/** How long the mark of a job's creation is kept (enqueue): far longer than two instances racing. */
+const CREATED_MARK_MS = 60_000;
 
 const jobOptions = (backoff: number, o: QueueOptions) => ({
   attempts: JOB_ATTEMPTS,
@@ -90,8 +93,8 @@ export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
   private readonly backoffMs: number;
-  /** The queue's own connection when given a shared one (closed with the queue). */
-  private readonly own: Redis | null;
+  /** The queue's own connection (closed with the queue). */
+  private readonly own: Redis;
   constructor(
     private readonly connection: ConnectionOptions,
     private readonly prefix?: string,
@@ -100,9 +103,12 @@ export class BullColdQueue implements ColdQueue {
     // Adding a job fails at once while Redis is unreachable, as BullMQ advises for a Queue behind an
     // HTTP endpoint: with the shared connection's offline queue the add would wait for Redis to come
     // back, past the request's time-to-answer, and create a job whose client was told 503.
-    this.own = connection instanceof Redis ? connection.duplicate({ enableOfflineQueue: false }) : null;
-    this.own?.on('error', () => undefined); // the shared connection reports the outage (reportRedisState)
-    this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection: this.own ?? connection, prefix });
+    this.own =
+      connection instanceof Redis
+        ? connection.duplicate({ enableOfflineQueue: false })
+        : new Redis({ ...(connection as RedisOptions), enableOfflineQueue: false });
+    this.own.on('error', () => undefined); // the shared connection reports the outage (reportRedisState)
+    this.queue = new Queue<ColdPayload>(QUEUE_NAME, { connection: this.own, prefix });
     // A command refused while the connection is down (BullMQ's first INFO among them) is reported as
     // the queue's 'error'; the shared connection already logs the outage (reportRedisState), and an
     // 'error' without a listener would end the process.
@@ -114,7 +120,11 @@ export class BullColdQueue implements ColdQueue {
     const existing = await this.queue.getJob(jobId);
     if (existing) return { jobId, created: false };
     await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });
-    return { jobId, created: true };
+    // Two instances may both get here for one request (a client's retry reaching both): BullMQ
+    // keeps one job (its id), and only the first to mark it says it created it, so a person is
+    // notified once. The mark outlives that race only.
+    const marked = await this.own.set(`${this.queue.qualifiedName}:created:${jobId}`, '1', 'PX', CREATED_MARK_MS, 'NX');
+    return { jobId, created: marked === 'OK' };
   }
   /**
    * One job in one state: BullMQ reads the job and its state apart, and a worker moves it on
@@ -194,13 +204,11 @@ export class BullColdQueue implements ColdQueue {
    * `npm run ops`, whose commands close the queue as soon as they are done).
    */
   async close(): Promise<void> {
-    if (this.own) {
-      this.own.disconnect();
-      await within(
-        this.queue.waitUntilReady().catch(() => undefined),
-        1000,
-      ).catch(() => undefined);
-    }
+    this.own.disconnect();
+    await within(
+      this.queue.waitUntilReady().catch(() => undefined),
+      1000,
+    ).catch(() => undefined);
     await this.queue.close();
   }
 }

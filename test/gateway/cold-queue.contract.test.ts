@@ -97,6 +97,14 @@ const noCounts = { waiting: 0, delayed: 0, active: 0, completed: 0, failed: 0, d
 describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
   const make = (backoffMs = 20, options: QueueOptions = {}) => twins[name]({ backoffMs, ...options });
 
+  it('the same request enqueued twice at once (a retry reaching two instances): one job, created (and so notified) once', async () => {
+    const { queue } = make();
+    const both = await Promise.all([queue.enqueue(payload('k2')), queue.enqueue(payload('k2'))]);
+    expect(both.map((r) => r.jobId)).toEqual([both[0].jobId, both[0].jobId]);
+    expect(both.map((r) => r.created).sort()).toEqual([false, true]);
+    expect((await queue.counts()).waiting).toBe(1);
+  });
+
   it('a new job waits; the same idempotency key answers the same job and adds none', async () => {
     const { queue } = make();
     const first = await queue.enqueue(payload('k1'));
