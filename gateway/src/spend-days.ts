@@ -9,11 +9,15 @@
  * the 6 before); beside it `<prefix>:spend:s:<unix second>`, the same per second for 2 minutes (the
  * spend of the last seconds, which the meter may not have yet). Adds never wait: they are batched,
  * one batch in flight at a time, sent after the answer, and a batch that fails is kept and sent
- * again a second later. Each batch's reply carries the last 8 days (one round trip: INCRBY and
+ * again a second later, as the same batch: each instance numbers its batches, and a script adds a
+ * batch only if its number is above the last one this instance added
+ * (`<prefix>:spend:batch:<instance>`, kept 10 minutes), so a batch sent twice (ioredis sends
+ * unanswered commands again after a reconnect; a reply lost after Redis applied it) counts once. Each batch's reply carries the last 8 days (one round trip: INCRBY and
  * EXPIRE of both keys, MGET), and a figure older than 250 ms is read again in the background, so
  * an instance routes on the fleet's spend as of its own last call or 250 ms ago, whichever is
  * newer, plus its own calls not yet counted there.
  */
+import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { within } from './within';
 
@@ -93,6 +97,30 @@ export class MemorySpendDays implements SpendDays {
 type Micros = Map<number, number>;
 
 const addTo = (into: Micros, day: number, micros: number) => into.set(day, (into.get(day) ?? 0) + micros);
+
+/** One batch of adds: its number (per instance, rising) and what it adds per day, at its second. */
+interface Batch {
+  n: number;
+  days: Micros;
+  second: number;
+}
+
+/** How long an instance's last batch number is kept: a batch sent again later than that counts twice. */
+const BATCH_MARK_TTL_S = 600;
+
+/**
+ * KEYS[1]: the instance's last batch number; KEYS[2..]: counters. ARGV[1]: this batch's number,
+ * ARGV[2]: the mark's TTL; then each counter's amount and TTL. A batch at or below the last number
+ * was added already: nothing is added again.
+ */
+const ADD_BATCH = `
+if tonumber(ARGV[1]) <= tonumber(redis.call('GET', KEYS[1]) or '0') then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+for i = 2, #KEYS do
+  redis.call('INCRBY', KEYS[i], ARGV[2 * i - 1])
+  redis.call('EXPIRE', KEYS[i], ARGV[2 * i])
+end
+return 1`;
 const secondOf = (ms: number): number => Math.floor(ms / 1000);
 const sum = (m: Micros): number => [...m.values()].reduce((a, b) => a + b, 0);
 
@@ -108,9 +136,12 @@ export class RedisSpendDays implements SpendDays {
   private failing = false;
   /** When the last batch began (monotonic ms). */
   private batchAt = -Infinity;
-  /** Micro-dollars not yet sent, and those in the batch under way. */
+  /** Micro-dollars not yet in a batch, and the batches not yet answered (under way, or failed and kept). */
   private queued: Micros = new Map();
-  private inflight: Micros = new Map();
+  private unanswered: Batch[] = [];
+  private batches = 0;
+  /** This instance's batch numbers are its own (a restart starts a new instance). */
+  private readonly instance = randomUUID();
   private carry = 0;
   private syncing: Promise<void> | null = null;
   /** The next batch, waiting for the retry after a failure. */
@@ -140,7 +171,7 @@ export class RedisSpendDays implements SpendDays {
   spentBetween(from: number, to: number): number {
     if (performance.now() - this.knownAt > FRESH_MS) this.kick();
     let micros = 0;
-    for (const figures of [this.known, this.queued, this.inflight]) {
+    for (const figures of [this.known, this.queued, ...this.unanswered.map((b) => b.days)]) {
       for (const [d, m] of figures) if (d >= from && d <= to) micros += m;
     }
     return micros / MICRO;
@@ -160,10 +191,10 @@ export class RedisSpendDays implements SpendDays {
     if (this.next) clearTimeout(this.next);
     this.next = null;
     const drained = (async () => {
-      for (let round = 0; round < 3 && (this.syncing || this.queued.size); round++) await this.sync();
+      for (let round = 0; round < 3 && (this.syncing || this.queued.size || this.unanswered.length); round++) await this.sync();
     })();
     this.closed = true;
-    if (!(await atMost(drained, WAIT_MS).then(() => !this.queued.size && !this.inflight.size))) {
+    if (!(await atMost(drained, WAIT_MS).then(() => !this.queued.size && !this.unanswered.length))) {
       this.opts.warn(`spend not yet counted in Redis at shutdown: $${this.pendingUsd().toFixed(6)} (Redis did not answer in time)`);
     }
   }
@@ -173,7 +204,7 @@ export class RedisSpendDays implements SpendDays {
   }
 
   private pendingUsd(): number {
-    return (sum(this.queued) + sum(this.inflight)) / MICRO;
+    return (sum(this.queued) + this.unanswered.reduce((all, b) => all + sum(b.days), 0)) / MICRO;
   }
 
   private key(day: number): string {
@@ -195,7 +226,7 @@ export class RedisSpendDays implements SpendDays {
   private sync(): Promise<void> {
     this.syncing ??= this.send().finally(() => {
       this.syncing = null;
-      if (this.queued.size) this.kick();
+      if (this.queued.size || this.unanswered.length) this.kick();
     });
     return this.syncing;
   }
@@ -211,37 +242,45 @@ export class RedisSpendDays implements SpendDays {
     this.next.unref();
   }
 
-  /** Adds the queued micro-dollars and reads the last 8 days back, in one round trip. */
+  /** Sends the queued micro-dollars as a batch (or the failed one again), and reads the last 8 days back, in one round trip. */
   private async send(): Promise<void> {
     this.batchAt = performance.now();
-    this.inflight = this.queued;
-    this.queued = new Map();
+    // A failed batch is sent again alone (its number must add exactly what it added the first time);
+    // what came since waits for the next batch.
+    if (this.queued.size && !this.unanswered.length) {
+      this.unanswered.push({ n: ++this.batches, days: this.queued, second: secondOf(this.now()) });
+      this.queued = new Map();
+    }
+    const sent = this.unanswered;
     const today = dayOf(this.now());
     const days = Array.from({ length: DAYS_KEPT }, (_, i) => today - i);
-    const batch = this.redis.pipeline();
-    const second = this.secondKey(secondOf(this.now()));
-    for (const [day, micros] of this.inflight) batch.incrby(this.key(day), micros).expire(this.key(day), KEY_TTL_S);
-    if (this.inflight.size) batch.incrby(second, sum(this.inflight)).expire(second, SECOND_TTL_S);
-    batch.mget(...days.map((d) => this.key(d)));
+    const pipeline = this.redis.pipeline();
+    for (const b of sent) this.addBatch(pipeline, b);
+    pipeline.mget(...days.map((d) => this.key(d)));
     try {
-      const replies = (await batch.exec()) ?? [];
+      const replies = (await pipeline.exec()) ?? [];
       const failed = replies.find(([error]) => error);
       if (failed || !replies.length) throw failed?.[0] ?? new Error('no reply');
       const values = replies.at(-1)![1] as Array<string | null>;
       this.known = new Map(days.map((d, i) => [d, Number(values[i] ?? 0)]));
       this.knownAt = performance.now();
-      this.inflight = new Map();
+      this.unanswered = this.unanswered.filter((b) => !sent.includes(b));
       this.holdUntil = 0;
       this.failing = false;
     } catch (error) {
-      // Kept, not lost: back in the queue for the next batch. (A batch that failed after Redis
-      // applied its INCRBY is counted twice: the safe side for a cap.)
-      for (const [day, micros] of this.inflight) addTo(this.queued, day, micros);
-      this.inflight = new Map();
+      // Kept, not lost: sent again as they are with the next batch (added once, whatever Redis got).
       if (!this.failing) this.opts.warn(`spend not counted in Redis yet (${(error as Error).message}); kept and sent again`);
       this.failing = true;
       this.holdUntil = performance.now() + RETRY_MS;
     }
+  }
+
+  private addBatch(pipeline: ReturnType<Redis['pipeline']>, b: Batch): void {
+    const counters: Array<[string, number, number]> = [...b.days].map(([day, micros]) => [this.key(day), micros, KEY_TTL_S]);
+    counters.push([this.secondKey(b.second), sum(b.days), SECOND_TTL_S]);
+    const keys = [`${this.prefix}:spend:batch:${this.instance}`, ...counters.map((c) => c[0])];
+    const args = [b.n, BATCH_MARK_TTL_S, ...counters.flatMap((c) => [c[1], c[2]])];
+    pipeline.eval(ADD_BATCH, keys.length, ...keys, ...args);
   }
 }
 

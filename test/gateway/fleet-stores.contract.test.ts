@@ -128,9 +128,30 @@ describe('spend per day in Redis: one figure for the fleet', () => {
     client.disconnect();
     await link.close();
   });
+
+  it('a batch whose reply was lost after Redis added it, sent again, is counted once', async () => {
+    const key = space();
+    const link = await redisLink();
+    await link.open();
+    const client = new Redis(link.port, '127.0.0.1', { db: TEST_REDIS_DB, retryStrategy: () => 20 });
+    client.on('error', () => undefined);
+    const days = new RedisSpendDays(client, key, { warn: (m) => warnings.push(m), now: () => 20_000 * DAY });
+    await days.ready();
+    link.cutNextReply();
+    days.add(0.5);
+    await until(() => link.cut);
+    await days.close(); // the batch sent again (by ioredis after its reconnect, or by the store) and answered
+    expect(await redis.get(`${key}:spend:${new Date(20_000 * DAY).toISOString().slice(0, 10)}`)).toBe('500000');
+    client.disconnect();
+    await link.close();
+  });
 });
 
-/** A loopback TCP link to the real Redis that refuses connections until opened (Redis down, then back). */
+/**
+ * A loopback TCP link to the real Redis that refuses connections until opened (Redis down, then
+ * back), and can cut the connection at Redis's next reply instead of passing it on (a reply lost
+ * after Redis applied the command).
+ */
 async function redisLink() {
   const probe = createServer();
   await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
@@ -143,9 +164,19 @@ async function redisLink() {
       sockets.add(s);
       s.on('error', () => undefined);
     }
-    client.pipe(upstream).pipe(client);
+    client.pipe(upstream);
+    upstream.on('data', (reply: Buffer) => {
+      if (!link.cutting) return void client.write(reply);
+      link.cutting = false;
+      link.cut = true;
+      client.destroy();
+      upstream.destroy();
+    });
   });
-  return {
+  const link = {
+    cutting: false,
+    cut: false,
+    cutNextReply: () => void (link.cutting = true),
     port,
     open: () => new Promise<void>((r) => server.listen(port, '127.0.0.1', r)),
     close: () => {
@@ -153,6 +184,7 @@ async function redisLink() {
       return new Promise<void>((r) => server.close(() => r()));
     },
   };
+  return link;
 }
 
 describe.each([
