@@ -1,6 +1,7 @@
 /**
  * Spend-cap routing, evaluated per request from current spend. Spend comes from
- * the meter (`doGet?action=spend`, cached at most 60 s) plus what was spent since that read; with no
+ * the meter (`doGet?action=spend`, asked at most once a minute; only the first read is waited for,
+ * at most 1 s) plus what was spent since that read; with no
  * meter configured, from the spend per UTC day counted by the gateways themselves (spend-days.ts:
  * shared by every instance in Redis, else this process's own). While a cap is exceeded
  * (strictly greater):
@@ -18,8 +19,16 @@
 import { capExceeded } from '../../schema/spend-cap';
 import type { RequestContext } from './request-context';
 import { dayOf, MemorySpendDays, type SpendDays } from './spend-days';
+import { within } from './within';
 
+/** The meter is asked at most this often, whether its last read answered or not. */
 const SPEND_CACHE_MS = 60_000;
+/**
+ * Only the first read of the meter is waited for, and at most this long: a meter that is down or
+ * slow at start must not take every request's time-to-answer (its own timeout is 5 s). Past it,
+ * requests route on the counted spend and the read goes on.
+ */
+const FIRST_READ_WAIT_MS = 1000;
 /** Meter events reach the meter within seconds (the spool posts every second, the web app takes a few). */
 const DELIVERY_LAG_S = 10;
 /** Within this many of its largest calls of the day from a cap, a request waits for a fresh read of a shared counter. */
@@ -43,7 +52,6 @@ export interface SpendView {
 }
 
 interface MeterFigure {
-  at: number;
   day: number;
   today: number;
   last7d: number;
@@ -56,6 +64,11 @@ interface MeterFigure {
 export class SpendWatch {
   private cached: MeterFigure | null = null;
   private refreshing: Promise<void> | null = null;
+  /** When the meter may be asked again. */
+  private readAt = 0;
+  /** The first read, as requests wait for it (at most FIRST_READ_WAIT_MS); null once over. */
+  private firstRead: Promise<void> | null = null;
+  private firstReadOver = false;
   private loaded = false;
   private readonly days: SpendDays;
   /** This instance's largest call cost of the UTC day: how close to a cap is "near". */
@@ -103,6 +116,7 @@ export class SpendWatch {
     // Spend of the last seconds may not be in the meter's figure yet: counted as "since" too.
     const recent = await this.days.recentSpend(DELIVERY_LAG_S).catch(() => 0);
     const base = { day: today, usd: Math.max(0, this.days.spentBetween(today, today) - recent) };
+    this.readAt = this.now() + SPEND_CACHE_MS; // answered or not: a meter that is down is not hammered
     try {
       const res = await fetch(url, { redirect: 'follow', signal: AbortSignal.timeout(5000) });
       const body = (await res.json()) as {
@@ -115,7 +129,6 @@ export class SpendWatch {
       };
       if (!body.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
       this.cached = {
-        at: this.now(),
         day: today,
         today: body.today_cost_usd ?? 0,
         last7d: body.last_7d_cost_usd ?? 0,
@@ -125,18 +138,20 @@ export class SpendWatch {
       };
     } catch (error) {
       this.opts.warn(`meter spend unavailable (${(error as Error).message}); using the last figures and the spend counted since`);
-      if (this.cached) this.cached.at = this.now(); // do not hammer a meter that is down
     }
   }
 
   /** The figures now; a promise only while the first figures (the counter's, the meter's) are awaited. */
   view(): SpendView | Promise<SpendView> {
     if (!this.loaded) return this.days.ready().then(() => ((this.loaded = true), this.view()));
-    if (this.opts.meterUrl && (!this.cached || this.now() - this.cached.at > SPEND_CACHE_MS)) {
+    if (this.opts.meterUrl && this.now() >= this.readAt) {
       this.refreshing ??= this.refresh().finally(() => (this.refreshing = null));
-      // Only the first read waits; later refreshes happen while requests use the cached figure.
-      if (!this.cached) return this.refreshing.then(() => this.figures());
+      // Later reads happen while requests use the figures at hand.
+      this.firstRead ??= within(this.refreshing, FIRST_READ_WAIT_MS)
+        .catch(() => undefined)
+        .finally(() => (this.firstReadOver = true));
     }
+    if (this.firstRead && !this.firstReadOver) return this.firstRead.then(() => this.view());
     const figures = this.figures();
     return this.nearCap(figures) ? this.days.refresh(NEAR_CAP_WAIT_MS).then(() => this.figures()) : figures;
   }

@@ -18,6 +18,9 @@ let meter: Server;
 let meterUrl = '';
 let spend = { today_cost_usd: 0, last_7d_cost_usd: 0 };
 let spendReads = 0;
+/** `hang`: the meter takes spend reads and never answers them (held here until the test ends). */
+let spendMode: 'answer' | 'hang' = 'answer';
+const unanswered: Array<import('node:http').ServerResponse> = [];
 let hot: FakeProvider, warm: FakeProvider;
 const stacks: Array<Stack & { stop: () => Promise<void> }> = [];
 let dir = '';
@@ -28,6 +31,7 @@ beforeAll(async () => {
     const url = new URL(req.url!, 'http://x');
     if (req.method === 'GET' && url.searchParams.get('action') === 'spend') {
       spendReads++;
+      if (spendMode === 'hang') return void unanswered.push(res);
       res
         .writeHead(200, { 'content-type': 'application/json' })
         .end(JSON.stringify({ ok: true, ...spend, daily_cap_usd: 50, burn_7d_cap_usd: 200, cap_exceeded: spend.today_cost_usd > 50 }));
@@ -47,10 +51,12 @@ beforeEach(async () => {
   [hot, warm] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
   spend = { today_cost_usd: 0, last_7d_cost_usd: 0 };
   spendReads = 0;
+  spendMode = 'answer';
   dir = mkdtempSync(join(tmpdir(), 'degraded-'));
 });
 afterEach(async () => {
   for (const s of stacks.splice(0)) await s.stop();
+  for (const res of unanswered.splice(0)) res.destroy();
   await Promise.all([hot.stop(), warm.stop()]);
   const keys = await redis.keys(`${prefix}:*`);
   if (keys.length) await redis.del(...keys);
@@ -98,6 +104,20 @@ describe('degraded routing', () => {
     expect(readFileSync(join(dir, 'e.csv'), 'utf8')).toMatch(/,default,\n?$/m);
     const withMeter = await up();
     for (let i = 0; i < 5; i++) await chat(withMeter.url);
+    expect(spendReads).toBe(1);
+  });
+
+  it('a meter that never answers its spend read: only the first read is waited for, briefly, and it is asked once a minute, not per request', async () => {
+    spendMode = 'hang';
+    const gw = await up();
+    // A time-to-answer the meter's own 5 s timeout would use up: each request still goes to Hot.
+    const answers = [];
+    for (let i = 0; i < 3; i++) answers.push(await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2500' }));
+    expect(answers.map((a) => [a.status, a.headers.get('x-route-tier')])).toEqual([
+      [200, 'hot'],
+      [200, 'hot'],
+      [200, 'hot'],
+    ]);
     expect(spendReads).toBe(1);
   });
 
