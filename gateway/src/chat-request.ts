@@ -5,7 +5,6 @@
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
-import { MAX_TEXT_LENGTH } from '../../schema/event-record';
 import { ModelName, readRoutingHeaders, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
 
@@ -32,8 +31,7 @@ const within = (min: number, max: number) =>
   nullable<number>((v) => typeof v === 'number' && v >= min && v <= max, `a number from ${min} to ${max}`);
 
 const ChatBody = z.looseObject({
-  // The model goes into the meter event too: no longer than the event record allows.
-  model: ModelName.max(MAX_TEXT_LENGTH),
+  model: ModelName,
   messages: z.array(Message).min(1),
   stream: nullable<boolean>((v) => typeof v === 'boolean', 'true, false'),
   stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),

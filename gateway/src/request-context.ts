@@ -41,6 +41,10 @@ const LONE_SURROGATE = /\p{Cs}/u;
 export const ModelName = z
   .string()
   .min(1, { error: 'expected a non-empty string' })
+  // It goes into the meter event and the route headers: no longer than the event record allows.
+  .max(MAX_TEXT_LENGTH, {
+    error: (i) => `expected at most ${MAX_TEXT_LENGTH} characters (the meter event's limit), got ${(i.input as string).length}`,
+  })
   .refine((model) => !LONE_SURROGATE.test(model), { error: 'expected well-formed Unicode text (it has a lone surrogate)' });
 
 /** Headers are case-insensitive; node:http gives them lowercased. */

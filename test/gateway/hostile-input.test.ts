@@ -116,6 +116,20 @@ describe('the model name', () => {
     await nothingMetered();
   });
 
+  it('a model longer than a meter event holds (1,000 characters) is a 400 naming model on chat, embeddings and responses; nothing is called', async () => {
+    const long = 'q'.repeat(1001);
+    for (const path of ['chat/completions', 'embeddings', 'responses'] as const) {
+      const body = JSON.parse(BODIES[path]('hi')) as Record<string, unknown>;
+      const error = await refusedWith(post(path, JSON.stringify({ ...body, model: long })), 400);
+      expect(error).toMatchObject({
+        param: 'model',
+        message: "model: expected at most 1000 characters (the meter event's limit), got 1001",
+      });
+    }
+    expect(calls()).toBe(0);
+    await nothingMetered();
+  });
+
   it("a configured model with a lone surrogate is percent-encoded in the route headers, not a 500 after the provider's answer", async () => {
     const odd = await startGateway({ ...mapOf([]), hot: [{ provider: 'openai', model: 'gpt-\ud800', baseUrl: hot.url }] });
     try {
