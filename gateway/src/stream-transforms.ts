@@ -71,13 +71,19 @@ export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
 }
 
 const FINAL = /^response\.(completed|incomplete|failed)$/;
+/** A top-level key: inside a JSON string its quotes would be escaped. */
+const SEQUENCE = /"sequence_number"\s*:\s*(\d+)/;
 
 export function responsesPassthrough(): StreamTransform {
   let failed = false;
+  /** The number the next event takes (every Responses event is numbered, an error event too). */
+  let next = 0;
   return {
     done: false,
     usage: null as Usage | null,
     event(e: EventSourceMessage) {
+      const n = SEQUENCE.exec(e.data);
+      next = n ? Number(n[1]) + 1 : next + 1;
       const type = e.event ?? (e.data.includes('"response.') ? (parse(e.data)?.type as string | undefined) : undefined);
       if (type && FINAL.test(type)) {
         // A response the provider failed is no complete answer (a failure of the route), though
@@ -88,12 +94,13 @@ export function responsesPassthrough(): StreamTransform {
       }
       return serialize(e);
     },
-    broken: () => (failed ? '' : responsesError()),
+    broken: () => (failed ? '' : responsesError(next)),
   };
 }
 
-function responsesError(): string {
-  return `event: error\ndata: ${JSON.stringify({ type: 'error', code: 'stream_interrupted', message: INTERRUPTED, param: null })}\n\n`;
+function responsesError(sequenceNumber: number): string {
+  const error = { type: 'error', code: 'stream_interrupted', message: INTERRUPTED, param: null, sequence_number: sequenceNumber };
+  return `event: error\ndata: ${JSON.stringify(error)}\n\n`;
 }
 
 export function chatToResponses(request: Record<string, unknown>, ids: ResponseIds): StreamTransform {

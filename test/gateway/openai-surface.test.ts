@@ -101,6 +101,35 @@ describe('POST /v1/responses', () => {
     expect(messages[2]).toEqual({ role: 'tool', tool_call_id: 'call_1', content: '{"sky":"clear"}' });
   });
 
+  it('a native stream cut mid-way ends with an error event numbered after the last event, as every Responses event is', async () => {
+    const event = (type: string, n: number) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: n, response: { id: 'resp_1', object: 'response', status: 'in_progress', output: [] } })}\n\n`;
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(event('response.created', 0) + event('response.in_progress', 1))], reset: true });
+    const res = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hello', stream: true }),
+    });
+    const events = (await res.text())
+      .split('\n\n')
+      .filter(Boolean)
+      .map(
+        (e) =>
+          JSON.parse(
+            e
+              .split('\n')
+              .find((l) => l.startsWith('data: '))!
+              .slice(6),
+          ) as { type: string; sequence_number: number },
+      );
+    expect(events.map((e) => [e.type, e.sequence_number])).toEqual([
+      ['response.created', 0],
+      ['response.in_progress', 1],
+      ['error', 2],
+    ]);
+    expect(events.at(-1)).toMatchObject({ code: 'stream_interrupted' });
+  });
+
   it('what cannot be translated goes only to native routes, and is a 400 naming the parameter when there are none', async () => {
     hot.always({ kind: 'status', status: 503 });
     const stateful = { model: 'gpt-4o-mini', input: 'and then?', previous_response_id: 'resp_123' } as const;
