@@ -33,15 +33,17 @@ export function mountModels(app: express.Express, routes: () => Route[], flags: 
     const ok = usable(res);
     res.json({ object: 'list', data: [...list().values()].filter((m) => ok(m.id)) });
   });
-  app.get('/v1/models/:id', (req, res) => {
-    const model = list().get(req.params.id);
+  // Every segment: ids such as `meta-llama/llama-3.1-8b-instruct` come with their slash as it is or encoded.
+  app.get('/v1/models/*id', (req, res) => {
+    const id = (req.params.id as unknown as string[]).join('/');
+    const model = list().get(id);
     if (model && usable(res)(model.id)) res.json(model);
     else
       res
         .status(404)
         .json(
           openAiError(
-            `model: "${req.params.id.slice(0, 200)}" is not served here, or not to this key`,
+            `model: "${id.slice(0, 200)}" is not served here, or not to this key`,
             'invalid_request_error',
             'model',
             'model_not_found',

@@ -208,6 +208,23 @@ describe('GET /v1/models and errors', () => {
     expect(ids.sort()).toEqual(['claude-3-5-haiku-latest', 'gpt-4o-mini', 'text-embedding-3-large', 'text-embedding-3-small']);
   });
 
+  it('retrieves a model whose id has a slash, with the slash sent as it is or encoded', async () => {
+    const slashed = await startGateway({
+      ...mapOf([]),
+      hot: [{ provider: 'openrouter', model: 'meta-llama/llama-3.1-8b-instruct', baseUrl: hot.url }],
+    });
+    try {
+      for (const path of ['meta-llama/llama-3.1-8b-instruct', 'meta-llama%2Fllama-3.1-8b-instruct']) {
+        const res = await fetch(`${slashed.url}/v1/models/${path}`);
+        expect([res.status, ((await res.json()) as { id?: string }).id]).toEqual([200, 'meta-llama/llama-3.1-8b-instruct']);
+      }
+      const missing = await fetch(`${slashed.url}/v1/models/meta-llama/other`);
+      expect([missing.status, ((await missing.json()) as { error: { code: string } }).error.code]).toEqual([404, 'model_not_found']);
+    } finally {
+      await slashed.close();
+    }
+  });
+
   it('answers JSON in OpenAI shape on unknown paths, wrong methods and bad bodies', async () => {
     const unknown = await fetch(`${gw.url}/v1/completions/legacy`, { method: 'POST' });
     expect(unknown.status).toBe(404);
