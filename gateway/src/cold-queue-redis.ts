@@ -122,8 +122,11 @@ export class BullColdQueue implements ColdQueue {
     await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });
     // Two instances may both get here for one request (a client's retry reaching both): BullMQ
     // keeps one job (its id), and only the first to mark it says it created it, so a person is
-    // notified once. The mark outlives that race only.
-    const marked = await this.own.set(`${this.queue.qualifiedName}:created:${jobId}`, '1', 'PX', CREATED_MARK_MS, 'NX');
+    // notified once. The mark outlives that race only. A mark that fails (Redis gone after the
+    // add) counts as created: a notice twice rather than a job nobody is told about.
+    const marked = await this.own
+      .set(`${this.queue.qualifiedName}:created:${jobId}`, '1', 'PX', CREATED_MARK_MS, 'NX')
+      .catch(() => 'OK' as const);
     return { jobId, created: marked === 'OK' };
   }
   /**

@@ -11,7 +11,7 @@
  * one batch in flight at a time, sent after the answer, and a batch that fails is kept and sent
  * again a second later, as the same batch: each instance numbers its batches, and a script adds a
  * batch only if its number is above the last one this instance added
- * (`<prefix>:spend:batch:<instance>`, kept 10 minutes), so a batch sent twice (ioredis sends
+ * (`<prefix>:spend:batch:<instance>`, kept as long as the day's counter), so a batch sent twice (ioredis sends
  * unanswered commands again after a reconnect; a reply lost after Redis applied it) counts once. Each batch's reply carries the last 8 days (one round trip: INCRBY and
  * EXPIRE of both keys, MGET), and a figure older than 250 ms is read again in the background, so
  * an instance routes on the fleet's spend as of its own last call or 250 ms ago, whichever is
@@ -105,8 +105,11 @@ interface Batch {
   second: number;
 }
 
-/** How long an instance's last batch number is kept: a batch sent again later than that counts twice. */
-const BATCH_MARK_TTL_S = 600;
+/**
+ * How long an instance's last batch number is kept: as long as the counters it guards (one key per
+ * instance; a Redis restored from disk after a long outage still knows what it added).
+ */
+const BATCH_MARK_TTL_S = KEY_TTL_S;
 
 /**
  * KEYS[1]: the instance's last batch number; KEYS[2..]: counters. ARGV[1]: this batch's number,

@@ -12,7 +12,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { z } from 'zod';
 import type { CallSession } from './call-session';
 import type { TwilioMessage } from './call-types';
-import { TICKET_TTL_MS, type TwilioAuth } from './twilio-auth';
+import { TICKET_VALID_FOR_MS, type TwilioAuth } from './twilio-auth';
 import { isObject } from '../../json-object';
 import { ExpiringMap } from '../expiring-map';
 
@@ -38,7 +38,7 @@ interface Stream {
 export class MediaStreams {
   private readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 256 * 1024 });
   readonly live = new Map<string, CallSession>();
-  /** Calls that had their stream here, for as long as their ticket could come back. */
+  /** Calls that had their stream here, for as long as their ticket could still be accepted. */
   private readonly streamed = new ExpiringMap<true>();
 
   constructor(
@@ -123,7 +123,7 @@ export class MediaStreams {
       ws.close(1008, 'this call already had its stream');
       return null;
     }
-    this.streamed.set(start.callSid, true, TICKET_TTL_MS / 1000);
+    this.streamed.set(start.callSid, true, TICKET_VALID_FOR_MS / 1000);
     const session = this.deps.create(start, ws);
     this.live.set(start.callSid, session);
     return session;

@@ -19,8 +19,10 @@ import type { IncomingMessage } from 'node:http';
 import { validateRequest } from 'twilio/lib/webhooks/webhooks.js';
 
 /** How long after the answer a ticket opens a stream; instances' clocks may differ by a minute. */
-export const TICKET_TTL_MS = 10 * 60_000;
+const TICKET_TTL_MS = 10 * 60_000;
 const CLOCK_SKEW_MS = 60_000;
+/** The longest a ticket can be accepted after it is first used (a stamp up to a minute ahead). */
+export const TICKET_VALID_FOR_MS = TICKET_TTL_MS + CLOCK_SKEW_MS;
 
 export class TwilioAuth {
   constructor(
