@@ -24,6 +24,7 @@ import type { RequestContext } from './request-context';
 import { backoffMs, RETRY, retryAfterMs } from './retry';
 import type { Route } from './route';
 import type { RouteConfig } from './routes-map';
+import type { Usage } from './providers/adapter';
 import { callUpstream, UpstreamError, type UpstreamAnswer } from './upstream';
 
 /** Below this much time left, an attempt cannot answer in time: fall back instead. */
@@ -157,7 +158,9 @@ export class Failover {
           ctx.stream ? streamed : undefined,
         );
         const latency = result.answer?.latencyMs ?? this.now() - started;
-        const failed = (code: string) => this.meterFailure(ctx, config, latency, code, options.decision);
+        // A whole answer to a stream was answered (and billed) all the same: its usage is metered.
+        const usage = result.code === NOT_A_STREAM ? route.adapter.usage(result.answer!.body!) : null;
+        const failed = (code: string) => this.meterFailure(ctx, config, latency, code, options.decision, usage);
         if (result.kind === 'cancelled') {
           this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
           failed(result.code);
@@ -195,14 +198,21 @@ export class Failover {
     return wait > deadline.remaining() - MIN_ATTEMPT_MS - FALLBACK_RESERVE_MS ? null : wait;
   }
 
-  private meterFailure(ctx: RequestContext, config: RouteConfig, latencyMs: number, code: string, decision?: string): void {
+  private meterFailure(
+    ctx: RequestContext,
+    config: RouteConfig,
+    latencyMs: number,
+    code: string,
+    decision?: string,
+    usage: Usage | null = null,
+  ): void {
     this.deps.meter.record({
       ctx,
       provider: config.provider,
       model: config.model,
       region: config.region,
       latencyMs,
-      usage: null,
+      usage,
       errorCode: code,
       decision,
     });

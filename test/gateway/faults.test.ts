@@ -107,7 +107,9 @@ describe('a provider that answers a streamed request with a whole answer', () =>
         await gw!.meter.flush();
         return gw!.events().find((e) => e.provider === 'openai');
       });
-      expect(failed?.error_code).toBe('NOT_A_STREAM');
+      // The provider billed that whole answer: its usage is in the event.
+      expect(failed).toMatchObject({ error_code: 'NOT_A_STREAM', input_tokens: '12', output_tokens: '5' });
+      expect(Number(failed?.cost_usd)).toBeGreaterThan(0);
     } finally {
       await warm.stop();
     }
