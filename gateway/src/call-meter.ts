@@ -40,9 +40,12 @@ const money = (usd: number | undefined) => usd !== undefined && Number.isFinite(
 /** Usage with counts that can be counts, and a reported cost only when it can be money. */
 function checked(usage: Usage): Usage {
   const cost = usage.cost_usd;
+  const input = count(usage.input_tokens);
+  const cached = Math.min(count(usage.cached_input_tokens ?? 0), input); // part of the input, never more
   return {
-    input_tokens: count(usage.input_tokens),
+    input_tokens: input,
     output_tokens: count(usage.output_tokens),
+    ...(cached ? { cached_input_tokens: cached } : {}),
     ...(money(cost) ? { cost_usd: cost } : {}),
   };
 }

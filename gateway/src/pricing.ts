@@ -1,6 +1,7 @@
 /**
  * cost_usd of a call: the provider's own figure when it reports one, else computed from model
- * prices (@pydantic/genai-prices, pinned: prices change only when we upgrade it). A model with no
+ * prices (@pydantic/genai-prices, pinned: prices change only when we upgrade it), cached input
+ * tokens at the model's cache-read price. A model with no
  * known price leaves cost empty (never a silent 0) and says so once in the log.
  */
 import { calcPrice } from '@pydantic/genai-prices';
@@ -13,7 +14,7 @@ const CACHE_LIMIT = 10_000;
 
 export function costUsd(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   if (usage.cost_usd !== undefined) return usage.cost_usd;
-  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}`;
+  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}`;
   const hit = cache.get(cacheKey);
   if (hit !== undefined) return hit;
   const cost = compute(provider, model, usage, warn);
@@ -23,7 +24,12 @@ export function costUsd(provider: string, model: string, usage: Usage, warn: (me
 }
 
 function compute(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
-  const tokens = { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens };
+  // Cached input is part of input_tokens, as genai-prices counts it, and priced at the cache-read rate.
+  const tokens = {
+    input_tokens: usage.input_tokens,
+    output_tokens: usage.output_tokens,
+    cache_read_tokens: usage.cached_input_tokens ?? 0,
+  };
   let price: ReturnType<typeof calcPrice>;
   try {
     price = calcPrice(tokens, model, { providerId: provider }) ?? calcPrice(tokens, model);

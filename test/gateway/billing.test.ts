@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { calcPrice } from '@pydantic/genai-prices';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { lit, openDuck } from '../../archive/duck';
@@ -179,6 +180,26 @@ describe('numbers that cannot be money', () => {
     expect([e.input_tokens, e.output_tokens]).toEqual(['0', '3']);
     expect(Number(e.cost_usd)).toBeGreaterThanOrEqual(0); // priced from the list, not the reported -3
     expect(e.cost_usd).not.toBe('');
+  });
+
+  it('cached input tokens are priced at the cached rate; input_tokens stays the whole input', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const chatUsage = {
+      prompt_tokens: 10_000,
+      completion_tokens: 10,
+      total_tokens: 10_010,
+      prompt_tokens_details: { cached_tokens: 9_000 },
+    };
+    hot.next({ kind: 'ok', usage: chatUsage as any });
+    expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    const [e] = gw.events();
+    const cached = calcPrice({ input_tokens: 10_000, cache_read_tokens: 9_000, output_tokens: 10 }, 'gpt-4o-mini', {
+      providerId: 'openai',
+    })!;
+    const full = calcPrice({ input_tokens: 10_000, output_tokens: 10 }, 'gpt-4o-mini', { providerId: 'openai' })!;
+    expect(cached.total_price).toBeLessThan(full.total_price);
+    expect([e.input_tokens, e.output_tokens, Number(e.cost_usd)]).toEqual(['10000', '10', cached.total_price]);
   });
 
   it("usage past the record's limits: no count the meter would refuse, and a cost past its limit is UNPRICED, the event kept", async () => {

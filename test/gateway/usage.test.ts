@@ -15,6 +15,17 @@ describe('usage of a whole answer', () => {
     expect(usageOf(answer)).toEqual({ input_tokens: 12, output_tokens: 3, cost_usd: 0.0002 });
   });
 
+  it('reads the cached part of the input, chat and Responses alike', () => {
+    const chat = { choices: [], usage: { prompt_tokens: 100, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 64 } } };
+    expect(usageOf(chat)).toEqual({ input_tokens: 100, output_tokens: 2, cached_input_tokens: 64 });
+    const responses = {
+      object: 'response',
+      output: [],
+      usage: { input_tokens: 100, output_tokens: 2, input_tokens_details: { cached_tokens: 32 } },
+    };
+    expect(usageOf(responses)).toEqual({ input_tokens: 100, output_tokens: 2, cached_input_tokens: 32 });
+  });
+
   it('is not fooled by answer text that talks about usage', () => {
     const content = 'Here is JSON: {"usage": {"prompt_tokens": 999, "completion_tokens": 999}} and "usage" again';
     const answer = { choices: [{ message: { role: 'assistant', content } }], usage: { prompt_tokens: 7, completion_tokens: 40 } };

@@ -8,8 +8,11 @@ import type { ApiKind } from '../request-context';
 import type { RouteConfig } from '../routes-map';
 
 export interface Usage {
+  /** All input tokens, cached ones included (the meter's input_tokens). */
   input_tokens: number;
   output_tokens: number;
+  /** Of the input, tokens read from the provider's prompt cache (priced lower). */
+  cached_input_tokens?: number;
   /** Cost in USD when the provider reports it (some gateways do); else computed from prices. */
   cost_usd?: number;
 }
@@ -34,5 +37,13 @@ export function readUsage(u: unknown): Usage | null {
   const output = num(x.completion_tokens) ?? num(x.output_tokens);
   if (input === undefined && output === undefined) return null;
   const cost = num(x.cost) ?? num(x.total_cost);
-  return { input_tokens: input ?? 0, output_tokens: output ?? 0, ...(cost === undefined ? {} : { cost_usd: cost }) };
+  // Chat's prompt_tokens_details, Responses' input_tokens_details.
+  const details = x.prompt_tokens_details ?? x.input_tokens_details;
+  const cached = details && typeof details === 'object' ? num((details as Record<string, unknown>).cached_tokens) : undefined;
+  return {
+    input_tokens: input ?? 0,
+    output_tokens: output ?? 0,
+    ...(cached ? { cached_input_tokens: cached } : {}),
+    ...(cost === undefined ? {} : { cost_usd: cost }),
+  };
 }
