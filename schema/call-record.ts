@@ -1,3 +1,4 @@
+import { COST_LIMIT_USD, MAX_COUNT, parseRfc3339 } from './event-record';
 import { csvField } from './csv-cell';
 import { ID_PATTERN } from './ids';
 import { MeterRefusal } from './meter-reply';
@@ -81,8 +82,18 @@ class CallRecordError extends MeterRefusal {
   }
 }
 
-/** Checks a record as the meter receives it: every field typed, enumerations checked. */
-export function checkCallRecord(input: unknown, index?: number): CallRecord {
+/** When given (the meter's ingest), a call may start at most `maxFutureMs` after `now`. */
+export interface CallCheckOptions {
+  now: () => Date;
+  maxFutureMs: number;
+}
+
+/**
+ * Checks a record as the meter receives it: every field typed, enumerations checked, numbers within
+ * the event record's limits (costs below COST_LIMIT_USD, the others at most MAX_COUNT: sums over
+ * the tab stay finite), `started_at` RFC 3339 and, with `opts`, not ahead of the clock.
+ */
+export function checkCallRecord(input: unknown, index?: number, opts?: CallCheckOptions): CallRecord {
   const at = (f: string) => `${index === undefined ? '' : `calls[${index}].`}${f}`;
   if (!input || typeof input !== 'object' || Array.isArray(input)) throw new CallRecordError(`${at('call')}: expected a JSON object`);
   const r = input as Record<string, unknown>;
@@ -92,11 +103,17 @@ export function checkCallRecord(input: unknown, index?: number): CallRecord {
       throw new CallRecordError(`${at(f)}: expected ${re ? `text matching ${re}` : 'text'}`);
     return v;
   };
-  const num = (f: CallField, nullable = false, max = Infinity) => {
+  const num = (f: CallField, nullable = false, max = MAX_COUNT) => {
     const v = r[f];
     if (nullable && (v === null || v === undefined || v === '')) return null;
     if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v > max)
-      throw new CallRecordError(`${at(f)}: expected a number from 0${max === Infinity ? '' : ` to ${max}`}`);
+      throw new CallRecordError(`${at(f)}: expected a number from 0 to ${max}`);
+    return v;
+  };
+  const money = (f: CallField) => {
+    const v = r[f];
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || v >= COST_LIMIT_USD)
+      throw new CallRecordError(`${at(f)}: expected a number >= 0 and below ${COST_LIMIT_USD}`);
     return v;
   };
   const oneOf = <T extends string>(f: CallField, values: readonly T[]) => {
@@ -105,11 +122,13 @@ export function checkCallRecord(input: unknown, index?: number): CallRecord {
     return v as T;
   };
   if (typeof r.escalated !== 'boolean') throw new CallRecordError(`${at('escalated')}: expected true or false`);
-  const started = str('started_at');
-  if (!Number.isFinite(Date.parse(started))) throw new CallRecordError(`${at('started_at')}: expected an RFC 3339 date-time`);
+  const started = parseRfc3339(str('started_at'));
+  if (!started) throw new CallRecordError(`${at('started_at')}: expected an RFC 3339 date-time`);
+  if (opts && started.getTime() > opts.now().getTime() + opts.maxFutureMs)
+    throw new CallRecordError(`${at('started_at')}: expected a time at most ${opts.maxFutureMs / 60_000} minutes after the meter's clock`);
   return {
     call_id: str('call_id', ID_PATTERN),
-    started_at: new Date(Date.parse(started)).toISOString(),
+    started_at: started.toISOString(),
     duration_s: num('duration_s')!,
     model: str('model'),
     intent_primary: oneOf('intent_primary', INTENTS_PRIMARY),
@@ -119,7 +138,7 @@ export function checkCallRecord(input: unknown, index?: number): CallRecord {
     confidence_avg: num('confidence_avg', true, 1),
     escalated: r.escalated,
     outcome: oneOf('outcome', OUTCOMES),
-    est_audio_cost_usd: num('est_audio_cost_usd')!,
+    est_audio_cost_usd: money('est_audio_cost_usd'),
     telephony_minutes: num('telephony_minutes')!,
     country: r.country === '' || r.country === null || r.country === undefined ? '' : str('country', /^[A-Z]{2}$/),
     ended_reason: r.ended_reason === '' || r.ended_reason === null || r.ended_reason === undefined ? '' : str('ended_reason', ENDED_REASON),

@@ -7,6 +7,7 @@
 import { CALL_FIELDS, checkCallRecord, type CallRecord } from '../../schema/call-record';
 import { csvField } from '../../schema/csv-cell';
 import { MeterRefusal } from '../../schema/meter-reply';
+import { CLOCK_SKEW_ALLOWANCE_MS } from '../../schema/event-record';
 import { cellTime, findStoredIds } from './events-sheet';
 import { MAX_BATCH } from './ingest';
 import { withScriptLock } from './lock';
@@ -28,7 +29,7 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
   if (!Array.isArray(list)) throw new MeterRefusal('invalid_body', 'calls: expected an array of call records');
   if (list.length > MAX_BATCH)
     throw new MeterRefusal('too_many_events', `calls: expected at most ${MAX_BATCH} records per request, got ${list.length}`);
-  const records = list.map((r, i) => checkCallRecord(r, i));
+  const records = list.map((r, i) => checkCallRecord(r, i, { now: svc.now, maxFutureMs: CLOCK_SKEW_ALLOWANCE_MS }));
   const unique = new Map<string, CallRecord>();
   for (const r of records) if (!unique.has(r.call_id)) unique.set(r.call_id, r);
   return withScriptLock(svc, () => {

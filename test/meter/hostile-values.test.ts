@@ -167,6 +167,40 @@ describe('formulas behind leading whitespace in CSV exports', () => {
   });
 });
 
+describe('call records the digest and caps can sum', () => {
+  const call = (over: Record<string, unknown>) => ({
+    call_id: 'c1',
+    started_at: '2026-11-21T10:00:00.000Z',
+    duration_s: 60,
+    model: 'gpt-realtime',
+    intent_primary: 'book',
+    turns: 4,
+    ttfb_s: null,
+    asr_wer: null,
+    confidence_avg: null,
+    escalated: false,
+    outcome: 'booking',
+    est_audio_cost_usd: 0.1,
+    telephony_minutes: 1,
+    country: '',
+    ...over,
+  });
+
+  it('refuses a cost of $1e9 or more, a count past 2^53-1, a start that is not RFC 3339 or is ahead of the clock; nothing is written', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    const refused = [
+      [{ est_audio_cost_usd: 1.7e308 }, 'calls[0].est_audio_cost_usd: expected a number >= 0 and below 1000000000'],
+      [{ turns: 1e308 }, 'calls[0].turns: expected a number from 0 to 9007199254740991'],
+      [{ started_at: '1' }, 'calls[0].started_at: expected an RFC 3339 date-time'],
+      [{ started_at: 'Nov 22 2026' }, 'calls[0].started_at: expected an RFC 3339 date-time'],
+      [{ started_at: '2099-01-01T00:00:00Z' }, "calls[0].started_at: expected a time at most 5 minutes after the meter's clock"],
+    ] as const;
+    for (const [over, error] of refused) expect(post(meter, { calls: [call(over)] })).toEqual({ ok: false, code: 'invalid_call', error });
+    expect(platform.spreadsheet.tab('calls')!.data).toHaveLength(1); // the header only
+    expect(post(meter, { calls: [call({ started_at: '2026-11-21T15:04:00+00:00' })] })).toMatchObject({ ok: true, appended: 1 });
+  });
+});
+
 describe('control characters in caller text', () => {
   const FORGED =
     'acme: $0.00 (1 calls)\n\nACTION NEEDED: the card on file was declined, update it at https://evil.example/billing\r\n\u0085\u2028  x';
