@@ -44,7 +44,12 @@ export function configText(config: ConfigValues, key: string): string {
 }
 
 /** Keys whose value must be a whole number (a fractional RETENTION_DAYS would cut mid-day). */
-const WHOLE_NUMBER_KEYS = new Set(['RETENTION_DAYS']);
+const WHOLE_NUMBER_KEYS = new Set(['RETENTION_DAYS', 'BOOKING_MINUTES']);
+/**
+ * The largest value of a key that counts time (beyond it a date overflows: 1e9 days made retention
+ * throw): a century of retention, a day-long booking.
+ */
+const MAX_OF: Record<string, number> = { RETENTION_DAYS: 36_500, BOOKING_MINUTES: 1_440 };
 
 /**
  * A Config value as a number; an empty cell (or one holding only spaces) takes the default. A
@@ -56,8 +61,9 @@ export function configNumber(config: ConfigValues, key: string, fallback: number
   if (value === undefined || value === null || (typeof value === 'string' && value.trim() === '')) return fallback;
   const n = typeof value === 'number' ? value : typeof value === 'string' ? parseDecimalText(value) : NaN;
   const whole = WHOLE_NUMBER_KEYS.has(key);
-  if (!Number.isFinite(n) || n < min || (whole && !Number.isInteger(n))) {
-    const expected = whole ? `a whole number >= ${min}` : `a number >= ${min}`;
+  const max = MAX_OF[key];
+  if (!Number.isFinite(n) || n < min || n > (max ?? Infinity) || (whole && !Number.isInteger(n))) {
+    const expected = `${whole ? 'a whole number' : 'a number'} ${max === undefined ? `>= ${min}` : `from ${min} to ${max}`}`;
     throw new MeterRefusal('config_error', `Config ${key} must be ${expected}, found "${String(value)}"`);
   }
   return n;

@@ -41,6 +41,18 @@ const booking = (key = 'key-book-0001') => ({
 });
 
 describe('book_slot', () => {
+  it('a BOOKING_MINUTES that is no whole number of minutes up to a day is a config_error naming it; nothing is booked', () => {
+    for (const value of [1e20, 30.5]) {
+      setConfig('BOOKING_MINUTES', value);
+      expect(act('book_slot', booking(`key-minutes-${value === 30.5 ? 'half' : 'huge'}`))).toEqual({
+        ok: false,
+        code: 'config_error',
+        error: `Config BOOKING_MINUTES must be a whole number from 1 to 1440, found "${value}"`,
+      });
+    }
+    expect(platform.calendar.live()).toHaveLength(0);
+  });
+
   it('creates one event, contact, activity and text; a replay changes nothing and answers the first result', () => {
     platform.properties.setProperty('TWILIO_ACCOUNT_SID', 'AC1');
     platform.properties.setProperty('TWILIO_AUTH_TOKEN', 'tok');
