@@ -187,8 +187,15 @@ export function parseRfc3339(text: string): Date | null {
   if (mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || s > 60) return null;
   const daysInMonth = new Date(Date.UTC(y, mo, 0)).getUTCDate();
   if (d > daysInMonth) return null;
-  const ms = Date.parse(text.trim().replace(' ', 'T'));
-  return Number.isFinite(ms) ? new Date(ms) : null;
+  // A leap second (:60) is the instant after :59, as POSIX time counts it (Date.parse refuses it).
+  const leap = s === 60;
+  const ms = Date.parse(
+    text
+      .trim()
+      .replace(' ', 'T')
+      .replace(/:60(?=[.Zz+-])/, ':59'),
+  );
+  return Number.isFinite(ms) ? new Date(ms + (leap ? 1000 : 0)) : null;
 }
 
 function coerceNumber(field: EventField, value: unknown, expected: string, index?: number): number {

@@ -169,6 +169,16 @@ describe('formulas behind leading whitespace in CSV exports', () => {
   });
 });
 
+describe('a leap second', () => {
+  it('is an RFC 3339 time: the event is stored at the instant after :59, and the batch with it', () => {
+    const { platform, meter } = freshMeter('2027-01-01T00:01:00Z');
+    const events = [{ event_id: 'ok' }, { event_id: 'ls', timestamp: '2026-12-31T23:59:60Z' }];
+    expect(post(meter, { events })).toEqual({ ok: true, appended: 2, duplicates: 0 });
+    const stored = dataRows(eventsTab(platform)).find((r) => r[0] === 'ls')!;
+    expect(new Date(stored[col('timestamp')] as Date).toISOString()).toBe('2027-01-01T00:00:00.000Z');
+  });
+});
+
 describe('call records the digest and caps can sum', () => {
   const call = (over: Record<string, unknown>) => ({
     call_id: 'c1',
