@@ -142,6 +142,21 @@ describe('phone bridge edges: voicemail', () => {
     expect(voicemailPosts(s)).toHaveLength(1);
   });
 
+  it('a realtime failure sent to voicemail, the caller gone without a message as the session ends: the status callback writes the record', async () => {
+    s = await bridgeStack(undefined, { statusGraceMs: 300 });
+    s.realtime.refuse = true;
+    await s.twilio.call('CA0715');
+    await until(s.twilio.events, 'update');
+    // Twilio's completed comes while the session is still ending (waiting for its stop).
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0715', CallStatus: 'completed' })).status).toBe(204);
+    await s.endOf('CA0715');
+    await new Promise<void>((r) => {
+      const check = () => (s!.records.length ? r() : setTimeout(check, 20));
+      check();
+    });
+    expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0715', outcome: 'abandoned', ended_reason: 'realtime_failure' })]);
+  });
+
   it('after the agent spoke, a realtime failure still goes to a person, whose <Dial> names its action', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

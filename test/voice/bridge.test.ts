@@ -180,4 +180,29 @@ describe('phone bridge: the call path', () => {
     const billed = done.reduce((a, e) => a + e.cost_usd!, 0);
     expect(record!.est_audio_cost_usd).toBeCloseTo(billed, 6);
   });
+
+  it('a booking still under way when the caller hangs up is recorded as a booking once the target answers, past 5 s too', async () => {
+    s = await bridgeStack();
+    const args = {
+      name: 'Ana',
+      phone: '+351910000001',
+      service: 'cleaning',
+      date: '2026-11-24',
+      time: '10:00',
+      location: 'Lisboa',
+      notes: '',
+    };
+    s.hooks.handle = (_q, res) =>
+      setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-9"}'), 6000);
+    s.realtime.heardQueue = [{ text: 'book me a cleaning tomorrow at ten', logprob: -0.1 }];
+    s.realtime.brain = brain({ turns: [{ call: { name: 'book_slot', args } }] });
+    const call = await s.twilio.call('CA0005');
+    await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call, 400);
+    await until(s.hooks.events, 'request', (h: { path: string }) => h.path === '/book_slot', 'the booking sent');
+    call.hangUp();
+    const { record } = await s.endOf('CA0005');
+    expect(record).toMatchObject({ call_id: 'CA0005', outcome: 'booking', intent_primary: 'book', ended_reason: 'caller_hangup' });
+  }, 20_000);
 });

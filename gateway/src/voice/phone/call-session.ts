@@ -39,7 +39,13 @@ import { cleanUsage, type Usage } from './usage';
 const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const CLOSING_LIMIT_MS = 10_000;
 const STOP_WAIT_MS = 10_000;
-const FUNCTIONS_WAIT_MS = 5_000;
+/**
+ * How long an ended call's record waits for its function calls: the workflow's own bound (3
+ * attempts of 15 s, 1.5 s between them), so a booking that succeeds after the caller hung up is
+ * recorded as one; at shutdown only 5 s (the grace must cover every live call).
+ */
+const FUNCTIONS_WAIT_MS = 47_000;
+const FUNCTIONS_WAIT_AT_SHUTDOWN_MS = 5_000;
 const CONSENT_WAIT_MS = 8_000;
 /** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
 const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndReason[]);
@@ -145,6 +151,11 @@ export class CallSession {
   }
 
   /** Ends the call (idempotent); the reason already decided, if any, wins. */
+  /** Why the call ended, once decided (a realtime failure handed to voicemail says so here). */
+  get decidedReason(): EndReason | null {
+    return this.reason;
+  }
+
   finish(reason: EndReason): Promise<void> {
     return (this.ended ??= this.end(reason));
   }
@@ -436,7 +447,7 @@ export class CallSession {
     this.rt.close();
     if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
     await this.feed.flush();
-    await this.functions.idle(FUNCTIONS_WAIT_MS);
+    await this.functions.idle(reason === 'shutdown' ? FUNCTIONS_WAIT_AT_SHUTDOWN_MS : FUNCTIONS_WAIT_MS);
     await Promise.all(this.tagging);
     const facts = { functions: this.functions, escalated: this.escalated, reason };
     const record = this.toVoicemail ? undefined : await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);

@@ -9,7 +9,7 @@
  * ending on another instance (its session records what the call achieved, a booking…), and a
  * voicemail's recording callback comes after the call (if the caller hung up before Twilio asked
  * the `<Record>` action). So the record is written here only if none appears within `graceMs`
- * (15 s: a session's end waits up to 5 s for function calls), checked in the store every 250 ms.
+ * (60 s: a session's end waits up to 47 s for function calls), checked in the store every 250 ms.
  */
 import type { StoredCall } from '../call-store';
 import type { VoiceService } from '../calls';
@@ -17,7 +17,7 @@ import type { CallEnds } from './call-ends';
 import type { EndReason } from './call-types';
 import type { MediaStreams } from './media-stream';
 
-const GRACE_MS = 15_000;
+const GRACE_MS = 60_000;
 const POLL_MS = 250;
 
 const TERMINAL: Record<string, EndReason> = {
@@ -43,7 +43,17 @@ export class CallStatus {
     const reason = TERMINAL[status];
     if (!reason) return;
     const session = this.deps.streams.live.get(callSid);
-    if (session) return void session.finish(reason);
+    // Its end writes the record, unless it handed the call to voicemail (a realtime failure): then
+    // the record is the voicemail's, or this one's, as for a call with no session.
+    if (session)
+      return void session
+        .finish(reason)
+        .then(() => this.recordLater(callSid, status, session.decidedReason ?? reason))
+        .catch((error: Error) => this.deps.log.info(`call ${callSid}: status ${status}: ${error.message}`));
+    await this.recordLater(callSid, status, reason);
+  }
+
+  private async recordLater(callSid: string, status: string, reason: EndReason): Promise<void> {
     const call = await this.deps.voice.get(callSid);
     if (!call || call.record) return;
     void this.unlessEnded(callSid, status, reason);
