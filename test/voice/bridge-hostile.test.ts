@@ -146,6 +146,29 @@ describe('phone bridge: hostile input', () => {
     expect(logs[0]).toContain('output_token_details.audio_tokens');
   });
 
+  it('a batch the guard applied whose answer was lost is sent again and counted once (turns and audio, so the caps are not reached early)', async () => {
+    s = await bridgeStack();
+    await s.voice.start({ call_id: 'CAH05', from: '+351910000001' });
+    let lost = false;
+    const flaky: Pick<BridgeStack['voice'], 'events'> = {
+      events: async (...args: Parameters<BridgeStack['voice']['events']>) => {
+        const out = await s!.voice.events(...args);
+        if (!lost) {
+          lost = true; // applied, and then the answer never came (a Redis reply lost after its script ran)
+          throw new Error('Command timed out');
+        }
+        return out;
+      },
+    };
+    const feed = new GuardFeed(flaky, 'CAH05', () => undefined, logInto([]));
+    feed.frame('assistant', 4000);
+    feed.event({ type: 'assistant.response.done' });
+    await feed.flush();
+    expect(lost).toBe(true);
+    const st = (await s.voice.get('CAH05'))!.state;
+    expect({ outputMs: st.outputMs, turns: st.turns }).toEqual({ outputMs: 500, turns: 1 });
+  });
+
   it('a function call the model announces twice (same call_id) runs once and is answered once', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Booked.' } });

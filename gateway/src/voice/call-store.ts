@@ -37,6 +37,14 @@ export interface StoredCall {
   state: CallState;
   /** Changes applied since the call was stored. */
   version: number;
+  /** The last numbered batch of guard events applied (a batch sent again is skipped). */
+  guardBatch?: GuardBatch;
+}
+
+/** A guard feed's batch: its feed (one per call session) and its number there, rising. */
+export interface GuardBatch {
+  feed: string;
+  n: number;
 }
 
 /** Applies one change to a call (a copy, to change in place or not). Pure: every instance folds the same. */

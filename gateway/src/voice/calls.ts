@@ -14,17 +14,25 @@ import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
 import { afterCall, buildCallRecord, type CallEndDeps } from './call-end';
 import type { EndCallBody, StartCallBody } from './bodies';
-import type { Reduce, StoredCall, VoiceStore } from './call-store';
+import type { GuardBatch, Reduce, StoredCall, VoiceStore } from './call-store';
 import type { Workflow } from './workflow';
 
-/** A change to a call, as the store keeps it: a checked batch of events, or the call's end. */
-export type CallChange = { kind: 'events'; events: VoiceEvent[] } | { kind: 'end'; body: EndCallBody; at: string; by: string };
+/**
+ * A change to a call, as the store keeps it: a checked batch of events (numbered by the bridge's
+ * guard feed, so a batch sent again is applied once), or the call's end.
+ */
+export type CallChange =
+  { kind: 'events'; events: VoiceEvent[]; batch?: GuardBatch } | { kind: 'end'; body: EndCallBody; at: string; by: string };
 
 /** How a change applies to a call: the spend guard over the events; the record, once, at the end. */
 export function callReducer(config: Concierge): Reduce<CallChange> {
   const guard = guardConfig(config);
   return (call, change) => {
     if (change.kind === 'events') {
+      const b = change.batch;
+      const last = call.guardBatch;
+      if (b && last?.feed === b.feed && b.n <= last.n) return call; // sent again: applied already
+      if (b) call.guardBatch = b;
       for (const e of change.events) {
         try {
           applyEvent(call.state, e, guard);
@@ -151,14 +159,15 @@ export class VoiceService {
   }
 
   /** Applies a batch all-or-nothing: a bad event refuses the batch, naming it. */
-  async events(id: string, events: unknown[]) {
+  /** `batch`: the guard feed's number for these events (the HTTP endpoint sends none). */
+  async events(id: string, events: unknown[], batch?: GuardBatch) {
     const checked = this.check(events);
     if ('problem' in checked) {
       const known = await this.deps.store.get(id);
       if (!known) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
       return { status: 400, body: { error: checked.problem } };
     }
-    const call = await this.deps.store.apply(id, { kind: 'events', events: checked.guarded });
+    const call = await this.deps.store.apply(id, { kind: 'events', events: checked.guarded, ...(batch ? { batch } : {}) });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
     if (checked.rollup !== null) await this.rollup(checked.rollup);
     const s = call.state;

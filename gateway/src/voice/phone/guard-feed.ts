@@ -4,10 +4,13 @@
  * back. Audio frames are summed, not posted one by one: 50 frames a second each way would be a
  * Redis round trip every 10 ms per call, and the guard only adds their durations. The sums go out
  * before every other event (so `assistant.response.done` prices all the audio before it) and
- * whenever a second of audio has gathered. Batches go one at a time, in order; a batch the guard
- * refuses (400) is sent again event by event, so only the event it refuses is lost (and logged).
+ * whenever a second of audio has gathered. Batches go one at a time, in order, each numbered (a
+ * batch sent again after a lost answer is applied once); a batch the guard refuses (400) is sent
+ * again event by event, so only the event it refuses is lost (and logged).
  */
+import { randomUUID } from 'node:crypto';
 import type { EndedReason } from '../../../../schema/call-record';
+import type { GuardBatch } from '../call-store';
 import type { VoiceEvent } from '../spend-guard';
 import { bytesToMs } from './playback';
 
@@ -19,7 +22,7 @@ export interface Verdict {
 }
 
 interface GuardTarget {
-  events(id: string, events: unknown[]): Promise<{ status: number; body: unknown }>;
+  events(id: string, events: unknown[], batch?: GuardBatch): Promise<{ status: number; body: unknown }>;
 }
 
 const FLUSH_AT_MS = 1000;
@@ -29,6 +32,9 @@ export class GuardFeed {
   private assistantBytes = 0;
   private queue: VoiceEvent[] = [];
   private running: Promise<void> | null = null;
+  /** Each batch numbered in this feed: one sent again after a lost answer is applied once. */
+  private readonly feed = randomUUID();
+  private batches = 0;
 
   constructor(
     private readonly voice: GuardTarget,
@@ -77,15 +83,17 @@ export class GuardFeed {
 
   /** One batch to the guard, its verdict handed on; the HTTP-like status (0: unreachable). */
   private async send(batch: VoiceEvent[]): Promise<number> {
+    const numbered = { feed: this.feed, n: ++this.batches };
     for (let attempt = 1; ; attempt++) {
       try {
-        const out = await this.voice.events(this.callId, batch);
+        const out = await this.voice.events(this.callId, batch, numbered);
         if (out.status === 200) this.onVerdict(out.body as Verdict);
         else if (out.status !== 400 || batch.length === 1)
           this.log.error(`call ${this.callId}: the spend guard refused events (${out.status}: ${JSON.stringify(out.body)})`);
         return out.status;
       } catch (error) {
-        // The store hiccuped: the same batch again (the guard only sums, order is kept), then give up loudly.
+        // The store hiccuped: the same batch again, under its number (if the store applied it before
+        // the answer was lost, it is not applied twice), then give up loudly.
         if (attempt === 3) {
           this.log.error(
             `call ${this.callId}: the spend guard could not be reached (${(error as Error).message}); ${batch.length} event(s) lost`,
