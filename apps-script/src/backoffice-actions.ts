@@ -129,7 +129,7 @@ function createLead(c: Ctx): Steps {
       if (row) return String(rowRecord(LEADS, sheet.getRange(row, 1, 1, LEADS.header.length).getValues()[0]).lead_id);
       const id = `lead-${c.svc.uuid()}`;
       const fields = ['phone', 'name', 'email', 'service', 'budget', 'timeline', 'utm'].map((n) => [n, arg(c.args, n)]);
-      appendTabRows(sheet, [
+      appendTabRows(c.svc.spreadsheet, sheet, [
         recordRow(LEADS, {
           ...Object.fromEntries(fields),
           lead_id: id,
@@ -211,7 +211,7 @@ function routeToVoicemail(c: Ctx): Steps {
         recording: file.getUrl(),
         idempotency_key: c.key,
       };
-      appendTabRows(sheet, [recordRow(TASKS, fresh)]);
+      appendTabRows(c.svc.spreadsheet, sheet, [recordRow(TASKS, fresh)]);
       return fresh;
     });
     const result = {

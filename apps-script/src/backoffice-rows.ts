@@ -52,7 +52,7 @@ export function finish(c: Ctx, progress: Progress, activity: Record<string, unkn
     if (activity) {
       const sheet = tab(c.svc.spreadsheet, ACTIVITIES);
       if (!findKeyed(sheet, ACTIVITIES, c.key))
-        appendTabRows(sheet, [
+        appendTabRows(c.svc.spreadsheet, sheet, [
           recordRow(ACTIVITIES, {
             at: c.now.toISOString(),
             phone: arg(c.args, 'phone'),
@@ -81,7 +81,7 @@ export function upsertContact(c: Ctx, fields: { name?: string; email?: string; i
     updated_at: at,
   };
   if (!row) {
-    appendTabRows(sheet, [
+    appendTabRows(c.svc.spreadsheet, sheet, [
       recordRow(CONTACTS, { ...fresh, name: fields.name ?? '', email: fields.email ?? '', opted_out: optedOut, created_at: at }),
     ]);
     return;

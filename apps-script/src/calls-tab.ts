@@ -36,7 +36,7 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
     const sheet = tab(svc.spreadsheet, CALLS);
     const stored = findStoredIds(sheet, [...unique.keys()], undefined, AT.call_id + 1);
     const fresh = [...unique.values()].filter((r) => !stored.has(r.call_id));
-    appendTabRows(sheet, fresh.map(toRow));
+    appendTabRows(svc.spreadsheet, sheet, fresh.map(toRow));
     return { ok: true, appended: fresh.length, duplicates: records.length - fresh.length };
   });
 }

@@ -5,17 +5,10 @@
 import { EVENT_FIELDS, TEXT_FIELDS, type EventField, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { CellValue, Sheet, Spreadsheet } from './services';
-import { fieldIndex } from './tabs';
+import { fieldIndex, growFor } from './tabs';
 
 export const EVENTS_TAB = 'events';
 export const EVENT_COLUMNS = EVENT_FIELDS.length;
-/** Google Sheets' limit on cells in one spreadsheet (all tabs together). */
-const SPREADSHEET_CELL_LIMIT = 10_000_000;
-/**
- * Rows added beyond need when the tab grows, so that not every request pays for an insert.
- * Dropped to "exactly what is needed" near the cell limit.
- */
-const GROWTH_ROWS = 1000;
 /** TextFinder regexes stay short: ids per search. */
 const IDS_PER_SEARCH = 100;
 
@@ -100,13 +93,6 @@ export function findStoredIds(sheet: Sheet, ids: string[], lastRow = sheet.getLa
   return found;
 }
 
-/** Cells in the whole spreadsheet (every tab counts towards Google's limit). */
-function spreadsheetCells(ss: Spreadsheet): number {
-  let cells = 0;
-  for (const sheet of ss.getSheets()) cells += sheet.getMaxRows() * sheet.getMaxColumns();
-  return cells;
-}
-
 /**
  * Writes rows after the last row in one setValues call, growing the tab first when needed.
  * Refuses, before writing anything, a write that would pass the spreadsheet's cell limit.
@@ -114,23 +100,7 @@ function spreadsheetCells(ss: Spreadsheet): number {
 export function appendRows(ss: Spreadsheet, sheet: Sheet, rows: CellValue[][], lastRow = sheet.getLastRow()): number {
   if (rows.length === 0) return 0;
   const start = lastRow + 1;
-  const maxRows = sheet.getMaxRows();
-  const needed = start + rows.length - 1 - maxRows;
-  if (needed > 0) {
-    const cells = spreadsheetCells(ss);
-    const width = sheet.getMaxColumns();
-    const after = cells + needed * width;
-    if (after > SPREADSHEET_CELL_LIMIT) {
-      throw new MeterRefusal(
-        'spreadsheet_full',
-        `the spreadsheet is full: ${rows.length} more row(s) would take it to ${after} cells, past Google's ` +
-          `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
-          `(exportArchive + npm run archive, see README) and apply retention to free rows.`,
-      );
-    }
-    const roomy = cells + (needed + GROWTH_ROWS) * width <= SPREADSHEET_CELL_LIMIT;
-    sheet.insertRowsAfter(maxRows, roomy ? needed + GROWTH_ROWS : needed);
-  }
+  growFor(ss, sheet, start + rows.length - 1, 1000);
   sheet.getRange(start, 1, rows.length, EVENT_COLUMNS).setValues(rows);
   return rows.length;
 }

@@ -27,7 +27,7 @@ function parse(text: unknown): Record<string, unknown> | null {
 export function claimKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, action: string, now: Date): Claim {
   const { sheet, row } = keyRow(svc, key);
   if (!row) {
-    appendTabRows(sheet, [recordRow(IDEMPOTENCY, { key, action, at: now.toISOString(), progress: '{}' })]);
+    appendTabRows(svc.spreadsheet, sheet, [recordRow(IDEMPOTENCY, { key, action, at: now.toISOString(), progress: '{}' })]);
     return { done: null, progress: {} };
   }
   const record = rowRecord(IDEMPOTENCY, sheet.getRange(row, 1, 1, IDEMPOTENCY.header.length).getValues()[0]);

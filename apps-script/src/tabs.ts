@@ -5,6 +5,7 @@
  * one write. Text cells get Sheets' quote prefix, as in the events tab, so nothing a caller says
  * becomes a formula or a number.
  */
+import { MeterRefusal } from '../../schema/meter-reply';
 import type { Sheet, Spreadsheet } from './services';
 
 export interface TabSpec {
@@ -109,12 +110,45 @@ export function findKeyed(sheet: Sheet, spec: TabSpec, key: string): number {
   return findRow(sheet, columnIn(spec, KEY), key);
 }
 
-/** Appends rows in one write, growing the tab when needed. */
-export function appendTabRows(sheet: Sheet, rows: unknown[][]): number {
+/** Google Sheets' limit on cells in one spreadsheet (all tabs together). */
+const SPREADSHEET_CELL_LIMIT = 10_000_000;
+
+/** Cells in the whole spreadsheet (every tab counts towards Google's limit). */
+function spreadsheetCells(ss: Spreadsheet): number {
+  let cells = 0;
+  for (const sheet of ss.getSheets()) cells += sheet.getMaxRows() * sheet.getMaxColumns();
+  return cells;
+}
+
+/**
+ * Grows the tab to hold rows up to `lastRow`, with `spare` rows more so that not every write pays
+ * for an insert (exactly what is needed near the cell limit). Refuses, before anything is written,
+ * growth past the spreadsheet's cell limit (`spreadsheet_full`: the caller writes nothing).
+ */
+export function growFor(ss: Spreadsheet, sheet: Sheet, lastRow: number, spare: number): void {
+  const maxRows = sheet.getMaxRows();
+  const needed = lastRow - maxRows;
+  if (needed <= 0) return;
+  const cells = spreadsheetCells(ss);
+  const width = sheet.getMaxColumns();
+  const after = cells + needed * width;
+  if (after > SPREADSHEET_CELL_LIMIT) {
+    throw new MeterRefusal(
+      'spreadsheet_full',
+      `the spreadsheet is full: ${needed} more row(s) would take it to ${after} cells, past Google's ` +
+        `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
+        `(exportArchive + npm run archive, see README) and apply retention to free rows.`,
+    );
+  }
+  const roomy = cells + (needed + spare) * width <= SPREADSHEET_CELL_LIMIT;
+  sheet.insertRowsAfter(maxRows, roomy ? needed + spare : needed);
+}
+
+/** Appends rows in one write, growing the tab when needed (never past the cell limit). */
+export function appendTabRows(ss: Spreadsheet, sheet: Sheet, rows: unknown[][]): number {
   if (!rows.length) return 0;
   const start = sheet.getLastRow() + 1;
-  const need = start + rows.length - 1 - sheet.getMaxRows();
-  if (need > 0) sheet.insertRowsAfter(sheet.getMaxRows(), need + 100);
+  growFor(ss, sheet, start + rows.length - 1, 100);
   sheet.getRange(start, 1, rows.length, rows[0].length).setValues(rows.map((r) => r.map(cellText)));
   return start;
 }

@@ -64,6 +64,36 @@ describe('reply codes of the web app', () => {
   });
 });
 
+describe('a full spreadsheet', () => {
+  it('refuses call records that would grow their tab past the cell limit as spreadsheet_full; nothing is written', () => {
+    const { platform, meter } = freshMeter();
+    const calls = platform.spreadsheet.tab('calls')!;
+    const otherCells = platform.spreadsheet.sheets.filter((s) => s !== calls).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
+    calls.maxRows = Math.floor((10_000_000 - otherCells) / calls.maxColumns);
+    calls.loadRows(calls.maxRows - 1, [Array(calls.maxColumns).fill('x')]);
+    const before = calls.data.length;
+    const call = (id: string) => ({
+      call_id: id,
+      started_at: '2026-11-22T10:00:00.000Z',
+      duration_s: 60,
+      model: 'gpt-realtime',
+      intent_primary: 'book',
+      turns: 4,
+      ttfb_s: null,
+      asr_wer: null,
+      confidence_avg: null,
+      escalated: false,
+      outcome: 'booking',
+      est_audio_cost_usd: 0.1,
+      telephony_minutes: 1,
+      country: '',
+    });
+    const reply = callJson(meter, 'doPost', { token: SECRET }, { calls: [call('a'), call('b')] });
+    expect(reply).toMatchObject({ ok: false, code: 'spreadsheet_full' });
+    expect(calls.data.length).toBe(before);
+  });
+});
+
 /** The bundle behind HTTP as Apps Script serves it: POST → 302 → GET the reply. `override` replaces replies. */
 class MeterOverHttp {
   server!: Server;
