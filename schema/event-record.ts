@@ -304,7 +304,16 @@ export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRec
     }
   }
   // An explicit `cost_usd: null` says the cost is unknown: the cost keeps the default, the event is marked.
-  if (src.cost_usd === null) out.error_code = markUnpriced(out.error_code as string);
+  if (src.cost_usd === null) {
+    out.error_code = markUnpriced(out.error_code as string);
+    // The mark counts towards the field's limit: a stored text never passes it.
+    if ((out.error_code as string).length > MAX_TEXT_LENGTH)
+      throw new EventValidationError(
+        'error_code',
+        `text of at most ${MAX_TEXT_LENGTH} characters with |UNPRICED added (cost_usd null)`,
+        opts.index,
+      );
+  }
   return out as unknown as EventRecord;
 }
 

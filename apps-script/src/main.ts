@@ -4,6 +4,7 @@
  * apps, triggers, menus and the editor's Run button call. Logic lives in the modules; this file
  * gathers the services, hands them over and turns replies into ContentService output.
  */
+import { MeterRefusal } from '../../schema/meter-reply';
 import * as alerts from './alerts';
 import { backOfficeAction } from './backoffice';
 import { exportCallsSince, storeCalls } from './calls-tab';
@@ -37,13 +38,19 @@ function services(): MeterServices {
   };
 }
 
+/** What an export answers: the events (the default) or the calls; anything else is refused by name. */
+function exportOf(what: string | undefined): 'events' | 'calls' {
+  if (what === undefined || what === '' || what === 'events' || what === 'calls') return what === 'calls' ? 'calls' : 'events';
+  throw new MeterRefusal('invalid_argument', `what: expected events or calls, got "${what.slice(0, 50)}"`);
+}
+
 const ROUTES: WebRoutes = {
   get: {
     spend: (svc) => jsonReply(spendSummary(svc)),
     export: (svc, params) => ({
       kind: 'text',
       mimeType: 'csv',
-      body: params.what === 'calls' ? exportCallsSince(svc, params.since) : archive.exportSince(svc, params.since),
+      body: exportOf(params.what) === 'calls' ? exportCallsSince(svc, params.since) : archive.exportSince(svc, params.since),
     }),
   },
   post: {

@@ -169,6 +169,20 @@ describe('formulas behind leading whitespace in CSV exports', () => {
   });
 });
 
+describe('the UNPRICED mark', () => {
+  it("counts towards error_code's 1,000 characters: a code too long for the mark is refused by name, nothing stored", () => {
+    const { platform, meter } = freshMeter();
+    expect(post(meter, { event_id: 'u1', cost_usd: null, error_code: 'E'.repeat(1000) })).toEqual({
+      ok: false,
+      code: 'invalid_event',
+      error: 'error_code: expected text of at most 1000 characters with |UNPRICED added (cost_usd null)',
+    });
+    expect(dataRows(eventsTab(platform))).toHaveLength(0);
+    expect(post(meter, { event_id: 'u2', cost_usd: null, error_code: 'E'.repeat(991) })).toMatchObject({ ok: true, appended: 1 });
+    expect(String(dataRows(eventsTab(platform))[0][col('error_code')])).toHaveLength(1000);
+  });
+});
+
 describe('a leap second', () => {
   it('is an RFC 3339 time: the event is stored at the instant after :59, and the batch with it', () => {
     const { platform, meter } = freshMeter('2027-01-01T00:01:00Z');

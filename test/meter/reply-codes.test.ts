@@ -40,6 +40,7 @@ describe('reply codes of the web app', () => {
       ['unknown_action', post({}, { action: 'drop_tables' })],
       ['unknown_action', get({ action: 'drop' })],
       ['invalid_argument', get({ action: 'export', since: 'yesterday' })],
+      ['invalid_argument', get({ action: 'export', what: 'invoices', since: '2026-11-01' })],
       ['invalid_argument', post({ call_id: 'c', idempotency_key: 'key-00000001', args: { phone: '' } }, { action: 'create_lead' })],
     ];
     platform.spreadsheet.tab('Config')!.data[1][1] = '50$';
