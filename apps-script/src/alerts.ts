@@ -119,10 +119,8 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
         });
         const code = response.getResponseCode();
         if (code >= 200 && code < 300) {
-          for (const k of due) state[k] = day;
-          svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(state));
           result.posted = true;
-          result.message = `alert posted for ${due.join(', ')}`;
+          result.message = `alert posted for ${due.join(', ')}${saved(svc, state, due, day)}`;
         } else {
           result.message = `Slack answered HTTP ${code}; the alert will be retried on the next run`;
         }
@@ -133,6 +131,21 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   }
   svc.log(`checkSpendCaps: ${result.message}`);
   return result;
+}
+
+/**
+ * Records that today's alert went out; '' or what the log must say. Posted first, recorded after:
+ * a state that cannot be saved (the Properties service failing half-way) means a second alert on
+ * the next run, never a missed one.
+ */
+function saved(svc: Pick<MeterServices, 'properties'>, state: AlertState, due: CapKind[], day: string): string {
+  for (const k of due) state[k] = day;
+  try {
+    svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(state));
+    return '';
+  } catch (error) {
+    return `, but its state could not be saved (${errorText(error)}): it may be posted again on the next run`;
+  }
 }
 
 /** An error's message, whatever realm it came from (a plain `instanceof Error` misses some). */

@@ -83,6 +83,20 @@ describe('checkSpendCaps', () => {
     expect(platform.logs.join('\n')).not.toContain('XXXX');
   });
 
+  it('a post Slack took, whose state then could not be saved, is reported posted and may come again (never as a failed post)', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    platform.calls.failAfter(
+      (name) => name === 'UrlFetchApp.fetch',
+      (name) => name === 'Properties.setProperty',
+      'Service Properties timed out',
+    );
+    const said = meter.checkSpendCaps();
+    expect(said).toMatch(/alert posted for daily.*could not be saved \(Service Properties timed out\).*may be posted again/);
+    expect(said).not.toMatch(/failed/);
+    expect(platform.urlFetch.requests).toHaveLength(1);
+  });
+
   it('with no webhook configured nothing is posted, and the run says so', () => {
     setConfig(platform, 'SLACK_WEBHOOK_URL', '');
     setConfig(platform, 'DAILY_CAP_USD', 1);
