@@ -6,7 +6,7 @@ import { EVENT_FIELDS } from '../../schema/event-record';
 import { restoreText } from '../../schema/csv-cell';
 import { parseCsv } from './csv';
 import { callJson, type FakeTextOutput } from './fakes/platform';
-import { SECRET, dataRows, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+import { SECRET, aCall, dataRows, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
 
 type Meter = ReturnType<typeof freshMeter>['meter'];
 const spend = (meter: Meter) => callJson(meter, 'doGet', { action: 'spend', token: SECRET });
@@ -140,22 +140,7 @@ describe('formulas behind leading whitespace in CSV exports', () => {
 
   it('a line break before a formula (a call record, or a row stored before ingest cleaned text) is marked too', () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
-    const call = {
-      call_id: 'c1',
-      started_at: '2026-11-21T10:00:00.000Z',
-      duration_s: 60,
-      model: '\n=1+1',
-      intent_primary: 'book',
-      turns: 4,
-      ttfb_s: null,
-      asr_wer: null,
-      confidence_avg: null,
-      escalated: false,
-      outcome: 'booking',
-      est_audio_cost_usd: 0.1,
-      telephony_minutes: 1,
-      country: '',
-    };
+    const call = aCall({ model: '\n=1+1' });
     expect(post(meter, { calls: [call] })).toMatchObject({ ok: true, appended: 1 });
     const calls = meter.doGet({ parameter: { token: SECRET, action: 'export', what: 'calls', since: '2026-11-21' } }) as FakeTextOutput;
     const [header, row] = parseCsv(calls.getContent());
@@ -194,24 +179,6 @@ describe('a leap second', () => {
 });
 
 describe('call records the digest and caps can sum', () => {
-  const call = (over: Record<string, unknown>) => ({
-    call_id: 'c1',
-    started_at: '2026-11-21T10:00:00.000Z',
-    duration_s: 60,
-    model: 'gpt-realtime',
-    intent_primary: 'book',
-    turns: 4,
-    ttfb_s: null,
-    asr_wer: null,
-    confidence_avg: null,
-    escalated: false,
-    outcome: 'booking',
-    est_audio_cost_usd: 0.1,
-    telephony_minutes: 1,
-    country: '',
-    ...over,
-  });
-
   it('refuses a cost of $1e9 or more, a count past 2^53-1, a start that is not RFC 3339 or is ahead of the clock; nothing is written', () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
     const refused = [
@@ -221,9 +188,9 @@ describe('call records the digest and caps can sum', () => {
       [{ started_at: 'Nov 22 2026' }, 'calls[0].started_at: expected an RFC 3339 date-time'],
       [{ started_at: '2099-01-01T00:00:00Z' }, "calls[0].started_at: expected a time at most 5 minutes after the meter's clock"],
     ] as const;
-    for (const [over, error] of refused) expect(post(meter, { calls: [call(over)] })).toEqual({ ok: false, code: 'invalid_call', error });
+    for (const [over, error] of refused) expect(post(meter, { calls: [aCall(over)] })).toEqual({ ok: false, code: 'invalid_call', error });
     expect(platform.spreadsheet.tab('calls')!.data).toHaveLength(1); // the header only
-    expect(post(meter, { calls: [call({ started_at: '2026-11-21T15:04:00+00:00' })] })).toMatchObject({ ok: true, appended: 1 });
+    expect(post(meter, { calls: [aCall({ started_at: '2026-11-21T15:04:00+00:00' })] })).toMatchObject({ ok: true, appended: 1 });
   });
 });
 

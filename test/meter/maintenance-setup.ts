@@ -21,3 +21,22 @@ export const setConfig = (platform: FakePlatform, key: string, value: Cell) => {
 };
 export const eventsTab = (platform: FakePlatform) => platform.spreadsheet.tab('events')!;
 export const dataRows = (sheet: FakeSheet) => sheet.data.slice(1);
+
+/** A valid call record as the gateway sends it, with `over` in place of its fields. */
+export const aCall = (over: Record<string, unknown> = {}) => ({
+  call_id: 'c1',
+  started_at: '2026-11-21T10:00:00.000Z',
+  duration_s: 60,
+  model: 'gpt-realtime',
+  intent_primary: 'book',
+  turns: 4,
+  ttfb_s: null,
+  asr_wer: null,
+  confidence_avg: null,
+  escalated: false,
+  outcome: 'booking',
+  est_audio_cost_usd: 0.1,
+  telephony_minutes: 1,
+  country: '',
+  ...over,
+});

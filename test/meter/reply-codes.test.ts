@@ -11,6 +11,7 @@ import { WebAppSink } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
 import { METER_REPLY_CODES } from '../../schema/meter-reply';
 import { FakePlatform, callJson, loadBundle, webEvent, type Bundle, type FakeTextOutput } from './fakes/platform';
+import { aCall } from './maintenance-setup';
 import { SHEETS_CALL } from './fakes/calls';
 
 const SECRET = 'codes-secret';
@@ -73,22 +74,7 @@ describe('a full spreadsheet', () => {
     calls.maxRows = Math.floor((10_000_000 - otherCells) / calls.maxColumns);
     calls.loadRows(calls.maxRows - 1, [Array(calls.maxColumns).fill('x')]);
     const before = calls.data.length;
-    const call = (id: string) => ({
-      call_id: id,
-      started_at: '2026-11-22T10:00:00.000Z',
-      duration_s: 60,
-      model: 'gpt-realtime',
-      intent_primary: 'book',
-      turns: 4,
-      ttfb_s: null,
-      asr_wer: null,
-      confidence_avg: null,
-      escalated: false,
-      outcome: 'booking',
-      est_audio_cost_usd: 0.1,
-      telephony_minutes: 1,
-      country: '',
-    });
+    const call = (id: string) => aCall({ call_id: id, started_at: '2026-11-22T10:00:00.000Z' });
     const reply = callJson(meter, 'doPost', { token: SECRET }, { calls: [call('a'), call('b')] });
     expect(reply).toMatchObject({ ok: false, code: 'spreadsheet_full' });
     expect(calls.data.length).toBe(before);

@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { GuardFeed } from '../../gateway/src/voice/phone/guard-feed';
 import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
 import type { RtConn } from './peers/realtime-peer';
-import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import { BOOKING, assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
 import type { MediaCall } from './peers/twilio-peer';
 import { until } from './peers/wait';
 import { logInto } from './peers/bridge-host';
@@ -173,15 +173,7 @@ describe('phone bridge: hostile input', () => {
     s = await bridgeStack();
     s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Booked.' } });
     const { conn } = await answered(s, 'CAH04');
-    const args = JSON.stringify({
-      name: 'Ana',
-      phone: '+351910000001',
-      service: 'cleaning',
-      date: '2026-11-24',
-      time: '10:00',
-      location: 'Lisboa',
-      notes: '',
-    });
+    const args = JSON.stringify(BOOKING);
     const fc = {
       type: 'response.function_call_arguments.done',
       response_id: 'resp_X',

@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
 import { until } from './peers/wait';
-import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import { BOOKING, assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
 import type { RtConn } from './peers/realtime-peer';
 
 let s: BridgeStack | null = null;
@@ -115,15 +115,7 @@ describe('phone bridge: the call path', () => {
 
   it('a booking by function call reaches the workflow target once although the model repeats the call; the record follows', async () => {
     s = await bridgeStack();
-    const args = {
-      name: 'Ana',
-      phone: '+351910000001',
-      service: 'cleaning',
-      date: '2026-11-24',
-      time: '10:00',
-      location: 'Lisboa',
-      notes: '',
-    };
+    const args = BOOKING;
     s.realtime.heardQueue = [
       { text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 },
       { text: 'yes please book it', logprob: -0.2 },
@@ -183,15 +175,7 @@ describe('phone bridge: the call path', () => {
 
   it('a booking still under way when the caller hangs up is recorded as a booking once the target answers, past 5 s too', async () => {
     s = await bridgeStack();
-    const args = {
-      name: 'Ana',
-      phone: '+351910000001',
-      service: 'cleaning',
-      date: '2026-11-24',
-      time: '10:00',
-      location: 'Lisboa',
-      notes: '',
-    };
+    const args = BOOKING;
     s.hooks.handle = (_q, res) =>
       setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-9"}'), 6000);
     s.realtime.heardQueue = [{ text: 'book me a cleaning tomorrow at ten', logprob: -0.1 }];

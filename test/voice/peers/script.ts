@@ -50,3 +50,14 @@ export function clientEvent(conn: RtConn, type: string, pred: (e: any) => boolea
   const seen = conn.events.find((e) => e.type === type && pred(e));
   return seen ? Promise.resolve(seen) : until<any>(conn, 'client', (e) => e.type === type && pred(e), `client ${type}`);
 }
+
+/** A booking's arguments as the model gives them (book_slot). */
+export const BOOKING = {
+  name: 'Ana',
+  phone: '+351910000001',
+  service: 'cleaning',
+  date: '2026-11-24',
+  time: '10:00',
+  location: 'Lisboa',
+  notes: '',
+};
