@@ -45,6 +45,12 @@ export function zonedInstant(date: string, time: string, timeZone: string, names
   // Two passes settle the offset across a daylight-saving change.
   let at = local - offsetMinutes(local, timeZone) * 60_000;
   at = local - offsetMinutes(at, timeZone) * 60_000;
+  // A time the clocks skip (spring forward) reads back as another: refused, not moved an hour.
+  if (at + offsetMinutes(at, timeZone) * 60_000 !== local)
+    throw new MeterRefusal(
+      'invalid_argument',
+      `args.${names[1]}: ${time} does not exist on ${date} in ${timeZone} (the clocks go forward)`,
+    );
   return new Date(at);
 }
 

@@ -41,6 +41,19 @@ const booking = (key = 'key-book-0001') => ({
 });
 
 describe('book_slot', () => {
+  it('a local time the clocks skip (spring forward) is refused naming the time; nothing is booked', () => {
+    const skipped = { ...booking('key-dst-00001'), args: { ...booking().args, date: '2026-03-29', time: '01:30' } };
+    expect(act('book_slot', skipped)).toEqual({
+      ok: false,
+      code: 'invalid_argument',
+      error: 'args.time: 01:30 does not exist on 2026-03-29 in Europe/Lisbon (the clocks go forward)',
+    });
+    expect(platform.calendar.live()).toHaveLength(0);
+    const after = { ...booking('key-dst-00002'), args: { ...booking().args, date: '2026-03-29', time: '02:30' } };
+    expect(act('book_slot', after)).toMatchObject({ ok: true });
+    expect(platform.calendar.live()[0].start.toISOString()).toBe('2026-03-29T01:30:00.000Z'); // 02:30 summer time
+  });
+
   it('a BOOKING_MINUTES that is no whole number of minutes up to a day is a config_error naming it; nothing is booked', () => {
     for (const value of [1e20, 30.5]) {
       setConfig('BOOKING_MINUTES', value);
