@@ -42,16 +42,17 @@ export function zonedInstant(date: string, time: string, timeZone: string, names
   const check = new Date(local);
   if (check.getUTCFullYear() !== y || check.getUTCMonth() !== m - 1 || check.getUTCDate() !== day)
     throw new MeterRefusal('invalid_argument', `args.${names[0]}: ${date} is not a calendar date`);
-  // Two passes settle the offset across a daylight-saving change.
-  let at = local - offsetMinutes(local, timeZone) * 60_000;
-  at = local - offsetMinutes(at, timeZone) * 60_000;
-  // A time the clocks skip (spring forward) reads back as another: refused, not moved an hour.
-  if (at + offsetMinutes(at, timeZone) * 60_000 !== local)
+  // The instants this wall time may be, under the zone's offsets half a day either side: those that
+  // read back as it are it. Two when the clocks go back (the earlier is taken); none when they go
+  // forward over it (refused, not moved an hour).
+  const candidates = [-12, 12].map((h) => local - offsetMinutes(local + h * 3_600_000, timeZone) * 60_000);
+  const valid = candidates.filter((at) => at + offsetMinutes(at, timeZone) * 60_000 === local);
+  if (!valid.length)
     throw new MeterRefusal(
       'invalid_argument',
       `args.${names[1]}: ${time} does not exist on ${date} in ${timeZone} (the clocks go forward)`,
     );
-  return new Date(at);
+  return new Date(Math.min(...valid));
 }
 
 /** "Wed 1 Jul, 10:30" in the time zone. */

@@ -41,7 +41,7 @@ const booking = (key = 'key-book-0001') => ({
 });
 
 describe('book_slot', () => {
-  it('a local time the clocks skip (spring forward) is refused naming the time; nothing is booked', () => {
+  it('a local time the clocks skip is refused naming the time, nothing booked; one that occurs twice is the first', () => {
     const skipped = { ...booking('key-dst-00001'), args: { ...booking().args, date: '2026-03-29', time: '01:30' } };
     expect(act('book_slot', skipped)).toEqual({
       ok: false,
@@ -52,6 +52,10 @@ describe('book_slot', () => {
     const after = { ...booking('key-dst-00002'), args: { ...booking().args, date: '2026-03-29', time: '02:30' } };
     expect(act('book_slot', after)).toMatchObject({ ok: true });
     expect(platform.calendar.live()[0].start.toISOString()).toBe('2026-03-29T01:30:00.000Z'); // 02:30 summer time
+    // 01:30 occurs twice the night the clocks go back: the first, still summer time.
+    const twice = { ...booking('key-dst-00003'), args: { ...booking().args, date: '2026-10-25', time: '01:30' } };
+    expect(act('book_slot', twice)).toMatchObject({ ok: true });
+    expect(platform.calendar.live()[1].start.toISOString()).toBe('2026-10-25T00:30:00.000Z');
   });
 
   it('a BOOKING_MINUTES that is no whole number of minutes up to a day is a config_error naming it; nothing is booked', () => {
