@@ -84,6 +84,29 @@ describe('phone bridge: the policy on real events', () => {
     expect(end.record!.est_audio_cost_usd).toBeGreaterThanOrEqual(0.35);
   });
 
+  it('with disconnect_when_exceeded false the call goes on past the cap, and that is logged once, not per guard batch', async () => {
+    s = await bridgeStack((c) => {
+      c.spend_guard.disconnect_when_exceeded = false;
+    });
+    const over = { input_tokens: 10, output_tokens: 20_000, output_token_details: { audio_tokens: 20_000 } };
+    s.realtime.brain = brain({
+      greeting: { audio: assistantAudio(300), usage: over },
+      afterOutput: { audio: assistantAudio(200), usage: over },
+    });
+    const call = await s.twilio.call('CA0103');
+    const conn = s.realtime.conns.at(-1) ?? (await until<RtConn>(s.realtime, 'connection'));
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    for (let turn = 0; turn < 2; turn++) {
+      speak(call, 400);
+      await serverEvent(conn, 'response.done');
+    }
+    call.hangUp();
+    const end = await s.endOf('CA0103');
+    expect(s.twilio.updates).toEqual([]); // never completed by the bridge
+    expect(end.record).toMatchObject({ ended_reason: 'caller_hangup' });
+    expect(s.logs.filter((l) => l.includes('disconnect_when_exceeded is false'))).toHaveLength(1);
+  });
+
   it('two slow answers (TTFB over the budget) → escalation with reason latency', async () => {
     s = await bridgeStack((c) => {
       c.guardrails.latency_budget_s = 0.4;

@@ -53,6 +53,8 @@ const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 
 export class CallSession {
   private phase: 'live' | 'closing' | 'transferring' | 'ended' = 'live';
   private reason: EndReason | null = null;
+  /** The cap was reached and the call goes on (disconnect_when_exceeded false): logged once. */
+  private overCapSaid = false;
   /** The agent's audio reached the caller at least once. */
   private spoke = false;
   /** Handed to voicemail (network issue): the voicemail flow writes the record. */
@@ -387,7 +389,10 @@ export class CallSession {
 
   private async disconnect(v: Verdict): Promise<void> {
     if (!this.deps.config.spend_guard.disconnect_when_exceeded) {
-      this.deps.log.warn(`call ${this.callSid}: ${v.reason} reached; disconnect_when_exceeded is false, so the call goes on`);
+      // The guard's verdict stays `disconnect` once reached: said once per call, not per batch.
+      if (!this.overCapSaid)
+        this.deps.log.warn(`call ${this.callSid}: ${v.reason} reached; disconnect_when_exceeded is false, so the call goes on`);
+      this.overCapSaid = true;
       return;
     }
     this.estAtDisconnect = v.estUsd_at_disconnect ?? null;
