@@ -9,6 +9,8 @@ import { fieldIndex, growFor } from './tabs';
 
 export const EVENTS_TAB = 'events';
 export const EVENT_COLUMNS = EVENT_FIELDS.length;
+/** Rows added beyond need when the events tab grows, so that not every request pays for an insert. */
+const GROWTH_ROWS = 1000;
 /** TextFinder regexes stay short: ids per search. */
 const IDS_PER_SEARCH = 100;
 
@@ -100,7 +102,7 @@ export function findStoredIds(sheet: Sheet, ids: string[], lastRow = sheet.getLa
 export function appendRows(ss: Spreadsheet, sheet: Sheet, rows: CellValue[][], lastRow = sheet.getLastRow()): number {
   if (rows.length === 0) return 0;
   const start = lastRow + 1;
-  growFor(ss, sheet, start + rows.length - 1, 1000);
+  growFor(ss, sheet, start + rows.length - 1, GROWTH_ROWS);
   sheet.getRange(start, 1, rows.length, EVENT_COLUMNS).setValues(rows);
   return rows.length;
 }
