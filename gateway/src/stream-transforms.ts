@@ -76,14 +76,20 @@ const SEQUENCE = /"sequence_number"\s*:\s*(\d+)/;
 
 export function responsesPassthrough(): StreamTransform {
   let failed = false;
-  /** The number the next event takes (every Responses event is numbered, an error event too). */
-  let next = 0;
+  // Every Responses event is numbered, an error event too: the one written when the stream breaks
+  // takes the number after the last event's (read then, not from every event on the way).
+  let seen = 0;
+  let last = '';
+  const next = () => {
+    const n = SEQUENCE.exec(last);
+    return n ? Number(n[1]) + 1 : seen;
+  };
   return {
     done: false,
     usage: null as Usage | null,
     event(e: EventSourceMessage) {
-      const n = SEQUENCE.exec(e.data);
-      next = n ? Number(n[1]) + 1 : next + 1;
+      seen++;
+      last = e.data;
       const type = e.event ?? (e.data.includes('"response.') ? (parse(e.data)?.type as string | undefined) : undefined);
       if (type && FINAL.test(type)) {
         // A response the provider failed is no complete answer (a failure of the route), though
@@ -94,7 +100,7 @@ export function responsesPassthrough(): StreamTransform {
       }
       return serialize(e);
     },
-    broken: () => (failed ? '' : responsesError(next)),
+    broken: () => (failed ? '' : responsesError(next())),
   };
 }
 
