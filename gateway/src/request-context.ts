@@ -37,11 +37,10 @@ export interface RequestContext<B extends { model: string } = { model: string } 
 /** Half a UTF-16 pair, alone: text with one cannot be encoded (as UTF-8, in a header or a URI). */
 const LONE_SURROGATE = /\p{Cs}/u;
 
-/** Every endpoint's `model`: it goes into our response headers and the meter event. */
+/** Every endpoint's `model`: it goes into our response headers and the meter event (no longer than its limit). */
 export const ModelName = z
   .string()
   .min(1, { error: 'expected a non-empty string' })
-  // It goes into the meter event and the route headers: no longer than the event record allows.
   .max(MAX_TEXT_LENGTH, {
     error: (i) => `expected at most ${MAX_TEXT_LENGTH} characters (the meter event's limit), got ${(i.input as string).length}`,
   })
