@@ -1,17 +1,18 @@
 /**
  * The Cold tier and the budget endpoints, mounted on the gateway:
  * - the Cold fallback: when no Hot or Warm route answered (or the time-to-answer leaves no room),
- *   the request is queued and the client gets `202 {"status":"queued","jobId"}` in time;
+ *   the request is queued and the client gets `202 {"status":"queued","jobId"}` in time (a streamed
+ *   request gets the same object as its one event, see `sendQueued`);
  * - `GET /v1/jobs/:id`: the job's state, attempts, last error, and its result once completed; with
  *   client keys, only to the tenant that queued it (another tenant's job is answered as absent);
  * - `POST /budget/webhook` and `POST /budget/resume` (operator token).
  */
 import type express from 'express';
-import type { ServerResponse } from 'node:http';
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { BudgetWebhook, type PauseFlag } from './budget';
 import { COLD_JOB_ID, type ColdPayload, type ColdQueue } from './cold-queue';
 import { openAiError } from './errors';
-import { sendJson } from './http-io';
+import { sendBody, sendJson } from './http-io';
 import type { FlagStore } from './flags';
 import { clientKeyOf } from './key-guard';
 import type { Notifier } from './notify';
@@ -73,7 +74,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
           const kind = why.reviewRequired ? 'human_review' : 'enqueued';
           deps.notifier.notify({ kind, jobIds: [jobId], tenant: ctx.customerId || undefined, detail: `reason: ${why.reason}` });
         }
-        sendJson(res, 202, { status: 'queued', jobId }, headers);
+        sendQueued(res, ctx, jobId, headers);
       } catch (error) {
         deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
         sendJson(
@@ -85,6 +86,21 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
       }
     },
   };
+}
+
+/**
+ * `202 {"status":"queued","jobId"}`. A client that asked for a stream reads the answer as events
+ * (the `openai` SDKs do, whatever its type): a JSON body would be an empty stream that ends without
+ * an error, the job id unread. So it gets the same object as one event, with an `error` an SDK
+ * raises (code `queued`), naming the job.
+ */
+function sendQueued(res: ServerResponse, ctx: RequestContext, jobId: string, headers: OutgoingHttpHeaders): void {
+  const queued = { status: 'queued', jobId };
+  if (!ctx.stream) return sendJson(res, 202, queued, headers);
+  const message = `no route answered in time: queued as job ${jobId}; GET /v1/jobs/${jobId} has its answer once done`;
+  const event = { ...queued, ...openAiError(message, 'upstream_error', null, 'queued') };
+  headers['cache-control'] = 'no-cache';
+  sendBody(res, 202, `data: ${JSON.stringify(event)}\n\n`, 'text/event-stream; charset=utf-8', headers);
 }
 
 export function mountColdTier(app: express.Express, admin: express.RequestHandler, deps: ColdTierDeps): void {

@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ops } from '../../gateway/src/ops';
 import type { Stack, StackOptions } from '../../gateway/src/stack';
@@ -148,7 +149,7 @@ describe('Cold tier', () => {
         method: 'POST',
         headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': '10' }, // no room for a call: queued
         body: JSON.stringify(body),
-      }).then((r) => r.json() as Promise<{ jobId: string }>);
+      }).then(async (r) => JSON.parse((await r.text()).replace(/^data: /, '')) as { jobId: string }); // a streamed one: its one event
     const streamed = { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } };
     const ids = [
       (await queue('/v1/chat/completions', streamed)).jobId,
@@ -159,6 +160,29 @@ describe('Cold tier', () => {
     expect(sent('/chat/completions')).toMatchObject({ stream: false });
     expect(sent('/chat/completions')).not.toHaveProperty('stream_options');
     expect(sent('/embeddings')).not.toHaveProperty('stream');
+  });
+
+  it('a streamed request that is queued gets the job as its one event, which the openai client raises (code queued) instead of ending an empty stream', async () => {
+    const { url } = await up({ worker: false });
+    hot.always({ kind: 'status', status: 500 });
+    warm.always({ kind: 'status', status: 500 });
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const { data: stream, response } = await client.chat.completions
+      .create(
+        { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream: true },
+        { headers: { 'x-time-to-answer-ms': '3000' } },
+      )
+      .withResponse();
+    expect([response.status, response.headers.get('x-route-tier')]).toEqual([202, 'cold']);
+    const chunks: unknown[] = [];
+    const raised = await (async () => {
+      for await (const chunk of stream) chunks.push(chunk);
+    })().catch((e: unknown) => e);
+    expect(chunks).toEqual([]);
+    expect(raised).toBeInstanceOf(OpenAI.APIError);
+    expect((raised as InstanceType<typeof OpenAI.APIError>).code).toBe('queued');
+    const jobId = /queued as job (llm-[0-9a-f]{40})/.exec((raised as Error).message)?.[1];
+    expect(await job(url, jobId!)).toMatchObject({ id: jobId, state: 'waiting', reason: 'all_failed' });
   });
 
   it("a job is the request's own: another body, or another tenant with the same key, is another job, never someone else's answer", async () => {
