@@ -986,6 +986,37 @@ describe('through the gateway, translated for a chat-only route', () => {
     ]);
   });
 
+  it('text a provider streams after its tool call goes back with the call: the tool output still follows the call', async () => {
+    const call = { index: 0, id: 'call_a', type: 'function', function: { name: 'f', arguments: '{"x":1}' } };
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [
+        sse([
+          chunk({ role: 'assistant', content: null }),
+          chunk({ tool_calls: [call] }),
+          chunk({ content: 'Calling f.' }),
+          chunk({}, 'tool_calls'),
+        ]),
+      ],
+    });
+    const input: ResponseInputItem[] = [{ role: 'user', content: 'hi' }];
+    const first = await client().responses.stream({ model: 'gpt-4o-mini', input }).finalResponse();
+    expect(first.output.map((i) => i.type)).toEqual(['function_call', 'message']);
+
+    const output = { type: 'function_call_output' as const, call_id: 'call_a', output: '2' };
+    await client().responses.create({ model: 'gpt-4o-mini', input: [...input, ...(first.output as ResponseInputItem[]), output] });
+    // chat wants an assistant message's tool calls answered by the tool messages right after it
+    expect(provider.received[1].body.messages).toEqual([
+      { role: 'user', content: 'hi' },
+      {
+        role: 'assistant',
+        content: 'Calling f.',
+        tool_calls: [{ id: 'call_a', type: 'function', function: { name: 'f', arguments: '{"x":1}' } }],
+      },
+      { role: 'tool', tool_call_id: 'call_a', content: '2' },
+    ]);
+  });
+
   it('a chat stream cut mid-way ends with a numbered response.failed that keeps what arrived', async () => {
     provider.next({ kind: 'stream', chunks: 5, cutAfter: 2, delayMs: 20 }); // its first bytes surely arrive before the cut
     const seen = await events();

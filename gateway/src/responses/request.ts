@@ -10,7 +10,8 @@
  *   developer; content a string or parts `input_text`, `output_text`, `refusal`, `input_image`,
  *   `input_file` with inline data), `function_call` (an assistant message's `tool_calls`; calls
  *   in a row, and a call right after an assistant message, share one assistant message, as chat
- *   gives them), `function_call_output` (a `tool` message).
+ *   gives them; so does an assistant message right after calls, text a provider streamed after
+ *   calling), `function_call_output` (a `tool` message).
  * - `instructions` → a leading system message. `developer` messages become `system` messages
  *   (the same thing in chat, and the role every chat provider knows).
  * - `tools` of type `function` (flat) → chat's nested `{type: 'function', function: {…}}`.
@@ -194,6 +195,11 @@ function messages(body: Json): ChatMessage[] {
     const type = item.type ?? (isSet(item.role) ? 'message' : undefined);
     if (type === 'message') {
       const message = inputMessage(item, at);
+      if (message.role === 'assistant' && assistant?.tool_calls) {
+        // What the assistant said after its calls: chat wants the tool messages right after the calls.
+        assistant.content = joinContent(assistant.content, message.content);
+        continue;
+      }
       out.push(message);
       assistant = message.role === 'assistant' ? message : null;
     } else if (type === 'function_call') {
@@ -234,6 +240,14 @@ function inputMessage(item: Json, at: string): ChatMessage {
   if (!Array.isArray(content)) return invalid(`${at}.content`, `${at}.content must be a string or a list of content parts.`);
   const parts = content.map((part: unknown, j) => contentPart(part, `${at}.content[${j}]`, chatRole));
   return { role: chatRole, content: collapse(parts) };
+}
+
+/** Two pieces of one assistant turn's content as one (absent content is none). */
+function joinContent(a: unknown, b: unknown): unknown {
+  if (a === null || a === undefined || a === '') return b;
+  // Both are a string or text parts (inputMessage), an assistant's content being text only.
+  const parts = (c: unknown): Json[] => (isString(c) ? [{ type: 'text', text: c }] : (c as Json[]));
+  return [...parts(a), ...parts(b)];
 }
 
 /** One text part is the same as its text, and a plain string is what every chat provider reads. */
