@@ -876,6 +876,15 @@ describe('through the official openai client', () => {
     expect(final).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, output_text: 'Once upon a' });
   });
 
+  it('max_tool_calls, a bound on built-in tool calls, is answered: a chat route makes none', async () => {
+    answers.push({ text: TEXT });
+    // In the API reference and the SDK's websocket `response.create`, not yet in its REST params type.
+    const body = { model: 'gpt-4o-mini', input: 'Capital of France?', max_tool_calls: 2 };
+    const response = await client.responses.create(body as ResponseCreateParams & { stream?: false });
+    expect(response.output_text).toBe(TEXT);
+    expect(chatRequests[0]).toEqual({ messages: [{ role: 'user', content: 'Capital of France?' }] });
+  });
+
   it('a refused request: the SDK raises a 400 that names the parameter', async () => {
     const error = await client.responses.create({ model: 'gpt-4o-mini', input: 'Search the web', tools: [{ type: 'web_search' }] }).then(
       () => null,

@@ -41,6 +41,7 @@
  *   returned through `include`); `stream_options` (obfuscation padding);
  * - `prompt_cache_key`, `prompt_cache_retention`, `prompt_cache_options`, `service_tier`:
  *   provider-side caching and capacity hints; `truncation`: matters only past the context window;
+ * - `max_tool_calls`: bounds calls to built-in tools, which a chat route refuses (above);
  * - `metadata`: kept on the Response object only (chat's `metadata` needs `store` at OpenAI and
  *   is unknown to other providers);
  * - `reasoning.summary` / `generate_summary` / `context`: no reasoning items come back;
@@ -117,6 +118,7 @@ const IGNORED = new Set([
   'prompt_cache_options',
   'service_tier',
   'truncation',
+  'max_tool_calls',
 ]);
 /** Refused whenever set (not null): what they ask for needs the provider's own state or machinery. */
 const REFUSED_WHEN_SET: Record<string, string> = {
