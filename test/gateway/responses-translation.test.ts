@@ -995,6 +995,28 @@ describe('through the gateway, translated for a chat-only route', () => {
     ]);
   });
 
+  it('a provider that names its usage as the Responses API does: the Response keeps its cached and reasoning tokens', async () => {
+    const usage = {
+      input_tokens: 100,
+      output_tokens: 6,
+      input_tokens_details: { cached_tokens: 80 },
+      output_tokens_details: { reasoning_tokens: 2 },
+    };
+    const message = { role: 'assistant', content: 'ok' };
+    provider.next({
+      kind: 'status',
+      status: 200,
+      body: { ...base, object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'stop' }], usage },
+    });
+    const response = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' });
+    expect(response.usage).toMatchObject({
+      input_tokens: 100,
+      input_tokens_details: { cached_tokens: 80 },
+      output_tokens: 6,
+      output_tokens_details: { reasoning_tokens: 2 },
+    });
+  });
+
   it('text a provider streams after its tool call goes back with the call: the tool output still follows the call', async () => {
     const call = { index: 0, id: 'call_a', type: 'function', function: { name: 'f', arguments: '{"x":1}' } };
     provider.next({

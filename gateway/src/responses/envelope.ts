@@ -36,6 +36,8 @@ export function requestedModel(request: Record<string, unknown>): string {
   return typeof request.model === 'string' ? request.model : '';
 }
 
+const detailsOf = (v: unknown): Record<string, unknown> => (isObject(v) ? v : {});
+
 /** Chat usage (prompt/completion tokens and their details) in the Responses shape; null without one. */
 export function responseUsage(chatUsage: unknown): ResponseUsage | null {
   if (!isObject(chatUsage)) return null;
@@ -43,8 +45,9 @@ export function responseUsage(chatUsage: unknown): ResponseUsage | null {
   const input = num(chatUsage.prompt_tokens) ?? num(chatUsage.input_tokens);
   const output = num(chatUsage.completion_tokens) ?? num(chatUsage.output_tokens);
   if (input === undefined && output === undefined) return null;
-  const inputDetails = isObject(chatUsage.prompt_tokens_details) ? chatUsage.prompt_tokens_details : {};
-  const outputDetails = isObject(chatUsage.completion_tokens_details) ? chatUsage.completion_tokens_details : {};
+  // Their details too, so the Response says the cached tokens the meter prices (adapter.ts reads both).
+  const inputDetails = detailsOf(chatUsage.prompt_tokens_details ?? chatUsage.input_tokens_details);
+  const outputDetails = detailsOf(chatUsage.completion_tokens_details ?? chatUsage.output_tokens_details);
   return {
     input_tokens: input ?? 0,
     input_tokens_details: {
