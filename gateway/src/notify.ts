@@ -11,6 +11,7 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import { retrying, type RetryPolicy } from './backoff';
 import { MemoryNoticeWindows, type NoticeWindows } from './notice-windows';
+import { noticeChannel } from './routes-map';
 import { within } from './within';
 
 export { noticeWindowsFor } from './notice-windows';
@@ -207,7 +208,8 @@ export class Notifier {
   }
 
   private async post(target: string, subject: string, text: string): Promise<void> {
-    if (/^https:\/\//.test(target) || /^http:\/\/(127\.0\.0\.1|localhost)[:/]/.test(target)) {
+    const channel = noticeChannel(target);
+    if (channel === 'webhook') {
       const mrkdwn = slackEscape(text);
       const res = await fetch(target, {
         method: 'POST',
@@ -225,7 +227,7 @@ export class Notifier {
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       return;
     }
-    if (/^[^\s@]+@[^\s@]+$/.test(target)) {
+    if (channel === 'email') {
       if (!this.mailer) {
         this.opts.log.info(`e-mail to ${target} (not sent: SMTP_URL is not set): ${subject}\n${text}`);
         return;

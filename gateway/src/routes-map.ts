@@ -35,10 +35,17 @@ const Route = z.strictObject({
     .optional(),
 });
 
+/** How a notice reaches a target: an https webhook (plain http on loopback only, for local peers) or an e-mail address. */
+export function noticeChannel(target: string): 'webhook' | 'email' | null {
+  if (/^https:\/\//.test(target) || /^http:\/\/(127\.0\.0\.1|localhost)[:/]/.test(target)) return 'webhook';
+  return /^[^\s@]+@[^\s@]+$/.test(target) ? 'email' : null;
+}
+
 const Cold = z.strictObject({
   mode: z.literal('graceful_degrade'),
   queue: z.literal('ai-tasks'),
-  notify: z.array(z.string().min(1)),
+  // Checked here, not found out at the first outage; the message leaves out the target (a webhook's secret).
+  notify: z.array(z.string().refine((t) => noticeChannel(t) !== null, 'expected an https webhook URL or an e-mail address')),
 });
 
 const Flags = z.strictObject({

@@ -48,6 +48,14 @@ describe('routing maps', () => {
       'r.json: hot[0].baseUrl: expected an http(s) URL',
     );
     expect(bad({ ...base, hot: [{ provider: 'openai', model: 'm', baseUrl: 'http://x', apiKey: 'sk-1' }] })).toThrow(/hot\[0\]/);
+    // A notice target that could never be delivered is refused at start, not found out during an
+    // outage; the message does not repeat it (a webhook URL carries its secret).
+    const notifyTo = (notify: string[]) => bad({ ...base, cold: { ...base.cold, notify } });
+    expect(notifyTo(['oncall@example.com', 'hooks.slack.com/services/T0/B0/SECRET'])).toThrow(
+      /^r\.json: cold\.notify\[1\]: expected an https webhook URL or an e-mail address$/,
+    );
+    expect(notifyTo(['http://hooks.example.com/x'])).toThrow('r.json: cold.notify[0]: expected an https webhook URL');
+    expect(() => notifyTo(['https://hooks.example.com/x', 'http://127.0.0.1:9/hook', 'a@b'])()).not.toThrow();
     expect(() => parseRoutesMap('{', 'r.json', env)).toThrow(/^r\.json: not valid JSON/);
   });
 
