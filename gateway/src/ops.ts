@@ -60,7 +60,10 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
         if (sub === 'move' && arg) {
           const ids = arg === '--all' ? (await queue.deadLettered(10_000)).map((j) => j.id) : [arg];
           let moved = 0;
-          for (const id of ids) if (await queue.retryDeadLettered(id)) moved++;
+          for (const id of ids) {
+            if (await queue.retryDeadLettered(id)) moved++;
+            else out(`${id}: not a dead-lettered job (npm run ops -- dlq list shows them)`);
+          }
           out(`moved ${moved} job(s) back to the queue`);
           return moved === ids.length ? 0 : 1;
         }

@@ -360,6 +360,11 @@ describe('Cold tier', () => {
     expect(await ops(['dlq', 'move', queued.jobId], opsEnv, (l) => lines.push(l))).toBe(0);
     await until(async () => (await job(url, queued.jobId)).state === 'completed');
     await until(async () => posted.some((p) => /dead-lettered/.test(p.text)));
+    // An id that cannot be moved is named (it said only "moved 0 job(s)"), exit 1.
+    const unknown = `llm-${'0'.repeat(40)}`;
+    const moved: string[] = [];
+    expect(await ops(['dlq', 'move', unknown], opsEnv, (l) => moved.push(l))).toBe(1);
+    expect(moved).toEqual([`${unknown}: not a dead-lettered job (npm run ops -- dlq list shows them)`, 'moved 0 job(s) back to the queue']);
     expect(await ops(['pause'], opsEnv, () => {})).toBe(0);
     expect(await redis.get('pause_ai_tasks')).toBe('1');
     const status: string[] = [];
