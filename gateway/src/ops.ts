@@ -43,7 +43,7 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
       }
       case 'pause':
         await pause.set();
-        out('paused: queued jobs picked up from now on fail with "paused by budget guardrail" and are retried');
+        out('paused: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent');
         return 0;
       case 'resume':
         await pause.clear();

@@ -365,7 +365,10 @@ describe('Cold tier', () => {
     const moved: string[] = [];
     expect(await ops(['dlq', 'move', unknown], opsEnv, (l) => moved.push(l))).toBe(1);
     expect(moved).toEqual([`${unknown}: not a dead-lettered job (npm run ops -- dlq list shows them)`, 'moved 0 job(s) back to the queue']);
-    expect(await ops(['pause'], opsEnv, () => {})).toBe(0);
+    // The pause defers queued jobs without spending attempts: the command says so (it said they fail and are retried).
+    const paused: string[] = [];
+    expect(await ops(['pause'], opsEnv, (l) => paused.push(l))).toBe(0);
+    expect(paused).toEqual(['paused: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent']);
     expect(await redis.get('pause_ai_tasks')).toBe('1');
     const status: string[] = [];
     await ops(['status'], opsEnv, (l) => status.push(l));
