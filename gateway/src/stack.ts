@@ -111,6 +111,15 @@ async function routingMap(
   return { map, file, version, demo: null };
 }
 
+/** The provider the budget pause is for: one of the map's, so a typo cannot leave the pause matching nothing. */
+function cappedProviderOf(env: GatewayEnv, map: RoutesMapConfig): string {
+  const capped = env.CAPPED_PROVIDER || map.hot[0].provider;
+  const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
+  if (!providers.includes(capped))
+    throw new ConfigError(`CAPPED_PROVIDER: expected a provider of the routing map (${providers.join(', ')}), got "${capped}"`);
+  return capped;
+}
+
 /** What the map's `${NAME}` references are resolved from. */
 const mapEnv = (env: GatewayEnv) => ({ ...ENDPOINT_DEFAULTS, ...env.raw });
 
@@ -121,7 +130,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   // Before any connection is opened, so a refused start leaves nothing behind.
   const voiceLoaded = loadVoice(voiceOptions(env), env.production);
   const { map, file: routesFile, version, demo } = await routingMap(env, log);
-  const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
+  const cappedProvider = cappedProviderOf(env, map);
   const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
   if (stores.redis) reportRedisState(stores.redis, log);
   const { redis, flags, pause, queue, limiter } = stores;

@@ -176,6 +176,17 @@ describe('npm start', () => {
     expect(err).toMatch(/^gateway did not start:\nenvironment:\nLOG_LEVEL: .*"verbose"/);
   });
 
+  it('refuses a CAPPED_PROVIDER that is no provider of the map, naming those it has (a typo left the budget pause matching nothing)', async () => {
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', DEMO_PROVIDERS: 'off', CAPPED_PROVIDER: 'opnai' },
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    expect(err).toContain('CAPPED_PROVIDER: expected a provider of the routing map (openai, anthropic, mistral), got "opnai"');
+  });
+
   it('refuses to start on an invalid map, naming the file and path', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');
