@@ -1094,7 +1094,10 @@ describe('a streamed Responses request run by the Cold worker', () => {
         body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hi', stream: true }),
       });
       expect(queued.status).toBe(202);
-      const { jobId } = (await queued.json()) as { jobId: string };
+      // Streamed, the 202 is one event carrying the job (an SDK raises it as an error, code queued).
+      const event = JSON.parse((await queued.text()).replace(/^data: /, '')) as { jobId: string; error: { code: string } };
+      expect(event.error.code).toBe('queued');
+      const { jobId } = event;
       const job = async () => (await (await fetch(`${h.url}/v1/jobs/${jobId}`)).json()) as { state: string; result: { body: unknown } };
       await expect.poll(async () => (await job()).state, { timeout: 5000 }).toBe('completed'); // the worker runs it on its own
       expect((await job()).result.body).toMatchObject({
