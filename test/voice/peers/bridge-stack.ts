@@ -1,7 +1,8 @@
 // The phone bridge on a loopback server, around the real VoiceService (state and guard in Redis)
 // and Workflow, between a local Twilio (media stream + REST API) and a local realtime server,
 // with the workflow's webhook targets and the observability webhook as loopback servers too.
-// Call records and meter events are kept in memory (the sinks' interface), so tests wait on them.
+// Call records and meter events are kept in memory (the sinks' interface), so tests wait on them;
+// each answer the workflow gives the bridge is an `answered` event.
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -105,8 +106,11 @@ export async function bridgeStack(
       voiceProvider: 'openai',
     },
   });
+  const reporting: Pick<Workflow, 'called'> = {
+    called: (req) => workflow.called(req).finally(() => events.emit('answered', req)),
+  };
   const host = await hostBridge(
-    { config, voice, workflow, meter: { send: (e) => meterEvents.push(e) }, log, tenant: 'acme-dental', ...opts },
+    { config, voice, workflow: reporting, meter: { send: (e) => meterEvents.push(e) }, log, tenant: 'acme-dental', ...opts },
     realtime,
     events,
   );

@@ -3,8 +3,10 @@
 // checks and applies `session.update` (GA shape only), runs a server VAD on the µ-law it is sent
 // (speech_started / speech_stopped with the session's silence duration, committed, item created,
 // then the transcription with log-probabilities), creates responses (audio deltas, transcript,
-// function calls, `response.done` with usage), cancels a response the caller talks over, and
-// records every client event for the tests to check. What the "model" says is the test's `brain`.
+// function calls, `response.done` with usage), cancels a response the caller talks over, keeps
+// the conversation's items (refusing, as the API does, a function_call_output whose function_call
+// is not among them), and records every client event for the tests to check. What the "model"
+// says is the test's `brain`.
 import { EventEmitter } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -50,6 +52,8 @@ export class RtConn extends EventEmitter {
   inbound: Buffer[] = [];
   inboundBytes = 0;
   events: RealtimeClientEvent[] = [];
+  /** The conversation's items, as this session holds them (client-created and its own function calls). */
+  items: Array<{ type?: string; call_id?: string } & Record<string, unknown>> = [];
   private speaking = false;
   private speechStart = 0;
   private silentBytes = 0;
@@ -84,8 +88,11 @@ export class RtConn extends EventEmitter {
     this.emit('client', e);
     this.peer.emit('client', { conn: this, event: e });
     switch (e.type) {
-      case 'session.update':
+      case 'session.update': {
+        const held = this.peer.holdUpdates;
+        if (held) return void held.then(() => this.update(e.session as RealtimeSessionCreateRequest));
         return this.update(e.session as RealtimeSessionCreateRequest);
+      }
       case 'input_audio_buffer.append':
         return this.audio(Buffer.from(e.audio, 'base64'));
       case 'response.create':
@@ -99,10 +106,23 @@ export class RtConn extends EventEmitter {
           });
         return;
       case 'conversation.item.create':
-        return this.send({ type: 'conversation.item.added', item: { id: `item_c${this.seq}`, ...e.item } });
+        return this.addItem(e.item as { type?: string; call_id?: string });
       case 'conversation.item.truncate':
         return this.send({ type: 'conversation.item.truncated', item_id: e.item_id, content_index: 0, audio_end_ms: e.audio_end_ms });
     }
+  }
+
+  /** Like the API: an output is refused unless the conversation holds the function call it answers. */
+  private addItem(item: { type?: string; call_id?: string }): void {
+    const known = this.items.some((i) => i.type === 'function_call' && i.call_id === item.call_id);
+    if (item.type === 'function_call_output' && !known) {
+      return this.send({
+        type: 'error',
+        error: { type: 'invalid_request_error', code: 'invalid_value', message: `no function call with call_id ${item.call_id}` },
+      });
+    }
+    this.items.push(item);
+    this.send({ type: 'conversation.item.added', item: { id: `item_c${this.seq}`, ...item } });
   }
 
   /** Like the API: the fields present are updated, the others kept. */
@@ -217,6 +237,7 @@ export class RtConn extends EventEmitter {
       name: call.name,
       arguments: JSON.stringify(call.args),
     };
+    this.items.push(item);
     this.send({ type: 'response.output_item.added', response_id: responseId, output_index: 0, item: { ...item, arguments: '' } });
     this.send({
       type: 'response.function_call_arguments.delta',
@@ -267,6 +288,8 @@ export class RealtimePeer extends EventEmitter {
   /** Bytes per audio delta, and a pause between deltas (0: as fast as the socket takes them). */
   chunkBytes = 800;
   paceMs = 0;
+  /** While set, `session.update` is applied (and acknowledged) only once it resolves: a slow session start. */
+  holdUpdates: Promise<void> | null = null;
   brain: (ctx: BrainContext) => Reply | null = () => null;
   /** What the transcription hears for each caller turn, in order (then "yes, hello", clearly: a caller who agrees to the consent line). */
   heardQueue: Heard[] = [];

@@ -13,6 +13,7 @@
  *                     decides (consent.ts): repeated, declined (told, ended, tagged) or agreed
  *   caller transcript → the guard, with its confidence (confidence.ts)
  *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
+ *   a reconnect       → the new session is given the function results the model has not answered
  *   guard: escalate   → transfer to a person; disconnect → closing line, then the call is completed
  *   the end (Twilio `stop`, hang-up, transfer, disconnect) → the call record, with `ended_reason`
  */
@@ -24,6 +25,7 @@ import type { EndReason, SessionDeps, TwilioMessage } from './call-types';
 import { writeCallRecord } from './call-record';
 import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
+import { FunctionOutputs } from './function-outputs';
 import { GuardFeed, type Verdict } from './guard-feed';
 import { tagOptedOut } from './opt-out';
 import { OwnResponses } from './own-responses';
@@ -63,6 +65,7 @@ export class CallSession {
   private readonly playback = new Playback();
   private readonly feed: GuardFeed;
   private readonly functions: FunctionCalls;
+  private readonly results: FunctionOutputs;
   private readonly rt: RealtimeSession;
   private readonly actions: CallActions;
   private readonly said: SaidLine[] = [];
@@ -114,8 +117,13 @@ export class CallSession {
       update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       history: () => this.said,
-      // Before the opening line was said, the new session owes the line (ready), not an answer.
-      awaitingAnswer: () => this.respondOnTurn && (this.responding !== null || this.said.at(-1)?.speaker === 'user'),
+      // Before the opening line was said, the new session owes the line (ready), not an answer; a
+      // function result still owed asks for the answer itself, once it is given (ready).
+      awaitingAnswer: () =>
+        this.respondOnTurn &&
+        !this.functions.outstanding &&
+        !this.results.owing &&
+        (this.responding !== null || this.said.at(-1)?.speaker === 'user'),
       log,
       callId: callSid,
     });
@@ -132,6 +140,7 @@ export class CallSession {
       },
     });
     this.own = new OwnResponses((e) => this.rt.send(e));
+    this.results = new FunctionOutputs((e) => this.rt.send(e));
     this.rt.onEvent = (e) => this.onRealtime(e);
     this.rt.onReady = (first) => this.ready(first);
     this.rt.onLost = (why) => this.lost(why);
@@ -171,6 +180,11 @@ export class CallSession {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
       this.responding = null;
       this.timing.reset();
+      // Function results the model has not answered go to the new conversation, those of calls
+      // whose response the lost session never finished too.
+      this.results.newConversation();
+      for (const id of this.functions.unclaimed()) void this.deliver(id);
+      if (this.phase === 'live') this.results.give();
       // The opening line never finished on the old socket: it is still the first thing to say.
       if (!this.respondOnTurn) this.sayConsent(false);
       return;
@@ -201,6 +215,7 @@ export class CallSession {
     const id = String(r?.id ?? '');
     this.responding = id;
     this.timing.responseCreated(id);
+    this.results.responseCreated(id);
     const purpose = this.own.created(id, r?.metadata);
     if (purpose === 'consent') this.consentLine = { id, generated: false };
     if (purpose === 'closing' && this.closing) this.closing.id = id;
@@ -243,6 +258,7 @@ export class CallSession {
       case 'response.created':
         return this.created(e.response as RealtimeResponse | undefined);
       case 'response.function_call_arguments.done':
+        this.results.announced(String(e.call_id));
         if (this.phase === 'live') this.functions.start(e as never);
         return;
       case 'response.done':
@@ -314,6 +330,7 @@ export class CallSession {
   private async responseDone(r: RealtimeResponse | undefined): Promise<void> {
     const id = String(r?.id ?? '');
     if (this.responding === id) this.responding = null;
+    this.results.responseDone(id);
     const usage = this.usageOf(r);
     this.feed.event({ type: 'assistant.response.done', ...(usage ? { usage } : {}) });
     const { config, provider, tenant } = this.deps;
@@ -326,12 +343,13 @@ export class CallSession {
     }
     if (this.consentLine?.id === id) this.consentSaid();
     if (this.phase !== 'ended') this.own.done();
-    const outputs = await this.functions.outputs(id);
-    if (!outputs.length || this.phase !== 'live') return;
-    for (const o of outputs) {
-      this.rt.send({ type: 'conversation.item.create', item: { type: 'function_call_output', call_id: o.call_id, output: o.output } });
-    }
-    this.rt.send({ type: 'response.create' });
+    await this.deliver(id);
+  }
+
+  /** A response's function results, once all are in; with no session ready, they wait for the next one. */
+  private async deliver(responseId: string): Promise<void> {
+    this.results.add(await this.functions.outputs(responseId));
+    if (this.phase === 'live' && this.rt.isReady) this.results.give();
   }
 
   /** The response's usage as the meter and the guard take it: a bad count is dropped, and logged. */

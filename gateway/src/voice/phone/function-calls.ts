@@ -4,8 +4,8 @@
  * repeats with the same arguments is a replay there: one booking, and the model gets the same
  * answer both times. Results are held until the response that asked for them is done (a new
  * response cannot start while one is in progress); then each becomes a `function_call_output`
- * item. A `dial` target is not run: it asks the session to transfer the call. The same call_id
- * announced twice is started once (one output for it).
+ * item (function-outputs.ts gives them to the model). A `dial` target is not run: it asks the
+ * session to transfer the call. The same call_id announced twice is started once (one output for it).
  */
 import type { Workflow, WorkflowAnswer } from '../workflow';
 
@@ -30,6 +30,9 @@ export interface FunctionCallEvent {
 
 export interface FunctionOutput {
   call_id: string;
+  /** The call as the model made it: a new session after a reconnect is given it with its output. */
+  name: string;
+  arguments: string;
   output: string;
 }
 
@@ -76,6 +79,16 @@ export class FunctionCalls {
     this.byResponse.delete(responseId);
     if (!list) return [];
     return (await Promise.all(list)).filter((o): o is FunctionOutput => o !== null);
+  }
+
+  /** Whether some call's output is still to come: running, or its response not yet done. */
+  get outstanding(): boolean {
+    return this.inFlight.size > 0 || this.byResponse.size > 0;
+  }
+
+  /** Responses that announced calls and were never done (their session was lost): their outputs are still owed. */
+  unclaimed(): string[] {
+    return [...this.byResponse.keys()];
   }
 
   /** Waits (at most `ms`) for calls still running, so the call's outcome includes them. */
@@ -125,6 +138,12 @@ export class FunctionCalls {
 
   private output(ev: FunctionCallEvent, value: unknown): FunctionOutput {
     const text = JSON.stringify(value);
-    return { call_id: ev.call_id, output: text.length > OUTPUT_LIMIT ? `${text.slice(0, OUTPUT_LIMIT)}…` : text };
+    const { call_id, name } = ev;
+    return {
+      call_id,
+      name,
+      arguments: ev.arguments || '{}',
+      output: text.length > OUTPUT_LIMIT ? `${text.slice(0, OUTPUT_LIMIT)}…` : text,
+    };
   }
 }

@@ -5,7 +5,8 @@
  * budget; if that fails too, `onLost` (the call session transfers the caller to a person).
  *
  * A new socket is a new conversation, so what was said so far (the transcripts) is replayed into
- * it as text items, and if the caller was waiting for an answer the model is asked for one.
+ * it as text items, and if the caller was waiting for an answer the model is asked for one (the
+ * function results it has not answered are given by the call session: function-outputs.ts).
  * Caller audio that arrives while reconnecting is held (up to the budget) and sent once the new
  * session is ready; after that it is dropped rather than delayed.
  */

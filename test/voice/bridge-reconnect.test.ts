@@ -1,0 +1,147 @@
+// A function call's result across a realtime reconnect, on loopback peers: the booking runs once
+// through the workflow, and whichever session is current when its result is in hears it, so the
+// model can tell the caller the outcome. The local realtime server refuses, as the API does, a
+// function_call_output whose function_call its conversation does not hold.
+import type { ServerResponse } from 'node:http';
+import { afterEach, describe, expect, it } from 'vitest';
+import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
+import type { Reply, RtConn } from './peers/realtime-peer';
+import { BOOKING, assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import type { MediaCall } from './peers/twilio-peer';
+import { until } from './peers/wait';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+const CONFIRMED = { audio: assistantAudio(300), transcript: 'You are booked for ten tomorrow.' };
+const BOOKED = { ok: true, result: { ok: true, booking_id: 'evt-1' } };
+
+/** A call whose caller agrees and asks for a booking; the model calls book_slot on its first turn. */
+async function bookingCall(
+  stack: BridgeStack,
+  callSid: string,
+  afterOutput: Reply = CONFIRMED,
+): Promise<{ call: MediaCall; conn: RtConn; callId: Promise<string> }> {
+  stack.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
+  stack.realtime.brain = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }], afterOutput });
+  const call = await stack.twilio.call(callSid);
+  const conn = stack.realtime.conns[0] ?? (await until<RtConn>(stack.realtime, 'connection'));
+  await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+  const callId = serverEvent(conn, 'response.function_call_arguments.done').then((e) => e.call_id as string);
+  callId.catch(() => undefined); // a session cut before the call was announced never says it
+  speak(call, 400);
+  return { call, conn, callId };
+}
+
+/** The booking target holds its answers until released. */
+function holdBookings(stack: BridgeStack): () => void {
+  const waiting: ServerResponse[] = [];
+  stack.hooks.handle = (_q, res) => void waiting.push(res);
+  return () => {
+    for (const res of waiting.splice(0)) res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-1"}');
+  };
+}
+
+const booked = (stack: BridgeStack) =>
+  until(stack.hooks.events, 'request', (h: { path: string }) => h.path === '/book_slot', 'the booking sent');
+
+/** The session is given the result, its conversation holds the call and the result, the model answers, the caller hears it. */
+async function toldOutcome(stack: BridgeStack, call: MediaCall, conn: RtConn, callId: string): Promise<void> {
+  const answer = serverEvent(conn, 'response.done', (e) => e.response.status === 'completed' && e.response.output[0]?.type === 'message');
+  answer.catch(() => undefined); // reported by the waits below when the result never comes
+  const output = await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.type === 'function_call_output');
+  const asked = () => conn.events.slice(conn.events.indexOf(output) + 1).some((e: any) => e.type === 'response.create' && !e.response);
+  if (!asked()) await until(conn, 'client', asked, 'an answer asked for after the result');
+  const mine = conn.items.filter((i) => i.call_id === callId);
+  expect(mine.map((i) => i.type)).toEqual(['function_call', 'function_call_output']);
+  expect(mine[0]).toMatchObject({ name: 'book_slot', arguments: JSON.stringify(BOOKING) });
+  expect(JSON.parse(String(mine[1].output))).toEqual(BOOKED);
+  await answer;
+  await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+  expect(stack.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+  expect(stack.hooks.seen.filter((h) => h.path === '/book_slot')).toHaveLength(1);
+}
+
+/** Closes the session (a close frame after what was sent) right after it sends an event of this type. */
+function cutAfter(conn: RtConn, type: string, when: () => boolean = () => true): void {
+  const on = (e: { type: string }) => {
+    if (e.type !== type || !when()) return;
+    conn.off('server', on);
+    conn.ws.close(1011);
+  };
+  conn.on('server', on);
+}
+
+describe('phone bridge: a function result across a realtime reconnect', () => {
+  it('a booking still running when the session drops: its result goes to the new session, with its call, and the caller hears the answer', async () => {
+    s = await bridgeStack();
+    const release = holdBookings(s);
+    const { call, conn, callId } = await bookingCall(s, 'CA0301');
+    await booked(s); // its response.done came before: the workflow stores its claim first
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await serverEvent(again, 'session.updated');
+    release();
+    await toldOutcome(s, call, again, await callId);
+    call.hangUp();
+    expect((await s.endOf('CA0301')).record).toMatchObject({ outcome: 'booking', ended_reason: 'caller_hangup' });
+  });
+
+  it('a booking that completes while the new session is not yet ready (session.update not acknowledged) is given to it once ready', async () => {
+    s = await bridgeStack();
+    const release = holdBookings(s);
+    const { call, conn, callId } = await bookingCall(s, 'CA0302');
+    await booked(s); // its response.done came before: the workflow stores its claim first
+    let ack!: () => void;
+    s.realtime.holdUpdates = new Promise((r) => (ack = r));
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(again, 'session.update');
+    release();
+    await until(s.events, 'answered', () => true, 'the workflow answered');
+    await new Promise((r) => setImmediate(r)); // the bridge turns the answer into its output within this turn
+    s.realtime.holdUpdates = null;
+    ack();
+    await toldOutcome(s, call, again, await callId);
+    call.hangUp();
+    await s.endOf('CA0302');
+  });
+
+  it('a session cut after announcing the call but before its response was done: the booking runs once and the new session hears it', async () => {
+    s = await bridgeStack();
+    const { call, conn, callId } = await bookingCall(s, 'CA0303');
+    cutAfter(conn, 'response.function_call_arguments.done');
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await toldOutcome(s, call, again, await callId);
+    expect(conn.events.filter((e) => e.type === 'conversation.item.create')).toEqual([]);
+    call.hangUp();
+    expect((await s.endOf('CA0303')).record).toMatchObject({ outcome: 'booking' });
+  });
+
+  it('a session cut while the arguments were still streaming: nothing is run, and the new session is asked to answer', async () => {
+    s = await bridgeStack();
+    const { call, conn } = await bookingCall(s, 'CA0304');
+    cutAfter(conn, 'response.function_call_arguments.delta');
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(again, 'response.create', (e: any) => !e.response);
+    await serverEvent(again, 'response.done');
+    expect(again.items.filter((i) => i.type !== 'message')).toEqual([]);
+    expect(s.hooks.seen).toEqual([]);
+    call.hangUp();
+    expect((await s.endOf('CA0304')).record).toMatchObject({ outcome: 'abandoned' });
+  });
+
+  it('a result the old session had but never answered (cut while answering) is given again to the new session', async () => {
+    s = await bridgeStack();
+    const { call, conn, callId } = await bookingCall(s, 'CA0305', { ...CONFIRMED, delayMs: 200 });
+    cutAfter(conn, 'response.created', () => conn.items.some((i) => i.type === 'function_call_output'));
+    const again = await until<RtConn>(s.realtime, 'connection');
+    s.realtime.brain = brain({ afterOutput: CONFIRMED });
+    await toldOutcome(s, call, again, await callId);
+    call.hangUp();
+    await s.endOf('CA0305');
+  });
+});
