@@ -161,12 +161,12 @@ export class CallSession {
     } else if (m.event === 'stop') void this.finish('caller_hangup');
   }
 
-  /** Ends the call (idempotent); the reason already decided, if any, wins. */
   /** Why the call ended, once decided (a realtime failure handed to voicemail says so here). */
   get decidedReason(): EndReason | null {
     return this.reason;
   }
 
+  /** Ends the call (idempotent); the reason already decided, if any, wins. */
   finish(reason: EndReason): Promise<void> {
     return (this.ended ??= this.end(reason));
   }
