@@ -59,6 +59,8 @@ export class Breaker {
   private probeInFlight = false;
   private probeSuccesses = 0;
   private openTotalMs = 0;
+  /** When a call last succeeded here (or the fleet's probes closed it): the route answers. */
+  private lastSuccessAt = -Infinity;
   /** opossum executes the calls and keeps the rolling statistics. */
   readonly circuit: CircuitBreaker<[() => Promise<unknown>], unknown>;
   private readonly listeners: Array<(state: BreakerState, cause: ChangeCause) => void> = [];
@@ -126,6 +128,7 @@ export class Breaker {
 
   /** Another instance's probes closed it. */
   closeFromFleet(): void {
+    this.lastSuccessAt = this.now();
     if (this.current === 'closed') return;
     this.consecutiveFailures = 0;
     this.probeSuccesses = 0;
@@ -231,6 +234,7 @@ export class Breaker {
     if (ticket.probe) this.probeInFlight = false;
     const state = this.state();
     if (success) {
+      this.lastSuccessAt = this.now();
       this.consecutiveFailures = 0;
       if (state === 'half-open' && ticket.probe && ++this.probeSuccesses >= this.probesToClose) this.set('closed');
     } else {
@@ -253,6 +257,11 @@ export class Breaker {
     // A probe under way here, or the fleet's probe held by another instance: look again in a second.
     if (this.probeInFlight || (this.probeGate && !this.probeGate())) return now + Math.min(1000, this.openMs);
     return Math.max(now, this.lastProbeAt + this.openMs);
+  }
+
+  /** Whether a call succeeded here after `at` (ms since the epoch). */
+  answeredSince(at: number): boolean {
+    return this.lastSuccessAt > at;
   }
 
   /** Total time spent open, including the current open period. */

@@ -58,6 +58,12 @@ export interface RouteOptions {
   priorAttempts?: number;
   /** The route set to use (a second pass uses the first one's); default the current one. */
   set?: RouteSet;
+  /**
+   * A Cold job's: when it was queued. Its failure on a route that has answered a call since then
+   * is the job's own (its request fails where others succeed), not the route's: it leaves the
+   * breaker as it was, so a request that always fails cannot hold a route open for everyone.
+   */
+  queuedAt?: number;
 }
 
 /** What an attempt needs from the request beyond the call itself. */
@@ -150,11 +156,13 @@ export class Failover {
         if (!ticket) break; // open (or a probe already in flight): skipped without a call
         attempts++;
         const started = this.now();
+        const own = (r: CallResult) =>
+          r.kind === 'failure' && options.queuedAt !== undefined && route.breaker.answeredSince(options.queuedAt);
         const result = await route.breaker.run(
           ticket,
           () => this.attempt(route, config, ctx, plan, deadline, of),
-          (r) => r.kind === 'failure',
-          (r) => r.kind === 'cancelled',
+          (r) => r.kind === 'failure' && !own(r),
+          (r) => r.kind === 'cancelled' || own(r),
           ctx.stream ? streamed : undefined,
         );
         const latency = result.answer?.latencyMs ?? this.now() - started;

@@ -99,11 +99,12 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
   const flags = deps.flags.get();
   const skip = (r: Route) => deps.pause.paused() && deps.skipWhilePaused(r);
   const deadline = new Deadline(ctx.timeToAnswerMs);
-  let outcome = await deps.failover.route(ctx, deadline, { flags, skip });
+  const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
+  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt });
   // A route passed over because its fleet probe lease was still being asked for can be callable by
   // now: once more at once, so that an attempt is spent only when a route that could be called failed.
   if (outcome.kind === 'exhausted' && outcome.attempts > 0 && nextRoute(deps, flags, skip).at <= Date.now()) {
-    outcome = await deps.failover.route(ctx, deadline, { flags, skip, priorAttempts: outcome.attempts });
+    outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, priorAttempts: outcome.attempts });
   }
   if (outcome.kind === 'exhausted') {
     const next = nextRoute(deps, flags, skip);

@@ -319,6 +319,27 @@ describe('Cold tier', () => {
     expect(posted.some((p) => /dead-lettered/.test(p.text))).toBe(false);
   });
 
+  it('a job that fails on routes answering other requests is dead-lettered after its attempts, and stops holding every breaker open', async () => {
+    // Shortened: breakers open for 400 ms (30 s), a job's backoff 50 ms (1 s).
+    const { url } = await up({ worker: true, breaker: { openMs: 400 }, cold: { backoffMs: 50 } });
+    const poisoned = (body: Record<string, any>) => JSON.stringify(body.messages).includes('poison');
+    for (const p of [hot, warm]) p.when(poisoned, { kind: 'status', status: 500 });
+    const poison = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'poison' }] };
+    const queued = await chat(url, poison, { 'x-time-to-answer-ms': '3000' });
+    expect(queued.status).toBe(202);
+    const { jobId } = queued.json();
+    // Live requests go on; those that find every breaker open are queued, until one gets through.
+    await until(async () => (await chat(url, undefined, { 'x-time-to-answer-ms': '3000' })).status === 200);
+    const dead = await until(async () => {
+      const j = await job(url, jobId);
+      return j.state === 'dead-lettered' ? j : null;
+    });
+    expect(dead.lastError).toMatch(/^no route answered \(.*HTTP 500\)/);
+    await until(async () => posted.some((p) => /dead-lettered/.test(p.text) && p.text.includes(jobId)));
+    const live = await chat(url, undefined, { 'x-time-to-answer-ms': '3000' });
+    expect([live.status, live.headers.get('x-route-tier')]).toEqual([200, 'hot']);
+  });
+
   it('a job that waits for a route longer than the limit is dead-lettered, and a person told', async () => {
     const { url } = await up({ worker: true, breaker: { openMs: 300 }, cold: { backoffMs: 50, maxDeferMs: 1500 } });
     hot.always({ kind: 'status', status: 500 });

@@ -52,6 +52,7 @@ export class FakeProvider {
   stalls = 0;
   private server!: Server;
   private queue: Behaviour[] = [];
+  private readonly matched: Array<{ matches: (body: Record<string, any>) => boolean; behaviour: Behaviour }> = [];
   fallback: Behaviour = { kind: 'ok' };
   private sockets = new Set<import('node:net').Socket>();
   url = '';
@@ -64,6 +65,11 @@ export class FakeProvider {
   always(behaviour: Behaviour): this {
     this.queue = [];
     this.fallback = behaviour;
+    return this;
+  }
+  /** Requests whose body `matches` get `behaviour`, whatever `next` and `always` say (a request that always fails). */
+  when(matches: (body: Record<string, any>) => boolean, behaviour: Behaviour): this {
+    this.matched.push({ matches, behaviour });
     return this;
   }
 
@@ -92,7 +98,7 @@ export class FakeProvider {
     const body = text ? JSON.parse(text) : {};
     const path = (req.url ?? '').replace(/\?.*/, '');
     this.received.push({ path, headers: req.headers, body });
-    const b = this.queue.shift() ?? this.fallback;
+    const b = this.matched.find((m) => m.matches(body))?.behaviour ?? this.queue.shift() ?? this.fallback;
     const model = body.model ?? 'unknown';
     if (b.kind === 'ok' || b.kind === 'stream') {
       if (path.endsWith('/embeddings')) return answerEmbeddings(res, body);
