@@ -15,10 +15,25 @@ import type { Scopes } from './scopes';
 
 const ResponsesBody = z.looseObject({
   model: ModelName,
-  input: z.union([z.string(), z.array(z.looseObject({}))]),
+  // Optional: a stored prompt, or a stored conversation continued, may bring all of it (native
+  // routes only: the translation refuses a request without input).
+  input: z.union([z.string(), z.array(z.looseObject({}))], { error: 'expected a string or an array of input items' }).optional(),
   instructions: z.string().nullish(),
   stream: z.boolean().nullish(),
 });
+type ResponsesBody = z.infer<typeof ResponsesBody>;
+
+/**
+ * What the default idempotency key hashes as the request's input: its instructions and input, and
+ * the stored state it continues, if any (the same `input` in two conversations is two requests).
+ */
+function keyInput(body: ResponsesBody): unknown[] {
+  const { previous_response_id: previous, conversation, prompt } = body as Record<string, unknown>;
+  const mine = [body.instructions ?? null, body.input];
+  return previous === undefined && conversation === undefined && prompt === undefined
+    ? mine
+    : [...mine, { previous, conversation, prompt }];
+}
 
 export function responsesParser(routes: () => Route[], scopes: Scopes, flags: FlagStore) {
   // Asked only of a request that cannot be translated: a route the flags switch off serves nothing.
@@ -39,7 +54,7 @@ export function responsesParser(routes: () => Route[], scopes: Scopes, flags: Fl
         message: `${translated.message} (no route in service offers the Responses API natively)`,
       };
     }
-    const routing = readRoutingHeaders(headers, scopes, [parsed.data.instructions ?? null, parsed.data.input], clientKey);
+    const routing = readRoutingHeaders(headers, scopes, keyInput(parsed.data), clientKey);
     if (!routing.ok) return { ok: false, message: routing.message, param: null };
     const asChat = translated.ok ? translated.chat : undefined;
     return { ok: true, context: { api: 'responses', body: parsed.data, stream: parsed.data.stream === true, asChat, ...routing.value } };

@@ -158,6 +158,20 @@ describe('POST /v1/responses', () => {
     }
   });
 
+  it('a stored prompt without input goes to a native route; the default Idempotency-Key tells conversations apart', async () => {
+    const stored = await client().responses.create({ model: 'gpt-4o-mini', prompt: { id: 'pmpt_123', variables: { city: 'Lisbon' } } });
+    expect(stored.output_text).toBe('native responses from gpt-4o-mini');
+    expect(hot.received.at(-1)!.body).toEqual({ model: 'gpt-4o-mini', prompt: { id: 'pmpt_123', variables: { city: 'Lisbon' } } });
+    // The same answer in two conversations: two requests, two keys (one key would let a provider replay the first).
+    for (const previous of ['resp_a', 'resp_b'])
+      await client().responses.create({ model: 'gpt-4o-mini', input: 'yes', previous_response_id: previous });
+    const [a, b] = hot.received.slice(-2).map((r) => r.headers['idempotency-key']);
+    expect(a).not.toBe(b);
+    await expect(client().responses.create({ model: 'gpt-4o-mini', input: 42 as never })).rejects.toThrow(
+      /^400 input: expected a string or an array of input items$/,
+    );
+  });
+
   it('a native route the flags switch off serves nothing: the request is the same 400, not a 503', async () => {
     const map = mapOf([], [other.url]);
     map.hot = [{ provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: warm.url }];
