@@ -13,7 +13,7 @@ const translated = (answer: Answer) => answer.of.ctx.api === 'responses' && answ
 
 export function streamTransform(answer: Answer): StreamTransform {
   const { ctx } = answer.of;
-  if (translated(answer)) return chatToResponses(ctx.body, { responseId: newResponseId(), now: Date.now() });
+  if (translated(answer)) return chatToResponses(ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model);
   if (answer.of.api === 'responses') return responsesPassthrough();
   return chatPassthrough((ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true);
 }
@@ -28,6 +28,6 @@ export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usa
   } catch {
     return { body: raw, usage: null }; // not JSON: passed on as the provider sent it
   }
-  const response = chatToResponse(chat, answer.of.ctx.body, { responseId: newResponseId(), now: Date.now() });
+  const response = chatToResponse(chat, answer.of.ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model);
   return { body: JSON.stringify(response), usage: readUsage(chat?.usage) };
 }

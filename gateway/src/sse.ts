@@ -15,8 +15,6 @@ import type { Usage } from './providers/adapter';
 
 /** How one API's stream is relayed: what to write per event, when it is complete, its usage. */
 export interface StreamTransform {
-  /** Written before the provider's first event (a translation's opening events). */
-  start?(): string;
   /** What to write for one provider event ('' to write nothing). */
   event(e: EventSourceMessage): string;
   /**
@@ -96,7 +94,7 @@ export async function relaySse(
   /** Runs before the response ends (the call's meter event is made durable first). */
   beforeEnd?: (result: RelayResult) => Promise<void>,
 ): Promise<RelayResult> {
-  let out = transform.start?.() ?? '';
+  let out = '';
   let wrote = false;
   const send = (chunk: string | Buffer) => {
     wrote = true;

@@ -6,7 +6,8 @@
  *   event, never text inside an answer) unless the provider sent an error inside the stream;
  * - responses, passed through: complete at `response.completed` / `incomplete`, a failure of the
  *   route at `response.failed`; the final event's `response.usage` is the meter's;
- * - responses translated from a chat stream (responses/stream.ts): complete at `[DONE]` unless the
+ * - responses translated from a chat stream (responses/stream.ts): opened with the first chunk (so
+ *   the opening events name the provider's model, as the rest do), complete at `[DONE]` unless the
  *   provider reported an error in the stream; a broken one ends with the translation's `response.failed`.
  */
 import type { EventSourceMessage } from 'eventsource-parser';
@@ -109,15 +110,15 @@ function responsesError(sequenceNumber: number): string {
   return `event: error\ndata: ${JSON.stringify(error)}\n\n`;
 }
 
-export function chatToResponses(request: Record<string, unknown>, ids: ResponseIds): StreamTransform {
-  const translation = new ChatToResponsesStream(request, ids);
+/** `called`: the model the gateway asked the provider for (the route's). */
+export function chatToResponses(request: Record<string, unknown>, ids: ResponseIds, called: string): StreamTransform {
+  const translation = new ChatToResponsesStream(request, ids, called);
   const write = (events: Parameters<typeof sseEvent>[0][]) => events.map(sseEvent).join('');
   return {
     done: false,
     get usage() {
       return readUsage(translation.usage);
     },
-    start: () => write(translation.start()),
     event(e) {
       if (e.data === '[DONE]') {
         // A stream that reported an error is no complete answer, even when it ends properly.

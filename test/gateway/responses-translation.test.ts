@@ -109,7 +109,7 @@ function chunked(s: Script): ChatCompletionChunk[] {
 /** All the events of a streamed script, as a route would produce them. */
 function streamed(s: Script, request: Record<string, unknown> = REQUEST, ids = IDS) {
   const stream = new ChatToResponsesStream(request, ids);
-  const events = [...stream.start()];
+  const events: ResponseStreamEvent[] = []; // the first push starts it, as the gateway does
   for (const c of chunked(s)) events.push(...stream.push(c));
   events.push(...stream.end());
   return { events, stream };
@@ -733,7 +733,6 @@ describe('through the official openai client', () => {
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
       const stream = new ChatToResponsesStream(request, ids);
       const write = (events: ResponseStreamEvent[]) => events.forEach((e) => res.write(sseEvent(e)));
-      write(stream.start());
       for (const c of chunked(script)) write(stream.push(c));
       write(stream.end());
       res.end();
@@ -972,6 +971,31 @@ describe('through the gateway, translated for a chat-only route', () => {
       const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();
       expect(final).toMatchObject({ status: 'failed', error: { message }, output_text: 'Hel' });
     }
+  });
+
+  it("every event of a stream, and a whole answer, name one model: the provider's, else the one called (x-route-model)", async () => {
+    const models = (seen: ResponseStreamEvent[]) => seen.flatMap((e) => ('response' in e ? [e.response.model] : []));
+    provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Hi' }), chunk({}, 'stop')])] });
+    const named = await events();
+    expect(models(named)).toEqual([PROVIDER_MODEL, PROVIDER_MODEL, PROVIDER_MODEL]); // created, in_progress, completed
+
+    const { model: _, ...unnamed } = base; // a provider whose chunks name no model
+    const bare = (delta: object, finish: string | null = null) => ({ ...unnamed, choices: [{ index: 0, delta, finish_reason: finish }] });
+    provider.next({ kind: 'raw-stream', pieces: [sse([bare({ role: 'assistant', content: 'Hi' }), bare({}, 'stop')])] });
+    const { data, response } = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi', stream: true }).withResponse();
+    const seen: ResponseStreamEvent[] = [];
+    for await (const e of data) seen.push(e);
+    expect(response.headers.get('x-route-model')).toBe('claude-3-5-haiku-latest');
+    expect(models(seen)).toEqual(Array(3).fill('claude-3-5-haiku-latest'));
+
+    const message = { role: 'assistant', content: 'ok' };
+    provider.next({
+      kind: 'status',
+      status: 200,
+      body: { ...unnamed, object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'stop' }] },
+    });
+    const whole = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' });
+    expect(whole.model).toBe('claude-3-5-haiku-latest');
   });
 
   it('parallel tool calls that share index 0 but carry their own ids come back as separate function calls', async () => {

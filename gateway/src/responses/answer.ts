@@ -5,7 +5,7 @@
  * provider stopped at the token limit or its content filter), and the usage.
  */
 import type { ResponseFunctionToolCall, ResponseOutputItem, ResponseOutputMessage } from 'openai/resources/responses/responses';
-import { incompleteReason, requestedModel, responseObject, responseUsage } from './envelope';
+import { answeringModel, incompleteReason, requestedModel, responseObject, responseUsage } from './envelope';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
 import { isObject } from '../json-object';
 
@@ -18,9 +18,15 @@ function textOf(content: unknown): string {
   return content.map((part) => (isObject(part) && part.type === 'text' && typeof part.text === 'string' ? part.text : '')).join('');
 }
 
-export function chatToResponse(chat: unknown, request: Record<string, unknown>, ids: ResponseIds): Record<string, unknown> {
+/** `called`: the model the gateway asked the provider for (the route's). */
+export function chatToResponse(
+  chat: unknown,
+  request: Record<string, unknown>,
+  ids: ResponseIds,
+  called = requestedModel(request),
+): Record<string, unknown> {
   const body = isObject(chat) ? chat : {};
-  const model = typeof body.model === 'string' && body.model ? body.model : requestedModel(request);
+  const model = answeringModel(body.model, called);
   const choice = Array.isArray(body.choices) ? body.choices.find((c) => isObject(c) && (c.index ?? 0) === 0) : undefined;
   const usage = responseUsage(body.usage);
   if (!isObject(choice) || !isObject(choice.message)) {

@@ -31,9 +31,18 @@ export function incompleteReason(finishReason: unknown): ResponseState['incomple
   return undefined;
 }
 
-/** The model the client asked for, for events sent before the provider named its own. */
+/** The request's own model: the one called when a translation runs without a route (as tests run it). */
 export function requestedModel(request: Record<string, unknown>): string {
   return typeof request.model === 'string' ? request.model : '';
+}
+
+/**
+ * The model a translated Response names, in every event of a stream and in a whole answer: the
+ * provider's own name for it (OpenAI names the snapshot that answered, not the alias asked for),
+ * else the model the gateway called (`x-route-model`). Never the client's: the route replaced it.
+ */
+export function answeringModel(providerModel: unknown, called: string): string {
+  return typeof providerModel === 'string' && providerModel ? providerModel : called;
 }
 
 const detailsOf = (v: unknown): Record<string, unknown> => (isObject(v) ? v : {});

@@ -30,7 +30,7 @@ import type {
   ResponseOutputText,
   ResponseStreamEvent,
 } from 'openai/resources/responses/responses';
-import { incompleteReason, requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
+import { answeringModel, incompleteReason, requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
 import { chatStreamError } from '../chat-stream-error';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
 import { isObject } from '../json-object';
@@ -87,11 +87,13 @@ export class ChatToResponsesStream {
   /** The item still open (at most one: an item is closed when the next begins). */
   private open: MessageState | CallState | null = null;
 
+  /** `called`: the model the gateway asked the provider for (the route's). */
   constructor(
     private readonly request: Record<string, unknown>,
     private readonly ids: ResponseIds,
+    called = requestedModel(request),
   ) {
-    this.model = requestedModel(request);
+    this.model = called;
   }
 
   /** The usage seen, in the chat shape (prompt_tokens/completion_tokens), for the meter. */
@@ -104,7 +106,11 @@ export class ChatToResponsesStream {
     return this.hasFailed;
   }
 
-  /** The events to emit before any chunk arrives (`response.created`, `response.in_progress`). */
+  /**
+   * The opening events (`response.created`, `response.in_progress`). Left to push(), they name the
+   * model of the provider's first chunk, as every later event does; start() itself, before any
+   * chunk, names the model called.
+   */
   start(): ResponseStreamEvent[] {
     const out: ResponseStreamEvent[] = [];
     if (this.started) return out;
@@ -117,11 +123,12 @@ export class ChatToResponsesStream {
 
   /** Events for one chat chunk (deltas, function-call argument deltas; the usage chunk is absorbed). */
   push(chunk: unknown): ResponseStreamEvent[] {
+    // The model is settled by the first event sent: every event of one response names the same.
+    if (!this.started && isObject(chunk)) this.model = answeringModel(chunk.model, this.model);
     const out = this.start();
     if (!isObject(chunk)) return out;
     this.readUsage(chunk.usage); // also once ended: a usage chunk may follow a provider's error
     if (this.ended) return out;
-    if (typeof chunk.model === 'string' && chunk.model) this.model = chunk.model;
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
     const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
     const error = chatStreamError(chunk);
