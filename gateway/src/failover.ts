@@ -185,7 +185,8 @@ export class Failover {
           });
         }
         failed(result.code);
-        if (result.kind === 'client_error') return { kind: 'client_error', route, model: config.model, attempts, upstream: result.answer! };
+        if (result.kind === 'client_error')
+          return { kind: 'client_error', route, model: config.model, attempts, upstream: result.answer!, ctx, api: plan.api };
         lastError = `${route.label}: ${result.error ? result.error.message : result.code === NOT_A_STREAM ? 'not an event stream' : `HTTP ${result.code}`}`;
         const wait = this.retryWait(result, n, ticket.probe, deadline);
         if (wait === null) break;

@@ -72,13 +72,16 @@ export class Answer {
   }
 }
 
-/** The provider refused the request as malformed: passed back as it is, no other route tried. */
-interface ClientError {
+/** The provider refused the request as malformed: passed back (relay.ts), no other route tried. */
+export interface ClientError {
   kind: 'client_error';
   route: Route;
   model: string;
   attempts: number;
   upstream: UpstreamAnswer;
+  ctx: RequestContext;
+  /** The provider API that refused it (`chat` for a translated Responses request). */
+  api: ApiKind;
 }
 
 /** No route answered: every one failed or was skipped, or the time-to-answer ran out. */

@@ -23,7 +23,7 @@ import type { RequestContext } from './request-context';
 import type { Route } from './route';
 import { routeHeaders } from './route-headers';
 import { fallbackVariant, type Scopes } from './scopes';
-import { streamTransform, wholeAnswer } from './relay';
+import { refusalBody, streamTransform, wholeAnswer } from './relay';
 import { relaySse } from './sse';
 
 /** Why a request goes to the Cold queue, and how. */
@@ -118,7 +118,7 @@ export class Pipeline {
     const type = outcome.upstream.headers['content-type'];
     const contentType = typeof type === 'string' ? type : 'application/json';
     if (outcome.kind === 'client_error') {
-      sendBody(res, outcome.upstream.status, outcome.upstream.body!, contentType, headers);
+      sendBody(res, outcome.upstream.status, refusalBody(outcome), contentType, headers);
       return 'complete';
     }
     const whole = wholeAnswer(outcome);

@@ -1,10 +1,12 @@
 /**
  * How an answer reaches the client: whole or streamed, as the provider gave it, or translated when
- * a Responses request was served by a chat-only route. The pipeline and the Cold worker both use it.
+ * a Responses request was served by a chat-only route (a provider's refusal of it too, naming the
+ * Responses parameters). The pipeline and the Cold worker both use it.
  */
 import { newResponseId } from './responses/ids';
 import { chatToResponse } from './responses/answer';
-import type { Answer } from './outcome';
+import type { Answer, ClientError } from './outcome';
+import { renameErrorParam } from './responses/error-param';
 import { readUsage, type Usage } from './providers/adapter';
 import type { StreamTransform } from './sse';
 import { chatPassthrough, chatToResponses, responsesPassthrough } from './stream-transforms';
@@ -30,4 +32,11 @@ export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usa
   }
   const response = chatToResponse(chat, answer.of.ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model);
   return { body: JSON.stringify(response), usage: readUsage(chat?.usage) };
+}
+
+/** A provider's refusal (4xx), naming the parameters the client sent when the request was translated. */
+export function refusalBody(refused: ClientError): Buffer | string {
+  const raw = refused.upstream.body!;
+  if (refused.ctx.api !== 'responses' || refused.api !== 'chat') return raw;
+  return renameErrorParam(raw, refused.ctx.body) ?? raw;
 }

@@ -18,7 +18,7 @@ import type { BullColdQueue } from './cold-queue-redis';
 import { Deadline } from './deadline';
 import type { Failover } from './failover';
 import type { Flags, FlagStore } from './flags';
-import { wholeAnswer } from './relay';
+import { refusalBody, wholeAnswer } from './relay';
 import type { Route } from './route';
 import type { Notifier } from './notify';
 import { PAUSED_MESSAGE, type PauseFlag } from './budget';
@@ -127,7 +127,9 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
   }
   // A request the provider refuses as malformed will not heal with retries.
   if (outcome.kind === 'client_error')
-    throw new UnrecoverableError(`provider refused the request: HTTP ${outcome.upstream.status} ${text.slice(0, 300)}`);
+    throw new UnrecoverableError(
+      `provider refused the request: HTTP ${outcome.upstream.status} ${refusalBody(outcome).toString().slice(0, 300)}`,
+    );
   return {
     status: outcome.upstream.status,
     tier: outcome.route.tier,

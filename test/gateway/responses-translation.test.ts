@@ -998,6 +998,61 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(whole.model).toBe('claude-3-5-haiku-latest');
   });
 
+  it('a provider refusing the translated request names the parameters the client sent; status, type and code stay its own', async () => {
+    const tool = (name: string) => ({ type: 'function' as const, name, parameters: { type: 'object' }, strict: false });
+    const request: ResponseCreateParams = {
+      model: 'gpt-4o-mini',
+      instructions: 'be brief',
+      input: [
+        { role: 'user', content: 'weather?' },
+        { type: 'function_call', call_id: 'call_1', name: 'b', arguments: '{"city":"Lisbon"}' },
+        { type: 'function_call_output', call_id: 'call_1', output: 'sunny' },
+        {
+          role: 'user',
+          content: [
+            { type: 'input_text', text: 'and this?' },
+            { type: 'input_image', image_url: 'data:image/png;base64,AA', detail: 'auto' },
+          ],
+        },
+      ],
+      tools: [tool('a'), tool('b')],
+      tool_choice: { type: 'allowed_tools', mode: 'auto', tools: [{ type: 'function', name: 'b' }] }, // chat gets b alone, as tools[0]
+      text: { format: { type: 'json_schema', name: 'answer', schema: { type: 'object' } } },
+      max_output_tokens: 100_000,
+    };
+    const refused = async (param: string, message: string) => {
+      const error = { message, type: 'invalid_request_error', param, code: 'invalid_value' };
+      provider.next({ kind: 'status', status: 400, body: { error } });
+      return (await client()
+        .responses.create(request)
+        .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+    };
+    const tooMany = await refused('max_tokens', 'max_tokens is too large: 100000. This model supports at most 8192 completion tokens.');
+    expect(tooMany).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(tooMany).toMatchObject({ status: 400, param: 'max_output_tokens', type: 'invalid_request_error', code: 'invalid_value' });
+    expect(tooMany.error).toMatchObject({
+      message: 'max_output_tokens is too large: 100000. This model supports at most 8192 completion tokens.',
+    });
+    const renamed: Array<[string, string]> = [
+      ['messages[0].content', 'instructions'],
+      ['messages[1].content', 'input[0].content'],
+      ['messages[2].tool_calls[0].function.arguments', 'input[1].arguments'],
+      ['messages.[3].content', 'input[2].output'],
+      ['messages[4].content[1].image_url.url', 'input[3].content[1]'],
+      ['tools[0].function.parameters', 'tools[1].parameters'],
+      ['response_format.json_schema.schema', 'text.format.schema'],
+      ['frequency_penalty', 'frequency_penalty'], // no Responses name: as the provider wrote it
+    ];
+    for (const [chat, responses] of renamed) {
+      const error = await refused(chat, `Invalid '${chat}': refused.`);
+      expect([error.status, error.param, error.error]).toEqual([
+        400,
+        responses,
+        expect.objectContaining({ message: `Invalid '${responses}': refused.` }),
+      ]);
+    }
+  });
+
   it('parallel tool calls that share index 0 but carry their own ids come back as separate function calls', async () => {
     const call = (id: string, name: string, args: string) => ({ index: 0, id, type: 'function', function: { name, arguments: args } });
     provider.next({

@@ -129,6 +129,28 @@ const REFUSED_WHEN_SET: Record<string, string> = {
   moderation: 'a chat provider gives no moderation results',
 };
 
+/** Where one chat message came from in the Responses request, to name it back in a provider's error. */
+export interface MessageSource {
+  /** The parameters its content came from: `instructions`, `input`, `input[i]` (two when joined). */
+  content: string[];
+  /** A function call output's `tool` message: its content is the item's `output`. */
+  output: boolean;
+  /** The `function_call` items its `tool_calls` came from, in order. */
+  calls: string[];
+}
+
+/** Each chat message's source, for a request responsesToChat translates (null for one it refuses). */
+export function messageSources(body: Record<string, unknown>): MessageSource[] | null {
+  const sources: MessageSource[] = [];
+  try {
+    messages(body, sources);
+    return sources;
+  } catch (error) {
+    if (error instanceof Refused) return null;
+    throw error;
+  }
+}
+
 export function responsesToChat(body: Record<string, unknown>): ChatTranslation {
   try {
     return { ok: true, chat: translate(body) };
@@ -179,13 +201,17 @@ function translate(body: Json): Json {
 
 // ---- input ---------------------------------------------------------------------------------
 
-function messages(body: Json): ChatMessage[] {
+function messages(body: Json, sources: MessageSource[] = []): ChatMessage[] {
   const out: ChatMessage[] = [];
-  if (isString(body.instructions) && body.instructions) out.push({ role: 'system', content: body.instructions });
+  const push = (message: ChatMessage, from: string[], output = false) => {
+    out.push(message);
+    sources.push({ content: from, output, calls: [] });
+  };
+  if (isString(body.instructions) && body.instructions) push({ role: 'system', content: body.instructions }, ['instructions']);
   const input = body.input;
   if (input === undefined || input === null) refuse('missing_required_parameter', 'input', "Missing required parameter: 'input'.");
   if (isString(input)) {
-    out.push({ role: 'user', content: input });
+    push({ role: 'user', content: input }, ['input']);
     return out;
   }
   if (!Array.isArray(input)) return invalid('input', "'input' must be a string or a list of items.");
@@ -200,16 +226,18 @@ function messages(body: Json): ChatMessage[] {
       if (message.role === 'assistant' && assistant?.tool_calls) {
         // What the assistant said after its calls: chat wants the tool messages right after the calls.
         assistant.content = joinContent(assistant.content, message.content);
+        sources.at(-1)?.content.push(at);
         continue;
       }
-      out.push(message);
+      push(message, [at]);
       assistant = message.role === 'assistant' ? message : null;
     } else if (type === 'function_call') {
       const call = toolCall(item, at);
-      if (!assistant) out.push((assistant = { role: 'assistant', content: null }));
+      if (!assistant) push((assistant = { role: 'assistant', content: null }), []);
       assistant.tool_calls = [...((assistant.tool_calls as Json[] | undefined) ?? []), call];
+      sources.at(-1)?.calls.push(at);
     } else if (type === 'function_call_output') {
-      out.push(toolOutput(item, at));
+      push(toolOutput(item, at), [at], true);
       assistant = null;
     } else if (type === 'reasoning') {
       // Dropped (see the header); it does not end the assistant turn it belongs to.
