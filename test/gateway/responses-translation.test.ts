@@ -500,7 +500,7 @@ describe('chatToResponse', () => {
   it('keeps a refusal as a refusal part, gives no usage when the provider sent none, fails without a message', () => {
     const refused = chatToResponse(whole({ refusal: 'I cannot help with that.', usage: null }), REQUEST, IDS) as unknown as Response;
     expect(refused.output[0]).toMatchObject({ type: 'message', content: [{ type: 'refusal', refusal: 'I cannot help with that.' }] });
-    expect(refused.usage).toBeNull();
+    expect(refused).not.toHaveProperty('usage');
     const empty = chatToResponse({ id: 'x', choices: [] }, REQUEST, IDS) as unknown as Response;
     expect(empty).toMatchObject({ status: 'failed', error: { code: 'server_error' }, output: [], model: 'gpt-4o-mini' });
   });
@@ -1051,6 +1051,23 @@ describe('through the gateway, translated for a chat-only route', () => {
         expect.objectContaining({ message: `Invalid '${responses}': refused.` }),
       ]);
     }
+  });
+
+  it('a provider that reports no usage, whole or streamed: the Response has none (the SDK types it optional, not null), the meter says UNPRICED', async () => {
+    provider.next({ kind: 'ok', content: 'no usage here', usage: null });
+    const whole = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' });
+    expect(whole.output_text).toBe('no usage here');
+    expect(whole).not.toHaveProperty('usage');
+
+    provider.next({ kind: 'stream', chunks: 2, noUsage: true });
+    const seen = await events();
+    expect(seen.at(-1)!.type).toBe('response.completed');
+    expect((seen.at(-1) as { response: Response }).response).not.toHaveProperty('usage');
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.cost_usd, e.error_code])).toEqual([
+      ['0', '0', '', 'UNPRICED'],
+      ['0', '0', '', 'UNPRICED'],
+    ]);
   });
 
   it('parallel tool calls that share index 0 but carry their own ids come back as separate function calls', async () => {

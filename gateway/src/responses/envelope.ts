@@ -105,8 +105,9 @@ export function responseObject(request: Record<string, unknown>, ids: ResponseId
     top_logprobs: echo('top_logprobs', 0),
     top_p: echo('top_p', 1),
     truncation: echo('truncation', 'disabled'),
-    // The API sends null where the SDK's type says optional (before the usage is known).
-    usage: state.usage as ResponseUsage,
+    // Before the usage is known the API sends null (the SDK's type says optional); a finished
+    // Response whose provider reported none leaves it out, as that type allows (never a made-up 0).
+    ...(state.usage || state.status === 'in_progress' ? { usage: state.usage as ResponseUsage } : {}),
     user: echo('user', null as unknown as string),
     metadata: echo('metadata', {}),
   };
