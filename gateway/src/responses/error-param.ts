@@ -34,7 +34,7 @@ const TOP_LEVEL: Record<string, string> = {
 };
 
 /** The Responses parameter a chat parameter came from, or null when it is not one alone. */
-export function responsesParam(chatParam: string, request: Json): string | null {
+function responsesParam(chatParam: string, request: Json): string | null {
   const path = pathOf(chatParam);
   if (!path) return null;
   const [head, ...rest] = path;
