@@ -76,18 +76,22 @@ export type RoutesMapConfig = z.infer<typeof RoutesMap>;
 
 const REF = /\$\{([A-Z0-9_]+)\}/g;
 
-/** Replaces `${NAME}` in every string; a missing NAME is an error naming where it is used. */
-function resolveRefs(value: unknown, env: NodeJS.ProcessEnv, path: string, file: string): unknown {
+/** A problem of the map: its JSON path and what is wrong there. */
+type Problem = [path: string, what: string];
+
+/** Replaces `${NAME}` in every string; an unset NAME is a problem where it is used (the reference stays). */
+function resolveRefs(value: unknown, env: NodeJS.ProcessEnv, path: string, problems: Problem[]): unknown {
   if (typeof value === 'string') {
-    return value.replace(REF, (_, name: string) => {
+    return value.replace(REF, (ref, name: string) => {
       const v = env[name];
-      if (v === undefined || v === '') throw new ConfigError(`${file}: ${path}: environment value ${name} is not set`);
-      return v;
+      if (v !== undefined && v !== '') return v;
+      problems.push([path, `environment value ${name} is not set`]);
+      return ref;
     });
   }
-  if (Array.isArray(value)) return value.map((v, i) => resolveRefs(v, env, `${path}[${i}]`, file));
+  if (Array.isArray(value)) return value.map((v, i) => resolveRefs(v, env, `${path}[${i}]`, problems));
   if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolveRefs(v, env, path ? `${path}.${k}` : k, file)]));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolveRefs(v, env, path ? `${path}.${k}` : k, problems)]));
   }
   return value;
 }
@@ -98,6 +102,38 @@ function jsonPath(path: PropertyKey[]): string {
   );
 }
 
+function isHttpUrl(text: string): boolean {
+  try {
+    return /^https?:$/.test(new URL(text).protocol);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The checks zod does not make (ids unique over both tiers, a baseUrl that is an http(s) URL),
+ * made on the map as read, so a map zod refuses has these problems named in the same read.
+ */
+function routeProblems(map: unknown): Problem[] {
+  const problems: Problem[] = [];
+  const ids = new Set<string>();
+  for (const tier of ['hot', 'warm'] as const) {
+    const routes = map && typeof map === 'object' ? (map as Record<string, unknown>)[tier] : undefined;
+    if (!Array.isArray(routes)) continue;
+    routes.forEach((r: unknown, i) => {
+      if (!r || typeof r !== 'object') return;
+      const { id, baseUrl } = r as { id?: unknown; baseUrl?: unknown };
+      const name = typeof id === 'string' ? id : `${tier}-${i + 1}`;
+      if (ids.has(name)) problems.push([`${tier}[${i}].id`, `"${name}" is already the id of another route`]);
+      ids.add(name);
+      if (typeof baseUrl === 'string' && !isHttpUrl(baseUrl))
+        problems.push([`${tier}[${i}].baseUrl`, `expected an http(s) URL, got "${baseUrl}"`]);
+    });
+  }
+  return problems;
+}
+
+/** Every problem of the map at once, one line each: a fix is not followed by the next problem on the next try. */
 export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEnv): RoutesMapConfig {
   let raw: unknown;
   try {
@@ -105,32 +141,15 @@ export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEn
   } catch (error) {
     throw new ConfigError(`${file}: not valid JSON (${(error as Error).message})`);
   }
-  const resolved = resolveRefs(raw, env, '', file);
+  const problems: Problem[] = [];
+  const resolved = resolveRefs(raw, env, '', problems);
   const parsed = RoutesMap.safeParse(resolved);
-  if (!parsed.success) {
-    const issues = parsed.error.issues.map((i) => `${file}: ${jsonPath(i.path)}: ${i.message}`);
-    throw new ConfigError(issues.join('\n'));
-  }
-  const ids = new Set<string>();
-  for (const [tier, routes] of [
-    ['hot', parsed.data.hot],
-    ['warm', parsed.data.warm],
-  ] as const) {
-    routes.forEach((r, i) => {
-      const id = r.id ?? `${tier}-${i + 1}`;
-      if (ids.has(id)) throw new ConfigError(`${file}: ${tier}[${i}].id: "${id}" is already the id of another route`);
-      ids.add(id);
-      let url: URL;
-      try {
-        url = new URL(r.baseUrl);
-      } catch {
-        throw new ConfigError(`${file}: ${tier}[${i}].baseUrl: expected an http(s) URL, got "${r.baseUrl}"`);
-      }
-      if (!/^https?:$/.test(url.protocol))
-        throw new ConfigError(`${file}: ${tier}[${i}].baseUrl: expected an http(s) URL, got "${r.baseUrl}"`);
-    });
-  }
-  return parsed.data;
+  if (!parsed.success) problems.push(...parsed.error.issues.map((i): Problem => [jsonPath(i.path), i.message]));
+  // One line per path: a path already named (an unset ${NAME}, an empty baseUrl) is not named again.
+  const named = new Set(problems.map(([path]) => path));
+  problems.push(...routeProblems(resolved).filter(([path]) => !named.has(path)));
+  if (problems.length) throw new ConfigError(problems.map(([path, what]) => `${file}: ${path}: ${what}`).join('\n'));
+  return parsed.data!;
 }
 
 /** Which map an instance runs: the file, the version of its text, when it was put in force. */

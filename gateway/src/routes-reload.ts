@@ -82,13 +82,9 @@ export class RoutesReloader {
     try {
       if (deps.demo) throw new ReloadUnavailable('the built-in demo providers are running (no ROUTES_FILE): there is no map to reload');
       const { map, version } = readRoutesMap(deps.file, deps.mapEnv);
-      const moved = movedKeys(this.inForce, map, deps.keyEnv);
-      if (moved.length) {
-        const fix = 'keep the order of the Warm provider kinds, or pin each kind to its key with WARM_KEY_<KIND>';
-        throw new ConfigError(`${deps.file}: the Warm providers' keys would move (${moved.join('; ')}): ${fix}`);
-      }
+      const problems = this.problems(map);
+      if (problems.length) throw new ConfigError(problems.map((p) => `${deps.file}: ${p}`).join('\n'));
       const missing = missingKeys(map, deps.keyEnv);
-      if (missing.length && deps.production) throw new ConfigError(`${deps.file}: provider keys not set: ${missing.join(', ')}`);
       if (missing.length) deps.log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
       const before = deps.path.routes;
       const routes = deps.path.routesFor(map);
@@ -105,6 +101,20 @@ export class RoutesReloader {
       deps.log.error(`routing map reload refused, version ${this.current.version} stays in force: ${message}`);
       throw error;
     }
+  }
+
+  /** The new map against the environment and the map in force, every problem at once (as the map's own checks). */
+  private problems(map: RoutesMapConfig): string[] {
+    const { keyEnv, production } = this.deps;
+    const problems: string[] = [];
+    const moved = movedKeys(this.inForce, map, keyEnv);
+    if (moved.length) {
+      const fix = 'keep the order of the Warm provider kinds, or pin each kind to its key with WARM_KEY_<KIND>';
+      problems.push(`the Warm providers' keys would move (${moved.join('; ')}): ${fix}`);
+    }
+    const missing = missingKeys(map, keyEnv);
+    if (missing.length && production) problems.push(`provider keys not set: ${missing.join(', ')}`);
+    return problems;
   }
 
   private logged(r: ReloadResult): void {

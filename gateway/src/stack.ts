@@ -90,7 +90,7 @@ function wantsDemo(env: GatewayEnv): boolean {
   return !keys.some(set) && !Object.keys(ENDPOINT_DEFAULTS).some(set);
 }
 
-/** The routing map, on the demo providers when nothing is configured; missing keys refused in production. */
+/** The routing map, on the demo providers when nothing is configured; missing keys warned of outside production. */
 async function routingMap(
   env: GatewayEnv,
   log: Logger,
@@ -104,20 +104,24 @@ async function routingMap(
     return { map: demo.map, file, version, demo };
   }
   const missing = missingKeys(map, env.raw);
-  if (missing.length && env.production) throw new ConfigError(`provider keys not set: ${missing.join(', ')}`);
-  if (missing.length) log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
+  if (missing.length && !env.production) log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
   const defaulted = Object.keys(ENDPOINT_DEFAULTS).filter((k) => !env.raw[k]);
   if (defaulted.length) log.info(`embedded endpoint defaults for ${defaulted.join(', ')}`);
   return { map, file, version, demo: null };
 }
 
-/** The provider the budget pause is for: one of the map's, so a typo cannot leave the pause matching nothing. */
-function cappedProviderOf(env: GatewayEnv, map: RoutesMapConfig): string {
-  const capped = env.CAPPED_PROVIDER || map.hot[0].provider;
+/**
+ * The map against the environment, every problem in one start: the keys production lacks, and a
+ * CAPPED_PROVIDER the map does not name (a typo left the budget pause matching nothing).
+ */
+function checkAgainstEnv(env: GatewayEnv, map: RoutesMapConfig, capped: string): void {
+  const problems: string[] = [];
+  const missing = missingKeys(map, env.raw);
+  if (missing.length && env.production) problems.push(`provider keys not set: ${missing.join(', ')}`);
   const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
   if (!providers.includes(capped))
-    throw new ConfigError(`CAPPED_PROVIDER: expected a provider of the routing map (${providers.join(', ')}), got "${capped}"`);
-  return capped;
+    problems.push(`CAPPED_PROVIDER: expected a provider of the routing map (${providers.join(', ')}), got "${capped}"`);
+  if (problems.length) throw new ConfigError(problems.join('\n'));
 }
 
 /** What the map's `${NAME}` references are resolved from. */
@@ -130,7 +134,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   // Before any connection is opened, so a refused start leaves nothing behind.
   const voiceLoaded = loadVoice(voiceOptions(env), env.production);
   const { map, file: routesFile, version, demo } = await routingMap(env, log);
-  const cappedProvider = cappedProviderOf(env, map);
+  const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
+  checkAgainstEnv(env, map, cappedProvider);
   const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
   if (stores.redis) reportRedisState(stores.redis, log);
   const { redis, flags, pause, queue, limiter } = stores;

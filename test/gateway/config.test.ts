@@ -59,6 +59,31 @@ describe('routing maps', () => {
     expect(() => parseRoutesMap('{', 'r.json', env)).toThrow(/^r\.json: not valid JSON/);
   });
 
+  it("names every problem of a map in one read, one line each: zod's, an unset ${NAME}, an id used twice, a baseUrl not http(s)", () => {
+    const map = {
+      hot: [
+        { id: 'a', provider: 'openai', model: 'm', baseUrl: 'ftp://x', apiKey: 'sk-1' },
+        { id: 'a', provider: 'openai', model: 'm', baseUrl: '${NOPE_URL}' },
+      ],
+      warm: [{ provider: 'mistral', model: 7, baseUrl: '' }],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    };
+    let message = '';
+    try {
+      parseRoutesMap(JSON.stringify(map), 'r.json', env);
+    } catch (error) {
+      message = (error as Error).message;
+    }
+    expect(message.split('\n')).toEqual([
+      'r.json: hot[1].baseUrl: environment value NOPE_URL is not set',
+      'r.json: hot[0]: Unrecognized key: "apiKey"',
+      expect.stringMatching(/^r\.json: warm\[0\]\.model: /),
+      expect.stringMatching(/^r\.json: warm\[0\]\.baseUrl: /),
+      'r.json: hot[0].baseUrl: expected an http(s) URL, got "ftp://x"',
+      'r.json: hot[1].id: "a" is already the id of another route',
+    ]);
+  });
+
   it('keys: Hot routes use HOT_API_KEY; Warm providers map to WARM_A / WARM_B by order of appearance', () => {
     const map = loadRoutesMap(join(root, 'routes.prod.json'), env);
     const keyFor = keyResolver(map, { HOT_API_KEY: 'h', WARM_A_API_KEY: 'a', WARM_B_API_KEY: 'b', WARM_KEY_MISTRAL: '' });
@@ -201,5 +226,28 @@ describe('npm start', () => {
     expect(code).toBe(1);
     expect(err).toContain(`${file}: hot: `);
     expect(err).toContain(`${file}: cold.mode: `);
+  });
+
+  it('names every problem of the map and of the environment against it in one start', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'bad.json');
+    const route = { provider: 'openai', model: 'm', baseUrl: 'ftp://nowhere', apiKey: 'sk-1' };
+    writeFileSync(file, JSON.stringify({ hot: [route], warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
+    const exit = (env: NodeJS.ProcessEnv) => {
+      const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+        cwd: root,
+        env: { PATH: process.env.PATH, PORT: '0', ...env },
+      });
+      let err = '';
+      child.stderr.on('data', (d) => (err += d));
+      return new Promise<[unknown, string]>((r) => child.on('exit', (code) => r([code, err])));
+    };
+    const [code, err] = await exit({ ROUTES_FILE: file });
+    expect(code).toBe(1);
+    expect(err).toContain(`${file}: hot[0]: Unrecognized key: "apiKey"`);
+    expect(err).toContain(`${file}: hot[0].baseUrl: expected an http(s) URL, got "ftp://nowhere"`);
+    const [, env] = await exit({ NODE_ENV: 'production', ROUTES_FILE: join(root, 'routes.local.json'), CAPPED_PROVIDER: 'opnai' });
+    expect(env).toContain('provider keys not set: HOT_API_KEY (openai)');
+    expect(env).toContain('CAPPED_PROVIDER: expected a provider of the routing map (openai, anthropic, mistral), got "opnai"');
   });
 });

@@ -76,6 +76,12 @@ describe('reloading the routing map', () => {
     expect(res.status).toBe(400);
     const body = (await res.json()) as { error: string };
     expect(body.error).toContain(`${file}: warm[0].model:`);
+    writeMap({ hot: [{ ...route('first', one.url), baseUrl: 'ftp://nowhere', apiKey: 'sk-1' }], warm: [], cold });
+    const both = ((await (await reload(app.url)).json()) as { error: string }).error.split('\n');
+    expect(both).toEqual([
+      `${file}: hot[0]: Unrecognized key: "apiKey"`,
+      `${file}: hot[0].baseUrl: expected an http(s) URL, got "ftp://nowhere"`,
+    ]);
     writeMap('{"hot": [');
     expect(((await (await reload(app.url)).json()) as { error: string }).error).toMatch(new RegExp(`^${file}: not valid JSON`));
     expect((await health(app.url)).routes_map.version).toBe(v1);
