@@ -152,6 +152,11 @@ export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEn
   return parsed.data!;
 }
 
+/** The provider kinds the map's routes use, each once, Hot first. */
+export function providersOf(map: RoutesMapConfig): string[] {
+  return [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
+}
+
 /** Which map an instance runs: the file, the version of its text, when it was put in force. */
 export interface MapVersion {
   file: string;

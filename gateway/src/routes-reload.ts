@@ -6,6 +6,7 @@
  * started with, a route whose id, tier and settings are unchanged keeps its breaker and health,
  * and the breakers of removed routes are shut down once no request can still be using them.
  *
+ * A map must keep a route of the provider the budget pause is for (CAPPED_PROVIDER, read at start).
  * Only the routes (`hot`, `warm`, and the provider keys they are assigned) change on a reload; the
  * other sections (`cold`, `flags`, `cheaper_model`, `limits`) are read at start, and a reload that
  * changes them says they need a restart.
@@ -17,7 +18,7 @@ import type { FleetBreakers } from './fleet-breakers';
 import { keyResolver, missingKeys, movedKeys } from './keys';
 import type { RequestPath } from './request-path';
 import type { Route } from './route';
-import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
+import { providersOf, readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
 
 /** Longer than any request may run (the longest time-to-answer is 600 s). */
 const RETIRE_AFTER_MS = 11 * 60_000;
@@ -43,6 +44,8 @@ export interface ReloaderDeps {
   /** The environment provider keys come from. */
   keyEnv: NodeJS.ProcessEnv;
   production: boolean;
+  /** The provider the budget pause is for (CAPPED_PROVIDER, read at start): every map must name it. */
+  cappedProvider: string;
   /** The map in force at start, and its version. */
   map: RoutesMapConfig;
   version: MapVersion;
@@ -114,6 +117,15 @@ export class RoutesReloader {
     }
     const missing = missingKeys(map, keyEnv);
     if (missing.length && production) problems.push(`provider keys not set: ${missing.join(', ')}`);
+    const capped = this.deps.cappedProvider;
+    const providers = providersOf(map);
+    // A map without it would leave the budget webhook pausing nothing and the pause skipping no route.
+    if (!providers.includes(capped)) {
+      const fix = `keep a route of ${capped}, or restart with CAPPED_PROVIDER set to one of them`;
+      problems.push(
+        `CAPPED_PROVIDER: the budget pause is for "${capped}", which this map names no route of (it has ${providers.join(', ')}): ${fix}`,
+      );
+    }
     return problems;
   }
 

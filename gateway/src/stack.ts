@@ -26,7 +26,7 @@ import { createMeterSink, type MeterSink } from './meter-sink';
 import { noticeWindowsFor, Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
 import type { Route } from './route';
-import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
+import { providersOf, readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
 import { mountRoutesReload, RoutesReloader } from './routes-reload';
 import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
@@ -118,7 +118,7 @@ function checkAgainstEnv(env: GatewayEnv, map: RoutesMapConfig, capped: string):
   const problems: string[] = [];
   const missing = missingKeys(map, env.raw);
   if (missing.length && env.production) problems.push(`provider keys not set: ${missing.join(', ')}`);
-  const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
+  const providers = providersOf(map);
   if (!providers.includes(capped))
     problems.push(`CAPPED_PROVIDER: expected a provider of the routing map (${providers.join(', ')}), got "${capped}"`);
   if (problems.length) throw new ConfigError(problems.join('\n'));
@@ -162,7 +162,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
   const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent: env.BUDGET_PAUSE_AT_PERCENT, log };
-  const providers = [...new Set([...map.hot, ...map.warm].map((r) => r.provider))];
+  const providers = providersOf(map);
   const path = createRequestPath({
     map,
     scopes,
@@ -185,6 +185,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     mapEnv: mapEnv(env),
     keyEnv: env.raw,
     production: env.production,
+    cappedProvider,
     map,
     version,
     path,

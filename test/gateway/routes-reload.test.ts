@@ -115,6 +115,31 @@ describe('reloading the routing map', () => {
     expect(sent).toContainEqual(['mistral-model', 'Bearer sk-mistral-key']);
   });
 
+  it("a map without the budget pause's provider is refused, with every other problem of the reload; the map in force stays", async () => {
+    const warm = (...kinds: string[]) => kinds.map((provider) => ({ provider, model: `${provider}-model`, baseUrl: two.url }));
+    const keys = { WARM_A_API_KEY: 'sk-anthropic-key', WARM_B_API_KEY: 'sk-mistral-key' };
+    const v1 = writeMap({ hot: [route('first', one.url)], warm: warm('anthropic', 'mistral'), cold });
+    app = await listenStack({ ...env(), ...keys }); // CAPPED_PROVIDER unset: the first Hot route's, openai
+    writeMap({ hot: [{ ...route('first', one.url), provider: 'mistral' }], warm: warm('mistral', 'anthropic'), cold });
+    const res = await reload(app.url);
+    expect(res.status).toBe(400);
+    const lines = ((await res.json()) as { error: string }).error.split('\n');
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toContain(`${file}: the Warm providers' keys would move`);
+    expect(lines[1]).toBe(
+      `${file}: CAPPED_PROVIDER: the budget pause is for "openai", which this map names no route of (it has mistral, anthropic): keep a route of openai, or restart with CAPPED_PROVIDER set to one of them`,
+    );
+    expect((await health(app.url)).routes_map.version).toBe(v1);
+    await app.stop();
+
+    writeMap({ hot: [route('first', one.url)], warm: warm('anthropic'), cold });
+    app = await listenStack({ ...env(), CAPPED_PROVIDER: 'anthropic' });
+    writeMap({ hot: [route('first', one.url)], warm: [], cold });
+    expect(((await (await reload(app.url)).json()) as { error: string }).error).toContain('the budget pause is for "anthropic"');
+    writeMap({ hot: [route('first', one.url)], warm: warm('anthropic', 'mistral'), cold });
+    expect((await reload(app.url)).status).toBe(200);
+  });
+
   it('an unchanged route keeps its breaker; a request under way finishes on the routes it started with', async () => {
     writeMap({ hot: [route('dead', two.url), route('slow', one.url)], warm: [], cold });
     app = await listenStack(env());
