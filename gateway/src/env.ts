@@ -31,7 +31,13 @@ const number = (min: number, max: number, whole = false) =>
     );
 
 const Env = z.object({
-  NODE_ENV: z.string().optional(),
+  /**
+   * Only `production` changes anything, so a near miss (`prod`) would run open and without Redis
+   * unnoticed: a value outside the three conventional ones is refused.
+   */
+  NODE_ENV: z
+    .enum(['production', 'development', 'test'], 'expected production, development or test (only production changes what the gateway does)')
+    .optional(),
   PORT: number(0, 65535, true).default(8080),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   /** How long a SIGTERM waits for requests and streams in flight before cutting them. */

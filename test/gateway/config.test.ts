@@ -201,6 +201,19 @@ describe('npm start', () => {
     expect(err).toMatch(/^gateway did not start:\nenvironment:\nLOG_LEVEL: .*"verbose"/);
   });
 
+  it('refuses a NODE_ENV other than production, development or test (NODE_ENV=prod ran as development: no Redis, no client keys)', async () => {
+    for (const value of ['production', 'development', 'test', '']) expect(() => readEnv({ NODE_ENV: value })).not.toThrow();
+    expect(() => readEnv({ NODE_ENV: 'Production' })).toThrow(/NODE_ENV: .*"Production"/);
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', NODE_ENV: 'prod' },
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    expect(err).toContain('NODE_ENV: expected production, development or test (only production changes what the gateway does), got "prod"');
+  });
+
   it('refuses a CAPPED_PROVIDER that is no provider of the map, naming those it has (a typo left the budget pause matching nothing)', async () => {
     const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
       cwd: root,
