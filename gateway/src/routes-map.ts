@@ -79,19 +79,27 @@ const REF = /\$\{([A-Z0-9_]+)\}/g;
 /** A problem of the map: its JSON path and what is wrong there. */
 type Problem = [path: string, what: string];
 
+/** What resolving `${NAME}` found: the problems so far, and the names the map uses. */
+interface Refs {
+  env: NodeJS.ProcessEnv;
+  problems: Problem[];
+  used: Set<string>;
+}
+
 /** Replaces `${NAME}` in every string; an unset NAME is a problem where it is used (the reference stays). */
-function resolveRefs(value: unknown, env: NodeJS.ProcessEnv, path: string, problems: Problem[]): unknown {
+function resolveRefs(value: unknown, refs: Refs, path: string): unknown {
   if (typeof value === 'string') {
     return value.replace(REF, (ref, name: string) => {
-      const v = env[name];
+      refs.used.add(name);
+      const v = refs.env[name];
       if (v !== undefined && v !== '') return v;
-      problems.push([path, `environment value ${name} is not set`]);
+      refs.problems.push([path, `environment value ${name} is not set`]);
       return ref;
     });
   }
-  if (Array.isArray(value)) return value.map((v, i) => resolveRefs(v, env, `${path}[${i}]`, problems));
+  if (Array.isArray(value)) return value.map((v, i) => resolveRefs(v, refs, `${path}[${i}]`));
   if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolveRefs(v, env, path ? `${path}.${k}` : k, problems)]));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolveRefs(v, refs, path ? `${path}.${k}` : k)]));
   }
   return value;
 }
@@ -133,8 +141,15 @@ function routeProblems(map: unknown): Problem[] {
   return problems;
 }
 
-/** Every problem of the map at once, one line each: a fix is not followed by the next problem on the next try. */
 export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEnv): RoutesMapConfig {
+  return checkMap(text, file, env).map;
+}
+
+/**
+ * Every problem of the map at once, one line each: a fix is not followed by the next problem on the
+ * next try. Also the `${NAME}`s it uses (the start log names the embedded defaults it took).
+ */
+function checkMap(text: string, file: string, env: NodeJS.ProcessEnv): { map: RoutesMapConfig; refs: string[] } {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -142,14 +157,15 @@ export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEn
     throw new ConfigError(`${file}: not valid JSON (${(error as Error).message})`);
   }
   const problems: Problem[] = [];
-  const resolved = resolveRefs(raw, env, '', problems);
+  const used = new Set<string>();
+  const resolved = resolveRefs(raw, { env, problems, used }, '');
   const parsed = RoutesMap.safeParse(resolved);
   if (!parsed.success) problems.push(...parsed.error.issues.map((i): Problem => [jsonPath(i.path), i.message]));
   // One line per path: a path already named (an unset ${NAME}, an empty baseUrl) is not named again.
   const named = new Set(problems.map(([path]) => path));
   problems.push(...routeProblems(resolved).filter(([path]) => !named.has(path)));
   if (problems.length) throw new ConfigError(problems.map(([path, what]) => `${file}: ${path}: ${what}`).join('\n'));
-  return parsed.data!;
+  return { map: parsed.data!, refs: [...used] };
 }
 
 /** The provider kinds the map's routes use, each once, Hot first. */
@@ -168,15 +184,15 @@ export function loadRoutesMap(file: string, env: NodeJS.ProcessEnv): RoutesMapCo
   return readRoutesMap(file, env).map;
 }
 
-/** Reads and checks the map; a ConfigError names the file and the JSON path of what is wrong. */
-export function readRoutesMap(file: string, env: NodeJS.ProcessEnv): { map: RoutesMapConfig; version: MapVersion } {
+/** Reads and checks the map; a ConfigError names the file and the JSON path of what is wrong. `refs`: the `${NAME}`s it uses. */
+export function readRoutesMap(file: string, env: NodeJS.ProcessEnv): { map: RoutesMapConfig; version: MapVersion; refs: string[] } {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch {
     throw new ConfigError(`${file}: cannot read the routing map (ROUTES_FILE)`);
   }
-  const map = parseRoutesMap(text, file, env);
+  const { map, refs } = checkMap(text, file, env);
   const version = createHash('sha256').update(text).digest('hex').slice(0, 12);
-  return { map, version: { file, version, loaded_at: new Date().toISOString() } };
+  return { map, refs, version: { file, version, loaded_at: new Date().toISOString() } };
 }

@@ -96,7 +96,7 @@ async function routingMap(
   log: Logger,
 ): Promise<{ map: RoutesMapConfig; file: string; version: MapVersion; demo: DemoProviders | null }> {
   const file = env.ROUTES_FILE ?? (env.production ? 'routes.prod.json' : 'routes.local.json');
-  const { map, version } = readRoutesMap(file, mapEnv(env));
+  const { map, version, refs } = readRoutesMap(file, mapEnv(env));
   if (wantsDemo(env)) {
     const demo = await startDemoProviders(map);
     log.warn('no provider key or endpoint is set: answering from the built-in demo providers (local, in process; x-route-provider demo-*)');
@@ -105,7 +105,8 @@ async function routingMap(
   }
   const missing = missingKeys(map, env.raw);
   if (missing.length && !env.production) log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
-  const defaulted = Object.keys(ENDPOINT_DEFAULTS).filter((k) => !env.raw[k]);
+  // Only the defaults the map took: a map of literal URLs (or its own ${NAME}s) took none.
+  const defaulted = refs.filter((name) => Object.hasOwn(ENDPOINT_DEFAULTS, name) && !env.raw[name]);
   if (defaulted.length) log.info(`embedded endpoint defaults for ${defaulted.join(', ')}`);
   return { map, file, version, demo: null };
 }

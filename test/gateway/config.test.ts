@@ -9,6 +9,7 @@ import { keyResolver } from '../../gateway/src/keys';
 import { diffJson } from '../../gateway/src/routes-diff';
 import { loadRoutesMap, parseRoutesMap } from '../../gateway/src/routes-map';
 import { loadScopes } from '../../gateway/src/scopes';
+import { until } from './keys-harness';
 
 const root = join(import.meta.dirname, '..', '..');
 const env = {
@@ -130,6 +131,30 @@ describe('npm start', () => {
     expect(out).toContain('store: in-process');
     expect(out).toContain('meter: local CSV');
     expect(out).not.toMatch(/sk-|Bearer /);
+  });
+
+  it('names the embedded endpoint defaults only when the map took them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const literal = join(dir, 'literal.json');
+    const route = { provider: 'openai', model: 'm', baseUrl: 'http://127.0.0.1:9/v1' };
+    writeFileSync(literal, JSON.stringify({ hot: [route], warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
+    const firstLines = async (env: NodeJS.ProcessEnv) => {
+      const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+        cwd: root,
+        env: { PATH: process.env.PATH, PORT: '0', WORKER: 'off', METER_CSV_FILE: join(dir, 'e.csv'), ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      const exited = new Promise((r) => child.on('exit', r));
+      await until(async () => out.includes('listening'));
+      child.kill('SIGTERM');
+      await exited;
+      return out;
+    };
+    expect(await firstLines({ ROUTES_FILE: literal })).not.toContain('embedded endpoint defaults');
+    const local = await firstLines({ ROUTES_FILE: 'routes.local.json', HOT_BASE_URL: 'http://127.0.0.1:9/v1' });
+    expect(local).toContain('embedded endpoint defaults for HOT_BASE_URL_2, WARM_A_BASE_URL, WARM_B_BASE_URL"');
   });
 
   it('with no provider configured, answers from the demo providers and shows failover live', async () => {
