@@ -17,6 +17,7 @@ afterEach(async () => {
 });
 
 const CONFIRMED = { audio: assistantAudio(300), transcript: 'You are booked for ten tomorrow.' };
+const HOLD_ON = { audio: assistantAudio(300), transcript: 'One moment, I am checking.' };
 const BOOKED = { ok: true, result: { ok: true, booking_id: 'evt-1' } };
 
 /** A call whose caller agrees and asks for a booking; the model calls book_slot on its first turn. */
@@ -143,5 +144,31 @@ describe('phone bridge: a function result across a realtime reconnect', () => {
     await toldOutcome(s, call, again, await callId);
     call.hangUp();
     await s.endOf('CA0305');
+  });
+
+  it('a result that comes in while the new session is answering the caller is asked about once that answer is done (never a second response at once)', async () => {
+    s = await bridgeStack();
+    const release = holdBookings(s);
+    const { call, conn, callId } = await bookingCall(s, 'CA0306');
+    await booked(s); // its response.done came before: the workflow stores its claim first
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await serverEvent(again, 'session.updated');
+    // The caller, hearing nothing, speaks: the new session answers that turn, slowly.
+    s.realtime.brain = brain({ turns: [{ ...HOLD_ON, delayMs: 1500 }], afterOutput: CONFIRMED });
+    const answering = serverEvent(again, 'response.created');
+    speak(call, 400);
+    const busy = (await answering).response.id as string;
+    let busyDone = false;
+    void serverEvent(again, 'response.done', (e) => e.response.id === busy).then(() => (busyDone = true));
+    release();
+    await clientEvent(again, 'conversation.item.create', (e: any) => e.item.type === 'function_call_output');
+    expect(busyDone).toBe(false); // the result came in while that answer was in progress
+    await serverEvent(again, 'response.output_audio_transcript.done', (e) => e.transcript === CONFIRMED.transcript);
+    const id = await callId;
+    expect(again.items.filter((i) => i.call_id === id).map((i) => i.type)).toEqual(['function_call', 'function_call_output']);
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    expect((await s.endOf('CA0306')).record).toMatchObject({ outcome: 'booking' });
   });
 });

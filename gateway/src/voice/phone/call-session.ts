@@ -257,6 +257,8 @@ export class CallSession {
         return;
       case 'response.created':
         return this.created(e.response as RealtimeResponse | undefined);
+      case 'conversation.item.added':
+        return this.results.added(e.item as { type?: unknown; call_id?: unknown } | undefined);
       case 'response.function_call_arguments.done':
         this.results.announced(String(e.call_id));
         if (this.phase === 'live') this.functions.start(e as never);

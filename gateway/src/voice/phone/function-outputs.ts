@@ -1,7 +1,13 @@
 /**
  * The function results the model is owed, across realtime reconnects. A result goes into the
  * conversation as a `function_call_output` item, then `response.create` asks for the answer; it is
- * owed until a response created after it is done (the model has answered it).
+ * owed until a response created after the conversation holds it is done (the model has answered it).
+ *
+ * One response at a time writes to the conversation: a result that comes in while one is in
+ * progress (the model answering the caller) is added at once, and the answer is asked for when
+ * that response is done (asking then would be refused, `conversation_already_has_active_response`,
+ * and nothing would ask again). Which results a response saw is read from the server's order of
+ * events: its `conversation.item.added` for the output came before the `response.created`.
  *
  * A reconnect starts a new conversation that never saw the call, and the Realtime API refuses an
  * output whose `function_call` item the conversation does not hold. So the new conversation is
@@ -15,9 +21,11 @@ type Send = (event: { type: string } & Record<string, unknown>) => void;
 
 interface Owed {
   result: FunctionOutput;
-  /** The conversation that holds the output (0: none yet). */
+  /** The conversation that was given the output (0: none yet). */
   givenIn: number;
-  /** The response that answers it, once one is created after it. */
+  /** The server added the output to that conversation: a response created from now on sees it. */
+  held: boolean;
+  /** The response that answers it, once one is created after it is held. */
   answeredBy: string | null;
 }
 
@@ -26,6 +34,10 @@ export class FunctionOutputs {
   /** The conversation in which the model announced each call (holding its function_call item). */
   private readonly announcedIn = new Map<string, number>();
   private readonly owed: Owed[] = [];
+  /** The response in progress in the current conversation, if any. */
+  private active: string | null = null;
+  /** An answer asked for and not yet created. */
+  private asked = false;
 
   constructor(private readonly send: Send) {}
 
@@ -38,13 +50,15 @@ export class FunctionOutputs {
     this.announcedIn.set(callId, this.conversation);
   }
 
-  /** A reconnect: the new session holds none of the old conversation's items. */
+  /** A reconnect: the new session holds none of the old conversation's items, and runs no response. */
   newConversation(): void {
     this.conversation++;
+    this.active = null;
+    this.asked = false;
   }
 
   add(results: FunctionOutput[]): void {
-    for (const result of results) this.owed.push({ result, givenIn: 0, answeredBy: null });
+    for (const result of results) this.owed.push({ result, givenIn: 0, held: false, answeredBy: null });
   }
 
   /** Gives the current conversation the results it lacks, then asks for the answer (a session must be ready). */
@@ -56,18 +70,35 @@ export class FunctionOutputs {
         this.send({ type: 'conversation.item.create', item: { type: 'function_call', call_id, name, arguments: args } });
       }
       this.send({ type: 'conversation.item.create', item: { type: 'function_call_output', call_id, output } });
-      o.givenIn = this.conversation;
-      o.answeredBy = null;
+      Object.assign(o, { givenIn: this.conversation, held: false, answeredBy: null });
     }
-    if (missing.length) this.send({ type: 'response.create' });
+    if (missing.length) this.ask();
+  }
+
+  /** The server added an item to the conversation: an output of ours is now held there. */
+  added(item: { type?: unknown; call_id?: unknown } | undefined): void {
+    if (item?.type !== 'function_call_output') return;
+    for (const o of this.owed) if (o.result.call_id === item.call_id && o.givenIn === this.conversation) o.held = true;
   }
 
   /** A response was created: it answers the results its conversation already holds. */
   responseCreated(id: string): void {
-    for (const o of this.owed) if (o.givenIn === this.conversation && o.answeredBy === null) o.answeredBy = id;
+    this.active = id;
+    this.asked = false;
+    for (const o of this.owed) if (o.givenIn === this.conversation && o.held && o.answeredBy === null) o.answeredBy = id;
   }
 
+  /** A response is done: the results it answered are paid; those added while it ran are asked about now. */
   responseDone(id: string): void {
+    if (this.active === id) this.active = null;
     for (let i = this.owed.length - 1; i >= 0; i--) if (this.owed[i].answeredBy === id) this.owed.splice(i, 1);
+    if (this.owed.some((o) => o.givenIn === this.conversation && o.held && o.answeredBy === null)) this.ask();
+  }
+
+  /** One response at a time: asked for only while none is in progress or already asked for. */
+  private ask(): void {
+    if (this.active !== null || this.asked) return;
+    this.asked = true;
+    this.send({ type: 'response.create' });
   }
 }
