@@ -76,15 +76,21 @@ function cutAfter(conn: RtConn, type: string, when: () => boolean = () => true):
   conn.on('server', on);
 }
 
+/** A booking call whose realtime session drops while the booking runs (held); the new session is ready. */
+async function droppedWhileBooking(stack: BridgeStack, callSid: string) {
+  const release = holdBookings(stack);
+  const { call, conn, callId } = await bookingCall(stack, callSid);
+  await booked(stack); // its response.done came before: the workflow stores its claim first
+  conn.drop();
+  const again = await until<RtConn>(stack.realtime, 'connection');
+  await serverEvent(again, 'session.updated');
+  return { release, call, callId, again };
+}
+
 describe('phone bridge: a function result across a realtime reconnect', () => {
   it('a booking still running when the session drops: its result goes to the new session, with its call, and the caller hears the answer', async () => {
     s = await bridgeStack();
-    const release = holdBookings(s);
-    const { call, conn, callId } = await bookingCall(s, 'CA0301');
-    await booked(s); // its response.done came before: the workflow stores its claim first
-    conn.drop();
-    const again = await until<RtConn>(s.realtime, 'connection');
-    await serverEvent(again, 'session.updated');
+    const { release, call, callId, again } = await droppedWhileBooking(s, 'CA0301');
     release();
     await toldOutcome(s, call, again, await callId);
     call.hangUp();
@@ -148,12 +154,7 @@ describe('phone bridge: a function result across a realtime reconnect', () => {
 
   it('a result that comes in while the new session is answering the caller is asked about once that answer is done (never a second response at once)', async () => {
     s = await bridgeStack();
-    const release = holdBookings(s);
-    const { call, conn, callId } = await bookingCall(s, 'CA0306');
-    await booked(s); // its response.done came before: the workflow stores its claim first
-    conn.drop();
-    const again = await until<RtConn>(s.realtime, 'connection');
-    await serverEvent(again, 'session.updated');
+    const { release, call, callId, again } = await droppedWhileBooking(s, 'CA0306');
     // The caller, hearing nothing, speaks: the new session answers that turn, slowly.
     s.realtime.brain = brain({ turns: [{ ...HOLD_ON, delayMs: 1500 }], afterOutput: CONFIRMED });
     const answering = serverEvent(again, 'response.created');
