@@ -4,8 +4,7 @@
  * endpoints (responses, embeddings, models), the operator endpoints behind ADMIN_TOKEN, and what
  * `extend` mounts. With client keys (`auth`), every /v1 request needs one (endpoint.ts,
  * key-guard.ts), the voice endpoints aside. Every error, on every path and method, is JSON in
- * OpenAI's shape, but for the endpoints behind a bearer token (operator, voice): theirs are the
- * short `{"error": "<text>"}` their callers read.
+ * OpenAI's shape.
  */
 import { createServer, type Server } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
@@ -97,16 +96,14 @@ export function createGateway(opts: GatewayOptions): Gateway {
   opts.extend?.(app, { admin });
   app.use(notFound(app));
 
-  // Bodies that are not JSON, and anything that throws, get a JSON error (never a stack trace), in
-  // the form of the endpoint's other errors (bearer.ts marks the operator and voice endpoints).
+  // Bodies that are not JSON, and anything that throws, get a JSON error (never a stack trace).
   app.use((error: Error & { status?: number; type?: string }, req: Request, res: Response, _next: NextFunction) => {
     if (res.headersSent) return;
     const status = error.status && error.status < 500 ? error.status : 500;
     if (status >= 500) opts.log.error({ err: error.message, path: req.path }, 'request failed');
     const message =
       error.type === 'entity.parse.failed' ? 'body: expected a JSON object' : status >= 500 ? 'internal error' : error.message;
-    const short = res.locals.shortErrors === true;
-    res.status(status).json(short ? { error: message } : openAiError(message, status >= 500 ? 'api_error' : 'invalid_request_error'));
+    res.status(status).json(openAiError(message, status >= 500 ? 'api_error' : 'invalid_request_error'));
   });
 
   return {

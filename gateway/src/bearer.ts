@@ -17,11 +17,7 @@ const jsonBody = express.json({ limit: '20mb' });
  */
 export function bearerGuard(token: string | undefined): RequestHandler {
   const guard = tokenGuard(token);
-  return (req, res, next) => {
-    // Its callers (operators, the voice server) read `{"error": "<text>"}`, also for a body that is not JSON (app.ts).
-    res.locals.shortErrors = true;
-    guard(req, res, (error?: unknown) => (error ? next(error) : jsonBody(req, res, next)));
-  };
+  return (req, res, next) => guard(req, res, (error?: unknown) => (error ? next(error) : jsonBody(req, res, next)));
 }
 
 function tokenGuard(token: string | undefined): RequestHandler {
