@@ -6,13 +6,19 @@
  *
  * Backpressure: once the chunks waiting here pass HIGH_WATER bytes, the connection is paused;
  * it resumes when the reader has taken them all.
+ *
+ * Idle limit: a provider that sends nothing for `idleMs` is cut. The clock stops while the
+ * connection is paused: then the silence is ours (our client reads slowly), not the provider's.
+ * undici's own `bodyTimeout` does this over HTTP/1.1 only; over HTTP/2 it is the stream's socket
+ * timeout, which a paused stream (no window, no frames) runs out, so it is not used.
  */
 const HIGH_WATER = 64 * 1024;
 
-/** How the queue pauses and resumes its connection (undici's dispatch controller). */
+/** How the queue pauses, resumes and cuts its connection (undici's dispatch controller). */
 export interface Flow {
   pause(): void;
   resume(): void;
+  abort(reason: Error): void;
 }
 
 export class BodyQueue implements AsyncIterator<Buffer> {
@@ -22,26 +28,39 @@ export class BodyQueue implements AsyncIterator<Buffer> {
   private error: Error | null = null;
   private waiting: { resolve: (r: IteratorResult<Buffer>) => void; reject: (e: Error) => void } | null = null;
   private paused = false;
+  /** When the provider last sent a chunk (or the connection was resumed). */
+  private lastAt = Date.now();
+  private idle: NodeJS.Timeout | undefined;
 
-  constructor(private readonly flow: Flow) {}
+  /** `idleMs`: 0 for no idle limit. Made when the first chunk came. */
+  constructor(
+    private readonly flow: Flow,
+    private readonly idleMs = 0,
+  ) {
+    this.watch(idleMs);
+  }
 
   push(chunk: Buffer): void {
+    this.lastAt = Date.now(); // one clock read per chunk; the timer is re-armed only when it fires
     if (this.waiting) return this.settle().resolve({ done: false, value: chunk });
     this.chunks.push(chunk);
     this.bytes += chunk.length;
     if (this.bytes >= HIGH_WATER && !this.paused) {
       this.paused = true;
+      clearTimeout(this.idle);
       this.flow.pause();
     }
   }
 
   end(): void {
     this.ended = true;
+    clearTimeout(this.idle);
     if (this.waiting) this.settle().resolve({ done: true, value: undefined });
   }
 
   fail(error: Error): void {
     this.error ??= error;
+    clearTimeout(this.idle);
     if (this.waiting) this.settle().reject(this.error);
   }
 
@@ -51,6 +70,8 @@ export class BodyQueue implements AsyncIterator<Buffer> {
       this.bytes -= chunk.length;
       if (this.paused && this.chunks.length === 0) {
         this.paused = false;
+        this.lastAt = Date.now();
+        this.watch(this.idleMs);
         this.flow.resume();
       }
       return Promise.resolve({ done: false, value: chunk });
@@ -59,6 +80,18 @@ export class BodyQueue implements AsyncIterator<Buffer> {
     if (this.error) return Promise.reject(this.error);
     if (this.ended) return Promise.resolve({ done: true, value: undefined });
     return new Promise((resolve, reject) => (this.waiting = { resolve, reject }));
+  }
+
+  /** Cuts the connection once the provider has been silent for idleMs while not paused. */
+  private watch(ms: number): void {
+    if (!this.idleMs || this.ended || this.error) return;
+    this.idle = setTimeout(() => {
+      if (this.paused || this.ended || this.error) return;
+      const quiet = Date.now() - this.lastAt;
+      if (quiet < this.idleMs) return this.watch(this.idleMs - quiet);
+      this.flow.abort(new Error(`the provider sent nothing for ${this.idleMs} ms`));
+    }, ms);
+    this.idle.unref();
   }
 
   private settle(): NonNullable<BodyQueue['waiting']> {

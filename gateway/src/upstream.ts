@@ -23,9 +23,9 @@ import type { OutboundRequest } from './providers/adapter';
  */
 const H2_STREAMS = 100;
 /**
- * A stream whose provider sends nothing for this long is cut (undici's `bodyTimeout`, set on a
- * streamed call only: the time between body chunks, not counted while our reader holds the
- * connection back). A whole answer, and a stream before its first byte, are bounded by the
+ * A stream whose provider sends nothing for this long is cut (by its BodyQueue: the time between
+ * body chunks, not counted while our reader holds the connection back; undici's `bodyTimeout`
+ * counts it over HTTP/2). A whole answer, and a stream before its first byte, are bounded by the
  * attempt's timer, however long a Cold job's time-to-answer makes it.
  */
 const STREAM_IDLE_MS = 60_000;
@@ -106,7 +106,7 @@ type Answered = Pick<UpstreamAnswer, 'status' | 'headers'> & ({ body: Buffer } |
  * other answer is read whole: failover.ts decides what a whole answer to a stream is). `agent.request` would wrap each call in an async resource and a Readable stream: about
  * 8 % of the gateway's instructions per request on the hot path, and more per stream and chunk.
  */
-function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, stream: boolean): Promise<Answered> {
+function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, stream: boolean, idleMs: number): Promise<Answered> {
   return new Promise((resolve, reject) => {
     let status = 0;
     let headers: Answered['headers'] = {};
@@ -132,7 +132,7 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
       onResponseData(controller, chunk) {
         if (!streamed) chunks.push(chunk);
         else if (rest) rest.push(chunk);
-        else resolve({ status, headers, first: chunk, rest: (rest = new BodyQueue(controller)) });
+        else resolve({ status, headers, first: chunk, rest: (rest = new BodyQueue(controller, idleMs)) });
       },
       onResponseEnd() {
         done();
@@ -175,9 +175,17 @@ export async function callUpstream(
   let streaming = false;
   try {
     const { origin, path } = target(out.url);
-    const bodyTimeout = opts.stream ? streamIdleMs : 0; // 0: none; the attempt's timer bounds a whole answer
-    const options = { origin, path, method: 'POST' as const, headers: out.headers, body: out.body, idempotent: multiplexed, bodyTimeout };
-    const answer = await dispatch(options, controller, opts.stream);
+    // bodyTimeout 0: none; the attempt's timer bounds a whole answer and a stream's first byte, the BodyQueue the rest.
+    const options = {
+      origin,
+      path,
+      method: 'POST' as const,
+      headers: out.headers,
+      body: out.body,
+      idempotent: multiplexed,
+      bodyTimeout: 0,
+    };
+    const answer = await dispatch(options, controller, opts.stream, streamIdleMs);
     streaming = 'rest' in answer; // the client going away still cancels the rest of the stream
     return { ...answer, latencyMs: performance.now() - started };
   } catch (error) {

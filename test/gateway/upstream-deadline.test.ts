@@ -98,7 +98,7 @@ describe('a provider silent after its first byte', () => {
     expect(res.status).toBe(200);
     expect(res.text).toContain('part0');
     expect(res.text).toContain('"code":"stream_interrupted"');
-    expect(res.ms).toBeLessThan(4000); // 300 ms, late by up to a tick of undici's ~0.5 s body timer; without it, 300 s
+    expect(res.ms).toBeLessThan(4000); // 300 ms; without the limit, never
     expect(await meterCodes()).toEqual(['STREAM_INTERRUPTED']);
     await expect.poll(() => dropped).toBe(true); // the provider's connection closed
   }, 10_000);

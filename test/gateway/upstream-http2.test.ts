@@ -4,12 +4,14 @@
 // through NODE_EXTRA_CA_CERTS (no verification is switched off).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
+import { request, type IncomingMessage } from 'node:http';
 import { createSecureServer, type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
+import { until } from './instances';
 
 const root = join(import.meta.dirname, '..', '..');
 const dir = mkdtempSync(join(tmpdir(), 'h2-'));
@@ -23,8 +25,12 @@ const hasOpenssl =
 class TlsProvider {
   versions: string[] = [];
   connections = 0;
+  /** Since when the last stream's writes have waited for its reader (the gateway); null while it reads. */
+  heldSince: number | null = null;
   private server!: Http2SecureServer;
   url = '';
+  /** `heavy`: 4,000 chunks of 4 KB each, as fast as the reader takes them, then a usage chunk. */
+  constructor(private readonly heavy = false) {}
   async start(): Promise<this> {
     const tls = { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) };
     this.server = createSecureServer({ ...tls, allowHTTP1: true }, (req, res) => this.handle(req, res));
@@ -38,6 +44,7 @@ class TlsProvider {
     req.resume();
     req.on('end', () => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (this.heavy) return void this.heavyStream(res);
       const chunk = (i: number) => ({
         id: 'c',
         object: 'chat.completion.chunk',
@@ -52,6 +59,19 @@ class TlsProvider {
         res.end('data: [DONE]\n\n');
       }, 10);
     });
+  }
+  private async heavyStream(res: Http2ServerResponse) {
+    const pad = 'x'.repeat(4096);
+    const event = (value: object) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', ...value })}\n\n`;
+    for (let i = 0; i < 4000; i++) {
+      if (res.write(event({ choices: [{ index: 0, delta: { content: `p${i}${pad}` } }] }))) continue;
+      this.heldSince = Date.now();
+      await new Promise((r) => res.once('drain', r));
+      this.heldSince = null;
+    }
+    res.write(event({ choices: [], usage: { prompt_tokens: 9, completion_tokens: 4000 } }));
+    res.end('data: [DONE]\n\n');
   }
   stop() {
     return new Promise<void>((r) => this.server.close(() => r()));
@@ -128,4 +148,64 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     expect(new Set(provider.versions)).toEqual(new Set(['1.1']));
     expect(provider.connections).toBeGreaterThan(2); // how many overlap depends on the machine's speed
   });
+});
+
+describe.skipIf(!hasOpenssl)('the idle limit on a provider stream', () => {
+  const IDLE_MS = 300;
+  /** A gateway in a process of its own (it must trust the test's certificate from its start), the idle limit IDLE_MS. */
+  async function gatewayWithIdleLimit(p: TlsProvider, http2: boolean) {
+    const src = (file: string) => JSON.stringify(join(root, file));
+    const code = `const { configureUpstream } = await import(${src('gateway/src/upstream.ts')});
+      const { startGateway, mapOf } = await import(${src('test/gateway/harness.ts')});
+      configureUpstream({ connections: null, http2: ${http2}, idleMs: ${IDLE_MS} });
+      const gw = await startGateway(mapOf([${JSON.stringify(p.url)}]));
+      console.log(JSON.stringify({ url: gw.url, csv: gw.csv }));`;
+    child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+      env: { PATH: process.env.PATH, NODE_EXTRA_CA_CERTS: join(dir, 'cert.pem') },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout!.on('data', (d) => (out += d));
+    const line = await until('the gateway to listen', () => out.split('\n').find((l) => l.startsWith('{')), 15_000);
+    return JSON.parse(line!) as { url: string; csv: string };
+  }
+
+  it.each([
+    ['HTTP/1.1', false],
+    ['HTTP/2', true],
+  ])(
+    'over %s it does not run while our client reads nothing: the stream is whole, the route not blamed',
+    async (_, http2) => {
+      provider = await new TlsProvider(true).start();
+      const gw = await gatewayWithIdleLimit(provider, http2);
+      const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+      const res = await new Promise<IncomingMessage>((resolve) => {
+        req.on('response', resolve);
+        req.end(JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }));
+      });
+      const received: Buffer[] = [];
+      res.on('data', (c: Buffer) => received.push(c));
+      res.pause(); // reads nothing: the gateway holds the provider back, for longer than the idle limit
+      await until(
+        'the provider held back for 3 idle limits',
+        () => {
+          const since = provider!.heldSince;
+          return since !== null && Date.now() - since > 3 * IDLE_MS;
+        },
+        15_000,
+      );
+      const ended = new Promise((r) => res.on('end', r));
+      res.resume();
+      await ended;
+      const text = Buffer.concat(received).toString('utf8');
+      expect(text).not.toContain('stream_interrupted');
+      expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+      expect(text).toContain('p3999');
+      const [header, ...rows] = readFileSync(gw.csv, 'utf8').trim().split('\n');
+      const event = Object.fromEntries(header.split(',').map((k, i) => [k, rows[0].split(',')[i]]));
+      expect(rows).toHaveLength(1);
+      expect(event).toMatchObject({ error_code: '', input_tokens: '9', output_tokens: '4000' });
+    },
+    30_000,
+  );
 });
