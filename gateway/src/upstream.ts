@@ -1,7 +1,7 @@
 /**
  * Outbound HTTP to providers with undici: one keep-alive pool per origin (an Agent), a
  * per-attempt timeout that cancels the call (see cancel.ts), and the body either read whole or
- * handed over as a stream once its first byte has arrived (failover is only possible before it).
+ * handed over as a stream once its first event has arrived (failover is only possible before it).
  */
 import { Agent, type Dispatcher } from 'undici';
 import { BodyQueue } from './body-queue';
@@ -25,7 +25,7 @@ const H2_STREAMS = 100;
 /**
  * A stream whose provider sends nothing for this long is cut (by its BodyQueue: the time between
  * body chunks, not counted while our reader holds the connection back; undici's `bodyTimeout`
- * counts it over HTTP/2). A whole answer, and a stream before its first byte, are bounded by the
+ * counts it over HTTP/2). A whole answer, and a stream before its first event, are bounded by the
  * attempt's timer, however long a Cold job's time-to-answer makes it.
  */
 const STREAM_IDLE_MS = 60_000;
@@ -98,11 +98,37 @@ function eventStream(type: string | string[] | undefined): boolean {
   return type === undefined || (typeof type === 'string' && /^\s*text\/event-stream\s*(;|$)/i.test(type));
 }
 
+const LF = 0x0a;
+const CR = 0x0d;
+const COLON = 0x3a;
+
+/**
+ * Where a stream's answer begins: the first line that is not a comment (`: keep-alive`, OpenRouter's
+ * `: OPENROUTER PROCESSING`) or blank. Providers send comments while they wait for their model, so
+ * a stream that has sent only those has not answered yet: the attempt's timer still runs, and a
+ * provider that fails then is failed over like one that sent nothing (the client has seen nothing,
+ * since comments are never relayed). `at` gives the index in a chunk, or -1 when it is all comment.
+ */
+class Preamble {
+  private lineStart = true;
+  at(chunk: Buffer): number {
+    for (let i = 0; i < chunk.length; i++) {
+      const b = chunk[i];
+      if (b === LF || b === CR) {
+        this.lineStart = true;
+      } else if (this.lineStart && b === COLON) {
+        this.lineStart = false; // the rest of the line is the comment
+      } else if (this.lineStart) return i;
+    }
+    return -1;
+  }
+}
+
 type Answered = Pick<UpstreamAnswer, 'status' | 'headers'> & ({ body: Buffer } | { first: Buffer; rest: BodyQueue });
 
 /**
  * One call straight on undici's dispatcher. A whole answer is collected as it comes; a streamed 2xx
- * answer that is an event stream resolves with its first chunk and a BodyQueue for the rest (any
+ * answer that is an event stream resolves with its first event's chunk and a BodyQueue for the rest (any
  * other answer is read whole: failover.ts decides what a whole answer to a stream is). `agent.request` would wrap each call in an async resource and a Readable stream: about
  * 8 % of the gateway's instructions per request on the hot path, and more per stream and chunk.
  */
@@ -112,6 +138,7 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
     let headers: Answered['headers'] = {};
     let streamed = false; // a 2xx answer to a streamed request
     let rest: BodyQueue | null = null; // once its first chunk came
+    let preamble: Preamble | null = null; // made only if a stream begins with a comment
     const chunks: Buffer[] = [];
     let stop: ((reason: Error) => void) | null = null;
     // Until undici starts the request (connecting, or queued for a connection) there is nothing to
@@ -132,12 +159,19 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
       onResponseData(controller, chunk) {
         if (!streamed) chunks.push(chunk);
         else if (rest) rest.push(chunk);
-        else resolve({ status, headers, first: chunk, rest: (rest = new BodyQueue(controller, idleMs)) });
+        else {
+          // Most streams begin with `data:`; one that begins with comments has not answered yet.
+          let at = 0;
+          if (chunk[0] === COLON || chunk[0] === LF || chunk[0] === CR || preamble) at = (preamble ??= new Preamble()).at(chunk);
+          if (at === -1) return; // dropped: comments are never relayed
+          const first = at === 0 ? chunk : chunk.subarray(at);
+          resolve({ status, headers, first, rest: (rest = new BodyQueue(controller, idleMs)) });
+        }
       },
       onResponseEnd() {
         done();
         if (rest) rest.end();
-        else if (streamed) reject(new UpstreamError('stream ended before its first byte', 'PROVIDER_DOWN'));
+        else if (streamed) reject(new UpstreamError('stream ended before its first event', 'PROVIDER_DOWN'));
         else resolve({ status, headers, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) });
       },
       onResponseError(_controller, error) {
@@ -151,7 +185,7 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
 
 /**
  * One attempt. Network errors and timeouts throw UpstreamError; any HTTP answer is returned.
- * A streamed 2xx answer resolves once its first chunk has arrived.
+ * A streamed 2xx answer resolves once the chunk with its first event has arrived (comments before it are dropped).
  */
 export async function callUpstream(
   out: OutboundRequest,
@@ -175,7 +209,7 @@ export async function callUpstream(
   let streaming = false;
   try {
     const { origin, path } = target(out.url);
-    // bodyTimeout 0: none; the attempt's timer bounds a whole answer and a stream's first byte, the BodyQueue the rest.
+    // bodyTimeout 0: none; the attempt's timer bounds a whole answer and a stream's first event, the BodyQueue the rest.
     const options = {
       origin,
       path,

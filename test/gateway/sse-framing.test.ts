@@ -164,3 +164,53 @@ describe('stream framing', () => {
     ]);
   });
 });
+
+describe('comments before the first event (a provider that says it is still working)', () => {
+  let warm: FakeProvider;
+  let two: TestGateway;
+  beforeEach(async () => {
+    warm = await new FakeProvider().start();
+    two = await startGateway(mapOf([hot.url], [warm.url]));
+  });
+  afterEach(async () => {
+    await two.close();
+    await warm.stop();
+  });
+
+  it('a provider that fails after only comments is failed over: the client streams the next route, as if nothing had come', async () => {
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(': OPENROUTER PROCESSING\n\n'), Buffer.from(': OPENROUTER PROC')], reset: true });
+    warm.always({ kind: 'stream', chunks: 3 });
+    const { data, response } = await new OpenAI({ baseURL: `${two.url}/v1`, apiKey: 'unused', maxRetries: 0 }).chat.completions
+      .create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } })
+      .withResponse();
+    expect(response.headers.get('x-route-tier')).toBe('warm');
+    const { text, usage } = await streamText(data);
+    expect(text).toBe('part0 part1 part2');
+    expect(usage).toMatchObject({ prompt_tokens: 20, completion_tokens: 3 });
+    await two.meter.flush();
+    expect(two.events().map((e) => [e.provider, e.error_code])).toEqual([
+      ['openai', 'PROVIDER_DOWN'],
+      ['openai', 'PROVIDER_DOWN'],
+      ['openai', 'PROVIDER_DOWN'],
+      ['anthropic', ''],
+    ]);
+  });
+
+  it('comments do not stop the time-to-answer, and the events after them are relayed whole', async () => {
+    const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'late' }, finish_reason: 'stop' }] })}\n\n`;
+    // Comments every 50 ms for about 2 s, then the answer: past a time-to-answer of 500 ms.
+    const comments = Array.from({ length: 40 }, () => Buffer.from(': keep-alive\n\n'));
+    hot.always({ kind: 'raw-stream', pieces: [...comments, Buffer.from(chunk + 'data: [DONE]\n\n')], gapMs: 50 });
+    const late = await chat(
+      two.url,
+      { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true },
+      { 'x-time-to-answer-ms': '500' },
+    );
+    expect([late.status, late.json().error.code]).toEqual([504, 'time_to_answer']); // this gateway has no Cold tier
+    expect(late.ms).toBeLessThan(1500);
+    // In time, a comment then the answer in one chunk: the client gets the answer, from its first event.
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(`: keep-alive\r\n\r\n${chunk}data: [DONE]\n\n`)] });
+    const res = await chat(two.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(res.text).toBe(`${chunk}data: [DONE]\n\n`);
+  });
+});
