@@ -91,8 +91,10 @@ export function responsesPassthrough(): StreamTransform {
     event(e: EventSourceMessage) {
       seen++;
       last = e.data;
-      const type = e.event ?? (e.data.includes('"response.') ? (parse(e.data)?.type as string | undefined) : undefined);
-      if (type && FINAL.test(type)) {
+      const type = e.event ?? (/"(response\.|error)/.test(e.data) ? (parse(e.data)?.type as string | undefined) : undefined);
+      // The provider's own error event told the client why the stream ends: no second one after it.
+      if (type === 'error') failed = true;
+      else if (type && FINAL.test(type)) {
         // A response the provider failed is no complete answer (a failure of the route), though
         // its own event already told the client: nothing more is written for it (`broken`).
         failed = type === 'response.failed';

@@ -130,6 +130,24 @@ describe('POST /v1/responses', () => {
     expect(events.at(-1)).toMatchObject({ code: 'stream_interrupted' });
   });
 
+  it("a native stream whose provider reported its own error event ends with that one, not a second of the gateway's", async () => {
+    const created = {
+      type: 'response.created',
+      sequence_number: 0,
+      response: { id: 'resp_1', object: 'response', status: 'in_progress', output: [] },
+    };
+    const error = { type: 'error', code: 'server_error', message: 'the model failed', param: null, sequence_number: 1 };
+    const events = [created, error].map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join('');
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(events)], reset: true });
+    const res = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hello', stream: true }),
+    });
+    const types = [...(await res.text()).matchAll(/^event: (.*)$/gm)].map((m) => m[1]);
+    expect(types).toEqual(['response.created', 'error']);
+  });
+
   it('what cannot be translated goes only to native routes, and is a 400 naming the parameter when there are none', async () => {
     hot.always({ kind: 'status', status: 503 });
     const stateful = { model: 'gpt-4o-mini', input: 'and then?', previous_response_id: 'resp_123' } as const;
