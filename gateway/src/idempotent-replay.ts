@@ -20,6 +20,7 @@ import { openAiError } from './errors';
 import { sendBody, sendJson } from './http-io';
 import type { GatewayMetrics } from './metrics';
 import type { RequestContext } from './request-context';
+import { within } from './within';
 import { isAnswer, type Lease, type ReplayStore, type StoredAnswer } from './replay-store';
 
 /** A request's place in the replay store: its tenant's key and its fingerprint. */
@@ -139,7 +140,9 @@ export class IdempotentReplay {
       served = await serve();
     } finally {
       clearInterval(renewal);
-      await this.settle(lease, tape, served).catch((error: Error) =>
+      // Bounded as the claim is: with Redis away its client holds the command until Redis is
+      // back, and the answer's end waits for it. Unsettled, the key stays held until its lease ends.
+      await within(this.settle(lease, tape, served), STORE_TIMEOUT_MS, 'the replay store').catch((error: Error) =>
         this.deps.log.warn({ err: error.message }, 'idempotent replay: answer not stored'),
       );
       tape.release();

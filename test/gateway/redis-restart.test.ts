@@ -117,6 +117,21 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('a request holding an Idempotency-Key when Redis goes away is still answered, within its time', async () => {
+    const gw = await listenStack(env, { http: true, worker: false });
+    try {
+      hot.next({ kind: 'ok', delayMs: 500 });
+      const answer = chat(gw.url, undefined, { 'idempotency-key': 'order-1' });
+      await until(async () => hot.received.length === 1); // the key is claimed, the provider call runs
+      await redis.stop();
+      const got = await answer;
+      expect(got.status).toBe(200);
+      expect(got.ms).toBeLessThan(500 + 2000); // before: no answer until Redis was back
+    } finally {
+      await gw.stop();
+    }
+  });
+
   it('a job queued before a restart is still there after it, and completes once a provider answers', async () => {
     const gw = await listenStack(env, { http: true, worker: true, cold: { backoffMs: 50, recheckMs: 100 }, breaker: { openMs: 200 } });
     try {
