@@ -118,9 +118,15 @@ export class IdempotentReplay {
   private async claim(req: ReplayRequest) {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<null>((resolve) => (timer = setTimeout(resolve, STORE_TIMEOUT_MS, null)));
+    const claiming = this.deps.store.claim(req.key, req.fingerprint, this.leaseMs);
     try {
-      const claim = await Promise.race([this.deps.store.claim(req.key, req.fingerprint, this.leaseMs), late]);
-      if (claim === null) throw new Error(`no answer in ${STORE_TIMEOUT_MS} ms`);
+      const claim = await Promise.race([claiming, late]);
+      if (claim === null) {
+        // Redis's client holds the claim until Redis is back, and then takes the key for a request
+        // that ran without it: given up at once, else repeats got 409 for a lease nobody held.
+        void claiming.then((c) => (c.kind === 'claimed' ? this.deps.store.release(c.lease) : undefined)).catch(() => {});
+        throw new Error(`no answer in ${STORE_TIMEOUT_MS} ms`);
+      }
       return claim;
     } catch (error) {
       this.deps.log.warn({ err: (error as Error).message }, 'idempotent replay: store unavailable, request runs without replay');

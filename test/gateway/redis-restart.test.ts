@@ -132,6 +132,22 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('a key sent while Redis is away is not left held once it is back: a repeat runs, not 409 for the lease', async () => {
+    const gw = await listenStack(env, { http: true, worker: false });
+    try {
+      await redis.stop();
+      const during = await chat(gw.url, undefined, { 'idempotency-key': 'order-2' });
+      expect(during.status).toBe(200); // without replay, after its claim waited 1 s
+      await redis.start();
+      await until(async () => (await gw.stack.redis!.ping().catch(() => '')) === 'PONG');
+      const again = await chat(gw.url, undefined, { 'idempotency-key': 'order-2' });
+      expect(again.status).toBe(200); // before: 409 idempotency_key_in_flight for 30 s, nothing running
+      expect(hot.received).toHaveLength(2);
+    } finally {
+      await gw.stop();
+    }
+  });
+
   it('a job queued before a restart is still there after it, and completes once a provider answers', async () => {
     const gw = await listenStack(env, { http: true, worker: true, cold: { backoffMs: 50, recheckMs: 100 }, breaker: { openMs: 200 } });
     try {
