@@ -92,7 +92,8 @@ export class IdempotentReplay {
 
   /** Answers a repeat from the store, refuses a conflict, or runs `serve` and keeps its answer. */
   async guard(req: ReplayRequest, ctx: RequestContext, res: ServerResponse, serve: () => Promise<Served>): Promise<void> {
-    const claim = await this.claim(req);
+    // A quarter of the time-to-answer at most: the rest is the routing's, should the store not answer.
+    const claim = await this.claim(req, Math.min(STORE_TIMEOUT_MS, ctx.timeToAnswerMs / 4));
     if (claim === null) {
       await serve();
       return;
@@ -115,9 +116,9 @@ export class IdempotentReplay {
   }
 
   /** The store's answer, or null when it failed or was too slow: the request then runs unguarded. */
-  private async claim(req: ReplayRequest) {
+  private async claim(req: ReplayRequest, waitMs: number) {
     let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<null>((resolve) => (timer = setTimeout(resolve, STORE_TIMEOUT_MS, null)));
+    const late = new Promise<null>((resolve) => (timer = setTimeout(resolve, waitMs, null)));
     const claiming = this.deps.store.claim(req.key, req.fingerprint, this.leaseMs);
     try {
       const claim = await Promise.race([claiming, late]);
@@ -125,7 +126,7 @@ export class IdempotentReplay {
         // Redis's client holds the claim until Redis is back, and then takes the key for a request
         // that ran without it: given up at once, else repeats got 409 for a lease nobody held.
         void claiming.then((c) => (c.kind === 'claimed' ? this.deps.store.release(c.lease) : undefined)).catch(() => {});
-        throw new Error(`no answer in ${STORE_TIMEOUT_MS} ms`);
+        throw new Error(`no answer in ${Math.round(waitMs)} ms`);
       }
       return claim;
     } catch (error) {

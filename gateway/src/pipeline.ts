@@ -68,8 +68,10 @@ export class Pipeline {
 
   /** `replay`: the request's replay identity when it sent an Idempotency-Key. */
   handle(ctx: RequestContext, res: ServerResponse, replay?: ReplayRequest | null): Promise<void | Served> {
-    const work: Promise<void | Served> =
-      replay && this.deps.replay ? this.deps.replay.guard(replay, ctx, res, () => this.serve(ctx, res)) : this.serve(ctx, res);
+    // Started before the replay's claim: the time it waits for the store is part of the time-to-answer.
+    const deadline = new Deadline(ctx.timeToAnswerMs, this.deps.now);
+    const serve = () => this.serve(ctx, res, deadline);
+    const work: Promise<void | Served> = replay && this.deps.replay ? this.deps.replay.guard(replay, ctx, res, serve) : serve();
     return this.inFlight.track(work);
   }
 
@@ -78,8 +80,7 @@ export class Pipeline {
     return this.inFlight.idle(ms);
   }
 
-  private async serve(ctx: RequestContext, res: ServerResponse): Promise<Served> {
-    const deadline = new Deadline(ctx.timeToAnswerMs, this.deps.now);
+  private async serve(ctx: RequestContext, res: ServerResponse, deadline: Deadline): Promise<Served> {
     const gone = new Cancel();
     res.on('close', () => {
       if (!res.writableFinished) gone.abort();

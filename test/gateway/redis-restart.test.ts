@@ -148,6 +148,22 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('with Redis away, a request with an Idempotency-Key still answers within its time-to-answer', async () => {
+    const gw = await listenStack(env, { http: true, worker: false });
+    try {
+      await redis.stop();
+      const answered = await chat(gw.url, undefined, { 'idempotency-key': 'order-3', 'x-time-to-answer-ms': '800' });
+      hot.always({ kind: 'status', status: 500 });
+      const refused = await chat(gw.url, undefined, { 'idempotency-key': 'order-4', 'x-time-to-answer-ms': '800' });
+      expect([answered.status, refused.status]).toEqual([200, 503]);
+      // Before: the claim waited its 1 s before the time-to-answer started (1.3 s and 1.7 s).
+      expect(answered.ms).toBeLessThanOrEqual(800 + 100);
+      expect(refused.ms).toBeLessThanOrEqual(800 + 100);
+    } finally {
+      await gw.stop();
+    }
+  });
+
   it('a job queued before a restart is still there after it, and completes once a provider answers', async () => {
     const gw = await listenStack(env, { http: true, worker: true, cold: { backoffMs: 50, recheckMs: 100 }, breaker: { openMs: 200 } });
     try {
