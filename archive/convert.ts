@@ -121,6 +121,12 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
       if (!String((error as Error).message).includes(GUARD_ERROR)) throw error;
       await throwRowProblems(duck, csvSource, input);
     }
+    // A file with only its header (the export URL on a day without events) writes no file, and
+    // read_parquet of nothing is an error: there is nothing to archive.
+    if (!existsSync(first) || !readdirSync(first, { recursive: true }).some((f) => String(f).endsWith('.parquet'))) {
+      log(`read and checked 0 rows: nothing to archive (${elapsed()})`);
+      return { rows: 0, days: [], files: [] };
+    }
     const written = `read_parquet(${lit(join(first, '**', '*.parquet'))}, hive_partitioning = false, union_by_name = true)`;
     const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
       `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,

@@ -188,6 +188,17 @@ describe('npm run archive', () => {
     expect(snapshot(out)).toEqual(before);
   });
 
+  it('a header-only input (the export URL on a day without events) archives nothing and leaves the archive as it was', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }]), { out });
+    const before = snapshot(out);
+    const empty = join(scratch(), 'empty.csv');
+    writeFileSync(empty, `${CSV_HEADER}\r\n`);
+    expect(await convert(empty, { out })).toEqual({ rows: 0, days: [], files: [] });
+    expect(await convert(empty, { out, replace: true })).toEqual({ rows: 0, days: [], files: [] });
+    expect(snapshot(out)).toEqual(before);
+  });
+
   it('the CLI exits 1 with the line and field, and 0 with the files written', () => {
     const bad = join(scratch(), 'bad.csv');
     writeFileSync(bad, `${CSV_HEADER}\nx,2026-11-21T09:00:00Z,agent,p,m,n/a,1.5,0,0,0,,,,,false,false,,n/a,\n`);
