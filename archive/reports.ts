@@ -4,7 +4,7 @@
  * the JavaScript side only formats the result.
  * Days are UTC days; "the last 7 days" are the as-of day and the 6 before, as in the meter.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { csvField } from '../schema/csv-cell';
 import { lit } from './duck';
@@ -12,11 +12,30 @@ import { lit } from './duck';
 export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;
 export type ReportName = (typeof REPORTS)[number];
 
-/** Every Parquet file under the archive folder, flat or partitioned (files carry all columns). */
+/**
+ * Every Parquet file under the archive folder, flat or partitioned, except in hidden folders: a
+ * run of `npm run archive` stages its files in `.archive-tmp-…` inside the archive, and one that
+ * was killed leaves them there, whole (the same rows twice) or half-written (unreadable). DuckDB's
+ * `**` goes into hidden folders, so the files are listed here.
+ */
+function archiveFiles(dir: string): string[] {
+  const files: string[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    if (entry.name.startsWith('.')) continue;
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) files.push(...archiveFiles(path));
+    else if (entry.name.endsWith('.parquet')) files.push(path);
+  }
+  return files;
+}
+
+/** The archive's events (files carry all columns). */
 function eventsSource(archive: string): string {
   const dir = resolve(archive);
   if (!existsSync(dir)) throw new Error(`--archive ${archive}: no such folder`);
-  return `read_parquet(${lit(join(dir, '**', '*.parquet'))}, hive_partitioning = false, union_by_name = true)`;
+  const files = archiveFiles(dir).sort();
+  if (files.length === 0) throw new Error(`--archive ${archive}: no Parquet files (npm run archive writes them)`);
+  return `read_parquet([${files.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
 }
 
 export function reportSql(name: ReportName, archive: string, asOf: string): string {

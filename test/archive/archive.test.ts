@@ -1,7 +1,7 @@
 // The columnar archive: CSV → Parquet with DuckDB, merge by event_id, checks, the CLI, reports.
 // One describe per command: long because each behaviour is a short test of its own.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
@@ -221,6 +221,22 @@ describe('npm run archive', () => {
 });
 
 describe('reports', () => {
+  it('read only the archive, not the scratch folder a killed run left (whole staged files, a half-written one)', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }]), { out });
+    // What SIGKILL during `npm run archive` leaves: its scratch folder, nothing moved in yet.
+    const left = join(out, '.archive-tmp-999-1');
+    mkdirSync(join(left, 'pass1', 'day=20261121'), { recursive: true });
+    mkdirSync(join(left, 'pass2', 'day=20261121'), { recursive: true });
+    copyFileSync(join(out, 'events_20261121.parquet'), join(left, 'pass1', 'day=20261121', 'part_0.parquet'));
+    writeFileSync(
+      join(left, 'pass2', 'day=20261121', 'part_0.parquet'),
+      readFileSync(join(out, 'events_20261121.parquet')).subarray(0, 100),
+    );
+    expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 1]]);
+    expect(await report('customers', out)).toEqual([{ customer_id: '', cost_usd: 1, calls: 1 }]);
+  });
+
   it('burn sums the day and the 6 preceding calendar days; days without events count as zero', async () => {
     const out = join(scratch(), 'arch');
     await convert(
