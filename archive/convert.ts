@@ -62,6 +62,11 @@ async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promi
   return file;
 }
 
+/** The input as progress lines and errors name it: an export URL's token is a secret (logs keep stderr). */
+function shown(input: string): string {
+  return /^https?:\/\//.test(input) ? input.replace(/([?&]token=)[^&#]*/gi, '$1***') : input;
+}
+
 function firstLine(file: string): string {
   const fd = readFileSync(file, { encoding: 'utf8', flag: 'r' }).slice(0, 4096);
   return fd.split(/\r?\n/, 1)[0].replace(/^\uFEFF/, '');
@@ -94,14 +99,15 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   mkdirSync(work);
   const duck = await openDuck();
   try {
+    const name = shown(input);
     const file = /^https?:\/\//.test(input) ? await download(input, options.env ?? process.env, work) : resolve(input);
-    if (!existsSync(file) || !statSync(file).isFile()) throw new ArchiveInputError(`${input}: no such file`);
+    if (!existsSync(file) || !statSync(file).isFile()) throw new ArchiveInputError(`${name}: no such file`);
     const header = firstLine(file);
     if (header !== CSV_HEADER) {
-      throw new ArchiveInputError(`${input}: line 1: expected the event header "${CSV_HEADER}", got "${header.slice(0, 200)}"`);
+      throw new ArchiveInputError(`${name}: line 1: expected the event header "${CSV_HEADER}", got "${header.slice(0, 200)}"`);
     }
 
-    log(`reading ${input} (${(statSync(file).size / 1e6).toFixed(1)} MB)`);
+    log(`reading ${name} (${(statSync(file).size / 1e6).toFixed(1)} MB)`);
     const csvSource = readCsv(file);
     const columns = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
     const copyDays = (select: string, to: string) =>
@@ -119,7 +125,7 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
       await copyDays(selectTypedGuarded(csvSource), first);
     } catch (error) {
       if (!String((error as Error).message).includes(GUARD_ERROR)) throw error;
-      await throwRowProblems(duck, csvSource, input);
+      await throwRowProblems(duck, csvSource, name);
     }
     // A file with only its header (the export URL on a day without events) writes no file, and
     // read_parquet of nothing is an error: there is nothing to archive.

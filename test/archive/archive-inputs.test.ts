@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { expireArchive } from '../../archive/expire';
-import type { EventInput } from '../../schema/event-record';
+import { CSV_HEADER, type EventInput } from '../../schema/event-record';
 import { FakePlatform, loadBundle, webEvent, type FakeTextOutput } from '../meter/fakes/platform';
 import { csvIn, report, rowsIn, scratchDir } from './archive-setup';
 
@@ -40,6 +40,30 @@ describe('inputs', () => {
     await expect(convert(`http://127.0.0.1:${port}/exec?action=export&since=2026-11-21`, { out, env: {} })).rejects.toThrow(
       'export URL refused: unauthorized',
     );
+  });
+
+  it('never prints the token of an export URL, in its progress lines or errors (an HTML sign-in page, bad rows)', async () => {
+    const html = createServer((req, res) => {
+      if (req.url!.startsWith('/html')) res.writeHead(200, { 'content-type': 'text/html' }).end('<!DOCTYPE html><title>Sign in</title>');
+      else
+        res.writeHead(200, { 'content-type': 'text/csv' }).end(`${CSV_HEADER}\nx,yesterday,agent,p,m,n/a,1,1,1,1,,,,,false,false,,n/a,\n`);
+    });
+    await new Promise<void>((r) => html.listen(0, '127.0.0.1', r));
+    try {
+      const base = `http://127.0.0.1:${(html.address() as { port: number }).port}`;
+      const out = join(scratch(), 'arch');
+      for (const path of ['/html', '/csv']) {
+        const lines: string[] = [];
+        const error = await convert(`${base}${path}?action=export&token=s3cret&since=2026-11-21`, { out, log: (l) => lines.push(l) }).catch(
+          (e: Error) => e,
+        );
+        expect(String(error)).toMatch(path === '/html' ? /line 1: expected the event header/ : /line 2, timestamp/);
+        expect(String(error)).toContain('token=***');
+        expect([String(error), ...lines].join('\n')).not.toContain('s3cret');
+      }
+    } finally {
+      html.close();
+    }
   });
 
   it("takes the meter bundle's own export CSV: the sheet's totals equal the archive's", async () => {
