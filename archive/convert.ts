@@ -124,7 +124,12 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
     try {
       await copyDays(selectTypedGuarded(csvSource), first);
     } catch (error) {
-      if (!String((error as Error).message).includes(GUARD_ERROR)) throw error;
+      const message = String((error as Error).message);
+      // A line the CSV reader cannot split into the 19 fields (a download cut short): DuckDB's own
+      // message suggests options of the reader, so it is said here in the terms of the other errors.
+      const csvLine = /CSV Error on Line: (\d+)/.exec(message);
+      if (csvLine) throw new ArchiveInputError(`${name}: line ${csvLine[1]}: ${csvProblem(message)}; nothing was written`);
+      if (!message.includes(GUARD_ERROR)) throw error;
       await throwRowProblems(duck, csvSource, name);
     }
     // A file with only its header (the export URL on a day without events) writes no file, and
@@ -180,6 +185,15 @@ function readCsv(file: string): string {
     `read_csv(${lit(file)}, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"', ` +
       `columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`,
   );
+}
+
+/** What DuckDB's CSV reader found wrong with a line, without the reader options it suggests. */
+function csvProblem(message: string): string {
+  const columns = /Expected Number of Columns: (\d+) Found: (\d+)/.exec(message);
+  if (columns) return `expected ${columns[1]} fields, got ${columns[2]}`;
+  if (/unterminated quote/i.test(message)) return 'a quoted field without its closing quote';
+  const lines = message.split('\n').map((l) => l.trim());
+  return lines.find((l, i) => i > 1 && l && !l.startsWith('Possible fixes')) ?? 'not a CSV line';
 }
 
 /** Slow path, only for a file that failed the check: every problem with its line (header = line 1). */

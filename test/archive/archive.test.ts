@@ -160,6 +160,26 @@ describe('npm run archive', () => {
     await expect(convert(bad, { out })).rejects.toThrow(/line 1: expected the event header/);
   });
 
+  it('names the line of a row with too few or too many fields or an unterminated quote (a download cut short), and writes nothing', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }]), { out });
+    const before = snapshot(out);
+    const bad = join(scratch(), 'cut.csv');
+    const row = `b,2026-11-21T09:00:00Z,agent,p,m,n/a,1,1,1,1,,,,c,false,false,,n/a,`;
+    for (const [last, problem] of [
+      ['c,2026-11-21T09:0', 'expected 19 fields, got 2'],
+      [`${row},extra`, 'expected 19 fields, got 20'],
+      ['c,2026-11-21T09:00:00Z,agent,p,m,n/a,1,1,1,1,,,,"cut', 'a quoted field without its closing quote'],
+    ]) {
+      writeFileSync(bad, `${CSV_HEADER}\n${row}\n${last}`);
+      const error = await convert(bad, { out }).catch((e: Error) => e);
+      expect(String(error)).toContain(`${bad}: line 3: ${problem}`);
+      expect(String(error)).toContain('nothing was written');
+      expect(String(error)).not.toMatch(/strict_mode|Possible fixes/);
+    }
+    expect(snapshot(out)).toEqual(before);
+  });
+
   it('stores the largest count and cost the meter accepts, and names the line and field of a row beyond them', async () => {
     const out = join(scratch(), 'arch');
     const max = { event_id: 'max', timestamp: '2026-11-21T09:00:00Z', input_tokens: Number.MAX_SAFE_INTEGER, cost_usd: 999_999_999.999 };
