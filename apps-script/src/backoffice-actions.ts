@@ -57,10 +57,17 @@ function textOnce(c: Ctx, progress: Progress, to: string, body: string, alsoLock
   return progress.text as string;
 }
 
-/** The event this key booked, if an earlier attempt got that far. */
+const bookingRef = (key: string) => `Booking ref: ${key}`;
+
+/**
+ * The event this key booked, if an earlier attempt got that far: tagged with the key, or (made by
+ * an attempt that stopped before tagging it) with the key's own `Booking ref:` line, never another
+ * booking whose description merely contains the key (a longer key, a phone number).
+ */
 function bookedEvent(cal: Calendar, progress: Progress, key: string, start: Date, end: Date): CalendarEvent | null {
   if (progress.booking_id) return cal.getEventById(progress.booking_id);
-  return cal.getEvents(start, end).find((e) => e.getTag(EVENT_TAG) === key || e.getDescription().includes(key)) ?? null;
+  const mine = (e: CalendarEvent) => e.getTag(EVENT_TAG) === key || e.getDescription().split('\n').includes(bookingRef(key));
+  return cal.getEvents(start, end).find(mine) ?? null;
 }
 
 function bookSlot(c: Ctx): Steps {
@@ -70,7 +77,7 @@ function bookSlot(c: Ctx): Steps {
   return (progress) => {
     let event = bookedEvent(cal, progress, c.key, start, end);
     if (!event) {
-      const description = [arg(c.args, 'notes'), `Phone: ${phone}`, `Call: ${c.callId}`, `Booking ref: ${c.key}`].filter(Boolean);
+      const description = [arg(c.args, 'notes'), `Phone: ${phone}`, `Call: ${c.callId}`, bookingRef(c.key)].filter(Boolean);
       event = cal.createEvent(`${service} – ${name}`, start, end, { location, description: description.join('\n') });
       event.setTag(EVENT_TAG, c.key);
     }

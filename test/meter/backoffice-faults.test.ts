@@ -45,6 +45,26 @@ describe('a back-office action that fails half-way', () => {
     expect(texts()).toHaveLength(1);
   });
 
+  it('book_slot: its booking is found by its own tag or ref line, never by another booking in the slot whose longer key contains it', () => {
+    const { platform, act } = backOffice();
+    const other = act('book_slot', {
+      ...booking('key-book-00012'),
+      args: { ...booking().args, name: 'Rui Costa', phone: '+351930000000' },
+    });
+    const mine = act('book_slot', booking('key-book-0001'));
+    expect(mine).toMatchObject({ ok: true, replayed: false });
+    expect(mine.booking_id).not.toBe(other.booking_id);
+    expect(platform.calendar.live().map((e) => e.title)).toEqual(['Haircut – Rui Costa', 'Haircut – Ana Silva']);
+    // An event made by an attempt that stopped before tagging it is still found, by its own ref line.
+    platform.calls.failAfter(
+      (name) => name === 'Calendar.createEvent',
+      (name) => name === 'CalendarEvent.setTag',
+    );
+    expect(act('book_slot', booking('key-book-0003'))).toMatchObject({ ok: false, code: 'internal' });
+    expect(act('book_slot', booking('key-book-0003'))).toMatchObject({ ok: true, booking_id: 'evt-3@google.com' });
+    expect(platform.calendar.live()).toHaveLength(3);
+  });
+
   it('reschedule_slot: Sheets times out after the text went out; the retry sends no second text', () => {
     const { platform, act, texts } = backOffice({ twilio: true });
     const { booking_id } = act('book_slot', booking());
