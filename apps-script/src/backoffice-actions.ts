@@ -167,20 +167,26 @@ function keyedFile(folder: Folder, name: string, key: string) {
   return null;
 }
 
-/**
- * The call's recording in the voicemail folder as `<call_id>.mp3` (`_2`, `_3` … for a further
- * recording of the same call), labelled with the key: found if an earlier attempt saved it, else
- * fetched and saved. Runs outside the lock.
- */
-function savedRecording(c: Ctx, url: string) {
-  const folder = folderFromConfig(c.svc, 'VOICEMAIL_FOLDER_ID', VOICEMAIL_FOLDER_NAME);
+/** The key's recording in the folder, or the name it gets: `<call_id>.mp3`, else `_2`, `_3` … */
+function recordingOf(folder: Folder, c: Ctx): { file: ReturnType<typeof keyedFile>; name: string } {
   let name = `${c.callId}.mp3`;
   for (let n = 2; ; n++) {
     const mine = keyedFile(folder, name, c.key);
-    if (mine) return mine;
-    if (!folder.getFilesByName(name).hasNext()) break;
+    if (mine || !folder.getFilesByName(name).hasNext()) return { file: mine, name };
     name = `${c.callId}_${n}.mp3`;
   }
+}
+
+/**
+ * The call's recording in the voicemail folder as `<call_id>.mp3` (`_2`, `_3` … for a further
+ * recording of the same call), labelled with the key: found if an earlier attempt saved it, else
+ * fetched and saved. Looked for again once fetched: a retry of the same request (its caller gave up
+ * waiting on this one) may have saved it meanwhile. Runs outside the lock.
+ */
+function savedRecording(c: Ctx, url: string) {
+  const folder = folderFromConfig(c.svc, 'VOICEMAIL_FOLDER_ID', VOICEMAIL_FOLDER_NAME);
+  const saved = recordingOf(folder, c).file;
+  if (saved) return saved;
   const sid = c.svc.properties.getProperty('TWILIO_ACCOUNT_SID');
   const token = c.svc.properties.getProperty('TWILIO_AUTH_TOKEN');
   const twilio = /^https:\/\/api\.twilio\.com\//.test(url) && sid && token;
@@ -194,7 +200,8 @@ function savedRecording(c: Ctx, url: string) {
     const why = `args.recording_url: the recording could not be fetched (HTTP ${code})`;
     throw new MeterRefusal(code >= 500 ? 'internal' : 'invalid_argument', why);
   }
-  return folder.createFile(res.getBlob().setName(name)).setDescription(c.key);
+  const now = recordingOf(folder, c);
+  return now.file ?? folder.createFile(res.getBlob().setName(now.name)).setDescription(c.key);
 }
 
 function routeToVoicemail(c: Ctx): Steps {

@@ -90,6 +90,22 @@ describe('a back-office action that fails half-way', () => {
     expect(rows('tasks')).toHaveLength(1);
   });
 
+  it('route_to_voicemail: a retry that comes while the first attempt still downloads saves one recording between them', () => {
+    const { platform, act, rows } = backOffice();
+    let retry: Record<string, unknown> | null = null;
+    platform.urlFetch.meanwhile = (req) => {
+      if (retry || !req.url.endsWith('.mp3')) return;
+      retry = {}; // the gateway timed out waiting and sent the same request again
+      retry = act('route_to_voicemail', voicemail());
+    };
+    const first = act('route_to_voicemail', voicemail());
+    expect(retry).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3' });
+    expect(first).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3', file_id: retry!.file_id });
+    const folder = platform.drive.folders.find((f) => f.name === 'voicemail')!;
+    expect(folder.files.map((f) => f.name)).toEqual(['call-4.mp3']);
+    expect(rows('tasks')).toHaveLength(1);
+  });
+
   it('create_lead: Sheets times out after the lead row was written; the retry makes no second lead', () => {
     const { platform, act, rows } = backOffice();
     platform.calls.failAfter((name, tab) => name === 'Range.setValues' && tab === 'leads');
