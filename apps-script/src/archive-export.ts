@@ -9,7 +9,8 @@
  * says so. The file is `events_<previous day>.csv` in the archive folder; the archive dedups by
  * event_id, so a row exported twice (possible after a watermark reset) is harmless.
  *
- * The script lock is held for the read and for the watermark's move, not for the Drive write.
+ * The script lock is held for the read and for the watermark's move, not for the Drive write. A run
+ * cut off between the file and the watermark is finished by the next one (EXPORT_IN_PROGRESS below).
  */
 import { csvField } from '../../schema/csv-cell';
 import { CLOCK_SKEW_ALLOWANCE_MS, CSV_HEADER, EVENT_FIELDS, formatTimestamp } from '../../schema/event-record';
@@ -120,8 +121,35 @@ function commitWatermark(svc: MeterServices, wm: Watermark): number {
   return row;
 }
 
+/**
+ * The file a run is writing and the watermark it leads to (script property), recorded before the
+ * Drive write: a run cut off after the write (the watermark's move timed out) is finished by the
+ * next one, which moves the watermark when the file is there, instead of writing its rows again.
+ */
+const PENDING_PROPERTY = 'EXPORT_IN_PROGRESS';
+
+function finishPending(svc: MeterServices): string {
+  const text = svc.properties.getProperty(PENDING_PROPERTY);
+  if (!text) return '';
+  let pending: Partial<{ file: string; watermark: Watermark }> = {};
+  try {
+    pending = JSON.parse(text) as typeof pending;
+  } catch {
+    // unreadable: dropped below
+  }
+  let note = '';
+  const { file, watermark } = pending ?? {};
+  if (file && watermark && archiveFolder(svc).getFilesByName(file).hasNext()) {
+    withScriptLock(svc, () => commitWatermark(svc, watermark), MAINTENANCE_LOCK_MS);
+    note = `finished the previous run (${file} was written, its watermark not moved); `;
+  }
+  svc.properties.deleteProperty(PENDING_PROPERTY);
+  return note;
+}
+
 export function exportArchive(svc: MeterServices): ExportResult {
   const nowMs = svc.now().getTime();
+  const earlier = finishPending(svc);
   const plan = withScriptLock(
     svc,
     () => planExport(readAllRows(getEventsSheet(svc.spreadsheet)), readWatermark(svc), nowMs),
@@ -131,13 +159,15 @@ export function exportArchive(svc: MeterServices): ExportResult {
   if (plan.out.length > 0) {
     const folder = archiveFolder(svc);
     file = freeName(folder, `events_${new Date(utcDayStart(nowMs) - DAY_MS).toISOString().slice(0, 10)}`);
+    svc.properties.setProperty(PENDING_PROPERTY, JSON.stringify({ file, watermark: plan.watermark }));
     folder.createFile(file, rowsToCsv(plan.out), 'text/csv');
   }
   const watermark = withScriptLock(svc, () => commitWatermark(svc, plan.watermark), MAINTENANCE_LOCK_MS);
+  if (file) svc.properties.deleteProperty(PENDING_PROPERTY);
   const where = watermark
     ? `watermark at row ${watermark}`
     : 'watermark unchanged: the last exported event is no longer in the tab (removed by hand?)';
-  const message = `${file ? `wrote ${plan.out.length} row(s) to ${file}` : 'no rows to export'}; ${where}${plan.notes.length ? `; ${plan.notes.join('; ')}` : ''}`;
+  const message = `${earlier}${file ? `wrote ${plan.out.length} row(s) to ${file}` : 'no rows to export'}; ${where}${plan.notes.length ? `; ${plan.notes.join('; ')}` : ''}`;
   svc.log(`exportArchive: ${message}`);
   return { file, rows: plan.out.length, watermark, message };
 }

@@ -1,6 +1,7 @@
 // The archive export (exportArchive and doGet?action=export): the built bundle in node:vm.
 import { describe, expect, it } from 'vitest';
 import { CSV_HEADER } from '../../schema/event-record';
+import { SHEETS_CALL } from './fakes/calls';
 import { callJson, webEvent, type FakePlatform, type FakeTextOutput } from './fakes/platform';
 import { SECRET, freshMeter, post } from './maintenance-setup';
 
@@ -59,5 +60,26 @@ describe('exportArchive and doGet export', () => {
       error: 'unauthorized',
       code: 'unauthorized',
     });
+  });
+
+  it('an export cut off after its file was written is finished by the next run: no second file of the same rows', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' }] });
+    platform.clock.set('2026-11-22T01:00:00Z');
+    // Drive took the file; the watermark's move then timed out (Sheets or Properties).
+    platform.calls.failAfter(
+      (name) => name === 'Folder.createFile',
+      (name) => SHEETS_CALL(name) || name.startsWith('Properties.'),
+    );
+    expect(() => meter.exportArchive()).toThrow(/timed out/);
+    expect(meter.exportArchive()).toMatch(/finished the previous run.*no rows to export; watermark at row 2/);
+    expect(csvOf(platform).map((f) => f.name)).toEqual(['events_2026-11-21.csv']);
+    post(meter, { event_id: 'd2', timestamp: '2026-11-21T23:00:00Z' });
+    expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\) to events_2026-11-21_2\.csv; watermark at row 3/);
+    expect(
+      csvOf(platform)[1]
+        .lines.slice(1)
+        .map((l) => l.split(',')[0]),
+    ).toEqual(['d2']);
   });
 });
