@@ -5,11 +5,32 @@
  * Both read the `staged` table: every field as text, plus `line`.
  */
 import { NEUTRAL_MARK } from '../schema/csv-cell';
-import { COST_LIMIT_USD, EVENT_FIELDS, EXPECTED, MAX_COUNT, TEXT_FIELDS, fieldKind, type EventField } from '../schema/event-record';
+import {
+  COST_LIMIT_USD,
+  DECIMAL_TEXT_SOURCE,
+  EVENT_FIELDS,
+  EXPECTED,
+  MAX_COUNT,
+  RFC3339_SOURCE,
+  TEXT_FIELDS,
+  fieldKind,
+  type EventField,
+} from '../schema/event-record';
 import { ID_PATTERN_SOURCE, ID_RULE } from '../schema/ids';
 
 const COST_TYPE = 'DECIMAL(18,9)';
-const RFC3339 = String.raw`^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$`;
+
+/**
+ * A time as the meter reads it (parseRfc3339): DuckDB's cast takes neither a lower-case `t`/`z` nor
+ * a leap second, so the text is upper-cased and `:60` read as the instant after `:59`; and it takes
+ * hour 24, which the meter refuses (checked apart).
+ */
+const LEAP = `':60([.Z+-])'`;
+const instantText = (c: string) => `regexp_replace(upper(trim(${c})), ${LEAP}, ':59\\1')`;
+const leapSecond = (c: string) => `CASE WHEN regexp_matches(upper(${c}), ${LEAP}) THEN INTERVAL 1 SECOND ELSE INTERVAL 0 SECOND END`;
+const instant = (c: string) => `(CAST(${instantText(c)} AS TIMESTAMPTZ) + ${leapSecond(c)})`;
+/** The meter's decimal text: no sign, no `_`, no hex (DuckDB's cast takes `+5`, `1_000`, `-0`). */
+const decimalText = (c: string) => `coalesce(regexp_full_match(trim(${c}), '${DECIMAL_TEXT_SOURCE}'), false)`;
 
 const q = (f: EventField) => `"${f}"`;
 const present = (f: EventField) => `(${q(f)} IS NOT NULL AND ${q(f)} <> '')`;
@@ -27,7 +48,7 @@ function checks(f: EventField): Array<[string, string]> {
     case 'time':
       return [
         [
-          `NOT (coalesce(regexp_full_match(${c}, '${RFC3339}'), false) AND TRY_CAST(${c} AS TIMESTAMPTZ) IS NOT NULL)`,
+          `NOT (coalesce(regexp_full_match(trim(${c}), '${RFC3339_SOURCE}'), false) AND substr(trim(${c}), 12, 2) <= '23' AND TRY_CAST(${instantText(c)} AS TIMESTAMPTZ) IS NOT NULL)`,
           'expected an RFC 3339 date-time such as 2026-01-31T12:00:00Z',
         ],
       ];
@@ -45,13 +66,13 @@ function checks(f: EventField): Array<[string, string]> {
     case 'decimal':
       return [
         [
-          `${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) < 0 OR NOT isfinite(TRY_CAST(${c} AS DOUBLE)), true)`,
+          `${present(f)} AND (NOT ${decimalText(c)} OR coalesce(NOT isfinite(TRY_CAST(${c} AS DOUBLE)), true))`,
           `expected ${EXPECTED.cost}`,
         ],
         [`${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) >= ${COST_LIMIT_USD}, false)`, `expected ${EXPECTED.costRange}`],
       ];
     case 'unit':
-      return [[`${present(f)} AND coalesce(NOT (TRY_CAST(${c} AS DOUBLE) BETWEEN 0 AND 1), true)`, `expected ${EXPECTED.unit}`]];
+      return [[`${present(f)} AND (NOT ${decimalText(c)} OR coalesce(TRY_CAST(${c} AS DOUBLE) > 1, true))`, `expected ${EXPECTED.unit}`]];
     case 'bool':
       return [[`${present(f)} AND lower(trim(${c})) NOT IN ('true', 'false')`, 'expected true or false']];
     case 'text':
@@ -75,7 +96,7 @@ function typed(f: EventField): string {
   const c = q(f);
   switch (fieldKind(f)) {
     case 'time':
-      return `CAST(CAST(${c} AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP) AS ${c}`;
+      return `CAST(${instant(c)} AT TIME ZONE 'UTC' AS TIMESTAMP) AS ${c}`;
     case 'int':
       return `coalesce(CAST(trim(${c}) AS BIGINT), 0) AS ${c}`;
     case 'decimal':

@@ -139,7 +139,8 @@ export const EXPECTED = {
  * prints numbers). No sign, since no number of the record (nor of Config) may be negative; no hex,
  * octal or binary (`Number('0x10')` is 16), no `Infinity`.
  */
-const DECIMAL_TEXT = /^(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+export const DECIMAL_TEXT_SOURCE = String.raw`^(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$`;
+const DECIMAL_TEXT = new RegExp(DECIMAL_TEXT_SOURCE);
 
 /** The number a decimal text holds (surrounding whitespace ignored), NaN for anything else. */
 export function parseDecimalText(text: string): number {
@@ -154,8 +155,12 @@ export function parseDecimalText(text: string): number {
  */
 const CONTROL_CHARACTERS = /[^ -~\u00a0-\u2027\u202a-\uffff]/g;
 
-/** RFC 3339 date-time: date, `T` (or space), time, optional fraction, `Z` or an offset. */
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+/**
+ * RFC 3339 date-time: date, `T` (or space), time, optional fraction, `Z` or an offset. Its source
+ * is the archive's too (archive/event-sql.ts), with the ranges below: hour 00-23, second 00-60.
+ */
+export const RFC3339_SOURCE = String.raw`^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$`;
+const RFC3339 = new RegExp(RFC3339_SOURCE);
 
 class EventValidationError extends MeterRefusal {
   constructor(field: string, expected: string, index?: number, code: MeterReplyCode = 'invalid_event') {

@@ -5,12 +5,61 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { expireArchive } from '../../archive/expire';
-import { CSV_HEADER, type EventInput } from '../../schema/event-record';
+import { CSV_HEADER, EVENT_FIELDS, eventToCsvLine, normalizeEvent, type EventInput } from '../../schema/event-record';
+import { lit, openDuck } from '../../archive/duck';
 import { FakePlatform, loadBundle, webEvent, type FakeTextOutput } from '../meter/fakes/platform';
 import { csvIn, report, rowsIn, scratchDir } from './archive-setup';
 
 const scratch = scratchDir();
 const csv = (events: EventInput[], name?: string) => csvIn(scratch(), events, name);
+
+/** A CSV of hand-made rows: each `[event_id, timestamp, cost_usd]` in an otherwise valid event line. */
+function handMade(rows: Array<[string, string, string]>): string {
+  const now = () => new Date('2026-11-21T12:00:00Z');
+  const base = eventToCsvLine(normalizeEvent({ event_id: 'x', cost_usd: 1 }, { now, uuid: () => 'x' })).split(',');
+  const at = (f: (typeof EVENT_FIELDS)[number]) => EVENT_FIELDS.indexOf(f);
+  const lines = rows.map(([id, timestamp, cost]) => {
+    const cells = [...base];
+    [cells[at('event_id')], cells[at('timestamp')], cells[at('cost_usd')]] = [id, timestamp, cost];
+    return cells.join(',');
+  });
+  const file = join(scratch(), `hand${lines.length}-${rows[0][0]}.csv`);
+  writeFileSync(file, [CSV_HEADER, ...lines].join('\n') + '\n');
+  return file;
+}
+
+describe("the meter's rules for times and numbers", () => {
+  it('takes a leap second and a lower-case t and z, as the meter does; refuses 24:00, 1_000, +5 and -0, as it does', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(
+      handMade([
+        ['leap', '2016-12-31T23:59:60Z', '1'],
+        ['lower', '2026-11-21t09:00:00z', '2'],
+      ]),
+      { out },
+    );
+    const duck = await openDuck();
+    try {
+      const rows = await duck.all<{ event_id: string; at: string }>(
+        `SELECT event_id, strftime(timestamp, '%Y-%m-%dT%H:%M:%S') AS at FROM read_parquet(${lit(join(out, '**', '*.parquet'))}) ORDER BY event_id`,
+      );
+      expect(rows).toEqual([
+        { event_id: 'leap', at: '2017-01-01T00:00:00' }, // the instant after :59, as the meter stores it
+        { event_id: 'lower', at: '2026-11-21T09:00:00' },
+      ]);
+    } finally {
+      duck.close();
+    }
+    const refused: Array<[string, string, RegExp]> = [
+      ['2026-11-21T24:00:00Z', '1', /line 2, timestamp: expected an RFC 3339 date-time/],
+      ['2026-11-21T09:00:00Z', '1_000', /line 2, cost_usd: expected/],
+      ['2026-11-21T09:00:00Z', '+5', /line 2, cost_usd: expected/],
+      ['2026-11-21T09:00:00Z', '-0', /line 2, cost_usd: expected/],
+    ];
+    for (const [timestamp, cost, problem] of refused)
+      await expect(convert(handMade([[`bad${cost}`, timestamp, cost]]), { out })).rejects.toThrow(problem);
+  });
+});
 
 describe('inputs', () => {
   let server: Server;
