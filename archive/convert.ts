@@ -88,6 +88,22 @@ function dayFiles(out: string, days: string[], partition: boolean): string[] {
   return files;
 }
 
+/** A run's scratch folder in the archive, named for its process and start time (ms). */
+const SCRATCH = /^\.archive-tmp-\d+-(\d+)$/;
+/** No run takes this long: a scratch folder older than that was left by a run that was killed. */
+const ABANDONED_MS = 24 * 3600_000;
+
+/**
+ * Removes the scratch folders of killed runs (reports skip them, but they fill the disk). By age, not
+ * by process: the archive may be a folder shared by machines, where a process id says nothing.
+ */
+function removeAbandonedScratch(out: string, now: number): void {
+  for (const name of readdirSync(out)) {
+    const started = SCRATCH.exec(name);
+    if (started && now - Number(started[1]) > ABANDONED_MS) rmSync(join(out, name), { recursive: true, force: true });
+  }
+}
+
 export async function convert(input: string, options: ConvertOptions): Promise<ConvertResult> {
   const log = options.log ?? (() => {});
   const out = resolve(options.out);
@@ -95,6 +111,7 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   const started = Date.now();
   const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)}s`;
   mkdirSync(out, { recursive: true });
+  removeAbandonedScratch(out, started);
   const work = join(out, `.archive-tmp-${process.pid}-${Date.now()}`);
   mkdirSync(work);
   const duck = await openDuck();

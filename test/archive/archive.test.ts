@@ -2,7 +2,7 @@
 // One describe per command: long because each behaviour is a short test of its own.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { openDuck, lit } from '../../archive/duck';
@@ -241,7 +241,7 @@ describe('npm run archive', () => {
 });
 
 describe('reports', () => {
-  it('read only the archive, not the scratch folder a killed run left (whole staged files, a half-written one)', async () => {
+  it('read only the archive, not the scratch folder a killed run left (whole staged files, a half-written one), which a run a day later removes', async () => {
     const out = join(scratch(), 'arch');
     await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }]), { out });
     // What SIGKILL during `npm run archive` leaves: its scratch folder, nothing moved in yet.
@@ -255,6 +255,11 @@ describe('reports', () => {
     );
     expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 1]]);
     expect(await report('customers', out)).toEqual([{ customer_id: '', cost_usd: 1, calls: 1 }]);
+    // The next run removes what a run killed more than a day ago left; a run of today may still be going.
+    const today = join(out, `.archive-tmp-998-${Date.now() - 60_000}`);
+    mkdirSync(today);
+    await convert(csv([{ event_id: 'b', timestamp: '2026-11-21T10:00:00Z', cost_usd: 2 }]), { out });
+    expect(readdirSync(out).filter((f) => f.startsWith('.archive-tmp-'))).toEqual([basename(today)]);
   });
 
   it('burn sums the day and the 6 preceding calendar days; days without events count as zero', async () => {
