@@ -82,6 +82,16 @@ export class BodyQueue implements AsyncIterator<Buffer> {
     return new Promise((resolve, reject) => (this.waiting = { resolve, reject }));
   }
 
+  /** The reader stops before the end (an event too large to relay): the connection is cut. */
+  return(): Promise<IteratorResult<Buffer>> {
+    const stopped = new Error('the relay stopped reading');
+    if (!this.ended && !this.error) this.flow.abort(stopped);
+    this.fail(stopped);
+    this.chunks = [];
+    this.bytes = 0;
+    return Promise.resolve({ done: true, value: undefined });
+  }
+
   /** Cuts the connection once the provider has been silent for idleMs while not paused. */
   private watch(ms: number): void {
     if (!this.idleMs || this.ended || this.error) return;

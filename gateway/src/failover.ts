@@ -201,7 +201,9 @@ export class Failover {
   /** How long to wait before retrying the same route; null to move on to the next route now. */
   private retryWait(result: CallResult, n: number, probe: boolean, deadline: Deadline): number | null {
     const status = result.answer?.status;
-    if (probe || status === 401 || status === 403 || result.code === NOT_A_STREAM || n === RETRY.attempts) return null;
+    // An answer too large would be as large again, and each try downloads it to the limit.
+    const same = result.code === NOT_A_STREAM || result.code === 'ANSWER_TOO_LARGE';
+    if (probe || status === 401 || status === 403 || same || n === RETRY.attempts) return null;
     const wait = retryAfterMs(result.answer?.headers['retry-after'], Date.now()) ?? backoffMs(n, this.deps.random);
     // Wait only if an attempt still fits afterwards.
     return wait > deadline.remaining() - MIN_ATTEMPT_MS - FALLBACK_RESERVE_MS ? null : wait;

@@ -36,6 +36,8 @@ export interface RelayResult {
   usage: Usage | null;
   /** The provider's stream broke after it began (the client got an error event). */
   broken: boolean;
+  /** It broke on an event past MAX_EVENT_CHARS (`broken` too). */
+  tooLarge: boolean;
 }
 
 /** An event as SSE text, LF line endings, multi-line data kept as several `data:` lines. */
@@ -62,6 +64,16 @@ function plainEvents(b: Buffer): boolean {
   }
   return true;
 }
+
+/**
+ * An event that is not complete at this many characters (its lines so far, or one line without its
+ * line break) is not one a provider means to send: the stream is cut there as broken, rather than
+ * the event held in memory until it ends, if ever. Far above any chat or Responses event.
+ */
+const MAX_EVENT_CHARS = 8 * 1024 * 1024;
+
+/** Thrown by the parser's feed when an event passes MAX_EVENT_CHARS. */
+class EventTooLarge extends Error {}
 
 /** A client that reads nothing for this long is cut off (its stream would hold the provider's open). */
 const STALL_MS = 30_000;
@@ -103,11 +115,18 @@ export async function relaySse(
   // Made for the first chunk not written as it came: in most chat streams the last, after the
   // burst of starts. A byte-order mark is stripped only at the stream's start (`started`).
   let started = false;
+  let tooLarge = false;
   let parser: EventSourceParser | null = null;
   let decoder: InstanceType<typeof TextDecoder> | null = null;
   const parse = (bytes: Buffer | null) => {
     if (!parser) {
-      parser = createParser({ onEvent: (event) => (out += transform.event(event)) });
+      parser = createParser({
+        onEvent: (event) => (out += transform.event(event)),
+        maxBufferSize: MAX_EVENT_CHARS,
+        onError: (e) => {
+          if (e.type === 'max-buffer-size-exceeded') throw new EventTooLarge(e.message);
+        },
+      });
       if (started) parser.feed('');
     }
     decoder ??= new TextDecoder();
@@ -137,14 +156,19 @@ export async function relaySse(
       await feed(next.value);
     }
     if (!between) await parse(null);
-  } catch {
+  } catch (error) {
     // A failed read ends the relay; whether the stream broke is `transform.done`'s to say (below).
+    // An event too large ends it too, the rest of the provider's stream given up (its connection cut).
+    if (error instanceof EventTooLarge) {
+      tooLarge = true;
+      await rest.return?.();
+    }
   }
   // A read error after the provider said the stream is complete (a connection dropped after
-  // `[DONE]`) breaks nothing the client was owed.
+  // `[DONE]`, or an event too large after it) breaks nothing the client was owed.
   const broken = !transform.done;
   if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
-  const result = { usage: transform.usage, broken };
+  const result = { usage: transform.usage, broken, tooLarge: broken && tooLarge };
   await beforeEnd?.(result);
   res.end();
   return result;

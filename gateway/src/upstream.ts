@@ -43,6 +43,15 @@ function pool(connections: number | null, http2: boolean): Agent {
 let agent = pool(null, false);
 let multiplexed = false;
 
+/**
+ * A whole answer is collected in memory: past this many bytes it is refused as a failure of the
+ * route (`ANSWER_TOO_LARGE`) and its connection cut, rather than read on until the process runs out
+ * of memory (a provider whose answer never ends). Far above any chat answer; a batch of embeddings
+ * as JSON floats past about 1,000 inputs of 3,072 dimensions reaches it (base64, the OpenAI SDKs'
+ * default, is a quarter of the size).
+ */
+const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
+
 /** `idleMs` replaces STREAM_IDLE_MS (for tests). */
 export function configureUpstream(options: { connections: number | null; http2: boolean; idleMs?: number }): void {
   const old = agent;
@@ -79,7 +88,7 @@ export class UpstreamError extends Error {
   constructor(
     message: string,
     /** CLIENT_CLOSED: our client went away and the call was cancelled (not the provider's fault). */
-    readonly code: 'TIMEOUT' | 'PROVIDER_DOWN' | 'CLIENT_CLOSED',
+    readonly code: 'TIMEOUT' | 'PROVIDER_DOWN' | 'CLIENT_CLOSED' | 'ANSWER_TOO_LARGE',
   ) {
     super(message);
   }
@@ -140,12 +149,23 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
     let rest: BodyQueue | null = null; // once its first chunk came
     let preamble: Preamble | null = null; // made only if a stream begins with a comment
     const chunks: Buffer[] = [];
+    let size = 0; // of a whole answer so far
     let stop: ((reason: Error) => void) | null = null;
     // Until undici starts the request (connecting, or queued for a connection) there is nothing to
     // abort, and dispatch takes no signal: settle now; onRequestStart aborts it before it is sent.
     const onCancel = () => (stop ? stop(new Error('cancelled')) : reject(new Error('cancelled')));
     cancel.once('abort', onCancel);
     const done = () => cancel.removeListener('abort', onCancel);
+    // A whole answer's chunk: past MAX_ANSWER_BYTES the answer is refused once and its connection cut.
+    const collect = (controller: Dispatcher.DispatchController, chunk: Buffer) => {
+      if (size > MAX_ANSWER_BYTES) return; // refused already
+      size += chunk.length;
+      if (size <= MAX_ANSWER_BYTES) return void chunks.push(chunk);
+      chunks.length = 0;
+      const tooLarge = new UpstreamError(`answer larger than ${MAX_ANSWER_BYTES} bytes`, 'ANSWER_TOO_LARGE');
+      reject(tooLarge);
+      controller.abort(tooLarge);
+    };
     agent.dispatch(options, {
       onRequestStart(controller) {
         stop = (reason) => controller.abort(reason);
@@ -157,7 +177,7 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
         streamed = stream && status >= 200 && status < 300 && eventStream(headers['content-type']);
       },
       onResponseData(controller, chunk) {
-        if (!streamed) chunks.push(chunk);
+        if (!streamed) collect(controller, chunk);
         else if (rest) rest.push(chunk);
         else {
           // Most streams begin with `data:`; one that begins with comments has not answered yet.

@@ -19,8 +19,20 @@ export type Behaviour =
   | { kind: 'hang' }
   /** The connection is dropped as soon as the request arrives (a blocked or unreachable host). */
   | { kind: 'drop' }
-  /** An event stream written as these exact pieces, a pause after each (so they arrive apart); `reset`: the connection then dropped, not ended. */
-  | { kind: 'raw-stream'; pieces: Buffer[]; gapMs?: number; reset?: boolean }
+  /**
+   * An event stream written as these exact pieces, a pause after each (so they arrive apart); `reset`: the connection then dropped, not ended.
+   * `repeat`: then `piece` written `times` times, or without end (until the caller hangs up), as fast as it is read.
+   * `type`: another content-type (`application/json`: a whole answer); `headers`: more response headers.
+   */
+  | {
+      kind: 'raw-stream';
+      pieces: Buffer[];
+      gapMs?: number;
+      reset?: boolean;
+      repeat?: { piece: Buffer; times?: number };
+      type?: string;
+      headers?: Record<string, string>;
+    }
   | {
       kind: 'stream';
       chunks?: number;
@@ -89,6 +101,21 @@ export class FakeProvider {
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
+  /** Writes `piece` `times` times as fast as the reader takes it; false if the reader hung up first. */
+  private async repeat(res: ServerResponse, piece: Buffer, times: number): Promise<boolean> {
+    for (let i = 0; i < times; i++) {
+      if (res.destroyed) return false;
+      if (!res.write(piece)) {
+        this.stalls++;
+        await new Promise<void>((r) => {
+          const go = () => (res.off('drain', go), res.off('close', go), r());
+          res.on('drain', go).on('close', go);
+        });
+      }
+    }
+    return !res.destroyed;
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     res.on('close', () => {
       if (!res.writableFinished) this.cancelled++;
@@ -111,11 +138,12 @@ export class FakeProvider {
         req.socket.destroy();
         return;
       case 'raw-stream':
-        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.writeHead(200, { 'content-type': b.type ?? 'text/event-stream', ...b.headers });
         for (const piece of b.pieces) {
           res.write(piece);
           await new Promise((r) => setTimeout(r, b.gapMs ?? 5));
         }
+        if (b.repeat && !(await this.repeat(res, b.repeat.piece, b.repeat.times ?? Infinity))) return;
         if (b.reset) res.socket?.destroy();
         else res.end();
         return;

@@ -1,0 +1,86 @@
+// A provider that misbehaves in size: an event that never ends, a whole answer of hundreds of MB,
+// headers that are huge or many. Each is a failure of the route, cut at a documented limit (the
+// provider's connection with it), never an answer buffered without bound.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { chat, mapOf, startGateway, type TestGateway } from './harness';
+import { until } from './instances';
+
+let hot: FakeProvider, warm: FakeProvider;
+let gw: TestGateway;
+beforeEach(async () => {
+  [hot, warm] = await Promise.all([0, 1].map(() => new FakeProvider().start()));
+  gw = await startGateway(mapOf([hot.url], [warm.url]));
+});
+afterEach(async () => {
+  await gw.close();
+  await Promise.all([hot, warm].map((p) => p.stop()));
+});
+
+const MiB = 1024 * 1024;
+const ask = (stream: boolean) => chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream });
+const errorCodes = async () => {
+  await gw.meter.flush();
+  return gw.events().map((e) => e.error_code);
+};
+
+describe('a streamed event that never ends', () => {
+  const first = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'hi' }, finish_reason: null }] })}\n\n`;
+  const shapes = [
+    ['one line without a line break', 'data: ', 'x'.repeat(64 * 1024)],
+    ['data: lines without the blank line ending the event', '', `data: ${'x'.repeat(1017)}\n`],
+  ] as const;
+  for (const [name, head, piece] of shapes) {
+    it(`${name}: cut past 8 MiB as a broken stream, metered EVENT_TOO_LARGE, the provider's connection closed`, async () => {
+      // 64 MiB if nothing stops it: the gateway must stop reading long before.
+      hot.always({
+        kind: 'raw-stream',
+        pieces: [Buffer.from(first + head)],
+        repeat: { piece: Buffer.from(piece), times: (64 * MiB) / piece.length },
+      });
+      const res = await ask(true);
+      expect(res.status).toBe(200);
+      expect(res.text.length).toBeLessThan(MiB); // nothing of the endless event reached the client
+      expect(res.text.startsWith(first)).toBe(true);
+      expect(res.text).toContain('"code":"stream_interrupted"');
+      expect(await errorCodes()).toEqual(['EVENT_TOO_LARGE']);
+      await until('the provider to be hung up on', () => hot.cancelled === 1);
+    });
+  }
+});
+
+describe('a whole answer', () => {
+  it('past 64 MiB is a failure of the route, not retried there: the next route answers', async () => {
+    // 96 MiB of a JSON string that would never end in time.
+    hot.always({
+      kind: 'raw-stream',
+      type: 'application/json',
+      pieces: [Buffer.from('{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"')],
+      repeat: { piece: Buffer.from('x'.repeat(64 * 1024)), times: 96 * 16 },
+      gapMs: 0,
+    });
+    const res = await ask(false);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-route-tier')).toBe('warm');
+    expect(hot.received).toHaveLength(1);
+    await until('the provider to be hung up on', () => hot.cancelled === 1);
+    expect(await errorCodes()).toEqual(['ANSWER_TOO_LARGE', '']);
+  });
+});
+
+describe('response headers', () => {
+  for (const [name, headers] of [
+    ['one of 64 KiB', { 'x-huge': 'x'.repeat(64 * 1024) }],
+    ['4,000 of them', Object.fromEntries(Array.from({ length: 4000 }, (_, i) => [`x-h${i}`, 'v']))],
+  ] as const) {
+    it(`${name}: a failure of the route (PROVIDER_DOWN), the next route answers`, async () => {
+      hot.always({ kind: 'raw-stream', type: 'application/json', pieces: [Buffer.from('{}')], headers });
+      const res = await ask(false);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-route-tier')).toBe('warm');
+      const codes = await errorCodes();
+      expect(codes.at(-1)).toBe('');
+      expect(codes.slice(0, -1).every((c) => c === 'PROVIDER_DOWN')).toBe(true);
+    });
+  }
+});
