@@ -7,6 +7,8 @@ export default defineConfig({
     fileParallelism: false,
     // A Redis database of this run's own, emptied afterwards (test/redis-run.ts).
     globalSetup: ['test/redis-run.ts'],
+    // Every child process a test started through test/children.ts is killed when the test ends.
+    setupFiles: ['test/children.ts'],
     testTimeout: 20_000,
     hookTimeout: 20_000,
   },

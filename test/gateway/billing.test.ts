@@ -1,7 +1,7 @@
 // Billing data the gateway writes, under faults and hostile input: a process killed right after
 // its answers, caller text that a spreadsheet would run as a formula, headers longer than the event
 // record allows.
-import { spawn } from 'node:child_process';
+import { spawn } from '../children';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,6 +1,7 @@
 // Client keys: work belongs to its tenant (idempotency, jobs), revocation through the
 // CLI reaches running gateways, and two gateways on one Redis agree. Real Redis, real HTTP.
 import { execFile } from 'node:child_process';
+import { track } from '../children';
 import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
@@ -98,9 +99,12 @@ describe('work belongs to its tenant', () => {
 });
 
 const run = promisify(execFile);
-/** `npm run keys -- …` as an operator runs it: its own process, the gateway's environment. */
-const keysCommand = (args: string[]) =>
-  run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', ...args], { env: { PATH: process.env.PATH, ...w.env } });
+/** `npm run keys -- …` as an operator runs it: its own process, the gateway's environment (killed if the test ends first). */
+const keysCommand = (args: string[]) => {
+  const ran = run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', ...args], { env: { PATH: process.env.PATH, ...w.env } });
+  track(ran.child);
+  return ran;
+};
 
 describe('revocation and several gateways', () => {
   it('a key made and revoked with the CLI is refused by a running gateway within 5 s', async () => {

@@ -3,7 +3,7 @@
 // own worker. Every case runs against both, through the ColdQueue interface, with the same processor:
 // what a client polling GET /v1/jobs/:id or an operator reading /health sees must not depend on
 // whether the gateway has Redis.
-import { spawn } from 'node:child_process';
+import { spawn } from '../children';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';

@@ -1,5 +1,5 @@
 // Start-up configuration: the routing maps, scopes, and `npm start` with nothing configured.
-import { spawn } from 'node:child_process';
+import { spawn } from '../children';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

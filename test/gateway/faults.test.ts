@@ -1,6 +1,6 @@
 // Faults around the request path: a client that stops reading a stream (for good, or for a
 // while), a SIGTERM with a call in flight, and caller text that is not a valid header value.
-import { spawn } from 'node:child_process';
+import { spawn } from '../children';
 import { mkdtempSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';

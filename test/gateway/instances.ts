@@ -2,7 +2,8 @@
  * Real gateway processes (`gateway/dist/main.js`, built by `npm run build:gateway`) started from one
  * working directory, as `PORT=… npm start` would be: the tests that need a kill -9 use these.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { spawn } from '../children';
 import { join } from 'node:path';
 
 const root = join(import.meta.dirname, '..', '..');

@@ -1,6 +1,7 @@
 // The parts of "meter events across instances" one process shows: the Redis stream's refusals and
 // its fall-back to the file spool, the spool folder's lock, and one CSV appended by two processes.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
+import { spawn } from '../children';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,6 +1,7 @@
 // The gateway's Redis goes away and comes back: a Redis of the test's own (a private redis-server on
 // a free port, append-only file on, removed afterwards) that the test stops and starts again.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn } from '../children';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';

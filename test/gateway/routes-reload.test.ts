@@ -1,6 +1,6 @@
 // Reloading the routing map on a running gateway: POST /admin/routes/reload on the whole stack
 // (createStack), and SIGHUP on a spawned `gateway/dist/main.js` (built by `npm run build`).
-import { spawn } from 'node:child_process';
+import { spawn } from '../children';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -2,7 +2,8 @@
 // provider that speaks HTTP/2 over TLS (ALPN), as the hosted providers do, on few connections. The
 // provider is node:http2 on loopback with a certificate made for the test, which the gateway trusts
 // through NODE_EXTRA_CA_CERTS (no verification is switched off).
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn } from '../children';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { request, type IncomingMessage } from 'node:http';
 import { createSecureServer, type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
