@@ -46,17 +46,19 @@ let multiplexed = false;
 /**
  * A whole answer is collected in memory: past this many bytes it is refused as a failure of the
  * route (`ANSWER_TOO_LARGE`) and its connection cut, rather than read on until the process runs out
- * of memory (a provider whose answer never ends). Far above any chat answer; a batch of embeddings
- * as JSON floats past about 1,000 inputs of 3,072 dimensions reaches it (base64, the OpenAI SDKs'
- * default, is a quarter of the size).
+ * of memory (a provider whose answer never ends). Far above any chat answer, and above the largest
+ * answer OpenAI gives: 2,048 embeddings of 3,072 dimensions as JSON floats, about 140 MB (base64,
+ * the OpenAI SDKs' default, is a quarter of that).
  */
-const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
+const MAX_ANSWER_BYTES = 256 * 1024 * 1024;
+let maxAnswerBytes = MAX_ANSWER_BYTES;
 
-/** `idleMs` replaces STREAM_IDLE_MS (for tests). */
-export function configureUpstream(options: { connections: number | null; http2: boolean; idleMs?: number }): void {
+/** `idleMs` and `maxAnswerBytes` replace STREAM_IDLE_MS and MAX_ANSWER_BYTES (for tests). */
+export function configureUpstream(options: { connections: number | null; http2: boolean; idleMs?: number; maxAnswerBytes?: number }): void {
   const old = agent;
   agent = pool(options.connections, options.http2);
   streamIdleMs = options.idleMs ?? STREAM_IDLE_MS;
+  maxAnswerBytes = options.maxAnswerBytes ?? MAX_ANSWER_BYTES;
   multiplexed = options.http2;
   void old.close();
 }
@@ -156,13 +158,13 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
     const onCancel = () => (stop ? stop(new Error('cancelled')) : reject(new Error('cancelled')));
     cancel.once('abort', onCancel);
     const done = () => cancel.removeListener('abort', onCancel);
-    // A whole answer's chunk: past MAX_ANSWER_BYTES the answer is refused once and its connection cut.
+    // A whole answer's chunk: past maxAnswerBytes the answer is refused once and its connection cut.
     const collect = (controller: Dispatcher.DispatchController, chunk: Buffer) => {
-      if (size > MAX_ANSWER_BYTES) return; // refused already
+      if (size > maxAnswerBytes) return; // refused already
       size += chunk.length;
-      if (size <= MAX_ANSWER_BYTES) return void chunks.push(chunk);
+      if (size <= maxAnswerBytes) return void chunks.push(chunk);
       chunks.length = 0;
-      const tooLarge = new UpstreamError(`answer larger than ${MAX_ANSWER_BYTES} bytes`, 'ANSWER_TOO_LARGE');
+      const tooLarge = new UpstreamError(`answer larger than ${maxAnswerBytes} bytes`, 'ANSWER_TOO_LARGE');
       reject(tooLarge);
       controller.abort(tooLarge);
     };

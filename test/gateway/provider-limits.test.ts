@@ -2,6 +2,7 @@
 // headers that are huge or many. Each is a failure of the route, cut at a documented limit (the
 // provider's connection with it), never an answer buffered without bound.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { configureUpstream } from '../../gateway/src/upstream';
 import { FakeProvider } from './fake-provider';
 import { chat, mapOf, startGateway, type TestGateway } from './harness';
 import { until } from './instances';
@@ -50,13 +51,17 @@ describe('a streamed event that never ends', () => {
 });
 
 describe('a whole answer', () => {
-  it('past 64 MiB is a failure of the route, not retried there: the next route answers', async () => {
-    // 96 MiB of a JSON string that would never end in time.
+  // The limit is 256 MiB (above OpenAI's largest answer); a smaller one keeps the test light.
+  beforeEach(() => configureUpstream({ connections: null, http2: false, maxAnswerBytes: 16 * MiB }));
+  afterEach(() => configureUpstream({ connections: null, http2: false }));
+
+  it('past the limit is a failure of the route, not retried there: the next route answers', async () => {
+    // 24 MiB of a JSON string that would never end in time.
     hot.always({
       kind: 'raw-stream',
       type: 'application/json',
       pieces: [Buffer.from('{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"')],
-      repeat: { piece: Buffer.from('x'.repeat(64 * 1024)), times: 96 * 16 },
+      repeat: { piece: Buffer.from('x'.repeat(64 * 1024)), times: 24 * 16 },
       gapMs: 0,
     });
     const res = await ask(false);
