@@ -66,6 +66,9 @@ export interface RouteOptions {
   queuedAt?: number;
 }
 
+/** A Cold job's failure on a route that has answered a call since it was queued is its own (`queuedAt`). */
+const jobsOwn = (route: Route, queuedAt: number | undefined) => queuedAt !== undefined && route.breaker.answeredSince(queuedAt);
+
 /** What an attempt needs from the request beyond the call itself. */
 interface AttemptOf {
   keyFor: KeyFor;
@@ -156,13 +159,11 @@ export class Failover {
         if (!ticket) break; // open (or a probe already in flight): skipped without a call
         attempts++;
         const started = this.now();
-        const own = (r: CallResult) =>
-          r.kind === 'failure' && options.queuedAt !== undefined && route.breaker.answeredSince(options.queuedAt);
         const result = await route.breaker.run(
           ticket,
           () => this.attempt(route, config, ctx, plan, deadline, of),
-          (r) => r.kind === 'failure' && !own(r),
-          (r) => r.kind === 'cancelled' || own(r),
+          (r) => r.kind === 'failure' && !jobsOwn(route, options.queuedAt),
+          (r) => r.kind === 'cancelled' || (r.kind === 'failure' && jobsOwn(route, options.queuedAt)),
           ctx.stream ? streamed : undefined,
         );
         const latency = result.answer?.latencyMs ?? this.now() - started;
