@@ -147,8 +147,9 @@ export class IdempotentReplay {
       served = await serve();
     } finally {
       clearInterval(renewal);
-      // Bounded as the claim is: with Redis away its client holds the command until Redis is
-      // back, and the answer's end waits for it. Unsettled, the key stays held until its lease ends.
+      // Bounded (STORE_TIMEOUT_MS), as the claim's wait is: with Redis away its client holds the
+      // command until Redis is back, and the answer's end waits for it. Unsettled, the key stays
+      // held until its lease ends.
       await within(this.settle(lease, tape, served), STORE_TIMEOUT_MS, 'the replay store').catch((error: Error) =>
         this.deps.log.warn({ err: error.message }, 'idempotent replay: answer not stored'),
       );

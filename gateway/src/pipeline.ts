@@ -70,8 +70,10 @@ export class Pipeline {
   handle(ctx: RequestContext, res: ServerResponse, replay?: ReplayRequest | null): Promise<void | Served> {
     // Started before the replay's claim: the time it waits for the store is part of the time-to-answer.
     const deadline = new Deadline(ctx.timeToAnswerMs, this.deps.now);
-    const serve = () => this.serve(ctx, res, deadline);
-    const work: Promise<void | Served> = replay && this.deps.replay ? this.deps.replay.guard(replay, ctx, res, serve) : serve();
+    const work: Promise<void | Served> =
+      replay && this.deps.replay
+        ? this.deps.replay.guard(replay, ctx, res, () => this.serve(ctx, res, deadline))
+        : this.serve(ctx, res, deadline);
     return this.inFlight.track(work);
   }
 

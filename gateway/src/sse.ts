@@ -161,6 +161,9 @@ export async function relaySse(
     // An event too large ends it too, the rest of the provider's stream given up (its connection cut).
     if (error instanceof EventTooLarge) {
       tooLarge = true;
+      // The events parsed before it in the same chunk were counted by the transform: written first.
+      if (out && !res.destroyed) void send(out);
+      out = '';
       await rest.return?.();
     }
   }

@@ -91,7 +91,11 @@ export class FunctionOutputs {
   /** A response is done: the results it answered are paid; those added while it ran are asked about now. */
   responseDone(id: string): void {
     if (this.active === id) this.active = null;
-    for (let i = this.owed.length - 1; i >= 0; i--) if (this.owed[i].answeredBy === id) this.owed.splice(i, 1);
+    for (let i = this.owed.length - 1; i >= 0; i--) {
+      if (this.owed[i].answeredBy !== id) continue;
+      this.announcedIn.delete(this.owed[i].result.call_id); // paid: never given again
+      this.owed.splice(i, 1);
+    }
     if (this.owed.some((o) => o.givenIn === this.conversation && o.held && o.answeredBy === null)) this.ask();
   }
 
