@@ -16,9 +16,10 @@ import type { Logger } from 'pino';
 import { ConfigError } from './errors';
 import type { FleetBreakers } from './fleet-breakers';
 import { keyResolver, missingKeys, movedKeys } from './keys';
+import { mapEnvironmentProblems } from './map-environment';
 import type { RequestPath } from './request-path';
 import type { Route } from './route';
-import { providersOf, readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
+import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
 
 /** Longer than any request may run (the longest time-to-answer is 600 s). */
 const RETIRE_AFTER_MS = 11 * 60_000;
@@ -115,18 +116,8 @@ export class RoutesReloader {
       const fix = 'keep the order of the Warm provider kinds, or pin each kind to its key with WARM_KEY_<KIND>';
       problems.push(`the Warm providers' keys would move (${moved.join('; ')}): ${fix}`);
     }
-    const missing = missingKeys(map, keyEnv);
-    if (missing.length && production) problems.push(`provider keys not set: ${missing.join(', ')}`);
-    const capped = this.deps.cappedProvider;
-    const providers = providersOf(map);
-    // A map without it would leave the budget webhook pausing nothing and the pause skipping no route.
-    if (!providers.includes(capped)) {
-      const fix = `keep a route of ${capped}, or restart with CAPPED_PROVIDER set to one of them`;
-      problems.push(
-        `CAPPED_PROVIDER: the budget pause is for "${capped}", which this map names no route of (it has ${providers.join(', ')}): ${fix}`,
-      );
-    }
-    return problems;
+    // CAPPED_PROVIDER was read at start: a map that drops its provider needs a restart with another.
+    return [...problems, ...mapEnvironmentProblems(map, { keys: keyEnv, production, capped: this.deps.cappedProvider })];
   }
 
   private logged(r: ReloadResult): void {

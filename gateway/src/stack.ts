@@ -26,6 +26,7 @@ import { createMeterSink, type MeterSink } from './meter-sink';
 import { noticeWindowsFor, Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
 import type { Route } from './route';
+import { mapEnvironmentProblems } from './map-environment';
 import { providersOf, readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
 import { mountRoutesReload, RoutesReloader } from './routes-reload';
 import { loadScopes, type Scopes } from './scopes';
@@ -116,12 +117,7 @@ async function routingMap(
  * CAPPED_PROVIDER the map does not name (a typo left the budget pause matching nothing).
  */
 function checkAgainstEnv(env: GatewayEnv, map: RoutesMapConfig, capped: string): void {
-  const problems: string[] = [];
-  const missing = missingKeys(map, env.raw);
-  if (missing.length && env.production) problems.push(`provider keys not set: ${missing.join(', ')}`);
-  const providers = providersOf(map);
-  if (!providers.includes(capped))
-    problems.push(`CAPPED_PROVIDER: expected a provider of the routing map (${providers.join(', ')}), got "${capped}"`);
+  const problems = mapEnvironmentProblems(map, { keys: env.raw, production: env.production, capped });
   if (problems.length) throw new ConfigError(problems.join('\n'));
 }
 

@@ -125,16 +125,16 @@ describe('reloading the routing map', () => {
     const lines = ((await res.json()) as { error: string }).error.split('\n');
     expect(lines).toHaveLength(2);
     expect(lines[0]).toContain(`${file}: the Warm providers' keys would move`);
-    expect(lines[1]).toBe(
-      `${file}: CAPPED_PROVIDER: the budget pause is for "openai", which this map names no route of (it has mistral, anthropic): keep a route of openai, or restart with CAPPED_PROVIDER set to one of them`,
-    );
+    expect(lines[1]).toBe(`${file}: CAPPED_PROVIDER: expected a provider of the routing map (mistral, anthropic), got "openai"`);
     expect((await health(app.url)).routes_map.version).toBe(v1);
     await app.stop();
 
     writeMap({ hot: [route('first', one.url)], warm: warm('anthropic'), cold });
     app = await listenStack({ ...env(), CAPPED_PROVIDER: 'anthropic' });
     writeMap({ hot: [route('first', one.url)], warm: [], cold });
-    expect(((await (await reload(app.url)).json()) as { error: string }).error).toContain('the budget pause is for "anthropic"');
+    expect(((await (await reload(app.url)).json()) as { error: string }).error).toContain(
+      'CAPPED_PROVIDER: expected a provider of the routing map (openai), got "anthropic"',
+    );
     writeMap({ hot: [route('first', one.url)], warm: warm('anthropic', 'mistral'), cold });
     expect((await reload(app.url)).status).toBe(200);
   });
