@@ -5,7 +5,8 @@
  * killed (SIGKILL) and waited for (vitest.config.ts runs this file before every test file, which
  * registers the hook); any still running when the test process exits is killed then.
  *
- * `spawn` is node's, tracked; `track` takes a child made otherwise (execFile).
+ * `spawn` is node's, tracked; `track` takes a child made otherwise (execFile). A child that starts
+ * processes of its own is spawned `detached`, so that they are killed with it.
  */
 import { spawn as nodeSpawn, type ChildProcess } from 'node:child_process';
 import { afterEach } from 'vitest';
@@ -20,13 +21,24 @@ export function track<T extends ChildProcess>(child: T): T {
 
 export const spawn = ((...args: Parameters<typeof nodeSpawn>) => track(nodeSpawn(...args))) as typeof nodeSpawn;
 
-/** Kills a child unless it has exited, and waits for its exit. */
+/**
+ * Kills a child unless it has exited, and waits for its exit. A child spawned `detached` leads its
+ * own process group, which goes with it (`npm run` and `tsx` start node beneath them).
+ */
 function kill(child: ChildProcess): Promise<void> {
   running.delete(child);
   if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) return Promise.resolve();
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  child.kill('SIGKILL');
+  signal(child, 'SIGKILL');
   return exited;
+}
+
+function signal(child: ChildProcess, name: NodeJS.Signals): void {
+  try {
+    process.kill(-child.pid!, name); // its group, when it leads one
+  } catch {
+    child.kill(name);
+  }
 }
 
 export async function killChildren(): Promise<void> {
@@ -35,5 +47,5 @@ export async function killChildren(): Promise<void> {
 
 afterEach(killChildren);
 process.once('exit', () => {
-  for (const child of running) child.kill('SIGKILL');
+  for (const child of running) signal(child, 'SIGKILL');
 });

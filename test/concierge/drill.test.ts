@@ -1,7 +1,7 @@
 // `npm run concierge:drill` end to end, as an operator runs it: passes on a filled configuration
 // (against Redis, leaving no key behind), and fails naming the step on a configuration that still
 // holds a placeholder, and on one whose per-call cap is too high to ever fire.
-import { spawn } from 'node:child_process';
+import { spawn } from '../children';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,6 +30,7 @@ async function drill(name: string, change: (c: Record<string, any>) => void, env
   const file = join(dir, `${name}.json`);
   writeFileSync(file, JSON.stringify(config, null, 2));
   const child = spawn('npm', ['run', '-s', 'concierge:drill', '--', '--config', file], {
+    detached: true, // npm or tsx starts node beneath it: killed with it if the test ends first (children.ts)
     cwd: root,
     env: { ...process.env, TELEPHONY_RATES_FILE: rates, QUEUE_STORE_URL: '', ...env },
     timeout: 150_000,

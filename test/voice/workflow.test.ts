@@ -1,6 +1,7 @@
 // The idempotent function-call workflow, call records and their side effects, telephony rates,
 // and the voice rollups — against loopback servers and the real Redis.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
+import { spawn } from '../children';
 import { mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -337,6 +338,7 @@ describe('telephony rates', () => {
     const file = join(dir, 'rates.json');
     // Asynchronous: the pricing server lives in this process and must keep answering.
     const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), ['bin/concierge-rates.ts', 'US', 'ZZ'], {
+      detached: true, // npm or tsx starts node beneath it: killed with it if the test ends first (children.ts)
       cwd: root,
       env: {
         ...process.env,
