@@ -106,7 +106,12 @@ function rescheduleSlot(c: Ctx): Steps {
   return (progress) => {
     const event = cal.getEventById(bookingId);
     if (!event) throw new MeterRefusal('invalid_argument', `args.booking_id: no booking with id "${bookingId}"`);
-    event.setTime(start, end); // setting the same time again is harmless
+    if (!progress.moved) {
+      event.setTime(start, end);
+      // Saved at once: a retry after another reschedule of this booking must not move it back.
+      progress.moved = 'yes';
+      locked(c, progress, () => undefined);
+    }
     const phone = arg(c.args, 'phone');
     const when = localText(start, tz);
     const text = textOnce(c, progress, phone, `Your booking is moved to ${when}.`);

@@ -79,6 +79,21 @@ describe('a back-office action that fails half-way', () => {
     expect(texts()).toHaveLength(2); // the booking's and the move's, once each
   });
 
+  it('reschedule_slot: a retry that comes after another reschedule does not move the booking back (its move was done)', () => {
+    const { platform, act } = backOffice({ twilio: true });
+    const { booking_id } = act('book_slot', booking());
+    const move = (key: string, time: string) => ({
+      call_id: 'call-2',
+      idempotency_key: key,
+      args: { booking_id, new_date: '2026-12-01', new_time: time, phone: '+351912345678' },
+    });
+    platform.calls.failAfter((name) => name === 'UrlFetchApp.fetch'); // moved and texted, then Sheets timed out
+    expect(act('reschedule_slot', move('key-move-0001', '15:00'))).toMatchObject(timedOut);
+    expect(act('reschedule_slot', move('key-move-0002', '16:00'))).toMatchObject({ ok: true, start: '2026-12-01T16:00:00.000Z' });
+    expect(act('reschedule_slot', move('key-move-0001', '15:00'))).toMatchObject({ ok: true, booking_id, replayed: false });
+    expect(platform.calendar.live().map((e) => e.start.toISOString())).toEqual(['2026-12-01T16:00:00.000Z']);
+  });
+
   it('route_to_voicemail: Sheets times out after the recording was saved; the retry fetches nothing and makes one task', () => {
     const { platform, act, rows } = backOffice();
     platform.calls.failAfter((name) => name === 'Folder.createFile');
