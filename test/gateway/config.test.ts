@@ -12,6 +12,17 @@ import { loadScopes } from '../../gateway/src/scopes';
 import { until } from './keys-harness';
 
 const root = join(import.meta.dirname, '..', '..');
+
+/** `npm start`'s gateway with only `env` (and a free port): its exit code and what it wrote to stderr. */
+function started(env: NodeJS.ProcessEnv): Promise<[unknown, string]> {
+  const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+    cwd: root,
+    env: { PATH: process.env.PATH, PORT: '0', ...env },
+  });
+  let err = '';
+  child.stderr.on('data', (d) => (err += d));
+  return new Promise((r) => child.on('exit', (code) => r([code, err])));
+}
 const env = {
   HOT_BASE_URL: 'http://h1/v1',
   HOT_BASE_URL_2: 'http://h2/v1',
@@ -200,13 +211,8 @@ describe('npm start', () => {
   });
 
   it('refuses to start on a bad environment value, naming it', async () => {
-    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
-      cwd: root,
-      env: { PATH: process.env.PATH, PORT: '0', METER_URL: 'script.google.com/macros/s/x/exec', DAILY_CAP_USD: '-3' },
-    });
-    let err = '';
-    child.stderr.on('data', (d) => (err += d));
-    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    const [code, err] = await started({ METER_URL: 'script.google.com/macros/s/x/exec', DAILY_CAP_USD: '-3' });
+    expect(code).toBe(1);
     expect(err).toContain('METER_URL: expected an absolute https or http URL');
     expect(err).toContain('DAILY_CAP_USD: expected a number from 0 to 1000000000, got "-3"');
   });
@@ -216,37 +222,22 @@ describe('npm start', () => {
     expect(() => readEnv({ PORT: '0x1F90' })).toThrow('PORT: expected a whole number from 0 to 65535, got "0x1F90"');
     expect(readEnv({ PORT: ' 8081 ', SHUTDOWN_GRACE_MS: '1000' })).toMatchObject({ PORT: 8081, SHUTDOWN_GRACE_MS: 1000 });
     expect(() => readEnv({ WORKER: 'false' })).toThrow(/WORKER: .*"false"/);
-    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
-      cwd: root,
-      env: { PATH: process.env.PATH, PORT: '0', LOG_LEVEL: 'verbose' },
-    });
-    let err = '';
-    child.stderr.on('data', (d) => (err += d));
-    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    const [code, err] = await started({ LOG_LEVEL: 'verbose' });
+    expect(code).toBe(1);
     expect(err).toMatch(/^gateway did not start:\nenvironment:\nLOG_LEVEL: .*"verbose"/);
   });
 
   it('refuses a NODE_ENV other than production, development or test (NODE_ENV=prod ran as development: no Redis, no client keys)', async () => {
     for (const value of ['production', 'development', 'test', '']) expect(() => readEnv({ NODE_ENV: value })).not.toThrow();
     expect(() => readEnv({ NODE_ENV: 'Production' })).toThrow(/NODE_ENV: .*"Production"/);
-    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
-      cwd: root,
-      env: { PATH: process.env.PATH, PORT: '0', NODE_ENV: 'prod' },
-    });
-    let err = '';
-    child.stderr.on('data', (d) => (err += d));
-    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    const [code, err] = await started({ NODE_ENV: 'prod' });
+    expect(code).toBe(1);
     expect(err).toContain('NODE_ENV: expected production, development or test (only production changes what the gateway does), got "prod"');
   });
 
   it('refuses a CAPPED_PROVIDER that is no provider of the map, naming those it has (a typo left the budget pause matching nothing)', async () => {
-    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
-      cwd: root,
-      env: { PATH: process.env.PATH, PORT: '0', DEMO_PROVIDERS: 'off', CAPPED_PROVIDER: 'opnai' },
-    });
-    let err = '';
-    child.stderr.on('data', (d) => (err += d));
-    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    const [code, err] = await started({ DEMO_PROVIDERS: 'off', CAPPED_PROVIDER: 'opnai' });
+    expect(code).toBe(1);
     expect(err).toContain('CAPPED_PROVIDER: expected a provider of the routing map (openai, anthropic, mistral), got "opnai"');
   });
 
@@ -254,13 +245,7 @@ describe('npm start', () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');
     writeFileSync(file, JSON.stringify({ hot: [], warm: [], cold: {} }));
-    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
-      cwd: root,
-      env: { PATH: process.env.PATH, ROUTES_FILE: file, PORT: '0' },
-    });
-    let err = '';
-    child.stderr.on('data', (d) => (err += d));
-    const code = await new Promise((r) => child.on('exit', r));
+    const [code, err] = await started({ ROUTES_FILE: file });
     expect(code).toBe(1);
     expect(err).toContain(`${file}: hot: `);
     expect(err).toContain(`${file}: cold.mode: `);
@@ -271,20 +256,11 @@ describe('npm start', () => {
     const file = join(dir, 'bad.json');
     const route = { provider: 'openai', model: 'm', baseUrl: 'ftp://nowhere', apiKey: 'sk-1' };
     writeFileSync(file, JSON.stringify({ hot: [route], warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
-    const exit = (env: NodeJS.ProcessEnv) => {
-      const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
-        cwd: root,
-        env: { PATH: process.env.PATH, PORT: '0', ...env },
-      });
-      let err = '';
-      child.stderr.on('data', (d) => (err += d));
-      return new Promise<[unknown, string]>((r) => child.on('exit', (code) => r([code, err])));
-    };
-    const [code, err] = await exit({ ROUTES_FILE: file });
+    const [code, err] = await started({ ROUTES_FILE: file });
     expect(code).toBe(1);
     expect(err).toContain(`${file}: hot[0]: Unrecognized key: "apiKey"`);
     expect(err).toContain(`${file}: hot[0].baseUrl: expected an http(s) URL, got "ftp://nowhere"`);
-    const [, env] = await exit({ NODE_ENV: 'production', ROUTES_FILE: join(root, 'routes.local.json'), CAPPED_PROVIDER: 'opnai' });
+    const [, env] = await started({ NODE_ENV: 'production', ROUTES_FILE: join(root, 'routes.local.json'), CAPPED_PROVIDER: 'opnai' });
     expect(env).toContain('provider keys not set: HOT_API_KEY (openai)');
     expect(env).toContain('CAPPED_PROVIDER: expected a provider of the routing map (openai, anthropic, mistral), got "opnai"');
   });
