@@ -19,6 +19,7 @@ import type { Notifier } from './notify';
 import type { ColdFallback, QueueReason } from './pipeline';
 import type { RequestContext } from './request-context';
 import { routeHeaders } from './route-headers';
+import { serialize } from './sse';
 import { within } from './within';
 
 export interface ColdTierDeps {
@@ -100,7 +101,7 @@ function sendQueued(res: ServerResponse, ctx: RequestContext, jobId: string, hea
   const message = `no route answered in time: queued as job ${jobId}; GET /v1/jobs/${jobId} has its answer once done`;
   const event = { ...queued, ...openAiError(message, 'upstream_error', null, 'queued') };
   headers['cache-control'] = 'no-cache';
-  sendBody(res, 202, `data: ${JSON.stringify(event)}\n\n`, 'text/event-stream; charset=utf-8', headers);
+  sendBody(res, 202, serialize({ data: JSON.stringify(event) }), 'text/event-stream; charset=utf-8', headers);
 }
 
 export function mountColdTier(app: express.Express, admin: express.RequestHandler, deps: ColdTierDeps): void {

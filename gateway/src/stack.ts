@@ -104,8 +104,9 @@ async function routingMap(
     log.info('demo: a message containing #fail-hot makes the Hot routes fail (the Warm tier answers); #fail-all queues it (Cold tier)');
     return { map: demo.map, file, version, demo };
   }
-  const missing = missingKeys(map, env.raw);
-  if (missing.length && !env.production) log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
+  // In production a missing key refuses the start (checkAgainstEnv); elsewhere it is a warning.
+  const missing = env.production ? [] : missingKeys(map, env.raw);
+  if (missing.length) log.warn(`provider keys not set: ${missing.join(', ')}; those routes will fail until they are`);
   // Only the defaults the map took: a map of literal URLs (or its own ${NAME}s) took none.
   const defaulted = refs.filter((name) => Object.hasOwn(ENDPOINT_DEFAULTS, name) && !env.raw[name]);
   if (defaulted.length) log.info(`embedded endpoint defaults for ${defaulted.join(', ')}`);
