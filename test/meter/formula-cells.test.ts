@@ -3,7 +3,7 @@
 // of schema/csv-cell.ts, and the mark comes off exactly.
 import { describe, expect, it } from 'vitest';
 import { CALLS_CSV_HEADER, callToCsvLine, type CallRecord } from '../../schema/call-record';
-import { restoreText } from '../../schema/csv-cell';
+import { csvField, NEUTRAL_MARK, restoreText } from '../../schema/csv-cell';
 import { CSV_HEADER, EVENT_FIELDS, eventToCsvLine, normalizeEvent } from '../../schema/event-record';
 import { FORMULA_START, parseCsv } from './csv';
 import { FakePlatform, callJson, loadBundle, webEvent, type FakeTextOutput } from './fakes/platform';
@@ -98,5 +98,25 @@ describe('formula-looking text in exports', () => {
     expect(cells[EVENT_FIELDS.indexOf('timestamp')]).toBe('1970-01-01T00:00:00.000Z');
     expect(cells[EVENT_FIELDS.indexOf('cost_usd')]).toBe('0.5');
     expect(cells[EVENT_FIELDS.indexOf('pii_flag')]).toBe('true');
+  });
+
+  it('each event keeps its own timestamp, however close the events are', () => {
+    const times = [0, 1, 1, 0, 86_400_000 + 999, 1].map((ms) => new Date(ms));
+    const cells = times.map((t) => csvField(t));
+    expect(cells).toEqual(times.map((t) => t.toISOString()));
+    expect(() => csvField(new Date(Number.NaN))).toThrow(RangeError);
+  });
+
+  it('the mark goes on exactly the text that a spreadsheet could read as a formula, whatever its first character', () => {
+    // The rule, written out: a trigger or the mark first, or a trigger after leading whitespace.
+    const live = (text: string) => /^[=+\-@\t\r']/.test(text) || /^\s*[=+\-@]/.test(text);
+    for (let code = 0; code <= 0x2ff; code++) {
+      const c = String.fromCharCode(code);
+      for (const text of [c, `${c}x`, `${c}=1`, ` ${c}`, `x${c}`]) {
+        const cell = csvField(text);
+        const unquoted = cell.startsWith('"') ? cell.slice(1, -1).replace(/""/g, '"') : cell;
+        expect(unquoted, `code ${code} in ${JSON.stringify(text)}`).toBe(live(text) ? NEUTRAL_MARK + text : text);
+      }
+    }
   });
 });
