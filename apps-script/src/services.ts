@@ -19,6 +19,7 @@ type GResponse = GoogleAppsScript.URL_Fetch.HTTPResponse;
 type GBlob = GoogleAppsScript.Base.Blob;
 type GFolder = GoogleAppsScript.Drive.Folder;
 type GFileIterator = GoogleAppsScript.Drive.FileIterator;
+type GFolderIterator = GoogleAppsScript.Drive.FolderIterator;
 type GCalendar = GoogleAppsScript.Calendar.Calendar;
 type GCalendarEvent = GoogleAppsScript.Calendar.CalendarEvent;
 
@@ -137,7 +138,8 @@ interface File extends Pick<GoogleAppsScript.Drive.File, 'getId' | 'getName' | '
   setDescription: Returning<GoogleAppsScript.Drive.File, 'setDescription', File>;
 }
 
-export interface Folder extends Pick<GFolder, 'getId' | 'getName'> {
+export interface Folder extends Pick<GFolder, 'getId' | 'getName' | 'isTrashed'> {
+  setTrashed: Returning<GFolder, 'setTrashed', Folder>;
   createFile(blob: Pick<Blob, 'getBlob'>): File;
   createFile(name: string, content: string, mimeType: string): File;
   getFilesByName: Returning<GFolder, 'getFilesByName', Pick<GFileIterator, 'hasNext'> & { next: Returning<GFileIterator, 'next', File> }>;
@@ -146,6 +148,11 @@ export interface Folder extends Pick<GFolder, 'getId' | 'getName'> {
 interface Drive {
   getFolderById: Returning<GoogleAppsScript.Drive.DriveApp, 'getFolderById', Folder>;
   createFolder: Returning<GoogleAppsScript.Drive.DriveApp, 'createFolder', Folder>;
+  getFoldersByName: Returning<
+    GoogleAppsScript.Drive.DriveApp,
+    'getFoldersByName',
+    Pick<GFolderIterator, 'hasNext'> & { next: Returning<GFolderIterator, 'next', Folder> }
+  >;
 }
 
 export interface CalendarEvent extends Pick<GCalendarEvent, 'getId' | 'getTag' | 'getDescription'> {

@@ -79,7 +79,7 @@ export class BackOfficePeer {
 
   /** Files of the voicemail folder: name and content. */
   voicemails(): Array<{ name: string; content: string }> {
-    const folder = this.office.platform.drive.folders.find((f) => f.name === 'voicemail');
+    const folder = this.office.platform.drive.live('voicemail').at(0);
     return (folder?.files ?? []).map((f) => ({ name: f.getName(), content: f.content }));
   }
 }

@@ -99,7 +99,7 @@ describe('a back-office action that fails half-way', () => {
     platform.calls.failAfter((name) => name === 'Folder.createFile');
     expect(act('route_to_voicemail', voicemail())).toMatchObject(timedOut);
     expect(act('route_to_voicemail', voicemail())).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3' });
-    const folder = platform.drive.folders.find((f) => f.name === 'voicemail')!;
+    const folder = platform.drive.live('voicemail')[0];
     expect(folder.files.map((f) => f.name)).toEqual(['call-4.mp3']);
     expect(platform.urlFetch.requests.filter((r) => r.url.endsWith('.mp3'))).toHaveLength(1);
     expect(rows('tasks')).toHaveLength(1);
@@ -116,7 +116,7 @@ describe('a back-office action that fails half-way', () => {
     const first = act('route_to_voicemail', voicemail());
     expect(retry).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3' });
     expect(first).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3', file_id: retry!.file_id });
-    const folder = platform.drive.folders.find((f) => f.name === 'voicemail')!;
+    const folder = platform.drive.live('voicemail')[0];
     expect(folder.files.map((f) => f.name)).toEqual(['call-4.mp3']);
     expect(rows('tasks')).toHaveLength(1);
   });

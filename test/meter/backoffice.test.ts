@@ -199,7 +199,7 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
     const first = act('route_to_voicemail', body);
     expect(first).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3', due_at: '2026-11-23T12:00:00.000Z' });
     expect(act('route_to_voicemail', body).replayed).toBe(true);
-    const folder = platform.drive.folders.find((f) => f.name === 'voicemail')!;
+    const folder = platform.drive.live('voicemail')[0];
     expect(folder.files.map((f) => [f.name, f.content])).toEqual([['call-4.mp3', 'ID3audio']]);
     expect(rows('tasks')).toHaveLength(1);
     expect(rows('tasks')[0].slice(2, 7)).toEqual(['2026-11-23T12:00:00.000Z', 'Callback: Voicemail', '+351910000000', 'call-4', 'open']);

@@ -117,6 +117,7 @@ export class FakeFile {
 
 export class FakeFolder {
   readonly files: FakeFile[] = [];
+  trashed = false;
   constructor(
     private readonly drive: FakeDrive,
     readonly id: string,
@@ -141,7 +142,17 @@ export class FakeFolder {
         )
       : new FakeFile(this.drive.calls, `file-${this.drive.nextId++}`, nameOrBlob as string, content, mimeType);
     this.files.push(file);
+    this.drive.calls.done('Folder.createFile');
     return file;
+  }
+  isTrashed() {
+    this.drive.calls.count('Folder.isTrashed');
+    return this.trashed;
+  }
+  setTrashed(trashed: boolean) {
+    this.drive.calls.count('Folder.setTrashed');
+    this.trashed = trashed;
+    return this;
   }
   getFilesByName(name: string) {
     this.drive.calls.count('Folder.getFilesByName');
@@ -159,7 +170,19 @@ export class FakeDrive {
     this.calls.count('DriveApp.createFolder');
     const folder = new FakeFolder(this, `folder-${this.nextId++}`, name);
     this.folders.push(folder);
+    this.calls.done('DriveApp.createFolder');
     return folder;
+  }
+  /** Every folder of this name, trashed ones too, as the real one answers. */
+  getFoldersByName(name: string) {
+    this.calls.count('DriveApp.getFoldersByName');
+    const matches = this.folders.filter((f) => f.name === name);
+    let i = 0;
+    return { hasNext: () => i < matches.length, next: () => matches[i++] };
+  }
+  /** Folders not in the trash whose name starts with `base` (the meter adds the spreadsheet's id). */
+  live(base: string) {
+    return this.folders.filter((f) => !f.trashed && f.name.startsWith(base));
   }
   getFolderById(id: string) {
     this.calls.count('DriveApp.getFolderById');
@@ -231,6 +254,7 @@ export class FakeCalendar {
       options,
     );
     this.events.push(ev);
+    this.calls.done('Calendar.createEvent');
     return ev;
   }
   getEventById(id: string) {
