@@ -60,6 +60,14 @@ function textOnce(c: Ctx, progress: Progress, to: string, body: string, alsoLock
 const bookingRef = (key: string) => `Booking ref: ${key}`;
 
 /**
+ * Caller text for an event's description, which Google Calendar shows as HTML: `<` and `>` become
+ * ‹ and › so no tag (a link, an image) or comment can start. `&` and apostrophes stay as typed: an
+ * entity such as `&amp;` would show as written wherever the description is read as plain text, and
+ * `&lt;` typed by a caller is shown as text, not made into a tag.
+ */
+const inert = (text: string) => text.replace(/</g, '‹').replace(/>/g, '›');
+
+/**
  * The event this key booked, if an earlier attempt got that far: tagged with the key, or (made by
  * an attempt that stopped before tagging it) with the key's own `Booking ref:` line, never another
  * booking whose description merely contains the key (a longer key, a phone number).
@@ -77,7 +85,7 @@ function bookSlot(c: Ctx): Steps {
   return (progress) => {
     let event = bookedEvent(cal, progress, c.key, start, end);
     if (!event) {
-      const description = [arg(c.args, 'notes'), `Phone: ${phone}`, `Call: ${c.callId}`, bookingRef(c.key)].filter(Boolean);
+      const description = [inert(arg(c.args, 'notes')), `Phone: ${inert(phone)}`, `Call: ${c.callId}`, bookingRef(c.key)].filter(Boolean);
       event = cal.createEvent(`${service} – ${name}`, start, end, { location, description: description.join('\n') });
       event.setTag(EVENT_TAG, c.key);
     }

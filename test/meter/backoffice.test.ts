@@ -98,6 +98,22 @@ describe('book_slot', () => {
     expect(sms[0].options.headers?.Authorization).toBe(`Basic ${Buffer.from('AC1:tok').toString('base64')}`);
   });
 
+  it("caller text in the event's description starts no tag Calendar would render (a live link); & and ' stay as typed", () => {
+    const notes = `O'Brien & Sons: <a href="https://evil.example">click</a> <!-- hide --> &lt;b&gt;`;
+    const phone = '+351912345678<img src=x>';
+    expect(act('book_slot', { ...booking(), args: { ...booking().args, notes, phone } })).toMatchObject({ ok: true, replayed: false });
+    const description = platform.calendar.live()[0].options.description!;
+    // Google Calendar shows a description as HTML: no tag, comment or other markup may start in it.
+    expect(description).not.toMatch(/[<>]/);
+    expect(description.split('\n')).toEqual([
+      `O'Brien & Sons: ‹a href="https://evil.example"›click‹/a› ‹!-- hide --› &lt;b&gt;`,
+      'Phone: +351912345678‹img src=x›',
+      'Call: call-1',
+      'Booking ref: key-book-0001',
+    ]);
+    expect(act('book_slot', { ...booking(), args: { ...booking().args, notes, phone } })).toMatchObject({ ok: true, replayed: true });
+  });
+
   it('without Twilio credentials the text is recorded as unsent', () => {
     expect(act('book_slot', booking()).text).toMatch(/^unsent: Twilio credentials/);
     expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed']);
