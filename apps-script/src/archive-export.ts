@@ -9,8 +9,9 @@
  * says so. The file is `events_<previous day>.csv` in the archive folder; the archive dedups by
  * event_id, so a row exported twice (possible after a watermark reset) is harmless.
  *
- * The script lock is held for the read and for the watermark's move, not for the Drive write. A run
- * cut off between the file and the watermark is finished by the next one (EXPORT_IN_PROGRESS below).
+ * The script lock is held for the read and for the watermark's move, not for the Drive write. One
+ * run at a time, and a run cut off between the file and the watermark is finished by the next one
+ * (EXPORT_IN_PROGRESS below).
  */
 import { csvField } from '../../schema/csv-cell';
 import { CLOCK_SKEW_ALLOWANCE_MS, CSV_HEADER, EVENT_FIELDS, formatTimestamp } from '../../schema/event-record';
@@ -122,34 +123,77 @@ function commitWatermark(svc: MeterServices, wm: Watermark): number {
 }
 
 /**
- * The file a run is writing and the watermark it leads to (script property), recorded before the
- * Drive write: a run cut off after the write (the watermark's move timed out) is finished by the
- * next one, which moves the watermark when the file is there, instead of writing its rows again.
+ * The export's claim (script property): the run that holds the export and since when, and the file
+ * it is writing with the watermark that file leads to. One run at a time: a run that finds the
+ * claim held does nothing (two runs at once wrote the same rows twice, and one's marker replaced
+ * the other's, so a watermark could be moved past rows no file held). The file and watermark are
+ * recorded before the Drive write: a run cut off after the write (the watermark's move timed out)
+ * is finished by the next one, which moves the watermark when the file is there, instead of
+ * writing its rows again. A run that fails lets go at once; one that could not (Apps Script
+ * stopped it) holds the claim until it runs out.
  */
-const PENDING_PROPERTY = 'EXPORT_IN_PROGRESS';
+const CLAIM_PROPERTY = 'EXPORT_IN_PROGRESS';
+/** Longer than any run lasts (Apps Script stops a script after 6 minutes). */
+const CLAIM_MS = 30 * 60_000;
 
-function finishPending(svc: MeterServices): string {
-  const text = svc.properties.getProperty(PENDING_PROPERTY);
-  if (!text) return '';
-  let pending: Partial<{ file: string; watermark: Watermark }> = {};
+interface Claim {
+  /** The run holding the export and when it started; absent once it let go. */
+  run?: string;
+  since?: number;
+  /** The file being written and the watermark it leads to: due when the file is in the folder. */
+  file?: string;
+  watermark?: Watermark;
+}
+
+function readClaim(svc: MeterServices): Claim | null {
+  const text = svc.properties.getProperty(CLAIM_PROPERTY);
+  if (!text) return null;
   try {
-    pending = JSON.parse(text) as typeof pending;
+    const claim = JSON.parse(text) as unknown;
+    return claim && typeof claim === 'object' ? (claim as Claim) : {};
   } catch {
-    // unreadable: dropped below
+    return {}; // unreadable: nothing in it to finish
   }
+}
+
+function writeClaim(svc: MeterServices, claim: Claim): void {
+  svc.properties.setProperty(CLAIM_PROPERTY, JSON.stringify(claim));
+}
+
+/** Under the lock: the claim for this run (with what an earlier run left to finish), or the run that holds it. */
+function takeClaim(svc: MeterServices, run: string, nowMs: number): { holder: Claim & { since: number } } | { left: Claim | null } {
+  const claim = readClaim(svc);
+  if (claim?.run && typeof claim.since === 'number' && Math.abs(nowMs - claim.since) < CLAIM_MS)
+    return { holder: { ...claim, since: claim.since } };
+  writeClaim(svc, { run, since: nowMs, file: claim?.file, watermark: claim?.watermark });
+  return { left: claim };
+}
+
+/** Moves the watermark of a run that wrote its file and stopped before moving it. */
+function finishLeft(svc: MeterServices, run: string, nowMs: number, left: Claim | null): string {
+  if (!left?.file) return '';
   let note = '';
-  const { file, watermark } = pending ?? {};
-  if (file && watermark && archiveFolder(svc).getFilesByName(file).hasNext()) {
+  if (left.watermark && archiveFolder(svc).getFilesByName(left.file).hasNext()) {
+    const watermark = left.watermark;
     withScriptLock(svc, () => commitWatermark(svc, watermark), MAINTENANCE_LOCK_MS);
-    note = `finished the previous run (${file} was written, its watermark not moved); `;
+    note = `finished the previous run (${left.file} was written, its watermark not moved); `;
   }
-  svc.properties.deleteProperty(PENDING_PROPERTY);
+  writeClaim(svc, { run, since: nowMs });
   return note;
 }
 
-export function exportArchive(svc: MeterServices): ExportResult {
-  const nowMs = svc.now().getTime();
-  const earlier = finishPending(svc);
+/** A run that fails lets go of the claim, leaving its file and watermark for the next run to finish. */
+function letGo(svc: MeterServices, run: string): void {
+  try {
+    const claim = readClaim(svc);
+    if (claim?.run === run) writeClaim(svc, { file: claim.file, watermark: claim.watermark });
+  } catch {
+    // Properties failed too: the claim runs out by itself.
+  }
+}
+
+function exportRows(svc: MeterServices, run: string, nowMs: number, left: Claim | null): ExportResult {
+  const earlier = finishLeft(svc, run, nowMs, left);
   const plan = withScriptLock(
     svc,
     () => planExport(readAllRows(getEventsSheet(svc.spreadsheet)), readWatermark(svc), nowMs),
@@ -159,15 +203,42 @@ export function exportArchive(svc: MeterServices): ExportResult {
   if (plan.out.length > 0) {
     const folder = archiveFolder(svc);
     file = freeName(folder, `events_${new Date(utcDayStart(nowMs) - DAY_MS).toISOString().slice(0, 10)}`);
-    svc.properties.setProperty(PENDING_PROPERTY, JSON.stringify({ file, watermark: plan.watermark }));
+    writeClaim(svc, { run, since: nowMs, file, watermark: plan.watermark });
     folder.createFile(file, rowsToCsv(plan.out), 'text/csv');
   }
-  const watermark = withScriptLock(svc, () => commitWatermark(svc, plan.watermark), MAINTENANCE_LOCK_MS);
-  if (file) svc.properties.deleteProperty(PENDING_PROPERTY);
+  const watermark = withScriptLock(
+    svc,
+    () => {
+      const row = commitWatermark(svc, plan.watermark);
+      svc.properties.deleteProperty(CLAIM_PROPERTY);
+      return row;
+    },
+    MAINTENANCE_LOCK_MS,
+  );
   const where = watermark
     ? `watermark at row ${watermark}`
     : 'watermark unchanged: the last exported event is no longer in the tab (removed by hand?)';
   const message = `${earlier}${file ? `wrote ${plan.out.length} row(s) to ${file}` : 'no rows to export'}; ${where}${plan.notes.length ? `; ${plan.notes.join('; ')}` : ''}`;
-  svc.log(`exportArchive: ${message}`);
   return { file, rows: plan.out.length, watermark, message };
+}
+
+export function exportArchive(svc: MeterServices): ExportResult {
+  const nowMs = svc.now().getTime();
+  const run = svc.uuid();
+  const claim = withScriptLock(svc, () => takeClaim(svc, run, nowMs), MAINTENANCE_LOCK_MS);
+  let result: ExportResult;
+  if ('holder' in claim) {
+    const since = new Date(claim.holder.since).toISOString();
+    const message = `another export is running (since ${since}): this run did nothing; a run that stopped without letting go is taken over ${CLAIM_MS / 60_000} minutes after it started`;
+    result = { file: null, rows: 0, watermark: readWatermark(svc)?.row ?? 0, message };
+  } else {
+    try {
+      result = exportRows(svc, run, nowMs, claim.left);
+    } catch (e) {
+      letGo(svc, run);
+      throw e;
+    }
+  }
+  svc.log(`exportArchive: ${result.message}`);
+  return result;
 }

@@ -1,7 +1,7 @@
 // The archive export (exportArchive and doGet?action=export): the built bundle in node:vm.
 import { describe, expect, it } from 'vitest';
 import { CSV_HEADER } from '../../schema/event-record';
-import { SHEETS_CALL } from './fakes/calls';
+import { SHEETS_CALL, SHEETS_TIMEOUT } from './fakes/calls';
 import { callJson, webEvent, type FakePlatform, type FakeTextOutput } from './fakes/platform';
 import { SECRET, freshMeter, post } from './maintenance-setup';
 
@@ -81,5 +81,73 @@ describe('exportArchive and doGet export', () => {
         .lines.slice(1)
         .map((l) => l.split(',')[0]),
     ).toEqual(['d2']);
+  });
+
+  it('a run started while another writes its file (a manual run during the nightly one) exports nothing twice', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' }] });
+    platform.clock.set('2026-11-22T01:00:00Z');
+    let manual: unknown = null;
+    platform.calls.observe((name) => {
+      if (name !== 'Folder.createFile' || manual !== null) return;
+      manual = '';
+      platform.clock.advance(60_000);
+      manual = meter.exportArchive();
+    });
+    expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\) to events_2026-11-21\.csv; watermark at row 2/);
+    expect(manual).toMatch(/^another export is running \(since 2026-11-22T01:00:00\.000Z\): this run did nothing/);
+    expect(csvOf(platform).map((f) => f.name)).toEqual(['events_2026-11-21.csv']);
+    expect(meter.exportArchive()).toMatch(/no rows to export; watermark at row 2/);
+  });
+
+  it('overlapping runs that both fail half-way leave no row unexported (the watermark never passes a row no file holds)', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' }] });
+    platform.clock.set('2026-11-22T01:00:00Z');
+    let manual: unknown = null;
+    let inManual = false;
+    platform.calls.observe((name) => {
+      if (name !== 'Folder.createFile' || manual !== null) return;
+      manual = '';
+      // While the nightly run writes its file: a late row arrives, then a manual run that fails at its Drive write.
+      post(meter, { event_id: 'late', timestamp: '2026-11-21T20:00:00Z' });
+      inManual = true;
+      platform.calls.failAfter(
+        () => true,
+        (n) => inManual && n === 'Folder.createFile',
+      );
+      try {
+        manual = meter.exportArchive();
+      } catch (e) {
+        manual = e;
+      }
+      inManual = false;
+      platform.calls.failAfter(() => true, SHEETS_CALL); // then the nightly run's watermark move times out
+    });
+    expect(() => meter.exportArchive()).toThrow(SHEETS_TIMEOUT);
+    meter.exportArchive();
+    meter.exportArchive();
+    const exported = csvOf(platform).flatMap((f) => f.lines.slice(1).map((l) => l.split(',')[0]));
+    expect(new Set(exported)).toEqual(new Set(['d1', 'late']));
+  });
+
+  it('an export that died holding the claim (it could not let go) blocks for 30 minutes at most, then is finished', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' }] });
+    platform.clock.set('2026-11-22T01:00:00Z');
+    // The file is written; the watermark's move times out, and so does the run's letting go.
+    platform.calls.failAfter((name) => name === 'Folder.createFile');
+    platform.calls.failAfter(
+      (name) => name === 'Folder.createFile',
+      (name) => name === 'Properties.getProperty',
+    );
+    expect(() => meter.exportArchive()).toThrow(/timed out/);
+    platform.clock.set('2026-11-22T01:20:00Z');
+    expect(meter.exportArchive()).toMatch(/another export is running \(since 2026-11-22T01:00:00\.000Z\)/);
+    platform.clock.set('2026-11-22T01:30:00Z');
+    expect(meter.exportArchive()).toMatch(
+      /^finished the previous run \(events_2026-11-21\.csv was written.*no rows to export; watermark at row 2/,
+    );
+    expect(csvOf(platform).map((f) => f.name)).toEqual(['events_2026-11-21.csv']);
   });
 });
