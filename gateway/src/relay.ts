@@ -17,7 +17,8 @@ export function streamTransform(answer: Answer): StreamTransform {
   const { ctx } = answer.of;
   if (translated(answer)) return chatToResponses(ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model);
   if (answer.of.api === 'responses') return responsesPassthrough();
-  return chatPassthrough((ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true);
+  const wantsUsage = (ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true;
+  return chatPassthrough(wantsUsage, typeof ctx.body.n === 'number' ? ctx.body.n : 1);
 }
 
 /** A whole (non-streamed) answer's body for the client, and its usage for the meter. */

@@ -25,8 +25,14 @@ export interface StreamTransform {
   passes?(events: Buffer): boolean;
   /** The provider said the stream is complete. */
   done: boolean;
+  /**
+   * The provider ended its response normally without saying the stream is complete (no `done`):
+   * whether what came is a whole answer all the same. Absent: it is not. Never asked of a stream cut
+   * by a read error (a reset, the idle limit): that one broke, however far it got.
+   */
+  finished?(): boolean;
   usage: Usage | null;
-  /** Written once the stream is complete (a translation's closing events). */
+  /** Written once the stream is complete (a translation's closing events, the `[DONE]` a provider left out). */
   end?(): string;
   /** Written when the stream broke: the client must learn it, never a silent truncation. */
   broken(): string;
@@ -116,6 +122,8 @@ export async function relaySse(
   // burst of starts. A byte-order mark is stripped only at the stream's start (`started`).
   let started = false;
   let tooLarge = false;
+  /** The provider ended its response normally (not a failed read, not cut by us). */
+  let closed = false;
   let parser: EventSourceParser | null = null;
   let decoder: InstanceType<typeof TextDecoder> | null = null;
   const parse = (bytes: Buffer | null) => {
@@ -156,6 +164,7 @@ export async function relaySse(
       await feed(next.value);
     }
     if (!between) await parse(null);
+    closed = true;
   } catch (error) {
     // A failed read ends the relay; whether the stream broke is `transform.done`'s to say (below).
     // An event too large ends it too, the rest of the provider's stream given up (its connection cut).
@@ -168,8 +177,9 @@ export async function relaySse(
     }
   }
   // A read error after the provider said the stream is complete (a connection dropped after
-  // `[DONE]`, or an event too large after it) breaks nothing the client was owed.
-  const broken = !transform.done;
+  // `[DONE]`, or an event too large after it) breaks nothing the client was owed; nor does a
+  // response ended normally after a whole answer without saying so (servers that omit `[DONE]`).
+  const broken = !transform.done && !(closed && transform.finished?.() === true);
   if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
   const result = { usage: transform.usage, broken, tooLarge: broken && tooLarge };
   await beforeEnd?.(result);

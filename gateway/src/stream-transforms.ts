@@ -3,15 +3,19 @@
  * - chat, passed through: reads the final usage chunk for the meter and hides it from clients that
  *   did not ask for it (we add `stream_options.include_usage` upstream; a client whose code reads
  *   `choices[0]` of every chunk must not see an empty `choices`); complete at `[DONE]` (its own
- *   event, never text inside an answer) unless the provider sent an error inside the stream;
+ *   event, never text inside an answer) unless the provider sent an error inside the stream, or at
+ *   a normal end of the response once every choice asked for has its `finish_reason` (some
+ *   OpenAI-compatible servers send no `[DONE]`: the gateway writes it, as the client expects);
  * - responses, passed through: complete at `response.completed` / `incomplete`, a failure of the
  *   route at `response.failed`; the final event's `response.usage` is the meter's;
  * - responses translated from a chat stream (responses/stream.ts): opened with the first chunk (so
- *   the opening events name the provider's model, as the rest do), complete at `[DONE]` unless the
- *   provider reported an error in the stream; a broken one ends with the translation's `response.failed`.
+ *   the opening events name the provider's model, as the rest do), complete at `[DONE]` (or, as a
+ *   chat stream, at a normal end after the finish_reason) unless the provider reported an error in
+ *   the stream; a broken one ends with the translation's `response.failed`.
  */
 import type { EventSourceMessage } from 'eventsource-parser';
 import { chatStreamError } from './chat-stream-error';
+import { isObject } from './json-object';
 import { readUsage, type Usage } from './providers/adapter';
 import { ChatToResponsesStream, sseEvent } from './responses/stream';
 import type { ResponseIds } from './responses/ids';
@@ -29,33 +33,55 @@ function parse(data: string): Record<string, unknown> | null {
 
 const DONE = Buffer.from('[DONE]');
 const USAGE = Buffer.from('"usage"');
+const FINISH = Buffer.from('"finish_reason"');
 /** An `error` key (or a value "error": then `event` parses the chunk and finds no error; text has its quotes escaped). */
 const ERROR = Buffer.from('"error"');
+/** A choice that finished: its reason is a string (OpenAI's `"finish_reason":null` on every other chunk). */
+const FINISHED = /"finish_reason"\s*:\s*"/;
 
-/** No usage in these events but `"usage":null` (OpenAI's on every chunk of a stream that asked for it). */
-function noUsage(b: Buffer): boolean {
-  for (let i = b.indexOf(USAGE); i !== -1; i = b.indexOf(USAGE, i + USAGE.length)) {
-    const j = i + USAGE.length; // ":null"
+/** No `key` in these events but `"key":null` (OpenAI's usage and finish_reason on every chunk). */
+function onlyNull(b: Buffer, key: Buffer): boolean {
+  for (let i = b.indexOf(key); i !== -1; i = b.indexOf(key, i + key.length)) {
+    const j = i + key.length; // ":null"
     if (b[j] !== 0x3a || b[j + 1] !== 0x6e || b[j + 2] !== 0x75 || b[j + 3] !== 0x6c || b[j + 4] !== 0x6c) return false;
   }
   return true;
 }
 
-export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
+/** `choices`: how many the client asked for (`n`): each must finish for a stream without `[DONE]` to be whole. */
+export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamTransform {
   /** The provider reported an error inside its stream: the client saw it, the call failed. */
   let failed = false;
+  /** The choices that gave their finish_reason. */
+  const finished = new Set<number>();
+  /** An event after every choice finished that is not JSON: the response ended in the middle of it. */
+  let cut = false;
   return {
     done: false,
     usage: null as Usage | null,
-    // Neither the end, the usage chunk nor an error: `event` would write every one as it came.
+    // Neither the end, a finish, the usage chunk nor an error: `event` would write every one as it came.
     passes(events) {
-      return !this.done && events.indexOf(DONE) === -1 && noUsage(events) && events.indexOf(ERROR) === -1;
+      return (
+        !this.done && events.indexOf(DONE) === -1 && onlyNull(events, USAGE) && onlyNull(events, FINISH) && events.indexOf(ERROR) === -1
+      );
     },
     event(e) {
       if (e.data === '[DONE]') this.done = !failed;
-      // Most chunks carry neither usage nor an error: no parse at all.
-      const json = e.data !== '[DONE]' && (e.data.includes('"usage"') || e.data.includes('"error"')) ? parse(e.data) : null;
+      const whole = finished.size === choices;
+      const finishing = FINISHED.test(e.data);
+      // Most chunks carry neither usage, a finish nor an error: no parse at all. Past the finish
+      // every event is read (the usage chunk, at most): one cut short is no whole answer.
+      const read = e.data !== '[DONE]' && (whole || finishing || e.data.includes('"usage"') || e.data.includes('"error"'));
+      const json = read ? parse(e.data) : null;
+      if (read && whole && !json) cut = true;
       if (json && chatStreamError(json) !== null) failed = true;
+      if (json && finishing && Array.isArray(json.choices)) {
+        for (const c of json.choices as unknown[]) {
+          if (!isObject(c) || typeof c.finish_reason !== 'string' || !c.finish_reason) continue;
+          const index = c.index ?? 0;
+          if (typeof index === 'number' && Number.isInteger(index) && index >= 0 && index < choices) finished.add(index);
+        }
+      }
       const usage = json ? readUsage(json.usage) : null;
       if (usage) {
         this.usage = usage;
@@ -63,6 +89,11 @@ export function chatPassthrough(clientWantsUsage: boolean): StreamTransform {
         if (empty && !clientWantsUsage) return '';
       }
       return serialize(e);
+    },
+    finished: () => !failed && !cut && finished.size === choices,
+    // Only after a stream the provider ended without `[DONE]`: the client's SDK may wait for it.
+    end() {
+      return this.done ? '' : 'data: [DONE]\n\n';
     },
     broken: () =>
       failed
@@ -116,6 +147,8 @@ function responsesError(sequenceNumber: number): string {
 export function chatToResponses(request: Record<string, unknown>, ids: ResponseIds, called: string): StreamTransform {
   const translation = new ChatToResponsesStream(request, ids, called);
   const write = (events: Parameters<typeof sseEvent>[0][]) => events.map(sseEvent).join('');
+  /** An event after the finish that is not JSON: the response ended in the middle of it. */
+  let cut = false;
   return {
     done: false,
     get usage() {
@@ -128,8 +161,11 @@ export function chatToResponses(request: Record<string, unknown>, ids: ResponseI
         return '';
       }
       const chunk = parse(e.data);
+      if (!chunk && translation.finished) cut = true;
       return chunk ? write(translation.push(chunk)) : '';
     },
+    // The same rule as a chat stream passed through: a normal end after the finish_reason is whole.
+    finished: () => !translation.failed && !cut && translation.finished,
     end: () => write(translation.end()),
     // The translation's own response.failed (nothing when it already failed on a provider error).
     broken: () => write(translation.fail(INTERRUPTED)),

@@ -1156,6 +1156,30 @@ describe('through the gateway, translated for a chat-only route', () => {
     const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();
     expect(final).toMatchObject({ status: 'failed', output_text: 'Hello', output: [{ type: 'message', status: 'incomplete' }] });
   });
+
+  it('a chat stream the provider ends normally after its finish_reason, without [DONE]: response.completed, metered a success', async () => {
+    const usage = { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 2 } };
+    const answer = [chunk({ role: 'assistant', content: 'Hel' }), chunk({ content: 'lo' }, 'stop'), usage];
+    provider.next({ kind: 'raw-stream', pieces: [sse(answer, false)] });
+    const seen = await events();
+    expect(seen.map((e) => e.sequence_number)).toEqual(seen.map((_, i) => i));
+    expect(seen.at(-1)).toMatchObject({ type: 'response.completed', response: { status: 'completed', usage: { input_tokens: 9 } } });
+    expect(seen.some((e) => e.type === 'response.failed' || e.type === 'error')).toBe(false);
+    expect(await lastMeterEvent()).toMatchObject({ input_tokens: '9', output_tokens: '2', error_code: '' });
+    expect(gw.gateway.path.failover.routes[0].health.lastTwenty()).toEqual([1]);
+
+    // Cut after the finish_reason, by a reset or in the middle of the usage chunk: broken, as before.
+    const halfUsage = Buffer.from(`data: ${JSON.stringify(usage).slice(0, 30)}`);
+    for (const cut of [
+      { kind: 'raw-stream', pieces: [sse(answer, false)], reset: true },
+      { kind: 'raw-stream', pieces: [sse(answer.slice(0, 2), false), halfUsage] },
+    ] as const) {
+      provider.next({ ...cut, pieces: [...cut.pieces] });
+      const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();
+      expect(final).toMatchObject({ status: 'failed', output_text: 'Hello' });
+      expect((await lastMeterEvent()).error_code).toBe('STREAM_INTERRUPTED');
+    }
+  });
 });
 
 describe('a streamed Responses request run by the Cold worker', () => {

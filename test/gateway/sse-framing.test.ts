@@ -3,7 +3,7 @@
 // the meter the stream's usage, whatever the framing.
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { FakeProvider } from './fake-provider';
+import { FakeProvider, type Behaviour } from './fake-provider';
 import { chat, mapOf, startGateway, type TestGateway } from './harness';
 
 let hot: FakeProvider;
@@ -72,6 +72,56 @@ describe('stream framing', () => {
     expect(res.text).not.toContain('stream_interrupted');
     await gw.meter.flush();
     expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([['7', '1', '']]);
+  });
+
+  it('a provider that ends its response normally after every finish_reason but sends no [DONE]: complete, [DONE] added, usage metered', async () => {
+    const event = (value: object) => `data: ${JSON.stringify(value)}\n\n`;
+    const chunk = (choices: object[]) => event({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices });
+    const choice = (index: number, delta: object, finish: string | null = null) => ({ index, delta, finish_reason: finish });
+    const usage = event({
+      id: 'c',
+      object: 'chat.completion.chunk',
+      created: 1,
+      model: 'x',
+      choices: [],
+      usage: { prompt_tokens: 7, completion_tokens: 2 },
+    });
+    const hello = chunk([choice(0, { role: 'assistant', content: 'hi' })]);
+    const stop = chunk([choice(0, {}, 'stop')]); // a piece of its own: whole events in LF form, as most chunks are
+    const ask = (n?: number) =>
+      chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true }, n });
+    const route = () => gw.gateway.path.failover.routes[0];
+
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(hello), Buffer.from(stop), Buffer.from(usage)] });
+    expect((await ask()).text).toBe(hello + stop + usage + 'data: [DONE]\n\n'); // no error after a complete answer
+    // Two choices, both finished (in one chunk, or one after the other): complete too.
+    const both = chunk([choice(0, {}, 'stop'), choice(1, {}, 'length')]);
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(hello), Buffer.from(both)] });
+    expect((await ask(2)).text).toBe(hello + both + 'data: [DONE]\n\n');
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([
+      ['7', '2', ''],
+      ['0', '0', 'UNPRICED'], // complete, but it reported no usage
+    ]);
+    expect(route().health.lastTwenty()).toEqual([1, 1]);
+
+    // Still interrupted: ended before the finish_reason, before every choice's, in the middle of the
+    // usage chunk after it, or cut (a reset) after it.
+    const cuts: Behaviour[] = [
+      { kind: 'raw-stream', pieces: [Buffer.from(hello)] },
+      { kind: 'raw-stream', pieces: [Buffer.from(hello), Buffer.from(stop)] },
+      { kind: 'raw-stream', pieces: [Buffer.from(hello), Buffer.from(stop), Buffer.from(usage.slice(0, 40))] },
+      { kind: 'raw-stream', pieces: [Buffer.from(hello), Buffer.from(stop), Buffer.from(usage)], reset: true },
+    ];
+    for (const [i, cut] of cuts.entries()) {
+      hot.next(cut);
+      const res = await ask(i === 1 ? 2 : undefined);
+      expect(res.text).toContain('"code":"stream_interrupted"');
+      expect(res.text).not.toContain('[DONE]');
+    }
+    await gw.meter.flush();
+    expect(gw.events().map((e) => e.error_code.split('|')[0])).toEqual(['', 'UNPRICED', ...cuts.map(() => 'STREAM_INTERRUPTED')]);
+    expect(route().health.lastTwenty()).toEqual([1, 1, ...cuts.map(() => 0)]);
   });
 
   it('a chat stream with an error inside it is relayed as it came, then metered as a failure of the route', async () => {

@@ -101,6 +101,11 @@ export class ChatToResponsesStream {
     return this.chatUsage;
   }
 
+  /** Whether the provider gave the finish_reason of the answer (the one choice a translation reads). */
+  get finished(): boolean {
+    return this.finishReason !== null;
+  }
+
   /** Whether the response ended as failed (a provider error in the stream, or fail()). */
   get failed(): boolean {
     return this.hasFailed;
