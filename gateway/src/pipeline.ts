@@ -191,7 +191,7 @@ export class Pipeline {
       res.writeHead(answer.upstream.status, headers as Record<string, string>);
       // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
       const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer), undefined, (r) => {
-        const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : r.tooLarge ? 'EVENT_TOO_LARGE' : 'STREAM_INTERRUPTED';
+        const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
         answer.settle({ ok: !r.broken, usage: r.usage, code, relayMs: performance.now() - started });
         return answer.durable;
       });

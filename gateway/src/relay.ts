@@ -10,12 +10,14 @@ import { renameErrorParam } from './responses/error-param';
 import { readUsage, type Usage } from './providers/adapter';
 import type { StreamTransform } from './sse';
 import { chatPassthrough, chatToResponses, responsesPassthrough } from './stream-transforms';
+import { maxAnswerBytes } from './upstream';
 
 const translated = (answer: Answer) => answer.of.ctx.api === 'responses' && answer.of.api === 'chat';
 
 export function streamTransform(answer: Answer): StreamTransform {
   const { ctx } = answer.of;
-  if (translated(answer)) return chatToResponses(ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model);
+  if (translated(answer))
+    return chatToResponses(ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model, maxAnswerBytes());
   if (answer.of.api === 'responses') return responsesPassthrough();
   const wantsUsage = (ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true;
   return chatPassthrough(wantsUsage, typeof ctx.body.n === 'number' ? ctx.body.n : 1);

@@ -36,14 +36,23 @@ export interface StreamTransform {
   end?(): string;
   /** Written when the stream broke: the client must learn it, never a silent truncation. */
   broken(): string;
+  /**
+   * The transform gave the stream up as more than it may keep (a translation's output past the
+   * whole answer's limit), having written what tells the client: the relay reads no more, the
+   * provider's connection is cut, and the stream is broken.
+   */
+  readonly tooLarge?: boolean;
 }
 
 export interface RelayResult {
   usage: Usage | null;
   /** The provider's stream broke after it began (the client got an error event). */
   broken: boolean;
-  /** It broke on an event past MAX_EVENT_CHARS (`broken` too). */
-  tooLarge: boolean;
+  /**
+   * It broke on something too large (`broken` too), as the meter names it: an event past
+   * MAX_EVENT_CHARS, or an answer the transform would keep past its limit (`StreamTransform.tooLarge`).
+   */
+  tooLarge: 'EVENT_TOO_LARGE' | 'ANSWER_TOO_LARGE' | null;
 }
 
 /** An event as SSE text, LF line endings, multi-line data kept as several `data:` lines. */
@@ -78,8 +87,12 @@ function plainEvents(b: Buffer): boolean {
  */
 const MAX_EVENT_CHARS = 8 * 1024 * 1024;
 
-/** Thrown by the parser's feed when an event passes MAX_EVENT_CHARS. */
-class EventTooLarge extends Error {}
+/** Thrown by the parser's feed when an event passes MAX_EVENT_CHARS, or by `parse` when the transform gave up. */
+class TooLarge extends Error {
+  constructor(readonly code: NonNullable<RelayResult['tooLarge']>) {
+    super(code);
+  }
+}
 
 /** A client that reads nothing for this long is cut off (its stream would hold the provider's open). */
 const STALL_MS = 30_000;
@@ -121,7 +134,7 @@ export async function relaySse(
   // Made for the first chunk not written as it came: in most chat streams the last, after the
   // burst of starts. A byte-order mark is stripped only at the stream's start (`started`).
   let started = false;
-  let tooLarge = false;
+  let tooLarge: RelayResult['tooLarge'] = null;
   /** The provider ended its response normally (not a failed read, not cut by us). */
   let closed = false;
   let parser: EventSourceParser | null = null;
@@ -132,7 +145,7 @@ export async function relaySse(
         onEvent: (event) => (out += transform.event(event)),
         maxBufferSize: MAX_EVENT_CHARS,
         onError: (e) => {
-          if (e.type === 'max-buffer-size-exceeded') throw new EventTooLarge(e.message);
+          if (e.type === 'max-buffer-size-exceeded') throw new TooLarge('EVENT_TOO_LARGE');
         },
       });
       if (started) parser.feed('');
@@ -140,10 +153,12 @@ export async function relaySse(
     decoder ??= new TextDecoder();
     // null: the stream's end, where a last event without its blank line still counts.
     parser.feed(bytes ? decoder.decode(bytes, { stream: true }) : `${decoder.decode()}\n\n`);
-    if (!out) return;
     const chunk = out;
     out = '';
-    return send(chunk);
+    const sent = chunk ? send(chunk) : undefined;
+    // Given up after what it wrote for it (the translation's response.failed) went out.
+    if (transform.tooLarge) throw new TooLarge('ANSWER_TOO_LARGE');
+    return sent;
   };
   // All bytes so far ended with a blank line: the parser and the decoder hold nothing back.
   let between = true;
@@ -167,9 +182,9 @@ export async function relaySse(
     closed = true;
   } catch (error) {
     // A failed read ends the relay; whether the stream broke is `transform.done`'s to say (below).
-    // An event too large ends it too, the rest of the provider's stream given up (its connection cut).
-    if (error instanceof EventTooLarge) {
-      tooLarge = true;
+    // Something too large ends it too, the rest of the provider's stream given up (its connection cut).
+    if (error instanceof TooLarge) {
+      tooLarge = error.code;
       // The events parsed before it in the same chunk were counted by the transform: written first.
       if (out && !res.destroyed) void send(out);
       out = '';
@@ -181,7 +196,7 @@ export async function relaySse(
   // response ended normally after a whole answer without saying so (servers that omit `[DONE]`).
   const broken = !transform.done && !(closed && transform.finished?.() === true);
   if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
-  const result = { usage: transform.usage, broken, tooLarge: broken && tooLarge };
+  const result = { usage: transform.usage, broken, tooLarge: broken ? tooLarge : null };
   await beforeEnd?.(result);
   res.end();
   return result;

@@ -11,7 +11,8 @@
  * - responses translated from a chat stream (responses/stream.ts): opened with the first chunk (so
  *   the opening events name the provider's model, as the rest do), complete at `[DONE]` (or, as a
  *   chat stream, at a normal end after the finish_reason) unless the provider reported an error in
- *   the stream; a broken one ends with the translation's `response.failed`.
+ *   the stream; a broken one ends with the translation's `response.failed`, and so does one whose
+ *   output passes the whole answer's limit (the translation keeps it all for its final event).
  */
 import type { EventSourceMessage } from 'eventsource-parser';
 import { chatStreamError } from './chat-stream-error';
@@ -143,9 +144,17 @@ function responsesError(sequenceNumber: number): string {
   return `event: error\ndata: ${JSON.stringify(error)}\n\n`;
 }
 
-/** `called`: the model the gateway asked the provider for (the route's). */
-export function chatToResponses(request: Record<string, unknown>, ids: ResponseIds, called: string): StreamTransform {
-  const translation = new ChatToResponsesStream(request, ids, called);
+/**
+ * `called`: the model the gateway asked the provider for (the route's); `maxOutputBytes`: the output
+ * the translation may keep for its final event (past it, its response.failed and `tooLarge`).
+ */
+export function chatToResponses(
+  request: Record<string, unknown>,
+  ids: ResponseIds,
+  called: string,
+  maxOutputBytes = Infinity,
+): StreamTransform {
+  const translation = new ChatToResponsesStream(request, ids, called, maxOutputBytes);
   const write = (events: Parameters<typeof sseEvent>[0][]) => events.map(sseEvent).join('');
   /** An event after the finish that is not JSON: the response ended in the middle of it. */
   let cut = false;
@@ -153,6 +162,9 @@ export function chatToResponses(request: Record<string, unknown>, ids: ResponseI
     done: false,
     get usage() {
       return readUsage(translation.usage);
+    },
+    get tooLarge() {
+      return translation.tooLarge;
     },
     event(e) {
       if (e.data === '[DONE]') {

@@ -51,14 +51,19 @@ let multiplexed = false;
  * the OpenAI SDKs' default, is a quarter of that).
  */
 const MAX_ANSWER_BYTES = 256 * 1024 * 1024;
-let maxAnswerBytes = MAX_ANSWER_BYTES;
+let answerLimit = MAX_ANSWER_BYTES;
+
+/** The limit on a whole answer, which an answer kept whole from a stream (a Responses translation) is held to as well. */
+export function maxAnswerBytes(): number {
+  return answerLimit;
+}
 
 /** `idleMs` and `maxAnswerBytes` replace STREAM_IDLE_MS and MAX_ANSWER_BYTES (for tests). */
 export function configureUpstream(options: { connections: number | null; http2: boolean; idleMs?: number; maxAnswerBytes?: number }): void {
   const old = agent;
   agent = pool(options.connections, options.http2);
   streamIdleMs = options.idleMs ?? STREAM_IDLE_MS;
-  maxAnswerBytes = options.maxAnswerBytes ?? MAX_ANSWER_BYTES;
+  answerLimit = options.maxAnswerBytes ?? MAX_ANSWER_BYTES;
   multiplexed = options.http2;
   void old.close();
 }
@@ -158,13 +163,13 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
     const onCancel = () => (stop ? stop(new Error('cancelled')) : reject(new Error('cancelled')));
     cancel.once('abort', onCancel);
     const done = () => cancel.removeListener('abort', onCancel);
-    // A whole answer's chunk: past maxAnswerBytes the answer is refused once and its connection cut.
+    // A whole answer's chunk: past the limit the answer is refused once and its connection cut.
     const collect = (controller: Dispatcher.DispatchController, chunk: Buffer) => {
-      if (size > maxAnswerBytes) return; // refused already
+      if (size > answerLimit) return; // refused already
       size += chunk.length;
-      if (size <= maxAnswerBytes) return void chunks.push(chunk);
+      if (size <= answerLimit) return void chunks.push(chunk);
       chunks.length = 0;
-      const tooLarge = new UpstreamError(`answer larger than ${maxAnswerBytes} bytes`, 'ANSWER_TOO_LARGE');
+      const tooLarge = new UpstreamError(`answer larger than ${answerLimit} bytes`, 'ANSWER_TOO_LARGE');
       reject(tooLarge);
       controller.abort(tooLarge);
     };

@@ -1,6 +1,7 @@
 // A provider that misbehaves in size: an event that never ends, a whole answer of hundreds of MB,
 // headers that are huge or many. Each is a failure of the route, cut at a documented limit (the
 // provider's connection with it), never an answer buffered without bound.
+import type { ResponseFailedEvent, ResponseOutputMessage, ResponseOutputText } from 'openai/resources/responses/responses';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { configureUpstream } from '../../gateway/src/upstream';
 import { FakeProvider } from './fake-provider';
@@ -70,6 +71,49 @@ describe('a whole answer', () => {
     expect(hot.received).toHaveLength(1);
     await until('the provider to be hung up on', () => hot.cancelled === 1);
     expect(await errorCodes()).toEqual(['ANSWER_TOO_LARGE', '']);
+  });
+});
+
+describe('a Responses stream translated from a chat stream that never ends', () => {
+  // The translation keeps the whole output for its final event, so it is held to the whole answer's limit.
+  let chatOnly: TestGateway;
+  beforeEach(async () => {
+    configureUpstream({ connections: null, http2: false, maxAnswerBytes: MiB });
+    chatOnly = await startGateway({ ...mapOf([]), hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url, apis: ['chat'] }] });
+  });
+  afterEach(async () => {
+    await chatOnly.close();
+    configureUpstream({ connections: null, http2: false });
+  });
+
+  it('past the limit ends with response.failed, the provider hung up on, metered ANSWER_TOO_LARGE as a failure of the route', async () => {
+    const chunk = (delta: object) =>
+      Buffer.from(
+        `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`,
+      );
+    // Well-formed chunks of 16 KiB of text, 64 MiB if nothing stops it.
+    hot.always({
+      kind: 'raw-stream',
+      pieces: [chunk({ role: 'assistant', content: '' })],
+      repeat: { piece: chunk({ content: 'x'.repeat(16 * 1024) }), times: 4096 },
+    });
+    const res = await fetch(`${chatOnly.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hi', stream: true }),
+    });
+    const text = await res.text();
+    expect(text.length).toBeLessThan(8 * MiB); // the deltas up to the limit, and the output kept in the last event
+    const last = JSON.parse(text.trimEnd().split('\n').at(-1)!.slice('data: '.length)) as ResponseFailedEvent;
+    expect(last).toMatchObject({ type: 'response.failed', response: { status: 'failed', error: { code: 'server_error' } } });
+    expect(last.response.error!.message).toContain(`${MiB} bytes`);
+    const kept = (last.response.output[0] as ResponseOutputMessage).content[0] as ResponseOutputText;
+    expect(kept.text.length).toBeGreaterThan(MiB - 16 * 1024);
+    expect(kept.text.length).toBeLessThanOrEqual(MiB + 16 * 1024);
+    await until('the provider to be hung up on', () => hot.cancelled === 1);
+    await chatOnly.meter.flush();
+    expect(chatOnly.events().map((e) => e.error_code)).toEqual(['ANSWER_TOO_LARGE']);
+    expect(chatOnly.gateway.path.failover.routes[0].health.lastTwenty()).toEqual([0]);
   });
 });
 

@@ -688,6 +688,26 @@ describe('ChatToResponsesStream', () => {
     expect(stream.push(chunked({ text: 'more' })[1])).toEqual([]);
   });
 
+  it('fails once the output it keeps passes its limit, calls without arguments counted too', () => {
+    const base = { id: 'c', object: 'chat.completion.chunk', created: 1, model: PROVIDER_MODEL };
+    const call = (index: number) => ({ ...base, choices: [{ index: 0, delta: { tool_calls: [{ index }] }, finish_reason: null }] });
+    const stream = new ChatToResponsesStream(REQUEST, IDS, undefined, 4096);
+    const events: ResponseStreamEvent[] = [];
+    for (let i = 0; i < 1000 && !stream.failed; i++) events.push(...stream.push(call(i)));
+    expect(stream.tooLarge).toBe(true);
+    expect(events.filter((e) => e.type === 'response.output_item.added').length).toBeLessThan(100);
+    expect(events.at(-1)).toMatchObject({
+      type: 'response.failed',
+      response: { error: { message: 'the answer is larger than 4096 bytes' } },
+    });
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+    expect(stream.end()).toEqual([]);
+    // Under the limit, an answer completes as ever.
+    const small = new ChatToResponsesStream(REQUEST, IDS, undefined, 4096);
+    const done = [...chunked({ text: 'Hello there' }).flatMap((c) => small.push(c)), ...small.end()];
+    expect([small.tooLarge, done.at(-1)!.type]).toEqual([false, 'response.completed']);
+  });
+
   it('writes each event as a named SSE event', () => {
     const [created] = new ChatToResponsesStream(REQUEST, IDS).start();
     const text = sseEvent(created);

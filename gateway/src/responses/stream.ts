@@ -20,6 +20,10 @@
  * content part of the message. Arguments a provider sends for a call after the next call began
  * (chat streams them one after another; none is known to interleave) are kept for the final
  * response without events. The usage-only chunk is absorbed; `usage` gives it to the meter.
+ *
+ * The whole output is kept for the final event, so it is held to a limit (`maxOutputBytes`, the
+ * gateway's limit on a whole answer): past it the response fails (`tooLarge`), as a whole answer
+ * that large is refused, rather than kept growing for a provider whose stream never ends.
  */
 import type {
   Response,
@@ -83,6 +87,9 @@ export class ChatToResponsesStream {
   private finishReason: unknown = null;
   private chatUsage: ChatUsage | null = null;
   private readonly items: Array<MessageState | CallState> = [];
+  /** The bytes of output kept: text, refusals, call names and arguments (UTF-8), each item and part as first shown (JSON). */
+  private kept = 0;
+  private overLimit = false;
   private readonly calls = new Map<number | string, CallState>();
   /** The item still open (at most one: an item is closed when the next begins). */
   private open: MessageState | CallState | null = null;
@@ -92,6 +99,7 @@ export class ChatToResponsesStream {
     private readonly request: Record<string, unknown>,
     private readonly ids: ResponseIds,
     called = requestedModel(request),
+    private readonly maxOutputBytes = Infinity,
   ) {
     this.model = called;
   }
@@ -104,6 +112,11 @@ export class ChatToResponsesStream {
   /** Whether the provider gave the finish_reason of the answer (the one choice a translation reads). */
   get finished(): boolean {
     return this.finishReason !== null;
+  }
+
+  /** Whether the response failed because its output passed `maxOutputBytes`. */
+  get tooLarge(): boolean {
+    return this.overLimit;
   }
 
   /** Whether the response ended as failed (a provider error in the stream, or fail()). */
@@ -144,6 +157,10 @@ export class ChatToResponsesStream {
     if (typeof delta.refusal === 'string' && delta.refusal) this.text(out, 'refusal', delta.refusal);
     if (Array.isArray(delta.tool_calls)) delta.tool_calls.forEach((call, position) => this.toolCall(out, call, position));
     if (choice.finish_reason) this.finishReason = choice.finish_reason;
+    if (this.kept > this.maxOutputBytes) {
+      this.overLimit = true;
+      out.push(...this.fail(`the answer is larger than ${this.maxOutputBytes} bytes`));
+    }
     return out;
   }
 
@@ -190,9 +207,11 @@ export class ChatToResponsesStream {
     const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
     if (part.type === 'output_text') {
       part.text += delta;
+      this.kept += Buffer.byteLength(delta);
       this.emit(out, { type: 'response.output_text.delta', ...at, delta, logprobs: [] });
     } else {
       part.refusal += delta;
+      this.kept += Buffer.byteLength(delta);
       this.emit(out, { type: 'response.refusal.delta', ...at, delta });
     }
   }
@@ -211,7 +230,7 @@ export class ChatToResponsesStream {
     };
     this.items.push(message);
     this.open = message;
-    this.emit(out, { type: 'response.output_item.added', output_index: outputIndex, item: this.item(message) });
+    this.emit(out, { type: 'response.output_item.added', output_index: outputIndex, item: this.shown(message) });
     return message;
   }
 
@@ -223,6 +242,7 @@ export class ChatToResponsesStream {
     message.parts.push(part);
     message.partOpen = true;
     const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
+    this.kept += JSON.stringify(part).length;
     this.emit(out, { type: 'response.content_part.added', ...at, part: copy(part) });
     return part;
   }
@@ -264,12 +284,14 @@ export class ChatToResponsesStream {
       this.items.push(call);
       this.calls.set(key, call);
       this.open = call;
-      this.emit(out, { type: 'response.output_item.added', output_index: outputIndex, item: this.item(call) });
+      this.emit(out, { type: 'response.output_item.added', output_index: outputIndex, item: this.shown(call) });
     } else if (!call.name && typeof fn.name === 'string') {
       call.name = fn.name; // a provider that names the function after its first delta
+      this.kept += Buffer.byteLength(fn.name);
     }
     if (typeof fn.arguments !== 'string' || !fn.arguments) return;
     call.arguments += fn.arguments;
+    this.kept += Buffer.byteLength(fn.arguments);
     if (this.open === call) {
       this.emit(out, {
         type: 'response.function_call_arguments.delta',
@@ -293,6 +315,13 @@ export class ChatToResponsesStream {
     }
     item.status = status;
     this.emit(out, { type: 'response.output_item.done', output_index: item.outputIndex, item: this.item(item) });
+  }
+
+  /** A new item as its output_item.added shows it, counted as kept. */
+  private shown(state: MessageState | CallState): ResponseOutputItem {
+    const item = this.item(state);
+    this.kept += JSON.stringify(item).length;
+    return item;
   }
 
   /** An item as the Responses API shows it, a fresh object each time (events may be kept and sent later). */
