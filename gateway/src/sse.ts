@@ -28,7 +28,8 @@ export interface StreamTransform {
   /**
    * The provider ended its response normally without saying the stream is complete (no `done`):
    * whether what came is a whole answer all the same. Absent: it is not. Never asked of a stream cut
-   * by a read error (a reset, the idle limit): that one broke, however far it got.
+   * by a read error (a reset, the idle limit): that one broke, however far it got; nor of one that
+   * ended a few bytes into an event none of which came to `event` (`da`, an `event:` line alone).
    */
   finished?(): boolean;
   usage: Usage | null;
@@ -94,6 +95,23 @@ class TooLarge extends Error {
   }
 }
 
+/** A blank line in any of the format's line endings (LF, CRLF, CR): the end of an event. */
+const BLANK_LINE = /(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r(?!\n)|\n)/g;
+
+/**
+ * Whether text ends inside an event of which nothing was dispatched: what follows its last blank
+ * line is more than line breaks and comments (a field name cut short, an `event:` line whose data
+ * never came).
+ */
+function endsInsideEvent(text: string): boolean {
+  let from = 0;
+  for (const m of text.matchAll(BLANK_LINE)) from = m.index + m[0].length;
+  return text
+    .slice(from)
+    .split(/\r\n|\r|\n/)
+    .some((line) => line !== '' && !line.startsWith(':'));
+}
+
 /** A client that reads nothing for this long is cut off (its stream would hold the provider's open). */
 const STALL_MS = 30_000;
 
@@ -137,12 +155,20 @@ export async function relaySse(
   let tooLarge: RelayResult['tooLarge'] = null;
   /** The provider ended its response normally (not a failed read, not cut by us). */
   let closed = false;
+  /** The provider ended its response inside an event that never came (no data of it dispatched). */
+  let fragment = false;
+  /** Events the parser gave the transform, and the text of the last chunk it was fed. */
+  let dispatched = 0;
+  let lastText = '';
   let parser: EventSourceParser | null = null;
   let decoder: InstanceType<typeof TextDecoder> | null = null;
   const parse = (bytes: Buffer | null) => {
     if (!parser) {
       parser = createParser({
-        onEvent: (event) => (out += transform.event(event)),
+        onEvent: (event) => {
+          dispatched++;
+          out += transform.event(event);
+        },
         maxBufferSize: MAX_EVENT_CHARS,
         onError: (e) => {
           if (e.type === 'max-buffer-size-exceeded') throw new TooLarge('EVENT_TOO_LARGE');
@@ -152,7 +178,14 @@ export async function relaySse(
     }
     decoder ??= new TextDecoder();
     // null: the stream's end, where a last event without its blank line still counts.
-    parser.feed(bytes ? decoder.decode(bytes, { stream: true }) : `${decoder.decode()}\n\n`);
+    if (bytes) parser.feed((lastText = decoder.decode(bytes, { stream: true })));
+    else {
+      const before = dispatched;
+      const tail = decoder.decode();
+      parser.feed(`${tail}\n\n`);
+      // Cut a few bytes into the next event (`da`, `event: message`): nothing of it reached the transform.
+      fragment = dispatched === before && endsInsideEvent(lastText + tail);
+    }
     const chunk = out;
     out = '';
     const sent = chunk ? send(chunk) : undefined;
@@ -194,7 +227,7 @@ export async function relaySse(
   // A read error after the provider said the stream is complete (a connection dropped after
   // `[DONE]`, or an event too large after it) breaks nothing the client was owed; nor does a
   // response ended normally after a whole answer without saying so (servers that omit `[DONE]`).
-  const broken = !transform.done && !(closed && transform.finished?.() === true);
+  const broken = !transform.done && !(closed && !fragment && transform.finished?.() === true);
   if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
   const result = { usage: transform.usage, broken, tooLarge: broken ? tooLarge : null };
   await beforeEnd?.(result);

@@ -124,6 +124,28 @@ describe('stream framing', () => {
     expect(route().health.lastTwenty()).toEqual([1, 1, ...cuts.map(() => 0)]);
   });
 
+  it('a stream the provider ends normally a few bytes into the event after the finish_reason (no data line yet) is interrupted', async () => {
+    const event = (value: object) => `data: ${JSON.stringify(value)}\n\n`;
+    const chunk = (choices: object[]) => event({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices });
+    const hello = chunk([{ index: 0, delta: { role: 'assistant', content: 'hi' }, finish_reason: null }]);
+    const stop = chunk([{ index: 0, delta: {}, finish_reason: 'stop' }]);
+    // The usage chunk cut after `d`, `dat`, or its field name and a CR line break: no event was ever dispatched for it.
+    const tails = ['d', 'dat', 'event: message\n', 'data\r'];
+    for (const tail of tails) {
+      hot.next({ kind: 'raw-stream', pieces: [Buffer.from(hello), Buffer.from(stop), Buffer.from(tail)] });
+      const res = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+      expect(res.text, JSON.stringify(tail)).toContain('"code":"stream_interrupted"');
+      expect(res.text).not.toContain('[DONE]');
+    }
+    // A whole answer followed by nothing but line breaks (CRLF framing's last blank line) is still whole.
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(hello), Buffer.from(stop), Buffer.from('\r\n')] });
+    expect((await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true })).text).toBe(
+      hello + stop + 'data: [DONE]\n\n',
+    );
+    await gw.meter.flush();
+    expect(gw.events().map((e) => e.error_code.split('|')[0])).toEqual([...tails.map(() => 'STREAM_INTERRUPTED'), 'UNPRICED']);
+  });
+
   it('a chat stream with an error inside it is relayed as it came, then metered as a failure of the route', async () => {
     const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'an "error": not one' }, finish_reason: null }] })}\n\n`;
     const error = `data: ${JSON.stringify({ error: { message: 'Upstream overloaded', type: 'server_error', code: 503 } })}\n\n`;
