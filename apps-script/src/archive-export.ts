@@ -222,22 +222,24 @@ function exportRows(svc: MeterServices, run: string, nowMs: number, left: Claim 
   return { file, rows: plan.out.length, watermark, message };
 }
 
+/** What a run that found the claim held says: it did nothing. */
+function busy(svc: MeterServices, since: number): ExportResult {
+  const message = `another export is running (since ${new Date(since).toISOString()}): this run did nothing; a run that stopped without letting go is taken over ${CLAIM_MS / 60_000} minutes after it started`;
+  return { file: null, rows: 0, watermark: readWatermark(svc)?.row ?? 0, message };
+}
+
 export function exportArchive(svc: MeterServices): ExportResult {
   const nowMs = svc.now().getTime();
   const run = svc.uuid();
-  const claim = withScriptLock(svc, () => takeClaim(svc, run, nowMs), MAINTENANCE_LOCK_MS);
   let result: ExportResult;
-  if ('holder' in claim) {
-    const since = new Date(claim.holder.since).toISOString();
-    const message = `another export is running (since ${since}): this run did nothing; a run that stopped without letting go is taken over ${CLAIM_MS / 60_000} minutes after it started`;
-    result = { file: null, rows: 0, watermark: readWatermark(svc)?.row ?? 0, message };
-  } else {
-    try {
-      result = exportRows(svc, run, nowMs, claim.left);
-    } catch (e) {
-      letGo(svc, run);
-      throw e;
-    }
+  try {
+    // Taken inside the try: a claim written whose reply was lost (Properties timed out after the
+    // write) is let go like any other, not held for CLAIM_MS by a run that did nothing.
+    const claim = withScriptLock(svc, () => takeClaim(svc, run, nowMs), MAINTENANCE_LOCK_MS);
+    result = 'holder' in claim ? busy(svc, claim.holder.since) : exportRows(svc, run, nowMs, claim.left);
+  } catch (e) {
+    letGo(svc, run);
+    throw e;
   }
   svc.log(`exportArchive: ${result.message}`);
   return result;

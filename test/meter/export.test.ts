@@ -131,6 +131,17 @@ describe('exportArchive and doGet export', () => {
     expect(new Set(exported)).toEqual(new Set(['d1', 'late']));
   });
 
+  it('a run whose claim was written but whose reply was lost lets go: the next run, a minute later, exports', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' }] });
+    platform.clock.set('2026-11-22T01:00:00Z');
+    platform.calls.loseReply((name, key) => name === 'Properties.setProperty' && key === 'EXPORT_IN_PROGRESS');
+    expect(() => meter.exportArchive()).toThrow(/server error/);
+    platform.clock.advance(60_000);
+    expect(meter.exportArchive()).toMatch(/^wrote 1 row\(s\) to events_2026-11-21\.csv; watermark at row 2/);
+    expect(csvOf(platform).map((f) => f.name)).toEqual(['events_2026-11-21.csv']);
+  });
+
   it('an export that died holding the claim (it could not let go) blocks for 30 minutes at most, then is finished', () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
     post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' }] });

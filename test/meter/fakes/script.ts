@@ -58,6 +58,7 @@ export class FakeProperties {
     this.calls.count('Properties.setProperty');
     if (typeof value !== 'string') throw new Error('Property values must be strings.');
     this.store.set(key, value);
+    this.calls.done('Properties.setProperty', key); // the key as the call's second name
     return this;
   }
   deleteProperty(key: string) {
