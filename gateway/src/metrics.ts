@@ -13,32 +13,27 @@ export class GatewayMetrics {
   readonly unpriced: Counter<'route'>;
 
   // Children by label values, made once: looking a label set up on every call costs more than
-  // the count itself on the hot path.
-  private readonly children = new Map<string, { inc(): void } | { observe(v: number): void }>();
-
-  private child<T>(key: string, make: () => T): T {
-    let c = this.children.get(key) as T | undefined;
-    if (c === undefined) {
-      c = make();
-      this.children.set(key, c as { inc(): void });
-    }
-    return c;
-  }
+  // the count itself on the hot path. Kept in maps by each value (strings the request already
+  // holds), not by a key made of them: a made key is a new string to build and hash every call.
+  private readonly callChildren = new Map<string, Map<string, { inc(): void }>>();
+  private readonly latencyChildren = new Map<string, { observe(v: number): void }>();
+  private readonly requestChildren = new Map<string, Map<number | string, { inc(): void }>>();
+  private readonly unpricedChildren = new Map<string, { inc(): void }>();
 
   /** One provider call by route and outcome, with its latency. */
   countCall(route: string, outcome: string, seconds: number): void {
-    this.child(`c\0${route}\0${outcome}`, () => this.calls.labels(route, outcome)).inc();
-    this.child(`l\0${route}`, () => this.latency.labels(route)).observe(seconds);
+    child2(this.callChildren, route, outcome, () => this.calls.labels(route, outcome)).inc();
+    child(this.latencyChildren, route, () => this.latency.labels(route)).observe(seconds);
   }
 
   /** One chat request by the tier that answered and the HTTP status. */
   countRequest(tier: string, status: number | string): void {
-    this.child(`r\0${tier}\0${status}`, () => this.requests.labels(tier, String(status))).inc();
+    child2(this.requestChildren, tier, status, () => this.requests.labels(tier, String(status))).inc();
   }
 
   /** One answered call whose model has no known price (its event carries UNPRICED). */
   countUnpriced(route: string): void {
-    this.child(`u\0${route}`, () => this.unpriced.labels(route)).inc();
+    child(this.unpricedChildren, route, () => this.unpriced.labels(route)).inc();
   }
 
   /** `routes`: the routes in force now (a reload of the routing map replaces them). */
@@ -90,4 +85,16 @@ export class GatewayMetrics {
       },
     });
   }
+}
+
+function child<K, T>(children: Map<K, T>, key: K, make: () => T): T {
+  let c = children.get(key);
+  if (c === undefined) children.set(key, (c = make()));
+  return c;
+}
+
+function child2<K1, K2, T>(children: Map<K1, Map<K2, T>>, a: K1, b: K2, make: () => T): T {
+  let inner = children.get(a);
+  if (inner === undefined) children.set(a, (inner = new Map()));
+  return child(inner, b, make);
 }
