@@ -6,10 +6,13 @@
  * number >= 0 counts as 0 (rounded to whole tokens otherwise), a reported cost that is not one is
  * ignored (the price list decides). A call with usage but no known price, or a complete answer
  * that reported no usage at all, carries an empty cost and `UNPRICED` in error_code (after its own code, `STREAM_INTERRUPTED|UNPRICED`), as the meter counts
- * them; the gateway counts them too (/metrics gateway_unpriced_calls_total, /health).
+ * them; the gateway counts them too (/metrics gateway_unpriced_calls_total, /health). A call whose
+ * usage is an estimate (a stream cut on our side, cut-estimate.ts) is marked `ESTIMATED` before that
+ * (`CLIENT_CLOSED|ESTIMATED`).
  */
 import { randomUUID } from 'node:crypto';
 import { COST_LIMIT_USD, MAX_COUNT, type EventRecord } from '../../schema/event-record';
+import { markEstimated } from '../../schema/estimated';
 import { markUnpriced } from '../../schema/unpriced';
 import { costUsd } from './pricing';
 import type { Usage } from './providers/adapter';
@@ -28,6 +31,8 @@ export interface CallFacts {
   answered?: boolean;
   /** '' for a success; the failure class or HTTP status otherwise. */
   errorCode: string;
+  /** `usage` is an estimate, not the provider's figures: marked ESTIMATED (schema/estimated.ts). */
+  estimated?: boolean;
   /** The spend-cap routing decision the call was made under (`n/a` when none applied). */
   decision?: string;
   reviewRequired?: boolean;
@@ -82,7 +87,7 @@ export class CallMeter {
     const usage = f.usage ? checked(f.usage) : null;
     const priced = usage ? costUsd(f.provider, f.model, usage, this.warn) : f.answered ? this.noUsage(f) : 0;
     const cost = priced === null || money(priced) ? priced : null; // a price past the record's limit is no price
-    let errorCode = f.errorCode;
+    let errorCode = f.estimated ? markEstimated(f.errorCode) : f.errorCode;
     if (cost === null) {
       const route = f.route ?? `${f.provider}:${f.model}`;
       this.unpriced.set(route, (this.unpriced.get(route) ?? 0) + 1);

@@ -18,6 +18,8 @@ export interface Settlement {
   code?: string;
   /** Time spent relaying after the first byte, added to the call's latency. */
   relayMs?: number;
+  /** `usage` is an estimate (a stream cut on our side before the provider reported its usage). */
+  estimated?: boolean;
 }
 
 /** What an answer needs to settle itself, and which provider API answered. */
@@ -67,6 +69,7 @@ export class Answer {
       // A failed or cut-off call is flagged by its code already; a complete one without usage is not.
       answered: s.ok,
       errorCode: code,
+      estimated: s.estimated,
       decision: this.of.decision,
     });
   }

@@ -25,6 +25,7 @@ import { routeHeaders } from './route-headers';
 import { fallbackVariant, type Scopes } from './scopes';
 import { refusalBody, streamTransform, wholeAnswer } from './relay';
 import { relaySse } from './sse';
+import { estimateUsage } from './cut-estimate';
 
 /** Why a request goes to the Cold queue, and how. */
 export interface QueueReason {
@@ -185,7 +186,11 @@ export class Pipeline {
     sendJson(res, timeUp ? 504 : 503, error, routeHeaders('cold', 'none', 'none', outcome.attempts));
   }
 
-  /** A stream cut by the provider counts against the route; one our client hung up on does not. */
+  /**
+   * A stream cut by the provider counts against the route; one our client hung up on does not. One
+   * cut on our side (the client gone, or given up as too large) before the provider reported its
+   * usage is billed all the same: metered with an estimate, marked ESTIMATED (cut-estimate.ts).
+   */
   private async relayStream(answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel): Promise<Served> {
     headers['content-type'] = 'text/event-stream; charset=utf-8';
     headers['cache-control'] = 'no-cache';
@@ -194,12 +199,15 @@ export class Pipeline {
       // Sent with the first event (relaySse): one write, not two, per stream started.
       res.writeHead(answer.upstream.status, headers as Record<string, string>);
       // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
+      let usage: Usage | null = null;
       const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer), undefined, (r) => {
         const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
-        answer.settle({ ok: !r.broken, usage: r.usage, code, relayMs: performance.now() - started });
+        const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
+        usage = estimated ? estimateUsage(answer.of.ctx.body, r.text) : r.usage;
+        answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });
         return answer.durable;
       });
-      this.spent(answer.of.ctx, relay.usage);
+      this.spent(answer.of.ctx, usage);
       return relay.broken ? 'broken' : 'complete';
     } finally {
       // Whatever went wrong on the way, the call is settled once (a stream's breaker ticket, a

@@ -11,6 +11,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
+import { GeneratedText } from './cut-estimate';
 import type { Usage } from './providers/adapter';
 
 /** How one API's stream is relayed: what to write per event, when it is complete, its usage. */
@@ -54,6 +55,8 @@ export interface RelayResult {
    * MAX_EVENT_CHARS, or an answer the transform would keep past its limit (`StreamTransform.tooLarge`).
    */
   tooLarge: 'EVENT_TOO_LARGE' | 'ANSWER_TOO_LARGE' | null;
+  /** The generated text of the provider's events, counted as they came (a cut stream's estimate, cut-estimate.ts). */
+  text: GeneratedText;
 }
 
 /** An event as SSE text, LF line endings, multi-line data kept as several `data:` lines. */
@@ -153,6 +156,7 @@ export async function relaySse(
   // burst of starts. A byte-order mark is stripped only at the stream's start (`started`).
   let started = false;
   let tooLarge: RelayResult['tooLarge'] = null;
+  const text = new GeneratedText();
   /** The provider ended its response normally (not a failed read, not cut by us). */
   let closed = false;
   /** The provider ended its response inside an event that never came (no data of it dispatched). */
@@ -196,6 +200,7 @@ export async function relaySse(
   // All bytes so far ended with a blank line: the parser and the decoder hold nothing back.
   let between = true;
   const feed = (bytes: Buffer) => {
+    text.scan(bytes);
     const asItCame = between && !out && transform.passes !== undefined && plainEvents(bytes) && transform.passes(bytes);
     between = bytes.length > 1 && bytes[bytes.length - 1] === LF && bytes[bytes.length - 2] === LF;
     const sent = asItCame ? send(bytes) : parse(bytes);
@@ -229,7 +234,7 @@ export async function relaySse(
   // response ended normally after a whole answer without saying so (servers that omit `[DONE]`).
   const broken = !transform.done && !(closed && !fragment && transform.finished?.() === true);
   if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
-  const result = { usage: transform.usage, broken, tooLarge: broken ? tooLarge : null };
+  const result = { usage: transform.usage, broken, tooLarge: broken ? tooLarge : null, text };
   await beforeEnd?.(result);
   res.end();
   return result;

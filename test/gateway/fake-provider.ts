@@ -23,6 +23,7 @@ export type Behaviour =
    * An event stream written as these exact pieces, a pause after each (so they arrive apart); `reset`: the connection then dropped, not ended.
    * `repeat`: then `piece` written `times` times, or without end (until the caller hangs up), as fast as it is read.
    * `type`: another content-type (`application/json`: a whole answer); `headers`: more response headers.
+   * `hold`: after the pieces, nothing more until the caller hangs up (a model still generating).
    */
   | {
       kind: 'raw-stream';
@@ -32,6 +33,7 @@ export type Behaviour =
       repeat?: { piece: Buffer; times?: number };
       type?: string;
       headers?: Record<string, string>;
+      hold?: boolean;
     }
   | {
       kind: 'stream';
@@ -144,6 +146,10 @@ export class FakeProvider {
           await new Promise((r) => setTimeout(r, b.gapMs ?? 5));
         }
         if (b.repeat && !(await this.repeat(res, b.repeat.piece, b.repeat.times ?? Infinity))) return;
+        if (b.hold) {
+          if (!res.destroyed) await new Promise((r) => res.once('close', r));
+          return;
+        }
         if (b.reset) res.socket?.destroy();
         else res.end();
         return;

@@ -77,3 +77,24 @@ describe('calls without a price', () => {
     expect(mail.htmlBody).toContain('3 calls without a price in the last 7 days');
   });
 });
+
+describe('calls with an estimated cost (a stream cut on the gateway side, schema/estimated.ts)', () => {
+  it('are stored as sent, their cost counts towards the caps, and they are not calls without a price', () => {
+    const platform = new FakePlatform();
+    platform.clock.set('2026-11-22T12:00:00Z');
+    const meter = loadBundle(platform);
+    meter.setup();
+    platform.properties.setProperty('SECRET_TOKEN', SECRET);
+    const event = { event_id: 'cut', cost_usd: 2.5, input_tokens: 900, output_tokens: 40, error_code: 'CLIENT_CLOSED|ESTIMATED' };
+    expect(callJson(meter, 'doPost', { token: SECRET }, { events: [event] })).toMatchObject({ ok: true, appended: 1 });
+    const row = platform.spreadsheet.tab('events')!.data.find((r) => r[0] === 'cut')!;
+    expect(['cost_usd', 'error_code'].map((f) => row[EVENT_FIELDS.indexOf(f as never)])).toEqual([2.5, 'CLIENT_CLOSED|ESTIMATED']);
+    const config = platform.spreadsheet.tab('Config')!.data;
+    config.find((r) => r[0] === 'SLACK_WEBHOOK_URL')![1] = WEBHOOK;
+    config.find((r) => r[0] === 'DAILY_CAP_USD')![1] = 1;
+    meter.checkSpendCaps();
+    const [alert] = platform.urlFetch.payloads(WEBHOOK);
+    expect(alert.text).toContain('Today: $2.5000 of $1.00 daily cap');
+    expect(alert.text).not.toContain('without a price');
+  });
+});

@@ -1,0 +1,215 @@
+// A stream the client hangs up on is still billed by the provider: the whole prompt, and the tokens
+// it generated before the cut. Its meter event carries the provider's usage when it came before
+// the cut, else an estimate marked ESTIMATED (never a silent $0); a stream the provider cut keeps
+// its metering.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { GeneratedText } from '../../gateway/src/cut-estimate';
+import { costUsd } from '../../gateway/src/pricing';
+import { FakeProvider } from './fake-provider';
+import { mapOf, startGateway, type TestGateway } from './harness';
+
+let hot: FakeProvider;
+let gw: TestGateway | undefined;
+beforeEach(async () => {
+  hot = await new FakeProvider().start();
+});
+afterEach(async () => {
+  await gw?.close();
+  gw = undefined;
+  await hot.stop();
+});
+
+const chunk = (delta: object, extra: object = {}) =>
+  `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-mini', choices: [{ index: 0, delta, finish_reason: null }], ...extra })}\n\n`;
+/** A chat stream still generating: a role chunk, three pieces of text (17 bytes), then nothing until the caller hangs up. */
+const GENERATING = [
+  chunk({ role: 'assistant', content: '' }),
+  chunk({ content: 'Hello' }),
+  chunk({ content: ' world' }),
+  chunk({ content: ' again' }),
+];
+const PROMPT = 'Tell me a story about a lighthouse keeper and the sea, in three short paragraphs.';
+
+/** Posts `body` to `path`, reads the stream until `seen` shows in it, then hangs up. */
+async function hangUpAfter(path: string, body: object, seen: string): Promise<string> {
+  const controller = new AbortController();
+  const res = await fetch(`${gw!.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  expect(res.status).toBe(200);
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  while (!text.includes(seen)) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the stream ended before ${seen}: ${text}`);
+    text += decoder.decode(value, { stream: true });
+  }
+  controller.abort();
+  return text;
+}
+
+async function theEvent(): Promise<Record<string, string>> {
+  let events: Array<Record<string, string>> = [];
+  await expect
+    .poll(async () => {
+      await gw!.meter.flush();
+      events = gw!.events();
+      return events.length;
+    })
+    .toBe(1);
+  return events[0];
+}
+
+/** The rule in docs/gateway.md: one token per 3 bytes of UTF-8, rounded up. */
+const tokensOf = (text: string) => Math.ceil(Buffer.byteLength(text) / 3);
+
+const priced = (input: number, output: number) =>
+  costUsd('openai', 'gpt-4o-mini', { input_tokens: input, output_tokens: output }, () => {});
+
+describe('a chat stream the client hangs up on', () => {
+  it('is metered with an estimate of what the provider billed, marked ESTIMATED, not as 0 tokens and $0', async () => {
+    const keyTokens: number[] = [];
+    gw = await startGateway(mapOf([hot.url]), { onTokens: (_, tokens) => keyTokens.push(tokens) });
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(GENERATING.join(''))], hold: true });
+    const body = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: PROMPT }], stream: true };
+    await hangUpAfter('/v1/chat/completions', body, 'again');
+    const event = await theEvent();
+    const input = tokensOf(JSON.stringify(body));
+    const output = tokensOf('Hello world again'); // 17 bytes: 6 tokens, more than the 3 deltas
+    expect([event.error_code, event.input_tokens, event.output_tokens]).toEqual(['CLIENT_CLOSED|ESTIMATED', `${input}`, `${output}`]);
+    expect(Number(event.cost_usd)).toBeGreaterThan(0);
+    expect(Number(event.cost_usd)).toBeCloseTo(priced(input, output)!, 12);
+    expect(keyTokens).toEqual([input + output]); // the client key's tokens per minute count them too
+    // Still not the route's failure: the breaker and health are untouched, as before.
+    expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
+  });
+
+  it('counts at least one token per delta, text of tool calls and reasoning too', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const deltas = [
+      chunk({ role: 'assistant', content: null, reasoning_content: 'Hm' }),
+      chunk({ tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '{"' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: 'a' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '":' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '1' } }] }),
+    ];
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(deltas.join(''))], hold: true });
+    const body = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'x' }], stream: true };
+    await hangUpAfter('/v1/chat/completions', body, '"1"');
+    const event = await theEvent();
+    // 5 pieces of text, 2 + 3 + 1 + 3 + 1 = 10 bytes as sent (`{\"` is 3): 4 tokens by bytes, 5 by pieces.
+    expect([event.error_code, event.input_tokens, event.output_tokens]).toEqual([
+      'CLIENT_CLOSED|ESTIMATED',
+      `${tokensOf(JSON.stringify(body))}`,
+      '5',
+    ]);
+  });
+
+  it("uses the provider's usage, as measured, when it came before the hang-up", async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const usage = { prompt_tokens: 321, completion_tokens: 45, total_tokens: 366 };
+    const end = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-mini', choices: [], usage })}\n\n`;
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(GENERATING.join('') + end)], hold: true }); // no [DONE] yet
+    const body = {
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: PROMPT }],
+      stream: true,
+      stream_options: { include_usage: true },
+    };
+    await hangUpAfter('/v1/chat/completions', body, '"usage"');
+    const event = await theEvent();
+    expect([event.error_code, event.input_tokens, event.output_tokens]).toEqual(['CLIENT_CLOSED', '321', '45']);
+    expect(Number(event.cost_usd)).toBeCloseTo(priced(321, 45)!, 12);
+  });
+
+  it('a stream the provider cut keeps its metering: STREAM_INTERRUPTED, nothing estimated', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(GENERATING.join(''))], reset: true });
+    const res = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: PROMPT }], stream: true }),
+    });
+    expect(await res.text()).toContain('stream_interrupted');
+    const event = await theEvent();
+    expect([event.error_code, event.input_tokens, event.output_tokens, event.cost_usd]).toEqual(['STREAM_INTERRUPTED', '0', '0', '0']);
+  });
+});
+
+describe('a Responses stream the client hangs up on', () => {
+  const responsesBody = { model: 'gpt-4o-mini', input: PROMPT, stream: true };
+
+  it('from a Responses provider: estimated from its text deltas', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const created = { id: 'resp_1', object: 'response', status: 'in_progress', model: 'gpt-4o-mini', output: [], usage: null };
+    const event = (type: string, n: number, fields: object) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: n, ...fields })}\n\n`;
+    const pieces = [
+      event('response.created', 0, { response: created }),
+      event('response.output_text.delta', 1, { item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'Once upon' }),
+      event('response.output_text.delta', 2, { item_id: 'msg_1', output_index: 0, content_index: 0, delta: ' a time' }),
+    ];
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(pieces.join(''))], hold: true });
+    await hangUpAfter('/v1/responses', responsesBody, ' a time');
+    expect(hot.received[0].path).toBe('/v1/responses');
+    const metered = await theEvent();
+    expect([metered.error_code, metered.input_tokens, metered.output_tokens]).toEqual([
+      'CLIENT_CLOSED|ESTIMATED',
+      `${tokensOf(JSON.stringify(responsesBody))}`,
+      `${tokensOf('Once upon a time')}`,
+    ]);
+    expect(Number(metered.cost_usd)).toBeGreaterThan(0);
+  });
+
+  it('translated from a chat provider: estimated from the chat deltas', async () => {
+    gw = await startGateway({ ...mapOf([]), hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url, apis: ['chat'] }] });
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(GENERATING.join(''))], hold: true });
+    await hangUpAfter('/v1/responses', responsesBody, ' again');
+    expect(hot.received[0].path).toBe('/v1/chat/completions');
+    const metered = await theEvent();
+    expect([metered.error_code, metered.input_tokens, metered.output_tokens]).toEqual([
+      'CLIENT_CLOSED|ESTIMATED',
+      `${tokensOf(JSON.stringify(responsesBody))}`,
+      `${tokensOf('Hello world again')}`,
+    ]);
+    expect(Number(metered.cost_usd)).toBeGreaterThan(0);
+  });
+});
+
+describe('the generated text of a stream, counted from its bytes', () => {
+  const count = (...chunks: string[]) => {
+    const text = new GeneratedText();
+    for (const c of chunks) text.scan(Buffer.from(c));
+    return [text.pieces, text.bytes];
+  };
+
+  it('follows a value across chunks, escapes (quotes, a backslash at the cut) included', () => {
+    const whole = 'data: {"choices":[{"delta":{"content":"say \\"hi\\" \\\\ ok"}}]}\n\n';
+    const bytes = 'say \\"hi\\" \\\\ ok'.length;
+    expect(count(whole)).toEqual([1, bytes]);
+    // Cut at every byte: the same count.
+    for (let i = 1; i < whole.length; i++) {
+      const [pieces, b] = count(whole.slice(0, i), whole.slice(i));
+      if (i > whole.indexOf('"delta"') && i <= whole.indexOf(':"say') + 1) continue; // a key cut from its value is missed
+      expect([i, pieces, b]).toEqual([i, 1, bytes]);
+    }
+  });
+
+  it('reads keys only: text that talks about "content" is not counted twice; null, objects and empty text are no text', () => {
+    expect(count('{"delta":{"content":"\\"content\\":\\"x\\""}}')).toEqual([1, 17]);
+    expect(count('{"delta":{"role":"assistant","content":null,"refusal":""},"logprobs":{"content":[]}}')).toEqual([0, 0]);
+    expect(count('{"delta" : { "content" :\t"ab" }}')).toEqual([1, 2]);
+  });
+
+  it("reads a Responses event's delta text, and tool-call arguments nested in a chat delta; several events in a chunk", () => {
+    const responses = 'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"abc"}\n\n';
+    const call =
+      'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}\n\n';
+    expect(count(responses + responses, call)).toEqual([3, 8]);
+    expect(count((responses + responses).replaceAll('\n', '\r\n'))).toEqual([2, 6]);
+  });
+});
