@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
-import { ModelName, readRoutingHeaders, type Headers, type RequestContext } from './request-context';
+import { ModelName, readRoutingHeaders, requestContext, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
 
 const Message = z.looseObject({
@@ -57,6 +57,6 @@ export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes
   }
   const routing = readRoutingHeaders(headers, scopes, parsed.data.messages, clientKey);
   if (!routing.ok) return { ok: false, message: routing.message, param: null };
-  const context: ChatContext = { api: 'chat', body: parsed.data, stream: parsed.data.stream === true, ...routing.value };
+  const context: ChatContext = requestContext('chat', parsed.data, parsed.data.stream === true, routing.value);
   return { ok: true, context };
 }

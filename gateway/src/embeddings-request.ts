@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
-import { ModelName, readRoutingHeaders, type Headers } from './request-context';
+import { ModelName, readRoutingHeaders, requestContext, type Headers } from './request-context';
 import { lastOf, type Route } from './route';
 import type { Scopes } from './scopes';
 
@@ -53,6 +53,6 @@ export function embeddingsParser(routes: () => Route[], scopes: Scopes) {
     }
     const routing = readRoutingHeaders(headers, scopes, parsed.data.input, clientKey);
     if (!routing.ok) return { ok: false, message: routing.message, param: null };
-    return { ok: true, context: { api: 'embeddings', body: parsed.data, stream: false, ...routing.value } };
+    return { ok: true, context: requestContext('embeddings', parsed.data, false, routing.value) };
   };
 }

@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
-import { ModelName, readRoutingHeaders, type Headers } from './request-context';
+import { ModelName, readRoutingHeaders, requestContext, type Headers } from './request-context';
 import { responsesToChat } from './responses/request';
 import { allowedBy, type FlagStore } from './flags';
 import type { Route } from './route';
@@ -57,6 +57,6 @@ export function responsesParser(routes: () => Route[], scopes: Scopes, flags: Fl
     const routing = readRoutingHeaders(headers, scopes, keyInput(parsed.data), clientKey);
     if (!routing.ok) return { ok: false, message: routing.message, param: null };
     const asChat = translated.ok ? translated.chat : undefined;
-    return { ok: true, context: { api: 'responses', body: parsed.data, stream: parsed.data.stream === true, asChat, ...routing.value } };
+    return { ok: true, context: requestContext('responses', parsed.data, parsed.data.stream === true, routing.value, asChat) };
   };
 }
