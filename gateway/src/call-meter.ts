@@ -7,7 +7,7 @@
  * ignored (the price list decides). A call with usage but no known price, or a complete answer
  * that reported no usage at all, carries an empty cost and `UNPRICED` in error_code (after its own code, `STREAM_INTERRUPTED|UNPRICED`), as the meter counts
  * them; the gateway counts them too (/metrics gateway_unpriced_calls_total, /health). A call whose
- * usage is an estimate (a stream cut on our side, cut-estimate.ts) is marked `ESTIMATED` before that
+ * usage is an estimate (a call cut on our side, cut-estimate.ts) is marked `ESTIMATED` before that
  * (`CLIENT_CLOSED|ESTIMATED`).
  */
 import { randomUUID } from 'node:crypto';

@@ -1,7 +1,9 @@
 /**
  * What a stream cut on our side cost, when the provider never said: the provider bills the whole
  * prompt and the tokens it generated before the cut, so the meter gets an estimate of both (marked
- * ESTIMATED, schema/estimated.ts) rather than 0 tokens and $0.
+ * ESTIMATED, schema/estimated.ts) rather than 0 tokens and $0. So does a call whose client hung up
+ * after the provider received it but before its answer began (a stream before its first event, a
+ * whole answer): its prompt, and no output (failover.ts).
  *
  * The rule, simple and on the high side: one token per 3 bytes of UTF-8 (about 4 characters of
  * English make a token, and one CJK character, 3 bytes, about one), rounded up.
@@ -129,10 +131,13 @@ export class GeneratedText {
   }
 }
 
-/** The estimate of a cut stream's usage: the request's body in, the generated text out. */
-export function estimateUsage(body: unknown, text: GeneratedText): Usage {
+/**
+ * The estimate of a cut call's usage: the request's body in, the generated text out (none for a
+ * call cut before its answer began: no `text`).
+ */
+export function estimateUsage(body: unknown, text?: GeneratedText): Usage {
   return {
     input_tokens: Math.ceil(Buffer.byteLength(JSON.stringify(body) ?? '') / BYTES_PER_TOKEN),
-    output_tokens: Math.max(text.pieces, Math.ceil(text.bytes / BYTES_PER_TOKEN)),
+    output_tokens: text ? Math.max(text.pieces, Math.ceil(text.bytes / BYTES_PER_TOKEN)) : 0,
   };
 }

@@ -13,6 +13,7 @@
  * request routes over the set it started with to its end.
  */
 import type { CallMeter } from './call-meter';
+import { estimateUsage } from './cut-estimate';
 import { CallPlanner, type CallPlan } from './call-plan';
 import type { CancelSignal } from './cancel';
 import { Deadline, sleep, type Clock } from './deadline';
@@ -172,8 +173,11 @@ export class Failover {
         const failed = (code: string) => this.meterFailure(ctx, config, latency, code, options.decision, usage);
         if (result.kind === 'cancelled') {
           this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
-          failed(result.code);
-          return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
+          // Received by the provider, it is billed all the same (the prompt at least): an estimate,
+          // marked ESTIMATED (cut-estimate.ts). A call it never received cost nothing.
+          const estimate = result.error!.received ? estimateUsage(ctx.body) : undefined;
+          this.meterFailure(ctx, config, latency, result.code, options.decision, estimate ?? null, estimate !== undefined);
+          return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away', estimate };
         }
         if (!streamed(result)) route.health.record(result.kind !== 'failure');
         this.deps.metrics?.countCall(route.label, metricOutcome(result), latency / 1000);
@@ -217,6 +221,7 @@ export class Failover {
     code: string,
     decision?: string,
     usage: Usage | null = null,
+    estimated = false,
   ): void {
     this.deps.meter.record({
       ctx,
@@ -226,6 +231,7 @@ export class Failover {
       latencyMs,
       usage,
       errorCode: code,
+      estimated,
       decision,
     });
   }

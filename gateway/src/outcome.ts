@@ -94,6 +94,8 @@ export interface Exhausted {
   /** `client_closed`: our client went away; nobody waits for an answer, so nothing is queued for it. */
   reason: 'all_failed' | 'time_to_answer' | 'client_closed';
   lastError: string | null;
+  /** `client_closed` after the provider received the call: the estimate of its usage it was metered with. */
+  estimate?: Usage;
 }
 
 export type Outcome = Answer | ClientError | Exhausted;

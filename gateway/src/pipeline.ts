@@ -173,6 +173,7 @@ export class Pipeline {
   private async fallBack(ctx: RequestContext, outcome: Exhausted, res: ServerResponse, deadline: Deadline): Promise<void> {
     if (outcome.reason === 'client_closed') {
       this.deps.metrics.countRequest('none', 'client_closed');
+      this.spent(ctx, outcome.estimate ?? null); // a call the provider received is billed all the same
       return;
     }
     this.deps.metrics.countRequest('cold', 'fallback');

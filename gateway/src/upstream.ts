@@ -96,8 +96,23 @@ export class UpstreamError extends Error {
     message: string,
     /** CLIENT_CLOSED: our client went away and the call was cancelled (not the provider's fault). */
     readonly code: 'TIMEOUT' | 'PROVIDER_DOWN' | 'CLIENT_CLOSED' | 'ANSWER_TOO_LARGE',
+    /**
+     * CLIENT_CLOSED only: the provider had the request when it was cancelled (written to its
+     * connection, and not answered with an error status), so it bills the prompt all the same.
+     */
+    readonly received = false,
   ) {
     super(message);
+  }
+}
+
+/**
+ * Why dispatch gave up on a call it was told to cancel; `received`: the provider had the request
+ * then (written to its connection) and had not answered it with an error status.
+ */
+class Cancelled extends Error {
+  constructor(readonly received: boolean) {
+    super('cancelled');
   }
 }
 
@@ -160,7 +175,11 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
     let stop: ((reason: Error) => void) | null = null;
     // Until undici starts the request (connecting, or queued for a connection) there is nothing to
     // abort, and dispatch takes no signal: settle now; onRequestStart aborts it before it is sent.
-    const onCancel = () => (stop ? stop(new Error('cancelled')) : reject(new Error('cancelled')));
+    // Once onRequestStart has let it go on, the provider has it: undici writes the request, its
+    // body one buffer, in the same step, right after onRequestStart returns (client-h1's and
+    // client-h2's writeBuffer). undici's handler API has no later 'request sent' hook: onRequestSent
+    // reaches only old-style handlers (its UnwrapHandler does not pass it on to this one).
+    const onCancel = () => (stop ? stop(new Cancelled(status === 0 || (status >= 200 && status < 300))) : reject(new Cancelled(false)));
     cancel.once('abort', onCancel);
     const done = () => cancel.removeListener('abort', onCancel);
     // A whole answer's chunk: past the limit the answer is refused once and its connection cut.
@@ -175,8 +194,8 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
     };
     agent.dispatch(options, {
       onRequestStart(controller) {
+        if (cancel.aborted) return controller.abort(new Cancelled(false)); // never sent
         stop = (reason) => controller.abort(reason);
-        if (cancel.aborted) stop(new Error('cancelled'));
       },
       onResponseStart(_controller, statusCode, responseHeaders) {
         status = statusCode;
@@ -254,7 +273,8 @@ export async function callUpstream(
     return answer;
   } catch (error) {
     if (error instanceof UpstreamError) throw error;
-    if (opts.signal?.aborted && !timedOut) throw new UpstreamError('the client went away', 'CLIENT_CLOSED');
+    if (opts.signal?.aborted && !timedOut)
+      throw new UpstreamError('the client went away', 'CLIENT_CLOSED', error instanceof Cancelled && error.received);
     throw classify(error, timedOut);
   } finally {
     clearTimeout(timer);

@@ -2,7 +2,8 @@
 // it generated before the cut. Its meter event carries the provider's usage when it came before
 // the cut, else an estimate marked ESTIMATED (never a silent $0); a stream the provider cut keeps
 // its metering.
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Agent, type Dispatcher } from 'undici';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { GeneratedText } from '../../gateway/src/cut-estimate';
 import { costUsd } from '../../gateway/src/pricing';
 import { FakeProvider } from './fake-provider';
@@ -14,6 +15,7 @@ beforeEach(async () => {
   hot = await new FakeProvider().start();
 });
 afterEach(async () => {
+  vi.restoreAllMocks();
   await gw?.close();
   gw = undefined;
   await hot.stop();
@@ -211,5 +213,110 @@ describe('the generated text of a stream, counted from its bytes', () => {
       'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}\n\n';
     expect(count(responses + responses, call)).toEqual([3, 8]);
     expect(count((responses + responses).replaceAll('\n', '\r\n'))).toEqual([2, 6]);
+  });
+});
+
+describe('a call the client hangs up on before the answer began', () => {
+  /** Sends `body` to `path`, waits until the provider has received it, then hangs up. */
+  async function hangUpOnceReceived(path: string, body: object, arrived?: () => boolean): Promise<void> {
+    const controller = new AbortController();
+    const call = fetch(`${gw!.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    }).catch(() => undefined);
+    await expect.poll(() => hot.received.length).toBe(1);
+    if (arrived) await expect.poll(arrived).toBe(true);
+    controller.abort();
+    await call;
+  }
+
+  /** The statuses of the provider answers whose first bytes of body reached the gateway's undici. */
+  function answersBegun(): number[] {
+    const begun: number[] = [];
+    const dispatch = Agent.prototype.dispatch;
+    vi.spyOn(Agent.prototype, 'dispatch').mockImplementation(function (this: Agent, options, handler) {
+      let status = 0;
+      const watched: Dispatcher.DispatchHandler = {
+        ...handler,
+        onResponseStart: (controller, statusCode, headers, message) => {
+          status = statusCode;
+          handler.onResponseStart?.(controller, statusCode, headers, message);
+        },
+        onResponseData: (controller, chunk) => {
+          begun.push(status);
+          handler.onResponseData?.(controller, chunk);
+        },
+      };
+      return dispatch.call(this, options, watched);
+    });
+    return begun;
+  }
+
+  it('a whole answer still being generated: the prompt estimated, no output, marked ESTIMATED', async () => {
+    const keyTokens: number[] = [];
+    gw = await startGateway(mapOf([hot.url]), { onTokens: (_, tokens) => keyTokens.push(tokens) });
+    hot.always({ kind: 'hang' }); // received, generating, not answered yet
+    const body = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: PROMPT }] };
+    await hangUpOnceReceived('/v1/chat/completions', body);
+    const event = await theEvent();
+    const input = tokensOf(JSON.stringify(body));
+    expect([event.error_code, event.input_tokens, event.output_tokens]).toEqual(['CLIENT_CLOSED|ESTIMATED', `${input}`, '0']);
+    expect(Number(event.cost_usd)).toBeGreaterThan(0);
+    expect(Number(event.cost_usd)).toBeCloseTo(priced(input, 0)!, 12);
+    expect(keyTokens).toEqual([input]); // the client key's tokens per minute count them too
+    expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
+  });
+
+  it('a stream before its first event (nothing yet, or only comments): the prompt estimated, no output', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const begun = answersBegun();
+    hot.next({ kind: 'hang' });
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(': OPENROUTER PROCESSING\n\n')], hold: true });
+    const body = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: PROMPT }], stream: true };
+    for (const n of [1, 2]) {
+      // The second: once its comment reached the gateway.
+      await hangUpOnceReceived('/v1/chat/completions', body, n === 2 ? () => begun.length > 0 : undefined);
+      await expect
+        .poll(async () => {
+          await gw!.meter.flush();
+          return gw!.events().length;
+        })
+        .toBe(n);
+      hot.received.length = 0;
+    }
+    const input = `${tokensOf(JSON.stringify(body))}`;
+    const events = gw.events().map((e) => [e.error_code, e.input_tokens, e.output_tokens]);
+    expect(events).toEqual([
+      ['CLIENT_CLOSED|ESTIMATED', input, '0'],
+      ['CLIENT_CLOSED|ESTIMATED', input, '0'],
+    ]);
+  });
+
+  it("a whole answer whose first bytes came: still no output counted; an error answer's, nothing estimated", async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const begun = answersBegun();
+    const body = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: PROMPT }] };
+    hot.next({
+      kind: 'raw-stream',
+      type: 'application/json',
+      pieces: [Buffer.from('{"id":"c","choices":[{"message":{"content":"Once')],
+      hold: true,
+    });
+    await hangUpOnceReceived('/v1/chat/completions', body, () => begun.includes(200));
+    hot.received.length = 0;
+    hot.next({ kind: 'raw-stream', status: 503, type: 'application/json', pieces: [Buffer.from('{"error":')], hold: true });
+    await hangUpOnceReceived('/v1/chat/completions', body, () => begun.includes(503));
+    await expect
+      .poll(async () => {
+        await gw!.meter.flush();
+        return gw!.events().length;
+      })
+      .toBe(2);
+    expect(gw.events().map((e) => [e.error_code, e.input_tokens, e.output_tokens, e.cost_usd === '0'])).toEqual([
+      ['CLIENT_CLOSED|ESTIMATED', `${tokensOf(JSON.stringify(body))}`, '0', false],
+      ['CLIENT_CLOSED', '0', '0', true], // a provider's error answer is not billed
+    ]);
   });
 });

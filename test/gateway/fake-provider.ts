@@ -22,7 +22,7 @@ export type Behaviour =
   /**
    * An event stream written as these exact pieces, a pause after each (so they arrive apart); `reset`: the connection then dropped, not ended.
    * `repeat`: then `piece` written `times` times, or without end (until the caller hangs up), as fast as it is read.
-   * `type`: another content-type (`application/json`: a whole answer); `headers`: more response headers.
+   * `type`: another content-type (`application/json`: a whole answer); `headers`: more response headers; `status`: other than 200.
    * `hold`: after the pieces, nothing more until the caller hangs up (a model still generating).
    */
   | {
@@ -33,6 +33,7 @@ export type Behaviour =
       repeat?: { piece: Buffer; times?: number };
       type?: string;
       headers?: Record<string, string>;
+      status?: number;
       hold?: boolean;
     }
   | {
@@ -140,7 +141,7 @@ export class FakeProvider {
         req.socket.destroy();
         return;
       case 'raw-stream':
-        res.writeHead(200, { 'content-type': b.type ?? 'text/event-stream', ...b.headers });
+        res.writeHead(b.status ?? 200, { 'content-type': b.type ?? 'text/event-stream', ...b.headers });
         for (const piece of b.pieces) {
           res.write(piece);
           await new Promise((r) => setTimeout(r, b.gapMs ?? 5));
