@@ -179,14 +179,18 @@ export class Failover {
           this.meterFailure(ctx, config, latency, result.code, options.decision, estimate ?? null, estimate !== undefined);
           return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away', estimate };
         }
-        if (!streamed(result)) route.health.record(result.kind !== 'failure');
-        this.deps.metrics?.countCall(route.label, metricOutcome(result), latency / 1000);
+        // A stream is counted when it ends (Answer.settle): by its first byte it has not yet succeeded.
+        if (!streamed(result)) {
+          route.health.record(result.kind !== 'failure');
+          this.deps.metrics?.countCall(route.label, metricOutcome(result), latency / 1000);
+        }
         if (result.kind === 'ok') {
           return new Answer(route, config.model, attempts, result.answer!, ticket, {
             ctx,
             api: plan.api,
             meter: this.deps.meter,
             decision: options.decision ?? 'n/a',
+            metrics: this.deps.metrics,
           });
         }
         failed(result.code);

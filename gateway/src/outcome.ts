@@ -6,6 +6,7 @@
  */
 import type { Ticket } from './breaker';
 import type { CallMeter } from './call-meter';
+import type { GatewayMetrics } from './metrics';
 import type { Usage } from './providers/adapter';
 import type { ApiKind, RequestContext } from './request-context';
 import type { Route } from './route';
@@ -29,6 +30,8 @@ export interface AnswerOf {
   api: ApiKind;
   meter: CallMeter;
   decision: string;
+  /** Where a stream's call is counted once it has ended (a whole answer's was counted by routing). */
+  metrics?: Pick<GatewayMetrics, 'countCall'>;
 }
 
 export class Answer {
@@ -56,6 +59,12 @@ export class Answer {
       const success = s.ok ? true : code === 'CLIENT_CLOSED' ? null : false;
       this.route.breaker.end(this.ticket, success);
       if (success !== null) this.route.health.record(success);
+      // By how it ended (ok, stream_interrupted, client_closed, ...), with the latency to its first byte.
+      this.of.metrics?.countCall(
+        this.route.label,
+        s.ok ? 'ok' : code.toLowerCase() || 'stream_interrupted',
+        this.upstream.latencyMs / 1000,
+      );
     }
     const { provider, region } = this.route.config;
     this.durable = this.of.meter.record({

@@ -4,7 +4,7 @@
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider, type Behaviour } from './fake-provider';
-import { chat, mapOf, startGateway, type TestGateway } from './harness';
+import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
 
 let hot: FakeProvider;
 let gw: TestGateway;
@@ -122,6 +122,10 @@ describe('stream framing', () => {
     await gw.meter.flush();
     expect(gw.events().map((e) => e.error_code.split('|')[0])).toEqual(['', 'UNPRICED', ...cuts.map(() => 'STREAM_INTERRUPTED')]);
     expect(route().health.lastTwenty()).toEqual([1, 1, ...cuts.map(() => 0)]);
+    // /metrics counts each stream by how it ended, not as `ok` at its first byte.
+    const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+    expect(metrics).toContain(`gateway_route_calls_total{route="${route().label}",outcome="ok"} 2`);
+    expect(metrics).toContain(`gateway_route_calls_total{route="${route().label}",outcome="stream_interrupted"} 4`);
   });
 
   it('a stream the provider ends normally a few bytes into the event after the finish_reason (no data line yet) is interrupted', async () => {
