@@ -64,6 +64,8 @@ export class CallMeter {
     private readonly warn: (message: string) => void,
     /** Told of each unpriced call, by route (the metrics counter). */
     private readonly onUnpriced: (route: string) => void = () => {},
+    /** Told of each call metered with an estimated usage, by route (the metrics counter). */
+    private readonly onEstimated: (route: string) => void = () => {},
   ) {}
 
   /** Unpriced calls since start, by route (for /health). */
@@ -88,6 +90,7 @@ export class CallMeter {
     const priced = usage ? costUsd(f.provider, f.model, usage, this.warn) : f.answered ? this.noUsage(f) : 0;
     const cost = priced === null || money(priced) ? priced : null; // a price past the record's limit is no price
     let errorCode = f.estimated ? markEstimated(f.errorCode) : f.errorCode;
+    if (f.estimated) this.onEstimated(f.route ?? `${f.provider}:${f.model}`);
     if (cost === null) {
       const route = f.route ?? `${f.provider}:${f.model}`;
       this.unpriced.set(route, (this.unpriced.get(route) ?? 0) + 1);

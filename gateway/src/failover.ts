@@ -170,13 +170,13 @@ export class Failover {
         const latency = result.answer?.latencyMs ?? this.now() - started;
         // A whole answer to a stream was answered (and billed) all the same: its usage is metered.
         const usage = result.code === NOT_A_STREAM ? route.adapter.usage(result.answer!.body!) : null;
-        const failed = (code: string) => this.meterFailure(ctx, config, latency, code, options.decision, usage);
+        const failed = (code: string) => this.meterFailure(ctx, route.label, config, latency, code, options.decision, usage);
         if (result.kind === 'cancelled') {
           this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
           // Received by the provider, it is billed all the same (the prompt at least): an estimate,
           // marked ESTIMATED (cut-estimate.ts). A call it never received cost nothing.
           const estimate = result.error!.received ? estimateUsage(ctx.body) : undefined;
-          this.meterFailure(ctx, config, latency, result.code, options.decision, estimate ?? null, estimate !== undefined);
+          this.meterFailure(ctx, route.label, config, latency, result.code, options.decision, estimate ?? null, estimate !== undefined);
           return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away', estimate };
         }
         // A stream is counted when it ends (Answer.settle): by its first byte it has not yet succeeded.
@@ -218,8 +218,10 @@ export class Failover {
     return wait > deadline.remaining() - MIN_ATTEMPT_MS - FALLBACK_RESERVE_MS ? null : wait;
   }
 
+  /** `route`: the route's id, which the metrics and /health name it by. */
   private meterFailure(
     ctx: RequestContext,
+    route: string,
     config: RouteConfig,
     latencyMs: number,
     code: string,
@@ -232,6 +234,7 @@ export class Failover {
       provider: config.provider,
       model: config.model,
       region: config.region,
+      route,
       latencyMs,
       usage,
       errorCode: code,

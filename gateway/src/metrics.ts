@@ -11,6 +11,7 @@ export class GatewayMetrics {
   readonly latency: Histogram<'route'>;
   readonly requests: Counter<'tier' | 'status'>;
   readonly unpriced: Counter<'route'>;
+  readonly estimated: Counter<'route'>;
 
   // Children by label values, made once: looking a label set up on every call costs more than
   // the count itself on the hot path. Kept in maps by each value (strings the request already
@@ -19,6 +20,7 @@ export class GatewayMetrics {
   private readonly latencyChildren = new Map<string, { observe(v: number): void }>();
   private readonly requestChildren = new Map<string, Map<number | string, { inc(): void }>>();
   private readonly unpricedChildren = new Map<string, { inc(): void }>();
+  private readonly estimatedChildren = new Map<string, { inc(): void }>();
 
   /** One provider call by route and outcome, with its latency. */
   countCall(route: string, outcome: string, seconds: number): void {
@@ -34,6 +36,11 @@ export class GatewayMetrics {
   /** One answered call whose model has no known price (its event carries UNPRICED). */
   countUnpriced(route: string): void {
     child(this.unpricedChildren, route, () => this.unpriced.labels(route)).inc();
+  }
+
+  /** One call metered with an estimated usage (its event carries ESTIMATED). */
+  countEstimated(route: string): void {
+    child(this.estimatedChildren, route, () => this.estimated.labels(route)).inc();
   }
 
   /** `routes`: the routes in force now (a reload of the routing map replaces them). */
@@ -61,6 +68,12 @@ export class GatewayMetrics {
     this.unpriced = new Counter({
       name: 'gateway_unpriced_calls_total',
       help: 'Calls with usage but no known price, by route: their events carry an empty cost_usd and UNPRICED',
+      labelNames: ['route'],
+      registers: [this.registry],
+    });
+    this.estimated = new Counter({
+      name: 'gateway_estimated_calls_total',
+      help: 'Calls cut on our side before the provider reported its usage, by route: metered with an estimate, their events carry ESTIMATED',
       labelNames: ['route'],
       registers: [this.registry],
     });

@@ -70,6 +70,7 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
     o.sendEvent,
     (m) => o.log.warn(m),
     (route) => metrics.countUnpriced(route),
+    (route) => metrics.countEstimated(route),
   );
   const failover = new Failover({ routes, keyFor: o.keyFor, meter, metrics, now: o.now });
   const pipeline = new Pipeline({

@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { GeneratedText } from '../../gateway/src/cut-estimate';
 import { costUsd } from '../../gateway/src/pricing';
 import { FakeProvider } from './fake-provider';
-import { mapOf, startGateway, type TestGateway } from './harness';
+import { ADMIN, mapOf, startGateway, type TestGateway } from './harness';
 
 let hot: FakeProvider;
 let gw: TestGateway | undefined;
@@ -88,6 +88,9 @@ describe('a chat stream the client hangs up on', () => {
     expect(keyTokens).toEqual([input + output]); // the client key's tokens per minute count them too
     // Still not the route's failure: the breaker and health are untouched, as before.
     expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
+    // An operator sees how many calls are estimated, by route.
+    const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+    expect(metrics).toContain(`gateway_estimated_calls_total{route="${gw.gateway.path.failover.routes[0].label}"} 1`);
   });
 
   it('counts at least one token per delta, text of tool calls and reasoning too', async () => {
