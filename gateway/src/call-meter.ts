@@ -55,6 +55,9 @@ function checked(usage: Usage): Usage {
   };
 }
 
+/** The route a call's counts go under: its id, or provider and model for a call made outside routing. */
+const routeOf = (f: CallFacts): string => f.route ?? `${f.provider}:${f.model}`;
+
 export class CallMeter {
   private readonly unpriced = new Map<string, number>();
   /** Routes already said to answer without usage. */
@@ -76,7 +79,7 @@ export class CallMeter {
 
   /** An answer that reported no usage: its cost is unknown (null), said once per route. */
   private noUsage(f: CallFacts): null {
-    const route = f.route ?? `${f.provider}:${f.model}`;
+    const route = routeOf(f);
     if (!this.silent.has(route)) {
       this.silent.add(route);
       this.warn(`route ${route} answered without reporting its usage: such calls are metered UNPRICED`);
@@ -90,9 +93,9 @@ export class CallMeter {
     const priced = usage ? costUsd(f.provider, f.model, usage, this.warn) : f.answered ? this.noUsage(f) : 0;
     const cost = priced === null || money(priced) ? priced : null; // a price past the record's limit is no price
     let errorCode = f.estimated ? markEstimated(f.errorCode) : f.errorCode;
-    if (f.estimated) this.onEstimated(f.route ?? `${f.provider}:${f.model}`);
+    if (f.estimated) this.onEstimated(routeOf(f));
     if (cost === null) {
-      const route = f.route ?? `${f.provider}:${f.model}`;
+      const route = routeOf(f);
       this.unpriced.set(route, (this.unpriced.get(route) ?? 0) + 1);
       this.onUnpriced(route);
       errorCode = markUnpriced(errorCode); // never a silent $0: the meter counts these
