@@ -123,45 +123,52 @@ function setupEvents(svc: MeterServices, report: SetupReport): void {
   }
 }
 
+/** Writes the rows at these 0-based indices, one setValues per run of consecutive rows. */
+function writeRuns(sheet: Sheet, cells: unknown[][], indices: Set<number>): void {
+  const sorted = [...indices].sort((a, b) => a - b);
+  for (let i = 0; i < sorted.length;) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    sheet.getRange(sorted[i] + 1, 1, j - i + 1, 2).setValues(cells.slice(sorted[i], sorted[j] + 1));
+    i = j + 1;
+  }
+}
+
 function setupConfig(svc: MeterServices, report: SetupReport): void {
   const sheet = ensureSheet(svc, CONFIG_TAB, report);
   const lastRow = Math.max(sheet.getLastRow(), 1 + CONFIG_DEFAULTS.length);
   if (sheet.getMaxRows() < lastRow) sheet.insertRowsAfter(sheet.getMaxRows(), lastRow - sheet.getMaxRows());
   const cells = sheet.getRange(1, 1, lastRow, 2).getValues();
-  let changed = false;
+  // Only the rows set here are written back: values read back have lost their quote prefix (a
+  // secret such as 000123 would become a number) and formulas their formula.
+  const changed = new Set<number>();
   if (!sameRow(cells[0], ['key', 'value'])) {
     cells[0] = ['key', 'value'];
-    changed = true;
+    changed.add(0);
   }
   const rowOf = (key: string) => cells.findIndex(([k], i) => i > 0 && String(k).trim() === key);
+  const add = (key: string, value: unknown, preferred?: number) => {
+    // The contract puts its keys in rows 2-5; use that row when it is free, else add one.
+    const free = preferred !== undefined && String(cells[preferred][0]).trim() === '' && String(cells[preferred][1]) === '';
+    const index = free ? preferred : cells.length;
+    cells[index] = [key, value];
+    changed.add(index);
+    report.changes.push(`Config: added ${key}`);
+  };
   CONFIG_DEFAULTS.forEach(([key, fallback], i) => {
-    if (rowOf(key) >= 0) return;
-    // The contract puts the keys in rows 2-5; use that row when it is free, else add one.
-    const preferred = i + 1;
-    const [k, v] = cells[preferred];
-    if (String(k).trim() === '' && String(v) === '') cells[preferred] = [key, fallback];
-    else cells.push([key, fallback]);
-    report.changes.push(`Config: added ${key}`);
-    changed = true;
+    if (rowOf(key) < 0) add(key, fallback, i + 1);
   });
-  for (const [key, fallback] of OPTIONAL_CONFIG_DEFAULTS) {
-    if (rowOf(key) >= 0) continue;
-    cells.push([key, fallback]);
-    report.changes.push(`Config: added ${key}`);
-    changed = true;
-  }
+  for (const [key, fallback] of OPTIONAL_CONFIG_DEFAULTS) if (rowOf(key) < 0) add(key, fallback);
   const secretRow = rowOf(SECRET_KEY);
   const [, secret] = cells[secretRow];
   if (String(secret).trim() === '') {
     cells[secretRow] = [SECRET_KEY, `'${randomSecret(svc)}`];
+    changed.add(secretRow);
     report.changes.push('Config: generated a random SECRET_TOKEN');
-    changed = true;
   }
-  if (changed) {
-    if (sheet.getMaxRows() < cells.length) sheet.insertRowsAfter(sheet.getMaxRows(), cells.length - sheet.getMaxRows());
-    sheet.getRange(1, 1, cells.length, 2).setValues(cells);
-    sheet.getRange(1, 1, 1, 2).setFontWeight('bold');
-  }
+  if (sheet.getMaxRows() < cells.length) sheet.insertRowsAfter(sheet.getMaxRows(), cells.length - sheet.getMaxRows());
+  writeRuns(sheet, cells, changed);
+  if (changed.has(0)) sheet.getRange(1, 1, 1, 2).setFontWeight('bold');
   if (sheet.getFrozenRows() !== 1) sheet.setFrozenRows(1);
 }
 

@@ -4,7 +4,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EVENT_FIELDS } from '../../schema/event-record';
-import { DIST, FakePlatform, bundleSource, loadBundle } from './fakes/platform';
+import { Formula } from './fakes/cells';
+import { DIST, FakePlatform, bundleSource, callJson, loadBundle } from './fakes/platform';
 
 describe('the bundle as built', () => {
   const source = bundleSource();
@@ -110,6 +111,27 @@ describe('setup()', () => {
     expect(config.data[operatorRow - 1]).toEqual(['ON_CALL', 'ops@example.com']);
     expect(config.data.filter((r) => r[0] === 'TEAM_EMAILS')).toHaveLength(1);
     expect(platform.scriptApp.triggers.filter((t) => t.getHandlerFunction() === 'checkSpendCaps')).toHaveLength(1);
+  });
+
+  it('adding a missing Config key leaves the other values as they are: text that looks like a number, formulas', () => {
+    const platform = new FakePlatform();
+    const meter = loadBundle(platform);
+    meter.setup();
+    const config = platform.spreadsheet.tab('Config')!;
+    const row = (key: string) => config.data.find((r) => r[0] === key)!;
+    // Typed with Sheets' quote prefix, so the cells hold text; and an operator's formula.
+    row('SECRET_TOKEN')[1] = '000123';
+    row('CALENDAR_ID')[1] = '2026-01-31';
+    config.loadRows(config.data.length + 1, [['ON_CALL', new Formula('=Team!A1') as unknown as string]]);
+    // An older Config without TEAM_EMAILS: setup adds it.
+    config.data.splice(config.data.indexOf(row('TEAM_EMAILS')), 1);
+    expect(meter.setup()).toMatch(/added TEAM_EMAILS/);
+    expect(row('SECRET_TOKEN')[1]).toBe('000123');
+    expect(row('CALENDAR_ID')[1]).toBe('2026-01-31');
+    expect(row('ON_CALL')[1]).toEqual(new Formula('=Team!A1'));
+    expect(config.data.filter((r) => r[0] === 'TEAM_EMAILS')).toHaveLength(1);
+    // The secret still opens the web app.
+    expect(callJson(meter, 'doGet', { action: 'spend', token: '000123' })).toMatchObject({ ok: true });
   });
 
   it('adds the meter menu on open', () => {
