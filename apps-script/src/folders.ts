@@ -9,6 +9,7 @@
  * another. Two runs that each made one at the same moment keep the first one recorded; the other,
  * still empty, goes to the trash.
  */
+import { MeterRefusal } from '../../schema/meter-reply';
 import { configText, readConfig, writeConfigValue } from './config';
 import { withScriptLock } from './lock';
 import type { Folder, MeterServices } from './services';
@@ -27,9 +28,23 @@ function madeEarlier(svc: MeterServices, name: string): Folder | null {
   return null;
 }
 
+/**
+ * The folder a Config key names, refused when it is in the trash: Drive still takes files there
+ * and deletes them with the trash 30 days later, after retention has deleted their rows.
+ */
+function liveFolder(svc: MeterServices, key: string, id: string): Folder {
+  const folder = svc.drive.getFolderById(id);
+  if (folder.isTrashed())
+    throw new MeterRefusal(
+      'config_error',
+      `Config ${key}: the folder "${folder.getName()}" (${id}) is in the trash; restore it, or empty ${key} so that a new folder is made`,
+    );
+  return folder;
+}
+
 export function folderFromConfig(svc: MeterServices, key: string, base: string): Folder {
   const id = configText(readConfig(svc.spreadsheet), key);
-  if (id) return svc.drive.getFolderById(id);
+  if (id) return liveFolder(svc, key, id);
   const name = folderName(svc, base);
   const found = madeEarlier(svc, name);
   const folder = found ?? svc.drive.createFolder(name);
@@ -42,5 +57,5 @@ export function folderFromConfig(svc: MeterServices, key: string, base: string):
   if (recorded === mine) return folder;
   // Another run recorded its folder meanwhile: use that one; ours, just made, holds nothing.
   if (!found) folder.setTrashed(true);
-  return svc.drive.getFolderById(recorded);
+  return liveFolder(svc, key, recorded);
 }

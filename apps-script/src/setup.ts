@@ -4,6 +4,7 @@
  * never deletes data (extra columns that hold values are left alone and reported).
  */
 import { EVENT_FIELDS, type EventField } from '../../schema/event-record';
+import { MeterRefusal } from '../../schema/meter-reply';
 import { archiveFolder } from './archive-export';
 import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY } from './config';
 import { DIGEST_TAB, refreshDigest } from './digest-tab';
@@ -203,6 +204,17 @@ function setupTriggers(svc: MeterServices, report: SetupReport): void {
   svc.properties.setProperty(SCHEDULE_PROPERTY, scheduleSignature());
 }
 
+/** Where the exports go; a folder in the trash is said, not fatal: the rest of setup still runs. */
+function archiveNote(svc: MeterServices): string {
+  try {
+    const folder = archiveFolder(svc);
+    return `archive exports go to the Drive folder "${folder.getName()}" (${folder.getId()})`;
+  } catch (error) {
+    if (error instanceof MeterRefusal && error.code === 'config_error') return error.message;
+    throw error;
+  }
+}
+
 export function setup(svc: MeterServices): SetupReport {
   const report: SetupReport = { changes: [], notes: [] };
   if (svc.spreadsheet.getSpreadsheetTimeZone() !== SHEET_TIME_ZONE) {
@@ -215,8 +227,7 @@ export function setup(svc: MeterServices): SetupReport {
     if (!svc.spreadsheet.getSheetByName(spec.name)) report.changes.push(`created tab ${spec.name}`);
     ensureTab(svc.spreadsheet, spec);
   }
-  const folder = archiveFolder(svc);
-  report.notes.push(`archive exports go to the Drive folder "${folder.getName()}" (${folder.getId()})`);
+  report.notes.push(archiveNote(svc));
   if (!svc.spreadsheet.getSheetByName(DIGEST_TAB)) report.changes.push('created the Digest and events_public tabs');
   refreshDigest(svc);
   setupTriggers(svc, report);

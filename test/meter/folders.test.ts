@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { backOffice, voicemail } from './backoffice-setup';
 import { FakePlatform, loadBundle } from './fakes/platform';
+import { freshMeter, post } from './maintenance-setup';
 
 const configValue = (platform: FakePlatform, key: string) => platform.spreadsheet.tab('Config')!.data.find((r) => r[0] === key)![1];
 
@@ -51,5 +52,39 @@ describe('a Drive folder the meter makes', () => {
         .map((r) => r[7])
         .sort(),
     ).toEqual(kept.files.map((f) => f.getUrl()).sort());
+  });
+  it('a recorded folder someone put in the trash is not written to (Drive empties the trash): the export stops, the rows stay', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, { events: [{ event_id: 'd1', timestamp: '2026-10-01T10:00:00Z', cost_usd: 1 }] });
+    const [archive] = platform.drive.live('AI meter archive');
+    archive.setTrashed(true);
+    platform.clock.set('2026-11-22T01:00:00Z');
+    expect(() => meter.exportArchive()).toThrow(/Config ARCHIVE_FOLDER_ID: .* is in the trash/);
+    expect(archive.files).toEqual([]);
+    expect(platform.properties.getProperty('EXPORT_WATERMARK')).toBeNull();
+    // Retention keeps what no live folder holds.
+    expect(meter.applyRetention()).toMatch(/nothing deleted/);
+    expect(
+      platform.spreadsheet
+        .tab('events')!
+        .data.slice(1)
+        .map((r) => r[0]),
+    ).toEqual(['d1']);
+    // setup() says so and carries on.
+    expect(meter.setup()).toMatch(/Note: Config ARCHIVE_FOLDER_ID: .* is in the trash/);
+    // Restored, the next run exports as usual.
+    archive.setTrashed(false);
+    expect(meter.exportArchive()).toMatch(/wrote 1 row/);
+  });
+
+  it('route_to_voicemail into a trashed voicemail folder is refused as config_error, nothing saved there', () => {
+    const { platform, act } = backOffice();
+    expect(act('route_to_voicemail', voicemail())).toMatchObject({ ok: true });
+    const [folder] = platform.drive.live('voicemail');
+    folder.setTrashed(true);
+    const reply = act('route_to_voicemail', { ...voicemail('key-vm-00002'), call_id: 'call-5' });
+    expect(reply).toMatchObject({ ok: false, code: 'config_error' });
+    expect(reply.error).toMatch(/VOICEMAIL_FOLDER_ID/);
+    expect(folder.files.map((f) => f.name)).toEqual(['call-4.mp3']);
   });
 });
