@@ -78,6 +78,21 @@ function bookedEvent(cal: Calendar, progress: Progress, key: string, start: Date
   return cal.getEvents(start, end).find(mine) ?? null;
 }
 
+/**
+ * The booking recorded first for the key. A concurrent attempt with the key (the gateway retried
+ * while this one was slow) may have booked the slot at the same moment: the one recorded first is
+ * kept, and this attempt's own event, just made, is deleted.
+ */
+function firstRecorded(c: Ctx, progress: Progress, cal: Calendar, made: CalendarEvent): CalendarEvent {
+  const mine = made.getId();
+  const recorded = locked(c, progress, () => (progress.booking_id = progress.booking_id || mine));
+  if (recorded === mine) return made;
+  const kept = cal.getEventById(recorded);
+  if (!kept) return made; // the recorded one is gone (deleted by hand): this one stands
+  made.deleteEvent();
+  return kept;
+}
+
 function bookSlot(c: Ctx): Steps {
   const { tz, start, end } = slot(c, 'date', 'time');
   const [name, service, phone, location] = ['name', 'service', 'phone', 'location'].map((n) => arg(c.args, n));
@@ -88,6 +103,7 @@ function bookSlot(c: Ctx): Steps {
       const description = [inert(arg(c.args, 'notes')), `Phone: ${inert(phone)}`, `Call: ${c.callId}`, bookingRef(c.key)].filter(Boolean);
       event = cal.createEvent(`${service} – ${name}`, start, end, { location, description: description.join('\n') });
       event.setTag(EVENT_TAG, c.key);
+      event = firstRecorded(c, progress, cal, event);
     }
     const bookingId = event.getId();
     progress.booking_id = bookingId;

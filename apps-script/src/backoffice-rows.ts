@@ -4,7 +4,7 @@
  * idempotency key so a retry finds it). Run under the script lock.
  */
 import type { ConfigValues } from './config';
-import { finishKey, saveProgress, type Progress } from './idempotency';
+import { finishKey, mergeSavedProgress, saveProgress, type Progress } from './idempotency';
 import { withScriptLock } from './lock';
 import type { MeterServices } from './services';
 import { ACTIVITIES, CONTACTS, appendTabRows, cellText, columnIn, findKeyed, findRow, recordRow, rowRecord, tab } from './tabs';
@@ -33,9 +33,14 @@ export function excerpt(transcript: string): string {
   return flat.length <= EXCERPT ? flat : `${flat.slice(0, EXCERPT - 1)}…`;
 }
 
-/** Runs sheet work under the script lock, then saves the action's progress (the last write). */
+/**
+ * Runs sheet work under the script lock, then saves the action's progress (the last write). The
+ * steps a concurrent attempt with the key saved are taken in first, so that this one neither
+ * repeats them (a second text) nor erases them when it saves.
+ */
 export function locked<T>(c: Ctx, progress: Progress, work: () => T): T {
   return withScriptLock(c.svc, () => {
+    mergeSavedProgress(c.svc, c.key, progress);
     const out = work();
     saveProgress(c.svc, c.key, progress);
     return out;
@@ -48,6 +53,7 @@ export function locked<T>(c: Ctx, progress: Progress, work: () => T): T {
  */
 export function finish(c: Ctx, progress: Progress, activity: Record<string, unknown> | null, result: object): void {
   withScriptLock(c.svc, () => {
+    mergeSavedProgress(c.svc, c.key, progress);
     saveProgress(c.svc, c.key, progress);
     if (activity) {
       const sheet = tab(c.svc.spreadsheet, ACTIVITIES);

@@ -47,6 +47,17 @@ export function saveProgress(svc: Pick<MeterServices, 'spreadsheet'>, key: strin
   writeCell(svc, key, 'progress', progress);
 }
 
+/**
+ * Fills in the steps another attempt with this key saved since this one read its progress (the
+ * gateway retried while this attempt was still running): what this attempt knows stays.
+ */
+export function mergeSavedProgress(svc: Pick<MeterServices, 'spreadsheet'>, key: string, progress: Progress): void {
+  const { sheet, row } = keyRow(svc, key);
+  if (!row) return;
+  const saved = (parse(sheet.getRange(row, columnIn(IDEMPOTENCY, 'progress'), 1, 1).getValues()[0][0]) ?? {}) as Progress;
+  for (const [step, value] of Object.entries(saved)) if (progress[step] === undefined) progress[step] = value;
+}
+
 export function finishKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, result: object): void {
   writeCell(svc, key, 'result', result);
 }

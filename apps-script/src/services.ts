@@ -155,7 +155,7 @@ interface Drive {
   >;
 }
 
-export interface CalendarEvent extends Pick<GCalendarEvent, 'getId' | 'getTag' | 'getDescription'> {
+export interface CalendarEvent extends Pick<GCalendarEvent, 'getId' | 'getTag' | 'getDescription' | 'deleteEvent'> {
   setTime: Returning<GCalendarEvent, 'setTime', CalendarEvent>;
   setTag: Returning<GCalendarEvent, 'setTag', CalendarEvent>;
 }

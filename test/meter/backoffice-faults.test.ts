@@ -121,6 +121,40 @@ describe('a back-office action that fails half-way', () => {
     expect(rows('tasks')).toHaveLength(1);
   });
 
+  /** The gateway's retry of the same request (it gave up waiting), run while the first attempt makes the call `during`. */
+  function retryDuring(platform: ReturnType<typeof backOffice>['platform'], during: string, retry: () => unknown) {
+    const out: { reply?: unknown } = {};
+    platform.calls.observe((name) => {
+      if (name !== during || 'reply' in out) return;
+      out.reply = null;
+      out.reply = retry();
+    });
+    return out;
+  }
+
+  it('book_slot: a retry that comes while the first attempt looks up the slot sends no second text', () => {
+    const { platform, act, texts } = backOffice({ twilio: true });
+    const retry = retryDuring(platform, 'Calendar.getEvents', () => act('book_slot', booking()));
+    const first = act('book_slot', booking());
+    expect(retry.reply).toMatchObject({ ok: true, text: 'sent' });
+    expect(first).toMatchObject({ ok: true, booking_id: (retry.reply as { booking_id: string }).booking_id });
+    expect(platform.calendar.live()).toHaveLength(1);
+    expect(texts()).toHaveLength(1);
+  });
+
+  it('book_slot: a retry that comes while the first attempt makes the event leaves one booking and one text', () => {
+    const { platform, act, texts, rows } = backOffice({ twilio: true });
+    const retry = retryDuring(platform, 'Calendar.createEvent', () => act('book_slot', booking()));
+    const first = act('book_slot', booking());
+    expect(retry.reply).toMatchObject({ ok: true });
+    const kept = platform.calendar.live();
+    expect(kept).toHaveLength(1);
+    expect(first).toMatchObject({ ok: true, booking_id: kept[0].id });
+    expect(retry.reply).toMatchObject({ booking_id: kept[0].id });
+    expect(texts()).toHaveLength(1);
+    expect(rows('activities')).toHaveLength(1);
+  });
+
   it('create_lead: Sheets times out after the lead row was written; the retry makes no second lead', () => {
     const { platform, act, rows } = backOffice();
     platform.calls.failAfter((name, tab) => name === 'Range.setValues' && tab === 'leads');
