@@ -53,7 +53,9 @@ export function voiceRollups(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): {
   const calls = svc.spreadsheet.getSheetByName(CALLS.name);
   if (!calls) return null;
   const last = calls.getLastRow();
-  const rows = last >= 2 ? calls.getRange(2, 1, last - 1, CALL_FIELDS.length).getValues() : [];
+  // A tab from before ended_reason has a column less (widened when a call is next stored): read what it has.
+  const width = Math.min(CALL_FIELDS.length, calls.getMaxColumns());
+  const rows = last >= 2 ? calls.getRange(2, 1, last - 1, width).getValues() : [];
   const now = svc.now().getTime();
   return { last7d: voiceRollup(rows, now, 7), last30d: voiceRollup(rows, now, 30) };
 }

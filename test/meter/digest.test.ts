@@ -145,4 +145,14 @@ describe('digest', () => {
     setConfig(platform, 'TEAM_EMAILS', 'ops@example.com, not-an-address');
     expect(meter.sendWeeklyDigest()).toMatch(/not e-mail addresses: not-an-address/);
   });
+  it('a calls tab made before ended_reason (one column less) does not stop the digest; its calls are counted', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const calls = platform.spreadsheet.tab('calls')!;
+    calls.deleteColumns(15, 1);
+    calls.loadRows(2, [['c0', new Date('2026-11-21T10:00:00Z'), 60, 'm', 'book', 4, 1.2, '', '', false, 'booking', 0.5, 1, 'PT']]);
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    const digest = platform.spreadsheet.tab('Digest')!.data;
+    expect(digest.find((r) => r[0] === 'calls')!.slice(1, 3)).toEqual([1, 1]);
+    expect(digest.find((r) => r[0] === 'cost per booking (audio, USD)')!.slice(1, 3)).toEqual([0.5, 0.5]);
+  });
 });
