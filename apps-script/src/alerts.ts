@@ -5,18 +5,30 @@
  *
  * One alert per crossing and day: the UTC day of the last alert that Slack accepted is kept per
  * cap in a script property. A post that fails (non-2xx or exception) is not recorded, so the next
- * run tries again. The webhook URL is a secret (anyone holding it can post): it is never logged.
+ * run tries again. The day of the last run is kept too: the first run of a new UTC day alerts a
+ * daily cap the previous day ended over and that was not alerted that day (spend in its last
+ * minutes, after its last check). The webhook URL is a secret (anyone holding it can post): it is
+ * never logged.
  */
 import { overCap } from '../../schema/spend-cap';
 import { configText, readCaps, readConfig } from './config';
 import type { MeterServices } from './services';
-import { capExceeded, readSpendRows, spendTotals, unpricedCounts, type SpendTotals } from './spend';
+import { cellNumber, cellTime } from './events-sheet';
+import { capExceeded, readSpendRows, roundUsd, spendTotals, unpricedCounts, type SpendTotals } from './spend';
+import { DAY_MS } from './utc-day';
 import type { Caps } from './config';
 
 const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
 
 type CapKind = 'daily' | 'burn7d';
-type AlertState = Partial<Record<CapKind, string>>;
+/** Per cap, the UTC day of the last alert Slack took; `checked`, the UTC day of the last run. */
+type AlertState = Partial<Record<CapKind | 'checked', string>>;
+
+/** A day whose daily cap was crossed and not alerted that day, and that day's cost. */
+interface LateCrossing {
+  day: string;
+  cost: number;
+}
 
 export interface CapCheck {
   totals: SpendTotals;
@@ -43,22 +55,35 @@ function unpricedNote(unpriced: SpendTotals): string {
   return `${calls(unpriced.last7d)} without a price in the last 7 days (${unpriced.today} today): their cost is unknown and counted as $0, so the totals are too low`;
 }
 
-/** The alert: Block Kit blocks plus a top-level `text` (the plain form, and the notification text). */
-function slackPayload(check: Pick<CapCheck, 'totals' | 'caps' | 'unpriced'>, crossed: CapKind[], now: Date, sheetUrl: string) {
-  const { totals, caps } = check;
+/**
+ * The alert: Block Kit blocks plus a top-level `text` (the plain form, and the notification text).
+ * With `late`, the alert of an earlier day's daily cap that was not alerted that day: that day's
+ * cost stands where today's does.
+ */
+function slackPayload(
+  check: Pick<CapCheck, 'totals' | 'caps' | 'unpriced'>,
+  crossed: CapKind[],
+  now: Date,
+  sheetUrl: string,
+  late?: LateCrossing,
+) {
+  const { caps } = check;
+  const totals = late ? { ...check.totals, today: late.cost } : check.totals;
   const names = crossed.map((k) => (k === 'daily' ? 'daily cap' : '7-day cap')).join(' and ');
-  const today = `Today: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
+  const headline = `AI spend alert: ${names} crossed${late ? ` on ${late.day}` : ''}`;
+  const dayName = late ? `${late.day} (UTC)` : 'Today (UTC)';
+  const today = `${late ? `${late.day} (not alerted that day)` : 'Today'}: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
   const week = `Last 7 days: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;
   const note = unpricedNote(check.unpriced);
   const noteBlock = note ? [{ type: 'section', text: { type: 'mrkdwn', text: `:warning: ${note}.` } }] : [];
   return {
-    text: `AI spend alert: ${names} crossed. ${today}. ${week}.${note ? ` ${note}.` : ''}`,
+    text: `${headline}. ${today}. ${week}.${note ? ` ${note}.` : ''}`,
     blocks: [
-      { type: 'header', text: { type: 'plain_text', text: `AI spend alert: ${names} crossed`, emoji: true } },
+      { type: 'header', text: { type: 'plain_text', text: headline, emoji: true } },
       {
         type: 'section',
         fields: [
-          { type: 'mrkdwn', text: `*Today (UTC)*\n${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} cap` },
+          { type: 'mrkdwn', text: `*${dayName}*\n${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} cap` },
           { type: 'mrkdwn', text: `*Last 7 days*\n${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} cap` },
         ],
       },
@@ -84,6 +109,45 @@ function readState(svc: Pick<MeterServices, 'properties'>): AlertState {
   }
 }
 
+/**
+ * The day of the previous run, when its daily cap ended up crossed and was not alerted that day:
+ * spend in the last minutes of a UTC day is seen by no check of that day (and a post that failed
+ * until midnight would be lost).
+ */
+function lateCrossing(rows: unknown[][], state: AlertState, today: string, cap: number): LateCrossing | null {
+  const day = state.checked;
+  if (!day || !(day < today) || state.daily === day) return null;
+  const start = Date.parse(`${day}T00:00:00Z`);
+  let cost = 0;
+  for (const [time, cell] of rows) {
+    const t = cellTime(time);
+    if (t >= start && t < start + DAY_MS) cost += cellNumber(cell);
+  }
+  return overCap(roundUsd(cost), cap) ? { day, cost: roundUsd(cost) } : null;
+}
+
+/** Why an alert cannot be posted at all ('' when it can): nothing to retry until Config changes. */
+function unusable(webhook: string): string {
+  if (webhook === '') return 'SLACK_WEBHOOK_URL is empty: no alert posted';
+  return /^https:\/\//.test(webhook) ? '' : 'SLACK_WEBHOOK_URL is not an https URL: no alert posted';
+}
+
+/** Posts an alert; '' when Slack took it, else why not (the webhook never in it). */
+function postAlert(svc: MeterServices, webhook: string, payload: object): string {
+  try {
+    const response = svc.fetch(webhook, {
+      method: 'post',
+      contentType: 'application/json',
+      payload: JSON.stringify(payload),
+      muteHttpExceptions: true,
+    });
+    const code = response.getResponseCode();
+    return code >= 200 && code < 300 ? '' : `Slack answered HTTP ${code}; the alert will be retried on the next run`;
+  } catch (error) {
+    return `posting the alert failed (${withoutWebhook(errorText(error), webhook)}); it will be retried on the next run`;
+  }
+}
+
 export function checkSpendCaps(svc: MeterServices): CapCheck {
   const config = readConfig(svc.spreadsheet);
   const caps = readCaps(config);
@@ -99,52 +163,58 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   if (overCap(totals.last7d, caps.burn7dCapUsd)) crossed.push('burn7d');
   const day = utcDay(now);
   const state = readState(svc);
+  const stateBefore = JSON.stringify(state);
   const due = crossed.filter((k) => state[k] !== day);
   const result: CapCheck = { totals, unpriced, caps, crossed, due, posted: false, message: '' };
+  const webhook = configText(config, 'SLACK_WEBHOOK_URL');
+  const cannot = unusable(webhook);
+
+  let earlier = '';
+  let lateSettled = true;
+  const late = lateCrossing(rows, state, day, caps.dailyCapUsd);
+  if (late) {
+    const what = `daily cap crossed on ${late.day} and not alerted that day`;
+    const why = cannot || postAlert(svc, webhook, slackPayload(result, ['daily'], now, svc.spreadsheet.getUrl(), late));
+    if (!why) {
+      state.daily = late.day;
+      result.posted = true;
+    }
+    lateSettled = !why || cannot !== ''; // a failed post is tried again on the next run
+    earlier = why ? `${what}, but ${why}; ` : `alert posted for the ${what}; `;
+  }
 
   if (!capExceeded(totals, caps)) result.message = `under both caps (today ${usd(totals.today, 4)}, 7 days ${usd(totals.last7d, 2)})`;
   else if (due.length === 0) result.message = `cap(s) ${crossed.join(', ')} crossed; already alerted today`;
   else {
-    const webhook = configText(config, 'SLACK_WEBHOOK_URL');
-    if (webhook === '') result.message = `cap(s) ${due.join(', ')} crossed, but SLACK_WEBHOOK_URL is empty: no alert posted`;
-    else if (!/^https:\/\//.test(webhook)) result.message = 'SLACK_WEBHOOK_URL is not an https URL: no alert posted';
-    else {
-      const payload = slackPayload(result, due, now, svc.spreadsheet.getUrl());
-      try {
-        const response = svc.fetch(webhook, {
-          method: 'post',
-          contentType: 'application/json',
-          payload: JSON.stringify(payload),
-          muteHttpExceptions: true,
-        });
-        const code = response.getResponseCode();
-        if (code >= 200 && code < 300) {
-          result.posted = true;
-          result.message = `alert posted for ${due.join(', ')}${saved(svc, state, due, day)}`;
-        } else {
-          result.message = `Slack answered HTTP ${code}; the alert will be retried on the next run`;
-        }
-      } catch (error) {
-        result.message = `posting the alert failed (${withoutWebhook(errorText(error), webhook)}); it will be retried on the next run`;
-      }
+    const why = cannot
+      ? `cap(s) ${due.join(', ')} crossed, but ${cannot}`
+      : postAlert(svc, webhook, slackPayload(result, due, now, svc.spreadsheet.getUrl()));
+    if (!why) {
+      for (const k of due) state[k] = day;
+      result.posted = true;
     }
+    result.message = why || `alert posted for ${due.join(', ')}`;
   }
+  if (lateSettled) state.checked = day;
+  if (JSON.stringify(state) !== stateBefore) result.message += saved(svc, state, result.posted);
+  result.message = earlier + result.message;
   svc.log(`checkSpendCaps: ${result.message}`);
   return result;
 }
 
 /**
- * Records that today's alert went out; '' or what the log must say. Posted first, recorded after:
- * a state that cannot be saved (the Properties service failing half-way) means a second alert on
- * the next run, never a missed one.
+ * Records the alerts that went out and the day of this run; '' or what the log must say. Posted
+ * first, recorded after: a state that cannot be saved (the Properties service failing half-way)
+ * means a second alert on the next run, never a missed one.
  */
-function saved(svc: Pick<MeterServices, 'properties'>, state: AlertState, due: CapKind[], day: string): string {
-  for (const k of due) state[k] = day;
+function saved(svc: Pick<MeterServices, 'properties'>, state: AlertState, posted: boolean): string {
   try {
     svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(state));
     return '';
   } catch (error) {
-    return `, but its state could not be saved (${errorText(error)}): it may be posted again on the next run`;
+    return posted
+      ? `, but its state could not be saved (${errorText(error)}): it may be posted again on the next run`
+      : `; the alert state could not be saved (${errorText(error)})`;
   }
 }
 

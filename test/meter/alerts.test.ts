@@ -50,6 +50,30 @@ describe('checkSpendCaps', () => {
     expect(platform.urlFetch.requests).toHaveLength(2);
   });
 
+  it('a daily cap crossed after the last check of a UTC day is alerted on the next run, naming that day, once (a failed post retried)', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 5);
+    platform.clock.set('2026-11-22T23:50:00Z');
+    post(meter, { cost_usd: 2 });
+    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
+    platform.clock.set('2026-11-22T23:55:00Z');
+    post(meter, { cost_usd: 4 }); // the day's cost is now $6, over the $5 cap, and no check runs before midnight
+    platform.clock.set('2026-11-23T00:00:30Z');
+    platform.urlFetch.respond = () => ({ code: 500 });
+    expect(meter.checkSpendCaps()).toMatch(/daily cap crossed on 2026-11-22 and not alerted that day, but Slack answered HTTP 500/);
+    platform.urlFetch.respond = () => ({ code: 200 });
+    platform.clock.set('2026-11-23T00:10:30Z');
+    expect(meter.checkSpendCaps()).toMatch(/alert posted for the daily cap crossed on 2026-11-22/);
+    expect(platform.urlFetch.requests).toHaveLength(2);
+    const body = platform.urlFetch.payloads()[1];
+    expect(body.blocks[0].text.text).toMatch(/daily cap crossed on 2026-11-22/);
+    expect(body.blocks[1].fields.map((f: { text: string }) => f.text).join('\n')).toContain('$6.0000 of $5.00 cap');
+    expect(body.text).toMatch(/daily cap crossed on 2026-11-22/);
+    meter.checkSpendCaps();
+    platform.clock.set('2026-11-24T00:00:30Z');
+    meter.checkSpendCaps();
+    expect(platform.urlFetch.requests).toHaveLength(2);
+  });
+
   it('a crossed 7-day cap alerts too, counting the 6 days before today', () => {
     setConfig(platform, 'BURN_7D_CAP_USD', 10);
     post(meter, {
