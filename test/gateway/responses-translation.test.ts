@@ -1111,6 +1111,36 @@ describe('through the gateway, translated for a chat-only route', () => {
     ]);
   });
 
+  it("a provider that streams its content as parts (Mistral's reasoning models): the text streams as a whole answer reads it", async () => {
+    const thinking = { type: 'thinking', thinking: [{ type: 'text', text: 'The user greets me.' }] };
+    const parts = [
+      chunk({ role: 'assistant', content: '' }),
+      chunk({ content: [thinking] }),
+      chunk({ content: [{ type: 'text', text: 'Hello' }] }),
+      chunk({
+        content: [
+          { type: 'text', text: ', ' },
+          { type: 'text', text: 'world' },
+        ],
+      }),
+      chunk({ content: '!' }),
+      chunk({}, 'stop'),
+    ];
+    provider.next({ kind: 'raw-stream', pieces: [sse(parts)] });
+    const seen = await events();
+    const deltas = seen.flatMap((e) => (e.type === 'response.output_text.delta' ? [e.delta] : []));
+    expect(deltas.join('')).toBe('Hello, world!');
+    expect(seen.at(-1)).toMatchObject({ type: 'response.completed', response: { output: [{ content: [{ text: 'Hello, world!' }] }] } });
+
+    const message = { role: 'assistant', content: [thinking, { type: 'text', text: 'Hello, world!' }] };
+    provider.next({
+      kind: 'status',
+      status: 200,
+      body: { ...base, object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'stop' }] },
+    });
+    expect((await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' })).output_text).toBe('Hello, world!');
+  });
+
   it('a provider that names its usage as the Responses API does: the Response keeps its cached and reasoning tokens', async () => {
     const usage = {
       input_tokens: 100,

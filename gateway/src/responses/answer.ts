@@ -11,8 +11,11 @@ import { isObject } from '../json-object';
 
 type Json = Record<string, unknown>;
 
-/** Chat message content as text: a string, or (some providers) a list of text parts. */
-function textOf(content: unknown): string {
+/**
+ * Chat message content (or a stream's delta of it) as text: a string, or (some providers, such as
+ * Mistral's reasoning models) a list of parts, whose text parts are the answer (`thinking` is not).
+ */
+export function textOf(content: unknown): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return '';
   return content.map((part) => (isObject(part) && part.type === 'text' && typeof part.text === 'string' ? part.text : '')).join('');

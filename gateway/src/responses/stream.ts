@@ -17,9 +17,10 @@
  * `sequence_number` counts every event from 0. Items are numbered in the order they begin, and an
  * item is closed when the next begins (as OpenAI does), so output_index, content_index and item_id
  * always name an item the client has seen added and not yet done. A refusal streams as a `refusal`
- * content part of the message. Arguments a provider sends for a call after the next call began
- * (chat streams them one after another; none is known to interleave) are kept for the final
- * response without events. The usage-only chunk is absorbed; `usage` gives it to the meter.
+ * content part of the message; content a provider streams as a list of parts is read as a whole
+ * answer's is (answer.ts: its text parts). Arguments a provider sends for a call after the next
+ * call began (chat streams them one after another; none is known to interleave) are kept for the
+ * final response without events. The usage-only chunk is absorbed; `usage` gives it to the meter.
  *
  * The whole output is kept for the final event, so it is held to a limit (`maxOutputBytes`, the
  * gateway's limit on a whole answer): past it the response fails (`tooLarge`), as a whole answer
@@ -34,6 +35,7 @@ import type {
   ResponseOutputText,
   ResponseStreamEvent,
 } from 'openai/resources/responses/responses';
+import { textOf } from './answer';
 import { answeringModel, incompleteReason, requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
 import { chatStreamError } from '../chat-stream-error';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
@@ -153,7 +155,9 @@ export class ChatToResponsesStream {
     if (error !== null) return [...out, ...this.fail(error)];
     if (!isObject(choice)) return out;
     const delta = isObject(choice.delta) ? choice.delta : {};
-    if (typeof delta.content === 'string' && delta.content) this.text(out, 'output_text', delta.content);
+    // Read as a whole answer's content is: a string, or text parts among others.
+    const content = textOf(delta.content);
+    if (content) this.text(out, 'output_text', content);
     if (typeof delta.refusal === 'string' && delta.refusal) this.text(out, 'refusal', delta.refusal);
     if (Array.isArray(delta.tool_calls)) delta.tool_calls.forEach((call, position) => this.toolCall(out, call, position));
     if (choice.finish_reason) this.finishReason = choice.finish_reason;
