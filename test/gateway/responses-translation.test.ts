@@ -1141,6 +1141,22 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect((await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' })).output_text).toBe('Hello, world!');
   });
 
+  it("an answer Mistral cut at the model's context length (finish_reason model_length) is incomplete, whole or streamed", async () => {
+    const message = { role: 'assistant', content: 'Once upon a' };
+    provider.next({
+      kind: 'status',
+      status: 200,
+      body: { ...base, object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'model_length' }] },
+    });
+    const whole = await client().responses.create({ model: 'gpt-4o-mini', input: 'A long story' });
+    expect(whole).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, output_text: 'Once upon a' });
+
+    provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Once upon a' }), chunk({}, 'model_length')])] });
+    const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'A long story' }).finalResponse();
+    expect(final).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, output_text: 'Once upon a' });
+    expect(final.output[0]).toMatchObject({ type: 'message', status: 'incomplete' });
+  });
+
   it('a provider that names its usage as the Responses API does: the Response keeps its cached and reasoning tokens', async () => {
     const usage = {
       input_tokens: 100,

@@ -24,9 +24,13 @@ export interface ResponseState {
 
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
 
-/** Why a chat answer stopped, as the Responses API says it: only `length` and `content_filter` leave it incomplete. */
+/**
+ * Why a chat answer stopped, as the Responses API says it: only a length limit and the content
+ * filter leave it incomplete. The limit is `length`, or Mistral's `model_length` (its context
+ * window, not `max_tokens`, ran out: cut all the same, and the Responses API has no other reason).
+ */
 export function incompleteReason(finishReason: unknown): ResponseState['incompleteReason'] {
-  if (finishReason === 'length') return 'max_output_tokens';
+  if (finishReason === 'length' || finishReason === 'model_length') return 'max_output_tokens';
   if (finishReason === 'content_filter') return 'content_filter';
   return undefined;
 }
