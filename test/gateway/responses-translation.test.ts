@@ -993,6 +993,23 @@ describe('through the gateway, translated for a chat-only route', () => {
     }
   });
 
+  it("an error a provider reports in a whole answer (OpenRouter's 200 with an error) fails the Response with the provider's message, as a stream's does", async () => {
+    const error = { message: 'Provider returned error', code: 502 };
+    provider.next({ kind: 'status', status: 200, body: { error } });
+    const bare = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' });
+    expect(bare).toMatchObject({ status: 'failed', error: { code: 'server_error', message: 'Provider returned error' }, output: [] });
+
+    const cut = { index: 0, message: { role: 'assistant', content: 'Hel' }, finish_reason: 'error' };
+    provider.next({ kind: 'status', status: 200, body: { ...base, object: 'chat.completion', choices: [cut], error } });
+    const partial = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' });
+    expect(partial).toMatchObject({
+      status: 'failed',
+      error: { message: 'Provider returned error' },
+      output_text: 'Hel',
+      output: [{ type: 'message', status: 'incomplete' }],
+    });
+  });
+
   it("every event of a stream, and a whole answer, name one model: the provider's, else the one called (x-route-model)", async () => {
     const models = (seen: ResponseStreamEvent[]) => seen.flatMap((e) => ('response' in e ? [e.response.model] : []));
     provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Hi' }), chunk({}, 'stop')])] });
