@@ -18,7 +18,7 @@ export function streamTransform(answer: Answer): StreamTransform {
   const { ctx } = answer.of;
   if (translated(answer))
     return chatToResponses(ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model, maxAnswerBytes());
-  if (answer.of.api === 'responses') return responsesPassthrough();
+  if (answer.of.api === 'responses') return responsesPassthrough(maxAnswerBytes());
   const wantsUsage = (ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true;
   return chatPassthrough(wantsUsage, typeof ctx.body.n === 'number' ? ctx.body.n : 1);
 }

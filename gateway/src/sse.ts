@@ -44,6 +44,11 @@ export interface StreamTransform {
    * provider's connection is cut, and the stream is broken.
    */
   readonly tooLarge?: boolean;
+  /**
+   * The longest event it takes, in characters (MAX_EVENT_CHARS unless said): a Responses stream's
+   * final event carries the whole response, and may be as large as a whole answer.
+   */
+  readonly maxEventChars?: number;
 }
 
 export interface RelayResult {
@@ -87,7 +92,8 @@ function plainEvents(b: Buffer): boolean {
 /**
  * An event that is not complete at this many characters (its lines so far, or one line without its
  * line break) is not one a provider means to send: the stream is cut there as broken, rather than
- * the event held in memory until it ends, if ever. Far above any chat or Responses event.
+ * the event held in memory until it ends, if ever. Far above any chat event; a Responses stream's
+ * final events, which carry whole outputs, have a transform's own limit (`maxEventChars`).
  */
 const MAX_EVENT_CHARS = 8 * 1024 * 1024;
 
@@ -173,7 +179,7 @@ export async function relaySse(
           dispatched++;
           out += transform.event(event);
         },
-        maxBufferSize: MAX_EVENT_CHARS,
+        maxBufferSize: transform.maxEventChars ?? MAX_EVENT_CHARS,
         onError: (e) => {
           if (e.type === 'max-buffer-size-exceeded') throw new TooLarge('EVENT_TOO_LARGE');
         },

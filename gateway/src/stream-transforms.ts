@@ -107,7 +107,12 @@ const FINAL = /^response\.(completed|incomplete|failed)$/;
 /** A top-level key: inside a JSON string its quotes would be escaped. */
 const SEQUENCE = /"sequence_number"\s*:\s*(\d+)/;
 
-export function responsesPassthrough(): StreamTransform {
+/**
+ * `maxEventChars`: the longest event taken. `response.completed` (and `output_item.done`) carry the
+ * whole response (or item): images a model generated come in them as base64, several MB each, so
+ * they may be as large as a whole answer may be.
+ */
+export function responsesPassthrough(maxEventChars?: number): StreamTransform {
   let failed = false;
   // Every Responses event is numbered, an error event too: the one written when the stream breaks
   // takes the number after the last event's (read then, not from every event on the way).
@@ -120,6 +125,7 @@ export function responsesPassthrough(): StreamTransform {
   return {
     done: false,
     usage: null as Usage | null,
+    maxEventChars,
     event(e: EventSourceMessage) {
       seen++;
       last = e.data;

@@ -1,7 +1,12 @@
 // A provider that misbehaves in size: an event that never ends, a whole answer of hundreds of MB,
 // headers that are huge or many. Each is a failure of the route, cut at a documented limit (the
 // provider's connection with it), never an answer buffered without bound.
-import type { ResponseFailedEvent, ResponseOutputMessage, ResponseOutputText } from 'openai/resources/responses/responses';
+import type {
+  ResponseCompletedEvent,
+  ResponseFailedEvent,
+  ResponseOutputMessage,
+  ResponseOutputText,
+} from 'openai/resources/responses/responses';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { configureUpstream } from '../../gateway/src/upstream';
 import { FakeProvider } from './fake-provider';
@@ -117,6 +122,64 @@ describe('a Responses stream translated from a chat stream that never ends', () 
     expect(chatOnly.events().map((e) => e.error_code)).toEqual(['ANSWER_TOO_LARGE|ESTIMATED']);
     expect(Number(chatOnly.events()[0].output_tokens)).toBeGreaterThanOrEqual(Math.ceil(MiB / 3));
     expect(chatOnly.gateway.path.failover.routes[0].health.lastTwenty()).toEqual([0]);
+  });
+});
+
+describe('a Responses stream passed through', () => {
+  // Its last event carries the whole response (images a model generated, base64): it may be as
+  // large as a whole answer, whose limit a smaller one keeps the test light.
+  beforeEach(() => configureUpstream({ connections: null, http2: false, maxAnswerBytes: 16 * MiB }));
+  afterEach(() => configureUpstream({ connections: null, http2: false }));
+  const event = (type: string, fields: object, n: number) =>
+    Buffer.from(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: n, ...fields })}\n\n`);
+  const response = (status: string, output: object[]) => ({
+    id: 'resp_1',
+    object: 'response',
+    created_at: 1,
+    status,
+    model: 'gpt-4o-mini',
+    output,
+  });
+  const image = (i: number) => ({ id: `ig_${i}`, type: 'image_generation_call', status: 'completed', result: `${i}`.repeat(5 * MiB) });
+
+  it('a final event past 8 MiB (two generated images) is relayed whole, not cut as an event that never ends', async () => {
+    const images = [image(1), image(2)];
+    hot.always({
+      kind: 'raw-stream',
+      pieces: [
+        event('response.created', { response: response('in_progress', []) }, 0),
+        event('response.completed', { response: { ...response('completed', images), usage: { input_tokens: 9, output_tokens: 4 } } }, 1),
+      ],
+    });
+    const res = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', input: 'two cats', stream: true }),
+    });
+    const events = (await res.text()).trimEnd().split('\n\n');
+    expect(events.map((e) => e.split('\n')[0])).toEqual(['event: response.created', 'event: response.completed']);
+    const last = JSON.parse(events[1].split('\n')[1].slice('data: '.length)) as ResponseCompletedEvent;
+    expect(last.response.status).toBe('completed');
+    expect(last.response.output.map((o) => (o.type === 'image_generation_call' ? o.result?.length : 0))).toEqual([5 * MiB, 5 * MiB]);
+    expect(await errorCodes()).toEqual(['']);
+  });
+
+  it("an event that never ends is still cut, at the whole answer's limit", async () => {
+    hot.always({
+      kind: 'raw-stream',
+      pieces: [event('response.created', { response: response('in_progress', []) }, 0), Buffer.from('event: response.completed\ndata: ')],
+      repeat: { piece: Buffer.from('x'.repeat(64 * 1024)), times: (64 * MiB) / (64 * 1024) },
+    });
+    const res = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hi', stream: true }),
+    });
+    const text = await res.text();
+    expect(text.length).toBeLessThan(MiB); // nothing of the endless event reached the client
+    expect(text).toContain('"code":"stream_interrupted"');
+    expect(await errorCodes()).toEqual(['EVENT_TOO_LARGE|ESTIMATED']);
+    await until('the provider to be hung up on', () => hot.cancelled === 1);
   });
 });
 
