@@ -634,6 +634,28 @@ describe('ChatToResponsesStream', () => {
     }
   });
 
+  it("keeps arguments that come after the next call began for the final response, as they came (not after a call's {})", () => {
+    const base = { id: 'c', object: 'chat.completion.chunk' as const, created: 1, model: PROVIDER_MODEL };
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+      ...base,
+      choices: [{ index: 0, delta, finish_reason: finish }],
+    });
+    const head = (index: number, id: string, name: string) => ({ index, id, type: 'function', function: { name, arguments: '' } });
+    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
+    const stream = new ChatToResponsesStream(REQUEST, IDS);
+    const events = [
+      ...stream.push(chunk({ tool_calls: [head(0, 'call_1', 'a'), head(1, 'call_2', 'b')] })),
+      ...stream.push(chunk({ tool_calls: [args(0, '{"x":1}'), args(1, '{"y":2}')] })),
+      ...stream.push(chunk({}, 'tool_calls')),
+      ...stream.end(),
+    ];
+    checkSequence(events);
+    expect((events.at(-1) as { response: Response }).response.output).toMatchObject([
+      { type: 'function_call', call_id: 'call_1', arguments: '{"x":1}' },
+      { type: 'function_call', call_id: 'call_2', arguments: '{"y":2}' },
+    ]);
+  });
+
   it('ends with response.incomplete when the provider stopped at the token limit', () => {
     const { events } = streamed({ text: 'Once upon a', finish: 'length' }, { ...REQUEST, max_output_tokens: 3 });
     checkSequence(events);
@@ -1172,6 +1194,36 @@ describe('through the gateway, translated for a chat-only route', () => {
     const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'A long story' }).finalResponse();
     expect(final).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, output_text: 'Once upon a' });
     expect(final.output[0]).toMatchObject({ type: 'message', status: 'incomplete' });
+  });
+
+  it('a call of a function without parameters that came without arguments has the arguments {}, whole or streamed (the SDK parses them)', async () => {
+    const now = { type: 'function' as const, name: 'now', parameters: { type: 'object', properties: {} }, strict: true };
+    // No argument deltas at all, as Anthropic's models give a call without input.
+    const call = { index: 0, id: 'call_n', type: 'function', function: { name: 'now' } };
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [sse([chunk({ role: 'assistant', content: null }), chunk({ tool_calls: [call] }), chunk({}, 'tool_calls')])],
+    });
+    const seen: ResponseStreamEvent[] = [];
+    const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'time?', tools: [now] });
+    stream.on('event', (e) => seen.push(e));
+    const final = await stream.finalResponse();
+    expect(final.output).toMatchObject([{ type: 'function_call', call_id: 'call_n', arguments: '{}', parsed_arguments: {} }]);
+    const deltas = seen.flatMap((e) => (e.type === 'response.function_call_arguments.delta' ? [e.delta] : []));
+    expect(deltas.join('')).toBe('{}'); // the deltas make the arguments the done event gives
+
+    const message = {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_n', type: 'function', function: { name: 'now', arguments: '' } }],
+    };
+    provider.next({
+      kind: 'status',
+      status: 200,
+      body: { ...base, object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'tool_calls' }] },
+    });
+    const whole = await client().responses.parse({ model: 'gpt-4o-mini', input: 'time?', tools: [now] });
+    expect(whole.output).toMatchObject([{ type: 'function_call', arguments: '{}', parsed_arguments: {} }]);
   });
 
   it('a provider that names its usage as the Responses API does: the Response keeps its cached and reasoning tokens', async () => {

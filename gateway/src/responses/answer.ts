@@ -62,11 +62,13 @@ export function chatToResponse(
   }
   for (const call of calls) {
     const fn = call.function as Json;
+    const given = typeof fn.arguments === 'string' ? fn.arguments : JSON.stringify(fn.arguments ?? {});
     const item: ResponseFunctionToolCall = {
       id: itemId(ids.responseId, 'fc', output.length),
       type: 'function_call',
       status,
-      arguments: typeof fn.arguments === 'string' ? fn.arguments : JSON.stringify(fn.arguments ?? {}),
+      // A finished call without arguments (some providers' call of a function without parameters) has none: `{}`.
+      arguments: given || (status === 'completed' ? '{}' : ''),
       call_id: typeof call.id === 'string' && call.id ? call.id : fallbackCallId(ids.responseId, output.length),
       name: typeof fn.name === 'string' ? fn.name : '',
     };

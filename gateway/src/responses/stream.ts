@@ -69,6 +69,8 @@ interface CallState {
   providerId?: string;
   name: string;
   arguments: string;
+  /** Closed without arguments, so given `{}`: arguments that still come replace it. */
+  defaulted?: boolean;
   status: ItemStatus;
 }
 
@@ -294,6 +296,10 @@ export class ChatToResponsesStream {
       this.kept += Buffer.byteLength(fn.name);
     }
     if (typeof fn.arguments !== 'string' || !fn.arguments) return;
+    if (call.defaulted) {
+      call.arguments = ''; // a call's arguments after the next began: its `{}` was none
+      call.defaulted = false;
+    }
     call.arguments += fn.arguments;
     this.kept += Buffer.byteLength(fn.arguments);
     if (this.open === call) {
@@ -315,6 +321,14 @@ export class ChatToResponsesStream {
       this.closePart(out, item);
     } else {
       const at = { item_id: item.id, output_index: item.outputIndex };
+      // A call finished without a single argument delta (chat providers stream none for a function
+      // without parameters) called it with none: `{}`, as a whole answer's, which a client can parse.
+      if (status === 'completed' && !item.arguments) {
+        item.arguments = '{}';
+        item.defaulted = true;
+        this.kept += 2;
+        this.emit(out, { type: 'response.function_call_arguments.delta', ...at, delta: item.arguments });
+      }
       this.emit(out, { type: 'response.function_call_arguments.done', ...at, arguments: item.arguments, name: item.name });
     }
     item.status = status;
