@@ -22,7 +22,7 @@ import type { Usage } from './providers/adapter';
 import type { RequestContext } from './request-context';
 import type { Route } from './route';
 import { routeHeaders } from './route-headers';
-import { fallbackVariant, type Scopes } from './scopes';
+import { fallbackVariant, scopeOf, type Scopes } from './scopes';
 import { refusalBody, streamTransform, wholeAnswer } from './relay';
 import { relaySse } from './sse';
 import { estimateUsage } from './cut-estimate';
@@ -152,7 +152,9 @@ export class Pipeline {
     const set = this.deps.failover.current;
     const first = await this.deps.failover.route(ctx, deadline, { signal, skip, model, decision, set, flags: this.deps.flags.get() });
     const variant =
-      first.kind === 'exhausted' && first.reason === 'all_failed' ? fallbackVariant(this.deps.scopes[ctx.jobType], ctx.body) : null;
+      first.kind === 'exhausted' && first.reason === 'all_failed'
+        ? fallbackVariant(scopeOf(this.deps.scopes, ctx.jobType), ctx.body)
+        : null;
     if (!variant || first.kind !== 'exhausted') return first;
     return this.deps.failover.route({ ...ctx, body: variant.body }, deadline, {
       signal,

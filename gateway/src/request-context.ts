@@ -11,7 +11,7 @@ import { hash } from 'node:crypto';
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
 import { MAX_TEXT_LENGTH } from '../../schema/event-record';
-import { DEFAULT_TIME_TO_ANSWER_MS, type Scopes } from './scopes';
+import { DEFAULT_TIME_TO_ANSWER_MS, scopeOf, type Scopes } from './scopes';
 
 /** The OpenAI API a request speaks, or a provider offers. */
 export type ApiKind = 'chat' | 'responses' | 'embeddings';
@@ -129,7 +129,8 @@ export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unkn
   if (long) return { ok: false, message: long };
   let tta = DEFAULT_TIME_TO_ANSWER_MS;
   const jobType = header(headers, 'x-job-type') ?? '';
-  if (jobType && scopes[jobType]) tta = scopes[jobType].time_to_answer_ms;
+  const scope = scopeOf(scopes, jobType);
+  if (scope) tta = scope.time_to_answer_ms;
   const explicit = header(headers, 'x-time-to-answer-ms');
   if (explicit !== undefined) {
     const n = Number(explicit);

@@ -49,6 +49,15 @@ export function loadScopes(file: string | undefined): Scopes {
 }
 
 /**
+ * The scope of a job type (`x-job-type`, the client's text), if the file defines one: only its own
+ * names count. `scopes.constructor` or `scopes.toString` is what every object has, no scope: read
+ * as one, its time-to-answer was undefined and every call timed out at once, tripping the breakers.
+ */
+export function scopeOf(scopes: Scopes, jobType: string): ScopeConfig | undefined {
+  return Object.hasOwn(scopes, jobType) ? scopes[jobType] : undefined;
+}
+
+/**
  * The scope's fallback variant of a request, tried once more before the queue when Hot and Warm
  * both failed: a smaller model on the same routes, or a shorter context (system messages plus the
  * last `keep_last_messages`, 4 by default). null for `queue` (straight to the Cold tier), and for

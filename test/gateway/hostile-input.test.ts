@@ -146,6 +146,22 @@ describe('the model name', () => {
   });
 });
 
+describe('routing headers', () => {
+  it('an x-job-type named like what every object has (constructor, toString, __proto__) is no scope: answered, on every endpoint', async () => {
+    for (const jobType of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
+      for (const path of ['chat/completions', 'embeddings', 'responses'] as const) {
+        const res = await fetch(`${gw.url}/v1/${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-job-type': jobType },
+          body: BODIES[path]('hi'),
+        });
+        expect(res.status, `${jobType} on ${path}: ${await res.text()}`).toBe(200);
+      }
+    }
+    expect(calls()).toBe(12); // one call each: no time-to-answer of 0 ms, no route given up on
+  });
+});
+
 describe('chat parameters', () => {
   // As sent, in JSON text: 1e999 is a valid JSON number that JSON.parse reads as Infinity.
   const cases: Array<[string, string, string]> = [
