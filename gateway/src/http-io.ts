@@ -89,7 +89,8 @@ export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Prom
   const charset = type === undefined ? null : charsetRefusal(type);
   if (charset) return refuse(req, 415, charset);
   const encoding = (req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();
-  const decoder = encoding === 'identity' ? null : DECODERS[encoding];
+  // Its own names only: `constructor` or `__proto__` is what every object has, no decoder.
+  const decoder = encoding === 'identity' ? null : Object.hasOwn(DECODERS, encoding) ? DECODERS[encoding] : undefined;
   if (decoder === undefined) {
     return refuse(req, 415, `Content-Encoding: expected identity, gzip, deflate or br, got "${encoding.slice(0, 50)}"`);
   }

@@ -19,8 +19,8 @@ afterEach(async () => {
 });
 
 type Endpoint = 'chat/completions' | 'embeddings' | 'responses';
-async function post(path: Endpoint, body: string | Buffer, type = 'application/json') {
-  const res = await fetch(`${gw.url}/v1/${path}`, { method: 'POST', headers: { 'content-type': type }, body });
+async function post(path: Endpoint, body: string | Buffer, type = 'application/json', headers: Record<string, string> = {}) {
+  const res = await fetch(`${gw.url}/v1/${path}`, { method: 'POST', headers: { 'content-type': type, ...headers }, body });
   const text = await res.text();
   return { status: res.status, headers: res.headers, json: () => JSON.parse(text) as { error: Record<string, unknown> }, text };
 }
@@ -75,6 +75,20 @@ describe('the body charset', () => {
     }
     expect(hot.received[0].body.messages[0].content).toBe('h\u00e9llo');
     expect(embed.received[0].body.input).toBe('h\u00e9llo');
+  });
+});
+
+describe('the body encoding', () => {
+  it('a Content-Encoding named like what every object has (constructor, __proto__) is a 415 naming it on every /v1 endpoint, not a 500', async () => {
+    for (const path of Object.keys(BODIES) as Endpoint[]) {
+      for (const encoding of ['constructor', '__proto__']) {
+        const answer = post(path, BODIES[path]('hi'), 'application/json', { 'content-encoding': encoding });
+        const error = await refusedWith(answer, 415);
+        expect(error.message).toBe(`Content-Encoding: expected identity, gzip, deflate or br, got "${encoding}"`);
+      }
+    }
+    expect(calls()).toBe(0);
+    await nothingMetered();
   });
 });
 
