@@ -403,6 +403,18 @@ describe('responsesToChat', () => {
     if (!result.ok) expect(result.message).toContain(param.split('.')[0]);
   });
 
+  it('refuses a parameter named like what every object has (constructor, toString) as unknown, whatever its value', () => {
+    for (const fields of [{ constructor: 1 }, { toString: null }, { hasOwnProperty: 'x' }]) {
+      const [key] = Object.keys(fields);
+      expect(responsesToChat({ model: 'gpt-4o-mini', input: 'Hi', ...fields })).toEqual({
+        ok: false,
+        param: key,
+        code: 'unsupported_parameter',
+        message: `Unknown parameter: '${key}'.`,
+      });
+    }
+  });
+
   it('refuses a request without input', () => {
     expect(responsesToChat({ model: 'gpt-4o-mini', instructions: 'x' })).toMatchObject({
       ok: false,

@@ -163,7 +163,8 @@ export function responsesToChat(body: Record<string, unknown>): ChatTranslation 
 function translate(body: Json): Json {
   if (!isObject(body)) return invalid('body', 'The request body must be a JSON object.');
   for (const key of Object.keys(body)) {
-    if (key in REFUSED_WHEN_SET) {
+    // Its own keys only: `constructor` or `toString` is what every object has, an unknown parameter.
+    if (Object.hasOwn(REFUSED_WHEN_SET, key)) {
       if (isSet(body[key])) unsupported(key, `'${key}' is not supported on this route: ${REFUSED_WHEN_SET[key]}.`);
     } else if (!TRANSLATED.has(key) && !IGNORED.has(key)) {
       unsupported(key, `Unknown parameter: '${key}'.`);
