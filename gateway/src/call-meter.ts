@@ -36,6 +36,8 @@ export interface CallFacts {
   /** The spend-cap routing decision the call was made under (`n/a` when none applied). */
   decision?: string;
   reviewRequired?: boolean;
+  /** How long the answer can wait for its event to be durable (the time-to-answer left); see MeterSink.send. */
+  waitMs?: number;
 }
 
 /** Beyond the record's limits a number is no count or cost the meter (and its archive) can take. */
@@ -63,7 +65,7 @@ export class CallMeter {
   /** Routes already said to answer without usage. */
   private readonly silent = new Set<string>();
   constructor(
-    private readonly send: (event: EventRecord) => Promise<void>,
+    private readonly send: (event: EventRecord, waitMs?: number) => Promise<void>,
     private readonly warn: (message: string) => void,
     /** Told of each unpriced call, by route (the metrics counter). */
     private readonly onUnpriced: (route: string) => void = () => {},
@@ -100,26 +102,29 @@ export class CallMeter {
       this.onUnpriced(route);
       errorCode = markUnpriced(errorCode); // never a silent $0: the meter counts these
     }
-    return this.send({
-      event_id: randomUUID(),
-      timestamp: new Date(),
-      actor_type: 'agent',
-      provider: f.provider,
-      model: f.model,
-      region: f.region ?? 'global', // the record's word for a region we do not know
-      input_tokens: usage?.input_tokens ?? 0,
-      output_tokens: usage?.output_tokens ?? 0,
-      latency_ms: count(f.latencyMs),
-      cost_usd: cost,
-      eval_score: null,
-      confidence: null,
-      job_id: f.ctx.jobId,
-      customer_id: f.ctx.customerId,
-      pii_flag: false,
-      review_required: f.reviewRequired ?? false,
-      reviewer_id: '',
-      decision: f.decision ?? 'n/a',
-      error_code: errorCode,
-    });
+    return this.send(
+      {
+        event_id: randomUUID(),
+        timestamp: new Date(),
+        actor_type: 'agent',
+        provider: f.provider,
+        model: f.model,
+        region: f.region ?? 'global', // the record's word for a region we do not know
+        input_tokens: usage?.input_tokens ?? 0,
+        output_tokens: usage?.output_tokens ?? 0,
+        latency_ms: count(f.latencyMs),
+        cost_usd: cost,
+        eval_score: null,
+        confidence: null,
+        job_id: f.ctx.jobId,
+        customer_id: f.ctx.customerId,
+        pii_flag: false,
+        review_required: f.reviewRequired ?? false,
+        reviewer_id: '',
+        decision: f.decision ?? 'n/a',
+        error_code: errorCode,
+      },
+      f.waitMs,
+    );
   }
 }

@@ -28,8 +28,12 @@ import { eventJson, WebAppSink } from './meter-web-app';
 
 export interface MeterSink<T = EventRecord> {
   readonly kind: string;
-  /** Resolves once the record is on disk (spool or CSV), or set aside as refused; never rejects. */
-  send(record: T): Promise<void>;
+  /**
+   * Resolves once the record is on disk (spool or CSV), or set aside as refused; never rejects.
+   * `waitMs`: how long the caller can wait for a shared store (the Redis stream) before the record
+   * goes to this process's own disk instead (an answer's time-to-answer); local sinks ignore it.
+   */
+  send(record: T, waitMs?: number): Promise<void>;
   /** Writes what is pending (and, for the web app, tries to deliver it). */
   flush(): Promise<void>;
   close(): Promise<void>;

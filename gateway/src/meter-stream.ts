@@ -25,7 +25,8 @@
  *   (newest 100,000).
  * - When Redis does not take an append within `appendTimeoutMs` (down, reconnecting), the events
  *   go to `fallback`, this process's file spool, which posts them to the meter itself: answers are
- *   not held back by Redis, and an event that reaches both is stored once by its event_id.
+ *   not held back by Redis, and an event that reaches both is stored once by its event_id. An event
+ *   sent with a shorter wait (an answer's time-to-answer left) has its turn wait that long at most.
  */
 import type { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
@@ -61,7 +62,7 @@ type Read = { got: number; entries: Entry[] };
 /** An event read from the stream, with what is left unsettled of its entry. */
 type Item = { line: string; entry: { id: string; left: number } };
 /** The events sent in one turn of the event loop, appended together. */
-type Turn = { records: EventRecord[]; lines: string[]; written: Promise<void>; done: () => void };
+type Turn = { records: EventRecord[]; lines: string[]; waitMs: number; written: Promise<void>; done: () => void };
 const GROUP = 'meter';
 /** Events in one stream entry at most: a turn's events above it take several entries. */
 const EVENTS_PER_ENTRY = 50;
@@ -69,6 +70,11 @@ const EVENTS_PER_ENTRY = 50;
 const SEPARATOR = ',\n';
 const REJECTED_KEEP = 100_000;
 const CONSUMER_GONE_MS = 10 * 60_000;
+/**
+ * The least an append is given, even for an answer with no time left: a Redis that is well answers
+ * well within it, so the spool takes events only when Redis is slow.
+ */
+const MIN_APPEND_WAIT_MS = 20;
 
 export class RedisStreamSink implements MeterSink {
   readonly kind = 'meter web app';
@@ -104,7 +110,7 @@ export class RedisStreamSink implements MeterSink {
     return this.poster.stats;
   }
 
-  send(record: EventRecord): Promise<void> {
+  send(record: EventRecord, waitMs?: number): Promise<void> {
     const json = this.opts.toJson(record);
     const line = JSON.stringify(json);
     const problem = this.opts.check?.(json) ?? null;
@@ -115,6 +121,7 @@ export class RedisStreamSink implements MeterSink {
     const turn = (this.turn ??= this.nextTurn());
     turn.records.push(record);
     turn.lines.push(line);
+    if (waitMs !== undefined) turn.waitMs = Math.min(turn.waitMs, Math.max(waitMs, MIN_APPEND_WAIT_MS));
     if (++this.unsent >= (this.opts.batchSize ?? 500)) {
       this.unsent = 0;
       void turn.written.then(() => this.loop.kick());
@@ -127,7 +134,7 @@ export class RedisStreamSink implements MeterSink {
     let done = () => {};
     const written = new Promise<void>((resolve) => (done = resolve));
     setImmediate(() => this.append());
-    return { records: [], lines: [], written, done };
+    return { records: [], lines: [], waitMs: this.opts.appendTimeoutMs ?? 1000, written, done };
   }
 
   /** This turn's events in as few entries as they fit; what Redis does not take in time goes to the file spool. */
@@ -135,7 +142,7 @@ export class RedisStreamSink implements MeterSink {
     const turn = this.turn;
     if (!turn) return;
     this.turn = null;
-    const job = this.xadd(turn.lines).then(async (added) => {
+    const job = this.xadd(turn.lines, turn.waitMs).then(async (added) => {
       if (!added) {
         this.fellBack += turn.records.length;
         await Promise.all(turn.records.map((r) => this.opts.fallback.send(r)));
@@ -146,12 +153,12 @@ export class RedisStreamSink implements MeterSink {
     void job.finally(() => this.appending.delete(job));
   }
 
-  private async xadd(lines: string[]): Promise<boolean> {
+  private async xadd(lines: string[], waitMs: number): Promise<boolean> {
     if (this.redisDown()) return false;
     const pipeline = this.opts.redis.pipeline();
     for (let i = 0; i < lines.length; i += EVENTS_PER_ENTRY)
       pipeline.xadd(this.key, '*', 'e', lines.slice(i, i + EVENTS_PER_ENTRY).join(SEPARATOR));
-    const replies = await within(pipeline.exec(), this.opts.appendTimeoutMs ?? 1000).catch(() => null);
+    const replies = await within(pipeline.exec(), waitMs).catch(() => null);
     return replies !== null && replies.every(([error]) => !error);
   }
 

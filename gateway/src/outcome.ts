@@ -21,6 +21,8 @@ export interface Settlement {
   relayMs?: number;
   /** `usage` is an estimate (a stream cut on our side before the provider reported its usage). */
   estimated?: boolean;
+  /** A whole answer's time-to-answer left: how long its release may wait for the event to be durable. */
+  waitMs?: number;
 }
 
 /** What an answer needs to settle itself, and which provider API answered. */
@@ -80,6 +82,7 @@ export class Answer {
       errorCode: code,
       estimated: s.estimated,
       decision: this.of.decision,
+      waitMs: s.waitMs,
     });
   }
 }

@@ -126,9 +126,11 @@ export class Pipeline {
       return 'complete';
     }
     const whole = wholeAnswer(outcome);
-    outcome.settle({ ok: true, usage: whole.usage });
+    // Its event durable before the answer is released, within the time-to-answer: a stalled Redis
+    // leaves it to this process's spool rather than holding the answer.
+    outcome.settle({ ok: true, usage: whole.usage, waitMs: deadline.remaining() });
     this.spent(ctx, whole.usage);
-    await outcome.durable; // the call's event on disk before its answer is released
+    await outcome.durable;
     sendBody(res, outcome.upstream.status, whole.body, typeof whole.body === 'string' ? 'application/json' : contentType, headers);
     return 'complete';
   }

@@ -27,8 +27,8 @@ export interface RequestPathOptions {
   map: RoutesMapConfig;
   scopes: Scopes;
   keyFor: KeyFor;
-  /** Where meter events go (the meter sink, teed into spend and token budgets by the wiring); resolves once durable. */
-  sendEvent: (event: EventRecord) => Promise<void>;
+  /** Where meter events go (the meter sink, teed into spend and token budgets by the wiring); resolves once durable (`waitMs`: MeterSink.send's). */
+  sendEvent: (event: EventRecord, waitMs?: number) => Promise<void>;
   flags: FlagStore;
   log: Logger;
   now?: Clock;

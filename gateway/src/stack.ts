@@ -165,7 +165,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     map,
     scopes,
     keyFor: keyResolver(map, env.raw),
-    sendEvent: (e) => meter.send(e),
+    sendEvent: (e, waitMs) => meter.send(e, waitMs),
     flags,
     log,
     breaker: options.breaker,
@@ -272,10 +272,10 @@ function phoneBridge(env: GatewayEnv, loaded: LoadedVoice, voice: Voice, meter: 
 function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']): MeterSink {
   return {
     kind: sink.kind,
-    send(event) {
+    send(event, waitMs) {
       spend.record(event.cost_usd);
       limiter.spendTokens(event.provider, event.input_tokens + event.output_tokens);
-      return sink.send(event);
+      return sink.send(event, waitMs);
     },
     flush: () => sink.flush(),
     close: () => sink.close().then(() => spend.close()), // spend not yet counted in Redis is sent

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack } from './harness';
 import { until } from './keys-harness';
@@ -183,6 +184,28 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       expect(done.result).toBeTruthy();
     } finally {
       await gw.stop();
+    }
+  });
+
+  it('a Redis that stalls does not hold a whole answer past its time-to-answer: its meter event goes to the spool, stored once', async () => {
+    const meter = await new FakeMeterWebApp().start();
+    const spool = { METER_URL: meter.url, METER_TOKEN: 'tok', METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'stall-spool-')) };
+    const gw = await listenStack({ ...env, ...spool }, { http: true, worker: false });
+    const pauser = new Redis(redis.url);
+    try {
+      expect((await chat(gw.url)).status).toBe(200);
+      await pauser.call('CLIENT', 'PAUSE', '5000', 'ALL'); // connected, but nothing answered: a stalled Redis
+      const answered = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '800' });
+      expect(answered.status).toBe(200);
+      expect(answered.ms).toBeLessThanOrEqual(800 + 100); // before: its XADD was waited for 1 s
+      await pauser.call('CLIENT', 'UNPAUSE');
+      // Delivered from the spool, and from the stream once the late XADD landed: stored once.
+      await until(async () => meter.stored.length === 2 && (await gw.stack.redis!.xlen('gateway:meter:events')) === 0);
+      expect(new Set(meter.stored).size).toBe(2);
+    } finally {
+      pauser.disconnect();
+      await gw.stop();
+      await meter.stop();
     }
   });
 });
