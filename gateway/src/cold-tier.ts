@@ -53,6 +53,8 @@ function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false
  * unreachable. A job added after all is found again by a retry (its id comes from the idempotency key).
  */
 const ENQUEUE_FLOOR_MS = 25;
+/** How long a job's poll waits for the queue's store: a Redis away or stalled gets a 503 to retry, not a hang or a 500. */
+const JOB_READ_MS = 2000;
 
 /** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
@@ -112,7 +114,15 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
       res.status(400).json(openAiError(message, 'invalid_request_error', 'id', 'invalid_job_id'));
       return;
     }
-    const job = await deps.queue.get(id);
+    const job = await within(deps.queue.get(id), JOB_READ_MS, 'the Cold queue').catch((error: Error) => {
+      deps.log.warn(`job ${id} not read: ${error.message}`);
+      return undefined;
+    });
+    if (job === undefined) {
+      const error = openAiError('the Cold queue is unreachable: try again', 'api_error', null, 'cold_queue_unavailable');
+      res.status(503).set('retry-after', '1').json(error);
+      return;
+    }
     const key = clientKeyOf(res);
     // Another tenant's job is answered as absent: its existence is not theirs to learn.
     if (!job || (key && job.customerId !== key.tenant)) {

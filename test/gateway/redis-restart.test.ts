@@ -208,4 +208,35 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       await meter.stop();
     }
   });
+
+  it('a client polling its queued job while Redis is away or stalled gets 503 cold_queue_unavailable in time, not 500 or no answer', async () => {
+    const gw = await listenStack(env, { http: true, worker: false });
+    const pauser = new Redis(redis.url);
+    try {
+      hot.always({ kind: 'status', status: 500 });
+      const queued = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2000' });
+      const { jobId } = JSON.parse(queued.text) as { jobId: string };
+      const poll = async () => {
+        const started = performance.now();
+        const r = await fetch(`${gw.url}/v1/jobs/${jobId}`);
+        const body = (await r.json()) as { error?: { code: string } };
+        return { status: r.status, code: body.error?.code, retryAfter: r.headers.get('retry-after'), ms: performance.now() - started };
+      };
+      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered: a stalled Redis
+      const stalled = await poll();
+      expect(stalled).toMatchObject({ status: 503, code: 'cold_queue_unavailable', retryAfter: '1' });
+      expect(stalled.ms).toBeLessThan(3000); // before: no answer until Redis answered again (200 after 4 s)
+      await redis.stop();
+      expect(await poll()).toMatchObject({ status: 503, code: 'cold_queue_unavailable', retryAfter: '1' }); // before: 500 internal error
+      await redis.start();
+      const back = await until(async () => {
+        const r = await poll();
+        return r.status === 200 && r;
+      });
+      expect(back.status).toBe(200);
+    } finally {
+      pauser.disconnect();
+      await gw.stop();
+    }
+  });
 });
