@@ -10,7 +10,7 @@
 import type express from 'express';
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { BudgetWebhook, type PauseFlag } from './budget';
-import { COLD_JOB_ID, type ColdPayload, type ColdQueue } from './cold-queue';
+import { COLD_JOB_ID, type ColdPayload, type ColdQueue, type EnqueueResult } from './cold-queue';
 import { openAiError } from './errors';
 import { sendBody, sendJson } from './http-io';
 import type { FlagStore } from './flags';
@@ -56,6 +56,19 @@ const ENQUEUE_FLOOR_MS = 25;
 /** How long a job's poll waits for the queue's store: a Redis away or stalled gets a 503 to retry, not a hang or a 500. */
 const JOB_READ_MS = 2000;
 
+/**
+ * A person is told of a new job when it is made, also when that was after its client was told 503
+ * (Redis answered past the time-to-answer): the job runs all the same, and the client's retry finds
+ * it as not new, so no later moment would tell anyone.
+ */
+function told(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, job: EnqueueResult): EnqueueResult {
+  if (job.created) {
+    const kind = why.reviewRequired ? 'human_review' : 'enqueued';
+    deps.notifier.notify({ kind, jobIds: [job.jobId], tenant: ctx.customerId || undefined, detail: `reason: ${why.reason}` });
+  }
+  return job;
+}
+
 /** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
   return {
@@ -71,12 +84,9 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         return sendJson(res, 503, error, headers);
       }
       try {
-        const enqueued = deps.queue.enqueue(coldPayload(ctx, why.reason, why.reviewRequired), { delayMs: why.delayMs });
-        const { jobId, created } = await within(enqueued, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
-        if (created) {
-          const kind = why.reviewRequired ? 'human_review' : 'enqueued';
-          deps.notifier.notify({ kind, jobIds: [jobId], tenant: ctx.customerId || undefined, detail: `reason: ${why.reason}` });
-        }
+        const payload = coldPayload(ctx, why.reason, why.reviewRequired);
+        const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs }).then((job) => told(deps, ctx, why, job));
+        const { jobId } = await within(enqueued, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
         sendQueued(res, ctx, jobId, headers);
       } catch (error) {
         deps.log.error(`cold queue unreachable: ${(error as Error).message}`);

@@ -2,7 +2,7 @@
 // a free port, append-only file on, removed afterwards) that the test stops and starts again.
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { spawn } from '../children';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -234,6 +234,32 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
         return r.status === 200 && r;
       });
       expect(back.status).toBe(200);
+    } finally {
+      pauser.disconnect();
+      await gw.stop();
+    }
+  });
+
+  it('a job added after its request was told 503 (Redis stalled past the time-to-answer) is still notified, once', async () => {
+    const routes = join(mkdtempSync(join(tmpdir(), 'late-job-')), 'routes.json');
+    const map = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8')) as { cold: { notify: string[] } };
+    map.cold.notify = ['oncall@example.com']; // without SMTP_URL an e-mail is logged, and counted as sent
+    writeFileSync(routes, JSON.stringify(map));
+    const gw = await listenStack({ ...env, ROUTES_FILE: routes }, { http: true, worker: false });
+    const pauser = new Redis(redis.url);
+    try {
+      hot.always({ kind: 'status', status: 500 });
+      await pauser.call('CLIENT', 'PAUSE', '1500', 'ALL'); // connected, but nothing answered until the job's request gave up
+      const refused = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '600' });
+      expect([refused.status, JSON.parse(refused.text).error.code]).toEqual([503, 'cold_queue_unavailable']);
+      // The add went through once Redis answered: the client's retry finds the job.
+      const retried = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2000' });
+      expect(retried.status).toBe(202);
+      const { jobId } = JSON.parse(retried.text) as { jobId: string };
+      const queuedNotices = () => gw.stack.notifier.sent.filter((s) => s.subject.startsWith('AI requests queued'));
+      await until(async () => queuedNotices().some((s) => s.text.includes(jobId))); // before: nobody was told of it
+      await gw.stack.notifier.flush();
+      expect(queuedNotices()).toHaveLength(1);
     } finally {
       pauser.disconnect();
       await gw.stop();
