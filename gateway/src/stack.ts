@@ -38,6 +38,10 @@ import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
 import { startWorker, type ColdWorker } from './worker';
 import type { MemoryColdQueue } from './cold-queue-memory';
 import type { BullColdQueue } from './cold-queue-redis';
+import { within } from './within';
+
+/** How long /health waits for the queue's counts before showing it unreachable. */
+const HEALTH_QUEUE_WAIT_MS = 1000;
 
 /**
  * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
@@ -200,7 +204,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     meter_sink: meter.status(),
     paused: pause.paused(),
     capped_provider: cappedProvider,
-    queue: await queue.counts().catch(() => 'unreachable'),
+    // Bounded: a stalled Redis (connected, not answering) must not take the operator's view with it.
+    queue: await within(queue.counts(), HEALTH_QUEUE_WAIT_MS, 'the Cold queue').catch(() => 'unreachable'),
   });
   const gateway = options.http
     ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health, reloader })

@@ -265,4 +265,20 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       await gw.stop();
     }
   });
+
+  it('GET /health answers while Redis is stalled, the queue shown unreachable (it waited for Redis)', async () => {
+    const gw = await listenStack({ ...env, ADMIN_TOKEN: 'admin-t' }, { http: true, worker: false });
+    const pauser = new Redis(redis.url);
+    try {
+      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered
+      const started = performance.now();
+      const res = await fetch(`${gw.url}/health`, { headers: { authorization: 'Bearer admin-t' } });
+      const health = (await res.json()) as { ok: boolean; queue: unknown };
+      expect([res.status, health.ok, health.queue]).toEqual([200, true, 'unreachable']);
+      expect(performance.now() - started).toBeLessThan(2000); // before: no answer until Redis answered (4 s)
+    } finally {
+      pauser.disconnect();
+      await gw.stop();
+    }
+  });
 });
