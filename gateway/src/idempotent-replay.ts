@@ -16,6 +16,7 @@ import type { Logger } from 'pino';
 import { canonicalJson } from './canonical-json';
 import { AnswerTape } from './answer-tape';
 import type { CallMeter } from './call-meter';
+import type { Deadline } from './deadline';
 import { openAiError } from './errors';
 import { sendBody, sendJson } from './http-io';
 import type { GatewayMetrics } from './metrics';
@@ -39,6 +40,8 @@ const REPLAY_MAX_BYTES = 1024 * 1024;
 const REPLAY_LEASE_MS = 30_000;
 /** A store that does not answer in this time is passed by (the request runs without replay). */
 const STORE_TIMEOUT_MS = 1000;
+/** The least a whole answer waits for its keep, even with no time left: a Redis that is well answers within it. */
+const MIN_KEEP_WAIT_MS = 20;
 
 /** The request's replay identity, or null when the client sent no Idempotency-Key. */
 export function replayRequestOf(given: string | string[] | undefined, path: string, body: unknown, tenant: string): ReplayRequest | null {
@@ -91,7 +94,13 @@ export class IdempotentReplay {
   }
 
   /** Answers a repeat from the store, refuses a conflict, or runs `serve` and keeps its answer. */
-  async guard(req: ReplayRequest, ctx: RequestContext, res: ServerResponse, serve: () => Promise<Served>): Promise<void> {
+  async guard(
+    req: ReplayRequest,
+    ctx: RequestContext,
+    res: ServerResponse,
+    deadline: Deadline,
+    serve: () => Promise<Served>,
+  ): Promise<void> {
     // A quarter of the time-to-answer at most: the rest is the routing's, should the store not answer.
     const claim = await this.claim(req, Math.min(STORE_TIMEOUT_MS, ctx.timeToAnswerMs / 4));
     if (claim === null) {
@@ -112,7 +121,7 @@ export class IdempotentReplay {
         return sendJson(res, 409, error, { 'x-should-retry': 'false' });
       }
     }
-    await this.run(claim.lease, res, serve);
+    await this.run(claim.lease, res, deadline, serve);
   }
 
   /** The store's answer, or null when it failed or was too slow: the request then runs unguarded. */
@@ -138,7 +147,7 @@ export class IdempotentReplay {
   }
 
   /** The first request: served with its answer recorded, then kept (or the key given up) before its end is sent. */
-  private async run(lease: Lease, res: ServerResponse, serve: () => Promise<Served>): Promise<void> {
+  private async run(lease: Lease, res: ServerResponse, deadline: Deadline, serve: () => Promise<Served>): Promise<void> {
     const tape = new AnswerTape(res, this.maxBytes);
     const renewal = setInterval(() => void this.deps.store.renew(lease, this.leaseMs).catch(() => {}), this.leaseMs / 3);
     renewal.unref();
@@ -149,12 +158,18 @@ export class IdempotentReplay {
       clearInterval(renewal);
       // Bounded (STORE_TIMEOUT_MS), as the claim's wait is: with Redis away its client holds the
       // command until Redis is back, and the answer's end waits for it. Unsettled, the key stays
-      // held until its lease ends.
-      await within(this.settle(lease, tape, served), STORE_TIMEOUT_MS, 'the replay store').catch((error: Error) =>
+      // held until its lease ends; the keep still lands if Redis answers within it.
+      await within(this.settle(lease, tape, served), this.settleWaitMs(tape, deadline), 'the replay store').catch((error: Error) =>
         this.deps.log.warn({ err: error.message }, 'idempotent replay: answer not stored'),
       );
       tape.release();
     }
+  }
+
+  /** A whole answer waits for its keep no longer than its time-to-answer leaves; a stream's end (past it by nature) STORE_TIMEOUT_MS. */
+  private settleWaitMs(tape: AnswerTape, deadline: Deadline): number {
+    if ((tape.headers['content-type'] ?? '').startsWith('text/event-stream')) return STORE_TIMEOUT_MS;
+    return Math.min(STORE_TIMEOUT_MS, Math.max(deadline.remaining(), MIN_KEEP_WAIT_MS));
   }
 
   /** Keeps what a repeat should get again; gives the key up after a failure, so a repeat runs anew. */

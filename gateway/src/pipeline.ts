@@ -73,7 +73,7 @@ export class Pipeline {
     const deadline = new Deadline(ctx.timeToAnswerMs, this.deps.now);
     const work: Promise<void | Served> =
       replay && this.deps.replay
-        ? this.deps.replay.guard(replay, ctx, res, () => this.serve(ctx, res, deadline))
+        ? this.deps.replay.guard(replay, ctx, res, deadline, () => this.serve(ctx, res, deadline))
         : this.serve(ctx, res, deadline);
     return this.inFlight.track(work);
   }

@@ -281,4 +281,26 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       await gw.stop();
     }
   });
+
+  it('a keyed request whose Redis stalls while it runs is answered within its time-to-answer, and its answer is kept once Redis answers', async () => {
+    const gw = await listenStack(env, { http: true, worker: false });
+    const pauser = new Redis(redis.url);
+    try {
+      hot.next({ kind: 'ok', delayMs: 300 });
+      const answer = chat(gw.url, undefined, { 'idempotency-key': 'order-5', 'x-time-to-answer-ms': '800' });
+      await until(async () => hot.received.length === 1); // the key is claimed, the provider call runs
+      await pauser.call('CLIENT', 'PAUSE', '1500', 'ALL'); // connected, but nothing answered
+      const got = await answer;
+      expect(got.status).toBe(200);
+      expect(got.ms).toBeLessThanOrEqual(800 + 100); // before: keeping the answer was waited for 1 s past the provider's
+      // The keep reached Redis once it answered: a repeat then is replayed, not run again.
+      await until(async () => (await gw.stack.redis!.ping().catch(() => '')) === 'PONG');
+      const again = await chat(gw.url, undefined, { 'idempotency-key': 'order-5', 'x-time-to-answer-ms': '800' });
+      expect([again.status, again.headers.get('idempotent-replayed'), again.text]).toEqual([200, 'true', got.text]);
+      expect(hot.received).toHaveLength(1);
+    } finally {
+      pauser.disconnect();
+      await gw.stop();
+    }
+  });
 });
