@@ -61,13 +61,16 @@ export class RedisPause implements PauseFlag {
     return this.value;
   }
   async set() {
+    // In force here at once, before Redis has it (Redis away: this instance pauses all the same).
+    this.value = true;
     // Read and set in one transaction: a value other than 1 (an operator's hand-written 0) was "not
     // paused", so this pause is new and its notice goes out.
     const [[, before]] = (await this.redis.multi().get(this.key).set(this.key, '1').exec()) as [[null, string | null], unknown];
-    this.value = true;
+    this.value = true; // a read sent before the set may have answered meanwhile
     return before !== '1';
   }
   async clear() {
+    this.value = false;
     await this.redis.del(this.key);
     this.value = false;
   }

@@ -53,6 +53,8 @@ function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false
  * unreachable. A job added after all is found again by a retry (its id comes from the idempotency key).
  */
 const ENQUEUE_FLOOR_MS = 25;
+/** How long the budget endpoints wait for the pause flag's store before answering 503. */
+const PAUSE_STORE_WAIT_MS = 2000;
 /** How long a job's poll waits for the queue's store: a Redis away or stalled gets a 503 to retry, not a hang or a 500. */
 const JOB_READ_MS = 2000;
 
@@ -153,22 +155,43 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
     }
     const { provider, percentUsed } = parsed.data;
     if (provider === deps.cappedProvider && percentUsed >= deps.pauseAtPercent) {
-      const newly = await deps.pause.set();
-      if (newly) {
-        deps.log.warn(`budget pause: ${provider} at ${percentUsed}% (threshold ${deps.pauseAtPercent}%)`);
-        const counts = await deps.queue.counts().catch(() => null);
-        deps.notifier.notify({
-          kind: 'paused',
-          detail: `${provider} budget at ${percentUsed}% (pause at ${deps.pauseAtPercent}%).${counts ? ` Queue: ${counts.waiting} waiting, ${counts.delayed} delayed, ${counts.active} running (they finish).` : ''}`,
-        });
-      }
+      const setting = deps.pause.set();
+      // Noticed when the store takes it, also if that is after this answer (Redis away).
+      void setting.then((newly) => (newly ? noticePaused(deps, provider, percentUsed) : undefined)).catch(() => undefined);
+      if (!(await stored(setting, res, 'set on this instance'))) return;
     }
     res.status(204).end();
   });
 
   app.post('/budget/resume', admin, async (_req, res) => {
-    await deps.pause.clear();
-    deps.log.warn('budget pause lifted');
+    const resuming = deps.pause.clear().then(() => deps.log.warn('budget pause lifted'));
+    if (!(await stored(resuming, res, 'lifted on this instance'))) return;
     res.status(204).end();
   });
+}
+
+/** The pause's notice, with the queue's counts when the store gives them in time. */
+async function noticePaused(deps: ColdTierDeps, provider: string, percentUsed: number): Promise<void> {
+  deps.log.warn(`budget pause: ${provider} at ${percentUsed}% (threshold ${deps.pauseAtPercent}%)`);
+  const counts = await within(deps.queue.counts(), PAUSE_STORE_WAIT_MS).catch(() => null);
+  deps.notifier.notify({
+    kind: 'paused',
+    detail: `${provider} budget at ${percentUsed}% (pause at ${deps.pauseAtPercent}%).${counts ? ` Queue: ${counts.waiting} waiting, ${counts.delayed} delayed, ${counts.active} running (they finish).` : ''}`,
+  });
+}
+
+/**
+ * The pause flag's write, waited for at most PAUSE_STORE_WAIT_MS: Redis away holds it until Redis
+ * is back (it is applied then), and the sender is told 503 meanwhile, so it sends again; false then.
+ */
+async function stored(write: Promise<unknown>, res: express.Response, here: string): Promise<boolean> {
+  const done = await within(write, PAUSE_STORE_WAIT_MS, 'the store').then(
+    () => true,
+    () => false,
+  );
+  if (!done)
+    res.status(503).json({
+      error: `pause_ai_tasks: ${here}, but the store did not answer within ${PAUSE_STORE_WAIT_MS / 1000} s, so other instances may not have it yet (it is written once the store is back); send again`,
+    });
+  return done;
 }

@@ -303,4 +303,33 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       await gw.stop();
     }
   });
+
+  it('a budget webhook while Redis is away pauses this instance at once, answers 503 in time, and the pause reaches Redis once it is back', async () => {
+    const gw = await listenStack({ ...env, ADMIN_TOKEN: 'admin-t' }, { http: true, worker: false });
+    const budget = (path: string, body?: unknown) =>
+      fetch(`${gw.url}/budget/${path}`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer admin-t', 'content-type': 'application/json' },
+        body: JSON.stringify(body ?? {}),
+        signal: AbortSignal.timeout(5000), // before: no answer until Redis was back
+      });
+    try {
+      await redis.stop();
+      const res = await budget('webhook', { provider: 'openai', percentUsed: 90 });
+      expect(res.status).toBe(503);
+      expect(((await res.json()) as { error: string }).error).toMatch(/pause_ai_tasks/);
+      expect(gw.stack.pause.paused()).toBe(true); // live traffic avoids the capped provider here at once
+      await redis.start();
+      const probe = new Redis(redis.url);
+      try {
+        await until(async () => (await probe.get('pause_ai_tasks')) === '1'); // the fleet's flag, once Redis took it
+      } finally {
+        probe.disconnect();
+      }
+      expect((await budget('resume')).status).toBe(204);
+      expect(gw.stack.pause.paused()).toBe(false);
+    } finally {
+      await gw.stop();
+    }
+  });
 });
