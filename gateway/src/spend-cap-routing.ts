@@ -29,6 +29,8 @@ const SPEND_CACHE_MS = 60_000;
  * requests route on the counted spend and the read goes on.
  */
 const FIRST_READ_WAIT_MS = 1000;
+/** How long the meter's read waits for the spend of the last seconds from a shared counter. */
+const RECENT_WAIT_MS = 1000;
 /** Meter events reach the meter within seconds (the spool posts every second, the web app takes a few). */
 const DELIVERY_LAG_S = 10;
 /** Within this many of its largest calls of the day from a cap, a request waits for a fresh read of a shared counter. */
@@ -113,8 +115,10 @@ export class SpendWatch {
     if (this.opts.meterToken) url.searchParams.set('token', this.opts.meterToken);
     await this.days.refresh();
     const today = dayOf(this.now());
-    // Spend of the last seconds may not be in the meter's figure yet: counted as "since" too.
-    const recent = await this.days.recentSpend(DELIVERY_LAG_S).catch(() => 0);
+    // Spend of the last seconds may not be in the meter's figure yet: counted as "since" too. Not
+    // known in time (Redis away or stalled: its client holds the read), the meter is asked all the
+    // same: then it is the one figure of the fleet's spend.
+    const recent = await within(this.days.recentSpend(DELIVERY_LAG_S), RECENT_WAIT_MS).catch(() => 0);
     const base = { day: today, usd: Math.max(0, this.days.spentBetween(today, today) - recent) };
     this.readAt = this.now() + SPEND_CACHE_MS; // answered or not: a meter that is down is not hammered
     try {

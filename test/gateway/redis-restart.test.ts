@@ -3,6 +3,7 @@
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { spawn } from '../children';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -330,6 +331,36 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       expect(gw.stack.pause.paused()).toBe(false);
     } finally {
       await gw.stop();
+    }
+  });
+
+  it('spend caps keep reading the meter while Redis is away: its figure over the cap queues patient requests (the read waited for Redis)', async () => {
+    const meter = createHttpServer((req, res) => {
+      req.resume();
+      const spend = new URL(req.url!, 'http://x').searchParams.get('action') === 'spend';
+      const body = spend
+        ? { ok: true, today_cost_usd: 80, last_7d_cost_usd: 80, daily_cap_usd: 50, burn_7d_cap_usd: 200, cap_exceeded: true }
+        : { ok: true, appended: 0, duplicates: 0 };
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    });
+    await new Promise<void>((r) => meter.listen(0, '127.0.0.1', r));
+    const meterEnv = {
+      METER_URL: `http://127.0.0.1:${(meter.address() as AddressInfo).port}/exec`,
+      METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'spend-spool-')),
+    };
+    const gw = await listenStack({ ...env, ...meterEnv }, { http: true, worker: false });
+    try {
+      await redis.stop(); // before the meter was first asked for its figure
+      const patient = { 'x-must-have-answer': 'false', 'x-time-to-answer-ms': '3000' };
+      // Routed on what is at hand while the first read goes on, then queued once the meter's figure is in.
+      const over = await until(async () => {
+        const r = await chat(gw.url, undefined, patient);
+        return r.status === 503 && JSON.parse(r.text).error.code === 'cold_queue_unavailable' && r; // queued, but the queue is in Redis
+      });
+      expect(over.status).toBe(503);
+    } finally {
+      await gw.stop();
+      meter.close();
     }
   });
 });
