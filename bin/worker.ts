@@ -1,4 +1,5 @@
 /** `npm run worker`: only the Cold worker (several may run at once against one Redis). */
+import { readEnv } from '../gateway/src/env';
 import { createLogger } from '../gateway/src/log';
 import { fail } from '../gateway/src/start';
 import { createStack } from '../gateway/src/stack';
@@ -8,8 +9,11 @@ async function run(): Promise<void> {
   if (!process.env.QUEUE_STORE_URL)
     log.warn("QUEUE_STORE_URL is not set: this worker has its own empty in-process queue; point it at the gateway's Redis");
   const stack = await createStack(process.env, log, { http: false, worker: true });
+  const graceMs = readEnv(process.env).SHUTDOWN_GRACE_MS;
   const stop = async () => {
-    log.info('worker stopping: running jobs finish first');
+    // Jobs still running at the end of the grace are cut (metered) and handed back to another worker.
+    log.info(`worker stopping: running jobs finish first (up to ${graceMs} ms)`);
+    await stack.worker?.close(graceMs);
     await stack.close();
     process.exit(0);
   };

@@ -26,10 +26,11 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
   const drain = trackRequests(server);
   log.info(`gateway listening on :${(server.address() as { port: number }).port}`);
   // SIGTERM: stop accepting, let requests and streams in flight finish, then flush the meter and
-  // close the stores (the worker finishes its running jobs; BullMQ hands back any it cannot).
+  // close the stores. The worker's running jobs get the same grace, side by side: one still
+  // running at its end has its call cut and metered, and is handed back to another worker.
   const stop = async () => {
-    log.info(`shutting down: finishing requests (up to ${settings.SHUTDOWN_GRACE_MS} ms) and running jobs, flushing meter events`);
-    const finished = await drain.close(settings.SHUTDOWN_GRACE_MS);
+    log.info(`shutting down: finishing requests and running jobs (up to ${settings.SHUTDOWN_GRACE_MS} ms), flushing meter events`);
+    const [finished] = await Promise.all([drain.close(settings.SHUTDOWN_GRACE_MS), stack.worker?.close(settings.SHUTDOWN_GRACE_MS)]);
     if (!finished) log.warn('shutdown: requests still running at the end of the grace period were cut');
     if (!(await stack.idle(SETTLE_MS)))
       log.warn(`shutdown: requests not finished ${SETTLE_MS} ms after being cut; their meter events may be missing`);

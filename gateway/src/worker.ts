@@ -9,9 +9,16 @@
  *   all, the job is dead-lettered and a person told.
  * Jobs already running when the pause is set finish. A job that used all its attempts is
  * dead-lettered (kept, visible, notified).
+ *
+ * A worker that stops lets its running jobs finish within a grace (a gateway's SIGTERM: the
+ * requests' grace); a job still running then has its call cut, metered as a cut call is
+ * (CLIENT_CLOSED, estimated: the provider got it), and is handed back at once without spending an
+ * attempt, for another worker (rather than killed mid-call, unmetered, and taken back only once
+ * its lock runs out).
  */
 import { UnrecoverableError } from 'bullmq';
 import type { RequestContext } from './request-context';
+import { Cancel, type CancelSignal } from './cancel';
 import { DeferJob, type ColdPayload, type Deferral } from './cold-queue';
 import type { MemoryColdQueue } from './cold-queue-memory';
 import type { BullColdQueue } from './cold-queue-redis';
@@ -80,7 +87,7 @@ function wholeBody<B extends object>(body: B): B {
 }
 
 /** One run of one job: the routing again, a deferral, or an error that makes the queue retry it. */
-async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: WorkerDeps): Promise<JobResult> {
+async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: WorkerDeps, stopping: CancelSignal): Promise<JobResult> {
   if (await deps.pause.refresh()) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
   const ctx: RequestContext = {
     api: payload.api ?? 'chat',
@@ -100,12 +107,13 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
   const skip = (r: Route) => deps.pause.paused() && deps.skipWhilePaused(r);
   const deadline = new Deadline(ctx.timeToAnswerMs);
   const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
-  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt });
+  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping });
   // A route passed over because its fleet probe lease was still being asked for can be callable by
   // now: once more at once, so that an attempt is spent only when a route that could be called failed.
-  if (outcome.kind === 'exhausted' && outcome.attempts > 0 && nextRoute(deps, flags, skip).at <= Date.now()) {
-    outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, priorAttempts: outcome.attempts });
+  if (outcome.kind === 'exhausted' && outcome.attempts > 0 && !stopping.aborted && nextRoute(deps, flags, skip).at <= Date.now()) {
+    outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, priorAttempts: outcome.attempts });
   }
+  if (outcome.kind === 'exhausted' && stopping.aborted) throw new DeferJob(Date.now(), HANDED_BACK);
   if (outcome.kind === 'exhausted') {
     const next = nextRoute(deps, flags, skip);
     // No call made, or the calls made left every route open (the outage goes on): no attempt spent.
@@ -141,12 +149,16 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
 }
 
 export interface ColdWorker {
-  close(): Promise<void>;
+  /** Takes no more jobs; running ones finish within `graceMs` (default: however long they take), then are cut and handed back. */
+  close(graceMs?: number): Promise<void>;
 }
+
+const HANDED_BACK = 'its worker stopped during the call: handed back for another worker';
 
 /** The worker over either queue (BullMQ's Worker in Redis, or the in-process one): same jobs, same notices. */
 export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: WorkerDeps, concurrency = 4): ColdWorker {
-  return queue.work((payload, deferred) => runJob(payload, deferred, deps), {
+  const stopping = new Cancel();
+  const work = queue.work((payload, deferred) => runJob(payload, deferred, deps, stopping), {
     concurrency,
     onFailed: ({ id, payload, attemptsMade, error, dead }) => {
       deps.log.warn(`job ${id} attempt ${attemptsMade} failed: ${error.message}${dead ? ' (dead-lettered)' : ''}`);
@@ -155,4 +167,13 @@ export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: Worker
     },
     onError: (error) => deps.log.warn(`worker: ${error.message}`),
   });
+  let closing: Promise<void> | null = null;
+  return {
+    close(graceMs = Infinity) {
+      if (closing) return closing;
+      const cut = Number.isFinite(graceMs) ? setTimeout(() => stopping.abort(), graceMs) : null;
+      closing = work.close().finally(() => cut && clearTimeout(cut));
+      return closing;
+    },
+  };
 }

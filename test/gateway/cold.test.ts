@@ -232,6 +232,33 @@ describe('Cold tier', () => {
     });
   });
 
+  it("a worker stopped while a job's call runs cuts it at the grace: the call is metered, the job handed back without an attempt, and another worker completes it", async () => {
+    const first = await up({ worker: false });
+    hot.always({ kind: 'status', status: 503 });
+    warm.always({ kind: 'status', status: 503 });
+    const { jobId } = (await chat(first.url, undefined, { 'x-time-to-answer-ms': '3000' })).json();
+    const before = hot.received.length;
+    hot.always({ kind: 'ok', delayMs: 5000 }); // longer than the grace
+    const worker = await up({ worker: true });
+    await until(async () => hot.received.length > before); // the job's call runs
+    const started = performance.now();
+    await worker.stack.worker!.close(300);
+    expect(performance.now() - started).toBeLessThan(2000); // before: the call was waited for (a SIGKILL cut it, unmetered)
+    expect(await job(first.url, jobId)).toMatchObject({ attempts: 0 });
+    await worker.stack.close();
+    stacks.splice(stacks.indexOf(worker.stack), 1);
+    const rows = readFileSync(env.METER_CSV_FILE!, 'utf8').trim().split('\n');
+    expect(rows.filter((r) => r.includes('CLIENT_CLOSED|ESTIMATED'))).toHaveLength(1); // the provider got it: billed
+
+    hot.always({ kind: 'ok', content: 'after the handover' });
+    const next = await up({ worker: true });
+    const done = await until(async () => {
+      const j = await job(next.url, jobId);
+      return j.state === 'completed' ? j : null;
+    });
+    expect(done).toMatchObject({ attempts: 1, result: { body: { choices: [{ message: { content: 'after the handover' } }] } } });
+  });
+
   it('budget webhook at 85 %: queued work waits without spending attempts, live traffic avoids the capped provider, one notice', async () => {
     const { url, stack } = await up({ worker: true, cold: { recheckMs: 200 } });
     expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 }, 'wrong')).status).toBe(401);
