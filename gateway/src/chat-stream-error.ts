@@ -17,3 +17,22 @@ export function chatStreamError(chunk: Json): string | null {
   const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
   return choices.some((c) => isObject(c) && c.finish_reason === 'error') ? REPORTED : null;
 }
+
+/** A literal `"error"` cannot occur inside a JSON string (its quotes would be escaped). */
+const ERROR_KEY = Buffer.from('"error"');
+
+/**
+ * The error a whole chat answer reports in its body, or null (OpenRouter answers `200` once
+ * generation began, and a failure after that comes in the body). Most answers have no `"error"`
+ * at all and are not parsed (this runs on every whole answer); a body that is not JSON reports none.
+ */
+export function answerError(body: Buffer): string | null {
+  if (body.indexOf(ERROR_KEY) === -1) return null;
+  let json: unknown;
+  try {
+    json = JSON.parse(body.toString('utf8'));
+  } catch {
+    return null;
+  }
+  return isObject(json) ? chatStreamError(json) : null;
+}

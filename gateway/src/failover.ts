@@ -13,6 +13,7 @@
  * request routes over the set it started with to its end.
  */
 import type { CallMeter } from './call-meter';
+import { answerError } from './chat-stream-error';
 import { estimateUsage } from './cut-estimate';
 import { CallPlanner, type CallPlan } from './call-plan';
 import type { CancelSignal } from './cancel';
@@ -21,7 +22,7 @@ import { allowedBy, type Flags } from './flags';
 import type { KeyFor } from './keys';
 import type { GatewayMetrics } from './metrics';
 import { Answer, type Outcome } from './outcome';
-import type { RequestContext } from './request-context';
+import type { ApiKind, RequestContext } from './request-context';
 import { backoffMs, RETRY, retryAfterMs } from './retry';
 import type { Route } from './route';
 import type { RouteConfig } from './routes-map';
@@ -86,13 +87,29 @@ type CallResult = { kind: 'ok' | 'client_error' | 'failure' | 'cancelled'; answe
  */
 const NOT_A_STREAM = 'NOT_A_STREAM';
 
-function classifyAnswer(answer: UpstreamAnswer, stream: boolean): CallResult {
+/**
+ * A whole chat answer whose body reports an error (OpenRouter's `200` with the model's failure in
+ * it): the route did not answer, so the request is tried again and elsewhere, as after a 5xx.
+ * Relayed as a success, it would have been kept for replay and scored as a working route.
+ */
+const PROVIDER_ERROR = 'PROVIDER_ERROR';
+
+/** Codes of a 2xx answer counted as a failure: the provider may have billed it, so its usage is metered. */
+const billedFailure = (code: string) => code === NOT_A_STREAM || code === PROVIDER_ERROR;
+
+function classifyAnswer(answer: UpstreamAnswer, stream: boolean, api: ApiKind): CallResult {
   const s = answer.status;
-  if (s >= 200 && s < 300)
-    return stream && !answer.rest ? { kind: 'failure', answer, code: NOT_A_STREAM } : { kind: 'ok', answer, code: '' };
+  if (s >= 200 && s < 300) {
+    if (stream && !answer.rest) return { kind: 'failure', answer, code: NOT_A_STREAM };
+    if (api === 'chat' && !answer.rest && answerError(answer.body!) !== null) return { kind: 'failure', answer, code: PROVIDER_ERROR };
+    return { kind: 'ok', answer, code: '' };
+  }
   if (s === 408 || s === 429 || s >= 500 || s === 401 || s === 403) return { kind: 'failure', answer, code: String(s) };
   return { kind: 'client_error', answer, code: String(s) };
 }
+
+/** What the client's 503 says of a route whose 2xx answer failed. */
+const FAILED_2XX: Record<string, string> = { [NOT_A_STREAM]: 'not an event stream', [PROVIDER_ERROR]: 'reported an error in its answer' };
 
 /** A streamed answer: scored when the stream ends (Answer.settle), not at its first byte. */
 const streamed = (r: CallResult) => r.answer?.rest !== undefined;
@@ -133,7 +150,7 @@ export class Failover {
     const signal = o.signal;
     const timeoutMs = Math.min(ATTEMPT_TIMEOUT_MS, deadline.remaining() - FALLBACK_RESERVE_MS);
     try {
-      return classifyAnswer(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }), ctx.stream);
+      return classifyAnswer(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }), ctx.stream, plan.api);
     } catch (error) {
       if (error instanceof UpstreamError)
         return { kind: error.code === 'CLIENT_CLOSED' ? 'cancelled' : 'failure', error, code: error.code } as CallResult;
@@ -168,8 +185,8 @@ export class Failover {
           ctx.stream ? streamed : undefined,
         );
         const latency = result.answer?.latencyMs ?? this.now() - started;
-        // A whole answer to a stream was answered (and billed) all the same: its usage is metered.
-        const usage = result.code === NOT_A_STREAM ? route.adapter.usage(result.answer!.body!) : null;
+        // A whole answer to a stream, or one reporting an error, was billed all the same: its usage is metered.
+        const usage = billedFailure(result.code) ? route.adapter.usage(result.answer!.body!) : null;
         const failed = (code: string) => this.meterFailure(ctx, route.label, config, latency, code, options.decision, usage);
         if (result.kind === 'cancelled') {
           this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
@@ -196,7 +213,7 @@ export class Failover {
         failed(result.code);
         if (result.kind === 'client_error')
           return { kind: 'client_error', route, model: config.model, attempts, upstream: result.answer!, ctx, api: plan.api };
-        lastError = `${route.label}: ${result.error ? result.error.message : result.code === NOT_A_STREAM ? 'not an event stream' : `HTTP ${result.code}`}`;
+        lastError = `${route.label}: ${result.error ? result.error.message : (FAILED_2XX[result.code] ?? `HTTP ${result.code}`)}`;
         const wait = this.retryWait(result, n, ticket.probe, deadline);
         if (wait === null) break;
         await sleep(wait, options.signal);

@@ -230,3 +230,45 @@ describe('SIGTERM', () => {
     expect(g.events()).toMatchObject([{ provider: 'openai', error_code: code }]);
   });
 });
+
+describe('a provider that reports an error in a 200 answer (OpenRouter, once generation began)', () => {
+  it('is a failure of the route: the request is answered by the next route, the call metered PROVIDER_ERROR with its usage', async () => {
+    const warm = await new FakeProvider().start();
+    try {
+      gw = await startGateway(mapOf([hot.url], [warm.url]));
+      const error = { message: 'Provider returned error', code: 502 };
+      const usage = { prompt_tokens: 9, completion_tokens: 3, total_tokens: 12 };
+      hot.always({ kind: 'status', status: 200, body: { id: 'gen-1', object: 'chat.completion', choices: [], error, usage } });
+      const res = await chat(gw.url);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-route-tier')).toBe('warm');
+      expect(res.json().choices[0].message.content).toBeTruthy();
+      const event = await until('the failed call metered', async () => {
+        await gw!.meter.flush();
+        return gw!.events().find((e) => e.error_code === 'PROVIDER_ERROR');
+      });
+      expect(event).toMatchObject({ provider: 'openai', input_tokens: '9', output_tokens: '3' });
+      expect(gw.gateway.path.failover.routes[0].health.lastTwenty()).toContain(0); // scored as a failure
+    } finally {
+      await warm.stop();
+    }
+  });
+
+  it('a choice that finished with "error" counts the same; an answer that merely says the word does not', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const message = { role: 'assistant', content: 'Hel' };
+    hot.always({
+      kind: 'status',
+      status: 200,
+      body: { object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'error' }, finish_reason: 'stop' }] },
+    });
+    hot.next(
+      { kind: 'status', status: 200, body: { object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'error' }] } },
+      { kind: 'status', status: 200, body: { object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'error' }] } },
+    );
+    const res = await chat(gw.url);
+    expect(res.status).toBe(200);
+    expect(res.json().choices[0].message.content).toBe('error');
+    expect(hot.received.length).toBe(3); // two failed tries, then the answer
+  });
+});
