@@ -1,9 +1,8 @@
 /**
  * The error a provider reports inside its chat-completions stream, or null: a chunk
  * `{"error": …}`, or a choice that finished with `error` (OpenRouter's way, the error beside it).
- * One rule for the chat stream passed through and for its Responses translation, streamed or whole
- * (a whole answer may carry one the same way): either way the call failed, though the stream may
- * end properly after it.
+ * One rule for the chat stream passed through and for its Responses translation: either way the
+ * call failed, though the stream may end properly after it.
  */
 import { isObject } from './json-object';
 type Json = Record<string, unknown>;

@@ -2,13 +2,11 @@
  * A whole chat completion as a Response object: the assistant's text as a `message` item, each
  * tool call as a `function_call` item (its `call_id` is the chat tool call's id, so the client's
  * `function_call_output` finds its way back through request.ts), the status (`incomplete` when the
- * provider stopped at the token limit or its content filter, `failed` with its message when it
- * reported an error in the answer), and the usage.
+ * provider stopped at the token limit or its content filter), and the usage.
  */
 import type { ResponseFunctionToolCall, ResponseOutputItem, ResponseOutputMessage } from 'openai/resources/responses/responses';
 import { answeringModel, incompleteReason, requestedModel, responseObject, responseUsage } from './envelope';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
-import { chatStreamError } from '../chat-stream-error';
 import { isObject } from '../json-object';
 
 type Json = Record<string, unknown>;
@@ -34,18 +32,13 @@ export function chatToResponse(
   const model = answeringModel(body.model, called);
   const choice = Array.isArray(body.choices) ? body.choices.find((c) => isObject(c) && (c.index ?? 0) === 0) : undefined;
   const usage = responseUsage(body.usage);
-  // An error the provider reported in its answer (OpenRouter's 200 once generation began), by the
-  // rule a stream's is read by: the Response failed, saying why, with what came before it.
-  const reported = chatStreamError(body);
-  const error = (message: string) => ({ code: 'server_error' as const, message });
   if (!isObject(choice) || !isObject(choice.message)) {
-    const why = error(reported ?? 'The provider answered without a message.');
-    return responseObject(request, ids, { model, status: 'failed', output: [], usage, error: why });
+    const error = { code: 'server_error' as const, message: 'The provider answered without a message.' };
+    return responseObject(request, ids, { model, status: 'failed', output: [], usage, error });
   }
   const message = choice.message;
-  const reason = reported === null ? incompleteReason(choice.finish_reason) : undefined;
-  // The status of the items too: cut by an error, they did not finish either.
-  const status = reported !== null || reason ? 'incomplete' : 'completed';
+  const reason = incompleteReason(choice.finish_reason);
+  const status = reason ? 'incomplete' : 'completed';
   const output: ResponseOutputItem[] = [];
 
   const text = textOf(message.content);
@@ -74,6 +67,5 @@ export function chatToResponse(
     };
     output.push(item);
   }
-  if (reported !== null) return responseObject(request, ids, { model, status: 'failed', output, usage, error: error(reported) });
   return responseObject(request, ids, { model, status, output, usage, incompleteReason: reason });
 }
