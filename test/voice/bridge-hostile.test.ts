@@ -94,6 +94,66 @@ describe('phone bridge: hostile input', () => {
     }
   });
 
+  it('an error event from the realtime model without details, or with details that are not text, is logged and the call goes on', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const uncaught = watchUncaught();
+    try {
+      const { call, conn } = await answered(s, 'CAH06');
+      conn.send({ type: 'error' });
+      conn.send({ type: 'error', error: null });
+      conn.send({ type: 'error', error: { type: 'invalid_request_error', code: 7, message: { text: 'odd' } } });
+      // The same session still answers the caller's next turn.
+      speak(call);
+      await serverEvent(conn, 'response.done', (e) => e.response?.id?.startsWith('resp_'));
+      await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+      expect(s.realtime.conns).toHaveLength(1);
+      const errors = s.logs.filter((l) => l.includes('CAH06: realtime error'));
+      expect(errors).toEqual([
+        'warn call CAH06: realtime error (no details)',
+        'warn call CAH06: realtime error (no details)',
+        'warn call CAH06: realtime error (invalid_request_error)',
+      ]);
+      call.hangUp();
+      expect((await s.endOf('CAH06')).record).toMatchObject({ ended_reason: 'caller_hangup' });
+      expect(uncaught.seen).toEqual([]);
+    } finally {
+      uncaught.stop();
+    }
+  });
+
+  it('a fault while handling a realtime event is that session failing (one more session, the call goes on), never the process', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const uncaught = watchUncaught();
+    try {
+      const { call, conn } = await answered(s, 'CAH07');
+      // The fault: the log throws once, on the line the bridge writes for a realtime error.
+      const push = s.logs.push.bind(s.logs);
+      let broke = false;
+      s.logs.push = (...lines: string[]) => {
+        if (!broke && lines.some((l) => l.includes('realtime error'))) {
+          broke = true;
+          throw new Error('log sink broke');
+        }
+        return push(...lines);
+      };
+      const next = until<RtConn>(s.realtime, 'connection');
+      conn.send({ type: 'error', error: { type: 'invalid_request_error', code: 'invalid_value', message: 'bad' } });
+      const second = await next;
+      await clientEvent(second, 'session.update');
+      speak(call);
+      await serverEvent(second, 'response.done', (e) => e.response?.id?.startsWith('resp_'));
+      expect(s.logs.some((l) => l.includes('CAH07') && l.includes('log sink broke'))).toBe(true);
+      expect(s.bridge.liveCalls).toBe(1);
+      call.hangUp();
+      expect((await s.endOf('CAH07')).record).toMatchObject({ ended_reason: 'caller_hangup' });
+      expect(uncaught.seen).toEqual([]);
+    } finally {
+      uncaught.stop();
+    }
+  });
+
   it('usage figures that are not token counts are dropped and logged; the meter and the guard keep the good ones, and the cap still ends the call', async () => {
     s = await bridgeStack(); // cap 0.35 USD; audio in 10, out 20 USD per million tokens
     s.realtime.brain = brain({

@@ -32,7 +32,7 @@ import { OwnResponses } from './own-responses';
 import { PricingDeflection } from './pricing';
 import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
-import type { RealtimeServerMessage } from './realtime-link';
+import { describeError, type RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
 import { sessionUpdate, turnTakingOn } from './session-config';
 import { TurnTiming } from './turn-timing';
@@ -268,7 +268,7 @@ export class CallSession {
       case 'error':
         // The bridge cancels before its own lines whether or not a response is running.
         if ((e.error as { code?: string } | undefined)?.code === 'response_cancel_not_active') return;
-        this.deps.log.warn(`call ${this.callSid}: realtime error ${JSON.stringify(e.error).slice(0, 300)}`);
+        this.deps.log.warn(`call ${this.callSid}: realtime error (${describeError(e)})`);
     }
   }
 

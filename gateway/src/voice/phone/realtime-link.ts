@@ -1,10 +1,12 @@
 /**
  * One WebSocket to the realtime model (GA interface: `Authorization: Bearer` and no `OpenAI-Beta`
  * header). It opens within a deadline or fails; afterwards it hands each server event to `onEvent`
- * and reports one failure (closed without our asking, a socket error) to `onFailure`. Errors never
+ * and reports one failure (closed without our asking, a socket error, a fault while handling an
+ * event) to `onFailure`. Errors never
  * carry the key: a refused handshake is described by its HTTP status only.
  */
 import WebSocket from 'ws';
+import { isObject } from '../../json-object';
 
 export interface RealtimeServerMessage {
   type: string;
@@ -26,7 +28,14 @@ export class RealtimeLink {
       } catch {
         return this.fail('the realtime server sent a message that is not JSON');
       }
-      if (event && typeof event.type === 'string') this.onEvent(event);
+      if (!event || typeof event.type !== 'string') return;
+      // A listener that throws would reach ws as an uncaught exception (the process, and every
+      // call on it, gone): a fault while handling an event is this socket's failure instead.
+      try {
+        this.onEvent(event);
+      } catch (error) {
+        this.fail(`handling a realtime ${event.type.slice(0, 60)} event failed (${(error as Error).message})`);
+      }
     });
     ws.on('close', (code) => this.fail(`the realtime socket closed (code ${code})`));
     ws.on('error', (error) => this.fail(`the realtime socket failed (${error.message})`));
@@ -85,4 +94,11 @@ export class RealtimeLink {
     this.ws.terminate();
     this.onFailure(why);
   }
+}
+
+/** A server `error` event in one short line (type, code, param, message), whatever its shape. */
+export function describeError(e: RealtimeServerMessage): string {
+  const err = isObject(e.error) ? e.error : {};
+  const parts = [err.type, err.code, err.param, err.message].filter((v): v is string => typeof v === 'string' && v !== '');
+  return parts.map((v) => v.slice(0, 200)).join(': ') || 'no details';
 }

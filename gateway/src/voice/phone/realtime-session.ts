@@ -11,7 +11,7 @@
  * session is ready; after that it is dropped rather than delayed.
  */
 import type { SessionUpdateEvent } from 'openai/resources/realtime/realtime';
-import { RealtimeLink, type RealtimeServerMessage } from './realtime-link';
+import { describeError, RealtimeLink, type RealtimeServerMessage } from './realtime-link';
 import { base64Bytes, bytesToMs } from './playback';
 
 export interface SaidLine {
@@ -110,7 +110,7 @@ export class RealtimeSession {
         if (e.type === 'error') {
           clearTimeout(timer);
           link.close();
-          return this.failed(`the session was refused (${describe(e)})`, first);
+          return this.failed(`the session was refused (${describeError(e)})`, first);
         }
         if (e.type !== 'session.updated') return;
         clearTimeout(timer);
@@ -121,7 +121,7 @@ export class RealtimeSession {
       }
       if (e.type === 'error' && (e.error as { type?: string } | undefined)?.type === 'server_error') {
         link.close();
-        return this.failed(`server_error (${describe(e)})`, false);
+        return this.failed(`server_error (${describeError(e)})`, false);
       }
       this.onEvent(e);
     };
@@ -159,9 +159,4 @@ export class RealtimeSession {
     this.heldMs = 0;
     for (const payload of held) this.append(payload, base64Bytes(payload));
   }
-}
-
-function describe(e: RealtimeServerMessage): string {
-  const err = (e.error ?? {}) as { type?: string; code?: string; message?: string };
-  return [err.type, err.code, err.message?.slice(0, 200)].filter(Boolean).join(': ');
 }
