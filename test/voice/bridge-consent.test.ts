@@ -111,6 +111,24 @@ describe('consent over the phone', () => {
     await s.endOf('CA0808');
   });
 
+  it('a caller who speaks first and then waits is not timed out while the line is still being said: it is heard whole, once', async () => {
+    s = await bridgeStack(() => undefined, { consentWaitMs: 600 });
+    const greeting = assistantAudio(2500);
+    s.realtime.chunkBytes = 160;
+    s.realtime.paceMs = 20; // the line comes in real time: it lasts longer than the wait for an answer
+    s.realtime.heardQueue = [{ text: 'hello?', logprob: -0.05 }];
+    s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'consent line' } });
+    const call = await s.twilio.call('CA0809');
+    call.say(voiced(300, 120)); // "Hello?" as the line begins, then silence
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the whole line played', 8000);
+    expect(call.clears).toEqual([]);
+    expect(creates(conn).map((i) => i.split(' ')[0])).toEqual(['Greet']);
+    expect(Buffer.concat(call.received).subarray(0, greeting.length).equals(greeting)).toBe(true);
+    call.hangUp();
+    expect((await s.endOf('CA0809')).ended_reason).toBe('caller_hangup');
+  });
+
   it('the realtime server drops before the line was said: the new session says it first, and only then takes turns', async () => {
     s = await bridgeStack();
     s.realtime.paceMs = 20;

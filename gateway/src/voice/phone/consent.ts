@@ -11,6 +11,7 @@
  *              call after hearing the line is agreeing to it
  *   unclear    anything else ("hello?", "what?"), or silence: nothing transcribed within
  *              `waitMs` (8 s) of the line's end, the caller's own speech restarting the wait
+ *              (never while the line or its repeat is still being said)
  *
  * Only words said after the line was heard (to its end, or until the caller spoke over it) answer
  * it, except a refusal, which counts whenever it comes.
@@ -123,6 +124,11 @@ export class ConsentGate {
   private state: 'waiting' | 'settled' = 'waiting';
   /** Agreement counts only once the line was heard; a refusal counts at any time. */
   private lineWasHeard = false;
+  /**
+   * The line (or its repeat) is being said: silence is not timed until it is heard to its end, or
+   * a caller who spoke as it began would be "unanswered" while it still plays (and it cut off).
+   */
+  private lineDue = true;
   private retries = 0;
   private timer: NodeJS.Timeout | null = null;
 
@@ -143,6 +149,7 @@ export class ConsentGate {
   /** The line (or its repeat) has been heard to the end: the wait for an answer starts. */
   lineHeard(): void {
     this.lineWasHeard = true;
+    this.lineDue = false;
     if (this.state === 'waiting') this.arm();
   }
 
@@ -153,7 +160,7 @@ export class ConsentGate {
 
   /** The caller stopped speaking: the transcript is coming; if it never does, that is silence. */
   speechStopped(): void {
-    if (this.state === 'waiting') this.arm();
+    if (this.state === 'waiting' && !this.lineDue) this.arm();
   }
 
   /** A transcript of the caller; what the classification decides. */
@@ -178,6 +185,7 @@ export class ConsentGate {
     this.disarm();
     if (this.opts.retryIfNoAck && this.retries < this.opts.maxRetries) {
       this.retries++;
+      this.lineDue = true;
       return this.opts.actions.repeat();
     }
     this.settle();
