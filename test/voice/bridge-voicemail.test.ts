@@ -5,7 +5,8 @@
 import { EventEmitter } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ACCOUNT_SID, bridgeStack, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
-import { assistantAudio, brain, speak } from './peers/script';
+import type { RtConn } from './peers/realtime-peer';
+import { assistantAudio, brain, clientEvent, speak } from './peers/script';
 import { twimlAttr } from './peers/twilio-peer';
 import { until } from './peers/wait';
 
@@ -140,6 +141,60 @@ describe('phone bridge edges: voicemail', () => {
       expect.objectContaining({ call_id: 'CA0705', outcome: 'voicemail_left', ended_reason: 'realtime_failure' }),
     ]);
     expect(voicemailPosts(s)).toHaveLength(1);
+  });
+
+  it('an opening line the model fails to say (response failed, no audio: out of quota) is a realtime failure: voicemail, not silence and a consent wait', async () => {
+    s = await bridgeStack(undefined, { consentWaitMs: 300 });
+    s.realtime.brain = () => null; // the responses are the test's own, below
+    const call = await s.twilio.call('CA0716');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    const greet = await clientEvent(conn, 'response.create');
+    const failed = { type: 'failed', error: { type: 'insufficient_quota', code: 'insufficient_quota' } };
+    // The model's answer to the bridge's own line: failed before any audio, as the API reports it.
+    conn.send({
+      type: 'response.created',
+      response: { id: 'resp_Q', status: 'in_progress', output: [], metadata: greet.response.metadata },
+    });
+    conn.send({
+      type: 'response.done',
+      response: { id: 'resp_Q', status: 'failed', status_details: failed, output: [], metadata: greet.response.metadata },
+    });
+    const update = await until<{ form: Record<string, string> }>(s.twilio.events, 'update');
+    expect(update.form.Twiml).toContain('having trouble on our side');
+    expect(twimlAttr(update.form.Twiml, 'Record', 'recordingStatusCallback')).toContain('reason=network_issue');
+    expect(conn.events.filter((e: any) => e.type === 'response.create').map((e: any) => e.response.instructions.split(' ')[0])).toEqual([
+      'Greet',
+    ]);
+    await until(call, 'closed');
+    await leaveMessage(s, 'CA0716', update.form.Twiml);
+    await s.endOf('CA0716');
+    expect(s.logs.some((l) => l.includes('CA0716') && l.includes('not said (response failed: insufficient_quota)'))).toBe(true);
+    expect(s.records).toEqual([
+      expect.objectContaining({ call_id: 'CA0716', outcome: 'voicemail_left', ended_reason: 'realtime_failure' }),
+    ]);
+  });
+
+  it('an opening line cancelled without audio because the caller declined first is no failure: the goodbye is said in full, then the hang-up', async () => {
+    s = await bridgeStack();
+    const goodbye = assistantAudio(3000);
+    s.realtime.paceMs = 20; // the goodbye comes in real time (0.1 s of audio every 20 ms)
+    s.realtime.heardQueue = [{ text: "No, I don't want to be recorded", logprob: -0.05 }];
+    // The opening line is the test's own (below); the goodbye is the model's.
+    s.realtime.brain = (ctx) => (ctx.instructions?.startsWith('Say this') ? { audio: goodbye, transcript: 'Understood.' } : null);
+    const call = await s.twilio.call('CA0717');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    const greet = await clientEvent(conn, 'response.create');
+    const metadata = greet.response.metadata;
+    conn.send({ type: 'response.created', response: { id: 'resp_L', status: 'in_progress', output: [], metadata } });
+    speak(call); // "No" before a word of the line came: a refusal counts at any time
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.metadata?.bridge === 'closing');
+    // The bridge cancelled the line to say goodbye: the line's response ends cancelled, with no audio.
+    conn.send({ type: 'response.done', response: { id: 'resp_L', status: 'cancelled', output: [], metadata } });
+    const update = await until<{ form: Record<string, string> }>(s.twilio.events, 'update');
+    expect(update.form).toEqual({ Status: 'completed' });
+    expect(call.receivedBytes).toBeGreaterThanOrEqual(goodbye.length);
+    expect((await s.endOf('CA0717')).record).toMatchObject({ ended_reason: 'opted_out' });
+    expect(s.logs.filter((l) => l.includes('not said'))).toEqual([]);
   });
 
   it('a realtime failure sent to voicemail, the caller gone without a message as the session ends: the status callback writes the record', async () => {

@@ -10,7 +10,8 @@
  *   caller speaks over the assistant → Twilio `clear` + `conversation.item.truncate` at what was heard
  *   end of caller speech → first audio of the answer: the TTFB the guard checks against the budget
  *   consent           the opening line first (no model turn before it), then the caller's answer
- *                     decides (consent.ts): repeated, declined (told, ended, tagged) or agreed
+ *                     decides (consent.ts): repeated, declined (told, ended, tagged) or agreed;
+ *                     a line the model fails to say (no audio of it sent) is a realtime failure
  *   caller transcript → the guard, with its confidence (confidence.ts)
  *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
  *   a reconnect       → the new session is given the function results the model has not answered
@@ -343,7 +344,7 @@ export class CallSession {
       this.closing.generated = true;
       this.checkClosing();
     }
-    if (this.consentLine?.id === id) this.consentSaid();
+    if (this.consentLine?.id === id) this.consentDone(r);
     if (this.phase !== 'ended') this.own.done();
     await this.deliver(id);
   }
@@ -441,6 +442,18 @@ export class CallSession {
     this.awaitStop();
   }
 
+  /**
+   * The opening line's response is done. Not cancelled (by the bridge ending the call, or the
+   * caller) and none of its audio reached the caller (it failed: out of quota, rate limited):
+   * nothing was said, and waiting for an answer to it would leave the caller in silence; that is
+   * the model failing, so a realtime failure (voicemail before the agent spoke).
+   */
+  private consentDone(r: RealtimeResponse | undefined): void {
+    const unsaid = this.phase === 'live' && r?.status !== 'cancelled' && !this.voiced.has(this.consentLine!.id);
+    if (!unsaid) return this.consentSaid();
+    this.lost(`the opening line was not said (response ${statusOf(r)})`);
+  }
+
   /** The opening line is generated; from now on the model answers the caller's turns by itself. */
   private consentSaid(): void {
     this.consentLine!.generated = true;
@@ -487,4 +500,12 @@ export class CallSession {
       pricing: this.pricing.record,
     });
   }
+}
+
+/** A response's status and, when it failed, the error the API reports in its status_details. */
+function statusOf(r: RealtimeResponse | undefined): string {
+  const error = (r?.status_details as { error?: { type?: unknown; code?: unknown } } | null | undefined)?.error;
+  const why = [...new Set([error?.type, error?.code])].filter((v): v is string => typeof v === 'string' && v !== '');
+  const status = typeof r?.status === 'string' ? r.status : 'without a status';
+  return [status, ...why].map((v) => v.slice(0, 60)).join(': ');
 }
