@@ -1,12 +1,13 @@
 // The bridge's small parts where a mistake would be silent: the settings it reads (what is
 // missing is named, never shown), Twilio call control (what is retried, what is not, what an
-// error says), the confidence it derives from log-probabilities, and how it tells its own
-// responses from the model's turns.
+// error says), the confidence it derives from log-probabilities, how it tells its own
+// responses from the model's turns, and what it reckons the caller heard of the assistant.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { transcriptConfidence } from '../../gateway/src/voice/phone/confidence';
 import { OwnResponses } from '../../gateway/src/voice/phone/own-responses';
+import { Playback } from '../../gateway/src/voice/phone/playback';
 import { phoneSettings } from '../../gateway/src/voice/phone/settings';
 import { TwilioCalls } from '../../gateway/src/voice/phone/twilio-calls';
 
@@ -123,5 +124,56 @@ describe("the bridge's own responses", () => {
     expect(own.created('r3', undefined)).toBe('consent');
     expect(own.isMuted('r3')).toBe(false);
     expect(sent.filter((e) => e.type === 'response.create')).toHaveLength(3);
+  });
+});
+
+describe('what the caller heard (playback)', () => {
+  it('an item queued behind one still playing starts when that one is heard to its end; each keeps its own position', () => {
+    let t = 0;
+    const p = new Playback(() => t);
+    expect(p.sent('A', 8 * 300)).toBe('m1'); // 300 ms at once, marked
+    t = 10;
+    expect(p.sent('B', 8 * 100)).toBe('m2'); // queued behind the 290 ms left of A
+    t = 150;
+    expect(p.heard()).toEqual([
+      { item: 'A', ms: 150 },
+      { item: 'B', ms: 0 },
+    ]);
+    t = 320; // A's last mark comes back a little late: B starts now, not at the estimate
+    p.echoed('m1');
+    t = 370;
+    expect(p.heard()).toEqual([{ item: 'B', ms: 50 }]);
+    p.echoed('m2');
+    expect(p.playing()).toBe(false);
+    expect(p.heard()).toEqual([]);
+  });
+
+  it('three items sent at once play one after another', () => {
+    let t = 0;
+    const p = new Playback(() => t);
+    p.sent('A', 8 * 200);
+    p.sent('B', 8 * 100);
+    p.sent('C', 8 * 100);
+    t = 250;
+    expect(p.heard()).toEqual([
+      { item: 'A', ms: 200 },
+      { item: 'B', ms: 50 },
+      { item: 'C', ms: 0 },
+    ]);
+    t = 350;
+    expect(p.heard().map((h) => h.ms)).toEqual([200, 100, 50]);
+  });
+
+  it('after a clear nothing is playing, and echoes of the cleared marks change nothing', () => {
+    let t = 0;
+    const p = new Playback(() => t);
+    const m = p.sent('A', 8 * 200)!;
+    p.clear();
+    p.echoed(m);
+    expect(p.playing()).toBe(false);
+    t = 50;
+    p.sent('B', 8 * 100);
+    t = 80;
+    expect(p.heard()).toEqual([{ item: 'B', ms: 30 }]);
   });
 });

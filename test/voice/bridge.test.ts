@@ -113,6 +113,41 @@ describe('phone bridge: the call path', () => {
     await s.endOf('CA0003');
   });
 
+  it('barge-in while one answer still plays and the next is queued behind it: each is truncated at what was heard of it', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    const first = assistantAudio(3000);
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      turns: [{ audio: first, transcript: 'One moment.' }],
+    });
+    const call = await s.twilio.call('CA0009');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the consent line heard');
+    speak(call, 400); // agrees; the model's answer (3 s of audio) comes at once, faster than it plays
+    const answer = await serverEvent(conn, 'response.done', (e) => e.response.metadata === null && e.response.status === 'completed');
+    const firstItem = answer.response.output[0].id as string;
+    // A second answer (as after a function's result) while the first still plays: queued behind it.
+    const base = { response_id: 'resp_next', item_id: 'item_next', output_index: 0, content_index: 0 };
+    conn.send({ type: 'response.created', response: { id: 'resp_next', status: 'in_progress', output: [], metadata: null } });
+    conn.send({ type: 'response.output_audio.delta', ...base, delta: assistantAudio(1000).toString('base64') });
+    conn.send({ type: 'response.output_audio.done', ...base });
+    conn.send({ type: 'response.done', response: { id: 'resp_next', status: 'completed', output: [], metadata: null } });
+    await until(call, 'frame', () => call.playedBytes >= greeting.length + 8000, 'one second of the first answer heard');
+    speak(call, 400);
+    const cleared = await until<{ playedBytes: number }>(call, 'clear');
+    const heardMs = (cleared.playedBytes - greeting.length) / 8;
+    await clientEvent(conn, 'conversation.item.truncate', (e) => e.item_id === 'item_next');
+    const truncates = conn.events.filter((e) => e.type === 'conversation.item.truncate') as any[];
+    const byItem = Object.fromEntries(truncates.map((t) => [t.item_id, t.audio_end_ms]));
+    // The first answer was cut where the caller was; nothing of the second was heard.
+    expect(Object.keys(byItem).sort()).toEqual([firstItem, 'item_next'].sort());
+    expect(Math.abs(byItem[firstItem] - heardMs)).toBeLessThanOrEqual(100);
+    expect(byItem.item_next).toBe(0);
+    call.hangUp();
+    await s.endOf('CA0009');
+  });
+
   it('a booking by function call reaches the workflow target once although the model repeats the call; the record follows', async () => {
     s = await bridgeStack();
     const args = BOOKING;

@@ -302,11 +302,12 @@ export class CallSession {
     this.timing.speechStarted();
     if (this.phase !== 'live' || !this.playback.playing()) return;
     if (this.consentLine && this.playingResponse === this.consentLine.id) return;
-    const heard = this.playback.heard()!;
+    const heard = this.playback.heard();
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
     this.own.mute(this.playingResponse);
-    this.rt.send({ type: 'conversation.item.truncate', item_id: heard.item, content_index: 0, audio_end_ms: heard.ms });
+    // The item playing at what was heard of it; any queued behind it at 0 (none of it was heard).
+    for (const h of heard) this.rt.send({ type: 'conversation.item.truncate', item_id: h.item, content_index: 0, audio_end_ms: h.ms });
   }
 
   private callerSaid(e: RealtimeServerMessage): void {

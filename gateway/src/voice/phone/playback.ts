@@ -6,6 +6,11 @@
  * plus the time since its echo, never more than what was sent. That is the `audio_end_ms` a
  * barge-in truncates the item at. (A mark per chunk would double the messages for nothing.)
  *
+ * Items play in the order they were sent: an answer that comes while an earlier one still plays
+ * (the model answering a function's result) waits behind it. So each item keeps its own position
+ * until all of it was heard, and a barge-in truncates every item not heard to its end: the one
+ * playing where the caller is, those queued behind it at 0.
+ *
  * µ-law at 8 kHz is one byte per sample: 8 bytes = 1 ms.
  */
 
@@ -22,45 +27,53 @@ export function base64Bytes(b64: string): number {
   return (n / 4) * 3 - pad;
 }
 
-interface Pending {
+/** One item's audio as sent and played. */
+interface Segment {
   item: string;
+  sentMs: number;
+  /** Heard up to here when its last echoed mark came. */
+  heardMs: number;
+  /** When that mark came; before any, when it starts playing (ahead of now while earlier audio is queued). */
+  anchorAt: number;
+}
+
+interface Pending {
+  segment: Segment;
   endMs: number;
 }
 
 export class Playback {
   private seq = 0;
   private readonly pending = new Map<string, Pending>();
-  private item: string | null = null;
-  private sentMs = 0;
-  private heardMs = 0;
-  /** When the last echoed mark came (or the item's first chunk went out, before any echo). */
-  private anchorAt = 0;
-  /** Audio of the item sent since the last mark. */
+  /** Items in playing order, while some of their audio is unheard; the last is the one being sent. */
+  private segments: Segment[] = [];
+  /** Audio of the last item sent since its last mark. */
   private unmarkedMs = 0;
 
   constructor(private readonly now: () => number = () => performance.now()) {}
 
   /** Records a chunk of `item` sent to Twilio; returns a mark name to send right after it, if one is due. */
   sent(item: string, bytes: number): string | null {
-    if (item !== this.item) {
-      // A new item plays once what is still queued of the previous one has played.
-      const queued = this.item && this.pending.size ? this.sentMs - this.heardMs - (this.now() - this.anchorAt) : 0;
-      this.item = item;
-      this.sentMs = 0;
-      this.heardMs = 0;
-      this.anchorAt = this.now() + Math.max(0, queued);
+    let segment = this.segments.at(-1);
+    if (segment?.item !== item) {
+      // A new item plays once what is still queued of the previous one has played (which may
+      // itself be queued behind another).
+      const previousEnds = segment && !this.drained() ? segment.anchorAt + segment.sentMs - segment.heardMs : 0;
+      segment = { item, sentMs: 0, heardMs: 0, anchorAt: Math.max(this.now(), previousEnds) };
+      this.segments.push(segment);
       this.unmarkedMs = 0;
     }
-    this.sentMs += bytesToMs(bytes);
+    segment.sentMs += bytesToMs(bytes);
     this.unmarkedMs += bytesToMs(bytes);
     return this.unmarkedMs >= MARK_EVERY_MS ? this.mark() : null;
   }
 
   /** The end of an answer's audio: a mark for what is not marked yet (null if nothing is). */
   mark(): string | null {
-    if (!this.item || this.unmarkedMs === 0) return null;
+    const segment = this.segments.at(-1);
+    if (!segment || this.unmarkedMs === 0) return null;
     const name = `m${++this.seq}`;
-    this.pending.set(name, { item: this.item, endMs: this.sentMs });
+    this.pending.set(name, { segment, endMs: segment.sentMs });
     this.unmarkedMs = 0;
     return name;
   }
@@ -74,22 +87,29 @@ export class Playback {
       this.pending.delete(key);
       if (key === name) break;
     }
-    if (p.item === this.item) {
-      this.heardMs = p.endMs;
-      this.anchorAt = this.now();
-    }
+    p.segment.heardMs = p.endMs;
+    p.segment.anchorAt = this.now();
+    // Items heard to their end are done with (the last stays: more of it may come).
+    const last = this.segments.at(-1);
+    const unheard = new Set([...this.pending.values()].map((q) => q.segment));
+    this.segments = this.segments.filter((s) => s === last || unheard.has(s));
+    // An item heard to its end: the one queued behind it starts playing now.
+    const next = this.segments[0];
+    if (next !== p.segment && !unheard.has(p.segment) && next.heardMs === 0) next.anchorAt = this.now();
   }
 
   /** Assistant audio sent and not yet played out. */
   playing(): boolean {
-    return this.item !== null && !this.drained();
+    return this.segments.length > 0 && !this.drained();
   }
 
-  /** The item playing (or last played) and how much of it the caller has heard, in whole ms. */
-  heard(): { item: string; ms: number } | null {
-    if (!this.item) return null;
-    const ms = this.drained() ? this.sentMs : Math.max(0, Math.min(this.sentMs, this.heardMs + (this.now() - this.anchorAt)));
-    return { item: this.item, ms: Math.floor(ms) };
+  /** Each item not yet heard to its end (playing order) and how much of it the caller has heard, in whole ms. */
+  heard(): Array<{ item: string; ms: number }> {
+    if (this.drained()) return [];
+    const last = this.segments.at(-1);
+    const unheard = new Set([...this.pending.values()].map((q) => q.segment));
+    if (this.unmarkedMs > 0 && last) unheard.add(last);
+    return this.segments.filter((s) => unheard.has(s)).map((s) => ({ item: s.item, ms: Math.floor(this.position(s)) }));
   }
 
   /** Whether all audio sent is marked and every mark echoed (the caller heard everything). */
@@ -100,9 +120,12 @@ export class Playback {
   /** After a `clear`: nothing is playing; echoes of cleared marks are ignored. */
   clear(): void {
     this.pending.clear();
-    this.item = null;
-    this.sentMs = 0;
-    this.heardMs = 0;
+    this.segments = [];
     this.unmarkedMs = 0;
+  }
+
+  /** Where playback of an item is now: its last echoed position plus the time since, within what was sent. */
+  private position(s: Segment): number {
+    return Math.max(0, Math.min(s.sentMs, s.heardMs + (this.now() - s.anchorAt)));
   }
 }
