@@ -143,6 +143,25 @@ describe('phone bridge edges: voicemail', () => {
     expect(voicemailPosts(s)).toHaveLength(1);
   });
 
+  it('a realtime failure sent to voicemail whose stream Twilio ends before it answers the redirect: the record is still the voicemail', async () => {
+    s = await bridgeStack();
+    s.realtime.refuse = true;
+    // Twilio ends the stream as it takes the redirect, and answers the request only after that.
+    let answer!: () => void;
+    s.twilio.hold = new Promise<void>((r) => (answer = r));
+    s.twilio.events.once('update', (u: { callSid: string }) => s!.twilio.calls.get(u.callSid)?.hangUp());
+    const call = await s.twilio.call('CA0718');
+    const update = await until<{ form: Record<string, string> }>(s.twilio.events, 'update');
+    expect(twimlAttr(update.form.Twiml, 'Record', 'recordingStatusCallback')).toContain('reason=network_issue');
+    if (!call.closed) await until(call, 'closed');
+    answer();
+    await leaveMessage(s, 'CA0718', update.form.Twiml);
+    await s.endOf('CA0718');
+    expect(s.records).toEqual([
+      expect.objectContaining({ call_id: 'CA0718', outcome: 'voicemail_left', ended_reason: 'realtime_failure' }),
+    ]);
+  });
+
   it('an opening line the model fails to say (response failed, no audio: out of quota) is a realtime failure: voicemail, not silence and a consent wait', async () => {
     s = await bridgeStack(undefined, { consentWaitMs: 300 });
     s.realtime.brain = () => null; // the responses are the test's own, below

@@ -162,6 +162,8 @@ export class TwilioPeer {
   readonly calls = new Map<string, MediaCall>();
   /** The REST API's answer to the next updates (e.g. 500 to see retries, 404 for a gone call). */
   apiStatus = 200;
+  /** While set, call updates are answered only once it resolves (Twilio slow to answer). */
+  hold: Promise<void> | null = null;
   private server!: Server;
   apiUrl = '';
 
@@ -282,6 +284,7 @@ export class TwilioPeer {
     const update = { callSid: m[2], form, at: performance.now() };
     this.updates.push(update);
     this.events.emit('update', update);
+    if (this.hold) await this.hold;
     if (this.apiStatus !== 200)
       return void res.writeHead(this.apiStatus, { 'content-type': 'application/json' }).end('{"message":"unavailable"}');
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ sid: m[2], status: form.Status ?? 'in-progress' }));

@@ -60,8 +60,8 @@ export class CallSession {
   private overCapSaid = false;
   /** The agent's audio reached the caller at least once. */
   private spoke = false;
-  /** Handed to voicemail (network issue): the voicemail flow writes the record. */
-  private toVoicemail = false;
+  /** Handed to voicemail (network issue): true once Twilio took the redirect (the voicemail flow writes the record). */
+  private toVoicemail: Promise<boolean> | null = null;
   private escalated = false;
   private readonly playback = new Playback();
   private readonly feed: GuardFeed;
@@ -391,8 +391,8 @@ export class CallSession {
     this.phase = 'transferring';
     this.reason = 'realtime_failure';
     const twiml = this.deps.voicemail.twiml('network_issue', this.numbers.from);
-    if (await this.actions.redirect(twiml, 'voicemail after a realtime failure')) this.toVoicemail = true;
-    else this.ws.close(1000); // the answer's fallback: a person
+    this.toVoicemail = this.actions.redirect(twiml, 'voicemail after a realtime failure');
+    if (!(await this.toVoicemail)) this.ws.close(1000); // the answer's fallback: a person
     this.awaitStop();
   }
 
@@ -489,7 +489,9 @@ export class CallSession {
     await this.functions.idle(reason === 'shutdown' ? FUNCTIONS_WAIT_AT_SHUTDOWN_MS : FUNCTIONS_WAIT_MS);
     await Promise.all(this.tagging);
     const facts = { functions: this.functions, escalated: this.escalated, reason };
-    const record = this.toVoicemail ? undefined : await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
+    // Twilio ends the stream as it takes the redirect, maybe before its answer is read: wait for it.
+    const toVoicemail = (await this.toVoicemail) ?? false;
+    const record = toVoicemail ? undefined : await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
     this.deps.log.info(`call ${this.callSid}: ended (${reason})`);
     this.deps.onEnded({
       call_id: this.callSid,
