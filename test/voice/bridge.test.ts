@@ -3,6 +3,7 @@
 // (Redis), and a local realtime server following the GA event sequence.
 import { afterEach, describe, expect, it } from 'vitest';
 import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
+import { voiced } from './peers/mulaw';
 import { until } from './peers/wait';
 import { BOOKING, assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
 import type { RtConn } from './peers/realtime-peer';
@@ -146,6 +147,38 @@ describe('phone bridge: the call path', () => {
     expect(byItem.item_next).toBe(0);
     call.hangUp();
     await s.endOf('CA0009');
+  });
+
+  it('barge-in: audio of an answer still on its way when the caller cut in (the model cancels it) is never played after the clear', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      turns: [{ audio: assistantAudio(3000), transcript: 'One moment.' }],
+    });
+    const call = await s.twilio.call('CA0010');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the consent line heard');
+    speak(call, 400); // agrees; a 3 s answer comes at once
+    await serverEvent(conn, 'response.done', (e) => e.response.metadata === null && e.response.status === 'completed');
+    // The next answer (as after a function's result) has begun: created, its audio not yet here.
+    conn.send({ type: 'response.created', response: { id: 'resp_late', status: 'in_progress', output: [], metadata: null } });
+    await until(call, 'frame', () => call.playedBytes >= greeting.length + 8000, 'one second of the answer heard');
+    speak(call, 400);
+    await until(call, 'clear');
+    const late = voiced(200, 330, 6000); // told apart from every other voice on the line
+    const base = { response_id: 'resp_late', item_id: 'item_late', output_index: 0, content_index: 0 };
+    conn.send({ type: 'response.output_audio.delta', ...base, delta: late.toString('base64') });
+    conn.send({ type: 'response.done', response: { id: 'resp_late', status: 'cancelled', output: [], metadata: null } });
+    await serverEvent(
+      conn,
+      'response.done',
+      (e) => e.response.id.startsWith('resp_') && e.response.id !== 'resp_late' && e.response.metadata === null,
+    );
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the caller heard');
+    expect(Buffer.concat(call.received).indexOf(late.subarray(0, 400))).toBe(-1);
+    call.hangUp();
+    await s.endOf('CA0010');
   });
 
   it('a booking by function call reaches the workflow target once although the model repeats the call; the record follows', async () => {

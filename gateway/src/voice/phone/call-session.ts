@@ -300,8 +300,12 @@ export class CallSession {
    */
   private bargeIn(): void {
     this.timing.speechStarted();
-    if (this.phase !== 'live' || !this.playback.playing()) return;
+    if (this.phase !== 'live') return;
     if (this.consentLine && this.playingResponse === this.consentLine.id) return;
+    // Once the line was said the model's VAD cancels the answer in progress (interrupt_response):
+    // what is still on its way of it must not play over the caller.
+    if (this.respondOnTurn) this.own.mute(this.responding);
+    if (!this.playback.playing()) return;
     const heard = this.playback.heard();
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
