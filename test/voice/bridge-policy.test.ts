@@ -145,6 +145,30 @@ describe('phone bridge: the policy on real events', () => {
     expect(end.realtime_failure).toMatch(/HTTP 503/);
   });
 
+  it('an answer that fails (rate limited) is asked for once more; failing again, the caller is transferred rather than left in silence', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA0108');
+    s.realtime.brain = () => null; // the model's answers are the test's own, below
+    speak(call); // agrees to the line and asks something
+    await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    const failed = (id: string) => {
+      conn.send({ type: 'response.created', response: { id, status: 'in_progress', output: [], metadata: null } });
+      const details = { type: 'failed', error: { type: 'invalid_request_error', code: 'inference_rate_limit_exceeded' } };
+      conn.send({ type: 'response.done', response: { id, status: 'failed', status_details: details, output: [], metadata: null } });
+    };
+    failed('resp_F1');
+    await clientEvent(conn, 'response.create', (e: any) => e.response === undefined);
+    expect(s.twilio.updates).toEqual([]);
+    failed('resp_F2');
+    const u = await update(s, 'CA0108');
+    expect(u.form.Twiml).toContain(`<Dial`);
+    const end = await s.endOf('CA0108');
+    expect(end.record).toMatchObject({ ended_reason: 'realtime_failure', escalated: true });
+    expect(end.realtime_failure).toContain('inference_rate_limit_exceeded');
+    expect(conn.events.filter((e: any) => e.type === 'response.create' && e.response === undefined)).toHaveLength(1);
+  });
+
   it('the realtime server drops and the reconnect succeeds → same call, the conversation replayed, audio flows again', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({ greeting: { audio: assistantAudio(300), transcript: 'Hello, I am the assistant.' } });

@@ -90,6 +90,8 @@ export class CallSession {
   private warnedNoLogprobs = false;
   private ended: Promise<void> | null = null;
   private stopTimer: NodeJS.Timeout | null = null;
+  /** Answers that failed in a row (rate limited, out of quota): the first is asked for again, the second is a realtime failure. */
+  private failedAnswers = 0;
 
   constructor(
     readonly callSid: string,
@@ -350,6 +352,8 @@ export class CallSession {
       this.checkClosing();
     }
     if (this.consentLine?.id === id) this.consentDone(r);
+    else if (r?.status === 'failed' && !this.voiced.has(id)) this.answerFailed(r);
+    else if (this.voiced.has(id)) this.failedAnswers = 0;
     if (this.phase !== 'ended') this.own.done();
     await this.deliver(id);
   }
@@ -457,6 +461,19 @@ export class CallSession {
     const unsaid = this.phase === 'live' && r?.status !== 'cancelled' && !this.voiced.has(this.consentLine!.id);
     if (!unsaid) return this.consentSaid();
     this.lost(`the opening line was not said (response ${statusOf(r)})`);
+  }
+
+  /**
+   * An answer failed before any of it was said: the caller would wait in silence for one that never
+   * comes. Asked for once more (unless function results will ask anyway); failing again, that is a
+   * realtime failure (the caller goes to a person).
+   */
+  private answerFailed(r: RealtimeResponse): void {
+    if (this.phase !== 'live') return;
+    const why = `an answer failed (response ${statusOf(r)})`;
+    if (++this.failedAnswers >= 2) return this.lost(why);
+    this.deps.log.warn(`call ${this.callSid}: ${why}; asking once more`);
+    if (!this.results.owing) this.rt.send({ type: 'response.create' });
   }
 
   /** The opening line is generated; from now on the model answers the caller's turns by itself. */
