@@ -5,11 +5,14 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import { transcriptConfidence } from '../../gateway/src/voice/phone/confidence';
+import { responseEvent } from '../../gateway/src/voice/phone/meter-event';
 import { OwnResponses } from '../../gateway/src/voice/phone/own-responses';
 import { Playback } from '../../gateway/src/voice/phone/playback';
 import { phoneSettings } from '../../gateway/src/voice/phone/settings';
 import { TwilioCalls } from '../../gateway/src/voice/phone/twilio-calls';
+import { filled } from './filled';
 
 describe('phone settings', () => {
   const env = {
@@ -175,5 +178,24 @@ describe('what the caller heard (playback)', () => {
     p.sent('B', 8 * 100);
     t = 80;
     expect(p.heard()).toEqual([{ item: 'B', ms: 30 }]);
+  });
+});
+
+describe("a realtime response's meter event", () => {
+  const facts = (status: string) => ({
+    config: filled(),
+    provider: 'openai',
+    tenant: 't1',
+    callId: 'CA1',
+    response: { status } as RealtimeResponse,
+    usage: undefined,
+    latencyMs: 5,
+    confidence: null,
+  });
+
+  it('names how the response ended, and nothing for a status it does not know (never what every object has)', () => {
+    expect(responseEvent(facts('failed')).error_code).toBe('FAILED');
+    expect(responseEvent(facts('completed')).error_code).toBe('');
+    for (const hostile of ['constructor', 'toString', '__proto__']) expect(responseEvent(facts(hostile)).error_code).toBe('');
   });
 });

@@ -51,6 +51,7 @@ export function responseEvent(f: ResponseFacts): EventRecord {
     review_required: false,
     reviewer_id: '',
     decision: 'n/a',
-    error_code: (status && STATUS_CODE[status]) ?? '',
+    // Its own names only: a status of `constructor` would put a function in the record.
+    error_code: status && Object.hasOwn(STATUS_CODE, status) ? STATUS_CODE[status] : '',
   };
 }
