@@ -227,3 +227,47 @@ describe('consent over the phone', () => {
     expect(end.transcript.filter((l) => l.speaker === 'assistant').map((l) => l.text)).not.toContain('Why not?');
   });
 });
+
+describe('the bridge’s own lines across a realtime reconnect', () => {
+  /** Closes the session right after it creates a response the bridge asked for with these instructions. */
+  const cutWhenCreated = (conn: RtConn, instructions: string) => {
+    const on = (e: { type: string }) => {
+      const asked = conn.events.some((c: any) => c.type === 'response.create' && c.response?.instructions?.startsWith(instructions));
+      if (e.type !== 'response.created' || !asked) return;
+      conn.off('server', on);
+      conn.ws.close(1011);
+    };
+    conn.on('server', on);
+  };
+
+  it('the session drops while the consent line is being said again: the new session says it, and the consent is still decided', async () => {
+    s = await bridgeStack(() => undefined, { consentWaitMs: 400 });
+    s.realtime.brain = brain({ repeat: { audio: assistantAudio(300), transcript: 'consent line', delayMs: 300 } });
+    const call = await s.twilio.call('CA0810');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    cutWhenCreated(conn, 'Repeat');
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(again, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
+    await update(s, 'CA0810'); // silence after the repeat too: the polite end
+    expect(creates(again).map((i) => i.split(' ')[0])).toEqual(['Repeat', 'Say']);
+    expect(call.marksEchoed.length).toBeGreaterThan(0);
+    expect((await s.endOf('CA0810')).ended_reason).toBe('no_consent');
+  });
+
+  it('the session drops while the closing line is being generated: the new session says it, and the hang-up comes once it was heard', async () => {
+    s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
+    const closing = assistantAudio(600);
+    s.realtime.brain = brain({ closing: { audio: closing, transcript: 'Goodbye.', delayMs: 300 } });
+    const call = await s.twilio.call('CA0811');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    cutWhenCreated(conn, 'Say');
+    const again = await until<RtConn>(s.realtime, 'connection');
+    const heard = call.receivedBytes;
+    const u = await update(s, 'CA0811');
+    expect(creates(again).map((i) => i.split(' ')[0])).toEqual(['Say']);
+    expect(call.receivedBytes - heard).toBe(closing.length); // the goodbye, whole, before the hang-up
+    expect(call.playedBytes).toBe(call.receivedBytes);
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect((await s.endOf('CA0811')).ended_reason).toBe('no_consent');
+  });
+});

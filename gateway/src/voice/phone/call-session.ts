@@ -76,7 +76,7 @@ export class CallSession {
   /** Responses of which some audio reached Twilio. */
   private readonly voiced = new Set<string>();
   private readonly own: OwnResponses;
-  private closing: { id: string | null; generated: boolean; done: () => void } | null = null;
+  private closing: { line: string; id: string | null; generated: boolean; done: () => void } | null = null;
   private readonly consent: ConsentGate;
   /** The opening line being said: done once generated and every mark of it came back. */
   private consentLine: { id: string; generated: boolean } | null = null;
@@ -120,10 +120,12 @@ export class CallSession {
       update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       history: () => this.said,
-      // Before the opening line was said, the new session owes the line (ready), not an answer; a
+      // A new session that owes one of the bridge's lines says it (ready), not an answer; a
       // function result still owed asks for the answer itself, once it is given (ready).
       awaitingAnswer: () =>
+        this.phase === 'live' &&
         this.respondOnTurn &&
+        !this.owedLine() &&
         !this.functions.outstanding &&
         !this.results.owing &&
         (this.responding !== null || this.said.at(-1)?.speaker === 'user'),
@@ -188,11 +190,28 @@ export class CallSession {
       this.results.newConversation();
       for (const id of this.functions.unclaimed()) void this.deliver(id);
       if (this.phase === 'live') this.results.give();
-      // The opening line never finished on the old socket: it is still the first thing to say.
-      if (!this.respondOnTurn) this.sayConsent(false);
-      return;
     }
-    this.sayConsent(false);
+    this.sayOwedLine();
+  }
+
+  /**
+   * The bridge's own line a session owes: the opening line until it was said once; a repeat of it,
+   * or the closing line, that the lost session had not finished generating (asked of it, maybe
+   * begun, never done) is asked of the new one, or the caller would be left in silence.
+   */
+  private sayOwedLine(): void {
+    const owed = this.owedLine();
+    if (owed === 'closing') this.askClosing();
+    else if (owed === 'opening') this.sayConsent(false);
+    else if (owed === 'repeat') this.sayConsent(true);
+  }
+
+  private owedLine(): 'opening' | 'repeat' | 'closing' | null {
+    if (this.phase === 'closing') return this.closing && !this.closing.generated ? 'closing' : null;
+    if (this.phase !== 'live') return null;
+    if (!this.respondOnTurn) return 'opening';
+    const repeating = (this.consentLine && !this.consentLine.generated) || this.own.expects('consent');
+    return repeating && !this.consent.settled ? 'repeat' : null;
   }
 
   /** The opening line, first or again; the model's own answer to the caller (if any) gives way. */
@@ -438,17 +457,23 @@ export class CallSession {
     this.phase = 'closing';
     this.reason = reason;
     await new Promise<void>((resolve) => {
-      this.closing = { id: null, generated: false, done: resolve };
-      if (!this.rt.isReady) return resolve();
-      this.silenceModel(); // the closing line comes next, nothing else
-      const lang = this.deps.config.meta.primary_language;
-      const instructions = `Say this to the caller in ${lang}, and nothing else: "${line}"`;
-      this.own.ask('closing', { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions });
+      this.closing = { line, id: null, generated: false, done: resolve };
+      // A session reconnecting is asked once it is ready (sayOwedLine); one given up ends the wait (lost).
+      if (this.rt.isReady) this.askClosing();
       setTimeout(resolve, CLOSING_LIMIT_MS).unref();
     });
     if (this.phase !== 'closing') return;
     if (!(await this.actions.hangUp(reason))) this.ws.close(1000);
     this.awaitStop();
+  }
+
+  /** Asks the model for the closing line (again after a reconnect); the model's own answer gives way. */
+  private askClosing(): void {
+    this.closing!.id = null;
+    this.silenceModel(); // the closing line comes next, nothing else
+    const lang = this.deps.config.meta.primary_language;
+    const instructions = `Say this to the caller in ${lang}, and nothing else: "${this.closing!.line}"`;
+    this.own.ask('closing', { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions });
   }
 
   /**

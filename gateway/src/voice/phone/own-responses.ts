@@ -25,6 +25,11 @@ export class OwnResponses {
     this.send(create);
   }
 
+  /** Whether a response for this purpose was asked for and not yet created. */
+  expects(purpose: Purpose): boolean {
+    return this.expecting?.purpose === purpose;
+  }
+
   /** A response was created: its purpose when it is ours. */
   created(id: string, metadata: unknown): Purpose | null {
     const purpose = (metadata as { bridge?: Purpose } | null | undefined)?.bridge ?? null;
