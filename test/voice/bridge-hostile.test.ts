@@ -41,6 +41,20 @@ function watchUncaught() {
 }
 
 describe('phone bridge: hostile input', () => {
+  it('a stream that falls silent without closing ends its call: the record is written once (stream_lost), the realtime session and the socket closed', async () => {
+    s = await bridgeStack(() => undefined, { streamSilentForMs: 1500 });
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CAH00');
+    call.stall();
+    const end = await s.endOf('CAH00');
+    expect(end.record).toMatchObject({ call_id: 'CAH00', ended_reason: 'stream_lost' });
+    await socketClosed(conn.ws);
+    await socketClosed(call.ws);
+    expect(s.bridge.liveCalls).toBe(0);
+    expect(s.records.filter((r) => r.call_id === 'CAH00')).toHaveLength(1);
+    expect(s.logs.some((l) => l.startsWith('warn twilio media: call CAH00: nothing from Twilio'))).toBe(true);
+  });
+
   it('a message that is not a JSON object on a live stream (not JSON, binary, null, array, number, string, no event) is ignored and logged once; the call goes on and ends cleanly', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

@@ -38,6 +38,7 @@ export class MediaCall extends EventEmitter {
   clears: Array<{ playedBytes: number; at: number }> = [];
   marksEchoed: string[] = [];
   closed = false;
+  private stalled = false;
   private queue: Buffer[] = [];
   private pendingMarks: Array<{ name: string; at: number }> = [];
   private timer: NodeJS.Timeout | null = null;
@@ -61,12 +62,18 @@ export class MediaCall extends EventEmitter {
   run(): void {
     this.t0 = performance.now();
     const tick = () => {
-      if (this.closed) return;
+      if (this.closed || this.stalled) return;
       this.frame();
       this.ticks++;
       this.timer = setTimeout(tick, Math.max(0, this.t0 + this.ticks * 20 - performance.now()));
     };
     tick();
+  }
+
+  /** The stream stalls: nothing more is sent (the network between Twilio and the gateway broke), the socket stays open. */
+  stall(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.stalled = true;
   }
 
   /** The caller speaks these µ-law bytes (queued after anything still being said). */
@@ -86,7 +93,7 @@ export class MediaCall extends EventEmitter {
   }
 
   send(m: unknown): void {
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(m));
+    if (this.ws.readyState === WebSocket.OPEN && !this.stalled) this.ws.send(JSON.stringify(m));
   }
 
   private frame(): void {

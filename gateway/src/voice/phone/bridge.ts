@@ -56,6 +56,8 @@ export interface PhoneBridgeDeps {
   statusGraceMs?: number;
   /** How long a caller has to answer the consent line (8 s). */
   consentWaitMs?: number;
+  /** How long a live media stream may send nothing before its call is ended (10 s). */
+  streamSilentForMs?: number;
   /** After each call's record is written (tests, drills, transcripts review). */
   onCallEnded?: (summary: CallSummary) => void;
 }
@@ -76,6 +78,7 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
   const streams: MediaStreams = new MediaStreams({
     auth,
     log,
+    silentForMs: deps.streamSilentForMs,
     create: (start, ws) =>
       new CallSession(
         start.callSid,

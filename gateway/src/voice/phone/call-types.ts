@@ -15,10 +15,20 @@ import type { Voicemail } from './voicemail';
 /**
  * Why a phone call ended: the shared record's reasons, and those of the call's edges (the consent
  * line declined or never answered, voicemail's triggers, the monthly pause, Twilio's statuses, a
- * fault of the bridge while handling a stream message).
+ * fault of the bridge while handling a stream message, a stream that fell silent without closing).
  */
 export type EndReason =
-  EndedReason | 'opted_out' | 'no_consent' | 'after_hours' | 'no_answer' | 'monthly_cap' | 'busy' | 'failed' | 'canceled' | 'bridge_error';
+  | EndedReason
+  | 'opted_out'
+  | 'no_consent'
+  | 'after_hours'
+  | 'no_answer'
+  | 'monthly_cap'
+  | 'busy'
+  | 'failed'
+  | 'canceled'
+  | 'bridge_error'
+  | 'stream_lost';
 
 export interface CallSummary {
   call_id: string;

@@ -4,7 +4,10 @@
  * CallSid must come with the ticket our webhook gave that call (else the socket is closed with
  * 1008 and nothing starts: no realtime connection, no cost). One stream per call: a ticket
  * already used on this instance opens nothing (a replayed handshake and `start`), and every ticket
- * expires (twilio-auth.ts), so no instance takes one for long.
+ * expires (twilio-auth.ts), so no instance takes one for long. A live stream that falls silent
+ * without closing (no message for 10 s where Twilio sends a frame every 20 ms: the network between
+ * us broke) ends its call as `stream_lost`, or it would hold its realtime session, and its record,
+ * until the process ends.
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -28,11 +31,14 @@ const Start = z.object({
 export type StreamStart = z.infer<typeof Start>['start'];
 
 const START_WITHIN_MS = 10_000;
+const SILENT_FOR_MS = 10_000;
 
-/** One media stream: its call once `start` came, and whether a malformed message was logged. */
+/** One media stream: its call once `start` came, whether a malformed message was logged, when it last spoke. */
 interface Stream {
   session: CallSession | null;
   warned: boolean;
+  heardAt: number;
+  watchdog: NodeJS.Timeout | null;
 }
 
 export class MediaStreams {
@@ -46,6 +52,8 @@ export class MediaStreams {
       auth: TwilioAuth;
       create: (start: StreamStart, ws: WebSocket) => CallSession;
       log: { warn: (m: string) => void; error: (m: string) => void };
+      /** How long a live stream may send nothing before its call is ended (10 s; tests shorten it). */
+      silentForMs?: number;
     },
   ) {}
 
@@ -64,9 +72,10 @@ export class MediaStreams {
   }
 
   private accept(ws: WebSocket): void {
-    const stream: Stream = { session: null, warned: false };
+    const stream: Stream = { session: null, warned: false, heardAt: performance.now(), watchdog: null };
     const timer = setTimeout(() => ws.close(1008, 'no start message'), START_WITHIN_MS);
     ws.on('message', (data, isBinary) => {
+      stream.heardAt = performance.now();
       // A listener that throws would reach ws as an uncaught exception (the process, and every
       // call on it, gone) and leave this socket unread: end this one call instead.
       try {
@@ -79,6 +88,7 @@ export class MediaStreams {
     });
     ws.on('close', () => {
       clearTimeout(timer);
+      if (stream.watchdog) clearTimeout(stream.watchdog);
       void stream.session?.finish('caller_hangup');
     });
     ws.on('error', () => ws.terminate());
@@ -96,6 +106,7 @@ export class MediaStreams {
       if (isObject(m) && m.event === 'connected') return;
       clearTimeout(timer);
       stream.session = this.begin(m, ws);
+      if (stream.session) this.watch(stream, stream.session);
       return;
     }
     // Twilio only sends JSON objects as text; anything else (not JSON, binary, null, an array, a
@@ -104,6 +115,18 @@ export class MediaStreams {
     if (isObject(m)) return stream.session.onTwilio(m as TwilioMessage);
     if (!stream.warned) this.deps.log.warn(`twilio media: call ${stream.session.callSid}: ignored a message that is not a JSON object`);
     stream.warned = true;
+  }
+
+  /** Ends the call of a stream that stopped sending without closing (its end closes the socket, ws destroys it if unanswered). */
+  private watch(stream: Stream, session: CallSession): void {
+    const silentForMs = this.deps.silentForMs ?? SILENT_FOR_MS;
+    const check = () => {
+      const quiet = performance.now() - stream.heardAt;
+      if (quiet < silentForMs) return void (stream.watchdog = setTimeout(check, silentForMs - quiet).unref());
+      this.deps.log.warn(`twilio media: call ${session.callSid}: nothing from Twilio for ${Math.round(quiet)} ms; ending the call`);
+      void session.finish('stream_lost');
+    };
+    stream.watchdog = setTimeout(check, silentForMs).unref();
   }
 
   private begin(m: unknown, ws: WebSocket): CallSession | null {
