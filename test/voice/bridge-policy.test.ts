@@ -145,6 +145,24 @@ describe('phone bridge: the policy on real events', () => {
     expect(end.realtime_failure).toMatch(/HTTP 503/);
   });
 
+  it('caller audio held while reconnecting and then dropped (the reconnect failed) is not counted by the spend guard: it counts what the model was sent', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA0110');
+    s.realtime.holdUpdates = new Promise(() => undefined); // the new session never becomes ready
+    conn.drop();
+    await update(s, 'CA0110');
+    expect(s.realtime.attempts).toBe(2);
+    call.hangUp();
+    await s.endOf('CA0110');
+    const sentMs = s.realtime.conns.reduce((n, c) => n + c.inbound.reduce((m, b) => m + b.length, 0), 0) / 8;
+    expect(sentMs).toBeGreaterThan(0);
+    // A frame or two the bridge wrote as the old socket died never reached the peer (in flight, counted).
+    const counted = (await s.voice.get('CA0110'))!.state.inputMs;
+    expect(counted - sentMs).toBeGreaterThanOrEqual(0);
+    expect(counted - sentMs).toBeLessThanOrEqual(60);
+  });
+
   it('an answer that fails (rate limited) is asked for once more; failing again, the caller is transferred rather than left in silence', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

@@ -5,7 +5,7 @@
  * One phone call: Twilio's media stream on one side, the realtime session on the other, the
  * configuration's policy in between.
  *
- *   caller frame      → `input_audio_buffer.append` at once, bytes unchanged; its duration to the guard
+ *   caller frame      → `input_audio_buffer.append` at once, bytes unchanged; its duration to the guard once sent
  *   `output_audio.delta` → Twilio `media` at once, bytes unchanged, then a `mark` (see playback.ts)
  *   caller speaks over the assistant → Twilio `clear` + `conversation.item.truncate` at what was heard
  *   end of caller speech → first audio of the answer: the TTFB the guard checks against the budget
@@ -149,6 +149,8 @@ export class CallSession {
     this.rt.onEvent = (e) => this.onRealtime(e);
     this.rt.onReady = (first) => this.ready(first);
     this.rt.onLost = (why) => this.lost(why);
+    // Counted as the model gets it: audio held through a reconnect that fails is never billed.
+    this.rt.onAudioSent = (bytes) => this.feed.frame('user', bytes);
     this.rt.start();
   }
 
@@ -158,7 +160,7 @@ export class CallSession {
       const payload = m.media?.payload;
       if (this.phase !== 'live' || typeof payload !== 'string' || !B64.test(payload)) return;
       const bytes = base64Bytes(payload);
-      if (bytes > 0 && this.rt.append(payload, bytes)) this.feed.frame('user', bytes);
+      if (bytes > 0) this.rt.append(payload, bytes);
     } else if (m.event === 'mark') {
       if (typeof m.mark?.name === 'string') this.playback.echoed(m.mark.name);
       this.checkClosing();

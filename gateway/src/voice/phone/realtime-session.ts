@@ -36,6 +36,8 @@ export class RealtimeSession {
   onEvent: (e: RealtimeServerMessage) => void = () => undefined;
   onReady: (first: boolean) => void = () => undefined;
   onLost: (why: string) => void = () => undefined;
+  /** Caller audio given to the model, in bytes (held audio once it is sent, never if it is dropped). */
+  onAudioSent: (bytes: number) => void = () => undefined;
 
   constructor(
     private readonly opts: {
@@ -60,17 +62,16 @@ export class RealtimeSession {
     void this.open(true);
   }
 
-  /** Sends caller audio (base64 µ-law, unchanged); false when it had to be dropped. */
-  append(payload: string, bytes: number): boolean {
+  /** Sends caller audio (base64 µ-law, unchanged), holds it while reconnecting, or drops it. */
+  append(payload: string, bytes: number): void {
     if (this.ready) {
       this.link!.sendRaw(`{"type":"input_audio_buffer.append","audio":"${payload}"}`);
       this.appendedMs += bytesToMs(bytes);
-      return true;
+      return this.onAudioSent(bytes);
     }
-    if (this.closed || this.heldMs >= this.opts.budgetMs) return false;
+    if (this.closed || this.heldMs >= this.opts.budgetMs) return;
     this.held.push(payload);
     this.heldMs += bytesToMs(bytes);
-    return true;
   }
 
   send(event: { type: string } & Record<string, unknown>): void {
