@@ -55,6 +55,21 @@ describe('phone bridge: hostile input', () => {
     expect(s.logs.some((l) => l.startsWith('warn twilio media: call CAH00: nothing from Twilio'))).toBe(true);
   });
 
+  it('a media frame whose payload is not whole base64 (a length that is not a multiple of 4) is dropped: the model never gets it, the guard never counts it', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CAH02');
+    const bad = ['A=', 'AAAAA', 'QUJD=', 'AAAAAAA', '/w'];
+    for (const payload of bad) call.send({ event: 'media', streamSid: call.streamSid, media: { track: 'inbound', payload } });
+    speak(call); // a good turn after them still reaches the model
+    await serverEvent(conn, 'response.done');
+    const appended = conn.events.filter((e) => e.type === 'input_audio_buffer.append').map((e: any) => e.audio as string);
+    expect(appended.filter((a) => bad.includes(a))).toEqual([]);
+    call.hangUp();
+    await s.endOf('CAH02');
+    expect(Number.isInteger((await s.voice.get('CAH02'))!.state.inputMs * 8)).toBe(true);
+  });
+
   it('a message that is not a JSON object on a live stream (not JSON, binary, null, array, number, string, no event) is ignored and logged once; the call goes on and ends cleanly', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

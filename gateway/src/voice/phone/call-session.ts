@@ -39,7 +39,8 @@ import { sessionUpdate, turnTakingOn } from './session-config';
 import { TurnTiming } from './turn-timing';
 import { cleanUsage, type Usage } from './usage';
 
-const B64 = /^[A-Za-z0-9+/]*={0,2}$/;
+/** Whole base64 (groups of 4, padding only at the end): anything else is not audio the API or Twilio takes. */
+const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const CLOSING_LIMIT_MS = 10_000;
 const STOP_WAIT_MS = 10_000;
 /**
