@@ -228,6 +228,29 @@ describe('consent over the phone', () => {
   });
 });
 
+describe('the closing line', () => {
+  it('a closing line the model fails to say (rate limited, none of it sent) is asked for once more: the caller hears it before the hang-up', async () => {
+    s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
+    const closing = assistantAudio(600);
+    const base = brain({ closing: { audio: closing, transcript: 'Goodbye.' } });
+    let says = 0;
+    s.realtime.brain = (ctx) => (ctx.instructions?.startsWith('Say') && says++ === 0 ? null : base(ctx));
+    const call = await s.twilio.call('CA0812');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.metadata?.bridge === 'closing');
+    const heard = call.receivedBytes;
+    const details = { type: 'failed', error: { type: 'invalid_request_error', code: 'inference_rate_limit_exceeded' } };
+    const response = { id: 'resp_f1', object: 'realtime.response', output: [], metadata: { bridge: 'closing' } };
+    conn.send({ type: 'response.created', response: { ...response, status: 'in_progress' } });
+    conn.send({ type: 'response.done', response: { ...response, status: 'failed', status_details: details } });
+    const u = await update(s, 'CA0812');
+    expect(creates(conn).filter((i) => i.startsWith('Say'))).toHaveLength(2);
+    expect(call.receivedBytes - heard).toBe(closing.length);
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect((await s.endOf('CA0812')).ended_reason).toBe('no_consent');
+  });
+});
+
 describe('the bridge’s own lines across a realtime reconnect', () => {
   /** Closes the session right after it creates a response the bridge asked for with these instructions. */
   const cutWhenCreated = (conn: RtConn, instructions: string) => {

@@ -77,7 +77,7 @@ export class CallSession {
   /** Responses of which some audio reached Twilio. */
   private readonly voiced = new Set<string>();
   private readonly own: OwnResponses;
-  private closing: { line: string; id: string | null; generated: boolean; done: () => void } | null = null;
+  private closing: { line: string; id: string | null; generated: boolean; retried: boolean; done: () => void } | null = null;
   private readonly consent: ConsentGate;
   /** The opening line being said: done once generated and every mark of it came back. */
   private consentLine: { id: string; generated: boolean } | null = null;
@@ -369,10 +369,7 @@ export class CallSession {
     const latencyMs = this.timing.responseDone(id);
     const facts = { config, provider, tenant, callId: this.callSid, response: r, usage, latencyMs, confidence: this.lastConfidence };
     this.deps.meter.send(responseEvent(facts));
-    if (this.closing && id === this.closing.id) {
-      this.closing.generated = true;
-      this.checkClosing();
-    }
+    if (this.closing && id === this.closing.id) this.closingDone(r);
     if (this.consentLine?.id === id) this.consentDone(r);
     else if (r?.status === 'failed' && !this.voiced.has(id)) this.answerFailed(r);
     else if (this.voiced.has(id)) this.failedAnswers = 0;
@@ -460,7 +457,7 @@ export class CallSession {
     this.phase = 'closing';
     this.reason = reason;
     await new Promise<void>((resolve) => {
-      this.closing = { line, id: null, generated: false, done: resolve };
+      this.closing = { line, id: null, generated: false, retried: false, done: resolve };
       // A session reconnecting is asked once it is ready (sayOwedLine); one given up ends the wait (lost).
       if (this.rt.isReady) this.askClosing();
       setTimeout(resolve, CLOSING_LIMIT_MS).unref();
@@ -513,6 +510,22 @@ export class CallSession {
       if (on) this.rt.send(on as never);
     }
     this.checkConsentLine();
+  }
+
+  /**
+   * The closing line's response is done: heard once its marks come back; one that failed before
+   * any of it was sent (rate limited, out of quota) is asked for once more, or the caller would be
+   * hung up on without it.
+   */
+  private closingDone(r: RealtimeResponse | undefined): void {
+    const closing = this.closing!;
+    if (r?.status === 'failed' && !this.voiced.has(String(closing.id)) && !closing.retried) {
+      closing.retried = true;
+      this.deps.log.warn(`call ${this.callSid}: the closing line was not said (response ${statusOf(r)}); asking once more`);
+      return this.askClosing();
+    }
+    closing.generated = true;
+    this.checkClosing();
   }
 
   /** The closing line is over once it is generated and every mark of it came back. */
