@@ -231,6 +231,21 @@ describe('phone bridge edges: voicemail', () => {
     expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0715', outcome: 'abandoned', ended_reason: 'realtime_failure' })]);
   });
 
+  it('a realtime failure sent to voicemail whose session has already ended when the status callback comes: the record still says realtime_failure', async () => {
+    s = await bridgeStack(undefined, { statusGraceMs: 300 });
+    s.realtime.refuse = true;
+    const call = await s.twilio.call('CA0719');
+    await until(s.twilio.events, 'update');
+    if (!call.closed) await until(call, 'closed');
+    await new Promise<void>((r) => {
+      const check = () => (s!.bridge.liveCalls === 0 ? r() : setTimeout(check, 20));
+      check();
+    });
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0719', CallStatus: 'completed' })).status).toBe(204);
+    await until(s.events, 'record', () => true, 'the record');
+    expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0719', outcome: 'abandoned', ended_reason: 'realtime_failure' })]);
+  });
+
   it('after the agent spoke, a realtime failure still goes to a person, whose <Dial> names its action', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

@@ -19,7 +19,7 @@ import { CallEnds } from './call-ends';
 import { CallSession } from './call-session';
 import { CallStatus } from './call-status';
 import { CALLBACK_PATHS, CallbackUrls } from './callback-urls';
-import type { CallSummary } from './call-types';
+import type { CallSummary, EndReason } from './call-types';
 import { MediaStreams } from './media-stream';
 import { phoneSettings, type PhoneSettings } from './settings';
 import { TwilioAuth } from './twilio-auth';
@@ -101,8 +101,9 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
           ...(deps.consentWaitMs ? { consentWaitMs: deps.consentWaitMs } : {}),
           onEnded: (summary) => {
             streams.live.delete(summary.call_id);
-            // A call handed to voicemail has its record written by the voicemail flow.
+            // A call handed to voicemail has its record written by the voicemail flow (or the status callback).
             if (summary.record !== undefined) ends.report(summary);
+            else status.handedToVoicemail(summary.call_id, summary.ended_reason as EndReason);
           },
         },
       ),

@@ -3,7 +3,8 @@
  * failed, no-answer, canceled) closes what is still open for the call: a live session here ends
  * (its own end writes the record); a call with no session (voicemail, the monthly pause, a stream
  * that never came or broke off without `stop`) gets its record, `abandoned` unless a voicemail
- * was already recorded. Once: a call that has its record is left alone.
+ * was already recorded (a session that handed its call to voicemail and ended before the callback
+ * says why: realtime_failure). Once: a call that has its record is left alone.
  *
  * The callback often comes before the record that says more: an answered call's stream may be
  * ending on another instance (its session records what the call achieved, a booking…), and a
@@ -16,6 +17,7 @@ import type { VoiceService } from '../calls';
 import type { CallEnds } from './call-ends';
 import type { EndReason } from './call-types';
 import type { MediaStreams } from './media-stream';
+import { ExpiringMap } from '../expiring-map';
 
 const GRACE_MS = 60_000;
 const POLL_MS = 250;
@@ -29,6 +31,9 @@ const TERMINAL: Record<string, EndReason> = {
 };
 
 export class CallStatus {
+  /** Calls whose session handed them to voicemail and ended (the record left to the voicemail), with why. */
+  private readonly handedOver = new ExpiringMap<EndReason>();
+
   constructor(
     private readonly deps: {
       voice: Pick<VoiceService, 'get'>;
@@ -39,9 +44,14 @@ export class CallStatus {
     },
   ) {}
 
+  /** A session ended having handed its call to voicemail: a later callback records why (realtime_failure), not the status. */
+  handedToVoicemail(callSid: string, reason: EndReason): void {
+    this.handedOver.set(callSid, reason, 3600);
+  }
+
   async update(callSid: string, status: string): Promise<void> {
-    const reason = TERMINAL[status];
-    if (!reason) return;
+    if (!TERMINAL[status]) return;
+    const reason = this.handedOver.get(callSid) ?? TERMINAL[status];
     const session = this.deps.streams.live.get(callSid);
     // Its end writes the record, unless it handed the call to voicemail (a realtime failure): then
     // the record is the voicemail's, or this one's, as for a call with no session.
