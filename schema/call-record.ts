@@ -1,4 +1,4 @@
-import { COST_LIMIT_USD, MAX_COUNT, parseRfc3339 } from './event-record';
+import { COST_LIMIT_USD, MAX_COUNT, MAX_TEXT_LENGTH, parseRfc3339 } from './event-record';
 import { csvField } from './csv-cell';
 import { ID_PATTERN } from './ids';
 import { MeterRefusal } from './meter-reply';
@@ -91,7 +91,8 @@ export interface CallCheckOptions {
 /**
  * Checks a record as the meter receives it: every field typed, enumerations checked, numbers within
  * the event record's limits (costs below COST_LIMIT_USD, the others at most MAX_COUNT: sums over
- * the tab stay finite), `started_at` RFC 3339 and, with `opts`, not ahead of the clock.
+ * the tab stay finite), text at most MAX_TEXT_LENGTH, `started_at` RFC 3339 and, with `opts`, not
+ * ahead of the clock.
  */
 export function checkCallRecord(input: unknown, index?: number, opts?: CallCheckOptions): CallRecord {
   const at = (f: string) => `${index === undefined ? '' : `calls[${index}].`}${f}`;
@@ -101,6 +102,8 @@ export function checkCallRecord(input: unknown, index?: number, opts?: CallCheck
     const v = r[f];
     if (typeof v !== 'string' || (re && !re.test(v)))
       throw new CallRecordError(`${at(f)}: expected ${re ? `text matching ${re}` : 'text'}`);
+    // As for an event's text: longer would fail the sheet's write (50,000 characters a cell), a failure senders retry for ever.
+    if (v.length > MAX_TEXT_LENGTH) throw new CallRecordError(`${at(f)}: expected text of at most ${MAX_TEXT_LENGTH} characters`);
     return v;
   };
   const num = (f: CallField, nullable = false, max = MAX_COUNT) => {
@@ -143,6 +146,16 @@ export function checkCallRecord(input: unknown, index?: number, opts?: CallCheck
     country: r.country === '' || r.country === null || r.country === undefined ? '' : str('country', /^[A-Z]{2}$/),
     ended_reason: r.ended_reason === '' || r.ended_reason === null || r.ended_reason === undefined ? '' : str('ended_reason', ENDED_REASON),
   };
+}
+
+/** The reason the meter would refuse a call record (its JSON), or null: the gateway checks before spooling. */
+export function callRecordProblem(json: unknown): string | null {
+  try {
+    checkCallRecord(json);
+    return null;
+  } catch (error) {
+    return (error as Error).message;
+  }
 }
 
 export const CALLS_CSV_HEADER = CALL_FIELDS.join(',');

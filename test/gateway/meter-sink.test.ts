@@ -9,6 +9,8 @@ import { RedisFlags } from '../../gateway/src/flags';
 import { CsvSink, eventProblem } from '../../gateway/src/meter-sink';
 import { WebAppSink } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
+import { callRecordProblem, type CallRecord } from '../../schema/call-record';
+import { aCall } from '../meter/maintenance-setup';
 import { FakeMeterWebApp } from './fake-meter';
 import { until } from './instances';
 import { TEST_REDIS_URL } from '../redis-db';
@@ -179,6 +181,24 @@ describe('meter sink: events the meter refuses', () => {
     expect(set.record.event_id).toBe('e2');
     expect(set.reason).toBe('refused before spooling: customer_id: expected text of at most 1000 characters');
     expect(readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8')).not.toContain('ccccc');
+    await sink.close();
+  });
+
+  it('a call record with a model too long for the meter is set aside before spooling, not retried for ever ahead of the others', async () => {
+    meter = await new FakeMeterWebApp().start();
+    meter.mode = 'down'; // what is spooled stays there to be read
+    const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
+    const sink = new WebAppSink<CallRecord>(
+      { url: meter.url, token: 'tok', key: 'calls', spoolDir, flushIntervalMs: 60_000, check: callRecordProblem, log: quiet },
+      (r) => r,
+    );
+    await sink.send(aCall({ call_id: 'long', model: 'm'.repeat(50_001) }) as CallRecord);
+    await sink.send(aCall({ call_id: 'fine' }) as CallRecord);
+    const spooled = readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8').trim().split('\n');
+    expect(spooled.map((l) => JSON.parse(l).call_id)).toEqual(['fine']);
+    const [set] = rejected(spoolDir) as unknown as Array<{ reason: string; record: { call_id: string } }>;
+    expect(set.record.call_id).toBe('long');
+    expect(set.reason).toBe('refused before spooling: model: expected text of at most 1000 characters');
     await sink.close();
   });
 });

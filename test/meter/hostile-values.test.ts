@@ -220,6 +220,14 @@ describe('call records the digest and caps can sum', () => {
     expect(platform.spreadsheet.tab('calls')!.data).toHaveLength(1); // the header only
     expect(post(meter, { calls: [aCall({ started_at: '2026-11-21T15:04:00+00:00' })] })).toMatchObject({ ok: true, appended: 1 });
   });
+
+  it('refuses a model longer than an event text (Sheets would fail the write: a reply worth retrying, for ever)', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    const reply = post(meter, { calls: [aCall({ call_id: 'long', model: 'm'.repeat(50_001) })] });
+    expect(reply).toEqual({ ok: false, code: 'invalid_call', error: 'calls[0].model: expected text of at most 1000 characters' });
+    expect(platform.spreadsheet.tab('calls')!.data).toHaveLength(1); // the header only
+    expect(post(meter, { calls: [aCall({ model: 'm'.repeat(1000) })] })).toMatchObject({ ok: true, appended: 1 });
+  });
 });
 
 describe('control characters in caller text', () => {

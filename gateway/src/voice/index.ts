@@ -10,7 +10,7 @@
 import type express from 'express';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { callToCsvLine, CALLS_CSV_HEADER, checkCallRecord, type CallRecord } from '../../../schema/call-record';
+import { callRecordProblem, callToCsvLine, CALLS_CSV_HEADER, type CallRecord } from '../../../schema/call-record';
 import type { GatewayEnv } from '../env';
 import { ConfigError } from '../errors';
 import { CsvSink, type MeterSink } from '../meter-sink';
@@ -93,16 +93,6 @@ export interface Voice {
   close(): Promise<void>;
 }
 
-/** The reason the meter would refuse a call record, by the shared record's rules; null if none. */
-function callProblem(json: unknown): string | null {
-  try {
-    checkCallRecord(json);
-    return null;
-  } catch (error) {
-    return (error as Error).message;
-  }
-}
-
 export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
   const { options, config } = loaded;
   const { redis, prefix, log } = shared;
@@ -118,7 +108,7 @@ export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
   const say = { warn: (m: string) => log.warn(m), error: (m: string) => log.error(m) };
   const calls: MeterSink<CallRecord> = options.meterUrl
     ? new WebAppSink<CallRecord>(
-        { url: options.meterUrl, token: options.meterToken, key: 'calls', spoolDir: options.callsSpoolDir, check: callProblem, log },
+        { url: options.meterUrl, token: options.meterToken, key: 'calls', spoolDir: options.callsSpoolDir, check: callRecordProblem, log },
         (r) => r,
       )
     : new CsvSink<CallRecord>(options.callsCsvFile, CALLS_CSV_HEADER, callToCsvLine, (m) => log.error(m));

@@ -1,11 +1,15 @@
 /**
  * The fake Range and what hangs off it (data validation, TextFinder, filter, chart builder), as
  * the meter uses them: 1-based coordinates, setValues with the wrong dimensions throws, written
- * strings stored the way Sheets reads typed input.
+ * strings stored the way Sheets reads typed input, and a text longer than a cell holds (50,000
+ * characters) refused as Sheets refuses it.
  */
 import type { CallCounter } from './calls';
 import { parseWritten, readCell, Formula, type Cell } from './cells';
 import type { FakeSheet } from './spreadsheet';
+
+/** The most characters Sheets stores in one cell. */
+const CELL_CHARACTERS = 50_000;
 
 export class FakeDataValidation {
   constructor(
@@ -167,6 +171,8 @@ export class FakeRange {
           `The number of columns in the data does not match the number of columns in the range. The data has ${Array.isArray(line) ? line.length : 0} but the range has ${this.numColumns}.`,
         );
       }
+      if (line.some((v) => typeof v === 'string' && v.length > CELL_CHARACTERS))
+        throw new Error(`Your input contains more than the maximum of ${CELL_CHARACTERS} characters in a single cell.`);
     }
     values.forEach((line, r) => {
       const target = this.sheet.rowForWrite(this.row + r);
