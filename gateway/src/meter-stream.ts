@@ -53,6 +53,8 @@ export interface StreamSinkOptions extends MeterPostOptions {
   /** Events waiting in the stream (about: entries times the events per entry last read) above which the sink alerts (default 1,000,000). */
   maxBacklog?: number;
   onBacklog?: (message: string) => void;
+  /** How long a stop gives the last delivery and leaving the group (default 2 s): a stalled Redis must not hold it. */
+  closeTimeoutMs?: number;
 }
 
 type Entry = { id: string; lines: string[] };
@@ -75,6 +77,11 @@ const CONSUMER_GONE_MS = 10 * 60_000;
  * well within it, so the spool takes events only when Redis is slow.
  */
 const MIN_APPEND_WAIT_MS = 20;
+/**
+ * What a stop gives the last delivery: it comes after the shutdown grace and the 2 s for cut requests
+ * (start.ts), inside Kubernetes' 30 s. What it does not deliver stays in Redis for another gateway.
+ */
+const CLOSE_TIMEOUT_MS = 2_000;
 
 export class RedisStreamSink implements MeterSink {
   readonly kind = 'meter web app';
@@ -318,9 +325,18 @@ export class RedisStreamSink implements MeterSink {
   }
 
   async flush(): Promise<void> {
+    await this.appendPending();
+    await this.opts.fallback.flush();
+    await this.deliverNow();
+  }
+
+  /** This turn's events in Redis or, if it does not take them in time, the file spool (bounded by the append wait). */
+  private async appendPending(): Promise<void> {
     this.append();
     await Promise.all(this.appending);
-    await this.opts.fallback.flush();
+  }
+
+  private async deliverNow(): Promise<void> {
     // Not while Redis is away: its commands would wait for it, and a shutdown with them.
     if (this.poster.waiting() || this.opts.redis.status !== 'ready') return;
     this.loop.kick();
@@ -339,18 +355,27 @@ export class RedisStreamSink implements MeterSink {
     };
   }
 
-  /** Delivers what it can, then leaves the group if nothing is pending with it (else another gateway claims it). */
+  /**
+   * Delivers what it can, then leaves the group if nothing is pending with it (else another gateway
+   * claims it). A Redis that is connected but stalls would answer neither: that part is given
+   * `closeTimeoutMs`, and what it leaves stays in the stream.
+   */
   async close(): Promise<void> {
     this.loop.stop();
     try {
-      await this.flush();
-      if (this.opts.redis.status !== 'ready') return;
-      const mine = (await this.opts.redis.xpending(this.key, GROUP, '-', '+', 1, this.consumer)) as unknown[];
-      if (!mine.length) await this.opts.redis.xgroup('DELCONSUMER', this.key, GROUP, this.consumer);
+      await this.appendPending();
+      await within(this.deliverAndLeave(), this.opts.closeTimeoutMs ?? CLOSE_TIMEOUT_MS, 'Redis (or the meter)');
     } catch (error) {
       this.opts.log.warn(`meter stream: ${(error as Error).message} while closing; pending events are claimed by another gateway`);
     } finally {
       await this.opts.fallback.close();
     }
+  }
+
+  private async deliverAndLeave(): Promise<void> {
+    await this.deliverNow();
+    if (this.opts.redis.status !== 'ready') return;
+    const mine = (await this.opts.redis.xpending(this.key, GROUP, '-', '+', 1, this.consumer)) as unknown[];
+    if (!mine.length) await this.opts.redis.xgroup('DELCONSUMER', this.key, GROUP, this.consumer);
   }
 }

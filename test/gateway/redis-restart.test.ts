@@ -9,6 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { RedisStreamSink, type StreamSinkOptions } from '../../gateway/src/meter-stream';
+import { eventJson, WebAppSink } from '../../gateway/src/meter-web-app';
+import { normalizeEvent } from '../../schema/event-record';
 import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack } from './harness';
@@ -361,6 +364,62 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     } finally {
       await gw.stop();
       meter.close();
+    }
+  });
+});
+
+describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
+  const quiet = { warn: () => {}, info: () => {}, error: () => {} };
+  const event = (i: number) =>
+    normalizeEvent({ event_id: `e${i}`, cost_usd: 0.01, provider: 'openai' }, { now: () => new Date(), uuid: () => 'x' });
+  function streamSink(client: Redis, meter: FakeMeterWebApp, extra: Partial<StreamSinkOptions> = {}) {
+    const spoolDir = mkdtempSync(join(tmpdir(), 'stall-close-'));
+    const fallback = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, log: quiet });
+    const base = { url: meter.url, token: 'tok', redis: client, prefix: 'stall', toJson: eventJson, fallback, flushIntervalMs: 60_000 };
+    return new RedisStreamSink({ ...base, log: quiet, ...extra });
+  }
+
+  it('the meter stream closes within its bound, not when Redis answers; its events stay in Redis and another gateway delivers them', async () => {
+    const meter = await new FakeMeterWebApp().start();
+    const first = new Redis(redis.url);
+    const pauser = new Redis(redis.url);
+    const other = new Redis(redis.url);
+    try {
+      const sink = streamSink(first, meter, { closeTimeoutMs: 500 });
+      await Promise.all([0, 1, 2].map((i) => sink.send(event(i))));
+      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered: a stalled Redis
+      const started = performance.now();
+      await sink.close();
+      expect(performance.now() - started).toBeLessThan(2000); // before: closed only once Redis answered (4 s)
+      first.disconnect(); // as the stopping gateway does next
+      // Once Redis answers again:
+      const second = streamSink(other, meter, { claimIdleMs: 1 });
+      await until(async () => {
+        await second.flush();
+        return meter.stored.length === 3;
+      });
+      expect(meter.stored).toEqual(['e0', 'e1', 'e2']);
+      await second.close();
+    } finally {
+      for (const client of [pauser, first, other]) client.disconnect();
+      await meter.stop();
+    }
+  });
+
+  it('the whole gateway, worker included, stops in a few seconds, not when Redis answers', async () => {
+    const meter = await new FakeMeterWebApp().start();
+    const spool = { METER_URL: meter.url, METER_TOKEN: 'tok', METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'stall-stop-')) };
+    const gw = await listenStack({ ...env, ...spool }, { http: true, worker: true });
+    const pauser = new Redis(redis.url);
+    try {
+      expect((await chat(gw.url)).status).toBe(200); // an event in the stream
+      await pauser.call('CLIENT', 'PAUSE', '10000', 'ALL'); // connected, but nothing answered
+      const started = performance.now();
+      await gw.stop();
+      expect(performance.now() - started).toBeLessThan(5000); // before: 10 s, until Redis answered
+    } finally {
+      pauser.disconnect();
+      await meter.stop();
     }
   });
 });
