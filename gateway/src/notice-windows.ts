@@ -9,7 +9,9 @@
  *   `<p>:notice:<kind>:held`   the notices held for the follow-up (JSON, the first 1,000 kept)
  *   `<p>:notice:<kind>:count`  how many were held, all of them counted
  * Held notices expire a window plus a minute after the last one (if every instance stopped), and
- * are taken in one transaction, so one instance sends each follow-up.
+ * are taken in one transaction, so one instance sends each follow-up. Notices held past their
+ * window's end (the instances waiting for it stopped, or crashed) are `lapsed`: any instance sends
+ * their follow-up.
  */
 import type { Redis } from 'ioredis';
 import type { Notice, NoticeKind } from './notify';
@@ -29,6 +31,8 @@ export interface NoticeWindows {
   take(kind: NoticeKind): Promise<Held>;
   /** Closes the window (a process that flushes); the fleet's window in Redis runs its course. */
   close(kind: NoticeKind): Promise<void>;
+  /** Of `kinds`, those with notices held and their window ended: a follow-up nobody may be waiting to send. */
+  lapsed(kinds: readonly NoticeKind[]): Promise<NoticeKind[]>;
 }
 
 /** In process: this process's own windows. */
@@ -54,6 +58,10 @@ export class MemoryNoticeWindows implements NoticeWindows {
   }
   async close(kind: NoticeKind): Promise<void> {
     this.ends.delete(kind);
+  }
+  /** None: this process holds only its own notices, and waits for each window it holds them for. */
+  async lapsed(): Promise<NoticeKind[]> {
+    return [];
   }
 }
 
@@ -101,6 +109,14 @@ export class RedisNoticeWindows implements NoticeWindows {
   }
 
   async close(): Promise<void> {}
+
+  async lapsed(kinds: readonly NoticeKind[]): Promise<NoticeKind[]> {
+    const pipeline = this.redis.pipeline();
+    for (const kind of kinds) pipeline.exists(this.key(kind, ':held')).pttl(this.key(kind));
+    const replies = (await pipeline.exec()) ?? [];
+    // PTTL -2: no window (it ended); held notices left then are nobody's follow-up yet.
+    return kinds.filter((_, i) => replies[2 * i]?.[1] === 1 && replies[2 * i + 1]?.[1] === -2);
+  }
 }
 
 /** A held notice as this code wrote it; anything else in the list (a hand-written value) is skipped. */

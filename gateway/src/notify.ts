@@ -16,7 +16,8 @@ import { within } from './within';
 
 export { noticeWindowsFor } from './notice-windows';
 
-export type NoticeKind = 'enqueued' | 'paused' | 'dead_lettered' | 'human_review' | 'meter_backlog';
+const NOTICE_KINDS = ['enqueued', 'paused', 'dead_lettered', 'human_review', 'meter_backlog'] as const;
+export type NoticeKind = (typeof NOTICE_KINDS)[number];
 
 export interface Notice {
   kind: NoticeKind;
@@ -39,6 +40,11 @@ const DELIVERY_RETRY: RetryPolicy = { attempts: 3, firstMs: 1000, factor: 5 };
 const KEEP_SENT = 100;
 /** A window's store that does not answer within this is treated as away (the notice goes on its own). */
 const STORE_WAIT_MS = 2000;
+/**
+ * How often an instance looks for follow-ups held by an instance that stopped before its window
+ * ended: well within the minute held notices outlive their window (notice-windows.ts).
+ */
+const SWEEP_MS = 15_000;
 
 const NEXT_ACTION: Record<NoticeKind, string> = {
   enqueued:
@@ -79,6 +85,7 @@ export class Notifier {
   /** Notices being placed in their window, and deliveries under way; each leaves its set when settled. */
   private readonly placing = new Set<Promise<void>>();
   private readonly inflight = new Set<Promise<void>>();
+  private readonly sweeper: NodeJS.Timeout;
 
   constructor(
     private readonly targets: string[],
@@ -90,10 +97,15 @@ export class Notifier {
       retry?: RetryPolicy;
       /** The windows (in process unless given; notice-windows.ts). */
       windows?: NoticeWindows;
+      /** How often to look for lapsed follow-ups (SWEEP_MS; shortened by tests). */
+      sweepMs?: number;
     },
   ) {
     this.mailer = opts.smtpUrl ? nodemailer.createTransport(opts.smtpUrl) : null;
     this.windows = opts.windows ?? new MemoryNoticeWindows();
+    this.sweeper = setInterval(() => this.track(this.sweep()), opts.sweepMs ?? SWEEP_MS);
+    this.sweeper.unref?.();
+    this.track(this.sweep()); // at start: what this instance held before a crash, among others
   }
 
   /** The last 100 messages delivered, oldest first. */
@@ -156,6 +168,19 @@ export class Notifier {
     this.send(kind, held.notices, true, held.total);
     await this.windows.open(kind, this.windowMs, true);
     this.endAt(kind, this.windowMs);
+  }
+
+  /** Follow-ups held by instances that stopped before their window's end: sent as this instance's own would be. */
+  private async sweep(): Promise<void> {
+    // The store away: its notices go out on their own (place), and the next sweep looks again.
+    const lapsed = await within(this.windows.lapsed(NOTICE_KINDS), STORE_WAIT_MS, 'Redis').catch(() => []);
+    for (const kind of lapsed) if (!this.timers.has(kind)) await this.endWindow(kind);
+  }
+
+  /** Stops looking for lapsed follow-ups, then flushes (shutdown). */
+  async close(): Promise<void> {
+    clearInterval(this.sweeper);
+    await this.flush();
   }
 
   /** Sends this process's pending follow-ups now (shutdown, tests) and waits for every delivery under way. */

@@ -254,7 +254,7 @@ async function closeStack(p: {
   await p.phone?.close();
   await p.voice.close();
   await p.auth?.close();
-  await p.notifier.flush();
+  await p.notifier.close();
   await p.queue.close();
   await p.meter.close();
   p.flags.close();

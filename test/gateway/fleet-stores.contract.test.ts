@@ -217,6 +217,18 @@ describe.each([
 });
 
 describe('notification windows in Redis', () => {
+  it('a window that ended with notices still held is lapsed (its instance stopped); an open one, or one with none held, is not', async () => {
+    const w = new RedisNoticeWindows(redis, space());
+    await w.open('enqueued', 100);
+    await w.hold('enqueued', { kind: 'enqueued', jobIds: ['llm-1'] }, 100);
+    await w.open('paused', 100); // nothing held
+    expect(await w.lapsed(['enqueued', 'paused'])).toEqual([]); // still open
+    await until(async () => (await w.lapsed(['enqueued', 'paused'])).length > 0);
+    expect(await w.lapsed(['enqueued', 'paused'])).toEqual(['enqueued']);
+    await w.take('enqueued');
+    expect(await w.lapsed(['enqueued', 'paused'])).toEqual([]);
+  });
+
   it('keeps the first 1,000 held notices for the lists and counts them all; skips a hand-written entry', async () => {
     const key = space();
     const w = new RedisNoticeWindows(redis, key);

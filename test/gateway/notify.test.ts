@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { RedisNoticeWindows } from '../../gateway/src/notice-windows';
 import { Notifier } from '../../gateway/src/notify';
+import { TEST_REDIS_URL } from '../redis-db';
 
 /** A Slack incoming webhook on loopback: it keeps every JSON body posted to it. */
 async function slackHook(): Promise<{ server: Server; url: string; posts: any[] }> {
@@ -148,5 +149,32 @@ describe('notifier', () => {
     expect(hook.posts.map((p) => p.text.split('\n')[1]).sort()).toEqual(['Jobs (1): llm-1', 'Jobs (1): llm-2']);
     expect(warnings.join('\n')).toContain('notification windows unavailable');
     hook.server.close();
+  });
+
+  it('a follow-up held by an instance that stopped (crashed) before its window ended is sent by another, once', async () => {
+    const hook = await slackHook();
+    const redis = new Redis(TEST_REDIS_URL);
+    const prefix = `test-notify-lapsed-${process.pid}`;
+    try {
+      // What a gateway killed mid-window leaves: its window and a notice held for the follow-up, and no timer.
+      const gone = new RedisNoticeWindows(redis, prefix);
+      await gone.open('dead_lettered', 100);
+      await gone.hold('dead_lettered', { kind: 'dead_lettered', jobIds: ['llm-9'] }, 100);
+      const n = new Notifier([hook.url], {
+        windowMs: 100,
+        sweepMs: 50,
+        windows: new RedisNoticeWindows(redis, prefix),
+        log: { warn: () => {}, info: () => {} },
+      });
+      await until(() => hook.posts.length === 1, 3000); // before: never sent (the held notice expired unread)
+      expect(hook.posts[0].text).toMatch(/^Queued AI jobs dead-lettered \(1 more since the first notice\)\nJobs \(1\): llm-9/);
+      await n.close();
+      expect(hook.posts).toHaveLength(1);
+    } finally {
+      const keys = await redis.keys(`${prefix}:*`);
+      if (keys.length) await redis.del(...keys);
+      redis.disconnect();
+      hook.server.close();
+    }
   });
 });
