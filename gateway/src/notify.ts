@@ -185,15 +185,28 @@ export class Notifier {
 
   /** Sends this process's pending follow-ups now (shutdown, tests) and waits for every delivery under way. */
   async flush(): Promise<void> {
-    while (this.placing.size) await Promise.all([...this.placing]);
+    // Bounded: a store that is connected but stalls must not hold a stop. What it holds stays held,
+    // and another instance sends its follow-up once its window ends (sweep).
+    let away = await within(this.placed(), STORE_WAIT_MS, 'Redis').then(
+      () => false,
+      () => true,
+    );
     for (const [kind, timer] of [...this.timers]) {
       clearTimeout(timer);
       this.timers.delete(kind);
-      const held = await this.windows.take(kind).catch(() => ({ notices: [], total: 0 }));
-      await this.windows.close(kind).catch(() => undefined);
-      if (held.notices.length) this.send(kind, held.notices, true, held.total);
+      if (away) continue;
+      const held = await within(this.windows.take(kind), STORE_WAIT_MS, 'Redis').catch(() => null);
+      away = held === null;
+      if (away) this.opts.log.warn(`notification windows did not answer: the ${kind} follow-up stays held for another instance to send`);
+      await within(this.windows.close(kind), STORE_WAIT_MS, 'Redis').catch(() => undefined);
+      if (held?.notices.length) this.send(kind, held.notices, true, held.total);
     }
     await Promise.all([...this.inflight]);
+  }
+
+  /** Resolves once every notice is placed in its window and every window end under way is done. */
+  private async placed(): Promise<void> {
+    while (this.placing.size) await Promise.all([...this.placing]);
   }
 
   /** One message for these notices, to every target (delivery not awaited here). */

@@ -12,6 +12,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { RedisStreamSink, type StreamSinkOptions } from '../../gateway/src/meter-stream';
 import { eventJson, WebAppSink } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
+import { RedisNoticeWindows } from '../../gateway/src/notice-windows';
+import { Notifier } from '../../gateway/src/notify';
 import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack } from './harness';
@@ -403,6 +405,27 @@ describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
     } finally {
       for (const client of [pauser, first, other]) client.disconnect();
       await meter.stop();
+    }
+  });
+
+  it('a follow-up notice waiting for its window does not hold the stop; it stays held for another gateway', async () => {
+    const client = new Redis(redis.url);
+    const pauser = new Redis(redis.url);
+    const windows = new RedisNoticeWindows(client, 'stall');
+    const n = new Notifier(['ops@example.com'], { windowMs: 60_000, windows, log: { warn: () => {}, info: () => {} } });
+    try {
+      n.notify({ kind: 'enqueued', jobIds: ['llm-1'] }); // opens the window, sent at once
+      n.notify({ kind: 'enqueued', jobIds: ['llm-2'] }); // held for the follow-up
+      await until(async () => (await pauser.llen('stall:notice:enqueued:held')) === 1);
+      await pauser.call('CLIENT', 'PAUSE', '6000', 'ALL'); // connected, but nothing answered
+      const started = performance.now();
+      await n.close();
+      expect(performance.now() - started).toBeLessThan(4000); // before: 6 s, until Redis answered
+      client.disconnect(); // as the stopping gateway does next
+      await until(async () => (await pauser.llen('stall:notice:enqueued:held')) === 1); // once Redis answers: still held
+    } finally {
+      pauser.disconnect();
+      client.disconnect();
     }
   });
 
