@@ -58,6 +58,7 @@ describe('concierge.json and its lint', () => {
     c.meta.business_hours_local = 'weekdays 9 to 5';
     c.meta.primary_language = 'portuguese!';
     c.escalation.rules[0].threshold = 6;
+    c.meta.model = 'm'.repeat(1001);
     const lines = lintConcierge(c).map((p) => `${p.path}: ${p.message}`);
     const expectLine = (re: RegExp) =>
       expect(
@@ -78,6 +79,7 @@ describe('concierge.json and its lint', () => {
     expectLine(/^\$\.meta\.business_hours_local: expected business hours/);
     expectLine(/^\$\.meta\.primary_language: expected a BCP 47 language tag/);
     expectLine(/^\$\.escalation\.rules\[0\]\.threshold: expected a confidence from 0 to 1$/);
+    expectLine(/^\$\.meta\.model: expected at most 1000 characters \(the meter's limit\)$/);
   });
 
   it('a file holding JSON that is not an object is one problem at $, not a crash', () => {

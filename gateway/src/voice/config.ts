@@ -6,6 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { MAX_TEXT_LENGTH } from '../../../schema/event-record';
 import { parseBusinessHours } from './business-hours';
 
 const INTENT_IDS = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail'] as const;
@@ -182,6 +183,8 @@ function schemaProblems(raw: unknown, placeholders: Set<string>, problems: Probl
 }
 
 function formatProblems(c: Partial<Concierge>, check: Check): void {
+  // The model names every call record and voice meter event: longer than their text, the meter refuses them all.
+  check(['meta', 'model'], (v) => v.length <= MAX_TEXT_LENGTH, `expected at most ${MAX_TEXT_LENGTH} characters (the meter's limit)`);
   check(['meta', 'timezone'], isTimeZone, 'expected an IANA time zone such as Europe/Lisbon');
   check(
     ['meta', 'business_hours_local'],
