@@ -5,7 +5,7 @@
  *   npm run report -- <daily|customers|burn|export-daily> [--archive DIR] [--format table|csv|json] [--as-of YYYY-MM-DD]
  * Exit status: 0 on success, 1 on bad input (the message says which line and field), 2 on usage.
  */
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { convert } from '../archive/convert';
 import { openDuck } from '../archive/duck';
 import { DEFAULT_ARCHIVE_DAYS, expireArchive } from '../archive/expire';
@@ -21,8 +21,31 @@ function today(): string {
   return new Date().toISOString().slice(0, 10);
 }
 
+/** parseArgs whose own refusals (an unknown option, a missing value) are usage errors, exit 2. */
+function parse<T extends ParseArgsConfig>(config: T) {
+  try {
+    return parseArgs(config);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+}
+
+/** A calendar day as YYYY-MM-DD: 2026-02-30 has the shape but is no day (DuckDB would fail on it later). */
+function day(option: string, value: string): string {
+  const parsed = new Date(`${value}T00:00:00Z`);
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(value) || Number.isNaN(parsed.getTime()) || parsed.toISOString().slice(0, 10) !== value)
+    throw new UsageError(`${option}: expected a day as YYYY-MM-DD, got "${value}"`);
+  return value;
+}
+
+/** `--days` (or ARCHIVE_RETENTION_DAYS) as text: digits only, so "", "10x" and "1e2" are not numbers of days. */
+function wholeDays(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1) throw new UsageError(`--days: expected a whole number of days >= 1, got "${value}"`);
+  return Number(value);
+}
+
 async function convertCommand(rest: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parse({
     args: rest,
     allowPositionals: true,
     options: { out: { type: 'string', default: DEFAULT_ARCHIVE }, partition: { type: 'boolean' }, replace: { type: 'boolean' } },
@@ -39,7 +62,7 @@ async function convertCommand(rest: string[]): Promise<void> {
 }
 
 function expireCommand(rest: string[]): void {
-  const { values } = parseArgs({
+  const { values } = parse({
     args: rest,
     options: {
       archive: { type: 'string', default: DEFAULT_ARCHIVE },
@@ -47,7 +70,7 @@ function expireCommand(rest: string[]): void {
       'dry-run': { type: 'boolean' },
     },
   });
-  const result = expireArchive(values.archive!, Number(values.days), new Date(), values['dry-run']);
+  const result = expireArchive(values.archive!, wholeDays(values.days!), new Date(), values['dry-run']);
   for (const f of result.removed) process.stdout.write(`${values['dry-run'] ? 'would remove' : 'removed'} ${f}\n`);
   process.stderr.write(
     `${result.removed.length} file(s) of days before ${result.cutoff} ${values['dry-run'] ? 'to remove' : 'removed'}; ${result.kept} kept\n`,
@@ -66,7 +89,7 @@ async function printQuery(sql: string, format: 'table' | 'csv' | 'json'): Promis
 }
 
 async function reportCommand(rest: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parse({
     args: rest,
     allowPositionals: true,
     options: {
@@ -85,15 +108,13 @@ async function reportCommand(rest: string[]): Promise<void> {
       throw new UsageError(
         `--calls ${calls}: no such file (the gateway writes .data/calls.csv when METER_URL is not set; or pass the meter's calls export)`,
       );
-    if (values.since && !/^\d{4}-\d{2}-\d{2}$/.test(values.since))
-      throw new UsageError(`--since: expected YYYY-MM-DD, got "${values.since}"`);
-    return printQuery(voiceRollupSql(calls, values.since ?? null), format);
+    return printQuery(voiceRollupSql(calls, values.since === undefined ? null : day('--since', values.since)), format);
   }
   const name = positionals[0] as ReportName;
   if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
-  if (!/^\d{4}-\d{2}-\d{2}$/.test(values['as-of']!)) throw new UsageError(`--as-of: expected YYYY-MM-DD, got "${values['as-of']}"`);
+  const asOf = day('--as-of', values['as-of']!);
   // export-daily is the specification's "daily cost to a CSV": CSV whatever --format says.
-  return printQuery(reportSql(name, values.archive!, values['as-of']!), name === 'export-daily' ? 'csv' : format);
+  return printQuery(reportSql(name, values.archive!, asOf), name === 'export-daily' ? 'csv' : format);
 }
 
 async function main(argv: string[]): Promise<void> {

@@ -1,0 +1,48 @@
+// The archive CLI's usage errors: exit status 2 and a message naming the option and what was expected.
+import { spawnSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { csvIn, root, scratchDir } from './archive-setup';
+
+const scratch = scratchDir();
+const tsx = join(root, 'node_modules', '.bin', 'tsx');
+const run = (...args: string[]) => spawnSync(tsx, ['bin/archive.ts', ...args], { cwd: root, encoding: 'utf8' });
+
+describe('archive CLI usage errors', () => {
+  it('archive:expire --days that is not a whole number >= 1 is a usage error naming what came', () => {
+    const archive = join(scratch(), 'arch');
+    mkdirSync(archive);
+    for (const days of ['abc', '10x', '', '1.5', '0']) {
+      const r = run('expire', '--archive', archive, '--days', days);
+      expect(r.status, days).toBe(2);
+      expect(r.stderr).toContain(`--days: expected a whole number of days >= 1, got "${days}"`);
+    }
+  });
+
+  it('report --as-of and --since must be real calendar days (2026-02-30 is not), said before DuckDB runs', () => {
+    const archive = join(scratch(), 'arch');
+    run('convert', csvIn(scratch(), [{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z' }]), '--out', archive);
+    for (const asOf of ['2026-02-30', '2026-13-01', '2026-11-21x']) {
+      const r = run('report', 'customers', '--archive', archive, '--as-of', asOf);
+      expect(r.status, asOf).toBe(2);
+      expect(r.stderr).toContain(`--as-of: expected a day as YYYY-MM-DD, got "${asOf}"`);
+      expect(r.stderr).not.toContain('Conversion Error');
+    }
+    const r = run('report', 'voice', '--calls', join(root, 'package.json'), '--since', '2026-02-30');
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain('--since: expected a day as YYYY-MM-DD, got "2026-02-30"');
+  });
+
+  it('an unknown option is a usage error for every command', () => {
+    for (const args of [
+      ['expire', '--bogus'],
+      ['report', 'daily', '--bogus'],
+      ['convert', 'x.csv', '--bogus'],
+    ]) {
+      const r = run(...args);
+      expect(r.status, args.join(' ')).toBe(2);
+      expect(r.stderr).toContain("'--bogus'");
+    }
+  });
+});
