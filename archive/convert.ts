@@ -20,6 +20,7 @@ import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 import { removeEmptiedPartitions } from './expire';
+import { ABANDONED_MS, lockArchive } from './lock';
 
 export interface ConvertOptions {
   out: string;
@@ -90,8 +91,6 @@ function dayFiles(out: string, days: string[], partition: boolean): string[] {
 
 /** A run's scratch folder in the archive, named for its process and start time (ms). */
 const SCRATCH = /^\.archive-tmp-\d+-(\d+)$/;
-/** No run takes this long: a scratch folder older than that was left by a run that was killed. */
-const ABANDONED_MS = 24 * 3600_000;
 
 /**
  * Removes the scratch folders of killed runs (reports skip them, but they fill the disk). By age, not
@@ -105,13 +104,24 @@ function removeAbandonedScratch(out: string, now: number): void {
 }
 
 export async function convert(input: string, options: ConvertOptions): Promise<ConvertResult> {
-  const log = options.log ?? (() => {});
   const out = resolve(options.out);
-  const partition = options.partition ?? false;
   const started = Date.now();
-  const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)}s`;
   mkdirSync(out, { recursive: true });
-  removeAbandonedScratch(out, started);
+  // Two runs merging into one day would each write their own union: the first run's events lost.
+  const unlock = lockArchive(out, started, (message) => new ArchiveInputError(message));
+  try {
+    removeAbandonedScratch(out, started);
+    return await convertLocked(input, out, options, started);
+  } finally {
+    unlock();
+  }
+}
+
+/** The run itself, while it holds the archive folder. */
+async function convertLocked(input: string, out: string, options: ConvertOptions, started: number): Promise<ConvertResult> {
+  const log = options.log ?? (() => {});
+  const partition = options.partition ?? false;
+  const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)}s`;
   const work = join(out, `.archive-tmp-${process.pid}-${Date.now()}`);
   mkdirSync(work);
   const duck = await openDuck();

@@ -1,0 +1,49 @@
+// One npm run archive per archive folder: a second run while one writes would replace its merged day.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { convert } from '../../archive/convert';
+import { csvIn, rowsIn, scratchDir } from './archive-setup';
+
+const scratch = scratchDir();
+const day = (id: string) => ({ event_id: id, timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 });
+
+describe('one run per archive folder', () => {
+  it('two runs at once into a stored day: no event of a run that said it archived is lost', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(csvIn(scratch(), [day('stored')]), { out });
+    const runs = await Promise.allSettled([
+      convert(csvIn(scratch(), [day('first')]), { out }),
+      convert(csvIn(scratch(), [day('second')]), { out }),
+    ]);
+    const archived = ['first', 'second'].filter((_, i) => runs[i].status === 'fulfilled');
+    const ids = (await rowsIn(out)).map((r) => r.event_id);
+    expect(ids).toEqual(['stored', ...archived].sort());
+    const refused = runs.filter((r) => r.status === 'rejected');
+    expect(refused).toHaveLength(1);
+    expect(String((refused[0] as PromiseRejectedResult).reason)).toMatch(
+      /another npm run archive \(pid \d+ on .*\) is writing this archive/,
+    );
+    expect(existsSync(join(out, '.archive-lock'))).toBe(false);
+  });
+
+  it('a run of another live process holds the folder; the lock of a process that is gone (kill -9) is taken over', async () => {
+    const out = join(scratch(), 'arch');
+    mkdirSync(out);
+    const other = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+    try {
+      writeFileSync(join(out, '.archive-lock'), `${other.pid}\n${hostname()}\n${Date.now()}\n`);
+      await expect(convert(csvIn(scratch(), [day('a')]), { out })).rejects.toThrow(`pid ${other.pid} on ${hostname()}`);
+      expect(await rowsIn(out).catch(() => [])).toEqual([]);
+    } finally {
+      other.kill('SIGKILL');
+    }
+    await new Promise((done) => (other.exitCode === null && other.signalCode === null ? other.once('exit', done) : done(null)));
+    const result = await convert(csvIn(scratch(), [day('a')]), { out });
+    expect(result.rows).toBe(1);
+    expect((await rowsIn(out)).map((r) => r.event_id)).toEqual(['a']);
+    expect(existsSync(join(out, '.archive-lock'))).toBe(false);
+  });
+});
