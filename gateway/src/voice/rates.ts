@@ -8,6 +8,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { DECIMAL_TEXT_SOURCE } from '../../../schema/event-record';
 
 export interface CountryRates {
   price_unit: string;
@@ -21,8 +22,11 @@ export type RatesFile = Record<string, CountryRates>;
 
 export const DEFAULT_RATES_FILE = '.data/telephony-rates.json';
 
+/** Decimal text as the meter reads it: Number() would take "" and " " as 0 and "0x10" as 16. */
+const DECIMAL_TEXT = new RegExp(DECIMAL_TEXT_SOURCE);
+
 function price(value: unknown, where: string): number {
-  const n = typeof value === 'string' ? Number(value) : typeof value === 'number' ? value : NaN;
+  const n = typeof value === 'string' ? (DECIMAL_TEXT.test(value) ? Number(value) : NaN) : typeof value === 'number' ? value : NaN;
   if (!Number.isFinite(n) || n < 0) throw new Error(`${where}: expected a price, got ${JSON.stringify(value)}`);
   return n;
 }
