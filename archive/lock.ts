@@ -9,7 +9,7 @@
  * nothing). Taking over goes through `.archive-lock.takeover`, also created exclusively, so two
  * runs that find the same stale lock cannot both take it.
  */
-import { closeSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 
@@ -25,13 +25,17 @@ interface Holder {
 /** Locks this process holds: a second run in the same process is refused as another process's would be. */
 const held = new Set<string>();
 
+/** The last instant a Date can hold. */
+const MAX_TIME = 8.64e15;
 const code = (error: unknown) => (error as NodeJS.ErrnoException).code;
 const content = (started: number) => `${process.pid}\n${hostname()}\n${started}\n`;
 
 function holder(lock: string): Holder | null {
   try {
-    const [pid, host, started] = readFileSync(lock, 'utf8').split('\n');
-    return { pid: Number(pid), host, started: Number(started) };
+    const [pid, host = '', started] = readFileSync(lock, 'utf8').split('\n');
+    // A lock cut short while it was written (kill -9 right after creating it) is dated by the file.
+    const at = Number(started);
+    return { pid: Number(pid), host, started: at > 0 && at <= MAX_TIME ? at : statSync(lock).mtimeMs };
   } catch (error) {
     if (code(error) === 'ENOENT') return null;
     throw error;
@@ -87,9 +91,10 @@ export function lockArchive(out: string, started: number, refuse: (message: stri
     const h = holder(lock);
     if (!h) continue; // released meanwhile
     if (running(lock, h, started)) {
-      const since = Number.isFinite(h.started) ? new Date(h.started).toISOString() : 'an unknown time';
+      const since = new Date(h.started).toISOString();
       throw refuse(
-        `${out}: another npm run archive (pid ${h.pid} on ${h.host}, started ${since}) is writing this archive; nothing was written, run again when it ends`,
+        `${out}: another npm run archive (pid ${h.pid} on ${h.host}, started ${since}) is writing this archive; nothing was written, run again when it ends ` +
+          `(or, if that run is known to be dead, remove ${lock})`,
       );
     }
     if (takeOver(lock, h, started)) return hold(lock, started);

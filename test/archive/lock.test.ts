@@ -1,6 +1,6 @@
 // One npm run archive per archive folder: a second run while one writes would replace its merged day.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -45,5 +45,20 @@ describe('one run per archive folder', () => {
     expect(result.rows).toBe(1);
     expect((await rowsIn(out)).map((r) => r.event_id)).toEqual(['a']);
     expect(existsSync(join(out, '.archive-lock'))).toBe(false);
+  });
+
+  it('a lock cut short as it was written (empty, garbled) is dated by its file: refused within a day, taken over after', async () => {
+    const out = join(scratch(), 'arch');
+    mkdirSync(out);
+    const lock = join(out, '.archive-lock');
+    writeFileSync(lock, '');
+    await expect(convert(csvIn(scratch(), [day('a')]), { out })).rejects.toThrow(`remove ${lock}`);
+    const twoDaysAgo = new Date(Date.now() - 2 * 86_400_000);
+    for (const cut of ['', '123', '123\nother-host\n1e99']) {
+      writeFileSync(lock, cut);
+      utimesSync(lock, twoDaysAgo, twoDaysAgo);
+      expect((await convert(csvIn(scratch(), [day('a')]), { out })).rows, JSON.stringify(cut)).toBe(1);
+      expect(existsSync(lock)).toBe(false);
+    }
   });
 });
