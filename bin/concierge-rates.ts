@@ -14,7 +14,14 @@ async function main(): Promise<number> {
     return 2;
   }
   const file = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
-  const rates = readRates(file);
+  let rates: ReturnType<typeof readRates>;
+  try {
+    rates = readRates(file);
+  } catch (error) {
+    // Left as it is: it holds the rates of countries fetched before, which the operator may want back.
+    process.stderr.write(`${(error as Error).message}\n`);
+    return 1;
+  }
   let failed = 0;
   for (const iso of countries) {
     try {

@@ -1,8 +1,14 @@
-// Telephony prices from the pricing service: only a price is a price (money is never made up).
+// Telephony prices from the pricing service: only a price is a price (money is never made up); the rates file.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fetchCountryRates } from '../../gateway/src/voice/rates';
+import { fetchCountryRates, readRates, writeRates } from '../../gateway/src/voice/rates';
+
+const root = join(import.meta.dirname, '..', '..');
 
 /** The pricing service answering `local`'s current price as `price` (Twilio sends prices as strings). */
 let pricing: Server;
@@ -45,5 +51,35 @@ describe('telephony prices', () => {
         `US inbound_call_prices[0]: expected a price, got ${JSON.stringify(sent)}`,
       );
     }
+  });
+});
+
+describe('the rates file', () => {
+  it('npm run concierge:rates on a rates file cut short: one line naming it, exit 1, the file left for the operator', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rates-'));
+    const file = join(dir, 'rates.json');
+    writeFileSync(file, '{"GB": {"price_unit": "GBP", "inbo');
+    // Synchronous is fine: the file is refused before the pricing service is asked.
+    const r = spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['bin/concierge-rates.ts', 'US'], {
+      cwd: root,
+      encoding: 'utf8',
+      env: { ...process.env, TWILIO_PRICING_URL: url, TWILIO_ACCOUNT_SID: 'ACsid', TWILIO_AUTH_TOKEN: 'tok', TELEPHONY_RATES_FILE: file },
+    });
+    expect(r.status).toBe(1);
+    expect(r.stderr.trim().split('\n')).toEqual([expect.stringContaining(`${file}: not a rates file (`)]);
+    expect(readFileSync(file, 'utf8')).toBe('{"GB": {"price_unit": "GBP", "inbo');
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('writeRates replaces the file in one rename: a reader sees the old rates or the new, never half', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rates-'));
+    const file = join(dir, 'rates.json');
+    writeRates(file, {});
+    const before = statSync(file).ino;
+    writeRates(file, { US: { price_unit: 'USD', inbound: { local: 0.0085 }, outbound: [], fetched_at: '2026-11-27T00:00:00Z' } });
+    expect(statSync(file).ino).not.toBe(before);
+    expect(readRates(file).US.inbound.local).toBe(0.0085);
+    expect(readdirSync(dir)).toEqual(['rates.json']);
+    rmSync(dir, { recursive: true, force: true });
   });
 });

@@ -6,7 +6,7 @@
  * rates file the call records use (TELEPHONY_RATES_FILE, default .data/telephony-rates.json).
  * A global rate is never assumed: a country without rates is an error that names it.
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DECIMAL_TEXT_SOURCE } from '../../../schema/event-record';
 
@@ -58,13 +58,25 @@ export async function fetchCountryRates(iso: string, opts: { baseUrl: string; si
   return { price_unit: body.price_unit ?? 'USD', inbound, outbound, fetched_at: new Date().toISOString() };
 }
 
+/** The rates file ({} when there is none); one that is not a JSON object is an error naming it. */
 export function readRates(file: string): RatesFile {
-  return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as RatesFile) : {};
+  if (!existsSync(file)) return {};
+  let rates: unknown;
+  try {
+    rates = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (error) {
+    throw new Error(`${file}: not a rates file (${(error as Error).message})`, { cause: error });
+  }
+  if (!rates || typeof rates !== 'object' || Array.isArray(rates)) throw new Error(`${file}: not a rates file (expected a JSON object)`);
+  return rates as RatesFile;
 }
 
+/** Written to a temporary file renamed over the old one: the gateway, reading it at each call's end, sees the old or the new. */
 export function writeRates(file: string, rates: RatesFile): void {
   mkdirSync(dirname(file), { recursive: true });
-  writeFileSync(file, `${JSON.stringify(rates, null, 2)}\n`);
+  const temp = `${file}.${process.pid}.tmp`;
+  writeFileSync(temp, `${JSON.stringify(rates, null, 2)}\n`);
+  renameSync(temp, file);
 }
 
 /** Inbound per-minute rate for a country: the local number rate, else the first listed; null if none. */
