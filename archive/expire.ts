@@ -7,7 +7,7 @@
  * folders (`provider=<p>/day=<yyyymmdd>/`), and a partition folder only once removing its last
  * file emptied it. Other files and folders in the archive folder, empty or not, stay.
  */
-import { readdirSync, rmdirSync, rmSync } from 'node:fs';
+import { readdirSync, rmdirSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
@@ -43,6 +43,8 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
   const today = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate());
   const cutoff = new Date(today - days * 86_400_000).toISOString().slice(0, 10).replace(/-/g, '');
   const root = resolve(archive);
+  // Said as report says it (a mistyped --archive), not as the scandir error.
+  if (!statSync(root, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--archive ${archive}: no such folder`);
   const removed: string[] = [];
   let kept = 0;
   // The archive's own places: the folder itself (flat layout) and provider=<p>/day=<yyyymmdd>/.

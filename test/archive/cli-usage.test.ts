@@ -45,4 +45,16 @@ describe('archive CLI usage errors', () => {
       expect(r.stderr).toContain("'--bogus'");
     }
   });
+
+  it('a missing archive folder is one line naming it, exit 1, for archive:expire as for report', () => {
+    const missing = join(scratch(), 'nope');
+    for (const args of [
+      ['expire', '--archive', missing],
+      ['report', 'daily', '--archive', missing],
+    ]) {
+      const r = run(...args);
+      expect(r.status, args[0]).toBe(1);
+      expect(r.stderr.trim()).toBe(`--archive ${missing}: no such folder`);
+    }
+  });
 });
