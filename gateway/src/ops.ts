@@ -11,7 +11,29 @@ import { RedisPause } from './budget';
 import { BullColdQueue } from './cold-queue-redis';
 import { within } from './within';
 
+const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all';
+
+/** What is wrong with the arguments, or null: checked before the store is asked, so a typo never reaches it. */
+function usageProblem(args: string[]): string | null {
+  const [command, sub, ...rest] = args;
+  if (command === 'status' || command === 'pause' || command === 'resume')
+    return sub === undefined ? null : `${command}: expected no arguments, got "${args.slice(1).join(' ')}"`;
+  if (command !== 'dlq') return command === undefined ? 'command: expected one' : `unknown command "${command}"`;
+  if (sub === 'list') return rest.length ? `dlq list: expected no arguments, got "${rest.join(' ')}"` : null;
+  if (sub === 'move')
+    return rest.length === 1 && rest[0]
+      ? null
+      : `dlq move: expected one job id or --all, got ${rest.length ? `"${rest.join(' ')}"` : 'nothing'}`;
+  return `dlq: expected list or move, got ${sub === undefined ? 'nothing' : `"${sub}"`}`;
+}
+
 export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: string) => void): Promise<number> {
+  const problem = usageProblem(args);
+  if (problem) {
+    out(problem);
+    out(USAGE);
+    return 2;
+  }
   if (!env.QUEUE_STORE_URL) {
     out('QUEUE_STORE_URL is not set: operator commands act on the Redis the gateways use');
     return 2;
@@ -70,7 +92,7 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
         break;
       }
     }
-    out('usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all');
+    out(USAGE);
     return 2;
   } finally {
     pause.close();
