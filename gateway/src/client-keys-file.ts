@@ -5,8 +5,9 @@
  * a temporary file renamed over the old one: a reader sees the old file or the new, never half.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { ClientKey, KeyStore } from './client-keys';
 
 type Stored = Omit<ClientKey, 'lastUsed'>;
@@ -27,6 +28,38 @@ async function writeAtomic(file: string, value: unknown): Promise<void> {
   await rename(temp, file);
 }
 
+/** Changes of the records take milliseconds: a lock older than this was left by a process that was killed. */
+const LOCK_STALE_MS = 10_000;
+const LOCK_WAIT_MS = 15_000;
+
+/**
+ * Runs `change` holding `<file>.lock` (created exclusively). Two CLIs changing the records at once
+ * would each write the list they read: a key just made lost (shown, never valid), or a revocation
+ * undone (a revoked key valid again).
+ */
+async function locked<T>(file: string, change: () => Promise<T>): Promise<T> {
+  const lock = `${file}.lock`;
+  await mkdir(dirname(file), { recursive: true });
+  for (const deadline = Date.now() + LOCK_WAIT_MS; ;) {
+    try {
+      await (await open(lock, 'wx')).close();
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const held = await stat(lock).catch(() => null);
+      if (held && Date.now() - held.mtimeMs > LOCK_STALE_MS) await rm(lock, { force: true });
+      else if (Date.now() > deadline)
+        throw new Error(`${lock}: held by another change of the keys; remove it if none is running`, { cause: error });
+      else await delay(10);
+    }
+  }
+  try {
+    return await change();
+  } finally {
+    await rm(lock, { force: true });
+  }
+}
+
 export class FileKeyStore implements KeyStore {
   readonly where: string;
   private readonly usedFile: string;
@@ -40,11 +73,13 @@ export class FileKeyStore implements KeyStore {
   private used = () => readJson<Record<string, string>>(this.usedFile, {});
 
   async add(record: ClientKey): Promise<boolean> {
-    const keys = await this.records();
-    if (keys.some((k) => k.id === record.id)) return false;
-    const { lastUsed: _, ...stored } = record;
-    await writeAtomic(this.file, { keys: [...keys, stored] });
-    return true;
+    return locked(this.file, async () => {
+      const keys = await this.records();
+      if (keys.some((k) => k.id === record.id)) return false;
+      const { lastUsed: _, ...stored } = record;
+      await writeAtomic(this.file, { keys: [...keys, stored] });
+      return true;
+    });
   }
 
   async list(): Promise<ClientKey[]> {
@@ -61,12 +96,15 @@ export class FileKeyStore implements KeyStore {
   }
 
   async revoke(id: string, at: Date): Promise<ClientKey | null> {
-    const keys = await this.records();
-    const record = keys.find((k) => k.id === id);
-    if (!record) return null;
-    record.revoked ??= at.toISOString();
-    await writeAtomic(this.file, { keys });
-    return { ...record, lastUsed: (await this.used())[id] ?? null };
+    const record = await locked(this.file, async () => {
+      const keys = await this.records();
+      const found = keys.find((k) => k.id === id);
+      if (!found) return null;
+      found.revoked ??= at.toISOString();
+      await writeAtomic(this.file, { keys });
+      return found;
+    });
+    return record && { ...record, lastUsed: (await this.used())[id] ?? null };
   }
 
   async touch(used: Map<string, number>): Promise<void> {

@@ -69,6 +69,20 @@ describe.each(subjects)('client key store: %s', (_name, make) => {
     expect((await store.find([hashKey('gk_other')]))[0]).toBeNull();
   });
 
+  it('creates and revokes at once (several npm run keys together): every key made is kept, a revoked key stays revoked', async () => {
+    const { store } = make();
+    const first = await createKey(store, { tenant: 'acme' });
+    const [revoked, ...made] = await Promise.all([
+      store.revoke(first.record.id, new Date('2026-01-01T00:00:00Z')),
+      ...Array.from({ length: 8 }, (_, i) => createKey(store, { tenant: `t${i}` })),
+    ]);
+    expect(revoked?.revoked).toBe('2026-01-01T00:00:00.000Z');
+    const listed = await store.list();
+    expect(listed.map((k) => k.id).sort()).toEqual([first.record.id, ...made.map((m) => m.record.id)].sort());
+    expect(listed.find((k) => k.id === first.record.id)?.revoked).toBe('2026-01-01T00:00:00.000Z');
+    expect((await store.find(made.map((m) => hashKey(m.key)))).every((k) => k && !k.revoked)).toBe(true);
+  });
+
   it('revokes by id once (the first time stands); an unknown id is null', async () => {
     const { store } = make();
     const a = await createKey(store, { tenant: 'acme' });
