@@ -102,6 +102,7 @@ async function reportCommand(rest: string[]): Promise<void> {
   });
   const format = values.format as 'table' | 'csv' | 'json';
   if (!['table', 'csv', 'json'].includes(format)) throw new UsageError(`--format: expected table, csv or json, got "${values.format}"`);
+  if (positionals.length > 1) throw new UsageError(`report: expected one report name, got "${positionals.join(' ')}"`);
   if (positionals[0] === 'voice') {
     const calls = values.calls ?? process.env.CALLS_CSV_FILE ?? '.data/calls.csv';
     if (!existsSync(calls))

@@ -34,6 +34,12 @@ describe('archive CLI usage errors', () => {
     expect(r.stderr).toContain('--since: expected a day as YYYY-MM-DD, got "2026-02-30"');
   });
 
+  it('two report names are a usage error (the second was ignored)', () => {
+    const r = run('report', 'daily', 'customers', '--archive', scratch());
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain('report: expected one report name, got "daily customers"');
+  });
+
   it('an unknown option is a usage error for every command', () => {
     for (const args of [
       ['expire', '--bogus'],
