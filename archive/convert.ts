@@ -73,14 +73,16 @@ function firstLine(file: string): string {
   return fd.split(/\r?\n/, 1)[0].replace(/^\uFEFF/, '');
 }
 
-/** Existing archive files holding any of these days. */
-function dayFiles(out: string, days: string[], partition: boolean): string[] {
+/**
+ * Existing archive files holding any of these days, in either layout: a run with the other layout
+ * (--partition added or forgotten) merges with them, or its rows would sit beside theirs, counted twice.
+ */
+function dayFiles(out: string, days: string[]): string[] {
   if (!existsSync(out)) return [];
   const wanted = new Set(days);
-  if (!partition) return days.map((d) => join(out, `events_${d}.parquet`)).filter((f) => existsSync(f));
-  const files: string[] = [];
+  const files = days.map((d) => join(out, `events_${d}.parquet`)).filter((f) => existsSync(f));
   for (const p of readdirSync(out)) {
-    if (!p.startsWith('provider=')) continue;
+    if (!p.startsWith('provider=') || !statSync(join(out, p)).isDirectory()) continue;
     for (const d of readdirSync(join(out, p))) {
       if (!d.startsWith('day=') || !wanted.has(d.slice(4))) continue;
       for (const f of readdirSync(join(out, p, d))) if (f.endsWith('.parquet')) files.push(join(out, p, d, f));
@@ -172,7 +174,7 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
     const days = n
       ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d)
       : [];
-    const existing = dayFiles(out, days, partition);
+    const existing = dayFiles(out, days);
     log(`read and checked ${n} rows, ${days.length} day(s) (${elapsed()})`);
 
     // Pass 2, only when needed: one row per event_id within the input (the last occurrence wins,
@@ -268,8 +270,8 @@ function publish(staged: string, out: string, replaced: string[], partition: boo
   for (const f of replaced) {
     if (kept.has(f)) continue;
     rmSync(f, { force: true });
-    // Only the partition folders this emptied; every other folder in the archive stays.
-    if (partition) removeEmptiedPartitions(out, f);
+    // Only the partition folders this emptied (none for a flat file); every other folder in the archive stays.
+    removeEmptiedPartitions(out, f);
   }
   return placed;
 }
