@@ -3,7 +3,11 @@ import { DEFAULT_RATES_FILE, fetchCountryRates, inboundRate, readRates, writeRat
 
 async function main(): Promise<number> {
   const countries = process.argv.slice(2).map((c) => c.toUpperCase());
-  if (!countries.length) {
+  // Checked before anything is fetched or written: a typo is a usage error, not a half-done run.
+  const bad = countries.filter((c) => !/^[A-Z]{2}$/.test(c));
+  if (!countries.length || bad.length) {
+    if (bad.length)
+      process.stderr.write(`country: expected ISO 3166 alpha-2 codes such as US, got ${bad.map((c) => `"${c}"`).join(', ')}\n`);
     process.stderr.write('usage: npm run concierge:rates -- US GB ...\n');
     return 2;
   }

@@ -71,6 +71,21 @@ describe('the rates file', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  it('npm run concierge:rates with a code that is not alpha-2 is a usage error before anything is fetched or written', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rates-'));
+    const file = join(dir, 'rates.json');
+    const r = spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['bin/concierge-rates.ts', 'US', 'usa', 'U1'], {
+      cwd: root,
+      encoding: 'utf8',
+      env: { ...process.env, TWILIO_PRICING_URL: url, TWILIO_ACCOUNT_SID: 'ACsid', TWILIO_AUTH_TOKEN: 'tok', TELEPHONY_RATES_FILE: file },
+    });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain('country: expected ISO 3166 alpha-2 codes such as US, got "USA", "U1"');
+    expect(r.stdout).toBe('');
+    expect(readdirSync(dir)).toEqual([]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   it('writeRates replaces the file in one rename: a reader sees the old rates or the new, never half', () => {
     const dir = mkdtempSync(join(tmpdir(), 'rates-'));
     const file = join(dir, 'rates.json');
