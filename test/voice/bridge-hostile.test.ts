@@ -220,6 +220,18 @@ describe('phone bridge: hostile input', () => {
     expect(call.closed || (await until(call, 'closed'))).toBeTruthy();
   });
 
+  it('a response that reports no usage (none, or not an object) is metered without a price and marked UNPRICED, never as a silent $0', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({ greeting: { audio: assistantAudio(300), usage: null } });
+    const call = await s.twilio.call('CAH06');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    call.hangUp();
+    await s.endOf('CAH06');
+    const events = s.meterEvents.filter((e) => e.job_id === 'CAH06');
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ cost_usd: null, error_code: 'UNPRICED' });
+  });
+
   it('an event the guard refuses does not take the audio durations sent with it down too', async () => {
     s = await bridgeStack();
     await s.voice.start({ call_id: 'CAH03', from: '+351910000001' });

@@ -188,7 +188,7 @@ describe("a realtime response's meter event", () => {
     tenant: 't1',
     callId: 'CA1',
     response: { status } as RealtimeResponse,
-    usage: undefined,
+    usage: {},
     latencyMs: 5,
     confidence: null,
   });
@@ -197,5 +197,10 @@ describe("a realtime response's meter event", () => {
     expect(responseEvent(facts('failed')).error_code).toBe('FAILED');
     expect(responseEvent(facts('completed')).error_code).toBe('');
     for (const hostile of ['constructor', 'toString', '__proto__']) expect(responseEvent(facts(hostile)).error_code).toBe('');
+  });
+
+  it('without usage its cost is unknown: empty, and UNPRICED after its own code', () => {
+    expect(responseEvent({ ...facts('failed'), usage: undefined })).toMatchObject({ cost_usd: null, error_code: 'FAILED|UNPRICED' });
+    expect(responseEvent(facts('completed')).cost_usd).toBe(0);
   });
 });

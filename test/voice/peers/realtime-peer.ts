@@ -23,7 +23,8 @@ export interface Reply {
   call?: { name: string; args: Record<string, unknown> };
   /** Time before the first delta (a slow model). */
   delayMs?: number;
-  usage?: Record<string, unknown>;
+  /** As the model reports it; `null`: a response.done that reports none. */
+  usage?: Record<string, unknown> | null;
 }
 
 export interface BrainContext {
@@ -217,13 +218,14 @@ export class RtConn extends EventEmitter {
     if (reply.delayMs) await new Promise((r) => setTimeout(r, reply.delayMs));
     const output = reply.call ? [this.functionCall(id, reply.call)] : [await this.speak(id, me, reply)];
     const outMs = (reply.audio?.length ?? 0) / 8;
-    const usage = reply.usage ?? {
+    const measured = {
       total_tokens: 0,
       input_tokens: Math.round(this.inboundBytes / 8 / 100) + 50,
       output_tokens: Math.round(outMs / 50) + 10,
       input_token_details: { audio_tokens: Math.round(this.inboundBytes / 8 / 100), text_tokens: 50, cached_tokens: 0 },
       output_token_details: { audio_tokens: Math.round(outMs / 50), text_tokens: 10 },
     };
+    const usage = reply.usage === undefined ? measured : reply.usage;
     if (this.active === me) this.active = null;
     const status = me.cancelled ? 'cancelled' : 'completed';
     this.send({ type: 'response.done', response: { id, object: 'realtime.response', status, output, usage, metadata } });

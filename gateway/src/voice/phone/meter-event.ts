@@ -5,10 +5,13 @@
  * per-million prices, exactly what the spend guard bills, so the meter, the guard and the call
  * record agree (text tokens are counted, not priced: the configuration has no text prices). The
  * usage is the cleaned one (usage.ts), the same the guard is given: every count whole and >= 0.
+ * A response that reported no usage (none, or not an object) has an unknown cost, not $0: its event
+ * carries an empty cost and `UNPRICED` (schema/unpriced.ts), which the meter counts and shows.
  */
 import { randomUUID } from 'node:crypto';
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import type { EventRecord } from '../../../../schema/event-record';
+import { markUnpriced } from '../../../../schema/unpriced';
 import type { Concierge } from '../config';
 import type { Usage } from './usage';
 
@@ -32,6 +35,8 @@ export function responseEvent(f: ResponseFacts): EventRecord {
   const status = f.response?.status;
   const audioIn = u.input_token_details?.audio_tokens ?? 0;
   const audioOut = u.output_token_details?.audio_tokens ?? 0;
+  // Its own names only: a status of `constructor` would put a function in the record.
+  const code = status && Object.hasOwn(STATUS_CODE, status) ? STATUS_CODE[status] : '';
   return {
     event_id: randomUUID(),
     timestamp: new Date(),
@@ -42,7 +47,7 @@ export function responseEvent(f: ResponseFacts): EventRecord {
     input_tokens: u.input_tokens ?? 0,
     output_tokens: u.output_tokens ?? 0,
     latency_ms: Math.max(0, Math.round(f.latencyMs)),
-    cost_usd: Number(((audioIn * inPrice + audioOut * outPrice) / 1e6).toFixed(9)),
+    cost_usd: f.usage ? Number(((audioIn * inPrice + audioOut * outPrice) / 1e6).toFixed(9)) : null,
     eval_score: null,
     confidence: f.confidence,
     job_id: f.callId,
@@ -51,7 +56,6 @@ export function responseEvent(f: ResponseFacts): EventRecord {
     review_required: false,
     reviewer_id: '',
     decision: 'n/a',
-    // Its own names only: a status of `constructor` would put a function in the record.
-    error_code: status && Object.hasOwn(STATUS_CODE, status) ? STATUS_CODE[status] : '',
+    error_code: f.usage ? code : markUnpriced(code),
   };
 }
