@@ -4,7 +4,7 @@
  * schema/spend-cap.ts, the same for the alerts and for the gateway's spend-cap routing.
  */
 import type { EventField } from '../../schema/event-record';
-import { capExceeded as overACap } from '../../schema/spend-cap';
+import { capExceeded as overACap, roundUsd } from '../../schema/spend-cap';
 import { isUnpriced } from '../../schema/unpriced';
 import { readCaps, readConfig, type Caps } from './config';
 import { cellNumber, cellTime, columnOf, getEventsSheet } from './events-sheet';
@@ -20,10 +20,7 @@ export interface SpendSummary {
   cap_exceeded: boolean;
 }
 
-/** Sums of floats carry noise (0.05 + 3.10 = 3.1500000000000004); money is shown without it. */
-export function roundUsd(value: number): number {
-  return Number(value.toFixed(10));
-}
+export { roundUsd };
 
 export interface SpendTotals {
   today: number;

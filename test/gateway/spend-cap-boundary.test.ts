@@ -1,0 +1,84 @@
+// Spend exactly at a cap is within it (schema/spend-cap.ts), on the gateway as on the meter: sums of
+// costs carry float noise (0.1 + 0.1 + 0.1 = 0.30000000000000004), which must not tip the gateway
+// over a cap the meter says is not exceeded.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { chat, listenStack } from './harness';
+
+/** What the provider reports each call cost. */
+const CALL_USD = 0.1;
+let hot: FakeProvider;
+let dir = '';
+const running: Array<{ stop: () => Promise<void> }> = [];
+const servers: Server[] = [];
+
+beforeEach(async () => {
+  hot = await new FakeProvider().start();
+  hot.always({ kind: 'ok', usage: { prompt_tokens: 12, completion_tokens: 5, cost: CALL_USD } as never });
+  dir = mkdtempSync(join(tmpdir(), 'spend-cap-boundary-'));
+});
+afterEach(async () => {
+  for (const r of running.splice(0)) await r.stop();
+  for (const s of servers.splice(0)) s.close();
+  await hot.stop();
+});
+
+/** One gateway in process (no Redis): its spend per day counted by itself. */
+async function gateway(env: Record<string, string>) {
+  const routes = join(dir, 'routes.json');
+  writeFileSync(
+    routes,
+    JSON.stringify({
+      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    }),
+  );
+  const app = await listenStack({
+    ROUTES_FILE: routes,
+    METER_CSV_FILE: join(dir, 'events.csv'),
+    METER_SPOOL_DIR: join(dir, 'spool'),
+    SCOPES_FILE: join(dir, 'none.yaml'),
+    ...env,
+  });
+  running.push(app);
+  return app;
+}
+
+/** A meter on loopback answering its spend read with these figures. */
+async function meterWith(figures: { today_cost_usd: number; last_7d_cost_usd: number; daily_cap_usd: number }): Promise<string> {
+  const server = createServer((req, res) => {
+    req.resume();
+    const spend = new URL(req.url!, 'http://x').searchParams.get('action') === 'spend';
+    const body = spend ? { ok: true, ...figures, burn_7d_cap_usd: 200, cap_exceeded: false } : { ok: true, appended: 0, duplicates: 0 };
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  });
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/exec`;
+}
+
+/** A request that may wait: routed (200) within the caps, queued (202) over them. */
+const patient = async (url: string) => (await chat(url, undefined, { 'x-must-have-answer': 'false' })).status;
+
+describe('spend exactly at a cap', () => {
+  it('without a meter: three calls of $0.10 under a $0.30 cap leave the fourth request routed; a fifth is queued', async () => {
+    const gw = await gateway({ DAILY_CAP_USD: '0.3' });
+    for (let i = 0; i < 3; i++) expect(await patient(gw.url)).toBe(200);
+    expect(await patient(gw.url)).toBe(200); // $0.30 spent: equal to the cap, still within it
+    expect(await patient(gw.url)).toBe(202); // $0.40: over
+  });
+
+  it('with a meter at $0.20 of a $0.30 cap: one call of $0.10 since its read leaves the next request routed', async () => {
+    const meter = await meterWith({ today_cost_usd: 0.2, last_7d_cost_usd: 0.2, daily_cap_usd: 0.3 });
+    const gw = await gateway({ METER_URL: meter, METER_TOKEN: 't' });
+    expect(await patient(gw.url)).toBe(200);
+    expect(await patient(gw.url)).toBe(200); // $0.20 + $0.10 = the cap: within it
+    expect(await patient(gw.url)).toBe(202);
+  });
+});
