@@ -14,7 +14,9 @@
  * (the baseline). Each instance keeps its own baseline; the counter is never reset, so a fresh meter
  * figure on one instance changes nothing for another, and the fleet's calls after the baseline are
  * all counted. The 10 s cover events still on their way to the meter; an event the meter already
- * has from those seconds is counted twice until the next read: the safe side for a cap.
+ * has from those seconds is counted twice until the next read: the safe side for a cap. Read on an
+ * earlier UTC day (just before midnight, or the meter down since), the meter's 7-day figure still
+ * holds days that have left the window: their spend as counted here comes off it.
  */
 import { capExceeded } from '../../schema/spend-cap';
 import type { RequestContext } from './request-context';
@@ -173,11 +175,15 @@ export class SpendWatch {
   private figures(): SpendView {
     const today = dayOf(this.now());
     const c = this.cached;
-    if (c) {
+    // A figure whose whole 7-day window has passed (the meter unread for a week) says nothing of this one.
+    if (c && c.day >= today - 6) {
       const since = Math.max(0, this.days.spentBetween(c.base.day, today) - c.base.usd);
+      // A figure of an earlier UTC day counts days that have left the window since: their spend, as
+      // counted here, comes off (the counter keeps 8 days for this).
+      const left = c.day < today ? this.days.spentBetween(c.day - 6, today - 7) : 0;
       return {
         today: c.day === today ? c.today + since : this.days.spentBetween(today, today),
-        last7d: c.last7d + since,
+        last7d: Math.max(0, c.last7d - left) + since,
         dailyCap: c.dailyCap,
         burnCap: c.burnCap,
       };
@@ -185,8 +191,8 @@ export class SpendWatch {
     return {
       today: this.days.spentBetween(today, today),
       last7d: this.days.spentBetween(today - 6, today),
-      dailyCap: this.opts.dailyCap,
-      burnCap: this.opts.burnCap,
+      dailyCap: c?.dailyCap ?? this.opts.dailyCap,
+      burnCap: c?.burnCap ?? this.opts.burnCap,
     };
   }
 }

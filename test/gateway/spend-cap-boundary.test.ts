@@ -7,6 +7,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { capExceeded, SpendWatch } from '../../gateway/src/spend-cap-routing';
+import { MemorySpendDays } from '../../gateway/src/spend-days';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack } from './harness';
 
@@ -80,5 +82,36 @@ describe('spend exactly at a cap', () => {
     expect(await patient(gw.url)).toBe(200);
     expect(await patient(gw.url)).toBe(200); // $0.20 + $0.10 = the cap: within it
     expect(await patient(gw.url)).toBe(202);
+  });
+});
+
+describe("the meter's 7-day figure after the UTC day turns", () => {
+  const DAY_MS = 86_400_000;
+  const D = Date.UTC(2026, 10, 20); // midnight of day D
+
+  /** Spend-cap routing's figures at the instant `at` says, the meter read once near the end of day D. */
+  async function watchAt(meterUrl: string, at: { ms: number }) {
+    const days = new MemorySpendDays(() => at.ms);
+    const watch = new SpendWatch({ meterUrl, meterToken: 't', dailyCap: 50, burnCap: 200, warn: () => {}, now: () => at.ms, days });
+    return { days, watch };
+  }
+
+  it("the day that left the window since the meter's read no longer counts: $28 a day under a $200 cap stays under it past midnight", async () => {
+    // Days D-6 .. D at $28 each: $196 of a $200 7-day cap, as the meter says at 23:59:30 on D.
+    const meter = await meterWith({ today_cost_usd: 28, last_7d_cost_usd: 196, daily_cap_usd: 50 });
+    const at = { ms: D - 6 * DAY_MS + 3600_000 };
+    const { watch } = await watchAt(meter, at);
+    for (let d = 6; d >= 0; d--) {
+      at.ms = D - d * DAY_MS + 3600_000;
+      for (let i = 0; i < 28; i++) watch.record(1);
+    }
+    at.ms = D + DAY_MS - 30_000;
+    const before = await watch.view(); // the meter read, 30 s before midnight
+    expect(capExceeded(before)).toBe(false);
+    at.ms = D + DAY_MS + 10_000; // 00:00:10 on D+1: $5 spent since midnight
+    for (let i = 0; i < 5; i++) watch.record(1);
+    const after = await watch.view();
+    expect(after.last7d).toBeCloseTo(196 - 28 + 5, 6); // D-6 left the window
+    expect(capExceeded(after)).toBe(false);
   });
 });
