@@ -3,7 +3,7 @@
  * prompt and the tokens it generated before the cut, so the meter gets an estimate of both (marked
  * ESTIMATED, schema/estimated.ts) rather than 0 tokens and $0. So does a call whose client hung up
  * after the provider received it but before its answer began (a stream before its first event, a
- * whole answer): its prompt, and no output (failover.ts).
+ * whole answer), or that timed out then: its prompt, and no output (failover.ts).
  *
  * The rule, simple and on the high side: one token per 3 bytes of UTF-8 (about 4 characters of
  * English make a token, and one CJK character, 3 bytes, about one), rounded up.

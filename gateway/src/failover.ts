@@ -185,9 +185,12 @@ export class Failover {
           ctx.stream ? streamed : undefined,
         );
         const latency = result.answer?.latencyMs ?? this.now() - started;
-        // A whole answer to a stream, or one reporting an error, was billed all the same: its usage is metered.
+        // A whole answer to a stream, or one reporting an error, was billed all the same: its usage is
+        // metered. One timed out on our side once the provider had it is billed too: an estimate.
         const usage = billedFailure(result.code) ? route.adapter.usage(result.answer!.body!) : null;
-        const failed = (code: string) => this.meterFailure(ctx, route.label, config, latency, code, options.decision, usage);
+        const cutOff = result.kind === 'failure' && result.error?.received === true;
+        const failed = (code: string) =>
+          this.meterFailure(ctx, route.label, config, latency, code, options.decision, cutOff ? estimateUsage(ctx.body) : usage, cutOff);
         if (result.kind === 'cancelled') {
           this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
           // Received by the provider, it is billed all the same (the prompt at least): an estimate,

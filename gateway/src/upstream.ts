@@ -97,8 +97,9 @@ export class UpstreamError extends Error {
     /** CLIENT_CLOSED: our client went away and the call was cancelled (not the provider's fault). */
     readonly code: 'TIMEOUT' | 'PROVIDER_DOWN' | 'CLIENT_CLOSED' | 'ANSWER_TOO_LARGE',
     /**
-     * CLIENT_CLOSED only: the provider had the request when it was cancelled (written to its
-     * connection, and not answered with an error status), so it bills the prompt all the same.
+     * CLIENT_CLOSED or TIMEOUT (the attempt's timer): the provider had the request when it was
+     * cancelled (written to its connection, and not answered with an error status), so it bills the
+     * prompt all the same.
      */
     readonly received = false,
   ) {
@@ -119,7 +120,7 @@ class Cancelled extends Error {
 function classify(error: unknown, timedOut: boolean): UpstreamError {
   const e = error as { code?: string; name?: string; message?: string };
   if (timedOut || e?.name === 'TimeoutError' || e?.code === 'UND_ERR_HEADERS_TIMEOUT' || e?.code === 'UND_ERR_BODY_TIMEOUT') {
-    return new UpstreamError('timed out', 'TIMEOUT');
+    return new UpstreamError('timed out', 'TIMEOUT', error instanceof Cancelled && error.received);
   }
   return new UpstreamError(e?.code ?? e?.message ?? 'network error', 'PROVIDER_DOWN');
 }

@@ -323,3 +323,25 @@ describe('a call the client hangs up on before the answer began', () => {
     ]);
   });
 });
+
+describe('a call the gateway gives up on at its time-to-answer', () => {
+  it('once the provider had it, it is billed all the same: the prompt estimated, marked TIMEOUT|ESTIMATED, not $0', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.always({ kind: 'hang' }); // received, generating, never answered in time
+    const body = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: PROMPT }] };
+    const res = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': '300' },
+      body: JSON.stringify(body),
+    });
+    expect(res.status).toBe(504);
+    await gw.meter.flush();
+    const events = gw.events();
+    expect(events.length).toBe(hot.received.length);
+    const input = tokensOf(JSON.stringify(body));
+    for (const event of events) {
+      expect([event.error_code, event.input_tokens, event.output_tokens]).toEqual(['TIMEOUT|ESTIMATED', `${input}`, '0']);
+      expect(Number(event.cost_usd)).toBeCloseTo(priced(input, 0)!, 12);
+    }
+  });
+});
