@@ -32,6 +32,34 @@ async function writeAtomic(file: string, value: unknown): Promise<void> {
 const LOCK_STALE_MS = 10_000;
 const LOCK_WAIT_MS = 15_000;
 
+const isStale = async (lock: string): Promise<boolean> => {
+  const held = await stat(lock).catch(() => null);
+  return held !== null && Date.now() - held.mtimeMs > LOCK_STALE_MS;
+};
+
+/**
+ * Removes a lock left by a killed process, one remover at a time (`<lock>.break`, held for a stat
+ * and an rm): two runs that both saw the old lock would otherwise each remove a lock, the second
+ * removing the one the first had just taken, and both change the records at once.
+ */
+async function breakStale(lock: string): Promise<void> {
+  const breaker = `${lock}.break`;
+  try {
+    await (await open(breaker, 'wx')).close();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    // Another run is removing it; a breaker this old was left by a run killed in that instant.
+    if (await isStale(breaker)) await rm(breaker, { force: true });
+    else await delay(10);
+    return;
+  }
+  try {
+    if (await isStale(lock)) await rm(lock, { force: true });
+  } finally {
+    await rm(breaker, { force: true });
+  }
+}
+
 /**
  * Runs `change` holding `<file>.lock` (created exclusively). Two CLIs changing the records at once
  * would each write the list they read: a key just made lost (shown, never valid), or a revocation
@@ -46,8 +74,7 @@ async function locked<T>(file: string, change: () => Promise<T>): Promise<T> {
       break;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const held = await stat(lock).catch(() => null);
-      if (held && Date.now() - held.mtimeMs > LOCK_STALE_MS) await rm(lock, { force: true });
+      if (await isStale(lock)) await breakStale(lock);
       else if (Date.now() > deadline)
         throw new Error(`${lock}: held by another change of the keys; remove it if none is running`, { cause: error });
       else await delay(10);

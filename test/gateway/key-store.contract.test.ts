@@ -1,6 +1,6 @@
 // One contract for both client key stores: Redis (real, its own prefix, removed afterwards) and the
 // file under a temporary directory. Whatever the gateway and the CLI rely on holds for both.
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -116,5 +116,20 @@ describe.each(subjects)('client key store: %s', (_name, make) => {
       expect(text).not.toContain(key.slice(3)); // nor its random part
     }
     expect(text).not.toContain('gk_');
+  });
+});
+
+describe('client key store: file', () => {
+  it('a lock left by a killed run is taken over by one run at a time: every key made at once after it is kept', async () => {
+    for (let round = 0; round < 30; round++) {
+      const file = join(mkdtempSync(join(tmpdir(), 'keystore-')), 'client-keys.json');
+      writeFileSync(`${file}.lock`, ''); // a CLI killed while it held the lock, a minute ago
+      const aMinuteAgo = new Date(Date.now() - 60_000);
+      utimesSync(`${file}.lock`, aMinuteAgo, aMinuteAgo);
+      const runs = Array.from({ length: 16 }, () => new FileKeyStore(file)); // npm run keys, 16 at once
+      const made = await Promise.all(runs.map((store, i) => createKey(store, { tenant: `t${i}` })));
+      const listed = await runs[0].list();
+      expect(listed.map((k) => k.id).sort()).toEqual(made.map((m) => m.record.id).sort());
+    }
   });
 });
