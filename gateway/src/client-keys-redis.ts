@@ -10,6 +10,14 @@ import type { ClientKey, KeyStore } from './client-keys';
 
 type Stored = Omit<ClientKey, 'lastUsed'>;
 
+/** HSET only when the field still holds what was read (1), else nothing (0). */
+const REPLACE_IF_SAME = `
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0`;
+
 export class RedisKeyStore implements KeyStore {
   readonly where: string;
   private readonly records: string;
@@ -48,14 +56,24 @@ export class RedisKeyStore implements KeyStore {
     return found.map((json) => (json ? { ...(JSON.parse(json) as Stored), lastUsed: null } : null));
   }
 
+  /** The record revoked (now or before), null when there is none, 'raced' when it changed while read. */
+  private async markRevoked(hash: string, at: Date): Promise<Stored | null | 'raced'> {
+    const json = await this.redis.hget(this.records, hash);
+    if (!json) return null;
+    const record = JSON.parse(json) as Stored;
+    if (record.revoked) return record;
+    const revoked = { ...record, revoked: at.toISOString() };
+    return (await this.redis.eval(REPLACE_IF_SAME, 1, this.records, hash, json, JSON.stringify(revoked))) ? revoked : 'raced';
+  }
+
   async revoke(id: string, at: Date): Promise<ClientKey | null> {
     const hash = await this.redis.hget(this.ids, id);
-    const json = hash ? await this.redis.hget(this.records, hash) : null;
-    if (!hash || !json) return null;
-    const record = JSON.parse(json) as Stored;
-    record.revoked ??= at.toISOString();
-    await this.redis.hset(this.records, hash, JSON.stringify(record));
-    return { ...record, lastUsed: (await this.redis.hget(this.lastUsed, id)) ?? null };
+    if (!hash) return null;
+    // Written only over the record as read: of two revokes at once, the first time stands and both report it.
+    let record: Stored | null | 'raced';
+    do record = await this.markRevoked(hash, at);
+    while (record === 'raced');
+    return record && { ...record, lastUsed: (await this.redis.hget(this.lastUsed, id)) ?? null };
   }
 
   async touch(used: Map<string, number>): Promise<void> {

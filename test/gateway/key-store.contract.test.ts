@@ -93,6 +93,18 @@ describe.each(subjects)('client key store: %s', (_name, make) => {
     expect(await store.revoke('key_00000000', new Date())).toBeNull();
   });
 
+  it('revokes at once (two operators, the same key): one time stands, and both are told that time', async () => {
+    const { store } = make();
+    const a = await createKey(store, { tenant: 'acme' });
+    const told = await Promise.all([
+      store.revoke(a.record.id, new Date('2026-01-01T00:00:00Z')),
+      store.revoke(a.record.id, new Date('2026-02-01T00:00:00Z')),
+    ]);
+    const kept = (await store.find([hashKey(a.key)]))[0]?.revoked;
+    expect(kept).toMatch(/^2026-0[12]-01T00:00:00.000Z$/);
+    expect(told.map((r) => r?.revoked)).toEqual([kept, kept]);
+  });
+
   it('writes last-used times in batches, shown by list', async () => {
     const { store } = make();
     const a = await createKey(store, { tenant: 'acme' });
