@@ -6,7 +6,7 @@
  * key-guard.ts), the voice endpoints aside. Every error, on every path and method, is JSON in
  * OpenAI's shape.
  */
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { bearerGuard } from './bearer';
@@ -16,7 +16,7 @@ import { embeddingsParser } from './embeddings-request';
 import { endpoint } from './endpoint';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
-import { keyGuard } from './key-guard';
+import { continueIfKeyed, keyGuard } from './key-guard';
 import { mountModels } from './models';
 import { mountOperator } from './operator';
 import type { RequestPath } from './request-path';
@@ -112,10 +112,13 @@ export function createGateway(opts: GatewayOptions): Gateway {
     listen: (port, host = '0.0.0.0') =>
       new Promise((resolve, reject) => {
         // The hot path goes straight to the chat endpoint; everything else through Express.
-        const server = createServer((req, res) => {
+        const handle = (req: IncomingMessage, res: ServerResponse) => {
           if (req.method === 'POST' && req.url === '/v1/chat/completions') void chat(req, res);
           else app(req, res);
-        });
+        };
+        const server = createServer(handle);
+        // Expect: 100-continue: without a valid key the body is refused before it is sent, not read and dropped.
+        if (opts.auth) server.on('checkContinue', (req, res) => void continueIfKeyed(opts.auth!, req, res, handle));
         server.keepAliveTimeout = 65_000;
         server.on('upgrade', (req, socket, head) => opts.upgrade?.(req, socket, head) || socket.destroy());
         server.once('error', reject);

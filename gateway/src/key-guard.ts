@@ -5,10 +5,12 @@
  * VOICE_TOKEN; the operator endpoints live outside /v1 with ADMIN_TOKEN.
  */
 import type { RequestHandler, Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { ClientAuth } from './client-auth';
 import type { ClientKey, KeyStore } from './client-keys';
 import type { GatewayEnv } from './env';
+import { sendJson } from './http-io';
 
 /** Under /v1 (as Express sees the path below its mount point), and case-insensitive as Express's routing. */
 const OWN_TOKEN = /^\/(voice|workflow)(\/|$)/i;
@@ -26,6 +28,33 @@ export function keyGuard(auth: ClientAuth): RequestHandler {
     res.locals.clientKey = result.key;
     next();
   };
+}
+
+/** Whether a request URL needs a client key: under /v1 (any case, as Express routes), the voice endpoints aside. */
+function needsKey(url: string): boolean {
+  const under = /^\/v1(\/[^?]*)?(\?|$)/i.exec(url);
+  return under !== null && !OWN_TOKEN.test(under[1] ?? '');
+}
+
+/**
+ * For node's `checkContinue` (a client that sends `Expect: 100-continue` and waits, as curl does
+ * with a large body): a request that needs a key and has no valid one is answered before its body
+ * is asked for; any other is told to send it and goes to `handle` as usual.
+ */
+export async function continueIfKeyed(
+  auth: ClientAuth,
+  req: IncomingMessage,
+  res: ServerResponse,
+  handle: (req: IncomingMessage, res: ServerResponse) => void,
+): Promise<void> {
+  if (needsKey(req.url ?? '')) {
+    const checked = auth.check(req.headers.authorization);
+    const result = checked instanceof Promise ? await checked : checked;
+    // The body was never asked for: the connection cannot carry another request after it.
+    if (!result.ok) return sendJson(res, result.status, result.error, { connection: 'close' });
+  }
+  res.writeContinue();
+  handle(req, res);
 }
 
 /** The key an Express /v1 request came with; undefined with GATEWAY_AUTH=open. */

@@ -1,5 +1,6 @@
 // Client keys, as a customer with the official openai client sees them: who may call,
 // whose tenant a request is, and each key's own limits. Real Redis, real HTTP.
+import { request } from 'node:http';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readEnv } from '../../gateway/src/env';
 import { redisDump } from './redis-dump';
@@ -47,6 +48,35 @@ describe('who may call (GATEWAY_AUTH=keys)', () => {
     expect(data.choices[0].message.content).toContain('hello');
     // The provider gets the operator's provider key, never the client's key.
     expect(w.hot.received[0].headers.authorization).toBe('Bearer provider-hot-key');
+  });
+
+  it('a client that asks before sending its body (Expect: 100-continue) is refused unsent without a key, told to send with one', async () => {
+    const { url } = await w.up();
+    const { key } = await w.makeKey('acme');
+    const body = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'x'.repeat(100_000) }] });
+    // As curl sends a large body: the headers, then the body only once the server says 100 Continue.
+    const send = (path: string, authorization?: string) =>
+      new Promise<{ status: number; continued: boolean }>((resolve, reject) => {
+        const headers = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), expect: '100-continue' };
+        const req = request(`${url}${path}`, { method: 'POST', headers: authorization ? { ...headers, authorization } : headers });
+        let continued = false;
+        req.on('continue', () => {
+          continued = true;
+          req.end(body);
+        });
+        req.on('response', (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode!, continued }));
+        });
+        req.on('error', reject);
+        req.flushHeaders();
+      });
+    for (const path of ['/v1/chat/completions', '/v1/responses', '/v1/chat/completions?trace=1']) {
+      expect(await send(path)).toEqual({ status: 401, continued: false });
+      expect(await send(path, `Bearer gk_${'x'.repeat(32)}`)).toEqual({ status: 401, continued: false });
+    }
+    expect(await send('/v1/chat/completions', `Bearer ${key}`)).toEqual({ status: 200, continued: true });
+    expect(calls()).toBe(1);
   });
 
   it('voice endpoints keep VOICE_TOKEN and operator endpoints ADMIN_TOKEN: a client key opens neither', async () => {
