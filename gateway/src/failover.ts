@@ -140,9 +140,9 @@ export class Failover {
     this.set = set;
   }
 
-  /** The routes this request may use, in order, after flags and the caller's filter. */
-  candidates(flags: Flags, skip?: (route: Route) => boolean, set = this.set): Route[] {
-    return set.routes.filter((r) => allowedBy(flags, r) && !(skip && skip(r)));
+  /** The routes this request may use, in order, after flags and the caller's filter (`model`: the one the calls name instead of the route's). */
+  candidates(flags: Flags, skip?: (route: Route) => boolean, set = this.set, model?: string): Route[] {
+    return set.routes.filter((r) => allowedBy(flags, r, model) && !(skip && skip(r)));
   }
 
   private async attempt(route: Route, config: RouteConfig, ctx: RequestContext, plan: CallPlan, deadline: Deadline, o: AttemptOf) {
@@ -165,7 +165,7 @@ export class Failover {
     const planner = new CallPlanner(ctx);
     const set = options.set ?? this.set;
     const of: AttemptOf = { keyFor: set.keyFor, signal: options.signal };
-    for (const route of this.candidates(options.flags, options.skip, set)) {
+    for (const route of this.candidates(options.flags, options.skip, set, options.model)) {
       const config = options.model ? { ...route.config, model: options.model } : route.config;
       const plan = planner.planFor(route, config.model);
       if (!plan) continue; // this route cannot serve this request's API or model

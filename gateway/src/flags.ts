@@ -14,9 +14,13 @@ export interface Flags {
   killed_models: string[];
 }
 
-/** Whether the flags let live requests use this route: Warm only with warm fallback on, no killed model. */
-export function allowedBy(flags: Flags, route: Route): boolean {
-  return (route.tier === 'hot' || flags.enable_warm_fallback) && !flags.killed_models.includes(route.config.model);
+/**
+ * Whether the flags let live requests use this route: Warm only with warm fallback on, no killed
+ * model. `model`: the one the call would name, when not the route's own (a scope's smaller model,
+ * spend-cap routing's cheaper one): a killed model is not called through another route's entry.
+ */
+export function allowedBy(flags: Flags, route: Route, model = route.config.model): boolean {
+  return (route.tier === 'hot' || flags.enable_warm_fallback) && !flags.killed_models.includes(model);
 }
 
 export interface FlagStore {

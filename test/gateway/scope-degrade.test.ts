@@ -1,7 +1,7 @@
 // A scope's degrade mode: a smaller model or a shorter context is tried before the queue.
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
-import { chat, mapOf, startGateway, type TestGateway } from './harness';
+import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
 
 let hot: FakeProvider, warm: FakeProvider;
 let gw: TestGateway;
@@ -64,4 +64,18 @@ it('smaller_model never applies to embeddings: another model is not asked, and t
     await embeddings.close();
     await vectors.stop();
   }
+});
+
+it('a killed smaller model is not called by the fallback: the request fails as with no variant', async () => {
+  hot.next(...fail3());
+  warm.next(...fail3());
+  const put = await fetch(`${gw.url}/admin/flags`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` },
+    body: JSON.stringify({ killed_models: ['gpt-4o-nano'] }),
+  });
+  expect(put.status).toBe(200);
+  const res = await chat(gw.url, undefined, { 'x-job-type': 'summary' });
+  expect(res.status).toBe(503);
+  expect([...hot.received, ...warm.received].map((r) => r.body.model)).not.toContain('gpt-4o-nano');
 });
