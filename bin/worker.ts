@@ -1,6 +1,7 @@
 /** `npm run worker`: only the Cold worker (several may run at once against one Redis). */
 import { readEnv } from '../gateway/src/env';
 import { createLogger } from '../gateway/src/log';
+import { onSignals } from '../gateway/src/shutdown';
 import { fail } from '../gateway/src/start';
 import { createStack } from '../gateway/src/stack';
 
@@ -18,9 +19,7 @@ async function run(): Promise<void> {
     process.exit(0);
   };
   // SIGHUP: the routing map again, as the gateway does (a refused map is logged; the old one stays).
-  process.on('SIGHUP', () => void stack.routes.reload().catch(() => {}));
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  onSignals(log, stop, () => stack.routes.reload());
 }
 
 run().catch(fail);

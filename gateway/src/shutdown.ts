@@ -5,6 +5,7 @@
  * its connection open does not hold the process.
  */
 import type { Server } from 'node:http';
+import type { Logger } from 'pino';
 
 export interface Drain {
   /** Resolves once no request is in flight, or the grace period is over; true when all finished. */
@@ -40,4 +41,25 @@ export function trackRequests(server: Server): Drain {
       return finished;
     },
   };
+}
+
+/**
+ * `stop` on the first SIGTERM or SIGINT, and `reload` on SIGHUP until then. Later stop signals are
+ * logged and ignored: with `once`, a second one (Ctrl-C reaches `npm start`'s process twice, from
+ * the terminal and from npm) killed the process mid-grace, its calls unmetered. A SIGHUP during the
+ * stop reloads nothing (the stores it needs are being closed).
+ */
+export function onSignals(log: Logger, stop: () => Promise<void>, reload: () => Promise<unknown>): void {
+  let stopping = false;
+  const once = (signal: string) => {
+    if (stopping) return log.info(`${signal} ignored: already shutting down`);
+    stopping = true;
+    void stop();
+  };
+  process.on('SIGTERM', () => once('SIGTERM'));
+  process.on('SIGINT', () => once('SIGINT'));
+  process.on('SIGHUP', () => {
+    if (stopping) return log.info('SIGHUP ignored: shutting down, the routing map is not reloaded');
+    void reload().catch(() => {}); // a refused map is logged with its file and JSON path; the old one stays
+  });
 }

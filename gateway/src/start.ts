@@ -8,7 +8,7 @@ import type { Server } from 'node:http';
 import { ConfigError } from './errors';
 import { readEnv } from './env';
 import { createLogger } from './log';
-import { trackRequests } from './shutdown';
+import { onSignals, trackRequests } from './shutdown';
 import { createStack } from './stack';
 
 /**
@@ -38,9 +38,7 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
     process.exit(0);
   };
   // SIGHUP: reload the routing map (a refused map is logged with its file and JSON path; the old one stays).
-  process.on('SIGHUP', () => void stack.routes.reload().catch(() => {}));
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  onSignals(log, stop, () => stack.routes.reload());
   return server;
 }
 

@@ -201,6 +201,25 @@ describe('SIGTERM', () => {
     expect(lines).toHaveLength(2); // header + the call
   });
 
+  // A terminal's Ctrl-C reaches the gateway twice under `npm start` (from the terminal and from npm).
+  it.each(['SIGTERM', 'SIGINT'] as const)(
+    'a %s during the stop does not cut it short: the call finishes, is metered, exit 0',
+    async (second) => {
+      hot.always({ kind: 'ok', delayMs: 1500, content: 'finished in time' });
+      const g = await spawnGateway();
+      const answer = chat(g.url);
+      await until('the provider to get the call', () => hot.received.length === 1);
+      g.child.kill('SIGTERM');
+      await until('the stop to begin', () => g.log().includes('shutting down'));
+      g.child.kill(second);
+      const res = await answer;
+      expect(res.status).toBe(200);
+      expect(res.text).toContain('finished in time');
+      expect(await g.exited).toBe(0);
+      expect(g.events()).toMatchObject([{ provider: 'openai', error_code: '' }]);
+    },
+  );
+
   // A call still running when the grace period ends is cut; the provider was called, so it is metered.
   it.each([
     // A stream cut before the provider's usage, or a whole answer the provider was generating, is
