@@ -5,11 +5,12 @@ import type { RoutesMapConfig } from './routes-map';
 import type { Scopes } from './scopes';
 import type { Stores } from './stores';
 
-/** A Redis URL without its password, for logs. */
+/** A Redis URL without its password, for logs: ioredis takes one from `?password=` as from the userinfo. */
 function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
+    if (u.searchParams.has('password')) u.searchParams.set('password', '***');
     return u.toString();
   } catch {
     return '(unparseable URL)';

@@ -6,9 +6,12 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { readEnv } from '../../gateway/src/env';
 import { keyResolver } from '../../gateway/src/keys';
+import { describeStart } from '../../gateway/src/startup-log';
+import type { Stores } from '../../gateway/src/stores';
 import { diffJson } from '../../gateway/src/routes-diff';
 import { loadRoutesMap, parseRoutesMap } from '../../gateway/src/routes-map';
 import { loadScopes } from '../../gateway/src/scopes';
+import { captureLogger } from './harness';
 import { until } from './keys-harness';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -108,6 +111,27 @@ describe('routing maps', () => {
       JSON.parse(readFileSync(join(root, 'routes.prod.json'), 'utf8')),
     );
     expect(lines).toContain('~ hot[0].model: "gpt-4o-mini" → "gpt-4o"');
+  });
+});
+
+describe('the start-up log', () => {
+  it('shows the Redis URL without its password, in the userinfo or in the query (ioredis reads both)', () => {
+    const logs: string[] = [];
+    const map = parseRoutesMap(readFileSync(join(root, 'routes.local.json'), 'utf8'), 'routes.local.json', env);
+    for (const url of ['redis://:hunter2@127.0.0.1:6379/9', 'redis://127.0.0.1:6379/9?password=hunter2&db=9'])
+      describeStart(captureLogger(logs), {
+        env: readEnv({ QUEUE_STORE_URL: url }),
+        map,
+        routesFile: 'routes.local.json',
+        routesVersion: '0',
+        scopes: {},
+        stores: { redis: {} } as Stores,
+        cappedProvider: 'openai',
+      });
+    const store = logs.filter((l) => l.includes('store: Redis'));
+    expect(store).toHaveLength(2);
+    expect(store.join('')).not.toContain('hunter2');
+    expect(store[1]).toContain('127.0.0.1:6379/9');
   });
 });
 
