@@ -26,14 +26,22 @@ export interface AdmissionDeps {
   limiter: Limiter;
   limits: Limits | undefined;
   spend: SpendWatch;
-  providers: string[];
+  /** The provider kinds of the routes in force (a reload may add or remove some); the same array until it changes. */
+  providers: () => string[];
   cheaperModel: string | undefined;
 }
 
 export function admission(deps: AdmissionDeps): Admit {
-  const { limiter, limits, spend, providers } = deps;
+  const { limiter, limits, spend } = deps;
   const tenantLimit = limits?.tenant_requests_per_minute;
-  const budgeted = providers.filter((p) => limits?.provider_tokens_per_minute?.[p]);
+  let seen: string[] = [];
+  let budgeted: string[] = [];
+  /** The providers in force that have a token budget, found again only when a reload changed them. */
+  const budgetedNow = () => {
+    const providers = deps.providers();
+    if (providers !== seen) [seen, budgeted] = [providers, providers.filter((p) => limits?.provider_tokens_per_minute?.[p])];
+    return budgeted;
+  };
 
   const decide = (ctx: RequestContext, view: SpendView, skipProviders?: Set<string>): Admission => {
     const plan = planFor(ctx, capExceeded(view), deps.cheaperModel);
@@ -61,14 +69,14 @@ export function admission(deps: AdmissionDeps): Admit {
     const view = await spend.view();
     const skipProviders = new Set<string>();
     let wait = Infinity;
-    for (const p of budgeted) {
+    for (const p of budgetedNow()) {
       const w = await limiter.providerWait(p).catch(() => 0);
       if (w) {
         skipProviders.add(p);
         wait = Math.min(wait, w);
       }
     }
-    if (skipProviders.size === providers.length) {
+    if (skipProviders.size === seen.length) {
       return {
         kind: 'reject',
         status: 429,
@@ -81,7 +89,7 @@ export function admission(deps: AdmissionDeps): Admit {
   };
 
   const withoutKey = (ctx: RequestContext): Admission | Promise<Admission> => {
-    if (tenantLimit || budgeted.length) return withLimits(ctx);
+    if (tenantLimit || budgetedNow().length) return withLimits(ctx);
     const view = spend.view();
     return view instanceof Promise ? view.then((v) => decide(ctx, v)) : decide(ctx, view);
   };

@@ -25,9 +25,9 @@ import { keyResolver, missingKeys } from './keys';
 import { createMeterSink, type MeterSink } from './meter-sink';
 import { noticeWindowsFor, Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
-import type { Route } from './route';
+import { lastOf, type Route } from './route';
 import { mapEnvironmentProblems } from './map-environment';
-import { providersOf, readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
+import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
 import { mountRoutesReload, RoutesReloader } from './routes-reload';
 import { loadScopes, type Scopes } from './scopes';
 import { describeStart } from './startup-log';
@@ -164,8 +164,12 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
   const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent: env.BUDGET_PAUSE_AT_PERCENT, log };
-  const providers = providersOf(map);
-  const path = createRequestPath({
+  // The providers of the routes in force, not of the map at start: a reload may add or drop one.
+  const providers = lastOf(
+    () => path.routes,
+    (routes) => [...new Set(routes.map((r) => r.config.provider))],
+  );
+  const path: RequestPath = createRequestPath({
     map,
     scopes,
     keyFor: keyResolver(map, env.raw),

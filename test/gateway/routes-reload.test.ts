@@ -166,6 +166,19 @@ describe('reloading the routing map', () => {
     }
   });
 
+  it("a provider the reload adds is one the token budgets know of: its route answers when the others' budgets are spent", async () => {
+    const limits = { provider_tokens_per_minute: { openai: 1 } };
+    writeMap({ hot: [route('first', one.url)], warm: [], cold, limits });
+    app = await listenStack(env());
+    expect((await chat(app.url)).status).toBe(200); // 17 tokens: openai's budget for this minute is spent
+    expect((await chat(app.url)).status).toBe(429);
+    const mistral = { id: 'spare', provider: 'mistral', model: 'mistral-small', baseUrl: two.url };
+    writeMap({ hot: [route('first', one.url)], warm: [mistral], cold, limits });
+    expect((await reload(app.url)).status).toBe(200);
+    const res = await chat(app.url);
+    expect(res.status).toBe(200);
+  });
+
   it('SIGHUP reloads a spawned gateway, and a bad map there is logged with its path and refused', async () => {
     writeMap({ hot: [route('first', one.url)], warm: [], cold });
     const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
