@@ -30,6 +30,13 @@ const number = (min: number, max: number, whole = false) =>
       `expected ${whole ? 'a whole number' : 'a number'} from ${min} to ${max}`,
     );
 
+/**
+ * A token as it must be sent: a secret made from a file often ends with a newline, and then no
+ * caller's token matched it (a header's value is sent trimmed) and the meter refused every post.
+ */
+const secret = () =>
+  z.string().refine((v) => v === v.trim(), "expected no spaces or line breaks around it (a secret file's last newline?)");
+
 const Env = z.object({
   /**
    * Only `production` changes anything, so a near miss (`prod`) would run open and without Redis
@@ -52,12 +59,12 @@ const Env = z.object({
     .regex(/^[A-Za-z0-9._:-]{1,64}$/, 'expected 1-64 letters, digits, . _ : -')
     .optional(),
   METER_URL: url(['https:', 'http:']).optional(),
-  METER_TOKEN: z.string().optional(),
+  METER_TOKEN: secret().optional(),
   METER_CSV_FILE: z.string().min(1).default('.data/events.csv'),
   METER_SPOOL_DIR: z.string().min(1).default('.data/meter-spool'),
   /** With Redis: how long a meter event stays pending with a gateway before another one claims it. */
   METER_CLAIM_IDLE_MS: number(100, 86_400_000, true).default(60_000),
-  ADMIN_TOKEN: z.string().optional(),
+  ADMIN_TOKEN: secret().optional(),
   /** `keys`: every /v1 request (voice aside) needs a client key; default `keys` in production, else `open`. */
   GATEWAY_AUTH: z.enum(['keys', 'open']).optional(),
   /** Where client keys are kept without Redis (with QUEUE_STORE_URL they are in Redis). */
@@ -76,7 +83,7 @@ const Env = z.object({
   UPSTREAM_HTTP2: z.enum(['on', 'off']).default('off'),
   /** `off` keeps the built-in demo providers from starting when no provider is configured. */
   DEMO_PROVIDERS: z.enum(['auto', 'off']).default('auto'),
-  VOICE_TOKEN: z.string().optional(),
+  VOICE_TOKEN: secret().optional(),
   CONCIERGE_FILE: z.string().min(1).default('concierge.json'),
   CALLS_CSV_FILE: z.string().min(1).default('.data/calls.csv'),
   TELEPHONY_RATES_FILE: z.string().min(1).optional(),

@@ -60,12 +60,25 @@ export function movedKeys(current: RoutesMapConfig, next: RoutesMapConfig, env: 
   return moved;
 }
 
-/** The key names the map's routes need that the environment does not set, each with its routes' providers. */
-export function missingKeys(map: RoutesMapConfig, env: NodeJS.ProcessEnv): string[] {
-  const needed = new Map<string, Set<string>>();
-  const need = (name: string, provider: string) => needed.set(name, (needed.get(name) ?? new Set()).add(provider));
+/** The variable each route's key is read from under this map, each with its routes' providers. */
+function keySources(map: RoutesMapConfig, env: NodeJS.ProcessEnv): Map<string, Set<string>> {
+  const sources = new Map<string, Set<string>>();
+  const need = (name: string, provider: string) => sources.set(name, (sources.get(name) ?? new Set()).add(provider));
   for (const r of map.hot) need('HOT_API_KEY', r.provider);
   const names = warmKeyNames(map);
   for (const r of map.warm) need(env[overrideName(r.provider)] ? overrideName(r.provider) : names.get(r.provider)!, r.provider);
-  return [...needed].filter(([name]) => !env[name]).map(([name, providers]) => `${name} (${[...providers].join(', ')})`);
+  return sources;
+}
+
+/** The key names the map's routes need that the environment does not set, each with its routes' providers. */
+export function missingKeys(map: RoutesMapConfig, env: NodeJS.ProcessEnv): string[] {
+  return [...keySources(map, env)].filter(([name]) => !env[name]).map(([name, providers]) => `${name} (${[...providers].join(', ')})`);
+}
+
+/**
+ * The key names the map's routes use whose value holds a line break (a secret file's last
+ * newline): undici refuses such a header, so every call with the key failed.
+ */
+export function brokenKeys(map: RoutesMapConfig, env: NodeJS.ProcessEnv): string[] {
+  return [...keySources(map, env).keys()].filter((name) => /[\r\n]/.test(env[name] ?? ''));
 }

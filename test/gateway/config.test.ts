@@ -275,6 +275,24 @@ describe('npm start', () => {
     expect(err).toContain(`${file}: cold.mode: `);
   });
 
+  // A secret made from a file (`kubectl create secret --from-file`) often ends with a newline: the
+  // token then never matched a caller's, and undici refused every provider call with the key.
+  it('refuses a token or a provider key with spaces or a line break around it, naming it and not showing it', async () => {
+    expect(() => readEnv({ ADMIN_TOKEN: 'admin-secret\n' })).toThrow(/ADMIN_TOKEN: expected no spaces or line breaks around it/);
+    expect(() => readEnv({ VOICE_TOKEN: ' voice-secret' })).toThrow(/VOICE_TOKEN: /);
+    expect(() => readEnv({ ADMIN_TOKEN: 'admin-secret\n' })).not.toThrow(/admin-secret/);
+    const [code, err] = await started({
+      ROUTES_FILE: join(root, 'routes.local.json'),
+      HOT_API_KEY: 'sk-hot-secret\n',
+      WARM_A_API_KEY: 'sk-a',
+      WARM_B_API_KEY: 'sk-b',
+      METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'start-')), 'e.csv'),
+    });
+    expect(code).toBe(1);
+    expect(err).toContain('HOT_API_KEY: expected no line break in the key');
+    expect(err).not.toContain('sk-hot-secret');
+  });
+
   it('names every problem of the map and of the environment against it in one start', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');
