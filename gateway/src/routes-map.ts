@@ -110,16 +110,29 @@ function jsonPath(path: PropertyKey[]): string {
   );
 }
 
-function isHttpUrl(text: string): boolean {
+function parsedUrl(text: string): URL | null {
   try {
-    return /^https?:$/.test(new URL(text).protocol);
+    return new URL(text);
   } catch {
-    return false;
+    return null;
   }
 }
 
 /**
- * The checks zod does not make (ids unique over both tiers, a baseUrl that is an http(s) URL),
+ * What is wrong with a baseUrl, or null. The API path is appended to it, so after a query it went
+ * into the query; credentials were dropped unsaid (and are a secret, never shown).
+ */
+function baseUrlProblem(text: string): string | null {
+  const url = parsedUrl(text);
+  if (url?.username || url?.password) return 'expected an http(s) URL without credentials (keys come from the environment)';
+  if (!url || !/^https?:$/.test(url.protocol)) return `expected an http(s) URL, got "${text}"`;
+  if (url.search || url.hash || /[?#]/.test(text))
+    return `expected an http(s) URL without a query or fragment (the API path is appended), got "${text}"`;
+  return null;
+}
+
+/**
+ * The checks zod does not make (ids unique over both tiers, a baseUrl that is a plain http(s) URL),
  * made on the map as read, so a map zod refuses has these problems named in the same read.
  */
 function routeProblems(map: unknown): Problem[] {
@@ -134,8 +147,8 @@ function routeProblems(map: unknown): Problem[] {
       const name = typeof id === 'string' ? id : `${tier}-${i + 1}`;
       if (ids.has(name)) problems.push([`${tier}[${i}].id`, `"${name}" is already the id of another route`]);
       ids.add(name);
-      if (typeof baseUrl === 'string' && !isHttpUrl(baseUrl))
-        problems.push([`${tier}[${i}].baseUrl`, `expected an http(s) URL, got "${baseUrl}"`]);
+      const wrong = typeof baseUrl === 'string' ? baseUrlProblem(baseUrl) : null;
+      if (wrong) problems.push([`${tier}[${i}].baseUrl`, wrong]);
     });
   }
   return problems;

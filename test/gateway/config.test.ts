@@ -99,6 +99,28 @@ describe('routing maps', () => {
     ]);
   });
 
+  // The provider path is appended to baseUrl: after a query it went into the query (`?v=1/chat/completions`),
+  // and credentials were dropped unsaid (keys come from the environment, never the map).
+  it('refuses a baseUrl with credentials, a query or a fragment, naming the route and never showing the password', () => {
+    const route = (baseUrl: string) => ({ provider: 'openai', model: 'm', baseUrl });
+    const map = {
+      hot: [route('https://user:hunter2@h/v1'), route('https://h/v1?api-version=2024-06-01'), route('https://h/v1#x')],
+      warm: [route('http://127.0.0.1:9/v1/')],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+    };
+    let message = '';
+    try {
+      parseRoutesMap(JSON.stringify(map), 'r.json', env);
+    } catch (error) {
+      message = (error as Error).message;
+    }
+    expect(message.split('\n')).toEqual([
+      'r.json: hot[0].baseUrl: expected an http(s) URL without credentials (keys come from the environment)',
+      'r.json: hot[1].baseUrl: expected an http(s) URL without a query or fragment (the API path is appended), got "https://h/v1?api-version=2024-06-01"',
+      'r.json: hot[2].baseUrl: expected an http(s) URL without a query or fragment (the API path is appended), got "https://h/v1#x"',
+    ]);
+  });
+
   it('keys: Hot routes use HOT_API_KEY; Warm providers map to WARM_A / WARM_B by order of appearance', () => {
     const map = loadRoutesMap(join(root, 'routes.prod.json'), env);
     const keyFor = keyResolver(map, { HOT_API_KEY: 'h', WARM_A_API_KEY: 'a', WARM_B_API_KEY: 'b', WARM_KEY_MISTRAL: '' });
