@@ -47,6 +47,16 @@ describe('routing maps', () => {
     }
   });
 
+  /** The lines of a map's refusal (every problem of the map, one per line); none when it is taken. */
+  const refusedLines = (map: unknown): string[] => {
+    try {
+      parseRoutesMap(JSON.stringify(map), 'r.json', env);
+      return [];
+    } catch (error) {
+      return (error as Error).message.split('\n');
+    }
+  };
+
   it('names the file, the JSON path and what was expected', () => {
     const bad = (map: unknown) => () => parseRoutesMap(JSON.stringify(map), 'r.json', env);
     const base = {
@@ -83,13 +93,7 @@ describe('routing maps', () => {
       warm: [{ provider: 'mistral', model: 7, baseUrl: '' }],
       cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
     };
-    let message = '';
-    try {
-      parseRoutesMap(JSON.stringify(map), 'r.json', env);
-    } catch (error) {
-      message = (error as Error).message;
-    }
-    expect(message.split('\n')).toEqual([
+    expect(refusedLines(map)).toEqual([
       'r.json: hot[1].baseUrl: environment value NOPE_URL is not set',
       'r.json: hot[0]: Unrecognized key: "apiKey"',
       expect.stringMatching(/^r\.json: warm\[0\]\.model: /),
@@ -108,13 +112,7 @@ describe('routing maps', () => {
       warm: [route('http://127.0.0.1:9/v1/')],
       cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
     };
-    let message = '';
-    try {
-      parseRoutesMap(JSON.stringify(map), 'r.json', env);
-    } catch (error) {
-      message = (error as Error).message;
-    }
-    expect(message.split('\n')).toEqual([
+    expect(refusedLines(map)).toEqual([
       'r.json: hot[0].baseUrl: expected an http(s) URL without credentials (keys come from the environment)',
       'r.json: hot[1].baseUrl: expected an http(s) URL without a query or fragment (the API path is appended), got "https://h/v1?api-version=2024-06-01"',
       'r.json: hot[2].baseUrl: expected an http(s) URL without a query or fragment (the API path is appended), got "https://h/v1#x"',
