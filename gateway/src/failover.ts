@@ -71,14 +71,35 @@ export interface RouteOptions {
 /** A Cold job's failure on a route that has answered a call since it was queued is its own (`queuedAt`). */
 const jobsOwn = (route: Route, queuedAt: number | undefined) => queuedAt !== undefined && route.breaker.answeredSince(queuedAt);
 
+/**
+ * A timeout the caller's own short time-to-answer made (the attempt had less time than the route's
+ * slowest recent answer took) is the request's, not the route's: it goes on to the next route but
+ * leaves the breaker as it was, so one tenant's short deadlines cannot open a route for everyone.
+ * With no calls to go by, or time enough given, a timeout counts (a provider that hangs opens).
+ */
+const callersOwn = (route: Route, r: CallResult) =>
+  r.code === 'TIMEOUT' && r.allowedMs !== undefined && r.allowedMs < (route.health.usualMs() ?? 0);
+
+/** A failure that is the job's or the caller's own, not the route's. */
+const notTheRoutes = (route: Route, r: CallResult, queuedAt: number | undefined) => jobsOwn(route, queuedAt) || callersOwn(route, r);
+
 /** What an attempt needs from the request beyond the call itself. */
 interface AttemptOf {
   keyFor: KeyFor;
   signal?: CancelSignal;
 }
 
-/** `cancelled`: our client went away during the call; neither a success nor a failure of the route. */
-type CallResult = { kind: 'ok' | 'client_error' | 'failure' | 'cancelled'; answer?: UpstreamAnswer; error?: UpstreamError; code: string };
+/**
+ * `cancelled`: our client went away during the call; neither a success nor a failure of the route.
+ * `allowedMs`: the time a call that failed without an answer was given.
+ */
+type CallResult = {
+  kind: 'ok' | 'client_error' | 'failure' | 'cancelled';
+  answer?: UpstreamAnswer;
+  error?: UpstreamError;
+  code: string;
+  allowedMs?: number;
+};
 
 /**
  * A 2xx answer to a streamed request that is not an event stream (a provider that ignores
@@ -153,7 +174,12 @@ export class Failover {
       return classifyAnswer(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }), ctx.stream, plan.api);
     } catch (error) {
       if (error instanceof UpstreamError)
-        return { kind: error.code === 'CLIENT_CLOSED' ? 'cancelled' : 'failure', error, code: error.code } as CallResult;
+        return {
+          kind: error.code === 'CLIENT_CLOSED' ? 'cancelled' : 'failure',
+          error,
+          code: error.code,
+          allowedMs: timeoutMs,
+        } as CallResult;
       throw error;
     }
   }
@@ -180,8 +206,8 @@ export class Failover {
         const result = await route.breaker.run(
           ticket,
           () => this.attempt(route, config, ctx, plan, deadline, of),
-          (r) => r.kind === 'failure' && !jobsOwn(route, options.queuedAt),
-          (r) => r.kind === 'cancelled' || (r.kind === 'failure' && jobsOwn(route, options.queuedAt)),
+          (r) => r.kind === 'failure' && !notTheRoutes(route, r, options.queuedAt),
+          (r) => r.kind === 'cancelled' || (r.kind === 'failure' && notTheRoutes(route, r, options.queuedAt)),
           ctx.stream ? streamed : undefined,
         );
         const latency = result.answer?.latencyMs ?? this.now() - started;
@@ -201,10 +227,11 @@ export class Failover {
         }
         // A stream is counted when it ends (Answer.settle): by its first byte it has not yet succeeded.
         if (!streamed(result)) {
-          route.health.record(result.kind !== 'failure');
+          if (!(result.kind === 'failure' && callersOwn(route, result))) route.health.record(result.kind !== 'failure');
           this.deps.metrics?.countCall(route.label, metricOutcome(result), latency / 1000);
         }
         if (result.kind === 'ok') {
+          route.health.answeredIn(latency);
           return new Answer(route, config.model, attempts, result.answer!, ticket, {
             ctx,
             api: plan.api,

@@ -4,11 +4,32 @@
  */
 import type { Breaker } from './breaker';
 
+/** Answers whose time is kept: the route's usual time is the slowest of them. */
+const ANSWERS_KEPT = 20;
+
 export class RouteHealth {
   private readonly last: number[] = [];
+  private readonly answers = new Float64Array(ANSWERS_KEPT);
+  private answered = 0;
   record(success: boolean): void {
     this.last.push(success ? 1 : 0);
     if (this.last.length > 20) this.last.shift();
+  }
+  /** How long an answer took (ms): a whole answer, or a stream's first event. */
+  answeredIn(ms: number): void {
+    this.answers[this.answered++ % ANSWERS_KEPT] = ms;
+  }
+  /**
+   * The slowest of the route's last 20 answers (ms), or null before any: the time an attempt must
+   * have had for its timeout to say something about the route. Only answers count, so timeouts
+   * (a caller's short deadlines, or a provider that hangs) do not move it.
+   */
+  usualMs(): number | null {
+    const n = Math.min(this.answered, ANSWERS_KEPT);
+    if (n === 0) return null;
+    let slowest = 0;
+    for (let i = 0; i < n; i++) if (this.answers[i] > slowest) slowest = this.answers[i];
+    return slowest;
   }
   lastTwenty(): number[] {
     return this.last.slice();

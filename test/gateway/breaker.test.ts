@@ -163,3 +163,25 @@ describe('breaker per route: streams, scored by how they end', () => {
     expect((await stream()).headers.get('x-route-tier')).toBe('hot');
   });
 });
+
+describe("breaker per route: a caller's own short time-to-answer", () => {
+  let gw: TestGateway | undefined;
+  afterEach(async () => {
+    await gw?.close();
+    gw = undefined;
+  });
+
+  it("one caller's deadlines shorter than the route's usual answer do not open it for everyone; a route that hangs still opens", async () => {
+    gw = await startGateway(mapOf([hot.url], [warm.url]));
+    const route = () => gw!.gateway.path.failover.routes[0];
+    hot.always({ kind: 'ok', delayMs: 300 });
+    for (let i = 0; i < 2; i++) expect((await chat(gw.url)).headers.get('x-route-tier')).toBe('hot'); // its usual time
+    for (let i = 0; i < 6; i++) await chat(gw.url, undefined, { 'x-time-to-answer-ms': '200' }); // cut at ~175 ms each
+    expect(route().breaker.state()).toBe('closed');
+    expect((await chat(gw.url)).headers.get('x-route-tier')).toBe('hot');
+
+    hot.always({ kind: 'ok', delayMs: 5_000 }); // it hangs for everyone: the time given is well past its usual
+    for (let i = 0; i < 5; i++) await chat(gw.url, undefined, { 'x-time-to-answer-ms': '700' });
+    expect(route().breaker.state()).toBe('open');
+  });
+});
