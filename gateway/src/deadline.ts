@@ -6,6 +6,8 @@ import type { CancelSignal } from './cancel';
 
 export type Clock = () => number;
 
+const STORE_WAIT_FLOOR_MS = 20;
+
 export class Deadline {
   readonly at: number;
   constructor(
@@ -16,6 +18,13 @@ export class Deadline {
   }
   remaining(): number {
     return Math.max(0, this.at - this.now());
+  }
+  /**
+   * How long a write to a shared store (Redis) may hold the answer: the time left, but never under
+   * STORE_WAIT_FLOOR_MS, which a Redis that is well answers well within, so only a slow one is passed by.
+   */
+  storeWaitMs(): number {
+    return Math.max(this.remaining(), STORE_WAIT_FLOOR_MS);
   }
   expired(): boolean {
     return this.remaining() <= 0;

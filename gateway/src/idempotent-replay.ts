@@ -40,8 +40,6 @@ const REPLAY_MAX_BYTES = 1024 * 1024;
 const REPLAY_LEASE_MS = 30_000;
 /** A store that does not answer in this time is passed by (the request runs without replay). */
 const STORE_TIMEOUT_MS = 1000;
-/** The least a whole answer waits for its keep, even with no time left: a Redis that is well answers within it. */
-const MIN_KEEP_WAIT_MS = 20;
 
 /** The request's replay identity, or null when the client sent no Idempotency-Key. */
 export function replayRequestOf(given: string | string[] | undefined, path: string, body: unknown, tenant: string): ReplayRequest | null {
@@ -169,7 +167,7 @@ export class IdempotentReplay {
   /** A whole answer waits for its keep no longer than its time-to-answer leaves; a stream's end (past it by nature) STORE_TIMEOUT_MS. */
   private settleWaitMs(tape: AnswerTape, deadline: Deadline): number {
     if ((tape.headers['content-type'] ?? '').startsWith('text/event-stream')) return STORE_TIMEOUT_MS;
-    return Math.min(STORE_TIMEOUT_MS, Math.max(deadline.remaining(), MIN_KEEP_WAIT_MS));
+    return Math.min(STORE_TIMEOUT_MS, deadline.storeWaitMs());
   }
 
   /** Keeps what a repeat should get again; gives the key up after a failure, so a repeat runs anew. */

@@ -73,11 +73,6 @@ const SEPARATOR = ',\n';
 const REJECTED_KEEP = 100_000;
 const CONSUMER_GONE_MS = 10 * 60_000;
 /**
- * The least an append is given, even for an answer with no time left: a Redis that is well answers
- * well within it, so the spool takes events only when Redis is slow.
- */
-const MIN_APPEND_WAIT_MS = 20;
-/**
  * What a stop gives the last delivery: it comes after the shutdown grace and the 2 s for cut requests
  * (start.ts), inside Kubernetes' 30 s. What it does not deliver stays in Redis for another gateway.
  */
@@ -128,7 +123,7 @@ export class RedisStreamSink implements MeterSink {
     const turn = (this.turn ??= this.nextTurn());
     turn.records.push(record);
     turn.lines.push(line);
-    if (waitMs !== undefined) turn.waitMs = Math.min(turn.waitMs, Math.max(waitMs, MIN_APPEND_WAIT_MS));
+    if (waitMs !== undefined) turn.waitMs = Math.min(turn.waitMs, waitMs);
     if (++this.unsent >= (this.opts.batchSize ?? 500)) {
       this.unsent = 0;
       void turn.written.then(() => this.loop.kick());

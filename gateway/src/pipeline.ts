@@ -128,7 +128,7 @@ export class Pipeline {
     const whole = wholeAnswer(outcome);
     // Its event durable before the answer is released, within the time-to-answer: a stalled Redis
     // leaves it to this process's spool rather than holding the answer.
-    outcome.settle({ ok: true, usage: whole.usage, waitMs: deadline.remaining() });
+    outcome.settle({ ok: true, usage: whole.usage, waitMs: deadline.storeWaitMs() });
     this.spent(ctx, whole.usage);
     await outcome.durable;
     sendBody(res, outcome.upstream.status, whole.body, typeof whole.body === 'string' ? 'application/json' : contentType, headers);
