@@ -16,6 +16,7 @@ import type { Failover } from './failover';
 import type { IdempotentReplay, ReplayRequest, Served } from './idempotent-replay';
 import type { FlagStore } from './flags';
 import { sendBody, sendJson } from './http-io';
+import { parseJson } from './json-object';
 import type { GatewayMetrics } from './metrics';
 import type { Answer, Exhausted, Outcome } from './outcome';
 import type { Usage } from './providers/adapter';
@@ -26,6 +27,7 @@ import { fallbackVariant, scopeOf, type Scopes } from './scopes';
 import { refusalBody, streamTransform, wholeAnswer } from './relay';
 import { relaySse } from './sse';
 import { estimateUsage } from './cut-estimate';
+import type { ResponseOwnership } from './responses/ownership';
 
 /** Why a request goes to the Cold queue, and how. */
 export interface QueueReason {
@@ -58,7 +60,12 @@ export interface PipelineDeps {
   onTokens?: (ctx: RequestContext, tokens: number) => void;
   /** Idempotent replay (null: requests with an Idempotency-Key run every time). */
   replay?: IdempotentReplay | null;
+  /** Which tenant owns each stored response (null: any caller may continue any response). */
+  ownership?: ResponseOwnership | null;
 }
+
+/** A stream's owner claims wait at most this long before its end is sent (its time-to-answer is spent by then). */
+const STREAM_CLAIM_WAIT_MS = 1000;
 
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
 
@@ -88,6 +95,13 @@ export class Pipeline {
     res.on('close', () => {
       if (!res.writableFinished) gone.abort();
     });
+    if (ctx.api === 'responses' && this.deps.ownership) {
+      const refused = await this.deps.ownership.refusal(ctx, deadline.storeWaitMs());
+      if (refused) {
+        sendJson(res, refused.status, refused.error, refused.headers);
+        return 'complete';
+      }
+    }
     const admitted = this.deps.admit ? this.deps.admit(ctx) : ROUTE_ALL;
     const admission = admitted instanceof Promise ? await admitted : admitted;
     if (admission.kind === 'reject') {
@@ -130,7 +144,13 @@ export class Pipeline {
     // leaves it to this process's spool rather than holding the answer.
     outcome.settle({ ok: true, usage: whole.usage, waitMs: deadline.storeWaitMs() });
     this.spent(ctx, whole.usage);
+    // A native response's owner stored before its id is out: a follow-up naming it may come at once.
+    const owned =
+      outcome.of.api === 'responses'
+        ? this.deps.ownership?.claim(ctx, parseJson(whole.body.toString()), deadline.storeWaitMs())
+        : undefined;
     await outcome.durable;
+    if (owned) await owned;
     sendBody(res, outcome.upstream.status, whole.body, typeof whole.body === 'string' ? 'application/json' : contentType, headers);
     return 'complete';
   }
@@ -205,13 +225,25 @@ export class Pipeline {
       res.writeHead(answer.upstream.status, headers as Record<string, string>);
       // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
       let usage: Usage | null = null;
-      const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer), undefined, (r) => {
-        const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
-        const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
-        usage = estimated ? estimateUsage(answer.of.ctx.body, r.text) : r.usage;
-        answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });
-        return answer.durable;
-      });
+      const claims: Array<Promise<void>> = [];
+      const ownership = this.deps.ownership;
+      const claim = ownership
+        ? (response: unknown) => claims.push(ownership.claim(answer.of.ctx, response, STREAM_CLAIM_WAIT_MS))
+        : undefined;
+      const relay = await relaySse(
+        answer.upstream.first!,
+        answer.upstream.rest!,
+        res,
+        streamTransform(answer, claim),
+        undefined,
+        async (r) => {
+          const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
+          const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
+          usage = estimated ? estimateUsage(answer.of.ctx.body, r.text) : r.usage;
+          answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });
+          await Promise.all([answer.durable, ...claims]);
+        },
+      );
       this.spent(answer.of.ctx, usage);
       return relay.broken ? 'broken' : 'complete';
     } finally {

@@ -14,11 +14,12 @@ import { maxAnswerBytes } from './upstream';
 
 const translated = (answer: Answer) => answer.of.ctx.api === 'responses' && answer.of.api === 'chat';
 
-export function streamTransform(answer: Answer): StreamTransform {
+/** `onResponse`: told of the response a native Responses stream creates and completes (its owner is claimed). */
+export function streamTransform(answer: Answer, onResponse?: (response: unknown) => void): StreamTransform {
   const { ctx } = answer.of;
   if (translated(answer))
     return chatToResponses(ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model, maxAnswerBytes());
-  if (answer.of.api === 'responses') return responsesPassthrough(maxAnswerBytes());
+  if (answer.of.api === 'responses') return responsesPassthrough(maxAnswerBytes(), onResponse);
   const wantsUsage = (ctx.body.stream_options as { include_usage?: boolean } | null | undefined)?.include_usage === true;
   return chatPassthrough(wantsUsage, typeof ctx.body.n === 'number' ? ctx.body.n : 1);
 }

@@ -19,6 +19,7 @@ import { GatewayMetrics } from './metrics';
 import { Pipeline, type ColdFallback } from './pipeline';
 import { buildRoutes, type Route } from './route';
 import type { ReplayStore } from './replay-store';
+import type { ResponseOwnership } from './responses/ownership';
 import type { RequestContext } from './request-context';
 import type { RoutesMapConfig } from './routes-map';
 import type { Scopes } from './scopes';
@@ -40,6 +41,8 @@ export interface RequestPathOptions {
   onTokens?: (ctx: RequestContext, tokens: number) => void;
   /** Where idempotent replay keeps answers (absent: requests with an Idempotency-Key run every time); the limits for tests. */
   replay?: { store: ReplayStore; maxBytes?: number; leaseMs?: number } | null;
+  /** Which tenant owns each stored response (absent: any caller may continue any response). */
+  ownership?: ResponseOwnership | null;
 }
 
 export interface RequestPath {
@@ -85,6 +88,7 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
     now: o.now,
     onTokens: o.onTokens,
     replay: o.replay ? new IdempotentReplay({ ...o.replay, meter, metrics, log: o.log }) : null,
+    ownership: o.ownership,
   });
   return {
     get routes() {

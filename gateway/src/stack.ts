@@ -36,6 +36,7 @@ import { configureUpstream } from './upstream';
 import { createVoice, loadVoice, voiceOptions, type LoadedVoice, type Voice } from './voice';
 import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
 import { startWorker, type ColdWorker } from './worker';
+import { ResponseOwnership } from './responses/ownership';
 import type { MemoryColdQueue } from './cold-queue-memory';
 import type { BullColdQueue } from './cold-queue-redis';
 import { within } from './within';
@@ -169,6 +170,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     () => path.routes,
     (routes) => [...new Set(routes.map((r) => r.config.provider))],
   );
+  const ownership = new ResponseOwnership(stores.owners, (m) => log.warn(m));
   const path: RequestPath = createRequestPath({
     map,
     scopes,
@@ -182,6 +184,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
     onTokens: (ctx, tokens) => spendKeyTokens(limiter, ctx.clientKey, tokens),
     replay: { store: stores.replay },
+    ownership,
   });
   // The breakers act as one with the other instances on this Redis; their state is read before traffic.
   const fleet = redis ? new FleetBreakers(redis, stores.prefix ?? 'gateway', log) : null;
@@ -215,7 +218,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health, reloader })
     : null;
 
-  const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log, ...options.cold };
+  const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log, ownership, ...options.cold };
   const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;
   if (worker) log.info('worker: running in this process');
 

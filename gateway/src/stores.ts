@@ -17,6 +17,7 @@ import { LocalFlags, RedisFlags, type FlagStore } from './flags';
 import { MemoryLimiter, RedisLimiter, type Limiter } from './rate-limit';
 import { MemoryReplayStore, type ReplayStore } from './replay-store';
 import { RedisReplayStore } from './replay-store-redis';
+import { MemoryResponseOwners, RedisResponseOwners, type ResponseOwners } from './response-owners';
 import type { RoutesMapConfig } from './routes-map';
 
 export interface Stores {
@@ -31,6 +32,8 @@ export interface Stores {
   keys: KeyStore;
   /** Idempotent replay's claims and answers. */
   replay: ReplayStore;
+  /** Which tenant owns each stored response. */
+  owners: ResponseOwners;
 }
 
 export function keyStoreFor(env: GatewayEnv, redis: Redis | null): KeyStore {
@@ -53,6 +56,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
       limiter: new MemoryLimiter(limits),
       keys: keyStoreFor(env, null),
       replay: new MemoryReplayStore(),
+      owners: new MemoryResponseOwners(),
     };
   }
   const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
@@ -65,6 +69,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
     limiter: new RedisLimiter(redis, prefix ?? 'gateway', limits),
     keys: keyStoreFor(env, redis),
     replay: new RedisReplayStore(redis, prefix ?? 'gateway'),
+    owners: new RedisResponseOwners(redis, prefix ?? 'gateway'),
   };
 }
 

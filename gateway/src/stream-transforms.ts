@@ -17,6 +17,7 @@
 import type { EventSourceMessage } from 'eventsource-parser';
 import { chatStreamError } from './chat-stream-error';
 import { isObject } from './json-object';
+import { parseJson } from './json-object';
 import { readUsage, type Usage } from './providers/adapter';
 import { ChatToResponsesStream, sseEvent } from './responses/stream';
 import type { ResponseIds } from './responses/ids';
@@ -24,13 +25,7 @@ import { serialize, type StreamTransform } from './sse';
 
 const INTERRUPTED = 'the provider stream ended before it finished';
 
-function parse(data: string): Record<string, unknown> | null {
-  try {
-    return JSON.parse(data) as Record<string, unknown>;
-  } catch {
-    return null;
-  }
-}
+const parse = (data: string) => parseJson(data) as Record<string, unknown> | null;
 
 const DONE = Buffer.from('[DONE]');
 const USAGE = Buffer.from('"usage"');
@@ -112,7 +107,7 @@ const SEQUENCE = /"sequence_number"\s*:\s*(\d+)/;
  * whole response (or item): images a model generated come in them as base64, several MB each, so
  * they may be as large as a whole answer may be.
  */
-export function responsesPassthrough(maxEventChars?: number): StreamTransform {
+export function responsesPassthrough(maxEventChars?: number, onResponse?: (response: unknown) => void): StreamTransform {
   let failed = false;
   // Every Responses event is numbered, an error event too: the one written when the stream breaks
   // takes the number after the last event's (read then, not from every event on the way).
@@ -132,12 +127,15 @@ export function responsesPassthrough(maxEventChars?: number): StreamTransform {
       const type = e.event ?? (/"(response\.|error)/.test(e.data) ? (parse(e.data)?.type as string | undefined) : undefined);
       // The provider's own error event told the client why the stream ends: no second one after it.
       if (type === 'error') failed = true;
+      else if (type === 'response.created') onResponse?.(parse(e.data)?.response);
       else if (type && FINAL.test(type)) {
         // A response the provider failed is no complete answer (a failure of the route), though
         // its own event already told the client: nothing more is written for it (`broken`).
         failed = type === 'response.failed';
         this.done = !failed;
-        this.usage = readUsage((parse(e.data)?.response as { usage?: unknown } | undefined)?.usage);
+        const response = parse(e.data)?.response as { usage?: unknown } | undefined;
+        this.usage = readUsage(response?.usage);
+        onResponse?.(response);
       }
       return serialize(e);
     },

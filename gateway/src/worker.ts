@@ -25,7 +25,9 @@ import type { BullColdQueue } from './cold-queue-redis';
 import { Deadline } from './deadline';
 import type { Failover } from './failover';
 import type { Flags, FlagStore } from './flags';
+import { parseJson } from './json-object';
 import { refusalBody, wholeAnswer } from './relay';
+import type { ResponseOwnership } from './responses/ownership';
 import type { Route } from './route';
 import type { Notifier } from './notify';
 import { PAUSED_MESSAGE, type PauseFlag } from './budget';
@@ -36,6 +38,8 @@ const JOB_TIME_MS = 120_000;
 const MAX_DEFER_MS = 24 * 3600_000;
 /** How often a deferred job looks again when nothing says when (the pause, every route skipped). */
 const RECHECK_MS = 30_000;
+/** How long a job's answer waits for its response's owner to be stored. */
+const CLAIM_WAIT_MS = 2000;
 
 export interface WorkerDeps {
   failover: Failover;
@@ -49,6 +53,8 @@ export interface WorkerDeps {
   /** Shortened by tests and the drill; MAX_DEFER_MS and RECHECK_MS otherwise. */
   maxDeferMs?: number;
   recheckMs?: number;
+  /** Makes the answers of queued Responses requests their tenant's (absent: nothing recorded). */
+  ownership?: ResponseOwnership;
 }
 
 interface JobResult {
@@ -121,18 +127,18 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
     throw new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
   }
   let text = outcome.upstream.body?.toString('utf8') ?? '';
+  let body: unknown;
   if (outcome.kind === 'answer') {
     const whole = wholeAnswer(outcome);
     outcome.settle({ ok: true, usage: whole.usage });
-    await outcome.durable; // the call's event on disk before the job completes with its answer
     text = whole.body.toString();
-  }
-  let body: unknown = text;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    /* keep the text */
-  }
+    body = parseJson(text);
+    // The response's owner stored before the client can read its id from the job.
+    const owned = outcome.of.api === 'responses' ? deps.ownership?.claim(ctx, body, CLAIM_WAIT_MS) : undefined;
+    await outcome.durable; // the call's event on disk before the job completes with its answer
+    if (owned) await owned;
+  } else body = parseJson(text);
+  body ??= text; // not JSON: the text as it came
   // A request the provider refuses as malformed will not heal with retries.
   if (outcome.kind === 'client_error')
     throw new UnrecoverableError(

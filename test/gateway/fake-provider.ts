@@ -132,7 +132,7 @@ export class FakeProvider {
     const model = body.model ?? 'unknown';
     if (b.kind === 'ok' || b.kind === 'stream') {
       if (path.endsWith('/embeddings')) return answerEmbeddings(res, body);
-      if (path.endsWith('/responses')) return answerResponses(res, body, body.stream === true);
+      if (path.endsWith('/responses')) return answerResponses(res, body, body.stream === true, this.received.length);
     }
     switch (b.kind) {
       case 'hang':
@@ -256,19 +256,20 @@ function answerEmbeddings(res: ServerResponse, body: Record<string, any>): void 
   );
 }
 
-/** The Responses API, natively: a whole response, or its event stream. */
-function answerResponses(res: ServerResponse, body: Record<string, any>, stream: boolean): void {
+/** The Responses API, natively: a whole response, or its event stream; `n` numbers its ids (as a provider's, unique). */
+function answerResponses(res: ServerResponse, body: Record<string, any>, stream: boolean, n: number): void {
   const text = `native responses from ${body.model}`;
   const message = {
-    id: 'msg_native',
+    id: `msg_native${n}`,
     type: 'message',
     role: 'assistant',
     status: 'completed',
     content: [{ type: 'output_text', text, annotations: [] }],
   };
   const response = {
-    id: 'resp_native',
+    id: `resp_native${n}`,
     object: 'response',
+    store: body.store !== false,
     created_at: 1,
     status: 'completed',
     model: body.model,
@@ -302,14 +303,14 @@ function answerResponses(res: ServerResponse, body: Record<string, any>, stream:
   send('response.created', { response: { ...response, status: 'in_progress', output: [], usage: null } });
   send('response.output_item.added', { output_index: 0, item: { ...message, status: 'in_progress', content: [] } });
   send('response.content_part.added', {
-    item_id: 'msg_native',
+    item_id: message.id,
     output_index: 0,
     content_index: 0,
     part: { type: 'output_text', text: '', annotations: [] },
   });
-  send('response.output_text.delta', { item_id: 'msg_native', output_index: 0, content_index: 0, delta: text, logprobs: [] });
-  send('response.output_text.done', { item_id: 'msg_native', output_index: 0, content_index: 0, text, logprobs: [] });
-  send('response.content_part.done', { item_id: 'msg_native', output_index: 0, content_index: 0, part: message.content[0] });
+  send('response.output_text.delta', { item_id: message.id, output_index: 0, content_index: 0, delta: text, logprobs: [] });
+  send('response.output_text.done', { item_id: message.id, output_index: 0, content_index: 0, text, logprobs: [] });
+  send('response.content_part.done', { item_id: message.id, output_index: 0, content_index: 0, part: message.content[0] });
   send('response.output_item.done', { output_index: 0, item: message });
   send('response.completed', { response });
   res.end();

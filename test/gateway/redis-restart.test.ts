@@ -18,6 +18,8 @@ import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack } from './harness';
 import { until } from './keys-harness';
+import OpenAI from 'openai';
+import { keysCli } from '../../gateway/src/keys-cli';
 
 const hasRedisServer = spawnSync('redis-server', ['--version']).status === 0;
 
@@ -366,6 +368,38 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     } finally {
       await gw.stop();
       meter.close();
+    }
+  });
+
+  it("a request continuing a stored response while Redis stalls gets 503 response_owner_unavailable in time, never another tenant's answer", async () => {
+    const keyed = { ...env, GATEWAY_AUTH: 'keys' };
+    const output: string[] = [];
+    expect(
+      await keysCli(
+        ['create', 'acme'],
+        keyed,
+        (l) => output.push(l),
+        (l) => output.push(l),
+      ),
+    ).toBe(0);
+    const key = output.at(-1)!;
+    const gw = await listenStack(keyed, { http: true, worker: false });
+    const pauser = new Redis(redis.url);
+    const sdk = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+    try {
+      const first = await sdk.responses.create({ model: 'gpt-4o-mini', input: 'remember' });
+      await sdk.responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: first.id }); // the key is cached now
+      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered
+      const started = performance.now();
+      const stalled = await sdk.responses
+        .create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: first.id }, { headers: { 'x-time-to-answer-ms': '500' } })
+        .catch((e: unknown) => e);
+      expect(stalled).toMatchObject({ status: 503, code: 'response_owner_unavailable' });
+      expect(performance.now() - started).toBeLessThan(2000);
+    } finally {
+      await pauser.call('CLIENT', 'UNPAUSE');
+      pauser.disconnect();
+      await gw.stop();
     }
   });
 });

@@ -1,0 +1,72 @@
+/**
+ * Response owners: which tenant each stored response (and its output items) belongs to. Every
+ * tenant's request reaches a native Responses route with the operator's one provider key, so the
+ * provider would continue any response it stored for anyone: with client keys, a request that names
+ * a `previous_response_id` or an `item_reference` is served only when the caller's tenant is the one
+ * the gateway answered it to (else OpenAI's own `previous_response_not_found`, nothing called).
+ * Owners are kept as long as OpenAI keeps stored responses, 30 days; in Redis (every instance sees
+ * them) or, without it, in this process.
+ */
+import type { Redis } from 'ioredis';
+
+export interface ResponseOwners {
+  /** Records `tenant` as the owner of these ids; an id already owned keeps its owner. */
+  claim(tenant: string, ids: string[]): Promise<void>;
+  /** The owners of these ids, in order (null: never answered through this gateway, or expired). */
+  owners(ids: string[]): Promise<Array<string | null>>;
+}
+
+const TTL_S = 30 * 24 * 3600;
+
+export class RedisResponseOwners implements ResponseOwners {
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+  ) {}
+
+  async claim(tenant: string, ids: string[]): Promise<void> {
+    const batch = this.redis.pipeline();
+    for (const id of ids) batch.set(this.keyOf(id), tenant, 'EX', TTL_S, 'NX');
+    const results = await batch.exec();
+    const failed = results?.find(([error]) => error);
+    if (failed) throw failed[0]!;
+  }
+
+  owners(ids: string[]): Promise<Array<string | null>> {
+    return this.redis.mget(ids.map((id) => this.keyOf(id)));
+  }
+
+  private keyOf(id: string): string {
+    return `${this.prefix}:response-owner:${id}`;
+  }
+}
+
+/** The in-process stand-in: the newest MAX_ENTRIES ids (oldest forgotten first), for TTL_S. */
+export class MemoryResponseOwners implements ResponseOwners {
+  private readonly entries = new Map<string, { tenant: string; until: number }>();
+
+  constructor(
+    private readonly maxEntries = 100_000,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  claim(tenant: string, ids: string[]): Promise<void> {
+    for (const id of ids) {
+      if (this.owner(id) !== null) continue;
+      this.entries.set(id, { tenant, until: this.now() + TTL_S * 1000 });
+      if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+    }
+    return Promise.resolve();
+  }
+
+  owners(ids: string[]): Promise<Array<string | null>> {
+    return Promise.resolve(ids.map((id) => this.owner(id)));
+  }
+
+  private owner(id: string): string | null {
+    const e = this.entries.get(id);
+    if (e && e.until > this.now()) return e.tenant;
+    if (e) this.entries.delete(id);
+    return null;
+  }
+}

@@ -1,0 +1,106 @@
+// Stored responses are their tenant's: with client keys, a tenant continues its own responses
+// (`previous_response_id`, `item_reference`) on any instance, and another tenant's ids are unknown
+// to it, as OpenAI answers an id it does not know. Real Redis, two gateway instances, the official
+// `openai` client in front of a provider that speaks the Responses API.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { listenStack } from './harness';
+import { client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
+
+let w: KeysWorld;
+beforeEach(async () => {
+  w = await keysWorld('owners');
+});
+afterEach(() => w.end());
+
+const responsesCalls = () => w.hot.received.filter((r) => r.path === '/v1/responses').length;
+
+describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
+  it("a tenant continues its own responses on any instance; another tenant's are previous_response_not_found, nothing called", async () => {
+    const [one, two] = [await w.up(), await w.up()];
+    const acme = (await w.makeKey('acme')).key;
+    const globex = (await w.makeKey('globex')).key;
+
+    const first = await client(one.url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
+    // The stream's response is the tenant's too, its id known before the stream's end is sent.
+    const stream = await client(one.url, acme).responses.create({ model: 'gpt-4o-mini', input: 'and 43', stream: true });
+    let streamed = '';
+    for await (const event of stream) if (event.type === 'response.completed') streamed = event.response.id;
+    expect(streamed).toMatch(/^resp_/);
+
+    for (const id of [first.id, streamed]) {
+      const next = await client(two.url, acme).responses.create({ model: 'gpt-4o-mini', input: 'what was it?', previous_response_id: id });
+      expect(next.output_text).toBe('native responses from gpt-4o-mini');
+      expect(w.hot.received.at(-1)!.body).toMatchObject({ previous_response_id: id });
+    }
+
+    // Kept as long as OpenAI keeps a stored response: 30 days.
+    expect(await w.redis.ttl(`${w.prefix}:response-owner:${first.id}`)).toBeGreaterThan(29 * 24 * 3600);
+    const before = responsesCalls();
+    for (const gw of [one, two]) {
+      const stolen = await refusal(
+        client(gw.url, globex).responses.create({ model: 'gpt-4o-mini', input: 'what was it?', previous_response_id: first.id }),
+      );
+      expect(stolen).toMatchObject({
+        status: 400,
+        code: 'previous_response_not_found',
+        message: `Previous response with id '${first.id}' not found.`,
+      });
+    }
+    const item = first.output[0].id!;
+    const byItem = await refusal(
+      client(two.url, globex).responses.create({ model: 'gpt-4o-mini', input: [{ type: 'item_reference', id: item }] }),
+    );
+    expect(byItem).toMatchObject({ status: 400, code: 'item_not_found', message: `Item with id '${item}' not found.` });
+    // An id no tenant was answered through this gateway is no one's either.
+    const unknown = await refusal(
+      client(one.url, acme).responses.create({ model: 'gpt-4o-mini', input: 'x', previous_response_id: 'resp_never_answered' }),
+    );
+    expect(unknown).toMatchObject({ status: 400, code: 'previous_response_not_found' });
+    expect(responsesCalls()).toBe(before);
+
+    // Its own items, referenced by id, are served.
+    await client(one.url, acme).responses.create({ model: 'gpt-4o-mini', input: [{ type: 'item_reference', id: item }] });
+    expect(responsesCalls()).toBe(before + 1);
+  });
+
+  it('a response asked not to be stored is not recorded: nothing can continue it', async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const unstored = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'x', store: false });
+    expect(await w.redis.keys(`${w.prefix}:response-owner:*`)).toEqual([]);
+    const next = await refusal(client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'y', previous_response_id: unstored.id }));
+    expect(next).toMatchObject({ status: 400, code: 'previous_response_not_found' });
+  });
+
+  it("a queued request's response is its tenant's once its job has completed", async () => {
+    const acme = (await w.makeKey('acme')).key;
+    const globex = (await w.makeKey('globex')).key;
+    w.hot.always({ kind: 'status', status: 503 });
+    w.warm.always({ kind: 'status', status: 503 });
+    const { url } = await w.up();
+    const queued = await fetch(`${url}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', input: 'later is fine' }),
+    });
+    expect(queued.status).toBe(202);
+    const { jobId } = (await queued.json()) as { jobId: string };
+    w.hot.always({ kind: 'ok' });
+    const worker = await listenStack({ ...w.env }, { http: true, worker: true });
+    try {
+      const done = await until(async () => {
+        const job = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${acme}` } })).json()) as {
+          state: string;
+          result?: { body: { id: string } };
+        };
+        return job.state === 'completed' ? job.result! : null;
+      });
+      const id = done.body.id;
+      await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id });
+      const stolen = await refusal(client(url, globex).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id }));
+      expect(stolen).toMatchObject({ status: 400, code: 'previous_response_not_found' });
+    } finally {
+      await worker.stop();
+    }
+  });
+});
