@@ -115,6 +115,20 @@ const NOT_A_STREAM = 'NOT_A_STREAM';
  */
 const PROVIDER_ERROR = 'PROVIDER_ERROR';
 
+/**
+ * A whole 2xx answer that is no JSON object (a proxy's or captive portal's HTML page, an empty body):
+ * no client of an OpenAI API could read it. A failure of the route, not retried there (it would
+ * answer the same way), and nothing in it to meter.
+ */
+const NOT_JSON = 'NOT_JSON';
+
+/** Whether a body starts as a JSON object does (after white space, and a byte-order mark a client's decoder drops): one byte read, not a parse. */
+function startsAsObject(body: Buffer): boolean {
+  let i = body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
+  while (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09) i++;
+  return body[i] === 0x7b;
+}
+
 /** Codes of a 2xx answer counted as a failure: the provider may have billed it, so its usage is metered. */
 const billedFailure = (code: string) => code === NOT_A_STREAM || code === PROVIDER_ERROR;
 
@@ -122,6 +136,7 @@ function classifyAnswer(answer: UpstreamAnswer, stream: boolean, api: ApiKind): 
   const s = answer.status;
   if (s >= 200 && s < 300) {
     if (stream && !answer.rest) return { kind: 'failure', answer, code: NOT_A_STREAM };
+    if (!answer.rest && !startsAsObject(answer.body!)) return { kind: 'failure', answer, code: NOT_JSON };
     if (api === 'chat' && !answer.rest && answerError(answer.body!) !== null) return { kind: 'failure', answer, code: PROVIDER_ERROR };
     return { kind: 'ok', answer, code: '' };
   }
@@ -130,7 +145,11 @@ function classifyAnswer(answer: UpstreamAnswer, stream: boolean, api: ApiKind): 
 }
 
 /** What the client's 503 says of a route whose 2xx answer failed. */
-const FAILED_2XX: Record<string, string> = { [NOT_A_STREAM]: 'not an event stream', [PROVIDER_ERROR]: 'reported an error in its answer' };
+const FAILED_2XX: Record<string, string> = {
+  [NOT_A_STREAM]: 'not an event stream',
+  [PROVIDER_ERROR]: 'reported an error in its answer',
+  [NOT_JSON]: 'answered with something that is not JSON',
+};
 
 /** A streamed answer: scored when the stream ends (Answer.settle), not at its first byte. */
 const streamed = (r: CallResult) => r.answer?.rest !== undefined;
@@ -258,7 +277,7 @@ export class Failover {
   private retryWait(result: CallResult, n: number, probe: boolean, deadline: Deadline): number | null {
     const status = result.answer?.status;
     // An answer too large would be as large again, and each try downloads it to the limit.
-    const same = result.code === NOT_A_STREAM || result.code === 'ANSWER_TOO_LARGE';
+    const same = result.code === NOT_A_STREAM || result.code === NOT_JSON || result.code === 'ANSWER_TOO_LARGE';
     if (probe || status === 401 || status === 403 || same || n === RETRY.attempts) return null;
     const wait = retryAfterMs(result.answer?.headers['retry-after'], Date.now()) ?? backoffMs(n, this.deps.random);
     // Wait only if an attempt still fits afterwards.

@@ -291,3 +291,41 @@ describe('a provider that reports an error in a 200 answer (OpenRouter, once gen
     expect(hot.received.length).toBe(3); // two failed tries, then the answer
   });
 });
+
+describe('a 200 answer that is not JSON (a proxy or captive page, an empty body)', () => {
+  it.each([
+    ['an HTML page', 'text/html', '<html><body>Service temporarily unavailable</body></html>'],
+    ['an empty body', 'application/json', ''],
+  ])('%s is a failure of the route: not retried there, answered by the next route, metered NOT_JSON', async (_, type, page) => {
+    const warm = await new FakeProvider().start();
+    try {
+      gw = await startGateway(mapOf([hot.url], [warm.url]));
+      hot.always({ kind: 'raw-stream', pieces: [Buffer.from(page)], type });
+      const res = await chat(gw.url);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-route-tier')).toBe('warm');
+      expect(res.json().choices[0].message.content).toBeTruthy();
+      expect(hot.received.length).toBe(1); // it would answer the same way
+      const event = await until('the failed call metered', async () => {
+        await gw!.meter.flush();
+        return gw!.events().find((e) => e.error_code === 'NOT_JSON');
+      });
+      expect(event).toMatchObject({ provider: 'openai' });
+      expect(gw.gateway.path.failover.routes[0].health.lastTwenty()).toContain(0);
+    } finally {
+      await warm.stop();
+    }
+  });
+
+  it('a JSON answer with a byte-order mark or leading white space is an answer', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const body = {
+      object: 'chat.completion',
+      choices: [{ index: 0, message: { role: 'assistant', content: 'fine' }, finish_reason: 'stop' }],
+    };
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(`\uFEFF\n  ${JSON.stringify(body)}`)], type: 'application/json' });
+    const res = await chat(gw.url);
+    expect(res.status).toBe(200);
+    expect(JSON.parse(res.text.replace(/^\uFEFF/, '')).choices[0].message.content).toBe('fine');
+  });
+});
