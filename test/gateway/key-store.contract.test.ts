@@ -3,24 +3,15 @@
 import { mkdtempSync, readdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createKey, hashKey, type ClientKey, type KeyStore } from '../../gateway/src/client-keys';
 import { FileKeyStore } from '../../gateway/src/client-keys-file';
 import { RedisKeyStore } from '../../gateway/src/client-keys-redis';
 import { redisDump } from './redis-dump';
-import { TEST_REDIS_URL } from '../redis-db';
+import { redisUnderPrefix } from '../redis-prefix';
 
-const prefix = `test-keystore-${process.pid}`;
-let redis: Redis;
-beforeAll(() => {
-  redis = new Redis(TEST_REDIS_URL);
-});
-afterEach(async () => {
-  const keys = await redis.keys(`${prefix}:*`);
-  if (keys.length) await redis.del(...keys);
-});
-afterAll(() => redis.disconnect());
+const db = redisUnderPrefix('keystore');
+const prefix = db.prefix;
 
 interface Subject {
   store: KeyStore;
@@ -29,7 +20,7 @@ interface Subject {
 }
 
 const subjects: Array<[string, () => Subject]> = [
-  ['Redis', () => ({ store: new RedisKeyStore(redis, prefix), raw: () => redisDump(redis, prefix) })],
+  ['Redis', () => ({ store: new RedisKeyStore(db.redis, prefix), raw: () => redisDump(db.redis, prefix) })],
   [
     'file',
     () => {

@@ -1,22 +1,13 @@
 // Idempotent replay's store, one contract for both implementations: in the real Redis (db 9, keys
 // under a prefix of this process, removed afterwards) and in process, through the interface.
-import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { MemoryReplayStore, type Claim, type Lease, type ReplayStore, type StoredAnswer } from '../../gateway/src/replay-store';
 import { RedisReplayStore } from '../../gateway/src/replay-store-redis';
-import { TEST_REDIS_URL } from '../redis-db';
+import { redisUnderPrefix } from '../redis-prefix';
 
-const prefix = `test-replay-store-${process.pid}`;
-let redis: Redis;
+const db = redisUnderPrefix('replay-store');
+const prefix = db.prefix;
 let n = 0;
-beforeAll(() => {
-  redis = new Redis(TEST_REDIS_URL);
-});
-afterEach(async () => {
-  const keys = await redis.keys(`${prefix}:*`);
-  if (keys.length) await redis.del(...keys);
-});
-afterAll(() => redis.disconnect());
 
 const FP = 'a'.repeat(64);
 const OTHER_FP = 'b'.repeat(64);
@@ -43,7 +34,7 @@ function leaseOf(claim: Claim): Lease {
 }
 
 describe.each([
-  ['Redis', (): ReplayStore => new RedisReplayStore(redis, `${prefix}:${++n}`)],
+  ['Redis', (): ReplayStore => new RedisReplayStore(db.redis, `${prefix}:${++n}`)],
   ['in process', (): ReplayStore => new MemoryReplayStore()],
 ])('replay store contract: %s', (_name, make) => {
   it('the first claim runs; while it runs a repeat is told so, and another body is told apart', async () => {
@@ -108,18 +99,18 @@ describe.each([
 describe('replay store: Redis only', () => {
   it('keeps one string key per idempotency key, under the prefix, expiring in 24 hours', async () => {
     const space = `${prefix}:ttl`;
-    const s = new RedisReplayStore(redis, space);
+    const s = new RedisReplayStore(db.redis, space);
     await s.keep(leaseOf(await s.claim('k', FP, 10_000)), answer, DAY);
-    expect(await redis.keys(`${space}:*`)).toEqual([`${space}:idempotency:k`]);
-    const ttl = await redis.pttl(`${space}:idempotency:k`);
+    expect(await db.redis.keys(`${space}:*`)).toEqual([`${space}:idempotency:k`]);
+    const ttl = await db.redis.pttl(`${space}:idempotency:k`);
     expect(ttl).toBeGreaterThan(DAY - 60_000);
     expect(ttl).toBeLessThanOrEqual(DAY);
   });
 
   it('two stores on one Redis (two instances) see one claim and one answer', async () => {
     const space = `${prefix}:two`;
-    const a = new RedisReplayStore(redis, space);
-    const b = new RedisReplayStore(redis, space);
+    const a = new RedisReplayStore(db.redis, space);
+    const b = new RedisReplayStore(db.redis, space);
     const claims = await Promise.all(Array.from({ length: 10 }, (_, i) => (i % 2 ? a : b).claim('k', FP, 10_000)));
     expect(claims.filter((c) => c.kind === 'claimed')).toHaveLength(1);
     await a.keep(leaseOf(claims.find((c) => c.kind === 'claimed')!), answer, DAY);

@@ -1,23 +1,14 @@
 // Response owners, one contract for both stores: in the real Redis (keys under a prefix of this
 // process, removed afterwards) and in process, through the interface.
-import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { MemoryResponseOwners, RedisResponseOwners, type ResponseOwners } from '../../gateway/src/response-owners';
-import { TEST_REDIS_URL } from '../redis-db';
+import { redisUnderPrefix } from '../redis-prefix';
 
-const prefix = `test-response-owners-${process.pid}`;
-let redis: Redis;
-beforeAll(() => {
-  redis = new Redis(TEST_REDIS_URL);
-});
-afterEach(async () => {
-  const keys = await redis.keys(`${prefix}:*`);
-  if (keys.length) await redis.del(...keys);
-});
-afterAll(() => redis.disconnect());
+const db = redisUnderPrefix('response-owners');
+const prefix = db.prefix;
 
 const stores: Array<[string, () => ResponseOwners]> = [
-  ['redis', () => new RedisResponseOwners(redis, prefix)],
+  ['redis', () => new RedisResponseOwners(db.redis, prefix)],
   ['memory', () => new MemoryResponseOwners()],
 ];
 

@@ -1,8 +1,7 @@
 // One contract per voice store, two implementations each: in the real Redis (db 9, keys under a
 // prefix of this process, removed afterwards) and in process. The same cases run against both,
 // through the store's interface. Expiry runs for real with lifetimes of a second.
-import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   MemoryVoiceStore,
   RedisVoiceStore,
@@ -13,19 +12,11 @@ import {
 } from '../../gateway/src/voice/call-store';
 import { newCall } from '../../gateway/src/voice/spend-guard';
 import { MemoryWorkflowStore, RedisWorkflowStore, type WorkflowStore, type WorkflowTtl } from '../../gateway/src/voice/workflow-store';
-import { TEST_REDIS_URL } from '../redis-db';
+import { redisUnderPrefix } from '../redis-prefix';
 
-const prefix = `test-vstores-${process.pid}`;
-let redis: Redis;
+const db = redisUnderPrefix('vstores');
+const prefix = db.prefix;
 let n = 0;
-beforeAll(() => {
-  redis = new Redis(TEST_REDIS_URL);
-});
-afterEach(async () => {
-  const keys = await redis.keys(`${prefix}:*`);
-  if (keys.length) await redis.del(...keys);
-});
-afterAll(() => redis.disconnect());
 const space = () => `${prefix}:${++n}`;
 
 async function until(check: () => Promise<boolean>, ms = 5000): Promise<void> {
@@ -57,7 +48,7 @@ const reduce: Reduce<Change> = (c, op) => {
 };
 
 describe.each([
-  ['Redis', (ttl?: CallTtl): VoiceStore<Change> => new RedisVoiceStore(redis, space(), reduce, ttl)],
+  ['Redis', (ttl?: CallTtl): VoiceStore<Change> => new RedisVoiceStore(db.redis, space(), reduce, ttl)],
   ['in process', (ttl?: CallTtl): VoiceStore<Change> => new MemoryVoiceStore(reduce, ttl)],
 ])('call store contract: %s', (_name, make) => {
   it('a call is stored once: starting it again answers the first, unchanged', async () => {
@@ -120,7 +111,7 @@ describe.each([
 
 type Answer = { ok: boolean; result: unknown };
 describe.each([
-  ['Redis', (ttl?: WorkflowTtl): WorkflowStore<Answer> => new RedisWorkflowStore<Answer>(redis, space(), ttl)],
+  ['Redis', (ttl?: WorkflowTtl): WorkflowStore<Answer> => new RedisWorkflowStore<Answer>(db.redis, space(), ttl)],
   ['in process', (ttl?: WorkflowTtl): WorkflowStore<Answer> => new MemoryWorkflowStore<Answer>(ttl)],
 ])('workflow store contract: %s', (_name, make) => {
   it('a key is claimed once; its answer, once finished, is what every later caller gets', async () => {
