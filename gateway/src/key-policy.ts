@@ -40,18 +40,23 @@ function over(retryAfterS: number, code: string, message: string): Admission {
   return { kind: 'reject', status: 429, retryAfterS, code, message };
 }
 
-/** The key's own limits, before routing: a 429 admission, or null. A store that fails lets the request through (as the tenant limit does). */
+/**
+ * The key's own limits, before routing: a 429 admission, or null. A store that fails lets the request
+ * through (as the tenant limit does). The tokens are read first and the request counted only once
+ * they let it through: one refused for its tokens takes none of the key's requests of the minute
+ * (which later said `key_requests_per_minute` instead), and nothing has to be given back.
+ */
 export async function keyLimits(limiter: Limiter, key: ClientKey): Promise<Admission | null> {
   const none = { count: 0, retryAfterS: 0 };
-  if (key.rpm) {
-    const { count, retryAfterS } = await limiter.countWindow(requestsCounter(key), 1).catch(() => none);
-    if (count > key.rpm)
-      return over(retryAfterS, 'key_requests_per_minute', `API key ${key.id} is over its limit of ${key.rpm} requests per minute`);
-  }
   if (key.tpm) {
     const { count, retryAfterS } = await limiter.countWindow(tokensCounter(key), 0).catch(() => none);
     if (count >= key.tpm)
       return over(retryAfterS, 'key_tokens_per_minute', `API key ${key.id} has used its limit of ${key.tpm} tokens per minute`);
+  }
+  if (key.rpm) {
+    const { count, retryAfterS } = await limiter.countWindow(requestsCounter(key), 1).catch(() => none);
+    if (count > key.rpm)
+      return over(retryAfterS, 'key_requests_per_minute', `API key ${key.id} is over its limit of ${key.rpm} requests per minute`);
   }
   return null;
 }

@@ -222,6 +222,18 @@ describe("each key's own limits", () => {
     expect(over.retryAfter).toMatch(/^\d+$/);
   });
 
+  it('a request refused for --tpm uses none of the key\'s --rpm: every one after says tokens, never "requests"', async () => {
+    const { url } = await w.up();
+    const { key, id } = await w.makeKey('acme', '--rpm', '3', '--tpm', '20');
+    await ask(url, key); // 17 tokens
+    await ask(url, key); // 34: the budget is spent, 2 of the 3 requests used
+    const refused = [];
+    for (let i = 0; i < 4; i++) refused.push(await refusal(ask(url, key)));
+    expect(refused.map((r) => r.code)).toEqual(Array(4).fill('key_tokens_per_minute'));
+    expect(refused[3].message).toContain(`API key ${id} has used its limit of 20 tokens per minute`);
+    expect(calls()).toBe(2);
+  });
+
   it('models.list offers a key that names its models only those: a picker never offers what answers 403', async () => {
     const { url } = await w.up();
     const { key } = await w.makeKey('acme', '--models', 'gpt-4o-mini');
