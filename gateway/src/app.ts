@@ -26,6 +26,8 @@ import type { Scopes } from './scopes';
 export interface GatewayOptions {
   path: RequestPath;
   scopes: Scopes;
+  /** The map's `cheaper_model`, for the flags' check of killed model names. */
+  cheaperModel?: string;
   flags: FlagStore;
   log: Logger;
   /** What kind of meter sink events go to, for /health. */

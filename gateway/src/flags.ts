@@ -7,6 +7,7 @@
  */
 import type { Redis } from 'ioredis';
 import type { Route } from './route';
+import type { Scopes } from './scopes';
 
 export interface Flags {
   enable_warm_fallback: boolean;
@@ -22,6 +23,31 @@ export interface Flags {
 export function allowedBy(flags: Flags, route: Route, model = route.config.model): boolean {
   return (route.tier === 'hot' || flags.enable_warm_fallback) && !flags.killed_models.includes(model);
 }
+
+/** The models a call can name: the routes' own, the scopes' `smaller_model`s and the map's `cheaper_model`. */
+interface CalledModels {
+  routes: readonly Route[];
+  scopes: Scopes;
+  cheaperModel?: string;
+}
+
+/**
+ * The killed models no call names: a typo, or another case. Matching stays exact (allowedBy), so
+ * these switch nothing off; where flags are set, the operator is told so rather than left believing
+ * a model is off.
+ */
+export function unmatchedKills(killed: readonly string[], called: CalledModels): string[] {
+  const names = new Set<string | undefined>([
+    ...called.routes.map((r) => r.config.model),
+    ...Object.values(called.scopes).map((s) => s.smaller_model),
+    called.cheaperModel,
+  ]);
+  return killed.filter((m) => !names.has(m));
+}
+
+/** The warning that names them. */
+export const unmatchedKillsWarning = (names: string[]) =>
+  `flags: killed_models ${names.map((n) => `"${n}"`).join(', ')} match no model a route calls (names are exact, case included): nothing is switched off for them`;
 
 export interface FlagStore {
   get(): Flags;

@@ -2,8 +2,9 @@
 import type express from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { FlagStore } from './flags';
+import { unmatchedKills, unmatchedKillsWarning, type FlagStore } from './flags';
 import type { RequestPath } from './request-path';
+import type { Scopes } from './scopes';
 
 const FlagsChange = z.strictObject({
   enable_warm_fallback: z.boolean().optional(),
@@ -14,6 +15,9 @@ const FlagsChange = z.strictObject({
 export interface OperatorDeps {
   path: RequestPath;
   flags: FlagStore;
+  scopes: Scopes;
+  /** The map's `cheaper_model` (spend-cap routing), a model a killed name may match. */
+  cheaperModel?: string;
   log: Logger;
   meterKind: string;
   healthExtras?: () => Promise<Record<string, unknown>>;
@@ -58,6 +62,9 @@ export function mountOperator(app: express.Express, admin: express.RequestHandle
     }
     const flags = await o.flags.update(parsed.data);
     o.log.warn({ flags }, 'flags changed');
-    res.json(flags);
+    // Names are matched exactly: one that matches nothing is kept as sent, and named in the log and the answer.
+    const unmatched = unmatchedKills(flags.killed_models, { routes: o.path.routes, scopes: o.scopes, cheaperModel: o.cheaperModel });
+    if (unmatched.length) o.log.warn({ unmatched_killed_models: unmatched }, unmatchedKillsWarning(unmatched));
+    res.json(unmatched.length ? { ...flags, unmatched_killed_models: unmatched } : flags);
   });
 }

@@ -17,7 +17,7 @@ import { SpendWatch, spendDaysFor } from './spend-cap-routing';
 import { startDemoProviders, type DemoProviders } from './demo-providers';
 import { readEnv, type GatewayEnv } from './env';
 import { ConfigError } from './errors';
-import type { FlagStore } from './flags';
+import { unmatchedKills, unmatchedKillsWarning, type FlagStore } from './flags';
 import { FleetBreakers } from './fleet-breakers';
 import { startClientAuth } from './key-guard';
 import { spendKeyTokens } from './key-policy';
@@ -189,6 +189,9 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   // The breakers act as one with the other instances on this Redis; their state is read before traffic.
   const fleet = redis ? new FleetBreakers(redis, stores.prefix ?? 'gateway', log) : null;
   await fleet?.start(path.routes);
+  // The flags at start (the map's, or those kept in Redis): a killed name that matches nothing is named.
+  const unmatched = unmatchedKills(flags.get().killed_models, { routes: path.routes, scopes, cheaperModel: map.cheaper_model });
+  if (unmatched.length) log.warn(unmatchedKillsWarning(unmatched));
   const reloader = new RoutesReloader({
     file: routesFile,
     mapEnv: mapEnv(env),
@@ -215,7 +218,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     queue: await within(queue.counts(), HEALTH_QUEUE_WAIT_MS, 'the Cold queue').catch(() => 'unreachable'),
   });
   const gateway = options.http
-    ? httpGateway(env, { path, scopes, flags, log, meter, auth, coldDeps, voice, phone, health, reloader })
+    ? httpGateway(env, { path, scopes, cheaperModel: map.cheaper_model, flags, log, meter, auth, coldDeps, voice, phone, health, reloader })
     : null;
 
   const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log, ownership, ...options.cold };
@@ -298,6 +301,7 @@ function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']
 interface HttpParts {
   path: RequestPath;
   scopes: Scopes;
+  cheaperModel: string | undefined;
   flags: FlagStore;
   log: Logger;
   meter: MeterSink;
@@ -314,6 +318,7 @@ function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
   return createGateway({
     path: p.path,
     scopes: p.scopes,
+    cheaperModel: p.cheaperModel,
     flags: p.flags,
     log: p.log,
     meterKind: p.meter.kind,

@@ -11,6 +11,7 @@ import type { Stores } from '../../gateway/src/stores';
 import { diffJson } from '../../gateway/src/routes-diff';
 import { loadRoutesMap, parseRoutesMap } from '../../gateway/src/routes-map';
 import { loadScopes } from '../../gateway/src/scopes';
+import { createStack } from '../../gateway/src/stack';
 import { captureLogger } from './harness';
 import { until } from './keys-harness';
 
@@ -283,6 +284,27 @@ describe('npm start', () => {
     const [code, err] = await started({ DEMO_PROVIDERS: 'off', CAPPED_PROVIDER: 'opnai' });
     expect(code).toBe(1);
     expect(err).toContain('CAPPED_PROVIDER: expected a provider of the routing map (openai, anthropic, mistral), got "opnai"');
+  });
+
+  it("warns at start of a map's killed model that no route calls (another case), and keeps it as written", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const routes = join(dir, 'routes.json');
+    const route = { provider: 'openai', model: 'gpt-4o-mini', baseUrl: 'http://127.0.0.1:9/v1' };
+    const flags = { killed_models: ['GPT-4o-mini'] };
+    writeFileSync(
+      routes,
+      JSON.stringify({ hot: [route], warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] }, flags }),
+    );
+    const logs: string[] = [];
+    const settings = { ROUTES_FILE: routes, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml'), HOT_API_KEY: 'k' };
+    const stack = await createStack(settings, captureLogger(logs), { http: false, worker: false });
+    try {
+      const warned = logs.map((l) => JSON.parse(l) as { level: number; msg: string }).filter((l) => l.level === 40);
+      expect(warned.map((l) => l.msg)).toContainEqual(expect.stringContaining('killed_models "GPT-4o-mini" match no model a route calls'));
+      expect(stack.flags.get().killed_models).toEqual(['GPT-4o-mini']);
+    } finally {
+      await stack.close();
+    }
   });
 
   it('refuses to start on an invalid map, naming the file and path', async () => {

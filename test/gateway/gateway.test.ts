@@ -244,6 +244,26 @@ describe('failover', () => {
     expect(models.data.map((m) => m.id)).not.toContain('claude-3-5-haiku-latest');
     expect((await fetch(`${gw.url}/v1/models/claude-3-5-haiku-latest`)).status).toBe(404);
   });
+
+  it('a killed model no route calls (a typo, another case) is kept as sent, and the answer and the log name it', async () => {
+    gw = await startGateway(all());
+    const put = (body: unknown) =>
+      fetch(`${gw!.url}/admin/flags`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` },
+        body: JSON.stringify(body),
+      }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }));
+    const typo = await put({ killed_models: ['GPT-4o-mini', 'claude-3-5-haiku-latest', 'mistral-smal'] });
+    expect(typo.status).toBe(200);
+    expect(typo.body.killed_models).toEqual(['GPT-4o-mini', 'claude-3-5-haiku-latest', 'mistral-smal']);
+    expect(typo.body.unmatched_killed_models).toEqual(['GPT-4o-mini', 'mistral-smal']);
+    const warned = gw.logs.map((l) => JSON.parse(l) as { level: number; msg: string }).filter((l) => l.level === 40);
+    expect(warned.map((l) => l.msg)).toContainEqual(expect.stringContaining('"GPT-4o-mini", "mistral-smal"'));
+    // Matching is unchanged: the Hot route's gpt-4o-mini still answers.
+    expect((await chat(gw.url)).headers.get('x-route-model')).toBe('gpt-4o-mini');
+    const exact = await put({ killed_models: ['claude-3-5-haiku-latest'] });
+    expect(exact.body).not.toHaveProperty('unmatched_killed_models');
+  });
 });
 
 describe('a client that goes away', () => {

@@ -75,6 +75,7 @@ it('a killed smaller model is not called by the fallback: the request fails as w
     body: JSON.stringify({ killed_models: ['gpt-4o-nano'] }),
   });
   expect(put.status).toBe(200);
+  expect(await put.json()).not.toHaveProperty('unmatched_killed_models'); // a smaller model is one a call names
   const res = await chat(gw.url, undefined, { 'x-job-type': 'summary' });
   expect(res.status).toBe(503);
   expect([...hot.received, ...warm.received].map((r) => r.body.model)).not.toContain('gpt-4o-nano');
