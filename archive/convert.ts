@@ -9,8 +9,9 @@
  * Every row is checked before anything is written; a bad row stops the run with its line and
  * field, and the archive is left as it was. A day already in the archive is rewritten as the
  * union of its stored rows and the input's rows, one row per event_id (the input wins), so
- * running the same input again changes nothing and late arrivals join their day. With --replace
- * a day's data becomes exactly the input's rows for that day.
+ * running the same input again changes nothing and late arrivals join their day; an event_id of
+ * the input stored on another day is removed there. With --replace a day's data becomes exactly
+ * the input's rows for that day.
  */
 import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -19,7 +20,7 @@ import { pipeline } from 'node:stream/promises';
 import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
-import { removeEmptiedPartitions } from './expire';
+import { DAY_FILE, removeEmptiedPartitions } from './expire';
 import { ABANDONED_MS, lockArchive } from './lock';
 
 export interface ConvertOptions {
@@ -73,22 +74,45 @@ function firstLine(file: string): string {
   return fd.split(/\r?\n/, 1)[0].replace(/^\uFEFF/, '');
 }
 
+/** A stored file of the archive and the UTC day (yyyymmdd) it holds. */
+interface StoredFile {
+  file: string;
+  day: string;
+}
+
 /**
- * Existing archive files holding any of these days, in either layout: a run with the other layout
- * (--partition added or forgotten) merges with them, or its rows would sit beside theirs, counted twice.
+ * The archive's stored files in either layout: flat `events_<yyyymmdd>[_N].parquet` and the files of
+ * `provider=<p>/day=<yyyymmdd>/`. A run with the other layout (--partition added or forgotten) merges
+ * with them, or its rows would sit beside theirs, counted twice.
  */
-function dayFiles(out: string, days: string[]): string[] {
+function storedFiles(out: string): StoredFile[] {
   if (!existsSync(out)) return [];
-  const wanted = new Set(days);
-  const files = days.map((d) => join(out, `events_${d}.parquet`)).filter((f) => existsSync(f));
+  const files: StoredFile[] = [];
   for (const p of readdirSync(out)) {
+    const flat = DAY_FILE.exec(p);
+    if (flat && statSync(join(out, p)).isFile()) files.push({ file: join(out, p), day: flat[1] });
     if (!p.startsWith('provider=') || !statSync(join(out, p)).isDirectory()) continue;
     for (const d of readdirSync(join(out, p))) {
-      if (!d.startsWith('day=') || !wanted.has(d.slice(4))) continue;
-      for (const f of readdirSync(join(out, p, d))) if (f.endsWith('.parquet')) files.push(join(out, p, d, f));
+      if (!/^day=\d{8}$/.test(d)) continue;
+      for (const f of readdirSync(join(out, p, d))) if (f.endsWith('.parquet')) files.push({ file: join(out, p, d, f), day: d.slice(4) });
     }
   }
   return files;
+}
+
+/**
+ * Days of other stored files that hold an event_id of the input: the same event exported again with
+ * another timestamp (a day's late arrivals, a re-sent event). The input wins there too, or reports
+ * over several days would count the event twice.
+ */
+async function daysHolding(duck: Duck, others: StoredFile[], input: string): Promise<string[]> {
+  if (others.length === 0) return [];
+  const rows = await duck.all<{ file: string }>(
+    `SELECT DISTINCT filename AS file FROM read_parquet([${others.map((o) => lit(o.file)).join(', ')}], filename = true, hive_partitioning = false, union_by_name = true) ` +
+      `WHERE event_id IN (SELECT event_id FROM ${input})`,
+  );
+  const holding = new Set(rows.map((r) => r.file));
+  return [...new Set(others.filter((o) => holding.has(o.file)).map((o) => o.day))];
 }
 
 /** A run's scratch folder in the archive, named for its process and start time (ms). */
@@ -174,14 +198,24 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
     const days = n
       ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d)
       : [];
-    const existing = dayFiles(out, days);
+    const stored = storedFiles(out);
+    const inputDays = new Set(days);
+    const others = stored.filter((s) => !inputDays.has(s.day));
+    const otherDays = new Set(await daysHolding(duck, others, written));
+    // Every file of a day that is rewritten: a day's rows are replaced as a whole.
+    const existing = stored.filter((s) => inputDays.has(s.day)).map((s) => s.file);
+    const moved = stored.filter((s) => otherDays.has(s.day)).map((s) => s.file);
     log(`read and checked ${n} rows, ${days.length} day(s) (${elapsed()})`);
+    if (moved.length > 0) log(`event_id(s) of the input stored on ${otherDays.size} other day(s): removed there`);
 
     // Pass 2, only when needed: one row per event_id within the input (the last occurrence wins,
     // which needs line order), and the union with days already in the archive.
     let staged = first;
     const merge = existing.length > 0 && !options.replace;
-    if (repeated > 0 || merge) {
+    // The stored rows kept beside the input's: the input's days unless --replace, and the other days
+    // that held an event_id of the input, always (--replace is about the input's days only).
+    const keep = [...(merge ? existing : []), ...moved];
+    if (repeated > 0 || keep.length > 0) {
       let source = written;
       if (repeated > 0) {
         log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
@@ -191,14 +225,14 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
         );
         source = 'input';
       }
-      const stored = merge
-        ? ` UNION ALL SELECT ${columns} FROM read_parquet([${existing.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM ${source})`
+      const kept = keep.length
+        ? ` UNION ALL SELECT ${columns} FROM read_parquet([${keep.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM ${source})`
         : '';
-      if (merge) log(`merging with ${existing.length} stored file(s) (${elapsed()})`);
+      if (keep.length) log(`merging with ${keep.length} stored file(s) (${elapsed()})`);
       staged = join(work, 'pass2');
-      await copyDays(`SELECT ${columns} FROM ${source}${stored}`, staged);
+      await copyDays(`SELECT ${columns} FROM ${source}${kept}`, staged);
     }
-    const files = publish(staged, out, existing, partition);
+    const files = publish(staged, out, [...existing, ...moved], partition);
     log(`archived ${n} input rows into ${files.length} file(s) for ${days.length} day(s) (${elapsed()})`);
     return { rows: n, days, files };
   } finally {

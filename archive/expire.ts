@@ -11,7 +11,8 @@ import { readdirSync, rmdirSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
-const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
+/** A flat day file's name, as `archive` writes it. */
+export const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
 /** The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. */
 const PARTITION_DIR = /^(provider=.+|day=\d{8})$/;
 

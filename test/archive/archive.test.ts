@@ -118,6 +118,33 @@ describe('npm run archive', () => {
     expect(await rowsIn(out)).toEqual([{ event_id: 'only', cost_usd: 9 }]);
   });
 
+  it('an event_id stored on another day (exported again with another timestamp) is counted once: the input wins, with --replace too', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(
+      csv([
+        { event_id: 'a', timestamp: '2026-11-20T23:59:00Z', customer_id: 'acme', cost_usd: 1 },
+        { event_id: 'b', timestamp: '2026-11-20T10:00:00Z', customer_id: 'acme', cost_usd: 2 },
+      ]),
+      { out, partition: true },
+    );
+    await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T00:01:00Z', customer_id: 'acme', cost_usd: 1 }]), { out });
+    expect(await rowsIn(out)).toEqual([
+      { event_id: 'a', cost_usd: 1 },
+      { event_id: 'b', cost_usd: 2 },
+    ]);
+    expect((await report('export-daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([
+      ['2026-11-20', 2],
+      ['2026-11-21', 1],
+    ]);
+    expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 3, calls: 2 }]);
+    // --replace makes the input's days exactly its rows; the other day keeps its own events.
+    await convert(csv([{ event_id: 'b', timestamp: '2026-11-22T08:00:00Z', customer_id: 'acme', cost_usd: 2 }]), { out, replace: true });
+    expect((await report('export-daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([
+      ['2026-11-21', 1],
+      ['2026-11-22', 2],
+    ]);
+  });
+
   it('partitions as provider=<p>/day=<yyyymmdd>/events_*.parquet and merges there too', async () => {
     const out = join(scratch(), 'arch');
     const input = csv([
