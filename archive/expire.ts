@@ -6,9 +6,13 @@
  * Only what the archive writes is touched: day files flat in the folder or in its partition
  * folders (`provider=<p>/day=<yyyymmdd>/`), and a partition folder only once removing its last
  * file emptied it. Other files and folders in the archive folder, empty or not, stay.
+ *
+ * It holds the archive's lock as `npm run archive` does: a run merging an old day would otherwise
+ * have its stored file removed under it and write the day back.
  */
 import { readdirSync, rmdirSync, rmSync, statSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
+import { lockArchive } from './lock';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
 /** A flat day file's name, as `archive` writes it. */
@@ -46,6 +50,17 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
   const root = resolve(archive);
   // Said as report says it (a mistyped --archive), not as the scandir error.
   if (!statSync(root, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--archive ${archive}: no such folder`);
+  // A dry run removes nothing, so it does not hold the folder (nor refuse a nightly run).
+  if (dryRun) return expireDays(root, cutoff, true);
+  const unlock = lockArchive(root, Date.now(), (message) => new Error(message));
+  try {
+    return expireDays(root, cutoff, false);
+  } finally {
+    unlock();
+  }
+}
+
+function expireDays(root: string, cutoff: string, dryRun: boolean): ExpireResult {
   const removed: string[] = [];
   let kept = 0;
   // The archive's own places: the folder itself (flat layout) and provider=<p>/day=<yyyymmdd>/.

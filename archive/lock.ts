@@ -1,8 +1,10 @@
 /**
- * One `npm run archive` per archive folder at a time. Two runs that merge into the same day each
- * read the stored file, and the second rename would replace the first run's union with its own:
- * the first input's events would be gone. A run holds `.archive-lock` in the folder (created
- * exclusively, with its pid, host and start); a second run is refused with who holds it.
+ * One `npm run archive` or `archive:expire` per archive folder at a time. Two runs that merge into
+ * the same day each read the stored file, and the second rename would replace the first run's union
+ * with its own: the first input's events would be gone. An expire beside a run that merges an old
+ * day would remove the stored file under it, and the day comes back. A run holds `.archive-lock` in
+ * the folder (created exclusively, with its pid, host and start); a second run is refused with who
+ * holds it.
  *
  * A lock left by a run that was killed is taken over: at once when its process is gone from this
  * machine, after a day when it names another machine (a folder shared by machines, where a pid says
@@ -93,13 +95,13 @@ export function lockArchive(out: string, started: number, refuse: (message: stri
     if (running(lock, h, started)) {
       const since = new Date(h.started).toISOString();
       throw refuse(
-        `${out}: another npm run archive (pid ${h.pid} on ${h.host}, started ${since}) is writing this archive; nothing was written, run again when it ends ` +
+        `${out}: another npm run archive or archive:expire (pid ${h.pid} on ${h.host}, started ${since}) is writing this archive; nothing was changed, run again when it ends ` +
           `(or, if that run is known to be dead, remove ${lock})`,
       );
     }
     if (takeOver(lock, h, started)) return hold(lock, started);
   }
-  throw refuse(`${out}: could not take ${lock} (other runs were taking it); nothing was written`);
+  throw refuse(`${out}: could not take ${lock} (other runs were taking it); nothing was changed`);
 }
 
 function hold(lock: string, started: number): () => void {

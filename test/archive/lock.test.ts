@@ -1,11 +1,12 @@
 // One npm run archive per archive folder: a second run while one writes would replace its merged day.
-import { spawn } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
-import { csvIn, rowsIn, scratchDir } from './archive-setup';
+import { spawn } from '../children';
+import { csvIn, root, rowsIn, scratchDir } from './archive-setup';
 
 const scratch = scratchDir();
 const day = (id: string) => ({ event_id: id, timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 });
@@ -24,7 +25,7 @@ describe('one run per archive folder', () => {
     const refused = runs.filter((r) => r.status === 'rejected');
     expect(refused).toHaveLength(1);
     expect(String((refused[0] as PromiseRejectedResult).reason)).toMatch(
-      /another npm run archive \(pid \d+ on .*\) is writing this archive/,
+      /another npm run archive or archive:expire \(pid \d+ on .*\) is writing this archive/,
     );
     expect(existsSync(join(out, '.archive-lock'))).toBe(false);
   });
@@ -60,5 +61,30 @@ describe('one run per archive folder', () => {
       expect((await convert(csvIn(scratch(), [day('a')]), { out })).rows, JSON.stringify(cut)).toBe(1);
       expect(existsSync(lock)).toBe(false);
     }
+  });
+
+  it("archive:expire holds the folder too: while another run holds it nothing is removed (exit 1, naming it); a dead run's lock is taken over", async () => {
+    const out = join(scratch(), 'arch');
+    mkdirSync(out);
+    const old = join(out, 'events_20200101.parquet');
+    writeFileSync(old, 'x');
+    const lock = join(out, '.archive-lock');
+    const expire = () =>
+      spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['bin/archive.ts', 'expire', '--archive', out], { cwd: root, encoding: 'utf8' });
+    const other = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+    try {
+      writeFileSync(lock, `${other.pid}\n${hostname()}\n${Date.now()}\n`);
+      const refused = expire();
+      expect(refused.status).toBe(1);
+      expect(refused.stderr).toContain(`pid ${other.pid} on ${hostname()}`);
+      expect(existsSync(old)).toBe(true);
+    } finally {
+      other.kill('SIGKILL');
+    }
+    await new Promise((done) => (other.exitCode === null && other.signalCode === null ? other.once('exit', done) : done(null)));
+    const taken = expire();
+    expect(taken.status, taken.stderr).toBe(0);
+    expect(existsSync(old)).toBe(false);
+    expect(existsSync(lock)).toBe(false);
   });
 });
