@@ -27,15 +27,24 @@ function usageProblem(args: string[]): string | null {
   return `dlq: expected list or move, got ${sub === undefined ? 'nothing' : `"${sub}"`}`;
 }
 
-export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: string) => void): Promise<number> {
+/**
+ * Runs one command. Results go to `out` (stdout), errors to `err` (stderr): a script that reads the
+ * output never takes an error for data. Exit code: 0 done, 1 failed, 2 usage.
+ */
+export async function ops(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  out: (line: string) => void,
+  err: (line: string) => void,
+): Promise<number> {
   const problem = usageProblem(args);
   if (problem) {
-    out(problem);
-    out(USAGE);
+    err(problem);
+    err(USAGE);
     return 2;
   }
   if (!env.QUEUE_STORE_URL) {
-    out('QUEUE_STORE_URL is not set: operator commands act on the Redis the gateways use');
+    err('QUEUE_STORE_URL is not set: operator commands act on the Redis the gateways use');
     return 2;
   }
   // A store that is away is said in one line within seconds, not waited for (and logged) for ever.
@@ -45,7 +54,7 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
     await within(redis.ping(), 5000, 'the store at QUEUE_STORE_URL');
   } catch (error) {
     redis.disconnect();
-    out(`the store at QUEUE_STORE_URL did not answer: ${(error as Error).message}`);
+    err(`the store at QUEUE_STORE_URL did not answer: ${(error as Error).message}`);
     return 1;
   }
   const pause = new RedisPause(redis, 60_000);
@@ -84,7 +93,7 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
           let moved = 0;
           for (const id of ids) {
             if (await queue.retryDeadLettered(id)) moved++;
-            else out(`${id}: not a dead-lettered job (npm run ops -- dlq list shows them)`);
+            else err(`${id}: not a dead-lettered job (npm run ops -- dlq list shows them)`);
           }
           out(`moved ${moved} job(s) back to the queue`);
           return moved === ids.length ? 0 : 1;
@@ -92,7 +101,7 @@ export async function ops(args: string[], env: NodeJS.ProcessEnv, out: (line: st
         break;
       }
     }
-    out(USAGE);
+    err(USAGE);
     return 2;
   } finally {
     pause.close();

@@ -18,6 +18,8 @@ const DB = TEST_REDIS_DB;
 const REDIS_URL = `redis://127.0.0.1:6379/${DB}`;
 const ADMIN = 'cold-admin';
 const prefix = `test-cold-${process.pid}`;
+/** npm run ops's error lines: none is expected where this is passed. */
+const fail = (line: string) => expect.fail(`npm run ops wrote an error: ${line}`);
 let redis: Redis;
 let hot: FakeProvider, warm: FakeProvider;
 let hook: Server;
@@ -409,32 +411,48 @@ describe('Cold tier', () => {
     expect(dead.lastError).toMatch(/HTTP 422/);
     const lines: string[] = [];
     const opsEnv = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix };
-    expect(await ops(['dlq', 'list'], opsEnv, (l) => lines.push(l))).toBe(0);
+    expect(await ops(['dlq', 'list'], opsEnv, (l) => lines.push(l), fail)).toBe(0);
     expect(lines.join('\n')).toContain(queued.jobId);
     hot.always({ kind: 'ok' });
-    expect(await ops(['dlq', 'move', queued.jobId], opsEnv, (l) => lines.push(l))).toBe(0);
+    expect(await ops(['dlq', 'move', queued.jobId], opsEnv, (l) => lines.push(l), fail)).toBe(0);
     await until(async () => (await job(url, queued.jobId)).state === 'completed');
     await until(async () => posted.some((p) => /dead-lettered/.test(p.text)));
     // An id that cannot be moved is named (it said only "moved 0 job(s)"), exit 1.
     const unknown = `llm-${'0'.repeat(40)}`;
     const moved: string[] = [];
-    expect(await ops(['dlq', 'move', unknown], opsEnv, (l) => moved.push(l))).toBe(1);
-    expect(moved).toEqual([`${unknown}: not a dead-lettered job (npm run ops -- dlq list shows them)`, 'moved 0 job(s) back to the queue']);
+    const refused: string[] = [];
+    expect(
+      await ops(
+        ['dlq', 'move', unknown],
+        opsEnv,
+        (l) => moved.push(l),
+        (l) => refused.push(l),
+      ),
+    ).toBe(1);
+    expect(refused).toEqual([`${unknown}: not a dead-lettered job (npm run ops -- dlq list shows them)`]);
+    expect(moved).toEqual(['moved 0 job(s) back to the queue']);
     // The pause defers queued jobs without spending attempts: the command says so (it said they fail and are retried).
     const paused: string[] = [];
-    expect(await ops(['pause'], opsEnv, (l) => paused.push(l))).toBe(0);
+    expect(await ops(['pause'], opsEnv, (l) => paused.push(l), fail)).toBe(0);
     expect(paused).toEqual(['paused: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent']);
     expect(await redis.get('pause_ai_tasks')).toBe('1');
     const status: string[] = [];
-    await ops(['status'], opsEnv, (l) => status.push(l));
+    await ops(['status'], opsEnv, (l) => status.push(l), fail);
     expect(status[0]).toMatch(/paused: yes/);
-    await ops(['resume'], opsEnv, () => {});
+    await ops(['resume'], opsEnv, () => {}, fail);
     expect(await redis.get('pause_ai_tasks')).toBeNull();
   });
 
   it('ops with the store away: one line saying so and exit code 1, within seconds (it waited for ever)', async () => {
     const lines: string[] = [];
-    expect(await ops(['status'], { QUEUE_STORE_URL: 'redis://127.0.0.1:1/0' }, (l) => lines.push(l))).toBe(1);
+    expect(
+      await ops(
+        ['status'],
+        { QUEUE_STORE_URL: 'redis://127.0.0.1:1/0' },
+        () => {},
+        (l) => lines.push(l),
+      ),
+    ).toBe(1);
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(/^the store at QUEUE_STORE_URL did not answer: /);
   }, 10_000);
@@ -471,7 +489,7 @@ describe('Cold tier', () => {
     process.on('unhandledRejection', record);
     try {
       const opsEnv = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix };
-      for (let i = 0; i < 30; i++) expect(await ops([i % 2 ? 'resume' : 'pause'], opsEnv, () => {})).toBe(0);
+      for (let i = 0; i < 30; i++) expect(await ops([i % 2 ? 'resume' : 'pause'], opsEnv, () => {}, fail)).toBe(0);
       // A rejection is reported after the microtasks of its turn: two turns more let the last one show.
       for (let turn = 0; turn < 2; turn++) await new Promise((r) => setImmediate(r));
     } finally {

@@ -1,18 +1,59 @@
 // npm run ops: what was typed is checked before the store is asked, so a typo is a usage error (exit 2) whatever the store does.
+// Errors go to stderr, never stdout: a script that reads the output gets only results.
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { ops } from '../../gateway/src/ops';
+import { TEST_REDIS_URL } from '../redis-db';
 
 const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all';
 /** A store that is not there: a command that reached it would answer 1, "did not answer". */
 const away = { QUEUE_STORE_URL: 'redis://127.0.0.1:1/0' };
+const root = join(import.meta.dirname, '..', '..');
+
+/** `npm run ops` as it runs: the built gateway/dist/ops.js. */
+const run = (args: string[], env: NodeJS.ProcessEnv) =>
+  spawnSync(process.execPath, [join(root, 'gateway/dist/ops.js'), ...args], { env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' });
 
 describe('npm run ops usage', () => {
   it('an unknown command, a missing id and extra arguments are usage errors naming what came, exit 2', async () => {
     for (const args of [['stauts'], [], ['dlq'], ['dlq', 'move'], ['dlq', 'move', 'a', 'b'], ['pause', 'now'], ['dlq', 'list', 'x']]) {
       const lines: string[] = [];
-      expect(await ops(args, away, (l) => lines.push(l)), args.join(' ')).toBe(2);
+      expect(
+        await ops(
+          args,
+          away,
+          () => {},
+          (l) => lines.push(l),
+        ),
+        args.join(' '),
+      ).toBe(2);
       expect(lines.at(-1)).toBe(USAGE);
       expect(lines.join('\n')).not.toContain('did not answer');
     }
   });
+
+  it('errors go to stderr with a non-zero exit, results to stdout: usage 2, no store 2, the store away 1, a job it cannot move 1', async () => {
+    const typo = run(['stauts'], away);
+    expect([typo.status, typo.stdout, typo.stderr]).toEqual([2, '', `unknown command "stauts"\n${USAGE}\n`]);
+    const unset = run(['status'], {});
+    expect([unset.status, unset.stdout]).toEqual([2, '']);
+    expect(unset.stderr).toMatch(/^QUEUE_STORE_URL is not set/);
+    const down = run(['status'], away);
+    expect([down.status, down.stdout]).toEqual([1, '']);
+    expect(down.stderr).toMatch(/^the store at QUEUE_STORE_URL did not answer: /);
+    const prefix = `test-ops-${process.pid}`;
+    const unknown = `llm-${'0'.repeat(40)}`;
+    const moved = run(['dlq', 'move', unknown], { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: prefix });
+    expect([moved.status, moved.stdout, moved.stderr]).toEqual([
+      1,
+      'moved 0 job(s) back to the queue\n',
+      `${unknown}: not a dead-lettered job (npm run ops -- dlq list shows them)\n`,
+    ]);
+    const redis = new Redis(TEST_REDIS_URL);
+    const keys = await redis.keys(`${prefix}:*`);
+    if (keys.length) await redis.del(...keys);
+    redis.disconnect();
+  }, 20_000);
 });
