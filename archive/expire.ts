@@ -15,6 +15,8 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { lockArchive } from './lock';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
+/** The longest window taken: 100 years. Beyond it the cutoff leaves the dates a day file can name (1e10 days overflows a Date). */
+export const MAX_ARCHIVE_DAYS = 36_500;
 /** A flat day file's name, as `archive` writes it. */
 export const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
 /** The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. */
@@ -44,7 +46,8 @@ export function removeEmptiedPartitions(root: string, file: string): void {
 
 /** Removes files of days strictly before `today − days` (UTC). `dryRun` only lists them. */
 export function expireArchive(archive: string, days: number, now = new Date(), dryRun = false): ExpireResult {
-  if (!Number.isInteger(days) || days < 1) throw new Error(`--days: expected a whole number >= 1, got ${days}`);
+  if (!Number.isInteger(days) || days < 1 || days > MAX_ARCHIVE_DAYS)
+    throw new Error(`--days: expected a whole number from 1 to ${MAX_ARCHIVE_DAYS}, got ${days}`);
   const today = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate());
   const cutoff = new Date(today - days * 86_400_000).toISOString().slice(0, 10).replace(/-/g, '');
   const root = resolve(archive);

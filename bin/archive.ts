@@ -8,7 +8,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { convert } from '../archive/convert';
 import { openDuck } from '../archive/duck';
-import { DEFAULT_ARCHIVE_DAYS, expireArchive } from '../archive/expire';
+import { DEFAULT_ARCHIVE_DAYS, MAX_ARCHIVE_DAYS, expireArchive } from '../archive/expire';
 import { REPORTS, formatRows, reportSql, type ReportName } from '../archive/reports';
 import { voiceRollupSql } from '../archive/voice-rollups';
 import { existsSync } from 'node:fs';
@@ -38,9 +38,13 @@ function day(option: string, value: string): string {
   return value;
 }
 
-/** `--days` (or ARCHIVE_RETENTION_DAYS) as text: digits only, so "", "10x" and "1e2" are not numbers of days. */
-function wholeDays(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) < 1) throw new UsageError(`--days: expected a whole number of days >= 1, got "${value}"`);
+/**
+ * `--days` (or ARCHIVE_RETENTION_DAYS, named as such) as text: digits only, so "", "10x" and "1e2" are
+ * not numbers of days; and at most 100 years, so the cutoff stays a date (10000000000 overflowed it).
+ */
+function wholeDays(option: string, value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > MAX_ARCHIVE_DAYS)
+    throw new UsageError(`${option}: expected a whole number of days from 1 to ${MAX_ARCHIVE_DAYS}, got "${value}"`);
   return Number(value);
 }
 
@@ -66,11 +70,15 @@ function expireCommand(rest: string[]): void {
     args: rest,
     options: {
       archive: { type: 'string', default: DEFAULT_ARCHIVE },
-      days: { type: 'string', default: process.env.ARCHIVE_RETENTION_DAYS ?? String(DEFAULT_ARCHIVE_DAYS) },
+      days: { type: 'string' },
       'dry-run': { type: 'boolean' },
     },
   });
-  const result = expireArchive(values.archive!, wholeDays(values.days!), new Date(), values['dry-run']);
+  const fromEnv = values.days === undefined && process.env.ARCHIVE_RETENTION_DAYS !== undefined;
+  const days = fromEnv
+    ? wholeDays('ARCHIVE_RETENTION_DAYS', process.env.ARCHIVE_RETENTION_DAYS!)
+    : wholeDays('--days', values.days ?? String(DEFAULT_ARCHIVE_DAYS));
+  const result = expireArchive(values.archive!, days, new Date(), values['dry-run']);
   for (const f of result.removed) process.stdout.write(`${values['dry-run'] ? 'would remove' : 'removed'} ${f}\n`);
   process.stderr.write(
     `${result.removed.length} file(s) of days before ${result.cutoff} ${values['dry-run'] ? 'to remove' : 'removed'}; ${result.kept} kept\n`,

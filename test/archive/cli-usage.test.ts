@@ -1,6 +1,6 @@
 // The archive CLI's usage errors: exit status 2 and a message naming the option and what was expected.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { csvIn, root, scratchDir } from './archive-setup';
@@ -8,6 +8,8 @@ import { csvIn, root, scratchDir } from './archive-setup';
 const scratch = scratchDir();
 const tsx = join(root, 'node_modules', '.bin', 'tsx');
 const run = (...args: string[]) => spawnSync(tsx, ['bin/archive.ts', ...args], { cwd: root, encoding: 'utf8' });
+const runWith = (env: NodeJS.ProcessEnv, ...args: string[]) =>
+  spawnSync(tsx, ['bin/archive.ts', ...args], { cwd: root, encoding: 'utf8', env: { ...process.env, ...env } });
 
 describe('archive CLI usage errors', () => {
   it('archive:expire --days that is not a whole number >= 1 is a usage error naming what came', () => {
@@ -16,9 +18,27 @@ describe('archive CLI usage errors', () => {
     for (const days of ['abc', '10x', '', '1.5', '0']) {
       const r = run('expire', '--archive', archive, '--days', days);
       expect(r.status, days).toBe(2);
-      expect(r.stderr).toContain(`--days: expected a whole number of days >= 1, got "${days}"`);
+      expect(r.stderr).toContain(`--days: expected a whole number of days from 1 to 36500, got "${days}"`);
     }
   });
+
+  it('archive:expire --days beyond 100 years (10000000000 overflowed the date, 1000000 named year 7) is a usage error naming the range; nothing is removed', () => {
+    const archive = join(scratch(), 'arch');
+    mkdirSync(archive);
+    const old = join(archive, 'events_20200101.parquet');
+    writeFileSync(old, 'x');
+    for (const days of ['10000000000', '36501']) {
+      const r = run('expire', '--archive', archive, '--days', days);
+      expect([r.status, r.stdout], days).toEqual([2, '']);
+      expect(r.stderr.trim()).toBe(`--days: expected a whole number of days from 1 to 36500, got "${days}"`);
+    }
+    const env = runWith({ ARCHIVE_RETENTION_DAYS: '10000000000' }, 'expire', '--archive', archive);
+    expect(env.status).toBe(2);
+    expect(env.stderr.trim()).toBe('ARCHIVE_RETENTION_DAYS: expected a whole number of days from 1 to 36500, got "10000000000"');
+    expect(existsSync(old)).toBe(true);
+    const longest = run('expire', '--archive', archive, '--days', '36500', '--dry-run');
+    expect([longest.status, longest.stdout]).toEqual([0, '']);
+  }, 60_000);
 
   it('report --as-of and --since must be real calendar days (2026-02-30 is not), said before DuckDB runs', () => {
     const archive = join(scratch(), 'arch');
