@@ -1,7 +1,8 @@
 /**
  * `checkSpendCaps()`: posts a spend alert to the team's Slack webhook when today's cost or the
  * 7-day cost is strictly greater than its cap (the same rule as the gateway's routing). Calls
- * without a price are counted in the alert, since their cost is missing from the totals.
+ * without a price are counted in the alert, since their cost is missing from the totals, and so
+ * are rows whose cost cell holds no number ≥ 0 (typed by hand), which the totals leave out.
  *
  * One alert per crossing and day: the UTC day of the last alert that Slack accepted is kept per
  * cap in a script property. A post that fails (non-2xx or exception) is not recorded, so the next
@@ -13,8 +14,17 @@
 import { overCap } from '../../schema/spend-cap';
 import { configText, readCaps, readConfig } from './config';
 import type { MeterServices } from './services';
-import { cellNumber, cellTime } from './events-sheet';
-import { capExceeded, readSpendRows, roundUsd, spendTotals, unpricedCounts, type SpendTotals } from './spend';
+import { cellTime } from './events-sheet';
+import {
+  capExceeded,
+  costOrNothing,
+  readSpendRows,
+  roundUsd,
+  spendTotals,
+  unpricedCounts,
+  unreadableCosts,
+  type SpendTotals,
+} from './spend';
 import { DAY_MS } from './utc-day';
 import type { Caps } from './config';
 
@@ -34,6 +44,8 @@ export interface CapCheck {
   totals: SpendTotals;
   /** Events marked as having no price (counted as $0 in the totals), today and in the 7 days. */
   unpriced: SpendTotals;
+  /** Rows whose cost cell holds no number ≥ 0 (left out of the totals), today and in the 7 days. */
+  unreadable: SpendTotals;
   caps: Caps;
   crossed: CapKind[];
   /** Crossed caps not yet alerted today. */
@@ -55,13 +67,20 @@ function unpricedNote(unpriced: SpendTotals): string {
   return `${calls(unpriced.last7d)} without a price in the last 7 days (${unpriced.today} today): their cost is unknown and counted as $0, so the totals are too low`;
 }
 
+/** "N rows with a cost that is not a number ≥ 0 …" (typed by hand over the meter's), or '' when there are none. */
+function unreadableNote(unreadable: SpendTotals): string {
+  if (unreadable.last7d === 0) return '';
+  const rows = unreadable.last7d === 1 ? '1 row' : `${unreadable.last7d} rows`;
+  return `${rows} with a cost that is not a number ≥ 0 in the last 7 days (${unreadable.today} today): left out of the totals, correct them in the events tab`;
+}
+
 /**
  * The alert: Block Kit blocks plus a top-level `text` (the plain form, and the notification text).
  * With `late`, the alert of an earlier day's daily cap that was not alerted that day: that day's
  * cost stands where today's does.
  */
 function slackPayload(
-  check: Pick<CapCheck, 'totals' | 'caps' | 'unpriced'>,
+  check: Pick<CapCheck, 'totals' | 'caps' | 'unpriced' | 'unreadable'>,
   crossed: CapKind[],
   now: Date,
   sheetUrl: string,
@@ -74,10 +93,10 @@ function slackPayload(
   const dayName = late ? `${late.day} (UTC)` : 'Today (UTC)';
   const today = `${late ? `${late.day} (not alerted that day)` : 'Today'}: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
   const week = `Last 7 days: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;
-  const note = unpricedNote(check.unpriced);
-  const noteBlock = note ? [{ type: 'section', text: { type: 'mrkdwn', text: `:warning: ${note}.` } }] : [];
+  const notes = [unpricedNote(check.unpriced), unreadableNote(check.unreadable)].filter(Boolean);
+  const noteBlocks = notes.map((note) => ({ type: 'section', text: { type: 'mrkdwn', text: `:warning: ${note}.` } }));
   return {
-    text: `${headline}. ${today}. ${week}.${note ? ` ${note}.` : ''}`,
+    text: [`${headline}.`, `${today}.`, `${week}.`, ...notes.map((note) => `${note}.`)].join(' '),
     blocks: [
       { type: 'header', text: { type: 'plain_text', text: headline, emoji: true } },
       {
@@ -87,7 +106,7 @@ function slackPayload(
           { type: 'mrkdwn', text: `*Last 7 days*\n${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} cap` },
         ],
       },
-      ...noteBlock,
+      ...noteBlocks,
       {
         type: 'context',
         elements: [
@@ -121,7 +140,7 @@ function lateCrossing(rows: unknown[][], state: AlertState, today: string, cap: 
   let cost = 0;
   for (const [time, cell] of rows) {
     const t = cellTime(time);
-    if (t >= start && t < start + DAY_MS) cost += cellNumber(cell);
+    if (t >= start && t < start + DAY_MS) cost += costOrNothing(cell);
   }
   return overCap(roundUsd(cost), cap) ? { day, cost: roundUsd(cost) } : null;
 }
@@ -158,6 +177,7 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
     rows.map((r) => [r[0], r[2]]),
     now.getTime(),
   );
+  const unreadable = unreadableCosts(rows, now.getTime());
   const crossed: CapKind[] = [];
   if (overCap(totals.today, caps.dailyCapUsd)) crossed.push('daily');
   if (overCap(totals.last7d, caps.burn7dCapUsd)) crossed.push('burn7d');
@@ -165,7 +185,7 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const state = readState(svc);
   const stateBefore = JSON.stringify(state);
   const due = crossed.filter((k) => state[k] !== day);
-  const result: CapCheck = { totals, unpriced, caps, crossed, due, posted: false, message: '' };
+  const result: CapCheck = { totals, unpriced, unreadable, caps, crossed, due, posted: false, message: '' };
   const webhook = configText(config, 'SLACK_WEBHOOK_URL');
   const cannot = unusable(webhook);
 
@@ -197,7 +217,8 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   }
   if (lateSettled) state.checked = day;
   if (JSON.stringify(state) !== stateBefore) result.message += saved(svc, state, result.posted);
-  result.message = earlier + result.message;
+  const unread = unreadableNote(unreadable); // said on every run, not only in an alert
+  result.message = earlier + result.message + (unread ? `; ${unread}` : '');
   svc.log(`checkSpendCaps: ${result.message}`);
   return result;
 }

@@ -1,10 +1,11 @@
 /**
  * `sendWeeklyDigest()`: one e-mail to Config TEAM_EMAILS (Mondays 08:00 UTC) with the scorecards,
- * the calls without a price, the top tables and links. Rows flagged as personal data are left out.
- * The remaining MailApp quota is checked first: the e-mail goes to everyone or to no one.
+ * the calls without a price and the cost cells it could not read, the top tables and links. Rows
+ * flagged as personal data are left out. The remaining MailApp quota is checked first: the e-mail
+ * goes to everyone or to no one.
  */
 import { configText, readConfig } from './config';
-import { unpricedSentence, type DigestFigures } from './digest';
+import { unpricedSentence, unreadableCostSentence, type DigestFigures } from './digest';
 import { DIGEST_TAB, refreshDigest } from './digest-tab';
 import { lookerReportUrl } from './public-tab';
 import type { MeterServices } from './services';
@@ -25,7 +26,7 @@ function plainBody(f: DigestFigures, links: Array<[string, string]>): string {
     `AI spend digest, week to ${f.generatedAt.slice(0, 10)} (UTC)`,
     '',
     `Cost today: ${money(f.today, 4)}   Last 7 days: ${money(f.last7d)}   Last 30 days: ${money(f.last30d)}`,
-    ...(unpricedSentence(f) ? [unpricedSentence(f)] : []),
+    ...[unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean),
     '',
     'Top customers by cost, last 7 days:',
     ...f.topCustomers7d.map((c) => `  ${c.customer_id}: ${money(c.cost_usd)} (${c.calls} calls)`),
@@ -49,7 +50,7 @@ function htmlBody(f: DigestFigures, links: Array<[string, string]>): string {
   return [
     `<h2>AI spend digest</h2><p>Week to ${f.generatedAt.slice(0, 10)} (UTC)</p>`,
     table(['Today', 'Last 7 days', 'Last 30 days'], [[money(f.today, 4), money(f.last7d), money(f.last30d)]]),
-    unpricedSentence(f) ? `<p><b>${esc(unpricedSentence(f))}</b></p>` : '',
+    ...[unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean).map((s) => `<p><b>${esc(s)}</b></p>`),
     '<h3>Top customers by cost, last 7 days</h3>',
     table(
       ['customer_id', 'cost', 'calls'],

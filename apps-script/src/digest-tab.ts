@@ -1,7 +1,8 @@
 /**
  * The `Digest` tab, rewritten by `refreshDigest()` (hourly and from the menu): scorecards, calls
- * without a price, top customers and models, the daily series with its chart, the voice rollups.
- * The layout is fixed (same cells every refresh), so the chart's range never moves.
+ * without a price and cost cells that hold no number, top customers and models, the daily series
+ * with its chart, the voice rollups. The layout is fixed (same cells every refresh), so the
+ * chart's range never moves.
  */
 import { SERIES_DAYS, computeDigest, type DigestFigures } from './digest';
 import { getEventsSheet, readAllRows } from './events-sheet';
@@ -51,8 +52,16 @@ function digestGrid(d: DigestFigures): unknown[][] {
   grid.push(pad(['Cost today (UTC)', 'Cost last 7 days', 'Cost last 30 days']));
   grid.push(pad([d.today, d.last7d, d.last30d]));
   // Their cost is unknown and counted as 0 above, so the scorecards are too low by that much.
-  grid.push(pad(['Calls without a price today', 'Calls without a price, last 7 days', 'Calls without a price, last 30 days']));
-  grid.push(pad([d.unpriced.today, d.unpriced.last7d, d.unpriced.last30d]));
+  // Beside them, the rows whose cost cell holds no number ≥ 0 (typed by hand), left out of the scorecards.
+  grid.push(
+    pad([
+      'Calls without a price today',
+      'Calls without a price, last 7 days',
+      'Calls without a price, last 30 days',
+      'Rows with a cost that is not a number ≥ 0, last 30 days',
+    ]),
+  );
+  grid.push(pad([d.unpriced.today, d.unpriced.last7d, d.unpriced.last30d, d.unreadableCosts30d]));
   grid.push(pad(['Top customers by cost, last 7 days']));
   grid.push(pad(['customer_id', 'cost_usd', 'calls']));
   for (let i = 0; i < TOP_N; i++) {
@@ -104,7 +113,10 @@ export function refreshDigest(svc: MeterServices): DigestRefresh {
   }
   refreshPublicTab(svc, rows.length);
   const unpriced = figures.unpriced.last7d ? `; ${figures.unpriced.last7d} call(s) without a price in 7 days` : '';
-  const message = `digest refreshed: today $${figures.today.toFixed(4)}, 7 days $${figures.last7d.toFixed(2)}, 30 days $${figures.last30d.toFixed(2)}${unpriced}`;
+  const unreadable = figures.unreadableCosts30d
+    ? `; ${figures.unreadableCosts30d} row(s) with a cost that is not a number ≥ 0 in 30 days, left out`
+    : '';
+  const message = `digest refreshed: today $${figures.today.toFixed(4)}, 7 days $${figures.last7d.toFixed(2)}, 30 days $${figures.last30d.toFixed(2)}${unpriced}${unreadable}`;
   svc.log(`refreshDigest: ${message}`);
   return { figures, message };
 }

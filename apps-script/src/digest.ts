@@ -3,10 +3,11 @@
  * customers and models, and how many calls had no price. Computed from the events tab's rows in
  * one pass; shown by the Digest tab (digest-tab.ts) and the weekly e-mail (digest-mail.ts).
  *
- * Rows with pii_flag true are left out of everything here.
+ * Rows with pii_flag true are left out of everything here. A cost cell that holds no number ≥ 0
+ * (typed by hand: "$1.50", "1,50") is left out of the costs and counted.
  */
 import { isUnpriced } from '../../schema/unpriced';
-import { EVENT_AT, cellNumber, cellTime } from './events-sheet';
+import { EVENT_AT, cellCost, cellNumber, cellTime } from './events-sheet';
 import { roundUsd } from './spend';
 import { DAY_MS, utcDayStart } from './utc-day';
 import type { VoiceRollup } from './voice-rollup';
@@ -35,6 +36,8 @@ export interface DigestFigures {
   last30d: number;
   /** Calls marked as having no price (their cost counts as 0 above), over the same periods. */
   unpriced: { today: number; last7d: number; last30d: number };
+  /** Rows of the last 30 days whose cost cell holds no number ≥ 0: left out of the costs above. */
+  unreadableCosts30d: number;
   /** Oldest first, one entry per UTC day (days without events are 0). */
   daily: Array<{ day: string; cost_usd: number }>;
   topCustomers7d: CustomerCost[];
@@ -76,6 +79,7 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
   const models = new Map<string, { tokens: number; cost: number }>();
   const unpriced = { today: 0, last7d: 0, last30d: 0 };
   let pii = 0;
+  let unreadable = 0;
   let t7 = 0;
   let todayCost = 0;
   for (const row of rows) {
@@ -85,7 +89,11 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
     }
     const t = cellTime(row[EVENT_AT.timestamp]);
     if (!(t >= start30)) continue;
-    const cost = cellNumber(row[EVENT_AT.cost_usd]);
+    let cost = cellCost(row[EVENT_AT.cost_usd]);
+    if (Number.isNaN(cost)) {
+      unreadable++;
+      cost = 0;
+    }
     const noPrice = isUnpriced(row[EVENT_AT.error_code]) ? 1 : 0;
     const day = Math.min(SERIES_DAYS - 1, Math.floor((t - start30) / DAY_MS)); // future-dated rows count as today
     daily[day] += cost;
@@ -115,6 +123,7 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
     last7d: roundUsd(t7),
     last30d: roundUsd(daily.reduce((a, b) => a + b, 0)),
     unpriced,
+    unreadableCosts30d: unreadable,
     daily: daily.map((cost, i) => ({ day: new Date(start30 + i * DAY_MS).toISOString().slice(0, 10), cost_usd: roundUsd(cost) })),
     topCustomers7d: topCustomers(customers),
     topModels30d: topModels(models),
@@ -126,4 +135,13 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
 export function unpricedSentence(d: DigestFigures): string {
   const n = d.unpriced.last7d;
   return n === 0 ? '' : `${n} call${n === 1 ? '' : 's'} without a price in the last 7 days: their cost is unknown and counted as $0.`;
+}
+
+/** "N rows … have a cost that is not a number ≥ 0 …" for people, or '' when there were none. */
+export function unreadableCostSentence(d: DigestFigures): string {
+  const n = d.unreadableCosts30d;
+  const rows = n === 1 ? '1 row in the last 30 days has' : `${n} rows in the last 30 days have`;
+  return n === 0
+    ? ''
+    : `${rows} a cost that is not a number ≥ 0 (typed by hand, such as "$1.50"): left out of the costs; correct it in the events tab.`;
 }

@@ -2,7 +2,7 @@
  * The `events` tab: how an EventRecord becomes a sheet row and back, and the bounded-cost
  * operations on the tab (append a batch, find stored event_ids, read the columns a report needs).
  */
-import { EVENT_FIELDS, TEXT_FIELDS, type EventField, type EventRecord } from '../../schema/event-record';
+import { EVENT_FIELDS, TEXT_FIELDS, parseDecimalText, type EventField, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { CellValue, Sheet, Spreadsheet } from './services';
 import { fieldIndex, growFor } from './tabs';
@@ -50,6 +50,18 @@ export function cellNumber(value: unknown): number {
     return Number.isFinite(n) ? n : 0;
   }
   return 0;
+}
+
+/**
+ * A cost cell → USD, NaN when it holds no number ≥ 0: what a person typed over it ("$1.50", "1,50",
+ * "1.5 USD", a note, a negative number). Not guessed ("1,50" may be 1.5 or 150), not read as 0
+ * unsaid: the totals leave such a cell out and the views count it. An empty cell is 0, as an
+ * absent cost at ingest.
+ */
+export function cellCost(value: unknown): number {
+  if (value === null || value === undefined || (typeof value === 'string' && value.trim() === '')) return 0;
+  const n = typeof value === 'number' ? value : typeof value === 'string' ? parseDecimalText(value) : NaN;
+  return Number.isFinite(n) && n >= 0 ? n : NaN;
 }
 
 /** Cell → epoch ms, for a timestamp cell (a Date, or RFC 3339 text an operator pasted). NaN if neither. */

@@ -1,13 +1,14 @@
 /**
  * Spend figures: today's cost (the UTC day) and the rolling 7-day cost (today and the 6 UTC days
  * before), against the caps. A cap is exceeded only when strictly greater: the shared rule of
- * schema/spend-cap.ts, the same for the alerts and for the gateway's spend-cap routing.
+ * schema/spend-cap.ts, the same for the alerts and for the gateway's spend-cap routing. A cost
+ * cell that holds no number ≥ 0 (typed by hand) is left out of the totals; the alert counts it.
  */
 import type { EventField } from '../../schema/event-record';
 import { capExceeded as overACap, roundUsd } from '../../schema/spend-cap';
 import { isUnpriced } from '../../schema/unpriced';
 import { readCaps, readConfig, type Caps } from './config';
-import { cellNumber, cellTime, columnOf, getEventsSheet } from './events-sheet';
+import { cellCost, cellTime, columnOf, getEventsSheet } from './events-sheet';
 import type { MeterServices } from './services';
 import { DAY_MS, utcDayStart } from './utc-day';
 
@@ -43,10 +44,21 @@ function windowSums(rows: Iterable<readonly unknown[]>, nowMs: number, value: (c
   return { today: todaySum, last7d: weekSum };
 }
 
+/** A cost cell's USD for a total: one that holds no number ≥ 0 is left out (and counted by unreadableCosts). */
+export function costOrNothing(cell: unknown): number {
+  const cost = cellCost(cell);
+  return Number.isNaN(cost) ? 0 : cost;
+}
+
 /** Today's and the 7-day cost from (timestamp, cost) pairs. */
 export function spendTotals(rows: Iterable<readonly unknown[]>, nowMs: number): SpendTotals {
-  const sums = windowSums(rows, nowMs, cellNumber);
+  const sums = windowSums(rows, nowMs, costOrNothing);
   return { today: roundUsd(sums.today), last7d: roundUsd(sums.last7d) };
+}
+
+/** Rows whose cost cell holds no number ≥ 0 (typed by hand), today and in the 7 days, from (timestamp, cost) pairs. */
+export function unreadableCosts(rows: Iterable<readonly unknown[]>, nowMs: number): SpendTotals {
+  return windowSums(rows, nowMs, (cell) => (Number.isNaN(cellCost(cell)) ? 1 : 0));
 }
 
 /** Events marked as having no price, today and in the 7 days, from (timestamp, error_code) pairs. */

@@ -1,0 +1,59 @@
+// Cost cells typed by hand in the events tab ("$1.50", "1,50", "1.5 USD", text, a negative number):
+// on the built bundle, they are left out of every total and counted where spend is shown, never
+// read as 0 unsaid nor as another amount ("0x10" is not $16).
+import { describe, expect, it } from 'vitest';
+import { EVENT_FIELDS } from '../../schema/event-record';
+import { callJson } from './fakes/platform';
+import { SECRET, WEBHOOK, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+
+const HAND_TYPED = ['$1.50', '1,50', '1.5 USD', 'see invoice', '0x10', -5];
+
+function meterWithHandTypedCosts() {
+  const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+  const events = [{ event_id: 'measured', cost_usd: 2 }, ...HAND_TYPED.map((_, i) => ({ event_id: `typed-${i}`, cost_usd: 1 }))];
+  expect(post(meter, { events })).toMatchObject({ ok: true, appended: events.length });
+  const cost = EVENT_FIELDS.indexOf('cost_usd');
+  // What a person typed over the cost the meter wrote (Sheets keeps such input as text).
+  HAND_TYPED.forEach((typed, i) => {
+    eventsTab(platform).data.find((r) => r[0] === `typed-${i}`)![cost] = typed;
+  });
+  return { platform, meter };
+}
+
+describe('cost cells typed by hand', () => {
+  it('are left out of the spend answer, not read as another amount', () => {
+    const { meter } = meterWithHandTypedCosts();
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({ today_cost_usd: 2, last_7d_cost_usd: 2 });
+  });
+
+  it('the cap alert leaves them out of the totals and says how many', () => {
+    const { platform, meter } = meterWithHandTypedCosts();
+    setConfig(platform, 'SLACK_WEBHOOK_URL', WEBHOOK);
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    expect(meter.checkSpendCaps()).toMatch(/6 rows with a cost that is not a number ≥ 0/);
+    const [alert] = platform.urlFetch.payloads(WEBHOOK);
+    expect(alert.text).toContain('Today: $2.0000 of $1.00 daily cap');
+    expect(alert.text).toContain('6 rows with a cost that is not a number ≥ 0 in the last 7 days (6 today): left out of the totals');
+    expect(JSON.stringify(alert.blocks)).toContain('6 rows with a cost that is not a number ≥ 0');
+  });
+
+  it('the Digest tab leaves them out of its figures and counts them beside the calls without a price', () => {
+    const { platform, meter } = meterWithHandTypedCosts();
+    expect(meter.refreshDigest()).toMatch(/6 row\(s\) with a cost that is not a number ≥ 0/);
+    const grid = platform.spreadsheet.tab('Digest')!.data;
+    const scores = grid.findIndex((r) => r[0] === 'Cost today (UTC)');
+    expect(grid[scores + 1].slice(0, 3)).toEqual([2, 2, 2]);
+    const counts = grid.findIndex((r) => r[0] === 'Calls without a price today');
+    expect([grid[counts][3], grid[counts + 1][3]]).toEqual(['Rows with a cost that is not a number ≥ 0, last 30 days', 6]);
+  });
+
+  it('the weekly e-mail says so', () => {
+    const { platform, meter } = meterWithHandTypedCosts();
+    setConfig(platform, 'TEAM_EMAILS', 'ops@example.com');
+    meter.sendWeeklyDigest();
+    const [mail] = platform.mail.sent;
+    expect(mail.body).toContain('Last 7 days: $2.00');
+    expect(mail.body).toContain('6 rows in the last 30 days have a cost that is not a number ≥ 0');
+    expect(mail.htmlBody).toContain('6 rows in the last 30 days have a cost that is not a number ≥ 0');
+  });
+});
