@@ -19,6 +19,7 @@ import { EVENT_AT, cellTime, getEventsSheet, readAllRows } from './events-sheet'
 import { folderFromConfig } from './folders';
 import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
 import type { Folder, MeterServices } from './services';
+import { checkSheetTimeZone } from './sheet-time-zone';
 import { findRow } from './tabs';
 import { DAY_MS, parseUtcDay, utcDayStart } from './utc-day';
 import { readWatermark, watermarkHolds, writeWatermark, type Watermark } from './watermark';
@@ -46,6 +47,7 @@ function rowsToCsv(rows: unknown[][]): string {
 /** `doGet?action=export&since=YYYY-MM-DD`: rows with a timestamp on or after that UTC day. */
 export function exportSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
+  checkSheetTimeZone(svc.spreadsheet);
   return rowsToCsv(readAllRows(getEventsSheet(svc.spreadsheet)).filter((row) => cellTime(row[EVENT_AT.timestamp]) >= from));
 }
 
@@ -229,6 +231,7 @@ function busy(svc: MeterServices, since: number): ExportResult {
 }
 
 export function exportArchive(svc: MeterServices): ExportResult {
+  checkSheetTimeZone(svc.spreadsheet);
   const nowMs = svc.now().getTime();
   const run = svc.uuid();
   let result: ExportResult;

@@ -12,6 +12,7 @@ import { cellTime, findStoredIds } from './events-sheet';
 import { MAX_BATCH } from './ingest';
 import { withScriptLock } from './lock';
 import type { MeterServices } from './services';
+import { checkSheetTimeZone } from './sheet-time-zone';
 import { appendTabRows, fieldIndex, type TabSpec, tab } from './tabs';
 import { parseUtcDay } from './utc-day';
 import type { JsonReply } from './web';
@@ -44,6 +45,7 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
 /** `doGet?action=export&what=calls&since=YYYY-MM-DD`: the calls tab as CSV (started on or after that UTC day). */
 export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
+  checkSheetTimeZone(svc.spreadsheet);
   const sheet = svc.spreadsheet.getSheetByName(CALLS.name);
   const last = sheet ? sheet.getLastRow() : 0;
   // A tab from before ended_reason has fewer columns: the missing ones export empty.

@@ -8,6 +8,7 @@ import { SERIES_DAYS, computeDigest, type DigestFigures } from './digest';
 import { getEventsSheet, readAllRows } from './events-sheet';
 import { ensureSheet, refreshPublicTab } from './public-tab';
 import type { MeterServices } from './services';
+import { checkSheetTimeZone } from './sheet-time-zone';
 import { voiceRollups, type VoiceRollup } from './voice-rollup';
 
 export const DIGEST_TAB = 'Digest';
@@ -92,6 +93,7 @@ export interface DigestRefresh {
 /** `refreshDigest()`: reads the events tab once and rewrites the Digest tab's fixed block. */
 export function refreshDigest(svc: MeterServices): DigestRefresh {
   const rows = readAllRows(getEventsSheet(svc.spreadsheet));
+  checkSheetTimeZone(svc.spreadsheet);
   const figures = computeDigest(rows, svc.now().getTime());
   figures.voice = voiceRollups(svc);
   const sheet = ensureSheet(svc, DIGEST_TAB);

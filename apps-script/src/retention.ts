@@ -18,6 +18,7 @@ import { EVENT_AT, EVENT_COLUMNS, cellTime, getEventsSheet, readAllRows } from '
 import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
 import { finishJournal, interruptedRun, startJournal } from './retention-journal';
 import type { MeterServices } from './services';
+import { checkSheetTimeZone } from './sheet-time-zone';
 import { DAY_MS, utcDayStart } from './utc-day';
 import { readWatermark, watermarkHolds } from './watermark';
 
@@ -41,6 +42,7 @@ export interface RetentionResult {
 
 export function applyRetention(svc: MeterServices): RetentionResult {
   const days = configNumber(readConfig(svc.spreadsheet), 'RETENTION_DAYS', DEFAULT_RETENTION_DAYS, 1);
+  checkSheetTimeZone(svc.spreadsheet);
   const cutoffMs = utcDayStart(svc.now().getTime()) - days * DAY_MS;
   const cutoff = new Date(cutoffMs).toISOString();
   return withScriptLock(

@@ -12,9 +12,7 @@ import { CALLS } from './calls-tab';
 import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab } from './tabs';
 import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
 import type { MeterServices, Sheet } from './services';
-
-/** The spreadsheet's time zone: days and date-times in the sheet are UTC days, as in the spend rules. */
-const SHEET_TIME_ZONE = 'Etc/GMT';
+import { SHEET_TIME_ZONE } from './sheet-time-zone';
 
 /** Shows the stored instant as its RFC 3339 UTC text (the sheet's time zone is GMT). */
 const TIMESTAMP_FORMAT = 'yyyy-mm-dd"T"hh:mm:ss.000"Z"';

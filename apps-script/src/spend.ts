@@ -10,6 +10,7 @@ import { isUnpriced } from '../../schema/unpriced';
 import { readCaps, readConfig, type Caps } from './config';
 import { cellCost, cellTime, columnOf, getEventsSheet } from './events-sheet';
 import type { MeterServices } from './services';
+import { checkSheetTimeZone } from './sheet-time-zone';
 import { DAY_MS, utcDayStart } from './utc-day';
 
 export interface SpendSummary {
@@ -73,6 +74,7 @@ export function capExceeded(totals: SpendTotals, caps: Caps): boolean {
 /** One read of the columns from timestamp to `through`; each row as [timestamp, cost_usd, <through>]. */
 export function readSpendRows(svc: Pick<MeterServices, 'spreadsheet'>, through: EventField = 'cost_usd'): unknown[][] {
   const sheet = getEventsSheet(svc.spreadsheet);
+  checkSheetTimeZone(svc.spreadsheet);
   const lastRow = sheet.getLastRow();
   if (lastRow < 2) return [];
   const first = columnOf('timestamp');
