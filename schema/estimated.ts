@@ -12,7 +12,7 @@
 const ESTIMATED = 'ESTIMATED';
 const SEPARATOR = '|';
 
-function isEstimated(errorCode: unknown): boolean {
+export function isEstimated(errorCode: unknown): boolean {
   return typeof errorCode === 'string' && errorCode.split(SEPARATOR).some((code) => code.trim() === ESTIMATED);
 }
 

@@ -1,11 +1,12 @@
 /**
  * `sendWeeklyDigest()`: one e-mail to Config TEAM_EMAILS (Mondays 08:00 UTC) with the scorecards,
- * the calls without a price and the cost cells it could not read, the top tables and links. Rows
+ * the part of the cost that is estimated, the calls without a price and the cost cells it could not
+ * read, the top tables and links. Rows
  * flagged as personal data are left out. The remaining MailApp quota is checked first: the e-mail
  * goes to everyone or to no one.
  */
 import { configText, readConfig } from './config';
-import { unpricedSentence, unreadableCostSentence, type DigestFigures } from './digest';
+import { estimatedSentence, unpricedSentence, unreadableCostSentence, type DigestFigures } from './digest';
 import { DIGEST_TAB, refreshDigest } from './digest-tab';
 import { lookerReportUrl } from './public-tab';
 import type { MeterServices } from './services';
@@ -21,12 +22,15 @@ export interface WeeklyDigestResult {
   message: string;
 }
 
+/** What people should know about the costs: the part estimated, calls without a price, cells not read. */
+const notes = (f: DigestFigures) => [estimatedSentence(f), unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean);
+
 function plainBody(f: DigestFigures, links: Array<[string, string]>): string {
   return [
     `AI spend digest, week to ${f.generatedAt.slice(0, 10)} (UTC)`,
     '',
     `Cost today: ${money(f.today, 4)}   Last 7 days: ${money(f.last7d)}   Last 30 days: ${money(f.last30d)}`,
-    ...[unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean),
+    ...notes(f),
     '',
     'Top customers by cost, last 7 days:',
     ...f.topCustomers7d.map((c) => `  ${c.customer_id}: ${money(c.cost_usd)} (${c.calls} calls)`),
@@ -50,7 +54,7 @@ function htmlBody(f: DigestFigures, links: Array<[string, string]>): string {
   return [
     `<h2>AI spend digest</h2><p>Week to ${f.generatedAt.slice(0, 10)} (UTC)</p>`,
     table(['Today', 'Last 7 days', 'Last 30 days'], [[money(f.today, 4), money(f.last7d), money(f.last30d)]]),
-    ...[unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean).map((s) => `<p><b>${esc(s)}</b></p>`),
+    ...notes(f).map((s) => `<p><b>${esc(s)}</b></p>`),
     '<h3>Top customers by cost, last 7 days</h3>',
     table(
       ['customer_id', 'cost', 'calls'],

@@ -1,10 +1,10 @@
 /**
- * The `Digest` tab, rewritten by `refreshDigest()` (hourly and from the menu): scorecards, calls
- * without a price and cost cells that hold no number, top customers and models, the daily series
- * with its chart, the voice rollups. The layout is fixed (same cells every refresh), so the
- * chart's range never moves.
+ * The `Digest` tab, rewritten by `refreshDigest()` (hourly and from the menu): scorecards (and the
+ * part of them that is estimated), calls without a price and cost cells that hold no number, top
+ * customers and models, the daily series with its chart, the voice rollups. The layout is fixed
+ * (same cells every refresh), so the chart's range never moves.
  */
-import { SERIES_DAYS, computeDigest, type DigestFigures } from './digest';
+import { SERIES_DAYS, computeDigest, estimatedParts, type DigestFigures } from './digest';
 import { getEventsSheet, readAllRows } from './events-sheet';
 import { ensureSheet, refreshPublicTab } from './public-tab';
 import type { MeterServices } from './services';
@@ -50,8 +50,9 @@ function digestGrid(d: DigestFigures): unknown[][] {
   const grid: unknown[][] = [];
   grid.push(pad(['AI spend digest', `updated ${d.generatedAt.slice(0, 16).replace('T', ' ')} UTC`]));
   grid.push(pad([`Rows with pii_flag TRUE are left out of this tab (${d.piiRowsExcluded} row(s)).`]));
-  grid.push(pad(['Cost today (UTC)', 'Cost last 7 days', 'Cost last 30 days']));
-  grid.push(pad([d.today, d.last7d, d.last30d]));
+  // Beside the scorecards, the part of each that is an estimate (calls marked ESTIMATED, counted in them).
+  grid.push(pad(['Cost today (UTC)', 'Cost last 7 days', 'Cost last 30 days', 'Of which estimated: today / 7 days / 30 days']));
+  grid.push(pad([d.today, d.last7d, d.last30d, text(estimatedParts(d).join(' / '))]));
   // Their cost is unknown and counted as 0 above, so the scorecards are too low by that much.
   // Beside them, the rows whose cost cell holds no number ≥ 0 (typed by hand), left out of the scorecards.
   grid.push(
@@ -118,7 +119,8 @@ export function refreshDigest(svc: MeterServices): DigestRefresh {
   const unreadable = figures.unreadableCosts30d
     ? `; ${figures.unreadableCosts30d} row(s) with a cost that is not a number ≥ 0 in 30 days, left out`
     : '';
-  const message = `digest refreshed: today $${figures.today.toFixed(4)}, 7 days $${figures.last7d.toFixed(2)}, 30 days $${figures.last30d.toFixed(2)}${unpriced}${unreadable}`;
+  const estimated = figures.estimated.last7d ? `; $${figures.estimated.last7d.toFixed(2)} of it estimated in 7 days` : '';
+  const message = `digest refreshed: today $${figures.today.toFixed(4)}, 7 days $${figures.last7d.toFixed(2)}, 30 days $${figures.last30d.toFixed(2)}${estimated}${unpriced}${unreadable}`;
   svc.log(`refreshDigest: ${message}`);
   return { figures, message };
 }

@@ -4,8 +4,11 @@
  * one pass; shown by the Digest tab (digest-tab.ts) and the weekly e-mail (digest-mail.ts).
  *
  * Rows with pii_flag true are left out of everything here. A cost cell that holds no number ≥ 0
- * (typed by hand: "$1.50", "1,50") is left out of the costs and counted.
+ * (typed by hand: "$1.50", "1,50") is left out of the costs and counted. Calls whose cost is an
+ * estimate (ESTIMATED) count in every figure as any other, and the part of each cost total that is
+ * estimated is given beside it.
  */
+import { isEstimated } from '../../schema/estimated';
 import { isUnpriced } from '../../schema/unpriced';
 import { EVENT_AT, cellCost, cellNumber, cellTime } from './events-sheet';
 import { roundUsd } from './spend';
@@ -36,6 +39,8 @@ export interface DigestFigures {
   last30d: number;
   /** Calls marked as having no price (their cost counts as 0 above), over the same periods. */
   unpriced: { today: number; last7d: number; last30d: number };
+  /** The part of today's, the 7-day and the 30-day cost that is estimated (calls marked ESTIMATED). */
+  estimated: { today: number; last7d: number; last30d: number };
   /** Rows of the last 30 days whose cost cell holds no number ≥ 0: left out of the costs above. */
   unreadableCosts30d: number;
   /** Oldest first, one entry per UTC day (days without events are 0). */
@@ -78,6 +83,7 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
   const customers = new Map<string, CustomerCost>();
   const models = new Map<string, { tokens: number; cost: number }>();
   const unpriced = { today: 0, last7d: 0, last30d: 0 };
+  const estimated = { today: 0, last7d: 0, last30d: 0 };
   let pii = 0;
   let unreadable = 0;
   let t7 = 0;
@@ -95,12 +101,15 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
       cost = 0;
     }
     const noPrice = isUnpriced(row[EVENT_AT.error_code]) ? 1 : 0;
+    const estimate = isEstimated(row[EVENT_AT.error_code]) ? cost : 0;
     const day = Math.min(SERIES_DAYS - 1, Math.floor((t - start30) / DAY_MS)); // future-dated rows count as today
     daily[day] += cost;
     unpriced.last30d += noPrice;
+    estimated.last30d += estimate;
     if (t >= today) {
       todayCost += cost;
       unpriced.today += noPrice;
+      estimated.today += estimate;
     }
     const model = String(row[EVENT_AT.model] || 'unknown');
     const m = models.get(model) ?? { tokens: 0, cost: 0 };
@@ -110,6 +119,7 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
     if (t >= start7) {
       t7 += cost;
       unpriced.last7d += noPrice;
+      estimated.last7d += estimate;
       const id = String(row[EVENT_AT.customer_id] || '(none)');
       const c = customers.get(id) ?? { customer_id: id, cost_usd: 0, calls: 0 };
       c.cost_usd += cost;
@@ -123,6 +133,7 @@ export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
     last7d: roundUsd(t7),
     last30d: roundUsd(daily.reduce((a, b) => a + b, 0)),
     unpriced,
+    estimated: { today: roundUsd(estimated.today), last7d: roundUsd(estimated.last7d), last30d: roundUsd(estimated.last30d) },
     unreadableCosts30d: unreadable,
     daily: daily.map((cost, i) => ({ day: new Date(start30 + i * DAY_MS).toISOString().slice(0, 10), cost_usd: roundUsd(cost) })),
     topCustomers7d: topCustomers(customers),
@@ -144,4 +155,17 @@ export function unreadableCostSentence(d: DigestFigures): string {
   return n === 0
     ? ''
     : `${rows} a cost that is not a number ≥ 0 (typed by hand, such as "$1.50"): left out of the costs; correct it in the events tab.`;
+}
+
+/** "$x / $y / $z": the estimated part of today's, the 7-day and the 30-day cost, as the scorecards round them. */
+export function estimatedParts(d: DigestFigures): [string, string, string] {
+  const { today, last7d, last30d } = d.estimated;
+  return [`$${today.toFixed(4)}`, `$${last7d.toFixed(2)}`, `$${last30d.toFixed(2)}`];
+}
+
+/** "$y of the last 7 days … is estimated …" for people, or '' when no cost of the 30 days is. */
+export function estimatedSentence(d: DigestFigures): string {
+  if (d.estimated.last30d === 0) return '';
+  const [today, last7d, last30d] = estimatedParts(d);
+  return `${last7d} of the last 7 days (${today} of today, ${last30d} of the last 30 days) is estimated: calls cut off before the provider reported their usage, which it bills all the same; included in the costs above.`;
 }

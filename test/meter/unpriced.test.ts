@@ -98,3 +98,44 @@ describe('calls with an estimated cost (a stream cut on the gateway side, schema
     expect(alert.text).not.toContain('without a price');
   });
 });
+
+describe('the digest and calls with an estimated cost', () => {
+  function meterWithEstimatedCalls() {
+    const platform = new FakePlatform();
+    platform.clock.set('2026-11-22T12:00:00Z');
+    const meter = loadBundle(platform);
+    meter.setup();
+    platform.properties.setProperty('SECRET_TOKEN', SECRET);
+    const events = [
+      { event_id: 'measured', cost_usd: 4, customer_id: 'acme' },
+      { event_id: 'cut', cost_usd: 2.5, error_code: 'CLIENT_CLOSED|ESTIMATED', customer_id: 'acme' },
+      { event_id: 'timed-out', cost_usd: 1, timestamp: '2026-11-19T10:00:00Z', error_code: 'TIMEOUT|ESTIMATED', customer_id: 'acme' },
+      { event_id: 'older', cost_usd: 0.5, timestamp: '2026-11-01T10:00:00Z', error_code: 'CLIENT_CLOSED|ESTIMATED' },
+      { event_id: 'pii', cost_usd: 9, error_code: 'CLIENT_CLOSED|ESTIMATED', pii_flag: true }, // left out of the digest
+    ];
+    expect(callJson(meter, 'doPost', { token: SECRET }, { events })).toMatchObject({ ok: true, appended: events.length });
+    return { platform, meter };
+  }
+
+  it('the Digest tab counts them in the costs and calls and says how much of each total is estimated', () => {
+    const { platform, meter } = meterWithEstimatedCalls();
+    expect(meter.refreshDigest()).toMatch(/7 days \$7\.50.*; \$3\.50 of it estimated in 7 days/);
+    const grid = platform.spreadsheet.tab('Digest')!.data;
+    const at = grid.findIndex((r) => r[0] === 'Cost today (UTC)');
+    expect(grid[at + 1].slice(0, 3)).toEqual([6.5, 7.5, 8]);
+    expect([grid[at][3], grid[at + 1][3]]).toEqual(['Of which estimated: today / 7 days / 30 days', '$2.5000 / $3.50 / $4.00']);
+    const customers = grid.findIndex((r) => r[0] === 'customer_id');
+    expect(grid[customers + 1].slice(0, 3)).toEqual(['acme', 7.5, 3]);
+  });
+
+  it('the weekly e-mail says how much of the cost is estimated', () => {
+    const { platform, meter } = meterWithEstimatedCalls();
+    platform.spreadsheet.tab('Config')!.data.find((r) => r[0] === 'TEAM_EMAILS')![1] = 'ops@example.com';
+    meter.sendWeeklyDigest();
+    const [mail] = platform.mail.sent;
+    const sentence = '$3.50 of the last 7 days ($2.5000 of today, $4.00 of the last 30 days) is estimated';
+    expect(mail.body).toContain('Last 7 days: $7.50');
+    expect(mail.body).toContain(sentence);
+    expect(mail.htmlBody).toContain(sentence);
+  });
+});
