@@ -42,6 +42,7 @@ function voiceBlock(v: DigestFigures['voice']): unknown[][] {
     metric('ASR WER (sampled calls)', 'asr_wer'),
     metric('cost per call (audio, USD)', 'cost_per_call'),
     metric('cost per booking (audio, USD)', 'cost_per_booking'),
+    metric('calls with a cost that is not a number ≥ 0', 'unreadable_costs'),
   ];
 }
 

@@ -1,10 +1,11 @@
 /**
  * The voice concierge's rollups over the call records of a period, for the digest (answered =
- * every outcome but voicemail_left).
+ * every outcome but voicemail_left). An audio cost cell that holds no number ≥ 0 (typed by hand:
+ * "$0.20", "0x10") is left out of the costs, as an empty one, and counted.
  */
 import { CALL_FIELDS } from '../../schema/call-record';
 import { CALLS } from './calls-tab';
-import { cellNumber, cellTime } from './events-sheet';
+import { cellCost, cellNumber, cellTime } from './events-sheet';
 import type { MeterServices } from './services';
 import { fieldIndex } from './tabs';
 import { DAY_MS, utcDayStart } from './utc-day';
@@ -20,6 +21,8 @@ export interface VoiceRollup {
   asr_wer: number | null;
   cost_per_call: number | null;
   cost_per_booking: number | null;
+  /** Calls whose est_audio_cost_usd cell holds no number ≥ 0: left out of the two costs above. */
+  unreadable_costs: number;
 }
 
 const AT = fieldIndex(CALL_FIELDS);
@@ -31,9 +34,14 @@ export function voiceRollup(rows: unknown[][], nowMs: number, days: number): Voi
   const bookings = recent.filter((r) => r[AT.outcome] === 'booking');
   const escalations = answered.filter((r) => r[AT.escalated] === true).length;
   const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
-  const nums = (col: number, list = recent) =>
-    list.filter((r) => r[col] !== '' && r[col] !== null && r[col] !== undefined).map((r) => cellNumber(r[col]));
   const ratio = (a: number, b: number) => (b ? a / b : null);
+  const filled = (col: number, list: unknown[][]) => list.filter((r) => r[col] !== '' && r[col] !== null && r[col] !== undefined);
+  const nums = (col: number) => filled(col, recent).map((r) => cellNumber(r[col]));
+  const costs = (list: unknown[][]) =>
+    filled(AT.est_audio_cost_usd, list)
+      .map((r) => cellCost(r[AT.est_audio_cost_usd]))
+      .filter((c) => !Number.isNaN(c));
+  const unreadable = recent.filter((r) => Number.isNaN(cellCost(r[AT.est_audio_cost_usd]))).length;
   return {
     calls: recent.length,
     answered: answered.length,
@@ -43,8 +51,9 @@ export function voiceRollup(rows: unknown[][], nowMs: number, days: number): Voi
     avg_turns: mean(nums(AT.turns)),
     avg_ttfb_s: mean(nums(AT.ttfb_s)),
     asr_wer: mean(nums(AT.asr_wer)),
-    cost_per_call: mean(nums(AT.est_audio_cost_usd)),
-    cost_per_booking: bookings.length ? nums(AT.est_audio_cost_usd, bookings).reduce((a, b) => a + b, 0) / bookings.length : null,
+    cost_per_call: mean(costs(recent)),
+    cost_per_booking: bookings.length ? costs(bookings).reduce((a, b) => a + b, 0) / bookings.length : null,
+    unreadable_costs: unreadable,
   };
 }
 

@@ -2,9 +2,10 @@
 // on the built bundle, they are left out of every total and counted where spend is shown, never
 // read as 0 unsaid nor as another amount ("0x10" is not $16).
 import { describe, expect, it } from 'vitest';
+import { CALL_FIELDS } from '../../schema/call-record';
 import { EVENT_FIELDS } from '../../schema/event-record';
 import { callJson } from './fakes/platform';
-import { SECRET, WEBHOOK, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+import { SECRET, WEBHOOK, aCall, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
 
 const HAND_TYPED = ['$1.50', '1,50', '1.5 USD', 'see invoice', '0x10', -5];
 
@@ -55,5 +56,28 @@ describe('cost cells typed by hand', () => {
     expect(mail.body).toContain('Last 7 days: $2.00');
     expect(mail.body).toContain('6 rows in the last 30 days have a cost that is not a number ≥ 0');
     expect(mail.htmlBody).toContain('6 rows in the last 30 days have a cost that is not a number ≥ 0');
+  });
+});
+
+describe('audio cost cells typed by hand in the calls tab', () => {
+  it("are left out of the Digest tab's voice cost per call and per booking, and counted there", () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const calls = [
+      aCall({ call_id: 'a', est_audio_cost_usd: 0.1 }),
+      aCall({ call_id: 'b', est_audio_cost_usd: 0.3 }),
+      aCall({ call_id: 'typed-dollar', est_audio_cost_usd: 0.2 }),
+      aCall({ call_id: 'typed-hex', outcome: 'abandoned', est_audio_cost_usd: 0.2 }),
+    ];
+    expect(post(meter, { calls })).toMatchObject({ ok: true, appended: 4 });
+    const cost = CALL_FIELDS.indexOf('est_audio_cost_usd');
+    const tab = platform.spreadsheet.tab('calls')!;
+    tab.data.find((r) => r[0] === 'typed-dollar')![cost] = '$0.20';
+    tab.data.find((r) => r[0] === 'typed-hex')![cost] = '0x10';
+    meter.refreshDigest();
+    const grid = platform.spreadsheet.tab('Digest')!.data;
+    const value = (label: string) => grid.find((r) => r[0] === label)!.slice(1, 3);
+    expect(value('cost per call (audio, USD)')[1]).toBeCloseTo((0.1 + 0.3) / 2, 12);
+    expect(value('cost per booking (audio, USD)')[1]).toBeCloseTo((0.1 + 0.3) / 3, 12);
+    expect(value('calls with a cost that is not a number ≥ 0')).toEqual([2, 2]);
   });
 });
