@@ -54,9 +54,13 @@ interface RouteLayer {
   match(path: string): boolean;
 }
 
+/** The caller's path in a message: a known route's may carry a long id of theirs (`/v1/models/…`). */
+const QUOTED_PATH = 200;
+
 /** 405 with `Allow` for a known path asked with another method; 404 for a path the gateway does not serve. */
 function notFound(app: express.Express): express.RequestHandler {
   return (req, res) => {
+    const path = req.path.slice(0, QUOTED_PATH);
     const layers = (app as unknown as { router: { stack: RouteLayer[] } }).router.stack;
     const allowed = new Set<string>();
     for (const layer of layers)
@@ -66,12 +70,10 @@ function notFound(app: express.Express): express.RequestHandler {
       res.setHeader('allow', allow);
       res
         .status(405)
-        .json(
-          openAiError(`${req.method} is not allowed on ${req.path}: use ${allow}`, 'invalid_request_error', null, 'method_not_allowed'),
-        );
+        .json(openAiError(`${req.method} is not allowed on ${path}: use ${allow}`, 'invalid_request_error', null, 'method_not_allowed'));
       return;
     }
-    res.status(404).json(openAiError(`no endpoint ${req.method} ${req.path.slice(0, 200)}`, 'invalid_request_error', null, 'not_found'));
+    res.status(404).json(openAiError(`no endpoint ${req.method} ${path}`, 'invalid_request_error', null, 'not_found'));
   };
 }
 

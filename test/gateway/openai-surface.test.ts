@@ -265,6 +265,10 @@ describe('GET /v1/models and errors', () => {
     expect(wrong.status).toBe(405);
     expect(wrong.headers.get('allow')).toBe('POST');
     expect(await wrong.json()).toMatchObject({ error: { code: 'method_not_allowed' } });
+    // A path with the caller's own id in it is quoted short, as a 404's is, not echoed whole.
+    const long = await fetch(`${gw.url}/v1/models/${'m'.repeat(5000)}`, { method: 'DELETE' });
+    expect(long.status).toBe(405);
+    expect(((await long.json()) as { error: { message: string } }).error.message.length).toBeLessThan(300);
     const bad = await fetch(`${gw.url}/v1/responses`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
