@@ -84,6 +84,37 @@ describe('phone bridge: the policy on real events', () => {
     expect(end.record!.est_audio_cost_usd).toBeGreaterThanOrEqual(0.35);
   });
 
+  it('answers that report no usage still count toward the per-call cap (their audio, as measured), after one that did', async () => {
+    s = await bridgeStack((c) => {
+      c.spend_guard.per_call_usd_cap = 0.0004; // audio in 10, out 20 USD per million tokens
+    });
+    s.realtime.brain = brain({
+      greeting: { audio: assistantAudio(300), usage: { output_token_details: { audio_tokens: 1 } } }, // 0.00002 USD
+      turns: Array.from({ length: 6 }, () => ({ audio: assistantAudio(300), usage: null })), // none reported
+    });
+    const { call, conn } = await answered(s, 'CA0104');
+    // Each answer waited for until the guard counted it (polled): its verdict decides the next turn.
+    const guard = async (turns: number) => {
+      for (;;) {
+        const st = (await s!.voice.get('CA0104'))!.state;
+        if (st.turns >= turns) return st;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    for (let turn = 1; turn <= 4; turn++) {
+      speak(call);
+      await serverEvent(conn, 'response.done');
+      if ((await guard(1 + turn)).action === 'disconnect') break;
+    }
+    const u = await update(s, 'CA0104');
+    expect(u.form).toEqual({ Status: 'completed' });
+    const end = await s.endOf('CA0104');
+    expect(end.record).toMatchObject({ ended_reason: 'per_call_cap' });
+    expect(end.estUsd_at_disconnect).toBeGreaterThanOrEqual(0.0004);
+    // The meter still says those answers' cost is unknown: the estimate is the guard's alone.
+    expect(s.meterEvents.filter((e) => e.job_id === 'CA0104' && e.error_code.includes('UNPRICED')).length).toBeGreaterThan(0);
+  }, 40_000);
+
   it('with disconnect_when_exceeded false the call goes on past the cap, and that is logged once, not per guard batch', async () => {
     s = await bridgeStack((c) => {
       c.spend_guard.disconnect_when_exceeded = false;

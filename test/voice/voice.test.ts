@@ -163,6 +163,20 @@ describe('spend guard', () => {
     expect(s.estUsdFromDurations).toBeLessThan(s.estUsd);
   });
 
+  it('a response without usage is billed the estimate of its audio: before the first with usage and after it', () => {
+    const usage = { output_token_details: { audio_tokens: 1000 } }; // 0.02 USD
+    const s = run([
+      { type: 'assistant.audio_frame', ms: 5000 }, // 100 tokens: 0.002 USD
+      { type: 'assistant.response.done' },
+      { type: 'assistant.response.done', usage },
+      { type: 'user.audio_frame', ms: 10_000 }, // 100 tokens: 0.001 USD
+      { type: 'assistant.audio_frame', ms: 5000 },
+      { type: 'assistant.response.done' }, // none reported (cancelled by barge-in, or omitted)
+    ]);
+    expect(s.billedUsd).toBeCloseTo(0.002 + 0.02 + 0.001 + 0.002, 12);
+    expect(s.estUsd).toBe(s.billedUsd);
+  });
+
   it('checks in order at the end of each response: turn cap, then per-call cap (disconnect), then latency', () => {
     const done = { type: 'assistant.response.done' } as const;
     // Turn 8 with the cost also over the cap at that moment: turn_cap wins (first match ends the evaluation).

@@ -16,6 +16,7 @@
  * the per-million audio prices. When response.done carries the model's reported usage (audio
  * tokens), the call is billed from the sum of those instead and the estimate is kept beside it:
  * the estimate undercounts, because a realtime conversation is re-sent to the model every turn.
+ * A response without usage is billed the estimate of the audio since the response before it.
  * Every count and duration is checked where it enters (finite, within bounds; the error names the
  * field), so the cost is always a finite number >= 0.
  */
@@ -33,7 +34,10 @@ export interface CallState {
   ttfbBreaches: number;
   /** The estimate from audio durations, kept beside the billed figure. */
   estUsdFromDurations: number;
-  /** Sum of the cost of the model's reported audio usage; null until a response reports usage. */
+  /**
+   * Sum of the cost of the model's reported audio usage, a response that reported none at the
+   * estimate of its audio; null until a response reports usage.
+   */
   billedUsd: number | null;
   lowConfidence: number;
   confidences: number[];
@@ -210,9 +214,14 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
     case 'assistant.response.done': {
       if (event.usage !== undefined) checkUsage(event.usage);
       state.turns++;
+      const before = state.estUsdFromDurations;
       state.estUsdFromDurations = estUsdFromDurations(state, cfg);
       const billed = event.usage ? usageUsd(event.usage, cfg) : null;
-      if (billed !== null) state.billedUsd = (state.billedUsd ?? 0) + billed;
+      // A response without usage (omitted, or cancelled before it) is billed the estimate of the
+      // audio since the previous one, so the cap still holds; responses before the first that
+      // reported usage likewise.
+      if (billed !== null) state.billedUsd = (state.billedUsd ?? before) + billed;
+      else if (state.billedUsd !== null) state.billedUsd += state.estUsdFromDurations - before;
       state.estUsd = state.billedUsd ?? state.estUsdFromDurations;
       if (state.action !== 'continue') return state;
       if (state.turns >= cfg.maxTurns) escalate(state, 'turn_cap');
