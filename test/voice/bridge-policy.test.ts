@@ -115,6 +115,33 @@ describe('phone bridge: the policy on real events', () => {
     expect(s.meterEvents.filter((e) => e.job_id === 'CA0104' && e.error_code.includes('UNPRICED')).length).toBeGreaterThan(0);
   }, 40_000);
 
+  it('cached input audio is priced at audio_in_cached_per_million: the meter and the guard agree; without it, at the full rate', async () => {
+    const usage = {
+      input_tokens: 10_000,
+      output_tokens: 0,
+      input_token_details: { audio_tokens: 10_000, cached_tokens: 8000, cached_tokens_details: { audio_tokens: 8000 } },
+      output_token_details: { audio_tokens: 0 },
+    };
+    for (const [cached, usd] of [
+      [0.3, (2000 * 10 + 8000 * 0.3) / 1e6], // 2,000 fresh at 10, 8,000 cached at 0.3 USD per million
+      [undefined, (10_000 * 10) / 1e6], // no cached price: all at the full rate, as before
+    ] as const) {
+      s = await bridgeStack((c) => {
+        if (cached !== undefined) Object.assign(c.spend_guard, { audio_in_cached_per_million: cached });
+      });
+      s.realtime.brain = brain({ greeting: { audio: assistantAudio(300), usage } });
+      const call = await s.twilio.call('CA0105');
+      await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+      call.hangUp();
+      const end = await s.endOf('CA0105');
+      const greeting = s.meterEvents.find((e) => e.job_id === 'CA0105' && e.input_tokens === 10_000)!;
+      expect(greeting.cost_usd).toBeCloseTo(usd, 9);
+      expect(end.record!.est_audio_cost_usd).toBeCloseTo(usd, 6);
+      await s.close();
+      s = null;
+    }
+  });
+
   it('with disconnect_when_exceeded false the call goes on past the cap, and that is logged once, not per guard batch', async () => {
     s = await bridgeStack((c) => {
       c.spend_guard.disconnect_when_exceeded = false;

@@ -82,6 +82,14 @@ describe('concierge.json and its lint', () => {
     expectLine(/^\$\.meta\.model: expected at most 1000 characters \(the meter's limit\)$/);
   });
 
+  it('spend_guard.audio_in_cached_per_million is optional: a price > 0 is accepted, anything else named', () => {
+    const c = filled() as any;
+    c.spend_guard.audio_in_cached_per_million = 0.3;
+    expect(lintConcierge(c)).toEqual([]);
+    c.spend_guard.audio_in_cached_per_million = -1;
+    expect(lintConcierge(c).map((p) => p.path)).toEqual(['$.spend_guard.audio_in_cached_per_million']);
+  });
+
   it('a file holding JSON that is not an object is one problem at $, not a crash', () => {
     for (const raw of [null, 42, 'text', []]) {
       const problems = lintConcierge(raw);

@@ -46,6 +46,8 @@ const SpendGuard = z.strictObject({
   log_to: text,
   audio_in_per_million: positive,
   audio_out_per_million: positive,
+  /** Cached input audio tokens (the model's lower rate for them); absent: the full input rate. */
+  audio_in_cached_per_million: positive.optional(),
 });
 
 const FunctionDef = z.strictObject({

@@ -16,6 +16,7 @@
  * the per-million audio prices. When response.done carries the model's reported usage (audio
  * tokens), the call is billed from the sum of those instead and the estimate is kept beside it:
  * the estimate undercounts, because a realtime conversation is re-sent to the model every turn.
+ * Cached input audio tokens are billed at the cached price when the configuration has one.
  * A response without usage is billed the estimate of the audio since the response before it.
  * Every count and duration is checked where it enters (finite, within bounds; the error names the
  * field), so the cost is always a finite number >= 0.
@@ -100,6 +101,8 @@ export interface GuardConfig {
   perCallUsdCap: number;
   inPerMillion: number;
   outPerMillion: number;
+  /** Cached input audio tokens: the configuration's cached price, else the full input price. */
+  cachedInPerMillion: number;
   frustrationMarkers: string[];
   callerRequestMarkers: string[];
   handoffBelow: Partial<Record<IntentId, number>>;
@@ -118,6 +121,17 @@ const DEFAULT_CALLER_REQUEST = [
   'customer service',
 ];
 
+type AudioPrices = Pick<GuardConfig, 'inPerMillion' | 'outPerMillion' | 'cachedInPerMillion'>;
+
+/** The configuration's audio prices; cached input audio at the full input price unless it names one. */
+export function audioPrices(g: Concierge['spend_guard']): AudioPrices {
+  return {
+    inPerMillion: g.audio_in_per_million,
+    outPerMillion: g.audio_out_per_million,
+    cachedInPerMillion: g.audio_in_cached_per_million ?? g.audio_in_per_million,
+  };
+}
+
 export function guardConfig(c: Concierge): GuardConfig {
   const rule = (t: string) => c.escalation.rules.find((r) => r.trigger === t);
   return {
@@ -127,8 +141,7 @@ export function guardConfig(c: Concierge): GuardConfig {
     latencyBudgetMs: (rule('latency_over_budget')?.threshold ?? c.guardrails.latency_budget_s) * 1000,
     latencyRepeat: rule('latency_over_budget')?.repeat ?? 2,
     perCallUsdCap: c.spend_guard.per_call_usd_cap,
-    inPerMillion: c.spend_guard.audio_in_per_million,
-    outPerMillion: c.spend_guard.audio_out_per_million,
+    ...audioPrices(c.spend_guard),
     frustrationMarkers: rule('frustration_detected')?.markers ?? [],
     callerRequestMarkers: rule('caller_request')?.markers ?? DEFAULT_CALLER_REQUEST,
     handoffBelow: Object.fromEntries(
@@ -165,11 +178,18 @@ export function estUsdFromDurations(
   return ((state.inputMs / 100) * cfg.inPerMillion) / 1e6 + ((state.outputMs / 50) * cfg.outPerMillion) / 1e6;
 }
 
-function usageUsd(usage: RealtimeUsage, cfg: GuardConfig): number | null {
+/**
+ * The cost of a response's reported audio usage (null when it reports no audio counts), shared by
+ * the guard and the meter so they agree. The input audio count includes the cached part, which is
+ * priced at the cached rate (never more of it than the count it is part of).
+ */
+export function usageUsd(usage: RealtimeUsage, cfg: AudioPrices): number | null {
   const inTokens = usage.input_token_details?.audio_tokens;
   const outTokens = usage.output_token_details?.audio_tokens;
   if (typeof inTokens !== 'number' && typeof outTokens !== 'number') return null;
-  return ((inTokens ?? 0) * cfg.inPerMillion + (outTokens ?? 0) * cfg.outPerMillion) / 1e6;
+  const cached = Math.min(usage.input_token_details?.cached_tokens_details?.audio_tokens ?? 0, inTokens ?? 0);
+  const fresh = (inTokens ?? 0) - cached;
+  return (fresh * cfg.inPerMillion + cached * cfg.cachedInPerMillion + (outTokens ?? 0) * cfg.outPerMillion) / 1e6;
 }
 
 const includesPhrase = (text: string, phrases: string[]) => {

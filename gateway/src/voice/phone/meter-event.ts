@@ -2,8 +2,9 @@
  * Each realtime response is a model call of the meter (one row per model call), sent through the
  * same sink as chat calls so the daily and 7-day caps, the digest and the archive include the
  * phone. Tokens are the response's usage; the cost is its audio tokens at the configuration's
- * per-million prices, exactly what the spend guard bills, so the meter, the guard and the call
- * record agree (text tokens are counted, not priced: the configuration has no text prices). The
+ * per-million prices (cached input audio at the cached price, if set), exactly what the spend guard
+ * bills, so the meter, the guard and the call record agree (text tokens are counted, not priced:
+ * the configuration has no text prices). The
  * usage is the cleaned one (usage.ts), the same the guard is given: every count whole and >= 0.
  * A response that reported no usage (none, or not an object) has an unknown cost, not $0: its event
  * carries an empty cost and `UNPRICED` (schema/unpriced.ts), which the meter counts and shows.
@@ -13,6 +14,7 @@ import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import type { EventRecord } from '../../../../schema/event-record';
 import { markUnpriced } from '../../../../schema/unpriced';
 import type { Concierge } from '../config';
+import { audioPrices, usageUsd } from '../spend-guard';
 import type { Usage } from './usage';
 
 export interface ResponseFacts {
@@ -31,10 +33,7 @@ const STATUS_CODE: Record<string, string> = { cancelled: 'CANCELLED', incomplete
 
 export function responseEvent(f: ResponseFacts): EventRecord {
   const u = f.usage ?? {};
-  const { audio_in_per_million: inPrice, audio_out_per_million: outPrice } = f.config.spend_guard;
   const status = f.response?.status;
-  const audioIn = u.input_token_details?.audio_tokens ?? 0;
-  const audioOut = u.output_token_details?.audio_tokens ?? 0;
   // Its own names only: a status of `constructor` would put a function in the record.
   const code = status && Object.hasOwn(STATUS_CODE, status) ? STATUS_CODE[status] : '';
   return {
@@ -47,7 +46,7 @@ export function responseEvent(f: ResponseFacts): EventRecord {
     input_tokens: u.input_tokens ?? 0,
     output_tokens: u.output_tokens ?? 0,
     latency_ms: Math.max(0, Math.round(f.latencyMs)),
-    cost_usd: f.usage ? Number(((audioIn * inPrice + audioOut * outPrice) / 1e6).toFixed(9)) : null,
+    cost_usd: f.usage ? Number((usageUsd(f.usage, audioPrices(f.config.spend_guard)) ?? 0).toFixed(9)) : null,
     eval_score: null,
     confidence: f.confidence,
     job_id: f.callId,
