@@ -293,4 +293,30 @@ describe('the bridge’s own lines across a realtime reconnect', () => {
     expect(u.form).toEqual({ Status: 'completed' });
     expect((await s.endOf('CA0811')).ended_reason).toBe('no_consent');
   });
+
+  it('a closing line asked once more after a failure, all of it sent when the session drops: the reconnect does not cut it, it is heard once, whole', async () => {
+    s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
+    const closing = assistantAudio(600);
+    const base = brain({ closing: { audio: closing, transcript: 'Goodbye.' } });
+    let says = 0;
+    s.realtime.brain = (ctx) => (ctx.instructions?.startsWith('Say') && says++ === 0 ? null : base(ctx));
+    const call = await s.twilio.call('CA0813');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.metadata?.bridge === 'closing');
+    const heard = call.receivedBytes;
+    // The line's audio is all sent, then the session drops before its response.done.
+    conn.on('server', (e: any) => e.type === 'response.output_audio.done' && conn.ws.close(1011));
+    const details = { type: 'failed', error: { type: 'invalid_request_error', code: 'inference_rate_limit_exceeded' } };
+    const response = { id: 'resp_f1', object: 'realtime.response', output: [], metadata: { bridge: 'closing' } };
+    conn.send({ type: 'response.created', response: { ...response, status: 'in_progress' } });
+    conn.send({ type: 'response.done', response: { ...response, status: 'failed', status_details: details } });
+    const again = await until<RtConn>(s.realtime, 'connection');
+    const u = await update(s, 'CA0813');
+    expect(call.clears).toEqual([]); // nothing of it cut
+    expect(call.receivedBytes - heard).toBe(closing.length); // once, whole
+    expect(call.playedBytes).toBe(call.receivedBytes); // heard to its end before the hang-up
+    expect(creates(again)).toEqual([]); // not asked a third time
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect((await s.endOf('CA0813')).ended_reason).toBe('no_consent');
+  });
 });

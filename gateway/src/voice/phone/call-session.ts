@@ -273,7 +273,8 @@ export class CallSession {
       case 'conversation.item.input_audio_transcription.completed':
         return this.callerSaid(e);
       case 'response.output_audio.done':
-        return this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
+        this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
+        return this.closingSent(String(e.response_id));
       case 'response.output_audio_transcript.done':
         // An answer muted before any of it reached the caller is not part of what was said (one cut
         // by barge-in was partly heard and stays).
@@ -525,6 +526,17 @@ export class CallSession {
       return this.askClosing();
     }
     closing.generated = true;
+    this.checkClosing();
+  }
+
+  /**
+   * All of the closing line's audio is with Twilio: it is generated, whatever comes of its
+   * response.done. A session lost before that came must not have it asked again (a reconnect
+   * would cut the line the caller is hearing and start it over).
+   */
+  private closingSent(responseId: string): void {
+    if (!this.closing || responseId !== this.closing.id || !this.voiced.has(responseId)) return;
+    this.closing.generated = true;
     this.checkClosing();
   }
 
