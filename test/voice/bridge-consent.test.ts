@@ -319,4 +319,22 @@ describe('the bridge’s own lines across a realtime reconnect', () => {
     expect(u.form).toEqual({ Status: 'completed' });
     expect((await s.endOf('CA0813')).ended_reason).toBe('no_consent');
   });
+
+  it('the session drops for good while a generated closing line still plays: the caller hears it to its end before the hang-up', async () => {
+    s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
+    const closing = assistantAudio(1500);
+    s.realtime.brain = brain({ closing: { audio: closing, transcript: 'Goodbye.' } });
+    const call = await s.twilio.call('CA0814');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.metadata?.bridge === 'closing');
+    const heard = call.receivedBytes;
+    await serverEvent(conn, 'response.done', (e: any) => e.response?.metadata?.bridge === 'closing');
+    s.realtime.refuse = true; // the reconnect fails: the model is gone
+    conn.drop();
+    const u = await update(s, 'CA0814');
+    expect(call.receivedBytes - heard).toBe(closing.length);
+    expect(call.playedBytes).toBe(call.receivedBytes); // heard to its end before the hang-up
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect((await s.endOf('CA0814')).ended_reason).toBe('no_consent');
+  });
 });

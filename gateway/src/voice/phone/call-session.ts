@@ -402,7 +402,12 @@ export class CallSession {
 
   private lost(why: string): void {
     this.failure = why;
-    if (this.phase === 'closing') return this.closing?.done();
+    // Closing: a line not yet generated never will be (the wait ends); one generated plays on
+    // from Twilio to its end, the hang-up after it.
+    if (this.phase === 'closing') {
+      if (!this.closing?.generated) this.closing?.done();
+      return;
+    }
     if (this.spoke) {
       this.deps.log.error(`call ${this.callSid}: the realtime model is unreachable (${why}); transferring the caller`);
       return void this.transfer('realtime_failure');
@@ -459,7 +464,8 @@ export class CallSession {
     this.reason = reason;
     await new Promise<void>((resolve) => {
       this.closing = { line, id: null, generated: false, retried: false, done: resolve };
-      // A session reconnecting is asked once it is ready (sayOwedLine); one given up ends the wait (lost).
+      // A session reconnecting is asked once it is ready (sayOwedLine); one given up before the
+      // line was generated ends the wait (lost).
       if (this.rt.isReady) this.askClosing();
       setTimeout(resolve, CLOSING_LIMIT_MS).unref();
     });
