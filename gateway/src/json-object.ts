@@ -1,10 +1,13 @@
 /** A parsed JSON value that is an object (not null, not an array): what provider and caller JSON is read through. */
 export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Text parsed as JSON, or null when it is not JSON. */
+/**
+ * Text parsed as JSON, or null when it is not JSON. A leading byte-order mark is dropped, as a
+ * client's decoder drops it: a provider's answer after one is read as the client reads it.
+ */
 export function parseJson(text: string): unknown {
   try {
-    return JSON.parse(text);
+    return JSON.parse(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
   } catch {
     return null;
   }

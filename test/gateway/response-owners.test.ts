@@ -63,6 +63,18 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     expect(responsesCalls()).toBe(before + 1);
   });
 
+  it("a response its provider sent after a byte-order mark is its tenant's too: the client read it, so it can continue it", async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const stored = { id: 'resp_bom', object: 'response', store: true, status: 'completed', model: 'gpt-4o-mini', output: [] };
+    const answer = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(JSON.stringify(stored))]);
+    w.hot.next({ kind: 'raw-stream', type: 'application/json', pieces: [answer] });
+    const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'x' });
+    expect(first.id).toBe('resp_bom');
+    const next = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'y', previous_response_id: first.id });
+    expect(next.output_text).toBe('native responses from gpt-4o-mini');
+  });
+
   it('a response asked not to be stored is not recorded: nothing can continue it', async () => {
     const { url } = await w.up();
     const acme = (await w.makeKey('acme')).key;
