@@ -2,8 +2,9 @@
  * Response owners: which tenant each stored response (and its output items) belongs to. Every
  * tenant's request reaches a native Responses route with the operator's one provider key, so the
  * provider would continue any response it stored for anyone: with client keys, a request that names
- * a `previous_response_id` or an `item_reference` is served only when the caller's tenant is the one
- * the gateway answered it to (else OpenAI's own `previous_response_not_found`, nothing called).
+ * a `previous_response_id` or a stored item (responses/ownership.ts) is served only when the
+ * caller's tenant is the one the gateway answered it to (else OpenAI's own
+ * `previous_response_not_found`, nothing called).
  * Owners are kept as long as OpenAI keeps stored responses, 30 days; in Redis (every instance sees
  * them) or, without it, in this process.
  */

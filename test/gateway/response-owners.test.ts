@@ -63,6 +63,31 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     expect(responsesCalls()).toBe(before + 1);
   });
 
+  it("another tenant's reasoning item, given by its id alone (its content read from the store), is item_not_found; one carried whole is served", async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const globex = (await w.makeKey('globex')).key;
+    const reasoning = { id: 'rs_acme', type: 'reasoning', summary: [] };
+    const stored = { id: 'resp_thought', object: 'response', store: true, status: 'completed', model: 'gpt-4o-mini', output: [reasoning] };
+    w.hot.next({ kind: 'raw-stream', type: 'application/json', pieces: [Buffer.from(JSON.stringify(stored))] });
+    await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'think about my secret' });
+    const ask = (key: string, item: object) =>
+      client(url, key).responses.create({
+        model: 'gpt-4o-mini',
+        input: [item as never, { role: 'user', content: 'what were you thinking?' }],
+      });
+
+    const before = responsesCalls();
+    const stolen = await refusal(ask(globex, { type: 'reasoning', id: 'rs_acme', summary: [] }));
+    expect(stolen).toMatchObject({ status: 400, code: 'item_not_found', message: "Item with id 'rs_acme' not found." });
+    expect(responsesCalls()).toBe(before);
+
+    await ask(acme, { type: 'reasoning', id: 'rs_acme', summary: [] });
+    // Stateless (`store: false`): the item brings its own encrypted content, nothing is read by id.
+    await ask(globex, { type: 'reasoning', id: 'rs_unstored', summary: [], encrypted_content: 'gAAAA' });
+    expect(responsesCalls()).toBe(before + 2);
+  });
+
   it("a response its provider sent after a byte-order mark is its tenant's too: the client read it, so it can continue it", async () => {
     const { url } = await w.up();
     const acme = (await w.makeKey('acme')).key;

@@ -15,11 +15,17 @@ interface Reference {
   param: string;
 }
 
-/** An input item that only points at a stored item (OpenAI's `item_reference`; `type` may be left out). */
+/**
+ * An input item whose content the provider reads from its store by id: OpenAI's `item_reference`
+ * (`type` may be left out), and a reasoning item without its `encrypted_content` (OpenAI fills it
+ * in from the stored item; the stateless form, `store: false`, carries its own).
+ */
 const isReference = (item: Record<string, unknown>) =>
-  item.type === 'item_reference' || (item.type == null && typeof item.id === 'string' && !('role' in item) && !('content' in item));
+  item.type === 'item_reference' ||
+  (item.type === 'reasoning' && item.encrypted_content == null) ||
+  (item.type == null && typeof item.id === 'string' && !('role' in item) && !('content' in item));
 
-/** `previous_response_id` and the ids of `item_reference` input items. */
+/** `previous_response_id` and the ids of the input items read from the store (isReference). */
 function referencesOf(body: Record<string, unknown>): Reference[] {
   const found: Reference[] = [];
   if (typeof body.previous_response_id === 'string') found.push({ id: body.previous_response_id, param: 'previous_response_id' });
