@@ -88,6 +88,23 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     expect(responsesCalls()).toBe(before + 2);
   });
 
+  it("a conversation is no tenant's (the gateway creates none): continuing one on the provider key is conversation_not_found, nothing called", async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const before = responsesCalls();
+    for (const conversation of ['conv_operator', { id: 'conv_operator' }]) {
+      const refused = await refusal(
+        client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'what was said so far?', conversation }),
+      );
+      expect(refused).toMatchObject({
+        status: 400,
+        code: 'conversation_not_found',
+        message: "Conversation with id 'conv_operator' not found.",
+      });
+    }
+    expect(responsesCalls()).toBe(before);
+  });
+
   it("a response its provider sent after a byte-order mark is its tenant's too: the client read it, so it can continue it", async () => {
     const { url } = await w.up();
     const acme = (await w.makeKey('acme')).key;

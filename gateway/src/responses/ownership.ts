@@ -36,6 +36,13 @@ function referencesOf(body: Record<string, unknown>): Reference[] {
   return found;
 }
 
+/** The conversation a request continues (`conversation`: its id, or `{id}`), or null. */
+function conversationOf(body: Record<string, unknown>): string | null {
+  const c = body.conversation as { id?: unknown } | string | null | undefined;
+  if (c == null) return null;
+  return typeof c === 'string' ? c : typeof c.id === 'string' ? c.id : '';
+}
+
 /** A response's id and its output items' ids; none when it was not stored (it cannot be continued). */
 function idsOf(response: unknown): string[] {
   const r = response as { id?: unknown; store?: unknown; output?: unknown } | null;
@@ -58,6 +65,13 @@ export class ResponseOwnership {
   /** Null when the request continues nothing, or only what its tenant owns; else what to answer. */
   async refusal(ctx: RequestContext, waitMs: number): Promise<Refusal | null> {
     if (ctx.api !== 'responses' || !ctx.clientKey) return null;
+    const conversation = conversationOf(ctx.body);
+    if (conversation !== null) {
+      // No tenant was answered one (the gateway serves no /v1/conversations): one on the provider
+      // key is the operator's, or another program's, not the caller's to read or add to.
+      const message = `Conversation with id '${conversation.slice(0, QUOTED)}' not found.`;
+      return { status: 400, error: openAiError(message, 'invalid_request_error', 'conversation', 'conversation_not_found') };
+    }
     const refs = referencesOf(ctx.body);
     if (!refs.length) return null;
     let owners: Array<string | null>;
