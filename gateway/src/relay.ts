@@ -11,6 +11,7 @@ import { readUsage, type Usage } from './providers/adapter';
 import type { StreamTransform } from './sse';
 import { chatPassthrough, chatToResponses, responsesPassthrough } from './stream-transforms';
 import { maxAnswerBytes } from './upstream';
+import { parseJson } from './json-object';
 
 const translated = (answer: Answer) => answer.of.ctx.api === 'responses' && answer.of.api === 'chat';
 
@@ -28,12 +29,9 @@ export function streamTransform(answer: Answer, onResponse?: (response: unknown)
 export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usage | null } {
   const raw = answer.upstream.body!;
   if (!translated(answer)) return { body: raw, usage: answer.route.adapter.usage(raw) };
-  let chat: { usage?: unknown };
-  try {
-    chat = JSON.parse(raw.toString('utf8')) as { usage?: unknown };
-  } catch {
-    return { body: raw, usage: null }; // not JSON: passed on as the provider sent it
-  }
+  // Read as the client would read it: a byte-order mark before it is no reason to pass it on untranslated.
+  const chat = parseJson(raw.toString('utf8')) as { usage?: unknown } | null;
+  if (chat === null) return { body: raw, usage: null }; // not JSON: passed on as the provider sent it
   const response = chatToResponse(chat, answer.of.ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model);
   return { body: JSON.stringify(response), usage: readUsage(chat?.usage) };
 }

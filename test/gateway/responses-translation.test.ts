@@ -1027,6 +1027,14 @@ describe('through the gateway, translated for a chat-only route', () => {
     }
   });
 
+  it('a whole chat answer after a byte-order mark (an answer, as the client reads it) is translated and metered as any other', async () => {
+    const answer = whole({ text: 'marked', usage: { prompt: 9, completion: 2 } });
+    provider.next({ kind: 'raw-stream', type: 'application/json', pieces: [Buffer.from(`\uFEFF${JSON.stringify(answer)}`)] });
+    const response = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' });
+    expect(response).toMatchObject({ object: 'response', status: 'completed', output_text: 'marked' });
+    expect(await lastMeterEvent()).toMatchObject({ input_tokens: '9', output_tokens: '2', error_code: '' });
+  });
+
   it("a whole chat answer reporting an error (OpenRouter's 200 once generation began) is a failure of the route: tried again, the client gets the answer that followed", async () => {
     const error = { message: 'Provider returned error', code: 502 };
     const cut = { index: 0, message: { role: 'assistant', content: 'Hel' }, finish_reason: 'error' };
