@@ -4,7 +4,7 @@
  * One rule for the chat stream passed through and for its Responses translation: either way the
  * call failed, though the stream may end properly after it.
  */
-import { isObject } from './json-object';
+import { isObject, parseJson } from './json-object';
 type Json = Record<string, unknown>;
 const REPORTED = 'the provider reported an error';
 
@@ -27,11 +27,6 @@ const ERROR_KEY = Buffer.from('"error"');
  */
 export function answerError(body: Buffer): string | null {
   if (body.indexOf(ERROR_KEY) === -1) return null;
-  let json: unknown;
-  try {
-    json = JSON.parse(body.toString('utf8'));
-  } catch {
-    return null;
-  }
+  const json = parseJson(body.toString('utf8')); // after a byte-order mark too, as the client reads it
   return isObject(json) ? chatStreamError(json) : null;
 }

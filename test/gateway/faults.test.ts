@@ -273,6 +273,17 @@ describe('a provider that reports an error in a 200 answer (OpenRouter, once gen
     }
   });
 
+  it('one sent after a byte-order mark (JSON all the same, as the client reads it) is a failure of the route too', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const error = { message: 'Provider returned error', code: 502 };
+    const failed = `\uFEFF${JSON.stringify({ id: 'gen-1', object: 'chat.completion', choices: [], error })}`;
+    hot.next({ kind: 'raw-stream', type: 'application/json', pieces: [Buffer.from(failed)] });
+    const res = await chat(gw.url);
+    expect(res.status).toBe(200);
+    expect(res.json().choices[0].message.content).toBeTruthy();
+    expect(hot.received.length).toBe(2); // the failed try, then the answer
+  });
+
   it('a choice that finished with "error" counts the same; an answer that merely says the word does not', async () => {
     gw = await startGateway(mapOf([hot.url]));
     const message = { role: 'assistant', content: 'Hel' };
