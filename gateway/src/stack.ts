@@ -170,7 +170,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     () => path.routes,
     (routes) => [...new Set(routes.map((r) => r.config.provider))],
   );
-  const ownership = new ResponseOwnership(stores.owners, (m) => log.warn(m));
+  // Only a client key proves a tenant: without keys nothing is checked, so nothing is recorded either.
+  const ownership = env.GATEWAY_AUTH === 'keys' ? new ResponseOwnership(stores.owners, (m) => log.warn(m)) : null;
   const path: RequestPath = createRequestPath({
     map,
     scopes,
@@ -221,7 +222,16 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     ? httpGateway(env, { path, scopes, cheaperModel: map.cheaper_model, flags, log, meter, auth, coldDeps, voice, phone, health, reloader })
     : null;
 
-  const workerDeps = { failover: path.failover, pause, flags, notifier, skipWhilePaused, log, ownership, ...options.cold };
+  const workerDeps = {
+    failover: path.failover,
+    pause,
+    flags,
+    notifier,
+    skipWhilePaused,
+    log,
+    ownership: ownership ?? undefined,
+    ...options.cold,
+  };
   const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;
   if (worker) log.info('worker: running in this process');
 

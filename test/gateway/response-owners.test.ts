@@ -117,6 +117,13 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     expect(next.output_text).toBe('native responses from gpt-4o-mini');
   });
 
+  it('without keys nothing proves a tenant: nothing is checked, and nothing is recorded in Redis', async () => {
+    const { url } = await w.up({ GATEWAY_AUTH: 'open' });
+    const first = await client(url, 'unused').responses.create({ model: 'gpt-4o-mini', input: 'x' });
+    await client(url, 'unused').responses.create({ model: 'gpt-4o-mini', input: 'y', previous_response_id: first.id });
+    expect(await w.redis.keys(`${w.prefix}:response-owner:*`)).toEqual([]);
+  });
+
   it('a response asked not to be stored is not recorded: nothing can continue it', async () => {
     const { url } = await w.up();
     const acme = (await w.makeKey('acme')).key;

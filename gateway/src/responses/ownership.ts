@@ -1,8 +1,8 @@
 /**
  * Tenant isolation of stored responses (response-owners.ts keeps who owns what): which ids a
  * Responses request continues, the refusal when its tenant does not own one, and the ids a native
- * answer makes its tenant's. Only with client keys is a request's tenant proven, so only then is
- * a request checked; answers are claimed in every mode (a gateway switched to keys keeps them).
+ * answer makes its tenant's. Only a client key proves a request's tenant, so this runs only with
+ * GATEWAY_AUTH=keys (stack.ts): without keys nothing is checked or recorded.
  */
 import { within } from '../within';
 import { openAiError, type OpenAiError } from '../errors';
