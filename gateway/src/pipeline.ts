@@ -95,12 +95,15 @@ export class Pipeline {
     res.on('close', () => {
       if (!res.writableFinished) gone.abort();
     });
+    // The provider that keeps the state a Responses request continues: no other can serve it.
+    let stateWith: string | null = null;
     if (ctx.api === 'responses' && this.deps.ownership) {
-      const refused = await this.deps.ownership.refusal(ctx, deadline.storeWaitMs());
-      if (refused) {
-        sendJson(res, refused.status, refused.error, refused.headers);
+      const continued = await this.deps.ownership.check(ctx, deadline.storeWaitMs());
+      if (continued.refusal) {
+        sendJson(res, continued.refusal.status, continued.refusal.error, continued.refusal.headers);
         return 'complete';
       }
+      stateWith = continued.provider;
     }
     const admitted = this.deps.admit ? this.deps.admit(ctx) : ROUTE_ALL;
     const admission = admitted instanceof Promise ? await admitted : admitted;
@@ -125,7 +128,7 @@ export class Pipeline {
       return 'complete';
     }
     // A queue decision with no queue plugged in is routed as usual.
-    const outcome = await this.route(ctx, deadline, gone, admission.kind === 'route' ? admission : ROUTE_ALL);
+    const outcome = await this.route(ctx, deadline, gone, admission.kind === 'route' ? admission : ROUTE_ALL, stateWith);
     if (outcome.kind === 'exhausted') {
       await this.fallBack(ctx, outcome, res, deadline);
       return outcome.reason === 'client_closed' ? 'broken' : 'complete'; // nothing answered: no replay kept
@@ -147,7 +150,7 @@ export class Pipeline {
     // A native response's owner stored before its id is out: a follow-up naming it may come at once.
     const owned =
       outcome.of.api === 'responses'
-        ? this.deps.ownership?.claim(ctx, parseJson(whole.body.toString()), deadline.storeWaitMs())
+        ? this.deps.ownership?.claim(ctx, outcome.route.config.provider, parseJson(whole.body.toString()), deadline.storeWaitMs())
         : undefined;
     await outcome.durable;
     if (owned) await owned;
@@ -161,12 +164,16 @@ export class Pipeline {
     deadline: Deadline,
     signal: Cancel,
     admission: Extract<Admission, { kind: 'route' }>,
+    stateWith: string | null = null,
   ): Promise<Outcome> {
     const { skipProviders, decision, model } = admission;
     const skipRoute = this.deps.skipRoute;
     const skip =
-      skipRoute || skipProviders?.size
-        ? (r: Route) => (skipRoute?.(r) ?? false) || (skipProviders?.has(r.config.provider) ?? false)
+      skipRoute || skipProviders?.size || stateWith !== null
+        ? (r: Route) =>
+            (skipRoute?.(r) ?? false) ||
+            (skipProviders?.has(r.config.provider) ?? false) ||
+            (stateWith !== null && r.config.provider !== stateWith)
         : undefined;
     // Both passes on the routes in force when the request started (a reload does not move it).
     // Written out, not spread: `{ ...options, flags }` made an object of a new shape on every
@@ -228,7 +235,7 @@ export class Pipeline {
       const claims: Array<Promise<void>> = [];
       const ownership = answer.of.api === 'responses' ? this.deps.ownership : null;
       const claim = ownership
-        ? (response: unknown) => claims.push(ownership.claim(answer.of.ctx, response, STREAM_CLAIM_WAIT_MS))
+        ? (response: unknown) => claims.push(ownership.claim(answer.of.ctx, answer.route.config.provider, response, STREAM_CLAIM_WAIT_MS))
         : undefined;
       const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer, claim), undefined, (r) => {
         const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');

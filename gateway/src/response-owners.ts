@@ -1,5 +1,6 @@
 /**
- * Response owners: which tenant each stored response (and its output items) belongs to. Every
+ * Response owners: which tenant each stored response (and its output items) belongs to, and which
+ * provider stored it (a follow-up can be served only there). Every
  * tenant's request reaches a native Responses route with the operator's one provider key, so the
  * provider would continue any response it stored for anyone: with client keys, a request that names
  * a `previous_response_id` or a stored item (responses/ownership.ts) is served only when the
@@ -10,14 +11,28 @@
  */
 import type { Redis } from 'ioredis';
 
+/** Who a stored response is for, and the provider (the routing map's `provider`) that keeps it. */
+export interface Owner {
+  tenant: string;
+  provider: string;
+}
+
 export interface ResponseOwners {
-  /** Records `tenant` as the owner of these ids; an id already owned keeps its owner. */
-  claim(tenant: string, ids: string[]): Promise<void>;
+  /** Records the owner of these ids; an id already owned keeps its owner. */
+  claim(owner: Owner, ids: string[]): Promise<void>;
   /** The owners of these ids, in order (null: never answered through this gateway, or expired). */
-  owners(ids: string[]): Promise<Array<string | null>>;
+  owners(ids: string[]): Promise<Array<Owner | null>>;
 }
 
 const TTL_S = 30 * 24 * 3600;
+
+/** In Redis, `<tenant>\t<provider>` (a tenant has no tab: TENANT_PATTERN). */
+const encode = (o: Owner) => `${o.tenant}\t${o.provider}`;
+function decode(v: string | null): Owner | null {
+  if (v === null) return null;
+  const tab = v.indexOf('\t');
+  return tab === -1 ? { tenant: v, provider: '' } : { tenant: v.slice(0, tab), provider: v.slice(tab + 1) };
+}
 
 export class RedisResponseOwners implements ResponseOwners {
   constructor(
@@ -25,16 +40,16 @@ export class RedisResponseOwners implements ResponseOwners {
     private readonly prefix: string,
   ) {}
 
-  async claim(tenant: string, ids: string[]): Promise<void> {
+  async claim(owner: Owner, ids: string[]): Promise<void> {
     const batch = this.redis.pipeline();
-    for (const id of ids) batch.set(this.keyOf(id), tenant, 'EX', TTL_S, 'NX');
+    for (const id of ids) batch.set(this.keyOf(id), encode(owner), 'EX', TTL_S, 'NX');
     const results = await batch.exec();
     const failed = results?.find(([error]) => error);
     if (failed) throw failed[0]!;
   }
 
-  owners(ids: string[]): Promise<Array<string | null>> {
-    return this.redis.mget(ids.map((id) => this.keyOf(id)));
+  async owners(ids: string[]): Promise<Array<Owner | null>> {
+    return (await this.redis.mget(ids.map((id) => this.keyOf(id)))).map(decode);
   }
 
   private keyOf(id: string): string {
@@ -44,29 +59,29 @@ export class RedisResponseOwners implements ResponseOwners {
 
 /** The in-process stand-in: the newest MAX_ENTRIES ids (oldest forgotten first), for TTL_S. */
 export class MemoryResponseOwners implements ResponseOwners {
-  private readonly entries = new Map<string, { tenant: string; until: number }>();
+  private readonly entries = new Map<string, { owner: Owner; until: number }>();
 
   constructor(
     private readonly maxEntries = 100_000,
     private readonly now: () => number = Date.now,
   ) {}
 
-  claim(tenant: string, ids: string[]): Promise<void> {
+  claim(owner: Owner, ids: string[]): Promise<void> {
     for (const id of ids) {
       if (this.owner(id) !== null) continue;
-      this.entries.set(id, { tenant, until: this.now() + TTL_S * 1000 });
+      this.entries.set(id, { owner, until: this.now() + TTL_S * 1000 });
       if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
     }
     return Promise.resolve();
   }
 
-  owners(ids: string[]): Promise<Array<string | null>> {
+  owners(ids: string[]): Promise<Array<Owner | null>> {
     return Promise.resolve(ids.map((id) => this.owner(id)));
   }
 
-  private owner(id: string): string | null {
+  private owner(id: string): Owner | null {
     const e = this.entries.get(id);
-    if (e && e.until > this.now()) return e.tenant;
+    if (e && e.until > this.now()) return e.owner;
     if (e) this.entries.delete(id);
     return null;
   }

@@ -92,6 +92,18 @@ function wholeBody<B extends object>(body: B): B {
   return ('stream' in rest ? { ...rest, stream: false } : rest) as unknown as B;
 }
 
+/**
+ * The provider that keeps the state a queued Responses request continues (null: none), whose routes
+ * alone can serve it (its tenant was checked when it was queued). Owners that cannot be read fail the
+ * run, to be tried again.
+ */
+async function stateProvider(ctx: RequestContext, deps: WorkerDeps): Promise<string | null> {
+  if (!deps.ownership || ctx.api !== 'responses') return null;
+  const continued = await deps.ownership.check(ctx, CLAIM_WAIT_MS);
+  if (continued.refusal) throw new Error(continued.refusal.error.error.message);
+  return continued.provider;
+}
+
 /** One run of one job: the routing again, a deferral, or an error that makes the queue retry it. */
 async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: WorkerDeps, stopping: CancelSignal): Promise<JobResult> {
   if (await deps.pause.refresh()) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
@@ -110,7 +122,8 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
     canUseCheaper: false,
   };
   const flags = deps.flags.get();
-  const skip = (r: Route) => deps.pause.paused() && deps.skipWhilePaused(r);
+  const stateWith = await stateProvider(ctx, deps);
+  const skip = (r: Route) => (deps.pause.paused() && deps.skipWhilePaused(r)) || (stateWith !== null && r.config.provider !== stateWith);
   const deadline = new Deadline(ctx.timeToAnswerMs);
   const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
   let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping });
@@ -134,7 +147,8 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
     text = whole.body.toString();
     body = parseJson(text);
     // The response's owner stored before the client can read its id from the job.
-    const owned = outcome.of.api === 'responses' ? deps.ownership?.claim(ctx, body, CLAIM_WAIT_MS) : undefined;
+    const owned =
+      outcome.of.api === 'responses' ? deps.ownership?.claim(ctx, outcome.route.config.provider, body, CLAIM_WAIT_MS) : undefined;
     await outcome.durable; // the call's event on disk before the job completes with its answer
     if (owned) await owned;
   } else body = parseJson(text);

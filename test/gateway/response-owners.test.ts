@@ -2,7 +2,10 @@
 // (`previous_response_id`, `item_reference`) on any instance, and another tenant's ids are unknown
 // to it, as OpenAI answers an id it does not know. Real Redis, two gateway instances, the official
 // `openai` client in front of a provider that speaks the Responses API.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
 import { listenStack } from './harness';
 import { client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 
@@ -162,6 +165,59 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       expect(stolen).toMatchObject({ status: 400, code: 'previous_response_not_found' });
     } finally {
       await worker.stop();
+    }
+  });
+
+  it('a request continuing a stored response goes only to the provider that keeps it: with its routes down, queued, never sent to another', async () => {
+    const other = await new FakeProvider().start();
+    try {
+      // A Warm route of another provider that offers the Responses API natively too.
+      const routes = join(w.dir, 'two-native.json');
+      writeFileSync(
+        routes,
+        JSON.stringify({
+          hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url }],
+          warm: [{ provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'] }],
+          cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+        }),
+      );
+      const { url } = await w.up({ ROUTES_FILE: routes });
+      const acme = (await w.makeKey('acme')).key;
+      const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
+      w.hot.always({ kind: 'status', status: 503 });
+      const continued = await fetch(`${url}/v1/responses`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json', 'x-time-to-answer-ms': '3000' },
+        body: JSON.stringify({ model: 'gpt-4o-mini', input: 'what was it?', previous_response_id: first.id }),
+      });
+      // The other provider knows nothing of it: it would answer without the conversation, or not at all.
+      expect(continued.status).toBe(202);
+      expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(0);
+
+      // Queued, it waits for that provider too: run once its route answers again.
+      const { jobId } = (await continued.json()) as { jobId: string };
+      w.hot.always({ kind: 'ok' });
+      const worker = await listenStack({ ...w.env, ROUTES_FILE: routes }, { http: true, worker: true });
+      try {
+        await until(async () => {
+          const job = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${acme}` } })).json()) as {
+            state: string;
+          };
+          return job.state === 'completed';
+        });
+        expect(w.hot.received.at(-1)!.body).toMatchObject({ previous_response_id: first.id });
+        expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(0);
+      } finally {
+        await worker.stop();
+      }
+
+      // A new conversation fails over as any request does.
+      w.hot.next({ kind: 'status', status: 503 }, { kind: 'status', status: 503 }, { kind: 'status', status: 503 });
+      const fresh = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'hello' });
+      expect(fresh.output_text).toBe('native responses from gpt-4o-mini');
+      expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(1);
+    } finally {
+      await other.stop();
     }
   });
 });

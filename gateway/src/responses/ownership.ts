@@ -1,13 +1,14 @@
 /**
  * Tenant isolation of stored responses (response-owners.ts keeps who owns what): which ids a
  * Responses request continues, the refusal when its tenant does not own one, and the ids a native
- * answer makes its tenant's. Only a client key proves a request's tenant, so this runs only with
+ * answer makes its tenant's, with the provider that keeps it (a follow-up is served only by that
+ * provider's routes). Only a client key proves a request's tenant, so this runs only with
  * GATEWAY_AUTH=keys (stack.ts): without keys nothing is checked or recorded.
  */
 import { within } from '../within';
 import { openAiError, type OpenAiError } from '../errors';
 import type { RequestContext } from '../request-context';
-import type { ResponseOwners } from '../response-owners';
+import type { Owner, ResponseOwners } from '../response-owners';
 
 /** An id a request continues, and the parameter that named it. */
 interface Reference {
@@ -51,7 +52,15 @@ function idsOf(response: unknown): string[] {
   return [r.id, ...items.map((i: { id?: unknown } | null) => i?.id).filter((id): id is string => typeof id === 'string')];
 }
 
-export type Refusal = { status: number; error: OpenAiError; headers?: Record<string, string> };
+type Refusal = { status: number; error: OpenAiError; headers?: Record<string, string> };
+
+/**
+ * What a request continues: refused, or the provider that keeps the state it continues (null: it
+ * continues nothing this gateway answered), the only provider whose routes can serve it.
+ */
+export type Continuation = { refusal: Refusal } | { refusal: null; provider: string | null };
+
+const NOTHING: Continuation = { refusal: null, provider: null };
 
 /** The caller's text quoted in a message, no longer than this. */
 const QUOTED = 100;
@@ -62,40 +71,47 @@ export class ResponseOwnership {
     private readonly warn: (message: string) => void,
   ) {}
 
-  /** Null when the request continues nothing, or only what its tenant owns; else what to answer. */
-  async refusal(ctx: RequestContext, waitMs: number): Promise<Refusal | null> {
-    if (ctx.api !== 'responses' || !ctx.clientKey) return null;
+  /**
+   * A request with a client key continues only what its tenant owns. One without (a queued job's
+   * run: it was checked when queued) is only told where the state it continues lives.
+   */
+  async check(ctx: RequestContext, waitMs: number): Promise<Continuation> {
+    if (ctx.api !== 'responses') return NOTHING;
     const conversation = conversationOf(ctx.body);
-    if (conversation !== null) {
+    if (conversation !== null && ctx.clientKey) {
       // No tenant was answered one (the gateway serves no /v1/conversations): one on the provider
       // key is the operator's, or another program's, not the caller's to read or add to.
       const message = `Conversation with id '${conversation.slice(0, QUOTED)}' not found.`;
-      return { status: 400, error: openAiError(message, 'invalid_request_error', 'conversation', 'conversation_not_found') };
+      return { refusal: { status: 400, error: openAiError(message, 'invalid_request_error', 'conversation', 'conversation_not_found') } };
     }
     const refs = referencesOf(ctx.body);
-    if (!refs.length) return null;
-    let owners: Array<string | null>;
+    if (!refs.length) return NOTHING;
+    let owners: Array<Owner | null>;
     try {
       owners = await within(this.owners.owners(refs.map((r) => r.id)), waitMs, 'the response owners');
     } catch {
       const message = 'cannot check who owns the response this request continues now; try again shortly';
-      return { status: 503, error: openAiError(message, 'api_error', null, 'response_owner_unavailable'), headers: { 'retry-after': '1' } };
+      const error = openAiError(message, 'api_error', null, 'response_owner_unavailable');
+      return { refusal: { status: 503, error, headers: { 'retry-after': '1' } } };
     }
-    const foreign = refs.find((_, i) => owners[i] !== ctx.customerId);
-    if (!foreign) return null;
+    const foreign = ctx.clientKey ? refs.find((_, i) => owners[i]?.tenant !== ctx.customerId) : undefined;
+    if (!foreign) return { refusal: null, provider: owners.find((o) => o !== null)?.provider || null };
     // OpenAI's own answer for an id it does not know: another tenant's is not theirs to learn of.
     const what = foreign.param === 'previous_response_id' ? 'Previous response' : 'Item';
     const message = `${what} with id '${foreign.id.slice(0, QUOTED)}' not found.`;
     const code = foreign.param === 'previous_response_id' ? 'previous_response_not_found' : 'item_not_found';
-    return { status: 400, error: openAiError(message, 'invalid_request_error', foreign.param, code) };
+    return { refusal: { status: 400, error: openAiError(message, 'invalid_request_error', foreign.param, code) } };
   }
 
-  /** Makes a native answer's ids the request's tenant's; a failure is logged (a follow-up naming them is refused). */
-  async claim(ctx: RequestContext, response: unknown, waitMs: number): Promise<void> {
+  /**
+   * Makes a native answer's ids the request's tenant's, kept by `provider` (the route's); a failure
+   * is logged (a follow-up naming them is refused).
+   */
+  async claim(ctx: RequestContext, provider: string, response: unknown, waitMs: number): Promise<void> {
     const ids = idsOf(response);
     if (!ids.length) return;
     try {
-      await within(this.owners.claim(ctx.customerId, ids), waitMs, 'the response owners');
+      await within(this.owners.claim({ tenant: ctx.customerId, provider }, ids), waitMs, 'the response owners');
     } catch (error) {
       this.warn(
         `response ${ids[0].slice(0, QUOTED)}: its owner was not stored (${(error as Error).message}); a request continuing it will be refused`,
