@@ -21,8 +21,9 @@
  * - Delivery is at least once (a crash between the meter's answer and the XACK posts a batch again,
  *   and an entry not wholly settled is read again with the events of it the meter already has); the
  *   meter stores each event_id once, so the sheet gets each event exactly once.
- * - Records the meter refuses for good go to the `rejected` stream, one each, with its reason
- *   (newest 100,000).
+ * - Records the meter refuses for good, or the record rules refuse before appending (`check`), go to
+ *   the `rejected` stream, one each, with the reason (newest 100,000); when Redis does not take
+ *   them in time, to `rejected.jsonl` in `fallback`'s folder.
  * - When Redis does not take an append within `appendTimeoutMs` (down, reconnecting), the events
  *   go to `fallback`, this process's file spool, which posts them to the meter itself: answers are
  *   not held back by Redis, and an event that reaches both is stored once by its event_id. An event
@@ -34,6 +35,7 @@ import { hostname } from 'node:os';
 import type { EventRecord } from '../../schema/event-record';
 import { DeliveryLoop, MeterPoster, type MeterPostOptions, type Settling } from './meter-post';
 import type { MeterSink } from './meter-sink';
+import type { WebAppSink } from './meter-web-app';
 import { within } from './within';
 
 export interface StreamSinkOptions extends MeterPostOptions {
@@ -43,8 +45,8 @@ export interface StreamSinkOptions extends MeterPostOptions {
   /** The record as the meter's JSON. */
   toJson: (record: EventRecord) => unknown;
   check?: (json: unknown) => string | null;
-  /** Where an event goes when Redis does not take it in time (the file spool). */
-  fallback: MeterSink;
+  /** Where an event, or a refused record, goes when Redis does not take it in time (the file spool). */
+  fallback: WebAppSink;
   batchSize?: number;
   flushIntervalMs?: number;
   /** How long an event stays pending with a consumer before another gateway claims it (default 60 s). */
@@ -118,7 +120,7 @@ export class RedisStreamSink implements MeterSink {
     const problem = this.opts.check?.(json) ?? null;
     if (problem) {
       this.stats.rejected++;
-      return this.setAside([line], `refused before spooling: ${problem}`).catch(() => undefined);
+      return this.setAside([line], `refused before spooling: ${problem}`, waitMs).catch(() => undefined);
     }
     const turn = (this.turn ??= this.nextTurn());
     turn.records.push(record);
@@ -282,25 +284,36 @@ export class RedisStreamSink implements MeterSink {
       .exec();
   }
 
-  private async setAside(lines: string[], reason: string): Promise<void> {
-    this.opts.log.error(`meter: ${lines.length} event(s) ${reason}; kept in Redis ${this.opts.prefix}:meter:rejected`);
-    const at = new Date().toISOString();
-    const pipeline = this.opts.redis.pipeline();
-    for (const record of lines)
-      pipeline.xadd(
-        `${this.opts.prefix}:meter:rejected`,
-        'MAXLEN',
-        '~',
-        REJECTED_KEEP,
-        '*',
-        'rejected_at',
-        at,
-        'reason',
-        reason,
-        'record',
-        record,
-      );
-    await pipeline.exec();
+  /**
+   * Kept in the `rejected` stream; when Redis does not take them within `waitMs` (down, stalled), in
+   * the spool folder's rejected.jsonl instead: a refused record is never held for Redis nor lost
+   * with the process. One whose late XADD lands too is in both.
+   */
+  private async setAside(lines: string[], reason: string, waitMs = this.opts.appendTimeoutMs ?? 1000): Promise<void> {
+    if (!this.redisDown()) {
+      const at = new Date().toISOString();
+      const pipeline = this.opts.redis.pipeline();
+      for (const record of lines)
+        pipeline.xadd(
+          `${this.opts.prefix}:meter:rejected`,
+          'MAXLEN',
+          '~',
+          REJECTED_KEEP,
+          '*',
+          'rejected_at',
+          at,
+          'reason',
+          reason,
+          'record',
+          record,
+        );
+      const replies = await within(pipeline.exec(), waitMs).catch(() => null);
+      if (replies?.every(([error]) => !error)) {
+        this.opts.log.error(`meter: ${lines.length} event(s) ${reason}; kept in Redis ${this.opts.prefix}:meter:rejected`);
+        return;
+      }
+    }
+    await this.opts.fallback.setAside(lines, reason);
   }
 
   /** After a failed post: how much waits in the stream, and a notice when it passes the limit. */

@@ -193,8 +193,8 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
     }
   }
 
-  /** Records that are never retried: kept in rejected.jsonl, one per line, with the reason. */
-  private async setAside(lines: string[], reason: string): Promise<void> {
+  /** Records that are never retried: kept in rejected.jsonl, one per line, with the reason (also the Redis stream's, when Redis is away). */
+  async setAside(lines: string[], reason: string): Promise<void> {
     this.opts.log.error(`meter: ${lines.length} event(s) ${reason}; kept in rejected.jsonl`);
     const at = new Date().toISOString();
     const text = lines.map((l) => `{"rejected_at":"${at}","reason":${JSON.stringify(reason)},"record":${l}}\n`).join('');

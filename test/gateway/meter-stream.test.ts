@@ -10,7 +10,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { eventProblem } from '../../gateway/src/meter-sink';
 import { RedisStreamSink, type StreamSinkOptions } from '../../gateway/src/meter-stream';
 import { eventJson, WebAppSink } from '../../gateway/src/meter-web-app';
-import { CSV_HEADER, EVENT_FIELDS, normalizeEvent } from '../../schema/event-record';
+import { CSV_HEADER, EVENT_FIELDS, MAX_TEXT_LENGTH, normalizeEvent } from '../../schema/event-record';
 import { FakeMeterWebApp } from './fake-meter';
 import { TEST_REDIS_URL } from '../redis-db';
 
@@ -111,6 +111,24 @@ describe('meter events through the Redis stream', () => {
     await sink.flush().catch(() => undefined); // the stream's own delivery fails: Redis is down
     expect(meter.stored).toEqual(['e0', 'e1', 'e2']);
     expect(sink.status()).toMatchObject({ fell_back_to_spool: 3 });
+    down.disconnect();
+    await sink.close();
+  });
+
+  it('with Redis unreachable, an event the record rules refuse is set aside in the spool folder, not held for Redis or lost', async () => {
+    const down = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: null, lazyConnect: false });
+    down.on('error', () => undefined);
+    const spoolDir = mkdtempSync(join(tmpdir(), 'stream-spool-'));
+    const { sink } = streamSink(down, spoolDir);
+    const bad = { ...event(0), model: 'm'.repeat(MAX_TEXT_LENGTH + 1) }; // a field over its limit
+    await sink.send(bad); // before: waited for Redis, and was gone with the process
+    const kept = readFileSync(join(spoolDir, 'rejected.jsonl'), 'utf8').trim().split('\n');
+    expect(kept).toHaveLength(1);
+    expect(JSON.parse(kept[0])).toMatchObject({
+      reason: expect.stringMatching(/refused before spooling: .*model/),
+      record: { event_id: 'e0' },
+    });
+    expect(sink.stats.rejected).toBe(1);
     down.disconnect();
     await sink.close();
   });
