@@ -4,6 +4,8 @@
  */
 import { DelayedError, Queue, UnrecoverableError, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import { RunClaims } from './cold-run-claim';
 import { within } from './within';
 import {
   answered,
@@ -89,6 +91,27 @@ function view(job: Job<ColdPayload>, state: string): JobView {
  */
 const STALLS_TAKEN_BACK = 2;
 
+/** How soon a job whose claim another run holds looks again. */
+const RUN_RECHECK_MS = 1000;
+const ANOTHER_RUN = 'another run of this job is still under way (its lock lapsed while Redis did not answer)';
+
+/** The processor if this run takes the job's claim; the answer of a run that finished; else deferred briefly. */
+async function claimedRun(claims: RunClaims, job: Job<ColdPayload>, token: string, processor: Processor): Promise<unknown> {
+  const claim = await claims.take(job.id!, token);
+  if (claim.kind === 'done') return claim.result;
+  if (claim.kind === 'busy') throw new DeferJob(Date.now() + RUN_RECHECK_MS, ANOTHER_RUN);
+  let result: unknown;
+  try {
+    result = await processor(job.data, deferralOf(job));
+  } catch (error) {
+    await claims.release(job.id!, token).catch(() => undefined); // a retry may call again
+    throw error;
+  }
+  // Not kept (Redis away): the claim lapses after runMs and a run taking the job back then calls again.
+  await claims.finish(job.id!, token, result).catch(() => undefined);
+  return result;
+}
+
 export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
@@ -170,12 +193,17 @@ export class BullColdQueue implements ColdQueue {
   /**
    * BullMQ's Worker over this queue: a DeferJob becomes moveToDelayed + DelayedError (no attempt
    * spent, the deferral kept in the job's progress); once a job completes, its request body leaves
-   * Redis (the answer stays for the client to read).
+   * Redis (the answer stays for the client to read). With `runMs`, a run holds the job's claim
+   * (cold-run-claim.ts): a job taken back while its first run goes on is not run again.
    */
   work(processor: Processor, options: WorkOptions = {}): { close(): Promise<void> } {
+    // On the worker's connection, which waits for Redis as BullMQ's own commands do (the queue's fails at once).
+    const client = this.connection instanceof Redis ? this.connection : this.own;
+    const claims = options.runMs ? new RunClaims(client, this.queue.qualifiedName, options.runMs) : null;
     const run = async (job: Job<ColdPayload>, token?: string) => {
       try {
-        return await processor(job.data, deferralOf(job));
+        if (!claims) return await processor(job.data, deferralOf(job));
+        return await claimedRun(claims, job, token ?? randomUUID(), processor);
       } catch (error) {
         if (!(error instanceof DeferJob)) throw error;
         await job.updateProgress(nextDeferral(deferralOf(job), error));
@@ -191,7 +219,10 @@ export class BullColdQueue implements ColdQueue {
       maxStalledCount: STALLS_TAKEN_BACK,
       ...(options.lockMs ? { lockDuration: options.lockMs, stalledInterval: options.lockMs } : {}),
     });
-    worker.on('completed', (job) => void job.updateData(answered(job.data)).catch(() => undefined));
+    worker.on('completed', (job) => {
+      void job.updateData(answered(job.data)).catch(() => undefined);
+      void claims?.forget(job.id!).catch(() => undefined);
+    });
     worker.on('failed', (job, error) => {
       if (!job) return;
       const dead = job.attemptsMade >= (job.opts.attempts ?? JOB_ATTEMPTS) || error instanceof UnrecoverableError;

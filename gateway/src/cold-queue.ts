@@ -153,6 +153,11 @@ export interface WorkOptions {
   concurrency?: number;
   /** How long a running job's lock lasts unrenewed (a worker killed mid-job) before another worker takes it back; 30 s (tests shorten it). */
   lockMs?: number;
+  /**
+   * The longest one run of the processor lasts. With it (Redis), a job taken back while a run of it
+   * goes on (its lock lapsed in a Redis outage) is not processed again (cold-run-claim.ts).
+   */
+  runMs?: number;
   onFailed?: (failure: JobFailure) => void;
   onError?: (error: Error) => void;
 }

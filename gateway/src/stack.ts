@@ -84,8 +84,8 @@ export interface StackOptions {
   /** Breaker and notification timings (the Lisbon drill shortens them; documented there). */
   breaker?: { openMs?: number };
   notifyWindowMs?: number;
-  /** Cold timings: a job's backoff, how long it may be deferred, how often a deferred job looks again (tests, the drill). */
-  cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number };
+  /** Cold timings: a job's backoff, how long it may be deferred, how often a deferred job looks again, a running job's lock (tests, the drill). */
+  cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number; lockMs?: number };
 }
 
 /** With nothing configured (no key, no endpoint, no map) and outside production: the demo providers. */

@@ -34,6 +34,8 @@ import { PAUSED_MESSAGE, type PauseFlag } from './budget';
 
 /** Time a queued job may take per attempt (it has no caller waiting on it). */
 const JOB_TIME_MS = 120_000;
+/** What a run may take beyond its time per attempt (its meter event, its response's owner, the pause read). */
+const RUN_MARGIN_MS = 30_000;
 /** How long a job may wait for a route (or the pause) in all before it is dead-lettered. */
 const MAX_DEFER_MS = 24 * 3600_000;
 /** How often a deferred job looks again when nothing says when (the pause, every route skipped). */
@@ -53,6 +55,8 @@ export interface WorkerDeps {
   /** Shortened by tests and the drill; MAX_DEFER_MS and RECHECK_MS otherwise. */
   maxDeferMs?: number;
   recheckMs?: number;
+  /** A running job's lock (tests shorten it; BullMQ's 30 s otherwise). */
+  lockMs?: number;
   /** Makes the answers of queued Responses requests their tenant's (absent: nothing recorded). */
   ownership?: ResponseOwnership;
 }
@@ -180,6 +184,8 @@ export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: Worker
   const stopping = new Cancel();
   const work = queue.work((payload, deferred) => runJob(payload, deferred, deps, stopping), {
     concurrency,
+    lockMs: deps.lockMs,
+    runMs: (deps.jobTimeMs ?? JOB_TIME_MS) + RUN_MARGIN_MS,
     onFailed: ({ id, payload, attemptsMade, error, dead }) => {
       deps.log.warn(`job ${id} attempt ${attemptsMade} failed: ${error.message}${dead ? ' (dead-lettered)' : ''}`);
       if (dead)

@@ -195,6 +195,41 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it("a job whose lock lapses while Redis stalls is not run twice by the fleet: one provider call, one meter event, the first run's answer", async () => {
+    const workers = [0, 1].map(() => listenStack(env, { http: true, worker: true, cold: { lockMs: 1000 } }));
+    const [a, b] = await Promise.all(workers);
+    const pauser = new Redis(redis.url);
+    try {
+      hot.always({ kind: 'ok', content: 'second run' });
+      hot.next({ kind: 'ok', delayMs: 6000, content: 'first run' }); // still running when the lock is taken back
+      const { jobId } = await a.stack.queue.enqueue({
+        body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'once' }] },
+        idempotencyKey: 'job-once',
+        userId: 'u1',
+        jobId: 'client-once',
+        customerId: 'acme',
+        jobType: 'summary',
+        reason: 'all_failed',
+        reviewRequired: false,
+        enqueuedAt: new Date().toISOString(),
+      });
+      await until(async () => hot.received.length === 1); // the first run's call is out
+      await pauser.call('CLIENT', 'PAUSE', '3000', 'ALL'); // longer than the job's 1 s lock: it lapses
+      const done = await until(async () => {
+        const job = await a.stack.queue.get(jobId).catch(() => null);
+        return job?.state === 'completed' && job;
+      }, 30_000);
+      expect(hot.received).toHaveLength(1); // before: 2, the second run called the provider again
+      expect(done.result).toMatchObject({ body: { choices: [{ message: { content: 'first run' } }] } });
+      await Promise.all([a.stack.meter.flush(), b.stack.meter.flush()]);
+      const rows = readFileSync(env.METER_CSV_FILE!, 'utf8').trim().split('\n').slice(1);
+      expect(rows).toHaveLength(1); // one call, one event
+    } finally {
+      pauser.disconnect();
+      await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+
   it('a Redis that stalls does not hold a whole answer past its time-to-answer: its meter event goes to the spool, stored once', async () => {
     const meter = await new FakeMeterWebApp().start();
     const spool = { METER_URL: meter.url, METER_TOKEN: 'tok', METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'stall-spool-')) };
