@@ -2,7 +2,8 @@
  * The budget guardrail: the pause flag `pause_ai_tasks` (`1` = paused, missing = not
  * paused) in the store, set by the budget webhook at `percentUsed >= BUDGET_PAUSE_AT_PERCENT` for
  * the capped provider or by an operator, cleared by /budget/resume. Requests read a local copy
- * refreshed every 100 ms; the worker reads the store itself when it picks up a job.
+ * refreshed every 100 ms; the worker reads the store itself when it picks up a job (at most 2 s,
+ * then the local copy: worker.ts).
  */
 import type { Redis } from 'ioredis';
 import { z } from 'zod';

@@ -1,7 +1,8 @@
 /**
  * The Cold worker: takes `llm-task` jobs and runs the Hot/Warm routing again for them (it never
  * re-enqueues). Attempts (5) count only real tries that say something about the job:
- * - while `pause_ai_tasks` is `1`, a job is not run: it is deferred, re-checked every 30 s;
+ * - while `pause_ai_tasks` is `1`, a job is not run: it is deferred, re-checked every 30 s (the flag
+ *   read from Redis when the job is picked up; not answered within 2 s: the value last read);
  * - when no route can be called (every breaker open, or every route skipped), it is deferred to the
  *   earliest moment one can be probed; when its own calls failed and left every route open again
  *   (the outage goes on: those calls were the breakers' probes), likewise;
@@ -31,6 +32,7 @@ import type { ResponseOwnership } from './responses/ownership';
 import type { Route } from './route';
 import type { Notifier } from './notify';
 import { PAUSED_MESSAGE, type PauseFlag } from './budget';
+import { within } from './within';
 
 /** Time a queued job may take per attempt (it has no caller waiting on it). */
 const JOB_TIME_MS = 120_000;
@@ -40,6 +42,8 @@ const RUN_MARGIN_MS = 30_000;
 const MAX_DEFER_MS = 24 * 3600_000;
 /** How often a deferred job looks again when nothing says when (the pause, every route skipped). */
 const RECHECK_MS = 30_000;
+/** How long a job waits for the pause read before it goes by the value last read (Redis away or stalled). */
+const PAUSE_READ_MS = 2000;
 /** How long a job's answer waits for its response's owner to be stored. */
 const CLAIM_WAIT_MS = 2000;
 
@@ -108,9 +112,18 @@ async function stateProvider(ctx: RequestContext, deps: WorkerDeps): Promise<str
   return continued.provider;
 }
 
+/**
+ * The pause as Redis has it now; if Redis does not answer in time (or fails), the value last read
+ * (the copy kept fresh every 100 ms, set at once by this instance's webhook), as requests use: a job
+ * is neither held by a stalled Redis nor failed by it.
+ */
+function pausedNow(pause: PauseFlag): Promise<boolean> {
+  return within(pause.refresh(), PAUSE_READ_MS, 'the pause flag').catch(() => pause.paused());
+}
+
 /** One run of one job: the routing again, a deferral, or an error that makes the queue retry it. */
 async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: WorkerDeps, stopping: CancelSignal): Promise<JobResult> {
-  if (await deps.pause.refresh()) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
+  if (await pausedNow(deps.pause)) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
   const ctx: RequestContext = {
     api: payload.api ?? 'chat',
     asChat: payload.asChat,

@@ -20,6 +20,9 @@ import { chat, listenStack } from './harness';
 import { until } from './keys-harness';
 import OpenAI from 'openai';
 import { keysCli } from '../../gateway/src/keys-cli';
+import { RedisPause } from '../../gateway/src/budget';
+import type { BullColdQueue } from '../../gateway/src/cold-queue-redis';
+import { startWorker, type ColdWorker } from '../../gateway/src/worker';
 
 const hasRedisServer = spawnSync('redis-server', ['--version']).status === 0;
 
@@ -229,6 +232,47 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       await Promise.all([a.stop(), b.stop()]);
     }
   });
+
+  it('a job picked up while Redis does not answer the pause read is run by the value last read, not held until Redis answers', async () => {
+    const gw = await listenStack(env, { http: true, worker: false });
+    const pauseRedis = await new OwnRedis().start(); // the pause read alone stalls; the queue answers
+    const reader = new Redis(pauseRedis.url, { maxRetriesPerRequest: null }); // as the gateway's connection
+    const [pauser, probe] = [new Redis(pauseRedis.url), new Redis(pauseRedis.url)];
+    const pause = new RedisPause(reader);
+    let worker: ColdWorker | null = null;
+    try {
+      await Promise.all([reader.ping(), probe.ping()]);
+      await pauser.call('CLIENT', 'PAUSE', '10000', 'ALL'); // connected, but nothing answered
+      let answering = false;
+      void probe.ping().then(
+        () => (answering = true),
+        () => undefined, // closed at the end
+      );
+      const { stack } = gw;
+      const deps = { failover: stack.path.failover, pause, flags: stack.flags, notifier: stack.notifier, skipWhilePaused: () => false };
+      worker = startWorker(stack.queue as BullColdQueue, { ...deps, log: { info: () => {}, warn: () => {} } });
+      const { jobId } = await stack.queue.enqueue({
+        body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'paused?' }] },
+        idempotencyKey: 'job-pause-read',
+        userId: 'u1',
+        jobId: 'client-pause-read',
+        customerId: 'acme',
+        jobType: 'summary',
+        reason: 'all_failed',
+        reviewRequired: false,
+        enqueuedAt: new Date().toISOString(),
+      });
+      await until(async () => (await stack.queue.get(jobId))?.state === 'completed', 20_000);
+      expect(hot.received).toHaveLength(1);
+      expect(answering).toBe(false); // run while the pause read still waited; before: only once Redis answered (10 s)
+    } finally {
+      await worker?.close();
+      pause.close();
+      for (const client of [reader, pauser, probe]) client.disconnect();
+      await pauseRedis.end();
+      await gw.stop();
+    }
+  }, 30_000);
 
   it('a Redis that stalls does not hold a whole answer past its time-to-answer: its meter event goes to the spool, stored once', async () => {
     const meter = await new FakeMeterWebApp().start();
