@@ -232,18 +232,18 @@ export class Pipeline {
       res.writeHead(answer.upstream.status, headers as Record<string, string>);
       // Settled before the stream's end is sent: the call's event is on disk when the client sees the end.
       let usage: Usage | null = null;
-      const claims: Array<Promise<void>> = [];
+      // A native Responses stream's owner claims (with client keys); none made for any other stream.
       const ownership = answer.of.api === 'responses' ? this.deps.ownership : null;
+      const claims: Array<Promise<void>> | null = ownership ? [] : null;
       const claim = ownership
-        ? (response: unknown) => claims.push(ownership.claim(answer.of.ctx, answer.route.config.provider, response, STREAM_CLAIM_WAIT_MS))
+        ? (response: unknown) => claims!.push(ownership.claim(answer.of.ctx, answer.route.config.provider, response, STREAM_CLAIM_WAIT_MS))
         : undefined;
       const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer, claim), undefined, (r) => {
         const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
         const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
         usage = estimated ? estimateUsage(answer.of.ctx.body, r.text) : r.usage;
         answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });
-        // A chat stream has no owner to store: no step more than its event's.
-        return claims.length ? Promise.all([answer.durable, ...claims]).then(() => undefined) : answer.durable;
+        return claims?.length ? Promise.all([answer.durable, ...claims]).then(() => undefined) : answer.durable;
       });
       this.spent(answer.of.ctx, usage);
       return relay.broken ? 'broken' : 'complete';
