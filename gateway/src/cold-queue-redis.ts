@@ -107,7 +107,7 @@ async function claimedRun(claims: RunClaims, job: Job<ColdPayload>, token: strin
     await claims.release(job.id!, token).catch(() => undefined); // a retry may call again
     throw error;
   }
-  // Not kept (Redis away): the claim lapses after runMs and a run taking the job back then calls again.
+  // Kept once Redis answers, also past runMs (cold-run-claim.ts); not kept only if the command fails.
   await claims.finish(job.id!, token, result).catch(() => undefined);
   return result;
 }

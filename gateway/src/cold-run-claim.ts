@@ -10,7 +10,9 @@
  * - held by a run that finished with an answer: that answer is the job's, no call made again;
  * - held by a run still going: no call; the job is deferred briefly (no attempt spent) and looks again.
  * A run that ends without an answer (failed, deferred, handed back) frees the claim, so a retry calls
- * again; a run cut by a kill -9 leaves it held until `runMs` has passed. The job's completion deletes it.
+ * again; a run cut by a kill -9 leaves it held until `runMs` has passed. A run that outlasts its claim
+ * (Redis away longer than `runMs`) still keeps its answer there, unless another run took the claim
+ * meanwhile. The job's completion deletes it.
  */
 import type { Redis } from 'ioredis';
 
@@ -25,10 +27,14 @@ local result = redis.call('HGET', KEYS[1], 'result')
 if result then return {'done', result} end
 return {'busy'}`;
 
-/** The answer kept with the claim, if the claim is still this run's. */
+/**
+ * The answer kept with the claim, if the claim is still this run's, or lapsed with no other run
+ * taking it since (Redis away longer than runMs): the run that takes the job back is given it.
+ */
 const FINISH = `
-if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'result', ARGV[2])
+local holder = redis.call('HGET', KEYS[1], 'token')
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'token', ARGV[1], 'result', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1`;
 
