@@ -2,7 +2,8 @@
  * The budget guardrail: the pause flag `pause_ai_tasks` (`1` = paused, missing = not
  * paused) in the store, set by the budget webhook at `percentUsed >= BUDGET_PAUSE_AT_PERCENT` for
  * the capped provider or by an operator, cleared by /budget/resume. Requests read a local copy
- * refreshed every 100 ms; the worker reads the store itself when it picks up a job (at most 2 s,
+ * refreshed every 100 ms (one read at a time: while Redis does not answer, the value last read stays
+ * in force and no reads pile up behind it); the worker reads the store itself when it picks up a job (at most 2 s,
  * then the local copy: worker.ts).
  */
 import type { Redis } from 'ioredis';
@@ -43,6 +44,8 @@ export class MemoryPause implements PauseFlag {
 
 export class RedisPause implements PauseFlag {
   private value = false;
+  /** The read sent and not yet answered: later ones join it rather than queue behind it. */
+  private reading: Promise<boolean> | null = null;
   private readonly timer: NodeJS.Timeout;
   constructor(
     private readonly redis: Redis,
@@ -57,9 +60,14 @@ export class RedisPause implements PauseFlag {
   paused() {
     return this.value;
   }
-  async refresh() {
-    this.value = (await this.redis.get(this.key)) === '1';
-    return this.value;
+  refresh() {
+    // Commands wait for a reconnection or a stalled Redis: one read per tick would pile up (600 a
+    // minute) and all be sent when it answers.
+    this.reading ??= this.redis
+      .get(this.key)
+      .then((v) => (this.value = v === '1'))
+      .finally(() => (this.reading = null));
+    return this.reading;
   }
   async set() {
     // In force here at once, before Redis has it (Redis away: this instance pauses all the same).

@@ -7,7 +7,8 @@
  * against the hash in constant time before it is trusted. Every `refreshMs` (2 s) all cached keys
  * are read again in one store call, so a revocation reaches every instance within about 2 s; an
  * entry older than `maxAgeMs` (4 s: the timer fell behind) is not trusted and the request waits
- * for the store. Last-used times are gathered here and written in one batch per refresh. A store
+ * for the store. A refresh is skipped while a store call of the last one is unanswered (commands
+ * wait for Redis rather than fail: they would pile up and all be sent when it answers). Last-used times are gathered here and written in one batch per refresh. A store
  * that does not answer within `lookupTimeoutMs` (1 s) counts as unreachable (Redis commands wait
  * for a reconnection rather than fail): requests are not held by it.
  */
@@ -84,6 +85,8 @@ export class ClientAuth {
   private readonly lookupTimeoutMs: number;
   private timer: NodeJS.Timeout | null = null;
   private refreshing: Promise<void> | null = null;
+  /** Store calls of refreshes that gave up waiting and are not answered yet. */
+  private unanswered = 0;
   private down = false;
 
   constructor(
@@ -164,6 +167,7 @@ export class ClientAuth {
 
   /** Reads every cached key again (one store call) and writes the last-used times gathered since. */
   refresh(): Promise<void> {
+    if (this.unanswered) return Promise.resolve();
     this.refreshing ??= this.readAgain()
       .then(() => this.flushUsed())
       .finally(() => (this.refreshing = null));
@@ -179,7 +183,7 @@ export class ClientAuth {
     const hashes = [...this.cache.keys()];
     if (!hashes.length) return;
     try {
-      const found = await within(this.store.find(hashes), this.lookupTimeoutMs);
+      const found = await within(this.counted(this.store.find(hashes)), this.lookupTimeoutMs);
       hashes.forEach((h, i) => {
         const e = this.cache.get(h);
         if (e) Object.assign(e, { key: this.trusted(found[i], h), checkedAt: started, accepted: undefined });
@@ -195,11 +199,18 @@ export class ClientAuth {
     const batch = this.used;
     this.used = new Map();
     try {
-      await within(this.store.touch(batch), this.lookupTimeoutMs);
+      await within(this.counted(this.store.touch(batch)), this.lookupTimeoutMs);
     } catch {
       // Kept for the next batch (newer times win); the store's warning is logged by the reads.
       for (const [id, ms] of batch) if (!this.used.has(id)) this.used.set(id, ms);
     }
+  }
+
+  /** Counted among the unanswered until the store answers it. */
+  private counted<T>(call: Promise<T>): Promise<T> {
+    this.unanswered++;
+    void call.catch(() => undefined).finally(() => this.unanswered--);
+    return call;
   }
 
   /** Logged once per outage, not once per request. */

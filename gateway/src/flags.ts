@@ -2,7 +2,8 @@
  * Feature flags: enable_warm_fallback, enable_cold_queue, and a kill-switch per
  * model. Defaults come from the routing map's `flags`; operators change them at run time with
  * `PUT /admin/flags`. With Redis configured they live in the hash `<prefix>flags`, so every
- * gateway instance sees a change within a second; requests read a local copy (no Redis round
+ * gateway instance sees a change within a second (one read at a time: while Redis does not answer,
+ * the flags last read stay in force and no reads pile up behind it); requests read a local copy (no Redis round
  * trip on the request path).
  */
 import type { Redis } from 'ioredis';
@@ -74,6 +75,8 @@ export class LocalFlags implements FlagStore {
 
 export class RedisFlags extends LocalFlags {
   private timer: NodeJS.Timeout;
+  /** A timed read is unanswered: the timer sends no other (commands wait for Redis rather than fail). */
+  private polling = false;
   constructor(
     defaults: Flags,
     private readonly redis: Redis,
@@ -81,8 +84,13 @@ export class RedisFlags extends LocalFlags {
     refreshMs = 1000,
   ) {
     super(defaults);
-    this.timer = setInterval(() => void this.refresh(), refreshMs);
+    this.timer = setInterval(() => this.poll(), refreshMs);
     this.timer.unref();
+  }
+  private poll(): void {
+    if (this.polling) return;
+    this.polling = true;
+    void this.refresh().finally(() => (this.polling = false));
   }
   /** Reads the shared flags; fields not set there keep their defaults. */
   async refresh(): Promise<Flags> {

@@ -86,6 +86,8 @@ export class Notifier {
   private readonly placing = new Set<Promise<void>>();
   private readonly inflight = new Set<Promise<void>>();
   private readonly sweeper: NodeJS.Timeout;
+  /** The last sweep's read, until Redis answers it: sweeps meanwhile send none (they would pile up). */
+  private looking: Promise<unknown> | null = null;
 
   constructor(
     private readonly targets: string[],
@@ -173,7 +175,10 @@ export class Notifier {
   /** Follow-ups held by instances that stopped before their window's end: sent as this instance's own would be. */
   private async sweep(): Promise<void> {
     // The store away: its notices go out on their own (place), and the next sweep looks again.
-    const lapsed = await within(this.windows.lapsed(NOTICE_KINDS), STORE_WAIT_MS, 'Redis').catch(() => []);
+    if (this.looking) return;
+    const look = (this.looking = this.windows.lapsed(NOTICE_KINDS));
+    void look.catch(() => undefined).finally(() => (this.looking = null));
+    const lapsed = await within(look, STORE_WAIT_MS, 'Redis').catch(() => []);
     for (const kind of lapsed) if (!this.timers.has(kind)) await this.endWindow(kind);
   }
 

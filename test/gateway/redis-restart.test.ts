@@ -23,6 +23,10 @@ import { keysCli } from '../../gateway/src/keys-cli';
 import { RedisPause } from '../../gateway/src/budget';
 import type { BullColdQueue } from '../../gateway/src/cold-queue-redis';
 import { startWorker, type ColdWorker } from '../../gateway/src/worker';
+import { RedisFlags } from '../../gateway/src/flags';
+import { RedisKeyStore } from '../../gateway/src/client-keys-redis';
+import { createKey } from '../../gateway/src/client-keys';
+import { ClientAuth } from '../../gateway/src/client-auth';
 
 const hasRedisServer = spawnSync('redis-server', ['--version']).status === 0;
 
@@ -518,6 +522,41 @@ describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
     } finally {
       for (const client of [pauser, first, other]) client.disconnect();
       await meter.stop();
+    }
+  });
+
+  it('reads made every few milliseconds do not pile up while Redis stalls: each poll waits for its last answer, so few are sent when Redis answers', async () => {
+    const reader = new Redis(redis.url, { maxRetriesPerRequest: null }); // as the gateway's connection
+    const [pauser, probe] = [new Redis(redis.url), new Redis(redis.url)];
+    const pause = new RedisPause(reader, 10, 'polls:pause');
+    const flags = new RedisFlags({ enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] }, reader, 'polls:flags', 10);
+    const store = new RedisKeyStore(reader, 'polls');
+    const { key } = await createKey(store, { tenant: 'acme' });
+    const auth = new ClientAuth(store, { warn: () => {}, refreshMs: 10, lookupTimeoutMs: 5 }).start();
+    expect(await auth.check(`Bearer ${key}`)).toMatchObject({ ok: true }); // cached: read again by every refresh
+    const windows = new RedisNoticeWindows(reader, 'polls');
+    const notifier = new Notifier([], { windows, sweepMs: 10, log: { warn: () => {}, info: () => {} } });
+    const calls = async () => {
+      const stats = (await probe.info('commandstats')).matchAll(/^cmdstat_(\w+):calls=(\d+)/gm);
+      return Object.fromEntries([...stats].map(([, name, n]) => [name, Number(n)]));
+    };
+    try {
+      await pauser.call('CONFIG', 'RESETSTAT');
+      await pauser.call('CLIENT', 'PAUSE', '2000', 'ALL'); // connected, but nothing answered for 2 s
+      await probe.ping(); // answered once the stall is over
+      pause.close();
+      flags.close();
+      await auth.close();
+      await notifier.close();
+      await reader.ping(); // after everything sent before it
+      const sent = await calls();
+      // One tick every 10 ms for 2 s: before, about 200 reads of each were sent when Redis answered.
+      const piled = ['get', 'hgetall', 'hmget', 'hset', 'exists'].filter((c) => (sent[c] ?? 0) > 10).map((c) => `${c}: ${sent[c]}`);
+      expect(piled).toEqual([]);
+    } finally {
+      pause.close();
+      flags.close();
+      for (const client of [reader, pauser, probe]) client.disconnect();
     }
   });
 
