@@ -8,7 +8,7 @@
  * configured and the spend figures at hand, the decision is made without a promise: admission
  * runs on every request, and at concurrency 1 each microsecond is latency.
  */
-import { keyLimits } from './key-policy';
+import { keyRequests, keyTokenLimit, overKeyRequests } from './key-policy';
 import { capExceeded, planFor, type SpendView, type SpendWatch } from './spend-cap-routing';
 import type { Limiter, Limits } from './rate-limit';
 import type { RequestContext } from './request-context';
@@ -56,12 +56,15 @@ export function admission(deps: AdmissionDeps): Admit {
   };
 
   const withLimits = async (ctx: RequestContext): Promise<Admission> => {
-    const tenantWait = tenantLimit ? await limiter.hitTenant(ctx.customerId).catch(() => 0) : 0;
-    if (tenantWait) {
+    // The key's --rpm and the tenant's limit in one step: a request refused by either counts against neither.
+    const key = keyRequests(ctx.clientKey);
+    const full = tenantLimit || key ? await limiter.hitRequest(ctx.customerId, key).catch(() => null) : null;
+    if (full?.limit === 'key') return overKeyRequests(ctx.clientKey!, full.retryAfterS);
+    if (full) {
       return {
         kind: 'reject',
         status: 429,
-        retryAfterS: tenantWait,
+        retryAfterS: full.retryAfterS,
         code: 'tenant_rate_limited',
         message: `tenant "${ctx.customerId || '-'}" is over its ${tenantLimit} requests per minute`,
       };
@@ -94,7 +97,8 @@ export function admission(deps: AdmissionDeps): Admit {
     return view instanceof Promise ? view.then((v) => decide(ctx, v)) : decide(ctx, view);
   };
 
-  const withKeyLimits = async (ctx: RequestContext): Promise<Admission> => (await keyLimits(limiter, ctx.clientKey!)) ?? withoutKey(ctx);
+  const withKeyLimits = async (ctx: RequestContext): Promise<Admission> =>
+    (await keyTokenLimit(limiter, ctx.clientKey!)) ?? withLimits(ctx);
 
   return (ctx) => (ctx.clientKey?.rpm || ctx.clientKey?.tpm ? withKeyLimits(ctx) : withoutKey(ctx));
 }

@@ -11,7 +11,7 @@
 import type { Admission } from './admission';
 import type { ClientKey } from './client-keys';
 import { openAiError, type OpenAiError } from './errors';
-import type { Limiter } from './rate-limit';
+import type { KeyRequests, Limiter } from './rate-limit';
 
 export interface KeyRefusal {
   status: 403;
@@ -41,25 +41,25 @@ function over(retryAfterS: number, code: string, message: string): Admission {
 }
 
 /**
- * The key's own limits, before routing: a 429 admission, or null. A store that fails lets the request
- * through (as the tenant limit does). The tokens are read first and the request counted only once
- * they let it through: one refused for its tokens takes none of the key's requests of the minute
- * (which later said `key_requests_per_minute` instead), and nothing has to be given back.
+ * The key's `--tpm`, before routing: a 429 admission, or null. A store that fails lets the request
+ * through (as the tenant limit does). Read before the request is counted (admission.ts counts it
+ * against the key's `--rpm` and its tenant's limit in one step): one refused for its tokens takes
+ * none of the key's requests of the minute (which later said `key_requests_per_minute` instead).
  */
-export async function keyLimits(limiter: Limiter, key: ClientKey): Promise<Admission | null> {
-  const none = { count: 0, retryAfterS: 0 };
-  if (key.tpm) {
-    const { count, retryAfterS } = await limiter.countWindow(tokensCounter(key), 0).catch(() => none);
-    if (count >= key.tpm)
-      return over(retryAfterS, 'key_tokens_per_minute', `API key ${key.id} has used its limit of ${key.tpm} tokens per minute`);
-  }
-  if (key.rpm) {
-    const { count, retryAfterS } = await limiter.countWindow(requestsCounter(key), 1).catch(() => none);
-    if (count > key.rpm)
-      return over(retryAfterS, 'key_requests_per_minute', `API key ${key.id} is over its limit of ${key.rpm} requests per minute`);
-  }
-  return null;
+export async function keyTokenLimit(limiter: Limiter, key: ClientKey): Promise<Admission | null> {
+  if (!key.tpm) return null;
+  const { count, retryAfterS } = await limiter.countWindow(tokensCounter(key), 0).catch(() => ({ count: 0, retryAfterS: 0 }));
+  if (count < key.tpm) return null;
+  return over(retryAfterS, 'key_tokens_per_minute', `API key ${key.id} has used its limit of ${key.tpm} tokens per minute`);
 }
+
+/** The key's requests per minute for the limiter, when it has `--rpm`. */
+export const keyRequests = (key: ClientKey | undefined): KeyRequests | undefined =>
+  key?.rpm ? { counter: requestsCounter(key), rpm: key.rpm } : undefined;
+
+/** The refusal of a key at its `--rpm`. */
+export const overKeyRequests = (key: ClientKey, retryAfterS: number): Admission =>
+  over(retryAfterS, 'key_requests_per_minute', `API key ${key.id} is over its limit of ${key.rpm} requests per minute`);
 
 /** Counts an answer's tokens against its key's tokens per minute (off the request path). */
 export function spendKeyTokens(limiter: Limiter, key: ClientKey | undefined, tokens: number): void {

@@ -2,7 +2,9 @@
  * Rate limits: requests per minute per tenant, and tokens per minute per provider, in Redis so
  * they hold across gateway instances (in process without Redis). Fixed one-minute windows:
  * simple, exact across instances with one INCR, and the Retry-After is the rest of the window.
- * Values come from the routing map's `limits`.
+ * Values come from the routing map's `limits`. A request is counted against its tenant's limit and
+ * its client key's `--rpm` in one step (one Lua script with Redis), and against neither when either
+ * is full: a request refused by one limit takes nothing of the other.
  */
 import type { Redis } from 'ioredis';
 import { within } from './within';
@@ -12,9 +14,18 @@ export interface Limits {
   provider_tokens_per_minute?: Record<string, number>;
 }
 
+/** A client key's requests per minute: its counter (as for countWindow) and its `--rpm`. */
+export interface KeyRequests {
+  counter: string;
+  rpm: number;
+}
+
+/** The limit a request found full, and the seconds to wait; null: counted. */
+export type RequestsOver = { limit: 'tenant' | 'key'; retryAfterS: number } | null;
+
 export interface Limiter {
-  /** Counts a request for the tenant; the seconds to wait when over the limit, else 0. */
-  hitTenant(tenant: string): Promise<number>;
+  /** Counts a request for the tenant and its key (the key's limit checked first), or for neither when one is full. */
+  hitRequest(tenant: string, key?: KeyRequests): Promise<RequestsOver>;
   /** Seconds until the provider's token budget has room again; 0 when it has room now. */
   providerWait(provider: string): Promise<number>;
   spendTokens(provider: string, tokens: number): void;
@@ -34,6 +45,25 @@ const tokensKey = (provider: string, window: number) => `tb:${provider}:${window
  * request: a limiter that cannot count fails open rather than hold every request past its time-to-answer.
  */
 const CHECK_MS = 250;
+
+/** Counts one request on every counter (KEYS) when each is under its limit (ARGV); else the 1-based index of the first full one. */
+const COUNT_IF_ROOM = `
+for i, key in ipairs(KEYS) do
+  if tonumber(redis.call('GET', key) or '0') >= tonumber(ARGV[i]) then return i end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('INCR', key)
+  redis.call('PEXPIRE', key, ARGV[#KEYS + 1])
+end
+return 0`;
+
+/** The counters a request is counted on, key first: their names and limits. */
+function requestCounters(tenant: string, window: number, tenantLimit: number | undefined, key: KeyRequests | undefined) {
+  const counters: Array<{ limit: 'tenant' | 'key'; name: string; max: number }> = [];
+  if (key) counters.push({ limit: 'key', name: `rl:${key.counter}:${window}`, max: key.rpm });
+  if (tenantLimit) counters.push({ limit: 'tenant', name: tenantKey(tenant, window), max: tenantLimit });
+  return counters;
+}
 
 export class RedisLimiter implements Limiter {
   constructor(
@@ -55,20 +85,14 @@ export class RedisLimiter implements Limiter {
     )) as [[null, number], unknown];
     return { count, retryAfterS: secondsLeft(now) };
   }
-  async hitTenant(tenant: string): Promise<number> {
-    const limit = this.limits.tenant_requests_per_minute;
-    if (!limit) return 0;
+  async hitRequest(tenant: string, key?: KeyRequests): Promise<RequestsOver> {
     const now = this.now();
-    const key = `${this.prefix}:${tenantKey(tenant, windowOf(now))}`;
-    const [[, count]] = (await within(
-      this.redis
-        .multi()
-        .incr(key)
-        .pexpire(key, WINDOW_MS * 2)
-        .exec(),
-      CHECK_MS,
-    )) as [[null, number], unknown];
-    return count > limit ? secondsLeft(now) : 0;
+    const counters = requestCounters(tenant, windowOf(now), this.limits.tenant_requests_per_minute, key);
+    if (!counters.length) return null;
+    const names = counters.map((c) => `${this.prefix}:${c.name}`);
+    const args = [...counters.map((c) => c.max), WINDOW_MS * 2];
+    const full = (await within(this.redis.eval(COUNT_IF_ROOM, names.length, ...names, ...args), CHECK_MS)) as number;
+    return full ? { limit: counters[full - 1].limit, retryAfterS: secondsLeft(now) } : null;
   }
   async providerWait(provider: string): Promise<number> {
     const budget = this.limits.provider_tokens_per_minute?.[provider];
@@ -105,15 +129,14 @@ export class MemoryLimiter implements Limiter {
     }
     return this.counts;
   }
-  async hitTenant(tenant: string): Promise<number> {
-    const limit = this.limits.tenant_requests_per_minute;
-    if (!limit) return 0;
+  async hitRequest(tenant: string, key?: KeyRequests): Promise<RequestsOver> {
     const now = this.now();
     const counts = this.at(windowOf(now));
-    const key = tenantKey(tenant, this.window);
-    const count = (counts.get(key) ?? 0) + 1;
-    counts.set(key, count);
-    return count > limit ? secondsLeft(now) : 0;
+    const counters = requestCounters(tenant, this.window, this.limits.tenant_requests_per_minute, key);
+    const full = counters.find((c) => (counts.get(c.name) ?? 0) >= c.max);
+    if (full) return { limit: full.limit, retryAfterS: secondsLeft(now) };
+    for (const c of counters) counts.set(c.name, (counts.get(c.name) ?? 0) + 1);
+    return null;
   }
   async providerWait(provider: string): Promise<number> {
     const budget = this.limits.provider_tokens_per_minute?.[provider];

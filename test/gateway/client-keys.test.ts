@@ -1,6 +1,8 @@
 // Client keys, as a customer with the official openai client sees them: who may call,
 // whose tenant a request is, and each key's own limits. Real Redis, real HTTP.
+import { readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readEnv } from '../../gateway/src/env';
 import { redisDump } from './redis-dump';
@@ -231,6 +233,20 @@ describe("each key's own limits", () => {
     for (let i = 0; i < 4; i++) refused.push(await refusal(ask(url, key)));
     expect(refused.map((r) => r.code)).toEqual(Array(4).fill('key_tokens_per_minute'));
     expect(refused[3].message).toContain(`API key ${id} has used its limit of 20 tokens per minute`);
+    expect(calls()).toBe(2);
+  });
+
+  it("a request refused for its tenant's requests per minute uses none of its key's --rpm: every one after says tenant, never the key", async () => {
+    const routes = JSON.parse(readFileSync(w.env.ROUTES_FILE!, 'utf8')) as Record<string, unknown>;
+    const limited = join(w.dir, 'routes-limited.json');
+    writeFileSync(limited, JSON.stringify({ ...routes, limits: { tenant_requests_per_minute: 2 } }));
+    const { url } = await w.up({ ROUTES_FILE: limited });
+    const { key } = await w.makeKey('acme', '--rpm', '3');
+    await ask(url, key);
+    await ask(url, key); // the tenant's 2 of the minute, 2 of the key's 3
+    const refused = [];
+    for (let i = 0; i < 3; i++) refused.push(await refusal(ask(url, key)));
+    expect(refused.map((r) => r.code)).toEqual(Array(3).fill('tenant_rate_limited'));
     expect(calls()).toBe(2);
   });
 

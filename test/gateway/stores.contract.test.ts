@@ -41,11 +41,13 @@ describe.each([
   const clock = { ms: 0 };
   const now = () => clock.ms;
   const atWindow = (w: number) => (clock.ms = w * 60_000 + 15_000);
+  /** The seconds a tenant's request waits (0: counted). */
+  const wait = async (l: Limiter, tenant: string) => (await l.hitRequest(tenant))?.retryAfterS ?? 0;
 
   it('without limits nothing ever waits', async () => {
     atWindow(1000);
     const l = make({}, now);
-    for (let i = 0; i < 50; i++) expect(await l.hitTenant('acme')).toBe(0);
+    for (let i = 0; i < 50; i++) expect(await wait(l, 'acme')).toBe(0);
     l.spendTokens('openai', 1e9);
     expect(await l.providerWait('openai')).toBe(0);
   });
@@ -53,19 +55,36 @@ describe.each([
   it('a tenant over its requests per minute waits for the rest of the window; other tenants and the next window do not', async () => {
     atWindow(1000);
     const l = make({ tenant_requests_per_minute: 3 }, now);
-    expect([await l.hitTenant('acme'), await l.hitTenant('acme'), await l.hitTenant('acme')]).toEqual([0, 0, 0]);
-    expect(await l.hitTenant('acme')).toBe(45);
-    expect(await l.hitTenant('beta')).toBe(0);
+    expect([await wait(l, 'acme'), await wait(l, 'acme'), await wait(l, 'acme')]).toEqual([0, 0, 0]);
+    expect(await wait(l, 'acme')).toBe(45);
+    expect(await wait(l, 'beta')).toBe(0);
     atWindow(1001);
-    expect(await l.hitTenant('acme')).toBe(0);
+    expect(await wait(l, 'acme')).toBe(0);
+  });
+
+  it("a request refused by its key's rpm or its tenant's limit is counted against neither", async () => {
+    atWindow(1000);
+    const l = make({ tenant_requests_per_minute: 2 }, now);
+    const [a, b] = [
+      { counter: 'key:a:requests', rpm: 1 },
+      { counter: 'key:b:requests', rpm: 3 },
+    ];
+    expect(await l.hitRequest('acme', a)).toBeNull();
+    expect(await l.hitRequest('acme', a)).toEqual({ limit: 'key', retryAfterS: 45 }); // not counted for acme
+    expect(await l.hitRequest('acme', b)).toBeNull(); // acme's second
+    for (let i = 0; i < 3; i++) expect(await l.hitRequest('acme', b)).toEqual({ limit: 'tenant', retryAfterS: 45 });
+    // Where the tenant has room (another tenant's counter), b has 2 of its 3 left: the refusals took none.
+    expect(await l.hitRequest('beta', b)).toBeNull();
+    expect(await l.hitRequest('beta', b)).toBeNull();
+    expect(await l.hitRequest('beta', b)).toEqual({ limit: 'key', retryAfterS: 45 });
   });
 
   it('requests without a tenant are counted apart from a tenant named "-"', async () => {
     atWindow(1000);
     const l = make({ tenant_requests_per_minute: 1 }, now);
-    expect(await l.hitTenant('')).toBe(0);
-    expect(await l.hitTenant('-')).toBe(0);
-    expect(await l.hitTenant('')).toBe(45);
+    expect(await wait(l, '')).toBe(0);
+    expect(await wait(l, '-')).toBe(0);
+    expect(await wait(l, '')).toBe(45);
   });
 
   it('a provider past its token budget waits for the rest of the window; providers without a budget never do', async () => {
@@ -84,12 +103,12 @@ describe.each([
   it('a burst of 10,001 other tenants in the same minute does not reset a tenant’s count', async () => {
     atWindow(1000);
     const l = make({ tenant_requests_per_minute: 1 }, now);
-    await l.hitTenant('acme');
+    await wait(l, 'acme');
     // In bursts of 500: a check that waits over 250 ms for Redis admits the request uncounted (fails open).
     for (let from = 0; from < 10_001; from += 500) {
-      await Promise.all(Array.from({ length: Math.min(500, 10_001 - from) }, (_, i) => l.hitTenant(`t${from + i}`)));
+      await Promise.all(Array.from({ length: Math.min(500, 10_001 - from) }, (_, i) => wait(l, `t${from + i}`)));
     }
-    expect(await l.hitTenant('acme')).toBe(45);
+    expect(await wait(l, 'acme')).toBe(45);
   });
 });
 
