@@ -103,6 +103,12 @@ export async function ops(
     }
     err(USAGE);
     return 2;
+  } catch (error) {
+    // An error Redis answers mid-command (a key of another type, memory full, a lost connection):
+    // one line naming the command, not Node's stack trace.
+    const answer = String((error as Error).message).split('\n')[0];
+    err(`${args.join(' ')} failed: the store at QUEUE_STORE_URL answered an error: ${answer}`);
+    return 1;
   } finally {
     pause.close();
     await queue.close();

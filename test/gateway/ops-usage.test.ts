@@ -56,4 +56,20 @@ describe('npm run ops usage', () => {
     if (keys.length) await redis.del(...keys);
     redis.disconnect();
   }, 20_000);
+
+  it('an error the store answers mid-command is one line on stderr naming the command, exit 1, not a stack trace', async () => {
+    const prefix = `test-ops-broken-${process.pid}`;
+    const redis = new Redis(TEST_REDIS_URL);
+    try {
+      await redis.set(`${prefix}:ai-tasks:failed`, 'not a job list'); // a key of another type: Redis answers WRONGTYPE
+      for (const args of [['status'], ['dlq', 'list']]) {
+        const broken = run(args, { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: prefix });
+        expect([broken.status, broken.stdout], args.join(' ')).toEqual([1, '']);
+        expect(broken.stderr).toMatch(new RegExp(`^${args.join(' ')} failed: the store at QUEUE_STORE_URL answered an error: [^\\n]+\\n$`));
+      }
+    } finally {
+      await redis.del(`${prefix}:ai-tasks:failed`);
+      redis.disconnect();
+    }
+  }, 20_000);
 });
