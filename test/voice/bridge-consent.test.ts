@@ -320,6 +320,52 @@ describe('the bridge’s own lines across a realtime reconnect', () => {
     expect((await s.endOf('CA0813')).ended_reason).toBe('no_consent');
   });
 
+  it('the opening line all sent when the session drops, before its response.done: the reconnect does not say it again, it is heard once', async () => {
+    s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
+    const greeting = assistantAudio(1000);
+    const closing = assistantAudio(600);
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      closing: { audio: closing, transcript: 'Goodbye.' },
+    });
+    const call = await s.twilio.call('CA0815');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    // The line's audio is all sent, then the session drops before its response.done.
+    conn.on('server', (e: any) => e.type === 'response.output_audio.done' && conn.ws.close(1011));
+    const again = await until<RtConn>(s.realtime, 'connection');
+    const u = await update(s, 'CA0815'); // silence after the line: the polite end
+    expect(creates(again).map((i) => i.split(' ')[0])).toEqual(['Say']); // not greeted a second time
+    expect((again.events[0] as any).session.audio.input.turn_detection.create_response).toBe(true); // the line was said
+    expect(call.clears).toEqual([]);
+    expect(call.receivedBytes).toBe(greeting.length + closing.length); // the line once, then the goodbye
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect((await s.endOf('CA0815')).ended_reason).toBe('no_consent');
+  });
+
+  it('the line’s repeat all sent when the session drops, before its response.done: the reconnect does not cut it and say it again', async () => {
+    s = await bridgeStack(() => undefined, { consentWaitMs: 300 });
+    const greeting = assistantAudio(300);
+    const repeat = assistantAudio(1500);
+    const closing = assistantAudio(600);
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      repeat: { audio: repeat, transcript: 'consent line' },
+      closing: { audio: closing, transcript: 'Goodbye.' },
+    });
+    const call = await s.twilio.call('CA0816');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
+    conn.on('server', (e: any) => e.type === 'response.output_audio.done' && conn.ws.close(1011));
+    const again = await until<RtConn>(s.realtime, 'connection');
+    const u = await update(s, 'CA0816'); // silence after the repeat too: the polite end
+    expect(call.clears).toEqual([]); // nothing of it cut
+    expect(creates(again).map((i) => i.split(' ')[0])).toEqual(['Say']); // not asked again
+    expect(call.receivedBytes).toBe(greeting.length + repeat.length + closing.length); // each once, whole
+    expect(call.playedBytes).toBe(call.receivedBytes);
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect((await s.endOf('CA0816')).ended_reason).toBe('no_consent');
+  });
+
   it('the session drops for good while a generated closing line still plays: the caller hears it to its end before the hang-up', async () => {
     s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
     const closing = assistantAudio(1500);

@@ -77,6 +77,8 @@ export class CallSession {
   /** Responses of which some audio reached Twilio. */
   private readonly voiced = new Set<string>();
   private readonly own: OwnResponses;
+  /** The bridge's own lines all of whose audio is with Twilio: said, whatever their response.done (ownLineSent). */
+  private readonly ownSaid = new Set<string>();
   private closing: { line: string; id: string | null; generated: boolean; retried: boolean; done: () => void } | null = null;
   private readonly consent: ConsentGate;
   /** The opening line being said: done once generated and every mark of it came back. */
@@ -129,7 +131,7 @@ export class CallSession {
         !this.owedLine() &&
         !this.functions.outstanding &&
         !this.results.owing &&
-        (this.responding !== null || this.said.at(-1)?.speaker === 'user'),
+        ((this.responding !== null && !this.ownSaid.has(this.responding)) || this.said.at(-1)?.speaker === 'user'),
       log,
       callId: callSid,
     });
@@ -274,7 +276,7 @@ export class CallSession {
         return this.callerSaid(e);
       case 'response.output_audio.done':
         this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
-        return this.closingSent(String(e.response_id));
+        return this.ownLineSent(String(e.response_id));
       case 'response.output_audio_transcript.done':
         // An answer muted before any of it reached the caller is not part of what was said (one cut
         // by barge-in was partly heard and stays).
@@ -531,19 +533,26 @@ export class CallSession {
       this.deps.log.warn(`call ${this.callSid}: the closing line was not said (response ${statusOf(r)}); asking once more`);
       return this.askClosing();
     }
-    closing.generated = true;
+    this.closingSaid();
+  }
+
+  private closingSaid(): void {
+    this.closing!.generated = true;
     this.checkClosing();
   }
 
   /**
-   * All of the closing line's audio is with Twilio: it is generated, whatever comes of its
-   * response.done. A session lost before that came must not have it asked again (a reconnect
-   * would cut the line the caller is hearing and start it over).
+   * All of the audio of one of the bridge's own lines (the opening line, its repeat, a closing
+   * line) is with Twilio: it is said, whatever comes of its response.done. A session lost before
+   * that came must not have it asked again: a reconnect would cut the line the caller is hearing
+   * and start it over, or say it twice.
    */
-  private closingSent(responseId: string): void {
-    if (!this.closing || responseId !== this.closing.id || !this.voiced.has(responseId)) return;
-    this.closing.generated = true;
-    this.checkClosing();
+  private ownLineSent(responseId: string): void {
+    if (!this.voiced.has(responseId)) return;
+    if (this.closing?.id === responseId) this.closingSaid();
+    else if (this.consentLine?.id === responseId) this.consentSaid();
+    else return;
+    this.ownSaid.add(responseId); // nor is it an answer a new session owes the caller
   }
 
   /** The closing line is over once it is generated and every mark of it came back. */
