@@ -15,6 +15,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { hashKey, KEY_LENGTH, looksLikeKey, type ClientKey, type KeyStore } from './client-keys';
 import { openAiError, type OpenAiError } from './errors';
+import { within } from './within';
 
 export type AuthResult = { ok: true; key: ClientKey } | { ok: false; status: 401 | 503; error: OpenAiError };
 
@@ -52,13 +53,6 @@ export interface ClientAuthOptions {
   /** Keys unused this long leave the cache. */
   idleMs?: number;
   lookupTimeoutMs?: number;
-}
-
-/** The store's answer, or a rejection once `ms` have passed without one. */
-function within<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms)));
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
 /** The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110); '' when there is none. */
@@ -137,7 +131,7 @@ export class ClientAuth {
   private lookup(hash: string, now: number): Promise<Entry> {
     let p = this.pending.get(hash);
     if (!p) {
-      p = within(this.store.find([hash]), this.lookupTimeoutMs)
+      p = within(this.store.find([hash]), this.lookupTimeoutMs, 'the key store')
         .then(
           ([key]) => this.remember(hash, { key: this.trusted(key, hash), checkedAt: now, seenAt: now }),
           (error) => {
@@ -183,7 +177,7 @@ export class ClientAuth {
     const hashes = [...this.cache.keys()];
     if (!hashes.length) return;
     try {
-      const found = await within(this.counted(this.store.find(hashes)), this.lookupTimeoutMs);
+      const found = await within(this.counted(this.store.find(hashes)), this.lookupTimeoutMs, 'the key store');
       hashes.forEach((h, i) => {
         const e = this.cache.get(h);
         if (e) Object.assign(e, { key: this.trusted(found[i], h), checkedAt: started, accepted: undefined });
@@ -199,7 +193,7 @@ export class ClientAuth {
     const batch = this.used;
     this.used = new Map();
     try {
-      await within(this.counted(this.store.touch(batch)), this.lookupTimeoutMs);
+      await within(this.counted(this.store.touch(batch)), this.lookupTimeoutMs, 'the key store');
     } catch {
       // Kept for the next batch (newer times win); the store's warning is logged by the reads.
       for (const [id, ms] of batch) if (!this.used.has(id)) this.used.set(id, ms);
