@@ -2,7 +2,7 @@
 // its answers, caller text that a spreadsheet would run as a formula, headers longer than the event
 // record allows.
 import { spawn } from '../children';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { calcPrice } from '@pydantic/genai-prices';
@@ -12,7 +12,7 @@ import { lit, openDuck } from '../../archive/duck';
 import { formatRows, reportSql } from '../../archive/reports';
 import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
-import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
+import { ADMIN, chat, mapOf, startGateway, type TestGateway, writeOneRouteMap } from './harness';
 
 const root = join(import.meta.dirname, '..', '..');
 let hot: FakeProvider;
@@ -106,14 +106,7 @@ async function until<T>(what: string, probe: () => T | Promise<T>, ms = 10_000):
 async function answersThenKill(env: Record<string, string>, n: number): Promise<string[]> {
   const dir = mkdtempSync(join(tmpdir(), 'kill9-'));
   const routes = join(dir, 'routes.json');
-  writeFileSync(
-    routes,
-    JSON.stringify({
-      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
-      warm: [],
-      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
-    }),
-  );
+  writeOneRouteMap(routes, hot.url);
   const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
     cwd: root,
     env: { PATH: process.env.PATH, PORT: '0', ROUTES_FILE: routes, WORKER: 'off', SCOPES_FILE: join(dir, 'none.yaml'), ...env },

@@ -1,13 +1,13 @@
 // Faults around the request path: a client that stops reading a stream (for good, or for a
 // while), a SIGTERM with a call in flight, and caller text that is not a valid header value.
 import { spawn } from '../children';
-import { mkdtempSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider, refusedUrl } from './fake-provider';
-import { chat, listenStack, mapOf, startGateway, type TestGateway } from './harness';
+import { chat, listenStack, mapOf, startGateway, type TestGateway, writeOneRouteMap } from './harness';
 import { until } from './instances';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -122,14 +122,7 @@ describe('caller text in response headers', () => {
     const dir = mkdtempSync(join(tmpdir(), 'faults-'));
     const routes = join(dir, 'routes.json');
     const dead = await refusedUrl();
-    writeFileSync(
-      routes,
-      JSON.stringify({
-        hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: dead }],
-        warm: [],
-        cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
-      }),
-    );
+    writeOneRouteMap(routes, dead);
     const app = await listenStack({ ROUTES_FILE: routes, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml') });
     try {
       for (const model of ['gpt-4o-mini-🤖', 'evil\r\nset-cookie: x=1']) {
@@ -151,14 +144,7 @@ describe('SIGTERM', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sigterm-'));
     const routes = join(dir, 'routes.json');
     const csv = join(dir, 'e.csv');
-    writeFileSync(
-      routes,
-      JSON.stringify({
-        hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
-        warm: [],
-        cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
-      }),
-    );
+    writeOneRouteMap(routes, hot.url);
     const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
       cwd: root,
       env: {

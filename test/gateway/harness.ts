@@ -1,5 +1,5 @@
 /** Starts a gateway on loopback against fake providers, with its meter events in a temp CSV. */
-import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, existsSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -39,6 +39,12 @@ export function mapOf(hot: string[], warm: string[] = [], extra: Partial<RoutesM
     flags: { enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] },
     ...extra,
   };
+}
+
+/** A routing map file of one Hot route (openai, gpt-4o-mini) at `baseUrl`, no Warm, and the Cold tier. */
+export function writeOneRouteMap(file: string, baseUrl: string): void {
+  const { hot, warm, cold } = mapOf([baseUrl]);
+  writeFileSync(file, JSON.stringify({ hot, warm, cold }));
 }
 
 export function captureLogger(logs: string[]) {

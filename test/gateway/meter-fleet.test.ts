@@ -1,13 +1,14 @@
 // Meter events across instances: two real gateway processes started from one working directory
 // (only PORT differs) deliver every event to the meter exactly once, through a spool compaction,
 // a kill -9 and a restart; with Redis through its shared stream, without it each on its own spool.
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
+import { writeOneRouteMap } from './harness';
 import { chats, startInstance, until, type Instance } from './instances';
 import { TEST_REDIS_URL } from '../redis-db';
 
@@ -19,14 +20,7 @@ const running: Instance[] = [];
 beforeEach(async () => {
   [hot, meter] = await Promise.all([new FakeProvider().start(), new FakeMeterWebApp().start()]);
   cwd = mkdtempSync(join(tmpdir(), 'meter-fleet-'));
-  writeFileSync(
-    join(cwd, 'routes.json'),
-    JSON.stringify({
-      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
-      warm: [],
-      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
-    }),
-  );
+  writeOneRouteMap(join(cwd, 'routes.json'), hot.url);
 });
 afterEach(async () => {
   await Promise.all(running.splice(0).map((i) => i.crash()));

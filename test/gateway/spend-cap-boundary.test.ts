@@ -1,7 +1,7 @@
 // Spend exactly at a cap is within it (schema/spend-cap.ts), on the gateway as on the meter: sums of
 // costs carry float noise (0.1 + 0.1 + 0.1 = 0.30000000000000004), which must not tip the gateway
 // over a cap the meter says is not exceeded.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -10,7 +10,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { capExceeded, SpendWatch } from '../../gateway/src/spend-cap-routing';
 import { MemorySpendDays } from '../../gateway/src/spend-days';
 import { FakeProvider } from './fake-provider';
-import { chat, listenStack } from './harness';
+import { chat, listenStack, writeOneRouteMap } from './harness';
 
 /** What the provider reports each call cost. */
 const CALL_USD = 0.1;
@@ -33,14 +33,7 @@ afterEach(async () => {
 /** One gateway in process (no Redis): its spend per day counted by itself. */
 async function gateway(env: Record<string, string>) {
   const routes = join(dir, 'routes.json');
-  writeFileSync(
-    routes,
-    JSON.stringify({
-      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
-      warm: [],
-      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
-    }),
-  );
+  writeOneRouteMap(routes, hot.url);
   const app = await listenStack({
     ROUTES_FILE: routes,
     METER_CSV_FILE: join(dir, 'events.csv'),
