@@ -4,30 +4,17 @@
  * offset. A process takes a folder by creating its `lock` file exclusively (O_EXCL) with its pid;
  * a folder held by a running process is skipped and the next one is tried: `<dir>`, `<dir>.2`, …
  * `<dir>.64`. A lock left by a process that is gone (kill -9, a crash, a container restarted with
- * the same pid) is taken over, so a restarted gateway delivers what its folder still holds.
- *
- * Taking over goes through a `lock.takeover` file, also created exclusively, so two processes that
- * find the same stale lock cannot both take it.
+ * the same pid) is taken over (pid-lock.ts, as the archive's folders), so a restarted gateway
+ * delivers what its folder still holds.
  */
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  renameSync,
-  statSync,
-  unlinkSync,
-  writeFileSync,
-  writeSync,
-} from 'node:fs';
-import { hostname } from 'node:os';
+import { mkdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError } from './errors';
+import { createLock, fileAge, lockHolder, pidAlive, takeOverLock } from './pid-lock';
 
 const MAX_FOLDERS = 64;
-/** A takeover file older than this was left by a process that died while taking over. */
-const TAKEOVER_STALE_MS = 10_000;
+/** A lock this young and still empty is being written by its creator this instant. */
+const WRITING_MS = 10_000;
 
 /** Folders this process holds (a second sink on one of them gets the next folder, as another process would). */
 const held = new Set<string>();
@@ -42,75 +29,30 @@ export interface SpoolFolder {
   release(): void;
 }
 
-const code = (error: unknown) => (error as NodeJS.ErrnoException).code;
-
+/** The pid a lock names; null when there is no lock or it names none (yet). */
 function owner(lock: string): number | null {
   try {
-    return Number(readFileSync(lock, 'utf8').split('\n')[0]) || null;
+    return lockHolder(lock)?.pid || null;
   } catch {
     return null;
   }
 }
 
-/** A pid that runs here; our own pid in a lock we do not hold is a previous life of this pid. */
-function alive(pid: number | null): boolean {
-  if (!pid || pid === process.pid) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return code(error) === 'EPERM'; // it runs, under another user
-  }
-}
-
-const content = () => `${process.pid}\n${hostname()}\n`;
-
-function create(lock: string): boolean {
-  try {
-    const fd = openSync(lock, 'wx');
-    writeSync(fd, content());
-    closeSync(fd);
-    return true;
-  } catch (error) {
-    if (code(error) === 'EEXIST') return false;
-    throw error;
-  }
-}
-
-/** Replaces a lock whose process is gone, unless another process is taking it over right now. */
-function takeOver(lock: string, dead: number | null): boolean {
-  const guard = `${lock}.takeover`;
-  if (!create(guard)) {
-    if (age(guard) > TAKEOVER_STALE_MS) unlinkSync(guard);
-    return false;
-  }
-  try {
-    if (owner(lock) !== dead) return false; // someone else took it in between
-    writeFileSync(`${lock}.${process.pid}`, content());
-    renameSync(`${lock}.${process.pid}`, lock);
-    return true;
-  } finally {
-    unlinkSync(guard);
-  }
-}
-
-/** Milliseconds since the file was changed; 0 when it is gone. */
-function age(file: string): number {
-  const st = statSync(file, { throwIfNoEntry: false });
-  return st ? Date.now() - st.mtimeMs : 0;
-}
+/** Our own pid in a lock we do not hold is a previous life of this pid. */
+const alive = (pid: number | null) => pid !== null && pid !== process.pid && pidAlive(pid);
 
 function tryFolder(dir: string): { taken: boolean; by: number | null } {
   if (held.has(dir)) return { taken: false, by: process.pid };
   mkdirSync(dir, { recursive: true });
   const lock = join(dir, 'lock');
   for (let attempt = 0; attempt < 3; attempt++) {
-    if (create(lock)) return { taken: true, by: null };
-    if (!existsSync(lock)) continue; // released meanwhile: try again
-    const by = owner(lock);
+    if (createLock(lock, Date.now())) return { taken: true, by: null };
+    const stale = lockHolder(lock);
+    if (!stale) continue; // released meanwhile: try again
+    const by = stale.pid || null;
     // An empty lock is being written by its creator this instant: held.
-    if ((by === null && age(lock) < TAKEOVER_STALE_MS) || alive(by)) return { taken: false, by };
-    return { taken: takeOver(lock, by), by };
+    if ((by === null && fileAge(lock) < WRITING_MS) || alive(by)) return { taken: false, by };
+    return { taken: takeOverLock(lock, stale, Date.now()), by };
   }
   return { taken: false, by: null };
 }
