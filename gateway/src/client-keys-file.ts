@@ -5,10 +5,12 @@
  * a temporary file renamed over the old one: a reader sees the old file or the new, never half.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { dirname } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { ClientKey, KeyStore } from './client-keys';
+import { createLock, lockHolder, pidAlive, takeOverLock, type LockHolder } from './pid-lock';
 
 type Stored = Omit<ClientKey, 'lastUsed'>;
 
@@ -28,58 +30,35 @@ async function writeAtomic(file: string, value: unknown): Promise<void> {
   await rename(temp, file);
 }
 
-/** Changes of the records take milliseconds: a lock older than this was left by a process that was killed. */
+/** A lock from another machine, or from a CLI before locks named their holder, counts as left after this long. */
 const LOCK_STALE_MS = 10_000;
 const LOCK_WAIT_MS = 15_000;
 
-const isStale = async (lock: string): Promise<boolean> => {
-  const held = await stat(lock).catch(() => null);
-  return held !== null && Date.now() - held.mtimeMs > LOCK_STALE_MS;
-};
-
 /**
- * Removes a lock left by a killed process, one remover at a time (`<lock>.break`, held for a stat
- * and an rm): two runs that both saw the old lock would otherwise each remove a lock, the second
- * removing the one the first had just taken, and both change the records at once.
+ * Whether the lock's holder is gone. On this machine that is a pid that no longer runs: a CLI
+ * that is merely slow (stopped with Ctrl-Z, a slow disk) keeps its lock however long it takes.
  */
-async function breakStale(lock: string): Promise<void> {
-  const breaker = `${lock}.break`;
-  try {
-    await (await open(breaker, 'wx')).close();
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-    // Another run is removing it; a breaker this old was left by a run killed in that instant.
-    if (await isStale(breaker)) await rm(breaker, { force: true });
-    else await delay(10);
-    return;
-  }
-  try {
-    if (await isStale(lock)) await rm(lock, { force: true });
-  } finally {
-    await rm(breaker, { force: true });
-  }
+const holderGone = (holder: LockHolder) =>
+  holder.host === hostname() ? !pidAlive(holder.pid) : Date.now() - holder.started > LOCK_STALE_MS;
+
+/** Takes `lock` for this process: created anew, or taken over from a holder that is gone (pid-lock.ts). */
+function takeLock(lock: string): boolean {
+  const started = Date.now();
+  if (createLock(lock, started)) return true;
+  const holder = lockHolder(lock);
+  return holder !== null && holderGone(holder) && takeOverLock(lock, holder, started);
 }
 
 /**
- * Runs `change` holding `<file>.lock` (created exclusively). Two CLIs changing the records at once
- * would each write the list they read: a key just made lost (shown, never valid), or a revocation
- * undone (a revoked key valid again).
+ * Runs `change` holding `<file>.lock`. Two CLIs changing the records at once would each write the
+ * list they read: a key just made lost (shown, never valid), or a revocation undone (a revoked key
+ * valid again).
  */
-async function locked<T>(file: string, change: () => Promise<T>): Promise<T> {
+async function locked<T>(file: string, waitMs: number, change: () => Promise<T>): Promise<T> {
   const lock = `${file}.lock`;
   await mkdir(dirname(file), { recursive: true });
-  for (const deadline = Date.now() + LOCK_WAIT_MS; ;) {
-    try {
-      await (await open(lock, 'wx')).close();
-      break;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      if (await isStale(lock)) await breakStale(lock);
-      else if (Date.now() > deadline)
-        throw new Error(`${lock}: held by another change of the keys; remove it if none is running`, { cause: error });
-      else await delay(10);
-    }
-  }
+  for (const deadline = Date.now() + waitMs; !takeLock(lock); await delay(10))
+    if (Date.now() > deadline) throw new Error(`${lock}: held by another change of the keys; remove it if none is running`);
   try {
     return await change();
   } finally {
@@ -91,7 +70,11 @@ export class FileKeyStore implements KeyStore {
   readonly where: string;
   private readonly usedFile: string;
 
-  constructor(private readonly file: string) {
+  /** `lockWaitMs`: how long a change waits for another change of the records before it gives up. */
+  constructor(
+    private readonly file: string,
+    private readonly lockWaitMs = LOCK_WAIT_MS,
+  ) {
     this.usedFile = file.replace(/(\.json)?$/, '.last-used.json');
     this.where = `file ${file}`;
   }
@@ -100,7 +83,7 @@ export class FileKeyStore implements KeyStore {
   private used = () => readJson<Record<string, string>>(this.usedFile, {});
 
   async add(record: ClientKey): Promise<boolean> {
-    return locked(this.file, async () => {
+    return locked(this.file, this.lockWaitMs, async () => {
       const keys = await this.records();
       if (keys.some((k) => k.id === record.id)) return false;
       const { lastUsed: _, ...stored } = record;
@@ -123,7 +106,7 @@ export class FileKeyStore implements KeyStore {
   }
 
   async revoke(id: string, at: Date): Promise<ClientKey | null> {
-    const record = await locked(this.file, async () => {
+    const record = await locked(this.file, this.lockWaitMs, async () => {
       const keys = await this.records();
       const found = keys.find((k) => k.id === id);
       if (!found) return null;

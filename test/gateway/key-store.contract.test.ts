@@ -1,7 +1,8 @@
 // One contract for both client key stores: Redis (real, its own prefix, removed afterwards) and the
 // file under a temporary directory. Whatever the gateway and the CLI rely on holds for both.
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createKey, hashKey, type ClientKey, type KeyStore } from '../../gateway/src/client-keys';
@@ -134,5 +135,23 @@ describe('client key store: file', () => {
       const listed = await runs[0].list();
       expect(listed.map((k) => k.id).sort()).toEqual(made.map((m) => m.record.id).sort());
     }
+  });
+
+  it('a run that holds the lock longer than a change takes keeps it: another change waits instead of breaking in', async () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'keystore-')), 'client-keys.json');
+    const aMinuteAgo = Date.now() - 60_000;
+    writeFileSync(`${file}.lock`, `${process.pid}\n${hostname()}\n${aMinuteAgo}\n`); // a run stopped with Ctrl-Z, still alive
+    utimesSync(`${file}.lock`, new Date(aMinuteAgo), new Date(aMinuteAgo));
+    await expect(createKey(new FileKeyStore(file, 200), { tenant: 'acme' })).rejects.toThrow(/held by another change of the keys/);
+    expect(await new FileKeyStore(file).list()).toEqual([]);
+    expect(readFileSync(`${file}.lock`, 'utf8')).toContain(`${process.pid}\n`); // the holder's lock is still its own
+  });
+
+  it('a lock whose holder was killed a moment ago is taken over without waiting for it to age', async () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'keystore-')), 'client-keys.json');
+    const killed = spawnSync(process.execPath, ['-e', '']).pid; // a run that no longer exists
+    writeFileSync(`${file}.lock`, `${killed}\n${hostname()}\n${Date.now()}\n`);
+    const made = await createKey(new FileKeyStore(file, 200), { tenant: 'acme' });
+    expect((await new FileKeyStore(file).list()).map((k) => k.id)).toEqual([made.record.id]);
   });
 });
