@@ -8,6 +8,7 @@
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import { withoutBom } from './json-object';
 
 const MAX_BODY_BYTES = 20 * 1024 * 1024;
 /**
@@ -65,12 +66,9 @@ function mayNestDeeper(bytes: Buffer): boolean {
 }
 
 function parseBody(bytes: Buffer): BodyResult {
-  let text = bytes.toString('utf8');
-  // A UTF-8 byte-order mark is read past, as Express's json parser does on the other paths.
-  if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
   let value: unknown;
   try {
-    value = JSON.parse(text);
+    value = JSON.parse(withoutBom(bytes.toString('utf8'))); // as Express's json parser does on the other paths
   } catch {
     return { ok: false, status: 400, message: 'body: expected a JSON object' };
   }
