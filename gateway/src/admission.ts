@@ -4,6 +4,10 @@
  * cheaper model, human review), and the providers whose token budget for this minute is spent
  * (skipped; every one spent → 429).
  *
+ * A request refused by any limit counts against none: the limits that only read (the key's tokens,
+ * the providers' budgets) are read first, and the ones that count (the key's requests, the tenant's)
+ * are counted last, together or not at all (rate-limit.ts). Nothing is counted then given back.
+ *
  * Only configured limits are checked (each check is a store round trip with Redis). With none
  * configured and the spend figures at hand, the decision is made without a promise: admission
  * runs on every request, and at concurrency 1 each microsecond is latency.
@@ -55,7 +59,32 @@ export function admission(deps: AdmissionDeps): Admit {
     };
   };
 
+  /** The budgeted providers spent for this minute, and the least wait; read only, so a refusal here counts nothing. */
+  const spentProviders = async () => {
+    const skipProviders = new Set<string>();
+    let wait = Infinity;
+    for (const p of budgetedNow()) {
+      const w = await limiter.providerWait(p).catch(() => 0);
+      if (w) {
+        skipProviders.add(p);
+        wait = Math.min(wait, w);
+      }
+    }
+    return { skipProviders, wait };
+  };
+
   const withLimits = async (ctx: RequestContext): Promise<Admission> => {
+    // The providers' budgets are read before the request is counted: one refused for them takes no request of the minute.
+    const { skipProviders, wait } = await spentProviders();
+    if (skipProviders.size === seen.length) {
+      return {
+        kind: 'reject',
+        status: 429,
+        retryAfterS: wait,
+        code: 'provider_token_budget',
+        message: 'every provider is over its token budget for this minute',
+      };
+    }
     // The key's --rpm and the tenant's limit in one step: a request refused by either counts against neither.
     const key = keyRequests(ctx.clientKey);
     const full = tenantLimit || key ? await limiter.hitRequest(ctx.customerId, key).catch(() => null) : null;
@@ -69,26 +98,7 @@ export function admission(deps: AdmissionDeps): Admit {
         message: `tenant "${ctx.customerId || '-'}" is over its ${tenantLimit} requests per minute`,
       };
     }
-    const view = await spend.view();
-    const skipProviders = new Set<string>();
-    let wait = Infinity;
-    for (const p of budgetedNow()) {
-      const w = await limiter.providerWait(p).catch(() => 0);
-      if (w) {
-        skipProviders.add(p);
-        wait = Math.min(wait, w);
-      }
-    }
-    if (skipProviders.size === seen.length) {
-      return {
-        kind: 'reject',
-        status: 429,
-        retryAfterS: wait,
-        code: 'provider_token_budget',
-        message: 'every provider is over its token budget for this minute',
-      };
-    }
-    return decide(ctx, view, skipProviders);
+    return decide(ctx, await spend.view(), skipProviders);
   };
 
   const withoutKey = (ctx: RequestContext): Admission | Promise<Admission> => {

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readEnv } from '../../gateway/src/env';
 import { redisDump } from './redis-dump';
-import { ask, client, keysWorld, refusal, type KeysWorld } from './keys-harness';
+import { ask, client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 import { captureLogger, listenStack } from './harness';
 
 let w: KeysWorld;
@@ -247,6 +247,27 @@ describe("each key's own limits", () => {
     const refused = [];
     for (let i = 0; i < 3; i++) refused.push(await refusal(ask(url, key)));
     expect(refused.map((r) => r.code)).toEqual(Array(3).fill('tenant_rate_limited'));
+    expect(calls()).toBe(2);
+  });
+
+  it("a request refused for the providers' token budgets uses none of its key's --rpm nor its tenant's limit", async () => {
+    const routes = JSON.parse(readFileSync(w.env.ROUTES_FILE!, 'utf8')) as Record<string, unknown>;
+    const limited = join(w.dir, 'routes-budgeted.json');
+    const limits = { tenant_requests_per_minute: 3, provider_tokens_per_minute: { openai: 10, anthropic: 10 } };
+    writeFileSync(limited, JSON.stringify({ ...routes, limits }));
+    const { url } = await w.up({ ROUTES_FILE: limited });
+    const a = await w.makeKey('acme', '--rpm', '3');
+    const b = await w.makeKey('acme');
+    // Each answer's 17 tokens spend its provider's budget of 10; they are counted off the request path.
+    const spent = (provider: string) => async () => (await w.redis.keys(`${w.prefix}:tb:${provider}:*`)).length;
+    await ask(url, a.key);
+    await until(spent('openai'));
+    await ask(url, a.key, {}, 'claude-3-5-haiku-latest'); // 2 of the key's 3, 2 of the tenant's 3
+    await until(spent('anthropic'));
+    const refused = [];
+    for (let i = 0; i < 3; i++) refused.push(await refusal(ask(url, a.key)));
+    refused.push(await refusal(ask(url, b.key)));
+    expect(refused.map((r) => r.code)).toEqual(Array(4).fill('provider_token_budget'));
     expect(calls()).toBe(2);
   });
 
