@@ -15,6 +15,7 @@ import type express from 'express';
 import type { Logger } from 'pino';
 import { ConfigError } from './errors';
 import type { FleetBreakers } from './fleet-breakers';
+import { unmatchedKillsWarning } from './flags';
 import { keyResolver, missingKeys, movedKeys } from './keys';
 import { mapEnvironmentProblems } from './map-environment';
 import type { RequestPath } from './request-path';
@@ -33,6 +34,8 @@ export interface ReloadResult {
   changed: string[];
   /** Sections that differ from the map at start and take effect only at the next restart. */
   restart_needed: string[];
+  /** The flags' killed models no route in force calls any more (as PUT /admin/flags answers them); only when some. */
+  unmatched_killed_models?: string[];
 }
 
 /** A reload that cannot be done in this mode (the demo providers); 409, not a bad map. */
@@ -54,6 +57,8 @@ export interface ReloaderDeps {
   fleet: FleetBreakers | null;
   /** Running on the built-in demo providers: their map is made in process, there is no file to reload. */
   demo: boolean;
+  /** The flags' killed models that no call to these routes would name (flags.ts unmatchedKills). */
+  unmatchedKills: (routes: readonly Route[]) => string[];
   log: Logger;
 }
 
@@ -97,7 +102,10 @@ export class RoutesReloader {
       this.retire(before.filter((r) => !routes.includes(r)));
       this.current = version;
       this.inForce = map;
-      const result = { routes_map: version, ...changes(before, routes), restart_needed: startOnly(deps.map, map) };
+      const result: ReloadResult = { routes_map: version, ...changes(before, routes), restart_needed: startOnly(deps.map, map) };
+      // A reload can drop the last route of a killed model: the operator is told, as at start.
+      const unmatched = deps.unmatchedKills(routes);
+      if (unmatched.length) result.unmatched_killed_models = unmatched;
       this.logged(result);
       return result;
     } catch (error) {
@@ -126,6 +134,8 @@ export class RoutesReloader {
     this.deps.log.info(`routing map reloaded: ${r.routes_map.file} version ${r.routes_map.version} (${diff})`);
     if (r.restart_needed.length)
       this.deps.log.warn(`routing map: ${r.restart_needed.join(', ')} changed; that takes effect at the next restart`);
+    const unmatched = r.unmatched_killed_models;
+    if (unmatched) this.deps.log.warn({ unmatched_killed_models: unmatched }, unmatchedKillsWarning(unmatched));
   }
 
   /** Removed routes' breakers are shut down once no request can still be using them. */

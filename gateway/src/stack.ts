@@ -191,8 +191,11 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const fleet = redis ? new FleetBreakers(redis, stores.prefix ?? 'gateway', log) : null;
   await fleet?.start(path.routes);
   // The flags at start (the map's, or those kept in Redis): a killed name that matches nothing is named.
-  const unmatched = unmatchedKills(flags.get().killed_models, { routes: path.routes, scopes, cheaperModel: map.cheaper_model });
-  if (unmatched.length) log.warn(unmatchedKillsWarning(unmatched));
+  // A reload checks its routes the same way (routes-reload.ts).
+  const killedUnmatched = (routes: readonly Route[]) =>
+    unmatchedKills(flags.get().killed_models, { routes, scopes, cheaperModel: map.cheaper_model });
+  const unmatched = killedUnmatched(path.routes);
+  if (unmatched.length) log.warn({ unmatched_killed_models: unmatched }, unmatchedKillsWarning(unmatched));
   const reloader = new RoutesReloader({
     file: routesFile,
     mapEnv: mapEnv(env),
@@ -204,6 +207,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     path,
     fleet,
     demo: demo !== null,
+    unmatchedKills: killedUnmatched,
     log,
   });
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
-import { ADMIN, chat, listenStack } from './harness';
+import { ADMIN, captureLogger, chat, listenStack } from './harness';
 import { until } from './keys-harness';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -177,6 +177,24 @@ describe('reloading the routing map', () => {
     expect((await reload(app.url)).status).toBe(200);
     const res = await chat(app.url);
     expect(res.status).toBe(200);
+  });
+
+  it('a reload that leaves a killed model no route is logged with a warning naming it, as at start, and answered', async () => {
+    const flags = { killed_models: ['gpt-4o'] };
+    const big = { ...route('big', two.url), model: 'gpt-4o' };
+    writeMap({ hot: [route('first', one.url), big], warm: [], cold, flags });
+    const logs: string[] = [];
+    app = await listenStack(env(), { http: true, worker: false }, captureLogger(logs));
+    const warned = () =>
+      logs
+        .map((l) => JSON.parse(l) as { level: number; msg: string })
+        .filter((l) => l.msg.includes('killed_models "gpt-4o" match no model'));
+    expect(warned()).toHaveLength(0);
+    writeMap({ hot: [route('first', one.url)], warm: [], cold, flags });
+    const res = await reload(app.url);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ removed: ['big'], restart_needed: [], unmatched_killed_models: ['gpt-4o'] });
+    expect(warned()).toMatchObject([{ level: 40, unmatched_killed_models: ['gpt-4o'] }]);
   });
 
   it('SIGHUP reloads a spawned gateway, and a bad map there is logged with its path and refused', async () => {
