@@ -171,7 +171,14 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     (routes) => [...new Set(routes.map((r) => r.config.provider))],
   );
   // Only a client key proves a tenant: without keys nothing is checked, so nothing is recorded either.
-  const ownership = env.GATEWAY_AUTH === 'keys' ? new ResponseOwnership(stores.owners, (m) => log.warn(m)) : null;
+  const ownership =
+    env.GATEWAY_AUTH === 'keys'
+      ? new ResponseOwnership(
+          stores.owners,
+          (m) => log.warn(m),
+          () => path.routes,
+        )
+      : null;
   const path: RequestPath = createRequestPath({
     map,
     scopes,

@@ -103,12 +103,13 @@ function wholeBody<B extends object>(body: B): B {
 /**
  * The provider that keeps the state a queued Responses request continues (null: none), whose routes
  * alone can serve it (its tenant was checked when it was queued). Owners that cannot be read fail the
- * run, to be tried again.
+ * run, to be tried again; a provider no route serves any more ends the job (dead-lettered, a person told).
  */
 async function stateProvider(ctx: RequestContext, deps: WorkerDeps): Promise<string | null> {
   if (!deps.ownership || ctx.api !== 'responses') return null;
   const continued = await deps.ownership.check(ctx, CLAIM_WAIT_MS);
-  if (continued.refusal) throw new Error(continued.refusal.error.error.message);
+  const refusal = continued.refusal;
+  if (refusal) throw refusal.lasting ? new UnrecoverableError(refusal.error.error.message) : new Error(refusal.error.error.message);
   return continued.provider;
 }
 

@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
-import { listenStack } from './harness';
+import { ADMIN, listenStack } from './harness';
 import { client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 
 let w: KeysWorld;
@@ -216,6 +216,67 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       const fresh = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'hello' });
       expect(fresh.output_text).toBe('native responses from gpt-4o-mini');
       expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(1);
+    } finally {
+      await other.stop();
+    }
+  });
+  it('a request continuing a response whose provider a reload removed is refused at once, and its queued job dead-lettered at its next run', async () => {
+    const other = await new FakeProvider().start();
+    try {
+      const azure = { provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'] };
+      const map = (hot: object) => ({ hot: [hot], warm: [azure], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } });
+      const routes = join(w.dir, 'two-native.json');
+      writeFileSync(routes, JSON.stringify(map({ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url })));
+      const env = { ROUTES_FILE: routes, ADMIN_TOKEN: ADMIN, CAPPED_PROVIDER: 'azure-openai' };
+      const { url } = await w.up(env);
+      const acme = (await w.makeKey('acme')).key;
+      const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
+      const follow = () =>
+        fetch(`${url}/v1/responses`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json', 'x-time-to-answer-ms': '3000' },
+          body: JSON.stringify({ model: 'gpt-4o-mini', input: 'what was it?', previous_response_id: first.id }),
+        });
+      w.hot.always({ kind: 'status', status: 503 });
+      const queued = await follow(); // its provider down: queued, to wait for it
+      expect(queued.status).toBe(202);
+      const { jobId } = (await queued.json()) as { jobId: string };
+
+      writeFileSync(routes, JSON.stringify(map({ ...azure, id: 'azure-hot' }))); // no route of openai any more
+      const reloaded = await fetch(`${url}/admin/routes/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
+      expect(await reloaded.json()).toMatchObject({ removed: [expect.any(String)] });
+      const gone = await follow();
+      expect(gone.status).toBe(400);
+      expect(await gone.json()).toEqual({
+        error: {
+          message: `Previous response with id '${first.id}' was stored by provider "openai", which no route of the routing map serves any more: start a new conversation without previous_response_id`,
+          type: 'invalid_request_error',
+          param: 'previous_response_id',
+          code: 'previous_response_provider_gone',
+        },
+      });
+      const item = first.output[0].id!;
+      const byItem = await refusal(
+        client(url, acme).responses.create({ model: 'gpt-4o-mini', input: [{ type: 'item_reference', id: item }] }),
+      );
+      expect(byItem).toMatchObject({ status: 400, code: 'item_provider_gone' });
+      expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(0);
+
+      // The queued job: dead-lettered at its first run, not deferred for 24 h waiting for a route.
+      const worker = await listenStack({ ...w.env, ...env }, { http: true, worker: true });
+      try {
+        const job = await until(async () => {
+          const view = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${acme}` } })).json()) as {
+            state: string;
+            lastError: string | null;
+          };
+          return view.state === 'dead-lettered' ? view : null;
+        });
+        expect(job.lastError).toContain('no route of the routing map serves any more');
+        expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(0);
+      } finally {
+        await worker.stop();
+      }
     } finally {
       await other.stop();
     }

@@ -4,11 +4,16 @@
  * answer makes its tenant's, with the provider that keeps it (a follow-up is served only by that
  * provider's routes). Only a client key proves a request's tenant, so this runs only with
  * GATEWAY_AUTH=keys (stack.ts): without keys nothing is checked or recorded.
+ *
+ * A request continuing a response whose provider no route in force can serve any more (a reload
+ * removed them) is refused at once, and for good: no other provider has its state, and waiting in
+ * the Cold queue would only end in the dead-letter queue a day later.
  */
 import { within } from '../within';
 import { openAiError, type OpenAiError } from '../errors';
 import type { RequestContext } from '../request-context';
 import type { Owner, ResponseOwners } from '../response-owners';
+import type { Route } from '../route';
 
 /** An id a request continues, and the parameter that named it. */
 interface Reference {
@@ -52,7 +57,8 @@ function idsOf(response: unknown): string[] {
   return [r.id, ...items.map((i: { id?: unknown } | null) => i?.id).filter((id): id is string => typeof id === 'string')];
 }
 
-type Refusal = { status: number; error: OpenAiError; headers?: Record<string, string> };
+/** `lasting`: no retry can change the answer (a queued job's run ends in the dead-letter queue at once). */
+type Refusal = { status: number; error: OpenAiError; headers?: Record<string, string>; lasting?: boolean };
 
 /**
  * What a request continues: refused, or the provider that keeps the state it continues (null: it
@@ -65,10 +71,23 @@ const NOTHING: Continuation = { refusal: null, provider: null };
 /** The caller's text quoted in a message, no longer than this. */
 const QUOTED = 100;
 
+/** The refusal of a request continuing `ref`, whose provider no route in force serves any more. */
+function providerGone(ref: Reference, provider: string): Refusal {
+  const previous = ref.param === 'previous_response_id';
+  const what = previous ? 'Previous response' : 'Item';
+  const message =
+    `${what} with id '${ref.id.slice(0, QUOTED)}' was stored by provider "${provider}", which no route of the routing map ` +
+    `serves any more: start a new conversation without ${previous ? 'previous_response_id' : 'it'}`;
+  const code = previous ? 'previous_response_provider_gone' : 'item_provider_gone';
+  return { status: 400, error: openAiError(message, 'invalid_request_error', ref.param, code), lasting: true };
+}
+
 export class ResponseOwnership {
   constructor(
     private readonly owners: ResponseOwners,
     private readonly warn: (message: string) => void,
+    /** The routes in force (a reload changes them). */
+    private readonly routes: () => readonly Route[],
   ) {}
 
   /**
@@ -95,12 +114,22 @@ export class ResponseOwnership {
       return { refusal: { status: 503, error, headers: { 'retry-after': '1' } } };
     }
     const foreign = ctx.clientKey ? refs.find((_, i) => owners[i]?.tenant !== ctx.customerId) : undefined;
-    if (!foreign) return { refusal: null, provider: owners.find((o) => o !== null)?.provider || null };
+    if (!foreign) return this.keptBy(ctx, refs, owners);
     // OpenAI's own answer for an id it does not know: another tenant's is not theirs to learn of.
     const what = foreign.param === 'previous_response_id' ? 'Previous response' : 'Item';
     const message = `${what} with id '${foreign.id.slice(0, QUOTED)}' not found.`;
     const code = foreign.param === 'previous_response_id' ? 'previous_response_not_found' : 'item_not_found';
     return { refusal: { status: 400, error: openAiError(message, 'invalid_request_error', foreign.param, code) } };
+  }
+
+  /** The provider that keeps what the request continues, refused when no route in force can serve it there. */
+  private keptBy(ctx: RequestContext, refs: Reference[], owners: Array<Owner | null>): Continuation {
+    const i = owners.findIndex((o) => o !== null);
+    const provider = owners[i]?.provider || null;
+    // A request that cannot be translated needs a route that offers the Responses API natively.
+    const serves = (r: Route) => r.config.provider === provider && (ctx.asChat !== undefined || r.apis.has('responses'));
+    if (provider === null || this.routes().some(serves)) return { refusal: null, provider };
+    return { refusal: providerGone(refs[i], provider) };
   }
 
   /**
