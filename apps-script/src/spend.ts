@@ -2,7 +2,7 @@
  * Spend figures: today's cost (the UTC day) and the rolling 7-day cost (today and the 6 UTC days
  * before), against the caps. A cap is exceeded only when strictly greater: the shared rule of
  * schema/spend-cap.ts, the same for the alerts and for the gateway's spend-cap routing. A cost
- * cell that holds no number ≥ 0 (typed by hand) is left out of the totals; the alert counts it.
+ * cell that holds no number ≥ 0 (typed by hand) is left out of the totals; the answer and the alert count it.
  */
 import type { EventField } from '../../schema/event-record';
 import { capExceeded as overACap, roundUsd } from '../../schema/spend-cap';
@@ -20,6 +20,9 @@ export interface SpendSummary {
   daily_cap_usd: number;
   burn_7d_cap_usd: number;
   cap_exceeded: boolean;
+  /** Rows left out of the totals because their cost cell holds no number ≥ 0 (typed by hand). */
+  unreadable_costs_today: number;
+  unreadable_costs_last_7d: number;
 }
 
 export { roundUsd };
@@ -89,7 +92,10 @@ export function readSpendRows(svc: Pick<MeterServices, 'spreadsheet'>, through: 
 /** The `doGet?action=spend` answer. */
 export function spendSummary(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): SpendSummary {
   const caps = readCaps(readConfig(svc.spreadsheet));
-  const totals = spendTotals(readSpendRows(svc), svc.now().getTime());
+  const rows = readSpendRows(svc);
+  const nowMs = svc.now().getTime();
+  const totals = spendTotals(rows, nowMs);
+  const unreadable = unreadableCosts(rows, nowMs);
   return {
     ok: true,
     today_cost_usd: totals.today,
@@ -97,5 +103,7 @@ export function spendSummary(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): S
     daily_cap_usd: caps.dailyCapUsd,
     burn_7d_cap_usd: caps.burn7dCapUsd,
     cap_exceeded: capExceeded(totals, caps),
+    unreadable_costs_today: unreadable.today,
+    unreadable_costs_last_7d: unreadable.last7d,
   };
 }

@@ -22,9 +22,30 @@ function meterWithHandTypedCosts() {
 }
 
 describe('cost cells typed by hand', () => {
-  it('are left out of the spend answer, not read as another amount', () => {
+  it('are left out of the spend answer, not read as another amount, and the answer says how many', () => {
     const { meter } = meterWithHandTypedCosts();
-    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({ today_cost_usd: 2, last_7d_cost_usd: 2 });
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({
+      today_cost_usd: 2,
+      last_7d_cost_usd: 2,
+      unreadable_costs_today: 6,
+      unreadable_costs_last_7d: 6,
+    });
+  });
+
+  it('the spend answer counts a cell of an earlier day in the 7 days only, and says 0 when none', () => {
+    const { platform, meter } = meterWithHandTypedCosts();
+    const at = EVENT_FIELDS.indexOf('timestamp');
+    eventsTab(platform).data.find((r) => r[0] === 'typed-0')![at] = new Date('2026-11-20T09:00:00Z');
+    eventsTab(platform).data.find((r) => r[0] === 'typed-1')![at] = new Date('2026-11-01T09:00:00Z');
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({
+      unreadable_costs_today: 4,
+      unreadable_costs_last_7d: 5,
+    });
+    const clean = freshMeter('2026-11-22T12:00:00Z').meter;
+    expect(callJson(clean, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({
+      unreadable_costs_today: 0,
+      unreadable_costs_last_7d: 0,
+    });
   });
 
   it('the cap alert leaves them out of the totals and says how many', () => {

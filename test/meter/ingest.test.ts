@@ -47,6 +47,8 @@ describe('doPost ingest', () => {
       daily_cap_usd: 50,
       burn_7d_cap_usd: 200,
       cap_exceeded: false,
+      unreadable_costs_today: 0,
+      unreadable_costs_last_7d: 0,
     });
   });
 
