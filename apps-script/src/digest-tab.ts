@@ -98,6 +98,8 @@ export function refreshDigest(svc: MeterServices): DigestRefresh {
   checkSheetTimeZone(svc.spreadsheet);
   const figures = computeDigest(rows, svc.now().getTime());
   figures.voice = voiceRollups(svc);
+  // First: it is the one write that can be refused (the cell limit), and then neither tab changes.
+  refreshPublicTab(svc, rows.length);
   const sheet = ensureSheet(svc, DIGEST_TAB);
   const grid = digestGrid(figures);
   if (sheet.getMaxRows() < grid.length) sheet.insertRowsAfter(sheet.getMaxRows(), grid.length - sheet.getMaxRows());
@@ -115,7 +117,6 @@ export function refreshDigest(svc: MeterServices): DigestRefresh {
       .build();
     sheet.insertChart(chart);
   }
-  refreshPublicTab(svc, rows.length);
   const unpriced = figures.unpriced.last7d ? `; ${figures.unpriced.last7d} call(s) without a price in 7 days` : '';
   const unreadable = figures.unreadableCosts30d
     ? `; ${figures.unreadableCosts30d} row(s) with a cost that is not a number ≥ 0 in 30 days, left out`

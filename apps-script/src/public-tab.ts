@@ -8,7 +8,7 @@ import { MeterRefusal } from '../../schema/meter-reply';
 import { configText, readConfig, type ConfigValues } from './config';
 import { columnOf } from './events-sheet';
 import type { MeterServices, Sheet } from './services';
-import { columnLetter } from './tabs';
+import { columnLetter, fitGrid } from './tabs';
 
 const PUBLIC_TAB = 'events_public';
 
@@ -40,16 +40,14 @@ export function ensureSheet(svc: MeterServices, name: string): Sheet {
   return svc.spreadsheet.getSheetByName(name) ?? svc.spreadsheet.insertSheet(name);
 }
 
-/** Keeps the public tab's formula in place and its grid as tall as the events tab. */
+/**
+ * Keeps the public tab's formula in place and its grid as tall as the events tab. A grid that
+ * would pass the spreadsheet's cell limit is refused (`spreadsheet_full`) before anything changes:
+ * a QUERY with too few rows would show an error instead of the data.
+ */
 export function refreshPublicTab(svc: MeterServices, eventRows: number): Sheet {
   const sheet = ensureSheet(svc, PUBLIC_TAB);
-  const width = PUBLIC_FIELDS.length;
-  const maxCols = sheet.getMaxColumns();
-  if (maxCols > width) sheet.deleteColumns(width + 1, maxCols - width);
-  else if (maxCols < width) sheet.insertColumnsAfter(maxCols, width - maxCols);
-  const needed = eventRows + 1;
-  const maxRows = sheet.getMaxRows();
-  if (maxRows < needed) sheet.insertRowsAfter(maxRows, needed - maxRows);
+  fitGrid(svc.spreadsheet, sheet, eventRows + 1, PUBLIC_FIELDS.length);
   sheet.getRange(1, 1).setFormula(publicQueryFormula());
   return sheet;
 }

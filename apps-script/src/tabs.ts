@@ -121,6 +121,21 @@ function spreadsheetCells(ss: Spreadsheet): number {
 }
 
 /**
+ * Refuses, before anything is written, `added` more cells in `sheet` that would take the
+ * spreadsheet (at `cells` now) past its cell limit (`spreadsheet_full`: the caller writes nothing).
+ */
+function refusePastLimit(sheet: Sheet, cells: number, added: number, what: string): void {
+  const after = cells + added;
+  if (after <= SPREADSHEET_CELL_LIMIT) return;
+  throw new MeterRefusal(
+    'spreadsheet_full',
+    `the spreadsheet is full: ${what} in "${sheet.getName()}" would take it to ${after} cells, past Google's ` +
+      `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
+      `(exportArchive + npm run archive, see README) and apply retention to free rows.`,
+  );
+}
+
+/**
  * Grows the tab to hold rows up to `lastRow`, with `spare` rows more so that not every write pays
  * for an insert (exactly what is needed near the cell limit). Refuses, before anything is written,
  * growth past the spreadsheet's cell limit (`spreadsheet_full`: the caller writes nothing).
@@ -131,17 +146,24 @@ export function growFor(ss: Spreadsheet, sheet: Sheet, lastRow: number, spare: n
   if (needed <= 0) return;
   const cells = spreadsheetCells(ss);
   const width = sheet.getMaxColumns();
-  const after = cells + needed * width;
-  if (after > SPREADSHEET_CELL_LIMIT) {
-    throw new MeterRefusal(
-      'spreadsheet_full',
-      `the spreadsheet is full: ${needed} more row(s) would take it to ${after} cells, past Google's ` +
-        `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
-        `(exportArchive + npm run archive, see README) and apply retention to free rows.`,
-    );
-  }
+  refusePastLimit(sheet, cells, needed * width, `${needed} more row(s)`);
   const roomy = cells + (needed + spare) * width <= SPREADSHEET_CELL_LIMIT;
   sheet.insertRowsAfter(maxRows, roomy ? needed + spare : needed);
+}
+
+/**
+ * Sizes the tab to at least `rows` tall and exactly `columns` wide, checking the whole new grid against the
+ * cell limit first, so a refused resize changes nothing (extra columns are dropped only after).
+ */
+export function fitGrid(ss: Spreadsheet, sheet: Sheet, rows: number, columns: number): void {
+  const maxRows = sheet.getMaxRows();
+  const maxCols = sheet.getMaxColumns();
+  const tallest = Math.max(maxRows, rows);
+  const added = tallest * columns - maxRows * maxCols;
+  if (added > 0) refusePastLimit(sheet, spreadsheetCells(ss), added, `a grid of ${tallest} rows by ${columns} columns`);
+  if (maxCols > columns) sheet.deleteColumns(columns + 1, maxCols - columns);
+  else if (maxCols < columns) sheet.insertColumnsAfter(maxCols, columns - maxCols);
+  if (maxRows < rows) sheet.insertRowsAfter(maxRows, rows - maxRows);
 }
 
 /** Appends rows in one write, growing the tab when needed (never past the cell limit). */

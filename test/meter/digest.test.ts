@@ -156,3 +156,43 @@ describe('digest', () => {
     expect(digest.find((r) => r[0] === 'cost per booking (audio, USD)')!.slice(1, 3)).toEqual([0.5, 0.5]);
   });
 });
+
+describe('events_public and the cell limit', () => {
+  /** The events tab has 2,001 rows of data and its grid takes every cell the spreadsheet has left. */
+  function fullSpreadsheet() {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    meter.refreshDigest(); // the public tab exists, 1,000 rows tall
+    const events = eventsTab(platform);
+    const rows = Array.from({ length: 2001 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]);
+    events.loadRows(2, rows);
+    const others = platform.spreadsheet.sheets.filter((s) => s !== events).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
+    events.maxRows = Math.floor((10_000_000 - others) / events.maxColumns);
+    return { platform, meter, rows };
+  }
+
+  it('refreshDigest refuses as spreadsheet_full, naming the tab, before writing either tab', () => {
+    const { platform, meter } = fullSpreadsheet();
+    const digestBefore = JSON.stringify(platform.spreadsheet.tab('Digest')!.data);
+    const pub = platform.spreadsheet.tab('events_public')!;
+    const grid = { rows: pub.maxRows, columns: pub.maxColumns };
+    let refusal: { code?: string; message?: string } = {};
+    try {
+      meter.refreshDigest();
+    } catch (error) {
+      refusal = error as typeof refusal;
+    }
+    expect(refusal.code).toBe('spreadsheet_full');
+    expect(refusal.message).toMatch(/"events_public".*10000000/);
+    expect(refusal.message).toMatch(/Nothing was written/);
+    expect(JSON.stringify(platform.spreadsheet.tab('Digest')!.data)).toBe(digestBefore);
+    expect({ rows: pub.maxRows, columns: pub.maxColumns }).toEqual(grid);
+  });
+
+  it('refreshes both tabs again once there is room', () => {
+    const { platform, meter, rows } = fullSpreadsheet();
+    expect(() => meter.refreshDigest()).toThrow();
+    eventsTab(platform).maxRows = rows.length + 1000; // rows freed (retention)
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    expect(platform.spreadsheet.tab('events_public')!.maxRows).toBe(rows.length + 1);
+  });
+});
