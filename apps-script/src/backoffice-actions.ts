@@ -113,13 +113,12 @@ function bookSlot(c: Ctx): Steps {
       upsertContact(c, { name, email: arg(c.args, 'email'), intent: 'book', transcript: arg(c.args, 'transcript') }),
     );
     const result = { booking_id: bookingId, start: start.toISOString(), end: end.toISOString(), text };
-    finish(
+    return finish(
       c,
       progress,
       { type: 'Booking Confirmed', booking_id: bookingId, detail: `${service}, ${when} | text: ${text}` },
       { ok: true, action: 'book_slot', ...result },
     );
-    return result;
   };
 }
 
@@ -141,13 +140,12 @@ function rescheduleSlot(c: Ctx): Steps {
     const text = textOnce(c, progress, phone, `Your booking is moved to ${when}.`);
     const notes = arg(c.args, 'notes');
     const result = { booking_id: bookingId, start: start.toISOString(), end: end.toISOString(), text };
-    finish(
+    return finish(
       c,
       progress,
       { type: 'Booking Rescheduled', booking_id: bookingId, detail: `${when}${notes ? ` | ${notes}` : ''} | text: ${text}` },
       { ok: true, action: 'reschedule_slot', ...result },
     );
-    return result;
   };
 }
 
@@ -179,8 +177,7 @@ function createLead(c: Ctx): Steps {
       return id;
     });
     const result = { lead_id: leadId, stage: 'New' };
-    finish(c, progress, { type: 'Lead Created', detail: leadId }, { ok: true, action: 'create_lead', ...result });
-    return result;
+    return finish(c, progress, { type: 'Lead Created', detail: leadId }, { ok: true, action: 'create_lead', ...result });
   };
 }
 
@@ -263,8 +260,7 @@ function routeToVoicemail(c: Ctx): Steps {
       recording: `/${VOICEMAIL_FOLDER_NAME}/${file.getName()}`,
       file_id: file.getId(),
     };
-    finish(c, progress, null, { ok: true, action: 'route_to_voicemail', ...result });
-    return result;
+    return finish(c, progress, null, { ok: true, action: 'route_to_voicemail', ...result });
   };
 }
 

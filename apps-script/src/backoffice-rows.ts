@@ -49,10 +49,16 @@ export function locked<T>(c: Ctx, progress: Progress, work: () => T): T {
 
 /**
  * Under the lock: the progress first (the text's outcome is then known to a retry), the activity
- * (once per key), and the action's result; the action is then done.
+ * (once per key), and the action's result; the action is then done. Answers the result kept for
+ * the key: another attempt's, when it finished first.
  */
-export function finish(c: Ctx, progress: Progress, activity: Record<string, unknown> | null, result: object): void {
-  withScriptLock(c.svc, () => {
+export function finish(
+  c: Ctx,
+  progress: Progress,
+  activity: Record<string, unknown> | null,
+  result: Record<string, unknown>,
+): Record<string, unknown> {
+  return withScriptLock(c.svc, () => {
     mergeSavedProgress(c.svc, c.key, progress);
     saveProgress(c.svc, c.key, progress);
     if (activity) {
@@ -68,7 +74,7 @@ export function finish(c: Ctx, progress: Progress, activity: Record<string, unkn
           }),
         ]);
     }
-    finishKey(c.svc, c.key, result);
+    return finishKey(c.svc, c.key, result);
   });
 }
 

@@ -1,9 +1,9 @@
 /**
  * The back office's record of idempotency keys (the `idempotency` tab): a key is recorded first,
  * before any side effect; each step's outcome is saved in `progress` as it finishes; `result`
- * is written when the action is done. A retry of the key answers the result, or, when the first
- * attempt stopped half-way, picks up from the progress. Every function here runs under the
- * script lock (callers take it).
+ * is written when the action is done, by the first attempt to finish (a later one answers it). A
+ * retry of the key answers the result, or, when the first attempt stopped half-way, picks up from
+ * the progress. Every function here runs under the script lock (callers take it).
  */
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { MeterServices, Sheet } from './services';
@@ -37,14 +37,15 @@ export function claimKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, a
   return done ? { done } : { done: null, progress: (parse(record.progress) ?? {}) as Progress };
 }
 
-function writeCell(svc: Pick<MeterServices, 'spreadsheet'>, key: string, column: 'progress' | 'result', value: object): void {
+/** The key's `progress` or `result` cell. */
+function cellOf(svc: Pick<MeterServices, 'spreadsheet'>, key: string, column: 'progress' | 'result') {
   const { sheet, row } = keyRow(svc, key);
   if (!row) throw new Error(`idempotency: the record of key ${key} disappeared`);
-  sheet.getRange(row, columnIn(IDEMPOTENCY, column), 1, 1).setValues([[cellText(JSON.stringify(value))]]);
+  return sheet.getRange(row, columnIn(IDEMPOTENCY, column), 1, 1);
 }
 
 export function saveProgress(svc: Pick<MeterServices, 'spreadsheet'>, key: string, progress: Progress): void {
-  writeCell(svc, key, 'progress', progress);
+  cellOf(svc, key, 'progress').setValues([[cellText(JSON.stringify(progress))]]);
 }
 
 /**
@@ -58,6 +59,15 @@ export function mergeSavedProgress(svc: Pick<MeterServices, 'spreadsheet'>, key:
   for (const [step, value] of Object.entries(saved)) if (progress[step] === undefined) progress[step] = value;
 }
 
-export function finishKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, result: object): void {
-  writeCell(svc, key, 'result', result);
+/**
+ * Records the action's result, unless another attempt with the key (the gateway retried while this
+ * one was slow) finished first: then that result stays, since its caller may already hold it and
+ * every later answer for the key must be the same. Answers the result kept.
+ */
+export function finishKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, result: Record<string, unknown>): Record<string, unknown> {
+  const cell = cellOf(svc, key, 'result');
+  const kept = parse(cell.getValues()[0][0]);
+  if (kept) return kept;
+  cell.setValues([[cellText(JSON.stringify(result))]]);
+  return result;
 }

@@ -155,6 +155,20 @@ describe('a back-office action that fails half-way', () => {
     expect(rows('activities')).toHaveLength(1);
   });
 
+  it('book_slot: a retry that finishes while the first attempt still sends the text keeps its answer; the later finisher and every replay answer it', () => {
+    const { platform, act, texts, rows } = backOffice({ twilio: true });
+    const retry = retryDuring(platform, 'UrlFetchApp.fetch', () => act('book_slot', booking()));
+    const first = act('book_slot', booking());
+    const answered = retry.reply as Record<string, unknown>;
+    // The retry found the text being sent by the first attempt: not sent again, its outcome unknown to it.
+    expect(answered).toMatchObject({ ok: true, replayed: false, text: expect.stringMatching(/^unknown: /) });
+    expect(texts()).toHaveLength(1);
+    expect(first).toEqual(answered);
+    expect(act('book_slot', booking())).toEqual({ ...answered, replayed: true });
+    expect(rows('activities')).toHaveLength(1);
+    expect(String(rows('activities')[0][5])).toContain('text: unknown'); // the log says what the answer said
+  });
+
   it('create_lead: Sheets times out after the lead row was written; the retry makes no second lead', () => {
     const { platform, act, rows } = backOffice();
     platform.calls.failAfter((name, tab) => name === 'Range.setValues' && tab === 'leads');
