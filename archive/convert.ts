@@ -20,7 +20,7 @@ import { pipeline } from 'node:stream/promises';
 import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
-import { DAY_FILE, removeEmptiedPartitions } from './expire';
+import { dayFiles, removeEmptiedPartitions, type DayFile } from './day-files';
 import { ABANDONED_MS, lockArchive } from './lock';
 
 export interface ConvertOptions {
@@ -74,38 +74,12 @@ function firstLine(file: string): string {
   return fd.split(/\r?\n/, 1)[0].replace(/^\uFEFF/, '');
 }
 
-/** A stored file of the archive and the UTC day (yyyymmdd) it holds. */
-interface StoredFile {
-  file: string;
-  day: string;
-}
-
-/**
- * The archive's stored files in either layout: flat `events_<yyyymmdd>[_N].parquet` and the files of
- * `provider=<p>/day=<yyyymmdd>/`. A run with the other layout (--partition added or forgotten) merges
- * with them, or its rows would sit beside theirs, counted twice.
- */
-function storedFiles(out: string): StoredFile[] {
-  if (!existsSync(out)) return [];
-  const files: StoredFile[] = [];
-  for (const p of readdirSync(out)) {
-    const flat = DAY_FILE.exec(p);
-    if (flat && statSync(join(out, p)).isFile()) files.push({ file: join(out, p), day: flat[1] });
-    if (!p.startsWith('provider=') || !statSync(join(out, p)).isDirectory()) continue;
-    for (const d of readdirSync(join(out, p))) {
-      if (!/^day=\d{8}$/.test(d)) continue;
-      for (const f of readdirSync(join(out, p, d))) if (f.endsWith('.parquet')) files.push({ file: join(out, p, d, f), day: d.slice(4) });
-    }
-  }
-  return files;
-}
-
 /**
  * Days of other stored files that hold an event_id of the input: the same event exported again with
  * another timestamp (a day's late arrivals, a re-sent event). The input wins there too, or reports
  * over several days would count the event twice.
  */
-async function daysHolding(duck: Duck, others: StoredFile[], input: string): Promise<string[]> {
+async function daysHolding(duck: Duck, others: DayFile[], input: string): Promise<string[]> {
   if (others.length === 0) return [];
   const rows = await duck.all<{ file: string }>(
     `SELECT DISTINCT filename AS file FROM read_parquet([${others.map((o) => lit(o.file)).join(', ')}], filename = true, hive_partitioning = false, union_by_name = true) ` +
@@ -198,7 +172,7 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
     const days = n
       ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d)
       : [];
-    const stored = storedFiles(out);
+    const stored = dayFiles(out);
     const inputDays = new Set(days);
     const others = stored.filter((s) => !inputDays.has(s.day));
     const otherDays = new Set(await daysHolding(duck, others, written));

@@ -10,38 +10,18 @@
  * It holds the archive's lock as `npm run archive` does: a run merging an old day would otherwise
  * have its stored file removed under it and write the day back.
  */
-import { readdirSync, rmdirSync, rmSync, statSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
+import { rmSync, statSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { dayFiles, removeEmptiedPartitions } from './day-files';
 import { lockArchive } from './lock';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
 /** The longest window taken: 100 years. Beyond it the cutoff leaves the dates a day file can name (1e10 days overflows a Date). */
 export const MAX_ARCHIVE_DAYS = 36_500;
-/** A flat day file's name, as `archive` writes it. */
-export const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
-/** The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. */
-const PARTITION_DIR = /^(provider=.+|day=\d{8})$/;
-
 export interface ExpireResult {
   removed: string[];
   kept: number;
   cutoff: string;
-}
-
-const subdirs = (dir: string, shape: RegExp) =>
-  readdirSync(dir, { withFileTypes: true })
-    .filter((e) => e.isDirectory() && shape.test(e.name))
-    .map((e) => join(dir, e.name));
-
-/**
- * After the archive removed `file`: its partition folders, innermost first, each only if that
- * left it empty. Stops at the first folder that is not a partition folder or still holds anything.
- */
-export function removeEmptiedPartitions(root: string, file: string): void {
-  for (let dir = dirname(file); dir !== root && dir.startsWith(`${root}/`) && PARTITION_DIR.test(basename(dir)); dir = dirname(dir)) {
-    if (readdirSync(dir).length > 0) return;
-    rmdirSync(dir);
-  }
 }
 
 /** Removes files of days strictly before `today − days` (UTC). `dryRun` only lists them. */
@@ -66,22 +46,15 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
 function expireDays(root: string, cutoff: string, dryRun: boolean): ExpireResult {
   const removed: string[] = [];
   let kept = 0;
-  // The archive's own places: the folder itself (flat layout) and provider=<p>/day=<yyyymmdd>/.
-  const places = [root, ...subdirs(root, /^provider=.+$/).flatMap((p) => subdirs(p, /^day=\d{8}$/))];
-  for (const dir of places) {
-    for (const entry of readdirSync(dir, { withFileTypes: true })) {
-      const day = entry.isFile() ? DAY_FILE.exec(entry.name)?.[1] : undefined;
-      if (!day) continue;
-      const path = join(dir, entry.name);
-      if (day >= cutoff) {
-        kept++;
-        continue;
-      }
-      removed.push(path);
-      if (dryRun) continue;
-      rmSync(path);
-      removeEmptiedPartitions(root, path);
+  for (const { file, day } of dayFiles(root)) {
+    if (day >= cutoff) {
+      kept++;
+      continue;
     }
+    removed.push(file);
+    if (dryRun) continue;
+    rmSync(file);
+    removeEmptiedPartitions(root, file);
   }
   return { removed, kept, cutoff: `${cutoff.slice(0, 4)}-${cutoff.slice(4, 6)}-${cutoff.slice(6)}` };
 }

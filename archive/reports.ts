@@ -4,37 +4,23 @@
  * the JavaScript side only formats the result.
  * Days are UTC days; "the last 7 days" are the as-of day and the 6 before, as in the meter.
  */
-import { existsSync, readdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { csvField } from '../schema/csv-cell';
+import { dayFiles } from './day-files';
 import { lit } from './duck';
 
 export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;
 export type ReportName = (typeof REPORTS)[number];
 
-/**
- * Every Parquet file under the archive folder, flat or partitioned, except in hidden folders: a
- * run of `npm run archive` stages its files in `.archive-tmp-…` inside the archive, and one that
- * was killed leaves them there, whole (the same rows twice) or half-written (unreadable). DuckDB's
- * `**` goes into hidden folders, so the files are listed here.
- */
-function archiveFiles(dir: string): string[] {
-  const files: string[] = [];
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    if (entry.name.startsWith('.')) continue;
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) files.push(...archiveFiles(path));
-    else if (entry.name.endsWith('.parquet')) files.push(path);
-  }
-  return files;
-}
-
-/** The archive's events (files carry all columns). */
+/** The archive's events (files carry all columns): its day files only (day-files.ts). */
 function eventsSource(archive: string): string {
   const dir = resolve(archive);
   if (!existsSync(dir)) throw new Error(`--archive ${archive}: no such folder`);
-  const files = archiveFiles(dir).sort();
-  if (files.length === 0) throw new Error(`--archive ${archive}: no Parquet files (npm run archive writes them)`);
+  const files = dayFiles(dir)
+    .map((f) => f.file)
+    .sort();
+  if (files.length === 0) throw new Error(`--archive ${archive}: no day files (events_<yyyymmdd>.parquet, npm run archive writes them)`);
   return `read_parquet([${files.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
 }
 

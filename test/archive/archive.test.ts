@@ -289,6 +289,19 @@ describe('reports', () => {
     expect(readdirSync(out).filter((f) => f.startsWith('.archive-tmp-'))).toEqual([basename(today)]);
   });
 
+  it("read only the archive's day files: a copy the operator keeps under the folder is not counted again", async () => {
+    const out = join(scratch(), 'arch');
+    const event = { event_id: 'a', timestamp: '2026-11-21T09:00:00Z', provider: 'openai', customer_id: 'acme', cost_usd: 1 };
+    await convert(csv([event]), { out, partition: true });
+    const day = join(out, 'provider=openai', 'day=20261121', 'events_20261121.parquet');
+    for (const copy of ['backup/events_20261121.parquet', 'provider=openai/day=20261121/copy.parquet', 'old.parquet']) {
+      mkdirSync(join(out, copy, '..'), { recursive: true });
+      copyFileSync(day, join(out, copy));
+    }
+    expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 1]]);
+    expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 1, calls: 1 }]);
+  });
+
   it('burn sums the day and the 6 preceding calendar days; days without events count as zero', async () => {
     const out = join(scratch(), 'arch');
     await convert(

@@ -1,0 +1,49 @@
+/**
+ * The archive's own files, one definition for every command: day files `events_<yyyymmdd>[_N].parquet`
+ * flat in the archive folder, or under `provider=<p>/day=<yyyymmdd>/` when partitioned. Nothing else
+ * under the folder is the archive's (an operator's `backup/`, a killed run's `.archive-tmp-…`, a file
+ * of another name): a run does not merge with it, reports do not count it, expiry does not remove it.
+ */
+import { existsSync, readdirSync, rmdirSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+
+/** A day file's name, as `npm run archive` writes it. */
+export const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
+/** The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. */
+const PARTITION_DIR = /^(provider=.+|day=\d{8})$/;
+
+/** A day file of the archive and the UTC day (yyyymmdd) it holds. */
+export interface DayFile {
+  file: string;
+  day: string;
+}
+
+const entries = (dir: string) => readdirSync(dir, { withFileTypes: true });
+const subdirs = (dir: string, shape: RegExp) =>
+  entries(dir)
+    .filter((e) => e.isDirectory() && shape.test(e.name))
+    .map((e) => join(dir, e.name));
+
+/** The archive's day files in either layout (none when the folder does not exist yet). */
+export function dayFiles(root: string): DayFile[] {
+  if (!existsSync(root)) return [];
+  const places = [root, ...subdirs(root, /^provider=.+$/).flatMap((p) => subdirs(p, /^day=\d{8}$/))];
+  const files: DayFile[] = [];
+  for (const dir of places)
+    for (const entry of entries(dir)) {
+      const day = entry.isFile() ? DAY_FILE.exec(entry.name)?.[1] : undefined;
+      if (day) files.push({ file: join(dir, entry.name), day });
+    }
+  return files;
+}
+
+/**
+ * After the archive removed `file`: its partition folders, innermost first, each only if that
+ * left it empty. Stops at the first folder that is not a partition folder or still holds anything.
+ */
+export function removeEmptiedPartitions(root: string, file: string): void {
+  for (let dir = dirname(file); dir !== root && dir.startsWith(`${root}/`) && PARTITION_DIR.test(basename(dir)); dir = dirname(dir)) {
+    if (readdirSync(dir).length > 0) return;
+    rmdirSync(dir);
+  }
+}
