@@ -2,11 +2,11 @@
 // WebSocket: it refuses a missing key or an `OpenAI-Beta` header, answers `session.created`,
 // checks and applies `session.update` (GA shape only), runs a server VAD on the µ-law it is sent
 // (speech_started / speech_stopped with the session's silence duration, committed, item created,
-// then the transcription with log-probabilities), creates responses (audio deltas, transcript,
-// function calls, `response.done` with usage), cancels a response the caller talks over, keeps
-// the conversation's items (refusing, as the API does, a function_call_output whose function_call
-// is not among them), and records every client event for the tests to check. What the "model"
-// says is the test's `brain`.
+// then the transcription with log-probabilities), creates responses (audio and transcript deltas,
+// transcript, function calls, `response.done` with usage and each answer's transcript), cancels a
+// response the caller talks over, keeps the conversation's items (refusing, as the API does, a
+// function_call_output whose function_call is not among them), and records every client event for
+// the tests to check. What the "model" says is the test's `brain`; events it `lose`s never arrive.
 import { EventEmitter } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -74,7 +74,7 @@ export class RtConn extends EventEmitter {
   }
 
   send(e: Record<string, unknown>): void {
-    if (this.ws.readyState !== 1) return;
+    if (this.ws.readyState !== 1 || this.peer.lose(e)) return;
     this.ws.send(JSON.stringify({ event_id: `evt_${++this.seq}`, ...e }));
     this.emit('server', e);
   }
@@ -269,15 +269,29 @@ export class RtConn extends EventEmitter {
     this.send({ type: 'response.content_part.added', ...base, part: { type: 'audio', transcript: '' } });
     const audio = reply.audio ?? Buffer.alloc(0);
     const chunk = this.peer.chunkBytes;
+    const text = reply.transcript ?? '';
+    const chunks = Math.ceil(audio.length / chunk);
+    let said = 0;
     for (let i = 0; i < audio.length && !me.cancelled; i += chunk) {
       this.send({ type: 'response.output_audio.delta', ...base, delta: audio.subarray(i, i + chunk).toString('base64') });
+      // The transcript streams beside the audio, as the API's does: its share of the text per chunk.
+      const upTo = Math.floor((text.length * (i / chunk + 1)) / chunks);
+      if (upTo > said) this.send({ type: 'response.output_audio_transcript.delta', ...base, delta: text.slice(said, upTo) });
+      said = Math.max(said, upTo);
       if (this.peer.paceMs) await new Promise((r) => setTimeout(r, this.peer.paceMs));
       else await new Promise((r) => setImmediate(r));
     }
+    if (!me.cancelled) said = text.length;
     this.send({ type: 'response.output_audio.done', ...base });
     if (reply.transcript) this.send({ type: 'response.output_audio_transcript.done', ...base, transcript: reply.transcript });
-    this.send({ type: 'response.output_item.done', response_id: responseId, output_index: 0, item: { ...item, status: 'completed' } });
-    return { ...item, status: me.cancelled ? 'incomplete' : 'completed' };
+    const content = [{ type: 'output_audio', transcript: text.slice(0, said) }];
+    this.send({
+      type: 'response.output_item.done',
+      response_id: responseId,
+      output_index: 0,
+      item: { ...item, status: 'completed', content },
+    });
+    return { ...item, status: me.cancelled ? 'incomplete' : 'completed', content };
   }
 }
 
@@ -293,6 +307,8 @@ export class RealtimePeer extends EventEmitter {
   /** While set, `session.update` is applied (and acknowledged) only once it resolves: a slow session start. */
   holdUpdates: Promise<void> | null = null;
   brain: (ctx: BrainContext) => Reply | null = () => null;
+  /** Server events that never reach the bridge (lost on the way); not reported as sent either. */
+  lose: (e: Record<string, unknown>) => boolean = () => false;
   /** What the transcription hears for each caller turn, in order (then "yes, hello", clearly: a caller who agrees to the consent line). */
   heardQueue: Heard[] = [];
   private server!: Server;

@@ -20,6 +20,7 @@
  */
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
+import { AssistantTranscript } from './assistant-transcript';
 import { CallActions } from './call-actions';
 import { ConsentGate } from './consent';
 import type { EndReason, SessionDeps, TwilioMessage } from './call-types';
@@ -71,6 +72,7 @@ export class CallSession {
   private readonly rt: RealtimeSession;
   private readonly actions: CallActions;
   private readonly said: SaidLine[] = [];
+  private readonly spoken: AssistantTranscript;
   private readonly timing = new TurnTiming();
   private responding: string | null = null;
   private playingResponse: string | null = null;
@@ -122,7 +124,8 @@ export class CallSession {
       apiKey: settings.openaiApiKey,
       update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
-      history: () => this.said,
+      // A session being replaced finishes nothing more: what it had said of a line counts now.
+      history: () => (this.spoken.flush(), this.said),
       // A new session that owes one of the bridge's lines says it (ready), not an answer; a
       // function result still owed asks for the answer itself, once it is given (ready).
       awaitingAnswer: () =>
@@ -147,6 +150,10 @@ export class CallSession {
         noAck: () => void this.closeWith(deps.lines.noConsent, 'no_consent'),
       },
     });
+    this.spoken = new AssistantTranscript(
+      (id) => this.voiced.has(id),
+      (text) => this.remember({ speaker: 'assistant', text }),
+    );
     this.own = new OwnResponses((e) => this.rt.send(e));
     this.results = new FunctionOutputs((e) => this.rt.send(e));
     this.rt.onEvent = (e) => this.onRealtime(e);
@@ -277,12 +284,12 @@ export class CallSession {
       case 'response.output_audio.done':
         this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
         return this.ownLineSent(String(e.response_id));
+      case 'response.output_audio_transcript.delta':
+        return this.spoken.delta(e);
       case 'response.output_audio_transcript.done':
         // An answer muted before any of it reached the caller is not part of what was said (one cut
         // by barge-in was partly heard and stays).
-        if (this.own.isMuted(String(e.response_id)) && !this.voiced.has(String(e.response_id))) return;
-        if (typeof e.transcript === 'string' && e.transcript) this.remember({ speaker: 'assistant', text: e.transcript });
-        return;
+        return this.spoken.done(e, !this.own.isMuted(String(e.response_id)) || this.voiced.has(String(e.response_id)));
       case 'response.created':
         return this.created(e.response as RealtimeResponse | undefined);
       case 'conversation.item.added':
@@ -366,6 +373,7 @@ export class CallSession {
     const id = String(r?.id ?? '');
     if (this.responding === id) this.responding = null;
     this.results.responseDone(id);
+    this.spoken.responseDone(r);
     const usage = this.usageOf(r);
     this.feed.event({ type: 'assistant.response.done', ...(usage ? { usage } : {}) });
     const { config, provider, tenant } = this.deps;
@@ -573,6 +581,7 @@ export class CallSession {
     if (this.stopTimer) clearTimeout(this.stopTimer);
     this.closing?.done();
     this.rt.close();
+    this.spoken.flush();
     if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
     await this.feed.flush();
     await this.functions.idle(reason === 'shutdown' ? FUNCTIONS_WAIT_AT_SHUTDOWN_MS : FUNCTIONS_WAIT_MS);
