@@ -173,6 +173,39 @@ describe('function-call workflow', () => {
     expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
   });
 
+  it('kept dead letters are posted again one at a time, in order: a slow dead-letter URL never gets a second post while one is unanswered', async () => {
+    const { Workflow } = await import('../../gateway/src/voice/workflow');
+    const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
+    const c = filled();
+    c.workflow.dlq_url = `${dlq.url}/dlq`;
+    const store = new RedisWorkflowStore<never>(redis, prefix);
+    await store.pushDeadLetter('{"n":1}');
+    let open = 0;
+    let most = 0;
+    let answered = 0;
+    dlq.handle = (_n, _q, res) => {
+      most = Math.max(most, ++open);
+      // Slower than many retry periods: each answer comes 300 ms after its post.
+      setTimeout(() => {
+        open--;
+        answered++;
+        res.writeHead(204).end();
+      }, 300);
+    };
+    const wf = new Workflow({ config: c, store, log: { warn: () => {}, error: () => {} } });
+    wf.startDeadLetterRetry(20);
+    try {
+      await until(() => dlq.seen.length === 1);
+      await store.pushDeadLetter('{"n":2}'); // kept while the first post is unanswered
+      await until(() => answered === 2);
+    } finally {
+      wf.stop();
+    }
+    expect(dlq.seen.map((r) => r.body)).toEqual([{ n: 1 }, { n: 2 }]);
+    expect(most).toBe(1);
+    expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
+  });
+
   it('static_url answers the pricing page; dial answers the number; an unknown function is refused', async () => {
     const gw = await up();
     expect(await called(gw.url, { function: 'lookup_pricing_page', call_id: 'c', args: {} })).toMatchObject({

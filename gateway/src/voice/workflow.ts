@@ -13,7 +13,8 @@
  * Errors: 5xx or a network failure is retried with exponential backoff, 3 attempts in all, then the
  * payload (function, args, call_id, key, last error) goes to the dead-letter URL and the answer
  * says so. A 4xx is not retried: the answer carries the target's message. When the dead-letter URL
- * is down too, the payload is kept in Redis and posted again later: nothing is lost.
+ * is down too, the payload is kept in Redis and posted again later, one letter at a time and oldest
+ * first however slowly the dead-letter URL answers: nothing is lost.
  */
 import { isPermanentRefusal } from '../../../schema/meter-reply';
 import { createHash } from 'node:crypto';
@@ -65,6 +66,8 @@ type Attempt = { kind: 'ok'; result: unknown } | { kind: 'client'; message: stri
 
 export class Workflow {
   private timer: NodeJS.Timeout | null = null;
+  /** The flush under way: one at a time, so letters go in order and a slow dead-letter URL is not piled on. */
+  private flushing: Promise<number> | null = null;
   constructor(private readonly deps: WorkflowDeps) {}
 
   /** Posts undelivered dead letters again every `everyMs` (nothing is lost while the DLQ is down). */
@@ -203,8 +206,15 @@ export class Workflow {
     }
   }
 
-  /** Posts kept dead letters again, in order; stops at the first failure. */
-  async flushDeadLetters(): Promise<number> {
+  /**
+   * Posts kept dead letters again, in order; stops at the first failure. While one flush runs
+   * (posts slower than the retry period) a second call joins it rather than posting beside it.
+   */
+  flushDeadLetters(): Promise<number> {
+    return (this.flushing ??= this.postKept().finally(() => (this.flushing = null)));
+  }
+
+  private async postKept(): Promise<number> {
     let sent = 0;
     for (;;) {
       const batch = await this.deps.store.takeDeadLetters(20);
