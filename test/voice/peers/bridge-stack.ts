@@ -72,7 +72,7 @@ export interface BridgeStack {
 
 export async function bridgeStack(
   change: (c: Concierge) => void = () => undefined,
-  opts: { consentWaitMs?: number; statusGraceMs?: number; streamSilentForMs?: number } = {},
+  opts: { consentWaitMs?: number; statusGraceMs?: number; streamSilentForMs?: number; keypadPauseMs?: number } = {},
 ): Promise<BridgeStack> {
   const [realtime, hooks, observe] = await Promise.all([new RealtimePeer().start(), new Target().start(), new Target().start()]);
   const config = filled();

@@ -86,6 +86,11 @@ export class MediaCall extends EventEmitter {
     while (this.queue.length && !this.closed) await new Promise((r) => this.once('frame', r));
   }
 
+  /** The caller presses a key on the phone's keypad: Twilio sends a `dtmf` message. */
+  press(digit: string): void {
+    this.send({ event: 'dtmf', streamSid: this.streamSid, sequenceNumber: '0', dtmf: { track: 'inbound_track', digit } });
+  }
+
   /** The caller hangs up: Twilio sends `stop` and closes. */
   hangUp(): void {
     this.send({ event: 'stop', sequenceNumber: '0', streamSid: this.streamSid, stop: { accountSid: 'AC', callSid: this.callSid } });

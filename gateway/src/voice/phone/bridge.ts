@@ -56,6 +56,8 @@ export interface PhoneBridgeDeps {
   statusGraceMs?: number;
   /** How long a caller has to answer the consent line (8 s). */
   consentWaitMs?: number;
+  /** How long after a key the caller's keypad entry is taken as ended (2 s). */
+  keypadPauseMs?: number;
   /** How long a live media stream may send nothing before its call is ended (10 s). */
   streamSilentForMs?: number;
   /** After each call's record is written (tests, drills, transcripts review). */
@@ -99,6 +101,7 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
           tenant: deps.tenant ?? '',
           log,
           ...(deps.consentWaitMs ? { consentWaitMs: deps.consentWaitMs } : {}),
+          ...(deps.keypadPauseMs ? { keypadPauseMs: deps.keypadPauseMs } : {}),
           onEnded: (summary) => {
             streams.live.delete(summary.call_id);
             // A call handed to voicemail has its record written by the voicemail flow (or the status callback).

@@ -13,6 +13,8 @@
  *                     decides (consent.ts): repeated, declined (told, ended, tagged) or agreed;
  *                     a line the model fails to say (no audio of it sent) is a realtime failure
  *   caller transcript → the guard, with its confidence (confidence.ts)
+ *   caller keys (`dtmf`) → one entry per run of keys (keypad.ts): `0` alone transfers to a person,
+ *                     any other is the caller's turn, as text, once the opening line was said
  *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
  *   a reconnect       → the new session is given the function results the model has not answered
  *   guard: escalate   → transfer to a person; disconnect → closing line, then the call is completed
@@ -29,6 +31,7 @@ import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
 import { FunctionOutputs } from './function-outputs';
 import { GuardFeed, type Verdict } from './guard-feed';
+import { Keypad } from './keypad';
 import { tagOptedOut } from './opt-out';
 import { OwnResponses } from './own-responses';
 import { PricingDeflection } from './pricing';
@@ -52,6 +55,7 @@ const STOP_WAIT_MS = 10_000;
 const FUNCTIONS_WAIT_MS = 47_000;
 const FUNCTIONS_WAIT_AT_SHUTDOWN_MS = 5_000;
 const CONSENT_WAIT_MS = 8_000;
+const KEYPAD_PAUSE_MS = 2_000;
 /** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
 const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndReason[]);
 
@@ -83,6 +87,9 @@ export class CallSession {
   private readonly ownSaid = new Set<string>();
   private closing: { line: string; id: string | null; generated: boolean; retried: boolean; done: () => void } | null = null;
   private readonly consent: ConsentGate;
+  private readonly keypad: Keypad;
+  /** Where a transfer goes: a person's number, or none (then a closing line). */
+  private readonly dialNumber: string | null;
   /** The opening line being said: done once generated and every mark of it came back. */
   private consentLine: { id: string; generated: boolean } | null = null;
   /** The model answers turns by itself only once the opening line was said. */
@@ -108,6 +115,8 @@ export class CallSession {
     const { config, settings, log } = deps;
     const callerNumber = numbers.from;
     const dial = { number: config.functions.find((f) => f.dial)?.dial ?? null, action: deps.urls.dial(callerNumber) };
+    this.dialNumber = dial.number;
+    this.keypad = new Keypad(deps.keypadPauseMs ?? KEYPAD_PAUSE_MS, (keys) => this.keyed(keys));
     this.pricing = new PricingDeflection({ config, calls: deps.calls, callSid, caller: numbers.from, business: numbers.to, log });
     this.feed = new GuardFeed(deps.voice, callSid, (v) => this.verdict(v), log);
     this.actions = new CallActions({ calls: deps.calls, callSid, dial, lines: deps.lines, log });
@@ -175,7 +184,29 @@ export class CallSession {
       if (typeof m.mark?.name === 'string') this.playback.echoed(m.mark.name);
       this.checkClosing();
       this.checkConsentLine();
-    } else if (m.event === 'stop') void this.finish('caller_hangup');
+    } else if (m.event === 'dtmf') this.keypad.pressed(m.dtmf);
+    else if (m.event === 'stop') void this.finish('caller_hangup');
+  }
+
+  /**
+   * A keypad entry. `0` alone is the caller asking for a person (the usual "press 0"): transferred,
+   * as when they say so, when a person's number is configured. Any other entry is the caller's
+   * turn, as text the model answers (an answer it was giving is cut, as by the caller speaking);
+   * until the opening line was heard to its end (it is never cut) it is dropped (logged).
+   */
+  private keyed(keys: string): void {
+    if (this.phase !== 'live') return;
+    if (keys === '0' && this.dialNumber) return void this.transfer('caller_request');
+    if (!this.respondOnTurn || this.consentLine)
+      return this.deps.log.info(`call ${this.callSid}: keys pressed before the opening line was heard: ignored`);
+    const text = `(keys pressed: ${keys})`;
+    this.remember({ speaker: 'user', text });
+    // Not ready (reconnecting): the new session gets it with the history and is asked to answer.
+    if (!this.rt.isReady) return;
+    if (this.responding !== null || this.playback.playing()) this.silenceModel();
+    this.rt.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
+    // A function result still to come asks for the answer itself, and that answer sees the keys.
+    if (!this.owedLine() && !this.functions.outstanding && !this.results.owing) this.rt.send({ type: 'response.create' });
   }
 
   /** Why the call ended, once decided (a realtime failure handed to voicemail says so here). */
@@ -578,6 +609,7 @@ export class CallSession {
     const reason = this.reason ?? fallback;
     this.phase = 'ended';
     this.consent.close();
+    this.keypad.close();
     if (this.stopTimer) clearTimeout(this.stopTimer);
     this.closing?.done();
     this.rt.close();

@@ -59,10 +59,13 @@ export interface SessionDeps {
   onEnded: (summary: CallSummary) => void;
   /** How long the caller has to answer the consent line (8 s; tests shorten it). */
   consentWaitMs?: number;
+  /** How long after a key the caller's keypad entry is taken as ended (2 s; tests shorten it). */
+  keypadPauseMs?: number;
 }
 
 export interface TwilioMessage {
   event?: unknown;
   media?: { payload?: unknown; track?: unknown };
   mark?: { name?: unknown };
+  dtmf?: { track?: unknown; digit?: unknown };
 }

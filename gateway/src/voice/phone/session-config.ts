@@ -6,7 +6,8 @@
  *     cancels its answer when the caller speaks over it);
  *   - input transcription, with log-probabilities (`include`), for the guard's confidence rules;
  *   - instructions from the configuration: consent line first, the five intents, the qualify
- *     questions and rules, the pricing message, the privacy notice, the languages;
+ *     questions and rules, the pricing message, the privacy notice, the languages, how keys the
+ *     caller presses are given;
  *   - every `functions` entry as a function tool whose parameters are its `args`.
  * The caller's words never go into instructions; only the operator's configuration does.
  */
@@ -68,6 +69,7 @@ function buildInstructions(c: Concierge, callerNumber: string | null): string {
     ...intentLines(c),
     'For anything else, say politely that you can only help with bookings, changes, quotes, prices and messages.',
     dial ? `If the caller asks for a person, call ${dial.name}.` : '',
+    'Keys the caller presses on the phone come to you as "(keys pressed: 427)": take them as what the caller typed, such as a booking number.',
     callerNumber ? `The caller's number is ${callerNumber}; confirm it rather than asking for it.` : '',
   ]
     .filter(Boolean)

@@ -1,0 +1,113 @@
+// Keys the caller presses, on loopback peers: Twilio's `dtmf` messages on the media stream. An
+// entry (keys in a row, ended by `#` or a pause) is the caller's turn for the model, which answers
+// it; `0` alone is a request for a person: the caller is transferred.
+import { afterEach, describe, expect, it } from 'vitest';
+import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
+import type { RtConn } from './peers/realtime-peer';
+import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import type { MediaCall } from './peers/twilio-peer';
+import { until } from './peers/wait';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+const HUMAN = '+351211234567';
+const GOT_IT = { audio: assistantAudio(300), transcript: 'Thank you, I have your booking number.' };
+
+async function answered(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
+  const call = await stack.twilio.call(callSid);
+  const conn = await until<RtConn>(stack.realtime, 'connection');
+  await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+  return { call, conn };
+}
+
+/** The user text items the session was given (the keypad entries). */
+const typed = (conn: RtConn) =>
+  conn.events
+    .filter((e: any) => e.type === 'conversation.item.create' && e.item.role === 'user')
+    .map((e: any) => e.item.content[0].text as string);
+
+describe('phone bridge: the keypad', () => {
+  it('keys in a row are one entry, given to the model as the caller’s turn and answered; a pause ends an entry as # does', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.brain = brain({ afterOutput: GOT_IT });
+    const { call, conn } = await answered(s, 'CA1201');
+    for (const key of ['4', 'x', '2', '7', '#']) call.press(key); // "x" is no key of a phone
+    const item = await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
+    expect(conn.session?.instructions).toContain('(keys pressed: ');
+    expect(item.item).toEqual({ type: 'message', role: 'user', content: [{ type: 'input_text', text: '(keys pressed: 427)' }] });
+    const asked = conn.events.slice(conn.events.indexOf(item) + 1);
+    expect(asked).toContainEqual({ type: 'response.create' });
+    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    call.press('1');
+    call.press('*');
+    await until(conn, 'client', () => typed(conn).length === 2, 'the second entry, after the pause');
+    expect(typed(conn)).toEqual(['(keys pressed: 427)', '(keys pressed: 1*)']);
+    call.hangUp();
+    const end = await s.endOf('CA1201');
+    expect(end.transcript.filter((l) => l.speaker === 'user').map((l) => l.text)).toEqual(['(keys pressed: 427)', '(keys pressed: 1*)']);
+    expect(s.twilio.updates).toEqual([]);
+  });
+
+  it('keys pressed over an answer cut it, as speaking over it does: the caller hears the answer to the keys', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.paceMs = 20; // the long answer streams as the API's does
+    s.realtime.brain = brain({
+      turns: [{ audio: assistantAudio(3000), transcript: 'Please type your booking number.' }],
+      afterOutput: GOT_IT,
+    });
+    const { call, conn } = await answered(s, 'CA1203');
+    const long = serverEvent(conn, 'response.created');
+    speak(call);
+    const cut = (await long).response.id as string;
+    await until(call, 'media', () => true, 'the long answer playing');
+    call.press('9');
+    call.press('#');
+    const item = await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
+    expect(conn.events.slice(0, conn.events.indexOf(item)).some((e) => e.type === 'response.cancel')).toBe(true);
+    if (!call.clears.length) await until(call, 'clear', () => true, 'Twilio told to clear the answer');
+    await serverEvent(conn, 'response.done', (e) => e.response.id === cut && e.response.status === 'cancelled');
+    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    expect(call.receivedBytes).toBeLessThan(assistantAudio(300).length * 2 + assistantAudio(3000).length);
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    await s.endOf('CA1203');
+  });
+
+  it('keys pressed while the opening line plays (all of it generated) are dropped: the line is heard whole, the model is given nothing', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.paceMs = 20;
+    s.realtime.brain = brain({ greeting: { audio: assistantAudio(2000), transcript: 'Hello, this is an AI assistant.' } });
+    const call = await s.twilio.call('CA1204');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    // All of it generated, most of it still to play: the model takes turns from now on, and the
+    // line is still not to be cut.
+    await serverEvent(conn, 'response.done');
+    expect(call.playedBytes).toBeLessThan(assistantAudio(1000).length);
+    call.press('5');
+    call.press('#');
+    await until(call, 'frame', () => call.playedBytes === assistantAudio(2000).length, 'the opening line heard');
+    expect(call.clears).toEqual([]);
+    expect(typed(conn)).toEqual([]);
+    expect(s.logs.some((l) => l.includes('keys pressed before the opening line was heard'))).toBe(true);
+    call.hangUp();
+    await s.endOf('CA1204');
+  });
+
+  it('0 alone is a request for a person: the caller is transferred (<Dial> the human number), caller_request', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA1202');
+    call.press('0');
+    const u = await until<(typeof s.twilio.updates)[number]>(s.twilio.events, 'update', (x) => x.callSid === 'CA1202', 'the transfer');
+    expect(u.form.Twiml).toContain(`${HUMAN}</Dial>`);
+    const end = await s.endOf('CA1202');
+    expect(end.record).toMatchObject({ ended_reason: 'caller_request', escalated: true });
+    expect(typed(conn)).toEqual([]);
+  });
+});
