@@ -19,6 +19,10 @@ export const METER_REPLY_CODES = {
   spreadsheet_full: { permanent: false, meaning: "the write would pass Google's 10 million cell limit; nothing was written" },
   not_set_up: { permanent: false, meaning: 'a tab the request needs is missing: run setup()' },
   config_error: { permanent: false, meaning: 'a Config value is unusable; the error names the key' },
+  record_unreadable: {
+    permanent: false,
+    meaning: 'a cell the meter keeps a record in was edited into something it cannot read; the error names the tab, row and column to fix',
+  },
   internal: { permanent: false, meaning: 'a Google service failed part-way (e.g. "Service Spreadsheets timed out") or another exception' },
 } as const;
 

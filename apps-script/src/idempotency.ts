@@ -4,6 +4,11 @@
  * is written when the action is done, by the first attempt to finish (a later one answers it). A
  * retry of the key answers the result, or, when the first attempt stopped half-way, picks up from
  * the progress. Every function here runs under the script lock (callers take it).
+ *
+ * A cell edited by hand (or cut short) into something else is never guessed at: an unreadable
+ * `result` is taken as not finished, and the action picks up from its progress; an unreadable
+ * `progress` is refused (`record_unreadable`, naming the row, key and column), since starting
+ * over could send a text twice.
  */
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { MeterServices, Sheet } from './services';
@@ -19,8 +24,43 @@ function keyRow(svc: Pick<MeterServices, 'spreadsheet'>, key: string): { sheet: 
   return { sheet, row: findRow(sheet, columnIn(IDEMPOTENCY, 'key'), key) };
 }
 
-function parse(text: unknown): Record<string, unknown> | null {
-  return typeof text === 'string' && text !== '' ? (JSON.parse(text) as Record<string, unknown>) : null;
+type Column = 'progress' | 'result';
+
+/** A cell's JSON object; null when the cell is empty; why it is unusable otherwise. */
+function parse(value: unknown): Record<string, unknown> | null | { unreadable: string } {
+  if (value === '' || value === null || value === undefined) return null;
+  if (typeof value !== 'string') return { unreadable: `found a ${typeof value}, not text` };
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch (error) {
+    return { unreadable: `not valid JSON (${(error as Error).message})` };
+  }
+  return parsed && typeof parsed === 'object' && !Array.isArray(parsed)
+    ? (parsed as Record<string, unknown>)
+    : { unreadable: 'valid JSON but not an object' };
+}
+
+const isUnreadable = (cell: ReturnType<typeof parse>): cell is { unreadable: string } => cell !== null && 'unreadable' in cell;
+
+/** The refusal for a cell that cannot be read; `known` is what the refused attempt had done, for the operator. */
+function unreadable(row: number, key: string, column: Column, why: string, known?: Progress): MeterRefusal {
+  const had = known ? ` This attempt had done: ${JSON.stringify(known)}.` : '';
+  return new MeterRefusal(
+    'record_unreadable',
+    `${IDEMPOTENCY.name} tab, row ${row} (key ${key}), column ${column}: expected a JSON object, ${why}. ` +
+      `Nothing more was done for this request.${had} Fix the cell (see docs/meter.md, "Back-office actions that fail half-way").`,
+  );
+}
+
+/** The saved progress (empty for a row of an older version), or a refusal naming the cell. */
+function progressOf(value: unknown, row: number, key: string, known?: Progress): Progress {
+  const cell = parse(value);
+  if (isUnreadable(cell)) throw unreadable(row, key, 'progress', cell.unreadable, known);
+  const steps = cell ?? {};
+  const odd = Object.keys(steps).find((step) => typeof steps[step] !== 'string');
+  if (odd !== undefined) throw unreadable(row, key, 'progress', `step "${odd}" is not text`, known);
+  return steps as Progress;
 }
 
 /** The key's state; a key seen for the first time is recorded before anything else happens. */
@@ -34,11 +74,15 @@ export function claimKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, a
   if (record.action !== action)
     throw new MeterRefusal('invalid_argument', `idempotency_key: already used for ${String(record.action)}, not ${action}`);
   const done = parse(record.result);
-  return done ? { done } : { done: null, progress: (parse(record.progress) ?? {}) as Progress };
+  if (done && !isUnreadable(done)) return { done };
+  const progress = progressOf(record.progress, row, key);
+  // An unreadable result with no progress to pick up from (a row of an older version): nothing is known.
+  if (done && record.progress === '') throw unreadable(row, key, 'result', done.unreadable);
+  return { done: null, progress };
 }
 
 /** The key's `progress` or `result` cell. */
-function cellOf(svc: Pick<MeterServices, 'spreadsheet'>, key: string, column: 'progress' | 'result') {
+function cellOf(svc: Pick<MeterServices, 'spreadsheet'>, key: string, column: Column) {
   const { sheet, row } = keyRow(svc, key);
   if (!row) throw new Error(`idempotency: the record of key ${key} disappeared`);
   return sheet.getRange(row, columnIn(IDEMPOTENCY, column), 1, 1);
@@ -55,19 +99,20 @@ export function saveProgress(svc: Pick<MeterServices, 'spreadsheet'>, key: strin
 export function mergeSavedProgress(svc: Pick<MeterServices, 'spreadsheet'>, key: string, progress: Progress): void {
   const { sheet, row } = keyRow(svc, key);
   if (!row) return;
-  const saved = (parse(sheet.getRange(row, columnIn(IDEMPOTENCY, 'progress'), 1, 1).getValues()[0][0]) ?? {}) as Progress;
+  const saved = progressOf(sheet.getRange(row, columnIn(IDEMPOTENCY, 'progress'), 1, 1).getValues()[0][0], row, key, progress);
   for (const [step, value] of Object.entries(saved)) if (progress[step] === undefined) progress[step] = value;
 }
 
 /**
  * Records the action's result, unless another attempt with the key (the gateway retried while this
  * one was slow) finished first: then that result stays, since its caller may already hold it and
- * every later answer for the key must be the same. Answers the result kept.
+ * every later answer for the key must be the same. Answers the result kept. An unreadable result
+ * (edited by hand) is replaced: this attempt has just redone what it recorded, from the progress.
  */
 export function finishKey(svc: Pick<MeterServices, 'spreadsheet'>, key: string, result: Record<string, unknown>): Record<string, unknown> {
   const cell = cellOf(svc, key, 'result');
   const kept = parse(cell.getValues()[0][0]);
-  if (kept) return kept;
+  if (kept && !isUnreadable(kept)) return kept;
   cell.setValues([[cellText(JSON.stringify(result))]]);
   return result;
 }

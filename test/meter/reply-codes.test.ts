@@ -44,6 +44,10 @@ describe('reply codes of the web app', () => {
       ['invalid_argument', get({ action: 'export', what: 'invoices', since: '2026-11-01' })],
       ['invalid_argument', post({ call_id: 'c', idempotency_key: 'key-00000001', args: { phone: '' } }, { action: 'create_lead' })],
     ];
+    const leadBody = { call_id: 'c', idempotency_key: 'key-00000002', args: { name: 'Rui', phone: '+351930000000' } };
+    post(leadBody, { action: 'create_lead' });
+    platform.spreadsheet.tab('idempotency')!.data[1].splice(2, 3, '', '2026-11-22T12:00:00.000Z', '{"lead');
+    cases.push(['record_unreadable', post(leadBody, { action: 'create_lead' })]);
     platform.spreadsheet.tab('Config')!.data[1][1] = '50$';
     cases.push(['config_error', get({ action: 'spend' })]);
     platform.lock.busy = true;
