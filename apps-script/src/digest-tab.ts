@@ -6,9 +6,10 @@
  */
 import { SERIES_DAYS, computeDigest, estimatedParts, type DigestFigures } from './digest';
 import { getEventsSheet, readAllRows } from './events-sheet';
-import { ensureSheet, refreshPublicTab } from './public-tab';
+import { publicTabGrid, refreshPublicTab } from './public-tab';
 import type { MeterServices } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
+import { growFor, insertTabs } from './tabs';
 import { voiceRollups, type VoiceRollup } from './voice-rollup';
 
 export const DIGEST_TAB = 'Digest';
@@ -98,11 +99,14 @@ export function refreshDigest(svc: MeterServices): DigestRefresh {
   checkSheetTimeZone(svc.spreadsheet);
   const figures = computeDigest(rows, svc.now().getTime());
   figures.voice = voiceRollups(svc);
-  // First: it is the one write that can be refused (the cell limit), and then neither tab changes.
-  refreshPublicTab(svc, rows.length);
-  const sheet = ensureSheet(svc, DIGEST_TAB);
   const grid = digestGrid(figures);
-  if (sheet.getMaxRows() < grid.length) sheet.insertRowsAfter(sheet.getMaxRows(), grid.length - sheet.getMaxRows());
+  // First, for both tabs together: the cell limit is the one thing that can refuse them, and then neither tab changes.
+  const [, sheet] = insertTabs(svc.spreadsheet, [
+    publicTabGrid(rows.length),
+    { name: DIGEST_TAB, rows: grid.length, columns: LAYOUT.width },
+  ]);
+  refreshPublicTab(svc, rows.length);
+  growFor(svc.spreadsheet, sheet, grid.length, 0); // only a Digest shortened by hand is shorter than its block
   sheet.getRange(1, 1, grid.length, LAYOUT.width).setValues(grid);
   sheet.getRange(LAYOUT.scoreRow, 1, 1, 3).setNumberFormat('"$"#,##0.00');
   if (sheet.getCharts().length === 0) {

@@ -8,7 +8,7 @@ import { MeterRefusal } from '../../schema/meter-reply';
 import { configText, readConfig, type ConfigValues } from './config';
 import { columnOf } from './events-sheet';
 import type { MeterServices, Sheet } from './services';
-import { columnLetter, fitGrid } from './tabs';
+import { columnLetter, fitGrid, insertTabs, type TabGrid } from './tabs';
 
 const PUBLIC_TAB = 'events_public';
 
@@ -36,17 +36,18 @@ function publicQueryFormula(): string {
   return `=QUERY(events!A:${columnLetter(EVENT_FIELDS.length)}, "select ${columns} where ${piiColumn} <> true", 1)`;
 }
 
-export function ensureSheet(svc: MeterServices, name: string): Sheet {
-  return svc.spreadsheet.getSheetByName(name) ?? svc.spreadsheet.insertSheet(name);
+/** The public tab and its grid: as tall as the events tab (a QUERY with too few rows shows an error instead of the data). */
+export function publicTabGrid(eventRows: number): TabGrid {
+  return { name: PUBLIC_TAB, rows: eventRows + 1, columns: PUBLIC_FIELDS.length };
 }
 
 /**
- * Keeps the public tab's formula in place and its grid as tall as the events tab. A grid that
- * would pass the spreadsheet's cell limit is refused (`spreadsheet_full`) before anything changes:
- * a QUERY with too few rows would show an error instead of the data.
+ * Keeps the public tab's formula in place and its grid as tall as the events tab. Creating it, or
+ * a grid that would pass the spreadsheet's cell limit, is refused (`spreadsheet_full`) before
+ * anything changes.
  */
 export function refreshPublicTab(svc: MeterServices, eventRows: number): Sheet {
-  const sheet = ensureSheet(svc, PUBLIC_TAB);
+  const [sheet] = insertTabs(svc.spreadsheet, [publicTabGrid(eventRows)]);
   fitGrid(svc.spreadsheet, sheet, eventRows + 1, PUBLIC_FIELDS.length);
   sheet.getRange(1, 1).setFormula(publicQueryFormula());
   return sheet;

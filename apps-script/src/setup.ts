@@ -9,7 +9,7 @@ import { archiveFolder } from './archive-export';
 import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY } from './config';
 import { DIGEST_TAB, refreshDigest } from './digest-tab';
 import { CALLS } from './calls-tab';
-import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab } from './tabs';
+import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab, insertTabs } from './tabs';
 import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
 import type { MeterServices, Sheet } from './services';
 import { SHEET_TIME_ZONE } from './sheet-time-zone';
@@ -65,7 +65,8 @@ function ensureSheet(svc: MeterServices, name: string, report: SetupReport): She
   const existing = svc.spreadsheet.getSheetByName(name);
   if (existing) return existing;
   report.changes.push(`created tab ${name}`);
-  return svc.spreadsheet.insertSheet(name);
+  // Google's grid; setup sizes it within that.
+  return insertTabs(svc.spreadsheet, [{ name, rows: 1, columns: 1 }])[0];
 }
 
 function sameRow(actual: unknown[], expected: readonly string[]): boolean {

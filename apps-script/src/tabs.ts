@@ -64,7 +64,7 @@ export function recordRow(spec: TabSpec, record: Record<string, unknown>): unkno
 export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   let sheet = ss.getSheetByName(spec.name);
   if (!sheet) {
-    sheet = ss.insertSheet(spec.name);
+    [sheet] = insertTabs(ss, [{ name: spec.name, rows: 1, columns: spec.header.length }]);
     const extra = sheet.getMaxColumns() - spec.header.length;
     if (extra > 0) sheet.deleteColumns(spec.header.length + 1, extra);
   }
@@ -121,18 +121,55 @@ function spreadsheetCells(ss: Spreadsheet): number {
 }
 
 /**
- * Refuses, before anything is written, `added` more cells in `sheet` that would take the
- * spreadsheet (at `cells` now) past its cell limit (`spreadsheet_full`: the caller writes nothing).
+ * Refuses, before anything is written, `added` more cells (`what`, naming the tab) that would take
+ * the spreadsheet (at `cells` now) past its cell limit (`spreadsheet_full`: the caller writes nothing).
  */
-function refusePastLimit(sheet: Sheet, cells: number, added: number, what: string): void {
+function refusePastLimit(cells: number, added: number, what: string): void {
   const after = cells + added;
   if (after <= SPREADSHEET_CELL_LIMIT) return;
   throw new MeterRefusal(
     'spreadsheet_full',
-    `the spreadsheet is full: ${what} in "${sheet.getName()}" would take it to ${after} cells, past Google's ` +
+    `the spreadsheet is full: ${what} would take it to ${after} cells, past Google's ` +
       `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
       `(exportArchive + npm run archive, see README) and apply retention to free rows.`,
   );
+}
+
+/** Google gives every new tab this grid, whatever it is for. */
+const NEW_TAB = { rows: 1000, columns: 26 };
+
+/** A tab and the grid its caller gives it next (its columns exactly, at least its rows). */
+export interface TabGrid {
+  name: string;
+  rows: number;
+  columns: number;
+}
+
+/** Cells a tab gains on the way to its grid: a missing one is made with Google's grid first. */
+function cellsAdded(ss: Spreadsheet, t: TabGrid): number {
+  const sheet = ss.getSheetByName(t.name);
+  if (!sheet) return Math.max(NEW_TAB.rows, t.rows) * Math.max(NEW_TAB.columns, t.columns);
+  const rows = sheet.getMaxRows();
+  return Math.max(0, Math.max(rows, t.rows) * t.columns - rows * sheet.getMaxColumns());
+}
+
+/**
+ * The tabs, the missing ones created. Refused (`spreadsheet_full`, naming them) before any is
+ * made when they, at the grids their caller then gives them, would pass the cell limit together:
+ * Google would refuse the insert (a new tab has 1,000 rows by 26 columns) or the resize after it
+ * with a raw error, and the caller would have written some tabs and not others.
+ */
+export function insertTabs(ss: Spreadsheet, tabs: readonly TabGrid[]): Sheet[] {
+  const added = tabs.map((t) => cellsAdded(ss, t));
+  const total = added.reduce((n, a) => n + a, 0);
+  if (total > 0) {
+    const what = tabs
+      .filter((_, i) => added[i] > 0)
+      .map((t) => `${ss.getSheetByName(t.name) ? 'growing' : 'creating'} the tab "${t.name}"`);
+    refusePastLimit(spreadsheetCells(ss), total, what.join(' and '));
+  }
+  for (const t of tabs) if (!ss.getSheetByName(t.name)) ss.insertSheet(t.name);
+  return tabs.map((t) => ss.getSheetByName(t.name) as Sheet);
 }
 
 /**
@@ -146,7 +183,7 @@ export function growFor(ss: Spreadsheet, sheet: Sheet, lastRow: number, spare: n
   if (needed <= 0) return;
   const cells = spreadsheetCells(ss);
   const width = sheet.getMaxColumns();
-  refusePastLimit(sheet, cells, needed * width, `${needed} more row(s)`);
+  refusePastLimit(cells, needed * width, `${needed} more row(s) in "${sheet.getName()}"`);
   const roomy = cells + (needed + spare) * width <= SPREADSHEET_CELL_LIMIT;
   sheet.insertRowsAfter(maxRows, roomy ? needed + spare : needed);
 }
@@ -160,7 +197,7 @@ export function fitGrid(ss: Spreadsheet, sheet: Sheet, rows: number, columns: nu
   const maxCols = sheet.getMaxColumns();
   const tallest = Math.max(maxRows, rows);
   const added = tallest * columns - maxRows * maxCols;
-  if (added > 0) refusePastLimit(sheet, spreadsheetCells(ss), added, `a grid of ${tallest} rows by ${columns} columns`);
+  if (added > 0) refusePastLimit(spreadsheetCells(ss), added, `a grid of ${tallest} rows by ${columns} columns in "${sheet.getName()}"`);
   if (maxCols > columns) sheet.deleteColumns(columns + 1, maxCols - columns);
   else if (maxCols < columns) sheet.insertColumnsAfter(maxCols, columns - maxCols);
   if (maxRows < rows) sheet.insertRowsAfter(maxRows, rows - maxRows);

@@ -196,3 +196,54 @@ describe('events_public and the cell limit', () => {
     expect(platform.spreadsheet.tab('events_public')!.maxRows).toBe(rows.length + 1);
   });
 });
+
+describe('creating the Digest and events_public tabs on a nearly full spreadsheet', () => {
+  /** The events tab's grid takes all the room but `room` cells (up to 18 more); `missing` tabs are deleted first (as by hand). */
+  function nearlyFull(room: number, missing: string[]) {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const ss = platform.spreadsheet;
+    for (const name of missing) ss.sheets.splice(ss.sheets.indexOf(ss.tab(name)!), 1);
+    const events = eventsTab(platform);
+    const others = ss.sheets.filter((s) => s !== events).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
+    events.maxRows = Math.floor((10_000_000 - others - room) / events.maxColumns);
+    const snapshot = () => JSON.stringify(ss.sheets.map((s) => [s.getName(), s.maxRows, s.maxColumns, s.data]));
+    return { platform, meter, snapshot };
+  }
+  function refusal(run: () => unknown): { code?: string; message?: string } {
+    try {
+      run();
+    } catch (error) {
+      return error as { code?: string; message?: string };
+    }
+    return {};
+  }
+  const NEW_TAB_CELLS = 1000 * 26;
+
+  it('refreshDigest with no Digest tab and no room for one: spreadsheet_full naming it; events_public is not written', () => {
+    const { meter, snapshot } = nearlyFull(NEW_TAB_CELLS - 100, ['Digest']);
+    const before = snapshot();
+    const refused = refusal(() => meter.refreshDigest());
+    expect(refused.code).toBe('spreadsheet_full');
+    expect(refused.message).toMatch(
+      /^the spreadsheet is full: creating the tab "Digest" would take it to \d+ cells, .*Nothing was written/,
+    );
+    expect(snapshot()).toBe(before);
+  });
+
+  it('with neither tab: refused unless both fit, naming both; none is created', () => {
+    const { platform, meter, snapshot } = nearlyFull(NEW_TAB_CELLS + 1, ['Digest', 'events_public']);
+    const before = snapshot();
+    const refused = refusal(() => meter.refreshDigest());
+    expect(refused.code).toBe('spreadsheet_full');
+    expect(refused.message).toMatch(/creating the tab "events_public" and creating the tab "Digest"/);
+    expect(snapshot()).toBe(before);
+    eventsTab(platform).maxRows -= 2000; // rows freed (retention)
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    expect(platform.spreadsheet.tab('Digest')!.data[0][0]).toBe('AI spend digest');
+  });
+
+  it('setup() on a nearly full spreadsheet with no Digest tab: spreadsheet_full naming it, not a raw Google error', () => {
+    const { meter } = nearlyFull(NEW_TAB_CELLS - 100, ['Digest']);
+    expect(refusal(() => meter.setup())).toMatchObject({ code: 'spreadsheet_full', message: expect.stringMatching(/"Digest"/) });
+  });
+});
