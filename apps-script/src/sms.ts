@@ -1,18 +1,21 @@
 /**
  * Text messages through Twilio's Messages API, sent at most once per back-office action. The
  * state lives in the action's progress (`text`): before sending it is set to `sending` (saved,
- * under the lock); after, to the outcome. A retry that finds `sending` cannot know whether the
- * message went out, so it records `unknown` instead of sending again. Outcomes:
+ * under the lock); after, to the outcome. A retry that finds `sending` (the earlier attempt still
+ * running, or cut off) cannot know whether the message went out, so it records `unknown` instead of
+ * sending again. Outcomes:
  *   sent                 Twilio accepted it (2xx)
  *   unsent: <why>        certainly not sent (no credentials, or Twilio refused it with a 4xx)
- *   unknown: <why>       maybe sent (an exception or a 5xx mid-request, or an interrupted attempt)
+ *   unknown: <why>       maybe sent (an exception or a 5xx mid-request, or another attempt was sending it)
  */
 import type { Progress } from './idempotency';
 import type { MeterServices } from './services';
 
 const SENDING = 'sending';
 const NO_CREDENTIALS = 'unsent: Twilio credentials are not set in script properties';
-const INTERRUPTED = 'unknown: an earlier attempt was interrupted while sending; not sent again';
+/** Found `sending`: that attempt may still be running (the gateway retried a slow one) or have been cut off. */
+const SENDING_SEEN =
+  'unknown: an earlier attempt of this request was sending it when this one looked (still running, or cut off); it may have been sent; not sent again';
 
 function credentials(svc: Pick<MeterServices, 'properties'>) {
   const sid = svc.properties.getProperty('TWILIO_ACCOUNT_SID');
@@ -26,7 +29,7 @@ function credentials(svc: Pick<MeterServices, 'properties'>) {
  * caller saves it). True only when the text has never been attempted and can be sent.
  */
 export function claimText(svc: Pick<MeterServices, 'properties'>, progress: Progress): boolean {
-  if (progress.text === SENDING) progress.text = INTERRUPTED;
+  if (progress.text === SENDING) progress.text = SENDING_SEEN;
   if (progress.text) return false;
   if (!credentials(svc)) {
     progress.text = NO_CREDENTIALS;
