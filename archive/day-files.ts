@@ -8,7 +8,7 @@ import { existsSync, readdirSync, rmdirSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 /** A day file's name, as `npm run archive` writes it. */
-export const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
+const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
 /** The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. */
 const PARTITION_DIR = /^(provider=.+|day=\d{8})$/;
 
