@@ -103,7 +103,8 @@ function wholeBody<B extends object>(body: B): B {
 /**
  * The provider that keeps the state a queued Responses request continues (null: none), whose routes
  * alone can serve it (its tenant was checked when it was queued). Owners that cannot be read fail the
- * run, to be tried again; a provider no route serves any more ends the job (dead-lettered, a person told).
+ * run, to be tried again; an owner gone since (expired), or a provider no route serves any more, ends
+ * the job (dead-lettered, a person told).
  */
 async function stateProvider(ctx: RequestContext, deps: WorkerDeps): Promise<string | null> {
   if (!deps.ownership || ctx.api !== 'responses') return null;

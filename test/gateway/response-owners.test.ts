@@ -281,4 +281,62 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       await other.stop();
     }
   });
+  it('a queued job continuing a response whose owner expired while it waited is dead-lettered at its first run, sent to no other provider', async () => {
+    const other = await new FakeProvider().start();
+    try {
+      const routes = join(w.dir, 'two-native.json');
+      writeFileSync(
+        routes,
+        JSON.stringify({
+          hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url }],
+          warm: [{ provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'] }],
+          cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+        }),
+      );
+      const { url } = await w.up({ ROUTES_FILE: routes });
+      const acme = (await w.makeKey('acme')).key;
+      const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
+      const item = first.output[0].id!;
+      w.hot.always({ kind: 'status', status: 503 });
+      const queue = async (body: object) => {
+        const queued = await fetch(`${url}/v1/responses`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json', 'x-time-to-answer-ms': '3000' },
+          body: JSON.stringify({ model: 'gpt-4o-mini', ...body }),
+        });
+        expect(queued.status).toBe(202);
+        return ((await queued.json()) as { jobId: string }).jobId;
+      };
+      const byPrevious = await queue({ input: 'what was it?', previous_response_id: first.id });
+      const byItem = await queue({ input: [{ type: 'item_reference', id: item }] });
+      // Their owners' 30 days end while the jobs wait (the provider keeps the responses no longer either).
+      expect(await w.redis.del(`${w.prefix}:response-owner:${first.id}`, `${w.prefix}:response-owner:${item}`)).toBe(2);
+      const hotCalls = responsesCalls();
+
+      const worker = await listenStack({ ...w.env, ROUTES_FILE: routes }, { http: true, worker: true });
+      try {
+        const ended = (jobId: string) =>
+          until(async () => {
+            const view = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${acme}` } })).json()) as {
+              state: string;
+              attempts: number;
+              lastError: string | null;
+            };
+            return ['completed', 'dead-lettered'].includes(view.state) ? view : null;
+          });
+        expect(await ended(byPrevious)).toMatchObject({
+          state: 'dead-lettered',
+          attempts: 1,
+          lastError: `Previous response with id '${first.id}' not found.`,
+        });
+        expect(await ended(byItem)).toMatchObject({ state: 'dead-lettered', attempts: 1, lastError: `Item with id '${item}' not found.` });
+        expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(0);
+        expect(responsesCalls()).toBe(hotCalls);
+      } finally {
+        await worker.stop();
+      }
+    } finally {
+      await other.stop();
+    }
+  });
 });

@@ -82,6 +82,17 @@ function providerGone(ref: Reference, provider: string): Refusal {
   return { status: 400, error: openAiError(message, 'invalid_request_error', ref.param, code), lasting: true };
 }
 
+/**
+ * OpenAI's own answer for an id it does not know: another tenant's is not theirs to learn of. No
+ * retry changes it (a queued job's run ends in the dead-letter queue at once).
+ */
+function notFound(ref: Reference): Refusal {
+  const what = ref.param === 'previous_response_id' ? 'Previous response' : 'Item';
+  const message = `${what} with id '${ref.id.slice(0, QUOTED)}' not found.`;
+  const code = ref.param === 'previous_response_id' ? 'previous_response_not_found' : 'item_not_found';
+  return { status: 400, error: openAiError(message, 'invalid_request_error', ref.param, code), lasting: true };
+}
+
 export class ResponseOwnership {
   constructor(
     private readonly owners: ResponseOwners,
@@ -92,7 +103,8 @@ export class ResponseOwnership {
 
   /**
    * A request with a client key continues only what its tenant owns. One without (a queued job's
-   * run: it was checked when queued) is only told where the state it continues lives.
+   * run: its tenant was checked when queued) is told where the state it continues lives, and
+   * refused when that is no longer known (the owner expired).
    */
   async check(ctx: RequestContext, waitMs: number): Promise<Continuation> {
     if (ctx.api !== 'responses') return NOTHING;
@@ -113,13 +125,11 @@ export class ResponseOwnership {
       const error = openAiError(message, 'api_error', null, 'response_owner_unavailable');
       return { refusal: { status: 503, error, headers: { 'retry-after': '1' } } };
     }
-    const foreign = ctx.clientKey ? refs.find((_, i) => owners[i]?.tenant !== ctx.customerId) : undefined;
-    if (!foreign) return this.keptBy(ctx, refs, owners);
-    // OpenAI's own answer for an id it does not know: another tenant's is not theirs to learn of.
-    const what = foreign.param === 'previous_response_id' ? 'Previous response' : 'Item';
-    const message = `${what} with id '${foreign.id.slice(0, QUOTED)}' not found.`;
-    const code = foreign.param === 'previous_response_id' ? 'previous_response_not_found' : 'item_not_found';
-    return { refusal: { status: 400, error: openAiError(message, 'invalid_request_error', foreign.param, code) } };
+    // A queued job's run was checked when queued: an owner missing now has expired, and with it the
+    // only word on which provider keeps the state (any other would answer without it).
+    const unknown = (i: number) => (ctx.clientKey ? owners[i]?.tenant !== ctx.customerId : owners[i] === null);
+    const foreign = refs.find((_, i) => unknown(i));
+    return foreign ? { refusal: notFound(foreign) } : this.keptBy(ctx, refs, owners);
   }
 
   /** The provider that keeps what the request continues, refused when no route in force can serve it there. */
