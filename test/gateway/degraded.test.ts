@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import type { Stack } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
+import { until } from './keys-harness';
 import { TEST_REDIS_URL } from '../redis-db';
 
 const REDIS_URL = TEST_REDIS_URL;
@@ -175,6 +176,13 @@ describe('degraded routing', () => {
   });
 });
 
+/** Whether a provider's tokens counted in Redis (a window's counter) reached `budget`. */
+async function spentOver(provider: string, budget: number): Promise<boolean> {
+  const keys = await redis.keys(`${prefix}:tb:${provider}:*`);
+  const counts = keys.length ? await redis.mget(...keys) : [];
+  return counts.some((c) => Number(c) >= budget);
+}
+
 describe('rate limits held in Redis', () => {
   it('a tenant over its requests per minute gets 429 with Retry-After, across gateway instances', async () => {
     const a = await up({ limits: { tenant_requests_per_minute: 2 } });
@@ -191,9 +199,9 @@ describe('rate limits held in Redis', () => {
   it('a provider over its token budget is skipped; all over → 429', async () => {
     const gw = await up({ limits: { provider_tokens_per_minute: { openai: 10, anthropic: 10 } } });
     expect((await chat(gw.url)).headers.get('x-route-provider')).toBe('openai'); // 17 tokens spent
-    await new Promise((r) => setTimeout(r, 50));
+    await until(() => spentOver('openai', 10)); // the spend is counted after the answer is sent
     expect((await chat(gw.url)).headers.get('x-route-provider')).toBe('anthropic');
-    await new Promise((r) => setTimeout(r, 50));
+    await until(() => spentOver('anthropic', 10));
     const over = await chat(gw.url);
     expect(over.status).toBe(429);
     expect(over.json().error.code).toBe('provider_token_budget');
