@@ -315,7 +315,7 @@ describe('Cold tier', () => {
     expect(rechecked).toMatchObject({ attempts: 0, deferred: { since: waiting.deferred.since } });
 
     await until(async () => posted.some((p) => /paused by the budget guardrail/.test(p.text)));
-    await new Promise((r) => setTimeout(r, 300));
+    await stack.notifier.flush(); // the window's end: a notice of the other two webhooks would be sent now
     expect(posted.filter((p) => /paused by the budget guardrail/.test(p.text))).toHaveLength(1);
 
     expect((await admin(url, '/budget/resume')).status).toBe(204);
@@ -340,7 +340,9 @@ describe('Cold tier', () => {
       return j.deferred && j.state === 'delayed' ? j : null;
     });
     expect(waiting.deferred.reason).toMatch(/^every route's breaker is open; next probe at /);
-    await new Promise((r) => setTimeout(r, 3000)); // the outage goes on, 3 times the span of 5 attempts
+    // The outage goes on: the job's calls (the breakers' probes) come to more than its 5 attempts.
+    const probed = hot.received.length;
+    await until(async () => hot.received.length >= probed + 6, 12_000);
     expect((await job(url, jobId)).state).not.toBe('dead-lettered');
     const calls = hot.received.length + warm.received.length;
     hot.always({ kind: 'ok', content: 'back' });

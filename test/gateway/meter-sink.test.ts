@@ -231,8 +231,11 @@ describe('meter sink: a spool that passes its size limit', () => {
     const spooled = readFileSync(join(spoolDir, 'spool.jsonl'), 'utf8').trim().split('\n');
     expect(spooled.map((l) => JSON.parse(l).event_id)).toEqual(Array.from({ length: n }, (_, i) => `e${i}`));
     meter.mode = 'ok';
-    await new Promise((r) => setTimeout(r, 5)); // past the 1 ms backoff
-    await sink.flush();
+    // A flush within the 1 ms backoff posts nothing: flushed again until one has posted.
+    await until('the spool delivered once the backoff is over', async () => {
+      await sink.flush();
+      return meter!.stored.length > 0;
+    });
     expect(meter.stored).toEqual(Array.from({ length: n }, (_, i) => `e${i}`));
     expect(sink.status()).toMatchObject({ over_limit: false });
     await sink.close();

@@ -136,7 +136,9 @@ describe('function-call workflow', () => {
     const gw = await up();
     target.handle = (_n, _q, res) =>
       setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"slow"}'), 400);
-    const [a, b] = await Promise.all([called(gw.url, booking), new Promise((r) => setTimeout(r, 50)).then(() => called(gw.url, booking))]);
+    const first = called(gw.url, booking);
+    await until(() => target.seen.length === 1); // the first call is at the target (it answers 400 ms later)
+    const [a, b] = await Promise.all([first, called(gw.url, booking)]);
     expect(target.seen).toHaveLength(1);
     expect(a.result).toEqual({ ok: true, booking_id: 'slow' });
     expect(b).toMatchObject({ replayed: true, result: a.result });
