@@ -140,14 +140,35 @@ describe.each([
     await until(async () => (await s.result('crashed')) === null);
   });
 
-  it('dead letters come out oldest first, n at a time; letters put back come first again, in their order', async () => {
+  it('dead letters stay until delivered: read oldest first; a delivery removes that letter only while it is the oldest', async () => {
     const s = make();
-    expect(await s.takeDeadLetters(5)).toEqual([]);
+    expect(await s.peekDeadLetters(5)).toEqual([]);
     for (const l of ['a', 'b', 'c', 'd']) await s.pushDeadLetter(l);
-    const taken = await s.takeDeadLetters(3);
-    expect(taken).toEqual(['a', 'b', 'c']);
-    await s.returnDeadLetters(taken.slice(1));
-    expect(await s.takeDeadLetters(10)).toEqual(['b', 'c', 'd']);
-    expect(await s.takeDeadLetters(10)).toEqual([]);
+    expect(await s.openRound('me')).toBe(true);
+    expect(await s.peekDeadLetters(3)).toEqual(['a', 'b', 'c']);
+    expect(await s.peekDeadLetters(3)).toEqual(['a', 'b', 'c']); // reading takes nothing
+    expect(await s.delivered('me', 'a')).toBe(true);
+    expect(await s.delivered('me', 'c')).toBe(false); // not the oldest: kept
+    expect(await s.peekDeadLetters(10)).toEqual(['b', 'c', 'd']);
+  });
+
+  it('one dead-letter round at a time: another holder waits until it is closed or lapses, and each delivery keeps it open', async () => {
+    const s = make({ resultS: 60, runningS: 60, roundS: 2 });
+    for (const l of ['a', 'b']) await s.pushDeadLetter(l);
+    expect(await s.openRound('one')).toBe(true);
+    expect(await s.openRound('two')).toBe(false);
+    await s.closeRound('two'); // not its round: nothing happens
+    expect(await s.openRound('two')).toBe(false);
+    await s.closeRound('one');
+    expect(await s.openRound('two')).toBe(true);
+    const opened = Date.now();
+    await until(async () => Date.now() - opened > 1200); // the round has under 0.8 s left
+    const renewed = Date.now();
+    expect(await s.delivered('two', 'a')).toBe(true); // open another 2 s from here
+    await until(async () => Date.now() - renewed > 1200); // past the first 2 s
+    expect(await s.openRound('one')).toBe(false);
+    await until(() => s.openRound('one')); // a crashed holder's round lapses
+    expect(await s.delivered('two', 'b')).toBe(false); // delivered, but the round is no longer its own
+    expect(await s.peekDeadLetters(10)).toEqual([]);
   });
 });

@@ -208,6 +208,49 @@ describe('function-call workflow', () => {
     expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
   });
 
+  it('two instances on one Redis: while one posts kept dead letters the other posts none, so each goes once and in order', async () => {
+    const { Workflow } = await import('../../gateway/src/voice/workflow');
+    const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
+    const c = filled();
+    c.workflow.dlq_url = `${dlq.url}/dlq`;
+    const instance = () =>
+      new Workflow({ config: c, store: new RedisWorkflowStore<never>(redis, prefix), log: { warn: () => {}, error: () => {} } });
+    const [a, b] = [instance(), instance()];
+    const store = new RedisWorkflowStore<never>(redis, prefix);
+    for (const n of [1, 2]) await store.pushDeadLetter(JSON.stringify({ n }));
+    let open = 0;
+    let most = 0;
+    dlq.handle = (_n, _q, res) => {
+      most = Math.max(most, ++open);
+      setTimeout(() => (open--, res.writeHead(204).end()), 200);
+    };
+    const first = a.flushDeadLetters();
+    await until(() => dlq.seen.length === 1);
+    await store.pushDeadLetter(JSON.stringify({ n: 3 })); // kept while the other instance's round runs
+    expect(await b.flushDeadLetters()).toBe(0);
+    expect(await first).toBe(3);
+    expect(dlq.seen.map((r) => r.body.n)).toEqual([1, 2, 3]);
+    expect(most).toBe(1);
+    expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
+  });
+
+  it('a gateway killed (kill -9) while a kept dead letter is being posted loses none: after a restart every letter is posted, in order', async () => {
+    const key = `${prefix}:wf:dlq-pending`;
+    for (const n of [1, 2, 3]) await redis.rpush(key, JSON.stringify({ n, idempotency_key: `k${n}` }));
+    dlq.handle = () => {}; // holds the post open: the gateway is killed while it waits
+    const first = dlqRetryProcess();
+    await until(() => dlq.seen.length === 1);
+    await first.kill();
+    expect(await redis.lrange(key, 0, -1)).toHaveLength(3); // the letter being posted, and those after it, are still kept
+    dlq.handle = (_n, _q, res) => res.writeHead(204).end();
+    const restarted = dlqRetryProcess();
+    await until(() => dlq.seen.length === 4);
+    await restarted.kill();
+    // At least once: the letter the dead gateway was posting is posted again (same idempotency_key).
+    expect(dlq.seen.map((r) => r.body.n)).toEqual([1, 1, 2, 3]);
+    expect(await redis.llen(key)).toBe(0);
+  }, 30_000);
+
   it('static_url answers the pricing page; dial answers the number; an unknown function is refused', async () => {
     const gw = await up();
     expect(await called(gw.url, { function: 'lookup_pricing_page', call_id: 'c', args: {} })).toMatchObject({
@@ -230,6 +273,25 @@ async function until(check: () => boolean, ms = 10_000): Promise<void> {
     if (Date.now() > end) throw new Error('condition not met in time');
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/**
+ * A gateway's dead-letter retry in a process of its own (so kill -9 is real): the Redis store under
+ * the test's prefix, rounds every 50 ms, a round of a dead process lapsing after 1 s.
+ */
+function dlqRetryProcess() {
+  const source = (name: string) => JSON.stringify(join(root, 'gateway/src/voice', name));
+  const code = `Promise.all([import(${source('workflow.ts')}), import(${source('workflow-store.ts')}), import('ioredis')]).then(
+    ([{ Workflow }, { RedisWorkflowStore }, { Redis }]) => {
+      const store = new RedisWorkflowStore(new Redis(${JSON.stringify(REDIS_URL)}), ${JSON.stringify(prefix)}, { resultS: 60, runningS: 60, roundS: 1 });
+      const config = { workflow: { dlq_url: ${JSON.stringify(`${dlq.url}/dlq`)} }, functions: [] };
+      new Workflow({ config, store, log: console }).startDeadLetterRetry(50);
+      setInterval(() => {}, 1000);
+    });`;
+  const child = spawn(process.execPath, ['--import', 'tsx', '-e', code], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
+  return {
+    kill: () => new Promise<void>((resolve) => (child.once('exit', () => resolve()), child.kill('SIGKILL'))),
+  };
 }
 
 /** Posts kept dead letters now (the service does it every 30 s). */

@@ -3,16 +3,26 @@
  * first call runs, then its answer), and the dead letters the dead-letter URL did not take. In
  * Redis, so a replay on any gateway instance finds the first answer and dead letters survive a
  * restart; without Redis, an in-process store with the same behaviour. Answers are stored as JSON.
+ *
+ * Dead letters are posted again in rounds. A letter leaves the store only once the dead-letter URL
+ * took it (a holder killed mid-post leaves it in place, posted again later: at least once), and one
+ * round runs at a time across instances (a short lock, renewed with each delivery), so in the normal
+ * case no letter is posted twice and they go oldest first.
  */
 import type { Redis } from 'ioredis';
 import { ExpiringMap } from './expiring-map';
 
-/** Answers are kept a week; an in-flight marker two minutes, so a crashed holder frees its key (tests shorten both). */
+/**
+ * Answers are kept a week; an in-flight marker two minutes, so a crashed holder frees its key; a
+ * dead-letter round a minute after its last delivery, well above one post's 10 s timeout, so a
+ * crashed holder's round lapses (tests shorten all three).
+ */
 export interface WorkflowTtl {
   resultS: number;
   runningS: number;
+  roundS?: number;
 }
-const WORKFLOW_TTL: WorkflowTtl = { resultS: 7 * 24 * 3600, runningS: 120 };
+const WORKFLOW_TTL: Required<WorkflowTtl> = { resultS: 7 * 24 * 3600, runningS: 120, roundS: 60 };
 /** The in-flight marker; an answer is JSON, never this text. */
 const RUNNING = 'running';
 
@@ -25,11 +35,27 @@ export interface WorkflowStore<A> {
   /** Frees a claimed key (the call failed in a way that must not be remembered). */
   release(key: string): Promise<void>;
   pushDeadLetter(payload: string): Promise<void>;
-  /** Takes up to `n` dead letters, oldest first. */
-  takeDeadLetters(n: number): Promise<string[]>;
-  /** Puts taken dead letters back at the front, in their order. */
-  returnDeadLetters(payloads: string[]): Promise<void>;
+  /** Opens a dead-letter round for `holder`; false while another holder's round is open. */
+  openRound(holder: string): Promise<boolean>;
+  /** Up to `n` dead letters, oldest first, left in the store. */
+  peekDeadLetters(n: number): Promise<string[]>;
+  /**
+   * `payload` was delivered: removed if it is still the oldest, and the holder's round kept open.
+   * False when it was not the oldest or the round is no longer the holder's: the round must stop.
+   */
+  delivered(holder: string, payload: string): Promise<boolean>;
+  closeRound(holder: string): Promise<void>;
 }
+
+/** KEYS: pending list, round lock; ARGV: holder, payload, round ms. */
+const DELIVERED = `
+local removed = 0
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[2] then redis.call('LPOP', KEYS[1]); removed = 1 end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return removed`;
+/** KEYS: round lock; ARGV: holder. */
+const CLOSE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
 
 export class RedisWorkflowStore<A> implements WorkflowStore<A> {
   constructor(
@@ -37,6 +63,15 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
     private readonly prefix: string,
     private readonly ttl: WorkflowTtl = WORKFLOW_TTL,
   ) {}
+  private get pending() {
+    return `${this.prefix}:wf:dlq-pending`;
+  }
+  private get round() {
+    return `${this.prefix}:wf:dlq-round`;
+  }
+  private get roundMs() {
+    return (this.ttl.roundS ?? WORKFLOW_TTL.roundS) * 1000;
+  }
   private k(key: string) {
     return `${this.prefix}:wf:${key}`;
   }
@@ -54,14 +89,19 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
     await this.redis.del(this.k(key));
   }
   async pushDeadLetter(payload: string) {
-    await this.redis.rpush(`${this.prefix}:wf:dlq-pending`, payload);
+    await this.redis.rpush(this.pending, payload);
   }
-  async takeDeadLetters(n: number) {
-    const items = await this.redis.lpop(`${this.prefix}:wf:dlq-pending`, n);
-    return items ?? [];
+  async openRound(holder: string) {
+    return (await this.redis.set(this.round, holder, 'PX', this.roundMs, 'NX')) === 'OK';
   }
-  async returnDeadLetters(payloads: string[]) {
-    if (payloads.length) await this.redis.lpush(`${this.prefix}:wf:dlq-pending`, ...[...payloads].reverse());
+  async peekDeadLetters(n: number) {
+    return this.redis.lrange(this.pending, 0, n - 1);
+  }
+  async delivered(holder: string, payload: string) {
+    return (await this.redis.eval(DELIVERED, 2, this.pending, this.round, holder, payload, this.roundMs)) === 1;
+  }
+  async closeRound(holder: string) {
+    await this.redis.eval(CLOSE, 1, this.round, holder);
   }
 }
 
@@ -69,6 +109,7 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
 export class MemoryWorkflowStore<A> implements WorkflowStore<A> {
   private readonly keys = new ExpiringMap<string>();
   private readonly pending: string[] = [];
+  private readonly round = new ExpiringMap<string>();
   constructor(private readonly ttl: WorkflowTtl = WORKFLOW_TTL) {}
   async claim(key: string) {
     if (this.keys.get(key) !== undefined) return false;
@@ -88,10 +129,25 @@ export class MemoryWorkflowStore<A> implements WorkflowStore<A> {
   async pushDeadLetter(payload: string) {
     this.pending.push(payload);
   }
-  async takeDeadLetters(n: number) {
-    return this.pending.splice(0, n);
+  async openRound(holder: string) {
+    if (this.round.get('round') !== undefined) return false;
+    this.round.set('round', holder, this.roundS);
+    return true;
   }
-  async returnDeadLetters(payloads: string[]) {
-    this.pending.unshift(...payloads);
+  async peekDeadLetters(n: number) {
+    return this.pending.slice(0, n);
+  }
+  async delivered(holder: string, payload: string) {
+    const removed = this.pending[0] === payload;
+    if (removed) this.pending.shift();
+    if (this.round.get('round') !== holder) return false;
+    this.round.set('round', holder, this.roundS);
+    return removed;
+  }
+  async closeRound(holder: string) {
+    if (this.round.get('round') === holder) this.round.delete('round');
+  }
+  private get roundS() {
+    return this.ttl.roundS ?? WORKFLOW_TTL.roundS;
   }
 }

@@ -14,10 +14,11 @@
  * payload (function, args, call_id, key, last error) goes to the dead-letter URL and the answer
  * says so. A 4xx is not retried: the answer carries the target's message. When the dead-letter URL
  * is down too, the payload is kept in Redis and posted again later, one letter at a time and oldest
- * first however slowly the dead-letter URL answers: nothing is lost.
+ * first however slowly the dead-letter URL answers: nothing is lost, also when the gateway is killed
+ * in mid-post (at least once: such a letter is posted again; the receiver drops a repeat by key).
  */
 import { isPermanentRefusal } from '../../../schema/meter-reply';
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { retrying, type RetryPolicy } from '../backoff';
 import { canonicalJson } from '../canonical-json';
 import type { Concierge } from './config';
@@ -68,6 +69,8 @@ export class Workflow {
   private timer: NodeJS.Timeout | null = null;
   /** The flush under way: one at a time, so letters go in order and a slow dead-letter URL is not piled on. */
   private flushing: Promise<number> | null = null;
+  /** Names this instance's dead-letter rounds in the store. */
+  private readonly holder = randomUUID();
   constructor(private readonly deps: WorkflowDeps) {}
 
   /** Posts undelivered dead letters again every `everyMs` (nothing is lost while the DLQ is down). */
@@ -208,23 +211,33 @@ export class Workflow {
 
   /**
    * Posts kept dead letters again, in order; stops at the first failure. While one flush runs
-   * (posts slower than the retry period) a second call joins it rather than posting beside it.
+   * (posts slower than the retry period) a second call joins it rather than posting beside it, and
+   * while another instance's round runs this one posts nothing.
    */
   flushDeadLetters(): Promise<number> {
     return (this.flushing ??= this.postKept().finally(() => (this.flushing = null)));
   }
 
   private async postKept(): Promise<number> {
+    const { store } = this.deps;
+    if (!(await store.openRound(this.holder))) return 0;
+    try {
+      return await this.postRound();
+    } finally {
+      await store.closeRound(this.holder);
+    }
+  }
+
+  /** A letter leaves the store only after the dead-letter URL took it: a crash here loses none. */
+  private async postRound(): Promise<number> {
     let sent = 0;
     for (;;) {
-      const batch = await this.deps.store.takeDeadLetters(20);
+      const batch = await this.deps.store.peekDeadLetters(20);
       if (!batch.length) return sent;
-      for (let i = 0; i < batch.length; i++) {
-        if (!(await this.postDeadLetter(batch[i]))) {
-          await this.deps.store.returnDeadLetters(batch.slice(i));
-          return sent;
-        }
+      for (const letter of batch) {
+        if (!(await this.postDeadLetter(letter))) return sent;
         sent++;
+        if (!(await this.deps.store.delivered(this.holder, letter))) return sent;
       }
     }
   }
