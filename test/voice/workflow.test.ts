@@ -234,6 +234,24 @@ describe('function-call workflow', () => {
     expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
   });
 
+  it('without Redis too, a dead letter whose post fails is kept in its place: the next round posts it and those after it, in order', async () => {
+    const { Workflow } = await import('../../gateway/src/voice/workflow');
+    const { MemoryWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
+    const c = filled();
+    c.workflow.dlq_url = `${dlq.url}/dlq`;
+    const store = new MemoryWorkflowStore<never>();
+    const wf = new Workflow({ config: c, store, log: { warn: () => {}, error: () => {} } });
+    for (const n of [1, 2, 3]) await store.pushDeadLetter(JSON.stringify({ n }));
+    dlq.handle = (n, _q, res) => {
+      if (n === 2) void store.pushDeadLetter(JSON.stringify({ n: 4 })); // kept while the round runs
+      res.writeHead(n === 2 ? 503 : 204).end();
+    };
+    expect(await wf.flushDeadLetters()).toBe(1);
+    expect(await wf.flushDeadLetters()).toBe(3);
+    expect(dlq.seen.map((r) => r.body.n)).toEqual([1, 2, 2, 3, 4]);
+    expect(await wf.flushDeadLetters()).toBe(0);
+  });
+
   it('a gateway killed (kill -9) while a kept dead letter is being posted loses none: after a restart every letter is posted, in order', async () => {
     const key = `${prefix}:wf:dlq-pending`;
     for (const n of [1, 2, 3]) await redis.rpush(key, JSON.stringify({ n, idempotency_key: `k${n}` }));
