@@ -173,6 +173,8 @@ describe('function-call workflow', () => {
       last_error: 'HTTP 503',
     });
     expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
+    // Every post of the letter, the first and the one kept, carries its key as every outbound call does.
+    expect(dlq.seen.map((r) => r.headers['idempotency-key'])).toEqual([answer.idempotency_key, answer.idempotency_key]);
   });
 
   it('kept dead letters are posted again one at a time, in order: a slow dead-letter URL never gets a second post while one is unanswered', async () => {

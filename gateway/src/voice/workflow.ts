@@ -195,14 +195,17 @@ export class Workflow {
     };
   }
 
+  /** Posts a letter (a JSON text); its call's key goes as `Idempotency-Key` too, so a receiver drops a repeat. */
   private async postDeadLetter(letter: string): Promise<boolean> {
     try {
+      const key = (JSON.parse(letter) as { idempotency_key?: unknown }).idempotency_key;
       const res = await fetch(this.deps.config.workflow.dlq_url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', ...(typeof key === 'string' ? { 'idempotency-key': key } : {}) },
         body: letter,
         signal: AbortSignal.timeout(10_000),
       });
+      await res.body?.cancel(); // the answer is not read: its connection is given back now, not at a collection
       return res.ok;
     } catch {
       return false;
