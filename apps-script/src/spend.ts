@@ -10,20 +10,9 @@ import { isUnpriced } from '../../schema/unpriced';
 import { readCaps, readConfig, type Caps } from './config';
 import { cellCost, cellTime, columnOf, getEventsSheet } from './events-sheet';
 import type { MeterServices } from './services';
+import type { SpendAnswer } from '../../schema/spend-answer';
 import { checkSheetTimeZone } from './sheet-time-zone';
 import { DAY_MS, utcDayStart } from './utc-day';
-
-export interface SpendSummary {
-  ok: true;
-  today_cost_usd: number;
-  last_7d_cost_usd: number;
-  daily_cap_usd: number;
-  burn_7d_cap_usd: number;
-  cap_exceeded: boolean;
-  /** Rows left out of the totals because their cost cell holds no number ≥ 0 (typed by hand). */
-  unreadable_costs_today: number;
-  unreadable_costs_last_7d: number;
-}
 
 export { roundUsd };
 
@@ -90,7 +79,7 @@ export function readSpendRows(svc: Pick<MeterServices, 'spreadsheet'>, through: 
 }
 
 /** The `doGet?action=spend` answer. */
-export function spendSummary(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): SpendSummary {
+export function spendSummary(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): SpendAnswer {
   const caps = readCaps(readConfig(svc.spreadsheet));
   const rows = readSpendRows(svc);
   const nowMs = svc.now().getTime();

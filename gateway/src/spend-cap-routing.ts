@@ -18,6 +18,7 @@
  * earlier UTC day (just before midnight, or the meter down since), the meter's 7-day figure still
  * holds days that have left the window: their spend as counted here comes off it.
  */
+import { readSpendAnswer } from '../../schema/spend-answer';
 import { capExceeded } from '../../schema/spend-cap';
 import type { RequestContext } from './request-context';
 import { dayOf, MemorySpendDays, type SpendDays } from './spend-days';
@@ -125,21 +126,15 @@ export class SpendWatch {
     this.readAt = this.now() + SPEND_CACHE_MS; // answered or not: a meter that is down is not hammered
     try {
       const res = await fetch(url, { redirect: 'follow', signal: AbortSignal.timeout(5000) });
-      const body = (await res.json()) as {
-        ok?: boolean;
-        today_cost_usd?: number;
-        last_7d_cost_usd?: number;
-        daily_cap_usd?: number;
-        burn_7d_cap_usd?: number;
-        error?: string;
-      };
-      if (!body.ok) throw new Error(body.error ?? `HTTP ${res.status}`);
+      const read = readSpendAnswer(await res.json().catch(() => null));
+      if ('error' in read) throw new Error(res.ok ? read.error : `HTTP ${res.status}: ${read.error}`);
+      const { figures } = read;
       this.cached = {
         day: today,
-        today: body.today_cost_usd ?? 0,
-        last7d: body.last_7d_cost_usd ?? 0,
-        dailyCap: body.daily_cap_usd ?? this.opts.dailyCap,
-        burnCap: body.burn_7d_cap_usd ?? this.opts.burnCap,
+        today: figures.today_cost_usd,
+        last7d: figures.last_7d_cost_usd,
+        dailyCap: figures.daily_cap_usd ?? this.opts.dailyCap,
+        burnCap: figures.burn_7d_cap_usd ?? this.opts.burnCap,
         base,
       };
     } catch (error) {

@@ -46,7 +46,7 @@ async function gateway(env: Record<string, string>) {
 }
 
 /** A meter on loopback answering its spend read with these figures. */
-async function meterWith(figures: { today_cost_usd: number; last_7d_cost_usd: number; daily_cap_usd: number }): Promise<string> {
+async function meterWith(figures: { today_cost_usd: unknown; last_7d_cost_usd: unknown; daily_cap_usd: number }): Promise<string> {
   const server = createServer((req, res) => {
     req.resume();
     const spend = new URL(req.url!, 'http://x').searchParams.get('action') === 'spend';
@@ -106,5 +106,17 @@ describe("the meter's 7-day figure after the UTC day turns", () => {
     const after = await watch.view();
     expect(after.last7d).toBeCloseTo(196 - 28 + 5, 6); // D-6 left the window
     expect(capExceeded(after)).toBe(false);
+  });
+});
+
+describe('a meter answer the gateway cannot trust', () => {
+  it('a meter answering figures that are not amounts (negative, text) is not believed: the spend the gateway counted decides', async () => {
+    for (const today of [-1000, '0.5', null]) {
+      const meter = await meterWith({ today_cost_usd: today, last_7d_cost_usd: 0, daily_cap_usd: 0.3 });
+      const gw = await gateway({ METER_URL: meter, METER_TOKEN: 't', DAILY_CAP_USD: '0.3' });
+      for (let i = 0; i < 4; i++) expect(await patient(gw.url)).toBe(200); // $0.30 counted: within the cap
+      expect(await patient(gw.url), `meter's today_cost_usd ${JSON.stringify(today)}`).toBe(202);
+      await running.pop()!.stop();
+    }
   });
 });
