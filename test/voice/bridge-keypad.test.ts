@@ -99,6 +99,33 @@ describe('phone bridge: the keypad', () => {
     await s.endOf('CA1204');
   });
 
+  it('keys pressed while the session reconnects come after the line the lost session had begun, in the transcript and the history', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.paceMs = 5; // the answer streams: the session drops in its middle
+    const hours = 'We are open from nine to five, Monday to Friday.';
+    s.realtime.heardQueue = [{ text: 'yes, when are you open?', logprob: -0.05 }];
+    s.realtime.brain = brain({ turns: [{ audio: assistantAudio(2000), transcript: hours }] });
+    const { call, conn } = await answered(s, 'CA1205');
+    let pieces = '';
+    let release = () => undefined as void;
+    conn.on('server', function cut(e: any) {
+      if (e.type === 'response.output_audio_transcript.delta') pieces += e.delta;
+      if (pieces.length < 10) return;
+      conn.off('server', cut);
+      s!.realtime.holdUpdates = new Promise<void>((r) => (release = r)); // the new session is slow to start
+      conn.ws.close(1011);
+    });
+    speak(call);
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(again, 'session.update');
+    for (const key of ['4', '2', '7', '#']) call.press(key);
+    call.hangUp(); // after the keys on the same stream: the bridge has taken them while not ready
+    const end = await s.endOf('CA1205');
+    release();
+    expect(pieces.length).toBeLessThan(hours.length);
+    expect(end.transcript.map((l) => l.text).slice(-2)).toEqual([pieces.trim(), '(keys pressed: 427)']);
+  });
+
   it('0 alone is a request for a person: the caller is transferred (<Dial> the human number), caller_request', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.brain = brain({});

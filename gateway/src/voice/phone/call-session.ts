@@ -200,6 +200,8 @@ export class CallSession {
     if (!this.respondOnTurn || this.consentLine)
       return this.deps.log.info(`call ${this.callSid}: keys pressed before the opening line was heard: ignored`);
     const text = `(keys pressed: ${keys})`;
+    // Reconnecting: the lost session's unfinished line came first, so it is settled before the keys.
+    if (!this.rt.isReady) this.spoken.flush();
     this.remember({ speaker: 'user', text });
     // Not ready (reconnecting): the new session gets it with the history and is asked to answer.
     if (!this.rt.isReady) return;
