@@ -3,8 +3,9 @@
  * flat in the archive folder, or under `provider=<p>/day=<yyyymmdd>/` when partitioned. Nothing else
  * under the folder is the archive's (an operator's `backup/`, a killed run's `.archive-tmp-…`, a file
  * of another name): a run does not merge with it, reports do not count it, expiry does not remove it.
+ * A day file or a partition folder may be a symlink (kept on another disk): it counts as what it points to.
  */
-import { existsSync, readdirSync, rmdirSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, rmdirSync, statSync, type Dirent } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 
 /** A day file's name, as `npm run archive` writes it. */
@@ -19,9 +20,14 @@ export interface DayFile {
 }
 
 const entries = (dir: string) => readdirSync(dir, { withFileTypes: true });
+/**
+ * What an entry is, a symlink taken as what it points to: an operator may keep a day file, or a
+ * provider's folder, on another disk and link it in (a broken link is nothing).
+ */
+const kindOf = (dir: string, e: Dirent) => (e.isSymbolicLink() ? statSync(join(dir, e.name), { throwIfNoEntry: false }) : e);
 const subdirs = (dir: string, shape: RegExp) =>
   entries(dir)
-    .filter((e) => e.isDirectory() && shape.test(e.name))
+    .filter((e) => shape.test(e.name) && kindOf(dir, e)?.isDirectory())
     .map((e) => join(dir, e.name));
 
 /** The archive's day files in either layout (none when the folder does not exist yet). */
@@ -31,8 +37,8 @@ export function dayFiles(root: string): DayFile[] {
   const files: DayFile[] = [];
   for (const dir of places)
     for (const entry of entries(dir)) {
-      const day = entry.isFile() ? DAY_FILE.exec(entry.name)?.[1] : undefined;
-      if (day) files.push({ file: join(dir, entry.name), day });
+      const day = DAY_FILE.exec(entry.name)?.[1];
+      if (day && kindOf(dir, entry)?.isFile()) files.push({ file: join(dir, entry.name), day });
     }
   return files;
 }
@@ -43,7 +49,8 @@ export function dayFiles(root: string): DayFile[] {
  */
 export function removeEmptiedPartitions(root: string, file: string): void {
   for (let dir = dirname(file); dir !== root && dir.startsWith(`${root}/`) && PARTITION_DIR.test(basename(dir)); dir = dirname(dir)) {
-    if (readdirSync(dir).length > 0) return;
+    // A folder linked in is the operator's, like the disk it points to: it stays.
+    if (lstatSync(dir).isSymbolicLink() || readdirSync(dir).length > 0) return;
     rmdirSync(dir);
   }
 }

@@ -1,11 +1,23 @@
 // The columnar archive: CSV → Parquet with DuckDB, merge by event_id, checks, the CLI, reports.
 // One describe per command: long because each behaviour is a short test of its own.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { basename, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { openDuck, lit } from '../../archive/duck';
+import { expireArchive } from '../../archive/expire';
 import { CSV_HEADER, type EventInput } from '../../schema/event-record';
 import { csvIn, report, root, rowsIn, scratchDir } from './archive-setup';
 
@@ -300,6 +312,54 @@ describe('reports', () => {
     }
     expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 1]]);
     expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 1, calls: 1 }]);
+  });
+
+  it("a day file or partition folder linked in (a symlink onto another disk) is the archive's: reports count it, a run merges with it, expiry removes its day files", async () => {
+    const out = join(scratch(), 'arch');
+    const disk = join(scratch(), 'other-disk');
+    mkdirSync(disk);
+    const at = (event_id: string, timestamp: string, cost_usd: number) => ({
+      event_id,
+      timestamp,
+      provider: 'openai',
+      customer_id: 'acme',
+      cost_usd,
+    });
+    // Flat: a day file moved to the other disk, linked back under its name.
+    await convert(csv([at('a', '2026-11-20T09:00:00Z', 1), at('b', '2026-11-21T09:00:00Z', 2)]), { out });
+    renameSync(join(out, 'events_20261120.parquet'), join(disk, 'events_20261120.parquet'));
+    symlinkSync(join(disk, 'events_20261120.parquet'), join(out, 'events_20261120.parquet'));
+    const daily = async (dir: string) => (await report('daily', dir)).map((r) => [r.day, r.cost_usd]);
+    expect(await daily(out)).toEqual([
+      ['2026-11-20', 1],
+      ['2026-11-21', 2],
+    ]);
+    await convert(csv([at('c', '2026-11-20T10:00:00Z', 4)]), { out });
+    expect(await daily(out)).toEqual([
+      ['2026-11-20', 5],
+      ['2026-11-21', 2],
+    ]);
+    // Partitioned: a provider's folder on the other disk.
+    const parted = join(scratch(), 'parted');
+    await convert(csv([at('a', '2026-11-20T09:00:00Z', 1), at('b', '2026-11-21T09:00:00Z', 2)]), { out: parted, partition: true });
+    renameSync(join(parted, 'provider=openai'), join(disk, 'provider=openai'));
+    symlinkSync(join(disk, 'provider=openai'), join(parted, 'provider=openai'));
+    expect(await daily(parted)).toEqual([
+      ['2026-11-20', 1],
+      ['2026-11-21', 2],
+    ]);
+    await convert(csv([at('c', '2026-11-21T10:00:00Z', 4)]), { out: parted, partition: true });
+    expect(await daily(parted)).toEqual([
+      ['2026-11-20', 1],
+      ['2026-11-21', 6],
+    ]);
+    // The rewritten day is written back in the folder (atomically, over the link); the other disk's copy is left as it was.
+    expect(lstatSync(join(out, 'events_20261120.parquet')).isSymbolicLink()).toBe(false);
+    expect(existsSync(join(disk, 'events_20261120.parquet'))).toBe(true);
+    // Expiry removes the day files inside the linked folder, and their emptied day folders; the link stays.
+    expect(expireArchive(parted, 1, new Date('2026-11-23T12:00:00Z')).removed).toHaveLength(2);
+    expect(lstatSync(join(parted, 'provider=openai')).isSymbolicLink()).toBe(true);
+    expect(readdirSync(join(disk, 'provider=openai'))).toEqual([]);
   });
 
   it('burn sums the day and the 6 preceding calendar days; days without events count as zero', async () => {
