@@ -13,7 +13,7 @@
  * the input stored on another day is removed there. With --replace a day's data becomes exactly
  * the input's rows for that day.
  */
-import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+import { copyFileSync, createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -244,6 +244,27 @@ async function throwRowProblems(duck: Duck, source: string, input: string): Prom
 }
 
 /**
+ * Moves a staged file to `dest`, replacing a file there at once (rename). A partition folder linked
+ * in from another file system cannot take a rename from the staging folder: the file is copied
+ * beside `dest` first, then renamed over it, so a reader still sees the old file or the new.
+ */
+function place(src: string, dest: string): void {
+  try {
+    renameSync(src, dest);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EXDEV') throw error;
+    const beside = `${dest}.${process.pid}.part`; // no day file's name: never read as one
+    try {
+      copyFileSync(src, beside);
+      renameSync(beside, dest);
+    } finally {
+      rmSync(beside, { force: true });
+    }
+    rmSync(src);
+  }
+}
+
+/**
  * Moves the staged files into the archive. A file of the same name is replaced by the rename
  * itself (atomic); stored files of the merged days that were not overwritten are removed last.
  */
@@ -271,7 +292,7 @@ function publish(staged: string, out: string, replaced: string[], partition: boo
     rel = join(folder, n === 1 ? `events_${day}.parquet` : `events_${day}_${n}.parquet`);
     const dest = join(out, rel);
     mkdirSync(dirname(dest), { recursive: true });
-    renameSync(src, dest);
+    place(src, dest);
     placed.push(dest);
   }
   const kept = new Set(placed);

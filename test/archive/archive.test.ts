@@ -3,12 +3,15 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import {
   copyFileSync,
+  cpSync,
   existsSync,
   lstatSync,
   mkdirSync,
+  mkdtempSync,
   readdirSync,
   readFileSync,
   renameSync,
+  rmSync,
   statSync,
   symlinkSync,
   writeFileSync,
@@ -360,6 +363,33 @@ describe('reports', () => {
     expect(expireArchive(parted, 1, new Date('2026-11-23T12:00:00Z')).removed).toHaveLength(2);
     expect(lstatSync(join(parted, 'provider=openai')).isSymbolicLink()).toBe(true);
     expect(readdirSync(join(disk, 'provider=openai'))).toEqual([]);
+  });
+
+  it("a provider folder linked in from another file system takes the run's files (copied there, then renamed into place)", async (ctx) => {
+    if (!existsSync('/dev/shm')) return ctx.skip();
+    const disk = mkdtempSync(join('/dev/shm', 'archive-test-'));
+    try {
+      const out = join(scratch(), 'parted');
+      const at = (event_id: string, timestamp: string, cost_usd: number) => ({
+        event_id,
+        timestamp,
+        provider: 'openai',
+        customer_id: 'acme',
+        cost_usd,
+      });
+      await convert(csv([at('a', '2026-11-21T09:00:00Z', 1)]), { out, partition: true });
+      cpSync(join(out, 'provider=openai'), join(disk, 'provider=openai'), { recursive: true });
+      rmSync(join(out, 'provider=openai'), { recursive: true });
+      symlinkSync(join(disk, 'provider=openai'), join(out, 'provider=openai'));
+      await convert(csv([at('b', '2026-11-21T10:00:00Z', 2), at('c', '2026-11-22T10:00:00Z', 4)]), { out, partition: true });
+      expect((await report('daily', out, '2026-11-22')).map((r) => [r.day, r.cost_usd])).toEqual([
+        ['2026-11-21', 3],
+        ['2026-11-22', 4],
+      ]);
+      expect(readdirSync(join(disk, 'provider=openai', 'day=20261121'))).toEqual(['events_20261121.parquet']);
+    } finally {
+      rmSync(disk, { recursive: true, force: true });
+    }
   });
 
   it('burn sums the day and the 6 preceding calendar days; days without events count as zero', async () => {
