@@ -145,10 +145,13 @@ export interface TabGrid {
   columns: number;
 }
 
-/** Cells a tab gains on the way to its grid: a missing one is made with Google's grid first. */
+/**
+ * Cells a tab gains on the way to its grid: a missing one is made with Google's grid first, then
+ * given its columns, then its rows (never both 26 columns and its height), so it needs the larger of the two.
+ */
 function cellsAdded(ss: Spreadsheet, t: TabGrid): number {
   const sheet = ss.getSheetByName(t.name);
-  if (!sheet) return Math.max(NEW_TAB.rows, t.rows) * Math.max(NEW_TAB.columns, t.columns);
+  if (!sheet) return Math.max(NEW_TAB.rows * NEW_TAB.columns, Math.max(NEW_TAB.rows, t.rows) * t.columns);
   const rows = sheet.getMaxRows();
   return Math.max(0, Math.max(rows, t.rows) * t.columns - rows * sheet.getMaxColumns());
 }

@@ -242,6 +242,18 @@ describe('creating the Digest and events_public tabs on a nearly full spreadshee
     expect(platform.spreadsheet.tab('Digest')!.data[0][0]).toBe('AI spend digest');
   });
 
+  it("events_public deleted by hand on a large spreadsheet: made again when its own grid fits, though Google's 26 columns at its height would not", () => {
+    const { platform, meter } = nearlyFull(0, ['events_public']);
+    const events = eventsTab(platform);
+    const rows = Array.from({ length: 5000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]);
+    events.loadRows(2, rows);
+    // Room for its grid (5,001 rows by 13 columns) and some; not for 5,001 rows by 26.
+    events.maxRows -= Math.ceil(80_000 / events.maxColumns);
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    const pub = platform.spreadsheet.tab('events_public')!;
+    expect({ rows: pub.maxRows, columns: pub.maxColumns }).toEqual({ rows: 5001, columns: 13 });
+  });
+
   it('setup() on a nearly full spreadsheet with no Digest tab: spreadsheet_full naming it, not a raw Google error', () => {
     const { meter } = nearlyFull(NEW_TAB_CELLS - 100, ['Digest']);
     expect(refusal(() => meter.setup())).toMatchObject({ code: 'spreadsheet_full', message: expect.stringMatching(/"Digest"/) });
