@@ -339,4 +339,39 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       await other.stop();
     }
   });
+
+  it('a follow-up whose provider is left only a route that cannot serve it (embeddings) is refused as provider_gone, translatable or not', async () => {
+    const other = await new FakeProvider().start();
+    try {
+      const azure = { provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'] };
+      const map = (hot: object) => ({ hot: [hot], warm: [azure], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } });
+      const routes = join(w.dir, 'embeddings-left.json');
+      writeFileSync(routes, JSON.stringify(map({ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url })));
+      const { url } = await w.up({ ROUTES_FILE: routes, ADMIN_TOKEN: ADMIN });
+      const acme = (await w.makeKey('acme')).key;
+      const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
+      const embeddingsOnly = { provider: 'openai', model: 'text-embedding-3-small', baseUrl: w.hot.url, apis: ['embeddings'] };
+      writeFileSync(routes, JSON.stringify(map(embeddingsOnly)));
+      const reloaded = await fetch(`${url}/admin/routes/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
+      expect(reloaded.status).toBe(200);
+      const item = first.output[0].id!;
+      // A reasoning item given by id only is read from the store, yet the request translates to chat (it is dropped).
+      const translatable = await refusal(
+        client(url, acme).responses.create({
+          model: 'gpt-4o-mini',
+          input: [
+            { type: 'reasoning', id: item, summary: [] },
+            { role: 'user', content: 'what was it?' },
+          ],
+        }),
+      );
+      expect(translatable).toMatchObject({ status: 400, code: 'item_provider_gone' });
+      const previous = await refusal(
+        client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'what was it?', previous_response_id: first.id }),
+      );
+      expect(previous).toMatchObject({ status: 400, code: 'previous_response_provider_gone' });
+    } finally {
+      await other.stop();
+    }
+  });
 });

@@ -136,8 +136,9 @@ export class ResponseOwnership {
   private keptBy(ctx: RequestContext, refs: Reference[], owners: Array<Owner | null>): Continuation {
     const i = owners.findIndex((o) => o !== null);
     const provider = owners[i]?.provider || null;
-    // A request that cannot be translated needs a route that offers the Responses API natively.
-    const serves = (r: Route) => r.config.provider === provider && (ctx.asChat !== undefined || r.apis.has('responses'));
+    // As a call is planned (call-plan.ts): the Responses API natively, or chat for a request that translates.
+    const serves = (r: Route) =>
+      r.config.provider === provider && (r.apis.has('responses') || (ctx.asChat !== undefined && r.apis.has('chat')));
     if (provider === null || this.routes().some(serves)) return { refusal: null, provider };
     return { refusal: providerGone(refs[i], provider) };
   }
