@@ -126,6 +126,23 @@ describe('phone bridge: the keypad', () => {
     expect(end.transcript.map((l) => l.text).slice(-2)).toEqual([pieces.trim(), '(keys pressed: 427)']);
   });
 
+  it('0 pressed while the opening line plays is still a request for a person: transferred at once, caller_request', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.paceMs = 20;
+    s.realtime.brain = brain({ greeting: { audio: assistantAudio(2000), transcript: 'Hello, this is an AI assistant.' } });
+    const call = await s.twilio.call('CA1206');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'media', () => true, 'the opening line playing');
+    call.press('0');
+    call.press('#');
+    const u = await until<(typeof s.twilio.updates)[number]>(s.twilio.events, 'update', (x) => x.callSid === 'CA1206', 'the transfer');
+    expect(u.form.Twiml).toContain(`${HUMAN}</Dial>`);
+    expect(call.playedBytes).toBeLessThan(assistantAudio(2000).length);
+    const end = await s.endOf('CA1206');
+    expect(end.record).toMatchObject({ ended_reason: 'caller_request', escalated: true });
+    expect(typed(conn)).toEqual([]);
+  });
+
   it('0 alone is a request for a person: the caller is transferred (<Dial> the human number), caller_request', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.brain = brain({});
