@@ -177,6 +177,23 @@ describe('function-call workflow', () => {
     expect(dlq.seen.map((r) => r.headers['idempotency-key'])).toEqual([answer.idempotency_key, answer.idempotency_key]);
   });
 
+  it('a call dead-lettered while older letters are kept goes behind them, and is kept before its post', async () => {
+    const gw = await up();
+    const key = `${prefix}:wf:dlq-pending`;
+    for (const n of [1, 2]) await redis.rpush(key, JSON.stringify({ n, idempotency_key: `k${n}` })); // kept while the URL was down
+    target.handle = (_n, _q, res) => res.writeHead(503).end();
+    let keptWhilePosted = -1;
+    dlq.handle = (n, _q, res) => {
+      if (n === 3) void redis.llen(key).then((l) => ((keptWhilePosted = l), res.writeHead(204).end()));
+      else res.writeHead(204).end();
+    };
+    const answer = await called(gw.url, { ...booking, call_id: 'call-late' });
+    expect(answer).toMatchObject({ ok: false, dead_lettered: true });
+    expect(dlq.seen.map((r) => r.body.n ?? r.body.call_id)).toEqual([1, 2, 'call-late']);
+    expect(keptWhilePosted).toBe(1); // in Redis while its post was under way: a crash then would lose nothing
+    expect(await redis.llen(key)).toBe(0);
+  });
+
   it('kept dead letters are posted again one at a time, in order: a slow dead-letter URL never gets a second post while one is unanswered', async () => {
     const { Workflow } = await import('../../gateway/src/voice/workflow');
     const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');

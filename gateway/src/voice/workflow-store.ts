@@ -45,6 +45,8 @@ export interface WorkflowStore<A> {
    */
   delivered(holder: string, payload: string): Promise<boolean>;
   closeRound(holder: string): Promise<void>;
+  /** Whether `payload` is still kept (not yet delivered). */
+  holds(payload: string): Promise<boolean>;
 }
 
 /** KEYS: pending list, round lock; ARGV: holder, payload, round ms. */
@@ -103,6 +105,9 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
   async closeRound(holder: string) {
     await this.redis.eval(CLOSE, 1, this.round, holder);
   }
+  async holds(payload: string) {
+    return (await this.redis.lpos(this.pending, payload)) !== null;
+  }
 }
 
 /** In process: the same lifetimes for answers and in-flight markers. */
@@ -146,6 +151,9 @@ export class MemoryWorkflowStore<A> implements WorkflowStore<A> {
   }
   async closeRound(holder: string) {
     if (this.round.get('round') === holder) this.round.delete('round');
+  }
+  async holds(payload: string) {
+    return this.pending.includes(payload);
   }
   private get roundS() {
     return this.ttl.roundS ?? WORKFLOW_TTL.roundS;

@@ -21,11 +21,14 @@ import { isPermanentRefusal } from '../../../schema/meter-reply';
 import { createHash, randomUUID } from 'node:crypto';
 import { retrying, type RetryPolicy } from '../backoff';
 import { canonicalJson } from '../canonical-json';
+import { within } from '../within';
 import type { Concierge } from './config';
 import type { WorkflowStore } from './workflow-store';
 
 /** 3 attempts in all, 0.5 s then 1 s apart. */
 const TARGET_RETRY: RetryPolicy = { attempts: 3, firstMs: 500 };
+/** One post to the dead-letter URL; a new letter's caller waits no longer for its round. */
+const DEAD_LETTER_POST_MS = 10_000;
 
 export function workflowKey(callId: string, fn: string, args: unknown): string {
   return createHash('sha256')
@@ -180,10 +183,9 @@ export class Workflow {
       last_error: last,
       at: new Date().toISOString(),
     });
-    const delivered = await this.postDeadLetter(letter);
-    if (!delivered) await this.deps.store.pushDeadLetter(letter);
+    const kept = await this.deadLetter(letter);
     this.deps.log.error(
-      `workflow ${input.function} for call ${input.call_id} dead-lettered after ${policy.attempts} attempts: ${last}${delivered ? '' : ' (dead-letter URL down: kept, will retry)'}`,
+      `workflow ${input.function} for call ${input.call_id} dead-lettered after ${policy.attempts} attempts: ${last}${kept ? ' (kept: posted in its turn, after the letters before it)' : ''}`,
     );
     return {
       ok: false,
@@ -195,6 +197,23 @@ export class Workflow {
     };
   }
 
+  /**
+   * Hands a new letter to the dead-letter URL behind those kept before it: it is kept first (a
+   * crash in mid-post loses nothing), then a round posts the kept letters in order. True when it
+   * is still kept after that round (the URL down, or another gateway's round posts it). Only with
+   * the store away is it posted at once, on its own.
+   */
+  private async deadLetter(letter: string): Promise<boolean> {
+    try {
+      await this.deps.store.pushDeadLetter(letter);
+    } catch {
+      return !(await this.postDeadLetter(letter));
+    }
+    // The caller waits for one post at most, as before: a long round goes on without it.
+    await within(this.flushDeadLetters(), DEAD_LETTER_POST_MS).catch(() => undefined);
+    return this.deps.store.holds(letter).catch(() => true);
+  }
+
   /** Posts a letter (a JSON text); its call's key goes as `Idempotency-Key` too, so a receiver drops a repeat. */
   private async postDeadLetter(letter: string): Promise<boolean> {
     try {
@@ -203,7 +222,7 @@ export class Workflow {
         method: 'POST',
         headers: { 'content-type': 'application/json', ...(typeof key === 'string' ? { 'idempotency-key': key } : {}) },
         body: letter,
-        signal: AbortSignal.timeout(10_000),
+        signal: AbortSignal.timeout(DEAD_LETTER_POST_MS),
       });
       await res.body?.cancel(); // the answer is not read: its connection is given back now, not at a collection
       return res.ok;
