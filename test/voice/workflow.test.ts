@@ -177,6 +177,23 @@ describe('function-call workflow', () => {
     expect(dlq.seen.map((r) => r.headers['idempotency-key'])).toEqual([answer.idempotency_key, answer.idempotency_key]);
   });
 
+  it('a dead letter Redis refuses to keep and the dead-letter URL refuses too is not answered as dead-lettered: the call fails, to be run again', async () => {
+    const logs: string[] = [];
+    const gw = await up({}, logs);
+    await redis.set(`${prefix}:wf:dlq-pending`, 'not a list'); // Redis refuses the push (WRONGTYPE), as when full (OOM)
+    target.handle = (_n, _q, res) => res.writeHead(503).end();
+    dlq.handle = (_n, _q, res) => res.writeHead(503).end();
+    const res = await post(gw.url, '/v1/workflow/function-called', { ...booking, call_id: 'call-nowhere' });
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { error: string }).error).toMatch(/neither kept .* nor taken by the dead-letter URL/);
+    expect(dlq.seen).toHaveLength(1);
+    expect(logs.join('\n')).not.toContain('(kept');
+    // Nothing was remembered for the key: the same call runs the target again once things are back.
+    await redis.del(`${prefix}:wf:dlq-pending`);
+    target.handle = (_n, _q, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"later"}');
+    expect(await called(gw.url, { ...booking, call_id: 'call-nowhere' })).toMatchObject({ ok: true, replayed: false });
+  });
+
   it('a call dead-lettered while older letters are kept goes behind them, and is kept before its post', async () => {
     const gw = await up();
     const key = `${prefix}:wf:dlq-pending`;

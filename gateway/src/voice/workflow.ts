@@ -183,7 +183,15 @@ export class Workflow {
       last_error: last,
       at: new Date().toISOString(),
     });
-    const kept = await this.deadLetter(letter);
+    let kept: boolean;
+    try {
+      kept = await this.deadLetter(letter);
+    } catch (error) {
+      // Neither kept nor delivered: answered as a failure, nothing remembered, so a call again runs it again.
+      const message = `target failed ${policy.attempts} times (${last}); ${(error as Error).message}`;
+      this.deps.log.error(`workflow ${input.function} for call ${input.call_id}: ${message}`);
+      throw new WorkflowError(message, 503);
+    }
     this.deps.log.error(
       `workflow ${input.function} for call ${input.call_id} dead-lettered after ${policy.attempts} attempts: ${last}${kept ? ' (kept: posted in its turn, after the letters before it)' : ''}`,
     );
@@ -201,13 +209,17 @@ export class Workflow {
    * Hands a new letter to the dead-letter URL behind those kept before it: it is kept first (a
    * crash in mid-post loses nothing), then a round posts the kept letters in order. True when it
    * is still kept after that round (the URL down, or another gateway's round posts it). Only with
-   * the store away is it posted at once, on its own.
+   * the store refusing it is it posted at once, on its own; throws when that post fails too.
    */
   private async deadLetter(letter: string): Promise<boolean> {
     try {
       await this.deps.store.pushDeadLetter(letter);
-    } catch {
-      return !(await this.postDeadLetter(letter));
+    } catch (error) {
+      if (await this.postDeadLetter(letter)) return false;
+      throw new Error(
+        `the dead letter was neither kept (the store: ${(error as Error).message}) nor taken by the dead-letter URL: nothing is recorded for this call, call it again`,
+        { cause: error },
+      );
     }
     // The caller waits for one post at most, as before: a long round goes on without it.
     await within(this.flushDeadLetters(), DEAD_LETTER_POST_MS).catch(() => undefined);
