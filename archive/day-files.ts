@@ -20,11 +20,21 @@ export interface DayFile {
 }
 
 const entries = (dir: string) => readdirSync(dir, { withFileTypes: true });
+/** A link that leads nowhere: to nothing, in a loop, or through a file. */
+const NOWHERE = new Set(['ENOENT', 'ELOOP', 'ENOTDIR']);
 /**
  * What an entry is, a symlink taken as what it points to: an operator may keep a day file, or a
  * provider's folder, on another disk and link it in (a broken link is nothing).
  */
-const kindOf = (dir: string, e: Dirent) => (e.isSymbolicLink() ? statSync(join(dir, e.name), { throwIfNoEntry: false }) : e);
+function kindOf(dir: string, e: Dirent): Pick<Dirent, 'isFile' | 'isDirectory'> | undefined {
+  if (!e.isSymbolicLink()) return e;
+  try {
+    return statSync(join(dir, e.name));
+  } catch (error) {
+    if (NOWHERE.has((error as NodeJS.ErrnoException).code ?? '')) return undefined;
+    throw error;
+  }
+}
 const subdirs = (dir: string, shape: RegExp) =>
   entries(dir)
     .filter((e) => shape.test(e.name) && kindOf(dir, e)?.isDirectory())

@@ -365,6 +365,28 @@ describe('reports', () => {
     expect(readdirSync(join(disk, 'provider=openai'))).toEqual([]);
   });
 
+  it('a link that leads nowhere (a loop, or through a file) is nothing, as a broken one: reports, runs and expiry go on without it', async () => {
+    const out = join(scratch(), 'arch');
+    const at = (event_id: string, timestamp: string, cost_usd: number) => ({
+      event_id,
+      timestamp,
+      provider: 'openai',
+      customer_id: 'acme',
+      cost_usd,
+    });
+    await convert(csv([at('a', '2026-11-20T09:00:00Z', 1)]), { out });
+    symlinkSync(join(out, 'events_20261121.parquet'), join(out, 'events_20261121.parquet')); // ELOOP
+    symlinkSync(join(out, 'events_20261120.parquet', 'x'), join(out, 'provider=gone')); // ENOTDIR
+    expect((await report('daily', out, '2026-11-21')).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-20', 1]]);
+    await convert(csv([at('b', '2026-11-21T10:00:00Z', 2)]), { out });
+    expect((await report('daily', out, '2026-11-21')).map((r) => [r.day, r.cost_usd])).toEqual([
+      ['2026-11-20', 1],
+      ['2026-11-21', 2],
+    ]);
+    expect(expireArchive(out, 1, new Date('2026-11-23T12:00:00Z')).removed).toHaveLength(2);
+    expect(lstatSync(join(out, 'provider=gone')).isSymbolicLink()).toBe(true);
+  });
+
   it("a provider folder linked in from another file system takes the run's files (copied there, then renamed into place)", async (ctx) => {
     if (!existsSync('/dev/shm')) return ctx.skip();
     const disk = mkdtempSync(join('/dev/shm', 'archive-test-'));
