@@ -270,6 +270,37 @@ describe('function-call workflow', () => {
     expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
   });
 
+  it('a letter kept just as a round ends (its last look found none, its lock not yet given up) is posted by that round, not left for the next timer', async () => {
+    const { Workflow } = await import('../../gateway/src/voice/workflow');
+    const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
+    const c = filled();
+    c.workflow.dlq_url = `${dlq.url}/dlq`;
+    let closing: () => void = () => {};
+    const closed = new Promise<void>((r) => (closing = r));
+    let atClose = false;
+    // The real store; its round is held open at its end until the test lets it go.
+    class Ending extends RedisWorkflowStore<never> {
+      override async closeRound(holder: string) {
+        atClose = true;
+        await closed;
+        return super.closeRound(holder);
+      }
+    }
+    const log = { warn: () => {}, error: () => {} };
+    const a = new Workflow({ config: c, store: new Ending(redis, prefix), log });
+    const b = new Workflow({ config: c, store: new RedisWorkflowStore<never>(redis, prefix), log });
+    await redis.rpush(`${prefix}:wf:dlq-pending`, JSON.stringify({ n: 1 }));
+    dlq.handle = (_n, _q, res) => res.writeHead(204).end();
+    const round = a.flushDeadLetters();
+    await until(() => atClose);
+    await redis.rpush(`${prefix}:wf:dlq-pending`, JSON.stringify({ n: 2 })); // kept by another gateway now
+    expect(await b.flushDeadLetters()).toBe(0); // the round is still a's
+    closing();
+    expect(await round).toBe(2);
+    expect(dlq.seen.map((r) => r.body.n)).toEqual([1, 2]);
+    expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
+  });
+
   it('without Redis too, a dead letter whose post fails is kept in its place: the next round posts it and those after it, in order', async () => {
     const { Workflow } = await import('../../gateway/src/voice/workflow');
     const { MemoryWorkflowStore } = await import('../../gateway/src/voice/workflow-store');

@@ -254,24 +254,35 @@ export class Workflow {
 
   private async postKept(): Promise<number> {
     const { store } = this.deps;
-    if (!(await store.openRound(this.holder))) return 0;
-    try {
-      return await this.postRound();
-    } finally {
-      await store.closeRound(this.holder);
+    let sent = 0;
+    while (await store.openRound(this.holder)) {
+      let round: { sent: number; drained: boolean };
+      try {
+        round = await this.postRound();
+      } finally {
+        await store.closeRound(this.holder);
+      }
+      sent += round.sent;
+      // A letter kept after the round's last look, while it still held the lock, found it taken
+      // and was left to this round: looked for once the lock is given up, not left to the timer.
+      if (!round.drained || !(await store.peekDeadLetters(1)).length) return sent;
     }
+    return sent;
   }
 
-  /** A letter leaves the store only after the dead-letter URL took it: a crash here loses none. */
-  private async postRound(): Promise<number> {
+  /**
+   * A letter leaves the store only after the dead-letter URL took it: a crash here loses none.
+   * Drained: every letter delivered (not stopped by a failed post or a round lost).
+   */
+  private async postRound(): Promise<{ sent: number; drained: boolean }> {
     let sent = 0;
     for (;;) {
       const batch = await this.deps.store.peekDeadLetters(20);
-      if (!batch.length) return sent;
+      if (!batch.length) return { sent, drained: true };
       for (const letter of batch) {
-        if (!(await this.postDeadLetter(letter))) return sent;
+        if (!(await this.postDeadLetter(letter))) return { sent, drained: false };
         sent++;
-        if (!(await this.deps.store.delivered(this.holder, letter))) return sent;
+        if (!(await this.deps.store.delivered(this.holder, letter))) return { sent, drained: false };
       }
     }
   }
