@@ -237,11 +237,33 @@ describe('function-call workflow', () => {
       await store.pushDeadLetter('{"n":2}'); // kept while the first post is unanswered
       await until(() => answered === 2);
     } finally {
-      wf.stop();
+      await wf.stop();
     }
     expect(dlq.seen.map((r) => r.body)).toEqual([{ n: 1 }, { n: 2 }]);
     expect(most).toBe(1);
     expect(await redis.llen(`${prefix}:wf:dlq-pending`)).toBe(0);
+  });
+
+  it('stopping (a shutdown) lets the post under way finish and be recorded, starts no other, and gives the round up: no letter is posted twice', async () => {
+    const { Workflow } = await import('../../gateway/src/voice/workflow');
+    const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
+    const c = filled();
+    c.workflow.dlq_url = `${dlq.url}/dlq`;
+    const key = `${prefix}:wf:dlq-pending`;
+    for (const n of [1, 2, 3]) await redis.rpush(key, JSON.stringify({ n }));
+    let answer: () => void = () => {};
+    dlq.handle = (_n, _q, res) => (answer = () => res.writeHead(204).end());
+    const wf = new Workflow({ config: c, store: new RedisWorkflowStore<never>(redis, prefix), log: { warn: () => {}, error: () => {} } });
+    const round = wf.flushDeadLetters();
+    await until(() => dlq.seen.length === 1);
+    const stopped = wf.stop();
+    answer(); // the post under way is answered while the gateway stops
+    await stopped;
+    // Stopped: the letter posted is out of Redis, the round given up (another gateway goes on at once).
+    expect((await redis.lrange(key, 0, -1)).map((l) => JSON.parse(l).n)).toEqual([2, 3]);
+    expect(await redis.exists(`${prefix}:wf:dlq-round`)).toBe(0);
+    expect(await round).toBe(1);
+    expect(dlq.seen).toHaveLength(1);
   });
 
   it('two instances on one Redis: while one posts kept dead letters the other posts none, so each goes once and in order', async () => {

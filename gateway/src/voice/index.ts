@@ -138,7 +138,7 @@ export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
     workflow,
     mount: (app, guard) => mountVoice(app, guard, service, ''),
     async close() {
-      workflow.stop();
+      await workflow.stop();
       await calls.close();
     },
   };

@@ -74,6 +74,8 @@ export class Workflow {
   private flushing: Promise<number> | null = null;
   /** Names this instance's dead-letter rounds in the store. */
   private readonly holder = randomUUID();
+  /** Stopped (a shutdown): no post starts. */
+  private stopping = false;
   constructor(private readonly deps: WorkflowDeps) {}
 
   /** Posts undelivered dead letters again every `everyMs` (nothing is lost while the DLQ is down). */
@@ -81,8 +83,14 @@ export class Workflow {
     this.timer = setInterval(() => void this.flushDeadLetters().catch(() => undefined), everyMs);
     this.timer.unref();
   }
-  stop(): void {
+  /**
+   * Stops the retries. A round under way ends after the post it is making, that letter recorded
+   * and the round given up, so another gateway goes on at once and posts none of them twice.
+   */
+  async stop(): Promise<void> {
+    this.stopping = true;
     if (this.timer) clearInterval(this.timer);
+    await this.flushing?.catch(() => undefined);
   }
 
   async called(input: { function: string; args: Record<string, unknown>; call_id: string }): Promise<WorkflowAnswer> {
@@ -280,7 +288,7 @@ export class Workflow {
       const batch = await this.deps.store.peekDeadLetters(20);
       if (!batch.length) return { sent, drained: true };
       for (const letter of batch) {
-        if (!(await this.postDeadLetter(letter))) return { sent, drained: false };
+        if (this.stopping || !(await this.postDeadLetter(letter))) return { sent, drained: false };
         sent++;
         if (!(await this.deps.store.delivered(this.holder, letter))) return { sent, drained: false };
       }
