@@ -152,6 +152,17 @@ describe.each([
     expect(await s.peekDeadLetters(10)).toEqual(['b', 'c', 'd']);
   });
 
+  it('a letter refused for good is set aside as a delivery removes one: only while it is the oldest, no longer waiting, no longer held', async () => {
+    const s = make();
+    for (const l of ['a', 'b']) await s.pushDeadLetter(l);
+    expect(await s.openRound('me')).toBe(true);
+    expect(await s.setAside('me', 'b')).toBe(false); // not the oldest: kept
+    expect(await s.setAside('me', 'a')).toBe(true);
+    expect(await s.holds('a')).toBe(false);
+    expect(await s.peekDeadLetters(10)).toEqual(['b']);
+    expect(await s.setAside('other', 'b')).toBe(false); // not its round: the round must stop
+  });
+
   it('one dead-letter round at a time: another holder waits until it is closed or lapses, and each delivery keeps it open', async () => {
     const s = make({ resultS: 60, runningS: 60, roundS: 2 });
     for (const l of ['a', 'b']) await s.pushDeadLetter(l);

@@ -194,6 +194,21 @@ describe('function-call workflow', () => {
     expect(await called(gw.url, { ...booking, call_id: 'call-nowhere' })).toMatchObject({ ok: true, replayed: false });
   });
 
+  it('a kept letter the dead-letter URL refuses for good (a 4xx) is set aside, not posted for ever ahead of every later one', async () => {
+    const gw = await up();
+    const key = `${prefix}:wf:dlq-pending`;
+    await redis.rpush(key, JSON.stringify({ n: 1, idempotency_key: 'k1', too: 'large' }));
+    target.handle = (_n, _q, res) => res.writeHead(503).end();
+    dlq.handle = (_n, _q, res, body) => res.writeHead(body.too ? 413 : 204).end();
+    const answer = await called(gw.url, { ...booking, call_id: 'call-after' });
+    expect(answer).toMatchObject({ ok: false, dead_lettered: true });
+    expect(dlq.seen.map((r) => r.body.n ?? r.body.call_id)).toEqual([1, 'call-after']);
+    expect(await redis.llen(key)).toBe(0);
+    expect((await redis.lrange(`${prefix}:wf:dlq-refused`, 0, -1)).map((l) => JSON.parse(l).n)).toEqual([1]); // kept for a person
+    expect(await flushVia()).toBe(0); // and not posted again
+    expect(dlq.seen).toHaveLength(2);
+  });
+
   it('a call dead-lettered while older letters are kept goes behind them, and is kept before its post', async () => {
     const gw = await up();
     const key = `${prefix}:wf:dlq-pending`;

@@ -44,15 +44,22 @@ export interface WorkflowStore<A> {
    * False when it was not the oldest or the round is no longer the holder's: the round must stop.
    */
   delivered(holder: string, payload: string): Promise<boolean>;
+  /** As `delivered`, for a letter the dead-letter URL refused for good: moved to the refused letters (the newest 10,000 kept). */
+  setAside(holder: string, payload: string): Promise<boolean>;
   closeRound(holder: string): Promise<void>;
   /** Whether `payload` is still kept (not yet delivered). */
   holds(payload: string): Promise<boolean>;
 }
 
-/** KEYS: pending list, round lock; ARGV: holder, payload, round ms. */
+/** The refused letters kept for a person to look at. */
+const REFUSED_KEPT = 10_000;
+/** KEYS: pending list, round lock[, refused list]; ARGV: holder, payload, round ms[, refused kept]. */
 const DELIVERED = `
 local removed = 0
-if redis.call('LINDEX', KEYS[1], 0) == ARGV[2] then redis.call('LPOP', KEYS[1]); removed = 1 end
+if redis.call('LINDEX', KEYS[1], 0) == ARGV[2] then
+  redis.call('LPOP', KEYS[1]); removed = 1
+  if KEYS[3] then redis.call('RPUSH', KEYS[3], ARGV[2]); redis.call('LTRIM', KEYS[3], -tonumber(ARGV[4]), -1) end
+end
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return removed`;
@@ -102,6 +109,10 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
   async delivered(holder: string, payload: string) {
     return (await this.redis.eval(DELIVERED, 2, this.pending, this.round, holder, payload, this.roundMs)) === 1;
   }
+  async setAside(holder: string, payload: string) {
+    const refused = `${this.prefix}:wf:dlq-refused`;
+    return (await this.redis.eval(DELIVERED, 3, this.pending, this.round, refused, holder, payload, this.roundMs, REFUSED_KEPT)) === 1;
+  }
   async closeRound(holder: string) {
     await this.redis.eval(CLOSE, 1, this.round, holder);
   }
@@ -114,6 +125,8 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
 export class MemoryWorkflowStore<A> implements WorkflowStore<A> {
   private readonly keys = new ExpiringMap<string>();
   private readonly pending: string[] = [];
+  /** Letters the dead-letter URL refused for good (the newest REFUSED_KEPT). */
+  private readonly refused: string[] = [];
   private readonly round = new ExpiringMap<string>();
   constructor(private readonly ttl: WorkflowTtl = WORKFLOW_TTL) {}
   async claim(key: string) {
@@ -148,6 +161,12 @@ export class MemoryWorkflowStore<A> implements WorkflowStore<A> {
     if (this.round.get('round') !== holder) return false;
     this.round.set('round', holder, this.roundS);
     return removed;
+  }
+  async setAside(holder: string, payload: string) {
+    const moved = this.pending[0] === payload;
+    const held = await this.delivered(holder, payload);
+    if (moved && this.refused.push(payload) > REFUSED_KEPT) this.refused.shift();
+    return held;
   }
   async closeRound(holder: string) {
     if (this.round.get('round') === holder) this.round.delete('round');

@@ -29,6 +29,11 @@ import type { WorkflowStore } from './workflow-store';
 const TARGET_RETRY: RetryPolicy = { attempts: 3, firstMs: 500 };
 /** One post to the dead-letter URL; a new letter's caller waits no longer for its round. */
 const DEAD_LETTER_POST_MS = 10_000;
+/** Where a letter the dead-letter URL refuses for good goes, so it holds up none after it. */
+const SET_ASIDE = '<prefix>:wf:dlq-refused';
+
+/** What became of a post to the dead-letter URL. */
+type Posted = 'taken' | 'failed' | { refused: number };
 
 export function workflowKey(callId: string, fn: string, args: unknown): string {
   return createHash('sha256')
@@ -223,7 +228,7 @@ export class Workflow {
     try {
       await this.deps.store.pushDeadLetter(letter);
     } catch (error) {
-      if (await this.postDeadLetter(letter)) return false;
+      if ((await this.postDeadLetter(letter)) === 'taken') return false;
       throw new Error(
         `the dead letter was neither kept (the store: ${(error as Error).message}) nor taken by the dead-letter URL: nothing is recorded for this call, call it again`,
         { cause: error },
@@ -234,8 +239,11 @@ export class Workflow {
     return this.deps.store.holds(letter).catch(() => true);
   }
 
-  /** Posts a letter (a JSON text); its call's key goes as `Idempotency-Key` too, so a receiver drops a repeat. */
-  private async postDeadLetter(letter: string): Promise<boolean> {
+  /**
+   * Posts a letter (a JSON text); its call's key goes as `Idempotency-Key` too, so a receiver drops
+   * a repeat. `refused`: a 4xx other than 408 and 429, which no repeat of the same letter changes.
+   */
+  private async postDeadLetter(letter: string): Promise<Posted> {
     try {
       const key = (JSON.parse(letter) as { idempotency_key?: unknown }).idempotency_key;
       const res = await fetch(this.deps.config.workflow.dlq_url, {
@@ -245,9 +253,10 @@ export class Workflow {
         signal: AbortSignal.timeout(DEAD_LETTER_POST_MS),
       });
       await res.body?.cancel(); // the answer is not read: its connection is given back now, not at a collection
-      return res.ok;
+      if (res.ok) return 'taken';
+      return res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429 ? { refused: res.status } : 'failed';
     } catch {
-      return false;
+      return 'failed';
     }
   }
 
@@ -288,9 +297,16 @@ export class Workflow {
       const batch = await this.deps.store.peekDeadLetters(20);
       if (!batch.length) return { sent, drained: true };
       for (const letter of batch) {
-        if (this.stopping || !(await this.postDeadLetter(letter))) return { sent, drained: false };
-        sent++;
-        if (!(await this.deps.store.delivered(this.holder, letter))) return { sent, drained: false };
+        const posted = this.stopping ? 'failed' : await this.postDeadLetter(letter);
+        if (posted === 'failed') return { sent, drained: false };
+        if (posted === 'taken') sent++;
+        else
+          this.deps.log.error(
+            `dead letter refused by the dead-letter URL (HTTP ${posted.refused}): set aside in ${SET_ASIDE}, the next one posted`,
+          );
+        const stillHeld =
+          posted === 'taken' ? this.deps.store.delivered(this.holder, letter) : this.deps.store.setAside(this.holder, letter);
+        if (!(await stillHeld)) return { sent, drained: false };
       }
     }
   }
