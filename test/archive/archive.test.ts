@@ -26,6 +26,14 @@ import { csvIn, report, root, rowsIn, scratchDir } from './archive-setup';
 
 const scratch = scratchDir();
 const csv = (events: EventInput[], name?: string) => csvIn(scratch(), events, name);
+/** An openai call of acme's. */
+const at = (event_id: string, timestamp: string, cost_usd: number): EventInput => ({
+  event_id,
+  timestamp,
+  provider: 'openai',
+  customer_id: 'acme',
+  cost_usd,
+});
 
 const snapshot = (d: string) =>
   readdirSync(d, { recursive: true, withFileTypes: true })
@@ -321,13 +329,6 @@ describe('reports', () => {
     const out = join(scratch(), 'arch');
     const disk = join(scratch(), 'other-disk');
     mkdirSync(disk);
-    const at = (event_id: string, timestamp: string, cost_usd: number) => ({
-      event_id,
-      timestamp,
-      provider: 'openai',
-      customer_id: 'acme',
-      cost_usd,
-    });
     // Flat: a day file moved to the other disk, linked back under its name.
     await convert(csv([at('a', '2026-11-20T09:00:00Z', 1), at('b', '2026-11-21T09:00:00Z', 2)]), { out });
     renameSync(join(out, 'events_20261120.parquet'), join(disk, 'events_20261120.parquet'));
@@ -367,13 +368,6 @@ describe('reports', () => {
 
   it('a link that leads nowhere (a loop, or through a file) is nothing, as a broken one: reports, runs and expiry go on without it', async () => {
     const out = join(scratch(), 'arch');
-    const at = (event_id: string, timestamp: string, cost_usd: number) => ({
-      event_id,
-      timestamp,
-      provider: 'openai',
-      customer_id: 'acme',
-      cost_usd,
-    });
     await convert(csv([at('a', '2026-11-20T09:00:00Z', 1)]), { out });
     symlinkSync(join(out, 'events_20261121.parquet'), join(out, 'events_20261121.parquet')); // ELOOP
     symlinkSync(join(out, 'events_20261120.parquet', 'x'), join(out, 'provider=gone')); // ENOTDIR
@@ -392,13 +386,6 @@ describe('reports', () => {
     const disk = mkdtempSync(join('/dev/shm', 'archive-test-'));
     try {
       const out = join(scratch(), 'parted');
-      const at = (event_id: string, timestamp: string, cost_usd: number) => ({
-        event_id,
-        timestamp,
-        provider: 'openai',
-        customer_id: 'acme',
-        cost_usd,
-      });
       await convert(csv([at('a', '2026-11-21T09:00:00Z', 1)]), { out, partition: true });
       cpSync(join(out, 'provider=openai'), join(disk, 'provider=openai'), { recursive: true });
       rmSync(join(out, 'provider=openai'), { recursive: true });

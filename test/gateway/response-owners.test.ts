@@ -15,6 +15,17 @@ beforeEach(async () => {
 });
 afterEach(() => w.end());
 
+/**
+ * Writes the routing map of these tests: `hot` (openai's chat and Responses route by default) and a
+ * Warm route of another provider that offers the Responses API natively too. Returns the file.
+ */
+function writeTwoNativeMap(otherUrl: string, hot: object = { provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url }): string {
+  const routes = join(w.dir, 'two-native.json');
+  const azure = { provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: otherUrl, apis: ['chat', 'responses'] };
+  writeFileSync(routes, JSON.stringify({ hot: [hot], warm: [azure], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
+  return routes;
+}
+
 const responsesCalls = () => w.hot.received.filter((r) => r.path === '/v1/responses').length;
 
 describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
@@ -172,15 +183,7 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     const other = await new FakeProvider().start();
     try {
       // A Warm route of another provider that offers the Responses API natively too.
-      const routes = join(w.dir, 'two-native.json');
-      writeFileSync(
-        routes,
-        JSON.stringify({
-          hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url }],
-          warm: [{ provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'] }],
-          cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
-        }),
-      );
+      const routes = writeTwoNativeMap(other.url);
       const { url } = await w.up({ ROUTES_FILE: routes });
       const acme = (await w.makeKey('acme')).key;
       const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
@@ -220,13 +223,11 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       await other.stop();
     }
   });
+
   it('a request continuing a response whose provider a reload removed is refused at once, and its queued job dead-lettered at its next run', async () => {
     const other = await new FakeProvider().start();
     try {
-      const azure = { provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'] };
-      const map = (hot: object) => ({ hot: [hot], warm: [azure], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } });
-      const routes = join(w.dir, 'two-native.json');
-      writeFileSync(routes, JSON.stringify(map({ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url })));
+      const routes = writeTwoNativeMap(other.url);
       const env = { ROUTES_FILE: routes, ADMIN_TOKEN: ADMIN, CAPPED_PROVIDER: 'azure-openai' };
       const { url } = await w.up(env);
       const acme = (await w.makeKey('acme')).key;
@@ -242,7 +243,8 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       expect(queued.status).toBe(202);
       const { jobId } = (await queued.json()) as { jobId: string };
 
-      writeFileSync(routes, JSON.stringify(map({ ...azure, id: 'azure-hot' }))); // no route of openai any more
+      const azureHot = { provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'], id: 'azure-hot' };
+      writeTwoNativeMap(other.url, azureHot); // no route of openai any more
       const reloaded = await fetch(`${url}/admin/routes/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
       expect(await reloaded.json()).toMatchObject({ removed: [expect.any(String)] });
       const gone = await follow();
@@ -281,18 +283,11 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       await other.stop();
     }
   });
+
   it('a queued job continuing a response whose owner expired while it waited is dead-lettered at its first run, sent to no other provider', async () => {
     const other = await new FakeProvider().start();
     try {
-      const routes = join(w.dir, 'two-native.json');
-      writeFileSync(
-        routes,
-        JSON.stringify({
-          hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url }],
-          warm: [{ provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'] }],
-          cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
-        }),
-      );
+      const routes = writeTwoNativeMap(other.url);
       const { url } = await w.up({ ROUTES_FILE: routes });
       const acme = (await w.makeKey('acme')).key;
       const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
@@ -343,15 +338,12 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
   it('a follow-up whose provider is left only a route that cannot serve it (embeddings) is refused as provider_gone, translatable or not', async () => {
     const other = await new FakeProvider().start();
     try {
-      const azure = { provider: 'azure-openai', model: 'gpt-4o-mini', baseUrl: other.url, apis: ['chat', 'responses'] };
-      const map = (hot: object) => ({ hot: [hot], warm: [azure], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } });
-      const routes = join(w.dir, 'embeddings-left.json');
-      writeFileSync(routes, JSON.stringify(map({ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url })));
+      const routes = writeTwoNativeMap(other.url);
       const { url } = await w.up({ ROUTES_FILE: routes, ADMIN_TOKEN: ADMIN });
       const acme = (await w.makeKey('acme')).key;
       const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
       const embeddingsOnly = { provider: 'openai', model: 'text-embedding-3-small', baseUrl: w.hot.url, apis: ['embeddings'] };
-      writeFileSync(routes, JSON.stringify(map(embeddingsOnly)));
+      writeTwoNativeMap(other.url, embeddingsOnly);
       const reloaded = await fetch(`${url}/admin/routes/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
       expect(reloaded.status).toBe(200);
       const item = first.output[0].id!;
