@@ -16,7 +16,8 @@ import { RedisNoticeWindows } from '../../gateway/src/notice-windows';
 import { Notifier } from '../../gateway/src/notify';
 import { FakeMeterWebApp } from './fake-meter';
 import { FakeProvider } from './fake-provider';
-import { chat, listenStack } from './harness';
+import { captureLogger, chat, listenStack } from './harness';
+import { filled } from '../voice/filled';
 import { until } from './keys-harness';
 import OpenAI from 'openai';
 import { keysCli } from '../../gateway/src/keys-cli';
@@ -485,6 +486,94 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       await gw.stop();
     }
   });
+
+  it('a function call while the workflow store is stalled or away gets 503 workflow_store_unavailable within 2 s, nothing called; an answer got before a stall is returned, not asked for twice', async () => {
+    let onCall: (n: number) => Promise<number> = async () => 200;
+    const seen: string[] = [];
+    const letters: string[] = [];
+    const target = createHttpServer(async (req, res) => {
+      let text = '';
+      for await (const chunk of req) text += chunk;
+      if (req.url === '/dlq') return res.writeHead(200).end(void letters.push(text));
+      const status = await onCall(seen.push(req.url!));
+      res.writeHead(status, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-1"}');
+    });
+    await new Promise<void>((r) => target.listen(0, '127.0.0.1', r));
+    const dir = mkdtempSync(join(tmpdir(), 'wf-stall-'));
+    const c = filled() as any;
+    for (const f of c.functions) if (f.webhook) f.webhook = `http://127.0.0.1:${(target.address() as AddressInfo).port}/${f.name}`;
+    c.workflow.dlq_url = `http://127.0.0.1:${(target.address() as AddressInfo).port}/dlq`;
+    writeFileSync(join(dir, 'concierge.json'), JSON.stringify(c));
+    const voiceEnv = { CONCIERGE_FILE: join(dir, 'concierge.json'), VOICE_TOKEN: 'v', CALLS_CSV_FILE: join(dir, 'calls.csv') };
+    const logs: string[] = [];
+    const gw = await listenStack({ ...env, ...voiceEnv }, { http: true, worker: false }, captureLogger(logs));
+    const pauser = new Redis(redis.url);
+    pauser.on('error', () => undefined); // refused while Redis is stopped
+    const call = async (callId: string, ms = 5000) => {
+      const started = performance.now();
+      const r = await fetch(`${gw.url}/v1/workflow/function-called`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer v' },
+        body: JSON.stringify({
+          function: 'book_slot',
+          call_id: callId,
+          args: { name: 'Ana', phone: '+351900000001', service: 'cut', date: '2026-11-24', time: '10:00', location: 'Lisboa', notes: '' },
+        }),
+        signal: AbortSignal.timeout(ms), // before: no answer until Redis answered again
+      });
+      return { status: r.status, body: (await r.json()) as Record<string, any>, ms: performance.now() - started };
+    };
+    try {
+      await pauser.call('CLIENT', 'PAUSE', '8000', 'ALL'); // connected, but nothing answered: a stalled Redis
+      const stalled = await call('call-stalled');
+      expect(stalled).toMatchObject({ status: 503, body: { ok: false, code: 'workflow_store_unavailable' } });
+      expect(stalled.body.error).toMatch(/workflow store \(Redis\).*nothing was called/);
+      expect(stalled.ms).toBeLessThan(2000 + 500);
+      await pauser.call('CLIENT', 'UNPAUSE');
+      await redis.stop();
+      const away = await call('call-away');
+      expect(away).toMatchObject({ status: 503, body: { code: 'workflow_store_unavailable' } });
+      expect(away.ms).toBeLessThan(2000 + 500);
+      expect(seen).toHaveLength(0); // nothing called: a retry is safe
+      await redis.start();
+      // The claim sent while Redis was away lands when it is back: freed again, so the retry runs at once.
+      const retried = await until(async () => {
+        const r = await call('call-away');
+        return r.status === 200 && r;
+      });
+      expect(retried.body).toMatchObject({ ok: true, replayed: false, result: { booking_id: 'evt-1' } });
+      expect(retried.ms).toBeLessThan(2000);
+      // Redis stalls while the target runs: its answer is returned all the same, its record left to land late.
+      const stall = new Redis(redis.url);
+      onCall = () => stall.call('CLIENT', 'PAUSE', '4000', 'ALL').then(() => 200);
+      const late = await call('call-late');
+      expect(late).toMatchObject({ status: 200, body: { ok: true, replayed: false, result: { booking_id: 'evt-1' } } });
+      expect(late.ms).toBeLessThan(3000);
+      expect(logs.join('\n')).toMatch(/call-late.*replay record may be missing/);
+      onCall = async () => 200;
+      await stall.call('CLIENT', 'UNPAUSE');
+      const replay = await until(async () => {
+        const r = await call('call-late');
+        return r.status === 200 && r;
+      });
+      expect(replay.body).toMatchObject({ ok: true, replayed: true, result: { booking_id: 'evt-1' } });
+      expect(seen).toHaveLength(2); // call-away once, call-late once: none twice
+      // Redis stalls as the target fails for good: the dead letter goes straight to the dead-letter URL.
+      onCall = async (n) => (n === 5 ? stall.call('CLIENT', 'PAUSE', '10000', 'ALL').then(() => 500) : 500);
+      const failed = await call('call-failed', 9000);
+      expect(failed).toMatchObject({ status: 200, body: { ok: false, dead_lettered: true } });
+      expect(failed.ms).toBeLessThan(1500 + 2 * 2000 + 1000); // 3 attempts, then the letter and the record in 2 s each
+      expect(letters.map((l) => JSON.parse(l).call_id)).toEqual(['call-failed']);
+      await stall.call('CLIENT', 'UNPAUSE');
+      stall.disconnect();
+    } finally {
+      await pauser.call('CLIENT', 'UNPAUSE').catch(() => undefined);
+      pauser.disconnect();
+      await gw.stop();
+      target.closeAllConnections();
+      await new Promise((r) => target.close(r));
+    }
+  }, 45_000);
 });
 
 describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {

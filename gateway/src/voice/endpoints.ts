@@ -66,7 +66,7 @@ export function mountVoice(app: express.Express, guard: express.RequestHandler, 
             res.json(await voice.workflow!.called(parsed.data));
           } catch (error) {
             if (!(error instanceof WorkflowError)) throw error;
-            res.status(error.status).json({ ok: false, error: error.message });
+            res.status(error.status).json({ ok: false, error: error.message, ...(error.code ? { code: error.code } : {}) });
           }
         }
       : unavailable,

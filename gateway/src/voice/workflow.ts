@@ -16,6 +16,11 @@
  * is down too, the payload is kept in Redis and posted again later, one letter at a time and oldest
  * first however slowly the dead-letter URL answers: nothing is lost, also when the gateway is killed
  * in mid-post (at least once: such a letter is posted again; the receiver drops a repeat by key).
+ *
+ * Store: each step waits 2 s at most (its client holds commands while Redis is away). A claim or a
+ * replay's read not answered in time is a 503 `workflow_store_unavailable` before the target is
+ * called, so a retry is safe; an answer whose record is not answered in time is returned all the
+ * same (the target is not asked twice) and its replay record may be missing.
  */
 import { isPermanentRefusal } from '../../../schema/meter-reply';
 import { createHash, randomUUID } from 'node:crypto';
@@ -29,6 +34,12 @@ import type { WorkflowStore } from './workflow-store';
 const TARGET_RETRY: RetryPolicy = { attempts: 3, firstMs: 500 };
 /** One post to the dead-letter URL; a new letter's caller waits no longer for its round. */
 const DEAD_LETTER_POST_MS = 10_000;
+/**
+ * How long a store step may take: Redis answers in a millisecond, and the phone bridge's caller
+ * waits in silence, so 2 s (the Cold queue's bound too) is the most a live call should lose to it.
+ */
+const STORE_MS = 2_000;
+const STORE_UNAVAILABLE = 'workflow_store_unavailable';
 /** Where a letter the dead-letter URL refuses for good goes, so it holds up none after it. */
 const SET_ASIDE = '<prefix>:wf:dlq-refused';
 
@@ -54,6 +65,8 @@ export class WorkflowError extends Error {
   constructor(
     message: string,
     readonly status = 400,
+    /** A machine-readable code, for a failure a client tells apart (`workflow_store_unavailable`). */
+    readonly code?: string,
   ) {
     super(message);
   }
@@ -108,23 +121,53 @@ export class Workflow {
     if (fn.static_url) return { ok: true, result: { url: fn.static_url }, idempotency_key: key, replayed: false };
     if (fn.dial) return { ok: true, result: { dial: fn.dial }, idempotency_key: key, replayed: false };
 
-    if (!(await this.deps.store.claim(key))) {
+    if (!(await this.claim(key))) {
       // Done already, or running elsewhere: wait for its result rather than running twice.
       const deadline = Date.now() + (this.deps.waitMs ?? 60_000);
       for (;;) {
-        const done = await this.deps.store.result(key);
+        const done = await this.bounded(this.deps.store.result(key), 'read', true);
         if (done) return { ...done, replayed: true };
         if (Date.now() > deadline) throw new WorkflowError('the first call with this key is still running; retry later', 409);
-        if (await this.deps.store.claim(key)) break; // the first holder gave up: take over
+        if (await this.claim(key)) break; // the first holder gave up: take over
         await new Promise((r) => setTimeout(r, 50));
       }
     }
+    let answer: WorkflowAnswer;
     try {
-      const answer = await this.run(fn.webhook!, input, key);
-      await this.deps.store.finish(key, answer);
-      return answer;
+      answer = await this.run(fn.webhook!, input, key);
     } catch (error) {
-      await this.deps.store.release(key);
+      await this.bounded(this.deps.store.release(key), 'release').catch((e: Error) =>
+        this.deps.log.warn(`workflow ${input.function} for call ${input.call_id}: key not freed (${e.message}); it lapses in 2 minutes`),
+      );
+      throw error;
+    }
+    // The target answered: that answer is the caller's whatever the store does now.
+    await this.bounded(this.deps.store.finish(key, answer), 'record').catch((e: Error) =>
+      this.deps.log.error(
+        `workflow ${input.function} for call ${input.call_id}: answered, but its replay record may be missing (${e.message}); a replay after the in-flight marker lapses calls the target again`,
+      ),
+    );
+    return answer;
+  }
+
+  /**
+   * A store step within STORE_MS, or a 503 `workflow_store_unavailable` naming the store; before
+   * the target is called (`before`), the message says a retry is safe.
+   */
+  private bounded<T>(step: Promise<T>, what: string, before = false): Promise<T> {
+    return within(step, STORE_MS, 'the workflow store (Redis)').catch((error: Error) => {
+      const message = `${error.message} (${what})${before ? ': nothing was called, call again' : ''}`;
+      throw new WorkflowError(message, 503, STORE_UNAVAILABLE);
+    });
+  }
+
+  /** Claims the key in time; a claim that lands after its caller gave up frees the key again, so a retry is not held off. */
+  private async claim(key: string): Promise<boolean> {
+    const claiming = this.deps.store.claim(key);
+    try {
+      return await this.bounded(claiming, 'claim', true);
+    } catch (error) {
+      void claiming.then((won) => (won ? this.deps.store.release(key) : undefined)).catch(() => undefined);
       throw error;
     }
   }
@@ -226,7 +269,8 @@ export class Workflow {
    */
   private async deadLetter(letter: string): Promise<boolean> {
     try {
-      await this.deps.store.pushDeadLetter(letter);
+      // Not kept in time: posted at once; should it land later it is posted again (at least once).
+      await this.bounded(this.deps.store.pushDeadLetter(letter), 'dead letter');
     } catch (error) {
       if ((await this.postDeadLetter(letter)) === 'taken') return false;
       throw new Error(
@@ -236,7 +280,7 @@ export class Workflow {
     }
     // The caller waits for one post at most, as before: a long round goes on without it.
     await within(this.flushDeadLetters(), DEAD_LETTER_POST_MS).catch(() => undefined);
-    return this.deps.store.holds(letter).catch(() => true);
+    return this.bounded(this.deps.store.holds(letter), 'dead letter').catch(() => true);
   }
 
   /**

@@ -130,7 +130,8 @@ export class FunctionCalls {
       const result = this.deps.enrich ? await this.deps.enrich(ev.name, answer.result) : answer.result;
       return this.output(ev, { ok: true, result });
     } catch (error) {
-      // Unknown function, or the first call with this key still running elsewhere.
+      // Unknown function, the first call with this key still running elsewhere, or the workflow
+      // store not answering in time (nothing called: the model may call it again).
       this.deps.log.warn(`call ${this.deps.callId}: function ${ev.name} failed: ${(error as Error).message}`);
       return this.output(ev, { ok: false, error: (error as Error).message });
     }
