@@ -26,6 +26,28 @@ function writeTwoNativeMap(otherUrl: string, hot: object = { provider: 'openai',
   return routes;
 }
 
+/** A Responses request with `key`; by default with a 3 s time-to-answer, so a request with no route is queued in time. */
+const postResponses = (url: string, key: string, body: object, headers: Record<string, string> = { 'x-time-to-answer-ms': '3000' }) =>
+  fetch(`${url}/v1/responses`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'gpt-4o-mini', ...body }),
+  });
+
+interface JobView {
+  state: string;
+  attempts: number;
+  lastError: string | null;
+  result?: { body: { id: string } };
+}
+
+/** A queued job as its tenant reads it, once it has ended (completed or dead-lettered). */
+const jobEnded = (url: string, key: string, jobId: string) =>
+  until(async () => {
+    const view = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${key}` } })).json()) as JobView;
+    return ['completed', 'dead-lettered'].includes(view.state) ? view : null;
+  });
+
 const responsesCalls = () => w.hot.received.filter((r) => r.path === '/v1/responses').length;
 
 describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
@@ -153,24 +175,15 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     w.hot.always({ kind: 'status', status: 503 });
     w.warm.always({ kind: 'status', status: 503 });
     const { url } = await w.up();
-    const queued = await fetch(`${url}/v1/responses`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'gpt-4o-mini', input: 'later is fine' }),
-    });
+    const queued = await postResponses(url, acme, { input: 'later is fine' }, {});
     expect(queued.status).toBe(202);
     const { jobId } = (await queued.json()) as { jobId: string };
     w.hot.always({ kind: 'ok' });
     const worker = await listenStack({ ...w.env }, { http: true, worker: true });
     try {
-      const done = await until(async () => {
-        const job = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${acme}` } })).json()) as {
-          state: string;
-          result?: { body: { id: string } };
-        };
-        return job.state === 'completed' ? job.result! : null;
-      });
-      const id = done.body.id;
+      const done = await jobEnded(url, acme, jobId);
+      expect(done.state).toBe('completed');
+      const id = done.result!.body.id;
       await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id });
       const stolen = await refusal(client(url, globex).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id }));
       expect(stolen).toMatchObject({ status: 400, code: 'previous_response_not_found' });
@@ -188,11 +201,7 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       const acme = (await w.makeKey('acme')).key;
       const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
       w.hot.always({ kind: 'status', status: 503 });
-      const continued = await fetch(`${url}/v1/responses`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json', 'x-time-to-answer-ms': '3000' },
-        body: JSON.stringify({ model: 'gpt-4o-mini', input: 'what was it?', previous_response_id: first.id }),
-      });
+      const continued = await postResponses(url, acme, { input: 'what was it?', previous_response_id: first.id });
       // The other provider knows nothing of it: it would answer without the conversation, or not at all.
       expect(continued.status).toBe(202);
       expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(0);
@@ -202,12 +211,7 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       w.hot.always({ kind: 'ok' });
       const worker = await listenStack({ ...w.env, ROUTES_FILE: routes }, { http: true, worker: true });
       try {
-        await until(async () => {
-          const job = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${acme}` } })).json()) as {
-            state: string;
-          };
-          return job.state === 'completed';
-        });
+        expect((await jobEnded(url, acme, jobId)).state).toBe('completed');
         expect(w.hot.received.at(-1)!.body).toMatchObject({ previous_response_id: first.id });
         expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(0);
       } finally {
@@ -232,12 +236,7 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       const { url } = await w.up(env);
       const acme = (await w.makeKey('acme')).key;
       const first = await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
-      const follow = () =>
-        fetch(`${url}/v1/responses`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json', 'x-time-to-answer-ms': '3000' },
-          body: JSON.stringify({ model: 'gpt-4o-mini', input: 'what was it?', previous_response_id: first.id }),
-        });
+      const follow = () => postResponses(url, acme, { input: 'what was it?', previous_response_id: first.id });
       w.hot.always({ kind: 'status', status: 503 });
       const queued = await follow(); // its provider down: queued, to wait for it
       expect(queued.status).toBe(202);
@@ -267,13 +266,8 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       // The queued job: dead-lettered at its first run, not deferred for 24 h waiting for a route.
       const worker = await listenStack({ ...w.env, ...env }, { http: true, worker: true });
       try {
-        const job = await until(async () => {
-          const view = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${acme}` } })).json()) as {
-            state: string;
-            lastError: string | null;
-          };
-          return view.state === 'dead-lettered' ? view : null;
-        });
+        const job = await jobEnded(url, acme, jobId);
+        expect(job.state).toBe('dead-lettered');
         expect(job.lastError).toContain('no route of the routing map serves any more');
         expect(other.received.filter((r) => r.path === '/v1/responses')).toHaveLength(0);
       } finally {
@@ -294,11 +288,7 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       const item = first.output[0].id!;
       w.hot.always({ kind: 'status', status: 503 });
       const queue = async (body: object) => {
-        const queued = await fetch(`${url}/v1/responses`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json', 'x-time-to-answer-ms': '3000' },
-          body: JSON.stringify({ model: 'gpt-4o-mini', ...body }),
-        });
+        const queued = await postResponses(url, acme, body);
         expect(queued.status).toBe(202);
         return ((await queued.json()) as { jobId: string }).jobId;
       };
@@ -310,15 +300,7 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
 
       const worker = await listenStack({ ...w.env, ROUTES_FILE: routes }, { http: true, worker: true });
       try {
-        const ended = (jobId: string) =>
-          until(async () => {
-            const view = (await (await fetch(`${url}/v1/jobs/${jobId}`, { headers: { authorization: `Bearer ${acme}` } })).json()) as {
-              state: string;
-              attempts: number;
-              lastError: string | null;
-            };
-            return ['completed', 'dead-lettered'].includes(view.state) ? view : null;
-          });
+        const ended = (jobId: string) => jobEnded(url, acme, jobId);
         expect(await ended(byPrevious)).toMatchObject({
           state: 'dead-lettered',
           attempts: 1,
