@@ -15,7 +15,8 @@ import { CALLS_CSV_HEADER, callToCsvLine, type CallRecord } from '../../schema/c
 import type { Stack } from '../../gateway/src/stack';
 import { fetchCountryRates } from '../../gateway/src/voice/rates';
 import { canonicalJson } from '../../gateway/src/canonical-json';
-import { workflowKey } from '../../gateway/src/voice/workflow';
+import { Workflow, workflowKey } from '../../gateway/src/voice/workflow';
+import { MemoryWorkflowStore, RedisWorkflowStore, type WorkflowStore } from '../../gateway/src/voice/workflow-store';
 import { captureLogger, listenStack } from '../gateway/harness';
 import { filled } from './filled';
 import { TEST_REDIS_URL } from '../redis-db';
@@ -227,10 +228,6 @@ describe('function-call workflow', () => {
   });
 
   it('kept dead letters are posted again one at a time, in order: a slow dead-letter URL never gets a second post while one is unanswered', async () => {
-    const { Workflow } = await import('../../gateway/src/voice/workflow');
-    const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
-    const c = filled();
-    c.workflow.dlq_url = `${dlq.url}/dlq`;
     const store = new RedisWorkflowStore<never>(redis, prefix);
     await store.pushDeadLetter('{"n":1}');
     let open = 0;
@@ -245,7 +242,7 @@ describe('function-call workflow', () => {
         res.writeHead(204).end();
       }, 300);
     };
-    const wf = new Workflow({ config: c, store, log: { warn: () => {}, error: () => {} } });
+    const wf = dlqWorkflow(store);
     wf.startDeadLetterRetry(20);
     try {
       await until(() => dlq.seen.length === 1);
@@ -260,15 +257,11 @@ describe('function-call workflow', () => {
   });
 
   it('stopping (a shutdown) lets the post under way finish and be recorded, starts no other, and gives the round up: no letter is posted twice', async () => {
-    const { Workflow } = await import('../../gateway/src/voice/workflow');
-    const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
-    const c = filled();
-    c.workflow.dlq_url = `${dlq.url}/dlq`;
     const key = `${prefix}:wf:dlq-pending`;
     for (const n of [1, 2, 3]) await redis.rpush(key, JSON.stringify({ n }));
     let answer: () => void = () => {};
     dlq.handle = (_n, _q, res) => (answer = () => res.writeHead(204).end());
-    const wf = new Workflow({ config: c, store: new RedisWorkflowStore<never>(redis, prefix), log: { warn: () => {}, error: () => {} } });
+    const wf = dlqWorkflow();
     const round = wf.flushDeadLetters();
     await until(() => dlq.seen.length === 1);
     const stopped = wf.stop();
@@ -282,13 +275,7 @@ describe('function-call workflow', () => {
   });
 
   it('two instances on one Redis: while one posts kept dead letters the other posts none, so each goes once and in order', async () => {
-    const { Workflow } = await import('../../gateway/src/voice/workflow');
-    const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
-    const c = filled();
-    c.workflow.dlq_url = `${dlq.url}/dlq`;
-    const instance = () =>
-      new Workflow({ config: c, store: new RedisWorkflowStore<never>(redis, prefix), log: { warn: () => {}, error: () => {} } });
-    const [a, b] = [instance(), instance()];
+    const [a, b] = [dlqWorkflow(), dlqWorkflow()];
     const store = new RedisWorkflowStore<never>(redis, prefix);
     for (const n of [1, 2]) await store.pushDeadLetter(JSON.stringify({ n }));
     let open = 0;
@@ -308,10 +295,6 @@ describe('function-call workflow', () => {
   });
 
   it('a letter kept just as a round ends (its last look found none, its lock not yet given up) is posted by that round, not left for the next timer', async () => {
-    const { Workflow } = await import('../../gateway/src/voice/workflow');
-    const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
-    const c = filled();
-    c.workflow.dlq_url = `${dlq.url}/dlq`;
     let closing: () => void = () => {};
     const closed = new Promise<void>((r) => (closing = r));
     let atClose = false;
@@ -323,9 +306,7 @@ describe('function-call workflow', () => {
         return super.closeRound(holder);
       }
     }
-    const log = { warn: () => {}, error: () => {} };
-    const a = new Workflow({ config: c, store: new Ending(redis, prefix), log });
-    const b = new Workflow({ config: c, store: new RedisWorkflowStore<never>(redis, prefix), log });
+    const [a, b] = [dlqWorkflow(new Ending(redis, prefix)), dlqWorkflow()];
     await redis.rpush(`${prefix}:wf:dlq-pending`, JSON.stringify({ n: 1 }));
     dlq.handle = (_n, _q, res) => res.writeHead(204).end();
     const round = a.flushDeadLetters();
@@ -339,12 +320,8 @@ describe('function-call workflow', () => {
   });
 
   it('without Redis too, a dead letter whose post fails is kept in its place: the next round posts it and those after it, in order', async () => {
-    const { Workflow } = await import('../../gateway/src/voice/workflow');
-    const { MemoryWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
-    const c = filled();
-    c.workflow.dlq_url = `${dlq.url}/dlq`;
     const store = new MemoryWorkflowStore<never>();
-    const wf = new Workflow({ config: c, store, log: { warn: () => {}, error: () => {} } });
+    const wf = dlqWorkflow(store);
     for (const n of [1, 2, 3]) await store.pushDeadLetter(JSON.stringify({ n }));
     dlq.handle = (n, _q, res) => {
       if (n === 2) void store.pushDeadLetter(JSON.stringify({ n: 4 })); // kept while the round runs
@@ -418,10 +395,15 @@ function dlqRetryProcess() {
   };
 }
 
+/** A workflow of its own, as a gateway's, whose dead letters go to the test's dead-letter server. */
+function dlqWorkflow(store: WorkflowStore<never> = new RedisWorkflowStore<never>(redis, prefix)): Workflow {
+  const config = filled();
+  config.workflow.dlq_url = `${dlq.url}/dlq`;
+  return new Workflow({ config, store, log: { warn: () => {}, error: () => {} } });
+}
+
 /** Posts kept dead letters now (the service does it every 30 s). */
 async function flushVia(): Promise<number> {
-  const { Workflow } = await import('../../gateway/src/voice/workflow');
-  const { RedisWorkflowStore } = await import('../../gateway/src/voice/workflow-store');
   const c = JSON.parse(readFileSync(join(dir, 'concierge.json'), 'utf8'));
   const wf = new Workflow({ config: c, store: new RedisWorkflowStore(redis, prefix), log: { warn: () => {}, error: () => {} } });
   return wf.flushDeadLetters();
