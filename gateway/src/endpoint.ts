@@ -19,6 +19,7 @@ import { readJsonBody, sendJson } from './http-io';
 import { keyRefusal } from './key-policy';
 import type { Pipeline } from './pipeline';
 import type { Headers, RequestContext } from './request-context';
+import { storedObjectRefusal } from './stored-objects';
 
 export type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
@@ -60,6 +61,9 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
     }
     const refusal = who.key && keyRefusal(who.key, parsed.context.body.model, req.headers['x-customer-id'] as string | undefined);
     if (refusal) return sendJson(res, refusal.status, refusal.error);
+    // Before the pipeline: a request naming the operator's stored objects is neither called nor queued.
+    const foreign = who.key && storedObjectRefusal(parsed.context);
+    if (foreign) return sendJson(res, 400, foreign);
     // Only a client's own Idempotency-Key asks for replay (nothing is hashed without one).
     const replay = replayRequestOf(req.headers['idempotency-key'], req.url ?? '', body.value, parsed.context.customerId);
     await deps.pipeline.handle(parsed.context, res, replay);

@@ -1,0 +1,108 @@
+/**
+ * Objects stored on the operator's provider account that a request can name by id: a stored prompt
+ * (`prompt`), files (content parts given by `file_id`, the image generation tool's mask, a code
+ * interpreter's `file_ids`), vector stores (`file_search`) and containers (`code_interpreter`).
+ * Every tenant's request reaches the provider with the operator's one key, and the gateway creates
+ * none of these for a tenant (it serves no /v1/files, /v1/vector_stores, /v1/containers, nor
+ * prompts), so one named in a request is the operator's or another program's: with client keys it
+ * is refused before anything is called or queued (endpoint.ts). Conversations are refused with the
+ * stored responses (responses/ownership.ts).
+ */
+import { openAiError, type OpenAiError } from './errors';
+import { isObject } from './json-object';
+import type { RequestContext } from './request-context';
+
+type Kind = 'prompt' | 'file' | 'vector_store' | 'container';
+
+/** An object a request names, and the parameter that names it. */
+interface Named {
+  kind: Kind;
+  id: string;
+  param: string;
+}
+
+/** How each kind is named in a message: alone, and as what the gateway keeps none of. */
+const WORDS: Record<Kind, [one: string, many: string]> = {
+  prompt: ['Prompt', 'prompts'],
+  file: ['File', 'files'],
+  vector_store: ['Vector store', 'vector stores'],
+  container: ['Container', 'containers'],
+};
+
+/** Responses' content parts the model reads from a stored file when given its `file_id`. */
+const FILE_PARTS = new Set(['input_file', 'input_image', 'computer_screenshot']);
+
+/** The caller's text quoted in a message, no longer than this. */
+const QUOTED = 100;
+
+/** A content part's stored file, and where in the part it is named: Responses' parts, and chat's `file` part. */
+function fileOf(part: Record<string, unknown>): [id: unknown, at: string] | null {
+  if (FILE_PARTS.has(part.type as string)) return [part.file_id, '.file_id'];
+  if (part.type === 'file' && isObject(part.file)) return [part.file.file_id, '.file.file_id'];
+  return null;
+}
+
+/**
+ * The stored files the content parts under `value` (at `path`) name, at any depth: message
+ * content, tool outputs, a prompt's variables. Bodies nest 128 levels at most (http-io.ts).
+ * Annotations that cite a file (`file_citation`) are not read by the model and are not counted.
+ */
+function filesIn(value: unknown, path: string, found: Named[]): void {
+  if (Array.isArray(value)) value.forEach((v, i) => filesIn(v, `${path}[${i}]`, found));
+  if (!isObject(value)) return;
+  const file = fileOf(value);
+  if (file && typeof file[0] === 'string') found.push({ kind: 'file', id: file[0], param: path + file[1] });
+  for (const key in value) if (typeof value[key] === 'object') filesIn(value[key], `${path}.${key}`, found);
+}
+
+/** Each string of `ids` (an array, else nothing) as a `kind`, at `path[k]`. */
+function eachId(kind: Kind, ids: unknown, path: string, found: Named[]): void {
+  if (Array.isArray(ids)) ids.forEach((id, k) => typeof id === 'string' && found.push({ kind, id, param: `${path}[${k}]` }));
+}
+
+/** What the tools read from the store: vector stores, a container (`{type: "auto"}` makes a new one), files. */
+function toolObjects(tools: unknown, found: Named[]): void {
+  if (!Array.isArray(tools)) return;
+  tools.forEach((tool, i) => {
+    if (!isObject(tool)) return;
+    const at = `tools[${i}]`;
+    eachId('vector_store', tool.vector_store_ids, `${at}.vector_store_ids`, found);
+    const container = tool.container;
+    if (typeof container === 'string') found.push({ kind: 'container', id: container, param: `${at}.container` });
+    else if (isObject(container)) eachId('file', container.file_ids, `${at}.container.file_ids`, found);
+    const mask = tool.input_image_mask;
+    if (isObject(mask) && typeof mask.file_id === 'string')
+      found.push({ kind: 'file', id: mask.file_id, param: `${at}.input_image_mask.file_id` });
+  });
+}
+
+/** A stored prompt (`{id}`, or an id alone) and the files its variables name. */
+function promptObjects(prompt: unknown, found: Named[]): void {
+  if (typeof prompt === 'string') found.push({ kind: 'prompt', id: prompt, param: 'prompt' });
+  if (!isObject(prompt)) return;
+  if (typeof prompt.id === 'string') found.push({ kind: 'prompt', id: prompt.id, param: 'prompt.id' });
+  filesIn(prompt.variables, 'prompt.variables', found);
+}
+
+/** Every stored object a chat or Responses request names, in the order of its parameters. */
+function objectsOf(ctx: RequestContext): Named[] {
+  const found: Named[] = [];
+  const body = ctx.body as Record<string, unknown>;
+  if (ctx.api === 'chat') filesIn(body.messages, 'messages', found);
+  if (ctx.api !== 'responses') return found;
+  promptObjects(body.prompt, found);
+  filesIn(body.input, 'input', found);
+  toolObjects(body.tools, found);
+  return found;
+}
+
+/** The refusal of a request (with a client key) naming a stored object no tenant owns; null when it names none. */
+export function storedObjectRefusal(ctx: RequestContext): OpenAiError | null {
+  const named = objectsOf(ctx)[0];
+  if (!named) return null;
+  const [one, many] = WORDS[named.kind];
+  const message =
+    `${one} with id '${named.id.slice(0, QUOTED)}' not found: this gateway keeps no ${many} for its clients, ` +
+    `and one stored on its provider account is not theirs to use.`;
+  return openAiError(message, 'invalid_request_error', named.param, `${named.kind}_not_found`);
+}
