@@ -28,6 +28,8 @@ export interface GatewayOptions {
   scopes: Scopes;
   /** The map's `cheaper_model`, for the flags' check of killed model names. */
   cheaperModel?: string;
+  /** The map's `shared_objects` (read at start): stored objects any client key may name. */
+  sharedObjects?: ReadonlySet<string>;
   flags: FlagStore;
   log: Logger;
   /** What kind of meter sink events go to, for /health. */
@@ -84,7 +86,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
   app.set('etag', false);
   const { pipeline } = opts.path;
   const routes = () => opts.path.routes; // the routes in force now (a reload replaces them)
-  const deps = { pipeline, log: opts.log, auth: opts.auth };
+  const deps = { pipeline, log: opts.log, auth: opts.auth, sharedObjects: opts.sharedObjects };
   const chat = endpoint(deps, (body, headers, key) => parseChatRequest(body, headers, opts.scopes, key));
   // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts) and check their keys.
   app.post('/v1/chat/completions', (req, res) => chat(req, res));

@@ -21,6 +21,8 @@ import type { Pipeline } from './pipeline';
 import type { Headers, RequestContext } from './request-context';
 import { storedObjectRefusal } from './stored-objects';
 
+const NONE: ReadonlySet<string> = new Set();
+
 export type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
 /** What a parser found wrong: the status (400 unless said), message, the parameter and a code. */
@@ -39,6 +41,8 @@ export interface EndpointDeps {
   pipeline: Pipeline;
   log: Logger;
   auth?: ClientAuth | null;
+  /** The routing map's `shared_objects`: stored objects any client key may name. */
+  sharedObjects?: ReadonlySet<string>;
 }
 
 export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
@@ -62,7 +66,7 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
     const refusal = who.key && keyRefusal(who.key, parsed.context.body.model, req.headers['x-customer-id'] as string | undefined);
     if (refusal) return sendJson(res, refusal.status, refusal.error);
     // Before the pipeline: a request naming the operator's stored objects is neither called nor queued.
-    const foreign = who.key && storedObjectRefusal(parsed.context);
+    const foreign = who.key && storedObjectRefusal(parsed.context, deps.sharedObjects ?? NONE);
     if (foreign) return sendJson(res, 400, foreign);
     // Only a client's own Idempotency-Key asks for replay (nothing is hashed without one).
     const replay = replayRequestOf(req.headers['idempotency-key'], req.url ?? '', body.value, parsed.context.customerId);

@@ -69,6 +69,14 @@ const RoutesMap = z.strictObject({
       provider_tokens_per_minute: z.record(z.string(), z.number().int().positive()).optional(),
     })
     .optional(),
+  /** Stored objects of the provider account any client key may name (stored-objects.ts): their ids. */
+  shared_objects: z
+    .array(
+      z
+        .string()
+        .regex(/^[^\s]{1,200}$/, 'expected the id of a stored prompt, file, vector store or container (no spaces, at most 200 characters)'),
+    )
+    .optional(),
 });
 
 export type RouteConfig = z.infer<typeof Route>;

@@ -8,7 +8,7 @@
  *
  * A map must keep a route of the provider the budget pause is for (CAPPED_PROVIDER, read at start).
  * Only the routes (`hot`, `warm`, and the provider keys they are assigned) change on a reload; the
- * other sections (`cold`, `flags`, `cheaper_model`, `limits`) are read at start, and a reload that
+ * other sections (`cold`, `flags`, `cheaper_model`, `limits`, `shared_objects`) are read at start, and a reload that
  * changes them says they need a restart.
  */
 import type express from 'express';
@@ -24,7 +24,7 @@ import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-m
 
 /** Longer than any request may run (the longest time-to-answer is 600 s). */
 const RETIRE_AFTER_MS = 11 * 60_000;
-const START_ONLY = ['cold', 'flags', 'cheaper_model', 'limits'] as const;
+const START_ONLY = ['cold', 'flags', 'cheaper_model', 'limits', 'shared_objects'] as const;
 
 export interface ReloadResult {
   routes_map: MapVersion;

@@ -230,7 +230,21 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     queue: await within(queue.counts(), HEALTH_QUEUE_WAIT_MS, 'the Cold queue').catch(() => 'unreachable'),
   });
   const gateway = options.http
-    ? httpGateway(env, { path, scopes, cheaperModel: map.cheaper_model, flags, log, meter, auth, coldDeps, voice, phone, health, reloader })
+    ? httpGateway(env, {
+        path,
+        scopes,
+        cheaperModel: map.cheaper_model,
+        sharedObjects: new Set(map.shared_objects),
+        flags,
+        log,
+        meter,
+        auth,
+        coldDeps,
+        voice,
+        phone,
+        health,
+        reloader,
+      })
     : null;
 
   const workerDeps = {
@@ -323,6 +337,7 @@ interface HttpParts {
   path: RequestPath;
   scopes: Scopes;
   cheaperModel: string | undefined;
+  sharedObjects: ReadonlySet<string>;
   flags: FlagStore;
   log: Logger;
   meter: MeterSink;
@@ -340,6 +355,7 @@ function httpGateway(env: GatewayEnv, p: HttpParts): Gateway {
     path: p.path,
     scopes: p.scopes,
     cheaperModel: p.cheaperModel,
+    sharedObjects: p.sharedObjects,
     flags: p.flags,
     log: p.log,
     meterKind: p.meter.kind,

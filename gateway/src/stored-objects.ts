@@ -5,7 +5,8 @@
  * Every tenant's request reaches the provider with the operator's one key, and the gateway creates
  * none of these for a tenant (it serves no /v1/files, /v1/vector_stores, /v1/containers, nor
  * prompts), so one named in a request is the operator's or another program's: with client keys it
- * is refused before anything is called or queued (endpoint.ts). Conversations are refused with the
+ * is refused before anything is called or queued (endpoint.ts), unless the routing map lists it in
+ * `shared_objects` (the operator's word that any tenant may use it). Conversations are refused with the
  * stored responses (responses/ownership.ts).
  */
 import { openAiError, type OpenAiError } from './errors';
@@ -96,9 +97,9 @@ function objectsOf(ctx: RequestContext): Named[] {
   return found;
 }
 
-/** The refusal of a request (with a client key) naming a stored object no tenant owns; null when it names none. */
-export function storedObjectRefusal(ctx: RequestContext): OpenAiError | null {
-  const named = objectsOf(ctx)[0];
+/** The refusal of a request (with a client key) naming a stored object no tenant owns, `shared` aside; null when it names none. */
+export function storedObjectRefusal(ctx: RequestContext, shared: ReadonlySet<string>): OpenAiError | null {
+  const named = objectsOf(ctx).find((o) => !shared.has(o.id));
   if (!named) return null;
   const [one, many] = WORDS[named.kind];
   const message =

@@ -2,7 +2,10 @@
 // no tenant's: the gateway creates none for them, and every request reaches the provider with the
 // operator's one key. With client keys a request naming one is refused, nothing called or queued.
 // Real Redis, a gateway stack, a loopback provider that speaks chat and the Responses API natively.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ADMIN } from './harness';
 import { keysWorld, type KeysWorld } from './keys-harness';
 
 let w: KeysWorld;
@@ -119,6 +122,41 @@ describe('stored objects on the provider account (GATEWAY_AUTH=keys)', () => {
     expect(plain.status).toBe(202);
     const named = await post(url, acme, 'chat/completions', { messages: [user([{ type: 'file', file: { file_id: 'file-operator' } }])] });
     expect(named.status).toBe(400);
+  });
+
+  it("the routing map's shared_objects are the operator's word that any key may name them; others stay refused", async () => {
+    /** This world's map with `shared_objects`; returns the file. */
+    const mapWith = (shared: unknown) => {
+      const file = join(w.dir, 'shared.json');
+      const map = {
+        hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: w.hot.url }],
+        warm: [],
+        cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+        shared_objects: shared,
+      };
+      writeFileSync(file, JSON.stringify(map));
+      return file;
+    };
+    await expect(w.up({ ROUTES_FILE: mapWith(['vs_handbook', 'file one']) })).rejects.toThrow(
+      /shared\.json: shared_objects\[1\]: expected the id of a stored prompt, file, vector store or container/,
+    );
+    const { url } = await w.up({ ROUTES_FILE: mapWith(['vs_handbook', 'pmpt_house_style']), ADMIN_TOKEN: ADMIN });
+    const acme = (await w.makeKey('acme')).key;
+    const search = (ids: string[]) => ({ input: 'search', tools: [{ type: 'file_search', vector_store_ids: ids }] });
+    expect((await post(url, acme, 'responses', { ...search(['vs_handbook']), prompt: { id: 'pmpt_house_style' } })).status).toBe(200);
+    expect(w.hot.received.at(-1)!.body).toMatchObject({
+      prompt: { id: 'pmpt_house_style' },
+      tools: [{ vector_store_ids: ['vs_handbook'] }],
+    });
+    const other = await post(url, acme, 'responses', search(['vs_handbook', 'vs_payroll']));
+    expect(other.status).toBe(400);
+    expect(await other.json()).toMatchObject({ error: { code: 'vector_store_not_found', param: 'tools[0].vector_store_ids[1]' } });
+    expect(w.hot.received).toHaveLength(1);
+    // Read at start, as `limits` is: a reload that changes it says a restart is needed.
+    mapWith(['vs_handbook', 'pmpt_house_style', 'vs_payroll']);
+    const reloaded = await fetch(`${url}/admin/routes/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
+    expect(await reloaded.json()).toMatchObject({ restart_needed: ['shared_objects'] });
+    expect((await post(url, acme, 'responses', search(['vs_payroll']))).status).toBe(400);
   });
 
   it('without keys nothing proves a tenant: nothing is checked', async () => {
