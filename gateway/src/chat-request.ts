@@ -7,6 +7,7 @@ import type { ClientKey } from './client-keys';
 import type { Parsed } from './endpoint';
 import { ModelName, readRoutingHeaders, requestContext, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
+import { bodyRefusal } from './param-path';
 
 const Message = z.looseObject({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool', 'function']),
@@ -51,9 +52,7 @@ type ChatContext = RequestContext<ChatBodyT>;
 export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes, clientKey?: ClientKey): Parsed {
   const parsed = ChatBody.safeParse(body);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const param = issue.path.length ? issue.path.map(String).join('.') : null;
-    return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
+    return bodyRefusal(parsed.error);
   }
   const routing = readRoutingHeaders(headers, scopes, parsed.data.messages, clientKey);
   if (!routing.ok) return { ok: false, message: routing.message, param: null };

@@ -8,6 +8,7 @@ import type { Parsed } from './endpoint';
 import { ModelName, readRoutingHeaders, requestContext, type Headers } from './request-context';
 import { lastOf, type Route } from './route';
 import type { Scopes } from './scopes';
+import { bodyRefusal } from './param-path';
 
 const TEXT = { error: 'expected a non-empty string' };
 const Text = z.string(TEXT).min(1, TEXT);
@@ -36,9 +37,7 @@ export function embeddingsParser(routes: () => Route[], scopes: Scopes) {
   return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
     const parsed = EmbeddingsBody.safeParse(body);
     if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const param = issue.path.length ? issue.path.map(String).join('.') : null;
-      return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
+      return bodyRefusal(parsed.error);
     }
     const served = models();
     if (!served.has(parsed.data.model)) {

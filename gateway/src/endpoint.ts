@@ -26,7 +26,7 @@ const NONE: ReadonlySet<string> = new Set();
 export type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
 /** What a parser found wrong: the status (400 unless said), message, the parameter and a code. */
-interface Refused {
+export interface Refused {
   ok: false;
   message: string;
   param: string | null;

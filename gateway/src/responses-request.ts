@@ -12,6 +12,7 @@ import { responsesToChat } from './responses/request';
 import { allowedBy, type FlagStore } from './flags';
 import type { Route } from './route';
 import type { Scopes } from './scopes';
+import { bodyRefusal } from './param-path';
 
 const ResponsesBody = z.looseObject({
   model: ModelName,
@@ -41,9 +42,7 @@ export function responsesParser(routes: () => Route[], scopes: Scopes, flags: Fl
   return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
     const parsed = ResponsesBody.safeParse(body);
     if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const param = issue.path.length ? issue.path.map(String).join('.') : null;
-      return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
+      return bodyRefusal(parsed.error);
     }
     const translated = responsesToChat(parsed.data);
     if (!translated.ok && !native()) {

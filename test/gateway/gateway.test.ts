@@ -83,7 +83,7 @@ describe('OpenAI compatibility', () => {
     expect(res.json()).toEqual({
       error: { message: expect.stringMatching(/^messages: /), type: 'invalid_request_error', param: 'messages', code: null },
     });
-    expect((await chat(gw.url, { messages: [{ role: 'robot', content: 'x' }], model: 'x' })).json().error.param).toBe('messages.0.role');
+    expect((await chat(gw.url, { messages: [{ role: 'robot', content: 'x' }], model: 'x' })).json().error.param).toBe('messages[0].role');
     const raw = await fetch(`${gw.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

@@ -224,17 +224,19 @@ describe('union errors', () => {
     const anyOf = 'expected a non-empty string, an array of strings, an array of token ids or an array of token-id arrays';
     expect(await refusedWith(input(5), 400)).toMatchObject({ param: 'input', message: `input: ${anyOf}` });
     expect(await refusedWith(input([3, -1]), 400)).toMatchObject({
-      param: 'input.1',
-      message: 'input.1: expected a token id (an integer from 0)',
+      param: 'input[1]',
+      message: 'input[1]: expected a token id (an integer from 0)',
     });
-    expect(await refusedWith(input([[1], [2, -5]]), 400)).toMatchObject({ message: 'input.1.1: expected a token id (an integer from 0)' });
-    expect(await refusedWith(input(['a', '']), 400)).toMatchObject({ message: 'input.1: expected a non-empty string' });
-    expect(await refusedWith(input([7, 1.5]), 400)).toMatchObject({ message: 'input.1: expected a token id (an integer from 0)' });
+    expect(await refusedWith(input([[1], [2, -5]]), 400)).toMatchObject({
+      message: 'input[1][1]: expected a token id (an integer from 0)',
+    });
+    expect(await refusedWith(input(['a', '']), 400)).toMatchObject({ message: 'input[1]: expected a non-empty string' });
+    expect(await refusedWith(input([7, 1.5]), 400)).toMatchObject({ message: 'input[1]: expected a token id (an integer from 0)' });
     expect(await refusedWith(input(Array(2049).fill('a')), 400)).toMatchObject({ message: 'input: expected at most 2048 inputs' });
     const content = await refusedWith(post('chat/completions', CHAT(5)), 400);
     expect(content).toMatchObject({
-      param: 'messages.0.content',
-      message: 'messages.0.content: expected a string, an array of content parts, or null',
+      param: 'messages[0].content',
+      message: 'messages[0].content: expected a string, an array of content parts, or null',
     });
     expect(calls()).toBe(0);
     expect((await input(Array(3000).fill(1))).status).toBe(200); // one input of 3000 tokens

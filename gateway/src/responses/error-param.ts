@@ -6,6 +6,7 @@
  * message quotes it; any other error is left as the provider wrote it, status and all.
  */
 import { isObject } from '../json-object';
+import { paramOf } from '../param-path';
 import { messageSources, responsesToChat, type MessageSource } from './request';
 
 type Json = Record<string, unknown>;
@@ -19,12 +20,6 @@ function pathOf(param: string): Path | null {
     .filter(Boolean)
     .map((key) => (/^\d+$/.test(key) ? Number(key) : key));
 }
-
-const nameOf = (path: Path): string =>
-  path
-    .map((key) => (typeof key === 'number' ? `[${key}]` : `.${key}`))
-    .join('')
-    .slice(1);
 
 const TOP_LEVEL: Record<string, string> = {
   max_tokens: 'max_output_tokens',
@@ -52,7 +47,7 @@ function responsesParam(chatParam: string, request: Json): string | null {
 /** `response_format.json_schema.schema` → `text.format.schema`: the schema's fields are flat in text.format. */
 function formatParam(rest: Path): string {
   const inner = rest[0] === 'json_schema' ? rest.slice(1) : rest;
-  return nameOf(['text', 'format', ...inner]);
+  return paramOf(['text', 'format', ...inner]);
 }
 
 /** `tools[i].function.name` → `tools[j].name`, j the request's tool of that name (allowed_tools may send fewer). */
@@ -63,7 +58,7 @@ function toolParam(index: number, rest: Path, request: Json): string | null {
   const tools = Array.isArray(request.tools) ? request.tools : [];
   const matches = tools.flatMap((tool, j) => (isObject(tool) && tool.type === 'function' && tool.name === name ? [j] : []));
   if (matches.length !== 1) return null;
-  return nameOf(['tools', matches[0], ...(rest[0] === 'function' ? rest.slice(1) : rest)]);
+  return paramOf(['tools', matches[0], ...(rest[0] === 'function' ? rest.slice(1) : rest)]);
 }
 
 /** A chat tool call's fields as the `function_call` item names them. */
