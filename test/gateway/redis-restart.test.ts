@@ -521,18 +521,20 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
         }),
         signal: AbortSignal.timeout(ms), // before: no answer until Redis answered again
       });
-      return { status: r.status, body: (await r.json()) as Record<string, any>, ms: performance.now() - started };
+      const retryAfter = r.headers.get('retry-after');
+      return { status: r.status, body: (await r.json()) as Record<string, any>, retryAfter, ms: performance.now() - started };
     };
     try {
       await pauser.call('CLIENT', 'PAUSE', '8000', 'ALL'); // connected, but nothing answered: a stalled Redis
       const stalled = await call('call-stalled');
-      expect(stalled).toMatchObject({ status: 503, body: { ok: false, code: 'workflow_store_unavailable' } });
+      // before: no Retry-After, while the gateway's other 503s for a store that is away carry one
+      expect(stalled).toMatchObject({ status: 503, body: { ok: false, code: 'workflow_store_unavailable' }, retryAfter: '1' });
       expect(stalled.body.error).toMatch(/workflow store \(Redis\).*nothing was called/);
       expect(stalled.ms).toBeLessThan(2000 + 500);
       await pauser.call('CLIENT', 'UNPAUSE');
       await redis.stop();
       const away = await call('call-away');
-      expect(away).toMatchObject({ status: 503, body: { code: 'workflow_store_unavailable' } });
+      expect(away).toMatchObject({ status: 503, body: { code: 'workflow_store_unavailable' }, retryAfter: '1' });
       expect(away.ms).toBeLessThan(2000 + 500);
       expect(seen).toHaveLength(0); // nothing called: a retry is safe
       await redis.start();

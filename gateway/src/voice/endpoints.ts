@@ -66,6 +66,7 @@ export function mountVoice(app: express.Express, guard: express.RequestHandler, 
             res.json(await voice.workflow!.called(parsed.data));
           } catch (error) {
             if (!(error instanceof WorkflowError)) throw error;
+            if (error.retryAfterS !== undefined) res.set('retry-after', String(error.retryAfterS));
             res.status(error.status).json({ ok: false, error: error.message, ...(error.code ? { code: error.code } : {}) });
           }
         }

@@ -67,6 +67,8 @@ export class WorkflowError extends Error {
     readonly status = 400,
     /** A machine-readable code, for a failure a client tells apart (`workflow_store_unavailable`). */
     readonly code?: string,
+    /** Seconds a client waits before calling again (`Retry-After`), when a retry is safe and soon worth it. */
+    readonly retryAfterS?: number,
   ) {
     super(message);
   }
@@ -157,7 +159,8 @@ export class Workflow {
   private bounded<T>(step: Promise<T>, what: string, before = false): Promise<T> {
     return within(step, STORE_MS, 'the workflow store (Redis)').catch((error: Error) => {
       const message = `${error.message} (${what})${before ? ': nothing was called, call again' : ''}`;
-      throw new WorkflowError(message, 503, STORE_UNAVAILABLE);
+      // Retry-After: 1, as the gateway's other 503s for a store that is away: a failover is seconds.
+      throw new WorkflowError(message, 503, STORE_UNAVAILABLE, 1);
     });
   }
 
