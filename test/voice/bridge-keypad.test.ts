@@ -53,6 +53,29 @@ describe('phone bridge: the keypad', () => {
     expect(s.twilio.updates).toEqual([]);
   });
 
+  it('an entry of more than 32 keys is given to the model marked as cut, with how many were pressed; one of 32 whole', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.brain = brain({ afterOutput: GOT_IT });
+    const { call, conn } = await answered(s, 'CA1208');
+    const long = '1234567890'.repeat(4); // 40 keys: a number no caller means to type in full
+    for (const key of long) call.press(key);
+    call.press('#');
+    const item = await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
+    const cut = `(keys pressed: ${long.slice(0, 32)}… cut: 40 keys pressed, only the first 32 kept)`;
+    // before: "(keys pressed: <the first 32 keys>)", as if the caller had typed just those
+    expect(item.item.content[0].text).toBe(cut);
+    expect(conn.session?.instructions).toContain('cut: 40 keys pressed, only the first 32 kept)');
+    expect(conn.events.slice(conn.events.indexOf(item) + 1)).toContainEqual({ type: 'response.create' });
+    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    for (const key of long.slice(0, 32)) call.press(key);
+    await until(conn, 'client', () => typed(conn).length === 2, 'the second entry, after the pause');
+    expect(typed(conn)).toEqual([cut, `(keys pressed: ${long.slice(0, 32)})`]);
+    call.hangUp();
+    const end = await s.endOf('CA1208');
+    expect(end.transcript.filter((l) => l.speaker === 'user').map((l) => l.text)).toEqual(typed(conn));
+  });
+
   it('keys pressed over an answer cut it, as speaking over it does: the caller hears the answer to the keys', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20; // the long answer streams as the API's does

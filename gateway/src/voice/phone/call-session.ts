@@ -31,7 +31,7 @@ import { transcriptConfidence } from './confidence';
 import { FunctionCalls } from './function-calls';
 import { FunctionOutputs } from './function-outputs';
 import { GuardFeed, type Verdict } from './guard-feed';
-import { Keypad } from './keypad';
+import { entryText, Keypad, type KeypadEntry } from './keypad';
 import { tagOptedOut } from './opt-out';
 import { OwnResponses } from './own-responses';
 import { PricingDeflection } from './pricing';
@@ -116,7 +116,7 @@ export class CallSession {
     const callerNumber = numbers.from;
     const dial = { number: config.functions.find((f) => f.dial)?.dial ?? null, action: deps.urls.dial(callerNumber) };
     this.dialNumber = dial.number;
-    this.keypad = new Keypad(deps.keypadPauseMs ?? KEYPAD_PAUSE_MS, (keys) => this.keyed(keys));
+    this.keypad = new Keypad(deps.keypadPauseMs ?? KEYPAD_PAUSE_MS, (entry) => this.keyed(entry));
     this.pricing = new PricingDeflection({ config, calls: deps.calls, callSid, caller: numbers.from, business: numbers.to, log });
     this.feed = new GuardFeed(deps.voice, callSid, (v) => this.verdict(v), log);
     this.actions = new CallActions({ calls: deps.calls, callSid, dial, lines: deps.lines, log });
@@ -194,12 +194,12 @@ export class CallSession {
    * turn, as text the model answers (an answer it was giving is cut, as by the caller speaking);
    * until the opening line was heard to its end (it is never cut) it is dropped (logged).
    */
-  private keyed(keys: string): void {
+  private keyed(entry: KeypadEntry): void {
     if (this.phase !== 'live') return;
-    if (keys === '0' && this.dialNumber) return void this.transfer('caller_request');
+    if (entry.keys === '0' && this.dialNumber) return void this.transfer('caller_request');
     if (!this.respondOnTurn || this.consentLine)
       return this.deps.log.info(`call ${this.callSid}: keys pressed before the opening line was heard: ignored`);
-    const text = `(keys pressed: ${keys})`;
+    const text = entryText(entry);
     // Reconnecting: the lost session's unfinished line came first, so it is settled before the keys.
     if (!this.rt.isReady) this.spoken.flush();
     this.remember({ speaker: 'user', text });

@@ -70,6 +70,7 @@ function buildInstructions(c: Concierge, callerNumber: string | null): string {
     'For anything else, say politely that you can only help with bookings, changes, quotes, prices and messages.',
     dial ? `If the caller asks for a person, call ${dial.name}.` : '',
     'Keys the caller presses on the phone come to you as "(keys pressed: 427)": take them as what the caller typed, such as a booking number.',
+    'An entry of more than 32 keys comes cut, as "(keys pressed: 123… cut: 40 keys pressed, only the first 32 kept)": do not use it; tell the caller it was too long and ask for it again.',
     callerNumber ? `The caller's number is ${callerNumber}; confirm it rather than asking for it.` : '',
   ]
     .filter(Boolean)
