@@ -5,7 +5,8 @@
  *
  * A lock left by a process that is gone is taken over through `<lock>.takeover`, also created
  * exclusively, so two processes that find the same stale lock cannot both take it. A takeover file
- * older than TAKEOVER_STALE_MS was left by a process that died while taking over, and is removed.
+ * older than TAKEOVER_STALE_MS was left by a process that died while taking over, and is removed
+ * (by whichever process gets there first: the others find it gone and go on).
  */
 import { closeSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
@@ -66,11 +67,20 @@ export function fileAge(file: string): number {
   return st ? Date.now() - st.mtimeMs : 0;
 }
 
+/** Removes a file; one already gone was removed by another process (two found the same takeover file stale). */
+function unlinkIfThere(file: string): void {
+  try {
+    unlinkSync(file);
+  } catch (error) {
+    if (errorCode(error) !== 'ENOENT') throw error;
+  }
+}
+
 /** Replaces a stale lock, unless another process is taking it over right now or took it already. */
 export function takeOverLock(lock: string, stale: LockHolder, started: number): boolean {
   const guard = `${lock}.takeover`;
   if (!createLock(guard, started)) {
-    if (fileAge(guard) > TAKEOVER_STALE_MS) unlinkSync(guard);
+    if (fileAge(guard) > TAKEOVER_STALE_MS) unlinkIfThere(guard);
     return false;
   }
   try {
@@ -80,6 +90,7 @@ export function takeOverLock(lock: string, stale: LockHolder, started: number): 
     renameSync(`${lock}.${process.pid}`, lock);
     return true;
   } finally {
-    unlinkSync(guard);
+    // Gone when a process that found it stale an instant before it was ours removed it.
+    unlinkIfThere(guard);
   }
 }

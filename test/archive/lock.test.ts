@@ -63,6 +63,45 @@ describe('one run per archive folder', () => {
     }
   });
 
+  it('runs that find the same takeover file left by a killed run (over 10 s old) clear it: none fails with ENOENT', async () => {
+    const out = join(scratch(), 'arch');
+    mkdirSync(out);
+    // Each run finds a dead run's lock and its takeover file, as a run killed while taking over left
+    // them, and takes the folder or is refused; many rounds, so two clear the same file at once.
+    const code = `
+      import { utimesSync, writeFileSync } from 'node:fs';
+      import { lockArchive } from './archive/lock.ts';
+      const out = ${JSON.stringify(out)};
+      const old = new Date(Date.now() - 60_000);
+      const dead = ${JSON.stringify(`2147483646\n${hostname()}\n1\n`)};
+      const leave = (file, text) => {
+        try { writeFileSync(file, text, { flag: 'wx' }); utimesSync(file, old, old); } catch {}
+      };
+      for (let round = 0; round < 4000; round++) {
+        leave(out + '/.archive-lock', dead);
+        leave(out + '/.archive-lock.takeover', dead);
+        let release = () => {};
+        try {
+          release = lockArchive(out, Date.now(), (message) => Object.assign(new Error(message), { code: 'REFUSED' }));
+        } catch (error) {
+          if (error.code !== 'REFUSED') { console.log('round ' + round + ': ' + error.message); process.exit(1); }
+        }
+        release();
+      }
+      console.log('done');`;
+    const run = () => {
+      const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+        cwd: root,
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let said = '';
+      child.stdout!.on('data', (chunk) => (said += chunk));
+      return new Promise<string>((done) => child.once('exit', () => done(said.trim())));
+    };
+    // before: "round 17: ENOENT: no such file or directory, unlink '…/.archive-lock.takeover'"
+    expect(await Promise.all([run(), run()])).toEqual(['done', 'done']);
+  });
+
   it("archive:expire holds the folder too: while another run holds it nothing is removed (exit 1, naming it); a dead run's lock is taken over", async () => {
     const out = join(scratch(), 'arch');
     mkdirSync(out);
