@@ -20,7 +20,7 @@ import { pipeline } from 'node:stream/promises';
 import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
-import { dayFiles, removeEmptiedPartitions, type DayFile } from './day-files';
+import { dayFiles, partBeside, removeEmptiedPartitions, removeLeftoverParts, type DayFile } from './day-files';
 import { ABANDONED_MS, lockArchive } from './lock';
 
 export interface ConvertOptions {
@@ -111,6 +111,7 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   const unlock = lockArchive(out, started, (message) => new ArchiveInputError(message));
   try {
     removeAbandonedScratch(out, started);
+    removeLeftoverParts(out);
     return await convertLocked(input, out, options, started);
   } finally {
     unlock();
@@ -253,7 +254,7 @@ function place(src: string, dest: string): void {
     renameSync(src, dest);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'EXDEV') throw error;
-    const beside = `${dest}.${process.pid}.part`; // no day file's name: never read as one
+    const beside = partBeside(dest); // no day file's name: never read as one
     try {
       copyFileSync(src, beside);
       renameSync(beside, dest);

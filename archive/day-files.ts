@@ -4,14 +4,22 @@
  * under the folder is the archive's (an operator's `backup/`, a killed run's `.archive-tmp-…`, a file
  * of another name): a run does not merge with it, reports do not count it, expiry does not remove it.
  * A day file or a partition folder may be a symlink (kept on another disk): it counts as what it points to.
+ *
+ * In a folder on another file system a run copies a day file beside its place first
+ * (`events_<yyyymmdd>[_N].parquet.<pid>.part`), then renames it over it; a run killed in between
+ * leaves that copy, and the next run, holding the archive's lock, removes it (`removeLeftoverParts`).
  */
-import { existsSync, lstatSync, readdirSync, rmdirSync, statSync, type Dirent } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, rmdirSync, rmSync, statSync, type Dirent } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+import { fileAge, pidAlive } from '../gateway/src/pid-lock';
+import { ABANDONED_MS } from './lock';
 
 /** A day file's name, as `npm run archive` writes it. */
 const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
 /** The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. */
 const PARTITION_DIR = /^(provider=.+|day=\d{8})$/;
+/** A day file's copy beside its place, named for the run's process (never read as a day file). */
+const PART_FILE = /^events_\d{8}(_\d+)?\.parquet\.(\d+)\.part$/;
 
 /** A day file of the archive and the UTC day (yyyymmdd) it holds. */
 export interface DayFile {
@@ -40,12 +48,14 @@ const subdirs = (dir: string, shape: RegExp) =>
     .filter((e) => shape.test(e.name) && kindOf(dir, e)?.isDirectory())
     .map((e) => join(dir, e.name));
 
+/** The folders that hold day files in either layout. */
+const places = (root: string) => [root, ...subdirs(root, /^provider=.+$/).flatMap((p) => subdirs(p, /^day=\d{8}$/))];
+
 /** The archive's day files in either layout (none when the folder does not exist yet). */
 export function dayFiles(root: string): DayFile[] {
   if (!existsSync(root)) return [];
-  const places = [root, ...subdirs(root, /^provider=.+$/).flatMap((p) => subdirs(p, /^day=\d{8}$/))];
   const files: DayFile[] = [];
-  for (const dir of places)
+  for (const dir of places(root))
     for (const entry of entries(dir)) {
       const day = DAY_FILE.exec(entry.name)?.[1];
       if (day && kindOf(dir, entry)?.isFile()) files.push({ file: join(dir, entry.name), day });
@@ -63,4 +73,23 @@ export function removeEmptiedPartitions(root: string, file: string): void {
     if (lstatSync(dir).isSymbolicLink() || readdirSync(dir).length > 0) return;
     rmdirSync(dir);
   }
+}
+
+/** Where this run copies a day file before renaming it to `dest`. */
+export const partBeside = (dest: string) => `${dest}.${process.pid}.part`;
+
+/**
+ * Removes the copies killed runs left beside their day files. Called holding the archive's lock, so
+ * no run of this archive is writing one; a copy named for another process running here is left
+ * (a folder linked into two archives: that run may be copying it now) unless older than a day.
+ */
+export function removeLeftoverParts(root: string): void {
+  for (const dir of places(root))
+    for (const entry of entries(dir)) {
+      const pid = Number(PART_FILE.exec(entry.name)?.[2]);
+      if (!pid || !entry.isFile()) continue;
+      const file = join(dir, entry.name);
+      if (pid !== process.pid && pidAlive(pid) && fileAge(file) < ABANDONED_MS) continue;
+      rmSync(file, { force: true });
+    }
 }

@@ -12,7 +12,7 @@
  */
 import { rmSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { dayFiles, removeEmptiedPartitions } from './day-files';
+import { dayFiles, removeEmptiedPartitions, removeLeftoverParts } from './day-files';
 import { lockArchive } from './lock';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
@@ -37,6 +37,8 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
   if (dryRun) return expireDays(root, cutoff, true);
   const unlock = lockArchive(root, Date.now(), (message) => new Error(message));
   try {
+    // First: a killed run's copy left in a day folder would keep that folder from being emptied.
+    removeLeftoverParts(root);
     return expireDays(root, cutoff, false);
   } finally {
     unlock();

@@ -22,6 +22,7 @@ import { convert } from '../../archive/convert';
 import { openDuck, lit } from '../../archive/duck';
 import { expireArchive } from '../../archive/expire';
 import { CSV_HEADER, type EventInput } from '../../schema/event-record';
+import { spawn } from '../children';
 import { csvIn, report, root, rowsIn, scratchDir } from './archive-setup';
 
 const scratch = scratchDir();
@@ -399,6 +400,32 @@ describe('reports', () => {
     } finally {
       rmSync(disk, { recursive: true, force: true });
     }
+  });
+
+  it('a copy left beside its day file by a run killed between the copy and the rename (*.part) is removed by the next run; one a process running here may be writing, and other files, stay', async () => {
+    const out = join(scratch(), 'parted');
+    await convert(csv([at('a', '2026-11-21T09:00:00Z', 1)]), { out, partition: true });
+    const dayDir = join(out, 'provider=openai', 'day=20261121');
+    const day = join(dayDir, 'events_20261121.parquet');
+    const killed = spawnSync(process.execPath, ['-e', '']).pid; // a run that is gone
+    const running = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+    copyFileSync(day, `${day}.${killed}.part`);
+    copyFileSync(day, `${day}.${running.pid}.part`);
+    const flat = join(out, `events_20261120.parquet.${killed}.part`);
+    const others = ['notes.part', 'events_20261121.parquet.part', 'events_20261121.parquet.12.part.bak'];
+    copyFileSync(day, flat);
+    for (const name of others) writeFileSync(join(out, name), 'not the archive’s');
+    await convert(csv([at('b', '2026-11-21T10:00:00Z', 2)]), { out, partition: true });
+    // before: the killed run's copies stayed, the day folder's beside its day file for good
+    expect(readdirSync(dayDir).sort()).toEqual(['events_20261121.parquet', `events_20261121.parquet.${running.pid}.part`]);
+    expect(existsSync(flat)).toBe(false);
+    for (const name of others) expect(existsSync(join(out, name)), name).toBe(true);
+    expect((await report('daily', out, '2026-11-21')).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 3]]);
+    // Its writer gone too, expiry removes it with the day, and the day folder it would have kept.
+    running.kill('SIGKILL');
+    await new Promise((done) => (running.exitCode === null && running.signalCode === null ? running.once('exit', done) : done(null)));
+    expect(expireArchive(out, 1, new Date('2026-12-01T12:00:00Z')).removed).toEqual([day]);
+    expect(existsSync(join(out, 'provider=openai'))).toBe(false);
   });
 
   it('burn sums the day and the 6 preceding calendar days; days without events count as zero', async () => {
