@@ -74,7 +74,10 @@ const RoutesMap = z.strictObject({
     .array(
       z
         .string()
-        .regex(/^[^\s]{1,200}$/, 'expected the id of a stored prompt, file, vector store or container (no spaces, at most 200 characters)'),
+        .regex(
+          /^[^\s]{1,200}$/,
+          'expected the id of a stored prompt, file, vector store, container or skill (no spaces, at most 200 characters)',
+        ),
     )
     .optional(),
 });

@@ -1,11 +1,13 @@
 /**
  * Objects stored on the operator's provider account that a request can name by id: a stored prompt
  * (`prompt`), files (content parts given by `file_id`, the image generation tool's mask, a code
- * interpreter's `file_ids`), vector stores (`file_search`) and containers (`code_interpreter`).
+ * interpreter's or a shell's `file_ids`), vector stores (`file_search`), containers
+ * (`code_interpreter`, the shell tool's `container_reference`) and skills (a shell container's
+ * `skill_reference`).
  * Every tenant's request reaches the provider with the operator's one key, and the gateway creates
- * none of these for a tenant (it serves no /v1/files, /v1/vector_stores, /v1/containers, nor
- * prompts), so one named in a request is the operator's or another program's: with client keys it
- * is refused before anything is called or queued (endpoint.ts), unless the routing map lists it in
+ * none of these for a tenant (it serves no /v1/files, /v1/vector_stores, /v1/containers, /v1/skills,
+ * nor prompts), so one named in a request is the operator's or another program's: with client keys
+ * it is refused before anything is called or queued (endpoint.ts), unless the routing map lists it in
  * `shared_objects` (the operator's word that any tenant may use it). Conversations are refused with the
  * stored responses (responses/ownership.ts).
  */
@@ -13,7 +15,7 @@ import { openAiError, type OpenAiError } from './errors';
 import { isObject } from './json-object';
 import type { RequestContext } from './request-context';
 
-type Kind = 'prompt' | 'file' | 'vector_store' | 'container';
+type Kind = 'prompt' | 'file' | 'vector_store' | 'container' | 'skill';
 
 /** An object a request names, and the parameter that names it. */
 interface Named {
@@ -28,6 +30,7 @@ const WORDS: Record<Kind, [one: string, many: string]> = {
   file: ['File', 'files'],
   vector_store: ['Vector store', 'vector stores'],
   container: ['Container', 'containers'],
+  skill: ['Skill', 'skills'],
 };
 
 /** Responses' content parts the model reads from a stored file when given its `file_id`. */
@@ -61,7 +64,23 @@ function eachId(kind: Kind, ids: unknown, path: string, found: Named[]): void {
   if (Array.isArray(ids)) ids.forEach((id, k) => typeof id === 'string' && found.push({ kind, id, param: `${path}[${k}]` }));
 }
 
-/** What the tools read from the store: vector stores, a container (`{type: "auto"}` makes a new one), files. */
+/**
+ * What a container at `at` is given from the store: the container itself by id (the shell's
+ * `container_reference`), or the files and skills a new one starts with. Read whatever its `type`
+ * says: the provider goes by the fields too.
+ */
+function containerObjects(container: Record<string, unknown>, at: string, found: Named[]): void {
+  const id = container.container_id;
+  if (typeof id === 'string') found.push({ kind: 'container', id, param: `${at}.container_id` });
+  eachId('file', container.file_ids, `${at}.file_ids`, found);
+  const skills = Array.isArray(container.skills) ? container.skills : [];
+  skills.forEach((skill: unknown, k) => {
+    if (isObject(skill) && typeof skill.skill_id === 'string')
+      found.push({ kind: 'skill', id: skill.skill_id, param: `${at}.skills[${k}].skill_id` });
+  });
+}
+
+/** What the tools read from the store: vector stores, a container (`{type: "auto"}` makes a new one), files, skills. */
 function toolObjects(tools: unknown, found: Named[]): void {
   if (!Array.isArray(tools)) return;
   tools.forEach((tool, i) => {
@@ -70,7 +89,8 @@ function toolObjects(tools: unknown, found: Named[]): void {
     eachId('vector_store', tool.vector_store_ids, `${at}.vector_store_ids`, found);
     const container = tool.container;
     if (typeof container === 'string') found.push({ kind: 'container', id: container, param: `${at}.container` });
-    else if (isObject(container)) eachId('file', container.file_ids, `${at}.container.file_ids`, found);
+    else if (isObject(container)) containerObjects(container, `${at}.container`, found);
+    if (isObject(tool.environment)) containerObjects(tool.environment, `${at}.environment`, found);
     const mask = tool.input_image_mask;
     if (isObject(mask) && typeof mask.file_id === 'string')
       found.push({ kind: 'file', id: mask.file_id, param: `${at}.input_image_mask.file_id` });

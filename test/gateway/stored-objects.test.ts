@@ -113,6 +113,37 @@ describe('stored objects on the provider account (GATEWAY_AUTH=keys)', () => {
     expect(w.hot.received).toHaveLength(fine.length);
   });
 
+  it("the shell tool's environment names a container, files and skills of the provider account: refused the same", async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const shell = (environment: object) => ({ input: 'run it', tools: [{ type: 'shell', environment }] });
+    const named = [
+      {
+        env: { type: 'container_reference', container_id: 'cntr_operator' },
+        code: 'container_not_found',
+        param: 'tools[0].environment.container_id',
+      },
+      { env: { type: 'container_auto', file_ids: ['file-operator'] }, code: 'file_not_found', param: 'tools[0].environment.file_ids[0]' },
+      {
+        env: { type: 'container_auto', skills: [{ type: 'skill_reference', skill_id: 'skill_operator' }] },
+        code: 'skill_not_found',
+        param: 'tools[0].environment.skills[0].skill_id',
+      },
+    ];
+    for (const { env, code, param } of named) {
+      const res = await post(url, acme, 'responses', shell(env));
+      const error = ((await res.json()) as { error?: { code: string; param: string; message: string } }).error;
+      expect({ status: res.status, code: error?.code, param: error?.param }).toEqual({ status: 400, code, param });
+      expect(error!.message).toMatch(/^(Container|File|Skill) with id '\w+[-_]operator' not found: this gateway keeps no /);
+    }
+    expect(w.hot.received).toEqual([]);
+    // A new container with a skill sent inline, and the caller's own machine, name nothing stored.
+    const inline = { type: 'inline', name: 'n', description: 'd', source: { type: 'base64', media_type: 'application/zip', data: 'UEs=' } };
+    for (const env of [{ type: 'container_auto', skills: [inline] }, { type: 'local' }])
+      expect((await post(url, acme, 'responses', shell(env))).status).toBe(200);
+    expect(w.hot.received).toHaveLength(2);
+  });
+
   it('a request that would be queued (no route answers) is refused all the same, not queued', async () => {
     w.hot.always({ kind: 'status', status: 503 });
     w.warm.always({ kind: 'status', status: 503 });
@@ -138,7 +169,7 @@ describe('stored objects on the provider account (GATEWAY_AUTH=keys)', () => {
       return file;
     };
     await expect(w.up({ ROUTES_FILE: mapWith(['vs_handbook', 'file one']) })).rejects.toThrow(
-      /shared\.json: shared_objects\[1\]: expected the id of a stored prompt, file, vector store or container/,
+      /shared\.json: shared_objects\[1\]: expected the id of a stored prompt, file, vector store, container or skill/,
     );
     const { url } = await w.up({ ROUTES_FILE: mapWith(['vs_handbook', 'pmpt_house_style']), ADMIN_TOKEN: ADMIN });
     const acme = (await w.makeKey('acme')).key;
