@@ -48,7 +48,8 @@ function fileOf(part: Record<string, unknown>): [id: unknown, at: string] | null
 
 /**
  * The stored files the content parts under `value` (at `path`) name, at any depth: message
- * content, tool outputs, a prompt's variables. Bodies nest 128 levels at most (http-io.ts).
+ * content, tool outputs, a prompt's variables; and what tools given there read (an input item's
+ * `tools`: `additional_tools`, `tool_search_output`). Bodies nest 128 levels at most (http-io.ts).
  * Annotations that cite a file (`file_citation`) are not read by the model and are not counted.
  */
 function filesIn(value: unknown, path: string, found: Named[]): void {
@@ -56,6 +57,7 @@ function filesIn(value: unknown, path: string, found: Named[]): void {
   if (!isObject(value)) return;
   const file = fileOf(value);
   if (file && typeof file[0] === 'string') found.push({ kind: 'file', id: file[0], param: path + file[1] });
+  toolObjects(value.tools, `${path}.tools`, found);
   for (const key in value) if (typeof value[key] === 'object') filesIn(value[key], `${path}.${key}`, found);
 }
 
@@ -81,11 +83,11 @@ function containerObjects(container: Record<string, unknown>, at: string, found:
 }
 
 /** What the tools read from the store: vector stores, a container (`{type: "auto"}` makes a new one), files, skills. */
-function toolObjects(tools: unknown, found: Named[]): void {
+function toolObjects(tools: unknown, path: string, found: Named[]): void {
   if (!Array.isArray(tools)) return;
   tools.forEach((tool, i) => {
     if (!isObject(tool)) return;
-    const at = `tools[${i}]`;
+    const at = `${path}[${i}]`;
     eachId('vector_store', tool.vector_store_ids, `${at}.vector_store_ids`, found);
     const container = tool.container;
     if (typeof container === 'string') found.push({ kind: 'container', id: container, param: `${at}.container` });
@@ -113,7 +115,7 @@ function objectsOf(ctx: RequestContext): Named[] {
   if (ctx.api !== 'responses') return found;
   promptObjects(body.prompt, found);
   filesIn(body.input, 'input', found);
-  toolObjects(body.tools, found);
+  toolObjects(body.tools, 'tools', found);
   return found;
 }
 

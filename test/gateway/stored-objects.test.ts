@@ -144,6 +144,38 @@ describe('stored objects on the provider account (GATEWAY_AUTH=keys)', () => {
     expect(w.hot.received).toHaveLength(2);
   });
 
+  it('tools given in input items (additional_tools, tool_search_output) are read as those in `tools`: refused the same', async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const named = [
+      {
+        item: { type: 'additional_tools', role: 'developer', tools: [{ type: 'file_search', vector_store_ids: ['vs_operator'] }] },
+        code: 'vector_store_not_found',
+        param: 'input[1].tools[0].vector_store_ids[0]',
+      },
+      {
+        item: {
+          type: 'tool_search_output',
+          call_id: 'ts_1',
+          tools: [
+            { type: 'function', name: 'f' },
+            { type: 'code_interpreter', container: 'cntr_operator' },
+          ],
+        },
+        code: 'container_not_found',
+        param: 'input[1].tools[1].container',
+      },
+    ];
+    for (const { item, code, param } of named) {
+      const res = await post(url, acme, 'responses', { input: [user([{ type: 'input_text', text: 'search' }]), item] });
+      const error = ((await res.json()) as { error?: { code: string; param: string } }).error;
+      expect({ status: res.status, code: error?.code, param: error?.param }).toEqual({ status: 400, code, param });
+    }
+    expect(w.hot.received).toEqual([]);
+    const own = { type: 'additional_tools', role: 'developer', tools: [{ type: 'file_search', vector_store_ids: [] }] };
+    expect((await post(url, acme, 'responses', { input: [own] })).status).toBe(200);
+  });
+
   it('a request that would be queued (no route answers) is refused all the same, not queued', async () => {
     w.hot.always({ kind: 'status', status: 503 });
     w.warm.always({ kind: 'status', status: 503 });
