@@ -124,6 +124,35 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     expect(responsesCalls()).toBe(before + 2);
   });
 
+  it("another tenant's item in a shape that carries none of its content (empty encrypted_content, no type and no role or content) is item_not_found too", async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const globex = (await w.makeKey('globex')).key;
+    const item = ((await (await postResponses(url, acme, { input: 'my secret' })).json()) as { output: Array<{ id: string }> }).output[0]
+      .id;
+    const before = responsesCalls();
+    const shapes = [
+      { type: 'reasoning', id: item, summary: [], encrypted_content: '' },
+      { type: 'reasoning', id: item, summary: [], encrypted_content: 0 },
+      { type: 'compaction', id: item },
+      { id: item, content: null },
+      { id: item, role: null },
+      { id: item, role: 'assistant' },
+    ];
+    for (const shape of shapes) {
+      const res = await postResponses(url, globex, { input: [shape, { role: 'user', content: 'what was it?' }] });
+      expect({ shape, status: res.status, body: await res.json() }).toMatchObject({
+        shape,
+        status: 400,
+        body: { error: { code: 'item_not_found', param: 'input[0].id' } },
+      });
+    }
+    expect(responsesCalls()).toBe(before);
+    // The tenant's own, in the same shapes, is served; so is a message passed back with its id.
+    for (const shape of [...shapes, { type: 'message', id: item, role: 'assistant', content: [] }])
+      expect((await postResponses(url, acme, { input: [shape, { role: 'user', content: 'what was it?' }] })).status).toBe(200);
+  });
+
   it("a conversation is no tenant's (the gateway creates none): continuing one on the provider key is conversation_not_found, nothing called", async () => {
     const { url } = await w.up();
     const acme = (await w.makeKey('acme')).key;

@@ -21,15 +21,20 @@ interface Reference {
   param: string;
 }
 
+/** Items a client passes back whose content is encrypted: without it, the provider reads it from the stored item. */
+const ENCRYPTED = new Set(['reasoning', 'compaction']);
+
 /**
  * An input item whose content the provider reads from its store by id: OpenAI's `item_reference`
- * (`type` may be left out), and a reasoning item without its `encrypted_content` (OpenAI fills it
- * in from the stored item; the stateless form, `store: false`, carries its own).
+ * (`type` may be left out: an item without a type is a message only with a role and content), and
+ * a reasoning or compaction item without its `encrypted_content` (OpenAI fills it in from the
+ * stored item; the stateless form, `store: false`, carries its own). An empty or odd
+ * `encrypted_content` carries nothing, so it counts as none.
  */
 const isReference = (item: Record<string, unknown>) =>
   item.type === 'item_reference' ||
-  (item.type === 'reasoning' && item.encrypted_content == null) ||
-  (item.type == null && typeof item.id === 'string' && !('role' in item) && !('content' in item));
+  (ENCRYPTED.has(item.type as string) && !(typeof item.encrypted_content === 'string' && item.encrypted_content !== '')) ||
+  (item.type == null && !(typeof item.role === 'string' && item.content != null));
 
 /** `previous_response_id` and the ids of the input items read from the store (isReference). */
 function referencesOf(body: Record<string, unknown>): Reference[] {
