@@ -2,8 +2,8 @@
  * Objects stored on the operator's provider account that a request can name by id: a stored prompt
  * (`prompt`), files (content parts given by `file_id`, the image generation tool's mask, a code
  * interpreter's or a shell's `file_ids`), vector stores (`file_search`), containers
- * (`code_interpreter`, the shell tool's `container_reference`) and skills (a shell container's
- * `skill_reference`).
+ * (`code_interpreter`, the shell tool's `container_reference`), skills (a shell container's
+ * `skill_reference`) and a chat message's previous audio answer (`audio.id`).
  * Every tenant's request reaches the provider with the operator's one key, and the gateway creates
  * none of these for a tenant (it serves no /v1/files, /v1/vector_stores, /v1/containers, /v1/skills,
  * nor prompts), so one named in a request is the operator's or another program's: with client keys
@@ -15,7 +15,7 @@ import { openAiError, type OpenAiError } from './errors';
 import { isObject } from './json-object';
 import type { RequestContext } from './request-context';
 
-type Kind = 'prompt' | 'file' | 'vector_store' | 'container' | 'skill';
+type Kind = 'prompt' | 'file' | 'vector_store' | 'container' | 'skill' | 'audio';
 
 /** An object a request names, and the parameter that names it. */
 interface Named {
@@ -31,6 +31,7 @@ const WORDS: Record<Kind, [one: string, many: string]> = {
   vector_store: ['Vector store', 'vector stores'],
   container: ['Container', 'containers'],
   skill: ['Skill', 'skills'],
+  audio: ['Audio response', 'audio responses'],
 };
 
 /** Responses' content parts the model reads from a stored file when given its `file_id`. */
@@ -107,11 +108,26 @@ function promptObjects(prompt: unknown, found: Named[]): void {
   filesIn(prompt.variables, 'prompt.variables', found);
 }
 
+/**
+ * A previous audio answer a chat message names by id (`audio: {id}`): the provider reads it from its
+ * store, and the gateway does not record which tenant it answered one to, so none is the caller's.
+ */
+function audioObjects(messages: unknown, found: Named[]): void {
+  if (!Array.isArray(messages)) return;
+  messages.forEach((message: unknown, i) => {
+    const audio = isObject(message) ? message.audio : null;
+    if (isObject(audio) && typeof audio.id === 'string') found.push({ kind: 'audio', id: audio.id, param: `messages[${i}].audio.id` });
+  });
+}
+
 /** Every stored object a chat or Responses request names, in the order of its parameters. */
 function objectsOf(ctx: RequestContext): Named[] {
   const found: Named[] = [];
   const body = ctx.body as Record<string, unknown>;
-  if (ctx.api === 'chat') filesIn(body.messages, 'messages', found);
+  if (ctx.api === 'chat') {
+    filesIn(body.messages, 'messages', found);
+    audioObjects(body.messages, found);
+  }
   if (ctx.api !== 'responses') return found;
   promptObjects(body.prompt, found);
   filesIn(body.input, 'input', found);

@@ -176,6 +176,28 @@ describe('stored objects on the provider account (GATEWAY_AUTH=keys)', () => {
     expect((await post(url, acme, 'responses', { input: [own] })).status).toBe(200);
   });
 
+  it('a chat message naming a previous audio response by id (the provider reads it from its store) is refused; its transcript is served', async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const turns = (assistant: object) => ({
+      messages: [
+        { role: 'user', content: 'say it' },
+        { role: 'assistant', ...assistant },
+        { role: 'user', content: 'and again' },
+      ],
+    });
+    const res = await post(url, acme, 'chat/completions', turns({ audio: { id: 'audio_operator' } }));
+    const error = ((await res.json()) as { error?: { code: string; param: string; message: string } }).error;
+    expect({ status: res.status, code: error?.code, param: error?.param }).toEqual({
+      status: 400,
+      code: 'audio_not_found',
+      param: 'messages[1].audio.id',
+    });
+    expect(error!.message).toMatch(/^Audio response with id 'audio_operator' not found: /);
+    expect(w.hot.received).toEqual([]);
+    expect((await post(url, acme, 'chat/completions', turns({ content: 'what it said' }))).status).toBe(200);
+  });
+
   it('a request that would be queued (no route answers) is refused all the same, not queued', async () => {
     w.hot.always({ kind: 'status', status: 503 });
     w.warm.always({ kind: 'status', status: 503 });
