@@ -20,6 +20,8 @@ const ResponsesBody = z.looseObject({
   // routes only: the translation refuses a request without input).
   input: z.union([z.string(), z.array(z.looseObject({}))], { error: 'expected a string or an array of input items' }).optional(),
   instructions: z.string().nullish(),
+  // The id the owner check looks up (responses/ownership.ts): refused here in any other form, not sent on.
+  previous_response_id: z.string({ error: 'expected a response id (a string) or null' }).nullish(),
   stream: z.boolean().nullish(),
 });
 type ResponsesBody = z.infer<typeof ResponsesBody>;

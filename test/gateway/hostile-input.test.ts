@@ -218,6 +218,21 @@ describe('chat parameters', () => {
   });
 });
 
+describe('responses parameters', () => {
+  it('a previous_response_id that is not a string is a 400 naming it: the gateway checks the id it would look up, the provider is not left to', async () => {
+    for (const id of [['resp_a'], { id: 'resp_a' }, 7]) {
+      const body = JSON.stringify({ model: 'gpt-4o-mini', input: 'hi', previous_response_id: id });
+      const error = await refusedWith(post('responses', body), 400);
+      expect(error).toMatchObject({
+        param: 'previous_response_id',
+        message: expect.stringContaining('expected a response id (a string) or null'),
+      });
+    }
+    expect(calls()).toBe(0);
+    await nothingMetered();
+  });
+});
+
 describe('union errors', () => {
   it('say what was expected, and refuse negative token ids', async () => {
     const input = (value: unknown) => post('embeddings', JSON.stringify({ model: 'text-embedding-3-small', input: value }));
