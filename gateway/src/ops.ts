@@ -11,6 +11,16 @@ import { RedisPause } from './budget';
 import { BullColdQueue } from './cold-queue-redis';
 import { within } from './within';
 
+/** A control character as JSON writes one (`\n`, `\u001b`); JSON leaves DEL and C1 as they are. */
+const escaped = (c: string) => (c < ' ' ? JSON.stringify(c).slice(1, -1) : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
+/**
+ * Text from callers or providers (a provider's error often echoes the request) with its control
+ * characters escaped: nothing in it moves the operator's cursor, clears the screen or starts a line
+ * that reads as another job.
+ */
+const shown = (text: string | null) => String(text).replace(/\p{Cc}/gu, escaped);
+
 const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all';
 
 /** What is wrong with the arguments, or null: checked before the store is asked, so a typo never reaches it. */
@@ -84,7 +94,9 @@ export async function ops(
         if (sub === 'list') {
           const jobs = await queue.deadLettered(1000);
           for (const j of jobs)
-            out(`${j.id}  tenant=${j.customerId || '-'}  attempts=${j.attempts}  enqueued=${j.enqueuedAt}  last error: ${j.lastError}`);
+            out(
+              `${j.id}  tenant=${shown(j.customerId || '-')}  attempts=${j.attempts}  enqueued=${j.enqueuedAt}  last error: ${shown(j.lastError)}`,
+            );
           out(`${jobs.length} dead-lettered job(s)`);
           return 0;
         }

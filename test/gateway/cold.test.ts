@@ -393,7 +393,9 @@ describe('Cold tier', () => {
 
   it('a job the provider refuses as malformed is dead-lettered; ops lists it and moves it back', async () => {
     const { url, stack } = await up({ worker: true });
-    hot.always({ kind: 'status', status: 422 });
+    // The provider's message echoes the caller's text: a line break and a terminal escape (clear screen).
+    const echo = 'unknown field "q\n\u001b[2J\u009b31m"';
+    hot.always({ kind: 'status', status: 422, body: { error: { message: echo, type: 'invalid_request_error', code: null, param: null } } });
     const queued = await stack.queue.enqueue({
       body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
       idempotencyKey: 'bad-job',
@@ -415,6 +417,10 @@ describe('Cold tier', () => {
     const opsEnv = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix };
     expect(await ops(['dlq', 'list'], opsEnv, (l) => lines.push(l), fail)).toBe(0);
     expect(lines.join('\n')).toContain(queued.jobId);
+    // One line per job, and nothing in it the operator's terminal would act on: the controls are shown escaped.
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).not.toMatch(/\p{Cc}/u);
+    expect(lines[0]).toContain(String.raw`q\n\u001b[2J\u009b31m`);
     hot.always({ kind: 'ok' });
     expect(await ops(['dlq', 'move', queued.jobId], opsEnv, (l) => lines.push(l), fail)).toBe(0);
     await until(async () => (await job(url, queued.jobId)).state === 'completed');
