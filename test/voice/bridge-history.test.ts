@@ -1,10 +1,11 @@
 // The conversation a new realtime session is given after a reconnect, on loopback peers: every
 // line the caller heard is in it, even when the event that carries its whole transcript
-// (`response.output_audio_transcript.done`) never reached the bridge.
+// (`response.output_audio_transcript.done`) never reached the bridge; and every caller turn in
+// its place, before the answer to it, whether its transcription came late, failed or never came.
 import { afterEach, describe, expect, it } from 'vitest';
 import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
 import type { RtConn } from './peers/realtime-peer';
-import { assistantAudio, brain, clientEvent, speak } from './peers/script';
+import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
 import type { MediaCall } from './peers/twilio-peer';
 import { until } from './peers/wait';
 
@@ -76,5 +77,124 @@ describe('phone bridge: the conversation replayed after a reconnect', () => {
     expect(lines).toEqual(['Hello, this is an AI assistant.', pieces.trim()]);
     call.hangUp();
     await s.endOf('CA1102');
+  });
+});
+
+const NOT_TRANSCRIBED = '(the caller spoke; not transcribed)';
+const HELP = { audio: assistantAudio(300), transcript: 'How can I help?' };
+
+/** Every line the new session was given, in order, as `speaker: text`. */
+async function replayedLines(stack: BridgeStack): Promise<string[]> {
+  const again = await until<RtConn>(stack.realtime, 'connection');
+  await clientEvent(again, 'session.update');
+  await clientEvent(again, 'input_audio_buffer.append');
+  return again.events
+    .filter((e: any) => e.type === 'conversation.item.create')
+    .map((e: any) => `${e.item.role}: ${e.item.content[0].text as string}`);
+}
+
+const said = (end: { transcript: Array<{ speaker: string; text: string }> }) => end.transcript.map((l) => `${l.speaker}: ${l.text}`);
+
+describe('phone bridge: every caller turn in its place, transcribed or not', () => {
+  it('a turn whose transcription failed stays in its place as not transcribed, in the history and the transcript; its code is logged, never its message', async () => {
+    s = await bridgeStack();
+    const failed = { type: 'invalid_request_error', code: 'audio_unintelligible', message: 'could not use "my card is 4111 1111"' };
+    s.realtime.heardQueue = [
+      { text: 'yes', logprob: -0.05 },
+      { text: '', logprob: -0.05, failed },
+    ];
+    s.realtime.brain = brain({ turns: [HELP, { audio: assistantAudio(600), transcript: HOURS }] });
+    const call = await s.twilio.call('CA1103');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call);
+    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === HELP.transcript);
+    cutAfter(conn, (e) => e.type === 'response.done' && e.response.output[0]?.content?.[0]?.transcript === HOURS);
+    speak(call);
+    const expected = [
+      'assistant: Hello, this is an AI assistant.',
+      'user: yes',
+      `assistant: ${HELP.transcript}`,
+      `user: ${NOT_TRANSCRIBED}`,
+      `assistant: ${HOURS}`,
+    ];
+    expect(await replayedLines(s)).toEqual(expected);
+    call.hangUp();
+    const end = await s.endOf('CA1103');
+    expect(said(end)).toEqual(expected);
+    expect(s.logs.filter((l) => l.includes('audio_unintelligible'))).toHaveLength(1);
+    expect(s.logs.join('\n')).not.toContain('4111');
+  });
+
+  it('a turn the session was lost before transcribing stays in its place as not transcribed, and the new session is asked to answer it', async () => {
+    s = await bridgeStack();
+    s.realtime.heardQueue = [{ text: 'yes', logprob: -0.05 }];
+    const again = { audio: assistantAudio(300), transcript: 'Sorry, could you say that again?' };
+    s.realtime.brain = brain({ turns: [HELP], afterOutput: again });
+    const call = await s.twilio.call('CA1104');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call);
+    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === HELP.transcript);
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    cutAfter(conn, (e) => e.type === 'input_audio_buffer.committed'); // before its transcription or answer
+    speak(call);
+    const expected = [
+      'assistant: Hello, this is an AI assistant.',
+      'user: yes',
+      `assistant: ${HELP.transcript}`,
+      `user: ${NOT_TRANSCRIBED}`,
+    ];
+    const before = call.receivedBytes;
+    expect(await replayedLines(s)).toEqual(expected);
+    expect(s.realtime.conns[1].session?.instructions).toContain(NOT_TRANSCRIBED); // the model is told what it means
+    const heard = () => call.receivedBytes >= before + again.audio.length && call.playedBytes === call.receivedBytes;
+    await until(call, 'frame', heard, 'the new session’s answer heard');
+    call.hangUp();
+    expect(said(await s.endOf('CA1104'))).toEqual([...expected, `assistant: ${again.transcript}`]);
+  });
+
+  it('a transcription that comes after the answer to it is put before that answer, as the caller said it', async () => {
+    s = await bridgeStack();
+    s.realtime.heardQueue = [{ text: 'yes, when are you open?', logprob: -0.05, late: true }];
+    s.realtime.brain = brain({ turns: [{ audio: assistantAudio(300), transcript: HOURS }] });
+    const call = await s.twilio.call('CA1105');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call);
+    await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    call.hangUp();
+    expect(said(await s.endOf('CA1105'))).toEqual([
+      'assistant: Hello, this is an AI assistant.',
+      'user: yes, when are you open?',
+      `assistant: ${HOURS}`,
+    ]);
+  });
+
+  it('a failed transcription is no answer to the opening line (it is asked again) and no low-confidence transcript for the guard', async () => {
+    s = await bridgeStack(() => undefined, { consentWaitMs: 400 });
+    const failed = { type: 'server_error', code: 'transcription_failed', message: 'failed' };
+    s.realtime.heardQueue = [
+      { text: '', logprob: -0.05, failed },
+      { text: 'yes', logprob: -0.05 },
+      { text: '', logprob: -0.05, failed },
+    ];
+    s.realtime.brain = brain({});
+    const call = await s.twilio.call('CA1106');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call);
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
+    await serverEvent(conn, 'response.done', (e) => e.response.metadata?.bridge === 'consent');
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the repeat heard');
+    speak(call);
+    await serverEvent(conn, 'response.done', (e) => e.response.status === 'completed' && e.response.metadata === null);
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    speak(call);
+    await serverEvent(conn, 'response.done', (e) => e.response.status === 'completed' && e.response.metadata === null);
+    call.hangUp();
+    const end = await s.endOf('CA1106');
+    expect(end.record).toMatchObject({ ended_reason: 'caller_hangup', escalated: false });
+    expect(end.record!.confidence_avg).toBeCloseTo(Math.exp(-0.05), 3); // the one transcript only
   });
 });

@@ -2,7 +2,7 @@
 // WebSocket: it refuses a missing key or an `OpenAI-Beta` header, answers `session.created`,
 // checks and applies `session.update` (GA shape only), runs a server VAD on the µ-law it is sent
 // (speech_started / speech_stopped with the session's silence duration, committed, item created,
-// then the transcription with log-probabilities), creates responses (audio and transcript deltas,
+// then the transcription with log-probabilities, or its failure, maybe after the answer), creates responses (audio and transcript deltas,
 // transcript, function calls, `response.done` with usage and each answer's transcript), cancels a
 // response the caller talks over, keeps the conversation's items (refusing, as the API does, a
 // function_call_output whose function_call is not among them), and records every client event for
@@ -42,6 +42,10 @@ export interface Heard {
   text: string;
   /** Per-token log-probability of the transcription. */
   logprob: number;
+  /** The transcription fails with this error (`conversation.item.input_audio_transcription.failed`). */
+  failed?: { type: string; code: string; message: string };
+  /** The transcription comes once the answer to the turn is done (it runs beside the answer, as the API's may). */
+  late?: boolean;
 }
 
 const VOICED = 200; // mean |sample| above this is speech
@@ -188,17 +192,24 @@ export class RtConn extends EventEmitter {
     this.send({ type: 'input_audio_buffer.committed', item_id: item, previous_item_id: null });
     this.send({ type: 'conversation.item.added', item: { id: item, type: 'message', role: 'user', content: [{ type: 'input_audio' }] } });
     const heard = this.peer.hear(this);
+    if (!heard.late) this.transcribed(item, heard);
+    // Like the API: with create_response false the turn is committed and transcribed, not answered.
+    const answer = td.create_response !== false ? this.respond({ trigger: 'turn', heard: heard.text }) : Promise.resolve();
+    if (heard.late) void answer.then(() => this.transcribed(item, heard));
+  }
+
+  /** The turn's transcription: its words with their log-probabilities, or its failure. */
+  private transcribed(item: string, heard: Heard): void {
+    const base = { item_id: item, content_index: 0 };
+    if (heard.failed) return this.send({ type: 'conversation.item.input_audio_transcription.failed', ...base, error: heard.failed });
     const logprobs = heard.text.split(/\s+/).map((token) => ({ token, logprob: heard.logprob, bytes: [...Buffer.from(token)] }));
     this.send({
       type: 'conversation.item.input_audio_transcription.completed',
-      item_id: item,
-      content_index: 0,
+      ...base,
       transcript: heard.text,
       logprobs,
       usage: { type: 'duration', seconds: 1 },
     });
-    // Like the API: with create_response false the turn is committed and transcribed, not answered.
-    if (td.create_response !== false) void this.respond({ trigger: 'turn', heard: heard.text });
   }
 
   private async respond(ctx: Omit<BrainContext, 'conn'>): Promise<void> {

@@ -12,7 +12,8 @@
  *   consent           the opening line first (no model turn before it), then the caller's answer
  *                     decides (consent.ts): repeated, declined (told, ended, tagged) or agreed;
  *                     a line the model fails to say (no audio of it sent) is a realtime failure
- *   caller transcript → the guard, with its confidence (confidence.ts)
+ *   caller transcript → the guard, with its confidence (confidence.ts); each caller turn has its
+ *                     place from its commit, transcribed or not (caller-transcript.ts)
  *   caller keys (`dtmf`) → one entry per run of keys (keypad.ts): `0` alone transfers to a person,
  *                     any other is the caller's turn, as text, once the opening line was said
  *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
@@ -24,6 +25,7 @@ import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
 import { AssistantTranscript } from './assistant-transcript';
 import { CallActions } from './call-actions';
+import { CallerTranscript } from './caller-transcript';
 import { ConsentGate } from './consent';
 import type { EndReason, SessionDeps, TwilioMessage } from './call-types';
 import { writeCallRecord } from './call-record';
@@ -77,6 +79,7 @@ export class CallSession {
   private readonly actions: CallActions;
   private readonly said: SaidLine[] = [];
   private readonly spoken: AssistantTranscript;
+  private readonly heard: CallerTranscript;
   private readonly timing = new TurnTiming();
   private responding: string | null = null;
   private playingResponse: string | null = null;
@@ -133,8 +136,9 @@ export class CallSession {
       apiKey: settings.openaiApiKey,
       update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
-      // A session being replaced finishes nothing more: what it had said of a line counts now.
-      history: () => (this.spoken.flush(), this.said),
+      // A session being replaced finishes nothing more: what it had said of a line counts now,
+      // and the caller's turns it had not transcribed stay as such.
+      history: () => (this.spoken.flush(), this.heard.flush('the session was lost first'), this.said),
       // A new session that owes one of the bridge's lines says it (ready), not an answer; a
       // function result still owed asks for the answer itself, once it is given (ready).
       awaitingAnswer: () =>
@@ -162,6 +166,9 @@ export class CallSession {
     this.spoken = new AssistantTranscript(
       (id) => this.voiced.has(id),
       (text) => this.remember({ speaker: 'assistant', text }),
+    );
+    this.heard = new CallerTranscript({ add: (line) => this.remember(line), remove: (line) => this.forget(line) }, (m) =>
+      log.warn(`call ${callSid}: ${m}`),
     );
     this.own = new OwnResponses((e) => this.rt.send(e));
     this.results = new FunctionOutputs((e) => this.rt.send(e));
@@ -312,8 +319,12 @@ export class CallSession {
       case 'input_audio_buffer.speech_stopped':
         this.consent.speechStopped();
         return this.timing.speechStopped(e.audio_end_ms, this.rt.appendedMs);
+      case 'input_audio_buffer.committed':
+        return this.heard.committed(String(e.item_id));
       case 'conversation.item.input_audio_transcription.completed':
         return this.callerSaid(e);
+      case 'conversation.item.input_audio_transcription.failed':
+        return this.heard.failed(String(e.item_id), e.error);
       case 'response.output_audio.done':
         this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
         return this.ownLineSent(String(e.response_id));
@@ -383,10 +394,10 @@ export class CallSession {
 
   private callerSaid(e: RealtimeServerMessage): void {
     const text = typeof e.transcript === 'string' ? e.transcript.trim() : '';
+    const confidence = text ? transcriptConfidence(e.logprobs) : null;
+    this.heard.words(String(e.item_id), text, confidence);
     if (!text) return;
     if (this.phase === 'live' && !this.consent.settled) this.consent.heard(text);
-    const confidence = transcriptConfidence(e.logprobs);
-    this.remember({ speaker: 'user', text, confidence });
     if (confidence === null) {
       if (!this.warnedNoLogprobs)
         this.deps.log.warn(`call ${this.callSid}: transcripts carry no log-probabilities; confidence rules cannot run`);
@@ -400,6 +411,11 @@ export class CallSession {
   private remember(line: SaidLine): void {
     this.said.push(line);
     if (this.said.length > 200) this.said.shift();
+  }
+
+  private forget(line: SaidLine): void {
+    const at = this.said.indexOf(line);
+    if (at >= 0) this.said.splice(at, 1);
   }
 
   private async responseDone(r: RealtimeResponse | undefined): Promise<void> {
@@ -616,6 +632,7 @@ export class CallSession {
     this.closing?.done();
     this.rt.close();
     this.spoken.flush();
+    this.heard.flush('the call ended first');
     if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
     await this.feed.flush();
     await this.functions.idle(reason === 'shutdown' ? FUNCTIONS_WAIT_AT_SHUTDOWN_MS : FUNCTIONS_WAIT_MS);

@@ -7,12 +7,13 @@
  *   - input transcription, with log-probabilities (`include`), for the guard's confidence rules;
  *   - instructions from the configuration: consent line first, the five intents, the qualify
  *     questions and rules, the pricing message, the privacy notice, the languages, how keys the
- *     caller presses are given;
+ *     caller presses and a caller turn not transcribed are given;
  *   - every `functions` entry as a function tool whose parameters are its `args`.
  * The caller's words never go into instructions; only the operator's configuration does.
  */
 import type { RealtimeFunctionTool, RealtimeSessionCreateRequest, SessionUpdateEvent } from 'openai/resources/realtime/realtime';
 import type { Concierge } from '../config';
+import { NOT_TRANSCRIBED } from './caller-transcript';
 
 /** The transcription model: one that reports log-probabilities (whisper-1 does not). */
 const TRANSCRIBE_MODEL = 'gpt-4o-mini-transcribe';
@@ -71,6 +72,7 @@ function buildInstructions(c: Concierge, callerNumber: string | null): string {
     dial ? `If the caller asks for a person, call ${dial.name}.` : '',
     'Keys the caller presses on the phone come to you as "(keys pressed: 427)": take them as what the caller typed, such as a booking number.',
     'An entry of more than 32 keys comes cut, as "(keys pressed: 123… cut: 40 keys pressed, only the first 32 kept)": do not use it; tell the caller it was too long and ask for it again.',
+    `A turn of the caller whose words could not be transcribed comes as "${NOT_TRANSCRIBED}" (after a break in the line): you do not know what they said; if you need it, ask them to say it again.`,
     callerNumber ? `The caller's number is ${callerNumber}; confirm it rather than asking for it.` : '',
   ]
     .filter(Boolean)
