@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
 import type { RtConn } from './peers/realtime-peer';
-import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import { BOOKING, assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
 import type { MediaCall } from './peers/twilio-peer';
 import { until } from './peers/wait';
 
@@ -100,6 +100,34 @@ describe('phone bridge: the keypad', () => {
     expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
     call.hangUp();
     await s.endOf('CA1203');
+  });
+
+  it('keys pressed while the model answers a function’s result cut that answer, and the caller hears an answer to the keys', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.paceMs = 20; // the answer to the result streams as the API's does: the keys land in its middle
+    s.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
+    const script = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
+    const answers = [{ audio: assistantAudio(3000), transcript: 'You are booked for ten tomorrow, and here is more.' }, GOT_IT];
+    s.realtime.brain = (ctx) => (ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : script(ctx));
+    const { call, conn } = await answered(s, 'CA1209');
+    const given = () => conn.events.some((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
+    const toResult = serverEvent(conn, 'response.created', given);
+    speak(call);
+    const cut = (await toResult).response.id as string;
+    await until(call, 'media', () => true, 'the answer to the result playing');
+    call.press('4');
+    call.press('2');
+    call.press('#');
+    await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
+    await serverEvent(conn, 'response.done', (e) => e.response.id === cut && e.response.status === 'cancelled');
+    // before: nothing asked for an answer after the keys, and the caller waited in silence
+    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the keys heard');
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    const end = await s.endOf('CA1209');
+    expect(end.transcript.map((l) => l.text)).toContain('(keys pressed: 42)');
+    expect(end.transcript.at(-1)?.text).toBe(GOT_IT.transcript);
   });
 
   it('keys pressed while the opening line plays (all of it generated) are dropped: the line is heard whole, the model is given nothing', async () => {

@@ -214,8 +214,11 @@ export class CallSession {
     if (!this.rt.isReady) return;
     if (this.responding !== null || this.playback.playing()) this.silenceModel();
     this.rt.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
+    if (this.owedLine()) return;
+    // An answer to results owed now may have been asked for before the keys: results asks again.
+    if (this.results.owing) return this.results.typed();
     // A function result still to come asks for the answer itself, and that answer sees the keys.
-    if (!this.owedLine() && !this.functions.outstanding && !this.results.owing) this.rt.send({ type: 'response.create' });
+    if (!this.functions.outstanding) this.rt.send({ type: 'response.create' });
   }
 
   /** Why the call ended, once decided (a realtime failure handed to voicemail says so here). */
@@ -337,7 +340,7 @@ export class CallSession {
       case 'response.created':
         return this.created(e.response as RealtimeResponse | undefined);
       case 'conversation.item.added':
-        return this.results.added(e.item as { type?: unknown; call_id?: unknown } | undefined);
+        return this.results.added(e.item as { type?: unknown; call_id?: unknown; role?: unknown } | undefined);
       case 'response.function_call_arguments.done':
         this.results.announced(String(e.call_id));
         if (this.phase === 'live') this.functions.start(e as never);

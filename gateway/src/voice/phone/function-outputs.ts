@@ -9,6 +9,10 @@
  * and nothing would ask again). Which results a response saw is read from the server's order of
  * events: its `conversation.item.added` for the output came before the `response.created`.
  *
+ * Keys the caller presses while results are owed are answered by the answer to them, if that is
+ * asked for after the keys: one asked for before (or under way, and cut by the keys) does not see
+ * them, so once it is done an answer is asked for again, or the keys would get none.
+ *
  * A reconnect starts a new conversation that never saw the call, and the Realtime API refuses an
  * output whose `function_call` item the conversation does not hold. So the new conversation is
  * given every owed result (one still running is given when it is in; one the lost session had but
@@ -38,6 +42,8 @@ export class FunctionOutputs {
   private active: string | null = null;
   /** An answer asked for and not yet created. */
   private asked = false;
+  /** The caller's keys, given while results are owed, that no response has seen yet (sent, then held by the server). */
+  private keys: 'sent' | 'held' | null = null;
 
   constructor(private readonly send: Send) {}
 
@@ -55,6 +61,13 @@ export class FunctionOutputs {
     this.conversation++;
     this.active = null;
     this.asked = false;
+    this.keys = null; // the new session is given them with the history, and asked to answer
+  }
+
+  /** The caller's keys were given to the model as their turn (while results are owed): they are answered. */
+  typed(): void {
+    this.keys = 'sent';
+    this.ask();
   }
 
   add(results: FunctionOutput[]): void {
@@ -76,7 +89,8 @@ export class FunctionOutputs {
   }
 
   /** The server added an item to the conversation: an output of ours is now held there. */
-  added(item: { type?: unknown; call_id?: unknown } | undefined): void {
+  added(item: { type?: unknown; call_id?: unknown; role?: unknown } | undefined): void {
+    if (item?.type === 'message' && item.role === 'user' && this.keys === 'sent') this.keys = 'held';
     if (item?.type !== 'function_call_output') return;
     for (const o of this.owed) if (o.result.call_id === item.call_id && o.givenIn === this.conversation) o.held = true;
   }
@@ -85,6 +99,7 @@ export class FunctionOutputs {
   responseCreated(id: string): void {
     this.active = id;
     this.asked = false;
+    if (this.keys === 'held') this.keys = null;
     for (const o of this.owed) if (o.givenIn === this.conversation && o.held && o.answeredBy === null) o.answeredBy = id;
   }
 
@@ -96,13 +111,14 @@ export class FunctionOutputs {
       this.announcedIn.delete(this.owed[i].result.call_id); // paid: never given again
       this.owed.splice(i, 1);
     }
-    if (this.owed.some((o) => o.givenIn === this.conversation && o.held && o.answeredBy === null)) this.ask();
+    if (this.keys || this.owed.some((o) => o.givenIn === this.conversation && o.held && o.answeredBy === null)) this.ask();
   }
 
   /** One response at a time: asked for only while none is in progress or already asked for. */
   private ask(): void {
     if (this.active !== null || this.asked) return;
     this.asked = true;
+    this.keys = null; // asked after them: the answer sees them
     this.send({ type: 'response.create' });
   }
 }
