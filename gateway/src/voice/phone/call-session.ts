@@ -207,12 +207,14 @@ export class CallSession {
     if (!this.respondOnTurn || this.consentLine)
       return this.deps.log.info(`call ${this.callSid}: keys pressed before the opening line was heard: ignored`);
     const text = entryText(entry);
-    // Reconnecting: the lost session's unfinished line came first, so it is settled before the keys.
-    if (!this.rt.isReady) this.spoken.flush();
+    const cutting = this.rt.isReady && (this.responding !== null || this.playback.playing());
+    // The line the keys cut, or the lost session's unfinished one (reconnecting), came first: it
+    // is settled, as far as it had come, before the keys.
+    if (cutting || !this.rt.isReady) this.spoken.flush();
     this.remember({ speaker: 'user', text });
     // Not ready (reconnecting): the new session gets it with the history and is asked to answer.
     if (!this.rt.isReady) return;
-    if (this.responding !== null || this.playback.playing()) this.silenceModel();
+    if (cutting) this.silenceModel();
     this.rt.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
     if (this.owedLine()) return;
     // An answer to results owed now may have been asked for before the keys: results asks again.
