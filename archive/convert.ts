@@ -111,7 +111,7 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   const unlock = lockArchive(out, started, (message) => new ArchiveInputError(message));
   try {
     removeAbandonedScratch(out, started);
-    removeLeftoverParts(out);
+    for (const line of removeLeftoverParts(out)) options.log?.(line);
     return await convertLocked(input, out, options, started);
   } finally {
     unlock();

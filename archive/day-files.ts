@@ -9,9 +9,9 @@
  * (`events_<yyyymmdd>[_N].parquet.<pid>.part`), then renames it over it; a run killed in between
  * leaves that copy, and the next run, holding the archive's lock, removes it (`removeLeftoverParts`).
  */
-import { existsSync, lstatSync, readdirSync, rmdirSync, rmSync, statSync, type Dirent } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, rmdirSync, statSync, type Dirent } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { fileAge, pidAlive } from '../gateway/src/pid-lock';
+import { fileAge, pidAlive, unlinkIfThere } from '../gateway/src/pid-lock';
 import { ABANDONED_MS } from './lock';
 
 /** A day file's name, as `npm run archive` writes it. */
@@ -82,14 +82,23 @@ export const partBeside = (dest: string) => `${dest}.${process.pid}.part`;
  * Removes the copies killed runs left beside their day files. Called holding the archive's lock, so
  * no run of this archive is writing one; a copy named for another process running here is left
  * (a folder linked into two archives: that run may be copying it now) unless older than a day.
+ * One that cannot be removed (its folder made read-only since) is left too, never read as a day
+ * file: the run goes on, and says so in the lines returned.
  */
-export function removeLeftoverParts(root: string): void {
+export function removeLeftoverParts(root: string): string[] {
+  const left: string[] = [];
   for (const dir of places(root))
     for (const entry of entries(dir)) {
       const pid = Number(PART_FILE.exec(entry.name)?.[2]);
       if (!pid || !entry.isFile()) continue;
       const file = join(dir, entry.name);
       if (pid !== process.pid && pidAlive(pid) && fileAge(file) < ABANDONED_MS) continue;
-      rmSync(file, { force: true });
+      try {
+        unlinkIfThere(file); // rmSync would name EPERM ENOTDIR (it tries the file as a folder)
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code ?? 'error';
+        left.push(`left ${file}: could not remove it (${code}); it is never read as a day file, remove it by hand`);
+      }
     }
+  return left;
 }

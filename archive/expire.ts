@@ -20,6 +20,8 @@ export const DEFAULT_ARCHIVE_DAYS = 180;
 export const MAX_ARCHIVE_DAYS = 36_500;
 export interface ExpireResult {
   removed: string[];
+  /** Copies killed runs left that could not be removed, each said in a line (day-files.ts). */
+  left: string[];
   kept: number;
   cutoff: string;
 }
@@ -34,18 +36,18 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
   // Said as report says it (a mistyped --archive), not as the scandir error.
   if (!statSync(root, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--archive ${archive}: no such folder`);
   // A dry run removes nothing, so it does not hold the folder (nor refuse a nightly run).
-  if (dryRun) return expireDays(root, cutoff, true);
+  if (dryRun) return { ...expireDays(root, cutoff, true), left: [] };
   const unlock = lockArchive(root, Date.now(), (message) => new Error(message));
   try {
     // First: a killed run's copy left in a day folder would keep that folder from being emptied.
-    removeLeftoverParts(root);
-    return expireDays(root, cutoff, false);
+    const left = removeLeftoverParts(root);
+    return { ...expireDays(root, cutoff, false), left };
   } finally {
     unlock();
   }
 }
 
-function expireDays(root: string, cutoff: string, dryRun: boolean): ExpireResult {
+function expireDays(root: string, cutoff: string, dryRun: boolean): Omit<ExpireResult, 'left'> {
   const removed: string[] = [];
   let kept = 0;
   for (const { file, day } of dayFiles(root)) {

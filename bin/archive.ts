@@ -79,6 +79,7 @@ function expireCommand(rest: string[]): void {
     ? wholeDays('ARCHIVE_RETENTION_DAYS', process.env.ARCHIVE_RETENTION_DAYS!)
     : wholeDays('--days', values.days ?? String(DEFAULT_ARCHIVE_DAYS));
   const result = expireArchive(values.archive!, days, new Date(), values['dry-run']);
+  for (const line of result.left) process.stderr.write(`${line}\n`);
   for (const f of result.removed) process.stdout.write(`${values['dry-run'] ? 'would remove' : 'removed'} ${f}\n`);
   process.stderr.write(
     `${result.removed.length} file(s) of days before ${result.cutoff} ${values['dry-run'] ? 'to remove' : 'removed'}; ${result.kept} kept\n`,

@@ -68,7 +68,7 @@ export function fileAge(file: string): number {
 }
 
 /** Removes a file; one already gone was removed by another process (two found the same takeover file stale). */
-function unlinkIfThere(file: string): void {
+export function unlinkIfThere(file: string): void {
   try {
     unlinkSync(file);
   } catch (error) {

@@ -2,6 +2,7 @@
 // One describe per command: long because each behaviour is a short test of its own.
 import { execFileSync, spawnSync } from 'node:child_process';
 import {
+  chmodSync,
   copyFileSync,
   cpSync,
   existsSync,
@@ -428,6 +429,34 @@ describe('reports', () => {
     expect(existsSync(join(out, 'provider=openai'))).toBe(false);
   });
 
+  it('a copy left in a folder the run may not change (made read-only since) is left and said: the run and expiry go on', async (ctx) => {
+    const out = join(scratch(), 'stuck');
+    await convert(csv([at('a', '2026-11-21T09:00:00Z', 1)]), { out, partition: true });
+    const dayDir = join(out, 'provider=openai', 'day=20261121');
+    const part = join(dayDir, `events_20261121.parquet.${spawnSync(process.execPath, ['-e', '']).pid}.part`);
+    copyFileSync(join(dayDir, 'events_20261121.parquet'), part);
+    const unlock = unchangeable(dayDir);
+    if (!unlock) return ctx.skip(); // this machine cannot keep its owner out of a folder
+    try {
+      const lines: string[] = [];
+      // before: "ENOTDIR: not a directory, scandir '…part'" (rmSync's word for EPERM): no run nor expiry got further, whatever day it had
+      await convert(csv([at('b', '2026-11-22T10:00:00Z', 2)]), { out, partition: true, log: (l) => lines.push(l) });
+      expect(lines.find((l) => l.startsWith(`left ${part}: `))).toMatch(
+        /: could not remove it \((EPERM|EACCES)\); it is never read as a day file/,
+      );
+      expect(existsSync(part)).toBe(true);
+      expect((await report('daily', out, '2026-11-22')).map((r) => [r.day, r.cost_usd])).toEqual([
+        ['2026-11-21', 1],
+        ['2026-11-22', 2],
+      ]);
+      const expired = expireArchive(out, 1, new Date('2026-11-22T12:00:00Z'));
+      expect(expired.left).toEqual([expect.stringMatching(/\.part: could not remove it \(E[A-Z]+\)/)]);
+      expect([expired.removed, expired.kept]).toEqual([[], 2]);
+    } finally {
+      unlock();
+    }
+  });
+
   it('burn sums the day and the 6 preceding calendar days; days without events count as zero', async () => {
     const out = join(scratch(), 'arch');
     await convert(
@@ -448,3 +477,22 @@ describe('reports', () => {
     expect(burn['09']).toEqual([1, 6]); // "6 preceding rows" would have given 16
   });
 });
+
+/**
+ * Makes `dir` a folder whose entries its owner cannot remove (immutable for root, read-only for
+ * another user); returns the undo, or null when this machine cannot (a file system without it).
+ */
+function unchangeable(dir: string): (() => void) | null {
+  const root = process.getuid?.() === 0;
+  const undo = root ? () => spawnSync('chattr', ['-i', dir]) : () => chmodSync(dir, 0o755);
+  if (root) spawnSync('chattr', ['+i', dir]);
+  else chmodSync(dir, 0o555);
+  try {
+    writeFileSync(join(dir, 'probe'), '');
+  } catch {
+    return undo;
+  }
+  rmSync(join(dir, 'probe'));
+  undo();
+  return null;
+}
