@@ -3,7 +3,8 @@
  * (`prompt`), files (content parts given by `file_id`, the image generation tool's mask, a code
  * interpreter's or a shell's `file_ids`), vector stores (`file_search`), containers
  * (`code_interpreter`, the shell tool's `container_reference`), skills (a shell container's
- * `skill_reference`) and a chat message's previous audio answer (`audio.id`).
+ * `skill_reference`), a chat message's previous audio answer (`audio.id`) and the custom voice a chat
+ * answer is spoken in (`audio.voice.id`: a likeness of a voice actor, made with their consent).
  * Every tenant's request reaches the provider with the operator's one key, and the gateway creates
  * none of these for a tenant (it serves no /v1/files, /v1/vector_stores, /v1/containers, /v1/skills,
  * nor prompts), so one named in a request is the operator's or another program's: with client keys
@@ -15,7 +16,7 @@ import { openAiError, type OpenAiError } from './errors';
 import { isObject } from './json-object';
 import type { RequestContext } from './request-context';
 
-type Kind = 'prompt' | 'file' | 'vector_store' | 'container' | 'skill' | 'audio';
+type Kind = 'prompt' | 'file' | 'vector_store' | 'container' | 'skill' | 'audio' | 'voice';
 
 /** An object a request names, and the parameter that names it. */
 interface Named {
@@ -32,6 +33,7 @@ const WORDS: Record<Kind, [one: string, many: string]> = {
   container: ['Container', 'containers'],
   skill: ['Skill', 'skills'],
   audio: ['Audio response', 'audio responses'],
+  voice: ['Voice', 'custom voices'],
 };
 
 /** Responses' content parts the model reads from a stored file when given its `file_id`. */
@@ -120,6 +122,12 @@ function audioObjects(messages: unknown, found: Named[]): void {
   });
 }
 
+/** The custom voice a chat answer is to be spoken in, given by id (a built-in one is given by name). */
+function voiceObjects(audio: unknown, found: Named[]): void {
+  const voice = isObject(audio) ? audio.voice : null;
+  if (isObject(voice) && typeof voice.id === 'string') found.push({ kind: 'voice', id: voice.id, param: 'audio.voice.id' });
+}
+
 /** Every stored object a chat or Responses request names, in the order of its parameters. */
 function objectsOf(ctx: RequestContext): Named[] {
   const found: Named[] = [];
@@ -127,6 +135,7 @@ function objectsOf(ctx: RequestContext): Named[] {
   if (ctx.api === 'chat') {
     filesIn(body.messages, 'messages', found);
     audioObjects(body.messages, found);
+    voiceObjects(body.audio, found);
   }
   if (ctx.api !== 'responses') return found;
   promptObjects(body.prompt, found);

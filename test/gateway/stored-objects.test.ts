@@ -198,6 +198,27 @@ describe('stored objects on the provider account (GATEWAY_AUTH=keys)', () => {
     expect((await post(url, acme, 'chat/completions', turns({ content: 'what it said' }))).status).toBe(200);
   });
 
+  it("a chat answer spoken in a custom voice given by id (the provider account's, made from a voice actor's consent) is refused; a built-in voice is served", async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const spoken = (voice: unknown) => ({
+      modalities: ['text', 'audio'],
+      audio: { voice, format: 'wav' },
+      messages: [{ role: 'user', content: 'say it' }],
+    });
+    // before: 200, the provider asked to speak in the operator's voice_operator for any key
+    const res = await post(url, acme, 'chat/completions', spoken({ id: 'voice_operator' }));
+    const error = ((await res.json()) as { error?: { code: string; param: string; message: string } }).error;
+    expect({ status: res.status, code: error?.code, param: error?.param }).toEqual({
+      status: 400,
+      code: 'voice_not_found',
+      param: 'audio.voice.id',
+    });
+    expect(error!.message).toMatch(/^Voice with id 'voice_operator' not found: this gateway keeps no custom voices for its clients/);
+    expect(w.hot.received).toEqual([]);
+    expect((await post(url, acme, 'chat/completions', spoken('alloy'))).status).toBe(200);
+  });
+
   it('a request that would be queued (no route answers) is refused all the same, not queued', async () => {
     w.hot.always({ kind: 'status', status: 503 });
     w.warm.always({ kind: 'status', status: 503 });
