@@ -153,6 +153,35 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       expect((await postResponses(url, acme, { input: [shape, { role: 'user', content: 'what was it?' }] })).status).toBe(200);
   });
 
+  it("another tenant's image passed back by its image_generation_call id alone (OpenAI reads the image from the stored item) is item_not_found", async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const globex = (await w.makeKey('globex')).key;
+    const item = ((await (await postResponses(url, acme, { input: 'draw my secret' })).json()) as { output: Array<{ id: string }> })
+      .output[0].id;
+    const before = responsesCalls();
+    const edit = (call: object) => ({
+      input: [{ role: 'user', content: 'make it realistic' }, call],
+      tools: [{ type: 'image_generation' }],
+    });
+    // before: 200 for both, the provider asked to edit acme's image for globex
+    for (const call of [
+      { type: 'image_generation_call', id: item },
+      { type: 'image_generation_call', id: item, result: '' },
+    ]) {
+      const res = await postResponses(url, globex, edit(call));
+      expect({ call, status: res.status, body: await res.json() }).toMatchObject({
+        call,
+        status: 400,
+        body: { error: { code: 'item_not_found', param: 'input[1].id' } },
+      });
+    }
+    expect(responsesCalls()).toBe(before);
+    // Its own tenant's is served; so is one that carries its image (the stateless form).
+    expect((await postResponses(url, acme, edit({ type: 'image_generation_call', id: item }))).status).toBe(200);
+    expect((await postResponses(url, globex, edit({ type: 'image_generation_call', id: item, result: 'iVBORw0KGgo=' }))).status).toBe(200);
+  });
+
   it("a conversation is no tenant's (the gateway creates none): continuing one on the provider key is conversation_not_found, nothing called", async () => {
     const { url } = await w.up();
     const acme = (await w.makeKey('acme')).key;

@@ -21,19 +21,28 @@ interface Reference {
   param: string;
 }
 
-/** Items a client passes back whose content is encrypted: without it, the provider reads it from the stored item. */
-const ENCRYPTED = new Set(['reasoning', 'compaction']);
+/**
+ * Items a client passes back whose content the provider fills in from the stored item when it is
+ * left out: a reasoning or compaction item's `encrypted_content`, an image generation call's image
+ * (`result`: OpenAI's multi-turn editing passes the call by its id alone).
+ */
+const CONTENT: Record<string, string> = {
+  reasoning: 'encrypted_content',
+  compaction: 'encrypted_content',
+  image_generation_call: 'result',
+};
+
+/** Whether `field` of the item carries content: an empty or odd one carries nothing, so it counts as none. */
+const carries = (item: Record<string, unknown>, field: string) => typeof item[field] === 'string' && item[field] !== '';
 
 /**
  * An input item whose content the provider reads from its store by id: OpenAI's `item_reference`
  * (`type` may be left out: an item without a type is a message only with a role and content), and
- * a reasoning or compaction item without its `encrypted_content` (OpenAI fills it in from the
- * stored item; the stateless form, `store: false`, carries its own). An empty or odd
- * `encrypted_content` carries nothing, so it counts as none.
+ * an item of CONTENT without its content (the stateless form, `store: false`, carries its own).
  */
 const isReference = (item: Record<string, unknown>) =>
   item.type === 'item_reference' ||
-  (ENCRYPTED.has(item.type as string) && !(typeof item.encrypted_content === 'string' && item.encrypted_content !== '')) ||
+  (Object.hasOwn(CONTENT, item.type as string) && !carries(item, CONTENT[item.type as string])) ||
   (item.type == null && !(typeof item.role === 'string' && item.content != null));
 
 /** `previous_response_id` and the ids of the input items read from the store (isReference). */
