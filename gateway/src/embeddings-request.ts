@@ -12,7 +12,7 @@ import { bodyRefusal } from './param-path';
 
 const TEXT = { error: 'expected a non-empty string' };
 const Text = z.string(TEXT).min(1, TEXT);
-// A refinement, not .int().min(0): zod's union reports a refinement's issue (input.3: …) where
+// A refinement, not .int().min(0): zod's union reports a refinement's issue (input[3]: …) where
 // an .int() failure would leave only the union's own message.
 const TOKEN_ID = { error: 'expected a token id (an integer from 0)' };
 const TokenId = z.number(TOKEN_ID).refine((n) => Number.isInteger(n) && n >= 0, TOKEN_ID);

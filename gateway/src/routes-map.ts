@@ -76,7 +76,7 @@ const RoutesMap = z.strictObject({
         .string()
         .regex(
           /^[^\s]{1,200}$/,
-          'expected the id of a stored prompt, file, vector store, container or skill (no spaces, at most 200 characters)',
+          'expected the id of a stored prompt, file, vector store, container, skill or custom voice (no spaces, at most 200 characters)',
         ),
     )
     .optional(),

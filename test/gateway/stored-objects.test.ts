@@ -244,7 +244,7 @@ describe('stored objects on the provider account (GATEWAY_AUTH=keys)', () => {
       return file;
     };
     await expect(w.up({ ROUTES_FILE: mapWith(['vs_handbook', 'file one']) })).rejects.toThrow(
-      /shared\.json: shared_objects\[1\]: expected the id of a stored prompt, file, vector store, container or skill/,
+      /shared\.json: shared_objects\[1\]: expected the id of a stored prompt, file, vector store, container, skill or custom voice/,
     );
     const { url } = await w.up({ ROUTES_FILE: mapWith(['vs_handbook', 'pmpt_house_style']), ADMIN_TOKEN: ADMIN });
     const acme = (await w.makeKey('acme')).key;
