@@ -34,6 +34,16 @@ const number = (min: number, max: number, whole = false) =>
  * A token as it must be sent: a secret made from a file often ends with a newline, and then no
  * caller's token matched it (a header's value is sent trimmed) and the meter refused every post.
  */
+/**
+ * The meter is reached with fetch, which refuses a URL with user:password in it: every post and
+ * spend read failed, and the spend read's warning quoted the URL with the password and METER_TOKEN.
+ */
+const meterUrl = () =>
+  url(['https:', 'http:']).refine((v) => {
+    const u = URL.canParse(v) ? new URL(v) : null;
+    return !u?.username && !u?.password;
+  }, "expected a URL without user:password in it (the meter's token is METER_TOKEN)");
+
 const secret = () =>
   z.string().refine((v) => v === v.trim(), "expected no spaces or line breaks around it (a secret file's last newline?)");
 
@@ -58,7 +68,7 @@ const Env = z.object({
     .string()
     .regex(/^[A-Za-z0-9._:-]{1,64}$/, 'expected 1-64 letters, digits, . _ : -')
     .optional(),
-  METER_URL: url(['https:', 'http:']).optional(),
+  METER_URL: meterUrl().optional(),
   METER_TOKEN: secret().optional(),
   METER_CSV_FILE: z.string().min(1).default('.data/events.csv'),
   METER_SPOOL_DIR: z.string().min(1).default('.data/meter-spool'),

@@ -262,6 +262,17 @@ describe('npm start', () => {
     expect(err).toContain('DAILY_CAP_USD: expected a number from 0 to 1000000000, got "-3"');
   });
 
+  // fetch refuses a URL with credentials: every meter post and spend read failed, and the spend
+  // read's warning quoted the URL with the password and METER_TOKEN.
+  it('refuses a METER_URL with user:password in it, naming it and showing neither the password nor the token', () => {
+    const read = () => readEnv({ METER_URL: 'https://meter:hunter2@script.google.com/macros/s/x/exec', METER_TOKEN: 'mtok-s3cret' });
+    expect(read).toThrow("METER_URL: expected a URL without user:password in it (the meter's token is METER_TOKEN)");
+    expect(read).not.toThrow(/hunter2|mtok-s3cret/);
+    expect(readEnv({ METER_URL: 'https://script.google.com/macros/s/x/exec?x=1' }).METER_URL).toBe(
+      'https://script.google.com/macros/s/x/exec?x=1',
+    );
+  });
+
   it('a blank or hexadecimal number, a WORKER other than on/off and a bad LOG_LEVEL are each refused by name', async () => {
     expect(() => readEnv({ PORT: ' ' })).toThrow('PORT: expected a whole number from 0 to 65535');
     expect(() => readEnv({ PORT: '0x1F90' })).toThrow('PORT: expected a whole number from 0 to 65535, got "0x1F90"');
