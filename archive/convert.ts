@@ -44,6 +44,9 @@ class ArchiveInputError extends Error {}
 /** Downloads the web app's export URL (following its 302 with GET) to a temporary file. */
 async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promise<string> {
   const target = new URL(url);
+  // fetch refuses such a URL, and its refusal quotes it whole: the password and the token with it.
+  if (target.username || target.password)
+    throw new ArchiveInputError('export URL: expected no user:password in it (the token goes in METER_TOKEN or ?token=)');
   const token = env.METER_TOKEN;
   if (token && !target.searchParams.has('token')) target.searchParams.set('token', token);
   const response = await fetch(target, { redirect: 'follow' });

@@ -115,6 +115,18 @@ describe('inputs', () => {
     }
   });
 
+  // fetch refused it with a message quoting the URL whole: the password and METER_TOKEN on stderr.
+  it('refuses an export URL with user:password in it, showing neither the password nor the token, and writes nothing', async () => {
+    const out = join(scratch(), 'arch');
+    const error = await convert('http://meter:hunter2@127.0.0.1:9/exec?action=export&since=2026-11-21', {
+      out,
+      env: { METER_TOKEN: 's3cret' },
+    }).catch((e: Error) => e);
+    expect(String(error)).toContain('export URL: expected no user:password in it');
+    expect(String(error)).not.toMatch(/hunter2|s3cret/);
+    expect(readdirSync(out)).toEqual([]);
+  });
+
   it("takes the meter bundle's own export CSV: the sheet's totals equal the archive's", async () => {
     const platform = new FakePlatform();
     const meter = loadBundle(platform);
