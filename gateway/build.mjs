@@ -20,4 +20,5 @@ await build({
   sourcemap: true,
   logLevel: 'warning',
 });
-console.log('gateway/dist: main.js, worker.js, ops.js');
+// stderr: `npm run ops` builds first, and its stdout is for results only (a script reads them).
+console.error('gateway/dist: main.js, worker.js, ops.js');

@@ -57,6 +57,18 @@ describe('npm run ops usage', () => {
     redis.disconnect();
   }, 20_000);
 
+  // `npm run ops` builds the gateway first, and the build's line went to stdout ahead of the results.
+  it('npm run -s ops writes only its results to stdout, the build before it included', () => {
+    const env = { PATH: process.env.PATH, QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: `test-ops-npm-${process.pid}` };
+    const status = spawnSync('npm', ['run', '-s', 'ops', '--', 'status'], { cwd: root, env, encoding: 'utf8' });
+    expect(status.status).toBe(0);
+    expect(status.stdout.split('\n')).toEqual([
+      expect.stringMatching(/^paused: /),
+      'queue ai-tasks: waiting 0, delayed 0, active 0, completed 0, failed 0, dead_lettered 0',
+      '',
+    ]);
+  }, 30_000);
+
   it('an error the store answers mid-command is one line on stderr naming the command, exit 1, not a stack trace', async () => {
     const prefix = `test-ops-broken-${process.pid}`;
     const redis = new Redis(TEST_REDIS_URL);
