@@ -2,7 +2,8 @@
  * The gateway's environment, read once at start and checked with one zod schema: every value the
  * gateway reads is named here with its default, and a bad value stops the start with its name and
  * what was expected (never a 500 on the first request). Provider keys and `${NAME}` references of
- * the routing map are read from the raw environment (their names depend on the map).
+ * the routing map are read from the raw environment (their names depend on the map), and so are
+ * the phone bridge's values (voice/phone/settings.ts: a bad one turns the bridge off, not the gateway).
  */
 import { z } from 'zod';
 import { parseDecimalText } from '../../schema/event-record';
