@@ -78,7 +78,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
       const headers = routeHeaders('cold', 'queue', ctx.body.model, why.attempts);
       if (!deps.flags.get().enable_cold_queue) {
         const error = openAiError(
-          'no route answered and the Cold queue is switched off (enable_cold_queue)',
+          `${whyQueued(why.reason)}, and the Cold queue is switched off (enable_cold_queue)`,
           'upstream_error',
           null,
           'cold_queue_disabled',
@@ -89,13 +89,13 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         const payload = coldPayload(ctx, why.reason, why.reviewRequired);
         const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs }).then((job) => told(deps, ctx, why, job));
         const { jobId } = await within(enqueued, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
-        sendQueued(res, ctx, jobId, headers);
+        sendQueued(res, ctx, jobId, why.reason, headers);
       } catch (error) {
         deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
         sendJson(
           res,
           503,
-          openAiError('no route answered and the Cold queue is unreachable', 'upstream_error', null, 'cold_queue_unavailable'),
+          openAiError(`${whyQueued(why.reason)}, and the Cold queue is unreachable`, 'upstream_error', null, 'cold_queue_unavailable'),
           headers,
         );
       }
@@ -104,15 +104,25 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
 }
 
 /**
+ * Why a request went to the Cold tier, as its client is told: spend-cap routing queues requests no
+ * route failed, and "no route answered" sent their readers looking for an outage.
+ */
+function whyQueued(reason: string): string {
+  if (reason === 'queue') return 'a spend cap is exceeded and the request may wait (x-must-have-answer: false)';
+  if (reason === 'human_review') return 'a spend cap is exceeded: a person reviews the request first';
+  return reason === 'time_to_answer' ? 'no route answered in time' : 'no route answered';
+}
+
+/**
  * `202 {"status":"queued","jobId"}`. A client that asked for a stream reads the answer as events
  * (the `openai` SDKs do, whatever its type): a JSON body would be an empty stream that ends without
  * an error, the job id unread. So it gets the same object as one event, with an `error` an SDK
  * raises (code `queued`), naming the job.
  */
-function sendQueued(res: ServerResponse, ctx: RequestContext, jobId: string, headers: OutgoingHttpHeaders): void {
+function sendQueued(res: ServerResponse, ctx: RequestContext, jobId: string, reason: string, headers: OutgoingHttpHeaders): void {
   const queued = { status: 'queued', jobId };
   if (!ctx.stream) return sendJson(res, 202, queued, headers);
-  const message = `no route answered in time: queued as job ${jobId}; GET /v1/jobs/${jobId} has its answer once done`;
+  const message = `${whyQueued(reason)}; queued as job ${jobId}; GET /v1/jobs/${jobId} has its answer once done`;
   const event = { ...queued, ...openAiError(message, 'upstream_error', null, 'queued') };
   headers['cache-control'] = 'no-cache';
   sendBody(res, 202, serialize({ data: JSON.stringify(event) }), 'text/event-stream; charset=utf-8', headers);

@@ -150,6 +150,36 @@ describe('degraded routing', () => {
     expect(gw.notifier.sent.find((m) => /human review/.test(m.subject))?.target).toBe('reviewer@example.com');
   });
 
+  // The streamed 202's event (and the 503 with the queue off) said "no route answered in time" for
+  // these too: an operator or a client looked for an outage while it was the spend cap.
+  it('a cap exceeded: a streamed request queued, or refused with the queue off, is told it was the spend cap, not that no route answered', async () => {
+    spend = { today_cost_usd: 50.01, last_7d_cost_usd: 60 };
+    const gw = await up();
+    const streamed = async (headers: Record<string, string>) => {
+      const res = await fetch(`${gw.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({ model: 'gpt-4o', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      const text = await res.text();
+      return { status: res.status, error: (JSON.parse(text.replace(/^data: /, '')) as { error: { message: string } }).error };
+    };
+    const review = await streamed({ 'idempotency-key': 's1' });
+    expect(review.status).toBe(202);
+    expect(review.error.message).toMatch(/^a spend cap is exceeded: a person reviews the request first; queued as job llm-/);
+    const later = await streamed({ 'idempotency-key': 's2', 'x-must-have-answer': 'false' });
+    expect(later.error.message).toMatch(
+      /^a spend cap is exceeded and the request may wait \(x-must-have-answer: false\); queued as job llm-/,
+    );
+    await gw.flags.update({ enable_cold_queue: false });
+    const off = await chat(gw.url, undefined, { 'idempotency-key': 's3' });
+    expect([off.status, off.json().error.code]).toEqual([503, 'cold_queue_disabled']);
+    expect(off.json().error.message).toBe(
+      'a spend cap is exceeded: a person reviews the request first, and the Cold queue is switched off (enable_cold_queue)',
+    );
+    expect(hot.received).toHaveLength(0);
+  });
+
   it('a cap exceeded: an embeddings request that can use cheaper goes to human review, never to the cheaper model', async () => {
     spend = { today_cost_usd: 50.01, last_7d_cost_usd: 60 };
     const gw = await up({
