@@ -26,6 +26,8 @@ export interface StartFacts {
   scopes: Scopes;
   stores: Stores;
   cappedProvider: string;
+  /** Whether this process serves HTTP: a worker alone (`npm run worker`) has no operator endpoints. */
+  http: boolean;
 }
 
 /** Where meter events wait for the meter: the shared Redis stream, or this process's spool folder. */
@@ -47,5 +49,6 @@ export function describeStart(log: Logger, f: StartFacts): void {
     ? "the meter's (doGet?action=spend, cached 60 s)"
     : `${f.stores.redis ? "every instance's totals in Redis" : "this gateway's own totals"} against ${env.DAILY_CAP_USD} / ${env.BURN_7D_CAP_USD} USD`;
   log.info(`spend caps for spend-cap routing: ${caps}`);
-  if (!env.ADMIN_TOKEN) log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
+  if (f.http && !env.ADMIN_TOKEN)
+    log.warn('ADMIN_TOKEN is not set: operator endpoints (/health, /metrics, /admin/*, /budget/*) answer 401');
 }

@@ -148,6 +148,7 @@ describe('the start-up log', () => {
         scopes: {},
         stores: { redis: {} } as Stores,
         cappedProvider: 'openai',
+        http: true,
       });
     const store = logs.filter((l) => l.includes('store: Redis'));
     expect(store).toHaveLength(2);
@@ -187,6 +188,24 @@ describe('npm start', () => {
     expect(out).toContain('store: in-process');
     expect(out).toContain('meter: local CSV');
     expect(out).not.toMatch(/sk-|Bearer /);
+  });
+
+  // A worker alone serves nothing, yet its log told the operator its /health and /admin answered 401.
+  it('npm run worker says what it uses, but nothing of operator endpoints it does not have', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/worker.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, METER_CSV_FILE: join(dir, 'e.csv') },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    const exited = new Promise((r) => child.on('exit', r));
+    await until(async () => out.includes('worker: running in this process'));
+    child.kill('SIGTERM');
+    await exited;
+    expect(out).toContain('store: in-process');
+    expect(out).not.toContain('ADMIN_TOKEN');
   });
 
   it('names the embedded endpoint defaults only when the map took them', async () => {
