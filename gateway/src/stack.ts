@@ -161,7 +161,18 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   });
   const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
   const meter = teeMeter(createMeterSink(env, log, backlog, redis), spend, limiter);
-  describeStart(log, { env, map, routesFile, routesVersion: version.version, scopes, stores, cappedProvider, http: options.http });
+  const spoolDir = meter.status().spool_dir; // the folder this process took: another gateway may hold METER_SPOOL_DIR
+  describeStart(log, {
+    env,
+    map,
+    routesFile,
+    routesVersion: version.version,
+    scopes,
+    stores,
+    cappedProvider,
+    http: options.http,
+    spoolDir: typeof spoolDir === 'string' ? spoolDir : env.METER_SPOOL_DIR,
+  });
 
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
   const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent: env.BUDGET_PAUSE_AT_PERCENT, log };

@@ -28,11 +28,16 @@ export interface StartFacts {
   cappedProvider: string;
   /** Whether this process serves HTTP: a worker alone (`npm run worker`) has no operator endpoints. */
   http: boolean;
+  /**
+   * The spool folder this process took: `<METER_SPOOL_DIR>.2` … when another gateway holds the
+   * folder itself (meter-web-app.ts), so the log names the folder its events are really in.
+   */
+  spoolDir: string;
 }
 
 /** Where meter events wait for the meter: the shared Redis stream, or this process's spool folder. */
-const meterWay = (env: GatewayEnv) =>
-  env.QUEUE_STORE_URL ? `through the Redis stream ${env.REDIS_PREFIX ?? 'gateway'}:meter:events` : `spooled to ${env.METER_SPOOL_DIR}`;
+const meterWay = (f: StartFacts) =>
+  f.env.QUEUE_STORE_URL ? `through the Redis stream ${f.env.REDIS_PREFIX ?? 'gateway'}:meter:events` : `spooled to ${f.spoolDir}`;
 
 export function describeStart(log: Logger, f: StartFacts): void {
   const { env, map, scopes } = f;
@@ -41,7 +46,7 @@ export function describeStart(log: Logger, f: StartFacts): void {
   log.info(
     `scopes: ${scopeNames.length ? `${env.SCOPES_FILE} (${scopeNames.join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`,
   );
-  log.info(`meter: ${env.METER_URL ? `meter web app (${meterWay(env)})` : `local CSV ${env.METER_CSV_FILE} (METER_URL not set)`}`);
+  log.info(`meter: ${env.METER_URL ? `meter web app (${meterWay(f)})` : `local CSV ${env.METER_CSV_FILE} (METER_URL not set)`}`);
   log.info(`store: ${env.QUEUE_STORE_URL ? `Redis ${redactUrl(env.QUEUE_STORE_URL)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
   if (!f.stores.redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');
   log.info(`budget pause: ${f.cappedProvider} at ${env.BUDGET_PAUSE_AT_PERCENT}%`);

@@ -149,6 +149,7 @@ describe('the start-up log', () => {
         stores: { redis: {} } as Stores,
         cappedProvider: 'openai',
         http: true,
+        spoolDir: '.data/meter-spool',
       });
     const store = logs.filter((l) => l.includes('store: Redis'));
     expect(store).toHaveLength(2);
@@ -206,6 +207,31 @@ describe('npm start', () => {
     await exited;
     expect(out).toContain('store: in-process');
     expect(out).not.toContain('ADMIN_TOKEN');
+  });
+
+  // The second gateway's start log said it spooled to the folder the first one holds.
+  it('a second gateway beside the first names the spool folder it took, <dir>.2, in its meter line', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const env = {
+      PATH: process.env.PATH,
+      PORT: '0',
+      WORKER: 'off',
+      METER_URL: 'http://127.0.0.1:9/exec',
+      METER_SPOOL_DIR: join(dir, 'spool'),
+    };
+    const started = async () => {
+      const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      await until(async () => out.includes('listening'));
+      return { out, stop: () => new Promise((r) => (child.on('exit', r), child.kill('SIGTERM'))) };
+    };
+    const first = await started();
+    const second = await started();
+    await Promise.all([second.stop(), first.stop()]);
+    expect(first.out).toContain(`"meter: meter web app (spooled to ${join(dir, 'spool')})"`);
+    expect(second.out).toContain(`this gateway spools to ${join(dir, 'spool')}.2`);
+    expect(second.out).toContain(`"meter: meter web app (spooled to ${join(dir, 'spool')}.2)"`);
   });
 
   it('names the embedded endpoint defaults only when the map took them', async () => {
