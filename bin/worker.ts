@@ -6,11 +6,12 @@ import { fail } from '../gateway/src/start';
 import { createStack } from '../gateway/src/stack';
 
 async function run(): Promise<void> {
-  const log = createLogger(process.env.LOG_LEVEL);
-  if (!process.env.QUEUE_STORE_URL)
+  const settings = readEnv(process.env); // first: a bad LOG_LEVEL is named like any other bad value
+  const log = createLogger(settings.LOG_LEVEL);
+  if (!settings.QUEUE_STORE_URL)
     log.warn("QUEUE_STORE_URL is not set: this worker has its own empty in-process queue; point it at the gateway's Redis");
   const stack = await createStack(process.env, log, { http: false, worker: true });
-  const graceMs = readEnv(process.env).SHUTDOWN_GRACE_MS;
+  const graceMs = settings.SHUTDOWN_GRACE_MS;
   const stop = async () => {
     // Jobs still running at the end of the grace are cut (metered) and handed back to another worker.
     log.info(`worker stopping: running jobs finish first (up to ${graceMs} ms)`);

@@ -328,6 +328,20 @@ describe('npm start', () => {
     expect(err).toMatch(/^gateway did not start:\nenvironment:\nLOG_LEVEL: .*"verbose"/);
   });
 
+  // The worker made its logger before reading the environment: pino's stack trace instead of the name.
+  it('npm run worker refuses a bad LOG_LEVEL by name, as the gateway does, not with a stack trace', async () => {
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/worker.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, LOG_LEVEL: 'verbose' },
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    const code = await new Promise((r) => child.on('exit', r));
+    expect(code).toBe(1);
+    expect(err).toMatch(/\nenvironment:\nLOG_LEVEL: .*"verbose"\n$/);
+    expect(err).not.toMatch(/\n\s+at /);
+  });
+
   it('refuses a NODE_ENV other than production, development or test (NODE_ENV=prod ran as development: no Redis, no client keys)', async () => {
     for (const value of ['production', 'development', 'test', '']) expect(() => readEnv({ NODE_ENV: value })).not.toThrow();
     expect(() => readEnv({ NODE_ENV: 'Production' })).toThrow(/NODE_ENV: .*"Production"/);
