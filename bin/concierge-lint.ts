@@ -5,8 +5,16 @@
  */
 import { lintFile } from '../gateway/src/voice/config';
 
-const file = process.argv[2] ?? process.env.CONCIERGE_FILE ?? 'concierge.json';
-const problems = lintFile(file);
-for (const p of problems) process.stdout.write(`${p.path}: ${p.message}\n`);
-if (problems.length === 0) process.stdout.write(`${file}: clean\n`);
-process.exitCode = problems.length ? 1 : 0;
+const args = process.argv.slice(2);
+// One file or none: the drill's `--config FILE` linted a file named "--config", and a second file went unread.
+if (args.length > 1 || args[0]?.startsWith('-')) {
+  const got = args.map((a) => `"${a}"`).join(' ');
+  process.stderr.write(`usage: npm run concierge:lint -- [file] (one file; default CONCIERGE_FILE or concierge.json), got ${got}\n`);
+  process.exitCode = 2;
+} else {
+  const file = args[0] ?? process.env.CONCIERGE_FILE ?? 'concierge.json';
+  const problems = lintFile(file);
+  for (const p of problems) process.stdout.write(`${p.path}: ${p.message}\n`);
+  if (problems.length === 0) process.stdout.write(`${file}: clean\n`);
+  process.exitCode = problems.length ? 1 : 0;
+}

@@ -107,6 +107,17 @@ describe('concierge.json and its lint', () => {
     writeFileSync(file, JSON.stringify(filled()));
     const good = spawnSync(tsx, ['bin/concierge-lint.ts', file], { cwd: root, encoding: 'utf8' });
     expect(good.status).toBe(0);
+    // The drill's spelling linted a file named "--config"; a second file went unread (and the first passed).
+    for (const args of [
+      ['--config', file],
+      [file, 'concierge.json'],
+    ]) {
+      const usage = spawnSync(tsx, ['bin/concierge-lint.ts', ...args], { cwd: root, encoding: 'utf8' });
+      expect([usage.status, usage.stdout], args.join(' ')).toEqual([2, '']);
+      expect(usage.stderr).toMatch(
+        /^usage: npm run concierge:lint -- \[file\] \(one file; default CONCIERGE_FILE or concierge\.json\), got "/,
+      );
+    }
   });
 });
 
