@@ -113,7 +113,8 @@ async function reportCommand(rest: string[]): Promise<void> {
   if (!['table', 'csv', 'json'].includes(format)) throw new UsageError(`--format: expected table, csv or json, got "${values.format}"`);
   if (positionals.length > 1) throw new UsageError(`report: expected one report name, got "${positionals.join(' ')}"`);
   if (positionals[0] === 'voice') {
-    const calls = values.calls ?? process.env.CALLS_CSV_FILE ?? '.data/calls.csv';
+    // An empty CALLS_CSV_FILE counts as unset, as the gateway reads it (env.ts).
+    const calls = values.calls ?? (process.env.CALLS_CSV_FILE || '.data/calls.csv');
     if (!existsSync(calls))
       throw new UsageError(
         `--calls ${calls}: no such file (the gateway writes .data/calls.csv when METER_URL is not set; or pass the meter's calls export)`,

@@ -12,7 +12,8 @@ if (args.length > 1 || args[0]?.startsWith('-')) {
   process.stderr.write(`usage: npm run concierge:lint -- [file] (one file; default CONCIERGE_FILE or concierge.json), got ${got}\n`);
   process.exitCode = 2;
 } else {
-  const file = args[0] ?? process.env.CONCIERGE_FILE ?? 'concierge.json';
+  // An empty CONCIERGE_FILE counts as unset, as the gateway reads it (env.ts).
+  const file = args[0] ?? (process.env.CONCIERGE_FILE || 'concierge.json');
   const problems = lintFile(file);
   for (const p of problems) process.stdout.write(`${p.path}: ${p.message}\n`);
   if (problems.length === 0) process.stdout.write(`${file}: clean\n`);

@@ -17,7 +17,8 @@ async function main(): Promise<number> {
     process.stderr.write('TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN must be set\n');
     return 2;
   }
-  const file = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
+  // An empty value counts as unset, as the gateway reads it (env.ts): `VAR=` in an env file.
+  const file = process.env.TELEPHONY_RATES_FILE || DEFAULT_RATES_FILE;
   let rates: ReturnType<typeof readRates>;
   try {
     rates = readRates(file);
@@ -29,7 +30,7 @@ async function main(): Promise<number> {
   let failed = 0;
   for (const iso of countries) {
     try {
-      rates[iso] = await fetchCountryRates(iso, { baseUrl: process.env.TWILIO_PRICING_URL ?? 'https://pricing.twilio.com', sid, token });
+      rates[iso] = await fetchCountryRates(iso, { baseUrl: process.env.TWILIO_PRICING_URL || 'https://pricing.twilio.com', sid, token });
       const r = inboundRate(rates, iso);
       process.stdout.write(
         `${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${rates[iso].outbound.length} outbound prefix price(s)\n`,

@@ -40,6 +40,18 @@ describe('archive CLI usage errors', () => {
     expect([longest.status, longest.stdout]).toEqual([0, '']);
   }, 60_000);
 
+  // An empty CALLS_CSV_FILE counts as unset, as the gateway reads it: it was "--calls : no such file".
+  it('report voice with CALLS_CSV_FILE set empty reads the default .data/calls.csv', () => {
+    const dir = scratch();
+    const r = spawnSync(tsx, [join(root, 'bin/archive.ts'), 'report', 'voice'], {
+      cwd: dir,
+      encoding: 'utf8',
+      env: { ...process.env, CALLS_CSV_FILE: '' },
+    });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/^--calls \.data\/calls\.csv: no such file/);
+  });
+
   it('report --as-of and --since must be real calendar days (2026-02-30 is not), said before DuckDB runs', () => {
     const archive = join(scratch(), 'arch');
     run('convert', csvIn(scratch(), [{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z' }]), '--out', archive);

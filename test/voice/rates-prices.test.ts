@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { spawn } from '../children';
 import { fetchCountryRates, readRates, writeRates } from '../../gateway/src/voice/rates';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -83,6 +84,23 @@ describe('the rates file', () => {
     expect(r.stderr).toContain('country: expected ISO 3166 alpha-2 codes such as US, got "USA", "U1"');
     expect(r.stdout).toBe('');
     expect(readdirSync(dir)).toEqual([]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  // The gateway counts an empty variable as unset (an env file's `TELEPHONY_RATES_FILE=`); this
+  // command fetched every country, then died renaming its file to "" with a stack trace.
+  it('npm run concierge:rates with TELEPHONY_RATES_FILE set empty writes the default file, as the gateway reads it', async () => {
+    price = '0.0085';
+    const dir = mkdtempSync(join(tmpdir(), 'rates-'));
+    const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), [join(root, 'bin/concierge-rates.ts'), 'US'], {
+      cwd: dir,
+      env: { ...process.env, TWILIO_PRICING_URL: url, TWILIO_ACCOUNT_SID: 'ACsid', TWILIO_AUTH_TOKEN: 'tok', TELEPHONY_RATES_FILE: '' },
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    const code = await new Promise((r) => child.on('exit', r));
+    expect([code, err]).toEqual([0, '']);
+    expect(readRates(join(dir, '.data', 'telephony-rates.json')).US.inbound.local).toBe(0.0085);
     rmSync(dir, { recursive: true, force: true });
   });
 

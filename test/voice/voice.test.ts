@@ -107,6 +107,9 @@ describe('concierge.json and its lint', () => {
     writeFileSync(file, JSON.stringify(filled()));
     const good = spawnSync(tsx, ['bin/concierge-lint.ts', file], { cwd: root, encoding: 'utf8' });
     expect(good.status).toBe(0);
+    // An empty CONCIERGE_FILE counts as unset, as the gateway reads it: it was opened as the file "".
+    const empty = spawnSync(tsx, ['bin/concierge-lint.ts'], { cwd: root, encoding: 'utf8', env: { ...process.env, CONCIERGE_FILE: '' } });
+    expect([empty.status, empty.stdout.split('\n')[0]]).toEqual([1, '$.meta.model: placeholder <REALTIME_MODEL> must be replaced']);
     // The drill's spelling linted a file named "--config"; a second file went unread (and the first passed).
     for (const args of [
       ['--config', file],
