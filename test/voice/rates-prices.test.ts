@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawn } from '../children';
+import { refusedUrl } from '../gateway/fake-provider';
 import { fetchCountryRates, readRates, writeRates } from '../../gateway/src/voice/rates';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -51,6 +52,26 @@ describe('telephony prices', () => {
       await expect(fetchUs(), JSON.stringify(sent)).rejects.toThrow(
         `US inbound_call_prices[0]: expected a price, got ${JSON.stringify(sent)}`,
       );
+    }
+  });
+});
+
+describe('the pricing service away', () => {
+  // Each country failed with "fetch failed" alone: neither the country nor the service named.
+  it('names the country, the service and why when it cannot be reached, or answers what is not JSON', async () => {
+    const away = (await refusedUrl()).replace(/\/v1$/, '');
+    await expect(fetchCountryRates('GB', { baseUrl: away, sid: 'ACsid', token: 'tok' })).rejects.toThrow(
+      new RegExp(`^GB: pricing service ${away} not reached \\(.*ECONNREFUSED`),
+    );
+    const html = createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<html>maintenance</html>'));
+    await new Promise<void>((r) => html.listen(0, '127.0.0.1', r));
+    try {
+      const baseUrl = `http://127.0.0.1:${(html.address() as AddressInfo).port}`;
+      await expect(fetchCountryRates('GB', { baseUrl, sid: 'ACsid', token: 'tok' })).rejects.toThrow(
+        /^GB: pricing service answered what is not JSON \(/,
+      );
+    } finally {
+      html.close();
     }
   });
 });

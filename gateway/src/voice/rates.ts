@@ -33,13 +33,19 @@ function price(value: unknown, where: string): number {
 
 export async function fetchCountryRates(iso: string, opts: { baseUrl: string; sid: string; token: string }): Promise<CountryRates> {
   if (!/^[A-Z]{2}$/.test(iso)) throw new Error(`${iso}: expected an ISO 3166 alpha-2 country code such as US`);
-  const res = await fetch(`${opts.baseUrl.replace(/\/+$/, '')}/v1/Voice/Countries/${iso}`, {
+  const base = opts.baseUrl.replace(/\/+$/, '');
+  // fetch's own refusal is "fetch failed" alone: the operator is told which country, where and why.
+  const res = await fetch(`${base}/v1/Voice/Countries/${iso}`, {
     headers: { authorization: `Basic ${Buffer.from(`${opts.sid}:${opts.token}`).toString('base64')}` },
     signal: AbortSignal.timeout(15_000),
+  }).catch((error: Error) => {
+    throw new Error(`${iso}: pricing service ${base} not reached (${(error.cause as Error | undefined)?.message ?? error.message})`);
   });
   if (res.status === 404) throw new Error(`${iso}: the pricing service has no rates for this country`);
   if (!res.ok) throw new Error(`${iso}: pricing service answered HTTP ${res.status}`);
-  const body = (await res.json()) as {
+  const body = (await res.json().catch((error: Error) => {
+    throw new Error(`${iso}: pricing service answered what is not JSON (${error.message})`);
+  })) as {
     price_unit?: string;
     inbound_call_prices?: Array<{ number_type?: string; current_price?: unknown; base_price?: unknown }>;
     outbound_prefix_prices?: Array<{ prefixes?: string[]; friendly_name?: string; current_price?: unknown; base_price?: unknown }>;
