@@ -49,7 +49,11 @@ async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promi
     throw new ArchiveInputError('export URL: expected no user:password in it (the token goes in METER_TOKEN or ?token=)');
   const token = env.METER_TOKEN;
   if (token && !target.searchParams.has('token')) target.searchParams.set('token', token);
-  const response = await fetch(target, { redirect: 'follow' });
+  // fetch's own refusal is "fetch failed" alone: the URL (its token hidden) and the cause are named.
+  const response = await fetch(target, { redirect: 'follow' }).catch((error: Error) => {
+    const cause = (error.cause as Error | undefined)?.message ?? error.message;
+    throw new ArchiveInputError(`export URL ${shown(target.toString())} not reached (${cause})`);
+  });
   if (!response.ok || !response.body) throw new ArchiveInputError(`export URL answered HTTP ${response.status}`);
   const file = join(dir, 'download.csv');
   await pipeline(Readable.fromWeb(response.body as import('node:stream/web').ReadableStream), createWriteStream(file));

@@ -9,6 +9,7 @@ import { CSV_HEADER, EVENT_FIELDS, eventToCsvLine, normalizeEvent, type EventInp
 import { lit, openDuck } from '../../archive/duck';
 import { FakePlatform, loadBundle, webEvent, type FakeTextOutput } from '../meter/fakes/platform';
 import { csvIn, report, rowsIn, scratchDir } from './archive-setup';
+import { refusedUrl } from '../gateway/fake-provider';
 
 const scratch = scratchDir();
 const csv = (events: EventInput[], name?: string) => csvIn(scratch(), events, name);
@@ -124,6 +125,19 @@ describe('inputs', () => {
     }).catch((e: Error) => e);
     expect(String(error)).toContain('export URL: expected no user:password in it');
     expect(String(error)).not.toMatch(/hunter2|s3cret/);
+    expect(readdirSync(out)).toEqual([]);
+  });
+
+  // It failed with "fetch failed" alone: neither the URL nor the cause named.
+  it('an export URL that cannot be reached is named (its token as ***) with the cause, and nothing is written', async () => {
+    const away = (await refusedUrl()).replace(/\/v1$/, '');
+    const out = join(scratch(), 'arch');
+    const error = await convert(`${away}/exec?action=export&since=2026-11-21`, { out, env: { METER_TOKEN: 's3cret' } }).catch(
+      (e: Error) => e,
+    );
+    expect(String(error)).toContain(`export URL ${away}/exec?action=export&since=2026-11-21&token=*** not reached (`);
+    expect(String(error)).toContain('ECONNREFUSED');
+    expect(String(error)).not.toContain('s3cret');
     expect(readdirSync(out)).toEqual([]);
   });
 
