@@ -22,7 +22,13 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
   const settings = readEnv(env); // first: a bad LOG_LEVEL is named like any other bad value
   const log = createLogger(settings.LOG_LEVEL);
   const stack = await createStack(env, log, { http: true, worker: settings.WORKER !== 'off' });
-  const server = await stack.gateway!.listen(settings.PORT);
+  const server = await stack.gateway!.listen(settings.PORT).catch((error: NodeJS.ErrnoException) => {
+    // The likeliest first-run problem (a second `npm start` on 8080): named as a setting, not a stack trace.
+    if (error.code === 'EADDRINUSE')
+      throw new ConfigError(`PORT: ${settings.PORT} is in use by another process (another gateway?): set PORT to a free port`);
+    if (error.code === 'EACCES') throw new ConfigError(`PORT: ${settings.PORT} needs privileges this process does not have`);
+    throw error;
+  });
   const drain = trackRequests(server);
   log.info(`gateway listening on :${(server.address() as { port: number }).port}`);
   // SIGTERM: stop accepting, let requests and streams in flight finish, then flush the meter and

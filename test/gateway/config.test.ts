@@ -2,6 +2,8 @@
 import { spawn } from '../children';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { readEnv } from '../../gateway/src/env';
@@ -316,6 +318,24 @@ describe('npm start', () => {
     expect(readEnv({ METER_URL: 'https://script.google.com/macros/s/x/exec?x=1' }).METER_URL).toBe(
       'https://script.google.com/macros/s/x/exec?x=1',
     );
+  });
+
+  // A port another process holds (a second `npm start` on 8080) stopped the start with a stack trace.
+  it('a PORT another process listens on stops the start naming PORT, not with a stack trace', async () => {
+    const taken = createServer();
+    await new Promise<void>((r) => taken.listen(0, r));
+    try {
+      const port = (taken.address() as AddressInfo).port;
+      const [code, err] = await started({
+        PORT: String(port),
+        WORKER: 'off',
+        METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'port-')), 'e.csv'),
+      });
+      expect(code).toBe(1);
+      expect(err).toBe(`gateway did not start:\nPORT: ${port} is in use by another process (another gateway?): set PORT to a free port\n`);
+    } finally {
+      taken.close();
+    }
   });
 
   it('a blank or hexadecimal number, a WORKER other than on/off and a bad LOG_LEVEL are each refused by name', async () => {
