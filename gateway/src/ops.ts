@@ -9,6 +9,7 @@
 import { Redis } from 'ioredis';
 import { RedisPause } from './budget';
 import { BullColdQueue } from './cold-queue-redis';
+import { readEnv, type GatewayEnv } from './env';
 import { within } from './within';
 
 /** A control character as JSON writes one (`\n`, `\u001b`); JSON leaves DEL and C1 as they are. */
@@ -57,8 +58,17 @@ export async function ops(
     err('QUEUE_STORE_URL is not set: operator commands act on the Redis the gateways use');
     return 2;
   }
+  // Read as the gateways read it: a URL that is none was reported as a store that did not answer,
+  // and a prefix they refuse was read as it came (an empty queue, where no gateway could put one).
+  let settings: GatewayEnv;
+  try {
+    settings = readEnv(env);
+  } catch (error) {
+    err((error as Error).message);
+    return 2;
+  }
   // A store that is away is said in one line within seconds, not waited for (and logged) for ever.
-  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: 1, connectTimeout: 5000 });
+  const redis = new Redis(settings.QUEUE_STORE_URL!, { maxRetriesPerRequest: 1, connectTimeout: 5000 });
   redis.on('error', () => undefined); // the ping's own error says it, once
   try {
     await within(redis.ping(), 5000, 'the store at QUEUE_STORE_URL');
@@ -68,7 +78,7 @@ export async function ops(
     return 1;
   }
   const pause = new RedisPause(redis, 60_000);
-  const queue = new BullColdQueue(redis, env.REDIS_PREFIX || undefined);
+  const queue = new BullColdQueue(redis, settings.REDIS_PREFIX);
   try {
     const [command, sub, arg] = args;
     switch (command) {

@@ -12,6 +12,9 @@ const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq mo
 const away = { QUEUE_STORE_URL: 'redis://127.0.0.1:1/0' };
 const root = join(import.meta.dirname, '..', '..');
 
+/** Results where none is expected. */
+const fail = (line: string) => expect.fail(`npm run ops wrote a result: ${line}`);
+
 /** `npm run ops` as it runs: the built gateway/dist/ops.js. */
 const run = (args: string[], env: NodeJS.ProcessEnv) =>
   spawnSync(process.execPath, [join(root, 'gateway/dist/ops.js'), ...args], { env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' });
@@ -30,6 +33,20 @@ describe('npm run ops usage', () => {
         args.join(' '),
       ).toBe(2);
       expect(lines.at(-1)).toBe(USAGE);
+      expect(lines.join('\n')).not.toContain('did not answer');
+    }
+  });
+
+  // A QUEUE_STORE_URL that is no URL was reported as a store that "did not answer" (exit 1), and a
+  // REDIS_PREFIX the gateways refuse was read as it came: an empty queue, where none could be.
+  it('a QUEUE_STORE_URL or REDIS_PREFIX the gateways would refuse is named, exit 2, before any store is asked', async () => {
+    for (const [env, named] of [
+      [{ QUEUE_STORE_URL: 'localhost:6379' }, 'QUEUE_STORE_URL: expected an absolute redis or rediss URL'],
+      [{ ...away, REDIS_PREFIX: 'bad prefix' }, 'REDIS_PREFIX: expected 1-64 letters, digits, . _ : -, got "bad prefix"'],
+    ] as const) {
+      const lines: string[] = [];
+      expect(await ops(['status'], env, fail, (l) => lines.push(l)), named).toBe(2);
+      expect(lines.join('\n')).toContain(named);
       expect(lines.join('\n')).not.toContain('did not answer');
     }
   });
