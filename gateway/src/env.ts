@@ -32,10 +32,6 @@ const number = (min: number, max: number, whole = false) =>
     );
 
 /**
- * A token as it must be sent: a secret made from a file often ends with a newline, and then no
- * caller's token matched it (a header's value is sent trimmed) and the meter refused every post.
- */
-/**
  * The meter is reached with fetch, which refuses a URL with user:password in it: every post and
  * spend read failed, and the spend read's warning quoted the URL with the password and METER_TOKEN.
  */
@@ -45,6 +41,10 @@ const meterUrl = () =>
     return !u?.username && !u?.password;
   }, "expected a URL without user:password in it (the meter's token is METER_TOKEN)");
 
+/**
+ * A token as it must be sent: a secret made from a file often ends with a newline, and then no
+ * caller's token matched it (a header's value is sent trimmed) and the meter refused every post.
+ */
 const secret = () =>
   z.string().refine((v) => v === v.trim(), "expected no spaces or line breaks around it (a secret file's last newline?)");
 
