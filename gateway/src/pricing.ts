@@ -36,7 +36,9 @@ function compute(provider: string, model: string, usage: Usage, warn: (message: 
   } catch {
     price = null;
   }
-  if (price) return price.total_price;
+  // The price table's binary arithmetic leaves tails (11 tokens at $0.15/M: 0.0000016499999999999999);
+  // kept to the nano-dollar, as the archive stores costs (DECIMAL(18,9)) and the phone bridge rounds its own.
+  if (price) return Number(price.total_price.toFixed(9));
   const key = `${provider}/${model}`;
   if (!unpriced.has(key)) {
     unpriced.add(key);

@@ -360,6 +360,17 @@ describe('meter events', () => {
   });
 });
 
+describe('meter event costs', () => {
+  it('a computed cost is written as the decimal it is, not with the float arithmetic tail (11 tokens at $0.15/M is 0.00000165)', async () => {
+    gw = await startGateway(mapOf([hot1.url]));
+    hot1.always({ kind: 'ok', usage: { prompt_tokens: 11, completion_tokens: 0 } });
+    expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    // before: 0.0000016499999999999999 (the price table's arithmetic in binary floating point)
+    expect(gw.events().at(-1)).toMatchObject({ model: 'gpt-4o-mini', input_tokens: '11', cost_usd: '0.00000165' });
+  });
+});
+
 describe('operator endpoints', () => {
   it('/health and /metrics need the admin token and show breaker, latency and the last-20 score', async () => {
     gw = await startGateway(all());
