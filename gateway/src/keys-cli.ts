@@ -6,7 +6,8 @@
  *   revoke <key id>                                      refused by every gateway within a few seconds
  * Exit 0 done, 1 failed (no such key, store unreachable), 2 bad arguments or environment.
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
+import { commandStore } from './command-store';
 import { createKey, TENANT_PATTERN, type ClientKey, type KeySpec } from './client-keys';
 import { readEnv } from './env';
 import { ConfigError } from './errors';
@@ -103,10 +104,7 @@ export async function keysCli(args: string[], rawEnv: NodeJS.ProcessEnv, out: Pr
     const env = readEnv(rawEnv);
     if (env.production && !env.QUEUE_STORE_URL)
       throw new ConfigError('QUEUE_STORE_URL: required with NODE_ENV=production (the gateways read their keys from Redis)');
-    if (env.QUEUE_STORE_URL) {
-      redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: 1, connectTimeout: 5000 });
-      redis.on('error', () => undefined); // a command's own error says it
-    }
+    if (env.QUEUE_STORE_URL) redis = await commandStore(env.QUEUE_STORE_URL);
     return await run(command, rest, keyStoreFor(env, redis), out, err);
   } catch (error) {
     if (error instanceof UsageError || error instanceof ConfigError) {

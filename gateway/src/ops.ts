@@ -6,11 +6,11 @@
  *   dlq list               dead-lettered jobs (all attempts used)
  *   dlq move <id>|--all    move dead-lettered jobs back to the queue with fresh attempts
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { RedisPause } from './budget';
 import { BullColdQueue } from './cold-queue-redis';
+import { commandStore } from './command-store';
 import { readEnv, type GatewayEnv } from './env';
-import { within } from './within';
 
 /** A control character as JSON writes one (`\n`, `\u001b`); JSON leaves DEL and C1 as they are. */
 const escaped = (c: string) => (c < ' ' ? JSON.stringify(c).slice(1, -1) : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
@@ -68,13 +68,11 @@ export async function ops(
     return 2;
   }
   // A store that is away is said in one line within seconds, not waited for (and logged) for ever.
-  const redis = new Redis(settings.QUEUE_STORE_URL!, { maxRetriesPerRequest: 1, connectTimeout: 5000 });
-  redis.on('error', () => undefined); // the ping's own error says it, once
+  let redis: Redis;
   try {
-    await within(redis.ping(), 5000, 'the store at QUEUE_STORE_URL');
+    redis = await commandStore(settings.QUEUE_STORE_URL!);
   } catch (error) {
-    redis.disconnect();
-    err(`the store at QUEUE_STORE_URL did not answer: ${(error as Error).message}`);
+    err((error as Error).message);
     return 1;
   }
   const pause = new RedisPause(redis, 60_000);
