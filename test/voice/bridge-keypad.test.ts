@@ -134,6 +134,44 @@ describe('phone bridge: the keypad', () => {
     expect('You are booked for ten tomorrow, and here is more.'.startsWith(before)).toBe(true);
   });
 
+  it('keys pressed again while the answer to the first keys is asked for, not yet begun, are answered too, with no refused answer', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.paceMs = 20; // the answer to the result streams: the first keys land in its middle
+    s.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
+    const script = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
+    const second = { audio: assistantAudio(300), transcript: 'And I have the second number too.' };
+    const answers = [{ audio: assistantAudio(3000), transcript: 'You are booked for ten tomorrow, and here is more.' }, GOT_IT, second];
+    s.realtime.brain = (ctx) => {
+      if (ctx.trigger !== 'create' || ctx.instructions) return script(ctx);
+      if (answers.length === 2) {
+        // The answer to the first keys is asked for: its start reaches the bridge late, and the
+        // caller presses keys again meanwhile.
+        ctx.conn.lag();
+        call.press('5');
+        call.press('#');
+      }
+      return answers.shift() ?? null;
+    };
+    const { call, conn } = await answered(s, 'CA1210'); // the brain above presses keys on it, once answering
+    const given = () => conn.events.some((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
+    const toResult = serverEvent(conn, 'response.created', given);
+    speak(call);
+    await toResult;
+    await until(call, 'media', () => true, 'the answer to the result playing');
+    call.press('4');
+    call.press('#');
+    await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 5)');
+    conn.catchUp();
+    // before: the second keys asked for an answer of their own while the first one's was starting,
+    // which the API refuses; that one never saw them, and the caller waited in silence
+    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === second.transcript);
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the second keys heard');
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    const end = await s.endOf('CA1210');
+    expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([second.transcript]);
+  });
+
   it('keys pressed while the opening line plays (all of it generated) are dropped: the line is heard whole, the model is given nothing', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20;

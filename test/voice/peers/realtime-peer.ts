@@ -65,6 +65,8 @@ export class RtConn extends EventEmitter {
   private carry = Buffer.alloc(0);
   private active: { id: string; cancelled: boolean } | null = null;
   private seq = 0;
+  /** Server events held on the way to the bridge, in order (a slow network), while lagging. */
+  private lagging: Array<Record<string, unknown>> | null = null;
 
   constructor(
     readonly ws: WebSocket,
@@ -78,9 +80,22 @@ export class RtConn extends EventEmitter {
   }
 
   send(e: Record<string, unknown>): void {
+    if (this.lagging) return void this.lagging.push(e);
     if (this.ws.readyState !== 1 || this.peer.lose(e)) return;
     this.ws.send(JSON.stringify({ event_id: `evt_${++this.seq}`, ...e }));
     this.emit('server', e);
+  }
+
+  /** From now on the server's events reach the bridge late (still in order): the server goes on meanwhile. */
+  lag(): void {
+    this.lagging ??= [];
+  }
+
+  /** The events held by `lag` arrive, in order, and the rest as they come. */
+  catchUp(): void {
+    const held = this.lagging ?? [];
+    this.lagging = null;
+    for (const e of held) this.send(e);
   }
 
   /** The server goes away mid-call, as a dropped connection does. */

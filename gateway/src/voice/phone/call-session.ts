@@ -217,8 +217,9 @@ export class CallSession {
     if (cutting) this.silenceModel();
     this.rt.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
     if (this.owedLine()) return;
-    // An answer to results owed now may have been asked for before the keys: results asks again.
-    if (this.results.owing) return this.results.typed();
+    // An answer to results owed now, or one results asked for and not yet begun, may have been
+    // asked for before the keys: results asks again (one asked here too would be refused).
+    if (this.results.owing || this.results.asking) return this.results.typed();
     // A function result still to come asks for the answer itself, and that answer sees the keys.
     if (!this.functions.outstanding) this.rt.send({ type: 'response.create' });
   }

@@ -11,7 +11,8 @@
  *
  * Keys the caller presses while results are owed are answered by the answer to them, if that is
  * asked for after the keys: one asked for before (or under way, and cut by the keys) does not see
- * them, so once it is done an answer is asked for again, or the keys would get none.
+ * them, so once it is done an answer is asked for again, or the keys would get none. So too for
+ * keys pressed while that answer (the results paid) is asked for and not yet begun.
  *
  * A reconnect starts a new conversation that never saw the call, and the Realtime API refuses an
  * output whose `function_call` item the conversation does not hold. So the new conversation is
@@ -52,6 +53,11 @@ export class FunctionOutputs {
     return this.owed.length > 0;
   }
 
+  /** An answer was asked for here and has not begun: another asked now would be refused. */
+  get asking(): boolean {
+    return this.asked;
+  }
+
   announced(callId: string): void {
     this.announcedIn.set(callId, this.conversation);
   }
@@ -64,7 +70,7 @@ export class FunctionOutputs {
     this.keys = null; // the new session is given them with the history, and asked to answer
   }
 
-  /** The caller's keys were given to the model as their turn (while results are owed): they are answered. */
+  /** The caller's keys were given to the model as their turn (while results are owed, or an answer asked here): they are answered. */
   typed(): void {
     this.keys = 'sent';
     this.ask();
