@@ -172,6 +172,34 @@ describe('phone bridge: the keypad', () => {
     expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([second.transcript]);
   });
 
+  it('keys pressed over an answer to a function’s result that then fails (rate limited) get one answer, not two asked at once', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
+    const script = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
+    const answers: Array<typeof GOT_IT | null> = [null, GOT_IT]; // the answer to the result is the test's own, below
+    s.realtime.brain = (ctx) => (ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : script(ctx));
+    const { call, conn } = await answered(s, 'CA1211');
+    const plain = () => conn.events.filter((e: any) => e.type === 'response.create' && e.response === undefined).length;
+    speak(call);
+    await clientEvent(conn, 'response.create', (e: any) => e.response === undefined);
+    const response = { id: 'resp_R', status: 'in_progress', output: [], metadata: null };
+    conn.send({ type: 'response.created', response });
+    call.press('4');
+    call.press('#');
+    await serverEvent(conn, 'conversation.item.added', (e) => e.item.role === 'user' && e.item.content?.[0]?.text === '(keys pressed: 4)');
+    const asked = plain();
+    const details = { type: 'failed', error: { type: 'invalid_request_error', code: 'inference_rate_limit_exceeded' } };
+    conn.send({ type: 'response.done', response: { ...response, status: 'failed', status_details: details } });
+    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    // before: the failed answer was asked for again and the keys' answer too, the second refused
+    expect(plain() - asked).toBe(1);
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    const end = await s.endOf('CA1211');
+    expect(end.transcript.map((l) => l.text).slice(-2)).toEqual(['(keys pressed: 4)', GOT_IT.transcript]);
+  });
+
   it('keys pressed while the opening line plays (all of it generated) are dropped: the line is heard whole, the model is given nothing', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20;
