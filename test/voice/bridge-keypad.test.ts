@@ -38,7 +38,12 @@ describe('phone bridge: the keypad', () => {
     for (const key of ['4', 'x', '2', '7', '#']) call.press(key); // "x" is no key of a phone
     const item = await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
     expect(conn.session?.instructions).toContain('(keys pressed: ');
-    expect(item.item).toEqual({ type: 'message', role: 'user', content: [{ type: 'input_text', text: '(keys pressed: 427)' }] });
+    expect(item.item).toEqual({
+      id: expect.stringMatching(/^keys_/),
+      type: 'message',
+      role: 'user',
+      content: [{ type: 'input_text', text: '(keys pressed: 427)' }],
+    });
     const asked = conn.events.slice(conn.events.indexOf(item) + 1);
     expect(asked).toContainEqual({ type: 'response.create' });
     await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);

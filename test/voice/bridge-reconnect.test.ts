@@ -117,6 +117,43 @@ describe('phone bridge: a function result across a realtime reconnect', () => {
     await s.endOf('CA0302');
   });
 
+  it('keys pressed as a new session is given a result, before it has echoed the replayed lines, are answered once that result’s answer is done', async () => {
+    s = await bridgeStack();
+    const release = holdBookings(s);
+    const got = { audio: assistantAudio(300), transcript: 'Thank you, I have your booking number.' };
+    const { call, conn, callId } = await bookingCall(s, 'CA0307');
+    const answers = [CONFIRMED, got];
+    const script = s.realtime.brain;
+    s.realtime.brain = (ctx) => (ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : script(ctx));
+    await booked(s);
+    let ack!: () => void;
+    s.realtime.holdUpdates = new Promise((r) => (ack = r));
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(again, 'session.update');
+    release();
+    await until(s.events, 'answered', () => true, 'the workflow answered');
+    await new Promise((r) => setImmediate(r)); // the bridge turns the answer into its output within this turn
+    s.realtime.holdUpdates = null;
+    // Ready, the new session is given the conversation and the result and asked to answer; what
+    // the server says of them reaches the bridge late, and the caller presses keys meanwhile.
+    again.once('client', () => {
+      again.lag();
+      call.press('7');
+      call.press('#');
+    });
+    ack();
+    await clientEvent(again, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 7)');
+    // before: the replayed caller line was taken for the keys, and the result's answer for theirs
+    const toKeys = serverEvent(again, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === got.transcript);
+    again.catchUp();
+    await toldOutcome(s, call, again, await callId);
+    await toKeys;
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the keys heard');
+    call.hangUp();
+    expect((await s.endOf('CA0307')).transcript.map((l) => l.text).slice(-1)).toEqual([got.transcript]);
+  });
+
   it('a session cut after announcing the call but before its response was done: the booking runs once and the new session hears it', async () => {
     s = await bridgeStack();
     const { call, conn, callId } = await bookingCall(s, 'CA0303');

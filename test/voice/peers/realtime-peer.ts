@@ -142,7 +142,7 @@ export class RtConn extends EventEmitter {
       });
     }
     this.items.push(item);
-    this.send({ type: 'conversation.item.added', item: { id: `item_c${this.seq}`, ...item } });
+    this.send({ type: 'conversation.item.added', item: { id: `item_c${++this.seq}`, ...item } });
   }
 
   /** Like the API: the fields present are updated, the others kept. */

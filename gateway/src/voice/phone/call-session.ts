@@ -105,6 +105,8 @@ export class CallSession {
   private warnedNoLogprobs = false;
   private ended: Promise<void> | null = null;
   private stopTimer: NodeJS.Timeout | null = null;
+  /** Keypad entries given to the model so far: each one's item id. */
+  private keyEntries = 0;
   /** Answers that failed in a row (rate limited, out of quota): the first is asked for again, the second is a realtime failure. */
   private failedAnswers = 0;
 
@@ -215,11 +217,16 @@ export class CallSession {
     // Not ready (reconnecting): the new session gets it with the history and is asked to answer.
     if (!this.rt.isReady) return;
     if (cutting) this.silenceModel();
-    this.rt.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
+    // Its own id, so the server's echo of it is told from that of any other caller item.
+    const id = `keys_${++this.keyEntries}`;
+    this.rt.send({
+      type: 'conversation.item.create',
+      item: { id, type: 'message', role: 'user', content: [{ type: 'input_text', text }] },
+    });
     if (this.owedLine()) return;
     // An answer to results owed now, or one results asked for and not yet begun, may have been
     // asked for before the keys: results asks again (one asked here too would be refused).
-    if (this.results.owing || this.results.asking) return this.results.typed();
+    if (this.results.owing || this.results.asking) return this.results.typed(id);
     // A function result still to come asks for the answer itself, and that answer sees the keys.
     if (!this.functions.outstanding) this.rt.send({ type: 'response.create' });
   }
@@ -343,7 +350,7 @@ export class CallSession {
       case 'response.created':
         return this.created(e.response as RealtimeResponse | undefined);
       case 'conversation.item.added':
-        return this.results.added(e.item as { type?: unknown; call_id?: unknown; role?: unknown } | undefined);
+        return this.results.added(e.item as { id?: unknown; type?: unknown; call_id?: unknown } | undefined);
       case 'response.function_call_arguments.done':
         this.results.announced(String(e.call_id));
         if (this.phase === 'live') this.functions.start(e as never);

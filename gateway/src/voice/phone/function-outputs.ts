@@ -12,7 +12,9 @@
  * Keys the caller presses while results are owed are answered by the answer to them, if that is
  * asked for after the keys: one asked for before (or under way, and cut by the keys) does not see
  * them, so once it is done an answer is asked for again, or the keys would get none. So too for
- * keys pressed while that answer (the results paid) is asked for and not yet begun.
+ * keys pressed while that answer (the results paid) is asked for and not yet begun. Whether a
+ * response saw the keys is read from the server's echo of their item (its id is the bridge's own),
+ * never from that of another caller item: a line replayed into a new session, a turn committed.
  *
  * A reconnect starts a new conversation that never saw the call, and the Realtime API refuses an
  * output whose `function_call` item the conversation does not hold. So the new conversation is
@@ -43,8 +45,12 @@ export class FunctionOutputs {
   private active: string | null = null;
   /** An answer asked for and not yet created. */
   private asked = false;
-  /** The caller's keys, given while results are owed, that no response has seen yet (sent, then held by the server). */
-  private keys: 'sent' | 'held' | null = null;
+  /**
+   * The caller's keys, given while results are owed, that no response has seen yet: their item's
+   * id, and whether the server holds it (its own echo; another user item, such as a line replayed
+   * into a new session, may come before it).
+   */
+  private keys: { item: string; held: boolean } | null = null;
 
   constructor(private readonly send: Send) {}
 
@@ -71,8 +77,8 @@ export class FunctionOutputs {
   }
 
   /** The caller's keys were given to the model as their turn (while results are owed, or an answer asked here): they are answered. */
-  typed(): void {
-    this.keys = 'sent';
+  typed(item: string): void {
+    this.keys = { item, held: false };
     this.ask();
   }
 
@@ -95,8 +101,8 @@ export class FunctionOutputs {
   }
 
   /** The server added an item to the conversation: an output of ours is now held there. */
-  added(item: { type?: unknown; call_id?: unknown; role?: unknown } | undefined): void {
-    if (item?.type === 'message' && item.role === 'user' && this.keys === 'sent') this.keys = 'held';
+  added(item: { id?: unknown; type?: unknown; call_id?: unknown } | undefined): void {
+    if (this.keys && item?.id === this.keys.item) this.keys.held = true;
     if (item?.type !== 'function_call_output') return;
     for (const o of this.owed) if (o.result.call_id === item.call_id && o.givenIn === this.conversation) o.held = true;
   }
@@ -105,7 +111,7 @@ export class FunctionOutputs {
   responseCreated(id: string): void {
     this.active = id;
     this.asked = false;
-    if (this.keys === 'held') this.keys = null;
+    if (this.keys?.held) this.keys = null;
     for (const o of this.owed) if (o.givenIn === this.conversation && o.held && o.answeredBy === null) o.answeredBy = id;
   }
 
