@@ -139,6 +139,38 @@ describe('phone bridge: the keypad', () => {
     expect('You are booked for ten tomorrow, and here is more.'.startsWith(before)).toBe(true);
   });
 
+  it('keys pressed again before the answer to the first keys has begun are answered too, with no refused answer', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    const second = { audio: assistantAudio(300), transcript: 'And I have the second number too.' };
+    const answers = [GOT_IT, second];
+    const script = brain({});
+    s.realtime.brain = (ctx) => {
+      if (ctx.trigger !== 'create' || ctx.instructions) return script(ctx);
+      if (answers.length === 2) {
+        // The answer to the first keys is asked for: its start reaches the bridge late, and the
+        // caller presses keys again meanwhile.
+        ctx.conn.lag();
+        call.press('5');
+        call.press('#');
+      }
+      return answers.shift() ?? null;
+    };
+    const { call, conn } = await answered(s, 'CA1212'); // the brain above presses keys on it, once answering
+    call.press('4');
+    call.press('#');
+    await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 5)');
+    // before: the second keys asked for an answer of their own while the first one's was starting,
+    // which the API refuses; that one never saw them, and the caller waited in silence
+    const toSecond = serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === second.transcript);
+    conn.catchUp();
+    await toSecond;
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the second keys heard');
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    const end = await s.endOf('CA1212');
+    expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([second.transcript]);
+  });
+
   it('keys pressed again while the answer to the first keys is asked for, not yet begun, are answered too, with no refused answer', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20; // the answer to the result streams: the first keys land in its middle

@@ -224,11 +224,11 @@ export class CallSession {
       item: { id, type: 'message', role: 'user', content: [{ type: 'input_text', text }] },
     });
     if (this.owedLine()) return;
-    // An answer to results owed now, or one results asked for and not yet begun, may have been
-    // asked for before the keys: results asks again (one asked here too would be refused).
-    if (this.results.owing || this.results.asking) return this.results.typed(id);
     // A function result still to come asks for the answer itself, and that answer sees the keys.
-    if (!this.functions.outstanding) this.rt.send({ type: 'response.create' });
+    if (this.functions.outstanding && !this.results.owing && !this.results.asking) return;
+    // One answer at a time (another asked beside it would be refused): results asks for it now,
+    // or once the answer running or asked for is done, if that one did not see the keys.
+    this.results.typed(id);
   }
 
   /** Why the call ended, once decided (a realtime failure handed to voicemail says so here). */

@@ -9,10 +9,10 @@
  * and nothing would ask again). Which results a response saw is read from the server's order of
  * events: its `conversation.item.added` for the output came before the `response.created`.
  *
- * Keys the caller presses while results are owed are answered by the answer to them, if that is
- * asked for after the keys: one asked for before (or under way, and cut by the keys) does not see
- * them, so once it is done an answer is asked for again, or the keys would get none. So too for
- * keys pressed while that answer (the results paid) is asked for and not yet begun. Whether a
+ * The caller's keys are answered here too, one answer at a time: asked for at once when no
+ * response runs and none is asked for. One asked for before the keys (or under way, and cut by
+ * them) does not see them, so once it is done an answer is asked for again, or the keys would get
+ * none; one asked for beside it would be refused, and would not see them either. Whether a
  * response saw the keys is read from the server's echo of their item (its id is the bridge's own),
  * never from that of another caller item: a line replayed into a new session, a turn committed.
  *
@@ -76,7 +76,7 @@ export class FunctionOutputs {
     this.keys = null; // the new session is given them with the history, and asked to answer
   }
 
-  /** The caller's keys were given to the model as their turn (while results are owed, or an answer asked here): they are answered. */
+  /** The caller's keys were given to the model as their turn: they are answered (now, or after the answer under way). */
   typed(item: string): void {
     this.keys = { item, held: false };
     this.ask();
