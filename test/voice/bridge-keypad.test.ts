@@ -237,6 +237,43 @@ describe('phone bridge: the keypad', () => {
     expect(end.transcript.map((l) => l.text).slice(-2)).toEqual(['(keys pressed: 4)', GOT_IT.transcript]);
   });
 
+  it('keys pressed while a failed answer is asked for once more, before it has begun, are answered too, with no refused answer', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    const answers = [{ audio: assistantAudio(300), transcript: 'Sorry, how can I help?' }, GOT_IT];
+    const script = brain({});
+    s.realtime.brain = script;
+    const { call, conn } = await answered(s, 'CA1213');
+    s.realtime.brain = (ctx) => {
+      if (ctx.trigger === 'turn') return null; // the answer to the turn is the test's own, below: it fails
+      if (ctx.instructions) return script(ctx);
+      if (answers.length === 2) {
+        // The failed answer is asked for again: its start reaches the bridge late, and the caller
+        // presses keys meanwhile.
+        ctx.conn.lag();
+        call.press('4');
+        call.press('#');
+      }
+      return answers.shift() ?? null;
+    };
+    speak(call);
+    await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    const response = { id: 'resp_F', status: 'in_progress', output: [], metadata: null };
+    conn.send({ type: 'response.created', response });
+    const details = { type: 'failed', error: { type: 'invalid_request_error', code: 'inference_rate_limit_exceeded' } };
+    conn.send({ type: 'response.done', response: { ...response, status: 'failed', status_details: details } });
+    await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 4)');
+    // before: the keys asked for an answer of their own while the one asked again was starting,
+    // which the API refuses; that one never saw them, and they went unanswered
+    const toKeys = serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
+    conn.catchUp();
+    await toKeys;
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the keys heard');
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    const end = await s.endOf('CA1213');
+    expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([GOT_IT.transcript]);
+  });
+
   it('keys pressed while the opening line plays (all of it generated) are dropped: the line is heard whole, the model is given nothing', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20;

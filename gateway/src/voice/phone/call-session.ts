@@ -569,15 +569,16 @@ export class CallSession {
 
   /**
    * An answer failed before any of it was said: the caller would wait in silence for one that never
-   * comes. Asked for once more (unless function results will ask, or just did: keys pressed over
-   * it); failing again, that is a realtime failure (the caller goes to a person).
+   * comes. Asked for once more (unless function results will ask), through results, so keys
+   * pressed meanwhile are answered after it rather than beside it; failing again, that is a
+   * realtime failure (the caller goes to a person).
    */
   private answerFailed(r: RealtimeResponse): void {
     if (this.phase !== 'live') return;
     const why = `an answer failed (response ${statusOf(r)})`;
     if (++this.failedAnswers >= 2) return this.lost(why);
     this.deps.log.warn(`call ${this.callSid}: ${why}; asking once more`);
-    if (!this.results.owing && !this.results.asking) this.rt.send({ type: 'response.create' });
+    if (!this.results.owing) this.results.answer();
   }
 
   /** The opening line is generated; from now on the model answers the caller's turns by itself. */

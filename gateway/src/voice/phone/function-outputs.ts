@@ -82,6 +82,11 @@ export class FunctionOutputs {
     this.ask();
   }
 
+  /** An answer the call asks for itself (a failed one, again): one at a time, as any asked here. */
+  answer(): void {
+    this.ask();
+  }
+
   add(results: FunctionOutput[]): void {
     for (const result of results) this.owed.push({ result, givenIn: 0, held: false, answeredBy: null });
   }
