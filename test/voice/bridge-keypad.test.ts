@@ -274,6 +274,44 @@ describe('phone bridge: the keypad', () => {
     expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([GOT_IT.transcript]);
   });
 
+  it('keys pressed as a new session is asked to answer the caller, before that answer has begun, are answered too, with no refused answer', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    const again = { audio: assistantAudio(300), transcript: 'Sorry, could you say that again?' };
+    const answers = [again, GOT_IT];
+    const script = brain({});
+    s.realtime.brain = (ctx) => (ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : script(ctx));
+    const { call, conn } = await answered(s, 'CA1214');
+    // The caller's turn is committed, then the session is lost before anything answers it.
+    s.realtime.brain = (ctx) => (ctx.trigger === 'turn' ? null : ctx.instructions ? script(ctx) : (answers.shift() ?? null));
+    conn.on('server', function cut(e: any) {
+      if (e.type !== 'input_audio_buffer.committed') return;
+      conn.off('server', cut);
+      conn.ws.close(1011);
+    });
+    speak(call);
+    const next = await until<RtConn>(s.realtime, 'connection');
+    // Ready, the new session is given the conversation and asked to answer; what the server says
+    // reaches the bridge late, and the caller presses keys meanwhile.
+    next.on('client', function typedNow(e: any) {
+      if (e.type !== 'response.create') return;
+      next.off('client', typedNow);
+      next.lag();
+      call.press('4');
+      call.press('#');
+    });
+    await clientEvent(next, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 4)');
+    // before: the keys asked for an answer of their own while the new session's was starting,
+    // which the API refuses; that one never saw them, and they went unanswered
+    const toKeys = serverEvent(next, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
+    next.catchUp();
+    await toKeys;
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the keys heard');
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    const end = await s.endOf('CA1214');
+    expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([GOT_IT.transcript]);
+  });
+
   it('keys pressed while the opening line plays (all of it generated) are dropped: the line is heard whole, the model is given nothing', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20;

@@ -139,8 +139,9 @@ export class CallSession {
       update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       // A session being replaced finishes nothing more: what it had said of a line counts now,
-      // and the caller's turns it had not transcribed stay as such.
-      history: () => (this.spoken.flush(), this.heard.flush('the session was lost first'), this.said),
+      // and the caller's turns it had not transcribed stay as such; no answer runs or is asked
+      // for in the new one (results counts from there: the answer below is asked through it).
+      history: () => (this.spoken.flush(), this.heard.flush('the session was lost first'), this.results.newConversation(), this.said),
       // A new session that owes one of the bridge's lines says it (ready), not an answer; a
       // function result still owed asks for the answer itself, once it is given (ready).
       awaitingAnswer: () =>
@@ -150,6 +151,8 @@ export class CallSession {
         !this.functions.outstanding &&
         !this.results.owing &&
         ((this.responding !== null && !this.ownSaid.has(this.responding)) || this.said.at(-1)?.speaker === 'user'),
+      // Through results, one answer at a time: keys pressed before it begins are answered after it.
+      answer: () => this.results.answer(),
       log,
       callId: callSid,
     });
@@ -250,9 +253,8 @@ export class CallSession {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
       this.responding = null;
       this.timing.reset();
-      // Function results the model has not answered go to the new conversation, those of calls
-      // whose response the lost session never finished too.
-      this.results.newConversation();
+      // Function results the model has not answered go to the new conversation (results began it
+      // as it was given the history), those of calls whose response the lost session never finished too.
       for (const id of this.functions.unclaimed()) void this.deliver(id);
       if (this.phase === 'live') this.results.give();
     }

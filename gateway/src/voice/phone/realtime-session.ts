@@ -49,6 +49,8 @@ export class RealtimeSession {
       history: () => SaidLine[];
       /** Whether the caller is waiting for an answer (then a new session is asked for one). */
       awaitingAnswer: () => boolean;
+      /** Asks the new session for that answer (the call session asks for one answer at a time). */
+      answer: () => void;
       log: { warn: (m: string) => void };
       callId: string;
     },
@@ -151,7 +153,7 @@ export class RealtimeSession {
       const content = line.speaker === 'user' ? { type: 'input_text', text: line.text } : { type: 'output_text', text: line.text };
       this.link!.send({ type: 'conversation.item.create', item: { type: 'message', role: line.speaker, content: [content] } });
     }
-    if (this.opts.awaitingAnswer()) this.link!.send({ type: 'response.create' });
+    if (this.opts.awaitingAnswer()) this.opts.answer();
   }
 
   private flushHeld(): void {
