@@ -34,7 +34,7 @@ import { describeStart } from './startup-log';
 import { createStores, reportRedisState, type Stores } from './stores';
 import { configureUpstream } from './upstream';
 import { createVoice, loadVoice, voiceOptions, type LoadedVoice, type Voice } from './voice';
-import { phoneBridgeFromEnv, type PhoneBridge } from './voice/phone/bridge';
+import { phoneBridgeFromEnv, phoneBridgeOff, type PhoneBridge } from './voice/phone/bridge';
 import { startWorker, type ColdWorker } from './worker';
 import { ResponseOwnership } from './responses/ownership';
 import type { MemoryColdQueue } from './cold-queue-memory';
@@ -322,10 +322,17 @@ async function closeStack(p: {
   p.redis?.disconnect();
 }
 
+/** The variables only the phone bridge reads: one set means the operator wants calls answered. */
+const PHONE_VARIABLES = ['PUBLIC_URL', 'TWILIO_ACCOUNT_SID', 'TWILIO_AUTH_TOKEN'];
+
 /** The phone bridge (Twilio ⇄ the realtime model) when the concierge is configured. */
 function phoneBridge(env: GatewayEnv, loaded: LoadedVoice, voice: Voice, meter: MeterSink, log: Logger): PhoneBridge | null {
-  if (!voice.service || !voice.workflow || !loaded.config) return null;
   const logs = { info: (m: string) => log.info(m), warn: (m: string) => log.warn(m), error: (m: string) => log.error(m) };
+  if (!voice.service || !voice.workflow || !loaded.config) {
+    // Set up for phone calls but the concierge is off: said, and Twilio answered 503, not a bare 404.
+    const meant = PHONE_VARIABLES.some((name) => env.raw[name]);
+    return meant ? phoneBridgeOff([`${loaded.why} (the voice concierge is off)`], logs) : null;
+  }
   return phoneBridgeFromEnv(env.raw, { config: loaded.config, voice: voice.service, workflow: voice.workflow, meter, log: logs });
 }
 

@@ -54,6 +54,34 @@ describe('voice wiring', () => {
     );
   });
 
+  it('set up for phone calls with the concierge off: the start log and /twilio/* say why (503), not a bare 404', async () => {
+    const phone = {
+      PUBLIC_URL: 'https://voice.example.test',
+      TWILIO_ACCOUNT_SID: 'AC1',
+      TWILIO_AUTH_TOKEN: 'tw-secret',
+      OPENAI_API_KEY: 'sk-x',
+    };
+    const twilio = (url: string) =>
+      fetch(`${url}/twilio/voice`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: 'CallSid=CA1',
+      });
+    const noToken = await up(phone);
+    const res = await twilio(noToken.url);
+    expect(res.status).toBe(503);
+    expect(await res.text()).toBe('phone bridge off: VOICE_TOKEN is not set (the voice concierge is off)');
+    expect(noToken.logs()).toContain('phone bridge off: VOICE_TOKEN is not set (the voice concierge is off)');
+    const file = join(dir, 'broken-phone.json');
+    writeFileSync(file, '{ not json');
+    const broken = await up({ ...phone, VOICE_TOKEN: 'v', CONCIERGE_FILE: file });
+    expect((await twilio(broken.url)).status).toBe(503);
+    expect(broken.logs()).toContain(
+      `phone bridge off: ${file} is not a valid configuration (1 problem(s); run npm run concierge:lint) (the voice concierge is off)`,
+    );
+    expect(JSON.stringify(noToken.logs().concat(broken.logs()))).not.toMatch(/tw-secret|sk-x/);
+  });
+
   it('a usable file with lint problems runs outside production, with a warning; the in-process stores serve calls', async () => {
     const c = filled() as any;
     c.functions[0].webhook = 'http://hooks.example.com/book'; // not https: a lint problem, still usable

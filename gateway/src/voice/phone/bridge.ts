@@ -135,7 +135,15 @@ export function phoneBridgeFromEnv(env: NodeJS.ProcessEnv, deps: Omit<PhoneBridg
     deps.log.info(`phone bridge: Twilio webhooks at ${settings.publicUrl}/twilio/voice, media at ${settings.mediaUrl}`);
     return createPhoneBridge({ ...deps, settings, provider: deps.provider ?? env.VOICE_PROVIDER, tenant: deps.tenant ?? env.VOICE_TENANT });
   }
-  deps.log.warn(`phone bridge off: ${problems.join('; ')}`);
+  return phoneBridgeOff(problems, deps.log);
+}
+
+/**
+ * The bridge turned off for `problems`: said once in the start log, and its webhooks answer `503`
+ * with the same words, so a number already pointed here fails loudly rather than with a 404.
+ */
+export function phoneBridgeOff(problems: string[], log: Pick<Log, 'warn'>): PhoneBridge {
+  log.warn(`phone bridge off: ${problems.join('; ')}`);
   const off = (_req: express.Request, res: express.Response) =>
     res
       .status(503)
