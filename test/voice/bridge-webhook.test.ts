@@ -190,6 +190,39 @@ describe('phone bridge inside the gateway (createStack)', () => {
     expect(all).not.toContain(API_KEY);
   });
 
+  it('a refused signature is logged with the URL it was checked over and what to fix (behind a proxy: PUBLIC_URL)', async () => {
+    const lines: string[] = [];
+    const h = await listenStack(env(), { http: true, worker: false }, captureLogger(lines));
+    try {
+      // Twilio called http:// (a number set up with the proxy's own scheme): signed over that URL.
+      const signedElsewhere = getExpectedTwilioSignature(AUTH_TOKEN, 'http://voice.example.test/twilio/voice', form('CA0302'));
+      const res = await fetch(`${h.url}/twilio/voice`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-twilio-signature': signedElsewhere },
+        body: new URLSearchParams(form('CA0302')).toString(),
+      });
+      expect([res.status, await res.text()]).toEqual([403, 'invalid Twilio signature']);
+      await fetch(`${h.url}/twilio/status`, { method: 'POST', body: 'CallSid=CA0302' });
+      const refused = new WebSocket(`${h.url.replace('http', 'ws')}/twilio/media`, { headers: { 'x-twilio-signature': 'bad' } });
+      await new Promise((r) => refused.once('unexpected-response', r));
+    } finally {
+      await h.stop();
+    }
+    const msgs = lines.map((l) => JSON.parse(l).msg as string);
+    expect(msgs).toContainEqual(
+      expect.stringMatching(
+        /^twilio webhook \/twilio\/voice: refused \(.+\): X-Twilio-Signature does not match https:\/\/voice\.example\.test\/twilio\/voice: .*PUBLIC_URL must be the origin of the number's webhook URL.*TWILIO_AUTH_TOKEN/,
+      ),
+    );
+    expect(msgs).toContainEqual(expect.stringMatching(/^twilio webhook \/twilio\/status: refused \(.+\): no X-Twilio-Signature/));
+    expect(msgs).toContainEqual(
+      expect.stringMatching(
+        /^twilio media: refused a stream handshake \(.+\): X-Twilio-Signature does not match wss:\/\/voice\.example\.test\/twilio\/media: /,
+      ),
+    );
+    expect(msgs.join('\n')).not.toContain(AUTH_TOKEN);
+  });
+
   it('without PUBLIC_URL the webhooks answer 503 naming what is missing (no values)', async () => {
     const h = await listenStack(env({ PUBLIC_URL: '' }));
     try {

@@ -61,7 +61,8 @@ export class MediaStreams {
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean {
     if ((req.url ?? '').split('?')[0] !== '/twilio/media') return false;
     if (!this.deps.auth.handshake(req)) {
-      this.deps.log.warn(`twilio media: refused a stream handshake without a valid X-Twilio-Signature (${req.socket.remoteAddress})`);
+      const why = this.deps.auth.refusal(req.headers['x-twilio-signature'], this.deps.auth.mediaUrl);
+      this.deps.log.warn(`twilio media: refused a stream handshake (${req.socket.remoteAddress}): ${why}`);
       socket.end(
         'HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 26\r\n\r\ninvalid Twilio signature\r\n',
       );

@@ -27,8 +27,8 @@ export const TICKET_VALID_FOR_MS = TICKET_TTL_MS + CLOCK_SKEW_MS;
 export class TwilioAuth {
   constructor(
     private readonly authToken: string,
-    private readonly publicUrl: string,
-    private readonly mediaUrl: string,
+    readonly publicUrl: string,
+    readonly mediaUrl: string,
     private readonly now: () => number = Date.now,
   ) {}
 
@@ -44,6 +44,20 @@ export class TwilioAuth {
     if (typeof signature !== 'string' || !signature) return false;
     const query = req.url?.includes('?') ? req.url.slice(req.url.indexOf('?')) : '';
     return validateRequest(this.authToken, signature, `${this.mediaUrl}${query}`, {});
+  }
+
+  /**
+   * Why a request was refused, for the log: no signature (not from Twilio), or one that does not
+   * match the URL it was checked over, which is what an operator behind a proxy needs to see (the
+   * path only: a callback's query carries the caller's number).
+   */
+  refusal(signature: unknown, checkedOver: string): string {
+    if (typeof signature !== 'string' || !signature) return 'no X-Twilio-Signature (not sent by Twilio)';
+    return (
+      `X-Twilio-Signature does not match ${checkedOver}: Twilio signs the URL it requested, so PUBLIC_URL must be the ` +
+      "origin of the number's webhook URL (scheme and host as Twilio calls them, not as the proxy forwards them) " +
+      "and TWILIO_AUTH_TOKEN the auth token of the number's account"
+    );
   }
 
   /** The ticket the answering webhook puts in the stream's parameters: `<ms>.<mac>`. */

@@ -36,8 +36,9 @@ export interface WebhookDeps {
 
 function signed(auth: TwilioAuth, log: WebhookDeps['log']): express.RequestHandler {
   return (req, res, next) => {
-    if (auth.webhook(req.get('x-twilio-signature'), req.originalUrl, (req.body ?? {}) as Record<string, unknown>)) return next();
-    log.warn(`twilio webhook ${req.path}: refused a request without a valid X-Twilio-Signature (${req.ip})`);
+    const signature = req.get('x-twilio-signature');
+    if (auth.webhook(signature, req.originalUrl, (req.body ?? {}) as Record<string, unknown>)) return next();
+    log.warn(`twilio webhook ${req.path}: refused (${req.ip}): ${auth.refusal(signature, `${auth.publicUrl}${req.path}`)}`);
     res.status(403).type('text/plain').send('invalid Twilio signature');
   };
 }
