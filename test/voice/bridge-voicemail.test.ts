@@ -321,6 +321,17 @@ describe('phone bridge edges: the status callback', () => {
     expect(s.ended.map((e) => e.call_id)).toEqual(['CA0709']);
   });
 
+  it('a gateway shut down while a status callback waits out its grace still writes that record (within 5 s), once', async () => {
+    s = await bridgeStack(); // the real 60 s grace
+    await s.twilio.placeCall(form('CA0716'));
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0716', CallStatus: 'no-answer' })).status).toBe(204);
+    expect(s.records).toEqual([]); // waiting for a stream elsewhere, or a voicemail, to say more
+    const t0 = performance.now();
+    await s.bridge.close(); // Twilio sends the callback once: no instance would write the record later
+    expect(performance.now() - t0).toBeLessThan(6000);
+    expect(s.records.map((r) => [r.call_id, r.outcome, r.ended_reason])).toEqual([['CA0716', 'abandoned', 'no_answer']]);
+  });
+
   it('an answered call whose stream ends elsewhere during the grace keeps that record (its booking), not an abandoned one', async () => {
     s = await bridgeStack(() => undefined, { statusGraceMs: 5000 });
     // Seen from the store: the status callback's check that finds the record and stops.

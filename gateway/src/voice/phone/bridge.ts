@@ -52,7 +52,7 @@ export interface PhoneBridgeDeps {
   /** Call control; Twilio's REST API by default. */
   calls?: CallControl;
   lines?: Partial<Lines>;
-  /** How long a status callback waits for an answered call's stream to write its record (15 s). */
+  /** How long a status callback waits for an answered call's stream to write its record (60 s). */
   statusGraceMs?: number;
   /** How long a caller has to answer the consent line (8 s). */
   consentWaitMs?: number;
@@ -116,7 +116,8 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
     mount: (app) =>
       mountTwilioWebhooks(app, { auth, voice: deps.voice, status, voicemail, urls, mediaUrl: settings.mediaUrl, dial, lines, log }),
     upgrade: (req, socket, head) => streams.upgrade(req, socket, head),
-    close: () => streams.close(),
+    // Live calls first: a session ending here may still write the record a status callback waits for.
+    close: () => streams.close().then(() => status.close()),
     get liveCalls() {
       return streams.live.size;
     },

@@ -11,6 +11,8 @@
  * voicemail's recording callback comes after the call (if the caller hung up before Twilio asked
  * the `<Record>` action). So the record is written here only if none appears within `graceMs`
  * (60 s: a session's end waits up to 47 s for function calls), checked in the store every 250 ms.
+ * At shutdown a wait still running is cut to 5 s, as a session's wait for its function calls is,
+ * and the record then written: Twilio sends the callback once, so no instance would write it later.
  */
 import type { StoredCall } from '../call-store';
 import type { VoiceService } from '../calls';
@@ -21,6 +23,7 @@ import { ExpiringMap } from '../expiring-map';
 
 const GRACE_MS = 60_000;
 const POLL_MS = 250;
+const GRACE_AT_SHUTDOWN_MS = 5_000;
 
 const TERMINAL: Record<string, EndReason> = {
   completed: 'caller_hangup',
@@ -33,6 +36,9 @@ const TERMINAL: Record<string, EndReason> = {
 export class CallStatus {
   /** Calls whose session handed them to voicemail and ended (the record left to the voicemail), with why. */
   private readonly handedOver = new ExpiringMap<EndReason>();
+  /** Records waiting for their grace to end, and when shutdown cuts every wait short. */
+  private readonly waiting = new Set<Promise<void>>();
+  private closingBy = Infinity;
 
   constructor(
     private readonly deps: {
@@ -66,7 +72,16 @@ export class CallStatus {
   private async recordLater(callSid: string, status: string, reason: EndReason): Promise<void> {
     const call = await this.deps.voice.get(callSid);
     if (!call || call.record) return;
-    void this.unlessEnded(callSid, status, reason);
+    const wait: Promise<void> = this.unlessEnded(callSid, status, reason)
+      .catch((error: Error) => this.deps.log.info(`call ${callSid}: status ${status}: ${error.message}`))
+      .finally(() => this.waiting.delete(wait));
+    this.waiting.add(wait);
+  }
+
+  /** Shutdown: every record still waiting is written within 5 s (sooner if its own end comes). */
+  async close(): Promise<void> {
+    this.closingBy = Date.now() + GRACE_AT_SHUTDOWN_MS;
+    await Promise.all(this.waiting);
   }
 
   /** The record from here only if the stream's session or the voicemail did not write one in time. */
@@ -77,7 +92,7 @@ export class CallStatus {
       if (this.deps.streams.live.has(callSid)) return; // its stream is here after all: its end writes
       const call = await this.deps.voice.get(callSid);
       if (!call || call.record) return;
-      if (Date.now() >= until) return this.write(call, status, reason);
+      if (Date.now() >= Math.min(until, this.closingBy)) return this.write(call, status, reason);
     }
   }
 
