@@ -223,6 +223,14 @@ describe('phone bridge inside the gateway (createStack)', () => {
     expect(msgs.join('\n')).not.toContain(AUTH_TOKEN);
   });
 
+  it('an http PUBLIC_URL: the start log warns that Twilio opens no ws:// media stream', async () => {
+    const lines: string[] = [];
+    const h = await listenStack(env({ PUBLIC_URL: 'http://voice.example.test' }), { http: true, worker: false }, captureLogger(lines));
+    await h.stop();
+    const warned = lines.map((l) => JSON.parse(l)).filter((l) => l.level === 40 && /PUBLIC_URL is http:\/\//.test(l.msg));
+    expect(warned.map((l) => l.msg)).toEqual([expect.stringContaining('Twilio refuses (error 31922, wss:// only)')]);
+  });
+
   it('without PUBLIC_URL the webhooks answer 503 naming what is missing (no values)', async () => {
     const h = await listenStack(env({ PUBLIC_URL: '' }));
     try {

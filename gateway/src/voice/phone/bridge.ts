@@ -134,6 +134,12 @@ export function phoneBridgeFromEnv(env: NodeJS.ProcessEnv, deps: Omit<PhoneBridg
   const { settings, problems } = phoneSettings(env, deps.config.meta.model);
   if (settings) {
     deps.log.info(`phone bridge: Twilio webhooks at ${settings.publicUrl}/twilio/voice, media at ${settings.mediaUrl}`);
+    // Twilio's webhooks may be http, its media streams may not: said at start, not found call by call.
+    if (settings.mediaUrl.startsWith('ws:'))
+      deps.log.warn(
+        'phone bridge: PUBLIC_URL is http://, so the media stream is ws://, which Twilio refuses (error 31922, wss:// only): ' +
+          'every call would go to the fallback transfer; set PUBLIC_URL to the https origin Twilio reaches',
+      );
     return createPhoneBridge({ ...deps, settings, provider: deps.provider ?? env.VOICE_PROVIDER, tenant: deps.tenant ?? env.VOICE_TENANT });
   }
   return phoneBridgeOff(problems, deps.log);
