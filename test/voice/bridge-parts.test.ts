@@ -10,6 +10,7 @@ import { transcriptConfidence } from '../../gateway/src/voice/phone/confidence';
 import { responseEvent } from '../../gateway/src/voice/phone/meter-event';
 import { OwnResponses } from '../../gateway/src/voice/phone/own-responses';
 import { Playback } from '../../gateway/src/voice/phone/playback';
+import { RealtimeLink } from '../../gateway/src/voice/phone/realtime-link';
 import { phoneSettings } from '../../gateway/src/voice/phone/settings';
 import { TwilioCalls } from '../../gateway/src/voice/phone/twilio-calls';
 import { filled } from './filled';
@@ -44,6 +45,33 @@ describe('phone settings', () => {
       'OPENAI_REALTIME_URL: expected a wss:// URL',
     ]);
     expect(problems.join(' ')).not.toContain('secret');
+  });
+});
+
+describe('the realtime connection', () => {
+  it('a handshake refused with 401 or 403 names OPENAI_API_KEY as the thing to fix, and never the key', async () => {
+    let status = 401;
+    const server = createServer((_req, res) => res.writeHead(426).end());
+    server.on('upgrade', (_req, socket) =>
+      socket.end(`HTTP/1.1 ${status} No\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`),
+    );
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}/v1/realtime?model=m`;
+    try {
+      await expect(RealtimeLink.connect(url, 'sk-secret-value', 2000)).rejects.toThrow(
+        'the realtime server refused the connection (HTTP 401): OPENAI_API_KEY was not accepted (a wrong or revoked key)',
+      );
+      status = 403;
+      await expect(RealtimeLink.connect(url, 'sk-secret-value', 2000)).rejects.toThrow(
+        /\(HTTP 403\): OPENAI_API_KEY has no access to the realtime model/,
+      );
+      status = 503;
+      await expect(RealtimeLink.connect(url, 'sk-secret-value', 2000)).rejects.toThrow(
+        /^the realtime server refused the connection \(HTTP 503\)$/,
+      );
+    } finally {
+      server.close();
+    }
   });
 });
 

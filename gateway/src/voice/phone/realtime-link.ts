@@ -57,7 +57,7 @@ export class RealtimeLink {
         clearTimeout(timer);
         ws.terminate();
         res.resume();
-        reject(new Error(`the realtime server refused the connection (HTTP ${res.statusCode})`));
+        reject(new Error(`the realtime server refused the connection (HTTP ${res.statusCode})${refusalHint(res.statusCode)}`));
       });
       ws.once('error', (error) => {
         clearTimeout(timer);
@@ -101,4 +101,15 @@ export function describeError(e: RealtimeServerMessage): string {
   const err = isObject(e.error) ? e.error : {};
   const parts = [err.type, err.code, err.param, err.message].filter((v): v is string => typeof v === 'string' && v !== '');
   return parts.map((v) => v.slice(0, 200)).join(': ') || 'no details';
+}
+
+/**
+ * What an operator can do about a refused handshake: 401 and 403 are the key (wrong, revoked, or
+ * without access to the model), said so, since every call fails the same way until it is fixed.
+ * The body is not quoted: OpenAI's 401 message repeats part of the key.
+ */
+function refusalHint(status: number | undefined): string {
+  if (status === 401) return ': OPENAI_API_KEY was not accepted (a wrong or revoked key)';
+  if (status === 403) return ': OPENAI_API_KEY has no access to the realtime model (meta.model) in its project';
+  return '';
 }
