@@ -321,6 +321,16 @@ describe('phone bridge edges: the status callback', () => {
     expect(s.ended.map((e) => e.call_id)).toEqual(['CA0709']);
   });
 
+  it("a record written after the status callback's grace lasts as long as the call, not the wait", async () => {
+    s = await bridgeStack(() => undefined, { statusGraceMs: 2000 });
+    await s.twilio.placeCall(form('CA0717'));
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0717', CallStatus: 'busy' })).status).toBe(204);
+    await s.endOf('CA0717');
+    const [record] = s.records;
+    expect([record.ended_reason, record.telephony_minutes]).toEqual(['busy', 1]);
+    expect(record.duration_s).toBeLessThan(1); // answered, then busy at once: not the 2 s waited for a stream elsewhere
+  });
+
   it('a gateway shut down while a status callback waits out its grace still writes that record (within 5 s), once', async () => {
     s = await bridgeStack(); // the real 60 s grace
     await s.twilio.placeCall(form('CA0716'));

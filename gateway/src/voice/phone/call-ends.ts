@@ -11,7 +11,7 @@ import type { VoiceService } from '../calls';
 import { ExpiringMap } from '../expiring-map';
 import type { CallSummary } from './call-types';
 
-export type EdgeEnd = Pick<EndCallBody, 'outcome' | 'intent_primary' | 'escalated'> & { ended_reason: string };
+export type EdgeEnd = Pick<EndCallBody, 'outcome' | 'intent_primary' | 'escalated' | 'ended_at'> & { ended_reason: string };
 
 export class CallEnds {
   private readonly reported = new ExpiringMap<true>();

@@ -33,6 +33,14 @@ const TERMINAL: Record<string, EndReason> = {
   canceled: 'canceled',
 };
 
+/** A terminal status for a call: what Twilio said, why the call ended, and when it said so. */
+interface Ending {
+  callSid: string;
+  status: string;
+  reason: EndReason;
+  endedAt: string;
+}
+
 export class CallStatus {
   /** Calls whose session handed them to voicemail and ended (the record left to the voicemail), with why. */
   private readonly handedOver = new ExpiringMap<EndReason>();
@@ -57,6 +65,9 @@ export class CallStatus {
 
   async update(callSid: string, status: string): Promise<void> {
     if (!TERMINAL[status]) return;
+    // The call ended when Twilio said so, not when the grace below ran out: its duration and
+    // started minutes are the call's, not the wait's.
+    const endedAt = new Date().toISOString();
     const reason = this.handedOver.get(callSid) ?? TERMINAL[status];
     const session = this.deps.streams.live.get(callSid);
     // Its end writes the record, unless it handed the call to voicemail (a realtime failure): then
@@ -64,15 +75,16 @@ export class CallStatus {
     if (session)
       return void session
         .finish(reason)
-        .then(() => this.recordLater(callSid, status, session.decidedReason ?? reason))
+        .then(() => this.recordLater({ callSid, status, reason: session.decidedReason ?? reason, endedAt }))
         .catch((error: Error) => this.deps.log.info(`call ${callSid}: status ${status}: ${error.message}`));
-    await this.recordLater(callSid, status, reason);
+    await this.recordLater({ callSid, status, reason, endedAt });
   }
 
-  private async recordLater(callSid: string, status: string, reason: EndReason): Promise<void> {
+  private async recordLater(end: Ending): Promise<void> {
+    const { callSid, status } = end;
     const call = await this.deps.voice.get(callSid);
     if (!call || call.record) return;
-    const wait: Promise<void> = this.unlessEnded(callSid, status, reason)
+    const wait: Promise<void> = this.unlessEnded(end)
       .catch((error: Error) => this.deps.log.info(`call ${callSid}: status ${status}: ${error.message}`))
       .finally(() => this.waiting.delete(wait));
     this.waiting.add(wait);
@@ -85,18 +97,19 @@ export class CallStatus {
   }
 
   /** The record from here only if the stream's session or the voicemail did not write one in time. */
-  private async unlessEnded(callSid: string, status: string, reason: EndReason): Promise<void> {
+  private async unlessEnded(end: Ending): Promise<void> {
+    const { callSid } = end;
     const until = Date.now() + (this.deps.graceMs ?? GRACE_MS);
     for (;;) {
       await new Promise((r) => setTimeout(r, POLL_MS).unref());
       if (this.deps.streams.live.has(callSid)) return; // its stream is here after all: its end writes
       const call = await this.deps.voice.get(callSid);
       if (!call || call.record) return;
-      if (Date.now() >= Math.min(until, this.closingBy)) return this.write(call, status, reason);
+      if (Date.now() >= Math.min(until, this.closingBy)) return this.write(call, end);
     }
   }
 
-  private async write(call: StoredCall, status: string, reason: EndReason): Promise<void> {
+  private async write(call: StoredCall, { status, reason, endedAt }: Ending): Promise<void> {
     const callSid = call.call_id;
     const paused = call.voicemail_reason === 'monthly_cap';
     this.deps.log.info(`call ${callSid}: status ${status} with no live stream; writing its record`);
@@ -104,6 +117,7 @@ export class CallStatus {
       outcome: 'abandoned',
       ...(call.action === 'voicemail' ? { intent_primary: 'voicemail' as const } : {}),
       ended_reason: paused ? 'monthly_cap' : reason,
+      ended_at: endedAt,
     });
   }
 }
