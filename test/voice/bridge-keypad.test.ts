@@ -3,7 +3,7 @@
 // it; `0` alone is a request for a person: the caller is transferred.
 import { afterEach, describe, expect, it } from 'vitest';
 import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
-import type { RtConn } from './peers/realtime-peer';
+import type { BrainContext, Reply, RtConn } from './peers/realtime-peer';
 import { BOOKING, assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
 import type { MediaCall } from './peers/twilio-peer';
 import { until } from './peers/wait';
@@ -16,6 +16,8 @@ afterEach(async () => {
 
 const HUMAN = '+351211234567';
 const GOT_IT = { audio: assistantAudio(300), transcript: 'Thank you, I have your booking number.' };
+/** The answer to keys pressed again. */
+const SECOND = { audio: assistantAudio(300), transcript: 'And I have the second number too.' };
 
 async function answered(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
   const call = await stack.twilio.call(callSid);
@@ -30,12 +32,91 @@ const typed = (conn: RtConn) =>
     .filter((e: any) => e.type === 'conversation.item.create' && e.item.role === 'user')
     .map((e: any) => e.item.content[0].text as string);
 
+/** The caller presses these keys, one by one. */
+const press = (call: MediaCall, keys: string) => {
+  for (const key of keys) call.press(key);
+};
+
+/** The server says the answer with this reply's transcript is done. */
+const answerDone = (conn: RtConn, reply: Reply) =>
+  serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === reply.transcript);
+
+/** The caller has heard all that was played to it. */
+const heard = (call: MediaCall, what: string) => until(call, 'frame', () => call.playedBytes === call.receivedBytes, what);
+
+/** No answer was refused; the caller hangs up: the call's transcript, line by line. */
+async function hungUp(stack: BridgeStack, call: MediaCall, callSid: string): Promise<string[]> {
+  expect(stack.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+  call.hangUp();
+  return (await stack.endOf(callSid)).transcript.map((l) => l.text);
+}
+
+type Brain = (ctx: BrainContext) => Reply | null;
+
+/** The answers the bridge asks for on its own (a plain response.create) are `answers`, in turn; the rest are `other`'s. */
+const answering =
+  (answers: Array<Reply | null>, other: Brain): Brain =>
+  (ctx) =>
+    ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : other(ctx);
+
+/**
+ * As `answering`, but as the bridge asks for the one before the last, its start reaches the bridge
+ * late (held until `catchUp`) and `meanwhile` runs: the caller presses keys.
+ */
+const lateWithKeys =
+  (answers: Reply[], meanwhile: () => void, other: Brain): Brain =>
+  (ctx) => {
+    if (ctx.trigger !== 'create' || ctx.instructions) return other(ctx);
+    if (answers.length === 2) {
+      ctx.conn.lag();
+      meanwhile();
+    }
+    return answers.shift() ?? null;
+  };
+
+/** Once the keys' entry is given to the lagging session, what the server held reaches the bridge, and `reply` is done. */
+async function caughtUp(conn: RtConn, keys: string, reply: Reply): Promise<void> {
+  await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === `(keys pressed: ${keys})`);
+  const done = answerDone(conn, reply);
+  conn.catchUp();
+  await done;
+}
+
+/** The caller asks for a booking: the model calls book_slot on that turn (the brain for the rest). */
+function asksForBooking(stack: BridgeStack): Brain {
+  stack.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
+  return brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
+}
+
+/** The caller speaks; once the function's result is given, the answer to it begins and plays: its id. */
+async function resultAnswerPlaying(call: MediaCall, conn: RtConn): Promise<string> {
+  const given = () => conn.events.some((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
+  const toResult = serverEvent(conn, 'response.created', given);
+  speak(call);
+  const id = (await toResult).response.id as string;
+  await until(call, 'media', () => true, 'the answer to the result playing');
+  return id;
+}
+
+const RATE_LIMITED = { type: 'failed', error: { type: 'invalid_request_error', code: 'inference_rate_limit_exceeded' } };
+
+/** The server begins an answer the test makes: what it said of it. */
+function begun(conn: RtConn, id: string) {
+  const response = { id, status: 'in_progress', output: [], metadata: null };
+  conn.send({ type: 'response.created', response });
+  return response;
+}
+
+/** That answer fails, rate limited. */
+const failRateLimited = (conn: RtConn, response: ReturnType<typeof begun>) =>
+  conn.send({ type: 'response.done', response: { ...response, status: 'failed', status_details: RATE_LIMITED } });
+
 describe('phone bridge: the keypad', () => {
   it('keys in a row are one entry, given to the model as the caller’s turn and answered; a pause ends an entry as # does', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.brain = brain({ afterOutput: GOT_IT });
     const { call, conn } = await answered(s, 'CA1201');
-    for (const key of ['4', 'x', '2', '7', '#']) call.press(key); // "x" is no key of a phone
+    press(call, '4x27#'); // "x" is no key of a phone
     const item = await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
     expect(conn.session?.instructions).toContain('(keys pressed: ');
     expect(item.item).toEqual({
@@ -46,10 +127,9 @@ describe('phone bridge: the keypad', () => {
     });
     const asked = conn.events.slice(conn.events.indexOf(item) + 1);
     expect(asked).toContainEqual({ type: 'response.create' });
-    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
-    call.press('1');
-    call.press('*');
+    await answerDone(conn, GOT_IT);
+    await heard(call, 'the answer heard');
+    press(call, '1*');
     await until(conn, 'client', () => typed(conn).length === 2, 'the second entry, after the pause');
     expect(typed(conn)).toEqual(['(keys pressed: 427)', '(keys pressed: 1*)']);
     call.hangUp();
@@ -63,17 +143,16 @@ describe('phone bridge: the keypad', () => {
     s.realtime.brain = brain({ afterOutput: GOT_IT });
     const { call, conn } = await answered(s, 'CA1208');
     const long = '1234567890'.repeat(4); // 40 keys: a number no caller means to type in full
-    for (const key of long) call.press(key);
-    call.press('#');
+    press(call, `${long}#`);
     const item = await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
     const cut = `(keys pressed: ${long.slice(0, 32)}… cut: 40 keys pressed, only the first 32 kept)`;
     // before: "(keys pressed: <the first 32 keys>)", as if the caller had typed just those
     expect(item.item.content[0].text).toBe(cut);
     expect(conn.session?.instructions).toContain('cut: 40 keys pressed, only the first 32 kept)');
     expect(conn.events.slice(conn.events.indexOf(item) + 1)).toContainEqual({ type: 'response.create' });
-    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
-    for (const key of long.slice(0, 32)) call.press(key);
+    await answerDone(conn, GOT_IT);
+    await heard(call, 'the answer heard');
+    press(call, long.slice(0, 32));
     await until(conn, 'client', () => typed(conn).length === 2, 'the second entry, after the pause');
     expect(typed(conn)).toEqual([cut, `(keys pressed: ${long.slice(0, 32)})`]);
     call.hangUp();
@@ -93,19 +172,16 @@ describe('phone bridge: the keypad', () => {
     speak(call);
     const cut = (await long).response.id as string;
     await until(call, 'media', () => true, 'the long answer playing');
-    call.press('9');
-    call.press('#');
+    press(call, '9#');
     const item = await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
     expect(conn.events.slice(0, conn.events.indexOf(item)).some((e) => e.type === 'response.cancel')).toBe(true);
     if (!call.clears.length) await until(call, 'clear', () => true, 'Twilio told to clear the answer');
     await serverEvent(conn, 'response.done', (e) => e.response.id === cut && e.response.status === 'cancelled');
-    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    await answerDone(conn, GOT_IT);
+    await heard(call, 'the answer heard');
     expect(call.receivedBytes).toBeLessThan(assistantAudio(300).length * 2 + assistantAudio(3000).length);
-    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
-    call.hangUp();
     // The answer the keys cut came before them, as far as it had come (before: after the keys).
-    const [before, keys, after] = (await s.endOf('CA1203')).transcript.map((l) => l.text).slice(-3);
+    const [before, keys, after] = (await hungUp(s, call, 'CA1203')).slice(-3);
     expect([keys, after]).toEqual(['(keys pressed: 9)', GOT_IT.transcript]);
     expect('Please type your booking number.'.startsWith(before)).toBe(true);
   });
@@ -113,128 +189,69 @@ describe('phone bridge: the keypad', () => {
   it('keys pressed while the model answers a function’s result cut that answer, and the caller hears an answer to the keys', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20; // the answer to the result streams as the API's does: the keys land in its middle
-    s.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
-    const script = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
     const answers = [{ audio: assistantAudio(3000), transcript: 'You are booked for ten tomorrow, and here is more.' }, GOT_IT];
-    s.realtime.brain = (ctx) => (ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : script(ctx));
+    s.realtime.brain = answering(answers, asksForBooking(s));
     const { call, conn } = await answered(s, 'CA1209');
-    const given = () => conn.events.some((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
-    const toResult = serverEvent(conn, 'response.created', given);
-    speak(call);
-    const cut = (await toResult).response.id as string;
-    await until(call, 'media', () => true, 'the answer to the result playing');
-    call.press('4');
-    call.press('2');
-    call.press('#');
+    const cut = await resultAnswerPlaying(call, conn);
+    press(call, '42#');
     await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
     await serverEvent(conn, 'response.done', (e) => e.response.id === cut && e.response.status === 'cancelled');
     // before: nothing asked for an answer after the keys, and the caller waited in silence
-    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the keys heard');
-    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
-    call.hangUp();
-    const end = await s.endOf('CA1209');
-    const [before, keys, after] = end.transcript.map((l) => l.text).slice(-3);
+    await answerDone(conn, GOT_IT);
+    await heard(call, 'the answer to the keys heard');
+    const [before, keys, after] = (await hungUp(s, call, 'CA1209')).slice(-3);
     expect([keys, after]).toEqual(['(keys pressed: 42)', GOT_IT.transcript]);
     expect('You are booked for ten tomorrow, and here is more.'.startsWith(before)).toBe(true);
   });
 
   it('keys pressed again before the answer to the first keys has begun are answered too, with no refused answer', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
-    const second = { audio: assistantAudio(300), transcript: 'And I have the second number too.' };
-    const answers = [GOT_IT, second];
-    const script = brain({});
-    s.realtime.brain = (ctx) => {
-      if (ctx.trigger !== 'create' || ctx.instructions) return script(ctx);
-      if (answers.length === 2) {
-        // The answer to the first keys is asked for: its start reaches the bridge late, and the
-        // caller presses keys again meanwhile.
-        ctx.conn.lag();
-        call.press('5');
-        call.press('#');
-      }
-      return answers.shift() ?? null;
-    };
+    // The answer to the first keys is asked for: its start reaches the bridge late, and the caller
+    // presses keys again meanwhile.
+    s.realtime.brain = lateWithKeys([GOT_IT, SECOND], () => press(call, '5#'), brain({}));
     const { call, conn } = await answered(s, 'CA1212'); // the brain above presses keys on it, once answering
-    call.press('4');
-    call.press('#');
-    await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 5)');
+    press(call, '4#');
     // before: the second keys asked for an answer of their own while the first one's was starting,
     // which the API refuses; that one never saw them, and the caller waited in silence
-    const toSecond = serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === second.transcript);
-    conn.catchUp();
-    await toSecond;
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the second keys heard');
-    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
-    call.hangUp();
-    const end = await s.endOf('CA1212');
-    expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([second.transcript]);
+    await caughtUp(conn, '5', SECOND);
+    await heard(call, 'the answer to the second keys heard');
+    expect((await hungUp(s, call, 'CA1212')).slice(-1)).toEqual([SECOND.transcript]);
   });
 
   it('keys pressed again while the answer to the first keys is asked for, not yet begun, are answered too, with no refused answer', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20; // the answer to the result streams: the first keys land in its middle
-    s.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
-    const script = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
-    const second = { audio: assistantAudio(300), transcript: 'And I have the second number too.' };
-    const answers = [{ audio: assistantAudio(3000), transcript: 'You are booked for ten tomorrow, and here is more.' }, GOT_IT, second];
-    s.realtime.brain = (ctx) => {
-      if (ctx.trigger !== 'create' || ctx.instructions) return script(ctx);
-      if (answers.length === 2) {
-        // The answer to the first keys is asked for: its start reaches the bridge late, and the
-        // caller presses keys again meanwhile.
-        ctx.conn.lag();
-        call.press('5');
-        call.press('#');
-      }
-      return answers.shift() ?? null;
-    };
+    const answers = [{ audio: assistantAudio(3000), transcript: 'You are booked for ten tomorrow, and here is more.' }, GOT_IT, SECOND];
+    // The answer to the first keys is asked for: its start reaches the bridge late, and the caller
+    // presses keys again meanwhile.
+    s.realtime.brain = lateWithKeys(answers, () => press(call, '5#'), asksForBooking(s));
     const { call, conn } = await answered(s, 'CA1210'); // the brain above presses keys on it, once answering
-    const given = () => conn.events.some((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
-    const toResult = serverEvent(conn, 'response.created', given);
-    speak(call);
-    await toResult;
-    await until(call, 'media', () => true, 'the answer to the result playing');
-    call.press('4');
-    call.press('#');
-    await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 5)');
-    conn.catchUp();
+    await resultAnswerPlaying(call, conn);
+    press(call, '4#');
     // before: the second keys asked for an answer of their own while the first one's was starting,
     // which the API refuses; that one never saw them, and the caller waited in silence
-    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === second.transcript);
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the second keys heard');
-    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
-    call.hangUp();
-    const end = await s.endOf('CA1210');
-    expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([second.transcript]);
+    await caughtUp(conn, '5', SECOND);
+    await heard(call, 'the answer to the second keys heard');
+    expect((await hungUp(s, call, 'CA1210')).slice(-1)).toEqual([SECOND.transcript]);
   });
 
   it('keys pressed over an answer to a function’s result that then fails (rate limited) get one answer, not two asked at once', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
-    s.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
-    const script = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
-    const answers: Array<typeof GOT_IT | null> = [null, GOT_IT]; // the answer to the result is the test's own, below
-    s.realtime.brain = (ctx) => (ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : script(ctx));
+    s.realtime.brain = answering([null, GOT_IT], asksForBooking(s)); // the answer to the result is the test's own, below
     const { call, conn } = await answered(s, 'CA1211');
     const plain = () => conn.events.filter((e: any) => e.type === 'response.create' && e.response === undefined).length;
     speak(call);
     await clientEvent(conn, 'response.create', (e: any) => e.response === undefined);
-    const response = { id: 'resp_R', status: 'in_progress', output: [], metadata: null };
-    conn.send({ type: 'response.created', response });
-    call.press('4');
-    call.press('#');
+    const response = begun(conn, 'resp_R');
+    press(call, '4#');
     await serverEvent(conn, 'conversation.item.added', (e) => e.item.role === 'user' && e.item.content?.[0]?.text === '(keys pressed: 4)');
     const asked = plain();
-    const details = { type: 'failed', error: { type: 'invalid_request_error', code: 'inference_rate_limit_exceeded' } };
-    conn.send({ type: 'response.done', response: { ...response, status: 'failed', status_details: details } });
-    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    failRateLimited(conn, response);
+    await answerDone(conn, GOT_IT);
+    await heard(call, 'the answer heard');
     // before: the failed answer was asked for again and the keys' answer too, the second refused
     expect(plain() - asked).toBe(1);
-    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
-    call.hangUp();
-    const end = await s.endOf('CA1211');
-    expect(end.transcript.map((l) => l.text).slice(-2)).toEqual(['(keys pressed: 4)', GOT_IT.transcript]);
+    expect((await hungUp(s, call, 'CA1211')).slice(-2)).toEqual(['(keys pressed: 4)', GOT_IT.transcript]);
   });
 
   it('keys pressed while a failed answer is asked for once more, before it has begun, are answered too, with no refused answer', async () => {
@@ -243,35 +260,21 @@ describe('phone bridge: the keypad', () => {
     const script = brain({});
     s.realtime.brain = script;
     const { call, conn } = await answered(s, 'CA1213');
-    s.realtime.brain = (ctx) => {
-      if (ctx.trigger === 'turn') return null; // the answer to the turn is the test's own, below: it fails
-      if (ctx.instructions) return script(ctx);
-      if (answers.length === 2) {
-        // The failed answer is asked for again: its start reaches the bridge late, and the caller
-        // presses keys meanwhile.
-        ctx.conn.lag();
-        call.press('4');
-        call.press('#');
-      }
-      return answers.shift() ?? null;
-    };
+    // The answer to the turn is the test's own, below: it fails. The failed answer is asked for
+    // again: its start reaches the bridge late, and the caller presses keys meanwhile.
+    s.realtime.brain = lateWithKeys(
+      answers,
+      () => press(call, '4#'),
+      (ctx) => (ctx.trigger === 'turn' ? null : script(ctx)),
+    );
     speak(call);
     await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
-    const response = { id: 'resp_F', status: 'in_progress', output: [], metadata: null };
-    conn.send({ type: 'response.created', response });
-    const details = { type: 'failed', error: { type: 'invalid_request_error', code: 'inference_rate_limit_exceeded' } };
-    conn.send({ type: 'response.done', response: { ...response, status: 'failed', status_details: details } });
-    await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 4)');
+    failRateLimited(conn, begun(conn, 'resp_F'));
     // before: the keys asked for an answer of their own while the one asked again was starting,
     // which the API refuses; that one never saw them, and they went unanswered
-    const toKeys = serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
-    conn.catchUp();
-    await toKeys;
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the keys heard');
-    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
-    call.hangUp();
-    const end = await s.endOf('CA1213');
-    expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([GOT_IT.transcript]);
+    await caughtUp(conn, '4', GOT_IT);
+    await heard(call, 'the answer to the keys heard');
+    expect((await hungUp(s, call, 'CA1213')).slice(-1)).toEqual([GOT_IT.transcript]);
   });
 
   it('keys pressed as a new session is asked to answer the caller, before that answer has begun, are answered too, with no refused answer', async () => {
@@ -279,10 +282,10 @@ describe('phone bridge: the keypad', () => {
     const again = { audio: assistantAudio(300), transcript: 'Sorry, could you say that again?' };
     const answers = [again, GOT_IT];
     const script = brain({});
-    s.realtime.brain = (ctx) => (ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : script(ctx));
+    s.realtime.brain = answering(answers, script);
     const { call, conn } = await answered(s, 'CA1214');
     // The caller's turn is committed, then the session is lost before anything answers it.
-    s.realtime.brain = (ctx) => (ctx.trigger === 'turn' ? null : ctx.instructions ? script(ctx) : (answers.shift() ?? null));
+    s.realtime.brain = answering(answers, (ctx) => (ctx.trigger === 'turn' ? null : script(ctx)));
     conn.on('server', function cut(e: any) {
       if (e.type !== 'input_audio_buffer.committed') return;
       conn.off('server', cut);
@@ -296,20 +299,13 @@ describe('phone bridge: the keypad', () => {
       if (e.type !== 'response.create') return;
       next.off('client', typedNow);
       next.lag();
-      call.press('4');
-      call.press('#');
+      press(call, '4#');
     });
-    await clientEvent(next, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 4)');
     // before: the keys asked for an answer of their own while the new session's was starting,
     // which the API refuses; that one never saw them, and they went unanswered
-    const toKeys = serverEvent(next, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === GOT_IT.transcript);
-    next.catchUp();
-    await toKeys;
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer to the keys heard');
-    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
-    call.hangUp();
-    const end = await s.endOf('CA1214');
-    expect(end.transcript.map((l) => l.text).slice(-1)).toEqual([GOT_IT.transcript]);
+    await caughtUp(next, '4', GOT_IT);
+    await heard(call, 'the answer to the keys heard');
+    expect((await hungUp(s, call, 'CA1214')).slice(-1)).toEqual([GOT_IT.transcript]);
   });
 
   it('keys pressed while the opening line plays (all of it generated) are dropped: the line is heard whole, the model is given nothing', async () => {
@@ -322,8 +318,7 @@ describe('phone bridge: the keypad', () => {
     // line is still not to be cut.
     await serverEvent(conn, 'response.done');
     expect(call.playedBytes).toBeLessThan(assistantAudio(1000).length);
-    call.press('5');
-    call.press('#');
+    press(call, '5#');
     await until(call, 'frame', () => call.playedBytes === assistantAudio(2000).length, 'the opening line heard');
     expect(call.clears).toEqual([]);
     expect(typed(conn)).toEqual([]);
@@ -351,7 +346,7 @@ describe('phone bridge: the keypad', () => {
     speak(call);
     const again = await until<RtConn>(s.realtime, 'connection');
     await clientEvent(again, 'session.update');
-    for (const key of ['4', '2', '7', '#']) call.press(key);
+    press(call, '427#');
     call.hangUp(); // after the keys on the same stream: the bridge has taken them while not ready
     const end = await s.endOf('CA1205');
     release();
@@ -366,8 +361,7 @@ describe('phone bridge: the keypad', () => {
     const call = await s.twilio.call('CA1206');
     const conn = await until<RtConn>(s.realtime, 'connection');
     await until(call, 'media', () => true, 'the opening line playing');
-    call.press('0');
-    call.press('#');
+    press(call, '0#');
     const u = await until<(typeof s.twilio.updates)[number]>(s.twilio.events, 'update', (x) => x.callSid === 'CA1206', 'the transfer');
     expect(u.form.Twiml).toContain(`${HUMAN}</Dial>`);
     expect(call.playedBytes).toBeLessThan(assistantAudio(2000).length);
