@@ -87,6 +87,25 @@ async function droppedWhileBooking(stack: BridgeStack, callSid: string) {
   return { release, call, callId, again };
 }
 
+/**
+ * Once the booking (held) is sent, the session drops; the new session is not yet ready (its
+ * session.update not acknowledged) when the booking completes and the bridge has its answer.
+ * The new session, and `ready`, which acknowledges its update.
+ */
+async function bookedBeforeReady(stack: BridgeStack, conn: RtConn, release: () => void): Promise<{ again: RtConn; ready: () => void }> {
+  await booked(stack); // its response.done came before: the workflow stores its claim first
+  let ack!: () => void;
+  stack.realtime.holdUpdates = new Promise((r) => (ack = r));
+  conn.drop();
+  const again = await until<RtConn>(stack.realtime, 'connection');
+  await clientEvent(again, 'session.update');
+  release();
+  await until(stack.events, 'answered', () => true, 'the workflow answered');
+  await new Promise((r) => setImmediate(r)); // the bridge turns the answer into its output within this turn
+  stack.realtime.holdUpdates = null;
+  return { again, ready: ack };
+}
+
 describe('phone bridge: a function result across a realtime reconnect', () => {
   it('a booking still running when the session drops: its result goes to the new session, with its call, and the caller hears the answer', async () => {
     s = await bridgeStack();
@@ -101,17 +120,8 @@ describe('phone bridge: a function result across a realtime reconnect', () => {
     s = await bridgeStack();
     const release = holdBookings(s);
     const { call, conn, callId } = await bookingCall(s, 'CA0302');
-    await booked(s); // its response.done came before: the workflow stores its claim first
-    let ack!: () => void;
-    s.realtime.holdUpdates = new Promise((r) => (ack = r));
-    conn.drop();
-    const again = await until<RtConn>(s.realtime, 'connection');
-    await clientEvent(again, 'session.update');
-    release();
-    await until(s.events, 'answered', () => true, 'the workflow answered');
-    await new Promise((r) => setImmediate(r)); // the bridge turns the answer into its output within this turn
-    s.realtime.holdUpdates = null;
-    ack();
+    const { again, ready } = await bookedBeforeReady(s, conn, release);
+    ready();
     await toldOutcome(s, call, again, await callId);
     call.hangUp();
     await s.endOf('CA0302');
@@ -125,16 +135,7 @@ describe('phone bridge: a function result across a realtime reconnect', () => {
     const answers = [CONFIRMED, got];
     const script = s.realtime.brain;
     s.realtime.brain = (ctx) => (ctx.trigger === 'create' && !ctx.instructions ? (answers.shift() ?? null) : script(ctx));
-    await booked(s);
-    let ack!: () => void;
-    s.realtime.holdUpdates = new Promise((r) => (ack = r));
-    conn.drop();
-    const again = await until<RtConn>(s.realtime, 'connection');
-    await clientEvent(again, 'session.update');
-    release();
-    await until(s.events, 'answered', () => true, 'the workflow answered');
-    await new Promise((r) => setImmediate(r)); // the bridge turns the answer into its output within this turn
-    s.realtime.holdUpdates = null;
+    const { again, ready } = await bookedBeforeReady(s, conn, release);
     // Ready, the new session is given the conversation and the result and asked to answer; what
     // the server says of them reaches the bridge late, and the caller presses keys meanwhile.
     again.once('client', () => {
@@ -142,7 +143,7 @@ describe('phone bridge: a function result across a realtime reconnect', () => {
       call.press('7');
       call.press('#');
     });
-    ack();
+    ready();
     await clientEvent(again, 'conversation.item.create', (e: any) => e.item.content?.[0]?.text === '(keys pressed: 7)');
     // before: the replayed caller line was taken for the keys, and the result's answer for theirs
     const toKeys = serverEvent(again, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === got.transcript);
