@@ -17,14 +17,19 @@ afterEach(async () => {
 
 const HOURS = 'We are open from nine to five, Monday to Friday.';
 
-/** A call past its greeting; the caller's next turn is answered with HOURS (2 s of audio). */
-async function askedForHours(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
-  stack.realtime.heardQueue = [{ text: 'yes, when are you open?', logprob: -0.05 }];
-  stack.realtime.brain = brain({ turns: [{ audio: assistantAudio(2000), transcript: HOURS }] });
+/** A call past its greeting: the caller heard it whole. */
+async function greeted(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
   const call = await stack.twilio.call(callSid);
   const conn = await until<RtConn>(stack.realtime, 'connection');
   await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
   return { call, conn };
+}
+
+/** A call past its greeting; the caller's next turn is answered with HOURS (2 s of audio). */
+function askedForHours(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
+  stack.realtime.heardQueue = [{ text: 'yes, when are you open?', logprob: -0.05 }];
+  stack.realtime.brain = brain({ turns: [{ audio: assistantAudio(2000), transcript: HOURS }] });
+  return greeted(stack, callSid);
 }
 
 /** Closes the session (a close frame after what was sent) once it sent an event that matches. */
@@ -37,15 +42,17 @@ function cutAfter(conn: RtConn, pred: (e: any) => boolean): void {
   conn.on('server', on);
 }
 
-/** The assistant's lines the new session was given, once it was asked to go on. */
-async function replayedAssistantLines(stack: BridgeStack): Promise<string[]> {
+/** The items the new session was given, in order, once it was asked to go on. */
+async function replayedItems(stack: BridgeStack): Promise<any[]> {
   const again = await until<RtConn>(stack.realtime, 'connection');
   await clientEvent(again, 'session.update');
   await clientEvent(again, 'input_audio_buffer.append');
-  return again.events
-    .filter((e: any) => e.type === 'conversation.item.create' && e.item.role === 'assistant')
-    .map((e: any) => e.item.content[0].text as string);
+  return again.events.filter((e: any) => e.type === 'conversation.item.create').map((e: any) => e.item);
 }
+
+/** The assistant's lines the new session was given, once it was asked to go on. */
+const replayedAssistantLines = async (stack: BridgeStack): Promise<string[]> =>
+  (await replayedItems(stack)).filter((i) => i.role === 'assistant').map((i) => i.content[0].text as string);
 
 describe('phone bridge: the conversation replayed after a reconnect', () => {
   it("an answer whose transcript event was lost is replayed from its response.done's transcript", async () => {
@@ -84,14 +91,24 @@ const NOT_TRANSCRIBED = '(the caller spoke; not transcribed)';
 const HELP = { audio: assistantAudio(300), transcript: 'How can I help?' };
 
 /** Every line the new session was given, in order, as `speaker: text`. */
-async function replayedLines(stack: BridgeStack): Promise<string[]> {
-  const again = await until<RtConn>(stack.realtime, 'connection');
-  await clientEvent(again, 'session.update');
-  await clientEvent(again, 'input_audio_buffer.append');
-  return again.events
-    .filter((e: any) => e.type === 'conversation.item.create')
-    .map((e: any) => `${e.item.role}: ${e.item.content[0].text as string}`);
+const replayedLines = async (stack: BridgeStack): Promise<string[]> =>
+  (await replayedItems(stack)).map((i) => `${i.role}: ${i.content[0].text as string}`);
+
+/** A call past its greeting and the caller's first turn ("yes"), whose answer, HELP, is done. */
+async function pastHelp(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
+  const { call, conn } = await greeted(stack, callSid);
+  speak(call);
+  await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === HELP.transcript);
+  return { call, conn };
 }
+
+/** The lines of a call past HELP whose next turn was not transcribed, as `speaker: text`. */
+const HELPED_THEN_NOT_TRANSCRIBED = [
+  'assistant: Hello, this is an AI assistant.',
+  'user: yes',
+  `assistant: ${HELP.transcript}`,
+  `user: ${NOT_TRANSCRIBED}`,
+];
 
 const said = (end: { transcript: Array<{ speaker: string; text: string }> }) => end.transcript.map((l) => `${l.speaker}: ${l.text}`);
 
@@ -104,20 +121,10 @@ describe('phone bridge: every caller turn in its place, transcribed or not', () 
       { text: '', logprob: -0.05, failed },
     ];
     s.realtime.brain = brain({ turns: [HELP, { audio: assistantAudio(600), transcript: HOURS }] });
-    const call = await s.twilio.call('CA1103');
-    const conn = await until<RtConn>(s.realtime, 'connection');
-    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
-    speak(call);
-    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === HELP.transcript);
+    const { call, conn } = await pastHelp(s, 'CA1103');
     cutAfter(conn, (e) => e.type === 'response.done' && e.response.output[0]?.content?.[0]?.transcript === HOURS);
     speak(call);
-    const expected = [
-      'assistant: Hello, this is an AI assistant.',
-      'user: yes',
-      `assistant: ${HELP.transcript}`,
-      `user: ${NOT_TRANSCRIBED}`,
-      `assistant: ${HOURS}`,
-    ];
+    const expected = [...HELPED_THEN_NOT_TRANSCRIBED, `assistant: ${HOURS}`];
     expect(await replayedLines(s)).toEqual(expected);
     call.hangUp();
     const end = await s.endOf('CA1103');
@@ -131,20 +138,11 @@ describe('phone bridge: every caller turn in its place, transcribed or not', () 
     s.realtime.heardQueue = [{ text: 'yes', logprob: -0.05 }];
     const again = { audio: assistantAudio(300), transcript: 'Sorry, could you say that again?' };
     s.realtime.brain = brain({ turns: [HELP], afterOutput: again });
-    const call = await s.twilio.call('CA1104');
-    const conn = await until<RtConn>(s.realtime, 'connection');
-    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
-    speak(call);
-    await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === HELP.transcript);
+    const { call, conn } = await pastHelp(s, 'CA1104');
     await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
     cutAfter(conn, (e) => e.type === 'input_audio_buffer.committed'); // before its transcription or answer
     speak(call);
-    const expected = [
-      'assistant: Hello, this is an AI assistant.',
-      'user: yes',
-      `assistant: ${HELP.transcript}`,
-      `user: ${NOT_TRANSCRIBED}`,
-    ];
+    const expected = HELPED_THEN_NOT_TRANSCRIBED;
     const before = call.receivedBytes;
     expect(await replayedLines(s)).toEqual(expected);
     expect(s.realtime.conns[1].session?.instructions).toContain(NOT_TRANSCRIBED); // the model is told what it means
@@ -158,9 +156,7 @@ describe('phone bridge: every caller turn in its place, transcribed or not', () 
     s = await bridgeStack();
     s.realtime.heardQueue = [{ text: 'yes, when are you open?', logprob: -0.05, late: true }];
     s.realtime.brain = brain({ turns: [{ audio: assistantAudio(300), transcript: HOURS }] });
-    const call = await s.twilio.call('CA1105');
-    const conn = await until<RtConn>(s.realtime, 'connection');
-    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    const { call, conn } = await greeted(s, 'CA1105');
     speak(call);
     await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
     call.hangUp();
@@ -180,9 +176,7 @@ describe('phone bridge: every caller turn in its place, transcribed or not', () 
       { text: '', logprob: -0.05, failed },
     ];
     s.realtime.brain = brain({});
-    const call = await s.twilio.call('CA1106');
-    const conn = await until<RtConn>(s.realtime, 'connection');
-    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    const { call, conn } = await greeted(s, 'CA1106');
     speak(call);
     await clientEvent(conn, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
     await serverEvent(conn, 'response.done', (e) => e.response.metadata?.bridge === 'consent');
