@@ -29,6 +29,21 @@ function started(env: NodeJS.ProcessEnv): Promise<[unknown, string]> {
   child.stderr.on('data', (d) => (err += d));
   return new Promise((r) => child.on('exit', (code) => r([code, err])));
 }
+/** What a built entry point (gateway/dist/<entry>) with only `env` wrote to stdout until it said `line`, once stopped and gone. */
+async function outputUntil(entry: string, env: NodeJS.ProcessEnv, line: string): Promise<string> {
+  const child = spawn(process.execPath, [join(root, 'gateway/dist', entry)], {
+    cwd: root,
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  const exited = new Promise((r) => child.on('exit', r));
+  await until(async () => out.includes(line));
+  child.kill('SIGTERM');
+  await exited;
+  return out;
+}
 const env = {
   HOT_BASE_URL: 'http://h1/v1',
   HOT_BASE_URL_2: 'http://h2/v1',
@@ -196,17 +211,7 @@ describe('npm start', () => {
   // A worker alone serves nothing, yet its log told the operator its /health and /admin answered 401.
   it('npm run worker says what it uses, but nothing of operator endpoints it does not have', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
-    const child = spawn(process.execPath, [join(root, 'gateway/dist/worker.js')], {
-      cwd: root,
-      env: { PATH: process.env.PATH, METER_CSV_FILE: join(dir, 'e.csv') },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    const exited = new Promise((r) => child.on('exit', r));
-    await until(async () => out.includes('worker: running in this process'));
-    child.kill('SIGTERM');
-    await exited;
+    const out = await outputUntil('worker.js', { METER_CSV_FILE: join(dir, 'e.csv') }, 'worker: running in this process');
     expect(out).toContain('store: in-process');
     expect(out).not.toContain('ADMIN_TOKEN');
   });
@@ -241,20 +246,8 @@ describe('npm start', () => {
     const literal = join(dir, 'literal.json');
     const route = { provider: 'openai', model: 'm', baseUrl: 'http://127.0.0.1:9/v1' };
     writeFileSync(literal, JSON.stringify({ hot: [route], warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
-    const firstLines = async (env: NodeJS.ProcessEnv) => {
-      const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
-        cwd: root,
-        env: { PATH: process.env.PATH, PORT: '0', WORKER: 'off', METER_CSV_FILE: join(dir, 'e.csv'), ...env },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let out = '';
-      child.stdout.on('data', (d) => (out += d));
-      const exited = new Promise((r) => child.on('exit', r));
-      await until(async () => out.includes('listening'));
-      child.kill('SIGTERM');
-      await exited;
-      return out;
-    };
+    const firstLines = (env: NodeJS.ProcessEnv) =>
+      outputUntil('main.js', { PORT: '0', WORKER: 'off', METER_CSV_FILE: join(dir, 'e.csv'), ...env }, 'listening');
     expect(await firstLines({ ROUTES_FILE: literal })).not.toContain('embedded endpoint defaults');
     const local = await firstLines({ ROUTES_FILE: 'routes.local.json', HOT_BASE_URL: 'http://127.0.0.1:9/v1' });
     expect(local).toContain('embedded endpoint defaults for HOT_BASE_URL_2, WARM_A_BASE_URL, WARM_B_BASE_URL"');
