@@ -19,6 +19,7 @@ export async function commandStore(url: string): Promise<Redis> {
     return redis;
   } catch (error) {
     redis.disconnect();
-    throw new Error(`the store at QUEUE_STORE_URL did not answer: ${(cause ?? (error as Error)).message}`);
+    const why = (cause ?? (error as Error)).message;
+    throw new Error(`the store at QUEUE_STORE_URL did not answer: ${why}`, { cause: error });
   }
 }
