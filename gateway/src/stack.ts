@@ -331,7 +331,12 @@ function phoneBridge(env: GatewayEnv, loaded: LoadedVoice, voice: Voice, meter: 
   if (!voice.service || !voice.workflow || !loaded.config) {
     // Set up for phone calls but the concierge is off: said, and Twilio answered 503, not a bare 404.
     const meant = PHONE_VARIABLES.some((name) => env.raw[name]);
-    return meant ? phoneBridgeOff([`${loaded.why} (the voice concierge is off)`], logs) : null;
+    if (!meant) return null;
+    // Anyone may call /twilio/*, unsigned: an unusable file is named in the log only, not its path.
+    const answered = loaded.options.token
+      ? 'the concierge file is not a valid configuration (the voice concierge is off; the start log names the file)'
+      : `${loaded.why} (the voice concierge is off)`;
+    return phoneBridgeOff([`${loaded.why} (the voice concierge is off)`], logs, [answered]);
   }
   return phoneBridgeFromEnv(env.raw, { config: loaded.config, voice: voice.service, workflow: voice.workflow, meter, log: logs });
 }

@@ -1,6 +1,6 @@
 // The voice concierge's wiring (voice/index.ts) through the whole stack, without Redis: what the
 // endpoints answer and what the start-up log says when the concierge is off, unusable or on.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -80,6 +80,30 @@ describe('voice wiring', () => {
       `phone bridge off: ${file} is not a valid configuration (1 problem(s); run npm run concierge:lint) (the voice concierge is off)`,
     );
     expect(JSON.stringify(noToken.logs().concat(broken.logs()))).not.toMatch(/tw-secret|sk-x/);
+  });
+
+  it("the concierge file's path stays in the start log: /twilio/* answer anyone, unsigned, and do not name it", async () => {
+    const file = join(dir, 'secret-place', 'broken-phone.json');
+    mkdirSync(join(dir, 'secret-place'), { recursive: true });
+    writeFileSync(file, '{ not json');
+    const gw = await up({
+      PUBLIC_URL: 'https://voice.example.test',
+      TWILIO_AUTH_TOKEN: 'tw-secret',
+      VOICE_TOKEN: 'v',
+      CONCIERGE_FILE: file,
+    });
+    const res = await fetch(`${gw.url}/twilio/status`, { method: 'POST', body: new URLSearchParams({ CallSid: 'CA1' }) });
+    expect(res.status).toBe(503);
+    expect(await res.text()).toBe(
+      'phone bridge off: the concierge file is not a valid configuration (the voice concierge is off; the start log names the file)',
+    );
+    expect(gw.logs()).toContain(
+      `phone bridge off: ${file} is not a valid configuration (1 problem(s); run npm run concierge:lint) (the voice concierge is off)`,
+    );
+    // None of the phone's variables set: no bridge, as before (a bare 404).
+    const plain = await up({ VOICE_TOKEN: 'v', CONCIERGE_FILE: file });
+    expect((await fetch(`${plain.url}/twilio/voice`, { method: 'POST', body: 'CallSid=CA1' })).status).toBe(404);
+    expect(plain.logs().some((m) => m.includes('phone bridge'))).toBe(false);
   });
 
   it('a usable file with lint problems runs outside production, with a warning; the in-process stores serve calls', async () => {

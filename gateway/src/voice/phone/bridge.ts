@@ -148,14 +148,16 @@ export function phoneBridgeFromEnv(env: NodeJS.ProcessEnv, deps: Omit<PhoneBridg
 /**
  * The bridge turned off for `problems`: said once in the start log, and its webhooks answer `503`
  * with the same words, so a number already pointed here fails loudly rather than with a 404.
+ * `answered`: what the webhooks say instead, when the log's words name what an unsigned caller
+ * must not learn (a file's path).
  */
-export function phoneBridgeOff(problems: string[], log: Pick<Log, 'warn'>): PhoneBridge {
+export function phoneBridgeOff(problems: string[], log: Pick<Log, 'warn'>, answered = problems): PhoneBridge {
   log.warn(`phone bridge off: ${problems.join('; ')}`);
   const off = (_req: express.Request, res: express.Response) =>
     res
       .status(503)
       .type('text/plain')
-      .send(`phone bridge off: ${problems.join('; ')}`);
+      .send(`phone bridge off: ${answered.join('; ')}`);
   return {
     mount: (app) => {
       app.post('/twilio/voice', off);
