@@ -230,7 +230,8 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   });
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
-  const phone = phoneBridge(env, voiceLoaded, voice, meter, log);
+  // Only a process that serves HTTP takes calls: a worker's log said the phone bridge was on, or off and why.
+  const phone = options.http ? phoneBridge(env, voiceLoaded, voice, meter, log) : null;
 
   const health = async () => ({
     routes_map: reloader.version(),

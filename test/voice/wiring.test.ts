@@ -4,6 +4,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createStack } from '../../gateway/src/stack';
 import { captureLogger, listenStack } from '../gateway/harness';
 import { filled } from './filled';
 
@@ -104,6 +105,25 @@ describe('voice wiring', () => {
     const plain = await up({ VOICE_TOKEN: 'v', CONCIERGE_FILE: file });
     expect((await fetch(`${plain.url}/twilio/voice`, { method: 'POST', body: 'CallSid=CA1' })).status).toBe(404);
     expect(plain.logs().some((m) => m.includes('phone bridge'))).toBe(false);
+  });
+
+  // A worker serves no /twilio/*: a phone line in its log sent the operator looking for a problem it does not have.
+  it('npm run worker with the phone set up says nothing of a phone bridge, on or off', async () => {
+    const phone = {
+      PUBLIC_URL: 'https://voice.example.test',
+      TWILIO_ACCOUNT_SID: 'AC1',
+      TWILIO_AUTH_TOKEN: 'tw-secret',
+      OPENAI_API_KEY: 'sk-x',
+    };
+    const file = join(dir, 'worker-phone.json');
+    writeFileSync(file, JSON.stringify(filled()));
+    for (const env of [phone, { ...phone, VOICE_TOKEN: 'v', CONCIERGE_FILE: file }]) {
+      const logs: string[] = [];
+      const stack = await createStack({ ...base, ...env }, captureLogger(logs), { http: false, worker: true });
+      await stack.close();
+      expect(logs.join('\n')).toContain('worker: running in this process');
+      expect(logs.join('\n')).not.toContain('phone bridge');
+    }
   });
 
   it('a usable file with lint problems runs outside production, with a warning; the in-process stores serve calls', async () => {
