@@ -17,6 +17,13 @@ async function main(): Promise<number> {
     process.stderr.write('TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN must be set\n');
     return 2;
   }
+  const baseUrl = pricingUrl(process.env.TWILIO_PRICING_URL || 'https://pricing.twilio.com');
+  if (!baseUrl) {
+    process.stderr.write(
+      'TWILIO_PRICING_URL: expected an http or https URL without user:password in it (the account is TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN)\n',
+    );
+    return 2;
+  }
   // An empty value counts as unset, as the gateway reads it (env.ts): `VAR=` in an env file.
   const file = process.env.TELEPHONY_RATES_FILE || DEFAULT_RATES_FILE;
   let rates: ReturnType<typeof readRates>;
@@ -30,7 +37,7 @@ async function main(): Promise<number> {
   let failed = 0;
   for (const iso of countries) {
     try {
-      rates[iso] = await fetchCountryRates(iso, { baseUrl: process.env.TWILIO_PRICING_URL || 'https://pricing.twilio.com', sid, token });
+      rates[iso] = await fetchCountryRates(iso, { baseUrl, sid, token });
       const r = inboundRate(rates, iso);
       process.stdout.write(
         `${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${rates[iso].outbound.length} outbound prefix price(s)\n`,
@@ -43,6 +50,15 @@ async function main(): Promise<number> {
   writeRates(file, rates);
   process.stdout.write(`rates written to ${file}\n`);
   return failed ? 1 : 0;
+}
+
+/**
+ * The pricing service's URL, or null: checked before anything is fetched, since fetch refuses a URL
+ * with user:password in it and its refusal quotes the URL, password and all, once per country.
+ */
+function pricingUrl(value: string): string | null {
+  const u = URL.canParse(value) ? new URL(value) : null;
+  return u && ['http:', 'https:'].includes(u.protocol) && !u.username && !u.password ? value : null;
 }
 
 main().then((code) => (process.exitCode = code));

@@ -108,6 +108,26 @@ describe('the rates file', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  // fetch refuses a URL with user:password in it, quoting the URL: each country's line showed the password.
+  it('npm run concierge:rates with a TWILIO_PRICING_URL that is no URL, or has user:password in it, names it before anything is fetched, never the password', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rates-'));
+    const file = join(dir, 'rates.json');
+    for (const bad of [url.replace('http://', 'http://ACsid:tok-secret@'), 'pricing.twilio.com']) {
+      const r = spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['bin/concierge-rates.ts', 'US', 'GB'], {
+        cwd: root,
+        encoding: 'utf8',
+        env: { ...process.env, TWILIO_PRICING_URL: bad, TWILIO_ACCOUNT_SID: 'ACsid', TWILIO_AUTH_TOKEN: 'tok', TELEPHONY_RATES_FILE: file },
+      });
+      expect([r.status, r.stdout, r.stderr]).toEqual([
+        2,
+        '',
+        'TWILIO_PRICING_URL: expected an http or https URL without user:password in it (the account is TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN)\n',
+      ]);
+    }
+    expect(readdirSync(dir)).toEqual([]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   // The gateway counts an empty variable as unset (an env file's `TELEPHONY_RATES_FILE=`); this
   // command fetched every country, then died renaming its file to "" with a stack trace.
   it('npm run concierge:rates with TELEPHONY_RATES_FILE set empty writes the default file, as the gateway reads it', async () => {
