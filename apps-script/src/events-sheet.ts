@@ -5,7 +5,7 @@
 import { EVENT_FIELDS, TEXT_FIELDS, parseDecimalText, type EventField, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { CellValue, Sheet, Spreadsheet } from './services';
-import { fieldIndex, growFor } from './tabs';
+import { columnLetter, fieldIndex, growFor } from './tabs';
 
 export const EVENTS_TAB = 'events';
 export const EVENT_COLUMNS = EVENT_FIELDS.length;
@@ -119,9 +119,30 @@ export function appendRows(ss: Spreadsheet, sheet: Sheet, rows: CellValue[][], l
   return rows.length;
 }
 
-/** All data rows of the events tab, in one read (reports read the sheet once per run). */
-export function readAllRows(sheet: Sheet): unknown[][] {
+/**
+ * The rows under the header of columns `first`.. of the events tab, read with it in one call. A
+ * header cell that does not name its field is refused: a column moved or renamed by hand would
+ * otherwise be read as another field (the cost column dragged to the end left `eval_score`, mostly
+ * empty, in its place: spend read as $0, no cap ever crossed).
+ */
+export function readUnderHeader(sheet: Sheet, first: number, width: number): unknown[][] {
   const lastRow = sheet.getLastRow();
   if (lastRow < 2) return [];
-  return sheet.getRange(2, 1, lastRow - 1, EVENT_COLUMNS).getValues();
+  const [header, ...rows] = sheet.getRange(1, first, lastRow, width).getValues();
+  header.forEach((cell, i) => {
+    const expected = EVENT_FIELDS[first - 1 + i];
+    if (String(cell).trim() === expected) return;
+    throw new MeterRefusal(
+      'config_error',
+      `${EVENTS_TAB} tab, cell ${columnLetter(first + i)}1: expected the header "${expected}", found "${String(cell)}": ` +
+        `a column was moved or renamed by hand; move the columns back to the order ${EVENT_FIELDS.join(', ')} ` +
+        `(a header only renamed is written back by setup())`,
+    );
+  });
+  return rows;
+}
+
+/** All data rows of the events tab, in one read (reports read the sheet once per run). */
+export function readAllRows(sheet: Sheet): unknown[][] {
+  return readUnderHeader(sheet, 1, EVENT_COLUMNS);
 }

@@ -8,7 +8,7 @@ import type { EventField } from '../../schema/event-record';
 import { capExceeded as overACap, roundUsd } from '../../schema/spend-cap';
 import { isUnpriced } from '../../schema/unpriced';
 import { readCaps, readConfig, type Caps } from './config';
-import { cellCost, cellTime, columnOf, getEventsSheet } from './events-sheet';
+import { cellCost, cellTime, columnOf, getEventsSheet, readUnderHeader } from './events-sheet';
 import type { MeterServices } from './services';
 import type { SpendAnswer } from '../../schema/spend-answer';
 import { checkSheetTimeZone } from './sheet-time-zone';
@@ -63,19 +63,14 @@ export function capExceeded(totals: SpendTotals, caps: Caps): boolean {
   return overACap({ today: totals.today, last7d: totals.last7d, dailyCap: caps.dailyCapUsd, burnCap: caps.burn7dCapUsd });
 }
 
-/** One read of the columns from timestamp to `through`; each row as [timestamp, cost_usd, <through>]. */
+/** One read of the columns from timestamp to `through` (their header checked); each row as [timestamp, cost_usd, <through>]. */
 export function readSpendRows(svc: Pick<MeterServices, 'spreadsheet'>, through: EventField = 'cost_usd'): unknown[][] {
   const sheet = getEventsSheet(svc.spreadsheet);
   checkSheetTimeZone(svc.spreadsheet);
-  const lastRow = sheet.getLastRow();
-  if (lastRow < 2) return [];
   const first = columnOf('timestamp');
   const cost = columnOf('cost_usd') - first;
   const extra = columnOf(through) - first;
-  return sheet
-    .getRange(2, first, lastRow - 1, Math.max(cost, extra) + 1)
-    .getValues()
-    .map((row) => [row[0], row[cost], row[extra]]);
+  return readUnderHeader(sheet, first, Math.max(cost, extra) + 1).map((row) => [row[0], row[cost], row[extra]]);
 }
 
 /** The `doGet?action=spend` answer. */

@@ -1,0 +1,57 @@
+// Columns of the events tab moved or renamed by hand: on the built bundle, what reads the tab by
+// column refuses, naming the tab, the cell and the header it expected, instead of reading another
+// field as the cost (a cost column dragged to the end left `eval_score`, empty, read as $0).
+import { describe, expect, it } from 'vitest';
+import { EVENT_FIELDS } from '../../schema/event-record';
+import { callJson } from './fakes/platform';
+import { SECRET, WEBHOOK, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+
+/** The meter with $80 spent today and the cost column dragged to the end, as Sheets moves a column. */
+function meterWithCostColumnMoved() {
+  const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+  expect(post(meter, { events: [{ event_id: 'big', cost_usd: 80 }] })).toMatchObject({ ok: true, appended: 1 });
+  const cost = EVENT_FIELDS.indexOf('cost_usd');
+  for (const row of eventsTab(platform).data) row.push(...row.splice(cost, 1));
+  return { platform, meter };
+}
+
+const refusal = /events tab, cell J1: expected the header "cost_usd", found "eval_score"/;
+
+describe('columns of the events tab moved by hand', () => {
+  it('the spend answer refuses, naming the cell, rather than a cost of $0 under the cap', () => {
+    const { meter } = meterWithCostColumnMoved();
+    const answer = callJson(meter, 'doGet', { action: 'spend', token: SECRET });
+    expect(answer).toMatchObject({ ok: false, code: 'config_error' });
+    expect(answer.error).toMatch(refusal);
+  });
+
+  it('checkSpendCaps stops with the same error rather than finding spend under the cap', () => {
+    const { platform, meter } = meterWithCostColumnMoved();
+    setConfig(platform, 'SLACK_WEBHOOK_URL', WEBHOOK);
+    expect(() => meter.checkSpendCaps()).toThrow(refusal);
+  });
+
+  it('the digest, the export and retention refuse too, and write nothing', () => {
+    const { platform, meter } = meterWithCostColumnMoved();
+    const before = JSON.stringify(eventsTab(platform).data);
+    expect(() => meter.refreshDigest()).toThrow(refusal);
+    expect(() => meter.exportArchive()).toThrow(refusal);
+    expect(() => meter.applyRetention()).toThrow(refusal);
+    expect(JSON.stringify(eventsTab(platform).data)).toBe(before);
+  });
+
+  it('a header renamed in place is refused the same way until setup() writes it back', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    post(meter, { events: [{ event_id: 'a', cost_usd: 80 }] });
+    eventsTab(platform).data[0][EVENT_FIELDS.indexOf('cost_usd')] = 'Cost (USD)';
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET }).error).toMatch(
+      /cell J1: expected the header "cost_usd", found "Cost \(USD\)"/,
+    );
+    meter.setup();
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({
+      ok: true,
+      today_cost_usd: 80,
+      cap_exceeded: true,
+    });
+  });
+});
