@@ -73,6 +73,19 @@ function sameRow(actual: unknown[], expected: readonly string[]): boolean {
   return expected.every((v, i) => String(actual[i] ?? '') === v);
 }
 
+/**
+ * Header cells that name a field of another column: columns moved by hand. Their header is not
+ * written over (that would label the values of one field with another's name, and the meter would
+ * then read them as that field); a cell renamed to something else is simply written back.
+ */
+function movedHeaderCells(header: unknown[]): string[] {
+  return EVENT_FIELDS.flatMap((field, i) => {
+    const found = String(header[i] ?? '').trim();
+    const elsewhere = found !== field && (EVENT_FIELDS as readonly string[]).includes(found);
+    return elsewhere ? [`cell ${columnLetter(i + 1)}1 holds "${found}", expected "${field}"`] : [];
+  });
+}
+
 function setupEvents(svc: MeterServices, report: SetupReport): void {
   const sheet = ensureSheet(svc, EVENTS_TAB, report);
   const maxCols = sheet.getMaxColumns();
@@ -91,7 +104,14 @@ function setupEvents(svc: MeterServices, report: SetupReport): void {
   }
 
   const header = sheet.getRange(1, 1, 1, EVENT_COLUMNS);
-  if (!sameRow(header.getValues()[0], EVENT_FIELDS)) {
+  const current = header.getValues()[0];
+  const moved = movedHeaderCells(current);
+  if (moved.length > 0) {
+    report.notes.push(
+      `events: columns were moved by hand (${moved.join('; ')}); header left as it is, since writing it would put each ` +
+        `name over another field's values: move the columns back to the order ${EVENT_FIELDS.join(', ')}`,
+    );
+  } else if (!sameRow(current, EVENT_FIELDS)) {
     header.setValues([EVENT_FIELDS.slice()]);
     header.setFontWeight('bold');
     report.changes.push('events: wrote the header row');
@@ -214,6 +234,17 @@ function archiveNote(svc: MeterServices): string {
   }
 }
 
+/** Refreshes the Digest; an events tab it cannot read (columns moved) is said, not fatal: the triggers still get made. */
+function digestNote(svc: MeterServices): string[] {
+  try {
+    refreshDigest(svc);
+    return [];
+  } catch (error) {
+    if (error instanceof MeterRefusal && error.code === 'config_error') return [`Digest not refreshed: ${error.message}`];
+    throw error;
+  }
+}
+
 export function setup(svc: MeterServices): SetupReport {
   const report: SetupReport = { changes: [], notes: [] };
   if (svc.spreadsheet.getSpreadsheetTimeZone() !== SHEET_TIME_ZONE) {
@@ -228,7 +259,7 @@ export function setup(svc: MeterServices): SetupReport {
   }
   report.notes.push(archiveNote(svc));
   if (!svc.spreadsheet.getSheetByName(DIGEST_TAB)) report.changes.push('created the Digest and events_public tabs');
-  refreshDigest(svc);
+  report.notes.push(...digestNote(svc));
   setupTriggers(svc, report);
   return report;
 }

@@ -55,3 +55,15 @@ describe('columns of the events tab moved by hand', () => {
     });
   });
 });
+
+describe('setup() on an events tab with columns moved by hand', () => {
+  it('leaves the header as it is and says so, so the moved cost column is still refused rather than read as eval_score', () => {
+    const { platform, meter } = meterWithCostColumnMoved();
+    const header = [...eventsTab(platform).data[0]];
+    const said = meter.setup();
+    expect(said).toMatch(/Note: events: .*cell J1 holds "eval_score", expected "cost_usd".*header left as it is/);
+    expect(said).toMatch(/Note: Digest not refreshed: events tab, cell J1/);
+    expect(eventsTab(platform).data[0]).toEqual(header);
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET }).error).toMatch(refusal);
+  });
+});
