@@ -120,15 +120,12 @@ export function appendRows(ss: Spreadsheet, sheet: Sheet, rows: CellValue[][], l
 }
 
 /**
- * The rows under the header of columns `first`.. of the events tab, read with it in one call. A
- * header cell that does not name its field is refused: a column moved or renamed by hand would
- * otherwise be read as another field (the cost column dragged to the end left `eval_score`, mostly
- * empty, in its place: spend read as $0, no cap ever crossed).
+ * Refuses a header cell of columns `first`.. that does not name its field: a column moved or
+ * renamed by hand would otherwise be read as another field (the cost column dragged to the end left
+ * `eval_score`, mostly empty, in its place: spend read as $0, no cap ever crossed), and rows written
+ * by position would land under another field's name.
  */
-export function readUnderHeader(sheet: Sheet, first: number, width: number): unknown[][] {
-  const lastRow = sheet.getLastRow();
-  if (lastRow < 2) return [];
-  const [header, ...rows] = sheet.getRange(1, first, lastRow, width).getValues();
+function checkHeader(header: readonly unknown[], first: number): void {
   header.forEach((cell, i) => {
     const expected = EVENT_FIELDS[first - 1 + i];
     if (String(cell).trim() === expected) return;
@@ -139,6 +136,19 @@ export function readUnderHeader(sheet: Sheet, first: number, width: number): unk
         `(a header only renamed is written back by setup())`,
     );
   });
+}
+
+/** The header row checked before rows are written by position (one read). */
+export function checkEventsHeader(sheet: Sheet): void {
+  checkHeader(sheet.getRange(1, 1, 1, EVENT_COLUMNS).getValues()[0], 1);
+}
+
+/** The rows under the header of columns `first`.. of the events tab, read with it in one call and checked. */
+export function readUnderHeader(sheet: Sheet, first: number, width: number): unknown[][] {
+  const lastRow = sheet.getLastRow();
+  if (lastRow < 2) return [];
+  const [header, ...rows] = sheet.getRange(1, first, lastRow, width).getValues();
+  checkHeader(header, first);
   return rows;
 }
 

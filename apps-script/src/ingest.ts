@@ -8,7 +8,7 @@
  */
 import { CLOCK_SKEW_ALLOWANCE_MS, normalizeEvent, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
-import { appendRows, eventToRow, findStoredIds, getEventsSheet } from './events-sheet';
+import { appendRows, checkEventsHeader, eventToRow, findStoredIds, getEventsSheet } from './events-sheet';
 import { withScriptLock } from './lock';
 import type { MeterServices } from './services';
 
@@ -40,6 +40,7 @@ export function ingestEvents(svc: MeterServices, events: EventRecord[]): IngestR
 
   return withScriptLock(svc, () => {
     const sheet = getEventsSheet(svc.spreadsheet);
+    checkEventsHeader(sheet);
     const lastRow = sheet.getLastRow();
     const stored = findStoredIds(sheet, [...unique.keys()], lastRow);
     const fresh = [...unique.values()].filter((e) => !stored.has(e.event_id));

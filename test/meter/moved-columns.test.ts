@@ -67,3 +67,14 @@ describe('setup() on an events tab with columns moved by hand', () => {
     expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET }).error).toMatch(refusal);
   });
 });
+
+describe('ingest into an events tab with columns moved by hand', () => {
+  it('refuses the batch, naming the cell, rather than writing each value under another field', () => {
+    const { platform, meter } = meterWithCostColumnMoved();
+    const before = eventsTab(platform).data.length;
+    const reply = post(meter, { events: [{ event_id: 'after-move', cost_usd: 5, eval_score: 0.9 }] });
+    expect(reply).toMatchObject({ ok: false, code: 'config_error' });
+    expect(reply.error).toMatch(refusal);
+    expect(eventsTab(platform).data.length).toBe(before);
+  });
+});
