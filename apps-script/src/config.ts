@@ -23,7 +23,15 @@ function getConfigSheet(ss: Spreadsheet): Sheet | null {
   return ss.getSheetByName(CONFIG_TAB);
 }
 
-/** Every `key → value` of the Config tab, in one read. Keys are trimmed; later duplicates lose. */
+/**
+ * A key cell as the meter looks it up: trimmed and in capitals, since a key retyped by hand in
+ * another case (`daily_cap_usd`) was not found, and the default cap applied unsaid.
+ */
+export function configKey(cell: unknown): string {
+  return String(cell).trim().toUpperCase();
+}
+
+/** Every `key → value` of the Config tab, in one read. Keys as configKey makes them; later duplicates lose. */
 export function readConfig(ss: Spreadsheet): ConfigValues {
   const values: ConfigValues = new Map();
   const sheet = getConfigSheet(ss);
@@ -31,7 +39,7 @@ export function readConfig(ss: Spreadsheet): ConfigValues {
   const lastRow = sheet.getLastRow();
   if (lastRow < 2) return values;
   for (const [key, value] of sheet.getRange(2, 1, lastRow - 1, 2).getValues()) {
-    const name = String(key).trim();
+    const name = configKey(key);
     if (name !== '' && !values.has(name)) values.set(name, value);
   }
   return values;
@@ -112,7 +120,7 @@ export function writeConfigValue(ss: Spreadsheet, key: string, value: string | n
   if (!sheet) throw new MeterRefusal('not_set_up', `the "${CONFIG_TAB}" tab is missing: run setup() from the Meter menu`);
   const lastRow = sheet.getLastRow();
   const keys = lastRow >= 2 ? sheet.getRange(2, 1, lastRow - 1, 1).getValues() : [];
-  const index = keys.findIndex(([k]) => String(k).trim() === key);
+  const index = keys.findIndex(([k]) => configKey(k) === key);
   const row = index >= 0 ? index + 2 : lastRow + 1;
   if (row > sheet.getMaxRows()) sheet.insertRowsAfter(sheet.getMaxRows(), 1);
   // Text values get the quote prefix so an id that looks like a number stays as written.

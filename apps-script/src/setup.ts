@@ -6,7 +6,7 @@
 import { EVENT_FIELDS, type EventField } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import { archiveFolder } from './archive-export';
-import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY } from './config';
+import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY, configKey } from './config';
 import { DIGEST_TAB, refreshDigest } from './digest-tab';
 import { CALLS } from './calls-tab';
 import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab, insertTabs } from './tabs';
@@ -166,7 +166,7 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
     cells[0] = ['key', 'value'];
     changed.add(0);
   }
-  const rowOf = (key: string) => cells.findIndex(([k], i) => i > 0 && String(k).trim() === key);
+  const rowOf = (key: string) => cells.findIndex(([k], i) => i > 0 && configKey(k) === key);
   const add = (key: string, value: unknown, preferred?: number) => {
     // The contract puts its keys in rows 2-5; use that row when it is free, else add one.
     const free = preferred !== undefined && String(cells[preferred][0]).trim() === '' && String(cells[preferred][1]) === '';
