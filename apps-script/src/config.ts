@@ -31,23 +31,51 @@ export function configKey(cell: unknown): string {
   return String(cell).trim().toUpperCase();
 }
 
-/** Every `key → value` of the Config tab, in one read. Keys as configKey makes them; later duplicates lose. */
+/**
+ * A key found on two rows with different values (an operator added a row for a key already
+ * there): neither is taken, since the first winning unsaid kept a cap the operator had changed.
+ */
+class ConflictingRows {
+  constructor(readonly message: string) {}
+}
+
+/** Every `key → value` of the Config tab, in one read. Keys as configKey makes them; a key on rows with different values is a conflict. */
 export function readConfig(ss: Spreadsheet): ConfigValues {
   const values: ConfigValues = new Map();
   const sheet = getConfigSheet(ss);
   if (!sheet) return values;
   const lastRow = sheet.getLastRow();
   if (lastRow < 2) return values;
-  for (const [key, value] of sheet.getRange(2, 1, lastRow - 1, 2).getValues()) {
-    const name = configKey(key);
-    if (name !== '' && !values.has(name)) values.set(name, value);
-  }
+  const firstRow = new Map<string, number>();
+  sheet
+    .getRange(2, 1, lastRow - 1, 2)
+    .getValues()
+    .forEach(([key, value], i) => {
+      const name = configKey(key);
+      if (name === '') return;
+      const earlier = values.get(name);
+      if (!values.has(name)) {
+        values.set(name, value);
+        firstRow.set(name, i + 2);
+      } else if (!(earlier instanceof ConflictingRows) && String(earlier).trim() !== String(value).trim()) {
+        const rows = `rows ${firstRow.get(name)} and ${i + 2}`;
+        // The values are not quoted: the key may be a secret (SECRET_TOKEN, SLACK_WEBHOOK_URL).
+        values.set(name, new ConflictingRows(`Config ${name} is on ${rows} with different values: keep one row`));
+      }
+    });
   return values;
+}
+
+/** The value of a key; a key on two rows with different values is an error that names them. */
+function configValue(config: ConfigValues, key: string): unknown {
+  const value = config.get(key);
+  if (value instanceof ConflictingRows) throw new MeterRefusal('config_error', value.message);
+  return value;
 }
 
 /** A Config value as text ('' when absent). */
 export function configText(config: ConfigValues, key: string): string {
-  const value = config.get(key);
+  const value = configValue(config, key);
   return value === undefined || value === null ? '' : String(value).trim();
 }
 
@@ -65,7 +93,7 @@ const MAX_OF: Record<string, number> = { RETENTION_DAYS: 36_500, BOOKING_MINUTES
  * (a cap of "50$" must not become 0, nor "0x32" 50).
  */
 export function configNumber(config: ConfigValues, key: string, fallback: number, min = 0): number {
-  const value = config.get(key);
+  const value = configValue(config, key);
   if (value === undefined || value === null || (typeof value === 'string' && value.trim() === '')) return fallback;
   const n = typeof value === 'number' ? value : typeof value === 'string' ? parseDecimalText(value) : NaN;
   const whole = WHOLE_NUMBER_KEYS.has(key);

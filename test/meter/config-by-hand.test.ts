@@ -18,3 +18,35 @@ describe('Config keys typed by hand', () => {
     expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({ daily_cap_usd: 10, cap_exceeded: true });
   });
 });
+
+describe('a Config key on two rows', () => {
+  it('with two different caps is refused, naming the rows, rather than the first row winning unsaid', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const config = platform.spreadsheet.tab('Config')!;
+    const at = config.data.length + 1;
+    config.data.push(['DAILY_CAP_USD', 10]);
+    expect(post(meter, { events: [{ cost_usd: 20 }] })).toMatchObject({ ok: true, appended: 1 });
+    const answer = callJson(meter, 'doGet', { action: 'spend', token: SECRET });
+    expect(answer).toMatchObject({ ok: false, code: 'config_error' });
+    expect(answer.error).toBe(`Config DAILY_CAP_USD is on rows 2 and ${at} with different values: keep one row`);
+    expect(() => meter.checkSpendCaps()).toThrow(/Config DAILY_CAP_USD is on rows 2 and/);
+  });
+
+  it('of the secret is refused without quoting either value', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    platform.properties.deleteProperty('SECRET_TOKEN');
+    const config = platform.spreadsheet.tab('Config')!;
+    const secret = String(config.data.find((r) => r[0] === 'SECRET_TOKEN')![1]);
+    config.data.push(['SECRET_TOKEN', 'typed-again']);
+    const reply = callJson(meter, 'doPost', { token: 'typed-again' }, { cost_usd: 1 });
+    expect(reply).toMatchObject({ ok: false, code: 'config_error' });
+    expect(reply.error).toMatch(/^Config SECRET_TOKEN is on rows 5 and \d+ with different values: keep one row$/);
+    expect(JSON.stringify(reply)).not.toContain(secret);
+  });
+
+  it('with the same value twice is read as that value', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    platform.spreadsheet.tab('Config')!.data.push(['daily_cap_usd', ' 50 ']);
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({ ok: true, daily_cap_usd: 50 });
+  });
+});
