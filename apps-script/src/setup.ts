@@ -9,7 +9,7 @@ import { archiveFolder } from './archive-export';
 import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY, configKey } from './config';
 import { DIGEST_TAB, refreshDigest } from './digest-tab';
 import { CALLS } from './calls-tab';
-import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab, insertTabs } from './tabs';
+import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab, insertTabs, movedColumns } from './tabs';
 import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
 import type { MeterServices, Sheet } from './services';
 import { SHEET_TIME_ZONE } from './sheet-time-zone';
@@ -73,19 +73,6 @@ function sameRow(actual: unknown[], expected: readonly string[]): boolean {
   return expected.every((v, i) => String(actual[i] ?? '') === v);
 }
 
-/**
- * Header cells that name a field of another column: columns moved by hand. Their header is not
- * written over (that would label the values of one field with another's name, and the meter would
- * then read them as that field); a cell renamed to something else is simply written back.
- */
-function movedHeaderCells(header: unknown[]): string[] {
-  return EVENT_FIELDS.flatMap((field, i) => {
-    const found = String(header[i] ?? '').trim();
-    const elsewhere = found !== field && (EVENT_FIELDS as readonly string[]).includes(found);
-    return elsewhere ? [`cell ${columnLetter(i + 1)}1 holds "${found}", expected "${field}"`] : [];
-  });
-}
-
 function setupEvents(svc: MeterServices, report: SetupReport): void {
   const sheet = ensureSheet(svc, EVENTS_TAB, report);
   const maxCols = sheet.getMaxColumns();
@@ -105,12 +92,9 @@ function setupEvents(svc: MeterServices, report: SetupReport): void {
 
   const header = sheet.getRange(1, 1, 1, EVENT_COLUMNS);
   const current = header.getValues()[0];
-  const moved = movedHeaderCells(current);
-  if (moved.length > 0) {
-    report.notes.push(
-      `events: columns were moved by hand (${moved.join('; ')}); header left as it is, since writing it would put each ` +
-        `name over another field's values: move the columns back to the order ${EVENT_FIELDS.join(', ')}`,
-    );
+  const moved = movedColumns(EVENTS_TAB, current, EVENT_FIELDS);
+  if (moved) {
+    report.notes.push(moved);
   } else if (!sameRow(current, EVENT_FIELDS)) {
     header.setValues([EVENT_FIELDS.slice()]);
     header.setFontWeight('bold');
@@ -255,7 +239,12 @@ export function setup(svc: MeterServices): SetupReport {
   setupConfig(svc, report);
   for (const spec of [CONTACTS, LEADS, ACTIVITIES, TASKS, CALLS, IDEMPOTENCY]) {
     if (!svc.spreadsheet.getSheetByName(spec.name)) report.changes.push(`created tab ${spec.name}`);
-    ensureTab(svc.spreadsheet, spec);
+    try {
+      ensureTab(svc.spreadsheet, spec);
+    } catch (error) {
+      if (!(error instanceof MeterRefusal && error.code === 'config_error')) throw error;
+      report.notes.push(error.message);
+    }
   }
   report.notes.push(archiveNote(svc));
   if (!svc.spreadsheet.getSheetByName(DIGEST_TAB)) report.changes.push('created the Digest and events_public tabs');

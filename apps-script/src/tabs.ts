@@ -61,6 +61,24 @@ export function recordRow(spec: TabSpec, record: Record<string, unknown>): unkno
   return spec.header.map((name) => record[name] ?? '');
 }
 
+/**
+ * What to say of a header whose cells name another column of it (columns moved by hand), or ''.
+ * Such a header is not written over: that would label one column's values with another's name,
+ * and the meter would then read and write them as that column. A cell renamed to something else
+ * is simply written back.
+ */
+export function movedColumns(tabName: string, header: readonly unknown[], names: readonly string[]): string {
+  const moved = names.flatMap((name, i) => {
+    const found = String(header[i] ?? '').trim();
+    return found !== name && names.includes(found) ? [`cell ${columnLetter(i + 1)}1 holds "${found}", expected "${name}"`] : [];
+  });
+  if (moved.length === 0) return '';
+  return (
+    `${tabName}: columns were moved by hand (${moved.join('; ')}); header left as it is, since writing it would put ` +
+    `each name over another column's values: move the columns back to the order ${names.join(', ')}`
+  );
+}
+
 export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   let sheet = ss.getSheetByName(spec.name);
   if (!sheet) {
@@ -72,7 +90,10 @@ export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   const width = sheet.getMaxColumns();
   if (width < spec.header.length) sheet.insertColumnsAfter(width, spec.header.length - width);
   const head = sheet.getRange(1, 1, 1, spec.header.length);
-  if (head.getValues()[0].some((v, i) => String(v) !== spec.header[i])) {
+  const current = head.getValues()[0];
+  const moved = movedColumns(spec.name, current, spec.header);
+  if (moved) throw new MeterRefusal('config_error', moved);
+  if (current.some((v, i) => String(v) !== spec.header[i])) {
     head.setValues([spec.header.slice()]);
     head.setFontWeight('bold');
     sheet.setFrozenRows(1);

@@ -78,3 +78,17 @@ describe('ingest into an events tab with columns moved by hand', () => {
     expect(eventsTab(platform).data.length).toBe(before);
   });
 });
+
+describe('setup() on a back-office tab with columns moved by hand', () => {
+  it('leaves the header of the contacts tab as it is and names the moved cells', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const contacts = platform.spreadsheet.tab('contacts')!;
+    contacts.data.push(['+15550100', 'ada@example.com', 'Ada', 'c1', 'book', '', false, '', '']);
+    for (const row of contacts.data) [row[1], row[2]] = [row[2], row[1]]; // email dragged before name
+    const header = [...contacts.data[0]];
+    expect(meter.setup()).toMatch(
+      /Note: contacts: columns were moved by hand \(cell B1 holds "email", expected "name"; cell C1 holds "name", expected "email"\); header left as it is/,
+    );
+    expect(contacts.data[0]).toEqual(header);
+  });
+});
