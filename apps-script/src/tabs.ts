@@ -101,10 +101,21 @@ export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   return sheet;
 }
 
-/** The tab, created or widened first when it is missing or older than its header. */
+/**
+ * The tab, created or widened first when it is missing or older than its header. Its header is
+ * read each time (one read): rows are read and written by position, so a header that is not the
+ * spec's goes through ensureTab, which refuses columns moved by hand and writes back a renamed one.
+ */
 export function tab(ss: Spreadsheet, spec: TabSpec): Sheet {
   const sheet = ss.getSheetByName(spec.name);
-  return sheet && sheet.getMaxColumns() >= spec.header.length ? sheet : ensureTab(ss, spec);
+  const ready =
+    sheet !== null &&
+    sheet.getMaxColumns() >= spec.header.length &&
+    sheet
+      .getRange(1, 1, 1, spec.header.length)
+      .getValues()[0]
+      .every((v, i) => String(v) === spec.header[i]);
+  return ready ? sheet : ensureTab(ss, spec);
 }
 
 /** Literal text for a cell (quote prefix for non-empty strings). */

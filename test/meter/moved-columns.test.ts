@@ -4,7 +4,8 @@
 import { describe, expect, it } from 'vitest';
 import { EVENT_FIELDS } from '../../schema/event-record';
 import { callJson } from './fakes/platform';
-import { SECRET, WEBHOOK, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+import { SECRET, WEBHOOK, aCall, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+import { backOffice, lead } from './backoffice-setup';
 
 /** The meter with $80 spent today and the cost column dragged to the end, as Sheets moves a column. */
 function meterWithCostColumnMoved() {
@@ -90,5 +91,31 @@ describe('setup() on a back-office tab with columns moved by hand', () => {
       /Note: contacts: columns were moved by hand \(cell B1 holds "email", expected "name"; cell C1 holds "name", expected "email"\); header left as it is/,
     );
     expect(contacts.data[0]).toEqual(header);
+  });
+});
+
+describe('a back-office action on a tab with columns moved by hand', () => {
+  it('is refused with config_error naming the cells, and nothing lands under another column', () => {
+    const { platform, act, rows } = backOffice();
+    const leads = platform.spreadsheet.tab('leads')!;
+    for (const row of leads.data) [row[4], row[5]] = [row[5], row[4]]; // email dragged before name
+    const reply = act('create_lead', lead());
+    expect(reply).toMatchObject({ ok: false, code: 'config_error' });
+    expect(reply.error).toMatch(
+      /leads: columns were moved by hand \(cell E1 holds "email", expected "name"; cell F1 holds "name", expected "email"\)/,
+    );
+    expect(rows('leads')).toEqual([]);
+  });
+});
+
+describe('a post of call records into a calls tab with columns moved by hand', () => {
+  it('is refused with config_error naming the cells, writing nothing', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const calls = platform.spreadsheet.tab('calls')!;
+    for (const row of calls.data) [row[1], row[2]] = [row[2], row[1]];
+    const reply = post(meter, { calls: [aCall()] });
+    expect(reply).toMatchObject({ ok: false, code: 'config_error' });
+    expect(reply.error).toMatch(/^calls: columns were moved by hand \(cell B1 holds "duration_s", expected "started_at"/);
+    expect(calls.data.length).toBe(1);
   });
 });
