@@ -11,9 +11,9 @@ import { CLOCK_SKEW_ALLOWANCE_MS } from '../../schema/event-record';
 import { cellTime, findStoredIds } from './events-sheet';
 import { MAX_BATCH } from './ingest';
 import { withScriptLock } from './lock';
-import type { MeterServices } from './services';
+import type { MeterServices, Sheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
-import { appendTabRows, fieldIndex, type TabSpec, tab } from './tabs';
+import { appendTabRows, fieldIndex, movedColumns, type TabSpec, tab } from './tabs';
 import { parseUtcDay } from './utc-day';
 import type { JsonReply } from './web';
 
@@ -42,15 +42,28 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
   });
 }
 
+/**
+ * The rows of the calls tab, read with its header in one call (a tab from before ended_reason has
+ * a column less: what it has). Columns moved by hand are refused (config_error naming the cells):
+ * read by position, another column would be taken for the audio cost or the start time.
+ */
+export function readCallRows(sheet: Sheet): unknown[][] {
+  const last = sheet.getLastRow();
+  if (last < 2) return [];
+  const width = Math.min(CALL_FIELDS.length, sheet.getMaxColumns());
+  const [header, ...rows] = sheet.getRange(1, 1, last, width).getValues();
+  const moved = movedColumns(CALLS.name, header, CALL_FIELDS.slice(0, width));
+  if (moved) throw new MeterRefusal('config_error', moved);
+  return rows;
+}
+
 /** `doGet?action=export&what=calls&since=YYYY-MM-DD`: the calls tab as CSV (started on or after that UTC day). */
 export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
   checkSheetTimeZone(svc.spreadsheet);
   const sheet = svc.spreadsheet.getSheetByName(CALLS.name);
-  const last = sheet ? sheet.getLastRow() : 0;
   // A tab from before ended_reason has fewer columns: the missing ones export empty.
-  const width = sheet ? Math.min(CALL_FIELDS.length, sheet.getMaxColumns()) : 0;
-  const rows = sheet && last >= 2 ? sheet.getRange(2, 1, last - 1, width).getValues() : [];
+  const rows = sheet ? readCallRows(sheet) : [];
   const keep = rows.filter((r) => cellTime(r[AT.started_at]) >= from);
   const line = (r: unknown[]) => CALL_FIELDS.map((_, i) => csvField(r[i] ?? '')).join(',');
   return [CALL_FIELDS.join(','), ...keep.map(line)].join('\r\n') + '\r\n';

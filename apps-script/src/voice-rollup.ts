@@ -4,7 +4,7 @@
  * "$0.20", "0x10") is left out of the costs, as an empty one, and counted.
  */
 import { CALL_FIELDS } from '../../schema/call-record';
-import { CALLS } from './calls-tab';
+import { CALLS, readCallRows } from './calls-tab';
 import { cellCost, cellNumber, cellTime } from './events-sheet';
 import type { MeterServices } from './services';
 import { fieldIndex } from './tabs';
@@ -61,10 +61,8 @@ export function voiceRollup(rows: unknown[][], nowMs: number, days: number): Voi
 export function voiceRollups(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): { last7d: VoiceRollup; last30d: VoiceRollup } | null {
   const calls = svc.spreadsheet.getSheetByName(CALLS.name);
   if (!calls) return null;
-  const last = calls.getLastRow();
   // A tab from before ended_reason has a column less (widened when a call is next stored): read what it has.
-  const width = Math.min(CALL_FIELDS.length, calls.getMaxColumns());
-  const rows = last >= 2 ? calls.getRange(2, 1, last - 1, width).getValues() : [];
+  const rows = readCallRows(calls);
   const now = svc.now().getTime();
   return { last7d: voiceRollup(rows, now, 7), last30d: voiceRollup(rows, now, 30) };
 }

@@ -2,6 +2,7 @@
 // column refuses, naming the tab, the cell and the header it expected, instead of reading another
 // field as the cost (a cost column dragged to the end left `eval_score`, empty, read as $0).
 import { describe, expect, it } from 'vitest';
+import { CALL_FIELDS } from '../../schema/call-record';
 import { EVENT_FIELDS } from '../../schema/event-record';
 import { callJson } from './fakes/platform';
 import { SECRET, WEBHOOK, aCall, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
@@ -117,5 +118,28 @@ describe('a post of call records into a calls tab with columns moved by hand', (
     expect(reply).toMatchObject({ ok: false, code: 'config_error' });
     expect(reply.error).toMatch(/^calls: columns were moved by hand \(cell B1 holds "duration_s", expected "started_at"/);
     expect(calls.data.length).toBe(1);
+  });
+});
+
+describe('the calls tab with columns moved by hand, read', () => {
+  function meterWithCallsMoved() {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    expect(post(meter, { calls: [aCall({ started_at: '2026-11-22T10:00:00.000Z' })] })).toMatchObject({ ok: true, appended: 1 });
+    const calls = platform.spreadsheet.tab('calls')!;
+    const cost = CALL_FIELDS.indexOf('est_audio_cost_usd');
+    for (const row of calls.data) row.push(...row.splice(cost, 1));
+    return { platform, meter };
+  }
+  const callsRefusal = /calls: columns were moved by hand \(cell L1 holds "telephony_minutes", expected "est_audio_cost_usd"/;
+
+  it('the digest refuses rather than reading another column as the audio cost', () => {
+    const { meter } = meterWithCallsMoved();
+    expect(() => meter.refreshDigest()).toThrow(callsRefusal);
+  });
+
+  it('the export of the calls tab refuses with config_error', () => {
+    const { meter } = meterWithCallsMoved();
+    const answer = callJson(meter, 'doGet', { action: 'export', what: 'calls', since: '2026-11-01', token: SECRET });
+    expect(answer).toMatchObject({ ok: false, code: 'config_error', error: expect.stringMatching(callsRefusal) });
   });
 });
