@@ -19,8 +19,18 @@ export const CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | number]> 
 
 export type ConfigValues = Map<string, unknown>;
 
-function getConfigSheet(ss: Spreadsheet): Sheet | null {
-  return ss.getSheetByName(CONFIG_TAB);
+/**
+ * The Config tab, or not_set_up. Its absence is never read as "nothing configured": a tab renamed
+ * by hand would otherwise leave the web app open (no secret) and the caps at their defaults.
+ */
+function requireConfigSheet(ss: Spreadsheet): Sheet {
+  const sheet = ss.getSheetByName(CONFIG_TAB);
+  if (!sheet)
+    throw new MeterRefusal(
+      'not_set_up',
+      `the "${CONFIG_TAB}" tab is missing: rename it back to "${CONFIG_TAB}" if it was renamed, or run setup() from the Meter menu to make a new one`,
+    );
+  return sheet;
 }
 
 /**
@@ -42,8 +52,7 @@ class ConflictingRows {
 /** Every `key → value` of the Config tab, in one read. Keys as configKey makes them; a key on rows with different values is a conflict. */
 export function readConfig(ss: Spreadsheet): ConfigValues {
   const values: ConfigValues = new Map();
-  const sheet = getConfigSheet(ss);
-  if (!sheet) return values;
+  const sheet = requireConfigSheet(ss);
   const lastRow = sheet.getLastRow();
   if (lastRow < 2) return values;
   const firstRow = new Map<string, number>();
@@ -144,8 +153,7 @@ export const OPTIONAL_CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | 
 
 /** Sets one Config value by key (appending the key when absent): two reads and one write. */
 export function writeConfigValue(ss: Spreadsheet, key: string, value: string | number): void {
-  const sheet = getConfigSheet(ss);
-  if (!sheet) throw new MeterRefusal('not_set_up', `the "${CONFIG_TAB}" tab is missing: run setup() from the Meter menu`);
+  const sheet = requireConfigSheet(ss);
   const lastRow = sheet.getLastRow();
   const keys = lastRow >= 2 ? sheet.getRange(2, 1, lastRow - 1, 1).getValues() : [];
   const index = keys.findIndex(([k]) => configKey(k) === key);

@@ -50,3 +50,18 @@ describe('a Config key on two rows', () => {
     expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({ ok: true, daily_cap_usd: 50 });
   });
 });
+
+describe('the Config tab renamed by hand', () => {
+  it('is refused as not set up, rather than the web app turning open and the caps back to their defaults', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    platform.properties.deleteProperty('SECRET_TOKEN'); // the secret setup() wrote in the tab
+    const config = platform.spreadsheet.tab('Config')!;
+    config.data.find((r) => r[0] === 'DAILY_CAP_USD')![1] = 10;
+    config.setName('Settings');
+    const reply = callJson(meter, 'doPost', { token: 'anything' }, { cost_usd: 20 });
+    expect(reply).toMatchObject({ ok: false, code: 'not_set_up' });
+    expect(reply.error).toMatch(/the "Config" tab is missing/);
+    expect(platform.spreadsheet.tab('events')!.data.length).toBe(1);
+    expect(() => meter.checkSpendCaps()).toThrow(/the "Config" tab is missing/);
+  });
+});
