@@ -21,6 +21,7 @@ import {
   readSpendRows,
   roundUsd,
   spendTotals,
+  undatedCosts,
   unpricedCounts,
   unreadableCosts,
   type SpendTotals,
@@ -46,6 +47,8 @@ export interface CapCheck {
   unpriced: SpendTotals;
   /** Rows whose cost cell holds no number ≥ 0 (left out of the totals), today and in the 7 days. */
   unreadable: SpendTotals;
+  /** Rows with a cost and a timestamp that is not a date (in no window: left out of every total). */
+  undated: number;
   caps: Caps;
   crossed: CapKind[];
   /** Crossed caps not yet alerted today. */
@@ -74,13 +77,23 @@ function unreadableNote(unreadable: SpendTotals): string {
   return `${rows} with a cost that is not a number ≥ 0 in the last 7 days (${unreadable.today} today): left out of the totals, correct them in the events tab`;
 }
 
+/** "N rows with a cost and a timestamp that is not a date …", or '' when there are none. */
+function undatedNote(undated: number): string {
+  if (undated === 0) return '';
+  const rows =
+    undated === 1
+      ? '1 row with a cost and a timestamp that is not a date: left out of every total, correct it'
+      : `${undated} rows with a cost and a timestamp that is not a date: left out of every total, correct them`;
+  return `${rows} in the events tab`;
+}
+
 /**
  * The alert: Block Kit blocks plus a top-level `text` (the plain form, and the notification text).
  * With `late`, the alert of an earlier day's daily cap that was not alerted that day: that day's
  * cost stands where today's does.
  */
 function slackPayload(
-  check: Pick<CapCheck, 'totals' | 'caps' | 'unpriced' | 'unreadable'>,
+  check: Pick<CapCheck, 'totals' | 'caps' | 'unpriced' | 'unreadable' | 'undated'>,
   crossed: CapKind[],
   now: Date,
   sheetUrl: string,
@@ -93,7 +106,7 @@ function slackPayload(
   const dayName = late ? `${late.day} (UTC)` : 'Today (UTC)';
   const today = `${late ? `${late.day} (not alerted that day)` : 'Today'}: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
   const week = `Last 7 days: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;
-  const notes = [unpricedNote(check.unpriced), unreadableNote(check.unreadable)].filter(Boolean);
+  const notes = [unpricedNote(check.unpriced), unreadableNote(check.unreadable), undatedNote(check.undated)].filter(Boolean);
   const noteBlocks = notes.map((note) => ({ type: 'section', text: { type: 'mrkdwn', text: `:warning: ${note}.` } }));
   return {
     text: [`${headline}.`, `${today}.`, `${week}.`, ...notes.map((note) => `${note}.`)].join(' '),
@@ -178,6 +191,7 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
     now.getTime(),
   );
   const unreadable = unreadableCosts(rows, now.getTime());
+  const undated = undatedCosts(rows);
   const crossed: CapKind[] = [];
   if (overCap(totals.today, caps.dailyCapUsd)) crossed.push('daily');
   if (overCap(totals.last7d, caps.burn7dCapUsd)) crossed.push('burn7d');
@@ -185,7 +199,7 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const state = readState(svc);
   const stateBefore = JSON.stringify(state);
   const due = crossed.filter((k) => state[k] !== day);
-  const result: CapCheck = { totals, unpriced, unreadable, caps, crossed, due, posted: false, message: '' };
+  const result: CapCheck = { totals, unpriced, unreadable, undated, caps, crossed, due, posted: false, message: '' };
   const webhook = configText(config, 'SLACK_WEBHOOK_URL');
   const cannot = unusable(webhook);
 
@@ -217,8 +231,9 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   }
   if (lateSettled) state.checked = day;
   if (JSON.stringify(state) !== stateBefore) result.message += saved(svc, state, result.posted);
-  const unread = unreadableNote(unreadable); // said on every run, not only in an alert
-  result.message = earlier + result.message + (unread ? `; ${unread}` : '');
+  // Said on every run, not only in an alert.
+  const unread = [unreadableNote(unreadable), undatedNote(undated)].filter(Boolean);
+  result.message = earlier + result.message + unread.map((note) => `; ${note}`).join('');
   svc.log(`checkSpendCaps: ${result.message}`);
   return result;
 }

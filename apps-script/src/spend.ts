@@ -54,6 +54,17 @@ export function unreadableCosts(rows: Iterable<readonly unknown[]>, nowMs: numbe
   return windowSums(rows, nowMs, (cell) => (Number.isNaN(cellCost(cell)) ? 1 : 0));
 }
 
+/**
+ * Rows with a cost (neither empty nor 0) whose timestamp holds no date, such as a date typed in
+ * another locale's order ("22/11/2026", kept as text): they fall in no window, so every total
+ * leaves them out, and they are counted rather than dropped unsaid.
+ */
+export function undatedCosts(rows: Iterable<readonly unknown[]>): number {
+  let n = 0;
+  for (const [time, cell] of rows) if (Number.isNaN(cellTime(time)) && cellCost(cell) !== 0) n++;
+  return n;
+}
+
 /** Events marked as having no price, today and in the 7 days, from (timestamp, error_code) pairs. */
 export function unpricedCounts(rows: Iterable<readonly unknown[]>, nowMs: number): SpendTotals {
   return windowSums(rows, nowMs, (code) => (isUnpriced(code) ? 1 : 0));
@@ -80,6 +91,7 @@ export function spendSummary(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): S
   const nowMs = svc.now().getTime();
   const totals = spendTotals(rows, nowMs);
   const unreadable = unreadableCosts(rows, nowMs);
+  const undated = undatedCosts(rows); // their day is unknown: left out of both totals
   return {
     ok: true,
     today_cost_usd: totals.today,
@@ -87,7 +99,7 @@ export function spendSummary(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): S
     daily_cap_usd: caps.dailyCapUsd,
     burn_7d_cap_usd: caps.burn7dCapUsd,
     cap_exceeded: capExceeded(totals, caps),
-    unreadable_costs_today: unreadable.today,
-    unreadable_costs_last_7d: unreadable.last7d,
+    unreadable_costs_today: unreadable.today + undated,
+    unreadable_costs_last_7d: unreadable.last7d + undated,
   };
 }

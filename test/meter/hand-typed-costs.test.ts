@@ -102,3 +102,36 @@ describe('audio cost cells typed by hand in the calls tab', () => {
     expect(value('calls with a cost that is not a number ≥ 0')).toEqual([2, 2]);
   });
 });
+
+describe('a row typed by hand whose timestamp is not a date', () => {
+  function meterWithUndatedRow() {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    expect(
+      post(meter, {
+        events: [
+          { event_id: 'measured', cost_usd: 2 },
+          { event_id: 'typed', cost_usd: 80 },
+        ],
+      }),
+    ).toMatchObject({ ok: true });
+    // A date typed in another locale's order: Sheets keeps it as text.
+    eventsTab(platform).data.find((r) => r[0] === 'typed')![EVENT_FIELDS.indexOf('timestamp')] = '22/11/2026 10:00';
+    return { platform, meter };
+  }
+
+  it('is counted in the spend answer as left out of the totals, not dropped unsaid', () => {
+    const { meter } = meterWithUndatedRow();
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({
+      today_cost_usd: 2,
+      unreadable_costs_today: 1,
+      unreadable_costs_last_7d: 1,
+    });
+  });
+
+  it('checkSpendCaps says so on every run', () => {
+    const { meter } = meterWithUndatedRow();
+    expect(meter.checkSpendCaps()).toMatch(
+      /1 row with a cost and a timestamp that is not a date: left out of every total, correct it in the events tab/,
+    );
+  });
+});
