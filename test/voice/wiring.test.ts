@@ -28,6 +28,14 @@ async function up(env: NodeJS.ProcessEnv) {
   return { ...h, logs: () => logs.map((l) => JSON.parse(l).msg as string), start };
 }
 
+/** Set up for phone calls (the Twilio account, a public URL, the realtime key), the concierge aside. */
+const PHONE = {
+  PUBLIC_URL: 'https://voice.example.test',
+  TWILIO_ACCOUNT_SID: 'AC1',
+  TWILIO_AUTH_TOKEN: 'tw-secret',
+  OPENAI_API_KEY: 'sk-x',
+};
+
 describe('voice wiring', () => {
   it('without VOICE_TOKEN the endpoints refuse everyone with 401 and nothing is loaded', async () => {
     const gw = await up({});
@@ -56,26 +64,20 @@ describe('voice wiring', () => {
   });
 
   it('set up for phone calls with the concierge off: the start log and /twilio/* say why (503), not a bare 404', async () => {
-    const phone = {
-      PUBLIC_URL: 'https://voice.example.test',
-      TWILIO_ACCOUNT_SID: 'AC1',
-      TWILIO_AUTH_TOKEN: 'tw-secret',
-      OPENAI_API_KEY: 'sk-x',
-    };
     const twilio = (url: string) =>
       fetch(`${url}/twilio/voice`, {
         method: 'POST',
         headers: { 'content-type': 'application/x-www-form-urlencoded' },
         body: 'CallSid=CA1',
       });
-    const noToken = await up(phone);
+    const noToken = await up(PHONE);
     const res = await twilio(noToken.url);
     expect(res.status).toBe(503);
     expect(await res.text()).toBe('phone bridge off: VOICE_TOKEN is not set (the voice concierge is off)');
     expect(noToken.logs()).toContain('phone bridge off: VOICE_TOKEN is not set (the voice concierge is off)');
     const file = join(dir, 'broken-phone.json');
     writeFileSync(file, '{ not json');
-    const broken = await up({ ...phone, VOICE_TOKEN: 'v', CONCIERGE_FILE: file });
+    const broken = await up({ ...PHONE, VOICE_TOKEN: 'v', CONCIERGE_FILE: file });
     expect((await twilio(broken.url)).status).toBe(503);
     expect(broken.logs()).toContain(
       `phone bridge off: ${file} is not a valid configuration (1 problem(s); run npm run concierge:lint) (the voice concierge is off)`,
@@ -109,15 +111,9 @@ describe('voice wiring', () => {
 
   // A worker serves no /twilio/*: a phone line in its log sent the operator looking for a problem it does not have.
   it('npm run worker with the phone set up says nothing of a phone bridge, on or off', async () => {
-    const phone = {
-      PUBLIC_URL: 'https://voice.example.test',
-      TWILIO_ACCOUNT_SID: 'AC1',
-      TWILIO_AUTH_TOKEN: 'tw-secret',
-      OPENAI_API_KEY: 'sk-x',
-    };
     const file = join(dir, 'worker-phone.json');
     writeFileSync(file, JSON.stringify(filled()));
-    for (const env of [phone, { ...phone, VOICE_TOKEN: 'v', CONCIERGE_FILE: file }]) {
+    for (const env of [PHONE, { ...PHONE, VOICE_TOKEN: 'v', CONCIERGE_FILE: file }]) {
       const logs: string[] = [];
       const stack = await createStack({ ...base, ...env }, captureLogger(logs), { http: false, worker: true });
       await stack.close();
