@@ -342,6 +342,22 @@ describe('phone bridge edges: the status callback', () => {
     expect(s.records.map((r) => [r.call_id, r.outcome, r.ended_reason])).toEqual([['CA0716', 'abandoned', 'no_answer']]);
   });
 
+  it('a gateway shut down while its status callback waits for a call whose stream runs on another gateway leaves the record to that stream', async () => {
+    s = await bridgeStack(); // the real 60 s grace
+    await s.twilio.placeCall(form('CA0717'));
+    // Another gateway's stream: its guard feed's batches are in the store.
+    expect((await s.voice.events('CA0717', [{ type: 'user.audio_frame', ms: 20 }], { feed: 'elsewhere', n: 1 })).status).toBe(200);
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0717', CallStatus: 'completed' })).status).toBe(204);
+    const t0 = performance.now();
+    await s.bridge.close();
+    expect(performance.now() - t0).toBeLessThan(6000);
+    // before: "abandoned" written after 5 s, and the other gateway's record (its booking) then lost
+    expect(s.records).toEqual([]);
+    // That session ends the call with what it achieved (it was waiting for a booking).
+    await s.voice.end('CA0717', { outcome: 'booking', intent_primary: 'book', ended_reason: 'caller_hangup', responses_metered: true });
+    expect(s.records.map((r) => [r.call_id, r.outcome])).toEqual([['CA0717', 'booking']]);
+  });
+
   it('an answered call whose stream ends elsewhere during the grace keeps that record (its booking), not an abandoned one', async () => {
     s = await bridgeStack(() => undefined, { statusGraceMs: 5000 });
     // Seen from the store: the status callback's check that finds the record and stops.

@@ -13,6 +13,8 @@
  * (60 s: a session's end waits up to 47 s for function calls), checked in the store every 250 ms.
  * At shutdown a wait still running is cut to 5 s, as a session's wait for its function calls is,
  * and the record then written: Twilio sends the callback once, so no instance would write it later.
+ * Not for a call whose stream ran: its session writes the record, perhaps on another gateway after
+ * a function call that takes longer than 5 s, and an "abandoned" one written first would win.
  */
 import type { StoredCall } from '../call-store';
 import type { VoiceService } from '../calls';
@@ -105,6 +107,10 @@ export class CallStatus {
       if (this.deps.streams.live.has(callSid)) return; // its stream is here after all: its end writes
       const call = await this.deps.voice.get(callSid);
       if (!call || call.record) return;
+      // Shutting down: a call whose stream ran (its guard feed's batches are stored) is its session's
+      // to record, maybe on another gateway still waiting for a function call; "abandoned" from here
+      // would win over that record. This wait is given up, as before the shutdown cut.
+      if (this.closingBy !== Infinity && call.guardBatch) return;
       if (Date.now() >= Math.min(until, this.closingBy)) return this.write(call, end);
     }
   }
