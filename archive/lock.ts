@@ -11,10 +11,9 @@
  * nothing). Taking over goes through `.archive-lock.takeover` (pid-lock.ts, as the meter spool's
  * folders), so two runs that find the same stale lock cannot both take it.
  */
-import { unlinkSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { createLock, lockHolder, pidAlive, takeOverLock, type LockHolder } from '../gateway/src/pid-lock';
+import { createLock, lockHolder, pidAlive, takeOverLock, unlinkIfThere, type LockHolder } from '../gateway/src/pid-lock';
 
 /** No run takes this long: a lock of another machine older than that was left by a run that was killed. */
 export const ABANDONED_MS = 24 * 3600_000;
@@ -57,5 +56,7 @@ function hold(lock: string, started: number): () => void {
 function release(lock: string, started: number): void {
   held.delete(lock);
   const h = lockHolder(lock);
-  if (h && h.pid === process.pid && h.host === hostname() && h.started === started) unlinkSync(lock);
+  // Gone between the read and the unlink: another run cleared it (two runs can both believe they took
+  // a stale lock, a race of microseconds documented in docs/archive.md); this run's work is done.
+  if (h && h.pid === process.pid && h.host === hostname() && h.started === started) unlinkIfThere(lock);
 }
