@@ -218,14 +218,16 @@ function archiveNote(svc: MeterServices): string {
   }
 }
 
-/** Refreshes the Digest; an events tab it cannot read (columns moved) is said, not fatal: the triggers still get made. */
-function digestNote(svc: MeterServices): string[] {
+/**
+ * Runs one step of setup; a tab it cannot use as it is (columns moved by hand: config_error) is said
+ * in the notes, prefixed with `what`, not fatal: the other tabs and the triggers still get made.
+ */
+function orNote(report: SetupReport, step: () => void, what = ''): void {
   try {
-    refreshDigest(svc);
-    return [];
+    step();
   } catch (error) {
-    if (error instanceof MeterRefusal && error.code === 'config_error') return [`Digest not refreshed: ${error.message}`];
-    throw error;
+    if (!(error instanceof MeterRefusal && error.code === 'config_error')) throw error;
+    report.notes.push(what + error.message);
   }
 }
 
@@ -239,16 +241,11 @@ export function setup(svc: MeterServices): SetupReport {
   setupConfig(svc, report);
   for (const spec of [CONTACTS, LEADS, ACTIVITIES, TASKS, CALLS, IDEMPOTENCY]) {
     if (!svc.spreadsheet.getSheetByName(spec.name)) report.changes.push(`created tab ${spec.name}`);
-    try {
-      ensureTab(svc.spreadsheet, spec);
-    } catch (error) {
-      if (!(error instanceof MeterRefusal && error.code === 'config_error')) throw error;
-      report.notes.push(error.message);
-    }
+    orNote(report, () => ensureTab(svc.spreadsheet, spec));
   }
   report.notes.push(archiveNote(svc));
   if (!svc.spreadsheet.getSheetByName(DIGEST_TAB)) report.changes.push('created the Digest and events_public tabs');
-  report.notes.push(...digestNote(svc));
+  orNote(report, () => refreshDigest(svc), 'Digest not refreshed: ');
   setupTriggers(svc, report);
   return report;
 }
