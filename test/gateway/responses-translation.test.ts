@@ -303,13 +303,13 @@ describe('responsesToChat', () => {
     const chat = translate({
       input: 'Hi',
       store: false,
-      include: ['reasoning.encrypted_content', 'message.output_text.logprobs'],
+      include: ['reasoning.encrypted_content', 'web_search_call.action.sources'],
       truncation: 'auto',
       service_tier: 'flex',
       prompt_cache_key: 'k',
       prompt_cache_retention: '24h',
       metadata: { team: 'a' },
-      top_logprobs: 3,
+      top_logprobs: 3, // without the logprobs asked for in include
       stream_options: { include_obfuscation: false },
       background: false,
       previous_response_id: null,
@@ -1260,6 +1260,50 @@ describe('through the gateway, translated for a chat-only route', () => {
       output_tokens: 6,
       output_tokens_details: { reasoning_tokens: 2 },
     });
+  });
+
+  it('logprobs asked for (include message.output_text.logprobs, top_logprobs) are asked of the chat provider and given back, whole or streamed', async () => {
+    // As chat gives them (bytes left out by some providers), and as the Responses API gives them.
+    const top = (token: string, logprob: number) => ({ token, logprob, bytes: [...Buffer.from(token)] });
+    const chatLogprob = (token: string, logprob: number) => ({ ...top(token, logprob), top_logprobs: [top(token, logprob), top('x', -3)] });
+    const [hi, bang] = [chatLogprob('Hi', -0.1), chatLogprob('!', -0.5)];
+    const asked = { model: 'gpt-4o-mini', input: 'hi', include: ['message.output_text.logprobs' as const], top_logprobs: 2 };
+
+    const message = { role: 'assistant', content: 'Hi!' };
+    const choice = { index: 0, message, finish_reason: 'stop', logprobs: { content: [hi, bang], refusal: null } };
+    provider.next({ kind: 'status', status: 200, body: { ...base, object: 'chat.completion', choices: [choice] } });
+    const whole = await client().responses.create(asked);
+    expect(provider.received[0].body).toMatchObject({ logprobs: true, top_logprobs: 2 });
+    expect(whole.output).toMatchObject([{ type: 'message', content: [{ type: 'output_text', text: 'Hi!', logprobs: [hi, bang] }] }]);
+
+    const withLogprobs = (delta: object, logprob: object) => ({
+      ...base,
+      choices: [{ index: 0, delta, finish_reason: null, logprobs: { content: [logprob] } }],
+    });
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [sse([withLogprobs({ role: 'assistant', content: 'Hi' }, hi), withLogprobs({ content: '!' }, bang), chunk({}, 'stop')])],
+    });
+    const seen: ResponseStreamEvent[] = [];
+    const stream = client().responses.stream(asked);
+    stream.on('event', (e) => seen.push(e));
+    const final = await stream.finalResponse();
+    expect(provider.received[1].body).toMatchObject({ logprobs: true, top_logprobs: 2, stream: true });
+    expect(seen.flatMap((e) => (e.type === 'response.output_text.delta' ? [e.logprobs] : []))).toEqual([[hi], [bang]]);
+    expect(seen.find((e) => e.type === 'response.output_text.done')).toMatchObject({ text: 'Hi!', logprobs: [hi, bang] });
+    expect(final.output).toMatchObject([{ type: 'message', content: [{ type: 'output_text', text: 'Hi!', logprobs: [hi, bang] }] }]);
+
+    await client().responses.create({ model: 'gpt-4o-mini', input: 'hi', top_logprobs: 2 }); // not asked for: not asked of the provider
+    expect(provider.received[2].body).not.toHaveProperty('logprobs');
+    expect(provider.received[2].body).not.toHaveProperty('top_logprobs');
+
+    // A provider that gives none refuses them: the client is told the parameter it sent.
+    const error = { message: "Unsupported parameter: 'logprobs' is not supported with this model.", type: 'invalid_request_error' };
+    provider.next({ kind: 'status', status: 400, body: { error: { ...error, param: 'logprobs', code: 'unsupported_parameter' } } });
+    const refused = await client()
+      .responses.create(asked)
+      .catch((e: unknown) => e);
+    expect(refused).toMatchObject({ status: 400, param: 'include', message: expect.stringContaining("'include' is not supported") });
   });
 
   it('text a provider streams after its tool call goes back with the call: the tool output still follows the call', async () => {

@@ -7,6 +7,7 @@
 import type { ResponseFunctionToolCall, ResponseOutputItem, ResponseOutputMessage } from 'openai/resources/responses/responses';
 import { answeringModel, incompleteReason, requestedModel, responseObject, responseUsage } from './envelope';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
+import { logprobsOf } from './logprobs';
 import { isObject } from '../json-object';
 
 type Json = Record<string, unknown>;
@@ -49,7 +50,7 @@ export function chatToResponse(
   // A message item when there is something to say, or nothing else to give (an empty answer is an empty message).
   if (text || refusal || !calls.length) {
     const content: ResponseOutputMessage['content'] = [];
-    if (text || !refusal) content.push({ type: 'output_text', text, annotations: [], logprobs: [] });
+    if (text || !refusal) content.push({ type: 'output_text', text, annotations: [], logprobs: logprobsOf(choice.logprobs) });
     if (refusal) content.push({ type: 'refusal', refusal });
     output.push({ id: itemId(ids.responseId, 'msg', output.length), type: 'message', status, content, role: 'assistant' });
   }

@@ -26,6 +26,7 @@ const TOP_LEVEL: Record<string, string> = {
   max_completion_tokens: 'max_output_tokens',
   reasoning_effort: 'reasoning.effort',
   verbosity: 'text.verbosity',
+  logprobs: 'include', // asked for there (request.ts)
 };
 
 /** The Responses parameter a chat parameter came from, or null when it is not one alone. */

@@ -21,7 +21,9 @@
  *   provider kinds `max_tokens`);
  *   `temperature`, `top_p`, `parallel_tool_calls` (with tools only: chat refuses it without),
  *   `user`, `safety_identifier` as they are; `reasoning.effort` → `reasoning_effort`;
- *   `text.format` json_schema / json_object → `response_format`; `text.verbosity` → `verbosity`.
+ *   `text.format` json_schema / json_object → `response_format`; `text.verbosity` → `verbosity`;
+ *   `include` asking for `message.output_text.logprobs` → `logprobs: true` and `top_logprobs`
+ *   (answer.ts and stream.ts give them back in the output text).
  * - `stream: true` → `stream: true` with `stream_options.include_usage` (the usage is needed for
  *   `response.completed` and the meter).
  *
@@ -36,9 +38,9 @@
  * text only there); an unknown top-level parameter (OpenAI refuses those too).
  *
  * Ignored (no effect a chat provider could honour, and nothing the client would miss):
- * - `store`: nothing is stored here either way; `include`: extra output data (encrypted
- *   reasoning, logprobs, tool results) that a chat answer has none of; `top_logprobs` (only
- *   returned through `include`); `stream_options` (obfuscation padding);
+ * - `store`: nothing is stored here either way; `include`'s other output data (encrypted
+ *   reasoning, tool results) that a chat answer has none of; `top_logprobs` without logprobs
+ *   asked for (only returned through `include`); `stream_options` (obfuscation padding);
  * - `prompt_cache_key`, `prompt_cache_retention`, `prompt_cache_options`, `service_tier`:
  *   provider-side caching and capacity hints; `truncation`: matters only past the context window;
  * - `max_tool_calls`: bounds calls to built-in tools, which a chat route refuses (above);
@@ -192,7 +194,7 @@ function translate(body: Json): Json {
   }
   if (isSet(body.max_output_tokens)) chat.max_completion_tokens = body.max_output_tokens;
   for (const key of ['temperature', 'top_p', 'user', 'safety_identifier'] as const) if (isSet(body[key])) chat[key] = body[key];
-  Object.assign(chat, reasoning(body.reasoning), text(body.text));
+  Object.assign(chat, reasoning(body.reasoning), text(body.text), logprobs(body));
   if (body.stream === true) {
     chat.stream = true;
     chat.stream_options = { include_usage: true };
@@ -412,7 +414,13 @@ function noTools(choice: unknown): undefined {
   return undefined;
 }
 
-// ---- reasoning and text ----------------------------------------------------------------------
+// ---- reasoning, text and logprobs ----------------------------------------------------------
+
+/** Logprobs of the output text, asked for in `include`: chat's `logprobs`, with `top_logprobs` alternatives. */
+function logprobs(body: Json): Json {
+  if (!Array.isArray(body.include) || !body.include.includes('message.output_text.logprobs')) return {};
+  return isSet(body.top_logprobs) ? { logprobs: true, top_logprobs: body.top_logprobs } : { logprobs: true };
+}
 
 function reasoning(value: unknown): Json {
   if (!isSet(value)) return {};

@@ -39,6 +39,7 @@ import { textOf } from './answer';
 import { answeringModel, incompleteReason, requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
 import { chatStreamError } from '../chat-stream-error';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
+import { logprobsOf } from './logprobs';
 import { isObject } from '../json-object';
 
 export type { ResponseStreamEvent };
@@ -48,6 +49,7 @@ const num = (v: unknown): number | undefined => (typeof v === 'number' && Number
 
 type ItemStatus = 'in_progress' | 'completed' | 'incomplete';
 type Part = ResponseOutputText | ResponseOutputRefusal;
+type Logprob = ResponseOutputText.Logprob;
 
 interface MessageState {
   kind: 'message';
@@ -80,7 +82,8 @@ export type ChatUsage = { prompt_tokens: number; completion_tokens: number } & J
 /** One event without its sequence number, checked against the SDK's type for that event. */
 type EventOf<T extends ResponseStreamEvent['type']> = Omit<Extract<ResponseStreamEvent, { type: T }>, 'sequence_number'>;
 
-const copy = (part: Part): Part => (part.type === 'output_text' ? { ...part, annotations: [], logprobs: [] } : { ...part });
+const copy = (part: Part): Part =>
+  part.type === 'output_text' ? { ...part, annotations: [], logprobs: [...(part.logprobs ?? [])] } : { ...part };
 
 export class ChatToResponsesStream {
   private sequence = 0;
@@ -91,7 +94,7 @@ export class ChatToResponsesStream {
   private finishReason: unknown = null;
   private chatUsage: ChatUsage | null = null;
   private readonly items: Array<MessageState | CallState> = [];
-  /** The bytes of output kept: text, refusals, call names and arguments (UTF-8), each item and part as first shown (JSON). */
+  /** The bytes of output kept: text (and its logprobs, as JSON), refusals, call names and arguments (UTF-8), each item and part as first shown (JSON). */
   private kept = 0;
   private overLimit = false;
   private readonly calls = new Map<number | string, CallState>();
@@ -159,7 +162,7 @@ export class ChatToResponsesStream {
     const delta = isObject(choice.delta) ? choice.delta : {};
     // Read as a whole answer's content is: a string, or text parts among others.
     const content = textOf(delta.content);
-    if (content) this.text(out, 'output_text', content);
+    if (content) this.text(out, 'output_text', content, logprobsOf(choice.logprobs));
     if (typeof delta.refusal === 'string' && delta.refusal) this.text(out, 'refusal', delta.refusal);
     if (Array.isArray(delta.tool_calls)) delta.tool_calls.forEach((call, position) => this.toolCall(out, call, position));
     if (choice.finish_reason) this.finishReason = choice.finish_reason;
@@ -207,14 +210,16 @@ export class ChatToResponsesStream {
 
   // ---- items -------------------------------------------------------------------------------
 
-  private text(out: ResponseStreamEvent[], kind: Part['type'], delta: string): void {
+  /** `logprobs`: the delta's tokens, when the client asked for them (request.ts). */
+  private text(out: ResponseStreamEvent[], kind: Part['type'], delta: string, logprobs: Logprob[] = []): void {
     const message = this.open?.kind === 'message' ? this.open : this.message(out);
     const part = message.partOpen && message.parts.at(-1)?.type === kind ? message.parts.at(-1)! : this.part(out, message, kind);
     const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
     if (part.type === 'output_text') {
       part.text += delta;
-      this.kept += Buffer.byteLength(delta);
-      this.emit(out, { type: 'response.output_text.delta', ...at, delta, logprobs: [] });
+      (part.logprobs ??= []).push(...logprobs);
+      this.kept += Buffer.byteLength(delta) + (logprobs.length ? JSON.stringify(logprobs).length : 0);
+      this.emit(out, { type: 'response.output_text.delta', ...at, delta, logprobs });
     } else {
       part.refusal += delta;
       this.kept += Buffer.byteLength(delta);
@@ -258,7 +263,8 @@ export class ChatToResponsesStream {
     if (!message.partOpen || !part) return;
     message.partOpen = false;
     const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
-    if (part.type === 'output_text') this.emit(out, { type: 'response.output_text.done', ...at, text: part.text, logprobs: [] });
+    if (part.type === 'output_text')
+      this.emit(out, { type: 'response.output_text.done', ...at, text: part.text, logprobs: [...(part.logprobs ?? [])] });
     else this.emit(out, { type: 'response.refusal.done', ...at, refusal: part.refusal });
     this.emit(out, { type: 'response.content_part.done', ...at, part: copy(part) });
   }
