@@ -1240,6 +1240,34 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(whole.output).toMatchObject([{ type: 'function_call', arguments: '{}', parsed_arguments: {} }]);
   });
 
+  it('a call whose arguments a provider gives as a JSON object (not a string) keeps them, whole or streamed', async () => {
+    // llama.cpp's server, TGI and Venice have given them so; the client's function needs them as OpenAI's string.
+    const call = { index: 0, id: 'call_o', type: 'function', function: { name: 'get_weather', arguments: { city: 'Paris' } } };
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [sse([chunk({ role: 'assistant', content: null }), chunk({ tool_calls: [call] }), chunk({}, 'tool_calls')])],
+    });
+    const seen: ResponseStreamEvent[] = [];
+    const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'weather?', tools: [WEATHER_TOOL] });
+    stream.on('event', (e) => seen.push(e));
+    const final = await stream.finalResponse();
+    expect(final.output).toMatchObject([
+      { type: 'function_call', call_id: 'call_o', arguments: '{"city":"Paris"}', parsed_arguments: { city: 'Paris' } },
+    ]);
+    const deltas = seen.flatMap((e) => (e.type === 'response.function_call_arguments.delta' ? [e.delta] : []));
+    expect(deltas.join('')).toBe('{"city":"Paris"}');
+
+    const { index: _, ...whole } = call;
+    const message = { role: 'assistant', content: null, tool_calls: [whole] };
+    provider.next({
+      kind: 'status',
+      status: 200,
+      body: { ...base, object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'tool_calls' }] },
+    });
+    const answer = await client().responses.create({ model: 'gpt-4o-mini', input: 'weather?', tools: [WEATHER_TOOL] });
+    expect(answer.output).toMatchObject([{ type: 'function_call', arguments: '{"city":"Paris"}' }]);
+  });
+
   it('a provider that names its usage as the Responses API does: the Response keeps its cached and reasoning tokens', async () => {
     const usage = {
       input_tokens: 100,

@@ -82,6 +82,13 @@ export type ChatUsage = { prompt_tokens: number; completion_tokens: number } & J
 /** One event without its sequence number, checked against the SDK's type for that event. */
 type EventOf<T extends ResponseStreamEvent['type']> = Omit<Extract<ResponseStreamEvent, { type: T }>, 'sequence_number'>;
 
+/**
+ * A tool call delta's arguments as text: OpenAI's string piece, or the whole arguments as a JSON
+ * object, which some providers (llama.cpp's server, TGI) give in one delta, as a whole answer's.
+ */
+const argumentsDelta = (args: unknown): string =>
+  typeof args === 'string' ? args : isObject(args) || Array.isArray(args) ? JSON.stringify(args) : '';
+
 const copy = (part: Part): Part =>
   part.type === 'output_text' ? { ...part, annotations: [], logprobs: [...(part.logprobs ?? [])] } : { ...part };
 
@@ -301,20 +308,16 @@ export class ChatToResponsesStream {
       call.name = fn.name; // a provider that names the function after its first delta
       this.kept += Buffer.byteLength(fn.name);
     }
-    if (typeof fn.arguments !== 'string' || !fn.arguments) return;
+    const piece = argumentsDelta(fn.arguments);
+    if (!piece) return;
     if (call.defaulted) {
       call.arguments = ''; // a call's arguments after the next began: its `{}` was none
       call.defaulted = false;
     }
-    call.arguments += fn.arguments;
-    this.kept += Buffer.byteLength(fn.arguments);
+    call.arguments += piece;
+    this.kept += Buffer.byteLength(piece);
     if (this.open === call) {
-      this.emit(out, {
-        type: 'response.function_call_arguments.delta',
-        item_id: call.id,
-        output_index: call.outputIndex,
-        delta: fn.arguments,
-      });
+      this.emit(out, { type: 'response.function_call_arguments.delta', item_id: call.id, output_index: call.outputIndex, delta: piece });
     }
   }
 
