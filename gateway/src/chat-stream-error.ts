@@ -1,12 +1,14 @@
 /**
  * The error a provider reports inside its chat-completions stream, or null: a chunk
- * `{"error": …}`, or a choice that finished with `error` (OpenRouter's way, the error beside it).
+ * `{"error": …}`, or a choice that finished with `error` (OpenRouter's way, the error beside it)
+ * or `abort` (vLLM's for a generation its engine aborted: a shutdown, a pause).
  * One rule for the chat stream passed through and for its Responses translation: either way the
  * call failed, though the stream may end properly after it.
  */
 import { isObject, parseJson } from './json-object';
 type Json = Record<string, unknown>;
 const REPORTED = 'the provider reported an error';
+const FAILED: Record<string, string> = { error: REPORTED, abort: 'the provider aborted the answer' };
 
 export function chatStreamError(chunk: Json): string | null {
   const error = chunk.error;
@@ -14,19 +16,21 @@ export function chatStreamError(chunk: Json): string | null {
   if (typeof error === 'string' && error) return error;
   if (error !== undefined && error !== null) return REPORTED;
   const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
-  return choices.some((c) => isObject(c) && c.finish_reason === 'error') ? REPORTED : null;
+  const failed = choices.find((c) => isObject(c) && typeof c.finish_reason === 'string' && Object.hasOwn(FAILED, c.finish_reason));
+  return failed ? FAILED[failed.finish_reason] : null;
 }
 
-/** A literal `"error"` cannot occur inside a JSON string (its quotes would be escaped). */
+/** A literal `"error"` or `"abort"` cannot occur inside a JSON string (its quotes would be escaped). */
 const ERROR_KEY = Buffer.from('"error"');
+const ABORT = Buffer.from('"abort"');
 
 /**
  * The error a whole chat answer reports in its body, or null (OpenRouter answers `200` once
  * generation began, and a failure after that comes in the body). Most answers have no `"error"`
- * at all and are not parsed (this runs on every whole answer); a body that is not JSON reports none.
+ * (nor `"abort"`) at all and are not parsed (this runs on every whole answer); a body that is not JSON reports none.
  */
 export function answerError(body: Buffer): string | null {
-  if (body.indexOf(ERROR_KEY) === -1) return null;
+  if (body.indexOf(ERROR_KEY) === -1 && body.indexOf(ABORT) === -1) return null;
   const json = parseJson(body.toString('utf8')); // after a byte-order mark too, as the client reads it
   return isObject(json) ? chatStreamError(json) : null;
 }

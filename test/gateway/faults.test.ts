@@ -287,6 +287,20 @@ describe('a provider that reports an error in a 200 answer (OpenRouter, once gen
     expect(res.json().choices[0].message.content).toBe('error');
     expect(hot.received.length).toBe(3); // two failed tries, then the answer
   });
+
+  it('a choice its engine aborted (vLLM\'s finish_reason "abort") counts the same: the cut answer is tried again', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const message = { role: 'assistant', content: 'Hel' };
+    hot.next({
+      kind: 'status',
+      status: 200,
+      body: { object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'abort' }] },
+    });
+    const res = await chat(gw.url);
+    expect(res.status).toBe(200);
+    expect(res.json().choices[0].finish_reason).not.toBe('abort');
+    expect(hot.received.length).toBe(2); // the aborted try, then the answer
+  });
 });
 
 describe('a 200 answer that is not JSON (a proxy or captive page, an empty body)', () => {

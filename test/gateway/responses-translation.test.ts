@@ -1046,6 +1046,28 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(provider.received.length - before).toBe(2);
   });
 
+  it("an answer the provider's engine aborted (vLLM's finish_reason abort, then [DONE]) is failed, not completed, whole or streamed", async () => {
+    const usage = { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 1 } };
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [sse([chunk({ role: 'assistant', content: 'Hel' }), chunk({}, 'abort'), usage])],
+    });
+    const seen = await events();
+    expect(seen.map((e) => e.sequence_number)).toEqual(seen.map((_, i) => i));
+    expect(seen.at(-1)).toMatchObject({ type: 'response.failed', response: { status: 'failed', error: { code: 'server_error' } } });
+    expect(seen.some((e) => e.type === 'response.completed')).toBe(false);
+    expect(await lastMeterEvent()).toMatchObject({ input_tokens: '9', error_code: 'STREAM_INTERRUPTED' });
+
+    // Whole, it is a failure of the route, as an error in the body is: tried again, the client gets the answer that followed.
+    const cut = { index: 0, message: { role: 'assistant', content: 'Hel' }, finish_reason: 'abort' };
+    provider.next({ kind: 'status', status: 200, body: { ...base, object: 'chat.completion', choices: [cut] } });
+    const before = provider.received.length;
+    const answer = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' });
+    expect(answer.status).toBe('completed');
+    expect(answer.output_text).not.toBe('Hel');
+    expect(provider.received.length - before).toBe(2);
+  });
+
   it("every event of a stream, and a whole answer, name one model: the provider's, else the one called (x-route-model)", async () => {
     const models = (seen: ResponseStreamEvent[]) => seen.flatMap((e) => ('response' in e ? [e.response.model] : []));
     provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'Hi' }), chunk({}, 'stop')])] });
