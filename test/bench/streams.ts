@@ -20,8 +20,10 @@ import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 import { startProcess } from './start-process';
 
-// npm run bench:gateway runs this file after gateway.ts, whose BENCH_ONLY picks one of its own parts.
-if (process.env.BENCH_ONLY || process.env.BENCH_KEYS_ONLY) process.exit(0);
+// npm run bench:gateway runs this file after gateway.ts, whose BENCH_ONLY picks one of its own parts
+// (`streams`: none of them, only this one).
+const only = process.env.BENCH_ONLY;
+if ((only && only !== 'streams') || process.env.BENCH_KEYS_ONLY) process.exit(0);
 
 const STREAMS = Number(process.env.STREAMS ?? 1000);
 const ROUNDS = Number(process.env.ROUNDS ?? 6);
