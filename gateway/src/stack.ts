@@ -86,6 +86,8 @@ export interface StackOptions {
   notifyWindowMs?: number;
   /** Cold timings: a job's backoff, how long it may be deferred, how often a deferred job looks again, a running job's lock (tests, the drill). */
   cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number; lockMs?: number };
+  /** The pause flag's key, when not the contract's: the drill's own, so a shared Redis's real flag is never set or cleared. */
+  pauseKey?: string;
 }
 
 /** With nothing configured (no key, no endpoint, no map) and outside production: the demo providers. */
@@ -139,7 +141,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const { map, file: routesFile, version, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   checkAgainstEnv(env, map, cappedProvider);
-  const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs });
+  const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs }, options.pauseKey);
   if (stores.redis) reportRedisState(stores.redis, log);
   const { redis, flags, pause, queue, limiter } = stores;
   // The shared flags (a kill-switch, say) are in force from the first request, not a second later.

@@ -7,8 +7,9 @@
  *   4. Budget webhook at 85 %: new work waits, running jobs finish, the first pause notice arrives
  *      in under 2 s.
  *   5. No request ran longer than its time-to-answer; the pause took effect in under 5 s.
- * Uses Redis when QUEUE_STORE_URL is set (with its own key prefix, removed afterwards), else the
- * embedded store. Prints what it measured and exits 0 only if every step passes.
+ * Uses Redis when QUEUE_STORE_URL is set (with its own key prefix, removed afterwards, and a pause
+ * flag of its own under it: the fleet's `pause_ai_tasks` on a shared Redis is never set or
+ * cleared), else the embedded store. Prints what it measured and exits 0 only if every step passes.
  *
  * Shortened tenfold for a drill that ends in seconds (shown in its header): breakers stay open 3 s
  * instead of 30 s (5 failures still open them), the outage lasts 4.5 s instead of 45 s, and a job's
@@ -101,7 +102,13 @@ async function main(): Promise<number> {
   const up = async () => {
     const handle = await listenStack(
       env,
-      { http: true, worker: true, breaker: { openMs: BREAKER_OPEN_MS }, cold: { backoffMs: JOB_BACKOFF_MS } },
+      {
+        http: true,
+        worker: true,
+        breaker: { openMs: BREAKER_OPEN_MS },
+        cold: { backoffMs: JOB_BACKOFF_MS },
+        pauseKey: `${prefix}:pause_ai_tasks`,
+      },
       log,
     );
     open.push(handle);
@@ -229,7 +236,6 @@ async function main(): Promise<number> {
       const redis = new Redis(process.env.QUEUE_STORE_URL);
       const keys = await redis.keys(`${prefix}:*`);
       if (keys.length) await redis.del(...keys);
-      await redis.del('pause_ai_tasks');
       redis.disconnect();
     }
   }
