@@ -1356,6 +1356,53 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(refused).toMatchObject({ status: 400, param: 'include', message: expect.stringContaining("'include' is not supported") });
   });
 
+  it("a provider's URL citations (chat annotations: OpenAI's search-preview models, OpenRouter's web plugin) are the output text's annotations, whole or streamed", async () => {
+    const text = 'Paris is the capital of France [1][2].';
+    const cite = (url: string, title: string, start: number, end: number) => ({
+      chat: { type: 'url_citation', url_citation: { url, title, start_index: start, end_index: end } },
+      responses: { type: 'url_citation', url, title, start_index: start, end_index: end },
+    });
+    const [wiki, news] = [cite('https://en.wikipedia.org/wiki/Paris', 'Paris', 0, 34), cite('https://example.org/france', 'France', 0, 38)];
+    const unknownKind = { type: 'file_citation', file_citation: { file_id: 'f' } }; // no Responses equivalent: left out
+
+    const answer = { role: 'assistant', content: text, annotations: [wiki.chat, unknownKind, news.chat] };
+    const choices = [{ index: 0, message: answer, finish_reason: 'stop' }];
+    provider.next({ kind: 'status', status: 200, body: { ...base, object: 'chat.completion', choices } });
+    const whole = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi' });
+    expect(whole.output).toMatchObject([
+      { type: 'message', content: [{ type: 'output_text', text, annotations: [wiki.responses, news.responses] }] },
+    ]);
+
+    // Cited on the chunk with the text, then again (a provider repeating what it gave) with the next citation, on a chunk of its own.
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [
+        sse([
+          chunk({ role: 'assistant', content: 'Paris is the capital ' }),
+          chunk({ content: 'of France [1][2].', annotations: [wiki.chat] }),
+          chunk({ annotations: [wiki.chat, unknownKind, news.chat] }),
+          chunk({}, 'stop'),
+        ]),
+      ],
+    });
+    const seen = await events();
+    const added = seen.filter((e) => e.type === 'response.output_text.annotation.added');
+    const message = seen.find((e) => e.type === 'response.output_item.added')!;
+    const at = { item_id: message.type === 'response.output_item.added' && message.item.id, output_index: 0, content_index: 0 };
+    expect(added).toMatchObject([
+      { ...at, annotation_index: 0, annotation: wiki.responses },
+      { ...at, annotation_index: 1, annotation: news.responses },
+    ]);
+    // Each after the text it cites arrived, before the text is done.
+    const order = seen.map((e) => e.type);
+    expect(order.lastIndexOf('response.output_text.delta')).toBeLessThan(order.indexOf('response.output_text.annotation.added'));
+    expect(order.lastIndexOf('response.output_text.annotation.added')).toBeLessThan(order.indexOf('response.output_text.done'));
+    const annotated = { type: 'output_text', text, annotations: [wiki.responses, news.responses] };
+    expect(seen.find((e) => e.type === 'response.content_part.done')).toMatchObject({ part: annotated });
+    expect(seen.find((e) => e.type === 'response.output_item.done')).toMatchObject({ item: { content: [annotated] } });
+    expect(seen.at(-1)).toMatchObject({ type: 'response.completed', response: { output: [{ type: 'message', content: [annotated] }] } });
+  });
+
   it('text a provider streams after its tool call goes back with the call: the tool output still follows the call', async () => {
     const call = { index: 0, id: 'call_a', type: 'function', function: { name: 'f', arguments: '{"x":1}' } };
     provider.next({

@@ -1,11 +1,12 @@
 /**
- * A whole chat completion as a Response object: the assistant's text as a `message` item, each
+ * A whole chat completion as a Response object: the assistant's text (and its URL citations) as a `message` item, each
  * tool call as a `function_call` item (its `call_id` is the chat tool call's id, so the client's
  * `function_call_output` finds its way back through request.ts), the status (`incomplete` when the
  * provider stopped at the token limit or its content filter), and the usage.
  */
 import type { ResponseFunctionToolCall, ResponseOutputItem, ResponseOutputMessage } from 'openai/resources/responses/responses';
 import { answeringModel, incompleteReason, requestedModel, responseObject, responseUsage } from './envelope';
+import { annotationsOf } from './annotations';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
 import { logprobsOf } from './logprobs';
 import { isObject } from '../json-object';
@@ -50,7 +51,9 @@ export function chatToResponse(
   // A message item when there is something to say, or nothing else to give (an empty answer is an empty message).
   if (text || refusal || !calls.length) {
     const content: ResponseOutputMessage['content'] = [];
-    if (text || !refusal) content.push({ type: 'output_text', text, annotations: [], logprobs: logprobsOf(choice.logprobs) });
+    if (text || !refusal) {
+      content.push({ type: 'output_text', text, annotations: annotationsOf(message.annotations), logprobs: logprobsOf(choice.logprobs) });
+    }
     if (refusal) content.push({ type: 'refusal', refusal });
     output.push({ id: itemId(ids.responseId, 'msg', output.length), type: 'message', status, content, role: 'assistant' });
   }

@@ -5,8 +5,9 @@
  * `data:`) becomes the Responses events it amounts to, in the order OpenAI sends them:
  *
  *   response.created → response.in_progress
- *   text:       output_item.added (message) → content_part.added → output_text.delta… →
- *               output_text.done → content_part.done → output_item.done
+ *   text:       output_item.added (message) → content_part.added → output_text.delta… (each URL
+ *               citation, as it comes: output_text.annotation.added) → output_text.done →
+ *               content_part.done → output_item.done
  *   each tool call (by the chat `tool_calls[].index`; a new id under an index is a new call):
  *               output_item.added (function_call) → function_call_arguments.delta… →
  *               function_call_arguments.done → output_item.done
@@ -36,6 +37,7 @@ import type {
   ResponseStreamEvent,
 } from 'openai/resources/responses/responses';
 import { textOf } from './answer';
+import { annotationsOf } from './annotations';
 import { answeringModel, incompleteReason, requestedModel, responseObject, responseUsage, type ResponseState } from './envelope';
 import { chatStreamError } from '../chat-stream-error';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
@@ -50,6 +52,7 @@ const num = (v: unknown): number | undefined => (typeof v === 'number' && Number
 type ItemStatus = 'in_progress' | 'completed' | 'incomplete';
 type Part = ResponseOutputText | ResponseOutputRefusal;
 type Logprob = ResponseOutputText.Logprob;
+type Annotation = ResponseOutputText['annotations'][number];
 
 interface MessageState {
   kind: 'message';
@@ -90,7 +93,7 @@ const argumentsDelta = (args: unknown): string =>
   typeof args === 'string' ? args : isObject(args) || Array.isArray(args) ? JSON.stringify(args) : '';
 
 const copy = (part: Part): Part =>
-  part.type === 'output_text' ? { ...part, annotations: [], logprobs: [...(part.logprobs ?? [])] } : { ...part };
+  part.type === 'output_text' ? { ...part, annotations: [...part.annotations], logprobs: [...(part.logprobs ?? [])] } : { ...part };
 
 export class ChatToResponsesStream {
   private sequence = 0;
@@ -101,7 +104,7 @@ export class ChatToResponsesStream {
   private finishReason: unknown = null;
   private chatUsage: ChatUsage | null = null;
   private readonly items: Array<MessageState | CallState> = [];
-  /** The bytes of output kept: text (and its logprobs, as JSON), refusals, call names and arguments (UTF-8), each item and part as first shown (JSON). */
+  /** The bytes of output kept: text (and its logprobs and citations, as JSON), refusals, call names and arguments (UTF-8), each item and part as first shown (JSON). */
   private kept = 0;
   private overLimit = false;
   private readonly calls = new Map<number | string, CallState>();
@@ -170,6 +173,7 @@ export class ChatToResponsesStream {
     // Read as a whole answer's content is: a string, or text parts among others.
     const content = textOf(delta.content);
     if (content) this.text(out, 'output_text', content, logprobsOf(choice.logprobs));
+    annotationsOf(delta.annotations).forEach((annotation) => this.annotate(out, annotation));
     if (typeof delta.refusal === 'string' && delta.refusal) this.text(out, 'refusal', delta.refusal);
     if (Array.isArray(delta.tool_calls)) delta.tool_calls.forEach((call, position) => this.toolCall(out, call, position));
     if (choice.finish_reason) this.finishReason = choice.finish_reason;
@@ -232,6 +236,23 @@ export class ChatToResponsesStream {
       this.kept += Buffer.byteLength(delta);
       this.emit(out, { type: 'response.refusal.delta', ...at, delta });
     }
+  }
+
+  /**
+   * A URL citation of the text: on the output text open (else a new one, as text would open), once
+   * (providers may give a chunk's citations again with the next ones).
+   */
+  private annotate(out: ResponseStreamEvent[], annotation: Annotation): void {
+    const message = this.open?.kind === 'message' ? this.open : this.message(out);
+    const open = message.partOpen ? message.parts.at(-1) : undefined;
+    const part = open?.type === 'output_text' ? open : this.part(out, message, 'output_text');
+    if (part.type !== 'output_text') return;
+    const json = JSON.stringify(annotation);
+    if (part.annotations.some((given) => JSON.stringify(given) === json)) return;
+    part.annotations.push(annotation);
+    this.kept += Buffer.byteLength(json);
+    const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
+    this.emit(out, { type: 'response.output_text.annotation.added', ...at, annotation_index: part.annotations.length - 1, annotation });
   }
 
   /** A new message item, after closing the open item. */
