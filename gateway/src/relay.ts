@@ -1,8 +1,9 @@
 /**
  * How an answer reaches the client: whole or streamed, as the provider gave it, or translated when
  * a Responses request was served by a chat-only route (a provider's refusal of it too, naming the
- * Responses parameters). The pipeline and the Cold worker both use it.
+ * Responses parameters), embeddings in the encoding asked for. The pipeline and the Cold worker both use it.
  */
+import { inEncodingAsked } from './embeddings-encoding';
 import { newResponseId } from './responses/ids';
 import { chatToResponse } from './responses/answer';
 import type { Answer, ClientError } from './outcome';
@@ -28,7 +29,10 @@ export function streamTransform(answer: Answer, onResponse?: (response: unknown)
 /** A whole (non-streamed) answer's body for the client, and its usage for the meter. */
 export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usage | null } {
   const raw = answer.upstream.body!;
-  if (!translated(answer)) return { body: raw, usage: answer.route.adapter.usage(raw) };
+  if (!translated(answer)) {
+    const body = answer.of.ctx.api === 'embeddings' ? inEncodingAsked(raw, answer.of.ctx.body) : raw;
+    return { body, usage: answer.route.adapter.usage(raw) };
+  }
   // Read as the client would read it: a byte-order mark before it is no reason to pass it on untranslated.
   const chat = parseJson(raw.toString('utf8')) as { usage?: unknown } | null;
   if (chat === null) return { body: raw, usage: null }; // not JSON: passed on as the provider sent it

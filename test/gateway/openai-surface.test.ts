@@ -223,6 +223,28 @@ describe('POST /v1/embeddings', () => {
     expect(gw.events().at(-1)).toMatchObject({ provider: 'azure', model: 'text-embedding-3-small', input_tokens: '14', error_code: '' });
   });
 
+  it("vectors come in the encoding asked for, whatever the provider's: floats given for base64 (the SDK's default) or base64 for floats", async () => {
+    // FakeProvider answers floats whatever was asked ([0.1, 0.2, index]); the SDK asks base64 and decodes it itself.
+    // OpenAI's base64 is float32, little-endian (as Float32Array is here).
+    const float32 = (vector: number[]) => Array.from(new Float32Array(vector));
+    const base64 = (vector: number[]) => Buffer.from(new Float32Array(vector).buffer).toString('base64');
+    const decoded = await client().embeddings.create({ model: 'text-embedding-3-small', input: ['a', 'b'] });
+    expect(embedA.received.at(-1)!.body).toMatchObject({ encoding_format: 'base64' });
+    expect(decoded.data.map((d) => d.embedding)).toEqual([float32([0.1, 0.2, 0]), float32([0.1, 0.2, 1])]);
+    const asked = await client().embeddings.create({ model: 'text-embedding-3-small', input: 'a', encoding_format: 'base64' });
+    expect(asked.data[0].embedding).toBe(base64([0.1, 0.2, 0]));
+
+    // A provider that answers base64 when floats were asked for: floats, as asked.
+    const data = [{ object: 'embedding', index: 0, embedding: base64([0.5, -1, 2]) }];
+    const answer = { object: 'list', model: 'text-embedding-3-small', data };
+    embedA.next({ kind: 'status', status: 200, body: { ...answer, usage: { prompt_tokens: 1, total_tokens: 1 } } });
+    const floats = await client().embeddings.create({ model: 'text-embedding-3-small', input: 'b', encoding_format: 'float' });
+    expect(floats.data[0].embedding).toEqual([0.5, -1, 2]);
+    // Given as asked, it is passed on as it came.
+    embedA.next({ kind: 'status', status: 200, body: { ...answer, usage: { prompt_tokens: 1, total_tokens: 1 } } });
+    expect((await client().embeddings.create({ model: 'text-embedding-3-small', input: 'b' })).data[0].embedding).toEqual([0.5, -1, 2]);
+  });
+
   it('a model no route serves is a 404 naming it; nothing is called', async () => {
     const error = await client()
       .embeddings.create({ model: 'nomic-embed', input: 'a' })
