@@ -116,6 +116,8 @@ export class RedisFlags extends LocalFlags {
     if (change.enable_warm_fallback !== undefined) fields.enable_warm_fallback = change.enable_warm_fallback ? '1' : '0';
     if (change.enable_cold_queue !== undefined) fields.enable_cold_queue = change.enable_cold_queue ? '1' : '0';
     if (change.killed_models !== undefined) fields.killed_models = JSON.stringify(change.killed_models);
+    // In force here at once, before Redis has it (Redis away: a kill-switch holds on this instance all the same).
+    await super.update(change);
     if (Object.keys(fields).length) await this.redis.hset(this.key, fields);
     return this.refresh();
   }

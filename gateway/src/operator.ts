@@ -2,9 +2,10 @@
 import type express from 'express';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import { unmatchedKills, unmatchedKillsWarning, type FlagStore } from './flags';
+import { unmatchedKills, unmatchedKillsWarning, type Flags, type FlagStore } from './flags';
 import type { RequestPath } from './request-path';
 import type { Scopes } from './scopes';
+import { within } from './within';
 
 const FlagsChange = z.strictObject({
   enable_warm_fallback: z.boolean().optional(),
@@ -60,11 +61,24 @@ export function mountOperator(app: express.Express, admin: express.RequestHandle
       res.status(400).json({ error: `${i.path.join('.') || 'body'}: ${i.message}` });
       return;
     }
-    const flags = await o.flags.update(parsed.data);
+    const flags = await within(o.flags.update(parsed.data), FLAGS_STORE_WAIT_MS).catch((error: Error) => error);
+    if (flags instanceof Error) return storeLate(res, o.flags.get(), flags, o.log);
     o.log.warn({ flags }, 'flags changed');
     // Names are matched exactly: one that matches nothing is kept as sent, and named in the log and the answer.
     const unmatched = unmatchedKills(flags.killed_models, { routes: o.path.routes, scopes: o.scopes, cheaperModel: o.cheaperModel });
     if (unmatched.length) o.log.warn({ unmatched_killed_models: unmatched }, unmatchedKillsWarning(unmatched));
     res.json(unmatched.length ? { ...flags, unmatched_killed_models: unmatched } : flags);
   });
+}
+
+/** How long a flag change waits for the store before answering 503 (as the budget pause does). */
+const FLAGS_STORE_WAIT_MS = 2000;
+
+/** Redis away, stalled or refusing: the change holds here (written once the store is back); the sender is told to send again. */
+function storeLate(res: express.Response, flags: Flags, error: Error, log: Logger): void {
+  log.warn({ flags, err: error.message }, 'flags changed on this instance only: the store did not take them');
+  res
+    .status(503)
+    .set('retry-after', '1')
+    .json({ error: `flags: changed on this instance, but ${error.message}, so other instances may not have them yet; send again` });
 }

@@ -425,6 +425,30 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('a flag change while Redis is away is in force on this instance at once, answers 503 with Retry-After in time, and reaches the fleet once Redis is back', async () => {
+    const [a, b] = await Promise.all([0, 1].map(() => listenStack({ ...env, ADMIN_TOKEN: 'admin-t' }, { http: true, worker: false })));
+    const flags = (gw: { url: string }, change?: unknown) =>
+      fetch(`${gw.url}/admin/flags`, {
+        method: change ? 'PUT' : 'GET',
+        headers: { authorization: 'Bearer admin-t', 'content-type': 'application/json' },
+        body: change ? JSON.stringify(change) : undefined,
+        signal: AbortSignal.timeout(5000), // before: no answer until Redis was back
+      });
+    try {
+      await redis.stop();
+      const res = await flags(a, { killed_models: ['gpt-4o-mini'] });
+      expect(res.status).toBe(503);
+      expect(res.headers.get('retry-after')).toBe('1');
+      expect(((await res.json()) as { error: string }).error).toMatch(/flags: changed on this instance/);
+      expect(a.stack.flags.get().killed_models).toEqual(['gpt-4o-mini']); // the kill-switch holds here at once
+      await redis.start();
+      await until(async () => b.stack.flags.get().killed_models.includes('gpt-4o-mini')); // the fleet's, once Redis took it
+      expect((await flags(a, { killed_models: [] })).status).toBe(200);
+    } finally {
+      await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+
   it('spend caps keep reading the meter while Redis is away: its figure over the cap queues patient requests (the read waited for Redis)', async () => {
     const meter = createHttpServer((req, res) => {
       req.resume();
