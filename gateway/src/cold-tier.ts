@@ -96,7 +96,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
           res,
           503,
           openAiError(`${whyQueued(why.reason)}, and the Cold queue is unreachable`, 'upstream_error', null, 'cold_queue_unavailable'),
-          headers,
+          { ...headers, 'retry-after': '1' },
         );
       }
     },
@@ -200,8 +200,11 @@ async function stored(write: Promise<unknown>, res: express.Response, here: stri
     () => false,
   );
   if (!done)
-    res.status(503).json({
-      error: `pause_ai_tasks: ${here}, but the store did not answer within ${PAUSE_STORE_WAIT_MS / 1000} s, so other instances may not have it yet (it is written once the store is back); send again`,
-    });
+    res
+      .status(503)
+      .set('retry-after', '1')
+      .json({
+        error: `pause_ai_tasks: ${here}, but the store did not answer within ${PAUSE_STORE_WAIT_MS / 1000} s, so other instances may not have it yet (it is written once the store is back); send again`,
+      });
   return done;
 }

@@ -117,6 +117,7 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       expect(queued.status).toBe(503); // before: no answer at all until Redis came back
       expect(queued.ms).toBeLessThanOrEqual(2000 + 100);
       expect(JSON.parse(queued.text).error.code).toBe('cold_queue_unavailable');
+      expect(queued.headers.get('retry-after')).toBe('1'); // a client's retry waits for Redis to come back, not its own guess
       await gw.stack.meter.flush();
       const { readFileSync } = await import('node:fs');
       const [header, ...rows] = readFileSync(env.METER_CSV_FILE!, 'utf8').trim().split('\n');
@@ -409,6 +410,7 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       await redis.stop();
       const res = await budget('webhook', { provider: 'openai', percentUsed: 90 });
       expect(res.status).toBe(503);
+      expect(res.headers.get('retry-after')).toBe('1');
       expect(((await res.json()) as { error: string }).error).toMatch(/pause_ai_tasks/);
       expect(gw.stack.pause.paused()).toBe(true); // live traffic avoids the capped provider here at once
       await redis.start();
