@@ -17,7 +17,8 @@ import { hashKey, KEY_LENGTH, looksLikeKey, type ClientKey, type KeyStore } from
 import { openAiError, type OpenAiError } from './errors';
 import { within } from './within';
 
-export type AuthResult = { ok: true; key: ClientKey } | { ok: false; status: 401 | 503; error: OpenAiError };
+export type AuthResult =
+  { ok: true; key: ClientKey } | { ok: false; status: 401 | 503; error: OpenAiError; headers?: Record<string, string> };
 
 const refused = (message: string): AuthResult => ({
   ok: false,
@@ -31,6 +32,7 @@ const UNAVAILABLE: AuthResult = {
   ok: false,
   status: 503,
   error: openAiError('the client key store is unreachable; try again shortly', 'api_error', null, 'key_store_unavailable'),
+  headers: { 'retry-after': '1' }, // as every other store's 503: the client waits for the store, not its own guess
 };
 /** Unknown keys are remembered too (a flood of made-up keys costs no store calls), up to this many entries. */
 const MAX_ENTRIES = 10_000;

@@ -53,7 +53,7 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
       const auth = checked instanceof Promise ? await checked : checked;
       if (!auth.ok) {
         req.resume();
-        return sendJson(res, auth.status, auth.error);
+        return sendJson(res, auth.status, auth.error, auth.headers);
       }
       who.key = auth.key;
     }

@@ -22,7 +22,10 @@ export function keyGuard(auth: ClientAuth): RequestHandler {
     const checked = auth.check(req.get('authorization'));
     const result = checked instanceof Promise ? await checked : checked;
     if (!result.ok) {
-      res.status(result.status).json(result.error);
+      res
+        .status(result.status)
+        .set(result.headers ?? {})
+        .json(result.error);
       return;
     }
     res.locals.clientKey = result.key;
@@ -51,7 +54,7 @@ export async function continueIfKeyed(
     const checked = auth.check(req.headers.authorization);
     const result = checked instanceof Promise ? await checked : checked;
     // The body was never asked for: the connection cannot carry another request after it.
-    if (!result.ok) return sendJson(res, result.status, result.error, { connection: 'close' });
+    if (!result.ok) return sendJson(res, result.status, result.error, { ...result.headers, connection: 'close' });
   }
   res.writeContinue();
   handle(req, res);

@@ -74,6 +74,8 @@ class OwnRedis {
   }
 }
 
+const BODY = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] };
+
 let redis: OwnRedis;
 let hot: FakeProvider;
 let env: NodeJS.ProcessEnv;
@@ -506,6 +508,31 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
         .catch((e: unknown) => e);
       expect(stalled).toMatchObject({ status: 503, code: 'response_owner_unavailable' });
       expect(performance.now() - started).toBeLessThan(2000);
+    } finally {
+      await pauser.call('CLIENT', 'UNPAUSE');
+      pauser.disconnect();
+      await gw.stop();
+    }
+  });
+
+  it('a key not seen before while Redis stalls gets 503 key_store_unavailable with Retry-After, on chat and on the other /v1 endpoints', async () => {
+    const keyed = { ...env, GATEWAY_AUTH: 'keys' };
+    const output: string[] = [];
+    const print = (l: string) => output.push(l);
+    expect(await keysCli(['create', 'acme'], keyed, print, print)).toBe(0);
+    const key = output.at(-1)!;
+    const gw = await listenStack(keyed, { http: true, worker: false });
+    const pauser = new Redis(redis.url);
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    try {
+      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered
+      const chatted = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers, body: JSON.stringify(BODY) });
+      const listed = await fetch(`${gw.url}/v1/models`, { headers });
+      for (const res of [chatted, listed]) {
+        expect(res.status).toBe(503);
+        expect(((await res.json()) as { error: { code: string } }).error.code).toBe('key_store_unavailable');
+        expect(res.headers.get('retry-after')).toBe('1'); // before: none, where every other store's 503 has it
+      }
     } finally {
       await pauser.call('CLIENT', 'UNPAUSE');
       pauser.disconnect();
