@@ -93,7 +93,9 @@ const STALLS_TAKEN_BACK = 2;
 
 /** How soon a job whose claim another run holds looks again. */
 const RUN_RECHECK_MS = 1000;
-const ANOTHER_RUN = 'another run of this job is still under way (its lock lapsed while Redis did not answer)';
+// Its client reads it (deferred.reason): a claim held by a killed run is the usual case, an outage the rarer.
+const ANOTHER_RUN =
+  'another run of this job holds it (its worker was stopped mid-run, or it goes on while Redis did not answer): looked at again until that run ends or its claim lapses';
 
 /** The processor if this run takes the job's claim; the answer of a run that finished; else deferred briefly. */
 async function claimedRun(claims: RunClaims, job: Job<ColdPayload>, token: string, processor: Processor): Promise<unknown> {

@@ -319,6 +319,24 @@ describe('a worker killed mid-job (Redis)', () => {
   }, 30_000);
 });
 
+describe('a job whose claim a killed run left (Redis)', () => {
+  it('waits for that claim to lapse, and its client is not told that Redis did not answer', async () => {
+    const prefix = `test-cq-${process.pid}-${++n}`;
+    const queue = new BullColdQueue(connection, prefix, { backoffMs: 20 });
+    cleanup.push(() => queue.close());
+    const { jobId } = await queue.enqueue(payload('claimed'));
+    await redis.hset(`${queue.queue.qualifiedName}:run:${jobId}`, 'token', 'a-killed-run'); // its worker died mid-call
+    await redis.pexpire(`${queue.queue.qualifiedName}:run:${jobId}`, 60_000);
+    let called = 0;
+    cleanup.push(queue.work(async () => ++called, { runMs: 60_000 }).close);
+    const waiting = await until(async () => ((await queue.get(jobId))?.deferred ? queue.get(jobId) : null));
+    expect(called).toBe(0);
+    // before: "(its lock lapsed while Redis did not answer)", with Redis well and the worker killed
+    expect(waiting!.deferred!.reason).toMatch(/^another run of this job holds it/);
+    expect(waiting!.deferred!.reason).toMatch(/worker was stopped/);
+  });
+});
+
 describe('what a completed job keeps', () => {
   it('Redis: the request body (the prompt) leaves Redis once the job is answered', async () => {
     const twin = twins['BullMQ (Redis)']({ backoffMs: 20 });
