@@ -64,8 +64,12 @@ export interface PipelineDeps {
   ownership?: ResponseOwnership | null;
 }
 
-/** A stream's owner claims wait at most this long before its end is sent (its time-to-answer is spent by then). */
-const STREAM_CLAIM_WAIT_MS = 1000;
+/**
+ * The owners' store is waited for at most this long (a whole answer: less when its time-to-answer
+ * leaves less; a stream's end: this), as the replay store is: a Redis away or stalled must not hold
+ * every Responses request for its whole time.
+ */
+const OWNER_WAIT_MS = 1000;
 
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
 
@@ -98,7 +102,7 @@ export class Pipeline {
     // The provider that keeps the state a Responses request continues: no other can serve it.
     let stateWith: string | null = null;
     if (ctx.api === 'responses' && this.deps.ownership) {
-      const continued = await this.deps.ownership.check(ctx, deadline.storeWaitMs());
+      const continued = await this.deps.ownership.check(ctx, Math.min(OWNER_WAIT_MS, deadline.storeWaitMs()));
       if (continued.refusal) {
         sendJson(res, continued.refusal.status, continued.refusal.error, continued.refusal.headers);
         return 'complete';
@@ -150,7 +154,12 @@ export class Pipeline {
     // A native response's owner stored before its id is out: a follow-up naming it may come at once.
     const owned =
       outcome.of.api === 'responses'
-        ? this.deps.ownership?.claim(ctx, outcome.route.config.provider, parseJson(whole.body.toString()), deadline.storeWaitMs())
+        ? this.deps.ownership?.claim(
+            ctx,
+            outcome.route.config.provider,
+            parseJson(whole.body.toString()),
+            Math.min(OWNER_WAIT_MS, deadline.storeWaitMs()),
+          )
         : undefined;
     await outcome.durable;
     if (owned) await owned;
@@ -236,7 +245,7 @@ export class Pipeline {
       const ownership = answer.of.api === 'responses' ? this.deps.ownership : null;
       const claims: Array<Promise<void>> | null = ownership ? [] : null;
       const claim = ownership
-        ? (response: unknown) => claims!.push(ownership.claim(answer.of.ctx, answer.route.config.provider, response, STREAM_CLAIM_WAIT_MS))
+        ? (response: unknown) => claims!.push(ownership.claim(answer.of.ctx, answer.route.config.provider, response, OWNER_WAIT_MS))
         : undefined;
       const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer, claim), undefined, (r) => {
         const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');

@@ -515,6 +515,31 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('with Redis away, a Responses answer is not held for its owner record, nor a continuation for its owner check, up to the time-to-answer', async () => {
+    const keyed = { ...env, GATEWAY_AUTH: 'keys' };
+    const output: string[] = [];
+    const print = (l: string) => output.push(l);
+    expect(await keysCli(['create', 'acme'], keyed, print, print)).toBe(0);
+    const gw = await listenStack(keyed, { http: true, worker: false });
+    const sdk = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: output.at(-1)!, maxRetries: 0 });
+    const patient = { headers: { 'x-time-to-answer-ms': '10000' } };
+    try {
+      const first = await sdk.responses.create({ model: 'gpt-4o-mini', input: 'remember' }); // the key is cached now
+      await redis.stop();
+      let started = performance.now();
+      expect((await sdk.responses.create({ model: 'gpt-4o-mini', input: 'hello' }, patient)).status).toBe('completed');
+      expect(performance.now() - started).toBeLessThan(3000); // before: 10 s, the whole time-to-answer
+      started = performance.now();
+      const next = await sdk.responses
+        .create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: first.id }, patient)
+        .catch((e: unknown) => e);
+      expect(next).toMatchObject({ status: 503, code: 'response_owner_unavailable' });
+      expect(performance.now() - started).toBeLessThan(3000); // before: 10 s
+    } finally {
+      await gw.stop();
+    }
+  });
+
   it('a key not seen before while Redis stalls gets 503 key_store_unavailable with Retry-After, on chat and on the other /v1 endpoints', async () => {
     const keyed = { ...env, GATEWAY_AUTH: 'keys' };
     const output: string[] = [];
