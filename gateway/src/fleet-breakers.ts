@@ -81,7 +81,8 @@ export class FleetBreakers {
     this.sub.on('message', (_channel: string, text: string) => this.receive(text));
     // After a reconnection, announcements may have been missed: read the state keys again.
     this.sub.on('ready', () => void this.sync([...this.byName.values()]));
-    await this.sub.subscribe(this.channel);
+    // Redis away at start: the subscription is made once it answers (as after a reconnection); no wait for it.
+    await within(this.sub.subscribe(this.channel), WAIT_MS, 'Redis').catch((error: Error) => this.unreachable(error));
     await this.watch(routes);
   }
 

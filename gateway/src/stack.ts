@@ -43,6 +43,8 @@ import { within } from './within';
 
 /** How long /health waits for the queue's counts before showing it unreachable. */
 const HEALTH_QUEUE_WAIT_MS = 1000;
+/** How long a start waits for the shared flags and pause: a Redis away must not keep an instance from serving. */
+const START_READ_MS = 2000;
 
 /**
  * Embedded defaults for the endpoints the routing maps reference, so `npm start` runs with nothing
@@ -144,8 +146,12 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs }, options.pauseKey);
   if (stores.redis) reportRedisState(stores.redis, log);
   const { redis, flags, pause, queue, limiter } = stores;
-  // The shared flags (a kill-switch, say) are in force from the first request, not a second later.
-  await Promise.all([flags.refresh(), pause.refresh().catch(() => false)]);
+  // The shared flags (a kill-switch, say) are in force from the first request, not a second later;
+  // a Redis away at start is not waited for (the poll reads them once it answers), so an instance
+  // restarted during an outage still serves.
+  await within(Promise.all([flags.refresh(), pause.refresh().catch(() => false)]), START_READ_MS).catch((error: Error) =>
+    log.warn(`flags and budget pause not read at start (${error.message}): the map's flags, not paused, until Redis answers`),
+  );
   const spend = new SpendWatch({
     meterUrl: env.METER_URL,
     meterToken: env.METER_TOKEN,

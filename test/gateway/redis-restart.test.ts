@@ -19,6 +19,7 @@ import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
 import { filled } from '../voice/filled';
 import { until } from './keys-harness';
+import { startInstance } from './instances';
 import OpenAI from 'openai';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { RedisPause } from '../../gateway/src/budget';
@@ -180,6 +181,31 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       // Before: the claim waited its 1 s before the time-to-answer started (1.3 s and 1.7 s).
       expect(answered.ms).toBeLessThanOrEqual(800 + 100);
       expect(refused.ms).toBeLessThanOrEqual(800 + 100);
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  it('a gateway process started while Redis is away serves at once, and takes up the shared state once Redis is back', async () => {
+    await redis.stop();
+    const strings = Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)]));
+    // before: it waited for Redis before listening, so an instance restarted during an outage never served
+    const gw = await startInstance(tmpdir(), { ...strings, ADMIN_TOKEN: 'admin-t' });
+    try {
+      expect(gw.output()).toContain('flags and budget pause not read at start');
+      expect((await chat(gw.url)).status).toBe(200);
+      await redis.start();
+      const probe = new Redis(redis.url);
+      await probe.hset('gateway:flags', 'killed_models', JSON.stringify(['gpt-4o-mini']));
+      probe.disconnect();
+      const flags = async () =>
+        (
+          (await (await fetch(`${gw.url}/admin/flags`, { headers: { authorization: 'Bearer admin-t' } })).json()) as {
+            killed_models: string[];
+          }
+        ).killed_models;
+      await until(async () => (await flags()).includes('gpt-4o-mini')); // the fleet's kill-switch, read once Redis answers
+      expect((await chat(gw.url)).status).toBe(202); // its only model killed: queued, the Cold queue reached
     } finally {
       await gw.stop();
     }
