@@ -74,14 +74,24 @@ export class RedisPause implements PauseFlag {
     this.value = true;
     // Read and set in one transaction: a value other than 1 (an operator's hand-written 0) was "not
     // paused", so this pause is new and its notice goes out.
-    const [[, before]] = (await this.redis.multi().get(this.key).set(this.key, '1').exec()) as [[null, string | null], unknown];
+    const [[, before]] = (await this.redis
+      .multi()
+      .get(this.key)
+      .set(this.key, '1')
+      .exec()
+      .catch((error: Error) => this.undo(error))) as [[null, string | null], unknown];
     this.value = true; // a read sent before the set may have answered meanwhile
     return before !== '1';
   }
   async clear() {
     this.value = false;
-    await this.redis.del(this.key);
+    await this.redis.del(this.key).catch((error: Error) => this.undo(error));
     this.value = false;
+  }
+  /** Redis refused the write (full, read-only): what it holds stays in force here too, as on every other instance. */
+  private async undo(error: Error): Promise<never> {
+    await this.refresh().catch(() => undefined);
+    throw error;
   }
   close() {
     clearInterval(this.timer);

@@ -20,7 +20,7 @@ import type { ColdFallback, QueueReason } from './pipeline';
 import type { RequestContext } from './request-context';
 import { routeHeaders } from './route-headers';
 import { serialize } from './sse';
-import { within } from './within';
+import { NoAnswer, within } from './within';
 
 export interface ColdTierDeps {
   queue: ColdQueue;
@@ -193,18 +193,18 @@ async function noticePaused(deps: ColdTierDeps, provider: string, percentUsed: n
 /**
  * The pause flag's write, waited for at most PAUSE_STORE_WAIT_MS: Redis away holds it until Redis
  * is back (it is applied then), and the sender is told 503 meanwhile, so it sends again; false then.
+ * A write Redis refuses is not in force anywhere, and the sender is told so.
  */
 async function stored(write: Promise<unknown>, res: express.Response, here: string): Promise<boolean> {
-  const done = await within(write, PAUSE_STORE_WAIT_MS, 'the store').then(
-    () => true,
-    () => false,
+  const error = await within(write, PAUSE_STORE_WAIT_MS, 'the store').then(
+    () => null,
+    (e: Error) => e,
   );
-  if (!done)
-    res
-      .status(503)
-      .set('retry-after', '1')
-      .json({
-        error: `pause_ai_tasks: ${here}, but the store did not answer within ${PAUSE_STORE_WAIT_MS / 1000} s, so other instances may not have it yet (it is written once the store is back); send again`,
-      });
-  return done;
+  if (!error) return true;
+  const text =
+    error instanceof NoAnswer
+      ? `pause_ai_tasks: ${here}, but the store did not answer within ${PAUSE_STORE_WAIT_MS / 1000} s, so other instances may not have it yet (it is written once the store is back); send again`
+      : `pause_ai_tasks: not set: the store refused it (${error.message}); send again once it takes writes`;
+  res.status(503).set('retry-after', '1').json({ error: text });
+  return false;
 }

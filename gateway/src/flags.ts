@@ -117,8 +117,14 @@ export class RedisFlags extends LocalFlags {
     if (change.enable_cold_queue !== undefined) fields.enable_cold_queue = change.enable_cold_queue ? '1' : '0';
     if (change.killed_models !== undefined) fields.killed_models = JSON.stringify(change.killed_models);
     // In force here at once, before Redis has it (Redis away: a kill-switch holds on this instance all the same).
+    const before = this.flags;
     await super.update(change);
-    if (Object.keys(fields).length) await this.redis.hset(this.key, fields);
+    if (Object.keys(fields).length)
+      // Refused (full, read-only): in force nowhere, here neither.
+      await this.redis.hset(this.key, fields).catch((error: Error) => {
+        this.flags = before;
+        throw error;
+      });
     return this.refresh();
   }
   close(): void {

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { unmatchedKills, unmatchedKillsWarning, type Flags, type FlagStore } from './flags';
 import type { RequestPath } from './request-path';
 import type { Scopes } from './scopes';
-import { within } from './within';
+import { NoAnswer, within } from './within';
 
 const FlagsChange = z.strictObject({
   enable_warm_fallback: z.boolean().optional(),
@@ -74,11 +74,12 @@ export function mountOperator(app: express.Express, admin: express.RequestHandle
 /** How long a flag change waits for the store before answering 503 (as the budget pause does). */
 const FLAGS_STORE_WAIT_MS = 2000;
 
-/** Redis away, stalled or refusing: the change holds here (written once the store is back); the sender is told to send again. */
+/** Redis away or stalled: the change holds here (written once the store is back); refused: in force nowhere. Either way, send again. */
 function storeLate(res: express.Response, flags: Flags, error: Error, log: Logger): void {
-  log.warn({ flags, err: error.message }, 'flags changed on this instance only: the store did not take them');
-  res
-    .status(503)
-    .set('retry-after', '1')
-    .json({ error: `flags: changed on this instance, but ${error.message}, so other instances may not have them yet; send again` });
+  log.warn({ flags, err: error.message }, 'flags change not taken by the store');
+  const text =
+    error instanceof NoAnswer
+      ? `flags: changed on this instance, but ${error.message}, so other instances may not have them yet; send again`
+      : `flags: not changed: the store refused them (${error.message}); send again once it takes writes`;
+  res.status(503).set('retry-after', '1').json({ error: text });
 }

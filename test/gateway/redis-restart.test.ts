@@ -503,6 +503,32 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('a budget pause or a flag change that Redis refuses (out of memory) is answered 503 saying so, and not left in force on one instance', async () => {
+    const gw = await listenStack({ ...env, ADMIN_TOKEN: 'admin-t' }, { http: true, worker: false });
+    const admin = { authorization: 'Bearer admin-t', 'content-type': 'application/json' };
+    const probe = new Redis(redis.url);
+    try {
+      await probe.config('SET', 'maxmemory', '1'); // every write refused: OOM
+      const paused = await fetch(`${gw.url}/budget/webhook`, {
+        method: 'POST',
+        headers: admin,
+        body: '{"provider":"openai","percentUsed":90}',
+      });
+      expect(paused.status).toBe(503);
+      // before: "set on this instance, but the store did not answer within 2 s …", and the pause gone 100 ms later
+      expect(((await paused.json()) as { error: string }).error).toMatch(/^pause_ai_tasks: not set: the store refused it \(/);
+      expect(gw.stack.pause.paused()).toBe(false);
+      const flags = await fetch(`${gw.url}/admin/flags`, { method: 'PUT', headers: admin, body: '{"enable_cold_queue":false}' });
+      expect(flags.status).toBe(503);
+      expect(((await flags.json()) as { error: string }).error).toMatch(/^flags: not changed: the store refused them \(OOM/);
+      expect(gw.stack.flags.get().enable_cold_queue).toBe(true);
+    } finally {
+      await probe.config('SET', 'maxmemory', '0');
+      probe.disconnect();
+      await gw.stop();
+    }
+  });
+
   it('spend caps keep reading the meter while Redis is away: its figure over the cap queues patient requests (the read waited for Redis)', async () => {
     const meter = createHttpServer((req, res) => {
       req.resume();
