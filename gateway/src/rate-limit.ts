@@ -71,6 +71,8 @@ export class RedisLimiter implements Limiter {
     private readonly prefix: string,
     private readonly limits: Limits,
     private readonly now: () => number = Date.now,
+    /** How long a check waits for Redis (tests of counting, not of a stall, give it longer). */
+    private readonly checkMs = CHECK_MS,
   ) {}
   async countWindow(counter: string, by: number): Promise<{ count: number; retryAfterS: number }> {
     const now = this.now();
@@ -81,7 +83,7 @@ export class RedisLimiter implements Limiter {
         .incrby(key, by)
         .pexpire(key, WINDOW_MS * 2)
         .exec(),
-      CHECK_MS,
+      this.checkMs,
     )) as [[null, number], unknown];
     return { count, retryAfterS: secondsLeft(now) };
   }
@@ -91,14 +93,14 @@ export class RedisLimiter implements Limiter {
     if (!counters.length) return null;
     const names = counters.map((c) => `${this.prefix}:${c.name}`);
     const args = [...counters.map((c) => c.max), WINDOW_MS * 2];
-    const full = (await within(this.redis.eval(COUNT_IF_ROOM, names.length, ...names, ...args), CHECK_MS)) as number;
+    const full = (await within(this.redis.eval(COUNT_IF_ROOM, names.length, ...names, ...args), this.checkMs)) as number;
     return full ? { limit: counters[full - 1].limit, retryAfterS: secondsLeft(now) } : null;
   }
   async providerWait(provider: string): Promise<number> {
     const budget = this.limits.provider_tokens_per_minute?.[provider];
     if (!budget) return 0;
     const now = this.now();
-    const used = Number((await within(this.redis.get(`${this.prefix}:${tokensKey(provider, windowOf(now))}`), CHECK_MS)) ?? 0);
+    const used = Number((await within(this.redis.get(`${this.prefix}:${tokensKey(provider, windowOf(now))}`), this.checkMs)) ?? 0);
     return used >= budget ? secondsLeft(now) : 0;
   }
   spendTokens(provider: string, tokens: number): void {

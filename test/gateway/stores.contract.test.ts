@@ -34,7 +34,8 @@ async function until(check: () => boolean | Promise<boolean>, ms = 5000): Promis
 }
 
 describe.each([
-  ['Redis', (limits: Limits, now: () => number): Limiter => new RedisLimiter(redis, space(), limits, now)],
+  // Counting is tested here, not a stall: a loaded machine's Redis may take over the 250 ms a live check waits.
+  ['Redis', (limits: Limits, now: () => number): Limiter => new RedisLimiter(redis, space(), limits, now, 10_000)],
   ['in process', (limits: Limits, now: () => number): Limiter => new MemoryLimiter(limits, now)],
 ])('rate limiter contract: %s', (_name, make) => {
   // 15 s into a window: 45 s left in it.
@@ -104,7 +105,7 @@ describe.each([
     atWindow(1000);
     const l = make({ tenant_requests_per_minute: 1 }, now);
     await wait(l, 'acme');
-    // In bursts of 500: a check that waits over 250 ms for Redis admits the request uncounted (fails open).
+    // In bursts of 500.
     for (let from = 0; from < 10_001; from += 500) {
       await Promise.all(Array.from({ length: Math.min(500, 10_001 - from) }, (_, i) => wait(l, `t${from + i}`)));
     }
