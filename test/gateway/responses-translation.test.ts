@@ -1356,6 +1356,26 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(refused).toMatchObject({ status: 400, param: 'include', message: expect.stringContaining("'include' is not supported") });
   });
 
+  it("a token's bytes a provider gives as something else than bytes are its text's UTF-8 bytes: the answer still translated, whole or streamed", async () => {
+    const asked = { model: 'gpt-4o-mini', input: 'hi', include: ['message.output_text.logprobs' as const] };
+    const deep = '['.repeat(100_000) + ']'.repeat(100_000); // valid JSON, too deep to serialize again
+    const hostile = [`["x",{"a":1},300,-1,1.5]`, `"SGk="`, deep];
+    const expected = [{ token: 'Hi', logprob: -0.1, bytes: [72, 105], top_logprobs: [{ token: 'Hi', logprob: -0.1, bytes: [72, 105] }] }];
+    for (const bytes of hostile) {
+      const logprob = `{"token":"Hi","logprob":-0.1,"bytes":${bytes}}`;
+      const logprobs = `{"content":[{"token":"Hi","logprob":-0.1,"bytes":${bytes},"top_logprobs":[${logprob}]}]}`;
+      const answer = `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop","logprobs":${logprobs}}]}`;
+      provider.next({ kind: 'raw-stream', type: 'application/json', pieces: [Buffer.from(answer)] });
+      const whole = await client().responses.create(asked);
+      expect(whole.output).toMatchObject([{ type: 'message', content: [{ type: 'output_text', text: 'Hi', logprobs: expected }] }]);
+
+      const delta = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null,"logprobs":${logprobs}}]}`;
+      provider.next({ kind: 'raw-stream', pieces: [Buffer.concat([Buffer.from(`data: ${delta}\n\n`), sse([chunk({}, 'stop')])])] });
+      const final = await client().responses.stream(asked).finalResponse();
+      expect(final).toMatchObject({ status: 'completed', output: [{ content: [{ text: 'Hi', logprobs: expected }] }] });
+    }
+  });
+
   it("a provider's URL citations (chat annotations: OpenAI's search-preview models, OpenRouter's web plugin) are the output text's annotations, whole or streamed", async () => {
     const text = 'Paris is the capital of France [1][2].';
     const cite = (url: string, title: string, start: number, end: number) => ({

@@ -7,9 +7,14 @@ import { isObject } from '../json-object';
 
 type Logprob = ResponseOutputText.Logprob;
 
-/** The token's bytes as given, else its UTF-8 bytes (some providers leave them out). */
+const isByte = (b: unknown) => Number.isInteger(b) && (b as number) >= 0 && (b as number) <= 255;
+
+/**
+ * The token's bytes as given, else its UTF-8 bytes (some providers leave them out): anything but
+ * bytes is not passed on (a client could not read it, nor could deep nesting be serialized again).
+ */
 function bytesOf(entry: Record<string, unknown>, token: string): number[] {
-  return Array.isArray(entry.bytes) ? (entry.bytes as number[]) : [...Buffer.from(token)];
+  return Array.isArray(entry.bytes) && entry.bytes.every(isByte) ? (entry.bytes as number[]) : [...Buffer.from(token)];
 }
 
 function tokenOf(entry: unknown): Omit<Logprob, 'top_logprobs'> | null {
