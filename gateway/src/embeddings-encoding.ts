@@ -41,7 +41,10 @@ function reencoded(vector: unknown, asked: Encoding): unknown {
   return Array.isArray(vector) && vector.every((x) => typeof x === 'number') ? toBase64(vector) : vector;
 }
 
-/** The answer's body with its vectors in the encoding the request asked for. */
+/**
+ * The answer's body with its vectors in the encoding the request asked for. One that cannot be
+ * written again (nested too deep, or larger as floats than a string can be) is passed on as it came.
+ */
 export function inEncodingAsked(body: Buffer, request: Record<string, unknown>): Buffer | string {
   const asked: Encoding = request.encoding_format === 'base64' ? 'base64' : 'float';
   const given = firstEncoding(body);
@@ -49,5 +52,9 @@ export function inEncodingAsked(body: Buffer, request: Record<string, unknown>):
   const answer = parseJson(body.toString('utf8'));
   if (!isObject(answer) || !Array.isArray(answer.data)) return body;
   const data = answer.data.map((item: unknown) => (isObject(item) ? { ...item, embedding: reencoded(item.embedding, asked) } : item));
-  return JSON.stringify({ ...answer, data });
+  try {
+    return JSON.stringify({ ...answer, data });
+  } catch {
+    return body; // RangeError: too deep or too long
+  }
 }

@@ -245,6 +245,18 @@ describe('POST /v1/embeddings', () => {
     expect((await client().embeddings.create({ model: 'text-embedding-3-small', input: 'b' })).data[0].embedding).toEqual([0.5, -1, 2]);
   });
 
+  it('an answer that cannot be re-encoded (JSON nested too deep to serialize again) is passed on as it came and metered, not a 500', async () => {
+    const deep = '['.repeat(100_000) + ']'.repeat(100_000);
+    const vector = Buffer.from(new Float32Array([0.5]).buffer).toString('base64');
+    const answer = `{"object":"list","model":"text-embedding-3-small","data":[{"object":"embedding","index":0,"embedding":"${vector}"}],"extra":${deep},"usage":{"prompt_tokens":7,"total_tokens":7}}`;
+    embedA.next({ kind: 'raw-stream', type: 'application/json', pieces: [Buffer.from(answer)] });
+    const raw = await client().embeddings.create({ model: 'text-embedding-3-small', input: 'a', encoding_format: 'float' }).asResponse();
+    expect(raw.status).toBe(200);
+    expect(await raw.text()).toBe(answer);
+    await gw.meter.flush();
+    expect(gw.events().at(-1)).toMatchObject({ provider: 'openai', input_tokens: '7', error_code: '' });
+  });
+
   it('a model no route serves is a 404 naming it; nothing is called', async () => {
     const error = await client()
       .embeddings.create({ model: 'nomic-embed', input: 'a' })
