@@ -108,6 +108,8 @@ export class ChatToResponsesStream {
   private kept = 0;
   private overLimit = false;
   private readonly calls = new Map<number | string, CallState>();
+  /** Each output text's citations as JSON: one given again is found at once, not compared with each before it. */
+  private readonly cited = new WeakMap<Part, Set<string>>();
   /** The item still open (at most one: an item is closed when the next begins). */
   private open: MessageState | CallState | null = null;
 
@@ -248,7 +250,9 @@ export class ChatToResponsesStream {
     const part = open?.type === 'output_text' ? open : this.part(out, message, 'output_text');
     if (part.type !== 'output_text') return;
     const json = JSON.stringify(annotation);
-    if (part.annotations.some((given) => JSON.stringify(given) === json)) return;
+    const given = this.cited.get(part) ?? new Set<string>();
+    if (given.has(json)) return;
+    this.cited.set(part, given.add(json));
     part.annotations.push(annotation);
     this.kept += Buffer.byteLength(json);
     const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
