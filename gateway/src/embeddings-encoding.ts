@@ -5,7 +5,7 @@
  * vectors, base64 answered to a request for floats as a string. Such vectors are re-encoded,
  * base64 as OpenAI's is: float32, little-endian.
  */
-import { isObject, parseJson } from './json-object';
+import { isObject, jsonText, parseJson } from './json-object';
 
 type Encoding = 'float' | 'base64';
 
@@ -52,9 +52,5 @@ export function inEncodingAsked(body: Buffer, request: Record<string, unknown>):
   const answer = parseJson(body.toString('utf8'));
   if (!isObject(answer) || !Array.isArray(answer.data)) return body;
   const data = answer.data.map((item: unknown) => (isObject(item) ? { ...item, embedding: reencoded(item.embedding, asked) } : item));
-  try {
-    return JSON.stringify({ ...answer, data });
-  } catch {
-    return body; // RangeError: too deep or too long
-  }
+  return jsonText({ ...answer, data }) || body;
 }

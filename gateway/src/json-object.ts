@@ -15,3 +15,12 @@ export function parseJson(text: string): unknown {
     return null;
   }
 }
+
+/** A parsed value as JSON text, or '' when it cannot be written again (nested too deep, or too long for a string). */
+export function jsonText(value: unknown): string {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return '';
+  }
+}

@@ -1290,6 +1290,29 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(answer.output).toMatchObject([{ type: 'function_call', arguments: '{"city":"Paris"}' }]);
   });
 
+  it('a call whose arguments object is nested too deep to be written again is a call without arguments, not a 500 or an empty stream', async () => {
+    const deep = '['.repeat(100_000) + ']'.repeat(100_000);
+    const fn = `{"name":"get_weather","arguments":{"city":${deep}}}`;
+    const message = `{"role":"assistant","content":null,"tool_calls":[{"id":"call_d","type":"function","function":${fn}}]}`;
+    const answer = `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":${message},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}`;
+    provider.next({ kind: 'raw-stream', type: 'application/json', pieces: [Buffer.from(answer)] });
+    const whole = await client().responses.create({ model: 'gpt-4o-mini', input: 'weather?', tools: [WEATHER_TOOL] });
+    expect(whole.output).toMatchObject([{ type: 'function_call', call_id: 'call_d', name: 'get_weather', arguments: '{}' }]);
+    expect(await lastMeterEvent()).toMatchObject({ input_tokens: '9', error_code: '' });
+
+    const delta = `{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_d","type":"function","function":${fn}}]},"finish_reason":null}]}`;
+    const usage = { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 1 } };
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [Buffer.concat([Buffer.from(`data: ${delta}\n\n`), sse([chunk({}, 'tool_calls'), usage])])],
+    });
+    const final = await client()
+      .responses.stream({ model: 'gpt-4o-mini', input: 'weather?', tools: [WEATHER_TOOL] })
+      .finalResponse();
+    expect(final).toMatchObject({ status: 'completed', output: [{ type: 'function_call', call_id: 'call_d', arguments: '{}' }] });
+    expect(await lastMeterEvent()).toMatchObject({ input_tokens: '9', error_code: '' });
+  });
+
   it('a provider that names its usage as the Responses API does: the Response keeps its cached and reasoning tokens', async () => {
     const usage = {
       input_tokens: 100,

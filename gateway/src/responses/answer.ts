@@ -9,7 +9,7 @@ import { answeringModel, incompleteReason, requestedModel, responseObject, respo
 import { annotationsOf } from './annotations';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
 import { logprobsOf } from './logprobs';
-import { isObject } from '../json-object';
+import { isObject, jsonText } from '../json-object';
 
 type Json = Record<string, unknown>;
 
@@ -59,7 +59,7 @@ export function chatToResponse(
   }
   for (const call of calls) {
     const fn = call.function as Json;
-    const given = typeof fn.arguments === 'string' ? fn.arguments : JSON.stringify(fn.arguments ?? {});
+    const given = typeof fn.arguments === 'string' ? fn.arguments : jsonText(fn.arguments ?? {});
     const item: ResponseFunctionToolCall = {
       id: itemId(ids.responseId, 'fc', output.length),
       type: 'function_call',

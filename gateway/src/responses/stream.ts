@@ -42,7 +42,7 @@ import { answeringModel, incompleteReason, requestedModel, responseObject, respo
 import { chatStreamError } from '../chat-stream-error';
 import { fallbackCallId, itemId, type ResponseIds } from './ids';
 import { logprobsOf } from './logprobs';
-import { isObject } from '../json-object';
+import { isObject, jsonText } from '../json-object';
 
 export type { ResponseStreamEvent };
 
@@ -87,10 +87,11 @@ type EventOf<T extends ResponseStreamEvent['type']> = Omit<Extract<ResponseStrea
 
 /**
  * A tool call delta's arguments as text: OpenAI's string piece, or the whole arguments as a JSON
- * object, which some providers (llama.cpp's server, TGI) give in one delta, as a whole answer's.
+ * object, which some providers (llama.cpp's server, TGI) give in one delta, as a whole answer's
+ * (none when that cannot be written again, as a whole answer's).
  */
 const argumentsDelta = (args: unknown): string =>
-  typeof args === 'string' ? args : isObject(args) || Array.isArray(args) ? JSON.stringify(args) : '';
+  typeof args === 'string' ? args : isObject(args) || Array.isArray(args) ? jsonText(args) : '';
 
 const copy = (part: Part): Part =>
   part.type === 'output_text' ? { ...part, annotations: [...part.annotations], logprobs: [...(part.logprobs ?? [])] } : { ...part };
