@@ -1379,6 +1379,38 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(refused).toMatchObject({ status: 400, param: 'include', message: expect.stringContaining("'include' is not supported") });
   });
 
+  it("logprobs a provider streams on a chunk without text (a character split across tokens, its text sent with the next) are the output text's too", async () => {
+    const asked = { model: 'gpt-4o-mini', input: 'hi', include: ['message.output_text.logprobs' as const] };
+    const token = (t: string, bytes: number[]) => ({ token: t, logprob: -0.1, bytes, top_logprobs: [] });
+    const [first, second, bang] = [token('\\xf0\\x9f', [240, 159]), token('\\x98\\x80', [152, 128]), token('!', [33])];
+    const withLogprobs = (delta: object, ...content: object[]) => ({
+      ...base,
+      choices: [{ index: 0, delta, finish_reason: null, logprobs: { content } }],
+    });
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [
+        sse([
+          withLogprobs({ role: 'assistant', content: '' }, first),
+          withLogprobs({ content: '😀' }, second),
+          withLogprobs({ content: '!' }, bang),
+          chunk({}, 'stop'),
+        ]),
+      ],
+    });
+    const seen: ResponseStreamEvent[] = [];
+    const stream = client().responses.stream(asked);
+    stream.on('event', (e) => seen.push(e));
+    const final = await stream.finalResponse();
+    expect(seen.flatMap((e) => (e.type === 'response.output_text.delta' ? [[e.delta, e.logprobs]] : []))).toEqual([
+      ['😀', [first, second]],
+      ['!', [bang]],
+    ]);
+    expect(final.output).toMatchObject([
+      { type: 'message', content: [{ type: 'output_text', text: '😀!', logprobs: [first, second, bang] }] },
+    ]);
+  });
+
   it("a token's bytes a provider gives as something else than bytes are its text's UTF-8 bytes: the answer still translated, whole or streamed", async () => {
     const asked = { model: 'gpt-4o-mini', input: 'hi', include: ['message.output_text.logprobs' as const] };
     const deep = '['.repeat(100_000) + ']'.repeat(100_000); // valid JSON, too deep to serialize again

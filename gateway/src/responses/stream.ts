@@ -109,6 +109,8 @@ export class ChatToResponsesStream {
   private kept = 0;
   private overLimit = false;
   private readonly calls = new Map<number | string, CallState>();
+  /** Logprobs of tokens whose text the provider has not sent yet (a character split across tokens): given with it. */
+  private readonly heldLogprobs: Logprob[] = [];
   /** Each output text's citations as JSON: one given again is found at once, not compared with each before it. */
   private readonly cited = new WeakMap<Part, Set<string>>();
   /** The item still open (at most one: an item is closed when the next begins). */
@@ -175,7 +177,10 @@ export class ChatToResponsesStream {
     const delta = isObject(choice.delta) ? choice.delta : {};
     // Read as a whole answer's content is: a string, or text parts among others.
     const content = textOf(delta.content);
-    if (content) this.text(out, 'output_text', content, logprobsOf(choice.logprobs));
+    const logprobs = logprobsOf(choice.logprobs);
+    if (logprobs.length) this.kept += JSON.stringify(logprobs).length; // kept, now or with the text that follows
+    if (content) this.text(out, 'output_text', content, [...this.heldLogprobs.splice(0), ...logprobs]);
+    else if (!Array.isArray(delta.tool_calls)) this.heldLogprobs.push(...logprobs); // a call's tokens are none of the text's
     annotationsOf(delta.annotations).forEach((annotation) => this.annotate(out, annotation));
     if (typeof delta.refusal === 'string' && delta.refusal) this.text(out, 'refusal', delta.refusal);
     if (Array.isArray(delta.tool_calls)) delta.tool_calls.forEach((call, position) => this.toolCall(out, call, position));
@@ -232,7 +237,7 @@ export class ChatToResponsesStream {
     if (part.type === 'output_text') {
       part.text += delta;
       (part.logprobs ??= []).push(...logprobs);
-      this.kept += Buffer.byteLength(delta) + (logprobs.length ? JSON.stringify(logprobs).length : 0);
+      this.kept += Buffer.byteLength(delta);
       this.emit(out, { type: 'response.output_text.delta', ...at, delta, logprobs });
     } else {
       part.refusal += delta;
