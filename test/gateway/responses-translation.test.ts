@@ -1411,6 +1411,36 @@ describe('through the gateway, translated for a chat-only route', () => {
     ]);
   });
 
+  it('a chunk with more logprobs than a function takes arguments (150,000) is translated whole, not a stream broken before its first event', async () => {
+    const asked = { model: 'gpt-4o-mini', input: 'hi', include: ['message.output_text.logprobs'], stream: true };
+    const many = Array.from({ length: 150_000 }, () => ({ token: 'a', logprob: 0 })); // 4 MB: within a chat event's 8 MiB
+    const withLogprobs = (delta: object, content: object[]) => ({
+      ...base,
+      choices: [{ index: 0, delta, finish_reason: null, logprobs: { content } }],
+    });
+    for (const chunks of [
+      [withLogprobs({ role: 'assistant', content: 'a' }, many)],
+      [withLogprobs({ role: 'assistant', content: '' }, many), withLogprobs({ content: 'a' }, [])], // held for the text that follows
+    ]) {
+      provider.next({ kind: 'raw-stream', pieces: [sse([...chunks, chunk({}, 'stop')])] });
+      // Read as SSE here: the SDK's own reading of 40 MB of events takes longer than the test may.
+      const res = await fetch(`${gw.url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(asked),
+      });
+      const seen = (await res.text())
+        .split('\n')
+        .flatMap((line) => (line.startsWith('data: ') ? [JSON.parse(line.slice(6)) as ResponseStreamEvent] : []));
+      expect(seen[0].type).toBe('response.created');
+      const last = seen.at(-1)!;
+      expect(last.type).toBe('response.completed');
+      const [text] =
+        last.type === 'response.completed' ? last.response.output.flatMap((item) => (item.type === 'message' ? item.content : [])) : [];
+      expect(text.type === 'output_text' && text.logprobs?.length).toBe(150_000);
+    }
+  });
+
   it("a token's bytes a provider gives as something else than bytes are its text's UTF-8 bytes: the answer still translated, whole or streamed", async () => {
     const asked = { model: 'gpt-4o-mini', input: 'hi', include: ['message.output_text.logprobs' as const] };
     const deep = '['.repeat(100_000) + ']'.repeat(100_000); // valid JSON, too deep to serialize again

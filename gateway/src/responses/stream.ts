@@ -93,6 +93,11 @@ type EventOf<T extends ResponseStreamEvent['type']> = Omit<Extract<ResponseStrea
 const argumentsDelta = (args: unknown): string =>
   typeof args === 'string' ? args : isObject(args) || Array.isArray(args) ? jsonText(args) : '';
 
+/** Items added one by one: a chunk may have more logprobs than `push(...items)` takes arguments. */
+function append<T>(to: T[], items: readonly T[]): void {
+  for (const item of items) to.push(item);
+}
+
 const copy = (part: Part): Part =>
   part.type === 'output_text' ? { ...part, annotations: [...part.annotations], logprobs: [...(part.logprobs ?? [])] } : { ...part };
 
@@ -180,7 +185,7 @@ export class ChatToResponsesStream {
     const logprobs = logprobsOf(choice.logprobs);
     if (logprobs.length) this.kept += JSON.stringify(logprobs).length; // kept, now or with the text that follows
     if (content) this.text(out, 'output_text', content, [...this.heldLogprobs.splice(0), ...logprobs]);
-    else if (!Array.isArray(delta.tool_calls)) this.heldLogprobs.push(...logprobs); // a call's tokens are none of the text's
+    else if (!Array.isArray(delta.tool_calls)) append(this.heldLogprobs, logprobs); // a call's tokens are none of the text's
     annotationsOf(delta.annotations).forEach((annotation) => this.annotate(out, annotation));
     if (typeof delta.refusal === 'string' && delta.refusal) this.text(out, 'refusal', delta.refusal);
     if (Array.isArray(delta.tool_calls)) delta.tool_calls.forEach((call, position) => this.toolCall(out, call, position));
@@ -236,7 +241,7 @@ export class ChatToResponsesStream {
     const at = { item_id: message.id, output_index: message.outputIndex, content_index: message.parts.length - 1 };
     if (part.type === 'output_text') {
       part.text += delta;
-      (part.logprobs ??= []).push(...logprobs);
+      append((part.logprobs ??= []), logprobs);
       this.kept += Buffer.byteLength(delta);
       this.emit(out, { type: 'response.output_text.delta', ...at, delta, logprobs });
     } else {
