@@ -137,7 +137,8 @@ function classifyAnswer(answer: UpstreamAnswer, stream: boolean, api: ApiKind): 
   if (s >= 200 && s < 300) {
     if (stream && !answer.rest) return { kind: 'failure', answer, code: NOT_A_STREAM };
     if (!answer.rest && !startsAsObject(answer.body!)) return { kind: 'failure', answer, code: NOT_JSON };
-    if (api === 'chat' && !answer.rest && answerError(answer.body!) !== null) return { kind: 'failure', answer, code: PROVIDER_ERROR };
+    // Not for a native Response: its `error` is part of the object (null, or why it failed).
+    if (api !== 'responses' && !answer.rest && answerError(answer.body!) !== null) return { kind: 'failure', answer, code: PROVIDER_ERROR };
     return { kind: 'ok', answer, code: '' };
   }
   if (s === 408 || s === 429 || s >= 500 || s === 401 || s === 403) return { kind: 'failure', answer, code: String(s) };

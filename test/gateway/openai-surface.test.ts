@@ -257,6 +257,15 @@ describe('POST /v1/embeddings', () => {
     expect(gw.events().at(-1)).toMatchObject({ provider: 'openai', input_tokens: '7', error_code: '' });
   });
 
+  it('a 200 whose body is an error is a failure of the route, not vectors: the same model elsewhere answers', async () => {
+    embedA.always({ kind: 'status', status: 200, body: { error: { message: 'model overloaded', type: 'server_error' } } });
+    const raw = await client().embeddings.create({ model: 'text-embedding-3-small', input: 'a', encoding_format: 'float' }).withResponse();
+    expect(raw.data.data[0].embedding).toEqual([0.1, 0.2, 0]);
+    expect(raw.response.headers.get('x-route-provider')).toBe('azure');
+    await gw.meter.flush();
+    expect(gw.events()[0]).toMatchObject({ provider: 'openai', error_code: 'PROVIDER_ERROR' });
+  });
+
   it('a model no route serves is a 404 naming it; nothing is called', async () => {
     const error = await client()
       .embeddings.create({ model: 'nomic-embed', input: 'a' })
