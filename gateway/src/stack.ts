@@ -143,15 +143,62 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const { map, file: routesFile, version, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   checkAgainstEnv(env, map, cappedProvider);
+  const stores = await openStores(env, map, options, log);
+  const { redis, flags, pause, queue } = stores;
+  const { spend, notifier, meter } = meterAndNotices(env, map, stores, options, log);
+  const core: StackCore = { env, map, scopes, stores, cappedProvider, log };
+  logStart(core, { file: routesFile, version }, meter, options.http);
+
+  const { path, coldDeps, skipWhilePaused, ownership } = requestPathFor(core, spend, meter, notifier, options);
+  const { fleet, reloader } = await startRoutes(core, path, { file: routesFile, version, demo });
+  const { auth, voice, phone, gateway } = await startServing(core, { voiceLoaded, path, meter, coldDeps, reloader }, options);
+  const worker = coldWorker(core, { path, notifier, skipWhilePaused, ownership }, options);
+
+  return {
+    map,
+    gateway,
+    path,
+    queue,
+    pause,
+    flags,
+    notifier,
+    meter,
+    worker,
+    redis,
+    cappedProvider,
+    routes: reloader,
+    idle: (ms) => path.pipeline.idle(ms),
+    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis, fleet, reloader }),
+  };
+}
+
+/** What every part of the stack is built from: the environment, the map at start, the scopes and the stores. */
+interface StackCore {
+  env: GatewayEnv;
+  map: RoutesMapConfig;
+  scopes: Scopes;
+  stores: Stores;
+  cappedProvider: string;
+  log: Logger;
+}
+
+/** The stores, with the shared flags read before the first request. */
+async function openStores(env: GatewayEnv, map: RoutesMapConfig, options: StackOptions, log: Logger): Promise<Stores> {
   const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs }, options.pauseKey);
   if (stores.redis) reportRedisState(stores.redis, log);
-  const { redis, flags, pause, queue, limiter } = stores;
+  const { flags, pause } = stores;
   // The shared flags (a kill-switch, say) are in force from the first request, not a second later;
   // a Redis away at start is not waited for (the poll reads them once it answers), so an instance
   // restarted during an outage still serves.
   await within(Promise.all([flags.refresh(), pause.refresh().catch(() => false)]), START_READ_MS).catch((error: Error) =>
     log.warn(`flags and budget pause not read at start (${error.message}): the map's flags, not paused, until Redis answers`),
   );
+  return stores;
+}
+
+/** The spend watch, the notifier and the meter sink (every event also feeding the spend figures). */
+function meterAndNotices(env: GatewayEnv, map: RoutesMapConfig, stores: Stores, options: StackOptions, log: Logger) {
+  const { redis, limiter } = stores;
   const spend = new SpendWatch({
     meterUrl: env.METER_URL,
     meterToken: env.METER_TOKEN,
@@ -169,19 +216,30 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   });
   const backlog = (detail: string) => notifier.notify({ kind: 'meter_backlog', detail });
   const meter = teeMeter(createMeterSink(env, log, backlog, redis), spend, limiter);
+  return { spend, notifier, meter };
+}
+
+/** The start log: what this process runs with, and the spool folder its meter took. */
+function logStart(core: StackCore, loaded: { file: string; version: MapVersion }, meter: MeterSink, http: boolean): void {
+  const { env, map, scopes, stores, cappedProvider, log } = core;
   const spoolDir = meter.status().spool_dir; // the folder this process took: another gateway may hold METER_SPOOL_DIR
   describeStart(log, {
     env,
     map,
-    routesFile,
-    routesVersion: version.version,
+    routesFile: loaded.file,
+    routesVersion: loaded.version.version,
     scopes,
     stores,
     cappedProvider,
-    http: options.http,
+    http,
     spoolDir: typeof spoolDir === 'string' ? spoolDir : env.METER_SPOOL_DIR,
   });
+}
 
+/** The request path (built once), with the Cold tier's parts and the response ownership it uses. */
+function requestPathFor(core: StackCore, spend: SpendWatch, meter: MeterSink, notifier: Notifier, options: StackOptions) {
+  const { env, map, scopes, stores, cappedProvider, log } = core;
+  const { flags, pause, queue, limiter } = stores;
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
   const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent: env.BUDGET_PAUSE_AT_PERCENT, log };
   // The providers of the routes in force, not of the map at start: a reload may add or drop one.
@@ -213,6 +271,17 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     replay: { store: stores.replay },
     ownership,
   });
+  return { path, coldDeps, skipWhilePaused, ownership };
+}
+
+/** The fleet's breakers (read before traffic) and the routing map's reloader; a killed name matching nothing is warned of. */
+async function startRoutes(
+  core: StackCore,
+  path: RequestPath,
+  loaded: { file: string; version: MapVersion; demo: DemoProviders | null },
+): Promise<{ fleet: FleetBreakers | null; reloader: RoutesReloader }> {
+  const { env, map, scopes, stores, cappedProvider, log } = core;
+  const { redis, flags } = stores;
   // The breakers act as one with the other instances on this Redis; their state is read before traffic.
   const fleet = redis ? new FleetBreakers(redis, stores.prefix ?? 'gateway', log) : null;
   await fleet?.start(path.routes);
@@ -223,19 +292,31 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   const unmatched = killedUnmatched(path.routes);
   if (unmatched.length) log.warn({ unmatched_killed_models: unmatched }, unmatchedKillsWarning(unmatched));
   const reloader = new RoutesReloader({
-    file: routesFile,
+    file: loaded.file,
     mapEnv: mapEnv(env),
     keyEnv: env.raw,
     production: env.production,
     cappedProvider,
     map,
-    version,
+    version: loaded.version,
     path,
     fleet,
-    demo: demo !== null,
+    demo: loaded.demo !== null,
     unmatchedKills: killedUnmatched,
     log,
   });
+  return { fleet, reloader };
+}
+
+/** The client keys, the voice concierge, the phone bridge and the HTTP surface (the last three only when serving HTTP). */
+async function startServing(
+  core: StackCore,
+  p: { voiceLoaded: LoadedVoice; path: RequestPath; meter: MeterSink; coldDeps: ColdTierDeps; reloader: RoutesReloader },
+  options: StackOptions,
+) {
+  const { env, map, scopes, stores, cappedProvider, log } = core;
+  const { redis, flags, pause, queue } = stores;
+  const { voiceLoaded, path, meter, coldDeps, reloader } = p;
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
   const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
   // Only a process that serves HTTP takes calls: a worker's log said the phone bridge was on, or off and why.
@@ -266,7 +347,18 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
         reloader,
       })
     : null;
+  return { auth, voice, phone, gateway };
+}
 
+/** The Cold worker, when this process runs one. */
+function coldWorker(
+  core: StackCore,
+  p: { path: RequestPath; notifier: Notifier; skipWhilePaused: (r: Route) => boolean; ownership: ResponseOwnership | null },
+  options: StackOptions,
+): ColdWorker | null {
+  const { stores, log } = core;
+  const { pause, flags, queue } = stores;
+  const { path, notifier, skipWhilePaused, ownership } = p;
   const workerDeps = {
     failover: path.failover,
     pause,
@@ -279,23 +371,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
   };
   const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;
   if (worker) log.info('worker: running in this process');
-
-  return {
-    map,
-    gateway,
-    path,
-    queue,
-    pause,
-    flags,
-    notifier,
-    meter,
-    worker,
-    redis,
-    cappedProvider,
-    routes: reloader,
-    idle: (ms) => path.pipeline.idle(ms),
-    close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis, fleet, reloader }),
-  };
+  return worker;
 }
 
 /** Stops what the stack started, the worker first (its running jobs finish) and the store last. */
