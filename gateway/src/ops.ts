@@ -54,6 +54,28 @@ export async function ops(
     err(USAGE);
     return 2;
   }
+  const store = await openStore(env, err);
+  if (typeof store === 'number') return store;
+  const { settings, redis } = store;
+  const pause = new RedisPause(redis, 60_000);
+  const queue = new BullColdQueue(redis, settings.REDIS_PREFIX);
+  try {
+    return await runCommand(args, pause, queue, out, err);
+  } catch (error) {
+    // An error Redis answers mid-command (a key of another type, memory full, a lost connection):
+    // one line naming the command, not Node's stack trace.
+    const answer = String((error as Error).message).split('\n')[0];
+    err(`${args.join(' ')} failed: the store at QUEUE_STORE_URL answered an error: ${answer}`);
+    return 1;
+  } finally {
+    pause.close();
+    await queue.close();
+    redis.disconnect();
+  }
+}
+
+/** The settings and the store the gateways use, or the exit code when there is none to act on (said on `err`). */
+async function openStore(env: NodeJS.ProcessEnv, err: (line: string) => void): Promise<{ settings: GatewayEnv; redis: Redis } | number> {
   if (!env.QUEUE_STORE_URL) {
     err('QUEUE_STORE_URL is not set: operator commands act on the Redis the gateways use');
     return 2;
@@ -75,63 +97,73 @@ export async function ops(
     err((error as Error).message);
     return 1;
   }
-  const pause = new RedisPause(redis, 60_000);
-  const queue = new BullColdQueue(redis, settings.REDIS_PREFIX);
-  try {
-    const [command, sub, arg] = args;
-    switch (command) {
-      case 'status': {
-        const counts = await queue.counts();
-        out(`paused: ${(await pause.refresh()) ? 'yes (pause_ai_tasks = 1)' : 'no'}`);
-        out(
-          `queue ai-tasks: ${Object.entries(counts)
-            .map(([k, v]) => `${k} ${v}`)
-            .join(', ')}`,
-        );
-        return 0;
-      }
-      case 'pause':
-        await pause.set();
-        out('paused: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent');
-        return 0;
-      case 'resume':
-        await pause.clear();
-        out('resumed');
-        return 0;
-      case 'dlq': {
-        if (sub === 'list') {
-          const jobs = await queue.deadLettered(1000);
-          for (const j of jobs)
-            out(
-              `${j.id}  tenant=${shown(j.customerId || '-')}  attempts=${j.attempts}  enqueued=${j.enqueuedAt}  last error: ${shown(j.lastError)}`,
-            );
-          out(`${jobs.length} dead-lettered job(s)`);
-          return 0;
-        }
-        if (sub === 'move' && arg) {
-          const ids = arg === '--all' ? (await queue.deadLettered(10_000)).map((j) => j.id) : [arg];
-          let moved = 0;
-          for (const id of ids) {
-            if (await queue.retryDeadLettered(id)) moved++;
-            else err(`${id}: not a dead-lettered job (npm run ops -- dlq list shows them)`);
-          }
-          out(`moved ${moved} job(s) back to the queue`);
-          return moved === ids.length ? 0 : 1;
-        }
-        break;
-      }
+  return { settings, redis };
+}
+
+/** One checked command against the store; its exit code. */
+async function runCommand(
+  args: string[],
+  pause: RedisPause,
+  queue: BullColdQueue,
+  out: (line: string) => void,
+  err: (line: string) => void,
+): Promise<number> {
+  const [command, sub, arg] = args;
+  switch (command) {
+    case 'status':
+      return await status(pause, queue, out);
+    case 'pause':
+      await pause.set();
+      out('paused: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent');
+      return 0;
+    case 'resume':
+      await pause.clear();
+      out('resumed');
+      return 0;
+    case 'dlq': {
+      if (sub === 'list') return await listDeadLettered(queue, out);
+      if (sub === 'move' && arg) return await moveDeadLettered(queue, arg, out, err);
+      break;
     }
-    err(USAGE);
-    return 2;
-  } catch (error) {
-    // An error Redis answers mid-command (a key of another type, memory full, a lost connection):
-    // one line naming the command, not Node's stack trace.
-    const answer = String((error as Error).message).split('\n')[0];
-    err(`${args.join(' ')} failed: the store at QUEUE_STORE_URL answered an error: ${answer}`);
-    return 1;
-  } finally {
-    pause.close();
-    await queue.close();
-    redis.disconnect();
   }
+  err(USAGE);
+  return 2;
+}
+
+async function status(pause: RedisPause, queue: BullColdQueue, out: (line: string) => void): Promise<number> {
+  const counts = await queue.counts();
+  out(`paused: ${(await pause.refresh()) ? 'yes (pause_ai_tasks = 1)' : 'no'}`);
+  out(
+    `queue ai-tasks: ${Object.entries(counts)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+  );
+  return 0;
+}
+
+async function listDeadLettered(queue: BullColdQueue, out: (line: string) => void): Promise<number> {
+  const jobs = await queue.deadLettered(1000);
+  for (const j of jobs)
+    out(
+      `${j.id}  tenant=${shown(j.customerId || '-')}  attempts=${j.attempts}  enqueued=${j.enqueuedAt}  last error: ${shown(j.lastError)}`,
+    );
+  out(`${jobs.length} dead-lettered job(s)`);
+  return 0;
+}
+
+/** Moves one job (or `--all`) back with fresh attempts; 1 when one named was not dead-lettered. */
+async function moveDeadLettered(
+  queue: BullColdQueue,
+  arg: string,
+  out: (line: string) => void,
+  err: (line: string) => void,
+): Promise<number> {
+  const ids = arg === '--all' ? (await queue.deadLettered(10_000)).map((j) => j.id) : [arg];
+  let moved = 0;
+  for (const id of ids) {
+    if (await queue.retryDeadLettered(id)) moved++;
+    else err(`${id}: not a dead-lettered job (npm run ops -- dlq list shows them)`);
+  }
+  out(`moved ${moved} job(s) back to the queue`);
+  return moved === ids.length ? 0 : 1;
 }
