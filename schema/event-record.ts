@@ -251,75 +251,75 @@ export function normalizeEvent(input: unknown, opts: NormalizeOptions): EventRec
   }
   const src = input as EventInput;
   const out: Partial<Record<EventField, unknown>> = {};
-  for (const field of EVENT_FIELDS) {
-    const value = src[field];
-    switch (FIELD_KIND[field]) {
-      case 'id': {
-        if (isMissing(value)) out[field] = opts.uuid();
-        else if (typeof value !== 'string' || !ID_PATTERN.test(value)) {
-          throw new EventValidationError(field, `${ID_RULE} (a UUIDv4)`, index);
-        } else out[field] = value;
-        break;
-      }
-      case 'time': {
-        if (isMissing(value)) out[field] = opts.now();
-        else {
-          const date = typeof value === 'string' ? parseRfc3339(value) : null;
-          if (!date) throw new EventValidationError(field, 'an RFC 3339 date-time such as 2026-01-31T12:00:00Z', index);
-          out[field] = checkNotFuture(date, opts);
-        }
-        break;
-      }
-      case 'text':
-        out[field] = isMissing(value) ? (TEXT_DEFAULTS[field] ?? '') : coerceText(field, value, index);
-        break;
-      case 'int': {
-        if (isMissing(value)) out[field] = 0;
-        else {
-          const n = coerceNumber(field, value, EXPECTED.count, index);
-          if (n < 0 || !Number.isInteger(n)) throw new EventValidationError(field, EXPECTED.count, index);
-          if (n > MAX_COUNT) throw new EventValidationError(field, EXPECTED.countRange, index);
-          out[field] = n;
-        }
-        break;
-      }
-      case 'decimal': {
-        if (isMissing(value)) out[field] = field === 'cost_usd' ? 0 : null;
-        else {
-          const n = coerceNumber(field, value, EXPECTED.cost, index);
-          if (n < 0) throw new EventValidationError(field, EXPECTED.cost, index);
-          if (n >= COST_LIMIT_USD) throw new EventValidationError(field, EXPECTED.costRange, index);
-          out[field] = n;
-        }
-        break;
-      }
-      case 'unit': {
-        if (isMissing(value)) out[field] = null;
-        else {
-          const n = coerceNumber(field, value, EXPECTED.unit, index);
-          if (n < 0 || n > 1) throw new EventValidationError(field, EXPECTED.unit, index);
-          out[field] = n;
-        }
-        break;
-      }
-      case 'bool':
-        // The specification: true only when the sent value is exactly boolean true.
-        out[field] = value === true;
-        break;
-    }
-  }
+  for (const field of EVENT_FIELDS) out[field] = fieldValue(field, src[field], opts);
   // An explicit `cost_usd: null` says the cost is unknown: the cost keeps the default, the event is marked.
-  if (src.cost_usd === null) {
-    out.error_code = markUnpriced(out.error_code as string);
-    // The mark counts towards the field's limit: a stored text never passes it.
-    if ((out.error_code as string).length > MAX_TEXT_LENGTH)
-      throw new EventValidationError(
-        'error_code',
-        `text of at most ${MAX_TEXT_LENGTH} characters with |UNPRICED added (cost_usd null)`,
-        opts.index,
-      );
-  }
+  if (src.cost_usd === null) markUnpricedEvent(out, opts);
   return out as unknown as EventRecord;
+}
+
+/** One field's stored value: its default when missing, else the sent value coerced by the field's kind. */
+function fieldValue(field: EventField, value: unknown, opts: NormalizeOptions): unknown {
+  const { index } = opts;
+  switch (FIELD_KIND[field]) {
+    case 'id':
+      if (isMissing(value)) return opts.uuid();
+      if (typeof value !== 'string' || !ID_PATTERN.test(value)) {
+        throw new EventValidationError(field, `${ID_RULE} (a UUIDv4)`, index);
+      }
+      return value;
+    case 'time':
+      return isMissing(value) ? opts.now() : timeValue(field, value, opts);
+    case 'text':
+      return isMissing(value) ? (TEXT_DEFAULTS[field] ?? '') : coerceText(field, value, index);
+    case 'int':
+      return isMissing(value) ? 0 : countValue(field, value, index);
+    case 'decimal':
+      if (isMissing(value)) return field === 'cost_usd' ? 0 : null;
+      return costValue(field, value, index);
+    case 'unit':
+      return isMissing(value) ? null : unitValue(field, value, index);
+    case 'bool':
+      // The specification: true only when the sent value is exactly boolean true.
+      return value === true;
+  }
+}
+
+function timeValue(field: EventField, value: unknown, opts: NormalizeOptions): Date {
+  const date = typeof value === 'string' ? parseRfc3339(value) : null;
+  if (!date) throw new EventValidationError(field, 'an RFC 3339 date-time such as 2026-01-31T12:00:00Z', opts.index);
+  return checkNotFuture(date, opts);
+}
+
+function countValue(field: EventField, value: unknown, index?: number): number {
+  const n = coerceNumber(field, value, EXPECTED.count, index);
+  if (n < 0 || !Number.isInteger(n)) throw new EventValidationError(field, EXPECTED.count, index);
+  if (n > MAX_COUNT) throw new EventValidationError(field, EXPECTED.countRange, index);
+  return n;
+}
+
+function costValue(field: EventField, value: unknown, index?: number): number {
+  const n = coerceNumber(field, value, EXPECTED.cost, index);
+  if (n < 0) throw new EventValidationError(field, EXPECTED.cost, index);
+  if (n >= COST_LIMIT_USD) throw new EventValidationError(field, EXPECTED.costRange, index);
+  return n;
+}
+
+function unitValue(field: EventField, value: unknown, index?: number): number {
+  const n = coerceNumber(field, value, EXPECTED.unit, index);
+  if (n < 0 || n > 1) throw new EventValidationError(field, EXPECTED.unit, index);
+  return n;
+}
+
+/** Marks the event's error_code UNPRICED (its cost was sent as null). */
+function markUnpricedEvent(out: Partial<Record<EventField, unknown>>, opts: NormalizeOptions): void {
+  out.error_code = markUnpriced(out.error_code as string);
+  // The mark counts towards the field's limit: a stored text never passes it.
+  if ((out.error_code as string).length > MAX_TEXT_LENGTH)
+    throw new EventValidationError(
+      'error_code',
+      `text of at most ${MAX_TEXT_LENGTH} characters with |UNPRICED added (cost_usd null)`,
+      opts.index,
+    );
 }
 
 /** RFC 3339 UTC with milliseconds, the form every CSV and export uses. */
