@@ -53,12 +53,22 @@ function callSidOf(req: express.Request, res: express.Response): string | null {
   return null;
 }
 
+type Handler = (req: express.Request, res: express.Response) => void | Promise<void>;
+
 export function mountTwilioWebhooks(app: express.Express, deps: WebhookDeps): void {
   const form = express.urlencoded({ extended: false, limit: '64kb' });
   const check = signed(deps.auth, deps.log);
-  const { lines, log, urls, voicemail } = deps;
+  app.post('/twilio/voice', form, check, inboundCall(deps));
+  app.post('/twilio/status', form, check, statusCallback(deps));
+  app.post(CALLBACK_PATHS.dial, form, check, dialEnded(deps));
+  app.post(CALLBACK_PATHS.recorded, form, check, voicemailRecorded(deps));
+  app.post(CALLBACK_PATHS.recording, form, check, voicemailRecording(deps));
+}
 
-  app.post('/twilio/voice', form, check, async (req, res) => {
+/** An inbound call: the call logic decides between the media stream and voicemail; a person when it fails. */
+function inboundCall(deps: WebhookDeps): Handler {
+  const { lines, log, urls, voicemail } = deps;
+  return async (req, res) => {
     const p = req.body as Record<string, unknown>;
     const callSid = callSidOf(req, res);
     if (!callSid) return;
@@ -82,45 +92,63 @@ export function mountTwilioWebhooks(app: express.Express, deps: WebhookDeps): vo
       log.info(`call ${callSid}: voicemail (${reason})`);
       return void twiml(res, voicemail.twiml(reason, caller));
     }
-    const parameters: Record<string, string> = { ticket: deps.auth.ticket(callSid) };
-    if (caller) parameters.from = caller;
-    if (isPhone(p.To)) parameters.to = p.To;
+    const parameters = streamParameters(deps, callSid, caller, p.To);
     log.info(`call ${callSid}: answered; media stream requested`);
     twiml(
       res,
       answerTwiml({ mediaUrl: deps.mediaUrl, parameters, fallback: { line: lines.transfer, dial, unavailable: lines.unavailable } }),
     );
-  });
+  };
+}
 
-  app.post('/twilio/status', form, check, async (req, res) => {
+/** What the media stream is given: the call's ticket and its numbers. */
+function streamParameters(deps: WebhookDeps, callSid: string, caller: string | null, to: unknown): Record<string, string> {
+  const parameters: Record<string, string> = { ticket: deps.auth.ticket(callSid) };
+  if (caller) parameters.from = caller;
+  if (isPhone(to)) parameters.to = to;
+  return parameters;
+}
+
+function statusCallback(deps: WebhookDeps): Handler {
+  return async (req, res) => {
     const p = req.body as Record<string, unknown>;
     const callSid = callSidOf(req, res);
     if (!callSid) return;
     await deps.status.update(callSid, typeof p.CallStatus === 'string' ? p.CallStatus : '');
     res.status(204).end();
-  });
+  };
+}
 
-  app.post(CALLBACK_PATHS.dial, form, check, (req, res) => {
+/** A transfer's `<Dial>` ended: hang up when a person took it, else voicemail. */
+function dialEnded(deps: WebhookDeps): Handler {
+  const { log, voicemail } = deps;
+  return (req, res) => {
     const callSid = callSidOf(req, res);
     if (!callSid) return;
     const status = String((req.body as Record<string, unknown>).DialCallStatus ?? '');
     if (CONNECTED.has(status)) return void twiml(res, hangUpTwiml());
     log.info(`call ${callSid}: the transfer ended ${status || 'without a status'}; voicemail`);
     twiml(res, voicemail.twiml('no_answer', callbackQuery(req.query).from));
-  });
+  };
+}
 
-  app.post(CALLBACK_PATHS.recorded, form, check, async (req, res) => {
+function voicemailRecorded(deps: WebhookDeps): Handler {
+  const { voicemail } = deps;
+  return async (req, res) => {
     const callSid = callSidOf(req, res);
     if (!callSid) return;
     const { reason } = callbackQuery(req.query);
     twiml(res, await voicemail.recorded(callSid, reason ?? 'after_hours', req.body as Record<string, unknown>));
-  });
+  };
+}
 
-  app.post(CALLBACK_PATHS.recording, form, check, async (req, res) => {
+function voicemailRecording(deps: WebhookDeps): Handler {
+  const { voicemail } = deps;
+  return async (req, res) => {
     const callSid = callSidOf(req, res);
     if (!callSid) return;
     const { reason, from } = callbackQuery(req.query);
     await voicemail.recording(callSid, reason ?? 'after_hours', from, req.body as Record<string, unknown>);
     res.status(204).end();
-  });
+  };
 }
