@@ -17,10 +17,10 @@ import { configNumber, readConfig } from './config';
 import { EVENT_AT, EVENT_COLUMNS, cellTime, getEventsSheet, readAllRows } from './events-sheet';
 import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
 import { finishJournal, interruptedRun, startJournal } from './retention-journal';
-import type { MeterServices } from './services';
+import type { MeterServices, Sheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
 import { DAY_MS, utcDayStart } from './utc-day';
-import { readWatermark, watermarkHolds } from './watermark';
+import { readWatermark, watermarkHolds, type Watermark } from './watermark';
 
 const DEFAULT_RETENTION_DAYS = 30;
 
@@ -45,67 +45,85 @@ export function applyRetention(svc: MeterServices): RetentionResult {
   checkSheetTimeZone(svc.spreadsheet);
   const cutoffMs = utcDayStart(svc.now().getTime()) - days * DAY_MS;
   const cutoff = new Date(cutoffMs).toISOString();
-  return withScriptLock(
-    svc,
-    () => {
-      const sheet = getEventsSheet(svc.spreadsheet);
-      const rows = readAllRows(sheet);
-      const stored = readWatermark(svc);
-      // A previous run cut off after its rewrite: finish it first (the rows read are already rewritten).
-      const resumed = interruptedRun(svc, stored, rows);
-      if (resumed) finishJournal(svc, sheet, resumed);
-      const wm = resumed ? resumed.after : stored;
-      const earlier = resumed ? `finished an interrupted run that deleted ${resumed.count} row(s); ` : '';
-      const finish = (deleted: number, keptUnexported: number, message: string): RetentionResult => {
-        svc.log(`applyRetention: ${earlier}${message}`);
-        return { deleted: deleted + (resumed ? resumed.count : 0), keptUnexported, cutoff, message: earlier + message };
-      };
-      if (!watermarkHolds(wm, rows)) {
-        const old = rows.filter((r) => cellTime(r[EVENT_AT.timestamp]) < cutoffMs).length;
-        return finish(
-          0,
-          old,
-          wm
-            ? `nothing deleted: the export watermark no longer matches its row (rows moved by hand); ${old} old row(s) wait until exportArchive runs again`
-            : `nothing deleted: no archive export has run yet; ${old} old row(s) wait for exportArchive`,
-        );
-      }
-      const keep: unknown[][] = [];
-      let deleted = 0;
-      let keptUnexported = 0;
-      let firstDeleted = -1;
-      rows.forEach((row, i) => {
-        const old = cellTime(row[EVENT_AT.timestamp]) < cutoffMs; // NaN compares false: unreadable rows stay
-        if (old && i + 2 <= wm.row) {
-          deleted++;
-          if (firstDeleted < 0) firstDeleted = i;
-          return;
-        }
-        if (old) keptUnexported++;
-        keep.push(row);
-      });
-      const why = keptUnexported ? `; kept ${keptUnexported} old row(s) the archive export has not taken yet` : '';
-      if (deleted === 0) return finish(0, keptUnexported, `no rows older than ${cutoff}${why}`);
+  return withScriptLock(svc, () => retainUnderLock(svc, cutoffMs, cutoff), MAINTENANCE_LOCK_MS);
+}
 
-      // Every deleted row was at or above the watermark, so it moves up by exactly that many rows;
-      // the row it names now may be a different (kept) event, so record that one's id.
-      const row = wm.row - deleted;
-      const after = { ...wm, row, eventId: row >= 2 ? String(keep[row - 2][EVENT_AT.event_id]) : '' };
-      let maxRows = sheet.getMaxRows();
-      if (maxRows - deleted <= 1) {
-        sheet.insertRowsAfter(maxRows, 1); // a sheet keeps one data row
-        maxRows += 1;
-      }
-      const journal = { before: wm, after, tailStart: keep.length + 2, count: deleted, maxRows };
-      startJournal(svc, journal);
-      // Rows above the first deleted one do not move. One write from there down: the kept rows
-      // shifted up, then the freed tail blanked, so no state of the tab holds a row twice.
-      const rewrite = keep.slice(firstDeleted).map(asWritten);
-      for (let i = 0; i < deleted; i++) rewrite.push(new Array<string>(EVENT_COLUMNS).fill(''));
-      sheet.getRange(firstDeleted + 2, 1, rewrite.length, EVENT_COLUMNS).setValues(rewrite);
-      finishJournal(svc, sheet, journal);
-      return finish(deleted, keptUnexported, `deleted ${deleted} row(s) older than ${cutoff}${why}`);
-    },
-    MAINTENANCE_LOCK_MS,
-  );
+/** The run itself, under the script lock: an interrupted run finished first, then the old exported rows deleted. */
+function retainUnderLock(svc: MeterServices, cutoffMs: number, cutoff: string): RetentionResult {
+  const sheet = getEventsSheet(svc.spreadsheet);
+  const rows = readAllRows(sheet);
+  const stored = readWatermark(svc);
+  // A previous run cut off after its rewrite: finish it first (the rows read are already rewritten).
+  const resumed = interruptedRun(svc, stored, rows);
+  if (resumed) finishJournal(svc, sheet, resumed);
+  const wm = resumed ? resumed.after : stored;
+  const earlier = resumed ? `finished an interrupted run that deleted ${resumed.count} row(s); ` : '';
+  const finish = (deleted: number, keptUnexported: number, message: string): RetentionResult => {
+    svc.log(`applyRetention: ${earlier}${message}`);
+    return { deleted: deleted + (resumed ? resumed.count : 0), keptUnexported, cutoff, message: earlier + message };
+  };
+  if (!watermarkHolds(wm, rows)) {
+    const old = rows.filter((r) => cellTime(r[EVENT_AT.timestamp]) < cutoffMs).length;
+    return finish(
+      0,
+      old,
+      wm
+        ? `nothing deleted: the export watermark no longer matches its row (rows moved by hand); ${old} old row(s) wait until exportArchive runs again`
+        : `nothing deleted: no archive export has run yet; ${old} old row(s) wait for exportArchive`,
+    );
+  }
+  const split = splitRows(rows, cutoffMs, wm.row);
+  const { deleted, keptUnexported } = split;
+  const why = keptUnexported ? `; kept ${keptUnexported} old row(s) the archive export has not taken yet` : '';
+  if (deleted === 0) return finish(0, keptUnexported, `no rows older than ${cutoff}${why}`);
+  rewriteRows(svc, sheet, wm, split);
+  return finish(deleted, keptUnexported, `deleted ${deleted} row(s) older than ${cutoff}${why}`);
+}
+
+interface SplitRows {
+  keep: unknown[][];
+  deleted: number;
+  keptUnexported: number;
+  firstDeleted: number;
+}
+
+/** The rows that stay, and how many go: old and exported (at or above the watermark's row). */
+function splitRows(rows: unknown[][], cutoffMs: number, wmRow: number): SplitRows {
+  const keep: unknown[][] = [];
+  let deleted = 0;
+  let keptUnexported = 0;
+  let firstDeleted = -1;
+  rows.forEach((row, i) => {
+    const old = cellTime(row[EVENT_AT.timestamp]) < cutoffMs; // NaN compares false: unreadable rows stay
+    if (old && i + 2 <= wmRow) {
+      deleted++;
+      if (firstDeleted < 0) firstDeleted = i;
+      return;
+    }
+    if (old) keptUnexported++;
+    keep.push(row);
+  });
+  return { keep, deleted, keptUnexported, firstDeleted };
+}
+
+/** The journal recorded, the one write of the kept rows shifted up, then the journal's remaining steps. */
+function rewriteRows(svc: MeterServices, sheet: Sheet, wm: Watermark, split: SplitRows): void {
+  const { keep, deleted, firstDeleted } = split;
+  // Every deleted row was at or above the watermark, so it moves up by exactly that many rows;
+  // the row it names now may be a different (kept) event, so record that one's id.
+  const row = wm.row - deleted;
+  const after = { ...wm, row, eventId: row >= 2 ? String(keep[row - 2][EVENT_AT.event_id]) : '' };
+  let maxRows = sheet.getMaxRows();
+  if (maxRows - deleted <= 1) {
+    sheet.insertRowsAfter(maxRows, 1); // a sheet keeps one data row
+    maxRows += 1;
+  }
+  const journal = { before: wm, after, tailStart: keep.length + 2, count: deleted, maxRows };
+  startJournal(svc, journal);
+  // Rows above the first deleted one do not move. One write from there down: the kept rows
+  // shifted up, then the freed tail blanked, so no state of the tab holds a row twice.
+  const rewrite = keep.slice(firstDeleted).map(asWritten);
+  for (let i = 0; i < deleted; i++) rewrite.push(new Array<string>(EVENT_COLUMNS).fill(''));
+  sheet.getRange(firstDeleted + 2, 1, rewrite.length, EVENT_COLUMNS).setValues(rewrite);
+  finishJournal(svc, sheet, journal);
 }
