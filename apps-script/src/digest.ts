@@ -74,71 +74,108 @@ function topModels(models: Map<string, { tokens: number; cost: number }>): Model
     .slice(0, TOP_N);
 }
 
+/** The running sums of the one pass over the rows. */
+interface Tally {
+  daily: number[];
+  customers: Map<string, CustomerCost>;
+  models: Map<string, { tokens: number; cost: number }>;
+  unpriced: { today: number; last7d: number; last30d: number };
+  estimated: { today: number; last7d: number; last30d: number };
+  pii: number;
+  unreadable: number;
+  t7: number;
+  todayCost: number;
+}
+
+/** The UTC day starts the periods count from. */
+interface Periods {
+  today: number;
+  start7: number;
+  start30: number;
+}
+
 /** The digest's numbers from the events tab's rows (pure: the tests compare it to a direct computation). */
 export function computeDigest(rows: unknown[][], nowMs: number): DigestFigures {
   const today = utcDayStart(nowMs);
-  const start7 = today - 6 * DAY_MS;
-  const start30 = today - (SERIES_DAYS - 1) * DAY_MS;
-  const daily = new Array<number>(SERIES_DAYS).fill(0);
-  const customers = new Map<string, CustomerCost>();
-  const models = new Map<string, { tokens: number; cost: number }>();
-  const unpriced = { today: 0, last7d: 0, last30d: 0 };
-  const estimated = { today: 0, last7d: 0, last30d: 0 };
-  let pii = 0;
-  let unreadable = 0;
-  let t7 = 0;
-  let todayCost = 0;
-  for (const row of rows) {
-    if (row[EVENT_AT.pii_flag] === true) {
-      pii++;
-      continue;
-    }
-    const t = cellTime(row[EVENT_AT.timestamp]);
-    if (!(t >= start30)) continue;
-    let cost = cellCost(row[EVENT_AT.cost_usd]);
-    if (Number.isNaN(cost)) {
-      unreadable++;
-      cost = 0;
-    }
-    const noPrice = isUnpriced(row[EVENT_AT.error_code]) ? 1 : 0;
-    const estimate = isEstimated(row[EVENT_AT.error_code]) ? cost : 0;
-    const day = Math.min(SERIES_DAYS - 1, Math.floor((t - start30) / DAY_MS)); // future-dated rows count as today
-    daily[day] += cost;
-    unpriced.last30d += noPrice;
-    estimated.last30d += estimate;
-    if (t >= today) {
-      todayCost += cost;
-      unpriced.today += noPrice;
-      estimated.today += estimate;
-    }
-    const model = String(row[EVENT_AT.model] || 'unknown');
-    const m = models.get(model) ?? { tokens: 0, cost: 0 };
-    m.tokens += cellNumber(row[EVENT_AT.input_tokens]) + cellNumber(row[EVENT_AT.output_tokens]);
-    m.cost += cost;
-    models.set(model, m);
-    if (t >= start7) {
-      t7 += cost;
-      unpriced.last7d += noPrice;
-      estimated.last7d += estimate;
-      const id = String(row[EVENT_AT.customer_id] || '(none)');
-      const c = customers.get(id) ?? { customer_id: id, cost_usd: 0, calls: 0 };
-      c.cost_usd += cost;
-      c.calls++;
-      customers.set(id, c);
-    }
+  const periods: Periods = { today, start7: today - 6 * DAY_MS, start30: today - (SERIES_DAYS - 1) * DAY_MS };
+  const tally: Tally = {
+    daily: new Array<number>(SERIES_DAYS).fill(0),
+    customers: new Map<string, CustomerCost>(),
+    models: new Map<string, { tokens: number; cost: number }>(),
+    unpriced: { today: 0, last7d: 0, last30d: 0 },
+    estimated: { today: 0, last7d: 0, last30d: 0 },
+    pii: 0,
+    unreadable: 0,
+    t7: 0,
+    todayCost: 0,
+  };
+  for (const row of rows) countRow(tally, row, periods);
+  return figures(tally, nowMs, periods.start30);
+}
+
+function countRow(tally: Tally, row: unknown[], p: Periods): void {
+  if (row[EVENT_AT.pii_flag] === true) {
+    tally.pii++;
+    return;
   }
+  const t = cellTime(row[EVENT_AT.timestamp]);
+  if (!(t >= p.start30)) return;
+  let cost = cellCost(row[EVENT_AT.cost_usd]);
+  if (Number.isNaN(cost)) {
+    tally.unreadable++;
+    cost = 0;
+  }
+  const noPrice = isUnpriced(row[EVENT_AT.error_code]) ? 1 : 0;
+  const estimate = isEstimated(row[EVENT_AT.error_code]) ? cost : 0;
+  const day = Math.min(SERIES_DAYS - 1, Math.floor((t - p.start30) / DAY_MS)); // future-dated rows count as today
+  tally.daily[day] += cost;
+  tally.unpriced.last30d += noPrice;
+  tally.estimated.last30d += estimate;
+  if (t >= p.today) {
+    tally.todayCost += cost;
+    tally.unpriced.today += noPrice;
+    tally.estimated.today += estimate;
+  }
+  addModel(tally.models, row, cost);
+  if (t >= p.start7) {
+    tally.t7 += cost;
+    tally.unpriced.last7d += noPrice;
+    tally.estimated.last7d += estimate;
+    addCustomer(tally.customers, row, cost);
+  }
+}
+
+function addModel(models: Tally['models'], row: unknown[], cost: number): void {
+  const model = String(row[EVENT_AT.model] || 'unknown');
+  const m = models.get(model) ?? { tokens: 0, cost: 0 };
+  m.tokens += cellNumber(row[EVENT_AT.input_tokens]) + cellNumber(row[EVENT_AT.output_tokens]);
+  m.cost += cost;
+  models.set(model, m);
+}
+
+function addCustomer(customers: Tally['customers'], row: unknown[], cost: number): void {
+  const id = String(row[EVENT_AT.customer_id] || '(none)');
+  const c = customers.get(id) ?? { customer_id: id, cost_usd: 0, calls: 0 };
+  c.cost_usd += cost;
+  c.calls++;
+  customers.set(id, c);
+}
+
+/** The sums rounded as the digest shows them. */
+function figures(tally: Tally, nowMs: number, start30: number): DigestFigures {
+  const { daily, estimated } = tally;
   return {
     generatedAt: new Date(nowMs).toISOString(),
-    today: roundUsd(todayCost),
-    last7d: roundUsd(t7),
+    today: roundUsd(tally.todayCost),
+    last7d: roundUsd(tally.t7),
     last30d: roundUsd(daily.reduce((a, b) => a + b, 0)),
-    unpriced,
+    unpriced: tally.unpriced,
     estimated: { today: roundUsd(estimated.today), last7d: roundUsd(estimated.last7d), last30d: roundUsd(estimated.last30d) },
-    unreadableCosts30d: unreadable,
+    unreadableCosts30d: tally.unreadable,
     daily: daily.map((cost, i) => ({ day: new Date(start30 + i * DAY_MS).toISOString().slice(0, 10), cost_usd: roundUsd(cost) })),
-    topCustomers7d: topCustomers(customers),
-    topModels30d: topModels(models),
-    piiRowsExcluded: pii,
+    topCustomers7d: topCustomers(tally.customers),
+    topModels30d: topModels(tally.models),
+    piiRowsExcluded: tally.pii,
   };
 }
 
