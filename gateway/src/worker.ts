@@ -27,6 +27,7 @@ import { Deadline } from './deadline';
 import type { Failover } from './failover';
 import type { Flags, FlagStore } from './flags';
 import { parseJson } from './json-object';
+import type { Answer, ClientError, Exhausted } from './outcome';
 import { refusalBody, wholeAnswer } from './relay';
 import type { ResponseOwnership } from './responses/ownership';
 import type { Route } from './route';
@@ -126,7 +127,25 @@ function pausedNow(pause: PauseFlag): Promise<boolean> {
 /** One run of one job: the routing again, a deferral, or an error that makes the queue retry it. */
 async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: WorkerDeps, stopping: CancelSignal): Promise<JobResult> {
   if (await pausedNow(deps.pause)) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
-  const ctx: RequestContext = {
+  const ctx = jobContext(payload, deps);
+  const flags = deps.flags.get();
+  const stateWith = await stateProvider(ctx, deps);
+  const skip = (r: Route) => (deps.pause.paused() && deps.skipWhilePaused(r)) || (stateWith !== null && r.config.provider !== stateWith);
+  const deadline = new Deadline(ctx.timeToAnswerMs);
+  const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
+  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping });
+  // A route passed over because its fleet probe lease was still being asked for can be callable by
+  // now: once more at once, so that an attempt is spent only when a route that could be called failed.
+  if (outcome.kind === 'exhausted' && outcome.attempts > 0 && !stopping.aborted && nextRoute(deps, flags, skip).at <= Date.now()) {
+    outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, priorAttempts: outcome.attempts });
+  }
+  if (outcome.kind === 'exhausted') throw notAnswered(outcome, deferred, deps, { flags, skip, stopping });
+  return jobResult(outcome, ctx, deps);
+}
+
+/** The request a queued job runs: whole, with the job's time per attempt, an answer a must. */
+function jobContext(payload: ColdPayload, deps: WorkerDeps): RequestContext {
+  return {
     api: payload.api ?? 'chat',
     asChat: payload.asChat,
     body: wholeBody(payload.body),
@@ -140,24 +159,24 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
     mustHaveAnswer: true,
     canUseCheaper: false,
   };
-  const flags = deps.flags.get();
-  const stateWith = await stateProvider(ctx, deps);
-  const skip = (r: Route) => (deps.pause.paused() && deps.skipWhilePaused(r)) || (stateWith !== null && r.config.provider !== stateWith);
-  const deadline = new Deadline(ctx.timeToAnswerMs);
-  const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
-  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping });
-  // A route passed over because its fleet probe lease was still being asked for can be callable by
-  // now: once more at once, so that an attempt is spent only when a route that could be called failed.
-  if (outcome.kind === 'exhausted' && outcome.attempts > 0 && !stopping.aborted && nextRoute(deps, flags, skip).at <= Date.now()) {
-    outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, priorAttempts: outcome.attempts });
-  }
-  if (outcome.kind === 'exhausted' && stopping.aborted) throw new DeferJob(Date.now(), HANDED_BACK);
-  if (outcome.kind === 'exhausted') {
-    const next = nextRoute(deps, flags, skip);
-    // No call made, or the calls made left every route open (the outage goes on): no attempt spent.
-    if (outcome.attempts === 0 || next.at > Date.now()) throw defer(deferred, next.at, next.reason, deps);
-    throw new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
-  }
+}
+
+/** What ends a run no route answered: handed back (the worker stops), a deferral, or a spent attempt. */
+function notAnswered(
+  outcome: Exhausted,
+  deferred: Deferral | null,
+  deps: WorkerDeps,
+  run: { flags: Flags; skip: (r: Route) => boolean; stopping: CancelSignal },
+): Error {
+  if (run.stopping.aborted) return new DeferJob(Date.now(), HANDED_BACK);
+  const next = nextRoute(deps, run.flags, run.skip);
+  // No call made, or the calls made left every route open (the outage goes on): no attempt spent.
+  if (outcome.attempts === 0 || next.at > Date.now()) return defer(deferred, next.at, next.reason, deps);
+  return new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
+}
+
+/** The job's result from a provider's answer (its event on disk first), or the end of a job the provider refused. */
+async function jobResult(outcome: Answer | ClientError, ctx: RequestContext, deps: WorkerDeps): Promise<JobResult> {
   let text = outcome.upstream.body?.toString('utf8') ?? '';
   let body: unknown;
   if (outcome.kind === 'answer') {
