@@ -185,6 +185,28 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const caps = readCaps(config);
   const now = svc.now();
   const rows = readSpendRows(svc, 'error_code');
+  const { totals, unpriced, unreadable, undated, crossed } = spendFigures(rows, caps, now);
+  const day = utcDay(now);
+  const state = readState(svc);
+  const stateBefore = JSON.stringify(state);
+  const due = crossed.filter((k) => state[k] !== day);
+  const result: CapCheck = { totals, unpriced, unreadable, undated, caps, crossed, due, posted: false, message: '' };
+  const webhook = configText(config, 'SLACK_WEBHOOK_URL');
+  const run: AlertRun = { svc, webhook, cannot: unusable(webhook), now, day, state, result };
+
+  const { earlier, lateSettled } = alertLateCrossing(run, rows);
+  alertDue(run);
+  if (lateSettled) state.checked = day;
+  if (JSON.stringify(state) !== stateBefore) result.message += saved(svc, state, result.posted);
+  // Said on every run, not only in an alert.
+  const unread = [unreadableNote(unreadable), undatedNote(undated)].filter(Boolean);
+  result.message = earlier + result.message + unread.map((note) => `; ${note}`).join('');
+  svc.log(`checkSpendCaps: ${result.message}`);
+  return result;
+}
+
+/** The totals, the calls without a price, the rows left out, and the caps crossed. */
+function spendFigures(rows: unknown[][], caps: Caps, now: Date) {
   const totals = spendTotals(rows, now.getTime());
   const unpriced = unpricedCounts(
     rows.map((r) => [r[0], r[2]]),
@@ -195,17 +217,26 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const crossed: CapKind[] = [];
   if (overCap(totals.today, caps.dailyCapUsd)) crossed.push('daily');
   if (overCap(totals.last7d, caps.burn7dCapUsd)) crossed.push('burn7d');
-  const day = utcDay(now);
-  const state = readState(svc);
-  const stateBefore = JSON.stringify(state);
-  const due = crossed.filter((k) => state[k] !== day);
-  const result: CapCheck = { totals, unpriced, unreadable, undated, caps, crossed, due, posted: false, message: '' };
-  const webhook = configText(config, 'SLACK_WEBHOOK_URL');
-  const cannot = unusable(webhook);
+  return { totals, unpriced, unreadable, undated, crossed };
+}
 
+/** One run's alerting: where it posts (or why it cannot), its day, the alert state it updates, and its result. */
+interface AlertRun {
+  svc: MeterServices;
+  webhook: string;
+  cannot: string;
+  now: Date;
+  day: string;
+  state: AlertState;
+  result: CapCheck;
+}
+
+/** The alert for a daily cap crossed on an earlier day and not alerted then; what the message begins with. */
+function alertLateCrossing(run: AlertRun, rows: unknown[][]): { earlier: string; lateSettled: boolean } {
+  const { svc, webhook, cannot, now, day, state, result } = run;
   let earlier = '';
   let lateSettled = true;
-  const late = lateCrossing(rows, state, day, caps.dailyCapUsd);
+  const late = lateCrossing(rows, state, day, result.caps.dailyCapUsd);
   if (late) {
     const what = `daily cap crossed on ${late.day} and not alerted that day`;
     const why = cannot || postAlert(svc, webhook, slackPayload(result, ['daily'], now, svc.spreadsheet.getUrl(), late));
@@ -216,7 +247,13 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
     lateSettled = !why || cannot !== ''; // a failed post is tried again on the next run
     earlier = why ? `${what}, but ${why}; ` : `alert posted for the ${what}; `;
   }
+  return { earlier, lateSettled };
+}
 
+/** The alert for the caps crossed today and not yet alerted; the result's message says how it went. */
+function alertDue(run: AlertRun): void {
+  const { svc, webhook, cannot, now, day, state, result } = run;
+  const { totals, caps, crossed, due } = result;
   if (!capExceeded(totals, caps)) result.message = `under both caps (today ${usd(totals.today, 4)}, 7 days ${usd(totals.last7d, 2)})`;
   else if (due.length === 0) result.message = `cap(s) ${crossed.join(', ')} crossed; already alerted today`;
   else {
@@ -229,13 +266,6 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
     }
     result.message = why || `alert posted for ${due.join(', ')}`;
   }
-  if (lateSettled) state.checked = day;
-  if (JSON.stringify(state) !== stateBefore) result.message += saved(svc, state, result.posted);
-  // Said on every run, not only in an alert.
-  const unread = [unreadableNote(unreadable), undatedNote(undated)].filter(Boolean);
-  result.message = earlier + result.message + unread.map((note) => `; ${note}`).join('');
-  svc.log(`checkSpendCaps: ${result.message}`);
-  return result;
 }
 
 /**
