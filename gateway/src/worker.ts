@@ -213,6 +213,20 @@ export interface ColdWorker {
 
 const HANDED_BACK = 'its worker stopped during the call: handed back for another worker';
 
+/** Socket errors of a Redis that is away (each reconnection attempt raises one). */
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+const lostConnection = (error: Error) =>
+  CONNECTION_CODES.has((error as NodeJS.ErrnoException).code ?? '') || error.message === 'Connection is closed.';
+
 /** The worker over either queue (BullMQ's Worker in Redis, or the in-process one): same jobs, same notices. */
 export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: WorkerDeps, concurrency = 4): ColdWorker {
   const stopping = new Cancel();
@@ -225,7 +239,8 @@ export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: Worker
       if (dead)
         deps.notifier.notify({ kind: 'dead_lettered', jobIds: [id], tenant: payload.customerId, detail: `last error: ${error.message}` });
     },
-    onError: (error) => deps.log.warn(`worker: ${error.message}`),
+    // A lost connection is said once by the shared one (stores.ts); BullMQ's own connections report every attempt.
+    onError: (error) => (lostConnection(error) ? undefined : deps.log.warn(`worker: ${error.message}`)),
   });
   let closing: Promise<void> | null = null;
   return {

@@ -211,6 +211,32 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('an outage is logged once by a gateway with its worker, not once per reconnection attempt', async () => {
+    const gw = await startInstance(tmpdir(), {
+      ...Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)])),
+      WORKER: 'on',
+      ADMIN_TOKEN: 'admin-t',
+    });
+    try {
+      await until(async () => gw.output().includes('worker: running'));
+      await redis.stop();
+      // Seen as an outage (a Redis back before the first reconnection attempt is none), then two
+      // /health reads: a second or more of outage, several reconnection attempts.
+      await until(async () => gw.output().includes('Redis unreachable ('));
+      for (let i = 0; i < 2; i++) await fetch(`${gw.url}/health`, { headers: { authorization: 'Bearer admin-t' } });
+      await redis.start();
+      await until(async () => gw.output().includes('Redis reachable again'));
+      const lines = gw
+        .output()
+        .split('\n')
+        .filter((l) => /ECONNREFUSED|ECONNRESET|Connection is closed/.test(l));
+      expect(lines.filter((l) => l.includes('"msg":"worker: '))).toHaveLength(0); // before: one per attempt, several a second
+      expect(gw.output().match(/Redis unreachable \(/g)).toHaveLength(1);
+    } finally {
+      await gw.stop();
+    }
+  });
+
   it('a job queued before a restart is still there after it, and completes once a provider answers', async () => {
     const gw = await listenStack(env, { http: true, worker: true, cold: { backoffMs: 50, recheckMs: 100 }, breaker: { openMs: 200 } });
     try {
