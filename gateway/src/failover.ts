@@ -233,7 +233,7 @@ export class Failover {
         const latency = result.answer?.latencyMs ?? this.now() - started;
         // A whole answer to a stream, or one reporting an error, was billed all the same: its usage is
         // metered. One timed out on our side once the provider had it is billed too: an estimate.
-        const usage = billedFailure(result.code) ? route.adapter.usage(result.answer!.body!) : null;
+        const usage = billedFailure(result.code) ? route.adapter.usage(result.answer!.body!, ctx.api) : null;
         const cutOff = result.kind === 'failure' && result.error?.received === true;
         const failed = (code: string) =>
           this.meterFailure(ctx, route.label, config, latency, code, options.decision, cutOff ? estimateUsage(ctx.body) : usage, cutOff);

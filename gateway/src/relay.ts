@@ -31,7 +31,7 @@ export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usa
   const raw = answer.upstream.body!;
   if (!translated(answer)) {
     const body = answer.of.ctx.api === 'embeddings' ? inEncodingAsked(raw, answer.of.ctx.body) : raw;
-    return { body, usage: answer.route.adapter.usage(raw) };
+    return { body, usage: answer.route.adapter.usage(raw, answer.of.ctx.api) };
   }
   // Read as the client would read it: a byte-order mark before it is no reason to pass it on untranslated.
   const chat = parseJson(raw.toString('utf8')) as { usage?: unknown } | null;

@@ -47,7 +47,7 @@ export async function hotPathSteps(): Promise<string[]> {
     ['the body read as JSON', () => JSON.parse(RAW)],
     ['the body and headers checked, the idempotency key derived', () => parseChatRequest(JSON.parse(RAW), HEADERS, {})],
     ["the provider's request made", () => openAiCompatible.request(ROUTE, 'chat', context.body, 'key', context.idempotencyKey)],
-    ["the answer's usage read", () => openAiCompatible.usage(ANSWER)],
+    ["the answer's usage read", () => openAiCompatible.usage(ANSWER, 'chat')],
     [
       'the meter event and its CSV line',
       () =>

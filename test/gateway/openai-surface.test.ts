@@ -257,6 +257,21 @@ describe('POST /v1/embeddings', () => {
     expect(gw.events().at(-1)).toMatchObject({ provider: 'openai', input_tokens: '7', error_code: '' });
   });
 
+  it("usage given only as total_tokens (Voyage AI's embeddings answer) is the input's tokens, priced, not an unpriced call of 0 tokens", async () => {
+    const vector = Buffer.from(new Float32Array([0.5]).buffer).toString('base64');
+    const data = [{ object: 'embedding', index: 0, embedding: vector }];
+    embedA.next({
+      kind: 'status',
+      status: 200,
+      body: { object: 'list', model: 'text-embedding-3-small', data, usage: { total_tokens: 9 } },
+    });
+    await client().embeddings.create({ model: 'text-embedding-3-small', input: 'a' });
+    await gw.meter.flush();
+    const event = gw.events().at(-1)!;
+    expect(event).toMatchObject({ provider: 'openai', input_tokens: '9', output_tokens: '0', error_code: '' });
+    expect(Number(event.cost_usd)).toBeGreaterThan(0);
+  });
+
   it('a 200 whose body is an error is a failure of the route, not vectors: the same model elsewhere answers', async () => {
     embedA.always({ kind: 'status', status: 200, body: { error: { message: 'model overloaded', type: 'server_error' } } });
     const raw = await client().embeddings.create({ model: 'text-embedding-3-small', input: 'a', encoding_format: 'float' }).withResponse();

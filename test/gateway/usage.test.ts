@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { openAiCompatible } from '../../gateway/src/providers/openai-compatible';
 
-const usageOf = (body: unknown) => openAiCompatible.usage(Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)));
+const usageOf = (body: unknown) => openAiCompatible.usage(Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)), 'chat');
 
 describe('usage of a whole answer', () => {
   it('reads prompt and completion tokens, and a cost when the provider gives one', () => {
@@ -40,5 +40,11 @@ describe('usage of a whole answer', () => {
     expect(usageOf({ choices: [], usage: null })).toBeNull();
     expect(usageOf('upstream exploded')).toBeNull();
     expect(usageOf('{"usage": {"prompt_tokens": 3')).toBeNull();
+  });
+
+  it('reads a lone total_tokens as the input of embeddings only: for chat it mixes input and output', () => {
+    const body = Buffer.from(JSON.stringify({ data: [], usage: { total_tokens: 9 } }));
+    expect(openAiCompatible.usage(body, 'embeddings')).toEqual({ input_tokens: 9, output_tokens: 0 });
+    expect(openAiCompatible.usage(body, 'chat')).toBeNull();
   });
 });

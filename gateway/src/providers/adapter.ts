@@ -26,14 +26,18 @@ export interface OutboundRequest {
 export interface ProviderAdapter {
   request(route: RouteConfig, api: ApiKind, body: Record<string, unknown>, apiKey: string, idempotencyKey: string): OutboundRequest;
   /** Usage of a whole (non-streamed) response body, as the provider sent it. */
-  usage(body: Buffer): Usage | null;
+  usage(body: Buffer, api: ApiKind): Usage | null;
 }
 
-export function readUsage(u: unknown): Usage | null {
+/**
+ * `api`: for embeddings, which have no output, a lone `total_tokens` is the input (Voyage AI's
+ * answer carries nothing else); for the others it mixes input and output, so it is no usage.
+ */
+export function readUsage(u: unknown, api?: ApiKind): Usage | null {
   if (!u || typeof u !== 'object') return null;
   const x = u as Record<string, unknown>;
   const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
-  const input = num(x.prompt_tokens) ?? num(x.input_tokens);
+  const input = num(x.prompt_tokens) ?? num(x.input_tokens) ?? (api === 'embeddings' ? num(x.total_tokens) : undefined);
   const output = num(x.completion_tokens) ?? num(x.output_tokens);
   if (input === undefined && output === undefined) return null;
   const cost = num(x.cost) ?? num(x.total_cost);

@@ -76,11 +76,11 @@ export const openAiCompatible: ProviderAdapter = {
       body: JSON.stringify({ ...body, model: route.model }),
     };
   },
-  usage(body) {
+  usage(body, api) {
     const usage = usageObject(body);
-    if (usage !== undefined) return readUsage(usage);
+    if (usage !== undefined) return readUsage(usage, api);
     try {
-      return readUsage((JSON.parse(body.toString('utf8')) as { usage?: unknown } | null)?.usage);
+      return readUsage((JSON.parse(body.toString('utf8')) as { usage?: unknown } | null)?.usage, api);
     } catch {
       return null;
     }
