@@ -30,10 +30,16 @@ function isDate(value: unknown): value is Date {
   return Object.prototype.toString.call(value) === '[object Date]';
 }
 
-/** One sheet row as a CSV line: dates as RFC 3339 UTC, booleans as true/false, text neutralised. */
+/**
+ * One sheet row as a CSV line: dates as RFC 3339 UTC, booleans as true/false, text neutralised.
+ * A timestamp typed by hand as text that the meter reads as a date (`11/22/2026 10:00`, kept as text
+ * by a sheet whose locale puts the day first) is written as the instant the export dated it by:
+ * as typed, the archive would refuse the whole night's file.
+ */
 function rowToCsvLine(row: unknown[]): string {
   return EVENT_FIELDS.map((_, i) => {
     const v = row[i];
+    if (i === EVENT_AT.timestamp && typeof v === 'string' && !Number.isNaN(cellTime(v))) return formatTimestamp(new Date(cellTime(v)));
     if (isDate(v)) return formatTimestamp(v);
     if (typeof v === 'boolean') return v ? 'true' : 'false';
     return csvField(v);

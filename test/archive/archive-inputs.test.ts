@@ -165,6 +165,32 @@ describe('inputs', () => {
     expect(await report('export-daily', out)).toEqual([{ day: '2026-11-21', cost_usd: 3.15 }]);
     expect((await report('customers', out)).map((r) => r.customer_id).sort()).toEqual(['', '00123']);
   });
+
+  it('a timestamp typed by hand as text that the meter reads as a date goes into the nightly file as RFC 3339 UTC, and the file archives', async () => {
+    const platform = new FakePlatform();
+    platform.clock.set('2026-11-22T12:00:00Z');
+    const meter = loadBundle(platform);
+    meter.setup();
+    platform.properties.setProperty('SECRET_TOKEN', 't');
+    const events = [
+      { event_id: 'measured', timestamp: '2026-11-22T09:00:00Z', cost_usd: 2 },
+      { event_id: 'typed', timestamp: '2026-11-22T09:30:00Z', cost_usd: 80 },
+    ];
+    meter.doPost(webEvent({ token: 't' }, { events }));
+    // Typed in month/day order into a sheet whose locale reads day/month: Sheets keeps it as text,
+    // which the meter reads as 22 November (its spend counts the row on that day).
+    const tab = platform.spreadsheet.tab('events')!;
+    tab.data.find((r) => r[0] === 'typed')![EVENT_FIELDS.indexOf('timestamp')] = '11/22/2026 10:00';
+    platform.clock.set('2026-11-23T01:00:00Z');
+    expect(meter.exportArchive()).toMatch(/wrote 2 row\(s\) to events_2026-11-22\.csv/);
+    const [exported] = platform.drive.folders[0].files;
+    expect(exported.content.split('\r\n')[2]).toMatch(/^typed,2026-11-22T10:00:00\.000Z,/);
+    const file = join(scratch(), exported.name);
+    writeFileSync(file, exported.content);
+    const out = join(scratch(), 'arch');
+    await convert(file, { out });
+    expect(await report('export-daily', out)).toEqual([{ day: '2026-11-22', cost_usd: 82 }]);
+  });
 });
 
 describe('npm run archive:expire', () => {
