@@ -16,8 +16,12 @@ import { ABANDONED_MS } from './lock';
 
 /** A day file's name, as `npm run archive` writes it. */
 const DAY_FILE = /^events_(\d{8})(_\d+)?\.parquet$/;
-/** The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. */
-const PARTITION_DIR = /^(provider=.+|day=\d{8})$/;
+/**
+ * The folder names `archive --partition` makes: provider=<p>, and day=<yyyymmdd> inside it. The
+ * provider may be empty (a cell cleared by hand in the events tab): DuckDB writes `provider=`.
+ */
+const PROVIDER_DIR = /^provider=.*$/;
+const PARTITION_DIR = /^(provider=.*|day=\d{8})$/;
 /** A day file's copy beside its place, named for the run's process (never read as a day file). */
 const PART_FILE = /^events_\d{8}(_\d+)?\.parquet\.(\d+)\.part$/;
 
@@ -49,7 +53,7 @@ const subdirs = (dir: string, shape: RegExp) =>
     .map((e) => join(dir, e.name));
 
 /** The folders that hold day files in either layout. */
-const places = (root: string) => [root, ...subdirs(root, /^provider=.+$/).flatMap((p) => subdirs(p, /^day=\d{8}$/))];
+const places = (root: string) => [root, ...subdirs(root, PROVIDER_DIR).flatMap((p) => subdirs(p, /^day=\d{8}$/))];
 
 /** The archive's day files in either layout (none when the folder does not exist yet). */
 export function dayFiles(root: string): DayFile[] {

@@ -192,6 +192,24 @@ describe('npm run archive', () => {
     ]);
   });
 
+  it('partitioned, an event with an empty provider (its cell cleared by hand in the events tab) is counted, merged and expired like any other', async () => {
+    const out = join(scratch(), 'arch');
+    // The export writes the cleared cell as an empty field; the gateway never sends one (ingest makes it "unknown").
+    const input = csv([at('a', '2026-11-21T09:00:00Z', 1), at('b', '2026-11-21T10:00:00Z', 2)]);
+    writeFileSync(input, readFileSync(input, 'utf8').replace(/^(b,[^,]*,[^,]*,)openai,/m, '$1,'));
+    await convert(input, { out, partition: true });
+    await convert(input, { out, partition: true });
+    expect((await report('daily', out)).map((r) => [r.provider, r.cost_usd])).toEqual([
+      ['', 2],
+      ['openai', 1],
+    ]);
+    // The provider typed back in: the event moves to that folder, counted once.
+    await convert(csv([at('b', '2026-11-21T10:00:00Z', 2)]), { out, partition: true });
+    expect((await report('daily', out)).map((r) => [r.provider, r.cost_usd])).toEqual([['openai', 3]]);
+    expect(expireArchive(out, 1, new Date('2026-11-24T00:00:00Z')).removed).toHaveLength(1);
+    expect(readdirSync(out)).toEqual([]);
+  });
+
   it('reports a malformed row with its line and field, and leaves the archive as it was', async () => {
     const out = join(scratch(), 'arch');
     await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }]), { out });
