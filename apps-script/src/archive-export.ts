@@ -22,6 +22,7 @@ import type { Folder, MeterServices } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
 import { findRow } from './tabs';
 import { DAY_MS, parseUtcDay, utcDayStart } from './utc-day';
+import { MAX_UNDATED, readUndated, writeUndated } from './undated-rows';
 import { readWatermark, watermarkHolds, writeWatermark, type Watermark } from './watermark';
 
 const ARCHIVE_FOLDER_NAME = 'AI meter archive';
@@ -73,24 +74,54 @@ interface ExportPlan {
   out: unknown[][];
   /** The last row up to which everything is exported after this run, and its event. */
   watermark: Watermark;
+  /** Event ids of the undated rows at or above that watermark, not exported yet (undated-rows.ts). */
+  undated: string[];
   notes: string[];
 }
 
+/**
+ * Undated rows passed over earlier (above the watermark) whose date has been typed back since: due
+ * now when their day is over. Ids no longer in the tab (the row deleted by hand) are dropped.
+ */
+function datedSince(rows: unknown[][], upTo: number, pending: Set<string>, todayStart: number, aheadFrom: number): unknown[][] {
+  const due: unknown[][] = [];
+  const seen = new Set<string>();
+  for (let r = 2; r <= upTo && pending.size > 0; r++) {
+    const id = String(rows[r - 2][EVENT_AT.event_id]);
+    if (!pending.has(id)) continue;
+    seen.add(id);
+    const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
+    if (Number.isNaN(t) || (t >= todayStart && t <= aheadFrom)) continue; // still undated, or today's: a later night
+    due.push(rows[r - 2]);
+    pending.delete(id);
+  }
+  for (const id of [...pending]) if (!seen.has(id)) pending.delete(id);
+  return due;
+}
+
 /** Which rows to export and where the watermark ends, from the tab's rows (row 2 = index 0). */
-function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number): ExportPlan {
+function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number, undated: string[]): ExportPlan {
   const trusted = watermarkHolds(previous, rows);
   const startRow = trusted ? previous.row : 1;
   const todayStart = utcDayStart(nowMs);
   const aheadFrom = nowMs + CLOCK_SKEW_ALLOWANCE_MS;
-  const out: unknown[][] = [];
+  const pending = new Set(undated);
+  const out = datedSince(rows, startRow, pending, todayStart, aheadFrom);
+  const typedBack = out.length;
   let row = startRow;
   let waiting = false;
   let unreadable = 0;
   let ahead = 0;
   for (let r = startRow + 1; r <= rows.length + 1; r++) {
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
-    if (Number.isNaN(t)) unreadable++;
-    else if (t < todayStart) out.push(rows[r - 2]);
+    const id = String(rows[r - 2][EVENT_AT.event_id]);
+    if (!Number.isNaN(t)) pending.delete(id); // below the watermark (exported from the top): taken here
+    if (Number.isNaN(t)) {
+      unreadable++;
+      // Remembered, the watermark may pass it; past what can be remembered, it waits here.
+      if (!waiting && pending.size < MAX_UNDATED) pending.add(id);
+      else waiting = true;
+    } else if (t < todayStart) out.push(rows[r - 2]);
     else if (t > aheadFrom) {
       out.push(rows[r - 2]); // from the future: waiting for its day would hold the watermark for good
       ahead++;
@@ -99,13 +130,16 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   }
   const notes = [
     trusted ? '' : previous ? 'the previous watermark no longer matched its row (rows were moved by hand): exported from the top' : '',
-    unreadable ? `${unreadable} row(s) have no readable timestamp and were not exported` : '',
+    typedBack ? `${typedBack} row(s) passed over earlier for a timestamp that was not a date, dated since, were exported` : '',
+    unreadable
+      ? `${unreadable} row(s) have no readable timestamp and were not exported (correct them in the events tab: a later night exports them)`
+      : '',
     ahead
       ? `${ahead} row(s) stamped more than ${CLOCK_SKEW_ALLOWANCE_MS / 60_000} minutes in the future were exported now instead of waiting for their day (check the sender's clock)`
       : '',
   ].filter(Boolean);
   const eventId = row >= 2 ? String(rows[row - 2][EVENT_AT.event_id]) : '';
-  return { out, watermark: { row, eventId, exportedAt: new Date(nowMs).toISOString() }, notes };
+  return { out, watermark: { row, eventId, exportedAt: new Date(nowMs).toISOString() }, undated: [...pending], notes };
 }
 
 function freeName(folder: Folder, base: string): string {
@@ -130,6 +164,13 @@ function commitWatermark(svc: MeterServices, wm: Watermark): number {
   return row;
 }
 
+/** The watermark and, with it, the undated rows it passed that no file holds yet. */
+function commitExport(svc: MeterServices, wm: Watermark, undated: string[]): number {
+  const row = commitWatermark(svc, wm);
+  writeUndated(svc, undated);
+  return row;
+}
+
 /**
  * The export's claim (script property): the run that holds the export and since when, and the file
  * it is writing with the watermark that file leads to. One run at a time: a run that finds the
@@ -151,6 +192,8 @@ interface Claim {
   /** The file being written and the watermark it leads to: due when the file is in the folder. */
   file?: string;
   watermark?: Watermark;
+  /** The undated rows' ids that go with that watermark. */
+  undated?: string[];
 }
 
 function readClaim(svc: MeterServices): Claim | null {
@@ -173,7 +216,7 @@ function takeClaim(svc: MeterServices, run: string, nowMs: number): { holder: Cl
   const claim = readClaim(svc);
   if (claim?.run && typeof claim.since === 'number' && Math.abs(nowMs - claim.since) < CLAIM_MS)
     return { holder: { ...claim, since: claim.since } };
-  writeClaim(svc, { run, since: nowMs, file: claim?.file, watermark: claim?.watermark });
+  writeClaim(svc, { run, since: nowMs, file: claim?.file, watermark: claim?.watermark, undated: claim?.undated });
   return { left: claim };
 }
 
@@ -183,7 +226,7 @@ function finishLeft(svc: MeterServices, run: string, nowMs: number, left: Claim 
   let note = '';
   if (left.watermark && archiveFolder(svc).getFilesByName(left.file).hasNext()) {
     const watermark = left.watermark;
-    withScriptLock(svc, () => commitWatermark(svc, watermark), MAINTENANCE_LOCK_MS);
+    withScriptLock(svc, () => commitExport(svc, watermark, left.undated ?? []), MAINTENANCE_LOCK_MS);
     note = `finished the previous run (${left.file} was written, its watermark not moved); `;
   }
   writeClaim(svc, { run, since: nowMs });
@@ -194,7 +237,7 @@ function finishLeft(svc: MeterServices, run: string, nowMs: number, left: Claim 
 function letGo(svc: MeterServices, run: string): void {
   try {
     const claim = readClaim(svc);
-    if (claim?.run === run) writeClaim(svc, { file: claim.file, watermark: claim.watermark });
+    if (claim?.run === run) writeClaim(svc, { file: claim.file, watermark: claim.watermark, undated: claim.undated });
   } catch {
     // Properties failed too: the claim runs out by itself.
   }
@@ -204,20 +247,20 @@ function exportRows(svc: MeterServices, run: string, nowMs: number, left: Claim 
   const earlier = finishLeft(svc, run, nowMs, left);
   const plan = withScriptLock(
     svc,
-    () => planExport(readAllRows(getEventsSheet(svc.spreadsheet)), readWatermark(svc), nowMs),
+    () => planExport(readAllRows(getEventsSheet(svc.spreadsheet)), readWatermark(svc), nowMs, readUndated(svc)),
     MAINTENANCE_LOCK_MS,
   );
   let file: string | null = null;
   if (plan.out.length > 0) {
     const folder = archiveFolder(svc);
     file = freeName(folder, `events_${new Date(utcDayStart(nowMs) - DAY_MS).toISOString().slice(0, 10)}`);
-    writeClaim(svc, { run, since: nowMs, file, watermark: plan.watermark });
+    writeClaim(svc, { run, since: nowMs, file, watermark: plan.watermark, undated: plan.undated });
     folder.createFile(file, rowsToCsv(plan.out), 'text/csv');
   }
   const watermark = withScriptLock(
     svc,
     () => {
-      const row = commitWatermark(svc, plan.watermark);
+      const row = commitExport(svc, plan.watermark, plan.undated);
       svc.properties.deleteProperty(CLAIM_PROPERTY);
       return row;
     },

@@ -20,6 +20,7 @@ import { finishJournal, interruptedRun, startJournal } from './retention-journal
 import type { MeterServices, Sheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
 import { DAY_MS, utcDayStart } from './utc-day';
+import { readUndated } from './undated-rows';
 import { readWatermark, watermarkHolds, type Watermark } from './watermark';
 
 const DEFAULT_RETENTION_DAYS = 30;
@@ -72,7 +73,7 @@ function retainUnderLock(svc: MeterServices, cutoffMs: number, cutoff: string): 
         : `nothing deleted: no archive export has run yet; ${old} old row(s) wait for exportArchive`,
     );
   }
-  const split = splitRows(rows, cutoffMs, wm.row);
+  const split = splitRows(rows, cutoffMs, wm.row, new Set(readUndated(svc)));
   const { deleted, keptUnexported } = split;
   const why = keptUnexported ? `; kept ${keptUnexported} old row(s) the archive export has not taken yet` : '';
   if (deleted === 0) return finish(0, keptUnexported, `no rows older than ${cutoff}${why}`);
@@ -87,15 +88,18 @@ interface SplitRows {
   firstDeleted: number;
 }
 
-/** The rows that stay, and how many go: old and exported (at or above the watermark's row). */
-function splitRows(rows: unknown[][], cutoffMs: number, wmRow: number): SplitRows {
+/**
+ * The rows that stay, and how many go: old and exported (at or above the watermark's row, and not
+ * a row the export passed over undated whose date was typed back since: undated-rows.ts).
+ */
+function splitRows(rows: unknown[][], cutoffMs: number, wmRow: number, undated: Set<string>): SplitRows {
   const keep: unknown[][] = [];
   let deleted = 0;
   let keptUnexported = 0;
   let firstDeleted = -1;
   rows.forEach((row, i) => {
     const old = cellTime(row[EVENT_AT.timestamp]) < cutoffMs; // NaN compares false: unreadable rows stay
-    if (old && i + 2 <= wmRow) {
+    if (old && i + 2 <= wmRow && !undated.has(String(row[EVENT_AT.event_id]))) {
       deleted++;
       if (firstDeleted < 0) firstDeleted = i;
       return;

@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { CSV_HEADER } from '../../schema/event-record';
 import { SHEETS_CALL, SHEETS_TIMEOUT } from './fakes/calls';
 import { callJson, webEvent, type FakePlatform, type FakeTextOutput } from './fakes/platform';
-import { SECRET, freshMeter, post } from './maintenance-setup';
+import { SECRET, dataRows, eventsTab, freshMeter, post } from './maintenance-setup';
+import { EVENT_FIELDS } from '../../schema/event-record';
 
 function csvOf(platform: FakePlatform) {
   const folder = platform.drive.folders[0];
@@ -38,6 +39,38 @@ describe('exportArchive and doGet export', () => {
         .map((l) => l.split(',')[0]),
     ).toEqual(['today1', 'd2']);
     expect(meter.exportArchive()).toMatch(/no rows to export/);
+  });
+
+  it('a row passed over for its undated timestamp, once its date is typed back, goes into the next file; retention never deletes it unexported', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, {
+      events: [
+        { event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' },
+        { event_id: 'typed', timestamp: '2026-11-21T11:00:00Z', cost_usd: 80 },
+        { event_id: 'd2', timestamp: '2026-11-21T12:00:00Z' },
+      ],
+    });
+    const at = EVENT_FIELDS.indexOf('timestamp');
+    const row = () => dataRows(eventsTab(platform)).find((r) => r[0] === 'typed')!;
+    // Typed in another locale's order: Sheets keeps it as text, which reads as no date.
+    row()[at] = '21/11/2026 11:00';
+    platform.clock.set('2026-11-22T01:00:00Z');
+    expect(meter.exportArchive()).toMatch(/wrote 2 row\(s\).*1 row\(s\) have no readable timestamp/);
+    // The operator corrects it, as the meter asks; then the nights and retention go on.
+    row()[at] = new Date('2026-11-21T11:00:00Z');
+    platform.clock.set('2026-12-23T02:00:00Z');
+    meter.applyRetention();
+    expect(dataRows(eventsTab(platform)).map((r) => r[0])).toContain('typed');
+    platform.clock.set('2026-12-23T03:00:00Z');
+    expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\)/);
+    expect(
+      csvOf(platform)[1]
+        .lines.slice(1)
+        .map((l) => l.split(',')[0]),
+    ).toEqual(['typed']);
+    expect(meter.exportArchive()).toMatch(/no rows to export/);
+    meter.applyRetention();
+    expect(dataRows(eventsTab(platform))).toEqual([]);
   });
 
   it('doGet?action=export serves the CSV of events on or after a UTC day', () => {
