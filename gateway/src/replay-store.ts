@@ -57,12 +57,13 @@ type Entry =
   | { kind: 'answered'; fingerprint: string; answer: StoredAnswer; expiresAt: number; bytes: number }
   | { kind: 'not_kept'; fingerprint: string; notKept: NotKept; expiresAt: number; bytes: number };
 
-/** The in-process store's memory budget: beyond it the oldest entries go first. */
+/** The in-process store's memory budget: beyond it the oldest answers go first. */
 const MEMORY_REPLAY_BYTES = 64 * 1024 * 1024;
 
 /**
  * In process: one gateway only, gone on restart. Bounded by a byte budget (answers are up to a
- * MiB each and kept a day), the oldest entries dropped first; expired entries are dropped as met.
+ * MiB each and kept a day), the oldest answers dropped first (a claim still running is kept);
+ * expired entries are dropped as met.
  */
 export class MemoryReplayStore implements ReplayStore {
   private readonly entries = new Map<string, Entry>();
@@ -130,14 +131,18 @@ export class MemoryReplayStore implements ReplayStore {
     return null;
   }
 
-  /** Stores an entry as the newest, then drops the oldest while over budget. */
+  /**
+   * Stores an entry as the newest, then drops the oldest answers while over budget. A running
+   * claim is never dropped for room: it is a few bytes, ends with its lease, and dropping it let a
+   * repeat of a request still running (another tenant's answers having filled the budget) run twice.
+   */
   private put(key: string, entry: Entry): void {
     this.drop(key);
     this.entries.set(key, entry);
     this.bytes += entry.bytes;
-    for (const [oldest] of this.entries) {
+    for (const [oldest, e] of this.entries) {
       if (this.bytes <= this.budget || oldest === key) break;
-      this.drop(oldest);
+      if (e.kind !== 'running' || e.expiresAt <= this.now()) this.drop(oldest);
     }
   }
 

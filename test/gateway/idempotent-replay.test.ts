@@ -267,6 +267,32 @@ describe('idempotent replay: limits (in process)', () => {
     expect(hot.received).toHaveLength(1);
   });
 
+  it("another tenant's answers filling the store do not free a request still running: its repeat gets 409, the provider one call", async () => {
+    // A budget of a few answers: the default's 64 MiB is some 64 answers of 1 MiB, cheap embeddings.
+    const gw = await startGateway(mapOf([hot.url]), { replay: { store: new MemoryReplayStore(3000) } });
+    stops.push(gw.close);
+    hot.next({ kind: 'hang' }); // acme's first request: received, still being answered
+    const acme = { 'x-customer-id': 'acme', 'idempotency-key': 'invoice-7' };
+    const hangUp = new AbortController();
+    const first = fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...acme },
+      body: JSON.stringify(BODY),
+      signal: hangUp.signal,
+    }).catch(() => undefined);
+    await until(async () => hot.received.length === 1);
+    for (let i = 0; i < 10; i++) {
+      const other = await chat(gw.url, BODY, { 'x-customer-id': 'beta', 'idempotency-key': `beta-${i}` });
+      expect(other.status).toBe(200);
+    }
+    const again = await chat(gw.url, BODY, acme);
+    hangUp.abort();
+    await first;
+    expect(again.status).toBe(409);
+    expect(again.json().error.code).toBe('idempotency_key_in_flight');
+    expect(hot.received).toHaveLength(11); // acme's once, beta's ten
+  });
+
   it('a provider 4xx is kept and replayed, as the first request got it', async () => {
     const gw = await startGateway(mapOf([hot.url]), { replay: { store: new MemoryReplayStore() } });
     stops.push(gw.close);
