@@ -131,34 +131,51 @@ function parsedUrl(text: string): URL | null {
 
 /**
  * What is wrong with a baseUrl, or null. The API path is appended to it, so after a query it went
- * into the query; credentials were dropped unsaid (and are a secret, never shown).
+ * into the query; credentials were dropped unsaid (and are a secret, never shown). `shown` is how
+ * the message quotes it: a value from the environment is named by its `${NAME}`, not shown (a
+ * provider key put in the endpoint's variable, a proxy's token in a query: secrets in the start log).
  */
-function baseUrlProblem(text: string): string | null {
+function baseUrlProblem(text: string, shown: string): string | null {
   const url = parsedUrl(text);
   if (url?.username || url?.password) return 'expected an http(s) URL without credentials (keys come from the environment)';
-  if (!url || !/^https?:$/.test(url.protocol)) return `expected an http(s) URL, got "${text}"`;
+  if (!url || !/^https?:$/.test(url.protocol)) return `expected an http(s) URL, got ${shown}`;
   if (url.search || url.hash || /[?#]/.test(text))
-    return `expected an http(s) URL without a query or fragment (the API path is appended), got "${text}"`;
+    return `expected an http(s) URL without a query or fragment (the API path is appended), got ${shown}`;
   return null;
+}
+
+/** A baseUrl as a message quotes it: as written, or, when it takes `${NAME}`s, by their names alone. */
+function quotedBaseUrl(written: unknown, text: string): string {
+  if (typeof written !== 'string' || !written.match(REF)) return `"${text}"`;
+  return written === written.match(REF)![0]
+    ? `the value of ${written} (not shown)`
+    : `"${written}" with its \${NAME}s filled in (not shown)`;
+}
+
+/** The routes of a tier, as the map has them (anything, before zod). */
+function routesOf(map: unknown, tier: 'hot' | 'warm'): unknown[] {
+  const routes = map && typeof map === 'object' ? (map as Record<string, unknown>)[tier] : undefined;
+  return Array.isArray(routes) ? routes : [];
 }
 
 /**
  * The checks zod does not make (ids unique over both tiers, a baseUrl that is a plain http(s) URL),
- * made on the map as read, so a map zod refuses has these problems named in the same read.
+ * made on the map as read, so a map zod refuses has these problems named in the same read. `written`:
+ * the map before its `${NAME}`s were filled in (what messages quote).
  */
-function routeProblems(map: unknown): Problem[] {
+function routeProblems(map: unknown, written: unknown): Problem[] {
   const problems: Problem[] = [];
   const ids = new Set<string>();
   for (const tier of ['hot', 'warm'] as const) {
-    const routes = map && typeof map === 'object' ? (map as Record<string, unknown>)[tier] : undefined;
-    if (!Array.isArray(routes)) continue;
-    routes.forEach((r: unknown, i) => {
+    const unfilled = routesOf(written, tier);
+    routesOf(map, tier).forEach((r: unknown, i) => {
       if (!r || typeof r !== 'object') return;
       const { id, baseUrl } = r as { id?: unknown; baseUrl?: unknown };
       const name = typeof id === 'string' ? id : `${tier}-${i + 1}`;
       if (ids.has(name)) problems.push([`${tier}[${i}].id`, `"${name}" is already the id of another route`]);
       ids.add(name);
-      const wrong = typeof baseUrl === 'string' ? baseUrlProblem(baseUrl) : null;
+      const asWritten = (unfilled[i] as { baseUrl?: unknown } | undefined)?.baseUrl;
+      const wrong = typeof baseUrl === 'string' ? baseUrlProblem(baseUrl, quotedBaseUrl(asWritten, baseUrl)) : null;
       if (wrong) problems.push([`${tier}[${i}].baseUrl`, wrong]);
     });
   }
@@ -187,7 +204,7 @@ function checkMap(text: string, file: string, env: NodeJS.ProcessEnv): { map: Ro
   if (!parsed.success) problems.push(...parsed.error.issues.map((i): Problem => [jsonPath(i.path), i.message]));
   // One line per path: a path already named (an unset ${NAME}, an empty baseUrl) is not named again.
   const named = new Set(problems.map(([path]) => path));
-  problems.push(...routeProblems(resolved).filter(([path]) => !named.has(path)));
+  problems.push(...routeProblems(resolved, raw).filter(([path]) => !named.has(path)));
   if (problems.length) throw new ConfigError(problems.map(([path, what]) => `${file}: ${path}: ${what}`).join('\n'));
   return { map: parsed.data!, refs: [...used] };
 }

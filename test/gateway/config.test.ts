@@ -418,6 +418,24 @@ describe('npm start', () => {
     expect(err).not.toContain('sk-hot-secret');
   });
 
+  // A provider key put in the endpoint's variable by mistake, a proxy's token in a query: the refusal
+  // names the ${NAME} that holds it, as it names a bad key, and the start log never shows its value.
+  it('refuses a baseUrl taken from the environment naming its ${NAME}, never showing the value', async () => {
+    const [code, err] = await started({
+      ROUTES_FILE: join(root, 'routes.prod.json'),
+      HOT_BASE_URL: 'sk-proj-swapped-with-the-url',
+      HOT_BASE_URL_2: 'https://proxy.example.com/v1?token=proxy-secret',
+      METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'start-')), 'e.csv'),
+    });
+    expect(code).toBe(1);
+    expect(err).toContain('hot[0].baseUrl: expected an http(s) URL, got the value of ${HOT_BASE_URL} (not shown)');
+    expect(err).toContain(
+      'hot[1].baseUrl: expected an http(s) URL without a query or fragment (the API path is appended), got the value of ${HOT_BASE_URL_2} (not shown)',
+    );
+    expect(err).not.toContain('sk-proj-swapped');
+    expect(err).not.toContain('proxy-secret');
+  });
+
   it('names every problem of the map and of the environment against it in one start', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');
