@@ -21,6 +21,7 @@
  */
 import { createHash } from 'node:crypto';
 import { canonicalJson } from './canonical-json';
+import type { TokensKey } from './key-policy';
 import type { ApiKind } from './request-context';
 
 export const QUEUE_NAME = 'ai-tasks';
@@ -68,6 +69,12 @@ export interface ColdPayload {
   userId: string;
   jobId: string;
   customerId: string;
+  /**
+   * The client key whose `--tpm` the job's answer counts against (its id and limit; absent: no key,
+   * or one without `--tpm`): a client that sends a time-to-answer no route can meet, so that its
+   * requests go through the queue, does not escape its limit.
+   */
+  tokensKey?: TokensKey;
   jobType: string;
   /** Why it was queued: all_failed, time_to_answer, budget_queue, human_review. */
   reason: string;

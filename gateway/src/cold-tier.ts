@@ -41,6 +41,7 @@ function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false
     userId: ctx.userId,
     jobId: ctx.jobId,
     customerId: ctx.customerId,
+    tokensKey: ctx.clientKey?.tpm ? { id: ctx.clientKey.id, tpm: ctx.clientKey.tpm } : undefined,
     jobType: ctx.jobType,
     reason,
     reviewRequired,

@@ -33,8 +33,11 @@ export function keyRefusal(key: ClientKey, model: string, customerHeader: string
   return null;
 }
 
+/** What counting tokens against a key's `--tpm` needs of it: all a queued job keeps of its key (cold-queue.ts). */
+export type TokensKey = Pick<ClientKey, 'id' | 'tpm'>;
+
 const requestsCounter = (key: ClientKey) => `key:${key.id}:requests`;
-const tokensCounter = (key: ClientKey) => `key:${key.id}:tokens`;
+const tokensCounter = (key: Pick<ClientKey, 'id'>) => `key:${key.id}:tokens`;
 
 function over(retryAfterS: number, code: string, message: string): Admission {
   return { kind: 'reject', status: 429, retryAfterS, code, message };
@@ -61,7 +64,7 @@ export const keyRequests = (key: ClientKey | undefined): KeyRequests | undefined
 export const overKeyRequests = (key: ClientKey, retryAfterS: number): Admission =>
   over(retryAfterS, 'key_requests_per_minute', `API key ${key.id} is over its limit of ${key.rpm} requests per minute`);
 
-/** Counts an answer's tokens against its key's tokens per minute (off the request path). */
-export function spendKeyTokens(limiter: Limiter, key: ClientKey | undefined, tokens: number): void {
+/** Counts an answer's tokens against its key's tokens per minute (off the request path): a live request's, or a queued job's. */
+export function spendKeyTokens(limiter: Limiter, key: TokensKey | undefined, tokens: number): void {
   if (key?.tpm && tokens > 0) void limiter.countWindow(tokensCounter(key), tokens).catch(() => undefined);
 }

@@ -20,7 +20,7 @@ import { ConfigError } from './errors';
 import { unmatchedKills, unmatchedKillsWarning, type FlagStore } from './flags';
 import { FleetBreakers } from './fleet-breakers';
 import { startClientAuth } from './key-guard';
-import { spendKeyTokens } from './key-policy';
+import { spendKeyTokens, type TokensKey } from './key-policy';
 import { keyResolver, missingKeys } from './keys';
 import { createMeterSink, type MeterSink } from './meter-sink';
 import { noticeWindowsFor, Notifier } from './notify';
@@ -367,6 +367,7 @@ function coldWorker(
     skipWhilePaused,
     log,
     ownership: ownership ?? undefined,
+    onTokens: (key: TokensKey | undefined, tokens: number) => spendKeyTokens(stores.limiter, key, tokens),
     ...options.cold,
   };
   const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;

@@ -26,6 +26,7 @@ import type { BullColdQueue } from './cold-queue-redis';
 import { Deadline } from './deadline';
 import type { Failover } from './failover';
 import type { Flags, FlagStore } from './flags';
+import type { TokensKey } from './key-policy';
 import { parseJson } from './json-object';
 import type { Answer, ClientError, Exhausted } from './outcome';
 import { refusalBody, wholeAnswer } from './relay';
@@ -64,6 +65,8 @@ export interface WorkerDeps {
   lockMs?: number;
   /** Makes the answers of queued Responses requests their tenant's (absent: nothing recorded). */
   ownership?: ResponseOwnership;
+  /** Counts a job's answer's tokens against the `--tpm` of the key that queued it (absent: not counted). */
+  onTokens?: (key: TokensKey | undefined, tokens: number) => void;
 }
 
 interface JobResult {
@@ -140,7 +143,7 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: Wor
     outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, priorAttempts: outcome.attempts });
   }
   if (outcome.kind === 'exhausted') throw notAnswered(outcome, deferred, deps, { flags, skip, stopping });
-  return jobResult(outcome, ctx, deps);
+  return jobResult(outcome, ctx, deps, payload.tokensKey);
 }
 
 /** The request a queued job runs: whole, with the job's time per attempt, an answer a must. */
@@ -176,12 +179,13 @@ function notAnswered(
 }
 
 /** The job's result from a provider's answer (its event on disk first), or the end of a job the provider refused. */
-async function jobResult(outcome: Answer | ClientError, ctx: RequestContext, deps: WorkerDeps): Promise<JobResult> {
+async function jobResult(outcome: Answer | ClientError, ctx: RequestContext, deps: WorkerDeps, key?: TokensKey): Promise<JobResult> {
   let text = outcome.upstream.body?.toString('utf8') ?? '';
   let body: unknown;
   if (outcome.kind === 'answer') {
     const whole = wholeAnswer(outcome);
     outcome.settle({ ok: true, usage: whole.usage });
+    if (whole.usage) deps.onTokens?.(key, whole.usage.input_tokens + whole.usage.output_tokens);
     text = whole.body.toString();
     body = parseJson(text);
     // The response's owner stored before the client can read its id from the job.

@@ -67,6 +67,32 @@ describe('work belongs to its tenant', () => {
     expect((await getJob(url, id)).status).toBe(401);
   });
 
+  it("a key's --tpm counts the tokens of its queued jobs too: sending x-time-to-answer-ms: 1 to go through the Cold queue does not escape it", async () => {
+    const gw = await listenStack(w.env, { http: true, worker: true });
+    try {
+      const { key } = await w.makeKey('acme', '--tpm', '20');
+      // A time-to-answer no route can meet queues the request; the worker answers it (17 tokens each).
+      const viaCold = (n: number) =>
+        client(gw.url, key)
+          .chat.completions.create(
+            { model: 'gpt-4o-mini', messages: [{ role: 'user', content: `essay ${n}` }] },
+            { headers: { 'x-time-to-answer-ms': '1' } },
+          )
+          .withResponse();
+      for (const n of [1, 2]) {
+        const queued = await viaCold(n);
+        expect(queued.response.status).toBe(202);
+        await until(async () => ((await (await getJob(gw.url, jobIdOf(queued), key)).json()) as { state: string }).state === 'completed');
+      }
+      expect(w.hot.received).toHaveLength(2); // 34 tokens: over the key's 20
+      expect(await refusal(viaCold(3))).toMatchObject({ status: 429, code: 'key_tokens_per_minute' });
+      expect(await refusal(ask(gw.url, key))).toMatchObject({ status: 429, code: 'key_tokens_per_minute' });
+      expect(w.hot.received).toHaveLength(2);
+    } finally {
+      await gw.stop();
+    }
+  });
+
   it('ids not of the gateway shape answer 400 in OpenAI shape, never a store error (open and keys)', async () => {
     const open = await listenStack({ ...w.env, GATEWAY_AUTH: 'open' });
     const keyed = await w.up();
