@@ -241,6 +241,29 @@ describe('phone bridge: the call path', () => {
     expect(record!.est_audio_cost_usd).toBeCloseTo(billed, 6);
   });
 
+  it('an answer still being said when the caller hangs up is metered and counted: its usage is asked for before the session closes', async () => {
+    s = await bridgeStack();
+    s.realtime.chunkBytes = 160;
+    s.realtime.paceMs = 20; // the model speaks in real time: the answer is still coming at the hang-up
+    s.realtime.brain = brain({ turns: [{ audio: assistantAudio(6000), transcript: 'A long answer' }] });
+    const call = await s.twilio.call('CA0006');
+    await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    const heardBefore = call.receivedBytes;
+    speak(call, 400);
+    await until(call, 'frame', () => call.receivedBytes >= heardBefore + 4000, 'half a second of the answer sent');
+    call.hangUp();
+    const { record } = await s.endOf('CA0006');
+    // Two responses the API bills (the greeting, the answer cut by the hang-up): two meter events, two turns.
+    const events = s.meterEvents.filter((e) => e.job_id === 'CA0006');
+    expect(events).toHaveLength(2);
+    expect(events[1]).toMatchObject({ error_code: 'CANCELLED' });
+    expect(events[1].cost_usd!).toBeGreaterThan(0);
+    expect(record).toMatchObject({ turns: 2, ended_reason: 'caller_hangup' });
+    expect(record!.est_audio_cost_usd).toBeCloseTo(events[0].cost_usd! + events[1].cost_usd!, 6);
+    expect(s.realtime.conns).toHaveLength(1); // no new session for a call that is over
+  });
+
   it('a booking still under way when the caller hangs up is recorded as a booking once the target answers, past 5 s too', async () => {
     s = await bridgeStack();
     const args = BOOKING;

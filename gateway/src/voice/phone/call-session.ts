@@ -49,6 +49,8 @@ import { cleanUsage, type Usage } from './usage';
 const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const CLOSING_LIMIT_MS = 10_000;
 const STOP_WAIT_MS = 10_000;
+/** How long an ended call waits for the response.done of the answer it cancelled (the API answers a cancel at once). */
+const SETTLE_WAIT_MS = 2_000;
 /**
  * How long an ended call's record waits for its function calls: the workflow's own bound (3
  * attempts of 15 s, 1.5 s between them), so a booking that succeeds after the caller hung up is
@@ -104,6 +106,8 @@ export class CallSession {
   private failure: string | null = null;
   private warnedNoLogprobs = false;
   private ended: Promise<void> | null = null;
+  /** The response under way when the call ended, cancelled: its response.done ends the wait. */
+  private settling: { id: string; done: () => void } | null = null;
   private stopTimer: NodeJS.Timeout | null = null;
   /** Keypad entries given to the model so far: each one's item id. */
   private keyEntries = 0;
@@ -325,6 +329,8 @@ export class CallSession {
   }
 
   private onRealtime(e: RealtimeServerMessage): void {
+    // An ended call only waits for what the response it cancelled cost (settle).
+    if (this.phase === 'ended' && e.type !== 'response.done') return;
     switch (e.type) {
       case 'response.output_audio.delta':
         return this.audioOut(e);
@@ -436,20 +442,30 @@ export class CallSession {
   private async responseDone(r: RealtimeResponse | undefined): Promise<void> {
     const id = String(r?.id ?? '');
     if (this.responding === id) this.responding = null;
+    if (this.phase === 'ended') {
+      // Only what it cost: the conversation is over, nothing more is asked of it.
+      this.meterResponse(r, id);
+      return this.settling?.id === id ? this.settling.done() : undefined;
+    }
     this.results.responseDone(id);
     this.spoken.responseDone(r);
+    this.meterResponse(r, id);
+    if (this.closing && id === this.closing.id) this.closingDone(r);
+    if (this.consentLine?.id === id) this.consentDone(r);
+    else if (r?.status === 'failed' && !this.voiced.has(id)) this.answerFailed(r);
+    else if (this.voiced.has(id)) this.failedAnswers = 0;
+    this.own.done();
+    await this.deliver(id);
+  }
+
+  /** A response done: its turn and cost to the guard, one event to the meter. */
+  private meterResponse(r: RealtimeResponse | undefined, id: string): void {
     const usage = this.usageOf(r);
     this.feed.event({ type: 'assistant.response.done', ...(usage ? { usage } : {}) });
     const { config, provider, tenant } = this.deps;
     const latencyMs = this.timing.responseDone(id);
     const facts = { config, provider, tenant, callId: this.callSid, response: r, usage, latencyMs, confidence: this.lastConfidence };
     this.deps.meter.send(responseEvent(facts));
-    if (this.closing && id === this.closing.id) this.closingDone(r);
-    if (this.consentLine?.id === id) this.consentDone(r);
-    else if (r?.status === 'failed' && !this.voiced.has(id)) this.answerFailed(r);
-    else if (this.voiced.has(id)) this.failedAnswers = 0;
-    if (this.phase !== 'ended') this.own.done();
-    await this.deliver(id);
   }
 
   /** A response's function results, once all are in; with no session ready, they wait for the next one. */
@@ -475,6 +491,7 @@ export class CallSession {
   }
 
   private lost(why: string): void {
+    if (this.phase === 'ended') return this.settling?.done(); // its socket failed while settling: nothing more to wait for
     this.failure = why;
     // Closing: a line not yet generated never will be (the wait ends); one generated plays on
     // from Twilio to its end, the hang-up after it.
@@ -633,6 +650,24 @@ export class CallSession {
     if (this.closing?.generated && this.playback.drained()) this.closing.done();
   }
 
+  /**
+   * A response still under way when the call ends (the caller hung up over an answer) is cancelled
+   * and its `response.done` awaited, briefly: that event carries the usage the API bills for it,
+   * so it reaches the meter and the guard like every other response; closing the socket on it
+   * left its cost unseen, in the call record too.
+   */
+  private async settle(): Promise<void> {
+    const id = this.responding;
+    if (id === null || !this.rt.isReady) return;
+    this.rt.noRetry();
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, SETTLE_WAIT_MS);
+      this.settling = { id, done: () => (clearTimeout(timer), resolve()) };
+      this.rt.send({ type: 'response.cancel' });
+    });
+    this.settling = null;
+  }
+
   /** Twilio ends the stream after a redirect or completion; if it never says so, end anyway. */
   private awaitStop(): void {
     this.stopTimer ??= setTimeout(() => void this.finish(this.reason ?? 'completed'), STOP_WAIT_MS);
@@ -646,10 +681,11 @@ export class CallSession {
     this.keypad.close();
     if (this.stopTimer) clearTimeout(this.stopTimer);
     this.closing?.done();
-    this.rt.close();
     this.spoken.flush();
     this.heard.flush('the call ended first');
     if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
+    await this.settle();
+    this.rt.close();
     await this.feed.flush();
     await this.functions.idle(reason === 'shutdown' ? FUNCTIONS_WAIT_AT_SHUTDOWN_MS : FUNCTIONS_WAIT_MS);
     await Promise.all(this.tagging);

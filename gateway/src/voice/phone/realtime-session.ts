@@ -80,6 +80,11 @@ export class RealtimeSession {
     if (this.ready) this.link!.send(event);
   }
 
+  /** The call is over: should the socket fail now, no other is opened (the session ends, `onLost`). */
+  noRetry(): void {
+    this.retried = true;
+  }
+
   close(): void {
     this.closed = true;
     this.ready = false;
