@@ -211,3 +211,33 @@ describe('phone bridge: a function result across a realtime reconnect', () => {
     expect((await s.endOf('CA0306')).record).toMatchObject({ outcome: 'booking' });
   });
 });
+
+describe('phone bridge: the cost of an answer lost with its session', () => {
+  it('an answer under way when the session drops is metered (unpriced: its usage went with the socket) and billed by the guard at the estimate of its audio', async () => {
+    s = await bridgeStack();
+    s.realtime.chunkBytes = 160;
+    s.realtime.paceMs = 20; // the answer is still coming when the session drops
+    s.realtime.brain = brain({ turns: [{ audio: assistantAudio(6000), transcript: 'A long answer' }] });
+    const call = await s.twilio.call('CAR20');
+    const conn = s.realtime.conns[0] ?? (await until<RtConn>(s.realtime, 'connection'));
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    const heardBefore = call.receivedBytes;
+    speak(call, 400);
+    await until(call, 'frame', () => call.receivedBytes >= heardBefore + 8000, 'a second of the answer sent');
+    conn.drop();
+    const next = await until<RtConn>(s.realtime, 'connection');
+    await serverEvent(next, 'response.done'); // the new session is asked for the answer again
+    call.hangUp();
+    const { record } = await s.endOf('CAR20');
+    const events = s.meterEvents.filter((e) => e.job_id === 'CAR20');
+    const lost = events.filter((e) => e.cost_usd === null);
+    expect(lost).toHaveLength(1);
+    expect(lost[0].error_code).toBe('FAILED|UNPRICED');
+    // The guard counts it as a turn, billed at the estimate of the second and more of its audio the caller was sent.
+    const priced = events.filter((e) => e.cost_usd !== null).reduce((a, e) => a + e.cost_usd!, 0);
+    const st = (await s.voice.get('CAR20'))!.state;
+    expect(record!.turns).toBe(events.length);
+    expect(record!.est_audio_cost_usd).toBeGreaterThan(priced + (1000 / 50) * (s.config.spend_guard.audio_out_per_million / 1e6) * 0.99);
+    expect(st.turns).toBe(events.length);
+  });
+});

@@ -183,7 +183,7 @@ export class CallSession {
     this.results = new FunctionOutputs((e) => this.rt.send(e));
     this.rt.onEvent = (e) => this.onRealtime(e);
     this.rt.onReady = (first) => this.ready(first);
-    this.rt.onLost = (why) => this.lost(why);
+    this.rt.onLost = (why) => (this.responseLost(), this.lost(why));
     // Counted as the model gets it: audio held through a reconnect that fails is never billed.
     this.rt.onAudioSent = (bytes) => this.feed.frame('user', bytes);
     this.rt.start();
@@ -255,7 +255,7 @@ export class CallSession {
   private ready(first: boolean): void {
     if (!first) {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
-      this.responding = null;
+      this.responseLost();
       this.timing.reset();
       // Function results the model has not answered go to the new conversation (results began it
       // as it was given the history), those of calls whose response the lost session never finished too.
@@ -466,6 +466,19 @@ export class CallSession {
     const latencyMs = this.timing.responseDone(id);
     const facts = { config, provider, tenant, callId: this.callSid, response: r, usage, latencyMs, confidence: this.lastConfidence };
     this.deps.meter.send(responseEvent(facts));
+  }
+
+  /**
+   * The response under way on a session that is gone never reports its usage (its response.done
+   * went with the socket), though the API bills what it generated: it is metered without a price
+   * (UNPRICED) and given to the guard as a response without usage, which bills it at the estimate
+   * of the audio since the response before it, so neither the meter nor the per-call cap misses it.
+   */
+  private responseLost(): void {
+    const id = this.responding;
+    if (id === null) return;
+    this.responding = null;
+    this.meterResponse({ id, status: 'failed' } as RealtimeResponse, id);
   }
 
   /** A response's function results, once all are in; with no session ready, they wait for the next one. */
@@ -685,6 +698,7 @@ export class CallSession {
     this.heard.flush('the call ended first');
     if (this.ws.readyState === WebSocket.OPEN) this.ws.close(1000);
     await this.settle();
+    this.responseLost(); // not settled: reconnecting, or no response.done in time
     this.rt.close();
     await this.feed.flush();
     await this.functions.idle(reason === 'shutdown' ? FUNCTIONS_WAIT_AT_SHUTDOWN_MS : FUNCTIONS_WAIT_MS);
