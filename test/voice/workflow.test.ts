@@ -154,6 +154,22 @@ describe('function-call workflow', () => {
     expect(target.seen).toHaveLength(1);
   });
 
+  it('a 200 with an HTML page (an Apps Script error or sign-in page) is not the target’s answer: retried, then dead-lettered, never a booking', async () => {
+    const gw = await up();
+    dlq.handle = (_n, _q, res) => res.writeHead(204).end();
+    const page =
+      '<!DOCTYPE html><html><head><title>Error</title></head><body><div>TypeError: Cannot read properties of null (reading &quot;getRange&quot;) (line 812, file &quot;meter&quot;)</div></body></html>';
+    target.handle = (_n, _q, res) => res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(page);
+    const answer = await called(gw.url, { ...booking, call_id: 'call-html' });
+    expect(answer).toMatchObject({ ok: false, dead_lettered: true, replayed: false });
+    expect(answer.error).toContain('HTML');
+    expect(target.seen).toHaveLength(3);
+    // A webhook that answers plain text is still answered.
+    target.handle = (_n, _q, res) => res.writeHead(200, { 'content-type': 'text/plain' }).end('accepted');
+    const plain = await called(gw.url, { ...booking, call_id: 'call-plain' });
+    expect(plain).toMatchObject({ ok: true, result: 'accepted' });
+  });
+
   it('failing for ever: 3 attempts, then the dead-letter URL; with that down too, nothing is lost', async () => {
     const gw = await up();
     target.handle = (_n, _q, res) => res.writeHead(503).end();

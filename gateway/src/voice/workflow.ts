@@ -52,6 +52,11 @@ export function workflowKey(callId: string, fn: string, args: unknown): string {
     .digest('hex');
 }
 
+/** An HTML page (by its type, or by its first tag when the type is missing or wrong), not a target's answer. */
+function isHtml(contentType: string | null, text: string): boolean {
+  return /\btext\/html\b/i.test(contentType ?? '') || /^\s*<(!doctype html|html)[\s>]/i.test(text);
+}
+
 export interface WorkflowAnswer {
   ok: boolean;
   result: unknown;
@@ -197,6 +202,15 @@ export class Workflow {
         return {
           kind: 'client',
           message: `HTTP ${res.status}: ${typeof json === 'object' ? JSON.stringify(json).slice(0, 500) : text.slice(0, 500)}`,
+        };
+      // Apps Script answers 200 whatever happened: a script that threw or ran out of time, or a
+      // deployment that is not public (its sign-in page), comes back as an HTML page with a 200.
+      // That is no answer of the target's: taken as one, a booking never made was a success (and
+      // replayed as one); retried instead (the key makes that safe), then dead-lettered.
+      if (isHtml(res.headers.get('content-type'), text))
+        return {
+          kind: 'retry',
+          message: `HTTP ${res.status}: an HTML page, not the target's answer (an Apps Script error or sign-in page?)`,
         };
       // The meter web app always answers 200; its `ok:false` is the real status.
       if (json && typeof json === 'object' && (json as { ok?: unknown }).ok === false) {
