@@ -13,7 +13,20 @@
  * the input stored on another day is removed there. With --replace a day's data becomes exactly
  * the input's rows for that day.
  */
-import { copyFileSync, createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  createWriteStream,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -57,7 +70,7 @@ async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promi
   if (!response.ok || !response.body) throw new ArchiveInputError(`export URL answered HTTP ${response.status}`);
   const file = join(dir, 'download.csv');
   await pipeline(Readable.fromWeb(response.body as import('node:stream/web').ReadableStream), createWriteStream(file));
-  const head = readFileSync(file, 'utf8').slice(0, 200);
+  const head = fileHead(file, 200);
   if (head.startsWith('{')) {
     // The web app answers errors (bad token, bad `since`) as JSON with HTTP 200.
     let message = head;
@@ -76,9 +89,24 @@ function shown(input: string): string {
   return /^https?:\/\//.test(input) ? input.replace(/([?&]token=)[^&#]*/gi, '$1***') : input;
 }
 
+/**
+ * The first `bytes` of a file as text, read alone: read whole, a gateway's CSV of a few months
+ * passes the longest string Node makes (512 MB), and the archive failed on that, not on its rows.
+ */
+function fileHead(file: string, bytes: number): string {
+  const head = Buffer.alloc(bytes);
+  const fd = openSync(file, 'r');
+  try {
+    return head.toString('utf8', 0, readSync(fd, head, 0, bytes, 0));
+  } finally {
+    closeSync(fd);
+  }
+}
+
 function firstLine(file: string): string {
-  const fd = readFileSync(file, { encoding: 'utf8', flag: 'r' }).slice(0, 4096);
-  return fd.split(/\r?\n/, 1)[0].replace(/^\uFEFF/, '');
+  return fileHead(file, 4096)
+    .split(/\r?\n/, 1)[0]
+    .replace(/^\uFEFF/, '');
 }
 
 /**

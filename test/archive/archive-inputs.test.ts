@@ -1,5 +1,5 @@
 // Inputs of the archive (the meter's export URL, the meter bundle's own export CSV) and expiry.
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -191,6 +191,18 @@ describe('inputs', () => {
     await convert(file, { out });
     expect(await report('export-daily', out)).toEqual([{ day: '2026-11-22', cost_usd: 82 }]);
   });
+});
+
+describe('a large input', () => {
+  it('past the longest string Node makes (512 MB), a CSV is archived, not refused for its size', async () => {
+    // A gateway's own events.csv after a few months. The bytes after its rows are a hole in a
+    // sparse file (no disk used, read as zeros, where DuckDB's reader ends the input): the size is what counts.
+    const file = csv([{ event_id: 'big-1', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1.5 }]);
+    truncateSync(file, 600 * 1024 * 1024);
+    const out = join(scratch(), 'arch');
+    await convert(file, { out });
+    expect(await rowsIn(out)).toEqual([{ event_id: 'big-1', cost_usd: 1.5 }]);
+  }, 60_000);
 });
 
 describe('npm run archive:expire', () => {
