@@ -26,6 +26,17 @@ import { MAX_UNDATED, readUndated, writeUndated } from './undated-rows';
 import { readWatermark, watermarkHolds, writeWatermark, type Watermark } from './watermark';
 
 const ARCHIVE_FOLDER_NAME = 'AI meter archive';
+/**
+ * The most one file of the export holds, in UTF-8 bytes (counted high: a line with any non-ASCII
+ * character as three bytes a character). Apps Script makes no file from more than 50 MB; a first
+ * export of a full events tab (10 million cells, about 120 MB) is written as several files.
+ */
+const FILE_BYTES = 40 * 1024 * 1024;
+/** A run starts no new file after this long: Apps Script stops a run at 6 minutes, and the next run goes on. */
+const RUN_MS = 4 * 60_000;
+const NON_ASCII = /[^ -~\t\r\n]/; // anything but printable ASCII and the white space a cell may hold
+/** A CSV line's size in UTF-8, at most (the line and its CRLF). */
+const lineBytes = (line: string) => (NON_ASCII.test(line) ? 3 : 1) * line.length + 2;
 
 function isDate(value: unknown): value is Date {
   return Object.prototype.toString.call(value) === '[object Date]';
@@ -64,7 +75,8 @@ export function archiveFolder(svc: MeterServices): Folder {
 }
 
 export interface ExportResult {
-  file: string | null;
+  /** The files written, in order (none when no rows were due). */
+  files: string[];
   rows: number;
   watermark: number;
   message: string;
@@ -72,6 +84,10 @@ export interface ExportResult {
 
 interface ExportPlan {
   out: unknown[][];
+  /** `out` as CSV lines (header first), built as the plan measured them. */
+  csv: string[];
+  /** Rows are left for another file: this one is full (FILE_BYTES). */
+  more: boolean;
   /** The last row up to which everything is exported after this run, and its event. */
   watermark: Watermark;
   /** Event ids of the undated rows at or above that watermark, not exported yet (undated-rows.ts). */
@@ -112,7 +128,18 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   let waiting = false;
   let unreadable = 0;
   let ahead = 0;
-  for (let r = startRow + 1; r <= rows.length + 1; r++) {
+  const csv = [CSV_HEADER, ...out.map(rowToCsvLine)];
+  let bytes = csv.reduce((n, line) => n + lineBytes(line), 0);
+  const take = (row: unknown[]): boolean => {
+    const line = rowToCsvLine(row);
+    if (out.length > 0 && bytes + lineBytes(line) > FILE_BYTES) return false;
+    bytes += lineBytes(line);
+    csv.push(line);
+    out.push(row);
+    return true;
+  };
+  let full = false;
+  for (let r = startRow + 1; r <= rows.length + 1 && !full; r++) {
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
     const id = String(rows[r - 2][EVENT_AT.event_id]);
     if (!Number.isNaN(t)) pending.delete(id); // below the watermark (exported from the top): taken here
@@ -121,13 +148,17 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
       // Remembered, the watermark may pass it; past what can be remembered, it waits here.
       if (!waiting && pending.size < MAX_UNDATED) pending.add(id);
       else waiting = true;
-    } else if (t < todayStart) out.push(rows[r - 2]);
-    else if (t > aheadFrom) {
-      out.push(rows[r - 2]); // from the future: waiting for its day would hold the watermark for good
-      ahead++;
+    } else if (t < todayStart || t > aheadFrom) {
+      // From the future: waiting for its day would hold the watermark for good. A full file: the
+      // row and those after it go into the next one (the watermark stays before it).
+      if (!take(rows[r - 2])) full = true;
+      else if (t > aheadFrom) ahead++;
     } else waiting = true; // today's row: next night's export takes it
-    if (!waiting) row = r;
+    if (!waiting && !full) row = r;
   }
+  // Another file only when the watermark can move on to it: past a row of today's, the next night's
+  // export takes the rest anyway (and another file now would repeat these rows).
+  const more = full && !waiting;
   const notes = [
     trusted ? '' : previous ? 'the previous watermark no longer matched its row (rows were moved by hand): exported from the top' : '',
     typedBack ? `${typedBack} row(s) passed over earlier for a timestamp that was not a date, dated since, were exported` : '',
@@ -139,7 +170,7 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
       : '',
   ].filter(Boolean);
   const eventId = row >= 2 ? String(rows[row - 2][EVENT_AT.event_id]) : '';
-  return { out, watermark: { row, eventId, exportedAt: new Date(nowMs).toISOString() }, undated: [...pending], notes };
+  return { out, csv, more, watermark: { row, eventId, exportedAt: new Date(nowMs).toISOString() }, undated: [...pending], notes };
 }
 
 function freeName(folder: Folder, base: string): string {
@@ -243,8 +274,8 @@ function letGo(svc: MeterServices, run: string): void {
   }
 }
 
-function exportRows(svc: MeterServices, run: string, nowMs: number, left: Claim | null): ExportResult {
-  const earlier = finishLeft(svc, run, nowMs, left);
+/** One file of the export: planned under the lock, written, then its watermark committed under the lock. */
+function exportFile(svc: MeterServices, run: string, nowMs: number): { plan: ExportPlan; file: string | null; watermark: number } {
   const plan = withScriptLock(
     svc,
     () => planExport(readAllRows(getEventsSheet(svc.spreadsheet)), readWatermark(svc), nowMs, readUndated(svc)),
@@ -255,28 +286,51 @@ function exportRows(svc: MeterServices, run: string, nowMs: number, left: Claim 
     const folder = archiveFolder(svc);
     file = freeName(folder, `events_${new Date(utcDayStart(nowMs) - DAY_MS).toISOString().slice(0, 10)}`);
     writeClaim(svc, { run, since: nowMs, file, watermark: plan.watermark, undated: plan.undated });
-    folder.createFile(file, rowsToCsv(plan.out), 'text/csv');
+    folder.createFile(file, plan.csv.join('\r\n') + '\r\n', 'text/csv');
   }
   const watermark = withScriptLock(
     svc,
     () => {
       const row = commitExport(svc, plan.watermark, plan.undated);
-      svc.properties.deleteProperty(CLAIM_PROPERTY);
+      // Still this run's while it writes more files; let go with the last.
+      if (plan.more) writeClaim(svc, { run, since: nowMs });
+      else svc.properties.deleteProperty(CLAIM_PROPERTY);
       return row;
     },
     MAINTENANCE_LOCK_MS,
   );
+  return { plan, file, watermark };
+}
+
+/** The rows due, in files of at most FILE_BYTES, as many as the run's time allows (RUN_MS). */
+function exportRows(svc: MeterServices, run: string, nowMs: number, left: Claim | null): ExportResult {
+  const earlier = finishLeft(svc, run, nowMs, left);
+  const files: string[] = [];
+  const wrote: string[] = [];
+  const notes = new Set<string>();
+  let rows = 0;
+  let step;
+  do {
+    step = exportFile(svc, run, nowMs);
+    if (step.file) files.push(step.file);
+    if (step.file) wrote.push(`${step.plan.out.length} row(s) to ${step.file}`);
+    step.plan.notes.forEach((note) => notes.add(note));
+    rows += step.plan.out.length;
+  } while (step.plan.more && svc.now().getTime() - nowMs < RUN_MS);
+  if (step.plan.more) svc.properties.deleteProperty(CLAIM_PROPERTY); // out of time: the next run goes on
+  const { plan, watermark } = step;
   const where = watermark
     ? `watermark at row ${watermark}`
     : 'watermark unchanged: the last exported event is no longer in the tab (removed by hand?)';
-  const message = `${earlier}${file ? `wrote ${plan.out.length} row(s) to ${file}` : 'no rows to export'}; ${where}${plan.notes.length ? `; ${plan.notes.join('; ')}` : ''}`;
-  return { file, rows: plan.out.length, watermark, message };
+  const rest = plan.more ? `; more rows are due: the run stopped after ${RUN_MS / 60_000} minutes, the next export goes on` : '';
+  const message = `${earlier}${files.length ? `wrote ${wrote.join(', ')}` : 'no rows to export'}; ${where}${rest}${notes.size ? `; ${[...notes].join('; ')}` : ''}`;
+  return { files, rows, watermark, message };
 }
 
 /** What a run that found the claim held says: it did nothing. */
 function busy(svc: MeterServices, since: number): ExportResult {
   const message = `another export is running (since ${new Date(since).toISOString()}): this run did nothing; a run that stopped without letting go is taken over ${CLAIM_MS / 60_000} minutes after it started`;
-  return { file: null, rows: 0, watermark: readWatermark(svc)?.row ?? 0, message };
+  return { files: [], rows: 0, watermark: readWatermark(svc)?.row ?? 0, message };
 }
 
 export function exportArchive(svc: MeterServices): ExportResult {

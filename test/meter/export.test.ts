@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { CSV_HEADER } from '../../schema/event-record';
 import { SHEETS_CALL, SHEETS_TIMEOUT } from './fakes/calls';
+import { FakeFolder } from './fakes/outbound';
 import { callJson, webEvent, type FakePlatform, type FakeTextOutput } from './fakes/platform';
 import { SECRET, dataRows, eventsTab, freshMeter, post } from './maintenance-setup';
 import { EVENT_FIELDS } from '../../schema/event-record';
@@ -40,6 +41,59 @@ describe('exportArchive and doGet export', () => {
     ).toEqual(['today1', 'd2']);
     expect(meter.exportArchive()).toMatch(/no rows to export/);
   });
+
+  it('a backlog past what Apps Script can put in one file (50 MB) is written as several files, each row once, the watermark at the end', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    // A full events tab's first export: long texts (128 characters, the record's limit) make each row about 1.1 KB, 88 MB in all.
+    const long = (what: string, i: number) => `${what}-${i}-`.padEnd(128, 'x');
+    const rows = Array.from({ length: 80_000 }, (_, i) => [
+      long('ev', i),
+      new Date('2026-11-21T10:00:00Z'),
+      'agent',
+      long('provider', i % 3),
+      long('model', i % 7),
+      long('region', i % 5),
+      100,
+      20,
+      300,
+      0.001,
+      '',
+      '',
+      long('job', i),
+      long('customer', i),
+      false,
+      false,
+      long('reviewer', i),
+      'n/a',
+      long('error', i % 11),
+    ]);
+    const events = eventsTab(platform);
+    events.loadRows(2, rows);
+    platform.clock.set('2026-11-22T13:00:00Z');
+    // Drive slow: each file takes 2.5 minutes, so the run stops after its second (Apps Script ends a run at 6).
+    const createFile = FakeFolder.prototype.createFile;
+    FakeFolder.prototype.createFile = function (this: FakeFolder, ...args: Parameters<typeof createFile>) {
+      platform.clock.advance(150_000);
+      return createFile.apply(this, args);
+    };
+    try {
+      const first =
+        /^wrote \d+ row\(s\) to events_2026-11-21\.csv, \d+ row\(s\) to events_2026-11-21_2\.csv; watermark at row \d+; more rows are due/;
+      expect(meter.exportArchive()).toMatch(first);
+    } finally {
+      FakeFolder.prototype.createFile = createFile;
+    }
+    expect(csvOf(platform)).toHaveLength(2);
+    // The next run goes on from there: the rest, in files under the limit, and no row twice.
+    const message = meter.exportArchive();
+    const files = csvOf(platform);
+    expect(files.length).toBeGreaterThan(2);
+    const rest = files.slice(2).map((f) => `\\d+ row\\(s\\) to ${f.name.replace('.', '\\.')}`);
+    expect(message).toMatch(new RegExp(`^wrote ${rest.join(', ')}; watermark at row 80001$`));
+    const ids = files.flatMap((f) => (expect(f.lines[0]).toBe(CSV_HEADER), f.lines.slice(1).map((l) => l.split(',')[0])));
+    expect(ids).toEqual(rows.map((r) => r[0]));
+    expect(meter.exportArchive()).toMatch(/no rows to export/);
+  }, 60_000);
 
   it('a row passed over for its undated timestamp, once its date is typed back, goes into the next file; retention never deletes it unexported', () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');

@@ -115,6 +115,9 @@ export class FakeFile {
   }
 }
 
+/** Apps Script's limit on a blob: a file made from text is one. */
+const BLOB_LIMIT_BYTES = 50 * 1024 * 1024;
+
 export class FakeFolder {
   readonly files: FakeFile[] = [];
   trashed = false;
@@ -131,6 +134,9 @@ export class FakeFolder {
   }
   createFile(nameOrBlob: string | Pick<Blob, 'getBlob'>, content = '', mimeType = 'text/plain') {
     this.drive.calls.count('Folder.createFile');
+    // Apps Script makes no blob, so no file, of more than 50 MB.
+    if (Buffer.byteLength(content) > BLOB_LIMIT_BYTES)
+      throw new Error(`Exception: the blob is larger than the maximum of ${BLOB_LIMIT_BYTES} bytes`);
     const blob = typeof nameOrBlob === 'string' ? null : nameOrBlob.getBlob();
     const file = blob
       ? new FakeFile(
