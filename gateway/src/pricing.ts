@@ -14,7 +14,7 @@ const CACHE_LIMIT = 10_000;
 
 export function costUsd(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   if (usage.cost_usd !== undefined) return usage.cost_usd;
-  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}`;
+  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}`;
   const hit = cache.get(cacheKey);
   if (hit !== undefined) return hit;
   const cost = compute(provider, model, usage, warn);
@@ -24,11 +24,13 @@ export function costUsd(provider: string, model: string, usage: Usage, warn: (me
 }
 
 function compute(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
-  // Cached input is part of input_tokens, as genai-prices counts it, and priced at the cache-read rate.
+  // Cached input is part of input_tokens, as genai-prices counts it, and priced at the cache-read
+  // rate; so is input audio (a transcription model's), at the model's audio rate.
   const tokens = {
     input_tokens: usage.input_tokens,
     output_tokens: usage.output_tokens,
     cache_read_tokens: usage.cached_input_tokens ?? 0,
+    ...(usage.input_audio_tokens ? { input_audio_tokens: usage.input_audio_tokens } : {}),
   };
   let price: ReturnType<typeof calcPrice>;
   try {

@@ -232,12 +232,16 @@ describe('phone bridge: the call path', () => {
     if (!s.observe.seen.length) await until(s.observe.events, 'request', () => true, 'the observability summary');
     expect(s.observe.seen[0].body).toMatchObject({ call_id: 'CA0004', status: 'booking', turns: 5, escalated: false });
     // One meter event per realtime response, through the chat calls' sink; no second audio total.
-    const done = s.meterEvents;
+    const done = s.meterEvents.filter((e) => e.model === s!.config.meta.model);
     expect(done.map((e) => [e.provider, e.model, e.job_id, e.customer_id])).toEqual(
       Array(5).fill(['openai', s.config.meta.model, 'CA0004', 'acme-dental']),
     );
     expect(done.every((e) => e.input_tokens > 0 && e.output_tokens > 0 && e.cost_usd! > 0)).toBe(true);
-    const billed = done.reduce((a, e) => a + e.cost_usd!, 0);
+    // And one per transcription of the caller's two turns, billed apart by the API (its own model).
+    const transcribed = s.meterEvents.filter((e) => e.model !== s!.config.meta.model);
+    expect(transcribed.map((e) => [e.provider, e.model, e.job_id])).toEqual(Array(2).fill(['openai', 'gpt-4o-mini-transcribe', 'CA0004']));
+    expect(transcribed.every((e) => e.input_tokens > 0 && e.cost_usd! > 0)).toBe(true);
+    const billed = s.meterEvents.reduce((a, e) => a + e.cost_usd!, 0);
     expect(record!.est_audio_cost_usd).toBeCloseTo(billed, 6);
   });
 
@@ -254,13 +258,19 @@ describe('phone bridge: the call path', () => {
     await until(call, 'frame', () => call.receivedBytes >= heardBefore + 4000, 'half a second of the answer sent');
     call.hangUp();
     const { record } = await s.endOf('CA0006');
-    // Two responses the API bills (the greeting, the answer cut by the hang-up): two meter events, two turns.
-    const events = s.meterEvents.filter((e) => e.job_id === 'CA0006');
+    // Two responses the API bills (the greeting, the answer cut by the hang-up): two meter events, two
+    // turns; and the transcription of the caller's turn, billed apart (a meter event, no turn).
+    const all = s.meterEvents.filter((e) => e.job_id === 'CA0006');
+    const events = all.filter((e) => e.model === s!.config.meta.model);
     expect(events).toHaveLength(2);
     expect(events[1]).toMatchObject({ error_code: 'CANCELLED' });
     expect(events[1].cost_usd!).toBeGreaterThan(0);
+    expect(all).toHaveLength(3);
     expect(record).toMatchObject({ turns: 2, ended_reason: 'caller_hangup' });
-    expect(record!.est_audio_cost_usd).toBeCloseTo(events[0].cost_usd! + events[1].cost_usd!, 6);
+    expect(record!.est_audio_cost_usd).toBeCloseTo(
+      all.reduce((a, e) => a + e.cost_usd!, 0),
+      6,
+    );
     expect(s.realtime.conns).toHaveLength(1); // no new session for a call that is over
   });
 

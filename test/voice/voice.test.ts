@@ -199,6 +199,20 @@ describe('spend guard', () => {
     expect(s.estUsd).toBe(s.billedUsd);
   });
 
+  it("adds each transcription's cost to the call's, with or without usage from the responses; the next response.done checks the cap with it", () => {
+    const usage = { output_token_details: { audio_tokens: 1000 } }; // 0.02 USD
+    const s = run([
+      { type: 'transcription.done', usd: 0.001 },
+      { type: 'assistant.response.done', usage },
+      { type: 'transcription.done', usd: 0.002 },
+    ]);
+    expect(s.estUsd).toBeCloseTo(0.001 + 0.02 + 0.002, 12);
+    const estimated = run([{ type: 'transcription.done', usd: 0.5 }, { type: 'assistant.response.done' }]);
+    expect(estimated.estUsd).toBeCloseTo(0.5, 12);
+    expect([estimated.action, estimated.reason]).toEqual(['disconnect', 'per_call_cap']);
+    expect(() => applyEvent(newCall(), { type: 'transcription.done', usd: -1 }, cfg)).toThrow(/transcription\.done\.usd: expected USD/);
+  });
+
   it('checks in order at the end of each response: turn cap, then per-call cap (disconnect), then latency', () => {
     const done = { type: 'assistant.response.done' } as const;
     // Turn 8 with the cost also over the cap at that moment: turn_cap wins (first match ends the evaluation).

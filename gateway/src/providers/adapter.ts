@@ -13,6 +13,8 @@ export interface Usage {
   output_tokens: number;
   /** Of the input, tokens read from the provider's prompt cache (priced lower). */
   cached_input_tokens?: number;
+  /** Of the input, audio tokens (priced at the model's audio rate, as a transcription model's are). */
+  input_audio_tokens?: number;
   /** Cost in USD when the provider reports it (some gateways do); else computed from prices. */
   cost_usd?: number;
 }

@@ -11,6 +11,7 @@
  *       estUsd ≥ per_call_usd_cap    → disconnect per_call_cap (estUsd_at_disconnect kept)
  *       ttfbBreaches ≥ 2             → escalate   latency
  *   transcript (user)                         confidence and escalation rules (below)
+ *   transcription.done                        the transcription model's cost of a caller turn, added
  *
  * Cost: the concierge's estimate, input tokens = inputMs / 100 and output tokens = outputMs / 50, at
  * the per-million audio prices. When response.done carries the model's reported usage (audio
@@ -18,6 +19,8 @@
  * the estimate undercounts, because a realtime conversation is re-sent to the model every turn.
  * Cached input audio tokens are billed at the cached price when the configuration has one.
  * A response without usage is billed the estimate of the audio since the response before it.
+ * The caller's speech is transcribed by another model, billed apart: each transcription's cost
+ * (priced by the voice server) is added to the call's cost, and the next response.done checks it.
  * Every count and duration is checked where it enters (finite, within bounds; the error names the
  * field), so the cost is always a finite number >= 0.
  */
@@ -40,6 +43,8 @@ export interface CallState {
    * estimate of its audio; null until a response reports usage.
    */
   billedUsd: number | null;
+  /** Sum of the transcriptions' costs (absent in a call stored before transcriptions were billed). */
+  transcribedUsd?: number;
   lowConfidence: number;
   confidences: number[];
   ttfbMs: number[];
@@ -54,7 +59,8 @@ export type VoiceEvent =
   | { type: 'assistant.audio_frame'; ms: number }
   | { type: 'assistant.response.start'; ttfb_ms: number }
   | { type: 'assistant.response.done'; usage?: RealtimeUsage }
-  | { type: 'transcript'; text: string; confidence: number; speaker: 'user' | 'assistant' };
+  | { type: 'transcript'; text: string; confidence: number; speaker: 'user' | 'assistant' }
+  | { type: 'transcription.done'; usd: number };
 
 interface RealtimeUsage {
   input_token_details?: { audio_tokens?: number; cached_tokens_details?: { audio_tokens?: number } };
@@ -67,6 +73,8 @@ export class VoiceEventError extends Error {}
 const MAX_MS = 3_600_000;
 /** The most audio tokens one response may report: far above any realtime session's context. */
 export const MAX_AUDIO_TOKENS = 10_000_000;
+/** The most one caller turn's transcription may cost: far above any (a whole hour is cents). */
+const MAX_TRANSCRIPTION_USD = 1000;
 
 /** A number from a voice server as a count or duration: finite, within [min, max], else refused naming the field. */
 function measure(field: string, value: unknown, min: number, max: number, what: string, exclusiveMin = false): number {
@@ -160,6 +168,7 @@ export function newCall(): CallState {
     ttfbBreaches: 0,
     estUsdFromDurations: 0,
     billedUsd: null,
+    transcribedUsd: 0,
     lowConfidence: 0,
     confidences: [],
     ttfbMs: [],
@@ -242,7 +251,7 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
       // reported usage likewise.
       if (billed !== null) state.billedUsd = (state.billedUsd ?? before) + billed;
       else if (state.billedUsd !== null) state.billedUsd += state.estUsdFromDurations - before;
-      state.estUsd = state.billedUsd ?? state.estUsdFromDurations;
+      state.estUsd = (state.billedUsd ?? state.estUsdFromDurations) + (state.transcribedUsd ?? 0);
       if (state.action !== 'continue') return state;
       if (state.turns >= cfg.maxTurns) escalate(state, 'turn_cap');
       else if (state.estUsd >= cfg.perCallUsdCap) {
@@ -273,9 +282,16 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
       if (event.confidence < cfg.minConfidence && ++state.lowConfidence >= cfg.confidenceRepeat) escalate(state, 'low_confidence');
       return state;
     }
+    case 'transcription.done': {
+      const usd = measure('transcription.done.usd', event.usd, 0, MAX_TRANSCRIPTION_USD, `USD from 0 to ${MAX_TRANSCRIPTION_USD}`);
+      // Added to the cost now (the record and the answers show it); the checks run at the next response.done.
+      state.transcribedUsd = (state.transcribedUsd ?? 0) + usd;
+      state.estUsd += usd;
+      return state;
+    }
     default:
       throw new VoiceEventError(
-        `type: expected one of user.audio_frame, assistant.audio_frame, assistant.response.start, assistant.response.done, transcript, billing.monthly_rollup; got ${JSON.stringify((event as { type?: unknown }).type)}`,
+        `type: expected one of user.audio_frame, assistant.audio_frame, assistant.response.start, assistant.response.done, transcript, transcription.done, billing.monthly_rollup; got ${JSON.stringify((event as { type?: unknown }).type)}`,
       );
   }
 }

@@ -2,7 +2,7 @@
 // WebSocket: it refuses a missing key or an `OpenAI-Beta` header, answers `session.created`,
 // checks and applies `session.update` (GA shape only), runs a server VAD on the µ-law it is sent
 // (speech_started / speech_stopped with the session's silence duration, committed, item created,
-// then the transcription with log-probabilities, or its failure, maybe after the answer), creates responses (audio and transcript deltas,
+// then the transcription with log-probabilities and its usage, or its failure, maybe after the answer), creates responses (audio and transcript deltas,
 // transcript, function calls, `response.done` with usage and each answer's transcript), cancels a
 // response the caller talks over, keeps the conversation's items (refusing, as the API does, a
 // function_call_output whose function_call is not among them), and records every client event for
@@ -46,6 +46,10 @@ export interface Heard {
   failed?: { type: string; code: string; message: string };
   /** The transcription comes once the answer to the turn is done (it runs beside the answer, as the API's may). */
   late?: boolean;
+  /** Its `usage` as the API reports it (default: the session's transcription model's own kind, below). */
+  usage?: Record<string, unknown>;
+  /** The completed event comes this many times more (a server that repeats an event). */
+  repeated?: number;
 }
 
 const VOICED = 200; // mean |sample| above this is speech
@@ -201,30 +205,46 @@ export class RtConn extends EventEmitter {
     this.silentBytes += frame.length;
     if (this.silentBytes / 8 < (td.silence_duration_ms ?? 500)) return;
     this.speaking = false;
-    const item = `item_u${++this.seq}`;
+    // Ids unique across sessions, as the API's are.
+    const item = `item_u${this.id}_${++this.seq}`;
+    const spokenMs = at - this.speechStart;
     // audio_end_ms includes the silence that ended the turn, as the API documents.
     this.send({ type: 'input_audio_buffer.speech_stopped', audio_end_ms: at, item_id: item });
     this.send({ type: 'input_audio_buffer.committed', item_id: item, previous_item_id: null });
     this.send({ type: 'conversation.item.added', item: { id: item, type: 'message', role: 'user', content: [{ type: 'input_audio' }] } });
     const heard = this.peer.hear(this);
-    if (!heard.late) this.transcribed(item, heard);
+    if (!heard.late) this.transcribed(item, heard, spokenMs);
     // Like the API: with create_response false the turn is committed and transcribed, not answered.
     const answer = td.create_response !== false ? this.respond({ trigger: 'turn', heard: heard.text }) : Promise.resolve();
-    if (heard.late) void answer.then(() => this.transcribed(item, heard));
+    if (heard.late) void answer.then(() => this.transcribed(item, heard, spokenMs));
   }
 
-  /** The turn's transcription: its words with their log-probabilities, or its failure. */
-  private transcribed(item: string, heard: Heard): void {
+  /** The turn's transcription: its words with their log-probabilities and what it used, or its failure. */
+  private transcribed(item: string, heard: Heard, spokenMs: number): void {
     const base = { item_id: item, content_index: 0 };
     if (heard.failed) return this.send({ type: 'conversation.item.input_audio_transcription.failed', ...base, error: heard.failed });
     const logprobs = heard.text.split(/\s+/).map((token) => ({ token, logprob: heard.logprob, bytes: [...Buffer.from(token)] }));
-    this.send({
-      type: 'conversation.item.input_audio_transcription.completed',
-      ...base,
-      transcript: heard.text,
-      logprobs,
-      usage: { type: 'duration', seconds: 1 },
-    });
+    const usage = heard.usage ?? this.transcriptionUsage(spokenMs, logprobs.length);
+    const completed = { type: 'conversation.item.input_audio_transcription.completed', ...base, transcript: heard.text, logprobs, usage };
+    for (let i = 0; i <= (heard.repeated ?? 0); i++) this.send(completed);
+  }
+
+  /**
+   * Like the API: whisper-1 reports the audio's duration; the gpt-4o transcribe models report
+   * tokens (the audio's, about 10 a second, and the prompt's text; the words as output).
+   */
+  private transcriptionUsage(spokenMs: number, words: number): Record<string, unknown> {
+    const model = (this.session?.audio?.input?.transcription as { model?: string } | undefined)?.model;
+    if (model === 'whisper-1') return { type: 'duration', seconds: spokenMs / 1000 };
+    const audio = Math.max(1, Math.round(spokenMs / 100));
+    const text = 12;
+    return {
+      type: 'tokens',
+      input_tokens: audio + text,
+      input_token_details: { text_tokens: text, audio_tokens: audio },
+      output_tokens: words,
+      total_tokens: audio + text + words,
+    };
   }
 
   private async respond(ctx: Omit<BrainContext, 'conn'>): Promise<void> {

@@ -13,7 +13,8 @@
  *                     decides (consent.ts): repeated, declined (told, ended, tagged) or agreed;
  *                     a line the model fails to say (no audio of it sent) is a realtime failure
  *   caller transcript → the guard, with its confidence (confidence.ts); each caller turn has its
- *                     place from its commit, transcribed or not (caller-transcript.ts)
+ *                     place from its commit, transcribed or not (caller-transcript.ts); what the
+ *                     transcription used → the meter and the guard's cost (transcription-usage.ts)
  *   caller keys (`dtmf`) → one entry per run of keys (keypad.ts): `0` alone transfers to a person,
  *                     any other is the caller's turn, as text, once the opening line was said
  *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
@@ -41,7 +42,8 @@ import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
 import { describeError, type RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
-import { sessionUpdate, turnTakingOn } from './session-config';
+import { sessionUpdate, TRANSCRIBE_MODEL, turnTakingOn } from './session-config';
+import { TranscriptionUsage } from './transcription-usage';
 import { TurnTiming } from './turn-timing';
 import { cleanUsage, type Usage } from './usage';
 
@@ -101,6 +103,7 @@ export class CallSession {
   private respondOnTurn = false;
   private readonly tagging: Array<Promise<void>> = [];
   private readonly pricing: PricingDeflection;
+  private readonly transcriptions: TranscriptionUsage;
   private lastConfidence: number | null = null;
   private estAtDisconnect: number | null = null;
   private failure: string | null = null;
@@ -128,6 +131,10 @@ export class CallSession {
     this.keypad = new Keypad(deps.keypadPauseMs ?? KEYPAD_PAUSE_MS, (entry) => this.keyed(entry));
     this.pricing = new PricingDeflection({ config, calls: deps.calls, callSid, caller: numbers.from, business: numbers.to, log });
     this.feed = new GuardFeed(deps.voice, callSid, (v) => this.verdict(v), log);
+    this.transcriptions = new TranscriptionUsage({
+      meter: deps.meter,
+      guard: (usd) => this.feed.event({ type: 'transcription.done', usd }),
+    });
     this.actions = new CallActions({ calls: deps.calls, callSid, dial, lines: deps.lines, log });
     this.functions = new FunctionCalls({
       workflow: deps.workflow,
@@ -329,7 +336,9 @@ export class CallSession {
   }
 
   private onRealtime(e: RealtimeServerMessage): void {
-    // An ended call only waits for what the response it cancelled cost (settle).
+    // An ended call only waits for what the response it cancelled cost (settle); a transcription
+    // that completes meanwhile is billed too, so it is metered (its words come too late to matter).
+    if (this.phase === 'ended' && e.type === 'conversation.item.input_audio_transcription.completed') return this.transcribed(e);
     if (this.phase === 'ended' && e.type !== 'response.done') return;
     switch (e.type) {
       case 'response.output_audio.delta':
@@ -343,7 +352,8 @@ export class CallSession {
       case 'input_audio_buffer.committed':
         return this.heard.committed(String(e.item_id));
       case 'conversation.item.input_audio_transcription.completed':
-        return this.callerSaid(e);
+        this.callerSaid(e);
+        return this.transcribed(e);
       case 'conversation.item.input_audio_transcription.failed':
         return this.heard.failed(String(e.item_id), e.error);
       case 'response.output_audio.done':
@@ -427,6 +437,14 @@ export class CallSession {
     }
     this.lastConfidence = confidence;
     this.feed.event({ type: 'transcript', text, confidence, speaker: 'user' });
+  }
+
+  /** What the transcription of a caller's turn used: one meter event (with its own confidence), and its cost to the guard. */
+  private transcribed(e: RealtimeServerMessage): void {
+    const { provider, tenant, log } = this.deps;
+    const confidence = transcriptConfidence(e.logprobs);
+    const facts = { provider, model: TRANSCRIBE_MODEL, tenant, callId: this.callSid, confidence, log };
+    this.transcriptions.completed(e.item_id, e.usage, facts);
   }
 
   private remember(line: SaidLine): void {

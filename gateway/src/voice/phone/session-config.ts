@@ -16,7 +16,7 @@ import type { Concierge } from '../config';
 import { NOT_TRANSCRIBED } from './caller-transcript';
 
 /** The transcription model: one that reports log-probabilities (whisper-1 does not). */
-const TRANSCRIBE_MODEL = 'gpt-4o-mini-transcribe';
+export const TRANSCRIBE_MODEL = 'gpt-4o-mini-transcribe';
 
 function intentLines(c: Concierge): string[] {
   const lines: string[] = [];
