@@ -11,6 +11,7 @@ import { keyResolver } from '../../gateway/src/keys';
 import { describeStart } from '../../gateway/src/startup-log';
 import type { Stores } from '../../gateway/src/stores';
 import { diffJson } from '../../gateway/src/routes-diff';
+import { mapEnvironmentProblems } from '../../gateway/src/map-environment';
 import { loadRoutesMap, parseRoutesMap } from '../../gateway/src/routes-map';
 import { loadScopes } from '../../gateway/src/scopes';
 import { createStack } from '../../gateway/src/stack';
@@ -448,5 +449,31 @@ describe('npm start', () => {
     const [, env] = await started({ NODE_ENV: 'production', ROUTES_FILE: join(root, 'routes.local.json'), CAPPED_PROVIDER: 'opnai' });
     expect(env).toContain('provider keys not set: HOT_API_KEY (openai)');
     expect(env).toContain('CAPPED_PROVIDER: expected a provider of the routing map (openai, anthropic, mistral), got "opnai"');
+  });
+
+  // routes.prod.json ships with a placeholder Slack webhook and oncall@example.com: a production start
+  // took both, so every pause, dead-letter and queued-work notice went nowhere (Slack answers 404) or
+  // only into the log (no SMTP_URL), and nothing said so before the first outage.
+  it('refuses, in production, notice targets nobody reads: the shipped placeholders, e-mail without SMTP_URL', async () => {
+    const keys = { HOT_API_KEY: 'sk-h', WARM_A_API_KEY: 'sk-a', WARM_B_API_KEY: 'sk-b' };
+    const prod = { ...env, ...keys, NODE_ENV: 'production', ROUTES_FILE: join(root, 'routes.prod.json') };
+    const [code, err] = await started(prod);
+    expect(code).toBe(1);
+    expect(err).toContain(
+      'cold.notify[0]: expected your own webhook URL or e-mail address, got the placeholder "https://hooks.slack.com/services/REPLACE/ME"',
+    );
+    expect(err).toContain('cold.notify[1]: expected your own webhook URL or e-mail address, got the placeholder "oncall@example.com"');
+    expect(err).toContain('SMTP_URL: expected an smtp(s) URL for the e-mail target(s) of cold.notify (oncall@example.com)');
+    // Real targets and SMTP_URL: the map passes (the start then stops only for want of Redis).
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'routes.json');
+    const map = JSON.parse(readFileSync(join(root, 'routes.prod.json'), 'utf8'));
+    map.cold.notify = ['https://hooks.slack.com/services/T0/B0/abc', 'oncall@acme.test'];
+    writeFileSync(file, JSON.stringify(map));
+    const [, ok] = await started({ ...prod, ROUTES_FILE: file, SMTP_URL: 'smtp://mail.acme.test:587' });
+    expect(ok).toBe('gateway did not start:\nQUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)\n');
+    // Outside production the shipped map is taken as it was.
+    const shipped = loadRoutesMap(join(root, 'routes.prod.json'), env);
+    expect(mapEnvironmentProblems(shipped, { keys, production: false, capped: 'openai' })).toEqual([]);
   });
 });
