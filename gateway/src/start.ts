@@ -5,6 +5,7 @@
  * first log lines say what it is using.
  */
 import type { Server } from 'node:http';
+import type { Logger } from 'pino';
 import { ConfigError } from './errors';
 import { readEnv } from './env';
 import { createLogger } from './log';
@@ -22,6 +23,7 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
   const settings = readEnv(env); // first: a bad LOG_LEVEL is named like any other bad value
   const log = createLogger(settings.LOG_LEVEL);
   const stack = await createStack(env, log, { http: true, worker: settings.WORKER !== 'off' });
+  if (!stack.worker) logNoWorker(log, Boolean(settings.QUEUE_STORE_URL));
   const server = await stack.gateway!.listen(settings.PORT).catch((error: NodeJS.ErrnoException) => {
     // The likeliest first-run problem (a second `npm start` on 8080): named as a setting, not a stack trace.
     if (error.code === 'EADDRINUSE')
@@ -46,6 +48,18 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
   // SIGHUP: reload the routing map (a refused map is logged with its file and JSON path; the old one stays).
   onSignals(log, stop, () => stack.routes.reload());
   return server;
+}
+
+/**
+ * WORKER=off, said at start: without Redis the queue is this process's own, so no `npm run worker`
+ * can take its jobs; they are answered 202 and never run (a gateway that needs no Cold tier, a bench, may want that).
+ */
+function logNoWorker(log: Logger, redis: boolean): void {
+  if (redis) log.info('worker: not in this process (WORKER=off): queued jobs wait for `npm run worker` on this Redis');
+  else
+    log.warn(
+      'worker: not in this process (WORKER=off), and without QUEUE_STORE_URL no `npm run worker` can reach this queue: queued jobs never run',
+    );
 }
 
 export function fail(error: unknown): never {

@@ -17,6 +17,8 @@ import { loadScopes } from '../../gateway/src/scopes';
 import { createStack } from '../../gateway/src/stack';
 import { captureLogger } from './harness';
 import { until } from './keys-harness';
+import { TEST_REDIS_URL } from '../redis-db';
+import { redisUnderPrefix } from '../redis-prefix';
 
 const root = join(import.meta.dirname, '..', '..');
 
@@ -189,6 +191,7 @@ describe('scopes', () => {
 });
 
 describe('npm start', () => {
+  const redis = redisUnderPrefix('config');
   it('runs the built gateway with nothing configured and says what it uses', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
@@ -215,6 +218,26 @@ describe('npm start', () => {
     const out = await outputUntil('worker.js', { METER_CSV_FILE: join(dir, 'e.csv') }, 'worker: running in this process');
     expect(out).toContain('store: in-process');
     expect(out).not.toContain('ADMIN_TOKEN');
+  });
+
+  // WORKER=off without Redis: requests the Cold tier took were answered 202 with a job id, and no
+  // process could ever run the job (`npm run worker` has its own in-process queue); nothing said so.
+  it('WORKER=off says so at start, and warns without QUEUE_STORE_URL that no worker can run its queued jobs', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const alone = await outputUntil('main.js', { PORT: '0', WORKER: 'off', METER_CSV_FILE: join(dir, 'e.csv') }, 'gateway listening');
+    expect(alone).toContain(
+      'worker: not in this process (WORKER=off), and without QUEUE_STORE_URL no `npm run worker` can reach this queue: queued jobs never run',
+    );
+    const withRedis = {
+      QUEUE_STORE_URL: TEST_REDIS_URL,
+      REDIS_PREFIX: redis.prefix,
+      PORT: '0',
+      WORKER: 'off',
+      METER_CSV_FILE: join(dir, 'e.csv'),
+    };
+    const logged = await outputUntil('main.js', withRedis, 'gateway listening');
+    expect(logged).toContain('worker: not in this process (WORKER=off): queued jobs wait for `npm run worker` on this Redis');
+    expect(logged).not.toContain('worker: running in this process');
   });
 
   // The second gateway's start log said it spooled to the folder the first one holds.
