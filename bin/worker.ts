@@ -8,7 +8,8 @@ import { createStack } from '../gateway/src/stack';
 async function run(): Promise<void> {
   const settings = readEnv(process.env); // first: a bad LOG_LEVEL is named like any other bad value
   const log = createLogger(settings.LOG_LEVEL);
-  if (!settings.QUEUE_STORE_URL)
+  // In production the stack refuses this instead (stores.ts): a warning first would contradict it.
+  if (!settings.QUEUE_STORE_URL && !settings.production)
     log.warn("QUEUE_STORE_URL is not set: this worker has its own empty in-process queue; point it at the gateway's Redis");
   const stack = await createStack(process.env, log, { http: false, worker: true });
   const graceMs = settings.SHUTDOWN_GRACE_MS;
@@ -23,4 +24,4 @@ async function run(): Promise<void> {
   onSignals(log, stop, () => stack.routes.reload());
 }
 
-run().catch(fail);
+run().catch((error: unknown) => fail(error, 'worker'));

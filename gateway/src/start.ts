@@ -62,8 +62,9 @@ function logNoWorker(log: Logger, redis: boolean): void {
     );
 }
 
-export function fail(error: unknown): never {
+/** `what`: the process that did not start, as its operator started it (`npm run worker` is no gateway). */
+export function fail(error: unknown, what: 'gateway' | 'worker' = 'gateway'): never {
   const message = error instanceof ConfigError ? error.message : ((error as Error).stack ?? String(error));
-  process.stderr.write(`gateway did not start:\n${message}\n`);
+  process.stderr.write(`${what} did not start:\n${message}\n`);
   process.exit(1);
 }

@@ -375,8 +375,30 @@ describe('npm start', () => {
     child.stderr.on('data', (d) => (err += d));
     const code = await new Promise((r) => child.on('exit', r));
     expect(code).toBe(1);
-    expect(err).toMatch(/\nenvironment:\nLOG_LEVEL: .*"verbose"\n$/);
+    expect(err).toMatch(/^worker did not start:\nenvironment:\nLOG_LEVEL: .*"verbose"\n$/);
     expect(err).not.toMatch(/\n\s+at /);
+  });
+
+  // The worker's refusal began `gateway did not start:`, and in production it first told the operator
+  // it ran on its own in-process queue, the very configuration it then refused.
+  it('npm run worker names itself when it does not start, and in production without Redis only refuses', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'routes.json');
+    const map = JSON.parse(readFileSync(join(root, 'routes.prod.json'), 'utf8'));
+    map.cold.notify = ['https://hooks.slack.com/services/T0/B0/abc'];
+    writeFileSync(file, JSON.stringify(map));
+    const keys = { HOT_API_KEY: 'sk-h', WARM_A_API_KEY: 'sk-a', WARM_B_API_KEY: 'sk-b' };
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/worker.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, ...env, ...keys, NODE_ENV: 'production', ROUTES_FILE: file, METER_CSV_FILE: join(dir, 'e.csv') },
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    expect(await new Promise((r) => child.on('exit', r))).toBe(1);
+    expect(err).toBe('worker did not start:\nQUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)\n');
+    expect(out).not.toContain('in-process queue');
   });
 
   it('refuses a NODE_ENV other than production, development or test (NODE_ENV=prod ran as development: no Redis, no client keys)', async () => {
