@@ -75,6 +75,11 @@ export interface ColdPayload {
    * requests go through the queue, does not escape its limit.
    */
   tokensKey?: TokensKey;
+  /**
+   * Queued with a client key (GATEWAY_AUTH=keys): the run checks and records response owners as the
+   * gateway did, whatever the worker's own GATEWAY_AUTH. Absent on jobs queued before it was kept.
+   */
+  ownedResponses?: boolean;
   jobType: string;
   /** Why it was queued: all_failed, time_to_answer, budget_queue, human_review. */
   reason: string;

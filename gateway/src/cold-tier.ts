@@ -42,6 +42,7 @@ function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false
     jobId: ctx.jobId,
     customerId: ctx.customerId,
     tokensKey: ctx.clientKey?.tpm ? { id: ctx.clientKey.id, tpm: ctx.clientKey.tpm } : undefined,
+    ownedResponses: ctx.clientKey !== undefined, // every /v1 request has one with GATEWAY_AUTH=keys, none without
     jobType: ctx.jobType,
     reason,
     reviewRequired,

@@ -356,9 +356,17 @@ function coldWorker(
   p: { path: RequestPath; notifier: Notifier; skipWhilePaused: (r: Route) => boolean; ownership: ResponseOwnership | null },
   options: StackOptions,
 ): ColdWorker | null {
-  const { stores, log } = core;
+  const { env, stores, log } = core;
   const { pause, flags, queue } = stores;
-  const { path, notifier, skipWhilePaused, ownership } = p;
+  const { path, notifier, skipWhilePaused } = p;
+  // Also without client keys here: a job queued by a gateway with them is run as that gateway would (worker.ts).
+  const ownership =
+    p.ownership ??
+    new ResponseOwnership(
+      stores.owners,
+      (m) => log.warn(m),
+      () => path.routes,
+    );
   const workerDeps = {
     failover: path.failover,
     pause,
@@ -366,7 +374,8 @@ function coldWorker(
     notifier,
     skipWhilePaused,
     log,
-    ownership: ownership ?? undefined,
+    ownership,
+    ownsResponses: env.GATEWAY_AUTH === 'keys',
     onTokens: (key: TokensKey | undefined, tokens: number) => spendKeyTokens(stores.limiter, key, tokens),
     ...options.cold,
   };

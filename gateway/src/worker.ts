@@ -63,8 +63,10 @@ export interface WorkerDeps {
   recheckMs?: number;
   /** A running job's lock (tests shorten it; BullMQ's 30 s otherwise). */
   lockMs?: number;
-  /** Makes the answers of queued Responses requests their tenant's (absent: nothing recorded). */
+  /** Makes the answers of queued Responses requests their tenant's, for the jobs that ask for it (ownershipOf). */
   ownership?: ResponseOwnership;
+  /** This process's own GATEWAY_AUTH is `keys`: what jobs queued before their payload said so follow. */
+  ownsResponses?: boolean;
   /** Counts a job's answer's tokens against the `--tpm` of the key that queued it (absent: not counted). */
   onTokens?: (key: TokensKey | undefined, tokens: number) => void;
 }
@@ -127,8 +129,19 @@ function pausedNow(pause: PauseFlag): Promise<boolean> {
   return within(pause.refresh(), PAUSE_READ_MS, 'the pause flag').catch(() => pause.paused());
 }
 
+/**
+ * Response owners are checked and recorded for a job as the gateway that queued it did (client keys
+ * or not), not as this worker's own GATEWAY_AUTH says: `npm run worker` is started without it, and
+ * a worker that disagreed recorded no owner for a tenant's answer (its continuation then refused),
+ * or looked for owners an open gateway never recorded (the job dead-lettered as not found).
+ */
+function ownershipOf(payload: ColdPayload, deps: WorkerDeps): ResponseOwnership | undefined {
+  return (payload.ownedResponses ?? deps.ownsResponses) ? deps.ownership : undefined;
+}
+
 /** One run of one job: the routing again, a deferral, or an error that makes the queue retry it. */
-async function runJob(payload: ColdPayload, deferred: Deferral | null, deps: WorkerDeps, stopping: CancelSignal): Promise<JobResult> {
+async function runJob(payload: ColdPayload, deferred: Deferral | null, workerDeps: WorkerDeps, stopping: CancelSignal): Promise<JobResult> {
+  const deps = { ...workerDeps, ownership: ownershipOf(payload, workerDeps) };
   if (await pausedNow(deps.pause)) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
   const ctx = jobContext(payload, deps);
   const flags = deps.flags.get();

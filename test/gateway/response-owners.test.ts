@@ -6,7 +6,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
-import { ADMIN, listenStack } from './harness';
+import { createStack } from '../../gateway/src/stack';
+import { ADMIN, captureLogger, listenStack } from './harness';
 import { client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 
 let w: KeysWorld;
@@ -247,6 +248,52 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
       expect(stolen).toMatchObject({ status: 400, code: 'previous_response_not_found' });
     } finally {
       await worker.stop();
+    }
+  });
+
+  // `npm run worker` is documented to take no client keys, so it was started without GATEWAY_AUTH:
+  // outside production it then ran open, recorded no owner for the responses its jobs got, and the
+  // tenant that queued one could not continue it (previous_response_not_found).
+  it("a job run by a worker started without GATEWAY_AUTH still makes its response its tenant's", async () => {
+    const acme = (await w.makeKey('acme')).key;
+    const globex = (await w.makeKey('globex')).key;
+    w.hot.always({ kind: 'status', status: 503 });
+    w.warm.always({ kind: 'status', status: 503 });
+    const { url } = await w.up();
+    const queued = await postResponses(url, acme, { input: 'later is fine' }, {});
+    expect(queued.status).toBe(202);
+    const { jobId } = (await queued.json()) as { jobId: string };
+    w.hot.always({ kind: 'ok' });
+    const worker = await createStack({ ...w.env, GATEWAY_AUTH: undefined }, captureLogger([]), { http: false, worker: true });
+    try {
+      const done = await jobEnded(url, acme, jobId);
+      expect(done.state).toBe('completed');
+      const id = done.result!.body.id;
+      await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id });
+      const stolen = await refusal(client(url, globex).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id }));
+      expect(stolen).toMatchObject({ status: 400, code: 'previous_response_not_found' });
+    } finally {
+      await worker.close();
+    }
+  });
+
+  // The other way round: gateways run open (nothing recorded), a worker with client keys (production's
+  // default) found no owner for the response a queued job continued, and dead-lettered it as not found.
+  it('a job queued by an open gateway continues its response on a worker whose GATEWAY_AUTH is keys', async () => {
+    const { url } = await w.up({ GATEWAY_AUTH: 'open' });
+    const first = await client(url, 'unused').responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
+    w.hot.always({ kind: 'status', status: 503 });
+    w.warm.always({ kind: 'status', status: 503 });
+    const queued = await postResponses(url, 'unused', { input: 'and?', previous_response_id: first.id }, {});
+    expect(queued.status).toBe(202);
+    const { jobId } = (await queued.json()) as { jobId: string };
+    w.hot.always({ kind: 'ok' });
+    const worker = await createStack({ ...w.env, GATEWAY_AUTH: 'keys' }, captureLogger([]), { http: false, worker: true });
+    try {
+      const done = await jobEnded(url, 'unused', jobId);
+      expect(done).toMatchObject({ state: 'completed', lastError: null });
+    } finally {
+      await worker.close();
     }
   });
 
