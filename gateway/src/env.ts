@@ -112,8 +112,21 @@ function withoutEmpty(env: NodeJS.ProcessEnv): Record<string, string> {
   return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== ''));
 }
 
+/**
+ * Values that are each valid but cannot work together in production. The meter's setup() always
+ * makes a token and it refuses posts without it: METER_URL alone left every event waiting, refused.
+ */
+const Production = Env.superRefine((env, ctx) => {
+  if (env.NODE_ENV === 'production' && env.METER_URL && !env.METER_TOKEN)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['METER_TOKEN'],
+      message: "expected the meter's token with METER_URL in production (its setup() made one; the meter refuses every post without it)",
+    });
+});
+
 export function readEnv(raw: NodeJS.ProcessEnv): GatewayEnv {
-  const parsed = Env.safeParse(withoutEmpty(raw));
+  const parsed = Production.safeParse(withoutEmpty(raw));
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => {
       const name = String(i.path[0]);

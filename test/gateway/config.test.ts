@@ -328,6 +328,20 @@ describe('npm start', () => {
 
   // fetch refuses a URL with credentials: every meter post and spend read failed, and the spend
   // read's warning quoted the URL with the password and METER_TOKEN.
+  // The meter's setup() always makes a token, and it refuses a post without it: a production gateway
+  // given METER_URL alone started, and every event then waited in Redis, refused as unauthorized.
+  it('refuses, in production, a METER_URL without METER_TOKEN, naming METER_TOKEN', async () => {
+    const meter = { METER_URL: 'https://script.google.com/macros/s/abc/exec' };
+    expect(() => readEnv({ ...meter, NODE_ENV: 'production' })).toThrow(
+      "METER_TOKEN: expected the meter's token with METER_URL in production (its setup() made one; the meter refuses every post without it)",
+    );
+    expect(() => readEnv({ ...meter, NODE_ENV: 'production', METER_TOKEN: 'tok' })).not.toThrow();
+    expect(() => readEnv(meter)).not.toThrow(); // a trial against an open meter
+    const [code, err] = await started({ ...meter, NODE_ENV: 'production' });
+    expect(code).toBe(1);
+    expect(err).toMatch(/^gateway did not start:\nenvironment:\nMETER_TOKEN: expected the meter's token with METER_URL in production/);
+  });
+
   it('refuses a METER_URL with user:password in it, naming it and showing neither the password nor the token', () => {
     const read = () => readEnv({ METER_URL: 'https://meter:hunter2@script.google.com/macros/s/x/exec', METER_TOKEN: 'mtok-s3cret' });
     expect(read).toThrow("METER_URL: expected a URL without user:password in it (the meter's token is METER_TOKEN)");
