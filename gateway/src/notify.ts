@@ -94,6 +94,8 @@ export class Notifier {
     private readonly opts: {
       windowMs?: number;
       smtpUrl?: string;
+      /** The sender of e-mail notices, as the checked environment has SMTP_FROM (default ai-gateway@localhost). */
+      smtpFrom?: string;
       onCall?: string;
       log: Log;
       retry?: RetryPolicy;
@@ -275,7 +277,7 @@ export class Notifier {
         this.opts.log.info(`e-mail to ${target} (not sent: SMTP_URL is not set): ${subject}\n${text}`);
         return;
       }
-      await this.mailer.sendMail({ to: target, from: process.env.SMTP_FROM ?? 'ai-gateway@localhost', subject, text });
+      await this.mailer.sendMail({ to: target, from: this.opts.smtpFrom ?? 'ai-gateway@localhost', subject, text });
       return;
     }
     throw new Error('not an https URL or an e-mail address');

@@ -210,6 +210,7 @@ function meterAndNotices(env: GatewayEnv, map: RoutesMapConfig, stores: Stores, 
   const notifier = new Notifier(map.cold.notify, {
     windowMs: options.notifyWindowMs ?? env.NOTIFY_WINDOW_MS,
     smtpUrl: env.SMTP_URL,
+    smtpFrom: env.SMTP_FROM,
     onCall: env.ON_CALL,
     log,
     windows: noticeWindowsFor(redis, stores.prefix ?? 'gateway'),

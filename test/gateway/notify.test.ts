@@ -1,8 +1,12 @@
 // Notifications: the first notice of a burst at once, the rest coalesced into one follow-up; caller
 // text escaped for Slack; a failing target is retried and logged, never thrown.
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createTcpServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { spawn } from '../children';
 import { Redis } from 'ioredis';
 import { RedisNoticeWindows } from '../../gateway/src/notice-windows';
 import { Notifier } from '../../gateway/src/notify';
@@ -19,6 +23,35 @@ async function slackHook(): Promise<{ server: Server; url: string; posts: any[] 
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/services/T/B/x`, posts };
+}
+
+/** An SMTP server on loopback that takes every message and keeps the commands it was sent. */
+async function smtpServer(): Promise<{ url: string; commands: string[]; close(): void }> {
+  const commands: string[] = [];
+  const server = createTcpServer((socket) => {
+    socket.on('error', () => undefined); // the gateway stopped mid-session
+    socket.write('220 test ESMTP\r\n');
+    let buffered = '';
+    let inData = false;
+    socket.on('data', (d) => {
+      buffered += d;
+      for (let end = buffered.indexOf('\r\n'); end >= 0; end = buffered.indexOf('\r\n')) {
+        const line = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        if (inData) {
+          if (line === '.') [inData] = [false, socket.write('250 queued\r\n')];
+          continue;
+        }
+        commands.push(line);
+        const verb = line.slice(0, 4).toUpperCase();
+        if (verb === 'DATA') [inData] = [true, socket.write('354 go on\r\n')];
+        else if (verb === 'QUIT') socket.end('221 bye\r\n');
+        else socket.write('250 ok\r\n');
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `smtp://127.0.0.1:${(server.address() as AddressInfo).port}`, commands, close: () => server.close() };
 }
 
 async function until(check: () => boolean, ms: number): Promise<void> {
@@ -43,6 +76,38 @@ describe('notifier', () => {
     expect(n.sent[1].text).toContain('and 979 more');
     expect(n.sent[1].text).toContain('Tenants: t1, t2, t0');
     expect(logs.join('\n')).toMatch(/e-mail to ops@example.com \(not sent: SMTP_URL is not set\)/);
+  });
+
+  // The notifier read SMTP_FROM from the process's environment, not as the gateway's checked
+  // environment has it: `SMTP_FROM=` (empty, which counts as unset) sent every notice from <>.
+  it("a gateway's e-mail notices come from SMTP_FROM as its environment reads it: empty is the default sender", async () => {
+    const smtp = await smtpServer();
+    const dir = mkdtempSync(join(tmpdir(), 'smtp-'));
+    const routes = join(dir, 'routes.json');
+    const hot = { provider: 'openai', model: 'gpt-4o-mini', baseUrl: 'http://127.0.0.1:9/v1' };
+    writeFileSync(
+      routes,
+      JSON.stringify({ hot: [hot], warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: ['ops@acme.test'] } }),
+    );
+    const env = { PATH: process.env.PATH, PORT: '0', ROUTES_FILE: routes, SMTP_URL: smtp.url, SMTP_FROM: '', ADMIN_TOKEN: 'admin' };
+    const files = { METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml'), CLIENT_KEYS_FILE: join(dir, 'keys.json') };
+    const child = spawn(process.execPath, [join(import.meta.dirname, '..', '..', 'gateway/dist/main.js')], { env: { ...env, ...files } });
+    let out = '';
+    child.stdout!.on('data', (d) => (out += d));
+    try {
+      await until(() => /gateway listening on :\d+/.test(out), 10_000);
+      const port = /gateway listening on :(\d+)/.exec(out)![1];
+      const hook = await fetch(`http://127.0.0.1:${port}/budget/webhook`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer admin', 'content-type': 'application/json' },
+        body: JSON.stringify({ provider: 'openai', percentUsed: 95 }),
+      });
+      expect(hook.status).toBe(204);
+      await until(() => smtp.commands.some((c) => c.startsWith('RCPT')), 10_000);
+      expect(smtp.commands.find((c) => c.startsWith('MAIL FROM'))).toBe('MAIL FROM:<ai-gateway@localhost>');
+    } finally {
+      smtp.close();
+    }
   });
 
   it('retries a failing webhook, then logs without the URL secret', async () => {
