@@ -73,10 +73,28 @@ const OWNER_WAIT_MS = 1000;
 
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
 
+/** What a client whose stream a stop cut reads in the stream's error event. */
+const STOPPED = 'the gateway is shutting down: the stream was cut before it finished; send the request again';
+
 export class Pipeline {
   /** Requests under way: a stop waits for them (a request cut at shutdown meters its call at its end). */
   private readonly inFlight = new InFlight();
+  /** The streams being relayed, by their cancel: a stop at the end of its grace cuts them (cutStreams). */
+  private readonly streams = new Set<Cancel>();
+  private stopped = false;
   constructor(private readonly deps: PipelineDeps) {}
+
+  /**
+   * The end of a stop's grace: each stream still relayed is cut as its client going away would cut
+   * it (the provider's call cancelled, metered CLIENT_CLOSED), and ends with its error event saying
+   * why, where closing its connection left the client unable to tell a stop from a network failure.
+   */
+  cutStreams(): number {
+    this.stopped = true;
+    const cut = this.streams.size;
+    for (const gone of this.streams) gone.abort();
+    return cut;
+  }
 
   /** `replay`: the request's replay identity when it sent an Idempotency-Key. */
   handle(ctx: RequestContext, res: ServerResponse, replay?: ReplayRequest | null): Promise<void | Served> {
@@ -236,6 +254,7 @@ export class Pipeline {
     headers['content-type'] = 'text/event-stream; charset=utf-8';
     headers['cache-control'] = 'no-cache';
     const started = performance.now();
+    this.streams.add(gone);
     try {
       // Sent with the first event (relaySse): one write, not two, per stream started.
       res.writeHead(answer.upstream.status, headers as Record<string, string>);
@@ -247,21 +266,32 @@ export class Pipeline {
       const claim = ownership
         ? (response: unknown) => claims!.push(ownership.claim(answer.of.ctx, answer.route.config.provider, response, OWNER_WAIT_MS))
         : undefined;
-      const relay = await relaySse(answer.upstream.first!, answer.upstream.rest!, res, streamTransform(answer, claim), undefined, (r) => {
-        const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
-        const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
-        usage = estimated ? estimateUsage(answer.of.ctx.body, r.text) : r.usage;
-        answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });
-        return claims?.length ? Promise.all([answer.durable, ...claims]).then(() => undefined) : answer.durable;
-      });
+      const relay = await relaySse(
+        answer.upstream.first!,
+        answer.upstream.rest!,
+        res,
+        streamTransform(answer, claim),
+        undefined,
+        (r) => {
+          const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
+          const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
+          usage = estimated ? estimateUsage(answer.of.ctx.body, r.text) : r.usage;
+          answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });
+          return claims?.length ? Promise.all([answer.durable, ...claims]).then(() => undefined) : answer.durable;
+        },
+        this.why,
+      );
       this.spent(answer.of.ctx, usage);
       return relay.broken ? 'broken' : 'complete';
     } finally {
+      this.streams.delete(gone);
       // Whatever went wrong on the way, the call is settled once (a stream's breaker ticket, a
       // half-open probe among them, is released only here; settling twice does nothing).
       answer.settle({ ok: false, usage: null, code: gone.aborted ? 'CLIENT_CLOSED' : 'STREAM_INTERRUPTED' });
     }
   }
+
+  private readonly why = () => (this.stopped ? STOPPED : undefined);
 
   private spent(ctx: RequestContext, usage: Usage | null): void {
     if (usage && this.deps.onTokens) this.deps.onTokens(ctx, usage.input_tokens + usage.output_tokens);

@@ -8,9 +8,16 @@ import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 
 export interface Drain {
-  /** Resolves once no request is in flight, or the grace period is over; true when all finished. */
-  close(graceMs: number): Promise<boolean>;
+  /**
+   * Resolves once no request is in flight, or the grace period is over; true when all finished.
+   * `cut`, at the end of the grace: ends what is left in its own way (a stream with its error
+   * event), given CUT_MS for that before the connections still open are closed; it says how many.
+   */
+  close(graceMs: number, cut?: () => number): Promise<boolean>;
 }
+
+/** How long the streams cut at the end of the grace have to write their end: they only unwind. */
+const CUT_MS = 500;
 
 export function trackRequests(server: Server): Drain {
   let inFlight = 0;
@@ -24,19 +31,24 @@ export function trackRequests(server: Server): Drain {
       if (closing && inFlight === 0) idle?.();
     });
   });
+  /** Resolves true once nothing is in flight, false after `ms`. */
+  const settled = (ms: number) =>
+    inFlight === 0
+      ? Promise.resolve(true)
+      : new Promise<boolean>((resolve) => {
+          const timer = setTimeout(() => resolve(false), ms);
+          idle = () => {
+            clearTimeout(timer);
+            resolve(true);
+          };
+        });
   return {
-    async close(graceMs) {
+    async close(graceMs, cut) {
       closing = true;
       server.close(); // no new connections; idle keep-alive connections are closed
       server.closeIdleConnections();
-      if (inFlight === 0) return true;
-      const finished = await new Promise<boolean>((resolve) => {
-        const timer = setTimeout(() => resolve(false), graceMs);
-        idle = () => {
-          clearTimeout(timer);
-          resolve(true);
-        };
-      });
+      const finished = await settled(graceMs);
+      if (!finished && cut && cut() > 0) await settled(CUT_MS);
       server.closeAllConnections();
       return finished;
     },

@@ -36,8 +36,11 @@ export interface StreamTransform {
   usage: Usage | null;
   /** Written once the stream is complete (a translation's closing events, the `[DONE]` a provider left out). */
   end?(): string;
-  /** Written when the stream broke: the client must learn it, never a silent truncation. */
-  broken(): string;
+  /**
+   * Written when the stream broke: the client must learn it, never a silent truncation. `message`:
+   * why, when it was not the provider (the gateway stopping); else the provider's stream ended early.
+   */
+  broken(message?: string): string;
   /**
    * The transform gave the stream up as more than it may keep (a translation's output past the
    * whole answer's limit), having written what tells the client: the relay reads no more, the
@@ -151,6 +154,8 @@ export async function relaySse(
   stallMs = STALL_MS,
   /** Runs before the response ends (the call's meter event is made durable first). */
   beforeEnd?: (result: RelayResult) => Promise<void>,
+  /** Why a broken stream broke, when it was not the provider (the client is told). */
+  why?: () => string | undefined,
 ): Promise<RelayResult> {
   let out = '';
   let wrote = false;
@@ -239,7 +244,7 @@ export async function relaySse(
   // `[DONE]`, or an event too large after it) breaks nothing the client was owed; nor does a
   // response ended normally after a whole answer without saying so (servers that omit `[DONE]`).
   const broken = !transform.done && !(closed && !fragment && transform.finished?.() === true);
-  if (!res.destroyed) res.write(broken ? transform.broken() : (transform.end?.() ?? ''));
+  if (!res.destroyed) res.write(broken ? transform.broken(why?.()) : (transform.end?.() ?? ''));
   const result = { usage: transform.usage, broken, tooLarge: broken ? tooLarge : null, text };
   await beforeEnd?.(result);
   res.end();

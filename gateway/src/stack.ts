@@ -77,6 +77,8 @@ export interface Stack {
    * none is. A stop waits for it before `close`: a request whose connection was cut meters its call after.
    */
   idle(ms: number): Promise<boolean>;
+  /** The end of a stop's grace: the streams still relayed are cut, each ending with its error event; how many. */
+  cutStreams(): number;
   close(): Promise<void>;
 }
 
@@ -168,6 +170,7 @@ export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, op
     cappedProvider,
     routes: reloader,
     idle: (ms) => path.pipeline.idle(ms),
+    cutStreams: () => path.pipeline.cutStreams(),
     close: () => closeStack({ worker, voice, phone, auth, notifier, queue, meter, flags, pause, path, demo, redis, fleet, reloader }),
   };
 }

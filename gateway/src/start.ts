@@ -15,7 +15,7 @@ import { createStack } from './stack';
 /**
  * A request cut at the end of the grace meters its call (CLIENT_CLOSED) only after its connection
  * closed: a stop waits this long for that before the meter closes, or the call goes unbilled. Cut
- * requests only unwind, so 2 s is ample, and it keeps SIGTERM inside Kubernetes' 30 s (25 + 2 s).
+ * requests only unwind, so 2 s is ample, and it keeps SIGTERM inside Kubernetes' 30 s (25 s, 0.5 s for cut streams to end, 2 s).
  */
 const SETTLE_MS = 2_000;
 
@@ -38,7 +38,10 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
   // running at its end has its call cut and metered, and is handed back to another worker.
   const stop = async () => {
     log.info(`shutting down: finishing requests and running jobs (up to ${settings.SHUTDOWN_GRACE_MS} ms), flushing meter events`);
-    const [finished] = await Promise.all([drain.close(settings.SHUTDOWN_GRACE_MS), stack.worker?.close(settings.SHUTDOWN_GRACE_MS)]);
+    const [finished] = await Promise.all([
+      drain.close(settings.SHUTDOWN_GRACE_MS, () => stack.cutStreams()),
+      stack.worker?.close(settings.SHUTDOWN_GRACE_MS),
+    ]);
     if (!finished) log.warn('shutdown: requests still running at the end of the grace period were cut');
     if (!(await stack.idle(SETTLE_MS)))
       log.warn(`shutdown: requests not finished ${SETTLE_MS} ms after being cut; their meter events may be missing`);

@@ -91,10 +91,8 @@ export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamT
     end() {
       return this.done ? '' : 'data: [DONE]\n\n';
     },
-    broken: () =>
-      failed
-        ? ''
-        : `data: ${JSON.stringify({ error: { message: INTERRUPTED, type: 'upstream_error', code: 'stream_interrupted', param: null } })}\n\n`,
+    broken: (message = INTERRUPTED) =>
+      failed ? '' : `data: ${JSON.stringify({ error: { message, type: 'upstream_error', code: 'stream_interrupted', param: null } })}\n\n`,
   };
 }
 
@@ -139,12 +137,12 @@ export function responsesPassthrough(maxEventChars?: number, onResponse?: (respo
       }
       return serialize(e);
     },
-    broken: () => (failed ? '' : responsesError(next())),
+    broken: (message) => (failed ? '' : responsesError(next(), message)),
   };
 }
 
-function responsesError(sequenceNumber: number): string {
-  const error = { type: 'error', code: 'stream_interrupted', message: INTERRUPTED, param: null, sequence_number: sequenceNumber };
+function responsesError(sequenceNumber: number, message = INTERRUPTED): string {
+  const error = { type: 'error', code: 'stream_interrupted', message, param: null, sequence_number: sequenceNumber };
   return `event: error\ndata: ${JSON.stringify(error)}\n\n`;
 }
 
@@ -184,6 +182,6 @@ export function chatToResponses(
     finished: () => !translation.failed && !cut && translation.finished,
     end: () => write(translation.end()),
     // The translation's own response.failed (nothing when it already failed on a provider error).
-    broken: () => write(translation.fail(INTERRUPTED)),
+    broken: (message = INTERRUPTED) => write(translation.fail(message)),
   };
 }

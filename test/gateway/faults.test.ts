@@ -234,6 +234,28 @@ describe('SIGTERM', () => {
     expect(g.log()).toContain('were cut');
     expect(g.events()).toMatchObject([{ provider: 'openai', error_code: code }]);
   });
+
+  it('a stream cut at the end of the grace period ends with an error event saying why, not a dropped connection', async () => {
+    hot.always({ kind: 'stream', chunks: 50, delayMs: 100 }); // 5 s: longer than the grace period
+    const g = await spawnGateway({ SHUTDOWN_GRACE_MS: '500' });
+    const res = await fetch(`${g.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    });
+    const reader = res.body!.getReader();
+    await reader.read(); // the relay has started
+    g.child.kill('SIGTERM');
+    // Read to its end: a connection dropped mid-stream rejects here instead.
+    let text = '';
+    for (let r = await reader.read(); !r.done; r = await reader.read()) text += Buffer.from(r.value).toString('utf8');
+    const last = text.trim().split('\n\n').at(-1)!;
+    expect(JSON.parse(last.replace(/^data: /, ''))).toMatchObject({
+      error: { code: 'stream_interrupted', message: expect.stringContaining('shutting down') },
+    });
+    expect(await g.exited).toBe(0);
+    expect(g.events()).toMatchObject([{ provider: 'openai', error_code: 'CLIENT_CLOSED|ESTIMATED' }]);
+  });
 });
 
 describe('a provider that reports an error in a 200 answer (OpenRouter, once generation began)', () => {
