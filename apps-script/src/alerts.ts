@@ -241,7 +241,8 @@ function alertLateCrossing(run: AlertRun, rows: unknown[][]): { earlier: string;
     const what = `daily cap crossed on ${late.day} and not alerted that day`;
     const why = cannot || postAlert(svc, webhook, slackPayload(result, ['daily'], now, svc.spreadsheet.getUrl(), late));
     if (!why) {
-      state.daily = late.day;
+      // Never back: today's alert, taken by an earlier run while this one kept failing, stays recorded.
+      if (!(state.daily && state.daily > late.day)) state.daily = late.day;
       result.posted = true;
     }
     lateSettled = !why || cannot !== ''; // a failed post is tried again on the next run

@@ -74,6 +74,29 @@ describe('checkSpendCaps', () => {
     expect(platform.urlFetch.requests).toHaveLength(2);
   });
 
+  it("a late alert of yesterday's daily cap that goes through after today's did does not make today's go out again", () => {
+    setConfig(platform, 'DAILY_CAP_USD', 5);
+    platform.clock.set('2026-11-22T23:50:00Z');
+    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
+    platform.clock.set('2026-11-22T23:55:00Z');
+    post(meter, { cost_usd: 6 }); // yesterday ends over its cap, after its last check
+    platform.clock.set('2026-11-23T00:00:30Z');
+    post(meter, { cost_usd: 7 }); // and today is over its cap too
+    let posts = 0;
+    platform.urlFetch.respond = () => ({ code: ++posts === 1 ? 500 : 200 }); // the late alert fails, today's goes through
+    expect(meter.checkSpendCaps()).toMatch(/not alerted that day, but Slack answered HTTP 500.*alert posted for daily/);
+    platform.clock.set('2026-11-23T00:10:30Z');
+    expect(meter.checkSpendCaps()).toMatch(/alert posted for the daily cap crossed on 2026-11-22.*already alerted today/);
+    platform.clock.set('2026-11-23T00:20:30Z');
+    expect(meter.checkSpendCaps()).toMatch(/already alerted today/);
+    const headlines = platform.urlFetch.payloads().map((b: { blocks: Array<{ text: { text: string } }> }) => b.blocks[0].text.text);
+    expect(headlines).toEqual([
+      'AI spend alert: daily cap crossed on 2026-11-22',
+      'AI spend alert: daily cap crossed',
+      'AI spend alert: daily cap crossed on 2026-11-22',
+    ]);
+  });
+
   it('a crossed 7-day cap alerts too, counting the 6 days before today', () => {
     setConfig(platform, 'BURN_7D_CAP_USD', 10);
     post(meter, {
