@@ -108,7 +108,8 @@ export function refreshDigest(svc: MeterServices): DigestRefresh {
   refreshPublicTab(svc, rows.length);
   growFor(svc.spreadsheet, sheet, grid.length, 0); // only a Digest shortened by hand is shorter than its block
   sheet.getRange(1, 1, grid.length, LAYOUT.width).setValues(grid);
-  sheet.getRange(LAYOUT.scoreRow, 1, 1, 3).setNumberFormat('"$"#,##0.00');
+  // Today to 4 decimals, as the spend answer, the alert and the e-mail: a sub-cent day showed $0.00 beside its estimated part.
+  sheet.getRange(LAYOUT.scoreRow, 1, 1, 3).setNumberFormats([['"$"#,##0.0000', '"$"#,##0.00', '"$"#,##0.00']]);
   if (sheet.getCharts().length === 0) {
     const series = sheet.getRange(LAYOUT.dailyHeader + 1, 1, SERIES_DAYS + 1, 2);
     const chart = sheet

@@ -49,6 +49,7 @@ type Filter = Pick<GoogleAppsScript.Spreadsheet.Filter, 'remove'>;
 interface Range extends Pick<GRange, 'getRow' | 'getNumRows' | 'getValues' | 'getValue'> {
   setValues: Returning<GRange, 'setValues', Range>;
   setNumberFormat: Returning<GRange, 'setNumberFormat', Range>;
+  setNumberFormats: Returning<GRange, 'setNumberFormats', Range>;
   setFontWeight: Returning<GRange, 'setFontWeight', Range>;
   /** The rule is our slice of Google's DataValidation (a method, so Google's own type fits too). */
   setDataValidation(rule: DataValidation | null): Range;

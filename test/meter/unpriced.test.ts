@@ -128,6 +128,29 @@ describe('the digest and calls with an estimated cost', () => {
     expect(grid[customers + 1].slice(0, 3)).toEqual(['acme', 7.5, 3]);
   });
 
+  it("the Digest's cost today shows the 4 decimals of the spend answer, the alert and the e-mail, never less than the part of it that is estimated", () => {
+    const platform = new FakePlatform();
+    platform.clock.set('2026-11-22T12:00:00Z');
+    const meter = loadBundle(platform);
+    meter.setup();
+    platform.properties.setProperty('SECRET_TOKEN', SECRET);
+    const events = [{ event_id: 'cut', cost_usd: 0.0042, error_code: 'CLIENT_CLOSED|ESTIMATED' }];
+    expect(callJson(meter, 'doPost', { token: SECRET }, { events })).toMatchObject({ ok: true, appended: 1 });
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({ today_cost_usd: 0.0042 });
+    meter.refreshDigest();
+    const digest = platform.spreadsheet.tab('Digest')!;
+    const row = digest.data.findIndex((r) => r[0] === 'Cost today (UTC)') + 2;
+    /** What Sheets shows for a cell with a "$"#,##0.00…-style format: as many decimals as the format has zeros after the point. */
+    const shown = (column: number) => {
+      const format = digest.numberFormats
+        .filter((f) => f.row <= row && row < f.row + f.numRows && f.column <= column && column < f.column + f.numColumns)
+        .at(-1)!.value as string;
+      return `$${(digest.data[row - 1][column - 1] as number).toFixed(/\.(0+)/.exec(format)![1].length)}`;
+    };
+    expect([shown(1), shown(2), shown(3)]).toEqual(['$0.0042', '$0.00', '$0.00']);
+    expect(digest.data[row - 1][3]).toBe('$0.0042 / $0.00 / $0.00');
+  });
+
   it('the weekly e-mail says how much of the cost is estimated', () => {
     const { platform, meter } = meterWithEstimatedCalls();
     platform.spreadsheet.tab('Config')!.data.find((r) => r[0] === 'TEAM_EMAILS')![1] = 'ops@example.com';

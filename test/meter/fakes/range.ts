@@ -207,6 +207,18 @@ export class FakeRange {
   setNumberFormat(format: string) {
     return this.record(this.sheet.numberFormats, 'Range.setNumberFormat', format);
   }
+  /** One call, a format per cell (recorded cell by cell). */
+  setNumberFormats(formats: string[][]) {
+    this.sheet.calls.count('Range.setNumberFormats');
+    if (formats.length !== this.numRows || formats.some((r) => r.length !== this.numColumns))
+      throw new Error('The number of rows or columns in the data does not match the range.');
+    formats.forEach((r, i) =>
+      r.forEach((value, j) =>
+        this.sheet.numberFormats.push({ row: this.row + i, column: this.column + j, numRows: 1, numColumns: 1, value }),
+      ),
+    );
+    return this;
+  }
   setFontWeight(weight: string | null) {
     return this.record(this.sheet.fontWeights, 'Range.setFontWeight', weight);
   }
