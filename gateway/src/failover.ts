@@ -219,6 +219,9 @@ export class Failover {
         if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
         if (deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS)
           return { kind: 'exhausted', attempts, reason: 'time_to_answer', lastError };
+        // Asked again before each call: a budget pause set since the routes were listed (while an
+        // earlier route or attempt was under way) skips the capped provider's routes from now on.
+        if (options.skip?.(route)) break;
         const ticket = route.breaker.tryAcquire();
         if (!ticket) break; // open (or a probe already in flight): skipped without a call
         attempts++;
