@@ -18,7 +18,7 @@ import { estimateUsage } from './cut-estimate';
 import { CallPlanner, type CallPlan } from './call-plan';
 import type { CancelSignal } from './cancel';
 import { Deadline, sleep, type Clock } from './deadline';
-import { allowedBy, type Flags } from './flags';
+import { allowedBy, type Flags, type FlagStore } from './flags';
 import type { KeyFor } from './keys';
 import type { GatewayMetrics } from './metrics';
 import { Answer, type Outcome } from './outcome';
@@ -46,6 +46,8 @@ export interface FailoverDeps extends RouteSet {
   metrics?: GatewayMetrics;
   now?: Clock;
   random?: () => number;
+  /** The flags in force now: a model killed while a request is under way is not called by it after. */
+  flags?: Pick<FlagStore, 'get'>;
 }
 
 export interface RouteOptions {
@@ -219,9 +221,9 @@ export class Failover {
         if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
         if (deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS)
           return { kind: 'exhausted', attempts, reason: 'time_to_answer', lastError };
-        // Asked again before each call: a budget pause set since the routes were listed (while an
-        // earlier route or attempt was under way) skips the capped provider's routes from now on.
-        if (options.skip?.(route)) break;
+        // Asked again before each call: a budget pause or a kill-switch set since the routes were
+        // listed (while an earlier route or attempt was under way) holds from now on.
+        if (options.skip?.(route) || !this.allowedNow(route, options)) break;
         const ticket = route.breaker.tryAcquire();
         if (!ticket) break; // open (or a probe already in flight): skipped without a call
         attempts++;
@@ -275,6 +277,12 @@ export class Failover {
     // The routes ran out; if the time did too, that is what the client is told (504, not 503).
     const timeUp = attempts > 0 && deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS;
     return { kind: 'exhausted', attempts, reason: timeUp ? 'time_to_answer' : 'all_failed', lastError };
+  }
+
+  /** Whether the flags in force now (not those the request started with) let this call go. */
+  private allowedNow(route: Route, options: RouteOptions): boolean {
+    const now = this.deps.flags?.get();
+    return !now || now === options.flags || allowedBy(now, route, options.model);
   }
 
   /** How long to wait before retrying the same route; null to move on to the next route now. */

@@ -75,7 +75,7 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
     (route) => metrics.countUnpriced(route),
     (route) => metrics.countEstimated(route),
   );
-  const failover = new Failover({ routes, keyFor: o.keyFor, meter, metrics, now: o.now });
+  const failover = new Failover({ routes, keyFor: o.keyFor, meter, metrics, now: o.now, flags: o.flags });
   const pipeline = new Pipeline({
     failover,
     metrics,

@@ -1,5 +1,5 @@
-// The budget pause turned on while a request is under way: the capped provider's routes it has not
-// called yet are skipped from then on, as a request that starts after the pause skips them.
+// The budget pause or a kill-switch turned on while a request is under way: the routes it has not
+// called yet and may no longer use are skipped from then on, as a request that starts after them skips them.
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -64,5 +64,30 @@ it('a pause set while a request waits on another route: the request does not cal
   held[0].writeHead(500).end('{}'); // the first route fails: the request goes on to the next routes
   const res = await answer;
   expect(res.headers.get('x-route-provider')).not.toBe('mistral');
+  expect(capped.received).toHaveLength(0);
+});
+
+it('a model killed while a request waits on another route: the request does not call the killed model afterwards', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kill-in-flight-'));
+  const file = join(dir, 'routes.json');
+  const hot = [
+    { id: 'first', provider: 'openai', model: 'gpt-4o-mini', baseUrl: gateUrl },
+    { id: 'big', provider: 'openai', model: 'gpt-4o', baseUrl: capped.url },
+  ];
+  writeFileSync(file, JSON.stringify({ hot, warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
+  const env = { ROUTES_FILE: file, ADMIN_TOKEN: ADMIN, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml') };
+  app = await listenStack(env);
+
+  const answer = chat(app.url);
+  await until(async () => held.length === 1); // the request is on its first route
+  const killed = await fetch(`${app.url}/admin/flags`, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ killed_models: ['gpt-4o'] }),
+  });
+  expect(killed.status).toBe(200);
+  held[0].writeHead(500).end('{}'); // the first route fails: the request goes on to the next routes
+  const res = await answer;
+  expect(res.headers.get('x-route-model')).not.toBe('gpt-4o');
   expect(capped.received).toHaveLength(0);
 });
