@@ -98,9 +98,20 @@ export class FleetBreakers {
       }
       next.set(w.name, w);
     }
-    for (const [name, w] of this.byName) if (!next.has(name)) this.stopRetry(w);
+    const dropped = [...this.byName].filter(([name]) => !next.has(name)).map(([, w]) => w);
     this.byName = next;
-    await this.sync(fresh);
+    await Promise.all([this.sync(fresh), this.giveBack(dropped)]);
+  }
+
+  /**
+   * Routes no longer in force here (a reload removed or changed them): their probe leases held here
+   * are given back, so an instance still running them probes at once rather than once the lease lapses.
+   */
+  private async giveBack(dropped: Watched[]): Promise<void> {
+    for (const w of dropped) this.stopRetry(w);
+    const held = dropped.filter((w) => w.lease === 'mine');
+    for (const w of held) w.lease = 'none';
+    if (held.length) await within(this.redis.del(...held.map((w) => this.key(w, 'probe'))), WAIT_MS).catch(() => 0);
   }
 
   /** Stops following; a probe lease held here is given back, so another instance probes at once. */

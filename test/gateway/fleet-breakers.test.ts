@@ -150,6 +150,30 @@ describe('breakers across instances', () => {
     expect(hot.received).toHaveLength(5);
   });
 
+  it('a reload that replaces a route on the instance probing it gives the probe back: another instance probes at once', async () => {
+    const openMs = 3000;
+    hot.always({ kind: 'status', status: 500 });
+    const [a, b] = await Promise.all([instance(1, openMs), instance(2, openMs)]);
+    while (primary(a).state() !== 'open') await chat(a.url);
+    await until(async () => primary(b).state() === 'open', 5000);
+    hot.always({ kind: 'ok' });
+    await until(async () => primary(a).state() === 'half-open' && primary(b).state() === 'half-open', 10_000);
+    const leases = () => redis.keys(`${prefix}:breaker:primary:*:probe`);
+    // a probes (its first success of two): it holds the fleet's probe lease for the route.
+    await until(async () => (await chat(a.url)).headers.get('x-route-tier') === 'hot', 5000);
+    expect(await leases()).toHaveLength(1);
+
+    const file = join(dir, 'routes.json');
+    const map = JSON.parse(readFileSync(file, 'utf8'));
+    map.hot[0].model = 'gpt-4o'; // same id, another endpoint: a's old primary is no longer in force there
+    writeFileSync(file, JSON.stringify(map));
+    const res = await fetch(`${a.url}/admin/routes/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN}` } });
+    expect(await res.json()).toMatchObject({ changed: ['primary'] });
+    // b, still on the old map, may take the probe now, not once a's lease has lapsed.
+    expect(await leases()).toEqual([]);
+    await until(async () => (await chat(b.url)).headers.get('x-route-tier') === 'hot', 5000);
+  });
+
   it('while Redis does not answer, a breaker still probes and closes on its own', async () => {
     const link = await new RedisLink().open();
     try {
