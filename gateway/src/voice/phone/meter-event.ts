@@ -36,25 +36,40 @@ export function responseEvent(f: ResponseFacts): EventRecord {
   const status = f.response?.status;
   // Its own names only: a status of `constructor` would put a function in the record.
   const code = status && Object.hasOwn(STATUS_CODE, status) ? STATUS_CODE[status] : '';
-  return {
-    event_id: randomUUID(),
-    timestamp: new Date(),
-    actor_type: 'agent',
-    provider: f.provider,
-    model: f.config.meta.model,
-    region: 'n/a',
+  return callEvent(f, f.config.meta.model, {
     input_tokens: u.input_tokens ?? 0,
     output_tokens: u.output_tokens ?? 0,
     latency_ms: Math.max(0, Math.round(f.latencyMs)),
     cost_usd: f.usage ? Number((usageUsd(f.usage, audioPrices(f.config.spend_guard)) ?? 0).toFixed(9)) : null,
+    error_code: f.usage ? code : markUnpriced(code),
+  });
+}
+
+/** A model call of a phone call as a meter event: the call's fields, and what this call used. */
+export function callEvent(
+  call: { provider: string; tenant: string; callId: string; confidence: number | null },
+  model: string,
+  used: Pick<EventRecord, 'input_tokens' | 'output_tokens' | 'latency_ms' | 'cost_usd' | 'error_code'>,
+): EventRecord {
+  return {
+    event_id: randomUUID(),
+    timestamp: new Date(),
+    actor_type: 'agent',
+    provider: call.provider,
+    model,
+    region: 'n/a',
+    input_tokens: used.input_tokens,
+    output_tokens: used.output_tokens,
+    latency_ms: used.latency_ms,
+    cost_usd: used.cost_usd,
     eval_score: null,
-    confidence: f.confidence,
-    job_id: f.callId,
-    customer_id: f.tenant,
+    confidence: call.confidence,
+    job_id: call.callId,
+    customer_id: call.tenant,
     pii_flag: false,
     review_required: false,
     reviewer_id: '',
     decision: 'n/a',
-    error_code: f.usage ? code : markUnpriced(code),
+    error_code: used.error_code,
   };
 }

@@ -10,12 +10,12 @@
  * and the guard is given nothing. Counts are cleaned as a response's are (usage.ts's bound).
  * Once per item: a completed event the server repeats is not billed twice.
  */
-import { randomUUID } from 'node:crypto';
 import type { EventRecord } from '../../../../schema/event-record';
 import { markUnpriced } from '../../../../schema/unpriced';
 import { costUsd } from '../../pricing';
 import { isObject } from '../../json-object';
 import { MAX_AUDIO_TOKENS } from '../spend-guard';
+import { callEvent } from './meter-event';
 
 interface TranscriptionFacts {
   provider: string;
@@ -65,25 +65,11 @@ function tokensOf(usage: unknown): { input_tokens: number; output_tokens: number
 }
 
 function transcriptionEvent(f: TranscriptionFacts, tokens: ReturnType<typeof tokensOf>, usd: number | null): EventRecord {
-  return {
-    event_id: randomUUID(),
-    timestamp: new Date(),
-    actor_type: 'agent',
-    provider: f.provider,
-    model: f.model,
-    region: 'n/a',
+  return callEvent(f, f.model, {
     input_tokens: tokens?.input_tokens ?? 0,
     output_tokens: tokens?.output_tokens ?? 0,
     latency_ms: 0,
     cost_usd: usd,
-    eval_score: null,
-    confidence: f.confidence,
-    job_id: f.callId,
-    customer_id: f.tenant,
-    pii_flag: false,
-    review_required: false,
-    reviewer_id: '',
-    decision: 'n/a',
     error_code: usd === null ? markUnpriced('') : '',
-  };
+  });
 }
