@@ -58,8 +58,11 @@ function rowToCsvLine(row: unknown[]): string {
   }).join(',');
 }
 
+/** A file's text from its lines (the header first): CRLF after each. */
+const csvText = (lines: string[]) => lines.join('\r\n') + '\r\n';
+
 function rowsToCsv(rows: unknown[][]): string {
-  return [CSV_HEADER, ...rows.map(rowToCsvLine)].join('\r\n') + '\r\n';
+  return csvText([CSV_HEADER, ...rows.map(rowToCsvLine)]);
 }
 
 /** `doGet?action=export&since=YYYY-MM-DD`: rows with a timestamp on or after that UTC day. */
@@ -286,7 +289,7 @@ function exportFile(svc: MeterServices, run: string, nowMs: number): { plan: Exp
     const folder = archiveFolder(svc);
     file = freeName(folder, `events_${new Date(utcDayStart(nowMs) - DAY_MS).toISOString().slice(0, 10)}`);
     writeClaim(svc, { run, since: nowMs, file, watermark: plan.watermark, undated: plan.undated });
-    folder.createFile(file, plan.csv.join('\r\n') + '\r\n', 'text/csv');
+    folder.createFile(file, csvText(plan.csv), 'text/csv');
   }
   const watermark = withScriptLock(
     svc,

@@ -7,15 +7,15 @@
  * same price list as chat calls (input audio at the model's audio rate), and its cost goes to the
  * spend guard, so the per-call cap and the call record count it. A duration, a model without a
  * known price or no usage at all: the cost is unknown, so the event is UNPRICED (never a silent $0)
- * and the guard is given nothing. Counts are cleaned as a response's are (usage.ts's bound).
+ * and the guard is given nothing. Counts are cleaned as a response's are (usage.ts).
  * Once per item: a completed event the server repeats is not billed twice.
  */
 import type { EventRecord } from '../../../../schema/event-record';
 import { markUnpriced } from '../../../../schema/unpriced';
 import { costUsd } from '../../pricing';
 import { isObject } from '../../json-object';
-import { MAX_AUDIO_TOKENS } from '../spend-guard';
 import { callEvent } from './meter-event';
+import { cleanUsage } from './usage';
 
 interface TranscriptionFacts {
   provider: string;
@@ -25,8 +25,6 @@ interface TranscriptionFacts {
   confidence: number | null;
   log: { warn: (m: string) => void };
 }
-
-const isCount = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= MAX_AUDIO_TOKENS;
 
 export class TranscriptionUsage {
   private readonly billed = new Set<string>();
@@ -57,11 +55,11 @@ export class TranscriptionUsage {
 /** The token counts of a `tokens` usage (null for a duration, none, or counts that are not whole numbers in bounds). */
 function tokensOf(usage: unknown): { input_tokens: number; output_tokens: number; input_audio_tokens?: number } | null {
   if (!isObject(usage) || usage.type !== 'tokens') return null;
-  const { input_tokens: input, output_tokens: output } = usage;
-  if (!isCount(input) || !isCount(output)) return null;
-  const audio = isObject(usage.input_token_details) ? usage.input_token_details.audio_tokens : undefined;
+  const { input_tokens: input, output_tokens: output, input_token_details: details } = cleanUsage(usage).usage ?? {};
+  if (input === undefined || output === undefined) return null;
+  const audio = details?.audio_tokens;
   // The audio tokens are part of the input: never more of them than the input they are part of.
-  return { input_tokens: input, output_tokens: output, ...(isCount(audio) ? { input_audio_tokens: Math.min(audio, input) } : {}) };
+  return { input_tokens: input, output_tokens: output, ...(audio !== undefined ? { input_audio_tokens: Math.min(audio, input) } : {}) };
 }
 
 function transcriptionEvent(f: TranscriptionFacts, tokens: ReturnType<typeof tokensOf>, usd: number | null): EventRecord {
