@@ -14,8 +14,8 @@
  *   route_to_voicemail recording saved as voicemail/<call_id>.mp3 in the voicemail folder; task
  *                      'Callback: Voicemail' due in 24 hours.
  *
- * Every argument is checked before anything is written; a missing one, or a date or time that
- * does not parse, is refused naming the argument.
+ * Every argument is checked before anything is written; a missing one, one over 10,000
+ * characters, or a date or time that does not parse, is refused naming the argument.
  */
 import { ID_PATTERN, ID_RULE } from '../../schema/ids';
 import { MeterRefusal } from '../../schema/meter-reply';
@@ -29,6 +29,22 @@ import type { JsonReply } from './web';
 
 /** The gateway's keys are hex digests; anything of this shape is accepted. */
 const IDEMPOTENCY_KEY = /^[A-Za-z0-9_-]{8,128}$/;
+/**
+ * The longest argument taken. An argument lands in a cell (an activity's detail, a contact's name)
+ * and a cell holds 50,000 characters: a longer one would fail its write on every retry, after the
+ * calendar was changed. Refused first instead, so the model can say it again shorter.
+ */
+const ARG_CHARACTERS = 10_000;
+
+function checkArgs(action: ActionName, args: Args): void {
+  for (const name of REQUIRED[action])
+    if (arg(args, name) === '') throw new MeterRefusal('invalid_argument', `args.${name}: required for ${action}`);
+  for (const name of Object.keys(args)) {
+    const length = arg(args, name).length;
+    if (length > ARG_CHARACTERS)
+      throw new MeterRefusal('invalid_argument', `args.${name}: at most ${ARG_CHARACTERS} characters, got ${length}`);
+  }
+}
 
 function request(action: ActionName, body: unknown): { callId: string; key: string; args: Args } {
   if (!body || typeof body !== 'object' || Array.isArray(body))
@@ -39,8 +55,7 @@ function request(action: ActionName, body: unknown): { callId: string; key: stri
     throw new MeterRefusal('invalid_body', 'idempotency_key: expected 8 to 128 characters of A-Z a-z 0-9 _ -');
   if (!b.args || typeof b.args !== 'object' || Array.isArray(b.args)) throw new MeterRefusal('invalid_body', 'args: expected an object');
   const args = b.args as Args;
-  for (const name of REQUIRED[action])
-    if (arg(args, name) === '') throw new MeterRefusal('invalid_argument', `args.${name}: required for ${action}`);
+  checkArgs(action, args);
   return { callId: b.call_id, key: b.idempotency_key, args };
 }
 

@@ -141,6 +141,29 @@ describe('book_slot', () => {
     expect(rows('contacts')).toHaveLength(0);
     expect(rows('idempotency')).toHaveLength(0);
   });
+
+  it('an argument longer than a cell could hold is refused naming it, nothing written; a replay with it shortened books', () => {
+    const long = { ...booking('key-long-0001'), args: { ...booking().args, notes: 'n'.repeat(60_000) } };
+    expect(act('book_slot', long)).toEqual({
+      ok: false,
+      code: 'invalid_argument',
+      error: 'args.notes: at most 10000 characters, got 60000',
+    });
+    expect(platform.calendar.events).toHaveLength(0);
+    expect(rows('idempotency')).toHaveLength(0);
+    const fixed = { ...long, args: { ...long.args, notes: 'n'.repeat(10_000) } };
+    const { booking_id } = act('book_slot', fixed);
+    expect(rows('activities')).toHaveLength(1);
+    // A reschedule's notes go into its activity row: refused before the event is moved.
+    const move = { call_id: 'call-2', idempotency_key: 'key-long-0002', args: { booking_id, new_date: '2026-12-01', new_time: '15:00' } };
+    expect(act('reschedule_slot', { ...move, args: { ...move.args, notes: 'm'.repeat(60_000) } })).toMatchObject({
+      ok: false,
+      error: 'args.notes: at most 10000 characters, got 60000',
+    });
+    expect(platform.calendar.live()[0].start.toISOString()).toBe('2026-07-01T09:30:00.000Z');
+    expect(act('reschedule_slot', { ...move, args: { ...move.args, notes: 'm'.repeat(10_000) } })).toMatchObject({ ok: true });
+    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed', 'Booking Rescheduled']);
+  });
 });
 
 describe('reschedule_slot, create_lead, route_to_voicemail', () => {
