@@ -119,15 +119,24 @@ function whyQueued(reason: string): string {
  * `202 {"status":"queued","jobId"}`. A client that asked for a stream reads the answer as events
  * (the `openai` SDKs do, whatever its type): a JSON body would be an empty stream that ends without
  * an error, the job id unread. So it gets the same object as one event, with an `error` an SDK
- * raises (code `queued`), naming the job.
+ * raises (code `queued`), naming the job. On `/v1/responses` that event is also a Responses
+ * `error` event (`type`, `code`, `message`, `sequence_number`), which clients that read the
+ * stream by event type (as OpenAI's docs show) act on, and ignore when it has none.
  */
 function sendQueued(res: ServerResponse, ctx: RequestContext, jobId: string, reason: string, headers: OutgoingHttpHeaders): void {
   const queued = { status: 'queued', jobId };
   if (!ctx.stream) return sendJson(res, 202, queued, headers);
   const message = `${whyQueued(reason)}; queued as job ${jobId}; GET /v1/jobs/${jobId} has its answer once done`;
-  const event = { ...queued, ...openAiError(message, 'upstream_error', null, 'queued') };
+  const error = openAiError(message, 'upstream_error', null, 'queued');
+  const event =
+    ctx.api === 'responses'
+      ? {
+          event: 'error',
+          data: JSON.stringify({ type: 'error', code: 'queued', message, param: null, sequence_number: 0, ...queued, ...error }),
+        }
+      : { data: JSON.stringify({ ...queued, ...error }) };
   headers['cache-control'] = 'no-cache';
-  sendBody(res, 202, serialize({ data: JSON.stringify(event) }), 'text/event-stream; charset=utf-8', headers);
+  sendBody(res, 202, serialize(event), 'text/event-stream; charset=utf-8', headers);
 }
 
 export function mountColdTier(app: express.Express, admin: express.RequestHandler, deps: ColdTierDeps): void {

@@ -1624,10 +1624,25 @@ describe('a streamed Responses request run by the Cold worker', () => {
         body: JSON.stringify({ model: 'gpt-4o-mini', input: 'hi', stream: true }),
       });
       expect(queued.status).toBe(202);
-      // Streamed, the 202 is one event carrying the job (an SDK raises it as an error, code queued).
-      const event = JSON.parse((await queued.text()).replace(/^data: /, '')) as { jobId: string; error: { code: string } };
-      expect(event.error.code).toBe('queued');
+      // Streamed, the 202 is one Responses error event carrying the job: a client reading events by
+      // their type sees it (code queued), and an openai SDK raises it.
+      const [name, data] = (await queued.text()).split('\n');
+      expect(name).toBe('event: error');
+      const event = JSON.parse(data.replace(/^data: /, '')) as { jobId: string; error: { code: string } };
+      expect(event).toMatchObject({ type: 'error', code: 'queued', sequence_number: 0, status: 'queued', error: { code: 'queued' } });
       const { jobId } = event;
+      // The same request through the openai client: the same job, raised as an error it can read.
+      const client = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const stream = await client.responses.create(
+        { model: 'gpt-4o-mini', input: 'hi', stream: true },
+        { headers: { 'x-time-to-answer-ms': '10' } },
+      );
+      const raised = await (async () => {
+        for await (const e of stream) void e;
+      })().catch((e: unknown) => e);
+      expect(raised).toBeInstanceOf(OpenAI.APIError);
+      expect((raised as InstanceType<typeof OpenAI.APIError>).code).toBe('queued');
+      expect((raised as Error).message).toContain(jobId);
       const job = async () => (await (await fetch(`${h.url}/v1/jobs/${jobId}`)).json()) as { state: string; result: { body: unknown } };
       await expect.poll(async () => (await job()).state, { timeout: 5000 }).toBe('completed'); // the worker runs it on its own
       expect((await job()).result.body).toMatchObject({
