@@ -7,8 +7,9 @@
  * One alert per crossing and day: the UTC day of the last alert that Slack accepted is kept per
  * cap in a script property. A post that fails (non-2xx or exception) is not recorded, so the next
  * run tries again. The day of the last run is kept too: the first run of a new UTC day alerts a
- * daily cap the previous day ended over and that was not alerted that day (spend in its last
- * minutes, after its last check). The webhook URL is a secret (anyone holding it can post): it is
+ * cap the previous day ended over and that was not alerted that day (spend in its last minutes,
+ * after its last check): its daily cap, and its 7-day cap when that is not still crossed today
+ * (today's alert says it then). The webhook URL is a secret (anyone holding it can post): it is
  * never logged.
  */
 import { overCap } from '../../schema/spend-cap';
@@ -35,10 +36,12 @@ type CapKind = 'daily' | 'burn7d';
 /** Per cap, the UTC day of the last alert Slack took; `checked`, the UTC day of the last run. */
 type AlertState = Partial<Record<CapKind | 'checked', string>>;
 
-/** A day whose daily cap was crossed and not alerted that day, and that day's cost. */
+/** A day that ended over caps not alerted that day: which, that day's cost and its 7 days' cost. */
 interface LateCrossing {
   day: string;
+  kinds: CapKind[];
   cost: number;
+  last7d: number;
 }
 
 export interface CapCheck {
@@ -100,12 +103,12 @@ function slackPayload(
   late?: LateCrossing,
 ) {
   const { caps } = check;
-  const totals = late ? { ...check.totals, today: late.cost } : check.totals;
-  const names = crossed.map((k) => (k === 'daily' ? 'daily cap' : '7-day cap')).join(' and ');
-  const headline = `AI spend alert: ${names} crossed${late ? ` on ${late.day}` : ''}`;
+  const totals = late ? { ...check.totals, today: late.cost, last7d: late.last7d } : check.totals;
+  const headline = `AI spend alert: ${capNames(crossed)} crossed${late ? ` on ${late.day}` : ''}`;
   const dayName = late ? `${late.day} (UTC)` : 'Today (UTC)';
+  const weekName = late ? `7 days to ${late.day}` : 'Last 7 days';
   const today = `${late ? `${late.day} (not alerted that day)` : 'Today'}: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
-  const week = `Last 7 days: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;
+  const week = `${weekName}: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;
   const notes = [unpricedNote(check.unpriced), unreadableNote(check.unreadable), undatedNote(check.undated)].filter(Boolean);
   const noteBlocks = notes.map((note) => ({ type: 'section', text: { type: 'mrkdwn', text: `:warning: ${note}.` } }));
   return {
@@ -116,7 +119,7 @@ function slackPayload(
         type: 'section',
         fields: [
           { type: 'mrkdwn', text: `*${dayName}*\n${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} cap` },
-          { type: 'mrkdwn', text: `*Last 7 days*\n${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} cap` },
+          { type: 'mrkdwn', text: `*${weekName}*\n${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} cap` },
         ],
       },
       ...noteBlocks,
@@ -141,21 +144,29 @@ function readState(svc: Pick<MeterServices, 'properties'>): AlertState {
   }
 }
 
+const capNames = (kinds: CapKind[]) => kinds.map((k) => (k === 'daily' ? 'daily cap' : '7-day cap')).join(' and ');
+
 /**
- * The day of the previous run, when its daily cap ended up crossed and was not alerted that day:
- * spend in the last minutes of a UTC day is seen by no check of that day (and a post that failed
- * until midnight would be lost).
+ * The day of the previous run, when it ended over caps not alerted that day: spend in the last
+ * minutes of a UTC day is seen by no check of that day (and a post that failed until midnight
+ * would be lost). A 7-day cap still crossed today is left to today's alert.
  */
-function lateCrossing(rows: unknown[][], state: AlertState, today: string, cap: number): LateCrossing | null {
+function lateCrossing(rows: unknown[][], state: AlertState, today: string, caps: Caps, crossedNow: CapKind[]): LateCrossing | null {
   const day = state.checked;
-  if (!day || !(day < today) || state.daily === day) return null;
-  const start = Date.parse(`${day}T00:00:00Z`);
+  if (!day || !(day < today)) return null;
+  const end = Date.parse(`${day}T00:00:00Z`) + DAY_MS;
   let cost = 0;
+  let last7d = 0;
   for (const [time, cell] of rows) {
     const t = cellTime(time);
-    if (t >= start && t < start + DAY_MS) cost += costOrNothing(cell);
+    if (t < end - 7 * DAY_MS || t >= end) continue;
+    last7d += costOrNothing(cell);
+    if (t >= end - DAY_MS) cost += costOrNothing(cell);
   }
-  return overCap(roundUsd(cost), cap) ? { day, cost: roundUsd(cost) } : null;
+  const late = { day, kinds: [] as CapKind[], cost: roundUsd(cost), last7d: roundUsd(last7d) };
+  if (state.daily !== day && overCap(late.cost, caps.dailyCapUsd)) late.kinds.push('daily');
+  if (state.burn7d !== day && !crossedNow.includes('burn7d') && overCap(late.last7d, caps.burn7dCapUsd)) late.kinds.push('burn7d');
+  return late.kinds.length ? late : null;
 }
 
 /** Why an alert cannot be posted at all ('' when it can): nothing to retry until Config changes. */
@@ -231,18 +242,18 @@ interface AlertRun {
   result: CapCheck;
 }
 
-/** The alert for a daily cap crossed on an earlier day and not alerted then; what the message begins with. */
+/** The alert for caps crossed on an earlier day and not alerted then; what the message begins with. */
 function alertLateCrossing(run: AlertRun, rows: unknown[][]): { earlier: string; lateSettled: boolean } {
   const { svc, webhook, cannot, now, day, state, result } = run;
   let earlier = '';
   let lateSettled = true;
-  const late = lateCrossing(rows, state, day, result.caps.dailyCapUsd);
+  const late = lateCrossing(rows, state, day, result.caps, result.crossed);
   if (late) {
-    const what = `daily cap crossed on ${late.day} and not alerted that day`;
-    const why = cannot || postAlert(svc, webhook, slackPayload(result, ['daily'], now, svc.spreadsheet.getUrl(), late));
+    const what = `${capNames(late.kinds)} crossed on ${late.day} and not alerted that day`;
+    const why = cannot || postAlert(svc, webhook, slackPayload(result, late.kinds, now, svc.spreadsheet.getUrl(), late));
     if (!why) {
       // Never back: today's alert, taken by an earlier run while this one kept failing, stays recorded.
-      if (!(state.daily && state.daily > late.day)) state.daily = late.day;
+      for (const k of late.kinds) if (!(state[k] && state[k] > late.day)) state[k] = late.day;
       result.posted = true;
     }
     lateSettled = !why || cannot !== ''; // a failed post is tried again on the next run

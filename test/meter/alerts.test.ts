@@ -97,6 +97,40 @@ describe('checkSpendCaps', () => {
     ]);
   });
 
+  it('a 7-day cap crossed after the last check of a UTC day, under again at midnight, is alerted on the next run naming that day, once', () => {
+    setConfig(platform, 'BURN_7D_CAP_USD', 10);
+    post(meter, { timestamp: '2026-11-16T01:00:00Z', cost_usd: 6 }); // the oldest day of the 7 to 2026-11-22
+    platform.clock.set('2026-11-22T23:50:00Z');
+    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
+    platform.clock.set('2026-11-22T23:55:00Z');
+    post(meter, { cost_usd: 5 }); // $11 in the 7 days, over the $10 cap, and no check runs before midnight
+    platform.clock.set('2026-11-23T00:00:30Z'); // 2026-11-16 has left the window: $5, under again
+    expect(meter.checkSpendCaps()).toMatch(
+      /^alert posted for the 7-day cap crossed on 2026-11-22 and not alerted that day; under both caps/,
+    );
+    const body = platform.urlFetch.payloads()[0];
+    expect(body.blocks[0].text.text).toBe('AI spend alert: 7-day cap crossed on 2026-11-22');
+    expect(body.blocks[1].fields.map((f: { text: string }) => f.text).join('\n')).toContain('$11.00 of $10.00 cap');
+    expect(body.text).toContain('7 days to 2026-11-22: $11.00 of $10.00 7-day cap');
+    platform.clock.set('2026-11-23T00:10:30Z');
+    expect(meter.checkSpendCaps()).toMatch(/^under both caps/);
+    expect(platform.urlFetch.requests).toHaveLength(1);
+  });
+
+  it("a 7-day cap still crossed today is alerted once, as today's, not also as the day before's", () => {
+    setConfig(platform, 'BURN_7D_CAP_USD', 10);
+    post(meter, { timestamp: '2026-11-20T01:00:00Z', cost_usd: 6 });
+    platform.clock.set('2026-11-22T23:50:00Z');
+    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
+    platform.clock.set('2026-11-22T23:55:00Z');
+    post(meter, { cost_usd: 5 });
+    platform.clock.set('2026-11-23T00:00:30Z');
+    expect(meter.checkSpendCaps()).toBe('alert posted for burn7d');
+    expect(platform.urlFetch.payloads().map((b: { blocks: Array<{ text: { text: string } }> }) => b.blocks[0].text.text)).toEqual([
+      'AI spend alert: 7-day cap crossed',
+    ]);
+  });
+
   it('a crossed 7-day cap alerts too, counting the 6 days before today', () => {
     setConfig(platform, 'BURN_7D_CAP_USD', 10);
     post(meter, {
