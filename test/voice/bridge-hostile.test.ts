@@ -297,4 +297,28 @@ describe('phone bridge: hostile input', () => {
     expect(outputs.map((e: any) => e.item.call_id)).toEqual(['call_X']);
     expect(s.hooks.seen.filter((h) => h.path === '/book_slot')).toHaveLength(1);
   });
+
+  it("arguments the function does not declare (a recording URL talked into a voicemail call) never reach the workflow's target", async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Done.' } });
+    const { conn } = await answered(s, 'CAH05');
+    const declared = { transcript: 'call me back', phone: '+351910000001', utc: '2026-11-28T10:00:00Z' };
+    const smuggled = { recording_url: 'https://api.twilio.com/2010-04-01/Accounts/AC1/Recordings/RE1', opted_out: true };
+    conn.send({ type: 'response.created', response: { id: 'resp_Y', status: 'in_progress', output: [], metadata: null } });
+    conn.send({
+      type: 'response.function_call_arguments.done',
+      response_id: 'resp_Y',
+      item_id: 'item_fY',
+      output_index: 0,
+      call_id: 'call_Y',
+      name: 'route_to_voicemail',
+      arguments: JSON.stringify({ ...declared, ...smuggled }),
+    });
+    conn.send({
+      type: 'response.done',
+      response: { id: 'resp_Y', status: 'completed', output: [], usage: { input_tokens: 1, output_tokens: 1 } },
+    });
+    await clientEvent(conn, 'response.create', (e) => e.response?.instructions === undefined);
+    expect(s.hooks.seen.filter((h) => h.path === '/route_to_voicemail').map((h) => (h.body as { args: unknown }).args)).toEqual([declared]);
+  });
 });

@@ -140,6 +140,7 @@ export class CallSession {
       workflow: deps.workflow,
       callId: callSid,
       dialTarget: (name) => config.functions.some((f) => f.name === name && f.dial),
+      declaredArgs: (name) => config.functions.find((f) => f.name === name)?.args,
       enrich: (fn, result) => this.pricing.handle(fn, result),
       onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndReason) : 'transfer'),
       log,

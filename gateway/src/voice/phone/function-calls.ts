@@ -6,6 +6,9 @@
  * response cannot start while one is in progress); then each becomes a `function_call_output`
  * item (function-outputs.ts gives them to the model). A `dial` target is not run: it asks the
  * session to transfer the call. The same call_id announced twice is started once (one output for it).
+ * Only the arguments the function declares are passed on: the realtime API does not hold the model
+ * to its tools' schemas, and a caller can talk it into others the target acts on (a `recording_url`
+ * for the back office to fetch, an `opted_out`).
  */
 import type { Workflow, WorkflowAnswer } from '../workflow';
 
@@ -50,6 +53,8 @@ export class FunctionCalls {
       workflow: Pick<Workflow, 'called'>;
       callId: string;
       dialTarget: (name: string) => boolean;
+      /** The arguments a function declares (concierge.json), or undefined for a function it does not have. */
+      declaredArgs: (name: string) => readonly string[] | undefined;
       onDial: (fn: string, args: Record<string, unknown>) => void;
       /** What the model is given for a function's result (the pricing deflection adds to it). */
       enrich?: (fn: string, result: unknown) => Promise<unknown>;
@@ -115,6 +120,8 @@ export class FunctionCalls {
     if (!args || typeof args !== 'object' || Array.isArray(args)) {
       return this.output(ev, { ok: false, error: 'arguments: expected a JSON object' });
     }
+    const declared = this.deps.declaredArgs(ev.name);
+    if (declared) args = Object.fromEntries(Object.entries(args).filter(([name]) => declared.includes(name)));
     if (this.deps.dialTarget(ev.name)) {
       this.deps.onDial(ev.name, args as Record<string, unknown>);
       return null;
