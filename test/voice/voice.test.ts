@@ -11,6 +11,7 @@ import { lintConcierge } from '../../gateway/src/voice/config';
 import { matchIntent } from '../../gateway/src/voice/intents';
 import { applyEvent, estUsdFromDurations, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { captureLogger, listenStack } from '../gateway/harness';
+import type { CallRecord } from '../../schema/call-record';
 import { filled, template } from './filled';
 import { TEST_REDIS_URL } from '../redis-db';
 
@@ -408,6 +409,29 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     const { state } = (await ok.json()) as { state: { estUsd: number; turns: number } };
     expect(state.turns).toBe(1); // none of the refused batches counted
     expect(Number.isFinite(state.estUsd) && state.estUsd >= 0).toBe(true);
+  });
+
+  it('a start ahead of the clock, an end ahead of it or a duration longer than a phone call is a 400 naming the field; nothing is kept or metered', async () => {
+    const { url } = await up();
+    const error = async (res: Response) => [res.status, ((await res.json()) as { error: string }).error];
+    const tomorrow = new Date(Date.now() + 86_400_000).toISOString();
+    expect(await error(await post(url, '/v1/voice/calls', { call_id: 'ahead', from: '+1', at: tomorrow }))).toEqual([
+      400,
+      'at: expected a time at most 5 minutes after the gateway’s clock (the meter refuses a call record that starts later)',
+    ]);
+    expect((await post(url, '/v1/voice/calls/ahead/end', { outcome: 'abandoned', duration_s: 1 })).status).toBe(404);
+    expect((await post(url, '/v1/voice/calls', { call_id: 'long', from: '+1' })).status).toBe(200);
+    expect(await error(await post(url, '/v1/voice/calls/long/end', { outcome: 'abandoned', duration_s: 1e9 }))).toEqual([
+      400,
+      'duration_s: expected seconds from 0 to 86400 (a phone call lasts at most 24 hours)',
+    ]);
+    expect(await error(await post(url, '/v1/voice/calls/long/end', { outcome: 'abandoned', ended_at: tomorrow }))).toEqual([
+      400,
+      'ended_at: expected a time at most 5 minutes after the gateway’s clock',
+    ]);
+    // Refused ends changed nothing: the call ends once, with what it was given.
+    const record = (await (await post(url, '/v1/voice/calls/long/end', { outcome: 'abandoned', duration_s: 61 })).json()) as CallRecord;
+    expect([record.duration_s, record.telephony_minutes]).toEqual([61, 2]);
   });
 
   it('a monthly rollup at the cap pauses new calls on every instance; calls in progress go on; a rollup below resumes', async () => {
