@@ -1,4 +1,5 @@
 /** The start-up description: what the gateway is using, so an operator reads it in the first lines of the log. */
+import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { GatewayEnv } from './env';
 import type { RoutesMapConfig } from './routes-map';
@@ -39,13 +40,14 @@ export interface StartFacts {
 const meterWay = (f: StartFacts) =>
   f.env.QUEUE_STORE_URL ? `through the Redis stream ${f.env.REDIS_PREFIX ?? 'gateway'}:meter:events` : `spooled to ${f.spoolDir}`;
 
+/** Why no scope is in force: a missing file is named, since a mistyped path reads as no scopes. */
+const noScopes = (file: string) => `none (${existsSync(file) ? '' : `${file} not found; `}time-to-answer 30 s unless x-time-to-answer-ms)`;
+
 export function describeStart(log: Logger, f: StartFacts): void {
   const { env, map, scopes } = f;
   const scopeNames = Object.keys(scopes);
   log.info(`routing map: ${f.routesFile} version ${f.routesVersion} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
-  log.info(
-    `scopes: ${scopeNames.length ? `${env.SCOPES_FILE} (${scopeNames.join(', ')})` : 'none (time-to-answer 30 s unless x-time-to-answer-ms)'}`,
-  );
+  log.info(`scopes: ${scopeNames.length ? `${env.SCOPES_FILE} (${scopeNames.join(', ')})` : noScopes(env.SCOPES_FILE)}`);
   log.info(`meter: ${env.METER_URL ? `meter web app (${meterWay(f)})` : `local CSV ${env.METER_CSV_FILE} (METER_URL not set)`}`);
   log.info(`store: ${env.QUEUE_STORE_URL ? `Redis ${redactUrl(env.QUEUE_STORE_URL)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
   if (!f.stores.redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');

@@ -176,6 +176,21 @@ describe('the start-up log', () => {
     expect(store.join('')).not.toContain('hunter2');
     expect(store[1]).toContain('127.0.0.1:6379/9');
   });
+
+  it('says when the scopes file is missing (a path mistyped would otherwise read as no scopes)', () => {
+    const map = parseRoutesMap(readFileSync(join(root, 'routes.local.json'), 'utf8'), 'routes.local.json', env);
+    const scopesLine = (file: string) => {
+      const logs: string[] = [];
+      const facts = { map, routesFile: 'routes.local.json', routesVersion: '0', scopes: {}, stores: { redis: null } as unknown as Stores };
+      const more = { cappedProvider: 'openai', http: true, spoolDir: '.data/meter-spool' };
+      describeStart(captureLogger(logs), { env: readEnv({ SCOPES_FILE: file }), ...facts, ...more });
+      return logs.find((l) => l.includes('scopes: '));
+    };
+    const dir = mkdtempSync(join(tmpdir(), 'scopes-log-'));
+    expect(scopesLine(join(dir, 'scopse.yaml'))).toContain(`scopes: none (${join(dir, 'scopse.yaml')} not found; time-to-answer 30 s`);
+    writeFileSync(join(dir, 'empty.yaml'), 'scopes: {}\n');
+    expect(scopesLine(join(dir, 'empty.yaml'))).toContain('scopes: none (time-to-answer 30 s unless x-time-to-answer-ms)');
+  });
 });
 
 describe('scopes', () => {
