@@ -486,7 +486,7 @@ describe('after each call', () => {
     expect(await redis.ttl(`${prefix}:voice:call:rec-1`)).toBeLessThanOrEqual(3600);
   });
 
-  it('the summary: a 5xx is retried (3 posts in all), a 4xx is not; either way a warning names the call', async () => {
+  it('the summary: a 5xx is retried (3 posts in all, one Idempotency-Key the receiver can count it once by), a 4xx is not; either way a warning names the call', async () => {
     const logs: string[] = [];
     const gw = await up({}, logs);
     const warned = (id: string) => logs.some((l) => l.includes(`call ${id}: the observability webhook did not take the summary`));
@@ -495,6 +495,9 @@ describe('after each call', () => {
     await post(gw.url, '/v1/voice/calls/sum-5xx/end', { outcome: 'abandoned', duration_s: 1 });
     await until(() => warned('sum-5xx'));
     expect(observe.seen).toHaveLength(3);
+    const keys = observe.seen.map((r) => r.headers['idempotency-key']);
+    expect(new Set(keys).size).toBe(1);
+    expect(keys[0]).toMatch(/^call-summary-[0-9a-f]{64}$/);
     observe.handle = (_n, _q, res) => res.writeHead(400).end();
     await post(gw.url, '/v1/voice/calls', { call_id: 'sum-4xx', from: '+1', at: '2026-11-23T10:00:00Z' });
     await post(gw.url, '/v1/voice/calls/sum-4xx/end', { outcome: 'abandoned', duration_s: 1 });

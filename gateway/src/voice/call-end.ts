@@ -5,7 +5,7 @@
  * with a rates file, its telephony cost) sent as ordinary meter events, so the spend caps and
  * alerts see voice spend. Ending a call twice answers the same record and sends nothing twice.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { CallRecord } from '../../../schema/call-record';
 import type { EventRecord } from '../../../schema/event-record';
 import { retrying, type RetryPolicy } from '../backoff';
@@ -129,10 +129,12 @@ async function postSummary(record: CallRecord, deps: CallEndDeps): Promise<void>
     est_audio_cost_usd: record.est_audio_cost_usd,
     escalated: record.escalated,
   });
+  // One key for every try: a receiver that took a try whose answer was lost can count the call once.
+  const idempotencyKey = `call-summary-${createHash('sha256').update(record.call_id).digest('hex')}`;
   const post = async () => {
     const res = await fetch(deps.config.spend_guard.log_to, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
       body,
       signal: AbortSignal.timeout(10_000),
     });
