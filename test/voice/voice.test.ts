@@ -434,6 +434,24 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect([record.duration_s, record.telephony_minutes]).toEqual([61, 2]);
   });
 
+  it('an end whose duration would be counted from a start days ago, or that ends before its start, is a 400 asking for duration_s; the call stays open', async () => {
+    const { url } = await up();
+    const error = async (res: Response) => [res.status, ((await res.json()) as { error: string }).error];
+    const started = new Date(Date.now() - 5 * 86_400_000).toISOString();
+    expect((await post(url, '/v1/voice/calls', { call_id: 'stale', from: '+1', at: started })).status).toBe(200);
+    expect(await error(await post(url, '/v1/voice/calls/stale/end', { outcome: 'abandoned' }))).toEqual([
+      400,
+      `duration_s: required for this call: from its start (${started}) to its end is 120 hours, longer than a phone call lasts (24 hours)`,
+    ]);
+    const before = new Date(Date.parse(started) - 60_000).toISOString();
+    expect(await error(await post(url, '/v1/voice/calls/stale/end', { outcome: 'abandoned', ended_at: before }))).toEqual([
+      400,
+      `ended_at: expected a time after the call's start (${started})`,
+    ]);
+    const record = (await (await post(url, '/v1/voice/calls/stale/end', { outcome: 'abandoned', duration_s: 90 })).json()) as CallRecord;
+    expect([record.duration_s, record.telephony_minutes]).toEqual([90, 2]);
+  });
+
   it('a monthly rollup at the cap pauses new calls on every instance; calls in progress go on; a rollup below resumes', async () => {
     const a = await up();
     const b = await up();

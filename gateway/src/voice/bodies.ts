@@ -10,7 +10,7 @@ import { CLOCK_SKEW_ALLOWANCE_MS } from '../../../schema/event-record';
 const callId = z.string().regex(ID_PATTERN, `an id of ${ID_RULE}`);
 
 /** Twilio ends any call at 24 hours: a longer duration is a sender's mistake, billed as telephony minutes. */
-const MAX_CALL_S = 86_400;
+export const MAX_CALL_S = 86_400;
 const MAX_AHEAD_MIN = CLOCK_SKEW_ALLOWANCE_MS / 60_000;
 
 /** An RFC 3339 time not ahead of the clock by more than the meter allows (checked when the body is read). */

@@ -9,7 +9,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import type { CallRecord } from '../../../schema/call-record';
 import type { EventRecord } from '../../../schema/event-record';
 import { retrying, type RetryPolicy } from '../backoff';
-import type { EndCallBody } from './bodies';
+import { MAX_CALL_S, type EndCallBody } from './bodies';
 import type { StoredCall } from './call-store';
 import type { Concierge } from './config';
 import { inboundRate, type RatesFile } from './rates';
@@ -21,6 +21,21 @@ class RefusedSummary extends Error {}
 
 const avg = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
 const round = (n: number, d: number) => Number(n.toFixed(d));
+
+/**
+ * Why this end cannot make the call's record, or null. Without `duration_s` the duration runs from
+ * the start: an end before it, or a start longer ago than a call lasts (a start sent late, with an
+ * old `at`), would be a wrong bill, so the sender is asked for the duration instead.
+ */
+export function endRefusal(call: StoredCall, body: EndCallBody, now: Date): string | null {
+  if (call.record || body.duration_s !== undefined) return null;
+  const ended = body.ended_at ? Date.parse(body.ended_at) : now.getTime();
+  const seconds = (ended - Date.parse(call.started_at)) / 1000;
+  if (body.ended_at && seconds < 0) return `ended_at: expected a time after the call's start (${call.started_at})`;
+  if (seconds <= MAX_CALL_S) return null;
+  const hours = Math.floor(seconds / 3600);
+  return `duration_s: required for this call: from its start (${call.started_at}) to its end is ${hours} hours, longer than a phone call lasts (${MAX_CALL_S / 3600} hours)`;
+}
 
 export function buildCallRecord(call: StoredCall, body: EndCallBody, config: Concierge, now: Date): CallRecord {
   const s = call.state;

@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { isOpen, parseBusinessHours, type Window } from './business-hours';
 import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
-import { afterCall, buildCallRecord, type CallEndDeps } from './call-end';
+import { afterCall, buildCallRecord, endRefusal, type CallEndDeps } from './call-end';
 import type { EndCallBody, StartCallBody } from './bodies';
 import type { GuardBatch, Reduce, StoredCall, VoiceStore } from './call-store';
 import type { Workflow } from './workflow';
@@ -185,6 +185,9 @@ export class VoiceService {
 
   async end(id: string, body: EndCallBody) {
     const now = this.deps.now?.() ?? new Date();
+    const stored = await this.deps.store.get(id);
+    const refusal = stored && endRefusal(stored, body, now);
+    if (refusal) return { status: 400, body: { error: refusal } };
     const by = randomUUID();
     const call = await this.deps.store.apply(id, { kind: 'end', body, at: now.toISOString(), by });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
