@@ -83,6 +83,16 @@ describe('concierge.json and its lint', () => {
     expectLine(/^\$\.meta\.model: expected at most 1000 characters \(the meter's limit\)$/);
   });
 
+  it('a function named twice, or an argument named twice, is a problem naming it (of two functions with one name, only the first could ever run)', () => {
+    const c = filled() as any;
+    c.functions.push({ ...c.functions[0] });
+    c.functions[1].args = [...c.functions[1].args, c.functions[1].args[0]];
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      `$.functions[1].args[${c.functions[1].args.length - 1}]: argument ${c.functions[1].args[0]} is named twice`,
+      `$.functions[${c.functions.length - 1}].name: function ${c.functions[0].name} is defined twice`,
+    ]);
+  });
+
   it('spend_guard.audio_in_cached_per_million is optional: a price > 0 is accepted, anything else named', () => {
     const c = filled() as any;
     c.spend_guard.audio_in_cached_per_million = 0.3;

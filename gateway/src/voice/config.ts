@@ -201,11 +201,16 @@ function formatProblems(c: Partial<Concierge>, check: Check): void {
   check(['workflow', 'dlq_url'], isHttps, 'expected an https URL');
 }
 
-/** Each function has exactly one well-formed target; answers the function names. */
+/** The index and value of each entry that repeats an earlier one. */
+const repeats = (values: unknown[]) => values.flatMap((v, i) => (values.indexOf(v) < i ? [[i, v] as const] : []));
+
+/** Each function once, its arguments once each, with exactly one well-formed target; answers the function names. */
 function functionProblems(c: Partial<Concierge>, check: Check, problems: Problem[]): Set<string | undefined> {
   const functions = Array.isArray(c.functions) ? c.functions : [];
   functions.forEach((f, i) => {
     if (!f || typeof f !== 'object') return;
+    for (const [j, name] of repeats(Array.isArray(f.args) ? f.args : []))
+      problems.push({ path: pathOf(['functions', i, 'args', j]), message: `argument ${String(name)} is named twice` });
     const targets = (['webhook', 'static_url', 'dial'] as const).filter((t) => f[t] !== undefined);
     if (targets.length !== 1)
       problems.push({
@@ -216,6 +221,9 @@ function functionProblems(c: Partial<Concierge>, check: Check, problems: Problem
     check(['functions', i, 'static_url'], isHttps, 'expected an https URL');
     check(['functions', i, 'dial'], isE164, 'expected a phone number in E.164, such as +351211234567');
   });
+  // Of two functions with one name only the first could ever run (a call is found by its name).
+  for (const [i, name] of repeats(functions.map((f) => f?.name)))
+    if (name !== undefined) problems.push({ path: pathOf(['functions', i, 'name']), message: `function ${name} is defined twice` });
   return new Set(functions.map((f) => f?.name));
 }
 
