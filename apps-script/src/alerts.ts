@@ -203,7 +203,11 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const due = crossed.filter((k) => state[k] !== day);
   const result: CapCheck = { totals, unpriced, unreadable, undated, caps, crossed, due, posted: false, message: '' };
   const webhook = configText(config, 'SLACK_WEBHOOK_URL');
-  const run: AlertRun = { svc, webhook, cannot: unusable(webhook), now, day, state, result };
+  // Read once, before the first post: a Sheets call that timed out between two posts would end
+  // the run with the first posted and unrecorded, and the next run would post it again.
+  let url: string | undefined;
+  const sheetUrl = () => (url ??= svc.spreadsheet.getUrl());
+  const run: AlertRun = { svc, webhook, cannot: unusable(webhook), now, day, state, result, sheetUrl };
 
   const { earlier, lateSettled } = alertLateCrossing(run, rows);
   alertDue(run);
@@ -240,17 +244,19 @@ interface AlertRun {
   day: string;
   state: AlertState;
   result: CapCheck;
+  /** The meter's link in the alert, read at most once a run. */
+  sheetUrl: () => string;
 }
 
 /** The alert for caps crossed on an earlier day and not alerted then; what the message begins with. */
 function alertLateCrossing(run: AlertRun, rows: unknown[][]): { earlier: string; lateSettled: boolean } {
-  const { svc, webhook, cannot, now, day, state, result } = run;
+  const { svc, webhook, cannot, now, day, state, result, sheetUrl } = run;
   let earlier = '';
   let lateSettled = true;
   const late = lateCrossing(rows, state, day, result.caps, result.crossed);
   if (late) {
     const what = `${capNames(late.kinds)} crossed on ${late.day} and not alerted that day`;
-    const why = cannot || postAlert(svc, webhook, slackPayload(result, late.kinds, now, svc.spreadsheet.getUrl(), late));
+    const why = cannot || postAlert(svc, webhook, slackPayload(result, late.kinds, now, sheetUrl(), late));
     if (!why) {
       // Never back: today's alert, taken by an earlier run while this one kept failing, stays recorded.
       for (const k of late.kinds) if (!(state[k] && state[k] > late.day)) state[k] = late.day;
@@ -264,14 +270,14 @@ function alertLateCrossing(run: AlertRun, rows: unknown[][]): { earlier: string;
 
 /** The alert for the caps crossed today and not yet alerted; the result's message says how it went. */
 function alertDue(run: AlertRun): void {
-  const { svc, webhook, cannot, now, day, state, result } = run;
+  const { svc, webhook, cannot, now, day, state, result, sheetUrl } = run;
   const { totals, caps, crossed, due } = result;
   if (!capExceeded(totals, caps)) result.message = `under both caps (today ${usd(totals.today, 4)}, 7 days ${usd(totals.last7d, 2)})`;
   else if (due.length === 0) result.message = `cap(s) ${crossed.join(', ')} crossed; already alerted today`;
   else {
     const why = cannot
       ? `cap(s) ${due.join(', ')} crossed, but ${cannot}`
-      : postAlert(svc, webhook, slackPayload(result, due, now, svc.spreadsheet.getUrl()));
+      : postAlert(svc, webhook, slackPayload(result, due, now, sheetUrl()));
     if (!why) {
       for (const k of due) state[k] = day;
       result.posted = true;

@@ -131,6 +131,29 @@ describe('checkSpendCaps', () => {
     ]);
   });
 
+  it('a late alert that went out before a Sheets call of the same run timed out is not posted again by the next run', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 5);
+    setConfig(platform, 'BURN_7D_CAP_USD', 8);
+    platform.clock.set('2026-11-22T23:50:00Z');
+    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
+    platform.clock.set('2026-11-22T23:55:00Z');
+    post(meter, { cost_usd: 6 }); // yesterday ends over its daily cap, after its last check
+    platform.clock.set('2026-11-23T00:00:30Z');
+    post(meter, { cost_usd: 3 }); // and the 7 days are over theirs: today's alert follows the late one
+    // Slack takes the late alert; any Sheets call the run makes after it times out (and ends the run).
+    platform.calls.failAfter((name) => name === 'UrlFetchApp.fetch');
+    try {
+      meter.checkSpendCaps();
+    } catch (error) {
+      expect(String(error)).toMatch(/timed out/);
+    }
+    platform.clock.set('2026-11-23T00:10:30Z');
+    meter.checkSpendCaps();
+    const headlines = platform.urlFetch.payloads().map((b: { blocks: Array<{ text: { text: string } }> }) => b.blocks[0].text.text);
+    expect(headlines.filter((h: string) => h === 'AI spend alert: daily cap crossed on 2026-11-22')).toHaveLength(1);
+    expect(headlines).toContain('AI spend alert: 7-day cap crossed');
+  });
+
   it('a crossed 7-day cap alerts too, counting the 6 days before today', () => {
     setConfig(platform, 'BURN_7D_CAP_USD', 10);
     post(meter, {
