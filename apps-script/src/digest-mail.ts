@@ -3,11 +3,12 @@
  * the part of the cost that is estimated, the calls without a price and the cost cells it could not
  * read, the top tables and links. Rows
  * flagged as personal data are left out. The remaining MailApp quota is checked first: the e-mail
- * goes to everyone or to no one.
+ * goes to everyone or to no one. The Digest tab is rewritten on the way, but a tab that cannot be
+ * (the spreadsheet full, Sheets timing out) does not stop the e-mail: it says so instead.
  */
 import { configText, readConfig } from './config';
 import { estimatedSentence, unpricedSentence, unreadableCostSentence, type DigestFigures } from './digest';
-import { DIGEST_TAB, refreshDigest } from './digest-tab';
+import { DIGEST_TAB, digestFigures, writeDigestTabs } from './digest-tab';
 import { lookerReportUrl } from './public-tab';
 import type { MeterServices } from './services';
 
@@ -25,7 +26,7 @@ export interface WeeklyDigestResult {
 /** What people should know about the costs: the part estimated, calls without a price, cells not read. */
 const notes = (f: DigestFigures) => [estimatedSentence(f), unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean);
 
-function plainBody(f: DigestFigures, links: Array<[string, string]>): string {
+function plainBody(f: DigestFigures, links: Array<[string, string]>, stale: string): string {
   return [
     `AI spend digest, week to ${f.generatedAt.slice(0, 10)} (UTC)`,
     '',
@@ -41,12 +42,13 @@ function plainBody(f: DigestFigures, links: Array<[string, string]>): string {
     ),
     '',
     ...links.map(([label, url]) => `${label}: ${url}`),
+    ...(stale ? [`The Digest tab could not be refreshed: ${stale}.`] : []),
     '',
     `Rows flagged as personal data (${f.piiRowsExcluded}) are left out.`,
   ].join('\n');
 }
 
-function htmlBody(f: DigestFigures, links: Array<[string, string]>): string {
+function htmlBody(f: DigestFigures, links: Array<[string, string]>, stale: string): string {
   const table = (head: string[], body: string[][]) =>
     `<table cellpadding="4" style="border-collapse:collapse"><tr>${head.map((h) => `<th align="left">${esc(h)}</th>`).join('')}</tr>` +
     body.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('') +
@@ -66,6 +68,7 @@ function htmlBody(f: DigestFigures, links: Array<[string, string]>): string {
       f.topModels30d.map((m) => [m.model, String(m.tokens_total), money(m.cost_usd), perK(m.usd_per_1k_tokens)]),
     ),
     `<p>${links.map(([label, url]) => `<a href="${esc(url)}">${esc(label)}</a>`).join(' · ')}</p>`,
+    ...(stale ? [`<p>The Digest tab could not be refreshed: ${esc(stale)}.</p>`] : []),
     `<p style="color:#666">Rows flagged as personal data (${f.piiRowsExcluded}) are left out.</p>`,
   ].join('\n');
 }
@@ -105,14 +108,28 @@ export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
       `MailApp quota left today is ${quota}, ${listed.length} recipient(s) needed; nothing sent (the next Monday run tries again, or send from the menu)`,
     );
   }
-  const { figures } = refreshDigest(svc);
+  const { figures, eventRows } = digestFigures(svc);
+  const stale = refreshTabs(svc, figures, eventRows);
   const links = digestLinks(svc, config);
   svc.mail.sendEmail({
     to: listed.join(','),
     subject: `AI spend digest: ${money(figures.last7d)} in the last 7 days`,
-    body: plainBody(figures, links),
-    htmlBody: htmlBody(figures, links),
+    body: plainBody(figures, links, stale),
+    htmlBody: htmlBody(figures, links, stale),
     name: 'AI usage meter',
   });
-  return finish(true, listed, `sent to ${listed.length} recipient(s)`);
+  return finish(true, listed, `sent to ${listed.length} recipient(s)${stale ? `; the Digest tab could not be refreshed (${stale})` : ''}`);
+}
+
+/**
+ * The Digest tab rewritten with the e-mail's figures; '' or why it could not be. The e-mail goes
+ * out either way: it has its figures, and the weekly run is not tried again for a week.
+ */
+function refreshTabs(svc: MeterServices, figures: DigestFigures, eventRows: number): string {
+  try {
+    writeDigestTabs(svc, figures, eventRows);
+    return '';
+  } catch (error) {
+    return String((error as { message?: unknown } | null)?.message ?? error);
+  }
 }

@@ -93,19 +93,21 @@ export interface DigestRefresh {
   message: string;
 }
 
-/** `refreshDigest()`: reads the events tab once and rewrites the Digest tab's fixed block. */
-export function refreshDigest(svc: MeterServices): DigestRefresh {
+/** The digest's figures, from one read of the events tab (and the calls tab), and how many event rows it read. */
+export function digestFigures(svc: MeterServices): { figures: DigestFigures; eventRows: number } {
   const rows = readAllRows(getEventsSheet(svc.spreadsheet));
   checkSheetTimeZone(svc.spreadsheet);
   const figures = computeDigest(rows, svc.now().getTime());
   figures.voice = voiceRollups(svc);
+  return { figures, eventRows: rows.length };
+}
+
+/** Rewrites the Digest tab's fixed block and the public tab's grid from the figures. */
+export function writeDigestTabs(svc: MeterServices, figures: DigestFigures, eventRows: number): void {
   const grid = digestGrid(figures);
   // First, for both tabs together: the cell limit is the one thing that can refuse them, and then neither tab changes.
-  const [, sheet] = insertTabs(svc.spreadsheet, [
-    publicTabGrid(rows.length),
-    { name: DIGEST_TAB, rows: grid.length, columns: LAYOUT.width },
-  ]);
-  refreshPublicTab(svc, rows.length);
+  const [, sheet] = insertTabs(svc.spreadsheet, [publicTabGrid(eventRows), { name: DIGEST_TAB, rows: grid.length, columns: LAYOUT.width }]);
+  refreshPublicTab(svc, eventRows);
   growFor(svc.spreadsheet, sheet, grid.length, 0); // only a Digest shortened by hand is shorter than its block
   sheet.getRange(1, 1, grid.length, LAYOUT.width).setValues(grid);
   // Today to 4 decimals, as the spend answer, the alert and the e-mail: a sub-cent day showed $0.00 beside its estimated part.
@@ -122,6 +124,12 @@ export function refreshDigest(svc: MeterServices): DigestRefresh {
       .build();
     sheet.insertChart(chart);
   }
+}
+
+/** `refreshDigest()`: reads the events tab once and rewrites the Digest tab's fixed block. */
+export function refreshDigest(svc: MeterServices): DigestRefresh {
+  const { figures, eventRows } = digestFigures(svc);
+  writeDigestTabs(svc, figures, eventRows);
   const unpriced = figures.unpriced.last7d ? `; ${figures.unpriced.last7d} call(s) without a price in 7 days` : '';
   const unreadable = figures.unreadableCosts30d
     ? `; ${figures.unreadableCosts30d} row(s) with a cost that is not a number ≥ 0 in 30 days, left out`

@@ -188,6 +188,24 @@ describe('events_public and the cell limit', () => {
     expect({ rows: pub.maxRows, columns: pub.maxColumns }).toEqual(grid);
   });
 
+  it('the weekly e-mail still goes out when the Digest tab cannot be refreshed, and says why', () => {
+    const { platform, meter } = fullSpreadsheet();
+    setConfig(platform, 'TEAM_EMAILS', 'ops@example.com');
+    expect(meter.sendWeeklyDigest()).toMatch(/sent to 1 recipient\(s\); the Digest tab could not be refreshed \(the spreadsheet is full/);
+    expect(platform.mail.sent).toHaveLength(1);
+    expect(platform.mail.sent[0].body).toMatch(/The Digest tab could not be refreshed: the spreadsheet is full/);
+  });
+
+  it('the weekly e-mail still goes out when Sheets times out while the Digest tab is written', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    setConfig(platform, 'TEAM_EMAILS', 'ops@example.com');
+    platform.calls.failAfter((name) => name === 'Range.setFormula');
+    expect(meter.sendWeeklyDigest()).toMatch(
+      /sent to 1 recipient\(s\); the Digest tab could not be refreshed \(Service Spreadsheets timed out/,
+    );
+    expect(platform.mail.sent).toHaveLength(1);
+  });
+
   it('refreshes both tabs again once there is room', () => {
     const { platform, meter, rows } = fullSpreadsheet();
     expect(() => meter.refreshDigest()).toThrow();
