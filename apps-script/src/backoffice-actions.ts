@@ -181,23 +181,27 @@ function createLead(c: Ctx): Steps {
   };
 }
 
-/** A file of this name in the folder that belongs to the key (its description), or one whose description was never set. */
-function keyedFile(folder: Folder, name: string, key: string) {
+/**
+ * A file of this name in the folder that belongs to the key (its description), or, when this key
+ * recorded that it was saving a file of this name (`progress.recording`), one whose description
+ * was never set: its attempt stopped, or Drive's reply was lost, before labelling it. An
+ * unlabelled file is never taken otherwise: it may be another voicemail's of the same call.
+ */
+function keyedFile(folder: Folder, name: string, c: Ctx, progress: Progress) {
   for (const files = folder.getFilesByName(name); files.hasNext();) {
     const file = files.next();
     const owner = file.getDescription() ?? '';
-    if (owner === key) return file;
-    // Saved by an attempt that stopped before labelling it: finish that step.
-    if (owner === '') return file.setDescription(key);
+    if (owner === c.key) return file;
+    if (owner === '' && progress.recording === name) return file.setDescription(c.key);
   }
   return null;
 }
 
 /** The key's recording in the folder, or the name it gets: `<call_id>.mp3`, else `_2`, `_3` … */
-function recordingOf(folder: Folder, c: Ctx): { file: ReturnType<typeof keyedFile>; name: string } {
+function recordingOf(folder: Folder, c: Ctx, progress: Progress): { file: ReturnType<typeof keyedFile>; name: string } {
   let name = `${c.callId}.mp3`;
   for (let n = 2; ; n++) {
-    const mine = keyedFile(folder, name, c.key);
+    const mine = keyedFile(folder, name, c, progress);
     if (mine || !folder.getFilesByName(name).hasNext()) return { file: mine, name };
     name = `${c.callId}_${n}.mp3`;
   }
@@ -207,11 +211,13 @@ function recordingOf(folder: Folder, c: Ctx): { file: ReturnType<typeof keyedFil
  * The call's recording in the voicemail folder as `<call_id>.mp3` (`_2`, `_3` … for a further
  * recording of the same call), labelled with the key: found if an earlier attempt saved it, else
  * fetched and saved. Looked for again once fetched: a retry of the same request (its caller gave up
- * waiting on this one) may have saved it meanwhile. Runs outside the lock.
+ * waiting on this one) may have saved it meanwhile. The name is recorded in the progress before the
+ * file is made, so that a retry knows an unlabelled file of that name as its own. Drive and
+ * UrlFetch run outside the lock.
  */
-function savedRecording(c: Ctx, url: string) {
+function savedRecording(c: Ctx, progress: Progress, url: string) {
   const folder = folderFromConfig(c.svc, 'VOICEMAIL_FOLDER_ID', VOICEMAIL_FOLDER_NAME);
-  const saved = recordingOf(folder, c).file;
+  const saved = recordingOf(folder, c, progress).file;
   if (saved) return saved;
   const sid = c.svc.properties.getProperty('TWILIO_ACCOUNT_SID');
   const token = c.svc.properties.getProperty('TWILIO_AUTH_TOKEN');
@@ -226,15 +232,19 @@ function savedRecording(c: Ctx, url: string) {
     const why = `args.recording_url: the recording could not be fetched (HTTP ${code})`;
     throw new MeterRefusal(code >= 500 ? 'internal' : 'invalid_argument', why);
   }
-  const now = recordingOf(folder, c);
-  return now.file ?? folder.createFile(res.getBlob().setName(now.name)).setDescription(c.key);
+  // A retry of this request may have saved it meanwhile, unlabelled: take in the name it recorded first.
+  locked(c, progress, () => undefined);
+  const now = recordingOf(folder, c, progress);
+  if (now.file) return now.file;
+  locked(c, progress, () => (progress.recording = now.name));
+  return folder.createFile(res.getBlob().setName(now.name)).setDescription(c.key);
 }
 
 function routeToVoicemail(c: Ctx): Steps {
   const url = arg(c.args, 'recording_url');
   if (!/^https:\/\//.test(url)) throw new MeterRefusal('invalid_argument', `args.recording_url: expected an https URL, got "${url}"`);
   return (progress) => {
-    const file = savedRecording(c, url);
+    const file = savedRecording(c, progress, url);
     const task = locked(c, progress, () => {
       upsertContact(c, { intent: 'voicemail', transcript: arg(c.args, 'transcript') });
       const sheet = tab(c.svc.spreadsheet, TASKS);

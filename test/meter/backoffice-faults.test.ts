@@ -108,6 +108,25 @@ describe('a back-office action that fails half-way', () => {
     expect(rows('tasks')).toHaveLength(1);
   });
 
+  it("route_to_voicemail: a recording saved before Drive's reply was lost is not taken by another voicemail of the same call", () => {
+    const { platform, act, rows } = backOffice();
+    platform.urlFetch.respond = (req) => ({ code: 200, body: `audio of ${req.url.slice(-7)}` });
+    const second = {
+      ...voicemail('key-vm-00002'),
+      args: { ...voicemail().args, recording_url: 'https://api.twilio.com/rec/RE2.mp3' },
+    };
+    platform.calls.loseReply((name) => name === 'Folder.createFile'); // the first recording is saved, unlabelled
+    expect(act('route_to_voicemail', voicemail())).toMatchObject({ ok: false, code: 'internal' });
+    const other = act('route_to_voicemail', second); // the call's second voicemail, before the first one's retry
+    const retry = act('route_to_voicemail', voicemail());
+    const folder = platform.drive.live('voicemail')[0];
+    const byId = new Map(folder.files.map((f) => [f.id, f]));
+    expect(byId.get(retry.file_id)).toMatchObject({ content: 'audio of RE1.mp3', description: 'key-vm-00001' });
+    expect(byId.get(other.file_id)).toMatchObject({ content: 'audio of RE2.mp3', description: 'key-vm-00002' });
+    expect(folder.files).toHaveLength(2);
+    expect(rows('tasks')).toHaveLength(2);
+  });
+
   it('route_to_voicemail: a retry that comes while the first attempt still downloads saves one recording between them', () => {
     const { platform, act, rows } = backOffice();
     let retry: Record<string, unknown> | null = null;
@@ -121,6 +140,23 @@ describe('a back-office action that fails half-way', () => {
     expect(first).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3', file_id: retry!.file_id });
     const folder = platform.drive.live('voicemail')[0];
     expect(folder.files.map((f) => f.name)).toEqual(['call-4.mp3']);
+    expect(rows('tasks')).toHaveLength(1);
+  });
+
+  it("route_to_voicemail: a retry that saved the recording while the first attempt downloaded, and lost Drive's reply, leaves one recording", () => {
+    const { platform, act, rows } = backOffice();
+    let retry: Record<string, unknown> | null = null;
+    platform.urlFetch.meanwhile = (req) => {
+      if (retry || !req.url.endsWith('.mp3')) return;
+      retry = {};
+      platform.calls.loseReply((name) => name === 'Folder.createFile'); // the retry's file is saved, unlabelled
+      retry = act('route_to_voicemail', voicemail());
+    };
+    const first = act('route_to_voicemail', voicemail());
+    expect(retry).toMatchObject({ ok: false, code: 'internal' });
+    expect(first).toMatchObject({ ok: true, recording: '/voicemail/call-4.mp3' });
+    const folder = platform.drive.live('voicemail')[0];
+    expect(folder.files.map((f) => [f.name, f.description])).toEqual([['call-4.mp3', 'key-vm-00001']]);
     expect(rows('tasks')).toHaveLength(1);
   });
 
