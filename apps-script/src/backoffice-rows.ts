@@ -5,7 +5,7 @@
  */
 import type { ConfigValues } from './config';
 import { finishKey, mergeSavedProgress, saveProgress, type Progress } from './idempotency';
-import { withScriptLock } from './lock';
+import { LOCK_WAIT_MS, withScriptLock } from './lock';
 import type { MeterServices } from './services';
 import { ACTIVITIES, CONTACTS, appendTabRows, cellText, columnIn, findKeyed, findRow, recordRow, rowRecord, tab } from './tabs';
 
@@ -34,12 +34,23 @@ export function excerpt(transcript: string): string {
 }
 
 /**
+ * What a step's refusal as busy says: by then the action may have booked, saved or texted, and its
+ * caller (a person reading a dead letter) must not take it for undone and do it again by hand.
+ */
+const PART_WAY =
+  'the action stopped part-way: what it had done (the calendar event, the recording, the text) stays done and is found again; ' +
+  'retry with the same idempotency_key to finish it (nothing is done twice)';
+
+/** The script lock for a step of an action under way. */
+const underLock = <T>(c: Ctx, work: () => T): T => withScriptLock(c.svc, work, LOCK_WAIT_MS, PART_WAY);
+
+/**
  * Runs sheet work under the script lock, then saves the action's progress (the last write). The
  * steps a concurrent attempt with the key saved are taken in first, so that this one neither
  * repeats them (a second text) nor erases them when it saves.
  */
 export function locked<T>(c: Ctx, progress: Progress, work: () => T): T {
-  return withScriptLock(c.svc, () => {
+  return underLock(c, () => {
     mergeSavedProgress(c.svc, c.key, progress);
     const out = work();
     saveProgress(c.svc, c.key, progress);
@@ -58,7 +69,7 @@ export function finish(
   activity: Record<string, unknown> | null,
   result: Record<string, unknown>,
 ): Record<string, unknown> {
-  return withScriptLock(c.svc, () => {
+  return underLock(c, () => {
     mergeSavedProgress(c.svc, c.key, progress);
     saveProgress(c.svc, c.key, progress);
     if (activity) {

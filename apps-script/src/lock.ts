@@ -7,14 +7,20 @@ import { MeterRefusal } from '../../schema/meter-reply';
 import type { MeterServices } from './services';
 
 /** The specification: "A script lock is tried for up to 5000 ms around the write". */
-const LOCK_WAIT_MS = 5000;
+export const LOCK_WAIT_MS = 5000;
 /** Export and retention read the whole tab; they may wait longer for the lock than ingest does. */
 export const MAINTENANCE_LOCK_MS = 30_000;
 
-/** Runs `work` under the script lock, or refuses with `busy` without running it. */
-export function withScriptLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T, waitMs = LOCK_WAIT_MS): T {
+/** What a refusal says was done when the lock is not free: nothing, for a caller whose first write this is. */
+const NOTHING_WRITTEN = 'nothing was written, retry';
+
+/**
+ * Runs `work` under the script lock, or refuses with `busy` without running it. `done` says what
+ * the caller had done before (a step of a back-office action comes after its calendar event or text).
+ */
+export function withScriptLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T, waitMs = LOCK_WAIT_MS, done = NOTHING_WRITTEN): T {
   if (!svc.lock.tryLock(waitMs)) {
-    throw new MeterRefusal('busy', `meter busy: the write lock was not free within ${waitMs} ms; nothing was written, retry`);
+    throw new MeterRefusal('busy', `meter busy: the write lock was not free within ${waitMs} ms; ${done}`);
   }
   try {
     return work();

@@ -68,6 +68,20 @@ describe('a back-office action that fails half-way', () => {
     expect(platform.calendar.live()).toHaveLength(3);
   });
 
+  it('book_slot: the lock is busy after the text went out; the refusal does not say nothing was done, and the retry books and texts nothing more', () => {
+    const { platform, act, texts } = backOffice({ twilio: true });
+    platform.urlFetch.meanwhile = () => (platform.lock.busy = true); // another execution holds the lock from then on
+    const refused = act('book_slot', booking());
+    expect(refused).toMatchObject({ ok: false, code: 'busy' });
+    expect(refused.error).not.toMatch(/nothing was written/);
+    expect(refused.error).toMatch(/stopped part-way.*retry with the same idempotency_key/);
+    platform.urlFetch.meanwhile = null;
+    platform.lock.busy = false;
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, booking_id: 'evt-1@google.com' });
+    expect(platform.calendar.events).toHaveLength(1);
+    expect(texts()).toHaveLength(1);
+  });
+
   it('reschedule_slot: Sheets times out after the text went out; the retry sends no second text', () => {
     const { platform, act, texts } = backOffice({ twilio: true });
     const { booking_id } = act('book_slot', booking());
