@@ -136,9 +136,15 @@ function slackPayload(
   };
 }
 
+/**
+ * The alert state; an unreadable one (edited by hand) counts as empty. A read that fails (the
+ * Properties service) ends the run before anything is posted: taken as empty, it re-posted
+ * today's alerts and, saved over the real state, lost the day of the last run and so its late alert.
+ */
 function readState(svc: Pick<MeterServices, 'properties'>): AlertState {
+  const text = svc.properties.getProperty(ALERT_STATE_PROPERTY) ?? '{}';
   try {
-    return JSON.parse(svc.properties.getProperty(ALERT_STATE_PROPERTY) ?? '{}') as AlertState;
+    return JSON.parse(text) as AlertState;
   } catch {
     return {};
   }

@@ -154,6 +154,32 @@ describe('checkSpendCaps', () => {
     expect(headlines).toContain('AI spend alert: 7-day cap crossed');
   });
 
+  it('a run whose read of the alert state fails posts nothing: no alert is repeated, none is lost', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 5);
+    platform.clock.set('2026-11-22T23:50:00Z');
+    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
+    platform.clock.set('2026-11-22T23:55:00Z');
+    post(meter, { cost_usd: 6 }); // yesterday ends over its cap, after its last check
+    platform.clock.set('2026-11-23T00:00:30Z');
+    post(meter, { cost_usd: 7 }); // and today is over its cap too
+    const stateReadFails = () =>
+      platform.calls.failAfter(
+        () => true,
+        (name) => name === 'Properties.getProperty',
+        'Service Properties failed',
+      );
+    stateReadFails();
+    expect(() => meter.checkSpendCaps()).toThrow(/Service Properties failed/);
+    platform.clock.set('2026-11-23T00:10:30Z');
+    meter.checkSpendCaps();
+    platform.clock.set('2026-11-23T12:00:00Z');
+    stateReadFails();
+    expect(() => meter.checkSpendCaps()).toThrow(/Service Properties failed/);
+    expect(meter.checkSpendCaps()).toMatch(/already alerted today/);
+    const headlines = platform.urlFetch.payloads().map((b: { blocks: Array<{ text: { text: string } }> }) => b.blocks[0].text.text);
+    expect(headlines).toEqual(['AI spend alert: daily cap crossed on 2026-11-22', 'AI spend alert: daily cap crossed']);
+  });
+
   it('a crossed 7-day cap alerts too, counting the 6 days before today', () => {
     setConfig(platform, 'BURN_7D_CAP_USD', 10);
     post(meter, {
