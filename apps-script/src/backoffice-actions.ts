@@ -48,12 +48,12 @@ function slot(c: Ctx, dateArg: string, timeArg: string) {
 
 /** The text message of an action, at most once: claimed under the lock, sent outside it. */
 function textOnce(c: Ctx, progress: Progress, to: string, body: string, alsoLocked: () => void = () => {}): string {
-  const send = locked(c, progress, () => {
+  const creds = locked(c, progress, () => {
     alsoLocked();
-    return to !== '' && claimText(c.svc, progress);
+    return to === '' ? null : claimText(c.svc, progress);
   });
   if (to === '' && !progress.text) progress.text = 'unsent: no phone in the arguments';
-  if (send) progress.text = sendText(c.svc, to, body); // saved first thing by finish()
+  if (creds) progress.text = sendText(c.svc, creds, to, body); // saved first thing by finish()
   return progress.text as string;
 }
 

@@ -17,7 +17,14 @@ const NO_CREDENTIALS = 'unsent: Twilio credentials are not set in script propert
 const SENDING_SEEN =
   'unknown: an earlier attempt of this request was sending it when this one looked (still running, or cut off); it may have been sent; not sent again';
 
-function credentials(svc: Pick<MeterServices, 'properties'>) {
+/** The account a text is sent from, read when the text is claimed: no read stands between the claim and the send. */
+export interface TwilioCredentials {
+  sid: string;
+  token: string;
+  from: string;
+}
+
+function credentials(svc: Pick<MeterServices, 'properties'>): TwilioCredentials | null {
   const sid = svc.properties.getProperty('TWILIO_ACCOUNT_SID');
   const token = svc.properties.getProperty('TWILIO_AUTH_TOKEN');
   const from = svc.properties.getProperty('TWILIO_FROM');
@@ -26,23 +33,24 @@ function credentials(svc: Pick<MeterServices, 'properties'>) {
 
 /**
  * Decides, under the lock, whether this attempt sends the text; updates `progress.text` (the
- * caller saves it). True only when the text has never been attempted and can be sent.
+ * caller saves it). The credentials to send it with only when the text has never been attempted
+ * and can be sent: read here, since a read that failed after the claim was saved would leave the
+ * text `sending`, never sent, and its retry could only record it as unknown.
  */
-export function claimText(svc: Pick<MeterServices, 'properties'>, progress: Progress): boolean {
+export function claimText(svc: Pick<MeterServices, 'properties'>, progress: Progress): TwilioCredentials | null {
   if (progress.text === SENDING) progress.text = SENDING_SEEN;
-  if (progress.text) return false;
-  if (!credentials(svc)) {
+  if (progress.text) return null;
+  const creds = credentials(svc);
+  if (!creds) {
     progress.text = NO_CREDENTIALS;
-    return false;
+    return null;
   }
   progress.text = SENDING;
-  return true;
+  return creds;
 }
 
 /** Sends the text (outside the lock) and says what happened. */
-export function sendText(svc: Pick<MeterServices, 'properties' | 'fetch' | 'base64'>, to: string, body: string): string {
-  const creds = credentials(svc);
-  if (!creds) return NO_CREDENTIALS;
+export function sendText(svc: Pick<MeterServices, 'fetch' | 'base64'>, creds: TwilioCredentials, to: string, body: string): string {
   try {
     const res = svc.fetch(`https://api.twilio.com/2010-04-01/Accounts/${creds.sid}/Messages.json`, {
       method: 'post',

@@ -82,6 +82,18 @@ describe('a back-office action that fails half-way', () => {
     expect(texts()).toHaveLength(1);
   });
 
+  it('book_slot: the Properties service fails once the text is claimed; the text still goes out, once, and is recorded sent', () => {
+    const { platform, act, texts } = backOffice({ twilio: true });
+    let saves = 0; // the key's record, the booking, then the text claimed as sending
+    platform.calls.failAfter(
+      (name, tab) => name === 'Range.setValues' && tab === 'idempotency' && ++saves === 3,
+      (name) => name === 'Properties.getProperty',
+      'Service Properties failed',
+    );
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, text: 'sent' });
+    expect(texts()).toHaveLength(1);
+  });
+
   it('reschedule_slot: Sheets times out after the text went out; the retry sends no second text', () => {
     const { platform, act, texts } = backOffice({ twilio: true });
     const { booking_id } = act('book_slot', booking());
