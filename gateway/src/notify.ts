@@ -45,6 +45,8 @@ const STORE_WAIT_MS = 2000;
  * ended: well within the minute held notices outlive their window (notice-windows.ts).
  */
 const SWEEP_MS = 15_000;
+/** How long a stop waits for notices still being delivered (notify.close). */
+const CLOSE_DELIVERY_MS = 2000;
 
 const NEXT_ACTION: Record<NoticeKind, string> = {
   enqueued:
@@ -82,9 +84,9 @@ export class Notifier {
   private readonly windows: NoticeWindows;
   private readonly mailer: Transporter | null;
   private readonly recent: Sent[] = [];
-  /** Notices being placed in their window, and deliveries under way; each leaves its set when settled. */
+  /** Notices being placed in their window, and deliveries under way (what and to whom); each leaves when settled. */
   private readonly placing = new Set<Promise<void>>();
-  private readonly inflight = new Set<Promise<void>>();
+  private readonly inflight = new Map<Promise<void>, string>();
   private readonly sweeper: NodeJS.Timeout;
   /** The last sweep's read, until Redis answers it: sweeps meanwhile send none (they would pile up). */
   private looking: Promise<unknown> | null = null;
@@ -184,14 +186,18 @@ export class Notifier {
     for (const kind of lapsed) if (!this.timers.has(kind)) await this.endWindow(kind);
   }
 
-  /** Stops looking for lapsed follow-ups, then flushes (shutdown). */
+  /**
+   * Stops looking for lapsed follow-ups, then flushes (shutdown), waiting at most CLOSE_DELIVERY_MS
+   * for the deliveries under way: a target down or hanging holds each for up to 36 s of tries, which
+   * held an idle gateway's stop past Kubernetes' 30 s (then SIGKILLed, the meter's last flush with it).
+   */
   async close(): Promise<void> {
     clearInterval(this.sweeper);
-    await this.flush();
+    await this.flush(CLOSE_DELIVERY_MS);
   }
 
-  /** Sends this process's pending follow-ups now (shutdown, tests) and waits for every delivery under way. */
-  async flush(): Promise<void> {
+  /** Sends this process's pending follow-ups now (shutdown, tests) and waits for every delivery under way (at most `deliveryMs`). */
+  async flush(deliveryMs = Infinity): Promise<void> {
     // Bounded: a store that is connected but stalls must not hold a stop. What it holds stays held,
     // and another instance sends its follow-up once its window ends (sweep).
     let away = await within(this.placed(), STORE_WAIT_MS, 'Redis').then(
@@ -208,7 +214,22 @@ export class Notifier {
       await within(this.windows.close(kind), STORE_WAIT_MS, 'Redis').catch(() => undefined);
       if (held?.notices.length) this.send(kind, held.notices, true, held.total);
     }
-    await Promise.all([...this.inflight]);
+    await this.delivered(deliveryMs);
+  }
+
+  /** Waits for the deliveries under way, at most `ms`; those still going then are logged as not delivered. */
+  private async delivered(ms: number): Promise<void> {
+    const all = Promise.all([...this.inflight.keys()]);
+    if (!Number.isFinite(ms)) return void (await all);
+    if (
+      await within(all, ms).then(
+        () => true,
+        () => false,
+      )
+    )
+      return;
+    for (const what of this.inflight.values())
+      this.opts.log.warn(`notification ${what} not delivered before the stop (${ms} ms): not sent`);
   }
 
   /** Resolves once every notice is placed in its window and every window end under way is done. */
@@ -237,7 +258,7 @@ export class Notifier {
       .join('\n');
     for (const target of this.targets) {
       const delivery: Promise<void> = this.deliver(target, subject, text).finally(() => this.inflight.delete(delivery));
-      this.inflight.add(delivery);
+      this.inflight.set(delivery, `"${subject}" to ${redactTarget(target)}`);
     }
   }
 

@@ -137,6 +137,28 @@ describe('notifier', () => {
     server.close();
   });
 
+  // A webhook that takes the request and never answers held a stop for its three tries (36 s):
+  // an idle gateway was SIGKILLed by Kubernetes before its meter's last flush.
+  it('a stop does not wait out a hanging target: the delivery under way is logged as not sent', async () => {
+    let posted!: () => void;
+    const reached = new Promise<void>((r) => (posted = r));
+    const server = createServer((req) => {
+      req.resume();
+      posted();
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const warnings: string[] = [];
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/services/SECRET`;
+    const n = new Notifier([url], { log: { warn: (m) => warnings.push(m), info: () => {} } });
+    n.notify({ kind: 'dead_lettered', jobIds: ['llm-1'] });
+    await reached;
+    await n.close();
+    expect(warnings).toEqual([
+      expect.stringMatching(/^notification "Queued AI jobs dead-lettered" to 127\.0\.0\.1:\d+ not delivered before the stop/),
+    ]);
+    server.closeAllConnections();
+    server.close();
+  });
   it('the first notice of a burst arrives at once; the rest of the window waits for one follow-up', async () => {
     const hook = await slackHook();
     const n = new Notifier([hook.url], { windowMs: 60_000, log: { warn: () => {}, info: () => {} } });
