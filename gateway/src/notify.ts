@@ -78,6 +78,39 @@ function slackEscape(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
+/** Slack refuses a message (HTTP 400 `invalid_blocks`) whose section text is longer than this. */
+const SECTION_CHARS = 3000;
+
+/**
+ * The message's text as Slack sections of at most SECTION_CHARS, split between lines where it can:
+ * a follow-up's tenants and errors, once escaped, can be many times that, and one section over the
+ * limit had the whole notice refused.
+ */
+function sections(text: string): string[] {
+  const parts: string[] = [];
+  let part = '';
+  for (const piece of text.split('\n').flatMap(pieces)) {
+    if (part && part.length + 1 + piece.length > SECTION_CHARS) {
+      parts.push(part);
+      part = '';
+    }
+    part = part ? `${part}\n${piece}` : piece;
+  }
+  return part ? [...parts, part] : parts;
+}
+
+/** A line in pieces of at most SECTION_CHARS, none ending inside an escape (`&amp;`: every `&` starts one). */
+function pieces(line: string): string[] {
+  const out: string[] = [];
+  while (line.length > SECTION_CHARS) {
+    const amp = line.lastIndexOf('&', SECTION_CHARS - 1);
+    const at = amp >= 0 && line.indexOf(';', amp) >= SECTION_CHARS ? amp : SECTION_CHARS;
+    out.push(line.slice(0, at));
+    line = line.slice(at);
+  }
+  return [...out, line];
+}
+
 export class Notifier {
   /** The window ends this process waits for, one timer per kind, to send the follow-up. */
   private readonly timers = new Map<NoticeKind, NodeJS.Timeout>();
@@ -285,7 +318,7 @@ export class Notifier {
           blocks: [
             // The subject is ours alone (a title and a count): plain text, nothing to escape.
             { type: 'header', text: { type: 'plain_text', text: subject } },
-            { type: 'section', text: { type: 'mrkdwn', text: mrkdwn } },
+            ...sections(mrkdwn).map((text) => ({ type: 'section', text: { type: 'mrkdwn', text } })),
           ],
         }),
         signal: AbortSignal.timeout(10_000),

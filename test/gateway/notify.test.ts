@@ -12,13 +12,19 @@ import { RedisNoticeWindows } from '../../gateway/src/notice-windows';
 import { Notifier } from '../../gateway/src/notify';
 import { TEST_REDIS_URL } from '../redis-db';
 
-/** A Slack incoming webhook on loopback: it keeps every JSON body posted to it. */
+/**
+ * A Slack incoming webhook on loopback: it keeps every JSON body posted to it. As Slack does, it
+ * refuses a message with a section block over 3,000 characters (HTTP 400 `invalid_blocks`).
+ */
 async function slackHook(): Promise<{ server: Server; url: string; posts: any[] }> {
   const posts: any[] = [];
   const server = createServer(async (req, res) => {
     let body = '';
     for await (const c of req) body += c;
-    posts.push(JSON.parse(body));
+    const post = JSON.parse(body);
+    const blocks: Array<{ type: string; text: { text: string } }> = post.blocks ?? [];
+    if (blocks.some((b) => b.type === 'section' && b.text.text.length > 3000)) return res.writeHead(400).end('invalid_blocks');
+    posts.push(post);
     res.writeHead(200).end('ok');
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -189,6 +195,27 @@ describe('notifier', () => {
     n.notify({ kind: 'dead_lettered', jobIds: ['llm-b'] });
     await until(() => hook.posts.length === 2, 2000);
     expect(hook.posts[1].text).toMatch(/^Queued AI jobs dead-lettered\nJobs \(1\): llm-b/);
+    hook.server.close();
+  });
+
+  // Slack refuses a section over 3,000 characters: a follow-up of dead letters from many tenants,
+  // with long provider errors, was refused three times and never reached anyone.
+  it('a follow-up longer than one Slack section goes out in several, split between lines, none over the limit', async () => {
+    const hook = await slackHook();
+    const warnings: string[] = [];
+    const n = new Notifier([hook.url], { windowMs: 60_000, log: { warn: (m) => warnings.push(m), info: () => {} } });
+    for (let i = 0; i < 25; i++) {
+      const detail = `last error: provider refused the request: HTTP 400 {"error":"<${i}> ${'x'.repeat(200)}"}`;
+      n.notify({ kind: 'dead_lettered', jobIds: [`llm-${i}`], tenant: `tenant-${i}-${'&'.repeat(60)}`, detail });
+    }
+    await n.flush();
+    expect(warnings).toEqual([]);
+    expect(hook.posts).toHaveLength(2);
+    const sections = hook.posts[1].blocks.slice(1).map((b: { text: { text: string } }) => b.text.text) as string[];
+    expect(sections.length).toBeGreaterThan(1);
+    const unbroken = (text: string) => text.replace(/\n/g, '');
+    expect(unbroken(sections.join(''))).toBe(unbroken(hook.posts[1].text)); // nothing lost in the split
+    for (const section of sections) expect(section).not.toMatch(/&[a-z]*$/); // no escape cut in two
     hook.server.close();
   });
 
