@@ -20,6 +20,7 @@ import {
   KEEP_DEAD_S,
   nextDeferral,
   QUEUE_NAME,
+  QueueFull,
   type ColdPayload,
   type ColdQueue,
   type Deferral,
@@ -31,6 +32,22 @@ import {
   type QueueOptions,
   type WorkOptions,
 } from './cold-queue';
+
+/**
+ * New jobs are refused once Redis uses this share of its maxmemory: the rest is the room jobs already
+ * queued need to run (each run writes its claim and its answer) and the gateway's other keys need.
+ */
+const FULL_AT = 0.9;
+/** How long one read of Redis's memory serves new jobs: one INFO a second at most, during an outage. */
+const MEMORY_READ_MS = 1000;
+
+/** `used_memory` and `maxmemory` (0: no limit) from INFO memory. */
+function memoryOf(info: string): { used: number; max: number } {
+  const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? 0);
+  return { used: field('used_memory'), max: field('maxmemory') };
+}
+
+const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
 
 /** How long the mark of a job's creation is kept (enqueue): far longer than two instances racing. */
 const CREATED_MARK_MS = 60_000;
@@ -118,6 +135,8 @@ export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
   private readonly backoffMs: number;
+  /** Redis's memory as last read (roomLeft). */
+  private memory: { at: number; used: number; max: number } | null = null;
   /** The queue's own connection (closed with the queue). */
   private readonly own: Redis;
   constructor(
@@ -144,7 +163,10 @@ export class BullColdQueue implements ColdQueue {
     const jobId = coldJobId(payload);
     const existing = await this.queue.getJob(jobId);
     if (existing) return { jobId, created: false };
+    await this.roomLeft();
     await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });
+    // Counted until the next read: a burst of large requests within one read must not pass maxmemory.
+    if (this.memory) this.memory.used += JSON.stringify(payload).length;
     // Two instances may both get here for one request (a client's retry reaching both): BullMQ
     // keeps one job (its id), and only the first to mark it says it created it, so a person is
     // notified once. The mark outlives that race only. A mark that fails (Redis gone after the
@@ -153,6 +175,14 @@ export class BullColdQueue implements ColdQueue {
       .set(`${this.queue.qualifiedName}:created:${jobId}`, '1', 'PX', CREATED_MARK_MS, 'NX')
       .catch(() => 'OK' as const);
     return { jobId, created: marked === 'OK' };
+  }
+  /** Throws QueueFull when Redis uses FULL_AT of its maxmemory (read at most once per MEMORY_READ_MS). */
+  private async roomLeft(): Promise<void> {
+    if (!this.memory || Date.now() - this.memory.at > MEMORY_READ_MS)
+      this.memory = { at: Date.now(), ...memoryOf(await this.own.info('memory')) };
+    const { used, max } = this.memory;
+    if (max > 0 && used >= FULL_AT * max)
+      throw new QueueFull(`its Redis uses ${mb(used)} of its maxmemory ${mb(max)} (new jobs are refused from ${FULL_AT * 100} %)`);
   }
   /**
    * One job in one state: BullMQ reads the job and its state apart, and a worker moves it on

@@ -15,6 +15,8 @@
  * Bounds, the same in Redis and in process: completed jobs 7 days and the newest 10,000, without
  * the request body (a prompt is not kept once answered); dead-lettered jobs 30 days and the newest
  * 10,000.
+ * In Redis, new jobs are refused (QueueFull) once Redis uses 90 % of its maxmemory, so that the
+ * jobs queued can still run (cold-queue-redis.ts).
  *
  * This file holds what both implementations share: the interface, the payload and views, the
  * constants and the deferral; cold-queue-redis.ts is BullMQ's, cold-queue-memory.ts the in-process one.
@@ -34,6 +36,18 @@ export const KEEP_COMPLETED = 10_000;
 /** Dead-lettered jobs (prompts included) are kept this long for an operator, and at most this many. */
 export const KEEP_DEAD_S = 30 * 24 * 3600;
 export const KEEP_DEAD = 10_000;
+
+/**
+ * Thrown by enqueue when the queue's Redis is near its maxmemory: a queue that filled it could not
+ * drain (running a job writes its claim and answer, refused once Redis is full), and took every
+ * other use of that Redis with it.
+ */
+export class QueueFull extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'QueueFull';
+  }
+}
 
 /** Thrown by a processor for a job no route can take now: delayed to `until` (ms), no attempt spent. */
 export class DeferJob extends Error {

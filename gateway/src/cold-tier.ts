@@ -10,7 +10,7 @@
 import type express from 'express';
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { BudgetWebhook, type PauseFlag } from './budget';
-import { COLD_JOB_ID, type ColdPayload, type ColdQueue, type EnqueueResult } from './cold-queue';
+import { COLD_JOB_ID, QueueFull, type ColdPayload, type ColdQueue, type EnqueueResult } from './cold-queue';
 import { openAiError } from './errors';
 import { sendBody, sendJson } from './http-io';
 import type { FlagStore } from './flags';
@@ -93,6 +93,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         const { jobId } = await within(enqueued, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
         sendQueued(res, ctx, jobId, why.reason, headers);
       } catch (error) {
+        if (error instanceof QueueFull) return refuseFull(deps, ctx, res, why.reason, error, headers);
         deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
         sendJson(
           res,
@@ -103,6 +104,27 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
       }
     },
   };
+}
+
+/** How long a client refused by a full queue is asked to wait: the queue drains only once a provider is back. */
+const FULL_RETRY_S = 30;
+
+/** A request the queue has no room for: 503 `cold_queue_full`, and a person told (coalesced as every notice). */
+function refuseFull(
+  deps: ColdTierDeps,
+  ctx: RequestContext,
+  res: ServerResponse,
+  reason: string,
+  full: QueueFull,
+  headers: OutgoingHttpHeaders,
+): void {
+  deps.log.error(`cold queue full: ${full.message}`);
+  deps.notifier.notify({ kind: 'queue_full', tenant: ctx.customerId || undefined, detail: full.message });
+  const message = `${whyQueued(reason)}, and the Cold queue is full: try again later`;
+  sendJson(res, 503, openAiError(message, 'upstream_error', null, 'cold_queue_full'), {
+    ...headers,
+    'retry-after': String(FULL_RETRY_S),
+  });
 }
 
 /**

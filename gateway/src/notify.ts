@@ -16,7 +16,7 @@ import { within } from './within';
 
 export { noticeWindowsFor } from './notice-windows';
 
-const NOTICE_KINDS = ['enqueued', 'paused', 'dead_lettered', 'human_review', 'meter_backlog'] as const;
+const NOTICE_KINDS = ['enqueued', 'paused', 'dead_lettered', 'human_review', 'meter_backlog', 'queue_full'] as const;
 export type NoticeKind = (typeof NOTICE_KINDS)[number];
 
 export interface Notice {
@@ -57,6 +57,8 @@ const NEXT_ACTION: Record<NoticeKind, string> = {
     'These jobs used all 5 tries, waited 24 h for a route, or were refused as malformed (the last error says which). Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>` (kept 30 days), and tell the client if needed (degraded > 15 min).',
   human_review:
     'A person must answer these: spend caps are exceeded and the caller needs an answer. Find them with `npm run ops -- status`.',
+  queue_full:
+    "The Cold queue's Redis is at 90 % of its maxmemory, so requests no route answers get 503 cold_queue_full instead of being queued. Jobs already queued run once a provider answers, and the queue drains; free or grow Redis (maxmemory) to queue more. `npm run ops -- status` shows the queue's counts.",
   meter_backlog:
     "Meter events are piling up on this gateway's disk (nothing is dropped). Check METER_URL, METER_TOKEN and the web app's deployment, and the free space of METER_SPOOL_DIR; GET /health shows the backlog.",
 };
@@ -67,6 +69,7 @@ const TITLE: Record<NoticeKind, string> = {
   dead_lettered: 'Queued AI jobs dead-lettered',
   human_review: 'AI requests routed to human review',
   meter_backlog: 'Meter events not delivered: spool over its limit',
+  queue_full: 'AI requests refused: the Cold queue is full',
 };
 
 /** Caller text (tenants, provider errors) shown in a notice is cut to this many characters. */

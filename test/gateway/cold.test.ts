@@ -2,7 +2,7 @@
 // queue, worker, pause, budget endpoints, notifications, jobs, dead letters, restarts.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -10,6 +10,7 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ops } from '../../gateway/src/ops';
 import type { Stack, StackOptions } from '../../gateway/src/stack';
+import { spawn } from '../children';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
 import { TEST_REDIS_DB } from '../redis-db';
@@ -110,6 +111,21 @@ async function until<T>(check: () => Promise<T | undefined | null | false>, ms =
   }
 }
 const job = async (url: string, id: string) => (await (await fetch(`${url}/v1/jobs/${id}`)).json()) as Record<string, any>;
+
+/** A redis-server of the test's own (killed when the test ends), with `args` (a memory limit, say). */
+async function ownRedis(...args: string[]): Promise<string> {
+  const free = createTcpServer();
+  await new Promise<void>((r) => free.listen(0, '127.0.0.1', r));
+  const { port } = free.address() as AddressInfo;
+  await new Promise((r) => free.close(r));
+  spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no', ...args], { stdio: 'ignore' });
+  const url = `redis://127.0.0.1:${port}/0`;
+  const probe = new Redis(url, { retryStrategy: () => 20 });
+  probe.on('error', () => undefined); // refused until the server listens
+  await until(async () => (await probe.ping().catch(() => '')) === 'PONG');
+  probe.disconnect();
+  return url;
+}
 
 describe('Cold tier', () => {
   it('every route failing: 202 queued within the time-to-answer, once per idempotency key, the first notice at once', async () => {
@@ -504,6 +520,37 @@ describe('Cold tier', () => {
       process.off('unhandledRejection', record);
     }
     expect(unhandled.map(String)).toEqual([]);
+  });
+
+  // Nothing bounded the queued jobs: a long outage filled Redis with them, new requests were told the
+  // queue was unreachable, and once the providers were back no job could run (each run's first write
+  // refused: OOM), so attempts were spent on Redis's refusals and the queue never drained.
+  it('queued jobs cannot fill Redis: past 90 % of maxmemory new ones get 503 cold_queue_full and a person is told; the queue drains once a provider is back', async () => {
+    env.QUEUE_STORE_URL = await ownRedis('--maxmemory', '30mb', '--maxmemory-policy', 'noeviction');
+    hot.always({ kind: 'status', status: 500 });
+    warm.always({ kind: 'status', status: 500 });
+    const breaker = { openMs: 400 }; // 30 s: the routes are probed again soon after the providers are back
+    const { url } = await up({ worker: false, breaker });
+    const ids: string[] = [];
+    let refused: Awaited<ReturnType<typeof chat>> | undefined;
+    for (let i = 0; !refused && i < 200; i++) {
+      const prompt = { model: 'x', messages: [{ role: 'user', content: `${i} ${'y'.repeat(500_000)}` }] };
+      const r = await chat(url, prompt, { 'x-time-to-answer-ms': '3000' });
+      if (r.status === 202) ids.push(r.json().jobId);
+      else refused = r;
+    }
+    expect(ids.length).toBeGreaterThan(10);
+    expect(refused?.status).toBe(503);
+    expect(refused?.json().error).toMatchObject({
+      code: 'cold_queue_full',
+      message: 'no route answered, and the Cold queue is full: try again later',
+    });
+    expect(refused?.headers.get('retry-after')).toBe('30');
+    await until(async () => posted.some((p) => p.text.startsWith('AI requests refused: the Cold queue is full')));
+
+    hot.always({ kind: 'ok', content: 'back' });
+    const worker = await up({ worker: true, breaker });
+    for (const id of ids) await until(async () => (await job(worker.url, id)).state === 'completed');
   });
 
   it('enable_cold_queue off answers 503 with a clear error', async () => {
