@@ -141,13 +141,18 @@ async function status(pause: RedisPause, queue: BullColdQueue, out: (line: strin
   return 0;
 }
 
+/** The most `dlq list` shows, the newest first. */
+const LIST_MAX = 1000;
+
 async function listDeadLettered(queue: BullColdQueue, out: (line: string) => void): Promise<number> {
-  const jobs = await queue.deadLettered(1000);
+  const jobs = await queue.deadLettered(LIST_MAX);
   for (const j of jobs)
     out(
       `${j.id}  tenant=${shown(j.customerId || '-')}  attempts=${j.attempts}  enqueued=${j.enqueuedAt}  last error: ${shown(j.lastError)}`,
     );
-  out(`${jobs.length} dead-lettered job(s)`);
+  // Past the list's limit the count is the queue's own: the list's length said 1000 of any number.
+  const total = jobs.length < LIST_MAX ? jobs.length : (await queue.counts()).dead_lettered;
+  out(total > jobs.length ? `${total} dead-lettered job(s), the newest ${jobs.length} shown` : `${jobs.length} dead-lettered job(s)`);
   return 0;
 }
 

@@ -8,6 +8,8 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { Queue, Worker } from 'bullmq';
+import { JOB_NAME, QUEUE_NAME } from '../../gateway/src/cold-queue';
 import { ops } from '../../gateway/src/ops';
 import type { Stack, StackOptions } from '../../gateway/src/stack';
 import { spawn } from '../children';
@@ -465,6 +467,22 @@ describe('Cold tier', () => {
     expect(status[0]).toMatch(/paused: yes/);
     await ops(['resume'], opsEnv, () => {}, fail);
     expect(await redis.get('pause_ai_tasks')).toBeNull();
+  });
+
+  it('dlq list past its 1,000 lines says how many are dead-lettered in all (it said 1000)', async () => {
+    const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+    const queue = new Queue(QUEUE_NAME, { connection, prefix });
+    const data = { body: { model: 'x', messages: [] }, customerId: 'acme', reason: 'all_failed', enqueuedAt: new Date().toISOString() };
+    await queue.addBulk(Array.from({ length: 1003 }, (_, i) => ({ name: JOB_NAME, data, opts: { jobId: `dead-${i}`, attempts: 1 } })));
+    const failing = new Worker(QUEUE_NAME, async () => Promise.reject(new Error('refused')), { connection, prefix, concurrency: 50 });
+    await until(async () => (await queue.getFailedCount()) === 1003, 20_000);
+    await failing.close();
+    await queue.close();
+    connection.disconnect();
+    const lines: string[] = [];
+    expect(await ops(['dlq', 'list'], { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix }, (l) => lines.push(l), fail)).toBe(0);
+    expect(lines).toHaveLength(1001);
+    expect(lines[1000]).toBe('1003 dead-lettered job(s), the newest 1000 shown');
   });
 
   it('ops with the store away: one line saying so and exit code 1, within seconds (it waited for ever)', async () => {
