@@ -69,6 +69,16 @@ async function until(check: () => boolean, ms: number): Promise<void> {
 }
 
 describe('notifier', () => {
+  // The notice sent the on-call person to `npm run ops -- status` to find the jobs, which shows counts only.
+  it('a human-review notice says where its jobs are found: the ids it lists, each read with GET /v1/jobs/<id>', async () => {
+    const n = new Notifier(['ops@example.com'], { log: { warn: () => {}, info: () => {} } });
+    n.notify({ kind: 'human_review', jobIds: ['llm-1'], tenant: 'acme' });
+    await n.flush();
+    const next = n.sent[0].text.split('\n').find((line) => line.startsWith('Next: '));
+    expect(next).toContain('GET /v1/jobs/<id>');
+    expect(next).not.toMatch(/find them with `npm run ops -- status`/i);
+  });
+
   it('a thousand enqueues make two messages per target: the first at once, one follow-up with counts and ids', async () => {
     const logs: string[] = [];
     const n = new Notifier(['ops@example.com'], { windowMs: 60_000, log: { warn: (m) => logs.push(m), info: (m) => logs.push(m) } });
