@@ -9,6 +9,7 @@
  * logged; it never delays a request (nothing here is awaited on the request path).
  */
 import nodemailer, { type Transporter } from 'nodemailer';
+import SMTPTransport from 'nodemailer/lib/smtp-transport/index.js';
 import { retrying, type RetryPolicy } from './backoff';
 import { MemoryNoticeWindows, type NoticeWindows } from './notice-windows';
 import { noticeChannel } from './routes-map';
@@ -45,6 +46,19 @@ const STORE_WAIT_MS = 2000;
  * ended: well within the minute held notices outlive their window (notice-windows.ts).
  */
 const SWEEP_MS = 15_000;
+/** How long one try of a delivery may take, to a webhook or an SMTP server. */
+const DELIVERY_TIMEOUT_MS = 10_000;
+
+/**
+ * The SMTP transport, each wait bounded by the delivery's timeout: nodemailer's own let a server that
+ * greeted and then went silent hold one try for 10 minutes, the notice (and its retries) with it.
+ */
+const mailer = (url: string, timeoutMs: number) =>
+  // The transport made here, not by createTransport: given a url, createTransport keeps only what the url says.
+  nodemailer.createTransport(
+    new SMTPTransport({ url, connectionTimeout: timeoutMs, greetingTimeout: timeoutMs, socketTimeout: timeoutMs }),
+  );
+
 /** How long a stop waits for notices still being delivered (notify.close). */
 const CLOSE_DELIVERY_MS = 2000;
 
@@ -137,13 +151,15 @@ export class Notifier {
       onCall?: string;
       log: Log;
       retry?: RetryPolicy;
+      /** How long one try of a delivery may take, webhook or SMTP (DELIVERY_TIMEOUT_MS; shortened by tests). */
+      timeoutMs?: number;
       /** The windows (in process unless given; notice-windows.ts). */
       windows?: NoticeWindows;
       /** How often to look for lapsed follow-ups (SWEEP_MS; shortened by tests). */
       sweepMs?: number;
     },
   ) {
-    this.mailer = opts.smtpUrl ? nodemailer.createTransport(opts.smtpUrl) : null;
+    this.mailer = opts.smtpUrl ? mailer(opts.smtpUrl, opts.timeoutMs ?? DELIVERY_TIMEOUT_MS) : null;
     this.windows = opts.windows ?? new MemoryNoticeWindows();
     this.sweeper = setInterval(() => this.track(this.sweep()), opts.sweepMs ?? SWEEP_MS);
     this.sweeper.unref?.();
@@ -324,7 +340,7 @@ export class Notifier {
             ...sections(mrkdwn).map((text) => ({ type: 'section', text: { type: 'mrkdwn', text } })),
           ],
         }),
-        signal: AbortSignal.timeout(10_000),
+        signal: AbortSignal.timeout(this.opts.timeoutMs ?? DELIVERY_TIMEOUT_MS),
       });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       return;

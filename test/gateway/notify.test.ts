@@ -153,6 +153,28 @@ describe('notifier', () => {
     server.close();
   });
 
+  it('an SMTP server that greets and then stalls fails the try within the delivery timeout (nodemailer alone waits 10 minutes)', async () => {
+    const server = createTcpServer((socket) => {
+      socket.on('error', () => undefined);
+      socket.write('220 stalling ESMTP\r\n');
+      socket.once('data', () => socket.write('250 ok\r\n')); // EHLO answered, then silence
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const warnings: string[] = [];
+    const n = new Notifier(['ops@acme.test'], {
+      windowMs: 10,
+      smtpUrl: `smtp://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      timeoutMs: 300,
+      retry: { attempts: 2, firstMs: 10, factor: 1 },
+      log: { warn: (m) => warnings.push(m), info: () => {} },
+    });
+    n.notify({ kind: 'paused', detail: 'x' });
+    await n.flush();
+    expect(n.sent).toHaveLength(0);
+    expect(warnings.join('\n')).toMatch(/notification to ops@acme\.test failed: .*timeout/i);
+    server.close();
+  });
+
   // A webhook that takes the request and never answers held a stop for its three tries (36 s):
   // an idle gateway was SIGKILLed by Kubernetes before its meter's last flush.
   it('a stop does not wait out a hanging target: the delivery under way is logged as not sent', async () => {
