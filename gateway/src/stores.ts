@@ -20,6 +20,16 @@ import { RedisReplayStore } from './replay-store-redis';
 import { MemoryResponseOwners, RedisResponseOwners, type ResponseOwners } from './response-owners';
 import type { RoutesMapConfig } from './routes-map';
 
+/**
+ * A connection whose commands get no byte back for this long is taken for dead and made again. A
+ * link that dies without a reset (Redis's host lost, a failover behind the same address, a
+ * firewall dropping the connection's state) otherwise looks open until the kernel gives up on it,
+ * about 15 minutes: all that time new client keys and Cold requests got 503 and the worker took no
+ * job, while Redis answered every other client. Above BullMQ's longest blocking read (10 s) on the
+ * worker's connections, which inherit it; a slow Redis (a second or two a command) never reaches it.
+ */
+const DEAD_LINK_MS = 15_000;
+
 export interface Stores {
   redis: Redis | null;
   /** Key prefix for the gateway's own Redis keys (BullMQ's default prefix when unset). */
@@ -60,7 +70,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
       owners: new MemoryResponseOwners(),
     };
   }
-  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null });
+  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null, socketTimeout: DEAD_LINK_MS });
   return {
     redis,
     prefix,

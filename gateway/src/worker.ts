@@ -242,7 +242,9 @@ const CONNECTION_CODES = new Set([
   'EAI_AGAIN',
 ]);
 const lostConnection = (error: Error) =>
-  CONNECTION_CODES.has((error as NodeJS.ErrnoException).code ?? '') || error.message === 'Connection is closed.';
+  CONNECTION_CODES.has((error as NodeJS.ErrnoException).code ?? '') ||
+  error.message === 'Connection is closed.' ||
+  error.message.startsWith('Socket timeout.'); // a link given up as dead (stores.ts)
 
 /** The worker over either queue (BullMQ's Worker in Redis, or the in-process one): same jobs, same notices. */
 export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: WorkerDeps, concurrency = 4): ColdWorker {
