@@ -16,6 +16,32 @@ import { keyRequests, keyTokenLimit, overKeyRequests } from './key-policy';
 import { capExceeded, planFor, type SpendView, type SpendWatch } from './spend-cap-routing';
 import type { Limiter, Limits } from './rate-limit';
 import type { RequestContext } from './request-context';
+import { within } from './within';
+
+/**
+ * How long one request's limit checks may wait for the store in all (each fails open past it), and
+ * at most a quarter of its time-to-answer: the rest is the routing's. Each check waiting its own
+ * 250 ms, a key with --tpm and --rpm and a provider with a token budget spent 750 ms of a stalled
+ * Redis, and a request with a short time-to-answer got 503 from a healthy provider.
+ */
+const LIMITS_WAIT_MS = 250;
+/**
+ * But never less than this: a client that sends a tiny time-to-answer (`x-time-to-answer-ms: 1`,
+ * queued at once) must not make its limits fail open against a Redis that answers.
+ */
+const LIMITS_WAIT_MIN_MS = 50;
+
+/** The limiter for one request: its checks share one wait for the store. */
+function boundedLimiter(limiter: Limiter, ctx: RequestContext): Limiter {
+  const end = performance.now() + Math.min(LIMITS_WAIT_MS, Math.max(LIMITS_WAIT_MIN_MS, ctx.timeToAnswerMs / 4));
+  const left = () => Math.max(0, end - performance.now());
+  return {
+    hitRequest: (tenant, key) => within(limiter.hitRequest(tenant, key), left()),
+    providerWait: (provider) => within(limiter.providerWait(provider), left()),
+    countWindow: (counter, by) => within(limiter.countWindow(counter, by), left()),
+    spendTokens: (provider, tokens) => limiter.spendTokens(provider, tokens),
+  };
+}
 
 /** What happens to a request before routing: refused (rate limit), queued (spend-cap routing), or routed. */
 export type Admission =
@@ -36,7 +62,7 @@ export interface AdmissionDeps {
 }
 
 export function admission(deps: AdmissionDeps): Admit {
-  const { limiter, limits, spend } = deps;
+  const { limits, spend } = deps;
   const tenantLimit = limits?.tenant_requests_per_minute;
   let seen: string[] = [];
   let budgeted: string[] = [];
@@ -60,7 +86,7 @@ export function admission(deps: AdmissionDeps): Admit {
   };
 
   /** The budgeted providers spent for this minute, and the least wait; read only, so a refusal here counts nothing. */
-  const spentProviders = async () => {
+  const spentProviders = async (limiter: Limiter) => {
     const skipProviders = new Set<string>();
     let wait = Infinity;
     for (const p of budgetedNow()) {
@@ -73,9 +99,9 @@ export function admission(deps: AdmissionDeps): Admit {
     return { skipProviders, wait };
   };
 
-  const withLimits = async (ctx: RequestContext): Promise<Admission> => {
+  const withLimits = async (ctx: RequestContext, limiter = boundedLimiter(deps.limiter, ctx)): Promise<Admission> => {
     // The providers' budgets are read before the request is counted: one refused for them takes no request of the minute.
-    const { skipProviders, wait } = await spentProviders();
+    const { skipProviders, wait } = await spentProviders(limiter);
     if (skipProviders.size === seen.length) {
       return {
         kind: 'reject',
@@ -107,8 +133,10 @@ export function admission(deps: AdmissionDeps): Admit {
     return view instanceof Promise ? view.then((v) => decide(ctx, v)) : decide(ctx, view);
   };
 
-  const withKeyLimits = async (ctx: RequestContext): Promise<Admission> =>
-    (await keyTokenLimit(limiter, ctx.clientKey!)) ?? withLimits(ctx);
+  const withKeyLimits = async (ctx: RequestContext): Promise<Admission> => {
+    const limiter = boundedLimiter(deps.limiter, ctx);
+    return (await keyTokenLimit(limiter, ctx.clientKey!)) ?? withLimits(ctx, limiter);
+  };
 
   return (ctx) => (ctx.clientKey?.rpm || ctx.clientKey?.tpm ? withKeyLimits(ctx) : withoutKey(ctx));
 }

@@ -643,6 +643,34 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('a keyed request whose limits all wait on a stalled Redis still gets its answer: they share one short wait, not 250 ms each', async () => {
+    const routes = join(mkdtempSync(join(tmpdir(), 'limits-stall-')), 'routes.json');
+    const map = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8')) as Record<string, unknown>;
+    writeFileSync(
+      routes,
+      JSON.stringify({ ...map, limits: { tenant_requests_per_minute: 1000, provider_tokens_per_minute: { openai: 1e6 } } }),
+    );
+    const keyed = { ...env, ROUTES_FILE: routes, GATEWAY_AUTH: 'keys' };
+    const output: string[] = [];
+    const print = (l: string) => output.push(l);
+    expect(await keysCli(['create', 'acme', '--rpm', '600', '--tpm', '100000'], keyed, print, print)).toBe(0);
+    const key = output.at(-1)!;
+    const gw = await listenStack(keyed, { http: true, worker: false });
+    const pauser = new Redis(redis.url);
+    try {
+      expect((await chat(gw.url, BODY, { authorization: `Bearer ${key}` })).status).toBe(200); // the key known
+      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered
+      const answered = await chat(gw.url, BODY, { authorization: `Bearer ${key}`, 'x-time-to-answer-ms': '700' });
+      // Before: the key's tokens, the provider's budget and the request counts waited 250 ms each,
+      // and the 50 ms left were too few for a call: 503 cold_queue_unavailable from a healthy provider.
+      expect(answered.status).toBe(200);
+    } finally {
+      await pauser.call('CLIENT', 'UNPAUSE');
+      pauser.disconnect();
+      await gw.stop();
+    }
+  });
+
   it('a function call while the workflow store is stalled or away gets 503 workflow_store_unavailable within 2 s, nothing called; an answer got before a stall is returned, not asked for twice', async () => {
     let onCall: (n: number) => Promise<number> = async () => 200;
     const seen: string[] = [];
