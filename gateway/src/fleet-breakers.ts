@@ -33,6 +33,12 @@ const TRIPPED_TTL_MS = 24 * 3_600_000;
  * (the store's connection retries forever): a breaker must not wait that long to probe.
  */
 const WAIT_MS = 1000;
+/**
+ * How often the subscription is pinged. A connection that only listens sends nothing, so a link
+ * that died without a reset went unnoticed for hours (TCP keep-alive) and the fleet's breakers
+ * went unheard; a ping gives it a command that the store's dead-link timeout (stores.ts) watches.
+ */
+const SUB_PING_MS = 5000;
 
 type Lease = 'none' | 'asking' | 'mine' | 'theirs';
 
@@ -65,6 +71,7 @@ export class FleetBreakers {
   private byName = new Map<string, Watched>();
   private readonly watched = new WeakMap<Route, Watched>();
   private warned = false;
+  private pinging: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly redis: Redis,
@@ -83,6 +90,7 @@ export class FleetBreakers {
     this.sub.on('ready', () => void this.sync([...this.byName.values()]));
     // Redis away at start: the subscription is made once it answers (as after a reconnection); no wait for it.
     await within(this.sub.subscribe(this.channel), WAIT_MS, 'Redis').catch((error: Error) => this.unreachable(error));
+    this.pinging = setInterval(() => void this.sub.ping().catch(() => undefined), SUB_PING_MS).unref();
     await this.watch(routes);
   }
 
@@ -118,6 +126,7 @@ export class FleetBreakers {
   async close(): Promise<void> {
     const held = [...this.byName.values()].filter((w) => w.lease === 'mine').map((w) => this.key(w, 'probe'));
     for (const w of this.byName.values()) this.stopRetry(w);
+    if (this.pinging) clearInterval(this.pinging);
     this.sub.disconnect();
     if (held.length) await within(this.redis.del(...held), WAIT_MS).catch(() => 0);
   }

@@ -81,6 +81,12 @@ afterEach(async () => {
   redis.disconnect();
 });
 
+/** What /health says of the one route's breaker. */
+async function breakerOnHealth(url: string): Promise<string> {
+  const res = await fetch(`${url}/health`, { headers: { authorization: 'Bearer admin-t' } });
+  return ((await res.json()) as { routes: Array<{ breaker: string }> }).routes[0].breaker;
+}
+
 /** What /health says of the Cold queue: its counts, or "unreachable" when Redis did not answer in time. */
 async function queueOnHealth(url: string): Promise<unknown> {
   const res = await fetch(`${url}/health`, { headers: { authorization: 'Bearer admin-t' } });
@@ -116,4 +122,27 @@ describe('a link to Redis that dies silently', () => {
       await gw.stop();
     }
   });
+
+  it(
+    "an instance's subscription to the fleet's breakers is made again too: it hears a route another instance opened",
+    { timeout: 90_000 },
+    async () => {
+      const a = await startInstance(tmpdir(), { ...env, ADMIN_TOKEN: 'admin-t' });
+      const b = await startInstance(tmpdir(), { ...env, QUEUE_STORE_URL: `redis://127.0.0.1:6379/${TEST_REDIS_DB}` });
+      try {
+        expect((await chat(a.url, BODY)).status).toBe(200);
+        proxy.cut();
+        hot.always({ kind: 'status', status: 500 });
+        await until('the route open on the other instance', async () => {
+          await chat(b.url, BODY, { 'x-time-to-answer-ms': '2000' });
+          return b.output().includes('"breaker":"open"');
+        });
+        // Before: its subscription (a connection that only listens) never found its link dead; the
+        // route stayed closed here, its calls still sent to the provider the fleet had given up on.
+        await until('the route open here too', async () => (await breakerOnHealth(a.url)) !== 'closed', 40_000);
+      } finally {
+        await Promise.all([a.stop(), b.stop()]);
+      }
+    },
+  );
 });
