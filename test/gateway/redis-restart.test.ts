@@ -1,6 +1,6 @@
 // The gateway's Redis goes away and comes back: a Redis of the test's own (a private redis-server on
 // a free port, append-only file on, removed afterwards) that the test stops and starts again.
-import { spawnSync, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { spawn } from '../children';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { hasRedisServer } from '../redis-db';
 import { RedisStreamSink, type StreamSinkOptions } from '../../gateway/src/meter-stream';
 import { eventJson, WebAppSink } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
@@ -29,8 +30,6 @@ import { RedisFlags } from '../../gateway/src/flags';
 import { RedisKeyStore } from '../../gateway/src/client-keys-redis';
 import { createKey } from '../../gateway/src/client-keys';
 import { ClientAuth } from '../../gateway/src/client-auth';
-
-const hasRedisServer = spawnSync('redis-server', ['--version']).status === 0;
 
 async function freePort(): Promise<number> {
   const server = createServer();
