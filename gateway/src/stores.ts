@@ -30,6 +30,15 @@ import type { RoutesMapConfig } from './routes-map';
  */
 const DEAD_LINK_MS = 15_000;
 
+/**
+ * A write refused READONLY: the connection reached a primary that a failover has since demoted to a
+ * replica (a managed Redis moves its address to the new primary; connections opened before stay on
+ * the old one, healthy, refusing every write for as long as the process runs). Such a connection is
+ * made again, through the address, and the command sent again (2). The connections the Cold queue
+ * and the worker make from this one inherit it.
+ */
+const reconnectOnError = (error: Error): 2 | false => (error.message.includes('READONLY') ? 2 : false);
+
 export interface Stores {
   redis: Redis | null;
   /** Key prefix for the gateway's own Redis keys (BullMQ's default prefix when unset). */
@@ -70,7 +79,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
       owners: new MemoryResponseOwners(),
     };
   }
-  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null, socketTimeout: DEAD_LINK_MS });
+  const redis = new Redis(env.QUEUE_STORE_URL, { maxRetriesPerRequest: null, socketTimeout: DEAD_LINK_MS, reconnectOnError });
   return {
     redis,
     prefix,
