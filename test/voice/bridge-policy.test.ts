@@ -177,10 +177,9 @@ describe('phone bridge: the policy on real events', () => {
     await serverEvent(conn, 'response.done');
     expect(s.twilio.updates).toEqual([]); // one breach is not two
     speak(call);
-    const secondAnswer = await serverEvent(conn, 'response.output_audio.delta');
+    await serverEvent(conn, 'response.output_audio.delta'); // the second answer begins
     const secondAt = performance.now();
     const u = await update(s, 'CA0103');
-    expect(secondAnswer).toBeTruthy();
     expect(u.at).toBeGreaterThan(secondAt); // escalated after the second slow answer, not the first
     expect(u.form.Twiml).toMatch(new RegExp(`<Dial action="[^"]+"[^>]*>\\${HUMAN}</Dial>`));
     const end = await s.endOf('CA0103');
