@@ -2,15 +2,17 @@
 // Errors go to stderr, never stdout: a script that reads the output gets only results.
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { ops } from '../../gateway/src/ops';
 import { TEST_REDIS_URL } from '../redis-db';
+import { redisUnderPrefix } from '../redis-prefix';
 
 const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all';
 /** A store that is not there: a command that reached it would answer 1, "did not answer". */
 const away = { QUEUE_STORE_URL: 'redis://127.0.0.1:1/0' };
 const root = join(import.meta.dirname, '..', '..');
+/** Every key the commands write goes under this prefix, removed after each test (the queue's metadata too). */
+const db = redisUnderPrefix('ops');
 
 /** Results where none is expected. */
 const fail = (line: string) => expect.fail(`npm run ops wrote a result: ${line}`);
@@ -60,7 +62,7 @@ describe('npm run ops usage', () => {
     const down = run(['status'], away);
     expect([down.status, down.stdout]).toEqual([1, '']);
     expect(down.stderr).toMatch(/^the store at QUEUE_STORE_URL did not answer: /);
-    const prefix = `test-ops-${process.pid}`;
+    const prefix = `${db.prefix}:move`;
     const unknown = `llm-${'0'.repeat(40)}`;
     const moved = run(['dlq', 'move', unknown], { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: prefix });
     expect([moved.status, moved.stdout, moved.stderr]).toEqual([
@@ -68,15 +70,11 @@ describe('npm run ops usage', () => {
       'moved 0 job(s) back to the queue\n',
       `${unknown}: not a dead-lettered job (npm run ops -- dlq list shows them)\n`,
     ]);
-    const redis = new Redis(TEST_REDIS_URL);
-    const keys = await redis.keys(`${prefix}:*`);
-    if (keys.length) await redis.del(...keys);
-    redis.disconnect();
   }, 20_000);
 
   // `npm run ops` builds the gateway first, and the build's line went to stdout ahead of the results.
   it('npm run -s ops writes only its results to stdout, the build before it included', () => {
-    const env = { PATH: process.env.PATH, QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: `test-ops-npm-${process.pid}` };
+    const env = { PATH: process.env.PATH, QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: `${db.prefix}:npm` };
     const status = spawnSync('npm', ['run', '-s', 'ops', '--', 'status'], { cwd: root, env, encoding: 'utf8' });
     expect(status.status).toBe(0);
     expect(status.stdout.split('\n')).toEqual([
@@ -87,18 +85,12 @@ describe('npm run ops usage', () => {
   }, 30_000);
 
   it('an error the store answers mid-command is one line on stderr naming the command, exit 1, not a stack trace', async () => {
-    const prefix = `test-ops-broken-${process.pid}`;
-    const redis = new Redis(TEST_REDIS_URL);
-    try {
-      await redis.set(`${prefix}:ai-tasks:failed`, 'not a job list'); // a key of another type: Redis answers WRONGTYPE
-      for (const args of [['status'], ['dlq', 'list']]) {
-        const broken = run(args, { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: prefix });
-        expect([broken.status, broken.stdout], args.join(' ')).toEqual([1, '']);
-        expect(broken.stderr).toMatch(new RegExp(`^${args.join(' ')} failed: the store at QUEUE_STORE_URL answered an error: [^\\n]+\\n$`));
-      }
-    } finally {
-      await redis.del(`${prefix}:ai-tasks:failed`);
-      redis.disconnect();
+    const prefix = `${db.prefix}:broken`;
+    await db.redis.set(`${prefix}:ai-tasks:failed`, 'not a job list'); // a key of another type: Redis answers WRONGTYPE
+    for (const args of [['status'], ['dlq', 'list']]) {
+      const broken = run(args, { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: prefix });
+      expect([broken.status, broken.stdout], args.join(' ')).toEqual([1, '']);
+      expect(broken.stderr).toMatch(new RegExp(`^${args.join(' ')} failed: the store at QUEUE_STORE_URL answered an error: [^\\n]+\\n$`));
     }
   }, 20_000);
 });
