@@ -195,7 +195,7 @@ describe('response headers', () => {
       expect(res.headers.get('x-route-tier')).toBe('warm');
       const codes = await errorCodes();
       expect(codes.at(-1)).toBe('');
-      expect(codes.slice(0, -1).every((c) => c === 'PROVIDER_DOWN')).toBe(true);
+      expect(new Set(codes.slice(0, -1))).toEqual(new Set(['PROVIDER_DOWN'])); // at least one failed try, each metered
     });
   }
 });
