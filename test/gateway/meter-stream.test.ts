@@ -166,12 +166,13 @@ describe('one CSV, two processes', () => {
     const sinkModule = join(import.meta.dirname, '../../gateway/src/meter-sink.ts');
     const recordModule = join(import.meta.dirname, '../../schema/event-record.ts');
     // Each process sends 10 groups of 4,000 events, each group in one turn (about 1.2 MB: more than one write).
-    const startAt = Date.now() + 1500; // after both processes have loaded
+    // Each says when it is loaded and waits for the word to begin, so that both begin together.
     const script = (tag: string) => `
       const { CsvSink } = await import(${JSON.stringify(sinkModule)});
       const { normalizeEvent } = await import(${JSON.stringify(recordModule)});
       const sink = new CsvSink(${JSON.stringify(csv)});
-      while (Date.now() < ${startAt}) await new Promise((r) => setTimeout(r, 1)); // both begin together
+      process.stdout.write('ready\\n');
+      await new Promise((r) => process.stdin.once('data', r));
       const base = normalizeEvent({ cost_usd: 0.01, provider: 'openai', model: 'm'.repeat(200) }, { now: () => new Date(), uuid: () => 'x' });
       for (let g = 0; g < 10; g++) {
         const sent = [];
@@ -179,12 +180,20 @@ describe('one CSV, two processes', () => {
         await Promise.all(sent);
       }
       await sink.close();`;
-    const run = (tag: string) =>
-      new Promise<number | null>((resolve) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script(tag)], { stdio: 'inherit' });
-        child.on('exit', resolve);
+    const start = (tag: string) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script(tag)], {
+        stdio: ['pipe', 'pipe', 'inherit'],
       });
-    expect(await Promise.all([run('a'), run('b')])).toEqual([0, 0]);
+      return {
+        child,
+        ready: new Promise((resolve) => child.stdout.once('data', resolve)),
+        exited: new Promise<number | null>((resolve) => child.on('exit', resolve)),
+      };
+    };
+    const runs = [start('a'), start('b')];
+    await Promise.all(runs.map((r) => r.ready));
+    for (const r of runs) r.child.stdin.end('go\n');
+    expect(await Promise.all(runs.map((r) => r.exited))).toEqual([0, 0]);
     const [header, ...rows] = readFileSync(csv, 'utf8').trim().split('\n');
     expect(header).toBe(CSV_HEADER);
     expect(rows).toHaveLength(80_000);
