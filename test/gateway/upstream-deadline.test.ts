@@ -40,12 +40,12 @@ describe('a call waiting for a connection (the pool at its cap)', () => {
   it('ends at its time-to-answer with 504, while another call still holds the only connection', async () => {
     configureUpstream({ connections: 1, http2: false });
     gw = await startGateway(mapOf([hot.url, hot.url]));
-    hot.next({ kind: 'hang' }); // the first call holds the only connection
+    hot.next({ kind: 'hang' }); // the first call holds the only connection, past this test's end
     const holder = new AbortController();
-    const held = call(gw.url, 5000, holder.signal);
+    const held = call(gw.url, 60_000, holder.signal);
     await expect.poll(() => hot.received.length).toBe(1);
+    // Answered while the holder still holds it: without the bound, not before the holder lets go.
     const res = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '500' });
-    expect(res.ms).toBeLessThan(2500); // about its 500 ms; without the bound, the holder's 5 s
     expect(res.status).toBe(504);
     expect(res.json().error.code).toBe('time_to_answer');
     expect(await meterCodes()).toEqual(['TIMEOUT']);
@@ -94,11 +94,11 @@ describe('a provider silent after its first byte', () => {
     });
     await new Promise<void>((r) => stall!.listen(0, '127.0.0.1', r));
     gw = await startGateway(mapOf([`http://127.0.0.1:${(stall.address() as AddressInfo).port}/v1`]));
+    // The provider never sends more nor hangs up: without the limit, no answer within this test's time.
     const res = await chat(gw.url, { ...body, stream: true });
     expect(res.status).toBe(200);
     expect(res.text).toContain('part0');
     expect(res.text).toContain('"code":"stream_interrupted"');
-    expect(res.ms).toBeLessThan(4000); // 300 ms; without the limit, never
     expect(await meterCodes()).toEqual(['STREAM_INTERRUPTED']);
     await expect.poll(() => dropped).toBe(true); // the provider's connection closed
   }, 10_000);
