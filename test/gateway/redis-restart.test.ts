@@ -68,6 +68,13 @@ class OwnRedis {
     await exited;
     this.child = null;
   }
+  /** A stall past any bound of the code under test: the process stops (SIGSTOP), connected but answering nothing, until thaw(). */
+  freeze(): void {
+    this.child!.kill('SIGSTOP');
+  }
+  thaw(): void {
+    this.child!.kill('SIGCONT');
+  }
   async end(): Promise<void> {
     this.child?.kill('SIGKILL');
     rmSync(this.dir, { recursive: true, force: true });
@@ -144,10 +151,9 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       hot.next({ kind: 'ok', delayMs: 500 });
       const answer = chat(gw.url, undefined, { 'idempotency-key': 'order-1' });
       await until(async () => hot.received.length === 1); // the key is claimed, the provider call runs
-      await redis.stop();
+      await redis.stop(); // and not back in this test: before, no answer until Redis was back
       const got = await answer;
       expect(got.status).toBe(200);
-      expect(got.ms).toBeLessThan(500 + 2000); // before: no answer until Redis was back
     } finally {
       await gw.stop();
     }
@@ -357,21 +363,20 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
 
   it('a client polling its queued job while Redis is away or stalled gets 503 cold_queue_unavailable in time, not 500 or no answer', async () => {
     const gw = await listenStack(env, { http: true, worker: false });
-    const pauser = new Redis(redis.url);
     try {
       hot.always({ kind: 'status', status: 500 });
       const queued = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2000' });
       const { jobId } = JSON.parse(queued.text) as { jobId: string };
       const poll = async () => {
-        const started = performance.now();
         const r = await fetch(`${gw.url}/v1/jobs/${jobId}`);
         const body = (await r.json()) as { error?: { code: string } };
-        return { status: r.status, code: body.error?.code, retryAfter: r.headers.get('retry-after'), ms: performance.now() - started };
+        return { status: r.status, code: body.error?.code, retryAfter: r.headers.get('retry-after') };
       };
-      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered: a stalled Redis
+      // Connected, but nothing answered until thawed: before, no answer until Redis answered again.
+      redis.freeze();
       const stalled = await poll();
       expect(stalled).toMatchObject({ status: 503, code: 'cold_queue_unavailable', retryAfter: '1' });
-      expect(stalled.ms).toBeLessThan(3000); // before: no answer until Redis answered again (200 after 4 s)
+      redis.thaw();
       await redis.stop();
       expect(await poll()).toMatchObject({ status: 503, code: 'cold_queue_unavailable', retryAfter: '1' }); // before: 500 internal error
       await redis.start();
@@ -381,7 +386,6 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       });
       expect(back.status).toBe(200);
     } finally {
-      pauser.disconnect();
       await gw.stop();
     }
   });
@@ -414,16 +418,14 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
 
   it('GET /health answers while Redis is stalled, the queue shown unreachable (it waited for Redis)', async () => {
     const gw = await listenStack({ ...env, ADMIN_TOKEN: 'admin-t' }, { http: true, worker: false });
-    const pauser = new Redis(redis.url);
     try {
-      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered
-      const started = performance.now();
+      // Connected, but nothing answered until thawed: before, no answer until Redis answered.
+      redis.freeze();
       const res = await fetch(`${gw.url}/health`, { headers: { authorization: 'Bearer admin-t' } });
       const health = (await res.json()) as { ok: boolean; queue: unknown };
       expect([res.status, health.ok, health.queue]).toEqual([200, true, 'unreachable']);
-      expect(performance.now() - started).toBeLessThan(2000); // before: no answer until Redis answered (4 s)
     } finally {
-      pauser.disconnect();
+      redis.thaw();
       await gw.stop();
     }
   });
@@ -573,21 +575,18 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     ).toBe(0);
     const key = output.at(-1)!;
     const gw = await listenStack(keyed, { http: true, worker: false });
-    const pauser = new Redis(redis.url);
     const sdk = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
     try {
       const first = await sdk.responses.create({ model: 'gpt-4o-mini', input: 'remember' });
       await sdk.responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: first.id }); // the key is cached now
-      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered
-      const started = performance.now();
+      // Connected, but nothing answered until thawed: an answer at all is one not waiting for Redis.
+      redis.freeze();
       const stalled = await sdk.responses
         .create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: first.id }, { headers: { 'x-time-to-answer-ms': '500' } })
         .catch((e: unknown) => e);
       expect(stalled).toMatchObject({ status: 503, code: 'response_owner_unavailable' });
-      expect(performance.now() - started).toBeLessThan(2000);
     } finally {
-      await pauser.call('CLIENT', 'UNPAUSE');
-      pauser.disconnect();
+      redis.thaw();
       await gw.stop();
     }
   });
@@ -599,19 +598,16 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     expect(await keysCli(['create', 'acme'], keyed, print, print)).toBe(0);
     const gw = await listenStack(keyed, { http: true, worker: false });
     const sdk = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: output.at(-1)!, maxRetries: 0 });
-    const patient = { headers: { 'x-time-to-answer-ms': '10000' } };
+    // Longer than this test may run: before, each was held for the whole time-to-answer.
+    const patient = { headers: { 'x-time-to-answer-ms': '60000' } };
     try {
       const first = await sdk.responses.create({ model: 'gpt-4o-mini', input: 'remember' }); // the key is cached now
       await redis.stop();
-      let started = performance.now();
       expect((await sdk.responses.create({ model: 'gpt-4o-mini', input: 'hello' }, patient)).status).toBe('completed');
-      expect(performance.now() - started).toBeLessThan(3000); // before: 10 s, the whole time-to-answer
-      started = performance.now();
       const next = await sdk.responses
         .create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: first.id }, patient)
         .catch((e: unknown) => e);
       expect(next).toMatchObject({ status: 503, code: 'response_owner_unavailable' });
-      expect(performance.now() - started).toBeLessThan(3000); // before: 10 s
     } finally {
       await gw.stop();
     }
@@ -775,16 +771,15 @@ describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
   it('the meter stream closes within its bound, not when Redis answers; its events stay in Redis and another gateway delivers them', async () => {
     const meter = await new FakeMeterWebApp().start();
     const first = new Redis(redis.url);
-    const pauser = new Redis(redis.url);
     const other = new Redis(redis.url);
     try {
       const sink = streamSink(first, meter, { closeTimeoutMs: 500 });
       await Promise.all([0, 1, 2].map((i) => sink.send(event(i))));
-      await pauser.call('CLIENT', 'PAUSE', '4000', 'ALL'); // connected, but nothing answered: a stalled Redis
-      const started = performance.now();
+      // Connected, but nothing answered until thawed: before, closed only once Redis answered.
+      redis.freeze();
       await sink.close();
-      expect(performance.now() - started).toBeLessThan(2000); // before: closed only once Redis answered (4 s)
       first.disconnect(); // as the stopping gateway does next
+      redis.thaw();
       // Once Redis answers again:
       const second = streamSink(other, meter, { claimIdleMs: 1 });
       await until(async () => {
@@ -794,7 +789,7 @@ describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
       expect(meter.stored).toEqual(['e0', 'e1', 'e2']);
       await second.close();
     } finally {
-      for (const client of [pauser, first, other]) client.disconnect();
+      for (const client of [first, other]) client.disconnect();
       await meter.stop();
     }
   });
@@ -860,15 +855,13 @@ describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
     const meter = await new FakeMeterWebApp().start();
     const spool = { METER_URL: meter.url, METER_TOKEN: 'tok', METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'stall-stop-')) };
     const gw = await listenStack({ ...env, ...spool }, { http: true, worker: true });
-    const pauser = new Redis(redis.url);
     try {
       expect((await chat(gw.url)).status).toBe(200); // an event in the stream
-      await pauser.call('CLIENT', 'PAUSE', '10000', 'ALL'); // connected, but nothing answered
-      const started = performance.now();
+      // Connected, but nothing answered until thawed: before, the stop waited until Redis answered.
+      redis.freeze();
       await gw.stop();
-      expect(performance.now() - started).toBeLessThan(5000); // before: 10 s, until Redis answered
     } finally {
-      pauser.disconnect();
+      redis.thaw();
       await meter.stop();
     }
   });
