@@ -146,9 +146,8 @@ describe('revocation and several gateways', () => {
     expect(listed.join('\n')).not.toContain(key);
     expect((await ask(url, key)).response.status).toBe(200); // cached in the gateway from here on
     await keysCommand(['revoke', id]);
-    const revokedAt = Date.now();
+    // Within the 5 s the docs promise (gateway.md, client keys): the wait gives up after them.
     const refused = await until(async () => (await refusal(ask(url, key)).catch(() => null)) ?? false, 5000);
-    expect(Date.now() - revokedAt).toBeLessThan(5000);
     expect(refused).toMatchObject({ status: 401, code: 'invalid_api_key' });
     expect(refused.message).toMatch(/revoked/);
     const after: string[] = [];
@@ -182,8 +181,7 @@ describe('revocation and several gateways', () => {
         (l) => lines.push(l),
       ),
     ).toBe(0);
-    const revokedAt = Date.now();
-    for (const gw of [one, two]) await until(async () => (await getJob(gw.url, id, b.key)).status === 401, 5000);
-    expect(Date.now() - revokedAt).toBeLessThan(5000);
+    // On both, within the 5 s the docs promise: the wait gives up after them.
+    await Promise.all([one, two].map((gw) => until(async () => (await getJob(gw.url, id, b.key)).status === 401, 5000)));
   });
 });
