@@ -162,12 +162,10 @@ describe('a Responses stream the client hangs up on', () => {
     await hangUpAfter('/v1/responses', responsesBody, ' a time');
     expect(hot.received[0].path).toBe('/v1/responses');
     const metered = await theEvent();
-    expect([metered.error_code, metered.input_tokens, metered.output_tokens]).toEqual([
-      'CLIENT_CLOSED|ESTIMATED',
-      `${tokensOf(JSON.stringify(responsesBody))}`,
-      `${tokensOf('Once upon a time')}`,
-    ]);
+    const [input, output] = [tokensOf(JSON.stringify(responsesBody)), tokensOf('Once upon a time')];
+    expect([metered.error_code, metered.input_tokens, metered.output_tokens]).toEqual(['CLIENT_CLOSED|ESTIMATED', `${input}`, `${output}`]);
     expect(Number(metered.cost_usd)).toBeGreaterThan(0);
+    expect(Number(metered.cost_usd)).toBeCloseTo(priced(input, output)!, 12);
   });
 
   it('translated from a chat provider: estimated from the chat deltas', async () => {
@@ -176,12 +174,10 @@ describe('a Responses stream the client hangs up on', () => {
     await hangUpAfter('/v1/responses', responsesBody, ' again');
     expect(hot.received[0].path).toBe('/v1/chat/completions');
     const metered = await theEvent();
-    expect([metered.error_code, metered.input_tokens, metered.output_tokens]).toEqual([
-      'CLIENT_CLOSED|ESTIMATED',
-      `${tokensOf(JSON.stringify(responsesBody))}`,
-      `${tokensOf('Hello world again')}`,
-    ]);
+    const [input, output] = [tokensOf(JSON.stringify(responsesBody)), tokensOf('Hello world again')];
+    expect([metered.error_code, metered.input_tokens, metered.output_tokens]).toEqual(['CLIENT_CLOSED|ESTIMATED', `${input}`, `${output}`]);
     expect(Number(metered.cost_usd)).toBeGreaterThan(0);
+    expect(Number(metered.cost_usd)).toBeCloseTo(priced(input, output)!, 12);
   });
 });
 
