@@ -3,6 +3,7 @@
 import { spawn } from '../children';
 import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
 import { request } from 'node:http';
+import { calcPrice } from '@pydantic/genai-prices';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -110,7 +111,9 @@ describe('a provider that answers a streamed request with a whole answer', () =>
       });
       // The provider billed that whole answer: its usage is in the event.
       expect(failed).toMatchObject({ error_code: 'NOT_A_STREAM', input_tokens: '12', output_tokens: '5' });
-      expect(Number(failed?.cost_usd)).toBeGreaterThan(0);
+      const listed = calcPrice({ input_tokens: 12, output_tokens: 5 }, 'gpt-4o-mini', { providerId: 'openai' })!;
+      expect(listed.total_price).toBeGreaterThan(0);
+      expect(Number(failed?.cost_usd)).toBe(listed.total_price);
     } finally {
       await warm.stop();
     }

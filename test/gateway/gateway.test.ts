@@ -1,5 +1,6 @@
 // The gateway against providers that are real HTTP servers on loopback.
 import { gzipSync } from 'node:zlib';
+import { calcPrice } from '@pydantic/genai-prices';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { idempotencyKeyFor } from '../../gateway/src/request-context';
@@ -352,8 +353,10 @@ describe('meter events', () => {
     });
     expect(gw.logs.join('')).toContain('no price known for acme/acme-private-1');
     const priced = events[4];
-    expect(priced).toMatchObject({ provider: 'openai', model: 'gpt-4o-mini', job_id: 'job-10' });
-    expect(Number(priced.cost_usd)).toBeGreaterThan(0);
+    expect(priced).toMatchObject({ provider: 'openai', model: 'gpt-4o-mini', job_id: 'job-10', input_tokens: '12', output_tokens: '5' });
+    const listed = calcPrice({ input_tokens: 12, output_tokens: 5 }, 'gpt-4o-mini', { providerId: 'openai' })!;
+    expect(listed.total_price).toBeGreaterThan(0);
+    expect(Number(priced.cost_usd)).toBe(listed.total_price);
     expect(new Set(events.map((e) => e.event_id)).size).toBe(5);
     // A route without a region says so with the record's word for "unknown".
     expect(new Set(events.map((e) => e.region))).toEqual(new Set(['global']));
