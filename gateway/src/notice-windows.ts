@@ -8,11 +8,16 @@
  *   `<p>:notice:<kind>`        the open window: SET NX PX, so one instance opens it
  *   `<p>:notice:<kind>:held`   the notices held for the follow-up (JSON, the first 1,000 kept)
  *   `<p>:notice:<kind>:count`  how many were held, all of them counted
- * Held notices expire a window plus a minute after the last one (if every instance stopped), and
- * are taken in one transaction, so one instance sends each follow-up. Notices held past their
- * window's end (the instances waiting for it stopped, or crashed) are `lapsed`: any instance sends
- * their follow-up.
+ *   `<p>:notice:<kind>:claim`  the instance sending the follow-up (SET NX PX, CLAIM_MS)
+ * Held notices expire a window plus a minute after the last one (if every instance stopped). A take
+ * claims them and reads them, leaving them held: they are removed only once sent (`sent`), by the
+ * claim's holder, so a take that runs after its caller gave up on it (Redis stalled, then went on)
+ * removes nothing; while the claim lasts no other take gets them, so one instance sends each
+ * follow-up (two, should a claim lapse before its holder marks them sent: a notice twice rather
+ * than none). Notices held past their window's end (the instances waiting for it stopped, or
+ * crashed) are `lapsed`: any instance sends their follow-up.
  */
+import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Notice, NoticeKind } from './notify';
 
@@ -20,6 +25,8 @@ export interface Held {
   notices: Notice[];
   /** How many notices were held in all (more than `notices` when some were not kept). */
   total: number;
+  /** Redis: the take's claim, and what it read (list entries, count), for `sent` to remove. */
+  claim?: { token: string; listed: number; counted: number };
 }
 
 export interface NoticeWindows {
@@ -27,8 +34,10 @@ export interface NoticeWindows {
   open(kind: NoticeKind, ms: number, force?: boolean): Promise<boolean>;
   /** Holds a notice for the follow-up of the window (of `ms`); the ms until it ends (0: it has ended). */
   hold(kind: NoticeKind, notice: Notice, ms: number): Promise<number>;
-  /** Takes every notice held for `kind`; each is taken once, by one caller. */
+  /** Takes every notice held for `kind`: one caller at a time gets them (the others none), until it calls `sent`. */
   take(kind: NoticeKind): Promise<Held>;
+  /** The notices of `held` (a take's) were sent: they are no longer held; those held since stay. */
+  sent(kind: NoticeKind, held: Held): Promise<void>;
   /** Closes the window (a process that flushes); the fleet's window in Redis runs its course. */
   close(kind: NoticeKind): Promise<void>;
   /** Of `kinds`, those with notices held and their window ended: a follow-up nobody may be waiting to send. */
@@ -56,6 +65,8 @@ export class MemoryNoticeWindows implements NoticeWindows {
     this.held.delete(kind);
     return { notices, total: notices.length };
   }
+  /** Nothing: in process a take removes what it reads (no store to answer late). */
+  async sent(): Promise<void> {}
   async close(kind: NoticeKind): Promise<void> {
     this.ends.delete(kind);
   }
@@ -69,12 +80,37 @@ export class MemoryNoticeWindows implements NoticeWindows {
 const KEEP_HELD = 1000;
 /** Held notices outlive their window by this much (if every instance stopped before its end). */
 const HELD_GRACE_MS = 60_000;
+/**
+ * How long a take's claim lasts: its holder marks the notices sent within a round trip or two; a
+ * holder that never does (it stopped, or gave up on a stalled Redis) leaves them to the next take.
+ */
+const CLAIM_MS = 5000;
+
+/** KEYS held, count, claim; ARGV token, claim ms. The held notices and their count, claimed; none if another holds the claim. */
+const TAKE = `
+if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then return {{}, false} end
+if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then return {{}, false} end
+return {redis.call('LRANGE', KEYS[1], 0, -1), redis.call('GET', KEYS[2])}`;
+
+/** KEYS held, count, claim; ARGV token, entries read, count read. Removes what the claim's take read, if the claim is still its. */
+const SENT = `
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
+redis.call('LTRIM', KEYS[1], ARGV[2], -1)
+if redis.call('DECRBY', KEYS[2], ARGV[3]) <= 0 then redis.call('DEL', KEYS[2]) end
+redis.call('DEL', KEYS[3])
+return 1`;
 
 export class RedisNoticeWindows implements NoticeWindows {
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
+    /** How long a take's claim lasts (CLAIM_MS; shortened by tests). */
+    private readonly claimMs = CLAIM_MS,
   ) {}
+
+  private parts(kind: NoticeKind): string[] {
+    return [this.key(kind, ':held'), this.key(kind, ':count'), this.key(kind, ':claim')];
+  }
 
   private key(kind: NoticeKind, part = ''): string {
     return `${this.prefix}:notice:${kind}${part}`;
@@ -101,11 +137,18 @@ export class RedisNoticeWindows implements NoticeWindows {
   }
 
   async take(kind: NoticeKind): Promise<Held> {
-    const [held, count] = [this.key(kind, ':held'), this.key(kind, ':count')];
-    const replies = await this.redis.multi().lrange(held, 0, -1).get(count).del(held, count).exec();
-    const raw = (replies?.[0]?.[1] ?? []) as string[];
+    const token = randomUUID();
+    const [raw, count] = (await this.redis.eval(TAKE, 3, ...this.parts(kind), token, this.claimMs)) as [string[], string | null];
     const notices = raw.flatMap((text) => parseNotice(text, kind));
-    return { notices, total: Math.max(Number(replies?.[1]?.[1] ?? 0), notices.length) };
+    const counted = Number(count ?? 0);
+    const claim = raw.length || count !== null ? { token, listed: raw.length, counted } : undefined;
+    return { notices, total: Math.max(counted, notices.length), claim };
+  }
+
+  async sent(kind: NoticeKind, held: Held): Promise<void> {
+    if (!held.claim) return;
+    const { token, listed, counted } = held.claim;
+    await this.redis.eval(SENT, 3, ...this.parts(kind), token, listed, counted);
   }
 
   async close(): Promise<void> {}

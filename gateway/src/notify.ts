@@ -219,11 +219,12 @@ export class Notifier {
   private async endWindow(kind: NoticeKind): Promise<void> {
     this.timers.delete(kind);
     const held = await this.windows.take(kind);
+    if (held.notices.length) this.send(kind, held.notices, true, held.total);
+    await this.windows.sent(kind, held); // only now: a take alone removes nothing
     if (!held.notices.length) {
       await this.windows.close(kind);
       return;
     }
-    this.send(kind, held.notices, true, held.total);
     await this.windows.open(kind, this.windowMs, true);
     this.endAt(kind, this.windowMs);
   }
@@ -259,14 +260,26 @@ export class Notifier {
     for (const [kind, timer] of [...this.timers]) {
       clearTimeout(timer);
       this.timers.delete(kind);
-      if (away) continue;
-      const held = await within(this.windows.take(kind), STORE_WAIT_MS, 'Redis').catch(() => null);
-      away = held === null;
-      if (away) this.opts.log.warn(`notification windows did not answer: the ${kind} follow-up stays held for another instance to send`);
-      await within(this.windows.close(kind), STORE_WAIT_MS, 'Redis').catch(() => undefined);
-      if (held?.notices.length) this.send(kind, held.notices, true, held.total);
+      if (!away) away = !(await this.followUpNow(kind));
     }
     await this.delivered(deliveryMs);
+  }
+
+  /**
+   * The follow-up of what is held for `kind`, sent now (flush); false if the store did not answer in time.
+   * A take given up on may still run once the store answers: it only claims and reads, and what it read
+   * stays held until marked sent, for another instance to send once the claim lapses.
+   */
+  private async followUpNow(kind: NoticeKind): Promise<boolean> {
+    const held = await within(this.windows.take(kind), STORE_WAIT_MS, 'Redis').catch(() => null);
+    if (!held) this.opts.log.warn(`notification windows did not answer: the ${kind} follow-up stays held for another instance to send`);
+    await within(this.windows.close(kind), STORE_WAIT_MS, 'Redis').catch(() => undefined);
+    if (!held) return false;
+    if (held.notices.length) this.send(kind, held.notices, true, held.total);
+    return within(this.windows.sent(kind, held), STORE_WAIT_MS, 'Redis').then(
+      () => true,
+      () => false,
+    );
   }
 
   /** Waits for the deliveries under way, at most `ms`; those still going then are logged as not delivered. */

@@ -4,7 +4,7 @@
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryNoticeWindows, RedisNoticeWindows, type NoticeWindows } from '../../gateway/src/notice-windows';
+import { MemoryNoticeWindows, RedisNoticeWindows, type Held, type NoticeWindows } from '../../gateway/src/notice-windows';
 import { dayOf, MemorySpendDays, RedisSpendDays, type SpendDays } from '../../gateway/src/spend-days';
 import { TEST_REDIS_DB, TEST_REDIS_URL } from '../redis-db';
 
@@ -205,6 +205,8 @@ describe.each([
     expect(taken.total).toBe(2);
     expect(taken.notices.map((x) => x.jobIds)).toEqual([['llm-2'], ['llm-3']]);
     expect([first, second].filter((h) => h.notices.length)).toHaveLength(1);
+    await Promise.all([w.sent('enqueued', first), w.sent('enqueued', second)]);
+    expect((await w.take('enqueued')).notices).toEqual([]); // sent: no longer held
     await until(async () => w.open('enqueued', 300));
   });
 
@@ -225,8 +227,25 @@ describe('notification windows in Redis', () => {
     expect(await w.lapsed(['enqueued', 'paused'])).toEqual([]); // still open
     await until(async () => (await w.lapsed(['enqueued', 'paused'])).length > 0);
     expect(await w.lapsed(['enqueued', 'paused'])).toEqual(['enqueued']);
-    await w.take('enqueued');
+    await w.sent('enqueued', await w.take('enqueued'));
     expect(await w.lapsed(['enqueued', 'paused'])).toEqual([]);
+  });
+
+  it('a take removes nothing until its notices are marked sent: one given up on leaves them to the next take once its claim lapses', async () => {
+    const w = new RedisNoticeWindows(redis, space(), 300);
+    await w.open('enqueued', 60_000);
+    await w.hold('enqueued', { kind: 'enqueued', jobIds: ['llm-1'] }, 60_000);
+    await w.take('enqueued'); // its caller stopped waiting: never marked sent
+    expect((await w.take('enqueued')).notices).toEqual([]); // claimed: no second follow-up meanwhile
+    await w.hold('enqueued', { kind: 'enqueued', jobIds: ['llm-2'] }, 60_000);
+    let again: Held = { notices: [], total: 0 };
+    await until(async () => (again = await w.take('enqueued')).notices.length > 0); // once the claim lapses
+    expect(again.notices.map((x) => x.jobIds)).toEqual([['llm-1'], ['llm-2']]); // before: llm-1 was gone with the first take
+    await w.hold('enqueued', { kind: 'enqueued', jobIds: ['llm-3'] }, 60_000); // held while the follow-up is sent
+    await w.sent('enqueued', again);
+    const next = await w.take('enqueued');
+    expect(next.notices.map((x) => x.jobIds)).toEqual([['llm-3']]);
+    expect(next.total).toBe(1);
   });
 
   it('keeps the first 1,000 held notices for the lists and counts them all; skips a hand-written entry', async () => {
@@ -238,6 +257,7 @@ describe('notification windows in Redis', () => {
     const held = await w.take('enqueued');
     expect(held.total).toBe(1200);
     expect(held.notices).toHaveLength(1000);
+    await w.sent('enqueued', held);
     expect(await redis.exists(`${key}:notice:enqueued:held`, `${key}:notice:enqueued:count`)).toBe(0);
   });
 });
