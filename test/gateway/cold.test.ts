@@ -2,20 +2,20 @@
 // queue, worker, pause, budget endpoints, notifications, jobs, dead letters, restarts.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { createServer as createTcpServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { Queue, Worker } from 'bullmq';
 import { JOB_NAME, QUEUE_NAME } from '../../gateway/src/cold-queue';
 import { ops } from '../../gateway/src/ops';
 import type { Stack, StackOptions } from '../../gateway/src/stack';
-import { spawn } from '../children';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
 import { TEST_REDIS_DB, hasRedisServer } from '../redis-db';
+import { OwnRedis } from '../own-redis';
 
 const DB = TEST_REDIS_DB;
 const REDIS_URL = `redis://127.0.0.1:6379/${DB}`;
@@ -113,21 +113,6 @@ async function until<T>(check: () => Promise<T | undefined | null | false>, ms =
   }
 }
 const job = async (url: string, id: string) => (await (await fetch(`${url}/v1/jobs/${id}`)).json()) as Record<string, any>;
-
-/** A redis-server of the test's own (killed when the test ends), with `args` (a memory limit, say). */
-async function ownRedis(...args: string[]): Promise<string> {
-  const free = createTcpServer();
-  await new Promise<void>((r) => free.listen(0, '127.0.0.1', r));
-  const { port } = free.address() as AddressInfo;
-  await new Promise((r) => free.close(r));
-  spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no', ...args], { stdio: 'ignore' });
-  const url = `redis://127.0.0.1:${port}/0`;
-  const probe = new Redis(url, { retryStrategy: () => 20 });
-  probe.on('error', () => undefined); // refused until the server listens
-  await until(async () => (await probe.ping().catch(() => '')) === 'PONG');
-  probe.disconnect();
-  return url;
-}
 
 describe('Cold tier', () => {
   it('every route failing: 202 queued within the time-to-answer, once per idempotency key, the first notice at once', async () => {
@@ -547,7 +532,9 @@ describe('Cold tier', () => {
   it.skipIf(!hasRedisServer)(
     'queued jobs cannot fill Redis: past 90 % of maxmemory new ones get 503 cold_queue_full and a person is told; the queue drains once a provider is back',
     async () => {
-      env.QUEUE_STORE_URL = await ownRedis('--maxmemory', '30mb', '--maxmemory-policy', 'noeviction');
+      const full = await new OwnRedis(['--appendonly', 'no', '--maxmemory', '30mb', '--maxmemory-policy', 'noeviction']).start();
+      onTestFinished(() => full.end());
+      env.QUEUE_STORE_URL = full.url;
       hot.always({ kind: 'status', status: 500 });
       warm.always({ kind: 'status', status: 500 });
       const breaker = { openMs: 400 }; // 30 s: the routes are probed again soon after the providers are back

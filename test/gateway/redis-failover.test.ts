@@ -7,31 +7,21 @@ import { connect, createServer, type AddressInfo, type Server, type Socket } fro
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { spawn } from '../children';
+import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
+import { OwnRedis } from '../own-redis';
 import { hasRedisServer } from '../redis-db';
 import { FakeProvider } from './fake-provider';
 import { chat } from './harness';
 import { startInstance, until } from './instances';
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((r) => server.close(r));
-  return port;
-}
-
-/** A redis-server of the test's own on a free port (killed when the test ends), with `args`. */
+/** A redis-server of the test's own (stopped when the test ends), with `args`, and a client of it. */
 async function ownRedis(...args: string[]): Promise<{ port: number; client: Redis }> {
-  const port = await freePort();
-  spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...args], {
-    stdio: 'ignore',
-  });
-  const client = new Redis(`redis://127.0.0.1:${port}/0`, { retryStrategy: () => 20 });
-  client.on('error', () => undefined); // refused until the server listens
-  await until('a redis-server to answer', async () => (await client.ping().catch(() => '')) === 'PONG');
-  return { port, client };
+  const server = await new OwnRedis(['--appendonly', 'no', ...args]).start();
+  onTestFinished(() => server.end());
+  const client = new Redis(server.url);
+  client.on('error', () => undefined); // once the server is gone at the end
+  onTestFinished(() => client.disconnect());
+  return { port: server.port, client };
 }
 
 /** The address: new connections go to `target`; those open stay where they were. */
@@ -64,7 +54,6 @@ class Address {
 const BODY = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] };
 let hot: FakeProvider;
 let address: Address;
-let servers: Array<{ client: Redis }> = [];
 
 beforeEach(async () => {
   hot = await new FakeProvider().start();
@@ -72,8 +61,6 @@ beforeEach(async () => {
 afterEach(async () => {
   await hot.stop();
   await address?.stop();
-  for (const s of servers) s.client.disconnect();
-  servers = [];
 });
 
 describe.skipIf(!hasRedisServer)('a failover of Redis behind one address', () => {
@@ -83,7 +70,6 @@ describe.skipIf(!hasRedisServer)('a failover of Redis behind one address', () =>
     async () => {
       const primary = await ownRedis();
       const replica = await ownRedis('--replicaof', '127.0.0.1', String(primary.port));
-      servers = [primary, replica];
       await until('the replica in sync', async () => /master_link_status:up/.test(await replica.client.info('replication')));
       address = await new Address(primary.port).start();
       const dir = mkdtempSync(join(tmpdir(), 'failover-'));

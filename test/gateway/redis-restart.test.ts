@@ -1,15 +1,14 @@
 // The gateway's Redis goes away and comes back: a Redis of the test's own (a private redis-server on
 // a free port, append-only file on, removed afterwards) that the test stops and starts again.
-import type { ChildProcess } from 'node:child_process';
-import { spawn } from '../children';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { hasRedisServer } from '../redis-db';
+import { OwnRedis } from '../own-redis';
 import { RedisStreamSink, type StreamSinkOptions } from '../../gateway/src/meter-stream';
 import { eventJson, WebAppSink } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
@@ -31,56 +30,6 @@ import { RedisKeyStore } from '../../gateway/src/client-keys-redis';
 import { createKey } from '../../gateway/src/client-keys';
 import { ClientAuth } from '../../gateway/src/client-auth';
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((r) => server.close(r));
-  return port;
-}
-
-/** A redis-server of our own, with an append-only file fsync'ed every second (the usual production setting). */
-class OwnRedis {
-  private child: ChildProcess | null = null;
-  readonly dir = mkdtempSync(join(tmpdir(), 'own-redis-'));
-  port = 0;
-  get url() {
-    return `redis://127.0.0.1:${this.port}/0`;
-  }
-  async start(): Promise<this> {
-    this.port ||= await freePort();
-    const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--appendonly', 'yes', '--save', ''];
-    this.child = spawn('redis-server', [...args, '--appendfsync', 'everysec'], { stdio: 'ignore' });
-    const probe = new Redis(this.url, { lazyConnect: true, retryStrategy: () => 20, maxRetriesPerRequest: null });
-    probe.on('error', () => undefined); // refused until the server listens
-    await until(async () => (await probe.ping().catch(() => '')) === 'PONG');
-    probe.disconnect();
-    return this;
-  }
-  /** Stops it as a restart or an upgrade would (SHUTDOWN: the append-only file is flushed first). */
-  async stop(): Promise<void> {
-    const child = this.child!;
-    const exited = new Promise((r) => child.once('exit', r));
-    const c = new Redis(this.url, { maxRetriesPerRequest: 1, retryStrategy: () => null });
-    c.on('error', () => undefined);
-    await c.call('SHUTDOWN').catch(() => undefined); // the connection closes as the server exits
-    c.disconnect();
-    await exited;
-    this.child = null;
-  }
-  /** A stall past any bound of the code under test: the process stops (SIGSTOP), connected but answering nothing, until thaw(). */
-  freeze(): void {
-    this.child!.kill('SIGSTOP');
-  }
-  thaw(): void {
-    this.child!.kill('SIGCONT');
-  }
-  async end(): Promise<void> {
-    this.child?.kill('SIGKILL');
-    rmSync(this.dir, { recursive: true, force: true });
-  }
-}
-
 const BODY = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] };
 
 let redis: OwnRedis;
@@ -88,7 +37,7 @@ let hot: FakeProvider;
 let env: NodeJS.ProcessEnv;
 beforeEach(async () => {
   if (!hasRedisServer) return;
-  redis = await new OwnRedis().start();
+  redis = await new OwnRedis(['--appendonly', 'yes', '--appendfsync', 'everysec']).start();
   hot = await new FakeProvider().start();
   const dir = mkdtempSync(join(tmpdir(), 'redis-restart-'));
   writeFileSync(
