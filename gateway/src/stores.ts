@@ -33,11 +33,13 @@ const DEAD_LINK_MS = 15_000;
 /**
  * A write refused READONLY: the connection reached a primary that a failover has since demoted to a
  * replica (a managed Redis moves its address to the new primary; connections opened before stay on
- * the old one, healthy, refusing every write for as long as the process runs). Such a connection is
- * made again, through the address, and the command sent again (2). The connections the Cold queue
- * and the worker make from this one inherit it.
+ * the old one, healthy, refusing every write for as long as the process runs). The write fails as
+ * before, and the connection is made again through the address (1), so the next ones reach the new
+ * primary. Not resent: on a Redis that stays read-only (a replica named by mistake) a resent write
+ * would reconnect and fail again, many times a second, never answered. The connections the Cold
+ * queue and the worker make from this one inherit it.
  */
-const reconnectOnError = (error: Error): 2 | false => (error.message.includes('READONLY') ? 2 : false);
+const reconnectOnError = (error: Error): 1 | false => (error.message.includes('READONLY') ? 1 : false);
 
 export interface Stores {
   redis: Redis | null;
