@@ -72,7 +72,7 @@ const NEXT_ACTION: Record<NoticeKind, string> = {
   human_review:
     'A person must answer these: spend caps are exceeded and the caller needs an answer. Their ids are listed above; `GET /v1/jobs/<id>` shows each (its tenant, when it was queued); the worker tries the routing for each again 24 h after it was queued. `npm run ops -- status` only counts them, among the delayed jobs.',
   queue_full:
-    "The Cold queue's Redis is at 90 % of its maxmemory, so requests no route answers get 503 cold_queue_full instead of being queued. Jobs already queued run once a provider answers, and the queue drains; free or grow Redis (maxmemory) to queue more. `npm run ops -- status` shows the queue's counts.",
+    "The Cold queue's Redis is at 90 % of its maxmemory, so requests that would be queued (no route answered, or a spend cap holds them) get 503 cold_queue_full instead. Jobs already queued run once a provider answers, and the queue drains; free or grow Redis (maxmemory) to queue more. `npm run ops -- status` shows the queue's counts.",
   meter_backlog:
     "Meter events are piling up on this gateway's disk (nothing is dropped). Check METER_URL, METER_TOKEN and the web app's deployment, and the free space of METER_SPOOL_DIR; GET /health shows the backlog.",
 };
