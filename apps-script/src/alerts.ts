@@ -28,6 +28,7 @@ import {
   type SpendTotals,
 } from './spend';
 import { DAY_MS } from './utc-day';
+import { errorText } from './error-text';
 import type { Caps } from './config';
 
 const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
@@ -307,9 +308,6 @@ function saved(svc: Pick<MeterServices, 'properties'>, state: AlertState, posted
       : `; the alert state could not be saved (${errorText(error)})`;
   }
 }
-
-/** An error's message, whatever realm it came from (a plain `instanceof Error` misses some). */
-const errorText = (error: unknown): string => String((error as { message?: unknown } | null)?.message ?? error);
 
 /**
  * The text without the webhook: the URL's path is its secret (Slack's `/services/T…/B…/…`), so

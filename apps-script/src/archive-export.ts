@@ -315,8 +315,10 @@ function exportRows(svc: MeterServices, run: string, nowMs: number, left: Claim 
   let step;
   do {
     step = exportFile(svc, run, nowMs);
-    if (step.file) files.push(step.file);
-    if (step.file) wrote.push(`${step.plan.out.length} row(s) to ${step.file}`);
+    if (step.file) {
+      files.push(step.file);
+      wrote.push(`${step.plan.out.length} row(s) to ${step.file}`);
+    }
     step.plan.notes.forEach((note) => notes.add(note));
     rows += step.plan.out.length;
   } while (step.plan.more && svc.now().getTime() - nowMs < RUN_MS);

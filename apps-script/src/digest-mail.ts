@@ -9,6 +9,7 @@
 import { configText, readConfig } from './config';
 import { estimatedSentence, unpricedSentence, unreadableCostSentence, type DigestFigures } from './digest';
 import { DIGEST_TAB, digestFigures, writeDigestTabs } from './digest-tab';
+import { errorText } from './error-text';
 import { lookerReportUrl } from './public-tab';
 import type { MeterServices } from './services';
 
@@ -130,6 +131,6 @@ function refreshTabs(svc: MeterServices, figures: DigestFigures, eventRows: numb
     writeDigestTabs(svc, figures, eventRows);
     return '';
   } catch (error) {
-    return String((error as { message?: unknown } | null)?.message ?? error);
+    return errorText(error);
   }
 }

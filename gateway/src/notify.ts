@@ -286,13 +286,11 @@ export class Notifier {
   private async delivered(ms: number): Promise<void> {
     const all = Promise.all([...this.inflight.keys()]);
     if (!Number.isFinite(ms)) return void (await all);
-    if (
-      await within(all, ms).then(
-        () => true,
-        () => false,
-      )
-    )
-      return;
+    const done = await within(all, ms).then(
+      () => true,
+      () => false,
+    );
+    if (done) return;
     for (const what of this.inflight.values())
       this.opts.log.warn(`notification ${what} not delivered before the stop (${ms} ms): not sent`);
   }

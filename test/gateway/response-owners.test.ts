@@ -49,6 +49,16 @@ const jobEnded = (url: string, key: string, jobId: string) =>
     return ['completed', 'dead-lettered'].includes(view.state) ? view : null;
   });
 
+/** The queued job completes, and its response is continued by the tenant that queued it, never by another. */
+async function expectTenantsOwn(url: string, owner: string, other: string, jobId: string): Promise<void> {
+  const done = await jobEnded(url, owner, jobId);
+  expect(done.state).toBe('completed');
+  const id = done.result!.body.id;
+  await client(url, owner).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id });
+  const stolen = await refusal(client(url, other).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id }));
+  expect(stolen).toMatchObject({ status: 400, code: 'previous_response_not_found' });
+}
+
 const responsesCalls = () => w.hot.received.filter((r) => r.path === '/v1/responses').length;
 
 describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
@@ -240,12 +250,7 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     w.hot.always({ kind: 'ok' });
     const worker = await listenStack({ ...w.env }, { http: true, worker: true });
     try {
-      const done = await jobEnded(url, acme, jobId);
-      expect(done.state).toBe('completed');
-      const id = done.result!.body.id;
-      await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id });
-      const stolen = await refusal(client(url, globex).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id }));
-      expect(stolen).toMatchObject({ status: 400, code: 'previous_response_not_found' });
+      await expectTenantsOwn(url, acme, globex, jobId);
     } finally {
       await worker.stop();
     }
@@ -266,12 +271,7 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     w.hot.always({ kind: 'ok' });
     const worker = await createStack({ ...w.env, GATEWAY_AUTH: undefined }, captureLogger([]), { http: false, worker: true });
     try {
-      const done = await jobEnded(url, acme, jobId);
-      expect(done.state).toBe('completed');
-      const id = done.result!.body.id;
-      await client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id });
-      const stolen = await refusal(client(url, globex).responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: id }));
-      expect(stolen).toMatchObject({ status: 400, code: 'previous_response_not_found' });
+      await expectTenantsOwn(url, acme, globex, jobId);
     } finally {
       await worker.close();
     }

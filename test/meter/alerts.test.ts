@@ -13,6 +13,17 @@ describe('checkSpendCaps', () => {
     setConfig(platform, 'SLACK_WEBHOOK_URL', WEBHOOK);
   });
 
+  /** Yesterday ends over its $5 daily cap after its last check ($6 at 23:55), and today is over it too ($7). */
+  function bothDaysOverTheDailyCap(): void {
+    setConfig(platform, 'DAILY_CAP_USD', 5);
+    platform.clock.set('2026-11-22T23:50:00Z');
+    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
+    platform.clock.set('2026-11-22T23:55:00Z');
+    post(meter, { cost_usd: 6 });
+    platform.clock.set('2026-11-23T00:00:30Z');
+    post(meter, { cost_usd: 7 });
+  }
+
   it("the specification's smoke test: with the daily cap at 0.01 the alert fires once; reset, it stays quiet", () => {
     post(meter, { events: [{ cost_usd: 0.05 }, { cost_usd: 3.1 }] });
     setConfig(platform, 'DAILY_CAP_USD', 0.01);
@@ -75,13 +86,7 @@ describe('checkSpendCaps', () => {
   });
 
   it("a late alert of yesterday's daily cap that goes through after today's did does not make today's go out again", () => {
-    setConfig(platform, 'DAILY_CAP_USD', 5);
-    platform.clock.set('2026-11-22T23:50:00Z');
-    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
-    platform.clock.set('2026-11-22T23:55:00Z');
-    post(meter, { cost_usd: 6 }); // yesterday ends over its cap, after its last check
-    platform.clock.set('2026-11-23T00:00:30Z');
-    post(meter, { cost_usd: 7 }); // and today is over its cap too
+    bothDaysOverTheDailyCap();
     let posts = 0;
     platform.urlFetch.respond = () => ({ code: ++posts === 1 ? 500 : 200 }); // the late alert fails, today's goes through
     expect(meter.checkSpendCaps()).toMatch(/not alerted that day, but Slack answered HTTP 500.*alert posted for daily/);
@@ -155,13 +160,7 @@ describe('checkSpendCaps', () => {
   });
 
   it('a run whose read of the alert state fails posts nothing: no alert is repeated, none is lost', () => {
-    setConfig(platform, 'DAILY_CAP_USD', 5);
-    platform.clock.set('2026-11-22T23:50:00Z');
-    expect(meter.checkSpendCaps()).toMatch(/under both caps/);
-    platform.clock.set('2026-11-22T23:55:00Z');
-    post(meter, { cost_usd: 6 }); // yesterday ends over its cap, after its last check
-    platform.clock.set('2026-11-23T00:00:30Z');
-    post(meter, { cost_usd: 7 }); // and today is over its cap too
+    bothDaysOverTheDailyCap();
     const stateReadFails = () =>
       platform.calls.failAfter(
         () => true,
