@@ -12,7 +12,7 @@ import { readUsage, type Usage } from './providers/adapter';
 import type { StreamTransform } from './sse';
 import { chatPassthrough, chatToResponses, responsesPassthrough } from './stream-transforms';
 import { maxAnswerBytes } from './upstream';
-import { parseJson } from './json-object';
+import { isObject, jsonText, parseJson } from './json-object';
 
 const translated = (answer: Answer) => answer.of.ctx.api === 'responses' && answer.of.api === 'chat';
 
@@ -40,9 +40,32 @@ export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usa
   return { body: JSON.stringify(response), usage: readUsage(chat?.usage) };
 }
 
-/** A provider's refusal (4xx), naming the parameters the client sent when the request was translated. */
+/**
+ * A provider's refusal (4xx) in OpenAI's shape, naming the parameters the client sent when the
+ * request was translated.
+ */
 export function refusalBody(refused: ClientError): Buffer | string {
-  const raw = refused.upstream.body!;
+  const shaped = openAiError(refused.upstream.body!);
+  const raw = shaped === null ? refused.upstream.body! : Buffer.from(shaped);
   if (refused.ctx.api !== 'responses' || refused.api !== 'chat') return raw;
   return renameErrorParam(raw, refused.ctx.body) ?? raw;
+}
+
+const stringOrNull = (v: unknown): string | null => (typeof v === 'string' ? v : null);
+
+/**
+ * A JSON refusal whose message is not where OpenAI's clients read it (`error.message`), moved
+ * there; null for one already so (passed on as it came) or none to move. Mistral and vLLM give
+ * OpenAI's fields at the top level (`{"object":"error","message",…}`), Ollama and TGI the error as
+ * a string (`{"error":"…"}`), servers built on FastAPI its `detail` (a string, or the validation
+ * errors as a list): the SDK read each as no error at all ("422 status code (no body)").
+ */
+function openAiError(raw: Buffer): string | null {
+  const parsed = parseJson(raw.toString('utf8'));
+  if (!isObject(parsed) || isObject(parsed.error)) return null;
+  const detail = typeof parsed.detail === 'string' || parsed.detail === undefined ? parsed.detail : jsonText(parsed.detail);
+  const message = typeof parsed.error === 'string' ? parsed.error : typeof parsed.message === 'string' ? parsed.message : detail;
+  if (typeof message !== 'string' || !message) return null;
+  const type = stringOrNull(parsed.type) ?? stringOrNull(parsed.error_type) ?? 'invalid_request_error';
+  return JSON.stringify({ error: { message, type, param: stringOrNull(parsed.param), code: stringOrNull(parsed.code) } });
 }

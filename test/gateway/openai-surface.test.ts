@@ -291,6 +291,58 @@ describe('POST /v1/embeddings', () => {
   });
 });
 
+describe("a provider's refusal as the SDK sees it", () => {
+  it("one in another shape than OpenAI's (Mistral's and vLLM's top-level message, a bare error string, FastAPI's detail) reaches the SDK with its message, type and code", async () => {
+    // Mistral's refusal: the fields OpenAI nests in `error` are at the top level.
+    const mistral = {
+      object: 'error',
+      message: 'Extra inputs are not permitted',
+      type: 'invalid_request_error',
+      param: 'stop',
+      code: '1000',
+    };
+    hot.next({ kind: 'status', status: 422, body: mistral });
+    const refused = (await client()
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.UnprocessableEntityError>;
+    expect(refused).toBeInstanceOf(OpenAI.UnprocessableEntityError);
+    expect(refused.message).toBe('422 Extra inputs are not permitted'); // was "422 status code (no body)"
+    expect([refused.type, refused.param, refused.code]).toEqual(['invalid_request_error', 'stop', '1000']);
+    // Ollama's and TGI's: the error is a string.
+    hot.next({ kind: 'status', status: 404, body: { error: "model 'gpt-4o-mini' not found" } });
+    const missing = (await client()
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.NotFoundError>;
+    expect(missing).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(missing.message).toBe("404 model 'gpt-4o-mini' not found");
+    expect(missing.error).toMatchObject({ message: "model 'gpt-4o-mini' not found", param: null, code: null });
+    // A server built on FastAPI: its `detail`, a string or the validation errors.
+    const detail = [{ loc: ['body', 'messages'], msg: 'field required', type: 'missing' }];
+    hot.next({ kind: 'status', status: 422, body: { detail } });
+    const invalid = (await client()
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.UnprocessableEntityError>;
+    expect(invalid.message).toBe(`422 ${JSON.stringify(detail)}`);
+    // Translated for a Responses client on a chat-only route: the same, and the parameter named as the client sent it.
+    hot.always({ kind: 'status', status: 503 });
+    warm.next({ kind: 'status', status: 400, body: { ...mistral, message: "'max_tokens' is too large", param: 'max_tokens', code: null } });
+    const translated = (await client()
+      .responses.create({ model: 'gpt-4o-mini', input: 'hi', max_output_tokens: 1_000_000 })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+    expect(translated).toBeInstanceOf(OpenAI.BadRequestError);
+    expect([translated.message, translated.param]).toEqual(["400 'max_output_tokens' is too large", 'max_output_tokens']);
+    // OpenAI's own shape is passed on as it came.
+    const openai = { error: { message: 'bad', type: 'invalid_request_error', param: 'messages', code: 'x' }, extra: 1 };
+    hot.next({ kind: 'status', status: 400, body: openai });
+    const raw = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(await raw.json()).toEqual(openai);
+  });
+});
+
 describe('GET /v1/models and errors', () => {
   it('lists the models the routing map serves', async () => {
     const ids = [];
