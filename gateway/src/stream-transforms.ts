@@ -141,8 +141,21 @@ export function responsesPassthrough(maxEventChars?: number, onResponse?: (respo
   };
 }
 
+/**
+ * The Responses error event, with an `error` object beside its fields as the chat stream's error has
+ * (and the Cold tier's queued event): the openai SDKs raise an event only for that object. Without
+ * it, a client reading the events took the half answer before it for a whole one, and the stream
+ * helper's `finalResponse()` was rejected with the event's plain object rather than an APIError.
+ */
 function responsesError(sequenceNumber: number, message = INTERRUPTED): string {
-  const error = { type: 'error', code: 'stream_interrupted', message, param: null, sequence_number: sequenceNumber };
+  const error = {
+    type: 'error',
+    code: 'stream_interrupted',
+    message,
+    param: null,
+    sequence_number: sequenceNumber,
+    error: { message, type: 'upstream_error', code: 'stream_interrupted', param: null },
+  };
   return `event: error\ndata: ${JSON.stringify(error)}\n\n`;
 }
 

@@ -130,6 +130,38 @@ describe('POST /v1/responses', () => {
     expect(events.at(-1)).toMatchObject({ code: 'stream_interrupted' });
   });
 
+  it('a native stream cut mid-way raises an APIError in the SDK, read event by event or through its stream helper, rather than ending as a half answer', async () => {
+    const item = { id: 'msg_1', type: 'message', role: 'assistant', status: 'in_progress', content: [] };
+    const part = { type: 'output_text', text: '', annotations: [] };
+    const events = [
+      { type: 'response.created', response: { id: 'resp_1', object: 'response', status: 'in_progress', output: [] } },
+      { type: 'response.output_item.added', output_index: 0, item },
+      { type: 'response.content_part.added', item_id: 'msg_1', output_index: 0, content_index: 0, part },
+      { type: 'response.output_text.delta', item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'The answer is', logprobs: [] },
+    ];
+    const sse = events.map((e, n) => `event: ${e.type}\ndata: ${JSON.stringify({ ...e, sequence_number: n })}\n\n`).join('');
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(sse)], reset: true });
+    let text = '';
+    const read = async () => {
+      const stream = await client().responses.create({ model: 'gpt-4o-mini', input: 'hello', stream: true });
+      for await (const event of stream) if (event.type === 'response.output_text.delta') text += event.delta;
+    };
+    const raised = await read().then(
+      () => `ended as if whole: "${text}"`, // what it did: the client took half an answer for all of it
+      (error: unknown) => error,
+    );
+    expect(raised).toBeInstanceOf(OpenAI.APIError);
+    expect(raised).toMatchObject({ code: 'stream_interrupted' });
+
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(sse)], reset: true });
+    const helper = await client()
+      .responses.stream({ model: 'gpt-4o-mini', input: 'hello' })
+      .finalResponse()
+      .catch((error: unknown) => error);
+    expect(helper).toBeInstanceOf(OpenAI.APIError); // was the event's plain object
+    expect(helper).toMatchObject({ code: 'stream_interrupted' });
+  });
+
   it("a native stream whose provider reported its own error event ends with that one, not a second of the gateway's", async () => {
     const created = {
       type: 'response.created',
