@@ -62,10 +62,23 @@ const stringOrNull = (v: unknown): string | null => (typeof v === 'string' ? v :
  */
 function openAiError(raw: Buffer): string | null {
   const parsed = parseJson(raw.toString('utf8'));
+  if (Array.isArray(parsed)) return listedError(parsed);
   if (!isObject(parsed) || isObject(parsed.error)) return null;
   const detail = typeof parsed.detail === 'string' || parsed.detail === undefined ? parsed.detail : jsonText(parsed.detail);
   const message = typeof parsed.error === 'string' ? parsed.error : typeof parsed.message === 'string' ? parsed.message : detail;
   if (typeof message !== 'string' || !message) return null;
   const type = stringOrNull(parsed.type) ?? stringOrNull(parsed.error_type) ?? 'invalid_request_error';
   return JSON.stringify({ error: { message, type, param: stringOrNull(parsed.param), code: stringOrNull(parsed.code) } });
+}
+
+/**
+ * Gemini's OpenAI-compatible endpoint gives its error object in a list of one
+ * (`[{"error":{"code":400,"message","status":"INVALID_ARGUMENT"}}]`), where the SDK finds no error.
+ */
+function listedError(list: unknown[]): string | null {
+  const error = list.length === 1 && isObject(list[0]) && isObject(list[0].error) ? list[0].error : null;
+  if (!error || typeof error.message !== 'string' || !error.message) return null;
+  const type = stringOrNull(error.type) ?? 'invalid_request_error';
+  const code = stringOrNull(error.code) ?? stringOrNull(error.status);
+  return JSON.stringify({ error: { message: error.message, type, param: stringOrNull(error.param), code } });
 }

@@ -324,7 +324,7 @@ describe('POST /v1/embeddings', () => {
 });
 
 describe("a provider's refusal as the SDK sees it", () => {
-  it("one in another shape than OpenAI's (Mistral's and vLLM's top-level message, a bare error string, FastAPI's detail) reaches the SDK with its message, type and code", async () => {
+  it("one in another shape than OpenAI's (Mistral's and vLLM's top-level message, a bare error string, FastAPI's detail, Gemini's list) reaches the SDK with its message, type and code", async () => {
     // Mistral's refusal: the fields OpenAI nests in `error` are at the top level.
     const mistral = {
       object: 'error',
@@ -355,6 +355,14 @@ describe("a provider's refusal as the SDK sees it", () => {
       .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
       .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.UnprocessableEntityError>;
     expect(invalid.message).toBe(`422 ${JSON.stringify(detail)}`);
+    // Gemini's OpenAI-compatible endpoint: its error object in a list of one.
+    const gemini = { code: 400, message: 'Unknown name "reasoning": Cannot find field.', status: 'INVALID_ARGUMENT' };
+    hot.next({ kind: 'status', status: 400, body: [{ error: gemini }] });
+    const listed = (await client()
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.BadRequestError>;
+    expect(listed).toBeInstanceOf(OpenAI.BadRequestError);
+    expect([listed.message, listed.code]).toEqual([`400 ${gemini.message}`, 'INVALID_ARGUMENT']);
     // Translated for a Responses client on a chat-only route: the same, and the parameter named as the client sent it.
     hot.always({ kind: 'status', status: 503 });
     warm.next({ kind: 'status', status: 400, body: { ...mistral, message: "'max_tokens' is too large", param: 'max_tokens', code: null } });
