@@ -30,8 +30,11 @@ export interface ReplayRequest {
   fingerprint: string;
 }
 
-/** Whether the pipeline's answer ended as it should (a stream the provider cut did not). */
-export type Served = 'complete' | 'broken';
+/**
+ * Whether the pipeline's answer ended as it should (a stream the provider cut did not); `refused`:
+ * refused before routing (a response the tenant does not own), not kept, as no refusal before routing is.
+ */
+export type Served = 'complete' | 'broken' | 'refused';
 
 const REPLAY_TTL_MS = 24 * 60 * 60 * 1000;
 /** Bodies (whole or streamed) larger than this are not kept. */

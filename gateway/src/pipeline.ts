@@ -123,7 +123,9 @@ export class Pipeline {
       const continued = await this.deps.ownership.check(ctx, Math.min(OWNER_WAIT_MS, deadline.storeWaitMs()));
       if (continued.refusal) {
         sendJson(res, continued.refusal.status, continued.refusal.error, continued.refusal.headers);
-        return 'complete';
+        // Before admission (no --rpm counted): kept, a client could fill the store with a day's refusals,
+        // and a follow-up sent before its response was answered would be refused again for a day.
+        return 'refused';
       }
       stateWith = continued.provider;
     }

@@ -328,6 +328,38 @@ describe('idempotent replay with client keys', () => {
   });
 });
 
+describe('idempotent replay: a refusal before routing is not kept', () => {
+  it('a Responses request refused as continuing a response its tenant does not own: not kept, so a repeat is checked again and keys fill nothing', async () => {
+    const w = await keysWorld('replay-owners');
+    try {
+      const gw = await w.up();
+      const acme = await w.makeKey('acme', '--rpm', '3');
+      const post = (body: object, key: string) =>
+        fetch(`${gw.url}/v1/responses`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${acme.key}`, 'content-type': 'application/json', 'idempotency-key': key },
+          body: JSON.stringify({ model: 'gpt-4o-mini', ...body }),
+        }).then(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), json: (await r.json()) as any }));
+      // The follow-up sent before the response it continues was answered (the fake names its first one resp_native1).
+      const followUp = { input: 'and then?', previous_response_id: 'resp_native1' };
+      const early = await post(followUp, 'follow-up-1');
+      expect([early.status, early.json.error.code]).toEqual([400, 'previous_response_not_found']);
+      const first = await post({ input: 'remember 42' }, 'first-1');
+      expect([first.status, first.json.id]).toEqual([200, 'resp_native1']);
+      // Sent again now that acme owns it: checked again and served, not the refusal replayed.
+      const again = await post(followUp, 'follow-up-1');
+      expect([again.status, again.replayed]).toEqual([200, null]);
+      // Refusals made before the key's --rpm is counted leave nothing in Redis for a day.
+      for (let i = 0; i < 5; i++)
+        expect((await post({ input: 'x', previous_response_id: `resp_nobody${i}` }, `hostile-${i}`)).status).toBe(400);
+      const kept = await w.redis.keys(`${w.prefix}:idempotency:*`);
+      expect(kept).toHaveLength(2); // the two requests answered
+    } finally {
+      await w.end();
+    }
+  });
+});
+
 describe('idempotent replay: a store that fails', () => {
   it('a request is served without replay when the store cannot be reached, and the log says so', async () => {
     const down = new Error('connect ECONNREFUSED');
