@@ -76,7 +76,7 @@ function told(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, job: En
 /** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
   return {
-    async queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<void> {
+    async queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<boolean> {
       const headers = routeHeaders('cold', 'queue', ctx.body.model, why.attempts);
       if (!deps.flags.get().enable_cold_queue) {
         const error = openAiError(
@@ -85,15 +85,20 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
           null,
           'cold_queue_disabled',
         );
-        return sendJson(res, 503, error, headers);
+        sendJson(res, 503, error, headers);
+        return false;
       }
       try {
         const payload = coldPayload(ctx, why.reason, why.reviewRequired);
         const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs }).then((job) => told(deps, ctx, why, job));
         const { jobId } = await within(enqueued, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
         sendQueued(res, ctx, jobId, why.reason, headers);
+        return true;
       } catch (error) {
-        if (error instanceof QueueFull) return refuseFull(deps, ctx, res, why.reason, error, headers);
+        if (error instanceof QueueFull) {
+          refuseFull(deps, ctx, res, why.reason, error, headers);
+          return false;
+        }
         deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
         sendJson(
           res,
@@ -101,6 +106,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
           openAiError(`${whyQueued(why.reason)}, and the Cold queue is unreachable`, 'upstream_error', null, 'cold_queue_unavailable'),
           { ...headers, 'retry-after': '1' },
         );
+        return false;
       }
     },
   };

@@ -41,7 +41,8 @@ export interface QueueReason {
 
 /** The Cold tier as the pipeline sees it: queue the request and answer the client (202, or 503). */
 export interface ColdFallback {
-  queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<void>;
+  /** True when the request was queued (202); false when refused (503: the queue switched off, full or unreachable). */
+  queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<boolean>;
 }
 
 export interface PipelineDeps {
@@ -138,17 +139,19 @@ export class Pipeline {
     }
     if (admission.kind === 'queue' && this.deps.cold) {
       const { decision, delayMs, reviewRequired } = admission;
-      this.deps.meter.record({
-        ctx,
-        provider: 'queue',
-        model: ctx.body.model,
-        latencyMs: 0,
-        usage: null,
-        errorCode: '',
-        decision,
-        reviewRequired,
-      });
-      await this.deps.cold.queue(ctx, res, { reason: decision, attempts: 0, timeLeftMs: deadline.remaining(), delayMs, reviewRequired });
+      const why = { reason: decision, attempts: 0, timeLeftMs: deadline.remaining(), delayMs, reviewRequired };
+      // Metered once queued: a request the queue refused (503) was neither queued nor given to a person.
+      if (await this.deps.cold.queue(ctx, res, why))
+        this.deps.meter.record({
+          ctx,
+          provider: 'queue',
+          model: ctx.body.model,
+          latencyMs: 0,
+          usage: null,
+          errorCode: '',
+          decision,
+          reviewRequired,
+        });
       return 'complete';
     }
     // A queue decision with no queue plugged in is routed as usual.
@@ -238,7 +241,10 @@ export class Pipeline {
     }
     this.deps.metrics.countRequest('cold', 'fallback');
     const why = { reason: outcome.reason, attempts: outcome.attempts, timeLeftMs: deadline.remaining() };
-    if (this.deps.cold) return this.deps.cold.queue(ctx, res, why);
+    if (this.deps.cold) {
+      await this.deps.cold.queue(ctx, res, why);
+      return;
+    }
     const timeUp = outcome.reason === 'time_to_answer';
     const message = timeUp
       ? 'no route answered within the time-to-answer'

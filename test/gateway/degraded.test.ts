@@ -180,6 +180,28 @@ describe('degraded routing', () => {
     expect(hot.received).toHaveLength(0);
   });
 
+  it('a cap exceeded and the request not queued (the queue switched off): no meter event says it was queued or sent to a person', async () => {
+    const csv = join(dir, 'not-queued.csv');
+    const gw = await up({}, { METER_URL: '', METER_CSV_FILE: csv, DAILY_CAP_USD: '0.000001' });
+    expect((await chat(gw.url)).status).toBe(200); // spends past the cap
+    await gw.flags.update({ enable_cold_queue: false });
+    const review = await chat(gw.url);
+    const later = await chat(gw.url, undefined, { 'x-must-have-answer': 'false' });
+    expect([review.status, later.status]).toEqual([503, 503]);
+    await gw.flags.update({ enable_cold_queue: true });
+    const queued = await chat(gw.url);
+    expect(queued.status).toBe(202);
+    await gw.meter.flush();
+    const [header, ...rows] = readFileSync(csv, 'utf8').trim().split('\n');
+    const cols = header.split(',');
+    const events = rows.map((r) => Object.fromEntries(r.split(',').map((v, i) => [cols[i], v])));
+    // The routed call, then the one request a person was really given to review.
+    expect(events.map((e) => [e.decision, e.review_required])).toEqual([
+      ['default', 'false'],
+      ['human_review', 'true'],
+    ]);
+  });
+
   it('a cap exceeded: an embeddings request that can use cheaper goes to human review, never to the cheaper model', async () => {
     spend = { today_cost_usd: 50.01, last_7d_cost_usd: 60 };
     const gw = await up({
