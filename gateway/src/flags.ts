@@ -78,7 +78,7 @@ export class RedisFlags extends LocalFlags {
   /** A timed read is unanswered: the timer sends no other (commands wait for Redis rather than fail). */
   private polling = false;
   constructor(
-    defaults: Flags,
+    private readonly defaults: Flags,
     private readonly redis: Redis,
     private readonly key: string,
     refreshMs = 1000,
@@ -92,19 +92,23 @@ export class RedisFlags extends LocalFlags {
     this.polling = true;
     void this.refresh().finally(() => (this.polling = false));
   }
-  /** Reads the shared flags; fields not set there keep their defaults. */
+  /**
+   * Reads the shared flags; fields not set there are the defaults, as on an instance started now
+   * (a Redis restarted empty must not leave the instances that ran before it on other flags).
+   */
   async refresh(): Promise<Flags> {
     const stored = await this.redis.hgetall(this.key).catch(() => null);
     if (stored) {
-      const next = { ...this.flags };
+      const next = { ...this.defaults };
       if (stored.enable_warm_fallback !== undefined) next.enable_warm_fallback = stored.enable_warm_fallback === '1';
       if (stored.enable_cold_queue !== undefined) next.enable_cold_queue = stored.enable_cold_queue === '1';
       if (stored.killed_models !== undefined) {
+        next.killed_models = this.flags.killed_models; // a value someone wrote by hand that is not JSON: the last good list
         try {
           const list = JSON.parse(stored.killed_models) as unknown;
           if (Array.isArray(list)) next.killed_models = list.map(String);
         } catch {
-          // A value someone wrote by hand that is not JSON: keep the last good list.
+          // kept
         }
       }
       this.flags = next;

@@ -283,4 +283,25 @@ describe('flags shared through Redis', () => {
       redis.disconnect();
     }
   });
+
+  it('flags gone from Redis (a restart without persistence) are the defaults on every instance, as on one started after', async () => {
+    const redis = new Redis(TEST_REDIS_URL);
+    const key = `test:${process.pid}:${Date.now()}:flags-lost`;
+    const defaults = { enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] };
+    const running = new RedisFlags(defaults, redis, key, 60_000);
+    try {
+      await running.update({ enable_warm_fallback: false, killed_models: ['gpt-4o'] });
+      await redis.del(key); // Redis restarted empty
+      const started = new RedisFlags(defaults, redis, key, 60_000);
+      await started.refresh();
+      await running.refresh();
+      started.close();
+      expect(running.get()).toEqual(started.get());
+      expect(running.get()).toEqual(defaults);
+    } finally {
+      running.close();
+      await redis.del(key);
+      redis.disconnect();
+    }
+  });
 });
