@@ -17,6 +17,7 @@ import { capExceeded, planFor, type SpendView, type SpendWatch } from './spend-c
 import type { Limiter, Limits } from './rate-limit';
 import type { RequestContext } from './request-context';
 import { within } from './within';
+import { openAiError } from './errors';
 
 /**
  * How long one request's limit checks may wait for the store in all (each fails open past it), and
@@ -61,9 +62,55 @@ export interface AdmissionDeps {
   cheaperModel: string | undefined;
 }
 
+/**
+ * The key's --rpm and the tenant's requests per minute, counted in one step (a request refused by
+ * either counts against neither): a 429 admission, or null. A store that fails lets it through.
+ */
+function requestCounter(limits: Limits | undefined) {
+  const tenantLimit = limits?.tenant_requests_per_minute;
+  return async (ctx: RequestContext, limiter: Limiter): Promise<Rejection | null> => {
+    const key = keyRequests(ctx.clientKey);
+    const full = tenantLimit || key ? await limiter.hitRequest(ctx.customerId, key).catch(() => null) : null;
+    if (full?.limit === 'key') return overKeyRequests(ctx.clientKey!, full.retryAfterS);
+    if (!full) return null;
+    return {
+      kind: 'reject',
+      status: 429,
+      retryAfterS: full.retryAfterS,
+      code: 'tenant_rate_limited',
+      message: `tenant "${ctx.customerId || '-'}" is over its ${tenantLimit} requests per minute`,
+    };
+  };
+}
+
+/** A refused admission. */
+export type Rejection = Extract<Admission, { kind: 'reject' }>;
+
+/**
+ * The request limits of an idempotent replay: it calls no provider (no token budget, no spend cap),
+ * but it is a request, and each writes a meter event, so it counts against the key's --rpm and the
+ * tenant's requests per minute as any other. Null at once when neither is set (no store round trip).
+ */
+export function replayLimit(deps: Pick<AdmissionDeps, 'limiter' | 'limits'>) {
+  const tenantLimit = deps.limits?.tenant_requests_per_minute;
+  const count = requestCounter(deps.limits);
+  return (ctx: RequestContext): Promise<Rejection | null> | null =>
+    tenantLimit || ctx.clientKey?.rpm ? count(ctx, boundedLimiter(deps.limiter, ctx)) : null;
+}
+
+/** The 429 of a refused admission, in OpenAI's shape. */
+export function rejection(a: Rejection) {
+  return {
+    status: a.status,
+    error: openAiError(a.message, 'rate_limit_error', null, a.code),
+    headers: { 'retry-after': String(a.retryAfterS) },
+  };
+}
+
 export function admission(deps: AdmissionDeps): Admit {
   const { limits, spend } = deps;
   const tenantLimit = limits?.tenant_requests_per_minute;
+  const countRequest = requestCounter(limits);
   let seen: string[] = [];
   let budgeted: string[] = [];
   /** The providers in force that have a token budget, found again only when a reload changed them. */
@@ -111,20 +158,7 @@ export function admission(deps: AdmissionDeps): Admit {
         message: 'every provider is over its token budget for this minute',
       };
     }
-    // The key's --rpm and the tenant's limit in one step: a request refused by either counts against neither.
-    const key = keyRequests(ctx.clientKey);
-    const full = tenantLimit || key ? await limiter.hitRequest(ctx.customerId, key).catch(() => null) : null;
-    if (full?.limit === 'key') return overKeyRequests(ctx.clientKey!, full.retryAfterS);
-    if (full) {
-      return {
-        kind: 'reject',
-        status: 429,
-        retryAfterS: full.retryAfterS,
-        code: 'tenant_rate_limited',
-        message: `tenant "${ctx.customerId || '-'}" is over its ${tenantLimit} requests per minute`,
-      };
-    }
-    return decide(ctx, await spend.view(), skipProviders);
+    return (await countRequest(ctx, limiter)) ?? decide(ctx, await spend.view(), skipProviders);
   };
 
   const withoutKey = (ctx: RequestContext): Admission | Promise<Admission> => {

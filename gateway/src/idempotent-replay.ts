@@ -22,6 +22,7 @@ import { sendBody, sendJson } from './http-io';
 import type { GatewayMetrics } from './metrics';
 import type { RequestContext } from './request-context';
 import { within } from './within';
+import { rejection, type Rejection } from './admission';
 import { isAnswer, type Lease, type ReplayStore, type StoredAnswer } from './replay-store';
 
 /** A request's place in the replay store: its tenant's key and its fingerprint. */
@@ -62,6 +63,8 @@ export interface ReplayDeps {
   maxBytes?: number;
   leaseMs?: number;
   ttlMs?: number;
+  /** The request limits a replay counts against (admission.ts replayLimit): a refusal, or null. */
+  limit?: (ctx: RequestContext) => Promise<Rejection | null> | null;
 }
 
 /** `headers` tell OpenAI's clients (which retry a 409 by themselves) when to try again, or not to. */
@@ -188,6 +191,11 @@ export class IdempotentReplay {
 
   /** The stored answer, metered as a replay (no tokens, no cost) once its event is durable. */
   private async replay(ctx: RequestContext, res: ServerResponse, answer: StoredAnswer): Promise<void> {
+    const over = await this.deps.limit?.(ctx);
+    if (over) {
+      const refused = rejection(over);
+      return sendJson(res, refused.status, refused.error, refused.headers);
+    }
     await this.deps.meter.record({
       ctx,
       provider: answer.headers['x-route-provider'] ?? 'replay',

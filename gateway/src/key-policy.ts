@@ -8,7 +8,7 @@
  * billing another would hide its mistake. (OpenAI refuses an `OpenAI-Organization` header that does
  * not match the key in the same way.)
  */
-import type { Admission } from './admission';
+import type { Admission, Rejection } from './admission';
 import type { ClientKey } from './client-keys';
 import { openAiError, type OpenAiError } from './errors';
 import type { KeyRequests, Limiter } from './rate-limit';
@@ -39,7 +39,7 @@ export type TokensKey = Pick<ClientKey, 'id' | 'tpm'>;
 const requestsCounter = (key: ClientKey) => `key:${key.id}:requests`;
 const tokensCounter = (key: Pick<ClientKey, 'id'>) => `key:${key.id}:tokens`;
 
-function over(retryAfterS: number, code: string, message: string): Admission {
+function over(retryAfterS: number, code: string, message: string): Rejection {
   return { kind: 'reject', status: 429, retryAfterS, code, message };
 }
 
@@ -61,7 +61,7 @@ export const keyRequests = (key: ClientKey | undefined): KeyRequests | undefined
   key?.rpm ? { counter: requestsCounter(key), rpm: key.rpm } : undefined;
 
 /** The refusal of a key at its `--rpm`. */
-export const overKeyRequests = (key: ClientKey, retryAfterS: number): Admission =>
+export const overKeyRequests = (key: ClientKey, retryAfterS: number): Rejection =>
   over(retryAfterS, 'key_requests_per_minute', `API key ${key.id} is over its limit of ${key.rpm} requests per minute`);
 
 /** Counts an answer's tokens against its key's tokens per minute (off the request path): a live request's, or a queued job's. */

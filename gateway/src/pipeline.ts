@@ -6,7 +6,7 @@
  * sent an Idempotency-Key goes through idempotent replay first (idempotent-replay.ts).
  */
 import type { ServerResponse } from 'node:http';
-import type { Admission, Admit } from './admission';
+import { rejection, type Admission, type Admit } from './admission';
 import { Cancel } from './cancel';
 import type { CallMeter } from './call-meter';
 import { Deadline, type Clock } from './deadline';
@@ -133,8 +133,8 @@ export class Pipeline {
     const admitted = this.deps.admit ? this.deps.admit(ctx) : ROUTE_ALL;
     const admission = admitted instanceof Promise ? await admitted : admitted;
     if (admission.kind === 'reject') {
-      const error = openAiError(admission.message, 'rate_limit_error', null, admission.code);
-      sendJson(res, admission.status, error, { 'retry-after': String(admission.retryAfterS) });
+      const refused = rejection(admission);
+      sendJson(res, refused.status, refused.error, refused.headers);
       return 'complete';
     }
     if (admission.kind === 'queue' && this.deps.cold) {

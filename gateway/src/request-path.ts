@@ -14,11 +14,10 @@ import type { Clock } from './deadline';
 import { Failover } from './failover';
 import type { FlagStore } from './flags';
 import type { KeyFor } from './keys';
-import { IdempotentReplay } from './idempotent-replay';
+import { IdempotentReplay, type ReplayDeps } from './idempotent-replay';
 import { GatewayMetrics } from './metrics';
 import { Pipeline, type ColdFallback } from './pipeline';
 import { buildRoutes, type Route } from './route';
-import type { ReplayStore } from './replay-store';
 import type { ResponseOwnership } from './responses/ownership';
 import type { RequestContext } from './request-context';
 import type { RoutesMapConfig } from './routes-map';
@@ -39,8 +38,11 @@ export interface RequestPathOptions {
   skipRoute?: (route: Route) => boolean;
   /** The tokens an answer used (the client key's tokens per minute). */
   onTokens?: (ctx: RequestContext, tokens: number) => void;
-  /** Where idempotent replay keeps answers (absent: requests with an Idempotency-Key run every time); the limits for tests. */
-  replay?: { store: ReplayStore; maxBytes?: number; leaseMs?: number } | null;
+  /**
+   * Where idempotent replay keeps answers (absent: requests with an Idempotency-Key run every time),
+   * the request limits a replay counts against, and the sizes for tests.
+   */
+  replay?: Pick<ReplayDeps, 'store' | 'limit' | 'maxBytes' | 'leaseMs'> | null;
   /** Which tenant owns each stored response (absent: any caller may continue any response). */
   ownership?: ResponseOwnership | null;
 }

@@ -6,7 +6,7 @@
  */
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { admission } from './admission';
+import { admission, replayLimit } from './admission';
 import { createGateway, type Gateway } from './app';
 import { bearerGuard } from './bearer';
 import type { PauseFlag } from './budget';
@@ -272,7 +272,7 @@ function requestPathFor(core: StackCore, spend: SpendWatch, meter: MeterSink, no
     cold: coldFallback(coldDeps),
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),
     onTokens: (ctx, tokens) => spendKeyTokens(limiter, ctx.clientKey, tokens),
-    replay: { store: stores.replay },
+    replay: { store: stores.replay, limit: replayLimit({ limiter, limits: map.limits }) },
     ownership,
   });
   return { path, coldDeps, skipWhilePaused, ownership };

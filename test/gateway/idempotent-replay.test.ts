@@ -328,6 +328,30 @@ describe('idempotent replay with client keys', () => {
   });
 });
 
+describe('idempotent replay and the rate limits', () => {
+  it("a replay counts against the key's --rpm: past it the repeat gets 429, so a key cannot write meter events without bound", async () => {
+    const w = await keysWorld('replay-rpm');
+    try {
+      const [a, b] = [await w.up(), await w.up()];
+      const acme = await w.makeKey('acme', '--rpm', '3');
+      const headers = { authorization: `Bearer ${acme.key}`, 'idempotency-key': 'invoice-8' };
+      const first = await chat(a.url, BODY, headers);
+      const replays = [await chat(b.url, BODY, headers), await chat(a.url, BODY, headers)];
+      const over = await chat(b.url, BODY, headers);
+      expect([first.status, ...replays.map((r) => r.headers.get('idempotent-replayed'))]).toEqual([200, 'true', 'true']);
+      expect([over.status, over.json().error?.code, over.headers.get('idempotent-replayed')]).toEqual([
+        429,
+        'key_requests_per_minute',
+        null,
+      ]);
+      expect(Number(over.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(w.hot.received).toHaveLength(1);
+    } finally {
+      await w.end();
+    }
+  });
+});
+
 describe('idempotent replay: a refusal before routing is not kept', () => {
   it('a Responses request refused as continuing a response its tenant does not own: not kept, so a repeat is checked again and keys fill nothing', async () => {
     const w = await keysWorld('replay-owners');
