@@ -22,7 +22,7 @@ import type { Answer, Exhausted, Outcome } from './outcome';
 import type { Usage } from './providers/adapter';
 import type { RequestContext } from './request-context';
 import type { Route } from './route';
-import { routeHeaders } from './route-headers';
+import { routeHeaders, withRequestId } from './route-headers';
 import { fallbackVariant, scopeOf, type Scopes } from './scopes';
 import { refusalBody, streamTransform, wholeAnswer } from './relay';
 import { relaySse } from './sse';
@@ -161,7 +161,8 @@ export class Pipeline {
       return outcome.reason === 'client_closed' ? 'broken' : 'complete'; // nothing answered: no replay kept
     }
     this.deps.metrics.countRequest(outcome.route.tier, outcome.upstream.status);
-    const headers = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
+    const route = routeHeaders(outcome.route.tier, outcome.route.config.provider, outcome.model, outcome.attempts);
+    const headers = withRequestId(route, outcome.upstream.headers);
     if (outcome.kind === 'answer' && outcome.upstream.rest) return this.relayStream(outcome, res, headers, gone);
     const type = outcome.upstream.headers['content-type'];
     const contentType = typeof type === 'string' ? type : 'application/json';

@@ -128,6 +128,7 @@ export class FakeProvider {
     const body = text ? JSON.parse(text) : {};
     const path = (req.url ?? '').replace(/\?.*/, '');
     this.received.push({ path, headers: req.headers, body });
+    res.setHeader('x-request-id', `req_${this.received.length}`); // as OpenAI names each answer
     const b = this.matched.find((m) => m.matches(body))?.behaviour ?? this.queue.shift() ?? this.fallback;
     const model = body.model ?? 'unknown';
     if (b.kind === 'ok' || b.kind === 'stream') {

@@ -22,6 +22,26 @@ afterEach(async () => {
 const client = () => new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: 'unused', maxRetries: 0 });
 const chatCalls = (p: FakeProvider) => p.received.filter((r) => r.path.endsWith('/chat/completions'));
 
+describe("the provider's request id", () => {
+  it('is passed on as x-request-id, which the SDK gives as _request_id: whole, streamed, refused, and from the route that answered', async () => {
+    const whole = await client().chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+    expect(whole._request_id).toBe('req_1');
+    hot.next({ kind: 'status', status: 503 });
+    warm.next({ kind: 'stream', chunks: 2 });
+    const streamed = await client()
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream: true })
+      .withResponse();
+    expect([streamed.response.headers.get('x-route-tier'), streamed.request_id]).toEqual(['warm', 'req_1']);
+    for await (const _ of streamed.data); // read to its end
+    hot.next({ kind: 'status', status: 400 });
+    const refused = await client()
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((refused as InstanceType<typeof OpenAI.BadRequestError>).requestID).toBe(`req_${hot.received.length}`);
+  });
+});
+
 describe('POST /v1/responses', () => {
   it('passes through to a Hot route that offers the Responses API, whole and streamed, and meters its usage', async () => {
     const whole = await client().responses.create({ model: 'gpt-4o-mini', input: 'hello', instructions: 'be brief' });
