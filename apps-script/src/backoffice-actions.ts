@@ -14,7 +14,7 @@ import { folderFromConfig } from './folders';
 import type { Calendar, CalendarEvent, Folder } from './services';
 import { claimText, sendText } from './sms';
 import { LEADS, TASKS, appendTabRows, findKeyed, recordRow, rowRecord, tab } from './tabs';
-import { checkedTimeZone, localText, zonedInstant } from './zoned-time';
+import { checkedTimeZone, localStamp, localText, zonedInstant } from './zoned-time';
 
 export type ActionName = 'book_slot' | 'reschedule_slot' | 'create_lead' | 'route_to_voicemail';
 type Steps = (progress: Progress) => Record<string, unknown>;
@@ -43,7 +43,24 @@ function slot(c: Ctx, dateArg: string, timeArg: string) {
   const tz = checkedTimeZone(configText(c.config, 'TIMEZONE') || 'Etc/UTC');
   const start = zonedInstant(arg(c.args, dateArg), arg(c.args, timeArg), tz, [dateArg, timeArg]);
   const end = new Date(start.getTime() + configNumber(c.config, 'BOOKING_MINUTES', 60, 1) * 60_000);
-  return { tz, start, end };
+  return { tz, start, end, notPast: () => notPast(c, start, tz, [dateArg, timeArg]) };
+}
+
+/**
+ * Refuses a slot that has already begun, before it is booked or a booking moved to it: a realtime
+ * model often takes the year wrong, and the text's date (no year) would read as a slot to come.
+ * The refusal names the argument and the date and time there now, so the model can ask again.
+ * Checked when the event is made or moved, not on a replay of a key that already did so.
+ */
+function notPast(c: Ctx, start: Date, tz: string, [dateArg, timeArg]: [string, string]): void {
+  if (start.getTime() >= c.now.getTime()) return;
+  const now = localStamp(c.now, tz);
+  const asked = `${arg(c.args, dateArg)} ${arg(c.args, timeArg)}`;
+  const name = arg(c.args, dateArg) < now.slice(0, 10) ? dateArg : timeArg;
+  throw new MeterRefusal(
+    'invalid_argument',
+    `args.${name}: ${asked} has passed in ${tz} (it is now ${now} there): ask for a date and time from now on`,
+  );
 }
 
 /** The text message of an action, at most once: claimed under the lock, sent outside it. */
@@ -94,12 +111,13 @@ function firstRecorded(c: Ctx, progress: Progress, cal: Calendar, made: Calendar
 }
 
 function bookSlot(c: Ctx): Steps {
-  const { tz, start, end } = slot(c, 'date', 'time');
+  const { tz, start, end, notPast } = slot(c, 'date', 'time');
   const [name, service, phone, location] = ['name', 'service', 'phone', 'location'].map((n) => arg(c.args, n));
   const cal = calendar(c);
   return (progress) => {
     let event = bookedEvent(cal, progress, c.key, start, end);
     if (!event) {
+      notPast();
       const description = [inert(arg(c.args, 'notes')), `Phone: ${inert(phone)}`, `Call: ${c.callId}`, bookingRef(c.key)].filter(Boolean);
       event = cal.createEvent(`${service} – ${name}`, start, end, { location, description: description.join('\n') });
       event.setTag(EVENT_TAG, c.key);
@@ -123,13 +141,14 @@ function bookSlot(c: Ctx): Steps {
 }
 
 function rescheduleSlot(c: Ctx): Steps {
-  const { tz, start, end } = slot(c, 'new_date', 'new_time');
+  const { tz, start, end, notPast } = slot(c, 'new_date', 'new_time');
   const bookingId = arg(c.args, 'booking_id');
   const cal = calendar(c);
   return (progress) => {
     const event = cal.getEventById(bookingId);
     if (!event) throw new MeterRefusal('invalid_argument', `args.booking_id: no booking with id "${bookingId}"`);
     if (!progress.moved) {
+      notPast();
       event.setTime(start, end);
       // Saved at once: a retry after another reschedule of this booking must not move it back.
       progress.moved = 'yes';

@@ -15,7 +15,8 @@
  *                      'Callback: Voicemail' due in 24 hours.
  *
  * Every argument is checked before anything is written; a missing one, one over 10,000
- * characters, or a date or time that does not parse, is refused naming the argument.
+ * characters, or a date or time that does not parse, is refused naming the argument; a slot that
+ * has already begun is refused before the event is made or moved (backoffice-actions.ts).
  */
 import { ID_PATTERN, ID_RULE } from '../../schema/ids';
 import { MeterRefusal } from '../../schema/meter-reply';

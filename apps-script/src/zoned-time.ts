@@ -68,6 +68,22 @@ export function localText(d: Date, timeZone: string): string {
   }).format(d);
 }
 
+/** "2026-11-22 12:00": the local date and time in the time zone, the year shown. */
+export function localStamp(d: Date, timeZone: string): string {
+  const parts: Record<string, string> = {};
+  const format = new Intl.DateTimeFormat('en-US', {
+    timeZone,
+    hourCycle: 'h23',
+    year: 'numeric',
+    month: '2-digit',
+    day: '2-digit',
+    hour: '2-digit',
+    minute: '2-digit',
+  });
+  for (const p of format.formatToParts(d)) parts[p.type] = p.value;
+  return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}`;
+}
+
 /** Config TIMEZONE, checked to be a time zone Intl knows. */
 export function checkedTimeZone(tz: string): string {
   try {

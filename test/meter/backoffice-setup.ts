@@ -35,7 +35,7 @@ export function backOffice(options: { twilio?: boolean } = {}) {
 export const booking = (key = 'key-book-0001') => ({
   call_id: 'call-1',
   idempotency_key: key,
-  args: { name: 'Ana Silva', phone: '+351912345678', service: 'Haircut', date: '2026-07-01', time: '10:30', location: 'Rua Augusta 1' },
+  args: { name: 'Ana Silva', phone: '+351912345678', service: 'Haircut', date: '2027-07-01', time: '10:30', location: 'Rua Augusta 1' },
 });
 
 export const voicemail = (key = 'key-vm-00001') => ({

@@ -32,7 +32,7 @@ const booking = (key = 'key-book-0001') => ({
     name: 'Ana Silva',
     phone: '+351912345678',
     service: 'Haircut',
-    date: '2026-07-01',
+    date: '2027-07-01',
     time: '10:30',
     location: 'Rua Augusta 1',
     notes: 'short',
@@ -42,20 +42,58 @@ const booking = (key = 'key-book-0001') => ({
 
 describe('book_slot', () => {
   it('a local time the clocks skip is refused naming the time, nothing booked; one that occurs twice is the first', () => {
-    const skipped = { ...booking('key-dst-00001'), args: { ...booking().args, date: '2026-03-29', time: '01:30' } };
+    const skipped = { ...booking('key-dst-00001'), args: { ...booking().args, date: '2027-03-28', time: '01:30' } };
     expect(act('book_slot', skipped)).toEqual({
       ok: false,
       code: 'invalid_argument',
-      error: 'args.time: 01:30 does not exist on 2026-03-29 in Europe/Lisbon (the clocks go forward)',
+      error: 'args.time: 01:30 does not exist on 2027-03-28 in Europe/Lisbon (the clocks go forward)',
     });
     expect(platform.calendar.live()).toHaveLength(0);
-    const after = { ...booking('key-dst-00002'), args: { ...booking().args, date: '2026-03-29', time: '02:30' } };
+    const after = { ...booking('key-dst-00002'), args: { ...booking().args, date: '2027-03-28', time: '02:30' } };
     expect(act('book_slot', after)).toMatchObject({ ok: true });
-    expect(platform.calendar.live()[0].start.toISOString()).toBe('2026-03-29T01:30:00.000Z'); // 02:30 summer time
+    expect(platform.calendar.live()[0].start.toISOString()).toBe('2027-03-28T01:30:00.000Z'); // 02:30 summer time
     // 01:30 occurs twice the night the clocks go back: the first, still summer time.
-    const twice = { ...booking('key-dst-00003'), args: { ...booking().args, date: '2026-10-25', time: '01:30' } };
+    const twice = { ...booking('key-dst-00003'), args: { ...booking().args, date: '2027-10-31', time: '01:30' } };
     expect(act('book_slot', twice)).toMatchObject({ ok: true });
-    expect(platform.calendar.live()[1].start.toISOString()).toBe('2026-10-25T00:30:00.000Z');
+    expect(platform.calendar.live()[1].start.toISOString()).toBe('2027-10-31T00:30:00.000Z');
+  });
+
+  it("a slot that has already begun is refused naming the argument and today's date there; nothing booked, moved or texted", () => {
+    platform.properties.setProperty('TWILIO_ACCOUNT_SID', 'AC1');
+    platform.properties.setProperty('TWILIO_AUTH_TOKEN', 'tok');
+    platform.properties.setProperty('TWILIO_FROM', '+15550001111');
+    platform.urlFetch.respond = () => ({ code: 201, body: '{"sid":"SM1"}' });
+    // The clock: 2026-11-22 12:00 UTC, 12:00 in Lisbon. A model that takes the year for 2025, or books "this morning".
+    const lastYear = { ...booking('key-past-0001'), args: { ...booking().args, date: '2025-11-23', time: '10:00' } };
+    expect(act('book_slot', lastYear)).toEqual({
+      ok: false,
+      code: 'invalid_argument',
+      error:
+        'args.date: 2025-11-23 10:00 has passed in Europe/Lisbon (it is now 2026-11-22 12:00 there): ask for a date and time from now on',
+    });
+    const thisMorning = { ...booking('key-past-0002'), args: { ...booking().args, date: '2026-11-22', time: '11:59' } };
+    expect(act('book_slot', thisMorning)).toMatchObject({
+      ok: false,
+      code: 'invalid_argument',
+      error: expect.stringMatching(/^args\.time: 2026-11-22 11:59 has passed in Europe\/Lisbon \(it is now 2026-11-22 12:00 there\)/),
+    });
+    expect(platform.calendar.events).toHaveLength(0);
+    expect(rows('activities')).toHaveLength(0);
+    expect(rows('contacts')).toHaveLength(0);
+    expect(platform.urlFetch.requests).toHaveLength(0);
+    // Later today books; moving it to yesterday is refused and leaves it where it is.
+    const later = { ...booking('key-past-0003'), args: { ...booking().args, date: '2026-11-22', time: '12:30' } };
+    const { booking_id } = act('book_slot', later);
+    expect(booking_id).toBe('evt-1@google.com');
+    const back = { call_id: 'call-2', idempotency_key: 'key-past-0004', args: { booking_id, new_date: '2026-11-21', new_time: '15:00' } };
+    expect(act('reschedule_slot', back)).toMatchObject({
+      ok: false,
+      code: 'invalid_argument',
+      error: expect.stringMatching(/^args\.new_date: /),
+    });
+    expect(platform.calendar.live()[0].start.toISOString()).toBe('2026-11-22T12:30:00.000Z');
+    expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed']);
+    expect(platform.urlFetch.requests).toHaveLength(1); // the booking's text only
   });
 
   it('a BOOKING_MINUTES that is no whole number of minutes up to a day is a config_error naming it; nothing is booked', () => {
@@ -80,7 +118,7 @@ describe('book_slot', () => {
     const [ev] = platform.calendar.live();
     expect(ev.title).toBe('Haircut – Ana Silva');
     // 10:30 in Lisbon in July is 09:30 UTC (summer time); 45 minutes long.
-    expect([ev.start.toISOString(), ev.end.toISOString()]).toEqual(['2026-07-01T09:30:00.000Z', '2026-07-01T10:15:00.000Z']);
+    expect([ev.start.toISOString(), ev.end.toISOString()]).toEqual(['2027-07-01T09:30:00.000Z', '2027-07-01T10:15:00.000Z']);
     expect(ev.options.location).toBe('Rua Augusta 1');
     expect(ev.options.description).toContain('call-1');
     const replay = act('book_slot', booking());
@@ -160,7 +198,7 @@ describe('book_slot', () => {
       ok: false,
       error: 'args.notes: at most 10000 characters, got 60000',
     });
-    expect(platform.calendar.live()[0].start.toISOString()).toBe('2026-07-01T09:30:00.000Z');
+    expect(platform.calendar.live()[0].start.toISOString()).toBe('2027-07-01T09:30:00.000Z');
     expect(act('reschedule_slot', { ...move, args: { ...move.args, notes: 'm'.repeat(10_000) } })).toMatchObject({ ok: true });
     expect(rows('activities').map((r) => r[1])).toEqual(['Booking Confirmed', 'Booking Rescheduled']);
   });
