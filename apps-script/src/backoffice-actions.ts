@@ -13,7 +13,7 @@ import { arg, finish, locked, upsertContact, excerpt, type Ctx } from './backoff
 import { folderFromConfig } from './folders';
 import type { Calendar, CalendarEvent, Folder } from './services';
 import { claimText, sendText } from './sms';
-import { LEADS, TASKS, appendTabRows, findKeyed, recordRow, rowRecord, tab } from './tabs';
+import { ACTIVITIES, LEADS, TASKS, appendTabRows, columnIn, findKeyed, findRow, recordRow, rowRecord, tab } from './tabs';
 import { checkedTimeZone, localStamp, localText, zonedInstant } from './zoned-time';
 
 export type ActionName = 'book_slot' | 'reschedule_slot' | 'create_lead' | 'route_to_voicemail';
@@ -140,6 +140,14 @@ function bookSlot(c: Ctx): Steps {
   };
 }
 
+/** The phone of the booking's first activity (its `Booking Confirmed`), or '' (an event not booked here). Under the lock. */
+function bookedPhone(c: Ctx, bookingId: string): string {
+  const sheet = tab(c.svc.spreadsheet, ACTIVITIES);
+  const row = findRow(sheet, columnIn(ACTIVITIES, 'booking_id'), bookingId);
+  if (!row) return '';
+  return String(rowRecord(ACTIVITIES, sheet.getRange(row, 1, 1, ACTIVITIES.header.length).getValues()[0]).phone).trim();
+}
+
 function rescheduleSlot(c: Ctx): Steps {
   const { tz, start, end, notPast } = slot(c, 'new_date', 'new_time');
   const bookingId = arg(c.args, 'booking_id');
@@ -154,7 +162,8 @@ function rescheduleSlot(c: Ctx): Steps {
       progress.moved = 'yes';
       locked(c, progress, () => undefined);
     }
-    const phone = arg(c.args, 'phone');
+    // The template's reschedule_slot declares no phone: the text goes to the one the booking was made with.
+    const phone = arg(c.args, 'phone') || locked(c, progress, () => bookedPhone(c, bookingId));
     const when = localText(start, tz);
     const text = textOnce(c, progress, phone, `Your booking is moved to ${when}.`);
     const notes = arg(c.args, 'notes');
@@ -162,7 +171,7 @@ function rescheduleSlot(c: Ctx): Steps {
     return finish(
       c,
       progress,
-      { type: 'Booking Rescheduled', booking_id: bookingId, detail: `${when}${notes ? ` | ${notes}` : ''} | text: ${text}` },
+      { type: 'Booking Rescheduled', phone, booking_id: bookingId, detail: `${when}${notes ? ` | ${notes}` : ''} | text: ${text}` },
       { ok: true, action: 'reschedule_slot', ...result },
     );
   };

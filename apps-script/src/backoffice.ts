@@ -9,7 +9,8 @@
  *   book_slot          calendar event (title from service and name, start/end from date, time and
  *                      BOOKING_MINUTES in TIMEZONE, location, notes); contact upserted by phone;
  *                      activity 'Booking Confirmed'; confirmation text. Answers the booking id.
- *   reschedule_slot    the event found by booking_id moved; activity 'Booking Rescheduled'; text.
+ *   reschedule_slot    the event found by booking_id moved; activity 'Booking Rescheduled'; text (to
+ *                      args.phone, else the phone the booking was made with).
  *   create_lead        contact upserted; lead at stage 'New' with a summary (an excerpt only).
  *   route_to_voicemail recording saved as voicemail/<call_id>.mp3 in the voicemail folder; task
  *                      'Callback: Voicemail' due in 24 hours.

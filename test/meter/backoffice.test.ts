@@ -1,6 +1,7 @@
 // The voice concierge's back office in the built bundle (node:vm), with fakes of CalendarApp,
 // DriveApp and UrlFetchApp: bookings, reschedules, leads, voicemail, call records, rollups.
 // One describe per group of actions: long because each behaviour is a short test of its own.
+import { readFileSync } from 'node:fs';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { voiceRollup } from '../../apps-script/src/voice-rollup';
 import { CALL_FIELDS, type CallRecord } from '../../schema/call-record';
@@ -205,6 +206,33 @@ describe('book_slot', () => {
 });
 
 describe('reschedule_slot, create_lead, route_to_voicemail', () => {
+  it("a reschedule with the template's arguments (no phone) texts the phone the booking was made with, and its activity names it", () => {
+    platform.properties.setProperty('TWILIO_ACCOUNT_SID', 'AC1');
+    platform.properties.setProperty('TWILIO_AUTH_TOKEN', 'tok');
+    platform.properties.setProperty('TWILIO_FROM', '+15550001111');
+    platform.urlFetch.respond = () => ({ code: 201, body: '{"sid":"SM1"}' });
+    const { booking_id } = act('book_slot', booking());
+    // What the model can send: the phone bridge passes on only the arguments concierge.json declares.
+    const declared = (
+      JSON.parse(readFileSync('concierge.json', 'utf8')) as { functions: Array<{ name: string; args: string[] }> }
+    ).functions.find((f) => f.name === 'reschedule_slot')!.args;
+    const given: Record<string, string> = { booking_id, new_date: '2026-12-01', new_time: '15:00', notes: 'later please' };
+    const args = Object.fromEntries(declared.map((a) => [a, given[a]]));
+    expect(act('reschedule_slot', { call_id: 'call-9', idempotency_key: 'key-move-nophone', args })).toMatchObject({
+      ok: true,
+      text: 'sent',
+    });
+    const texts = platform.urlFetch.requests.filter((r) => r.url.includes('/Messages.json'));
+    expect(texts.map((r) => r.options.payload)).toEqual([
+      expect.objectContaining({ To: '+351912345678' }),
+      expect.objectContaining({ To: '+351912345678', Body: expect.stringMatching(/^Your booking is moved to /) }),
+    ]);
+    expect(rows('activities').map((r) => [r[1], r[2]])).toEqual([
+      ['Booking Confirmed', '+351912345678'],
+      ['Booking Rescheduled', '+351912345678'],
+    ]);
+  });
+
   it('moves the booked event; an unknown booking_id is an error that says so', () => {
     const { booking_id } = act('book_slot', booking());
     const moved = act('reschedule_slot', {
