@@ -15,8 +15,9 @@
  *   route_to_voicemail recording saved as voicemail/<call_id>.mp3 in the voicemail folder; task
  *                      'Callback: Voicemail' due in 24 hours.
  *
- * Every argument is checked before anything is written; a missing one, one over 10,000
- * characters, or a date or time that does not parse, is refused naming the argument; a slot that
+ * Every argument is checked before anything is written; a missing one, an object or a list (an
+ * argument is text; a number or true/false is taken as text), one over 10,000 characters, or a
+ * date or time that does not parse, is refused naming the argument; a slot that
  * has already begun is refused before the event is made or moved (backoffice-actions.ts).
  */
 import { ID_PATTERN, ID_RULE } from '../../schema/ids';
@@ -42,6 +43,10 @@ function checkArgs(action: ActionName, args: Args): void {
   for (const name of REQUIRED[action])
     if (arg(args, name) === '') throw new MeterRefusal('invalid_argument', `args.${name}: required for ${action}`);
   for (const name of Object.keys(args)) {
+    // Written into cells and texts as text: an object would read "[object Object]", a list its items run together.
+    const value = args[name];
+    if (value !== null && typeof value === 'object')
+      throw new MeterRefusal('invalid_argument', `args.${name}: expected text, got ${Array.isArray(value) ? 'a list' : 'an object'}`);
     const length = arg(args, name).length;
     if (length > ARG_CHARACTERS)
       throw new MeterRefusal('invalid_argument', `args.${name}: at most ${ARG_CHARACTERS} characters, got ${length}`);

@@ -181,6 +181,25 @@ describe('book_slot', () => {
     expect(rows('idempotency')).toHaveLength(0);
   });
 
+  it('an argument that is an object or a list is refused naming it, nothing written; numbers and true/false are taken as text', () => {
+    const b = booking('key-shape-0001');
+    expect(act('book_slot', { ...b, args: { ...b.args, name: { first: 'Ana', last: 'Silva' } } })).toEqual({
+      ok: false,
+      code: 'invalid_argument',
+      error: 'args.name: expected text, got an object',
+    });
+    expect(act('book_slot', { ...b, args: { ...b.args, notes: ['window seat', 'quiet'] } })).toMatchObject({
+      ok: false,
+      code: 'invalid_argument',
+      error: 'args.notes: expected text, got a list',
+    });
+    expect(platform.calendar.events).toHaveLength(0);
+    expect(rows('idempotency')).toHaveLength(0);
+    expect(act('book_slot', { ...b, args: { ...b.args, phone: 351912345678, opted_out: false } })).toMatchObject({ ok: true });
+    expect(platform.calendar.live()[0].title).toBe('Haircut – Ana Silva');
+    expect(rows('contacts')[0][0]).toBe('351912345678');
+  });
+
   it('an argument longer than a cell could hold is refused naming it, nothing written; a replay with it shortened books', () => {
     const long = { ...booking('key-long-0001'), args: { ...booking().args, notes: 'n'.repeat(60_000) } };
     expect(act('book_slot', long)).toEqual({
