@@ -249,7 +249,8 @@ function savedRecording(c: Ctx, progress: Progress, url: string) {
   if (saved) return saved;
   const sid = c.svc.properties.getProperty('TWILIO_ACCOUNT_SID');
   const token = c.svc.properties.getProperty('TWILIO_AUTH_TOKEN');
-  const twilio = /^https:\/\/api\.twilio\.com\//.test(url) && sid && token;
+  const atTwilio = /^https:\/\/api\.twilio\.com\//.test(url);
+  const twilio = atTwilio && sid && token;
   const res = c.svc.fetch(url, {
     method: 'get',
     muteHttpExceptions: true,
@@ -258,7 +259,14 @@ function savedRecording(c: Ctx, progress: Progress, url: string) {
   const code = res.getResponseCode();
   if (code !== 200) {
     const why = `args.recording_url: the recording could not be fetched (HTTP ${code})`;
-    throw new MeterRefusal(code >= 500 ? 'internal' : 'invalid_argument', why);
+    // Credentials wrong or unset: fixed in script properties, then the same request works. Not a
+    // permanent refusal, so the gateway retries and dead-letters it rather than dropping the voicemail.
+    if (code === 401 || code === 403)
+      throw new MeterRefusal(
+        'config_error',
+        `${why}: ${atTwilio ? 'check TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN in script properties' : 'its host asks for credentials the back office does not send'}`,
+      );
+    throw new MeterRefusal(code >= 500 || code === 408 || code === 429 ? 'internal' : 'invalid_argument', why);
   }
   // A retry of this request may have saved it meanwhile, unlabelled: take in the name it recorded first.
   locked(c, progress, () => undefined);

@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { voiceRollup } from '../../apps-script/src/voice-rollup';
 import { CALL_FIELDS, type CallRecord } from '../../schema/call-record';
+import { isPermanentRefusal } from '../../schema/meter-reply';
 import { FakePlatform, callJson, loadBundle, webEvent, type Bundle, type FakeTextOutput } from './fakes/platform';
 
 const SECRET = 'bo-secret';
@@ -337,6 +338,42 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
       error: 'args.recording_url: the recording could not be fetched (HTTP 404)',
       code: 'invalid_argument',
     });
+    expect(rows('tasks')).toHaveLength(1);
+  });
+});
+
+describe('route_to_voicemail when Twilio refuses the recording for now', () => {
+  it('a 401 or 403 (credentials wrong or unset) is a config_error naming them, a 429 is internal: retried and dead-lettered, not dropped', () => {
+    platform.properties.setProperty('TWILIO_ACCOUNT_SID', 'AC1');
+    platform.properties.setProperty('TWILIO_AUTH_TOKEN', 'rotated');
+    let code = 401;
+    platform.urlFetch.respond = () => ({ code });
+    const body = {
+      call_id: 'call-5',
+      idempotency_key: 'key-vm-auth-01',
+      args: { phone: '+351910000000', recording_url: 'https://api.twilio.com/rec/RE5.mp3' },
+    };
+    const refused = act('route_to_voicemail', body);
+    expect(refused).toEqual({
+      ok: false,
+      code: 'config_error',
+      error:
+        'args.recording_url: the recording could not be fetched (HTTP 401): check TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN in script properties',
+    });
+    // The gateway's workflow retries what is not a permanent refusal, then dead-letters it, rather than answering it for good.
+    expect(isPermanentRefusal(refused.code)).toBe(false);
+    code = 403;
+    expect(act('route_to_voicemail', body)).toMatchObject({ ok: false, code: 'config_error' });
+    code = 429;
+    expect(act('route_to_voicemail', body)).toMatchObject({
+      ok: false,
+      code: 'internal',
+      error: 'args.recording_url: the recording could not be fetched (HTTP 429)',
+    });
+    expect(rows('tasks')).toHaveLength(0);
+    // Once Twilio gives the file, the same request finishes: one recording, one task.
+    platform.urlFetch.respond = () => ({ code: 200, body: 'ID3audio' });
+    expect(act('route_to_voicemail', body)).toMatchObject({ ok: true, recording: '/voicemail/call-5.mp3', replayed: false });
     expect(rows('tasks')).toHaveLength(1);
   });
 });
