@@ -9,7 +9,7 @@
 import { MeterRefusal } from '../../schema/meter-reply';
 import { configNumber, configText } from './config';
 import type { Progress } from './idempotency';
-import { arg, finish, locked, upsertContact, excerpt, type Ctx } from './backoffice-rows';
+import { arg, declinedConsent, finish, locked, upsertContact, excerpt, type Ctx } from './backoffice-rows';
 import { folderFromConfig } from './folders';
 import type { Calendar, CalendarEvent, Folder } from './services';
 import { claimText, sendText } from './sms';
@@ -178,6 +178,8 @@ function rescheduleSlot(c: Ctx): Steps {
 }
 
 function createLead(c: Ctx): Steps {
+  // A caller who declined was told nobody would contact them: kept, but not as a lead to work.
+  const stage = declinedConsent(c.args) ? 'Opted out' : 'New';
   return (progress) => {
     const leadId = locked(c, progress, () => {
       upsertContact(c, {
@@ -197,15 +199,16 @@ function createLead(c: Ctx): Steps {
           lead_id: id,
           created_at: c.now.toISOString(),
           call_id: c.callId,
-          stage: 'New',
+          stage,
           summary: excerpt(arg(c.args, 'transcript')),
           idempotency_key: c.key,
         }),
       ]);
       return id;
     });
-    const result = { lead_id: leadId, stage: 'New' };
-    return finish(c, progress, { type: 'Lead Created', detail: leadId }, { ok: true, action: 'create_lead', ...result });
+    const result = { lead_id: leadId, stage };
+    const type = stage === 'New' ? 'Lead Created' : 'Opted Out';
+    return finish(c, progress, { type, detail: leadId }, { ok: true, action: 'create_lead', ...result });
   };
 }
 

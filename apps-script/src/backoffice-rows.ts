@@ -28,6 +28,11 @@ export function arg(args: Args, name: string): string {
   return args[name] === undefined || args[name] === null ? '' : String(args[name]).trim();
 }
 
+/** The caller declined the consent line (the phone bridge's opt-out: `opted_out: true`, `consent: "opted_out"`). */
+export function declinedConsent(args: Args): boolean {
+  return args.opted_out === true || args.consent === 'opted_out';
+}
+
 export function excerpt(transcript: string): string {
   const flat = transcript.replace(/\s+/g, ' ').trim();
   return flat.length <= EXCERPT ? flat : `${flat.slice(0, EXCERPT - 1)}…`;
@@ -93,7 +98,7 @@ export function finish(
 export function upsertContact(c: Ctx, fields: { name?: string; email?: string; intent: string; transcript?: string }): void {
   const sheet = tab(c.svc.spreadsheet, CONTACTS);
   const phone = arg(c.args, 'phone');
-  const optedOut = c.args.opted_out === true || c.args.consent === 'opted_out';
+  const optedOut = declinedConsent(c.args);
   const row = findRow(sheet, columnIn(CONTACTS, 'phone'), phone);
   const at = c.now.toISOString();
   const fresh = {

@@ -11,7 +11,8 @@
  *                      activity 'Booking Confirmed'; confirmation text. Answers the booking id.
  *   reschedule_slot    the event found by booking_id moved; activity 'Booking Rescheduled'; text (to
  *                      args.phone, else the phone the booking was made with).
- *   create_lead        contact upserted; lead at stage 'New' with a summary (an excerpt only).
+ *   create_lead        contact upserted; lead at stage 'New' with a summary (an excerpt only);
+ *                      'Opted out' for a caller who declined the consent line.
  *   route_to_voicemail recording saved as voicemail/<call_id>.mp3 in the voicemail folder; task
  *                      'Callback: Voicemail' due in 24 hours.
  *

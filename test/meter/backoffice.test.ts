@@ -271,7 +271,7 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
     expect(unknown).toEqual({ ok: false, error: 'args.booking_id: no booking with id "nope"', code: 'invalid_argument' });
   });
 
-  it('creates a lead at stage New with an excerpt of the transcript; the contact keeps call, intent and opt-out', () => {
+  it('creates a lead with an excerpt of the transcript (this caller declined: stage Opted out); the contact keeps call, intent and opt-out', () => {
     const transcript = `Hello ${'I need a new kitchen sink installed and maybe the pipes. '.repeat(20)}`;
     const lead = act('create_lead', {
       call_id: 'call-3',
@@ -288,7 +288,7 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
         opted_out: true,
       },
     });
-    expect(lead).toMatchObject({ ok: true, stage: 'New' });
+    expect(lead).toMatchObject({ ok: true, stage: 'Opted out' });
     const [row] = rows('leads');
     expect(row.slice(2, 11)).toEqual([
       'call-3',
@@ -299,13 +299,50 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
       '500-1000',
       'this month',
       'google',
-      'New',
+      'Opted out',
     ]);
     expect(String(row[11]).length).toBeLessThanOrEqual(280);
     expect(String(row[11])).toMatch(/…$/);
     const [contact] = rows('contacts');
     expect([contact[3], contact[4], contact[6]]).toEqual(['call-3', 'qualify', true]);
     expect(String(contact[5]).length).toBeLessThanOrEqual(280);
+  });
+
+  it('a caller who declined the consent line is no lead to work: stage "Opted out", activity "Opted Out", the contact tagged', () => {
+    // What the phone bridge sends when a caller declines (opt-out.ts), and the consent flag alone.
+    const declined = {
+      call_id: 'call-7',
+      idempotency_key: 'key-optout-01',
+      args: {
+        name: '(opted out)',
+        phone: '+351930000007',
+        opted_out: true,
+        consent: 'opted_out',
+        transcript: 'no, do not record me',
+        utm: 'consent_opt_out',
+      },
+    };
+    expect(act('create_lead', declined)).toMatchObject({ ok: true, stage: 'Opted out', replayed: false });
+    const byConsent = {
+      call_id: 'call-8',
+      idempotency_key: 'key-optout-02',
+      args: { name: 'Eva', phone: '+351930000008', consent: 'opted_out' },
+    };
+    expect(act('create_lead', byConsent)).toMatchObject({ ok: true, stage: 'Opted out' });
+    expect(rows('leads').map((r) => [r[3], r[10]])).toEqual([
+      ['+351930000007', 'Opted out'],
+      ['+351930000008', 'Opted out'],
+    ]);
+    expect(rows('leads').filter((r) => r[10] === 'New')).toHaveLength(0);
+    expect(rows('activities').map((r) => r[1])).toEqual(['Opted Out', 'Opted Out']);
+    expect(rows('contacts').map((r) => r[6])).toEqual([true, true]);
+    // A caller who consented is a lead as before.
+    expect(
+      act('create_lead', { call_id: 'call-9', idempotency_key: 'key-lead-0009', args: { name: 'Rui', phone: '+351930000009' } }),
+    ).toMatchObject({
+      stage: 'New',
+    });
+    expect(rows('activities').map((r) => r[1])).toEqual(['Opted Out', 'Opted Out', 'Lead Created']);
   });
 
   it('saves one recording as voicemail/<call_id>.mp3 and one task due 24 hours later; a replay adds nothing', () => {
