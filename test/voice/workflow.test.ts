@@ -154,6 +154,26 @@ describe('function-call workflow', () => {
     expect(target.seen).toHaveLength(1);
   });
 
+  it('a 429 or a 408 (the target asks for a later try) is retried as a 5xx is, not answered as a refusal for good', async () => {
+    const gw = await up();
+    target.handle = (n, _q, res) =>
+      n === 1
+        ? res.writeHead(429, { 'retry-after': '0' }).end('Too Many Requests')
+        : n === 2
+          ? res.writeHead(408).end('Request Timeout')
+          : res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-later"}');
+    const answer = await called(gw.url, { ...booking, call_id: 'call-429' });
+    expect(answer).toMatchObject({ ok: true, result: { booking_id: 'evt-later' }, replayed: false });
+    expect(target.seen).toHaveLength(3);
+    // Always 429: dead-lettered for the on-call person, as a target that keeps failing is.
+    dlq.handle = (_n, _q, res) => res.writeHead(204).end();
+    target.handle = (_n, _q, res) => res.writeHead(429).end();
+    const busy = await called(gw.url, { ...booking, call_id: 'call-429-always' });
+    expect(busy).toMatchObject({ ok: false, dead_lettered: true });
+    expect(busy.error).toContain('HTTP 429');
+    expect(dlq.seen.map((d) => d.body.call_id)).toEqual(['call-429-always']);
+  });
+
   it('a 200 with an HTML page (an Apps Script error or sign-in page) is not the target’s answer: retried, then dead-lettered, never a booking', async () => {
     const gw = await up();
     dlq.handle = (_n, _q, res) => res.writeHead(204).end();

@@ -10,9 +10,9 @@
  * still running waits for it. Realtime APIs also emit function calls from interrupted responses;
  * the same rule makes them harmless.
  *
- * Errors: 5xx or a network failure is retried with exponential backoff, 3 attempts in all, then the
- * payload (function, args, call_id, key, last error) goes to the dead-letter URL and the answer
- * says so. A 4xx is not retried: the answer carries the target's message. When the dead-letter URL
+ * Errors: 5xx, 408, 429 or a network failure is retried with exponential backoff, 3 attempts in all,
+ * then the payload (function, args, call_id, key, last error) goes to the dead-letter URL and the
+ * answer says so. Another 4xx is not retried: the answer carries the target's message. When the dead-letter URL
  * is down too, the payload is kept in Redis and posted again later, one letter at a time and oldest
  * first however slowly the dead-letter URL answers: nothing is lost, also when the gateway is killed
  * in mid-post (at least once: such a letter is posted again; the receiver drops a repeat by key).
@@ -197,7 +197,9 @@ export class Workflow {
       } catch {
         /* plain text answer */
       }
-      if (res.status >= 500) return { kind: 'retry', message: `HTTP ${res.status}` };
+      // 408 and 429 ask for a later try (the target timed out waiting, or is rate-limited), as the
+      // dead-letter posts take them: retried, then dead-lettered, never kept as a refusal for the key.
+      if (res.status >= 500 || res.status === 408 || res.status === 429) return { kind: 'retry', message: `HTTP ${res.status}` };
       if (res.status >= 400)
         return {
           kind: 'client',
