@@ -93,6 +93,23 @@ describe('concierge.json and its lint', () => {
     ]);
   });
 
+  it('an escalation rule whose trigger an earlier rule has, or whose reason is not the one its trigger is recorded with, is a problem naming it', () => {
+    const c = filled() as any;
+    // Added below the template's rule: the guard takes the first rule of a trigger, so this stricter one was never used.
+    c.escalation.rules.push({
+      trigger: 'confidence_below',
+      threshold: 0.8,
+      repeat: 1,
+      action: 'escalate_to_human',
+      reason: 'low_confidence',
+    });
+    c.escalation.rules[1].reason = 'caller_request'; // frustration_detected: its escalations are recorded as frustration_markers
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      '$.escalation.rules[1].reason: expected frustration_markers, the reason escalations of frustration_detected are recorded with',
+      `$.escalation.rules[${c.escalation.rules.length - 1}].trigger: confidence_below has a rule already (rules[0]); only the first rule of a trigger is used`,
+    ]);
+  });
+
   it('spend_guard.audio_in_cached_per_million is optional: a price > 0 is accepted, anything else named', () => {
     const c = filled() as any;
     c.spend_guard.audio_in_cached_per_million = 0.3;

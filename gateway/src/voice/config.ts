@@ -84,6 +84,15 @@ const ESCALATION_TRIGGERS = [
   'latency_over_budget',
   'caller_request',
 ] as const;
+type EscalationTrigger = (typeof ESCALATION_TRIGGERS)[number];
+/** The reason the spend guard records each trigger's escalations with (spend-guard.ts). */
+const RECORDED_REASON: Record<EscalationTrigger, string> = {
+  confidence_below: 'low_confidence',
+  frustration_detected: 'frustration_markers',
+  turn_cap_reached: 'turn_cap',
+  latency_over_budget: 'latency',
+  caller_request: 'caller_request',
+};
 const Rule = z.strictObject({
   trigger: z.enum(ESCALATION_TRIGGERS),
   threshold: z.number().positive().optional(),
@@ -265,10 +274,28 @@ export function lintConcierge(raw: unknown): Problem[] {
   formatProblems(c, check);
   intentProblems(c, functionProblems(c, check, problems), check, problems);
   const rules = Array.isArray(c.escalation?.rules) ? c.escalation!.rules : [];
+  const firstOf = new Map<unknown, number>();
   rules.forEach((r, i) => {
     if (r?.trigger === 'confidence_below' && typeof r.threshold === 'number' && r.threshold > 1) {
       problems.push({ path: pathOf(['escalation', 'rules', i, 'threshold']), message: 'expected a confidence from 0 to 1' });
     }
+    // The spend guard records each trigger's escalations with one reason, whatever a rule says.
+    const recorded = r && Object.hasOwn(RECORDED_REASON, r.trigger) ? RECORDED_REASON[r.trigger] : undefined;
+    if (recorded && typeof r.reason === 'string' && r.reason !== recorded)
+      problems.push({
+        path: pathOf(['escalation', 'rules', i, 'reason']),
+        message: `expected ${recorded}, the reason escalations of ${r.trigger} are recorded with`,
+      });
+  });
+  // The guard takes the first rule of each trigger: a later one (a stricter threshold added below) is never used.
+  rules.forEach((r, i) => {
+    if (!r || typeof r !== 'object') return;
+    const first = firstOf.get(r.trigger);
+    if (first === undefined) return void firstOf.set(r.trigger, i);
+    problems.push({
+      path: pathOf(['escalation', 'rules', i, 'trigger']),
+      message: `${String(r.trigger)} has a rule already (rules[${first}]); only the first rule of a trigger is used`,
+    });
   });
   const unique = new Map<string, Problem>();
   for (const p of problems) unique.set(`${p.path}\u0000${p.message}`, p);
