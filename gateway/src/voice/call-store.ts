@@ -166,7 +166,13 @@ export class RedisVoiceStore<Op> implements VoiceStore<Op> {
     if (!out) return null;
     const [saved, seq, changes] = out;
     const next = this.fold(saved, changes, seq);
-    await this.redis.eval(SAVE, 3, ...keys, JSON.stringify(next), String(next.version), String(ttlOf(next, this.ttl)));
+    // The change is in the list now, and every later fold applies it: a save Redis refuses (gone
+    // read-only or away in between) only leaves the saved copy behind. Failing the change instead
+    // had its sender send it again: a batch applied twice, or an end whose record went nowhere
+    // (the end sent again was not the one that made it, so nothing followed it).
+    await this.redis
+      .eval(SAVE, 3, ...keys, JSON.stringify(next), String(next.version), String(ttlOf(next, this.ttl)))
+      .catch(() => undefined);
     return next;
   }
   async monthlyPaused() {
