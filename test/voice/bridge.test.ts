@@ -21,10 +21,12 @@ describe('phone bridge: the call path', () => {
   it('configures the realtime session from concierge.json and greets with the consent line', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});
+    const c = s.config;
+    const today = () => new Intl.DateTimeFormat('en-CA', { timeZone: c.meta.timezone }).format(new Date());
+    const dayBefore = today();
     const call = await s.twilio.call('CA0001');
     const conn = await firstConn(s);
     const update = (await clientEvent(conn, 'session.update')).session;
-    const c = s.config;
     expect(update).toMatchObject({
       type: 'realtime',
       model: c.meta.model,
@@ -45,6 +47,11 @@ describe('phone bridge: the call path', () => {
     expect(text).toContain('pt-PT');
     expect(text).toContain('en-GB');
     expect(text).toContain('+351910000001'); // the caller's number, to confirm rather than ask
+    // Today's date where the business is, and the forms the back office takes: "tomorrow at 10" is not a guess.
+    expect([dayBefore, today()]).toContain(text.match(/\d{4}-\d{2}-\d{2}/)?.[0]);
+    expect(text).toContain(c.meta.timezone);
+    expect(text).toContain('YYYY-MM-DD');
+    expect(text).toContain('HH:MM');
     expect(update.tools.map((t: any) => [t.name, Object.keys(t.parameters.properties)])).toEqual(c.functions.map((f) => [f.name, f.args]));
     // The model speaks first: the consent line, and the caller hears it.
     const greet = await clientEvent(conn, 'response.create');

@@ -5,7 +5,8 @@
  *   - server VAD when `guardrails.vad_enabled` (it answers at the end of the caller's turn and
  *     cancels its answer when the caller speaks over it);
  *   - input transcription, with log-probabilities (`include`), for the guard's confidence rules;
- *   - instructions from the configuration: consent line first, the five intents, the qualify
+ *   - instructions from the configuration: consent line first, today's date in `meta.timezone`
+ *     and the date and time forms the functions take, the five intents, the qualify
  *     questions and rules, the pricing message, the privacy notice, the languages, how keys the
  *     caller presses and a caller turn not transcribed are given;
  *   - every `functions` entry as a function tool whose parameters are its `args`.
@@ -60,12 +61,41 @@ function intentLines(c: Concierge): string[] {
   return lines;
 }
 
-function buildInstructions(c: Concierge, callerNumber: string | null): string {
+/** "Saturday 2026-11-28 14:05": the day, date and time in a time zone. */
+function localNow(now: Date, timeZone: string): string {
+  const format = new Intl.DateTimeFormat('en-US', {
+    timeZone,
+    hourCycle: 'h23',
+    weekday: 'long',
+    year: 'numeric',
+    month: '2-digit',
+    day: '2-digit',
+    hour: '2-digit',
+    minute: '2-digit',
+  });
+  const p = Object.fromEntries(format.formatToParts(now).map((part) => [part.type, part.value]));
+  return `${p.weekday} ${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}`;
+}
+
+/**
+ * Today's date where the business is, and the forms the back office takes (YYYY-MM-DD, HH:MM in
+ * its time zone): a model told neither guesses the year of "tomorrow at 10".
+ */
+function dateLine(c: Concierge, now: Date): string {
+  return (
+    `It is now ${localNow(now, c.meta.timezone)} where the business is (${c.meta.timezone}). ` +
+    'Work out the dates the caller says ("tomorrow", "next Tuesday") from that, and say the date back with its day. ' +
+    'Give a function dates as YYYY-MM-DD and times as HH:MM (24-hour), in that time zone.'
+  );
+}
+
+function buildInstructions(c: Concierge, callerNumber: string | null, now: Date): string {
   const alt = c.meta.alt_languages.length ? ` If the caller speaks ${c.meta.alt_languages.join(' or ')}, answer in that language.` : '';
   const dial = c.functions.find((f) => f.dial);
   return [
     `You answer the phone for this business after hours. Speak ${c.meta.primary_language}.${alt} Keep every answer short: this is a phone call.`,
     `Your first words on the call are exactly: "${c.consent.opening_line}" Then wait for the caller to agree before going on.`,
+    dateLine(c, now),
     'You handle exactly five intents:',
     ...intentLines(c),
     'For anything else, say politely that you can only help with bookings, changes, quotes, prices and messages.',
@@ -139,7 +169,7 @@ export function sessionUpdate(
     type: 'realtime',
     model: c.meta.model,
     output_modalities: ['audio'],
-    instructions: buildInstructions(c, callerNumber),
+    instructions: buildInstructions(c, callerNumber, new Date()),
     audio: {
       input: {
         format: { type: 'audio/pcmu' },
