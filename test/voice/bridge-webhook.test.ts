@@ -223,6 +223,31 @@ describe('phone bridge inside the gateway (createStack)', () => {
     expect(msgs.join('\n')).not.toContain(AUTH_TOKEN);
   });
 
+  it('a flood of unsigned requests on the public Twilio paths writes a few log lines, not one each', async () => {
+    const lines: string[] = [];
+    const h = await listenStack(env(), { http: true, worker: false }, captureLogger(lines));
+    const flood = 200;
+    try {
+      for (let i = 0; i < flood; i++) {
+        const res = await fetch(`${h.url}/twilio/${i % 2 ? 'status' : 'voice'}`, { method: 'POST', body: `CallSid=CA${i}` });
+        expect(res.status).toBe(403);
+        await res.arrayBuffer();
+      }
+      for (let i = 0; i < flood / 4; i++) {
+        const refused = new WebSocket(`${h.url.replace('http', 'ws')}/twilio/media`, { headers: { 'x-twilio-signature': 'bad' } });
+        await new Promise((r) => refused.once('unexpected-response', r));
+      }
+    } finally {
+      await h.stop();
+    }
+    const refusals = lines.map((l) => JSON.parse(l).msg as string).filter((m) => /refused/.test(m));
+    // Each kind of refusal is still said (the operator's first clue to a wrong PUBLIC_URL), a
+    // second time at most (a minute later, with the count of those not logged), not 250 times.
+    for (const kind of [/^twilio webhook \/twilio\/voice: refused/, /^twilio webhook \/twilio\/status: refused/, /^twilio media: refused/])
+      expect(refusals.filter((m) => kind.test(m)).length).toBeGreaterThanOrEqual(1);
+    expect(refusals.length).toBeLessThanOrEqual(6);
+  });
+
   it('an http PUBLIC_URL: the start log warns that Twilio opens no ws:// media stream', async () => {
     const lines: string[] = [];
     const h = await listenStack(env({ PUBLIC_URL: 'http://voice.example.test' }), { http: true, worker: false }, captureLogger(lines));

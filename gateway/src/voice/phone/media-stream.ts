@@ -15,6 +15,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { z } from 'zod';
 import type { CallSession } from './call-session';
 import type { TwilioMessage } from './call-types';
+import { RefusalLog } from './refusal-log';
 import { TICKET_VALID_FOR_MS, type TwilioAuth } from './twilio-auth';
 import { isObject } from '../../json-object';
 import { ExpiringMap } from '../expiring-map';
@@ -46,6 +47,8 @@ export class MediaStreams {
   readonly live = new Map<string, CallSession>();
   /** Calls that had their stream here, for as long as their ticket could still be accepted. */
   private readonly streamed = new ExpiringMap<true>();
+  /** Refused handshakes: anyone can knock, so not a line each (refusal-log.ts). */
+  private readonly refusals: RefusalLog;
 
   constructor(
     private readonly deps: {
@@ -55,14 +58,20 @@ export class MediaStreams {
       /** How long a live stream may send nothing before its call is ended (10 s; tests shorten it). */
       silentForMs?: number;
     },
-  ) {}
+  ) {
+    this.refusals = new RefusalLog((m) => deps.log.warn(m));
+  }
 
   /** Takes `/twilio/media` upgrades (true), leaves any other path to others (false). */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean {
     if ((req.url ?? '').split('?')[0] !== '/twilio/media') return false;
     if (!this.deps.auth.handshake(req)) {
-      const why = this.deps.auth.refusal(req.headers['x-twilio-signature'], this.deps.auth.mediaUrl);
-      this.deps.log.warn(`twilio media: refused a stream handshake (${req.socket.remoteAddress}): ${why}`);
+      const signature = req.headers['x-twilio-signature'];
+      const why = this.deps.auth.refusal(signature, this.deps.auth.mediaUrl);
+      this.refusals.refused(
+        signature ? 'mismatch' : 'unsigned',
+        `twilio media: refused a stream handshake (${req.socket.remoteAddress}): ${why}`,
+      );
       socket.end(
         'HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 26\r\n\r\ninvalid Twilio signature\r\n',
       );
