@@ -20,6 +20,7 @@ import type { ColdFallback, QueueReason } from './pipeline';
 import type { RequestContext } from './request-context';
 import { routeHeaders } from './route-headers';
 import { serialize } from './sse';
+import { RepeatLog } from './repeat-log';
 import { NoAnswer, within } from './within';
 
 export interface ColdTierDeps {
@@ -168,6 +169,8 @@ function sendQueued(res: ServerResponse, ctx: RequestContext, jobId: string, rea
 }
 
 export function mountColdTier(app: express.Express, admin: express.RequestHandler, deps: ColdTierDeps): void {
+  // Clients poll their jobs: with the queue away, not a line per poll.
+  const unread = new RepeatLog();
   app.get('/v1/jobs/:id', async (req, res) => {
     const id = String(req.params.id);
     if (!COLD_JOB_ID.test(id)) {
@@ -176,7 +179,8 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
       return;
     }
     const job = await within(deps.queue.get(id), JOB_READ_MS, 'the Cold queue').catch((error: Error) => {
-      deps.log.warn(`job ${id} not read: ${error.message}`);
+      const more = unread.due('get');
+      if (more !== null) deps.log.warn(`job ${id} not read: ${error.message}${more}`);
       return undefined;
     });
     if (job === undefined) {

@@ -24,6 +24,7 @@ import type { RequestContext } from './request-context';
 import { within } from './within';
 import { rejection, type Rejection } from './admission';
 import { isAnswer, type Lease, type ReplayStore, type StoredAnswer } from './replay-store';
+import { RepeatLog } from './repeat-log';
 
 /** A request's place in the replay store: its tenant's key and its fingerprint. */
 export interface ReplayRequest {
@@ -90,6 +91,8 @@ export class IdempotentReplay {
   private readonly maxBytes: number;
   private readonly leaseMs: number;
   private readonly ttlMs: number;
+  /** A store that is away fails every request that carries a key (a backend may send one with each): not a line each. */
+  private readonly repeats = new RepeatLog();
 
   constructor(private readonly deps: ReplayDeps) {
     this.maxBytes = deps.maxBytes ?? REPLAY_MAX_BYTES;
@@ -143,7 +146,9 @@ export class IdempotentReplay {
       }
       return claim;
     } catch (error) {
-      this.deps.log.warn({ err: (error as Error).message }, 'idempotent replay: store unavailable, request runs without replay');
+      const more = this.repeats.due('claim');
+      if (more !== null)
+        this.deps.log.warn({ err: (error as Error).message }, `idempotent replay: store unavailable, request runs without replay${more}`);
       return null;
     } finally {
       clearTimeout(timer);
@@ -163,9 +168,10 @@ export class IdempotentReplay {
       // Bounded (STORE_TIMEOUT_MS), as the claim's wait is: with Redis away its client holds the
       // command until Redis is back, and the answer's end waits for it. Unsettled, the key stays
       // held until its lease ends; the keep still lands if Redis answers within it.
-      await within(this.settle(lease, tape, served), this.settleWaitMs(tape, deadline), 'the replay store').catch((error: Error) =>
-        this.deps.log.warn({ err: error.message }, 'idempotent replay: answer not stored'),
-      );
+      await within(this.settle(lease, tape, served), this.settleWaitMs(tape, deadline), 'the replay store').catch((error: Error) => {
+        const more = this.repeats.due('keep');
+        if (more !== null) this.deps.log.warn({ err: error.message }, `idempotent replay: answer not stored${more}`);
+      });
       tape.release();
     }
   }

@@ -400,4 +400,33 @@ describe('idempotent replay: a store that fails', () => {
     expect(hot.received).toHaveLength(2);
     expect(gw.logs.join('')).toContain('idempotent replay: store unavailable, request runs without replay');
   });
+
+  it('a store that is away writes a few warnings, not one per request (SDKs send an Idempotency-Key with every request)', async () => {
+    const down = new Error('connect ECONNREFUSED');
+    const failing = { claim: () => Promise.reject(down), renew: () => Promise.reject(down), keep: () => Promise.reject(down) };
+    const gw = await startGateway(mapOf([hot.url]), { replay: { store: { ...failing, release: () => Promise.reject(down) } } });
+    stops.push(gw.close);
+    // Claimed, then nothing kept: the other warning, as often.
+    const memory = new MemoryReplayStore();
+    const keepFails = await startGateway(mapOf([hot.url]), {
+      replay: {
+        store: {
+          claim: memory.claim.bind(memory),
+          renew: memory.renew.bind(memory),
+          keep: failing.keep,
+          release: memory.release.bind(memory),
+        },
+      },
+    });
+    stops.push(keepFails.close);
+    for (let i = 0; i < 40; i++) {
+      expect((await chat(gw.url, BODY, { 'idempotency-key': `k${i}` })).status).toBe(200);
+      expect((await chat(keepFails.url, BODY, { 'idempotency-key': `k${i}` })).status).toBe(200);
+    }
+    const warned = (logs: string[], what: string) => logs.filter((l) => l.includes(what)).length;
+    expect(warned(gw.logs, 'store unavailable, request runs without replay')).toBeGreaterThanOrEqual(1);
+    expect(warned(gw.logs, 'store unavailable, request runs without replay')).toBeLessThanOrEqual(2);
+    expect(warned(keepFails.logs, 'answer not stored')).toBeGreaterThanOrEqual(1);
+    expect(warned(keepFails.logs, 'answer not stored')).toBeLessThanOrEqual(2);
+  });
 });

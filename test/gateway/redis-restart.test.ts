@@ -339,6 +339,24 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('clients polling their jobs while Redis is away write a few warnings, not one per poll', async () => {
+    const lines: string[] = [];
+    const gw = await listenStack(env, { http: true, worker: false }, captureLogger(lines));
+    try {
+      await redis.stop();
+      for (let i = 0; i < 40; i++) {
+        const r = await fetch(`${gw.url}/v1/jobs/llm-${String(i).padStart(40, '0')}`);
+        expect(r.status).toBe(503);
+        await r.arrayBuffer();
+      }
+    } finally {
+      await gw.stop();
+    }
+    const notRead = lines.filter((l) => / not read: /.test(l));
+    expect(notRead.length).toBeGreaterThanOrEqual(1);
+    expect(notRead.length).toBeLessThanOrEqual(2);
+  });
+
   it('a job added after its request was told 503 (Redis stalled past the time-to-answer) is still notified, once', async () => {
     const routes = join(mkdtempSync(join(tmpdir(), 'late-job-')), 'routes.json');
     const map = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8')) as { cold: { notify: string[] } };

@@ -15,10 +15,10 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { z } from 'zod';
 import type { CallSession } from './call-session';
 import type { TwilioMessage } from './call-types';
-import { RefusalLog } from './refusal-log';
 import { TICKET_VALID_FOR_MS, type TwilioAuth } from './twilio-auth';
 import { isObject } from '../../json-object';
 import { ExpiringMap } from '../expiring-map';
+import { RepeatLog } from '../../repeat-log';
 
 const Start = z.object({
   event: z.literal('start'),
@@ -48,7 +48,7 @@ export class MediaStreams {
   /** Calls that had their stream here, for as long as their ticket could still be accepted. */
   private readonly streamed = new ExpiringMap<true>();
   /** Refused handshakes: anyone can knock, so not a line each (refusal-log.ts). */
-  private readonly refusals: RefusalLog;
+  private readonly refusals = new RepeatLog();
 
   constructor(
     private readonly deps: {
@@ -58,9 +58,7 @@ export class MediaStreams {
       /** How long a live stream may send nothing before its call is ended (10 s; tests shorten it). */
       silentForMs?: number;
     },
-  ) {
-    this.refusals = new RefusalLog((m) => deps.log.warn(m));
-  }
+  ) {}
 
   /** Takes `/twilio/media` upgrades (true), leaves any other path to others (false). */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean {
@@ -68,10 +66,8 @@ export class MediaStreams {
     if (!this.deps.auth.handshake(req)) {
       const signature = req.headers['x-twilio-signature'];
       const why = this.deps.auth.refusal(signature, this.deps.auth.mediaUrl);
-      this.refusals.refused(
-        signature ? 'mismatch' : 'unsigned',
-        `twilio media: refused a stream handshake (${req.socket.remoteAddress}): ${why}`,
-      );
+      const more = this.refusals.due(signature ? 'mismatch' : 'unsigned');
+      if (more !== null) this.deps.log.warn(`twilio media: refused a stream handshake (${req.socket.remoteAddress}): ${why}${more}`);
       socket.end(
         'HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 26\r\n\r\ninvalid Twilio signature\r\n',
       );

@@ -11,10 +11,10 @@
  *                        gateway names in its TwiML (callback-urls.ts).
  */
 import express from 'express';
+import { RepeatLog } from '../../repeat-log';
 import type { VoiceService } from '../calls';
 import type { CallStatus } from './call-status';
 import { CALLBACK_PATHS, callbackQuery, isPhone, type CallbackUrls } from './callback-urls';
-import { RefusalLog } from './refusal-log';
 import type { TwilioAuth } from './twilio-auth';
 import { answerTwiml, hangUpTwiml, transferTwiml, type Lines } from './twiml';
 import type { Voicemail } from './voicemail';
@@ -36,16 +36,16 @@ export interface WebhookDeps {
 }
 
 function signed(auth: TwilioAuth, log: WebhookDeps['log']): express.RequestHandler {
-  const refusals = new RefusalLog((m) => log.warn(m));
+  // Anyone can knock: not a line each (repeat-log.ts).
+  const refusals = new RepeatLog();
   return (req, res, next) => {
     const signature = req.get('x-twilio-signature');
     if (auth.webhook(signature, req.originalUrl, (req.body ?? {}) as Record<string, unknown>)) return next();
     // By the route's own path: Express matches /TWILIO/Voice/ too, and that is the caller's text.
     const route = (req.route as { path?: string } | undefined)?.path ?? '';
-    refusals.refused(
-      `${route} ${signature ? 'mismatch' : 'unsigned'}`,
-      `twilio webhook ${req.path}: refused (${req.ip}): ${auth.refusal(signature, `${auth.publicUrl}${req.path}`)}`,
-    );
+    const more = refusals.due(`${route} ${signature ? 'mismatch' : 'unsigned'}`);
+    if (more !== null)
+      log.warn(`twilio webhook ${req.path}: refused (${req.ip}): ${auth.refusal(signature, `${auth.publicUrl}${req.path}`)}${more}`);
     res.status(403).type('text/plain').send('invalid Twilio signature');
   };
 }
