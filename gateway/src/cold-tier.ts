@@ -76,6 +76,8 @@ function told(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, job: En
 
 /** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
+  // Every request that would be queued meets a queue away or full: not a line each.
+  const refusals = new RepeatLog();
   return {
     async queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<boolean> {
       const headers = routeHeaders('cold', 'queue', ctx.body.model, why.attempts);
@@ -97,10 +99,11 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         return true;
       } catch (error) {
         if (error instanceof QueueFull) {
-          refuseFull(deps, ctx, res, why.reason, error, headers);
+          refuseFull(deps, ctx, res, why.reason, error, headers, refusals);
           return false;
         }
-        deps.log.error(`cold queue unreachable: ${(error as Error).message}`);
+        const more = refusals.due('unreachable');
+        if (more !== null) deps.log.error(`cold queue unreachable: ${(error as Error).message}${more}`);
         sendJson(
           res,
           503,
@@ -124,8 +127,10 @@ function refuseFull(
   reason: string,
   full: QueueFull,
   headers: OutgoingHttpHeaders,
+  refusals: RepeatLog,
 ): void {
-  deps.log.error(`cold queue full: ${full.message}`);
+  const more = refusals.due('full');
+  if (more !== null) deps.log.error(`cold queue full: ${full.message}${more}`);
   deps.notifier.notify({ kind: 'queue_full', tenant: ctx.customerId || undefined, detail: full.message });
   const message = `${whyQueued(reason)}, and the Cold queue is full: try again later`;
   sendJson(res, 503, openAiError(message, 'upstream_error', null, 'cold_queue_full'), {

@@ -538,7 +538,7 @@ describe('Cold tier', () => {
       hot.always({ kind: 'status', status: 500 });
       warm.always({ kind: 'status', status: 500 });
       const breaker = { openMs: 400 }; // 30 s: the routes are probed again soon after the providers are back
-      const { url } = await up({ worker: false, breaker });
+      const { url, logs } = await up({ worker: false, breaker });
       const ids: string[] = [];
       let refused: Awaited<ReturnType<typeof chat>> | undefined;
       for (let i = 0; !refused && i < 200; i++) {
@@ -555,6 +555,9 @@ describe('Cold tier', () => {
       });
       expect(refused?.headers.get('retry-after')).toBe('30');
       await until(async () => posted.some((p) => p.text.startsWith('AI requests refused: the Cold queue is full')));
+      // Clients keep trying while it is full: a few error lines, not one per request refused.
+      for (let i = 0; i < 30; i++) expect((await chat(url, undefined, { 'x-time-to-answer-ms': '3000' })).status).toBe(503);
+      expect(logs.filter((l) => l.includes('cold queue full')).length).toBeLessThanOrEqual(2);
 
       hot.always({ kind: 'ok', content: 'back' });
       const worker = await up({ worker: true, breaker });

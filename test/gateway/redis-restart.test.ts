@@ -339,6 +339,24 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('requests that would be queued while Redis is away write a few error lines, not one each', async () => {
+    const lines: string[] = [];
+    const gw = await listenStack(env, { http: true, worker: false }, captureLogger(lines));
+    try {
+      await redis.stop();
+      hot.always({ kind: 'status', status: 500 });
+      for (let i = 0; i < 30; i++) {
+        const r = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '2000' });
+        expect(JSON.parse(r.text).error.code).toBe('cold_queue_unavailable');
+      }
+    } finally {
+      await gw.stop();
+    }
+    const unreachable = lines.filter((l) => l.includes('cold queue unreachable'));
+    expect(unreachable.length).toBeGreaterThanOrEqual(1);
+    expect(unreachable.length).toBeLessThanOrEqual(2);
+  });
+
   it('clients polling their jobs while Redis is away write a few warnings, not one per poll', async () => {
     const lines: string[] = [];
     const gw = await listenStack(env, { http: true, worker: false }, captureLogger(lines));

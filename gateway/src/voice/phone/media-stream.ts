@@ -47,7 +47,7 @@ export class MediaStreams {
   readonly live = new Map<string, CallSession>();
   /** Calls that had their stream here, for as long as their ticket could still be accepted. */
   private readonly streamed = new ExpiringMap<true>();
-  /** Refused handshakes: anyone can knock, so not a line each (refusal-log.ts). */
+  /** Refused handshakes: anyone can knock, so not a line each (repeat-log.ts). */
   private readonly refusals = new RepeatLog();
 
   constructor(
