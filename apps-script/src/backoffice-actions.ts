@@ -4,7 +4,7 @@
  * by the key, so a retry after a half-way failure finishes what is missing instead of doing it
  * again: the calendar event carries the key as a tag (and in its description), the recording is
  * `<call_id>.mp3`, rows carry the key. Calendar, Drive and UrlFetch run outside the script lock;
- * only sheet work takes it.
+ * only sheet work takes it (and the slot claim a booking holds while it checks and makes its event).
  */
 import { MeterRefusal } from '../../schema/meter-reply';
 import { configNumber, configText } from './config';
@@ -28,6 +28,10 @@ export const REQUIRED: Record<ActionName, string[]> = {
 };
 
 const EVENT_TAG = 'meter_idempotency_key';
+/** The script property holding the slots of bookings under way: [{key, start, end, at}] (ms). */
+const SLOT_CLAIMS = 'BOOKING_SLOT_CLAIMS';
+/** Apps Script stops a run after 6 minutes: a claim older than that is of an attempt no longer running. */
+const CLAIM_MS = 6 * 60_000;
 const VOICEMAIL_FOLDER_NAME = 'voicemail';
 const DAY_MS = 86_400_000;
 
@@ -76,6 +80,84 @@ function textOnce(c: Ctx, progress: Progress, to: string, body: string, alsoLock
 
 const bookingRef = (key: string) => `Booking ref: ${key}`;
 
+/** An event this key booked: tagged with it, or carrying its own `Booking ref:` line. */
+const keyedEvent = (key: string) => (e: CalendarEvent) =>
+  e.getTag(EVENT_TAG) === key || e.getDescription().split('\n').includes(bookingRef(key));
+
+type SlotClaim = { key: string; start: number; end: number; at: number };
+
+/** The claims still running (under the lock); an unreadable property counts as none. */
+function liveClaims(c: Ctx): SlotClaim[] {
+  let claims: unknown;
+  try {
+    claims = JSON.parse(c.svc.properties.getProperty(SLOT_CLAIMS) ?? '[]');
+  } catch {
+    return [];
+  }
+  const now = c.svc.now().getTime();
+  return Array.isArray(claims) ? (claims as SlotClaim[]).filter((cl) => cl && typeof cl.at === 'number' && now - cl.at < CLAIM_MS) : [];
+}
+
+function saveClaims(c: Ctx, claims: SlotClaim[]): void {
+  if (claims.length) c.svc.properties.setProperty(SLOT_CLAIMS, JSON.stringify(claims));
+  else c.svc.properties.deleteProperty(SLOT_CLAIMS);
+}
+
+/** The refusal of a slot taken: permanent, so the gateway hands it to the model at once, which offers another time. */
+function taken(c: Ctx, [dateArg, timeArg]: [string, string], tz: string, why: string): MeterRefusal {
+  return new MeterRefusal(
+    'invalid_argument',
+    `args.${timeArg}: ${arg(c.args, dateArg)} ${arg(c.args, timeArg)} is taken in ${tz} (${why}): offer the caller another time and book that`,
+  );
+}
+
+/** An event's time as the model is told it: HH:MM on the asked date, else with its date. */
+const around = (d: GoogleAppsScript.Base.Date, tz: string, date: string) => {
+  const stamp = localStamp(new Date(d.getTime()), tz);
+  return stamp.startsWith(`${date} `) ? stamp.slice(11) : stamp;
+};
+
+/**
+ * Holds the slot for this key while its event is made or moved, or refuses it as taken: by a
+ * booking under way (its claim) or by an event in the calendar other than `own`. The claim is
+ * taken under the script lock first, then the calendar read outside it: of two bookings of one
+ * slot at the same moment, the second to claim is refused, and one that claims after the first
+ * let go finds its event. Let go by `releaseSlot` once the event is in the calendar; left by an
+ * attempt that stopped half-way, it lapses after 6 minutes or is taken over by its retry.
+ */
+function claimSlot(
+  c: Ctx,
+  progress: Progress,
+  cal: Calendar,
+  slot: { start: Date; end: Date; tz: string },
+  args: [string, string],
+  own: (e: CalendarEvent) => boolean,
+): void {
+  const [start, end] = [slot.start.getTime(), slot.end.getTime()];
+  locked(c, progress, () => {
+    const claims = liveClaims(c).filter((cl) => cl.key !== c.key);
+    if (claims.some((cl) => cl.start < end && cl.end > start)) throw taken(c, args, slot.tz, 'another caller is booking it');
+    saveClaims(c, [...claims, { key: c.key, start, end, at: c.svc.now().getTime() }]);
+  });
+  const other = cal.getEvents(slot.start, slot.end).find((e) => !own(e));
+  if (!other) return;
+  locked(c, progress, () => releaseSlot(c));
+  const date = arg(c.args, args[0]);
+  throw taken(
+    c,
+    args,
+    slot.tz,
+    `another event from ${around(other.getStartTime(), slot.tz, date)} to ${around(other.getEndTime(), slot.tz, date)}`,
+  );
+}
+
+/** Lets go of this key's slot claim (under the lock). */
+function releaseSlot(c: Ctx): void {
+  const claims = liveClaims(c);
+  const rest = claims.filter((cl) => cl.key !== c.key);
+  if (rest.length !== claims.length) saveClaims(c, rest);
+}
+
 /**
  * Caller text for an event's description, which Google Calendar shows as HTML: `<` and `>` become
  * ‹ and › so no tag (a link, an image) or comment can start. `&` and apostrophes stay as typed: an
@@ -91,8 +173,7 @@ const inert = (text: string) => text.replace(/</g, '‹').replace(/>/g, '›');
  */
 function bookedEvent(cal: Calendar, progress: Progress, key: string, start: Date, end: Date): CalendarEvent | null {
   if (progress.booking_id) return cal.getEventById(progress.booking_id);
-  const mine = (e: CalendarEvent) => e.getTag(EVENT_TAG) === key || e.getDescription().split('\n').includes(bookingRef(key));
-  return cal.getEvents(start, end).find(mine) ?? null;
+  return cal.getEvents(start, end).find(keyedEvent(key)) ?? null;
 }
 
 /**
@@ -102,7 +183,10 @@ function bookedEvent(cal: Calendar, progress: Progress, key: string, start: Date
  */
 function firstRecorded(c: Ctx, progress: Progress, cal: Calendar, made: CalendarEvent): CalendarEvent {
   const mine = made.getId();
-  const recorded = locked(c, progress, () => (progress.booking_id = progress.booking_id || mine));
+  const recorded = locked(c, progress, () => {
+    releaseSlot(c); // the event is in the calendar now: a later booking of the slot finds it
+    return (progress.booking_id = progress.booking_id || mine);
+  });
   if (recorded === mine) return made;
   const kept = cal.getEventById(recorded);
   if (!kept) return made; // the recorded one is gone (deleted by hand): this one stands
@@ -111,13 +195,15 @@ function firstRecorded(c: Ctx, progress: Progress, cal: Calendar, made: Calendar
 }
 
 function bookSlot(c: Ctx): Steps {
-  const { tz, start, end, notPast } = slot(c, 'date', 'time');
+  const asked = slot(c, 'date', 'time');
+  const { tz, start, end, notPast } = asked;
   const [name, service, phone, location] = ['name', 'service', 'phone', 'location'].map((n) => arg(c.args, n));
   const cal = calendar(c);
   return (progress) => {
     let event = bookedEvent(cal, progress, c.key, start, end);
     if (!event) {
       notPast();
+      claimSlot(c, progress, cal, asked, ['date', 'time'], keyedEvent(c.key));
       const description = [inert(arg(c.args, 'notes')), `Phone: ${inert(phone)}`, `Call: ${c.callId}`, bookingRef(c.key)].filter(Boolean);
       event = cal.createEvent(`${service} – ${name}`, start, end, { location, description: description.join('\n') });
       event.setTag(EVENT_TAG, c.key);
@@ -149,7 +235,8 @@ function bookedPhone(c: Ctx, bookingId: string): string {
 }
 
 function rescheduleSlot(c: Ctx): Steps {
-  const { tz, start, end, notPast } = slot(c, 'new_date', 'new_time');
+  const asked = slot(c, 'new_date', 'new_time');
+  const { tz, start, end, notPast } = asked;
   const bookingId = arg(c.args, 'booking_id');
   const cal = calendar(c);
   return (progress) => {
@@ -157,10 +244,11 @@ function rescheduleSlot(c: Ctx): Steps {
     if (!event) throw new MeterRefusal('invalid_argument', `args.booking_id: no booking with id "${bookingId}"`);
     if (!progress.moved) {
       notPast();
+      claimSlot(c, progress, cal, asked, ['new_date', 'new_time'], (e) => e.getId() === event.getId());
       event.setTime(start, end);
       // Saved at once: a retry after another reschedule of this booking must not move it back.
       progress.moved = 'yes';
-      locked(c, progress, () => undefined);
+      locked(c, progress, () => releaseSlot(c));
     }
     // The template's reschedule_slot declares no phone: the text goes to the one the booking was made with.
     const phone = arg(c.args, 'phone') || locked(c, progress, () => bookedPhone(c, bookingId));

@@ -19,7 +19,8 @@
  * Every argument is checked before anything is written; a missing one, an object or a list (an
  * argument is text; a number or true/false is taken as text), one over 10,000 characters, or a
  * date or time that does not parse, is refused naming the argument; a slot that
- * has already begun is refused before the event is made or moved (backoffice-actions.ts).
+ * has already begun, or that overlaps another event in the calendar, is refused before the event
+ * is made or moved (backoffice-actions.ts).
  */
 import { ID_PATTERN, ID_RULE } from '../../schema/ids';
 import { MeterRefusal } from '../../schema/meter-reply';

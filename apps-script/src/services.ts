@@ -156,7 +156,10 @@ interface Drive {
   >;
 }
 
-export interface CalendarEvent extends Pick<GCalendarEvent, 'getId' | 'getTag' | 'getDescription' | 'deleteEvent'> {
+export interface CalendarEvent extends Pick<
+  GCalendarEvent,
+  'getId' | 'getTag' | 'getDescription' | 'deleteEvent' | 'getStartTime' | 'getEndTime'
+> {
   setTime: Returning<GCalendarEvent, 'setTime', CalendarEvent>;
   setTag: Returning<GCalendarEvent, 'setTag', CalendarEvent>;
 }

@@ -232,6 +232,14 @@ export class FakeCalendarEvent {
     this.calls.count('CalendarEvent.getTag');
     return this.tags.get(key) ?? '';
   }
+  getStartTime() {
+    this.calls.count('CalendarEvent.getStartTime');
+    return new Date(this.start.getTime());
+  }
+  getEndTime() {
+    this.calls.count('CalendarEvent.getEndTime');
+    return new Date(this.end.getTime());
+  }
   deleteEvent() {
     this.calls.count('CalendarEvent.deleteEvent');
     this.deleted = true;
