@@ -94,10 +94,16 @@ export function finish(
   });
 }
 
-/** Adds or updates the contact with this phone (call under the lock). */
+/**
+ * Adds or updates the contact with this phone (call under the lock). A phone with no digit in it
+ * (the phone bridge's `unknown` for a withheld number, a model's "withheld") names nobody: such
+ * callers are not one person, so no contact is made for them (their task, lead or booking keeps
+ * the call's details and its call_id), rather than one row each caller overwrites.
+ */
 export function upsertContact(c: Ctx, fields: { name?: string; email?: string; intent: string; transcript?: string }): void {
-  const sheet = tab(c.svc.spreadsheet, CONTACTS);
   const phone = arg(c.args, 'phone');
+  if (!/[0-9]/.test(phone)) return;
+  const sheet = tab(c.svc.spreadsheet, CONTACTS);
   const optedOut = declinedConsent(c.args);
   const row = findRow(sheet, columnIn(CONTACTS, 'phone'), phone);
   const at = c.now.toISOString();
