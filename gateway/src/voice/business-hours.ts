@@ -65,3 +65,24 @@ export function isOpen(windows: Window[], at: Date, timeZone: string): boolean {
   const { day, minutes: m } = localTime(at, timeZone);
   return windows.some((w) => w.day === day && m >= w.from && m < w.to);
 }
+
+/** The date and time arguments of the back office's actions that make or move a booking. */
+const SLOT_ARGS: Record<string, [string, string]> = { book_slot: ['date', 'time'], reschedule_slot: ['new_date', 'new_time'] };
+
+/**
+ * The refusal of a booking (or a move) whose local start time falls outside the business hours,
+ * or null: another function, or a date or time that does not parse (the back office refuses it,
+ * naming it). A date's weekday does not depend on the time zone; the time is the business's.
+ */
+export function slotOutsideHours(hours: string, timeZone: string, fn: string, args: Record<string, unknown>): string | null {
+  const names = SLOT_ARGS[fn];
+  const parsed = parseBusinessHours(hours);
+  if (!names || !parsed.ok) return null;
+  const [date, time] = names.map((n) => (typeof args[n] === 'string' ? (args[n] as string).trim() : ''));
+  const d = /^(\d{4})-(\d{2})-(\d{2})$/.exec(date);
+  const at = minutes(time);
+  if (!d || !(at < 24 * 60)) return null;
+  const day = new Date(Date.UTC(Number(d[1]), Number(d[2]) - 1, Number(d[3]))).getUTCDay();
+  if (parsed.windows.some((w) => w.day === day && at >= w.from && at < w.to)) return null;
+  return `args.${names[1]}: ${date} ${time} is outside business hours (${hours}, ${timeZone}): offer the caller a time within them`;
+}

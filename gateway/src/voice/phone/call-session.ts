@@ -25,6 +25,7 @@
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
 import { AssistantTranscript } from './assistant-transcript';
+import { slotOutsideHours } from '../business-hours';
 import { CallActions } from './call-actions';
 import { CallerTranscript } from './caller-transcript';
 import { ConsentGate } from './consent';
@@ -142,6 +143,7 @@ export class CallSession {
       dialTarget: (name) => config.functions.some((f) => f.name === name && f.dial),
       declaredArgs: (name) => config.functions.find((f) => f.name === name)?.args,
       enrich: (fn, result) => this.pricing.handle(fn, result),
+      refuse: (fn, args) => slotOutsideHours(config.meta.business_hours_local, config.meta.timezone, fn, args),
       onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndReason) : 'transfer'),
       log,
     });

@@ -8,7 +8,8 @@
  * session to transfer the call. The same call_id announced twice is started once (one output for it).
  * Only the arguments the function declares are passed on: the realtime API does not hold the model
  * to its tools' schemas, and a caller can talk it into others the target acts on (a `recording_url`
- * for the back office to fetch, an `opted_out`).
+ * for the back office to fetch, an `opted_out`). A booking or move for a time outside business hours
+ * is refused to the model without calling the target (`refuse`), so it offers a time they are open.
  */
 import type { Workflow, WorkflowAnswer } from '../workflow';
 
@@ -56,6 +57,8 @@ export class FunctionCalls {
       /** The arguments a function declares (concierge.json), or undefined for a function it does not have. */
       declaredArgs: (name: string) => readonly string[] | undefined;
       onDial: (fn: string, args: Record<string, unknown>) => void;
+      /** Why a call is refused before it reaches its target (a booking outside business hours), or null. */
+      refuse?: (fn: string, args: Record<string, unknown>) => string | null;
       /** What the model is given for a function's result (the pricing deflection adds to it). */
       enrich?: (fn: string, result: unknown) => Promise<unknown>;
       log: { warn: (m: string) => void };
@@ -126,6 +129,8 @@ export class FunctionCalls {
       this.deps.onDial(ev.name, args as Record<string, unknown>);
       return null;
     }
+    const refused = this.deps.refuse?.(ev.name, args as Record<string, unknown>);
+    if (refused) return this.output(ev, { ok: false, error: refused });
     try {
       const answer: WorkflowAnswer = await this.deps.workflow.called({
         function: ev.name,

@@ -85,7 +85,8 @@ function dateLine(c: Concierge, now: Date): string {
   return (
     `It is now ${localNow(now, c.meta.timezone)} where the business is (${c.meta.timezone}). ` +
     'Work out the dates the caller says ("tomorrow", "next Tuesday") from that, and say the date back with its day. ' +
-    'Give a function dates as YYYY-MM-DD and times as HH:MM (24-hour), in that time zone.'
+    'Give a function dates as YYYY-MM-DD and times as HH:MM (24-hour), in that time zone. ' +
+    `The business is open ${c.meta.business_hours_local} (${c.meta.timezone}): book and move appointments only to times it is open.`
   );
 }
 
