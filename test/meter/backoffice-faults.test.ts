@@ -83,14 +83,18 @@ describe('a back-office action that fails half-way', () => {
     expect(texts()).toHaveLength(1);
   });
 
-  it('book_slot: the Properties service fails once the text is claimed; the text still goes out, once, and is recorded sent', () => {
+  it('book_slot: the Properties service fails as the text is claimed (its credentials read); the retry sends it once, recorded sent', () => {
     const { platform, act, texts } = backOffice({ twilio: true });
-    let saves = 0; // the key's record, the slot claimed, the booking, then the text claimed as sending
+    let saves = 0; // the key's record, the slot claimed, then the booking recorded
     platform.calls.failAfter(
-      (name, tab) => name === 'Range.setValues' && tab === 'idempotency' && ++saves === 4,
+      (name, tab) => name === 'Range.setValues' && tab === 'idempotency' && ++saves === 3,
       (name) => name === 'Properties.getProperty',
       'Service Properties failed',
     );
+    const first = act('book_slot', booking());
+    expect(platform.calls.pendingFaults()).toBe(0); // the fault fired
+    expect(first).toMatchObject({ ok: false, code: 'internal' });
+    expect(texts()).toHaveLength(0);
     expect(act('book_slot', booking())).toMatchObject({ ok: true, text: 'sent' });
     expect(texts()).toHaveLength(1);
   });
