@@ -16,6 +16,7 @@ import { sendBody, sendJson } from './http-io';
 import type { FlagStore } from './flags';
 import { clientKeyOf } from './key-guard';
 import type { Notifier } from './notify';
+import { NONE_CALLED } from './outcome';
 import type { ColdFallback, QueueReason } from './pipeline';
 import type { RequestContext } from './request-context';
 import { routeHeaders } from './route-headers';
@@ -83,7 +84,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
       const headers = routeHeaders('cold', 'queue', ctx.body.model, why.attempts);
       if (!deps.flags.get().enable_cold_queue) {
         const error = openAiError(
-          `${whyQueued(why.reason)}, and the Cold queue is switched off (enable_cold_queue)`,
+          `${whyQueued(why)}, and the Cold queue is switched off (enable_cold_queue)`,
           'upstream_error',
           null,
           'cold_queue_disabled',
@@ -95,11 +96,11 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         const payload = coldPayload(ctx, why.reason, why.reviewRequired);
         const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs }).then((job) => told(deps, ctx, why, job));
         const { jobId } = await within(enqueued, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
-        sendQueued(res, ctx, jobId, why.reason, headers);
+        sendQueued(res, ctx, jobId, why, headers);
         return true;
       } catch (error) {
         if (error instanceof QueueFull) {
-          refuseFull(deps, ctx, res, why.reason, error, headers, refusals);
+          refuseFull(deps, ctx, res, why, error, headers, refusals);
           return false;
         }
         const more = refusals.due('unreachable');
@@ -107,7 +108,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         sendJson(
           res,
           503,
-          openAiError(`${whyQueued(why.reason)}, and the Cold queue is unreachable`, 'upstream_error', null, 'cold_queue_unavailable'),
+          openAiError(`${whyQueued(why)}, and the Cold queue is unreachable`, 'upstream_error', null, 'cold_queue_unavailable'),
           { ...headers, 'retry-after': '1' },
         );
         return false;
@@ -124,7 +125,7 @@ function refuseFull(
   deps: ColdTierDeps,
   ctx: RequestContext,
   res: ServerResponse,
-  reason: string,
+  why: QueueReason,
   full: QueueFull,
   headers: OutgoingHttpHeaders,
   refusals: RepeatLog,
@@ -132,7 +133,7 @@ function refuseFull(
   const more = refusals.due('full');
   if (more !== null) deps.log.error(`cold queue full: ${full.message}${more}`);
   deps.notifier.notify({ kind: 'queue_full', tenant: ctx.customerId || undefined, detail: full.message });
-  const message = `${whyQueued(reason)}, and the Cold queue is full: try again later`;
+  const message = `${whyQueued(why)}, and the Cold queue is full: try again later`;
   sendJson(res, 503, openAiError(message, 'upstream_error', null, 'cold_queue_full'), {
     ...headers,
     'retry-after': String(FULL_RETRY_S),
@@ -141,12 +142,14 @@ function refuseFull(
 
 /**
  * Why a request went to the Cold tier, as its client is told: spend-cap routing queues requests no
- * route failed, and "no route answered" sent their readers looking for an outage.
+ * route failed, and "no route answered" sent their readers looking for an outage; so did a request
+ * no route was even called for (the operator's switches).
  */
-function whyQueued(reason: string): string {
+function whyQueued({ reason, switchedOff }: Pick<QueueReason, 'reason' | 'switchedOff'>): string {
   if (reason === 'queue') return 'a spend cap is exceeded and the request may wait (x-must-have-answer: false)';
   if (reason === 'human_review') return 'a spend cap is exceeded: a person reviews the request first';
-  return reason === 'time_to_answer' ? 'no route answered in time' : 'no route answered';
+  if (reason === 'time_to_answer') return 'no route answered in time';
+  return switchedOff ? NONE_CALLED : 'no route answered';
 }
 
 /**
@@ -157,10 +160,10 @@ function whyQueued(reason: string): string {
  * `error` event (`type`, `code`, `message`, `sequence_number`), which clients that read the
  * stream by event type (as OpenAI's docs show) act on, and ignore when it has none.
  */
-function sendQueued(res: ServerResponse, ctx: RequestContext, jobId: string, reason: string, headers: OutgoingHttpHeaders): void {
+function sendQueued(res: ServerResponse, ctx: RequestContext, jobId: string, why: QueueReason, headers: OutgoingHttpHeaders): void {
   const queued = { status: 'queued', jobId };
   if (!ctx.stream) return sendJson(res, 202, queued, headers);
-  const message = `${whyQueued(reason)}; queued as job ${jobId}; GET /v1/jobs/${jobId} has its answer once done`;
+  const message = `${whyQueued(why)}; queued as job ${jobId}; GET /v1/jobs/${jobId} has its answer once done`;
   const error = openAiError(message, 'upstream_error', null, 'queued');
   const event =
     ctx.api === 'responses'

@@ -210,6 +210,7 @@ export class Failover {
   async route(ctx: RequestContext, deadline: Deadline, options: RouteOptions): Promise<Outcome> {
     let attempts = options.priorAttempts ?? 0;
     let lastError: string | null = null;
+    let breakerSkipped = false;
     const planner = new CallPlanner(ctx);
     const set = options.set ?? this.set;
     const of: AttemptOf = { keyFor: set.keyFor, signal: options.signal };
@@ -225,7 +226,10 @@ export class Failover {
         // listed (while an earlier route or attempt was under way) holds from now on.
         if (options.skip?.(route) || !this.allowedNow(route, options)) break;
         const ticket = route.breaker.tryAcquire();
-        if (!ticket) break; // open (or a probe already in flight): skipped without a call
+        if (!ticket) {
+          breakerSkipped = true; // open (or a probe already in flight): skipped without a call
+          break;
+        }
         attempts++;
         const started = this.now();
         const result = await route.breaker.run(
@@ -276,7 +280,8 @@ export class Failover {
     }
     // The routes ran out; if the time did too, that is what the client is told (504, not 503).
     const timeUp = attempts > 0 && deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS;
-    return { kind: 'exhausted', attempts, reason: timeUp ? 'time_to_answer' : 'all_failed', lastError };
+    const switchedOff = attempts === (options.priorAttempts ?? 0) && !breakerSkipped;
+    return { kind: 'exhausted', attempts, reason: timeUp ? 'time_to_answer' : 'all_failed', lastError, switchedOff };
   }
 
   /** Whether the flags in force now (not those the request started with) let this call go. */

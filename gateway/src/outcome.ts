@@ -99,6 +99,13 @@ export interface ClientError {
   api: ApiKind;
 }
 
+/**
+ * What a client is told when every route was switched off (`Exhausted.switchedOff`): no outage of
+ * the providers to look for, where "no route answered" said there was.
+ */
+export const NONE_CALLED =
+  'no route could be called (each is switched off: the budget pause, a killed model, warm fallback off, or its token budget)';
+
 /** No route answered: every one failed or was skipped, or the time-to-answer ran out. */
 export interface Exhausted {
   kind: 'exhausted';
@@ -106,6 +113,8 @@ export interface Exhausted {
   /** `client_closed`: our client went away; nobody waits for an answer, so nothing is queued for it. */
   reason: 'all_failed' | 'time_to_answer' | 'client_closed';
   lastError: string | null;
+  /** No route was called, nor skipped for an open breaker: every one is switched off (NONE_CALLED). */
+  switchedOff?: boolean;
   /** `client_closed` after the provider received the call: the estimate of its usage it was metered with. */
   estimate?: Usage;
 }

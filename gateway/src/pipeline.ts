@@ -18,7 +18,7 @@ import type { FlagStore } from './flags';
 import { sendBody, sendJson } from './http-io';
 import { parseJson } from './json-object';
 import type { GatewayMetrics } from './metrics';
-import type { Answer, Exhausted, Outcome } from './outcome';
+import { NONE_CALLED, type Answer, type Exhausted, type Outcome } from './outcome';
 import type { Usage } from './providers/adapter';
 import type { RequestContext } from './request-context';
 import type { Route } from './route';
@@ -37,6 +37,8 @@ export interface QueueReason {
   timeLeftMs: number;
   delayMs?: number;
   reviewRequired?: boolean;
+  /** Every route was switched off (Exhausted.switchedOff). */
+  switchedOff?: boolean;
 }
 
 /** The Cold tier as the pipeline sees it: queue the request and answer the client (202, or 503). */
@@ -241,7 +243,7 @@ export class Pipeline {
       return;
     }
     this.deps.metrics.countRequest('cold', 'fallback');
-    const why = { reason: outcome.reason, attempts: outcome.attempts, timeLeftMs: deadline.remaining() };
+    const why = { reason: outcome.reason, attempts: outcome.attempts, timeLeftMs: deadline.remaining(), switchedOff: outcome.switchedOff };
     if (this.deps.cold) {
       await this.deps.cold.queue(ctx, res, why);
       return;
@@ -249,7 +251,9 @@ export class Pipeline {
     const timeUp = outcome.reason === 'time_to_answer';
     const message = timeUp
       ? 'no route answered within the time-to-answer'
-      : `no route answered (${outcome.lastError ?? 'all routes skipped'})`;
+      : outcome.switchedOff
+        ? NONE_CALLED
+        : `no route answered (${outcome.lastError ?? 'all routes skipped'})`;
     const error = openAiError(message, 'upstream_error', null, timeUp ? 'time_to_answer' : 'all_routes_failed');
     sendJson(res, timeUp ? 504 : 503, error, routeHeaders('cold', 'none', 'none', outcome.attempts));
   }

@@ -565,6 +565,20 @@ describe('Cold tier', () => {
     },
   );
 
+  it('every model switched off: the client is told no route could be called, not that none answered (no outage to look for)', async () => {
+    const { url, stack } = await up({ worker: false });
+    await stack.flags.update({ killed_models: ['gpt-4o-mini', 'claude-3-5-haiku-latest'] });
+    const streamed = await chat(url, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(streamed.status).toBe(202);
+    const message: string = JSON.parse(streamed.text.replace(/^data: /, '')).error.message;
+    expect(message).toMatch(/^no route could be called \(/);
+    await stack.flags.update({ enable_cold_queue: false });
+    const refused = await chat(url);
+    expect([refused.status, refused.json().error.code]).toEqual([503, 'cold_queue_disabled']);
+    expect(refused.json().error.message).toMatch(/^no route could be called \(/);
+    expect(hot.received.length + warm.received.length).toBe(0);
+  });
+
   it('enable_cold_queue off answers 503 with a clear error', async () => {
     const { url, stack } = await up({ worker: false });
     await stack.flags.update({ enable_cold_queue: false });
