@@ -14,6 +14,8 @@ import {
   KEEP_COMPLETED_S,
   KEEP_DEAD,
   KEEP_DEAD_S,
+  QueueFull,
+  mb,
   nextDeferral,
   type ColdPayload,
   type ColdQueue,
@@ -49,7 +51,16 @@ interface MemoryJob {
   finishedAt: number | null;
   /** Order of dead-lettering: the list shows the newest first, as BullMQ's does. */
   deadSeq: number;
+  /** The request's bytes it holds (0 once answered: its body is dropped). */
+  bytes: number;
 }
+
+/**
+ * The request bytes the in-process queue holds, past which new jobs are refused (QueueFull: 503
+ * `cold_queue_full`), as the Redis queue refuses them near its Redis's maxmemory: a long outage
+ * queued every request with its body (up to 20 MB each) until the process ran out of memory.
+ */
+const MAX_HELD_BYTES = 256 * 1024 * 1024;
 
 /**
  * The in-process stand-in: the same states, attempts, backoff, counts and lists as BullMQ shows
@@ -64,14 +75,24 @@ export class MemoryColdQueue implements ColdQueue {
   private deadSeq = 0;
   /** Completed and dead-lettered ids, oldest first: the count bounds drop from the front. */
   private readonly finished = { completed: new Set<string>(), dead: new Set<string>() };
-  constructor(private readonly options: QueueOptions = {}) {
+  /** The request bytes held by jobs not answered (waiting, running, retrying, dead-lettered). */
+  private held = 0;
+  private readonly maxBytes: number;
+  /** `maxBytes`: MAX_HELD_BYTES unless said (for tests). */
+  constructor(private readonly options: QueueOptions & { maxBytes?: number } = {}) {
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
+    this.maxBytes = options.maxBytes ?? MAX_HELD_BYTES;
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload);
     if (this.jobs.has(jobId)) return { jobId, created: false };
+    const bytes = Buffer.byteLength(JSON.stringify(payload.body));
+    if (this.held + bytes > this.maxBytes)
+      throw new QueueFull(`the in-process queue holds ${mb(this.held)} of requests, its limit ${mb(this.maxBytes)}`);
+    this.held += bytes;
     const delay = options.delayMs ?? 0;
     this.jobs.set(jobId, {
+      bytes,
       payload,
       state: delay ? 'delayed' : 'waiting',
       attemptsMade: 0,
@@ -146,7 +167,8 @@ export class MemoryColdQueue implements ColdQueue {
 
   private completed(id: string, job: MemoryJob, result: unknown): void {
     const payload = answered(job.payload);
-    Object.assign(job, { state: 'completed', payload, result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1 });
+    this.held -= job.bytes;
+    Object.assign(job, { state: 'completed', payload, result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1, bytes: 0 });
     this.bound(id, this.finished.completed, this.options.keepCompleted ?? KEEP_COMPLETED, KEEP_COMPLETED_S);
   }
 
@@ -158,6 +180,7 @@ export class MemoryColdQueue implements ColdQueue {
       const j = this.jobs.get(old);
       if (ids.size <= count && j && j.finishedAt! >= oldest) break;
       ids.delete(old);
+      this.held -= j?.bytes ?? 0;
       this.jobs.delete(old);
     }
   }

@@ -21,6 +21,7 @@ import {
   nextDeferral,
   QUEUE_NAME,
   QueueFull,
+  mb,
   type ColdPayload,
   type ColdQueue,
   type Deferral,
@@ -46,8 +47,6 @@ function memoryOf(info: string): { used: number; max: number } {
   const field = (name: string) => Number(new RegExp(`^${name}:(\\d+)`, 'm').exec(info)?.[1] ?? 0);
   return { used: field('used_memory'), max: field('maxmemory') };
 }
-
-const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
 
 /** How long the mark of a job's creation is kept (enqueue): far longer than two instances racing. */
 const CREATED_MARK_MS = 60_000;

@@ -42,6 +42,9 @@ export const KEEP_DEAD = 10_000;
  * drain (running a job writes its claim and answer, refused once Redis is full), and took every
  * other use of that Redis with it.
  */
+/** A size in bytes as the queues' refusals say it. */
+export const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
+
 export class QueueFull extends Error {
   constructor(message: string) {
     super(message);

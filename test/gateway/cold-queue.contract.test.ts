@@ -373,3 +373,20 @@ describe('what a completed job keeps', () => {
     expect(grown).toBeLessThan(30); // 100 MB of prompts, none kept
   });
 });
+
+describe('the in-process queue is bounded', () => {
+  it('past its limit of held request bytes a new job is refused as full (503 cold_queue_full); room comes back as jobs are answered', async () => {
+    const queue = new MemoryColdQueue({ backoffMs: 20, maxBytes: 64 * 1024 });
+    const big = (key: string) => {
+      const p = payload(key);
+      (p.body.messages as Array<{ content: string }>)[0].content = 'x'.repeat(20 * 1024);
+      return p;
+    };
+    for (const key of ['a', 'b', 'c']) await queue.enqueue(big(key));
+    await expect(queue.enqueue(big('d'))).rejects.toMatchObject({ name: 'QueueFull' });
+    expect(await queue.enqueue(big('a'))).toMatchObject({ created: false }); // a repeat still finds its job
+    cleanup.push(queue.work(async () => 'answered').close);
+    await until(async () => (await queue.counts()).completed === 3);
+    expect(await queue.enqueue(big('d'))).toMatchObject({ created: true });
+  });
+});
