@@ -7,10 +7,20 @@ import type { RequestPath } from './request-path';
 import type { Scopes } from './scopes';
 import { NoAnswer, within } from './within';
 
+/**
+ * A kill list is read on every request (a model name looked up in it) and logged when a name
+ * matches nothing: at most this many names, each at most a meter event's model (1,000 characters);
+ * a name given twice is kept once.
+ */
+const MAX_KILLED = 1000;
 const FlagsChange = z.strictObject({
   enable_warm_fallback: z.boolean().optional(),
   enable_cold_queue: z.boolean().optional(),
-  killed_models: z.array(z.string().min(1)).optional(),
+  killed_models: z
+    .array(z.string().min(1).max(1000))
+    .max(MAX_KILLED, { error: `expected at most ${MAX_KILLED} names` })
+    .transform((names) => [...new Set(names)])
+    .optional(),
 });
 
 export interface OperatorDeps {

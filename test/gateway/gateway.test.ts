@@ -265,6 +265,26 @@ describe('failover', () => {
     const exact = await put({ killed_models: ['claude-3-5-haiku-latest'] });
     expect(exact.body).not.toHaveProperty('unmatched_killed_models');
   });
+
+  it('a kill list is kept once per name and bounded: a name twice is one, too many names or one too long is a 400 naming it, and nothing changes', async () => {
+    gw = await startGateway(all());
+    const put = (body: unknown) =>
+      fetch(`${gw!.url}/admin/flags`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` },
+        body: JSON.stringify(body),
+      }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, any> }));
+    const twice = await put({ killed_models: ['claude-3-5-haiku-latest', 'claude-3-5-haiku-latest'] });
+    expect(twice.body.killed_models).toEqual(['claude-3-5-haiku-latest']);
+    const many = await put({ killed_models: Array.from({ length: 1001 }, (_, i) => `model-${i}`) });
+    expect([many.status, many.body.error]).toEqual([400, 'killed_models: expected at most 1000 names']);
+    const long = await put({ killed_models: ['x'.repeat(1001)] });
+    expect(long.status).toBe(400);
+    expect(long.body.error).toMatch(/^killed_models\.0: /);
+    expect(
+      ((await (await fetch(`${gw.url}/admin/flags`, { headers: { authorization: `Bearer ${ADMIN}` } })).json()) as any).killed_models,
+    ).toEqual(['claude-3-5-haiku-latest']);
+  });
 });
 
 describe('a client that goes away', () => {
