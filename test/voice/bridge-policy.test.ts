@@ -84,6 +84,58 @@ describe('phone bridge: the policy on real events', () => {
     expect(end.record!.est_audio_cost_usd).toBeGreaterThanOrEqual(0.35);
   });
 
+  it('one long answer cannot run far past the per-call cap: its output stops at what is left of the budget, then the closing line', async () => {
+    const cap = 0.002; // audio in 10, out 20 USD per million tokens: 100 output tokens, 5 s of audio
+    s = await bridgeStack((c) => {
+      c.spend_guard.per_call_usd_cap = cap;
+    });
+    // A caller who asks for something long: 20 s of audio (400 tokens, 0.008 USD), four times the cap.
+    s.realtime.brain = brain({ turns: [{ audio: assistantAudio(20_000), transcript: 'Here is the whole price list, '.repeat(20) }] });
+    const { call, conn } = await answered(s, 'CA0106');
+    const done: any[] = [];
+    conn.on('server', (e: any) => void (e.type === 'response.done' && done.push(e.response)));
+    while ((await s.voice.get('CA0106'))!.state.turns < 1) await new Promise((r) => setTimeout(r, 20));
+    const before = (await s.voice.get('CA0106'))!.state.estUsd; // the greeting's cost: what is left is cap - before
+    speak(call);
+    const u = await update(s, 'CA0106');
+    expect(u.form).toEqual({ Status: 'completed' });
+    const end = await s.endOf('CA0106');
+    expect(end.record).toMatchObject({ ended_reason: 'per_call_cap' });
+    const answer = done[0];
+    // The answer's output is bounded by the budget left when it began, to one token.
+    const outUsd = (answer.usage.output_token_details.audio_tokens * 20) / 1e6;
+    expect(outUsd).toBeLessThanOrEqual(cap - before + 20 / 1e6 + 1e-9);
+    expect(answer).toMatchObject({ status: 'incomplete', status_details: { reason: 'max_output_tokens' } });
+    // The call's cost at the disconnect: the cap, passed by no more than that answer's input and a token.
+    const inUsd = (answer.usage.input_token_details.audio_tokens * 10) / 1e6;
+    expect(end.estUsd_at_disconnect).toBeLessThanOrEqual(cap + inUsd + 20 / 1e6 + 0.0002);
+    // The caller then hears the whole closing line: it is not held to the spent budget.
+    const closing = done.find((r) => r.metadata?.bridge === 'closing');
+    expect(closing).toMatchObject({ status: 'completed' });
+  });
+
+  it('a session opened after a reconnect is held to what is left of the budget too, not to the whole cap', async () => {
+    const cap = 0.002; // out 20 USD per million tokens: 100 output tokens
+    s = await bridgeStack((c) => {
+      c.spend_guard.per_call_usd_cap = cap;
+    });
+    s.realtime.brain = brain({
+      greeting: { audio: assistantAudio(300), usage: { output_token_details: { audio_tokens: 60 } } }, // 0.0012 USD
+      turns: [{ audio: assistantAudio(20_000), transcript: 'A very long answer.' }],
+    });
+    const { call, conn } = await answered(s, 'CA0107');
+    while ((await s.voice.get('CA0107'))!.state.turns < 1) await new Promise((r) => setTimeout(r, 20));
+    const before = (await s.voice.get('CA0107'))!.state.estUsd;
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(again, 'session.update');
+    speak(call);
+    const answer = (await serverEvent(again, 'response.done')).response;
+    expect(answer.usage.output_token_details.audio_tokens).toBeLessThanOrEqual(Math.ceil(((cap - before) * 1e6) / 20));
+    const end = await s.endOf('CA0107');
+    expect(end.record).toMatchObject({ ended_reason: 'per_call_cap' });
+  });
+
   it('answers that report no usage still count toward the per-call cap (their audio, as measured), after one that did', async () => {
     s = await bridgeStack((c) => {
       c.spend_guard.per_call_usd_cap = 0.0004; // audio in 10, out 20 USD per million tokens
@@ -156,7 +208,8 @@ describe('phone bridge: the policy on real events', () => {
     await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
     for (let turn = 0; turn < 2; turn++) {
       speak(call, 400);
-      await serverEvent(conn, 'response.done');
+      // Past the cap the answers are not cut short: they are said whole.
+      expect((await serverEvent(conn, 'response.done')).response.status).toBe('completed');
     }
     call.hangUp();
     const end = await s.endOf('CA0103');

@@ -3,7 +3,8 @@
 // checks and applies `session.update` (GA shape only), runs a server VAD on the µ-law it is sent
 // (speech_started / speech_stopped with the session's silence duration, committed, item created,
 // then the transcription with log-probabilities and its usage, or its failure, maybe after the answer), creates responses (audio and transcript deltas,
-// transcript, function calls, `response.done` with usage and each answer's transcript), cancels a
+// transcript, function calls, `response.done` with usage and each answer's transcript; a response
+// stops at `max_output_tokens`, the response's or the session's, and ends `incomplete`), cancels a
 // response the caller talks over, keeps the conversation's items (refusing, as the API does, a
 // function_call_output whose function_call is not among them), and records every client event for
 // the tests to check. What the "model" says is the test's `brain`; events it `lose`s never arrive.
@@ -36,6 +37,8 @@ export interface BrainContext {
   heard?: string;
   /** The client's `response.metadata` (for `create`), echoed in the response's events. */
   metadata?: Record<string, string> | null;
+  /** The client's `response.max_output_tokens` (for `create`): it overrides the session's. */
+  maxOutputTokens?: number | 'inf';
 }
 
 export interface Heard {
@@ -120,7 +123,12 @@ export class RtConn extends EventEmitter {
       case 'input_audio_buffer.append':
         return this.audio(Buffer.from(e.audio, 'base64'));
       case 'response.create':
-        return void this.respond({ trigger: 'create', instructions: e.response?.instructions, metadata: e.response?.metadata ?? null });
+        return void this.respond({
+          trigger: 'create',
+          instructions: e.response?.instructions,
+          metadata: e.response?.metadata ?? null,
+          maxOutputTokens: e.response?.max_output_tokens,
+        });
       case 'response.cancel':
         if (this.active) this.active.cancelled = true;
         else
@@ -168,6 +176,7 @@ export class RtConn extends EventEmitter {
         error: { type: 'invalid_request_error', code: 'invalid_value', message: 'expected the GA session shape' },
       });
     }
+    if (!validLimit(s.max_output_tokens)) return this.send(badLimit(s.max_output_tokens));
     this.session = s;
     this.send({ type: 'session.updated', session: s });
   }
@@ -254,8 +263,11 @@ export class RtConn extends EventEmitter {
         error: { type: 'invalid_request_error', code: 'conversation_already_has_active_response', message: 'busy' },
       });
     }
-    const reply = this.peer.brain({ conn: this, ...ctx });
-    if (!reply) return;
+    if (!validLimit(ctx.maxOutputTokens)) return this.send(badLimit(ctx.maxOutputTokens));
+    const said = this.peer.brain({ conn: this, ...ctx });
+    if (!said) return;
+    const limit = ctx.maxOutputTokens ?? this.session?.max_output_tokens ?? 'inf';
+    const { reply, cut } = outputLimited(said, limit);
     const id = `resp_${++this.seq}`;
     const me = { id, cancelled: false };
     this.active = me;
@@ -273,8 +285,9 @@ export class RtConn extends EventEmitter {
     };
     const usage = reply.usage === undefined ? measured : reply.usage;
     if (this.active === me) this.active = null;
-    const status = me.cancelled ? 'cancelled' : 'completed';
-    this.send({ type: 'response.done', response: { id, object: 'realtime.response', status, output, usage, metadata } });
+    const status = me.cancelled ? 'cancelled' : cut ? 'incomplete' : 'completed';
+    const details = cut && !me.cancelled ? { status_details: { type: 'incomplete', reason: 'max_output_tokens' } } : {};
+    this.send({ type: 'response.done', response: { id, object: 'realtime.response', status, ...details, output, usage, metadata } });
   }
 
   private functionCall(responseId: string, call: { name: string; args: Record<string, unknown> }) {
@@ -339,6 +352,31 @@ export class RtConn extends EventEmitter {
     });
     return { ...item, status: me.cancelled ? 'incomplete' : 'completed', content };
   }
+}
+
+/**
+ * Like the API: a response stops at `max_output_tokens` (the response's, else the session's; an
+ * integer from 1 to 4096, or "inf"), here counted as its audio tokens, one per 50 ms (8 bytes a ms
+ * of µ-law): the audio past it is never generated, its transcript cut alike, and the response
+ * ends `incomplete`. A usage the test states is reported as stated.
+ */
+const validLimit = (v: unknown) => v === undefined || v === 'inf' || (Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 4096);
+
+const badLimit = (v: unknown) => ({
+  type: 'error',
+  error: {
+    type: 'invalid_request_error',
+    code: 'invalid_value',
+    message: `max_output_tokens: expected 1..4096 or "inf", got ${String(v)}`,
+  },
+});
+
+function outputLimited(reply: Reply, limit: number | 'inf'): { reply: Reply; cut: boolean } {
+  const audio = reply.audio;
+  if (limit === 'inf' || !audio || audio.length <= limit * 50 * 8) return { reply, cut: false };
+  const kept = limit * 50 * 8;
+  const transcript = reply.transcript?.slice(0, Math.floor((reply.transcript.length * kept) / audio.length));
+  return { reply: { ...reply, audio: audio.subarray(0, kept), transcript }, cut: true };
 }
 
 export class RealtimePeer extends EventEmitter {

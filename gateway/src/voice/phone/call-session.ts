@@ -20,6 +20,8 @@
  *   `response.done`   → the guard (usage), the meter (one event per response), function outputs
  *   a reconnect       → the new session is given the function results the model has not answered
  *   guard: escalate   → transfer to a person; disconnect → closing line, then the call is completed
+ *   what the call cost (each response.done, each guard verdict) → the session's `max_output_tokens`:
+ *                     no response can generate more than what is left of the per-call budget
  *   the end (Twilio `stop`, hang-up, transfer, disconnect) → the call record, with `ended_reason`
  */
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
@@ -43,14 +45,20 @@ import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
 import { describeError, type RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
-import { sessionUpdate, TRANSCRIBE_MODEL, turnTakingOn } from './session-config';
+import { outputAllowance, outputLimit, sessionUpdate, TRANSCRIBE_MODEL, turnTakingOn } from './session-config';
 import { TranscriptionUsage } from './transcription-usage';
 import { TurnTiming } from './turn-timing';
 import { cleanUsage, type Usage } from './usage';
+import { audioPrices, usageUsd } from '../spend-guard';
 
 /** Whole base64 (groups of 4, padding only at the end): anything else is not audio the API or Twilio takes. */
 const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const CLOSING_LIMIT_MS = 10_000;
+/**
+ * The output a closing line may have whatever is left of the budget (it is said once the budget is
+ * gone): more than its 10 s of audio (200 tokens) and its transcript.
+ */
+const CLOSING_OUTPUT_TOKENS = 300;
 const STOP_WAIT_MS = 10_000;
 /** How long an ended call waits for the response.done of the answer it cancelled (the API answers a cancel at once). */
 const SETTLE_WAIT_MS = 2_000;
@@ -117,6 +125,10 @@ export class CallSession {
   private keyEntries = 0;
   /** Answers that failed in a row (rate limited, out of quota): the first is asked for again, the second is a realtime failure. */
   private failedAnswers = 0;
+  /** What the call cost so far, as the guard last said (or more: responses it has not answered for yet). */
+  private spentUsd = 0;
+  /** The session's `max_output_tokens`, from what is left of the budget (outputAllowance). */
+  private allowance: number | 'inf';
 
   constructor(
     readonly callSid: string,
@@ -129,6 +141,7 @@ export class CallSession {
     const callerNumber = numbers.from;
     const dial = { number: config.functions.find((f) => f.dial)?.dial ?? null, action: deps.urls.dial(callerNumber) };
     this.dialNumber = dial.number;
+    this.allowance = outputAllowance(config, 0);
     this.keypad = new Keypad(deps.keypadPauseMs ?? KEYPAD_PAUSE_MS, (entry) => this.keyed(entry));
     this.pricing = new PricingDeflection({ config, calls: deps.calls, callSid, caller: numbers.from, business: numbers.to, log });
     this.feed = new GuardFeed(deps.voice, callSid, (v) => this.verdict(v), log);
@@ -150,7 +163,7 @@ export class CallSession {
     this.rt = new RealtimeSession({
       url: settings.realtimeUrl,
       apiKey: settings.openaiApiKey,
-      update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn }),
+      update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn, maxOutputTokens: this.allowance }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       // A session being replaced finishes nothing more: what it had said of a line counts now,
       // and the caller's turns it had not transcribed stay as such; no answer runs or is asked
@@ -483,6 +496,9 @@ export class CallSession {
   private meterResponse(r: RealtimeResponse | undefined, id: string): void {
     const usage = this.usageOf(r);
     this.feed.event({ type: 'assistant.response.done', ...(usage ? { usage } : {}) });
+    // At once, not when the guard answers: the server VAD may start the next answer meanwhile.
+    const usd = usage ? usageUsd(usage, audioPrices(this.deps.config.spend_guard)) : null;
+    if (usd !== null) this.spent(this.spentUsd + usd);
     const { config, provider, tenant } = this.deps;
     const latencyMs = this.timing.responseDone(id);
     const facts = { config, provider, tenant, callId: this.callSid, response: r, usage, latencyMs, confidence: this.lastConfidence };
@@ -519,9 +535,23 @@ export class CallSession {
   }
 
   private verdict(v: Verdict): void {
+    if (typeof v.state?.estUsd === 'number') this.spent(v.state.estUsd);
     if (this.phase !== 'live' || v.action === 'continue') return;
     if (v.action === 'escalate') void this.transfer(v.reason ?? 'transfer');
     else void this.disconnect(v);
+  }
+
+  /**
+   * What the call cost so far: the session's `max_output_tokens` follows what is left of the
+   * budget, so the next response, whoever asks for it (the server VAD, the bridge), cannot pass
+   * the cap by more than a token's price of output.
+   */
+  private spent(usd: number): void {
+    this.spentUsd = Math.max(this.spentUsd, usd);
+    const allowance = outputAllowance(this.deps.config, this.spentUsd);
+    if (allowance === this.allowance) return;
+    this.allowance = allowance;
+    if (this.phase !== 'ended') this.rt.send(outputLimit(allowance) as never);
   }
 
   private lost(why: string): void {
@@ -605,7 +635,14 @@ export class CallSession {
     this.silenceModel(); // the closing line comes next, nothing else
     const lang = this.deps.config.meta.primary_language;
     const instructions = `Say this to the caller in ${lang}, and nothing else: "${this.closing!.line}"`;
-    this.own.ask('closing', { conversation: 'none', output_modalities: ['audio'], tool_choice: 'none', instructions });
+    // Its own allowance: the session's may be spent (the budget is gone), the line is still said.
+    this.own.ask('closing', {
+      conversation: 'none',
+      output_modalities: ['audio'],
+      tool_choice: 'none',
+      max_output_tokens: CLOSING_OUTPUT_TOKENS,
+      instructions,
+    });
   }
 
   /**

@@ -19,6 +19,8 @@ export interface Verdict {
   /** The guard's reasons are all call-ending reasons of the record. */
   reason?: EndedReason;
   estUsd_at_disconnect?: number;
+  /** The call's state after the batch: `estUsd`, what it cost so far. */
+  state?: { estUsd?: number };
 }
 
 interface GuardTarget {

@@ -9,7 +9,8 @@
  *     and the date and time forms the functions take, the five intents, the qualify
  *     questions and rules, the pricing message, the privacy notice, the languages, how keys the
  *     caller presses and a caller turn not transcribed are given;
- *   - every `functions` entry as a function tool whose parameters are its `args`.
+ *   - every `functions` entry as a function tool whose parameters are its `args`;
+ *   - `max_output_tokens`: what is left of the call's budget at the audio-out price (outputAllowance).
  * The caller's words never go into instructions; only the operator's configuration does.
  */
 import type { RealtimeFunctionTool, RealtimeSessionCreateRequest, SessionUpdateEvent } from 'openai/resources/realtime/realtime';
@@ -153,6 +154,29 @@ export function turnTakingOn(c: Concierge): SessionUpdateEvent | null {
   return td ? { type: 'session.update', session: { type: 'realtime', audio: { input: { turn_detection: td } } } } : null;
 }
 
+/** The most output tokens the Realtime API lets one response have (`max_output_tokens` takes 1 to 4096, or "inf"). */
+const MOST_OUTPUT_TOKENS = 4096;
+
+/**
+ * How many output tokens one response may have, from what is left of the call's budget
+ * (`per_call_usd_cap` less what the call cost so far) at `audio_out_per_million`, rounded up: a
+ * response that uses all of them reaches the cap (by at most one token's price), so the guard
+ * ends the call at its response.done; none can run past it by a long answer. At least 1 (the
+ * API's least); at most 4096 (its most). With `disconnect_when_exceeded` false the call goes on
+ * past the cap, so answers are not cut: "inf", the API's default.
+ */
+export function outputAllowance(c: Concierge, spentUsd: number): number | 'inf' {
+  const g = c.spend_guard;
+  if (!g.disconnect_when_exceeded) return 'inf';
+  const tokens = Math.ceil(((g.per_call_usd_cap - spentUsd) * 1e6) / g.audio_out_per_million);
+  return Math.min(MOST_OUTPUT_TOKENS, Math.max(1, Number.isFinite(tokens) ? tokens : MOST_OUTPUT_TOKENS));
+}
+
+/** The session's output allowance changed (the call spent): a partial `session.update` with it alone. */
+export function outputLimit(maxOutputTokens: number | 'inf'): SessionUpdateEvent {
+  return { type: 'session.update', session: { type: 'realtime', max_output_tokens: maxOutputTokens } };
+}
+
 /** ISO 639-1 part of a BCP 47 tag ("pt-PT" → "pt"), the transcription's language hint. */
 const iso639 = (tag: string) => tag.split('-')[0].toLowerCase();
 
@@ -164,12 +188,13 @@ const iso639 = (tag: string) => tag.split('-')[0].toLowerCase();
 export function sessionUpdate(
   c: Concierge,
   callerNumber: string | null,
-  opts: { respond: boolean } = { respond: true },
+  opts: { respond: boolean; maxOutputTokens?: number | 'inf' } = { respond: true },
 ): SessionUpdateEvent {
   const session: RealtimeSessionCreateRequest = {
     type: 'realtime',
     model: c.meta.model,
     output_modalities: ['audio'],
+    max_output_tokens: opts.maxOutputTokens ?? outputAllowance(c, 0),
     instructions: buildInstructions(c, callerNumber, new Date()),
     audio: {
       input: {
