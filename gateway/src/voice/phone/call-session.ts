@@ -551,7 +551,7 @@ export class CallSession {
     const allowance = outputAllowance(this.deps.config, this.spentUsd);
     if (allowance === this.allowance) return;
     this.allowance = allowance;
-    if (this.phase !== 'ended') this.rt.send(outputLimit(allowance) as never);
+    if (this.phase !== 'ended') this.rt.send(outputLimit(allowance));
   }
 
   private lost(why: string): void {
@@ -677,7 +677,7 @@ export class CallSession {
     if (!this.respondOnTurn) {
       this.respondOnTurn = true;
       const on = turnTakingOn(this.deps.config);
-      if (on) this.rt.send(on as never);
+      if (on) this.rt.send(on);
     }
     this.checkConsentLine();
   }

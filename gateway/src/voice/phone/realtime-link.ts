@@ -5,8 +5,12 @@
  * event) to `onFailure`. Errors never
  * carry the key: a refused handshake is described by its HTTP status only.
  */
+import type { RealtimeClientEvent } from 'openai/resources/realtime/realtime';
 import WebSocket from 'ws';
 import { isObject } from '../../json-object';
+
+/** What the bridge sends the API: one of its client events, or an event written out (the bridge's own responses). */
+export type ClientEvent = RealtimeClientEvent | ({ type: string } & Record<string, unknown>);
 
 export interface RealtimeServerMessage {
   type: string;
@@ -74,7 +78,7 @@ export class RealtimeLink {
     return this.ws.readyState === WebSocket.OPEN;
   }
 
-  send(event: { type: string } & Record<string, unknown>): void {
+  send(event: ClientEvent): void {
     if (this.open) this.ws.send(JSON.stringify(event));
   }
 

@@ -11,7 +11,7 @@
  * session is ready; after that it is dropped rather than delayed.
  */
 import type { SessionUpdateEvent } from 'openai/resources/realtime/realtime';
-import { describeError, RealtimeLink, type RealtimeServerMessage } from './realtime-link';
+import { describeError, RealtimeLink, type ClientEvent, type RealtimeServerMessage } from './realtime-link';
 import { base64Bytes, bytesToMs } from './playback';
 
 export interface SaidLine {
@@ -76,7 +76,7 @@ export class RealtimeSession {
     this.heldMs += bytesToMs(bytes);
   }
 
-  send(event: { type: string } & Record<string, unknown>): void {
+  send(event: ClientEvent): void {
     if (this.ready) this.link!.send(event);
   }
 
@@ -133,7 +133,7 @@ export class RealtimeSession {
       }
       this.onEvent(e);
     };
-    link.send(this.opts.update() as unknown as { type: string });
+    link.send(this.opts.update());
   }
 
   private failed(why: string, first: boolean): void {
