@@ -5,6 +5,7 @@
 import { DelayedError, Queue, UnrecoverableError, Worker, type ConnectionOptions, type Job } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
 import { randomUUID } from 'node:crypto';
+import { CallMarks } from './cold-call-marks';
 import { RunClaims } from './cold-run-claim';
 import { within } from './within';
 import {
@@ -114,17 +115,26 @@ const ANOTHER_RUN =
   'another run of this job holds it (its worker was stopped mid-run, or it goes on while Redis did not answer): looked at again until that run ends or its claim lapses';
 
 /** The processor if this run takes the job's claim; the answer of a run that finished; else deferred briefly. */
-async function claimedRun(claims: RunClaims, job: Job<ColdPayload>, token: string, processor: Processor): Promise<unknown> {
+async function claimedRun(
+  claims: RunClaims,
+  calls: CallMarks,
+  job: Job<ColdPayload>,
+  token: string,
+  processor: Processor,
+): Promise<unknown> {
   const claim = await claims.take(job.id!, token);
   if (claim.kind === 'done') return claim.result;
   if (claim.kind === 'busy') throw new DeferJob(Date.now() + RUN_RECHECK_MS, ANOTHER_RUN);
+  const marks = calls.of(job.id!);
   let result: unknown;
   try {
-    result = await processor(job.data, deferralOf(job));
+    result = await processor(job.data, deferralOf(job), marks);
   } catch (error) {
+    await marks.settled(); // its calls' marks gone first: the next run must not take them for a killed run's
     await claims.release(job.id!, token).catch(() => undefined); // a retry may call again
     throw error;
   }
+  await marks.settled();
   // Kept once Redis answers, also past runMs (cold-run-claim.ts); not kept only if the command fails.
   await claims.finish(job.id!, token, result).catch(() => undefined);
   return result;
@@ -231,10 +241,11 @@ export class BullColdQueue implements ColdQueue {
     // On the worker's connection, which waits for Redis as BullMQ's own commands do (the queue's fails at once).
     const client = this.connection instanceof Redis ? this.connection : this.own;
     const claims = options.runMs ? new RunClaims(client, this.queue.qualifiedName, options.runMs) : null;
+    const calls = claims && new CallMarks(client, this.queue.qualifiedName);
     const run = async (job: Job<ColdPayload>, token?: string) => {
       try {
         if (!claims) return await processor(job.data, deferralOf(job));
-        return await claimedRun(claims, job, token ?? randomUUID(), processor);
+        return await claimedRun(claims, calls!, job, token ?? randomUUID(), processor);
       } catch (error) {
         if (!(error instanceof DeferJob)) throw error;
         await job.updateProgress(nextDeferral(deferralOf(job), error));

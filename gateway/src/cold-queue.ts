@@ -21,6 +21,7 @@
  * This file holds what both implementations share: the interface, the payload and views, the
  * constants and the deferral; cold-queue-redis.ts is BullMQ's, cold-queue-memory.ts the in-process one.
  */
+import type { RunMarks } from './cold-call-marks';
 import { createHash } from 'node:crypto';
 import { canonicalJson } from './canonical-json';
 import type { TokensKey } from './key-policy';
@@ -175,8 +176,11 @@ export function answered(payload: ColdPayload): ColdPayload {
   return { ...payload, body: { model: payload.body.model, messages: [] }, asChat: undefined };
 }
 
-/** What a worker runs for each job: its payload and its current deferral, to a result or an error. */
-export type Processor = (payload: ColdPayload, deferred: Deferral | null) => Promise<unknown>;
+/**
+ * What a worker runs for each job: its payload and its current deferral, to a result or an error;
+ * with Redis, the run's call marks too (cold-call-marks.ts).
+ */
+export type Processor = (payload: ColdPayload, deferred: Deferral | null, marks?: RunMarks) => Promise<unknown>;
 
 export interface WorkOptions {
   concurrency?: number;

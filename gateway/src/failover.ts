@@ -13,6 +13,7 @@
  * request routes over the set it started with to its end.
  */
 import type { CallMeter } from './call-meter';
+import type { CallMarker } from './cold-call-marks';
 import { answerError } from './chat-stream-error';
 import { estimateUsage } from './cut-estimate';
 import { CallPlanner, type CallPlan } from './call-plan';
@@ -68,6 +69,8 @@ export interface RouteOptions {
    * breaker as it was, so a request that always fails cannot hold a route open for everyone.
    */
   queuedAt?: number;
+  /** A Cold job's run: each call is marked in Redis while under way, until its meter event is durable (cold-call-marks.ts). */
+  marks?: CallMarker;
 }
 
 /** A Cold job's failure on a route that has answered a call since it was queued is its own (`queuedAt`). */
@@ -231,27 +234,50 @@ export class Failover {
           break;
         }
         attempts++;
+        const mark = options.marks
+          ? await options.marks.begin({
+              route: route.label,
+              provider: config.provider,
+              model: config.model,
+              region: config.region,
+              inputTokens: estimateUsage(ctx.body).input_tokens,
+              at: Date.now(),
+            })
+          : undefined;
+        const metered = (durable: Promise<void>): void => {
+          if (mark !== undefined) options.marks!.end(mark, durable);
+        };
         const started = this.now();
-        const result = await route.breaker.run(
+        const call = route.breaker.run(
           ticket,
           () => this.attempt(route, config, ctx, plan, deadline, of),
           (r) => r.kind === 'failure' && !notTheRoutes(route, r, options.queuedAt),
           (r) => r.kind === 'cancelled' || (r.kind === 'failure' && notTheRoutes(route, r, options.queuedAt)),
           ctx.stream ? streamed : undefined,
         );
+        const result = await (mark === undefined
+          ? call
+          : call.catch((error: unknown) => {
+              metered(Promise.resolve()); // not a call left by a killed run: its mark goes (the error goes on as before)
+              throw error;
+            }));
         const latency = result.answer?.latencyMs ?? this.now() - started;
         // A whole answer to a stream, or one reporting an error, was billed all the same: its usage is
         // metered. One timed out on our side once the provider had it is billed too: an estimate.
         const usage = billedFailure(result.code) ? route.adapter.usage(result.answer!.body!, ctx.api) : null;
         const cutOff = result.kind === 'failure' && result.error?.received === true;
         const failed = (code: string) =>
-          this.meterFailure(ctx, route.label, config, latency, code, options.decision, cutOff ? estimateUsage(ctx.body) : usage, cutOff);
+          metered(
+            this.meterFailure(ctx, route.label, config, latency, code, options.decision, cutOff ? estimateUsage(ctx.body) : usage, cutOff),
+          );
         if (result.kind === 'cancelled') {
           this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
           // Received by the provider, it is billed all the same (the prompt at least): an estimate,
           // marked ESTIMATED (cut-estimate.ts). A call it never received cost nothing.
           const estimate = result.error!.received ? estimateUsage(ctx.body) : undefined;
-          this.meterFailure(ctx, route.label, config, latency, result.code, options.decision, estimate ?? null, estimate !== undefined);
+          metered(
+            this.meterFailure(ctx, route.label, config, latency, result.code, options.decision, estimate ?? null, estimate !== undefined),
+          );
           return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away', estimate };
         }
         // A stream is counted when it ends (Answer.settle): by its first byte it has not yet succeeded.
@@ -267,6 +293,7 @@ export class Failover {
             meter: this.deps.meter,
             decision: options.decision ?? 'n/a',
             metrics: this.deps.metrics,
+            onMetered: mark === undefined ? undefined : metered,
           });
         }
         failed(result.code);
@@ -311,8 +338,8 @@ export class Failover {
     decision?: string,
     usage: Usage | null = null,
     estimated = false,
-  ): void {
-    this.deps.meter.record({
+  ): Promise<void> {
+    return this.deps.meter.record({
       ctx,
       provider: config.provider,
       model: config.model,

@@ -34,6 +34,8 @@ export interface AnswerOf {
   decision: string;
   /** Where a stream's call is counted once it has ended (a whole answer's was counted by routing). */
   metrics?: Pick<GatewayMetrics, 'countCall'>;
+  /** Told of the call's meter event once it is sent (`durable`: on disk), as a Cold job's call mark is removed (cold-call-marks.ts). */
+  onMetered?: (durable: Promise<void>) => void;
 }
 
 export class Answer {
@@ -84,6 +86,7 @@ export class Answer {
       decision: this.of.decision,
       waitMs: s.waitMs,
     });
+    this.of.onMetered?.(this.durable);
   }
 }
 

@@ -381,6 +381,7 @@ function coldWorker(
     ownership,
     ownsResponses: env.GATEWAY_AUTH === 'keys',
     onTokens: (key: TokensKey | undefined, tokens: number) => spendKeyTokens(stores.limiter, key, tokens),
+    meter: path.meter,
     ...options.cold,
   };
   const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;

@@ -16,6 +16,11 @@
  * (CLIENT_CLOSED, estimated: the provider got it), and is handed back at once without spending an
  * attempt, for another worker (rather than killed mid-call, unmetered, and taken back only once
  * its lock runs out).
+ *
+ * A worker killed mid-call all the same (kill -9, an OOM kill, a node lost) writes no meter event
+ * for that call, which the provider bills: with Redis each call is marked while under way
+ * (cold-call-marks.ts), and the run that takes the job back first meters each call so left, once,
+ * as an estimate of its prompt (`WORKER_LOST|ESTIMATED`, no output, latency unknown: 0).
  */
 import { UnrecoverableError } from 'bullmq';
 import type { RequestContext } from './request-context';
@@ -29,6 +34,8 @@ import type { Flags, FlagStore } from './flags';
 import type { TokensKey } from './key-policy';
 import { parseJson } from './json-object';
 import type { Answer, ClientError, Exhausted } from './outcome';
+import type { CallMeter } from './call-meter';
+import type { RunMarks } from './cold-call-marks';
 import { refusalBody, wholeAnswer } from './relay';
 import type { ResponseOwnership } from './responses/ownership';
 import type { Route } from './route';
@@ -69,6 +76,46 @@ export interface WorkerDeps {
   ownsResponses?: boolean;
   /** Counts a job's answer's tokens against the `--tpm` of the key that queued it (absent: not counted). */
   onTokens?: (key: TokensKey | undefined, tokens: number) => void;
+  /** Meters the calls a killed run left marked (absent: they are left). */
+  meter?: CallMeter;
+}
+
+/** The error_code of a call its worker was killed during (its run gone, no event written): billed, and estimated. */
+const WORKER_LOST = 'WORKER_LOST';
+
+/**
+ * The calls a run killed mid-call left marked, each metered once with an estimate (taken off first,
+ * so no other run meters them). A failure is said and the run goes on: its marks are then left, or
+ * the events lost if they were taken.
+ */
+async function meterLost(payload: ColdPayload, marks: RunMarks, deps: WorkerDeps): Promise<void> {
+  const meter = deps.meter;
+  if (!meter) return;
+  try {
+    const lost = await marks.takeAbandoned();
+    const ctx = { jobId: payload.jobId, customerId: payload.customerId };
+    const events = lost.map((c) =>
+      meter.record({
+        ctx,
+        provider: c.provider,
+        model: c.model,
+        region: c.region,
+        route: c.route,
+        latencyMs: 0,
+        usage: { input_tokens: c.inputTokens, output_tokens: 0 },
+        errorCode: WORKER_LOST,
+        estimated: true,
+        decision: 'n/a',
+      }),
+    );
+    await Promise.all(events);
+    if (lost.length)
+      deps.log.warn(
+        `job ${payload.jobId || '(no job id)'}: ${lost.length} call(s) of a run killed mid-call metered ${WORKER_LOST} (estimated)`,
+      );
+  } catch (error) {
+    deps.log.warn(`job ${payload.jobId || '(no job id)'}: the calls of a killed run could not be metered: ${(error as Error).message}`);
+  }
 }
 
 interface JobResult {
@@ -140,8 +187,15 @@ function ownershipOf(payload: ColdPayload, deps: WorkerDeps): ResponseOwnership 
 }
 
 /** One run of one job: the routing again, a deferral, or an error that makes the queue retry it. */
-async function runJob(payload: ColdPayload, deferred: Deferral | null, workerDeps: WorkerDeps, stopping: CancelSignal): Promise<JobResult> {
+async function runJob(
+  payload: ColdPayload,
+  deferred: Deferral | null,
+  workerDeps: WorkerDeps,
+  stopping: CancelSignal,
+  marks?: RunMarks,
+): Promise<JobResult> {
   const deps = { ...workerDeps, ownership: ownershipOf(payload, workerDeps) };
+  if (marks) await meterLost(payload, marks, deps);
   if (await pausedNow(deps.pause)) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
   const ctx = jobContext(payload, deps);
   const flags = deps.flags.get();
@@ -149,11 +203,18 @@ async function runJob(payload: ColdPayload, deferred: Deferral | null, workerDep
   const skip = (r: Route) => (deps.pause.paused() && deps.skipWhilePaused(r)) || (stateWith !== null && r.config.provider !== stateWith);
   const deadline = new Deadline(ctx.timeToAnswerMs);
   const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
-  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping });
+  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, marks });
   // A route passed over because its fleet probe lease was still being asked for can be callable by
   // now: once more at once, so that an attempt is spent only when a route that could be called failed.
   if (outcome.kind === 'exhausted' && outcome.attempts > 0 && !stopping.aborted && nextRoute(deps, flags, skip).at <= Date.now()) {
-    outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, priorAttempts: outcome.attempts });
+    outcome = await deps.failover.route(ctx, deadline, {
+      flags,
+      skip,
+      queuedAt,
+      signal: stopping,
+      priorAttempts: outcome.attempts,
+      marks,
+    });
   }
   if (outcome.kind === 'exhausted') throw notAnswered(outcome, deferred, deps, { flags, skip, stopping });
   return jobResult(outcome, ctx, deps, payload.tokensKey);
@@ -249,7 +310,7 @@ const lostConnection = (error: Error) =>
 /** The worker over either queue (BullMQ's Worker in Redis, or the in-process one): same jobs, same notices. */
 export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: WorkerDeps, concurrency = 4): ColdWorker {
   const stopping = new Cancel();
-  const work = queue.work((payload, deferred) => runJob(payload, deferred, deps, stopping), {
+  const work = queue.work((payload, deferred, marks) => runJob(payload, deferred, deps, stopping, marks), {
     concurrency,
     lockMs: deps.lockMs,
     runMs: (deps.jobTimeMs ?? JOB_TIME_MS) + RUN_MARGIN_MS,

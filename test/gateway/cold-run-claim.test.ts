@@ -1,5 +1,6 @@
 // A Cold job's run claim (cold-run-claim.ts) in the real Redis, keys under a prefix of this process.
 import { expect, it } from 'vitest';
+import { CallMarks } from '../../gateway/src/cold-call-marks';
 import { RunClaims } from '../../gateway/src/cold-run-claim';
 import { redisUnderPrefix } from '../redis-prefix';
 
@@ -27,4 +28,31 @@ it('a run that outlasts its claim does not overwrite the claim another run took 
   await claims.finish('job-2', 'first', { body: 'first answer' });
   expect(await claims.take('job-2', 'third')).toEqual({ kind: 'busy' });
   expect(await db.redis.pttl(`${db.prefix}:run:job-2`)).toBeGreaterThan(0);
+});
+
+it("a killed run's call marks: two runs taking them at the same moment get them once between them", async () => {
+  const marks = new CallMarks(db.redis, db.prefix);
+  const killed = marks.of('job-3');
+  const call = { route: 'hot-1', provider: 'openai', model: 'gpt-4o-mini', inputTokens: 12, at: Date.now() };
+  await killed.begin(call);
+  await killed.begin({ ...call, route: 'warm-1' });
+  const taken = await Promise.all([marks.of('job-3').takeAbandoned(), marks.of('job-3').takeAbandoned()]);
+  expect(
+    taken
+      .flat()
+      .map((c) => c.route)
+      .sort(),
+  ).toEqual(['hot-1', 'warm-1']);
+  expect(taken.some((t) => t.length === 0)).toBe(true);
+});
+
+it("a call's mark goes once its meter event is durable, and a run's marks are settled before its claim is freed", async () => {
+  const run = new CallMarks(db.redis, db.prefix).of('job-4');
+  const mark = await run.begin({ route: 'hot-1', provider: 'openai', model: 'gpt-4o-mini', inputTokens: 12, at: Date.now() });
+  let written!: () => void;
+  run.end(mark, new Promise<void>((r) => (written = r)));
+  expect(await db.redis.hlen(`${db.prefix}:calls:job-4`)).toBe(1); // the event not yet on disk: still marked
+  written();
+  await run.settled();
+  expect(await db.redis.exists(`${db.prefix}:calls:job-4`)).toBe(0);
 });

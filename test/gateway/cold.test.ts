@@ -1,6 +1,6 @@
 // The Cold tier against the real Redis (its own database and key prefix, removed afterwards):
 // queue, worker, pause, budget endpoints, notifications, jobs, dead letters, restarts.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -16,6 +16,7 @@ import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
 import { TEST_REDIS_DB, hasRedisServer } from '../redis-db';
 import { OwnRedis } from '../own-redis';
+import { startInstance } from './instances';
 
 const DB = TEST_REDIS_DB;
 const REDIS_URL = `redis://127.0.0.1:6379/${DB}`;
@@ -262,6 +263,7 @@ describe('Cold tier', () => {
     stacks.splice(stacks.indexOf(worker.stack), 1);
     const rows = readFileSync(env.METER_CSV_FILE!, 'utf8').trim().split('\n');
     expect(rows.filter((r) => r.includes('CLIENT_CLOSED|ESTIMATED'))).toHaveLength(1); // the provider got it: billed
+    expect(await redis.keys(`${prefix}:ai-tasks:calls:*`)).toEqual([]); // metered: not taken for a killed run's call
 
     hot.always({ kind: 'ok', content: 'after the handover' });
     const next = await up({ worker: true });
@@ -270,6 +272,7 @@ describe('Cold tier', () => {
       return j.state === 'completed' ? j : null;
     });
     expect(done).toMatchObject({ attempts: 1, result: { body: { choices: [{ message: { content: 'after the handover' } }] } } });
+    expect(readFileSync(env.METER_CSV_FILE!, 'utf8')).not.toContain('WORKER_LOST'); // the cut call is metered once
   });
 
   it('budget webhook at 85 %: queued work waits without spending attempts, live traffic avoids the capped provider, one notice', async () => {
@@ -588,4 +591,67 @@ describe('Cold tier', () => {
     expect(res.status).toBe(503);
     expect(res.json().error.code).toBe('cold_queue_disabled');
   });
+});
+
+describe('a worker killed during its provider call', () => {
+  /** The CSV's rows as objects (no field of these rows holds a comma); none before its first event. */
+  const rowsOf = (file: string): Array<Record<string, string>> => {
+    if (!existsSync(file)) return [];
+    const [head, ...lines] = readFileSync(file, 'utf8').trim().split('\n');
+    const names = head.split(',');
+    return lines.map((l) => Object.fromEntries(l.split(',').map((v, i) => [names[i], v])));
+  };
+
+  it('meters that call once, as an estimate, in the run that takes the job back', async () => {
+    const killedCsv = join(mkdtempSync(join(tmpdir(), 'cold-killed-')), 'e.csv');
+    // The built gateway with its worker, as `npm start` runs it: a process a kill -9 really ends.
+    const first = await startInstance(mkdtempSync(join(tmpdir(), 'cold-kill9-')), {
+      ...(env as Record<string, string>),
+      METER_CSV_FILE: killedCsv,
+      WORKER: 'on',
+    });
+    hot.always({ kind: 'ok', delayMs: 60_000, content: 'too late' }); // the provider holds its answer
+    const { stack } = await up({ worker: false });
+    const content = 'a prompt the provider bills for '.repeat(30);
+    const { jobId } = await stack.queue.enqueue({
+      body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content }] },
+      idempotencyKey: 'killed-mid-call',
+      userId: '',
+      jobId: 'job-7',
+      customerId: 'acme',
+      jobType: '',
+      reason: 'all_failed',
+      reviewRequired: false,
+      enqueuedAt: new Date().toISOString(),
+    });
+    await until(async () => hot.received.length === 1); // the worker's call is with the provider
+    await first.crash(); // kill -9 (an OOM kill, a node lost) while the call is under way
+    // What the provider will bill, and nothing metered it.
+    expect(rowsOf(killedCsv).filter((r) => r.job_id === 'job-7')).toEqual([]);
+
+    // Time passing, without waiting for it: the killed run's BullMQ lock (30 s), its worker's last
+    // stalled-job check (30 s) and its run claim (150 s) lapse.
+    const q = `${prefix}:ai-tasks`;
+    for (const key of [`${q}:${jobId}:lock`, `${q}:stalled-check`, `${q}:run:${jobId}`]) await redis.pexpire(key, 1);
+    await until(async () => (await redis.exists(`${q}:run:${jobId}`, `${q}:${jobId}:lock`)) === 0);
+    hot.always({ kind: 'ok', content: 'answered on the second run' });
+    const second = await up({ worker: true, cold: { lockMs: 500 } });
+    const done = await until(async () => {
+      const j = await job(second.url, jobId);
+      return j.state === 'completed' ? j : null;
+    });
+    expect(done.result.body.choices[0].message.content).toBe('answered on the second run');
+    expect(hot.received).toHaveLength(2);
+    await second.stack.close();
+    stacks.splice(stacks.indexOf(second.stack), 1);
+    const events = [...rowsOf(killedCsv), ...rowsOf(env.METER_CSV_FILE!)].filter((r) => r.job_id === 'job-7');
+    const lost = events.filter((r) => r.error_code !== '');
+    expect(lost).toHaveLength(1); // the killed run's call, metered once
+    expect(lost[0]).toMatchObject({ provider: 'openai', model: 'gpt-4o-mini', customer_id: 'acme', output_tokens: '0' });
+    expect(lost[0].error_code).toBe('WORKER_LOST|ESTIMATED');
+    expect(Number(lost[0].input_tokens)).toBeGreaterThan(content.length / 4); // the prompt, estimated
+    expect(Number(lost[0].cost_usd)).toBeGreaterThan(0);
+    expect(events.filter((r) => r.error_code === '')).toHaveLength(1); // the second run's answer
+    expect(await redis.keys(`${q}:calls:*`)).toEqual([]); // nothing left to meter again
+  }, 30_000);
 });
