@@ -86,7 +86,9 @@ export class MemoryColdQueue implements ColdQueue {
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload);
     if (this.jobs.has(jobId)) return { jobId, created: false };
-    const bytes = Buffer.byteLength(JSON.stringify(payload.body));
+    // Its body and, for a Responses request, its chat translation: both are held until it is answered.
+    const bytes =
+      Buffer.byteLength(JSON.stringify(payload.body)) + (payload.asChat ? Buffer.byteLength(JSON.stringify(payload.asChat)) : 0);
     if (this.held + bytes > this.maxBytes)
       throw new QueueFull(`the in-process queue holds ${mb(this.held)} of requests, its limit ${mb(this.maxBytes)}`);
     this.held += bytes;

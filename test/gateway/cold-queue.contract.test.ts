@@ -390,3 +390,19 @@ describe('the in-process queue is bounded', () => {
     expect(await queue.enqueue(big('d'))).toMatchObject({ created: true });
   });
 });
+
+describe('the in-process queue counts all of a request it holds', () => {
+  it("a Responses request's chat translation counts against the limit as its body does", async () => {
+    const queue = new MemoryColdQueue({ maxBytes: 64 * 1024 });
+    const text = 'x'.repeat(20 * 1024);
+    const responses = (key: string): ColdPayload => ({
+      ...payload(key),
+      api: 'responses',
+      body: { model: 'gpt-4o-mini', input: text },
+      asChat: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: text }] },
+    });
+    // Each holds about 40 KB (its body and its translation): the second would pass 64 KB.
+    await queue.enqueue(responses('a'));
+    await expect(queue.enqueue(responses('b'))).rejects.toMatchObject({ name: 'QueueFull' });
+  });
+});
