@@ -216,14 +216,18 @@ export class Failover {
   async route(ctx: RequestContext, deadline: Deadline, options: RouteOptions): Promise<Outcome> {
     let attempts = options.priorAttempts ?? 0;
     let lastError: string | null = null;
-    let breakerSkipped = false;
+    /** A route passed over for its breaker, or unable to serve the request: not every one switched off. */
+    let notSwitchedOff = false;
     const planner = new CallPlanner(ctx);
     const set = options.set ?? this.set;
     const of: AttemptOf = { keyFor: set.keyFor, signal: options.signal };
     for (const route of this.candidates(options.flags, options.skip, set, options.model)) {
       const config = options.model ? { ...route.config, model: options.model } : route.config;
       const plan = planner.planFor(route, config.model);
-      if (!plan) continue; // this route cannot serve this request's API or model
+      if (!plan) {
+        notSwitchedOff = true; // this route cannot serve this request's API or model: not a switch, so not "switched off"
+        continue;
+      }
       for (let n = 1; n <= RETRY.attempts; n++) {
         if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
         if (deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS)
@@ -233,7 +237,7 @@ export class Failover {
         if (options.skip?.(route) || !this.allowedNow(route, options)) break;
         const ticket = route.breaker.tryAcquire();
         if (!ticket) {
-          breakerSkipped = true; // open (or a probe already in flight): skipped without a call
+          notSwitchedOff = true; // open (or a probe already in flight): skipped without a call
           break;
         }
         attempts++;
@@ -309,7 +313,7 @@ export class Failover {
     }
     // The routes ran out; if the time did too, that is what the client is told (504, not 503).
     const timeUp = attempts > 0 && deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS;
-    const switchedOff = attempts === (options.priorAttempts ?? 0) && !breakerSkipped;
+    const switchedOff = attempts === (options.priorAttempts ?? 0) && !notSwitchedOff;
     return { kind: 'exhausted', attempts, reason: timeUp ? 'time_to_answer' : 'all_failed', lastError, switchedOff };
   }
 

@@ -5,6 +5,8 @@ import { parseChatRequest } from '../../gateway/src/chat-request';
 import { Deadline } from '../../gateway/src/deadline';
 import { CallMeter } from '../../gateway/src/call-meter';
 import { Failover } from '../../gateway/src/failover';
+import type { Flags } from '../../gateway/src/flags';
+import type { ApiKind } from '../../gateway/src/request-context';
 import { buildRoutes } from '../../gateway/src/route';
 import { FakeProvider } from './fake-provider';
 import { chat, mapOf, startGateway, type TestGateway } from './harness';
@@ -183,5 +185,21 @@ describe("breaker per route: a caller's own short time-to-answer", () => {
     hot.always({ kind: 'ok', delayMs: 5_000 }); // it hangs for everyone: the time given is well past its usual
     for (let i = 0; i < 5; i++) await chat(gw.url, undefined, { 'x-time-to-answer-ms': '700' });
     expect(route().breaker.state()).toBe('open');
+  });
+});
+
+describe('an outcome with no route called', () => {
+  const route = async (options: { flags: Flags }) => {
+    const parsed = parseChatRequest({ model: 'x', messages: [{ role: 'user', content: 'hi' }] }, {}, {});
+    if (!parsed.ok) throw new Error('bad request');
+    return failover.route(parsed.context, new Deadline(30_000, () => clock.ms), options);
+  };
+
+  it('is switched off only when the switches took every route: not for open breakers, nor for a model no route can serve', async () => {
+    const killed = await route({ flags: { ...flags, killed_models: failover.routes.map((r) => r.config.model) } });
+    expect(killed).toMatchObject({ kind: 'exhausted', attempts: 0, switchedOff: true });
+    // Spend-cap routing's cheaper model on embeddings-only routes: nothing can serve it, nothing is switched off.
+    for (const r of failover.routes) (r as { apis: ReadonlySet<ApiKind> }).apis = new Set<ApiKind>(['embeddings']);
+    expect(await route({ flags })).toMatchObject({ kind: 'exhausted', attempts: 0, switchedOff: false });
   });
 });
