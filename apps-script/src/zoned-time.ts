@@ -5,8 +5,8 @@
  */
 import { MeterRefusal } from '../../schema/meter-reply';
 
-/** Minutes east of UTC of a time zone at an instant. */
-function offsetMinutes(at: number, timeZone: string): number {
+/** The local year, month, day, hour, minute and second of an instant in a time zone, as digits. */
+function localParts(at: Date, timeZone: string): Record<string, string> {
   const parts: Record<string, string> = {};
   const format = new Intl.DateTimeFormat('en-US', {
     timeZone,
@@ -18,7 +18,13 @@ function offsetMinutes(at: number, timeZone: string): number {
     minute: '2-digit',
     second: '2-digit',
   });
-  for (const p of format.formatToParts(new Date(at))) parts[p.type] = p.value;
+  for (const p of format.formatToParts(at)) parts[p.type] = p.value;
+  return parts;
+}
+
+/** Minutes east of UTC of a time zone at an instant. */
+function offsetMinutes(at: number, timeZone: string): number {
+  const parts = localParts(new Date(at), timeZone);
   const asUtc = Date.UTC(
     Number(parts.year),
     Number(parts.month) - 1,
@@ -70,17 +76,7 @@ export function localText(d: Date, timeZone: string): string {
 
 /** "2026-11-22 12:00": the local date and time in the time zone, the year shown. */
 export function localStamp(d: Date, timeZone: string): string {
-  const parts: Record<string, string> = {};
-  const format = new Intl.DateTimeFormat('en-US', {
-    timeZone,
-    hourCycle: 'h23',
-    year: 'numeric',
-    month: '2-digit',
-    day: '2-digit',
-    hour: '2-digit',
-    minute: '2-digit',
-  });
-  for (const p of format.formatToParts(d)) parts[p.type] = p.value;
+  const parts = localParts(d, timeZone);
   return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute}`;
 }
 

@@ -141,6 +141,14 @@ describe('request bodies (the chat endpoint reads its own)', () => {
   });
 });
 
+/** PUT /admin/flags with the admin token: its status and its JSON. */
+const putFlags = (url: string, body: unknown) =>
+  fetch(`${url}/admin/flags`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` },
+    body: JSON.stringify(body),
+  }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, any> }));
+
 describe('failover', () => {
   it('Hot refusing connections: Warm answers; the same Idempotency-Key on every retry and tier', async () => {
     gw = await startGateway(mapOf([await refusedUrl(), hot2.url], [warmA.url]));
@@ -248,12 +256,7 @@ describe('failover', () => {
 
   it('a killed model no route calls (a typo, another case) is kept as sent, and the answer and the log name it', async () => {
     gw = await startGateway(all());
-    const put = (body: unknown) =>
-      fetch(`${gw!.url}/admin/flags`, {
-        method: 'PUT',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` },
-        body: JSON.stringify(body),
-      }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }));
+    const put = (body: unknown) => putFlags(gw!.url, body);
     const typo = await put({ killed_models: ['GPT-4o-mini', 'claude-3-5-haiku-latest', 'mistral-smal'] });
     expect(typo.status).toBe(200);
     expect(typo.body.killed_models).toEqual(['GPT-4o-mini', 'claude-3-5-haiku-latest', 'mistral-smal']);
@@ -268,12 +271,7 @@ describe('failover', () => {
 
   it('a kill list is kept once per name and bounded: a name twice is one, too many names or one too long is a 400 naming it, and nothing changes', async () => {
     gw = await startGateway(all());
-    const put = (body: unknown) =>
-      fetch(`${gw!.url}/admin/flags`, {
-        method: 'PUT',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN}` },
-        body: JSON.stringify(body),
-      }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, any> }));
+    const put = (body: unknown) => putFlags(gw!.url, body);
     const twice = await put({ killed_models: ['claude-3-5-haiku-latest', 'claude-3-5-haiku-latest'] });
     expect(twice.body.killed_models).toEqual(['claude-3-5-haiku-latest']);
     const many = await put({ killed_models: Array.from({ length: 1001 }, (_, i) => `model-${i}`) });
