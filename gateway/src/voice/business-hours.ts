@@ -51,19 +51,33 @@ export function parseBusinessHours(text: string): { ok: true; windows: Window[] 
   return windows.length ? { ok: true, windows } : { ok: false, error: 'no opening hours given' };
 }
 
-/** Day of week and minutes since midnight of an instant, in a time zone. */
-function localTime(at: Date, timeZone: string): { day: number; minutes: number } {
-  const parts = Object.fromEntries(
-    new Intl.DateTimeFormat('en-US', { timeZone, weekday: 'short', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' })
-      .formatToParts(at)
-      .map((p) => [p.type, p.value]),
-  );
-  return { day: dayIndex(parts.weekday), minutes: Number(parts.hour) * 60 + Number(parts.minute) };
+/** An instant's local weekday (long), date and time in a time zone, as Intl gives its parts. */
+function localParts(at: Date, timeZone: string): Record<string, string> {
+  const format = new Intl.DateTimeFormat('en-US', {
+    timeZone,
+    hourCycle: 'h23',
+    weekday: 'long',
+    year: 'numeric',
+    month: '2-digit',
+    day: '2-digit',
+    hour: '2-digit',
+    minute: '2-digit',
+  });
+  return Object.fromEntries(format.formatToParts(at).map((p) => [p.type, p.value]));
 }
 
+/** "Saturday 2026-11-28 14:05": the day, date and time of an instant in a time zone. */
+export function localMoment(at: Date, timeZone: string): string {
+  const p = localParts(at, timeZone);
+  return `${p.weekday} ${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}`;
+}
+
+/** Whether a weekday (0: Sunday) and minutes since midnight fall in one of the windows. */
+const inWindows = (windows: Window[], day: number, m: number) => windows.some((w) => w.day === day && m >= w.from && m < w.to);
+
 export function isOpen(windows: Window[], at: Date, timeZone: string): boolean {
-  const { day, minutes: m } = localTime(at, timeZone);
-  return windows.some((w) => w.day === day && m >= w.from && m < w.to);
+  const p = localParts(at, timeZone);
+  return inWindows(windows, dayIndex(p.weekday), Number(p.hour) * 60 + Number(p.minute));
 }
 
 /** The date and time arguments of the back office's actions that make or move a booking. */
@@ -83,6 +97,6 @@ export function slotOutsideHours(hours: string, timeZone: string, fn: string, ar
   const at = minutes(time);
   if (!d || !(at < 24 * 60)) return null;
   const day = new Date(Date.UTC(Number(d[1]), Number(d[2]) - 1, Number(d[3]))).getUTCDay();
-  if (parsed.windows.some((w) => w.day === day && at >= w.from && at < w.to)) return null;
+  if (inWindows(parsed.windows, day, at)) return null;
   return `args.${names[1]}: ${date} ${time} is outside business hours (${hours}, ${timeZone}): offer the caller a time within them`;
 }

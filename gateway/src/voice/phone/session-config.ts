@@ -14,6 +14,7 @@
  * The caller's words never go into instructions; only the operator's configuration does.
  */
 import type { RealtimeFunctionTool, RealtimeSessionCreateRequest, SessionUpdateEvent } from 'openai/resources/realtime/realtime';
+import { localMoment } from '../business-hours';
 import type { Concierge } from '../config';
 import { NOT_TRANSCRIBED } from './caller-transcript';
 
@@ -62,29 +63,13 @@ function intentLines(c: Concierge): string[] {
   return lines;
 }
 
-/** "Saturday 2026-11-28 14:05": the day, date and time in a time zone. */
-function localNow(now: Date, timeZone: string): string {
-  const format = new Intl.DateTimeFormat('en-US', {
-    timeZone,
-    hourCycle: 'h23',
-    weekday: 'long',
-    year: 'numeric',
-    month: '2-digit',
-    day: '2-digit',
-    hour: '2-digit',
-    minute: '2-digit',
-  });
-  const p = Object.fromEntries(format.formatToParts(now).map((part) => [part.type, part.value]));
-  return `${p.weekday} ${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}`;
-}
-
 /**
  * Today's date where the business is, and the forms the back office takes (YYYY-MM-DD, HH:MM in
  * its time zone): a model told neither guesses the year of "tomorrow at 10".
  */
 function dateLine(c: Concierge, now: Date): string {
   return (
-    `It is now ${localNow(now, c.meta.timezone)} where the business is (${c.meta.timezone}). ` +
+    `It is now ${localMoment(now, c.meta.timezone)} where the business is (${c.meta.timezone}). ` +
     'Work out the dates the caller says ("tomorrow", "next Tuesday") from that, and say the date back with its day. ' +
     'Give a function dates as YYYY-MM-DD and times as HH:MM (24-hour), in that time zone. ' +
     `The business is open ${c.meta.business_hours_local} (${c.meta.timezone}): book and move appointments only to times it is open.`
