@@ -4,7 +4,7 @@
  * left. Keep-alive connections are told to close after their current answer, so a client that keeps
  * its connection open does not hold the process.
  */
-import type { Server } from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 
 export interface Drain {
@@ -19,21 +19,31 @@ export interface Drain {
 /** How long the streams cut at the end of the grace have to write their end: they only unwind. */
 const CUT_MS = 500;
 
+/**
+ * Makes an answer the last on its connection. Else its client sends its next request there once
+ * it ends, and that request is cut when the stop closes the connection, rather than refused at connect.
+ */
+function lastOnConnection(res: ServerResponse): void {
+  if (!res.headersSent) return void res.setHeader('connection', 'close');
+  const socket = res.socket; // an answer already under way (a stream): its connection ends after it
+  res.once('close', () => socket?.end());
+}
+
 export function trackRequests(server: Server): Drain {
-  let inFlight = 0;
+  const inFlight = new Set<ServerResponse>();
   let closing = false;
   let idle: (() => void) | null = null;
-  server.on('request', (req, res) => {
-    inFlight++;
-    if (closing) res.setHeader('connection', 'close');
+  server.on('request', (req, res: ServerResponse) => {
+    inFlight.add(res);
+    if (closing) lastOnConnection(res);
     res.once('close', () => {
-      inFlight--;
-      if (closing && inFlight === 0) idle?.();
+      inFlight.delete(res);
+      if (closing && inFlight.size === 0) idle?.();
     });
   });
   /** Resolves true once nothing is in flight, false after `ms`. */
   const settled = (ms: number) =>
-    inFlight === 0
+    inFlight.size === 0
       ? Promise.resolve(true)
       : new Promise<boolean>((resolve) => {
           const timer = setTimeout(() => resolve(false), ms);
@@ -45,6 +55,7 @@ export function trackRequests(server: Server): Drain {
   return {
     async close(graceMs, cut) {
       closing = true;
+      for (const res of inFlight) lastOnConnection(res);
       server.close(); // no new connections; idle keep-alive connections are closed
       server.closeIdleConnections();
       const finished = await settled(graceMs);

@@ -3,6 +3,7 @@
 import { spawn } from '../children';
 import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
 import { request } from 'node:http';
+import { Agent, request as undiciRequest } from 'undici';
 import { calcPrice } from '@pydantic/genai-prices';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -188,6 +189,37 @@ describe('SIGTERM', () => {
     expect(existsSync(g.csv)).toBe(true);
     const lines = readFileSync(g.csv, 'utf8').trim().split('\n');
     expect(lines).toHaveLength(2); // header + the call
+  });
+
+  // A keep-alive client (a load balancer's upstream pool, an SDK's agent) queues its next request
+  // behind the one in flight; told to close, it sends that one on a new connection, which the
+  // stopped listener refuses before anything is sent (safe to send elsewhere), instead of on the
+  // old one, cut with the request on it.
+  it('tells a keep-alive client whose request was in flight to close: its next request is refused at connect, not cut', async () => {
+    hot.always({ kind: 'ok', delayMs: 800, content: 'finished in time' });
+    const g = await spawnGateway();
+    const pool = new Agent({ connections: 1 });
+    const send = () =>
+      undiciRequest(`${g.url}/v1/chat/completions`, {
+        dispatcher: pool,
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+    try {
+      const first = send();
+      const queued = send().catch((error: Error & { code?: string }) => error);
+      await until('the provider to get the call', () => hot.received.length === 1);
+      g.child.kill('SIGTERM');
+      const answered = await first;
+      expect([answered.statusCode, answered.headers.connection]).toEqual([200, 'close']);
+      expect(await answered.body.text()).toContain('finished in time');
+      expect(await queued).toMatchObject({ code: 'ECONNREFUSED' });
+      expect(await g.exited).toBe(0);
+      expect(hot.received).toHaveLength(1);
+    } finally {
+      await pool.close();
+    }
   });
 
   // A terminal's Ctrl-C reaches the gateway twice under `npm start` (from the terminal and from npm).
