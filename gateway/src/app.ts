@@ -124,7 +124,9 @@ export function createGateway(opts: GatewayOptions): Gateway {
         };
         const server = createServer(handle);
         // Expect: 100-continue: without a valid key the body is refused before it is sent, not read and dropped.
-        if (opts.auth) server.on('checkContinue', (req, res) => void continueIfKeyed(opts.auth!, req, res, handle));
+        // One let in goes on as a 'request', so that a stop counts it in flight (shutdown.ts) and lets it finish.
+        const asRequest = (req: IncomingMessage, res: ServerResponse) => server.emit('request', req, res);
+        if (opts.auth) server.on('checkContinue', (req, res) => void continueIfKeyed(opts.auth!, req, res, asRequest));
         server.keepAliveTimeout = 65_000;
         server.on('upgrade', (req, socket, head) => opts.upgrade?.(req, socket, head) || socket.destroy());
         server.once('error', reject);

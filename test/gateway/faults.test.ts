@@ -11,6 +11,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider, refusedUrl } from './fake-provider';
 import { chat, listenStack, mapOf, startGateway, type TestGateway, writeOneRouteMap } from './harness';
 import { until } from './instances';
+import { keysCli } from '../../gateway/src/keys-cli';
 
 const root = join(import.meta.dirname, '..', '..');
 let hot: FakeProvider;
@@ -220,6 +221,41 @@ describe('SIGTERM', () => {
     } finally {
       await pool.close();
     }
+  });
+
+  it('with client keys, a call whose client waited for 100 Continue (as curl sends a large body) finishes too', async () => {
+    hot.always({ kind: 'ok', delayMs: 1500, content: 'finished in time' });
+    const keys = { CLIENT_KEYS_FILE: join(mkdtempSync(join(tmpdir(), 'sigterm-keys-')), 'keys.json') };
+    const output: string[] = [];
+    expect(
+      await keysCli(
+        ['create', 'acme'],
+        keys,
+        (l) => output.push(l),
+        () => {},
+      ),
+    ).toBe(0);
+    const g = await spawnGateway({ ...keys, GATEWAY_AUTH: 'keys' });
+    const body = JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }] });
+    const headers = { 'content-type': 'application/json', authorization: `Bearer ${output.at(-1)}`, expect: '100-continue' };
+    const req = request(`${g.url}/v1/chat/completions`, { method: 'POST', headers });
+    req.on('continue', () => req.end(body));
+    const answer = new Promise<{ status: number; text: string }>((resolve, reject) => {
+      req.on('response', (res) => {
+        let text = '';
+        res.on('data', (d) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode!, text }));
+      });
+      req.on('error', reject);
+    });
+    req.flushHeaders();
+    await until('the provider to get the call', () => hot.received.length === 1);
+    g.child.kill('SIGTERM');
+    const res = await answer;
+    expect(res.status).toBe(200);
+    expect(res.text).toContain('finished in time');
+    expect(await g.exited).toBe(0);
+    expect(g.events()).toMatchObject([{ provider: 'openai', error_code: '' }]);
   });
 
   // A terminal's Ctrl-C reaches the gateway twice under `npm start` (from the terminal and from npm).
