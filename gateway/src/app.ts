@@ -17,6 +17,7 @@ import { endpoint } from './endpoint';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
 import { continueIfKeyed, keyGuard } from './key-guard';
+import { answerUnreadable, refuseExpectation } from './malformed-request';
 import { mountModels } from './models';
 import { mountOperator } from './operator';
 import type { RequestPath } from './request-path';
@@ -127,6 +128,8 @@ export function createGateway(opts: GatewayOptions): Gateway {
         // One let in goes on as a 'request', so that a stop counts it in flight (shutdown.ts) and lets it finish.
         const asRequest = (req: IncomingMessage, res: ServerResponse) => server.emit('request', req, res);
         if (opts.auth) server.on('checkContinue', (req, res) => void continueIfKeyed(opts.auth!, req, res, asRequest));
+        server.on('clientError', answerUnreadable);
+        server.on('checkExpectation', refuseExpectation);
         server.keepAliveTimeout = 65_000;
         server.on('upgrade', (req, socket, head) => opts.upgrade?.(req, socket, head) || socket.destroy());
         server.once('error', reject);

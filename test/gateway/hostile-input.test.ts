@@ -1,6 +1,7 @@
 // Bodies a careless or hostile client sends to the /v1 endpoints: other charsets, a byte-order
 // mark, deep nesting, broken Unicode in the model, out-of-range numbers. Each is a 4xx in OpenAI's
 // shape naming what was wrong, before any provider is called or any event metered; never a 500.
+import { connect } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
 import { mapOf, startGateway, type TestGateway } from './harness';
@@ -255,5 +256,42 @@ describe('union errors', () => {
     });
     expect(calls()).toBe(0);
     expect((await input(Array(3000).fill(1))).status).toBe(200); // one input of 3000 tokens
+  });
+});
+
+describe('requests that are not well-formed HTTP', () => {
+  /** Sends `bytes` on a socket of its own and reads what comes back until the gateway closes it. */
+  const exchange = (bytes: string) =>
+    new Promise<{ status: number; type: string | undefined; body: string }>((resolve, reject) => {
+      const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+      let got = '';
+      socket.on('data', (d) => (got += d));
+      socket.on('error', reject);
+      socket.on('close', () => {
+        const [head, body = ''] = got.split('\r\n\r\n');
+        const type = /^content-type: (.*)$/im.exec(head)?.[1];
+        resolve({ status: Number(head.split(' ')[1]), type, body });
+      });
+      socket.write(bytes);
+    });
+  const chat = CHAT('hi');
+  const post = (headers: string, body = chat) => `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n${headers}\r\n${body}`;
+
+  it.each([
+    ['headers over 16 KiB in all', 431, `GET /v1/models HTTP/1.1\r\nHost: gw\r\n${`x-pad: ${'y'.repeat(100)}\r\n`.repeat(200)}\r\n`],
+    ['a URL over 16 KiB', 431, `GET /v1/models/${'m'.repeat(20_000)} HTTP/1.1\r\nHost: gw\r\n\r\n`],
+    ['two Content-Lengths', 400, post(`Content-Length: 5\r\nContent-Length: ${chat.length}\r\n`)],
+    ['Content-Length beside chunked', 400, post(`Content-Length: 5\r\nTransfer-Encoding: chunked\r\n`, '0\r\n\r\n')],
+    ['a chunk size that is not hex', 400, post('Transfer-Encoding: chunked\r\n', `zz\r\n${chat}\r\n0\r\n\r\n`)],
+    ['a bare CR in a header value', 400, post(`x-customer-id: a\rb\r\nContent-Length: ${chat.length}\r\n`)],
+    ['an Expect other than 100-continue', 417, post(`Expect: 200-ok\r\nConnection: close\r\nContent-Length: ${chat.length}\r\n`)],
+  ])('%s: a %i in OpenAI shape, nothing called', async (_, status, bytes) => {
+    const got = await exchange(bytes);
+    expect(got.status).toBe(status);
+    expect(got.type).toMatch(/^application\/json/);
+    const { error } = JSON.parse(got.body) as { error: Record<string, unknown> };
+    expect(error).toMatchObject({ type: 'invalid_request_error', message: expect.any(String) });
+    expect(Object.keys(error).sort()).toEqual(['code', 'message', 'param', 'type']);
+    expect(calls()).toBe(0);
   });
 });
