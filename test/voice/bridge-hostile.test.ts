@@ -232,6 +232,20 @@ describe('phone bridge: hostile input', () => {
     expect(events[0]).toMatchObject({ cost_usd: null, error_code: 'UNPRICED' });
   });
 
+  it('a usage without a usable audio count (absent, or each dropped) is UNPRICED as one without usage, not a silent $0 beside the guard’s estimate', async () => {
+    s = await bridgeStack();
+    const usage = { input_tokens: 900, output_tokens: 40, input_token_details: { audio_tokens: -5 }, output_token_details: {} };
+    s.realtime.brain = brain({ greeting: { audio: assistantAudio(300), usage } });
+    const call = await s.twilio.call('CAH07');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    call.hangUp();
+    const end = await s.endOf('CAH07');
+    expect(end.record?.est_audio_cost_usd).toBeGreaterThan(0); // the guard billed the greeting its estimate
+    const events = s.meterEvents.filter((e) => e.job_id === 'CAH07');
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ input_tokens: 900, output_tokens: 40, cost_usd: null, error_code: 'UNPRICED' });
+  });
+
   it('an event the guard refuses does not take the audio durations sent with it down too', async () => {
     s = await bridgeStack();
     await s.voice.start({ call_id: 'CAH03', from: '+351910000001' });

@@ -216,7 +216,7 @@ describe("a realtime response's meter event", () => {
     tenant: 't1',
     callId: 'CA1',
     response: { status } as RealtimeResponse,
-    usage: {},
+    usage: { input_token_details: { audio_tokens: 0 }, output_token_details: { audio_tokens: 0 } },
     latencyMs: 5,
     confidence: null,
   });
@@ -227,8 +227,9 @@ describe("a realtime response's meter event", () => {
     for (const hostile of ['constructor', 'toString', '__proto__']) expect(responseEvent(facts(hostile)).error_code).toBe('');
   });
 
-  it('without usage its cost is unknown: empty, and UNPRICED after its own code', () => {
+  it('without usage, or without an audio count in it, its cost is unknown: empty, and UNPRICED after its own code', () => {
     expect(responseEvent({ ...facts('failed'), usage: undefined })).toMatchObject({ cost_usd: null, error_code: 'FAILED|UNPRICED' });
+    expect(responseEvent({ ...facts('completed'), usage: { input_tokens: 3 } })).toMatchObject({ cost_usd: null, error_code: 'UNPRICED' });
     expect(responseEvent(facts('completed')).cost_usd).toBe(0);
   });
 });

@@ -6,8 +6,9 @@
  * bills, so the meter, the guard and the call record agree (text tokens are counted, not priced:
  * the configuration has no text prices). The
  * usage is the cleaned one (usage.ts), the same the guard is given: every count whole and >= 0.
- * A response that reported no usage (none, or not an object) has an unknown cost, not $0: its event
- * carries an empty cost and `UNPRICED` (schema/unpriced.ts), which the meter counts and shows.
+ * A response that reported no usage (none, not an object, or no audio count the cleaning kept) has
+ * an unknown cost, not $0: its event carries an empty cost and `UNPRICED` (schema/unpriced.ts),
+ * which the meter counts and shows.
  */
 import { randomUUID } from 'node:crypto';
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
@@ -36,12 +37,14 @@ export function responseEvent(f: ResponseFacts): EventRecord {
   const status = f.response?.status;
   // Its own names only: a status of `constructor` would put a function in the record.
   const code = status && Object.hasOwn(STATUS_CODE, status) ? STATUS_CODE[status] : '';
+  // Without an audio count the guard bills the response its estimate, as one without usage: no price here either.
+  const usd = f.usage ? usageUsd(f.usage, audioPrices(f.config.spend_guard)) : null;
   return callEvent(f, f.config.meta.model, {
     input_tokens: u.input_tokens ?? 0,
     output_tokens: u.output_tokens ?? 0,
     latency_ms: Math.max(0, Math.round(f.latencyMs)),
-    cost_usd: f.usage ? Number((usageUsd(f.usage, audioPrices(f.config.spend_guard)) ?? 0).toFixed(9)) : null,
-    error_code: f.usage ? code : markUnpriced(code),
+    cost_usd: usd === null ? null : Number(usd.toFixed(9)),
+    error_code: usd === null ? markUnpriced(code) : code,
   });
 }
 
