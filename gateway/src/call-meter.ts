@@ -48,11 +48,17 @@ const money = (usd: number | undefined) => usd !== undefined && Number.isFinite(
 function checked(usage: Usage): Usage {
   const cost = usage.cost_usd;
   const input = count(usage.input_tokens);
-  const cached = Math.min(count(usage.cached_input_tokens ?? 0), input); // part of the input, never more
+  const output = count(usage.output_tokens);
+  // Each part of the input (or output), never more than it.
+  const cached = Math.min(count(usage.cached_input_tokens ?? 0), input);
+  const inAudio = Math.min(count(usage.input_audio_tokens ?? 0), input);
+  const outAudio = Math.min(count(usage.output_audio_tokens ?? 0), output);
   return {
     input_tokens: input,
-    output_tokens: count(usage.output_tokens),
+    output_tokens: output,
     ...(cached ? { cached_input_tokens: cached } : {}),
+    ...(inAudio ? { input_audio_tokens: inAudio } : {}),
+    ...(outAudio ? { output_audio_tokens: outAudio } : {}),
     ...(money(cost) ? { cost_usd: cost } : {}),
   };
 }

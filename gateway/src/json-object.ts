@@ -1,5 +1,7 @@
 /** A parsed JSON value that is an object (not null, not an array): what provider and caller JSON is read through. */
 export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+/** An object's fields, none for anything else (a usage's optional details). */
+export const fieldsOf = (v: unknown): Record<string, unknown> => (isObject(v) ? v : {});
 
 /** Text without a leading UTF-8 byte-order mark, which JSON decoders (a client's, Express's) read past. */
 export const withoutBom = (text: string): string => (text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);

@@ -196,6 +196,42 @@ describe('numbers that cannot be money', () => {
     expect([e.input_tokens, e.output_tokens, Number(e.cost_usd)]).toEqual(['10000', '10', cached.total_price]);
   });
 
+  it("audio tokens of a chat answer are priced at the model's audio rates, not its text rates; input_tokens stays the whole input", async () => {
+    const map = { ...mapOf([hot.url]), hot: [{ provider: 'openai', model: 'gpt-audio', baseUrl: hot.url }] };
+    gw = await startGateway(map);
+    const chatUsage = {
+      prompt_tokens: 1_000,
+      completion_tokens: 2_000,
+      total_tokens: 3_000,
+      prompt_tokens_details: { cached_tokens: 0, audio_tokens: 800 },
+      completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 1_900 },
+    };
+    hot.next(
+      { kind: 'ok', usage: chatUsage as any },
+      { kind: 'ok', usage: { ...chatUsage, prompt_tokens_details: { audio_tokens: 5e9 } } as any },
+      { kind: 'ok', usage: { ...chatUsage, prompt_tokens_details: { cached_tokens: 900, audio_tokens: 900 } } as any },
+    );
+    for (let i = 0; i < 3; i++) expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    const [e, hostile, cached] = gw.events();
+    const priced = (u: Record<string, number>) =>
+      calcPrice({ input_tokens: 1_000, output_tokens: 2_000, ...u }, 'gpt-audio', { providerId: 'openai' })!.total_price;
+    expect(priced({ input_audio_tokens: 800, output_audio_tokens: 1_900 })).toBeGreaterThan(5 * priced({}));
+    expect([e.input_tokens, e.output_tokens, Number(e.cost_usd)]).toEqual([
+      '1000',
+      '2000',
+      Number(priced({ input_audio_tokens: 800, output_audio_tokens: 1_900 }).toFixed(9)),
+    ]);
+    // Never more audio than the input it is part of (as cached input): a count past it is all of it.
+    expect([Number(hostile.cost_usd), hostile.error_code]).toEqual([
+      Number(priced({ input_audio_tokens: 1_000, output_audio_tokens: 1_900 }).toFixed(9)),
+      '',
+    ]);
+    // Cached input and audio input: at least 800 of the cached tokens were audio, priced so.
+    const both = { cache_read_tokens: 900, input_audio_tokens: 900, cache_audio_read_tokens: 800, output_audio_tokens: 1_900 };
+    expect([Number(cached.cost_usd), cached.error_code]).toEqual([Number(priced(both).toFixed(9)), '']);
+  });
+
   it("usage past the record's limits: no count the meter would refuse, and a cost past its limit is UNPRICED, the event kept", async () => {
     gw = await startGateway(mapOf([hot.url]));
     hot.always({ kind: 'ok', usage: { prompt_tokens: 1e21, completion_tokens: 9e15, cost: 5e9 } as any });

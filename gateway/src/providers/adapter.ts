@@ -6,6 +6,7 @@
  */
 import type { ApiKind } from '../request-context';
 import type { RouteConfig } from '../routes-map';
+import { fieldsOf } from '../json-object';
 
 export interface Usage {
   /** All input tokens, cached ones included (the meter's input_tokens). */
@@ -15,6 +16,8 @@ export interface Usage {
   cached_input_tokens?: number;
   /** Of the input, audio tokens (priced at the model's audio rate, as a transcription model's are). */
   input_audio_tokens?: number;
+  /** Of the output, audio tokens (a chat answer spoken: priced at the model's audio rate). */
+  output_audio_tokens?: number;
   /** Cost in USD when the provider reports it (some gateways do); else computed from prices. */
   cost_usd?: number;
 }
@@ -43,13 +46,17 @@ export function readUsage(u: unknown, api?: ApiKind): Usage | null {
   const output = num(x.completion_tokens) ?? num(x.output_tokens);
   if (input === undefined && output === undefined) return null;
   const cost = num(x.cost) ?? num(x.total_cost);
-  // Chat's prompt_tokens_details, Responses' input_tokens_details.
-  const details = x.prompt_tokens_details ?? x.input_tokens_details;
-  const cached = details && typeof details === 'object' ? num((details as Record<string, unknown>).cached_tokens) : undefined;
+  // Chat's prompt_tokens_details, Responses' input_tokens_details; audio only in chat's.
+  const inDetails = fieldsOf(x.prompt_tokens_details ?? x.input_tokens_details);
+  const cached = num(inDetails.cached_tokens);
+  const inAudio = num(inDetails.audio_tokens);
+  const outAudio = num(fieldsOf(x.completion_tokens_details).audio_tokens);
   return {
     input_tokens: input ?? 0,
     output_tokens: output ?? 0,
     ...(cached ? { cached_input_tokens: cached } : {}),
+    ...(inAudio ? { input_audio_tokens: inAudio } : {}),
+    ...(outAudio ? { output_audio_tokens: outAudio } : {}),
     ...(cost === undefined ? {} : { cost_usd: cost }),
   };
 }

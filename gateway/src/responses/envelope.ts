@@ -8,7 +8,7 @@
  */
 import type { Response, ResponseOutputItem, ResponseUsage } from 'openai/resources/responses/responses';
 import { unixSeconds, type ResponseIds } from './ids';
-import { isObject } from '../json-object';
+import { fieldsOf, isObject } from '../json-object';
 
 /** A Response as the API sends it (without the SDK's computed `output_text`). */
 export type ResponseObject = Omit<Response, 'output_text'>;
@@ -49,8 +49,6 @@ export function answeringModel(providerModel: unknown, called: string): string {
   return typeof providerModel === 'string' && providerModel ? providerModel : called;
 }
 
-const detailsOf = (v: unknown): Record<string, unknown> => (isObject(v) ? v : {});
-
 /** Chat usage (prompt/completion tokens and their details) in the Responses shape; null without one. */
 export function responseUsage(chatUsage: unknown): ResponseUsage | null {
   if (!isObject(chatUsage)) return null;
@@ -59,8 +57,8 @@ export function responseUsage(chatUsage: unknown): ResponseUsage | null {
   const output = num(chatUsage.completion_tokens) ?? num(chatUsage.output_tokens);
   if (input === undefined && output === undefined) return null;
   // Their details too, so the Response says the cached tokens the meter prices (adapter.ts reads both).
-  const inputDetails = detailsOf(chatUsage.prompt_tokens_details ?? chatUsage.input_tokens_details);
-  const outputDetails = detailsOf(chatUsage.completion_tokens_details ?? chatUsage.output_tokens_details);
+  const inputDetails = fieldsOf(chatUsage.prompt_tokens_details ?? chatUsage.input_tokens_details);
+  const outputDetails = fieldsOf(chatUsage.completion_tokens_details ?? chatUsage.output_tokens_details);
   return {
     input_tokens: input ?? 0,
     input_tokens_details: {
