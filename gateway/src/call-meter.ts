@@ -49,14 +49,16 @@ function checked(usage: Usage): Usage {
   const cost = usage.cost_usd;
   const input = count(usage.input_tokens);
   const output = count(usage.output_tokens);
-  // Each part of the input (or output), never more than it.
+  // Each part of the input (or output), never more than it; reads and writes of the cache apart.
   const cached = Math.min(count(usage.cached_input_tokens ?? 0), input);
+  const written = Math.min(count(usage.cache_write_tokens ?? 0), input - cached);
   const inAudio = Math.min(count(usage.input_audio_tokens ?? 0), input);
   const outAudio = Math.min(count(usage.output_audio_tokens ?? 0), output);
   return {
     input_tokens: input,
     output_tokens: output,
     ...(cached ? { cached_input_tokens: cached } : {}),
+    ...(written ? { cache_write_tokens: written } : {}),
     ...(inAudio ? { input_audio_tokens: inAudio } : {}),
     ...(outAudio ? { output_audio_tokens: outAudio } : {}),
     ...(money(cost) ? { cost_usd: cost } : {}),

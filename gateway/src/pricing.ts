@@ -1,7 +1,8 @@
 /**
  * cost_usd of a call: the provider's own figure when it reports one, else computed from model
  * prices (@pydantic/genai-prices, pinned: prices change only when we upgrade it), cached input
- * tokens at the model's cache-read price, audio tokens at its audio rates. A model with no
+ * tokens at the model's cache-read price (those written to it at its cache-write price), audio
+ * tokens at its audio rates. A model with no
  * known price leaves cost empty (never a silent 0) and says so once in the log.
  */
 import { calcPrice } from '@pydantic/genai-prices';
@@ -14,7 +15,7 @@ const CACHE_LIMIT = 10_000;
 
 export function costUsd(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   if (usage.cost_usd !== undefined) return usage.cost_usd;
-  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}`;
+  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.cache_write_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}`;
   const hit = cache.get(cacheKey);
   if (hit !== undefined) return hit;
   const cost = compute(provider, model, usage, warn);
@@ -25,9 +26,10 @@ export function costUsd(provider: string, model: string, usage: Usage, warn: (me
 
 /**
  * The usage in genai-prices' terms. Cached input is part of input_tokens, as genai-prices counts it,
- * and priced at the cache-read rate; so is audio (a transcription model's input, a spoken chat
- * answer's), at the model's audio rates. How much of the cached input was audio no answer says: the
- * least it can be (a model with a cached-audio price needs the figure).
+ * and priced at the cache-read rate, input written to the cache at the cache-write rate; so is
+ * audio (a transcription model's input, a spoken chat answer's), at the model's audio rates. How
+ * much of the cached input was audio no answer says: the least it can be (a model with a
+ * cached-audio price needs the figure).
  */
 function priceUsage(usage: Usage): Record<string, number> {
   const cached = usage.cached_input_tokens ?? 0;
@@ -36,6 +38,7 @@ function priceUsage(usage: Usage): Record<string, number> {
     input_tokens: usage.input_tokens,
     output_tokens: usage.output_tokens,
     cache_read_tokens: cached,
+    ...(usage.cache_write_tokens ? { cache_write_tokens: usage.cache_write_tokens } : {}),
     ...(inAudio ? { input_audio_tokens: inAudio, cache_audio_read_tokens: Math.max(0, cached + inAudio - usage.input_tokens) } : {}),
     ...(usage.output_audio_tokens ? { output_audio_tokens: usage.output_audio_tokens } : {}),
   };

@@ -196,6 +196,34 @@ describe('numbers that cannot be money', () => {
     expect([e.input_tokens, e.output_tokens, Number(e.cost_usd)]).toEqual(['10000', '10', cached.total_price]);
   });
 
+  it("input tokens written to the prompt cache are priced at the model's cache-write price (Anthropic's is above its input price)", async () => {
+    const map = { ...mapOf([hot.url]), hot: [{ provider: 'anthropic', model: 'claude-3-5-haiku-latest', baseUrl: hot.url }] };
+    gw = await startGateway(map);
+    const chatUsage = {
+      prompt_tokens: 100_000,
+      completion_tokens: 10,
+      prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 90_000 },
+    };
+    hot.next(
+      { kind: 'ok', usage: chatUsage as any },
+      { kind: 'ok', usage: { ...chatUsage, prompt_tokens_details: { cached_tokens: 30_000, cache_write_tokens: 90_000 } } as any },
+    );
+    for (let i = 0; i < 2; i++) expect((await chat(gw.url)).status).toBe(200);
+    await gw.meter.flush();
+    const [e, both] = gw.events();
+    const priced = (u: Record<string, number>) =>
+      calcPrice({ input_tokens: 100_000, output_tokens: 10, ...u }, 'claude-3-5-haiku-latest', { providerId: 'anthropic' })!.total_price;
+    expect(priced({ cache_write_tokens: 90_000 })).toBeGreaterThan(priced({}));
+    expect([e.input_tokens, Number(e.cost_usd), e.error_code]).toEqual([
+      '100000',
+      Number(priced({ cache_write_tokens: 90_000 }).toFixed(9)),
+      '',
+    ]);
+    // Read and written together never more than the input: what is left of it after the reads was written.
+    const left = { cache_read_tokens: 30_000, cache_write_tokens: 70_000 };
+    expect([Number(both.cost_usd), both.error_code]).toEqual([Number(priced(left).toFixed(9)), '']);
+  });
+
   it("audio tokens of a chat answer are priced at the model's audio rates, not its text rates; input_tokens stays the whole input", async () => {
     const map = { ...mapOf([hot.url]), hot: [{ provider: 'openai', model: 'gpt-audio', baseUrl: hot.url }] };
     gw = await startGateway(map);

@@ -14,6 +14,8 @@ export interface Usage {
   output_tokens: number;
   /** Of the input, tokens read from the provider's prompt cache (priced lower). */
   cached_input_tokens?: number;
+  /** Of the input, tokens written to the provider's prompt cache (some models price them higher). */
+  cache_write_tokens?: number;
   /** Of the input, audio tokens (priced at the model's audio rate, as a transcription model's are). */
   input_audio_tokens?: number;
   /** Of the output, audio tokens (a chat answer spoken: priced at the model's audio rate). */
@@ -49,12 +51,14 @@ export function readUsage(u: unknown, api?: ApiKind): Usage | null {
   // Chat's prompt_tokens_details, Responses' input_tokens_details; audio only in chat's.
   const inDetails = fieldsOf(x.prompt_tokens_details ?? x.input_tokens_details);
   const cached = num(inDetails.cached_tokens);
+  const written = num(inDetails.cache_write_tokens);
   const inAudio = num(inDetails.audio_tokens);
   const outAudio = num(fieldsOf(x.completion_tokens_details).audio_tokens);
   return {
     input_tokens: input ?? 0,
     output_tokens: output ?? 0,
     ...(cached ? { cached_input_tokens: cached } : {}),
+    ...(written ? { cache_write_tokens: written } : {}),
     ...(inAudio ? { input_audio_tokens: inAudio } : {}),
     ...(outAudio ? { output_audio_tokens: outAudio } : {}),
     ...(cost === undefined ? {} : { cost_usd: cost }),
