@@ -202,6 +202,8 @@ export class RedisStreamSink implements MeterSink {
         if (entries.length && !(await this.settle(entries))) return this.measureBacklog();
       }
     }
+    // A backlog measured in an outage is measured again as it drains: /health shows what still waits.
+    if (this.backlog) await this.measureBacklog();
   }
 
   /** Entries to read for about `batchSize` events, by the events per entry of the last read. */
@@ -316,7 +318,7 @@ export class RedisStreamSink implements MeterSink {
     await this.opts.fallback.setAside(lines, reason);
   }
 
-  /** After a failed post: how much waits in the stream, and a notice when it passes the limit. */
+  /** After a failed post, and as that backlog drains: how much waits in the stream, and a notice when it passes the limit. */
   private async measureBacklog(): Promise<void> {
     this.backlog = await this.opts.redis
       .xlen(this.key)

@@ -12,6 +12,7 @@ import { RedisStreamSink, type StreamSinkOptions } from '../../gateway/src/meter
 import { eventJson, WebAppSink } from '../../gateway/src/meter-web-app';
 import { CSV_HEADER, EVENT_FIELDS, MAX_TEXT_LENGTH, normalizeEvent } from '../../schema/event-record';
 import { FakeMeterWebApp } from './fake-meter';
+import { until } from './instances';
 import { TEST_REDIS_URL } from '../redis-db';
 
 const event = (i: number, at = new Date()) =>
@@ -98,6 +99,22 @@ describe('meter events through the Redis stream', () => {
     await sink.flush();
     expect(meter.stored).toEqual(['e0', 'e1', 'e2', 'e3']);
     expect(await redis.xlen(`${prefix}:meter:events`)).toBe(0);
+    await sink.close();
+  });
+
+  it('the backlog /health shows falls back to 0 once the meter is back and has every event', async () => {
+    const { sink } = streamSink(redis, undefined, { maxBackoffMs: 1 });
+    meter.mode = 'down';
+    await Promise.all(Array.from({ length: 20 }, (_, i) => sink.send(event(i))));
+    await sink.flush();
+    expect(sink.status()).toMatchObject({ stream_backlog_events: 20 });
+    meter.mode = 'ok';
+    await until('the meter has every event', async () => {
+      await sink.flush();
+      return meter.stored.length === 20;
+    });
+    expect(await redis.xlen(`${prefix}:meter:events`)).toBe(0);
+    expect(sink.status()).toMatchObject({ stream_backlog_events: 0 }); // before: 20 for as long as the process ran
     await sink.close();
   });
 
