@@ -325,13 +325,20 @@ export class RedisStreamSink implements MeterSink {
       .then((entries) => Math.round(entries * this.perEntry))
       .catch(() => this.backlog);
     const limit = this.opts.maxBacklog ?? 1_000_000;
-    if (this.backlog <= limit || this.alerted) return;
+    if (this.backlog <= limit) return this.backUnder();
+    if (this.alerted) return;
     this.alerted = true;
     const message =
       `meter stream ${this.key} holds about ${this.backlog} events not yet delivered, over its limit of ${limit}: the meter has not ` +
       `taken events for a while. Nothing is dropped; check METER_URL, METER_TOKEN, the web app, and Redis's memory.`;
     this.opts.log.error(message);
     this.opts.onBacklog?.(message);
+  }
+
+  /** Back under the limit: said once, and the next time it is passed is told again. */
+  private backUnder(): void {
+    if (this.alerted) this.opts.log.info(`meter stream ${this.key} back under its limit (about ${this.backlog} events waiting)`);
+    this.alerted = false;
   }
 
   async flush(): Promise<void> {

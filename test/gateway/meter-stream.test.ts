@@ -118,6 +118,27 @@ describe('meter events through the Redis stream', () => {
     await sink.close();
   });
 
+  it('a backlog over its limit is told of again when it builds up again after the stream drained', async () => {
+    const notices: string[] = [];
+    const { sink } = streamSink(redis, undefined, { maxBackoffMs: 1, maxBacklog: 5, onBacklog: (m) => notices.push(m) });
+    const outage = async (from: number) => {
+      meter.mode = 'down';
+      await Promise.all(Array.from({ length: 10 }, (_, i) => sink.send(event(from + i))));
+      await sink.flush();
+      meter.mode = 'ok';
+      await until('the meter has every event', async () => {
+        await sink.flush();
+        return meter.stored.length === from + 10;
+      });
+    };
+    await outage(0);
+    expect(notices).toHaveLength(1);
+    await outage(10);
+    expect(notices).toHaveLength(2); // before: the first notice was the process's only one
+    expect(notices[1]).toMatch(/holds about 10 events not yet delivered, over its limit of 5/);
+    await sink.close();
+  });
+
   it('with Redis unreachable, events go to the file spool within a second and are delivered from there', async () => {
     const down = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: null, lazyConnect: false });
     down.on('error', () => undefined);
