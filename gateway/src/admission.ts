@@ -13,7 +13,7 @@
  * runs on every request, and at concurrency 1 each microsecond is latency.
  */
 import { keyRequests, keyTokenLimit, overKeyRequests } from './key-policy';
-import { capExceeded, planFor, type SpendView, type SpendWatch } from './spend-cap-routing';
+import { planFor, type SpendView, type SpendWatch } from './spend-cap-routing';
 import type { Limiter, Limits } from './rate-limit';
 import type { RequestContext } from './request-context';
 import { within } from './within';
@@ -48,7 +48,15 @@ function boundedLimiter(limiter: Limiter, ctx: RequestContext): Limiter {
 export type Admission =
   | { kind: 'reject'; status: number; retryAfterS: number; message: string; code: string }
   | { kind: 'queue'; delayMs: number; reviewRequired: boolean; decision: string }
-  | { kind: 'route'; model?: string; decision: string; skipProviders?: Set<string> };
+  | {
+      kind: 'route';
+      model?: string;
+      decision: string;
+      skipProviders?: Set<string>;
+      /** USD held against the spend caps while the request is under way, given back by `release` at its end. */
+      held?: number;
+      release?: (usd: number) => void;
+    };
 
 /** Admission decides without a promise when it needs no store round trip (see above). */
 export type Admit = (ctx: RequestContext) => Admission | Promise<Admission>;
@@ -121,7 +129,8 @@ export function admission(deps: AdmissionDeps): Admit {
   };
 
   const decide = (ctx: RequestContext, view: SpendView, skipProviders?: Set<string>): Admission => {
-    const plan = planFor(ctx, capExceeded(view), deps.cheaperModel);
+    const held = spend.hold(view);
+    const plan = planFor(ctx, held === null, deps.cheaperModel);
     if (plan.kind === 'queue')
       return { kind: 'queue', delayMs: plan.delayMs, reviewRequired: plan.reviewRequired, decision: plan.decision };
     return {
@@ -129,6 +138,8 @@ export function admission(deps: AdmissionDeps): Admit {
       model: plan.kind === 'model' ? plan.model : undefined,
       decision: plan.kind === 'model' ? 'model' : 'default',
       skipProviders,
+      held: held ?? 0,
+      release: spend.release,
     };
   };
 

@@ -134,6 +134,24 @@ export class Pipeline {
     }
     const admitted = this.deps.admit ? this.deps.admit(ctx) : ROUTE_ALL;
     const admission = admitted instanceof Promise ? await admitted : admitted;
+    if (admission.kind !== 'route' || !admission.held) return this.admitted(ctx, res, deadline, gone, admission, stateWith);
+    // What the call holds against the spend caps is given back however the request ends.
+    try {
+      return await this.admitted(ctx, res, deadline, gone, admission, stateWith);
+    } finally {
+      admission.release?.(admission.held);
+    }
+  }
+
+  /** An admitted request: refused, queued, or routed and answered. */
+  private async admitted(
+    ctx: RequestContext,
+    res: ServerResponse,
+    deadline: Deadline,
+    gone: Cancel,
+    admission: Admission,
+    stateWith: string | null,
+  ): Promise<Served> {
     if (admission.kind === 'reject') {
       const refused = rejection(admission);
       sendJson(res, refused.status, refused.error, refused.headers);

@@ -3,8 +3,8 @@
  * the meter (`doGet?action=spend`, asked at most once a minute; only the first read is waited for,
  * at most 1 s) plus what was spent since that read; with no
  * meter configured, from the spend per UTC day counted by the gateways themselves (spend-days.ts:
- * shared by every instance in Redis, else this process's own). While a cap is exceeded
- * (strictly greater):
+ * shared by every instance in Redis, else this process's own), plus what this instance's calls in
+ * flight hold (held-spend.ts). While a cap is exceeded (strictly greater):
  *   x-must-have-answer: false  → queued, released after 2 hours           decision `queue`
  *   else x-can-use-cheaper: true → the map's `cheaper_model` (not for embeddings) decision `model`
  *   else                        → queued for human review, reviewer told  decision `human_review`
@@ -20,6 +20,7 @@
  */
 import { readSpendAnswer } from '../../schema/spend-answer';
 import { capExceeded } from '../../schema/spend-cap';
+import { HeldSpend } from './held-spend';
 import type { RequestContext } from './request-context';
 import { dayOf, MemorySpendDays, type SpendDays } from './spend-days';
 import { within } from './within';
@@ -76,8 +77,10 @@ export class SpendWatch {
   private firstReadOver = false;
   private loaded = false;
   private readonly days: SpendDays;
-  /** This instance's largest call cost of the UTC day: how close to a cap is "near". */
+  /** This instance's largest call cost of the UTC day: how close to a cap is "near", and what a call in flight holds. */
   private largest = { day: -1, usd: 0 };
+  /** This instance's calls in flight (their figures include them). */
+  private readonly held = new HeldSpend();
 
   constructor(
     private readonly opts: {
@@ -158,16 +161,45 @@ export class SpendWatch {
   }
 
   /**
+   * A request about to route holds the instance's largest call of the day against the caps until it
+   * ends (`release`); null when, with the calls in flight, a cap is exceeded. Near a cap the figures
+   * are taken again: requests that waited together for a fresh read each see the others' holds.
+   */
+  hold(view: SpendView): number | null {
+    const estimate = this.largestToday();
+    const v = this.near(view, estimate) ? this.figures() : view;
+    return capExceeded(v) ? null : this.held.hold(estimate);
+  }
+
+  readonly release = (usd: number): void => this.held.release(usd);
+
+  private largestToday(): number {
+    return this.largest.day === dayOf(this.now()) ? this.largest.usd : 0;
+  }
+
+  /** Closer to a cap than NEAR_CAP_CALLS calls of `call` USD. */
+  private near(v: SpendView, call: number): boolean {
+    const margin = NEAR_CAP_CALLS * call;
+    return v.today + margin > v.dailyCap || v.last7d + margin > v.burnCap;
+  }
+
+  /**
    * Near a cap (and not over it), a shared figure a few calls old could let the fleet overshoot:
    * the request waits for a fresh read (one Redis round trip, at most 100 ms). Elsewhere it never waits.
    */
   private nearCap(v: SpendView): boolean {
-    if (!this.days.shared || capExceeded(v)) return false;
-    const margin = NEAR_CAP_CALLS * (this.largest.day === dayOf(this.now()) ? this.largest.usd : 0);
-    return v.today + margin > v.dailyCap || v.last7d + margin > v.burnCap;
+    return this.days.shared && !capExceeded(v) && this.near(v, this.largestToday());
   }
 
+  /** The spend counted, plus what this instance's calls in flight hold. */
   private figures(): SpendView {
+    const v = this.counted();
+    v.today += this.held.total;
+    v.last7d += this.held.total;
+    return v;
+  }
+
+  private counted(): SpendView {
     const today = dayOf(this.now());
     const c = this.cached;
     // A figure whose whole 7-day window has passed (the meter unread for a week) says nothing of this one.
