@@ -3,6 +3,7 @@
  * in review (`npm run routes:diff`, bin/routes-diff.ts).
  */
 import { readFileSync } from 'node:fs';
+import { withoutBom } from './json-object';
 
 type Json = unknown;
 type Print = (line: string) => void;
@@ -37,7 +38,7 @@ function readMap(file: string): Json {
     throw new Error(`${file}: ${missing ? 'no such file' : `not readable (${(error as Error).message})`}`, { cause: error });
   }
   try {
-    return JSON.parse(text);
+    return JSON.parse(withoutBom(text)); // a byte-order mark, as the gateway reads the map
   } catch (error) {
     throw new Error(`${file}: not JSON (${(error as Error).message})`, { cause: error });
   }

@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { ConfigError } from './errors';
+import { withoutBom } from './json-object';
 
 const Route = z.strictObject({
   /** The route's name in metrics, logs and /health (default: its tier and place, `hot-1`, `warm-2`). */
@@ -193,7 +194,8 @@ export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEn
 function checkMap(text: string, file: string, env: NodeJS.ProcessEnv): { map: RoutesMapConfig; refs: string[] } {
   let raw: unknown;
   try {
-    raw = JSON.parse(text);
+    // A byte-order mark (Windows PowerShell's UTF-8) is read past, as every editor shows the file without it.
+    raw = JSON.parse(withoutBom(text));
   } catch (error) {
     throw new ConfigError(`${file}: not valid JSON (${(error as Error).message})`);
   }

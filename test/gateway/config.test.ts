@@ -465,6 +465,25 @@ describe('npm start', () => {
     }
   });
 
+  // Windows PowerShell's `Set-Content -Encoding UTF8` (and older Notepad) saves UTF-8 with a byte-order
+  // mark: the start was refused with "Unexpected token", quoting a character no editor shows.
+  it('starts on a map saved with a byte-order mark, as on the same map without one', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'routes.json');
+    writeFileSync(file, `\uFEFF${readFileSync(join(root, 'routes.local.json'), 'utf8')}`);
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', ROUTES_FILE: file, METER_CSV_FILE: join(dir, 'e.csv') },
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    let exited = false;
+    child.on('exit', () => (exited = true));
+    await until(async () => exited || out.includes('gateway listening'));
+    expect(out).toMatch(new RegExp(`routing map: ${file} version [0-9a-f]{12} \\(2 hot, 2 warm routes\\)`));
+  });
+
   it('refuses to start on an invalid map, naming the file and path', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');

@@ -37,6 +37,16 @@ describe('npm run routes:diff', () => {
     }
   });
 
+  it('a map saved with a byte-order mark is read as without one', () => {
+    const a = join(dir, 'a.json');
+    writeFileSync(a, '\uFEFF{"hot": [], "cheaper_model": "gpt-4o-mini"}');
+    const b = join(dir, 'b.json');
+    writeFileSync(b, '{"hot": [], "cheaper_model": "gpt-4o"}');
+    const r = run(a, b);
+    expect([r.status, r.stderr]).toEqual([0, '']);
+    expect(r.stdout).toContain('~ cheaper_model: "gpt-4o-mini" → "gpt-4o"\n');
+  });
+
   it('more than two maps is a usage error, exit 2', () => {
     const r = run('routes.local.json', 'routes.prod.json', 'routes.local.json');
     expect(r.status).toBe(2);
