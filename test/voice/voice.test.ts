@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createStack, type Stack } from '../../gateway/src/stack';
-import { lintConcierge } from '../../gateway/src/voice/config';
+import { lintConcierge, loadConcierge } from '../../gateway/src/voice/config';
 import { matchIntent } from '../../gateway/src/voice/intents';
 import { applyEvent, estUsdFromDurations, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { captureLogger, listenStack } from '../gateway/harness';
@@ -135,6 +135,11 @@ describe('concierge.json and its lint', () => {
     writeFileSync(file, JSON.stringify(filled()));
     const good = spawnSync(tsx, ['bin/concierge-lint.ts', file], { cwd: root, encoding: 'utf8' });
     expect(good.status).toBe(0);
+    // Saved by Windows PowerShell (UTF-8 with a byte-order mark): "not readable JSON", about a character no editor shows.
+    writeFileSync(file, `\uFEFF${JSON.stringify(filled())}`);
+    const marked = spawnSync(tsx, ['bin/concierge-lint.ts', file], { cwd: root, encoding: 'utf8' });
+    expect([marked.status, marked.stdout]).toEqual([0, `${file}: clean\n`]);
+    expect(loadConcierge(file).config?.meta.model).toBe(filled().meta.model); // and the gateway loads it
     // An empty CONCIERGE_FILE counts as unset, as the gateway reads it: it was opened as the file "".
     const empty = spawnSync(tsx, ['bin/concierge-lint.ts'], { cwd: root, encoding: 'utf8', env: { ...process.env, CONCIERGE_FILE: '' } });
     expect([empty.status, empty.stdout.split('\n')[0]]).toEqual([1, '$.meta.model: placeholder <REALTIME_MODEL> must be replaced']);

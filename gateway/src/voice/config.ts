@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { MAX_TEXT_LENGTH } from '../../../schema/event-record';
+import { withoutBom } from '../json-object';
 import { parseBusinessHours } from './business-hours';
 
 const INTENT_IDS = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voicemail'] as const;
@@ -302,11 +303,14 @@ export function lintConcierge(raw: unknown): Problem[] {
   return [...unique.values()];
 }
 
+/** The file's JSON; a byte-order mark (Windows PowerShell's UTF-8) is read past, as editors show the file without it. */
+const readJson = (file: string): unknown => JSON.parse(withoutBom(readFileSync(file, 'utf8')));
+
 /** Reads and lints a file; a file that is not JSON is one problem at `$`. */
 export function lintFile(file: string): Problem[] {
   let raw: unknown;
   try {
-    raw = JSON.parse(readFileSync(file, 'utf8'));
+    raw = readJson(file);
   } catch (error) {
     return [{ path: '$', message: `not readable JSON (${(error as Error).message})` }];
   }
@@ -315,6 +319,6 @@ export function lintFile(file: string): Problem[] {
 
 export function loadConcierge(file: string): { config: Concierge | null; problems: Problem[] } {
   const problems = lintFile(file);
-  const parsed = ConciergeConfig.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+  const parsed = ConciergeConfig.safeParse(readJson(file));
   return { config: parsed.success ? parsed.data : null, problems };
 }
