@@ -183,6 +183,17 @@ function routeProblems(map: unknown, written: unknown): Problem[] {
   return problems;
 }
 
+/**
+ * Token budgets are looked up by a route's provider: one under another name (a typo, `OpenAI`)
+ * weighed nothing, and the provider ran unbudgeted with nothing said.
+ */
+function limitProblems(map: RoutesMapConfig): Problem[] {
+  const providers = providersOf(map);
+  return Object.keys(map.limits?.provider_tokens_per_minute ?? {})
+    .filter((name) => !providers.includes(name))
+    .map((name) => [`limits.provider_tokens_per_minute.${name}`, `expected a provider of the routing map (${providers.join(', ')})`]);
+}
+
 export function parseRoutesMap(text: string, file: string, env: NodeJS.ProcessEnv): RoutesMapConfig {
   return checkMap(text, file, env).map;
 }
@@ -204,6 +215,7 @@ function checkMap(text: string, file: string, env: NodeJS.ProcessEnv): { map: Ro
   const resolved = resolveRefs(raw, { env, problems, used }, '');
   const parsed = RoutesMap.safeParse(resolved);
   if (!parsed.success) problems.push(...parsed.error.issues.map((i): Problem => [jsonPath(i.path), i.message]));
+  else problems.push(...limitProblems(parsed.data));
   // One line per path: a path already named (an unset ${NAME}, an empty baseUrl) is not named again.
   const named = new Set(problems.map(([path]) => path));
   problems.push(...routeProblems(resolved, raw).filter(([path]) => !named.has(path)));

@@ -484,6 +484,20 @@ describe('npm start', () => {
     expect(out).toMatch(new RegExp(`routing map: ${file} version [0-9a-f]{12} \\(2 hot, 2 warm routes\\)`));
   });
 
+  // A token budget under a name no route has (a typo, `OpenAI`) weighed nothing: the provider ran unbudgeted, unsaid.
+  it('refuses a token budget for a provider the map has no route of, naming it and the providers it has', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'routes.json');
+    const map = JSON.parse(readFileSync(join(root, 'routes.local.json'), 'utf8'));
+    map.limits = { provider_tokens_per_minute: { openai: 2_000_000, mistrall: 500_000 } };
+    writeFileSync(file, JSON.stringify(map));
+    const [code, err] = await started({ ROUTES_FILE: file, METER_CSV_FILE: join(dir, 'e.csv') });
+    expect(code).toBe(1);
+    expect(err).toBe(
+      `gateway did not start:\n${file}: limits.provider_tokens_per_minute.mistrall: expected a provider of the routing map (openai, anthropic, mistral)\n`,
+    );
+  });
+
   it('refuses to start on an invalid map, naming the file and path', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');

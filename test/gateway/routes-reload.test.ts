@@ -82,6 +82,10 @@ describe('reloading the routing map', () => {
       `${file}: hot[0]: Unrecognized key: "apiKey"`,
       `${file}: hot[0].baseUrl: expected an http(s) URL, got "ftp://nowhere"`,
     ]);
+    writeMap({ hot: [route('first', one.url)], warm: [], cold, limits: { provider_tokens_per_minute: { OpenAI: 1000 } } });
+    expect(((await (await reload(app.url)).json()) as { error: string }).error).toBe(
+      `${file}: limits.provider_tokens_per_minute.OpenAI: expected a provider of the routing map (openai)`,
+    );
     writeMap('{"hot": [');
     expect(((await (await reload(app.url)).json()) as { error: string }).error).toMatch(new RegExp(`^${file}: not valid JSON`));
     expect((await health(app.url)).routes_map.version).toBe(v1);
