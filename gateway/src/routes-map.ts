@@ -142,6 +142,8 @@ function baseUrlProblem(text: string, shown: string): string | null {
   if (!url || !/^https?:$/.test(url.protocol)) return `expected an http(s) URL, got ${shown}`;
   if (url.search || url.hash || /[?#]/.test(text))
     return `expected an http(s) URL without a query or fragment (the API path is appended), got ${shown}`;
+  // A space stayed in every call's path (`/v1%20/chat/completions`); tabs and line breaks the URL parser drops.
+  if (/\s/.test(text.replace(/[\t\n\r]/g, ''))) return `expected an http(s) URL without spaces (the API path is appended), got ${shown}`;
   return null;
 }
 

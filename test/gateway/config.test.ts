@@ -140,6 +140,23 @@ describe('routing maps', () => {
     ]);
   });
 
+  // The API path is appended to baseUrl, and a space after it stayed in every call's path
+  // (`/v1%20/chat/completions`): the provider answered 404 to each call, the route's breaker opened.
+  it('refuses a baseUrl with a space in it, as written or from the environment (never showing that value)', async () => {
+    const route = (baseUrl: string) => ({ provider: 'openai', model: 'm', baseUrl });
+    const cold = { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] };
+    expect(refusedLines({ hot: [route('https://h/v1 '), route('https://h/v1\n')], warm: [], cold })).toEqual([
+      'r.json: hot[0].baseUrl: expected an http(s) URL without spaces (the API path is appended), got "https://h/v1 "',
+    ]);
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const settings = { ...env, HOT_BASE_URL: 'https://proxy.internal/v1 ', ROUTES_FILE: join(root, 'routes.local.json') };
+    await expect(
+      createStack({ ...settings, METER_CSV_FILE: join(dir, 'e.csv') }, captureLogger([]), { http: false, worker: false }),
+    ).rejects.toThrow(
+      'hot[0].baseUrl: expected an http(s) URL without spaces (the API path is appended), got the value of ${HOT_BASE_URL} (not shown)',
+    );
+  });
+
   it('keys: Hot routes use HOT_API_KEY; Warm providers map to WARM_A / WARM_B by order of appearance', () => {
     const map = loadRoutesMap(join(root, 'routes.prod.json'), env);
     const keyFor = keyResolver(map, { HOT_API_KEY: 'h', WARM_A_API_KEY: 'a', WARM_B_API_KEY: 'b', WARM_KEY_MISTRAL: '' });
