@@ -1,11 +1,12 @@
 /** `npm run worker`: only the Cold worker (several may run at once against one Redis). */
 import { readEnv } from '../gateway/src/env';
 import { createLogger } from '../gateway/src/log';
-import { onSignals } from '../gateway/src/shutdown';
+import { holdHangups, onSignals } from '../gateway/src/shutdown';
 import { fail } from '../gateway/src/start';
 import { createStack } from '../gateway/src/stack';
 
 async function run(): Promise<void> {
+  holdHangups();
   const settings = readEnv(process.env); // first: a bad LOG_LEVEL is named like any other bad value
   const log = createLogger(settings.LOG_LEVEL);
   // In production the stack refuses this instead (stores.ts): a warning first would contradict it.

@@ -66,8 +66,20 @@ export function trackRequests(server: Server): Drain {
   };
 }
 
+/** A SIGHUP came while the process was starting (holdHangups). */
+let hungUp = false;
+const heldHangup = () => (hungUp = true);
+
 /**
- * `stop` on the first SIGTERM or SIGINT, and `reload` on SIGHUP until then. Later stop signals are
+ * SIGHUP before onSignals: Node's default for it ends the process, so a map pushed to every
+ * instance (`kill -HUP`) ended one that was starting. Held instead; onSignals reloads once up.
+ */
+export function holdHangups(): void {
+  process.on('SIGHUP', heldHangup);
+}
+
+/**
+ * `stop` on the first SIGTERM or SIGINT, and `reload` on SIGHUP until then (and at once for one held while starting). Later stop signals are
  * logged and ignored: with `once`, a second one (Ctrl-C reaches `npm start`'s process twice, from
  * the terminal and from npm) killed the process mid-grace, its calls unmetered. A SIGHUP during the
  * stop reloads nothing (the stores it needs are being closed).
@@ -81,8 +93,11 @@ export function onSignals(log: Logger, stop: () => Promise<void>, reload: () => 
   };
   process.on('SIGTERM', () => once('SIGTERM'));
   process.on('SIGINT', () => once('SIGINT'));
-  process.on('SIGHUP', () => {
+  const hangup = () => {
     if (stopping) return log.info('SIGHUP ignored: shutting down, the routing map is not reloaded');
     void reload().catch(() => {}); // a refused map is logged with its file and JSON path; the old one stays
-  });
+  };
+  process.off('SIGHUP', heldHangup);
+  process.on('SIGHUP', hangup);
+  if (hungUp) hangup(); // the map may have changed after the start read it
 }

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { ConfigError } from './errors';
 import { readEnv } from './env';
 import { createLogger } from './log';
-import { onSignals, trackRequests } from './shutdown';
+import { holdHangups, onSignals, trackRequests } from './shutdown';
 import { createStack } from './stack';
 
 /**
@@ -20,6 +20,7 @@ import { createStack } from './stack';
 const SETTLE_MS = 2_000;
 
 export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Server> {
+  holdHangups();
   const settings = readEnv(env); // first: a bad LOG_LEVEL is named like any other bad value
   const log = createLogger(settings.LOG_LEVEL);
   const stack = await createStack(env, log, { http: true, worker: settings.WORKER !== 'off' });

@@ -4,6 +4,7 @@ import { spawn } from '../children';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
@@ -199,6 +200,36 @@ describe('reloading the routing map', () => {
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ removed: ['big'], restart_needed: [], unmatched_killed_models: ['gpt-4o'] });
     expect(warned()).toMatchObject([{ level: 40, unmatched_killed_models: ['gpt-4o'] }]);
+  });
+
+  // A map pushed to every instance (`kill -HUP`) reached one still starting: Node's default for the
+  // signal ended it. A Redis that takes the connection and answers nothing holds the start open.
+  it('a SIGHUP while the gateway starts does not end it: the map is read again once it is up', async () => {
+    writeMap({ hot: [route('first', one.url)], warm: [], cold });
+    const held: Socket[] = [];
+    const silent = createServer((socket) => held.push(socket));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const store = `redis://127.0.0.1:${(silent.address() as { port: number }).port}`;
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', WORKER: 'off', QUEUE_STORE_URL: store, ...env() },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    let ended: string | null = null;
+    child.on('exit', (code, signal) => (ended = `exit ${code} ${signal}`));
+    try {
+      await until(async () => held.length > 0); // connecting to its store: not up yet
+      const v2 = writeMap({ hot: [route('second', two.url)], warm: [], cold });
+      child.kill('SIGHUP');
+      await until(async () => ended ?? (out.includes(`routing map reloaded: ${file} version ${v2}`) && 'reloaded'), 20_000);
+      expect(ended).toBeNull();
+      expect(out).toContain('gateway listening');
+    } finally {
+      for (const socket of held) socket.destroy();
+      silent.close();
+    }
   });
 
   it('SIGHUP reloads a spawned gateway, and a bad map there is logged with its path and refused', async () => {
