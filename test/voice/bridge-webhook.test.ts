@@ -256,6 +256,28 @@ describe('phone bridge inside the gateway (createStack)', () => {
     expect(warned.map((l) => l.msg)).toEqual([expect.stringContaining('Twilio refuses (error 31922, wss:// only)')]);
   });
 
+  // From a secret file (`kubectl create secret --from-file`): the token's last newline went into every
+  // signature check (each call refused as not from Twilio), and the key's into the realtime handshake.
+  it('a Twilio token or realtime key with a line break or spaces around it turns the bridge off, naming it (no values)', async () => {
+    const lines: string[] = [];
+    const spaced = env({ TWILIO_AUTH_TOKEN: `${AUTH_TOKEN}\n`, OPENAI_API_KEY: ` ${API_KEY}` });
+    const h = await listenStack(spaced, { http: true, worker: false }, captureLogger(lines));
+    try {
+      const params = form('CA0401');
+      const signature = getExpectedTwilioSignature(AUTH_TOKEN, `${PUBLIC_URL}/twilio/voice`, params);
+      const res = await fetch(`${h.url}/twilio/voice`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-twilio-signature': signature },
+        body: new URLSearchParams(params).toString(),
+      });
+      const around = "expected no spaces or line breaks around it (a secret file's last newline?)";
+      expect([res.status, await res.text()]).toEqual([503, `phone bridge off: OPENAI_API_KEY: ${around}; TWILIO_AUTH_TOKEN: ${around}`]);
+      expect(lines.join('\n')).not.toContain(AUTH_TOKEN);
+    } finally {
+      await h.stop();
+    }
+  });
+
   it('without PUBLIC_URL the webhooks answer 503 naming what is missing (no values)', async () => {
     const h = await listenStack(env({ PUBLIC_URL: '' }));
     try {

@@ -42,6 +42,12 @@ export function phoneSettings(
   for (const name of ['PUBLIC_URL', 'OPENAI_API_KEY', 'TWILIO_ACCOUNT_SID', 'TWILIO_AUTH_TOKEN']) {
     if (!env[name]) problems.push(`${name} is not set`);
   }
+  // A secret file's last newline: the token went into every signature check (each call refused as not Twilio's).
+  for (const name of ['OPENAI_API_KEY', 'TWILIO_AUTH_TOKEN']) {
+    const value = env[name];
+    if (value && value !== value.trim())
+      problems.push(`${name}: expected no spaces or line breaks around it (a secret file's last newline?)`);
+  }
   const pub = env.PUBLIC_URL ? parsedUrl(env.PUBLIC_URL, ['https:', 'http:']) : null;
   if (env.PUBLIC_URL && (!pub || (pub.pathname !== '/' && pub.pathname !== '') || pub.search)) {
     problems.push('PUBLIC_URL: expected the origin Twilio reaches, such as https://voice.example.com (no path)');
