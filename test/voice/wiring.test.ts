@@ -63,6 +63,27 @@ describe('voice wiring', () => {
     );
   });
 
+  // Outside production a file with lint problems is still loaded: one whose time zone Intl cannot use
+  // answered every call 500, and business hours that do not parse stopped the whole gateway with a stack trace.
+  it('a time zone or business hours the gateway cannot use: 503 naming the file, the gateway itself serving', async () => {
+    for (const [name, change] of [
+      ['zone', (c: ReturnType<typeof filled>) => (c.meta.timezone = 'Lisbon')],
+      ['hours', (c: ReturnType<typeof filled>) => (c.meta.business_hours_local = 'weekdays 9-5')],
+    ] as const) {
+      const file = join(dir, `unusable-${name}.json`);
+      const config = filled();
+      change(config);
+      writeFileSync(file, JSON.stringify(config));
+      const gw = await up({ VOICE_TOKEN: 'v', CONCIERGE_FILE: file });
+      const res = await gw.start();
+      expect([name, res.status, ((await res.json()) as { error: string }).error]).toEqual([
+        name,
+        503,
+        `voice endpoints unavailable: ${file} is not a valid configuration (1 problem(s); run npm run concierge:lint)`,
+      ]);
+    }
+  });
+
   it('set up for phone calls with the concierge off: the start log and /twilio/* say why (503), not a bare 404', async () => {
     const twilio = (url: string) =>
       fetch(`${url}/twilio/voice`, {

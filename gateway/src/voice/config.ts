@@ -317,8 +317,13 @@ export function lintFile(file: string): Problem[] {
   return lintConcierge(raw);
 }
 
+/** Fields no call can be taken without (Intl refuses an unknown zone; the hours decide every call): their problems make the file unusable. */
+const NEEDED = new Set(['$.meta.timezone', '$.meta.business_hours_local']);
+
+/** The configuration, or null when it is not one the gateway can run (outside production, lint problems elsewhere are allowed). */
 export function loadConcierge(file: string): { config: Concierge | null; problems: Problem[] } {
   const problems = lintFile(file);
   const parsed = ConciergeConfig.safeParse(readJson(file));
-  return { config: parsed.success ? parsed.data : null, problems };
+  const usable = parsed.success && !problems.some((p) => NEEDED.has(p.path));
+  return { config: usable ? parsed.data : null, problems };
 }
