@@ -130,8 +130,8 @@ export function readEnv(raw: NodeJS.ProcessEnv): GatewayEnv {
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => {
       const name = String(i.path[0]);
-      // Values that may hold a secret (tokens, keys, URLs with passwords) are not echoed.
-      const shown = /TOKEN|KEY|SECRET|URL/.test(name) ? '' : `, got "${String(raw[name]).slice(0, 80)}"`;
+      // Values that may hold a secret (tokens, keys, URLs with passwords) are not echoed; others escaped (a CRLF file's \r).
+      const shown = /TOKEN|KEY|SECRET|URL/.test(name) ? '' : `, got ${JSON.stringify(String(raw[name]).slice(0, 80))}`;
       return `${name}: ${i.message}${shown}`;
     });
     throw new ConfigError(`environment:\n${lines.join('\n')}`);

@@ -24,7 +24,7 @@ export function mapEnvironmentProblems(map: RoutesMapConfig, env: MapEnvironment
   for (const name of brokenKeys(map, env.keys)) problems.push(`${name}: expected no line break in the key (a secret file's last newline?)`);
   const providers = providersOf(map);
   if (!providers.includes(env.capped))
-    problems.push(`CAPPED_PROVIDER: expected a provider of the routing map (${providers.join(', ')}), got "${env.capped}"`);
+    problems.push(`CAPPED_PROVIDER: expected a provider of the routing map (${providers.join(', ')}), got ${JSON.stringify(env.capped)}`);
   if (env.production) problems.push(...unreadNotices(map.cold.notify, Boolean(env.keys.SMTP_URL)));
   return problems;
 }

@@ -411,6 +411,20 @@ describe('npm start', () => {
     expect(err).toMatch(/^gateway did not start:\nenvironment:\nLOG_LEVEL: .*"verbose"/);
   });
 
+  // An env file saved on Windows ends every value with a carriage return: quoted as it was, the
+  // refusal's closing quote went back over the start of its line, and the character at fault never showed.
+  it('a refused value with a carriage return or another control character in it is shown escaped', async () => {
+    const [code, err] = await started({ LOG_LEVEL: 'info\r', CAPPED_PROVIDER: 'openai\r' });
+    expect(code).toBe(1);
+    expect(err).toContain(
+      'LOG_LEVEL: Invalid option: expected one of "fatal"|"error"|"warn"|"info"|"debug"|"trace"|"silent", got "info\\r"',
+    );
+    expect(err).not.toContain('\r');
+    const [, capped] = await started({ DEMO_PROVIDERS: 'off', CAPPED_PROVIDER: 'openai\r' });
+    expect(capped).toContain('CAPPED_PROVIDER: expected a provider of the routing map (openai, anthropic, mistral), got "openai\\r"');
+    expect(capped).not.toContain('\r');
+  });
+
   // The worker made its logger before reading the environment: pino's stack trace instead of the name.
   it('npm run worker refuses a bad LOG_LEVEL by name, as the gateway does, not with a stack trace', async () => {
     const child = spawn(process.execPath, [join(root, 'gateway/dist/worker.js')], {
