@@ -9,6 +9,8 @@
  * the journal (retention-journal.ts), recorded before it, lets the next run finish the steps after
  * it: drop the blank tail, move the watermark.
  *
+ * The same run drops the idempotency tab's old keys (idempotency-pruning.ts).
+ *
  * A row the archive export has not taken yet (below the export watermark) is never deleted, and
  * when the watermark cannot be trusted nothing is deleted: the run says why.
  */
@@ -16,6 +18,7 @@ import { TEXT_FIELDS } from '../../schema/event-record';
 import { configNumber, readConfig } from './config';
 import { EVENT_AT, EVENT_COLUMNS, cellTime, getEventsSheet, readAllRows } from './events-sheet';
 import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
+import { MIN_KEY_DAYS, pruneIdempotency } from './idempotency-pruning';
 import { finishJournal, interruptedRun, startJournal } from './retention-journal';
 import type { MeterServices, Sheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
@@ -46,7 +49,17 @@ export function applyRetention(svc: MeterServices): RetentionResult {
   checkSheetTimeZone(svc.spreadsheet);
   const cutoffMs = utcDayStart(svc.now().getTime()) - days * DAY_MS;
   const cutoff = new Date(cutoffMs).toISOString();
-  return withScriptLock(svc, () => retainUnderLock(svc, cutoffMs, cutoff), MAINTENANCE_LOCK_MS);
+  const keyCutoffMs = utcDayStart(svc.now().getTime()) - Math.max(days, MIN_KEY_DAYS) * DAY_MS;
+  return withScriptLock(svc, () => retainAndPrune(svc, cutoffMs, cutoff, keyCutoffMs), MAINTENANCE_LOCK_MS);
+}
+
+/** Old events, then old idempotency keys, under one hold of the lock; the log says what both did. */
+function retainAndPrune(svc: MeterServices, cutoffMs: number, cutoff: string, keyCutoffMs: number): RetentionResult {
+  const result = retainUnderLock(svc, cutoffMs, cutoff);
+  const keys = pruneIdempotency(svc, keyCutoffMs);
+  if (keys) result.message += `; removed ${keys} idempotency record(s) older than ${new Date(keyCutoffMs).toISOString()}`;
+  svc.log(`applyRetention: ${result.message}`);
+  return result;
 }
 
 /** The run itself, under the script lock: an interrupted run finished first, then the old exported rows deleted. */
@@ -60,7 +73,6 @@ function retainUnderLock(svc: MeterServices, cutoffMs: number, cutoff: string): 
   const wm = resumed ? resumed.after : stored;
   const earlier = resumed ? `finished an interrupted run that deleted ${resumed.count} row(s); ` : '';
   const finish = (deleted: number, keptUnexported: number, message: string): RetentionResult => {
-    svc.log(`applyRetention: ${earlier}${message}`);
     return { deleted: deleted + (resumed ? resumed.count : 0), keptUnexported, cutoff, message: earlier + message };
   };
   if (!watermarkHolds(wm, rows)) {

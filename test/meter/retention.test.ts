@@ -101,7 +101,7 @@ describe('applyRetention', () => {
     platform.calls.reset();
     const old = Array.from({ length: 100_000 }, (_, i) => i % 60).filter((k) => k >= 30).length; // 2026-10-22 and before
     expect(meter.applyRetention()).toMatch(new RegExp(`deleted ${old} row`));
-    expect(platform.calls.total).toBeLessThan(25);
+    expect(platform.calls.total).toBeLessThan(30); // with the idempotency tab's pruning
     expect(dataRows(eventsTab(platform))).toHaveLength(100_000 - old);
   });
 
