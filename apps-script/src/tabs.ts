@@ -163,7 +163,10 @@ function refusePastLimit(cells: number, added: number, what: string): void {
     'spreadsheet_full',
     `the spreadsheet is full: ${what} would take it to ${after} cells, past Google's ` +
       `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
-      `(exportArchive + npm run archive, see README) and apply retention to free rows.`,
+      `(exportArchive + npm run archive, see README) and apply retention to free rows: it deletes only ` +
+      `exported events older than Config RETENTION_DAYS; shorten it when the events tab holds newer ones. ` +
+      `The back-office tabs are never pruned: move their old rows to another spreadsheet ` +
+      `(docs/meter.md, "Growth over months").`,
   );
 }
 

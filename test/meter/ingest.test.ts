@@ -189,6 +189,18 @@ describe('doPost ingest', () => {
     expect(events.data.length).toBe(before);
   });
 
+  it('at the cell limit, the refusal says what frees room when the rows are younger than the window', () => {
+    const events = platform.spreadsheet.tab('events')!;
+    const otherCells = platform.spreadsheet.sheets.filter((s) => s !== events).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
+    events.maxRows = Math.floor((10_000_000 - otherCells) / 19);
+    events.loadRows(events.maxRows - 1, [[...Array(19).fill('x')]]);
+    const reply = post(meter, { events: [{ job_id: 'a' }, { job_id: 'b' }] });
+    // Retention deletes only rows older than the window: with none, "apply retention" frees nothing.
+    expect(reply.error).toMatch(/older than Config RETENTION_DAYS; shorten it/);
+    expect(reply.error).toMatch(/back-office tabs/);
+    expect(reply.error).toMatch(/Growth over months/);
+  });
+
   it('answers {ok:false} when the events tab is missing', () => {
     platform.spreadsheet.sheets.splice(platform.spreadsheet.sheets.indexOf(platform.spreadsheet.tab('events')!), 1);
     expect(post(meter, {}).error).toMatch(/"events" tab is missing.*setup/);
