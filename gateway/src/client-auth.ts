@@ -129,18 +129,22 @@ export class ClientAuth {
     return (entry.accepted ??= { ok: true, key });
   }
 
-  /** One store call per hash however many requests wait for it. */
+  /**
+   * One store call per hash however many requests wait for it. A request waits `lookupTimeoutMs` at
+   * most; an answer that comes later is remembered for the next one (a Redis slower than that would
+   * otherwise refuse a new key on every try).
+   */
   private lookup(hash: string, now: number): Promise<Entry> {
     let p = this.pending.get(hash);
     if (!p) {
-      p = within(this.store.find([hash]), this.lookupTimeoutMs, 'the key store')
-        .then(
-          ([key]) => this.remember(hash, { key: this.trusted(key, hash), checkedAt: now, seenAt: now }),
-          (error) => {
-            this.storeDown(error);
-            throw error;
-          },
-        )
+      const found = this.store
+        .find([hash])
+        .then(([key]) => this.remember(hash, { key: this.trusted(key, hash), checkedAt: now, seenAt: now }));
+      p = within(found, this.lookupTimeoutMs, 'the key store')
+        .catch((error) => {
+          this.storeDown(error);
+          throw error;
+        })
         .finally(() => this.pending.delete(hash));
       this.pending.set(hash, p);
     }

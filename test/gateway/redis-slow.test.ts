@@ -1,0 +1,29 @@
+// A Redis that answers, but late (a second or more a command: an overloaded or distant Redis). A
+// proxy in front of the test run's Redis plays it (test/slow-redis.ts).
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { TEST_REDIS_DB } from '../redis-db';
+import { SlowRedis } from '../slow-redis';
+import { ask, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
+
+let world: KeysWorld;
+let slow: SlowRedis;
+beforeEach(async () => {
+  world = await keysWorld('slow-redis');
+  slow = await new SlowRedis().start();
+});
+afterEach(async () => {
+  await world.end();
+  await slow.stop();
+});
+
+describe('a slow Redis', () => {
+  it('a new client key refused while its lookup is late is accepted once the store has answered', { timeout: 30_000 }, async () => {
+    const { key } = await world.makeKey('acme');
+    const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB) });
+    slow.delayMs = 1500;
+    const first = await refusal(ask(gw.url, key));
+    expect(first).toMatchObject({ status: 503, code: 'key_store_unavailable', retryAfter: '1' });
+    const answered = await until(async () => (await ask(gw.url, key).catch(() => null))?.response.status === 200, 8000);
+    expect(answered).toBe(true);
+  });
+});
