@@ -141,10 +141,13 @@ export class ClientAuth {
         .find([hash])
         .then(([key]) => this.remember(hash, { key: this.trusted(key, hash), checkedAt: now, seenAt: now }));
       p = within(found, this.lookupTimeoutMs, 'the key store')
-        .catch((error) => {
-          this.storeDown(error);
-          throw error;
-        })
+        .then(
+          (entry) => (this.storeUp(), entry),
+          (error) => {
+            this.storeDown(error);
+            throw error;
+          },
+        )
         .finally(() => this.pending.delete(hash));
       this.pending.set(hash, p);
     }
@@ -156,7 +159,6 @@ export class ClientAuth {
   }
 
   private remember(hash: string, entry: Entry): Entry {
-    this.storeUp();
     if (this.cache.size >= MAX_ENTRIES) {
       for (const [h, e] of this.cache) if (!e.key) this.cache.delete(h);
       if (this.cache.size >= MAX_ENTRIES) this.cache.clear();
@@ -165,11 +167,11 @@ export class ClientAuth {
     return entry;
   }
 
-  /** Reads every cached key again (one store call) and writes the last-used times gathered since. */
+  /** Reads every cached key again (one store call) and writes the last-used times gathered since, in one round trip. */
   refresh(): Promise<void> {
     if (this.unanswered) return Promise.resolve();
-    this.refreshing ??= this.readAgain()
-      .then(() => this.flushUsed())
+    this.refreshing ??= Promise.all([this.readAgain(), this.flushUsed()])
+      .then(() => undefined)
       .finally(() => (this.refreshing = null));
     return this.refreshing;
   }
@@ -182,16 +184,22 @@ export class ClientAuth {
     }
     const hashes = [...this.cache.keys()];
     if (!hashes.length) return;
+    // Applied whenever it lands: a Redis slower than lookupTimeoutMs still brings revocations.
+    const read = this.counted(this.store.find(hashes)).then((found) => this.reread(hashes, found, started));
     try {
-      const found = await within(this.counted(this.store.find(hashes)), this.lookupTimeoutMs, 'the key store');
-      hashes.forEach((h, i) => {
-        const e = this.cache.get(h);
-        if (e) Object.assign(e, { key: this.trusted(found[i], h), checkedAt: started, accepted: undefined });
-      });
+      await within(read, this.lookupTimeoutMs, 'the key store');
       this.storeUp();
     } catch (error) {
       this.storeDown(error);
     }
+  }
+
+  /** The store's answer for `hashes` as asked at `started`, over entries not read since. */
+  private reread(hashes: string[], found: Array<ClientKey | null>, started: number): void {
+    hashes.forEach((h, i) => {
+      const e = this.cache.get(h);
+      if (e && e.checkedAt <= started) Object.assign(e, { key: this.trusted(found[i], h), checkedAt: started, accepted: undefined });
+    });
   }
 
   private async flushUsed(): Promise<void> {
