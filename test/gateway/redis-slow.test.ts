@@ -4,6 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { TEST_REDIS_DB } from '../redis-db';
 import { SlowRedis } from '../slow-redis';
+import { chat } from './harness';
 import { ask, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 
 let world: KeysWorld;
@@ -45,5 +46,19 @@ describe('a slow Redis', () => {
     const refused = await until(async () => (await refusal(ask(gw.url, key)).catch(() => null)) ?? false, 5000);
     expect(refused).toMatchObject({ status: 401, code: 'invalid_api_key' });
     expect(refused.message).toMatch(/revoked/);
+  });
+
+  it('a client polling its Cold job reads it while each command takes 800 ms', { timeout: 30_000 }, async () => {
+    const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB), GATEWAY_AUTH: 'open' });
+    world.hot.always({ kind: 'status', status: 500 });
+    world.warm.always({ kind: 'status', status: 500 });
+    const queued = await chat(gw.url, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] });
+    expect(queued.status).toBe(202);
+    const { jobId } = queued.json() as { jobId: string };
+    slow.delayMs = 800;
+    // Before: three reads one after the other, 2.4 s, past the poll's 2 s: 503 cold_queue_unavailable on every poll.
+    const polled = await fetch(`${gw.url}/v1/jobs/${jobId}`);
+    expect(polled.status).toBe(200);
+    expect(await polled.json()).toMatchObject({ id: jobId, state: 'waiting' });
   });
 });
