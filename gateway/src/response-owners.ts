@@ -34,7 +34,18 @@ function decode(v: string | null): Owner | null {
   return tab === -1 ? { tenant: v, provider: '' } : { tenant: v.slice(0, tab), provider: v.slice(tab + 1) };
 }
 
+/** Owners this instance has written or read, kept briefly: an id keeps its first owner, so none goes stale. */
+const KNOWN_ENTRIES = 10_000;
+const KNOWN_S = 600;
+
 export class RedisResponseOwners implements ResponseOwners {
+  /**
+   * A follow-up of an answer given here needs no round trip, and an answer Redis gives after the
+   * request stopped waiting serves its retry: on a Redis slower than the wait, every follow-up was
+   * refused response_owner_unavailable.
+   */
+  private readonly known = new MemoryResponseOwners(KNOWN_ENTRIES, Date.now, KNOWN_S);
+
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
@@ -43,13 +54,21 @@ export class RedisResponseOwners implements ResponseOwners {
   async claim(owner: Owner, ids: string[]): Promise<void> {
     const batch = this.redis.pipeline();
     for (const id of ids) batch.set(this.keyOf(id), encode(owner), 'EX', TTL_S, 'NX');
-    const results = await batch.exec();
-    const failed = results?.find(([error]) => error);
+    const results = (await batch.exec()) ?? [];
+    const failed = results.find(([error]) => error);
     if (failed) throw failed[0]!;
+    await this.known.claim(
+      owner,
+      ids.filter((_, i) => results[i]?.[1] === 'OK'),
+    );
   }
 
   async owners(ids: string[]): Promise<Array<Owner | null>> {
-    return (await this.redis.mget(ids.map((id) => this.keyOf(id)))).map(decode);
+    const known = await this.known.owners(ids);
+    if (known.every((o) => o !== null)) return known;
+    const read = (await this.redis.mget(ids.map((id) => this.keyOf(id)))).map(decode);
+    for (const [i, owner] of read.entries()) if (owner) await this.known.claim(owner, [ids[i]]);
+    return read;
   }
 
   private keyOf(id: string): string {
@@ -57,19 +76,20 @@ export class RedisResponseOwners implements ResponseOwners {
   }
 }
 
-/** The in-process stand-in: the newest MAX_ENTRIES ids (oldest forgotten first), for TTL_S. */
+/** The in-process stand-in: the newest `maxEntries` ids (oldest forgotten first), for `ttlS` (30 days). */
 export class MemoryResponseOwners implements ResponseOwners {
   private readonly entries = new Map<string, { owner: Owner; until: number }>();
 
   constructor(
     private readonly maxEntries = 100_000,
     private readonly now: () => number = Date.now,
+    private readonly ttlS = TTL_S,
   ) {}
 
   claim(owner: Owner, ids: string[]): Promise<void> {
     for (const id of ids) {
       if (this.owner(id) !== null) continue;
-      this.entries.set(id, { owner, until: this.now() + TTL_S * 1000 });
+      this.entries.set(id, { owner, until: this.now() + this.ttlS * 1000 });
       if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
     }
     return Promise.resolve();

@@ -5,7 +5,7 @@ import { keysCli } from '../../gateway/src/keys-cli';
 import { TEST_REDIS_DB } from '../redis-db';
 import { SlowRedis } from '../slow-redis';
 import { chat } from './harness';
-import { ask, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
+import { ask, client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 
 let world: KeysWorld;
 let slow: SlowRedis;
@@ -60,5 +60,23 @@ describe('a slow Redis', () => {
     const polled = await fetch(`${gw.url}/v1/jobs/${jobId}`);
     expect(polled.status).toBe(200);
     expect(await polled.json()).toMatchObject({ id: jobId, state: 'waiting' });
+  });
+
+  it('a tenant continues its stored response while each command takes 1.5 s', { timeout: 30_000 }, async () => {
+    const { key } = await world.makeKey('acme');
+    const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB) });
+    expect((await ask(gw.url, key)).response.status).toBe(200);
+    slow.delayMs = 1500;
+    const first = await client(gw.url, key).responses.create({ model: 'gpt-4o-mini', input: 'remember: 42' });
+    // Before: the owner check gave up after 1 s and dropped the late answer: 503 response_owner_unavailable on every try.
+    const next = await until(
+      () =>
+        client(gw.url, key)
+          .responses.create({ model: 'gpt-4o-mini', input: 'what was it?', previous_response_id: first.id })
+          .catch(() => null),
+      10_000,
+    );
+    expect(next.output_text).toBe('native responses from gpt-4o-mini');
+    expect(world.hot.received.at(-1)!.body).toMatchObject({ previous_response_id: first.id });
   });
 });
