@@ -32,6 +32,9 @@ const LIMITS_WAIT_MS = 250;
  */
 const LIMITS_WAIT_MIN_MS = 50;
 
+/** How long a request waits for the first spend figures: a quarter of its time-to-answer, as its limits at most. */
+const spendWaitMs = (ctx: RequestContext) => ctx.timeToAnswerMs / 4;
+
 /** The limiter for one request: its checks share one wait for the store. */
 function boundedLimiter(limiter: Limiter, ctx: RequestContext): Limiter {
   const end = performance.now() + Math.min(LIMITS_WAIT_MS, Math.max(LIMITS_WAIT_MIN_MS, ctx.timeToAnswerMs / 4));
@@ -169,12 +172,12 @@ export function admission(deps: AdmissionDeps): Admit {
         message: 'every provider is over its token budget for this minute',
       };
     }
-    return (await countRequest(ctx, limiter)) ?? decide(ctx, await spend.view(), skipProviders);
+    return (await countRequest(ctx, limiter)) ?? decide(ctx, await spend.view(spendWaitMs(ctx)), skipProviders);
   };
 
   const withoutKey = (ctx: RequestContext): Admission | Promise<Admission> => {
     if (tenantLimit || budgetedNow().length) return withLimits(ctx);
-    const view = spend.view();
+    const view = spend.view(spendWaitMs(ctx));
     return view instanceof Promise ? view.then((v) => decide(ctx, v)) : decide(ctx, view);
   };
 

@@ -145,9 +145,17 @@ export class SpendWatch {
     }
   }
 
-  /** The figures now; a promise only while the first figures (the counter's, the meter's) are awaited. */
-  view(): SpendView | Promise<SpendView> {
-    if (!this.loaded) return this.days.ready().then(() => ((this.loaded = true), this.view()));
+  /**
+   * The figures now; a promise only while the first figures (the counter's, the meter's) are
+   * awaited, for at most `waitMs` (a request's share of its time-to-answer): then the figures at hand.
+   */
+  view(waitMs = Infinity): SpendView | Promise<SpendView> {
+    const view = this.awaited();
+    return view instanceof Promise && waitMs < Infinity ? within(view, waitMs).catch(() => this.figures()) : view;
+  }
+
+  private awaited(): SpendView | Promise<SpendView> {
+    if (!this.loaded) return this.days.ready().then(() => ((this.loaded = true), this.awaited()));
     if (this.opts.meterUrl && this.now() >= this.readAt) {
       this.refreshing ??= this.refresh().finally(() => (this.refreshing = null));
       // Later reads happen while requests use the figures at hand.
@@ -155,7 +163,7 @@ export class SpendWatch {
         .catch(() => undefined)
         .finally(() => (this.firstReadOver = true));
     }
-    if (this.firstRead && !this.firstReadOver) return this.firstRead.then(() => this.view());
+    if (this.firstRead && !this.firstReadOver) return this.firstRead.then(() => this.awaited());
     const figures = this.figures();
     return this.nearCap(figures) ? this.days.refresh(NEAR_CAP_WAIT_MS).then(() => this.figures()) : figures;
   }

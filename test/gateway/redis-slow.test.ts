@@ -4,6 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { TEST_REDIS_DB } from '../redis-db';
 import { SlowRedis } from '../slow-redis';
+import { FakeMeterWebApp } from './fake-meter';
 import { chat } from './harness';
 import { ask, client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 
@@ -79,4 +80,28 @@ describe('a slow Redis', () => {
     expect(next.output_text).toBe('native responses from gpt-4o-mini');
     expect(world.hot.received.at(-1)!.body).toMatchObject({ previous_response_id: first.id });
   });
+
+  it(
+    "a gateway's first request keeps its time-to-answer while the spend figures are read from a slow Redis",
+    { timeout: 30_000 },
+    async () => {
+      const meter = await new FakeMeterWebApp().start();
+      try {
+        slow.delayMs = 1500;
+        const extra = { QUEUE_STORE_URL: slow.url(TEST_REDIS_DB), GATEWAY_AUTH: 'open', METER_URL: meter.url, METER_TOKEN: 'tok' };
+        const gw = await world.up(extra);
+        // Before: it waited a second for the first spend figures whatever its time-to-answer, and a
+        // healthy provider was never called: 503 "no route answered in time".
+        const first = await chat(
+          gw.url,
+          { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] },
+          { 'x-time-to-answer-ms': '1000' },
+        );
+        expect(first.status).toBe(200);
+        expect(first.json()).toMatchObject({ choices: [{ message: { content: 'hello from gpt-4o-mini' } }] });
+      } finally {
+        await meter.stop();
+      }
+    },
+  );
 });
