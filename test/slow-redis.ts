@@ -32,13 +32,21 @@ export class SlowRedis {
     for (const s of [client, redis]) s.on('error', end).on('close', end);
   }
 
-  /** Each chunk passed on `delayMs` after it came, never before the one ahead of it. */
+  /** Each chunk passed on `delayMs` after it came, in order: one queue, one timer at a time. */
   private late(from: Socket, to: Socket): void {
-    let last = 0;
-    from.on('data', (chunk) => {
-      const due = Math.max(Date.now() + this.delayMs, last);
-      last = due;
-      setTimeout(() => to.writable && to.write(chunk), due - Date.now());
+    const held: Array<{ due: number; chunk: Buffer }> = [];
+    let timer: NodeJS.Timeout | null = null;
+    const pass = () => {
+      timer = null;
+      while (held.length && held[0].due <= Date.now()) {
+        const { chunk } = held.shift()!;
+        if (to.writable) to.write(chunk);
+      }
+      if (held.length) timer = setTimeout(pass, held[0].due - Date.now());
+    };
+    from.on('data', (chunk: Buffer) => {
+      held.push({ due: Date.now() + this.delayMs, chunk });
+      timer ??= setTimeout(pass, this.delayMs);
     });
   }
 

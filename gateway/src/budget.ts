@@ -46,6 +46,8 @@ export class RedisPause implements PauseFlag {
   private value = false;
   /** The read sent and not yet answered: later ones join it rather than queue behind it. */
   private reading: Promise<boolean> | null = null;
+  /** This instance's sets and clears so far: a read answers for Redis as it was when the read was sent. */
+  private writes = 0;
   private readonly timer: NodeJS.Timeout;
   constructor(
     private readonly redis: Redis,
@@ -63,15 +65,19 @@ export class RedisPause implements PauseFlag {
   refresh() {
     // Commands wait for a reconnection or a stalled Redis: one read per tick would pile up (600 a
     // minute) and all be sent when it answers.
+    const writes = this.writes;
     this.reading ??= this.redis
       .get(this.key)
-      .then((v) => (this.value = v === '1'))
+      // A read sent before this instance's own set or clear says what Redis held before it: on a slow
+      // Redis it answered "not paused" after the webhook, and the capped provider was called again.
+      .then((v) => (writes === this.writes ? (this.value = v === '1') : this.value))
       .finally(() => (this.reading = null));
     return this.reading;
   }
   async set() {
     // In force here at once, before Redis has it (Redis away: this instance pauses all the same).
     this.value = true;
+    this.writes++;
     // Read and set in one transaction: a value other than 1 (an operator's hand-written 0) was "not
     // paused", so this pause is new and its notice goes out.
     const [[, before]] = (await this.redis
@@ -85,6 +91,7 @@ export class RedisPause implements PauseFlag {
   }
   async clear() {
     this.value = false;
+    this.writes++;
     await this.redis.del(this.key).catch((error: Error) => this.undo(error));
     this.value = false;
   }

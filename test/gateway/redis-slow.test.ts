@@ -5,7 +5,7 @@ import { keysCli } from '../../gateway/src/keys-cli';
 import { TEST_REDIS_DB } from '../redis-db';
 import { SlowRedis } from '../slow-redis';
 import { FakeMeterWebApp } from './fake-meter';
-import { chat } from './harness';
+import { chat, listenStack } from './harness';
 import { ask, client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 
 let world: KeysWorld;
@@ -104,4 +104,30 @@ describe('a slow Redis', () => {
       }
     },
   );
+
+  it('a budget pause is in force from the webhook on, not undone by a read of the pause sent before it', { timeout: 30_000 }, async () => {
+    const env = { ...world.env, QUEUE_STORE_URL: slow.url(TEST_REDIS_DB), GATEWAY_AUTH: 'open', ADMIN_TOKEN: 'adm' };
+    const gw = await listenStack(env, { http: true, worker: false, pauseKey: `${world.prefix}:pause` });
+    try {
+      slow.delayMs = 1500;
+      let answered = false;
+      const webhook = fetch(`${gw.url}/budget/webhook`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer adm', 'content-type': 'application/json' },
+        body: JSON.stringify({ provider: 'openai', percentUsed: 85 }),
+      }).then((r) => ((answered = true), r.status));
+      const providers: Array<string | null> = [];
+      while (!answered)
+        providers.push(
+          (await chat(gw.url, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })).headers.get('x-route-provider'),
+        );
+      expect(await webhook).toBe(204);
+      const paused = providers.indexOf('anthropic');
+      expect(paused).toBeGreaterThanOrEqual(0);
+      // Before: the read in flight when the pause was set answered "not paused", and the capped provider was called again until the write's reply.
+      expect(providers.slice(paused)).not.toContain('openai');
+    } finally {
+      await gw.stop();
+    }
+  });
 });
