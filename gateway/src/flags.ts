@@ -77,6 +77,8 @@ export class RedisFlags extends LocalFlags {
   private timer: NodeJS.Timeout;
   /** A timed read is unanswered: the timer sends no other (commands wait for Redis rather than fail). */
   private polling = false;
+  /** This instance's changes so far: a read answers for Redis as it was when the read was sent. */
+  private writes = 0;
   constructor(
     private readonly defaults: Flags,
     private readonly redis: Redis,
@@ -97,8 +99,11 @@ export class RedisFlags extends LocalFlags {
    * (a Redis restarted empty must not leave the instances that ran before it on other flags).
    */
   async refresh(): Promise<Flags> {
+    const writes = this.writes;
     const stored = await this.redis.hgetall(this.key).catch(() => null);
-    if (stored) {
+    // A read sent before this instance's own change says what Redis held before it (a slow Redis
+    // answered the old flags after the change, and a killed model was called again).
+    if (stored && writes === this.writes) {
       const next = { ...this.defaults };
       if (stored.enable_warm_fallback !== undefined) next.enable_warm_fallback = stored.enable_warm_fallback === '1';
       if (stored.enable_cold_queue !== undefined) next.enable_cold_queue = stored.enable_cold_queue === '1';
@@ -123,13 +128,17 @@ export class RedisFlags extends LocalFlags {
     // In force here at once, before Redis has it (Redis away: a kill-switch holds on this instance all the same).
     const before = this.flags;
     await super.update(change);
-    if (Object.keys(fields).length)
-      // Refused (full, read-only): in force nowhere, here neither.
-      await this.redis.hset(this.key, fields).catch((error: Error) => {
-        this.flags = before;
-        throw error;
-      });
-    return this.refresh();
+    this.writes++;
+    if (!Object.keys(fields).length) return this.refresh();
+    // The read goes out right behind the write, on the same connection: it reads the write, in one round trip.
+    const written = this.redis.hset(this.key, fields);
+    const read = this.refresh();
+    // Refused (full, read-only): in force nowhere, here neither.
+    await written.catch((error: Error) => {
+      this.flags = before;
+      throw error;
+    });
+    return read;
   }
   close(): void {
     clearInterval(this.timer);

@@ -130,4 +130,29 @@ describe('a slow Redis', () => {
       await gw.stop();
     }
   });
+
+  it(
+    'a model killed with PUT /admin/flags stays killed from then on, not undone by a read of the flags sent before it',
+    { timeout: 30_000 },
+    async () => {
+      const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB), GATEWAY_AUTH: 'open', ADMIN_TOKEN: 'adm' });
+      slow.delayMs = 1500;
+      let answered = false;
+      const put = fetch(`${gw.url}/admin/flags`, {
+        method: 'PUT',
+        headers: { authorization: 'Bearer adm', 'content-type': 'application/json' },
+        body: JSON.stringify({ killed_models: ['gpt-4o-mini'] }),
+      }).then((r) => ((answered = true), r.status));
+      const providers: Array<string | null> = [];
+      while (!answered)
+        providers.push(
+          (await chat(gw.url, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })).headers.get('x-route-provider'),
+        );
+      expect(await put).toBe(200);
+      const killed = providers.indexOf('anthropic');
+      expect(killed).toBeGreaterThanOrEqual(0);
+      // Before: the read in flight when the flags changed answered the old list, and the killed model was called again until the write's reply.
+      expect(providers.slice(killed)).not.toContain('openai');
+    },
+  );
 });
