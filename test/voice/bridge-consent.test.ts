@@ -197,6 +197,37 @@ describe('consent over the phone', () => {
     expect((await s.endOf('CA0804')).ended_reason).toBe('caller_hangup');
   });
 
+  it('words that are no answer, said over the line said again, do not end the call: the repeat is heard whole, and a yes after it goes on', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    const repeat = assistantAudio(2000);
+    s.realtime.heardQueue = [
+      { text: 'hello?', logprob: -0.05 },
+      { text: 'sorry, what?', logprob: -0.05 }, // over the repeat
+      { text: 'yes, that is fine', logprob: -0.05 },
+    ];
+    const script = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      repeat: { audio: repeat, transcript: 'consent line' },
+    });
+    s.realtime.brain = (ctx) => (ctx.trigger === 'turn' ? null : script(ctx)); // the model leaves the turns to the bridge
+    const call = await s.twilio.call('CA0817');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call);
+    await serverEvent(conn, 'response.done', (e) => e.response.metadata?.bridge === 'consent' && e.response.status === 'completed');
+    await until(call, 'frame', () => call.playedBytes >= greeting.length + 1600, 'the first 200 ms of the repeat heard');
+    speak(call); // over the repeat
+    await until(call, 'frame', () => call.playedBytes === greeting.length + repeat.length, 'the whole repeat heard', 8000);
+    expect(call.clears).toEqual([]);
+    const yes = serverEvent(conn, 'conversation.item.input_audio_transcription.completed', (e) => e.transcript === 'yes, that is fine');
+    speak(call);
+    await yes;
+    expect(creates(conn).map((i) => i.split(' ')[0])).toEqual(['Greet', 'Repeat']); // no closing line
+    call.hangUp();
+    expect((await s.endOf('CA0817')).ended_reason).toBe('caller_hangup');
+  });
+
   it('a caller who declines is told, the call ends politely, and the contact is tagged opted out in the back office', async () => {
     s = await bridgeStack();
     s.realtime.heardQueue = [{ text: "No, I don't want to be recorded", logprob: -0.05 }];

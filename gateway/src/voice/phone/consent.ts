@@ -13,8 +13,9 @@
  *              `waitMs` (8 s) of the line's end, the caller's own speech restarting the wait
  *              (never while the line or its repeat is still being said)
  *
- * Only words said after the line was heard (to its end, or until the caller spoke over it) answer
- * it, except a refusal, which counts whenever it comes.
+ * Only words said after the line was heard to its end answer it, except a refusal, which counts
+ * whenever it comes, and an agreement said over its repeat (the caller heard it once); words that
+ * are neither, said over the repeat, are no answer: it is heard to its end.
  * Unclear: with `consent.retry_if_no_ack` the line is said again, at most `max_retries` times;
  * after that (or without retries) the call ends politely (`no_consent`, not an opt-out). Declined:
  * the caller is told, the call ends (`opted_out`) and the contact is tagged in the back office.
@@ -168,6 +169,8 @@ export class ConsentGate {
     if (this.state !== 'waiting') return null;
     const ack = classifyAck(text, this.opts.triggers);
     if (ack !== 'declined' && !this.lineWasHeard) return null; // said before the line: not an answer to it
+    // Said over the line being said again ("what?"): the caller has not heard it yet, the line goes on.
+    if (ack === 'unclear' && this.lineDue) return null;
     if (ack === 'yes') this.settle();
     else if (ack === 'declined') {
       this.settle();
