@@ -228,6 +228,43 @@ describe('consent over the phone', () => {
     expect((await s.endOf('CA0817')).ended_reason).toBe('caller_hangup');
   });
 
+  it('a caller who speaks over the line said again, while the model is still saying it, hears it whole: the model does not cut it', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    const repeat = assistantAudio(2000);
+    s.realtime.heardQueue = [
+      { text: 'hello?', logprob: -0.05 },
+      { text: 'sorry, what?', logprob: -0.05 }, // over the repeat
+    ];
+    const script = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      repeat: { audio: repeat, transcript: 'consent line' },
+    });
+    s.realtime.brain = (ctx) => (ctx.trigger === 'turn' ? null : script(ctx)); // the model leaves the turns to the bridge
+    const call = await s.twilio.call('CA0818');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    s.realtime.chunkBytes = 160;
+    s.realtime.paceMs = 20; // the repeat comes in real time: the caller talks over what the model is still saying
+    speak(call);
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
+    await until(call, 'frame', () => call.receivedBytes >= greeting.length + 1600, 'the first 200 ms of the repeat');
+    speak(call); // over the repeat
+    const done = await serverEvent(conn, 'response.done', (e) => e.response.metadata?.bridge === 'consent');
+    expect(done.response.status).toBe('completed'); // before: cancelled by the model's VAD as the caller spoke
+    await until(call, 'frame', () => call.playedBytes === greeting.length + repeat.length, 'the whole repeat heard', 8000);
+    expect(Buffer.concat(call.received).subarray(greeting.length).equals(repeat)).toBe(true);
+    // Once it was said, the model takes turns again.
+    const turns = () =>
+      conn.events
+        .filter((e: any) => e.type === 'session.update' && e.session.audio?.input?.turn_detection)
+        .map((e: any) => e.session.audio.input.turn_detection.create_response as boolean);
+    if (turns().length < 4) await until(conn, 'client', () => turns().length === 4, 'turn-taking on again');
+    expect(turns()).toEqual([false, true, false, true]);
+    call.hangUp();
+    await s.endOf('CA0818');
+  });
+
   it('a caller who declines is told, the call ends politely, and the contact is tagged opted out in the back office', async () => {
     s = await bridgeStack();
     s.realtime.heardQueue = [{ text: "No, I don't want to be recorded", logprob: -0.05 }];

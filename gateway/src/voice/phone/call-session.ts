@@ -45,7 +45,7 @@ import { responseEvent } from './meter-event';
 import { base64Bytes, Playback } from './playback';
 import { describeError, type RealtimeServerMessage } from './realtime-link';
 import { RealtimeSession, type SaidLine } from './realtime-session';
-import { outputAllowance, outputLimit, sessionUpdate, TRANSCRIBE_MODEL, turnTakingOn } from './session-config';
+import { outputAllowance, outputLimit, sessionUpdate, TRANSCRIBE_MODEL, turnTaking } from './session-config';
 import { TranscriptionUsage } from './transcription-usage';
 import { TurnTiming } from './turn-timing';
 import { cleanUsage, type Usage } from './usage';
@@ -110,6 +110,8 @@ export class CallSession {
   private consentLine: { id: string; generated: boolean } | null = null;
   /** The model answers turns by itself only once the opening line was said. */
   private respondOnTurn = false;
+  /** What the session's server VAD was last told: answer and cut turns, or not (while the consent line is said). */
+  private vadResponds = false;
   private readonly tagging: Array<Promise<void>> = [];
   private readonly pricing: PricingDeflection;
   private readonly transcriptions: TranscriptionUsage;
@@ -163,7 +165,7 @@ export class CallSession {
     this.rt = new RealtimeSession({
       url: settings.realtimeUrl,
       apiKey: settings.openaiApiKey,
-      update: () => sessionUpdate(config, callerNumber, { respond: this.respondOnTurn, maxOutputTokens: this.allowance }),
+      update: () => sessionUpdate(config, callerNumber, { respond: this.vadResponds, maxOutputTokens: this.allowance }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       // A session being replaced finishes nothing more: what it had said of a line counts now,
       // and the caller's turns it had not transcribed stay as such; no answer runs or is asked
@@ -315,7 +317,11 @@ export class CallSession {
     const instructions = again
       ? `Repeat to the caller exactly these words, in full: "${line}"`
       : `Greet the caller now with exactly these words, in full: "${line}"`;
-    if (again) this.silenceModel();
+    if (again) {
+      // Said again, it is heard whole too: the server VAD neither cuts nor answers it until it is said.
+      this.vadTakesTurns(false);
+      this.silenceModel();
+    }
     this.own.ask('consent', { instructions });
   }
 
@@ -429,7 +435,7 @@ export class CallSession {
     if (this.consentLine && this.playingResponse === this.consentLine.id) return;
     // Once the line was said the model's VAD cancels the answer in progress (interrupt_response):
     // what is still on its way of it must not play over the caller.
-    if (this.respondOnTurn) this.own.mute(this.responding);
+    if (this.vadResponds) this.own.mute(this.responding);
     if (!this.playback.playing()) return;
     const heard = this.playback.heard();
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
@@ -674,12 +680,17 @@ export class CallSession {
   /** The opening line is generated; from now on the model answers the caller's turns by itself. */
   private consentSaid(): void {
     this.consentLine!.generated = true;
-    if (!this.respondOnTurn) {
-      this.respondOnTurn = true;
-      const on = turnTakingOn(this.deps.config);
-      if (on) this.rt.send(on);
-    }
+    this.respondOnTurn = true;
+    this.vadTakesTurns(true);
     this.checkConsentLine();
+  }
+
+  /** The server VAD answers and cuts the caller's turns (`on`), or not: a partial session.update when that changes. */
+  private vadTakesTurns(on: boolean): void {
+    if (this.vadResponds === on) return;
+    this.vadResponds = on;
+    const update = turnTaking(this.deps.config, on);
+    if (update) this.rt.send(update);
   }
 
   /**

@@ -131,11 +131,12 @@ function turnDetection(c: Concierge, respond: boolean) {
 }
 
 /**
- * The model takes turns by itself from now on: a partial `session.update` with the turn detection
- * only (the Realtime API updates the fields present); null when VAD is off.
+ * The model takes turns by itself from now on (`on`), or not while one of the bridge's lines is
+ * said: a partial `session.update` with the turn detection only (the Realtime API updates the
+ * fields present); null when VAD is off.
  */
-export function turnTakingOn(c: Concierge): SessionUpdateEvent | null {
-  const td = turnDetection(c, true);
+export function turnTaking(c: Concierge, on: boolean): SessionUpdateEvent | null {
+  const td = turnDetection(c, on);
   return td ? { type: 'session.update', session: { type: 'realtime', audio: { input: { turn_detection: td } } } } : null;
 }
 
