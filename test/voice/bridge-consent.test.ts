@@ -265,6 +265,35 @@ describe('consent over the phone', () => {
     await s.endOf('CA0818');
   });
 
+  it('the model’s own answer to an unclear word, cancelled for the line said again, takes only itself down: the repeat is heard whole', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    const repeat = assistantAudio(2000);
+    s.realtime.heardQueue = [{ text: 'hello?', logprob: -0.05 }];
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      repeat: { audio: repeat, transcript: 'consent line' },
+      turns: [{ audio: assistantAudio(2000), transcript: 'Sorry?' }],
+    });
+    const call = await s.twilio.call('CA0819');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    s.realtime.chunkBytes = 160;
+    s.realtime.paceMs = 20; // the model speaks in real time: its answer is still under way as the repeat is asked for
+    speak(call);
+    const done = await serverEvent(conn, 'response.done', (e) => e.response.metadata?.bridge === 'consent');
+    expect(done.response.status).toBe('completed'); // before: cancelled with the model's answer
+    await until(
+      call,
+      'frame',
+      () => call.playedBytes === call.receivedBytes && call.receivedBytes >= greeting.length + repeat.length,
+      'the repeat heard',
+    );
+    expect(Buffer.concat(call.received).subarray(greeting.length).equals(repeat)).toBe(true);
+    call.hangUp();
+    await s.endOf('CA0819');
+  });
+
   it('a caller who declines is told, the call ends politely, and the contact is tagged opted out in the back office', async () => {
     s = await bridgeStack();
     s.realtime.heardQueue = [{ text: "No, I don't want to be recorded", logprob: -0.05 }];

@@ -130,7 +130,8 @@ export class RtConn extends EventEmitter {
           maxOutputTokens: e.response?.max_output_tokens,
         });
       case 'response.cancel':
-        if (this.active) this.active.cancelled = true;
+        // Like the API: the response named, else the one in progress.
+        if (this.active && (!e.response_id || e.response_id === this.active.id)) this.active.cancelled = true;
         else
           this.send({
             type: 'error',

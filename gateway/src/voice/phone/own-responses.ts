@@ -42,7 +42,9 @@ export class OwnResponses {
     this.muted.add(id);
     expecting.again = true;
     expecting.tries++;
-    this.send({ type: 'response.cancel' });
+    // By its id: ours may already be under way (asked for as this one was created), and a bare
+    // cancel stops whichever response is in progress.
+    this.send({ type: 'response.cancel', response_id: id });
     return purpose;
   }
 
