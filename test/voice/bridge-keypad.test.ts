@@ -186,6 +186,29 @@ describe('phone bridge: the keypad', () => {
     expect('Please type your booking number.'.startsWith(before)).toBe(true);
   });
 
+  it('keys pressed over an answer already generated cut it where the caller was: the model is told what was heard of it, as when the caller speaks over it', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    const greeting = assistantAudio(300);
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      turns: [{ audio: assistantAudio(3000), transcript: 'Please type your booking number.' }],
+      afterOutput: GOT_IT,
+    });
+    const { call, conn } = await answered(s, 'CA1210');
+    speak(call);
+    const answer = await serverEvent(conn, 'response.done', (e) => e.response.metadata === null && e.response.status === 'completed');
+    await until(call, 'frame', () => call.playedBytes >= greeting.length + 8000, 'one second of the answer heard');
+    press(call, '9#');
+    const cleared = await until<{ playedBytes: number }>(call, 'clear');
+    // before: Twilio cleared, but the model kept the whole answer as said, 3 s the caller never heard
+    const truncate = await clientEvent(conn, 'conversation.item.truncate');
+    expect(truncate).toMatchObject({ item_id: answer.response.output[0].id, content_index: 0 });
+    expect(Math.abs(truncate.audio_end_ms - (cleared.playedBytes - greeting.length) / 8)).toBeLessThanOrEqual(100);
+    await answerDone(conn, GOT_IT);
+    call.hangUp();
+    await s.endOf('CA1210');
+  });
+
   it('keys pressed while the model answers a function’s result cut that answer, and the caller hears an answer to the keys', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     s.realtime.paceMs = 20; // the answer to the result streams as the API's does: the keys land in its middle

@@ -329,8 +329,21 @@ export class CallSession {
   private silenceModel(): void {
     this.rt.send({ type: 'response.cancel' }); // also one we have not seen created yet
     this.own.mute(this.responding);
-    if (this.playback.playing()) this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
+    this.cutPlayback();
+  }
+
+  /**
+   * Stops the assistant audio playing at Twilio, and truncates each item at what the caller heard
+   * of it (those queued behind the one playing at 0), so the model's conversation holds what was
+   * said, not an answer the caller never heard.
+   */
+  private cutPlayback(): void {
+    if (!this.playback.playing()) return this.playback.clear();
+    const heard = this.playback.heard();
+    this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
+    this.own.mute(this.playingResponse);
+    for (const h of heard) this.rt.send({ type: 'conversation.item.truncate', item_id: h.item, content_index: 0, audio_end_ms: h.ms });
   }
 
   private created(r: RealtimeResponse | undefined): void {
@@ -436,13 +449,7 @@ export class CallSession {
     // Once the line was said the model's VAD cancels the answer in progress (interrupt_response):
     // what is still on its way of it must not play over the caller.
     if (this.vadResponds) this.own.mute(this.responding);
-    if (!this.playback.playing()) return;
-    const heard = this.playback.heard();
-    this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
-    this.playback.clear();
-    this.own.mute(this.playingResponse);
-    // The item playing at what was heard of it; any queued behind it at 0 (none of it was heard).
-    for (const h of heard) this.rt.send({ type: 'conversation.item.truncate', item_id: h.item, content_index: 0, audio_end_ms: h.ms });
+    this.cutPlayback();
   }
 
   private callerSaid(e: RealtimeServerMessage): void {
