@@ -281,6 +281,33 @@ describe('phone bridge: the call path', () => {
     expect(s.realtime.conns).toHaveLength(1); // no new session for a call that is over
   });
 
+  it('a booking the model calls as the caller hangs up (its call reaches the bridge after the stop) is still made, once, and recorded', async () => {
+    s = await bridgeStack();
+    s.realtime.heardQueue = [{ text: 'yes, book it, thank you, bye', logprob: -0.1 }];
+    s.realtime.brain = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
+    const call = await s.twilio.call('CA0011');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    // The model's answer has begun; what it says next (the call) is still on its way as the caller hangs up.
+    conn.on('server', (e: any) => {
+      if (e.type !== 'response.created' || e.response.metadata !== null) return;
+      conn.lag();
+      // A word of it reaches the caller: the bridge has seen the answer begin.
+      const delta = { response_id: e.response.id, item_id: 'item_ok', output_index: 0, content_index: 0 };
+      conn.ws.send(JSON.stringify({ type: 'response.output_audio.delta', ...delta, delta: assistantAudio(100).toString('base64') }));
+    });
+    speak(call, 400);
+    await until(call, 'media', () => true, 'the answer begun');
+    call.hangUp();
+    await clientEvent(conn, 'response.cancel'); // the bridge asks what the answer under way cost
+    conn.catchUp();
+    const { record } = await s.endOf('CA0011');
+    // before: the call was ignored (the call was over), nothing booked, the record said abandoned
+    expect(s.hooks.seen.filter((h) => h.path === '/book_slot').map((h) => h.body.args)).toEqual([BOOKING]);
+    expect(record).toMatchObject({ outcome: 'booking', intent_primary: 'book', ended_reason: 'caller_hangup' });
+    expect(s.records).toHaveLength(1);
+  });
+
   it('a booking still under way when the caller hangs up is recorded as a booking once the target answers, past 5 s too', async () => {
     s = await bridgeStack();
     const args = BOOKING;

@@ -374,7 +374,8 @@ export class CallSession {
     // An ended call only waits for what the response it cancelled cost (settle); a transcription
     // that completes meanwhile is billed too, so it is metered (its words come too late to matter).
     if (this.phase === 'ended' && e.type === 'conversation.item.input_audio_transcription.completed') return this.transcribed(e);
-    if (this.phase === 'ended' && e.type !== 'response.done') return;
+    // So does a function call of that response: the caller may have hung up on confirming it (below).
+    if (this.phase === 'ended' && e.type !== 'response.done' && e.type !== 'response.function_call_arguments.done') return;
     switch (e.type) {
       case 'response.output_audio.delta':
         return this.audioOut(e);
@@ -406,7 +407,8 @@ export class CallSession {
         return this.results.added(e.item as { id?: unknown; type?: unknown; call_id?: unknown } | undefined);
       case 'response.function_call_arguments.done':
         this.results.announced(String(e.call_id));
-        if (this.phase === 'live') this.functions.start(e as never);
+        // Ended: made before the cancel reached the model, it is run and its outcome recorded (end waits for it).
+        if (this.phase === 'live' || this.phase === 'ended') this.functions.start(e as never);
         return;
       case 'response.done':
         return void this.responseDone(e.response as RealtimeResponse);
