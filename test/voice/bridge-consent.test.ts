@@ -294,6 +294,31 @@ describe('consent over the phone', () => {
     await s.endOf('CA0819');
   });
 
+  it('the line said again while the model is answering a turn: asked for once that answer is cancelled and done, so the caller hears it', async () => {
+    s = await bridgeStack(() => undefined, { consentWaitMs: 300 });
+    const repeat = assistantAudio(600);
+    s.realtime.strictCancel = true;
+    s.realtime.heardQueue = [{ text: '', logprob: 0, failed: { type: 'server_error', code: 'transcription_failed', message: 'x' } }];
+    s.realtime.brain = brain({
+      repeat: { audio: repeat, transcript: 'consent line' },
+      turns: [{ audio: assistantAudio(3000), transcript: 'Hm?' }],
+    });
+    const call = await s.twilio.call('CA0820');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    s.realtime.paceMs = 20; // the model's answer to the untranscribed turn is still under way when the wait for an answer ends
+    speak(call);
+    // before: asked at once beside the cancel, refused (the cancelled answer still held the conversation), never said
+    const done = await serverEvent(
+      conn,
+      'response.done',
+      (e) => e.response.metadata?.bridge === 'consent' && e.response.status === 'completed',
+    );
+    expect(done.response.output[0].content[0].transcript).toBe('consent line');
+    call.hangUp();
+    await s.endOf('CA0820');
+  });
+
   it('a caller who declines is told, the call ends politely, and the contact is tagged opted out in the back office', async () => {
     s = await bridgeStack();
     s.realtime.heardQueue = [{ text: "No, I don't want to be recorded", logprob: -0.05 }];

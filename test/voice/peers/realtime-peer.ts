@@ -258,7 +258,8 @@ export class RtConn extends EventEmitter {
   }
 
   private async respond(ctx: Omit<BrainContext, 'conn'>): Promise<void> {
-    if (this.active && !this.active.cancelled) {
+    // A cancelled response holds the conversation until its response.done, as the API's does (strictCancel).
+    if (this.active && (!this.active.cancelled || this.peer.strictCancel)) {
       return this.send({
         type: 'error',
         error: { type: 'invalid_request_error', code: 'conversation_already_has_active_response', message: 'busy' },
@@ -391,6 +392,8 @@ export class RealtimePeer extends EventEmitter {
   paceMs = 0;
   /** While set, `session.update` is applied (and acknowledged) only once it resolves: a slow session start. */
   holdUpdates: Promise<void> | null = null;
+  /** Like the API: a response.create is refused until a cancelled response is done (not only cancelled). */
+  strictCancel = false;
   brain: (ctx: BrainContext) => Reply | null = () => null;
   /** Server events that never reach the bridge (lost on the way); not reported as sent either. */
   lose: (e: Record<string, unknown>) => boolean = () => false;

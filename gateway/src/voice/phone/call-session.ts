@@ -322,7 +322,7 @@ export class CallSession {
       this.vadTakesTurns(false);
       this.silenceModel();
     }
-    this.own.ask('consent', { instructions });
+    this.own.ask('consent', { instructions }, this.responding !== null);
   }
 
   /** Stops what the model is saying (or about to say): cancelled, muted, cleared at Twilio. */
@@ -651,13 +651,17 @@ export class CallSession {
     const lang = this.deps.config.meta.primary_language;
     const instructions = `Say this to the caller in ${lang}, and nothing else: "${this.closing!.line}"`;
     // Its own allowance: the session's may be spent (the budget is gone), the line is still said.
-    this.own.ask('closing', {
-      conversation: 'none',
-      output_modalities: ['audio'],
-      tool_choice: 'none',
-      max_output_tokens: CLOSING_OUTPUT_TOKENS,
-      instructions,
-    });
+    this.own.ask(
+      'closing',
+      {
+        conversation: 'none',
+        output_modalities: ['audio'],
+        tool_choice: 'none',
+        max_output_tokens: CLOSING_OUTPUT_TOKENS,
+        instructions,
+      },
+      this.responding !== null,
+    );
   }
 
   /**

@@ -19,10 +19,14 @@ export class OwnResponses {
 
   constructor(private readonly send: Send) {}
 
-  ask(purpose: Purpose, response: Record<string, unknown>): void {
+  /**
+   * `busy`: a response is in progress (being cancelled for ours): the API refuses another until
+   * that one is done, even cancelled, so ours is asked for then (done).
+   */
+  ask(purpose: Purpose, response: Record<string, unknown>, busy = false): void {
     const create = { type: 'response.create', response: { ...response, metadata: { bridge: purpose } } };
-    this.expecting = { purpose, create, again: false, tries: 0 };
-    this.send(create);
+    this.expecting = { purpose, create, again: busy, tries: 0 };
+    if (!busy) this.send(create);
   }
 
   /** Whether a response for this purpose was asked for and not yet created. */
