@@ -117,9 +117,12 @@ export class Pipeline {
 
   private async serve(ctx: RequestContext, res: ServerResponse, deadline: Deadline): Promise<Served> {
     const gone = new Cancel();
-    res.on('close', () => {
-      if (!res.writableFinished) gone.abort();
-    });
+    // A client gone during the steps before (its key's lookup, the replay claim) closed already.
+    if (res.closed && !res.writableFinished) gone.abort();
+    else
+      res.on('close', () => {
+        if (!res.writableFinished) gone.abort();
+      });
     // The provider that keeps the state a Responses request continues: no other can serve it.
     let stateWith: string | null = null;
     if (ctx.api === 'responses' && this.deps.ownership) {

@@ -9,9 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider, refusedUrl } from './fake-provider';
-import { chat, listenStack, mapOf, startGateway, type TestGateway, writeOneRouteMap } from './harness';
+import { ADMIN, chat, listenStack, mapOf, startGateway, type TestGateway, writeOneRouteMap } from './harness';
 import { until } from './instances';
 import { keysCli } from '../../gateway/src/keys-cli';
+import { MemoryReplayStore } from '../../gateway/src/replay-store';
 
 const root = join(import.meta.dirname, '..', '..');
 let hot: FakeProvider;
@@ -46,6 +47,36 @@ describe('a client that stops reading a stream', () => {
     expect(event).toMatchObject({ provider: 'openai', error_code: 'CLIENT_CLOSED|ESTIMATED' });
     expect(Number(event!.output_tokens)).toBeGreaterThan(1000); // at least the first 4 KiB chunk's text
     expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
+  });
+});
+
+describe('a client that hangs up before its call starts', () => {
+  it('while its Idempotency-Key is claimed: no provider call is made, and the request counts as client_closed', async () => {
+    let claimed!: () => void;
+    const claiming = new Promise<void>((r) => (claimed = r));
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const store = new MemoryReplayStore();
+    const claim = store.claim.bind(store);
+    store.claim = async (...args) => {
+      claimed();
+      await released; // a replay store slow to answer (a Redis round trip)
+      return claim(...args);
+    };
+    gw = await startGateway(mapOf([hot.url]), { replay: { store } });
+    const socketClosed = new Promise<void>((r) => gw!.server.once('connection', (s) => s.once('close', r)));
+    const headers = { 'content-type': 'application/json', 'idempotency-key': 'gone-early' };
+    const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers });
+    req.on('error', () => {});
+    req.end(JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }] }));
+    await claiming;
+    req.destroy();
+    await socketClosed;
+    release();
+    expect(await gw.gateway.path.pipeline.idle(10_000)).toBe(true);
+    expect(hot.received).toHaveLength(0);
+    const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+    expect(metrics).toContain('gateway_requests_total{tier="none",status="client_closed"} 1');
   });
 });
 
