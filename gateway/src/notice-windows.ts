@@ -44,10 +44,13 @@ export interface NoticeWindows {
   lapsed(kinds: readonly NoticeKind[]): Promise<NoticeKind[]>;
 }
 
-/** In process: this process's own windows. */
+/** Notices kept per window for the follow-up's lists; the count covers them all. */
+const KEEP_HELD = 1000;
+
+/** In process: this process's own windows, keeping as many held notices as Redis's. */
 export class MemoryNoticeWindows implements NoticeWindows {
   private readonly ends = new Map<NoticeKind, number>();
-  private readonly held = new Map<NoticeKind, Notice[]>();
+  private readonly held = new Map<NoticeKind, Held>();
 
   async open(kind: NoticeKind, ms: number, force = false): Promise<boolean> {
     if (!force && (this.ends.get(kind) ?? -Infinity) > Date.now()) return false;
@@ -55,15 +58,16 @@ export class MemoryNoticeWindows implements NoticeWindows {
     return true;
   }
   async hold(kind: NoticeKind, notice: Notice): Promise<number> {
-    const list = this.held.get(kind) ?? [];
-    list.push(notice);
-    this.held.set(kind, list);
+    const held = this.held.get(kind) ?? { notices: [], total: 0 };
+    if (held.notices.length < KEEP_HELD) held.notices.push(notice);
+    held.total++;
+    this.held.set(kind, held);
     return Math.max(0, (this.ends.get(kind) ?? 0) - Date.now());
   }
   async take(kind: NoticeKind): Promise<Held> {
-    const notices = this.held.get(kind) ?? [];
+    const held = this.held.get(kind) ?? { notices: [], total: 0 };
     this.held.delete(kind);
-    return { notices, total: notices.length };
+    return held;
   }
   /** Nothing: in process a take removes what it reads (no store to answer late). */
   async sent(): Promise<void> {}
@@ -76,8 +80,6 @@ export class MemoryNoticeWindows implements NoticeWindows {
   }
 }
 
-/** Notices kept per window for the follow-up's lists; the count covers them all. */
-const KEEP_HELD = 1000;
 /** Held notices outlive their window by this much (if every instance stopped before its end). */
 const HELD_GRACE_MS = 60_000;
 /**

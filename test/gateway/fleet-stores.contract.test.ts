@@ -210,6 +210,15 @@ describe.each([
     await until(async () => w.open('enqueued', 300));
   });
 
+  it('keeps the first 1,000 held notices for the follow-up and counts them all', async () => {
+    const w = make();
+    await w.open('enqueued', 60_000);
+    for (let i = 0; i < 1200; i++) await w.hold('enqueued', { kind: 'enqueued', jobIds: [`llm-${i}`] }, 60_000);
+    const held = await w.take('enqueued');
+    expect(held.total).toBe(1200);
+    expect(held.notices.map((n) => n.jobIds![0])).toEqual(Array.from({ length: 1000 }, (_, i) => `llm-${i}`));
+  });
+
   it('a forced open starts the next window at once (the follow-up sender owns it)', async () => {
     const w = make();
     expect(await w.open('dead_lettered', 10_000)).toBe(true);
