@@ -10,30 +10,42 @@
  * - input: the request's body as JSON, every byte of it (roles, tools, the JSON around them; an
  *   inline image or file counts by its bytes, far above what it is billed);
  * - output: the generated text of the provider's events as they came, escapes included (a chat
- *   chunk's `delta`: its content, reasoning, refusal and tool-call arguments; a Responses event's
- *   `delta` text), and never fewer tokens than pieces of text (a provider streams at least one
- *   token per piece).
+ *   chunk's `delta`: its content, reasoning, refusal, tool-call arguments and spoken transcript; a
+ *   Responses event's `delta` text), and never fewer tokens than pieces of text (a provider streams
+ *   at least one token per piece); plus a spoken answer's audio (`delta.audio.data`, base64 pcm16 at
+ *   24 kHz, as a chat stream's audio is), one audio token per 50 ms of it, as realtime audio is
+ *   billed (voice/spend-guard.ts), priced at the audio rate.
  */
 import type { Usage } from './providers/adapter';
 
 const BYTES_PER_TOKEN = 3;
+/** 50 ms of 24 kHz 16-bit mono audio (2,400 bytes) in base64. */
+const AUDIO_BYTES_PER_TOKEN = 3200;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const COLON = 0x3a;
 const LF = 0x0a;
 const DELTA = Buffer.from('"delta"');
 /** The keys inside a chat chunk's `delta` whose string values are generated text. */
-const TEXT_KEYS = ['content', 'reasoning_content', 'reasoning', 'refusal', 'arguments'].map((k) => Buffer.from(k));
+const TEXT_KEYS = ['content', 'reasoning_content', 'reasoning', 'refusal', 'arguments', 'transcript'].map((k) => Buffer.from(k));
+/** The key of a spoken answer's audio (`delta.audio.data`). */
+const AUDIO_KEY = Buffer.from('data');
+const NOT_TEXT = 0;
+const TEXT = 1;
+const AUDIO = 2;
 const isSpace = (c: number | undefined) => c === 0x20 || c === 0x09 || c === LF || c === 0x0d;
 
-/** Whether b[start, end) is one of the text keys. */
-function textKey(b: Buffer, start: number, end: number): boolean {
-  next: for (const key of TEXT_KEYS) {
-    if (key.length !== end - start) continue;
-    for (let i = 0; i < key.length; i++) if (b[start + i] !== key[i]) continue next;
-    return true;
-  }
-  return false;
+/** Whether b[start, end) is `key`. */
+function isKey(b: Buffer, start: number, end: number, key: Buffer): boolean {
+  if (key.length !== end - start) return false;
+  for (let i = 0; i < key.length; i++) if (b[start + i] !== key[i]) return false;
+  return true;
+}
+
+/** What the value of the key b[start, end) is: TEXT, AUDIO or NOT_TEXT. */
+function keyKind(b: Buffer, start: number, end: number): number {
+  for (const key of TEXT_KEYS) if (isKey(b, start, end, key)) return TEXT;
+  return isKey(b, start, end, AUDIO_KEY) ? AUDIO : NOT_TEXT;
 }
 
 /**
@@ -47,9 +59,13 @@ export class GeneratedText {
   bytes = 0;
   /** Pieces of text (non-empty values). */
   pieces = 0;
+  /** Bytes of audio, base64 as sent. */
+  audioBytes = 0;
   /** Inside a text value at the end of the last chunk; `escaped`: right after its backslash. */
   private open = false;
   private escaped = false;
+  /** The value being counted is audio. */
+  private audio = false;
 
   scan(b: Buffer): void {
     let at = this.open ? this.text(b, 0) : 0;
@@ -72,30 +88,30 @@ export class GeneratedText {
     if (b[p] !== COLON) return p;
     p++;
     while (isSpace(b[p])) p++;
-    if (b[p] === QUOTE) return this.text(b, p + 1, true);
+    if (b[p] === QUOTE) return this.text(b, p + 1, TEXT);
     if (b[p] !== 0x7b) return p; // not an object: no text
     let depth = 0;
-    let isText = false;
+    let kind = NOT_TEXT;
     while (p < b.length) {
       const c = b[p];
       if (c === QUOTE) {
-        if (isText) {
-          p = this.text(b, p + 1, true);
-          isText = false;
+        if (kind !== NOT_TEXT) {
+          p = this.text(b, p + 1, kind);
+          kind = NOT_TEXT;
           continue;
         }
         const end = this.closing(b, p + 1, p + 1);
         if (end === -1) return b.length;
         let k = end + 1;
         while (isSpace(b[k])) k++;
-        isText = b[k] === COLON && textKey(b, p + 1, end); // a key, followed by its value
+        kind = b[k] === COLON ? keyKind(b, p + 1, end) : NOT_TEXT; // a key, followed by its value
         p = k;
         continue;
       }
       if (c === 0x7b || c === 0x5b) depth++;
       else if (c === 0x7d || c === 0x5d) {
         if (--depth === 0) return p + 1;
-      } else if (c !== COLON && !isSpace(c)) isText = false; // a value that is not a string (null, a number)
+      } else if (c !== COLON && !isSpace(c)) kind = NOT_TEXT; // a value that is not a string (null, a number)
       p++;
     }
     return p;
@@ -113,14 +129,16 @@ export class GeneratedText {
     }
   }
 
-  /** Counts a text value from `start` to its closing quote, or on into the next chunk; returns where it ended. */
-  private text(b: Buffer, start: number, fresh = false): number {
-    if (fresh && b[start] !== QUOTE) this.pieces++;
+  /** Counts a value (`fresh`: TEXT or AUDIO, a new one) from `start` to its closing quote, or on into the next chunk; returns where it ended. */
+  private text(b: Buffer, start: number, fresh = NOT_TEXT): number {
+    if (fresh !== NOT_TEXT) this.audio = fresh === AUDIO;
+    if (fresh === TEXT && b[start] !== QUOTE) this.pieces++;
     const floor = this.escaped ? start + 1 : start; // after a backslash that ended the last chunk
     this.escaped = false;
     const q = this.closing(b, floor, floor);
     const end = q === -1 ? b.length : q;
-    this.bytes += end - start;
+    if (this.audio) this.audioBytes += end - start;
+    else this.bytes += end - start;
     this.open = q === -1;
     if (this.open) {
       let run = 0;
@@ -132,12 +150,14 @@ export class GeneratedText {
 }
 
 /**
- * The estimate of a cut call's usage: the request's body in, the generated text out (none for a
- * call cut before its answer began: no `text`).
+ * The estimate of a cut call's usage: the request's body in, the generated text and audio out
+ * (none for a call cut before its answer began: no `text`).
  */
 export function estimateUsage(body: unknown, text?: GeneratedText): Usage {
-  return {
-    input_tokens: Math.ceil(Buffer.byteLength(JSON.stringify(body) ?? '') / BYTES_PER_TOKEN),
-    output_tokens: text ? Math.max(text.pieces, Math.ceil(text.bytes / BYTES_PER_TOKEN)) : 0,
-  };
+  const input_tokens = Math.ceil(Buffer.byteLength(JSON.stringify(body) ?? '') / BYTES_PER_TOKEN);
+  if (!text) return { input_tokens, output_tokens: 0 };
+  const written = Math.max(text.pieces, Math.ceil(text.bytes / BYTES_PER_TOKEN));
+  const spoken = Math.ceil(text.audioBytes / AUDIO_BYTES_PER_TOKEN);
+  if (!spoken) return { input_tokens, output_tokens: written };
+  return { input_tokens, output_tokens: written + spoken, output_audio_tokens: spoken };
 }

@@ -114,6 +114,33 @@ describe('a chat stream the client hangs up on', () => {
     ]);
   });
 
+  it('a spoken answer (gpt-audio): its transcript counted as text, its audio (pcm16, 1 token per 50 ms) at the audio rate', async () => {
+    const map = { ...mapOf([hot.url]), hot: [{ provider: 'openai', model: 'gpt-audio', baseUrl: hot.url }] };
+    gw = await startGateway(map);
+    const second = Buffer.alloc(48_000, 7).toString('base64'); // 1 s of 24 kHz 16-bit mono: 20 audio tokens; two of them
+    const deltas = [
+      chunk({ role: 'assistant', content: null, audio: { id: 'audio_1', transcript: 'Hello there' } }),
+      chunk({ audio: { data: second } }),
+      chunk({ audio: { data: second } }),
+      chunk({ audio: { transcript: ', friend' } }),
+    ];
+    hot.always({ kind: 'raw-stream', pieces: deltas.map((d) => Buffer.from(d)), hold: true });
+    const body = {
+      model: 'gpt-audio',
+      modalities: ['text', 'audio'],
+      audio: { voice: 'alloy', format: 'pcm16' },
+      messages: [{ role: 'user', content: 'x' }],
+      stream: true,
+    };
+    await hangUpAfter('/v1/chat/completions', body, 'friend');
+    const event = await theEvent();
+    const input = tokensOf(JSON.stringify(body));
+    const output = tokensOf('Hello there, friend') + 40;
+    expect([event.error_code, event.input_tokens, event.output_tokens]).toEqual(['CLIENT_CLOSED|ESTIMATED', `${input}`, `${output}`]);
+    const audioPriced = costUsd('openai', 'gpt-audio', { input_tokens: input, output_tokens: output, output_audio_tokens: 40 }, () => {});
+    expect(Number(event.cost_usd)).toBeCloseTo(audioPriced!, 9);
+  });
+
   it("uses the provider's usage, as measured, when it came before the hang-up", async () => {
     gw = await startGateway(mapOf([hot.url]));
     const usage = { prompt_tokens: 321, completion_tokens: 45, total_tokens: 366 };
