@@ -13,7 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import { COST_LIMIT_USD, MAX_COUNT, type EventRecord } from '../../schema/event-record';
 import { markEstimated } from '../../schema/estimated';
-import { markUnpriced } from '../../schema/unpriced';
+import { isUnpriced, markUnpriced } from '../../schema/unpriced';
 import { costUsd } from './pricing';
 import type { Usage } from './providers/adapter';
 import type { RequestContext } from './request-context';
@@ -87,6 +87,16 @@ export class CallMeter {
     return { total: [...this.unpriced.values()].reduce((a, b) => a + b, 0), by_route };
   }
 
+  /** An event written elsewhere (the phone bridge's): counted when UNPRICED, as a call outside routing is. */
+  countIfUnpriced(event: EventRecord): void {
+    if (isUnpriced(event.error_code)) this.countUnpriced(`${event.provider}:${event.model}`);
+  }
+
+  private countUnpriced(route: string): void {
+    this.unpriced.set(route, (this.unpriced.get(route) ?? 0) + 1);
+    this.onUnpriced(route);
+  }
+
   /** An answer that reported no usage: its cost is unknown (null), said once per route. */
   private noUsage(f: CallFacts): null {
     const route = routeOf(f);
@@ -105,9 +115,7 @@ export class CallMeter {
     let errorCode = f.estimated ? markEstimated(f.errorCode) : f.errorCode;
     if (f.estimated) this.onEstimated(routeOf(f));
     if (cost === null) {
-      const route = routeOf(f);
-      this.unpriced.set(route, (this.unpriced.get(route) ?? 0) + 1);
-      this.onUnpriced(route);
+      this.countUnpriced(routeOf(f));
       errorCode = markUnpriced(errorCode); // never a silent $0: the meter counts these
     }
     return this.send(

@@ -10,6 +10,7 @@ import { admission, replayLimit } from './admission';
 import { createGateway, type Gateway } from './app';
 import { bearerGuard } from './bearer';
 import type { PauseFlag } from './budget';
+import type { CallMeter } from './call-meter';
 import type { ClientAuth } from './client-auth';
 import type { ColdQueue } from './cold-queue';
 import { coldFallback, mountColdTier, type ColdTierDeps } from './cold-tier';
@@ -322,9 +323,10 @@ async function startServing(
   const { redis, flags, pause, queue } = stores;
   const { voiceLoaded, path, meter, coldDeps, reloader } = p;
   const auth = options.http ? await startClientAuth(env, stores.keys, log) : null;
-  const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter, log });
+  const voiceEvents = countedMeter(meter, path.meter);
+  const voice = createVoice(voiceLoaded, { redis, prefix: stores.prefix ?? 'gateway', meter: voiceEvents, log });
   // Only a process that serves HTTP takes calls: a worker's log said the phone bridge was on, or off and why.
-  const phone = options.http ? phoneBridge(env, voiceLoaded, voice, meter, log) : null;
+  const phone = options.http ? phoneBridge(env, voiceLoaded, voice, voiceEvents, log) : null;
 
   const health = async () => ({
     routes_map: reloader.version(),
@@ -452,6 +454,20 @@ function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']
     },
     flush: () => sink.flush(),
     close: () => sink.close().then(() => spend.close()), // spend not yet counted in Redis is sent
+    status: () => sink.status(),
+  };
+}
+
+/** The sink for events written outside the call meter (voice): its unpriced figures count them too. */
+function countedMeter(sink: MeterSink, calls: CallMeter): MeterSink {
+  return {
+    kind: sink.kind,
+    send(event, waitMs) {
+      calls.countIfUnpriced(event);
+      return sink.send(event, waitMs);
+    },
+    flush: () => sink.flush(),
+    close: () => sink.close(),
     status: () => sink.status(),
   };
 }

@@ -1,7 +1,7 @@
 // Twilio's side of the door: signed webhooks and handshakes (anything else → 403, nothing
 // started), the TwiML for each path, a stream only for a call the webhook answered, the status
 // callback, and the bridge wired into the gateway's own server (createStack).
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -11,9 +11,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { captureLogger, listenStack } from '../gateway/harness';
 import { filled } from './filled';
 import { ACCOUNT_SID, AUTH_TOKEN, bridgeStack, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
-import { API_KEY } from './peers/realtime-peer';
-import { brain } from './peers/script';
+import { API_KEY, RealtimePeer } from './peers/realtime-peer';
+import { assistantAudio, brain } from './peers/script';
+import { TwilioPeer } from './peers/twilio-peer';
 import { until } from './peers/wait';
+import { until as poll } from '../gateway/instances';
 import { TEST_REDIS_URL } from '../redis-db';
 import { TwilioAuth } from '../../gateway/src/voice/phone/twilio-auth';
 
@@ -246,6 +248,31 @@ describe('phone bridge inside the gateway (createStack)', () => {
     for (const kind of [/^twilio webhook \/twilio\/voice: refused/, /^twilio webhook \/twilio\/status: refused/, /^twilio media: refused/])
       expect(refusals.filter((m) => kind.test(m)).length).toBeGreaterThanOrEqual(1);
     expect(refusals.length).toBeLessThanOrEqual(6);
+  });
+
+  it("a response metered UNPRICED counts in /health's unpriced_calls and gateway_unpriced_calls_total, as a routed call's does", async () => {
+    const realtime = await new RealtimePeer().start();
+    realtime.brain = brain({ greeting: { audio: assistantAudio(300), usage: null } });
+    const twilio = await new TwilioPeer({ gateway: '', publicUrl: PUBLIC_URL, authToken: AUTH_TOKEN, accountSid: ACCOUNT_SID }).start();
+    const extra = { OPENAI_REALTIME_URL: realtime.url, TWILIO_API_URL: twilio.apiUrl, ADMIN_TOKEN: 'admin-secret' };
+    const vars = env(extra);
+    const h = await listenStack(vars);
+    twilio.opts.gateway = h.url;
+    const admin = (path: string) => fetch(`${h.url}${path}`, { headers: { authorization: 'Bearer admin-secret' } });
+    try {
+      const call = await twilio.call('CA0303');
+      await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+      call.hangUp();
+      const unpriced = async () => ((await (await admin('/health')).json()) as { unpriced_calls: { total: number } }).unpriced_calls;
+      const csv = () => (existsSync(vars.METER_CSV_FILE!) ? readFileSync(vars.METER_CSV_FILE!, 'utf8') : '');
+      await poll('the response metered UNPRICED', () => csv().includes('UNPRICED'));
+      expect(await unpriced()).toEqual({ total: 1, by_route: { 'openai:gpt-realtime-mini': 1 } });
+      expect(await (await admin('/metrics')).text()).toContain('gateway_unpriced_calls_total{route="openai:gpt-realtime-mini"} 1');
+    } finally {
+      await h.stop();
+      await twilio.stop();
+      await realtime.stop();
+    }
   });
 
   it('an http PUBLIC_URL: the start log warns that Twilio opens no ws:// media stream', async () => {
