@@ -161,6 +161,11 @@ export class Pipeline {
       return 'complete';
     }
     if (admission.kind === 'queue' && this.deps.cold) {
+      // Gone while admission decided: it would never read the job id (as fallBack's client_closed).
+      if (gone.aborted) {
+        this.deps.metrics.countRequest('none', 'client_closed');
+        return 'broken';
+      }
       const { decision, delayMs, reviewRequired } = admission;
       const why = { reason: decision, attempts: 0, timeLeftMs: deadline.remaining(), delayMs, reviewRequired };
       // Metered once queued: a request the queue refused (503) was neither queued nor given to a person.

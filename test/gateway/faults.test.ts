@@ -13,6 +13,11 @@ import { ADMIN, chat, listenStack, mapOf, startGateway, type TestGateway, writeO
 import { until } from './instances';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { MemoryReplayStore } from '../../gateway/src/replay-store';
+import { MemoryColdQueue } from '../../gateway/src/cold-queue-memory';
+import { coldFallback } from '../../gateway/src/cold-tier';
+import { MemoryPause } from '../../gateway/src/budget';
+import { LocalFlags } from '../../gateway/src/flags';
+import { Notifier } from '../../gateway/src/notify';
 
 const root = join(import.meta.dirname, '..', '..');
 let hot: FakeProvider;
@@ -75,6 +80,48 @@ describe('a client that hangs up before its call starts', () => {
     release();
     expect(await gw.gateway.path.pipeline.idle(10_000)).toBe(true);
     expect(hot.received).toHaveLength(0);
+    const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+    expect(metrics).toContain('gateway_requests_total{tier="none",status="client_closed"} 1');
+  });
+});
+
+describe('a client that hangs up while its limits are read', () => {
+  it('is not queued when a spend cap would queue it for a person: no job, no notice, counted client_closed', async () => {
+    let admitting!: () => void;
+    const asked = new Promise<void>((r) => (admitting = r));
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const admit = async () => {
+      admitting();
+      await released; // the limits' Redis round trip
+      return { kind: 'queue', delayMs: 60_000, reviewRequired: true, decision: 'human_review' } as const;
+    };
+    const map = mapOf([hot.url]);
+    const flags = new LocalFlags(map.flags);
+    const queue = new MemoryColdQueue();
+    const quiet = { info: () => {}, warn: () => {}, error: () => {} };
+    const notifier = new Notifier([], { log: quiet });
+    const cold = coldFallback({
+      queue,
+      pause: new MemoryPause(),
+      flags,
+      notifier,
+      cappedProvider: 'openai',
+      pauseAtPercent: 80,
+      log: quiet,
+    });
+    gw = await startGateway(map, { admit, cold, flags });
+    const socketClosed = new Promise<void>((r) => gw!.server.once('connection', (s) => s.once('close', r)));
+    const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    req.on('error', () => {});
+    req.end(JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }] }));
+    await asked;
+    req.destroy();
+    await socketClosed;
+    release();
+    expect(await gw.gateway.path.pipeline.idle(10_000)).toBe(true);
+    await notifier.close();
+    expect(await queue.counts()).toMatchObject({ waiting: 0, delayed: 0, active: 0 });
     const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
     expect(metrics).toContain('gateway_requests_total{tier="none",status="client_closed"} 1');
   });
