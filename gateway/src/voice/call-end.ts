@@ -96,7 +96,8 @@ function event(fields: Partial<EventRecord> & Pick<EventRecord, 'provider' | 'mo
 }
 
 /** Sends everything that follows from a finished call. Nothing here is awaited by the caller's answer except the record. */
-export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps, responsesMetered = false): void {
+/** `tenant`: the customer_id of the call's events (the phone bridge's VOICE_TENANT; none for the endpoints'). */
+export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps, responsesMetered = false, tenant = ''): void {
   deps.calls.send(record);
   const s = call.state;
   // Each response already went to the meter with its own usage: sending the total again would count it twice.
@@ -110,6 +111,7 @@ export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDep
         latency_ms: Math.round(record.duration_s * 1000),
         cost_usd: record.est_audio_cost_usd,
         job_id: record.call_id,
+        customer_id: tenant,
         confidence: record.confidence_avg,
         review_required: record.escalated,
       }),
@@ -123,6 +125,7 @@ export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDep
           model: `voice-inbound-${record.country.toLowerCase()}`,
           cost_usd: Number((record.telephony_minutes * rate.perMinute).toFixed(6)),
           job_id: record.call_id,
+          customer_id: tenant,
         }),
       );
     } else {

@@ -183,7 +183,8 @@ export class VoiceService {
     };
   }
 
-  async end(id: string, body: EndCallBody) {
+  /** `tenant`: the customer_id of what follows the call to the meter (the phone bridge's). */
+  async end(id: string, body: EndCallBody, tenant = '') {
     const now = this.deps.now?.() ?? new Date();
     const stored = await this.deps.store.get(id);
     const refusal = stored && endRefusal(stored, body, now);
@@ -193,7 +194,13 @@ export class VoiceService {
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
     const fresh = call.endedBy === by; // this request's change made the record
     if (fresh && this.deps.afterCall)
-      afterCall(call.record!, call, { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log }, body.responses_metered);
+      afterCall(
+        call.record!,
+        call,
+        { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log },
+        body.responses_metered,
+        tenant,
+      );
     return { status: 200, body: call.record, fresh };
   }
 

@@ -16,6 +16,7 @@ import type { PhoneBridge } from '../../../gateway/src/voice/phone/bridge';
 import type { CallSummary } from '../../../gateway/src/voice/phone/call-types';
 import { Workflow, type WorkflowAnswer } from '../../../gateway/src/voice/workflow';
 import { RedisWorkflowStore } from '../../../gateway/src/voice/workflow-store';
+import type { RatesFile } from '../../../gateway/src/voice/rates';
 import { filled } from '../filled';
 import { hostBridge, logInto } from './bridge-host';
 import { RealtimePeer } from './realtime-peer';
@@ -72,8 +73,16 @@ export interface BridgeStack {
 
 export async function bridgeStack(
   change: (c: Concierge) => void = () => undefined,
-  opts: { consentWaitMs?: number; statusGraceMs?: number; streamSilentForMs?: number; keypadPauseMs?: number } = {},
+  options: {
+    consentWaitMs?: number;
+    statusGraceMs?: number;
+    streamSilentForMs?: number;
+    keypadPauseMs?: number;
+    /** Telephony rates (none by default: no telephony event). */
+    rates?: RatesFile;
+  } = {},
 ): Promise<BridgeStack> {
+  const { rates = {}, ...opts } = options;
   const [realtime, hooks, observe] = await Promise.all([new RealtimePeer().start(), new Target().start(), new Target().start()]);
   const config = filled();
   config.meta.business_hours_local = 'Mon-Sun 00:00-24:00';
@@ -102,7 +111,7 @@ export async function bridgeStack(
     afterCall: {
       calls: { send: (r) => (records.push(r), events.emit('record', r)) },
       events: { send: (e) => meterEvents.push(e) },
-      rates: () => ({}),
+      rates: () => rates,
       voiceProvider: 'openai',
     },
   });

@@ -75,7 +75,7 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
     deps.calls ??
     new TwilioCalls({ apiUrl: settings.twilioApiUrl, accountSid: settings.twilioAccountSid, authToken: settings.twilioAuthToken });
   const urls = new CallbackUrls(settings.publicUrl);
-  const ends = new CallEnds({ voice: deps.voice, onCallEnded: deps.onCallEnded, log });
+  const ends = new CallEnds({ voice: deps.voice, onCallEnded: deps.onCallEnded, log, tenant: deps.tenant ?? '' });
   const voicemail = new Voicemail({ config, urls, lines, workflow: deps.workflow, ends, log });
   const streams: MediaStreams = new MediaStreams({
     auth,

@@ -20,6 +20,8 @@ export class CallEnds {
     private readonly deps: {
       voice: Pick<VoiceService, 'end'>;
       onCallEnded?: (summary: CallSummary) => void;
+      /** The customer_id of the call's meter events (VOICE_TENANT). */
+      tenant: string;
       log: { info: (m: string) => void; error: (m: string) => void };
     },
   ) {}
@@ -35,7 +37,7 @@ export class CallEnds {
   async write(callSid: string, end: EdgeEnd): Promise<CallRecord | null> {
     try {
       // No model response of such a call was metered, and none is owed: its audio cost is 0.
-      const out = await this.deps.voice.end(callSid, { ...end, responses_metered: true });
+      const out = await this.deps.voice.end(callSid, { ...end, responses_metered: true }, this.deps.tenant);
       if (out.status !== 200) return null;
       const record = out.body as CallRecord;
       if ('fresh' in out && out.fresh) {

@@ -11,18 +11,22 @@ import type { FunctionCalls } from './function-calls';
 export async function writeCallRecord(
   voice: Pick<VoiceService, 'end'>,
   callSid: string,
-  facts: { functions: FunctionCalls; escalated: boolean; reason: string },
+  facts: { functions: FunctionCalls; escalated: boolean; reason: string; tenant: string },
   log: { error: (m: string) => void },
 ): Promise<CallRecord | null> {
   const { outcome, intent } = facts.functions.result();
   try {
-    const out = await voice.end(callSid, {
-      outcome,
-      ...(intent ? { intent_primary: intent } : {}),
-      escalated: facts.escalated,
-      ended_reason: facts.reason,
-      responses_metered: true,
-    });
+    const out = await voice.end(
+      callSid,
+      {
+        outcome,
+        ...(intent ? { intent_primary: intent } : {}),
+        escalated: facts.escalated,
+        ended_reason: facts.reason,
+        responses_metered: true,
+      },
+      facts.tenant,
+    );
     if (out.status === 200) return out.body as CallRecord;
     log.error(`call ${callSid}: the call record was refused (${out.status}: ${JSON.stringify(out.body)})`);
   } catch (error) {
