@@ -22,7 +22,9 @@ import type { Workflow } from './workflow';
  * guard feed, so a batch sent again is applied once), or the call's end.
  */
 export type CallChange =
-  { kind: 'events'; events: VoiceEvent[]; batch?: GuardBatch } | { kind: 'end'; body: EndCallBody; at: string; by: string };
+  | { kind: 'events'; events: VoiceEvent[]; batch?: GuardBatch }
+  | { kind: 'voicemail'; reason: string }
+  | { kind: 'end'; body: EndCallBody; at: string; by: string };
 
 /** How a change applies to a call: the spend guard over the events; the record, once, at the end. */
 export function callReducer(config: Concierge): Reduce<CallChange> {
@@ -42,6 +44,7 @@ export function callReducer(config: Concierge): Reduce<CallChange> {
       }
       return call;
     }
+    if (change.kind === 'voicemail') return { ...call, voicemail_reason: change.reason };
     if (call.record) return call;
     const at = new Date(change.at);
     return { ...call, ended_at: change.at, endedBy: change.by, record: buildCallRecord(call, change.body, config, at) };
@@ -202,6 +205,14 @@ export class VoiceService {
         tenant,
       );
     return { status: 200, body: call.record, fresh };
+  }
+
+  /**
+   * An answered call handed to voicemail mid-way (the phone bridge's `network_issue`): kept with
+   * the call, so a status callback on any instance records why it ended.
+   */
+  async toVoicemail(id: string, reason: string): Promise<void> {
+    await this.deps.store.apply(id, { kind: 'voicemail', reason });
   }
 
   /** The stored call (null when unknown or expired). */

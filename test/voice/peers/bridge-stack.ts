@@ -18,7 +18,7 @@ import { Workflow, type WorkflowAnswer } from '../../../gateway/src/voice/workfl
 import { RedisWorkflowStore } from '../../../gateway/src/voice/workflow-store';
 import type { RatesFile } from '../../../gateway/src/voice/rates';
 import { filled } from '../filled';
-import { hostBridge, logInto } from './bridge-host';
+import { hostBridge, logInto, type BridgeHost } from './bridge-host';
 import { RealtimePeer } from './realtime-peer';
 import { TwilioPeer } from './twilio-peer';
 import { TEST_REDIS_URL } from '../../redis-db';
@@ -68,6 +68,8 @@ export interface BridgeStack {
   logs: string[];
   /** The call's summary once its record is written. */
   endOf(callSid: string): Promise<CallSummary>;
+  /** Another gateway instance on the same Redis, realtime server and sinks (its own local Twilio). */
+  twin(): Promise<BridgeHost>;
   close(): Promise<void>;
 }
 
@@ -97,32 +99,39 @@ export async function bridgeStack(
   const events = new EventEmitter();
   const records: CallRecord[] = [];
   const meterEvents: EventRecord[] = [];
-  const workflow = new Workflow({
-    config,
-    store: new RedisWorkflowStore<WorkflowAnswer>(redis, prefix),
-    log,
-    retry: { attempts: 3, firstMs: 20, maxMs: 20 },
-  });
-  const voice = new VoiceService({
-    config,
-    store: new RedisVoiceStore(redis, prefix, callReducer(config)),
-    log,
-    workflow,
-    afterCall: {
-      calls: { send: (r) => (records.push(r), events.emit('record', r)) },
-      events: { send: (e) => meterEvents.push(e) },
-      rates: () => rates,
-      voiceProvider: 'openai',
-    },
-  });
-  const reporting: Pick<Workflow, 'called'> = {
-    called: (req) => workflow.called(req).finally(() => events.emit('answered', req)),
+  const meterSink = { send: (e: EventRecord) => meterEvents.push(e) };
+  /** One gateway instance: its own workflow, voice service and bridge, on the stack's Redis prefix. */
+  const instance = async () => {
+    const workflow = new Workflow({
+      config,
+      store: new RedisWorkflowStore<WorkflowAnswer>(redis, prefix),
+      log,
+      retry: { attempts: 3, firstMs: 20, maxMs: 20 },
+    });
+    const voice = new VoiceService({
+      config,
+      store: new RedisVoiceStore(redis, prefix, callReducer(config)),
+      log,
+      workflow,
+      afterCall: {
+        calls: { send: (r) => (records.push(r), events.emit('record', r)) },
+        events: meterSink,
+        rates: () => rates,
+        voiceProvider: 'openai',
+      },
+    });
+    const reporting: Pick<Workflow, 'called'> = {
+      called: (req) => workflow.called(req).finally(() => events.emit('answered', req)),
+    };
+    const host = await hostBridge(
+      { config, voice, workflow: reporting, meter: meterSink, log, tenant: 'acme-dental', ...opts },
+      realtime,
+      events,
+    );
+    return { host, voice };
   };
-  const host = await hostBridge(
-    { config, voice, workflow: reporting, meter: { send: (e) => meterEvents.push(e) }, log, tenant: 'acme-dental', ...opts },
-    realtime,
-    events,
-  );
+  const { host, voice } = await instance();
+  const twins: BridgeHost[] = [];
   const { bridge, twilio, ended } = host;
   return {
     config,
@@ -137,9 +146,15 @@ export async function bridgeStack(
     ended,
     events,
     logs,
-    endOf: (callSid) => host.endOf(callSid),
+    // On whichever instance had the call's stream.
+    endOf: (callSid) => twins.find((t) => t.ended.some((e) => e.call_id === callSid))?.endOf(callSid) ?? host.endOf(callSid),
+    async twin() {
+      const twin = (await instance()).host;
+      twins.push(twin);
+      return twin;
+    },
     async close() {
-      await host.close();
+      await Promise.all([host, ...twins].map((h) => h.close()));
       await Promise.all([realtime.stop(), hooks.stop(), observe.stop()]);
       const keys = await redis.keys(`${prefix}:*`);
       if (keys.length) await redis.del(...keys);

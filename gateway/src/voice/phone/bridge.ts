@@ -41,7 +41,7 @@ type Log = { info: (m: string) => void; warn: (m: string) => void; error: (m: st
 export interface PhoneBridgeDeps {
   config: Concierge;
   settings: PhoneSettings;
-  voice: Pick<VoiceService, 'start' | 'events' | 'end' | 'get'>;
+  voice: Pick<VoiceService, 'start' | 'events' | 'end' | 'get' | 'toVoicemail'>;
   workflow: Pick<Workflow, 'called'>;
   /** The meter sink chat calls use: one event per realtime response. */
   meter: { send(event: EventRecord): void };

@@ -594,6 +594,11 @@ export class CallSession {
     this.phase = 'transferring';
     this.reason = 'realtime_failure';
     const twiml = this.deps.voicemail.twiml('network_issue', this.numbers.from);
+    // In the store first: Twilio's status callback for this call may reach another instance.
+    await this.deps.voice
+      .toVoicemail(this.callSid, 'network_issue')
+      .catch((error: Error) => this.deps.log.error(`call ${this.callSid}: the voicemail handover was not stored (${error.message})`));
+    if (this.phase !== 'transferring') return; // the call ended meanwhile
     this.toVoicemail = this.actions.redirect(twiml, 'voicemail after a realtime failure');
     if (!(await this.toVoicemail)) this.ws.close(1000); // the answer's fallback: a person
     this.awaitStop();

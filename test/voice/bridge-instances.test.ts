@@ -1,0 +1,38 @@
+// Two gateway instances on one Redis, as behind a load balancer: Twilio's webhooks may reach one
+// and the call's media stream the other. What a call's session decided on one instance holds for
+// a callback that reaches the other.
+import { afterEach, describe, expect, it } from 'vitest';
+import { bridgeStack, ACCOUNT_SID, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
+import { until } from './peers/wait';
+
+let s: BridgeStack | null = null;
+afterEach(async () => {
+  await s?.close();
+  s = null;
+});
+
+const FORM = { AccountSid: ACCOUNT_SID, From: '+351910000003', To: '+351210000000', CallStatus: 'ringing', FromCountry: 'PT' };
+
+describe('phone bridge: two instances', () => {
+  it("a realtime failure sent to voicemail on the stream's instance, the caller gone without a message: the other instance's status callback records realtime_failure", async () => {
+    s = await bridgeStack(undefined, { statusGraceMs: 300 });
+    const streams = await s.twin();
+    s.realtime.refuse = true;
+    const answer = await s.twilio.placeCall({ CallSid: 'CA0901', ...FORM });
+    const call = await streams.twilio.openStream('CA0901', answer);
+    await until(streams.twilio.events, 'update', () => true, 'the redirect to voicemail');
+    if (!call.closed) await until(call, 'closed');
+    await new Promise<void>((r) => {
+      const check = () => (streams.bridge.liveCalls === 0 ? r() : setTimeout(check, 20));
+      check();
+    });
+    const status = await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, {
+      CallSid: 'CA0901',
+      AccountSid: ACCOUNT_SID,
+      CallStatus: 'completed',
+    });
+    expect(status.status).toBe(204);
+    await until(s.events, 'record', () => true, 'the record');
+    expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0901', outcome: 'abandoned', ended_reason: 'realtime_failure' })]);
+  });
+});
