@@ -11,6 +11,8 @@ import type { MeterServices, Sheet } from './services';
 import { columnLetter, fitGrid, insertTabs, type TabGrid } from './tabs';
 
 const PUBLIC_TAB = 'events_public';
+/** Rows kept beyond the events' when the tab shrinks: room for the events ingested until the next refresh. */
+const SPARE_ROWS = 1000;
 
 /** Columns of the pii-free tab: what a public dashboard needs (no ids of people or reviewers). */
 const PUBLIC_FIELDS: EventField[] = [
@@ -42,13 +44,13 @@ export function publicTabGrid(eventRows: number): TabGrid {
 }
 
 /**
- * Keeps the public tab's formula in place and its grid as tall as the events tab. Creating it, or
- * a grid that would pass the spreadsheet's cell limit, is refused (`spreadsheet_full`) before
- * anything changes.
+ * Keeps the public tab's formula in place and its grid as tall as the events tab: grown with it,
+ * and cut back (to it and some spare rows) once retention has shrunk it. Creating it, or a grid
+ * that would pass the spreadsheet's cell limit, is refused (`spreadsheet_full`) before anything changes.
  */
 export function refreshPublicTab(svc: MeterServices, eventRows: number): Sheet {
   const [sheet] = insertTabs(svc.spreadsheet, [publicTabGrid(eventRows)]);
-  fitGrid(svc.spreadsheet, sheet, eventRows + 1, PUBLIC_FIELDS.length);
+  fitGrid(svc.spreadsheet, sheet, eventRows + 1, PUBLIC_FIELDS.length, SPARE_ROWS);
   sheet.getRange(1, 1).setFormula(publicQueryFormula());
   return sheet;
 }

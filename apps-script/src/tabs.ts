@@ -227,18 +227,21 @@ export function growFor(ss: Spreadsheet, sheet: Sheet, lastRow: number, spare: n
 }
 
 /**
- * Sizes the tab to at least `rows` tall and exactly `columns` wide, checking the whole new grid against the
- * cell limit first, so a refused resize changes nothing (extra columns are dropped only after).
+ * Sizes the tab to exactly `columns` wide and at least `rows` tall; one taller than `rows` + `spare`
+ * (left at a past peak) is cut to that, so its cells go back to the other tabs. The new grid is
+ * checked against the cell limit first, so a refused resize changes nothing. Rows are cut from the
+ * bottom, never below `rows`: a resize cut off half-way leaves a tab that still holds its data.
  */
-export function fitGrid(ss: Spreadsheet, sheet: Sheet, rows: number, columns: number): void {
+export function fitGrid(ss: Spreadsheet, sheet: Sheet, rows: number, columns: number, spare: number): void {
   const maxRows = sheet.getMaxRows();
   const maxCols = sheet.getMaxColumns();
-  const tallest = Math.max(maxRows, rows);
-  const added = tallest * columns - maxRows * maxCols;
-  if (added > 0) refusePastLimit(spreadsheetCells(ss), added, `a grid of ${tallest} rows by ${columns} columns in "${sheet.getName()}"`);
+  const height = Math.min(Math.max(maxRows, rows), rows + spare);
+  const added = height * columns - maxRows * maxCols;
+  if (added > 0) refusePastLimit(spreadsheetCells(ss), added, `a grid of ${height} rows by ${columns} columns in "${sheet.getName()}"`);
+  if (maxRows > height) sheet.deleteRows(height + 1, maxRows - height);
   if (maxCols > columns) sheet.deleteColumns(columns + 1, maxCols - columns);
   else if (maxCols < columns) sheet.insertColumnsAfter(maxCols, columns - maxCols);
-  if (maxRows < rows) sheet.insertRowsAfter(maxRows, rows - maxRows);
+  if (maxRows < height) sheet.insertRowsAfter(maxRows, height - maxRows);
 }
 
 /** Appends rows in one write, growing the tab when needed (never past the cell limit). */

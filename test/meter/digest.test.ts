@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { computeDigest } from '../../apps-script/src/digest';
 import type { Cell } from './fakes/cells';
-import { eventsTab, freshMeter, setConfig } from './maintenance-setup';
+import { eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
 
 /** An independent, direct computation of the digest figures to compare with the module's. */
 function direct(rows: Cell[][], now: number) {
@@ -275,5 +275,47 @@ describe('creating the Digest and events_public tabs on a nearly full spreadshee
   it('setup() on a nearly full spreadsheet with no Digest tab: spreadsheet_full naming it, not a raw Google error', () => {
     const { meter } = nearlyFull(NEW_TAB_CELLS - 100, ['Digest']);
     expect(refusal(() => meter.setup())).toMatchObject({ code: 'spreadsheet_full', message: expect.stringMatching(/"Digest"/) });
+  });
+});
+
+describe('events_public after retention shrinks the events tab', () => {
+  /** 6,000 events, 5,000 of them old enough for retention, and the public tab sized to all of them. */
+  function peaked() {
+    const { platform, meter } = freshMeter('2026-11-22T02:00:00Z');
+    const at = (i: number) => new Date(i < 5000 ? '2026-10-01T00:00:00Z' : '2026-11-21T00:00:00Z');
+    eventsTab(platform).loadRows(
+      2,
+      Array.from({ length: 6000 }, (_, i) => [`e${i}`, at(i), ...Array(17).fill('')]),
+    );
+    meter.refreshDigest();
+    const pub = platform.spreadsheet.tab('events_public')!;
+    expect(pub.maxRows).toBeGreaterThanOrEqual(6001);
+    meter.exportArchive();
+    expect(meter.applyRetention()).toMatch(/deleted 5000 row/);
+    return { platform, meter, pub };
+  }
+
+  it('the next refresh gives the room back: the public tab keeps what the QUERY needs and a small headroom', () => {
+    const { platform, meter, pub } = peaked();
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    expect(pub.maxRows).toBeGreaterThanOrEqual(1001); // the header and the 1,000 events left
+    expect(pub.maxRows).toBeLessThanOrEqual(1001 + 1000);
+    expect(pub.getRange(1, 1).getFormulas()[0][0]).toMatch(/^=QUERY\(events!/);
+    post(meter, { events: [{ event_id: 'after', timestamp: '2026-11-22T01:00:00Z' }] });
+    expect(platform.spreadsheet.tab('events')!.getLastRow()).toBeLessThanOrEqual(pub.maxRows);
+  });
+
+  it('a refresh cut off while shrinking leaves a working tab, and the next refresh finishes', () => {
+    const { platform, meter, pub } = peaked();
+    platform.calls.failAfter(
+      () => true,
+      (name) => name === 'Sheet.deleteRows',
+    );
+    expect(() => meter.refreshDigest()).toThrow(/timed out/);
+    expect(pub.maxRows).toBeGreaterThan(2001); // the delete was the call that failed
+    expect(pub.maxRows).toBeGreaterThanOrEqual(1001);
+    expect(pub.getRange(1, 1).getFormulas()[0][0]).toMatch(/^=QUERY\(events!/);
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    expect(pub.maxRows).toBeLessThanOrEqual(1001 + 1000);
   });
 });
