@@ -177,13 +177,13 @@ function lateCrossing(rows: unknown[][], state: AlertState, today: string, caps:
 }
 
 /** Why an alert cannot be posted at all ('' when it can): nothing to retry until Config changes. */
-function unusable(webhook: string): string {
+export function unusable(webhook: string): string {
   if (webhook === '') return 'SLACK_WEBHOOK_URL is empty: no alert posted';
   return /^https:\/\//.test(webhook) ? '' : 'SLACK_WEBHOOK_URL is not an https URL: no alert posted';
 }
 
 /** Posts an alert; '' when Slack took it, else why not (the webhook never in it). */
-function postAlert(svc: MeterServices, webhook: string, payload: object): string {
+export function postAlert(svc: MeterServices, webhook: string, payload: object): string {
   try {
     const response = svc.fetch(webhook, {
       method: 'post',

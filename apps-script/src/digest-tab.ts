@@ -4,12 +4,13 @@
  * customers and models, the daily series with its chart, the voice rollups. The layout is fixed
  * (same cells every refresh), so the chart's range never moves.
  */
+import { fullness, warnNearCellLimit } from './cell-limit-warning';
 import { SERIES_DAYS, computeDigest, estimatedParts, type DigestFigures } from './digest';
 import { getEventsSheet, readAllRows } from './events-sheet';
 import { publicTabGrid, refreshPublicTab } from './public-tab';
-import type { MeterServices } from './services';
+import type { MeterServices, Sheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
-import { growFor, insertTabs } from './tabs';
+import { cellsByTab, growFor, insertTabs } from './tabs';
 import { voiceRollups, type VoiceRollup } from './voice-rollup';
 
 export const DIGEST_TAB = 'Digest';
@@ -47,10 +48,10 @@ function voiceBlock(v: DigestFigures['voice']): unknown[][] {
   ];
 }
 
-/** The Digest tab's cells, top to bottom. */
-function digestGrid(d: DigestFigures): unknown[][] {
+/** The Digest tab's cells, top to bottom; `full` says how full the spreadsheet is. */
+function digestGrid(d: DigestFigures, full: string): unknown[][] {
   const grid: unknown[][] = [];
-  grid.push(pad(['AI spend digest', `updated ${d.generatedAt.slice(0, 16).replace('T', ' ')} UTC`]));
+  grid.push(pad(['AI spend digest', `updated ${d.generatedAt.slice(0, 16).replace('T', ' ')} UTC`, text(full)]));
   grid.push(pad([`Rows with pii_flag TRUE are left out of this tab (${d.piiRowsExcluded} row(s)).`]));
   // Beside the scorecards, the part of each that is an estimate (calls marked ESTIMATED, counted in them).
   grid.push(pad(['Cost today (UTC)', 'Cost last 7 days', 'Cost last 30 days', 'Of which estimated: today / 7 days / 30 days']));
@@ -102,40 +103,62 @@ export function digestFigures(svc: MeterServices): { figures: DigestFigures; eve
   return { figures, eventRows: rows.length };
 }
 
-/** Rewrites the Digest tab's fixed block and the public tab's grid from the figures. */
-export function writeDigestTabs(svc: MeterServices, figures: DigestFigures, eventRows: number): void {
-  const grid = digestGrid(figures);
+/**
+ * Rewrites the Digest tab's fixed block and the public tab's grid from the figures; the tabs' cells,
+ * counted once the public tab is sized.
+ */
+export function writeDigestTabs(svc: MeterServices, figures: DigestFigures, eventRows: number): ReturnType<typeof cellsByTab> {
+  const rows = digestGrid(figures, '').length;
   // First, for both tabs together: the cell limit is the one thing that can refuse them, and then neither tab changes.
-  const [, sheet] = insertTabs(svc.spreadsheet, [publicTabGrid(eventRows), { name: DIGEST_TAB, rows: grid.length, columns: LAYOUT.width }]);
+  const [, sheet] = insertTabs(svc.spreadsheet, [publicTabGrid(eventRows), { name: DIGEST_TAB, rows, columns: LAYOUT.width }]);
   refreshPublicTab(svc, eventRows);
+  const tabs = cellsByTab(svc.spreadsheet);
+  const grid = digestGrid(figures, fullness(tabs));
   growFor(svc.spreadsheet, sheet, grid.length, 0); // only a Digest shortened by hand is shorter than its block
   sheet.getRange(1, 1, grid.length, LAYOUT.width).setValues(grid);
   // Today to 4 decimals, as the spend answer, the alert and the e-mail: a sub-cent day showed $0.00 beside its estimated part.
   sheet.getRange(LAYOUT.scoreRow, 1, 1, 3).setNumberFormats([['"$"#,##0.0000', '"$"#,##0.00', '"$"#,##0.00']]);
-  if (sheet.getCharts().length === 0) {
-    const series = sheet.getRange(LAYOUT.dailyHeader + 1, 1, SERIES_DAYS + 1, 2);
-    const chart = sheet
-      .newChart()
-      .setChartType(svc.lineChart)
-      .addRange(series)
-      .setPosition(1, LAYOUT.width + 2, 0, 0)
-      .setOption('title', 'Daily cost (USD), last 30 days')
-      .setOption('legend', { position: 'none' })
-      .build();
-    sheet.insertChart(chart);
-  }
+  addChart(svc, sheet);
+  return tabs;
 }
 
-/** `refreshDigest()`: reads the events tab once and rewrites the Digest tab's fixed block. */
+/** The daily series' line chart, unless the tab has one. */
+function addChart(svc: MeterServices, sheet: Sheet): void {
+  if (sheet.getCharts().length > 0) return;
+  const series = sheet.getRange(LAYOUT.dailyHeader + 1, 1, SERIES_DAYS + 1, 2);
+  const chart = sheet
+    .newChart()
+    .setChartType(svc.lineChart)
+    .addRange(series)
+    .setPosition(1, LAYOUT.width + 2, 0, 0)
+    .setOption('title', 'Daily cost (USD), last 30 days')
+    .setOption('legend', { position: 'none' })
+    .build();
+  sheet.insertChart(chart);
+}
+
+/** Writes the tabs, then warns when the spreadsheet nears the cell limit (also when the tabs were refused); what the log says of it. */
+function writeAndWarn(svc: MeterServices, figures: DigestFigures, eventRows: number): string {
+  let tabs: ReturnType<typeof cellsByTab>;
+  try {
+    tabs = writeDigestTabs(svc, figures, eventRows);
+  } catch (error) {
+    svc.log(`refreshDigest: ${warnNearCellLimit(svc)}`); // a spreadsheet too full for them is what the warning is for
+    throw error;
+  }
+  return warnNearCellLimit(svc, tabs);
+}
+
+/** `refreshDigest()`: reads the events tab once, rewrites the Digest tab's fixed block, and warns near the cell limit. */
 export function refreshDigest(svc: MeterServices): DigestRefresh {
   const { figures, eventRows } = digestFigures(svc);
-  writeDigestTabs(svc, figures, eventRows);
+  const cells = writeAndWarn(svc, figures, eventRows);
   const unpriced = figures.unpriced.last7d ? `; ${figures.unpriced.last7d} call(s) without a price in 7 days` : '';
   const unreadable = figures.unreadableCosts30d
     ? `; ${figures.unreadableCosts30d} row(s) with a cost that is not a number ≥ 0 in 30 days, left out`
     : '';
   const estimated = figures.estimated.last7d ? `; $${figures.estimated.last7d.toFixed(2)} of it estimated in 7 days` : '';
-  const message = `digest refreshed: today $${figures.today.toFixed(4)}, 7 days $${figures.last7d.toFixed(2)}, 30 days $${figures.last30d.toFixed(2)}${estimated}${unpriced}${unreadable}`;
+  const message = `digest refreshed: today $${figures.today.toFixed(4)}, 7 days $${figures.last7d.toFixed(2)}, 30 days $${figures.last30d.toFixed(2)}${estimated}${unpriced}${unreadable}; ${cells}`;
   svc.log(`refreshDigest: ${message}`);
   return { figures, message };
 }

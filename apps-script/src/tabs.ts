@@ -143,7 +143,15 @@ export function findKeyed(sheet: Sheet, spec: TabSpec, key: string): number {
 }
 
 /** Google Sheets' limit on cells in one spreadsheet (all tabs together). */
-const SPREADSHEET_CELL_LIMIT = 10_000_000;
+export const SPREADSHEET_CELL_LIMIT = 10_000_000;
+
+/** Each tab's cells (its grid, empty or not), largest first. */
+export function cellsByTab(ss: Spreadsheet): Array<{ name: string; cells: number }> {
+  return ss
+    .getSheets()
+    .map((sheet) => ({ name: sheet.getName(), cells: sheet.getMaxRows() * sheet.getMaxColumns() }))
+    .sort((a, b) => b.cells - a.cells);
+}
 
 /** Cells in the whole spreadsheet (every tab counts towards Google's limit). */
 function spreadsheetCells(ss: Spreadsheet): number {

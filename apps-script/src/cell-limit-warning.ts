@@ -1,0 +1,84 @@
+/**
+ * The warning before Google's cell limit, where ingest is refused (`spreadsheet_full`) and the
+ * gateway spools events: from 80 % of the limit on, a Slack alert once per UTC day, saying how
+ * full the spreadsheet is, which tabs take the room and how to free it. Run by the hourly
+ * refreshDigest: at the heaviest load the docs plan for, 80 % to 100 % takes more than a day,
+ * and the 10-minute cap check keeps its few calls. The UTC day of the last alert Slack took is
+ * kept in a script property; a post that fails is not recorded, so the next run tries again.
+ */
+import { postAlert, unusable } from './alerts';
+import { configText, readConfig } from './config';
+import { errorText } from './error-text';
+import type { MeterServices } from './services';
+import { SPREADSHEET_CELL_LIMIT, cellsByTab } from './tabs';
+
+const WARN_SHARE = 0.8;
+const ALERT_DAY_PROPERTY = 'CELL_LIMIT_ALERT_DAY';
+
+type TabCells = ReturnType<typeof cellsByTab>;
+
+/** 8300000 → "8,300,000" (no Intl needed). */
+const count = (n: number) => String(n).replace(/\B(?=(\d{3})+$)/g, ',');
+const percent = (cells: number) => Math.floor((cells / SPREADSHEET_CELL_LIMIT) * 100);
+/** Tab names are typed by people: never a Slack link or mention. */
+const slackSafe = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+
+/** "spreadsheet 83 % full (8,300,000 of 10,000,000 cells)", as the Digest tab shows it. */
+export function fullness(tabs: TabCells): string {
+  const cells = tabs.reduce((n, t) => n + t.cells, 0);
+  return `spreadsheet ${percent(cells)} % full (${count(cells)} of ${count(SPREADSHEET_CELL_LIMIT)} cells)`;
+}
+
+function alertPayload(tabs: TabCells, cells: number, sheetUrl: string) {
+  const headline = `Meter spreadsheet is ${percent(cells)} % full`;
+  const largest = tabs
+    .slice(0, 3)
+    .map((t) => `${slackSafe(t.name)}: ${count(t.cells)} cells`)
+    .join(', ');
+  const text =
+    `${headline}: ${count(cells)} of Google's ${count(SPREADSHEET_CELL_LIMIT)} cells. At 100 % ingest is refused ` +
+    `(spreadsheet_full) and the gateway keeps the events spooled until there is room. Largest tabs: ${largest}. ` +
+    `To free room: shorten Config RETENTION_DAYS and apply retention (it deletes exported events older than it), ` +
+    `and move old rows of the back-office tabs to another spreadsheet (docs/meter.md, "Growth over months").`;
+  return {
+    text,
+    blocks: [
+      { type: 'header', text: { type: 'plain_text', text: headline, emoji: true } },
+      { type: 'section', text: { type: 'mrkdwn', text } },
+      { type: 'context', elements: [{ type: 'mrkdwn', text: `<${sheetUrl}|Open the meter>` }] },
+    ],
+  };
+}
+
+/** Records the day of the alert Slack took; '' or what the log must say. */
+function recorded(svc: MeterServices, day: string): string {
+  try {
+    svc.properties.setProperty(ALERT_DAY_PROPERTY, day);
+    return '';
+  } catch (error) {
+    return `, but its day could not be saved (${errorText(error)}): it may be posted again on the next run`;
+  }
+}
+
+function warn(svc: MeterServices, tabs: TabCells): string {
+  const cells = tabs.reduce((n, t) => n + t.cells, 0);
+  const said = `spreadsheet at ${percent(cells)} % of Google's ${count(SPREADSHEET_CELL_LIMIT)} cell limit (${count(cells)} cells)`;
+  if (cells < WARN_SHARE * SPREADSHEET_CELL_LIMIT) return said;
+  const day = svc.now().toISOString().slice(0, 10);
+  if (svc.properties.getProperty(ALERT_DAY_PROPERTY) === day) return `${said}; already alerted today`;
+  const webhook = configText(readConfig(svc.spreadsheet), 'SLACK_WEBHOOK_URL');
+  const why = unusable(webhook) || postAlert(svc, webhook, alertPayload(tabs, cells, svc.spreadsheet.getUrl()));
+  return why ? `${said}; ${why}` : `${said}; alert posted${recorded(svc, day)}`;
+}
+
+/**
+ * Alerts when the spreadsheet is past 80 % of the cell limit (`tabs` as counted, else counted
+ * here); what the log says. Never throws: a failure here must not stop the digest.
+ */
+export function warnNearCellLimit(svc: MeterServices, tabs?: TabCells): string {
+  try {
+    return warn(svc, tabs ?? cellsByTab(svc.spreadsheet));
+  } catch (error) {
+    return `the cell-limit check failed (${errorText(error)})`;
+  }
+}
