@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { duplicateKeys, duplicateMessage } from './duplicate-keys';
 import { ConfigError } from './errors';
 import { withoutBom } from './json-object';
 
@@ -212,7 +213,7 @@ function checkMap(text: string, file: string, env: NodeJS.ProcessEnv): { map: Ro
   } catch (error) {
     throw new ConfigError(`${file}: not valid JSON (${(error as Error).message})`);
   }
-  const problems: Problem[] = [];
+  const problems: Problem[] = duplicateKeys(withoutBom(text)).map((path): Problem => [jsonPath(path), duplicateMessage(path)]);
   const used = new Set<string>();
   const resolved = resolveRefs(raw, { env, problems, used }, '');
   const parsed = RoutesMap.safeParse(resolved);

@@ -529,6 +529,16 @@ describe('npm start', () => {
     );
   });
 
+  it('refuses to start on a map with a key written twice, naming it and its JSON path', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'routes.json');
+    const text = readFileSync(join(root, 'routes.local.json'), 'utf8');
+    writeFileSync(file, text.replace(/\n}\s*$/, ',\n  "hot": [{"provider": "openai", "model": "gpt-4o", "baseUrl": "https://h/v1"}]\n}\n'));
+    const [code, err] = await started({ ROUTES_FILE: file, METER_CSV_FILE: join(dir, 'e.csv') });
+    expect(code).toBe(1);
+    expect(err).toBe(`gateway did not start:\n${file}: hot: "hot" is written twice in one object (only the last would count)\n`);
+  });
+
   it('refuses to start on an invalid map, naming the file and path', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');

@@ -94,6 +94,23 @@ describe('reloading the routing map', () => {
     expect((await fetch(`${app.url}/admin/routes/reload`, { method: 'POST' })).status).toBe(401);
   });
 
+  // JSON.parse keeps the last of a key written twice: a second "hot" dropped the first list unsaid.
+  it('a map with a key written twice is refused naming the key and its JSON path; the map in force keeps serving', async () => {
+    writeMap({ hot: [route('first', one.url)], warm: [], cold });
+    app = await listenStack(env());
+    const hot = JSON.stringify([route('first', one.url)]);
+    writeMap(
+      `{"hot": ${hot}, "warm": [], "cold": ${JSON.stringify(cold)}, "hot": [{"id": "second", "id": "x", "provider": "openai", "model": "m", "baseUrl": "${two.url}"}]}`,
+    );
+    const res = await reload(app.url);
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: string }).error.split('\n')).toEqual([
+      `${file}: hot: "hot" is written twice in one object (only the last would count)`,
+      `${file}: hot[0].id: "id" is written twice in one object (only the last would count)`,
+    ]);
+    expect(said(await chat(app.url))).toBe('from one');
+  });
+
   it("reordering the Warm provider kinds is refused: it would send each provider the other's key; pinned keys may move", async () => {
     const warm = (...kinds: string[]) => kinds.map((provider) => ({ provider, model: `${provider}-model`, baseUrl: two.url }));
     const keys = { WARM_A_API_KEY: 'sk-anthropic-key', WARM_B_API_KEY: 'sk-mistral-key' };

@@ -155,6 +155,19 @@ describe('concierge.json and its lint', () => {
       );
     }
   });
+
+  // JSON.parse keeps the last of a key written twice: an operator's first business_hours was dropped unsaid.
+  it('npm run concierge:lint names a key written twice, with its JSON path, and exits 1', () => {
+    const tsx = join(root, 'node_modules', '.bin', 'tsx');
+    const file = join(mkdtempSync(join(tmpdir(), 'concierge-')), 'c.json');
+    const text = JSON.stringify(filled(), null, 2);
+    writeFileSync(file, text.replace('"meta": {', '"meta": {\n    "timezone": "Europe/Paris",'));
+    const twice = spawnSync(tsx, ['bin/concierge-lint.ts', file], { cwd: root, encoding: 'utf8' });
+    expect([twice.status, twice.stdout]).toEqual([
+      1,
+      '$.meta.timezone: "timezone" is written twice in one object (only the last would count)\n',
+    ]);
+  });
 });
 
 describe('intent matching', () => {

@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { MAX_TEXT_LENGTH } from '../../../schema/event-record';
+import { duplicateKeys, duplicateMessage } from '../duplicate-keys';
 import { withoutBom } from '../json-object';
 import { parseBusinessHours } from './business-hours';
 
@@ -303,18 +304,22 @@ export function lintConcierge(raw: unknown): Problem[] {
   return [...unique.values()];
 }
 
-/** The file's JSON; a byte-order mark (Windows PowerShell's UTF-8) is read past, as editors show the file without it. */
-const readJson = (file: string): unknown => JSON.parse(withoutBom(readFileSync(file, 'utf8')));
+/** The file's text; a byte-order mark (Windows PowerShell's UTF-8) is read past, as editors show the file without it. */
+const readText = (file: string): string => withoutBom(readFileSync(file, 'utf8'));
+const readJson = (file: string): unknown => JSON.parse(readText(file));
 
-/** Reads and lints a file; a file that is not JSON is one problem at `$`. */
+/** Reads and lints a file; a file that is not JSON is one problem at `$`. A key written twice is a problem: JSON keeps the last. */
 export function lintFile(file: string): Problem[] {
+  let text: string;
   let raw: unknown;
   try {
-    raw = readJson(file);
+    text = readText(file);
+    raw = JSON.parse(text);
   } catch (error) {
     return [{ path: '$', message: `not readable JSON (${(error as Error).message})` }];
   }
-  return lintConcierge(raw);
+  const twice = duplicateKeys(text).map((path): Problem => ({ path: pathOf(path), message: duplicateMessage(path) }));
+  return [...twice, ...lintConcierge(raw)];
 }
 
 /** Fields no call can be taken without (Intl refuses an unknown zone; the hours decide every call): their problems make the file unusable. */
