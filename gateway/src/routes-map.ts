@@ -12,6 +12,19 @@ import { duplicateKeys, duplicateMessage } from './duplicate-keys';
 import { ConfigError } from './errors';
 import { withoutBom } from './json-object';
 
+/**
+ * A model name is sent as written: a space after it (`"gpt-4o-mini "`) failed every call at the
+ * provider and opened the route's breaker. Refused rather than trimmed, as a baseUrl with a space is:
+ * the map says what is sent. Quoted as JSON, so a tab or line break shows.
+ */
+const modelName = () =>
+  z
+    .string()
+    .min(1)
+    .refine((v) => v === v.trim(), {
+      error: (i) => `expected a model name without spaces or line breaks around it, got ${JSON.stringify(i.input)}`,
+    });
+
 const Route = z.strictObject({
   /** The route's name in metrics, logs and /health (default: its tier and place, `hot-1`, `warm-2`). */
   id: z
@@ -22,7 +35,7 @@ const Route = z.strictObject({
     .string()
     .min(1)
     .regex(/^[a-z0-9][a-z0-9._-]*$/, 'a lowercase provider kind such as openai'),
-  model: z.string().min(1),
+  model: modelName(),
   baseUrl: z.string().min(1),
   /** Cloud region of the endpoint, for the meter's `region` field (`global` when unset). */
   region: z.string().min(1).optional(),
@@ -63,7 +76,7 @@ const RoutesMap = z.strictObject({
   cold: Cold,
   flags: Flags.default({ enable_warm_fallback: true, enable_cold_queue: true, killed_models: [] }),
   /** The cheaper model spend-cap routing may switch to. */
-  cheaper_model: z.string().min(1).optional(),
+  cheaper_model: modelName().optional(),
   /** Rate limits: per tenant (x-customer-id) and token budgets per provider, per minute. */
   limits: z
     .strictObject({

@@ -539,6 +539,22 @@ describe('npm start', () => {
     expect(err).toBe(`gateway did not start:\n${file}: hot: "hot" is written twice in one object (only the last would count)\n`);
   });
 
+  // A model with a space after it was sent as written: every call to the route failed at the provider, its breaker opened.
+  it('refuses to start on a model name with spaces or a line break around it, naming the route and field', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'routes.json');
+    const map = JSON.parse(readFileSync(join(root, 'routes.local.json'), 'utf8'));
+    map.hot[1].model = 'gpt-4o-mini ';
+    map.cheaper_model = '\tgpt-4o-mini';
+    writeFileSync(file, JSON.stringify(map));
+    const [code, err] = await started({ ROUTES_FILE: file, METER_CSV_FILE: join(dir, 'e.csv') });
+    expect(code).toBe(1);
+    const around = 'expected a model name without spaces or line breaks around it';
+    expect(err).toBe(
+      `gateway did not start:\n${file}: hot[1].model: ${around}, got "gpt-4o-mini "\n${file}: cheaper_model: ${around}, got "\\tgpt-4o-mini"\n`,
+    );
+  });
+
   it('refuses to start on an invalid map, naming the file and path', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
     const file = join(dir, 'bad.json');
