@@ -30,6 +30,8 @@ export interface ColdTierDeps {
   flags: FlagStore;
   notifier: Notifier;
   cappedProvider: string;
+  /** The providers of the routes in force (a reload may change them), to name a webhook's unknown one. */
+  providers: () => string[];
   pauseAtPercent: number;
   log: { info: (m: string) => void; warn: (m: string) => void; error: (m: string) => void };
 }
@@ -205,6 +207,8 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
     res.json(job);
   });
 
+  // A sender repeats its alert: the unknown name is said once a minute, not per post.
+  const unknown = new RepeatLog();
   app.post('/budget/webhook', admin, async (req, res) => {
     const parsed = BudgetWebhook.safeParse(req.body);
     if (!parsed.success) {
@@ -215,6 +219,7 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
       return;
     }
     const { provider, percentUsed } = parsed.data;
+    if (!deps.providers().includes(provider)) warnUnknownProvider(deps, provider, unknown);
     if (provider === deps.cappedProvider && percentUsed >= deps.pauseAtPercent) {
       const setting = deps.pause.set();
       // Noticed when the store takes it, also if that is after this answer (Redis away).
@@ -229,6 +234,21 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
     if (!(await stored(resuming, res, 'lifted on this instance'))) return;
     res.status(204).end();
   });
+}
+
+/**
+ * The sender still gets 204 (the docs promise it whether or not it pauses), but the operator is told:
+ * `OpenAI` from a billing alert where the map says `openai` paused nothing, with nothing said.
+ * Names are matched exactly, as everywhere else in the map (token budgets, CAPPED_PROVIDER).
+ */
+function warnUnknownProvider(deps: ColdTierDeps, provider: string, repeats: RepeatLog): void {
+  const more = repeats.due('unknown provider');
+  if (more === null) return;
+  const name = JSON.stringify(provider.slice(0, 80));
+  const known = deps.providers().join(', ');
+  deps.log.warn(
+    `budget webhook for provider ${name}, which the routing map has no route of (${known}): nothing paused; the budget pause is for ${deps.cappedProvider}${more}`,
+  );
 }
 
 /** The pause's notice, with the queue's counts when the store gives them in time. */

@@ -246,12 +246,13 @@ function requestPathFor(core: StackCore, spend: SpendWatch, meter: MeterSink, no
   const { env, map, scopes, stores, cappedProvider, log } = core;
   const { flags, pause, queue, limiter } = stores;
   const skipWhilePaused = (r: Route) => r.config.provider === cappedProvider;
-  const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, pauseAtPercent: env.BUDGET_PAUSE_AT_PERCENT, log };
   // The providers of the routes in force, not of the map at start: a reload may add or drop one.
   const providers = lastOf(
     () => path.routes,
     (routes) => [...new Set(routes.map((r) => r.config.provider))],
   );
+  const pauseAtPercent = env.BUDGET_PAUSE_AT_PERCENT;
+  const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, providers, pauseAtPercent, log };
   // Only a client key proves a tenant: without keys nothing is checked, so nothing is recorded either.
   const ownership =
     env.GATEWAY_AUTH === 'keys'
