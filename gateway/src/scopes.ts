@@ -28,8 +28,18 @@ export type Scopes = Record<string, ScopeConfig>;
 
 export const DEFAULT_TIME_TO_ANSWER_MS = 30_000;
 
-export function loadScopes(file: string | undefined): Scopes {
-  if (!file || !existsSync(file)) return {};
+/**
+ * The scopes of `file`; none when it is missing. `required` (production, with SCOPES_FILE set): a
+ * file named and missing is refused, since a mistyped path ran every job type without its scope.
+ */
+export function loadScopes(file: string | undefined, required = false): Scopes {
+  if (!file || !existsSync(file)) {
+    if (required)
+      throw new ConfigError(
+        `SCOPES_FILE: ${file} not found (every job type would run without its scope; unset SCOPES_FILE to run without scopes)`,
+      );
+    return {};
+  }
   let raw: unknown;
   try {
     raw = parse(readFileSync(file, 'utf8'));

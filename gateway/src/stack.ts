@@ -140,9 +140,9 @@ const mapEnv = (env: GatewayEnv) => ({ ...ENDPOINT_DEFAULTS, ...env.raw });
 export async function createStack(processEnv: NodeJS.ProcessEnv, log: Logger, options: StackOptions): Promise<Stack> {
   const env = readEnv(processEnv);
   configureUpstream({ connections: env.UPSTREAM_CONNECTIONS ?? null, http2: env.UPSTREAM_HTTP2 === 'on' });
-  const scopes = loadScopes(env.SCOPES_FILE);
   // Before any connection is opened, so a refused start leaves nothing behind.
   const voiceLoaded = loadVoice(voiceOptions(env), env.production);
+  const scopes = loadScopes(env.SCOPES_FILE, env.production && Boolean(env.raw.SCOPES_FILE));
   const { map, file: routesFile, version, demo } = await routingMap(env, log);
   const cappedProvider = env.CAPPED_PROVIDER || map.hot[0].provider;
   checkAgainstEnv(env, map, cappedProvider);

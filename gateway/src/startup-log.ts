@@ -41,13 +41,23 @@ const meterWay = (f: StartFacts) =>
   f.env.QUEUE_STORE_URL ? `through the Redis stream ${f.env.REDIS_PREFIX ?? 'gateway'}:meter:events` : `spooled to ${f.spoolDir}`;
 
 /** Why no scope is in force: a missing file is named, since a mistyped path reads as no scopes. */
-const noScopes = (file: string) => `none (${existsSync(file) ? '' : `${file} not found; `}time-to-answer 30 s unless x-time-to-answer-ms)`;
+const noScopes = (file: string, named: boolean) =>
+  `none (${existsSync(file) ? '' : `${file} not found${named ? ', though SCOPES_FILE names it' : ''}; `}time-to-answer 30 s unless x-time-to-answer-ms)`;
+
+/** The scopes line: a warning when SCOPES_FILE names a file that is not there (production refuses it: scopes.ts). */
+function logScopes(log: Logger, env: GatewayEnv, scopes: Scopes): void {
+  const names = Object.keys(scopes);
+  const named = Boolean(env.raw.SCOPES_FILE);
+  if (names.length) return log.info(`scopes: ${env.SCOPES_FILE} (${names.join(', ')})`);
+  const line = `scopes: ${noScopes(env.SCOPES_FILE, named)}`;
+  if (named && !existsSync(env.SCOPES_FILE)) log.warn(line);
+  else log.info(line);
+}
 
 export function describeStart(log: Logger, f: StartFacts): void {
-  const { env, map, scopes } = f;
-  const scopeNames = Object.keys(scopes);
+  const { env, map } = f;
   log.info(`routing map: ${f.routesFile} version ${f.routesVersion} (${map.hot.length} hot, ${map.warm.length} warm routes)`);
-  log.info(`scopes: ${scopeNames.length ? `${env.SCOPES_FILE} (${scopeNames.join(', ')})` : noScopes(env.SCOPES_FILE)}`);
+  logScopes(log, env, f.scopes);
   log.info(`meter: ${env.METER_URL ? `meter web app (${meterWay(f)})` : `local CSV ${env.METER_CSV_FILE} (METER_URL not set)`}`);
   log.info(`store: ${env.QUEUE_STORE_URL ? `Redis ${redactUrl(env.QUEUE_STORE_URL)}` : 'in-process (QUEUE_STORE_URL not set)'}`);
   if (!f.stores.redis) log.warn('queued work does not survive a restart: set QUEUE_STORE_URL to a Redis for a durable Cold queue');

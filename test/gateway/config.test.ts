@@ -194,19 +194,29 @@ describe('the start-up log', () => {
     expect(store[1]).toContain('127.0.0.1:6379/9');
   });
 
-  it('says when the scopes file is missing (a path mistyped would otherwise read as no scopes)', () => {
+  // SCOPES_FILE=scopes.yml for scopes.yaml started with no scopes, and only an info line said so.
+  it('says when the scopes file is missing: a warning when SCOPES_FILE names it (a mistyped path), info for the default', () => {
     const map = parseRoutesMap(readFileSync(join(root, 'routes.local.json'), 'utf8'), 'routes.local.json', env);
-    const scopesLine = (file: string) => {
+    const scopesLine = (settings: NodeJS.ProcessEnv) => {
       const logs: string[] = [];
       const facts = { map, routesFile: 'routes.local.json', routesVersion: '0', scopes: {}, stores: { redis: null } as unknown as Stores };
       const more = { cappedProvider: 'openai', http: true, spoolDir: '.data/meter-spool' };
-      describeStart(captureLogger(logs), { env: readEnv({ SCOPES_FILE: file }), ...facts, ...more });
-      return logs.find((l) => l.includes('scopes: '));
+      describeStart(captureLogger(logs), { env: readEnv(settings), ...facts, ...more });
+      const line = JSON.parse(logs.find((l) => l.includes('scopes: '))!) as { level: number; msg: string };
+      return [line.level === 40 ? 'warn' : 'info', line.msg];
     };
     const dir = mkdtempSync(join(tmpdir(), 'scopes-log-'));
-    expect(scopesLine(join(dir, 'scopse.yaml'))).toContain(`scopes: none (${join(dir, 'scopse.yaml')} not found; time-to-answer 30 s`);
+    const named = join(dir, 'scopse.yaml');
+    expect(scopesLine({ SCOPES_FILE: named })).toEqual([
+      'warn',
+      `scopes: none (${named} not found, though SCOPES_FILE names it; time-to-answer 30 s unless x-time-to-answer-ms)`,
+    ]);
+    expect(scopesLine({})).toEqual(['info', 'scopes: none (scopes.yaml not found; time-to-answer 30 s unless x-time-to-answer-ms)']);
     writeFileSync(join(dir, 'empty.yaml'), 'scopes: {}\n');
-    expect(scopesLine(join(dir, 'empty.yaml'))).toContain('scopes: none (time-to-answer 30 s unless x-time-to-answer-ms)');
+    expect(scopesLine({ SCOPES_FILE: join(dir, 'empty.yaml') })).toEqual([
+      'info',
+      'scopes: none (time-to-answer 30 s unless x-time-to-answer-ms)',
+    ]);
   });
 });
 
@@ -372,6 +382,17 @@ describe('npm start', () => {
     const [code, err] = await started({ ...meter, NODE_ENV: 'production' });
     expect(code).toBe(1);
     expect(err).toMatch(/^gateway did not start:\nenvironment:\nMETER_TOKEN: expected the meter's token with METER_URL in production/);
+  });
+
+  // Every job type ran with the 30 s default instead of the team's scopes, and only an info line said so.
+  it('refuses, in production, a SCOPES_FILE that names a file that is not there', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'scopes.yml');
+    const [code, err] = await started({ NODE_ENV: 'production', SCOPES_FILE: file });
+    expect(code).toBe(1);
+    expect(err).toBe(
+      `gateway did not start:\nSCOPES_FILE: ${file} not found (every job type would run without its scope; unset SCOPES_FILE to run without scopes)\n`,
+    );
   });
 
   it('refuses a METER_URL with user:password in it, naming it and showing neither the password nor the token', () => {
