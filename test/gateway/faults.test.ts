@@ -108,6 +108,7 @@ describe('a client that hangs up while its limits are read', () => {
       notifier,
       cappedProvider: 'openai',
       pauseAtPercent: 80,
+      providers: () => ['openai'],
       log: quiet,
     });
     gw = await startGateway(map, { admit, cold, flags });
