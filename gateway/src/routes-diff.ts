@@ -3,6 +3,7 @@
  * in review (`npm run routes:diff`, bin/routes-diff.ts).
  */
 import { readFileSync } from 'node:fs';
+import { duplicateKeys, duplicateMessage } from './duplicate-keys';
 import { withoutBom } from './json-object';
 
 type Json = unknown;
@@ -37,11 +38,16 @@ function readMap(file: string): Json {
     const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
     throw new Error(`${file}: ${missing ? 'no such file' : `not readable (${(error as Error).message})`}`, { cause: error });
   }
+  let map: Json;
   try {
-    return JSON.parse(withoutBom(text)); // a byte-order mark, as the gateway reads the map
+    map = JSON.parse(withoutBom(text)); // a byte-order mark, as the gateway reads the map
   } catch (error) {
     throw new Error(`${file}: not JSON (${(error as Error).message})`, { cause: error });
   }
+  // The gateway refuses such a map: a diff of the last copy alone would review a map that never runs.
+  const twice = duplicateKeys(withoutBom(text))[0];
+  if (twice) throw new Error(`${file}: ${duplicateMessage(twice)} at ${twice.join('.')}; the gateway refuses this map`);
+  return map;
 }
 
 /** `npm run routes:diff -- [a] [b]`: 0 with the difference printed, 1 on a map that cannot be read, 2 on usage. */

@@ -47,6 +47,16 @@ describe('npm run routes:diff', () => {
     expect(r.stdout).toContain('~ cheaper_model: "gpt-4o-mini" → "gpt-4o"\n');
   });
 
+  // The gateway refuses such a map; a diff that showed only the last copy would review a map that never runs.
+  it('a map with a key written twice: one line naming the key, exit 1', () => {
+    const a = join(dir, 'a.json');
+    writeFileSync(a, '{"hot": [{"id": "first"}], "cheaper_model": "gpt-4o", "hot": []}');
+    const r = run(a, 'routes.prod.json');
+    expect(r.status).toBe(1);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toContain(`${a}: "hot" is written twice`);
+  });
+
   it('more than two maps is a usage error, exit 2', () => {
     const r = run('routes.local.json', 'routes.prod.json', 'routes.local.json');
     expect(r.status).toBe(2);
