@@ -171,11 +171,13 @@ export class SpendWatch {
   /**
    * A request about to route holds the instance's largest call of the day against the caps until it
    * ends (`release`); null when, with the calls in flight, a cap is exceeded. Near a cap the figures
-   * are taken again: requests that waited together for a fresh read each see the others' holds.
+   * are taken again: requests that waited together (for a fresh read, or for their limits' answers,
+   * which come back together) took theirs before the others held, so near is judged with what is
+   * held now on top of the view, and then each sees the others' holds.
    */
   hold(view: SpendView): number | null {
     const estimate = this.largestToday();
-    const v = this.near(view, estimate) ? this.figures() : view;
+    const v = this.near(view, estimate, this.held.total) ? this.figures() : view;
     return capExceeded(v) ? null : this.held.hold(estimate);
   }
 
@@ -185,9 +187,9 @@ export class SpendWatch {
     return this.largest.day === dayOf(this.now()) ? this.largest.usd : 0;
   }
 
-  /** Closer to a cap than NEAR_CAP_CALLS calls of `call` USD. */
-  private near(v: SpendView, call: number): boolean {
-    const margin = NEAR_CAP_CALLS * call;
+  /** Closer to a cap than NEAR_CAP_CALLS calls of `call` USD, with `extra` USD more than `v` says. */
+  private near(v: SpendView, call: number, extra = 0): boolean {
+    const margin = NEAR_CAP_CALLS * call + extra;
     return v.today + margin > v.dailyCap || v.last7d + margin > v.burnCap;
   }
 

@@ -8,6 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { admission } from '../../gateway/src/admission';
+import { MemoryLimiter } from '../../gateway/src/rate-limit';
+import type { RequestContext } from '../../gateway/src/request-context';
+import { SpendWatch } from '../../gateway/src/spend-cap-routing';
 import { chat, listenStack } from './harness';
 import { TEST_REDIS_URL } from '../redis-db';
 
@@ -173,5 +177,25 @@ describe.each([
     const after = [];
     for (let i = 0; i < 5; i++) after.push(await patient(gw.url));
     expect(after).toEqual([200, 200, 200, 200, 202]);
+  });
+});
+
+describe('a burst far from the daily cap whose limits answer together', () => {
+  it('each request sees the calls held by those admitted before it: 40 at once, room for 30, 30 routed', async () => {
+    // A tenant limit is read for each request first (a Redis round trip, whose answers for a burst
+    // come back together): every request took its spend figures before any of them held its call.
+    const spend = new SpendWatch({ dailyCap: 30.5 * CALL_USD, burnCap: 1000, warn: () => {} });
+    spend.record(CALL_USD); // the day's first call: its cost is the estimate of the next
+    const admit = admission({
+      limiter: new MemoryLimiter({ tenant_requests_per_minute: 1000 }),
+      limits: { tenant_requests_per_minute: 1000 },
+      spend,
+      providers: () => ['openai'],
+      cheaperModel: undefined,
+    });
+    const ctx = { api: 'chat', customerId: 'acme', timeToAnswerMs: 30_000, mustHaveAnswer: false, canUseCheaper: false };
+    const decided = await Promise.all(Array.from({ length: 40 }, () => admit(ctx as RequestContext)));
+    expect(decided.filter((a) => a.kind === 'route')).toHaveLength(30);
+    expect(decided.filter((a) => a.kind === 'queue')).toHaveLength(10);
   });
 });
