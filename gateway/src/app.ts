@@ -87,7 +87,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
   app.set('etag', false);
   const { pipeline } = opts.path;
   const routes = () => opts.path.routes; // the routes in force now (a reload replaces them)
-  const deps = { pipeline, log: opts.log, auth: opts.auth, sharedObjects: opts.sharedObjects };
+  const deps = { pipeline, log: opts.log, auth: opts.auth, sharedObjects: opts.sharedObjects, scopes: opts.scopes };
   const chat = endpoint(deps, (body, headers, key) => parseChatRequest(body, headers, opts.scopes, key));
   // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts) and check their keys.
   app.post('/v1/chat/completions', (req, res) => chat(req, res));

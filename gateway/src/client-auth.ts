@@ -10,11 +10,13 @@
  * for the store. A refresh is skipped while a store call of the last one is unanswered (commands
  * wait for Redis rather than fail: they would pile up and all be sent when it answers). Last-used times are gathered here and written in one batch per refresh. A store
  * that does not answer within `lookupTimeoutMs` (1 s) counts as unreachable (Redis commands wait
- * for a reconnection rather than fail): requests are not held by it.
+ * for a reconnection rather than fail): requests are not held by it. A request with a time-to-answer
+ * waits less: a quarter of it (as its limits), so that its 503 comes within it.
  */
 import { timingSafeEqual } from 'node:crypto';
 import { hashKey, KEY_LENGTH, looksLikeKey, type ClientKey, type KeyStore } from './client-keys';
 import { openAiError, type OpenAiError } from './errors';
+import type { Headers } from './request-context';
 import { within } from './within';
 
 export type AuthResult =
@@ -34,6 +36,8 @@ const UNAVAILABLE: AuthResult = {
   error: openAiError('the client key store is unreachable; try again shortly', 'api_error', null, 'key_store_unavailable'),
   headers: { 'retry-after': '1' }, // as every other store's 503: the client waits for the store, not its own guess
 };
+/** The least a request waits for a lookup: a tiny time-to-answer must not refuse a key a Redis that is well knows. */
+const LOOKUP_WAIT_MIN_MS = 50;
 /** Unknown keys are remembered too (a flood of made-up keys costs no store calls), up to this many entries. */
 const MAX_ENTRIES = 10_000;
 
@@ -102,8 +106,15 @@ export class ClientAuth {
     return this;
   }
 
-  /** The key of an `Authorization` header value; answers without a promise when the key is cached. */
-  check(authorization: string | undefined): AuthResult | Promise<AuthResult> {
+  /**
+   * The key of an `Authorization` header value; answers without a promise when the key is cached.
+   * `timeToAnswer` of `headers`, read only when the store is asked, shortens the wait for it.
+   */
+  check(
+    authorization: string | undefined,
+    timeToAnswer?: (headers: Headers) => number,
+    headers?: Headers,
+  ): AuthResult | Promise<AuthResult> {
     const token = bearerToken(authorization);
     if (!token) return MISSING;
     // A cached key costs one hash and a lookup; the shape is checked only before asking the store.
@@ -113,7 +124,8 @@ export class ClientAuth {
     // While the store is unreachable a key known good is answered at once (the timer keeps trying it).
     if (entry && (now - entry.checkedAt <= this.maxAgeMs || (this.down && entry.key))) return this.answer(entry, now);
     if (!looksLikeKey(token)) return INVALID;
-    return this.lookup(hash, now).then(
+    const waitMs = timeToAnswer && headers ? Math.max(LOOKUP_WAIT_MIN_MS, timeToAnswer(headers) / 4) : Infinity;
+    return this.lookup(hash, now, waitMs).then(
       (fresh) => this.answer(fresh, now),
       // The store is unreachable: a key known good stays good (a revocation needs the store too).
       () => (entry?.key ? this.answer(entry, now) : UNAVAILABLE),
@@ -131,10 +143,10 @@ export class ClientAuth {
 
   /**
    * One store call per hash however many requests wait for it. A request waits `lookupTimeoutMs` at
-   * most; an answer that comes later is remembered for the next one (a Redis slower than that would
-   * otherwise refuse a new key on every try).
+   * most, `waitMs` when shorter; an answer that comes later is remembered for the next one (a Redis
+   * slower than that would otherwise refuse a new key on every try).
    */
-  private lookup(hash: string, now: number): Promise<Entry> {
+  private lookup(hash: string, now: number, waitMs: number): Promise<Entry> {
     let p = this.pending.get(hash);
     if (!p) {
       const found = this.store
@@ -151,7 +163,8 @@ export class ClientAuth {
         .finally(() => this.pending.delete(hash));
       this.pending.set(hash, p);
     }
-    return p;
+    // Only the shared wait says the store is down: a short time-to-answer is the request's own.
+    return waitMs < this.lookupTimeoutMs ? within(p, waitMs, 'the key store') : p;
   }
 
   private trusted(key: ClientKey | null, hash: string): ClientKey | null {

@@ -18,7 +18,8 @@ import { replayRequestOf } from './idempotent-replay';
 import { readJsonBody, sendJson } from './http-io';
 import { keyRefusal } from './key-policy';
 import type { Pipeline } from './pipeline';
-import type { Headers, RequestContext } from './request-context';
+import { timeToAnswerOf, type Headers, type RequestContext } from './request-context';
+import type { Scopes } from './scopes';
 import { storedObjectRefusal } from './stored-objects';
 
 const NONE: ReadonlySet<string> = new Set();
@@ -43,14 +44,24 @@ export interface EndpointDeps {
   auth?: ClientAuth | null;
   /** The routing map's `shared_objects`: stored objects any client key may name. */
   sharedObjects?: ReadonlySet<string>;
+  /** Bound a key lookup's wait by the request's time-to-answer (none: the lookup's own 1 s). */
+  scopes?: Scopes;
 }
 
 export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
+  // Read before the body and its parser: an invalid header waits as long as none (it is refused after).
+  const timeToAnswer = deps.scopes && ((h: Headers) => Number(timeToAnswerOf(h, deps.scopes!)) || Infinity);
   /** `who` tells the error log which key (by id, never the key) and tenant the request came with. */
   async function handle(req: IncomingMessage, res: ServerResponse, who: { key?: ClientKey }): Promise<void> {
+    /** How long the key's lookup took: part of the time-to-answer. */
+    let waitedMs = 0;
     if (deps.auth) {
-      const checked = deps.auth.check(req.headers.authorization);
-      const auth = checked instanceof Promise ? await checked : checked;
+      let auth = deps.auth.check(req.headers.authorization, timeToAnswer, req.headers);
+      if (auth instanceof Promise) {
+        const asked = performance.now();
+        auth = await auth;
+        waitedMs = performance.now() - asked;
+      }
       if (!auth.ok) {
         req.resume();
         return sendJson(res, auth.status, auth.error, auth.headers);
@@ -70,7 +81,7 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
     if (foreign) return sendJson(res, 400, foreign);
     // Only a client's own Idempotency-Key asks for replay (nothing is hashed without one).
     const replay = replayRequestOf(req.headers['idempotency-key'], req.url ?? '', body.value, parsed.context.customerId);
-    await deps.pipeline.handle(parsed.context, res, replay);
+    await deps.pipeline.handle(parsed.context, res, replay, waitedMs);
   }
 
   return async (req, res) => {

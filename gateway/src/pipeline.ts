@@ -99,10 +99,13 @@ export class Pipeline {
     return cut;
   }
 
-  /** `replay`: the request's replay identity when it sent an Idempotency-Key. */
-  handle(ctx: RequestContext, res: ServerResponse, replay?: ReplayRequest | null): Promise<void | Served> {
+  /**
+   * `replay`: the request's replay identity when it sent an Idempotency-Key. `spentMs`: what the
+   * request already waited (its client key's lookup), taken from its time-to-answer.
+   */
+  handle(ctx: RequestContext, res: ServerResponse, replay?: ReplayRequest | null, spentMs = 0): Promise<void | Served> {
     // Started before the replay's claim: the time it waits for the store is part of the time-to-answer.
-    const deadline = new Deadline(ctx.timeToAnswerMs, this.deps.now);
+    const deadline = new Deadline(ctx.timeToAnswerMs - spentMs, this.deps.now);
     const work: Promise<void | Served> =
       replay && this.deps.replay
         ? this.deps.replay.guard(replay, ctx, res, deadline, () => this.serve(ctx, res, deadline))

@@ -121,27 +121,27 @@ export function requestContext<B extends { model: string }>(
 }
 
 /**
+ * The request's time-to-answer: `x-time-to-answer-ms`, else its job type's scope, else the default;
+ * what is wrong with the header, as a message. Also read before the client key's check, which it bounds.
+ */
+export function timeToAnswerOf(headers: Headers, scopes: Scopes): number | string {
+  const explicit = header(headers, 'x-time-to-answer-ms');
+  if (explicit === undefined) return scopeOf(scopes, header(headers, 'x-job-type') ?? '')?.time_to_answer_ms ?? DEFAULT_TIME_TO_ANSWER_MS;
+  const n = Number(explicit);
+  if (Number.isInteger(n) && n >= 1 && n <= MAX_TIME_TO_ANSWER_MS) return n;
+  return `x-time-to-answer-ms: expected whole milliseconds from 1 to ${MAX_TIME_TO_ANSWER_MS}, got "${explicit}"`;
+}
+
+/**
  * Our routing headers; `input` is what the default idempotency key hashes (the messages, say).
  * `clientKey`: the request's client key, whose tenant replaces `x-customer-id`.
  */
 export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unknown, clientKey?: ClientKey): HeaderResult {
   const long = tooLong(headers);
   if (long) return { ok: false, message: long };
-  let tta = DEFAULT_TIME_TO_ANSWER_MS;
   const jobType = header(headers, 'x-job-type') ?? '';
-  const scope = scopeOf(scopes, jobType);
-  if (scope) tta = scope.time_to_answer_ms;
-  const explicit = header(headers, 'x-time-to-answer-ms');
-  if (explicit !== undefined) {
-    const n = Number(explicit);
-    if (!Number.isInteger(n) || n < 1 || n > MAX_TIME_TO_ANSWER_MS) {
-      return {
-        ok: false,
-        message: `x-time-to-answer-ms: expected whole milliseconds from 1 to ${MAX_TIME_TO_ANSWER_MS}, got "${explicit}"`,
-      };
-    }
-    tta = n;
-  }
+  const tta = timeToAnswerOf(headers, scopes);
+  if (typeof tta === 'string') return { ok: false, message: tta };
   const userId = header(headers, 'x-user-id') ?? '';
   const jobId = header(headers, 'x-job-id') ?? '';
   const mustHaveAnswer = yesOrNo(headers, 'x-must-have-answer', true);

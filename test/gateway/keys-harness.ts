@@ -104,7 +104,7 @@ export async function refusal(p: Promise<unknown>): Promise<{ status: number; co
       return {
         status: error.status!,
         code: String(error.code),
-        message: (error.error as { message: string }).message,
+        message: (error.error as { message?: string } | undefined)?.message ?? error.message, // a timeout has no body
         retryAfter: error.headers?.get('retry-after') ?? null,
       };
     throw error;

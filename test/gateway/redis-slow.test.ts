@@ -30,6 +30,19 @@ describe('a slow Redis', () => {
     expect(answered).toBe(true);
   });
 
+  it('a new client key whose lookup is late is refused within the time-to-answer it sent', { timeout: 30_000 }, async () => {
+    const { key } = await world.makeKey('acme');
+    const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB) });
+    slow.delayMs = 1500;
+    // A client that waits as long as it told the gateway to answer within. Before: the lookup waited
+    // 1 s whatever the time-to-answer, and this client gave up before any answer came.
+    const sent = client(gw.url, key).chat.completions.create(
+      { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { 'x-time-to-answer-ms': '600' }, timeout: 600 },
+    );
+    expect(await refusal(sent)).toMatchObject({ status: 503, code: 'key_store_unavailable', retryAfter: '1' });
+  });
+
   it('a key revoked while Redis is slow is refused within the 5 s the docs promise', { timeout: 30_000 }, async () => {
     const { key, id } = await world.makeKey('acme');
     const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB) });
