@@ -26,6 +26,7 @@ import {
   type ColdPayload,
   type ColdQueue,
   type Deferral,
+  type EnqueueOptions,
   type EnqueueResult,
   type JobState,
   type JobView,
@@ -168,12 +169,21 @@ export class BullColdQueue implements ColdQueue {
     this.queue.on('error', () => undefined);
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
-  async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
+  /**
+   * Two round trips before `added`: the job and Redis's memory read together (ioredis writes both on
+   * the one connection before either answers), then the add. The mark comes after the add (a failed
+   * add must leave none) and is not waited for by `added`: four round trips one after the other
+   * outlasted a short time-to-answer on a slow Redis, and the job was made after its client was told 503.
+   */
+  async enqueue(payload: ColdPayload, options: EnqueueOptions = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload);
+    const memory = this.readMemory();
+    memory.catch(() => undefined); // its error counts only for a new job
     const existing = await this.queue.getJob(jobId);
-    if (existing) return { jobId, created: false };
-    await this.roomLeft();
+    if (existing) return (options.added?.(jobId), { jobId, created: false });
+    this.roomLeft(await memory);
     await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });
+    options.added?.(jobId);
     // Counted until the next read: a burst of large requests within one read must not pass maxmemory.
     if (this.memory) this.memory.used += JSON.stringify(payload).length;
     // Two instances may both get here for one request (a client's retry reaching both): BullMQ
@@ -185,11 +195,16 @@ export class BullColdQueue implements ColdQueue {
       .catch(() => 'OK' as const);
     return { jobId, created: marked === 'OK' };
   }
-  /** Throws QueueFull when Redis uses FULL_AT of its maxmemory (read at most once per MEMORY_READ_MS). */
-  private async roomLeft(): Promise<void> {
-    if (!this.memory || Date.now() - this.memory.at > MEMORY_READ_MS)
-      this.memory = { at: Date.now(), ...memoryOf(await this.own.info('memory')) };
-    const { used, max } = this.memory;
+  /** Redis's memory, read at most once per MEMORY_READ_MS. */
+  private async readMemory(): Promise<{ used: number; max: number }> {
+    if (this.memory && Date.now() - this.memory.at <= MEMORY_READ_MS) return this.memory;
+    // Once connected, as getJob waits (the own connection refuses commands before: no offline queue).
+    await this.queue.waitUntilReady();
+    this.memory = { at: Date.now(), ...memoryOf(await this.own.info('memory')) };
+    return this.memory;
+  }
+  /** Throws QueueFull when Redis uses FULL_AT of its maxmemory. */
+  private roomLeft({ used, max }: { used: number; max: number }): void {
     if (max > 0 && used >= FULL_AT * max)
       throw new QueueFull(`its Redis uses ${mb(used)} of its maxmemory ${mb(max)} (new jobs are refused from ${FULL_AT * 100} %)`);
   }

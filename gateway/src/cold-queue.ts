@@ -122,6 +122,12 @@ export interface JobView {
   finishedAt: string | null;
 }
 
+export interface EnqueueOptions {
+  delayMs?: number;
+  /** Called by a queue that finds out only later whether this call made the job, once the job is in: the answer need not wait. */
+  added?: (jobId: string) => void;
+}
+
 export interface EnqueueResult {
   jobId: string;
   /** False when a job with this id already existed (the client retried). */
@@ -141,7 +147,7 @@ export interface QueueCounts {
 
 export interface ColdQueue {
   readonly durable: boolean;
-  enqueue(payload: ColdPayload, options?: { delayMs?: number }): Promise<EnqueueResult>;
+  enqueue(payload: ColdPayload, options?: EnqueueOptions): Promise<EnqueueResult>;
   get(id: string): Promise<JobView | null>;
   counts(): Promise<QueueCounts>;
   /** Dead-lettered jobs (all attempts used). */

@@ -77,6 +77,15 @@ function told(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, job: En
   return job;
 }
 
+/** The request's job id once its job is in the queue: whether this call made it (for the notice) is found out after. */
+function inQueue(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason): Promise<string> {
+  let added!: (jobId: string) => void;
+  const inQueue = new Promise<string>((resolve) => (added = resolve));
+  const payload = coldPayload(ctx, why.reason, why.reviewRequired);
+  const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs, added }).then((job) => told(deps, ctx, why, job));
+  return Promise.race([inQueue, enqueued.then((job) => job.jobId)]);
+}
+
 /** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
   // Every request that would be queued meets a queue away or full: not a line each.
@@ -95,9 +104,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         return false;
       }
       try {
-        const payload = coldPayload(ctx, why.reason, why.reviewRequired);
-        const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs }).then((job) => told(deps, ctx, why, job));
-        const { jobId } = await within(enqueued, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
+        const jobId = await within(inQueue(deps, ctx, why), Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
         sendQueued(res, ctx, jobId, why, headers);
         return true;
       } catch (error) {

@@ -76,6 +76,27 @@ describe('a slow Redis', () => {
     expect(await polled.json()).toMatchObject({ id: jobId, state: 'waiting' });
   });
 
+  it(
+    'a request the Cold queue takes is queued within its time-to-answer while each command takes 800 ms',
+    { timeout: 30_000 },
+    async () => {
+      const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB), GATEWAY_AUTH: 'open' });
+      world.hot.always({ kind: 'status', status: 500 });
+      world.warm.always({ kind: 'status', status: 500 });
+      slow.delayMs = 800;
+      // Before: the job was read, then Redis's memory, then the job added and marked, one round trip
+      // after the other, 3.2 s: 503 cold_queue_unavailable, and the job made a moment later all the same.
+      const queued = await chat(
+        gw.url,
+        { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] },
+        { 'x-time-to-answer-ms': '3000' },
+      );
+      expect(queued.status).toBe(202);
+      const { jobId } = queued.json() as { jobId: string };
+      expect((await fetch(`${gw.url}/v1/jobs/${jobId}`)).status).toBe(200);
+    },
+  );
+
   it('a tenant continues its stored response while each command takes 1.5 s', { timeout: 30_000 }, async () => {
     const { key } = await world.makeKey('acme');
     const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB) });
