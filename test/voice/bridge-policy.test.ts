@@ -84,6 +84,26 @@ describe('phone bridge: the policy on real events', () => {
     expect(end.record!.est_audio_cost_usd).toBeGreaterThanOrEqual(0.35);
   });
 
+  it('a caller who hangs up during the closing line: that line is cancelled and metered with the usage it reports', async () => {
+    s = await bridgeStack();
+    s.realtime.chunkBytes = 160;
+    s.realtime.paceMs = 20; // said in real time: the closing line is still coming at the hang-up
+    s.realtime.brain = brain({
+      greeting: { audio: assistantAudio(300), usage: { output_tokens: 20_000, output_token_details: { audio_tokens: 20_000 } } },
+      closing: { audio: assistantAudio(6000), transcript: 'We have to end the call here. Goodbye.' },
+    });
+    const call = await s.twilio.call('CA0108');
+    const conn = s.realtime.conns.at(-1) ?? (await until<RtConn>(s.realtime, 'connection'));
+    const created = await serverEvent(conn, 'response.created', (e) => e.response.metadata?.bridge === 'closing');
+    await serverEvent(conn, 'response.output_audio.delta', (e) => e.response_id === created.response.id);
+    call.hangUp();
+    const end = await s.endOf('CA0108');
+    const line = s.meterEvents.filter((e) => e.model === s!.config.meta.model)[1];
+    expect(line).toMatchObject({ job_id: 'CA0108', error_code: 'CANCELLED' });
+    expect(line.cost_usd!).toBeGreaterThan(0);
+    expect(end.record).toMatchObject({ ended_reason: 'per_call_cap' });
+  });
+
   it('one long answer cannot run far past the per-call cap: its output stops at what is left of the budget, then the closing line', async () => {
     const cap = 0.002; // audio in 10, out 20 USD per million tokens: 100 output tokens, 5 s of audio
     s = await bridgeStack((c) => {

@@ -39,6 +39,8 @@ export interface BrainContext {
   metadata?: Record<string, string> | null;
   /** The client's `response.max_output_tokens` (for `create`): it overrides the session's. */
   maxOutputTokens?: number | 'inf';
+  /** Created with `conversation: 'none'` (for `create`): out of band. */
+  outOfBand?: boolean;
 }
 
 export interface Heard {
@@ -70,7 +72,7 @@ export class RtConn extends EventEmitter {
   private speechStart = 0;
   private silentBytes = 0;
   private carry = Buffer.alloc(0);
-  private active: { id: string; cancelled: boolean } | null = null;
+  private active: { id: string; cancelled: boolean; outOfBand: boolean } | null = null;
   private seq = 0;
   /** Server events held on the way to the bridge, in order (a slow network), while lagging. */
   private lagging: Array<Record<string, unknown>> | null = null;
@@ -128,10 +130,12 @@ export class RtConn extends EventEmitter {
           instructions: e.response?.instructions,
           metadata: e.response?.metadata ?? null,
           maxOutputTokens: e.response?.max_output_tokens,
+          outOfBand: e.response?.conversation === 'none',
         });
       case 'response.cancel':
-        // Like the API: the response named, else the one in progress.
-        if (this.active && (!e.response_id || e.response_id === this.active.id)) this.active.cancelled = true;
+        // Like the API: the response named, else the one in progress in the default conversation
+        // (an out-of-band response, `conversation: 'none'`, is cancelled only by its id).
+        if (this.active && (e.response_id ? e.response_id === this.active.id : !this.active.outOfBand)) this.active.cancelled = true;
         else
           this.send({
             type: 'error',
@@ -271,7 +275,7 @@ export class RtConn extends EventEmitter {
     const limit = ctx.maxOutputTokens ?? this.session?.max_output_tokens ?? 'inf';
     const { reply, cut } = outputLimited(said, limit);
     const id = `resp_${++this.seq}`;
-    const me = { id, cancelled: false };
+    const me = { id, cancelled: false, outOfBand: ctx.outOfBand === true };
     this.active = me;
     const metadata = ctx.metadata ?? null;
     this.send({ type: 'response.created', response: { id, object: 'realtime.response', status: 'in_progress', output: [], metadata } });

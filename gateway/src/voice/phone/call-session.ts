@@ -763,7 +763,8 @@ export class CallSession {
     await new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, SETTLE_WAIT_MS);
       this.settling = { id, done: () => (clearTimeout(timer), resolve()) };
-      this.rt.send({ type: 'response.cancel' });
+      // By its id: a bare cancel does not reach an out-of-band response (a closing line).
+      this.rt.send({ type: 'response.cancel', response_id: id });
     });
     this.settling = null;
   }
