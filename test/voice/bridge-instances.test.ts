@@ -3,6 +3,7 @@
 // a callback that reaches the other.
 import { afterEach, describe, expect, it } from 'vitest';
 import { bridgeStack, ACCOUNT_SID, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
+import { brain } from './peers/script';
 import { until } from './peers/wait';
 
 let s: BridgeStack | null = null;
@@ -34,5 +35,27 @@ describe('phone bridge: two instances', () => {
     expect(status.status).toBe(204);
     await until(s.events, 'record', () => true, 'the record');
     expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0901', outcome: 'abandoned', ended_reason: 'realtime_failure' })]);
+  });
+
+  it("a call's stream replayed on the other instance after the call ended opens no second session: nothing metered, no second record", async () => {
+    s = await bridgeStack();
+    const other = await s.twin();
+    s.realtime.brain = brain({});
+    const answer = await s.twilio.placeCall({ CallSid: 'CA0902', ...FORM });
+    const call = await s.twilio.openStream('CA0902', answer);
+    await until(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    call.hangUp();
+    await s.endOf('CA0902');
+    const metered = s.meterEvents.length;
+    // The same signed handshake and start, ticket included, well within the ticket's 10 minutes.
+    const replayed = await other.twilio.openStream('CA0902', answer);
+    expect(await until<{ code: number; reason: string }>(replayed, 'closed')).toEqual({
+      code: 1008,
+      reason: 'this call already ended',
+    });
+    expect(s.realtime.conns).toHaveLength(1);
+    expect(s.meterEvents).toHaveLength(metered);
+    expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0902', ended_reason: 'caller_hangup' })]);
   });
 });

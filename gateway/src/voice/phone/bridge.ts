@@ -81,6 +81,7 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
     auth,
     log,
     silentForMs: deps.streamSilentForMs,
+    ended: async (callSid) => Boolean((await deps.voice.get(callSid))?.ended_at),
     create: (start, ws) =>
       new CallSession(
         start.callSid,

@@ -3,15 +3,16 @@
  * `X-Twilio-Signature` (else `403`, no socket); then `connected`, and `start` within 10 s, whose
  * CallSid must come with the ticket our webhook gave that call (else the socket is closed with
  * 1008 and nothing starts: no realtime connection, no cost). One stream per call: a ticket
- * already used on this instance opens nothing (a replayed handshake and `start`), and every ticket
- * expires (twilio-auth.ts), so no instance takes one for long. A live stream that falls silent
+ * already used on this instance opens nothing (a replayed handshake and `start`), nor does one
+ * whose call already ended on any instance (the call store says so), and every ticket expires
+ * (twilio-auth.ts), so no instance takes one for long. A live stream that falls silent
  * without closing (no message for 10 s where Twilio sends a frame every 20 ms: the network between
  * us broke) ends its call as `stream_lost`, or it would hold its realtime session, and its record,
  * until the process ends.
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { WebSocketServer, type WebSocket } from 'ws';
+import { WebSocket, WebSocketServer } from 'ws';
 import { z } from 'zod';
 import type { CallSession } from './call-session';
 import type { TwilioMessage } from './call-types';
@@ -37,6 +38,8 @@ const SILENT_FOR_MS = 10_000;
 /** One media stream: its call once `start` came, whether a malformed message was logged, when it last spoke. */
 interface Stream {
   session: CallSession | null;
+  /** What came while its `start` was checked against the call store, in order. */
+  held: Array<string | null> | null;
   warned: boolean;
   heardAt: number;
   watchdog: NodeJS.Timeout | null;
@@ -54,6 +57,8 @@ export class MediaStreams {
     private readonly deps: {
       auth: TwilioAuth;
       create: (start: StreamStart, ws: WebSocket) => CallSession;
+      /** Whether the call already ended (its record written), here or on another instance. */
+      ended: (callSid: string) => Promise<boolean>;
       log: { warn: (m: string) => void; error: (m: string) => void };
       /** How long a live stream may send nothing before its call is ended (10 s; tests shorten it). */
       silentForMs?: number;
@@ -78,19 +83,11 @@ export class MediaStreams {
   }
 
   private accept(ws: WebSocket): void {
-    const stream: Stream = { session: null, warned: false, heardAt: performance.now(), watchdog: null };
+    const stream: Stream = { session: null, held: null, warned: false, heardAt: performance.now(), watchdog: null };
     const timer = setTimeout(() => ws.close(1008, 'no start message'), START_WITHIN_MS);
     ws.on('message', (data, isBinary) => {
       stream.heardAt = performance.now();
-      // A listener that throws would reach ws as an uncaught exception (the process, and every
-      // call on it, gone) and leave this socket unread: end this one call instead.
-      try {
-        this.message(ws, stream, timer, isBinary ? null : data.toString());
-      } catch (error) {
-        this.deps.log.error(`twilio media: call ${stream.session?.callSid ?? '(not started)'}: ${(error as Error).message}; ending it`);
-        if (stream.session) void stream.session.finish('bridge_error');
-        else ws.close(1011, 'internal error');
-      }
+      this.handle(ws, stream, timer, isBinary ? null : data.toString());
     });
     ws.on('close', () => {
       clearTimeout(timer);
@@ -100,7 +97,22 @@ export class MediaStreams {
     ws.on('error', () => ws.terminate());
   }
 
+  /**
+   * A listener that throws would reach ws as an uncaught exception (the process, and every call
+   * on it, gone) and leave this socket unread: end this one call instead.
+   */
+  private handle(ws: WebSocket, stream: Stream, timer: NodeJS.Timeout, text: string | null): void {
+    try {
+      this.message(ws, stream, timer, text);
+    } catch (error) {
+      this.deps.log.error(`twilio media: call ${stream.session?.callSid ?? '(not started)'}: ${(error as Error).message}; ending it`);
+      if (stream.session) void stream.session.finish('bridge_error');
+      else ws.close(1011, 'internal error');
+    }
+  }
+
   private message(ws: WebSocket, stream: Stream, timer: NodeJS.Timeout, text: string | null): void {
+    if (stream.held) return void stream.held.push(text);
     let m: unknown;
     try {
       m = JSON.parse(text ?? '');
@@ -111,9 +123,10 @@ export class MediaStreams {
     if (!stream.session) {
       if (isObject(m) && m.event === 'connected') return;
       clearTimeout(timer);
-      stream.session = this.begin(m, ws);
-      if (stream.session) this.watch(stream, stream.session);
-      return;
+      return void this.begin(m, ws, stream, timer).catch((error: Error) => {
+        this.deps.log.error(`twilio media: a stream's start failed: ${error.message}; closing it`);
+        ws.close(1011, 'internal error');
+      });
     }
     // Twilio only sends JSON objects as text; anything else (not JSON, binary, null, an array, a
     // number) is ignored so that one bad message does not cut the caller off, and logged once per
@@ -135,7 +148,31 @@ export class MediaStreams {
     stream.watchdog = setTimeout(check, silentForMs).unref();
   }
 
-  private begin(m: unknown, ws: WebSocket): CallSession | null {
+  /** A stream whose `start` is taken: its call begins once the store says the call has not ended. */
+  private async begin(m: unknown, ws: WebSocket, stream: Stream, timer: NodeJS.Timeout): Promise<void> {
+    const start = this.taken(m, ws);
+    if (!start) return;
+    stream.held = [];
+    const ended = await this.deps.ended(start.callSid).catch((error: Error) => {
+      // A store that does not answer must not cut off a caller the ticket admits.
+      this.deps.log.warn(`twilio media: call ${start.callSid}: could not check whether it ended (${error.message}); taking it`);
+      return false;
+    });
+    const held = stream.held;
+    stream.held = null;
+    if (ended) {
+      this.deps.log.warn(`twilio media: refused a stream for call ${start.callSid}: the call already ended`);
+      return ws.close(1008, 'this call already ended');
+    }
+    if (ws.readyState !== WebSocket.OPEN) return; // gone meanwhile: its status callback records it
+    stream.session = this.deps.create(start, ws);
+    this.live.set(start.callSid, stream.session);
+    this.watch(stream, stream.session);
+    for (const text of held) this.handle(ws, stream, timer, text);
+  }
+
+  /** A valid start, with this call's ticket, for a call that had no stream here (else closed). */
+  private taken(m: unknown, ws: WebSocket): StreamStart | null {
     const parsed = Start.safeParse(m);
     if (!parsed.success) {
       ws.close(1008, 'expected a start message with audio/x-mulaw 8000 Hz mono');
@@ -153,9 +190,7 @@ export class MediaStreams {
       return null;
     }
     this.streamed.set(start.callSid, true, TICKET_VALID_FOR_MS / 1000);
-    const session = this.deps.create(start, ws);
-    this.live.set(start.callSid, session);
-    return session;
+    return start;
   }
 
   /** Ends every live call (shutdown) and stops accepting streams. */
