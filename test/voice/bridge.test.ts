@@ -121,6 +121,31 @@ describe('phone bridge: the call path', () => {
     await s.endOf('CA0003');
   });
 
+  it('barge-in over audio left from a lost realtime session: Twilio stops it, and the new session is asked to truncate nothing it never had', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      turns: [{ audio: assistantAudio(8000), transcript: 'A long answer' }],
+    });
+    const call = await s.twilio.call('CA0013');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the consent line heard');
+    speak(call, 400);
+    // The whole long answer is generated and with Twilio, still playing, when the session drops.
+    await serverEvent(conn, 'response.done', (e) => e.response.metadata === null);
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await serverEvent(again, 'session.updated');
+    speak(call, 400);
+    await until(call, 'clear');
+    await serverEvent(again, 'response.done', (e) => e.response.status === 'completed');
+    expect(again.events.filter((e) => e.type === 'conversation.item.truncate')).toEqual([]);
+    expect(s.logs.filter((l) => l.includes('realtime error'))).toEqual([]);
+    call.hangUp();
+    await s.endOf('CA0013');
+  });
+
   it('barge-in while one answer still plays and the next is queued behind it: each is truncated at what was heard of it', async () => {
     s = await bridgeStack();
     const greeting = assistantAudio(300);

@@ -68,6 +68,8 @@ export class RtConn extends EventEmitter {
   events: RealtimeClientEvent[] = [];
   /** The conversation's items, as this session holds them (client-created and its own function calls). */
   items: Array<{ type?: string; call_id?: string } & Record<string, unknown>> = [];
+  /** The ids of the assistant audio items this session generated: the only ones it can truncate. */
+  private readonly audioItems = new Set<string>();
   private speaking = false;
   private speechStart = 0;
   private silentBytes = 0;
@@ -145,6 +147,12 @@ export class RtConn extends EventEmitter {
       case 'conversation.item.create':
         return this.addItem(e.item as { type?: string; call_id?: string });
       case 'conversation.item.truncate':
+        // Like the API: an item this conversation does not hold is an error.
+        if (!this.audioItems.has(e.item_id))
+          return this.send({
+            type: 'error',
+            error: { type: 'invalid_request_error', code: 'invalid_value', param: 'item_id', message: `no item ${e.item_id}` },
+          });
         return this.send({ type: 'conversation.item.truncated', item_id: e.item_id, content_index: 0, audio_end_ms: e.audio_end_ms });
     }
   }
@@ -329,6 +337,7 @@ export class RtConn extends EventEmitter {
 
   private async speak(responseId: string, me: { cancelled: boolean }, reply: Reply) {
     const item = { id: `item_a${++this.seq}`, type: 'message', role: 'assistant', status: 'in_progress' };
+    this.audioItems.add(item.id);
     const base = { response_id: responseId, item_id: item.id, output_index: 0, content_index: 0 };
     this.send({ type: 'response.output_item.added', response_id: responseId, output_index: 0, item });
     this.send({ type: 'response.content_part.added', ...base, part: { type: 'audio', transcript: '' } });

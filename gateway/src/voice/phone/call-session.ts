@@ -98,6 +98,8 @@ export class CallSession {
   private playingResponse: string | null = null;
   /** Responses of which some audio reached Twilio. */
   private readonly voiced = new Set<string>();
+  /** The audio items of the current realtime session: the only ones it can truncate. */
+  private readonly sessionItems = new Set<string>();
   private readonly own: OwnResponses;
   /** The bridge's own lines all of whose audio is with Twilio: said, whatever their response.done (ownLineSent). */
   private readonly ownSaid = new Set<string>();
@@ -281,6 +283,7 @@ export class CallSession {
     if (!first) {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
       this.responseLost();
+      this.sessionItems.clear();
       this.timing.reset();
       // Function results the model has not answered go to the new conversation (results began it
       // as it was given the history), those of calls whose response the lost session never finished too.
@@ -343,7 +346,9 @@ export class CallSession {
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
     this.own.mute(this.playingResponse);
-    for (const h of heard) this.rt.send({ type: 'conversation.item.truncate', item_id: h.item, content_index: 0, audio_end_ms: h.ms });
+    // Audio left from a lost session plays at Twilio, but its items are not in this conversation.
+    for (const h of heard.filter((h) => this.sessionItems.has(h.item)))
+      this.rt.send({ type: 'conversation.item.truncate', item_id: h.item, content_index: 0, audio_end_ms: h.ms });
   }
 
   private created(r: RealtimeResponse | undefined): void {
@@ -428,7 +433,9 @@ export class CallSession {
     if (!bytes) return;
     this.toTwilio(`{"event":"media","streamSid":"${this.streamSid}","media":{"payload":"${delta}"}}`);
     this.spoke = true;
-    this.markIf(this.playback.sent(String(item ?? resp), bytes));
+    const key = String(item ?? resp);
+    this.sessionItems.add(key);
+    this.markIf(this.playback.sent(key, bytes));
     this.playingResponse = String(resp);
     this.voiced.add(this.playingResponse);
     this.feed.frame('assistant', bytes);
