@@ -559,11 +559,19 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       ),
     ).toBe(0);
     const key = output.at(-1)!;
-    const gw = await listenStack(keyed, { http: true, worker: false });
+    // The response is answered by one instance and continued on another: the instance that answered
+    // keeps its owner and needs no Redis for it, the other must read it.
+    const [answering, gw] = [
+      await listenStack(keyed, { http: true, worker: false }),
+      await listenStack(keyed, { http: true, worker: false }),
+    ];
     const sdk = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
     try {
-      const first = await sdk.responses.create({ model: 'gpt-4o-mini', input: 'remember' });
-      await sdk.responses.create({ model: 'gpt-4o-mini', input: 'and?', previous_response_id: first.id }); // the key is cached now
+      const first = await new OpenAI({ baseURL: `${answering.url}/v1`, apiKey: key, maxRetries: 0 }).responses.create({
+        model: 'gpt-4o-mini',
+        input: 'remember',
+      });
+      await sdk.responses.create({ model: 'gpt-4o-mini', input: 'hello' }); // the key is cached now
       // Connected, but nothing answered until thawed: an answer at all is one not waiting for Redis.
       redis.freeze();
       const stalled = await sdk.responses
@@ -572,7 +580,7 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
       expect(stalled).toMatchObject({ status: 503, code: 'response_owner_unavailable' });
     } finally {
       redis.thaw();
-      await gw.stop();
+      await Promise.all([gw.stop(), answering.stop()]);
     }
   });
 
@@ -581,12 +589,21 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     const output: string[] = [];
     const print = (l: string) => output.push(l);
     expect(await keysCli(['create', 'acme'], keyed, print, print)).toBe(0);
-    const gw = await listenStack(keyed, { http: true, worker: false });
+    // Answered by one instance, continued on another, which must read its owner (the answering one keeps it).
+    const [answering, gw] = [
+      await listenStack(keyed, { http: true, worker: false }),
+      await listenStack(keyed, { http: true, worker: false }),
+    ];
     const sdk = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: output.at(-1)!, maxRetries: 0 });
     // Longer than this test may run: before, each was held for the whole time-to-answer.
     const patient = { headers: { 'x-time-to-answer-ms': '60000' } };
     try {
-      const first = await sdk.responses.create({ model: 'gpt-4o-mini', input: 'remember' }); // the key is cached now
+      const first = await new OpenAI({ baseURL: `${answering.url}/v1`, apiKey: output.at(-1)!, maxRetries: 0 }).responses.create({
+        model: 'gpt-4o-mini',
+        input: 'remember',
+      });
+      await sdk.responses.create({ model: 'gpt-4o-mini', input: 'hello' }); // the key is cached now
+      await answering.stop();
       await redis.stop();
       expect((await sdk.responses.create({ model: 'gpt-4o-mini', input: 'hello' }, patient)).status).toBe('completed');
       const next = await sdk.responses
