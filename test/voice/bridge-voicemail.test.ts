@@ -206,9 +206,11 @@ describe('phone bridge edges: voicemail', () => {
     const metadata = greet.response.metadata;
     conn.send({ type: 'response.created', response: { id: 'resp_L', status: 'in_progress', output: [], metadata } });
     speak(call); // "No" before a word of the line came: a refusal counts at any time
-    await clientEvent(conn, 'response.create', (e: any) => e.response?.metadata?.bridge === 'closing');
-    // The bridge cancelled the line to say goodbye: the line's response ends cancelled, with no audio.
+    // The bridge cancels the line to say goodbye: the line's response ends cancelled, with no audio,
+    // and only then is the goodbye asked for (the API refuses a response while another is active).
+    await clientEvent(conn, 'response.cancel');
     conn.send({ type: 'response.done', response: { id: 'resp_L', status: 'cancelled', output: [], metadata } });
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.metadata?.bridge === 'closing');
     const update = await until<{ form: Record<string, string> }>(s.twilio.events, 'update');
     expect(update.form).toEqual({ Status: 'completed' });
     expect(call.receivedBytes).toBeGreaterThanOrEqual(goodbye.length);
