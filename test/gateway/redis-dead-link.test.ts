@@ -3,57 +3,23 @@
 // of the test run's Redis plays the network: it keeps the gateway's connections open but carries
 // nothing more on them, while a new connection reaches Redis as before.
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { TEST_REDIS_DB, TEST_REDIS_URL } from '../redis-db';
+import { RedisProxy } from '../redis-proxy';
 import { FakeProvider } from './fake-provider';
 import { chat } from './harness';
 import { startInstance, until } from './instances';
 
-/** Forwards loopback connections to the test run's Redis; `cut` silences the ones open now. */
-class LinkProxy {
-  private server!: Server;
-  private readonly open = new Set<{ carries: boolean; end: () => void }>();
-  port = 0;
-
-  async start(): Promise<this> {
-    this.server = createServer((client) => this.pipe(client));
-    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
-    this.port = (this.server.address() as AddressInfo).port;
-    return this;
-  }
-
-  private pipe(client: Socket): void {
-    const redis = connect(6379, '127.0.0.1');
-    const end = () => (client.destroy(), redis.destroy(), this.open.delete(link));
-    const link = { carries: true, end };
-    this.open.add(link);
-    client.on('data', (d) => link.carries && redis.write(d));
-    redis.on('data', (d) => link.carries && client.write(d));
-    for (const s of [client, redis]) s.on('error', end).on('close', end);
-  }
-
-  /** The connections open now carry nothing more, and stay open (no reset reaches the gateway). */
-  cut(): void {
-    for (const link of this.open) link.carries = false;
-  }
-
-  async stop(): Promise<void> {
-    for (const link of this.open) link.end();
-    await new Promise((r) => this.server.close(r));
-  }
-}
-
 const prefix = `test-dead-link-${process.pid}`;
 const BODY = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] };
-let proxy: LinkProxy;
+let proxy: RedisProxy;
 let hot: FakeProvider;
 let env: Record<string, string>;
 beforeEach(async () => {
-  proxy = await new LinkProxy().start();
+  proxy = await new RedisProxy().start();
   hot = await new FakeProvider().start();
   const dir = mkdtempSync(join(tmpdir(), 'dead-link-'));
   writeFileSync(
@@ -66,7 +32,7 @@ beforeEach(async () => {
   );
   env = {
     ROUTES_FILE: join(dir, 'routes.json'),
-    QUEUE_STORE_URL: `redis://127.0.0.1:${proxy.port}/${TEST_REDIS_DB}`,
+    QUEUE_STORE_URL: proxy.url(TEST_REDIS_DB),
     REDIS_PREFIX: prefix,
     METER_CSV_FILE: join(dir, 'events.csv'),
     SCOPES_FILE: join(dir, 'none.yaml'),

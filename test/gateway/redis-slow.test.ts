@@ -1,18 +1,18 @@
 // A Redis that answers, but late (a second or more a command: an overloaded or distant Redis). A
-// proxy in front of the test run's Redis plays it (test/slow-redis.ts).
+// proxy in front of the test run's Redis plays it (test/redis-proxy.ts).
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { TEST_REDIS_DB } from '../redis-db';
-import { SlowRedis } from '../slow-redis';
+import { RedisProxy } from '../redis-proxy';
 import { FakeMeterWebApp } from './fake-meter';
 import { chat, listenStack } from './harness';
 import { ask, client, keysWorld, refusal, until, type KeysWorld } from './keys-harness';
 
 let world: KeysWorld;
-let slow: SlowRedis;
+let slow: RedisProxy;
 beforeEach(async () => {
   world = await keysWorld('slow-redis');
-  slow = await new SlowRedis().start();
+  slow = await new RedisProxy().start();
 });
 afterEach(async () => {
   await world.end();

@@ -1,13 +1,19 @@
 /**
- * A slow Redis: a loopback proxy in front of the test run's Redis that holds what Redis sends back
- * `delayMs` before passing it on, in order, so each command's round trip takes that much longer.
- * Connected and answering, only late: not a stall.
+ * A loopback proxy in front of the test run's Redis that plays the network: `delayMs` holds what
+ * Redis sends back that long before passing it on, in order (a slow Redis: connected and answering,
+ * only late, not a stall); `cut` makes the connections open now carry nothing more while they stay
+ * open (a link that died without a word), and a new connection reaches Redis as before.
  */
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 
-export class SlowRedis {
+interface Link {
+  carries: boolean;
+  end: () => void;
+}
+
+export class RedisProxy {
   private server!: Server;
-  private readonly links = new Set<() => void>();
+  private readonly links = new Set<Link>();
   port = 0;
 
   constructor(public delayMs = 0) {}
@@ -25,33 +31,39 @@ export class SlowRedis {
 
   private pipe(client: Socket): void {
     const redis = connect(6379, '127.0.0.1');
-    const end = () => (client.destroy(), redis.destroy(), this.links.delete(end));
-    this.links.add(end);
-    client.on('data', (d) => redis.write(d));
-    this.late(redis, client);
-    for (const s of [client, redis]) s.on('error', end).on('close', end);
+    const link: Link = { carries: true, end: () => (client.destroy(), redis.destroy(), this.links.delete(link)) };
+    this.links.add(link);
+    client.on('data', (d) => link.carries && redis.write(d));
+    this.late(redis, client, link);
+    for (const s of [client, redis]) s.on('error', link.end).on('close', link.end);
   }
 
   /** Each chunk passed on `delayMs` after it came, in order: one queue, one timer at a time. */
-  private late(from: Socket, to: Socket): void {
+  private late(from: Socket, to: Socket, link: Link): void {
     const held: Array<{ due: number; chunk: Buffer }> = [];
     let timer: NodeJS.Timeout | null = null;
     const pass = () => {
       timer = null;
       while (held.length && held[0].due <= Date.now()) {
         const { chunk } = held.shift()!;
-        if (to.writable) to.write(chunk);
+        if (to.writable && link.carries) to.write(chunk);
       }
       if (held.length) timer = setTimeout(pass, held[0].due - Date.now());
     };
     from.on('data', (chunk: Buffer) => {
+      if (!this.delayMs) return void (link.carries && to.write(chunk));
       held.push({ due: Date.now() + this.delayMs, chunk });
       timer ??= setTimeout(pass, this.delayMs);
     });
   }
 
+  /** The connections open now carry nothing more, and stay open (no reset reaches the client). */
+  cut(): void {
+    for (const link of this.links) link.carries = false;
+  }
+
   async stop(): Promise<void> {
-    for (const end of [...this.links]) end();
+    for (const link of [...this.links]) link.end();
     await new Promise((r) => this.server.close(r));
   }
 }
