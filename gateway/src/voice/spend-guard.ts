@@ -214,6 +214,70 @@ function escalate(state: CallState, reason: Reason): void {
   state.reason = reason;
 }
 
+type EventOf<T extends VoiceEvent['type']> = Extract<VoiceEvent, { type: T }>;
+
+function onAudioFrame(state: CallState, event: EventOf<'user.audio_frame' | 'assistant.audio_frame'>): void {
+  const expected = `a duration in milliseconds > 0 and at most ${MAX_MS} (empty frames are rejected)`;
+  measure(`${event.type}.ms`, event.ms, 0, MAX_MS, expected, true);
+  if (event.type === 'user.audio_frame') state.inputMs += event.ms;
+  else state.outputMs += event.ms;
+}
+
+function onResponseStart(state: CallState, event: EventOf<'assistant.response.start'>, cfg: GuardConfig): void {
+  measure('assistant.response.start.ttfb_ms', event.ttfb_ms, 0, MAX_MS, `milliseconds from 0 to ${MAX_MS}`);
+  state.ttfbMs.push(event.ttfb_ms);
+  if (event.ttfb_ms > cfg.latencyBudgetMs) state.ttfbBreaches++;
+}
+
+function onResponseDone(state: CallState, event: EventOf<'assistant.response.done'>, cfg: GuardConfig): void {
+  if (event.usage !== undefined) checkUsage(event.usage);
+  state.turns++;
+  const before = state.estUsdFromDurations;
+  state.estUsdFromDurations = estUsdFromDurations(state, cfg);
+  const billed = event.usage ? usageUsd(event.usage, cfg) : null;
+  // A response without usage (omitted, or cancelled before it) is billed the estimate of the
+  // audio since the previous one, so the cap still holds; responses before the first that
+  // reported usage likewise.
+  if (billed !== null) state.billedUsd = (state.billedUsd ?? before) + billed;
+  else if (state.billedUsd !== null) state.billedUsd += state.estUsdFromDurations - before;
+  state.estUsd = (state.billedUsd ?? state.estUsdFromDurations) + (state.transcribedUsd ?? 0);
+  if (state.action !== 'continue') return;
+  if (state.turns >= cfg.maxTurns) escalate(state, 'turn_cap');
+  else if (state.estUsd >= cfg.perCallUsdCap) {
+    state.action = 'disconnect';
+    state.reason = 'per_call_cap';
+    state.estUsd_at_disconnect = state.estUsd;
+  } else if (state.ttfbBreaches >= cfg.latencyRepeat) escalate(state, 'latency');
+}
+
+function onTranscript(state: CallState, event: EventOf<'transcript'>, cfg: GuardConfig): void {
+  if (
+    typeof event.text !== 'string' ||
+    typeof event.confidence !== 'number' ||
+    event.confidence < 0 ||
+    event.confidence > 1 ||
+    (event.speaker !== 'user' && event.speaker !== 'assistant')
+  ) {
+    throw new VoiceEventError('transcript: expected {text: string, confidence: 0..1, speaker: "user"|"assistant"}');
+  }
+  if (event.speaker !== 'user') return;
+  state.confidences.push(event.confidence);
+  if (state.intent === 'unknown') state.intent = matchIntent(event.text, cfg.triggers);
+  if (state.action !== 'continue') return;
+  if (includesPhrase(event.text, cfg.callerRequestMarkers)) return escalate(state, 'caller_request');
+  if (includesPhrase(event.text, cfg.frustrationMarkers)) return escalate(state, 'frustration_markers');
+  const handoff = state.intent !== 'unknown' ? cfg.handoffBelow[state.intent] : undefined;
+  if (handoff !== undefined && event.confidence < handoff) return escalate(state, 'low_confidence');
+  if (event.confidence < cfg.minConfidence && ++state.lowConfidence >= cfg.confidenceRepeat) escalate(state, 'low_confidence');
+}
+
+function onTranscription(state: CallState, event: EventOf<'transcription.done'>): void {
+  const usd = measure('transcription.done.usd', event.usd, 0, MAX_TRANSCRIPTION_USD, `USD from 0 to ${MAX_TRANSCRIPTION_USD}`);
+  // Added to the cost now (the record and the answers show it); the checks run at the next response.done.
+  state.transcribedUsd = (state.transcribedUsd ?? 0) + usd;
+  state.estUsd += usd;
+}
+
 /**
  * Applies one event, in place, and returns the state. Once a call is escalated or disconnected,
  * the verdict stays (later events still count audio and cost).
@@ -221,77 +285,25 @@ function escalate(state: CallState, reason: Reason): void {
 export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig): CallState {
   switch (event.type) {
     case 'user.audio_frame':
-    case 'assistant.audio_frame': {
-      measure(
-        `${event.type}.ms`,
-        event.ms,
-        0,
-        MAX_MS,
-        `a duration in milliseconds > 0 and at most ${MAX_MS} (empty frames are rejected)`,
-        true,
-      );
-      if (event.type === 'user.audio_frame') state.inputMs += event.ms;
-      else state.outputMs += event.ms;
-      return state;
-    }
-    case 'assistant.response.start': {
-      measure('assistant.response.start.ttfb_ms', event.ttfb_ms, 0, MAX_MS, `milliseconds from 0 to ${MAX_MS}`);
-      state.ttfbMs.push(event.ttfb_ms);
-      if (event.ttfb_ms > cfg.latencyBudgetMs) state.ttfbBreaches++;
-      return state;
-    }
-    case 'assistant.response.done': {
-      if (event.usage !== undefined) checkUsage(event.usage);
-      state.turns++;
-      const before = state.estUsdFromDurations;
-      state.estUsdFromDurations = estUsdFromDurations(state, cfg);
-      const billed = event.usage ? usageUsd(event.usage, cfg) : null;
-      // A response without usage (omitted, or cancelled before it) is billed the estimate of the
-      // audio since the previous one, so the cap still holds; responses before the first that
-      // reported usage likewise.
-      if (billed !== null) state.billedUsd = (state.billedUsd ?? before) + billed;
-      else if (state.billedUsd !== null) state.billedUsd += state.estUsdFromDurations - before;
-      state.estUsd = (state.billedUsd ?? state.estUsdFromDurations) + (state.transcribedUsd ?? 0);
-      if (state.action !== 'continue') return state;
-      if (state.turns >= cfg.maxTurns) escalate(state, 'turn_cap');
-      else if (state.estUsd >= cfg.perCallUsdCap) {
-        state.action = 'disconnect';
-        state.reason = 'per_call_cap';
-        state.estUsd_at_disconnect = state.estUsd;
-      } else if (state.ttfbBreaches >= cfg.latencyRepeat) escalate(state, 'latency');
-      return state;
-    }
-    case 'transcript': {
-      if (
-        typeof event.text !== 'string' ||
-        typeof event.confidence !== 'number' ||
-        event.confidence < 0 ||
-        event.confidence > 1 ||
-        (event.speaker !== 'user' && event.speaker !== 'assistant')
-      ) {
-        throw new VoiceEventError('transcript: expected {text: string, confidence: 0..1, speaker: "user"|"assistant"}');
-      }
-      if (event.speaker !== 'user') return state;
-      state.confidences.push(event.confidence);
-      if (state.intent === 'unknown') state.intent = matchIntent(event.text, cfg.triggers);
-      if (state.action !== 'continue') return state;
-      if (includesPhrase(event.text, cfg.callerRequestMarkers)) return (escalate(state, 'caller_request'), state);
-      if (includesPhrase(event.text, cfg.frustrationMarkers)) return (escalate(state, 'frustration_markers'), state);
-      const handoff = state.intent !== 'unknown' ? cfg.handoffBelow[state.intent] : undefined;
-      if (handoff !== undefined && event.confidence < handoff) return (escalate(state, 'low_confidence'), state);
-      if (event.confidence < cfg.minConfidence && ++state.lowConfidence >= cfg.confidenceRepeat) escalate(state, 'low_confidence');
-      return state;
-    }
-    case 'transcription.done': {
-      const usd = measure('transcription.done.usd', event.usd, 0, MAX_TRANSCRIPTION_USD, `USD from 0 to ${MAX_TRANSCRIPTION_USD}`);
-      // Added to the cost now (the record and the answers show it); the checks run at the next response.done.
-      state.transcribedUsd = (state.transcribedUsd ?? 0) + usd;
-      state.estUsd += usd;
-      return state;
-    }
+    case 'assistant.audio_frame':
+      onAudioFrame(state, event);
+      break;
+    case 'assistant.response.start':
+      onResponseStart(state, event, cfg);
+      break;
+    case 'assistant.response.done':
+      onResponseDone(state, event, cfg);
+      break;
+    case 'transcript':
+      onTranscript(state, event, cfg);
+      break;
+    case 'transcription.done':
+      onTranscription(state, event);
+      break;
     default:
       throw new VoiceEventError(
         `type: expected one of user.audio_frame, assistant.audio_frame, assistant.response.start, assistant.response.done, transcript, transcription.done, billing.monthly_rollup; got ${JSON.stringify((event as { type?: unknown }).type)}`,
       );
   }
+  return state;
 }
