@@ -141,7 +141,7 @@ export class CallSession {
     private readonly ws: WebSocket,
     private readonly deps: SessionDeps,
   ) {
-    const { config, settings, log } = deps;
+    const { config, log } = deps;
     const callerNumber = numbers.from;
     const dial = { number: config.functions.find((f) => f.dial)?.dial ?? null, action: deps.urls.dial(callerNumber) };
     this.dialNumber = dial.number;
@@ -154,9 +154,32 @@ export class CallSession {
       guard: (usd) => this.feed.event({ type: 'transcription.done', usd }),
     });
     this.actions = new CallActions({ calls: deps.calls, callSid, dial, lines: deps.lines, log });
-    this.functions = new FunctionCalls({
-      workflow: deps.workflow,
-      callId: callSid,
+    this.functions = this.functionCalls();
+    this.rt = this.realtimeSession(callerNumber);
+    this.consent = this.consentGate();
+    this.spoken = new AssistantTranscript(
+      (id) => this.voiced.has(id),
+      (text) => this.remember({ speaker: 'assistant', text }),
+    );
+    this.heard = new CallerTranscript({ add: (line) => this.remember(line), remove: (line) => this.forget(line) }, (m) =>
+      log.warn(`call ${callSid}: ${m}`),
+    );
+    this.own = new OwnResponses((e) => this.rt.send(e));
+    this.results = new FunctionOutputs((e) => this.rt.send(e));
+    this.rt.onEvent = (e) => this.onRealtime(e);
+    this.rt.onReady = (first) => this.ready(first);
+    this.rt.onLost = (why) => (this.responseLost(), this.lost(why));
+    // Counted as the model gets it: audio held through a reconnect that fails is never billed.
+    this.rt.onAudioSent = (bytes) => this.feed.frame('user', bytes);
+    this.rt.start();
+  }
+
+  /** The model's function calls, run through the workflow; a transfer among them moves the call. */
+  private functionCalls(): FunctionCalls {
+    const { config, workflow, log } = this.deps;
+    return new FunctionCalls({
+      workflow,
+      callId: this.callSid,
       dialTarget: (name) => config.functions.some((f) => f.name === name && f.dial),
       declaredArgs: (name) => config.functions.find((f) => f.name === name)?.args,
       enrich: (fn, result) => this.pricing.handle(fn, result),
@@ -164,7 +187,12 @@ export class CallSession {
       onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndReason) : 'transfer'),
       log,
     });
-    this.rt = new RealtimeSession({
+  }
+
+  /** The realtime model's session, which this call's state steers across reconnects. */
+  private realtimeSession(callerNumber: string | null): RealtimeSession {
+    const { config, settings, log } = this.deps;
+    return new RealtimeSession({
       url: settings.realtimeUrl,
       apiKey: settings.openaiApiKey,
       update: () => sessionUpdate(config, callerNumber, { respond: this.vadResponds, maxOutputTokens: this.allowance }),
@@ -185,35 +213,25 @@ export class CallSession {
       // Through results, one answer at a time: keys pressed before it begins are answered after it.
       answer: () => this.results.answer(),
       log,
-      callId: callSid,
+      callId: this.callSid,
     });
+  }
+
+  /** The consent line's gate: said again, declined, or never answered. */
+  private consentGate(): ConsentGate {
+    const { config, lines, consentWaitMs } = this.deps;
     const triggers = config.intents.filter((i) => i.id !== 'voicemail').flatMap((i) => i.triggers);
-    this.consent = new ConsentGate({
+    return new ConsentGate({
       retryIfNoAck: config.consent.retry_if_no_ack,
       maxRetries: config.consent.max_retries,
       triggers,
-      waitMs: deps.consentWaitMs ?? CONSENT_WAIT_MS,
+      waitMs: consentWaitMs ?? CONSENT_WAIT_MS,
       actions: {
         repeat: () => this.sayConsent(true),
         declined: (text) => this.optOut(text),
-        noAck: () => void this.closeWith(deps.lines.noConsent, 'no_consent'),
+        noAck: () => void this.closeWith(lines.noConsent, 'no_consent'),
       },
     });
-    this.spoken = new AssistantTranscript(
-      (id) => this.voiced.has(id),
-      (text) => this.remember({ speaker: 'assistant', text }),
-    );
-    this.heard = new CallerTranscript({ add: (line) => this.remember(line), remove: (line) => this.forget(line) }, (m) =>
-      log.warn(`call ${callSid}: ${m}`),
-    );
-    this.own = new OwnResponses((e) => this.rt.send(e));
-    this.results = new FunctionOutputs((e) => this.rt.send(e));
-    this.rt.onEvent = (e) => this.onRealtime(e);
-    this.rt.onReady = (first) => this.ready(first);
-    this.rt.onLost = (why) => (this.responseLost(), this.lost(why));
-    // Counted as the model gets it: audio held through a reconnect that fails is never billed.
-    this.rt.onAudioSent = (bytes) => this.feed.frame('user', bytes);
-    this.rt.start();
   }
 
   /** A message from Twilio's media stream (already parsed). */
