@@ -205,61 +205,78 @@ function translate(body: Json): Json {
 // ---- input ---------------------------------------------------------------------------------
 
 function messages(body: Json, sources: MessageSource[] = []): ChatMessage[] {
-  const out: ChatMessage[] = [];
-  const push = (message: ChatMessage, from: string[], output = false) => {
-    out.push(message);
-    sources.push({ content: from, output, calls: [] });
-  };
-  if (isString(body.instructions) && body.instructions) push({ role: 'system', content: body.instructions }, ['instructions']);
+  const chat = new ChatMessages(sources);
+  if (isString(body.instructions) && body.instructions) chat.push({ role: 'system', content: body.instructions }, ['instructions']);
   const input = body.input;
   if (input === undefined || input === null) refuse('missing_required_parameter', 'input', "Missing required parameter: 'input'.");
   if (isString(input)) {
-    push({ role: 'user', content: input }, ['input']);
-    return out;
+    chat.push({ role: 'user', content: input }, ['input']);
+    return chat.list;
   }
   if (!Array.isArray(input)) return invalid('input', "'input' must be a string or a list of items.");
-  // The assistant message the previous item made, which a function call right after joins.
-  let assistant: ChatMessage | null = null;
-  for (const [i, item] of input.entries()) {
-    const at = `input[${i}]`;
+  for (const [i, item] of input.entries()) chat.item(item, `input[${i}]`);
+  if (!chat.list.length) invalid('input', "'input' must hold at least one message.");
+  return chat.list;
+}
+
+/** The chat messages a Responses input becomes, item by item, with where each came from. */
+class ChatMessages {
+  readonly list: ChatMessage[] = [];
+  /** The assistant message the previous item made, which a function call right after joins. */
+  private assistant: ChatMessage | null = null;
+
+  constructor(private readonly sources: MessageSource[]) {}
+
+  push(message: ChatMessage, from: string[], output = false): void {
+    this.list.push(message);
+    this.sources.push({ content: from, output, calls: [] });
+  }
+
+  item(item: unknown, at: string): void {
     if (!isObject(item)) return invalid(at, `${at} must be an object.`);
     const type = item.type ?? (isSet(item.role) ? 'message' : undefined);
-    if (type === 'message') {
-      const message = inputMessage(item, at);
-      if (message.role === 'assistant' && assistant?.tool_calls) {
-        // What the assistant said after its calls: chat wants the tool messages right after the calls.
-        assistant.content = joinContent(assistant.content, message.content);
-        sources.at(-1)?.content.push(at);
-        continue;
-      }
-      push(message, [at]);
-      assistant = message.role === 'assistant' ? message : null;
-    } else if (type === 'function_call') {
-      const call = toolCall(item, at);
-      if (!assistant) push((assistant = { role: 'assistant', content: null }), []);
-      assistant.tool_calls = [...((assistant.tool_calls as Json[] | undefined) ?? []), call];
-      sources.at(-1)?.calls.push(at);
-    } else if (type === 'function_call_output') {
-      push(toolOutput(item, at), [at], true);
-      assistant = null;
-    } else if (type === 'reasoning') {
-      // Dropped (see the header); it does not end the assistant turn it belongs to.
-    } else if (type === undefined) {
-      invalid(`${at}.type`, `${at} must have a type (or a role, for a message).`);
-    } else if (type === 'item_reference') {
-      unsupported(
-        at,
-        `${at}: 'item_reference' is not supported on this route: items are stored by the provider that made them; send the item itself.`,
-      );
-    } else {
-      unsupported(
-        `${at}.type`,
-        `${at}: input items of type '${String(type)}' are not supported on this route (only message, function_call and function_call_output).`,
-      );
+    if (type === 'message') return this.message(inputMessage(item, at), at);
+    if (type === 'function_call') return this.call(toolCall(item, at), at);
+    if (type === 'function_call_output') {
+      this.push(toolOutput(item, at), [at], true);
+      this.assistant = null;
+      return;
     }
+    // A reasoning item is dropped (see the header); it does not end the assistant turn it belongs to.
+    if (type !== 'reasoning') refuseItem(type, at);
   }
-  if (!out.length) invalid('input', "'input' must hold at least one message.");
-  return out;
+
+  private message(message: ChatMessage, at: string): void {
+    if (message.role === 'assistant' && this.assistant?.tool_calls) {
+      // What the assistant said after its calls: chat wants the tool messages right after the calls.
+      this.assistant.content = joinContent(this.assistant.content, message.content);
+      this.sources.at(-1)?.content.push(at);
+      return;
+    }
+    this.push(message, [at]);
+    this.assistant = message.role === 'assistant' ? message : null;
+  }
+
+  private call(call: Json, at: string): void {
+    if (!this.assistant) this.push((this.assistant = { role: 'assistant', content: null }), []);
+    this.assistant.tool_calls = [...((this.assistant.tool_calls as Json[] | undefined) ?? []), call];
+    this.sources.at(-1)?.calls.push(at);
+  }
+}
+
+/** An input item this route cannot translate, or one without a type. */
+function refuseItem(type: unknown, at: string): never {
+  if (type === undefined) return invalid(`${at}.type`, `${at} must have a type (or a role, for a message).`);
+  if (type === 'item_reference') {
+    return unsupported(
+      at,
+      `${at}: 'item_reference' is not supported on this route: items are stored by the provider that made them; send the item itself.`,
+    );
+  }
+  return unsupported(
+    `${at}.type`,
+    `${at}: input items of type '${String(type)}' are not supported on this route (only message, function_call and function_call_output).`,
+  );
 }
 
 const ROLES = new Set(['user', 'assistant', 'system', 'developer']);
@@ -358,23 +375,7 @@ function toolOutput(item: Json, at: string): ChatMessage {
 function chatTools(body: Json): { tools: Json[]; choice?: unknown } {
   if (!isSet(body.tools)) return { tools: [], choice: noTools(body.tool_choice) };
   if (!Array.isArray(body.tools)) return invalid('tools', "'tools' must be a list.");
-  const tools = body.tools.map((tool: unknown, i) => {
-    const at = `tools[${i}]`;
-    if (!isObject(tool)) return invalid(at, `${at} must be an object.`);
-    if (tool.type !== 'function') {
-      return unsupported(
-        `${at}.type`,
-        `${at}: the tool type '${String(tool.type)}' is not supported on this route; only function tools are.`,
-      );
-    }
-    if (!isString(tool.name) || !tool.name) return invalid(`${at}.name`, `${at}.name must be a non-empty string.`);
-    if (isSet(tool.parameters) && !isObject(tool.parameters)) invalid(`${at}.parameters`, `${at}.parameters must be a JSON schema object.`);
-    const fn: Json = { name: tool.name };
-    if (isString(tool.description)) fn.description = tool.description;
-    if (isObject(tool.parameters)) fn.parameters = tool.parameters;
-    if (isBoolean(tool.strict)) fn.strict = tool.strict;
-    return { type: 'function', function: fn };
-  });
+  const tools = body.tools.map((tool: unknown, i) => chatTool(tool, `tools[${i}]`));
   if (!tools.length) return { tools, choice: noTools(body.tool_choice) };
   const choice = body.tool_choice;
   if (!isSet(choice)) return { tools };
@@ -386,26 +387,46 @@ function chatTools(body: Json): { tools: Json[]; choice?: unknown } {
       return invalid('tool_choice.name', "'tool_choice.name' must name one of the function tools.");
     return { tools, choice: { type: 'function', function: { name: choice.name } } };
   }
-  if (choice.type === 'allowed_tools') {
-    // Chat's own allowed_tools is OpenAI's alone; sending only the allowed tools means the same.
-    if (choice.mode !== 'auto' && choice.mode !== 'required')
-      return invalid('tool_choice.mode', "'tool_choice.mode' must be auto or required.");
-    if (!Array.isArray(choice.tools)) return invalid('tool_choice.tools', "'tool_choice.tools' must be a list.");
-    const allowed = new Set(
-      choice.tools.map((t: unknown, i) => {
-        const at = `tool_choice.tools[${i}]`;
-        if (!isObject(t) || t.type !== 'function')
-          return unsupported(`${at}.type`, `${at}: only function tools are supported on this route.`);
-        if (!isString(t.name) || !names.has(t.name)) return invalid(`${at}.name`, `${at}.name must name one of the function tools.`);
-        return t.name;
-      }),
-    );
-    return { tools: tools.filter((t) => allowed.has((t.function as Json).name as string)), choice: choice.mode };
-  }
+  if (choice.type === 'allowed_tools') return allowedTools(choice, tools, names);
   return unsupported(
     'tool_choice',
     `'tool_choice' of type '${String(choice.type)}' is not supported on this route; only function tools are.`,
   );
+}
+
+/** One Responses function tool as chat's (`{type: 'function', function: {...}}`). */
+function chatTool(tool: unknown, at: string): Json {
+  if (!isObject(tool)) return invalid(at, `${at} must be an object.`);
+  if (tool.type !== 'function') {
+    return unsupported(
+      `${at}.type`,
+      `${at}: the tool type '${String(tool.type)}' is not supported on this route; only function tools are.`,
+    );
+  }
+  if (!isString(tool.name) || !tool.name) return invalid(`${at}.name`, `${at}.name must be a non-empty string.`);
+  if (isSet(tool.parameters) && !isObject(tool.parameters)) invalid(`${at}.parameters`, `${at}.parameters must be a JSON schema object.`);
+  const fn: Json = { name: tool.name };
+  if (isString(tool.description)) fn.description = tool.description;
+  if (isObject(tool.parameters)) fn.parameters = tool.parameters;
+  if (isBoolean(tool.strict)) fn.strict = tool.strict;
+  return { type: 'function', function: fn };
+}
+
+/** Chat's own allowed_tools is OpenAI's alone; sending only the allowed tools means the same. */
+function allowedTools(choice: Json, tools: Json[], names: Set<unknown>): { tools: Json[]; choice: unknown } {
+  if (choice.mode !== 'auto' && choice.mode !== 'required')
+    return invalid('tool_choice.mode', "'tool_choice.mode' must be auto or required.");
+  if (!Array.isArray(choice.tools)) return invalid('tool_choice.tools', "'tool_choice.tools' must be a list.");
+  const allowed = new Set(
+    choice.tools.map((t: unknown, i) => {
+      const at = `tool_choice.tools[${i}]`;
+      if (!isObject(t) || t.type !== 'function')
+        return unsupported(`${at}.type`, `${at}: only function tools are supported on this route.`);
+      if (!isString(t.name) || !names.has(t.name)) return invalid(`${at}.name`, `${at}.name must name one of the function tools.`);
+      return t.name;
+    }),
+  );
+  return { tools: tools.filter((t) => allowed.has((t.function as Json).name as string)), choice: choice.mode };
 }
 
 /** A tool_choice without tools: harmless ones are dropped (chat refuses tool_choice without tools). */
