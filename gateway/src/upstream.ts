@@ -3,7 +3,8 @@
  * per-attempt timeout that cancels the call (see cancel.ts), and the body either read whole or
  * handed over as a stream once its first event has arrived (failover is only possible before it).
  */
-import { Agent, type Dispatcher } from 'undici';
+import type { TLSSocket } from 'node:tls';
+import { Agent, buildConnector, Client, Pool, type Dispatcher } from 'undici';
 import { BodyQueue } from './body-queue';
 import { Cancel, type CancelSignal } from './cancel';
 import type { OutboundRequest } from './providers/adapter';
@@ -15,13 +16,15 @@ import type { OutboundRequest } from './providers/adapter';
  * `UPSTREAM_CONNECTIONS` sets a cap; `UPSTREAM_HTTP2=on` lets undici speak HTTP/2 to providers
  * that offer it over TLS (many streams on few connections).
  *
- * undici sends a request on a busy connection only when the pool's `pipelining` allows more than
- * one at a time and the request is marked idempotent, for HTTP/2 streams as for HTTP/1.1
- * pipelining. With HTTP/2 on, both are set (up to H2_STREAMS streams per connection, the usual
- * server limit; every call carries an Idempotency-Key); so a provider that answers in HTTP/1.1
- * would get requests pipelined behind each other: `on` is for maps whose providers all speak HTTP/2.
+ * undici sends a request on a busy connection only when the connection's `pipelining` allows more
+ * than one at a time and the request is marked idempotent, for HTTP/2 streams as for HTTP/1.1
+ * pipelining. With HTTP/2 on, every call is marked so (each carries an Idempotency-Key), and each
+ * connection allows H2_STREAMS (the usual server limit) until its protocol is known: one that
+ * negotiated HTTP/1.1 is set back to one request at a time, so a provider that does not speak
+ * HTTP/2 never gets a request pipelined behind another's stream.
  */
 const H2_STREAMS = 100;
+const CONNECT_TIMEOUT_MS = 10_000;
 /**
  * A stream whose provider sends nothing for this long is cut (by its BodyQueue: the time between
  * body chunks, not counted while our reader holds the connection back; undici's `bodyTimeout`
@@ -35,10 +38,31 @@ function pool(connections: number | null, http2: boolean): Agent {
     keepAliveTimeout: 30_000,
     keepAliveMaxTimeout: 120_000,
     connections,
-    allowH2: http2,
-    pipelining: http2 ? H2_STREAMS : 1,
-    connect: { timeout: 10_000 },
+    connect: { timeout: CONNECT_TIMEOUT_MS },
+    ...(http2 && { factory: negotiatingPool }),
   });
+}
+
+/** An origin's connections, which share one connector (and its cache of TLS sessions to resume). */
+function negotiatingPool(origin: string | URL, options: object): Pool {
+  const connect = buildConnector({ timeout: CONNECT_TIMEOUT_MS, allowH2: true });
+  return new Pool(origin, { ...options, factory: (url, opts) => negotiatingClient(url, opts, connect) });
+}
+
+/** A connection that offers HTTP/2 and, once it knows what the provider chose, multiplexes only over HTTP/2. */
+function negotiatingClient(origin: URL, options: object, connect: buildConnector.connector): Client {
+  const client: Client = new Client(origin, {
+    ...options,
+    allowH2: true,
+    pipelining: H2_STREAMS,
+    connect: (opts, callback) =>
+      connect(opts, (...args) => {
+        const socket = args[1];
+        if (socket) client.pipelining = (socket as TLSSocket).alpnProtocol === 'h2' ? H2_STREAMS : 1;
+        callback(...args);
+      }),
+  });
+  return client;
 }
 let agent = pool(null, false);
 let multiplexed = false;

@@ -6,6 +6,7 @@ import { spawnSync, type ChildProcess } from 'node:child_process';
 import { spawn } from '../children';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { request, type IncomingMessage } from 'node:http';
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import { createSecureServer, type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -79,15 +80,52 @@ class TlsProvider {
   }
 }
 
+/**
+ * A streaming provider over TLS that speaks HTTP/1.1 only (no `h2` in ALPN), as some self-hosted
+ * servers behind TLS do. Each request's socket is recorded; a stream marked `hold` sends its first
+ * event and waits until the next request has arrived before it ends.
+ */
+class Http1TlsProvider {
+  sockets: number[] = [];
+  private server!: HttpsServer;
+  private held: Array<() => void> = [];
+  url = '';
+  async start(): Promise<this> {
+    const tls = { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) };
+    this.server = createHttpsServer(tls, (req, res) => {
+      this.sockets.push(req.socket.remotePort!);
+      for (const release of this.held.splice(0)) release();
+      let body = '';
+      req.on('data', (d) => (body += d));
+      req.on('end', () => {
+        const event = (content: string) =>
+          `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content } }] })}\n\n`;
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write(event('first '));
+        const end = () => res.end(`${event('last')}data: [DONE]\n\n`);
+        if (body.includes('"hold"')) this.held.push(end);
+        else end();
+      });
+    });
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.url = `https://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
+    return this;
+  }
+  stop() {
+    this.server.closeAllConnections();
+    return new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
 let child: ChildProcess | null = null;
-let provider: TlsProvider | null = null;
+let provider: TlsProvider | Http1TlsProvider | null = null;
 afterEach(async () => {
   child?.kill('SIGKILL');
   await provider?.stop();
   [child, provider] = [null, null];
 });
 
-async function gatewayTo(p: TlsProvider, http2: 'on' | 'off'): Promise<string> {
+async function gatewayTo(p: { url: string }, http2: 'on' | 'off'): Promise<string> {
   const routes = join(dir, `routes-${http2}.json`);
   const cold = { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] };
   writeFileSync(routes, JSON.stringify({ hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: p.url }], warm: [], cold }));
@@ -140,6 +178,29 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     expect(provider.connections).toBeLessThanOrEqual(2);
   });
 
+  it('UPSTREAM_HTTP2=on with a provider that answers in HTTP/1.1: a stream never waits behind another on its connection', async () => {
+    const p = (provider = await new Http1TlsProvider().start());
+    const url = await gatewayTo(p, 'on');
+    await streams(url, 1); // the connection is made and its protocol (HTTP/1.1) known
+    const ask = (user: string) =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: user }] }),
+      });
+    const held = await ask('hold'); // streaming, kept open by the provider until the next request reaches it
+    const reader = held.body!.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toContain('first');
+    const next = await ask('next');
+    expect(await next.text()).toContain('data: [DONE]');
+    let rest = '';
+    for (let r = await reader.read(); !r.done; r = await reader.read()) rest += new TextDecoder().decode(r.value);
+    expect(rest).toContain('data: [DONE]');
+    // The held stream and the one after it on two connections: not pipelined behind each other.
+    expect(p.sockets).toHaveLength(3);
+    expect(p.sockets[2]).not.toBe(p.sockets[1]);
+  }, 20_000);
+
   it('UPSTREAM_HTTP2=off (the default): the same streams over HTTP/1.1, one at a time per connection', async () => {
     provider = await new TlsProvider().start();
     const url = await gatewayTo(provider, 'off');
@@ -177,8 +238,8 @@ describe.skipIf(!hasOpenssl)('the idle limit on a provider stream', () => {
   ])(
     'over %s it does not run while our client reads nothing: the stream is whole, the route not blamed',
     async (_, http2) => {
-      provider = await new TlsProvider(true).start();
-      const gw = await gatewayWithIdleLimit(provider, http2);
+      const p = (provider = await new TlsProvider(true).start());
+      const gw = await gatewayWithIdleLimit(p, http2);
       const req = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } });
       const res = await new Promise<IncomingMessage>((resolve) => {
         req.on('response', resolve);
@@ -190,7 +251,7 @@ describe.skipIf(!hasOpenssl)('the idle limit on a provider stream', () => {
       await until(
         'the provider held back for 3 idle limits',
         () => {
-          const since = provider!.heldSince;
+          const since = p.heldSince;
           return since !== null && Date.now() - since > 3 * IDLE_MS;
         },
         15_000,
