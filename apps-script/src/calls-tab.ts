@@ -13,11 +13,11 @@ import { MAX_BATCH } from './ingest';
 import { withScriptLock } from './lock';
 import type { MeterServices, Sheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
-import { appendTabRows, fieldIndex, movedColumns, type TabSpec, tab } from './tabs';
+import { appendTabRows, fieldIndex, movedColumns, type TabSpec, tab, takenColumns } from './tabs';
 import { parseUtcDay } from './utc-day';
 import type { JsonReply } from './web';
 
-export const CALLS: TabSpec = { name: 'calls', header: CALL_FIELDS };
+export const CALLS: TabSpec = { name: 'calls', header: CALL_FIELDS, firstWidth: CALL_FIELDS.indexOf('ended_reason') };
 const AT = fieldIndex(CALL_FIELDS);
 
 function toRow(c: CallRecord): unknown[] {
@@ -52,7 +52,7 @@ export function readCallRows(sheet: Sheet): unknown[][] {
   if (last < 2) return [];
   const width = Math.min(CALL_FIELDS.length, sheet.getMaxColumns());
   const [header, ...rows] = sheet.getRange(1, 1, last, width).getValues();
-  const moved = movedColumns(CALLS.name, header, CALL_FIELDS.slice(0, width));
+  const moved = movedColumns(CALLS.name, header, CALL_FIELDS.slice(0, width)) || takenColumns(CALLS, header);
   if (moved) throw new MeterRefusal('config_error', moved);
   return rows;
 }

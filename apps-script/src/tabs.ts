@@ -11,6 +11,8 @@ import type { Sheet, Spreadsheet } from './services';
 export interface TabSpec {
   name: string;
   header: readonly string[];
+  /** Columns the tab had when first released; those after were added later, at the end. */
+  firstWidth?: number;
 }
 
 /** Rows that a back-office action writes carry its idempotency key, so a retry finds them. */
@@ -23,14 +25,20 @@ export const CONTACTS: TabSpec = {
 export const LEADS: TabSpec = {
   name: 'leads',
   header: ['lead_id', 'created_at', 'call_id', 'phone', 'name', 'email', 'service', 'budget', 'timeline', 'utm', 'stage', 'summary', KEY],
+  firstWidth: 12,
 };
-export const ACTIVITIES: TabSpec = { name: 'activities', header: ['at', 'type', 'phone', 'call_id', 'booking_id', 'detail', KEY] };
+export const ACTIVITIES: TabSpec = {
+  name: 'activities',
+  header: ['at', 'type', 'phone', 'call_id', 'booking_id', 'detail', KEY],
+  firstWidth: 6,
+};
 export const TASKS: TabSpec = {
   name: 'tasks',
   header: ['task_id', 'created_at', 'due_at', 'type', 'phone', 'call_id', 'status', 'recording', KEY],
+  firstWidth: 8,
 };
 /** Back-office actions by idempotency key: claimed first, `progress` as steps finish, `result` when done. */
-export const IDEMPOTENCY: TabSpec = { name: 'idempotency', header: ['key', 'action', 'result', 'at', 'progress'] };
+export const IDEMPOTENCY: TabSpec = { name: 'idempotency', header: ['key', 'action', 'result', 'at', 'progress'], firstWidth: 4 };
 
 /** 0-based position of each name in a header or field list. */
 export function fieldIndex<F extends string>(fields: readonly F[]): Record<F, number> {
@@ -79,6 +87,28 @@ export function movedColumns(tabName: string, header: readonly unknown[], names:
   );
 }
 
+/**
+ * What to say of a column added after the tab's first release whose header cell holds a name of
+ * the operator's, or ''. An earlier version's tab ended before it, so that column is one the
+ * operator kept there: written over, its values would be read and written as the meter's field.
+ */
+export function takenColumns(spec: TabSpec, header: readonly unknown[]): string {
+  const from = spec.firstWidth ?? spec.header.length;
+  const taken = spec.header.slice(from).flatMap((name, k) => {
+    const found = String(header[from + k] ?? '').trim();
+    if (found === '' || found === name || spec.header.includes(found)) return [];
+    return [`cell ${columnLetter(from + k + 1)}1 holds "${found}" where this version keeps "${name}"`];
+  });
+  if (taken.length === 0) return '';
+  const columns = taken.length === 1 ? 'an empty column' : `${taken.length} empty columns`;
+  return (
+    `${spec.name}: ${taken.join('; ')}, a column added after this tab was first made; left as it is, since ` +
+    `writing the header would file that column's values under the meter's name. Insert ${columns} before ` +
+    `column ${columnLetter(from + 1)} so yours move to the right, then run Meter → Set up or repair; if it is ` +
+    `the meter's column renamed, write its name back in the cell`
+  );
+}
+
 export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   let sheet = ss.getSheetByName(spec.name);
   if (!sheet) {
@@ -91,7 +121,7 @@ export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   if (width < spec.header.length) sheet.insertColumnsAfter(width, spec.header.length - width);
   const head = sheet.getRange(1, 1, 1, spec.header.length);
   const current = head.getValues()[0];
-  const moved = movedColumns(spec.name, current, spec.header);
+  const moved = movedColumns(spec.name, current, spec.header) || takenColumns(spec, current);
   if (moved) throw new MeterRefusal('config_error', moved);
   if (current.some((v, i) => String(v) !== spec.header[i])) {
     head.setValues([spec.header.slice()]);
