@@ -5,7 +5,7 @@
 import { EVENT_FIELDS, TEXT_FIELDS, parseDecimalText, type EventField, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { CellValue, Sheet, Spreadsheet } from './services';
-import { columnLetter, fieldIndex, growFor } from './tabs';
+import { columnLetter, fieldIndex, growFor, refuseRenamed } from './tabs';
 
 export const EVENTS_TAB = 'events';
 export const EVENT_COLUMNS = EVENT_FIELDS.length;
@@ -73,8 +73,9 @@ export function cellTime(value: unknown): number {
 
 export function getEventsSheet(ss: Spreadsheet): Sheet {
   const sheet = ss.getSheetByName(EVENTS_TAB);
-  if (!sheet) throw new MeterRefusal('not_set_up', `the "${EVENTS_TAB}" tab is missing: run setup() from the Meter menu`);
-  return sheet;
+  if (sheet) return sheet;
+  refuseRenamed(ss, EVENTS_TAB, EVENT_FIELDS);
+  throw new MeterRefusal('not_set_up', `the "${EVENTS_TAB}" tab is missing: run setup() from the Meter menu`);
 }
 
 /**

@@ -9,7 +9,7 @@ import { archiveFolder } from './archive-export';
 import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY, configKey } from './config';
 import { DIGEST_TAB, refreshDigest } from './digest-tab';
 import { CALLS } from './calls-tab';
-import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab, insertTabs, movedColumns } from './tabs';
+import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab, insertTabs, movedColumns, refuseRenamed } from './tabs';
 import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
 import type { MeterServices, Sheet } from './services';
 import { SHEET_TIME_ZONE } from './sheet-time-zone';
@@ -74,6 +74,7 @@ function sameRow(actual: unknown[], expected: readonly string[]): boolean {
 }
 
 function setupEvents(svc: MeterServices, report: SetupReport): void {
+  if (!svc.spreadsheet.getSheetByName(EVENTS_TAB)) refuseRenamed(svc.spreadsheet, EVENTS_TAB, EVENT_FIELDS);
   const sheet = ensureSheet(svc, EVENTS_TAB, report);
   const maxCols = sheet.getMaxColumns();
   if (maxCols < EVENT_COLUMNS) {
@@ -219,14 +220,15 @@ function archiveNote(svc: MeterServices): string {
 }
 
 /**
- * Runs one step of setup; a tab it cannot use as it is (columns moved by hand: config_error) is said
- * in the notes, prefixed with `what`, not fatal: the other tabs and the triggers still get made.
+ * Runs one step of setup; a tab it cannot use as it is (columns moved by hand: config_error) or will
+ * not make (renamed by hand: not_set_up) is said in the notes, prefixed with `what`, not fatal: the
+ * other tabs and the triggers still get made.
  */
 function orNote(report: SetupReport, step: () => void, what = ''): void {
   try {
     step();
   } catch (error) {
-    if (!(error instanceof MeterRefusal && error.code === 'config_error')) throw error;
+    if (!(error instanceof MeterRefusal && (error.code === 'config_error' || error.code === 'not_set_up'))) throw error;
     report.notes.push(what + error.message);
   }
 }
@@ -237,7 +239,7 @@ export function setup(svc: MeterServices): SetupReport {
     svc.spreadsheet.setSpreadsheetTimeZone(SHEET_TIME_ZONE);
     report.changes.push(`spreadsheet time zone set to ${SHEET_TIME_ZONE}`);
   }
-  setupEvents(svc, report);
+  orNote(report, () => setupEvents(svc, report));
   setupConfig(svc, report);
   for (const spec of [CONTACTS, LEADS, ACTIVITIES, TASKS, CALLS, IDEMPOTENCY]) {
     if (!svc.spreadsheet.getSheetByName(spec.name)) report.changes.push(`created tab ${spec.name}`);

@@ -109,9 +109,30 @@ export function takenColumns(spec: TabSpec, header: readonly unknown[]): string 
   );
 }
 
+/**
+ * The tab `name` is missing: refused (not_set_up) when another tab has its header, the tab renamed
+ * by hand. Made anew, it would be the one the meter reads and writes, and the rows of the renamed
+ * one would go unseen (the events' spend by the caps, the idempotency keys by a retried action).
+ */
+export function refuseRenamed(ss: Spreadsheet, name: string, header: readonly string[]): void {
+  for (const sheet of ss.getSheets()) {
+    if (sheet.getMaxColumns() < header.length) continue;
+    const row = sheet.getRange(1, 1, 1, header.length).getValues()[0];
+    if (!header.every((h, i) => String(row[i]).trim() === h)) continue;
+    const other = sheet.getName();
+    throw new MeterRefusal(
+      'not_set_up',
+      `the "${name}" tab is missing, and the tab "${other}" has its header: rename "${other}" back to "${name}" ` +
+        `(the meter finds its tabs by name), or give a copy kept on purpose another header row. No new "${name}" ` +
+        `tab was made, so that no rows are left out of what the meter reads`,
+    );
+  }
+}
+
 export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   let sheet = ss.getSheetByName(spec.name);
   if (!sheet) {
+    refuseRenamed(ss, spec.name, spec.header);
     [sheet] = insertTabs(ss, [{ name: spec.name, rows: 1, columns: spec.header.length }]);
     const extra = sheet.getMaxColumns() - spec.header.length;
     if (extra > 0) sheet.deleteColumns(spec.header.length + 1, extra);
