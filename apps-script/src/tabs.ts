@@ -134,12 +134,11 @@ export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   if (!sheet) {
     refuseRenamed(ss, spec.name, spec.header);
     [sheet] = insertTabs(ss, [{ name: spec.name, rows: 1, columns: spec.header.length }]);
-    const extra = sheet.getMaxColumns() - spec.header.length;
-    if (extra > 0) sheet.deleteColumns(spec.header.length + 1, extra);
   }
-  // A tab made by an older version may be narrower than its header now is.
+  // A tab made by an older version may be narrower than its header now is; a new one is wider.
   const width = sheet.getMaxColumns();
   if (width < spec.header.length) sheet.insertColumnsAfter(width, spec.header.length - width);
+  else if (width > spec.header.length) dropEmptyTail(sheet, spec.header.length);
   const head = sheet.getRange(1, 1, 1, spec.header.length);
   const current = head.getValues()[0];
   const moved = movedColumns(spec.name, current, spec.header) || takenColumns(spec, current);
@@ -147,9 +146,23 @@ export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   if (current.some((v, i) => String(v) !== spec.header[i])) {
     head.setValues([spec.header.slice()]);
     head.setFontWeight('bold');
-    sheet.setFrozenRows(1);
   }
+  // Checked apart from the header: a run cut off after writing it left the header unfrozen.
+  if (sheet.getFrozenRows() !== 1) sheet.setFrozenRows(1);
   return sheet;
+}
+
+/**
+ * Drops the empty columns after the last one holding a value, past the tab's `width`: Google's
+ * 26-column grid left by a run cut off after making the tab costs cells towards the spreadsheet's
+ * limit for good. Columns the operator keeps after the header, and those before them, stay.
+ */
+function dropEmptyTail(sheet: Sheet, width: number): void {
+  const extra = sheet.getMaxColumns() - width;
+  const cells = sheet.getRange(1, width + 1, Math.max(sheet.getLastRow(), 1), extra).getValues();
+  let used = 0;
+  for (const row of cells) for (let i = extra; i > used; i--) if (row[i - 1] !== '') used = i;
+  if (used < extra) sheet.deleteColumns(width + used + 1, extra - used);
 }
 
 /**
