@@ -11,9 +11,9 @@ import { CLOCK_SKEW_ALLOWANCE_MS } from '../../schema/event-record';
 import { cellTime, findStoredIds } from './events-sheet';
 import { MAX_BATCH } from './ingest';
 import { withScriptLock } from './lock';
-import type { MeterServices, Sheet } from './services';
+import type { MeterServices, Sheet, Spreadsheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
-import { appendTabRows, fieldIndex, movedColumns, type TabSpec, tab, takenColumns } from './tabs';
+import { appendTabRows, fieldIndex, movedColumns, refuseRenamed, type TabSpec, tab, takenColumns } from './tabs';
 import { parseUtcDay } from './utc-day';
 import type { JsonReply } from './web';
 
@@ -57,11 +57,21 @@ export function readCallRows(sheet: Sheet): unknown[][] {
   return rows;
 }
 
+/**
+ * The calls tab, or null when there is none. One renamed by hand is refused (not_set_up, naming
+ * it): read as no calls, its records would be left out of the voice rollups and the export unsaid.
+ */
+export function callsTab(ss: Spreadsheet): Sheet | null {
+  const sheet = ss.getSheetByName(CALLS.name);
+  if (!sheet) refuseRenamed(ss, CALLS.name, CALLS.header);
+  return sheet;
+}
+
 /** `doGet?action=export&what=calls&since=YYYY-MM-DD`: the calls tab as CSV (started on or after that UTC day). */
 export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
   checkSheetTimeZone(svc.spreadsheet);
-  const sheet = svc.spreadsheet.getSheetByName(CALLS.name);
+  const sheet = callsTab(svc.spreadsheet);
   // A tab from before ended_reason has fewer columns: the missing ones export empty.
   const rows = sheet ? readCallRows(sheet) : [];
   const keep = rows.filter((r) => cellTime(r[AT.started_at]) >= from);

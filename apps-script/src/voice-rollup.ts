@@ -4,7 +4,7 @@
  * "$0.20", "0x10") is left out of the costs, as an empty one, and counted.
  */
 import { CALL_FIELDS } from '../../schema/call-record';
-import { CALLS, readCallRows } from './calls-tab';
+import { callsTab, readCallRows } from './calls-tab';
 import { cellCost, cellNumber, cellTime } from './events-sheet';
 import type { MeterServices } from './services';
 import { fieldIndex } from './tabs';
@@ -59,7 +59,7 @@ export function voiceRollup(rows: unknown[][], nowMs: number, days: number): Voi
 
 /** The rollups for 7 and 30 days from the calls tab, or null when there is none. */
 export function voiceRollups(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): { last7d: VoiceRollup; last30d: VoiceRollup } | null {
-  const calls = svc.spreadsheet.getSheetByName(CALLS.name);
+  const calls = callsTab(svc.spreadsheet);
   if (!calls) return null;
   // A tab from before ended_reason has a column less (widened when a call is next stored): read what it has.
   const rows = readCallRows(calls);

@@ -3,7 +3,7 @@
 // it would then read alone (today's spend unseen by the caps, a retried action run twice).
 import { describe, expect, it } from 'vitest';
 import { callJson } from './fakes/platform';
-import { SECRET, eventsTab, freshMeter, post } from './maintenance-setup';
+import { SECRET, aCall, eventsTab, freshMeter, post } from './maintenance-setup';
 import { backOffice, lead } from './backoffice-setup';
 
 const renamedEvents = /the "events" tab is missing, and the tab "Events 2026" has its header: rename "Events 2026" back to "events"/;
@@ -54,5 +54,26 @@ describe('the idempotency tab renamed by hand', () => {
     expect(retry).toMatchObject({ ok: false, code: 'not_set_up' });
     expect(retry.error).toMatch(/the "idempotency" tab is missing, and the tab "keys" has its header/);
     expect(rows('leads')).toHaveLength(1);
+  });
+});
+
+describe('the calls tab renamed by hand', () => {
+  function meterWithCallsRenamed() {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    expect(post(meter, { calls: [aCall({ started_at: '2026-11-22T10:00:00.000Z' })] })).toMatchObject({ ok: true, appended: 1 });
+    platform.spreadsheet.tab('calls')!.setName('Calls Nov');
+    return { platform, meter };
+  }
+  const renamedCalls = /the "calls" tab is missing, and the tab "Calls Nov" has its header/;
+
+  it('the export of the calls refuses naming it, rather than answering no calls', () => {
+    const { meter } = meterWithCallsRenamed();
+    const answer = callJson(meter, 'doGet', { action: 'export', what: 'calls', since: '2026-11-01', token: SECRET });
+    expect(answer).toMatchObject({ ok: false, code: 'not_set_up', error: expect.stringMatching(renamedCalls) });
+  });
+
+  it('the digest refuses rather than showing no calls in its voice rollups', () => {
+    const { meter } = meterWithCallsRenamed();
+    expect(() => meter.refreshDigest()).toThrow(renamedCalls);
   });
 });
