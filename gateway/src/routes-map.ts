@@ -53,14 +53,31 @@ const Route = z.strictObject({
 /** How a notice reaches a target: an https webhook (plain http on loopback only, for local peers) or an e-mail address. */
 export function noticeChannel(target: string): 'webhook' | 'email' | null {
   if (/^https:\/\//.test(target) || /^http:\/\/(127\.0\.0\.1|localhost)[:/]/.test(target)) return 'webhook';
-  return /^[^\s@]+@[^\s@]+$/.test(target) ? 'email' : null;
+  // No slash: `http://user:pw@host/x` was taken for an address, and logged whole as an unsent e-mail.
+  return /^[^\s@/]+@[^\s@/]+$/.test(target) ? 'email' : null;
+}
+
+/**
+ * Why a notice target could never be reached, or ''. fetch refuses a URL with user:password in
+ * it: every notice failed, and each failure's warning quoted the URL, password and path included.
+ */
+function noticeProblem(target: string): string {
+  const channel = noticeChannel(target);
+  if (!channel) return 'expected an https webhook URL or an e-mail address';
+  const url = channel === 'webhook' && URL.canParse(target) ? new URL(target) : null;
+  return url?.username || url?.password ? 'expected a webhook URL without user:password in it (fetch refuses one)' : '';
 }
 
 const Cold = z.strictObject({
   mode: z.literal('graceful_degrade'),
   queue: z.literal('ai-tasks'),
   // Checked here, not found out at the first outage; the message leaves out the target (a webhook's secret).
-  notify: z.array(z.string().refine((t) => noticeChannel(t) !== null, 'expected an https webhook URL or an e-mail address')),
+  notify: z.array(
+    z.string().superRefine((t, ctx) => {
+      const message = noticeProblem(t);
+      if (message) ctx.addIssue({ code: 'custom', message });
+    }),
+  ),
 });
 
 const Flags = z.strictObject({

@@ -140,6 +140,23 @@ describe('routing maps', () => {
     ]);
   });
 
+  // fetch refuses a URL with credentials: every notice failed, and each failure's warning quoted the
+  // webhook whole (password and path); without https, such a URL passed as an e-mail address.
+  it('refuses a notice webhook with user:password, as written or from the environment, never showing it', () => {
+    const map = {
+      hot: [{ provider: 'openai', model: 'm', baseUrl: 'http://x' }],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: ['${HOOK_URL}', 'http://hook:pw-s3cret@hooks.example.com/x'] },
+    };
+    const hook = 'https://hook:hunter2@hooks.example.com/services/T0/B0/p4th-s3cret';
+    const read = () => parseRoutesMap(JSON.stringify(map), 'r.json', { ...env, HOOK_URL: hook });
+    expect(read).toThrow(
+      'r.json: cold.notify[0]: expected a webhook URL without user:password in it (fetch refuses one)\n' +
+        'r.json: cold.notify[1]: expected an https webhook URL or an e-mail address',
+    );
+    expect(read).not.toThrow(/hunter2|p4th-s3cret|pw-s3cret/);
+  });
+
   // The API path is appended to baseUrl, and a space after it stayed in every call's path
   // (`/v1%20/chat/completions`): the provider answered 404 to each call, the route's breaker opened.
   it('refuses a baseUrl with a space in it, as written or from the environment (never showing that value)', async () => {
