@@ -54,6 +54,8 @@ describe('concierge.json and its lint', () => {
     c.functions[3].webhook = 'https://x.example.com';
     delete c.functions[4].webhook;
     c.functions[0].webhook = 'http://hooks.example.com/book';
+    c.functions[1].webhook = 'https://hook:wh-s3cret@hooks.example.com/reschedule';
+    c.workflow.dlq_url = 'https://dlq:dl-s3cret@hooks.example.com/dlq';
     c.functions[5].dial = '211 234 567';
     c.meta.timezone = 'Lisbon';
     c.meta.business_hours_local = 'weekdays 9 to 5';
@@ -75,6 +77,10 @@ describe('concierge.json and its lint', () => {
     expectLine(/^\$\.functions\[3\]: expected exactly one target .* found webhook and static_url$/);
     expectLine(/^\$\.functions\[4\]: expected exactly one target .* found none$/);
     expectLine(/^\$\.functions\[0\]\.webhook: expected an https URL$/);
+    // fetch refuses a URL with user:password in it, quoting it whole wherever the failure goes.
+    expectLine(/^\$\.functions\[1\]\.webhook: expected an https URL without user:password in it \(fetch refuses one\)$/);
+    expectLine(/^\$\.workflow\.dlq_url: expected an https URL without user:password in it \(fetch refuses one\)$/);
+    expect(lines.join('\n')).not.toMatch(/wh-s3cret|dl-s3cret/);
     expectLine(/^\$\.functions\[5\]\.dial: expected a phone number in E\.164/);
     expectLine(/^\$\.meta\.timezone: expected an IANA time zone/);
     expectLine(/^\$\.meta\.business_hours_local: expected business hours/);

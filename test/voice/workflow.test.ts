@@ -70,9 +70,10 @@ afterEach(async () => {
   if (keys.length) await redis.del(...keys);
 });
 
-async function up(extraEnv: NodeJS.ProcessEnv = {}, logs: string[] = []) {
+/** `hooks`: where the functions' webhooks are (the target's URL unless given). */
+async function up(extraEnv: NodeJS.ProcessEnv = {}, logs: string[] = [], hooks = target.url) {
   const c = filled() as any;
-  for (const f of c.functions) if (f.webhook) f.webhook = `${target.url}/${f.name}`;
+  for (const f of c.functions) if (f.webhook) f.webhook = `${hooks}/${f.name}`;
   c.workflow.dlq_url = `${dlq.url}/dlq`;
   c.spend_guard.log_to = `${observe.url}/log`;
   writeFileSync(join(dir, 'concierge.json'), JSON.stringify(c));
@@ -110,6 +111,19 @@ describe('function-call workflow', () => {
     expect(canonicalJson({ b: 1, a: { d: [1, { f: 2, e: 3 }], c: 'x' } })).toBe('{"a":{"c":"x","d":[1,{"e":3,"f":2}]},"b":1}');
     expect(workflowKey('c', 'book_slot', JSON.parse('{ "b": 1,  "a": 2 }'))).toBe(workflowKey('c', 'book_slot', { a: 2, b: 1 }));
     expect(workflowKey('c', 'book_slot', { a: 2 })).not.toBe(workflowKey('c2', 'book_slot', { a: 2 }));
+  });
+
+  // fetch refuses a URL with user:password in it and quotes it whole: the webhook's password reached
+  // the function's answer (what the model reads, and may say), the log and the dead letter.
+  it('a webhook with user:password in its URL fails without its password in the answer, the log or the dead letter', async () => {
+    const logs: string[] = [];
+    const gw = await up({}, logs, target.url.replace('http://', 'https://hook:wh-s3cret@'));
+    const answer = await called(gw.url, booking);
+    expect(answer).toMatchObject({ ok: false, dead_lettered: true });
+    expect(answer.error).toContain('network error');
+    await until(() => dlq.seen.length > 0);
+    const everything = [JSON.stringify(answer), ...logs, JSON.stringify(dlq.seen)].join('\n');
+    expect(everything).not.toContain('wh-s3cret');
   });
 
   it('a 500 twice then success: retried with the same Idempotency-Key; a replay answers the first result without calling again', async () => {

@@ -146,6 +146,12 @@ const isHttps = (u: string) => {
     return false;
   }
 };
+/**
+ * fetch refuses a URL with user:password in it: a webhook's every call failed, and the failure,
+ * quoting the URL whole, reached the log, the dead letter and the answer the model reads.
+ */
+const withoutCredentials = (u: string) => !URL.canParse(u) || (!new URL(u).username && !new URL(u).password);
+const NO_CREDENTIALS = 'expected an https URL without user:password in it (fetch refuses one)';
 const isE164 = (n: string) => /^\+[1-9]\d{1,14}$/.test(n);
 function isTimeZone(tz: string): boolean {
   try {
@@ -209,7 +215,9 @@ function formatProblems(c: Partial<Concierge>, check: Check): void {
     check(['meta', 'alt_languages', i], isLanguageTag, 'expected a BCP 47 language tag such as pt-PT'),
   );
   check(['spend_guard', 'log_to'], isHttps, 'expected an https URL');
+  check(['spend_guard', 'log_to'], withoutCredentials, NO_CREDENTIALS);
   check(['workflow', 'dlq_url'], isHttps, 'expected an https URL');
+  check(['workflow', 'dlq_url'], withoutCredentials, NO_CREDENTIALS);
 }
 
 /** The index and value of each entry that repeats an earlier one. */
@@ -229,6 +237,7 @@ function functionProblems(c: Partial<Concierge>, check: Check, problems: Problem
         message: `expected exactly one target (webhook, static_url or dial), found ${targets.length ? targets.join(' and ') : 'none'}`,
       });
     check(['functions', i, 'webhook'], isHttps, 'expected an https URL');
+    check(['functions', i, 'webhook'], withoutCredentials, NO_CREDENTIALS);
     check(['functions', i, 'static_url'], isHttps, 'expected an https URL');
     check(['functions', i, 'dial'], isE164, 'expected a phone number in E.164, such as +351211234567');
   });

@@ -52,6 +52,12 @@ export function workflowKey(callId: string, fn: string, args: unknown): string {
     .digest('hex');
 }
 
+/**
+ * A network error without the URLs in it: fetch quotes a URL it refuses whole (one with
+ * user:password, say), and the message goes to the log, the dead letter and the model's answer.
+ */
+const withoutUrls = (message: string) => message.replace(/[a-z][a-z0-9+.-]*:\/\/\S*/gi, '<the target URL>');
+
 /** An HTML page (by its type, or by its first tag when the type is missing or wrong), not a target's answer. */
 function isHtml(contentType: string | null, text: string): boolean {
   return /\btext\/html\b/i.test(contentType ?? '') || /^\s*<(!doctype html|html)[\s>]/i.test(text);
@@ -225,7 +231,7 @@ export class Workflow {
     } catch (error) {
       return {
         kind: 'retry',
-        message: (error as Error).name === 'TimeoutError' ? 'timed out' : `network error (${(error as Error).message})`,
+        message: (error as Error).name === 'TimeoutError' ? 'timed out' : `network error (${withoutUrls((error as Error).message)})`,
       };
     }
   }
