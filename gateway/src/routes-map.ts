@@ -58,13 +58,14 @@ export function noticeChannel(target: string): 'webhook' | 'email' | null {
 }
 
 /**
- * Why a notice target could never be reached, or ''. fetch refuses a URL with user:password in
- * it: every notice failed, and each failure's warning quoted the URL, password and path included.
+ * Why a notice target could never be reached, or ''. fetch refuses a URL it cannot parse (a space
+ * in the host) or with user:password in it: every notice failed, and each failure's warning quoted
+ * the URL whole, its secret path (and password) included.
  */
 function noticeProblem(target: string): string {
   const channel = noticeChannel(target);
-  if (!channel) return 'expected an https webhook URL or an e-mail address';
-  const url = channel === 'webhook' && URL.canParse(target) ? new URL(target) : null;
+  if (!channel || (channel === 'webhook' && !URL.canParse(target))) return 'expected an https webhook URL or an e-mail address';
+  const url = channel === 'webhook' ? new URL(target) : null;
   return url?.username || url?.password ? 'expected a webhook URL without user:password in it (fetch refuses one)' : '';
 }
 

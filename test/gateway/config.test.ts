@@ -101,6 +101,10 @@ describe('routing maps', () => {
       /^r\.json: cold\.notify\[1\]: expected an https webhook URL or an e-mail address$/,
     );
     expect(notifyTo(['http://hooks.example.com/x'])).toThrow('r.json: cold.notify[0]: expected an https webhook URL');
+    // fetch could not parse it either: every notice failed, its warning quoting the URL, secret path included.
+    expect(notifyTo(['https://hooks slack.com/services/T0/B0/SECRET'])).toThrow(
+      /^r\.json: cold\.notify\[0\]: expected an https webhook URL or an e-mail address$/,
+    );
     expect(() => notifyTo(['https://hooks.example.com/x', 'http://127.0.0.1:9/hook', 'a@b'])()).not.toThrow();
     expect(() => parseRoutesMap('{', 'r.json', env)).toThrow(/^r\.json: not valid JSON/);
   });
