@@ -48,6 +48,26 @@ const meterUrl = () =>
 const secret = () =>
   z.string().refine((v) => v === v.trim(), "expected no spaces or line breaks around it (a secret file's last newline?)");
 
+/**
+ * ioredis decodes the user and password of QUEUE_STORE_URL: a `%` not followed by two hex digits (a
+ * generated password's, not written %25) stopped the start with "URIError: URI malformed" and a
+ * stack trace, and `npm run ops` said only "URI malformed", neither naming the setting.
+ */
+const decodable = (v: string) => {
+  if (!URL.canParse(v)) return true; // refused as no URL already
+  const u = new URL(v);
+  try {
+    decodeURIComponent(u.username);
+    decodeURIComponent(u.password);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+const redisUrl = () =>
+  url(['redis:', 'rediss:']).refine(decodable, 'expected its user and password percent-encoded (a % in them is written %25)');
+
 const Env = z.object({
   /**
    * Only `production` changes anything, so a near miss (`prod`) would run open and without Redis
@@ -64,7 +84,7 @@ const Env = z.object({
   WORKER: z.enum(['on', 'off']).default('on'),
   ROUTES_FILE: z.string().min(1).optional(),
   SCOPES_FILE: z.string().min(1).default('scopes.yaml'),
-  QUEUE_STORE_URL: url(['redis:', 'rediss:']).optional(),
+  QUEUE_STORE_URL: redisUrl().optional(),
   REDIS_PREFIX: z
     .string()
     .regex(/^[A-Za-z0-9._:-]{1,64}$/, 'expected 1-64 letters, digits, . _ : -')
