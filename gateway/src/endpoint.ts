@@ -91,7 +91,9 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
     } catch (error) {
       // Anything unexpected gets a JSON error, never a stack trace; the log says what happened.
       const caller = who.key ? { key_id: who.key.id, tenant: who.key.tenant } : {};
-      deps.log.error({ err: (error as Error).message, path: req.url, ...caller }, 'request failed');
+      // The path without its query string, where some clients put a key.
+      const path = (req.url ?? '').split('?')[0];
+      deps.log.error({ err: (error as Error).message, path, ...caller }, 'request failed');
       if (!res.headersSent) sendJson(res, 500, openAiError('internal error', 'api_error'));
       else res.end();
     }
