@@ -94,6 +94,7 @@ export function spendSummary(svc: Pick<MeterServices, 'spreadsheet' | 'now'>): S
   const undated = undatedCosts(rows); // their day is unknown: left out of both totals
   return {
     ok: true,
+    day: new Date(utcDayStart(nowMs)).toISOString().slice(0, 10),
     today_cost_usd: totals.today,
     last_7d_cost_usd: totals.last7d,
     daily_cap_usd: caps.dailyCapUsd,

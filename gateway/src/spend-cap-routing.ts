@@ -14,11 +14,13 @@
  * (the baseline). Each instance keeps its own baseline; the counter is never reset, so a fresh meter
  * figure on one instance changes nothing for another, and the fleet's calls after the baseline are
  * all counted. The 10 s cover events still on their way to the meter; an event the meter already
- * has from those seconds is counted twice until the next read: the safe side for a cap. Read on an
- * earlier UTC day (just before midnight, or the meter down since), the meter's 7-day figure still
- * holds days that have left the window: their spend as counted here comes off it.
+ * has from those seconds is counted twice until the next read: the safe side for a cap. The meter's
+ * figures are of the UTC day its answer names (its clock, when it answered). Of an earlier day (read
+ * just before midnight, or the meter down since), its 7-day figure still holds days that have left
+ * the window: their spend as counted here comes off it; of a later day (its clock ahead, or its
+ * answer past midnight), the day it has left comes on, and today's spend is the counted one.
  */
-import { readSpendAnswer } from '../../schema/spend-answer';
+import { readSpendAnswer, utcDayNumber } from '../../schema/spend-answer';
 import { capExceeded } from '../../schema/spend-cap';
 import { HeldSpend } from './held-spend';
 import type { RequestContext } from './request-context';
@@ -133,7 +135,8 @@ export class SpendWatch {
       if ('error' in read) throw new Error(res.ok ? read.error : `HTTP ${res.status}: ${read.error}`);
       const { figures } = read;
       this.cached = {
-        day: today,
+        // The meter's own day: its answer may come after midnight, or its clock be seconds off this one.
+        day: figures.day === undefined ? today : utcDayNumber(figures.day),
         today: figures.today_cost_usd,
         last7d: figures.last_7d_cost_usd,
         dailyCap: figures.daily_cap_usd ?? this.opts.dailyCap,
@@ -212,15 +215,12 @@ export class SpendWatch {
   private counted(): SpendView {
     const today = dayOf(this.now());
     const c = this.cached;
-    // A figure whose whole 7-day window has passed (the meter unread for a week) says nothing of this one.
-    if (c && c.day >= today - 6) {
+    // A figure whose 7-day window shares no day with this one (unread for a week) says nothing of it.
+    if (c && Math.abs(c.day - today) <= 6) {
       const since = Math.max(0, this.days.spentBetween(c.base.day, today) - c.base.usd);
-      // A figure of an earlier UTC day counts days that have left the window since: their spend, as
-      // counted here, comes off (the counter keeps 8 days for this).
-      const left = c.day < today ? this.days.spentBetween(c.day - 6, today - 7) : 0;
       return {
         today: c.day === today ? c.today + since : this.days.spentBetween(today, today),
-        last7d: Math.max(0, c.last7d - left) + since,
+        last7d: Math.max(0, c.last7d + this.windowShift(c.day, today)) + since,
         dailyCap: c.dailyCap,
         burnCap: c.burnCap,
       };
@@ -231,6 +231,18 @@ export class SpendWatch {
       dailyCap: c?.dailyCap ?? this.opts.dailyCap,
       burnCap: c?.burnCap ?? this.opts.burnCap,
     };
+  }
+
+  /**
+   * What turns a 7-day figure ending on `figureDay` into one ending on `today`, as counted here (the
+   * counter keeps 8 days for this): the days that have left the window since an earlier day's figure
+   * come off; the days a later day's figure (the meter's clock, or its answer, already past
+   * midnight) has left but this window still holds come on.
+   */
+  private windowShift(figureDay: number, today: number): number {
+    if (figureDay === today) return 0; // the usual case: no counter read
+    if (figureDay < today) return -this.days.spentBetween(figureDay - 6, today - 7);
+    return this.days.spentBetween(today - 6, figureDay - 7);
   }
 }
 

@@ -109,6 +109,68 @@ describe("the meter's 7-day figure after the UTC day turns", () => {
   });
 });
 
+describe("a meter read that crosses midnight: the meter's figures are of its own UTC day", () => {
+  const DAY_MS = 86_400_000;
+  const D = Date.UTC(2026, 10, 20);
+  const dayText = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+  /** The meter's answer on D (its 7 days D-6 .. D) and, past its midnight, on D+1 (nothing yet; D-5 .. D+1). */
+  const ON_D = { day: dayText(D), today_cost_usd: 28, last_7d_cost_usd: 196 };
+  const ON_NEXT = { day: dayText(D + DAY_MS), today_cost_usd: 0, last_7d_cost_usd: 168 };
+
+  /**
+   * $28 a day counted on D-6 .. D; the meter is asked at `askedAt` and answers `figures` (its web
+   * app takes a second, or its clock is a few seconds off the gateway's), the gateway's clock then
+   * at `answeredAt`.
+   */
+  async function readAcrossMidnight(askedAt: number, answeredAt: number, figures: typeof ON_D) {
+    const at = { ms: D - 6 * DAY_MS + 3600_000 };
+    const server = createServer((req, res) => {
+      req.resume();
+      at.ms = answeredAt;
+      const body = { ok: true, ...figures, daily_cap_usd: 50, burn_7d_cap_usd: 200, cap_exceeded: false };
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const meterUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/exec`;
+    const days = new MemorySpendDays(() => at.ms);
+    const watch = new SpendWatch({ meterUrl, meterToken: 't', dailyCap: 50, burnCap: 200, warn: () => {}, now: () => at.ms, days });
+    for (let d = 6; d >= 0; d--) {
+      at.ms = D - d * DAY_MS + 3600_000;
+      for (let i = 0; i < 28; i++) watch.record(1);
+    }
+    at.ms = askedAt;
+    await watch.view();
+    return { at, watch };
+  }
+
+  it('asked at 23:59:59.5 on D, answered for D+1 once past midnight: D-6 is not taken off 7 days that never held it', async () => {
+    const { at, watch } = await readAcrossMidnight(D + DAY_MS - 500, D + DAY_MS + 500, ON_NEXT);
+    at.ms = D + DAY_MS + 10_000;
+    for (let i = 0; i < 5; i++) watch.record(1);
+    const after = await watch.view();
+    expect(after.today).toBeCloseTo(5, 6);
+    expect(after.last7d).toBeCloseTo(168 + 5, 6);
+  });
+
+  it("answered for D+1 by a meter whose clock is ahead, the gateway still on D: D's spend and D-6 still count", async () => {
+    const { watch } = await readAcrossMidnight(D + DAY_MS - 500, D + DAY_MS - 400, ON_NEXT);
+    const before = await watch.view();
+    expect(before.today).toBeCloseTo(28, 6);
+    expect(before.last7d).toBeCloseTo(196, 6);
+  });
+
+  it("asked at 00:00:00.5 on D+1, answered for D by a meter whose clock is behind: D's spend is not today's, $5 since stays under the caps", async () => {
+    const { at, watch } = await readAcrossMidnight(D + DAY_MS + 500, D + DAY_MS + 600, ON_D);
+    at.ms = D + DAY_MS + 10_000;
+    for (let i = 0; i < 5; i++) watch.record(1);
+    const after = await watch.view();
+    expect(after.today).toBeCloseTo(5, 6);
+    expect(after.last7d).toBeCloseTo(196 - 28 + 5, 6);
+    expect(capExceeded(after)).toBe(false);
+  });
+});
+
 describe('a meter answer the gateway cannot trust', () => {
   it('a meter answering figures that are not amounts (negative, text) is not believed: the spend the gateway counted decides', async () => {
     for (const today of [-1000, '0.5', null]) {

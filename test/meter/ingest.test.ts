@@ -42,6 +42,7 @@ describe('doPost ingest', () => {
     expect(a[1]).toBeInstanceOf(Date);
     expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toEqual({
       ok: true,
+      day: '2026-11-22',
       today_cost_usd: 3.15,
       last_7d_cost_usd: 3.15,
       daily_cap_usd: 50,
@@ -234,6 +235,15 @@ describe('doGet', () => {
     });
     post(meter, { timestamp: '2026-11-22T00:05:00Z', cost_usd: 0.0001 });
     expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET }).cap_exceeded).toBe(true);
+  });
+
+  it('names the UTC day its figures are of, by its own clock: the last second of a day, then the first of the next', () => {
+    const { platform, meter } = freshMeter();
+    platform.clock.set('2026-11-22T23:59:59.000Z');
+    post(meter, { timestamp: '2026-11-22T10:00:00Z', cost_usd: 7 });
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({ day: '2026-11-22', today_cost_usd: 7 });
+    platform.clock.set('2026-11-23T00:00:00.000Z');
+    expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({ day: '2026-11-23', today_cost_usd: 0 });
   });
 
   it('names a Config cap that is not a number', () => {
