@@ -1,6 +1,8 @@
 /**
  * One time-to-answer per request. Every attempt, backoff and tier switch is cut to what is left,
- * so no request answers later than its time-to-answer.
+ * so no request answers later than its time-to-answer. Measured on the monotonic clock: the wall
+ * clock set back (an NTP step, a virtual machine resumed) would give requests in flight the time
+ * it went back, and set forward would end them at once.
  */
 import type { CancelSignal } from './cancel';
 
@@ -12,7 +14,7 @@ export class Deadline {
   readonly at: number;
   constructor(
     readonly budgetMs: number,
-    private readonly now: Clock = Date.now,
+    private readonly now: Clock = () => performance.now(),
   ) {
     this.at = now() + budgetMs;
   }

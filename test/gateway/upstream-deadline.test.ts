@@ -103,3 +103,17 @@ describe('a provider silent after its first byte', () => {
     await expect.poll(() => dropped).toBe(true); // the provider's connection closed
   }, 10_000);
 });
+
+describe('the wall clock set back during a call (an NTP step, a virtual machine resumed)', () => {
+  it('the request still ends at its time-to-answer with 504: its provider is not called again for an hour the clock gave back', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.always({ kind: 'hang' });
+    const wall = Date.now.bind(Date);
+    // Once the provider has the call, the machine's clock reads an hour earlier.
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() - (hot.received.length ? 3_600_000 : 0));
+    const res = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '500' });
+    expect(res.status).toBe(504);
+    expect(res.json().error.code).toBe('time_to_answer');
+    expect(hot.received).toHaveLength(1);
+  });
+});
