@@ -31,6 +31,7 @@ export interface BreakerOptions {
   failureThreshold?: number;
   openMs?: number;
   probesToClose?: number;
+  /** The test's clock, for both the open periods and the times of day (ms since the epoch) it tells. */
   now?: Clock;
 }
 
@@ -51,7 +52,10 @@ export class Breaker {
   readonly failureThreshold: number;
   readonly openMs: number;
   readonly probesToClose: number;
+  /** Open periods and probe slots: monotonic, so a wall clock set back does not hold a route open. */
   private readonly now: Clock;
+  /** Times of day (ms since the epoch): a success's, and the next call's for the worker. */
+  private readonly wall: Clock;
   private current: BreakerState = 'closed';
   private consecutiveFailures = 0;
   private openedAt = 0;
@@ -75,7 +79,8 @@ export class Breaker {
     this.failureThreshold = options.failureThreshold ?? 5;
     this.openMs = options.openMs ?? 30_000;
     this.probesToClose = options.probesToClose ?? 2;
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? (() => performance.now());
+    this.wall = options.now ?? Date.now;
     this.circuit = new CircuitBreaker((fn: () => Promise<unknown>) => fn(), {
       name,
       timeout: false, // attempts carry their own deadline (a per-attempt timer)
@@ -131,7 +136,7 @@ export class Breaker {
 
   /** Another instance's probes closed it. */
   closeFromFleet(): void {
-    this.lastSuccessAt = this.now();
+    this.lastSuccessAt = this.wall();
     if (this.current === 'closed') return;
     this.consecutiveFailures = 0;
     this.probeSuccesses = 0;
@@ -237,7 +242,7 @@ export class Breaker {
     if (ticket.probe) this.probeInFlight = false;
     const state = this.state();
     if (success) {
-      this.lastSuccessAt = this.now();
+      this.lastSuccessAt = this.wall();
       this.consecutiveFailures = 0;
       if (state === 'half-open' && ticket.probe && ++this.probeSuccesses >= this.probesToClose) this.set('closed');
     } else {
@@ -249,17 +254,18 @@ export class Breaker {
   }
 
   /**
-   * The earliest time a call may go: now when closed; when the open period ends; in half-open the
+   * The earliest time (ms since the epoch) a call may go: now when closed; when the open period ends; in half-open the
    * next probe slot (a probe under way: a second later, when its answer is usually known).
    */
   nextCallAt(): number {
     const state = this.state();
     const now = this.now();
-    if (state === 'closed') return now;
-    if (state === 'open') return this.openedAt + this.openMs;
+    const at = (monotonic: number) => this.wall() + (monotonic - now);
+    if (state === 'closed') return at(now);
+    if (state === 'open') return at(this.openedAt + this.openMs);
     // A probe under way here, or the fleet's probe held by another instance: look again in a second.
-    if (this.probeInFlight || (this.probeGate && !this.probeGate())) return now + Math.min(1000, this.openMs);
-    return Math.max(now, this.lastProbeAt + this.openMs);
+    if (this.probeInFlight || (this.probeGate && !this.probeGate())) return at(now + Math.min(1000, this.openMs));
+    return at(Math.max(now, this.lastProbeAt + this.openMs));
   }
 
   /** Whether a call succeeded here after `at` (ms since the epoch). */

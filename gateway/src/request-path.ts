@@ -59,7 +59,7 @@ export interface RequestPath {
 }
 
 export function createRequestPath(o: RequestPathOptions): RequestPath {
-  const breaker = { ...o.breaker, now: o.now ?? Date.now };
+  const breaker = { ...o.breaker, now: o.now };
   const logged = new WeakSet<Route>();
   const logChanges = (routes: Route[]) => {
     for (const r of routes)

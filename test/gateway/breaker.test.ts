@@ -1,5 +1,8 @@
 // The route breaker, driven through real calls to loopback providers with a clock the test controls.
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Breaker } from '../../gateway/src/breaker';
 import { parseChatRequest } from '../../gateway/src/chat-request';
 import { Deadline } from '../../gateway/src/deadline';
@@ -9,7 +12,7 @@ import type { Flags } from '../../gateway/src/flags';
 import type { ApiKind } from '../../gateway/src/request-context';
 import { buildRoutes } from '../../gateway/src/route';
 import { FakeProvider } from './fake-provider';
-import { chat, mapOf, startGateway, type TestGateway } from './harness';
+import { chat, listenStack, mapOf, startGateway, type TestGateway } from './harness';
 
 let hot: FakeProvider, warm: FakeProvider;
 let failover: Failover;
@@ -201,5 +204,30 @@ describe('an outcome with no route called', () => {
     // Spend-cap routing's cheaper model on embeddings-only routes: nothing can serve it, nothing is switched off.
     for (const r of failover.routes) (r as { apis: ReadonlySet<ApiKind> }).apis = new Set<ApiKind>(['embeddings']);
     expect(await route({ flags })).toMatchObject({ kind: 'exhausted', attempts: 0, switchedOff: false });
+  });
+});
+
+describe('breaker per route: the wall clock set back while it is open (an NTP step, a virtual machine resumed)', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it('the route is probed once its open period has passed, not an hour later', async () => {
+    const wall = Date.now.bind(Date);
+    const setBack = { ms: 0 };
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() - setBack.ms);
+    const dir = mkdtempSync(join(tmpdir(), 'breaker-clock-'));
+    writeFileSync(join(dir, 'routes.json'), JSON.stringify(mapOf([hot.url], [warm.url])));
+    const env = { ROUTES_FILE: join(dir, 'routes.json'), METER_CSV_FILE: join(dir, 'events.csv'), SCOPES_FILE: join(dir, 'none.yaml') };
+    const app = await listenStack({ ...env, METER_SPOOL_DIR: join(dir, 'spool') }, { http: true, worker: false, breaker: { openMs: 200 } });
+    try {
+      hot.always({ kind: 'status', status: 500 });
+      for (let i = 0; i < 2; i++) expect((await chat(app.url)).headers.get('x-route-tier')).toBe('warm'); // 5 failures: open
+      expect(app.stack.gateway!.path.failover.routes[0].breaker.state()).toBe('open');
+      setBack.ms = 3_600_000;
+      hot.always({ kind: 'ok' });
+      const tier = async () => (await chat(app.url)).headers.get('x-route-tier');
+      await expect.poll(tier, { timeout: 10_000, interval: 50 }).toBe('hot');
+    } finally {
+      await app.stop();
+    }
   });
 });
