@@ -34,6 +34,7 @@ export interface Settling<I> {
 export class MeterPoster {
   /** Failed posts in a row: the next try waits backoffMs(failures). */
   private failures = 0;
+  /** Monotonic ms: a wall clock set back during a backoff would hold every event for the time it went back. */
   private retryAt = 0;
   /** Delivery counters, read by tests and /health. */
   readonly stats = { delivered: 0, duplicates: 0, failedPosts: 0, rejected: 0 };
@@ -42,7 +43,7 @@ export class MeterPoster {
 
   /** True while the meter asked us to wait (a failed post's backoff). */
   waiting(): boolean {
-    return Date.now() < this.retryAt;
+    return performance.now() < this.retryAt;
   }
 
   /**
@@ -54,7 +55,7 @@ export class MeterPoster {
     if (!reply.ok && !isPermanentRefusal(reply.code)) {
       this.stats.failedPosts++;
       const wait = backoffMs(++this.failures, { firstMs: 1000, maxMs: this.opts.maxBackoffMs ?? 60_000 });
-      this.retryAt = Date.now() + wait;
+      this.retryAt = performance.now() + wait;
       this.opts.log.warn(`meter: ${reply.error ?? 'failed'}; ${items.length} event(s) stay spooled, retry in ${Math.round(wait / 1000)} s`);
       return false;
     }

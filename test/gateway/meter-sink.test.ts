@@ -93,6 +93,26 @@ describe('meter sink: the web app', () => {
   });
 });
 
+describe('meter sink: the wall clock set back during a backoff (an NTP step, a virtual machine resumed)', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it('delivers once the backoff has passed, not once the clock has caught up with the hour it went back', async () => {
+    meter = await new FakeMeterWebApp().start();
+    meter.mode = 'down';
+    const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
+    const sink = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, maxBackoffMs: 50, log: quiet });
+    sink.send(event(0));
+    await sink.flush();
+    expect(sink.stats.failedPosts).toBe(1);
+    const wall = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() - 3_600_000);
+    meter.mode = 'ok';
+    const delivered = async () => (await sink.flush(), meter!.stored);
+    await expect.poll(delivered, { timeout: 5000, interval: 20 }).toEqual(['e0']);
+    await sink.close();
+  });
+});
+
 describe('meter sink: a spool under traffic that never stops', () => {
   const posts = () => meter!.requests.filter((r) => r.startsWith('POST')).length;
   const spooledIds = (dir: string) =>
