@@ -33,6 +33,11 @@ const DAYS_KEPT = 8;
 const KEY_TTL_S = (DAYS_KEPT + 1) * 86_400;
 /** Per-second counters: how far back `recentSpend` can look. */
 const SECOND_TTL_S = 120;
+/**
+ * Another instance's clock may be this far ahead: its seconds in this one's future are its latest
+ * calls, which `recentSpend` counts too (the meter has them last).
+ */
+const CLOCK_AHEAD_S = 5;
 /** A shared figure older than this is read again (in the background; the request does not wait). */
 const FRESH_MS = 250;
 /** A batch that failed is sent again this much later. */
@@ -57,7 +62,7 @@ export interface SpendDays {
   ready(): Promise<void>;
   /** Reads the shared figures now, waiting at most `maxWaitMs` (2 s): a meter figure's baseline is taken after it. */
   refresh(maxWaitMs?: number): Promise<void>;
-  /** USD spent in the last `seconds` whole seconds (at most 120), this one included. */
+  /** USD spent in the last `seconds` whole seconds (at most 120), this one included (in Redis, and the seconds of clocks a little ahead). */
   recentSpend(seconds: number): Promise<number>;
   /** Sends what is not yet counted (at most 2 s). */
   close(): Promise<void>;
@@ -219,8 +224,8 @@ export class RedisSpendDays implements SpendDays {
   }
 
   async recentSpend(seconds: number): Promise<number> {
-    const now = secondOf(this.now());
-    const keys = Array.from({ length: Math.min(seconds, SECOND_TTL_S) }, (_, i) => this.secondKey(now - i));
+    const now = secondOf(this.now()) + CLOCK_AHEAD_S;
+    const keys = Array.from({ length: Math.min(seconds, SECOND_TTL_S) + CLOCK_AHEAD_S }, (_, i) => this.secondKey(now - i));
     const counted = await this.redis.mget(...keys);
     return (counted.reduce((sum, v) => sum + Number(v ?? 0), 0) + this.pendingUsd() * MICRO) / MICRO;
   }

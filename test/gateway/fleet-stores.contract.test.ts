@@ -107,6 +107,18 @@ describe('spend per day in Redis: one figure for the fleet', () => {
     expect(await redis.ttl(`${key}:spend:${new Date(20_000 * DAY).toISOString().slice(0, 10)}`)).toBeGreaterThan(7 * 86_400);
   });
 
+  it("the spend of the last seconds includes another instance's whose clock is a few seconds ahead", async () => {
+    const key = space();
+    const at = 20_000 * DAY + 3_600_000;
+    const ahead = new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now: () => at + 3000 });
+    const behind = new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now: () => at });
+    closing.push(ahead, behind);
+    ahead.add(0.5);
+    await ahead.refresh();
+    // Its second is in this one's future: not yet with the meter all the same.
+    expect(await behind.recentSpend(10)).toBeCloseTo(0.5, 9);
+  });
+
   it('calls made while Redis does not answer are kept and counted once it does', async () => {
     const key = space();
     const link = await redisLink();
