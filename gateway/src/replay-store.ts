@@ -71,7 +71,8 @@ export class MemoryReplayStore implements ReplayStore {
 
   constructor(
     private readonly budget = MEMORY_REPLAY_BYTES,
-    private readonly now: () => number = Date.now,
+    /** Monotonic: a wall clock set forward would free running keys and drop answers (a repeat runs again). */
+    private readonly now: () => number = () => performance.now(),
   ) {}
 
   claim(key: string, fingerprint: string, leaseMs: number): Promise<Claim> {

@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { MemoryReplayStore } from '../../gateway/src/replay-store';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack, mapOf, startGateway } from './harness';
@@ -265,6 +265,23 @@ describe('idempotent replay: limits (in process)', () => {
     expect((await chat(gw.url, BODY, { 'idempotency-key': 'slow' })).status).toBe(409);
     expect((await first).status).toBe(200);
     expect(hot.received).toHaveLength(1);
+  });
+
+  it('a wall clock set forward an hour while the first request runs (an NTP step, a virtual machine resumed) does not free its key: the repeat gets 409, the provider one call', async () => {
+    const wall = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() + (hot.received.length ? 3_600_000 : 0));
+    try {
+      const gw = await startGateway(mapOf([hot.url]), { replay: { store: new MemoryReplayStore() } });
+      stops.push(gw.close);
+      hot.next({ kind: 'hang' });
+      const first = chat(gw.url, BODY, { 'idempotency-key': 'stepped', 'x-time-to-answer-ms': '2000' });
+      await until(async () => hot.received.length === 1);
+      expect((await chat(gw.url, BODY, { 'idempotency-key': 'stepped' })).status).toBe(409);
+      expect(hot.received).toHaveLength(1);
+      await first;
+    } finally {
+      vi.restoreAllMocks();
+    }
   });
 
   it("another tenant's answers filling the store do not free a request still running: its repeat gets 409, the provider one call", async () => {
