@@ -3,7 +3,7 @@
 // agent spoke (network issue), a transfer nobody answered; then Twilio's callbacks, each signed
 // over the absolute URL the TwiML named, and the status callback that closes what is left, once.
 import { EventEmitter } from 'node:events';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ACCOUNT_SID, bridgeStack, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
 import type { RtConn } from './peers/realtime-peer';
 import { assistantAudio, brain, clientEvent, speak } from './peers/script';
@@ -231,6 +231,27 @@ describe('phone bridge edges: voicemail', () => {
       check();
     });
     expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0715', outcome: 'abandoned', ended_reason: 'realtime_failure' })]);
+  });
+
+  it('a status callback with no live stream: its record is written once the grace has passed, though the wall clock was set back an hour meanwhile (an NTP step)', async () => {
+    s = await bridgeStack(undefined, { statusGraceMs: 300 });
+    s.realtime.refuse = true;
+    const call = await s.twilio.call('CA0720');
+    await until(s.twilio.events, 'update');
+    if (!call.closed) await until(call, 'closed');
+    await new Promise<void>((r) => {
+      const check = () => (s!.bridge.liveCalls === 0 ? r() : setTimeout(check, 20));
+      check();
+    });
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, { CallSid: 'CA0720', CallStatus: 'completed' })).status).toBe(204);
+    const wall = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() - 3_600_000);
+    try {
+      await until(s.events, 'record', () => true, 'the record');
+    } finally {
+      vi.restoreAllMocks();
+    }
+    expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0720', outcome: 'abandoned' })]);
   });
 
   it('a realtime failure sent to voicemail whose session has already ended when the status callback comes: the record still says realtime_failure', async () => {

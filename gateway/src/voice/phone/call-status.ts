@@ -94,14 +94,15 @@ export class CallStatus {
 
   /** Shutdown: every record still waiting is written within 5 s (sooner if its own end comes). */
   async close(): Promise<void> {
-    this.closingBy = Date.now() + GRACE_AT_SHUTDOWN_MS;
+    this.closingBy = performance.now() + GRACE_AT_SHUTDOWN_MS;
     await Promise.all(this.waiting);
   }
 
   /** The record from here only if the stream's session or the voicemail did not write one in time. */
   private async unlessEnded(end: Ending): Promise<void> {
     const { callSid } = end;
-    const until = Date.now() + (this.deps.graceMs ?? GRACE_MS);
+    // Monotonic: a wall clock set back would hold the record, and a shutdown, for the time it went back.
+    const until = performance.now() + (this.deps.graceMs ?? GRACE_MS);
     for (;;) {
       await new Promise((r) => setTimeout(r, POLL_MS).unref());
       if (this.deps.streams.live.has(callSid)) return; // its stream is here after all: its end writes
@@ -111,7 +112,7 @@ export class CallStatus {
       // to record, maybe on another gateway still waiting for a function call; "abandoned" from here
       // would win over that record. This wait is given up, as before the shutdown cut.
       if (this.closingBy !== Infinity && call.guardBatch) return;
-      if (Date.now() >= Math.min(until, this.closingBy)) return this.write(call, end);
+      if (performance.now() >= Math.min(until, this.closingBy)) return this.write(call, end);
     }
   }
 
