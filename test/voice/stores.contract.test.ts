@@ -1,7 +1,7 @@
 // One contract per voice store, two implementations each: in the real Redis (db 9, keys under a
 // prefix of this process, removed afterwards) and in process. The same cases run against both,
 // through the store's interface. Expiry runs for real with lifetimes of a second.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   MemoryVoiceStore,
   RedisVoiceStore,
@@ -123,6 +123,18 @@ describe.each([
     expect(await s.result('k')).toEqual({ ok: true, result: { booking_id: 'b1' } });
     expect(await s.claim('k')).toBe(false); // done
     expect(await s.result('other')).toBeNull();
+  });
+
+  it('a running claim is not freed by the wall clock set forward (an NTP step, a virtual machine resumed): the call is not run twice', async () => {
+    const s = make();
+    expect(await s.claim('stepped')).toBe(true);
+    const wall = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() + 3_600_000);
+    try {
+      expect(await s.claim('stepped')).toBe(false);
+    } finally {
+      vi.restoreAllMocks();
+    }
   });
 
   it('a released key can be claimed again', async () => {
