@@ -5,7 +5,8 @@
  *   read from Redis when the job is picked up; not answered within 2 s: the value last read);
  * - when no route can be called (every breaker open, or every route skipped), it is deferred to the
  *   earliest moment one can be probed; when its own calls failed and left every route open again
- *   (the outage goes on: those calls were the breakers' probes), likewise;
+ *   (the outage goes on: those calls were the breakers' probes), likewise, a moment later, so that
+ *   the jobs waiting behind it take that probe first;
  * - a deferral is no attempt (DeferJob: BullMQ's moveToDelayed). Deferred for longer than 24 h in
  *   all, the job is dead-lettered and a person told.
  * Jobs already running when the pause is set finish. A job that used all its attempts is
@@ -51,6 +52,12 @@ const RUN_MARGIN_MS = 30_000;
 const MAX_DEFER_MS = 24 * 3600_000;
 /** How often a deferred job looks again when nothing says when (the pause, every route skipped). */
 const RECHECK_MS = 30_000;
+/**
+ * How long past the next probe a job whose own probes failed waits: jobs deferred to that probe (at
+ * most 50 ms late, as the queues look for due jobs) take it first, so one request that always fails
+ * cannot take every probe and keep every route open.
+ */
+const YIELD_PROBE_MS = 500;
 /** How long a job waits for the pause read before it goes by the value last read (Redis away or stalled). */
 const PAUSE_READ_MS = 2000;
 /** How long a job's answer waits for its response's owner to be stored. */
@@ -247,8 +254,11 @@ function notAnswered(
 ): Error {
   if (run.stopping.aborted) return new DeferJob(Date.now(), HANDED_BACK);
   const next = nextRoute(deps, run.flags, run.skip);
-  // No call made, or the calls made left every route open (the outage goes on): no attempt spent.
-  if (outcome.attempts === 0 || next.at > Date.now()) return defer(deferred, next.at, next.reason, deps);
+  // No call made: no attempt spent.
+  if (outcome.attempts === 0) return defer(deferred, next.at, next.reason, deps);
+  // Its calls were the probes and left every route open (the outage goes on): no attempt spent, and
+  // the next probe goes to a job queued behind it, which may succeed where this one fails.
+  if (next.at > Date.now()) return defer(deferred, next.at + YIELD_PROBE_MS, next.reason, deps);
   return new Error(`no route answered (${outcome.lastError ?? outcome.reason})`);
 }
 

@@ -385,6 +385,29 @@ describe('Cold tier', () => {
     expect([live.status, live.headers.get('x-route-tier')]).toEqual([200, 'hot']);
   });
 
+  // A job whose failed probe reopened every route waited for the very next probe, ahead of the jobs
+  // queued behind it: with no live request landing in the probe's moment, a request that always
+  // fails took every probe, and the good jobs waited with it (the README's #fail-all, then Hello).
+  it('a job whose own probe failed lets the jobs queued behind it take the next probe', async () => {
+    delete env.QUEUE_STORE_URL; // the in-process queue of a bare `npm start`, which took due jobs oldest first
+    // Open long enough (30 s) for the good request to find every route open.
+    const { url } = await up({ worker: true, breaker: { openMs: 3000 }, cold: { backoffMs: 50 } });
+    const poisoned = (body: Record<string, any>) => JSON.stringify(body.messages).includes('poison');
+    for (const p of [hot, warm]) p.when(poisoned, { kind: 'status', status: 500 });
+    const poison = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'poison' }] };
+    const queued = await chat(url, poison, { 'x-time-to-answer-ms': '3000' });
+    expect(queued.status).toBe(202);
+    const poisonId = queued.json().jobId;
+    await until(async () => /breaker is open/.test((await job(url, poisonId)).deferred?.reason ?? ''));
+    const good = await chat(url, undefined, { 'x-time-to-answer-ms': '3000' });
+    expect([good.status, good.headers.get('x-route-tier')]).toEqual([202, 'cold']);
+    const done = await until(async () => {
+      const j = await job(url, good.json().jobId);
+      return j.state === 'completed' ? j : null;
+    });
+    expect(done.result.status).toBe(200);
+  });
+
   it('a job that waits for a route longer than the limit is dead-lettered, and a person told', async () => {
     const { url } = await up({ worker: true, breaker: { openMs: 300 }, cold: { backoffMs: 50, maxDeferMs: 1500 } });
     hot.always({ kind: 'status', status: 500 });
