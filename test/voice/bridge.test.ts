@@ -277,6 +277,31 @@ describe('phone bridge: the call path', () => {
     expect(record!.est_audio_cost_usd).toBeCloseTo(billed, 6);
   });
 
+  it("a function's long answer is cut for the model between characters, never inside one: no half an emoji the Realtime API would refuse", async () => {
+    s = await bridgeStack();
+    // The output is `{"ok":true,"result":{"ok":true,"note":"` (39 characters) then the note: the
+    // emoji's two UTF-16 halves sit either side of the 4,000th character.
+    s.hooks.handle = (_q, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ ok: true, note: '😀'.repeat(3000) }));
+    s.realtime.brain = brain({
+      turns: [{ call: { name: 'book_slot', args: BOOKING } }],
+      afterOutput: { audio: assistantAudio(300), transcript: 'Booked.' },
+    });
+    const call = await s.twilio.call('CA0044');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    const outputs: any[] = [];
+    conn.on('client', (e) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output' && outputs.push(e.item));
+    speak(call, 400);
+    await until(conn, 'client', () => outputs.length === 1, 'the function output');
+    const output: string = outputs[0].output;
+    expect(output.startsWith('{"ok":true,"result":{"ok":true,"note":"😀')).toBe(true);
+    expect(output.endsWith('😀…')).toBe(true);
+    expect(output).not.toMatch(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])/);
+    call.hangUp();
+    await s.endOf('CA0044');
+  });
+
   it('an answer still being said when the caller hangs up is metered and counted: its usage is asked for before the session closes', async () => {
     s = await bridgeStack();
     s.realtime.chunkBytes = 160;

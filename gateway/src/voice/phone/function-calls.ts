@@ -11,6 +11,7 @@
  * for the back office to fetch, an `opted_out`). A booking or move for a time outside business hours
  * is refused to the model without calling the target (`refuse`), so it offers a time they are open.
  */
+import { cutText } from '../../cut-text';
 import type { Workflow, WorkflowAnswer } from '../workflow';
 
 type Outcome = 'booking' | 'rescheduled' | 'lead_created' | 'deflected_to_pricing' | 'voicemail_left';
@@ -156,7 +157,7 @@ export class FunctionCalls {
       call_id,
       name,
       arguments: ev.arguments || '{}',
-      output: text.length > OUTPUT_LIMIT ? `${text.slice(0, OUTPUT_LIMIT)}…` : text,
+      output: text.length > OUTPUT_LIMIT ? `${cutText(text, OUTPUT_LIMIT)}…` : text,
     };
   }
 }
