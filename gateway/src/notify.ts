@@ -11,6 +11,7 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import SMTPTransport from 'nodemailer/lib/smtp-transport/index.js';
 import { retrying, type RetryPolicy } from './backoff';
+import { cutText } from './cut-text';
 import { MemoryNoticeWindows, type NoticeWindows } from './notice-windows';
 import { noticeChannel } from './routes-map';
 import { within } from './within';
@@ -88,7 +89,7 @@ const TITLE: Record<NoticeKind, string> = {
 
 /** Caller text (tenants, provider errors) shown in a notice is cut to this many characters. */
 const MAX_ITEM_CHARS = 200;
-const cut = (text: string) => (text.length > MAX_ITEM_CHARS ? `${text.slice(0, MAX_ITEM_CHARS)}…` : text);
+const cut = (text: string) => (text.length > MAX_ITEM_CHARS ? `${cutText(text, MAX_ITEM_CHARS)}…` : text);
 
 /** Slack's mrkdwn reads `<…>` as links and mentions (`<!channel>`); caller text is escaped as Slack documents. */
 function slackEscape(text: string): string {
@@ -116,14 +117,14 @@ function sections(text: string): string[] {
   return part ? [...parts, part] : parts;
 }
 
-/** A line in pieces of at most SECTION_CHARS, none ending inside an escape (`&amp;`: every `&` starts one). */
+/** A line in pieces of at most SECTION_CHARS, none ending inside an escape (`&amp;`: every `&` starts one) or a character. */
 function pieces(line: string): string[] {
   const out: string[] = [];
   while (line.length > SECTION_CHARS) {
     const amp = line.lastIndexOf('&', SECTION_CHARS - 1);
-    const at = amp >= 0 && line.indexOf(';', amp) >= SECTION_CHARS ? amp : SECTION_CHARS;
-    out.push(line.slice(0, at));
-    line = line.slice(at);
+    const head = cutText(line, amp >= 0 && line.indexOf(';', amp) >= SECTION_CHARS ? amp : SECTION_CHARS);
+    out.push(head);
+    line = line.slice(head.length);
   }
   return [...out, line];
 }

@@ -253,6 +253,21 @@ describe('notifier', () => {
     hook.server.close();
   });
 
+  it('caller text cut to its length or split into sections is cut between characters, never inside an emoji', async () => {
+    const hook = await slackHook();
+    const n = new Notifier([hook.url], { windowMs: 60_000, log: { warn: () => {}, info: () => {} } });
+    // Each item is cut at 200 characters, a line over one section at 3,000: both fall inside an emoji's UTF-16 pair.
+    const detail = `last error: x${'😀'.repeat(150)}`;
+    n.notify({ kind: 'dead_lettered', jobIds: ['llm-0'], detail });
+    for (let i = 1; i <= 20; i++) n.notify({ kind: 'dead_lettered', jobIds: [`llm-${i}`], tenant: `t${i}${'😀'.repeat(80)}`, detail });
+    await n.flush();
+    expect(hook.posts).toHaveLength(2);
+    const texts = hook.posts.flatMap((p) => [p.text, ...p.blocks.slice(1).map((b: { text: { text: string } }) => b.text.text)]) as string[];
+    expect(texts.join('')).toContain(`last error: x${'😀'.repeat(93)}…`);
+    for (const text of texts) expect(text).not.toMatch(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/);
+    hook.server.close();
+  });
+
   it('caller text is escaped for Slack mrkdwn (no mention, no link); e-mail gets it as it was', async () => {
     const hook = await slackHook();
     const logs: string[] = [];
