@@ -35,7 +35,10 @@ export function declinedConsent(args: Args): boolean {
 
 export function excerpt(transcript: string): string {
   const flat = transcript.replace(/\s+/g, ' ').trim();
-  return flat.length <= EXCERPT ? flat : `${flat.slice(0, EXCERPT - 1)}…`;
+  if (flat.length <= EXCERPT) return flat;
+  // Never the first half of a UTF-16 pair (an emoji) alone before the ellipsis: no character a cell shows.
+  const last = flat.charCodeAt(EXCERPT - 2);
+  return `${flat.slice(0, last >= 0xd800 && last <= 0xdbff ? EXCERPT - 2 : EXCERPT - 1)}…`;
 }
 
 /**

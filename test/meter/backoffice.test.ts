@@ -271,6 +271,19 @@ describe('reschedule_slot, create_lead, route_to_voicemail', () => {
     expect(unknown).toEqual({ ok: false, error: 'args.booking_id: no booking with id "nope"', code: 'invalid_argument' });
   });
 
+  it("a transcript's excerpt is cut between characters, never inside an emoji (half a UTF-16 pair is no text a cell can show)", () => {
+    const transcript = `ab${'😀'.repeat(200)}`; // the 279th character is the first half of an emoji
+    const lead = act('create_lead', {
+      call_id: 'call-3',
+      idempotency_key: 'key-lead-0002',
+      args: { name: 'Rui', phone: '+351930000000', service: 'plumbing', transcript },
+    });
+    expect(lead).toMatchObject({ ok: true });
+    const excerpt = `ab${'😀'.repeat(138)}…`;
+    expect(rows('leads')[0]).toContain(excerpt);
+    expect(rows('contacts')[0]).toContain(excerpt);
+  });
+
   it('creates a lead with an excerpt of the transcript (this caller declined: stage Opted out); the contact keeps call, intent and opt-out', () => {
     const transcript = `Hello ${'I need a new kitchen sink installed and maybe the pipes. '.repeat(20)}`;
     const lead = act('create_lead', {
