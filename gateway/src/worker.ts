@@ -36,6 +36,7 @@ import type { TokensKey } from './key-policy';
 import { parseJson } from './json-object';
 import type { Answer, ClientError, Exhausted } from './outcome';
 import type { CallMeter } from './call-meter';
+import { cutText } from './cut-text';
 import type { RunMarks } from './cold-call-marks';
 import { refusalBody, wholeAnswer } from './relay';
 import type { ResponseOwnership } from './responses/ownership';
@@ -282,7 +283,7 @@ async function jobResult(outcome: Answer | ClientError, ctx: RequestContext, dep
   // A request the provider refuses as malformed will not heal with retries.
   if (outcome.kind === 'client_error')
     throw new UnrecoverableError(
-      `provider refused the request: HTTP ${outcome.upstream.status} ${refusalBody(outcome).toString().slice(0, 300)}`,
+      `provider refused the request: HTTP ${outcome.upstream.status} ${cutText(refusalBody(outcome).toString(), 300)}`,
     );
   return {
     status: outcome.upstream.status,

@@ -481,6 +481,29 @@ describe('Cold tier', () => {
     expect(await redis.get('pause_ai_tasks')).toBeNull();
   });
 
+  it("a refusal quoted in a dead-lettered job's error is cut between characters: no emoji left as a replacement character", async () => {
+    const { url, stack } = await up({ worker: true });
+    // The provider's body is `{"error":{"message":"` (21 characters) then emoji: its 300th character is half of one.
+    const message = '😀'.repeat(200);
+    hot.always({ kind: 'status', status: 400, body: { error: { message, type: 'invalid_request_error', code: null, param: null } } });
+    const queued = await stack.queue.enqueue({
+      body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
+      idempotencyKey: 'emoji-job',
+      userId: '',
+      jobId: '',
+      customerId: 'acme',
+      jobType: '',
+      reason: 'test',
+      reviewRequired: false,
+      enqueuedAt: new Date().toISOString(),
+    });
+    const dead = await until(async () => {
+      const j = await job(url, queued.jobId);
+      return j.state === 'dead-lettered' && j.lastError ? j : null;
+    });
+    expect(dead.lastError).toBe(`provider refused the request: HTTP 400 {"error":{"message":"${'😀'.repeat(139)}`);
+  });
+
   it('dlq list past its 1,000 lines says how many are dead-lettered in all (it said 1000)', async () => {
     const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
     const queue = new Queue(QUEUE_NAME, { connection, prefix });
