@@ -33,6 +33,20 @@ const DEFAULT_COMPACT_BYTES = 1024 ** 2;
 
 /** The committed offset and the spool file it counts in (null: written by an earlier version, the current file). */
 type Committed = { ino: number | null; offset: number };
+/** A spool line's text and its size on disk with its line break: the offset moves by the bytes read. */
+type SpoolLine = { text: string; bytes: number };
+
+/**
+ * The first `max` whole lines of `buf`, each decoded on its own: a line a failed write left cut
+ * inside a character decodes with a replacement character, longer than its bytes, and the offset
+ * must not move past what was read.
+ */
+function spoolLines(buf: Buffer, max: number): SpoolLine[] {
+  const lines: SpoolLine[] = [];
+  for (let at = 0, nl = buf.indexOf(0x0a); nl !== -1 && lines.length < max; at = nl + 1, nl = buf.indexOf(0x0a, at))
+    lines.push({ text: buf.toString('utf8', at, nl), bytes: nl + 1 - at });
+  return lines;
+}
 
 /** A meter event as JSON for the web app (timestamp as RFC 3339 UTC). */
 export function eventJson(event: EventRecord): Record<string, unknown> {
@@ -143,7 +157,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   }
 
   /** Next batch from the committed offset: whole lines only. An offset of another file, or past the end (a replaced spool), starts over. */
-  private async nextBatch(committed: Committed): Promise<{ lines: string[]; offset: number; ino: number } | null> {
+  private async nextBatch(committed: Committed): Promise<{ lines: SpoolLine[]; offset: number; ino: number } | null> {
     if (!existsSync(this.spool.file)) return null;
     const { size, ino } = await stat(this.spool.file);
     const offset = (committed.ino !== null && committed.ino !== ino) || committed.offset > size ? 0 : committed.offset;
@@ -155,14 +169,8 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
       const length = Math.min(size - offset, 4 * 1024 * 1024);
       const buf = Buffer.alloc(length);
       await fh.read(buf, 0, length, offset);
-      const text = buf.toString('utf8');
-      const end = text.lastIndexOf('\n');
-      if (end < 0) return null;
-      const lines = text
-        .slice(0, end)
-        .split('\n')
-        .slice(0, this.opts.batchSize ?? 500);
-      return { lines, offset, ino };
+      const lines = spoolLines(buf, this.opts.batchSize ?? 500);
+      return lines.length ? { lines, offset, ino } : null;
     } finally {
       await fh.close();
     }
@@ -179,11 +187,15 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
       }
       let at = batch.offset;
       const settled = await this.poster.settle(batch.lines, {
-        line: (l) => l,
-        setAside: (lines, reason) => this.setAside(lines, reason),
+        line: (l) => l.text,
+        setAside: (lines, reason) =>
+          this.setAside(
+            lines.map((l) => l.text),
+            reason,
+          ),
         // Commits past each settled part: the offset moves only over what the meter has.
         done: (lines) => {
-          at += lines.reduce((n, l) => n + Buffer.byteLength(l) + 1, 0);
+          at += lines.reduce((n, l) => n + l.bytes, 0);
           const end = at;
           return this.commit(batch.ino, end);
         },

@@ -59,7 +59,12 @@ export class FakeMeterWebApp {
   private ingest(url: URL, body: string): object {
     if (url.searchParams.get('token') !== this.token) return { ok: false, error: 'unauthorized', code: 'unauthorized' };
     if (this.mode === 'busy') return { ok: false, error: 'busy: the meter is handling another request, try again', code: 'busy' };
-    const events = JSON.parse(body).events as Array<Record<string, unknown>>;
+    let events: Array<Record<string, unknown>>;
+    try {
+      events = JSON.parse(body).events;
+    } catch {
+      return { ok: false, error: 'body: expected JSON, could not parse it', code: 'invalid_body' }; // as the web app answers
+    }
     this.posts.push(events.length);
     const now = new Date();
     try {

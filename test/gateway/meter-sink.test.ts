@@ -1,6 +1,6 @@
 // Meter events to the web app: batches, the 302 followed with GET, spooling while the meter is
 // down, replay in order after a restart, none lost and none duplicated. And the shared flags.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -187,6 +187,29 @@ describe('meter sink: events the meter refuses', () => {
     await sink.flush(); // nothing left: nothing posted again
     expect(meter.stored).toHaveLength(38);
     await sink.close();
+  });
+
+  it('a spooled line cut inside a character is set aside alone, once: the events after it are delivered', async () => {
+    meter = await new FakeMeterWebApp().start();
+    const { spoolDir, first } = await spooledWhileDown(3);
+    await first.close();
+    // A line that ends inside the "é" of a customer id (what a write cut short leaves), then whole lines.
+    const spool = join(spoolDir, 'spool.jsonl');
+    const [e0, ...rest] = readFileSync(spool, 'utf8').trim().split('\n');
+    const torn = Buffer.from('{"event_id":"torn","customer_id":"Jos\u00e9"').subarray(0, -2);
+    writeFileSync(spool, Buffer.concat([Buffer.from(`${e0}\n`), torn, Buffer.from('\n'), Buffer.from(`${rest.join('\n')}\n`)]));
+    meter.mode = 'ok';
+    const second = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, log: quiet });
+    const setAside = () =>
+      existsSync(join(spoolDir, 'rejected.jsonl')) ? readFileSync(join(spoolDir, 'rejected.jsonl'), 'utf8').split('\n').length - 1 : 0;
+    // The offset moved past the spool's end (the replacement character counted as 3 bytes, not 1): the
+    // spool was read again from its start, for ever, the torn line set aside each time.
+    let flushed = false;
+    void second.flush().then(() => (flushed = true));
+    await until('the flush, or the torn line set aside twice', () => flushed || setAside() > 1);
+    expect(meter.stored).toEqual(['e0', 'e1', 'e2']);
+    expect(setAside()).toBe(1);
+    await second.close();
   });
 
   it('an event the meter would refuse is never spooled: set aside at once with the reason, the others delivered', async () => {
