@@ -168,6 +168,16 @@ describe('function-call workflow', () => {
     expect(target.seen).toHaveLength(1);
   });
 
+  it("a 400's message, cut to 500 characters, is cut between characters: never half an emoji", async () => {
+    const gw = await up();
+    // `{"error":"x` is 11 characters: the 500th is the first half of an emoji.
+    target.handle = (_n, _q, res) =>
+      res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error: `x${'😀'.repeat(300)}` }));
+    const answer = await called(gw.url, { ...booking, call_id: 'call-400-emoji' });
+    expect(answer).toMatchObject({ ok: false, replayed: false });
+    expect(answer.error).toBe(`HTTP 400: {"error":"x${'😀'.repeat(244)}`);
+  });
+
   it('a 429 or a 408 (the target asks for a later try) is retried as a 5xx is, not answered as a refusal for good', async () => {
     const gw = await up();
     target.handle = (n, _q, res) =>

@@ -26,6 +26,7 @@ import { isPermanentRefusal } from '../../../schema/meter-reply';
 import { createHash, randomUUID } from 'node:crypto';
 import { retrying, type RetryPolicy } from '../backoff';
 import { canonicalJson } from '../canonical-json';
+import { cutText } from '../cut-text';
 import { within } from '../within';
 import type { Concierge } from './config';
 import type { WorkflowStore } from './workflow-store';
@@ -209,7 +210,7 @@ export class Workflow {
       if (res.status >= 400)
         return {
           kind: 'client',
-          message: `HTTP ${res.status}: ${typeof json === 'object' ? JSON.stringify(json).slice(0, 500) : text.slice(0, 500)}`,
+          message: `HTTP ${res.status}: ${cutText(typeof json === 'object' ? JSON.stringify(json) : text, 500)}`,
         };
       // Apps Script answers 200 whatever happened: a script that threw or ran out of time, or a
       // deployment that is not public (its sign-in page), comes back as an HTML page with a 200.
