@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
+import { cutText } from './cut-text';
 import type { Parsed } from './endpoint';
 import { ModelName, readRoutingHeaders, requestContext, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
@@ -17,7 +18,7 @@ const Message = z.looseObject({
 });
 
 /** What the caller sent, briefly; numbers as themselves (JSON would show Infinity as null). */
-const shown = (v: unknown) => (typeof v === 'number' ? String(v) : JSON.stringify(v).slice(0, 50));
+const shown = (v: unknown) => (typeof v === 'number' ? String(v) : cutText(JSON.stringify(v), 50));
 
 /**
  * A parameter OpenAI allows absent or null, else `ok`. A plain predicate, not a chain of zod

@@ -5,6 +5,7 @@
  */
 import type express from 'express';
 import { openAiError } from './errors';
+import { cutText } from './cut-text';
 import type { FlagStore } from './flags';
 import { clientKeyOf } from './key-guard';
 import { lastOf, type Route } from './route';
@@ -43,7 +44,7 @@ export function mountModels(app: express.Express, routes: () => Route[], flags: 
         .status(404)
         .json(
           openAiError(
-            `model: "${id.slice(0, 200)}" is not served here, or not to this key`,
+            `model: "${cutText(id, 200)}" is not served here, or not to this key`,
             'invalid_request_error',
             'model',
             'model_not_found',

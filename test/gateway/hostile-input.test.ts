@@ -200,6 +200,22 @@ describe('chat parameters', () => {
     await nothingMetered();
   });
 
+  it("a refusal quoting the caller's text cuts it between characters, never inside an emoji (half a UTF-16 pair: JSON strict parsers refuse, text Python cannot print)", async () => {
+    // Quoted up to 50 characters as JSON: `"` then emoji, the 50th character the first half of one.
+    const error = await refusedWith(post('chat/completions', CHAT('hi', { temperature: '😀'.repeat(30) })), 400);
+    expect(error).toMatchObject({
+      param: 'temperature',
+      message: `temperature: expected a number from 0 to 2 or null, got "${'😀'.repeat(24)}`,
+    });
+    // A model id quoted up to 200 characters: `x` then emoji.
+    const res = await fetch(`${gw.url}/v1/models/${encodeURIComponent(`x${'😀'.repeat(150)}`)}`);
+    expect(res.status).toBe(404);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(
+      `model: "x${'😀'.repeat(99)}" is not served here, or not to this key`,
+    );
+    expect(calls()).toBe(0);
+  });
+
   it('valid values, nulls and fields the gateway does not know reach the provider untouched', async () => {
     const extra = {
       max_tokens: null,
