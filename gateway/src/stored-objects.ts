@@ -12,6 +12,7 @@
  * `shared_objects` (the operator's word that any tenant may use it). Conversations are refused with the
  * stored responses (responses/ownership.ts).
  */
+import { cutText } from './cut-text';
 import { openAiError, type OpenAiError } from './errors';
 import { isObject } from './json-object';
 import type { RequestContext } from './request-context';
@@ -150,7 +151,7 @@ export function storedObjectRefusal(ctx: RequestContext, shared: ReadonlySet<str
   if (!named) return null;
   const [one, many] = WORDS[named.kind];
   const message =
-    `${one} with id '${named.id.slice(0, QUOTED)}' not found: this gateway keeps no ${many} for its clients, ` +
+    `${one} with id '${cutText(named.id, QUOTED)}' not found: this gateway keeps no ${many} for its clients, ` +
     `and one stored on its provider account is not theirs to use.`;
   return openAiError(message, 'invalid_request_error', named.param, `${named.kind}_not_found`);
 }

@@ -80,6 +80,14 @@ const NAMED: Array<{ path: string; body: object; code: string; param: string }> 
 ];
 
 describe('stored objects on the provider account (GATEWAY_AUTH=keys)', () => {
+  it('an id quoted in the refusal is cut to 100 characters between characters, never inside an emoji', async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const res = await post(url, acme, 'responses', { prompt: { id: `p${'😀'.repeat(80)}` } }); // the 100th character: half an emoji
+    const error = ((await res.json()) as { error: { message: string } }).error;
+    expect(error.message.startsWith(`Prompt with id 'p${'😀'.repeat(49)}' not found`)).toBe(true);
+    expect(w.hot.received).toEqual([]);
+  });
   it('a prompt, file, vector store or container named by id is refused with 400 naming the field, and the provider is not called', async () => {
     const { url } = await w.up();
     const acme = (await w.makeKey('acme')).key;
