@@ -210,6 +210,17 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     expect(responsesCalls()).toBe(before);
   });
 
+  it('an id quoted in a not-found refusal is cut to 100 characters between characters, never inside an emoji', async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme')).key;
+    const id = `x${'😀'.repeat(80)}`; // the 100th character: half an emoji
+    const quoted = `x${'😀'.repeat(49)}`;
+    const byConversation = await refusal(client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'hi', conversation: id }));
+    expect(byConversation).toMatchObject({ status: 400, message: `Conversation with id '${quoted}' not found.` });
+    const byPrevious = await refusal(client(url, acme).responses.create({ model: 'gpt-4o-mini', input: 'hi', previous_response_id: id }));
+    expect(byPrevious).toMatchObject({ status: 400, message: `Previous response with id '${quoted}' not found.` });
+  });
+
   it("a response its provider sent after a byte-order mark is its tenant's too: the client read it, so it can continue it", async () => {
     const { url } = await w.up();
     const acme = (await w.makeKey('acme')).key;

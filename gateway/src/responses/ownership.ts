@@ -9,6 +9,7 @@
  * removed them) is refused at once, and for good: no other provider has its state, and waiting in
  * the Cold queue would only end in the dead-letter queue a day later.
  */
+import { cutText } from '../cut-text';
 import { within } from '../within';
 import { openAiError, type OpenAiError } from '../errors';
 import type { RequestContext } from '../request-context';
@@ -90,7 +91,7 @@ function providerGone(ref: Reference, provider: string): Refusal {
   const previous = ref.param === 'previous_response_id';
   const what = previous ? 'Previous response' : 'Item';
   const message =
-    `${what} with id '${ref.id.slice(0, QUOTED)}' was stored by provider "${provider}", which no route of the routing map ` +
+    `${what} with id '${cutText(ref.id, QUOTED)}' was stored by provider "${provider}", which no route of the routing map ` +
     `serves any more: start a new conversation without ${previous ? 'previous_response_id' : 'it'}`;
   const code = previous ? 'previous_response_provider_gone' : 'item_provider_gone';
   return { status: 400, error: openAiError(message, 'invalid_request_error', ref.param, code), lasting: true };
@@ -102,7 +103,7 @@ function providerGone(ref: Reference, provider: string): Refusal {
  */
 function notFound(ref: Reference): Refusal {
   const what = ref.param === 'previous_response_id' ? 'Previous response' : 'Item';
-  const message = `${what} with id '${ref.id.slice(0, QUOTED)}' not found.`;
+  const message = `${what} with id '${cutText(ref.id, QUOTED)}' not found.`;
   const code = ref.param === 'previous_response_id' ? 'previous_response_not_found' : 'item_not_found';
   return { status: 400, error: openAiError(message, 'invalid_request_error', ref.param, code), lasting: true };
 }
@@ -126,7 +127,7 @@ export class ResponseOwnership {
     if (conversation !== null && ctx.clientKey) {
       // No tenant was answered one (the gateway serves no /v1/conversations): one on the provider
       // key is the operator's, or another program's, not the caller's to read or add to.
-      const message = `Conversation with id '${conversation.slice(0, QUOTED)}' not found.`;
+      const message = `Conversation with id '${cutText(conversation, QUOTED)}' not found.`;
       return { refusal: { status: 400, error: openAiError(message, 'invalid_request_error', 'conversation', 'conversation_not_found') } };
     }
     const refs = referencesOf(ctx.body);
