@@ -111,7 +111,7 @@ export class Breaker {
 
   private set(state: BreakerState, cause: ChangeCause = 'local'): void {
     if (state === this.current) return;
-    if (this.current === 'open') this.openTotalMs += this.now() - this.openedAt;
+    if (this.current === 'open') this.openTotalMs += this.openMsSoFar();
     this.current = state;
     for (const l of this.listeners) l(state, cause);
   }
@@ -275,8 +275,16 @@ export class Breaker {
 
   /** Total time spent open, including the current open period. */
   secondsOpen(): number {
-    const current = this.current === 'open' ? this.now() - this.openedAt : 0;
+    const current = this.current === 'open' ? this.openMsSoFar() : 0;
     return (this.openTotalMs + current) / 1000;
+  }
+
+  /**
+   * The current open period's time so far. It ends after `openMs`, though the state turns
+   * half-open only when next read (a request or a scrape), maybe long after on a quiet gateway.
+   */
+  private openMsSoFar(): number {
+    return Math.min(this.now() - this.openedAt, this.openMs);
   }
 
   /** Releases a probe slot that was taken but not used (the request ended before calling). */

@@ -416,4 +416,25 @@ describe('operator endpoints', () => {
     expect(metrics).toContain('gateway_breaker_state{route="hot-2"} 0');
     expect(metrics).toContain('gateway_breaker_open_seconds_total');
   });
+
+  it('the time a breaker was open is its open periods, not until the next request or scrape found it half-open', async () => {
+    gw = await startGateway(mapOf([hot1.url]), { breaker: { failureThreshold: 1 } });
+    hot1.always({ kind: 'status', status: 500 });
+    const admin = { headers: { authorization: `Bearer ${ADMIN}` } };
+    const openSeconds = async () => {
+      const health = (await (await fetch(`${gw!.url}/health`, admin)).json()) as { routes: Array<Record<string, any>> };
+      const metrics = await (await fetch(`${gw!.url}/metrics`, admin)).text();
+      const gauge = /gateway_breaker_open_seconds_total\{route="hot-1"\} (\S+)/.exec(metrics)?.[1];
+      return { state: health.routes[0].breaker, health: health.routes[0].breaker_open_seconds, gauge: Number(gauge) };
+    };
+    expect((await chat(gw.url)).status).toBe(503); // opens the breaker for 30 s
+    gw.clock.ms += 10_000;
+    expect(await openSeconds()).toEqual({ state: 'open', health: 10, gauge: 10 });
+    gw.clock.ms += 290_000; // a quiet night: nothing read the breaker when its 30 s were up
+    // before: 300 seconds open, though the route had been half-open (ready for a probe) for 270 of them
+    expect(await openSeconds()).toEqual({ state: 'half-open', health: 30, gauge: 30 });
+    expect((await chat(gw.url)).status).toBe(503); // the probe fails: open for another 30 s
+    gw.clock.ms += 600_000;
+    expect(await openSeconds()).toEqual({ state: 'half-open', health: 60, gauge: 60 });
+  });
 });
