@@ -170,6 +170,7 @@ export class Pipeline {
         return 'broken';
       }
       const { decision, delayMs, reviewRequired } = admission;
+      this.deps.metrics.countRequest('cold', decision); // as fallBack counts its own: answered by the Cold tier
       const why = { reason: decision, attempts: 0, timeLeftMs: deadline.remaining(), delayMs, reviewRequired };
       // Metered once queued: a request the queue refused (503) was neither queued nor given to a person.
       if (await this.deps.cold.queue(ctx, res, why))

@@ -150,6 +150,17 @@ describe('degraded routing', () => {
     expect(gw.notifier.sent.find((m) => /human review/.test(m.subject))?.target).toBe('reviewer@example.com');
   });
 
+  it('a cap exceeded: the requests it queued are counted in gateway_requests_total as the Cold tier answered them', async () => {
+    spend = { today_cost_usd: 50.01, last_7d_cost_usd: 60 };
+    const gw = await up({}, { ADMIN_TOKEN: 'admin' });
+    expect((await chat(gw.url, undefined, { 'x-must-have-answer': 'false' })).status).toBe(202);
+    expect((await chat(gw.url)).status).toBe(202); // human review
+    const metrics = await (await fetch(`${gw.url}/metrics`, { headers: { authorization: 'Bearer admin' } })).text();
+    // before: neither counted, so the requests by tier missed every request the cap queued
+    expect(metrics).toContain('gateway_requests_total{tier="cold",status="queue"} 1');
+    expect(metrics).toContain('gateway_requests_total{tier="cold",status="human_review"} 1');
+  });
+
   // The streamed 202's event (and the 503 with the queue off) said "no route answered in time" for
   // these too: an operator or a client looked for an outage while it was the spend cap.
   it('a cap exceeded: a streamed request queued, or refused with the queue off, is told it was the spend cap, not that no route answered', async () => {
