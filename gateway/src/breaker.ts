@@ -59,6 +59,8 @@ export class Breaker {
   private current: BreakerState = 'closed';
   private consecutiveFailures = 0;
   private openedAt = 0;
+  /** When it opened here: one the fleet opened earlier was open here only from then. */
+  private openHereAt = 0;
   private lastProbeAt = -Infinity;
   private probeInFlight = false;
   private probeSuccesses = 0;
@@ -118,6 +120,7 @@ export class Breaker {
 
   private openAt(at: number, cause: ChangeCause): void {
     this.openedAt = at;
+    this.openHereAt = this.now();
     this.consecutiveFailures = 0;
     this.probeSuccesses = 0;
     this.set('open', cause);
@@ -280,11 +283,11 @@ export class Breaker {
   }
 
   /**
-   * The current open period's time so far. It ends after `openMs`, though the state turns
+   * The current open period's time here so far. It ends after `openMs`, though the state turns
    * half-open only when next read (a request or a scrape), maybe long after on a quiet gateway.
    */
   private openMsSoFar(): number {
-    return Math.min(this.now() - this.openedAt, this.openMs);
+    return Math.max(0, Math.min(this.now(), this.openedAt + this.openMs) - this.openHereAt);
   }
 
   /** Releases a probe slot that was taken but not used (the request ended before calling). */

@@ -76,6 +76,18 @@ describe('breakers across instances', () => {
     expect(hot.received).toHaveLength(5); // no instance called the dead route again
   });
 
+  it('one started while the fleet has the route half-open shows no time open: it was never open there', async () => {
+    hot.always({ kind: 'status', status: 500 });
+    const a = await instance(1, 300);
+    while (primary(a).state() !== 'open') await chat(a.url);
+    await until(async () => (await redis.keys(`${prefix}*:primary:*:open`)).length === 0, 5000); // half-open in the fleet
+    const late = await instance(2, 300);
+    expect(primary(late).state()).toBe('half-open');
+    const metrics = await (await fetch(`${late.url}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+    // before: 0.3, the whole open period the other instance had before this one started
+    expect(metrics).toContain('gateway_breaker_open_seconds_total{route="primary"} 0\n');
+  });
+
   it('three instances under load: a dead route gets at most 5 failing calls plus one in flight per other instance', async () => {
     hot.always({ kind: 'status', status: 503 });
     const three = await Promise.all([instance(1), instance(2), instance(3)]);
