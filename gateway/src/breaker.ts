@@ -133,7 +133,9 @@ export class Breaker {
 
   /** Another instance opened this route's breaker: open here too, for what is left of its period. */
   openFromFleet(remainingMs = this.openMs): void {
-    if (this.state() === 'open') return;
+    const state = this.state();
+    // Half-open here as in the fleet (read again after a reconnection): nothing opened.
+    if (state === 'open' || (state === 'half-open' && remainingMs <= 0)) return;
     this.openAt(this.now() - (this.openMs - Math.max(0, Math.min(remainingMs, this.openMs))), 'fleet');
   }
 

@@ -206,6 +206,28 @@ describe('breakers across instances', () => {
   });
 });
 
+describe('after a reconnection to Redis', () => {
+  it('a breaker half-open here and in the fleet stays half-open: no false opening', async () => {
+    const link = await new RedisLink().open();
+    try {
+      hot.always({ kind: 'status', status: 500 });
+      const a = await instance(1, 300, link.url);
+      while (primary(a).state() !== 'open') await chat(a.url);
+      await until(async () => (await redis.keys(`${prefix}*:primary:*:open`)).length === 0 && primary(a).state() === 'half-open', 5000);
+      const changes: string[] = [];
+      primary(a).onChange((state) => changes.push(state));
+      link.cut();
+      await link.open();
+      // The read after the reconnection asks for the probe lease of a route half-open: it was made.
+      await until(async () => (await redis.keys(`${prefix}*:primary:*:probe`)).length === 1, 10_000);
+      // before: open, then half-open again: a "breaker open" log line though nothing failed
+      expect(changes).toEqual([]);
+    } finally {
+      link.cut();
+    }
+  });
+});
+
 describe('route identity', () => {
   it('two routes of one provider and model have their own metric series and log lines', async () => {
     hot.always({ kind: 'status', status: 500 });
