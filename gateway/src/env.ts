@@ -66,7 +66,14 @@ const decodable = (v: string) => {
 };
 
 const redisUrl = () =>
-  url(['redis:', 'rediss:']).refine(decodable, 'expected its user and password percent-encoded (a % in them is written %25)');
+  url(['redis:', 'rediss:'])
+    .refine(decodable, 'expected its user and password percent-encoded (a % in them is written %25)')
+    // ioredis reads the path as the database; one that is no number (`/abc`, `/0/x`) it sent as SELECT NaN,
+    // unhandled: the gateway ended in a stack trace, and `npm run ops -- pause` first wrote to database 0.
+    .refine(
+      (v) => !URL.canParse(v) || /^\/?\d*$/.test(new URL(v).pathname),
+      'expected the database as a number after the port: redis://host:6379/0',
+    );
 
 const Env = z.object({
   /**

@@ -45,6 +45,8 @@ describe('npm run ops usage', () => {
     for (const [env, named] of [
       [{ QUEUE_STORE_URL: 'localhost:6379' }, 'QUEUE_STORE_URL: expected an absolute redis or rediss URL'],
       [{ ...away, REDIS_PREFIX: 'bad prefix' }, 'REDIS_PREFIX: expected 1-64 letters, digits, . _ : -, got "bad prefix"'],
+      // A database that is no number went to ioredis as SELECT NaN: a stack trace, after writing to database 0.
+      [{ QUEUE_STORE_URL: 'redis://127.0.0.1:1/abc' }, 'QUEUE_STORE_URL: expected the database as a number after the port'],
     ] as const) {
       const lines: string[] = [];
       expect(await ops(['status'], env, fail, (l) => lines.push(l)), named).toBe(2);
