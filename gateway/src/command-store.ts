@@ -1,8 +1,8 @@
 /**
  * The Redis a one-off command (`npm run ops`, `npm run keys`) acts on: connected and answering
- * within seconds, or an error that names QUEUE_STORE_URL. Without the ping, a store that is away
- * was said only as ioredis's "Reached the max retries per request limit", which names neither the
- * store nor the setting.
+ * within seconds, in the database QUEUE_STORE_URL names, or an error that names QUEUE_STORE_URL.
+ * Without the ping, a store that is away was said only as ioredis's "Reached the max retries per
+ * request limit", which names neither the store nor the setting.
  */
 import { Redis } from 'ioredis';
 import { within } from './within';
@@ -16,10 +16,28 @@ export async function commandStore(url: string): Promise<Redis> {
   redis.on('error', (error: Error) => (cause = error));
   try {
     await within(redis.ping(), WAIT_MS, 'the store at QUEUE_STORE_URL');
-    return redis;
   } catch (error) {
     redis.disconnect();
     const why = (cause ?? (error as Error)).message;
     throw new Error(`the store at QUEUE_STORE_URL did not answer: ${why}`, { cause: error });
+  }
+  await inDatabase(redis);
+  return redis;
+}
+
+/**
+ * Asks for the URL's database once more, now that the store answers. ioredis selects it on connect,
+ * and when the store has no such database (`/99` on a store of 16) it says so only as an 'error'
+ * event and sends every command on to database 0: a `pause` or a new key, reported as done, landed
+ * in another deployment's database.
+ */
+async function inDatabase(redis: Redis): Promise<void> {
+  const db = redis.options.db ?? 0;
+  if (!db) return;
+  try {
+    await within(redis.select(db), WAIT_MS, 'the store at QUEUE_STORE_URL');
+  } catch (error) {
+    redis.disconnect();
+    throw new Error(`QUEUE_STORE_URL names database ${db}, which the store refused: ${(error as Error).message}`, { cause: error });
   }
 }
