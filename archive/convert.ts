@@ -13,20 +13,7 @@
  * the input stored on another day is removed there. With --replace a day's data becomes exactly
  * the input's rows for that day.
  */
-import {
-  closeSync,
-  copyFileSync,
-  createWriteStream,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  readSync,
-  renameSync,
-  rmSync,
-  statSync,
-} from 'node:fs';
+import { copyFileSync, createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -34,6 +21,7 @@ import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 import { dayFiles, partBeside, removeEmptiedPartitions, removeLeftoverParts, type DayFile } from './day-files';
+import { fileHead, firstLine } from './file-head';
 import { ABANDONED_MS, lockArchive } from './lock';
 
 export interface ConvertOptions {
@@ -87,26 +75,6 @@ async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promi
 /** The input as progress lines and errors name it: an export URL's token is a secret (logs keep stderr). */
 function shown(input: string): string {
   return /^https?:\/\//.test(input) ? input.replace(/([?&]token=)[^&#]*/gi, '$1***') : input;
-}
-
-/**
- * The first `bytes` of a file as text, read alone: read whole, a gateway's CSV of a few months
- * passes the longest string Node makes (512 MB), and the archive failed on that, not on its rows.
- */
-function fileHead(file: string, bytes: number): string {
-  const head = Buffer.alloc(bytes);
-  const fd = openSync(file, 'r');
-  try {
-    return head.toString('utf8', 0, readSync(fd, head, 0, bytes, 0));
-  } finally {
-    closeSync(fd);
-  }
-}
-
-function firstLine(file: string): string {
-  return fileHead(file, 4096)
-    .split(/\r?\n/, 1)[0]
-    .replace(/^\uFEFF/, '');
 }
 
 /**

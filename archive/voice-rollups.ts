@@ -8,8 +8,10 @@
  * answered calls (or a cost per booking with no booking) is empty, never a division by zero.
  * Files written before ended_reason existed have one column less: null_padding reads them too.
  */
-import { CALL_FIELDS } from '../schema/call-record';
+import { statSync } from 'node:fs';
+import { CALL_FIELDS, CALLS_CSV_HEADER } from '../schema/call-record';
 import { lit } from './duck';
+import { firstLine } from './file-head';
 
 const TYPES: Record<string, string> = {
   call_id: 'VARCHAR',
@@ -49,4 +51,19 @@ export function voiceRollupSql(callsCsv: string, since: string | null): string {
       avg_turns, avg_ttfb_s, asr_wer, wer_sampled AS asr_wer_sampled_calls,
       cost_per_call, booking_cost / nullif(bookings, 0) AS cost_per_booking
     FROM t`;
+}
+
+/** The header of a calls file: today's, or one written before ended_reason (its last column) existed. */
+const HEADERS = [CALLS_CSV_HEADER, CALL_FIELDS.slice(0, -1).join(',')];
+
+/**
+ * What keeps a calls file from being read as call records, or null. The columns are given to DuckDB
+ * by position, so any other CSV was read as calls (`a,b` and one row: "1 call", exit 0), and a folder
+ * or the events CSV ended in DuckDB's own conversion error. An empty file is no calls yet.
+ */
+export function callsFileProblem(file: string): string | null {
+  if (statSync(file).isDirectory()) return 'a folder, expected the calls CSV';
+  const header = firstLine(file);
+  if (header === '' || HEADERS.includes(header)) return null;
+  return `line 1: expected the call header "${CALLS_CSV_HEADER}", got "${header.slice(0, 200)}"`;
 }

@@ -10,7 +10,7 @@ import { convert } from '../archive/convert';
 import { openDuck } from '../archive/duck';
 import { DEFAULT_ARCHIVE_DAYS, MAX_ARCHIVE_DAYS, expireArchive } from '../archive/expire';
 import { REPORTS, formatRows, reportSql, type ReportName } from '../archive/reports';
-import { voiceRollupSql } from '../archive/voice-rollups';
+import { callsFileProblem, voiceRollupSql } from '../archive/voice-rollups';
 import { existsSync } from 'node:fs';
 
 export const DEFAULT_ARCHIVE = '.data/archive';
@@ -115,11 +115,14 @@ async function reportCommand(rest: string[]): Promise<void> {
   if (positionals[0] === 'voice') {
     // An empty CALLS_CSV_FILE counts as unset, as the gateway reads it (env.ts).
     const calls = values.calls ?? (process.env.CALLS_CSV_FILE || '.data/calls.csv');
+    const since = values.since === undefined ? null : day('--since', values.since);
     if (!existsSync(calls))
       throw new UsageError(
         `--calls ${calls}: no such file (the gateway writes .data/calls.csv when METER_URL is not set; or pass the meter's calls export)`,
       );
-    return printQuery(voiceRollupSql(calls, values.since === undefined ? null : day('--since', values.since)), format);
+    const problem = callsFileProblem(calls);
+    if (problem) throw new Error(`--calls ${calls}: ${problem}`);
+    return printQuery(voiceRollupSql(calls, since), format);
   }
   const name = positionals[0] as ReportName;
   if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);

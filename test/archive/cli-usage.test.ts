@@ -3,6 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { CALLS_CSV_HEADER } from '../../schema/call-record';
 import { csvIn, root, scratchDir } from './archive-setup';
 
 const scratch = scratchDir();
@@ -64,6 +65,25 @@ describe('archive CLI usage errors', () => {
     const r = run('report', 'voice', '--calls', join(root, 'package.json'), '--since', '2026-02-30');
     expect(r.status).toBe(2);
     expect(r.stderr).toContain('--since: expected a day as YYYY-MM-DD, got "2026-02-30"');
+  });
+
+  // The columns were given by position: any CSV was read as calls ("a,b" and one row: 1 call, exit 0),
+  // and a folder or the events CSV ended in DuckDB's conversion error and its "Possible solutions".
+  it('report voice on a file that is not a calls CSV, or a folder, names it and the header expected, exit 1, no rows', () => {
+    const dir = scratch();
+    const other = join(dir, 'other.csv');
+    writeFileSync(other, 'a,b\n1,2\n');
+    const header = `expected the call header "${CALLS_CSV_HEADER}", got`;
+    for (const [calls, said] of [
+      [other, `--calls ${other}: line 1: ${header} "a,b"`],
+      [csvIn(dir, [{ event_id: 'a' }]), `line 1: ${header} "event_id,`],
+      [dir, `--calls ${dir}: a folder, expected the calls CSV`],
+    ]) {
+      const r = run('report', 'voice', '--calls', calls);
+      expect([r.status, r.stdout], calls).toEqual([1, '']);
+      expect(r.stderr).toContain(said);
+      expect(r.stderr).not.toContain('Conversion Error');
+    }
   });
 
   it('two report names are a usage error (the second was ignored)', () => {

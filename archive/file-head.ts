@@ -1,0 +1,23 @@
+/** The start of a large file, read without reading it whole (the archive's inputs, the calls file). */
+import { closeSync, openSync, readSync } from 'node:fs';
+
+/**
+ * The first `bytes` of a file as text, read alone: read whole, a gateway's CSV of a few months
+ * passes the longest string Node makes (512 MB), and the archive failed on that, not on its rows.
+ */
+export function fileHead(file: string, bytes: number): string {
+  const head = Buffer.alloc(bytes);
+  const fd = openSync(file, 'r');
+  try {
+    return head.toString('utf8', 0, readSync(fd, head, 0, bytes, 0));
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The first line, without its line ending or a byte-order mark. */
+export function firstLine(file: string): string {
+  return fileHead(file, 4096)
+    .split(/\r?\n/, 1)[0]
+    .replace(/^\uFEFF/, '');
+}
