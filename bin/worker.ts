@@ -4,6 +4,7 @@ import { createLogger } from '../gateway/src/log';
 import { holdHangups, onSignals } from '../gateway/src/shutdown';
 import { fail } from '../gateway/src/start';
 import { createStack } from '../gateway/src/stack';
+import { noArguments } from '../gateway/src/no-arguments';
 
 async function run(): Promise<void> {
   holdHangups();
@@ -25,4 +26,4 @@ async function run(): Promise<void> {
   onSignals(log, stop, () => stack.routes.reload());
 }
 
-run().catch((error: unknown) => fail(error, 'worker'));
+if (noArguments('npm run worker', process.argv.slice(2))) run().catch((error: unknown) => fail(error, 'worker'));
