@@ -50,10 +50,18 @@ function readMap(file: string): Json {
   return map;
 }
 
-/** `npm run routes:diff -- [a] [b]`: 0 with the difference printed, 1 on a map that cannot be read, 2 on usage. */
+const USAGE = 'usage: npm run routes:diff -- [a.json] [b.json] (default routes.local.json routes.prod.json)';
+
+/** `npm run routes:diff -- [a] [b]`: 0 with the difference printed (or --help), 1 on a map that cannot be read, 2 on usage. */
 export function routesDiffCli(args: string[], out: Print, err: Print): number {
-  if (args.length > 2) {
-    err(`usage: npm run routes:diff -- [a.json] [b.json] (default routes.local.json routes.prod.json), got ${args.length} arguments`);
+  if (args.length === 1 && ['--help', '-h'].includes(args[0])) {
+    out(USAGE);
+    return 0;
+  }
+  // It takes no options: `--help` or `--bogus` was read as a map's file name ("--help: no such file", exit 1).
+  const option = args.find((a) => a.startsWith('-'));
+  if (option !== undefined || args.length > 2) {
+    err(`${USAGE}, got ${option === undefined ? `${args.length} arguments` : `the option "${option}"`}`);
     return 2;
   }
   const [a = 'routes.local.json', b = 'routes.prod.json'] = args;

@@ -37,6 +37,17 @@ describe('npm run routes:diff', () => {
     }
   });
 
+  // It takes no options, and read one as a map's file name: "--help: no such file", exit 1.
+  it('--help prints the usage, exit 0; an option is a usage error naming it, exit 2, no map read', () => {
+    const usage = 'usage: npm run routes:diff -- [a.json] [b.json] (default routes.local.json routes.prod.json)';
+    expect(run('--help')).toMatchObject({ status: 0, stdout: `${usage}\n`, stderr: '' });
+    for (const args of [['--bogus'], ['routes.local.json', '--prod']]) {
+      const r = run(...args);
+      expect([r.status, r.stdout], args.join(' ')).toEqual([2, '']);
+      expect(r.stderr).toBe(`${usage}, got the option "${args.at(-1)}"\n`);
+    }
+  });
+
   it('a map saved with a byte-order mark is read as without one', () => {
     const a = join(dir, 'a.json');
     writeFileSync(a, '\uFEFF{"hot": [], "cheaper_model": "gpt-4o-mini"}');
