@@ -106,7 +106,15 @@ function removeAbandonedScratch(out: string, now: number): void {
   }
 }
 
+/** A local input that is missing or a folder: said before the archive folder is made (a typo left an empty one). */
+function checkLocalInput(input: string): void {
+  if (/^https?:\/\//.test(input)) return;
+  if (!existsSync(input)) throw new ArchiveInputError(`${input}: no such file`);
+  if (!statSync(input).isFile()) throw new ArchiveInputError(`${input}: not a file (a folder?), expected an event CSV`);
+}
+
 export async function convert(input: string, options: ConvertOptions): Promise<ConvertResult> {
+  checkLocalInput(input);
   const out = resolve(options.out);
   const started = Date.now();
   mkdirSync(out, { recursive: true });

@@ -86,6 +86,20 @@ describe('archive CLI usage errors', () => {
     }
   });
 
+  // The archive folder was made before the input was looked at: a typo left an empty one, and a folder was "no such file".
+  it('archive of a missing input or a folder names it, exit 1, and makes no archive folder', () => {
+    const dir = scratch();
+    const out = join(dir, 'archive');
+    for (const [input, said] of [
+      [join(dir, 'nope.csv'), 'no such file'],
+      [dir, 'not a file (a folder?), expected an event CSV'],
+    ]) {
+      const r = run('convert', input, '--out', out);
+      expect([r.status, r.stdout, r.stderr], input).toEqual([1, '', `${input}: ${said}\n`]);
+      expect(existsSync(out)).toBe(false);
+    }
+  });
+
   it('two report names are a usage error (the second was ignored)', () => {
     const r = run('report', 'daily', 'customers', '--archive', scratch());
     expect(r.status).toBe(2);
