@@ -47,6 +47,12 @@ async function main(): Promise<number> {
       process.stderr.write(`${(error as Error).message}\n`);
     }
   }
+  // Nothing fetched, nothing written: a first run with the service away left an empty `{}` file,
+  // and "rates written" under every country's failure.
+  if (failed === countries.length) {
+    process.stderr.write(`no country's rates fetched: ${file} not written\n`);
+    return 1;
+  }
   writeRates(file, rates);
   process.stdout.write(`rates written to ${file}\n`);
   return failed ? 1 : 0;

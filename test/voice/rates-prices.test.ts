@@ -128,6 +128,34 @@ describe('the rates file', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  // A first run with the service away wrote an empty `{}` rates file and said "rates written".
+  it('npm run concierge:rates with no country fetched writes nothing and says so, exit 1', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rates-'));
+    const file = join(dir, 'rates.json');
+    const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), [join(root, 'bin/concierge-rates.ts'), 'US', 'GB'], {
+      cwd: root,
+      env: {
+        ...process.env,
+        TWILIO_PRICING_URL: await refusedUrl(),
+        TWILIO_ACCOUNT_SID: 'ACsid',
+        TWILIO_AUTH_TOKEN: 'tok',
+        TELEPHONY_RATES_FILE: file,
+      },
+    });
+    let [out, err] = ['', ''];
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    const code = await new Promise((r) => child.on('exit', r));
+    expect([code, out]).toEqual([1, '']);
+    expect(err.trim().split('\n')).toEqual([
+      expect.stringMatching(/^US: pricing service .* not reached/),
+      expect.stringMatching(/^GB: pricing service .* not reached/),
+      `no country's rates fetched: ${file} not written`,
+    ]);
+    expect(readdirSync(dir)).toEqual([]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   // The gateway counts an empty variable as unset (an env file's `TELEPHONY_RATES_FILE=`); this
   // command fetched every country, then died renaming its file to "" with a stack trace.
   it('npm run concierge:rates with TELEPHONY_RATES_FILE set empty writes the default file, as the gateway reads it', async () => {
