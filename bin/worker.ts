@@ -4,6 +4,7 @@ import { createLogger } from '../gateway/src/log';
 import { holdHangups, onSignals } from '../gateway/src/shutdown';
 import { fail } from '../gateway/src/start';
 import { createStack } from '../gateway/src/stack';
+import { onDatabaseRefused } from '../gateway/src/stores';
 import { noArguments } from '../gateway/src/no-arguments';
 
 async function run(): Promise<void> {
@@ -14,6 +15,7 @@ async function run(): Promise<void> {
   if (!settings.QUEUE_STORE_URL && !settings.production)
     log.warn("QUEUE_STORE_URL is not set: this worker has its own empty in-process queue; point it at the gateway's Redis");
   const stack = await createStack(process.env, log, { http: false, worker: true });
+  if (stack.redis) onDatabaseRefused(stack.redis, (error) => fail(error, 'worker'));
   const graceMs = settings.SHUTDOWN_GRACE_MS;
   const stop = async () => {
     // Jobs still running at the end of the grace are cut (metered) and handed back to another worker.

@@ -11,6 +11,7 @@ import { readEnv } from './env';
 import { createLogger } from './log';
 import { holdHangups, onSignals, trackRequests } from './shutdown';
 import { createStack } from './stack';
+import { onDatabaseRefused } from './stores';
 
 /**
  * A request cut at the end of the grace meters its call (CLIENT_CLOSED) only after its connection
@@ -24,6 +25,7 @@ export async function start(env: NodeJS.ProcessEnv = process.env): Promise<Serve
   const settings = readEnv(env); // first: a bad LOG_LEVEL is named like any other bad value
   const log = createLogger(settings.LOG_LEVEL);
   const stack = await createStack(env, log, { http: true, worker: settings.WORKER !== 'off' });
+  if (stack.redis) onDatabaseRefused(stack.redis, (error) => fail(error));
   if (!stack.worker) logNoWorker(log, Boolean(settings.QUEUE_STORE_URL));
   const server = await stack.gateway!.listen(settings.PORT).catch((error: NodeJS.ErrnoException) => {
     // The likeliest first-run problem (a second `npm start` on 8080): named as a setting, not a stack trace.

@@ -112,3 +112,19 @@ export function reportRedisState(redis: Redis, log: { error(m: string): void; in
     log.info('Redis reachable again');
   });
 }
+
+/**
+ * Asks once for the database QUEUE_STORE_URL names, and hands a refusal to `refused`. ioredis selects
+ * it on connect, and when the store has no such database (`/99` on a store of 16) it says so only
+ * as an 'error' event, then sends every command on to database 0: the gateway logged "Redis
+ * unreachable", then "reachable again", and ran its queue, keys and pause in another deployment's
+ * database. Not waited for: with Redis away at start, the gateway starts as before.
+ */
+export function onDatabaseRefused(redis: Redis, refused: (error: ConfigError) => void): void {
+  const db = redis.options.db ?? 0;
+  if (!db) return;
+  redis.select(db).catch((error: Error) => {
+    if (error.name !== 'ReplyError') return; // the connection closing, not the store's answer
+    refused(new ConfigError(`QUEUE_STORE_URL names database ${db}, which the store refused: ${error.message}`));
+  });
+}

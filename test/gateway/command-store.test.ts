@@ -1,5 +1,8 @@
-// `npm run ops` and `npm run keys` against a QUEUE_STORE_URL naming a database the store does not
-// have: a Redis of the test's own with two databases, so that nothing lands in a shared one.
+// The commands (`npm run ops`, `npm run keys`, `npm start`, `npm run worker`) against a QUEUE_STORE_URL
+// naming a database the store does not have: a Redis of the test's own with two databases, so that
+// nothing lands in a shared one.
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
@@ -36,4 +39,27 @@ describe.skipIf(!hasRedisServer)('a one-off command on a database the store does
     ]);
     expect(await keysInDatabaseZero()).toEqual([]);
   });
+});
+
+const root = join(import.meta.dirname, '..', '..');
+
+// They said "Redis unreachable", then "reachable again", and ran on in database 0 until stopped.
+describe.skipIf(!hasRedisServer)('npm start and npm run worker on a database the store does not have', () => {
+  for (const [file, what] of [
+    ['main.js', 'gateway'],
+    ['worker.js', 'worker'],
+  ]) {
+    it(`the ${what} ends, exit 1, naming QUEUE_STORE_URL and the database`, () => {
+      const r = spawnSync(process.execPath, [join(root, 'gateway/dist', file)], {
+        cwd: root,
+        env: { PATH: process.env.PATH, PORT: '0', LOG_LEVEL: 'silent', QUEUE_STORE_URL: `redis://127.0.0.1:${redis.port}/5` },
+        encoding: 'utf8',
+        timeout: 8_000, // a process that ran on ends the test (exit 0 on the SIGTERM) rather than hangs it
+      });
+      expect([r.status, r.stderr]).toEqual([
+        1,
+        `${what} did not start:\nQUEUE_STORE_URL names database 5, which the store refused: ERR DB index is out of range\n`,
+      ]);
+    });
+  }
 });
