@@ -35,9 +35,10 @@ async function main(): Promise<number> {
     return 1;
   }
   let failed = 0;
+  const fetched: typeof rates = {};
   for (const iso of countries) {
     try {
-      rates[iso] = await fetchCountryRates(iso, { baseUrl, sid, token });
+      rates[iso] = fetched[iso] = await fetchCountryRates(iso, { baseUrl, sid, token });
       const r = inboundRate(rates, iso);
       process.stdout.write(
         `${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${rates[iso].outbound.length} outbound prefix price(s)\n`,
@@ -53,7 +54,14 @@ async function main(): Promise<number> {
     process.stderr.write(`no country's rates fetched: ${file} not written\n`);
     return 1;
   }
-  writeRates(file, rates);
+  // Onto the file as it is now: a second run, for other countries, may have written it while this one
+  // fetched, and writing what was read at the start put its countries back as they were (lost).
+  try {
+    writeRates(file, { ...readRates(file), ...fetched });
+  } catch (error) {
+    process.stderr.write(`${(error as Error).message}\n`);
+    return 1;
+  }
   process.stdout.write(`rates written to ${file}\n`);
   return failed ? 1 : 0;
 }

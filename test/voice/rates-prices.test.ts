@@ -156,6 +156,47 @@ describe('the rates file', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  // Each run wrote the file as it read it at its start with its own countries added: the run that
+  // finished last put back the other's countries as they were (two runs, US and GB: only US stayed).
+  it('two npm run concierge:rates at once, for different countries: the file keeps both', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rates-'));
+    const file = join(dir, 'rates.json');
+    let askedUs: () => void = () => {};
+    const usAsked = new Promise<void>((r) => (askedUs = r));
+    const heldUs: (() => void)[] = [];
+    const body = JSON.stringify({
+      price_unit: 'USD',
+      inbound_call_prices: [{ number_type: 'local', base_price: '0.01', current_price: '0.01' }],
+      outbound_prefix_prices: [],
+    });
+    const service = createServer((req, res) => {
+      const answer = () => res.writeHead(200, { 'content-type': 'application/json' }).end(body);
+      if (!req.url?.endsWith('/US')) return answer();
+      heldUs.push(answer); // held until the GB run has written the file
+      askedUs();
+    });
+    await new Promise<void>((r) => service.listen(0, '127.0.0.1', r));
+    const env = {
+      ...process.env,
+      TWILIO_PRICING_URL: `http://127.0.0.1:${(service.address() as AddressInfo).port}`,
+      TWILIO_ACCOUNT_SID: 'ACsid',
+      TWILIO_AUTH_TOKEN: 'tok',
+      TELEPHONY_RATES_FILE: file,
+    };
+    const ratesRun = (country: string) => {
+      const child = spawn(join(root, 'node_modules', '.bin', 'tsx'), [join(root, 'bin/concierge-rates.ts'), country], { cwd: root, env });
+      return new Promise((r) => child.on('exit', r));
+    };
+    const us = ratesRun('US');
+    await usAsked;
+    expect(await ratesRun('GB')).toBe(0);
+    heldUs.forEach((answer) => answer());
+    expect(await us).toBe(0);
+    service.close();
+    expect(Object.keys(readRates(file)).sort()).toEqual(['GB', 'US']);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   // The gateway counts an empty variable as unset (an env file's `TELEPHONY_RATES_FILE=`); this
   // command fetched every country, then died renaming its file to "" with a stack trace.
   it('npm run concierge:rates with TELEPHONY_RATES_FILE set empty writes the default file, as the gateway reads it', async () => {
