@@ -129,98 +129,152 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   }
 }
 
+/** Writes the rows of a query into Parquet files per day under a folder. */
+type CopyDays = (select: string, to: string) => Promise<unknown>;
+
+const COLUMNS = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
+
+function dayCopier(duck: Duck, partition: boolean): CopyDays {
+  // One pass writes every day. The partition columns stay inside the files, so each file
+  // describes itself; the flat layout drops `day` and keeps the 19 fields.
+  return (select, to) =>
+    duck.run(
+      `COPY (SELECT ${COLUMNS}, strftime("timestamp", '%Y%m%d') AS day FROM (${select})) TO ${lit(to)} (FORMAT parquet, COMPRESSION zstd, ` +
+        `PARTITION_BY (${partition ? 'provider, day' : 'day'}), WRITE_PARTITION_COLUMNS ${partition}, FILENAME_PATTERN 'part_{i}')`,
+    );
+}
+
+/** The input as a local file with the event header (a URL downloaded into `work` first). */
+async function inputFile(input: string, name: string, options: ConvertOptions, work: string): Promise<string> {
+  const file = /^https?:\/\//.test(input) ? await download(input, options.env ?? process.env, work) : resolve(input);
+  if (!existsSync(file) || !statSync(file).isFile()) throw new ArchiveInputError(`${name}: no such file`);
+  const header = firstLine(file);
+  if (header !== CSV_HEADER) {
+    throw new ArchiveInputError(`${name}: line 1: expected the event header "${CSV_HEADER}", got "${header.slice(0, 200)}"`);
+  }
+  return file;
+}
+
+/**
+ * Pass 1, the common case in one streaming read: check and type each row on its way from the CSV
+ * into Parquet files per day in `to`. A bad row stops it (nothing published).
+ */
+async function checkedPass(duck: Duck, copyDays: CopyDays, csvSource: string, name: string, to: string): Promise<void> {
+  try {
+    await copyDays(selectTypedGuarded(csvSource), to);
+  } catch (error) {
+    const message = String((error as Error).message);
+    // A line the CSV reader cannot split into the 19 fields (a download cut short): DuckDB's own
+    // message suggests options of the reader, so it is said here in the terms of the other errors.
+    const csvLine = /CSV Error on Line: (\d+)/.exec(message);
+    if (csvLine) throw new ArchiveInputError(`${name}: line ${csvLine[1]}: ${csvProblem(message)}; nothing was written`);
+    if (!message.includes(GUARD_ERROR)) throw error;
+    await throwRowProblems(duck, csvSource, name);
+  }
+}
+
+/** What pass 1 wrote, and the stored files its days touch. */
+interface MergePlan {
+  /** Pass 1's files, as a DuckDB source. */
+  written: string;
+  rows: number;
+  repeated: number;
+  days: string[];
+  /** Every stored file of a day the input rewrites: a day's rows are replaced as a whole. */
+  existing: string[];
+  /** Stored files of other days that held an event_id of the input: rewritten without it. */
+  moved: string[];
+  movedDays: number;
+}
+
+async function mergePlan(duck: Duck, first: string, out: string): Promise<MergePlan> {
+  const written = `read_parquet(${lit(join(first, '**', '*.parquet'))}, hive_partitioning = false, union_by_name = true)`;
+  const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
+    `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,
+  );
+  const days = n
+    ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d)
+    : [];
+  const stored = dayFiles(out);
+  const inputDays = new Set(days);
+  const others = stored.filter((s) => !inputDays.has(s.day));
+  const otherDays = new Set(await daysHolding(duck, others, written));
+  const existing = stored.filter((s) => inputDays.has(s.day)).map((s) => s.file);
+  const moved = stored.filter((s) => otherDays.has(s.day)).map((s) => s.file);
+  return { written, rows: n, repeated, days, existing, moved, movedDays: otherDays.size };
+}
+
+/**
+ * Pass 2, only when needed: one row per event_id within the input (the last occurrence wins, which
+ * needs line order), and the union with the stored rows kept beside the input's: the input's days
+ * unless --replace, and the other days that held an event_id of the input, always (--replace is
+ * about the input's days only). Returns the folder to publish, or null when pass 1's will do.
+ */
+async function mergedPass(
+  duck: Duck,
+  copyDays: CopyDays,
+  plan: MergePlan,
+  csvSource: string,
+  work: string,
+  run: RunLog,
+  replace?: boolean,
+) {
+  const keep = [...(plan.existing.length > 0 && !replace ? plan.existing : []), ...plan.moved];
+  if (plan.repeated === 0 && keep.length === 0) return null;
+  let source = plan.written;
+  if (plan.repeated > 0) {
+    run.log(`${plan.repeated} repeated event_id(s) in the input: the last of each is kept`);
+    await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${csvSource}`);
+    await duck.run(
+      `CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`,
+    );
+    source = 'input';
+  }
+  const kept = keep.length
+    ? ` UNION ALL SELECT ${COLUMNS} FROM read_parquet([${keep.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM ${source})`
+    : '';
+  if (keep.length) run.log(`merging with ${keep.length} stored file(s) (${run.elapsed()})`);
+  const staged = join(work, 'pass2');
+  await copyDays(`SELECT ${COLUMNS} FROM ${source}${kept}`, staged);
+  return staged;
+}
+
+/** A run's progress lines, with the time since it started. */
+interface RunLog {
+  log: (line: string) => void;
+  elapsed: () => string;
+}
+
+const hasParquet = (dir: string) => existsSync(dir) && readdirSync(dir, { recursive: true }).some((f) => String(f).endsWith('.parquet'));
+
 /** The run itself, while it holds the archive folder. */
 async function convertLocked(input: string, out: string, options: ConvertOptions, started: number): Promise<ConvertResult> {
-  const log = options.log ?? (() => {});
-  const partition = options.partition ?? false;
-  const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)}s`;
+  const run: RunLog = { log: options.log ?? (() => {}), elapsed: () => `${((Date.now() - started) / 1000).toFixed(1)}s` };
   const work = join(out, `.archive-tmp-${process.pid}-${Date.now()}`);
   mkdirSync(work);
   const duck = await openDuck();
   try {
     const name = shown(input);
-    const file = /^https?:\/\//.test(input) ? await download(input, options.env ?? process.env, work) : resolve(input);
-    if (!existsSync(file) || !statSync(file).isFile()) throw new ArchiveInputError(`${name}: no such file`);
-    const header = firstLine(file);
-    if (header !== CSV_HEADER) {
-      throw new ArchiveInputError(`${name}: line 1: expected the event header "${CSV_HEADER}", got "${header.slice(0, 200)}"`);
-    }
-
-    log(`reading ${name} (${(statSync(file).size / 1e6).toFixed(1)} MB)`);
+    const file = await inputFile(input, name, options, work);
+    run.log(`reading ${name} (${(statSync(file).size / 1e6).toFixed(1)} MB)`);
     const csvSource = readCsv(file);
-    const columns = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
-    const copyDays = (select: string, to: string) =>
-      // One pass writes every day. The partition columns stay inside the files, so each file
-      // describes itself; the flat layout drops `day` and keeps the 19 fields.
-      duck.run(
-        `COPY (SELECT ${columns}, strftime("timestamp", '%Y%m%d') AS day FROM (${select})) TO ${lit(to)} (FORMAT parquet, COMPRESSION zstd, ` +
-          `PARTITION_BY (${partition ? 'provider, day' : 'day'}), WRITE_PARTITION_COLUMNS ${partition}, FILENAME_PATTERN 'part_{i}')`,
-      );
-
-    // Pass 1, the common case in one streaming read: check and type each row on its way from the
-    // CSV into Parquet files per day in the scratch folder. A bad row stops it (nothing published).
+    const partition = options.partition ?? false;
+    const copyDays = dayCopier(duck, partition);
     const first = join(work, 'pass1');
-    try {
-      await copyDays(selectTypedGuarded(csvSource), first);
-    } catch (error) {
-      const message = String((error as Error).message);
-      // A line the CSV reader cannot split into the 19 fields (a download cut short): DuckDB's own
-      // message suggests options of the reader, so it is said here in the terms of the other errors.
-      const csvLine = /CSV Error on Line: (\d+)/.exec(message);
-      if (csvLine) throw new ArchiveInputError(`${name}: line ${csvLine[1]}: ${csvProblem(message)}; nothing was written`);
-      if (!message.includes(GUARD_ERROR)) throw error;
-      await throwRowProblems(duck, csvSource, name);
-    }
+    await checkedPass(duck, copyDays, csvSource, name, first);
     // A file with only its header (the export URL on a day without events) writes no file, and
     // read_parquet of nothing is an error: there is nothing to archive.
-    if (!existsSync(first) || !readdirSync(first, { recursive: true }).some((f) => String(f).endsWith('.parquet'))) {
-      log(`read and checked 0 rows: nothing to archive (${elapsed()})`);
+    if (!hasParquet(first)) {
+      run.log(`read and checked 0 rows: nothing to archive (${run.elapsed()})`);
       return { rows: 0, days: [], files: [] };
     }
-    const written = `read_parquet(${lit(join(first, '**', '*.parquet'))}, hive_partitioning = false, union_by_name = true)`;
-    const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
-      `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,
-    );
-    const days = n
-      ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d)
-      : [];
-    const stored = dayFiles(out);
-    const inputDays = new Set(days);
-    const others = stored.filter((s) => !inputDays.has(s.day));
-    const otherDays = new Set(await daysHolding(duck, others, written));
-    // Every file of a day that is rewritten: a day's rows are replaced as a whole.
-    const existing = stored.filter((s) => inputDays.has(s.day)).map((s) => s.file);
-    const moved = stored.filter((s) => otherDays.has(s.day)).map((s) => s.file);
-    log(`read and checked ${n} rows, ${days.length} day(s) (${elapsed()})`);
-    if (moved.length > 0) log(`event_id(s) of the input stored on ${otherDays.size} other day(s): removed there`);
-
-    // Pass 2, only when needed: one row per event_id within the input (the last occurrence wins,
-    // which needs line order), and the union with days already in the archive.
-    let staged = first;
-    const merge = existing.length > 0 && !options.replace;
-    // The stored rows kept beside the input's: the input's days unless --replace, and the other days
-    // that held an event_id of the input, always (--replace is about the input's days only).
-    const keep = [...(merge ? existing : []), ...moved];
-    if (repeated > 0 || keep.length > 0) {
-      let source = written;
-      if (repeated > 0) {
-        log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
-        await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${csvSource}`);
-        await duck.run(
-          `CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`,
-        );
-        source = 'input';
-      }
-      const kept = keep.length
-        ? ` UNION ALL SELECT ${columns} FROM read_parquet([${keep.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM ${source})`
-        : '';
-      if (keep.length) log(`merging with ${keep.length} stored file(s) (${elapsed()})`);
-      staged = join(work, 'pass2');
-      await copyDays(`SELECT ${columns} FROM ${source}${kept}`, staged);
-    }
-    const files = publish(staged, out, [...existing, ...moved], partition);
-    log(`archived ${n} input rows into ${files.length} file(s) for ${days.length} day(s) (${elapsed()})`);
-    return { rows: n, days, files };
+    const plan = await mergePlan(duck, first, out);
+    run.log(`read and checked ${plan.rows} rows, ${plan.days.length} day(s) (${run.elapsed()})`);
+    if (plan.moved.length > 0) run.log(`event_id(s) of the input stored on ${plan.movedDays} other day(s): removed there`);
+    const staged = (await mergedPass(duck, copyDays, plan, csvSource, work, run, options.replace)) ?? first;
+    const files = publish(staged, out, [...plan.existing, ...plan.moved], partition);
+    run.log(`archived ${plan.rows} input rows into ${files.length} file(s) for ${plan.days.length} day(s) (${run.elapsed()})`);
+    return { rows: plan.rows, days: plan.days, files };
   } finally {
     duck.close();
     rmSync(work, { recursive: true, force: true });
