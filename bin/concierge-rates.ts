@@ -1,67 +1,78 @@
 /** `npm run concierge:rates -- US GB …`: per-country telephony rates from Twilio's pricing API into the rates file. */
 import { DEFAULT_RATES_FILE, fetchCountryRates, inboundRate, readRates, writeRates } from '../gateway/src/voice/rates';
 
-async function main(): Promise<number> {
-  const countries = process.argv.slice(2).map((c) => c.toUpperCase());
-  // Checked before anything is fetched or written: a typo is a usage error, not a half-done run.
+type Rates = ReturnType<typeof readRates>;
+type Account = { baseUrl: string; sid: string; token: string };
+const say = (line: string) => process.stderr.write(`${line}\n`);
+
+/** The countries asked for, or null (said): checked before anything is fetched or written, a typo being a usage error. */
+function countriesAsked(args: string[]): string[] | null {
+  const countries = args.map((c) => c.toUpperCase());
   const bad = countries.filter((c) => !/^[A-Z]{2}$/.test(c));
-  if (!countries.length || bad.length) {
-    if (bad.length)
-      process.stderr.write(`country: expected ISO 3166 alpha-2 codes such as US, got ${bad.map((c) => `"${c}"`).join(', ')}\n`);
-    process.stderr.write('usage: npm run concierge:rates -- US GB ...\n');
-    return 2;
-  }
-  const sid = process.env.TWILIO_ACCOUNT_SID;
-  const token = process.env.TWILIO_AUTH_TOKEN;
-  if (!sid || !token) {
-    process.stderr.write('TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN must be set\n');
-    return 2;
-  }
-  const baseUrl = pricingUrl(process.env.TWILIO_PRICING_URL || 'https://pricing.twilio.com');
-  if (!baseUrl) {
-    process.stderr.write(
-      'TWILIO_PRICING_URL: expected an http or https URL without user:password in it (the account is TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN)\n',
-    );
-    return 2;
-  }
-  // An empty value counts as unset, as the gateway reads it (env.ts): `VAR=` in an env file.
-  const file = process.env.TELEPHONY_RATES_FILE || DEFAULT_RATES_FILE;
-  let rates: ReturnType<typeof readRates>;
-  try {
-    rates = readRates(file);
-  } catch (error) {
-    // Left as it is: it holds the rates of countries fetched before, which the operator may want back.
-    process.stderr.write(`${(error as Error).message}\n`);
-    return 1;
-  }
+  if (countries.length && !bad.length) return countries;
+  if (bad.length) say(`country: expected ISO 3166 alpha-2 codes such as US, got ${bad.map((c) => `"${c}"`).join(', ')}`);
+  say('usage: npm run concierge:rates -- US GB ...');
+  return null;
+}
+
+/** Twilio's account and the pricing service, from the environment, or null (said). */
+function account(env: NodeJS.ProcessEnv): Account | null {
+  const sid = env.TWILIO_ACCOUNT_SID;
+  const token = env.TWILIO_AUTH_TOKEN;
+  if (!sid || !token) return (say('TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN must be set'), null);
+  const baseUrl = pricingUrl(env.TWILIO_PRICING_URL || 'https://pricing.twilio.com');
+  if (baseUrl) return { baseUrl, sid, token };
+  say(
+    'TWILIO_PRICING_URL: expected an http or https URL without user:password in it (the account is TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN)',
+  );
+  return null;
+}
+
+/** Each country's rates, said as they come; a country that failed is said and left out. */
+async function fetchRates(countries: string[], from: Account): Promise<{ fetched: Rates; failed: number }> {
+  const fetched: Rates = {};
   let failed = 0;
-  const fetched: typeof rates = {};
   for (const iso of countries) {
     try {
-      rates[iso] = fetched[iso] = await fetchCountryRates(iso, { baseUrl, sid, token });
-      const r = inboundRate(rates, iso);
+      fetched[iso] = await fetchCountryRates(iso, from);
+      const r = inboundRate(fetched, iso);
       process.stdout.write(
-        `${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${rates[iso].outbound.length} outbound prefix price(s)\n`,
+        `${iso}: inbound ${r ? `${r.perMinute} ${r.unit}/min` : 'none'}; ${fetched[iso].outbound.length} outbound prefix price(s)\n`,
       );
     } catch (error) {
       failed++;
-      process.stderr.write(`${(error as Error).message}\n`);
+      say((error as Error).message);
     }
   }
+  return { fetched, failed };
+}
+
+/** Whether `action` ran; its error said otherwise (a rates file that cannot be read or written). */
+function done(action: () => void): boolean {
+  try {
+    action();
+    return true;
+  } catch (error) {
+    say((error as Error).message);
+    return false;
+  }
+}
+
+async function main(): Promise<number> {
+  const countries = countriesAsked(process.argv.slice(2));
+  const from = countries && account(process.env);
+  if (!countries || !from) return 2;
+  // An empty value counts as unset, as the gateway reads it (env.ts): `VAR=` in an env file.
+  const file = process.env.TELEPHONY_RATES_FILE || DEFAULT_RATES_FILE;
+  // A file that cannot be read is left as it is: it holds the rates of countries fetched before, which the operator may want back.
+  if (!done(() => readRates(file))) return 1;
+  const { fetched, failed } = await fetchRates(countries, from);
   // Nothing fetched, nothing written: a first run with the service away left an empty `{}` file,
   // and "rates written" under every country's failure.
-  if (failed === countries.length) {
-    process.stderr.write(`no country's rates fetched: ${file} not written\n`);
-    return 1;
-  }
+  if (failed === countries.length) return (say(`no country's rates fetched: ${file} not written`), 1);
   // Onto the file as it is now: a second run, for other countries, may have written it while this one
   // fetched, and writing what was read at the start put its countries back as they were (lost).
-  try {
-    writeRates(file, { ...readRates(file), ...fetched });
-  } catch (error) {
-    process.stderr.write(`${(error as Error).message}\n`);
-    return 1;
-  }
+  if (!done(() => writeRates(file, { ...readRates(file), ...fetched }))) return 1;
   process.stdout.write(`rates written to ${file}\n`);
   return failed ? 1 : 0;
 }
