@@ -415,6 +415,8 @@ describe('operator endpoints', () => {
     expect(metrics).toContain('gateway_breaker_state{route="hot-1"} 0');
     expect(metrics).toContain('gateway_breaker_state{route="hot-2"} 0');
     expect(metrics).toContain('gateway_breaker_open_seconds_total');
+    // Counted for every OpenAI endpoint on the pipeline, and said so: not chat completions alone.
+    expect(metrics).toMatch(/# HELP gateway_requests_total .*chat completions, responses and embeddings/);
   });
 
   it('the time a breaker was open is its open periods, not until the next request or scrape found it half-open', async () => {
