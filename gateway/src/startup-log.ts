@@ -6,11 +6,16 @@ import type { RoutesMapConfig } from './routes-map';
 import type { Scopes } from './scopes';
 import type { Stores } from './stores';
 
-/** A Redis URL without its password, for logs: ioredis takes one from `?password=` as from the userinfo. */
+/**
+ * A Redis URL without its password, for logs: ioredis takes one from `?password=` as from the
+ * userinfo. A userinfo with no colon is a user name to ioredis, but a password to redis-cli, as an
+ * operator may have meant it: hidden too.
+ */
 function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
+    else if (u.username) u.username = '***';
     if (u.searchParams.has('password')) u.searchParams.set('password', '***');
     return u.toString();
   } catch {

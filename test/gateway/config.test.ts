@@ -194,10 +194,16 @@ describe('routing maps', () => {
 });
 
 describe('the start-up log', () => {
-  it('shows the Redis URL without its password, in the userinfo or in the query (ioredis reads both)', () => {
+  // A password written with no colon before it (`redis://hunter2@host`, as redis-cli reads it) is a user name to
+  // ioredis, and the log showed it.
+  it('shows the Redis URL without its password, in the userinfo (with or without its colon) or in the query (ioredis reads both)', () => {
     const logs: string[] = [];
     const map = parseRoutesMap(readFileSync(join(root, 'routes.local.json'), 'utf8'), 'routes.local.json', env);
-    for (const url of ['redis://:hunter2@127.0.0.1:6379/9', 'redis://127.0.0.1:6379/9?password=hunter2&db=9'])
+    for (const url of [
+      'redis://:hunter2@127.0.0.1:6379/9',
+      'redis://127.0.0.1:6379/9?password=hunter2&db=9',
+      'redis://hunter2@127.0.0.1:6379/9',
+    ])
       describeStart(captureLogger(logs), {
         env: readEnv({ QUEUE_STORE_URL: url }),
         map,
@@ -210,7 +216,7 @@ describe('the start-up log', () => {
         spoolDir: '.data/meter-spool',
       });
     const store = logs.filter((l) => l.includes('store: Redis'));
-    expect(store).toHaveLength(2);
+    expect(store).toHaveLength(3);
     expect(store.join('')).not.toContain('hunter2');
     expect(store[1]).toContain('127.0.0.1:6379/9');
   });
