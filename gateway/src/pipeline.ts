@@ -159,6 +159,7 @@ export class Pipeline {
     stateWith: string | null,
   ): Promise<Served> {
     if (admission.kind === 'reject') {
+      this.deps.metrics.countRequest('none', admission.status); // refused here: answered by no tier
       const refused = rejection(admission);
       sendJson(res, refused.status, refused.error, refused.headers);
       return 'complete';

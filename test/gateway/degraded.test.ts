@@ -248,7 +248,7 @@ async function spentOver(provider: string, budget: number): Promise<boolean> {
 
 describe('rate limits held in Redis', () => {
   it('a tenant over its requests per minute gets 429 with Retry-After, across gateway instances', async () => {
-    const a = await up({ limits: { tenant_requests_per_minute: 2 } });
+    const a = await up({ limits: { tenant_requests_per_minute: 2 } }, { ADMIN_TOKEN: 'admin' });
     const b = await up({ limits: { tenant_requests_per_minute: 2 } });
     expect((await chat(a.url, undefined, { 'x-customer-id': 'acme' })).status).toBe(200);
     expect((await chat(b.url, undefined, { 'x-customer-id': 'acme' })).status).toBe(200);
@@ -257,6 +257,9 @@ describe('rate limits held in Redis', () => {
     expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(over.json().error.code).toBe('tenant_rate_limited');
     expect((await chat(b.url, undefined, { 'x-customer-id': 'other' })).status).toBe(200);
+    // The refusal is counted, as answered by no tier: an operator sees the 429s in the metrics.
+    const metrics = await (await fetch(`${a.url}/metrics`, { headers: { authorization: 'Bearer admin' } })).text();
+    expect(metrics).toContain('gateway_requests_total{tier="none",status="429"} 1');
   });
 
   it('a provider over its token budget is skipped; all over → 429', async () => {
