@@ -238,7 +238,10 @@ export class FleetBreakers {
     w.lease = 'asking';
     const key = this.key(w, 'probe');
     try {
-      const taken = this.redis.set(key, this.instance, 'PX', 2 * w.route.breaker.openMs, 'NX').then((reply) => reply === 'OK');
+      // Held here already (asked again after a reconnection): still this instance's to probe with.
+      const taken = this.redis
+        .set(key, this.instance, 'PX', 2 * w.route.breaker.openMs, 'NX')
+        .then(async (reply) => reply === 'OK' || (await this.redis.get(key)) === this.instance);
       const won = await within(taken, WAIT_MS, 'Redis');
       if (w.lease !== 'asking') return; // the state changed meanwhile
       if (won) {

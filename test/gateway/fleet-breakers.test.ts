@@ -226,6 +226,30 @@ describe('after a reconnection to Redis', () => {
       link.cut();
     }
   });
+
+  it('the instance that holds the probe lease keeps it: its next probe goes when due', async () => {
+    const link = await new RedisLink().open();
+    try {
+      hot.always({ kind: 'status', status: 500 });
+      const a = await instance(1, 3000, link.url);
+      while (primary(a).state() !== 'open') await chat(a.url);
+      await until(async () => primary(a).state() === 'half-open', 10_000);
+      hot.always({ kind: 'ok' });
+      // The first probe, once a has asked for the lease and got it.
+      await until(async () => (await chat(a.url)).headers.get('x-route-tier') === 'hot');
+      const [lease] = await redis.keys(`${prefix}*:primary:*:probe`);
+      // Held until a gives it back, so that only a's knowing its own lease lets it probe.
+      await redis.persist(lease);
+      link.cut();
+      await link.open();
+      // The second probe is due 3 s after the first; the lease would have lapsed at 6 s.
+      // before: the read after the reconnection asked for the lease again, was refused (a's own), and no instance probed
+      await until(async () => (await chat(a.url)).headers.get('x-route-tier') === 'hot', 5000);
+      expect(primary(a).state()).toBe('closed');
+    } finally {
+      link.cut();
+    }
+  });
 });
 
 describe('route identity', () => {
