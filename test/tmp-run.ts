@@ -1,6 +1,6 @@
 // Vitest's global setup: a temporary folder of this run's own, which the test files' temporary
 // folders (mkdtemp under os.tmpdir()) go into, removed when the run ends. Without it every run left
-// some thousand folders in /tmp (gateways' CSVs, spools, routing maps, concierge files).
+// hundreds of folders in /tmp (gateways' CSVs, spools, routing maps, concierge files).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
