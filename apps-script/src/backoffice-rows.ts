@@ -3,6 +3,7 @@
  * place, so doing it twice is harmless) and the activity log (one row per action, carrying its
  * idempotency key so a retry finds it). Run under the script lock.
  */
+import { cutText } from '../../schema/cut-text';
 import type { ConfigValues } from './config';
 import { finishKey, mergeSavedProgress, saveProgress, type Progress } from './idempotency';
 import { LOCK_WAIT_MS, withScriptLock } from './lock';
@@ -37,8 +38,7 @@ export function excerpt(transcript: string): string {
   const flat = transcript.replace(/\s+/g, ' ').trim();
   if (flat.length <= EXCERPT) return flat;
   // Never the first half of a UTF-16 pair (an emoji) alone before the ellipsis: no character a cell shows.
-  const last = flat.charCodeAt(EXCERPT - 2);
-  return `${flat.slice(0, last >= 0xd800 && last <= 0xdbff ? EXCERPT - 2 : EXCERPT - 1)}…`;
+  return `${cutText(flat, EXCERPT - 1)}…`;
 }
 
 /**

@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
-import { cutText } from './cut-text';
+import { cutText } from '../../schema/cut-text';
 import type { Parsed } from './endpoint';
 import { ModelName, readRoutingHeaders, requestContext, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';

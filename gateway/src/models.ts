@@ -5,7 +5,7 @@
  */
 import type express from 'express';
 import { openAiError } from './errors';
-import { cutText } from './cut-text';
+import { cutText } from '../../schema/cut-text';
 import type { FlagStore } from './flags';
 import { clientKeyOf } from './key-guard';
 import { lastOf, type Route } from './route';

@@ -11,7 +11,7 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import SMTPTransport from 'nodemailer/lib/smtp-transport/index.js';
 import { retrying, type RetryPolicy } from './backoff';
-import { cutText } from './cut-text';
+import { cutText } from '../../schema/cut-text';
 import { MemoryNoticeWindows, type NoticeWindows } from './notice-windows';
 import { noticeChannel } from './routes-map';
 import { within } from './within';

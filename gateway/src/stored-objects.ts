@@ -12,7 +12,7 @@
  * `shared_objects` (the operator's word that any tenant may use it). Conversations are refused with the
  * stored responses (responses/ownership.ts).
  */
-import { cutText } from './cut-text';
+import { cutText } from '../../schema/cut-text';
 import { openAiError, type OpenAiError } from './errors';
 import { isObject } from './json-object';
 import type { RequestContext } from './request-context';

@@ -36,7 +36,7 @@ import type { TokensKey } from './key-policy';
 import { parseJson } from './json-object';
 import type { Answer, ClientError, Exhausted } from './outcome';
 import type { CallMeter } from './call-meter';
-import { cutText } from './cut-text';
+import { cutText } from '../../schema/cut-text';
 import type { RunMarks } from './cold-call-marks';
 import { refusalBody, wholeAnswer } from './relay';
 import type { ResponseOwnership } from './responses/ownership';

@@ -9,7 +9,7 @@
  * removed them) is refused at once, and for good: no other provider has its state, and waiting in
  * the Cold queue would only end in the dead-letter queue a day later.
  */
-import { cutText } from '../cut-text';
+import { cutText } from '../../../schema/cut-text';
 import { within } from '../within';
 import { openAiError, type OpenAiError } from '../errors';
 import type { RequestContext } from '../request-context';

@@ -26,7 +26,7 @@ import { isPermanentRefusal } from '../../../schema/meter-reply';
 import { createHash, randomUUID } from 'node:crypto';
 import { retrying, type RetryPolicy } from '../backoff';
 import { canonicalJson } from '../canonical-json';
-import { cutText } from '../cut-text';
+import { cutText } from '../../../schema/cut-text';
 import { within } from '../within';
 import type { Concierge } from './config';
 import type { WorkflowStore } from './workflow-store';

@@ -11,7 +11,7 @@
  * for the back office to fetch, an `opted_out`). A booking or move for a time outside business hours
  * is refused to the model without calling the target (`refuse`), so it offers a time they are open.
  */
-import { cutText } from '../../cut-text';
+import { cutText } from '../../../../schema/cut-text';
 import type { Workflow, WorkflowAnswer } from '../workflow';
 
 type Outcome = 'booking' | 'rescheduled' | 'lead_created' | 'deflected_to_pricing' | 'voicemail_left';
