@@ -114,6 +114,24 @@ async function until<T>(check: () => Promise<T | undefined | null | false>, ms =
   }
 }
 const job = async (url: string, id: string) => (await (await fetch(`${url}/v1/jobs/${id}`)).json()) as Record<string, any>;
+/** A job as the queue takes it: a one-message chat request of customer acme, under `idempotencyKey`. */
+const testJob = (idempotencyKey: string) => ({
+  body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
+  idempotencyKey,
+  userId: '',
+  jobId: '',
+  customerId: 'acme',
+  jobType: '',
+  reason: 'test',
+  reviewRequired: false,
+  enqueuedAt: new Date().toISOString(),
+});
+/** The job once dead-lettered with its error readable (BullMQ may show the state a moment before the reason). */
+const deadLettered = (url: string, id: string) =>
+  until(async () => {
+    const j = await job(url, id);
+    return j.state === 'dead-lettered' && j.lastError ? j : null;
+  });
 
 describe('Cold tier', () => {
   it('every route failing: 202 queued within the time-to-answer, once per idempotency key, the first notice at once', async () => {
@@ -298,17 +316,7 @@ describe('Cold tier', () => {
     expect(hot.received).toHaveLength(0);
 
     // A job picked up while paused is not run: it waits (delayed, saying why), no attempt spent.
-    const queued = await stack.queue.enqueue({
-      body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
-      idempotencyKey: 'paused-job',
-      userId: '',
-      jobId: '',
-      customerId: 'acme',
-      jobType: '',
-      reason: 'test',
-      reviewRequired: false,
-      enqueuedAt: new Date().toISOString(),
-    });
+    const queued = await stack.queue.enqueue(testJob('paused-job'));
     const waiting = await until(async () => {
       const j = await job(url, queued.jobId);
       // The worker notes why the job waits, then moves it to delayed: a look in between sees it active.
@@ -413,10 +421,7 @@ describe('Cold tier', () => {
     hot.always({ kind: 'status', status: 500 });
     warm.always({ kind: 'status', status: 500 });
     const { jobId } = (await chat(url, undefined, { 'x-time-to-answer-ms': '3000' })).json();
-    const dead = await until(async () => {
-      const j = await job(url, jobId);
-      return j.state === 'dead-lettered' && j.lastError ? j : null;
-    });
+    const dead = await deadLettered(url, jobId);
     expect(dead.lastError).toMatch(/^no route could take it for 1\.5 s \(every route's breaker is open/);
     await until(async () => posted.some((p) => /Queued AI jobs dead-lettered/.test(p.text) && p.text.includes(jobId)));
   });
@@ -426,22 +431,8 @@ describe('Cold tier', () => {
     // The provider's message echoes the caller's text: a line break and a terminal escape (clear screen).
     const echo = 'unknown field "q\n\u001b[2J\u009b31m"';
     hot.always({ kind: 'status', status: 422, body: { error: { message: echo, type: 'invalid_request_error', code: null, param: null } } });
-    const queued = await stack.queue.enqueue({
-      body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
-      idempotencyKey: 'bad-job',
-      userId: '',
-      jobId: '',
-      customerId: 'acme',
-      jobType: '',
-      reason: 'test',
-      reviewRequired: false,
-      enqueuedAt: new Date().toISOString(),
-    });
-    const dead = await until(async () => {
-      const j = await job(url, queued.jobId);
-      // BullMQ may show the final state a moment before the failure reason is readable.
-      return j.state === 'dead-lettered' && j.lastError ? j : null;
-    });
+    const queued = await stack.queue.enqueue(testJob('bad-job'));
+    const dead = await deadLettered(url, queued.jobId);
     expect(dead.lastError).toMatch(/HTTP 422/);
     const lines: string[] = [];
     const opsEnv = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix };
@@ -486,21 +477,8 @@ describe('Cold tier', () => {
     // The provider's body is `{"error":{"message":"` (21 characters) then emoji: its 300th character is half of one.
     const message = '😀'.repeat(200);
     hot.always({ kind: 'status', status: 400, body: { error: { message, type: 'invalid_request_error', code: null, param: null } } });
-    const queued = await stack.queue.enqueue({
-      body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
-      idempotencyKey: 'emoji-job',
-      userId: '',
-      jobId: '',
-      customerId: 'acme',
-      jobType: '',
-      reason: 'test',
-      reviewRequired: false,
-      enqueuedAt: new Date().toISOString(),
-    });
-    const dead = await until(async () => {
-      const j = await job(url, queued.jobId);
-      return j.state === 'dead-lettered' && j.lastError ? j : null;
-    });
+    const queued = await stack.queue.enqueue(testJob('emoji-job'));
+    const dead = await deadLettered(url, queued.jobId);
     expect(dead.lastError).toBe(`provider refused the request: HTTP 400 {"error":{"message":"${'😀'.repeat(139)}`);
   });
 
