@@ -102,6 +102,8 @@ export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Prom
     const finish = (result: BodyResult) => {
       if (done) return;
       done = true;
+      // The request lives as long as its answer (a stream's whole length), and so do these listeners.
+      chunks.length = 0;
       resolve(result);
     };
     source.on('data', (chunk: Buffer) => {

@@ -189,69 +189,107 @@ type Answered = Pick<UpstreamAnswer, 'status' | 'headers' | 'latencyMs'> & ({ bo
  * 8 % of the gateway's instructions per request on the hot path, and more per stream and chunk.
  */
 function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, stream: boolean, idleMs: number): Promise<Answered> {
-  return new Promise((resolve, reject) => {
-    let status = 0;
-    let headers: Answered['headers'] = {};
-    let streamed = false; // a 2xx answer to a streamed request
-    let rest: BodyQueue | null = null; // once its first chunk came
-    let preamble: Preamble | null = null; // made only if a stream begins with a comment
-    const chunks: Buffer[] = [];
-    let size = 0; // of a whole answer so far
-    let stop: ((reason: Error) => void) | null = null;
-    // Until undici starts the request (connecting, or queued for a connection) there is nothing to
-    // abort, and dispatch takes no signal: settle now; onRequestStart aborts it before it is sent.
-    // Once onRequestStart has let it go on, the provider has it: undici writes the request, its
-    // body one buffer, in the same step, right after onRequestStart returns (client-h1's and
-    // client-h2's writeBuffer). undici's handler API has no later 'request sent' hook: onRequestSent
-    // reaches only old-style handlers (its UnwrapHandler does not pass it on to this one).
-    const onCancel = () => (stop ? stop(new Cancelled(status === 0 || (status >= 200 && status < 300))) : reject(new Cancelled(false)));
-    cancel.once('abort', onCancel);
-    const done = () => cancel.removeListener('abort', onCancel);
-    // A whole answer's chunk: past the limit the answer is refused once and its connection cut.
-    const collect = (controller: Dispatcher.DispatchController, chunk: Buffer) => {
-      if (size > answerLimit) return; // refused already
-      size += chunk.length;
-      if (size <= answerLimit) return void chunks.push(chunk);
-      chunks.length = 0;
-      const tooLarge = new UpstreamError(`answer larger than ${answerLimit} bytes`, 'ANSWER_TOO_LARGE');
-      reject(tooLarge);
-      controller.abort(tooLarge);
-    };
-    agent.dispatch(options, {
-      onRequestStart(controller) {
-        if (cancel.aborted) return controller.abort(new Cancelled(false)); // never sent
-        stop = (reason) => controller.abort(reason);
-      },
-      onResponseStart(_controller, statusCode, responseHeaders) {
-        status = statusCode;
-        headers = responseHeaders;
-        streamed = stream && status >= 200 && status < 300 && eventStream(headers['content-type']);
-      },
-      onResponseData(controller, chunk) {
-        if (!streamed) collect(controller, chunk);
-        else if (rest) rest.push(chunk);
-        else {
-          // Most streams begin with `data:`; one that begins with comments has not answered yet.
-          let at = 0;
-          if (chunk[0] === COLON || chunk[0] === LF || chunk[0] === CR || preamble) at = (preamble ??= new Preamble()).at(chunk);
-          if (at === -1) return; // dropped: comments are never relayed
-          const first = at === 0 ? chunk : chunk.subarray(at);
-          resolve({ status, headers, first, rest: (rest = new BodyQueue(controller, idleMs)), latencyMs: 0 });
-        }
-      },
-      onResponseEnd() {
-        done();
-        if (rest) rest.end();
-        else if (streamed) reject(new UpstreamError('stream ended before its first event', 'PROVIDER_DOWN'));
-        else resolve({ status, headers, body: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks), latencyMs: 0 });
-      },
-      onResponseError(_controller, error) {
-        done();
-        if (rest) rest.fail(error);
-        else reject(error);
-      },
+  const call = new Call(cancel, stream, idleMs);
+  agent.dispatch(options, call);
+  return call.answered;
+}
+
+/**
+ * A call's handler. An object rather than closures over the call: undici and the cancel signal keep
+ * it for a stream's whole length, and it holds neither the request nor its body (which the closures'
+ * scope did: one more copy of the prompt per open stream).
+ */
+class Call implements Dispatcher.DispatchHandler {
+  readonly answered: Promise<Answered>;
+  private resolve!: (answer: Answered) => void;
+  private reject!: (error: Error) => void;
+  private status = 0;
+  private headers: Answered['headers'] = {};
+  private streamed = false; // a 2xx answer to a streamed request
+  private rest: BodyQueue | null = null; // once its first chunk came
+  private preamble: Preamble | null = null; // made only if a stream begins with a comment
+  private readonly chunks: Buffer[] = [];
+  private size = 0; // of a whole answer so far
+  /** Set once undici has let the request go on (onRequestStart): from then on a cancel aborts it. */
+  private controller: Dispatcher.DispatchController | null = null;
+
+  constructor(
+    private readonly cancel: CancelSignal,
+    private readonly stream: boolean,
+    private readonly idleMs: number,
+  ) {
+    this.answered = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
     });
-  });
+    cancel.once('abort', this.onCancel);
+  }
+
+  // Until undici starts the request (connecting, or queued for a connection) there is nothing to
+  // abort, and dispatch takes no signal: settle now; onRequestStart aborts it before it is sent.
+  // Once onRequestStart has let it go on, the provider has it: undici writes the request, its
+  // body one buffer, in the same step, right after onRequestStart returns (client-h1's and
+  // client-h2's writeBuffer). undici's handler API has no later 'request sent' hook: onRequestSent
+  // reaches only old-style handlers (its UnwrapHandler does not pass it on to this one).
+  private readonly onCancel = (): void => {
+    const received = this.status === 0 || (this.status >= 200 && this.status < 300);
+    if (this.controller) this.controller.abort(new Cancelled(received));
+    else this.reject(new Cancelled(false));
+  };
+
+  private done(): void {
+    this.cancel.removeListener('abort', this.onCancel);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    if (this.cancel.aborted) return controller.abort(new Cancelled(false)); // never sent
+    this.controller = controller;
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Answered['headers']): void {
+    this.status = statusCode;
+    this.headers = headers;
+    this.streamed = this.stream && statusCode >= 200 && statusCode < 300 && eventStream(headers['content-type']);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (!this.streamed) return this.collect(controller, chunk);
+    if (this.rest) return this.rest.push(chunk);
+    // Most streams begin with `data:`; one that begins with comments has not answered yet.
+    let at = 0;
+    if (chunk[0] === COLON || chunk[0] === LF || chunk[0] === CR || this.preamble) at = (this.preamble ??= new Preamble()).at(chunk);
+    if (at === -1) return; // dropped: comments are never relayed
+    const first = at === 0 ? chunk : chunk.subarray(at);
+    this.rest = new BodyQueue(controller, this.idleMs);
+    this.resolve({ status: this.status, headers: this.headers, first, rest: this.rest, latencyMs: 0 });
+  }
+
+  onResponseEnd(): void {
+    this.done();
+    if (this.rest) this.rest.end();
+    else if (this.streamed) this.reject(new UpstreamError('stream ended before its first event', 'PROVIDER_DOWN'));
+    else {
+      const body = this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks);
+      this.resolve({ status: this.status, headers: this.headers, body, latencyMs: 0 });
+    }
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    this.done();
+    if (this.rest) this.rest.fail(error);
+    else this.reject(error);
+  }
+
+  /** A whole answer's chunk: past the limit the answer is refused once and its connection cut. */
+  private collect(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.size > answerLimit) return; // refused already
+    this.size += chunk.length;
+    if (this.size <= answerLimit) return void this.chunks.push(chunk);
+    this.chunks.length = 0;
+    const tooLarge = new UpstreamError(`answer larger than ${answerLimit} bytes`, 'ANSWER_TOO_LARGE');
+    this.reject(tooLarge);
+    controller.abort(tooLarge);
+  }
 }
 
 /**
