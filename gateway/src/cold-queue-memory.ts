@@ -15,6 +15,7 @@ import {
   KEEP_DEAD,
   KEEP_DEAD_S,
   QueueFull,
+  SWEEP_MS,
   mb,
   nextDeferral,
   type ColdPayload,
@@ -171,12 +172,19 @@ export class MemoryColdQueue implements ColdQueue {
     const payload = answered(job.payload);
     this.held -= job.bytes;
     Object.assign(job, { state: 'completed', payload, result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1, bytes: 0 });
-    this.bound(id, this.finished.completed, this.options.keepCompleted ?? KEEP_COMPLETED, KEEP_COMPLETED_S);
+    this.finished.completed.add(id);
+    this.boundCompleted();
+  }
+
+  private boundCompleted(): void {
+    this.bound(this.finished.completed, this.options.keepCompleted ?? KEEP_COMPLETED, this.options.keepCompletedS ?? KEEP_COMPLETED_S);
+  }
+  private boundDead(): void {
+    this.bound(this.finished.dead, this.options.keepDead ?? KEEP_DEAD, this.options.keepDeadS ?? KEEP_DEAD_S);
   }
 
   /** As BullMQ's removeOnComplete / removeOnFail: the newest `count` kept, none older than `ageS`. */
-  private bound(id: string, ids: Set<string>, count: number, ageS: number): void {
-    ids.add(id);
+  private bound(ids: Set<string>, count: number, ageS: number): void {
     const oldest = Date.now() - ageS * 1000;
     for (const old of ids) {
       const j = this.jobs.get(old);
@@ -198,7 +206,8 @@ export class MemoryColdQueue implements ColdQueue {
     job.lastError = error.message;
     if (job.attemptsMade >= JOB_ATTEMPTS || error instanceof UnrecoverableError) {
       Object.assign(job, { state: 'dead', finishedAt: Date.now(), deadSeq: ++this.deadSeq });
-      this.bound(id, this.finished.dead, this.options.keepDead ?? KEEP_DEAD, KEEP_DEAD_S);
+      this.finished.dead.add(id);
+      this.boundDead();
       return true;
     }
     job.state = 'retrying';
@@ -240,11 +249,18 @@ export class MemoryColdQueue implements ColdQueue {
     // Delayed jobs and retries fall due with time: look again every 50 ms.
     const timer = setInterval(tick, 50);
     timer.unref();
+    // Finished jobs past their age leave also when no job finishes after them (SWEEP_MS).
+    const sweeper = setInterval(() => {
+      this.boundCompleted();
+      this.boundDead();
+    }, this.options.sweepMs ?? SWEEP_MS);
+    sweeper.unref();
     this.listeners.push(tick);
     return {
       close: async () => {
         closed = true;
         clearInterval(timer);
+        clearInterval(sweeper);
         this.listeners.splice(this.listeners.indexOf(tick), 1);
         await Promise.all(active);
       },

@@ -22,6 +22,7 @@ import {
   nextDeferral,
   QUEUE_NAME,
   QueueFull,
+  SWEEP_MS,
   mb,
   type ColdPayload,
   type ColdQueue,
@@ -50,14 +51,17 @@ function memoryOf(info: string): { used: number; max: number } {
   return { used: field('used_memory'), max: field('maxmemory') };
 }
 
+/** The most finished jobs one sweep (SWEEP_MS) removes of each set; BullMQ's own removal takes the rest as jobs finish. */
+const SWEPT_AT_MOST = 1000;
+
 /** How long the mark of a job's creation is kept (enqueue): far longer than two instances racing. */
 const CREATED_MARK_MS = 60_000;
 
 const jobOptions = (backoff: number, o: QueueOptions) => ({
   attempts: JOB_ATTEMPTS,
   backoff: { type: 'exponential' as const, delay: backoff },
-  removeOnComplete: { age: KEEP_COMPLETED_S, count: o.keepCompleted ?? KEEP_COMPLETED },
-  removeOnFail: { age: KEEP_DEAD_S, count: o.keepDead ?? KEEP_DEAD },
+  removeOnComplete: { age: o.keepCompletedS ?? KEEP_COMPLETED_S, count: o.keepCompleted ?? KEEP_COMPLETED },
+  removeOnFail: { age: o.keepDeadS ?? KEEP_DEAD_S, count: o.keepDead ?? KEEP_DEAD },
 });
 
 /** The deferral BullMQ keeps in a job's progress (worker.ts writes it there). */
@@ -285,7 +289,19 @@ export class BullColdQueue implements ColdQueue {
       options.onFailed?.({ id: job.id!, payload: job.data, attemptsMade: job.attemptsMade, error, dead });
     });
     worker.on('error', (error) => options.onError?.(error));
-    return { close: () => worker.close() };
+    // At most this many a sweep: one Lua call each, short enough not to hold Redis up.
+    const sweep = async () => {
+      await this.queue.clean((this.options.keepCompletedS ?? KEEP_COMPLETED_S) * 1000, SWEPT_AT_MOST, 'completed');
+      await this.queue.clean((this.options.keepDeadS ?? KEEP_DEAD_S) * 1000, SWEPT_AT_MOST, 'failed');
+    };
+    const sweeper = setInterval(() => void sweep().catch(() => undefined), this.options.sweepMs ?? SWEEP_MS);
+    sweeper.unref();
+    return {
+      close: () => {
+        clearInterval(sweeper);
+        return worker.close();
+      },
+    };
   }
   /**
    * The own connection goes first, then the queue once its start-up has settled: BullMQ's start-up

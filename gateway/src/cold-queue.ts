@@ -37,6 +37,12 @@ export const KEEP_COMPLETED = 10_000;
 /** Dead-lettered jobs (prompts included) are kept this long for an operator, and at most this many. */
 export const KEEP_DEAD_S = 30 * 24 * 3600;
 export const KEEP_DEAD = 10_000;
+/**
+ * How often a running worker drops finished jobs past those ages. BullMQ (and the in-process queue
+ * alike) applies them only as another job finishes into the same set, so the last dead letter of a
+ * quiet queue, its prompt included, would otherwise be kept for good.
+ */
+export const SWEEP_MS = 3600_000;
 
 /**
  * Thrown by enqueue when the queue's Redis is near its maxmemory: a queue that filled it could not
@@ -175,6 +181,9 @@ export interface QueueOptions {
   backoffMs?: number;
   keepCompleted?: number;
   keepDead?: number;
+  keepCompletedS?: number;
+  keepDeadS?: number;
+  sweepMs?: number;
 }
 
 /** A completed job's payload without its request body: nothing reads it again. */

@@ -286,6 +286,22 @@ describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
     expect((await twin.queue.get(done[4]))?.result).toBe('ok');
     expect((await twin.queue.deadLettered()).map((j) => j.id)).toEqual([dead[2], dead[1]]);
   });
+
+  it('a finished job leaves once past its age (7 days, 30 for a dead letter; 1 s here) also when no job finishes after it', async () => {
+    // The bounds used to be applied only as another job finished: the last dead letter of a quiet
+    // queue, prompt and all, was kept for good.
+    const twin = make(20, { keepCompletedS: 1, keepDeadS: 1, sweepMs: 100 });
+    twin.work(async (p) => {
+      if (p.idempotencyKey === 'bad') throw new UnrecoverableError('refused');
+      return 'ok';
+    });
+    const done = (await twin.queue.enqueue(payload('good'))).jobId;
+    await stateIs(twin.queue, done, 'completed');
+    const dead = (await twin.queue.enqueue(payload('bad'))).jobId;
+    await stateIs(twin.queue, dead, 'dead-lettered');
+    await until(async () => (await twin.queue.get(done)) === null && (await twin.queue.get(dead)) === null);
+    expect(await twin.queue.counts()).toEqual(noCounts);
+  });
 });
 
 describe('a worker killed mid-job (Redis)', () => {
