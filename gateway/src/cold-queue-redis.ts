@@ -291,8 +291,12 @@ export class BullColdQueue implements ColdQueue {
     worker.on('error', (error) => options.onError?.(error));
     // At most this many a sweep: one Lua call each, short enough not to hold Redis up.
     const sweep = async () => {
-      await this.queue.clean((this.options.keepCompletedS ?? KEEP_COMPLETED_S) * 1000, SWEPT_AT_MOST, 'completed');
+      const keepCompletedMs = (this.options.keepCompletedS ?? KEEP_COMPLETED_S) * 1000;
+      await this.queue.clean(keepCompletedMs, SWEPT_AT_MOST, 'completed');
       await this.queue.clean((this.options.keepDeadS ?? KEEP_DEAD_S) * 1000, SWEPT_AT_MOST, 'failed');
+      // BullMQ's event stream holds each completed job's answer too (nothing here reads it): no
+      // longer than a completed job is kept. Its ids are the times of the events.
+      await client.xtrim(this.queue.keys.events, 'MINID', Date.now() - keepCompletedMs);
     };
     const sweeper = setInterval(() => void sweep().catch(() => undefined), this.options.sweepMs ?? SWEEP_MS);
     sweeper.unref();

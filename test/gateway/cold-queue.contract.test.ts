@@ -366,6 +366,19 @@ describe('what a completed job keeps', () => {
     expect((await twin.queue.get(jobId))?.result).toBe('answered');
   });
 
+  it("Redis: the answer does not outlive its job in the queue's event stream (7 days; 1 s here)", async () => {
+    // BullMQ writes each completed job's answer into its event stream too, which nothing here reads and
+    // which kept it, after the job was gone, until 10,000 newer events pushed it out.
+    const twin = twins['BullMQ (Redis)']({ backoffMs: 20, keepCompletedS: 1, sweepMs: 100 });
+    const events = `${twin.prefix}:ai-tasks:events`;
+    const { jobId } = await twin.queue.enqueue(payload('answer'));
+    twin.work(async () => 'the secret answer');
+    await stateIs(twin.queue, jobId, 'completed');
+    expect(JSON.stringify(await redis.xrange(events, '-', '+'))).toContain('the secret answer');
+    await until(async () => (await twin.queue.get(jobId)) === null);
+    await until(async () => !JSON.stringify(await redis.xrange(events, '-', '+')).includes('the secret answer'));
+  });
+
   it('in process: 20 answered requests of 5 MB each are not kept in memory', async () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;
