@@ -30,8 +30,12 @@ const ROUNDS = Number(process.env.ROUNDS ?? 6);
 const CHUNKS = 100;
 const INTERVAL_MS = 20;
 const TICKS_PER_S = 100; // USER_HZ: /proc times are in 1/100 s on Linux
+// STREAMS_PROMPT_KB: a system prompt of that many KB before the question (0: the question alone), for
+// what a stream holds of a prompt the size real applications send (instructions, retrieved documents).
+const PROMPT_KB = Number(process.env.STREAMS_PROMPT_KB ?? 0);
+const system = PROMPT_KB > 0 ? [{ role: 'system', content: 'You answer from these notes. '.padEnd(PROMPT_KB * 1024, 'x') }] : [];
 const body = (extra: Record<string, number> = {}) =>
-  JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'ping' }], ...extra });
+  JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [...system, { role: 'user', content: 'ping' }], ...extra });
 const BODY = body();
 const HOLD = { chunks: 10, intervalMs: 300 };
 const HOLD_BODY = body({ stub_chunks: HOLD.chunks, stub_interval_ms: HOLD.intervalMs });
@@ -198,7 +202,7 @@ const names: Name[] = ['reference', 'gateway'];
 const agent = new Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: Infinity });
 
 console.log(
-  `Streams bench: ${STREAMS} concurrent streams of ${CHUNKS} chunks ${INTERVAL_MS} ms apart (POST /v1/chat/completions, stream: true), loopback, ${cpus().length} CPUs shared by load generator, proxy and stub`,
+  `Streams bench: ${STREAMS} concurrent streams of ${CHUNKS} chunks ${INTERVAL_MS} ms apart (POST /v1/chat/completions, stream: true${PROMPT_KB > 0 ? `, a ${PROMPT_KB} KB system prompt` : ''}), loopback, ${cpus().length} CPUs shared by load generator, proxy and stub`,
 );
 console.log('reference = node:http + undici piping the SSE body with no logic (the same uncapped pool as the gateway)');
 console.log('Figures from a machine other work is also using are noisy: read the ranges over rounds, not one number.\n');
