@@ -298,10 +298,16 @@ export class BullColdQueue implements ColdQueue {
       // longer than a completed job is kept. Its ids are the times of the events.
       await client.xtrim(this.queue.keys.events, 'MINID', Date.now() - keepCompletedMs);
     };
-    const sweeper = setInterval(() => void sweep().catch(() => undefined), this.options.sweepMs ?? SWEEP_MS);
+    // Once as the worker starts too: instances restarted more often than every SWEEP_MS would never sweep.
+    // Its errors as the worker's own (a Redis outage among them, which the worker's log leaves out).
+    const sweepNow = () => void sweep().catch((error: Error) => options.onError?.(error));
+    const first = setTimeout(sweepNow, 0);
+    const sweeper = setInterval(sweepNow, this.options.sweepMs ?? SWEEP_MS);
+    first.unref();
     sweeper.unref();
     return {
       close: () => {
+        clearTimeout(first);
         clearInterval(sweeper);
         return worker.close();
       },

@@ -379,6 +379,19 @@ describe('what a completed job keeps', () => {
     await until(async () => !JSON.stringify(await redis.xrange(events, '-', '+')).includes('the secret answer'));
   });
 
+  it('Redis: a worker sweeps as it starts, not only an hour later (instances restarted more often never swept)', async () => {
+    const twin = twins['BullMQ (Redis)']({ backoffMs: 20, keepCompletedS: 1 }); // sweeps an hour apart
+    const before = twin.work(async () => 'answered');
+    const { jobId } = await twin.queue.enqueue(payload('old'));
+    await stateIs(twin.queue, jobId, 'completed');
+    const answeredAt = Date.now();
+    await before.close();
+    await until(async () => Date.now() - answeredAt > 1500); // past its age of 1 s
+    expect(await twin.queue.get(jobId)).not.toBeNull();
+    twin.work(async () => 'answered'); // the instance restarted
+    await until(async () => (await twin.queue.get(jobId)) === null);
+  });
+
   it('in process: 20 answered requests of 5 MB each are not kept in memory', async () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;
