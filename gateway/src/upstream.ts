@@ -3,6 +3,7 @@
  * per-attempt timeout that cancels the call (see cancel.ts), and the body either read whole or
  * handed over as a stream once its first event has arrived (failover is only possible before it).
  */
+import { constants as h2, type ClientHttp2Session } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import { Agent, buildConnector, Client, Pool, type Dispatcher } from 'undici';
 import { BodyQueue } from './body-queue';
@@ -46,11 +47,12 @@ function pool(connections: number | null, http2: boolean): Agent {
 /** An origin's connections, which share one connector (and its cache of TLS sessions to resume). */
 function negotiatingPool(origin: string | URL, options: object): Pool {
   const connect = buildConnector({ timeout: CONNECT_TIMEOUT_MS, allowH2: true });
-  return new Pool(origin, { ...options, factory: (url, opts) => negotiatingClient(url, opts, connect) });
+  const pool: Pool = new Pool(origin, { ...options, factory: (url, opts) => negotiatingClient(url, opts, connect, pool) });
+  return pool;
 }
 
 /** A connection that offers HTTP/2 and, once it knows what the provider chose, multiplexes only over HTTP/2. */
-function negotiatingClient(origin: URL, options: object, connect: buildConnector.connector): Client {
+function negotiatingClient(origin: URL, options: object, connect: buildConnector.connector, pool: Pool): Client {
   const client: Client = new Client(origin, {
     ...options,
     allowH2: true,
@@ -62,8 +64,43 @@ function negotiatingClient(origin: URL, options: object, connect: buildConnector
         callback(...args);
       }),
   });
+  client.on('connect', () => drainOnGoaway(client, pool));
   return client;
 }
+
+/** The key of a field undici keeps on its object under a symbol of its own, found by the symbol's description. */
+function undiciKey(of: object, description: string): symbol | undefined {
+  return Object.getOwnPropertySymbols(of).find((s) => s.description === description);
+}
+
+/**
+ * A provider closes an HTTP/2 connection gracefully (a deploy, a load balancer rotating its
+ * connections) with GOAWAY NO_ERROR: no new streams on it, and the streams open on it finish.
+ * undici 7 handles every GOAWAY as a failed connection and destroys its socket, cutting every stream
+ * on it (each a `stream_interrupted` scored against the route: a few of them open its breaker).
+ * Here, a graceful GOAWAY only makes the connection take no more requests (the pool sends them on
+ * another connection); node:http2 closes it once its last stream has ended, and undici reconnects.
+ * A GOAWAY with an error code is still undici's to handle: the provider has failed those streams.
+ */
+function drainOnGoaway(client: Client, pool: Pool): void {
+  const fields = client as unknown as Record<symbol, unknown>;
+  const [sessionKey, contextKey, passKey] = [
+    undiciKey(client, 'http2Session'),
+    undiciKey(client, 'http context'),
+    undiciKey(pool, 'needDrain'),
+  ];
+  const session = sessionKey && (fields[sessionKey] as ClientHttp2Session | null);
+  const context = contextKey && (fields[contextKey] as { busy(request: unknown): boolean } | null);
+  if (!session || !context || !passKey) return; // HTTP/1.1 (or an undici that keeps these otherwise)
+  const undiciHandlers = session.listeners('goaway') as Array<(...args: unknown[]) => void>;
+  session.removeAllListeners('goaway');
+  session.on('goaway', (code: number, ...rest: unknown[]) => {
+    if (code !== h2.NGHTTP2_NO_ERROR) return void undiciHandlers.forEach((handler) => handler.call(session, code, ...rest));
+    context.busy = () => true; // no new stream on it (undici's own check before each)
+    fields[passKey] = true; // the pool passes it by for another connection, until it has reconnected
+  });
+}
+
 let agent = pool(null, false);
 let multiplexed = false;
 

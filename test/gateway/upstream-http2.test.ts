@@ -4,10 +4,17 @@
 // through NODE_EXTRA_CA_CERTS (no verification is switched off).
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { spawn } from '../children';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { request, type IncomingMessage } from 'node:http';
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
-import { createSecureServer, type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2';
+import {
+  constants,
+  createSecureServer,
+  type Http2SecureServer,
+  type Http2ServerRequest,
+  type Http2ServerResponse,
+  type ServerHttp2Session,
+} from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -117,16 +124,110 @@ class Http1TlsProvider {
   }
 }
 
+/**
+ * An HTTP/2 provider that holds every answer on its first connection after its first event (a whole
+ * answer before its headers) until `release`, and answers on any later connection at once: chat
+ * completions as an event stream or whole, and a Responses event stream.
+ */
+class HoldingProvider {
+  sessions: ServerHttp2Session[] = [];
+  /** The connection (its index in `sessions`) each request came on. */
+  arrivals: number[] = [];
+  lastStream = 0;
+  private held: Array<() => void> = [];
+  private server!: Http2SecureServer;
+  url = '';
+  get holding() {
+    return this.held.length;
+  }
+  async start(): Promise<this> {
+    const tls = { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) };
+    this.server = createSecureServer(tls, (req, res) => this.handle(req, res));
+    this.server.on('session', (session) => this.sessions.push(session));
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.url = `https://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
+    return this;
+  }
+  release() {
+    for (const end of this.held.splice(0)) end();
+  }
+  private handle(req: Http2ServerRequest, res: Http2ServerResponse) {
+    const on = this.sessions.indexOf(req.stream.session as ServerHttp2Session);
+    this.arrivals.push(on);
+    this.lastStream = Math.max(this.lastStream, req.stream.id ?? 0);
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const stream = (JSON.parse(body) as { stream?: boolean }).stream === true;
+      const [first, last] = req.url.endsWith('/responses') ? responsesEvents() : chatEvents();
+      const hold = (end: () => void) => (on === 0 ? this.held.push(end) : end());
+      if (!stream) {
+        return hold(() => {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify(whole));
+        });
+      }
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(first);
+      hold(() => res.end(last));
+    });
+  }
+  stop() {
+    for (const session of this.sessions) session.destroy();
+    return new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
+const whole = {
+  id: 'c',
+  object: 'chat.completion',
+  created: 1,
+  model: 'gpt-4o-mini',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'whole answer' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 9, completion_tokens: 2, total_tokens: 11 },
+};
+
+/** A chat completion stream's first event, and the rest of it. */
+function chatEvents(): [string, string] {
+  const event = (value: object) =>
+    `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'gpt-4o-mini', ...value })}\n\n`;
+  return [
+    event({ choices: [{ index: 0, delta: { content: 'first ' } }] }),
+    `${event({ choices: [{ index: 0, delta: { content: 'last' }, finish_reason: 'stop' }] })}${event({ choices: [], usage: { prompt_tokens: 9, completion_tokens: 2 } })}data: [DONE]\n\n`,
+  ];
+}
+
+/** A Responses stream's first event, and the rest of it. */
+function responsesEvents(): [string, string] {
+  const message = {
+    id: 'msg_1',
+    type: 'message',
+    role: 'assistant',
+    status: 'completed',
+    content: [{ type: 'output_text', text: 'hi', annotations: [] }],
+  };
+  const response = { id: 'resp_1', object: 'response', created_at: 1, status: 'completed', model: 'gpt-4o-mini', output: [message] };
+  const usage = { input_tokens: 9, output_tokens: 2, total_tokens: 11 };
+  let seq = 0;
+  const event = (type: string, fields: object) =>
+    `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...fields })}\n\n`;
+  return [
+    event('response.created', { response: { ...response, status: 'in_progress', output: [] } }),
+    event('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'hi' }) +
+      event('response.completed', { response: { ...response, usage } }),
+  ];
+}
+
 let child: ChildProcess | null = null;
-let provider: TlsProvider | Http1TlsProvider | null = null;
+let provider: TlsProvider | Http1TlsProvider | HoldingProvider | null = null;
 afterEach(async () => {
   child?.kill('SIGKILL');
   await provider?.stop();
   [child, provider] = [null, null];
 });
 
-async function gatewayTo(p: { url: string }, http2: 'on' | 'off'): Promise<string> {
-  const routes = join(dir, `routes-${http2}.json`);
+async function gatewayTo(p: { url: string }, http2: 'on' | 'off', name: string = http2): Promise<string> {
+  const routes = join(dir, `routes-${name}.json`);
   const cold = { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] };
   writeFileSync(routes, JSON.stringify({ hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: p.url }], warm: [], cold }));
   child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
@@ -135,7 +236,7 @@ async function gatewayTo(p: { url: string }, http2: 'on' | 'off'): Promise<strin
       PATH: process.env.PATH,
       PORT: '0',
       ROUTES_FILE: routes,
-      METER_CSV_FILE: join(dir, `events-${http2}.csv`),
+      METER_CSV_FILE: join(dir, `events-${name}.csv`),
       SCOPES_FILE: join(dir, 'none.yaml'),
       WORKER: 'off',
       UPSTREAM_HTTP2: http2,
@@ -199,6 +300,62 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     // The held stream and the one after it on two connections: not pipelined behind each other.
     expect(p.sockets).toHaveLength(3);
     expect(p.sockets[2]).not.toBe(p.sockets[1]);
+  }, 20_000);
+
+  it('a provider closing its connection gracefully (GOAWAY, no error): the streams on it finish, new calls go on a new connection', async () => {
+    const p = (provider = await new HoldingProvider().start());
+    const url = await gatewayTo(p, 'on', 'goaway');
+    const ask = (path: string, stream: boolean) =>
+      fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(
+          path === '/v1/responses'
+            ? { model: 'gpt-4o-mini', input: 'hi', stream }
+            : { model: 'gpt-4o-mini', stream, messages: [{ role: 'user', content: 'hi' }] },
+        ),
+      }).then(async (res) => ({ status: res.status, text: await res.text() }));
+    const warm = ask('/v1/chat/completions', true); // the connection is made and its protocol known
+    await until('the first call held', () => p.holding === 1);
+    p.release();
+    await warm;
+    const calls: Array<[string, boolean]> = [
+      ['/v1/chat/completions', true],
+      ['/v1/chat/completions', true],
+      ['/v1/chat/completions', true],
+      ['/v1/chat/completions', false],
+      ['/v1/responses', true],
+      ['/v1/responses', true],
+    ];
+    const open = calls.map(([path, stream]) => ask(path, stream));
+    await until('six calls held on the connection', () => p.holding === 6);
+    // GOAWAY NO_ERROR naming the last stream it has: those six it will finish. Answered PING: the
+    // gateway has read the GOAWAY (a call it sent before would be refused, unprocessed, and retried).
+    const session = p.sessions[0];
+    session.goaway(constants.NGHTTP2_NO_ERROR, p.lastStream);
+    await new Promise((resolve) => session.ping(resolve));
+    // Calls made meanwhile are answered on a new connection, not failed, nor queued behind the six.
+    const later = await Promise.all(calls.map(([path, stream]) => ask(path, stream)));
+    expect(later.map(({ status }) => status)).toEqual(Array(6).fill(200));
+    expect(p.arrivals.slice(7)).toHaveLength(6);
+    expect(p.arrivals.slice(7)).not.toContain(0); // a burst may open more than one new connection
+    p.release();
+    const answers = [...(await Promise.all(open)), ...later];
+    answers.forEach(({ status, text }, i) => {
+      expect(status).toBe(200);
+      const [path, stream] = calls[i % calls.length];
+      if (!stream) expect(JSON.parse(text).choices[0].message.content).toBe('whole answer');
+      else if (path === '/v1/responses') expect(text).toContain('response.completed');
+      else expect(text.endsWith('data: [DONE]\n\n') && text.includes('last')).toBe(true);
+    });
+    // Metered as answered, every one: none interrupted, none the route's failure.
+    const csv = join(dir, 'events-goaway.csv');
+    const lines = (await until('13 meter events', () => {
+      const read = existsSync(csv) ? readFileSync(csv, 'utf8').trim().split('\n') : [];
+      return read.length === 14 && read;
+    })) as string[];
+    const errorCode = lines[0].split(',').indexOf('error_code');
+    expect(lines.slice(1).map((row) => row.split(',')[errorCode])).toEqual(Array(13).fill(''));
   }, 20_000);
 
   it('UPSTREAM_HTTP2=off (the default): the same streams over HTTP/1.1, one at a time per connection', async () => {
