@@ -3,7 +3,7 @@
  * per-attempt timeout that cancels the call (see cancel.ts), and the body either read whole or
  * handed over as a stream once its first event has arrived (failover is only possible before it).
  */
-import { constants as h2, type ClientHttp2Session } from 'node:http2';
+import { constants as h2, type ClientHttp2Session, type Settings } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import { Agent, buildConnector, Client, Pool, type Dispatcher } from 'undici';
 import { BodyQueue } from './body-queue';
@@ -20,9 +20,10 @@ import type { OutboundRequest } from './providers/adapter';
  * undici sends a request on a busy connection only when the connection's `pipelining` allows more
  * than one at a time and the request is marked idempotent, for HTTP/2 streams as for HTTP/1.1
  * pipelining. With HTTP/2 on, every call is marked so (each carries an Idempotency-Key), and each
- * connection allows H2_STREAMS (the usual server limit) until its protocol is known: one that
- * negotiated HTTP/1.1 is set back to one request at a time, so a provider that does not speak
- * HTTP/2 never gets a request pipelined behind another's stream.
+ * connection allows H2_STREAMS (the usual server limit; fewer once the provider has said it allows
+ * fewer, see followSession) until its protocol is known: one that negotiated HTTP/1.1 is set back
+ * to one request at a time, so a provider that does not speak HTTP/2 never gets a request
+ * pipelined behind another's stream.
  */
 const H2_STREAMS = 100;
 const CONNECT_TIMEOUT_MS = 10_000;
@@ -44,27 +45,36 @@ function pool(connections: number | null, http2: boolean): Agent {
   });
 }
 
+/** What an origin's HTTP/2 connections have in common: its pool, and the streams it allows on each (its last SETTINGS). */
+interface Origin {
+  pool: Pool;
+  streams: number;
+}
+
 /** An origin's connections, which share one connector (and its cache of TLS sessions to resume). */
 function negotiatingPool(origin: string | URL, options: object): Pool {
   const connect = buildConnector({ timeout: CONNECT_TIMEOUT_MS, allowH2: true });
-  const pool: Pool = new Pool(origin, { ...options, factory: (url, opts) => negotiatingClient(url, opts, connect, pool) });
-  return pool;
+  const known: Origin = {
+    pool: new Pool(origin, { ...options, factory: (url, opts) => negotiatingClient(url, opts, connect, known) }),
+    streams: H2_STREAMS,
+  };
+  return known.pool;
 }
 
 /** A connection that offers HTTP/2 and, once it knows what the provider chose, multiplexes only over HTTP/2. */
-function negotiatingClient(origin: URL, options: object, connect: buildConnector.connector, pool: Pool): Client {
+function negotiatingClient(origin: URL, options: object, connect: buildConnector.connector, known: Origin): Client {
   const client: Client = new Client(origin, {
     ...options,
     allowH2: true,
-    pipelining: H2_STREAMS,
+    pipelining: known.streams,
     connect: (opts, callback) =>
       connect(opts, (...args) => {
         const socket = args[1];
-        if (socket) client.pipelining = (socket as TLSSocket).alpnProtocol === 'h2' ? H2_STREAMS : 1;
+        if (socket) client.pipelining = (socket as TLSSocket).alpnProtocol === 'h2' ? known.streams : 1;
         callback(...args);
       }),
   });
-  client.on('connect', () => drainOnGoaway(client, pool));
+  client.on('connect', () => followSession(client, known));
   return client;
 }
 
@@ -74,24 +84,37 @@ function undiciKey(of: object, description: string): symbol | undefined {
 }
 
 /**
- * A provider closes an HTTP/2 connection gracefully (a deploy, a load balancer rotating its
- * connections) with GOAWAY NO_ERROR: no new streams on it, and the streams open on it finish.
- * undici 7 handles every GOAWAY as a failed connection and destroys its socket, cutting every stream
- * on it (each a `stream_interrupted` scored against the route: a few of them open its breaker).
- * Here, a graceful GOAWAY only makes the connection take no more requests (the pool sends them on
- * another connection); node:http2 closes it once its last stream has ended, and undici reconnects.
- * A GOAWAY with an error code is still undici's to handle: the provider has failed those streams.
+ * What undici 7 does not do for an HTTP/2 connection, done when it is up:
+ *
+ * - The provider's SETTINGS_MAX_CONCURRENT_STREAMS, when under H2_STREAMS, is the connection's
+ *   number of requests at a time: undici would send up to H2_STREAMS streams on it, and node:http2
+ *   hold those past the provider's limit until a stream ends, so a call waited behind another's
+ *   whole stream (longer than the attempt's timer, for long answers). At the limit, the pool opens
+ *   another connection instead; the origin's connections opened later start at that limit (a
+ *   burst on a new one would otherwise be sent before its SETTINGS, and refused past the limit).
+ * - A provider closes a connection gracefully (a deploy, a load balancer rotating its connections)
+ *   with GOAWAY NO_ERROR: no new streams on it, and the streams open on it finish. undici handles
+ *   every GOAWAY as a failed connection and destroys its socket, cutting every stream on it (each a
+ *   `stream_interrupted` scored against the route: a few of them open its breaker). Here, a graceful
+ *   GOAWAY only makes the connection take no more requests (the pool sends them on another
+ *   connection); node:http2 closes it once its last stream has ended, and undici reconnects. A
+ *   GOAWAY with an error code is still undici's to handle: the provider has failed those streams.
  */
-function drainOnGoaway(client: Client, pool: Pool): void {
+function followSession(client: Client, known: Origin): void {
   const fields = client as unknown as Record<symbol, unknown>;
   const [sessionKey, contextKey, passKey] = [
     undiciKey(client, 'http2Session'),
     undiciKey(client, 'http context'),
-    undiciKey(pool, 'needDrain'),
+    undiciKey(known.pool, 'needDrain'),
   ];
   const session = sessionKey && (fields[sessionKey] as ClientHttp2Session | null);
   const context = contextKey && (fields[contextKey] as { busy(request: unknown): boolean } | null);
   if (!session || !context || !passKey) return; // HTTP/1.1 (or an undici that keeps these otherwise)
+  session.on('remoteSettings', ({ maxConcurrentStreams: most }: Settings) => {
+    if (most === undefined) return;
+    known.streams = Math.min(H2_STREAMS, most);
+    client.pipelining = known.streams;
+  });
   const undiciHandlers = session.listeners('goaway') as Array<(...args: unknown[]) => void>;
   session.removeAllListeners('goaway');
   session.on('goaway', (code: number, ...rest: unknown[]) => {

@@ -14,6 +14,7 @@ import {
   type Http2ServerRequest,
   type Http2ServerResponse,
   type ServerHttp2Session,
+  type Settings,
 } from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -125,11 +126,16 @@ class Http1TlsProvider {
 }
 
 /**
- * An HTTP/2 provider that holds every answer on its first connection after its first event (a whole
- * answer before its headers) until `release`, and answers on any later connection at once: chat
- * completions as an event stream or whole, and a Responses event stream.
+ * An HTTP/2 provider that holds every answer on its first connection (on every one with `holdAll`)
+ * after its first event (a whole answer before its headers) until `release`, and answers on any
+ * later connection at once: chat completions as an event stream or whole, and a Responses event
+ * stream. `settings`: the HTTP/2 settings it announces.
  */
 class HoldingProvider {
+  constructor(
+    private readonly settings: Settings = {},
+    private readonly holdAll = false,
+  ) {}
   sessions: ServerHttp2Session[] = [];
   /** The connection (its index in `sessions`) each request came on. */
   arrivals: number[] = [];
@@ -142,7 +148,7 @@ class HoldingProvider {
   }
   async start(): Promise<this> {
     const tls = { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) };
-    this.server = createSecureServer(tls, (req, res) => this.handle(req, res));
+    this.server = createSecureServer({ ...tls, settings: this.settings }, (req, res) => this.handle(req, res));
     this.server.on('session', (session) => this.sessions.push(session));
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
     this.url = `https://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
@@ -160,7 +166,7 @@ class HoldingProvider {
     req.on('end', () => {
       const stream = (JSON.parse(body) as { stream?: boolean }).stream === true;
       const [first, last] = req.url.endsWith('/responses') ? responsesEvents() : chatEvents();
-      const hold = (end: () => void) => (on === 0 ? this.held.push(end) : end());
+      const hold = (end: () => void) => (on === 0 || this.holdAll ? this.held.push(end) : end());
       if (!stream) {
         return hold(() => {
           res.writeHead(200, { 'content-type': 'application/json' });
@@ -356,6 +362,37 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     })) as string[];
     const errorCode = lines[0].split(',').indexOf('error_code');
     expect(lines.slice(1).map((row) => row.split(',')[errorCode])).toEqual(Array(13).fill(''));
+  }, 20_000);
+
+  it('a provider that allows few streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS): more calls go on more connections, none waits for a stream to end', async () => {
+    const p = (provider = await new HoldingProvider({ maxConcurrentStreams: 2 }, true).start());
+    const url = await gatewayTo(p, 'on', 'few-streams');
+    const ask = () =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+      }).then((res) => res.text());
+    const warm = ask(); // the connection is made, its protocol and its settings known
+    await until('the first call held', () => p.holding === 1);
+    p.release();
+    await warm;
+    // One at a time, so that each finds the connections as the calls before left them.
+    const open: Array<Promise<string>> = [];
+    for (let n = 1; n <= 6; n++) {
+      open.push(ask());
+      await until(`call ${n} at the provider, its stream held`, () => p.holding === n);
+    }
+    expect(p.sessions.length).toBeGreaterThanOrEqual(3); // two streams a connection at most
+    p.release();
+    for (const text of await Promise.all(open)) expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+    const csv = join(dir, 'events-few-streams.csv');
+    const lines = (await until('7 meter events', () => {
+      const read = existsSync(csv) ? readFileSync(csv, 'utf8').trim().split('\n') : [];
+      return read.length === 8 && read;
+    })) as string[];
+    const errorCode = lines[0].split(',').indexOf('error_code');
+    expect(lines.slice(1).map((row) => row.split(',')[errorCode])).toEqual(Array(7).fill('')); // none refused
   }, 20_000);
 
   it('UPSTREAM_HTTP2=off (the default): the same streams over HTTP/1.1, one at a time per connection', async () => {
