@@ -34,8 +34,12 @@ export interface StreamTransform {
    */
   finished?(): boolean;
   usage: Usage | null;
-  /** Written once the stream is complete (a translation's closing events, the `[DONE]` a provider left out). */
-  end?(): string;
+  /**
+   * Written once the stream is complete (a translation's closing events, the `[DONE]` a provider
+   * left out). Pieces are made and written one at a time: a translation's closing events each carry
+   * the whole answer, and joined they could pass the longest string V8 makes.
+   */
+  end?(): string | Iterable<string>;
   /**
    * Written when the stream broke: the client must learn it, never a silent truncation. `message`:
    * why, when it was not the provider (the gateway stopping); else the provider's stream ended early.
@@ -244,7 +248,13 @@ export async function relaySse(
   // `[DONE]`, or an event too large after it) breaks nothing the client was owed; nor does a
   // response ended normally after a whole answer without saying so (servers that omit `[DONE]`).
   const broken = !transform.done && !(closed && !fragment && transform.finished?.() === true);
-  if (!res.destroyed) res.write(broken ? transform.broken(why?.()) : (transform.end?.() ?? ''));
+  const tail = res.destroyed ? null : broken ? transform.broken(why?.()) : (transform.end?.() ?? '');
+  if (typeof tail === 'string') res.write(tail);
+  else if (tail)
+    for (const piece of tail) {
+      if (res.destroyed) break;
+      res.write(piece);
+    }
   const result = { usage: transform.usage, broken, tooLarge: broken ? tooLarge : null, text };
   await beforeEnd?.(result);
   res.end();

@@ -159,6 +159,11 @@ function responsesError(sequenceNumber: number, message = INTERRUPTED): string {
   return `event: error\ndata: ${JSON.stringify(error)}\n\n`;
 }
 
+/** Each event as SSE text, made as it is written. */
+function* eachEvent(events: Parameters<typeof sseEvent>[0][]): Generator<string> {
+  for (const event of events) yield sseEvent(event);
+}
+
 /**
  * `called`: the model the gateway asked the provider for (the route's); `maxOutputBytes`: the output
  * the translation may keep for its final event (past it, its response.failed and `tooLarge`).
@@ -193,7 +198,9 @@ export function chatToResponses(
     },
     // The same rule as a chat stream passed through: a normal end after the finish_reason is whole.
     finished: () => !translation.failed && !cut && translation.finished,
-    end: () => write(translation.end()),
+    // Four events carry the whole output (output_text.done, content_part.done, output_item.done,
+    // response.completed): joined, an answer past 128 MiB made a string longer than V8 allows.
+    end: () => eachEvent(translation.end()),
     // The translation's own response.failed (nothing when it already failed on a provider error).
     broken: (message = INTERRUPTED) => write(translation.fail(message)),
   };

@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Cancel } from '../../gateway/src/cancel';
 import { readJsonBody } from '../../gateway/src/http-io';
 import { callUpstream, type UpstreamAnswer } from '../../gateway/src/upstream';
+import { chatToResponses } from '../../gateway/src/stream-transforms';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -98,5 +99,33 @@ describe('an open stream does not keep copies of its prompt', () => {
     const grown = ((await used('heapUsed')) - before) / MB;
     expect(grown).toBeLessThan(OPEN / 4); // before: the 20 bodies' text, about 20 MB
     for (const s of signals) s.abort();
+  });
+});
+
+describe('a Responses stream translated from chat closes a long answer', () => {
+  it('gives its closing events one at a time, each carrying the whole text, not joined into one string', () => {
+    // 140 MiB of text, under the whole answer's limit (256 MiB): output_text.done, content_part.done,
+    // output_item.done and response.completed each carry it, and the four joined pass the longest
+    // string V8 makes (about 512 MiB), which threw at the stream's end.
+    const transform = chatToResponses({ model: 'm', input: 'hi', stream: true }, { responseId: 'resp_1', now: 0 }, 'm', 256 * MB);
+    const text = 'a'.repeat(20 * MB);
+    for (let i = 0; i < 7; i++) {
+      const choice = { index: 0, delta: { content: text }, finish_reason: i === 6 ? 'stop' : null };
+      const data = JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [choice] });
+      transform.event({ id: undefined, event: undefined, data });
+    }
+    transform.event({ id: undefined, event: undefined, data: '[DONE]' });
+    expect(transform.done).toBe(true);
+    const closing: Array<{ type: string; chars: number }> = [];
+    const tail = transform.end!();
+    expect(typeof tail).not.toBe('string');
+    for (const piece of tail as Iterable<string>) closing.push({ type: /^event: (\S+)/.exec(piece)![1], chars: piece.length });
+    expect(closing.map((c) => c.type)).toEqual([
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.completed',
+    ]);
+    expect(closing.every((c) => c.chars > 140 * MB)).toBe(true);
   });
 });
