@@ -36,8 +36,9 @@ export interface StreamTransform {
   usage: Usage | null;
   /**
    * Written once the stream is complete (a translation's closing events, the `[DONE]` a provider
-   * left out). Pieces are made and written one at a time: a translation's closing events each carry
-   * the whole answer, and joined they could pass the longest string V8 makes.
+   * left out). Pieces are made and written one at a time, each once the socket took the one before:
+   * a translation's closing events each carry the whole answer, and joined they could pass the
+   * longest string V8 makes.
    */
   end?(): string | Iterable<string>;
   /**
@@ -132,6 +133,13 @@ function endsInsideEvent(text: string): boolean {
 const STALL_MS = 30_000;
 
 /**
+ * What is written larger than this (a Responses event carrying images, a translation's closing
+ * events) goes out in pieces of it, each once the socket took the one before: the socket drains
+ * as a slow client reads, so one still reading a large event is not taken for one that stopped.
+ */
+const PIECE = 64 * 1024;
+
+/**
  * Resolves when the socket can take more, or is gone: a closed socket never drains, and a client
  * that stopped reading is cut off after STALL_MS, so every way a stream ends ends the relay.
  */
@@ -167,6 +175,11 @@ export async function relaySse(
     wrote = true;
     return res.write(chunk) ? undefined : writable(res, stallMs);
   };
+  const inPieces = async (bytes: Buffer) => {
+    for (let at = 0; at < bytes.length && !res.destroyed; at += PIECE) await send(bytes.subarray(at, at + PIECE));
+  };
+  /** What the transform wrote: in pieces when large. */
+  const sendWritten = (chunk: string) => (chunk.length > PIECE ? inPieces(Buffer.from(chunk)) : send(chunk));
   // Made for the first chunk not written as it came: in most chat streams the last, after the
   // burst of starts. A byte-order mark is stripped only at the stream's start (`started`).
   let started = false;
@@ -207,9 +220,9 @@ export async function relaySse(
     }
     const chunk = out;
     out = '';
-    const sent = chunk ? send(chunk) : undefined;
-    // Given up after what it wrote for it (the translation's response.failed) went out.
-    if (transform.tooLarge) throw new TooLarge('ANSWER_TOO_LARGE');
+    const sent = chunk ? sendWritten(chunk) : undefined;
+    // Given up once what it wrote for it (the translation's response.failed) went out.
+    if (transform.tooLarge) return Promise.resolve(sent).then(() => Promise.reject(new TooLarge('ANSWER_TOO_LARGE')));
     return sent;
   };
   // All bytes so far ended with a blank line: the parser and the decoder hold nothing back.
@@ -253,7 +266,7 @@ export async function relaySse(
   else if (tail)
     for (const piece of tail) {
       if (res.destroyed) break;
-      res.write(piece);
+      await sendWritten(piece);
     }
   const result = { usage: transform.usage, broken, tooLarge: broken ? tooLarge : null, text };
   await beforeEnd?.(result);

@@ -2,7 +2,8 @@
 // while), a SIGTERM with a call in flight, and caller text that is not a valid header value.
 import { spawn } from '../children';
 import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
-import { request } from 'node:http';
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Agent, request as undiciRequest } from 'undici';
 import { calcPrice } from '@pydantic/genai-prices';
 import { tmpdir } from 'node:os';
@@ -18,6 +19,8 @@ import { coldFallback } from '../../gateway/src/cold-tier';
 import { MemoryPause } from '../../gateway/src/budget';
 import { LocalFlags } from '../../gateway/src/flags';
 import { Notifier } from '../../gateway/src/notify';
+import { relaySse, type RelayResult } from '../../gateway/src/sse';
+import { responsesPassthrough } from '../../gateway/src/stream-transforms';
 
 const root = join(import.meta.dirname, '..', '..');
 let hot: FakeProvider;
@@ -25,10 +28,15 @@ let gw: TestGateway | undefined;
 beforeEach(async () => {
   hot = await new FakeProvider().start();
 });
+const servers: Server[] = [];
 afterEach(async () => {
   await gw?.close();
   gw = undefined;
   await hot.stop();
+  for (const s of servers.splice(0)) {
+    s.closeAllConnections();
+    s.close();
+  }
 });
 
 describe('a client that stops reading a stream', () => {
@@ -52,6 +60,49 @@ describe('a client that stops reading a stream', () => {
     expect(event).toMatchObject({ provider: 'openai', error_code: 'CLIENT_CLOSED|ESTIMATED' });
     expect(Number(event!.output_tokens)).toBeGreaterThan(1000); // at least the first 4 KiB chunk's text
     expect(gw.gateway.path.failover.routes[0].breaker.state()).toBe('closed');
+  });
+});
+
+describe('a client that reads a large event slowly', () => {
+  it('is not cut as one that stopped reading: the event goes out in pieces, each drained in turn', async () => {
+    // A Responses event carrying an image is several MB: a client on a slow link takes longer than
+    // the stall limit (here 1 s) to read it, though it reads all along. It was cut after the limit.
+    const image = 'x'.repeat(32 * 1024 * 1024);
+    const completed = { type: 'response.completed', sequence_number: 1, response: { id: 'resp_1', output: [{ result: image }] } };
+    const last = `event: response.completed\ndata: ${JSON.stringify(completed)}\n\n`;
+    const relayed = new Promise<RelayResult>((resolve) => {
+      const server = createServer((req, res) => {
+        req.resume();
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const first = Buffer.from('event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n');
+        const rest = (async function* () {
+          yield Buffer.from(last);
+        })();
+        void relaySse(first, rest, res, responsesPassthrough(256 * 1024 * 1024), 1000).then(resolve);
+      });
+      servers.push(server);
+      server.listen(0, '127.0.0.1', () => {
+        const req = request({ port: (server.address() as AddressInfo).port, host: '127.0.0.1', method: 'POST' }, (res) => {
+          res.pause();
+          const received: Buffer[] = [];
+          // 64 KiB every 10 ms: the event takes seconds to read, and its reader never stops.
+          const reading = setInterval(() => {
+            for (let n = 0, c: Buffer | null; n < 65536 && (c = res.read() as Buffer | null); n += c.length) received.push(c);
+          }, 10);
+          const done = () => {
+            clearInterval(reading);
+            got = Buffer.concat(received).toString();
+          };
+          res.on('end', done);
+          res.on('aborted', done);
+        });
+        req.end();
+      });
+    });
+    let got = '';
+    expect(await relayed).toMatchObject({ broken: false });
+    await until('the client to have read the stream', () => got !== '', 30_000);
+    expect(got.endsWith(last)).toBe(true);
   });
 });
 
