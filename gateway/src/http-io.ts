@@ -133,17 +133,60 @@ export function sendJson(res: ServerResponse, status: number, value: unknown, he
   sendBody(res, status, JSON.stringify(value), 'application/json; charset=utf-8', headers);
 }
 
-/** `headers` (a fresh object from the caller) is completed in place with the type and length. */
+/** A client that reads nothing for this long is cut off: what it was sent would be held for as long as it kept the connection. */
+export const STALL_MS = 30_000;
+
+/**
+ * What is written larger than this goes out in pieces of it, each once the socket took the one
+ * before: the socket drains as a slow client reads, so one still reading is not taken for one that
+ * stopped, and one that stopped is found.
+ */
+export const PIECE = 64 * 1024;
+
+/**
+ * Resolves when the socket can take more, or is gone: a closed socket never drains, and a client
+ * that stopped reading is cut off after `stallMs`, so every way an answer ends ends its writer.
+ */
+export function writable(res: ServerResponse, stallMs: number): Promise<void> {
+  if (res.destroyed || res.writableEnded) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => res.destroy(), stallMs);
+    const done = () => {
+      clearTimeout(timer);
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
+/**
+ * `headers` (a fresh object from the caller) is completed in place with the type and length. A
+ * body larger than PIECE goes out in pieces (an embeddings answer can be 100 MB or more).
+ */
 export function sendBody(
   res: ServerResponse,
   status: number,
   body: string | Buffer,
   contentType: string,
   headers: OutgoingHttpHeaders = {},
+  stallMs = STALL_MS,
 ): void {
   if (res.headersSent || res.destroyed) return;
+  const length = typeof body === 'string' ? Buffer.byteLength(body) : body.length;
   headers['content-type'] = contentType;
-  headers['content-length'] = typeof body === 'string' ? Buffer.byteLength(body) : body.length;
+  headers['content-length'] = length;
   res.writeHead(status, headers);
-  res.end(body);
+  if (length <= PIECE) res.end(body);
+  else void inPieces(res, typeof body === 'string' ? Buffer.from(body) : body, stallMs);
+}
+
+async function inPieces(res: ServerResponse, bytes: Buffer, stallMs: number): Promise<void> {
+  for (let at = 0; at + PIECE < bytes.length; at += PIECE) {
+    if (!res.write(bytes.subarray(at, at + PIECE))) await writable(res, stallMs);
+    if (res.destroyed) return;
+  }
+  res.end(bytes.subarray(bytes.length - (bytes.length % PIECE || PIECE)));
 }

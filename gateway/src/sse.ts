@@ -12,6 +12,7 @@
 import type { ServerResponse } from 'node:http';
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import { GeneratedText } from './cut-estimate';
+import { PIECE, STALL_MS, writable } from './http-io';
 import type { Usage } from './providers/adapter';
 
 /** How one API's stream is relayed: what to write per event, when it is complete, its usage. */
@@ -127,35 +128,6 @@ function endsInsideEvent(text: string): boolean {
     .slice(from)
     .split(/\r\n|\r|\n/)
     .some((line) => line !== '' && !line.startsWith(':'));
-}
-
-/** A client that reads nothing for this long is cut off (its stream would hold the provider's open). */
-const STALL_MS = 30_000;
-
-/**
- * What is written larger than this (a Responses event carrying images, a translation's closing
- * events) goes out in pieces of it, each once the socket took the one before: the socket drains
- * as a slow client reads, so one still reading a large event is not taken for one that stopped.
- */
-const PIECE = 64 * 1024;
-
-/**
- * Resolves when the socket can take more, or is gone: a closed socket never drains, and a client
- * that stopped reading is cut off after STALL_MS, so every way a stream ends ends the relay.
- */
-function writable(res: ServerResponse, stallMs: number): Promise<void> {
-  if (res.destroyed || res.writableEnded) return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => res.destroy(), stallMs);
-    const done = () => {
-      clearTimeout(timer);
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
 }
 
 export async function relaySse(

@@ -20,6 +20,7 @@ import { MemoryPause } from '../../gateway/src/budget';
 import { LocalFlags } from '../../gateway/src/flags';
 import { Notifier } from '../../gateway/src/notify';
 import { relaySse, type RelayResult } from '../../gateway/src/sse';
+import { sendBody } from '../../gateway/src/http-io';
 import { responsesPassthrough } from '../../gateway/src/stream-transforms';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -103,6 +104,49 @@ describe('a client that reads a large event slowly', () => {
     expect(await relayed).toMatchObject({ broken: false });
     await until('the client to have read the stream', () => got !== '', 30_000);
     expect(got.endsWith(last)).toBe(true);
+  });
+});
+
+describe('a whole answer to a client that stops reading', () => {
+  /** A loopback server answering each request with `size` bytes through sendBody (stall limit `stallMs`). */
+  function answering(size: number, stallMs: number, onClose: (finished: boolean) => void): Promise<number> {
+    const body = Buffer.alloc(size, 'x');
+    const server = createServer((req, res) => {
+      req.resume();
+      res.on('close', () => onClose(res.writableFinished));
+      sendBody(res, 200, body, 'application/json', {}, stallMs);
+    });
+    servers.push(server);
+    return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)));
+  }
+
+  it('is cut after the stall limit, not held in memory for as long as the client keeps the connection', async () => {
+    let cut: boolean | null = null;
+    const port = await answering(20 * 1024 * 1024, 500, (finished) => (cut = !finished));
+    const req = request({ port, host: '127.0.0.1', method: 'POST' }, (res) => res.pause()); // reads nothing, ever
+    req.on('error', () => {});
+    req.end();
+    // Before: the 20 MB answer sat in the gateway's socket until the client hung up.
+    await until('the answer to be cut', () => cut !== null, 15_000);
+    expect(cut).toBe(true);
+    req.destroy();
+  });
+
+  it('reaches a client that reads it slowly but all along, whole', async () => {
+    let finished = false;
+    const size = 16 * 1024 * 1024;
+    const port = await answering(size, 1000, (f) => (finished = f));
+    let got = 0;
+    const req = request({ port, host: '127.0.0.1', method: 'POST' }, (res) => {
+      res.pause();
+      // 64 KiB every 10 ms: seconds to read, longer than the stall limit, and never a stop.
+      const reading = setInterval(() => {
+        for (let n = 0, c: Buffer | null; n < 65536 && (c = res.read() as Buffer | null); n += c.length) got += c.length;
+      }, 10);
+      res.on('close', () => clearInterval(reading));
+    });
+    req.end();
+    await until('the answer to be read', () => got === size && finished, 30_000);
   });
 });
 
