@@ -103,14 +103,20 @@ describe('phone bridge: the call path', () => {
     const answer = await serverEvent(conn, 'response.created', (e) => e.response?.metadata?.bridge === undefined);
     const item = (await serverEvent(conn, 'response.output_audio.delta', (e) => e.response_id === answer.response.id)).item_id;
     await until(call, 'frame', () => call.playedBytes >= greeting.length + 8000, 'one second of the answer heard');
+    const told = call.echoedBytes - greeting.length;
     speak(call, 400);
     const cleared = await until<{ playedBytes: number }>(call, 'clear');
     const chunksBefore = call.received.length;
     const truncate = await clientEvent(conn, 'conversation.item.truncate');
     const heardMs = (cleared.playedBytes - greeting.length) / 8;
     expect(truncate).toMatchObject({ item_id: item, content_index: 0 });
-    // Within a syllable of what the caller heard (marks come back every 100 ms of audio, on a busy machine late).
-    expect(Math.abs(truncate.audio_end_ms - heardMs)).toBeLessThanOrEqual(100);
+    expect(told).toBeGreaterThan(0);
+    // Where the caller was: at least what the marks Twilio echoed before the caller spoke said was heard
+    // (the same socket as the caller's audio, so the gateway has them first), at most what the caller
+    // had heard when Twilio got the clear. Where in between depends on how busy the machine is (echoes
+    // come late then); the estimate between marks is checked in bridge-parts.test.ts on a test clock.
+    expect(truncate.audio_end_ms).toBeGreaterThanOrEqual(told / 8);
+    expect(truncate.audio_end_ms).toBeLessThanOrEqual(heardMs);
     expect(truncate.audio_end_ms).toBeLessThan(3000);
     // The answer to the caller comes; nothing more of the greeting is sent after the clear.
     await serverEvent(conn, 'response.done', (e) => e.response.status === 'completed');
@@ -167,6 +173,7 @@ describe('phone bridge: the call path', () => {
     conn.send({ type: 'response.output_audio.done', ...base });
     conn.send({ type: 'response.done', response: { id: 'resp_next', status: 'completed', output: [], metadata: null } });
     await until(call, 'frame', () => call.playedBytes >= greeting.length + 8000, 'one second of the first answer heard');
+    const told = call.echoedBytes - greeting.length;
     speak(call, 400);
     const cleared = await until<{ playedBytes: number }>(call, 'clear');
     const heardMs = (cleared.playedBytes - greeting.length) / 8;
@@ -175,7 +182,9 @@ describe('phone bridge: the call path', () => {
     const byItem = Object.fromEntries(truncates.map((t) => [t.item_id, t.audio_end_ms]));
     // The first answer was cut where the caller was; nothing of the second was heard.
     expect(Object.keys(byItem).sort()).toEqual([firstItem, 'item_next'].sort());
-    expect(Math.abs(byItem[firstItem] - heardMs)).toBeLessThanOrEqual(100);
+    expect(told).toBeGreaterThan(0);
+    expect(byItem[firstItem]).toBeGreaterThanOrEqual(told / 8); // what the echoes said was heard (see the first barge-in)
+    expect(byItem[firstItem]).toBeLessThanOrEqual(heardMs);
     expect(byItem.item_next).toBe(0);
     call.hangUp();
     await s.endOf('CA0009');

@@ -37,6 +37,8 @@ export class MediaCall extends EventEmitter {
   sent: Buffer[] = [];
   clears: Array<{ playedBytes: number; at: number }> = [];
   marksEchoed: string[] = [];
+  /** How far into `received` the last echoed mark's audio ends: what the gateway has been told was heard. */
+  echoedBytes = 0;
   closed = false;
   private stalled = false;
   private queue: Buffer[] = [];
@@ -123,8 +125,9 @@ export class MediaCall extends EventEmitter {
 
   private echoMarks(): void {
     while (this.pendingMarks.length && this.pendingMarks[0].at <= this.playedBytes) {
-      const { name } = this.pendingMarks.shift()!;
+      const { name, at } = this.pendingMarks.shift()!;
       this.marksEchoed.push(name);
+      this.echoedBytes = at;
       this.send({ event: 'mark', sequenceNumber: '0', streamSid: this.streamSid, mark: { name } });
     }
   }
