@@ -130,6 +130,11 @@ function endsInsideEvent(text: string): boolean {
     .some((line) => line !== '' && !line.startsWith(':'));
 }
 
+/**
+ * Relays one stream: `first` (the chunk with its first event) and the `rest`, through `transform`,
+ * to `res`; then the transform's end (or its error event when the stream broke), `beforeEnd`, and
+ * the response's end. Resolves however the stream ends.
+ */
 export async function relaySse(
   first: Buffer,
   rest: AsyncIterator<Buffer>,
@@ -141,107 +146,147 @@ export async function relaySse(
   /** Why a broken stream broke, when it was not the provider (the client is told). */
   why?: () => string | undefined,
 ): Promise<RelayResult> {
-  let out = '';
-  let wrote = false;
-  const send = (chunk: string | Buffer) => {
-    wrote = true;
-    return res.write(chunk) ? undefined : writable(res, stallMs);
-  };
-  const inPieces = async (bytes: Buffer) => {
-    for (let at = 0; at < bytes.length && !res.destroyed; at += PIECE) await send(bytes.subarray(at, at + PIECE));
-  };
-  /** What the transform wrote: in pieces when large. */
-  const sendWritten = (chunk: string) => (chunk.length > PIECE ? inPieces(Buffer.from(chunk)) : send(chunk));
-  // Made for the first chunk not written as it came: in most chat streams the last, after the
-  // burst of starts. A byte-order mark is stripped only at the stream's start (`started`).
-  let started = false;
-  let tooLarge: RelayResult['tooLarge'] = null;
-  const text = new GeneratedText();
-  /** The provider ended its response normally (not a failed read, not cut by us). */
-  let closed = false;
-  /** The provider ended its response inside an event that never came (no data of it dispatched). */
-  let fragment = false;
-  /** Events the parser gave the transform, and the text of the last chunk it was fed. */
-  let dispatched = 0;
-  let lastText = '';
-  let parser: EventSourceParser | null = null;
-  let decoder: InstanceType<typeof TextDecoder> | null = null;
-  const parse = (bytes: Buffer | null) => {
-    if (!parser) {
-      parser = createParser({
-        onEvent: (event) => {
-          dispatched++;
-          out += transform.event(event);
-        },
-        maxBufferSize: transform.maxEventChars ?? MAX_EVENT_CHARS,
-        onError: (e) => {
-          if (e.type === 'max-buffer-size-exceeded') throw new TooLarge('EVENT_TOO_LARGE');
-        },
-      });
-      if (started) parser.feed('');
-    }
-    decoder ??= new TextDecoder();
-    // null: the stream's end, where a last event without its blank line still counts.
-    if (bytes) parser.feed((lastText = decoder.decode(bytes, { stream: true })));
-    else {
-      const before = dispatched;
-      const tail = decoder.decode();
-      parser.feed(`${tail}\n\n`);
-      // Cut a few bytes into the next event (`da`, `event: message`): nothing of it reached the transform.
-      fragment = dispatched === before && endsInsideEvent(lastText + tail);
-    }
-    const chunk = out;
-    out = '';
-    const sent = chunk ? sendWritten(chunk) : undefined;
-    // Given up once what it wrote for it (the translation's response.failed) went out.
-    if (transform.tooLarge) return Promise.resolve(sent).then(() => Promise.reject(new TooLarge('ANSWER_TOO_LARGE')));
-    return sent;
-  };
-  // All bytes so far ended with a blank line: the parser and the decoder hold nothing back.
-  let between = true;
-  const feed = (bytes: Buffer) => {
-    text.scan(bytes);
-    const asItCame = between && !out && transform.passes !== undefined && plainEvents(bytes) && transform.passes(bytes);
-    between = bytes.length > 1 && bytes[bytes.length - 1] === LF && bytes[bytes.length - 2] === LF;
-    const sent = asItCame ? send(bytes) : parse(bytes);
-    started = true;
-    return sent;
-  };
-  try {
-    await feed(first);
-    // Headers go out with the first event, in one write; a first chunk that wrote nothing sends them alone.
-    if (!wrote && !res.destroyed) res.flushHeaders();
-    for (;;) {
-      const next = await rest.next();
-      if (next.done) break;
-      await feed(next.value);
-    }
-    if (!between) await parse(null);
-    closed = true;
-  } catch (error) {
-    // A failed read ends the relay; whether the stream broke is `transform.done`'s to say (below).
-    // Something too large ends it too, the rest of the provider's stream given up (its connection cut).
-    if (error instanceof TooLarge) {
-      tooLarge = error.code;
-      // The events parsed before it in the same chunk were counted by the transform: written first.
-      if (out && !res.destroyed) void send(out);
-      out = '';
-      await rest.return?.();
-    }
-  }
-  // A read error after the provider said the stream is complete (a connection dropped after
-  // `[DONE]`, or an event too large after it) breaks nothing the client was owed; nor does a
-  // response ended normally after a whole answer without saying so (servers that omit `[DONE]`).
-  const broken = !transform.done && !(closed && !fragment && transform.finished?.() === true);
-  const tail = res.destroyed ? null : broken ? transform.broken(why?.()) : (transform.end?.() ?? '');
-  if (typeof tail === 'string') res.write(tail);
-  else if (tail)
-    for (const piece of tail) {
-      if (res.destroyed) break;
-      await sendWritten(piece);
-    }
-  const result = { usage: transform.usage, broken, tooLarge: broken ? tooLarge : null, text };
+  const relay = new Relay(res, transform, stallMs);
+  await relay.run(first, rest);
+  const broken = relay.broken();
+  await relay.close(broken, why);
+  const result = { usage: transform.usage, broken, tooLarge: broken ? relay.tooLarge : null, text: relay.text };
   await beforeEnd?.(result);
   res.end();
   return result;
+}
+
+/**
+ * One stream's relay. An object rather than closures over the stream: one per open stream, held for
+ * its whole length.
+ */
+class Relay {
+  readonly text = new GeneratedText();
+  tooLarge: RelayResult['tooLarge'] = null;
+  /** What the parser's events made the transform write, not sent yet. */
+  private out = '';
+  private wrote = false;
+  /** The first chunk was fed: a byte-order mark is stripped only at the stream's start. */
+  private started = false;
+  /** The provider ended its response normally (not a failed read, not cut by us). */
+  private closed = false;
+  /** The provider ended its response inside an event that never came (no data of it dispatched). */
+  private fragment = false;
+  /** Events the parser gave the transform, and the text of the last chunk it was fed. */
+  private dispatched = 0;
+  private lastText = '';
+  // Made for the first chunk not written as it came: in most chat streams the last, after the burst of starts.
+  private parser: EventSourceParser | null = null;
+  private decoder: InstanceType<typeof TextDecoder> | null = null;
+  /** All bytes so far ended with a blank line: the parser and the decoder hold nothing back. */
+  private between = true;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly transform: StreamTransform,
+    private readonly stallMs: number,
+  ) {}
+
+  async run(first: Buffer, rest: AsyncIterator<Buffer>): Promise<void> {
+    try {
+      await this.feed(first);
+      // Headers go out with the first event, in one write; a first chunk that wrote nothing sends them alone.
+      if (!this.wrote && !this.res.destroyed) this.res.flushHeaders();
+      for (;;) {
+        const next = await rest.next();
+        if (next.done) break;
+        await this.feed(next.value);
+      }
+      if (!this.between) await this.parse(null);
+      this.closed = true;
+    } catch (error) {
+      // A failed read ends the relay; whether the stream broke is `broken`'s to say.
+      // Something too large ends it too, the rest of the provider's stream given up (its connection cut).
+      if (!(error instanceof TooLarge)) return;
+      this.tooLarge = error.code;
+      // The events parsed before it in the same chunk were counted by the transform: written first.
+      if (this.out && !this.res.destroyed) void this.send(this.out);
+      this.out = '';
+      await rest.return?.();
+    }
+  }
+
+  /**
+   * A read error after the provider said the stream is complete (a connection dropped after
+   * `[DONE]`, or an event too large after it) breaks nothing the client was owed; nor does a
+   * response ended normally after a whole answer without saying so (servers that omit `[DONE]`).
+   */
+  broken(): boolean {
+    return !this.transform.done && !(this.closed && !this.fragment && this.transform.finished?.() === true);
+  }
+
+  /** The transform's last words: its end, or its error event when the stream broke. */
+  async close(broken: boolean, why?: () => string | undefined): Promise<void> {
+    if (this.res.destroyed) return;
+    const tail = broken ? this.transform.broken(why?.()) : (this.transform.end?.() ?? '');
+    if (typeof tail === 'string') return void this.res.write(tail);
+    for (const piece of tail) {
+      if (this.res.destroyed) break;
+      await this.sendWritten(piece);
+    }
+  }
+
+  private feed(bytes: Buffer): Promise<void> | undefined {
+    this.text.scan(bytes);
+    const { transform } = this;
+    const asItCame = this.between && !this.out && transform.passes !== undefined && plainEvents(bytes) && transform.passes(bytes);
+    this.between = bytes.length > 1 && bytes[bytes.length - 1] === LF && bytes[bytes.length - 2] === LF;
+    const sent = asItCame ? this.send(bytes) : this.parse(bytes);
+    this.started = true;
+    return sent;
+  }
+
+  /** `bytes` through the parser and the transform; null: the stream's end, where a last event without its blank line still counts. */
+  private parse(bytes: Buffer | null): Promise<void> | undefined {
+    const parser = (this.parser ??= this.newParser());
+    this.decoder ??= new TextDecoder();
+    if (bytes) parser.feed((this.lastText = this.decoder.decode(bytes, { stream: true })));
+    else {
+      const before = this.dispatched;
+      const tail = this.decoder.decode();
+      parser.feed(`${tail}\n\n`);
+      // Cut a few bytes into the next event (`da`, `event: message`): nothing of it reached the transform.
+      this.fragment = this.dispatched === before && endsInsideEvent(this.lastText + tail);
+    }
+    const chunk = this.out;
+    this.out = '';
+    const sent = chunk ? this.sendWritten(chunk) : undefined;
+    // Given up once what it wrote for it (the translation's response.failed) went out.
+    if (this.transform.tooLarge) return Promise.resolve(sent).then(() => Promise.reject(new TooLarge('ANSWER_TOO_LARGE')));
+    return sent;
+  }
+
+  private newParser(): EventSourceParser {
+    const parser = createParser({
+      onEvent: (event) => {
+        this.dispatched++;
+        this.out += this.transform.event(event);
+      },
+      maxBufferSize: this.transform.maxEventChars ?? MAX_EVENT_CHARS,
+      onError: (e) => {
+        if (e.type === 'max-buffer-size-exceeded') throw new TooLarge('EVENT_TOO_LARGE');
+      },
+    });
+    if (this.started) parser.feed('');
+    return parser;
+  }
+
+  private send(chunk: string | Buffer): Promise<void> | undefined {
+    this.wrote = true;
+    return this.res.write(chunk) ? undefined : writable(this.res, this.stallMs);
+  }
+
+  /** What the transform wrote: in pieces when large. */
+  private sendWritten(chunk: string): Promise<void> | undefined {
+    return chunk.length > PIECE ? this.inPieces(Buffer.from(chunk)) : this.send(chunk);
+  }
+
+  private async inPieces(bytes: Buffer): Promise<void> {
+    for (let at = 0; at < bytes.length && !this.res.destroyed; at += PIECE) await this.send(bytes.subarray(at, at + PIECE));
+  }
 }
