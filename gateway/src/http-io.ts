@@ -179,14 +179,14 @@ export function sendBody(
   headers['content-type'] = contentType;
   headers['content-length'] = length;
   res.writeHead(status, headers);
-  if (length <= PIECE) res.end(body);
-  else void inPieces(res, typeof body === 'string' ? Buffer.from(body) : body, stallMs);
+  if (length <= PIECE) return void res.end(body);
+  const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+  const last = bytes.length - (bytes.length % PIECE || PIECE); // the last piece ends the response
+  void writeInPieces(res, bytes.subarray(0, last), stallMs).then(() => res.destroyed || res.end(bytes.subarray(last)));
 }
 
-async function inPieces(res: ServerResponse, bytes: Buffer, stallMs: number): Promise<void> {
-  for (let at = 0; at + PIECE < bytes.length; at += PIECE) {
+/** `bytes` in pieces of PIECE, each once the socket took the one before; stops if the response is gone. */
+export async function writeInPieces(res: ServerResponse, bytes: Buffer, stallMs: number): Promise<void> {
+  for (let at = 0; at < bytes.length && !res.destroyed; at += PIECE)
     if (!res.write(bytes.subarray(at, at + PIECE))) await writable(res, stallMs);
-    if (res.destroyed) return;
-  }
-  res.end(bytes.subarray(bytes.length - (bytes.length % PIECE || PIECE)));
 }

@@ -12,7 +12,7 @@
 import type { ServerResponse } from 'node:http';
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import { GeneratedText } from './cut-estimate';
-import { PIECE, STALL_MS, writable } from './http-io';
+import { PIECE, STALL_MS, writable, writeInPieces } from './http-io';
 import type { Usage } from './providers/adapter';
 
 /** How one API's stream is relayed: what to write per event, when it is complete, its usage. */
@@ -283,10 +283,8 @@ class Relay {
 
   /** What the transform wrote: in pieces when large. */
   private sendWritten(chunk: string): Promise<void> | undefined {
-    return chunk.length > PIECE ? this.inPieces(Buffer.from(chunk)) : this.send(chunk);
-  }
-
-  private async inPieces(bytes: Buffer): Promise<void> {
-    for (let at = 0; at < bytes.length && !this.res.destroyed; at += PIECE) await this.send(bytes.subarray(at, at + PIECE));
+    if (chunk.length <= PIECE) return this.send(chunk);
+    this.wrote = true;
+    return writeInPieces(this.res, Buffer.from(chunk), this.stallMs);
   }
 }
