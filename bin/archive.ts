@@ -1,11 +1,11 @@
 /**
- * Command line of the archive tools (see README, "The columnar archive"):
- *   npm run archive -- <input> [--out DIR] [--partition] [--replace]
- *   npm run archive:expire -- [--archive DIR] [--days 180] [--dry-run]
- *   npm run report -- <daily|customers|burn|export-daily> [--archive DIR] [--format table|csv|json] [--as-of YYYY-MM-DD]
- * Exit status: 0 on success, 1 on bad input (the message says which line and field), 2 on usage.
+ * Command line of the archive tools (see docs/archive.md): `convert` (npm run archive), `expire`
+ * (npm run archive:expire) and `report` (npm run report), each with its usage in USAGE below.
+ * Exit status: 0 on success (and on --help, which reads and writes nothing), 1 on bad input (the
+ * message says which line and field), 2 on usage.
  */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { asksForHelp } from '../gateway/src/help';
 import { convert } from '../archive/convert';
 import { openDuck } from '../archive/duck';
 import { DEFAULT_ARCHIVE_DAYS, MAX_ARCHIVE_DAYS, expireArchive } from '../archive/expire';
@@ -15,18 +15,25 @@ import { existsSync } from 'node:fs';
 
 export const DEFAULT_ARCHIVE = '.data/archive';
 
+const USAGE = {
+  convert: 'usage: npm run archive -- <export.csv | export URL | gateway events CSV> [--out DIR] [--partition] [--replace]',
+  expire: `usage: npm run archive:expire -- [--archive DIR] [--days ${DEFAULT_ARCHIVE_DAYS}] [--dry-run]`,
+  report: `usage: npm run report -- ${REPORTS.join('|')} [--archive DIR] [--format table|csv|json] [--as-of YYYY-MM-DD] | voice [--calls FILE] [--since YYYY-MM-DD] [--format table|csv|json]`,
+};
+type Command = keyof typeof USAGE;
+
 class UsageError extends Error {}
 
 function today(): string {
   return new Date().toISOString().slice(0, 10);
 }
 
-/** parseArgs whose own refusals (an unknown option, a missing value) are usage errors, exit 2. */
-function parse<T extends ParseArgsConfig>(config: T) {
+/** parseArgs whose own refusals (an unknown option, a missing value) are usage errors, exit 2, followed by the command's usage. */
+function parse<T extends ParseArgsConfig>(command: Command, config: T) {
   try {
     return parseArgs(config);
   } catch (error) {
-    throw new UsageError((error as Error).message);
+    throw new UsageError(`${(error as Error).message}\n${USAGE[command]}`);
   }
 }
 
@@ -49,13 +56,12 @@ function wholeDays(option: string, value: string): number {
 }
 
 async function convertCommand(rest: string[]): Promise<void> {
-  const { values, positionals } = parse({
+  const { values, positionals } = parse('convert', {
     args: rest,
     allowPositionals: true,
     options: { out: { type: 'string', default: DEFAULT_ARCHIVE }, partition: { type: 'boolean' }, replace: { type: 'boolean' } },
   });
-  if (positionals.length !== 1)
-    throw new UsageError('usage: npm run archive -- <export.csv | export URL | gateway events CSV> [--out DIR] [--partition] [--replace]');
+  if (positionals.length !== 1) throw new UsageError(USAGE.convert);
   const result = await convert(positionals[0], {
     out: values.out!,
     partition: values.partition,
@@ -66,7 +72,7 @@ async function convertCommand(rest: string[]): Promise<void> {
 }
 
 function expireCommand(rest: string[]): void {
-  const { values } = parse({
+  const { values } = parse('expire', {
     args: rest,
     options: {
       archive: { type: 'string', default: DEFAULT_ARCHIVE },
@@ -98,7 +104,7 @@ async function printQuery(sql: string, format: 'table' | 'csv' | 'json'): Promis
 }
 
 async function reportCommand(rest: string[]): Promise<void> {
-  const { values, positionals } = parse({
+  const { values, positionals } = parse('report', {
     args: rest,
     allowPositionals: true,
     options: {
@@ -133,10 +139,16 @@ async function reportCommand(rest: string[]): Promise<void> {
 
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
+  const known = Object.hasOwn(USAGE, command ?? '');
+  // Help before anything is read or written: `npm run archive -- x.csv --help` converts nothing.
+  if (asksForHelp(known ? rest : argv)) {
+    process.stdout.write(`${known ? USAGE[command as Command] : Object.values(USAGE).join('\n')}\n`);
+    return;
+  }
   if (command === 'convert') return convertCommand(rest);
   if (command === 'expire') return expireCommand(rest);
   if (command === 'report') return reportCommand(rest);
-  throw new UsageError('usage: npm run archive | archive:expire | report -- ...');
+  throw new UsageError(Object.values(USAGE).join('\n'));
 }
 
 main(process.argv.slice(2)).catch((error: unknown) => {

@@ -1,9 +1,12 @@
 /** `npm run concierge:rates -- US GB …`: per-country telephony rates from Twilio's pricing API into the rates file. */
+import { asksForHelp } from '../gateway/src/help';
 import { DEFAULT_RATES_FILE, fetchCountryRates, inboundRate, readRates, writeRates } from '../gateway/src/voice/rates';
 
 type Rates = ReturnType<typeof readRates>;
 type Account = { baseUrl: string; sid: string; token: string };
 const say = (line: string) => process.stderr.write(`${line}\n`);
+const USAGE = 'usage: npm run concierge:rates -- US GB ...';
+const WHERE = `the account: TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN; the rates file: TELEPHONY_RATES_FILE (${DEFAULT_RATES_FILE}): docs/voice.md#telephony-rates`;
 
 /** The countries asked for, or null (said): checked before anything is fetched or written, a typo being a usage error. */
 function countriesAsked(args: string[]): string[] | null {
@@ -11,7 +14,7 @@ function countriesAsked(args: string[]): string[] | null {
   const bad = countries.filter((c) => !/^[A-Z]{2}$/.test(c));
   if (countries.length && !bad.length) return countries;
   if (bad.length) say(`country: expected ISO 3166 alpha-2 codes such as US, got ${bad.map((c) => `"${c}"`).join(', ')}`);
-  say('usage: npm run concierge:rates -- US GB ...');
+  say(USAGE);
   return null;
 }
 
@@ -59,6 +62,8 @@ function done(action: () => void): boolean {
 }
 
 async function main(): Promise<number> {
+  // Before the account is looked for: help needs none, and fetches and writes nothing.
+  if (asksForHelp(process.argv.slice(2))) return (process.stdout.write(`${USAGE}\n${WHERE}\n`), 0);
   const countries = countriesAsked(process.argv.slice(2));
   const from = countries && account(process.env);
   if (!countries || !from) return 2;

@@ -4,18 +4,21 @@
  *   create <tenant> [--rpm N] [--tpm N] [--models a,b]   makes a key; the key is the last line, shown once
  *   list                                                 one line per key, its id first; never the key
  *   revoke <key id>                                      refused by every gateway within a few seconds
- * Exit 0 done, 1 failed (no such key, store unreachable), 2 bad arguments or environment.
+ * Exit 0 done (or `--help`, which opens no store), 1 failed (no such key, store unreachable), 2 bad arguments or environment.
  */
 import type { Redis } from 'ioredis';
 import { commandStore } from './command-store';
 import { createKey, TENANT_PATTERN, type ClientKey, type KeySpec } from './client-keys';
 import { readEnv } from './env';
 import { ConfigError } from './errors';
+import { asksForHelp } from './help';
 import { keyStoreFor } from './stores';
 
 type Print = (line: string) => void;
 
 const USAGE = 'usage: npm run keys -- create <tenant> [--rpm N] [--tpm N] [--models a,b] | list | revoke <key id>';
+const WHERE =
+  'acts on the store the gateway reads: Redis at QUEUE_STORE_URL (REDIS_PREFIX), else CLIENT_KEYS_FILE: docs/gateway.md#client-keys';
 const KEY_ID = /^key_[0-9a-f]{8}$/;
 
 /** Bad arguments: the message names the argument and what was expected. */
@@ -93,6 +96,10 @@ async function run(command: string | undefined, args: string[], store: ReturnTyp
 }
 
 export async function keysCli(args: string[], rawEnv: NodeJS.ProcessEnv, out: Print, err: Print): Promise<number> {
+  if (asksForHelp(args)) {
+    out(`${USAGE}\n${WHERE}`);
+    return 0;
+  }
   const [command, ...rest] = args;
   if (!['create', 'list', 'revoke'].includes(command ?? '')) {
     err(command ? `unknown command "${command}": expected create, list or revoke` : 'command: expected create, list or revoke');

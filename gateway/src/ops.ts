@@ -11,6 +11,7 @@ import { RedisPause } from './budget';
 import { BullColdQueue } from './cold-queue-redis';
 import { commandStore } from './command-store';
 import { readEnv, type GatewayEnv } from './env';
+import { asksForHelp } from './help';
 
 /** A control character as JSON writes one (`\n`, `\u001b`); JSON leaves DEL and C1 as they are. */
 const escaped = (c: string) => (c < ' ' ? JSON.stringify(c).slice(1, -1) : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
@@ -23,6 +24,7 @@ const escaped = (c: string) => (c < ' ' ? JSON.stringify(c).slice(1, -1) : `\\u$
 const shown = (text: string | null) => String(text).replace(/\p{Cc}/gu, escaped);
 
 const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all';
+const WHERE = "acts on the Redis at QUEUE_STORE_URL, the gateways' store: docs/operations.md#runbook-commands";
 
 /** What is wrong with the arguments, or null: checked before the store is asked, so a typo never reaches it. */
 function usageProblem(args: string[]): string | null {
@@ -40,7 +42,7 @@ function usageProblem(args: string[]): string | null {
 
 /**
  * Runs one command. Results go to `out` (stdout), errors to `err` (stderr): a script that reads the
- * output never takes an error for data. Exit code: 0 done, 1 failed, 2 usage.
+ * output never takes an error for data. Exit code: 0 done (or `--help`, which asks nothing of the store), 1 failed, 2 usage.
  */
 export async function ops(
   args: string[],
@@ -48,6 +50,10 @@ export async function ops(
   out: (line: string) => void,
   err: (line: string) => void,
 ): Promise<number> {
+  if (asksForHelp(args)) {
+    out(`${USAGE}\n${WHERE}`);
+    return 0;
+  }
   const problem = usageProblem(args);
   if (problem) {
     err(problem);

@@ -4,6 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { duplicateKeys, duplicateMessage } from './duplicate-keys';
+import { asksForHelp } from './help';
 import { withoutBom } from './json-object';
 
 type Json = unknown;
@@ -54,7 +55,7 @@ const USAGE = 'usage: npm run routes:diff -- [a.json] [b.json] (default routes.l
 
 /** `npm run routes:diff -- [a] [b]`: 0 with the difference printed (or --help), 1 on a map that cannot be read, 2 on usage. */
 export function routesDiffCli(args: string[], out: Print, err: Print): number {
-  if (args.length === 1 && ['--help', '-h'].includes(args[0])) {
+  if (asksForHelp(args)) {
     out(USAGE);
     return 0;
   }

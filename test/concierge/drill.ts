@@ -11,6 +11,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { asksForHelp } from '../../gateway/src/help';
 import { ConciergeConfig } from '../../gateway/src/voice/config';
 import { DEFAULT_RATES_FILE } from '../../gateway/src/voice/rates';
 import { capsStep, lowConfidenceStep, replayStep } from './call-steps';
@@ -103,6 +104,10 @@ function print(file: string, rows: Row[], stack: DrillStack | null): number {
 }
 
 async function main(): Promise<number> {
+  if (asksForHelp(process.argv.slice(2))) {
+    console.log(USAGE);
+    return 0;
+  }
   const opts = options();
   if ('refused' in opts) {
     console.error(opts.refused);

@@ -25,6 +25,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import pino from 'pino';
+import { noArguments } from '../../gateway/src/no-arguments';
 import type { Stack } from '../../gateway/src/stack';
 import { FakeProvider } from '../gateway/fake-provider';
 import { listenStack } from '../gateway/harness';
@@ -283,10 +284,11 @@ async function outageOutlived(
   };
 }
 
-main().then(
-  (code) => process.exit(code),
-  (error) => {
-    console.error(error);
-    process.exit(1);
-  },
-);
+if (noArguments('npm run lisbon', process.argv.slice(2)))
+  main().then(
+    (code) => process.exit(code),
+    (error) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );
