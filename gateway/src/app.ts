@@ -18,6 +18,7 @@ import { openAiError } from './errors';
 import type { FlagStore } from './flags';
 import { continueIfKeyed, keyGuard } from './key-guard';
 import { answerUnreadable, refuseExpectation } from './malformed-request';
+import type { GatewayMetrics } from './metrics';
 import { mountModels } from './models';
 import { mountOperator } from './operator';
 import type { RequestPath } from './request-path';
@@ -57,6 +58,19 @@ interface RouteLayer {
   match(path: string): boolean;
 }
 
+/** The endpoints gateway_requests_total counts, as Express routes them (any case, a trailing slash, a query string). */
+const COUNTED = /^\/v1\/(?:chat\/completions|responses|embeddings)\/?(?:\?|$)/i;
+
+/**
+ * A request node:http answers before its endpoint sees it (a refused key with `Expect: 100-continue`,
+ * an `Expect` not met), counted as the endpoint counts its own refusals: answered by no tier.
+ */
+function countRefused(metrics: GatewayMetrics) {
+  return (req: IncomingMessage, status: number) => {
+    if (req.method === 'POST' && COUNTED.test(req.url ?? '')) metrics.countRequest('none', status);
+  };
+}
+
 /** The caller's path in a message: a known route's may carry a long id of theirs (`/v1/models/…`). */
 const QUOTED_PATH = 200;
 
@@ -87,7 +101,14 @@ export function createGateway(opts: GatewayOptions): Gateway {
   app.set('etag', false);
   const { pipeline } = opts.path;
   const routes = () => opts.path.routes; // the routes in force now (a reload replaces them)
-  const deps = { pipeline, log: opts.log, auth: opts.auth, sharedObjects: opts.sharedObjects, scopes: opts.scopes };
+  const deps = {
+    pipeline,
+    metrics: opts.path.metrics,
+    log: opts.log,
+    auth: opts.auth,
+    sharedObjects: opts.sharedObjects,
+    scopes: opts.scopes,
+  };
   const chat = endpoint(deps, (body, headers, key) => parseChatRequest(body, headers, opts.scopes, key));
   // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts) and check their keys.
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
@@ -127,9 +148,14 @@ export function createGateway(opts: GatewayOptions): Gateway {
         // Expect: 100-continue: without a valid key the body is refused before it is sent, not read and dropped.
         // One let in goes on as a 'request', so that a stop counts it in flight (shutdown.ts) and lets it finish.
         const asRequest = (req: IncomingMessage, res: ServerResponse) => server.emit('request', req, res);
-        if (opts.auth) server.on('checkContinue', (req, res) => void continueIfKeyed(opts.auth!, req, res, asRequest));
+        const refused = countRefused(opts.path.metrics);
+        if (opts.auth) server.on('checkContinue', (req, res) => void continueIfKeyed(opts.auth!, req, res, asRequest, refused));
+        // A request node cannot read as HTTP is answered with no path known: it is not counted.
         server.on('clientError', answerUnreadable);
-        server.on('checkExpectation', refuseExpectation);
+        server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+          refused(req, 417);
+          refuseExpectation(req, res);
+        });
         server.keepAliveTimeout = 65_000;
         server.on('upgrade', (req, socket, head) => opts.upgrade?.(req, socket, head) || socket.destroy());
         server.once('error', reject);

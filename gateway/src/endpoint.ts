@@ -17,6 +17,7 @@ import { openAiError } from './errors';
 import { replayRequestOf } from './idempotent-replay';
 import { readJsonBody, sendJson } from './http-io';
 import { keyRefusal } from './key-policy';
+import type { GatewayMetrics } from './metrics';
 import type { Pipeline } from './pipeline';
 import { timeToAnswerOf, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
@@ -40,6 +41,8 @@ export type Parser = (body: unknown, headers: Headers, clientKey?: ClientKey) =>
 
 export interface EndpointDeps {
   pipeline: Pipeline;
+  /** The endpoint's own refusals count in gateway_requests_total as the pipeline's answers do. */
+  metrics: GatewayMetrics;
   log: Logger;
   auth?: ClientAuth | null;
   /** The routing map's `shared_objects`: stored objects any client key may name. */
@@ -51,6 +54,15 @@ export interface EndpointDeps {
 export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
   // Read before the body and its parser: an invalid header waits as long as none (it is refused after).
   const timeToAnswer = deps.scopes && ((h: Headers) => Number(timeToAnswerOf(h, deps.scopes!)) || Infinity);
+  /**
+   * An answer the endpoint gives itself, answered by no tier: counted, or a client hammering with a
+   * bad key or a deploy that broke request bodies would not show in /metrics. One gone already (its
+   * body cut off) is counted as the pipeline counts a client that left.
+   */
+  const refuse = (res: ServerResponse, status: number, error: unknown, headers?: Record<string, string>) => {
+    deps.metrics.countRequest('none', res.destroyed ? 'client_closed' : status);
+    sendJson(res, status, error, headers);
+  };
   /** `who` tells the error log which key (by id, never the key) and tenant the request came with. */
   async function handle(req: IncomingMessage, res: ServerResponse, who: { key?: ClientKey }): Promise<void> {
     /** How long the key's lookup took: part of the time-to-answer. */
@@ -64,21 +76,21 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
       }
       if (!auth.ok) {
         req.resume();
-        return sendJson(res, auth.status, auth.error, auth.headers);
+        return refuse(res, auth.status, auth.error, auth.headers);
       }
       who.key = auth.key;
     }
     const body = await readJsonBody(req);
-    if (!body.ok) return sendJson(res, body.status, openAiError(body.message));
+    if (!body.ok) return refuse(res, body.status, openAiError(body.message));
     const parsed = parse(body.value, req.headers, who.key);
     if (!parsed.ok) {
-      return sendJson(res, parsed.status ?? 400, openAiError(parsed.message, 'invalid_request_error', parsed.param, parsed.code ?? null));
+      return refuse(res, parsed.status ?? 400, openAiError(parsed.message, 'invalid_request_error', parsed.param, parsed.code ?? null));
     }
     const refusal = who.key && keyRefusal(who.key, parsed.context.body.model, req.headers['x-customer-id'] as string | undefined);
-    if (refusal) return sendJson(res, refusal.status, refusal.error);
+    if (refusal) return refuse(res, refusal.status, refusal.error);
     // Before the pipeline: a request naming the operator's stored objects is neither called nor queued.
     const foreign = who.key && storedObjectRefusal(parsed.context, deps.sharedObjects ?? NONE);
-    if (foreign) return sendJson(res, 400, foreign);
+    if (foreign) return refuse(res, 400, foreign);
     // Only a client's own Idempotency-Key asks for replay (nothing is hashed without one).
     const replay = replayRequestOf(req.headers['idempotency-key'], req.url ?? '', body.value, parsed.context.customerId);
     await deps.pipeline.handle(parsed.context, res, replay, waitedMs);
@@ -94,7 +106,8 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
       // The path without its query string, where some clients put a key.
       const path = (req.url ?? '').split('?')[0];
       deps.log.error({ err: (error as Error).message, path, ...caller }, 'request failed');
-      if (!res.headersSent) sendJson(res, 500, openAiError('internal error', 'api_error'));
+      // Not when an answer is under way: the pipeline counted it as it began.
+      if (!res.headersSent) refuse(res, 500, openAiError('internal error', 'api_error'));
       else res.end();
     }
   };

@@ -118,14 +118,14 @@ export class IdempotentReplay {
       case 'answered':
         return this.replay(ctx, res, claim.answer);
       case 'other_body':
-        return sendJson(res, REUSED.status, REUSED.error);
+        return this.refuse(res, REUSED.status, REUSED.error);
       case 'running':
-        return sendJson(res, IN_FLIGHT.status, IN_FLIGHT.error, { ...IN_FLIGHT.headers });
+        return this.refuse(res, IN_FLIGHT.status, IN_FLIGHT.error, { ...IN_FLIGHT.headers });
       case 'not_kept': {
         const { status, bytes } = claim.notKept;
         const message = `Idempotency-Key: the first request with this key was answered (${status}, ${bytes} bytes), but answers over ${this.maxBytes} bytes are not kept for replay; send a new key to run it again`;
         const error = openAiError(message, 'invalid_request_error', null, 'idempotency_answer_not_kept');
-        return sendJson(res, 409, error, { 'x-should-retry': 'false' });
+        return this.refuse(res, 409, error, { 'x-should-retry': 'false' });
       }
     }
     await this.run(claim.lease, res, deadline, serve);
@@ -195,12 +195,18 @@ export class IdempotentReplay {
     if (!isAnswer(result)) this.deps.log.info({ status, bytes: result.bytes }, 'idempotent replay: answer too large to keep');
   }
 
+  /** A conflict or a limit: answered by no tier, counted as admission counts its refusals. */
+  private refuse(res: ServerResponse, status: number, error: unknown, headers?: Record<string, string>): void {
+    this.deps.metrics.countRequest('none', status);
+    sendJson(res, status, error, headers);
+  }
+
   /** The stored answer, metered as a replay (no tokens, no cost) once its event is durable. */
   private async replay(ctx: RequestContext, res: ServerResponse, answer: StoredAnswer): Promise<void> {
     const over = await this.deps.limit?.(ctx);
     if (over) {
       const refused = rejection(over);
-      return sendJson(res, refused.status, refused.error, refused.headers);
+      return this.refuse(res, refused.status, refused.error, refused.headers);
     }
     await this.deps.meter.record({
       ctx,

@@ -42,19 +42,24 @@ function needsKey(url: string): boolean {
 /**
  * For node's `checkContinue` (a client that sends `Expect: 100-continue` and waits, as curl does
  * with a large body): a request that needs a key and has no valid one is answered before its body
- * is asked for; any other is told to send it and goes to `handle` as usual.
+ * is asked for (and told to `refused`, for the request count); any other is told to send it and
+ * goes to `handle` as usual.
  */
 export async function continueIfKeyed(
   auth: ClientAuth,
   req: IncomingMessage,
   res: ServerResponse,
   handle: (req: IncomingMessage, res: ServerResponse) => void,
+  refused: (req: IncomingMessage, status: number) => void,
 ): Promise<void> {
   if (needsKey(req.url ?? '')) {
     const checked = auth.check(req.headers.authorization);
     const result = checked instanceof Promise ? await checked : checked;
-    // The body was never asked for: the connection cannot carry another request after it.
-    if (!result.ok) return sendJson(res, result.status, result.error, { ...result.headers, connection: 'close' });
+    if (!result.ok) {
+      refused(req, result.status);
+      // The body was never asked for: the connection cannot carry another request after it.
+      return sendJson(res, result.status, result.error, { ...result.headers, connection: 'close' });
+    }
   }
   res.writeContinue();
   handle(req, res);

@@ -61,7 +61,7 @@ export class GatewayMetrics {
     });
     this.requests = new Counter({
       name: 'gateway_requests_total',
-      help: 'Requests to chat completions, responses and embeddings by the tier that answered and HTTP status (or what the Cold tier did)',
+      help: 'Requests to chat completions, responses and embeddings by the tier that answered (none: refused before any tier) and HTTP status (or what the Cold tier did)',
       labelNames: ['tier', 'status'],
       registers: [this.registry],
     });

@@ -131,6 +131,7 @@ export class Pipeline {
     if (ctx.api === 'responses' && this.deps.ownership) {
       const continued = await this.deps.ownership.check(ctx, Math.min(OWNER_WAIT_MS, deadline.storeWaitMs()));
       if (continued.refusal) {
+        this.deps.metrics.countRequest('none', continued.refusal.status); // refused before admission: answered by no tier
         sendJson(res, continued.refusal.status, continued.refusal.error, continued.refusal.headers);
         // Before admission (no --rpm counted): kept, a client could fill the store with a day's refusals,
         // and a follow-up sent before its response was answered would be refused again for a day.

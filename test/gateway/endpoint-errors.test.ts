@@ -6,6 +6,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { afterEach, expect, it } from 'vitest';
 import { endpoint } from '../../gateway/src/endpoint';
+import { GatewayMetrics } from '../../gateway/src/metrics';
 import type { Pipeline } from '../../gateway/src/pipeline';
 
 let server: Server | null = null;
@@ -14,7 +15,8 @@ afterEach(() => new Promise<void>((r) => (server ? server.close(() => r()) : r()
 it('a 500 is logged with the path, not its query string', async () => {
   const lines: string[] = [];
   const log = pino({}, new Writable({ write: (chunk, _enc, done) => (lines.push(String(chunk)), done()) }));
-  const failing = endpoint({ pipeline: {} as Pipeline, log }, () => {
+  const metrics = new GatewayMetrics(() => []);
+  const failing = endpoint({ pipeline: {} as Pipeline, metrics, log }, () => {
     throw new Error('parser broke');
   });
   server = createServer((req, res) => void failing(req, res));
@@ -31,4 +33,5 @@ it('a 500 is logged with the path, not its query string', async () => {
   expect(logged).toContain('request failed');
   expect(logged).toContain('/v1/chat/completions');
   expect(logged).not.toContain('sk-query-secret-123');
+  expect(await metrics.registry.metrics()).toContain('gateway_requests_total{tier="none",status="500"} 1');
 });
