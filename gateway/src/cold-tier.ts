@@ -34,6 +34,8 @@ export interface ColdTierDeps {
   providers: () => string[];
   pauseAtPercent: number;
   log: { info: (m: string) => void; warn: (m: string) => void; error: (m: string) => void };
+  /** How long a job's reader may take nothing before it is cut (default STALL_MS; tests shorten it). */
+  stallMs?: number;
 }
 
 function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false): ColdPayload {
@@ -211,7 +213,9 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
       res.status(404).json(openAiError(`no job ${id}`, 'invalid_request_error', 'id', 'job_not_found'));
       return;
     }
-    res.json(job);
+    // A result is a whole answer (up to the provider's answer limit): in pieces, and a client that
+    // stops reading is cut, as on the OpenAI endpoints, not held in memory while it keeps the connection.
+    sendBody(res, 200, JSON.stringify(job), 'application/json; charset=utf-8', {}, deps.stallMs);
   });
 
   // A sender repeats its alert: the unknown name is said once a minute, not per post.

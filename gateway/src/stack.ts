@@ -91,6 +91,8 @@ export interface StackOptions {
   notifyWindowMs?: number;
   /** Cold timings: a job's backoff, how long it may be deferred, how often a deferred job looks again, a running job's lock (tests, the drill). */
   cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number; lockMs?: number };
+  /** How long a reader of GET /v1/jobs/:id may take nothing before it is cut (default 30 s; tests shorten it). */
+  jobStallMs?: number;
   /** The pause flag's key, when not the contract's: the drill's own, so a shared Redis's real flag is never set or cleared. */
   pauseKey?: string;
 }
@@ -252,7 +254,8 @@ function requestPathFor(core: StackCore, spend: SpendWatch, meter: MeterSink, no
     (routes) => [...new Set(routes.map((r) => r.config.provider))],
   );
   const pauseAtPercent = env.BUDGET_PAUSE_AT_PERCENT;
-  const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, providers, pauseAtPercent, log };
+  const stallMs = options.jobStallMs;
+  const coldDeps: ColdTierDeps = { queue, pause, flags, notifier, cappedProvider, providers, pauseAtPercent, log, stallMs };
   // Only a client key proves a tenant: without keys nothing is checked, so nothing is recorded either.
   const ownership =
     env.GATEWAY_AUTH === 'keys'

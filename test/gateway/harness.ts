@@ -131,6 +131,7 @@ export async function listenStack(
   const server = await stack.gateway!.listen(0, '127.0.0.1');
   return {
     stack,
+    server,
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     async stop() {
       server.closeAllConnections();

@@ -1,0 +1,74 @@
+// GET /v1/jobs/:id with a job whose result is a large answer: it goes out as the OpenAI endpoints'
+// whole answers do, so a client that stops reading is cut at the stall limit rather than holding
+// the answer in the gateway's memory, and one that reads gets it whole. A whole gateway stack with
+// its in-process queue and worker on loopback, in front of a fake provider.
+import { mkdtempSync } from 'node:fs';
+import { request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { listenStack, writeOneRouteMap } from './harness';
+import { until } from './keys-harness';
+
+/** Over what loopback's socket buffers take at once: a client that reads nothing leaves the gateway writing. */
+const CONTENT = 'x'.repeat(20 * 1024 * 1024);
+
+let hot: FakeProvider;
+let gateway: Awaited<ReturnType<typeof listenStack>>;
+let jobId = '';
+
+beforeAll(async () => {
+  hot = await new FakeProvider().start();
+  hot.always({ kind: 'ok', content: CONTENT });
+  const dir = mkdtempSync(join(tmpdir(), 'job-answer-'));
+  const routes = join(dir, 'routes.json');
+  writeOneRouteMap(routes, hot.url);
+  const env = { ROUTES_FILE: routes, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml'), HOT_API_KEY: 'k' };
+  gateway = await listenStack(env, { http: true, worker: true, jobStallMs: 500 });
+  ({ jobId } = await gateway.stack.queue.enqueue({
+    body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'a long answer, please' }] },
+    idempotencyKey: 'long-answer',
+    userId: '',
+    jobId: '',
+    customerId: 'acme',
+    jobType: '',
+    reason: 'test',
+    reviewRequired: false,
+    enqueuedAt: new Date().toISOString(),
+  }));
+  await until(async () => (await gateway.stack.queue.get(jobId))?.state === 'completed', 30_000);
+});
+afterAll(async () => {
+  await gateway.stop();
+  await hot.stop();
+});
+
+describe('a job whose result is a large answer', () => {
+  it('to a client that reads nothing: cut at the stall limit, not held for as long as it keeps the connection', async () => {
+    // Seen by the gateway: a client that reads nothing does not read the end of the connection either.
+    let cut: boolean | null = null;
+    const watch = (req: IncomingMessage, res: ServerResponse) => {
+      if (req.url?.startsWith('/v1/jobs/')) res.on('close', () => (cut = !res.writableFinished));
+    };
+    gateway.server.on('request', watch);
+    const req = request(`${gateway.url}/v1/jobs/${jobId}`, (res) => res.pause()); // reads nothing, ever
+    req.on('error', () => {});
+    req.end();
+    // Before: the answer was written whole into the socket and kept there until the client hung up.
+    await until(async () => cut !== null, 15_000);
+    expect(cut).toBe(true);
+    req.destroy();
+    gateway.server.off('request', watch);
+  });
+
+  it('to a client that reads it: whole, byte for byte the job as the queue has it', async () => {
+    const res = await fetch(`${gateway.url}/v1/jobs/${jobId}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('application/json; charset=utf-8');
+    const text = await res.text();
+    expect(text === JSON.stringify(await gateway.stack.queue.get(jobId))).toBe(true);
+    const job = JSON.parse(text) as { result: { body: { choices: Array<{ message: { content: string } }> } } };
+    expect(job.result.body.choices[0].message.content === CONTENT).toBe(true);
+  });
+});
