@@ -32,12 +32,16 @@ const update = (stack: BridgeStack, callSid: string) =>
   stack.twilio.updates.find((u) => u.callSid === callSid) ??
   until<(typeof stack.twilio.updates)[number]>(stack.twilio.events, 'update', (u) => u.callSid === callSid, `a call update for ${callSid}`);
 
-/** Uncaught exceptions while a test runs (the process must never see one); `stop` when done. */
+/** Uncaught exceptions and unhandled rejections while a test runs (the process must never see one: either ends it); `stop` when done. */
 function watchUncaught() {
   const seen: unknown[] = [];
   const onUncaught = (e: unknown) => void seen.push(e);
   process.on('uncaughtException', onUncaught);
-  return { seen, stop: () => void process.off('uncaughtException', onUncaught) };
+  process.on('unhandledRejection', onUncaught);
+  return {
+    seen,
+    stop: () => void (process.off('uncaughtException', onUncaught), process.off('unhandledRejection', onUncaught)),
+  };
 }
 
 describe('phone bridge: hostile input', () => {
@@ -178,6 +182,33 @@ describe('phone bridge: hostile input', () => {
       call.hangUp();
       expect((await s.endOf('CAH07')).record).toMatchObject({ ended_reason: 'caller_hangup' });
       expect(uncaught.seen).toEqual([]);
+    } finally {
+      uncaught.stop();
+    }
+  });
+
+  it('a response.done whose output is not a list of items is metered once and the call goes on: never an unhandled rejection, which ends the process', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const uncaught = watchUncaught();
+    try {
+      const { call, conn } = await answered(s, 'CAH08');
+      const usage = { input_tokens: 10, output_tokens: 10, output_token_details: { audio_tokens: 10 } };
+      const outputs: unknown[] = [5, 'text', { type: 'message' }, [null], [{ type: 'message', id: 'item_odd', content: 7 }]];
+      outputs.forEach((output, i) =>
+        conn.send({ type: 'response.done', response: { id: `resp_odd${i}`, status: 'completed', output, usage } }),
+      );
+      // The same session still answers the caller's next turn.
+      speak(call);
+      await serverEvent(conn, 'response.done', (e) => e.response?.id?.startsWith('resp_'));
+      expect(s.realtime.conns).toHaveLength(1);
+      call.hangUp();
+      const end = await s.endOf('CAH08');
+      expect(end.record).toMatchObject({ ended_reason: 'caller_hangup' });
+      expect(uncaught.seen).toEqual([]);
+      // Each odd response is metered once, at its usage.
+      const odd = s.meterEvents.filter((e) => e.job_id === 'CAH08' && e.input_tokens === 10 && e.output_tokens === 10);
+      expect(odd).toHaveLength(outputs.length);
     } finally {
       uncaught.stop();
     }

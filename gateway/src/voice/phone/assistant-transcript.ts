@@ -15,6 +15,7 @@
  */
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import type { RealtimeServerMessage } from './realtime-link';
+import { isObject } from '../../json-object';
 
 interface Gathering {
   response: string;
@@ -49,14 +50,14 @@ export class AssistantTranscript {
     if (counts && typeof e.transcript === 'string' && e.transcript) this.say(e.transcript);
   }
 
-  /** `response.done`: its messages whose `.done` never came, from its output, else their deltas. */
+  /** `response.done`: its messages whose `.done` never came, from its output, else their deltas (an output or content that is not a list holds none). */
   responseDone(r: RealtimeResponse | undefined): void {
     const id = String(r?.id ?? '');
-    for (const item of r?.output ?? []) {
-      if (item.type !== 'message' || !item.id || this.settled.has(item.id)) continue;
-      const parts = (item.content ?? []) as Array<{ transcript?: unknown; text?: unknown }>;
-      const text = parts.map((p) => (typeof p.transcript === 'string' ? p.transcript : typeof p.text === 'string' ? p.text : '')).join('');
-      this.settleWith(item.id, id, text || (this.open.get(item.id)?.text ?? ''));
+    const output: unknown[] = Array.isArray(r?.output) ? r.output : [];
+    for (const item of output) {
+      if (!isObject(item) || item.type !== 'message' || typeof item.id !== 'string' || !item.id || this.settled.has(item.id)) continue;
+      const parts = Array.isArray(item.content) ? item.content : [];
+      this.settleWith(item.id, id, partsText(parts) || (this.open.get(item.id)?.text ?? ''));
     }
   }
 
@@ -74,4 +75,11 @@ export class AssistantTranscript {
     this.open.delete(item);
     this.settled.add(item);
   }
+}
+
+/** The words of a message's content parts (their `transcript`, else their `text`). */
+function partsText(parts: unknown[]): string {
+  return parts
+    .map((p) => (!isObject(p) ? '' : typeof p.transcript === 'string' ? p.transcript : typeof p.text === 'string' ? p.text : ''))
+    .join('');
 }

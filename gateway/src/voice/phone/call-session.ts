@@ -434,7 +434,7 @@ export class CallSession {
         if (this.phase === 'live' || this.phase === 'ended') this.functions.start(e as never);
         return;
       case 'response.done':
-        return void this.responseDone(e.response as RealtimeResponse);
+        return this.responseDone(e.response as RealtimeResponse);
       case 'error':
         // The bridge cancels before its own lines whether or not a response is running.
         if ((e.error as { code?: string } | undefined)?.code === 'response_cancel_not_active') return;
@@ -513,23 +513,27 @@ export class CallSession {
     if (at >= 0) this.said.splice(at, 1);
   }
 
-  private async responseDone(r: RealtimeResponse | undefined): Promise<void> {
+  /**
+   * Not async: a fault here throws to the realtime link (that session's failure), where in a
+   * promise nobody awaits it was an unhandled rejection, which ends the process. Metered first, so
+   * a fault after it does not lose what the response cost.
+   */
+  private responseDone(r: RealtimeResponse | undefined): void {
     const id = String(r?.id ?? '');
     if (this.responding === id) this.responding = null;
+    this.meterResponse(r, id);
     if (this.phase === 'ended') {
       // Only what it cost: the conversation is over, nothing more is asked of it.
-      this.meterResponse(r, id);
       return this.settling?.id === id ? this.settling.done() : undefined;
     }
     this.results.responseDone(id);
     this.spoken.responseDone(r);
-    this.meterResponse(r, id);
     if (this.closing && id === this.closing.id) this.closingDone(r);
     if (this.consentLine?.id === id) this.consentDone(r);
     else if (r?.status === 'failed' && !this.voiced.has(id)) this.answerFailed(r);
     else if (this.voiced.has(id)) this.failedAnswers = 0;
     this.own.done();
-    await this.deliver(id);
+    void this.deliver(id);
   }
 
   /** A response done: its turn and cost to the guard, one event to the meter. */
@@ -558,10 +562,20 @@ export class CallSession {
     this.meterResponse({ id, status: 'failed' } as RealtimeResponse, id);
   }
 
-  /** A response's function results, once all are in; with no session ready, they wait for the next one. */
+  /**
+   * A response's function results, once all are in; with no session ready, they wait for the next
+   * one. Never rejects (nobody awaits it): a fault is logged and ends the call as the bridge's error.
+   */
   private async deliver(responseId: string): Promise<void> {
-    this.results.add(await this.functions.outputs(responseId));
-    if (this.phase === 'live' && this.rt.isReady) this.results.give();
+    try {
+      this.results.add(await this.functions.outputs(responseId));
+      if (this.phase === 'live' && this.rt.isReady) this.results.give();
+    } catch (error) {
+      this.deps.log.error(
+        `call ${this.callSid}: giving the model its function results failed (${(error as Error).message}); ending the call`,
+      );
+      void this.finish('bridge_error');
+    }
   }
 
   /** The response's usage as the meter and the guard take it: a bad count is dropped, and logged. */
