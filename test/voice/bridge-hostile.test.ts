@@ -343,6 +343,46 @@ describe('phone bridge: hostile input', () => {
     expect(s.hooks.seen.filter((h) => h.path === '/book_slot')).toHaveLength(1);
   });
 
+  it('a function call named like a built-in of every object (constructor, toString) is refused to the model, and a reason that is not text transfers as `transfer`: never an unhandled rejection', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Sorry.' } });
+    const uncaught = watchUncaught();
+    try {
+      const { conn } = await answered(s, 'CAH09');
+      const call = (id: string, name: string, args: string) => {
+        conn.send({ type: 'response.created', response: { id, status: 'in_progress', output: [], metadata: null } });
+        conn.send({
+          type: 'response.function_call_arguments.done',
+          response_id: id,
+          item_id: `item_${id}`,
+          output_index: 0,
+          call_id: `call_${id}`,
+          name,
+          arguments: args,
+        });
+        conn.send({
+          type: 'response.done',
+          response: { id, status: 'completed', output: [], usage: { input_tokens: 1, output_tokens: 1 } },
+        });
+      };
+      call('resp_C', 'constructor', '{"date":"2026-11-24","time":"10:00"}');
+      call('resp_T', 'toString', '{}');
+      await clientEvent(conn, 'response.create', (e) => e.response?.instructions === undefined);
+      const outputs = conn.events.filter((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
+      expect(outputs.map((e: any) => [e.item.call_id, JSON.parse(e.item.output).ok])).toEqual([
+        ['call_resp_C', false],
+        ['call_resp_T', false],
+      ]);
+      // A text whose toString is not a function: String() of it throws.
+      call('resp_D', 'escalate_to_human', '{"reason":{"toString":1}}');
+      expect((await update(s, 'CAH09')).form.Twiml).toContain('<Dial');
+      expect((await s.endOf('CAH09')).record).toMatchObject({ ended_reason: 'transfer', escalated: true });
+      expect(uncaught.seen).toEqual([]);
+    } finally {
+      uncaught.stop();
+    }
+  });
+
   it("arguments the function does not declare (a recording URL talked into a voicemail call) never reach the workflow's target", async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Done.' } });

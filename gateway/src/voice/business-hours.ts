@@ -89,7 +89,8 @@ const SLOT_ARGS: Record<string, [string, string]> = { book_slot: ['date', 'time'
  * naming it). A date's weekday does not depend on the time zone; the time is the business's.
  */
 export function slotOutsideHours(hours: string, timeZone: string, fn: string, args: Record<string, unknown>): string | null {
-  const names = SLOT_ARGS[fn];
+  // Its own names only: `constructor` or `toString` (a name the model made up) would find Object's.
+  const names = Object.hasOwn(SLOT_ARGS, fn) ? SLOT_ARGS[fn] : undefined;
   const parsed = parseBusinessHours(hours);
   if (!names || !parsed.ok) return null;
   const [date, time] = names.map((n) => (typeof args[n] === 'string' ? (args[n] as string).trim() : ''));

@@ -184,7 +184,9 @@ export class CallSession {
       declaredArgs: (name) => config.functions.find((f) => f.name === name)?.args,
       enrich: (fn, result) => this.pricing.handle(fn, result),
       refuse: (fn, args) => slotOutsideHours(config.meta.business_hours_local, config.meta.timezone, fn, args),
-      onDial: (_fn, args) => void this.transfer(MODEL_REASONS.has(String(args.reason)) ? (String(args.reason) as EndReason) : 'transfer'),
+      // Text only: String() of an object the model wrote, such as {"toString": 1}, throws.
+      onDial: (_fn, args) =>
+        void this.transfer(typeof args.reason === 'string' && MODEL_REASONS.has(args.reason) ? (args.reason as EndReason) : 'transfer'),
       log,
     });
   }

@@ -114,7 +114,20 @@ export class FunctionCalls {
     return hit ? { outcome: hit[1], intent: hit[2] } : { outcome: 'abandoned', intent: null };
   }
 
+  /**
+   * Never rejects: a fault on the model's call (a name or arguments a check chokes on) is its
+   * failed output, so the model is still answered and the call goes on.
+   */
   private async run(ev: FunctionCallEvent): Promise<FunctionOutput | null> {
+    try {
+      return await this.attempt(ev);
+    } catch (error) {
+      this.deps.log.warn(`call ${this.deps.callId}: a function call failed in the bridge: ${(error as Error).message}`);
+      return this.output(ev, { ok: false, error: 'the call could not be made' });
+    }
+  }
+
+  private async attempt(ev: FunctionCallEvent): Promise<FunctionOutput | null> {
     let args: unknown;
     try {
       args = JSON.parse(ev.arguments || '{}');
