@@ -59,6 +59,28 @@ describe('phone bridge: hostile input', () => {
     expect(s.logs.some((l) => l.startsWith('warn twilio media: call CAH00: nothing from Twilio'))).toBe(true);
   });
 
+  it('a stream that stops taking the audio (Twilio reads nothing more, its frames still come) ends its call as stream_lost: the audio is not buffered without bound', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CAH10');
+    (call.ws as unknown as { _socket: { pause(): void } })._socket.pause(); // the frames go on (run), nothing is read
+    conn.send({ type: 'response.created', response: { id: 'resp_L', status: 'in_progress', output: [], metadata: null } });
+    const chunk = assistantAudio(10_000).toString('base64'); // 10 s a delta
+    const delta = {
+      type: 'response.output_audio.delta',
+      response_id: 'resp_L',
+      item_id: 'item_L',
+      output_index: 0,
+      content_index: 0,
+      delta: chunk,
+    };
+    // 20 minutes of audio, each delta once the model's socket took the one before.
+    for (let i = 0; i < 120; i++) await new Promise<void>((r) => conn.ws.send(JSON.stringify(delta), () => r()));
+    expect((await s.endOf('CAH10')).record).toMatchObject({ ended_reason: 'stream_lost' });
+    expect(s.logs.some((l) => l.startsWith('warn call CAH10: Twilio is not taking the audio'))).toBe(true);
+    expect(s.bridge.liveCalls).toBe(0);
+  });
+
   it('a media frame whose payload is not whole base64 (a length that is not a multiple of 4) is dropped: the model never gets it, the guard never counts it', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

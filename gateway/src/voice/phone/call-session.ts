@@ -60,6 +60,8 @@ const CLOSING_LIMIT_MS = 10_000;
  */
 const CLOSING_OUTPUT_TOKENS = 300;
 const STOP_WAIT_MS = 10_000;
+/** 4 MiB of media messages is about 6 minutes of audio: more than the longest answer (4,096 tokens, 205 s). */
+const OUTBOUND_LIMIT_BYTES = 4 * 1024 * 1024;
 /** How long an ended call waits for the response.done of the answer it cancelled (the API answers a cancel at once). */
 const SETTLE_WAIT_MS = 2_000;
 /**
@@ -295,8 +297,21 @@ export class CallSession {
     return (this.ended ??= this.end(reason));
   }
 
+  /**
+   * A stream that has stopped taking what is sent (Twilio reads nothing, its frames may still come)
+   * would have every answer's audio held here, in memory, for as long as the call lasts: past
+   * OUTBOUND_LIMIT_BYTES (minutes of audio, more than any one answer) nothing more is sent and the
+   * call ends as `stream_lost`, as one that falls silent does.
+   */
   private toTwilio(text: string): void {
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(text);
+    if (this.ws.readyState !== WebSocket.OPEN) return;
+    if (this.ws.bufferedAmount <= OUTBOUND_LIMIT_BYTES) return this.ws.send(text);
+    if (this.phase === 'ended') return;
+    this.deps.log.warn(
+      `call ${this.callSid}: Twilio is not taking the audio (${this.ws.bufferedAmount} bytes waiting to be written to it); ending the call`,
+    );
+    void this.finish('stream_lost');
+    this.ws.terminate(); // what it holds is let go now, not after the close handshake it will not read
   }
 
   private ready(first: boolean): void {
