@@ -405,6 +405,35 @@ describe('phone bridge: hostile input', () => {
     }
   });
 
+  it("the model's names and ids reach the log cut short, however long they are (a function's name, a call id, a response id)", async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Sorry.' } });
+    const { call, conn } = await answered(s, 'CAH11');
+    const long = (c: string) => c.repeat(100_000);
+    const fc = {
+      type: 'response.function_call_arguments.done',
+      response_id: 'resp_N',
+      item_id: 'item_N',
+      output_index: 0,
+      call_id: long('c'),
+      name: long('n'),
+      arguments: '{}',
+    };
+    conn.send({ type: 'response.created', response: { id: 'resp_N', status: 'in_progress', output: [], metadata: null } });
+    conn.send(fc);
+    conn.send(fc);
+    conn.send({ type: 'response.done', response: { id: 'resp_N', status: 'completed', output: [], usage: { input_tokens: 1 } } });
+    await clientEvent(conn, 'response.create', (e) => e.response?.instructions === undefined);
+    conn.send({ type: 'response.done', response: { id: long('r'), status: 'completed', output: [], usage: { input_tokens: -1 } } });
+    call.hangUp();
+    await s.endOf('CAH11');
+    const lines = s.logs.filter((l) => l.includes('CAH11'));
+    expect(lines.some((l) => l.includes('announced again'))).toBe(true);
+    expect(lines.some((l) => l.includes('failed:'))).toBe(true);
+    expect(lines.some((l) => l.includes('usage field'))).toBe(true);
+    for (const l of lines) expect(l.length).toBeLessThan(1200);
+  });
+
   it("arguments the function does not declare (a recording URL talked into a voicemail call) never reach the workflow's target", async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Done.' } });

@@ -25,6 +25,7 @@
  *   the end (Twilio `stop`, hang-up, transfer, disconnect) → the call record, with `ended_reason`
  */
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
+import { cutText } from '../../../../schema/cut-text';
 import WebSocket from 'ws';
 import { AssistantTranscript } from './assistant-transcript';
 import { slotOutsideHours } from '../business-hours';
@@ -600,7 +601,7 @@ export class CallSession {
     const { usage, dropped } = cleanUsage(r?.usage);
     if (dropped.length)
       this.deps.log.warn(
-        `call ${this.callSid}: response ${String(r?.id)}: dropped usage field(s) that are not token counts: ${dropped.join(', ')}`,
+        `call ${this.callSid}: response ${cutText(String(r?.id), 80)}: dropped usage field(s) that are not token counts: ${dropped.join(', ')}`,
       );
     return usage;
   }

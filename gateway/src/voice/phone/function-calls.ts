@@ -43,6 +43,9 @@ export interface FunctionOutput {
 
 const OUTPUT_LIMIT = 4000;
 
+/** A name or id the model sent, as the log shows it: cut short, whatever its length (or its type). */
+const logged = (v: unknown): string => (typeof v === 'string' ? cutText(v, 80) : `(${typeof v})`);
+
 export class FunctionCalls {
   private readonly byResponse = new Map<string, Array<Promise<FunctionOutput | null>>>();
   private readonly done = new Set<string>();
@@ -70,7 +73,7 @@ export class FunctionCalls {
     // The model answers each call_id once: the same event again (a resend) would otherwise get a
     // second function_call_output for one call.
     if (this.started.has(ev.call_id)) {
-      this.deps.log.warn(`call ${this.deps.callId}: function call ${String(ev.call_id)} (${ev.name}) announced again; ignored`);
+      this.deps.log.warn(`call ${this.deps.callId}: function call ${logged(ev.call_id)} (${logged(ev.name)}) announced again; ignored`);
       return;
     }
     this.started.add(ev.call_id);
@@ -158,7 +161,8 @@ export class FunctionCalls {
     } catch (error) {
       // Unknown function, the first call with this key still running elsewhere, or the workflow
       // store not answering in time (nothing called: the model may call it again).
-      this.deps.log.warn(`call ${this.deps.callId}: function ${ev.name} failed: ${(error as Error).message}`);
+      // The message may quote the name (an unknown function): cut as well.
+      this.deps.log.warn(`call ${this.deps.callId}: function ${logged(ev.name)} failed: ${cutText((error as Error).message, 1000)}`);
       return this.output(ev, { ok: false, error: (error as Error).message });
     }
   }
