@@ -236,6 +236,27 @@ describe('phone bridge: hostile input', () => {
     }
   });
 
+  it('responses whose response.done never comes are each counted once the next one begins: the turn cap still fires, and every response is metered once', async () => {
+    s = await bridgeStack((c) => {
+      c.guardrails.max_turns = 3;
+      for (const rule of c.escalation.rules) if (rule.trigger === 'turn_cap_reached') rule.threshold = 3;
+    });
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CAH12'); // the greeting: one turn, its response.done came
+    s.realtime.lose = (e) => e.type === 'response.done';
+    const transferred = update(s, 'CAH12');
+    for (let i = 0; i < 3; i++) {
+      speak(call);
+      await serverEvent(conn, 'response.output_audio.done');
+    }
+    expect((await transferred).form.Twiml).toContain('<Dial');
+    const end = await s.endOf('CAH12');
+    expect(end.record).toMatchObject({ ended_reason: 'turn_cap', turns: 4 }); // the greeting, the three answers
+    const responses = s.meterEvents.filter((e) => e.job_id === 'CAH12' && e.model === s!.config.meta.model);
+    expect(responses).toHaveLength(4); // the greeting and the three answers, each once
+    expect(responses.slice(1).every((e) => e.error_code.includes('UNPRICED'))).toBe(true);
+  });
+
   it('usage figures that are not token counts are dropped and logged; the meter and the guard keep the good ones, and the cap still ends the call', async () => {
     s = await bridgeStack(); // cap 0.35 USD; audio in 10, out 20 USD per million tokens
     s.realtime.brain = brain({

@@ -98,6 +98,8 @@ export class CallSession {
   private readonly heard: CallerTranscript;
   private readonly timing = new TurnTiming();
   private responding: string | null = null;
+  /** Responses metered and given to the guard as lost (responseLost): a response.done of theirs that still comes counts nothing more. */
+  private readonly countedLost = new Set<string>();
   private playingResponse: string | null = null;
   /** Responses of which some audio reached Twilio. */
   private readonly voiced = new Set<string>();
@@ -389,10 +391,16 @@ export class CallSession {
 
   private created(r: RealtimeResponse | undefined): void {
     const id = String(r?.id ?? '');
+    const purpose = this.own.created(id, r?.metadata);
+    // One response at a time runs in the conversation, so the one before is over though its
+    // response.done never came (lost): counted now as one lost with its session is, or its turn
+    // and cost would never reach the guard (the turn and per-call caps blind) nor the meter. A
+    // closing line is out of band: it may run beside one of the conversation's.
+    const before = this.responding;
+    if (before !== null && before !== id && purpose !== 'closing' && before !== this.closing?.id) this.responseLost();
     this.responding = id;
     this.timing.responseCreated(id);
     this.results.responseCreated(id);
-    const purpose = this.own.created(id, r?.metadata);
     if (purpose === 'consent') this.consentLine = { id, generated: false };
     if (purpose === 'closing' && this.closing) this.closing.id = id;
   }
@@ -539,7 +547,8 @@ export class CallSession {
   private responseDone(r: RealtimeResponse | undefined): void {
     const id = String(r?.id ?? '');
     if (this.responding === id) this.responding = null;
-    this.meterResponse(r, id);
+    // One already counted as lost (its response.done late after all) is not counted twice.
+    if (!this.countedLost.delete(id)) this.meterResponse(r, id);
     if (this.phase === 'ended') {
       // Only what it cost: the conversation is over, nothing more is asked of it.
       return this.settling?.id === id ? this.settling.done() : undefined;
@@ -577,6 +586,7 @@ export class CallSession {
     const id = this.responding;
     if (id === null) return;
     this.responding = null;
+    this.countedLost.add(id);
     this.meterResponse({ id, status: 'failed' } as RealtimeResponse, id);
   }
 
