@@ -81,6 +81,37 @@ describe('phone bridge: hostile input', () => {
     expect(s.bridge.liveCalls).toBe(0);
   });
 
+  it('a stream whose socket breaks without `stop` (reset mid-call, closed with 1011, or a frame the gateway refuses with 1009) ends its call as stream_lost, not as the caller hanging up; the record is written once', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const reset = await answered(s, 'CAH17');
+    reset.call.reset();
+    expect((await s.endOf('CAH17')).record).toMatchObject({ call_id: 'CAH17', ended_reason: 'stream_lost' });
+    await socketClosed(reset.conn.ws);
+    expect(s.logs.some((l) => l.startsWith('warn twilio media: call CAH17: the stream closed without a stop (code 1006)'))).toBe(true);
+    const failed = await answered(s, 'CAH18');
+    failed.call.ws.close(1011);
+    expect((await s.endOf('CAH18')).record).toMatchObject({ call_id: 'CAH18', ended_reason: 'stream_lost' });
+    const refused = await answered(s, 'CAH16');
+    refused.call.ws.send('x'.repeat(300 * 1024)); // over the stream's 256 KiB: the gateway refuses it (1009)
+    expect((await s.endOf('CAH16')).record).toMatchObject({ call_id: 'CAH16', ended_reason: 'stream_lost' });
+    expect(s.records.filter((r) => r.call_id === 'CAH17')).toHaveLength(1);
+    expect(s.bridge.liveCalls).toBe(0);
+  });
+
+  it('a stream that closes without `stop` but with a normal close (1000, 1001) ends its call as the caller hanging up, as after a `stop`', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    for (const [callSid, code] of [
+      ['CAH13', 1000],
+      ['CAH14', 1001],
+    ] as const) {
+      const { call } = await answered(s, callSid);
+      call.ws.close(code);
+      expect((await s.endOf(callSid)).record).toMatchObject({ call_id: callSid, ended_reason: 'caller_hangup' });
+    }
+  });
+
   it('a media frame whose payload is not whole base64 (a length that is not a multiple of 4) is dropped: the model never gets it, the guard never counts it', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

@@ -99,6 +99,11 @@ export class MediaCall extends EventEmitter {
     this.ws.close(1000);
   }
 
+  /** The network between Twilio and the gateway breaks: the socket is reset mid-call, no `stop`, no close frame. */
+  reset(): void {
+    (this.ws as unknown as { _socket: { resetAndDestroy(): void } })._socket.resetAndDestroy();
+  }
+
   send(m: unknown): void {
     if (this.ws.readyState === WebSocket.OPEN && !this.stalled) this.ws.send(JSON.stringify(m));
   }

@@ -295,6 +295,11 @@ export class CallSession {
     return this.reason;
   }
 
+  /** Whether the call is ending or ended (whatever comes now changes nothing). */
+  get over(): boolean {
+    return this.ended !== null;
+  }
+
   /** Ends the call (idempotent); the reason already decided, if any, wins. */
   finish(reason: EndReason): Promise<void> {
     return (this.ended ??= this.end(reason));

@@ -8,7 +8,7 @@
  * (twilio-auth.ts), so no instance takes one for long. A live stream that falls silent
  * without closing (no message for 10 s where Twilio sends a frame every 20 ms: the network between
  * us broke) ends its call as `stream_lost`, or it would hold its realtime session, and its record,
- * until the process ends.
+ * until the process ends; so does one whose socket breaks without Twilio's `stop` (see `closed`).
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -34,6 +34,8 @@ export type StreamStart = z.infer<typeof Start>['start'];
 
 const START_WITHIN_MS = 10_000;
 const SILENT_FOR_MS = 10_000;
+/** A close frame that says the stream ended normally (1005: one that says no more). */
+const CLEAN_CLOSES = new Set([1000, 1001, 1005]);
 
 /** One media stream: its call once `start` came, whether a malformed message was logged, when it last spoke. */
 interface Stream {
@@ -89,10 +91,10 @@ export class MediaStreams {
       stream.heardAt = performance.now();
       this.handle(ws, stream, timer, isBinary ? null : data.toString());
     });
-    ws.on('close', () => {
+    ws.on('close', (code) => {
       clearTimeout(timer);
       if (stream.watchdog) clearTimeout(stream.watchdog);
-      void stream.session?.finish('caller_hangup');
+      if (stream.session) this.closed(stream.session, code);
     });
     ws.on('error', () => ws.terminate());
   }
@@ -130,10 +132,24 @@ export class MediaStreams {
     }
     // Twilio only sends JSON objects as text; anything else (not JSON, binary, null, an array, a
     // number) is ignored so that one bad message does not cut the caller off, and logged once per
-    // stream (closing would also have recorded the call as the caller's hang-up).
+    // stream (closing would also have ended the call).
     if (isObject(m)) return stream.session.onTwilio(m as TwilioMessage);
     if (!stream.warned) this.deps.log.warn(`twilio media: call ${stream.session.callSid}: ignored a message that is not a JSON object`);
     stream.warned = true;
+  }
+
+  /**
+   * Twilio sends `stop` before it ends a stream (the caller hung up, the call was redirected or
+   * completed), and that already ended the call. A socket gone without it and without a clean close
+   * (reset, no close frame, 1011, a frame we refused with 1009) is the network between us: Twilio
+   * goes on to the fallback after `<Connect>` and the caller to a person, so the call did not end
+   * by their hang-up and is recorded as `stream_lost`, as a stream that falls silent is.
+   */
+  private closed(session: CallSession, code: number): void {
+    if (CLEAN_CLOSES.has(code)) return void session.finish('caller_hangup');
+    if (!session.over)
+      this.deps.log.warn(`twilio media: call ${session.callSid}: the stream closed without a stop (code ${code}); ending the call`);
+    void session.finish('stream_lost');
   }
 
   /** Ends the call of a stream that stopped sending without closing (its end closes the socket, ws destroys it if unanswered). */
