@@ -240,6 +240,25 @@ describe('phone bridge: hostile input', () => {
     }
   });
 
+  it('a realtime event larger than any the API sends (over 16 MiB) is that session failing (one more session, the call goes on), never taken into memory whole', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CAH15');
+    const next = until<RtConn>(s.realtime, 'connection');
+    conn.ws.send(
+      JSON.stringify({ type: 'rate_limits.updated', event_id: 'evt_big', rate_limits: [{ name: 'x'.repeat(17 * 1024 * 1024) }] }),
+    );
+    const second = await next;
+    expect(
+      s.logs.some((l) => l.startsWith('warn call CAH15: realtime session failed (the realtime socket failed (Max payload size exceeded')),
+    ).toBe(true);
+    await clientEvent(second, 'session.update');
+    speak(call);
+    await serverEvent(second, 'response.done');
+    call.hangUp();
+    expect((await s.endOf('CAH15')).record).toMatchObject({ ended_reason: 'caller_hangup' });
+  });
+
   it('a response.done whose output is not a list of items is metered once and the call goes on: never an unhandled rejection, which ends the process', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

@@ -1,8 +1,8 @@
 /**
  * One WebSocket to the realtime model (GA interface: `Authorization: Bearer` and no `OpenAI-Beta`
  * header). It opens within a deadline or fails; afterwards it hands each server event to `onEvent`
- * and reports one failure (closed without our asking, a socket error, a fault while handling an
- * event) to `onFailure`. Errors never
+ * and reports one failure (closed without our asking, a socket error or an event over 16 MiB, a
+ * fault while handling an event) to `onFailure`. Errors never
  * carry the key: a refused handshake is described by its HTTP status only.
  */
 import type { RealtimeClientEvent } from 'openai/resources/realtime/realtime';
@@ -11,6 +11,15 @@ import { isObject } from '../../json-object';
 
 /** What the bridge sends the API: one of its client events, or an event written out (the bridge's own responses). */
 export type ClientEvent = RealtimeClientEvent | ({ type: string } & Record<string, unknown>);
+
+/**
+ * The largest server event taken. The largest the API sends are a few MiB at most (a response.done
+ * with a long transcript and function arguments, a session.created echoing long instructions; audio
+ * comes in small deltas): 16 MiB leaves them room many times over, where ws's own 100 MiB default
+ * would take one enormous event whole into memory, on every call at once. A larger event is refused
+ * (1009) and this socket fails as any other does.
+ */
+const MAX_EVENT_BYTES = 16 * 1024 * 1024;
 
 export interface RealtimeServerMessage {
   type: string;
@@ -52,6 +61,7 @@ export class RealtimeLink {
         headers: { authorization: `Bearer ${apiKey}` },
         handshakeTimeout: timeoutMs,
         perMessageDeflate: false,
+        maxPayload: MAX_EVENT_BYTES,
       });
       const timer = setTimeout(() => {
         ws.terminate();
