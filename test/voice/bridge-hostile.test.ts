@@ -2,6 +2,7 @@
 // Twilio's media stream that are not Twilio's objects, usage figures from the realtime model that
 // are not token counts, a function call the model announces twice. None may crash the process,
 // leave a call stuck, put a made-up cost in the meter, or blind the spend guard.
+import { EventEmitter } from 'node:events';
 import type { WebSocket } from 'ws';
 import { afterEach, describe, expect, it } from 'vitest';
 import { GuardFeed } from '../../gateway/src/voice/phone/guard-feed';
@@ -495,7 +496,18 @@ describe('phone bridge: hostile input', () => {
     conn.send(fc);
     conn.send({ type: 'response.done', response: { id: 'resp_N', status: 'completed', output: [], usage: { input_tokens: 1 } } });
     await clientEvent(conn, 'response.create', (e) => e.response?.instructions === undefined);
+    // Waited for before the hang-up: Twilio's stop, on the other socket, may otherwise end the call
+    // (and close the model's socket) before this event is read.
+    const logged = new EventEmitter();
+    const push = s.logs.push.bind(s.logs);
+    s.logs.push = (...lines: string[]) => {
+      const n = push(...lines);
+      for (const l of lines) logged.emit('line', l);
+      return n;
+    };
+    const dropped = until<string>(logged, 'line', (l) => l.includes('usage field'), 'the dropped usage logged');
     conn.send({ type: 'response.done', response: { id: long('r'), status: 'completed', output: [], usage: { input_tokens: -1 } } });
+    await dropped;
     call.hangUp();
     await s.endOf('CAH11');
     const lines = s.logs.filter((l) => l.includes('CAH11'));
