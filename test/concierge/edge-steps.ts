@@ -159,7 +159,10 @@ export async function consentStep(s: DrillStack): Promise<Row> {
     );
   await eventually(() => tag() !== undefined, 10_000);
   const contact = s.backOffice.rows('contacts').find((c) => c.phone === phone);
-  const lines = asked(call).filter((a) => a.bridge === 'consent').length;
+  // Lines the model started, not the bridge's requests: one the API refused (busy) and the bridge asked again is no second line.
+  const lines = call.conn.served.filter(
+    (e) => e.type === 'response.created' && (e.response as { metadata?: { bridge?: string } } | undefined)?.metadata?.bridge === 'consent',
+  ).length;
   const ok =
     first?.text.includes(line) === true &&
     first.bridge === 'consent' &&

@@ -184,6 +184,9 @@ describe('consent over the phone', () => {
     const call = await s.twilio.call('CA0804');
     const conn = await until<RtConn>(s.realtime, 'connection');
     await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    // The line said again, as the model made it: asking again after the API refused (busy) is no second line.
+    const repeats: unknown[] = [];
+    conn.on('server', (e: any) => e.type === 'response.created' && e.response?.metadata?.bridge === 'consent' && repeats.push(e));
     speak(call);
     const repeat = await clientEvent(conn, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
     expect(conn.events.indexOf(repeat)).toBeGreaterThan(conn.events.findIndex((e) => e.type === 'response.cancel'));
@@ -191,7 +194,7 @@ describe('consent over the phone', () => {
     await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the repeat heard');
     speak(call);
     await serverEvent(conn, 'response.done', (e) => e.response.status === 'completed' && e.response.metadata === null);
-    expect(creates(conn).filter((i) => i.startsWith('Repeat'))).toHaveLength(1);
+    expect(repeats).toHaveLength(1);
     expect(s.twilio.updates).toEqual([]); // the call goes on
     call.hangUp();
     expect((await s.endOf('CA0804')).ended_reason).toBe('caller_hangup');
@@ -297,7 +300,6 @@ describe('consent over the phone', () => {
   it('the line said again while the model is answering a turn: asked for once that answer is cancelled and done, so the caller hears it', async () => {
     s = await bridgeStack(() => undefined, { consentWaitMs: 300 });
     const repeat = assistantAudio(600);
-    s.realtime.strictCancel = true;
     s.realtime.heardQueue = [{ text: '', logprob: 0, failed: { type: 'server_error', code: 'transcription_failed', message: 'x' } }];
     s.realtime.brain = brain({
       repeat: { audio: repeat, transcript: 'consent line' },

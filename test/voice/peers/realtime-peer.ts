@@ -66,6 +66,8 @@ export class RtConn extends EventEmitter {
   inbound: Buffer[] = [];
   inboundBytes = 0;
   events: RealtimeClientEvent[] = [];
+  /** The server events sent to the bridge, in order (not those lost or still held by a lag). */
+  served: Array<Record<string, unknown>> = [];
   /** The conversation's items, as this session holds them (client-created and its own function calls). */
   items: Array<{ type?: string; call_id?: string } & Record<string, unknown>> = [];
   /** The ids of the assistant audio items this session generated: the only ones it can truncate. */
@@ -94,6 +96,7 @@ export class RtConn extends EventEmitter {
     if (this.lagging) return void this.lagging.push(e);
     if (this.ws.readyState !== 1 || this.peer.lose(e)) return;
     this.ws.send(JSON.stringify({ event_id: `evt_${++this.seq}`, ...e }));
+    this.served.push(e);
     this.emit('server', e);
   }
 
@@ -270,8 +273,8 @@ export class RtConn extends EventEmitter {
   }
 
   private async respond(ctx: Omit<BrainContext, 'conn'>): Promise<void> {
-    // A cancelled response holds the conversation until its response.done, as the API's does (strictCancel).
-    if (this.active && (!this.active.cancelled || this.peer.strictCancel)) {
+    // A response, even a cancelled one, holds the conversation until its response.done, as the API's does.
+    if (this.active) {
       return this.send({
         type: 'error',
         error: { type: 'invalid_request_error', code: 'conversation_already_has_active_response', message: 'busy' },
@@ -405,8 +408,6 @@ export class RealtimePeer extends EventEmitter {
   paceMs = 0;
   /** While set, `session.update` is applied (and acknowledged) only once it resolves: a slow session start. */
   holdUpdates: Promise<void> | null = null;
-  /** Like the API: a response.create is refused until a cancelled response is done (not only cancelled). */
-  strictCancel = false;
   brain: (ctx: BrainContext) => Reply | null = () => null;
   /** Server events that never reach the bridge (lost on the way); not reported as sent either. */
   lose: (e: Record<string, unknown>) => boolean = () => false;
