@@ -13,7 +13,7 @@ import { JOB_NAME, QUEUE_NAME } from '../../gateway/src/cold-queue';
 import { ops } from '../../gateway/src/ops';
 import type { Stack, StackOptions } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
-import { captureLogger, chat, listenStack } from './harness';
+import { captureLogger, chat, listenStack, testJob } from './harness';
 import { TEST_REDIS_DB, hasRedisServer } from '../redis-db';
 import { OwnRedis } from '../own-redis';
 import { startInstance } from './instances';
@@ -114,18 +114,6 @@ async function until<T>(check: () => Promise<T | undefined | null | false>, ms =
   }
 }
 const job = async (url: string, id: string) => (await (await fetch(`${url}/v1/jobs/${id}`)).json()) as Record<string, any>;
-/** A job as the queue takes it: a one-message chat request of customer acme, under `idempotencyKey`. */
-const testJob = (idempotencyKey: string) => ({
-  body: { model: 'x', messages: [{ role: 'user', content: 'q' }] },
-  idempotencyKey,
-  userId: '',
-  jobId: '',
-  customerId: 'acme',
-  jobType: '',
-  reason: 'test',
-  reviewRequired: false,
-  enqueuedAt: new Date().toISOString(),
-});
 /** The job once dead-lettered with its error readable (BullMQ may show the state a moment before the reason). */
 const deadLettered = (url: string, id: string) =>
   until(async () => {

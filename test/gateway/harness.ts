@@ -140,3 +140,16 @@ export async function listenStack(
     },
   };
 }
+
+/** A job as the Cold queue takes it: a one-message chat request of customer acme, under `idempotencyKey`. */
+export const testJob = (idempotencyKey: string, content = 'q') => ({
+  body: { model: 'x', messages: [{ role: 'user', content }] },
+  idempotencyKey,
+  userId: '',
+  jobId: '',
+  customerId: 'acme',
+  jobType: '',
+  reason: 'test',
+  reviewRequired: false,
+  enqueuedAt: new Date().toISOString(),
+});

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
-import { listenStack, writeOneRouteMap } from './harness';
+import { listenStack, testJob, writeOneRouteMap } from './harness';
 import { until } from './keys-harness';
 
 /** Over what loopback's socket buffers take at once: a client that reads nothing leaves the gateway writing. */
@@ -26,17 +26,7 @@ beforeAll(async () => {
   writeOneRouteMap(routes, hot.url);
   const env = { ROUTES_FILE: routes, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml'), HOT_API_KEY: 'k' };
   gateway = await listenStack(env, { http: true, worker: true, jobStallMs: 500 });
-  ({ jobId } = await gateway.stack.queue.enqueue({
-    body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'a long answer, please' }] },
-    idempotencyKey: 'long-answer',
-    userId: '',
-    jobId: '',
-    customerId: 'acme',
-    jobType: '',
-    reason: 'test',
-    reviewRequired: false,
-    enqueuedAt: new Date().toISOString(),
-  }));
+  ({ jobId } = await gateway.stack.queue.enqueue(testJob('long-answer', 'a long answer, please')));
   await until(async () => (await gateway.stack.queue.get(jobId))?.state === 'completed', 30_000);
 });
 afterAll(async () => {
