@@ -28,8 +28,8 @@ export class BodyQueue implements AsyncIterator<Buffer> {
   private error: Error | null = null;
   private waiting: { resolve: (r: IteratorResult<Buffer>) => void; reject: (e: Error) => void } | null = null;
   private paused = false;
-  /** When the provider last sent a chunk (or the connection was resumed). */
-  private lastAt = Date.now();
+  /** When the provider last sent a chunk (or the connection was resumed), on the monotonic clock: a change of the wall clock is no silence. */
+  private lastAt = performance.now();
   private idle: NodeJS.Timeout | undefined;
 
   /** `idleMs`: 0 for no idle limit. Made when the first chunk came. */
@@ -41,7 +41,7 @@ export class BodyQueue implements AsyncIterator<Buffer> {
   }
 
   push(chunk: Buffer): void {
-    this.lastAt = Date.now(); // one clock read per chunk; the timer is re-armed only when it fires
+    this.lastAt = performance.now(); // one clock read per chunk; the timer is re-armed only when it fires
     if (this.waiting) return this.settle().resolve({ done: false, value: chunk });
     this.chunks.push(chunk);
     this.bytes += chunk.length;
@@ -70,7 +70,7 @@ export class BodyQueue implements AsyncIterator<Buffer> {
       this.bytes -= chunk.length;
       if (this.paused && this.chunks.length === 0) {
         this.paused = false;
-        this.lastAt = Date.now();
+        this.lastAt = performance.now();
         this.watch(this.idleMs);
         this.flow.resume();
       }
@@ -97,7 +97,7 @@ export class BodyQueue implements AsyncIterator<Buffer> {
     if (!this.idleMs || this.ended || this.error) return;
     this.idle = setTimeout(() => {
       if (this.paused || this.ended || this.error) return;
-      const quiet = Date.now() - this.lastAt;
+      const quiet = performance.now() - this.lastAt;
       if (quiet < this.idleMs) return this.watch(this.idleMs - quiet);
       this.flow.abort(new Error(`the provider sent nothing for ${this.idleMs} ms`));
     }, ms);

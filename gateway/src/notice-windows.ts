@@ -49,12 +49,13 @@ const KEEP_HELD = 1000;
 
 /** In process: this process's own windows, keeping as many held notices as Redis's. */
 export class MemoryNoticeWindows implements NoticeWindows {
+  /** When each window ends, on the monotonic clock: setting the wall clock back must not hold notices for the hour given back. */
   private readonly ends = new Map<NoticeKind, number>();
   private readonly held = new Map<NoticeKind, Held>();
 
   async open(kind: NoticeKind, ms: number, force = false): Promise<boolean> {
-    if (!force && (this.ends.get(kind) ?? -Infinity) > Date.now()) return false;
-    this.ends.set(kind, Date.now() + ms);
+    if (!force && (this.ends.get(kind) ?? -Infinity) > performance.now()) return false;
+    this.ends.set(kind, performance.now() + ms);
     return true;
   }
   async hold(kind: NoticeKind, notice: Notice): Promise<number> {
@@ -62,7 +63,7 @@ export class MemoryNoticeWindows implements NoticeWindows {
     if (held.notices.length < KEEP_HELD) held.notices.push(notice);
     held.total++;
     this.held.set(kind, held);
-    return Math.max(0, (this.ends.get(kind) ?? 0) - Date.now());
+    return Math.max(0, (this.ends.get(kind) ?? 0) - performance.now());
   }
   async take(kind: NoticeKind): Promise<Held> {
     const held = this.held.get(kind) ?? { notices: [], total: 0 };

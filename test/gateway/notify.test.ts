@@ -5,7 +5,7 @@ import { createServer, type Server } from 'node:http';
 import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { spawn } from '../children';
 import { Redis } from 'ioredis';
 import { MemoryNoticeWindows, RedisNoticeWindows } from '../../gateway/src/notice-windows';
@@ -230,6 +230,26 @@ describe('notifier', () => {
     await until(() => hook.posts.length === 2, 2000);
     expect(hook.posts[1].text).toMatch(/^Queued AI jobs dead-lettered\nJobs \(1\): llm-b/);
     hook.server.close();
+  });
+
+  // The windows' ends were on the wall clock: an NTP step forward mid-window ended the window for
+  // the notices after it, each then sent on its own instead of held for the follow-up.
+  it('the wall clock stepped forward during a window: the notices after it are still held for the follow-up', async () => {
+    const hook = await slackHook();
+    const n = new Notifier([hook.url], { windowMs: 60_000, windows: new MemoryNoticeWindows(), log: { warn: () => {}, info: () => {} } });
+    n.notify({ kind: 'dead_lettered', jobIds: ['llm-a'] });
+    await until(() => hook.posts.length === 1, 2000);
+    const wall = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() + 3_600_000);
+    try {
+      n.notify({ kind: 'dead_lettered', jobIds: ['llm-b'] });
+      await n.flush(); // the window's end
+      expect(hook.posts).toHaveLength(2);
+      expect(hook.posts[1].text).toMatch(/\(1 more since the first notice\)\nJobs \(1\): llm-b/);
+    } finally {
+      vi.restoreAllMocks();
+      hook.server.close();
+    }
   });
 
   // Slack refuses a section over 3,000 characters: a follow-up of dead letters from many tenants,
