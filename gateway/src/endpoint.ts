@@ -14,8 +14,9 @@ import type { Logger } from 'pino';
 import type { ClientAuth } from './client-auth';
 import type { ClientKey } from './client-keys';
 import { openAiError } from './errors';
+import { refuse } from './refusal';
 import { replayRequestOf } from './idempotent-replay';
-import { readJsonBody, sendJson } from './http-io';
+import { readJsonBody } from './http-io';
 import { keyRefusal } from './key-policy';
 import type { GatewayMetrics } from './metrics';
 import type { Pipeline } from './pipeline';
@@ -54,15 +55,6 @@ export interface EndpointDeps {
 export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
   // Read before the body and its parser: an invalid header waits as long as none (it is refused after).
   const timeToAnswer = deps.scopes && ((h: Headers) => Number(timeToAnswerOf(h, deps.scopes!)) || Infinity);
-  /**
-   * An answer the endpoint gives itself, answered by no tier: counted, or a client hammering with a
-   * bad key or a deploy that broke request bodies would not show in /metrics. One gone already (its
-   * body cut off) is counted as the pipeline counts a client that left.
-   */
-  const refuse = (res: ServerResponse, status: number, error: unknown, headers?: Record<string, string>) => {
-    deps.metrics.countRequest('none', res.destroyed ? 'client_closed' : status);
-    sendJson(res, status, error, headers);
-  };
   /** `who` tells the error log which key (by id, never the key) and tenant the request came with. */
   async function handle(req: IncomingMessage, res: ServerResponse, who: { key?: ClientKey }): Promise<void> {
     /** How long the key's lookup took: part of the time-to-answer. */
@@ -76,21 +68,22 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
       }
       if (!auth.ok) {
         req.resume();
-        return refuse(res, auth.status, auth.error, auth.headers);
+        return refuse(deps.metrics, res, auth.status, auth.error, auth.headers);
       }
       who.key = auth.key;
     }
     const body = await readJsonBody(req);
-    if (!body.ok) return refuse(res, body.status, openAiError(body.message));
+    if (!body.ok) return refuse(deps.metrics, res, body.status, openAiError(body.message));
     const parsed = parse(body.value, req.headers, who.key);
     if (!parsed.ok) {
-      return refuse(res, parsed.status ?? 400, openAiError(parsed.message, 'invalid_request_error', parsed.param, parsed.code ?? null));
+      const error = openAiError(parsed.message, 'invalid_request_error', parsed.param, parsed.code ?? null);
+      return refuse(deps.metrics, res, parsed.status ?? 400, error);
     }
     const refusal = who.key && keyRefusal(who.key, parsed.context.body.model, req.headers['x-customer-id'] as string | undefined);
-    if (refusal) return refuse(res, refusal.status, refusal.error);
+    if (refusal) return refuse(deps.metrics, res, refusal.status, refusal.error);
     // Before the pipeline: a request naming the operator's stored objects is neither called nor queued.
     const foreign = who.key && storedObjectRefusal(parsed.context, deps.sharedObjects ?? NONE);
-    if (foreign) return refuse(res, 400, foreign);
+    if (foreign) return refuse(deps.metrics, res, 400, foreign);
     // Only a client's own Idempotency-Key asks for replay (nothing is hashed without one).
     const replay = replayRequestOf(req.headers['idempotency-key'], req.url ?? '', body.value, parsed.context.customerId);
     await deps.pipeline.handle(parsed.context, res, replay, waitedMs);
@@ -107,7 +100,7 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
       const path = (req.url ?? '').split('?')[0];
       deps.log.error({ err: (error as Error).message, path, ...caller }, 'request failed');
       // Not when an answer is under way: the pipeline counted it as it began.
-      if (!res.headersSent) refuse(res, 500, openAiError('internal error', 'api_error'));
+      if (!res.headersSent) refuse(deps.metrics, res, 500, openAiError('internal error', 'api_error'));
       else res.end();
     }
   };

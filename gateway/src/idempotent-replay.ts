@@ -18,7 +18,8 @@ import { AnswerTape } from './answer-tape';
 import type { CallMeter } from './call-meter';
 import type { Deadline } from './deadline';
 import { openAiError } from './errors';
-import { sendBody, sendJson } from './http-io';
+import { refuse } from './refusal';
+import { sendBody } from './http-io';
 import type { GatewayMetrics } from './metrics';
 import type { RequestContext } from './request-context';
 import { within } from './within';
@@ -118,14 +119,14 @@ export class IdempotentReplay {
       case 'answered':
         return this.replay(ctx, res, claim.answer);
       case 'other_body':
-        return this.refuse(res, REUSED.status, REUSED.error);
+        return refuse(this.deps.metrics, res, REUSED.status, REUSED.error);
       case 'running':
-        return this.refuse(res, IN_FLIGHT.status, IN_FLIGHT.error, { ...IN_FLIGHT.headers });
+        return refuse(this.deps.metrics, res, IN_FLIGHT.status, IN_FLIGHT.error, { ...IN_FLIGHT.headers });
       case 'not_kept': {
         const { status, bytes } = claim.notKept;
         const message = `Idempotency-Key: the first request with this key was answered (${status}, ${bytes} bytes), but answers over ${this.maxBytes} bytes are not kept for replay; send a new key to run it again`;
         const error = openAiError(message, 'invalid_request_error', null, 'idempotency_answer_not_kept');
-        return this.refuse(res, 409, error, { 'x-should-retry': 'false' });
+        return refuse(this.deps.metrics, res, 409, error, { 'x-should-retry': 'false' });
       }
     }
     await this.run(claim.lease, res, deadline, serve);
@@ -195,18 +196,12 @@ export class IdempotentReplay {
     if (!isAnswer(result)) this.deps.log.info({ status, bytes: result.bytes }, 'idempotent replay: answer too large to keep');
   }
 
-  /** A conflict or a limit: answered by no tier, counted as admission counts its refusals. */
-  private refuse(res: ServerResponse, status: number, error: unknown, headers?: Record<string, string>): void {
-    this.deps.metrics.countRequest('none', status);
-    sendJson(res, status, error, headers);
-  }
-
   /** The stored answer, metered as a replay (no tokens, no cost) once its event is durable. */
   private async replay(ctx: RequestContext, res: ServerResponse, answer: StoredAnswer): Promise<void> {
     const over = await this.deps.limit?.(ctx);
     if (over) {
       const refused = rejection(over);
-      return this.refuse(res, refused.status, refused.error, refused.headers);
+      return refuse(this.deps.metrics, res, refused.status, refused.error, refused.headers);
     }
     await this.deps.meter.record({
       ctx,

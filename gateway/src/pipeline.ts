@@ -10,6 +10,7 @@ import { rejection, type Admission, type Admit } from './admission';
 import { Cancel } from './cancel';
 import type { CallMeter } from './call-meter';
 import { Deadline, type Clock } from './deadline';
+import { refuse } from './refusal';
 import { InFlight } from './in-flight';
 import { openAiError } from './errors';
 import type { Failover } from './failover';
@@ -131,8 +132,7 @@ export class Pipeline {
     if (ctx.api === 'responses' && this.deps.ownership) {
       const continued = await this.deps.ownership.check(ctx, Math.min(OWNER_WAIT_MS, deadline.storeWaitMs()));
       if (continued.refusal) {
-        this.deps.metrics.countRequest('none', continued.refusal.status); // refused before admission: answered by no tier
-        sendJson(res, continued.refusal.status, continued.refusal.error, continued.refusal.headers);
+        refuse(this.deps.metrics, res, continued.refusal.status, continued.refusal.error, continued.refusal.headers); // before admission: no tier
         // Before admission (no --rpm counted): kept, a client could fill the store with a day's refusals,
         // and a follow-up sent before its response was answered would be refused again for a day.
         return 'refused';
@@ -160,9 +160,8 @@ export class Pipeline {
     stateWith: string | null,
   ): Promise<Served> {
     if (admission.kind === 'reject') {
-      this.deps.metrics.countRequest('none', admission.status); // refused here: answered by no tier
       const refused = rejection(admission);
-      sendJson(res, refused.status, refused.error, refused.headers);
+      refuse(this.deps.metrics, res, refused.status, refused.error, refused.headers);
       return 'complete';
     }
     if (admission.kind === 'queue' && this.deps.cold) {
