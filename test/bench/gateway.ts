@@ -15,7 +15,8 @@
 // Then durable meter events: each answer held until its event is on disk, against released at once
 // (gateway-durable.ts), goal under 5 %.
 // Then shared state: one of a fleet on Redis against alone (gateway-fleet.ts), goal within 5 %.
-// BENCH_ONLY=hot|steps|instructions|keys|durable|fleet runs only that part (hot: the table above); BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
+// Last, the long streams (streams.ts).
+// BENCH_ONLY=hot|steps|instructions|keys|durable|fleet|streams runs only that part (hot: the table above); BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
 import autocannon from 'autocannon';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -31,6 +32,19 @@ import { keysVersusOpen } from './gateway-keys';
 import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 import { startProcess } from './start-process';
+import { benchUsage } from './usage';
+
+benchUsage(`usage: npm run bench:gateway
+The built gateway beside a no-logic reference proxy, on loopback: the hot path's throughput, latency
+and CPU per request, the gateway's own steps, instructions per request, client keys, durable meter
+events, shared state, then long streams (streams.ts).
+  BENCH_ONLY          one part: hot | steps | instructions | keys | durable | fleet | streams
+  BENCH_SECONDS       seconds per load run (8)
+  BENCH_METER         csv | web-app: where meter events go (csv)
+  BENCH_AB_ROUNDS     rounds of the interleaved comparisons (6); BENCH_KEYS_ROUNDS for keys (8)
+  STREAMS, ROUNDS     concurrent streams (1000) and rounds (6) of the streams bench
+  STREAMS_PROMPT_KB   a system prompt of that many KB in each stream's request (0)
+`);
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 /** `csv` (default): meter events to a local CSV; `web-app`: to a spool, delivered to a meter stub on loopback. */
@@ -121,7 +135,9 @@ async function comparisons(only?: string) {
 }
 const ONLY = process.env.BENCH_ONLY ?? (process.env.BENCH_KEYS_ONLY ? 'keys' : undefined);
 if (ONLY && ONLY !== 'hot') {
-  await comparisons(ONLY);
+  // The streams run in this process's place, after its parts: one program, so that npm gives it the arguments.
+  if (ONLY === 'streams') await import('./streams');
+  else await comparisons(ONLY);
   process.exit(0);
 }
 /** A meter web app that takes every batch at once (no 302: the bench measures the gateway, not Apps Script). */
@@ -200,4 +216,7 @@ console.log('\nAdded latency, one request at a time (3,000 requests, microsecond
 for (const line of added) console.log(`  ${line}`);
 console.log('\nThroughput:');
 for (const line of verdicts) console.log(`  ${line}`);
-if (!ONLY) await comparisons();
+if (!ONLY) {
+  await comparisons();
+  await import('./streams');
+}

@@ -2,6 +2,12 @@
 // against events tabs of 1k, 10k and 100k rows. The call counts must not grow with the sheet.
 import { randomUUID } from 'node:crypto';
 import { FakePlatform, loadBundle, webEvent, type Bundle } from '../meter/fakes/platform';
+import { benchUsage } from './usage';
+
+benchUsage(`usage: npm run bench:meter
+Spreadsheet service calls, reads and time per meter operation of the built bundle, against events
+tabs of 1k, 10k and 100k rows; fails when a call count grows with the sheet. No settings.
+`);
 
 const SIZES = [1_000, 10_000, 100_000];
 const SECRET = 'bench-secret';

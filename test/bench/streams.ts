@@ -19,9 +19,19 @@ import { join } from 'node:path';
 import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 import { startProcess } from './start-process';
+import { benchUsage } from './usage';
 
-// npm run bench:gateway runs this file after gateway.ts, whose BENCH_ONLY picks one of its own parts
-// (`streams`: none of them, only this one).
+benchUsage(`usage: npx tsx test/bench/streams.ts (also the last part of npm run bench:gateway)
+Long streams at scale: concurrent streamed chat completions through the built gateway and through a
+no-logic streaming reference proxy, alternately: time to first token, total time, CPU, memory.
+  STREAMS               concurrent streams (1000)
+  ROUNDS                rounds of each proxy (6)
+  STREAMS_PROMPT_KB     a system prompt of that many KB in each stream's request (0)
+  STREAMS_GATEWAY_PORT  the gateway's port (18182)
+`);
+
+// npm run bench:gateway runs this file after gateway.ts's parts (`BENCH_ONLY=streams`: this one
+// alone); run on its own, it too leaves itself out when BENCH_ONLY names another part.
 const only = process.env.BENCH_ONLY;
 if ((only && only !== 'streams') || process.env.BENCH_KEYS_ONLY) process.exit(0);
 

@@ -10,6 +10,16 @@ import { join } from 'node:path';
 import { applyEvent, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { filled } from '../voice/filled';
 import { benchBridge } from './voice-bridge';
+import { benchUsage } from './usage';
+
+benchUsage(`usage: npm run bench:voice
+Events per second through the spend guard, in process and through the built gateway's events
+endpoint, then the phone bridge under concurrent calls.
+  BENCH_SECONDS          seconds of the HTTP run (6)
+  BENCH_CALLS            concurrent calls through the bridge (100)
+  BENCH_BRIDGE_SECONDS   seconds of the bridge run (10)
+  QUEUE_STORE_URL        Redis for the gateway (none: in process)
+`);
 
 const config = filled();
 const cfg = guardConfig(config);
