@@ -54,8 +54,22 @@ export const isAnswer = (r: StoredAnswer | NotKept): r is StoredAnswer => 'body'
 
 type Entry =
   | { kind: 'running'; fingerprint: string; token: string; expiresAt: number; bytes: number }
-  | { kind: 'answered'; fingerprint: string; answer: StoredAnswer; expiresAt: number; bytes: number }
+  | { kind: 'answered'; fingerprint: string; answer: KeptAnswer; expiresAt: number; bytes: number }
   | { kind: 'not_kept'; fingerprint: string; notKept: NotKept; expiresAt: number; bytes: number };
+
+/**
+ * An answer as the in-process store keeps it: its body's bytes as a one-byte string (latin1 maps
+ * each byte to one character and back). A Buffer per answer cost a few hundred bytes more (its
+ * ArrayBuffer's own allocation and bookkeeping, outside the heap), and one made by Buffer.from
+ * under 4 KiB was a slice of Node's shared 8 KiB pool, whose whole slab it held.
+ */
+type KeptAnswer = Omit<StoredAnswer, 'body'> & { body: string };
+
+/**
+ * What an entry takes beyond its body and its key's characters: the map's slot, the entry, the
+ * answer and its headers (measured: some 400 bytes of heap, with three headers; counted a little over).
+ */
+const ENTRY_BYTES = 512;
 
 /** The in-process store's memory budget: beyond it the oldest answers go first. */
 const MEMORY_REPLAY_BYTES = 64 * 1024 * 1024;
@@ -79,14 +93,14 @@ export class MemoryReplayStore implements ReplayStore {
     const entry = this.live(key);
     if (!entry) {
       const token = newToken();
-      this.put(key, { kind: 'running', fingerprint, token, expiresAt: this.now() + leaseMs, bytes: key.length + 64 });
+      this.put(key, { kind: 'running', fingerprint, token, expiresAt: this.now() + leaseMs, bytes: key.length + ENTRY_BYTES });
       return Promise.resolve({ kind: 'claimed', lease: { key, token, fingerprint } });
     }
     if (entry.fingerprint !== fingerprint) return Promise.resolve({ kind: 'other_body' });
     if (entry.kind === 'running') return Promise.resolve({ kind: 'running' });
     if (entry.kind === 'not_kept') return Promise.resolve({ kind: 'not_kept', notKept: { ...entry.notKept } });
     const a = entry.answer;
-    return Promise.resolve({ kind: 'answered', answer: { ...a, headers: { ...a.headers }, body: Buffer.from(a.body) } });
+    return Promise.resolve({ kind: 'answered', answer: { ...a, headers: { ...a.headers }, body: Buffer.from(a.body, 'latin1') } });
   }
 
   renew(lease: Lease, leaseMs: number): Promise<boolean> {
@@ -105,11 +119,11 @@ export class MemoryReplayStore implements ReplayStore {
         ? {
             kind: 'answered',
             fingerprint,
-            answer: { ...result, body: ownCopy(result.body) },
+            answer: { ...result, body: result.body.toString('latin1') },
             expiresAt,
-            bytes: result.body.length + 256,
+            bytes: lease.key.length + result.body.length + ENTRY_BYTES + headersLength(result.headers),
           }
-        : { kind: 'not_kept', fingerprint, notKept: { ...result }, expiresAt, bytes: 128 },
+        : { kind: 'not_kept', fingerprint, notKept: { ...result }, expiresAt, bytes: lease.key.length + ENTRY_BYTES },
     );
     return Promise.resolve(true);
   }
@@ -155,15 +169,11 @@ export class MemoryReplayStore implements ReplayStore {
   }
 }
 
-/**
- * A copy in memory of its own. Buffer.from of a buffer under 4 KiB is a slice of Node's shared
- * 8 KiB pool, and an answer kept (a day) kept the whole slab with it: a small answer held up to
- * 8 KiB against a budget that counted its length, many times the budget in all.
- */
-function ownCopy(body: Buffer): Buffer {
-  const copy = Buffer.allocUnsafeSlow(body.length);
-  body.copy(copy);
-  return copy;
+/** The characters of an answer's headers: their names and values, kept with it. */
+function headersLength(headers: Record<string, string>): number {
+  let n = 0;
+  for (const name in headers) n += name.length + headers[name].length;
+  return n;
 }
 
 /** A claim's token: tells the claim's holder from a later one after its lease ran out. */
