@@ -308,6 +308,33 @@ describe('phone bridge: hostile input', () => {
     expect(responses.slice(1).every((e) => e.error_code.includes('UNPRICED'))).toBe(true);
   });
 
+  it('a function result given while an answer runs, and held by the server only once that answer is done, is still answered', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'You are booked.' } });
+    const { conn } = await answered(s, 'CAH21');
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const book = s.hooks.handle;
+    s.hooks.handle = (req, res, body) => void released.then(() => book(req, res, body));
+    const args = JSON.stringify(BOOKING);
+    conn.items.push({ type: 'function_call', call_id: 'call_B', name: 'book_slot', arguments: args });
+    conn.send({ type: 'response.created', response: { id: 'resp_B', status: 'in_progress', output: [], metadata: null } });
+    const fc = { response_id: 'resp_B', item_id: 'item_fB', output_index: 0, call_id: 'call_B', name: 'book_slot', arguments: args };
+    conn.send({ type: 'response.function_call_arguments.done', ...fc });
+    conn.send({ type: 'response.done', response: { id: 'resp_B', status: 'completed', output: [], usage: { input_tokens: 1 } } });
+    await until(s.hooks.events, 'request', (r: any) => r.path === '/book_slot', 'the booking asked for');
+    // The caller spoke meanwhile: an answer runs as the result comes in, and it is done before the
+    // server's echo of the result (the server took the result after that answer ended).
+    conn.send({ type: 'response.created', response: { id: 'resp_Y', status: 'in_progress', output: [], metadata: null } });
+    conn.on('client', (e: any) => {
+      if (e.type !== 'conversation.item.create' || e.item.type !== 'function_call_output') return;
+      conn.send({ type: 'response.done', response: { id: 'resp_Y', status: 'completed', output: [], usage: { input_tokens: 1 } } });
+    });
+    release();
+    await serverEvent(conn, 'response.output_audio_transcript.done', (e) => e.transcript === 'You are booked.');
+    expect(conn.events.filter((e: any) => e.type === 'response.create' && !e.response)).toHaveLength(1);
+  });
+
   it('usage figures that are not token counts are dropped and logged; the meter and the guard keep the good ones, and the cap still ends the call', async () => {
     s = await bridgeStack(); // cap 0.35 USD; audio in 10, out 20 USD per million tokens
     s.realtime.brain = brain({

@@ -6,7 +6,7 @@
  * One response at a time writes to the conversation: a result that comes in while one is in
  * progress (the model answering the caller) is added at once, and the answer is asked for when
  * that response is done (asking then would be refused, `conversation_already_has_active_response`,
- * and nothing would ask again). Which results a response saw is read from the server's order of
+ * and nothing would ask again), or once the server holds the result if that comes later. Which results a response saw is read from the server's order of
  * events: its `conversation.item.added` for the output came before the `response.created`.
  *
  * The caller's keys are answered here too, one answer at a time: asked for at once when no
@@ -109,7 +109,11 @@ export class FunctionOutputs {
   added(item: { id?: unknown; type?: unknown; call_id?: unknown } | undefined): void {
     if (this.keys && item?.id === this.keys.item) this.keys.held = true;
     if (item?.type !== 'function_call_output') return;
-    for (const o of this.owed) if (o.result.call_id === item.call_id && o.givenIn === this.conversation) o.held = true;
+    const ours = this.owed.filter((o) => o.result.call_id === item.call_id && o.givenIn === this.conversation);
+    for (const o of ours) o.held = true;
+    // Given beside a response that was done before the server held it: that one did not see it
+    // and asked for nothing, so the answer is asked for now (not while another runs or is asked for).
+    if (ours.length) this.ask();
   }
 
   /** A response was created: it answers the results its conversation already holds. */
