@@ -335,6 +335,38 @@ describe('phone bridge: hostile input', () => {
     expect(conn.events.filter((e: any) => e.type === 'response.create' && !e.response)).toHaveLength(1);
   });
 
+  it("a booking whose response's response.done never comes is still given to the model once the next response begins, run once, and answered", async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({
+      turns: [{ call: { name: 'book_slot', args: BOOKING } }, { audio: assistantAudio(200), transcript: 'Let me check.' }],
+      afterOutput: { audio: assistantAudio(200), transcript: 'You are booked.' },
+    });
+    const { call, conn } = await answered(s, 'CAH20');
+    s.realtime.lose = (e: any) => e.type === 'response.done' && e.response.output?.[0]?.type === 'function_call';
+    speak(call); // the model books; that response's response.done is lost on the way
+    const announced = await serverEvent(conn, 'response.function_call_arguments.done');
+    await until(s.events, 'answered', () => true, 'the booking made');
+    speak(call); // the next response begins: the booking's is over
+    const output = await clientEvent(conn, 'conversation.item.create', (e) => e.item.type === 'function_call_output');
+    expect(output.item.call_id).toBe(announced.call_id);
+    expect(JSON.parse(output.item.output)).toEqual({ ok: true, result: { ok: true, booking_id: 'evt-1' } });
+    // The model is asked to answer it, and the caller hears the outcome.
+    await serverEvent(conn, 'response.output_audio_transcript.done', (e) => e.transcript === 'You are booked.');
+    // Its response.done comes after all: nothing is given twice. The next answer's audio, after it
+    // on the same socket, reaching the caller says the bridge has read it.
+    const lost = { id: announced.response_id, status: 'completed', output: [], usage: { input_tokens: 1, output_tokens: 1 } };
+    conn.send({ type: 'response.done', response: lost });
+    const heard = call.receivedBytes;
+    speak(call);
+    await until(call, 'frame', () => call.receivedBytes > heard, 'the next answer');
+    call.hangUp();
+    const { record } = await s.endOf('CAH20');
+    expect(record).toMatchObject({ outcome: 'booking', ended_reason: 'caller_hangup' });
+    expect(s.hooks.seen.filter((h) => h.path === '/book_slot')).toHaveLength(1);
+    const outputs = conn.events.filter((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
+    expect(outputs).toHaveLength(1);
+  });
+
   it('usage figures that are not token counts are dropped and logged; the meter and the guard keep the good ones, and the cap still ends the call', async () => {
     s = await bridgeStack(); // cap 0.35 USD; audio in 10, out 20 USD per million tokens
     s.realtime.brain = brain({

@@ -399,10 +399,14 @@ export class CallSession {
     const purpose = this.own.created(id, r?.metadata);
     // One response at a time runs in the conversation, so the one before is over though its
     // response.done never came (lost): counted now as one lost with its session is, or its turn
-    // and cost would never reach the guard (the turn and per-call caps blind) nor the meter. A
-    // closing line is out of band: it may run beside one of the conversation's.
+    // and cost would never reach the guard (the turn and per-call caps blind) nor the meter; nor
+    // its function results the model (given once a response is done). A closing line is out of
+    // band: it may run beside one of the conversation's.
     const before = this.responding;
-    if (before !== null && before !== id && purpose !== 'closing' && before !== this.closing?.id) this.responseLost();
+    if (before !== null && before !== id && purpose !== 'closing' && before !== this.closing?.id) {
+      this.responseLost();
+      void this.deliver(before);
+    }
     this.responding = id;
     this.timing.responseCreated(id);
     this.results.responseCreated(id);
