@@ -367,6 +367,33 @@ describe('phone bridge: hostile input', () => {
     expect(outputs).toHaveLength(1);
   });
 
+  it("a speech end the model places before the session's audio began (a negative audio_end_ms) is taken as now: no reply delay longer than the call in the record, the meter or the guard", async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CAH22');
+    const answer = (id: string, audioEndMs: number) => {
+      const at = { response_id: id, item_id: `item_${id}`, output_index: 0, content_index: 0 };
+      conn.send({ type: 'input_audio_buffer.speech_stopped', audio_end_ms: audioEndMs, item_id: `item_u_${id}` });
+      conn.send({ type: 'response.created', response: { id, status: 'in_progress', output: [], metadata: null } });
+      conn.send({ type: 'response.output_audio.delta', ...at, delta: assistantAudio(100).toString('base64') });
+      conn.send({ type: 'response.output_audio.done', ...at });
+      conn.send({ type: 'response.done', response: { id, status: 'completed', output: [], usage: { input_tokens: 1, output_tokens: 1 } } });
+    };
+    const heard = call.receivedBytes;
+    answer('resp_E1', -3_000_000); // "50 minutes before the session began"
+    answer('resp_E2', -1e300);
+    await until(call, 'frame', () => call.receivedBytes >= heard + 1600, 'both answers');
+    call.hangUp();
+    const { record } = await s.endOf('CAH22');
+    expect(record).toMatchObject({ ended_reason: 'caller_hangup', escalated: false });
+    // A reply delay is part of the call: never longer than it.
+    expect(record!.ttfb_s).toBeLessThanOrEqual(record!.duration_s);
+    const answers = s.meterEvents.filter((e) => e.job_id === 'CAH22' && e.model === s!.config.meta.model).slice(1);
+    expect(answers).toHaveLength(2);
+    for (const e of answers) expect(e.latency_ms).toBeLessThanOrEqual(record!.duration_s * 1000);
+    expect(s.logs.filter((l) => l.includes('the spend guard refused'))).toEqual([]);
+  });
+
   it('usage figures that are not token counts are dropped and logged; the meter and the guard keep the good ones, and the cap still ends the call', async () => {
     s = await bridgeStack(); // cap 0.35 USD; audio in 10, out 20 USD per million tokens
     s.realtime.brain = brain({

@@ -17,8 +17,13 @@ export class TurnTiming {
     this.speechEndAt = null;
   }
 
+  /**
+   * A position that is not one (not a number, infinite, before the session's audio began) is taken
+   * as now: counted from it, the delay would be longer than the call (a latency breach the guard
+   * escalates, a TTFB in the record and the meter no caller lived).
+   */
   speechStopped(audioEndMs: unknown, appendedMs: number): void {
-    const end = typeof audioEndMs === 'number' && Number.isFinite(audioEndMs) ? audioEndMs : appendedMs;
+    const end = typeof audioEndMs === 'number' && Number.isFinite(audioEndMs) && audioEndMs >= 0 ? audioEndMs : appendedMs;
     this.speechEndAt = this.now() - Math.max(0, appendedMs - end);
   }
 
