@@ -4,9 +4,9 @@
  * repeats with the same arguments is a replay there: one booking, and the model gets the same
  * answer both times. Results are held until the response that asked for them is done (a new
  * response cannot start while one is in progress; one that starts says it is over, though its
- * `response.done` never came); then each becomes a `function_call_output`
- * item (function-outputs.ts gives them to the model). A `dial` target is not run: it asks the
- * session to transfer the call. The same call_id announced twice is started once (one output for it).
+ * `response.done` never came); then each becomes a `function_call_output` item (function-outputs.ts
+ * gives them to the model). A `dial` target is not run: it asks the session to transfer the call.
+ * The same call_id announced twice is started once (one output for it).
  * Only the arguments the function declares are passed on: the realtime API does not hold the model
  * to its tools' schemas, and a caller can talk it into others the target acts on (a `recording_url`
  * for the back office to fetch, an `opted_out`). A booking or move for a time outside business hours

@@ -6,8 +6,9 @@
  * One response at a time writes to the conversation: a result that comes in while one is in
  * progress (the model answering the caller) is added at once, and the answer is asked for when
  * that response is done (asking then would be refused, `conversation_already_has_active_response`,
- * and nothing would ask again), or once the server holds the result if that comes later. Which results a response saw is read from the server's order of
- * events: its `conversation.item.added` for the output came before the `response.created`.
+ * and nothing would ask again), or once the server holds the result if that comes later. Which
+ * results a response saw is read from the server's order of events: its `conversation.item.added`
+ * for the output came before the `response.created`.
  *
  * The caller's keys are answered here too, one answer at a time: asked for at once when no
  * response runs and none is asked for. One asked for before the keys (or under way, and cut by
