@@ -149,7 +149,7 @@ export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
   private readonly backoffMs: number;
-  /** Redis's memory as last read (roomLeft). */
+  /** Redis's memory as last read (roomLeft); `at` on the monotonic clock, as a wall clock set back would keep a stale figure. */
   private memory: { at: number; used: number; max: number } | null = null;
   /** The queue's own connection (closed with the queue). */
   private readonly own: Redis;
@@ -201,10 +201,10 @@ export class BullColdQueue implements ColdQueue {
   }
   /** Redis's memory, read at most once per MEMORY_READ_MS. */
   private async readMemory(): Promise<{ used: number; max: number }> {
-    if (this.memory && Date.now() - this.memory.at <= MEMORY_READ_MS) return this.memory;
+    if (this.memory && performance.now() - this.memory.at <= MEMORY_READ_MS) return this.memory;
     // Once connected, as getJob waits (the own connection refuses commands before: no offline queue).
     await this.queue.waitUntilReady();
-    this.memory = { at: Date.now(), ...memoryOf(await this.own.info('memory')) };
+    this.memory = { at: performance.now(), ...memoryOf(await this.own.info('memory')) };
     return this.memory;
   }
   /** Throws QueueFull when Redis uses FULL_AT of its maxmemory. */

@@ -10,12 +10,13 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { UnrecoverableError } from 'bullmq';
 import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { DeferJob, type ColdPayload, type ColdQueue, type Deferral, type QueueOptions } from '../../gateway/src/cold-queue';
 import { MemoryColdQueue } from '../../gateway/src/cold-queue-memory';
 import { BullColdQueue } from '../../gateway/src/cold-queue-redis';
 import { within } from '../../gateway/src/within';
-import { TEST_REDIS_DB } from '../redis-db';
+import { TEST_REDIS_DB, hasRedisServer } from '../redis-db';
+import { OwnRedis } from '../own-redis';
 
 const connection = { host: '127.0.0.1', port: 6379, db: TEST_REDIS_DB };
 let redis: Redis;
@@ -446,5 +447,41 @@ describe('the in-process queue counts all of a request it holds', () => {
     // Each holds about 40 KB (its body and its translation): the second would pass 64 KB.
     await queue.enqueue(responses('a'));
     await expect(queue.enqueue(responses('b'))).rejects.toMatchObject({ name: 'QueueFull' });
+  });
+});
+
+describe('the Redis queue near its maxmemory', () => {
+  // Redis's memory was read again once the last read was a second old by the wall clock: set back
+  // an hour (an NTP step, a virtual machine resumed), the last figure was kept for that hour, with
+  // every job added since counted on it, so the Cold tier refused all work with Redis empty.
+  it.skipIf(!hasRedisServer)("refused as full, it takes jobs again once Redis has room, the machine's clock set back or not", async () => {
+    const own = await new OwnRedis(['--appendonly', 'no', '--maxmemory', '16mb', '--maxmemory-policy', 'noeviction']).start();
+    onTestFinished(() => own.end());
+    const queue = new BullColdQueue({ host: '127.0.0.1', port: own.port }, 'clock');
+    onTestFinished(() => queue.close());
+    const big = (key: string) => {
+      const p = payload(key);
+      (p.body.messages as Array<{ content: string }>)[0].content = 'x'.repeat(215 * 1024);
+      return p;
+    };
+    const added: string[] = [];
+    const refusal = async (key: string) => {
+      try {
+        added.push((await queue.enqueue(big(key))).jobId);
+        return null;
+      } catch (error) {
+        if ((error as Error).name === 'QueueFull') return error;
+        throw error;
+      }
+    };
+    let refused: unknown = null;
+    for (let i = 0; !refused && i < 200; i++) refused = await refusal(`full-${i}`);
+    expect(refused).toMatchObject({ name: 'QueueFull' });
+    const wall = Date.now.bind(Date);
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() - 3_600_000);
+    onTestFinished(() => void vi.restoreAllMocks());
+    for (const id of added.splice(0)) await queue.queue.remove(id); // room again
+    let n = 0;
+    await expect.poll(() => refusal(`again-${n++}`), { timeout: 10_000, interval: 200 }).toBeNull();
   });
 });
