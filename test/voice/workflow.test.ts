@@ -8,14 +8,14 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { openDuck } from '../../archive/duck';
 import { voiceRollupSql } from '../../archive/voice-rollups';
 import { CALLS_CSV_HEADER, callToCsvLine, type CallRecord } from '../../schema/call-record';
 import type { Stack } from '../../gateway/src/stack';
 import { fetchCountryRates } from '../../gateway/src/voice/rates';
 import { canonicalJson } from '../../gateway/src/canonical-json';
-import { Workflow, workflowKey } from '../../gateway/src/voice/workflow';
+import { Workflow, workflowKey, type WorkflowAnswer } from '../../gateway/src/voice/workflow';
 import { MemoryWorkflowStore, RedisWorkflowStore, type WorkflowStore } from '../../gateway/src/voice/workflow-store';
 import { captureLogger, listenStack } from '../gateway/harness';
 import { filled } from './filled';
@@ -157,6 +157,28 @@ describe('function-call workflow', () => {
     expect(target.seen).toHaveLength(1);
     expect(a.result).toEqual({ ok: true, booking_id: 'slow' });
     expect(b).toMatchObject({ replayed: true, result: a.result });
+  });
+
+  // The wait was bounded on the wall clock: set back an hour while a repeat waited, the repeat
+  // waited that hour, its caller in silence, though the bound was a minute.
+  it("a repeat waiting for a first call that does not finish gives up at its bound (409), the machine's clock set back or not", async () => {
+    const config = filled();
+    for (const f of config.functions) if (f.webhook) f.webhook = `${target.url}/${f.name}`;
+    target.handle = () => undefined; // the first call never answers
+    const store = new MemoryWorkflowStore<WorkflowAnswer>();
+    const wall = Date.now.bind(Date);
+    let stepped = false;
+    const result = store.result.bind(store);
+    store.result = (key) => ((stepped = true), result(key)); // the repeat is waiting: the clock goes back
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() - (stepped ? 3_600_000 : 0));
+    onTestFinished(() => void vi.restoreAllMocks());
+    const retry = { attempts: 1, firstMs: 10 };
+    const wf = new Workflow({ config, store, log: { warn: () => {}, error: () => {} }, waitMs: 300, timeoutMs: 30_000, retry });
+    const first = wf.called(booking).catch(() => undefined);
+    await until(() => target.seen.length === 1);
+    await expect(wf.called(booking)).rejects.toMatchObject({ status: 409 });
+    target.server.closeAllConnections(); // the first call ends
+    await first;
   });
 
   it('a 400 is not retried and carries the target’s message', async () => {

@@ -136,12 +136,13 @@ export class Workflow {
     if (fn.dial) return { ok: true, result: { dial: fn.dial }, idempotency_key: key, replayed: false };
 
     if (!(await this.claim(key))) {
-      // Done already, or running elsewhere: wait for its result rather than running twice.
-      const deadline = Date.now() + (this.deps.waitMs ?? 60_000);
+      // Done already, or running elsewhere: wait for its result rather than running twice (bounded
+      // on the monotonic clock: one set back would hold the caller for the time given back).
+      const deadline = performance.now() + (this.deps.waitMs ?? 60_000);
       for (;;) {
         const done = await this.bounded(this.deps.store.result(key), 'read', true);
         if (done) return { ...done, replayed: true };
-        if (Date.now() > deadline) throw new WorkflowError('the first call with this key is still running; retry later', 409);
+        if (performance.now() > deadline) throw new WorkflowError('the first call with this key is still running; retry later', 409);
         if (await this.claim(key)) break; // the first holder gave up: take over
         await new Promise((r) => setTimeout(r, 50));
       }
