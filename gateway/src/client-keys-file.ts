@@ -57,8 +57,9 @@ function takeLock(lock: string): boolean {
 async function locked<T>(file: string, waitMs: number, change: () => Promise<T>): Promise<T> {
   const lock = `${file}.lock`;
   await mkdir(dirname(file), { recursive: true });
-  for (const deadline = Date.now() + waitMs; !takeLock(lock); await delay(10))
-    if (Date.now() > deadline) throw new Error(`${lock}: held by another change of the keys; remove it if none is running`);
+  // Bounded on the monotonic clock: one set back would hold the command for the time given back.
+  for (const deadline = performance.now() + waitMs; !takeLock(lock); await delay(10))
+    if (performance.now() > deadline) throw new Error(`${lock}: held by another change of the keys; remove it if none is running`);
   try {
     return await change();
   } finally {

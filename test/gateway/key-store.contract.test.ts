@@ -4,7 +4,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { createKey, hashKey, type ClientKey, type KeyStore } from '../../gateway/src/client-keys';
 import { FileKeyStore } from '../../gateway/src/client-keys-file';
 import { RedisKeyStore } from '../../gateway/src/client-keys-redis';
@@ -145,6 +145,18 @@ describe('client key store: file', () => {
     await expect(createKey(new FileKeyStore(file, 200), { tenant: 'acme' })).rejects.toThrow(/held by another change of the keys/);
     expect(await new FileKeyStore(file).list()).toEqual([]);
     expect(readFileSync(`${file}.lock`, 'utf8')).toContain(`${process.pid}\n`); // the holder's lock is still its own
+  });
+
+  // The wait for the lock was bounded on the wall clock: set back an hour while a change waited,
+  // `npm run keys` hung for that hour instead of saying who holds the lock.
+  it("a change waiting for a held lock gives up at its bound, the machine's clock set back or not", async () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'keystore-')), 'client-keys.json');
+    writeFileSync(`${file}.lock`, `${process.pid}\n${hostname()}\n${Date.now()}\n`); // a run still under way
+    const wall = Date.now.bind(Date);
+    let read = 0;
+    vi.spyOn(Date, 'now').mockImplementation(() => wall() - (read++ > 0 ? 3_600_000 : 0)); // back, once the wait began
+    onTestFinished(() => void vi.restoreAllMocks());
+    await expect(createKey(new FileKeyStore(file, 200), { tenant: 'acme' })).rejects.toThrow(/held by another change of the keys/);
   });
 
   it('a lock whose holder was killed a moment ago is taken over without waiting for it to age', async () => {
