@@ -87,14 +87,16 @@ export class GatewayMetrics {
         for (const { label, breaker } of routes()) this.set({ route: label }, { closed: 0, 'half-open': 1, open: 2 }[breaker.state()]);
       },
     });
-    new Gauge({
+    // A counter (it only grows, `_total`), read from each breaker when scraped: reset, then its
+    // total, as a route a reload replaced starts again at 0 (rate() reads that as a counter reset).
+    new Counter({
       name: 'gateway_breaker_open_seconds_total',
       help: 'Total seconds each route breaker has been open since start',
       labelNames: ['route'],
       registers: [this.registry],
       collect() {
         this.reset();
-        for (const { label, breaker } of routes()) this.set({ route: label }, breaker.secondsOpen());
+        for (const { label, breaker } of routes()) this.inc({ route: label }, breaker.secondsOpen());
       },
     });
   }

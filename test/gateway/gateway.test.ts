@@ -414,7 +414,10 @@ describe('operator endpoints', () => {
     expect(metrics).toContain('gateway_route_calls_total{route="hot-1",outcome="ok"} 1');
     expect(metrics).toContain('gateway_breaker_state{route="hot-1"} 0');
     expect(metrics).toContain('gateway_breaker_state{route="hot-2"} 0');
-    expect(metrics).toContain('gateway_breaker_open_seconds_total');
+    // A total that only grows is a counter, as its `_total` says: typed a gauge, promtool and
+    // OpenMetrics scrapers refuse the name.
+    expect(metrics).toContain('# TYPE gateway_breaker_open_seconds_total counter');
+    expect(metrics).toContain('gateway_breaker_open_seconds_total{route="hot-1"} 0');
     // Counted for every OpenAI endpoint on the pipeline, and said so: not chat completions alone.
     expect(metrics).toMatch(/# HELP gateway_requests_total .*chat completions, responses and embeddings/);
   });
