@@ -74,10 +74,13 @@ const ENTRY_BYTES = 512;
 /** The in-process store's memory budget: beyond it the oldest answers go first. */
 const MEMORY_REPLAY_BYTES = 64 * 1024 * 1024;
 
+/** How often the in-process store drops what has expired, read again or not. */
+const SWEEP_MS = 60_000;
+
 /**
  * In process: one gateway only, gone on restart. Bounded by a byte budget (answers are up to a
  * MiB each and kept a day), the oldest answers dropped first (a claim still running is kept);
- * expired entries are dropped as met.
+ * expired entries are dropped as met, and every minute those nobody met.
  */
 export class MemoryReplayStore implements ReplayStore {
   private readonly entries = new Map<string, Entry>();
@@ -87,7 +90,12 @@ export class MemoryReplayStore implements ReplayStore {
     private readonly budget = MEMORY_REPLAY_BYTES,
     /** Monotonic: a wall clock set forward would free running keys and drop answers (a repeat runs again). */
     private readonly now: () => number = () => performance.now(),
-  ) {}
+    sweepMs = SWEEP_MS,
+  ) {
+    // An answer is kept its day, not until a repeat reads it or the budget needs its room: model
+    // output (personal data, maybe) held on in memory past the promised 24 hours.
+    setInterval(() => this.sweep(), sweepMs).unref();
+  }
 
   claim(key: string, fingerprint: string, leaseMs: number): Promise<Claim> {
     const entry = this.live(key);
@@ -159,6 +167,11 @@ export class MemoryReplayStore implements ReplayStore {
       if (this.bytes <= this.budget || oldest === key) break;
       if (e.kind !== 'running' || e.expiresAt <= this.now()) this.drop(oldest);
     }
+  }
+
+  private sweep(): void {
+    const now = this.now();
+    for (const [key, entry] of this.entries) if (entry.expiresAt <= now) this.drop(key);
   }
 
   private drop(key: string): void {

@@ -125,4 +125,16 @@ describe('replay store: in process only', () => {
     expect((await s.claim('k1', FP, 10_000)).kind).toBe('claimed');
     expect((await s.claim('k4', FP, 10_000)).kind).toBe('answered');
   });
+
+  // An answer was dropped only when a repeat read it after its day, or the budget needed its room:
+  // on a quiet gateway, model output stayed in memory long past the 24 hours the docs promise.
+  it('drops an answer at the end of its day though nothing reads it again', async () => {
+    const clock = { ms: 0 };
+    const s = new MemoryReplayStore(3000, () => clock.ms, 10);
+    await s.keep(leaseOf(await s.claim('k', FP, 10_000)), answer, DAY);
+    const entries = (s as unknown as { entries: Map<string, unknown> }).entries;
+    expect(entries.size).toBe(1);
+    clock.ms += DAY;
+    await expect.poll(() => entries.size).toBe(0);
+  });
 });
