@@ -19,8 +19,10 @@
  * it is written once and before any line.
  *
  * A write that fails (disk full, a folder that is not one) is logged; its lines stay in memory,
- * before newer ones, and are written when the disk takes them again (retried with backoff). While
- * it fails, appends resolve at once: answers are not held back by a broken disk.
+ * before newer ones, and are written whole when the disk takes them again (retried with backoff).
+ * Part of a line a failed write left (the disk filled in the middle of it) is ended with a line break
+ * first, so it stays a line of its own. While it fails, appends resolve at once: answers are not
+ * held back by a broken disk.
  */
 import { link, mkdir, open, unlink, writeFile, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
@@ -29,6 +31,19 @@ import { backoffMs } from './backoff';
 
 /** The largest piece written by one write(): whole lines up to this size. */
 const PIECE_BYTES = 256 * 1024;
+
+/** Whether the file's last byte is a line break (`size`: the file's size, over 0). */
+async function endsWithLineBreak(handle: FileHandle, size: number): Promise<boolean> {
+  const last = Buffer.alloc(1);
+  await handle.read(last, 0, 1, size - 1);
+  return last[0] === 0x0a;
+}
+
+function countLineBreaks(buf: Buffer): number {
+  let n = 0;
+  for (let at = buf.indexOf(0x0a); at >= 0; at = buf.indexOf(0x0a, at + 1)) n++;
+  return n;
+}
 
 /** Serialises async file work: appends, reads and commits never interleave. */
 class Chain {
@@ -101,8 +116,8 @@ export class AppendLog {
           this.failures = 0;
           this.lastError = null;
         },
-        (error: Error) => {
-          this.pending = lines.concat(this.pending); // before newer lines: the order is kept
+        (error: Error & { linesWritten?: number }) => {
+          this.pending = lines.slice(error.linesWritten ?? 0).concat(this.pending); // before newer lines: the order is kept
           this.lastError = error;
           const wait = backoffMs(++this.failures, { firstMs: 1000, maxMs: 30_000 });
           this.opts.onError(
@@ -127,15 +142,24 @@ export class AppendLog {
     if (!this.handle) {
       await mkdir(dirname(this.file), { recursive: true });
       if (this.opts.header) await this.createWithHeader();
-      this.handle = await open(this.file, 'a');
-      if (this.opts.header && (await this.handle.stat()).size === 0) header = `${this.opts.header}\n`;
+      this.handle = await open(this.file, 'a+'); // read too: its last byte (below)
+      const { size } = await this.handle.stat();
+      if (this.opts.header && size === 0) header = `${this.opts.header}\n`;
+      // A write the disk cut short (full: part of it written, then ENOSPC) left part of a line, ours
+      // or another process's; appended to, it would take our first line into it (an event lost).
+      else if (size > 0 && !(await endsWithLineBreak(this.handle, size))) header = '\n';
     }
     this.dirty = true;
+    const buf = Buffer.from(`${header}${lines.join('\n')}\n`);
     try {
-      this.writeWhole(this.handle, Buffer.from(`${header}${lines.join('\n')}\n`));
+      this.writeWhole(this.handle, buf);
     } catch (error) {
       await this.release(); // opened afresh on the next try
-      throw error;
+      // The lines the disk took whole are not written again (a row twice); the rest are.
+      const written = (error as { written?: number }).written ?? 0;
+      const start = Buffer.byteLength(header);
+      const whole = written > start ? countLineBreaks(buf.subarray(start, written)) : 0;
+      throw Object.assign(error as Error, { linesWritten: whole });
     }
   }
 
@@ -152,7 +176,10 @@ export class AppendLog {
     }
   }
 
-  /** Whole lines per write(), so lines of another process never land inside one of ours. */
+  /**
+   * Whole lines per write(), so lines of another process never land inside one of ours. On a
+   * failure, the error carries `written`: the bytes of `buf` the file took.
+   */
   private writeWhole(handle: FileHandle, buf: Buffer): void {
     let at = 0;
     while (at < buf.length) {
@@ -163,7 +190,12 @@ export class AppendLog {
       }
       // A synchronous write: an append to the page cache takes microseconds, where the thread pool's
       // hand-off (a promise, two wake-ups) cost several times that per group on the request path.
-      for (let off = at; off < end;) off += writeSync(handle.fd, buf, off, end - off);
+      let off = at;
+      try {
+        while (off < end) off += writeSync(handle.fd, buf, off, end - off);
+      } catch (error) {
+        throw Object.assign(error as Error, { written: off });
+      }
       at = end;
     }
   }
