@@ -367,6 +367,32 @@ describe('phone bridge: hostile input', () => {
     expect(outputs).toHaveLength(1);
   });
 
+  // The answer to a booking's result whose response.done was lost left that result owed for good:
+  // a new session after a reconnect was given it again, and the caller told of the booking twice.
+  it("a booking's result answered by a response whose response.done never comes is not given again after a reconnect", async () => {
+    s = await bridgeStack();
+    const booked = { audio: assistantAudio(200), transcript: 'You are booked.' };
+    s.realtime.brain = brain({
+      turns: [{ call: { name: 'book_slot', args: BOOKING } }, { audio: assistantAudio(200), transcript: 'Anything else?' }],
+      afterOutput: booked,
+    });
+    const { call, conn } = await answered(s, 'CAH22');
+    s.realtime.lose = (e: any) => e.type === 'response.done' && e.response.output?.[0]?.content?.[0]?.transcript === booked.transcript;
+    speak(call); // the model books, is given the result and tells the caller; that answer's response.done is lost
+    await serverEvent(conn, 'response.output_audio_transcript.done', (e) => e.transcript === booked.transcript);
+    speak(call); // the next response begins: the answer to the result is over
+    await serverEvent(conn, 'response.done', (e) => e.response.output?.[0]?.content?.[0]?.transcript === 'Anything else?');
+    conn.ws.close(1011);
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await serverEvent(again, 'session.updated');
+    speak(call);
+    await serverEvent(again, 'response.done');
+    const given = again.events.filter((e: any) => e.type === 'conversation.item.create' && e.item.type === 'function_call_output');
+    expect(given).toEqual([]);
+    call.hangUp();
+    await s.endOf('CAH22');
+  });
+
   it("a speech end the model places before the session's audio began (a negative audio_end_ms) is taken as now: no reply delay longer than the call in the record, the meter or the guard", async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

@@ -403,13 +403,17 @@ export class CallSession {
     // its function results the model (given once a response is done). A closing line is out of
     // band: it may run beside one of the conversation's.
     const before = this.responding;
-    if (before !== null && before !== id && purpose !== 'closing' && before !== this.closing?.id) {
+    const lost = before !== null && before !== id && purpose !== 'closing' && before !== this.closing?.id ? before : null;
+    if (lost !== null) {
       this.responseLost();
-      void this.deliver(before);
+      void this.deliver(lost);
     }
     this.responding = id;
     this.timing.responseCreated(id);
     this.results.responseCreated(id);
+    // The function results it answered are paid: left owed, a new session after a reconnect was
+    // given them again (the caller told twice). After this one's creation: nothing asked beside it.
+    if (lost !== null) this.results.responseDone(lost);
     if (purpose === 'consent') this.consentLine = { id, generated: false };
     if (purpose === 'closing' && this.closing) this.closing.id = id;
   }
