@@ -48,6 +48,7 @@ interface MemoryJob {
   lastError: string | null;
   deferred: Deferral | null;
   result: unknown;
+  /** When it falls due, on the monotonic clock: one set back would hold it for the time given back. */
   runAt: number;
   finishedAt: number | null;
   /** Order of dead-lettering: the list shows the newest first, as BullMQ's does. */
@@ -102,7 +103,7 @@ export class MemoryColdQueue implements ColdQueue {
       lastError: null,
       deferred: null,
       result: null,
-      runAt: Date.now() + delay,
+      runAt: performance.now() + delay,
       finishedAt: null,
       deadSeq: 0,
     });
@@ -113,7 +114,7 @@ export class MemoryColdQueue implements ColdQueue {
     for (const l of this.listeners) l();
   }
   /** The next job that is due, marked active. */
-  private take(now = Date.now()): [string, MemoryJob] | null {
+  private take(now = performance.now()): [string, MemoryJob] | null {
     for (const [id, job] of this.jobs) {
       if ((job.state === 'waiting' || job.state === 'delayed' || job.state === 'retrying') && job.runAt <= now) {
         job.state = 'active';
@@ -161,7 +162,7 @@ export class MemoryColdQueue implements ColdQueue {
   async retryDeadLettered(id: string): Promise<boolean> {
     const j = this.jobs.get(id);
     if (!j || j.state !== 'dead') return false;
-    Object.assign(j, { state: 'waiting', attemptsMade: 0, lastError: null, deferred: null, finishedAt: null, runAt: Date.now() });
+    Object.assign(j, { state: 'waiting', attemptsMade: 0, lastError: null, deferred: null, finishedAt: null, runAt: performance.now() });
     this.finished.dead.delete(id);
     this.wake();
     return true;
@@ -197,7 +198,8 @@ export class MemoryColdQueue implements ColdQueue {
 
   /** Delays a job that no route can take now, without spending an attempt. */
   private deferred(job: MemoryJob, defer: DeferJob): void {
-    Object.assign(job, { state: 'delayed', runAt: defer.until, deferred: nextDeferral(job.deferred, defer) });
+    const runAt = performance.now() + Math.max(0, defer.until - Date.now()); // `until` is a date
+    Object.assign(job, { state: 'delayed', runAt, deferred: nextDeferral(job.deferred, defer) });
   }
 
   /** Records a failed run; true when the job is now dead-lettered. */
@@ -211,7 +213,7 @@ export class MemoryColdQueue implements ColdQueue {
       return true;
     }
     job.state = 'retrying';
-    job.runAt = Date.now() + backoffMs(job.attemptsMade, { firstMs: this.backoffMs });
+    job.runAt = performance.now() + backoffMs(job.attemptsMade, { firstMs: this.backoffMs });
     return false;
   }
 

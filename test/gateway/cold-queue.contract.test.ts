@@ -485,3 +485,23 @@ describe('the Redis queue near its maxmemory', () => {
     await expect.poll(() => refusal(`again-${n++}`), { timeout: 10_000, interval: 200 }).toBeNull();
   });
 });
+
+describe('the in-process queue and the wall clock', () => {
+  // Its jobs fell due by the wall clock: set back an hour (an NTP step, a virtual machine resumed)
+  // while a job waited for its retry, the job waited that hour too.
+  it("a job's retry falls due after its backoff, the machine's clock set back an hour or not", async () => {
+    const queue = new MemoryColdQueue({ backoffMs: 50 });
+    const wall = Date.now.bind(Date);
+    onTestFinished(() => void vi.restoreAllMocks());
+    let runs = 0;
+    const onFailed = () => void vi.spyOn(Date, 'now').mockImplementation(() => wall() - 3_600_000); // once the retry is set
+    const processor = async () => {
+      if (++runs === 1) throw new Error('every route failed');
+      return 'answered';
+    };
+    cleanup.push(queue.work(processor, { onFailed }).close);
+    const { jobId } = await queue.enqueue(payload('clock'));
+    await expect.poll(async () => (await queue.get(jobId))?.state, { timeout: 5000 }).toBe('completed');
+    expect(runs).toBe(2);
+  });
+});
