@@ -409,3 +409,49 @@ describe('phone bridge: the keypad', () => {
     expect(typed(conn)).toEqual([]);
   });
 });
+
+describe('phone bridge: function results once the caller is being transferred', () => {
+  it('a booking that answers while the caller is being transferred asks the model for no answer: no extra response is billed or counted', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.chunkBytes = 160;
+    s.realtime.paceMs = 20; // the answer to the second turn is still being said when the keys come
+    s.realtime.heardQueue = [
+      { text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 },
+      { text: 'and is there parking nearby', logprob: -0.1 },
+    ];
+    s.realtime.brain = brain({
+      turns: [{ call: { name: 'book_slot', args: BOOKING } }, { audio: assistantAudio(6000), transcript: 'There is parking.' }],
+      afterOutput: { audio: assistantAudio(300), transcript: 'You are booked.' },
+    });
+    // The back office answers the booking only when the test says so (a slow webhook).
+    let book = () => undefined as void;
+    s.hooks.handle = (_q, res) => (book = () => void res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}'));
+    let twilioAnswers = () => undefined as void;
+    const { call, conn } = await answered(s, 'CA1220');
+    speak(call);
+    await until(s.hooks.events, 'request', (h: { path: string }) => h.path === '/book_slot', 'the booking sent');
+    const second = serverEvent(conn, 'response.created');
+    speak(call);
+    const answering = (await second).response.id as string;
+    await until(call, 'media', () => true, 'the answer to the second turn playing');
+    // The booking's result comes in while that answer runs: given at once, its answer asked for later.
+    const held = until(conn, 'server', (e: any) => e.type === 'conversation.item.added' && e.item.type === 'function_call_output');
+    book();
+    await held;
+    // The caller asks for a person; Twilio takes its time with the redirect, so the call stays in transfer.
+    s.twilio.hold = new Promise<void>((r) => (twilioAnswers = r));
+    const cut = serverEvent(conn, 'response.done', (e) => e.response.id === answering);
+    press(call, '0#');
+    await until(s.twilio.events, 'update', (u: { callSid: string }) => u.callSid === 'CA1220', 'the transfer');
+    const from = conn.events.length;
+    await cut;
+    const metered = () => s!.meterEvents.filter((e) => e.model === s!.config.meta.model);
+    await until(call, 'frame', () => metered().length === 3, 'the cut answer metered'); // greeting, booking call, cut answer
+    // before: the cut answer's response.done asked for an answer to the booking (the transfer under way)
+    expect(conn.events.slice(from).filter((e) => e.type === 'response.create')).toEqual([]);
+    twilioAnswers();
+    const { record } = await s.endOf('CA1220');
+    expect(record).toMatchObject({ outcome: 'booking', ended_reason: 'caller_request', escalated: true, turns: 3 });
+    expect(metered()).toHaveLength(3);
+  });
+});

@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { bridgeStack, type BridgeStack } from './peers/bridge-stack';
 import type { RtConn } from './peers/realtime-peer';
-import { assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
+import { BOOKING, assistantAudio, brain, clientEvent, serverEvent, speak } from './peers/script';
 import type { MediaCall } from './peers/twilio-peer';
 import { until } from './peers/wait';
 
@@ -337,5 +337,36 @@ describe('phone bridge: the policy on real events', () => {
     expect(s.twilio.updates).toEqual([]);
     call.hangUp();
     expect((await s.endOf('CA0105')).record).toMatchObject({ ended_reason: 'caller_hangup', escalated: false });
+  });
+
+  it('a function result the server adds once the closing line was asked for asks for no answer: the closing line is the last thing asked', async () => {
+    s = await bridgeStack(); // cap 0.35 USD; audio out 20 USD per million tokens
+    s.realtime.heardQueue = [{ text: 'I would like to book a cleaning tomorrow at ten', logprob: -0.1 }];
+    s.realtime.brain = brain({
+      turns: [{ call: { name: 'book_slot', args: BOOKING } }],
+      // The answer to the booking reaches the cap: the guard disconnects, the closing line is asked for.
+      afterOutput: {
+        audio: assistantAudio(300),
+        transcript: 'You are booked.',
+        usage: { output_tokens: 20_000, output_token_details: { audio_tokens: 20_000 } },
+      },
+    });
+    // The server's echo of the booking's result comes late, after the answer to it is done.
+    const echoes: Array<Record<string, unknown>> = [];
+    s.realtime.lose = (e: any) => e.type === 'conversation.item.added' && e.item.type === 'function_call_output' && !!echoes.push(e);
+    const { call, conn } = await answered(s, 'CA0109');
+    speak(call);
+    const closing = await clientEvent(conn, 'response.create', (e) => e.response?.metadata?.bridge === 'closing');
+    expect(echoes).toHaveLength(1);
+    s.realtime.lose = () => false;
+    conn.send(echoes[0]);
+    const u = await update(s, 'CA0109');
+    expect(u.form).toEqual({ Status: 'completed' });
+    const end = await s.endOf('CA0109');
+    // Greeting, booking call, its answer, closing line: no fifth response billed past the cap.
+    expect(end.record).toMatchObject({ outcome: 'booking', ended_reason: 'per_call_cap', turns: 4 });
+    expect(s.meterEvents.filter((e) => e.model === s!.config.meta.model)).toHaveLength(4);
+    // before: the late echo asked for an answer to the booking, after (or over) the closing line
+    expect(conn.events.slice(conn.events.indexOf(closing) + 1).filter((e) => e.type === 'response.create')).toEqual([]);
   });
 });

@@ -673,6 +673,7 @@ export class CallSession {
     if (this.phase !== 'live') return;
     this.phase = 'transferring';
     this.reason = 'realtime_failure';
+    this.results.close();
     const twiml = this.deps.voicemail.twiml('network_issue', this.numbers.from);
     // In the store first: Twilio's status callback for this call may reach another instance.
     await this.deps.voice
@@ -689,6 +690,7 @@ export class CallSession {
     this.phase = 'transferring';
     this.reason = reason;
     this.escalated = true;
+    this.results.close(); // a result that comes in now is recorded, not answered
     if (this.responding) this.rt.send({ type: 'response.cancel' });
     if (this.playback.playing()) this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
@@ -717,6 +719,7 @@ export class CallSession {
     if (this.phase !== 'live') return;
     this.phase = 'closing';
     this.reason = reason;
+    this.results.close(); // nothing after the closing line, nor over it
     await new Promise<void>((resolve) => {
       this.closing = { line, id: null, generated: false, retried: false, done: resolve };
       // A session reconnecting is asked once it is ready (sayOwedLine); one given up before the

@@ -22,6 +22,10 @@
  * given every owed result (one still running is given when it is in; one the lost session had but
  * never answered is given again), each after its `function_call` item, created by the client
  * with the same call_id, name and arguments. Until a session is ready, results wait.
+ *
+ * Once the call is being transferred or closed nothing more is asked for: a result that comes in
+ * then, or that the server adds then, would have the model talk after "connecting you" or over the
+ * closing line (its audio is dropped, but the response is billed, metered and counted as a turn).
  */
 import type { FunctionOutput } from './function-calls';
 
@@ -52,6 +56,8 @@ export class FunctionOutputs {
    * into a new session, may come before it).
    */
   private keys: { item: string; held: boolean } | null = null;
+  /** The call is being transferred or closed: no answer is asked for any more. */
+  private closed = false;
 
   constructor(private readonly send: Send) {}
 
@@ -75,6 +81,11 @@ export class FunctionOutputs {
     this.active = null;
     this.asked = false;
     this.keys = null; // the new session is given them with the history, and asked to answer
+  }
+
+  /** The call is being transferred or closed: from now on no answer is asked for. */
+  close(): void {
+    this.closed = true;
   }
 
   /** The caller's keys were given to the model as their turn: they are answered (now, or after the answer under way). */
@@ -138,7 +149,7 @@ export class FunctionOutputs {
 
   /** One response at a time: asked for only while none is in progress or already asked for. */
   private ask(): void {
-    if (this.active !== null || this.asked) return;
+    if (this.closed || this.active !== null || this.asked) return;
     this.asked = true;
     this.keys = null; // asked after them: the answer sees them
     this.send({ type: 'response.create' });
