@@ -454,4 +454,28 @@ describe('phone bridge: function results once the caller is being transferred', 
     expect(record).toMatchObject({ outcome: 'booking', ended_reason: 'caller_request', escalated: true, turns: 3 });
     expect(metered()).toHaveLength(3);
   });
+
+  // The transfer cancelled only an answer the bridge had seen begin: one whose response.created was
+  // still on its way ran to its end unheard, and was billed whole.
+  it('an answer under way that the bridge has not seen begin is cancelled by the transfer too', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    s.realtime.chunkBytes = 160;
+    s.realtime.paceMs = 20; // an answer of 6 s, still being made when the keys come
+    s.realtime.brain = brain({ turns: [{ audio: assistantAudio(6000), transcript: 'Let me tell you about our services.' }] });
+    let twilioAnswers = () => undefined as void;
+    const { call, conn } = await answered(s, 'CA1221');
+    s.realtime.lose = (e: any) => e.type === 'response.created' && e.response.metadata === null; // the answer's, late
+    const answering = serverEvent(conn, 'response.output_audio.delta');
+    speak(call);
+    const answer = (await answering).response_id as string;
+    await until(call, 'media', () => true, 'the answer playing');
+    s.twilio.hold = new Promise<void>((r) => (twilioAnswers = r));
+    const done = serverEvent(conn, 'response.done', (e) => e.response.id === answer);
+    press(call, '0#');
+    await until(s.twilio.events, 'update', (u: { callSid: string }) => u.callSid === 'CA1221', 'the transfer');
+    // before: not cancelled, made to its end (completed), unheard
+    expect((await done).response.status).toBe('cancelled');
+    twilioAnswers();
+    expect((await s.endOf('CA1221')).record).toMatchObject({ ended_reason: 'caller_request', escalated: true });
+  });
 });

@@ -416,6 +416,8 @@ export class CallSession {
     if (lost !== null) this.results.responseDone(lost);
     if (purpose === 'consent') this.consentLine = { id, generated: false };
     if (purpose === 'closing' && this.closing) this.closing.id = id;
+    // Begun once the caller is being transferred (asked for before): nobody would hear it.
+    if (this.phase === 'transferring') this.rt.send({ type: 'response.cancel', response_id: id });
   }
 
   /** The opening line heard to its end: the wait for the caller's answer starts. */
@@ -691,7 +693,9 @@ export class CallSession {
     this.reason = reason;
     this.escalated = true;
     this.results.close(); // a result that comes in now is recorded, not answered
-    if (this.responding) this.rt.send({ type: 'response.cancel' });
+    // Also one asked for whose response.created is still on its way: it would run unheard, and be
+    // billed. None running: the API's error, which is ignored.
+    this.rt.send({ type: 'response.cancel' });
     if (this.playback.playing()) this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
     // Not taken by Twilio: closing the stream runs the answer's fallback (the same line and <Dial>).
