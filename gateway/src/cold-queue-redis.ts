@@ -186,7 +186,9 @@ export class BullColdQueue implements ColdQueue {
     const existing = await this.queue.getJob(jobId);
     if (existing) return (options.added?.(jobId), { jobId, created: false });
     this.roomLeft(await memory);
-    await this.queue.add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs });
+    await this.queue
+      .add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs })
+      .catch((error: unknown) => this.fullOnOom(error));
     options.added?.(jobId);
     // Counted until the next read: a burst of large requests within one read must not pass maxmemory.
     if (this.memory) this.memory.used += JSON.stringify(payload).length;
@@ -206,6 +208,16 @@ export class BullColdQueue implements ColdQueue {
     await this.queue.waitUntilReady();
     this.memory = { at: performance.now(), ...memoryOf(await this.own.info('memory')) };
     return this.memory;
+  }
+  /**
+   * Redis's own refusal (OOM) is the queue full too: a burst of jobs within one memory read can pass
+   * the FULL_AT line, as Redis counts more than a job's JSON. Until the next read, every new job is
+   * refused here, without another trip to a Redis that would refuse it.
+   */
+  private fullOnOom(error: unknown): never {
+    if (!(error instanceof Error) || !error.message.startsWith('OOM ')) throw error;
+    if (this.memory) this.memory.used = Math.max(this.memory.used, this.memory.max);
+    throw new QueueFull(`its Redis refused the job: it is at its maxmemory (${error.message})`);
   }
   /** Throws QueueFull when Redis uses FULL_AT of its maxmemory. */
   private roomLeft({ used, max }: { used: number; max: number }): void {

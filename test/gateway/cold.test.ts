@@ -580,6 +580,29 @@ describe('Cold tier', () => {
     },
   );
 
+  // The queue reads Redis's memory at most once a second and counts the jobs added since by their
+  // JSON, which Redis stores at more than that: a burst within one read passed maxmemory, Redis
+  // refused the add (OOM), and the client was told the queue was unreachable (cold_queue_unavailable).
+  it.skipIf(!hasRedisServer)(
+    'a burst that fills Redis before the next memory read is refused as full (cold_queue_full), never "unreachable"',
+    async () => {
+      const small = await new OwnRedis(['--appendonly', 'no', '--maxmemory', '8mb', '--maxmemory-policy', 'noeviction']).start();
+      onTestFinished(() => small.end());
+      env.QUEUE_STORE_URL = small.url;
+      hot.always({ kind: 'status', status: 500 });
+      warm.always({ kind: 'status', status: 500 });
+      const { url } = await up({ worker: false });
+      const burst = Array.from({ length: 60 }, (_, i) => ({
+        model: 'x',
+        messages: [{ role: 'user', content: `${i} ${'y'.repeat(200_000)}` }],
+      }));
+      const answers = await Promise.all(burst.map((body) => chat(url, body, { 'x-time-to-answer-ms': '10000' })));
+      const outcomes = answers.map((r) => (r.status === 202 ? 'queued' : `${r.status} ${r.json().error.code}`));
+      expect(outcomes).toContain('503 cold_queue_full');
+      expect(new Set(outcomes)).toEqual(new Set(['queued', '503 cold_queue_full']));
+    },
+  );
+
   it('every model switched off: the client is told no route could be called, not that none answered (no outage to look for)', async () => {
     const { url, stack } = await up({ worker: false });
     await stack.flags.update({ killed_models: ['gpt-4o-mini', 'claude-3-5-haiku-latest'] });
