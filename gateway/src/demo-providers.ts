@@ -13,6 +13,33 @@ import type { RoutesMapConfig } from './routes-map';
 interface DemoRequest {
   stream?: boolean;
   messages?: Array<{ role?: string; content?: unknown }>;
+  /** An embeddings request's text(s). */
+  input?: unknown;
+}
+
+/** Dimensions of a demo vector (text-embedding-3-small's are 1,536; a demo needs no more than a few). */
+const DEMO_DIMENSIONS = 8;
+
+/** A demo embedding: the same text always gives the same unit vector, as a real model's does. */
+function demoVector(text: string): number[] {
+  const v = Array.from({ length: DEMO_DIMENSIONS }, (_, i) =>
+    Math.sin(i + 1 + [...text].reduce((h, c) => (h * 31 + c.codePointAt(0)!) % 9973, 7)),
+  );
+  const norm = Math.hypot(...v);
+  return v.map((x) => x / norm);
+}
+
+function embed(res: ServerResponse, name: string, body: DemoRequest): void {
+  const texts = (Array.isArray(body.input) ? body.input : [body.input]).map((t) => (typeof t === 'string' ? t : JSON.stringify(t ?? '')));
+  const tokens = texts.reduce((n, t) => n + Math.ceil(t.length / 4), 0);
+  const data = texts.map((t, index) => ({ object: 'embedding', index, embedding: demoVector(t) }));
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ object: 'list', data, model: name, usage: { prompt_tokens: tokens, total_tokens: tokens } }));
+}
+
+/** What a demo request says, for `#fail-hot` and `#fail-all`: the last user message, or an embeddings input. */
+function saidIn(body: DemoRequest): string {
+  return body.messages ? lastUserText(body) : JSON.stringify(body.input ?? '');
 }
 
 function lastUserText(body: DemoRequest): string {
@@ -60,13 +87,14 @@ function handle(req: IncomingMessage, res: ServerResponse, tierOf: Map<string, '
     } catch {
       /* answered below as any other request */
     }
-    const said = lastUserText(body);
+    const said = saidIn(body);
     if (!tier || said.includes('#fail-all') || (tier === 'hot' && said.includes('#fail-hot'))) {
       res.writeHead(503, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error: { message: `demo ${name || 'provider'} is failing on purpose`, type: 'server_error' } }));
       return;
     }
-    answer(res, name, body);
+    if (req.url?.endsWith('/embeddings')) embed(res, name, body);
+    else answer(res, name, body);
   });
 }
 

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readEnv } from '../../gateway/src/env';
 import { keyResolver } from '../../gateway/src/keys';
@@ -55,12 +56,18 @@ const env = {
 };
 
 describe('routing maps', () => {
-  it('routes.local.json and routes.prod.json are valid: two Hot routes on one provider, Warm on two others', () => {
+  it('routes.local.json and routes.prod.json are valid: two Hot routes on one provider, Warm on two others, embeddings on the Hot two', () => {
     for (const file of ['routes.local.json', 'routes.prod.json']) {
       const map = loadRoutesMap(join(root, file), env);
-      expect(map.hot).toHaveLength(2);
+      const chat = map.hot.filter((r) => !r.apis?.includes('embeddings'));
+      expect(chat).toHaveLength(2);
       expect(new Set(map.hot.map((r) => r.provider)).size).toBe(1);
       expect(map.hot[0].baseUrl).toBe('http://h1/v1');
+      const embeddings = map.hot.filter((r) => r.apis?.includes('embeddings'));
+      expect(embeddings.map((r) => [r.model, r.baseUrl, r.apis])).toEqual([
+        ['text-embedding-3-small', 'http://h1/v1', ['embeddings']],
+        ['text-embedding-3-small', 'http://h2/v1', ['embeddings']],
+      ]);
       const warmKinds = new Set(map.warm.map((r) => r.provider));
       expect(warmKinds.size).toBe(2);
       expect(warmKinds.has(map.hot[0].provider)).toBe(false);
@@ -275,7 +282,7 @@ describe('npm start', () => {
       child.stdout.on('data', () => out.includes('listening') && (clearTimeout(t), resolve()));
     });
     child.kill('SIGTERM');
-    expect(out).toMatch(/routing map: routes\.local\.json version [0-9a-f]{12} \(2 hot, 2 warm routes\)/);
+    expect(out).toMatch(/routing map: routes\.local\.json version [0-9a-f]{12} \(4 hot, 2 warm routes\)/);
     expect(out).toContain('store: in-process');
     expect(out).toContain('meter: local CSV');
     expect(out).not.toMatch(/sk-|Bearer /);
@@ -383,6 +390,15 @@ describe('npm start', () => {
       ]);
       const cold = await ask('hello #fail-all');
       expect([cold.status, cold.headers.get('x-route-tier')]).toEqual([202, 'cold']);
+      // Embeddings, as the official client asks them (base64, decoded by the SDK): the same text, the same vector.
+      const client = new OpenAI({ apiKey: 'demo', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+      const vectors = await client.embeddings.create({ model: 'text-embedding-3-small', input: ['hello', 'world', 'hello'] });
+      const [hello, world, again] = vectors.data.map((d) => d.embedding);
+      expect(hello.length).toBeGreaterThan(0);
+      expect(again).toEqual(hello);
+      expect(world).not.toEqual(hello);
+      expect(vectors.usage.prompt_tokens).toBeGreaterThan(0);
+      expect((await client.models.list()).data.map((m) => m.id)).toContain('text-embedding-3-small');
     } finally {
       child.kill('SIGTERM');
     }
@@ -570,7 +586,7 @@ describe('npm start', () => {
     let exited = false;
     child.on('exit', () => (exited = true));
     await until(async () => exited || out.includes('gateway listening'));
-    expect(out).toMatch(new RegExp(`routing map: ${file} version [0-9a-f]{12} \\(2 hot, 2 warm routes\\)`));
+    expect(out).toMatch(new RegExp(`routing map: ${file} version [0-9a-f]{12} \\(4 hot, 2 warm routes\\)`));
   });
 
   // A token budget under a name no route has (a typo, `OpenAI`) weighed nothing: the provider ran unbudgeted, unsaid.
