@@ -929,6 +929,35 @@ describe('through the official openai client', () => {
     expect(final).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, output_text: 'Once upon a' });
   });
 
+  it('an answer cut at the token limit after a finished call: only the last item is incomplete, whole as streamed', async () => {
+    const script: Script = {
+      text: 'Checking.',
+      calls: [
+        { id: 'call_t', name: 'get_time', arguments: '' }, // finished, without arguments
+        { id: 'call_w', name: 'get_weather', arguments: '{"city":"Pa' }, // cut
+      ],
+      finish: 'length',
+    };
+    answers.push(script, script);
+    const tools = [WEATHER_TOOL, { type: 'function' as const, name: 'get_time', parameters: null, strict: false }];
+    const body = { model: 'gpt-4o-mini', input: 'Time, and weather in Paris?', tools, max_output_tokens: 20 };
+    const whole = await client.responses.create(body);
+    const streamed = await client.responses.stream(body).finalResponse();
+    const items = (r: Response) =>
+      r.output.map((i) => ({
+        type: i.type,
+        status: 'status' in i ? i.status : undefined,
+        ...('arguments' in i ? { arguments: i.arguments } : {}),
+      }));
+    expect(items(whole)).toEqual([
+      { type: 'message', status: 'completed' },
+      { type: 'function_call', status: 'completed', arguments: '{}' },
+      { type: 'function_call', status: 'incomplete', arguments: '{"city":"Pa' },
+    ]);
+    expect(items(streamed)).toEqual(items(whole));
+    expect([whole.status, streamed.status]).toEqual(['incomplete', 'incomplete']);
+  });
+
   it('max_tool_calls, a bound on built-in tool calls, is answered: a chat route makes none', async () => {
     answers.push({ text: TEXT });
     // In the API reference and the SDK's websocket `response.create`, not yet in its REST params type.

@@ -48,24 +48,30 @@ export function chatToResponse(
   const calls = (Array.isArray(message.tool_calls) ? message.tool_calls : []).filter(
     (c): c is Json => isObject(c) && (c.type ?? 'function') === 'function' && isObject(c.function),
   );
+  // Only the last item was cut (a length limit or the filter stops the answer where it is): the ones
+  // before it finished, as a stream's items close when the next begins (stream.ts).
+  const hasMessage = Boolean(text || refusal || !calls.length);
+  const last = (hasMessage ? 1 : 0) + calls.length - 1;
+  const statusAt = (index: number) => (index === last ? status : 'completed');
   // A message item when there is something to say, or nothing else to give (an empty answer is an empty message).
-  if (text || refusal || !calls.length) {
+  if (hasMessage) {
     const content: ResponseOutputMessage['content'] = [];
     if (text || !refusal) {
       content.push({ type: 'output_text', text, annotations: annotationsOf(message.annotations), logprobs: logprobsOf(choice.logprobs) });
     }
     if (refusal) content.push({ type: 'refusal', refusal });
-    output.push({ id: itemId(ids.responseId, 'msg', output.length), type: 'message', status, content, role: 'assistant' });
+    output.push({ id: itemId(ids.responseId, 'msg', output.length), type: 'message', status: statusAt(0), content, role: 'assistant' });
   }
   for (const call of calls) {
     const fn = call.function as Json;
     const given = typeof fn.arguments === 'string' ? fn.arguments : jsonText(fn.arguments ?? {});
+    const callStatus = statusAt(output.length);
     const item: ResponseFunctionToolCall = {
       id: itemId(ids.responseId, 'fc', output.length),
       type: 'function_call',
-      status,
+      status: callStatus,
       // A finished call without arguments (some providers' call of a function without parameters) has none: `{}`.
-      arguments: given || (status === 'completed' ? '{}' : ''),
+      arguments: given || (callStatus === 'completed' ? '{}' : ''),
       call_id: typeof call.id === 'string' && call.id ? call.id : fallbackCallId(ids.responseId, output.length),
       name: typeof fn.name === 'string' ? fn.name : '',
     };
