@@ -363,6 +363,14 @@ describe('responsesToChat', () => {
       'unsupported_parameter',
     ],
     ['an item_reference', { input: [{ type: 'item_reference', id: 'msg_1' }] }, 'input[0]', 'unsupported_parameter'],
+    // The SDK's ItemReference: its type may be left out (or null); the id alone names the stored item.
+    [
+      'an item_reference without its type',
+      { input: [{ role: 'user', content: 'Hi' }, { id: 'msg_1' }] },
+      'input[1]',
+      'unsupported_parameter',
+    ],
+    ['an item_reference whose type is null', { input: [{ id: 'msg_1', type: null }] }, 'input[0]', 'unsupported_parameter'],
     [
       'an image by file_id',
       { input: [{ role: 'user', content: [{ type: 'input_image', file_id: 'file-1', detail: 'auto' }] }] },

@@ -234,7 +234,8 @@ class ChatMessages {
 
   item(item: unknown, at: string): void {
     if (!isObject(item)) return invalid(at, `${at} must be an object.`);
-    const type = item.type ?? (isSet(item.role) ? 'message' : undefined);
+    // Without a type, an item is a message by its role, else a reference by its id (OpenAI's item_reference leaves `type` out).
+    const type = item.type ?? (isSet(item.role) ? 'message' : isString(item.id) ? 'item_reference' : undefined);
     if (type === 'message') return this.message(inputMessage(item, at), at);
     if (type === 'function_call') return this.call(toolCall(item, at), at);
     if (type === 'function_call_output') {
