@@ -78,6 +78,18 @@ const OWNER_WAIT_MS = 1000;
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
 
 /** What a client whose stream a stop cut reads in the stream's error event. */
+/**
+ * Whether a content type is JSON as OpenAI's SDKs tell it (`application/json`, or any `+json`): they
+ * read a body of any other type as text, and `create` returned a provider's JSON labelled
+ * `text/plain` (or a proxy's `text/html`) as a string. A whole 2xx answer is a JSON object by then
+ * (failover.ts), so it goes out as one.
+ */
+function isJsonType(type: string): boolean {
+  if (type.startsWith('application/json')) return true;
+  const media = type.split(';')[0].trim().toLowerCase();
+  return media.includes('application/json') || media.endsWith('+json');
+}
+
 const STOPPED = 'the gateway is shutting down: the stream was cut before it finished; send the request again';
 
 export class Pipeline {
@@ -220,7 +232,8 @@ export class Pipeline {
         : undefined;
     await outcome.durable;
     if (owned) await owned;
-    sendBody(res, outcome.upstream.status, whole.body, typeof whole.body === 'string' ? 'application/json' : contentType, headers);
+    const json = typeof whole.body === 'string' || !isJsonType(contentType) ? 'application/json' : contentType;
+    sendBody(res, outcome.upstream.status, whole.body, json, headers);
     return 'complete';
   }
 

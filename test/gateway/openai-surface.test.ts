@@ -403,6 +403,42 @@ describe("a provider's refusal as the SDK sees it", () => {
   });
 });
 
+describe('a whole answer the provider labelled as something else than JSON', () => {
+  it('reaches the SDK as the object it is, chat and embeddings alike, not as a string', async () => {
+    // A provider (or a proxy before it) that labels its JSON text/plain: the SDK reads a body as JSON only when its type says so.
+    const completion = { id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: 'gpt-4o-mini' };
+    const choices = [{ index: 0, message: { role: 'assistant', content: 'labelled' }, finish_reason: 'stop' }];
+    const chatBody = Buffer.from(
+      JSON.stringify({ ...completion, choices, usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } }),
+    );
+    for (const type of ['text/plain; charset=utf-8', 'text/html', 'application/octet-stream']) {
+      hot.next({ kind: 'raw-stream', pieces: [chatBody], type });
+      const { data, response } = await client()
+        .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+        .withResponse();
+      expect([typeof data, data.choices?.[0].message.content, response.headers.get('content-type')]).toEqual([
+        'object',
+        'labelled',
+        'application/json',
+      ]);
+    }
+    const vectors = { object: 'list', data: [{ object: 'embedding', index: 0, embedding: 'AACAPw==' }], model: 'text-embedding-3-small' };
+    embedA.next({
+      kind: 'raw-stream',
+      pieces: [Buffer.from(JSON.stringify({ ...vectors, usage: { prompt_tokens: 1, total_tokens: 1 } }))],
+      type: 'text/plain',
+    });
+    const embedded = await client().embeddings.create({ model: 'text-embedding-3-small', input: 'a' });
+    expect(embedded.data?.[0].embedding).toEqual([1]);
+    // A JSON type the provider gave is kept as it was.
+    hot.next({ kind: 'raw-stream', pieces: [chatBody], type: 'application/json; charset=utf-8' });
+    const kept = await client()
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })
+      .withResponse();
+    expect(kept.response.headers.get('content-type')).toBe('application/json; charset=utf-8');
+  });
+});
+
 describe('GET /v1/models and errors', () => {
   it('lists the models the routing map serves', async () => {
     const ids = [];
