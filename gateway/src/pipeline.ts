@@ -330,7 +330,9 @@ export class Pipeline {
         streamTransform(answer, claim),
         undefined,
         (r) => {
-          const code = !r.broken ? '' : gone.aborted ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
+          // A client that hung up after the provider reported the failure left a failed stream, not a
+          // healthy one it gave up on: the openai SDKs hang up as soon as they raise the error.
+          const code = !r.broken ? '' : gone.aborted && !r.failed ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
           const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
           usage = estimated ? estimateUsage(answer.of.ctx.body, r.text) : r.usage;
           answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });

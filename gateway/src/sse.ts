@@ -54,6 +54,11 @@ export interface StreamTransform {
    */
   readonly tooLarge?: boolean;
   /**
+   * The provider reported in its stream that the answer failed (an error chunk or a failed choice, a
+   * Responses error event or `response.failed`). Absent: it never does.
+   */
+  readonly failed?: boolean;
+  /**
    * The longest event it takes, in characters (MAX_EVENT_CHARS unless said): a Responses stream's
    * final event carries the whole response, and may be as large as a whole answer.
    */
@@ -69,6 +74,12 @@ export interface RelayResult {
    * MAX_EVENT_CHARS, or an answer the transform would keep past its limit (`StreamTransform.tooLarge`).
    */
   tooLarge: 'EVENT_TOO_LARGE' | 'ANSWER_TOO_LARGE' | null;
+  /**
+   * The provider reported the failure in its stream before it ended (`StreamTransform.failed`): the
+   * provider's failure, also when the client hung up after reading it, as the openai SDKs do once
+   * they raise it.
+   */
+  failed: boolean;
   /** The generated text of the provider's events, counted as they came (a cut stream's estimate, cut-estimate.ts). */
   text: GeneratedText;
 }
@@ -149,8 +160,9 @@ export async function relaySse(
   const relay = new Relay(res, transform, stallMs);
   await relay.run(first, rest);
   const broken = relay.broken();
+  const failed = transform.failed === true; // before close: a translation's failing end sets it too
   await relay.close(broken, why);
-  const result = { usage: transform.usage, broken, tooLarge: broken ? relay.tooLarge : null, text: relay.text };
+  const result = { usage: transform.usage, broken, tooLarge: broken ? relay.tooLarge : null, failed, text: relay.text };
   await beforeEnd?.(result);
   res.end();
   return result;

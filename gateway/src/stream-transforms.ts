@@ -87,6 +87,9 @@ export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamT
       return serialize(e);
     },
     finished: () => !failed && !cut && finished.size === choices,
+    get failed() {
+      return failed;
+    },
     // Only after a stream the provider ended without `[DONE]`: the client's SDK may wait for it.
     end() {
       return this.done ? '' : 'data: [DONE]\n\n';
@@ -137,6 +140,9 @@ export function responsesPassthrough(maxEventChars?: number, onResponse?: (respo
       }
       return serialize(e);
     },
+    get failed() {
+      return failed;
+    },
     broken: (message) => (failed ? '' : responsesError(next(), message)),
   };
 }
@@ -185,6 +191,9 @@ export function chatToResponses(
     },
     get tooLarge() {
       return translation.tooLarge;
+    },
+    get failed() {
+      return translation.failed;
     },
     event(e) {
       if (e.data === '[DONE]') {

@@ -4,6 +4,7 @@ import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
 import { mapOf, startGateway, type TestGateway } from './harness';
+import { until } from './keys-harness';
 
 let hot: FakeProvider, warm: FakeProvider, embedA: FakeProvider, embedB: FakeProvider, other: FakeProvider;
 let gw: TestGateway;
@@ -400,6 +401,35 @@ describe("a provider's refusal as the SDK sees it", () => {
       body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }),
     });
     expect(await raw.json()).toEqual(openai);
+  });
+});
+
+describe('a chat stream whose provider reports an error inside it, read by the SDK', () => {
+  it('is a failure of the route, metered STREAM_INTERRUPTED, though the SDK hangs up as it raises the error', async () => {
+    const chunk = (fields: object) =>
+      Buffer.from(`data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', ...fields })}\n\n`);
+    // OpenRouter's way: the error beside a choice finished with "error"; the provider then keeps its connection open.
+    const failing = [
+      chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Hel' }, finish_reason: null }] }),
+      chunk({ error: { message: 'Upstream overloaded', code: 502 }, choices: [{ index: 0, delta: {}, finish_reason: 'error' }] }),
+    ];
+    hot.always({ kind: 'raw-stream', pieces: failing, hold: true });
+    warm.always({ kind: 'stream', chunks: 2 });
+    const ask = { model: 'gpt-4o-mini', messages: [{ role: 'user' as const, content: 'hi' }], stream: true as const };
+    for (let i = 1; i <= 5; i++) {
+      const error = await (async () => {
+        for await (const _ of await client().chat.completions.create(ask));
+      })().catch((e: unknown) => e);
+      expect((error as Error).message).toBe('Upstream overloaded');
+      await until(async () => (await gw.meter.flush(), gw.events().length === i));
+    }
+    // Before, each was metered CLIENT_CLOSED (the SDK's hang-up), counted neither for nor against the
+    // route: the failing route stayed closed however often it failed.
+    expect(gw.events().map((e) => e.error_code.split('|')[0])).toEqual(Array(5).fill('STREAM_INTERRUPTED'));
+    const next = await client().chat.completions.create(ask).withResponse();
+    for await (const _ of next.data);
+    expect(next.response.headers.get('x-route-tier')).toBe('warm'); // five failures opened the Hot route's breaker
+    expect(hot.received.length).toBe(5);
   });
 });
 
