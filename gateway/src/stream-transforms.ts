@@ -46,8 +46,17 @@ function onlyNull(b: Buffer, key: Buffer): boolean {
 
 /** `choices`: how many the client asked for (`n`): each must finish for a stream without `[DONE]` to be whole. */
 export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamTransform {
-  /** The provider reported an error inside its stream: the client saw it, the call failed. */
+  /** The provider reported an error inside its stream: the call failed. */
   let failed = false;
+  /**
+   * The client was told of the failure in a way its SDK raises: by a chunk with an `error` (the
+   * openai SDKs throw on that field). A choice that finished with `error` or vLLM's `abort` alone
+   * does not tell it (the SDK ended the stream quietly, the cut answer taken for a whole one): the
+   * interrupted event, with `why`, then takes the place of the `[DONE]`, after which the SDK reads
+   * nothing.
+   */
+  let told = false;
+  let why: string | undefined;
   /** The choices that gave their finish_reason. */
   const finished = new Set<number>();
   /** An event after every choice finished that is not JSON: the response ended in the middle of it. */
@@ -62,7 +71,13 @@ export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamT
       );
     },
     event(e) {
-      if (e.data === '[DONE]') this.done = !failed;
+      if (e.data === '[DONE]') {
+        this.done = !failed;
+        if (failed && !told) {
+          told = true;
+          return interrupted(why ?? INTERRUPTED);
+        }
+      }
       const whole = finished.size === choices;
       const finishing = FINISHED.test(e.data);
       // Most chunks carry neither usage, a finish nor an error: no parse at all. Past the finish
@@ -70,7 +85,12 @@ export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamT
       const read = e.data !== '[DONE]' && (whole || finishing || e.data.includes('"usage"') || e.data.includes('"error"'));
       const json = read ? parse(e.data) : null;
       if (read && whole && !json) cut = true;
-      if (json && chatStreamError(json) !== null) failed = true;
+      const reported = json && chatStreamError(json);
+      if (reported) {
+        failed = true;
+        if (json!.error) told = true;
+        else why ??= reported;
+      }
       if (json && finishing && Array.isArray(json.choices)) {
         for (const c of json.choices as unknown[]) {
           if (!isObject(c) || typeof c.finish_reason !== 'string' || !c.finish_reason) continue;
@@ -94,10 +114,13 @@ export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamT
     end() {
       return this.done ? '' : 'data: [DONE]\n\n';
     },
-    broken: (message = INTERRUPTED) =>
-      failed ? '' : `data: ${JSON.stringify({ error: { message, type: 'upstream_error', code: 'stream_interrupted', param: null } })}\n\n`,
+    broken: (message?: string) => (told ? '' : interrupted(message ?? why ?? INTERRUPTED)),
   };
 }
+
+/** A chat stream's end when it broke: an event with the `error` object the openai SDKs raise. */
+const interrupted = (message: string): string =>
+  `data: ${JSON.stringify({ error: { message, type: 'upstream_error', code: 'stream_interrupted', param: null } })}\n\n`;
 
 const FINAL = /^response\.(completed|incomplete|failed)$/;
 /** A top-level key: inside a JSON string its quotes would be escaped. */

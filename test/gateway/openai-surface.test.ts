@@ -433,6 +433,49 @@ describe('a chat stream whose provider reports an error inside it, read by the S
   });
 });
 
+describe('a chat stream the provider ends with a failed choice', () => {
+  it("raises an APIError in the SDK when the choice finished with vLLM's abort or an error and nothing the SDK raises came with it", async () => {
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const ask = { model: 'gpt-4o-mini', messages: [{ role: 'user' as const, content: 'hi' }] };
+    const cases: Array<[string, string]> = [
+      [chunk({ role: 'assistant', content: 'Hel' }) + chunk({}, 'abort') + 'data: [DONE]\n\n', 'the provider aborted the answer'],
+      [chunk({ role: 'assistant', content: 'Hel' }) + chunk({}, 'error'), 'the provider reported an error'],
+    ];
+    for (const [stream, message] of cases) {
+      hot.next({ kind: 'raw-stream', pieces: [Buffer.from(stream)] });
+      const read: string[] = [];
+      const error = await (async () => {
+        for await (const c of await client().chat.completions.create({ ...ask, stream: true }))
+          read.push(c.choices[0]?.delta.content ?? '');
+      })().catch((e: unknown) => e);
+      // Before, the stream ended quietly and "Hel" was the whole answer.
+      expect(error).toBeInstanceOf(OpenAI.APIError);
+      expect([(error as InstanceType<typeof OpenAI.APIError>).code, (error as Error).message]).toEqual(['stream_interrupted', message]);
+      expect(read.join('')).toBe('Hel');
+      hot.next({ kind: 'raw-stream', pieces: [Buffer.from(stream)] });
+      const helper = await client()
+        .chat.completions.stream(ask)
+        .finalChatCompletion()
+        .catch((e: unknown) => e);
+      expect(helper).toBeInstanceOf(OpenAI.APIError);
+    }
+    // OpenRouter's way, its error beside the failed choice: the SDK raises that one, nothing is added.
+    const openRouter = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', error: { message: 'Upstream overloaded', code: 502 }, choices: [{ index: 0, delta: {}, finish_reason: 'error' }] })}\n\n`;
+    const sent = chunk({ role: 'assistant', content: 'Hel' }) + openRouter + 'data: [DONE]\n\n';
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(sent)] });
+    const raw = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...ask, stream: true }),
+    });
+    expect(await raw.text()).toBe(sent);
+    await until(async () => (await gw.meter.flush(), gw.events().length === 5));
+    // The SDK hangs up as it raises: a call whose usage had not come is estimated.
+    expect(gw.events().map((e) => e.error_code.split('|')[0])).toEqual(Array(5).fill('STREAM_INTERRUPTED'));
+  });
+});
+
 describe('a whole answer the provider labelled as something else than JSON', () => {
   it('reaches the SDK as the object it is, chat and embeddings alike, not as a string', async () => {
     // A provider (or a proxy before it) that labels its JSON text/plain: the SDK reads a body as JSON only when its type says so.
