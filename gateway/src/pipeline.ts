@@ -77,7 +77,6 @@ const OWNER_WAIT_MS = 1000;
 
 const ROUTE_ALL: Extract<Admission, { kind: 'route' }> = { kind: 'route', decision: 'default' };
 
-/** What a client whose stream a stop cut reads in the stream's error event. */
 /**
  * Whether a content type is JSON as OpenAI's SDKs tell it (`application/json`, or any `+json`): they
  * read a body of any other type as text, and `create` returned a provider's JSON labelled
@@ -90,6 +89,7 @@ function isJsonType(type: string): boolean {
   return media.includes('application/json') || media.endsWith('+json');
 }
 
+/** What a client whose stream a stop cut reads in the stream's error event. */
 const STOPPED = 'the gateway is shutting down: the stream was cut before it finished; send the request again';
 
 export class Pipeline {
