@@ -139,6 +139,14 @@ export class Breaker {
     this.openAt(this.now() - (this.openMs - Math.max(0, Math.min(remainingMs, this.openMs))), 'fleet');
   }
 
+  /**
+   * Another instance's call to it succeeded (after failures the fleet counted): a Cold job's failure
+   * here since is the job's own (`answeredSince`), also on a worker that serves no live request.
+   */
+  answeredInFleet(): void {
+    this.lastSuccessAt = this.wall();
+  }
+
   /** Another instance's probes closed it. */
   closeFromFleet(): void {
     this.lastSuccessAt = this.wall();

@@ -11,7 +11,8 @@
  *   (SET NX PX), taken by the first instance that has a request for the route; its probes close
  *   the breaker everywhere (or open it again everywhere);
  * - a success costs no Redis call, except the first one after failures were counted (it resets
- *   the shared count) and a probe's (it renews the lease).
+ *   the shared count and tells the others the route answered: a Cold job failing there since, on
+ *   any instance, is the job's own) and a probe's (it renews the lease).
  *
  * A route is known to the fleet as `<id>:<fingerprint of its settings>`, so instances running
  * different maps never share the breaker of two different endpoints that happen to have one id.
@@ -44,7 +45,8 @@ type Lease = 'none' | 'asking' | 'mine' | 'theirs';
 
 interface Message {
   route: string;
-  state: 'open' | 'closed' | 'failing';
+  /** `answered`: a success here reset the fleet's count (a Cold job failing on the route is then the job's own). */
+  state: 'open' | 'closed' | 'failing' | 'answered';
   from: string;
 }
 
@@ -182,10 +184,11 @@ export class FleetBreakers {
 
   private outcome(w: Watched, success: boolean, probe: boolean): void {
     if (success) {
-      // The first success after counted failures resets the shared count; a steady success costs nothing.
+      // The first success after counted failures resets the shared count and tells the other instances
+      // the route answered (a worker that serves no live request learns it only so); a steady success costs nothing.
       if (w.counting) {
         w.counting = false;
-        this.redis.del(this.key(w, 'failures')).catch((e: Error) => this.unreachable(e));
+        this.send(this.redis.multi().del(this.key(w, 'failures')), w, 'answered');
       }
       if (probe && w.lease === 'mine') this.redis.pexpire(this.key(w, 'probe'), 2 * w.route.breaker.openMs).catch(() => {});
       return;
@@ -224,7 +227,10 @@ export class FleetBreakers {
     const w = this.byName.get(m.route);
     if (!w || m.from === this.instance) return;
     if (m.state === 'failing') w.counting = true;
-    else if (m.state === 'open') w.route.breaker.openFromFleet();
+    else if (m.state === 'answered') {
+      w.counting = false;
+      w.route.breaker.answeredInFleet();
+    } else if (m.state === 'open') w.route.breaker.openFromFleet();
     else w.route.breaker.closeFromFleet();
   }
 

@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTes
 import { Queue, Worker } from 'bullmq';
 import { JOB_NAME, QUEUE_NAME } from '../../gateway/src/cold-queue';
 import { ops } from '../../gateway/src/ops';
-import type { Stack, StackOptions } from '../../gateway/src/stack';
+import { createStack, type Stack, type StackOptions } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack, testJob } from './harness';
 import { TEST_REDIS_DB, hasRedisServer } from '../redis-db';
@@ -380,6 +380,39 @@ describe('Cold tier', () => {
     const live = await chat(url, undefined, { 'x-time-to-answer-ms': '3000' });
     expect([live.status, live.headers.get('x-route-tier')]).toEqual([200, 'hot']);
   });
+
+  // With the workers apart (`npm run worker`, WORKER=off on the gateways) the worker serves no live
+  // request: its breakers never saw the route answer the gateways' traffic, so a job that always fails
+  // counted every failure against the route, and five of them opened it for the whole fleet.
+  it('a worker apart from the gateways: a job that fails on a route the gateways are answering with leaves its breaker closed everywhere', async () => {
+    const breaker = { openMs: 30_000 };
+    const gateway = await up({ worker: false, breaker });
+    const worker = await createStack(env, captureLogger([]), { http: false, worker: true, breaker, cold: { backoffMs: 50 } });
+    stacks.push(worker);
+    const poisoned = (body: Record<string, any>) => JSON.stringify(body.messages).includes('poison');
+    for (const p of [hot, warm]) p.when(poisoned, { kind: 'status', status: 500 });
+    // Queued at once, no live call made: a time-to-answer no route can meet.
+    const queued = await chat(
+      gateway.url,
+      { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'poison' }] },
+      { 'x-time-to-answer-ms': '1' },
+    );
+    expect(queued.status).toBe(202);
+    const { jobId } = queued.json();
+    // The gateway's live traffic goes on while the worker runs the job, answered by the Hot route.
+    let answered = '200 hot';
+    let dead: Record<string, any> | null = null;
+    while (!dead && answered === '200 hot') {
+      const live = await chat(gateway.url);
+      answered = `${live.status} ${live.headers.get('x-route-tier')}`;
+      const j = await job(gateway.url, jobId);
+      if (j.state === 'dead-lettered') dead = j;
+    }
+    expect(answered).toBe('200 hot');
+    expect(dead!.attempts).toBe(5);
+    const hotRoute = (s: Stack) => s.path.routes.find((r) => r.tier === 'hot')!.breaker.state();
+    expect([hotRoute(gateway.stack), hotRoute(worker)]).toEqual(['closed', 'closed']);
+  }, 60_000); // five attempts, each trying both routes three times
 
   // A job whose failed probe reopened every route waited for the very next probe, ahead of the jobs
   // queued behind it: with no live request landing in the probe's moment, a request that always
