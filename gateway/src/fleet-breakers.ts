@@ -146,7 +146,12 @@ export class FleetBreakers {
     return w;
   }
 
-  /** Reads the shared state: a tripped route opens here for what is left of its open period. */
+  /**
+   * Reads the shared state: a tripped route opens here for what is left of its open period; one the
+   * fleet no longer has tripped, open or half-open here, closes (its closing was announced while this
+   * instance did not hear: read again after a reconnection). This instance's own openings and closings
+   * go out on the same connection before the read, so the state read includes them.
+   */
   private async sync(list: Watched[]): Promise<void> {
     if (!list.length) return;
     const pipe = this.redis.pipeline();
@@ -156,7 +161,10 @@ export class FleetBreakers {
     const leases = list.map((w, i) => {
       const [tripped, openMs, failures] = [0, 1, 2].map((k) => replies[i * 3 + k][1] as number);
       if (failures === 1) w.counting = true;
-      if (tripped !== 1) return;
+      if (tripped !== 1) {
+        if (w.route.breaker.state() !== 'closed') w.route.breaker.closeFromFleet();
+        return;
+      }
       w.route.breaker.openFromFleet(Math.max(0, openMs));
       // Half-open in the fleet already: ask for the probe now, so the first request can be it.
       if (w.route.breaker.state() === 'half-open') return this.takeLease(w);

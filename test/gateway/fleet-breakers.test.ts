@@ -228,6 +228,31 @@ describe('after a reconnection to Redis', () => {
     }
   });
 
+  it('a closing the instance did not hear (its link to Redis down then) is read after the reconnection: the route closes there too', async () => {
+    const link = await new RedisLink().open();
+    try {
+      hot.always({ kind: 'status', status: 500 });
+      const a = await instance(1, 300);
+      const b = await instance(2, 60_000, link.url);
+      while (primary(a).state() !== 'open') await chat(a.url);
+      await until(async () => primary(b).state() === 'open');
+      link.cut();
+      hot.always({ kind: 'ok' });
+      // a's probes close the route for the fleet; b hears nothing of it.
+      await until(async () => {
+        await chat(a.url);
+        return primary(a).state() === 'closed';
+      }, 10_000);
+      expect(primary(b).state()).toBe('open');
+      await link.open();
+      // before: b kept the route open for the rest of its 60 s, its traffic sent to the Warm route
+      await until(async () => primary(b).state() === 'closed', 5000);
+      expect((await chat(b.url)).headers.get('x-route-tier')).toBe('hot');
+    } finally {
+      link.cut();
+    }
+  });
+
   it('the instance that holds the probe lease keeps it: its next probe goes when due', async () => {
     const link = await new RedisLink().open();
     try {
