@@ -109,6 +109,33 @@ export function replayLimit(deps: Pick<AdmissionDeps, 'limiter' | 'limits'>) {
     tenantLimit || ctx.clientKey?.rpm ? count(ctx, boundedLimiter(deps.limiter, ctx)) : null;
 }
 
+/** The providers over their token budget for this minute, and when that minute ends (ms since the epoch). */
+export interface BudgetsSpent {
+  providers: ReadonlySet<string>;
+  until: number;
+}
+
+/**
+ * For a queued job's run, which no admission precedes: the providers of `providers()` (those of the
+ * routes in force) over their token budget, as the fleet counted them. Read as live requests read
+ * them, each at most LIMITS_WAIT_MS; one that cannot be read counts as under (fails open).
+ */
+export function budgetsSpent(limiter: Limiter, limits: Limits | undefined, providers: () => string[]) {
+  return async (): Promise<BudgetsSpent> => {
+    const over = new Set<string>();
+    let waitS = 0;
+    for (const p of providers()) {
+      if (!limits?.provider_tokens_per_minute?.[p]) continue;
+      const w = await within(limiter.providerWait(p), LIMITS_WAIT_MS).catch(() => 0);
+      if (w) {
+        over.add(p);
+        waitS = Math.max(waitS, w);
+      }
+    }
+    return { providers: over, until: Date.now() + waitS * 1000 };
+  };
+}
+
 /** The 429 of a refused admission, in OpenAI's shape. */
 export function rejection(a: Rejection) {
   return {

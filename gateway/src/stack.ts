@@ -6,7 +6,7 @@
  */
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { admission, replayLimit } from './admission';
+import { admission, budgetsSpent, replayLimit } from './admission';
 import { createGateway, type Gateway } from './app';
 import { bearerGuard } from './bearer';
 import type { PauseFlag } from './budget';
@@ -388,6 +388,10 @@ function coldWorker(
     ownsResponses: env.GATEWAY_AUTH === 'keys',
     onTokens: (key: TokensKey | undefined, tokens: number) => spendKeyTokens(stores.limiter, key, tokens),
     meter: path.meter,
+    // Jobs skip the providers over their token budget as live requests do (the routes in force: a reload may change them).
+    budgetsSpent: core.map.limits?.provider_tokens_per_minute
+      ? budgetsSpent(stores.limiter, core.map.limits, () => [...new Set(path.routes.map((r) => r.config.provider))])
+      : undefined,
     ...options.cold,
   };
   const worker = options.worker ? startWorker(queue as BullColdQueue | MemoryColdQueue, workerDeps) : null;

@@ -7,6 +7,8 @@
  *   earliest moment one can be probed; when its own calls failed and left every route open again
  *   (the outage goes on: those calls were the breakers' probes), likewise, a moment later, so that
  *   the jobs waiting behind it take that probe first;
+ * - a provider over its token budget for this minute is skipped, as a live request's admission skips
+ *   it; when that leaves no route, the job is deferred to the minute's end;
  * - a deferral is no attempt (DeferJob: BullMQ's moveToDelayed). Deferred for longer than 24 h in
  *   all, the job is dead-lettered and a person told.
  * Jobs already running when the pause is set finish. A job that used all its attempts is
@@ -24,6 +26,7 @@
  * as an estimate of its prompt (`WORKER_LOST|ESTIMATED`, no output, latency unknown: 0).
  */
 import { UnrecoverableError } from 'bullmq';
+import type { BudgetsSpent } from './admission';
 import type { RequestContext } from './request-context';
 import { Cancel, type CancelSignal } from './cancel';
 import { DeferJob, type ColdPayload, type Deferral } from './cold-queue';
@@ -86,6 +89,8 @@ export interface WorkerDeps {
   onTokens?: (key: TokensKey | undefined, tokens: number) => void;
   /** Meters the calls a killed run left marked (absent: they are left). */
   meter?: CallMeter;
+  /** The providers over their token budget for this minute (absent: no budgets). */
+  budgetsSpent?: () => Promise<BudgetsSpent>;
 }
 
 /** The error_code of a call its worker was killed during (its run gone, no event written): billed, and estimated. */
@@ -208,7 +213,12 @@ async function runJob(
   const ctx = jobContext(payload, deps);
   const flags = deps.flags.get();
   const stateWith = await stateProvider(ctx, deps);
-  const skip = (r: Route) => (deps.pause.paused() && deps.skipWhilePaused(r)) || (stateWith !== null && r.config.provider !== stateWith);
+  const skipped = (r: Route) => (deps.pause.paused() && deps.skipWhilePaused(r)) || (stateWith !== null && r.config.provider !== stateWith);
+  // A provider over its token budget for this minute is skipped, as by a live request's admission.
+  const spent = await deps.budgetsSpent?.();
+  const skip = spent?.providers.size ? (r: Route) => skipped(r) || spent.providers.has(r.config.provider) : skipped;
+  if (spent && skip !== skipped && !deps.failover.candidates(flags, skip).length && deps.failover.candidates(flags, skipped).length)
+    throw defer(deferred, spent.until, 'every provider it may use is over its token budget for this minute', deps);
   const deadline = new Deadline(ctx.timeToAnswerMs);
   const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
   let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, marks });

@@ -113,6 +113,12 @@ async function until<T>(check: () => Promise<T | undefined | null | false>, ms =
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+/** Whether the provider's tokens counted this minute have reached `budget` (counted after the answer is sent). */
+async function tokensOver(provider: string, budget: number): Promise<boolean> {
+  const keys = await redis.keys(`${prefix}:tb:${provider}:*`);
+  const counts = keys.length ? await redis.mget(...keys) : [];
+  return counts.some((c) => Number(c) >= budget);
+}
 const job = async (url: string, id: string) => (await (await fetch(`${url}/v1/jobs/${id}`)).json()) as Record<string, any>;
 /** The job once dead-lettered with its error readable (BullMQ may show the state a moment before the reason). */
 const deadLettered = (url: string, id: string) =>
@@ -413,6 +419,56 @@ describe('Cold tier', () => {
     const hotRoute = (s: Stack) => s.path.routes.find((r) => r.tier === 'hot')!.breaker.state();
     expect([hotRoute(gateway.stack), hotRoute(worker)]).toEqual(['closed', 'closed']);
   }, 60_000); // five attempts, each trying both routes three times
+
+  // The worker's routing skipped breakers, killed models and the paused provider, but not the token
+  // budgets: a queue draining into a provider spent the budget meant to keep it under its own limit.
+  it('a queued job skips a provider over its token budget for the minute, as a live request does', async () => {
+    const map = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8'));
+    writeFileSync(env.ROUTES_FILE!, JSON.stringify({ ...map, limits: { provider_tokens_per_minute: { openai: 10 } } }));
+    const { url } = await up({ worker: true });
+    expect((await chat(url)).headers.get('x-route-provider')).toBe('openai'); // its 17 tokens spend the budget
+    await until(() => tokensOver('openai', 10));
+    expect((await chat(url)).headers.get('x-route-provider')).toBe('anthropic');
+    const calls = hot.received.length;
+    const queued = await chat(
+      url,
+      { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'later' }] },
+      { 'x-time-to-answer-ms': '1' },
+    );
+    expect(queued.status).toBe(202);
+    const done = await until(async () => {
+      const j = await job(url, queued.json().jobId);
+      return j.state === 'completed' ? j : null;
+    });
+    expect(done.result.provider).toBe('anthropic');
+    expect(hot.received.length).toBe(calls);
+  });
+
+  it('a queued job whose every provider is over its token budget waits for the next minute without spending an attempt', async () => {
+    const map = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8'));
+    writeFileSync(env.ROUTES_FILE!, JSON.stringify({ ...map, limits: { provider_tokens_per_minute: { openai: 10, anthropic: 10 } } }));
+    const { url } = await up({ worker: false });
+    const queued = await chat(
+      url,
+      { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'later' }] },
+      { 'x-time-to-answer-ms': '1' },
+    );
+    expect(queued.status).toBe(202);
+    expect((await chat(url)).headers.get('x-route-provider')).toBe('openai');
+    await until(() => tokensOver('openai', 10));
+    expect((await chat(url)).headers.get('x-route-provider')).toBe('anthropic');
+    await until(() => tokensOver('anthropic', 10));
+    const calls = hot.received.length + warm.received.length;
+    stacks.push(await createStack(env, captureLogger([]), { http: false, worker: true }));
+    const waiting = await until(async () => {
+      const j = await job(url, queued.json().jobId);
+      return j.deferred ? j : null;
+    });
+    expect(waiting).toMatchObject({ state: 'delayed', attempts: 0 });
+    expect(waiting.deferred.reason).toBe('every provider it may use is over its token budget for this minute');
+    expect(Date.parse(waiting.deferred.until) - Date.now()).toBeLessThanOrEqual(60_000);
+    expect(hot.received.length + warm.received.length).toBe(calls);
+  });
 
   // A job whose failed probe reopened every route waited for the very next probe, ahead of the jobs
   // queued behind it: with no live request landing in the probe's moment, a request that always
