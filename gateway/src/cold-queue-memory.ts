@@ -87,12 +87,18 @@ export class MemoryColdQueue implements ColdQueue {
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload);
-    if (this.jobs.has(jobId)) return { jobId, created: false };
+    // A dead-lettered job of the same request gives way to a new one (ColdQueue.enqueue).
+    const dead = this.jobs.get(jobId);
+    if (dead && dead.state !== 'dead') return { jobId, created: false };
     // Its body and, for a Responses request, its chat translation: both are held until it is answered.
     const bytes =
       Buffer.byteLength(JSON.stringify(payload.body)) + (payload.asChat ? Buffer.byteLength(JSON.stringify(payload.asChat)) : 0);
-    if (this.held + bytes > this.maxBytes)
+    if (this.held - (dead?.bytes ?? 0) + bytes > this.maxBytes)
       throw new QueueFull(`the in-process queue holds ${mb(this.held)} of requests, its limit ${mb(this.maxBytes)}`);
+    if (dead) {
+      this.held -= dead.bytes;
+      this.finished.dead.delete(jobId);
+    }
     this.held += bytes;
     const delay = options.delayMs ?? 0;
     this.jobs.set(jobId, {

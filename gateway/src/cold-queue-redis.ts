@@ -184,8 +184,10 @@ export class BullColdQueue implements ColdQueue {
     const memory = this.readMemory();
     memory.catch(() => undefined); // its error counts only for a new job
     const existing = await this.queue.getJob(jobId);
-    if (existing) return (options.added?.(jobId), { jobId, created: false });
+    const dead = existing ? await existing.isFailed() : false;
+    if (existing && !dead) return (options.added?.(jobId), { jobId, created: false });
     this.roomLeft(await memory);
+    if (dead && !(await this.removeDead(existing!))) return (options.added?.(jobId), { jobId, created: false });
     await this.queue
       .add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs })
       .catch((error: unknown) => this.fullOnOom(error));
@@ -196,10 +198,24 @@ export class BullColdQueue implements ColdQueue {
     // keeps one job (its id), and only the first to mark it says it created it, so a person is
     // notified once. The mark outlives that race only. A mark that fails (Redis gone after the
     // add) counts as created: a notice twice rather than a job nobody is told about.
-    const marked = await this.own
-      .set(`${this.queue.qualifiedName}:created:${jobId}`, '1', 'PX', CREATED_MARK_MS, 'NX')
-      .catch(() => 'OK' as const);
+    const marked = await this.own.set(this.createdMark(jobId), '1', 'PX', CREATED_MARK_MS, 'NX').catch(() => 'OK' as const);
     return { jobId, created: marked === 'OK' };
+  }
+  private createdMark(jobId: string): string {
+    return `${this.queue.qualifiedName}:created:${jobId}`;
+  }
+  /**
+   * A dead-lettered job of the same request gives way to a new one (ColdQueue.enqueue), told of as
+   * any new job (its creation mark goes too). False when another instance removed it first, or it
+   * was moved back to run: the job found is then the request's.
+   */
+  private async removeDead(job: Job<ColdPayload>): Promise<boolean> {
+    const removed = await job.remove().then(
+      () => true,
+      () => false,
+    );
+    if (removed) await this.own.del(this.createdMark(job.id!));
+    return removed;
   }
   /** Redis's memory, read at most once per MEMORY_READ_MS. */
   private async readMemory(): Promise<{ used: number; max: number }> {

@@ -153,6 +153,11 @@ export interface QueueCounts {
 
 export interface ColdQueue {
   readonly durable: boolean;
+  /**
+   * A job for the request, or the one it already has (its id: coldJobId), waiting, running or
+   * answered. A dead-lettered one is replaced by a new job: the request sent again is to be tried
+   * again, and finding the dead job, its client was told it was queued while nothing would run it.
+   */
   enqueue(payload: ColdPayload, options?: EnqueueOptions): Promise<EnqueueResult>;
   get(id: string): Promise<JobView | null>;
   counts(): Promise<QueueCounts>;

@@ -214,6 +214,29 @@ describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
     expect((await twin.queue.deadLettered(2)).map((j) => j.id)).toEqual([ids[2], ids[1]]);
   });
 
+  // The dead job answered every later copy of its request for the 30 days it is kept: the client was
+  // told 202 queued, and nothing ran it, nor was anybody told of it.
+  it('the same request sent again after its job was dead-lettered gets a new job, created (and so notified), which runs', async () => {
+    const twin = make();
+    let fail = true;
+    twin.work(async (p) => {
+      if (fail) throw new UnrecoverableError(`refused ${p.idempotencyKey}`);
+      return { answered: p.enqueuedAt };
+    });
+    const { jobId } = await twin.queue.enqueue(payload('again'));
+    await stateIs(twin.queue, jobId, 'dead-lettered');
+    fail = false;
+    const later = { ...payload('again'), enqueuedAt: '2026-11-24T10:00:00.000Z' };
+    expect(await twin.queue.enqueue(later)).toEqual({ jobId, created: true });
+    expect(await stateIs(twin.queue, jobId, 'completed')).toMatchObject({
+      attempts: 1,
+      result: { answered: '2026-11-24T10:00:00.000Z' },
+      enqueuedAt: '2026-11-24T10:00:00.000Z',
+    });
+    expect(await twin.queue.deadLettered()).toEqual([]);
+    expect(await twin.queue.enqueue(later)).toEqual({ jobId, created: false }); // an answered job is found as before
+  });
+
   it('a deferred job waits, saying why and until when, without spending an attempt; then it runs', async () => {
     const twin = make();
     const seen: Array<Deferral | null> = [];
