@@ -118,10 +118,19 @@ export class FileKeyStore implements KeyStore {
     return record && { ...record, lastUsed: (await this.used())[id] ?? null };
   }
 
+  /**
+   * Under the file's lock, and never putting a time back: gateways sharing the file each wrote the
+   * times they had read, so one dropped another's, and a batch sent late undid a later use.
+   */
   async touch(used: Map<string, number>): Promise<void> {
     if (!used.size) return;
-    const all = await this.used();
-    for (const [id, ms] of used) all[id] = new Date(ms).toISOString();
-    await writeAtomic(this.usedFile, all);
+    await locked(this.usedFile, this.lockWaitMs, async () => {
+      const all = await this.used();
+      for (const [id, ms] of used) {
+        const at = new Date(ms).toISOString();
+        if (!(all[id] >= at)) all[id] = at;
+      }
+      await writeAtomic(this.usedFile, all);
+    });
   }
 }

@@ -18,6 +18,18 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
 end
 return 0`;
 
+/**
+ * Each id's time set unless the one held is later (ISO times of one format compare as text): a batch
+ * an instance sends late (kept through a Redis outage, or a write slowed) must not put a key's last
+ * use back, and make a key still in use look idle.
+ */
+const LATER_ONLY = `
+for i = 1, #ARGV, 2 do
+  local held = redis.call('HGET', KEYS[1], ARGV[i])
+  if not held or held < ARGV[i + 1] then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+return 0`;
+
 export class RedisKeyStore implements KeyStore {
   readonly where: string;
   private readonly records: string;
@@ -79,6 +91,6 @@ export class RedisKeyStore implements KeyStore {
   async touch(used: Map<string, number>): Promise<void> {
     if (!used.size) return;
     const fields = [...used].flatMap(([id, ms]) => [id, new Date(ms).toISOString()]);
-    await this.redis.hset(this.lastUsed, ...fields);
+    await this.redis.eval(LATER_ONLY, 1, this.lastUsed, ...fields);
   }
 }

@@ -18,10 +18,19 @@ interface Subject {
   store: KeyStore;
   /** Everything the store wrote, as text. */
   raw: () => Promise<string>;
+  /** The same keys as another gateway opens them. */
+  again: () => KeyStore;
 }
 
 const subjects: Array<[string, () => Subject]> = [
-  ['Redis', () => ({ store: new RedisKeyStore(db.redis, prefix), raw: () => redisDump(db.redis, prefix) })],
+  [
+    'Redis',
+    () => ({
+      store: new RedisKeyStore(db.redis, prefix),
+      raw: () => redisDump(db.redis, prefix),
+      again: () => new RedisKeyStore(db.redis, prefix),
+    }),
+  ],
   [
     'file',
     () => {
@@ -30,7 +39,7 @@ const subjects: Array<[string, () => Subject]> = [
         readdirSync(dir)
           .map((f) => readFileSync(join(dir, f), 'utf8'))
           .join('\n');
-      return { store: new FileKeyStore(join(dir, 'client-keys.json')), raw };
+      return { store: new FileKeyStore(join(dir, 'client-keys.json')), raw, again: () => new FileKeyStore(join(dir, 'client-keys.json')) };
     },
   ],
 ];
@@ -106,6 +115,26 @@ describe.each(subjects)('client key store: %s', (_name, make) => {
     await store.touch(new Map());
     const used = Object.fromEntries((await store.list()).map((k) => [k.tenant, k.lastUsed]));
     expect(used).toEqual({ acme: '2026-03-01T10:00:00.000Z', beta: '2026-03-01T11:00:00.000Z' });
+  });
+
+  // A batch sent late (kept through an outage, a write slowed) put a key's last use back; gateways
+  // sharing the file each wrote the times they had read, one dropping another's.
+  it('a last use never goes back, and batches written at once from two gateways both count', async () => {
+    const { store, again } = make();
+    const [a, b, c] = [
+      await createKey(store, { tenant: 'acme' }),
+      await createKey(store, { tenant: 'beta' }),
+      await createKey(store, { tenant: 'gamma' }),
+    ];
+    await store.touch(new Map([[a.record.id, Date.parse('2026-03-01T12:00:00Z')]]));
+    await store.touch(new Map([[a.record.id, Date.parse('2026-03-01T10:00:00Z')]]));
+    const other = again();
+    await Promise.all([
+      store.touch(new Map([[b.record.id, Date.parse('2026-03-01T11:00:00Z')]])),
+      other.touch(new Map([[c.record.id, Date.parse('2026-03-01T11:30:00Z')]])),
+    ]);
+    const used = Object.fromEntries((await store.list()).map((k) => [k.tenant, k.lastUsed]));
+    expect(used).toEqual({ acme: '2026-03-01T12:00:00.000Z', beta: '2026-03-01T11:00:00.000Z', gamma: '2026-03-01T11:30:00.000Z' });
   });
 
   it('holds no key in plain text, only its SHA-256', async () => {
