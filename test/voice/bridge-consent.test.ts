@@ -111,6 +111,38 @@ describe('consent over the phone', () => {
     await s.endOf('CA0808');
   });
 
+  it('a caller who speaks over a line the model generated faster than it plays is neither answered nor cuts it: the line is heard whole first', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(5000); // generated at once, as the API does: it plays for 5 s
+    s.realtime.heardQueue = [
+      { text: 'hello?', logprob: -0.05 },
+      { text: 'sorry?', logprob: -0.05 },
+    ];
+    s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'consent line' } });
+    const call = await s.twilio.call('CA0822');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(
+      call,
+      'frame',
+      () => call.receivedBytes >= greeting.length && call.playedBytes >= 8 * 300,
+      'the line sent, 300 ms of it heard',
+    );
+    speak(call); // over the line
+    await until(call, 'frame', () => call.playedBytes >= 8 * 2500, '2.5 s of the line heard');
+    speak(call); // over it again
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the whole line played', 10_000);
+    // Before: turns were switched on once the line was generated, so the model answered the first
+    // words (its answer queued behind the line) and the second ones cut the line where the caller was.
+    expect(call.clears).toEqual([]);
+    expect(Buffer.concat(call.received).subarray(0, greeting.length).equals(greeting)).toBe(true);
+    const answers = conn.served.filter((e: any) => e.type === 'response.created' && e.response.metadata?.bridge !== 'consent');
+    expect(answers).toEqual([]);
+    // Heard to its end: from now on the model takes turns.
+    await clientEvent(conn, 'session.update', (e: any) => e.session.audio?.input?.turn_detection?.create_response === true);
+    call.hangUp();
+    await s.endOf('CA0822');
+  });
+
   it('a caller who speaks first and then waits is not timed out while the line is still being said: it is heard whole, once', async () => {
     s = await bridgeStack(() => undefined, { consentWaitMs: 600 });
     const greeting = assistantAudio(2500);
@@ -459,7 +491,11 @@ describe('the bridge’s own lines across a realtime reconnect', () => {
     const again = await until<RtConn>(s.realtime, 'connection');
     const u = await update(s, 'CA0815'); // silence after the line: the polite end
     expect(creates(again).map((i) => i.split(' ')[0])).toEqual(['Say']); // not greeted a second time
-    expect((again.events[0] as any).session.audio.input.turn_detection.create_response).toBe(true); // the line was said
+    // The line was said: the new session takes turns once the caller has heard it to its end.
+    const turns = again.events
+      .filter((e: any) => e.type === 'session.update' && e.session.audio?.input?.turn_detection)
+      .map((e: any) => e.session.audio.input.turn_detection.create_response as boolean);
+    expect(turns.at(-1)).toBe(true);
     expect(call.clears).toEqual([]);
     expect(call.receivedBytes).toBe(greeting.length + closing.length); // the line once, then the goodbye
     expect(u.form).toEqual({ Status: 'completed' });

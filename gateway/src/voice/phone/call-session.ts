@@ -117,8 +117,10 @@ export class CallSession {
   private consentLine: { id: string; generated: boolean } | null = null;
   /** The model answers turns by itself only once the opening line was said. */
   private respondOnTurn = false;
-  /** What the session's server VAD was last told: answer and cut turns, or not (while the consent line is said). */
+  /** What the session's server VAD is to do: answer and cut turns, or not (until the consent line is heard). */
   private vadResponds = false;
+  /** What the current realtime session was told of it (its session.update, or a partial one since). */
+  private vadTold = false;
   private readonly tagging: Array<Promise<void>> = [];
   private readonly pricing: PricingDeflection;
   private readonly transcriptions: TranscriptionUsage;
@@ -202,7 +204,7 @@ export class CallSession {
     return new RealtimeSession({
       url: settings.realtimeUrl,
       apiKey: settings.openaiApiKey,
-      update: () => sessionUpdate(config, callerNumber, { respond: this.vadResponds, maxOutputTokens: this.allowance }),
+      update: () => sessionUpdate(config, callerNumber, { respond: (this.vadTold = this.vadResponds), maxOutputTokens: this.allowance }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
       // A session being replaced finishes nothing more: what it had said of a line counts now,
       // and the caller's turns it had not transcribed stay as such; no answer runs or is asked
@@ -323,6 +325,9 @@ export class CallSession {
   }
 
   private ready(first: boolean): void {
+    // The line was heard (or said again) while this session was being set up, after its
+    // session.update went: told now, or its VAD would keep the old setting for the rest of the call.
+    if (this.vadTold !== this.vadResponds) this.sendTurnTaking();
     if (!first) {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
       this.responseLost();
@@ -424,6 +429,9 @@ export class CallSession {
   private checkConsentLine(): void {
     if (!this.consentLine?.generated || !this.playback.drained()) return;
     this.consentLine = null;
+    // Not before: the line is generated faster than it plays, and a caller speaking over what is
+    // still to play would be answered, and their next words would cut the line.
+    if (this.phase === 'live') this.vadTakesTurns(true);
     this.consent.lineHeard();
   }
 
@@ -782,11 +790,10 @@ export class CallSession {
     if (!this.results.owing) this.results.answer();
   }
 
-  /** The opening line is generated; from now on the model answers the caller's turns by itself. */
+  /** The opening line is generated; once it is heard to its end the model answers the caller's turns by itself. */
   private consentSaid(): void {
     this.consentLine!.generated = true;
     this.respondOnTurn = true;
-    this.vadTakesTurns(true);
     this.checkConsentLine();
   }
 
@@ -794,7 +801,12 @@ export class CallSession {
   private vadTakesTurns(on: boolean): void {
     if (this.vadResponds === on) return;
     this.vadResponds = on;
-    const update = turnTaking(this.deps.config, on);
+    if (this.rt.isReady) this.sendTurnTaking();
+  }
+
+  private sendTurnTaking(): void {
+    const update = turnTaking(this.deps.config, this.vadResponds);
+    this.vadTold = this.vadResponds;
     if (update) this.rt.send(update);
   }
 

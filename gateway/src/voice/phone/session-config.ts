@@ -124,7 +124,7 @@ function turnDetection(c: Concierge, respond: boolean) {
     prefix_padding_ms: 300,
     silence_duration_ms: 500,
     create_response: respond,
-    // Until the consent line is said the model's VAD neither answers nor cuts it: a caller who
+    // Until the consent line is heard to its end the model's VAD neither answers nor cuts it: a caller who
     // speaks first or over it still hears it whole (the bridge's own barge-in skips it too).
     interrupt_response: respond,
   };
