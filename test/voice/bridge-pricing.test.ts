@@ -67,6 +67,41 @@ describe('pricing deflection over the phone', () => {
   });
 });
 
+describe('pricing deflection: the model asks twice at once', () => {
+  it('two lookups in one response (parallel function calls) text the link once, and both are answered with its status', async () => {
+    s = await bridgeStack();
+    s.realtime.brain = brain({});
+    const call = await s.twilio.call('CA0807', '+351910000056');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    const outputs: any[] = [];
+    conn.on(
+      'client',
+      (e: any) =>
+        e.type === 'conversation.item.create' && e.item.type === 'function_call_output' && outputs.push(JSON.parse(e.item.output)),
+    );
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    const response = { id: 'resp_twice', status: 'in_progress', output: [], metadata: null };
+    conn.send({ type: 'response.created', response });
+    for (const callId of ['call_p1', 'call_p2'])
+      conn.send({
+        type: 'response.function_call_arguments.done',
+        response_id: 'resp_twice',
+        item_id: `item_${callId}`,
+        output_index: 0,
+        call_id: callId,
+        name: 'lookup_pricing_page',
+        arguments: '{}',
+      });
+    conn.send({ type: 'response.done', response: { ...response, status: 'completed' } });
+    await until(conn, 'client', () => outputs.length === 2, 'both function outputs');
+    // Before: each lookup found no text sent yet and sent its own: the caller got the link twice.
+    expect(s.twilio.texts).toEqual([{ To: '+351910000056', From: '+351210000000', Body: 'Our prices: https://example.com/prices' }]);
+    expect(outputs.map((o) => o.result.text)).toEqual(['sent', 'sent']);
+    call.hangUp();
+    expect((await s.endOf('CA0807')).pricing).toMatchObject({ text: 'sent', callback_offered: true });
+  });
+});
+
 describe('texts through the Messages API', () => {
   it('refused (4xx) → unsent, failed (5xx) → unknown; never retried, so never sent twice', async () => {
     s = await bridgeStack();

@@ -21,6 +21,8 @@ export interface PricingRecord {
 
 export class PricingDeflection {
   private done: PricingRecord | null = null;
+  /** The one text of the call, once asked for: a second lookup while it is on its way waits for it. */
+  private sending: Promise<PricingRecord> | null = null;
   private readonly fn: string | null;
 
   constructor(
@@ -46,7 +48,8 @@ export class PricingDeflection {
     if (fn !== this.fn) return result;
     const intent = this.opts.config.intents.find((i) => i.id === 'pricing_deflection')?.on_match;
     const link = intent?.link ?? String((result as { url?: unknown } | null)?.url ?? '');
-    this.done ??= await this.send(link, intent?.offer_callback === true ? (intent.callback_minutes_window ?? 15) : null);
+    this.sending ??= this.send(link, intent?.offer_callback === true ? (intent.callback_minutes_window ?? 15) : null);
+    this.done = await this.sending;
     return {
       ...(result && typeof result === 'object' ? result : {}),
       say: intent?.say ?? '',
