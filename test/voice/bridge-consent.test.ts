@@ -143,6 +143,24 @@ describe('consent over the phone', () => {
     await s.endOf('CA0822');
   });
 
+  it('a stream that never echoes marks: the line is taken as heard once it has had time to play, so the yes counts and the model answers', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(600);
+    s.realtime.brain = brain({ greeting: { audio: greeting, transcript: 'consent line' } });
+    const call = await s.twilio.call('CA0823');
+    call.dropMarks = true;
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    // Before: the line waited for its last mark, so the model never took a turn: the caller's yes
+    // was no answer, and the call stayed silent.
+    await clientEvent(conn, 'session.update', (e: any) => e.session.audio?.input?.turn_detection?.create_response === true);
+    expect(call.playedBytes).toBeGreaterThanOrEqual(greeting.length); // not before it had time to play
+    speak(call); // "yes, hello"
+    await serverEvent(conn, 'response.done', (e) => e.response.metadata === null && e.response.status === 'completed');
+    expect(s.logs.some((l) => l.includes('no mark came back'))).toBe(true);
+    call.hangUp();
+    await s.endOf('CA0823');
+  });
+
   it('a caller who speaks first and then waits is not timed out while the line is still being said: it is heard whole, once', async () => {
     s = await bridgeStack(() => undefined, { consentWaitMs: 600 });
     const greeting = assistantAudio(2500);

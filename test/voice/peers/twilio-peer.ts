@@ -40,6 +40,8 @@ export class MediaCall extends EventEmitter {
   /** How far into `received` the last echoed mark's audio ends: what the gateway has been told was heard. */
   echoedBytes = 0;
   closed = false;
+  /** Marks are played past and never echoed (a stream that loses them): the gateway is never told what was heard. */
+  dropMarks = false;
   private stalled = false;
   private queue: Buffer[] = [];
   private pendingMarks: Array<{ name: string; at: number }> = [];
@@ -131,6 +133,7 @@ export class MediaCall extends EventEmitter {
   private echoMarks(): void {
     while (this.pendingMarks.length && this.pendingMarks[0].at <= this.playedBytes) {
       const { name, at } = this.pendingMarks.shift()!;
+      if (this.dropMarks) continue;
       this.marksEchoed.push(name);
       this.echoedBytes = at;
       this.send({ event: 'mark', sequenceNumber: '0', streamSid: this.streamSid, mark: { name } });

@@ -73,6 +73,11 @@ const SETTLE_WAIT_MS = 2_000;
 const FUNCTIONS_WAIT_MS = 47_000;
 const FUNCTIONS_WAIT_AT_SHUTDOWN_MS = 5_000;
 const CONSENT_WAIT_MS = 8_000;
+/**
+ * How long past the time the opening line has had to play its last mark may be awaited: a stream
+ * that loses marks would otherwise never let the line be heard (no turns, no answer to it, no keys).
+ */
+const MARKS_LATE_MS = 2_000;
 const KEYPAD_PAUSE_MS = 2_000;
 /** Reasons the model may give when it transfers (its `reason` argument); anything else is `transfer`. */
 const MODEL_REASONS = new Set<string>(['caller_request', 'frustration_markers', 'low_confidence'] satisfies EndReason[]);
@@ -115,6 +120,8 @@ export class CallSession {
   private readonly dialNumber: string | null;
   /** The opening line being said: done once generated and every mark of it came back. */
   private consentLine: { id: string; generated: boolean } | null = null;
+  /** Takes the opening line as heard should its marks never come back. */
+  private lineTimer: NodeJS.Timeout | null = null;
   /** The model answers turns by itself only once the opening line was said. */
   private respondOnTurn = false;
   /** What the session's server VAD is to do: answer and cut turns, or not (until the consent line is heard). */
@@ -428,6 +435,11 @@ export class CallSession {
   /** The opening line heard to its end: the wait for the caller's answer starts. */
   private checkConsentLine(): void {
     if (!this.consentLine?.generated || !this.playback.drained()) return;
+    this.lineHeard();
+  }
+
+  private lineHeard(): void {
+    if (this.lineTimer) clearTimeout(this.lineTimer);
     this.consentLine = null;
     // Not before: the line is generated faster than it plays, and a caller speaking over what is
     // still to play would be answered, and their next words would cut the line.
@@ -792,9 +804,20 @@ export class CallSession {
 
   /** The opening line is generated; once it is heard to its end the model answers the caller's turns by itself. */
   private consentSaid(): void {
-    this.consentLine!.generated = true;
+    const line = this.consentLine!;
+    line.generated = true;
     this.respondOnTurn = true;
     this.checkConsentLine();
+    if (this.consentLine !== line) return;
+    if (this.lineTimer) clearTimeout(this.lineTimer);
+    this.lineTimer = setTimeout(
+      () => {
+        if (this.consentLine !== line || this.phase !== 'live') return;
+        this.deps.log.warn(`call ${this.callSid}: no mark came back for the opening line; taking it as heard`);
+        this.lineHeard();
+      },
+      this.playback.endsAt() - performance.now() + MARKS_LATE_MS,
+    ).unref();
   }
 
   /** The server VAD answers and cuts the caller's turns (`on`), or not: a partial session.update when that changes. */
@@ -880,6 +903,7 @@ export class CallSession {
     this.consent.close();
     this.keypad.close();
     if (this.stopTimer) clearTimeout(this.stopTimer);
+    if (this.lineTimer) clearTimeout(this.lineTimer);
     this.closing?.done();
     this.spoken.flush();
     this.heard.flush('the call ended first');

@@ -112,6 +112,12 @@ export class Playback {
     return this.segments.filter((s) => unheard.has(s)).map((s) => ({ item: s.item, ms: Math.floor(this.position(s)) }));
   }
 
+  /** When all the audio sent so far will have played, by the estimate (now when nothing is queued). */
+  endsAt(): number {
+    const last = this.segments.at(-1);
+    return Math.max(this.now(), last && !this.drained() ? last.anchorAt + last.sentMs - last.heardMs : 0);
+  }
+
   /** Whether all audio sent is marked and every mark echoed (the caller heard everything). */
   drained(): boolean {
     return this.pending.size === 0 && this.unmarkedMs === 0;
