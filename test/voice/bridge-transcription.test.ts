@@ -111,3 +111,21 @@ describe("the caller's transcription at the end of a call", () => {
     );
   });
 });
+
+describe("the caller's words, reported more than once", () => {
+  it('a completed transcription the server repeats is one caller line and one turn for the guard: a low confidence counts once', async () => {
+    s = await bridgeStack();
+    // Heard poorly (confidence 0.37, under min_confidence), and reported twice.
+    s.realtime.heardQueue = [{ text: 'yes, hello', logprob: -1, repeated: 1 }];
+    const { conn } = await oneTurn(s, 'CAT05');
+    expect(conn.served.filter((e) => e.type === 'conversation.item.input_audio_transcription.completed')).toHaveLength(2);
+    const end = await s.endOf('CAT05');
+    // Before: the words were taken again: the line twice in what was said, and two low-confidence
+    // turns for the guard where the caller had one (its rule escalates at two).
+    expect(end.transcript.filter((l) => l.speaker === 'user').map((l) => l.text)).toEqual(['yes, hello']);
+    const state = (await s.voice.get('CAT05'))!.state;
+    expect(state.confidences).toHaveLength(1);
+    expect(state.lowConfidence).toBe(1);
+    expect(end.ended_reason).toBe('caller_hangup'); // before: transferred, low_confidence
+  });
+});

@@ -543,8 +543,8 @@ export class CallSession {
   private callerSaid(e: RealtimeServerMessage): void {
     const text = typeof e.transcript === 'string' ? e.transcript.trim() : '';
     const confidence = text ? transcriptConfidence(e.logprobs) : null;
-    this.heard.words(String(e.item_id), text, confidence);
-    if (!text) return;
+    // A completed transcription the server repeats: its words were taken (consent, guard) once.
+    if (!this.heard.words(e.item_id, text, confidence) || !text) return;
     if (this.phase === 'live' && !this.consent.settled) this.consent.heard(text);
     if (confidence === null) {
       if (!this.warnedNoLogprobs)

@@ -10,6 +10,7 @@
  *
  *   completed, words     the words, in that place
  *   completed, no words  nothing was said: the place is given up
+ *   completed again      (the server repeats the event) nothing: the turn's words were taken once
  *   failed               stays not transcribed; logged with the error's type and code, never its
  *                        message (it may quote what was heard)
  *   never (the session lost, the call over)
@@ -26,6 +27,8 @@ export const NOT_TRANSCRIBED = '(the caller spoke; not transcribed)';
 export class CallerTranscript {
   /** Turns committed whose transcription has not come, by item id. */
   private readonly waiting = new Map<string, SaidLine>();
+  /** Turns whose transcription came (by item id): one the server reports again is not a turn again. */
+  private readonly transcribed = new Set<string>();
 
   constructor(
     private readonly lines: { add: (line: SaidLine) => void; remove: (line: SaidLine) => void },
@@ -40,8 +43,20 @@ export class CallerTranscript {
     this.lines.add(line);
   }
 
-  /** `...transcription.completed` (text trimmed): the turn's words, in its place (at the end if it has none). */
-  words(item: string, text: string, confidence: number | null): void {
+  /**
+   * `...transcription.completed` (text trimmed): the turn's words, in its place (at the end if it
+   * has none). False when this item's words were already taken (nothing is done with them again).
+   */
+  words(item: unknown, text: string, confidence: number | null): boolean {
+    if (typeof item === 'string' && item !== '') {
+      if (this.transcribed.has(item)) return false;
+      this.transcribed.add(item);
+    }
+    this.place(String(item), text, confidence);
+    return true;
+  }
+
+  private place(item: string, text: string, confidence: number | null): void {
     const line = this.waiting.get(item);
     this.waiting.delete(item);
     if (!text) return void (line && this.lines.remove(line));
