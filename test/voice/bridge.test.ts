@@ -367,6 +367,36 @@ describe('phone bridge: the call path', () => {
     expect(s.records).toHaveLength(1);
   });
 
+  it('a call whose record waits for a booking after the caller hung up lasts until the hang-up: the wait is not billed as telephony', async () => {
+    s = await bridgeStack();
+    let release: () => void = () => undefined;
+    s.hooks.handle = (_q, res) =>
+      (release = () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true,"booking_id":"evt-10"}'));
+    s.realtime.heardQueue = [{ text: 'book me a cleaning tomorrow at ten', logprob: -0.1 }];
+    s.realtime.brain = brain({ turns: [{ call: { name: 'book_slot', args: BOOKING } }] });
+    const ends: Array<{ ended_at?: string }> = [];
+    const end = s.voice.end.bind(s.voice);
+    s.voice.end = (id, body, tenant) => (ends.push(body), end(id, body, tenant));
+    const call = await s.twilio.call('CA0015');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call, 400);
+    await until(s.hooks.events, 'request', (h: { path: string }) => h.path === '/book_slot', 'the booking sent');
+    const hungUpAt = Date.now();
+    call.hangUp();
+    // The session has let the call go (its realtime socket closed); its record waits for the booking.
+    if (conn.ws.readyState !== conn.ws.CLOSED) await until(conn.ws, 'close');
+    const releasedAt = Date.now();
+    release();
+    const { record } = await s.endOf('CA0015');
+    expect(record).toMatchObject({ outcome: 'booking', ended_reason: 'caller_hangup' });
+    // Before: the call ended when its record was written, after the booking's answer came.
+    expect(ends).toHaveLength(1);
+    expect(Date.parse(ends[0].ended_at!)).toBeGreaterThanOrEqual(hungUpAt);
+    expect(Date.parse(ends[0].ended_at!)).toBeLessThanOrEqual(releasedAt);
+    expect(record!.duration_s).toBe(Math.round((Date.parse(ends[0].ended_at!) - Date.parse(record!.started_at)) / 100) / 10);
+  });
+
   it('a booking still under way when the caller hangs up is recorded as a booking once the target answers, past 5 s too', async () => {
     s = await bridgeStack();
     const args = BOOKING;

@@ -898,6 +898,8 @@ export class CallSession {
   }
 
   private async end(fallback: EndReason): Promise<void> {
+    // The call ends now, not when its record is written: that waits below, up to 47 s for a booking.
+    const endedAt = new Date().toISOString();
     const reason = this.reason ?? fallback;
     this.phase = 'ended';
     this.consent.close();
@@ -914,7 +916,7 @@ export class CallSession {
     await this.feed.flush();
     await this.functions.idle(reason === 'shutdown' ? FUNCTIONS_WAIT_AT_SHUTDOWN_MS : FUNCTIONS_WAIT_MS);
     await Promise.all(this.tagging);
-    const facts = { functions: this.functions, escalated: this.escalated, reason, tenant: this.deps.tenant };
+    const facts = { functions: this.functions, escalated: this.escalated, reason, endedAt, tenant: this.deps.tenant };
     // Twilio ends the stream as it takes the redirect, maybe before its answer is read: wait for it.
     const toVoicemail = (await this.toVoicemail) ?? false;
     const record = toVoicemail ? undefined : await writeCallRecord(this.deps.voice, this.callSid, facts, this.deps.log);
