@@ -30,6 +30,16 @@ describe('consent: how an answer is classified', () => {
     ['ok', 'yes'],
     ['Sim, claro.', 'yes'],
     ['no problem', 'yes'],
+    // "No problem" in the other languages starts with a plain no too: before, a refusal (the caller
+    // told the call would not go on, hung up on and tagged opted out).
+    ['No hay problema.', 'yes'],
+    ['No, no me importa', 'yes'],
+    ['Não tem problema', 'yes'],
+    ['Não faz mal.', 'yes'],
+    ["No, I don't mind", 'yes'],
+    ['Pas de problème', 'yes'],
+    ['Kein Problem', 'yes'],
+    ['No, gracias', 'declined'],
     ['I would like to book a cleaning', 'yes'], // going on with a request after hearing the line
     ['No.', 'declined'],
     ["No, I don't want to be recorded", 'declined'],

@@ -6,7 +6,8 @@
  *
  *   declined   an opt-out phrase ("don't record", "opt out", "no thanks", "não quero", …), or an
  *              answer that starts with a plain no ("no", "nope", "não", "non", "nein", …)
- *   yes        an agreement ("yes", "ok", "sure", "go ahead", "no problem", "sim", "claro", …), or
+ *   yes        an agreement ("yes", "ok", "sure", "go ahead", "no problem" and its like in each
+ *              language, "no hay problema", "não faz mal", though they start with a no, "sim", …), or
  *              a request that names an intent's trigger ("I want to book …"): going on with the
  *              call after hearing the line is agreeing to it
  *   unclear    anything else ("hello?", "what?"), or silence: nothing transcribed within
@@ -67,8 +68,28 @@ const YES_PHRASES = [
   'all right',
   'of course',
   'go ahead',
+  // "No problem" in each language: it starts with a plain no, and is an agreement.
   'no problem',
   'no worries',
+  "don't mind",
+  'do not mind',
+  'no hay problema',
+  'no pasa nada',
+  'no me importa',
+  'sin problema',
+  'não tem problema',
+  'não há problema',
+  'nao tem problema',
+  'nao ha problema',
+  'sem problema',
+  'não faz mal',
+  'nao faz mal',
+  'não me importo',
+  'nao me importo',
+  'pas de problème',
+  'pas de probleme',
+  'pas de souci',
+  'kein problem',
   'i agree',
   'agreed',
   'sim',
