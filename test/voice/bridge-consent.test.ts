@@ -171,6 +171,47 @@ describe('consent over the phone', () => {
     await s.endOf('CA0823');
   });
 
+  it('a yes said over the line said again is answered once the line has been heard: the caller is not left in silence', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    const repeat = assistantAudio(3000); // generated at once: it plays for 3 s
+    s.realtime.heardQueue = [
+      { text: 'hello?', logprob: -0.05 },
+      { text: 'yes, sure', logprob: -0.05 }, // over the repeat
+    ];
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      repeat: { audio: repeat, transcript: 'consent line' },
+      turns: [{ audio: assistantAudio(400), transcript: 'Sorry?' }],
+      afterOutput: { audio: assistantAudio(400), transcript: 'Thank you. How can I help?' },
+    });
+    const call = await s.twilio.call('CA0824');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call); // "hello?": the line is said again
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.instructions?.startsWith('Repeat'));
+    const before = call.receivedBytes;
+    await until(
+      call,
+      'frame',
+      () => call.receivedBytes >= before + repeat.length && call.playedBytes >= before + 8 * 500,
+      'the repeat sent, playing',
+    );
+    speak(call); // "yes, sure" over it
+    // Before: turns were off while the repeat was said, so the yes was taken and never answered.
+    await clientEvent(conn, 'response.create', (e: any) => e.response === undefined);
+    const answer = await serverEvent(conn, 'response.done', (e) => e.response.metadata === null);
+    expect(answer.response.status).toBe('completed');
+    expect(call.clears).toEqual([]);
+    expect(
+      Buffer.concat(call.received)
+        .subarray(before, before + repeat.length)
+        .equals(repeat),
+    ).toBe(true);
+    call.hangUp();
+    expect((await s.endOf('CA0824')).ended_reason).toBe('caller_hangup');
+  });
+
   it('a caller who speaks first and then waits is not timed out while the line is still being said: it is heard whole, once', async () => {
     s = await bridgeStack(() => undefined, { consentWaitMs: 600 });
     const greeting = assistantAudio(2500);

@@ -122,6 +122,10 @@ export class CallSession {
   private consentLine: { id: string; generated: boolean } | null = null;
   /** Takes the opening line as heard should its marks never come back. */
   private lineTimer: NodeJS.Timeout | null = null;
+  /** Caller turns committed while the model took no turns (the consent line being said), by item id. */
+  private readonly unansweredTurns = new Set<string>();
+  /** The caller agreed in such a turn, over the line said again: the model answers it once the line is heard. */
+  private answerAgreement = false;
   /** The model answers turns by itself only once the opening line was said. */
   private respondOnTurn = false;
   /** What the session's server VAD is to do: answer and cut turns, or not (until the consent line is heard). */
@@ -445,6 +449,19 @@ export class CallSession {
     // still to play would be answered, and their next words would cut the line.
     if (this.phase === 'live') this.vadTakesTurns(true);
     this.consent.lineHeard();
+    if (this.answerAgreement && this.phase === 'live') {
+      this.answerAgreement = false;
+      this.results.answer();
+    }
+  }
+
+  /**
+   * The caller agreed over the line said again, in a turn the model was told not to answer: it is
+   * answered once the line is heard (now, if it already was), or the caller would wait in silence.
+   */
+  private agreedUnanswered(): void {
+    if (this.consentLine || this.own.expects('consent')) this.answerAgreement = true;
+    else this.results.answer();
   }
 
   private optOut(text: string): void {
@@ -470,6 +487,7 @@ export class CallSession {
         this.consent.speechStopped();
         return this.timing.speechStopped(e.audio_end_ms, this.rt.appendedMs);
       case 'input_audio_buffer.committed':
+        if (!this.vadResponds) this.unansweredTurns.add(String(e.item_id));
         return this.heard.committed(String(e.item_id));
       case 'conversation.item.input_audio_transcription.completed':
         this.callerSaid(e);
@@ -545,7 +563,8 @@ export class CallSession {
     const confidence = text ? transcriptConfidence(e.logprobs) : null;
     // A completed transcription the server repeats: its words were taken (consent, guard) once.
     if (!this.heard.words(e.item_id, text, confidence) || !text) return;
-    if (this.phase === 'live' && !this.consent.settled) this.consent.heard(text);
+    if (this.phase === 'live' && !this.consent.settled && this.consent.heard(text) === 'yes' && this.unansweredTurns.has(String(e.item_id)))
+      this.agreedUnanswered();
     if (confidence === null) {
       if (!this.warnedNoLogprobs)
         this.deps.log.warn(`call ${this.callSid}: transcripts carry no log-probabilities; confidence rules cannot run`);
