@@ -81,9 +81,14 @@ export class VoiceService {
     this.hours = parsed.windows;
   }
 
+  /** The time on the service's clock: a call's start, end and business hours are read on it. */
+  now(): Date {
+    return this.deps.now?.() ?? new Date();
+  }
+
   async start(input: StartCallBody) {
     const c = this.deps.config;
-    const at = input.at ? new Date(input.at) : (this.deps.now?.() ?? new Date());
+    const at = input.at ? new Date(input.at) : this.now();
     if (await this.deps.store.monthlyPaused()) {
       // Kept (as a voicemail call with the pause reason) so its record can say why it was not answered.
       await this.deps.store.create({
@@ -188,7 +193,7 @@ export class VoiceService {
 
   /** `tenant`: the customer_id of what follows the call to the meter (the phone bridge's). */
   async end(id: string, body: EndCallBody, tenant = '') {
-    const now = this.deps.now?.() ?? new Date();
+    const now = this.now();
     const stored = await this.deps.store.get(id);
     const refusal = stored && endRefusal(stored, body, now);
     if (refusal) return { status: 400, body: { error: refusal } };

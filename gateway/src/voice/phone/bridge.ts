@@ -41,7 +41,7 @@ type Log = { info: (m: string) => void; warn: (m: string) => void; error: (m: st
 export interface PhoneBridgeDeps {
   config: Concierge;
   settings: PhoneSettings;
-  voice: Pick<VoiceService, 'start' | 'events' | 'end' | 'get' | 'toVoicemail'>;
+  voice: Pick<VoiceService, 'start' | 'events' | 'end' | 'get' | 'toVoicemail' | 'now'>;
   workflow: Pick<Workflow, 'called'>;
   /** The meter sink chat calls use: one event per realtime response. */
   meter: { send(event: EventRecord): void };

@@ -918,7 +918,7 @@ export class CallSession {
 
   private async end(fallback: EndReason): Promise<void> {
     // The call ends now, not when its record is written: that waits below, up to 47 s for a booking.
-    const endedAt = new Date().toISOString();
+    const endedAt = this.deps.voice.now().toISOString(); // on the service's clock, as the call's start
     const reason = this.reason ?? fallback;
     this.phase = 'ended';
     this.consent.close();

@@ -46,7 +46,7 @@ export interface CallSummary {
 export interface SessionDeps {
   config: Concierge;
   settings: PhoneSettings;
-  voice: Pick<VoiceService, 'events' | 'end' | 'toVoicemail'>;
+  voice: Pick<VoiceService, 'events' | 'end' | 'toVoicemail' | 'now'>;
   urls: CallbackUrls;
   voicemail: Pick<Voicemail, 'twiml'>;
   workflow: Pick<Workflow, 'called'>;
