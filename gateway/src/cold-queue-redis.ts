@@ -56,6 +56,15 @@ const SWEPT_AT_MOST = 1000;
 
 /** How long the mark of a job's creation is kept (enqueue): far longer than two instances racing. */
 const CREATED_MARK_MS = 60_000;
+/**
+ * Taken by the one instance that replaces a dead job (kept as long as a creation mark): its creation
+ * mark goes in the same step, before the job, so an instance that finds no job once it is gone
+ * competes for the new mark on equal terms.
+ */
+const REPLACE = `
+if not redis.call('SET', KEYS[1], '1', 'PX', ARGV[1], 'NX') then return 0 end
+redis.call('DEL', KEYS[2])
+return 1`;
 
 const jobOptions = (backoff: number, o: QueueOptions) => ({
   attempts: JOB_ATTEMPTS,
@@ -206,16 +215,19 @@ export class BullColdQueue implements ColdQueue {
   }
   /**
    * A dead-lettered job of the same request gives way to a new one (ColdQueue.enqueue), told of as
-   * any new job (its creation mark goes too). False when another instance removed it first, or it
-   * was moved back to run: the job found is then the request's.
+   * any new job (its creation mark goes first). One instance replaces it: two that found it dead (a
+   * client's retry reaching both) both removed it by its id, the later one the new job the other had
+   * just added, and both said they created it. False when another instance replaces it, or it was
+   * moved back to run: the job found is then the request's.
    */
   private async removeDead(job: Job<ColdPayload>): Promise<boolean> {
-    const removed = await job.remove().then(
+    // This dead job's own (its creation and its death): a job under the id dying later is another.
+    const replacing = `${this.queue.qualifiedName}:replacing:${job.id}:${job.timestamp}:${job.finishedOn}`;
+    if (!(await this.own.eval(REPLACE, 2, replacing, this.createdMark(job.id!), CREATED_MARK_MS))) return false;
+    return job.remove().then(
       () => true,
       () => false,
     );
-    if (removed) await this.own.del(this.createdMark(job.id!));
-    return removed;
   }
   /** Redis's memory, read at most once per MEMORY_READ_MS. */
   private async readMemory(): Promise<{ used: number; max: number }> {

@@ -377,6 +377,45 @@ describe('a job whose claim a killed run left (Redis)', () => {
   });
 });
 
+// Two instances given the request again (a client's retry reaching both) both found its job dead;
+// the one slower to remove it removed the new job the other had just added in its place, added its
+// own and said it created it too: a person was told of one job twice.
+describe('a dead-lettered job two instances replace at once (Redis)', () => {
+  it('is replaced once: the new job stays, and one instance says it created it', async () => {
+    const prefix = `test-cq-${process.pid}-${++n}`;
+    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
+    cleanup.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    const failing = a.work(async () => {
+      throw new UnrecoverableError('refused');
+    });
+    const { jobId } = await a.enqueue(payload('raced'));
+    await stateIs(a, jobId, 'dead-lettered');
+    await failing.close();
+    const fromA = { ...payload('raced'), enqueuedAt: '2026-11-24T10:00:00.000Z' };
+    const fromB = { ...payload('raced'), enqueuedAt: '2026-11-24T10:00:00.001Z' };
+    // b finds the job dead; a replaces it before b goes on.
+    let aAnswer: unknown;
+    const getJob = b.queue.getJob.bind(b.queue);
+    vi.spyOn(b.queue, 'getJob').mockImplementationOnce(async (id) => {
+      const job = (await getJob(id))!;
+      const isFailed = job.isFailed.bind(job);
+      job.isFailed = async () => {
+        const dead = await isFailed();
+        aAnswer = await a.enqueue(fromA);
+        return dead;
+      };
+      return job;
+    });
+    const bAnswer = await b.enqueue(fromB);
+    expect(aAnswer).toEqual({ jobId, created: true });
+    expect(bAnswer).toEqual({ jobId, created: false });
+    expect(await b.get(jobId)).toMatchObject({ state: 'waiting', enqueuedAt: fromA.enqueuedAt });
+  });
+});
+
 describe('what a completed job keeps', () => {
   it('Redis: the request body (the prompt) leaves Redis once the job is answered', async () => {
     const twin = twins['BullMQ (Redis)']({ backoffMs: 20 });
