@@ -595,6 +595,34 @@ describe('the bridge’s own lines across a realtime reconnect', () => {
     expect((await s.endOf('CA0816')).ended_reason).toBe('no_consent');
   });
 
+  // The new session was asked to answer the caller's last words, though the line they were said
+  // over had not been heard: the answer queued behind the line, and their next words, a barge-in on
+  // it, would clear the rest of the line at Twilio (as turn-taking did before it waited for the line).
+  it('the session drops after the caller spoke over a line still playing: the new session does not answer them, the line is heard whole', async () => {
+    s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
+    const greeting = assistantAudio(4000); // generated at once: it plays for 4 s
+    const closing = assistantAudio(600);
+    s.realtime.heardQueue = [{ text: 'hello?', logprob: -0.05 }];
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      closing: { audio: closing, transcript: 'Goodbye.' },
+      turns: [{ audio: assistantAudio(400), transcript: 'Hello! How can I help?' }],
+    });
+    const call = await s.twilio.call('CA0830');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.receivedBytes >= greeting.length && call.playedBytes >= 8 * 300, 'the line sent, playing');
+    speak(call); // "hello?" over the line
+    await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    const u = await update(s, 'CA0830'); // no answer after the line: the polite end
+    expect(creates(again).map((i) => i.split(' ')[0])).toEqual(['Say']); // the closing line only
+    expect(call.clears).toEqual([]);
+    expect(call.receivedBytes).toBe(greeting.length + closing.length);
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect((await s.endOf('CA0830')).ended_reason).toBe('no_consent');
+  });
+
   it('the session drops for good while a generated closing line still plays: the caller hears it to its end before the hang-up', async () => {
     s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
     const closing = assistantAudio(1500);

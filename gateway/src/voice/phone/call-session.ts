@@ -222,10 +222,13 @@ export class CallSession {
       // for in the new one (results counts from there: the answer below is asked through it).
       history: () => (this.spoken.flush(), this.heard.flush('the session was lost first'), this.results.newConversation(), this.said),
       // A new session that owes one of the bridge's lines says it (ready), not an answer; a
-      // function result still owed asks for the answer itself, once it is given (ready).
+      // function result still owed asks for the answer itself, once it is given (ready). Nor while
+      // the opening line plays: words said over it are not answered (vadTakesTurns), or the answer
+      // would queue behind it and the caller's next words, a barge-in on it, clear the line.
       awaitingAnswer: () =>
         this.phase === 'live' &&
         this.respondOnTurn &&
+        !this.consentLine &&
         !this.owedLine() &&
         !this.functions.outstanding &&
         !this.results.owing &&
