@@ -623,6 +623,37 @@ describe('the bridge’s own lines across a realtime reconnect', () => {
     expect((await s.endOf('CA0830')).ended_reason).toBe('no_consent');
   });
 
+  // The new session was not asked for the repeat (the caller had agreed), nor for an answer: the
+  // repeat, never generated, was never heard, so the model took no turns for the rest of the call
+  // and the caller's yes was never answered.
+  it('a yes said over the repeat before it was generated, then the session drops: the new session answers it and takes turns', async () => {
+    s = await bridgeStack();
+    s.realtime.heardQueue = [
+      { text: 'hello?', logprob: -0.05 },
+      { text: 'yes, sure', logprob: -0.05 },
+    ];
+    s.realtime.brain = brain({
+      greeting: { audio: assistantAudio(300), transcript: 'consent line' },
+      repeat: { audio: assistantAudio(300), transcript: 'consent line', delayMs: 10_000 }, // not generated before the drop
+      afterOutput: { audio: assistantAudio(400), transcript: 'Thank you. How can I help?' },
+    });
+    const call = await s.twilio.call('CA0831');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes > 0 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    speak(call); // "hello?": the line is said again
+    const repeatCreated = (e: any) => e.type === 'response.created' && e.response.metadata?.bridge === 'consent';
+    if (conn.served.filter(repeatCreated).length < 2) await until(conn, 'server', repeatCreated, 'the repeat created');
+    speak(call); // "yes, sure", as the repeat is being generated
+    await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    conn.drop();
+    const again = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(again, 'response.create', (e: any) => e.response === undefined);
+    await clientEvent(again, 'session.update', (e: any) => e.session.audio?.input?.turn_detection?.create_response === true);
+    expect(creates(again).filter((i) => i.startsWith('Repeat'))).toEqual([]);
+    call.hangUp();
+    expect((await s.endOf('CA0831')).ended_reason).toBe('caller_hangup');
+  });
+
   it('the session drops for good while a generated closing line still plays: the caller hears it to its end before the hang-up', async () => {
     s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300 });
     const closing = assistantAudio(1500);

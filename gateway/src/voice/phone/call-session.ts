@@ -351,6 +351,17 @@ export class CallSession {
       // as it was given the history), those of calls whose response the lost session never finished too.
       for (const id of this.functions.unclaimed()) void this.deliver(id);
       if (this.phase === 'live') this.results.give();
+      // A repeat of the line the caller agreed over before it was generated is not asked of the
+      // new session (owedLine): it is done with, as heard, or the model would take no turns for
+      // the rest of the call and the agreement would never be answered.
+      if (
+        this.phase === 'live' &&
+        this.consent.settled &&
+        ((this.consentLine && !this.consentLine.generated) || this.own.expects('consent'))
+      ) {
+        this.own.forget('consent');
+        this.lineHeard();
+      }
     }
     this.sayOwedLine();
   }

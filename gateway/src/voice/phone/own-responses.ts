@@ -34,6 +34,11 @@ export class OwnResponses {
     return this.expecting?.purpose === purpose;
   }
 
+  /** Ours for this purpose, asked for and not yet created, is no longer wanted (never asked again). */
+  forget(purpose: Purpose): void {
+    if (this.expecting?.purpose === purpose) this.expecting = null;
+  }
+
   /** A response was created: its purpose when it is ours. */
   created(id: string, metadata: unknown): Purpose | null {
     const purpose = (metadata as { bridge?: Purpose } | null | undefined)?.bridge ?? null;
