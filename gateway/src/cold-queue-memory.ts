@@ -98,6 +98,7 @@ export class MemoryColdQueue implements ColdQueue {
     if (dead) {
       this.held -= dead.bytes;
       this.finished.dead.delete(jobId);
+      this.jobs.delete(jobId); // the new job waits behind those waiting (take runs them in insertion order), as in BullMQ
     }
     this.held += bytes;
     const delay = options.delayMs ?? 0;

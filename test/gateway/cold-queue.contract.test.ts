@@ -237,6 +237,25 @@ describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
     expect(await twin.queue.enqueue(later)).toEqual({ jobId, created: false }); // an answered job is found as before
   });
 
+  // In process, the new job took the dead one's place in the queue: it ran before the jobs that
+  // were waiting when it came, where BullMQ's runs after them.
+  it('the new job of a request sent again after its job was dead-lettered waits behind the jobs already waiting', async () => {
+    const twin = make();
+    const failing = twin.work(async (p) => {
+      throw new UnrecoverableError(`refused ${p.idempotencyKey}`);
+    });
+    const { jobId } = await twin.queue.enqueue(payload('first'));
+    await stateIs(twin.queue, jobId, 'dead-lettered');
+    await failing.close();
+    const waiting = await twin.queue.enqueue(payload('waiting'));
+    await twin.queue.enqueue(payload('first'));
+    const ran: string[] = [];
+    twin.work(async (p) => void ran.push(p.idempotencyKey));
+    await stateIs(twin.queue, jobId, 'completed');
+    await stateIs(twin.queue, waiting.jobId, 'completed');
+    expect(ran).toEqual(['waiting', 'first']);
+  });
+
   it('a deferred job waits, saying why and until when, without spending an attempt; then it runs', async () => {
     const twin = make();
     const seen: Array<Deferral | null> = [];
