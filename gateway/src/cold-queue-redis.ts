@@ -183,8 +183,9 @@ export class BullColdQueue implements ColdQueue {
     this.backoffMs = options.backoffMs ?? JOB_BACKOFF_MS;
   }
   /**
-   * Two round trips before `added`: the job and Redis's memory read together (ioredis writes both on
-   * the one connection before either answers), then the add. The mark comes after the add (a failed
+   * Two round trips before `added`: the job, its state and Redis's memory read together (ioredis
+   * writes them on the one connection before any answers), then the add; a dead-lettered job found
+   * (replaced by a new one) adds two more. The mark comes after the add (a failed
    * add must leave none) and is not waited for by `added`: four round trips one after the other
    * outlasted a short time-to-answer on a slow Redis, and the job was made after its client was told 503.
    */
@@ -192,8 +193,8 @@ export class BullColdQueue implements ColdQueue {
     const jobId = coldJobId(payload);
     const memory = this.readMemory();
     memory.catch(() => undefined); // its error counts only for a new job
-    const existing = await this.queue.getJob(jobId);
-    const dead = existing ? await existing.isFailed() : false;
+    const [existing, state] = await Promise.all([this.queue.getJob(jobId), this.queue.getJobState(jobId)]);
+    const dead = existing !== undefined && state === 'failed';
     if (existing && !dead) return (options.added?.(jobId), { jobId, created: false });
     this.roomLeft(await memory);
     if (dead && !(await this.removeDead(existing!))) return (options.added?.(jobId), { jobId, created: false });

@@ -417,16 +417,11 @@ describe('a dead-lettered job two instances replace at once (Redis)', () => {
     const fromB = { ...payload('raced'), enqueuedAt: '2026-11-24T10:00:00.001Z' };
     // b finds the job dead; a replaces it before b goes on.
     let aAnswer: unknown;
-    const getJob = b.queue.getJob.bind(b.queue);
-    vi.spyOn(b.queue, 'getJob').mockImplementationOnce(async (id) => {
-      const job = (await getJob(id))!;
-      const isFailed = job.isFailed.bind(job);
-      job.isFailed = async () => {
-        const dead = await isFailed();
-        aAnswer = await a.enqueue(fromA);
-        return dead;
-      };
-      return job;
+    const getJobState = b.queue.getJobState.bind(b.queue);
+    vi.spyOn(b.queue, 'getJobState').mockImplementationOnce(async (id) => {
+      const state = await getJobState(id);
+      aAnswer = await a.enqueue(fromA);
+      return state;
     });
     const bAnswer = await b.enqueue(fromB);
     expect(aAnswer).toEqual({ jobId, created: true });
