@@ -17,14 +17,39 @@ const NOTHING_WRITTEN = 'nothing was written, retry';
 /**
  * Runs `work` under the script lock, or refuses with `busy` without running it. `done` says what
  * the caller had done before (a step of a back-office action comes after its calendar event or text).
+ *
+ * The sheet writes are flushed before the lock is let go: Apps Script applies them only at a flush
+ * or at the end of the script, and the next execution to take the lock would read the tab without
+ * them (a batch written over the rows just appended, a retry's ids not found). Work that failed
+ * half-way is flushed too (what it wrote is what the next run must see); a flush that fails then
+ * leaves the work's own error to be reported, and one that fails after the work succeeded is the error.
  */
-export function withScriptLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T, waitMs = LOCK_WAIT_MS, done = NOTHING_WRITTEN): T {
+export function withScriptLock<T>(
+  svc: Pick<MeterServices, 'lock' | 'flush'>,
+  work: () => T,
+  waitMs = LOCK_WAIT_MS,
+  done = NOTHING_WRITTEN,
+): T {
   if (!svc.lock.tryLock(waitMs)) {
     throw new MeterRefusal('busy', `meter busy: the write lock was not free within ${waitMs} ms; ${done}`);
   }
+  let result: T;
   try {
-    return work();
+    result = work();
+  } catch (error) {
+    try {
+      svc.flush();
+    } catch {
+      // The work's own error is the one to report.
+    } finally {
+      svc.lock.releaseLock();
+    }
+    throw error;
+  }
+  try {
+    svc.flush(); // failing, the work's writes are not known to be committed: the caller is told so
   } finally {
     svc.lock.releaseLock();
   }
+  return result;
 }

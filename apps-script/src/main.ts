@@ -28,6 +28,7 @@ function services(): MeterServices {
     monday: ScriptApp.WeekDay.MONDAY,
     uuid: () => Utilities.getUuid(),
     now: () => new Date(),
+    flush: () => SpreadsheetApp.flush(),
     log: (message) => console.log(message),
     fetch: (url, options) => UrlFetchApp.fetch(url, options),
     mail: MailApp,

@@ -183,6 +183,8 @@ export interface MeterServices {
   monday: GoogleAppsScript.Base.Weekday;
   uuid: () => string;
   now: () => Date;
+  /** SpreadsheetApp.flush: applies the script's pending sheet writes (Apps Script buffers them until then or the script's end). */
+  flush: () => void;
   /** UrlFetchApp.fetch. */
   fetch: (url: string, options: FetchOptions) => HttpResponse;
   mail: Mail;

@@ -16,6 +16,8 @@ import { FakeSpreadsheet } from './spreadsheet';
 export type { FakeTextOutput } from './script';
 
 const LINE_CHART = 'LINE' as unknown as GoogleAppsScript.Charts.ChartType;
+/** Calls that change a spreadsheet (Sheets applies them at a flush or at the end of the script). */
+const SHEET_WRITE = /^(Range\.(set|clear|createFilter)|Sheet\.(set|clear|delete|insert|hide)|Spreadsheet\.(set|insert)|Filter\.remove)/;
 
 /** Every fake, wired together. */
 export class FakePlatform {
@@ -33,12 +35,36 @@ export class FakePlatform {
   readonly logs: string[] = [];
   /** Calls to services outside the spreadsheet made while the script lock was held (should stay empty). */
   readonly outboundUnderLock: string[] = [];
+  /**
+   * Sheet writes made under the script lock and not yet flushed when it was let go (should stay
+   * empty). Apps Script buffers a script's spreadsheet writes and applies them at
+   * SpreadsheetApp.flush() or when the script ends; the lock does not wait for them (Google's Lock
+   * reference: flush before releaseLock). The next execution to take the lock reads the tab without them.
+   */
+  readonly unflushedAtRelease: string[] = [];
+  /** The sheet writes made under the lock since it was taken or the spreadsheet last flushed. */
+  private pendingWrites: string[] = [];
 
   constructor() {
     this.calls.observe((name) => {
       if (this.lock.held && /^(UrlFetchApp|Calendar|CalendarEvent|DriveApp|Folder|File|MailApp)\./.test(name))
         this.outboundUnderLock.push(name);
+      this.trackFlush(name);
     });
+  }
+
+  private trackFlush(name: string): void {
+    if (name === 'Lock.tryLock' || name === 'SpreadsheetApp.flush') this.pendingWrites = [];
+    else if (name === 'Lock.releaseLock') {
+      if (this.pendingWrites.length) this.unflushedAtRelease.push(...this.pendingWrites);
+      this.pendingWrites = [];
+    } else if (this.lock.held && SHEET_WRITE.test(name)) this.pendingWrites.push(name);
+  }
+
+  /** SpreadsheetApp.flush(): applies the script's pending spreadsheet writes. */
+  flush(): void {
+    this.calls.count('SpreadsheetApp.flush');
+    this.spreadsheet.applyBufferedWrites();
   }
 
   /** The services as modules take them, for unit tests of the modules. */
@@ -52,6 +78,7 @@ export class FakePlatform {
       monday: this.scriptApp.WeekDay.MONDAY,
       uuid: () => randomUUID(),
       now: () => this.clock.now(),
+      flush: () => this.flush(),
       log: (m) => this.logs.push(m),
       fetch: this.urlFetch.fetch,
       mail: this.mail,
@@ -83,6 +110,7 @@ export class FakePlatform {
         getActiveSpreadsheet: () => this.spreadsheet,
         newDataValidation: () => new FakeDataValidationBuilder(calls),
         getUi: () => this.ui,
+        flush: () => this.flush(),
       },
       LockService: { getScriptLock: () => this.lock },
       PropertiesService: { getScriptProperties: () => this.properties },

@@ -174,13 +174,18 @@ export class FakeRange {
       if (line.some((v) => typeof v === 'string' && v.length > CELL_CHARACTERS))
         throw new Error(`Your input contains more than the maximum of ${CELL_CHARACTERS} characters in a single cell.`);
     }
-    values.forEach((line, r) => {
-      const target = this.sheet.rowForWrite(this.row + r);
-      line.forEach((value, c) => {
-        target[this.column - 1 + c] = parseWritten(value);
+    const write = () => {
+      values.forEach((line, r) => {
+        const target = this.sheet.rowForWrite(this.row + r);
+        line.forEach((value, c) => {
+          target[this.column - 1 + c] = parseWritten(value);
+        });
       });
-    });
-    this.sheet.trim();
+      this.sheet.trim();
+    };
+    const buffer = this.sheet.spreadsheet.bufferedWrites;
+    if (buffer) buffer.push(write);
+    else write();
     return this;
   }
   setValue(value: unknown) {

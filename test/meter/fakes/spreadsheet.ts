@@ -206,10 +206,23 @@ export class FakeSpreadsheet {
   readonly sheets: FakeSheet[] = [];
   timeZone = 'America/Los_Angeles';
   readonly toasts: string[] = [];
+  /**
+   * When set, values written wait here, as Apps Script keeps a script's writes until
+   * SpreadsheetApp.flush() or the end of the script (`endScript`); another execution reads the
+   * sheet without them. Off by default: the tests then see every write at once.
+   */
+  bufferedWrites: Array<() => void> | null = null;
   constructor(
     readonly calls = new CallCounter(),
     readonly id = 'fake-spreadsheet-id',
   ) {}
+
+  /** Applies the buffered writes (a flush, or the end of a script). */
+  applyBufferedWrites(): void {
+    const writes = this.bufferedWrites ?? [];
+    if (this.bufferedWrites) this.bufferedWrites = [];
+    for (const write of writes) write();
+  }
 
   /** Test helper: a tab by name without counting a call. */
   tab(name: string): FakeSheet | undefined {
