@@ -15,7 +15,7 @@
  */
 import { csvField } from '../../schema/csv-cell';
 import { CLOCK_SKEW_ALLOWANCE_MS, CSV_HEADER, EVENT_FIELDS, formatTimestamp } from '../../schema/event-record';
-import { EVENT_AT, cellTime, getEventsSheet, readAllRows } from './events-sheet';
+import { EVENT_AT, cellCost, cellTime, getEventsSheet, readAllRows } from './events-sheet';
 import { folderFromConfig } from './folders';
 import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
 import type { Folder, MeterServices } from './services';
@@ -93,14 +93,22 @@ interface ExportPlan {
   more: boolean;
   /** The last row up to which everything is exported after this run, and its event. */
   watermark: Watermark;
-  /** Event ids of the undated rows at or above that watermark, not exported yet (undated-rows.ts). */
+  /** Event ids of the rows passed over (undated, or a cost not a number ≥ 0) at or above that watermark, not exported yet (undated-rows.ts). */
   undated: string[];
   notes: string[];
 }
 
 /**
- * Undated rows passed over earlier (above the watermark) whose date has been typed back since: due
- * now when their day is over. Ids no longer in the tab (the row deleted by hand) are dropped.
+ * A cost cell the archive would refuse (typed over by hand: "$1.50", a negative refund, a note):
+ * written as it is, it stopped `npm run archive` on the whole night's file, and the correction made
+ * in the events tab afterwards never reached the archive. Such a row waits like an undated one.
+ */
+const costUnreadable = (row: unknown[]) => Number.isNaN(cellCost(row[EVENT_AT.cost_usd]));
+
+/**
+ * Rows passed over earlier (above the watermark) for a timestamp that was not a date or a cost that
+ * was not a number ≥ 0, corrected since: due now when their day is over. Ids no longer in the tab
+ * (the row deleted by hand) are dropped.
  */
 function datedSince(rows: unknown[][], upTo: number, pending: Set<string>, todayStart: number, aheadFrom: number): unknown[][] {
   const due: unknown[][] = [];
@@ -110,7 +118,8 @@ function datedSince(rows: unknown[][], upTo: number, pending: Set<string>, today
     if (!pending.has(id)) continue;
     seen.add(id);
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
-    if (Number.isNaN(t) || (t >= todayStart && t <= aheadFrom)) continue; // still undated, or today's: a later night
+    // Still undated or its cost still unreadable, or today's: a later night.
+    if (Number.isNaN(t) || costUnreadable(rows[r - 2]) || (t >= todayStart && t <= aheadFrom)) continue;
     due.push(rows[r - 2]);
     pending.delete(id);
   }
@@ -130,6 +139,7 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   let row = startRow;
   let waiting = false;
   let unreadable = 0;
+  let badCost = 0;
   let ahead = 0;
   const csv = [CSV_HEADER, ...out.map(rowToCsvLine)];
   let bytes = csv.reduce((n, line) => n + lineBytes(line), 0);
@@ -145,9 +155,11 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   for (let r = startRow + 1; r <= rows.length + 1 && !full; r++) {
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
     const id = String(rows[r - 2][EVENT_AT.event_id]);
-    if (!Number.isNaN(t)) pending.delete(id); // below the watermark (exported from the top): taken here
-    if (Number.isNaN(t)) {
-      unreadable++;
+    const held = Number.isNaN(t) || costUnreadable(rows[r - 2]);
+    if (!held) pending.delete(id); // below the watermark (exported from the top): taken here
+    if (held) {
+      if (Number.isNaN(t)) unreadable++;
+      else badCost++;
       // Remembered, the watermark may pass it; past what can be remembered, it waits here.
       if (!waiting && pending.size < MAX_UNDATED) pending.add(id);
       else waiting = true;
@@ -164,9 +176,14 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   const more = full && !waiting;
   const notes = [
     trusted ? '' : previous ? 'the previous watermark no longer matched its row (rows were moved by hand): exported from the top' : '',
-    typedBack ? `${typedBack} row(s) passed over earlier for a timestamp that was not a date, dated since, were exported` : '',
+    typedBack
+      ? `${typedBack} row(s) passed over earlier for a timestamp that was not a date or a cost that was not a number ≥ 0, corrected since, were exported`
+      : '',
     unreadable
       ? `${unreadable} row(s) have no readable timestamp and were not exported (correct them in the events tab: a later night exports them)`
+      : '',
+    badCost
+      ? `${badCost} row(s) have a cost that is not a number ≥ 0 and were not exported (correct them in the events tab: a later night exports them)`
       : '',
     ahead
       ? `${ahead} row(s) stamped more than ${CLOCK_SKEW_ALLOWANCE_MS / 60_000} minutes in the future were exported now instead of waiting for their day (check the sender's clock)`

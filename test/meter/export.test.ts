@@ -127,6 +127,46 @@ describe('exportArchive and doGet export', () => {
     expect(dataRows(eventsTab(platform))).toEqual([]);
   });
 
+  it('a row whose cost was typed over by hand ("$1.50", a negative refund) waits out of the file until corrected, then goes into the next one; retention keeps it meanwhile', () => {
+    // Written as typed, the cell stopped `npm run archive` on the whole night's file (a cost that is
+    // not a number >= 0), and the correction the meter asks for in the events tab never reached
+    // the archive: the watermark had moved past the row, and retention then deleted it.
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, {
+      events: [
+        { event_id: 'd1', timestamp: '2026-11-21T10:00:00Z', cost_usd: 1 },
+        { event_id: 'typed', timestamp: '2026-11-21T11:00:00Z', cost_usd: 80 },
+        { event_id: 'refund', timestamp: '2026-11-21T11:30:00Z', cost_usd: 5 },
+        { event_id: 'd2', timestamp: '2026-11-21T12:00:00Z', cost_usd: 2 },
+      ],
+    });
+    const cost = EVENT_FIELDS.indexOf('cost_usd');
+    const row = (id: string) => dataRows(eventsTab(platform)).find((r) => r[0] === id)!;
+    row('typed')[cost] = '$1.50';
+    row('refund')[cost] = -5;
+    platform.clock.set('2026-11-22T01:00:00Z');
+    expect(meter.exportArchive()).toMatch(/wrote 2 row\(s\).*2 row\(s\) have a cost that is not a number ≥ 0 and were not exported/);
+    const ids = (file: number) => {
+      const { lines } = csvOf(platform)[file];
+      return lines.slice(1).map((l) => l.split(',')[0]);
+    };
+    expect(ids(0)).toEqual(['d1', 'd2']);
+    // The operator corrects them, as the meter asks; then the nights and retention go on.
+    row('typed')[cost] = 1.5;
+    platform.clock.set('2026-12-23T02:00:00Z');
+    meter.applyRetention();
+    expect(dataRows(eventsTab(platform)).map((r) => r[0])).toEqual(['typed', 'refund']);
+    platform.clock.set('2026-12-23T03:00:00Z');
+    expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\)/);
+    expect(ids(1)).toEqual(['typed']);
+    expect(csvOf(platform)[1].lines[1].split(',')[cost]).toBe('1.5');
+    row('refund')[cost] = 0;
+    expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\)/);
+    expect(ids(2)).toEqual(['refund']);
+    meter.applyRetention();
+    expect(dataRows(eventsTab(platform))).toEqual([]);
+  });
+
   it('doGet?action=export serves the CSV of events on or after a UTC day', () => {
     const { meter } = freshMeter();
     post(meter, {
