@@ -300,16 +300,21 @@ export function growFor(ss: Spreadsheet, sheet: Sheet, lastRow: number, spare: n
 
 /**
  * Sizes the tab to exactly `columns` wide and at least `rows` tall; one taller than `rows` + `spare`
- * (left at a past peak) is cut to that, so its cells go back to the other tabs. The new grid is
+ * (left at a past peak) is cut to that, so its cells go back to the other tabs. One shorter than
+ * `rows` grows to `rows` + `spare` (to `rows` alone when the spare would pass the cell limit): grown
+ * to `rows` exactly, it was full again at the next row its source gained. The new grid is
  * checked against the cell limit first, so a refused resize changes nothing. Rows are cut from the
  * bottom, never below `rows`: a resize cut off half-way leaves a tab that still holds its data.
  */
 export function fitGrid(ss: Spreadsheet, sheet: Sheet, rows: number, columns: number, spare: number): void {
   const maxRows = sheet.getMaxRows();
   const maxCols = sheet.getMaxColumns();
-  const height = Math.min(Math.max(maxRows, rows), rows + spare);
-  const added = height * columns - maxRows * maxCols;
-  if (added > 0) refusePastLimit(spreadsheetCells(ss), added, `a grid of ${height} rows by ${columns} columns in "${sheet.getName()}"`);
+  const added = (height: number) => height * columns - maxRows * maxCols;
+  const growing = maxRows < rows;
+  let height = Math.min(Math.max(maxRows, rows), rows + spare);
+  const cells = growing || added(height) > 0 ? spreadsheetCells(ss) : 0;
+  if (added(height) > 0) refusePastLimit(cells, added(height), `a grid of ${height} rows by ${columns} columns in "${sheet.getName()}"`);
+  if (growing && cells + added(rows + spare) <= SPREADSHEET_CELL_LIMIT) height = rows + spare;
   if (maxRows > height) sheet.deleteRows(height + 1, maxRows - height);
   if (maxCols > columns) sheet.deleteColumns(columns + 1, maxCols - columns);
   else if (maxCols < columns) sheet.insertColumnsAfter(maxCols, columns - maxCols);

@@ -211,7 +211,7 @@ describe('events_public and the cell limit', () => {
     expect(() => meter.refreshDigest()).toThrow();
     eventsTab(platform).maxRows = rows.length + 1000; // rows freed (retention)
     expect(meter.refreshDigest()).toMatch(/digest refreshed/);
-    expect(platform.spreadsheet.tab('events_public')!.maxRows).toBe(rows.length + 1);
+    expect(platform.spreadsheet.tab('events_public')!.maxRows).toBe(rows.length + 1 + 1000); // and room for the next events
   });
 });
 
@@ -269,12 +269,46 @@ describe('creating the Digest and events_public tabs on a nearly full spreadshee
     events.maxRows -= Math.ceil(80_000 / events.maxColumns);
     expect(meter.refreshDigest()).toMatch(/digest refreshed/);
     const pub = platform.spreadsheet.tab('events_public')!;
-    expect({ rows: pub.maxRows, columns: pub.maxColumns }).toEqual({ rows: 5001, columns: 13 });
+    // Its 1,000 spare rows (13,000 cells) fit in the room too.
+    expect({ rows: pub.maxRows, columns: pub.maxColumns }).toEqual({ rows: 6001, columns: 13 });
+  });
+
+  it('events_public grown where its spare rows would pass the cell limit: to what the QUERY needs, no more', () => {
+    const { platform, meter } = nearlyFull(0, []);
+    const events = eventsTab(platform);
+    events.loadRows(
+      2,
+      Array.from({ length: 5000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+    );
+    const pub = platform.spreadsheet.tab('events_public')!;
+    // Room for its 5,001 rows but not for 1,000 more.
+    events.maxRows -= Math.ceil(((5001 - pub.maxRows) * 13 + 5000) / events.maxColumns);
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    expect(pub.maxRows).toBe(5001);
   });
 
   it('setup() on a nearly full spreadsheet with no Digest tab: spreadsheet_full naming it, not a raw Google error', () => {
     const { meter } = nearlyFull(NEW_TAB_CELLS - 100, ['Digest']);
     expect(refusal(() => meter.setup())).toMatchObject({ code: 'spreadsheet_full', message: expect.stringMatching(/"Digest"/) });
+  });
+});
+
+describe('events_public as the events tab grows', () => {
+  // The QUERY's result must fit the tab's grid: one a row too long shows "#REF! Result was not
+  // automatically expanded, please insert more rows" instead of the data, and the Looker Studio
+  // report on it breaks. Grown to exactly the events' rows, the tab was full after every refresh,
+  // so the next event ingested broke it until the next hourly refresh, which grew it exactly again.
+  it('keeps room for the events ingested until the next refresh, as it does after retention', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    eventsTab(platform).loadRows(
+      2,
+      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+    );
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    const pub = platform.spreadsheet.tab('events_public')!;
+    expect(pub.getRange(1, 1).getFormulas()[0][0]).toMatch(/^=QUERY\(events!/);
+    post(meter, { events: Array.from({ length: 500 }, (_, i) => ({ event_id: `after-${i}`, timestamp: '2026-11-22T11:00:00Z' })) });
+    expect(eventsTab(platform).getLastRow()).toBeLessThanOrEqual(pub.maxRows);
   });
 });
 
