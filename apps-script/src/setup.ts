@@ -166,7 +166,8 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
   for (const [key, fallback] of OPTIONAL_CONFIG_DEFAULTS) if (rowOf(key) < 0) add(key, fallback);
   const secretRow = rowOf(SECRET_KEY);
   const [, secret] = cells[secretRow];
-  if (String(secret).trim() === '') {
+  // A secret kept as a Script Property (which wins) is not made again in the sheet it was kept out of.
+  if (String(secret).trim() === '' && !svc.properties.getProperty(SECRET_KEY)) {
     cells[secretRow] = [SECRET_KEY, `'${randomSecret(svc)}`];
     changed.add(secretRow);
     report.changes.push('Config: generated a random SECRET_TOKEN');

@@ -65,3 +65,21 @@ describe('the Config tab renamed by hand', () => {
     expect(() => meter.checkSpendCaps()).toThrow(/the "Config" tab is missing/);
   });
 });
+
+describe('the secret kept out of the sheet', () => {
+  it('as a Script Property, with the Config cell emptied: setup() run again writes no new secret into the sheet', () => {
+    // It filled the emptied cell with a fresh random secret and said so ("generated a random
+    // SECRET_TOKEN"): a secret back in the sheet, and one that authenticates nothing while the
+    // property wins, so a gateway given it was refused as unauthorized.
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const row = platform.spreadsheet.tab('Config')!.data.find((r) => r[0] === 'SECRET_TOKEN')!;
+    row[1] = '';
+    expect(meter.setup()).not.toMatch(/SECRET_TOKEN/);
+    expect(row[1]).toBe('');
+    expect(post(meter, { cost_usd: 1 })).toMatchObject({ ok: true, appended: 1 });
+    // With no secret anywhere, setup() still makes one.
+    platform.properties.deleteProperty('SECRET_TOKEN');
+    expect(meter.setup()).toMatch(/generated a random SECRET_TOKEN/);
+    expect(String(row[1])).toMatch(/^[0-9a-f]{64}$/);
+  });
+});
