@@ -144,11 +144,14 @@ function slackPayload(
  */
 function readState(svc: Pick<MeterServices, 'properties'>): AlertState {
   const text = svc.properties.getProperty(ALERT_STATE_PROPERTY) ?? '{}';
+  let state: unknown;
   try {
-    return JSON.parse(text) as AlertState;
+    state = JSON.parse(text);
   } catch {
     return {};
   }
+  // JSON that is no object (null, a number, a list) is unreadable too: read as one, it failed every run.
+  return state && typeof state === 'object' && !Array.isArray(state) ? (state as AlertState) : {};
 }
 
 const capNames = (kinds: CapKind[]) => kinds.map((k) => (k === 'daily' ? 'daily cap' : '7-day cap')).join(' and ');

@@ -179,6 +179,18 @@ describe('checkSpendCaps', () => {
     expect(headlines).toEqual(['AI spend alert: daily cap crossed on 2026-11-22', 'AI spend alert: daily cap crossed']);
   });
 
+  it('an alert state edited by hand into JSON that is not an object (null, a number) counts as empty: the alert still goes out', () => {
+    // It failed every run with a TypeError (reading or setting a field of null or of a number), so
+    // no cap was ever alerted until someone found the property.
+    post(meter, { cost_usd: 60 });
+    for (const edited of ['null', '5', '"reset"', '[]']) {
+      platform.properties.setProperty('SPEND_ALERT_STATE', edited);
+      expect(meter.checkSpendCaps()).toMatch(/alert posted for daily/);
+      expect(JSON.parse(platform.properties.getProperty('SPEND_ALERT_STATE')!)).toMatchObject({ daily: '2026-11-22' });
+    }
+    expect(platform.urlFetch.payloads()).toHaveLength(4);
+  });
+
   it('a crossed 7-day cap alerts too, counting the 6 days before today', () => {
     setConfig(platform, 'BURN_7D_CAP_USD', 10);
     post(meter, {
