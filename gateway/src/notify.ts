@@ -71,7 +71,7 @@ const NEXT_ACTION: Record<NoticeKind, string> = {
   dead_lettered:
     'These jobs used all 5 tries, waited 24 h for a route, or were refused as malformed (the last error says which). Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>` (kept 30 days), and tell the client if needed (degraded > 15 min).',
   human_review:
-    'A person must answer these: spend caps are exceeded and the caller needs an answer. Their ids are listed above; `GET /v1/jobs/<id>` shows each (its tenant, when it was queued); the worker tries the routing for each again 24 h after it was queued. `npm run ops -- status` only counts them, among the delayed jobs.',
+    'A person must answer these: spend caps are exceeded and the caller needs an answer. Their ids are listed above; `npm run ops -- job <id>` shows each (its tenant, when it was queued); the worker tries the routing for each again 24 h after it was queued. `npm run ops -- status` only counts them, among the delayed jobs.',
   queue_full:
     "The Cold queue's Redis is at 90 % of its maxmemory, so requests that would be queued (no route answered, or a spend cap holds them) get 503 cold_queue_full instead. Jobs already queued run once a provider answers, and the queue drains; free or grow Redis (maxmemory) to queue more. `npm run ops -- status` shows the queue's counts.",
   meter_backlog:

@@ -5,9 +5,11 @@
  *   pause | resume         set or clear `pause_ai_tasks`
  *   dlq list               dead-lettered jobs (all attempts used)
  *   dlq move <id>|--all    move dead-lettered jobs back to the queue with fresh attempts
+ *   job <id>               one job, of any tenant: its state, tenant, why it was queued, its attempts
  */
 import type { Redis } from 'ioredis';
 import { RedisPause } from './budget';
+import { COLD_JOB_ID } from './cold-queue';
 import { BullColdQueue } from './cold-queue-redis';
 import { commandStore } from './command-store';
 import { readEnv, type GatewayEnv } from './env';
@@ -23,7 +25,7 @@ const escaped = (c: string) => (c < ' ' ? JSON.stringify(c).slice(1, -1) : `\\u$
  */
 const shown = (text: string | null) => String(text).replace(/\p{Cc}/gu, escaped);
 
-const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all';
+const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all | job <id>';
 const WHERE = "acts on the Redis at QUEUE_STORE_URL, the gateways' store: docs/operations.md#runbook-commands";
 
 /** What is wrong with the arguments, or null: checked before the store is asked, so a typo never reaches it. */
@@ -31,6 +33,10 @@ function usageProblem(args: string[]): string | null {
   const [command, sub, ...rest] = args;
   if (command === 'status' || command === 'pause' || command === 'resume')
     return sub === undefined ? null : `${command}: expected no arguments, got "${args.slice(1).join(' ')}"`;
+  if (command === 'job')
+    return COLD_JOB_ID.test(sub ?? '') && !rest.length
+      ? null
+      : `job: expected one job id (llm- and 40 hex digits), got ${sub === undefined ? 'nothing' : `"${shown(args.slice(1).join(' '))}"`}`;
   if (command !== 'dlq') return command === undefined ? 'command: expected one' : `unknown command "${command}"`;
   if (sub === 'list') return rest.length ? `dlq list: expected no arguments, got "${rest.join(' ')}"` : null;
   if (sub === 'move')
@@ -126,6 +132,8 @@ async function runCommand(
       await pause.clear();
       out('resumed');
       return 0;
+    case 'job':
+      return await showJob(queue, sub, out, err);
     case 'dlq': {
       if (sub === 'list') return await listDeadLettered(queue, out);
       if (sub === 'move' && arg) return await moveDeadLettered(queue, arg, out, err);
@@ -144,6 +152,24 @@ async function status(pause: RedisPause, queue: BullColdQueue, out: (line: strin
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')}`,
   );
+  return 0;
+}
+
+/**
+ * One job as an operator reads it, whatever its tenant: GET /v1/jobs/:id answers only the tenant that
+ * queued it, and a human-review notice sends the person on call to the jobs it names.
+ */
+async function showJob(queue: BullColdQueue, id: string, out: (line: string) => void, err: (line: string) => void): Promise<number> {
+  const j = await queue.get(id);
+  if (!j) {
+    err(`${id}: no such job (answered jobs are kept 7 days, dead-lettered ones 30)`);
+    return 1;
+  }
+  const deferred = j.deferred ? `  deferred until ${j.deferred.until}: ${shown(j.deferred.reason)}` : '';
+  out(
+    `${j.id}  ${j.state}  tenant=${shown(j.customerId || '-')}  reason=${j.reason}  attempts=${j.attempts}/${j.maxAttempts}  enqueued=${j.enqueuedAt}  finished=${j.finishedAt ?? '-'}${deferred}`,
+  );
+  if (j.lastError) out(`last error: ${shown(j.lastError)}`);
   return 0;
 }
 

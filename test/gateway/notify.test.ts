@@ -70,12 +70,13 @@ async function until(check: () => boolean, ms: number): Promise<void> {
 
 describe('notifier', () => {
   // The notice sent the on-call person to `npm run ops -- status` to find the jobs, which shows counts only.
-  it('a human-review notice says where its jobs are found: the ids it lists, each read with GET /v1/jobs/<id>', async () => {
+  // It named GET /v1/jobs/<id>, which answers only the job's tenant: with client keys, no operator could read them.
+  it('a human-review notice says where its jobs are found: the ids it lists, each read with npm run ops -- job <id>', async () => {
     const n = new Notifier(['ops@example.com'], { log: { warn: () => {}, info: () => {} } });
     n.notify({ kind: 'human_review', jobIds: ['llm-1'], tenant: 'acme' });
     await n.flush();
     const next = n.sent[0].text.split('\n').find((line) => line.startsWith('Next: '));
-    expect(next).toContain('GET /v1/jobs/<id>');
+    expect(next).toContain('`npm run ops -- job <id>` shows each');
     expect(next).not.toMatch(/find them with `npm run ops -- status`/i);
   });
 

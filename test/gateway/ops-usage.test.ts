@@ -3,11 +3,12 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { BullColdQueue } from '../../gateway/src/cold-queue-redis';
 import { ops } from '../../gateway/src/ops';
 import { TEST_REDIS_URL } from '../redis-db';
 import { redisUnderPrefix } from '../redis-prefix';
 
-const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all';
+const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all | job <id>';
 /** A store that is not there: a command that reached it would answer 1, "did not answer". */
 const away = { QUEUE_STORE_URL: 'redis://127.0.0.1:1/0' };
 const root = join(import.meta.dirname, '..', '..');
@@ -23,7 +24,17 @@ const run = (args: string[], env: NodeJS.ProcessEnv) =>
 
 describe('npm run ops usage', () => {
   it('an unknown command, a missing id and extra arguments are usage errors naming what came, exit 2', async () => {
-    for (const args of [['stauts'], [], ['dlq'], ['dlq', 'move'], ['dlq', 'move', 'a', 'b'], ['pause', 'now'], ['dlq', 'list', 'x']]) {
+    for (const args of [
+      ['stauts'],
+      [],
+      ['dlq'],
+      ['dlq', 'move'],
+      ['dlq', 'move', 'a', 'b'],
+      ['pause', 'now'],
+      ['dlq', 'list', 'x'],
+      ['job'],
+      ['job', 'x'],
+    ]) {
       const lines: string[] = [];
       expect(
         await ops(
@@ -71,6 +82,38 @@ describe('npm run ops usage', () => {
       1,
       'moved 0 job(s) back to the queue\n',
       `${unknown}: not a dead-lettered job (npm run ops -- dlq list shows them)\n`,
+    ]);
+  }, 20_000);
+
+  // A human-review notice sent the person on call to GET /v1/jobs/<id>, which answers only the job's
+  // tenant: with client keys (production's default) no operator could read the jobs it named.
+  it("job <id> shows any tenant's job to the operator: state, tenant, why it was queued; an unknown one exit 1", async () => {
+    const prefix = `${db.prefix}:job`;
+    const queue = new BullColdQueue({ host: '127.0.0.1', port: 6379, db: Number(new URL(TEST_REDIS_URL).pathname.slice(1)) }, prefix);
+    const { jobId } = await queue.enqueue({
+      body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'a refund over the cap' }] },
+      idempotencyKey: 'review-me',
+      userId: '',
+      jobId: '',
+      customerId: 'acme',
+      jobType: '',
+      reason: 'human_review',
+      reviewRequired: true,
+      enqueuedAt: '2026-11-29T00:00:00.000Z',
+    });
+    await queue.close();
+    const env = { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: prefix };
+    const shown = run(['job', jobId], env);
+    expect([shown.status, shown.stderr]).toEqual([0, '']);
+    expect(shown.stdout).toBe(
+      `${jobId}  waiting  tenant=acme  reason=human_review  attempts=0/5  enqueued=2026-11-29T00:00:00.000Z  finished=-\n`,
+    );
+    const unknown = `llm-${'0'.repeat(40)}`;
+    const missing = run(['job', unknown], env);
+    expect([missing.status, missing.stdout, missing.stderr]).toEqual([
+      1,
+      '',
+      `${unknown}: no such job (answered jobs are kept 7 days, dead-lettered ones 30)\n`,
     ]);
   }, 20_000);
 
