@@ -59,11 +59,17 @@ const CREATED_MARK_MS = 60_000;
 /**
  * Taken by the one instance that replaces a dead job (kept as long as a creation mark): its creation
  * mark goes in the same step, before the job, so an instance that finds no job once it is gone
- * competes for the new mark on equal terms.
+ * competes for the new mark on equal terms. The mark is named in the step from the job as it is
+ * then (its creation and its death), not as the instance read it: the job and its state are read
+ * apart, and a job read just before it died was named as one not finished, a mark nobody held.
+ * None when the job is no longer dead (moved back to run, or already replaced).
  */
 const REPLACE = `
-if not redis.call('SET', KEYS[1], '1', 'PX', ARGV[1], 'NX') then return 0 end
-redis.call('DEL', KEYS[2])
+if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then return 0 end
+local job = redis.call('HMGET', KEYS[2], 'timestamp', 'finishedOn')
+if not job[1] or not job[2] then return 0 end
+if not redis.call('SET', ARGV[1] .. ':' .. job[1] .. ':' .. job[2], '1', 'PX', ARGV[2], 'NX') then return 0 end
+redis.call('DEL', KEYS[1])
 return 1`;
 
 const jobOptions = (backoff: number, o: QueueOptions) => ({
@@ -223,8 +229,9 @@ export class BullColdQueue implements ColdQueue {
    */
   private async removeDead(job: Job<ColdPayload>): Promise<boolean> {
     // This dead job's own (its creation and its death): a job under the id dying later is another.
-    const replacing = `${this.queue.qualifiedName}:replacing:${job.id}:${job.timestamp}:${job.finishedOn}`;
-    if (!(await this.own.eval(REPLACE, 2, replacing, this.createdMark(job.id!), CREATED_MARK_MS))) return false;
+    const replacing = `${this.queue.qualifiedName}:replacing:${job.id}`;
+    const [jobKey, failed] = [this.queue.toKey(job.id!), this.queue.keys.failed];
+    if (!(await this.own.eval(REPLACE, 3, this.createdMark(job.id!), jobKey, failed, replacing, CREATED_MARK_MS, job.id!))) return false;
     return job.remove().then(
       () => true,
       () => false,

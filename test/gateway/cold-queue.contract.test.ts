@@ -430,6 +430,49 @@ describe('a dead-lettered job two instances replace at once (Redis)', () => {
   });
 });
 
+// The job and its state are read together but not in one step: the job read just before its last
+// attempt failed (not yet finished) and its state just after (dead). The instance that read so
+// took the replacement's mark under that unfinished job's name, not the dead job's, so it found the
+// mark free although another instance held the dead job's: both replaced the job, the slower one
+// removing the new job the other had just added, and both said they created it.
+describe('a dead-lettered job found by an instance that read it as it died (Redis)', () => {
+  it('is still replaced once: the new job stays, and one instance says it created it', async () => {
+    const prefix = `test-cq-${process.pid}-${++n}`;
+    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
+    cleanup.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    const failing = a.work(async () => {
+      throw new UnrecoverableError('refused');
+    });
+    const { jobId } = await a.enqueue(payload('read-dying'));
+    await stateIs(a, jobId, 'dead-lettered');
+    await failing.close();
+    const fromA = { ...payload('read-dying'), enqueuedAt: '2026-11-24T10:00:00.000Z' };
+    const fromB = { ...payload('read-dying'), enqueuedAt: '2026-11-24T10:00:00.001Z' };
+    // b read the job as it was before its attempt failed: not finished yet.
+    const getJob = b.queue.getJob.bind(b.queue);
+    vi.spyOn(b.queue, 'getJob').mockImplementationOnce(async (id) => {
+      const job = (await getJob(id))!;
+      job.finishedOn = undefined;
+      return job;
+    });
+    // Its state was read once it had died; a replaces it before b goes on.
+    let aAnswer: unknown;
+    const getJobState = b.queue.getJobState.bind(b.queue);
+    vi.spyOn(b.queue, 'getJobState').mockImplementationOnce(async (id) => {
+      const state = await getJobState(id);
+      aAnswer = await a.enqueue(fromA);
+      return state;
+    });
+    const bAnswer = await b.enqueue(fromB);
+    expect(aAnswer).toEqual({ jobId, created: true });
+    expect(bAnswer).toEqual({ jobId, created: false });
+    expect(await b.get(jobId)).toMatchObject({ state: 'waiting', enqueuedAt: fromA.enqueuedAt });
+  });
+});
+
 describe('what a completed job keeps', () => {
   it('Redis: the request body (the prompt) leaves Redis once the job is answered', async () => {
     const twin = twins['BullMQ (Redis)']({ backoffMs: 20 });
