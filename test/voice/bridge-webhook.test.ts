@@ -126,6 +126,24 @@ describe('phone bridge: Twilio webhooks and the media stream door', () => {
   });
 });
 
+describe("phone bridge: a call ended with no live stream, on the voice service's clock", () => {
+  // The status callback dated the end on the wall clock, the call's start on the service's: with a
+  // clock of its own ahead (the launch drill moves it to business hours) the end came before the
+  // start, the record was refused and the call never recorded.
+  it('a status callback for a call whose stream never came writes its record, dated on that clock', async () => {
+    const ahead = 3 * 24 * 3600_000;
+    s = await bridgeStack(undefined, { statusGraceMs: 1, now: () => new Date(Date.now() + ahead) });
+    expect((await s.twilio.placeCall(form('CA0207'))).status).toBe(200);
+    const status = { CallSid: 'CA0207', AccountSid: ACCOUNT_SID, CallStatus: 'completed' };
+    expect((await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, status)).status).toBe(204);
+    const end = await s.endOf('CA0207');
+    expect(end.record).toMatchObject({ call_id: 'CA0207', outcome: 'abandoned' });
+    expect(Date.parse(end.record!.started_at) - Date.now()).toBeGreaterThan(ahead - 60_000);
+    expect(end.record!.duration_s).toBeGreaterThanOrEqual(0);
+    expect(end.record!.duration_s).toBeLessThan(60);
+  });
+});
+
 describe('phone bridge inside the gateway (createStack)', () => {
   const prefix = `test-bridge-stack-${process.pid}`;
   afterEach(async () => {

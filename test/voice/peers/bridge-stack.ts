@@ -82,9 +82,11 @@ export async function bridgeStack(
     keypadPauseMs?: number;
     /** Telephony rates (none by default: no telephony event). */
     rates?: RatesFile;
+    /** The voice service's clock (the wall clock by default), as the launch drill sets its own. */
+    now?: () => Date;
   } = {},
 ): Promise<BridgeStack> {
-  const { rates = {}, ...opts } = options;
+  const { rates = {}, now, ...opts } = options;
   const [realtime, hooks, observe] = await Promise.all([new RealtimePeer().start(), new Target().start(), new Target().start()]);
   const config = filled();
   config.meta.business_hours_local = 'Mon-Sun 00:00-24:00';
@@ -113,6 +115,7 @@ export async function bridgeStack(
       store: new RedisVoiceStore(redis, prefix, callReducer(config)),
       log,
       workflow,
+      now,
       afterCall: {
         calls: { send: (r) => (records.push(r), events.emit('record', r)) },
         events: meterSink,

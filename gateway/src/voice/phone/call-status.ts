@@ -52,7 +52,7 @@ export class CallStatus {
 
   constructor(
     private readonly deps: {
-      voice: Pick<VoiceService, 'get'>;
+      voice: Pick<VoiceService, 'get' | 'now'>;
       streams: Pick<MediaStreams, 'live'>;
       ends: CallEnds;
       log: { info: (m: string) => void };
@@ -69,7 +69,8 @@ export class CallStatus {
     if (!TERMINAL[status]) return;
     // The call ended when Twilio said so, not when the grace below ran out: its duration and
     // started minutes are the call's, not the wait's.
-    const endedAt = new Date().toISOString();
+    // On the voice service's clock, as the call's start (a drill's clock moved to business hours).
+    const endedAt = this.deps.voice.now().toISOString();
     const reason = this.handedOver.get(callSid) ?? TERMINAL[status];
     const session = this.deps.streams.live.get(callSid);
     // Its end writes the record, unless it handed the call to voicemail (a realtime failure): then
