@@ -111,10 +111,12 @@ export function writeDigestTabs(svc: MeterServices, figures: DigestFigures, even
   const rows = digestGrid(figures, '').length;
   // First, for both tabs together: the cell limit is the one thing that can refuse them, and then neither tab changes.
   const [, sheet] = insertTabs(svc.spreadsheet, [publicTabGrid(eventRows), { name: DIGEST_TAB, rows, columns: LAYOUT.width }]);
+  // Only a Digest shortened by hand is shorter than its block. Grown before the public tab takes its
+  // spare rows, which it does only where they fit after: they must not take the room counted above for the Digest.
+  growFor(svc.spreadsheet, sheet, rows, 0);
   refreshPublicTab(svc, eventRows);
   const tabs = cellsByTab(svc.spreadsheet);
   const grid = digestGrid(figures, fullness(tabs));
-  growFor(svc.spreadsheet, sheet, grid.length, 0); // only a Digest shortened by hand is shorter than its block
   sheet.getRange(1, 1, grid.length, LAYOUT.width).setValues(grid);
   // Today to 4 decimals, as the spend answer, the alert and the e-mail: a sub-cent day showed $0.00 beside its estimated part.
   sheet.getRange(LAYOUT.scoreRow, 1, 1, 3).setNumberFormats([['"$"#,##0.0000', '"$"#,##0.00', '"$"#,##0.00']]);

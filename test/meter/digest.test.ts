@@ -312,6 +312,36 @@ describe('events_public as the events tab grows', () => {
   });
 });
 
+describe('events_public and a Digest tab shortened by hand near the cell limit', () => {
+  // The check before a refresh counts the Digest's rows to grow back together with the public tab's
+  // growth; the public tab's spare rows must not then take the room the Digest was counted for.
+  it('the Digest is grown back and the public tab gets only the rows its QUERY needs, refresh after refresh', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    meter.refreshDigest(); // both tabs exist, the public one 1,000 rows tall
+    const ss = platform.spreadsheet;
+    const digest = ss.tab('Digest')!;
+    const pub = ss.tab('events_public')!;
+    const digestRows = digest.data.length;
+    const events = eventsTab(platform);
+    events.loadRows(
+      2,
+      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+    );
+    digest.maxRows = 10; // rows deleted by hand
+    digest.data.length = 10;
+    // Room for the public tab's 3,001 rows, the Digest's rows back and 12,000 cells more: not for both
+    // the Digest's rows and 1,000 spare rows (13,000 cells), though the spare alone would fit.
+    const needed = (3001 - pub.maxRows) * pub.maxColumns + (digestRows - 10) * digest.maxColumns + 12_000;
+    const others = ss.sheets.filter((s) => s !== events).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
+    events.maxRows = Math.floor((10_000_000 - others - needed) / events.maxColumns);
+    for (let i = 0; i < 2; i++) {
+      expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+      expect(digest.data[0][0]).toBe('AI spend digest');
+      expect(pub.maxRows).toBe(3001);
+    }
+  });
+});
+
 describe('events_public after retention shrinks the events tab', () => {
   /** 6,000 events, 5,000 of them old enough for retention, and the public tab sized to all of them. */
   function peaked() {
