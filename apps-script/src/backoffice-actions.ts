@@ -12,7 +12,7 @@ import type { Progress } from './idempotency';
 import { arg, declinedConsent, finish, locked, upsertContact, excerpt, type Ctx } from './backoffice-rows';
 import { folderFromConfig } from './folders';
 import type { Calendar, CalendarEvent, Folder } from './services';
-import { claimText, sendText } from './sms';
+import { claimText, sendText, sentText, unclaimText } from './sms';
 import { ACTIVITIES, LEADS, TASKS, appendTabRows, columnIn, findKeyed, findRow, recordRow, rowRecord, tab } from './tabs';
 import { checkedTimeZone, localStamp, localText, zonedInstant } from './zoned-time';
 
@@ -67,15 +67,40 @@ function notPast(c: Ctx, start: Date, tz: string, [dateArg, timeArg]: [string, s
   );
 }
 
-/** The text message of an action, at most once: claimed under the lock, sent outside it. */
+/**
+ * The text message of an action, at most once: claimed under the lock, sent outside it. A claim
+ * whose hold of the lock failed (its flush, after the claim was written) is given back: the text was
+ * not sent, and a claim left `sending` would have the retry record it as maybe sent and never send it.
+ */
 function textOnce(c: Ctx, progress: Progress, to: string, body: string, alsoLocked: () => void = () => {}): string {
-  const creds = locked(c, progress, () => {
-    alsoLocked();
-    return to === '' ? null : claimText(c.svc, progress);
-  });
+  const attempt = c.svc.uuid();
+  let claimed = false;
+  let creds: ReturnType<typeof claimText>;
+  try {
+    creds = locked(c, progress, () => {
+      alsoLocked();
+      const claim = to === '' ? null : claimText(c.svc, progress, attempt);
+      claimed = claim !== null;
+      return claim;
+    });
+  } catch (error) {
+    if (claimed) giveBackText(c, progress, attempt);
+    throw error;
+  }
   if (to === '' && !progress.text) progress.text = 'unsent: no phone in the arguments';
-  if (creds) progress.text = sendText(c.svc, creds, to, body); // saved first thing by finish()
+  if (creds) sentText(progress, sendText(c.svc, creds, to, body)); // saved first thing by finish()
   return progress.text as string;
+}
+
+/** Gives back this attempt's claim of the text, unless another attempt has seen it since; what Sheets refuses stays claimed. */
+function giveBackText(c: Ctx, progress: Progress, attempt: string): void {
+  progress.text = undefined; // read again from the record
+  progress.text_claim = undefined;
+  try {
+    locked(c, progress, () => unclaimText(progress, attempt));
+  } catch {
+    // Sheets still failing: the action's own error is the one to report.
+  }
 }
 
 const bookingRef = (key: string) => `Booking ref: ${key}`;

@@ -37,7 +37,7 @@ function credentials(svc: Pick<MeterServices, 'properties'>): TwilioCredentials 
  * and can be sent: read here, since a read that failed after the claim was saved would leave the
  * text `sending`, never sent, and its retry could only record it as unknown.
  */
-export function claimText(svc: Pick<MeterServices, 'properties'>, progress: Progress): TwilioCredentials | null {
+export function claimText(svc: Pick<MeterServices, 'properties'>, progress: Progress, attempt: string): TwilioCredentials | null {
   if (progress.text === SENDING) progress.text = SENDING_SEEN;
   if (progress.text) return null;
   const creds = credentials(svc);
@@ -46,7 +46,25 @@ export function claimText(svc: Pick<MeterServices, 'properties'>, progress: Prog
     return null;
   }
   progress.text = SENDING;
+  progress.text_claim = attempt; // which attempt claimed it, so that only it gives the claim back
   return creds;
+}
+
+/** The claiming attempt's outcome of the send. */
+export function sentText(progress: Progress, outcome: string): void {
+  progress.text = outcome;
+  progress.text_claim = undefined;
+}
+
+/**
+ * Gives back the claim `attempt` made and never sent on (its hold of the lock failed), with the
+ * progress as saved: the text is then as never attempted (`''`), and a retry sends it. A claim
+ * another attempt has seen since (and recorded as unknown), or never saved, is left as it is.
+ */
+export function unclaimText(progress: Progress, attempt: string): void {
+  if (progress.text !== SENDING || progress.text_claim !== attempt) return;
+  progress.text = '';
+  progress.text_claim = undefined;
 }
 
 /** Sends the text (outside the lock) and says what happened. */

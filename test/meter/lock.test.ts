@@ -97,3 +97,22 @@ describe('the script lock and the writes made under it', () => {
     expect(platform.unflushedAtRelease).toEqual([]);
   });
 });
+
+describe('a flush that fails after the work under the lock succeeded', () => {
+  // The action is answered as failed (internal) though its writes may still be applied when the
+  // script ends (here they are): a retry with the same key must finish it, not stop short of it.
+  it('a booking whose text claim was not flushed: the text was never sent, and the retry sends it once', () => {
+    const { platform, act, texts, rows } = backOffice({ twilio: true });
+    const claimed = () => rows('idempotency').some((r) => String(r[4]).includes('"text":"sending"'));
+    platform.calls.failAfter(
+      () => true,
+      (name) => name === 'SpreadsheetApp.flush' && claimed(),
+    );
+    expect(act('book_slot', booking())).toMatchObject({ ok: false, code: 'internal' });
+    expect(texts()).toHaveLength(0);
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, text: 'sent', replayed: false });
+    expect(texts()).toHaveLength(1);
+    expect(act('book_slot', booking())).toMatchObject({ ok: true, text: 'sent', replayed: true });
+    expect(texts()).toHaveLength(1);
+  });
+});
