@@ -10,7 +10,7 @@ import { getEventsSheet, readAllRows } from './events-sheet';
 import { publicTabGrid, refreshPublicTab } from './public-tab';
 import type { MeterServices, Sheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
-import { cellsByTab, growFor, insertTabs } from './tabs';
+import { cellsByTab, giveUpSpare, growFor, insertTabs } from './tabs';
 import { voiceRollups, type VoiceRollup } from './voice-rollup';
 
 export const DIGEST_TAB = 'Digest';
@@ -110,7 +110,11 @@ export function digestFigures(svc: MeterServices): { figures: DigestFigures; eve
 export function writeDigestTabs(svc: MeterServices, figures: DigestFigures, eventRows: number): ReturnType<typeof cellsByTab> {
   const rows = digestGrid(figures, '').length;
   // First, for both tabs together: the cell limit is the one thing that can refuse them, and then neither tab changes.
-  const [, sheet] = insertTabs(svc.spreadsheet, [publicTabGrid(eventRows), { name: DIGEST_TAB, rows, columns: LAYOUT.width }]);
+  // The Digest keeps the columns it was made with (Google's 26): its rows grow back at that width.
+  const width = Math.max(LAYOUT.width, svc.spreadsheet.getSheetByName(DIGEST_TAB)?.getMaxColumns() ?? 0);
+  const grids = [publicTabGrid(eventRows), { name: DIGEST_TAB, rows, columns: width }];
+  giveUpSpare(svc.spreadsheet, grids[0], grids); // the public tab's spare rows, before the Digest is refused room
+  const [, sheet] = insertTabs(svc.spreadsheet, grids);
   // Only a Digest shortened by hand is shorter than its block. Grown before the public tab takes its
   // spare rows, which it does only where they fit after: they must not take the room counted above for the Digest.
   growFor(svc.spreadsheet, sheet, rows, 0);

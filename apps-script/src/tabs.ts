@@ -283,6 +283,21 @@ export function insertTabs(ss: Spreadsheet, tabs: readonly TabGrid[]): Sheet[] {
 }
 
 /**
+ * Gives up as many of the rows the tab `kept` holds past its grid (its spare rows) as the tabs,
+ * grown to their grids, would otherwise take past the cell limit: spare rows go before a refusal.
+ * Nothing changes when the tabs fit, or would not fit even with all of those rows given up.
+ */
+export function giveUpSpare(ss: Spreadsheet, kept: TabGrid, tabs: readonly TabGrid[]): void {
+  const sheet = ss.getSheetByName(kept.name);
+  if (!sheet || sheet.getMaxColumns() !== kept.columns) return;
+  const maxRows = sheet.getMaxRows();
+  if (maxRows <= kept.rows) return;
+  const over = spreadsheetCells(ss) + tabs.reduce((n, t) => n + cellsAdded(ss, t), 0) - SPREADSHEET_CELL_LIMIT;
+  const cut = Math.ceil(over / kept.columns);
+  if (over > 0 && cut <= maxRows - kept.rows) sheet.deleteRows(maxRows - cut + 1, cut);
+}
+
+/**
  * Grows the tab to hold rows up to `lastRow`, with `spare` rows more so that not every write pays
  * for an insert (exactly what is needed near the cell limit). Refuses, before anything is written,
  * growth past the spreadsheet's cell limit (`spreadsheet_full`: the caller writes nothing).

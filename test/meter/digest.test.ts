@@ -236,9 +236,11 @@ describe('creating the Digest and events_public tabs on a nearly full spreadshee
     return {};
   }
   const NEW_TAB_CELLS = 1000 * 26;
+  /** What events_public gives up for it: the 999 spare rows past the one its QUERY needs (no events). */
+  const PUBLIC_SPARE_CELLS = 999 * 13;
 
   it('refreshDigest with no Digest tab and no room for one: spreadsheet_full naming it; events_public is not written', () => {
-    const { meter, snapshot } = nearlyFull(NEW_TAB_CELLS - 100, ['Digest']);
+    const { meter, snapshot } = nearlyFull(NEW_TAB_CELLS - PUBLIC_SPARE_CELLS - 100, ['Digest']);
     const before = snapshot();
     const refused = refusal(() => meter.refreshDigest());
     expect(refused.code).toBe('spreadsheet_full');
@@ -288,7 +290,7 @@ describe('creating the Digest and events_public tabs on a nearly full spreadshee
   });
 
   it('setup() on a nearly full spreadsheet with no Digest tab: spreadsheet_full naming it, not a raw Google error', () => {
-    const { meter } = nearlyFull(NEW_TAB_CELLS - 100, ['Digest']);
+    const { meter } = nearlyFull(NEW_TAB_CELLS - PUBLIC_SPARE_CELLS - 100, ['Digest']);
     expect(refusal(() => meter.setup())).toMatchObject({ code: 'spreadsheet_full', message: expect.stringMatching(/"Digest"/) });
   });
 });
@@ -339,6 +341,50 @@ describe('events_public and a Digest tab shortened by hand near the cell limit',
       expect(digest.data[0][0]).toBe('AI spend digest');
       expect(pub.maxRows).toBe(3001);
     }
+  });
+});
+
+describe('events_public holding spare rows when the Digest needs room', () => {
+  it('gives its spare rows up for a Digest shortened by hand rather than refusing the refresh', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const ss = platform.spreadsheet;
+    const events = eventsTab(platform);
+    events.loadRows(
+      2,
+      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+    );
+    meter.refreshDigest();
+    const pub = ss.tab('events_public')!;
+    expect(pub.maxRows).toBe(3001 + 1000); // its spare, taken while there was room
+    const digest = ss.tab('Digest')!;
+    digest.maxRows = 10; // rows deleted by hand
+    digest.data.length = 10;
+    // Then the events tab took every cell left but 100: the Digest's rows fit only in the spare's room.
+    const others = ss.sheets.filter((s) => s !== events).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
+    events.maxRows = Math.floor((10_000_000 - others - 100) / events.maxColumns);
+    const room = 10_000_000 - others - events.maxRows * events.maxColumns;
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    expect(digest.data[0][0]).toBe('AI spend digest');
+    // As many spare rows as the Digest needed, no more.
+    expect(pub.maxRows).toBe(4001 - Math.ceil(((digest.maxRows - 10) * digest.maxColumns - room) / 13));
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+  });
+
+  it('keeps them when the Digest would not fit even so: refused, neither tab changed', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const ss = platform.spreadsheet;
+    const events = eventsTab(platform);
+    meter.refreshDigest();
+    const pub = ss.tab('events_public')!;
+    pub.maxRows = 1 + 3; // the events' one row and 3 spare
+    const digest = ss.tab('Digest')!;
+    digest.maxRows = 10;
+    digest.data.length = 10;
+    const others = ss.sheets.filter((s) => s !== events).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
+    events.maxRows = Math.floor((10_000_000 - others) / events.maxColumns);
+    expect(() => meter.refreshDigest()).toThrow(/spreadsheet is full/);
+    expect(pub.maxRows).toBe(4);
+    expect(digest.maxRows).toBe(10);
   });
 });
 
