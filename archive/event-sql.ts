@@ -5,18 +5,9 @@
  * Both read the `staged` table: every field as text, plus `line`.
  */
 import { NEUTRAL_MARK } from '../schema/csv-cell';
-import {
-  COST_LIMIT_USD,
-  DECIMAL_TEXT_SOURCE,
-  EVENT_FIELDS,
-  EXPECTED,
-  MAX_COUNT,
-  RFC3339_SOURCE,
-  TEXT_FIELDS,
-  fieldKind,
-  type EventField,
-} from '../schema/event-record';
-import { ID_PATTERN_SOURCE, ID_RULE } from '../schema/ids';
+import { BOOL_TEXTS, EXPECTED_BOOL, EXPECTED_ID, EXPECTED_TIME, NUMBER_RULES } from '../schema/archive-cell';
+import { EVENT_FIELDS, RFC3339_SOURCE, TEXT_FIELDS, fieldKind, type EventField } from '../schema/event-record';
+import { ID_PATTERN_SOURCE } from '../schema/ids';
 
 const COST_TYPE = 'DECIMAL(18,9)';
 
@@ -30,51 +21,42 @@ const instantText = (c: string) => `regexp_replace(upper(trim(${c})), ${LEAP}, '
 const leapSecond = (c: string) => `CASE WHEN regexp_matches(upper(${c}), ${LEAP}) THEN INTERVAL 1 SECOND ELSE INTERVAL 0 SECOND END`;
 const instant = (c: string) => `(CAST(${instantText(c)} AS TIMESTAMPTZ) + ${leapSecond(c)})`;
 /** The meter's decimal text: no sign, no `_`, no hex (DuckDB's cast takes `+5`, `1_000`, `-0`). */
-const decimalText = (c: string) => `coalesce(regexp_full_match(trim(${c}), '${DECIMAL_TEXT_SOURCE}'), false)`;
 
 const q = (f: EventField) => `"${f}"`;
 const present = (f: EventField) => `(${q(f)} IS NOT NULL AND ${q(f)} <> '')`;
 
 /**
  * SQL conditions that are true when the field's text is not acceptable, each with what was
- * expected. Counts and costs have the meter's own limits (schema/event-record.ts), which also keep
- * them inside BIGINT and DECIMAL(18,9).
+ * expected: the rules of schema/archive-cell.ts, which the meter's export holds its rows to as well.
+ * Counts and costs have the meter's own limits (schema/event-record.ts), which also keep them
+ * inside BIGINT and DECIMAL(18,9).
  */
 function checks(f: EventField): Array<[string, string]> {
   const c = q(f);
-  switch (fieldKind(f)) {
+  const kind = fieldKind(f);
+  switch (kind) {
     case 'id':
-      return [[`NOT coalesce(regexp_full_match(${c}, '${ID_PATTERN_SOURCE}'), false)`, `expected an event id (${ID_RULE})`]];
+      return [[`NOT coalesce(regexp_full_match(${c}, '${ID_PATTERN_SOURCE}'), false)`, `expected ${EXPECTED_ID}`]];
     case 'time':
       return [
         [
           `NOT (coalesce(regexp_full_match(trim(${c}), '${RFC3339_SOURCE}'), false) AND substr(trim(${c}), 12, 2) <= '23' AND TRY_CAST(${instantText(c)} AS TIMESTAMPTZ) IS NOT NULL)`,
-          'expected an RFC 3339 date-time such as 2026-01-31T12:00:00Z',
+          `expected ${EXPECTED_TIME}`,
         ],
       ];
-    case 'int': {
-      const digits = `regexp_full_match(trim(${c}), '[0-9]+')`;
+    case 'int':
+    case 'decimal':
+    case 'unit': {
+      const rule = NUMBER_RULES[kind];
+      const value = `TRY_CAST(trim(${c}) AS DOUBLE)`;
+      const number = `coalesce(regexp_full_match(trim(${c}), '${rule.pattern}') AND isfinite(${value}), false)`;
       return [
-        [`${present(f)} AND NOT ${digits}`, `expected ${EXPECTED.count}`],
-        // Too many digits for HUGEINT casts to NULL: too large as well.
-        [
-          `${present(f)} AND ${digits} AND coalesce(TRY_CAST(trim(${c}) AS HUGEINT) > ${MAX_COUNT}, true)`,
-          `expected ${EXPECTED.countRange}`,
-        ],
+        [`${present(f)} AND NOT ${number}`, `expected ${rule.expected}`],
+        [`${present(f)} AND ${number} AND ${value} ${rule.maxIncluded ? '>' : '>='} ${rule.max}`, `expected ${rule.rangeExpected}`],
       ];
     }
-    case 'decimal':
-      return [
-        [
-          `${present(f)} AND (NOT ${decimalText(c)} OR coalesce(NOT isfinite(TRY_CAST(${c} AS DOUBLE)), true))`,
-          `expected ${EXPECTED.cost}`,
-        ],
-        [`${present(f)} AND coalesce(TRY_CAST(${c} AS DOUBLE) >= ${COST_LIMIT_USD}, false)`, `expected ${EXPECTED.costRange}`],
-      ];
-    case 'unit':
-      return [[`${present(f)} AND (NOT ${decimalText(c)} OR coalesce(TRY_CAST(${c} AS DOUBLE) > 1, true))`, `expected ${EXPECTED.unit}`]];
     case 'bool':
-      return [[`${present(f)} AND lower(trim(${c})) NOT IN ('true', 'false')`, 'expected true or false']];
+      return [[`${present(f)} AND lower(trim(${c})) NOT IN (${BOOL_TEXTS.map((t) => `'${t}'`).join(', ')})`, `expected ${EXPECTED_BOOL}`]];
     case 'text':
       return [];
   }

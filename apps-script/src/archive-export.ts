@@ -13,9 +13,10 @@
  * run at a time, and a run cut off between the file and the watermark is finished by the next one
  * (EXPORT_IN_PROGRESS below).
  */
-import { csvField } from '../../schema/csv-cell';
-import { CLOCK_SKEW_ALLOWANCE_MS, CSV_HEADER, EVENT_FIELDS, formatTimestamp } from '../../schema/event-record';
-import { EVENT_AT, cellCost, cellTime, getEventsSheet, readAllRows } from './events-sheet';
+import { archiveFieldProblem } from '../../schema/archive-cell';
+import { csvField, restoreText } from '../../schema/csv-cell';
+import { CLOCK_SKEW_ALLOWANCE_MS, CSV_HEADER, EVENT_FIELDS, TEXT_FIELDS, formatTimestamp } from '../../schema/event-record';
+import { EVENT_AT, cellTime, getEventsSheet, readAllRows } from './events-sheet';
 import { folderFromConfig } from './folders';
 import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
 import type { Folder, MeterServices } from './services';
@@ -49,13 +50,39 @@ function isDate(value: unknown): value is Date {
  * as typed, the archive would refuse the whole night's file.
  */
 function rowToCsvLine(row: unknown[]): string {
-  return EVENT_FIELDS.map((_, i) => {
-    const v = row[i];
-    if (i === EVENT_AT.timestamp && typeof v === 'string' && !Number.isNaN(cellTime(v))) return formatTimestamp(new Date(cellTime(v)));
-    if (isDate(v)) return formatTimestamp(v);
-    if (typeof v === 'boolean') return v ? 'true' : 'false';
-    return csvField(v);
-  }).join(',');
+  return EVENT_FIELDS.map((_, i) => csvField(exportValue(row, i))).join(',');
+}
+
+/** A cell as the export writes it (before csvField): dates as RFC 3339 UTC, booleans as true/false. */
+function exportValue(row: unknown[], i: number): unknown {
+  const v = row[i];
+  if (i === EVENT_AT.timestamp && typeof v === 'string' && !Number.isNaN(cellTime(v))) return formatTimestamp(new Date(cellTime(v)));
+  if (isDate(v)) return formatTimestamp(v);
+  if (typeof v === 'boolean') return v ? 'true' : 'false';
+  return v;
+}
+
+const TEXT_AT = new Set<number>(TEXT_FIELDS.map((f) => EVENT_FIELDS.indexOf(f)));
+
+/** A CSV field's text as the archive reads it: unquoted, and a text field without its mark. */
+function archiveReads(field: string, i: number): string {
+  const text = field.startsWith('"') ? field.slice(1, -1).replace(/""/g, '"') : field;
+  return TEXT_AT.has(i) ? restoreText(text) : text;
+}
+
+/**
+ * The first field of a row that `npm run archive` would refuse (schema/archive-cell.ts: the rule
+ * the archive checks with), as `field: expected …`, or '' when it takes the row. A cell edited by
+ * hand (a token count `1.2k`, a cost `$1.50` or of $1,000,000,000, `yes` in a flag, an emptied
+ * event_id) written as it is stopped the archive on the whole night's file, and the correction made
+ * in the events tab afterwards never reached the archive. Such a row waits like an undated one.
+ */
+function archiveRefusal(row: unknown[]): string {
+  for (let i = 0; i < EVENT_FIELDS.length; i++) {
+    const problem = archiveFieldProblem(EVENT_FIELDS[i], archiveReads(csvField(exportValue(row, i)), i));
+    if (problem) return `${EVENT_FIELDS[i]}: expected ${problem}`;
+  }
+  return '';
 }
 
 /** A file's text from its lines (the header first): CRLF after each. */
@@ -93,21 +120,14 @@ interface ExportPlan {
   more: boolean;
   /** The last row up to which everything is exported after this run, and its event. */
   watermark: Watermark;
-  /** Event ids of the rows passed over (undated, or a cost not a number ≥ 0) at or above that watermark, not exported yet (undated-rows.ts). */
+  /** Event ids of the rows passed over (undated, or a cell the archive would refuse) at or above that watermark, not exported yet (undated-rows.ts). */
   undated: string[];
   notes: string[];
 }
 
 /**
- * A cost cell the archive would refuse (typed over by hand: "$1.50", a negative refund, a note):
- * written as it is, it stopped `npm run archive` on the whole night's file, and the correction made
- * in the events tab afterwards never reached the archive. Such a row waits like an undated one.
- */
-const costUnreadable = (row: unknown[]) => Number.isNaN(cellCost(row[EVENT_AT.cost_usd]));
-
-/**
- * Rows passed over earlier (above the watermark) for a timestamp that was not a date or a cost that
- * was not a number ≥ 0, corrected since: due now when their day is over. Ids no longer in the tab
+ * Rows passed over earlier (above the watermark) for a timestamp that was not a date or a cell the
+ * archive would refuse, corrected since: due now when their day is over. Ids no longer in the tab
  * (the row deleted by hand) are dropped.
  */
 function datedSince(rows: unknown[][], upTo: number, pending: Set<string>, todayStart: number, aheadFrom: number): unknown[][] {
@@ -118,8 +138,8 @@ function datedSince(rows: unknown[][], upTo: number, pending: Set<string>, today
     if (!pending.has(id)) continue;
     seen.add(id);
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
-    // Still undated or its cost still unreadable, or today's: a later night.
-    if (Number.isNaN(t) || costUnreadable(rows[r - 2]) || (t >= todayStart && t <= aheadFrom)) continue;
+    // Still undated or refused by the archive, or today's: a later night.
+    if (Number.isNaN(t) || archiveRefusal(rows[r - 2]) || (t >= todayStart && t <= aheadFrom)) continue;
     due.push(rows[r - 2]);
     pending.delete(id);
   }
@@ -139,7 +159,7 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   let row = startRow;
   let waiting = false;
   let unreadable = 0;
-  let badCost = 0;
+  const refused = new Map<string, number>(); // what the archive would say → how many rows
   let ahead = 0;
   const csv = [CSV_HEADER, ...out.map(rowToCsvLine)];
   let bytes = csv.reduce((n, line) => n + lineBytes(line), 0);
@@ -155,13 +175,15 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   for (let r = startRow + 1; r <= rows.length + 1 && !full; r++) {
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
     const id = String(rows[r - 2][EVENT_AT.event_id]);
-    const held = Number.isNaN(t) || costUnreadable(rows[r - 2]);
+    const refusal = Number.isNaN(t) ? '' : archiveRefusal(rows[r - 2]);
+    const held = Number.isNaN(t) || refusal !== '';
     if (!held) pending.delete(id); // below the watermark (exported from the top): taken here
     if (held) {
       if (Number.isNaN(t)) unreadable++;
-      else badCost++;
-      // Remembered, the watermark may pass it; past what can be remembered, it waits here.
-      if (!waiting && pending.size < MAX_UNDATED) pending.add(id);
+      else refused.set(refusal, (refused.get(refusal) ?? 0) + 1);
+      // Remembered, the watermark may pass it; past what can be remembered, it waits here. A row is
+      // remembered by its event_id: one whose event_id is refused waits here until it is corrected.
+      if (!waiting && pending.size < MAX_UNDATED && !refusal.startsWith('event_id:')) pending.add(id);
       else waiting = true;
     } else if (t < todayStart || t > aheadFrom) {
       // From the future: waiting for its day would hold the watermark for good. A full file: the
@@ -177,20 +199,28 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   const notes = [
     trusted ? '' : previous ? 'the previous watermark no longer matched its row (rows were moved by hand): exported from the top' : '',
     typedBack
-      ? `${typedBack} row(s) passed over earlier for a timestamp that was not a date or a cost that was not a number ≥ 0, corrected since, were exported`
+      ? `${typedBack} row(s) passed over earlier for a timestamp that was not a date or a cell the archive would refuse, corrected since, were exported`
       : '',
     unreadable
       ? `${unreadable} row(s) have no readable timestamp and were not exported (correct them in the events tab: a later night exports them)`
       : '',
-    badCost
-      ? `${badCost} row(s) have a cost that is not a number ≥ 0 and were not exported (correct them in the events tab: a later night exports them)`
-      : '',
+    refused.size ? refusedNote(refused) : '',
     ahead
       ? `${ahead} row(s) stamped more than ${CLOCK_SKEW_ALLOWANCE_MS / 60_000} minutes in the future were exported now instead of waiting for their day (check the sender's clock)`
       : '',
   ].filter(Boolean);
   const eventId = row >= 2 ? String(rows[row - 2][EVENT_AT.event_id]) : '';
   return { out, csv, more, watermark: { row, eventId, exportedAt: new Date(nowMs).toISOString() }, undated: [...pending], notes };
+}
+
+/** The run's note on rows held back for a cell the archive would refuse: how many, and why. */
+function refusedNote(refused: Map<string, number>): string {
+  const rows = [...refused.values()].reduce((a, b) => a + b, 0);
+  const why = [...refused].map(([problem, n]) => `${n} with ${problem}`).join(', ');
+  const noId = [...refused.keys()].some((problem) => problem.startsWith('event_id:'))
+    ? '; the watermark waits at a row whose event_id is refused (it cannot be remembered by that id), rows after it are exported again then'
+    : '';
+  return `${rows} row(s) have a cell npm run archive would refuse (${why}) and were not exported (correct them in the events tab: a later night exports them${noId})`;
 }
 
 function freeName(folder: Folder, base: string): string {

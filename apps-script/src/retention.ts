@@ -102,7 +102,7 @@ interface SplitRows {
 
 /**
  * The rows that stay, and how many go: old and exported (at or above the watermark's row, and not
- * a row the export passed over, undated or with a cost not a number ≥ 0, corrected since: undated-rows.ts).
+ * a row the export passed over, undated or with a cell the archive would refuse: undated-rows.ts).
  */
 function splitRows(rows: unknown[][], cutoffMs: number, wmRow: number, undated: Set<string>): SplitRows {
   const keep: unknown[][] = [];

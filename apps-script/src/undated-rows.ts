@@ -1,9 +1,9 @@
 /**
  * Rows the archive export passed over because their timestamp reads as no date (typed by hand in
- * another locale's order, which Sheets keeps as text) or their cost is not a number ≥ 0 (typed over
- * by hand, which the archive would refuse). The watermark moves past them, or one such
+ * another locale's order, which Sheets keeps as text) or a cell of theirs was edited by hand into
+ * text the archive would refuse (schema/archive-cell.ts). The watermark moves past them, or one such
  * row would hold back the export and retention for good; their event_ids are kept here (script
- * property `EXPORT_UNDATED`) so that once the date or cost is corrected, as the meter asks, the next export
+ * property `EXPORT_UNDATED`) so that once the date or cell is corrected, as the meter asks, the next export
  * takes them, and retention, which deletes old rows at or above the watermark, keeps them until then.
  */
 import type { MeterServices } from './services';

@@ -145,7 +145,9 @@ describe('exportArchive and doGet export', () => {
     row('typed')[cost] = '$1.50';
     row('refund')[cost] = -5;
     platform.clock.set('2026-11-22T01:00:00Z');
-    expect(meter.exportArchive()).toMatch(/wrote 2 row\(s\).*2 row\(s\) have a cost that is not a number ≥ 0 and were not exported/);
+    expect(meter.exportArchive()).toMatch(
+      /wrote 2 row\(s\).*2 row\(s\) have a cell npm run archive would refuse \(2 with cost_usd: expected a number >= 0\) and were not exported/,
+    );
     const ids = (file: number) => {
       const { lines } = csvOf(platform)[file];
       return lines.slice(1).map((l) => l.split(',')[0]);

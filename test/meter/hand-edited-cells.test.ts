@@ -1,0 +1,102 @@
+// Cells of the events tab edited by hand into values the archive refuses: the nightly export holds
+// such a row back (as it does an undated one) instead of writing a file npm run archive refuses
+// whole. The built bundle in node:vm; its file goes through the archive itself.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { convert } from '../../archive/convert';
+import { EVENT_FIELDS } from '../../schema/event-record';
+import type { Cell } from './fakes/cells';
+import type { FakePlatform } from './fakes/platform';
+import { dataRows, eventsTab, freshMeter, post } from './maintenance-setup';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+/** Runs npm run archive's convert on a CSV text; the rows it archived. */
+async function archive(csv: string): Promise<number> {
+  const dir = mkdtempSync(join(tmpdir(), 'hand-edited-'));
+  dirs.push(dir);
+  const file = join(dir, 'in.csv');
+  writeFileSync(file, csv);
+  return (await convert(file, { out: join(dir, 'archive') })).rows;
+}
+
+const at = (f: (typeof EVENT_FIELDS)[number]) => EVENT_FIELDS.indexOf(f);
+const files = (platform: FakePlatform) => platform.drive.folders[0].files;
+const ids = (csv: string) =>
+  csv
+    .trim()
+    .split('\r\n')
+    .slice(1)
+    .map((l) => l.split(',')[0]);
+
+/** Hand edits the archive refuses, one per row: [event_id, field, value typed]. */
+const EDITS: Array<[string, (typeof EVENT_FIELDS)[number], Cell]> = [
+  ['tokens', 'input_tokens', '1.2k'],
+  ['negative', 'output_tokens', -3],
+  ['flag', 'pii_flag', 'yes'],
+  ['score', 'eval_score', 1.5],
+  ['confidence', 'confidence', -0.1],
+  ['billion', 'cost_usd', 1e9],
+  ['noid', 'event_id', ''],
+];
+
+describe('hand-edited cells and the archive export', () => {
+  it('the nightly export holds back every row the archive would refuse, says how many, exports each once corrected; retention keeps them', async () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    const events = ['good1', ...EDITS.map(([id]) => id), 'good2'].map((event_id, i) => ({
+      event_id,
+      timestamp: `2026-11-21T10:0${i}:00Z`,
+      cost_usd: 1,
+    }));
+    post(meter, { events });
+    const rows = () => dataRows(eventsTab(platform));
+    const row = (n: number) => rows()[n];
+    EDITS.forEach(([, field, value], i) => (row(i + 1)[at(field)] = value));
+    platform.clock.set('2026-11-22T01:00:00Z');
+    const message = meter.exportArchive() as string;
+    expect(message).toMatch(/wrote 2 row\(s\)/);
+    expect(message).toMatch(/7 row\(s\) have a cell npm run archive would refuse \(.*\) and were not exported/);
+    expect(message).toContain('1 with input_tokens: expected a whole number >= 0');
+    expect(message).toContain('1 with cost_usd: expected a number >= 0 and below 1000000000');
+    expect(message).toContain('1 with event_id: expected an event id');
+    expect(message).toContain('the watermark waits at a row whose event_id is refused');
+    // The row with no event_id cannot be remembered (by its id): the watermark waits before it, so
+    // the next night's file holds good2 again (the archive keeps one row per event_id).
+    expect(ids(files(platform)[0].content)).toEqual(['good1', 'good2']);
+    expect(await archive(files(platform)[0].content)).toBe(2);
+
+    // Corrected by hand, as the run asks: the next night exports them, and the archive takes them.
+    EDITS.forEach(([id, field], i) => (row(i + 1)[at(field)] = field === 'event_id' ? id : field === 'pii_flag' ? false : 0));
+    platform.clock.set('2026-12-23T02:00:00Z');
+    meter.applyRetention();
+    expect(rows().map((r) => r[0])).toEqual([...EDITS.map(([id]) => id), 'good2']);
+    platform.clock.set('2026-12-23T03:00:00Z');
+    expect(meter.exportArchive()).toMatch(/wrote 8 row\(s\)/);
+    expect(ids(files(platform)[1].content)).toEqual([...EDITS.map(([id]) => id), 'good2']);
+    expect(await archive(files(platform)[1].content)).toBe(8);
+    meter.applyRetention();
+    expect(rows()).toEqual([]);
+  });
+
+  it("a corrected row the watermark passed goes into a later night's file", async () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, {
+      events: ['good1', 'tokens', 'good2'].map((event_id, i) => ({ event_id, timestamp: `2026-11-21T10:0${i}:00Z` })),
+    });
+    const row = () => dataRows(eventsTab(platform))[1];
+    row()[at('input_tokens')] = '1.2k';
+    platform.clock.set('2026-11-22T01:00:00Z');
+    expect(meter.exportArchive()).toMatch(/wrote 2 row\(s\).*watermark at row 4.*1 row\(s\) have a cell npm run archive would refuse/);
+    expect(await archive(files(platform)[0].content)).toBe(2);
+    expect(meter.exportArchive()).toMatch(/no rows to export/);
+    row()[at('input_tokens')] = 1200;
+    expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\).*1 row\(s\) passed over earlier/);
+    expect(ids(files(platform)[1].content)).toEqual(['tokens']);
+    expect(await archive(files(platform)[1].content)).toBe(1);
+  });
+});
