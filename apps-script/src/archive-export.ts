@@ -92,11 +92,25 @@ function rowsToCsv(rows: unknown[][]): string {
   return csvText([CSV_HEADER, ...rows.map(rowToCsvLine)]);
 }
 
-/** `doGet?action=export&since=YYYY-MM-DD`: rows with a timestamp on or after that UTC day. */
-export function exportSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
+/**
+ * `doGet?action=export&since=YYYY-MM-DD`: rows with a timestamp on or after that UTC day, without
+ * the rows `npm run archive` would refuse (a cell edited by hand), which the nightly export holds
+ * back too: written as typed, one of them made the archive refuse the whole export. How many were
+ * left out, and why, goes to the log (the web app's executions).
+ */
+export function exportSince(svc: Pick<MeterServices, 'spreadsheet' | 'log'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
   checkSheetTimeZone(svc.spreadsheet);
-  return rowsToCsv(readAllRows(getEventsSheet(svc.spreadsheet)).filter((row) => cellTime(row[EVENT_AT.timestamp]) >= from));
+  const rows: unknown[][] = [];
+  const refused = new Map<string, number>();
+  for (const row of readAllRows(getEventsSheet(svc.spreadsheet))) {
+    if (!(cellTime(row[EVENT_AT.timestamp]) >= from)) continue;
+    const refusal = archiveRefusal(row);
+    if (refusal) refused.set(refusal, (refused.get(refusal) ?? 0) + 1);
+    else rows.push(row);
+  }
+  if (refused.size) svc.log(`export since ${since}: ${refusedCount(refused)} left out (correct them in the events tab)`);
+  return rowsToCsv(rows);
 }
 
 /** The archive folder from Config, creating it (and recording its id) when missing. */
@@ -215,12 +229,17 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
 
 /** The run's note on rows held back for a cell the archive would refuse: how many, and why. */
 function refusedNote(refused: Map<string, number>): string {
-  const rows = [...refused.values()].reduce((a, b) => a + b, 0);
-  const why = [...refused].map(([problem, n]) => `${n} with ${problem}`).join(', ');
   const noId = [...refused.keys()].some((problem) => problem.startsWith('event_id:'))
     ? '; the watermark waits at a row whose event_id is refused (it cannot be remembered by that id), rows after it are exported again then'
     : '';
-  return `${rows} row(s) have a cell npm run archive would refuse (${why}) and were not exported (correct them in the events tab: a later night exports them${noId})`;
+  return `${refusedCount(refused)} not exported (correct them in the events tab: a later night exports them${noId})`;
+}
+
+/** How many rows have a cell the archive would refuse, and why. */
+function refusedCount(refused: Map<string, number>): string {
+  const rows = [...refused.values()].reduce((a, b) => a + b, 0);
+  const why = [...refused].map(([problem, n]) => `${n} with ${problem}`).join(', ');
+  return `${rows} row(s) have a cell npm run archive would refuse (${why}) and were`;
 }
 
 function freeName(folder: Folder, base: string): string {

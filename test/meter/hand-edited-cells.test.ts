@@ -8,8 +8,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { EVENT_FIELDS } from '../../schema/event-record';
 import type { Cell } from './fakes/cells';
-import type { FakePlatform } from './fakes/platform';
-import { dataRows, eventsTab, freshMeter, post } from './maintenance-setup';
+import { webEvent, type FakePlatform, type FakeTextOutput } from './fakes/platform';
+import { SECRET, dataRows, eventsTab, freshMeter, post } from './maintenance-setup';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -98,5 +98,22 @@ describe('hand-edited cells and the archive export', () => {
     expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\).*1 row\(s\) passed over earlier/);
     expect(ids(files(platform)[1].content)).toEqual(['tokens']);
     expect(await archive(files(platform)[1].content)).toBe(1);
+  });
+
+  it('doGet?action=export leaves out the rows the archive would refuse, and logs how many and why', async () => {
+    // Written as typed, they made npm run archive refuse the whole export.
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    const events = ['good1', ...EDITS.map(([id]) => id), 'good2'].map((event_id, i) => ({
+      event_id,
+      timestamp: `2026-11-21T10:0${i}:00Z`,
+    }));
+    post(meter, { events });
+    EDITS.forEach(([, field, value], i) => (dataRows(eventsTab(platform))[i + 1][at(field)] = value));
+    const out = meter.doGet(webEvent({ token: SECRET, action: 'export', since: '2026-11-21' })) as FakeTextOutput;
+    expect(ids(out.getContent())).toEqual(['good1', 'good2']);
+    expect(await archive(out.getContent())).toBe(2);
+    expect(platform.logs.join('\n')).toMatch(
+      /export since 2026-11-21: 7 row\(s\) have a cell npm run archive would refuse \(.*1 with pii_flag: expected true or false.*\) and were left out/,
+    );
   });
 });
