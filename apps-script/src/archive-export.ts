@@ -50,7 +50,12 @@ function isDate(value: unknown): value is Date {
  * as typed, the archive would refuse the whole night's file.
  */
 function rowToCsvLine(row: unknown[]): string {
-  return EVENT_FIELDS.map((_, i) => csvField(exportValue(row, i))).join(',');
+  return csvCells(row).join(',');
+}
+
+/** A row's fields as the CSV holds them: made once, for the line and for the archive's check alike. */
+function csvCells(row: unknown[]): string[] {
+  return EVENT_FIELDS.map((_, i) => csvField(exportValue(row, i)));
 }
 
 /** A cell as the export writes it (before csvField): dates as RFC 3339 UTC, booleans as true/false. */
@@ -77,9 +82,9 @@ function archiveReads(field: string, i: number): string {
  * event_id) written as it is stopped the archive on the whole night's file, and the correction made
  * in the events tab afterwards never reached the archive. Such a row waits like an undated one.
  */
-function archiveRefusal(row: unknown[]): string {
+function archiveRefusal(cells: string[]): string {
   for (let i = 0; i < EVENT_FIELDS.length; i++) {
-    const problem = archiveFieldProblem(EVENT_FIELDS[i], archiveReads(csvField(exportValue(row, i)), i));
+    const problem = archiveFieldProblem(EVENT_FIELDS[i], archiveReads(cells[i], i));
     if (problem) return `${EVENT_FIELDS[i]}: expected ${problem}`;
   }
   return '';
@@ -87,10 +92,6 @@ function archiveRefusal(row: unknown[]): string {
 
 /** A file's text from its lines (the header first): CRLF after each. */
 const csvText = (lines: string[]) => lines.join('\r\n') + '\r\n';
-
-function rowsToCsv(rows: unknown[][]): string {
-  return csvText([CSV_HEADER, ...rows.map(rowToCsvLine)]);
-}
 
 /**
  * `doGet?action=export&since=YYYY-MM-DD`: rows with a timestamp on or after that UTC day, without
@@ -101,16 +102,17 @@ function rowsToCsv(rows: unknown[][]): string {
 export function exportSince(svc: Pick<MeterServices, 'spreadsheet' | 'log'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
   checkSheetTimeZone(svc.spreadsheet);
-  const rows: unknown[][] = [];
+  const lines = [CSV_HEADER];
   const refused = new Map<string, number>();
   for (const row of readAllRows(getEventsSheet(svc.spreadsheet))) {
     if (!(cellTime(row[EVENT_AT.timestamp]) >= from)) continue;
-    const refusal = archiveRefusal(row);
+    const cells = csvCells(row);
+    const refusal = archiveRefusal(cells);
     if (refusal) refused.set(refusal, (refused.get(refusal) ?? 0) + 1);
-    else rows.push(row);
+    else lines.push(cells.join(','));
   }
   if (refused.size) svc.log(`export since ${since}: ${refusedCount(refused)} left out (correct them in the events tab)`);
-  return rowsToCsv(rows);
+  return csvText(lines);
 }
 
 /** The archive folder from Config, creating it (and recording its id) when missing. */
@@ -153,7 +155,7 @@ function datedSince(rows: unknown[][], upTo: number, pending: Set<string>, today
     seen.add(id);
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
     // Still undated or refused by the archive, or today's: a later night.
-    if (Number.isNaN(t) || archiveRefusal(rows[r - 2]) || (t >= todayStart && t <= aheadFrom)) continue;
+    if (Number.isNaN(t) || archiveRefusal(csvCells(rows[r - 2])) || (t >= todayStart && t <= aheadFrom)) continue;
     due.push(rows[r - 2]);
     pending.delete(id);
   }
@@ -177,8 +179,7 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   let ahead = 0;
   const csv = [CSV_HEADER, ...out.map(rowToCsvLine)];
   let bytes = csv.reduce((n, line) => n + lineBytes(line), 0);
-  const take = (row: unknown[]): boolean => {
-    const line = rowToCsvLine(row);
+  const take = (row: unknown[], line: string): boolean => {
     if (out.length > 0 && bytes + lineBytes(line) > FILE_BYTES) return false;
     bytes += lineBytes(line);
     csv.push(line);
@@ -189,7 +190,8 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   for (let r = startRow + 1; r <= rows.length + 1 && !full; r++) {
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
     const id = String(rows[r - 2][EVENT_AT.event_id]);
-    const refusal = Number.isNaN(t) ? '' : archiveRefusal(rows[r - 2]);
+    const cells = Number.isNaN(t) ? null : csvCells(rows[r - 2]);
+    const refusal = cells ? archiveRefusal(cells) : '';
     const held = Number.isNaN(t) || refusal !== '';
     if (!held) pending.delete(id); // below the watermark (exported from the top): taken here
     if (held) {
@@ -202,7 +204,7 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
     } else if (t < todayStart || t > aheadFrom) {
       // From the future: waiting for its day would hold the watermark for good. A full file: the
       // row and those after it go into the next one (the watermark stays before it).
-      if (!take(rows[r - 2])) full = true;
+      if (!take(rows[r - 2], cells!.join(','))) full = true;
       else if (t > aheadFrom) ahead++;
     } else waiting = true; // today's row: next night's export takes it
     if (!waiting && !full) row = r;
