@@ -51,6 +51,7 @@ const child = spawn(process.execPath, ['gateway/dist/main.js'], {
     VOICE_TOKEN: 'bench',
     CONCIERGE_FILE: join(dir, 'concierge.json'),
     METER_CSV_FILE: join(dir, 'e.csv'),
+    CALLS_CSV_FILE: join(dir, 'calls.csv'),
     WORKER: 'off',
     ...(process.env.QUEUE_STORE_URL ? { QUEUE_STORE_URL: process.env.QUEUE_STORE_URL, REDIS_PREFIX: `bench-voice-${process.pid}` } : {}),
   },

@@ -327,6 +327,7 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
       QUEUE_STORE_URL: REDIS_URL,
       REDIS_PREFIX: prefix,
       METER_CSV_FILE: join(dir, 'e.csv'),
+      CALLS_CSV_FILE: join(dir, 'calls.csv'),
       SCOPES_FILE: join(dir, 'none.yaml'),
       HOT_BASE_URL: 'http://127.0.0.1:9/v1',
     };
