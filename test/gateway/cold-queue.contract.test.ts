@@ -399,6 +399,24 @@ describe('a job whose claim a killed run left (Redis)', () => {
 // Two instances given the request again (a client's retry reaching both) both found its job dead;
 // the one slower to remove it removed the new job the other had just added in its place, added its
 // own and said it created it too: a person was told of one job twice.
+/**
+ * `b` reads the dead job's state, then `a` replaces the job before `b` goes on: one new job (`a`'s),
+ * and only `a` says it created it.
+ */
+async function expectReplacedOnce(a: BullColdQueue, b: BullColdQueue, jobId: string, fromA: ColdPayload, fromB: ColdPayload) {
+  let aAnswer: unknown;
+  const getJobState = b.queue.getJobState.bind(b.queue);
+  vi.spyOn(b.queue, 'getJobState').mockImplementationOnce(async (id) => {
+    const state = await getJobState(id);
+    aAnswer = await a.enqueue(fromA);
+    return state;
+  });
+  const bAnswer = await b.enqueue(fromB);
+  expect(aAnswer).toEqual({ jobId, created: true });
+  expect(bAnswer).toEqual({ jobId, created: false });
+  expect(await b.get(jobId)).toMatchObject({ state: 'waiting', enqueuedAt: fromA.enqueuedAt });
+}
+
 describe('a dead-lettered job two instances replace at once (Redis)', () => {
   it('is replaced once: the new job stays, and one instance says it created it', async () => {
     const prefix = `test-cq-${process.pid}-${++n}`;
@@ -416,17 +434,7 @@ describe('a dead-lettered job two instances replace at once (Redis)', () => {
     const fromA = { ...payload('raced'), enqueuedAt: '2026-11-24T10:00:00.000Z' };
     const fromB = { ...payload('raced'), enqueuedAt: '2026-11-24T10:00:00.001Z' };
     // b finds the job dead; a replaces it before b goes on.
-    let aAnswer: unknown;
-    const getJobState = b.queue.getJobState.bind(b.queue);
-    vi.spyOn(b.queue, 'getJobState').mockImplementationOnce(async (id) => {
-      const state = await getJobState(id);
-      aAnswer = await a.enqueue(fromA);
-      return state;
-    });
-    const bAnswer = await b.enqueue(fromB);
-    expect(aAnswer).toEqual({ jobId, created: true });
-    expect(bAnswer).toEqual({ jobId, created: false });
-    expect(await b.get(jobId)).toMatchObject({ state: 'waiting', enqueuedAt: fromA.enqueuedAt });
+    await expectReplacedOnce(a, b, jobId, fromA, fromB);
   });
 });
 
@@ -459,17 +467,7 @@ describe('a dead-lettered job found by an instance that read it as it died (Redi
       return job;
     });
     // Its state was read once it had died; a replaces it before b goes on.
-    let aAnswer: unknown;
-    const getJobState = b.queue.getJobState.bind(b.queue);
-    vi.spyOn(b.queue, 'getJobState').mockImplementationOnce(async (id) => {
-      const state = await getJobState(id);
-      aAnswer = await a.enqueue(fromA);
-      return state;
-    });
-    const bAnswer = await b.enqueue(fromB);
-    expect(aAnswer).toEqual({ jobId, created: true });
-    expect(bAnswer).toEqual({ jobId, created: false });
-    expect(await b.get(jobId)).toMatchObject({ state: 'waiting', enqueuedAt: fromA.enqueuedAt });
+    await expectReplacedOnce(a, b, jobId, fromA, fromB);
   });
 });
 
