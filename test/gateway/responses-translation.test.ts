@@ -654,7 +654,7 @@ describe('ChatToResponsesStream', () => {
     }
   });
 
-  it("keeps arguments that come after the next call began for the final response, as they came (not after a call's {})", () => {
+  it("holds a call begun before the open one's arguments came: each call's done events carry its own arguments", () => {
     const base = { id: 'c', object: 'chat.completion.chunk' as const, created: 1, model: PROVIDER_MODEL };
     const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
       ...base,
@@ -670,9 +670,24 @@ describe('ChatToResponsesStream', () => {
       ...stream.end(),
     ];
     checkSequence(events);
-    expect((events.at(-1) as { response: Response }).response.output).toMatchObject([
-      { type: 'function_call', call_id: 'call_1', arguments: '{"x":1}' },
-      { type: 'function_call', call_id: 'call_2', arguments: '{"y":2}' },
+    const calls = [
+      { type: 'function_call', call_id: 'call_1', arguments: '{"x":1}', status: 'completed' },
+      { type: 'function_call', call_id: 'call_2', arguments: '{"y":2}', status: 'completed' },
+    ];
+    expect((events.at(-1) as { response: Response }).response.output).toMatchObject(calls);
+    expect(events.flatMap((e) => (e.type === 'response.output_item.done' ? [e.item] : []))).toMatchObject(calls);
+    expect(events.flatMap((e) => (e.type === 'response.function_call_arguments.done' ? [e.arguments] : []))).toEqual([
+      '{"x":1}',
+      '{"y":2}',
+    ]);
+    // the deltas of each call make its arguments, and the second is added with none (the SDK appends them)
+    for (const [i, call] of calls.entries()) {
+      const deltas = events.flatMap((e) => (e.type === 'response.function_call_arguments.delta' && e.output_index === i ? [e.delta] : []));
+      expect(deltas.join('')).toBe(call.arguments);
+    }
+    expect(events.filter((e) => e.type === 'response.output_item.added').map((e) => e.item)).toMatchObject([
+      { arguments: '' },
+      { arguments: '' },
     ]);
   });
 
@@ -1221,6 +1236,41 @@ describe('through the gateway, translated for a chat-only route', () => {
       { type: 'function_call', call_id: 'call_a', name: 'f', arguments: '{"x":1}' },
       { type: 'function_call', call_id: 'call_b', name: 'g', arguments: '{"y":2}' },
     ]);
+  });
+
+  it("calls whose heads a provider streams first, their arguments after: each call's done events carry its whole arguments", async () => {
+    const head = (index: number, id: string, name: string) => ({ index, id, type: 'function', function: { name, arguments: '' } });
+    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
+    const weather = [WEATHER_TOOL];
+    for (const [name, deltas] of Object.entries({
+      'one call after the other': [[args(0, '{"city":')], [args(0, '"Paris"}')], [args(1, '{"city":')], [args(1, '"Oslo"}')]],
+      interleaved: [[args(0, '{"city":'), args(1, '{"city":')], [args(1, '"Oslo"}')], [args(0, '"Paris"}')]],
+    })) {
+      provider.next({
+        kind: 'raw-stream',
+        pieces: [
+          sse([
+            chunk({ role: 'assistant', content: null }),
+            chunk({ tool_calls: [head(0, 'call_p', 'get_weather'), head(1, 'call_o', 'get_weather')] }),
+            ...deltas.map((d) => chunk({ tool_calls: d })),
+            chunk({}, 'tool_calls'),
+          ]),
+        ],
+      });
+      const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'Paris and Oslo?', tools: weather });
+      const argumentsDone: string[] = [];
+      const itemsDone: unknown[] = [];
+      stream.on('response.function_call_arguments.done', (e) => argumentsDone.push(e.arguments));
+      stream.on('response.output_item.done', (e) => itemsDone.push(e.item));
+      const final = await stream.finalResponse();
+      const calls = [
+        { type: 'function_call', call_id: 'call_p', arguments: '{"city":"Paris"}', parsed_arguments: { city: 'Paris' } },
+        { type: 'function_call', call_id: 'call_o', arguments: '{"city":"Oslo"}', parsed_arguments: { city: 'Oslo' } },
+      ];
+      expect(final.output, name).toMatchObject(calls);
+      expect(argumentsDone, name).toEqual(['{"city":"Paris"}', '{"city":"Oslo"}']);
+      expect(itemsDone, name).toMatchObject(calls.map(({ parsed_arguments: _, ...call }) => ({ ...call, status: 'completed' })));
+    }
   });
 
   it("a provider that streams its content as parts (Mistral's reasoning models): the text streams as a whole answer reads it", async () => {

@@ -19,9 +19,12 @@
  * item is closed when the next begins (as OpenAI does), so output_index, content_index and item_id
  * always name an item the client has seen added and not yet done. A refusal streams as a `refusal`
  * content part of the message; content a provider streams as a list of parts is read as a whole
- * answer's is (answer.ts: its text parts). Arguments a provider sends for a call after the next
- * call began (chat streams them one after another; none is known to interleave) are kept for the
- * final response without events. The usage-only chunk is absorbed; `usage` gives it to the meter.
+ * answer's is (answer.ts: its text parts). A call that begins while the open call has no arguments
+ * yet (a provider that streams every call's head first, their arguments after) is held: the open
+ * call keeps streaming, and the held calls are shown after it closes, each with its whole
+ * arguments in one delta, so that each call's `.done` events carry its arguments. Arguments that
+ * come for a call already closed (after text began) are kept for the final response without
+ * events. The usage-only chunk is absorbed; `usage` gives it to the meter.
  *
  * The whole output is kept for the final event, so it is held to a limit (`maxOutputBytes`, the
  * gateway's limit on a whole answer): past it the response fails (`tooLarge`), as a whole answer
@@ -120,6 +123,12 @@ export class ChatToResponsesStream {
   private readonly cited = new WeakMap<Part, Set<string>>();
   /** The item still open (at most one: an item is closed when the next begins). */
   private open: MessageState | CallState | null = null;
+  /**
+   * Calls begun while the open call had no arguments yet (a provider that streams the calls'
+   * heads first, their arguments after): shown once the open call closes, each whole, so that no
+   * call is closed before its arguments came.
+   */
+  private readonly held: CallState[] = [];
 
   /** `called`: the model the gateway asked the provider for (the route's). */
   constructor(
@@ -225,7 +234,7 @@ export class ChatToResponsesStream {
     if (this.ended) return out;
     this.ended = true;
     this.hasFailed = true;
-    if (this.open) this.open.status = 'incomplete';
+    for (const item of [this.open, ...this.held.splice(0)]) if (item) item.status = 'incomplete';
     this.open = null;
     const response = this.response({ status: 'failed', error: { code: 'server_error', message }, usage: responseUsage(this.chatUsage) });
     this.emit(out, { type: 'response.failed', response });
@@ -315,15 +324,18 @@ export class ChatToResponsesStream {
   private toolCall(out: ResponseStreamEvent[], delta: unknown, position: number): void {
     if (!isObject(delta)) return;
     // Chat numbers tool calls by `index`; a provider that leaves it out gives each call's id in
-    // its first delta and nothing in the next ones (those continue the open call).
+    // its first delta and nothing in the next ones (those continue the call begun last).
     const id = typeof delta.id === 'string' && delta.id ? delta.id : undefined;
-    const key = num(delta.index) ?? (id ? `id:${id}` : this.open?.kind === 'call' ? this.open.key : position);
+    const last = this.held.at(-1) ?? this.open;
+    const key = num(delta.index) ?? (id ? `id:${id}` : last?.kind === 'call' ? last.key : position);
     const fn = isObject(delta.function) ? delta.function : {};
     let call = this.calls.get(key);
     // Some providers (Ollama, some Gemini and vLLM adapters) give parallel calls one index: a new id is a new call.
     if (call?.providerId && id && id !== call.providerId) call = undefined;
     if (!call) {
-      this.close(out, 'completed');
+      // The open call without arguments yet may get them after this one's head: this one waits.
+      const hold = this.open?.kind === 'call' && (!this.open.arguments || this.held.length > 0);
+      if (!hold) this.close(out, 'completed');
       const outputIndex = this.items.length;
       call = {
         kind: 'call',
@@ -338,8 +350,9 @@ export class ChatToResponsesStream {
       };
       this.items.push(call);
       this.calls.set(key, call);
-      this.open = call;
-      this.emit(out, { type: 'response.output_item.added', output_index: outputIndex, item: this.shown(call) });
+      const shown = this.shown(call); // counted now, held or not
+      if (hold) this.held.push(call);
+      else this.announce(out, call, shown);
     } else if (!call.name && typeof fn.name === 'string') {
       call.name = fn.name; // a provider that names the function after its first delta
       this.kept += Buffer.byteLength(fn.name);
@@ -357,8 +370,29 @@ export class ChatToResponsesStream {
     }
   }
 
-  /** Closes the open item, if any, with its `.done` events. */
+  /** Opens a call: its output_item.added, showing `shown`. */
+  private announce(out: ResponseStreamEvent[], call: CallState, shown: ResponseOutputItem): void {
+    this.open = call;
+    this.emit(out, { type: 'response.output_item.added', output_index: call.outputIndex, item: shown });
+  }
+
+  /**
+   * Closes the open item, if any, with its `.done` events, then shows each held call whole (its
+   * arguments so far in one delta); `status` is the last one's.
+   */
   private close(out: ResponseStreamEvent[], status: 'completed' | 'incomplete'): void {
+    const held = this.held.splice(0);
+    this.closeOpen(out, held.length ? 'completed' : status);
+    held.forEach((call, i) => {
+      const args = call.arguments;
+      this.announce(out, call, { ...this.item(call), arguments: '' } as ResponseFunctionToolCall);
+      if (args)
+        this.emit(out, { type: 'response.function_call_arguments.delta', item_id: call.id, output_index: call.outputIndex, delta: args });
+      this.closeOpen(out, i === held.length - 1 ? status : 'completed');
+    });
+  }
+
+  private closeOpen(out: ResponseStreamEvent[], status: 'completed' | 'incomplete'): void {
     const item = this.open;
     if (!item) return;
     this.open = null;
