@@ -6,11 +6,16 @@
  *
  * One alert per crossing and day: the UTC day of the last alert that Slack accepted is kept per
  * cap in a script property. A post that fails (non-2xx or exception) is not recorded, so the next
- * run tries again. The day of the last run is kept too: the first run of a new UTC day alerts a
- * cap the previous day ended over and that was not alerted that day (spend in its last minutes,
- * after its last check): its daily cap, and its 7-day cap when that is not still crossed today
- * (today's alert says it then). The webhook URL is a secret (anyone holding it can post): it is
- * never logged.
+ * run tries again. Two runs can overlap (the 10-minute trigger and the menu's "Check spend caps
+ * now"): what is due is decided under the script lock, and the run that will post records its
+ * claim there before it lets go, so the other posts nothing; the post itself is made without the
+ * lock, and its outcome recorded under it again. A claim whose run was cut off runs out
+ * (SENDING_MS), and the next run posts what is still due.
+ *
+ * The day of the last run is kept too: the first run of a new UTC day alerts a cap the previous
+ * day ended over and that was not alerted that day (spend in its last minutes, after its last
+ * check): its daily cap, and its 7-day cap when that is not still crossed today (today's alert
+ * says it then). The webhook URL is a secret (anyone holding it can post): it is never logged.
  */
 import { overCap } from '../../schema/spend-cap';
 import { configText, readCaps, readConfig } from './config';
@@ -30,12 +35,19 @@ import {
 import { DAY_MS } from './utc-day';
 import { errorText } from './error-text';
 import type { Caps } from './config';
+import { MAINTENANCE_LOCK_MS } from './lock';
+import { MeterRefusal } from '../../schema/meter-reply';
 
 const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
 
 type CapKind = 'daily' | 'burn7d';
-/** Per cap, the UTC day of the last alert Slack took; `checked`, the UTC day of the last run. */
-type AlertState = Partial<Record<CapKind | 'checked', string>>;
+/**
+ * Per cap, the UTC day of the last alert Slack took; `checked`, the UTC day of the last run;
+ * `sending`, the run that is posting an alert now and since when (ms).
+ */
+type AlertState = Partial<Record<CapKind | 'checked', string>> & { sending?: { run: string; since: number } };
+/** A claim on posting older than this is of a run Apps Script stopped (6 minutes at most): the next run posts. */
+const SENDING_MS = 10 * 60_000;
 
 /** A day that ended over caps not alerted that day: which, that day's cost and its 7 days' cost. */
 interface LateCrossing {
@@ -208,26 +220,82 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const rows = readSpendRows(svc, 'error_code');
   const { totals, unpriced, unreadable, undated, crossed } = spendFigures(rows, caps, now);
   const day = utcDay(now);
-  const state = readState(svc);
-  const stateBefore = JSON.stringify(state);
-  const due = crossed.filter((k) => state[k] !== day);
-  const result: CapCheck = { totals, unpriced, unreadable, undated, caps, crossed, due, posted: false, message: '' };
   const webhook = configText(config, 'SLACK_WEBHOOK_URL');
-  // Read once, before the first post: a Sheets call that timed out between two posts would end
-  // the run with the first posted and unrecorded, and the next run would post it again.
-  let url: string | undefined;
-  const sheetUrl = () => (url ??= svc.spreadsheet.getUrl());
-  const run: AlertRun = { svc, webhook, cannot: unusable(webhook), now, day, state, result, sheetUrl };
-
-  const { earlier, lateSettled } = alertLateCrossing(run, rows);
-  alertDue(run);
-  if (lateSettled) state.checked = day;
-  if (JSON.stringify(state) !== stateBefore) result.message += saved(svc, state, result.posted);
-  // Said on every run, not only in an alert.
+  const cannot = unusable(webhook);
+  const runId = svc.uuid();
+  const result: CapCheck = { totals, unpriced, unreadable, undated, caps, crossed, due: [], posted: false, message: '' };
+  // What is due, decided on the state as it is under the lock, and this run's claim on posting it.
+  const claim = underLock(svc, () => claimPosting(svc, rows, result, day, runId, now.getTime(), cannot));
   const unread = [unreadableNote(unreadable), undatedNote(undated)].filter(Boolean);
-  result.message = earlier + result.message + unread.map((note) => `; ${note}`).join('');
+  if ('holder' in claim) {
+    result.message = `another run of checkSpendCaps has been posting an alert since ${new Date(claim.holder).toISOString()}: this run posted nothing (a run cut off is taken over ${SENDING_MS / 60_000} minutes after it started)`;
+  } else {
+    const state = claim.state;
+    const stateBefore = JSON.stringify(state);
+    result.due = crossed.filter((k) => state[k] !== day);
+    // Read once, before the first post: a Sheets call that timed out between two posts would end
+    // the run with the first posted and unrecorded, and the next run would post it again.
+    let url: string | undefined;
+    const sheetUrl = () => (url ??= svc.spreadsheet.getUrl());
+    const run: AlertRun = { svc, webhook, cannot, now, day, state, result, sheetUrl };
+
+    const { earlier, lateSettled } = alertLateCrossing(run, rows);
+    alertDue(run);
+    if (lateSettled) state.checked = day;
+    if (claim.claimed || JSON.stringify(state) !== stateBefore) result.message += saved(svc, state, runId, result.posted);
+    result.message = earlier + result.message;
+  }
+  // Said on every run, not only in an alert.
+  result.message += unread.map((note) => `; ${note}`).join('');
   svc.log(`checkSpendCaps: ${result.message}`);
   return result;
+}
+
+/**
+ * Runs `work` under the script lock, for the alert state alone (a script property: no sheet write
+ * to flush). Waits as long as the maintenance does: a busy lock must not cost an alert its record.
+ */
+function underLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T): T {
+  if (!svc.lock.tryLock(MAINTENANCE_LOCK_MS)) {
+    throw new MeterRefusal(
+      'busy',
+      `meter busy: the script lock was not free within ${MAINTENANCE_LOCK_MS} ms; no alert posted, the next run tries again`,
+    );
+  }
+  try {
+    return work();
+  } finally {
+    svc.lock.releaseLock();
+  }
+}
+
+/** The ms since which another run has been posting, when its claim is still fresh. */
+function otherSender(state: AlertState, runId: string, nowMs: number): number | null {
+  const s = state.sending;
+  if (!s || typeof s !== 'object' || s.run === runId || typeof s.since !== 'number') return null;
+  return Math.abs(nowMs - s.since) < SENDING_MS ? s.since : null;
+}
+
+/**
+ * Under the lock: the alert state, and this run's claim on posting (recorded before the lock is let
+ * go) when an alert is due; or, when another run holds a fresh claim, since when it holds it.
+ */
+function claimPosting(
+  svc: Pick<MeterServices, 'properties'>,
+  rows: unknown[][],
+  check: CapCheck,
+  day: string,
+  runId: string,
+  nowMs: number,
+  cannot: string,
+): { holder: number } | { state: AlertState; claimed: boolean } {
+  const state = readState(svc);
+  const holder = otherSender(state, runId, nowMs);
+  if (holder !== null) return { holder };
+  const due = check.crossed.some((k) => state[k] !== day) || lateCrossing(rows, state, day, check.caps, check.crossed) !== null;
+  if (cannot || !due) return { state, claimed: false };
+  svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify({ ...state, sending: { run: runId, since: nowMs } }));
+  return { state, claimed: true };
 }
 
 /** The totals, the calls without a price, the rows left out, and the caps crossed. */
@@ -297,17 +365,27 @@ function alertDue(run: AlertRun): void {
 }
 
 /**
- * Records the alerts that went out and the day of this run; '' or what the log must say. Posted
- * first, recorded after: a state that cannot be saved (the Properties service failing half-way)
- * means a second alert on the next run, never a missed one.
+ * Records the alerts that went out and the day of this run, and lets go of its claim; '' or what
+ * the log must say. Under the lock, on the state as it is then: another run's record made
+ * meanwhile is kept, and no day goes back. Posted first, recorded after: a state that cannot be
+ * saved (the Properties service failing half-way) means a second alert once the claim runs out,
+ * never a missed one.
  */
-function saved(svc: Pick<MeterServices, 'properties'>, state: AlertState, posted: boolean): string {
+function saved(svc: Pick<MeterServices, 'properties' | 'lock'>, state: AlertState, runId: string, posted: boolean): string {
   try {
-    svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(state));
+    underLock(svc, () => {
+      const now = readState(svc);
+      for (const k of ['daily', 'burn7d', 'checked'] as const) {
+        const day = state[k];
+        if (day && !(now[k] && now[k] >= day)) now[k] = day;
+      }
+      if (now.sending && now.sending.run === runId) delete now.sending;
+      svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(now));
+    });
     return '';
   } catch (error) {
     return posted
-      ? `, but its state could not be saved (${errorText(error)}): it may be posted again on the next run`
+      ? `, but its state could not be saved (${errorText(error)}): it may be posted again on a later run`
       : `; the alert state could not be saved (${errorText(error)})`;
   }
 }

@@ -238,6 +238,56 @@ describe('checkSpendCaps', () => {
     expect(platform.urlFetch.requests).toHaveLength(1);
   });
 
+  it('two checks that overlap (the trigger, and the menu while its post is out) post one alert; a failed one is still retried', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    const overlapping: string[] = [];
+    platform.urlFetch.latencyMs = 2000;
+    platform.urlFetch.meanwhile = () => {
+      platform.urlFetch.meanwhile = null;
+      overlapping.push(meter.checkSpendCaps() as string);
+    };
+    expect(meter.checkSpendCaps()).toMatch(/alert posted for daily/);
+    expect(overlapping).toEqual([expect.stringMatching(/another run of checkSpendCaps has been posting an alert.*posted nothing/)]);
+    expect(platform.urlFetch.requests).toHaveLength(1);
+    expect(meter.checkSpendCaps()).toMatch(/already alerted today/);
+    expect(platform.outboundUnderLock).toEqual([]);
+
+    // The next day, the first post fails while the other run waits: the next run posts it, once.
+    platform.clock.set('2026-11-23T12:00:00Z');
+    post(meter, { cost_usd: 2 });
+    platform.urlFetch.respond = () => ({ code: 500 });
+    platform.urlFetch.meanwhile = () => {
+      platform.urlFetch.meanwhile = null;
+      meter.checkSpendCaps();
+    };
+    expect(meter.checkSpendCaps()).toMatch(/HTTP 500/);
+    platform.urlFetch.respond = () => ({ code: 200 });
+    platform.clock.advance(10 * 60_000);
+    expect(meter.checkSpendCaps()).toMatch(/alert posted for daily/);
+    expect(meter.checkSpendCaps()).toMatch(/already alerted today/);
+    expect(platform.urlFetch.requests).toHaveLength(3);
+  });
+
+  it('a check whose claim outlives it (its post failed, and so did its record) holds the others back only until the claim runs out', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    platform.urlFetch.respond = () => ({ code: 500 });
+    platform.calls.failAfter(
+      (name) => name === 'UrlFetchApp.fetch',
+      (name) => name === 'Properties.setProperty',
+      'Service Properties timed out',
+    );
+    expect(meter.checkSpendCaps()).toMatch(/HTTP 500.*the alert state could not be saved/);
+    platform.urlFetch.respond = () => ({ code: 200 });
+    platform.clock.advance(5 * 60_000);
+    expect(meter.checkSpendCaps()).toMatch(/posted nothing/);
+    platform.clock.advance(6 * 60_000);
+    expect(meter.checkSpendCaps()).toMatch(/alert posted for daily/);
+    expect(meter.checkSpendCaps()).toMatch(/already alerted today/);
+    expect(platform.urlFetch.requests).toHaveLength(2);
+  });
+
   it('with no webhook configured nothing is posted, and the run says so', () => {
     setConfig(platform, 'SLACK_WEBHOOK_URL', '');
     setConfig(platform, 'DAILY_CAP_USD', 1);
