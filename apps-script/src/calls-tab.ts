@@ -33,6 +33,7 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
   const records = list.map((r, i) => checkCallRecord(r, i, { now: svc.now, maxFutureMs: CLOCK_SKEW_ALLOWANCE_MS }));
   const unique = new Map<string, CallRecord>();
   for (const r of records) if (!unique.has(r.call_id)) unique.set(r.call_id, r);
+  checkSheetTimeZone(svc.spreadsheet); // started_at would read back hours off once the zone is GMT again
   return withScriptLock(svc, () => {
     const sheet = tab(svc.spreadsheet, CALLS);
     const stored = findStoredIds(sheet, [...unique.keys()], undefined, AT.call_id + 1);

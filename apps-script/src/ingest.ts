@@ -11,6 +11,7 @@ import { MeterRefusal } from '../../schema/meter-reply';
 import { appendRows, checkEventsHeader, eventToRow, findStoredIds, getEventsSheet } from './events-sheet';
 import { withScriptLock } from './lock';
 import type { MeterServices } from './services';
+import { checkSheetTimeZone } from './sheet-time-zone';
 
 export const MAX_BATCH = 500;
 
@@ -38,6 +39,8 @@ export function ingestEvents(svc: MeterServices, events: EventRecord[]): IngestR
   const unique = new Map<string, EventRecord>();
   for (const event of events) if (!unique.has(event.event_id)) unique.set(event.event_id, event);
 
+  // Written in another zone, the timestamps would read back hours off once it is GMT again.
+  checkSheetTimeZone(svc.spreadsheet);
   return withScriptLock(svc, () => {
     const sheet = getEventsSheet(svc.spreadsheet);
     checkEventsHeader(sheet);

@@ -3,7 +3,9 @@
  * it back in the spreadsheet's time zone, so setup() sets GMT: a stored instant then reads back as
  * itself. Changed later (File > Settings), every timestamp reads back hours off and the UTC days
  * of the caps, the digest, the exports and retention move unsaid; the functions that read
- * timestamps refuse instead, until setup() sets the zone back.
+ * timestamps refuse instead, until setup() sets the zone back. So does ingest: a date-time written
+ * while the zone is another is kept as that zone's wall-clock time, and would read back hours off
+ * (in another UTC day) once the zone is GMT again.
  */
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { Spreadsheet } from './services';
@@ -23,6 +25,6 @@ export function checkSheetTimeZone(ss: Pick<Spreadsheet, 'getSpreadsheetTimeZone
   throw new MeterRefusal(
     'config_error',
     `the spreadsheet's time zone is ${zone}, not GMT as setup() set it: its timestamps would read back hours off; ` +
-      'run Meter → Set up or repair to set it back (rows stored meanwhile will read back hours off)',
+      'run Meter → Set up or repair to set it back (ingest is refused until then: senders keep their events and retry)',
   );
 }
