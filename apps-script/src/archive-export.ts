@@ -198,8 +198,9 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
       if (Number.isNaN(t)) unreadable++;
       else refused.set(refusal, (refused.get(refusal) ?? 0) + 1);
       // Remembered, the watermark may pass it; past what can be remembered, it waits here. A row is
-      // remembered by its event_id: one whose event_id is refused waits here until it is corrected.
-      if (!waiting && pending.size < MAX_UNDATED && !refusal.startsWith('event_id:')) pending.add(id);
+      // remembered by its event_id: one whose event_id is refused (emptied by hand, its timestamp
+      // too, say) waits here until it is corrected; remembered as '', it was lost once both were.
+      if (!waiting && pending.size < MAX_UNDATED && !archiveFieldProblem('event_id', id)) pending.add(id);
       else waiting = true;
     } else if (t < todayStart || t > aheadFrom) {
       // From the future: waiting for its day would hold the watermark for good. A full file: the

@@ -100,6 +100,31 @@ describe('hand-edited cells and the archive export', () => {
     expect(await archive(files(platform)[1].content)).toBe(1);
   });
 
+  it('a row whose timestamp and event_id were both cleared by hand is exported once both are typed back, and retention keeps it until then', async () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, {
+      events: ['good1', 'cleared', 'good2'].map((event_id, i) => ({ event_id, timestamp: `2026-11-21T10:0${i}:00Z`, cost_usd: 1 })),
+    });
+    const rows = () => dataRows(eventsTab(platform));
+    rows()[1][at('timestamp')] = '';
+    rows()[1][at('event_id')] = '';
+    platform.clock.set('2026-11-22T01:00:00Z');
+    expect(meter.exportArchive()).toMatch(/1 row\(s\) have no readable timestamp/);
+    expect(ids(files(platform)[0].content)).toEqual(['good1', 'good2']);
+
+    // Typed back as the run asks; a month later retention runs before the next export.
+    rows()[1][at('timestamp')] = new Date('2026-11-21T10:01:00Z');
+    rows()[1][at('event_id')] = 'cleared';
+    platform.clock.set('2026-12-23T02:00:00Z');
+    meter.applyRetention();
+    expect(rows().map((r) => r[0])).toContain('cleared');
+    platform.clock.set('2026-12-23T03:00:00Z');
+    meter.exportArchive();
+    const exported = files(platform).flatMap((f) => ids(f.content));
+    expect(exported.filter((id) => id === 'cleared')).toEqual(['cleared']);
+    expect(await archive(files(platform).at(-1)!.content)).toBeGreaterThan(0);
+  });
+
   it('doGet?action=export leaves out the rows the archive would refuse, and logs how many and why', async () => {
     // Written as typed, they made npm run archive refuse the whole export.
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
