@@ -4,10 +4,10 @@
  * deduplicated by call_id. Every record is checked before anything is written; one bad record
  * refuses the batch.
  */
-import { CALL_FIELDS, checkCallRecord, type CallRecord } from '../../schema/call-record';
-import { csvField } from '../../schema/csv-cell';
+import { CALL_FIELDS, CALLS_CSV_HEADER, callToCsvLine, checkCallRecord, type CallRecord } from '../../schema/call-record';
 import { MeterRefusal } from '../../schema/meter-reply';
-import { CLOCK_SKEW_ALLOWANCE_MS } from '../../schema/event-record';
+import { CLOCK_SKEW_ALLOWANCE_MS, DECIMAL_TEXT_SOURCE } from '../../schema/event-record';
+import { errorText } from './error-text';
 import { cellTime, findStoredIds } from './events-sheet';
 import { MAX_BATCH } from './ingest';
 import { withScriptLock } from './lock';
@@ -68,14 +68,70 @@ export function callsTab(ss: Spreadsheet): Sheet | null {
   return sheet;
 }
 
-/** `doGet?action=export&what=calls&since=YYYY-MM-DD`: the calls tab as CSV (started on or after that UTC day). */
-export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet'>, since: string | undefined): string {
+const NUMBER_FIELDS = new Set<string>([
+  'duration_s',
+  'turns',
+  'ttfb_s',
+  'asr_wer',
+  'confidence_avg',
+  'est_audio_cost_usd',
+  'telephony_minutes',
+]);
+const TEXT_FIELDS = new Set<string>(['call_id', 'model', 'intent_primary', 'outcome', 'country', 'ended_reason']);
+const DECIMAL_TEXT = new RegExp(DECIMAL_TEXT_SOURCE);
+
+/**
+ * A row of the tab as the call record it holds (before its check): started_at as RFC 3339 (a Date,
+ * or text typed by hand that reads as one), a number typed as plain decimal text as that number, an
+ * empty optional number as null. Anything else stays as the cell holds it, for the check to name.
+ */
+function rowRecord(row: unknown[]): Record<string, unknown> {
+  const record: Record<string, unknown> = {};
+  CALL_FIELDS.forEach((f, i) => {
+    let v: unknown = row[i] ?? '';
+    if (f === 'started_at' && !Number.isNaN(cellTime(v))) v = new Date(cellTime(v)).toISOString();
+    else if (NUMBER_FIELDS.has(f) && typeof v === 'string' && DECIMAL_TEXT.test(v.trim())) v = Number(v.trim());
+    else if (NUMBER_FIELDS.has(f) && v === '') v = null;
+    else if (TEXT_FIELDS.has(f) && (typeof v === 'number' || typeof v === 'boolean')) v = String(v); // typed by hand: `12345` is a number to Sheets
+    record[f] = v;
+  });
+  return record;
+}
+
+/**
+ * `doGet?action=export&what=calls&since=YYYY-MM-DD`: the calls tab as CSV (started on or after that
+ * UTC day). Each row is checked by the call record's rule (the one ingest applies) before it is
+ * written: a cell edited by hand into something else (`$0.10`, `4 turns`) made DuckDB stop
+ * `npm run report -- voice` on the whole file, and a started_at it could not date was dropped
+ * unsaid. Such rows are left out, and the log (the web app's executions) says how many and why.
+ */
+export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet' | 'log'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
   checkSheetTimeZone(svc.spreadsheet);
   const sheet = callsTab(svc.spreadsheet);
   // A tab from before ended_reason has fewer columns: the missing ones export empty.
   const rows = sheet ? readCallRows(sheet) : [];
-  const keep = rows.filter((r) => cellTime(r[AT.started_at]) >= from);
-  const line = (r: unknown[]) => CALL_FIELDS.map((_, i) => csvField(r[i] ?? '')).join(',');
-  return [CALL_FIELDS.join(','), ...keep.map(line)].join('\r\n') + '\r\n';
+  const lines = [CALLS_CSV_HEADER];
+  const refused = new Map<string, number>();
+  for (const row of rows) {
+    const t = cellTime(row[AT.started_at]);
+    if (t < from) continue;
+    let record: CallRecord;
+    try {
+      record = checkCallRecord(rowRecord(row));
+    } catch (error) {
+      const problem = errorText(error);
+      refused.set(problem, (refused.get(problem) ?? 0) + 1);
+      continue;
+    }
+    lines.push(callToCsvLine(record));
+  }
+  if (refused.size) {
+    const n = [...refused.values()].reduce((a, b) => a + b, 0);
+    const why = [...refused].map(([problem, count]) => `${count} with ${problem}`).join(', ');
+    svc.log(
+      `export of calls since ${since}: ${n} row(s) left out, a cell holds what a call record cannot (${why}): correct them in the calls tab`,
+    );
+  }
+  return lines.join('\r\n') + '\r\n';
 }

@@ -6,10 +6,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
+import { openDuck } from '../../archive/duck';
+import { voiceRollupSql } from '../../archive/voice-rollups';
+import { CALL_FIELDS } from '../../schema/call-record';
 import { EVENT_FIELDS } from '../../schema/event-record';
 import type { Cell } from './fakes/cells';
 import { webEvent, type FakePlatform, type FakeTextOutput } from './fakes/platform';
-import { SECRET, dataRows, eventsTab, freshMeter, post } from './maintenance-setup';
+import { SECRET, aCall, dataRows, eventsTab, freshMeter, post } from './maintenance-setup';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -139,6 +142,45 @@ describe('hand-edited cells and the archive export', () => {
     expect(await archive(out.getContent())).toBe(2);
     expect(platform.logs.join('\n')).toMatch(
       /export since 2026-11-21: 7 row\(s\) have a cell npm run archive would refuse \(.*1 with pii_flag: expected true or false.*\) and were left out/,
+    );
+  });
+});
+
+describe('hand-edited cells of the calls tab and its export', () => {
+  /** Runs npm run report -- voice's rollups on a CSV text. */
+  async function voiceReport(csv: string) {
+    const dir = mkdtempSync(join(tmpdir(), 'hand-edited-calls-'));
+    dirs.push(dir);
+    const file = join(dir, 'calls.csv');
+    writeFileSync(file, csv);
+    const duck = await openDuck();
+    try {
+      return (await duck.all(voiceRollupSql(file, null)))[0];
+    } finally {
+      duck.close();
+    }
+  }
+
+  it('doGet?action=export&what=calls leaves out the rows a call record cannot hold, logs how many and why, and the voice report reads the rest', async () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    const ids = ['good', 'cost', 'turns', 'cleared', 'us-order', 'typed-text'];
+    expect(post(meter, { calls: ids.map((call_id) => aCall({ call_id })) })).toMatchObject({ ok: true, appended: 6 });
+    const rows = dataRows(platform.spreadsheet.tab('calls')!);
+    const col = (f: (typeof CALL_FIELDS)[number]) => CALL_FIELDS.indexOf(f);
+    rows[1][col('est_audio_cost_usd')] = '$0.10';
+    rows[2][col('turns')] = '4 turns';
+    rows[3][col('started_at')] = '';
+    rows[4][col('started_at')] = '11/21/2026 10:00'; // kept as text by a sheet whose locale puts the day first
+    rows[5][col('est_audio_cost_usd')] = ' 0.1'; // a plain number kept as text
+    const out = meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-01' })) as FakeTextOutput;
+    const lines = out.getContent().trim().split('\r\n');
+    expect(lines.slice(1).map((l) => l.split(',')[0])).toEqual(['good', 'us-order', 'typed-text']);
+    expect(lines[2].split(',')[col('started_at')]).toBe('2026-11-21T10:00:00.000Z');
+    const report = await voiceReport(out.getContent());
+    expect(report).toMatchObject({ calls: 3 });
+    expect(report.cost_per_call).toBeCloseTo(0.1);
+    expect(platform.logs.join('\n')).toMatch(
+      /export of calls since 2026-11-01: 3 row\(s\) left out.*\(1 with est_audio_cost_usd: expected a number.*, 1 with turns: expected a number.*, 1 with started_at: expected an RFC 3339 date-time\): correct them in the calls tab/,
     );
   });
 });
