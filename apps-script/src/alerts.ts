@@ -35,8 +35,7 @@ import {
 import { DAY_MS } from './utc-day';
 import { errorText } from './error-text';
 import type { Caps } from './config';
-import { MAINTENANCE_LOCK_MS } from './lock';
-import { MeterRefusal } from '../../schema/meter-reply';
+import { withPropertyLock } from './lock';
 
 const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
 
@@ -225,7 +224,7 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const runId = svc.uuid();
   const result: CapCheck = { totals, unpriced, unreadable, undated, caps, crossed, due: [], posted: false, message: '' };
   // What is due, decided on the state as it is under the lock, and this run's claim on posting it.
-  const claim = underLock(svc, () => claimPosting(svc, rows, result, day, runId, now.getTime(), cannot));
+  const claim = withPropertyLock(svc, () => claimPosting(svc, rows, result, day, runId, now.getTime(), cannot));
   const unread = [unreadableNote(unreadable), undatedNote(undated)].filter(Boolean);
   if ('holder' in claim) {
     result.message = `another run of checkSpendCaps has been posting an alert since ${new Date(claim.holder).toISOString()}: this run posted nothing (a run cut off is taken over ${SENDING_MS / 60_000} minutes after it started)`;
@@ -249,24 +248,6 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   result.message += unread.map((note) => `; ${note}`).join('');
   svc.log(`checkSpendCaps: ${result.message}`);
   return result;
-}
-
-/**
- * Runs `work` under the script lock, for the alert state alone (a script property: no sheet write
- * to flush). Waits as long as the maintenance does: a busy lock must not cost an alert its record.
- */
-function underLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T): T {
-  if (!svc.lock.tryLock(MAINTENANCE_LOCK_MS)) {
-    throw new MeterRefusal(
-      'busy',
-      `meter busy: the script lock was not free within ${MAINTENANCE_LOCK_MS} ms; no alert posted, the next run tries again`,
-    );
-  }
-  try {
-    return work();
-  } finally {
-    svc.lock.releaseLock();
-  }
 }
 
 /** The ms since which another run has been posting, when its claim is still fresh. */
@@ -373,7 +354,7 @@ function alertDue(run: AlertRun): void {
  */
 function saved(svc: Pick<MeterServices, 'properties' | 'lock'>, state: AlertState, runId: string, posted: boolean): string {
   try {
-    underLock(svc, () => {
+    withPropertyLock(svc, () => {
       const now = readState(svc);
       for (const k of ['daily', 'burn7d', 'checked'] as const) {
         const day = state[k];

@@ -53,3 +53,23 @@ export function withScriptLock<T>(
   }
   return result;
 }
+
+/**
+ * Runs `work` under the script lock when it reads and writes script properties alone (no sheet
+ * write to flush): a decision and its record that must not interleave with another run's, such as
+ * an alert's "already posted today". Waits as long as the maintenance does: a busy lock must not
+ * cost an alert its record.
+ */
+export function withPropertyLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T): T {
+  if (!svc.lock.tryLock(MAINTENANCE_LOCK_MS)) {
+    throw new MeterRefusal(
+      'busy',
+      `meter busy: the script lock was not free within ${MAINTENANCE_LOCK_MS} ms; no alert posted, the next run tries again`,
+    );
+  }
+  try {
+    return work();
+  } finally {
+    svc.lock.releaseLock();
+  }
+}

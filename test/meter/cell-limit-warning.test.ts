@@ -66,4 +66,30 @@ describe('warning before the spreadsheet is full', () => {
     expect(meter.refreshDigest()).toMatch(/alert posted/);
     expect(platform.urlFetch.requests).toHaveLength(2);
   });
+
+  it('two refreshes that overlap (the hourly trigger, and the menu while its post is out) post one alert; a failed one is still retried', () => {
+    const { platform, meter } = meterWithSlack();
+    fillTo(platform, 0.9);
+    const overlapping: string[] = [];
+    platform.urlFetch.meanwhile = () => {
+      platform.urlFetch.meanwhile = null;
+      overlapping.push(meter.refreshDigest() as string);
+    };
+    expect(meter.refreshDigest()).toMatch(/alert posted/);
+    expect(overlapping).toEqual([expect.stringMatching(/another refresh has been posting the alert since .*: this one posted nothing/)]);
+    expect(platform.urlFetch.requests).toHaveLength(1);
+    expect(meter.refreshDigest()).toMatch(/already alerted today/);
+
+    platform.clock.set('2026-11-23T12:00:00Z');
+    platform.urlFetch.respond = () => ({ code: 500 });
+    platform.urlFetch.meanwhile = () => {
+      platform.urlFetch.meanwhile = null;
+      meter.refreshDigest();
+    };
+    expect(meter.refreshDigest()).toMatch(/HTTP 500/);
+    platform.urlFetch.respond = () => ({ code: 200, body: 'ok' });
+    expect(meter.refreshDigest()).toMatch(/alert posted/);
+    expect(platform.urlFetch.requests).toHaveLength(3);
+    expect(platform.outboundUnderLock).toEqual([]);
+  });
 });
