@@ -36,6 +36,7 @@ import { DAY_MS } from './utc-day';
 import { errorText } from './error-text';
 import type { Caps } from './config';
 import { withPropertyLock } from './lock';
+import { MeterRefusal } from '../../schema/meter-reply';
 
 const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
 
@@ -224,9 +225,10 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   const runId = svc.uuid();
   const result: CapCheck = { totals, unpriced, unreadable, undated, caps, crossed, due: [], posted: false, message: '' };
   // What is due, decided on the state as it is under the lock, and this run's claim on posting it.
-  const claim = withPropertyLock(svc, () => claimPosting(svc, rows, result, day, runId, now.getTime(), cannot));
+  const claim = claimOrBusy(svc, () => claimPosting(svc, rows, result, day, runId, now.getTime(), cannot));
   const unread = [unreadableNote(unreadable), undatedNote(undated)].filter(Boolean);
-  if ('holder' in claim) {
+  if ('busy' in claim) result.message = `${claim.busy}: this run posted nothing, the next one decides`;
+  else if ('holder' in claim) {
     result.message = `another run of checkSpendCaps has been posting an alert since ${new Date(claim.holder).toISOString()}: this run posted nothing (a run cut off is taken over ${SENDING_MS / 60_000} minutes after it started)`;
   } else {
     const state = claim.state;
@@ -248,6 +250,20 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
   result.message += unread.map((note) => `; ${note}`).join('');
   svc.log(`checkSpendCaps: ${result.message}`);
   return result;
+}
+
+/**
+ * The claim, or why the lock could not be had: the export or retention may hold it for longer than
+ * the wait on a large tab, and failing there (Google's e-mail of a failed trigger) would say nothing
+ * more than that the next run, 10 minutes on, decides.
+ */
+function claimOrBusy<T>(svc: Pick<MeterServices, 'lock'>, claim: () => T): T | { busy: string } {
+  try {
+    return withPropertyLock(svc, claim);
+  } catch (error) {
+    if (error instanceof MeterRefusal && error.code === 'busy') return { busy: error.message };
+    throw error;
+  }
 }
 
 /** The ms since which another run has been posting, when its claim is still fresh. */

@@ -62,10 +62,7 @@ export function withScriptLock<T>(
  */
 export function withPropertyLock<T>(svc: Pick<MeterServices, 'lock'>, work: () => T): T {
   if (!svc.lock.tryLock(MAINTENANCE_LOCK_MS)) {
-    throw new MeterRefusal(
-      'busy',
-      `meter busy: the script lock was not free within ${MAINTENANCE_LOCK_MS} ms; no alert posted, the next run tries again`,
-    );
+    throw new MeterRefusal('busy', `meter busy: the script lock was not free within ${MAINTENANCE_LOCK_MS} ms`);
   }
   try {
     return work();

@@ -288,6 +288,16 @@ describe('checkSpendCaps', () => {
     expect(platform.urlFetch.requests).toHaveLength(2);
   });
 
+  it('a check that cannot have the script lock (retention holds it on a large tab) posts nothing and does not fail; the next run posts', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    platform.lock.busy = true;
+    expect(meter.checkSpendCaps()).toMatch(/meter busy.*this run posted nothing, the next one decides/);
+    expect(platform.urlFetch.requests).toHaveLength(0);
+    platform.lock.busy = false;
+    expect(meter.checkSpendCaps()).toMatch(/alert posted for daily/);
+  });
+
   it('with no webhook configured nothing is posted, and the run says so', () => {
     setConfig(platform, 'SLACK_WEBHOOK_URL', '');
     setConfig(platform, 'DAILY_CAP_USD', 1);
