@@ -22,6 +22,7 @@ import { lit, openDuck, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 import { dayFiles, partBeside, removeEmptiedPartitions, removeLeftoverParts, type DayFile } from './day-files';
 import { fileHead, firstLine } from './file-head';
+import { findFragments, lineInInput, withoutFragments } from './fragments';
 import { ABANDONED_MS, lockArchive } from './lock';
 
 export interface ConvertOptions {
@@ -157,9 +158,17 @@ async function inputFile(input: string, name: string, options: ConvertOptions, w
 
 /**
  * Pass 1, the common case in one streaming read: check and type each row on its way from the CSV
- * into Parquet files per day in `to`. A bad row stops it (nothing published).
+ * into Parquet files per day in `to`. A bad row stops it (nothing published). `lineOf` gives a line
+ * of `csvSource` as a line of the input (they differ when fragments were left out of it).
  */
-async function checkedPass(duck: Duck, copyDays: CopyDays, csvSource: string, name: string, to: string): Promise<void> {
+async function checkedPass(
+  duck: Duck,
+  copyDays: CopyDays,
+  csvSource: string,
+  name: string,
+  to: string,
+  lineOf: (line: number) => number = (line) => line,
+): Promise<void> {
   try {
     await copyDays(selectTypedGuarded(csvSource), to);
   } catch (error) {
@@ -167,9 +176,35 @@ async function checkedPass(duck: Duck, copyDays: CopyDays, csvSource: string, na
     // A line the CSV reader cannot split into the 19 fields (a download cut short): DuckDB's own
     // message suggests options of the reader, so it is said here in the terms of the other errors.
     const csvLine = /CSV Error on Line: (\d+)/.exec(message);
-    if (csvLine) throw new ArchiveInputError(`${name}: line ${csvLine[1]}: ${csvProblem(message)}; nothing was written`);
+    if (csvLine) throw new CsvLineError(`${name}: line ${lineOf(Number(csvLine[1]))}: ${csvProblem(message)}; nothing was written`);
     if (!message.includes(GUARD_ERROR)) throw error;
-    await throwRowProblems(duck, csvSource, name);
+    await throwRowProblems(duck, csvSource, name, lineOf);
+  }
+}
+
+/** A line DuckDB's CSV reader refused: the one error after which the input is searched for fragments. */
+class CsvLineError extends ArchiveInputError {}
+
+/**
+ * Pass 1 over the input, and when its reader refused a line, once more without the rows a full disk
+ * cut short in the gateway's CSV (archive/fragments.ts), if those were what it refused: said on
+ * stderr, line by line. Returns the CSV source the run goes on with.
+ */
+async function checkedInput(duck: Duck, copyDays: CopyDays, file: string, name: string, first: string, work: string, run: RunLog) {
+  try {
+    await checkedPass(duck, copyDays, readCsv(file), name, first);
+    return readCsv(file);
+  } catch (error) {
+    if (!(error instanceof CsvLineError)) throw error;
+    const fragments = await findFragments(file);
+    if (!fragments?.length) throw error;
+    for (const f of fragments)
+      run.log(`${name}: line ${f.line}: part of a row a full disk cut short (the row is whole on line ${f.wholeAt}): skipped`);
+    const mended = join(work, 'without-fragments.csv');
+    withoutFragments(file, mended, fragments);
+    rmSync(first, { recursive: true, force: true });
+    await checkedPass(duck, copyDays, readCsv(mended), name, first, (line) => lineInInput(line, fragments));
+    return readCsv(mended);
   }
 }
 
@@ -257,11 +292,10 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
     const name = shown(input);
     const file = await inputFile(input, name, options, work);
     run.log(`reading ${name} (${(statSync(file).size / 1e6).toFixed(1)} MB)`);
-    const csvSource = readCsv(file);
     const partition = options.partition ?? false;
     const copyDays = dayCopier(duck, partition);
     const first = join(work, 'pass1');
-    await checkedPass(duck, copyDays, csvSource, name, first);
+    const csvSource = await checkedInput(duck, copyDays, file, name, first, work, run);
     // A file with only its header (the export URL on a day without events) writes no file, and
     // read_parquet of nothing is an error: there is nothing to archive.
     if (!hasParquet(first)) {
@@ -300,10 +334,10 @@ function csvProblem(message: string): string {
 }
 
 /** Slow path, only for a file that failed the check: every problem with its line (header = line 1). */
-async function throwRowProblems(duck: Duck, source: string, input: string): Promise<never> {
+async function throwRowProblems(duck: Duck, source: string, input: string, lineOf: (line: number) => number): Promise<never> {
   await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${source}`);
   const bad = await duck.all<{ line: number; field: string; problem: string }>(`${STAGE_CHECKS} ORDER BY line LIMIT 20`);
-  const lines = bad.map((b) => `line ${b.line}, ${b.field}: ${b.problem}`);
+  const lines = bad.map((b) => `line ${lineOf(b.line)}, ${b.field}: ${b.problem}`);
   throw new ArchiveInputError(
     `${input}: ${bad.length === 20 ? 'first 20 problems' : `${bad.length} problem(s)`}; nothing was written\n${lines.join('\n')}`,
   );

@@ -2,6 +2,7 @@
 // One describe per command: long because each behaviour is a short test of its own.
 import { execFileSync, spawnSync } from 'node:child_process';
 import {
+  appendFileSync,
   chmodSync,
   copyFileSync,
   cpSync,
@@ -22,11 +23,12 @@ import { describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { openDuck, lit } from '../../archive/duck';
 import { expireArchive } from '../../archive/expire';
-import { CSV_HEADER, type EventInput } from '../../schema/event-record';
+import { CSV_HEADER, eventToCsvLine, normalizeEvent, type EventInput } from '../../schema/event-record';
 import { spawn } from '../children';
 import { csvIn, report, root, rowsIn, scratchDir } from './archive-setup';
 
 const scratch = scratchDir();
+const hasPrlimit = spawnSync('prlimit', ['--version']).status === 0;
 const csv = (events: EventInput[], name?: string) => csvIn(scratch(), events, name);
 /** An openai call of acme's. */
 const at = (event_id: string, timestamp: string, cost_usd: number): EventInput => ({
@@ -248,6 +250,80 @@ describe('npm run archive', () => {
       expect(String(error)).not.toMatch(/strict_mode|Possible fixes/);
     }
     expect(snapshot(out)).toEqual(before);
+  });
+
+  // The gateway's CSV after a disk that filled in the middle of a write holds the start of a row
+  // on a line of its own, the row whole after it: the archive stopped at it ("expected 19 fields")
+  // every night until someone deleted the line by hand.
+  it.skipIf(!hasPrlimit)(
+    "the gateway's CSV after its disk filled mid-write: the cut part of a row is skipped and said, every event archived once, on every run",
+    async () => {
+      const file = join(scratch(), 'events.csv');
+      const events = Array.from({ length: 10 }, (_, i) => at(`full-${i}`, `2026-11-21T0${i}:00:00Z`, i + 1));
+      const lines = events.map((e, i) =>
+        eventToCsvLine(normalizeEvent({ ...e, job_id: `job-${'x'.repeat(200)}` }, { now: () => new Date(), uuid: () => `u${i}` })),
+      );
+      // The gateway's own appender, in a process whose file size limit (1 KiB, its signal ignored)
+      // stands in for the full disk: the kernel takes part of the rows, then refuses the rest.
+      const source = JSON.stringify(join(root, 'gateway/src/append-log.ts'));
+      const code = `import(${source}).then(async ({ AppendLog }) => {
+        const log = new AppendLog(${JSON.stringify(file)}, { header: ${JSON.stringify(CSV_HEADER)}, onError: (m) => console.error(m) });
+        for (const line of ${JSON.stringify(lines)}) void log.append(line);
+        for (;;) { try { await log.written(); break; } catch { await new Promise((r) => setTimeout(r, 50)); } }
+        console.log('written');
+      });`;
+      const child = spawn('bash', ['-c', `trap '' XFSZ; ulimit -S -f 1; exec "${process.execPath}" --import tsx -e "$0"`, code], {
+        cwd: root,
+      });
+      let err = '';
+      let out = '';
+      child.stderr!.on('data', (d) => (err += d));
+      child.stdout!.on('data', (d) => (out += d));
+      await expect.poll(() => err, { timeout: 10_000 }).toMatch(/line\(s\) kept in memory/);
+      execFileSync('prlimit', ['--pid', String(child.pid), '--fsize=unlimited:unlimited']); // the disk has room again
+      await expect.poll(() => out, { timeout: 10_000 }).toContain('written');
+      const written = readFileSync(file, 'utf8').split('\n');
+      const cutAt = written.findIndex((l, i) => i > 0 && l !== '' && !lines.includes(l)) + 1; // 1-based, as the archive counts
+      expect(cutAt).toBeGreaterThan(1); // the disk did cut a row
+      const wholeAt = written.indexOf(lines.find((l) => l.startsWith(written[cutAt - 1]))!) + 1;
+
+      const out1 = join(scratch(), 'arch');
+      for (let run = 0; run < 2; run++) {
+        const said: string[] = [];
+        const result = await convert(file, { out: out1, log: (l) => said.push(l) });
+        expect(result.rows).toBe(10);
+        expect(said).toContain(
+          `${file}: line ${cutAt}: part of a row a full disk cut short (the row is whole on line ${wholeAt}): skipped`,
+        );
+        expect(await rowsIn(out1)).toEqual(events.map((e) => ({ event_id: e.event_id, cost_usd: e.cost_usd })));
+      }
+      // A bad row after the cut one is still refused, named by its line in the file.
+      appendFileSync(file, `bad,2026-11-21T09:00:00Z,agent,p,m,n/a,1,1,1,abc,,,,,false,false,,n/a,\n`);
+      await expect(convert(file, { out: out1 })).rejects.toThrow(`line ${written.length}, cost_usd: expected a number >= 0, got "abc"`);
+    },
+    30_000,
+  );
+
+  it('a line inside a text with line breaks is never taken for a cut row, even when a later row starts with it', async () => {
+    const out = join(scratch(), 'arch');
+    const file = join(scratch(), 'multi.csv');
+    const row = (id: string, customer: string) => `${id},2026-11-21T09:00:00Z,agent,p,m,n/a,1,1,1,1,,,,${customer},false,false,,n/a,`;
+    // Line 3 ("b") is inside x's customer_id; line 5 is the start of line 6, cut by a full disk.
+    writeFileSync(file, [CSV_HEADER, row('x', '"a\nb\nc"'), 'b12', row('b123', 'acme')].join('\n') + '\n');
+    const said: string[] = [];
+    await convert(file, { out, log: (l) => said.push(l) });
+    expect(said.filter((l) => l.includes('full disk'))).toEqual([
+      `${file}: line 5: part of a row a full disk cut short (the row is whole on line 6): skipped`,
+    ]);
+    const duck = await openDuck();
+    try {
+      expect(await duck.all(`SELECT event_id, customer_id FROM read_parquet(${lit(join(out, '*.parquet'))}) ORDER BY event_id`)).toEqual([
+        { event_id: 'b123', customer_id: 'acme' },
+        { event_id: 'x', customer_id: 'a\nb\nc' },
+      ]);
+    } finally {
+      duck.close();
+    }
   });
 
   it('stores the largest count and cost the meter accepts, and names the line and field of a row beyond them', async () => {
