@@ -8,7 +8,7 @@
  * older than TAKEOVER_STALE_MS was left by a process that died while taking over, and is removed
  * (by whichever process gets there first: the others find it gone and go on).
  */
-import { closeSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
 
 export interface LockHolder {
@@ -25,17 +25,33 @@ const MAX_TIME = 8.64e15;
 const errorCode = (error: unknown) => (error as NodeJS.ErrnoException).code;
 const content = (started: number) => `${process.pid}\n${hostname()}\n${started}\n`;
 
+/**
+ * Writes `text` into a file just made, or removes it: on a full disk the file is made but its text
+ * refused (or cut short), and a lock left so reads as another machine's, holding the folder for a day.
+ */
+function fill(file: string, fd: number, text: string): void {
+  const buf = Buffer.from(text);
+  try {
+    for (let at = 0; at < buf.length;) at += writeSync(fd, buf, at);
+  } catch (error) {
+    closeSync(fd);
+    unlinkIfThere(file);
+    throw error;
+  }
+  closeSync(fd);
+}
+
 /** Creates the lock as this process's; false when it exists. */
 export function createLock(file: string, started: number): boolean {
+  let fd: number;
   try {
-    const fd = openSync(file, 'wx');
-    writeSync(fd, content(started));
-    closeSync(fd);
-    return true;
+    fd = openSync(file, 'wx');
   } catch (error) {
     if (errorCode(error) === 'EEXIST') return false;
     throw error;
   }
+  fill(file, fd, content(started));
+  return true;
 }
 
 /** Who holds the lock; null when there is none. */
@@ -86,8 +102,9 @@ export function takeOverLock(lock: string, stale: LockHolder, started: number): 
   try {
     const now = lockHolder(lock);
     if (now && (now.pid !== stale.pid || now.host !== stale.host || now.started !== stale.started)) return false;
-    writeFileSync(`${lock}.${process.pid}`, content(started));
-    renameSync(`${lock}.${process.pid}`, lock);
+    const draft = `${lock}.${process.pid}`;
+    fill(draft, openSync(draft, 'w'), content(started));
+    renameSync(draft, lock);
     return true;
   } finally {
     // Gone when a process that found it stale an instant before it was ours removed it.

@@ -48,6 +48,28 @@ describe('one run per archive folder', () => {
     expect(existsSync(join(out, '.archive-lock'))).toBe(false);
   });
 
+  // On a full disk the lock file was made but its content refused: the empty lock it left held
+  // the folder for a day ("pid 0 on , started …"), every run refused until it was removed by hand.
+  it('a run on a full disk fails as it takes the lock and leaves none: the next run, with room again, archives', async () => {
+    const out = join(scratch(), 'arch');
+    mkdirSync(out);
+    const input = csvIn(scratch(), [day('a')]);
+    // A file size limit of 0, its signal ignored, stands in for the full disk: files are made, no byte is taken.
+    const child = spawn(
+      'bash',
+      ['-c', `trap '' XFSZ; ulimit -S -f 0; exec "${process.execPath}" --import tsx bin/archive.ts convert "$0" --out "$1"`, input, out],
+      { cwd: root },
+    );
+    let err = '';
+    child.stderr!.on('data', (d) => (err += d));
+    const status = await new Promise((done) => child.once('exit', done));
+    expect(status).toBe(1);
+    expect(err).toMatch(/EFBIG|ENOSPC/);
+    expect(existsSync(join(out, '.archive-lock'))).toBe(false);
+    expect((await convert(input, { out })).rows).toBe(1);
+    expect((await rowsIn(out)).map((r) => r.event_id)).toEqual(['a']);
+  });
+
   it('a lock cut short as it was written (empty, garbled) is dated by its file: refused within a day, taken over after', async () => {
     const out = join(scratch(), 'arch');
     mkdirSync(out);
