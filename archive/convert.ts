@@ -58,7 +58,13 @@ async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promi
   });
   if (!response.ok || !response.body) throw new ArchiveInputError(`export URL answered HTTP ${response.status}`);
   const file = join(dir, 'download.csv');
-  await pipeline(Readable.fromWeb(response.body as import('node:stream/web').ReadableStream), createWriteStream(file));
+  // A connection cut mid-body rejects with "terminated" alone: what was cut, and why, are named.
+  await pipeline(Readable.fromWeb(response.body as import('node:stream/web').ReadableStream), createWriteStream(file)).catch(
+    (error: Error) => {
+      const cause = (error.cause as Error | undefined)?.message ?? error.message;
+      throw new ArchiveInputError(`export URL ${shown(target.toString())}: download cut short (${cause}); nothing was written`);
+    },
+  );
   const head = fileHead(file, 200);
   if (head.startsWith('{')) {
     // The web app answers errors (bad token, bad `since`) as JSON with HTTP 200.

@@ -141,6 +141,28 @@ describe('inputs', () => {
     expect(readdirSync(out)).toEqual([]);
   });
 
+  // It failed with "terminated" alone: neither what was cut short nor why.
+  it('an export whose connection is cut half-way is named (its token as ***) with the cause, and the archive is left as it was', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(csv([{ event_id: 'stored', timestamp: '2026-11-20T09:00:00Z', cost_usd: 1 }]), { out });
+    const body = readFileSync(csv([{ event_id: 'half', timestamp: '2026-11-21T09:00:00Z', cost_usd: 2 }]), 'utf8');
+    const cut = createServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/csv', 'content-length': String(Buffer.byteLength(body) * 2) });
+      res.write(body, () => res.socket!.destroy()); // whole lines, then the connection drops
+    });
+    await new Promise<void>((r) => cut.listen(0, '127.0.0.1', r));
+    try {
+      const url = `http://127.0.0.1:${(cut.address() as { port: number }).port}/exec?action=export&since=2026-11-21`;
+      const error = await convert(url, { out, env: { METER_TOKEN: 's3cret' } }).catch((e: Error) => e);
+      expect(String(error)).toContain(`export URL ${url}&token=***: download cut short (`);
+      expect(String(error)).not.toContain('s3cret');
+      expect((await rowsIn(out)).map((r) => r.event_id)).toEqual(['stored']);
+      expect(readdirSync(out)).toEqual(['events_20261120.parquet']);
+    } finally {
+      cut.close();
+    }
+  });
+
   it("takes the meter bundle's own export CSV: the sheet's totals equal the archive's", async () => {
     const platform = new FakePlatform();
     const meter = loadBundle(platform);
