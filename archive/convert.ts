@@ -123,6 +123,9 @@ function checkLocalInput(input: string): void {
 export async function convert(input: string, options: ConvertOptions): Promise<ConvertResult> {
   checkLocalInput(input);
   const out = resolve(options.out);
+  // Said as such, not as mkdir's EEXIST: a day file given for its folder.
+  if (existsSync(out) && !statSync(out).isDirectory())
+    throw new ArchiveInputError(`--out ${options.out}: not a folder (a file?), expected the archive folder`);
   const started = Date.now();
   mkdirSync(out, { recursive: true });
   // Two runs merging into one day would each write their own union: the first run's events lost.

@@ -4,7 +4,7 @@
  * the JavaScript side only formats the result.
  * Days are UTC days; "the last 7 days" are the as-of day and the 6 before, as in the meter.
  */
-import { existsSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { csvField } from '../schema/csv-cell';
 import { dayFiles } from './day-files';
@@ -16,7 +16,8 @@ export type ReportName = (typeof REPORTS)[number];
 /** The archive's events (files carry all columns): its day files only (day-files.ts). */
 function eventsSource(archive: string): string {
   const dir = resolve(archive);
-  if (!existsSync(dir)) throw new Error(`--archive ${archive}: no such folder`);
+  // A file (a day file given for its folder) too: said as archive:expire says it, not as the scandir error.
+  if (!statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--archive ${archive}: no such folder`);
   const files = dayFiles(dir)
     .map((f) => f.file)
     .sort();

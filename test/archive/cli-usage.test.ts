@@ -1,6 +1,6 @@
 // The archive CLI's usage errors: exit status 2 and a message naming the option and what was expected.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CALLS_CSV_HEADER } from '../../schema/call-record';
@@ -127,6 +127,23 @@ describe('archive CLI usage errors', () => {
       const r = run(...args);
       expect(r.status, args[0]).toBe(1);
       expect(r.stderr.trim()).toBe(`--archive ${missing}: no such folder`);
+    }
+  });
+
+  // report failed with "ENOTDIR: not a directory, scandir …", archive with "EEXIST: file already exists, mkdir …".
+  it('a file given as the archive folder (a day file) is one line naming it, exit 1, and the file stays as it was', () => {
+    const file = join(scratch(), 'events_20261121.parquet');
+    writeFileSync(file, 'x');
+    for (const [args, said] of [
+      [['report', 'daily', '--archive', file], `--archive ${file}: no such folder`],
+      [
+        ['convert', csvIn(scratch(), [{ event_id: 'a' }]), '--out', file],
+        `--out ${file}: not a folder (a file?), expected the archive folder`,
+      ],
+    ] as const) {
+      const r = run(...args);
+      expect([r.status, r.stdout, r.stderr.trim()], args[0]).toEqual([1, '', said]);
+      expect(readFileSync(file, 'utf8')).toBe('x');
     }
   });
 });
