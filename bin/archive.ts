@@ -55,6 +55,16 @@ function wholeDays(option: string, value: string): number {
   return Number(value);
 }
 
+/**
+ * A folder option's value: an empty one (`--out "$ARCHIVE_DIR"` with the variable unset) resolved to
+ * the working directory, the repository under npm run, where a run wrote its day files and expiry
+ * removed them.
+ */
+function folder(option: string, value: string): string {
+  if (value === '') throw new UsageError(`${option}: expected a folder, got ""`);
+  return value;
+}
+
 async function convertCommand(rest: string[]): Promise<void> {
   const { values, positionals } = parse('convert', {
     args: rest,
@@ -62,8 +72,9 @@ async function convertCommand(rest: string[]): Promise<void> {
     options: { out: { type: 'string', default: DEFAULT_ARCHIVE }, partition: { type: 'boolean' }, replace: { type: 'boolean' } },
   });
   if (positionals.length !== 1) throw new UsageError(USAGE.convert);
+  const out = folder('--out', values.out!);
   const result = await convert(positionals[0], {
-    out: values.out!,
+    out,
     partition: values.partition,
     replace: values.replace,
     log: (line) => process.stderr.write(`${line}\n`),
@@ -80,11 +91,12 @@ function expireCommand(rest: string[]): void {
       'dry-run': { type: 'boolean' },
     },
   });
+  const archive = folder('--archive', values.archive!);
   const fromEnv = values.days === undefined && process.env.ARCHIVE_RETENTION_DAYS !== undefined;
   const days = fromEnv
     ? wholeDays('ARCHIVE_RETENTION_DAYS', process.env.ARCHIVE_RETENTION_DAYS!)
     : wholeDays('--days', values.days ?? String(DEFAULT_ARCHIVE_DAYS));
-  const result = expireArchive(values.archive!, days, new Date(), values['dry-run']);
+  const result = expireArchive(archive, days, new Date(), values['dry-run']);
   for (const line of result.left) process.stderr.write(`${line}\n`);
   for (const f of result.removed) process.stdout.write(`${values['dry-run'] ? 'would remove' : 'removed'} ${f}\n`);
   process.stderr.write(
@@ -132,9 +144,10 @@ async function reportCommand(rest: string[]): Promise<void> {
   }
   const name = positionals[0] as ReportName;
   if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
+  const archive = folder('--archive', values.archive!);
   const asOf = day('--as-of', values['as-of']!);
   // export-daily is the specification's "daily cost to a CSV": CSV whatever --format says.
-  return printQuery(reportSql(name, values.archive!, asOf), name === 'export-daily' ? 'csv' : format);
+  return printQuery(reportSql(name, archive, asOf), name === 'export-daily' ? 'csv' : format);
 }
 
 async function main(argv: string[]): Promise<void> {

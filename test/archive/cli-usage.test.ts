@@ -1,6 +1,6 @@
 // The archive CLI's usage errors: exit status 2 and a message naming the option and what was expected.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CALLS_CSV_HEADER } from '../../schema/call-record';
@@ -129,6 +129,24 @@ describe('archive CLI usage errors', () => {
       expect(r.stderr.trim()).toBe(`--archive ${missing}: no such folder`);
     }
   });
+
+  // An empty folder option (`--out "$ARCHIVE_DIR"`, the variable unset) was the working directory:
+  // archive wrote its day files there, and archive:expire removed the day files it found there.
+  it('an empty --out or --archive is a usage error, and nothing in the working directory is written or removed', () => {
+    const dir = scratch();
+    const input = csvIn(dir, [{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z' }]);
+    writeFileSync(join(dir, 'events_20200101.parquet'), 'x');
+    const before = readdirSync(dir).sort();
+    for (const [args, said] of [
+      [['convert', input, '--out', ''], '--out: expected a folder, got ""'],
+      [['expire', '--archive', '', '--days', '1'], '--archive: expected a folder, got ""'],
+      [['report', 'daily', '--archive', ''], '--archive: expected a folder, got ""'],
+    ] as const) {
+      const r = spawnSync(tsx, [join(root, 'bin', 'archive.ts'), ...args], { cwd: dir, encoding: 'utf8' });
+      expect([r.status, r.stdout, r.stderr.trim()], args[0]).toEqual([2, '', said]);
+      expect(readdirSync(dir).sort(), args[0]).toEqual(before);
+    }
+  }, 30_000);
 
   // report failed with "ENOTDIR: not a directory, scandir …", archive with "EEXIST: file already exists, mkdir …".
   it('a file given as the archive folder (a day file) is one line naming it, exit 1, and the file stays as it was', () => {
