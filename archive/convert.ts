@@ -154,13 +154,28 @@ function dayCopier(duck: Duck, partition: boolean): CopyDays {
     );
 }
 
+/**
+ * Where a header differs from the event record's: a column added to the export (or renamed) was
+ * one of 19 names in two lines of 200 characters, the new one cut off at the end.
+ */
+function headerProblem(header: string): string {
+  const got = header.split(',');
+  const at = EVENT_FIELDS.findIndex((f, i) => got[i] !== f);
+  if (at < 0) return `column ${EVENT_FIELDS.length + 1} "${got[EVENT_FIELDS.length].slice(0, 100)}" is not a field of the event record`;
+  return got[at] === undefined
+    ? `no column ${at + 1}, expected "${EVENT_FIELDS[at]}"`
+    : `column ${at + 1}: expected "${EVENT_FIELDS[at]}", got "${got[at].slice(0, 100)}"`;
+}
+
 /** The input as a local file with the event header (a URL downloaded into `work` first). */
 async function inputFile(input: string, name: string, options: ConvertOptions, work: string): Promise<string> {
   const file = /^https?:\/\//.test(input) ? await download(input, options.env ?? process.env, work) : resolve(input);
   if (!existsSync(file) || !statSync(file).isFile()) throw new ArchiveInputError(`${name}: no such file`);
   const header = firstLine(file);
   if (header !== CSV_HEADER) {
-    throw new ArchiveInputError(`${name}: line 1: expected the event header "${CSV_HEADER}", got "${header.slice(0, 200)}"`);
+    throw new ArchiveInputError(
+      `${name}: line 1: expected the event header "${CSV_HEADER}", got "${header.slice(0, 200)}" (${headerProblem(header)})`,
+    );
   }
   return file;
 }

@@ -232,6 +232,26 @@ describe('npm run archive', () => {
     await expect(convert(bad, { out })).rejects.toThrow(/line 1: expected the event header/);
   });
 
+  // The refusal showed the two headers, 200 characters each, the added column cut off the end of the second.
+  it('an export whose header gained, lost or renamed a column (a meter of another version) is refused naming that column; nothing is written', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }]), { out });
+    const before = snapshot(out);
+    const row = `b,2026-11-21T09:00:00Z,agent,p,m,n/a,1,1,1,1,,,,c,false,false,,n/a,`;
+    const file = join(scratch(), 'newer.csv');
+    for (const [header, line, said] of [
+      [`${CSV_HEADER},billing_region`, `${row},eu`, 'column 20 "billing_region" is not a field of the event record'],
+      [CSV_HEADER.replace('cost_usd,', 'cost_usd,currency,'), `${row},usd`, 'column 11: expected "eval_score", got "currency"'],
+      [CSV_HEADER.replace(',error_code', ''), row.slice(0, -1), 'no column 19, expected "error_code"'],
+    ]) {
+      writeFileSync(file, `${header}\n${line}\n`);
+      const error = await convert(file, { out }).catch((e: Error) => e);
+      expect(String(error)).toContain(`${file}: line 1: expected the event header "${CSV_HEADER}", got "`);
+      expect(String(error)).toContain(`" (${said})`);
+    }
+    expect(snapshot(out)).toEqual(before);
+  });
+
   it('names the line of a row with too few or too many fields or an unterminated quote (a download cut short), and writes nothing', async () => {
     const out = join(scratch(), 'arch');
     await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }]), { out });
