@@ -63,14 +63,39 @@ const CREATED_MARK_MS = 60_000;
  * then (its creation and its death), not as the instance read it: the job and its state are read
  * apart, and a job read just before it died was named as one not finished, a mark nobody held.
  * None when the job is no longer dead (moved back to run, or already replaced).
+ * The dead job is set aside in the same step (KEYS[4], for PARKED_MS), not deleted: the add that
+ * follows may be refused (Redis at its maxmemory, or gone), and the dead job then goes back (RESTORE).
+ * Returns the mark's name.
  */
 const REPLACE = `
-if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then return 0 end
+if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then return false end
 local job = redis.call('HMGET', KEYS[2], 'timestamp', 'finishedOn')
-if not job[1] or not job[2] then return 0 end
-if not redis.call('SET', ARGV[1] .. ':' .. job[1] .. ':' .. job[2], '1', 'PX', ARGV[2], 'NX') then return 0 end
+if not job[1] or not job[2] then return false end
+local mark = ARGV[1] .. ':' .. job[1] .. ':' .. job[2]
+if not redis.call('SET', mark, '1', 'PX', ARGV[2], 'NX') then return false end
 redis.call('DEL', KEYS[1])
+redis.call('RENAME', KEYS[2], KEYS[4])
+redis.call('PEXPIRE', KEYS[4], ARGV[4])
+redis.call('ZREM', KEYS[3], ARGV[3])
+return mark`;
+/**
+ * A dead job set aside by REPLACE goes back where it was, its replacement refused: unless a job of
+ * the id was added meanwhile (a client's retry), which it then gives way to. Its replacing mark goes
+ * too, so the request sent again replaces it. The RENAME comes first: a script's first write may be
+ * refused at maxmemory, the ones after it are not.
+ */
+const RESTORE = `
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('DEL', KEYS[2])
+  return 0
+end
+redis.call('RENAME', KEYS[2], KEYS[1])
+redis.call('PERSIST', KEYS[1])
+redis.call('ZADD', KEYS[3], redis.call('HGET', KEYS[1], 'finishedOn'), ARGV[1])
+redis.call('DEL', ARGV[2])
 return 1`;
+/** How long a dead job set aside while it is replaced waits for the add's outcome (its instance may be killed meanwhile). */
+const PARKED_MS = 3600_000;
 
 const jobOptions = (backoff: number, o: QueueOptions) => ({
   attempts: JOB_ATTEMPTS,
@@ -191,7 +216,7 @@ export class BullColdQueue implements ColdQueue {
   /**
    * Two round trips before `added`: the job, its state and Redis's memory read together (ioredis
    * writes them on the one connection before any answers), then the add; a dead-lettered job found
-   * (replaced by a new one) adds two more. The mark comes after the add (a failed
+   * (replaced by a new one) adds one more, which sets it aside. The mark comes after the add (a failed
    * add must leave none) and is not waited for by `added`: four round trips one after the other
    * outlasted a short time-to-answer on a slow Redis, and the job was made after its client was told 503.
    */
@@ -203,11 +228,16 @@ export class BullColdQueue implements ColdQueue {
     const dead = existing !== undefined && state === 'failed';
     if (existing && !dead) return (options.added?.(jobId), { jobId, created: false });
     this.roomLeft(await memory);
-    if (dead && !(await this.removeDead(existing!))) return (options.added?.(jobId), { jobId, created: false });
+    const replacing = dead ? await this.setDeadAside(existing!) : null;
+    if (replacing === false) return (options.added?.(jobId), { jobId, created: false });
     await this.queue
       .add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs })
-      .catch((error: unknown) => this.fullOnOom(error));
+      .catch(async (error: unknown) => {
+        if (replacing) await this.restoreDead(jobId, replacing);
+        return this.fullOnOom(error);
+      });
     options.added?.(jobId);
+    if (replacing) void this.own.del(this.parkedKey(jobId)).catch(() => undefined);
     // Counted until the next read: a burst of large requests within one read must not pass maxmemory.
     if (this.memory) this.memory.used += JSON.stringify(payload).length;
     // Two instances may both get here for one request (a client's retry reaching both): BullMQ
@@ -225,17 +255,30 @@ export class BullColdQueue implements ColdQueue {
    * any new job (its creation mark goes first). One instance replaces it: two that found it dead (a
    * client's retry reaching both) both removed it by its id, the later one the new job the other had
    * just added, and both said they created it. False when another instance replaces it, or it was
-   * moved back to run: the job found is then the request's.
+   * moved back to run: the job found is then the request's. Else the dead job is set aside (not
+   * removed: an add Redis refused left the operator without it, and its client with 503), and the
+   * name of the replacement's mark is returned.
    */
-  private async removeDead(job: Job<ColdPayload>): Promise<boolean> {
+  private async setDeadAside(job: Job<ColdPayload>): Promise<string | false> {
     // This dead job's own (its creation and its death): a job under the id dying later is another.
     const replacing = `${this.queue.qualifiedName}:replacing:${job.id}`;
-    const [jobKey, failed] = [this.queue.toKey(job.id!), this.queue.keys.failed];
-    if (!(await this.own.eval(REPLACE, 3, this.createdMark(job.id!), jobKey, failed, replacing, CREATED_MARK_MS, job.id!))) return false;
-    return job.remove().then(
-      () => true,
-      () => false,
-    );
+    const keys = [this.createdMark(job.id!), this.queue.toKey(job.id!), this.queue.keys.failed, this.parkedKey(job.id!)];
+    const mark = await this.own.eval(REPLACE, keys.length, ...keys, replacing, CREATED_MARK_MS, job.id!, PARKED_MS);
+    return typeof mark === 'string' ? mark : false;
+  }
+  /**
+   * The dead job set aside goes back to the dead-letter list, its replacement refused. On the
+   * worker's connection, which waits for Redis: a refusal because Redis went away would otherwise
+   * find it away too. Not waited for longer than the add was: the client's 503 does not wait.
+   */
+  private async restoreDead(jobId: string, mark: string): Promise<void> {
+    const client = this.connection instanceof Redis ? this.connection : this.own;
+    const keys = [this.queue.toKey(jobId), this.parkedKey(jobId), this.queue.keys.failed];
+    const restoring = client.eval(RESTORE, keys.length, ...keys, jobId, mark);
+    await within(restoring, 1000).catch(() => undefined);
+  }
+  private parkedKey(jobId: string): string {
+    return `${this.queue.qualifiedName}:parked:${jobId}`;
   }
   /** Redis's memory, read at most once per MEMORY_READ_MS. */
   private async readMemory(): Promise<{ used: number; max: number }> {

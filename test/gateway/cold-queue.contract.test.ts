@@ -471,6 +471,43 @@ describe('a dead-lettered job found by an instance that read it as it died (Redi
   });
 });
 
+// The same request sent again replaced its dead job: the dead job was removed, then the new one
+// added. An add Redis refused (at its maxmemory, filled meanwhile) left neither: the client was told
+// 503 and the operator had lost the dead-letter entry, its prompt and its error.
+describe('a dead-lettered job whose replacement Redis refuses (Redis)', () => {
+  it.skipIf(!hasRedisServer)(
+    'stays in the dead-letter list as it was, and the request sent again once there is room replaces it',
+    async () => {
+      const own = await new OwnRedis(['--appendonly', 'no', '--maxmemory-policy', 'noeviction']).start();
+      onTestFinished(() => own.end());
+      const queue = new BullColdQueue({ host: '127.0.0.1', port: own.port }, 'dead-kept', { backoffMs: 20 });
+      onTestFinished(() => queue.close());
+      const failing = queue.work(async () => {
+        throw new UnrecoverableError('refused by the provider');
+      });
+      const { jobId } = await queue.enqueue(payload('kept'));
+      await stateIs(queue, jobId, 'dead-lettered');
+      await failing.close();
+      const probe = new Redis(own.url);
+      onTestFinished(() => void probe.disconnect());
+      // Redis fills up (other writers) between the dead job set aside and the new one added.
+      const add = queue.queue.add.bind(queue.queue);
+      vi.spyOn(queue.queue, 'add').mockImplementationOnce(async (...args) => {
+        await probe.config('SET', 'maxmemory', '1');
+        return add(...args);
+      });
+      onTestFinished(() => void vi.restoreAllMocks());
+      await expect(queue.enqueue(payload('kept'))).rejects.toMatchObject({ name: 'QueueFull' });
+      await probe.config('SET', 'maxmemory', '0');
+      expect(await queue.deadLettered()).toMatchObject([{ id: jobId, state: 'dead-lettered', lastError: 'refused by the provider' }]);
+      expect(await probe.hget(`dead-kept:ai-tasks:${jobId}`, 'data')).toContain('kept'); // its prompt, for the operator to move it back
+      expect(await queue.enqueue(payload('kept'))).toEqual({ jobId, created: true });
+      expect(await queue.get(jobId)).toMatchObject({ state: 'waiting', attempts: 0 });
+      expect(await queue.deadLettered()).toEqual([]);
+    },
+  );
+});
+
 describe('what a completed job keeps', () => {
   it('Redis: the request body (the prompt) leaves Redis once the job is answered', async () => {
     const twin = twins['BullMQ (Redis)']({ backoffMs: 20 });
