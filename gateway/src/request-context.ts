@@ -121,14 +121,30 @@ export function requestContext<B extends { model: string }>(
 }
 
 /**
- * The request's time-to-answer: `x-time-to-answer-ms`, else its job type's scope, else the default;
- * what is wrong with the header, as a message. Also read before the client key's check, which it bounds.
+ * How long the client waits, from the `openai` SDKs' `x-stainless-timeout` (their timeout, in whole
+ * seconds, truncated), less a tenth for the way to the gateway and back: an answer or a `202` later
+ * than that finds the client gone (and its retry already sent). Anything but a positive number
+ * (`0`: a timeout under a second, of unknown length) says nothing.
+ */
+function clientWaitMs(headers: Headers): number {
+  const s = Number(header(headers, 'x-stainless-timeout'));
+  return s >= 1 ? Math.floor(s * 900) : Infinity;
+}
+
+/**
+ * The request's time-to-answer: `x-time-to-answer-ms`, else its job type's scope, else the default,
+ * and no longer than its client waits (clientWaitMs); what is wrong with the header, as a message.
+ * Also read before the client key's check, which it bounds.
  */
 export function timeToAnswerOf(headers: Headers, scopes: Scopes): number | string {
   const explicit = header(headers, 'x-time-to-answer-ms');
-  if (explicit === undefined) return scopeOf(scopes, header(headers, 'x-job-type') ?? '')?.time_to_answer_ms ?? DEFAULT_TIME_TO_ANSWER_MS;
+  if (explicit === undefined)
+    return Math.min(
+      scopeOf(scopes, header(headers, 'x-job-type') ?? '')?.time_to_answer_ms ?? DEFAULT_TIME_TO_ANSWER_MS,
+      clientWaitMs(headers),
+    );
   const n = Number(explicit);
-  if (Number.isInteger(n) && n >= 1 && n <= MAX_TIME_TO_ANSWER_MS) return n;
+  if (Number.isInteger(n) && n >= 1 && n <= MAX_TIME_TO_ANSWER_MS) return Math.min(n, clientWaitMs(headers));
   return `x-time-to-answer-ms: expected whole milliseconds from 1 to ${MAX_TIME_TO_ANSWER_MS}, got "${explicit}"`;
 }
 

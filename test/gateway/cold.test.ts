@@ -235,6 +235,25 @@ describe('Cold tier', () => {
     expect(res.ms).toBeLessThan(300 + 100);
   });
 
+  // The openai SDK says its own timeout (x-stainless-timeout, in seconds) with a request. The gateway
+  // went by its own time-to-answer (30 s): a client with a 5 s timeout had given up (and sent its
+  // retry) before the gateway queued its request and answered 202 to nobody.
+  it("the openai client's own timeout shortens the time-to-answer: a client that waits 5 s gets its 202 before it gives up", async () => {
+    const { url } = await up({ worker: false });
+    hot.always({ kind: 'hang' });
+    warm.always({ kind: 'hang' });
+    // With its default retries: a fresh gateway's first job can outlast the 25 ms a spent time-to-answer leaves it (503, sent again).
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused' });
+    // The Node SDK says a timeout given to the request (not the client's default).
+    const { data, response } = await client.chat.completions
+      .create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }, { timeout: 5000 })
+      .withResponse();
+    expect(response.status).toBe(202);
+    const { jobId } = data as unknown as { status: string; jobId: string };
+    expect(data).toMatchObject({ status: 'queued' });
+    expect(await job(url, jobId)).toMatchObject({ state: 'waiting', reason: 'time_to_answer' });
+  });
+
   it('the worker runs queued jobs through the routing again; a restart of gateway and worker loses nothing', async () => {
     const first = await up({ worker: false });
     hot.always({ kind: 'status', status: 503 });
