@@ -96,6 +96,17 @@ redis.call('DEL', ARGV[2])
 return 1`;
 /** How long a dead job set aside while it is replaced waits for the add's outcome (its instance may be killed meanwhile). */
 const PARKED_MS = 3600_000;
+/**
+ * A job added after its client was told 503 (Redis answered past the time-to-answer) is taken out
+ * again: its client's retry is answered live, and the job would call the provider once more, later.
+ * Only if no later call for the same request touched it since (KEYS[1] still holds this call's
+ * token: a retry that found the job was told of it) and no worker has taken it yet.
+ */
+const WITHDRAW = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('LREM', KEYS[3], 0, ARGV[2]) + redis.call('ZREM', KEYS[4], ARGV[2]) == 0 then return 0 end
+redis.call('DEL', KEYS[2], KEYS[5], KEYS[1])
+return 1`;
 
 const jobOptions = (backoff: number, o: QueueOptions) => ({
   attempts: JOB_ATTEMPTS,
@@ -224,12 +235,24 @@ export class BullColdQueue implements ColdQueue {
     const jobId = coldJobId(payload);
     const memory = this.readMemory();
     memory.catch(() => undefined); // its error counts only for a new job
+    await this.queue.waitUntilReady();
+    // This call's touch, written before the job is read (the one connection keeps the order): it
+    // keeps a job this call finds from being withdrawn by an earlier call given up on (WITHDRAW).
+    const token = randomUUID();
+    const touched = this.own.set(this.touchKey(jobId), token, 'PX', CREATED_MARK_MS).then(
+      () => true,
+      () => false,
+    );
     const [existing, state] = await Promise.all([this.queue.getJob(jobId), this.queue.getJobState(jobId)]);
     const dead = existing !== undefined && state === 'failed';
     if (existing && !dead) return (options.added?.(jobId), { jobId, created: false });
     this.roomLeft(await memory);
     const replacing = dead ? await this.setDeadAside(existing!) : null;
     if (replacing === false) return (options.added?.(jobId), { jobId, created: false });
+    if (options.signal?.aborted) {
+      if (replacing) await this.restoreDead(jobId, replacing);
+      return { jobId, created: false, withdrawn: true };
+    }
     await this.queue
       .add(JOB_NAME, payload, { ...jobOptions(this.backoffMs, this.options), jobId, delay: options.delayMs })
       .catch(async (error: unknown) => {
@@ -237,7 +260,6 @@ export class BullColdQueue implements ColdQueue {
         return this.fullOnOom(error);
       });
     options.added?.(jobId);
-    if (replacing) void this.own.del(this.parkedKey(jobId)).catch(() => undefined);
     // Counted until the next read: a burst of large requests within one read must not pass maxmemory.
     if (this.memory) this.memory.used += JSON.stringify(payload).length;
     // Two instances may both get here for one request (a client's retry reaching both): BullMQ
@@ -245,7 +267,21 @@ export class BullColdQueue implements ColdQueue {
     // notified once. The mark outlives that race only. A mark that fails (Redis gone after the
     // add) counts as created: a notice twice rather than a job nobody is told about.
     const marked = await this.own.set(this.createdMark(jobId), '1', 'PX', CREATED_MARK_MS, 'NX').catch(() => 'OK' as const);
-    return { jobId, created: marked === 'OK' };
+    const created = marked === 'OK';
+    if (created && options.signal?.aborted && (await touched) && (await this.withdraw(jobId, token))) {
+      if (replacing) await this.restoreDead(jobId, replacing);
+      return { jobId, created: false, withdrawn: true };
+    }
+    if (replacing) void this.own.del(this.parkedKey(jobId)).catch(() => undefined);
+    return { jobId, created };
+  }
+  /** Takes out the job this call added once its client was told 503 (WITHDRAW); false if it stays. */
+  private async withdraw(jobId: string, token: string): Promise<boolean> {
+    const keys = [this.touchKey(jobId), this.queue.toKey(jobId), this.queue.keys.wait, this.queue.keys.delayed, this.createdMark(jobId)];
+    return (await this.own.eval(WITHDRAW, keys.length, ...keys, token, jobId).catch(() => 0)) === 1;
+  }
+  private touchKey(jobId: string): string {
+    return `${this.queue.qualifiedName}:touched:${jobId}`;
   }
   private createdMark(jobId: string): string {
     return `${this.queue.qualifiedName}:created:${jobId}`;

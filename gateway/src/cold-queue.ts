@@ -132,12 +132,20 @@ export interface EnqueueOptions {
   delayMs?: number;
   /** Called by a queue that finds out only later whether this call made the job, once the job is in: the answer need not wait. */
   added?: (jobId: string) => void;
+  /**
+   * Aborted once the client was answered without the job (503: the queue did not answer in time).
+   * A job this call adds after that is taken out again (Redis), unless a later call for the same
+   * request found it meanwhile or a worker took it; the result then says withdrawn (no notice).
+   */
+  signal?: AbortSignal;
 }
 
 export interface EnqueueResult {
   jobId: string;
   /** False when a job with this id already existed (the client retried). */
   created: boolean;
+  /** Not added, or taken out again: its client had been answered without it (EnqueueOptions.signal). */
+  withdrawn?: boolean;
 }
 
 export interface QueueCounts {

@@ -67,9 +67,10 @@ const PAUSE_STORE_WAIT_MS = 2000;
 const JOB_READ_MS = 2000;
 
 /**
- * A person is told of a new job when it is made, also when that was after its client was told 503
- * (Redis answered past the time-to-answer): the job runs all the same, and the client's retry finds
- * it as not new, so no later moment would tell anyone.
+ * A person is told of a new job when it is made. One made after its client was told 503 (Redis
+ * answered past the time-to-answer) is taken out again (EnqueueOptions.signal), and not told of,
+ * unless the client's retry found it meanwhile or a worker took it: then it runs, and no later
+ * moment would tell anyone.
  */
 function told(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, job: EnqueueResult): EnqueueResult {
   if (job.created) {
@@ -79,19 +80,23 @@ function told(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, job: En
   return job;
 }
 
-/** The request's job id once its job is in the queue: whether this call made it (for the notice) is found out after. */
-function inQueue(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason): Promise<string> {
+/**
+ * The request's job id once its job is in the queue (`jobId`): whether this call made it (for the
+ * notice) is found out after (`enqueued`).
+ */
+function inQueue(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, signal: AbortSignal) {
   let added!: (jobId: string) => void;
   const inQueue = new Promise<string>((resolve) => (added = resolve));
   const payload = coldPayload(ctx, why.reason, why.reviewRequired);
-  const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs, added }).then((job) => told(deps, ctx, why, job));
-  return Promise.race([inQueue, enqueued.then((job) => job.jobId)]);
+  const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs, added, signal }).then((job) => told(deps, ctx, why, job));
+  return { jobId: Promise.race([inQueue, enqueued.then((job) => job.jobId)]), enqueued };
 }
 
 /** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
   // Every request that would be queued meets a queue away or full: not a line each.
   const refusals = new RepeatLog();
+  const late = new RepeatLog();
   return {
     async queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<boolean> {
       const headers = routeHeaders('cold', 'queue', ctx.body.model, why.attempts);
@@ -105,11 +110,20 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
         sendJson(res, 503, error, headers);
         return false;
       }
+      // Aborted once the client is told 503: a job added after that is taken out again.
+      const answered = new AbortController();
+      const job = inQueue(deps, ctx, why, answered.signal);
       try {
-        const jobId = await within(inQueue(deps, ctx, why), Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
+        const jobId = await within(job.jobId, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
         sendQueued(res, ctx, jobId, why, headers);
         return true;
       } catch (error) {
+        answered.abort();
+        if (error instanceof NoAnswer)
+          void job.enqueued.then(
+            (j) => j.withdrawn && notKept(deps, j.jobId, late),
+            () => undefined,
+          );
         if (error instanceof QueueFull) {
           refuseFull(deps, ctx, res, why, error, headers, refusals);
           return false;
@@ -126,6 +140,12 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
       }
     },
   };
+}
+
+/** The queue answered after its client was told 503, and the job was not kept: said once a minute at most. */
+function notKept(deps: ColdTierDeps, jobId: string, repeats: RepeatLog): void {
+  const more = repeats.due('late');
+  if (more !== null) deps.log.warn(`cold queue answered after its client was told 503: job ${jobId} not kept${more}`);
 }
 
 /** How long a client refused by a full queue is asked to wait: the queue drains only once a provider is back. */

@@ -508,6 +508,68 @@ describe('a dead-lettered job whose replacement Redis refuses (Redis)', () => {
   );
 });
 
+// A job whose add Redis answered after the time-to-answer was made after its client was told 503
+// (cold_queue_unavailable): the SDK's retry was answered live, and the job ran later all the same,
+// a second provider call and a notice of work nobody waits for.
+describe('a job added after its client was told 503 (Redis)', () => {
+  /** `queue`'s next add: its client is answered (503) while the add is under way; `meanwhile` runs once it is in. */
+  const answeredDuringAdd = (queue: BullColdQueue, meanwhile: () => Promise<unknown> = async () => undefined) => {
+    const answered = new AbortController();
+    const add = queue.queue.add.bind(queue.queue);
+    vi.spyOn(queue.queue, 'add').mockImplementationOnce(async (...args) => {
+      const adding = add(...args);
+      answered.abort();
+      const job = await adding;
+      await meanwhile();
+      return job;
+    });
+    onTestFinished(() => void vi.restoreAllMocks());
+    return answered.signal;
+  };
+
+  it('is taken out again and not told of; the request sent again makes its job', async () => {
+    const queue = new BullColdQueue(connection, `test-cq-${process.pid}-${++n}`, { backoffMs: 20 });
+    cleanup.push(() => queue.close());
+    const late = await queue.enqueue(payload('late'), { signal: answeredDuringAdd(queue) });
+    expect(late).toMatchObject({ created: false, withdrawn: true });
+    expect(await queue.get(late.jobId)).toBeNull();
+    expect(await queue.counts()).toMatchObject({ waiting: 0, delayed: 0 });
+    expect(await queue.enqueue(payload('late'))).toEqual({ jobId: late.jobId, created: true });
+  });
+
+  it('stays when the request sent again found it meanwhile (its client was told it is queued)', async () => {
+    const prefix = `test-cq-${process.pid}-${++n}`;
+    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
+    cleanup.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    let retried: unknown;
+    const signal = answeredDuringAdd(a, async () => (retried = await b.enqueue(payload('found'))));
+    const late = await a.enqueue(payload('found'), { signal });
+    expect(retried).toEqual({ jobId: late.jobId, created: false });
+    expect(late.created).toBe(true); // the one notice of the job
+    expect(await a.get(late.jobId)).toMatchObject({ state: 'waiting' });
+  });
+
+  it('that replaced a dead-lettered job leaves the dead job where it was', async () => {
+    const queue = new BullColdQueue(connection, `test-cq-${process.pid}-${++n}`, { backoffMs: 20 });
+    cleanup.push(() => queue.close());
+    const failing = queue.work(async () => {
+      throw new UnrecoverableError('refused by the provider');
+    });
+    const { jobId } = await queue.enqueue(payload('dead-late'));
+    await stateIs(queue, jobId, 'dead-lettered');
+    await failing.close();
+    expect(await queue.enqueue(payload('dead-late'), { signal: answeredDuringAdd(queue) })).toEqual({
+      jobId,
+      created: false,
+      withdrawn: true,
+    });
+    expect(await queue.deadLettered()).toMatchObject([{ id: jobId, state: 'dead-lettered', lastError: 'refused by the provider' }]);
+  });
+});
+
 describe('what a completed job keeps', () => {
   it('Redis: the request body (the prompt) leaves Redis once the job is answered', async () => {
     const twin = twins['BullMQ (Redis)']({ backoffMs: 20 });

@@ -97,6 +97,28 @@ describe('a slow Redis', () => {
     },
   );
 
+  it(
+    'a job Redis adds after its client was told 503 (each command took 800 ms, past the time-to-answer) is taken out again',
+    { timeout: 30_000 },
+    async () => {
+      const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB), GATEWAY_AUTH: 'open' });
+      world.hot.always({ kind: 'status', status: 500 });
+      world.warm.always({ kind: 'status', status: 500 });
+      slow.delayMs = 800;
+      // The job is read (800 ms), then added; its client is told 503 before the add's answer comes back.
+      const refused = await chat(
+        gw.url,
+        { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hello' }] },
+        { 'x-time-to-answer-ms': '1200' },
+      );
+      expect([refused.status, (refused.json() as { error: { code: string } }).error.code]).toEqual([503, 'cold_queue_unavailable']);
+      // Before: the job stayed, and ran later although the client's retry (the openai SDK retries a 503) ran the request again.
+      await until(async () => gw.logs.some((l) => l.includes('cold queue answered after its client was told 503')));
+      expect(await world.redis.llen(`${world.prefix}:ai-tasks:wait`)).toBe(0);
+      expect(await world.redis.keys(`${world.prefix}:ai-tasks:llm-*`)).toEqual([]);
+    },
+  );
+
   it('a tenant continues its stored response while each command takes 1.5 s', { timeout: 30_000 }, async () => {
     const { key } = await world.makeKey('acme');
     const gw = await world.up({ QUEUE_STORE_URL: slow.url(TEST_REDIS_DB) });
