@@ -372,6 +372,9 @@ export class BullColdQueue implements ColdQueue {
     const job = await this.queue.getJob(id);
     if (!job || (await job.getState()) !== 'failed') return false;
     await job.updateProgress(0); // a fresh start: no deferral carried over
+    // Nor the count of its runs cut (BullMQ's `stc`, which its retry keeps): a job dead-lettered by
+    // its third kill was dead-lettered again by the first kill after it was moved back.
+    await this.own.hdel(this.queue.toKey(id), 'stc');
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     return true;
   }

@@ -376,6 +376,29 @@ describe('a worker killed mid-job (Redis)', () => {
     await last.running();
     expect(await stateIs(queue, jobId, 'completed')).toMatchObject({ result: 'answered' });
   }, 30_000);
+
+  // A job dead-lettered by a third kill and moved back (npm run ops -- dlq move) kept the count of
+  // its kills: the first kill after the move dead-lettered it again, where a job is taken back twice.
+  it('dead-lettered by a third kill and moved back, it is taken back again after a kill', async () => {
+    const prefix = `test-cq-${process.pid}-${++n}`;
+    const queue = new BullColdQueue(connection, prefix, { backoffMs: 20 });
+    cleanup.push(() => queue.close());
+    const { jobId } = await queue.enqueue(payload('killed-thrice'));
+    const killOnce = async () => {
+      const w = workerProcess(prefix, true);
+      await w.running();
+      w.kill();
+    };
+    for (let kill = 1; kill <= 3; kill++) await killOnce();
+    const fourth = workerProcess(prefix, true); // takes the killed run back: the third kill was one too many
+    expect(await stateIs(queue, jobId, 'dead-lettered')).toMatchObject({ lastError: 'job stalled more than allowable limit' });
+    fourth.kill();
+    expect(await queue.retryDeadLettered(jobId)).toBe(true);
+    await killOnce();
+    const last = workerProcess(prefix, false);
+    await last.running();
+    expect(await stateIs(queue, jobId, 'completed')).toMatchObject({ result: 'answered' });
+  }, 60_000);
 });
 
 describe('a job whose claim a killed run left (Redis)', () => {
