@@ -58,7 +58,8 @@ function coldPayload(ctx: RequestContext, reason: string, reviewRequired = false
 
 /**
  * The failover's reserve for this answer: a queue slower than that, with no time left, is
- * unreachable. A job added after all is found again by a retry (its id comes from the idempotency key).
+ * unreachable. A job added after all is taken out again, unless a retry found it first (its id comes
+ * from the idempotency key): see told.
  */
 const ENQUEUE_FLOOR_MS = 25;
 /** How long the budget endpoints wait for the pause flag's store before answering 503. */
