@@ -65,27 +65,38 @@ const limits = (k: Pick<ClientKey, 'rpm' | 'tpm' | 'models'>) =>
 const listLine = (k: ClientKey) =>
   `${k.id} tenant=${k.tenant} ${limits(k)} created=${k.created} last_used=${k.lastUsed ?? 'never'} ${k.revoked ? `revoked=${k.revoked}` : 'valid'}`;
 
-async function run(command: string | undefined, args: string[], store: ReturnType<typeof keyStoreFor>, out: Print, err: Print) {
-  if (command === 'create') {
-    const spec = parseCreate(args);
-    const { key, record } = await createKey(store, spec);
-    out(`made ${record.id} for tenant ${record.tenant}: ${limits(record)}; only its hash is kept, in ${store.where}`);
-    out('Give this key to the tenant now: it is shown only this once.');
-    out(key);
-    return 0;
-  }
+/** A checked command: its arguments are read before the store is opened, so a typo never waits for it or reaches it. */
+type Command = { command: 'create'; spec: KeySpec } | { command: 'list' } | { command: 'revoke'; id: string };
+
+function parseCommand(command: string, args: string[]): Command {
+  if (command === 'create') return { command, spec: parseCreate(args) };
   if (command === 'list') {
     if (args.length) throw new UsageError(`list: expected no arguments, got "${args[0]}"`);
-    const keys = (await store.list()).sort((a, b) => a.created.localeCompare(b.created));
-    for (const k of keys) out(listLine(k));
-    err(`${keys.length} key(s), ${keys.filter((k) => !k.revoked).length} valid, in ${store.where}`);
-    return 0;
+    return { command };
   }
   const [id, extra] = args;
   if (!id || !KEY_ID.test(id) || extra !== undefined)
     throw new UsageError(
       `key id: expected one id as list shows it ("key_" and 8 hex digits), got ${id ? `"${args.join(' ')}"` : 'nothing'}`,
     );
+  return { command: 'revoke', id };
+}
+
+async function run(todo: Command, store: ReturnType<typeof keyStoreFor>, out: Print, err: Print) {
+  if (todo.command === 'create') {
+    const { key, record } = await createKey(store, todo.spec);
+    out(`made ${record.id} for tenant ${record.tenant}: ${limits(record)}; only its hash is kept, in ${store.where}`);
+    out('Give this key to the tenant now: it is shown only this once.');
+    out(key);
+    return 0;
+  }
+  if (todo.command === 'list') {
+    const keys = (await store.list()).sort((a, b) => a.created.localeCompare(b.created));
+    for (const k of keys) out(listLine(k));
+    err(`${keys.length} key(s), ${keys.filter((k) => !k.revoked).length} valid, in ${store.where}`);
+    return 0;
+  }
+  const { id } = todo;
   const revoked = await store.revoke(id, new Date());
   if (!revoked) {
     err(`no key ${id} in ${store.where} (npm run keys -- list shows the ids)`);
@@ -108,11 +119,12 @@ export async function keysCli(args: string[], rawEnv: NodeJS.ProcessEnv, out: Pr
   }
   let redis: Redis | null = null;
   try {
+    const todo = parseCommand(command!, rest);
     const env = readEnv(rawEnv);
     if (env.production && !env.QUEUE_STORE_URL)
       throw new ConfigError('QUEUE_STORE_URL: required with NODE_ENV=production (the gateways read their keys from Redis)');
     if (env.QUEUE_STORE_URL) redis = await commandStore(env.QUEUE_STORE_URL);
-    return await run(command, rest, keyStoreFor(env, redis), out, err);
+    return await run(todo, keyStoreFor(env, redis), out, err);
   } catch (error) {
     if (error instanceof UsageError || error instanceof ConfigError) {
       err(error.message);

@@ -88,4 +88,14 @@ describe('npm run keys', () => {
     expect(down.err).toMatch(/^key store: the store at QUEUE_STORE_URL did not answer: .*ECONNREFUSED/);
     expect(down.out).toEqual([]);
   });
+
+  it('names a bad argument (exit 2) before the store is asked, also when the store is away', async () => {
+    env = { QUEUE_STORE_URL: (await refusedUrl()).replace(/^http:\/\/(.*)\/v1$/, 'redis://$1/9') };
+    const typo = await keys('create', 'acme', '--rmp', '600');
+    expect(typo.code).toBe(2);
+    expect(typo.err).toMatch(/^option "--rmp": create takes a tenant and --rpm, --tpm, --models/);
+    expect(typo.err).not.toContain('QUEUE_STORE_URL');
+    expect(await keys('revoke', 'key_123')).toMatchObject({ code: 2, err: expect.stringMatching(/^key id: expected one id/) });
+    expect(await keys('list', 'all')).toMatchObject({ code: 2, err: expect.stringMatching(/^list: expected no arguments/) });
+  });
 });
