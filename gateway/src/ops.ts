@@ -39,10 +39,11 @@ function usageProblem(args: string[]): string | null {
       : `job: expected one job id (llm- and 40 hex digits), got ${sub === undefined ? 'nothing' : `"${shown(args.slice(1).join(' '))}"`}`;
   if (command !== 'dlq') return command === undefined ? 'command: expected one' : `unknown command "${command}"`;
   if (sub === 'list') return rest.length ? `dlq list: expected no arguments, got "${rest.join(' ')}"` : null;
+  // A job id as `job` takes it: `--al` (a typo of --all) went to the store as an id, and came back "not a dead-lettered job".
   if (sub === 'move')
-    return rest.length === 1 && rest[0]
+    return rest.length === 1 && (rest[0] === '--all' || COLD_JOB_ID.test(rest[0]))
       ? null
-      : `dlq move: expected one job id or --all, got ${rest.length ? `"${rest.join(' ')}"` : 'nothing'}`;
+      : `dlq move: expected one job id (llm- and 40 hex digits) or --all, got ${rest.length ? `"${shown(rest.join(' '))}"` : 'nothing'}`;
   return `dlq: expected list or move, got ${sub === undefined ? 'nothing' : `"${sub}"`}`;
 }
 

@@ -30,6 +30,8 @@ describe('npm run ops usage', () => {
       ['dlq'],
       ['dlq', 'move'],
       ['dlq', 'move', 'a', 'b'],
+      ['dlq', 'move', '--al'],
+      ['dlq', 'move', 'llm-abc'],
       ['pause', 'now'],
       ['dlq', 'list', 'x'],
       ['job'],
