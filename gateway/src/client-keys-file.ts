@@ -80,7 +80,18 @@ export class FileKeyStore implements KeyStore {
     this.where = `file ${file}`;
   }
 
-  private records = async () => (await readJson<{ keys: Stored[] }>(this.file, { keys: [] })).keys;
+  /**
+   * The records, or an error naming the file: one that is JSON of another shape (`{}`, a routing map
+   * given as CLIENT_KEYS_FILE) was said as "Cannot read properties of undefined", by the CLI and in
+   * the gateway's "key store unreachable" warning, naming neither the file nor what was wrong.
+   */
+  private async records(): Promise<Stored[]> {
+    const read: unknown = await readJson<unknown>(this.file, { keys: [] });
+    const keys = read && typeof read === 'object' ? (read as { keys?: unknown }).keys : undefined;
+    if (!Array.isArray(keys) || keys.some((k) => !k || typeof k !== 'object' || Array.isArray(k)))
+      throw new Error(`${this.file}: expected {"keys": [records]} as npm run keys writes it`);
+    return keys as Stored[];
+  }
   private used = () => readJson<Record<string, string>>(this.usedFile, {});
 
   async add(record: ClientKey): Promise<boolean> {

@@ -1,7 +1,7 @@
 // `npm run keys` as an operator meets it: what it prints, and how it refuses bad arguments (exit 2,
 // naming the argument and what was expected). Against a key file in a temporary directory; the
 // Redis store and the CLI's own process are covered in client-keys-jobs.test.ts.
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeEach, describe, expect, it } from 'vitest';
@@ -97,5 +97,18 @@ describe('npm run keys', () => {
     expect(typo.err).not.toContain('QUEUE_STORE_URL');
     expect(await keys('revoke', 'key_123')).toMatchObject({ code: 2, err: expect.stringMatching(/^key id: expected one id/) });
     expect(await keys('list', 'all')).toMatchObject({ code: 2, err: expect.stringMatching(/^list: expected no arguments/) });
+  });
+
+  it('a key file of another shape is named with what was expected (exit 1), and is left as it was', async () => {
+    for (const text of ['{}\n', '[]\n', '{"keys": [null]}\n', '{"hot": []}\n']) {
+      writeFileSync(env.CLIENT_KEYS_FILE!, text);
+      for (const args of [['list'], ['create', 'acme'], ['revoke', 'key_00000000']]) {
+        const r = await keys(...args);
+        expect(r.code, `${text} ${args.join(' ')}`).toBe(1);
+        expect(r.err).toBe(`key store: ${env.CLIENT_KEYS_FILE}: expected {"keys": [records]} as npm run keys writes it`);
+        expect(r.out).toEqual([]);
+      }
+      expect(readFileSync(env.CLIENT_KEYS_FILE!, 'utf8')).toBe(text);
+    }
   });
 });
