@@ -28,6 +28,7 @@
 import { UnrecoverableError } from 'bullmq';
 import type { BudgetsSpent } from './admission';
 import type { RequestContext } from './request-context';
+import { CallPlanner } from './call-plan';
 import { Cancel, type CancelSignal } from './cancel';
 import { DeferJob, type ColdPayload, type Deferral } from './cold-queue';
 import type { MemoryColdQueue } from './cold-queue-memory';
@@ -149,10 +150,20 @@ function defer(deferred: Deferral | null, until: number, reason: string, deps: W
   return new UnrecoverableError(`no route could take it for ${hours >= 1 ? `${hours} h` : `${limit / 1000} s`} (${reason})`);
 }
 
-/** When a route of this job may next be called, and why none can now. */
-function nextRoute(deps: WorkerDeps, flags: Flags, skip: (r: Route) => boolean): { at: number; reason: string } {
-  const routes = deps.failover.candidates(flags, skip);
-  if (!routes.length) return { at: Date.now() + (deps.recheckMs ?? RECHECK_MS), reason: 'every route is switched off or skipped' };
+/**
+ * When a route of this job may next be called, and why none can now. Only routes that serve the
+ * job's API (and, for embeddings, its model) count: a route that cannot serve it (a reload left no
+ * chat route, only embeddings) has a closed breaker, so the job was deferred to "now" again and
+ * again, a loop that held the in-process worker's event loop (the gateway answered nothing, not even
+ * SIGTERM) and, with Redis, ran the job round without end.
+ */
+function nextRoute(deps: WorkerDeps, flags: Flags, skip: (r: Route) => boolean, ctx: RequestContext): { at: number; reason: string } {
+  const recheck = Date.now() + (deps.recheckMs ?? RECHECK_MS);
+  const candidates = deps.failover.candidates(flags, skip);
+  if (!candidates.length) return { at: recheck, reason: 'every route is switched off or skipped' };
+  const planner = new CallPlanner(ctx);
+  const routes = candidates.filter((r) => planner.planFor(r) !== null);
+  if (!routes.length) return { at: recheck, reason: `no route of the routing map serves its API (${ctx.api}) or model` };
   const at = Math.min(...routes.map((r) => r.breaker.nextCallAt()));
   return { at, reason: `every route's breaker is open; next probe at ${new Date(at).toISOString()}` };
 }
@@ -224,7 +235,7 @@ async function runJob(
   let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, marks });
   // A route passed over because its fleet probe lease was still being asked for can be callable by
   // now: once more at once, so that an attempt is spent only when a route that could be called failed.
-  if (outcome.kind === 'exhausted' && outcome.attempts > 0 && !stopping.aborted && nextRoute(deps, flags, skip).at <= Date.now()) {
+  if (outcome.kind === 'exhausted' && outcome.attempts > 0 && !stopping.aborted && nextRoute(deps, flags, skip, ctx).at <= Date.now()) {
     outcome = await deps.failover.route(ctx, deadline, {
       flags,
       skip,
@@ -234,7 +245,7 @@ async function runJob(
       marks,
     });
   }
-  if (outcome.kind === 'exhausted') throw notAnswered(outcome, deferred, deps, { flags, skip, stopping });
+  if (outcome.kind === 'exhausted') throw notAnswered(outcome, deferred, deps, { flags, skip, stopping, ctx });
   return jobResult(outcome, ctx, deps, payload.tokensKey);
 }
 
@@ -261,10 +272,10 @@ function notAnswered(
   outcome: Exhausted,
   deferred: Deferral | null,
   deps: WorkerDeps,
-  run: { flags: Flags; skip: (r: Route) => boolean; stopping: CancelSignal },
+  run: { flags: Flags; skip: (r: Route) => boolean; stopping: CancelSignal; ctx: RequestContext },
 ): Error {
   if (run.stopping.aborted) return new DeferJob(Date.now(), HANDED_BACK);
-  const next = nextRoute(deps, run.flags, run.skip);
+  const next = nextRoute(deps, run.flags, run.skip, run.ctx);
   // No call made: no attempt spent.
   if (outcome.attempts === 0) return defer(deferred, next.at, next.reason, deps);
   // Its calls were the probes and left every route open (the outage goes on): no attempt spent, and

@@ -489,6 +489,26 @@ describe('Cold tier', () => {
     expect(hot.received.length + warm.received.length).toBe(calls);
   });
 
+  // A route that cannot serve the job (embeddings only, for a chat job) has a closed breaker: the job
+  // was deferred to "now" without end, a loop that froze the in-process worker's gateway outright.
+  it('a job no route serves (a map of embeddings routes only, for a chat job) waits for a reload, not in a loop', async () => {
+    const map = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8'));
+    const embeddings = { provider: 'openai', model: 'text-embedding-3-small', baseUrl: hot.url, apis: ['embeddings'] };
+    writeFileSync(env.ROUTES_FILE!, JSON.stringify({ ...map, hot: [embeddings], warm: [] }));
+    const { url } = await up({ worker: false });
+    const queued = await chat(url);
+    expect([queued.status, queued.headers.get('x-route-tier')]).toEqual([202, 'cold']);
+    stacks.push(await createStack(env, captureLogger([]), { http: false, worker: true }));
+    const waiting = await until(async () => {
+      const j = await job(url, queued.json().jobId);
+      return j.deferred ? j : null;
+    });
+    expect(waiting).toMatchObject({ state: 'delayed', attempts: 0 });
+    expect(waiting.deferred.reason).toBe('no route of the routing map serves its API (chat) or model');
+    expect(Date.parse(waiting.deferred.until) - Date.now()).toBeGreaterThan(20_000);
+    expect(hot.received).toEqual([]);
+  });
+
   // A job whose failed probe reopened every route waited for the very next probe, ahead of the jobs
   // queued behind it: with no live request landing in the probe's moment, a request that always
   // fails took every probe, and the good jobs waited with it (the README's #fail-all, then Hello).
