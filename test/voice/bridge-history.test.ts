@@ -94,11 +94,12 @@ const HELP = { audio: assistantAudio(300), transcript: 'How can I help?' };
 const replayedLines = async (stack: BridgeStack): Promise<string[]> =>
   (await replayedItems(stack)).map((i) => `${i.role}: ${i.content[0].text as string}`);
 
-/** A call past its greeting and the caller's first turn ("yes"), whose answer, HELP, is done. */
+/** A call past its greeting and the caller's first turn ("yes"), whose answer, HELP, is done and heard. */
 async function pastHelp(stack: BridgeStack, callSid: string): Promise<{ call: MediaCall; conn: RtConn }> {
   const { call, conn } = await greeted(stack, callSid);
   speak(call);
   await serverEvent(conn, 'response.done', (e) => e.response.output[0]?.content?.[0]?.transcript === HELP.transcript);
+  await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard'); // not cut by the next turn
   return { call, conn };
 }
 
@@ -139,7 +140,6 @@ describe('phone bridge: every caller turn in its place, transcribed or not', () 
     const again = { audio: assistantAudio(300), transcript: 'Sorry, could you say that again?' };
     s.realtime.brain = brain({ turns: [HELP], afterOutput: again });
     const { call, conn } = await pastHelp(s, 'CA1104');
-    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
     cutAfter(conn, (e) => e.type === 'input_audio_buffer.committed'); // before its transcription or answer
     speak(call);
     const expected = HELPED_THEN_NOT_TRANSCRIBED;
@@ -190,5 +190,31 @@ describe('phone bridge: every caller turn in its place, transcribed or not', () 
     const end = await s.endOf('CA1106');
     expect(end.record).toMatchObject({ ended_reason: 'caller_hangup', escalated: false });
     expect(end.record!.confidence_avg).toBeCloseTo(Math.exp(-0.05), 3); // the one transcript only
+  });
+});
+
+describe('phone bridge: an answer the caller cut off', () => {
+  it('is kept in the transcript and the history as far as the caller heard it, marked cut, as the server truncated it', async () => {
+    s = await bridgeStack();
+    s.realtime.chunkBytes = 320;
+    s.realtime.heardQueue = [{ text: 'yes, when are you open?', logprob: -0.05 }];
+    s.realtime.brain = brain({ turns: [{ audio: assistantAudio(4000), transcript: HOURS }] });
+    const { call, conn } = await greeted(s, 'CA1107');
+    const greeting = call.receivedBytes;
+    speak(call);
+    // All of it generated, its whole transcript given, a second of it heard: the caller speaks over it.
+    await serverEvent(conn, 'response.output_audio_transcript.done', (e) => e.transcript === HOURS);
+    await until(call, 'frame', () => call.playedBytes >= greeting + 8000, 'a second of the answer heard');
+    speak(call);
+    await serverEvent(conn, 'conversation.item.truncated');
+    conn.ws.close(1011);
+    const lines = await replayedAssistantLines(s);
+    call.hangUp();
+    const end = await s.endOf('CA1107');
+    const line = end.transcript.find((l) => l.speaker === 'assistant' && HOURS.startsWith(l.text.replace(/…$/, '')))!;
+    expect(line).toMatchObject({ cut: true });
+    expect(line.text).toMatch(/^We are open\b.*…$/);
+    expect(line.text.length).toBeLessThan(HOURS.length);
+    expect(lines[1]).toBe(line.text);
   });
 });

@@ -175,10 +175,10 @@ export class CallSession {
     this.functions = this.functionCalls();
     this.rt = this.realtimeSession(callerNumber);
     this.consent = this.consentGate();
-    this.spoken = new AssistantTranscript(
-      (id) => this.voiced.has(id),
-      (text) => this.remember({ speaker: 'assistant', text }),
-    );
+    this.spoken = new AssistantTranscript((id) => this.voiced.has(id), {
+      add: (line) => this.remember(line),
+      remove: (line) => this.forget(line),
+    });
     this.heard = new CallerTranscript({ add: (line) => this.remember(line), remove: (line) => this.forget(line) }, (m) =>
       log.warn(`call ${callSid}: ${m}`),
     );
@@ -415,9 +415,11 @@ export class CallSession {
    */
   private cutPlayback(): void {
     if (!this.playback.playing()) return this.playback.clear();
-    const heard = this.playback.heard();
+    const heard = this.playback.heard().map((h) => ({ ...h, sentMs: this.playback.sentMs(h.item) }));
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
+    // The transcript too keeps what was heard (the truncated item holds no more).
+    for (const h of heard) this.spoken.cut(h.item, h.ms, h.sentMs);
     this.own.mute(this.playingResponse);
     // Audio left from a lost session plays at Twilio, but its items are not in this conversation.
     for (const h of heard.filter((h) => this.sessionItems.has(h.item)))

@@ -112,6 +112,11 @@ export class Playback {
     return this.segments.filter((s) => unheard.has(s)).map((s) => ({ item: s.item, ms: Math.floor(this.position(s)) }));
   }
 
+  /** How much of an item's audio was sent, in ms (0 for one not playing). */
+  sentMs(item: string): number {
+    return this.segments.find((s) => s.item === item)?.sentMs ?? 0;
+  }
+
   /** When all the audio sent so far will have played, by the estimate (now when nothing is queued). */
   endsAt(): number {
     const last = this.segments.at(-1);

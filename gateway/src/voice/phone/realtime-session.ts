@@ -18,6 +18,8 @@ export interface SaidLine {
   speaker: 'user' | 'assistant';
   text: string;
   confidence?: number | null;
+  /** An assistant line the caller cut off: its text is what was heard of it, ending in "…". */
+  cut?: boolean;
 }
 
 const HISTORY_ITEMS = 40;
