@@ -238,6 +238,27 @@ describe('phone bridge: the policy on real events', () => {
     expect(s.logs.filter((l) => l.includes('disconnect_when_exceeded is false'))).toHaveLength(1);
   });
 
+  it('with disconnect_when_exceeded false the call past the cap still reaches a person at the turn cap (turn_cap)', async () => {
+    s = await bridgeStack((c) => {
+      c.spend_guard.disconnect_when_exceeded = false;
+      c.guardrails.max_turns = 3;
+      for (const rule of c.escalation.rules) if (rule.trigger === 'turn_cap_reached') rule.threshold = 3;
+    });
+    const over = { input_tokens: 10, output_tokens: 20_000, output_token_details: { audio_tokens: 20_000 } };
+    s.realtime.brain = brain({ greeting: { audio: assistantAudio(300), usage: over } }); // past the cap at once
+    const { call, conn } = await answered(s, 'CA0108');
+    const transferred = update(s, 'CA0108');
+    speak(call, 400);
+    await serverEvent(conn, 'response.done');
+    await until(call, 'frame', () => call.playedBytes === call.receivedBytes, 'the answer heard');
+    speak(call, 400);
+    // The greeting and two answers: the third turn. Before: the cap's verdict hid it, and the call went on.
+    expect((await transferred).form.Twiml).toMatch(new RegExp(`<Dial action="[^"]+"[^>]*>\\${HUMAN}</Dial>`));
+    await hungUp(call);
+    const end = await s.endOf('CA0108');
+    expect(end.record).toMatchObject({ ended_reason: 'turn_cap', escalated: true });
+  });
+
   it('two slow answers (TTFB over the budget) → escalation with reason latency', async () => {
     s = await bridgeStack((c) => {
       c.guardrails.latency_budget_s = 0.4;

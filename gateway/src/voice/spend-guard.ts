@@ -10,6 +10,7 @@
  *       turns ≥ max_turns            → escalate   turn_cap
  *       estUsd ≥ per_call_usd_cap    → disconnect per_call_cap (estUsd_at_disconnect kept)
  *       ttfbBreaches ≥ 2             → escalate   latency
+ *   (past the cap with disconnect_when_exceeded false the call goes on: the escalations still run)
  *   transcript (user)                         confidence and escalation rules (below)
  *   transcription.done                        the transcription model's cost of a caller turn, added
  *
@@ -107,6 +108,11 @@ export interface GuardConfig {
   latencyBudgetMs: number;
   latencyRepeat: number;
   perCallUsdCap: number;
+  /**
+   * `spend_guard.disconnect_when_exceeded`: false, the call goes on past the per-call cap, so its
+   * `disconnect` verdict gives way to a later escalation (the turn cap, a caller asking for a person…).
+   */
+  disconnectWhenExceeded: boolean;
   inPerMillion: number;
   outPerMillion: number;
   /** Cached input audio tokens: the configuration's cached price, else the full input price. */
@@ -149,6 +155,7 @@ export function guardConfig(c: Concierge): GuardConfig {
     latencyBudgetMs: (rule('latency_over_budget')?.threshold ?? c.guardrails.latency_budget_s) * 1000,
     latencyRepeat: rule('latency_over_budget')?.repeat ?? 2,
     perCallUsdCap: c.spend_guard.per_call_usd_cap,
+    disconnectWhenExceeded: c.spend_guard.disconnect_when_exceeded,
     ...audioPrices(c.spend_guard),
     frustrationMarkers: rule('frustration_detected')?.markers ?? [],
     callerRequestMarkers: rule('caller_request')?.markers ?? DEFAULT_CALLER_REQUEST,
@@ -209,6 +216,14 @@ const includesPhrase = (text: string, phrases: string[]) => {
   return phrases.some((p) => t.includes(` ${p.toLowerCase()} `));
 };
 
+/**
+ * Whether the escalation checks still run: the call goes on, or goes on past the per-call cap
+ * (disconnect_when_exceeded false), where a cap's verdict that stayed would leave the caller with no
+ * way to a person for the rest of the call.
+ */
+const checking = (state: CallState, cfg: GuardConfig) =>
+  state.action === 'continue' || (state.action === 'disconnect' && !cfg.disconnectWhenExceeded);
+
 function escalate(state: CallState, reason: Reason): void {
   state.action = 'escalate';
   state.reason = reason;
@@ -241,13 +256,15 @@ function onResponseDone(state: CallState, event: EventOf<'assistant.response.don
   if (billed !== null) state.billedUsd = (state.billedUsd ?? before) + billed;
   else if (state.billedUsd !== null) state.billedUsd += state.estUsdFromDurations - before;
   state.estUsd = (state.billedUsd ?? state.estUsdFromDurations) + (state.transcribedUsd ?? 0);
-  if (state.action !== 'continue') return;
-  if (state.turns >= cfg.maxTurns) escalate(state, 'turn_cap');
-  else if (state.estUsd >= cfg.perCallUsdCap) {
+  if (!checking(state, cfg)) return;
+  if (state.turns >= cfg.maxTurns) return escalate(state, 'turn_cap');
+  if (state.action === 'continue' && state.estUsd >= cfg.perCallUsdCap) {
     state.action = 'disconnect';
     state.reason = 'per_call_cap';
     state.estUsd_at_disconnect = state.estUsd;
-  } else if (state.ttfbBreaches >= cfg.latencyRepeat) escalate(state, 'latency');
+    return;
+  }
+  if (state.ttfbBreaches >= cfg.latencyRepeat) escalate(state, 'latency');
 }
 
 function onTranscript(state: CallState, event: EventOf<'transcript'>, cfg: GuardConfig): void {
@@ -263,7 +280,7 @@ function onTranscript(state: CallState, event: EventOf<'transcript'>, cfg: Guard
   if (event.speaker !== 'user') return;
   state.confidences.push(event.confidence);
   if (state.intent === 'unknown') state.intent = matchIntent(event.text, cfg.triggers);
-  if (state.action !== 'continue') return;
+  if (!checking(state, cfg)) return;
   if (includesPhrase(event.text, cfg.callerRequestMarkers)) return escalate(state, 'caller_request');
   if (includesPhrase(event.text, cfg.frustrationMarkers)) return escalate(state, 'frustration_markers');
   const handoff = state.intent !== 'unknown' ? cfg.handoffBelow[state.intent] : undefined;
@@ -280,7 +297,8 @@ function onTranscription(state: CallState, event: EventOf<'transcription.done'>)
 
 /**
  * Applies one event, in place, and returns the state. Once a call is escalated or disconnected,
- * the verdict stays (later events still count audio and cost).
+ * the verdict stays (later events still count audio and cost); with disconnect_when_exceeded
+ * false a disconnect gives way to a later escalation, the checks go on past the cap.
  */
 export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig): CallState {
   switch (event.type) {
