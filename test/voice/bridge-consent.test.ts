@@ -476,6 +476,24 @@ describe('the closing line', () => {
   });
 });
 
+describe('the closing line’s time limit', () => {
+  it('counts from the line’s first audio, not from when it was asked for: a model slow to begin is still heard to the end before the hang-up', async () => {
+    // The limit (shortened here from 10 s) is longer than the line, shorter than the model's delay and the line together.
+    s = await bridgeStack((c) => (c.consent.retry_if_no_ack = false), { consentWaitMs: 300, closingLimitMs: 2500 });
+    const closing = assistantAudio(1000);
+    s.realtime.brain = brain({ closing: { audio: closing, transcript: 'Goodbye.', delayMs: 2000 } });
+    const call = await s.twilio.call('CA0813');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await clientEvent(conn, 'response.create', (e: any) => e.response?.metadata?.bridge === 'closing');
+    const heard = call.receivedBytes;
+    const u = await update(s, 'CA0813');
+    // Heard when Twilio was told to end the call. Before: the hang-up came with half of it still to play.
+    expect(call.playedBytes - heard).toBe(closing.length);
+    expect(u.form).toEqual({ Status: 'completed' });
+    expect((await s.endOf('CA0813')).ended_reason).toBe('no_consent');
+  });
+});
+
 describe('the bridge’s own lines across a realtime reconnect', () => {
   /** Closes the session right after it creates a response the bridge asked for with these instructions. */
   const cutWhenCreated = (conn: RtConn, instructions: string) => {

@@ -80,6 +80,7 @@ export async function bridgeStack(
     statusGraceMs?: number;
     streamSilentForMs?: number;
     keypadPauseMs?: number;
+    closingLimitMs?: number;
     /** Telephony rates (none by default: no telephony event). */
     rates?: RatesFile;
     /** The voice service's clock (the wall clock by default), as the launch drill sets its own. */

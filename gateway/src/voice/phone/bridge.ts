@@ -58,6 +58,8 @@ export interface PhoneBridgeDeps {
   consentWaitMs?: number;
   /** How long after a key the caller's keypad entry is taken as ended (2 s). */
   keypadPauseMs?: number;
+  /** How long a closing line may play from its first audio before the call ends anyway (10 s). */
+  closingLimitMs?: number;
   /** How long a live media stream may send nothing before its call is ended (10 s). */
   streamSilentForMs?: number;
   /** After each call's record is written (tests, drills, transcripts review). */
@@ -103,6 +105,7 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
           log,
           ...(deps.consentWaitMs ? { consentWaitMs: deps.consentWaitMs } : {}),
           ...(deps.keypadPauseMs ? { keypadPauseMs: deps.keypadPauseMs } : {}),
+          ...(deps.closingLimitMs ? { closingLimitMs: deps.closingLimitMs } : {}),
           onEnded: (summary) => {
             streams.live.delete(summary.call_id);
             // A call handed to voicemail has its record written by the voicemail flow (or the status callback).

@@ -113,7 +113,17 @@ export class CallSession {
   private readonly own: OwnResponses;
   /** The bridge's own lines all of whose audio is with Twilio: said, whatever their response.done (ownLineSent). */
   private readonly ownSaid = new Set<string>();
-  private closing: { line: string; id: string | null; generated: boolean; retried: boolean; done: () => void } | null = null;
+  private closing: {
+    line: string;
+    id: string | null;
+    generated: boolean;
+    retried: boolean;
+    done: () => void;
+    /** Ends the wait at the limit: from the request until the line's first audio, then from that. */
+    timer: NodeJS.Timeout | null;
+    /** Some audio of the line as now asked for was sent. */
+    playing: boolean;
+  } | null = null;
   private readonly consent: ConsentGate;
   private readonly keypad: Keypad;
   /** Where a transfer goes: a person's number, or none (then a closing line). */
@@ -551,6 +561,10 @@ export class CallSession {
     this.markIf(this.playback.sent(key, bytes));
     this.playingResponse = String(resp);
     this.voiced.add(this.playingResponse);
+    if (this.phase === 'closing' && !this.closing!.playing) {
+      this.closing!.playing = true;
+      this.closingLimit();
+    }
     this.feed.frame('assistant', bytes);
     const ttfb = this.timing.firstAudio();
     if (ttfb !== null) this.feed.event({ type: 'assistant.response.start', ttfb_ms: ttfb });
@@ -773,27 +787,41 @@ export class CallSession {
     await this.closeWith(this.deps.lines.closing, v.reason ?? 'per_call_cap');
   }
 
-  /** A last line the model says (out of band, no tools), heard to its end (or 10 s), then the call is completed. */
+  /** A last line the model says (out of band, no tools), heard to its end (or 10 s of it), then the call is completed. */
   private async closeWith(line: string, reason: EndReason): Promise<void> {
     if (this.phase !== 'live') return;
     this.phase = 'closing';
     this.reason = reason;
     this.results.close(); // nothing after the closing line, nor over it
     await new Promise<void>((resolve) => {
-      this.closing = { line, id: null, generated: false, retried: false, done: resolve };
+      this.closing = { line, id: null, generated: false, retried: false, done: resolve, timer: null, playing: false };
       // A session reconnecting is asked once it is ready (sayOwedLine); one given up before the
       // line was generated ends the wait (lost).
       if (this.rt.isReady) this.askClosing();
-      setTimeout(resolve, CLOSING_LIMIT_MS).unref();
+      this.closingLimit();
     });
+    if (this.closing?.timer) clearTimeout(this.closing.timer);
     if (this.phase !== 'closing') return;
     if (!(await this.actions.hangUp(reason))) this.ws.close(1000);
     this.awaitStop();
   }
 
+  /**
+   * The closing line's limit starts over: the line is heard to its end (its last mark) or for
+   * 10 s from its first audio, so the time the model takes to begin it (a slow model, a retry)
+   * never cuts it; nothing of it in 10 s from the request ends the wait too (nothing to hear).
+   */
+  private closingLimit(): void {
+    const closing = this.closing!;
+    if (closing.timer) clearTimeout(closing.timer);
+    closing.timer = setTimeout(closing.done, this.deps.closingLimitMs ?? CLOSING_LIMIT_MS);
+    closing.timer.unref();
+  }
+
   /** Asks the model for the closing line (again after a reconnect); the model's own answer gives way. */
   private askClosing(): void {
     this.closing!.id = null;
+    this.closing!.playing = false;
     this.silenceModel(); // the closing line comes next, nothing else
     const lang = this.deps.config.meta.primary_language;
     const instructions = `Say this to the caller in ${lang}, and nothing else: "${this.closing!.line}"`;

@@ -61,6 +61,8 @@ export interface SessionDeps {
   consentWaitMs?: number;
   /** How long after a key the caller's keypad entry is taken as ended (2 s; tests shorten it). */
   keypadPauseMs?: number;
+  /** How long a closing line may play from its first audio before the call ends anyway (10 s; tests shorten it). */
+  closingLimitMs?: number;
 }
 
 export interface TwilioMessage {
