@@ -240,8 +240,17 @@ export function checkSpendCaps(svc: MeterServices): CapCheck {
     const sheetUrl = () => (url ??= svc.spreadsheet.getUrl());
     const run: AlertRun = { svc, webhook, cannot, now, day, state, result, sheetUrl };
 
-    const { earlier, lateSettled } = alertLateCrossing(run, rows);
-    alertDue(run);
+    let posting: ReturnType<typeof alertLateCrossing>;
+    try {
+      posting = alertLateCrossing(run, rows);
+      alertDue(run);
+    } catch (error) {
+      // A Sheets call failing after the claim (the link, read before the first post): what was
+      // posted is recorded and the claim let go, or the next run would wait out SENDING_MS.
+      if (claim.claimed) saved(svc, state, runId, result.posted);
+      throw error;
+    }
+    const { earlier, lateSettled } = posting;
     if (lateSettled) state.checked = day;
     if (claim.claimed || JSON.stringify(state) !== stateBefore) result.message += saved(svc, state, runId, result.posted);
     result.message = earlier + result.message;

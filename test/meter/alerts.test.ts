@@ -298,6 +298,21 @@ describe('checkSpendCaps', () => {
     expect(meter.checkSpendCaps()).toMatch(/alert posted for daily/);
   });
 
+  it('a check that fails after its claim (Sheets timing out on the link) lets the claim go: the next check posts at once', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    platform.calls.failAfter(
+      (name) => name === 'Properties.setProperty',
+      (name) => name === 'Spreadsheet.getUrl',
+    );
+    expect(() => meter.checkSpendCaps()).toThrow(/Service Spreadsheets timed out/);
+    expect(platform.urlFetch.requests).toHaveLength(0);
+    // The owner, mailed of the failed trigger, checks from the menu: no run is posting, so this one does.
+    expect(meter.checkSpendCaps()).toMatch(/alert posted for daily/);
+    expect(meter.checkSpendCaps()).toMatch(/already alerted today/);
+    expect(platform.urlFetch.requests).toHaveLength(1);
+  });
+
   it('with no webhook configured nothing is posted, and the run says so', () => {
     setConfig(platform, 'SLACK_WEBHOOK_URL', '');
     setConfig(platform, 'DAILY_CAP_USD', 1);
