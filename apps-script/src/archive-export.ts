@@ -188,6 +188,10 @@ function planExport(rows: unknown[][], previous: Watermark | null, nowMs: number
   };
   let full = false;
   for (let r = startRow + 1; r <= rows.length + 1 && !full; r++) {
+    // A row whose every cell was cleared by hand (an event "deleted" with the Delete key) holds
+    // nothing to export or correct: passed over (the next row taken moves the watermark past it),
+    // or the watermark would wait before it for good.
+    if (rows[r - 2].every((cell) => cell === '' || cell === null)) continue;
     const t = cellTime(rows[r - 2][EVENT_AT.timestamp]);
     const id = String(rows[r - 2][EVENT_AT.event_id]);
     const cells = Number.isNaN(t) ? null : csvCells(rows[r - 2]);

@@ -128,6 +128,24 @@ describe('hand-edited cells and the archive export', () => {
     expect(await archive(files(platform).at(-1)!.content)).toBeGreaterThan(0);
   });
 
+  it('a row whose every cell was cleared by hand holds nothing to export: the watermark moves past it and later nights export only their own rows', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, {
+      events: ['good1', 'junk', 'good2'].map((event_id, i) => ({ event_id, timestamp: `2026-11-21T10:0${i}:00Z`, cost_usd: 1 })),
+    });
+    const row = dataRows(eventsTab(platform))[1];
+    row.fill(''); // the test event "deleted" by selecting its row and pressing Delete
+    platform.clock.set('2026-11-22T01:00:00Z');
+    expect(meter.exportArchive()).not.toMatch(/no readable timestamp/);
+    expect(ids(files(platform)[0].content)).toEqual(['good1', 'good2']);
+
+    platform.clock.set('2026-11-22T10:00:00Z');
+    post(meter, { event_id: 'next', timestamp: '2026-11-22T09:00:00Z', cost_usd: 1 });
+    platform.clock.set('2026-11-23T01:00:00Z');
+    meter.exportArchive();
+    expect(ids(files(platform)[1].content)).toEqual(['next']);
+  });
+
   it('doGet?action=export leaves out the rows the archive would refuse, and logs how many and why', async () => {
     // Written as typed, they made npm run archive refuse the whole export.
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
