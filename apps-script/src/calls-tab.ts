@@ -114,6 +114,7 @@ export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet' | 'log'>
   const lines = [CALLS_CSV_HEADER];
   const refused = new Map<string, number>();
   for (const row of rows) {
+    if (row.every((cell) => cell === '' || cell === null)) continue; // cleared by hand: no call to correct
     const t = cellTime(row[AT.started_at]);
     if (t < from) continue;
     let record: CallRecord;

@@ -179,6 +179,22 @@ describe('hand-edited cells of the calls tab and its export', () => {
     }
   }
 
+  it('doGet?action=export&what=calls passes over a row whose every cell was cleared, and does not ask to correct it', () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    expect(post(meter, { calls: ['first', 'junk', 'last'].map((call_id) => aCall({ call_id })) })).toMatchObject({ ok: true, appended: 3 });
+    dataRows(platform.spreadsheet.tab('calls')!)[1].fill('');
+    const out = meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-01' })) as FakeTextOutput;
+    expect(
+      out
+        .getContent()
+        .trim()
+        .split('\r\n')
+        .slice(1)
+        .map((l) => l.split(',')[0]),
+    ).toEqual(['first', 'last']);
+    expect(platform.logs.join('\n')).not.toMatch(/export of calls since/);
+  });
+
   it('doGet?action=export&what=calls leaves out the rows a call record cannot hold, logs how many and why, and the voice report reads the rest', async () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
     const ids = ['good', 'cost', 'turns', 'cleared', 'us-order', 'typed-text'];
