@@ -164,6 +164,21 @@ describe('hand-edited cells and the archive export', () => {
   });
 });
 
+/**
+ * Runs `work` in the script's time zone, Etc/UTC (appsscript.json): Apps Script reads a date typed
+ * without a zone in it, where the bundle in node:vm reads it in the machine's.
+ */
+function inScriptZone<T>(work: () => T): T {
+  const zone = process.env.TZ;
+  process.env.TZ = 'Etc/UTC';
+  try {
+    return work();
+  } finally {
+    if (zone === undefined) delete process.env.TZ;
+    else process.env.TZ = zone;
+  }
+}
+
 describe('hand-edited cells of the calls tab and its export', () => {
   /** Runs npm run report -- voice's rollups on a CSV text. */
   async function voiceReport(csv: string) {
@@ -206,7 +221,9 @@ describe('hand-edited cells of the calls tab and its export', () => {
     rows[3][col('started_at')] = '';
     rows[4][col('started_at')] = '11/21/2026 10:00'; // kept as text by a sheet whose locale puts the day first
     rows[5][col('est_audio_cost_usd')] = ' 0.1'; // a plain number kept as text
-    const out = meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-01' })) as FakeTextOutput;
+    const out = inScriptZone(() =>
+      meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-01' })),
+    ) as FakeTextOutput;
     const lines = out.getContent().trim().split('\r\n');
     expect(lines.slice(1).map((l) => l.split(',')[0])).toEqual(['good', 'us-order', 'typed-text']);
     expect(lines[2].split(',')[col('started_at')]).toBe('2026-11-21T10:00:00.000Z');
