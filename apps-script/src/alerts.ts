@@ -376,18 +376,28 @@ function alertDue(run: AlertRun): void {
  * meanwhile is kept, and no day goes back. Posted first, recorded after: a state that cannot be
  * saved (the Properties service failing half-way) means a second alert once the claim runs out,
  * never a missed one.
+ *
+ * A lock still busy after its wait is held by the export or retention (a cap check holds it for a
+ * moment only, and cannot take it meanwhile either): the record is then made without it rather
+ * than lost, which would post the alert again once the claim ran out.
  */
 function saved(svc: Pick<MeterServices, 'properties' | 'lock'>, state: AlertState, runId: string, posted: boolean): string {
+  const record = () => {
+    const now = readState(svc);
+    for (const k of ['daily', 'burn7d', 'checked'] as const) {
+      const day = state[k];
+      if (day && !(now[k] && now[k] >= day)) now[k] = day;
+    }
+    if (now.sending && now.sending.run === runId) delete now.sending;
+    svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(now));
+  };
   try {
-    withPropertyLock(svc, () => {
-      const now = readState(svc);
-      for (const k of ['daily', 'burn7d', 'checked'] as const) {
-        const day = state[k];
-        if (day && !(now[k] && now[k] >= day)) now[k] = day;
-      }
-      if (now.sending && now.sending.run === runId) delete now.sending;
-      svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(now));
-    });
+    try {
+      withPropertyLock(svc, record);
+    } catch (error) {
+      if (!(error instanceof MeterRefusal && error.code === 'busy')) throw error;
+      record();
+    }
     return '';
   } catch (error) {
     return posted

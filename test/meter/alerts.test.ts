@@ -313,6 +313,20 @@ describe('checkSpendCaps', () => {
     expect(platform.urlFetch.requests).toHaveLength(1);
   });
 
+  it('an alert posted while the nightly export took the lock is still recorded: the check after the claim runs out does not post it again', () => {
+    setConfig(platform, 'DAILY_CAP_USD', 1);
+    post(meter, { cost_usd: 2 });
+    platform.urlFetch.meanwhile = () => {
+      platform.urlFetch.meanwhile = null;
+      platform.lock.busy = true; // the export reads the whole tab under the lock, for longer than the 30 s wait
+    };
+    expect(meter.checkSpendCaps()).toMatch(/alert posted for daily/);
+    platform.lock.busy = false;
+    platform.clock.advance(11 * 60_000);
+    expect(meter.checkSpendCaps()).toMatch(/already alerted today/);
+    expect(platform.urlFetch.requests).toHaveLength(1);
+  });
+
   it('with no webhook configured nothing is posted, and the run says so', () => {
     setConfig(platform, 'SLACK_WEBHOOK_URL', '');
     setConfig(platform, 'DAILY_CAP_USD', 1);
