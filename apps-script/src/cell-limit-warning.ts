@@ -12,6 +12,7 @@
 import { postAlert, unusable } from './alerts';
 import { configText, readConfig } from './config';
 import { errorText } from './error-text';
+import { MeterRefusal } from '../../schema/meter-reply';
 import { withPropertyLock } from './lock';
 import type { MeterServices } from './services';
 import { SPREADSHEET_CELL_LIMIT, cellsByTab } from './tabs';
@@ -68,13 +69,24 @@ function readClaim(svc: Pick<MeterServices, 'properties'>): { run: string; since
   }
 }
 
-/** Under the lock: the day recorded if Slack took the alert, and this run's claim let go; '' or what the log must say. */
+/**
+ * Under the lock: the day recorded if Slack took the alert, and this run's claim let go; '' or what
+ * the log must say. A lock still busy after its wait is held by the export or retention (a refresh
+ * holds it for a moment only, and cannot take it meanwhile either): recorded without it then
+ * rather than lost, which would post the alert again once the claim ran out.
+ */
 function recorded(svc: MeterServices, run: string, day: string | null): string {
+  const record = () => {
+    if (day) svc.properties.setProperty(ALERT_DAY_PROPERTY, day);
+    if (readClaim(svc)?.run === run) svc.properties.deleteProperty(SENDING_PROPERTY);
+  };
   try {
-    withPropertyLock(svc, () => {
-      if (day) svc.properties.setProperty(ALERT_DAY_PROPERTY, day);
-      if (readClaim(svc)?.run === run) svc.properties.deleteProperty(SENDING_PROPERTY);
-    });
+    try {
+      withPropertyLock(svc, record);
+    } catch (error) {
+      if (!(error instanceof MeterRefusal && error.code === 'busy')) throw error;
+      record();
+    }
     return '';
   } catch (error) {
     return day

@@ -92,4 +92,18 @@ describe('warning before the spreadsheet is full', () => {
     expect(platform.urlFetch.requests).toHaveLength(3);
     expect(platform.outboundUnderLock).toEqual([]);
   });
+
+  it('a warning posted while the nightly export took the lock is still recorded: the next hour does not post it again', () => {
+    const { platform, meter } = meterWithSlack();
+    fillTo(platform, 0.9);
+    platform.urlFetch.meanwhile = () => {
+      platform.urlFetch.meanwhile = null;
+      platform.lock.busy = true; // the export reads the whole tab under the lock, for longer than the 30 s wait
+    };
+    expect(meter.refreshDigest()).toMatch(/alert posted/);
+    platform.lock.busy = false;
+    platform.clock.set('2026-11-22T13:00:00Z');
+    expect(meter.refreshDigest()).toMatch(/already alerted today/);
+    expect(platform.urlFetch.requests).toHaveLength(1);
+  });
 });
