@@ -309,6 +309,19 @@ describe('spend guard', () => {
     expect(run([user('can I speak to a person please')]).reason).toBe('caller_request');
     expect(run([{ type: 'transcript', text: 'this is ridiculous', confidence: 0.1, speaker: 'assistant' }]).action).toBe('continue');
   });
+
+  it('a marker typed with punctuation or a typographic apostrophe fires on the caller’s words as they are transcribed', () => {
+    const c = filled();
+    c.escalation.rules[1].markers = ['this is ridiculous!', 'no, no, no', 'I’m angry', 'waste  of time', '?!'];
+    const g = guardConfig(c);
+    const said = (text: string) => applyEvent(newCall(), { type: 'transcript', text, confidence: 0.9, speaker: 'user' }, g).reason;
+    expect(said('This is ridiculous!')).toBe('frustration_markers');
+    expect(said('No, no, no.')).toBe('frustration_markers');
+    expect(said("I'm angry now")).toBe('frustration_markers');
+    expect(said('What a waste of time.')).toBe('frustration_markers');
+    // A marker of punctuation alone matches nothing, not every sentence.
+    expect(said('Can I book for Friday?!')).toBe(null);
+  });
 });
 
 describe('/v1/voice endpoints (HTTP, Redis)', () => {

@@ -5,9 +5,15 @@
  */
 import type { IntentId } from './config';
 
-const normalise = (text: string) =>
+/**
+ * Words as they are compared: lower case, a typographic apostrophe as a plain one, any other
+ * punctuation and runs of spaces as one space. The configured phrase goes through it too, so a
+ * trigger or marker typed with punctuation ("no, no, no", "this is ridiculous!") still matches.
+ */
+export const normalise = (text: string) =>
   ` ${text
     .toLowerCase()
+    .replace(/[\u2018\u2019]/g, "'")
     .replace(/[^\p{L}\p{N}_' ]+/gu, ' ')
     .replace(/\s+/g, ' ')
     .trim()} `;

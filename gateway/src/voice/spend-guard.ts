@@ -26,7 +26,7 @@
  * field), so the cost is always a finite number >= 0.
  */
 import type { Concierge, IntentId } from './config';
-import { matchIntent } from './intents';
+import { matchIntent, normalise } from './intents';
 
 type Action = 'continue' | 'escalate' | 'disconnect';
 type Reason = 'turn_cap' | 'per_call_cap' | 'latency' | 'low_confidence' | 'frustration_markers' | 'caller_request';
@@ -208,12 +208,10 @@ export function usageUsd(usage: RealtimeUsage, cfg: AudioPrices): number | null 
   return (fresh * cfg.inPerMillion + cached * cfg.cachedInPerMillion + (outTokens ?? 0) * cfg.outPerMillion) / 1e6;
 }
 
+/** Whether one of the phrases is in the text, both compared as intent triggers are (a phrase of punctuation alone: never). */
 const includesPhrase = (text: string, phrases: string[]) => {
-  const t = ` ${text
-    .toLowerCase()
-    .replace(/[^\p{L}\p{N}' ]+/gu, ' ')
-    .replace(/\s+/g, ' ')} `;
-  return phrases.some((p) => t.includes(` ${p.toLowerCase()} `));
+  const t = normalise(text);
+  return phrases.some((p) => normalise(p) !== '  ' && t.includes(normalise(p)));
 };
 
 /**
