@@ -116,6 +116,19 @@ describe('concierge.json and its lint', () => {
     ]);
   });
 
+  it('a frustration_detected rule without markers, or with none in its list, is a problem naming them: it would never escalate', () => {
+    const c = filled() as any;
+    delete c.escalation.rules[1].markers;
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      '$.escalation.rules[1].markers: expected at least one phrase: a frustration_detected rule without markers never escalates a call',
+    ]);
+    c.escalation.rules[1].markers = [];
+    expect(lintConcierge(c).map((p) => p.path)).toEqual(['$.escalation.rules[1].markers']);
+    // A person-asking rule without markers keeps the built-in phrases: no problem.
+    c.escalation.rules[1] = { trigger: 'caller_request', action: 'escalate_to_human', reason: 'caller_request' };
+    expect(lintConcierge(c)).toEqual([]);
+  });
+
   it('spend_guard.audio_in_cached_per_million is optional: a price > 0 is accepted, anything else named', () => {
     const c = filled() as any;
     c.spend_guard.audio_in_cached_per_million = 0.3;

@@ -290,6 +290,12 @@ export function lintConcierge(raw: unknown): Problem[] {
     if (r?.trigger === 'confidence_below' && typeof r.threshold === 'number' && r.threshold > 1) {
       problems.push({ path: pathOf(['escalation', 'rules', i, 'threshold']), message: 'expected a confidence from 0 to 1' });
     }
+    // Frustration has no built-in phrases (a person-asking rule has): without markers the rule never escalates.
+    if (r?.trigger === 'frustration_detected' && (r.markers === undefined || (Array.isArray(r.markers) && !r.markers.length)))
+      problems.push({
+        path: pathOf(['escalation', 'rules', i, 'markers']),
+        message: 'expected at least one phrase: a frustration_detected rule without markers never escalates a call',
+      });
     // The spend guard records each trigger's escalations with one reason, whatever a rule says.
     const recorded = r && Object.hasOwn(RECORDED_REASON, r.trigger) ? RECORDED_REASON[r.trigger] : undefined;
     if (recorded && typeof r.reason === 'string' && r.reason !== recorded)
