@@ -116,6 +116,23 @@ describe('concierge.json and its lint', () => {
     ]);
   });
 
+  it('an intent without on_match.call is a problem when the function it would then call is not there', () => {
+    const c = filled() as any;
+    // Each falls back on a function the template has: no problem.
+    delete c.intents[2].on_match.call;
+    delete c.intents[4].on_match.call;
+    expect(lintConcierge(c)).toEqual([]);
+    // Without it, every lead failed, and every voicemail recorded after hours was lost (logged only).
+    c.functions = c.functions.filter((f: { name: string }) => f.name !== 'create_lead' && f.name !== 'route_to_voicemail');
+    // The model was told to call "undefined" to book.
+    delete c.intents[0].on_match.call;
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      '$.intents[0].on_match.call: missing field (the book intent calls a function)',
+      '$.intents[2].on_match.call: missing field: without it the qualify intent calls create_lead, which is not in functions',
+      '$.intents[4].on_match.call: missing field: without it the voicemail intent calls route_to_voicemail, which is not in functions',
+    ]);
+  });
+
   it('a frustration_detected rule without markers, or with none in its list, is a problem naming them: it would never escalate', () => {
     const c = filled() as any;
     delete c.escalation.rules[1].markers;

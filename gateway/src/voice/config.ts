@@ -247,6 +247,18 @@ function functionProblems(c: Partial<Concierge>, check: Check, problems: Problem
   return new Set(functions.map((f) => f?.name));
 }
 
+/**
+ * The function an intent calls when its `call` is not set: the phone bridge and the voice endpoints
+ * fall back on these names; `book` and `reschedule` have none (the model would be told to call
+ * "undefined"); `pricing_deflection` calls none (its link comes from the `static_url` function).
+ */
+const DEFAULT_CALL: Partial<Record<IntentId, string | null>> = {
+  book: null,
+  reschedule: null,
+  qualify: 'create_lead',
+  voicemail: 'route_to_voicemail',
+};
+
 /** Every intent once, each calling a function that exists, each but voicemail with a handoff threshold. */
 function intentProblems(c: Partial<Concierge>, names: Set<string | undefined>, check: Check, problems: Problem[]): void {
   const intents = Array.isArray(c.intents) ? c.intents : [];
@@ -256,8 +268,17 @@ function intentProblems(c: Partial<Concierge>, names: Set<string | undefined>, c
     if (seen.has(intent.id)) problems.push({ path: pathOf(['intents', i, 'id']), message: `intent ${intent.id} is defined twice` });
     seen.add(intent.id);
     const call = intent.on_match?.call;
-    if (call && !names.has(call))
-      problems.push({ path: pathOf(['intents', i, 'on_match', 'call']), message: `calls ${call}, which is not in functions` });
+    const callPath = pathOf(['intents', i, 'on_match', 'call']);
+    if (call && !names.has(call)) problems.push({ path: callPath, message: `calls ${call}, which is not in functions` });
+    const fallback = Object.hasOwn(DEFAULT_CALL, intent.id) ? DEFAULT_CALL[intent.id] : undefined;
+    if (call === undefined && intent.on_match && typeof intent.on_match === 'object') {
+      if (fallback === null) problems.push({ path: callPath, message: `missing field (the ${intent.id} intent calls a function)` });
+      else if (fallback !== undefined && !names.has(fallback))
+        problems.push({
+          path: callPath,
+          message: `missing field: without it the ${intent.id} intent calls ${fallback}, which is not in functions`,
+        });
+    }
     if (intent.id !== 'voicemail' && intent.handoff_if_confidence_below === undefined) {
       problems.push({
         path: pathOf(['intents', i, 'handoff_if_confidence_below']),
