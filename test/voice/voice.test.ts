@@ -116,6 +116,20 @@ describe('concierge.json and its lint', () => {
     ]);
   });
 
+  it('business hours that do not parse are refused saying why: a range past midnight, a day it does not know', () => {
+    const c = filled() as any;
+    const said = (hours: string) => {
+      c.meta.business_hours_local = hours;
+      return lintConcierge(c).map((p) => `${p.path}: ${p.message}`);
+    };
+    expect(said('Fri-Sat 18:00-02:00')).toEqual([
+      '$.meta.business_hours_local: expected business hours such as "Mon-Fri 08:00-18:00; Sat 09:00-13:00": "Fri-Sat 18:00-02:00": the range must end after it starts (hours past midnight are two segments: "Fri 18:00-24:00; Sat 00:00-02:00")',
+    ]);
+    expect(said('Mo-Fr 08:00-18:00')).toEqual([
+      '$.meta.business_hours_local: expected business hours such as "Mon-Fri 08:00-18:00; Sat 09:00-13:00": "Mo-Fr 08:00-18:00": unknown day in "Mo-Fr"',
+    ]);
+  });
+
   it('an intent without on_match.call is a problem when the function it would then call is not there', () => {
     const c = filled() as any;
     // Each falls back on a function the template has: no problem.

@@ -34,7 +34,11 @@ export function parseBusinessHours(text: string): { ok: true; windows: Window[] 
     if (!m) return { ok: false, error: `"${segment}": expected "<days> HH:MM-HH:MM"` };
     const from = minutes(m[2]);
     const to = minutes(m[3]);
-    if (!(from < to)) return { ok: false, error: `"${segment}": the range must end after it starts` };
+    if (!(from < to))
+      return {
+        ok: false,
+        error: `"${segment}": the range must end after it starts (hours past midnight are two segments: "Fri 18:00-24:00; Sat 00:00-02:00")`,
+      };
     const days: number[] = [];
     for (const part of m[1].split(',')) {
       const range = part.split('-').map(dayIndex);

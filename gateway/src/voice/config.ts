@@ -170,7 +170,7 @@ function isLanguageTag(tag: string): boolean {
 }
 
 /** Checks the string at `parts`, when there is one and it is not a placeholder (reported already). */
-type Check = (parts: PropertyKey[], ok: (v: string) => boolean, message: string) => void;
+type Check = (parts: PropertyKey[], ok: (v: string) => boolean, message: string | ((v: string) => string)) => void;
 
 /** Bracketed placeholders left from the template; their paths, so other checks skip them. */
 function placeholderProblems(raw: unknown, problems: Problem[]): Set<string> {
@@ -208,7 +208,10 @@ function formatProblems(c: Partial<Concierge>, check: Check): void {
   check(
     ['meta', 'business_hours_local'],
     (v) => parseBusinessHours(v).ok,
-    'expected business hours such as "Mon-Fri 08:00-18:00; Sat 09:00-13:00"',
+    (v) => {
+      const parsed = parseBusinessHours(v);
+      return `expected business hours such as "Mon-Fri 08:00-18:00; Sat 09:00-13:00"${parsed.ok ? '' : `: ${parsed.error}`}`;
+    },
   );
   check(['meta', 'primary_language'], isLanguageTag, 'expected a BCP 47 language tag such as en-US');
   (Array.isArray(c.meta?.alt_languages) ? c.meta!.alt_languages : []).forEach((_, i) =>
@@ -301,7 +304,8 @@ export function lintConcierge(raw: unknown): Problem[] {
   const check: Check = (parts, ok, message) => {
     const v = valueAt(raw, parts);
     const path = pathOf(parts);
-    if (typeof v === 'string' && !placeholders.has(path) && !ok(v)) problems.push({ path, message });
+    if (typeof v === 'string' && !placeholders.has(path) && !ok(v))
+      problems.push({ path, message: typeof message === 'string' ? message : message(v) });
   };
   formatProblems(c, check);
   intentProblems(c, functionProblems(c, check, problems), check, problems);
