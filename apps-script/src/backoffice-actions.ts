@@ -6,6 +6,7 @@
  * `<call_id>.mp3`, rows carry the key. Calendar, Drive and UrlFetch run outside the script lock;
  * only sheet work takes it (and the slot claim a booking holds while it checks and makes its event).
  */
+import type { BackOfficeAction } from '../../schema/backoffice-args';
 import { MeterRefusal } from '../../schema/meter-reply';
 import { configNumber, configText } from './config';
 import type { Progress } from './idempotency';
@@ -16,16 +17,8 @@ import { claimText, sendText, sentText, unclaimText } from './sms';
 import { ACTIVITIES, LEADS, TASKS, appendTabRows, columnIn, findKeyed, findRow, recordRow, rowRecord, tab } from './tabs';
 import { checkedTimeZone, localStamp, localText, zonedInstant } from './zoned-time';
 
-export type ActionName = 'book_slot' | 'reschedule_slot' | 'create_lead' | 'route_to_voicemail';
+export type ActionName = BackOfficeAction;
 type Steps = (progress: Progress) => Record<string, unknown>;
-
-/** Arguments each action cannot do without. */
-export const REQUIRED: Record<ActionName, string[]> = {
-  book_slot: ['name', 'phone', 'service', 'date', 'time'],
-  reschedule_slot: ['booking_id', 'new_date', 'new_time'],
-  create_lead: ['name', 'phone'],
-  route_to_voicemail: ['phone', 'recording_url'],
-};
 
 const EVENT_TAG = 'meter_idempotency_key';
 /** The script property holding the slots of bookings under way: [{key, start, end, at}] (ms). */

@@ -22,9 +22,10 @@
  * has already begun, or that overlaps another event in the calendar, is refused before the event
  * is made or moved (backoffice-actions.ts).
  */
+import { REQUIRED_ARGS } from '../../schema/backoffice-args';
 import { ID_PATTERN, ID_RULE } from '../../schema/ids';
 import { MeterRefusal } from '../../schema/meter-reply';
-import { ACTIONS, REQUIRED, type ActionName } from './backoffice-actions';
+import { ACTIONS, type ActionName } from './backoffice-actions';
 import { arg, type Args, type Ctx } from './backoffice-rows';
 import { readConfig } from './config';
 import { claimKey } from './idempotency';
@@ -42,7 +43,7 @@ const IDEMPOTENCY_KEY = /^[A-Za-z0-9_-]{8,128}$/;
 const ARG_CHARACTERS = 10_000;
 
 function checkArgs(action: ActionName, args: Args): void {
-  for (const name of REQUIRED[action])
+  for (const name of REQUIRED_ARGS[action])
     if (arg(args, name) === '') throw new MeterRefusal('invalid_argument', `args.${name}: required for ${action}`);
   for (const name of Object.keys(args)) {
     // Written into cells and texts as text: an object would read "[object Object]", a list its items run together.

@@ -147,6 +147,21 @@ describe('concierge.json and its lint', () => {
     ]);
   });
 
+  it('a function whose webhook is a back-office action (?action=book_slot) must declare the arguments that action cannot do without', () => {
+    const c = filled() as any;
+    const meter = 'https://script.google.com/macros/s/AKfy/exec?token=t0k&action=';
+    for (const f of c.functions) if (f.webhook) f.webhook = `${meter}${f.name}`;
+    // The template's arguments: clean (recording_url is the voice server's to add).
+    expect(lintConcierge(c)).toEqual([]);
+    // Trimmed by an operator: the bridge passes on only these, and the back office refused every booking.
+    c.functions[0].args = ['name', 'date', 'time', 'notes'];
+    c.functions[2].args = ['name', 'email'];
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      "$.functions[0].args: expected phone, service among the arguments: the back office's book_slot refuses a call without them, and the phone bridge passes on only the arguments declared",
+      "$.functions[2].args: expected phone among the arguments: the back office's create_lead refuses a call without it, and the phone bridge passes on only the arguments declared",
+    ]);
+  });
+
   it('a frustration_detected rule without markers, or with none in its list, is a problem naming them: it would never escalate', () => {
     const c = filled() as any;
     delete c.escalation.rules[1].markers;

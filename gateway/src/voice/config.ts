@@ -6,6 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { REQUIRED_ARGS, type BackOfficeAction } from '../../../schema/backoffice-args';
 import { MAX_TEXT_LENGTH } from '../../../schema/event-record';
 import { duplicateKeys, duplicateMessage } from '../duplicate-keys';
 import { withoutBom } from '../json-object';
@@ -226,6 +227,29 @@ function formatProblems(c: Partial<Concierge>, check: Check): void {
 /** The index and value of each entry that repeats an earlier one. */
 const repeats = (values: unknown[]) => values.flatMap((v, i) => (values.indexOf(v) < i ? [[i, v] as const] : []));
 
+/** The back-office action a webhook names (`?action=book_slot`, as the meter web app takes it), or null. */
+function backOfficeAction(webhook: unknown): BackOfficeAction | null {
+  if (typeof webhook !== 'string' || !URL.canParse(webhook)) return null;
+  const action = new URL(webhook).searchParams.get('action');
+  return action !== null && Object.hasOwn(REQUIRED_ARGS, action) ? (action as BackOfficeAction) : null;
+}
+
+/**
+ * A function whose webhook is a back-office action declares the arguments that action cannot do
+ * without: the phone bridge passes on only the declared ones, so the back office would refuse
+ * every call of it. `recording_url` is the voice server's to add (the bridge's recording callback).
+ */
+function backOfficeArgs(f: { webhook?: unknown; args?: unknown }, i: number, problems: Problem[]): void {
+  const action = backOfficeAction(f.webhook);
+  if (!action || !Array.isArray(f.args)) return;
+  const missing = REQUIRED_ARGS[action].filter((a) => a !== 'recording_url' && !(f.args as unknown[]).includes(a));
+  if (missing.length)
+    problems.push({
+      path: pathOf(['functions', i, 'args']),
+      message: `expected ${missing.join(', ')} among the arguments: the back office's ${action} refuses a call without ${missing.length > 1 ? 'them' : 'it'}, and the phone bridge passes on only the arguments declared`,
+    });
+}
+
 /** Each function once, its arguments once each, with exactly one well-formed target; answers the function names. */
 function functionProblems(c: Partial<Concierge>, check: Check, problems: Problem[]): Set<string | undefined> {
   const functions = Array.isArray(c.functions) ? c.functions : [];
@@ -239,6 +263,7 @@ function functionProblems(c: Partial<Concierge>, check: Check, problems: Problem
         path: pathOf(['functions', i]),
         message: `expected exactly one target (webhook, static_url or dial), found ${targets.length ? targets.join(' and ') : 'none'}`,
       });
+    backOfficeArgs(f, i, problems);
     check(['functions', i, 'webhook'], isHttps, 'expected an https URL');
     check(['functions', i, 'webhook'], withoutCredentials, NO_CREDENTIALS);
     check(['functions', i, 'static_url'], isHttps, 'expected an https URL');
