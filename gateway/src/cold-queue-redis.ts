@@ -65,7 +65,7 @@ const CREATED_MARK_MS = 60_000;
  * None when the job is no longer dead (moved back to run, or already replaced).
  * The dead job is set aside in the same step (KEYS[4], for PARKED_MS), not deleted: the add that
  * follows may be refused (Redis at its maxmemory, or gone), and the dead job then goes back (RESTORE).
- * Returns the mark's name.
+ * Returns the mark's name, and who had asked for the job last then (KEYS[5], see WITHDRAW).
  */
 const REPLACE = `
 if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then return false end
@@ -77,15 +77,18 @@ redis.call('DEL', KEYS[1])
 redis.call('RENAME', KEYS[2], KEYS[4])
 redis.call('PEXPIRE', KEYS[4], ARGV[4])
 redis.call('ZREM', KEYS[3], ARGV[3])
-return mark`;
+return {mark, redis.call('GET', KEYS[5]) or ''}`;
 /**
  * A dead job set aside by REPLACE goes back where it was, its replacement refused: unless a job of
- * the id was added meanwhile (a client's retry), which it then gives way to. Its replacing mark goes
- * too, so the request sent again replaces it. The RENAME comes first: a script's first write may be
+ * the id was added meanwhile (a client's retry), which it then gives way to, or a call for the job
+ * began since it was set aside (KEYS[4] is no longer ARGV[3], nor gone): that call found no job and
+ * adds its own, which put back would have met the dead job, kept it, and told its client 202 of a
+ * job that never runs. Its replacing mark goes too, so the request sent again replaces it. The RENAME comes first: a script's first write may be
  * refused at maxmemory, the ones after it are not.
  */
 const RESTORE = `
-if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 0 then
+local asked = redis.call('GET', KEYS[4])
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 0 or (asked and asked ~= ARGV[3]) then
   redis.call('DEL', KEYS[2])
   return 0
 end
@@ -293,24 +296,30 @@ export class BullColdQueue implements ColdQueue {
    * just added, and both said they created it. False when another instance replaces it, or it was
    * moved back to run: the job found is then the request's. Else the dead job is set aside (not
    * removed: an add Redis refused left the operator without it, and its client with 503), and the
-   * name of the replacement's mark is returned.
+   * name of the replacement's mark is returned, with who had asked for the job last (RESTORE).
    */
-  private async setDeadAside(job: Job<ColdPayload>): Promise<string | false> {
+  private async setDeadAside(job: Job<ColdPayload>): Promise<{ mark: string; asked: string } | false> {
     // This dead job's own (its creation and its death): a job under the id dying later is another.
     const replacing = `${this.queue.qualifiedName}:replacing:${job.id}`;
-    const keys = [this.createdMark(job.id!), this.queue.toKey(job.id!), this.queue.keys.failed, this.parkedKey(job.id!)];
-    const mark = await this.own.eval(REPLACE, keys.length, ...keys, replacing, CREATED_MARK_MS, job.id!, PARKED_MS);
-    return typeof mark === 'string' ? mark : false;
+    const keys = [
+      this.createdMark(job.id!),
+      this.queue.toKey(job.id!),
+      this.queue.keys.failed,
+      this.parkedKey(job.id!),
+      this.touchKey(job.id!),
+    ];
+    const set = await this.own.eval(REPLACE, keys.length, ...keys, replacing, CREATED_MARK_MS, job.id!, PARKED_MS);
+    return Array.isArray(set) ? { mark: String(set[0]), asked: String(set[1]) } : false;
   }
   /**
    * The dead job set aside goes back to the dead-letter list, its replacement refused. On the
    * worker's connection, which waits for Redis: a refusal because Redis went away would otherwise
    * find it away too. Not waited for longer than the add was: the client's 503 does not wait.
    */
-  private async restoreDead(jobId: string, mark: string): Promise<void> {
+  private async restoreDead(jobId: string, { mark, asked }: { mark: string; asked: string }): Promise<void> {
     const client = this.connection instanceof Redis ? this.connection : this.own;
-    const keys = [this.queue.toKey(jobId), this.parkedKey(jobId), this.queue.keys.failed];
-    const restoring = client.eval(RESTORE, keys.length, ...keys, jobId, mark);
+    const keys = [this.queue.toKey(jobId), this.parkedKey(jobId), this.queue.keys.failed, this.touchKey(jobId)];
+    const restoring = client.eval(RESTORE, keys.length, ...keys, jobId, mark, asked);
     await within(restoring, 1000).catch(() => undefined);
   }
   private parkedKey(jobId: string): string {

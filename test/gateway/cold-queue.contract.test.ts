@@ -593,6 +593,51 @@ describe('a job added after its client was told 503 (Redis)', () => {
   });
 });
 
+// A dead-lettered job set aside for its replacement went back when the add was refused, also when
+// the request sent again had meanwhile found no job there and was adding its own: that add met the
+// dead job put back and kept it, and its client was told 202 (and a person notified) of a job that
+// was dead-lettered and never ran.
+describe('a dead-lettered job whose replacement is refused while the request sent again adds its own (Redis)', () => {
+  it('gives way: the job of the request sent again is the one queued', async () => {
+    const prefix = `test-cq-${process.pid}-${++n}`;
+    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
+    cleanup.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    const failing = a.work(async () => {
+      throw new UnrecoverableError('refused by the provider');
+    });
+    const { jobId } = await a.enqueue(payload('gives-way'));
+    await stateIs(a, jobId, 'dead-lettered');
+    await failing.close();
+    let aDone!: () => void;
+    const aFinished = new Promise<void>((resolve) => (aDone = resolve));
+    let retried!: Promise<unknown>;
+    const addOfB = b.queue.add.bind(b.queue);
+    vi.spyOn(a.queue, 'add').mockImplementationOnce(async () => {
+      // The request sent again (b) finds no job (a set it aside) and is about to add its own ...
+      const bAdding = new Promise<void>((resolve) => {
+        vi.spyOn(b.queue, 'add').mockImplementationOnce(async (...args) => {
+          resolve();
+          await aFinished;
+          return addOfB(...args);
+        });
+      });
+      retried = b.enqueue(payload('gives-way'));
+      await bAdding;
+      // ... when Redis refuses a's add.
+      throw new Error('Connection is closed.');
+    });
+    onTestFinished(() => void vi.restoreAllMocks());
+    await expect(a.enqueue(payload('gives-way'))).rejects.toThrow('Connection is closed.');
+    aDone();
+    expect(await retried).toEqual({ jobId, created: true });
+    expect(await b.get(jobId)).toMatchObject({ state: 'waiting', attempts: 0 });
+    expect(await b.deadLettered()).toEqual([]);
+  });
+});
+
 describe('what a completed job keeps', () => {
   it('Redis: the request body (the prompt) leaves Redis once the job is answered', async () => {
     const twin = twins['BullMQ (Redis)']({ backoffMs: 20 });
