@@ -13,17 +13,18 @@
  * the input stored on another day is removed there. With --replace a day's data becomes exactly
  * the input's rows for that day.
  */
-import { copyFileSync, createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
-import { dayFiles, partBeside, removeEmptiedPartitions, removeLeftoverParts, type DayFile } from './day-files';
+import { dayFiles, removeLeftoverParts, type DayFile } from './day-files';
 import { fileHead, firstLine } from './file-head';
 import { findFragments, lineInInput, withoutFragments } from './fragments';
 import { ABANDONED_MS, lockArchive } from './lock';
+import { finishPublish, publishAll, publishPending } from './publish';
 
 export interface ConvertOptions {
   out: string;
@@ -131,6 +132,9 @@ export async function convert(input: string, options: ConvertOptions): Promise<C
   // Two runs merging into one day would each write their own union: the first run's events lost.
   const unlock = lockArchive(out, started, (message) => new ArchiveInputError(message));
   try {
+    // First: the publish of a run killed half-way names files in its scratch folder, which may be a day old.
+    const finished = finishPublish(out);
+    if (finished) options.log?.(finished);
     removeAbandonedScratch(out, started);
     for (const line of removeLeftoverParts(out)) options.log?.(line);
     return await convertLocked(input, out, options, started);
@@ -335,7 +339,8 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
     return { rows: plan.rows, days: plan.days, files };
   } finally {
     duck.close();
-    rmSync(work, { recursive: true, force: true });
+    // A publish that failed half-way (publish.ts) still needs its staged files: the next run finishes it.
+    if (!publishPending(out)) rmSync(work, { recursive: true, force: true });
   }
 }
 
@@ -368,29 +373,9 @@ async function throwRowProblems(duck: Duck, source: string, input: string, lineO
 }
 
 /**
- * Moves a staged file to `dest`, replacing a file there at once (rename). A partition folder linked
- * in from another file system cannot take a rename from the staging folder: the file is copied
- * beside `dest` first, then renamed over it, so a reader still sees the old file or the new.
- */
-function place(src: string, dest: string): void {
-  try {
-    renameSync(src, dest);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EXDEV') throw error;
-    const beside = partBeside(dest); // no day file's name: never read as one
-    try {
-      copyFileSync(src, beside);
-      renameSync(beside, dest);
-    } finally {
-      rmSync(beside, { force: true });
-    }
-    rmSync(src);
-  }
-}
-
-/**
  * Moves the staged files into the archive. A file of the same name is replaced by the rename
- * itself (atomic); stored files of the merged days that were not overwritten are removed last.
+ * itself (atomic); stored files of the merged days that were not overwritten are removed last. The
+ * whole is one publish (publish.ts): a run killed half-way is finished by the next.
  */
 function publish(staged: string, out: string, replaced: string[], partition: boolean): string[] {
   const written: string[] = [];
@@ -403,7 +388,7 @@ function publish(staged: string, out: string, replaced: string[], partition: boo
   };
   walk(staged);
   written.sort();
-  const placed: string[] = [];
+  const renames: [string, string][] = [];
   const perDir = new Map<string, number>();
   for (const src of written) {
     // DuckDB writes day=<yyyymmdd>/part_N.parquet; the archive's names are events_<yyyymmdd>[_N].parquet,
@@ -415,16 +400,14 @@ function publish(staged: string, out: string, replaced: string[], partition: boo
     perDir.set(dirname(rel), n);
     rel = join(folder, n === 1 ? `events_${day}.parquet` : `events_${day}_${n}.parquet`);
     const dest = join(out, rel);
-    mkdirSync(dirname(dest), { recursive: true });
-    place(src, dest);
-    placed.push(dest);
+    renames.push([src, dest]);
   }
+  const placed = renames.map(([, dest]) => dest);
   const kept = new Set(placed);
-  for (const f of replaced) {
-    if (kept.has(f)) continue;
-    rmSync(f, { force: true });
-    // Only the partition folders this emptied (none for a flat file); every other folder in the archive stays.
-    removeEmptiedPartitions(out, f);
-  }
+  publishAll(
+    out,
+    renames,
+    replaced.filter((f) => !kept.has(f)),
+  );
   return placed;
 }

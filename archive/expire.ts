@@ -14,13 +14,14 @@ import { rmSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { dayFiles, removeEmptiedPartitions, removeLeftoverParts } from './day-files';
 import { lockArchive } from './lock';
+import { finishPublish } from './publish';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
 /** The longest window taken: 100 years. Beyond it the cutoff leaves the dates a day file can name (1e10 days overflows a Date). */
 export const MAX_ARCHIVE_DAYS = 36_500;
 export interface ExpireResult {
   removed: string[];
-  /** Copies killed runs left that could not be removed, each said in a line (day-files.ts). */
+  /** Lines for stderr: a publish a killed run left, finished (publish.ts); copies killed runs left that could not be removed (day-files.ts). */
   left: string[];
   kept: number;
   cutoff: string;
@@ -39,8 +40,10 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
   if (dryRun) return { ...expireDays(root, cutoff, true), left: [] };
   const unlock = lockArchive(root, Date.now(), (message) => new Error(message));
   try {
-    // First: a killed run's copy left in a day folder would keep that folder from being emptied.
-    const left = removeLeftoverParts(root);
+    // First: the publish a killed run left half-done (publish.ts), then its copies left in a day
+    // folder, which would keep that folder from being emptied.
+    const finished = finishPublish(root);
+    const left = [...(finished ? [finished] : []), ...removeLeftoverParts(root)];
     return { ...expireDays(root, cutoff, false), left };
   } finally {
     unlock();

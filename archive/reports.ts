@@ -9,6 +9,7 @@ import { resolve } from 'node:path';
 import { csvField } from '../schema/csv-cell';
 import { dayFiles } from './day-files';
 import { lit } from './duck';
+import { publishedView } from './publish';
 
 export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;
 export type ReportName = (typeof REPORTS)[number];
@@ -18,9 +19,11 @@ function eventsSource(archive: string): string {
   const dir = resolve(archive);
   // A file (a day file given for its folder) too: said as archive:expire says it, not as the scandir error.
   if (!statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--archive ${archive}: no such folder`);
-  const files = dayFiles(dir)
-    .map((f) => f.file)
-    .sort();
+  // As a publish a killed run left half-done will leave it (publish.ts): no day twice, no event lost.
+  const files = publishedView(
+    dir,
+    dayFiles(dir).map((f) => f.file),
+  ).sort();
   if (files.length === 0) throw new Error(`--archive ${archive}: no day files (events_<yyyymmdd>.parquet, npm run archive writes them)`);
   return `read_parquet([${files.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
 }
