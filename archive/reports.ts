@@ -64,6 +64,21 @@ export function reportSql(name: ReportName, archive: string, asOf: string): stri
   }
 }
 
+/**
+ * Runs a report with `run`. A run of `npm run archive` that moves its files in between the listing of
+ * the day files and their reading (a day file removed, or a staged one moved into place) fails the
+ * read with "No files found": the files are listed again and the report read again, a few times.
+ */
+export async function runReport<T>(name: ReportName, archive: string, asOf: string, run: (sql: string) => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run(reportSql(name, archive, asOf));
+    } catch (error) {
+      if (attempt === 3 || !/No files found that match the pattern/.test(String((error as Error).message))) throw error;
+    }
+  }
+}
+
 type Row = Record<string, unknown>;
 
 function cell(value: unknown): string {

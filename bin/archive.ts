@@ -9,7 +9,7 @@ import { asksForHelp } from '../gateway/src/help';
 import { convert } from '../archive/convert';
 import { openDuck } from '../archive/duck';
 import { DEFAULT_ARCHIVE_DAYS, MAX_ARCHIVE_DAYS, expireArchive } from '../archive/expire';
-import { REPORTS, formatRows, reportSql, type ReportName } from '../archive/reports';
+import { REPORTS, formatRows, runReport, type ReportName } from '../archive/reports';
 import { callsFileProblem, voiceRollupSql } from '../archive/voice-rollups';
 import { existsSync } from 'node:fs';
 
@@ -147,7 +147,7 @@ async function reportCommand(rest: string[]): Promise<void> {
   const archive = folder('--archive', values.archive!);
   const asOf = day('--as-of', values['as-of']!);
   // export-daily is the specification's "daily cost to a CSV": CSV whatever --format says.
-  return printQuery(reportSql(name, archive, asOf), name === 'export-daily' ? 'csv' : format);
+  return runReport(name, archive, asOf, (sql) => printQuery(sql, name === 'export-daily' ? 'csv' : format));
 }
 
 async function main(argv: string[]): Promise<void> {

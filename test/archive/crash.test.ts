@@ -4,7 +4,9 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
+import { openDuck } from '../../archive/duck';
 import { expireArchive } from '../../archive/expire';
+import { runReport } from '../../archive/reports';
 import { spawn } from '../children';
 import { csvIn, report, root, scratchDir } from './archive-setup';
 
@@ -105,4 +107,27 @@ describe('a run killed while it publishes', () => {
       ]);
     }, 60_000);
   }
+});
+
+describe('a report beside a run', () => {
+  it('a run that moves its files in between the listing of the day files and their reading: the report lists them again, and counts each event once', async () => {
+    const out = join(scratch(), 'arch');
+    const events = [
+      { event_id: 'a', timestamp: '2026-11-21T09:00:00Z', provider: 'anthropic', cost_usd: 1 },
+      { event_id: 'b', timestamp: '2026-11-21T10:00:00Z', provider: 'openai', cost_usd: 2 },
+    ];
+    await convert(csvIn(scratch(), events), { out });
+    const duck = await openDuck();
+    try {
+      let reads = 0;
+      const rows = await runReport('export-daily', out, '2026-11-21', async (sql) => {
+        // The run with --partition writes the day in the new layout and removes the flat file just listed.
+        if (reads++ === 0) await convert(csvIn(scratch(), events), { out, partition: true });
+        return duck.all(sql);
+      });
+      expect(rows.map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 3]]);
+    } finally {
+      duck.close();
+    }
+  }, 60_000);
 });
