@@ -1273,6 +1273,53 @@ describe('through the gateway, translated for a chat-only route', () => {
     }
   });
 
+  it('parallel calls under one index, heads first, each argument piece naming its call by id: each call once, whole as streamed', async () => {
+    const head = (id: string) => ({ index: 0, id, type: 'function', function: { name: 'get_weather', arguments: '' } });
+    const args = (id: string, text: string) => ({ index: 0, id, function: { arguments: text } });
+    const calls = [
+      { id: 'call_p', name: 'get_weather', arguments: '{"city":"Paris"}' },
+      { id: 'call_o', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+    ];
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [
+        sse([
+          chunk({ role: 'assistant', content: null }),
+          chunk({ tool_calls: [head('call_p'), head('call_o')] }),
+          chunk({ tool_calls: [args('call_p', '{"city":')] }),
+          chunk({ tool_calls: [args('call_p', '"Paris"}')] }),
+          chunk({ tool_calls: [args('call_o', '{"city":"Oslo"}')] }),
+          chunk({}, 'tool_calls'),
+        ]),
+      ],
+    });
+    const body = { model: 'gpt-4o-mini', input: 'Paris and Oslo?', tools: [WEATHER_TOOL] };
+    const stream = client().responses.stream(body);
+    const added: unknown[] = [];
+    const done: unknown[] = [];
+    stream.on('response.output_item.added', (e) => added.push(e.item));
+    stream.on('response.output_item.done', (e) => done.push(e.item));
+    const streamed = await stream.finalResponse();
+    const message = {
+      role: 'assistant',
+      content: null,
+      tool_calls: calls.map(({ id, ...fn }) => ({ id, type: 'function', function: fn })),
+    };
+    provider.next({
+      kind: 'status',
+      status: 200,
+      body: { ...base, object: 'chat.completion', choices: [{ index: 0, message, finish_reason: 'tool_calls' }] },
+    });
+    const whole = await client().responses.create(body);
+    const items = calls.map(({ id, ...call }) => ({ type: 'function_call', status: 'completed', call_id: id, ...call }));
+    expect(streamed.output).toMatchObject(items);
+    expect(streamed.output).toHaveLength(2);
+    expect(whole.output).toMatchObject(items);
+    expect(whole.output).toHaveLength(2);
+    expect(added.map((i) => (i as { call_id: string }).call_id)).toEqual(['call_p', 'call_o']);
+    expect(done).toMatchObject(items);
+  });
+
   it("a provider that streams its content as parts (Mistral's reasoning models): the text streams as a whole answer reads it", async () => {
     const thinking = { type: 'thinking', thinking: [{ type: 'text', text: 'The user greets me.' }] };
     const parts = [

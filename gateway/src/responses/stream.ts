@@ -117,6 +117,8 @@ export class ChatToResponsesStream {
   private kept = 0;
   private overLimit = false;
   private readonly calls = new Map<number | string, CallState>();
+  /** Each call by its `index` (key) and the id the provider gave it: parallel calls may share an index. */
+  private readonly byId = new Map<string, CallState>();
   /** Logprobs of tokens whose text the provider has not sent yet (a character split across tokens): given with it. */
   private readonly heldLogprobs: Logprob[] = [];
   /** Each output text's citations as JSON: one given again is found at once, not compared with each before it. */
@@ -330,8 +332,9 @@ export class ChatToResponsesStream {
     const key = num(delta.index) ?? (id ? `id:${id}` : last?.kind === 'call' ? last.key : position);
     const fn = isObject(delta.function) ? delta.function : {};
     let call = this.calls.get(key);
-    // Some providers (Ollama, some Gemini and vLLM adapters) give parallel calls one index: a new id is a new call.
-    if (call?.providerId && id && id !== call.providerId) call = undefined;
+    // Some providers (Ollama, some Gemini and vLLM adapters) give parallel calls one index: a new id
+    // is a new call, and an id seen before under it (a piece naming its call) that call's.
+    if (call?.providerId && id && id !== call.providerId) call = this.byId.get(`${key} ${id}`);
     if (!call) {
       // The open call without arguments yet may get them after this one's head: this one waits.
       const hold = this.open?.kind === 'call' && (!this.open.arguments || this.held.length > 0);
@@ -350,6 +353,7 @@ export class ChatToResponsesStream {
       };
       this.items.push(call);
       this.calls.set(key, call);
+      if (id) this.byId.set(`${key} ${id}`, call);
       const shown = this.shown(call); // counted now, held or not
       if (hold) this.held.push(call);
       else this.announce(out, call, shown);
