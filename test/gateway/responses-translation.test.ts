@@ -1320,6 +1320,61 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(done).toMatchObject(items);
   });
 
+  it('calls whose heads came first, cut at the token limit: the call cut, and those whose arguments had not come, are incomplete', async () => {
+    const head = (index: number, id: string) => ({ index, id, type: 'function', function: { name: 'get_weather', arguments: '' } });
+    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
+    for (const [name, deltas, expected] of [
+      // the first call's arguments cut: the second's never came
+      [
+        'the first cut',
+        [[args(0, '{"city":')], [args(0, '"Pa')]],
+        [
+          { status: 'incomplete', arguments: '{"city":"Pa' },
+          { status: 'incomplete', arguments: '' },
+        ],
+      ],
+      // the second's came first, whole; the first's were cut
+      [
+        'the second whole, the first cut',
+        [[args(1, '{"city":"Oslo"}')], [args(0, '{"city":"Pa')]],
+        [
+          { status: 'incomplete', arguments: '{"city":"Pa' },
+          { status: 'completed', arguments: '{"city":"Oslo"}' },
+        ],
+      ],
+      // one after the other, the second's cut: as a whole answer marks it
+      [
+        'the second cut',
+        [[args(0, '{"city":"Paris"}')], [args(1, '{"city":"Os')]],
+        [
+          { status: 'completed', arguments: '{"city":"Paris"}' },
+          { status: 'incomplete', arguments: '{"city":"Os' },
+        ],
+      ],
+    ] as const) {
+      provider.next({
+        kind: 'raw-stream',
+        pieces: [
+          sse([
+            chunk({ role: 'assistant', content: null }),
+            chunk({ tool_calls: [head(0, 'call_p'), head(1, 'call_o')] }),
+            ...deltas.map((d) => chunk({ tool_calls: d })),
+            chunk({}, 'length'),
+          ]),
+        ],
+      });
+      const tools = [{ ...WEATHER_TOOL, strict: false }];
+      const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'Paris and Oslo?', tools, max_output_tokens: 9 });
+      const done: unknown[] = [];
+      stream.on('response.output_item.done', (e) => done.push(e.item));
+      const final = await stream.finalResponse();
+      const items = expected.map((item, i) => ({ type: 'function_call', call_id: ['call_p', 'call_o'][i], ...item }));
+      expect(final.status, name).toBe('incomplete');
+      expect(final.output, name).toMatchObject(items);
+      expect(done, name).toMatchObject(items);
+    }
+  });
+
   it("a provider that streams its content as parts (Mistral's reasoning models): the text streams as a whole answer reads it", async () => {
     const thinking = { type: 'thinking', thinking: [{ type: 'text', text: 'The user greets me.' }] };
     const parts = [

@@ -131,6 +131,8 @@ export class ChatToResponsesStream {
    * call is closed before its arguments came.
    */
   private readonly held: CallState[] = [];
+  /** While calls are held, the call whose arguments came last: the one a token limit cut. */
+  private fed: CallState | null = null;
 
   /** `called`: the model the gateway asked the provider for (the route's). */
   constructor(
@@ -369,6 +371,7 @@ export class ChatToResponsesStream {
     }
     call.arguments += piece;
     this.kept += Buffer.byteLength(piece);
+    if (this.held.length) this.fed = call;
     if (this.open === call) {
       this.emit(out, { type: 'response.function_call_arguments.delta', item_id: call.id, output_index: call.outputIndex, delta: piece });
     }
@@ -382,17 +385,24 @@ export class ChatToResponsesStream {
 
   /**
    * Closes the open item, if any, with its `.done` events, then shows each held call whole (its
-   * arguments so far in one delta); `status` is the last one's.
+   * arguments so far in one delta). `status` is the last item's; with calls held, the one cut
+   * (`incomplete`) is the call whose arguments came last, and the calls after it that had none
+   * yet are cut too (theirs would have come after).
    */
   private close(out: ResponseStreamEvent[], status: 'completed' | 'incomplete'): void {
     const held = this.held.splice(0);
-    this.closeOpen(out, held.length ? 'completed' : status);
+    if (!held.length) return this.closeOpen(out, status);
+    const calls = [this.open as CallState, ...held];
+    const fed = this.fed ? calls.indexOf(this.fed) : -1;
+    const cut = fed < 0 ? calls.length - 1 : fed;
+    const statusAt = (i: number) => (i === cut || (i > cut && !calls[i].arguments) ? status : 'completed');
+    this.closeOpen(out, statusAt(0));
     held.forEach((call, i) => {
       const args = call.arguments;
       this.announce(out, call, { ...this.item(call), arguments: '' } as ResponseFunctionToolCall);
       if (args)
         this.emit(out, { type: 'response.function_call_arguments.delta', item_id: call.id, output_index: call.outputIndex, delta: args });
-      this.closeOpen(out, i === held.length - 1 ? status : 'completed');
+      this.closeOpen(out, statusAt(i + 1));
     });
   }
 
