@@ -1375,6 +1375,31 @@ describe('through the gateway, translated for a chat-only route', () => {
     }
   });
 
+  it('a stream that breaks while calls are held: response.failed lists only the items the client saw added', async () => {
+    const head = (index: number, id: string) => ({ index, id, type: 'function', function: { name: 'get_weather', arguments: '' } });
+    const breaks = [
+      chunk({ role: 'assistant', content: null }),
+      chunk({ tool_calls: [head(0, 'call_p'), head(1, 'call_o')] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+    ];
+    for (const [name, pieces] of [
+      ['cut', [sse(breaks, false)]],
+      ['an error in the stream', [sse([...breaks, { error: { message: 'overloaded' } }])]],
+    ] as const) {
+      provider.next({ kind: 'raw-stream', pieces: [...pieces] });
+      const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'Paris and Oslo?', tools: [WEATHER_TOOL] });
+      const added: string[] = [];
+      stream.on('response.output_item.added', (e) => added.push(e.item.id!));
+      const final = await stream.finalResponse();
+      expect(final.status, name).toBe('failed');
+      expect(final.output, name).toMatchObject([{ type: 'function_call', call_id: 'call_p', status: 'incomplete', arguments: '{"city":' }]);
+      expect(
+        final.output.map((i) => i.id),
+        name,
+      ).toEqual(added);
+    }
+  });
+
   it("a provider that streams its content as parts (Mistral's reasoning models): the text streams as a whole answer reads it", async () => {
     const thinking = { type: 'thinking', thinking: [{ type: 'text', text: 'The user greets me.' }] };
     const parts = [

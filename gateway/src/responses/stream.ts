@@ -232,13 +232,15 @@ export class ChatToResponsesStream {
   /**
    * `response.failed` for a provider stream that broke or reported an error before it finished
    * (what arrived stays in its output; the item left open is incomplete, it will never finish).
+   * Calls still held, never shown, are left out: its output is the items the client saw added.
    */
   fail(message: string): ResponseStreamEvent[] {
     const out = this.start();
     if (this.ended) return out;
     this.ended = true;
     this.hasFailed = true;
-    for (const item of [this.open, ...this.held.splice(0)]) if (item) item.status = 'incomplete';
+    if (this.open) this.open.status = 'incomplete';
+    this.items.length -= this.held.splice(0).length; // the held calls are the last items begun
     this.open = null;
     const response = this.response({ status: 'failed', error: { code: 'server_error', message }, usage: responseUsage(this.chatUsage) });
     this.emit(out, { type: 'response.failed', response });
