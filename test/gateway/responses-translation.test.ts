@@ -1342,6 +1342,15 @@ describe('through the gateway, translated for a chat-only route', () => {
           { status: 'completed', arguments: '{"city":"Oslo"}' },
         ],
       ],
+      // cut before any arguments came: neither call's came
+      [
+        'cut before any arguments',
+        [],
+        [
+          { status: 'incomplete', arguments: '' },
+          { status: 'incomplete', arguments: '' },
+        ],
+      ],
       // one after the other, the second's cut: as a whole answer marks it
       [
         'the second cut',

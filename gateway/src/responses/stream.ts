@@ -388,15 +388,15 @@ export class ChatToResponsesStream {
   /**
    * Closes the open item, if any, with its `.done` events, then shows each held call whole (its
    * arguments so far in one delta). `status` is the last item's; with calls held, the one cut
-   * (`incomplete`) is the call whose arguments came last, and the calls after it that had none
-   * yet are cut too (theirs would have come after).
+   * (`incomplete`) is the call whose arguments came last (the first, when none came), and the
+   * calls after it that had none yet are cut too (theirs would have come after).
    */
   private close(out: ResponseStreamEvent[], status: 'completed' | 'incomplete'): void {
     const held = this.held.splice(0);
     if (!held.length) return this.closeOpen(out, status);
     const calls = [this.open as CallState, ...held];
     const fed = this.fed ? calls.indexOf(this.fed) : -1;
-    const cut = fed < 0 ? calls.length - 1 : fed;
+    const cut = Math.max(fed, 0); // none came: the first call was cut, before its arguments
     const statusAt = (i: number) => (i === cut || (i > cut && !calls[i].arguments) ? status : 'completed');
     this.closeOpen(out, statusAt(0));
     held.forEach((call, i) => {
