@@ -160,6 +160,7 @@ export function callRecordProblem(json: unknown): string | null {
 
 export const CALLS_CSV_HEADER = CALL_FIELDS.join(',');
 
-export function callToCsvLine(c: CallRecord): string {
+/** A record as a CSV line; a cost of null (the meter's export of a cost cell typed over by hand) is written empty. */
+export function callToCsvLine(c: CallRecord | (Omit<CallRecord, 'est_audio_cost_usd'> & { est_audio_cost_usd: null })): string {
   return CALL_FIELDS.map((f) => csvField(c[f])).join(',');
 }

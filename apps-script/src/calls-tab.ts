@@ -8,7 +8,7 @@ import { CALL_FIELDS, CALLS_CSV_HEADER, callToCsvLine, checkCallRecord, type Cal
 import { MeterRefusal } from '../../schema/meter-reply';
 import { CLOCK_SKEW_ALLOWANCE_MS, DECIMAL_TEXT_SOURCE } from '../../schema/event-record';
 import { errorText } from './error-text';
-import { cellTime, findStoredIds } from './events-sheet';
+import { cellCost, cellTime, findStoredIds } from './events-sheet';
 import { MAX_BATCH } from './ingest';
 import { withScriptLock } from './lock';
 import type { MeterServices, Sheet, Spreadsheet } from './services';
@@ -101,9 +101,10 @@ function rowRecord(row: unknown[]): Record<string, unknown> {
 /**
  * `doGet?action=export&what=calls&since=YYYY-MM-DD`: the calls tab as CSV (started on or after that
  * UTC day). Each row is checked by the call record's rule (the one ingest applies) before it is
- * written: a cell edited by hand into something else (`$0.10`, `4 turns`) made DuckDB stop
+ * written: a cell edited by hand into something else (`4 turns`) made DuckDB stop
  * `npm run report -- voice` on the whole file, and a started_at it could not date was dropped
- * unsaid. Such rows are left out, and the log (the web app's executions) says how many and why.
+ * unsaid. Such rows are left out, and the log (the web app's executions) says how many and why. An audio
+ * cost typed over by hand is not such a cell: its call is written without a cost, as the Digest counts it.
  */
 export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet' | 'log'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
@@ -113,20 +114,30 @@ export function exportCallsSince(svc: Pick<MeterServices, 'spreadsheet' | 'log'>
   const rows = sheet ? readCallRows(sheet) : [];
   const lines = [CALLS_CSV_HEADER];
   const refused = new Map<string, number>();
+  let unpriced = 0;
   for (const row of rows) {
     if (row.every((cell) => cell === '' || cell === null)) continue; // cleared by hand: no call to correct
     const t = cellTime(row[AT.started_at]);
     if (t < from) continue;
+    // An audio cost cleared or typed over by hand ("$0.20") is written empty, as the Digest reads it (a
+    // call without a price): the call itself is still one the Digest counts, so the report counts it too.
+    const cost = row[AT.est_audio_cost_usd];
+    const noPrice = cost === '' || cost === null || cost === undefined || Number.isNaN(cellCost(cost));
     let record: CallRecord;
     try {
-      record = checkCallRecord(rowRecord(row));
+      record = checkCallRecord({ ...rowRecord(row), ...(noPrice ? { est_audio_cost_usd: 0 } : {}) });
     } catch (error) {
       const problem = errorText(error);
       refused.set(problem, (refused.get(problem) ?? 0) + 1);
       continue;
     }
-    lines.push(callToCsvLine(record));
+    if (noPrice && cost !== '' && cost !== null && cost !== undefined) unpriced++;
+    lines.push(noPrice ? callToCsvLine({ ...record, est_audio_cost_usd: null }) : callToCsvLine(record));
   }
+  if (unpriced)
+    svc.log(
+      `export of calls since ${since}: ${unpriced} row(s) with an est_audio_cost_usd that is not a number ≥ 0 written without a cost (unpriced, as the Digest counts them): correct them in the calls tab`,
+    );
   if (refused.size) {
     const n = [...refused.values()].reduce((a, b) => a + b, 0);
     const why = [...refused].map(([problem, count]) => `${count} with ${problem}`).join(', ');

@@ -225,13 +225,31 @@ describe('hand-edited cells of the calls tab and its export', () => {
       meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-01' })),
     ) as FakeTextOutput;
     const lines = out.getContent().trim().split('\r\n');
-    expect(lines.slice(1).map((l) => l.split(',')[0])).toEqual(['good', 'us-order', 'typed-text']);
-    expect(lines[2].split(',')[col('started_at')]).toBe('2026-11-21T10:00:00.000Z');
+    expect(lines.slice(1).map((l) => l.split(',')[0])).toEqual(['good', 'cost', 'us-order', 'typed-text']);
+    expect(lines[3].split(',')[col('started_at')]).toBe('2026-11-21T10:00:00.000Z');
     const report = await voiceReport(out.getContent());
-    expect(report).toMatchObject({ calls: 3 });
+    expect(report).toMatchObject({ calls: 4 });
     expect(report.cost_per_call).toBeCloseTo(0.1);
     expect(platform.logs.join('\n')).toMatch(
-      /export of calls since 2026-11-01: 3 row\(s\) left out.*\(1 with est_audio_cost_usd: expected a number.*, 1 with turns: expected a number.*, 1 with started_at: expected an RFC 3339 date-time\): correct them in the calls tab/,
+      /export of calls since 2026-11-01: 2 row\(s\) left out.*\(1 with turns: expected a number.*, 1 with started_at: expected an RFC 3339 date-time\): correct them in the calls tab/,
+    );
+  });
+
+  it("a call whose audio cost was typed by hand ('$0.20') is exported without a cost, so the voice report counts the calls, answered calls and bookings the Digest does", async () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    const calls = [aCall({ call_id: 'priced', est_audio_cost_usd: 0.1 }), aCall({ call_id: 'typed', est_audio_cost_usd: 0.2 })];
+    expect(post(meter, { calls })).toMatchObject({ ok: true, appended: 2 });
+    platform.spreadsheet.tab('calls')!.data.find((r) => r[0] === 'typed')![CALL_FIELDS.indexOf('est_audio_cost_usd')] = '$0.20';
+    meter.refreshDigest();
+    const grid = platform.spreadsheet.tab('Digest')!.data;
+    const last7d = (label: string) => grid.find((r) => r[0] === label)![1];
+    const out = meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-01' })) as FakeTextOutput;
+    const report = await voiceReport(out.getContent());
+    expect([report.calls, report.answered_calls, report.bookings]).toEqual([last7d('calls'), last7d('answered calls'), 2]);
+    expect(report.cost_per_call).toBeCloseTo(last7d('cost per call (audio, USD)') as number, 12);
+    expect(report.cost_per_booking).toBeCloseTo(last7d('cost per booking (audio, USD)') as number, 12);
+    expect(platform.logs.join('\n')).toMatch(
+      /export of calls since 2026-11-01: 1 row\(s\) with an est_audio_cost_usd that is not a number ≥ 0 written without a cost/,
     );
   });
 });
