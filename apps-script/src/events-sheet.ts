@@ -2,7 +2,7 @@
  * The `events` tab: how an EventRecord becomes a sheet row and back, and the bounded-cost
  * operations on the tab (append a batch, find stored event_ids, read the columns a report needs).
  */
-import { EVENT_FIELDS, TEXT_FIELDS, parseDecimalText, type EventField, type EventRecord } from '../../schema/event-record';
+import { EVENT_FIELDS, TEXT_FIELDS, parseDecimalText, parseRfc3339, type EventField, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { CellValue, Sheet, Spreadsheet } from './services';
 import { columnLetter, fieldIndex, growFor, refuseRenamed } from './tabs';
@@ -64,11 +64,27 @@ export function cellCost(value: unknown): number {
   return Number.isFinite(n) && n >= 0 ? n : NaN;
 }
 
-/** Cell → epoch ms, for a timestamp cell (a Date, or RFC 3339 text an operator pasted). NaN if neither. */
+/** A date typed month first (`11/22/2026 10:00`), which a sheet whose locale puts the day first keeps as text. */
+const MONTH_FIRST = /^(\d{1,2})\/(\d{1,2})\/(\d{4})(?:,? (\d{1,2}):(\d{2})(?::(\d{2}))?)?$/;
+
+/**
+ * Cell → epoch ms, for a timestamp cell: a Date, RFC 3339 text an operator pasted, or a date typed
+ * month first (`11/22/2026 10:00`, read in the script's time zone). NaN for anything else: `2026`
+ * or `0.1` typed as text is no date (Date.parse read them as 2026-01-01 and 2000-01-01, and the row
+ * was counted and exported in that day), nor is `2/30/2026` (read as 2 March).
+ */
 export function cellTime(value: unknown): number {
   if (isDate(value)) return value.getTime();
-  if (typeof value === 'string' && value !== '') return Date.parse(value);
-  return NaN;
+  if (typeof value !== 'string') return NaN;
+  const text = value.trim();
+  const rfc = parseRfc3339(text);
+  if (rfc) return rfc.getTime();
+  const m = MONTH_FIRST.exec(text);
+  if (!m) return NaN;
+  const [month, day, year, hour, minute, second] = m.slice(1).map((p) => Number(p ?? 0));
+  const at = new Date(year, month - 1, day, hour, minute, second);
+  const real = at.getMonth() === month - 1 && at.getDate() === day && at.getHours() === hour && at.getMinutes() === minute;
+  return real && second < 60 ? at.getTime() : NaN;
 }
 
 export function getEventsSheet(ss: Spreadsheet): Sheet {

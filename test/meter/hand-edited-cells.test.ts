@@ -235,6 +235,29 @@ describe('hand-edited cells of the calls tab and its export', () => {
     );
   });
 
+  it("doGet?action=export&what=calls does not read a started_at typed as '2026' or '0.1' as a date: the row is left out and logged, not exported as a call of 1 January", () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    expect(post(meter, { calls: ['good', 'year', 'decimal'].map((call_id) => aCall({ call_id })) })).toMatchObject({
+      ok: true,
+      appended: 3,
+    });
+    const rows = dataRows(platform.spreadsheet.tab('calls')!);
+    rows[1][CALL_FIELDS.indexOf('started_at')] = '2026';
+    rows[2][CALL_FIELDS.indexOf('started_at')] = '0.1';
+    const out = meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-01-01' })) as FakeTextOutput;
+    expect(
+      out
+        .getContent()
+        .trim()
+        .split('\r\n')
+        .slice(1)
+        .map((l) => l.split(',')[0]),
+    ).toEqual(['good']);
+    expect(platform.logs.join('\n')).toMatch(
+      /export of calls since 2026-01-01: 2 row\(s\) left out.*\(2 with started_at: expected an RFC 3339 date-time\)/,
+    );
+  });
+
   it("a call whose audio cost was typed by hand ('$0.20') is exported without a cost, so the voice report counts the calls, answered calls and bookings the Digest does", async () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
     const calls = [aCall({ call_id: 'priced', est_audio_cost_usd: 0.1 }), aCall({ call_id: 'typed', est_audio_cost_usd: 0.2 })];

@@ -104,7 +104,7 @@ describe('audio cost cells typed by hand in the calls tab', () => {
 });
 
 describe('a row typed by hand whose timestamp is not a date', () => {
-  function meterWithUndatedRow() {
+  function meterWithUndatedRow(typed = '22/11/2026 10:00') {
     const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
     expect(
       post(meter, {
@@ -115,9 +115,21 @@ describe('a row typed by hand whose timestamp is not a date', () => {
       }),
     ).toMatchObject({ ok: true });
     // A date typed in another locale's order: Sheets keeps it as text.
-    eventsTab(platform).data.find((r) => r[0] === 'typed')![EVENT_FIELDS.indexOf('timestamp')] = '22/11/2026 10:00';
+    eventsTab(platform).data.find((r) => r[0] === 'typed')![EVENT_FIELDS.indexOf('timestamp')] = typed;
     return { platform, meter };
   }
+
+  it.each(['2026', '0.1', '2/30/2026', 'Nov 2026'])(
+    'is not read as some other day when it holds %j: the spend answer counts it as undated',
+    (typed) => {
+      const { meter } = meterWithUndatedRow(typed);
+      expect(callJson(meter, 'doGet', { action: 'spend', token: SECRET })).toMatchObject({
+        today_cost_usd: 2,
+        unreadable_costs_today: 1,
+        unreadable_costs_last_7d: 1,
+      });
+    },
+  );
 
   it('is counted in the spend answer as left out of the totals, not dropped unsaid', () => {
     const { meter } = meterWithUndatedRow();
