@@ -6,7 +6,7 @@
  * duplicates and not stored again, so a client that retries (for instance after losing the
  * answer to the web app's 302) never doubles a row.
  */
-import { CLOCK_SKEW_ALLOWANCE_MS, normalizeEvent, type EventRecord } from '../../schema/event-record';
+import { CLOCK_SKEW_ALLOWANCE_MS, EVENT_FIELDS, normalizeEvent, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import { appendRows, checkEventsHeader, eventToRow, findStoredIds, getEventsSheet } from './events-sheet';
 import { withScriptLock } from './lock';
@@ -27,6 +27,14 @@ export function parseEvents(body: unknown, svc: Pick<MeterServices, 'now' | 'uui
   const batch = (body as { events?: unknown }).events;
   if (batch === undefined) return [normalizeEvent(body, opts)];
   if (!Array.isArray(batch)) throw new MeterRefusal('invalid_body', 'events: expected an array of event objects');
+  // An event's fields (or call records) beside the array belong to no event: ignored, a sender's
+  // malformed body ({"cost_usd":5,"events":[]}) was answered ok with nothing stored and no word why.
+  const beside = [...EVENT_FIELDS, 'calls'].filter((key) => Object.prototype.hasOwnProperty.call(body, key));
+  if (beside.length)
+    throw new MeterRefusal(
+      'invalid_body',
+      `body: ${beside.join(', ')} next to "events": an event's fields go inside events[] (or send the one event alone), call records in a body of their own`,
+    );
   if (batch.length > MAX_BATCH) {
     throw new MeterRefusal('too_many_events', `events: expected at most ${MAX_BATCH} events per request, got ${batch.length}`);
   }

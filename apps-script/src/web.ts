@@ -56,9 +56,9 @@ function lookup<T>(table: Record<string, T>, name: string): T | undefined {
 const has = (body: object, key: string) => Object.prototype.hasOwnProperty.call(body, key);
 
 /**
- * True when a body is events: it has `events` or any event field. Such a body is ingested even if
- * it also holds a `calls` key (extra fields of an event are dropped), so an event is never refused
- * as a malformed call-record body and lost.
+ * True when a body is events: it has `events` or any event field. One event is ingested even if it
+ * also holds a `calls` key (extra fields of an event are dropped), so an event is never refused as a
+ * malformed call-record body and lost; `calls` next to `events` is refused by ingest, naming it.
  */
 function isEventBody(body: object): boolean {
   return has(body, 'events') || EVENT_FIELDS.some((field) => has(body, field));

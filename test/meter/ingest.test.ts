@@ -107,6 +107,17 @@ describe('doPost ingest', () => {
     expect(rows()).toHaveLength(0);
   });
 
+  it('refuses a body with event fields or call records next to "events", naming them, instead of answering ok for nothing stored', () => {
+    const reply = post(meter, { cost_usd: 5, events: [] });
+    expect(reply).toMatchObject({ ok: false, code: 'invalid_body' });
+    expect(reply.error).toMatch(/^body: cost_usd next to "events"/);
+    const both = post(meter, { provider: 'openai', events: [{ cost_usd: 1 }], calls: [] });
+    expect(both).toMatchObject({ ok: false, code: 'invalid_body' });
+    expect(both.error).toMatch(/^body: provider, calls next to "events"/);
+    expect(rows()).toHaveLength(0);
+    expect(post(meter, { events: [{ cost_usd: 1 }], token: SECRET }, null)).toMatchObject({ ok: true, appended: 1 });
+  });
+
   it('refuses more than 500 events and takes exactly 500 in one write', () => {
     const many = (n: number) => ({ events: Array.from({ length: n }, (_, i) => ({ job_id: `j${i}`, cost_usd: 0.001 })) });
     expect(post(meter, many(501)).error).toMatch(/at most 500/);
