@@ -257,8 +257,13 @@ describe('a single event that also has a `calls` field', () => {
   it('is ingested as an event (extra fields are dropped), not refused as a call-record body', () => {
     const { platform, meter } = freshMeter();
     expect(post(meter, { event_id: 'c1', cost_usd: 0.5, calls: 3 })).toEqual({ ok: true, appended: 1, duplicates: 0 });
-    expect(post(meter, { events: [{ event_id: 'c2' }], calls: [] })).toEqual({ ok: true, appended: 1, duplicates: 0 });
-    expect(dataRows(eventsTab(platform)).map((r) => r[0])).toEqual(['c1', 'c2']);
+    // Beside `events`, call records belong to no event: the whole body is refused, naming them, nothing stored.
+    expect(post(meter, { events: [{ event_id: 'c2' }], calls: [] })).toMatchObject({
+      ok: false,
+      code: 'invalid_body',
+      error: expect.stringContaining('calls'),
+    });
+    expect(dataRows(eventsTab(platform)).map((r) => r[0])).toEqual(['c1']);
     expect(platform.spreadsheet.tab('calls')!.data).toHaveLength(1);
   });
 
