@@ -1,14 +1,19 @@
 /** `npm run worker`: only the Cold worker (several may run at once against one Redis). */
-import { readEnv } from '../gateway/src/env';
-import { createLogger } from '../gateway/src/log';
 import { holdHangups, onSignals } from '../gateway/src/shutdown';
-import { fail } from '../gateway/src/start';
-import { createStack } from '../gateway/src/stack';
-import { onDatabaseRefused } from '../gateway/src/stores';
 import { noArguments } from '../gateway/src/no-arguments';
 
+// Before the worker's modules are loaded (its dependencies take a second or more): until then a
+// SIGHUP had Node's default and ended the process. They are imported in run(), once it is held.
+holdHangups();
+
 async function run(): Promise<void> {
-  holdHangups();
+  const [{ readEnv }, { createLogger }, { fail }, { createStack }, { onDatabaseRefused }] = await Promise.all([
+    import('../gateway/src/env'),
+    import('../gateway/src/log'),
+    import('../gateway/src/start'),
+    import('../gateway/src/stack'),
+    import('../gateway/src/stores'),
+  ]);
   const settings = readEnv(process.env); // first: a bad LOG_LEVEL is named like any other bad value
   const log = createLogger(settings.LOG_LEVEL);
   // In production the stack refuses this instead (stores.ts): a warning first would contradict it.
@@ -28,4 +33,5 @@ async function run(): Promise<void> {
   onSignals(log, stop, () => stack.routes.reload());
 }
 
-if (noArguments('npm run worker', process.argv.slice(2))) run().catch((error: unknown) => fail(error, 'worker'));
+if (noArguments('npm run worker', process.argv.slice(2)))
+  run().catch(async (error: unknown) => (await import('../gateway/src/start')).fail(error, 'worker'));

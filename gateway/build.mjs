@@ -17,6 +17,10 @@ await build({
   format: 'esm',
   target: 'node20',
   packages: 'external',
+  // Split, so that a command's own first lines (bin/gateway.ts: SIGHUP held) run before the
+  // dependencies load: the chunk a dynamic import() names is loaded then, with its imports.
+  splitting: true,
+  chunkNames: 'chunks/[name]-[hash]',
   sourcemap: true,
   logLevel: 'warning',
 });

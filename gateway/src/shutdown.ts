@@ -75,7 +75,7 @@ const heldHangup = () => (hungUp = true);
  * instance (`kill -HUP`) ended one that was starting. Held instead; onSignals reloads once up.
  */
 export function holdHangups(): void {
-  process.on('SIGHUP', heldHangup);
+  if (!process.listeners('SIGHUP').includes(heldHangup)) process.on('SIGHUP', heldHangup);
 }
 
 /**

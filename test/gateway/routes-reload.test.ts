@@ -2,7 +2,7 @@
 // (createStack), and SIGHUP on a spawned `gateway/dist/main.js` (built by `npm run build`).
 import { spawn } from '../children';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -246,6 +246,45 @@ describe('reloading the routing map', () => {
     } finally {
       for (const socket of held) socket.destroy();
       silent.close();
+    }
+  });
+
+  // The same, before the command's dependencies were loaded (a second or more of the start): the
+  // signal was held only from start() on, so a SIGHUP then still ended the gateway or the worker.
+  // A module hook holds the load of bullmq until the signal has been sent.
+  it.each(['main.js', 'worker.js'])('a SIGHUP while %s is still loading its modules does not end it', async (entry) => {
+    writeMap({ hot: [route('first', one.url)], warm: [], cold });
+    const loading = join(dir, 'loading');
+    const go = join(dir, 'go');
+    const hooks = `import { existsSync, writeFileSync } from 'node:fs';
+      let held = false;
+      export async function resolve(specifier, context, next) {
+        if (specifier === 'bullmq' && !held) {
+          held = true;
+          writeFileSync(${JSON.stringify(loading)}, '');
+          while (!existsSync(${JSON.stringify(go)})) await new Promise((r) => setTimeout(r, 10));
+        }
+        return next(specifier, context);
+      }`;
+    const preload = `import { register } from 'node:module'; register(${JSON.stringify(`data:text/javascript,${encodeURIComponent(hooks)}`)});`;
+    const child = spawn(
+      process.execPath,
+      ['--import', `data:text/javascript,${encodeURIComponent(preload)}`, join(root, 'gateway/dist', entry)],
+      { cwd: root, env: { PATH: process.env.PATH, PORT: '0', ...env() }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    let ended: string | null = null;
+    child.on('exit', (code, signal) => (ended = `exit ${code} ${signal}`));
+    try {
+      await until(async () => existsSync(loading));
+      const v2 = writeMap({ hot: [route('second', two.url)], warm: [], cold });
+      child.kill('SIGHUP');
+      writeFileSync(go, '');
+      await until(async () => ended ?? (out.includes(`routing map reloaded: ${file} version ${v2}`) && 'reloaded'), 20_000);
+      expect(ended).toBeNull();
+    } finally {
+      child.kill('SIGTERM');
     }
   });
 
