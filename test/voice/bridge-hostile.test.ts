@@ -629,11 +629,11 @@ describe('phone bridge: hostile input', () => {
     for (const l of lines) expect(l.length).toBeLessThan(1200);
   });
 
-  it("arguments the function does not declare (a recording URL talked into a voicemail call) never reach the workflow's target", async () => {
+  it("arguments the function does not declare (an opt-out and a recording URL talked into a lead) never reach the workflow's target", async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({ afterOutput: { audio: assistantAudio(200), transcript: 'Done.' } });
     const { conn } = await answered(s, 'CAH05');
-    const declared = { transcript: 'call me back', phone: '+351910000001', utc: '2026-11-28T10:00:00Z' };
+    const declared = { name: 'Ana', phone: '+351910000001', service: 'cleaning' };
     const smuggled = { recording_url: 'https://api.twilio.com/2010-04-01/Accounts/AC1/Recordings/RE1', opted_out: true };
     conn.send({ type: 'response.created', response: { id: 'resp_Y', status: 'in_progress', output: [], metadata: null } });
     conn.send({
@@ -642,7 +642,7 @@ describe('phone bridge: hostile input', () => {
       item_id: 'item_fY',
       output_index: 0,
       call_id: 'call_Y',
-      name: 'route_to_voicemail',
+      name: 'create_lead',
       arguments: JSON.stringify({ ...declared, ...smuggled }),
     });
     conn.send({
@@ -650,6 +650,6 @@ describe('phone bridge: hostile input', () => {
       response: { id: 'resp_Y', status: 'completed', output: [], usage: { input_tokens: 1, output_tokens: 1 } },
     });
     await clientEvent(conn, 'response.create', (e) => e.response?.instructions === undefined);
-    expect(s.hooks.seen.filter((h) => h.path === '/route_to_voicemail').map((h) => (h.body as { args: unknown }).args)).toEqual([declared]);
+    expect(s.hooks.seen.filter((h) => h.path === '/create_lead').map((h) => (h.body as { args: unknown }).args)).toEqual([declared]);
   });
 });

@@ -3,7 +3,7 @@
 // a callback that reaches the other.
 import { afterEach, describe, expect, it } from 'vitest';
 import { bridgeStack, ACCOUNT_SID, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
-import { brain } from './peers/script';
+import { brain, speak } from './peers/script';
 import { until } from './peers/wait';
 
 let s: BridgeStack | null = null;
@@ -35,6 +35,33 @@ describe('phone bridge: two instances', () => {
     expect(status.status).toBe(204);
     await until(s.events, 'record', () => true, 'the record');
     expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0901', outcome: 'abandoned', ended_reason: 'realtime_failure' })]);
+  });
+
+  it("a caller put through to voicemail at their request on the stream's instance, gone without a message: the other instance's status callback records caller_request", async () => {
+    s = await bridgeStack(undefined, { statusGraceMs: 300 });
+    const streams = await s.twin();
+    s.realtime.brain = brain({
+      turns: [{ call: { name: 'route_to_voicemail', args: { transcript: '', phone: FORM.From, utc: '2026-11-23T22:00:00Z' } } }],
+    });
+    const answer = await s.twilio.placeCall({ CallSid: 'CA0903', ...FORM });
+    const call = await streams.twilio.openStream('CA0903', answer);
+    await until(call, 'media'); // the greeting
+    speak(call);
+    const update = await until<{ form: Record<string, string> }>(streams.twilio.events, 'update', () => true, 'the redirect to voicemail');
+    expect(update.form.Twiml).toContain('<Record');
+    if (!call.closed) await until(call, 'closed');
+    await new Promise<void>((r) => {
+      const check = () => (streams.bridge.liveCalls === 0 ? r() : setTimeout(check, 20));
+      check();
+    });
+    const status = await s.twilio.callback(`${PUBLIC_URL}/twilio/status`, {
+      CallSid: 'CA0903',
+      AccountSid: ACCOUNT_SID,
+      CallStatus: 'completed',
+    });
+    expect(status.status).toBe(204);
+    await until(s.events, 'record', () => true, 'the record');
+    expect(s.records).toEqual([expect.objectContaining({ call_id: 'CA0903', outcome: 'abandoned', ended_reason: 'caller_request' })]);
   });
 
   it("a call's stream replayed on the other instance after the call ended opens no second session: nothing metered, no second record", async () => {

@@ -4,6 +4,7 @@
 // over the absolute URL the TwiML named, and the status callback that closes what is left, once.
 import { EventEmitter } from 'node:events';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { BackOfficePeer } from '../concierge/back-office-peer';
 import { ACCOUNT_SID, bridgeStack, PUBLIC_URL, type BridgeStack } from './peers/bridge-stack';
 import type { RtConn } from './peers/realtime-peer';
 import { assistantAudio, brain, clientEvent, speak } from './peers/script';
@@ -317,6 +318,55 @@ describe('phone bridge edges: voicemail', () => {
     expect(stored.status).toBe(204);
     expect(voicemailPosts(s)).toHaveLength(1);
     expect(s.records.filter((r) => r.call_id === 'CA0707')).toHaveLength(1);
+  });
+
+  it('a caller who asks, during the conversation, to leave a message is put through to <Record>; the back office keeps the recording', async () => {
+    const office = await new BackOfficePeer(() => Date.now()).start();
+    try {
+      s = await bridgeStack(
+        (c) => (c.functions.find((f) => f.name === 'route_to_voicemail')!.webhook = office.webhook('route_to_voicemail')),
+      );
+      // The model does as its instructions say: it calls the voicemail function with the arguments it declares.
+      s.realtime.brain = brain({
+        turns: [
+          {
+            call: {
+              name: 'route_to_voicemail',
+              args: { transcript: 'please pass on a message', phone: CALLER, utc: '2026-11-23T22:00:00Z' },
+            },
+          },
+        ],
+      });
+      const call = await s.twilio.call('CA0720');
+      await until(call, 'media'); // the greeting
+      speak(call);
+      const update = await until<{ form: Record<string, string> }>(s.twilio.events, 'update', (u: any) => u.callSid === 'CA0720');
+      expect(update.form.Twiml).toContain('stored only so that we can call you back'); // the privacy notice
+      expect(twimlAttr(update.form.Twiml, 'Record', 'recordingStatusCallback')).toBe(
+        `${PUBLIC_URL}/twilio/voicemail/recording?reason=caller_request&from=%2B351910000001`,
+      );
+      if (!call.closed) await until(call, 'closed');
+      office.recordings.set(RECORDING('RE0720'), Buffer.from('the caller speaking').toString('base64'));
+      const { stored } = await leaveMessage(s, 'CA0720', update.form.Twiml, 'RE0720');
+      expect(stored.status).toBe(204);
+      await s.endOf('CA0720');
+      const filed = office.deliveries.filter((d) => d.action === 'route_to_voicemail');
+      expect(filed.map((d) => d.reply.ok)).toEqual([true]);
+      // Filed by the recording callback with Twilio's recording, never with what the model said.
+      expect(filed.map((d) => (d.body as { args: Record<string, unknown> }).args.recording_url)).toEqual([`${RECORDING('RE0720')}.mp3`]);
+      expect(office.voicemails().map((f) => f.name)).toEqual(['CA0720.mp3']);
+      expect(office.rows('tasks')).toEqual([expect.objectContaining({ type: 'Callback: Voicemail', phone: CALLER, call_id: 'CA0720' })]);
+      expect(s.records).toEqual([
+        expect.objectContaining({
+          call_id: 'CA0720',
+          outcome: 'voicemail_left',
+          intent_primary: 'voicemail',
+          ended_reason: 'caller_request',
+        }),
+      ]);
+    } finally {
+      await office.stop();
+    }
   });
 });
 

@@ -89,7 +89,7 @@ export class CallSession {
   private overCapSaid = false;
   /** The agent's audio reached the caller at least once. */
   private spoke = false;
-  /** Handed to voicemail (network issue): true once Twilio took the redirect (the voicemail flow writes the record). */
+  /** Handed to voicemail (network issue, the caller's request): true once Twilio took the redirect (the voicemail flow writes the record). */
   private toVoicemail: Promise<boolean> | null = null;
   private escalated = false;
   private readonly playback = new Playback();
@@ -215,6 +215,8 @@ export class CallSession {
       // Text only: String() of an object the model wrote, such as {"toString": 1}, throws.
       onDial: (_fn, args) =>
         void this.transfer(typeof args.reason === 'string' && MODEL_REASONS.has(args.reason) ? (args.reason as EndReason) : 'transfer'),
+      voicemailTarget: (name) => name === this.deps.voicemail.fn,
+      onVoicemail: () => void this.voicemail('caller_request'),
       log,
     });
   }
@@ -736,22 +738,34 @@ export class CallSession {
     this.deps.log.error(
       `call ${this.callSid}: the realtime model is unreachable (${why}) before the agent spoke; voicemail (network_issue)`,
     );
-    void this.voicemail();
+    void this.voicemail('network_issue');
   }
 
-  /** A network issue before the agent could speak: the voicemail intent, as Twilio TwiML. */
-  private async voicemail(): Promise<void> {
+  /**
+   * To voicemail, as Twilio TwiML: a network issue before the agent could speak, or the caller
+   * asked to leave a message (the model called the voicemail function; its answer is cut, as for
+   * a transfer).
+   */
+  private async voicemail(why: 'network_issue' | 'caller_request'): Promise<void> {
     if (this.phase !== 'live') return;
     this.phase = 'transferring';
-    this.reason = 'realtime_failure';
+    this.reason = why === 'network_issue' ? 'realtime_failure' : 'caller_request';
     this.results.close();
-    const twiml = this.deps.voicemail.twiml('network_issue', this.numbers.from);
+    if (why === 'caller_request') {
+      this.rt.send({ type: 'response.cancel' });
+      if (this.playback.playing()) this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
+      this.playback.clear();
+    }
+    const twiml = this.deps.voicemail.twiml(why, this.numbers.from);
     // In the store first: Twilio's status callback for this call may reach another instance.
     await this.deps.voice
-      .toVoicemail(this.callSid, 'network_issue')
+      .toVoicemail(this.callSid, why)
       .catch((error: Error) => this.deps.log.error(`call ${this.callSid}: the voicemail handover was not stored (${error.message})`));
     if (this.phase !== 'transferring') return; // the call ended meanwhile
-    this.toVoicemail = this.actions.redirect(twiml, 'voicemail after a realtime failure');
+    this.toVoicemail = this.actions.redirect(
+      twiml,
+      why === 'network_issue' ? 'voicemail after a realtime failure' : 'voicemail: the caller asked to leave a message',
+    );
     if (!(await this.toVoicemail)) this.ws.close(1000); // the answer's fallback: a person
     this.awaitStop();
   }

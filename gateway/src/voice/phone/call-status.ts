@@ -120,13 +120,14 @@ export class CallStatus {
   private async write(call: StoredCall, { status, reason, endedAt }: Ending): Promise<void> {
     const callSid = call.call_id;
     const paused = call.voicemail_reason === 'monthly_cap';
-    // A session (maybe on another instance) handed it to voicemail after a realtime failure.
+    // A session (maybe on another instance) handed it to voicemail: a realtime failure, or the caller asked.
     const failed = call.voicemail_reason === 'network_issue';
+    const asked = call.voicemail_reason === 'caller_request';
     this.deps.log.info(`call ${callSid}: status ${status} with no live stream; writing its record`);
     await this.deps.ends.write(callSid, {
       outcome: 'abandoned',
       ...(call.action === 'voicemail' ? { intent_primary: 'voicemail' as const } : {}),
-      ended_reason: paused ? 'monthly_cap' : failed ? 'realtime_failure' : reason,
+      ended_reason: paused ? 'monthly_cap' : failed ? 'realtime_failure' : asked ? 'caller_request' : reason,
       ended_at: endedAt,
     });
   }

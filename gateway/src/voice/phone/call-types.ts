@@ -48,7 +48,7 @@ export interface SessionDeps {
   settings: PhoneSettings;
   voice: Pick<VoiceService, 'events' | 'end' | 'toVoicemail' | 'now'>;
   urls: CallbackUrls;
-  voicemail: Pick<Voicemail, 'twiml'>;
+  voicemail: Pick<Voicemail, 'twiml' | 'fn'>;
   workflow: Pick<Workflow, 'called'>;
   meter: { send(event: EventRecord): void };
   calls: CallControl;

@@ -16,8 +16,11 @@ export const CALLBACK_PATHS = {
   dial: '/twilio/dial',
 } as const;
 
-/** Why a caller is sent to voicemail: the voicemail intent's triggers, and the monthly pause. */
-const VOICEMAIL_REASONS = ['after_hours', 'no_answer', 'network_issue', 'monthly_cap'] as const;
+/**
+ * Why a caller is sent to voicemail: the voicemail intent's triggers, the monthly pause, and a
+ * caller who asked to leave a message during the conversation (the model's voicemail call).
+ */
+const VOICEMAIL_REASONS = ['after_hours', 'no_answer', 'network_issue', 'monthly_cap', 'caller_request'] as const;
 export type VoicemailReason = (typeof VOICEMAIL_REASONS)[number];
 
 const PHONE = /^\+?[0-9]{3,16}$/;

@@ -6,6 +6,9 @@
  * response cannot start while one is in progress; one that starts says it is over, though its
  * `response.done` never came); then each becomes a `function_call_output` item (function-outputs.ts
  * gives them to the model). A `dial` target is not run: it asks the session to transfer the call.
+ * Nor is the voicemail function during a call: a message is a recording, which the model cannot
+ * give (its target requires the recording's URL), so the call is moved to voicemail's `<Record>`
+ * and its recording callback files the message (voicemail.ts); the model is told so.
  * The same call_id announced twice is started once (one output for it).
  * Only the arguments the function declares are passed on: the realtime API does not hold the model
  * to its tools' schemas, and a caller can talk it into others the target acts on (a `recording_url`
@@ -62,6 +65,9 @@ export class FunctionCalls {
       /** The arguments a function declares (concierge.json), or undefined for a function it does not have. */
       declaredArgs: (name: string) => readonly string[] | undefined;
       onDial: (fn: string, args: Record<string, unknown>) => void;
+      /** Whether this function files a voicemail (then the call is moved to the recording: `onVoicemail`). */
+      voicemailTarget?: (name: string) => boolean;
+      onVoicemail?: () => void;
       /** Why a call is refused before it reaches its target (a booking outside business hours), or null. */
       refuse?: (fn: string, args: Record<string, unknown>) => string | null;
       /** What the model is given for a function's result (the pricing deflection adds to it). */
@@ -146,6 +152,13 @@ export class FunctionCalls {
     if (this.deps.dialTarget(ev.name)) {
       this.deps.onDial(ev.name, args as Record<string, unknown>);
       return null;
+    }
+    if (this.deps.voicemailTarget?.(ev.name)) {
+      this.deps.onVoicemail?.();
+      return this.output(ev, {
+        ok: true,
+        result: 'The caller is being put through to voicemail: they hear the tone and record their message, which is kept for a call back.',
+      });
     }
     const refused = this.deps.refuse?.(ev.name, args as Record<string, unknown>);
     if (refused) return this.output(ev, { ok: false, error: refused });

@@ -55,7 +55,7 @@ function intentLines(c: Concierge): string[] {
         break;
       case 'voicemail':
         lines.push(
-          `- voicemail: the caller wants to leave a message. ${m.privacy_notice ? 'First tell them the message is recorded and stored to call them back. ' : ''}Then call ${m.call ?? 'route_to_voicemail'}.`,
+          `- voicemail: the caller wants to leave a message. Do not take it yourself: tell them you are putting them through to record it, then call ${m.call ?? 'route_to_voicemail'}; they hear ${m.privacy_notice ? 'that the message is recorded and stored to call them back, then ' : ''}a tone.`,
         );
         break;
     }

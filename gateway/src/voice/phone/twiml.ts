@@ -21,6 +21,8 @@ export interface Lines {
   networkIssue: string;
   /** The monthly cap: no conversation, voicemail offered. */
   monthlyPause: string;
+  /** A caller who asked the agent to leave a message. */
+  messageRequested: string;
   privacyNotice: string;
   /** After the message (or when nothing was recorded). */
   voicemailThanks: string;
@@ -38,6 +40,7 @@ export const DEFAULT_LINES: Lines = {
   networkIssue: 'I am sorry, we are having trouble on our side.',
   monthlyPause:
     'Thank you for calling. We cannot take your call right now. If you like, leave a message after the tone, or simply hang up.',
+  messageRequested: 'Of course.',
   privacyNotice:
     'Please leave your name, number and message after the tone. Your message is recorded and stored only so that we can call you back.',
   voicemailThanks: 'Thank you. We will call you back. Goodbye.',
@@ -96,9 +99,13 @@ export function sayAndHangUp(line: string): string {
 
 /** The line that opens voicemail, by why the caller is there. */
 function voicemailLine(lines: Lines, reason: VoicemailReason): string {
-  return { after_hours: lines.voicemail, no_answer: lines.noAnswer, network_issue: lines.networkIssue, monthly_cap: lines.monthlyPause }[
-    reason
-  ];
+  return {
+    after_hours: lines.voicemail,
+    no_answer: lines.noAnswer,
+    network_issue: lines.networkIssue,
+    monthly_cap: lines.monthlyPause,
+    caller_request: lines.messageRequested,
+  }[reason];
 }
 
 /**

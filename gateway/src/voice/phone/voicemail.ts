@@ -1,7 +1,8 @@
 /**
  * Voicemail over the phone: the voicemail intent's flow for callers after hours, a person who did
- * not answer a transfer (no_answer), a realtime failure before the agent spoke (network_issue) and
- * the monthly pause (monthly_cap, offered rather than imposed).
+ * not answer a transfer (no_answer), a realtime failure before the agent spoke (network_issue),
+ * the monthly pause (monthly_cap, offered rather than imposed) and a caller who asks the agent to
+ * leave a message (caller_request: the model's call of the voicemail function moves the live call here).
  *
  *   TwiML        the reason's line, the privacy notice, `<Record>` naming both callbacks
  *   recorded     (`<Record action>`) the caller finished: the call's record (voicemail_left), thanks
@@ -24,6 +25,7 @@ const VOICEMAIL_ENDED: Record<VoicemailReason, string> = {
   no_answer: 'no_answer',
   network_issue: 'realtime_failure',
   monthly_cap: 'monthly_cap',
+  caller_request: 'caller_request',
 };
 
 type Form = Record<string, unknown>;
@@ -36,7 +38,8 @@ function recordedAt(form: Form): string {
 }
 
 export class Voicemail {
-  private readonly fn: string;
+  /** The function that files a recording (the voicemail intent's `on_match.call`). */
+  readonly fn: string;
   private readonly privacyNotice: boolean;
 
   constructor(
