@@ -116,6 +116,15 @@ describe('concierge.json and its lint', () => {
     ]);
   });
 
+  it('a turn cap that is a fraction is a problem: turns are whole, and 0.5 would escalate every call after its first response', () => {
+    const c = filled() as any;
+    c.escalation.rules.find((r: any) => r.trigger === 'turn_cap_reached').threshold = 0.5;
+    const i = c.escalation.rules.findIndex((r: any) => r.trigger === 'turn_cap_reached');
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      `$.escalation.rules[${i}].threshold: expected a whole number of turns`,
+    ]);
+  });
+
   it('business hours that do not parse are refused saying why: a range past midnight, a day it does not know', () => {
     const c = filled() as any;
     const said = (hours: string) => {

@@ -340,6 +340,9 @@ export function lintConcierge(raw: unknown): Problem[] {
     if (r?.trigger === 'confidence_below' && typeof r.threshold === 'number' && r.threshold > 1) {
       problems.push({ path: pathOf(['escalation', 'rules', i, 'threshold']), message: 'expected a confidence from 0 to 1' });
     }
+    // Turns are whole: a fraction such as 0.5 escalates every call after its first response.
+    if (r?.trigger === 'turn_cap_reached' && typeof r.threshold === 'number' && !Number.isInteger(r.threshold))
+      problems.push({ path: pathOf(['escalation', 'rules', i, 'threshold']), message: 'expected a whole number of turns' });
     // Frustration has no built-in phrases (a person-asking rule has): without markers the rule never escalates.
     if (r?.trigger === 'frustration_detected' && (r.markers === undefined || (Array.isArray(r.markers) && !r.markers.length)))
       problems.push({
