@@ -125,6 +125,21 @@ describe('concierge.json and its lint', () => {
     ]);
   });
 
+  it('a latency budget given in milliseconds (1800 for 1.8 s), which would never fire, is a problem saying so', () => {
+    const c = filled() as any;
+    const i = c.escalation.rules.findIndex((r: any) => r.trigger === 'latency_over_budget');
+    c.escalation.rules[i].threshold = 1800;
+    c.guardrails.latency_budget_s = 1800;
+    const hint = 'expected seconds, at most 60: 1800 never fires (in milliseconds? 1800 ms is 1.8)';
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      `$.guardrails.latency_budget_s: ${hint}`,
+      `$.escalation.rules[${i}].threshold: ${hint}`,
+    ]);
+    c.escalation.rules[i].threshold = 45; // seconds, if slow: allowed
+    c.guardrails.latency_budget_s = 2.5;
+    expect(lintConcierge(c)).toEqual([]);
+  });
+
   it('business hours that do not parse are refused saying why: a range past midnight, a day it does not know', () => {
     const c = filled() as any;
     const said = (hours: string) => {

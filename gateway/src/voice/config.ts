@@ -16,6 +16,8 @@ const INTENT_IDS = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voic
 export type IntentId = (typeof INTENT_IDS)[number];
 
 const unit = z.number().min(0).max(1);
+/** Beyond this many seconds a latency budget is no budget: a value in milliseconds (1800 for 1.8 s) never fires. */
+const MAX_LATENCY_S = 60;
 const positive = z.number().positive();
 const text = z.string().min(1);
 
@@ -287,6 +289,10 @@ const DEFAULT_CALL: Partial<Record<IntentId, string | null>> = {
   voicemail: 'route_to_voicemail',
 };
 
+/** A latency in seconds too large to be one: most likely milliseconds. */
+const latencyMessage = (v: number) =>
+  `expected seconds, at most ${MAX_LATENCY_S}: ${v} never fires (in milliseconds? ${v} ms is ${v / 1000})`;
+
 /** Every intent once, each calling a function that exists, each but voicemail with a handoff threshold. */
 function intentProblems(c: Partial<Concierge>, names: Set<string | undefined>, check: Check, problems: Problem[]): void {
   const intents = Array.isArray(c.intents) ? c.intents : [];
@@ -333,6 +339,9 @@ export function lintConcierge(raw: unknown): Problem[] {
       problems.push({ path, message: typeof message === 'string' ? message : message(v) });
   };
   formatProblems(c, check);
+  const budget = c.guardrails?.latency_budget_s;
+  if (typeof budget === 'number' && budget > MAX_LATENCY_S)
+    problems.push({ path: pathOf(['guardrails', 'latency_budget_s']), message: latencyMessage(budget) });
   intentProblems(c, functionProblems(c, check, problems), check, problems);
   const rules = Array.isArray(c.escalation?.rules) ? c.escalation!.rules : [];
   const firstOf = new Map<unknown, number>();
@@ -343,6 +352,8 @@ export function lintConcierge(raw: unknown): Problem[] {
     // Turns are whole: a fraction such as 0.5 escalates every call after its first response.
     if (r?.trigger === 'turn_cap_reached' && typeof r.threshold === 'number' && !Number.isInteger(r.threshold))
       problems.push({ path: pathOf(['escalation', 'rules', i, 'threshold']), message: 'expected a whole number of turns' });
+    if (r?.trigger === 'latency_over_budget' && typeof r.threshold === 'number' && r.threshold > MAX_LATENCY_S)
+      problems.push({ path: pathOf(['escalation', 'rules', i, 'threshold']), message: latencyMessage(r.threshold) });
     // Frustration has no built-in phrases (a person-asking rule has): without markers the rule never escalates.
     if (r?.trigger === 'frustration_detected' && (r.markers === undefined || (Array.isArray(r.markers) && !r.markers.length)))
       problems.push({
