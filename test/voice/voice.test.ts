@@ -140,6 +140,17 @@ describe('concierge.json and its lint', () => {
     expect(lintConcierge(c)).toEqual([]);
   });
 
+  it('a callback window beyond a week is a problem (a huge one made the pricing deflection fail after its text was sent)', () => {
+    const c = filled() as any;
+    const i = c.intents.findIndex((x: any) => x.id === 'pricing_deflection');
+    c.intents[i].on_match.callback_minutes_window = 1e11;
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      `$.intents[${i}].on_match.callback_minutes_window: expected at most 10080 minutes (a week)`,
+    ]);
+    c.intents[i].on_match.callback_minutes_window = 10_080;
+    expect(lintConcierge(c)).toEqual([]);
+  });
+
   it('business hours that do not parse are refused saying why: a range past midnight, a day it does not know', () => {
     const c = filled() as any;
     const said = (hours: string) => {

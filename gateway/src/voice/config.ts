@@ -16,6 +16,8 @@ const INTENT_IDS = ['book', 'reschedule', 'qualify', 'pricing_deflection', 'voic
 export type IntentId = (typeof INTENT_IDS)[number];
 
 const unit = z.number().min(0).max(1);
+/** The longest callback window the pricing deflection may offer, in minutes (a week). */
+const MAX_CALLBACK_MINUTES = 10_080;
 /** Beyond this many seconds a latency budget is no budget: a value in milliseconds (1800 for 1.8 s) never fires. */
 const MAX_LATENCY_S = 60;
 const positive = z.number().positive();
@@ -71,7 +73,13 @@ const OnMatch = z.strictObject({
   say: text.optional(),
   link: text.optional(),
   offer_callback: z.boolean().optional(),
-  callback_minutes_window: z.number().int().positive().optional(),
+  // The window is said to the caller and its end recorded as a time: a week at most (a larger one is no offer, and one past the last date a time can hold fails the deflection).
+  callback_minutes_window: z
+    .number()
+    .int()
+    .positive()
+    .max(MAX_CALLBACK_MINUTES, `expected at most ${MAX_CALLBACK_MINUTES} minutes (a week)`)
+    .optional(),
   privacy_notice: z.boolean().optional(),
 });
 
