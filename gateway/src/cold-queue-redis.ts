@@ -65,7 +65,7 @@ const CREATED_MARK_MS = 60_000;
  * None when the job is no longer dead (moved back to run, or already replaced).
  * The dead job is set aside in the same step (KEYS[4], for PARKED_MS), not deleted: the add that
  * follows may be refused (Redis at its maxmemory, or gone), and the dead job then goes back (RESTORE).
- * Returns the mark's name, and who had asked for the job last then (KEYS[5], see WITHDRAW).
+ * Returns the mark's name, and how many calls had touched the job then (KEYS[5], see WITHDRAW).
  */
 const REPLACE = `
 if not redis.call('ZSCORE', KEYS[3], ARGV[3]) then return false end
@@ -77,7 +77,7 @@ redis.call('DEL', KEYS[1])
 redis.call('RENAME', KEYS[2], KEYS[4])
 redis.call('PEXPIRE', KEYS[4], ARGV[4])
 redis.call('ZREM', KEYS[3], ARGV[3])
-return {mark, redis.call('GET', KEYS[5]) or ''}`;
+return {mark, redis.call('HGET', KEYS[5], 'n') or ''}`;
 /**
  * A dead job set aside by REPLACE goes back where it was, its replacement refused: unless a job of
  * the id was added meanwhile (a client's retry), which it then gives way to, or a call for the job
@@ -87,7 +87,7 @@ return {mark, redis.call('GET', KEYS[5]) or ''}`;
  * refused at maxmemory, the ones after it are not.
  */
 const RESTORE = `
-local asked = redis.call('GET', KEYS[4])
+local asked = redis.call('HGET', KEYS[4], 'n')
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 0 or (asked and asked ~= ARGV[3]) then
   redis.call('DEL', KEYS[2])
   return 0
@@ -102,14 +102,26 @@ const PARKED_MS = 3600_000;
 /**
  * A job added after its client was told 503 (Redis answered past the time-to-answer) is taken out
  * again: its client's retry is answered live, and the job would call the provider once more, later.
- * Only if no later call for the same request touched it since (KEYS[1] still holds this call's
- * token: a retry that found the job was told of it) and no worker has taken it yet.
+ * Only if no other call for the same request may have been told of it, and no worker has taken it
+ * yet. KEYS[1] counts the calls that touched the job (n) and those of them that ended (s): none may
+ * have touched it since this call did (n is still ARGV[2]: a retry that found the job was told of
+ * it), and every call that touched it before this one must have ended by then (checked by the
+ * caller): one still under way may have found no job, met this one's in its add, and told its
+ * client 202 of it. The counts stay (until they lapse): a call touching the job next is another.
  */
 const WITHDRAW = `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call('LREM', KEYS[3], 0, ARGV[2]) + redis.call('ZREM', KEYS[4], ARGV[2]) == 0 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[5], KEYS[1])
+if redis.call('HGET', KEYS[1], 'n') ~= ARGV[2] then return 0 end
+if redis.call('LREM', KEYS[3], 0, ARGV[1]) + redis.call('ZREM', KEYS[4], ARGV[1]) == 0 then return 0 end
+redis.call('DEL', KEYS[2], KEYS[5])
 return 1`;
+/** A call's touch of its job (see WITHDRAW), kept CREATED_MARK_MS: the calls that touched it with this one, and how many of them ended. */
+const TOUCH = `
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return {n, tonumber(redis.call('HGET', KEYS[1], 's') or '0')}`;
+/** A call that touched its job ended (see WITHDRAW); nothing once its touch has lapsed. */
+const SETTLE = `
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 's', 1) end`;
 
 const jobOptions = (backoff: number, o: QueueOptions) => ({
   attempts: JOB_ATTEMPTS,
@@ -239,13 +251,27 @@ export class BullColdQueue implements ColdQueue {
     const memory = this.readMemory();
     memory.catch(() => undefined); // its error counts only for a new job
     await this.queue.waitUntilReady();
-    // This call's touch, written before the job is read (the one connection keeps the order): it
-    // keeps a job this call finds from being withdrawn by an earlier call given up on (WITHDRAW).
-    const token = randomUUID();
-    const touched = this.own.set(this.touchKey(jobId), token, 'PX', CREATED_MARK_MS).then(
-      () => true,
-      () => false,
+    // This call's touch, counted before the job is read (the one connection keeps the order), and
+    // its end once it has answered: a job this call finds, or meets in its add, is not withdrawn by
+    // another call given up on (WITHDRAW).
+    const touched = this.own.eval(TOUCH, 1, this.touchKey(jobId), CREATED_MARK_MS).then(
+      (counts) => counts as [number, number],
+      () => null,
     );
+    try {
+      return await this.enqueueTouched(jobId, payload, options, memory, touched);
+    } finally {
+      // Not waited for: the client's answer does not wait on it.
+      void touched.then((counts) => counts && this.own.eval(SETTLE, 1, this.touchKey(jobId))).catch(() => undefined);
+    }
+  }
+  private async enqueueTouched(
+    jobId: string,
+    payload: ColdPayload,
+    options: EnqueueOptions,
+    memory: Promise<{ used: number; max: number }>,
+    touched: Promise<[number, number] | null>,
+  ): Promise<EnqueueResult> {
     const [existing, state] = await Promise.all([this.queue.getJob(jobId), this.queue.getJobState(jobId)]);
     const dead = existing !== undefined && state === 'failed';
     if (existing && !dead) return (options.added?.(jobId), { jobId, created: false });
@@ -271,7 +297,7 @@ export class BullColdQueue implements ColdQueue {
     // add) counts as created: a notice twice rather than a job nobody is told about.
     const marked = await this.own.set(this.createdMark(jobId), '1', 'PX', CREATED_MARK_MS, 'NX').catch(() => 'OK' as const);
     const created = marked === 'OK';
-    if (created && options.signal?.aborted && (await touched) && (await this.withdraw(jobId, token))) {
+    if (created && options.signal?.aborted && (await this.withdraw(jobId, await touched))) {
       if (replacing) await this.restoreDead(jobId, replacing);
       return { jobId, created: false, withdrawn: true };
     }
@@ -279,12 +305,16 @@ export class BullColdQueue implements ColdQueue {
     return { jobId, created };
   }
   /** Takes out the job this call added once its client was told 503 (WITHDRAW); false if it stays. */
-  private async withdraw(jobId: string, token: string): Promise<boolean> {
+  private async withdraw(jobId: string, touched: [number, number] | null): Promise<boolean> {
+    // Every call that touched the job before this one had ended when this one touched it.
+    if (!touched || touched[1] !== touched[0] - 1) return false;
     const keys = [this.touchKey(jobId), this.queue.toKey(jobId), this.queue.keys.wait, this.queue.keys.delayed, this.createdMark(jobId)];
-    return (await this.own.eval(WITHDRAW, keys.length, ...keys, token, jobId).catch(() => 0)) === 1;
+    return (await this.own.eval(WITHDRAW, keys.length, ...keys, jobId, touched[0]).catch(() => 0)) === 1;
   }
   private touchKey(jobId: string): string {
-    return `${this.queue.qualifiedName}:touched:${jobId}`;
+    // Not `touched:` (a token there before): an instance of the earlier kind beside this one during a
+    // rolling restart would meet a hash where it reads a string, and fail to replace a dead job.
+    return `${this.queue.qualifiedName}:touches:${jobId}`;
   }
   private createdMark(jobId: string): string {
     return `${this.queue.qualifiedName}:created:${jobId}`;

@@ -575,6 +575,73 @@ describe('a job added after its client was told 503 (Redis)', () => {
     expect(await a.get(late.jobId)).toMatchObject({ state: 'waiting' });
   });
 
+  // The request sent again (b) touched the job before the call given up on (a) did, found none, and
+  // its add met a's job: its client was told 202, and a's withdrawal, seeing a's own touch the last,
+  // took the job out. b's client polled a job that was no longer there (404).
+  it('stays when the request sent again touched it first and was told of it', async () => {
+    const prefix = `test-cq-${process.pid}-${++n}`;
+    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
+    cleanup.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    await Promise.all([a.get('none'), b.get('none')]); // both connected: their touches are not refused
+    const answered = new AbortController();
+    let aDone!: Promise<unknown>;
+    let bRead!: () => void;
+    const bHasRead = new Promise<void>((resolve) => (bRead = resolve));
+    let aWithdrawing!: () => void;
+    const aIsWithdrawing = new Promise<void>((resolve) => (aWithdrawing = resolve));
+    const [getJobOfA, getJobOfB, addOfA, addOfB] = [
+      a.queue.getJob.bind(a.queue),
+      b.queue.getJob.bind(b.queue),
+      a.queue.add.bind(a.queue),
+      b.queue.add.bind(b.queue),
+    ];
+    // b has touched the job; a touches it too (its read comes after its touch), then b reads: no job yet.
+    vi.spyOn(b.queue, 'getJob').mockImplementationOnce(async (id) => {
+      const aHasRead = new Promise<void>((resolve) => {
+        vi.spyOn(a.queue, 'getJob').mockImplementationOnce(async (jobId) => {
+          const job = await getJobOfA(jobId);
+          resolve();
+          return job;
+        });
+      });
+      aDone = a.enqueue(payload('both'), { signal: answered.signal });
+      await aHasRead;
+      const job = await getJobOfB(id);
+      bRead();
+      return job;
+    });
+    // a adds the job once b has read, and its client is told 503 meanwhile.
+    vi.spyOn(a.queue, 'add').mockImplementationOnce(async (...args) => {
+      await bHasRead;
+      const adding = addOfA(...args);
+      answered.abort();
+      return adding;
+    });
+    // b adds once a has added and marked the job (a duplicate: b's client is told 202), before a takes it out.
+    vi.spyOn(b.queue, 'add').mockImplementationOnce(async (...args) => {
+      await aIsWithdrawing;
+      return addOfB(...args);
+    });
+    const withdrawing = a as unknown as { withdraw(...args: unknown[]): Promise<boolean> };
+    const withdrawOfA = withdrawing.withdraw.bind(a);
+    vi.spyOn(withdrawing, 'withdraw').mockImplementationOnce(async (...args) => {
+      aWithdrawing();
+      await bDone;
+      return withdrawOfA(...args);
+    });
+    onTestFinished(() => void vi.restoreAllMocks());
+    let told: string | undefined;
+    const bDone = b.enqueue(payload('both'), { added: (id) => (told = id) });
+    const fromB = await bDone;
+    await aDone;
+    expect(fromB).toMatchObject({ created: false });
+    expect(told).toBeDefined(); // b's client was told 202 of the job
+    expect(await b.get(told!)).toMatchObject({ state: 'waiting' });
+  });
+
   it('that replaced a dead-lettered job leaves the dead job where it was', async () => {
     const queue = new BullColdQueue(connection, `test-cq-${process.pid}-${++n}`, { backoffMs: 20 });
     cleanup.push(() => queue.close());
