@@ -10,7 +10,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { bearerGuard } from './bearer';
-import { parseChatRequest } from './chat-request';
+import { noChatRoute, parseChatRequest } from './chat-request';
 import type { ClientAuth } from './client-auth';
 import { embeddingsParser } from './embeddings-request';
 import { endpoint } from './endpoint';
@@ -22,6 +22,7 @@ import type { GatewayMetrics } from './metrics';
 import { mountModels } from './models';
 import { mountOperator } from './operator';
 import type { RequestPath } from './request-path';
+import { lastOf, servesChat } from './route';
 import { responsesParser } from './responses-request';
 import type { Scopes } from './scopes';
 
@@ -109,7 +110,11 @@ export function createGateway(opts: GatewayOptions): Gateway {
     sharedObjects: opts.sharedObjects,
     scopes: opts.scopes,
   };
-  const chat = endpoint(deps, (body, headers, key) => parseChatRequest(body, headers, opts.scopes, key));
+  // A map serving no chat (embeddings routes only) refuses chat at once: queued, it waited 24 h for a route.
+  const chatServed = lastOf(routes, servesChat);
+  const chat = endpoint(deps, (body, headers, key) =>
+    chatServed() ? parseChatRequest(body, headers, opts.scopes, key) : noChatRoute(body),
+  );
   // Before the JSON parser: the OpenAI endpoints read their own bodies (http-io.ts) and check their keys.
   app.post('/v1/chat/completions', (req, res) => chat(req, res));
   const responses = endpoint(deps, responsesParser(routes, opts.scopes, opts.flags));

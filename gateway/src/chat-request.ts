@@ -60,3 +60,19 @@ export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes
   const context: ChatContext = requestContext('chat', parsed.data, parsed.data.stream === true, routing.value);
   return { ok: true, context };
 }
+
+/**
+ * A chat request while no route serves chat (a map of embeddings routes only): refused at once, as
+ * embeddings of a model no route serves are, rather than queued for a route no reload may bring.
+ */
+export function noChatRoute(body: unknown): Parsed {
+  const model = (body as { model?: unknown } | null)?.model;
+  const asked = typeof model === 'string' ? ` of "${model}"` : '';
+  return {
+    ok: false,
+    status: 404,
+    code: 'model_not_found',
+    param: 'model',
+    message: `model: no route serves chat completions${asked} (the routing map in force has no route with the chat api)`,
+  };
+}

@@ -10,7 +10,7 @@ import type { Parsed } from './endpoint';
 import { ModelName, readRoutingHeaders, requestContext, type Headers } from './request-context';
 import { responsesToChat } from './responses/request';
 import { allowedBy, type FlagStore } from './flags';
-import type { Route } from './route';
+import { lastOf, type Route } from './route';
 import type { Scopes } from './scopes';
 import { bodyRefusal } from './param-path';
 
@@ -41,7 +41,15 @@ function keyInput(body: ResponsesBody): unknown[] {
 export function responsesParser(routes: () => Route[], scopes: Scopes, flags: FlagStore) {
   // Asked only of a request that cannot be translated: a route the flags switch off serves nothing.
   const native = () => routes().some((r) => r.apis.has('responses') && allowedBy(flags.get(), r));
+  // None serving responses nor chat (embeddings routes only): refused at once, as a chat request is (app.ts).
+  const served = lastOf(routes, (all) => all.some((r) => r.apis.has('responses') || r.apis.has('chat')));
   return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
+    if (!served()) {
+      const model = (body as { model?: unknown } | null)?.model;
+      const asked = typeof model === 'string' ? ` of "${model}"` : '';
+      const message = `model: no route serves responses${asked} (the routing map in force has no route with the responses or chat api)`;
+      return { ok: false, status: 404, code: 'model_not_found', param: 'model', message };
+    }
     const parsed = ResponsesBody.safeParse(body);
     if (!parsed.success) {
       return bodyRefusal(parsed.error);

@@ -76,3 +76,12 @@ export function lastOf<T>(routes: () => Route[], derive: (routes: Route[]) => T)
     return value;
   };
 }
+
+/** Whether any route serves chat completions; none, and a chat request is refused at once (app.ts). */
+export function servesChat(routes: readonly Route[]): boolean {
+  return routes.some((r) => r.apis.has('chat'));
+}
+
+/** The start's and a reload's warning of a map no route of which serves chat completions. */
+export const NO_CHAT_ROUTE_WARNING =
+  'no route of the routing map serves chat completions (every route lists other apis): POST /v1/chat/completions is refused with 404 model_not_found until a map with one is loaded';

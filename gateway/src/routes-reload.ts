@@ -19,7 +19,7 @@ import { unmatchedKillsWarning } from './flags';
 import { keyResolver, missingKeys, movedKeys } from './keys';
 import { mapEnvironmentProblems } from './map-environment';
 import type { RequestPath } from './request-path';
-import type { Route } from './route';
+import { NO_CHAT_ROUTE_WARNING, servesChat, type Route } from './route';
 import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
 
 /** Longer than any request may run (the longest time-to-answer is 600 s). */
@@ -107,6 +107,7 @@ export class RoutesReloader {
       const unmatched = deps.unmatchedKills(routes);
       if (unmatched.length) result.unmatched_killed_models = unmatched;
       this.logged(result);
+      if (!servesChat(routes)) deps.log.warn(NO_CHAT_ROUTE_WARNING);
       return result;
     } catch (error) {
       const message = error instanceof ConfigError ? error.message : String(error);

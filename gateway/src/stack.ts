@@ -26,7 +26,7 @@ import { keyResolver, missingKeys } from './keys';
 import { createMeterSink, type MeterSink } from './meter-sink';
 import { noticeWindowsFor, Notifier } from './notify';
 import { createRequestPath, type RequestPath } from './request-path';
-import { lastOf, type Route } from './route';
+import { lastOf, NO_CHAT_ROUTE_WARNING, servesChat, type Route } from './route';
 import { mapEnvironmentProblems } from './map-environment';
 import { readRoutesMap, type MapVersion, type RoutesMapConfig } from './routes-map';
 import { mountRoutesReload, RoutesReloader } from './routes-reload';
@@ -300,6 +300,7 @@ async function startRoutes(
     unmatchedKills(flags.get().killed_models, { routes, scopes, cheaperModel: map.cheaper_model });
   const unmatched = killedUnmatched(path.routes);
   if (unmatched.length) log.warn({ unmatched_killed_models: unmatched }, unmatchedKillsWarning(unmatched));
+  if (!servesChat(path.routes)) log.warn(NO_CHAT_ROUTE_WARNING);
   const reloader = new RoutesReloader({
     file: loaded.file,
     mapEnv: mapEnv(env),

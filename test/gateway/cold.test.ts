@@ -491,22 +491,60 @@ describe('Cold tier', () => {
 
   // A route that cannot serve the job (embeddings only, for a chat job) has a closed breaker: the job
   // was deferred to "now" without end, a loop that froze the in-process worker's gateway outright.
+  // (A job queued before a reload left such a map: a chat request sent now is refused at once, below.)
   it('a job no route serves (a map of embeddings routes only, for a chat job) waits for a reload, not in a loop', async () => {
     const map = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8'));
     const embeddings = { provider: 'openai', model: 'text-embedding-3-small', baseUrl: hot.url, apis: ['embeddings'] };
     writeFileSync(env.ROUTES_FILE!, JSON.stringify({ ...map, hot: [embeddings], warm: [] }));
-    const { url } = await up({ worker: false });
-    const queued = await chat(url);
-    expect([queued.status, queued.headers.get('x-route-tier')]).toEqual([202, 'cold']);
+    const { url, stack } = await up({ worker: false });
+    const queued = await stack.queue.enqueue(testJob('no-route-job'));
     stacks.push(await createStack(env, captureLogger([]), { http: false, worker: true }));
     const waiting = await until(async () => {
-      const j = await job(url, queued.json().jobId);
+      const j = await job(url, queued.jobId);
       return j.deferred ? j : null;
     });
     expect(waiting).toMatchObject({ state: 'delayed', attempts: 0 });
     expect(waiting.deferred.reason).toBe('no route of the routing map serves its API (chat) or model');
     expect(Date.parse(waiting.deferred.until) - Date.now()).toBeGreaterThan(20_000);
     expect(hot.received).toEqual([]);
+  });
+
+  // With no route serving chat (a map, or a reload, that left embeddings routes only), a chat request
+  // was queued (202, "no route answered") to wait up to 24 h for a route, and neither the start nor
+  // the reload said anything; embeddings of a model no route serves are refused at once.
+  it('a chat request while no route serves chat is refused at once (404 model_not_found), and the start and a reload warn', async () => {
+    const map = JSON.parse(readFileSync(env.ROUTES_FILE!, 'utf8'));
+    const embeddings = { provider: 'openai', model: 'text-embedding-3-small', baseUrl: hot.url, apis: ['embeddings'] };
+    writeFileSync(env.ROUTES_FILE!, JSON.stringify({ ...map, hot: [embeddings], warm: [] }));
+    const { url, logs, stack } = await up({ worker: false });
+    const warned = () => logs.filter((l) => l.includes('no route of the routing map serves chat completions')).length;
+    expect(warned()).toBe(1);
+    const refused = await chat(url);
+    expect(refused.status).toBe(404);
+    expect(refused.json()).toEqual({
+      error: {
+        message: 'model: no route serves chat completions of "any" (the routing map in force has no route with the chat api)',
+        type: 'invalid_request_error',
+        param: 'model',
+        code: 'model_not_found',
+      },
+    });
+    const responses = await fetch(`${url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'any', input: 'hi' }),
+    });
+    expect([responses.status, ((await responses.json()) as { error: { code: string } }).error.code]).toEqual([404, 'model_not_found']);
+    expect((await stack.queue.counts()).waiting).toBe(0);
+    // A reload that brings a chat route serves chat again; one that leaves none warns again.
+    writeFileSync(env.ROUTES_FILE!, JSON.stringify(map));
+    expect((await admin(url, '/admin/routes/reload')).status).toBe(200);
+    expect((await chat(url)).status).toBe(200);
+    writeFileSync(env.ROUTES_FILE!, JSON.stringify({ ...map, hot: [embeddings], warm: [] }));
+    expect((await admin(url, '/admin/routes/reload')).status).toBe(200);
+    expect(warned()).toBe(2);
+    expect((await chat(url)).status).toBe(404);
+    expect(hot.received).toHaveLength(1);
   });
 
   // A job whose failed probe reopened every route waited for the very next probe, ahead of the jobs
