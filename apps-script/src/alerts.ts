@@ -35,7 +35,7 @@ import {
 import { DAY_MS } from './utc-day';
 import { errorText } from './error-text';
 import type { Caps } from './config';
-import { withPropertyLock } from './lock';
+import { recordWithPropertyLock, withPropertyLock } from './lock';
 import { MeterRefusal } from '../../schema/meter-reply';
 
 const ALERT_STATE_PROPERTY = 'SPEND_ALERT_STATE';
@@ -392,12 +392,7 @@ function saved(svc: Pick<MeterServices, 'properties' | 'lock'>, state: AlertStat
     svc.properties.setProperty(ALERT_STATE_PROPERTY, JSON.stringify(now));
   };
   try {
-    try {
-      withPropertyLock(svc, record);
-    } catch (error) {
-      if (!(error instanceof MeterRefusal && error.code === 'busy')) throw error;
-      record();
-    }
+    recordWithPropertyLock(svc, record);
     return '';
   } catch (error) {
     return posted

@@ -12,8 +12,7 @@
 import { postAlert, unusable } from './alerts';
 import { configText, readConfig } from './config';
 import { errorText } from './error-text';
-import { MeterRefusal } from '../../schema/meter-reply';
-import { withPropertyLock } from './lock';
+import { recordWithPropertyLock, withPropertyLock } from './lock';
 import type { MeterServices } from './services';
 import { SPREADSHEET_CELL_LIMIT, cellsByTab } from './tabs';
 
@@ -81,12 +80,7 @@ function recorded(svc: MeterServices, run: string, day: string | null): string {
     if (readClaim(svc)?.run === run) svc.properties.deleteProperty(SENDING_PROPERTY);
   };
   try {
-    try {
-      withPropertyLock(svc, record);
-    } catch (error) {
-      if (!(error instanceof MeterRefusal && error.code === 'busy')) throw error;
-      record();
-    }
+    recordWithPropertyLock(svc, record);
     return '';
   } catch (error) {
     return day

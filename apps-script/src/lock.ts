@@ -70,3 +70,17 @@ export function withPropertyLock<T>(svc: Pick<MeterServices, 'lock'>, work: () =
     svc.lock.releaseLock();
   }
 }
+
+/**
+ * Records an outcome under the script lock, or without it when the lock stays busy (the export or
+ * retention holding it past the wait): they never touch the properties recorded, and a record lost
+ * would post an alert again once its claim ran out.
+ */
+export function recordWithPropertyLock(svc: Pick<MeterServices, 'lock'>, record: () => void): void {
+  try {
+    withPropertyLock(svc, record);
+  } catch (error) {
+    if (!(error instanceof MeterRefusal && error.code === 'busy')) throw error;
+    record();
+  }
+}
