@@ -95,6 +95,28 @@ async function until<T>(check: () => Promise<T | null | undefined | false>, ms =
 const stateIs = (q: ColdQueue, id: string, state: string) => until(async () => ((await q.get(id))?.state === state ? q.get(id) : null));
 const noCounts = { waiting: 0, delayed: 0, active: 0, completed: 0, failed: 0, dead_lettered: 0 };
 
+/** Two instances' queues on one prefix, closed after the test. */
+function twoInstances(): [BullColdQueue, BullColdQueue] {
+  const prefix = `test-cq-${process.pid}-${++n}`;
+  const pair: [BullColdQueue, BullColdQueue] = [
+    new BullColdQueue(connection, prefix, { backoffMs: 20 }),
+    new BullColdQueue(connection, prefix, { backoffMs: 20 }),
+  ];
+  cleanup.push(...pair.map((q) => () => q.close()));
+  return pair;
+}
+
+/** A job of `key`'s payload that its provider refused for good: dead-lettered; its id. */
+async function deadJob(queue: BullColdQueue, key: string, error = 'refused'): Promise<string> {
+  const failing = queue.work(async () => {
+    throw new UnrecoverableError(error);
+  });
+  const { jobId } = await queue.enqueue(payload(key));
+  await stateIs(queue, jobId, 'dead-lettered');
+  await failing.close();
+  return jobId;
+}
+
 describe.each(Object.keys(twins))('Cold queue contract: %s', (name) => {
   const make = (backoffMs = 20, options: QueueOptions = {}) => twins[name]({ backoffMs, ...options });
 
@@ -442,18 +464,8 @@ async function expectReplacedOnce(a: BullColdQueue, b: BullColdQueue, jobId: str
 
 describe('a dead-lettered job two instances replace at once (Redis)', () => {
   it('is replaced once: the new job stays, and one instance says it created it', async () => {
-    const prefix = `test-cq-${process.pid}-${++n}`;
-    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
-    cleanup.push(
-      () => a.close(),
-      () => b.close(),
-    );
-    const failing = a.work(async () => {
-      throw new UnrecoverableError('refused');
-    });
-    const { jobId } = await a.enqueue(payload('raced'));
-    await stateIs(a, jobId, 'dead-lettered');
-    await failing.close();
+    const [a, b] = twoInstances();
+    const jobId = await deadJob(a, 'raced');
     const fromA = { ...payload('raced'), enqueuedAt: '2026-11-24T10:00:00.000Z' };
     const fromB = { ...payload('raced'), enqueuedAt: '2026-11-24T10:00:00.001Z' };
     // b finds the job dead; a replaces it before b goes on.
@@ -468,18 +480,8 @@ describe('a dead-lettered job two instances replace at once (Redis)', () => {
 // removing the new job the other had just added, and both said they created it.
 describe('a dead-lettered job found by an instance that read it as it died (Redis)', () => {
   it('is still replaced once: the new job stays, and one instance says it created it', async () => {
-    const prefix = `test-cq-${process.pid}-${++n}`;
-    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
-    cleanup.push(
-      () => a.close(),
-      () => b.close(),
-    );
-    const failing = a.work(async () => {
-      throw new UnrecoverableError('refused');
-    });
-    const { jobId } = await a.enqueue(payload('read-dying'));
-    await stateIs(a, jobId, 'dead-lettered');
-    await failing.close();
+    const [a, b] = twoInstances();
+    const jobId = await deadJob(a, 'read-dying');
     const fromA = { ...payload('read-dying'), enqueuedAt: '2026-11-24T10:00:00.000Z' };
     const fromB = { ...payload('read-dying'), enqueuedAt: '2026-11-24T10:00:00.001Z' };
     // b read the job as it was before its attempt failed: not finished yet.
@@ -505,12 +507,7 @@ describe('a dead-lettered job whose replacement Redis refuses (Redis)', () => {
       onTestFinished(() => own.end());
       const queue = new BullColdQueue({ host: '127.0.0.1', port: own.port }, 'dead-kept', { backoffMs: 20 });
       onTestFinished(() => queue.close());
-      const failing = queue.work(async () => {
-        throw new UnrecoverableError('refused by the provider');
-      });
-      const { jobId } = await queue.enqueue(payload('kept'));
-      await stateIs(queue, jobId, 'dead-lettered');
-      await failing.close();
+      const jobId = await deadJob(queue, 'kept', 'refused by the provider');
       const probe = new Redis(own.url);
       onTestFinished(() => void probe.disconnect());
       // Redis fills up (other writers) between the dead job set aside and the new one added.
@@ -561,12 +558,7 @@ describe('a job added after its client was told 503 (Redis)', () => {
   });
 
   it('stays when the request sent again found it meanwhile (its client was told it is queued)', async () => {
-    const prefix = `test-cq-${process.pid}-${++n}`;
-    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
-    cleanup.push(
-      () => a.close(),
-      () => b.close(),
-    );
+    const [a, b] = twoInstances();
     let retried: unknown;
     const signal = answeredDuringAdd(a, async () => (retried = await b.enqueue(payload('found'))));
     const late = await a.enqueue(payload('found'), { signal });
@@ -579,12 +571,7 @@ describe('a job added after its client was told 503 (Redis)', () => {
   // its add met a's job: its client was told 202, and a's withdrawal, seeing a's own touch the last,
   // took the job out. b's client polled a job that was no longer there (404).
   it('stays when the request sent again touched it first and was told of it', async () => {
-    const prefix = `test-cq-${process.pid}-${++n}`;
-    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
-    cleanup.push(
-      () => a.close(),
-      () => b.close(),
-    );
+    const [a, b] = twoInstances();
     await Promise.all([a.get('none'), b.get('none')]); // both connected: their touches are not refused
     const answered = new AbortController();
     let aDone!: Promise<unknown>;
@@ -645,12 +632,7 @@ describe('a job added after its client was told 503 (Redis)', () => {
   it('that replaced a dead-lettered job leaves the dead job where it was', async () => {
     const queue = new BullColdQueue(connection, `test-cq-${process.pid}-${++n}`, { backoffMs: 20 });
     cleanup.push(() => queue.close());
-    const failing = queue.work(async () => {
-      throw new UnrecoverableError('refused by the provider');
-    });
-    const { jobId } = await queue.enqueue(payload('dead-late'));
-    await stateIs(queue, jobId, 'dead-lettered');
-    await failing.close();
+    const jobId = await deadJob(queue, 'dead-late', 'refused by the provider');
     expect(await queue.enqueue(payload('dead-late'), { signal: answeredDuringAdd(queue) })).toEqual({
       jobId,
       created: false,
@@ -666,18 +648,8 @@ describe('a job added after its client was told 503 (Redis)', () => {
 // was dead-lettered and never ran.
 describe('a dead-lettered job whose replacement is refused while the request sent again adds its own (Redis)', () => {
   it('gives way: the job of the request sent again is the one queued', async () => {
-    const prefix = `test-cq-${process.pid}-${++n}`;
-    const [a, b] = [new BullColdQueue(connection, prefix, { backoffMs: 20 }), new BullColdQueue(connection, prefix, { backoffMs: 20 })];
-    cleanup.push(
-      () => a.close(),
-      () => b.close(),
-    );
-    const failing = a.work(async () => {
-      throw new UnrecoverableError('refused by the provider');
-    });
-    const { jobId } = await a.enqueue(payload('gives-way'));
-    await stateIs(a, jobId, 'dead-lettered');
-    await failing.close();
+    const [a, b] = twoInstances();
+    const jobId = await deadJob(a, 'gives-way', 'refused by the provider');
     let aDone!: () => void;
     const aFinished = new Promise<void>((resolve) => (aDone = resolve));
     let retried!: Promise<unknown>;
