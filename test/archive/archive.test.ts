@@ -25,10 +25,10 @@ import { openDuck, lit } from '../../archive/duck';
 import { expireArchive } from '../../archive/expire';
 import { CSV_HEADER, eventToCsvLine, normalizeEvent, type EventInput } from '../../schema/event-record';
 import { spawn } from '../children';
+import { appendThroughFullDisk, hasPrlimit } from '../full-disk';
 import { csvIn, report, root, rowsIn, scratchDir } from './archive-setup';
 
 const scratch = scratchDir();
-const hasPrlimit = spawnSync('prlimit', ['--version']).status === 0;
 const csv = (events: EventInput[], name?: string) => csvIn(scratch(), events, name);
 /** An openai call of acme's. */
 const at = (event_id: string, timestamp: string, cost_usd: number): EventInput => ({
@@ -283,25 +283,8 @@ describe('npm run archive', () => {
       const lines = events.map((e, i) =>
         eventToCsvLine(normalizeEvent({ ...e, job_id: `job-${'x'.repeat(200)}` }, { now: () => new Date(), uuid: () => `u${i}` })),
       );
-      // The gateway's own appender, in a process whose file size limit (1 KiB, its signal ignored)
-      // stands in for the full disk: the kernel takes part of the rows, then refuses the rest.
-      const source = JSON.stringify(join(root, 'gateway/src/append-log.ts'));
-      const code = `import(${source}).then(async ({ AppendLog }) => {
-        const log = new AppendLog(${JSON.stringify(file)}, { header: ${JSON.stringify(CSV_HEADER)}, onError: (m) => console.error(m) });
-        for (const line of ${JSON.stringify(lines)}) void log.append(line);
-        for (;;) { try { await log.written(); break; } catch { await new Promise((r) => setTimeout(r, 50)); } }
-        console.log('written');
-      });`;
-      const child = spawn('bash', ['-c', `trap '' XFSZ; ulimit -S -f 1; exec "${process.execPath}" --import tsx -e "$0"`, code], {
-        cwd: root,
-      });
-      let err = '';
-      let out = '';
-      child.stderr!.on('data', (d) => (err += d));
-      child.stdout!.on('data', (d) => (out += d));
-      await expect.poll(() => err, { timeout: 10_000 }).toMatch(/line\(s\) kept in memory/);
-      execFileSync('prlimit', ['--pid', String(child.pid), '--fsize=unlimited:unlimited']); // the disk has room again
-      await expect.poll(() => out, { timeout: 10_000 }).toContain('written');
+      // The gateway's own appender on a disk that fills: the kernel takes part of the rows, then refuses the rest.
+      await appendThroughFullDisk(file, CSV_HEADER, lines);
       const written = readFileSync(file, 'utf8').split('\n');
       const cutAt = written.findIndex((l, i) => i > 0 && l !== '' && !lines.includes(l)) + 1; // 1-based, as the archive counts
       expect(cutAt).toBeGreaterThan(1); // the disk did cut a row
