@@ -46,9 +46,13 @@ function parseCreate(args: string[]): KeySpec {
   if (!TENANT_PATTERN.test(tenant))
     throw new UsageError(`tenant: expected 1-64 letters, digits, . _ @ - (starting with a letter or digit), got "${tenant.slice(0, 80)}"`);
   const spec: KeySpec = { tenant };
+  const given = new Set<string>();
   for (let i = 0; i < rest.length; i++) {
     const [flag, inline] = rest[i].split(/=(.*)/s, 2);
     const value = inline ?? rest[++i];
+    // Twice, one of the two was a slip: which was meant is not ours to guess (the last one won).
+    if (given.has(flag)) throw new UsageError(`${flag}: given twice; give it once`);
+    given.add(flag);
     if (flag === '--rpm') spec.rpm = wholeNumber('--rpm', value);
     else if (flag === '--tpm') spec.tpm = wholeNumber('--tpm', value);
     else if (flag === '--models') spec.models = modelList(value);

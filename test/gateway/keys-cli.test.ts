@@ -58,6 +58,8 @@ describe('npm run keys', () => {
     [['create', 'acme', '--rpm', '0'], /^--rpm: expected a whole number .* got "0"/],
     [['create', 'acme', '--tpm=1.5'], /^--tpm: expected a whole number .* got "1.5"/],
     [['create', 'acme', '--models', 'a,,b'], /^--models: expected model names separated by commas .* got "a,,b"/],
+    [['create', 'acme', '--rpm', '60', '--rpm=600'], /^--rpm: given twice; give it once/],
+    [['create', 'acme', '--models', 'a', '--models', 'b'], /^--models: given twice; give it once/],
     [['create', 'acme', '--limit', '5'], /^option "--limit": create takes a tenant and --rpm, --tpm, --models/],
     [['create', 'acme', 'extra'], /^argument "extra": create takes/],
     [['list', 'all'], /^list: expected no arguments, got "all"/],
