@@ -53,6 +53,19 @@ const header = (h: Headers, name: string): string | undefined => {
   return Array.isArray(v) ? v[0] : v;
 };
 
+const NOT_ASCII = /[\u0080-\u00ff]/; // past ASCII: node:http gives header bytes as U+0000-U+00FF
+
+/**
+ * A header that is text (an id or a name): node:http reads header bytes as Latin-1, so one sent as
+ * UTF-8 (curl from a terminal) is read back as UTF-8; bytes that are not UTF-8 stay Latin-1.
+ */
+const textHeader = (h: Headers, name: string): string | undefined => {
+  const v = header(h, name);
+  if (v === undefined || !NOT_ASCII.test(v)) return v;
+  const utf8 = Buffer.from(v, 'latin1').toString('utf8');
+  return Buffer.from(utf8, 'utf8').toString('latin1') === v ? utf8 : v;
+};
+
 const MAX_TIME_TO_ANSWER_MS = 600_000;
 /** Headers copied into the meter event: longer than the event record allows, the meter would refuse it. */
 const EVENT_HEADERS = ['x-customer-id', 'x-job-id', 'x-user-id'] as const;
@@ -60,7 +73,7 @@ const EVENT_HEADERS = ['x-customer-id', 'x-job-id', 'x-user-id'] as const;
 /** Refused before any provider is called (and paid): the call's event could not be metered. */
 function tooLong(headers: Headers): string | null {
   for (const name of EVENT_HEADERS) {
-    const v = header(headers, name);
+    const v = textHeader(headers, name);
     if (v !== undefined && v.length > MAX_TEXT_LENGTH)
       return `${name}: expected at most ${MAX_TEXT_LENGTH} characters (the meter event's limit), got ${v.length}`;
   }
@@ -140,7 +153,7 @@ export function timeToAnswerOf(headers: Headers, scopes: Scopes): number | strin
   const explicit = header(headers, 'x-time-to-answer-ms');
   if (explicit === undefined)
     return Math.min(
-      scopeOf(scopes, header(headers, 'x-job-type') ?? '')?.time_to_answer_ms ?? DEFAULT_TIME_TO_ANSWER_MS,
+      scopeOf(scopes, textHeader(headers, 'x-job-type') ?? '')?.time_to_answer_ms ?? DEFAULT_TIME_TO_ANSWER_MS,
       clientWaitMs(headers),
     );
   const n = Number(explicit);
@@ -155,11 +168,11 @@ export function timeToAnswerOf(headers: Headers, scopes: Scopes): number | strin
 export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unknown, clientKey?: ClientKey): HeaderResult {
   const long = tooLong(headers);
   if (long) return { ok: false, message: long };
-  const jobType = header(headers, 'x-job-type') ?? '';
+  const jobType = textHeader(headers, 'x-job-type') ?? '';
   const tta = timeToAnswerOf(headers, scopes);
   if (typeof tta === 'string') return { ok: false, message: tta };
-  const userId = header(headers, 'x-user-id') ?? '';
-  const jobId = header(headers, 'x-job-id') ?? '';
+  const userId = textHeader(headers, 'x-user-id') ?? '';
+  const jobId = textHeader(headers, 'x-job-id') ?? '';
   const mustHaveAnswer = yesOrNo(headers, 'x-must-have-answer', true);
   const canUseCheaper = yesOrNo(headers, 'x-can-use-cheaper', false);
   if (typeof mustHaveAnswer === 'string') return { ok: false, message: mustHaveAnswer };
@@ -173,7 +186,7 @@ export function readRoutingHeaders(headers: Headers, scopes: Scopes, input: unkn
         : (given ?? idempotencyKeyFor(userId, jobId, input)),
       userId,
       jobId,
-      customerId: clientKey ? clientKey.tenant : (header(headers, 'x-customer-id') ?? ''),
+      customerId: clientKey ? clientKey.tenant : (textHeader(headers, 'x-customer-id') ?? ''),
       jobType,
       timeToAnswerMs: tta,
       mustHaveAnswer,

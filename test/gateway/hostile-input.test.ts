@@ -175,6 +175,33 @@ describe('routing headers', () => {
     }
     expect(calls()).toBe(12); // one call each: no time-to-answer of 0 ms, no route given up on
   });
+
+  // node:http reads header bytes as Latin-1: UTF-8 sent as UTF-8 (curl from a terminal, Python's
+  // http.client with an encoded value) was metered as mojibake ("CrÃ¨me"), a second customer in every report.
+  it('a tenant or job id sent as UTF-8 is metered as the characters sent; one sent as Latin-1 too', async () => {
+    const utf8 = (text: string) => Buffer.from(text, 'utf8').toString('latin1'); // fetch sends each char as one byte
+    for (const path of ['chat/completions', 'embeddings', 'responses'] as const) {
+      const res = await fetch(`${gw.url}/v1/${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-customer-id': utf8('Crème Brûlée SA'), 'x-job-id': utf8('tâche-7') },
+        body: BODIES[path]('hi'),
+      });
+      expect(res.status, await res.text()).toBe(200);
+    }
+    const latin1 = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-customer-id': 'café' }, // é as the one byte 0xE9
+      body: CHAT('hi'),
+    });
+    expect(latin1.status).toBe(200);
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.customer_id, e.job_id])).toEqual([
+      ['Crème Brûlée SA', 'tâche-7'],
+      ['Crème Brûlée SA', 'tâche-7'],
+      ['Crème Brûlée SA', 'tâche-7'],
+      ['café', ''],
+    ]);
+  });
 });
 
 describe('chat parameters', () => {
