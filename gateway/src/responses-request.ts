@@ -38,6 +38,19 @@ function keyInput(body: ResponsesBody): unknown[] {
     : [...mine, { previous, conversation, prompt }];
 }
 
+/**
+ * A background response is read back with GET /v1/responses/{id}, which the gateway does not serve,
+ * and is answered queued, without usage: a tenant could never read it, and its tokens would count
+ * against no --tpm and be metered as none. Without keys a backend may poll the provider itself.
+ */
+const BACKGROUND: Parsed = {
+  ok: false,
+  param: 'background',
+  code: 'unsupported_parameter',
+  message:
+    "'background' is not supported with a client key: a background response is read back with GET /v1/responses/{id}, which this gateway does not serve; send the request without it (stream: true for a long answer).",
+};
+
 export function responsesParser(routes: () => Route[], scopes: Scopes, flags: FlagStore) {
   // Asked only of a request that cannot be translated: a route the flags switch off serves nothing.
   const native = () => routes().some((r) => r.apis.has('responses') && allowedBy(flags.get(), r));
@@ -54,6 +67,7 @@ export function responsesParser(routes: () => Route[], scopes: Scopes, flags: Fl
     if (!parsed.success) {
       return bodyRefusal(parsed.error);
     }
+    if (clientKey && (parsed.data as { background?: unknown }).background === true) return BACKGROUND;
     const translated = responsesToChat(parsed.data);
     if (!translated.ok && !native()) {
       return {

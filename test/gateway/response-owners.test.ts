@@ -249,6 +249,25 @@ describe('stored responses and tenants (GATEWAY_AUTH=keys)', () => {
     expect(next).toMatchObject({ status: 400, code: 'previous_response_not_found' });
   });
 
+  it('a background response is refused with a key: it could never be read back here, and its tokens would escape --tpm and the meter', async () => {
+    const { url } = await w.up();
+    const acme = (await w.makeKey('acme', '--tpm', '20')).key;
+    // What OpenAI answers at once to `background: true`: queued, no output, no usage yet.
+    const queued = { id: 'resp_bg', object: 'response', status: 'queued', background: true, output: [], usage: null };
+    w.hot.always({ kind: 'status', status: 200, body: queued });
+    for (const stream of [false, true]) {
+      const body = { model: 'gpt-4o-mini', input: 'a long essay', background: true, stream };
+      const res = await postResponses(url, acme, body);
+      expect(res.status).toBe(400);
+      const { error } = (await res.json()) as { error: { message: string; param: string; code: string } };
+      expect(error).toMatchObject({ param: 'background', code: 'unsupported_parameter' });
+      expect(error.message).toMatch(/GET \/v1\/responses\/\{id\}, which this gateway does not serve/);
+    }
+    expect(responsesCalls()).toBe(0);
+    w.hot.always({ kind: 'ok' });
+    expect((await postResponses(url, acme, { input: 'x', background: false })).status).toBe(200);
+  });
+
   it("a queued request's response is its tenant's once its job has completed", async () => {
     const acme = (await w.makeKey('acme')).key;
     const globex = (await w.makeKey('globex')).key;
