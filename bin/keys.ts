@@ -1,4 +1,4 @@
-/** `npm run keys -- create <tenant> [--rpm N] [--tpm N] [--models a,b] | list | revoke <key id>` (see gateway/src/keys-cli.ts). */
+/** `npm run keys -- create <tenant> [--rpm N] [--tpm N] [--models a,b] | list | revoke <key id or key>` (see gateway/src/keys-cli.ts). */
 import { keysCli } from '../gateway/src/keys-cli';
 
 keysCli(

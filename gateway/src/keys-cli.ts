@@ -3,12 +3,13 @@
  * QUEUE_STORE_URL and REDIS_PREFIX, else CLIENT_KEYS_FILE), so run it with the gateway's environment.
  *   create <tenant> [--rpm N] [--tpm N] [--models a,b]   makes a key; the key is the last line, shown once
  *   list                                                 one line per key, its id first; never the key
- *   revoke <key id>                                      refused by every gateway within a few seconds
+ *   revoke <key id> | <key>                              refused by every gateway within a few seconds; the key
+ *                                                        itself (a leaked one) is matched by its hash, never printed
  * Exit 0 done (or `--help`, which opens no store), 1 failed (no such key, store unreachable), 2 bad arguments or environment.
  */
 import type { Redis } from 'ioredis';
 import { commandStore } from './command-store';
-import { createKey, TENANT_PATTERN, type ClientKey, type KeySpec } from './client-keys';
+import { createKey, hashKey, looksLikeKey, TENANT_PATTERN, type ClientKey, type KeySpec } from './client-keys';
 import { readEnv } from './env';
 import { ConfigError } from './errors';
 import { asksForHelp } from './help';
@@ -16,7 +17,7 @@ import { keyStoreFor } from './stores';
 
 type Print = (line: string) => void;
 
-const USAGE = 'usage: npm run keys -- create <tenant> [--rpm N] [--tpm N] [--models a,b] | list | revoke <key id>';
+const USAGE = 'usage: npm run keys -- create <tenant> [--rpm N] [--tpm N] [--models a,b] | list | revoke <key id or key>';
 const WHERE =
   'acts on the store the gateway reads: Redis at QUEUE_STORE_URL (REDIS_PREFIX), else CLIENT_KEYS_FILE: docs/gateway.md#client-keys';
 const KEY_ID = /^key_[0-9a-f]{8}$/;
@@ -69,8 +70,27 @@ const limits = (k: Pick<ClientKey, 'rpm' | 'tpm' | 'models'>) =>
 const listLine = (k: ClientKey) =>
   `${k.id} tenant=${k.tenant} ${limits(k)} created=${k.created} last_used=${k.lastUsed ?? 'never'} ${k.revoked ? `revoked=${k.revoked}` : 'valid'}`;
 
+/** What revoke names: a key id, or the key itself (one that leaked, whose id nobody noted), kept only as its hash. */
+type Target = { id: string } | { hash: string };
+
 /** A checked command: its arguments are read before the store is opened, so a typo never waits for it or reaches it. */
-type Command = { command: 'create'; spec: KeySpec } | { command: 'list' } | { command: 'revoke'; id: string };
+type Command = { command: 'create'; spec: KeySpec } | { command: 'list' } | { command: 'revoke'; target: Target };
+
+/** Revoke's arguments as a refusal quotes them: never what may be a key, even one cut short. */
+const quotedArgs = (args: string[]) =>
+  !args.length
+    ? 'nothing'
+    : args.some((a) => a.startsWith('gk_'))
+      ? 'text starting "gk_" that is not a whole key (not shown)'
+      : `"${args.join(' ')}"`;
+
+function parseRevoke(args: string[]): Command {
+  const [given, extra] = args;
+  if (given && extra === undefined && looksLikeKey(given)) return { command: 'revoke', target: { hash: hashKey(given) } };
+  if (!given || !KEY_ID.test(given) || extra !== undefined)
+    throw new UsageError(`key id: expected one id as list shows it ("key_" and 8 hex digits), or the key itself, got ${quotedArgs(args)}`);
+  return { command: 'revoke', target: { id: given } };
+}
 
 function parseCommand(command: string, args: string[]): Command {
   if (command === 'create') return { command, spec: parseCreate(args) };
@@ -78,12 +98,15 @@ function parseCommand(command: string, args: string[]): Command {
     if (args.length) throw new UsageError(`list: expected no arguments, got "${args[0]}"`);
     return { command };
   }
-  const [id, extra] = args;
-  if (!id || !KEY_ID.test(id) || extra !== undefined)
-    throw new UsageError(
-      `key id: expected one id as list shows it ("key_" and 8 hex digits), got ${id ? `"${args.join(' ')}"` : 'nothing'}`,
-    );
-  return { command: 'revoke', id };
+  return parseRevoke(args);
+}
+
+/** The id of the key revoke names, or null (said on `err`) when the store has none. */
+async function idOf(target: Target, store: ReturnType<typeof keyStoreFor>, err: Print): Promise<string | null> {
+  if ('id' in target) return target.id;
+  const [record] = await store.find([target.hash]);
+  if (!record) err(`no key of that value in ${store.where} (it was not made by npm run keys for this store)`);
+  return record?.id ?? null;
 }
 
 async function run(todo: Command, store: ReturnType<typeof keyStoreFor>, out: Print, err: Print) {
@@ -100,7 +123,8 @@ async function run(todo: Command, store: ReturnType<typeof keyStoreFor>, out: Pr
     err(`${keys.length} key(s), ${keys.filter((k) => !k.revoked).length} valid, in ${store.where}`);
     return 0;
   }
-  const { id } = todo;
+  const id = await idOf(todo.target, store, err);
+  if (id === null) return 1;
   const revoked = await store.revoke(id, new Date());
   if (!revoked) {
     err(`no key ${id} in ${store.where} (npm run keys -- list shows the ids)`);

@@ -50,6 +50,29 @@ describe('npm run keys', () => {
     expect(await keys('revoke', 'key_00000000')).toMatchObject({ code: 1, err: expect.stringContaining('no key key_00000000') });
   });
 
+  it('revoke takes the key itself, for a leaked key whose id nobody noted, and never prints it, not even when it is cut short', async () => {
+    const a = (await keys('create', 'acme')).out.at(-1)!;
+    const b = (await keys('create', 'acme')).out.at(-1)!;
+    const revoked = await keys('revoke', a);
+    expect(revoked.code).toBe(0);
+    expect(revoked.out[0]).toMatch(/^revoked key_[0-9a-f]{8} \(tenant acme\)/);
+    const listed = (await keys('list')).out;
+    expect(listed.filter((l) => l.includes('revoked='))).toHaveLength(1);
+    expect(listed.find((l) => l.includes('revoked='))).toContain(revoked.out[0].split(' ')[1]);
+    const unknown = await keys('revoke', `gk_${'A'.repeat(32)}`);
+    expect(unknown).toMatchObject({ code: 1, out: [] });
+    expect(unknown.err).toMatch(/^no key of that value in file /);
+    for (const cut of [b.slice(0, -1), `${b} extra`]) {
+      const wrong = await keys(...['revoke', ...cut.split(' ')]);
+      expect(wrong.code).toBe(2);
+      expect(wrong.err).toMatch(
+        /^key id: expected one id .* or the key itself, got text starting "gk_" that is not a whole key \(not shown\)/,
+      );
+      expect(wrong.err).not.toContain(b.slice(3, -1));
+    }
+    for (const r of [revoked, unknown]) expect([...r.out, r.err].join('\n')).not.toMatch(/gk_[A-Za-z0-9_-]{4}/);
+  });
+
   it.each([
     [['create'], /^tenant: expected the tenant/],
     [['create', '--rpm', '5'], /^tenant: expected the tenant/],
@@ -64,7 +87,7 @@ describe('npm run keys', () => {
     [['create', 'acme', 'extra'], /^argument "extra": create takes/],
     [['list', 'all'], /^list: expected no arguments, got "all"/],
     [['revoke'], /^key id: expected one id as list shows it .* got nothing/],
-    [['revoke', 'gk_abc'], /^key id: expected one id .* got "gk_abc"/],
+    [['revoke', 'key_12345678', 'extra'], /^key id: expected one id .* got "key_12345678 extra"/],
     [['rotate'], /^unknown command "rotate": expected create, list or revoke/],
     [[], /^command: expected create, list or revoke/],
   ])('%j → exit 2, naming the argument', async (args, message) => {
