@@ -200,7 +200,12 @@ export function parseRfc3339(text: string): Date | null {
       .replace(' ', 'T')
       .replace(/:60(?=[.Zz+-])/, ':59'),
   );
-  return Number.isFinite(ms) ? new Date(ms + (leap ? 1000 : 0)) : null;
+  if (!Number.isFinite(ms)) return null;
+  const at = new Date(ms + (leap ? 1000 : 0));
+  // An offset can carry year 0000 into year -1 (or 9999 into 10000), which toISOString writes with six
+  // digits and a sign: no CSV of the export or archive holds it, and the row would stay unexported for ever.
+  const year = at.getUTCFullYear();
+  return year >= 0 && year <= 9999 ? at : null;
 }
 
 function coerceNumber(field: EventField, value: unknown, expected: string, index?: number): number {
@@ -286,7 +291,8 @@ function fieldValue(field: EventField, value: unknown, opts: NormalizeOptions): 
 
 function timeValue(field: EventField, value: unknown, opts: NormalizeOptions): Date {
   const date = typeof value === 'string' ? parseRfc3339(value) : null;
-  if (!date) throw new EventValidationError(field, 'an RFC 3339 date-time such as 2026-01-31T12:00:00Z', opts.index);
+  if (!date)
+    throw new EventValidationError(field, 'an RFC 3339 date-time such as 2026-01-31T12:00:00Z (in UTC, years 0000 to 9999)', opts.index);
   return checkNotFuture(date, opts);
 }
 

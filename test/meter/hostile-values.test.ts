@@ -206,6 +206,27 @@ describe('a leap second', () => {
   });
 });
 
+describe('a time before year 0000 in UTC', () => {
+  it('is refused by name, with the batch: 0000-01-01T00:00:00+01:00 is 31 December of year -1, which no CSV or archive file can hold', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const events = [{ event_id: 'ok' }, { event_id: 'bc', timestamp: '0000-01-01T00:00:00+01:00' }];
+    expect(post(meter, { events })).toEqual({
+      ok: false,
+      code: 'invalid_event',
+      error: 'events[1].timestamp: expected an RFC 3339 date-time such as 2026-01-31T12:00:00Z (in UTC, years 0000 to 9999)',
+    });
+    expect(post(meter, { calls: [aCall({ started_at: '0000-01-01T00:30:00+00:45' })] })).toEqual({
+      ok: false,
+      code: 'invalid_call',
+      error: 'calls[0].started_at: expected an RFC 3339 date-time',
+    });
+    expect(dataRows(eventsTab(platform))).toHaveLength(0);
+    expect(platform.spreadsheet.tab('calls')!.data).toHaveLength(1); // the header only
+    // Year 0000 itself, in UTC, is what the archive takes.
+    expect(post(meter, { events: [{ event_id: 'y0', timestamp: '0000-01-01T00:00:00Z' }] })).toMatchObject({ ok: true, appended: 1 });
+  });
+});
+
 describe('call records the digest and caps can sum', () => {
   it('refuses a cost of $1e9 or more, a count past 2^53-1, a start that is not RFC 3339 or is ahead of the clock; nothing is written', () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
