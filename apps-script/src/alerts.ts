@@ -181,7 +181,7 @@ function lateCrossing(rows: unknown[][], state: AlertState, today: string, caps:
   let last7d = 0;
   for (const [time, cell] of rows) {
     const t = cellTime(time);
-    if (t < end - 7 * DAY_MS || t >= end) continue;
+    if (!(t >= end - 7 * DAY_MS && t < end)) continue; // a timestamp that is no date (NaN) is in no window
     last7d += costOrNothing(cell);
     if (t >= end - DAY_MS) cost += costOrNothing(cell);
   }

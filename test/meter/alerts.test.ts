@@ -122,6 +122,24 @@ describe('checkSpendCaps', () => {
     expect(platform.urlFetch.requests).toHaveLength(1);
   });
 
+  it("a row whose timestamp is not a date stays out of the day before's 7 days too: no late alert for a cap its cost alone crosses", () => {
+    setConfig(platform, 'BURN_7D_CAP_USD', 10);
+    post(meter, {
+      events: [
+        { event_id: 'measured', cost_usd: 2 },
+        { event_id: 'typed', cost_usd: 80 },
+      ],
+    });
+    // A date typed in another locale's order: Sheets keeps it as text, and every total leaves its row out.
+    const typed = platform.spreadsheet.tab('events')!.data.find((r) => r[0] === 'typed')!;
+    typed[1] = '22/11/2026 10:00';
+    platform.clock.set('2026-11-22T23:50:00Z');
+    expect(meter.checkSpendCaps()).toMatch(/^under both caps \(today \$2\.0000, 7 days \$2\.00\)/);
+    platform.clock.set('2026-11-23T00:00:30Z');
+    expect(meter.checkSpendCaps()).toMatch(/^under both caps/);
+    expect(platform.urlFetch.requests).toHaveLength(0);
+  });
+
   it("a 7-day cap still crossed today is alerted once, as today's, not also as the day before's", () => {
     setConfig(platform, 'BURN_7D_CAP_USD', 10);
     post(meter, { timestamp: '2026-11-20T01:00:00Z', cost_usd: 6 });
