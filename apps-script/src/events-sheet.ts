@@ -42,14 +42,14 @@ function isDate(value: unknown): value is Date {
   return Object.prototype.toString.call(value) === '[object Date]';
 }
 
-/** Cell → number, for reading rows back: empty and unparseable cells count as 0. */
+/**
+ * Cell → count, for reading rows back: a number ≥ 0 or plain decimal text; anything else (empty,
+ * typed over by hand: `1.2k`, `-900`, `0x10000`) counts as 0. Read as Number(), a negative cell took
+ * tokens off a model's total and hex text added 65,536, and the $ per 1K tokens with them.
+ */
 export function cellNumber(value: unknown): number {
-  if (typeof value === 'number') return value;
-  if (typeof value === 'string' && value.trim() !== '') {
-    const n = Number(value);
-    return Number.isFinite(n) ? n : 0;
-  }
-  return 0;
+  const n = typeof value === 'number' ? value : typeof value === 'string' ? parseDecimalText(value) : NaN;
+  return Number.isFinite(n) && n >= 0 ? n : 0;
 }
 
 /**

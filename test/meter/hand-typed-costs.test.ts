@@ -147,3 +147,22 @@ describe('a row typed by hand whose timestamp is not a date', () => {
     );
   });
 });
+
+describe('token cells typed by hand', () => {
+  it("are left out of the Digest's tokens per model, not read as a negative count or as hex, so the $ per 1K tokens stays right", () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const events = [
+      { event_id: 'measured', model: 'gpt-a', input_tokens: 600, output_tokens: 400, cost_usd: 2 },
+      { event_id: 'typed-negative', model: 'gpt-a', input_tokens: 100 },
+      { event_id: 'typed-hex', model: 'gpt-a', output_tokens: 100 },
+    ];
+    expect(post(meter, { events })).toMatchObject({ ok: true, appended: 3 });
+    const row = (id: string) => eventsTab(platform).data.find((r) => r[0] === id)!;
+    row('typed-negative')[EVENT_FIELDS.indexOf('input_tokens')] = -900;
+    row('typed-hex')[EVENT_FIELDS.indexOf('output_tokens')] = '0x10000';
+    meter.refreshDigest();
+    const grid = platform.spreadsheet.tab('Digest')!.data;
+    const models = grid.findIndex((r) => r[0] === 'model');
+    expect(grid[models + 1]).toEqual(['gpt-a', 1000, 2, 2]);
+  });
+});
