@@ -33,7 +33,7 @@ const TEXT_COLUMNS = TEXT_FIELDS.map((f) => EVENT_AT[f]);
 /** Values read back are plain; written again they need the quote prefix to stay text. */
 function asWritten(row: unknown[]): unknown[] {
   const out = row.slice();
-  for (const i of TEXT_COLUMNS) if (typeof out[i] === 'string' && out[i] !== '') out[i] = `'${out[i] as string}`;
+  for (const i of TEXT_COLUMNS) out[i] = asText(out[i]);
   return out;
 }
 
@@ -95,6 +95,8 @@ function retainUnderLock(svc: MeterServices, cutoffMs: number, cutoff: string): 
 
 interface SplitRows {
   keep: unknown[][];
+  /** The index among the rows read of each row kept. */
+  keptFrom: number[];
   deleted: number;
   keptUnexported: number;
   firstDeleted: number;
@@ -106,6 +108,7 @@ interface SplitRows {
  */
 function splitRows(rows: unknown[][], cutoffMs: number, wmRow: number, undated: Set<string>): SplitRows {
   const keep: unknown[][] = [];
+  const keptFrom: number[] = [];
   let deleted = 0;
   let keptUnexported = 0;
   let firstDeleted = -1;
@@ -118,8 +121,9 @@ function splitRows(rows: unknown[][], cutoffMs: number, wmRow: number, undated: 
     }
     if (old) keptUnexported++;
     keep.push(row);
+    keptFrom.push(i);
   });
-  return { keep, deleted, keptUnexported, firstDeleted };
+  return { keep, keptFrom, deleted, keptUnexported, firstDeleted };
 }
 
 /** The journal recorded, the one write of the kept rows shifted up, then the journal's remaining steps. */
@@ -140,6 +144,34 @@ function rewriteRows(svc: MeterServices, sheet: Sheet, wm: Watermark, split: Spl
   // shifted up, then the freed tail blanked, so no state of the tab holds a row twice.
   const rewrite = keep.slice(firstDeleted).map(asWritten);
   for (let i = 0; i < deleted; i++) rewrite.push(new Array<string>(EVENT_COLUMNS).fill(''));
-  sheet.getRange(firstDeleted + 2, 1, rewrite.length, EVENT_COLUMNS).setValues(rewrite);
+  const sources = split.keptFrom.slice(firstDeleted).map((i) => i - firstDeleted);
+  const extra = operatorCells(sheet, firstDeleted + 2, rewrite.length, sources);
+  if (extra) rewrite.forEach((row, i) => row.push(...extra[i]));
+  sheet.getRange(firstDeleted + 2, 1, rewrite.length, rewrite[0].length).setValues(rewrite);
   finishJournal(svc, sheet, journal);
+}
+
+/**
+ * The cells of the columns an operator keeps after the events' (setup() leaves them when they hold
+ * values) for the rewrite from `top`: notes typed by hand move up with their rows (left in place,
+ * each stood beside another event, and the freed tail, not blank, was never dropped), and a column
+ * holding formulas stays as it is (a formula of its own row reads the event now there). The tail,
+ * after `sources` (each kept row's index from `top`), is blanked. Null when there are no such columns.
+ */
+function operatorCells(sheet: Sheet, top: number, count: number, sources: number[]): unknown[][] | null {
+  const extra = sheet.getMaxColumns() - EVENT_COLUMNS;
+  if (extra <= 0) return null;
+  const range = sheet.getRange(top, EVENT_COLUMNS + 1, count, extra);
+  const values = range.getValues();
+  const formulas = range.getFormulas();
+  const computed = formulas[0].map((_, c) => formulas.some((row) => row[c] !== ''));
+  const cell = (r: number, c: number) => formulas[r][c] || asText(values[r][c]);
+  return Array.from({ length: count }, (_, i) =>
+    computed.map((inPlace, c) => (i < sources.length ? cell(inPlace ? i : sources[i], c) : '')),
+  );
+}
+
+/** A value read back, to be written again as itself: text keeps the quote prefix. */
+function asText(value: unknown): unknown {
+  return typeof value === 'string' && value !== '' ? `'${value}` : value;
 }

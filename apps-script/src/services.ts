@@ -46,7 +46,7 @@ interface DataValidationBuilder {
 
 type Filter = Pick<GoogleAppsScript.Spreadsheet.Filter, 'remove'>;
 
-interface Range extends Pick<GRange, 'getRow' | 'getNumRows' | 'getValues' | 'getValue'> {
+interface Range extends Pick<GRange, 'getRow' | 'getNumRows' | 'getValues' | 'getValue' | 'getFormulas'> {
   setValues: Returning<GRange, 'setValues', Range>;
   setNumberFormat: Returning<GRange, 'setNumberFormat', Range>;
   setNumberFormats: Returning<GRange, 'setNumberFormats', Range>;

@@ -1,6 +1,7 @@
 // Retention (applyRetention): the built bundle in node:vm, with a clock the tests control.
 // One describe per feature: long because each behaviour is a short test of its own.
 import { describe, expect, it } from 'vitest';
+import { Formula } from './fakes/cells';
 import { dataRows, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
 
 describe('applyRetention', () => {
@@ -43,6 +44,23 @@ describe('applyRetention', () => {
     expect(meter.applyRetention()).toMatch(/no rows older/);
     post(meter, { event_id: 'new', timestamp: '2026-11-21T00:00:00Z' });
     expect(meter.exportArchive()).toMatch(/wrote 1 row/);
+  });
+
+  it("moves a column the operator keeps after the events' (notes typed by hand) with its rows; a column of formulas stays in place", () => {
+    const { platform, meter } = seeded();
+    const events = eventsTab(platform);
+    events.insertColumnsAfter(19, 2);
+    events.data[0].push('note', 'double cost');
+    events.data.slice(1).forEach((r, i) => r.push(`checked ${String(r[0])}`, new Formula(`=J${i + 2}*2`)));
+    expect(meter.setup()).toMatch(/columns after S hold values; left as they are/);
+    meter.exportArchive();
+    expect(meter.applyRetention()).toMatch(/deleted 20 row/);
+    const rows = dataRows(events);
+    expect(rows).toHaveLength(40);
+    for (const r of rows) expect(r[19]).toBe(`checked ${String(r[0])}`);
+    expect(rows.map((r, i) => (r[20] as Formula).text === `=J${i + 2}*2`).every(Boolean)).toBe(true);
+    expect(post(meter, { event_id: 'new', timestamp: '2026-11-21T00:00:00Z' })).toMatchObject({ appended: 1 });
+    expect(dataRows(events)[40][0]).toBe('new'); // right after the kept rows: no blank rows left between
   });
 
   it('keeps old rows the export has not taken yet', () => {
