@@ -48,15 +48,15 @@ function isDate(value: unknown): value is Date {
  * tokens off a model's total and hex text added 65,536, and the $ per 1K tokens with them.
  */
 export function cellNumber(value: unknown): number {
-  const n = typeof value === 'number' ? value : typeof value === 'string' ? parseDecimalText(value) : NaN;
-  return Number.isFinite(n) && n >= 0 ? n : 0;
+  const n = cellCost(value);
+  return Number.isNaN(n) ? 0 : n;
 }
 
 /**
  * A cost cell → USD, NaN when it holds no number ≥ 0: what a person typed over it ("$1.50", "1,50",
  * "1.5 USD", a note, a negative number). Not guessed ("1,50" may be 1.5 or 150), not read as 0
  * unsaid: the totals leave such a cell out and the views count it. An empty cell is 0, as an
- * absent cost at ingest.
+ * absent cost at ingest. The voice rollups read their counts (turns, seconds) by it too.
  */
 export function cellCost(value: unknown): number {
   if (value === null || value === undefined || (typeof value === 'string' && value.trim() === '')) return 0;

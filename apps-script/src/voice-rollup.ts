@@ -5,7 +5,7 @@
  */
 import { CALL_FIELDS } from '../../schema/call-record';
 import { callsTab, readCallRows } from './calls-tab';
-import { cellCost, cellNumber, cellTime } from './events-sheet';
+import { cellCost, cellTime } from './events-sheet';
 import type { MeterServices } from './services';
 import { fieldIndex } from './tabs';
 import { DAY_MS, utcDayStart } from './utc-day';
@@ -36,7 +36,11 @@ export function voiceRollup(rows: unknown[][], nowMs: number, days: number): Voi
   const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
   const ratio = (a: number, b: number) => (b ? a / b : null);
   const filled = (col: number, list: unknown[][]) => list.filter((r) => r[col] !== '' && r[col] !== null && r[col] !== undefined);
-  const nums = (col: number) => filled(col, recent).map((r) => cellNumber(r[col]));
+  // A count typed over by hand ("4 turns", -1.5) is left out of its mean, as an unreadable cost is: averaged in as 0, it pulled the mean down.
+  const nums = (col: number) =>
+    filled(col, recent)
+      .map((r) => cellCost(r[col]))
+      .filter((n) => !Number.isNaN(n));
   const costs = (list: unknown[][]) =>
     filled(AT.est_audio_cost_usd, list)
       .map((r) => cellCost(r[AT.est_audio_cost_usd]))

@@ -166,3 +166,24 @@ describe('token cells typed by hand', () => {
     expect(grid[models + 1]).toEqual(['gpt-a', 1000, 2, 2]);
   });
 });
+
+describe('count cells typed by hand in the calls tab', () => {
+  it("are left out of the Digest's average turns and TTFB, not averaged in as 0", () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const calls = [
+      aCall({ call_id: 'a', turns: 4, ttfb_s: 1 }),
+      aCall({ call_id: 'b', turns: 8, ttfb_s: 2 }),
+      aCall({ call_id: 'typed', turns: 6, ttfb_s: 1.5 }),
+    ];
+    expect(post(meter, { calls })).toMatchObject({ ok: true, appended: 3 });
+    const row = platform.spreadsheet.tab('calls')!.data.find((r) => r[0] === 'typed')!;
+    row[CALL_FIELDS.indexOf('turns')] = '6 turns';
+    row[CALL_FIELDS.indexOf('ttfb_s')] = -1.5;
+    meter.refreshDigest();
+    const grid = platform.spreadsheet.tab('Digest')!.data;
+    const value = (label: string) => grid.find((r) => r[0] === label)!.slice(1, 3);
+    expect(value('calls')).toEqual([3, 3]);
+    expect(value('average turns')).toEqual([6, 6]);
+    expect(value('average TTFB (s)')).toEqual([1.5, 1.5]);
+  });
+});
