@@ -155,16 +155,36 @@ function checkHeader(header: readonly unknown[], first: number): void {
   });
 }
 
+/**
+ * Rows 1..`rows` of columns `first`.. of the events tab. A tab with fewer columns than the events'
+ * (one deleted by hand) is refused by name: Google's own error ("The coordinates of the range are
+ * outside the dimensions of the sheet") named neither the tab nor the cause, and came back as
+ * `internal`. Its columns are counted only when the read fails: the usual read costs no call more.
+ */
+function readColumns(sheet: Sheet, rows: number, first: number, width: number): unknown[][] {
+  try {
+    return sheet.getRange(1, first, rows, width).getValues();
+  } catch (error) {
+    const columns = sheet.getMaxColumns();
+    if (columns >= EVENT_COLUMNS) throw error;
+    throw new MeterRefusal(
+      'config_error',
+      `${EVENTS_TAB} tab: ${columns} columns where the meter keeps ${EVENT_COLUMNS} (${EVENT_FIELDS.join(', ')}): ` +
+        `a column was deleted by hand; Edit → Undo, or insert an empty column where it was and run Meter → Set up or repair, which writes its header back`,
+    );
+  }
+}
+
 /** The header row checked before rows are written by position (one read). */
 export function checkEventsHeader(sheet: Sheet): void {
-  checkHeader(sheet.getRange(1, 1, 1, EVENT_COLUMNS).getValues()[0], 1);
+  checkHeader(readColumns(sheet, 1, 1, EVENT_COLUMNS)[0], 1);
 }
 
 /** The rows under the header of columns `first`.. of the events tab, read with it in one call and checked. */
 export function readUnderHeader(sheet: Sheet, first: number, width: number): unknown[][] {
   const lastRow = sheet.getLastRow();
   if (lastRow < 2) return [];
-  const [header, ...rows] = sheet.getRange(1, first, lastRow, width).getValues();
+  const [header, ...rows] = readColumns(sheet, lastRow, first, width);
   checkHeader(header, first);
   return rows;
 }

@@ -81,6 +81,23 @@ describe('ingest into an events tab with columns moved by hand', () => {
   });
 });
 
+describe('a column of the events tab deleted by hand', () => {
+  it('is refused by name (config_error), not with Google\'s "coordinates of the range are outside the dimensions" (internal)', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    post(meter, { events: [{ event_id: 'a', cost_usd: 1 }] });
+    eventsTab(platform).deleteColumns(EVENT_FIELDS.indexOf('eval_score') + 1, 1); // always empty, so someone removed it
+    const deleted = /events tab: 18 columns where the meter keeps 19 .*a column was deleted by hand/;
+    const reply = post(meter, { events: [{ event_id: 'b', cost_usd: 5 }] });
+    expect(reply).toMatchObject({ ok: false, code: 'config_error' });
+    expect(reply.error).toMatch(deleted);
+    expect(() => meter.checkSpendCaps()).toThrow(deleted);
+    expect(() => meter.refreshDigest()).toThrow(deleted);
+    expect(() => meter.exportArchive()).toThrow(deleted);
+    expect(() => meter.applyRetention()).toThrow(deleted);
+    expect(eventsTab(platform).data.map((r) => r[0])).toEqual(['event_id', 'a']);
+  });
+});
+
 describe('setup() on a back-office tab with columns moved by hand', () => {
   it('leaves the header of the contacts tab as it is and names the moved cells', () => {
     const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
