@@ -6,7 +6,8 @@
  *   `D` answered: the answer's status and headers as JSON, a newline, the body's bytes (EX 24 h);
  *   `L` answered but too large to keep: `{"status","bytes"}`.
  * Each operation is one Lua script (one round trip, atomic): the claim reads and, when the key is
- * free, takes it; renew, keep and release act only while the caller's own claim is there.
+ * free, takes it; renew, keep and release act only while the caller's own claim is there, or (renew
+ * and keep) while no other claim has taken the key since it was lost.
  */
 import type { Redis } from 'ioredis';
 import { isAnswer, newToken, type Claim, type Lease, type NotKept, type ReplayStore, type StoredAnswer } from './replay-store';
@@ -22,9 +23,15 @@ if string.sub(v, 2, 1 + #ARGV[3]) ~= ARGV[3] then return 'X' end
 if string.sub(v, 1, 1) == 'R' then return 'R' end
 return v`;
 
-/** ARGV: the claim's own value, then `renew <ms>`, `keep <ms> <value>` or `release`. 1 when done. */
+/**
+ * ARGV: the claim's own value, then `renew <ms>`, `keep <ms> <value>` or `release`. 1 when done. A
+ * key gone (its lease ran out, or Redis lost it in a restart or a flush) with no claim since is
+ * still the caller's to renew or keep: else the answer was not kept, and a repeat ran and was paid again.
+ */
 const IF_HELD = `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] and (v or ARGV[2] == 'release') then return 0 end
+if not v and ARGV[2] == 'renew' then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3]) end
 if ARGV[2] == 'renew' then redis.call('PEXPIRE', KEYS[1], ARGV[3])
 elseif ARGV[2] == 'keep' then redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
 else redis.call('DEL', KEYS[1]) end

@@ -42,9 +42,9 @@ export type Claim =
 export interface ReplayStore {
   /** The key's state, claiming it for `leaseMs` when it has none. One store round trip. */
   claim(key: string, fingerprint: string, leaseMs: number): Promise<Claim>;
-  /** Extends a lease still held; false when it was lost (expired, or taken by another). */
+  /** Extends a lease still held, or takes the key back when it is free (the lease ran out, Redis lost it); false when another took it. */
   renew(lease: Lease, leaseMs: number): Promise<boolean>;
-  /** Replaces a lease still held by the answer (or the note that it was not kept) for `ttlMs`. */
+  /** Replaces a lease still held (or a key still free) by the answer (or the note that it was not kept) for `ttlMs`. */
   keep(lease: Lease, result: StoredAnswer | NotKept, ttlMs: number): Promise<boolean>;
   /** Gives the key up (the first request failed): the next repeat runs anew. */
   release(lease: Lease): Promise<void>;
@@ -112,13 +112,14 @@ export class MemoryReplayStore implements ReplayStore {
   }
 
   renew(lease: Lease, leaseMs: number): Promise<boolean> {
-    const entry = this.held(lease);
-    if (entry) entry.expiresAt = this.now() + leaseMs;
-    return Promise.resolve(entry !== null);
+    if (!this.ours(lease)) return Promise.resolve(false);
+    const { key, token, fingerprint } = lease;
+    this.put(key, { kind: 'running', fingerprint, token, expiresAt: this.now() + leaseMs, bytes: key.length + ENTRY_BYTES });
+    return Promise.resolve(true);
   }
 
   keep(lease: Lease, result: StoredAnswer | NotKept, ttlMs: number): Promise<boolean> {
-    if (!this.held(lease)) return Promise.resolve(false);
+    if (!this.ours(lease)) return Promise.resolve(false);
     const expiresAt = this.now() + ttlMs;
     const { fingerprint } = lease;
     this.put(
@@ -139,6 +140,11 @@ export class MemoryReplayStore implements ReplayStore {
   release(lease: Lease): Promise<void> {
     if (this.held(lease)) this.drop(lease.key);
     return Promise.resolve();
+  }
+
+  /** Held by this lease, or free since its term ran out with no claim after it (as in Redis: replay-store-redis.ts). */
+  private ours(lease: Lease): boolean {
+    return this.held(lease) !== null || this.live(lease.key) === null;
   }
 
   private held(lease: Lease): Entry | null {

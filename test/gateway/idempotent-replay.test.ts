@@ -131,6 +131,20 @@ describe('idempotent replay across instances', () => {
     expect(hot.received).toHaveLength(1);
   });
 
+  it('a key Redis lost while the first request ran (a restart without its data, a flush) still gets its answer kept: a repeat is replayed, not run and paid again', async () => {
+    const [a, b] = await Promise.all([instance('a'), instance('b')]);
+    hot.next({ kind: 'ok', delayMs: 500 });
+    const first = chat(a.url, BODY, { 'idempotency-key': 'order-lost' });
+    await until(async () => hot.received.length === 1);
+    const held = await redis.keys(`${prefix}:idempotency:*`);
+    expect(held).toHaveLength(1);
+    await redis.del(...held); // what a Redis restarted without its data, or FLUSHDB, leaves of the claim
+    expect((await first).status).toBe(200);
+    const again = await chat(b.url, BODY, { 'idempotency-key': 'order-lost' });
+    expect([again.status, again.headers.get('idempotent-replayed'), again.text]).toEqual([200, 'true', (await first).text]);
+    expect(hot.received).toHaveLength(1);
+  });
+
   it('a stream is replayed as the same stream of events', async () => {
     const [a, b] = await Promise.all([instance('a'), instance('b')]);
     hot.next({ kind: 'stream', chunks: 4 });

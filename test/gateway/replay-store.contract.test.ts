@@ -78,6 +78,18 @@ describe.each([
     expect(await s.keep(leaseOf(next!), answer, DAY)).toBe(true);
   });
 
+  it('a lease lost with no claim since (it ran out, or Redis lost the key) is taken back by its renew, and its keep still lands', async () => {
+    const s = make();
+    const lease = leaseOf(await s.claim('k', FP, 150));
+    await new Promise((r) => setTimeout(r, 200)); // the lease's term is over: the key is free
+    expect(await s.renew(lease, 10_000)).toBe(true);
+    expect(await s.claim('k', FP, 10_000)).toEqual({ kind: 'running' });
+    const other = leaseOf(await s.claim('k2', FP, 150));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await s.keep(other, answer, DAY)).toBe(true);
+    expect(await s.claim('k2', FP, 10_000)).toEqual({ kind: 'answered', answer });
+  });
+
   it('a renewed lease holds past its first term', async () => {
     const s = make();
     const lease = leaseOf(await s.claim('k', FP, 150));
