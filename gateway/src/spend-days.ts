@@ -15,7 +15,8 @@
  * unanswered commands again after a reconnect; a reply lost after Redis applied it) counts once. Each batch's reply carries the last 8 days (one round trip: INCRBY and
  * EXPIRE of both keys, MGET), and a figure older than 250 ms is read again in the background, so
  * an instance routes on the fleet's spend as of its own last call or 250 ms ago, whichever is
- * newer, plus its own calls not yet counted there.
+ * newer, plus its own calls not yet counted there. A counter read below the last read was lost by
+ * Redis, and that read is put back (PUT_BACK).
  */
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
@@ -129,6 +130,21 @@ for i = 2, #KEYS do
   redis.call('EXPIRE', KEYS[i], ARGV[2 * i])
 end
 return 1`;
+/**
+ * A day's counter read below what an instance last read of it was lost (Redis restarted without
+ * its data, or flushed): that read goes back on top of what was added since. KEYS[2] keeps the
+ * largest read put back since the loss (it goes with the counter in the next one), so of the
+ * instances that find the loss, each adds only what its read has over the ones before: the fleet's
+ * freshest figure, once. ARGV: the micro-dollars read before, the TTL. Returns the counter.
+ */
+const PUT_BACK = `
+local back = tonumber(redis.call('GET', KEYS[2]) or '0')
+local read = tonumber(ARGV[1])
+if read <= back then return tonumber(redis.call('GET', KEYS[1]) or '0') end
+redis.call('SET', KEYS[2], read, 'EX', ARGV[2])
+local v = redis.call('INCRBY', KEYS[1], read - back)
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return v`;
 const secondOf = (ms: number): number => Math.floor(ms / 1000);
 const sum = (m: Micros): number => [...m.values()].reduce((a, b) => a + b, 0);
 
@@ -270,7 +286,7 @@ export class RedisSpendDays implements SpendDays {
       const failed = replies.find(([error]) => error);
       if (failed || !replies.length) throw failed?.[0] ?? new Error('no reply');
       const values = replies.at(-1)![1] as Array<string | null>;
-      this.known = new Map(days.map((d, i) => [d, Number(values[i] ?? 0)]));
+      this.known = await this.putBackLost(new Map(days.map((d, i) => [d, Number(values[i] ?? 0)])));
       this.knownAt = performance.now();
       this.unanswered = this.unanswered.filter((b) => !sent.includes(b));
       this.holdUntil = 0;
@@ -281,6 +297,26 @@ export class RedisSpendDays implements SpendDays {
       this.failing = true;
       this.holdUntil = performance.now() + RETRY_MS;
     }
+  }
+
+  /**
+   * The figures read, with the days whose counter fell below the last read put back (PUT_BACK):
+   * counters only grow, and a Redis that lost them would otherwise lift the caps for the rest of the
+   * day. Should Redis not take it, the last read stays, so the next read finds the loss again.
+   */
+  private async putBackLost(read: Micros): Promise<Micros> {
+    const lost = [...read].filter(([day, micros]) => micros < (this.known.get(day) ?? 0)).map(([day]) => day);
+    if (!lost.length) return read;
+    const pipeline = this.redis.pipeline();
+    for (const day of lost) pipeline.eval(PUT_BACK, 2, this.key(day), `${this.key(day)}:put-back`, this.known.get(day)!, KEY_TTL_S);
+    const replies = (await pipeline.exec().catch(() => null)) ?? [];
+    for (const [i, day] of lost.entries()) {
+      const [error, micros] = replies[i] ?? [new Error('no reply')];
+      read.set(day, error ? this.known.get(day)! : Number(micros));
+    }
+    const days = lost.map((d) => new Date(d * DAY_MS).toISOString().slice(0, 10)).join(', ');
+    this.opts.warn(`spend counted in Redis for ${days} was lost (Redis restarted without its data, or flushed): put back as last read`);
+    return read;
   }
 
   private addBatch(pipeline: ReturnType<Redis['pipeline']>, b: Batch): void {

@@ -107,6 +107,30 @@ describe('spend per day in Redis: one figure for the fleet', () => {
     expect(await redis.ttl(`${key}:spend:${new Date(20_000 * DAY).toISOString().slice(0, 10)}`)).toBeGreaterThan(7 * 86_400);
   });
 
+  it("a Redis that loses the day's spend (restarted without its data, a flush) gets it back from the instances that read it, the freshest figure once, with what was added since", async () => {
+    const key = space();
+    const now = () => 20_000 * DAY;
+    const counter = `${key}:spend:${new Date(20_000 * DAY).toISOString().slice(0, 10)}`;
+    const a = new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now });
+    const b = new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now });
+    closing.push(a, b);
+    a.add(40);
+    await a.refresh();
+    await b.refresh();
+    a.add(1);
+    await a.refresh(); // b's figure is 40, a's 41
+    await redis.del(...(await redis.keys(`${key}:spend:*`)));
+    await b.refresh(); // b finds the loss first and puts back what it read
+    expect(Number(await redis.get(counter))).toBe(40_000_000);
+    a.add(0.5);
+    await a.refresh(); // a read more before the loss: only the difference goes on
+    await b.refresh();
+    for (const days of [a, b]) expect(days.spentBetween(20_000, 20_000)).toBeCloseTo(41.5, 9);
+    expect(Number(await redis.get(counter))).toBe(41_500_000);
+    expect(await redis.ttl(counter)).toBeGreaterThan(7 * 86_400);
+    expect(warnings.some((w) => w.includes('was lost'))).toBe(true);
+  });
+
   it("the spend of the last seconds includes another instance's whose clock is a few seconds ahead", async () => {
     const key = space();
     const at = 20_000 * DAY + 3_600_000;
