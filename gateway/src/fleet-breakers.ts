@@ -45,8 +45,11 @@ type Lease = 'none' | 'asking' | 'mine' | 'theirs';
 
 interface Message {
   route: string;
-  /** `answered`: a success here reset the fleet's count (a Cold job failing on the route is then the job's own). */
-  state: 'open' | 'closed' | 'failing' | 'answered';
+  /**
+   * `answered`: a success here reset the fleet's count (a Cold job failing on the route is then the job's own);
+   * `released`: the probe lease held here was given back (a stop, a reload), for another instance to take now.
+   */
+  state: 'open' | 'closed' | 'failing' | 'answered' | 'released';
   from: string;
 }
 
@@ -121,16 +124,27 @@ export class FleetBreakers {
     for (const w of dropped) this.stopRetry(w);
     const held = dropped.filter((w) => w.lease === 'mine');
     for (const w of held) w.lease = 'none';
-    if (held.length) await within(this.redis.del(...held.map((w) => this.key(w, 'probe'))), WAIT_MS).catch(() => 0);
+    await this.release(held);
+  }
+
+  /**
+   * Gives these routes' probe leases back and says so: the instances refused the lease would
+   * otherwise wait for it to lapse (two open periods) before asking again, the route unprobed.
+   */
+  private async release(held: Watched[]): Promise<void> {
+    if (!held.length) return;
+    const multi = this.redis.multi().del(...held.map((w) => this.key(w, 'probe')));
+    for (const w of held) multi.publish(this.channel, JSON.stringify({ route: w.name, state: 'released', from: this.instance }));
+    await within(multi.exec(), WAIT_MS).catch(() => 0);
   }
 
   /** Stops following; a probe lease held here is given back, so another instance probes at once. */
   async close(): Promise<void> {
-    const held = [...this.byName.values()].filter((w) => w.lease === 'mine').map((w) => this.key(w, 'probe'));
+    const held = [...this.byName.values()].filter((w) => w.lease === 'mine');
     for (const w of this.byName.values()) this.stopRetry(w);
     if (this.pinging) clearInterval(this.pinging);
     this.sub.disconnect();
-    if (held.length) await within(this.redis.del(...held), WAIT_MS).catch(() => 0);
+    await this.release(held);
   }
 
   private key(w: Watched, part: 'open' | 'tripped' | 'failures' | 'probe'): string {
@@ -234,7 +248,11 @@ export class FleetBreakers {
     }
     const w = this.byName.get(m.route);
     if (!w || m.from === this.instance) return;
-    if (m.state === 'failing') w.counting = true;
+    if (m.state === 'released') {
+      if (w.lease !== 'theirs') return;
+      this.stopRetry(w);
+      w.lease = 'none'; // the next request for the route asks for the lease
+    } else if (m.state === 'failing') w.counting = true;
     else if (m.state === 'answered') {
       w.counting = false;
       w.route.breaker.answeredInFleet();

@@ -187,6 +187,24 @@ describe('breakers across instances', () => {
     await until(async () => (await chat(b.url)).headers.get('x-route-tier') === 'hot', 5000);
   });
 
+  it('an instance that stops while it holds the probe lease: another instance that was refused the lease probes at once, not once it has lapsed', async () => {
+    const openMs = 3000;
+    hot.always({ kind: 'status', status: 500 });
+    const [a, b] = await Promise.all([instance(1, openMs), instance(2, openMs)]);
+    while (primary(a).state() !== 'open') await chat(a.url);
+    await until(async () => primary(b).state() === 'open', 5000);
+    hot.always({ kind: 'ok' });
+    await until(async () => primary(a).state() === 'half-open' && primary(b).state() === 'half-open', 10_000);
+    await until(async () => (await chat(a.url)).headers.get('x-route-tier') === 'hot', 5000); // a holds the lease
+    // b has traffic too: its request finds the lease a's, and goes on to the next route.
+    expect((await chat(b.url)).headers.get('x-route-tier')).toBe('warm');
+    await a.stop();
+    fleet.splice(fleet.indexOf(a), 1);
+    const given = performance.now();
+    await until(async () => (await chat(b.url)).headers.get('x-route-tier') === 'hot', 10_000);
+    expect(performance.now() - given).toBeLessThan(1000); // the lease would have lapsed 6 s after a's probe
+  });
+
   it('while Redis does not answer, a breaker still probes and closes on its own', async () => {
     const link = await new RedisLink().open();
     try {
