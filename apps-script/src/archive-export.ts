@@ -271,11 +271,15 @@ function commitWatermark(svc: MeterServices, wm: Watermark): number {
   return row;
 }
 
-/** The watermark and, with it, the undated rows it passed that no file holds yet. */
+/**
+ * The undated rows the watermark passes that no file holds yet, then the watermark. In this order a
+ * run cut off between the two loses nothing: the list drops only rows a file now holds, and until the
+ * watermark moves retention deletes nothing past the old one (saved first, a watermark whose list was
+ * not saved let retention delete a held row no file had). The next run writes both again.
+ */
 function commitExport(svc: MeterServices, wm: Watermark, undated: string[]): number {
-  const row = commitWatermark(svc, wm);
   writeUndated(svc, undated);
-  return row;
+  return commitWatermark(svc, wm);
 }
 
 /**

@@ -212,6 +212,31 @@ describe('exportArchive and doGet export', () => {
     ).toEqual(['d2']);
   });
 
+  it('an export whose records fail half-way (the watermark or the held rows saved, not both) loses no held row to retention, and the next run finishes it', () => {
+    const { platform, meter } = freshMeter('2026-10-01T15:00:00Z');
+    post(meter, { events: ['good1', 'held', 'good2'].map((event_id, i) => ({ event_id, timestamp: `2026-10-01T10:0${i}:00Z` })) });
+    dataRows(eventsTab(platform))[1][EVENT_FIELDS.indexOf('input_tokens')] = '1.2k'; // typed by hand: held back
+    platform.clock.set('2026-11-22T01:00:00Z');
+    // The file is written; of the export's two records (watermark, held rows), the second times out.
+    const record = (_: string, key?: string) => key === 'EXPORT_WATERMARK' || key === 'EXPORT_UNDATED';
+    platform.calls.failAfter(
+      (name, key) => name === 'Properties.setProperty' && record(name, key),
+      (name, key) => name.startsWith('Properties.') && name !== 'Properties.getProperty' && record(name, key),
+      'Service Properties timed out',
+    );
+    expect(() => meter.exportArchive()).toThrow(/timed out/);
+    platform.clock.set('2026-11-22T03:00:00Z');
+    meter.applyRetention();
+    expect(dataRows(eventsTab(platform)).map((r) => r[0])).toContain('held');
+    platform.clock.set('2026-11-22T04:00:00Z');
+    expect(meter.exportArchive()).toMatch(/finished the previous run.*no rows to export/);
+    expect(csvOf(platform).map((f) => f.name)).toEqual(['events_2026-11-21.csv']);
+    dataRows(eventsTab(platform)).find((r) => r[0] === 'held')![EVENT_FIELDS.indexOf('input_tokens')] = 1200;
+    expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\)/);
+    const exported = csvOf(platform).flatMap((f) => f.lines.slice(1).map((l) => l.split(',')[0]));
+    expect(exported.sort()).toEqual(['good1', 'good2', 'held']);
+  });
+
   it('a run started while another writes its file (a manual run during the nightly one) exports nothing twice', () => {
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
     post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' }] });

@@ -55,14 +55,14 @@ export class FakeProperties {
     return this.store.has(key) ? (this.store.get(key) as string) : null;
   }
   setProperty(key: string, value: string) {
-    this.calls.count('Properties.setProperty');
+    this.calls.count('Properties.setProperty', key);
     if (typeof value !== 'string') throw new Error('Property values must be strings.');
     this.store.set(key, value);
     this.calls.done('Properties.setProperty', key); // the key as the call's second name
     return this;
   }
   deleteProperty(key: string) {
-    this.calls.count('Properties.deleteProperty');
+    this.calls.count('Properties.deleteProperty', key);
     this.store.delete(key);
     return this;
   }
