@@ -125,8 +125,8 @@ export function findStoredIds(sheet: Sheet, ids: string[], lastRow = sheet.getLa
 }
 
 /**
- * Writes rows after the last row in one setValues call, growing the tab first when needed.
- * Refuses, before writing anything, a write that would pass the spreadsheet's cell limit.
+ * Writes rows after `lastRow` (the last event's: lastEventRow) in one setValues call, growing the
+ * tab first when needed. Refuses, before writing anything, a write that would pass the spreadsheet's cell limit.
  */
 export function appendRows(ss: Spreadsheet, sheet: Sheet, rows: CellValue[][], lastRow = sheet.getLastRow()): number {
   if (rows.length === 0) return 0;
@@ -156,10 +156,21 @@ function checkHeader(header: readonly unknown[], first: number): void {
 }
 
 /**
- * Rows 1..`rows` of columns `first`.. of the events tab. A tab with fewer columns than the events'
- * (one deleted by hand) is refused by name: Google's own error ("The coordinates of the range are
- * outside the dimensions of the sheet") named neither the tab nor the cause, and came back as
- * `internal`. Its columns are counted only when the read fails: the usual read costs no call more.
+ * A tab with fewer columns than the events' (one deleted by hand), refused by name: Google's own
+ * error ("The coordinates of the range are outside the dimensions of the sheet") named neither the
+ * tab nor the cause, and came back as `internal`.
+ */
+function deletedColumn(columns: number): MeterRefusal {
+  return new MeterRefusal(
+    'config_error',
+    `${EVENTS_TAB} tab: ${columns} columns where the meter keeps ${EVENT_COLUMNS} (${EVENT_FIELDS.join(', ')}): ` +
+      `a column was deleted by hand; Edit → Undo, or insert an empty column where it was and run Meter → Set up or repair, which writes its header back`,
+  );
+}
+
+/**
+ * Rows 1..`rows` of columns `first`.. of the events tab. Its columns are counted only when the
+ * read fails (deletedColumn): the usual read costs no call more.
  */
 function readColumns(sheet: Sheet, rows: number, first: number, width: number): unknown[][] {
   try {
@@ -167,17 +178,41 @@ function readColumns(sheet: Sheet, rows: number, first: number, width: number): 
   } catch (error) {
     const columns = sheet.getMaxColumns();
     if (columns >= EVENT_COLUMNS) throw error;
-    throw new MeterRefusal(
-      'config_error',
-      `${EVENTS_TAB} tab: ${columns} columns where the meter keeps ${EVENT_COLUMNS} (${EVENT_FIELDS.join(', ')}): ` +
-        `a column was deleted by hand; Edit → Undo, or insert an empty column where it was and run Meter → Set up or repair, which writes its header back`,
-    );
+    throw deletedColumn(columns);
   }
 }
 
-/** The header row checked before rows are written by position (one read). */
-export function checkEventsHeader(sheet: Sheet): void {
-  checkHeader(readColumns(sheet, 1, 1, EVENT_COLUMNS)[0], 1);
+/**
+ * The header row checked before rows are written by position. It is read whole (`1:1`, one read
+ * as before), so it also gives the tab's width, which says whether lastEventRow must look further.
+ */
+export function checkEventsHeader(sheet: Sheet): number {
+  const header = sheet.getRange('1:1').getValues()[0];
+  if (header.length < EVENT_COLUMNS) throw deletedColumn(header.length);
+  checkHeader(header.slice(0, EVENT_COLUMNS), 1);
+  return header.length;
+}
+
+/** Rows read at a time when lastEventRow looks upwards. */
+const SCAN_ROWS = 1000;
+
+/**
+ * The last row holding an event (1, the header's, when none), for a tab `width` columns wide.
+ * getLastRow() counts every column: one an operator keeps beside the events (a formula filled down
+ * T2:T1000 beside 100 events) put it past the events, and ingest appended after it, leaving blank
+ * event rows that retention never drops. Only a tab wider than the events' needs more than that
+ * call: its last row is read, then blocks of rows upwards until one holds an event.
+ */
+export function lastEventRow(sheet: Sheet, width: number): number {
+  let end = sheet.getLastRow();
+  if (width <= EVENT_COLUMNS) return end;
+  for (let size = 1; end >= 2; size = SCAN_ROWS) {
+    const top = Math.max(2, end - size + 1);
+    const rows = sheet.getRange(top, 1, end - top + 1, EVENT_COLUMNS).getValues();
+    for (let i = rows.length - 1; i >= 0; i--) if (rows[i].some((cell) => cell !== '' && cell !== null)) return top + i;
+    end = top - 1;
+  }
+  return end;
 }
 
 /** The rows under the header of columns `first`.. of the events tab, read with it in one call and checked. */

@@ -8,7 +8,7 @@
  */
 import { CLOCK_SKEW_ALLOWANCE_MS, EVENT_FIELDS, normalizeEvent, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
-import { appendRows, checkEventsHeader, eventToRow, findStoredIds, getEventsSheet } from './events-sheet';
+import { appendRows, checkEventsHeader, eventToRow, findStoredIds, getEventsSheet, lastEventRow } from './events-sheet';
 import { withScriptLock } from './lock';
 import type { MeterServices } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
@@ -51,8 +51,7 @@ export function ingestEvents(svc: MeterServices, events: EventRecord[]): IngestR
   checkSheetTimeZone(svc.spreadsheet);
   return withScriptLock(svc, () => {
     const sheet = getEventsSheet(svc.spreadsheet);
-    checkEventsHeader(sheet);
-    const lastRow = sheet.getLastRow();
+    const lastRow = lastEventRow(sheet, checkEventsHeader(sheet));
     const stored = findStoredIds(sheet, [...unique.keys()], lastRow);
     const fresh = [...unique.values()].filter((e) => !stored.has(e.event_id));
     const appended = appendRows(svc.spreadsheet, sheet, fresh.map(eventToRow), lastRow);

@@ -187,6 +187,22 @@ describe('doPost ingest', () => {
     expect(events.data).toHaveLength(1299);
   });
 
+  it('appends after the last event, not after a formula column filled down beside the events', () => {
+    const events = platform.spreadsheet.tab('events')!;
+    events.loadRows(
+      2,
+      Array.from({ length: 100 }, (_, i) => [`old-${i}`, new Date(0), ...Array(17).fill('')]),
+    );
+    events.maxRows = Math.max(events.maxRows, 1000);
+    events.insertColumnsAfter(19, 1);
+    for (let r = 2; r <= 1000; r++) events.rowForWrite(r)[19] = new Formula(`=J${r}*2`); // T2:T1000
+    expect(post(meter, { events: [{ event_id: 'new-1' }, { event_id: 'new-2' }] })).toMatchObject({ appended: 2 });
+    expect([events.cellAt(102, 1), events.cellAt(103, 1)]).toEqual(['new-1', 'new-2']);
+    expect(post(meter, { events: [{ event_id: 'new-2' }, { event_id: 'new-3' }] })).toMatchObject({ appended: 1, duplicates: 1 });
+    expect(events.cellAt(104, 1)).toBe('new-3');
+    expect((events.cellAt(104, 20) as Formula).text).toBe('=J104*2'); // the operator's formula stays
+  });
+
   it('refuses, before writing, a batch that would pass the 10 million cell limit', () => {
     const events = platform.spreadsheet.tab('events')!;
     const otherCells = platform.spreadsheet.sheets.filter((s) => s !== events).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);

@@ -122,6 +122,13 @@ export class FakeSheet {
       if (c2 > this.maxColumns) throw new Error(`Range not found: ${a1}`);
       return new FakeRange(this, 1, c1, this.maxRows, c2 - c1 + 1);
     }
+    const rows = /^(\d+):(\d+)$/.exec(a1);
+    if (rows) {
+      const r1 = Number(rows[1]);
+      const r2 = Number(rows[2]);
+      if (r1 < 1 || r2 < r1 || r2 > this.maxRows) throw new Error(`Range not found: ${a1}`);
+      return new FakeRange(this, r1, 1, r2 - r1 + 1, this.maxColumns);
+    }
     const cells = /^([A-Z]+)(\d+):([A-Z]+)(\d+)$/i.exec(a1);
     if (!cells) throw new Error(`Range not found: ${a1}`);
     const r1 = Number(cells[2]);
