@@ -13,7 +13,7 @@ import { MAX_BATCH } from './ingest';
 import { withScriptLock } from './lock';
 import type { MeterServices, Sheet, Spreadsheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
-import { appendTabRows, fieldIndex, movedColumns, refuseRenamed, type TabSpec, tab, takenColumns } from './tabs';
+import { appendTabRows, fieldIndex, lastRowWithin, movedColumns, refuseRenamed, type TabSpec, tab, takenColumns } from './tabs';
 import { parseUtcDay } from './utc-day';
 import type { JsonReply } from './web';
 
@@ -36,9 +36,11 @@ export function storeCalls(svc: MeterServices, body: unknown): JsonReply {
   checkSheetTimeZone(svc.spreadsheet); // started_at would read back hours off once the zone is GMT again
   return withScriptLock(svc, () => {
     const sheet = tab(svc.spreadsheet, CALLS);
-    const stored = findStoredIds(sheet, [...unique.keys()], undefined, AT.call_id + 1);
+    // After the last call: not after a column the operator keeps beside the calls (a formula filled down).
+    const last = lastRowWithin(sheet, CALL_FIELDS.length, sheet.getMaxColumns());
+    const stored = findStoredIds(sheet, [...unique.keys()], last, AT.call_id + 1);
     const fresh = [...unique.values()].filter((r) => !stored.has(r.call_id));
-    appendTabRows(svc.spreadsheet, sheet, fresh.map(toRow));
+    appendTabRows(svc.spreadsheet, sheet, fresh.map(toRow), last);
     return { ok: true, appended: fresh.length, duplicates: records.length - fresh.length };
   });
 }

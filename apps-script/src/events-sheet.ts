@@ -5,7 +5,7 @@
 import { EVENT_FIELDS, TEXT_FIELDS, parseDecimalText, parseRfc3339, type EventField, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { CellValue, Sheet, Spreadsheet } from './services';
-import { columnLetter, fieldIndex, growFor, refuseRenamed } from './tabs';
+import { columnLetter, fieldIndex, growFor, lastRowWithin, refuseRenamed } from './tabs';
 
 export const EVENTS_TAB = 'events';
 export const EVENT_COLUMNS = EVENT_FIELDS.length;
@@ -193,26 +193,13 @@ export function checkEventsHeader(sheet: Sheet): number {
   return header.length;
 }
 
-/** Rows read at a time when lastEventRow looks upwards. */
-const SCAN_ROWS = 1000;
-
 /**
- * The last row holding an event (1, the header's, when none), for a tab `width` columns wide.
- * getLastRow() counts every column: one an operator keeps beside the events (a formula filled down
- * T2:T1000 beside 100 events) put it past the events, and ingest appended after it, leaving blank
- * event rows that retention never drops. Only a tab wider than the events' needs more than that
- * call: its last row is read, then blocks of rows upwards until one holds an event.
+ * The last row holding an event (1, the header's, when none), for a tab `width` columns wide: a
+ * column an operator keeps beside the events (a formula filled down T2:T1000 beside 100 events)
+ * does not count (lastRowWithin).
  */
 export function lastEventRow(sheet: Sheet, width: number): number {
-  let end = sheet.getLastRow();
-  if (width <= EVENT_COLUMNS) return end;
-  for (let size = 1; end >= 2; size = SCAN_ROWS) {
-    const top = Math.max(2, end - size + 1);
-    const rows = sheet.getRange(top, 1, end - top + 1, EVENT_COLUMNS).getValues();
-    for (let i = rows.length - 1; i >= 0; i--) if (rows[i].some((cell) => cell !== '' && cell !== null)) return top + i;
-    end = top - 1;
-  }
-  return end;
+  return lastRowWithin(sheet, EVENT_COLUMNS, width);
 }
 
 /** The rows under the header of columns `first`.. of the events tab, read with it in one call and checked. */

@@ -336,10 +336,33 @@ export function fitGrid(ss: Spreadsheet, sheet: Sheet, rows: number, columns: nu
   if (maxRows < height) sheet.insertRowsAfter(maxRows, height - maxRows);
 }
 
-/** Appends rows in one write, growing the tab when needed (never past the cell limit). */
-export function appendTabRows(ss: Spreadsheet, sheet: Sheet, rows: unknown[][]): number {
+/** Rows read at a time when lastRowWithin looks upwards. */
+const SCAN_ROWS = 1000;
+
+/**
+ * The last row (1, the header's, when none) holding a value in the first `columns` columns of a
+ * tab `width` columns wide. getLastRow() counts every column: one an operator keeps beside the
+ * meter's (a formula filled down far past the rows) put it past them, and rows appended after it
+ * left blank rows between (in the events tab, ones retention never drops). Only a tab wider than
+ * `columns` needs more than that call: its last row is read, then blocks of rows upwards until one
+ * holds a value.
+ */
+export function lastRowWithin(sheet: Sheet, columns: number, width: number): number {
+  let end = sheet.getLastRow();
+  if (width <= columns) return end;
+  for (let size = 1; end >= 2; size = SCAN_ROWS) {
+    const top = Math.max(2, end - size + 1);
+    const rows = sheet.getRange(top, 1, end - top + 1, columns).getValues();
+    for (let i = rows.length - 1; i >= 0; i--) if (rows[i].some((cell) => cell !== '' && cell !== null)) return top + i;
+    end = top - 1;
+  }
+  return end;
+}
+
+/** Appends rows after `lastRow` in one write, growing the tab when needed (never past the cell limit). */
+export function appendTabRows(ss: Spreadsheet, sheet: Sheet, rows: unknown[][], lastRow = sheet.getLastRow()): number {
   if (!rows.length) return 0;
-  const start = sheet.getLastRow() + 1;
+  const start = lastRow + 1;
   growFor(ss, sheet, start + rows.length - 1, 100);
   sheet.getRange(start, 1, rows.length, rows[0].length).setValues(rows.map((r) => r.map(cellText)));
   return start;

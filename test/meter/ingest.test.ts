@@ -3,6 +3,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { Formula } from './fakes/cells';
 import { FakePlatform, callJson, loadBundle, type Bundle } from './fakes/platform';
+import { aCall } from './maintenance-setup';
 
 const SECRET = 'test-secret-0123456789abcdef';
 
@@ -201,6 +202,17 @@ describe('doPost ingest', () => {
     expect(post(meter, { events: [{ event_id: 'new-2' }, { event_id: 'new-3' }] })).toMatchObject({ appended: 1, duplicates: 1 });
     expect(events.cellAt(104, 1)).toBe('new-3');
     expect((events.cellAt(104, 20) as Formula).text).toBe('=J104*2'); // the operator's formula stays
+  });
+
+  it('appends call records after the last call, not after a formula column filled down beside them', () => {
+    const calls = platform.spreadsheet.tab('calls')!;
+    const width = calls.maxColumns;
+    expect(post(meter, { calls: [aCall({ call_id: 'c1' })] })).toMatchObject({ ok: true, appended: 1 });
+    calls.maxRows = Math.max(calls.maxRows, 500);
+    calls.insertColumnsAfter(width, 1);
+    for (let r = 2; r <= 500; r++) calls.rowForWrite(r)[width] = new Formula(`=C${r}/60`);
+    expect(post(meter, { calls: [aCall({ call_id: 'c1' }), aCall({ call_id: 'c2' })] })).toMatchObject({ appended: 1, duplicates: 1 });
+    expect(calls.cellAt(3, 1)).toBe('c2');
   });
 
   it('refuses, before writing, a batch that would pass the 10 million cell limit', () => {
