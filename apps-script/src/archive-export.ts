@@ -21,6 +21,7 @@ import { folderFromConfig } from './folders';
 import { MAINTENANCE_LOCK_MS, withScriptLock } from './lock';
 import type { Folder, MeterServices } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
+import { finishInterrupted } from './retention-journal';
 import { findRow } from './tabs';
 import { DAY_MS, parseUtcDay, utcDayStart } from './utc-day';
 import { MAX_UNDATED, readUndated, writeUndated } from './undated-rows';
@@ -354,13 +355,19 @@ function letGo(svc: MeterServices, run: string): void {
   }
 }
 
+/** The plan from the tab as it is, a retention run cut off after its rewrite finished first (under the lock). */
+function planFromTab(svc: MeterServices, nowMs: number): ExportPlan {
+  const sheet = getEventsSheet(svc.spreadsheet);
+  const rows = readAllRows(sheet);
+  const stored = readWatermark(svc);
+  const moved = finishInterrupted(svc, sheet, stored, rows);
+  // Its blank tail dropped, the tab is read again (only then).
+  return moved ? planExport(readAllRows(sheet), moved, nowMs, readUndated(svc)) : planExport(rows, stored, nowMs, readUndated(svc));
+}
+
 /** One file of the export: planned under the lock, written, then its watermark committed under the lock. */
 function exportFile(svc: MeterServices, run: string, nowMs: number): { plan: ExportPlan; file: string | null; watermark: number } {
-  const plan = withScriptLock(
-    svc,
-    () => planExport(readAllRows(getEventsSheet(svc.spreadsheet)), readWatermark(svc), nowMs, readUndated(svc)),
-    MAINTENANCE_LOCK_MS,
-  );
+  const plan = withScriptLock(svc, () => planFromTab(svc, nowMs), MAINTENANCE_LOCK_MS);
   let file: string | null = null;
   if (plan.out.length > 0) {
     const folder = archiveFolder(svc);

@@ -1,8 +1,9 @@
 /**
  * The retention journal (script property `RETENTION_IN_PROGRESS`): what a retention run is about
  * to do, recorded before it rewrites the events tab, so that a run cut off after the rewrite (a
- * Sheets or Properties call that timed out) is finished by the next run instead of leaving the
- * watermark behind (which would stop retention and send the export back to the top).
+ * Sheets or Properties call that timed out) is finished by the next run, or by the export that
+ * comes first (finishInterrupted), instead of leaving the watermark behind (which would stop
+ * retention and send the export back to the top).
  *
  * The rewrite itself is one setValues (kept rows shifted up, freed tail blanked): either it
  * happened or it did not. The steps after it (drop the blank tail, move the watermark, close the
@@ -70,4 +71,24 @@ export function interruptedRun(svc: Pick<MeterServices, 'properties'>, wm: Water
   }
   svc.properties.deleteProperty(JOURNAL_PROPERTY);
   return null;
+}
+
+/**
+ * For the export, which runs at 01:00, before retention's next run at 03:00: finishes a retention
+ * run cut off after its rewrite and gives the watermark it moved to, or null when there is none.
+ * Left to the next retention, the stale watermark sent the export back to the top of the tab (the
+ * whole tab written again, said to be rows moved by hand). Looked for only when the watermark no
+ * longer holds, so the usual export makes no call more.
+ */
+export function finishInterrupted(
+  svc: Pick<MeterServices, 'properties'>,
+  sheet: Sheet,
+  wm: Watermark | null,
+  rows: unknown[][],
+): Watermark | null {
+  if (!wm || watermarkHolds(wm, rows)) return null;
+  const journal = interruptedRun(svc, wm, rows);
+  if (!journal) return null;
+  finishJournal(svc, sheet, journal);
+  return journal.after;
 }

@@ -85,8 +85,8 @@ describe.each([
   });
 });
 
-describe('applyRetention cut off after its rewrite, then the export runs before the retry', () => {
-  it('the export starts from the top (the archive drops repeats), and the retry drops the stale journal', () => {
+describe('applyRetention cut off after its rewrite, then the nightly export runs before the retry', () => {
+  it('the export finishes the interrupted run and takes only the rows it had not taken, not the whole tab again', () => {
     const { platform, meter, kept, spend, ids, recent } = seeded('onoonoo');
     let inRun = true;
     platform.calls.failAfter(
@@ -98,7 +98,10 @@ describe('applyRetention cut off after its rewrite, then the export runs before 
     expect(ids()).toEqual(kept);
     expect(spend()).toBe(recent);
     platform.clock.set('2026-11-23T02:00:00Z');
-    expect(meter.exportArchive()).toMatch(/exported from the top/);
+    const message = meter.exportArchive();
+    expect(message).toMatch(/wrote 2 row\(s\)/);
+    expect(message).not.toMatch(/exported from the top/);
+    expect(platform.drive.folders[0].files.at(-1)!.content).not.toMatch(/^n1,/m); // exported the night before
     expect(meter.applyRetention()).toMatch(/^deleted 1 row/); // late-old, now exported
     expect(ids()).toEqual(kept.filter((id) => id !== 'late-old'));
     expect(platform.properties.getProperty('RETENTION_IN_PROGRESS')).toBeNull();
