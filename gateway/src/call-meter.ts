@@ -62,6 +62,7 @@ function checked(usage: Usage): Usage {
     ...(inAudio ? { input_audio_tokens: inAudio } : {}),
     ...(outAudio ? { output_audio_tokens: outAudio } : {}),
     ...(money(cost) ? { cost_usd: cost } : {}),
+    ...(usage.service_tier ? { service_tier: usage.service_tier } : {}),
   };
 }
 

@@ -2,11 +2,13 @@
  * cost_usd of a call: the provider's own figure when it reports one, else computed from model
  * prices (@pydantic/genai-prices, pinned: prices change only when we upgrade it), cached input
  * tokens at the model's cache-read price (those written to it at its cache-write price), audio
- * tokens at its audio rates. A model with no
- * known price leaves cost empty (never a silent 0) and says so once in the log.
+ * tokens at its audio rates, at the rates of the service tier the answer names (service-tier.ts).
+ * A model with no known price (or none at that tier) leaves cost empty (never a silent 0) and says
+ * so once in the log.
  */
 import { calcPrice } from '@pydantic/genai-prices';
 import type { Usage } from './providers/adapter';
+import { tierFactor } from './service-tier';
 
 const unpriced = new Set<string>();
 /** calcPrice matches the model against every known model (~30 µs); remember answers per usage. */
@@ -15,7 +17,7 @@ const CACHE_LIMIT = 10_000;
 
 export function costUsd(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   if (usage.cost_usd !== undefined) return usage.cost_usd;
-  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.cache_write_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}`;
+  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.cache_write_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}\u0000${usage.service_tier ?? ''}`;
   const hit = cache.get(cacheKey);
   if (hit !== undefined) return hit;
   const cost = compute(provider, model, usage, warn);
@@ -52,10 +54,11 @@ function compute(provider: string, model: string, usage: Usage, warn: (message: 
   } catch {
     price = null;
   }
+  const factor = price ? tierFactor(provider, price.model.id, usage.service_tier) : null;
   // The price table's binary arithmetic leaves tails (11 tokens at $0.15/M: 0.0000016499999999999999);
   // kept to the nano-dollar, as the archive stores costs (DECIMAL(18,9)) and the phone bridge rounds its own.
-  if (price) return Number(price.total_price.toFixed(9));
-  const key = `${provider}/${model}`;
+  if (price && factor !== null) return Number((price.total_price * factor).toFixed(9));
+  const key = price ? `${provider}/${model} at service tier ${usage.service_tier}` : `${provider}/${model}`;
   if (!unpriced.has(key)) {
     unpriced.add(key);
     warn(`no price known for ${key}: its events carry an empty cost_usd (set prices or report cost upstream)`);

@@ -34,10 +34,10 @@ export function wholeAnswer(answer: Answer): { body: Buffer | string; usage: Usa
     return { body, usage: answer.route.adapter.usage(raw, answer.of.ctx.api) };
   }
   // Read as the client would read it: a byte-order mark before it is no reason to pass it on untranslated.
-  const chat = parseJson(raw.toString('utf8')) as { usage?: unknown } | null;
+  const chat = parseJson(raw.toString('utf8')) as { usage?: unknown; service_tier?: unknown } | null;
   if (chat === null) return { body: raw, usage: null }; // not JSON: passed on as the provider sent it
   const response = chatToResponse(chat, answer.of.ctx.body, { responseId: newResponseId(), now: Date.now() }, answer.model);
-  return { body: JSON.stringify(response), usage: readUsage(chat?.usage) };
+  return { body: JSON.stringify(response), usage: readUsage(chat?.usage, undefined, chat?.service_tier) };
 }
 
 /**

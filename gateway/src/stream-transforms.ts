@@ -98,7 +98,7 @@ export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamT
           if (typeof index === 'number' && Number.isInteger(index) && index >= 0 && index < choices) finished.add(index);
         }
       }
-      const usage = json ? readUsage(json.usage) : null;
+      const usage = json ? readUsage(json.usage, undefined, json.service_tier) : null;
       if (usage) {
         this.usage = usage;
         const empty = !Array.isArray(json!.choices) || json!.choices.length === 0;
@@ -157,8 +157,8 @@ export function responsesPassthrough(maxEventChars?: number, onResponse?: (respo
         // its own event already told the client: nothing more is written for it (`broken`).
         failed = type === 'response.failed';
         this.done = !failed;
-        const response = parse(e.data)?.response as { usage?: unknown } | undefined;
-        this.usage = readUsage(response?.usage);
+        const response = parse(e.data)?.response as { usage?: unknown; service_tier?: unknown } | undefined;
+        this.usage = readUsage(response?.usage, undefined, response?.service_tier);
         onResponse?.(response);
       }
       return serialize(e);
@@ -210,7 +210,7 @@ export function chatToResponses(
   return {
     done: false,
     get usage() {
-      return readUsage(translation.usage);
+      return readUsage(translation.usage, undefined, translation.tier);
     },
     get tooLarge() {
       return translation.tooLarge;

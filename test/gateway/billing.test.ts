@@ -260,6 +260,49 @@ describe('numbers that cannot be money', () => {
     expect([Number(cached.cost_usd), cached.error_code]).toEqual([Number(priced(both).toFixed(9)), '']);
   });
 
+  it("a call served at a service tier is priced at that tier's rates, as the answer names it; a tier without a known price is UNPRICED", async () => {
+    const map = { ...mapOf([hot.url]), hot: [{ provider: 'openai', model: 'o4-mini', baseUrl: hot.url }] };
+    gw = await startGateway(map);
+    const ask = (tier: string | undefined, more: object = {}) => ({
+      model: 'x',
+      messages: [{ role: 'user', content: 'hi' }],
+      ...(tier ? { service_tier: tier } : {}),
+      ...more,
+    });
+    const respond = (tier: string, stream = false) =>
+      fetch(`${gw!.url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'x', input: 'hi', service_tier: tier, stream }),
+      }).then((r) => r.text());
+    const ok = { kind: 'ok' } as const;
+    const stream = { kind: 'stream' } as const;
+    hot.next(ok, ok, ok, ok, stream, stream, ok, ok, ok);
+    for (const tier of [undefined, 'default', 'priority', 'flex']) expect((await chat(gw.url, ask(tier))).status).toBe(200);
+    await chat(gw.url, ask('priority', { stream: true }));
+    await chat(gw.url, ask('flex', { stream: true, stream_options: { include_usage: true } }));
+    await respond('priority');
+    await respond('flex', true);
+    await chat(gw.url, ask('turbo'));
+    await gw.meter.flush();
+    // OpenAI's rates for o4-mini per million tokens (input, output): standard 1.10/4.40,
+    // priority 2.00/8.00, flex 0.55/2.20; whole chat 12+5 tokens, streamed 20+3, Responses 30+6.
+    const usd = (inRate: number, outRate: number, i: number, o: number) => Number(((i * inRate + o * outRate) / 1e6).toFixed(9));
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, Number(e.cost_usd), e.error_code])).toEqual([
+      ['12', '5', usd(1.1, 4.4, 12, 5), ''],
+      ['12', '5', usd(1.1, 4.4, 12, 5), ''],
+      ['12', '5', usd(2, 8, 12, 5), ''],
+      ['12', '5', usd(0.55, 2.2, 12, 5), ''],
+      ['20', '3', usd(2, 8, 20, 3), ''],
+      ['20', '3', usd(0.55, 2.2, 20, 3), ''],
+      ['30', '6', usd(2, 8, 30, 6), ''],
+      ['30', '6', usd(0.55, 2.2, 30, 6), ''],
+      ['12', '5', 0, 'UNPRICED'],
+    ]);
+    expect(gw.events().at(-1)!.cost_usd).toBe('');
+    expect(gw.logs.filter((l) => l.includes('turbo'))).toHaveLength(1);
+  });
+
   it("usage past the record's limits: no count the meter would refuse, and a cost past its limit is UNPRICED, the event kept", async () => {
     gw = await startGateway(mapOf([hot.url]));
     hot.always({ kind: 'ok', usage: { prompt_tokens: 1e21, completion_tokens: 9e15, cost: 5e9 } as any });

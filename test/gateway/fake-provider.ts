@@ -179,6 +179,7 @@ export class FakeProvider {
                 : { index: 0, message: { role: 'assistant', content: b.content ?? `hello from ${model}` }, finish_reason: 'stop' },
             ],
             ...(usage ? { usage } : {}),
+            ...tierOf(body),
           }),
         );
         return;
@@ -201,6 +202,7 @@ export class FakeProvider {
             created: 1,
             model,
             choices: [{ index: 0, delta, finish_reason: finish }],
+            ...tierOf(body),
           });
         const pad = b.chunkBytes ? 'x'.repeat(b.chunkBytes) : '';
         const text = (i: number) => b.contents?.[i] ?? (i === 0 ? `part0${pad}` : ` part${i}${pad}`);
@@ -224,7 +226,9 @@ export class FakeProvider {
         }
         if (!b.noUsage && body.stream_options?.include_usage) {
           const usage = { prompt_tokens: 20, completion_tokens: n, total_tokens: 20 + n };
-          res.write(event({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [], usage }));
+          res.write(
+            event({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 1, model, choices: [], usage, ...tierOf(body) }),
+          );
         }
         res.end(`data: [DONE]${eol}${eol}`);
         return;
@@ -241,6 +245,9 @@ export async function refusedUrl(): Promise<string> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return `http://127.0.0.1:${port}/v1`;
 }
+
+/** The tier the request asked for, said in the answer as OpenAI says which served it (after the usage in chat's). */
+const tierOf = (body: Record<string, any>) => (typeof body.service_tier === 'string' ? { service_tier: body.service_tier } : {});
 
 /** OpenAI's embeddings answer: one 3-dimensional vector per input, usage counted per input. */
 function answerEmbeddings(res: ServerResponse, body: Record<string, any>): void {
@@ -275,6 +282,7 @@ function answerResponses(res: ServerResponse, body: Record<string, any>, stream:
     status: 'completed',
     model: body.model,
     output: [message],
+    ...tierOf(body),
     usage: {
       input_tokens: 30,
       output_tokens: 6,

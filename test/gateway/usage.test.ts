@@ -35,6 +35,17 @@ describe('usage of a whole answer', () => {
     expect(usageOf(reordered)).toEqual({ input_tokens: 5, output_tokens: 6 });
   });
 
+  it("reads the service tier the answer says served it, chat's after its usage, a response's before", () => {
+    const content = 'a tier: "service_tier": "flex"';
+    const chat = { choices: [{ message: { content } }], usage: { prompt_tokens: 7, completion_tokens: 4 }, service_tier: 'priority' };
+    expect(usageOf(chat)).toEqual({ input_tokens: 7, output_tokens: 4, service_tier: 'priority' });
+    expect(usageOf(JSON.stringify(chat, null, 2))).toEqual({ input_tokens: 7, output_tokens: 4, service_tier: 'priority' });
+    expect(usageOf({ ...chat, service_tier: undefined })).toEqual({ input_tokens: 7, output_tokens: 4 });
+    const response = { object: 'response', output: [], service_tier: 'flex', usage: { input_tokens: 9, output_tokens: 2 } };
+    const body = Buffer.from(JSON.stringify(response));
+    expect(openAiCompatible.usage(body, 'responses')).toEqual({ input_tokens: 9, output_tokens: 2, service_tier: 'flex' });
+  });
+
   it('gives no usage (never zeros) when there is none or the body is not JSON', () => {
     expect(usageOf({ choices: [] })).toBeNull();
     expect(usageOf({ choices: [], usage: null })).toBeNull();

@@ -22,6 +22,8 @@ export interface Usage {
   output_audio_tokens?: number;
   /** Cost in USD when the provider reports it (some gateways do); else computed from prices. */
   cost_usd?: number;
+  /** The tier the answer says served the call (OpenAI's `service_tier`: `priority`, `flex`), priced at its rates. */
+  service_tier?: string;
 }
 
 export interface OutboundRequest {
@@ -39,8 +41,9 @@ export interface ProviderAdapter {
 /**
  * `api`: for embeddings, which have no output, a lone `total_tokens` is the input (Voyage AI's
  * answer carries nothing else); for the others it mixes input and output, so it is no usage.
+ * `tier`: the answer's `service_tier`, beside its usage (not inside it).
  */
-export function readUsage(u: unknown, api?: ApiKind): Usage | null {
+export function readUsage(u: unknown, api?: ApiKind, tier?: unknown): Usage | null {
   if (!u || typeof u !== 'object') return null;
   const x = u as Record<string, unknown>;
   const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
@@ -62,5 +65,6 @@ export function readUsage(u: unknown, api?: ApiKind): Usage | null {
     ...(inAudio ? { input_audio_tokens: inAudio } : {}),
     ...(outAudio ? { output_audio_tokens: outAudio } : {}),
     ...(cost === undefined ? {} : { cost_usd: cost }),
+    ...(typeof tier === 'string' && tier ? { service_tier: tier } : {}),
   };
 }

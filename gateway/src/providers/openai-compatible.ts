@@ -8,15 +8,16 @@ import { readUsage, type ProviderAdapter } from './adapter';
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const USAGE_KEY = Buffer.from('"usage"');
+const TIER_KEY = Buffer.from('"service_tier"');
 
 /**
  * The `"usage": {...}` object of an OpenAI-style response, parsed on its own: the usage comes
  * last, after the choices, whose text is most of the body, so reading only it spares a parse of
  * the whole answer on every call. A literal `"usage"` cannot occur inside a JSON string (its
  * quotes would be escaped), so the last one followed by `:` and `{` is the key. Anything
- * unexpected → undefined, and the caller parses the whole body.
+ * unexpected → undefined, and the caller parses the whole body. `end`: where the object ends.
  */
-function usageObject(body: Buffer): unknown {
+function usageObject(body: Buffer): { usage: unknown; end: number } | undefined {
   const at = body.lastIndexOf(USAGE_KEY);
   if (at < 1 || body[at - 1] === BACKSLASH) return undefined;
   let i = at + USAGE_KEY.length;
@@ -40,13 +41,26 @@ function usageObject(body: Buffer): unknown {
     else if (c === 0x7b) depth++;
     else if (c === 0x7d && --depth === 0) {
       try {
-        return JSON.parse(body.toString('utf8', start, i + 1));
+        return { usage: JSON.parse(body.toString('utf8', start, i + 1)), end: i + 1 };
       } catch {
         return undefined;
       }
     }
   }
   return undefined;
+}
+
+/**
+ * The answer's `"service_tier": "…"` from `from` on, as usageObject reads the usage (the key cannot
+ * occur inside a string); undefined without one.
+ */
+function tierAfter(body: Buffer, from: number): string | undefined {
+  let i = body.indexOf(TIER_KEY, from);
+  if (i === -1) return undefined;
+  i += TIER_KEY.length;
+  while (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09 || body[i] === 0x3a) i++;
+  const end = body[i] === QUOTE ? body.indexOf(QUOTE, i + 1) : -1;
+  return end > i && end - i <= 32 ? body.toString('latin1', i + 1, end) : undefined;
 }
 
 /** The provider path of each API, under the route's base URL. */
@@ -77,10 +91,12 @@ export const openAiCompatible: ProviderAdapter = {
     };
   },
   usage(body, api) {
-    const usage = usageObject(body);
-    if (usage !== undefined) return readUsage(usage, api);
+    const found = usageObject(body);
+    // OpenAI's chat answer names its tier after the usage (a short tail to search); a response before it.
+    if (found !== undefined) return readUsage(found.usage, api, tierAfter(body, api === 'responses' ? 0 : found.end));
     try {
-      return readUsage((JSON.parse(body.toString('utf8')) as { usage?: unknown } | null)?.usage, api);
+      const whole = JSON.parse(body.toString('utf8')) as { usage?: unknown; service_tier?: unknown } | null;
+      return readUsage(whole?.usage, api, whole?.service_tier);
     } catch {
       return null;
     }

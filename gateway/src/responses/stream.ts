@@ -112,6 +112,8 @@ export class ChatToResponsesStream {
   private model: string;
   private finishReason: unknown = null;
   private chatUsage: ChatUsage | null = null;
+  /** The service tier the chat stream says served it (every OpenAI chunk names it), for the meter. */
+  tier: unknown;
   private readonly items: Array<MessageState | CallState> = [];
   /** The bytes of output kept: text (and its logprobs and citations, as JSON), refusals, call names and arguments (UTF-8), each item and part as first shown (JSON). */
   private kept = 0;
@@ -186,6 +188,7 @@ export class ChatToResponsesStream {
     const out = this.start();
     if (!isObject(chunk)) return out;
     this.readUsage(chunk.usage); // also once ended: a usage chunk may follow a provider's error
+    this.tier = chunk.service_tier ?? this.tier;
     if (this.ended) return out;
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
     const choice = choices.find((c) => isObject(c) && (c.index ?? 0) === 0);
