@@ -151,13 +151,16 @@ export class GeneratedText {
 
 /**
  * The estimate of a cut call's usage: the request's body in, the generated text and audio out
- * (none for a call cut before its answer began: no `text`).
+ * (none for a call cut before its answer began: no `text`), at the service tier the request asked
+ * for (the answer that would say which served it never came).
  */
 export function estimateUsage(body: unknown, text?: GeneratedText): Usage {
   const input_tokens = Math.ceil(Buffer.byteLength(JSON.stringify(body) ?? '') / BYTES_PER_TOKEN);
-  if (!text) return { input_tokens, output_tokens: 0 };
+  const tier = (body as { service_tier?: unknown } | null)?.service_tier;
+  const asked = typeof tier === 'string' && tier ? { service_tier: tier } : {};
+  if (!text) return { input_tokens, output_tokens: 0, ...asked };
   const written = Math.max(text.pieces, Math.ceil(text.bytes / BYTES_PER_TOKEN));
   const spoken = Math.ceil(text.audioBytes / AUDIO_BYTES_PER_TOKEN);
-  if (!spoken) return { input_tokens, output_tokens: written };
-  return { input_tokens, output_tokens: written + spoken, output_audio_tokens: spoken };
+  if (!spoken) return { input_tokens, output_tokens: written, ...asked };
+  return { input_tokens, output_tokens: written + spoken, output_audio_tokens: spoken, ...asked };
 }

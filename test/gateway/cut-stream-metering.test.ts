@@ -93,6 +93,19 @@ describe('a chat stream the client hangs up on', () => {
     expect(metrics).toContain(`gateway_estimated_calls_total{route="${gw.gateway.path.failover.routes[0].label}"} 1`);
   });
 
+  it('asked at a service tier: the estimate is priced at that tier, as the provider bills the call', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(GENERATING.join(''))], hold: true });
+    const body = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: PROMPT }], stream: true, service_tier: 'priority' };
+    await hangUpAfter('/v1/chat/completions', body, 'again');
+    const event = await theEvent();
+    const input = tokensOf(JSON.stringify(body));
+    const output = tokensOf('Hello world again');
+    expect([event.error_code, event.input_tokens, event.output_tokens]).toEqual(['CLIENT_CLOSED|ESTIMATED', `${input}`, `${output}`]);
+    // gpt-4o-mini at priority: $0.25 and $1.00 per million tokens (standard $0.15 and $0.60).
+    expect(Number(event.cost_usd)).toBeCloseTo((input * 0.25 + output * 1) / 1e6, 12);
+  });
+
   it('counts at least one token per delta, text of tool calls and reasoning too', async () => {
     gw = await startGateway(mapOf([hot.url]));
     const deltas = [
