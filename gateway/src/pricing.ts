@@ -11,7 +11,11 @@ import type { Usage } from './providers/adapter';
 import { tierFactor } from './service-tier';
 
 const unpriced = new Set<string>();
-/** calcPrice matches the model against every known model (~30 µs); remember answers per usage. */
+/**
+ * calcPrice matches the model against every known model (~30 µs); remember answers per usage, of
+ * models whose price does not depend on when the call is made (DeepSeek's cheaper hours, a price
+ * that changes from a date: those are priced each time).
+ */
 const cache = new Map<string, number | null>();
 const CACHE_LIMIT = 10_000;
 
@@ -20,7 +24,8 @@ export function costUsd(provider: string, model: string, usage: Usage, warn: (me
   const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.cache_write_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}\u0000${usage.service_tier ?? ''}`;
   const hit = cache.get(cacheKey);
   if (hit !== undefined) return hit;
-  const cost = compute(provider, model, usage, warn);
+  const { cost, fixed } = compute(provider, model, usage, warn);
+  if (!fixed) return cost;
   if (cache.size >= CACHE_LIMIT) cache.clear();
   cache.set(cacheKey, cost);
   return cost;
@@ -46,7 +51,7 @@ function priceUsage(usage: Usage): Record<string, number> {
   };
 }
 
-function compute(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
+function compute(provider: string, model: string, usage: Usage, warn: (message: string) => void): { cost: number | null; fixed: boolean } {
   const tokens = priceUsage(usage);
   let price: ReturnType<typeof calcPrice>;
   try {
@@ -55,13 +60,14 @@ function compute(provider: string, model: string, usage: Usage, warn: (message: 
     price = null;
   }
   const factor = price ? tierFactor(provider, price.model.id, usage.service_tier) : null;
+  const fixed = !price || !Array.isArray(price.model.prices); // a list of prices: each for its own time
   // The price table's binary arithmetic leaves tails (11 tokens at $0.15/M: 0.0000016499999999999999);
   // kept to the nano-dollar, as the archive stores costs (DECIMAL(18,9)) and the phone bridge rounds its own.
-  if (price && factor !== null) return Number((price.total_price * factor).toFixed(9));
+  if (price && factor !== null) return { cost: Number((price.total_price * factor).toFixed(9)), fixed };
   const key = price ? `${provider}/${model} at service tier ${usage.service_tier}` : `${provider}/${model}`;
   if (!unpriced.has(key)) {
     unpriced.add(key);
     warn(`no price known for ${key}: its events carry an empty cost_usd (set prices or report cost upstream)`);
   }
-  return null;
+  return { cost: null, fixed };
 }

@@ -6,8 +6,9 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { calcPrice } from '@pydantic/genai-prices';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { convert } from '../../archive/convert';
+import { costUsd } from '../../gateway/src/pricing';
 import { lit, openDuck } from '../../archive/duck';
 import { formatRows, reportSql } from '../../archive/reports';
 import { FakeMeterWebApp } from './fake-meter';
@@ -310,6 +311,25 @@ describe('numbers that cannot be money', () => {
     await gw.meter.flush();
     const [e] = gw.events();
     expect([e.input_tokens, e.output_tokens, e.cost_usd, e.error_code]).toEqual(['0', '9000000000000000', '', 'UNPRICED']);
+  });
+});
+
+describe('prices that change with the time of day or from a date', () => {
+  afterEach(() => vi.useRealTimers());
+
+  it('a usage priced again later is priced at the rates of its own time, not those of the first call with the same figures', () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const usage = { input_tokens: 40_000, output_tokens: 2_000 };
+    const at = (iso: string) => {
+      vi.setSystemTime(new Date(iso));
+      return costUsd('deepseek', 'deepseek-chat', usage, () => {});
+    };
+    const listed = (iso: string) =>
+      Number(calcPrice(usage, 'deepseek-chat', { providerId: 'deepseek', timestamp: new Date(iso) })!.total_price.toFixed(9));
+    // DeepSeek's discount hours (16:30 to 00:30 UTC), then its standard hours: the same call costs more.
+    expect(listed('2026-11-29T20:00:00Z')).toBeLessThan(listed('2026-11-29T10:00:00Z'));
+    expect(at('2026-11-29T20:00:00Z')).toBe(listed('2026-11-29T20:00:00Z'));
+    expect(at('2026-11-30T10:00:00Z')).toBe(listed('2026-11-30T10:00:00Z'));
   });
 });
 
