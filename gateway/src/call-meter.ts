@@ -54,6 +54,8 @@ function checked(usage: Usage): Usage {
   const written = Math.min(count(usage.cache_write_tokens ?? 0), input - cached);
   const inAudio = Math.min(count(usage.input_audio_tokens ?? 0), input);
   const outAudio = Math.min(count(usage.output_audio_tokens ?? 0), output);
+  const web = count(usage.web_searches ?? 0);
+  const file = count(usage.file_searches ?? 0);
   return {
     input_tokens: input,
     output_tokens: output,
@@ -61,6 +63,8 @@ function checked(usage: Usage): Usage {
     ...(written ? { cache_write_tokens: written } : {}),
     ...(inAudio ? { input_audio_tokens: inAudio } : {}),
     ...(outAudio ? { output_audio_tokens: outAudio } : {}),
+    ...(web ? { web_searches: web } : {}),
+    ...(file ? { file_searches: file } : {}),
     ...(money(cost) ? { cost_usd: cost } : {}),
     ...(usage.service_tier ? { service_tier: usage.service_tier } : {}),
   };

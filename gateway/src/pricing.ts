@@ -2,11 +2,12 @@
  * cost_usd of a call: the provider's own figure when it reports one, else computed from model
  * prices (@pydantic/genai-prices, pinned: prices change only when we upgrade it), cached input
  * tokens at the model's cache-read price (those written to it at its cache-write price), audio
- * tokens at its audio rates, at the rates of the service tier the answer names (service-tier.ts).
+ * tokens at its audio rates, at the rates of the service tier the answer names (service-tier.ts),
+ * and a response's searches at the model's per-search prices (searches.ts).
  * A model with no known price (or none at that tier) leaves cost empty (never a silent 0) and says
  * so once in the log.
  */
-import { calcPrice } from '@pydantic/genai-prices';
+import { calcPrice, type ModelPrice } from '@pydantic/genai-prices';
 import type { Usage } from './providers/adapter';
 import { tierFactor } from './service-tier';
 
@@ -21,7 +22,7 @@ const CACHE_LIMIT = 10_000;
 
 export function costUsd(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   if (usage.cost_usd !== undefined) return usage.cost_usd;
-  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.cache_write_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}\u0000${usage.service_tier ?? ''}`;
+  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.cache_write_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}\u0000${usage.service_tier ?? ''}\u0000${usage.web_searches ?? 0}\u0000${usage.file_searches ?? 0}`;
   const hit = cache.get(cacheKey);
   if (hit !== undefined) return hit;
   const { cost, fixed } = compute(provider, model, usage, warn);
@@ -51,6 +52,28 @@ function priceUsage(usage: Usage): Record<string, number> {
   };
 }
 
+/** OpenAI's price of its search tools, per thousand calls, for any model (the list gives some models none). */
+const OPENAI_SEARCH_KCOUNT = { web_searches_kcount: 10, storage_searches_kcount: 2.5 };
+
+/**
+ * What the searches of a response cost at the model's per-thousand prices (tokens aside, at any
+ * tier); null when one has none.
+ */
+function searchFees(provider: string, prices: ModelPrice, usage: Usage): number | null {
+  const fallback = provider === 'openai' ? OPENAI_SEARCH_KCOUNT : undefined;
+  let fees = 0;
+  for (const [count, key] of [
+    [usage.web_searches, 'web_searches_kcount'],
+    [usage.file_searches, 'storage_searches_kcount'],
+  ] as const) {
+    if (!count) continue;
+    const price = prices[key] ?? fallback?.[key];
+    if (typeof price !== 'number') return null;
+    fees += (count * price) / 1000;
+  }
+  return fees;
+}
+
 function compute(provider: string, model: string, usage: Usage, warn: (message: string) => void): { cost: number | null; fixed: boolean } {
   const tokens = priceUsage(usage);
   let price: ReturnType<typeof calcPrice>;
@@ -60,11 +83,16 @@ function compute(provider: string, model: string, usage: Usage, warn: (message: 
     price = null;
   }
   const factor = price ? tierFactor(provider, price.model.id, usage.service_tier) : null;
+  const fees = price ? searchFees(provider, price.model_price, usage) : null;
   const fixed = !price || !Array.isArray(price.model.prices); // a list of prices: each for its own time
   // The price table's binary arithmetic leaves tails (11 tokens at $0.15/M: 0.0000016499999999999999);
   // kept to the nano-dollar, as the archive stores costs (DECIMAL(18,9)) and the phone bridge rounds its own.
-  if (price && factor !== null) return { cost: Number((price.total_price * factor).toFixed(9)), fixed };
-  const key = price ? `${provider}/${model} at service tier ${usage.service_tier}` : `${provider}/${model}`;
+  if (price && factor !== null && fees !== null) return { cost: Number((price.total_price * factor + fees).toFixed(9)), fixed };
+  const key = !price
+    ? `${provider}/${model}`
+    : factor === null
+      ? `${provider}/${model} at service tier ${usage.service_tier}`
+      : `${provider}/${model} searches`;
   if (!unpriced.has(key)) {
     unpriced.add(key);
     warn(`no price known for ${key}: its events carry an empty cost_usd (set prices or report cost upstream)`);

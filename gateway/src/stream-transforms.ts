@@ -19,6 +19,7 @@ import { chatStreamError } from './chat-stream-error';
 import { isObject } from './json-object';
 import { parseJson } from './json-object';
 import { readUsage, type Usage } from './providers/adapter';
+import { searchesOf } from './searches';
 import { ChatToResponsesStream, sseEvent } from './responses/stream';
 import type { ResponseIds } from './responses/ids';
 import { serialize, type StreamTransform } from './sse';
@@ -158,7 +159,8 @@ export function responsesPassthrough(maxEventChars?: number, onResponse?: (respo
         failed = type === 'response.failed';
         this.done = !failed;
         const response = parse(e.data)?.response as { usage?: unknown; service_tier?: unknown } | undefined;
-        this.usage = readUsage(response?.usage, undefined, response?.service_tier);
+        const usage = readUsage(response?.usage, undefined, response?.service_tier);
+        this.usage = usage && { ...usage, ...searchesOf(response) };
         onResponse?.(response);
       }
       return serialize(e);

@@ -12,7 +12,7 @@ import { costUsd } from '../../gateway/src/pricing';
 import { lit, openDuck } from '../../archive/duck';
 import { formatRows, reportSql } from '../../archive/reports';
 import { FakeMeterWebApp } from './fake-meter';
-import { FakeProvider } from './fake-provider';
+import { FakeProvider, type Behaviour } from './fake-provider';
 import { ADMIN, chat, mapOf, startGateway, type TestGateway, writeOneRouteMap } from './harness';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -302,6 +302,70 @@ describe('numbers that cannot be money', () => {
     ]);
     expect(gw.events().at(-1)!.cost_usd).toBe('');
     expect(gw.logs.filter((l) => l.includes('turbo'))).toHaveLength(1);
+  });
+
+  it('a response that searched the web or files is priced for each search too, whole or streamed; a search without a known price is UNPRICED', async () => {
+    const map = { ...mapOf([hot.url]), hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }] };
+    gw = await startGateway(map);
+    const search = (n: number) => ({ type: 'web_search_call', id: `ws_${n}`, status: 'completed', action: { type: 'search', query: 'q' } });
+    const files = { type: 'file_search_call', id: 'fs_1', status: 'completed', queries: ['q'], results: null };
+    const message = {
+      type: 'message',
+      id: 'msg_1',
+      role: 'assistant',
+      status: 'completed',
+      content: [{ type: 'output_text', text: 'found', annotations: [] }],
+    };
+    const response = (model: string) => ({
+      id: 'resp_1',
+      object: 'response',
+      status: 'completed',
+      model,
+      output: [search(1), search(2), files, message],
+      tools: [{ type: 'web_search' }, { type: 'file_search', vector_store_ids: ['vs_1'] }],
+      usage: { input_tokens: 1_000, output_tokens: 100, total_tokens: 1_100 },
+    });
+    const json = (body: object): Behaviour => ({
+      kind: 'raw-stream',
+      type: 'application/json',
+      pieces: [Buffer.from(JSON.stringify(body))],
+    });
+    const events = (body: object): Behaviour => ({
+      kind: 'raw-stream',
+      pieces: [
+        Buffer.from(
+          `event: response.created\ndata: ${JSON.stringify({ type: 'response.created', sequence_number: 0, response: { ...body, status: 'in_progress', output: [], usage: null } })}\n\n`,
+        ),
+        Buffer.from(
+          `event: response.completed\ndata: ${JSON.stringify({ type: 'response.completed', sequence_number: 1, response: body })}\n\n`,
+        ),
+      ],
+    });
+    hot.next(json(response('gpt-4o-mini')), events(response('gpt-4o-mini')));
+    const ask = (stream: boolean) =>
+      fetch(`${gw!.url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'x', input: 'find it', tools: [{ type: 'web_search' }], stream }),
+      }).then(async (r) => [r.status, await r.text()] as const);
+    expect((await ask(false))[0]).toBe(200);
+    expect((await ask(true))[0]).toBe(200);
+    await gw.meter.flush();
+    // gpt-4o-mini: $0.15 and $0.60 per million tokens, $10 per thousand web searches, $2.50 per thousand file searches.
+    const usd = Number(((1_000 * 0.15 + 100 * 0.6) / 1e6 + 2 * 0.01 + 0.0025).toFixed(9));
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, Number(e.cost_usd), e.error_code])).toEqual([
+      ['1000', '100', usd, ''],
+      ['1000', '100', usd, ''],
+    ]);
+    // A model the price list gives no search price: OpenAI's own is the same for every model; another
+    // provider's is not known, so neither is the call's cost.
+    const tokens = { input_tokens: 1_000, output_tokens: 100 };
+    const nano = costUsd('openai', 'gpt-4.1-nano', tokens, () => {})!;
+    expect(costUsd('openai', 'gpt-4.1-nano', { ...tokens, web_searches: 1 }, () => {})).toBe(Number((nano + 0.01).toFixed(9)));
+    const warned: string[] = [];
+    expect(costUsd('mistral', 'mistral-small-latest', { ...tokens, web_searches: 1 }, (m) => warned.push(m))).toBeNull();
+    expect(costUsd('mistral', 'mistral-small-latest', tokens, () => {})).toBeGreaterThan(0);
+    expect(warned).toHaveLength(1);
   });
 
   it("usage past the record's limits: no count the meter would refuse, and a cost past its limit is UNPRICED, the event kept", async () => {

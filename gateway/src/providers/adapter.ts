@@ -22,6 +22,10 @@ export interface Usage {
   output_audio_tokens?: number;
   /** Cost in USD when the provider reports it (some gateways do); else computed from prices. */
   cost_usd?: number;
+  /** Web searches a Responses answer made (`web_search_call` items), billed per search. */
+  web_searches?: number;
+  /** File searches a Responses answer made (`file_search_call` items), billed per search. */
+  file_searches?: number;
   /** The tier the answer says served the call (OpenAI's `service_tier`: `priority`, `flex`), priced at its rates. */
   service_tier?: string;
 }

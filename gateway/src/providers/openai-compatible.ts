@@ -3,7 +3,8 @@
  * usage read from the answer's `usage` object.
  */
 import type { ApiKind } from '../request-context';
-import { readUsage, type ProviderAdapter } from './adapter';
+import { searchesIn } from '../searches';
+import { readUsage, type ProviderAdapter, type Usage } from './adapter';
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -91,14 +92,20 @@ export const openAiCompatible: ProviderAdapter = {
     };
   },
   usage(body, api) {
-    const found = usageObject(body);
-    // OpenAI's chat answer names its tier after the usage (a short tail to search); a response before it.
-    if (found !== undefined) return readUsage(found.usage, api, tierAfter(body, api === 'responses' ? 0 : found.end));
-    try {
-      const whole = JSON.parse(body.toString('utf8')) as { usage?: unknown; service_tier?: unknown } | null;
-      return readUsage(whole?.usage, api, whole?.service_tier);
-    } catch {
-      return null;
-    }
+    const usage = usageOf(body, api);
+    return usage && api === 'responses' ? { ...usage, ...searchesIn(body) } : usage;
   },
 };
+
+/** The usage of a whole answer, with the tier it names. */
+function usageOf(body: Buffer, api: ApiKind): Usage | null {
+  const found = usageObject(body);
+  // OpenAI's chat answer names its tier after the usage (a short tail to search); a response before it.
+  if (found !== undefined) return readUsage(found.usage, api, tierAfter(body, api === 'responses' ? 0 : found.end));
+  try {
+    const whole = JSON.parse(body.toString('utf8')) as { usage?: unknown; service_tier?: unknown } | null;
+    return readUsage(whole?.usage, api, whole?.service_tier);
+  } catch {
+    return null;
+  }
+}
