@@ -22,7 +22,7 @@ const CACHE_LIMIT = 10_000;
 
 export function costUsd(provider: string, model: string, usage: Usage, warn: (message: string) => void): number | null {
   if (usage.cost_usd !== undefined) return usage.cost_usd;
-  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.cache_write_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}\u0000${usage.service_tier ?? ''}\u0000${usage.web_searches ?? 0}\u0000${usage.file_searches ?? 0}`;
+  const cacheKey = `${provider}\u0000${model}\u0000${usage.input_tokens}\u0000${usage.output_tokens}\u0000${usage.cached_input_tokens ?? 0}\u0000${usage.cache_write_tokens ?? 0}\u0000${usage.input_audio_tokens ?? 0}\u0000${usage.output_audio_tokens ?? 0}${usage.service_tier || usage.web_searches || usage.file_searches ? `\u0000${usage.service_tier}\u0000${usage.web_searches}\u0000${usage.file_searches}` : ''}`;
   const hit = cache.get(cacheKey);
   if (hit !== undefined) return hit;
   const { cost, fixed } = compute(provider, model, usage, warn);

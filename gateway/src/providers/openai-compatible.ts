@@ -10,6 +10,8 @@ const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const USAGE_KEY = Buffer.from('"usage"');
 const TIER_KEY = Buffer.from('"service_tier"');
+/** The tier of nearly every OpenAI answer: priced as no tier at all, so not read into a string. */
+const DEFAULT_TIER = Buffer.from('"default"');
 
 /**
  * The `"usage": {...}` object of an OpenAI-style response, parsed on its own: the usage comes
@@ -60,6 +62,7 @@ function tierAfter(body: Buffer, from: number): string | undefined {
   if (i === -1) return undefined;
   i += TIER_KEY.length;
   while (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09 || body[i] === 0x3a) i++;
+  if (body.indexOf(DEFAULT_TIER, i) === i) return undefined;
   const end = body[i] === QUOTE ? body.indexOf(QUOTE, i + 1) : -1;
   return end > i && end - i <= 32 ? body.toString('latin1', i + 1, end) : undefined;
 }
