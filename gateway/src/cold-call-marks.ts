@@ -32,6 +32,8 @@ export interface MarkedCall {
   region?: string;
   /** The request's input tokens, estimated (cut-estimate.ts): what the provider bills at least. */
   inputTokens: number;
+  /** The service tier the request asked for, which the estimate is priced at. */
+  serviceTier?: string;
   /** When the call began (epoch ms). */
   at: number;
 }

@@ -241,13 +241,15 @@ export class Failover {
           break;
         }
         attempts++;
-        const mark = options.marks
-          ? await options.marks.begin({
+        const estimate = options.marks ? estimateUsage(ctx.body) : undefined;
+        const mark = estimate
+          ? await options.marks!.begin({
               route: route.label,
               provider: config.provider,
               model: config.model,
               region: config.region,
-              inputTokens: estimateUsage(ctx.body).input_tokens,
+              inputTokens: estimate.input_tokens,
+              serviceTier: estimate.service_tier,
               at: Date.now(),
             })
           : undefined;

@@ -116,7 +116,7 @@ async function meterLost(payload: ColdPayload, marks: RunMarks, deps: WorkerDeps
         region: c.region,
         route: c.route,
         latencyMs: 0,
-        usage: { input_tokens: c.inputTokens, output_tokens: 0 },
+        usage: { input_tokens: c.inputTokens, output_tokens: 0, ...(c.serviceTier ? { service_tier: c.serviceTier } : {}) },
         errorCode: WORKER_LOST,
         estimated: true,
         decision: 'n/a',

@@ -815,7 +815,7 @@ describe('a worker killed during its provider call', () => {
     const { stack } = await up({ worker: false });
     const content = 'a prompt the provider bills for '.repeat(30);
     const { jobId } = await stack.queue.enqueue({
-      body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content }] },
+      body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content }], service_tier: 'priority' },
       idempotencyKey: 'killed-mid-call',
       userId: '',
       jobId: 'job-7',
@@ -851,7 +851,8 @@ describe('a worker killed during its provider call', () => {
     expect(lost[0]).toMatchObject({ provider: 'openai', model: 'gpt-4o-mini', customer_id: 'acme', output_tokens: '0' });
     expect(lost[0].error_code).toBe('WORKER_LOST|ESTIMATED');
     expect(Number(lost[0].input_tokens)).toBeGreaterThan(content.length / 4); // the prompt, estimated
-    expect(Number(lost[0].cost_usd)).toBeGreaterThan(0);
+    // At the tier the request asked for: gpt-4o-mini's priority input rate, $0.25 per million tokens.
+    expect(Number(lost[0].cost_usd)).toBe(Number(((Number(lost[0].input_tokens) * 0.25) / 1e6).toFixed(9)));
     expect(events.filter((r) => r.error_code === '')).toHaveLength(1); // the second run's answer
     expect(await redis.keys(`${q}:calls:*`)).toEqual([]); // nothing left to meter again
   }, 30_000);
