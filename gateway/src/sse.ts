@@ -141,6 +141,24 @@ function endsInsideEvent(text: string): boolean {
     .some((line) => line !== '' && !line.startsWith(':'));
 }
 
+/** How long the rest of a complete stream is read before its connection is cut (a provider that never ends it). */
+const DRAIN_MS = 10_000;
+
+/**
+ * The rest of a complete stream, read and dropped: its connection ends as the provider ends it,
+ * free for the next call; one still open after DRAIN_MS is cut.
+ */
+async function drain(rest: AsyncIterator<Buffer>): Promise<void> {
+  const cut = setTimeout(() => void rest.return?.(), DRAIN_MS).unref();
+  try {
+    while (!(await rest.next()).done);
+  } catch {
+    // cut here, by the idle limit or by our client going away: nothing was owed any more
+  } finally {
+    clearTimeout(cut);
+  }
+}
+
 /**
  * Relays one stream: `first` (the chunk with its first event) and the `rest`, through `transform`,
  * to `res`; then the transform's end (or its error event when the stream broke), `beforeEnd`, and
@@ -204,11 +222,14 @@ class Relay {
       await this.feed(first);
       // Headers go out with the first event, in one write; a first chunk that wrote nothing sends them alone.
       if (!this.wrote && !this.res.destroyed) this.res.flushHeaders();
-      for (;;) {
+      // Once the provider said the stream is complete, the client gets its end now: a provider
+      // that keeps its response open past that held every client until the idle limit.
+      while (!this.transform.done) {
         const next = await rest.next();
         if (next.done) break;
         await this.feed(next.value);
       }
+      if (this.transform.done) return void drain(rest);
       if (!this.between) await this.parse(null);
       this.closed = true;
     } catch (error) {

@@ -75,6 +75,40 @@ describe('stream framing', () => {
     expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([['7', '1', '']]);
   });
 
+  it('a provider that keeps its response open after [DONE] or response.completed: the client gets the end at once, metered a success', async () => {
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const usage = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [], usage: { prompt_tokens: 7, completion_tokens: 1 } })}\n\n`;
+    const whole = chunk({ role: 'assistant', content: 'hi' }, 'stop') + usage + 'data: [DONE]\n\n';
+    // It sends nothing more until the caller hangs up: the SDK reads a stream to its end, past [DONE].
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(whole)], hold: true });
+    const { text, usage: told } = await streamText(await ask(true));
+    expect(text).toBe('hi');
+    expect(told).toMatchObject({ prompt_tokens: 7, completion_tokens: 1 });
+    const response = {
+      id: 'resp_1',
+      object: 'response',
+      created_at: 1,
+      status: 'completed',
+      model: 'x',
+      output: [],
+      usage: { input_tokens: 9, output_tokens: 2, total_tokens: 11 },
+    };
+    const event = (type: string, n: number, value: object) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: n, response: { ...response, ...value } })}\n\n`;
+    const completed = event('response.created', 0, { status: 'in_progress', usage: null }) + event('response.completed', 1, {});
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(completed)], hold: true });
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const final = await client.responses.stream({ model: 'x', input: 'hi' }).finalResponse();
+    expect(final.usage).toMatchObject({ input_tokens: 9, output_tokens: 2 });
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([
+      ['7', '1', ''],
+      ['9', '2', ''],
+    ]);
+    expect(gw.gateway.path.failover.routes[0].health.lastTwenty()).toEqual([1, 1]);
+  });
+
   it('a provider that ends its response normally after every finish_reason but sends no [DONE]: complete, [DONE] added, usage metered', async () => {
     const event = (value: object) => `data: ${JSON.stringify(value)}\n\n`;
     const chunk = (choices: object[]) => event({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices });
