@@ -11,8 +11,9 @@
  * - responses translated from a chat stream (responses/stream.ts): opened with the first chunk (so
  *   the opening events name the provider's model, as the rest do), complete at `[DONE]` (or, as a
  *   chat stream, at a normal end after the finish_reason) unless the provider reported an error in
- *   the stream; a broken one ends with the translation's `response.failed`, and so does one whose
- *   output passes the whole answer's limit (the translation keeps it all for its final event).
+ *   the stream; a broken one ends with the translation's `response.failed`, and so do one whose
+ *   output passes the whole answer's limit (the translation keeps it all for its final event) and
+ *   one with an event that is not JSON before its finish.
  */
 import type { EventSourceMessage } from 'eventsource-parser';
 import { chatStreamError } from './chat-stream-error';
@@ -25,6 +26,7 @@ import type { ResponseIds } from './responses/ids';
 import { serialize, type StreamTransform } from './sse';
 
 const INTERRUPTED = 'the provider stream ended before it finished';
+const NOT_JSON = 'the provider sent an event that is not JSON';
 
 const parse = (data: string) => parseJson(data) as Record<string, unknown> | null;
 
@@ -227,8 +229,11 @@ export function chatToResponses(
         return '';
       }
       const chunk = parse(e.data);
-      if (!chunk && translation.finished) cut = true;
-      return chunk ? write(translation.push(chunk)) : '';
+      if (chunk) return write(translation.push(chunk));
+      if (translation.finished) cut = true;
+      // Skipped, its text would leave a hole in an answer said to be complete (an empty one is a keep-alive).
+      else if (e.data.trim()) return write(translation.fail(NOT_JSON));
+      return '';
     },
     // The same rule as a chat stream passed through: a normal end after the finish_reason is whole.
     finished: () => !translation.failed && !cut && translation.finished,

@@ -1790,6 +1790,24 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(final).toMatchObject({ status: 'failed', output_text: 'Hello', output: [{ type: 'message', status: 'incomplete' }] });
   });
 
+  it('a chat event that is not JSON ends the response as failed, not completed with a hole where its text was', async () => {
+    const usage = { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 3 } };
+    const broken = Buffer.from(`data: ${JSON.stringify(chunk({ content: 'NOT ' })).slice(0, -3)}\n\n`);
+    const after = [chunk({ content: '42' }, 'stop'), usage];
+    provider.next({ kind: 'raw-stream', pieces: [sse([chunk({ role: 'assistant', content: 'It is ' })], false), broken, sse(after)] });
+    const final = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();
+    expect(final).toMatchObject({ status: 'failed', output_text: 'It is ', error: { code: 'server_error' } });
+    expect(await lastMeterEvent()).toMatchObject({ input_tokens: '9', output_tokens: '3', error_code: 'STREAM_INTERRUPTED' });
+    expect(gw.gateway.path.failover.routes[0].health.lastTwenty()).toEqual([0]);
+    // A data line with nothing in it (a keep-alive) says nothing: the answer completes.
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [sse([chunk({ role: 'assistant', content: 'It is ' })], false), Buffer.from('data:\n\n'), sse(after)],
+    });
+    const whole = await client().responses.stream({ model: 'gpt-4o-mini', input: 'hi' }).finalResponse();
+    expect(whole).toMatchObject({ status: 'completed', output_text: 'It is 42' });
+  });
+
   it('a chat stream the provider ends normally after its finish_reason, without [DONE]: response.completed, metered a success', async () => {
     const usage = { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 2 } };
     const answer = [chunk({ role: 'assistant', content: 'Hel' }), chunk({ content: 'lo' }, 'stop'), usage];
