@@ -5,6 +5,7 @@
  * One rule for the chat stream passed through and for its Responses translation: either way the
  * call failed, though the stream may end properly after it.
  */
+import { createParser } from 'eventsource-parser';
 import { isObject, parseJson } from './json-object';
 type Json = Record<string, unknown>;
 const REPORTED = 'the provider reported an error';
@@ -33,4 +34,19 @@ export function answerError(body: Buffer): string | null {
   if (body.indexOf(ERROR_KEY) === -1 && body.indexOf(ABORT) === -1) return null;
   const json = parseJson(body.toString('utf8')); // after a byte-order mark too, as the client reads it
   return isObject(json) ? chatStreamError(json) : null;
+}
+
+/**
+ * The data of a chat stream's first event when `first` (the chunk it begins in) holds it whole and
+ * it reports an error, else null. OpenRouter answers `200` and sends comments while the model has
+ * not started: a failure before its first token then comes as that first event, when the client
+ * has seen nothing yet. Most first chunks have no `"error"` (nor `"abort"`) at all and are not parsed.
+ */
+export function firstEventError(first: Buffer): Buffer | null {
+  if (first.indexOf(ERROR_KEY) === -1 && first.indexOf(ABORT) === -1) return null;
+  let data: string | null = null;
+  createParser({ onEvent: (e) => void (data ??= e.data) }).feed(first.toString('utf8'));
+  if (data === null) return null;
+  const event = Buffer.from(data);
+  return answerError(event) === null ? null : event;
 }

@@ -14,7 +14,7 @@
  */
 import type { CallMeter } from './call-meter';
 import type { CallMarker } from './cold-call-marks';
-import { answerError } from './chat-stream-error';
+import { answerError, firstEventError } from './chat-stream-error';
 import { estimateUsage } from './cut-estimate';
 import { CallPlanner, type CallPlan } from './call-plan';
 import type { CancelSignal } from './cancel';
@@ -144,6 +144,7 @@ function classifyAnswer(answer: UpstreamAnswer, stream: boolean, api: ApiKind): 
   const s = answer.status;
   if (s >= 200 && s < 300) {
     if (stream && !answer.rest) return { kind: 'failure', answer, code: NOT_A_STREAM };
+    if (answer.rest) return api === 'chat' ? firstEventFailed(answer) : { kind: 'ok', answer, code: '' };
     if (!answer.rest && !startsAsObject(answer.body!)) return { kind: 'failure', answer, code: NOT_JSON };
     // Not for a native Response: its `error` is part of the object (null, or why it failed).
     if (api !== 'responses' && !answer.rest && answerError(answer.body!) !== null) return { kind: 'failure', answer, code: PROVIDER_ERROR };
@@ -151,6 +152,19 @@ function classifyAnswer(answer: UpstreamAnswer, stream: boolean, api: ApiKind): 
   }
   if (s === 408 || s === 429 || s >= 500 || s === 401 || s === 403) return { kind: 'failure', answer, code: String(s) };
   return { kind: 'client_error', answer, code: String(s) };
+}
+
+/**
+ * A chat stream whose first event reports an error failed before the client saw anything: as a
+ * whole answer reporting one, a failure of the route (its usage read from that event), the rest of
+ * the stream given up.
+ */
+function firstEventFailed(answer: UpstreamAnswer): CallResult {
+  const event = firstEventError(answer.first!);
+  if (event === null) return { kind: 'ok', answer, code: '' };
+  void answer.rest!.return?.();
+  const { status, headers, latencyMs } = answer;
+  return { kind: 'failure', answer: { status, headers, body: event, latencyMs }, code: PROVIDER_ERROR };
 }
 
 /** What the client's 503 says of a route whose 2xx answer failed. */

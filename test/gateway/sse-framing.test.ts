@@ -307,6 +307,42 @@ describe('comments before the first event (a provider that says it is still work
     ]);
   });
 
+  it("a provider whose first event reports an error (OpenRouter's way when the model fails before its first token) is failed over", async () => {
+    const failed = {
+      id: 'gen-1',
+      object: 'chat.completion.chunk',
+      created: 1,
+      model: 'x',
+      error: { code: 502, message: 'Provider returned error' },
+      choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
+    };
+    const first = Buffer.from(`: OPENROUTER PROCESSING\n\ndata: ${JSON.stringify(failed)}\n\ndata: [DONE]\n\n`);
+    hot.always({ kind: 'raw-stream', pieces: [first] });
+    warm.always({ kind: 'stream', chunks: 3 });
+    const { data, response } = await new OpenAI({ baseURL: `${two.url}/v1`, apiKey: 'unused', maxRetries: 0 }).chat.completions
+      .create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } })
+      .withResponse();
+    expect(response.headers.get('x-route-tier')).toBe('warm');
+    expect((await streamText(data)).text).toBe('part0 part1 part2');
+    await two.meter.flush();
+    expect(two.events().map((e) => [e.provider, e.error_code])).toEqual([
+      ['openai', 'PROVIDER_ERROR'],
+      ['openai', 'PROVIDER_ERROR'],
+      ['openai', 'PROVIDER_ERROR'],
+      ['anthropic', ''],
+    ]);
+    // A Responses request translated for chat-only routes (anthropic, then mistral) is failed over the same way.
+    const chatOnly = await startGateway(mapOf([], [hot.url, warm.url]));
+    try {
+      const final = await new OpenAI({ baseURL: `${chatOnly.url}/v1`, apiKey: 'unused', maxRetries: 0 }).responses
+        .stream({ model: 'x', input: 'hi' })
+        .finalResponse();
+      expect(final).toMatchObject({ status: 'completed', output_text: 'part0 part1 part2' });
+    } finally {
+      await chatOnly.close();
+    }
+  });
+
   it('comments do not stop the time-to-answer, and the events after them are relayed whole', async () => {
     const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'late' }, finish_reason: 'stop' }] })}\n\n`;
     // Comments every 50 ms for about 2 s, then the answer: past a time-to-answer of 500 ms.
