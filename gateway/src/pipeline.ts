@@ -341,7 +341,9 @@ export class Pipeline {
         this.why,
       );
       this.spent(answer.of.ctx, usage);
-      return relay.broken ? 'broken' : 'complete';
+      // A client gone before the end did not get what was written after it (a translation's closing
+      // events): kept for replay, that half would be every repeat's answer.
+      return relay.broken || gone.aborted ? 'broken' : 'complete';
     } finally {
       this.streams.delete(gone);
       // Whatever went wrong on the way, the call is settled once (a stream's breaker ticket, a

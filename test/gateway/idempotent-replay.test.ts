@@ -3,7 +3,9 @@
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { request as httpRequest } from 'node:http';
 import { Redis } from 'ioredis';
+import OpenAI from 'openai';
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { MemoryReplayStore } from '../../gateway/src/replay-store';
 import { FakeProvider } from './fake-provider';
@@ -267,6 +269,38 @@ describe('idempotent replay: limits (in process)', () => {
     expect(again.json().error.code).toBe('idempotency_answer_not_kept');
     expect(again.headers.get('x-should-retry')).toBe('false'); // retrying cannot help: OpenAI's clients obey this
     expect(hot.received).toHaveLength(1);
+  });
+
+  it('a stream whose client hung up before its end is not kept, though the provider finished: the repeat runs again, whole', async () => {
+    // Chat-only (a Warm route): the Responses stream is translated, its closing events written by the gateway at the end.
+    const gw = await startGateway(mapOf([], [hot.url]), { replay: { store: new MemoryReplayStore(), maxBytes: 64 * 1024 * 1024 } });
+    stops.push(gw.close);
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(chunk({ role: 'assistant', content: 'hi' }, 'stop') + 'data: [DONE]\n\n')] });
+    // The opening events echo the instructions: megabytes the client's socket cannot take while it reads nothing.
+    const body = { model: 'x', input: 'hi', instructions: 'x'.repeat(3_000_000), stream: true };
+    let answer: import('node:http').ServerResponse | undefined;
+    gw.server.prependListener('request', (_req, res) => (answer = res));
+    const gone = new Promise<void>((resolve) => {
+      const req = httpRequest(`${gw.url}/v1/responses`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'cut' },
+      });
+      req.on('response', (res) => res.pause()); // reads nothing
+      req.on('error', () => resolve());
+      req.on('close', () => resolve());
+      req.end(JSON.stringify(body));
+      // Hangs up once the gateway waits for its socket, the provider's stream read to its [DONE].
+      void until(async () => answer?.writableNeedDrain).then(() => req.destroy());
+    });
+    await gone;
+    await until(async () => (await gw.meter.flush(), gw.events().length === 1));
+    const again = await new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: 'unused', maxRetries: 0 }).responses
+      .stream({ model: 'x', input: 'hi', instructions: body.instructions }, { headers: { 'idempotency-key': 'cut' } })
+      .finalResponse();
+    expect(again).toMatchObject({ status: 'completed', output_text: 'hi' });
+    expect(hot.received).toHaveLength(2);
   });
 
   it('a first request that outlasts its lease keeps its key: the lease is renewed while it runs', async () => {
