@@ -23,6 +23,7 @@ export class AnswerTape {
   private chunks: Buffer[] = [];
   private bytes = 0;
   private held: Parameters<End> | null = null;
+  private onEnd: ((ended: boolean) => void) | null = null;
   private readonly restore: () => void;
 
   constructor(
@@ -41,6 +42,7 @@ export class AnswerTape {
     res.end = ((...args: Parameters<End>) => {
       if (typeof args[0] !== 'function') this.add(args[0]);
       this.held = args;
+      this.onEnd?.(true);
       return res;
     }) as End;
     this.restore = () => {
@@ -58,6 +60,19 @@ export class AnswerTape {
   /** The size of the body sent, kept or not. */
   size(): number {
     return this.bytes;
+  }
+
+  /**
+   * Resolves once the answer's end was written (true), or the client went first (false): a body
+   * larger than a piece goes out piece by piece after the pipeline has returned (http-io.ts).
+   */
+  ended(): Promise<boolean> {
+    if (this.held) return Promise.resolve(true);
+    if (this.res.destroyed) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      this.onEnd = resolve;
+      this.res.once('close', () => resolve(false));
+    });
   }
 
   /** Puts the response back as it was and lets a held end through. */

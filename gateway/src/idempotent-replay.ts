@@ -164,6 +164,8 @@ export class IdempotentReplay {
     let served: Served = 'broken';
     try {
       served = await serve();
+      // Kept once all of it has gone out (it was kept at its first piece), not at all if the client left first.
+      if (served === 'complete' && !(await tape.ended())) served = 'broken';
     } finally {
       clearInterval(renewal);
       // Bounded (STORE_TIMEOUT_MS), as the claim's wait is: with Redis away its client holds the

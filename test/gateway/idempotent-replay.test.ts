@@ -271,6 +271,22 @@ describe('idempotent replay: limits (in process)', () => {
     expect(hot.received).toHaveLength(1);
   });
 
+  it('a whole answer larger than one piece written to the client (64 KiB) is kept whole: the repeat gets every byte', async () => {
+    const map = mapOf([hot.url]);
+    map.hot.push({ provider: 'openai', model: 'text-embedding-3-small', baseUrl: hot.url, apis: ['embeddings'] });
+    const gw = await startGateway(map, { replay: { store: new MemoryReplayStore() } });
+    stops.push(gw.close);
+    const body = { model: 'text-embedding-3-small', input: Array.from({ length: 2000 }, (_, i) => `line ${i}`), encoding_format: 'float' };
+    const first = await post(gw.url, '/v1/embeddings', body, { 'idempotency-key': 'many' });
+    expect(first.status).toBe(200);
+    expect(first.text.length).toBeGreaterThan(96 * 1024);
+    const again = await post(gw.url, '/v1/embeddings', body, { 'idempotency-key': 'many' });
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.text.length).toBe(first.text.length);
+    expect(JSON.parse(again.text).data).toHaveLength(2000);
+    expect(hot.received).toHaveLength(1);
+  });
+
   it('a stream whose client hung up before its end is not kept, though the provider finished: the repeat runs again, whole', async () => {
     // Chat-only (a Warm route): the Responses stream is translated, its closing events written by the gateway at the end.
     const gw = await startGateway(mapOf([], [hot.url]), { replay: { store: new MemoryReplayStore(), maxBytes: 64 * 1024 * 1024 } });
