@@ -28,6 +28,11 @@ export interface StreamTransform {
   /** The provider said the stream is complete. */
   done: boolean;
   /**
+   * The provider said its last word (`[DONE]`, a final Responses event), complete or not: nothing
+   * after it is relayed. Absent: only `done` says so.
+   */
+  over?: boolean;
+  /**
    * The provider ended its response normally without saying the stream is complete (no `done`):
    * whether what came is a whole answer all the same. Absent: it is not. Never asked of a stream cut
    * by a read error (a reset, the idle limit): that one broke, however far it got; nor of one that
@@ -222,14 +227,14 @@ class Relay {
       await this.feed(first);
       // Headers go out with the first event, in one write; a first chunk that wrote nothing sends them alone.
       if (!this.wrote && !this.res.destroyed) this.res.flushHeaders();
-      // Once the provider said the stream is complete, the client gets its end now: a provider
+      // Once the provider said its last word, the client gets its end now: a provider
       // that keeps its response open past that held every client until the idle limit.
-      while (!this.transform.done) {
+      while (!this.transform.done && !this.transform.over) {
         const next = await rest.next();
         if (next.done) break;
         await this.feed(next.value);
       }
-      if (this.transform.done) return void drain(rest);
+      if (this.transform.done || this.transform.over) return void drain(rest);
       if (!this.between) await this.parse(null);
       this.closed = true;
     } catch (error) {

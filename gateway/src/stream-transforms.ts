@@ -66,6 +66,7 @@ export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamT
   let cut = false;
   return {
     done: false,
+    over: false,
     usage: null as Usage | null,
     // Neither the end, a finish, the usage chunk nor an error: `event` would write every one as it came.
     passes(events) {
@@ -76,6 +77,7 @@ export function chatPassthrough(clientWantsUsage: boolean, choices = 1): StreamT
     event(e) {
       if (e.data === '[DONE]') {
         this.done = !failed;
+        this.over = true;
         if (failed && !told) {
           told = true;
           return interrupted(why ?? INTERRUPTED);
@@ -146,6 +148,7 @@ export function responsesPassthrough(maxEventChars?: number, onResponse?: (respo
   };
   return {
     done: false,
+    over: false,
     usage: null as Usage | null,
     maxEventChars,
     event(e: EventSourceMessage) {
@@ -160,6 +163,7 @@ export function responsesPassthrough(maxEventChars?: number, onResponse?: (respo
         // its own event already told the client: nothing more is written for it (`broken`).
         failed = type === 'response.failed';
         this.done = !failed;
+        this.over = true;
         const response = parse(e.data)?.response as { usage?: unknown; service_tier?: unknown } | undefined;
         const usage = readUsage(response?.usage, undefined, response?.service_tier);
         this.usage = usage && { ...usage, ...searchesOf(response) };
@@ -213,6 +217,7 @@ export function chatToResponses(
   let cut = false;
   return {
     done: false,
+    over: false,
     get usage() {
       return readUsage(translation.usage, undefined, translation.tier);
     },
@@ -226,6 +231,7 @@ export function chatToResponses(
       if (e.data === '[DONE]') {
         // A stream that reported an error is no complete answer, even when it ends properly.
         this.done = !translation.failed;
+        this.over = true;
         return '';
       }
       const chunk = parse(e.data);

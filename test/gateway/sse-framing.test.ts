@@ -109,6 +109,17 @@ describe('stream framing', () => {
     expect(gw.gateway.path.failover.routes[0].health.lastTwenty()).toEqual([1, 1]);
   });
 
+  it('a stream with an error in it whose provider keeps its response open after [DONE]: the client gets the error and the end at once', async () => {
+    const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'hi' }, finish_reason: null }] })}\n\n`;
+    const error = `data: ${JSON.stringify({ error: { message: 'Upstream overloaded', type: 'server_error', code: 503 } })}\n\n`;
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(chunk + error + 'data: [DONE]\n\n')], hold: true });
+    const res = await chat(gw.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect(res.text).toBe(chunk + error + 'data: [DONE]\n\n');
+    await gw.meter.flush();
+    expect(gw.events().map((e) => e.error_code)).toEqual(['STREAM_INTERRUPTED']);
+    expect(gw.gateway.path.failover.routes[0].health.lastTwenty()).toEqual([0]);
+  });
+
   it('a provider that ends its response normally after every finish_reason but sends no [DONE]: complete, [DONE] added, usage metered', async () => {
     const event = (value: object) => `data: ${JSON.stringify(value)}\n\n`;
     const chunk = (choices: object[]) => event({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices });
