@@ -42,7 +42,8 @@
  *   reasoning, tool results) that a chat answer has none of; `top_logprobs` without logprobs
  *   asked for (only returned through `include`); `stream_options` (obfuscation padding);
  * - `prompt_cache_key`, `prompt_cache_retention`, `prompt_cache_options`, `service_tier`:
- *   provider-side caching and capacity hints; `truncation`: matters only past the context window;
+ *   provider-side caching and capacity hints (OpenAI's chat API takes `service_tier`, other chat
+ *   providers do not: the call runs at the standard tier); `truncation`: matters only past the context window;
  * - `max_tool_calls`: bounds calls to built-in tools, which a chat route refuses (above);
  * - `metadata`: kept on the Response object only (chat's `metadata` needs `store` at OpenAI and
  *   is unknown to other providers);
