@@ -163,7 +163,11 @@ describe('breakers across instances', () => {
     expect(hot.received).toHaveLength(5);
   });
 
-  it('a reload that replaces a route on the instance probing it gives the probe back: another instance probes at once', async () => {
+  /**
+   * Two instances whose breakers for the primary opened (3 s open periods) and are half-open again
+   * with the provider back; a has probed once (the first success of two): it holds the fleet's probe lease.
+   */
+  async function probingOnA() {
     const openMs = 3000;
     hot.always({ kind: 'status', status: 500 });
     const [a, b] = await Promise.all([instance(1, openMs), instance(2, openMs)]);
@@ -171,9 +175,13 @@ describe('breakers across instances', () => {
     await until(async () => primary(b).state() === 'open', 5000);
     hot.always({ kind: 'ok' });
     await until(async () => primary(a).state() === 'half-open' && primary(b).state() === 'half-open', 10_000);
-    const leases = () => redis.keys(`${prefix}:breaker:primary:*:probe`);
-    // a probes (its first success of two): it holds the fleet's probe lease for the route.
     await until(async () => (await chat(a.url)).headers.get('x-route-tier') === 'hot', 5000);
+    return [a, b] as const;
+  }
+
+  it('a reload that replaces a route on the instance probing it gives the probe back: another instance probes at once', async () => {
+    const [a, b] = await probingOnA();
+    const leases = () => redis.keys(`${prefix}:breaker:primary:*:probe`);
     expect(await leases()).toHaveLength(1);
 
     const file = join(dir, 'routes.json');
@@ -188,14 +196,7 @@ describe('breakers across instances', () => {
   });
 
   it('an instance that stops while it holds the probe lease: another instance that was refused the lease probes at once, not once it has lapsed', async () => {
-    const openMs = 3000;
-    hot.always({ kind: 'status', status: 500 });
-    const [a, b] = await Promise.all([instance(1, openMs), instance(2, openMs)]);
-    while (primary(a).state() !== 'open') await chat(a.url);
-    await until(async () => primary(b).state() === 'open', 5000);
-    hot.always({ kind: 'ok' });
-    await until(async () => primary(a).state() === 'half-open' && primary(b).state() === 'half-open', 10_000);
-    await until(async () => (await chat(a.url)).headers.get('x-route-tier') === 'hot', 5000); // a holds the lease
+    const [a, b] = await probingOnA();
     // b has traffic too: its request finds the lease a's, and goes on to the next route.
     expect((await chat(b.url)).headers.get('x-route-tier')).toBe('warm');
     await a.stop();
