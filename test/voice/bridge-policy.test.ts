@@ -296,6 +296,21 @@ describe('phone bridge: the policy on real events', () => {
     expect(end.realtime_failure).toMatch(/HTTP 503/);
   });
 
+  it('the realtime server stalls mid-call (its socket open, nothing read, nothing answered) → given up as a drop is: one reconnect, refused → the caller is transferred', async () => {
+    s = await bridgeStack(() => undefined, { realtimeSilentForMs: 400 });
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA0111');
+    s.realtime.refuse = true;
+    (conn.ws as unknown as { _socket: { pause(): void } })._socket.pause(); // a network that holds everything
+    const u = await update(s, 'CA0111');
+    expect(u.form.Twiml).toMatch(new RegExp(`<Dial action="[^"]+"[^>]*>\\${HUMAN}</Dial>`));
+    expect(s.realtime.attempts).toBe(2);
+    const end = await s.endOf('CA0111');
+    await hungUp(call);
+    expect(end.record).toMatchObject({ ended_reason: 'realtime_failure', escalated: true });
+    expect(s.logs.some((l) => /CA0111: realtime session failed \(the realtime server stopped answering/.test(l))).toBe(true);
+  });
+
   it('caller audio held while reconnecting and then dropped (the reconnect failed) is not counted by the spend guard: it counts what the model was sent', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

@@ -79,6 +79,7 @@ export async function bridgeStack(
     consentWaitMs?: number;
     statusGraceMs?: number;
     streamSilentForMs?: number;
+    realtimeSilentForMs?: number;
     keypadPauseMs?: number;
     closingLimitMs?: number;
     /** Telephony rates (none by default: no telephony event). */

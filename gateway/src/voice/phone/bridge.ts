@@ -62,6 +62,8 @@ export interface PhoneBridgeDeps {
   closingLimitMs?: number;
   /** How long a live media stream may send nothing before its call is ended (10 s). */
   streamSilentForMs?: number;
+  /** How long the realtime server may answer nothing, not even a ping, before its session is lost (5 s). */
+  realtimeSilentForMs?: number;
   /** After each call's record is written (tests, drills, transcripts review). */
   onCallEnded?: (summary: CallSummary) => void;
 }
@@ -106,6 +108,7 @@ export function createPhoneBridge(deps: PhoneBridgeDeps): PhoneBridge {
           ...(deps.consentWaitMs ? { consentWaitMs: deps.consentWaitMs } : {}),
           ...(deps.keypadPauseMs ? { keypadPauseMs: deps.keypadPauseMs } : {}),
           ...(deps.closingLimitMs ? { closingLimitMs: deps.closingLimitMs } : {}),
+          ...(deps.realtimeSilentForMs ? { realtimeSilentForMs: deps.realtimeSilentForMs } : {}),
           onEnded: (summary) => {
             streams.live.delete(summary.call_id);
             // A call handed to voicemail has its record written by the voicemail flow (or the status callback).

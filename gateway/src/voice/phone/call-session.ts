@@ -229,6 +229,7 @@ export class CallSession {
       apiKey: settings.openaiApiKey,
       update: () => sessionUpdate(config, callerNumber, { respond: (this.vadTold = this.vadResponds), maxOutputTokens: this.allowance }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
+      silentForMs: this.deps.realtimeSilentForMs,
       // A session being replaced finishes nothing more: what it had said of a line counts now,
       // and the caller's turns it had not transcribed stay as such; no answer runs or is asked
       // for in the new one (results counts from there: the answer below is asked through it).

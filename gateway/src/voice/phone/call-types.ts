@@ -63,6 +63,8 @@ export interface SessionDeps {
   keypadPauseMs?: number;
   /** How long a closing line may play from its first audio before the call ends anyway (10 s; tests shorten it). */
   closingLimitMs?: number;
+  /** How long the realtime server may answer nothing, not even a ping, before its session is lost (5 s; tests shorten it). */
+  realtimeSilentForMs?: number;
 }
 
 export interface TwilioMessage {

@@ -21,6 +21,13 @@ export type ClientEvent = RealtimeClientEvent | ({ type: string } & Record<strin
  */
 const MAX_EVENT_BYTES = 16 * 1024 * 1024;
 
+/**
+ * How long the server may go without answering a ping (nor sending anything) before its socket is
+ * taken as gone: a network that holds every packet, or a server that hangs, closes nothing, and
+ * the caller would wait in silence for as long as the call lasts. Checked as often.
+ */
+const SILENT_FOR_MS = 5_000;
+
 export interface RealtimeServerMessage {
   type: string;
   [field: string]: unknown;
@@ -29,11 +36,22 @@ export interface RealtimeServerMessage {
 export class RealtimeLink {
   private closedByUs = false;
   private failed = false;
+  private readonly watchdog: NodeJS.Timeout;
+  /** Something came from the server (an event, a pong) since the last ping. */
+  private heard = true;
+  private checkedAt = performance.now();
   onEvent: (event: RealtimeServerMessage) => void = () => undefined;
   onFailure: (why: string) => void = () => undefined;
 
-  private constructor(private readonly ws: WebSocket) {
+  private constructor(
+    private readonly ws: WebSocket,
+    silentForMs: number,
+  ) {
+    this.watchdog = setInterval(() => this.check(silentForMs), silentForMs).unref();
+    ws.on('pong', () => (this.heard = true));
+    ws.once('close', () => clearInterval(this.watchdog));
     ws.on('message', (data, isBinary) => {
+      this.heard = true;
       if (isBinary) return;
       let event: RealtimeServerMessage;
       try {
@@ -55,7 +73,7 @@ export class RealtimeLink {
   }
 
   /** Opens the socket; rejects when it is refused or not open within `timeoutMs`. */
-  static connect(url: string, apiKey: string, timeoutMs: number): Promise<RealtimeLink> {
+  static connect(url: string, apiKey: string, timeoutMs: number, silentForMs = SILENT_FOR_MS): Promise<RealtimeLink> {
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url, {
         headers: { authorization: `Bearer ${apiKey}` },
@@ -79,7 +97,7 @@ export class RealtimeLink {
       });
       ws.once('open', () => {
         clearTimeout(timer);
-        resolve(new RealtimeLink(ws));
+        resolve(new RealtimeLink(ws, silentForMs));
       });
     });
   }
@@ -99,7 +117,24 @@ export class RealtimeLink {
 
   close(): void {
     this.closedByUs = true;
+    clearInterval(this.watchdog);
     if (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING) this.ws.close(1000);
+  }
+
+  /** Pings the server, or fails the socket when the last ping went unanswered. */
+  private check(silentForMs: number): void {
+    // A check that comes late found this process busy, not the server silent: its pong may be unread.
+    const late = performance.now() - this.checkedAt > silentForMs * 1.5;
+    this.checkedAt = performance.now();
+    if (this.heard || late) {
+      this.heard = false;
+      if (this.open) this.ws.ping();
+      return;
+    }
+    // After the I/O already waiting is read: a pong held up by a busy process is not a silent server.
+    setImmediate(() => {
+      if (!this.heard) this.fail(`the realtime server stopped answering (nothing from it, not even a pong, for ${silentForMs} ms)`);
+    });
   }
 
   private fail(why: string): void {

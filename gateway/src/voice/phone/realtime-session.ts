@@ -48,6 +48,8 @@ export class RealtimeSession {
       /** The session's configuration as it stands (a new socket gets the current one). */
       update: () => SessionUpdateEvent;
       budgetMs: number;
+      /** How long the server may answer nothing, not even a ping, before the session is taken as lost (realtime-link.ts). */
+      silentForMs?: number;
       history: () => SaidLine[];
       /** Whether the caller is waiting for an answer (then a new session is asked for one). */
       awaitingAnswer: () => boolean;
@@ -98,7 +100,7 @@ export class RealtimeSession {
     let link: RealtimeLink;
     const deadline = performance.now() + this.opts.budgetMs;
     try {
-      link = await RealtimeLink.connect(this.opts.url, this.opts.apiKey, this.opts.budgetMs);
+      link = await RealtimeLink.connect(this.opts.url, this.opts.apiKey, this.opts.budgetMs, this.opts.silentForMs);
     } catch (error) {
       return this.failed((error as Error).message, first);
     }
