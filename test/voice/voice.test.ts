@@ -342,7 +342,7 @@ describe('spend guard', () => {
       { type: 'assistant.response.done' }, // none reported (cancelled by barge-in, or omitted)
     ]);
     expect(s.billedUsd).toBeCloseTo(0.002 + 0.02 + 0.001 + 0.002, 12);
-    expect(s.estUsd).toBe(s.billedUsd);
+    expect(s.estUsd).toBeCloseTo(s.billedUsd!, 12);
   });
 
   it("adds each transcription's cost to the call's, with or without usage from the responses; the next response.done checks the cap with it", () => {
@@ -371,6 +371,11 @@ describe('spend guard', () => {
     // Exactly at the cap counts (>=).
     const exact = run([{ type: 'assistant.audio_frame', ms: 875_000 }, done]);
     expect(exact.reason).toBe('per_call_cap');
+    // So does a call billed exactly the cap in parts whose float sum falls short of it: 1,500 +
+    // 14,100 + 1,900 output audio tokens are 17,500 at 20 $/M, 0.35 USD, summed as 0.3499999999999999.
+    const parts = run([1500, 14_100, 1900].map((n) => ({ ...done, usage: { output_token_details: { audio_tokens: n } } })));
+    expect([parts.turns, parts.action, parts.reason]).toEqual([3, 'disconnect', 'per_call_cap']);
+    expect(parts.estUsd).toBe(0.35);
     // Two ttfb breaches and cost over the cap: the cap wins.
     const order = run([
       { type: 'assistant.response.start', ttfb_ms: 2000 },

@@ -25,6 +25,7 @@
  * Every count and duration is checked where it enters (finite, within bounds; the error names the
  * field), so the cost is always a finite number >= 0.
  */
+import { roundUsd } from '../../../schema/spend-cap';
 import type { Concierge, IntentId } from './config';
 import { matchIntent, normalise } from './intents';
 
@@ -253,7 +254,8 @@ function onResponseDone(state: CallState, event: EventOf<'assistant.response.don
   // reported usage likewise.
   if (billed !== null) state.billedUsd = (state.billedUsd ?? before) + billed;
   else if (state.billedUsd !== null) state.billedUsd += state.estUsdFromDurations - before;
-  state.estUsd = (state.billedUsd ?? state.estUsdFromDurations) + (state.transcribedUsd ?? 0);
+  // Without the float noise of the sum: a call billed exactly the cap in parts reaches it.
+  state.estUsd = roundUsd((state.billedUsd ?? state.estUsdFromDurations) + (state.transcribedUsd ?? 0));
   if (!checking(state, cfg)) return;
   if (state.turns >= cfg.maxTurns) return escalate(state, 'turn_cap');
   if (state.action === 'continue' && state.estUsd >= cfg.perCallUsdCap) {
@@ -290,7 +292,7 @@ function onTranscription(state: CallState, event: EventOf<'transcription.done'>)
   const usd = measure('transcription.done.usd', event.usd, 0, MAX_TRANSCRIPTION_USD, `USD from 0 to ${MAX_TRANSCRIPTION_USD}`);
   // Added to the cost now (the record and the answers show it); the checks run at the next response.done.
   state.transcribedUsd = (state.transcribedUsd ?? 0) + usd;
-  state.estUsd += usd;
+  state.estUsd = roundUsd(state.estUsd + usd);
 }
 
 /**
