@@ -311,6 +311,44 @@ describe('phone bridge: the policy on real events', () => {
     expect(s.logs.some((l) => /CA0111: realtime session failed \(the realtime server stopped answering/.test(l))).toBe(true);
   });
 
+  it('an answer that stalls once begun (its socket alive and answering pings, nothing more of the response) → the session is replaced and the new one answers the caller', async () => {
+    s = await bridgeStack(() => undefined, { realtimeSilentForMs: 400 });
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA0112');
+    s.realtime.brain = () => null; // the model begins its answer, then sends nothing more
+    speak(call);
+    await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    conn.send({ type: 'response.created', response: { id: 'resp_S', status: 'in_progress', output: [], metadata: null } });
+    const next = await until<RtConn>(s.realtime, 'connection', () => true, 'a new realtime session');
+    s.realtime.brain = brain({});
+    await clientEvent(next, 'response.create');
+    expect(
+      s.logs.some((l) =>
+        /CA0112: realtime session failed \(the realtime server sent nothing for \d+ ms of the response in progress/.test(l),
+      ),
+    ).toBe(true);
+    call.hangUp();
+    const end = await s.endOf('CA0112');
+    expect(end.record).toMatchObject({ ended_reason: 'caller_hangup' });
+    expect(s.meterEvents.some((e) => e.job_id === 'CA0112' && e.error_code === 'FAILED|UNPRICED')).toBe(true);
+  });
+
+  it('an answer asked for that never begins (no response.created, the socket alive) → the session is replaced and the new one is asked again', async () => {
+    s = await bridgeStack(() => undefined, { realtimeSilentForMs: 400 });
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA0113');
+    s.realtime.brain = () => null; // the server takes the request and never begins the answer
+    for (const key of '42#') call.press(key);
+    await clientEvent(conn, 'conversation.item.create', (e) => e.item?.content?.[0]?.text === '(keys pressed: 42)');
+    await clientEvent(conn, 'response.create');
+    const next = await until<RtConn>(s.realtime, 'connection', () => true, 'a new realtime session');
+    s.realtime.brain = brain({});
+    await clientEvent(next, 'response.create');
+    expect(
+      s.logs.some((l) => /CA0113: realtime session failed \(the realtime server sent nothing for \d+ ms of the answer asked for/.test(l)),
+    ).toBe(true);
+  });
+
   it('caller audio held while reconnecting and then dropped (the reconnect failed) is not counted by the spend guard: it counts what the model was sent', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

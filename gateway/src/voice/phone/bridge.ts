@@ -62,7 +62,7 @@ export interface PhoneBridgeDeps {
   closingLimitMs?: number;
   /** How long a live media stream may send nothing before its call is ended (10 s). */
   streamSilentForMs?: number;
-  /** How long the realtime server may answer nothing, not even a ping, before its session is lost (5 s). */
+  /** How long the realtime server may answer nothing (a ping, a response under way) before its session is lost (5 s). */
   realtimeSilentForMs?: number;
   /** After each call's record is written (tests, drills, transcripts review). */
   onCallEnded?: (summary: CallSummary) => void;

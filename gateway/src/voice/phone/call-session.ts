@@ -229,7 +229,9 @@ export class CallSession {
       apiKey: settings.openaiApiKey,
       update: () => sessionUpdate(config, callerNumber, { respond: (this.vadTold = this.vadResponds), maxOutputTokens: this.allowance }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
-      silentForMs: this.deps.realtimeSilentForMs,
+      // A response under way sends its events faster than its audio plays, and one asked for begins at
+      // once: a server silent meanwhile has stalled.
+      watch: { silentForMs: this.deps.realtimeSilentForMs, owed: () => this.owedByServer() },
       // A session being replaced finishes nothing more: what it had said of a line counts now,
       // and the caller's turns it had not transcribed stay as such; no answer runs or is asked
       // for in the new one (results counts from there: the answer below is asked through it).
@@ -251,6 +253,14 @@ export class CallSession {
       log,
       callId: this.callSid,
     });
+  }
+
+  /** What the realtime server owes the call now, if anything: the response under way, or one asked for. */
+  private owedByServer(): string | null {
+    // Transferring, the model is heard no more; ended, the settle waits for it, briefly.
+    if (this.phase === 'transferring' || this.phase === 'ended') return null;
+    if (this.responding !== null) return 'the response in progress';
+    return this.results.asking || this.own.awaited ? 'the answer asked for' : null;
   }
 
   /** The consent line's gate: said again, declined, or never answered. */

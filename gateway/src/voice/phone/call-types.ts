@@ -63,7 +63,7 @@ export interface SessionDeps {
   keypadPauseMs?: number;
   /** How long a closing line may play from its first audio before the call ends anyway (10 s; tests shorten it). */
   closingLimitMs?: number;
-  /** How long the realtime server may answer nothing, not even a ping, before its session is lost (5 s; tests shorten it). */
+  /** How long the realtime server may answer nothing (a ping, a response under way) before its session is lost (5 s; tests shorten it). */
   realtimeSilentForMs?: number;
 }
 

@@ -34,6 +34,11 @@ export class OwnResponses {
     return this.expecting?.purpose === purpose;
   }
 
+  /** Ours was asked for and not yet created (not held back until a response in progress is done). */
+  get awaited(): boolean {
+    return this.expecting !== null && !this.expecting.again;
+  }
+
   /** Ours for this purpose, asked for and not yet created, is no longer wanted (never asked again). */
   forget(purpose: Purpose): void {
     if (this.expecting?.purpose === purpose) this.expecting = null;

@@ -22,11 +22,18 @@ export type ClientEvent = RealtimeClientEvent | ({ type: string } & Record<strin
 const MAX_EVENT_BYTES = 16 * 1024 * 1024;
 
 /**
- * How long the server may go without answering a ping (nor sending anything) before its socket is
- * taken as gone: a network that holds every packet, or a server that hangs, closes nothing, and
- * the caller would wait in silence for as long as the call lasts. Checked as often.
+ * How long the server may go without answering a ping (nor sending anything), or without sending
+ * anything of a response in progress (its events come faster than its audio plays), before its
+ * socket is taken as gone: a network that holds every packet, or a server that hangs, closes
+ * nothing, and the caller would wait in silence for as long as the call lasts. Checked as often.
  */
 const SILENT_FOR_MS = 5_000;
+
+/** How the socket is watched: every `silentForMs`, and what the server owes, if anything (`owed`: "the response in progress"). */
+export interface Watch {
+  silentForMs?: number;
+  owed?: () => string | null;
+}
 
 export interface RealtimeServerMessage {
   type: string;
@@ -39,19 +46,23 @@ export class RealtimeLink {
   private readonly watchdog: NodeJS.Timeout;
   /** Something came from the server (an event, a pong) since the last ping. */
   private heard = true;
+  /** An event came from the server since the last check. */
+  private evented = true;
+  /** The server owed something at the last check: silence since then is a whole interval of it. */
+  private owing = false;
   private checkedAt = performance.now();
   onEvent: (event: RealtimeServerMessage) => void = () => undefined;
   onFailure: (why: string) => void = () => undefined;
 
   private constructor(
     private readonly ws: WebSocket,
-    silentForMs: number,
+    private readonly watch: Required<Watch>,
   ) {
-    this.watchdog = setInterval(() => this.check(silentForMs), silentForMs).unref();
+    this.watchdog = setInterval(() => this.check(), watch.silentForMs).unref();
     ws.on('pong', () => (this.heard = true));
     ws.once('close', () => clearInterval(this.watchdog));
     ws.on('message', (data, isBinary) => {
-      this.heard = true;
+      this.heard = this.evented = true;
       if (isBinary) return;
       let event: RealtimeServerMessage;
       try {
@@ -73,7 +84,8 @@ export class RealtimeLink {
   }
 
   /** Opens the socket; rejects when it is refused or not open within `timeoutMs`. */
-  static connect(url: string, apiKey: string, timeoutMs: number, silentForMs = SILENT_FOR_MS): Promise<RealtimeLink> {
+  static connect(url: string, apiKey: string, timeoutMs: number, watch: Watch = {}): Promise<RealtimeLink> {
+    const watching = { silentForMs: watch.silentForMs ?? SILENT_FOR_MS, owed: watch.owed ?? (() => null) };
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url, {
         headers: { authorization: `Bearer ${apiKey}` },
@@ -97,7 +109,7 @@ export class RealtimeLink {
       });
       ws.once('open', () => {
         clearTimeout(timer);
-        resolve(new RealtimeLink(ws, silentForMs));
+        resolve(new RealtimeLink(ws, watching));
       });
     });
   }
@@ -121,20 +133,30 @@ export class RealtimeLink {
     if (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING) this.ws.close(1000);
   }
 
-  /** Pings the server, or fails the socket when the last ping went unanswered. */
-  private check(silentForMs: number): void {
-    // A check that comes late found this process busy, not the server silent: its pong may be unread.
+  /** Pings the server, or fails the socket when the last ping, or what the server owes, went unanswered. */
+  private check(): void {
+    const { silentForMs } = this.watch;
+    // A check that comes late found this process busy, not the server silent: what it sent may be unread.
     const late = performance.now() - this.checkedAt > silentForMs * 1.5;
     this.checkedAt = performance.now();
-    if (this.heard || late) {
-      this.heard = false;
-      if (this.open) this.ws.ping();
-      return;
-    }
+    if (late || !this.silent()) return this.ping();
     // After the I/O already waiting is read: a pong held up by a busy process is not a silent server.
     setImmediate(() => {
       if (!this.heard) this.fail(`the realtime server stopped answering (nothing from it, not even a pong, for ${silentForMs} ms)`);
+      else if (this.silent()) this.fail(`the realtime server sent nothing for ${silentForMs} ms of ${this.watch.owed()}`);
+      else this.ping();
     });
+  }
+
+  /** Nothing answered the last ping, or nothing came since the last check while the server owed something. */
+  private silent(): boolean {
+    return !this.heard || (!this.evented && this.owing && this.watch.owed() !== null);
+  }
+
+  private ping(): void {
+    this.heard = this.evented = false;
+    this.owing = this.watch.owed() !== null;
+    if (this.open) this.ws.ping();
   }
 
   private fail(why: string): void {

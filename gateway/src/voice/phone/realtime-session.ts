@@ -11,7 +11,7 @@
  * session is ready; after that it is dropped rather than delayed.
  */
 import type { SessionUpdateEvent } from 'openai/resources/realtime/realtime';
-import { describeError, RealtimeLink, type ClientEvent, type RealtimeServerMessage } from './realtime-link';
+import { describeError, RealtimeLink, type ClientEvent, type RealtimeServerMessage, type Watch } from './realtime-link';
 import { base64Bytes, bytesToMs } from './playback';
 
 export interface SaidLine {
@@ -48,8 +48,8 @@ export class RealtimeSession {
       /** The session's configuration as it stands (a new socket gets the current one). */
       update: () => SessionUpdateEvent;
       budgetMs: number;
-      /** How long the server may answer nothing, not even a ping, before the session is taken as lost (realtime-link.ts). */
-      silentForMs?: number;
+      /** How the socket is watched for a server that stops answering: a ping, or a response in progress (realtime-link.ts). */
+      watch?: Watch;
       history: () => SaidLine[];
       /** Whether the caller is waiting for an answer (then a new session is asked for one). */
       awaitingAnswer: () => boolean;
@@ -100,7 +100,7 @@ export class RealtimeSession {
     let link: RealtimeLink;
     const deadline = performance.now() + this.opts.budgetMs;
     try {
-      link = await RealtimeLink.connect(this.opts.url, this.opts.apiKey, this.opts.budgetMs, this.opts.silentForMs);
+      link = await RealtimeLink.connect(this.opts.url, this.opts.apiKey, this.opts.budgetMs, this.opts.watch);
     } catch (error) {
       return this.failed((error as Error).message, first);
     }
