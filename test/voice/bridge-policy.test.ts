@@ -349,6 +349,23 @@ describe('phone bridge: the policy on real events', () => {
     ).toBe(true);
   });
 
+  it('a caller turn the server VAD committed and never answered (no response.created, the socket alive) → the session is replaced and the new one answers it', async () => {
+    s = await bridgeStack(() => undefined, { realtimeSilentForMs: 400 });
+    s.realtime.brain = brain({});
+    const { call, conn } = await answered(s, 'CA0114');
+    s.realtime.brain = () => null; // the server commits the caller's turn and never begins the answer
+    speak(call);
+    await serverEvent(conn, 'conversation.item.input_audio_transcription.completed');
+    const next = await until<RtConn>(s.realtime, 'connection', () => true, 'a new realtime session');
+    s.realtime.brain = brain({});
+    await clientEvent(next, 'response.create');
+    expect(
+      s.logs.some((l) =>
+        /CA0114: realtime session failed \(the realtime server sent nothing for \d+ ms of the answer to the caller's turn/.test(l),
+      ),
+    ).toBe(true);
+  });
+
   it('caller audio held while reconnecting and then dropped (the reconnect failed) is not counted by the spend guard: it counts what the model was sent', async () => {
     s = await bridgeStack();
     s.realtime.brain = brain({});

@@ -142,6 +142,8 @@ export class CallSession {
   private vadResponds = false;
   /** What the current realtime session was told of it (its session.update, or a partial one since). */
   private vadTold = false;
+  /** A caller turn the server VAD committed, to be answered by itself: its response has not begun yet. */
+  private turnOwed = false;
   private readonly tagging: Array<Promise<void>> = [];
   private readonly pricing: PricingDeflection;
   private readonly transcriptions: TranscriptionUsage;
@@ -229,8 +231,8 @@ export class CallSession {
       apiKey: settings.openaiApiKey,
       update: () => sessionUpdate(config, callerNumber, { respond: (this.vadTold = this.vadResponds), maxOutputTokens: this.allowance }),
       budgetMs: config.guardrails.latency_budget_s * 1000,
-      // A response under way sends its events faster than its audio plays, and one asked for begins at
-      // once: a server silent meanwhile has stalled.
+      // A response under way sends its events faster than its audio plays, and one asked for (or owed
+      // a committed turn) begins at once: a server silent meanwhile has stalled.
       watch: { silentForMs: this.deps.realtimeSilentForMs, owed: () => this.owedByServer() },
       // A session being replaced finishes nothing more: what it had said of a line counts now,
       // and the caller's turns it had not transcribed stay as such; no answer runs or is asked
@@ -255,12 +257,13 @@ export class CallSession {
     });
   }
 
-  /** What the realtime server owes the call now, if anything: the response under way, or one asked for. */
+  /** What the realtime server owes the call now, if anything: the response under way, one asked for, a turn's answer. */
   private owedByServer(): string | null {
     // Transferring, the model is heard no more; ended, the settle waits for it, briefly.
     if (this.phase === 'transferring' || this.phase === 'ended') return null;
     if (this.responding !== null) return 'the response in progress';
-    return this.results.asking || this.own.awaited ? 'the answer asked for' : null;
+    if (this.results.asking || this.own.awaited) return 'the answer asked for';
+    return this.turnOwed && this.phase === 'live' ? "the answer to the caller's turn" : null;
   }
 
   /** The consent line's gate: said again, declined, or never answered. */
@@ -367,6 +370,7 @@ export class CallSession {
     if (this.vadTold !== this.vadResponds) this.sendTurnTaking();
     if (!first) {
       // A new conversation after a reconnect: nothing of the old one is in progress there.
+      this.turnOwed = false;
       this.responseLost();
       this.sessionItems.clear();
       this.timing.reset();
@@ -457,6 +461,7 @@ export class CallSession {
     // and cost would never reach the guard (the turn and per-call caps blind) nor the meter; nor
     // its function results the model (given once a response is done). A closing line is out of
     // band: it may run beside one of the conversation's.
+    this.turnOwed = false;
     const before = this.responding;
     const lost = before !== null && before !== id && purpose !== 'closing' && before !== this.closing?.id ? before : null;
     if (lost !== null) {
@@ -527,6 +532,7 @@ export class CallSession {
         return this.timing.speechStopped(e.audio_end_ms, this.rt.appendedMs);
       case 'input_audio_buffer.committed':
         if (!this.vadResponds) this.unansweredTurns.add(String(e.item_id));
+        else if (this.vadTold) this.turnOwed = true;
         return this.heard.committed(String(e.item_id));
       case 'conversation.item.input_audio_transcription.completed':
         this.callerSaid(e);
@@ -644,6 +650,7 @@ export class CallSession {
   private responseDone(r: RealtimeResponse | undefined): void {
     const id = String(r?.id ?? '');
     if (this.responding === id) this.responding = null;
+    this.turnOwed = false; // whatever order the server sent the turn's events in, it was answered
     // One already counted as lost (its response.done late after all) is not counted twice.
     if (!this.countedLost.delete(id)) this.meterResponse(r, id);
     if (this.phase === 'ended') {
