@@ -35,8 +35,9 @@ export function mountModels(app: express.Express, routes: () => Route[], flags: 
     res.json({ object: 'list', data: [...list().values()].filter((m) => ok(m.id)) });
   });
   // Every segment: ids such as `meta-llama/llama-3.1-8b-instruct` come with their slash as it is or encoded.
+  // A trailing slash is not part of the id (every other path takes one too).
   app.get('/v1/models/*id', (req, res) => {
-    const id = (req.params.id as unknown as string[]).join('/');
+    const id = (req.params.id as unknown as string[]).join('/').replace(/\/$/, '');
     const model = list().get(id);
     if (model && usable(res)(model.id)) res.json(model);
     else

@@ -529,6 +529,11 @@ describe('GET /v1/models and errors', () => {
         const res = await fetch(`${slashed.url}/v1/models/${path}`);
         expect([res.status, ((await res.json()) as { id?: string }).id]).toEqual([200, 'meta-llama/llama-3.1-8b-instruct']);
       }
+      // A trailing slash, as every other path takes one (Express's routing), is not part of the id.
+      for (const path of ['meta-llama/llama-3.1-8b-instruct/', 'meta-llama%2Fllama-3.1-8b-instruct/?x=1']) {
+        const res = await fetch(`${slashed.url}/v1/models/${path}`);
+        expect([res.status, ((await res.json()) as { id?: string }).id]).toEqual([200, 'meta-llama/llama-3.1-8b-instruct']);
+      }
       const missing = await fetch(`${slashed.url}/v1/models/meta-llama/other`);
       expect([missing.status, ((await missing.json()) as { error: { code: string } }).error.code]).toEqual([404, 'model_not_found']);
     } finally {
