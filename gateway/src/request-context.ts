@@ -134,14 +134,17 @@ export function requestContext<B extends { model: string }>(
 }
 
 /**
- * How long the client waits, from the `openai` SDKs' `x-stainless-timeout` (their timeout, in whole
- * seconds, truncated), less a tenth for the way to the gateway and back: an answer or a `202` later
- * than that finds the client gone (and its retry already sent). Anything but a positive number
- * (`0`: a timeout under a second, of unknown length) says nothing.
+ * How long the client waits, from the `openai` SDKs' timeout: the Node SDK's `x-stainless-timeout`
+ * (whole seconds, truncated: `0` is a timeout under a second, of unknown length), else the Python
+ * SDK's `x-stainless-read-timeout` (seconds, `5.0`: how long it waits for the answer's first byte),
+ * less a tenth for the way to the gateway and back: an answer or a `202` later than that finds the
+ * client gone (and its retry already sent). Anything but a positive number says nothing.
  */
 function clientWaitMs(headers: Headers): number {
   const s = Number(header(headers, 'x-stainless-timeout'));
-  return s >= 1 ? Math.floor(s * 900) : Infinity;
+  if (s >= 1) return Math.floor(s * 900);
+  const read = Number(header(headers, 'x-stainless-read-timeout'));
+  return read > 0 ? Math.max(1, Math.floor(read * 900)) : Infinity;
 }
 
 /**

@@ -334,6 +334,22 @@ describe('POST /v1/embeddings', () => {
     expect(gw.events()[0]).toMatchObject({ provider: 'openai', error_code: 'PROVIDER_ERROR' });
   });
 
+  // The Python SDK says its timeout as x-stainless-read-timeout (its read timeout, in seconds, "5.0"),
+  // not as x-stainless-timeout (the Node SDK's): the gateway went on for its 30 s, long after the
+  // client had given up and sent its retry.
+  it("the Python openai client's read timeout shortens the time-to-answer, as the Node client's timeout does", async () => {
+    embedA.always({ kind: 'hang' });
+    embedB.always({ kind: 'hang' });
+    const started = performance.now();
+    const res = await fetch(`${gw.url}/v1/embeddings`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-stainless-read-timeout': '1.0' },
+      body: JSON.stringify({ model: 'text-embedding-3-small', input: 'a', encoding_format: 'base64' }),
+    });
+    expect(res.status).toBeGreaterThanOrEqual(500);
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+
   it('a model no route serves is a 404 naming it; nothing is called', async () => {
     const error = await client()
       .embeddings.create({ model: 'nomic-embed', input: 'a' })
