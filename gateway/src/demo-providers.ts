@@ -29,8 +29,11 @@ function demoVector(text: string): number[] {
   return v.map((x) => x / norm);
 }
 
+/** The inputs of an embeddings request: a lone array of token ids is one input, as OpenAI reads it. */
+const inputsOf = (input: unknown): unknown[] => (Array.isArray(input) && typeof input[0] !== 'number' ? input : [input]);
+
 function embed(res: ServerResponse, name: string, body: DemoRequest): void {
-  const texts = (Array.isArray(body.input) ? body.input : [body.input]).map((t) => (typeof t === 'string' ? t : JSON.stringify(t ?? '')));
+  const texts = inputsOf(body.input).map((t) => (typeof t === 'string' ? t : JSON.stringify(t ?? '')));
   const tokens = texts.reduce((n, t) => n + Math.ceil(t.length / 4), 0);
   const data = texts.map((t, index) => ({ object: 'embedding', index, embedding: demoVector(t) }));
   res.writeHead(200, { 'content-type': 'application/json' });

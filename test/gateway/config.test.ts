@@ -398,6 +398,9 @@ describe('npm start', () => {
       expect(again).toEqual(hello);
       expect(world).not.toEqual(hello);
       expect(vectors.usage.prompt_tokens).toBeGreaterThan(0);
+      // One array of token ids is one input (OpenAI's reading), not one per token.
+      const tokens = await client.embeddings.create({ model: 'text-embedding-3-small', input: [15339, 1917] });
+      expect(tokens.data).toHaveLength(1);
       expect((await client.models.list()).data.map((m) => m.id)).toContain('text-embedding-3-small');
     } finally {
       child.kill('SIGTERM');
