@@ -41,7 +41,9 @@ export function embeddingsParser(routes: () => Route[], scopes: Scopes) {
     }
     const served = models();
     if (!served.has(parsed.data.model)) {
-      const known = [...served].join(', ') || 'none';
+      // A key that names its models is told of those only, as GET /v1/models lists it no others.
+      const allowed = clientKey?.models.length ? clientKey.models : null;
+      const known = [...served].filter((m) => !allowed || allowed.includes(m)).join(', ') || 'none';
       return {
         ok: false,
         status: 404,

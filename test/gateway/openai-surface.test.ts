@@ -1,9 +1,13 @@
 // The rest of the OpenAI surface through the official client: Responses (native and translated),
 // embeddings (failover only to the same model), models, and JSON errors on every path and method.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { keysCli } from '../../gateway/src/keys-cli';
 import { FakeProvider } from './fake-provider';
-import { mapOf, startGateway, type TestGateway } from './harness';
+import { listenStack, mapOf, startGateway, type TestGateway } from './harness';
 import { until } from './keys-harness';
 
 let hot: FakeProvider, warm: FakeProvider, embedA: FakeProvider, embedB: FakeProvider, other: FakeProvider;
@@ -348,6 +352,44 @@ describe('POST /v1/embeddings', () => {
     });
     expect(res.status).toBeGreaterThanOrEqual(500);
     expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  it('the 404 for a model no route serves names, to a client key that names its models, only those of them served', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'embed-keys-'));
+    const routes = join(dir, 'routes.json');
+    const hotRoutes = [
+      { provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url },
+      { provider: 'openai', model: 'text-embedding-3-small', baseUrl: embedA.url, apis: ['embeddings'] },
+      { provider: 'openai', model: 'acme-private-embed', baseUrl: other.url, apis: ['embeddings'] },
+    ];
+    writeFileSync(routes, JSON.stringify({ hot: hotRoutes, warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
+    const env = {
+      ROUTES_FILE: routes,
+      GATEWAY_AUTH: 'keys',
+      CLIENT_KEYS_FILE: join(dir, 'keys.json'),
+      SCOPES_FILE: join(dir, 'none.yaml'),
+    };
+    const output: string[] = [];
+    expect(
+      await keysCli(
+        ['create', 'beta', '--models', 'text-embedding-3-small'],
+        env,
+        (l) => output.push(l),
+        (l) => output.push(l),
+      ),
+    ).toBe(0);
+    const stack = await listenStack({ ...env, METER_CSV_FILE: join(dir, 'e.csv') });
+    try {
+      const keyed = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: output.at(-1)!, maxRetries: 0 });
+      const error = await keyed.embeddings.create({ model: 'text-embedding-3-large', input: 'a' }).catch((e: unknown) => e);
+      expect(error).toMatchObject({ status: 404, code: 'model_not_found' });
+      const { message } = (error as InstanceType<typeof OpenAI.APIError>).error as { message: string };
+      expect(message).toContain('text-embedding-3-small');
+      // Another tenant's model stays unnamed, as GET /v1/models does not list it to this key.
+      expect(message).not.toContain('acme-private-embed');
+    } finally {
+      await stack.stop();
+    }
   });
 
   it('a model no route serves is a 404 naming it; nothing is called', async () => {
