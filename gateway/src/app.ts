@@ -9,6 +9,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
+import { cutText } from '../../schema/cut-text';
 import { bearerGuard } from './bearer';
 import { noChatRoute, parseChatRequest } from './chat-request';
 import type { ClientAuth } from './client-auth';
@@ -134,8 +135,13 @@ export function createGateway(opts: GatewayOptions): Gateway {
     if (res.headersSent) return;
     const status = error.status && error.status < 500 ? error.status : 500;
     if (status >= 500) opts.log.error({ err: error.message, path: req.path }, 'request failed');
+    // Cut: Express quotes what it could not read (a path segment it cannot decode) whole.
     const message =
-      error.type === 'entity.parse.failed' ? 'body: expected a JSON object' : status >= 500 ? 'internal error' : error.message;
+      error.type === 'entity.parse.failed'
+        ? 'body: expected a JSON object'
+        : status >= 500
+          ? 'internal error'
+          : cutText(error.message, QUOTED_PATH);
     res.status(status).json(openAiError(message, status >= 500 ? 'api_error' : 'invalid_request_error'));
   });
 

@@ -611,6 +611,11 @@ describe('GET /v1/models and errors', () => {
     const long = await fetch(`${gw.url}/v1/models/${'m'.repeat(5000)}`, { method: 'DELETE' });
     expect(long.status).toBe(405);
     expect(((await long.json()) as { error: { message: string } }).error.message.length).toBeLessThan(300);
+    // So is one Express cannot decode (a stray %), not echoed whole in its error.
+    const undecodable = await fetch(`${gw.url}/v1/models/%ZZ${'m'.repeat(5000)}`);
+    expect(undecodable.status).toBe(400);
+    const { error } = (await undecodable.json()) as { error: { message: string; type: string } };
+    expect([error.type, error.message.length < 300]).toEqual(['invalid_request_error', true]);
     const bad = await fetch(`${gw.url}/v1/responses`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
