@@ -132,19 +132,16 @@ end
 return 1`;
 /**
  * A day's counter read below what an instance last read of it was lost (Redis restarted without
- * its data, or flushed): that read goes back on top of what was added since. KEYS[2] keeps the
- * largest read put back since the loss (it goes with the counter in the next one), so of the
- * instances that find the loss, each adds only what its read has over the ones before: the fleet's
- * freshest figure, once. ARGV: the micro-dollars read before, the TTL. Returns the counter.
+ * its data, or from an older snapshot, or flushed): it is raised to that read, with what the
+ * instance's own batch in the same round trip added. Raised, not added to: a snapshot's figure is
+ * part of that read already. ARGV: the micro-dollars it is raised to, the TTL. Returns the counter.
  */
 const PUT_BACK = `
-local back = tonumber(redis.call('GET', KEYS[2]) or '0')
-local read = tonumber(ARGV[1])
-if read <= back then return tonumber(redis.call('GET', KEYS[1]) or '0') end
-redis.call('SET', KEYS[2], read, 'EX', ARGV[2])
-local v = redis.call('INCRBY', KEYS[1], read - back)
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return v`;
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[1])
+if floor <= v then return v end
+redis.call('SET', KEYS[1], floor, 'EX', ARGV[2])
+return floor`;
 const secondOf = (ms: number): number => Math.floor(ms / 1000);
 const sum = (m: Micros): number => [...m.values()].reduce((a, b) => a + b, 0);
 
@@ -286,7 +283,7 @@ export class RedisSpendDays implements SpendDays {
       const failed = replies.find(([error]) => error);
       if (failed || !replies.length) throw failed?.[0] ?? new Error('no reply');
       const values = replies.at(-1)![1] as Array<string | null>;
-      this.known = await this.putBackLost(new Map(days.map((d, i) => [d, Number(values[i] ?? 0)])));
+      this.known = await this.putBackLost(new Map(days.map((d, i) => [d, Number(values[i] ?? 0)])), sent);
       this.knownAt = performance.now();
       this.unanswered = this.unanswered.filter((b) => !sent.includes(b));
       this.holdUntil = 0;
@@ -304,11 +301,13 @@ export class RedisSpendDays implements SpendDays {
    * counters only grow, and a Redis that lost them would otherwise lift the caps for the rest of the
    * day. Should Redis not take it, the last read stays, so the next read finds the loss again.
    */
-  private async putBackLost(read: Micros): Promise<Micros> {
+  private async putBackLost(read: Micros, sent: Batch[]): Promise<Micros> {
     const lost = [...read].filter(([day, micros]) => micros < (this.known.get(day) ?? 0)).map(([day]) => day);
     if (!lost.length) return read;
+    // What this instance's batches added since that read: counted in the read's round trip.
+    const floor = (day: number) => this.known.get(day)! + sent.reduce((all, b) => all + (b.days.get(day) ?? 0), 0);
     const pipeline = this.redis.pipeline();
-    for (const day of lost) pipeline.eval(PUT_BACK, 2, this.key(day), `${this.key(day)}:put-back`, this.known.get(day)!, KEY_TTL_S);
+    for (const day of lost) pipeline.eval(PUT_BACK, 1, this.key(day), floor(day), KEY_TTL_S);
     const replies = (await pipeline.exec().catch(() => null)) ?? [];
     for (const [i, day] of lost.entries()) {
       const [error, micros] = replies[i] ?? [new Error('no reply')];

@@ -131,6 +131,21 @@ describe('spend per day in Redis: one figure for the fleet', () => {
     expect(warnings.some((w) => w.includes('was lost'))).toBe(true);
   });
 
+  it('a Redis restored from a snapshot older than the last read gets that read back, not added to the snapshot', async () => {
+    const key = space();
+    const now = () => 20_000 * DAY;
+    const counter = `${key}:spend:${new Date(20_000 * DAY).toISOString().slice(0, 10)}`;
+    const a = new RedisSpendDays(redis, key, { warn: (m) => warnings.push(m), now });
+    closing.push(a);
+    a.add(40);
+    await a.refresh();
+    await redis.set(counter, 30_000_000); // the snapshot held $30 of the day's $40
+    a.add(1);
+    await a.refresh();
+    expect(Number(await redis.get(counter))).toBe(41_000_000);
+    expect(a.spentBetween(20_000, 20_000)).toBeCloseTo(41, 9);
+  });
+
   it("the spend of the last seconds includes another instance's whose clock is a few seconds ahead", async () => {
     const key = space();
     const at = 20_000 * DAY + 3_600_000;
