@@ -76,12 +76,15 @@ type Target = { id: string } | { hash: string };
 /** A checked command: its arguments are read before the store is opened, so a typo never waits for it or reaches it. */
 type Command = { command: 'create'; spec: KeySpec } | { command: 'list' } | { command: 'revoke'; target: Target };
 
-/** Revoke's arguments as a refusal quotes them: never what may be a key, even one cut short. */
+/**
+ * Revoke's arguments as a refusal quotes them: never what may be a key, even one cut short or pasted
+ * with what stood around it where it leaked (`KEY=gk_…`, `Bearer gk_…`, a JSON string).
+ */
 const quotedArgs = (args: string[]) =>
   !args.length
     ? 'nothing'
-    : args.some((a) => a.startsWith('gk_'))
-      ? 'text starting "gk_" that is not a whole key (not shown)'
+    : args.some((a) => a.includes('gk_'))
+      ? 'text holding "gk_" that is not a whole key (not shown)'
       : `"${args.join(' ')}"`;
 
 function parseRevoke(args: string[]): Command {

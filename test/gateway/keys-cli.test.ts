@@ -66,8 +66,14 @@ describe('npm run keys', () => {
       const wrong = await keys(...['revoke', ...cut.split(' ')]);
       expect(wrong.code).toBe(2);
       expect(wrong.err).toMatch(
-        /^key id: expected one id .* or the key itself, got text starting "gk_" that is not a whole key \(not shown\)/,
+        /^key id: expected one id .* or the key itself, got text holding "gk_" that is not a whole key \(not shown\)/,
       );
+      expect(wrong.err).not.toContain(b.slice(3, -1));
+    }
+    // Pasted with what stood around it where it leaked: an .env line, a header, a JSON string.
+    for (const pasted of [`OPENAI_API_KEY=${b}`, `Bearer ${b}`, `"${b}",`]) {
+      const wrong = await keys('revoke', pasted);
+      expect(wrong.code).toBe(2);
       expect(wrong.err).not.toContain(b.slice(3, -1));
     }
     for (const r of [revoked, unknown]) expect([...r.out, r.err].join('\n')).not.toMatch(/gk_[A-Za-z0-9_-]{4}/);
