@@ -152,11 +152,12 @@ export class GeneratedText {
 /**
  * The estimate of a cut call's usage: the request's body in, the generated text and audio out
  * (none for a call cut before its answer began: no `text`), at the service tier the request asked
- * for (the answer that would say which served it never came).
+ * for (the answer that would say which served it never came). `tierSent`: false when the call went
+ * without it (a Responses request translated for a chat route): served at the standard tier.
  */
-export function estimateUsage(body: unknown, text?: GeneratedText): Usage {
+export function estimateUsage(body: unknown, text?: GeneratedText, tierSent = true): Usage {
   const input_tokens = Math.ceil(Buffer.byteLength(JSON.stringify(body) ?? '') / BYTES_PER_TOKEN);
-  const tier = (body as { service_tier?: unknown } | null)?.service_tier;
+  const tier = tierSent ? (body as { service_tier?: unknown } | null)?.service_tier : undefined;
   const asked = typeof tier === 'string' && tier ? { service_tier: tier } : {};
   if (!text) return { input_tokens, output_tokens: 0, ...asked };
   const written = Math.max(text.pieces, Math.ceil(text.bytes / BYTES_PER_TOKEN));

@@ -334,7 +334,7 @@ export class Pipeline {
           // healthy one it gave up on: the openai SDKs hang up as soon as they raise the error.
           const code = !r.broken ? '' : gone.aborted && !r.failed ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
           const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
-          usage = estimated ? estimateUsage(answer.of.ctx.body, r.text) : r.usage;
+          usage = estimated ? estimateUsage(answer.of.ctx.body, r.text, answer.of.api === answer.of.ctx.api) : r.usage;
           answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });
           return claims?.length ? Promise.all([answer.durable, ...claims]).then(() => undefined) : answer.durable;
         },

@@ -219,6 +219,18 @@ describe('a Responses stream the client hangs up on', () => {
     expect(Number(metered.cost_usd)).toBeGreaterThan(0);
     expect(Number(metered.cost_usd)).toBeCloseTo(priced(input, output)!, 12);
   });
+
+  it('translated from a chat provider, asked at a service tier: the chat call goes without it, and its estimate is priced at standard rates', async () => {
+    gw = await startGateway({ ...mapOf([]), hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url, apis: ['chat'] }] });
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(GENERATING.join(''))], hold: true });
+    const body = { ...responsesBody, service_tier: 'priority' };
+    await hangUpAfter('/v1/responses', body, ' again');
+    expect(hot.received[0].body).not.toHaveProperty('service_tier');
+    const metered = await theEvent();
+    const [input, output] = [tokensOf(JSON.stringify(body)), tokensOf('Hello world again')];
+    expect([metered.error_code, metered.input_tokens, metered.output_tokens]).toEqual(['CLIENT_CLOSED|ESTIMATED', `${input}`, `${output}`]);
+    expect(Number(metered.cost_usd)).toBeCloseTo(priced(input, output)!, 12);
+  });
 });
 
 describe('the generated text of a stream, counted from its bytes', () => {
