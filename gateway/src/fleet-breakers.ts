@@ -62,6 +62,16 @@ interface Watched {
   retry: NodeJS.Timeout | null;
 }
 
+/**
+ * A probe lease given back, and said so, only while it is still this instance's (KEYS[1]; ARGV: the
+ * instance, the channel, the message): one that lapsed during a long probe may be another's now.
+ */
+const RELEASE = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1`;
+
 /** The route's name for the fleet: its id and a fingerprint of its tier and settings. */
 function fleetName(route: Route): string {
   const fingerprint = createHash('sha256').update(route.settings).digest('hex').slice(0, 8);
@@ -133,9 +143,12 @@ export class FleetBreakers {
    */
   private async release(held: Watched[]): Promise<void> {
     if (!held.length) return;
-    const multi = this.redis.multi().del(...held.map((w) => this.key(w, 'probe')));
-    for (const w of held) multi.publish(this.channel, JSON.stringify({ route: w.name, state: 'released', from: this.instance }));
-    await within(multi.exec(), WAIT_MS).catch(() => 0);
+    const pipe = this.redis.pipeline();
+    for (const w of held) {
+      const message = JSON.stringify({ route: w.name, state: 'released', from: this.instance });
+      pipe.eval(RELEASE, 1, this.key(w, 'probe'), this.instance, this.channel, message);
+    }
+    await within(pipe.exec(), WAIT_MS).catch(() => 0);
   }
 
   /** Stops following; a probe lease held here is given back, so another instance probes at once. */

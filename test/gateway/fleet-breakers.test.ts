@@ -206,6 +206,25 @@ describe('breakers across instances', () => {
     expect(performance.now() - given).toBeLessThan(1000); // the lease would have lapsed 6 s after a's probe
   });
 
+  it("an instance that stops after its probe lease lapsed and another took it: the other's lease is left alone", async () => {
+    const openMs = 3000;
+    hot.always({ kind: 'status', status: 500 });
+    const [a, b] = await Promise.all([instance(1, openMs), instance(2, openMs)]);
+    while (primary(a).state() !== 'open') await chat(a.url);
+    await until(async () => primary(b).state() === 'open', 5000);
+    hot.always({ kind: 'ok' });
+    await until(async () => primary(a).state() === 'half-open' && primary(b).state() === 'half-open', 10_000);
+    await until(async () => (await chat(a.url)).headers.get('x-route-tier') === 'hot', 5000); // a holds the lease
+    expect((await chat(b.url)).headers.get('x-route-tier')).toBe('warm');
+    // a's lease lapsed (a probe streaming longer than two open periods) and a third instance took it.
+    const [lease] = await redis.keys(`${prefix}*:primary:*:probe`);
+    await redis.set(lease, 'another-instance', 'PX', 60_000);
+    await a.stop();
+    fleet.splice(fleet.indexOf(a), 1);
+    expect(await redis.get(lease)).toBe('another-instance');
+    expect((await chat(b.url)).headers.get('x-route-tier')).toBe('warm');
+  });
+
   it('while Redis does not answer, a breaker still probes and closes on its own', async () => {
     const link = await new RedisLink().open();
     try {
