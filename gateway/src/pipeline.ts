@@ -343,7 +343,7 @@ export class Pipeline {
       this.spent(answer.of.ctx, usage);
       // A client gone before the end did not get what was written after it (a translation's closing
       // events): kept for replay, that half would be every repeat's answer.
-      return relay.broken || gone.aborted ? 'broken' : 'complete';
+      return relay.broken || relay.unsent ? 'broken' : 'complete';
     } finally {
       this.streams.delete(gone);
       // Whatever went wrong on the way, the call is settled once (a stream's breaker ticket, a

@@ -87,6 +87,8 @@ export interface RelayResult {
   failed: boolean;
   /** The generated text of the provider's events, counted as they came (a cut stream's estimate, cut-estimate.ts). */
   text: GeneratedText;
+  /** The client was gone before the relay's last words (its end, or its error event) were written: it never had them. */
+  unsent: boolean;
 }
 
 /** An event as SSE text, LF line endings, multi-line data kept as several `data:` lines. */
@@ -185,7 +187,14 @@ export async function relaySse(
   const broken = relay.broken();
   const failed = transform.failed === true; // before close: a translation's failing end sets it too
   await relay.close(broken, why);
-  const result = { usage: transform.usage, broken, tooLarge: broken ? relay.tooLarge : null, failed, text: relay.text };
+  const result = {
+    usage: transform.usage,
+    broken,
+    tooLarge: broken ? relay.tooLarge : null,
+    failed,
+    text: relay.text,
+    unsent: relay.unsent,
+  };
   await beforeEnd?.(result);
   res.end();
   return result;
@@ -198,6 +207,7 @@ export async function relaySse(
 class Relay {
   readonly text = new GeneratedText();
   tooLarge: RelayResult['tooLarge'] = null;
+  unsent = false;
   /** What the parser's events made the transform write, not sent yet. */
   private out = '';
   private wrote = false;
@@ -260,11 +270,12 @@ class Relay {
 
   /** The transform's last words: its end, or its error event when the stream broke. */
   async close(broken: boolean, why?: () => string | undefined): Promise<void> {
-    if (this.res.destroyed) return;
     const tail = broken ? this.transform.broken(why?.()) : (this.transform.end?.() ?? '');
+    // A chat stream's end after its [DONE] writes nothing: the client that left then had it all.
+    if (this.res.destroyed) return void (this.unsent = tail !== '');
     if (typeof tail === 'string') return void this.res.write(tail);
     for (const piece of tail) {
-      if (this.res.destroyed) break;
+      if (this.res.destroyed) return void (this.unsent = true);
       await this.sendWritten(piece);
     }
   }
@@ -323,6 +334,7 @@ class Relay {
   private sendWritten(chunk: string): Promise<void> | undefined {
     if (chunk.length <= PIECE) return this.send(chunk);
     this.wrote = true;
-    return writeInPieces(this.res, Buffer.from(chunk), this.stallMs);
+    // Gone by the last piece: the pieces after it were not written.
+    return writeInPieces(this.res, Buffer.from(chunk), this.stallMs).then(() => void (this.unsent ||= this.res.destroyed));
   }
 }

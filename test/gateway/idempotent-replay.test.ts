@@ -7,6 +7,7 @@ import { request as httpRequest } from 'node:http';
 import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { CsvSink, type MeterSink } from '../../gateway/src/meter-sink';
 import { MemoryReplayStore } from '../../gateway/src/replay-store';
 import { FakeProvider } from './fake-provider';
 import { chat, listenStack, mapOf, startGateway } from './harness';
@@ -317,6 +318,44 @@ describe('idempotent replay: limits (in process)', () => {
       .finalResponse();
     expect(again).toMatchObject({ status: 'completed', output_text: 'hi' });
     expect(hot.received).toHaveLength(2);
+  });
+
+  it('a stream whose client hangs up once it has read [DONE] is kept: it had the whole answer, and a repeat is replayed', async () => {
+    // The call's event is made durable before the end is sent: held here until the client has gone.
+    let durable = () => {};
+    const gate = new Promise<void>((resolve) => (durable = resolve));
+    const sink = new CsvSink(join(mkdtempSync(join(tmpdir(), 'replay-done-')), 'events.csv'));
+    const meter: MeterSink = {
+      kind: sink.kind,
+      send: (record) => gate.then(() => sink.send(record)),
+      flush: () => sink.flush(),
+      close: () => sink.close(),
+      status: () => sink.status(),
+    };
+    const gw = await startGateway(mapOf([hot.url]), { meter, replay: { store: new MemoryReplayStore() } });
+    stops.push(gw.close);
+    const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 'hi' }, finish_reason: 'stop' }] })}\n\n`;
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(chunk + 'data: [DONE]\n\n')] });
+    let answer: import('node:http').ServerResponse | undefined;
+    gw.server.prependListener('request', (_req, res) => (answer = res));
+    const ask = () =>
+      fetch(`${gw.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'read-to-done' },
+        body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+      });
+    const first = await ask();
+    const reader = first.body!.getReader();
+    let text = '';
+    while (!text.includes('[DONE]')) text += new TextDecoder().decode((await reader.read()).value);
+    await reader.cancel(); // as a client that stops at [DONE] does
+    await until(async () => answer?.destroyed === true);
+    durable();
+    let again = await ask();
+    while (again.status === 409) again = (await again.text(), await ask()); // the first still being kept
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(await again.text()).toBe(chunk + 'data: [DONE]\n\n');
+    expect(hot.received).toHaveLength(1);
   });
 
   it('a first request that outlasts its lease keeps its key: the lease is renewed while it runs', async () => {
