@@ -4,33 +4,31 @@
  */
 import { z } from 'zod';
 import type { ClientKey } from './client-keys';
-import type { Parsed } from './endpoint';
+import type { Parsed, Refused } from './endpoint';
 import { ModelName, readRoutingHeaders, requestContext, type Headers } from './request-context';
 import { lastOf, type Route } from './route';
 import type { Scopes } from './scopes';
-import { bodyRefusal } from './param-path';
+import { bodyRefusal, paramOf } from './param-path';
+import { inputIssue, inputTooLong, type InputIssue } from './embeddings-input';
 
-const TEXT = { error: 'expected a non-empty string' };
-const Text = z.string(TEXT).min(1, TEXT);
-// A refinement, not .int().min(0): zod's union reports a refinement's issue (input[3]: …) where
-// an .int() failure would leave only the union's own message.
-const TOKEN_ID = { error: 'expected a token id (an integer from 0)' };
-const TokenId = z.number(TOKEN_ID).refine((n) => Number.isInteger(n) && n >= 0, TOKEN_ID);
-const TokenIds = z.array(TokenId).min(1, { error: 'expected at least one token id' });
-/** One array of token ids is one input, however long; else at most 2048 inputs (OpenAI's limit). */
-const fewEnough = (input: string | unknown[]) => typeof input === 'string' || typeof input[0] === 'number' || input.length <= 2048;
+/** The input is checked by plain loops (embeddings-input.ts): zod walks millions of token ids slowly. */
+const Input = z.unknown().superRefine((input, ctx) => {
+  const issue = inputIssue(input);
+  if (issue) ctx.addIssue({ code: 'custom', message: issue.message, path: issue.path });
+});
 
 const EmbeddingsBody = z.looseObject({
   model: ModelName,
-  input: z
-    .union([Text, z.array(Text).min(1), TokenIds, z.array(TokenIds).min(1)], {
-      error: 'expected a non-empty string, an array of strings, an array of token ids or an array of token-id arrays',
-    })
-    .refine(fewEnough, { error: 'expected at most 2048 inputs' }),
+  input: Input,
   encoding_format: z.enum(['float', 'base64']).optional(),
   dimensions: z.number().int().positive().optional(),
   user: z.string().optional(),
 });
+
+function inputRefusal(issue: InputIssue): Refused {
+  const param = paramOf(['input', ...issue.path]);
+  return { ok: false, message: `${param}: ${issue.message}`, param };
+}
 
 export function embeddingsParser(routes: () => Route[], scopes: Scopes) {
   const models = lastOf(routes, (all) => new Set(all.filter((r) => r.apis.has('embeddings')).map((r) => r.config.model)));
@@ -39,6 +37,8 @@ export function embeddingsParser(routes: () => Route[], scopes: Scopes) {
     if (!parsed.success) {
       return bodyRefusal(parsed.error);
     }
+    const tooLong = inputTooLong(parsed.data.model, parsed.data.input);
+    if (tooLong) return inputRefusal(tooLong);
     const served = models();
     if (!served.has(parsed.data.model)) {
       // A key that names its models is told of those only, as GET /v1/models lists it no others.

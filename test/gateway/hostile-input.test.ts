@@ -338,3 +338,60 @@ describe('requests that are not well-formed HTTP', () => {
     expect(calls()).toBe(0);
   });
 });
+
+describe("embeddings within OpenAI's limits", () => {
+  /** `count` inputs of token ids, `tokens` in all, spread as evenly as they go. */
+  const tokenArrays = (count: number, tokens: number, model = 'text-embedding-3-small') => {
+    const input = Array.from({ length: count }, (_, i) => Array(Math.floor(tokens / count) + (i < tokens % count ? 1 : 0)).fill(15339));
+    return JSON.stringify({ model, input });
+  };
+  const short = (got: Awaited<ReturnType<typeof post>>) => got.text.slice(0, 300);
+
+  // Accepted, such a request was checked number by number and hashed whole: the gateway's event loop
+  // stood still for half a second, every other request and stream on the instance with it.
+  it('over 300,000 token ids in all is a 400 naming input and the limit, before anything else is done with it', async () => {
+    const huge = tokenArrays(2048, 3_072_000); // 2048 inputs of 1500 tokens: about 18 MB
+    const result = await post('embeddings', huge);
+    expect(result.status, short(result)).toBe(400);
+    expect(result.json().error).toMatchObject({
+      param: 'input',
+      message: 'input: expected at most 300000 tokens in all inputs (got 3072000)',
+    });
+    const lone = await post('embeddings', JSON.stringify({ model: 'text-embedding-3-small', input: Array(300_001).fill(1) }));
+    expect(lone.json().error).toMatchObject({ param: 'input', message: expect.stringContaining('at most 300000 tokens') });
+    expect((await post('embeddings', tokenArrays(2048, 300_001))).status).toBe(400);
+    expect(calls()).toBe(0);
+    await nothingMetered();
+  });
+
+  it('the largest request OpenAI takes (2048 inputs, 300,000 token ids) is answered', async () => {
+    const result = await post('embeddings', tokenArrays(2048, 300_000));
+    expect(result.status, short(result)).toBe(200);
+    expect(embed.received.at(-1)!.body.input).toHaveLength(2048);
+  });
+
+  it("an input of OpenAI's own model over its 8192 tokens is a 400 naming that input; another model's is passed on", async () => {
+    const input = (value: unknown, model = 'text-embedding-3-small') => post('embeddings', JSON.stringify({ model, input: value }));
+    expect(await refusedWith(input(Array(8193).fill(1)), 400)).toMatchObject({
+      param: 'input',
+      message: 'input: expected at most 8192 tokens per input for text-embedding-3-small (got 8193)',
+    });
+    expect(await refusedWith(input([[1], Array(9000).fill(1)]), 400)).toMatchObject({
+      param: 'input[1]',
+      message: 'input[1]: expected at most 8192 tokens per input for text-embedding-3-small (got 9000)',
+    });
+    expect(calls()).toBe(0);
+    expect((await input([Array(8192).fill(1), Array(8192).fill(2)])).status).toBe(200);
+    const other = await startGateway({
+      ...mapOf([hot.url]),
+      hot: [{ provider: 'openai', model: 'nomic-embed', baseUrl: embed.url, apis: ['embeddings'] }],
+    });
+    try {
+      const body = JSON.stringify({ model: 'nomic-embed', input: [Array(9000).fill(1)] });
+      const answer = await fetch(`${other.url}/v1/embeddings`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      expect(answer.status).toBe(200);
+    } finally {
+      await other.close();
+    }
+  });
+});
