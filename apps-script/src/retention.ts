@@ -154,21 +154,22 @@ function rewriteRows(svc: MeterServices, sheet: Sheet, wm: Watermark, split: Spl
 /**
  * The cells of the columns an operator keeps after the events' (setup() leaves them when they hold
  * values) for the rewrite from `top`: notes typed by hand move up with their rows (left in place,
- * each stood beside another event, and the freed tail, not blank, was never dropped), and a column
- * holding formulas stays as it is (a formula of its own row reads the event now there). The tail,
- * after `sources` (each kept row's index from `top`), is blanked. Null when there are no such columns.
+ * each stood beside another event). Only the run of such columns right after the events' moves, in
+ * the same one write: a column holding a formula anywhere (its header's too) is left as it is, as
+ * is every column after it. A formula of its own row reads the event now there, and cells an array
+ * formula fills (ARRAYFORMULA, FILTER) hold values without formulas: written back as values, they
+ * would stop the array formula (#REF!). The tail, after `sources` (each kept row's index from
+ * `top`), is blanked. Null when no column moves.
  */
 function operatorCells(sheet: Sheet, top: number, count: number, sources: number[]): unknown[][] | null {
   const extra = sheet.getMaxColumns() - EVENT_COLUMNS;
   if (extra <= 0) return null;
-  const range = sheet.getRange(top, EVENT_COLUMNS + 1, count, extra);
-  const values = range.getValues();
-  const formulas = range.getFormulas();
-  const computed = formulas[0].map((_, c) => formulas.some((row) => row[c] !== ''));
-  const cell = (r: number, c: number) => formulas[r][c] || asText(values[r][c]);
-  return Array.from({ length: count }, (_, i) =>
-    computed.map((inPlace, c) => (i < sources.length ? cell(inPlace ? i : sources[i], c) : '')),
-  );
+  const formulas = sheet.getRange(1, EVENT_COLUMNS + 1, top + count - 1, extra).getFormulas();
+  let width = 0;
+  while (width < extra && formulas.every((row) => row[width] === '')) width++;
+  if (width === 0) return null;
+  const values = sheet.getRange(top, EVENT_COLUMNS + 1, count, width).getValues();
+  return Array.from({ length: count }, (_, i) => (i < sources.length ? values[sources[i]].map(asText) : new Array<string>(width).fill('')));
 }
 
 /** A value read back, to be written again as itself: text keeps the quote prefix. */

@@ -55,12 +55,31 @@ describe('applyRetention', () => {
     expect(meter.setup()).toMatch(/columns after S hold values; left as they are/);
     meter.exportArchive();
     expect(meter.applyRetention()).toMatch(/deleted 20 row/);
+    // The formulas' column is left as it is, down to the freed rows, which it keeps (their events' cells blank).
     const rows = dataRows(events);
-    expect(rows).toHaveLength(40);
-    for (const r of rows) expect(r[19]).toBe(`checked ${String(r[0])}`);
+    expect(rows.filter((r) => r[0] !== '')).toHaveLength(40);
+    for (const r of rows.slice(0, 40)) expect(r[19]).toBe(`checked ${String(r[0])}`);
+    for (const r of rows.slice(40)) expect(r.slice(0, 20)).toEqual(new Array(20).fill(''));
     expect(rows.map((r, i) => (r[20] as Formula).text === `=J${i + 2}*2`).every(Boolean)).toBe(true);
     expect(post(meter, { event_id: 'new', timestamp: '2026-11-21T00:00:00Z' })).toMatchObject({ appended: 1 });
     expect(dataRows(events)[40][0]).toBe('new'); // right after the kept rows: no blank rows left between
+  });
+
+  // Cells an array formula fills hold values and no formula: written back as values (moved with
+  // the rows), they stop the array formula in Sheets ("would overwrite data", #REF!).
+  it('leaves a column an array formula fills (its formula in the header) as it is, and every column after it', () => {
+    const { platform, meter } = seeded();
+    const events = eventsTab(platform);
+    events.insertColumnsAfter(19, 2);
+    events.data[0].push(new Formula('={"double cost";ARRAYFORMULA(J2:J*2)}'), 'note');
+    events.data.slice(1).forEach((r, i) => r.push(i * 2, `checked ${String(r[0])}`));
+    meter.setup();
+    meter.exportArchive();
+    const notes = dataRows(events).map((r) => r[20]);
+    expect(meter.applyRetention()).toMatch(/deleted 20 row/);
+    const rows = dataRows(events);
+    expect(rows.map((r) => r[19])).toEqual(Array.from({ length: 60 }, (_, i) => i * 2)); // not one written over
+    expect(rows.map((r) => r[20])).toEqual(notes);
   });
 
   it('keeps old rows the export has not taken yet', () => {
