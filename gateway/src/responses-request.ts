@@ -69,13 +69,10 @@ export function responsesParser(routes: () => Route[], scopes: Scopes, flags: Fl
     }
     if (clientKey && (parsed.data as { background?: unknown }).background === true) return BACKGROUND;
     const translated = responsesToChat(parsed.data);
-    if (!translated.ok && !native()) {
-      return {
-        ok: false,
-        param: translated.param,
-        code: translated.code,
-        message: `${translated.message} (no route in service offers the Responses API natively)`,
-      };
+    // A value of the wrong type is refused here: passed to the native routes, it was a 503 while they were down.
+    if (!translated.ok && (translated.everywhere || !native())) {
+      const why = translated.everywhere ? '' : ' (no route in service offers the Responses API natively)';
+      return { ok: false, param: translated.param, code: translated.code, message: `${translated.message}${why}` };
     }
     const routing = readRoutingHeaders(headers, scopes, keyInput(parsed.data), clientKey);
     if (!routing.ok) return { ok: false, message: routing.message, param: null };

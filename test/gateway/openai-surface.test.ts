@@ -233,6 +233,25 @@ describe('POST /v1/responses', () => {
     }
   });
 
+  // Refused by the translation, such a request went only to the native routes: with those down, the
+  // SDK got 503 all_routes_failed (and retried it twice) for what OpenAI answers 400 at once.
+  it('a parameter of the wrong type is a 400 naming it while the native routes are down, not a 503; nothing is called', async () => {
+    hot.always({ kind: 'status', status: 503 });
+    for (const [param, value] of [
+      ['temperature', 'hot'],
+      ['max_output_tokens', 0],
+      ['parallel_tool_calls', 'yes'],
+    ] as const) {
+      const refused = await client()
+        .responses.create({ model: 'gpt-4o-mini', input: 'hi', [param]: value } as never)
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(refused).toMatchObject({ status: 400, param, code: 'invalid_value' });
+    }
+    expect(hot.received).toHaveLength(0);
+    expect(chatCalls(warm)).toHaveLength(0);
+  });
+
   it('a stored prompt without input goes to a native route; the default Idempotency-Key tells conversations apart', async () => {
     const stored = await client().responses.create({ model: 'gpt-4o-mini', prompt: { id: 'pmpt_123', variables: { city: 'Lisbon' } } });
     expect(stored.output_text).toBe('native responses from gpt-4o-mini');

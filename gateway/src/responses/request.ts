@@ -63,6 +63,8 @@ export type Refusal = {
   message: string;
   param: string | null;
   code: 'unsupported_parameter' | 'invalid_value' | 'missing_required_parameter';
+  /** A value no route takes (a parameter of the wrong type): refused, not passed to a native route. */
+  everywhere?: true;
 };
 
 export type ChatTranslation = { ok: true; chat: Record<string, unknown> } | Refusal;
@@ -76,17 +78,17 @@ class Refused extends Error {
   }
 }
 
-const refuse = (code: Refusal['code'], param: string | null, message: string): never => {
-  throw new Refused({ ok: false, message, param, code });
+const refuse = (code: Refusal['code'], param: string | null, message: string, everywhere?: true): never => {
+  throw new Refused({ ok: false, message, param, code, ...(everywhere ? { everywhere } : {}) });
 };
 const unsupported = (param: string, message: string) => refuse('unsupported_parameter', param, message);
 const invalid = (param: string, message: string) => refuse('invalid_value', param, message);
 
 const isSet = (v: unknown) => v !== undefined && v !== null;
 
-/** Checks an optional field's type: absent or null passes; anything else must satisfy `ok`. */
+/** Checks an optional field's type: absent or null passes; anything else must satisfy `ok` (OpenAI refuses it too). */
 function optional(body: Json, key: string, ok: (v: unknown) => boolean, what: string): void {
-  if (isSet(body[key]) && !ok(body[key])) invalid(key, `'${key}' must be ${what}.`);
+  if (isSet(body[key]) && !ok(body[key])) refuse('invalid_value', key, `'${key}' must be ${what}.`, true);
 }
 const isString = (v: unknown): v is string => typeof v === 'string';
 const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
