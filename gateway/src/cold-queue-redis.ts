@@ -178,6 +178,14 @@ function view(job: Job<ColdPayload>, state: string): JobView {
  * (out of memory, say) take down one worker after another.
  */
 const STALLS_TAKEN_BACK = 2;
+/**
+ * BullMQ's own limit, set out of reach: it dead-lettered a job cut once too often before any run
+ * took it, so the calls its last killed run left marked were never metered. The limit is kept here
+ * (STALLS_TAKEN_BACK), by a run that takes the job's claim, meters those calls, and ends the job.
+ */
+const BULLMQ_STALLS = 1_000_000;
+/** The last error of a job its workers were killed during once too often (BullMQ's own words). */
+const STALLED_OUT = 'job stalled more than allowable limit';
 
 /** How soon a job whose claim another run holds looks again. */
 const RUN_RECHECK_MS = 1000;
@@ -199,7 +207,7 @@ async function claimedRun(
   const marks = calls.of(job.id!);
   let result: unknown;
   try {
-    result = await processor(job.data, deferralOf(job), marks);
+    result = await processor(job.data, deferralOf(job), marks, job.stalledCounter > STALLS_TAKEN_BACK ? STALLED_OUT : undefined);
   } catch (error) {
     await marks.settled(); // its calls' marks gone first: the next run must not take them for a killed run's
     await claims.release(job.id!, token).catch(() => undefined); // a retry may call again
@@ -431,6 +439,7 @@ export class BullColdQueue implements ColdQueue {
     const calls = claims && new CallMarks(client, this.queue.qualifiedName);
     const run = async (job: Job<ColdPayload>, token?: string) => {
       try {
+        if (!claims && job.stalledCounter > STALLS_TAKEN_BACK) throw new UnrecoverableError(STALLED_OUT);
         if (!claims) return await processor(job.data, deferralOf(job));
         return await claimedRun(claims, calls!, job, token ?? randomUUID(), processor);
       } catch (error) {
@@ -445,7 +454,7 @@ export class BullColdQueue implements ColdQueue {
       prefix: this.prefix,
       concurrency: options.concurrency ?? 4,
       name: JOB_NAME,
-      maxStalledCount: STALLS_TAKEN_BACK,
+      maxStalledCount: BULLMQ_STALLS,
       ...(options.lockMs ? { lockDuration: options.lockMs, stalledInterval: options.lockMs } : {}),
     });
     worker.on('completed', (job) => {

@@ -206,9 +206,10 @@ export function answered(payload: ColdPayload): ColdPayload {
 
 /**
  * What a worker runs for each job: its payload and its current deferral, to a result or an error;
- * with Redis, the run's call marks too (cold-call-marks.ts).
+ * with Redis, the run's call marks too (cold-call-marks.ts), and `ended`: the job was taken back
+ * too often, so the run only meters the calls a killed run left, then ends the job with that error.
  */
-export type Processor = (payload: ColdPayload, deferred: Deferral | null, marks?: RunMarks) => Promise<unknown>;
+export type Processor = (payload: ColdPayload, deferred: Deferral | null, marks?: RunMarks, ended?: string) => Promise<unknown>;
 
 export interface WorkOptions {
   concurrency?: number;

@@ -217,9 +217,11 @@ async function runJob(
   workerDeps: WorkerDeps,
   stopping: CancelSignal,
   marks?: RunMarks,
+  ended?: string,
 ): Promise<JobResult> {
   const deps = { ...workerDeps, ownership: ownershipOf(payload, workerDeps) };
   if (marks) await meterLost(payload, marks, deps);
+  if (ended) throw new UnrecoverableError(ended);
   if (await pausedNow(deps.pause)) throw defer(deferred, Date.now() + (deps.recheckMs ?? RECHECK_MS), PAUSED_MESSAGE, deps);
   const ctx = jobContext(payload, deps);
   const flags = deps.flags.get();
@@ -342,7 +344,7 @@ const lostConnection = (error: Error) =>
 /** The worker over either queue (BullMQ's Worker in Redis, or the in-process one): same jobs, same notices. */
 export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: WorkerDeps, concurrency = 4): ColdWorker {
   const stopping = new Cancel();
-  const work = queue.work((payload, deferred, marks) => runJob(payload, deferred, deps, stopping, marks), {
+  const work = queue.work((payload, deferred, marks, ended) => runJob(payload, deferred, deps, stopping, marks, ended), {
     concurrency,
     lockMs: deps.lockMs,
     runMs: (deps.jobTimeMs ?? JOB_TIME_MS) + RUN_MARGIN_MS,

@@ -856,4 +856,41 @@ describe('a worker killed during its provider call', () => {
     expect(events.filter((r) => r.error_code === '')).toHaveLength(1); // the second run's answer
     expect(await redis.keys(`${q}:calls:*`)).toEqual([]); // nothing left to meter again
   }, 30_000);
+
+  it("meters that call also when the kill was its job's third, which dead-letters it without another run", async () => {
+    const killedCsv = join(mkdtempSync(join(tmpdir(), 'cold-killed-')), 'e.csv');
+    const first = await startInstance(mkdtempSync(join(tmpdir(), 'cold-kill9-')), {
+      ...(env as Record<string, string>),
+      METER_CSV_FILE: killedCsv,
+      WORKER: 'on',
+    });
+    hot.always({ kind: 'ok', delayMs: 60_000, content: 'too late' });
+    const { stack } = await up({ worker: false });
+    const { jobId } = await stack.queue.enqueue({
+      body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'billed, killed a third time' }] },
+      idempotencyKey: 'killed-thrice',
+      userId: '',
+      jobId: 'job-8',
+      customerId: 'acme',
+      jobType: '',
+      reason: 'all_failed',
+      reviewRequired: false,
+      enqueuedAt: new Date().toISOString(),
+    });
+    await until(async () => hot.received.length === 1);
+    const q = `${prefix}:ai-tasks`;
+    // Its two earlier runs were cut by kills as well (BullMQ's count of them; their calls were metered then).
+    await redis.hset(`${q}:${jobId}`, 'stc', '2');
+    await first.crash();
+    for (const key of [`${q}:${jobId}:lock`, `${q}:stalled-check`, `${q}:run:${jobId}`]) await redis.pexpire(key, 1);
+    await until(async () => (await redis.exists(`${q}:run:${jobId}`, `${q}:${jobId}:lock`)) === 0);
+    const second = await up({ worker: true, cold: { lockMs: 500 } });
+    await until(async () => ((await job(second.url, jobId)).state === 'dead-lettered' ? true : null));
+    await until(async () => rowsOf(env.METER_CSV_FILE!).some((r) => r.job_id === 'job-8'));
+    const lost = [...rowsOf(killedCsv), ...rowsOf(env.METER_CSV_FILE!)].filter((r) => r.job_id === 'job-8');
+    expect(lost.map((r) => r.error_code)).toEqual(['WORKER_LOST|ESTIMATED']); // the third run's call, metered once
+    expect(hot.received).toHaveLength(1); // a dead job is not run again
+    expect(await redis.keys(`${q}:calls:*`)).toEqual([]);
+    await until(async () => posted.some((p) => /dead-lettered/.test(p.text) && p.text.includes(jobId))); // and a person told
+  }, 30_000);
 });
