@@ -55,12 +55,18 @@ interface MemoryJob {
   deadSeq: number;
   /** The request's bytes it holds (0 once answered: its body is dropped). */
   bytes: number;
+  /** Its answer's bytes, once completed (0 once the answer is dropped to stay within the limit). */
+  answerBytes: number;
+  /** Its answer was dropped, the oldest first, to keep the queue within its limit. */
+  answerDropped: boolean;
 }
 
 /**
- * The request bytes the in-process queue holds, past which new jobs are refused (QueueFull: 503
- * `cold_queue_full`), as the Redis queue refuses them near its Redis's maxmemory: a long outage
- * queued every request with its body (up to 20 MB each) until the process ran out of memory.
+ * The bytes the in-process queue holds: requests past it are refused (QueueFull: 503
+ * `cold_queue_full`), as the Redis queue refuses them near its Redis's maxmemory; completed jobs'
+ * answers past it are dropped, the oldest first, so kept answers never refuse new work. A long
+ * outage otherwise queued every request (up to 20 MB each) and kept every answer (an embeddings
+ * answer is tens of MB) until the process ran out of memory.
  */
 const MAX_HELD_BYTES = 256 * 1024 * 1024;
 
@@ -79,6 +85,8 @@ export class MemoryColdQueue implements ColdQueue {
   private readonly finished = { completed: new Set<string>(), dead: new Set<string>() };
   /** The request bytes held by jobs not answered (waiting, running, retrying, dead-lettered). */
   private held = 0;
+  /** The answer bytes kept by completed jobs. */
+  private kept = 0;
   private readonly maxBytes: number;
   /** `maxBytes`: MAX_HELD_BYTES unless said (for tests). */
   constructor(private readonly options: QueueOptions & { maxBytes?: number } = {}) {
@@ -101,6 +109,7 @@ export class MemoryColdQueue implements ColdQueue {
       this.jobs.delete(jobId); // the new job waits behind those waiting (take runs them in insertion order), as in BullMQ
     }
     this.held += bytes;
+    this.dropAnswers();
     const delay = options.delayMs ?? 0;
     this.jobs.set(jobId, {
       bytes,
@@ -113,6 +122,8 @@ export class MemoryColdQueue implements ColdQueue {
       runAt: performance.now() + delay,
       finishedAt: null,
       deadSeq: 0,
+      answerBytes: 0,
+      answerDropped: false,
     });
     this.wake();
     return { jobId, created: true };
@@ -132,6 +143,7 @@ export class MemoryColdQueue implements ColdQueue {
   }
   private toView(id: string, j: MemoryJob): JobView {
     return {
+      ...(j.answerDropped && { answerDropped: true }),
       id,
       state: MEMORY_VIEW[j.state],
       attempts: j.attemptsMade,
@@ -179,9 +191,24 @@ export class MemoryColdQueue implements ColdQueue {
   private completed(id: string, job: MemoryJob, result: unknown): void {
     const payload = answered(job.payload);
     this.held -= job.bytes;
-    Object.assign(job, { state: 'completed', payload, result, finishedAt: Date.now(), attemptsMade: job.attemptsMade + 1, bytes: 0 });
+    const answerBytes = Buffer.byteLength(JSON.stringify(result) ?? '');
+    this.kept += answerBytes;
+    const attemptsMade = job.attemptsMade + 1;
+    Object.assign(job, { state: 'completed', payload, result, finishedAt: Date.now(), attemptsMade, bytes: 0, answerBytes });
     this.finished.completed.add(id);
     this.boundCompleted();
+    this.dropAnswers();
+  }
+
+  /** Drops completed jobs' answers, the oldest first, while the queue holds more than its limit. */
+  private dropAnswers(): void {
+    for (const id of this.finished.completed) {
+      if (this.held + this.kept <= this.maxBytes) return;
+      const j = this.jobs.get(id);
+      if (!j?.answerBytes) continue;
+      this.kept -= j.answerBytes;
+      Object.assign(j, { result: null, answerBytes: 0, answerDropped: true });
+    }
   }
 
   private boundCompleted(): void {
@@ -199,6 +226,7 @@ export class MemoryColdQueue implements ColdQueue {
       if (ids.size <= count && j && j.finishedAt! >= oldest) break;
       ids.delete(old);
       this.held -= j?.bytes ?? 0;
+      this.kept -= j?.answerBytes ?? 0;
       this.jobs.delete(old);
     }
   }

@@ -126,6 +126,8 @@ export interface JobView {
   customerId: string;
   enqueuedAt: string;
   finishedAt: string | null;
+  /** Completed, but its answer no longer kept (the in-process queue past its limit): GET says so. */
+  answerDropped?: true;
 }
 
 export interface EnqueueOptions {

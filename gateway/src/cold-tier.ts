@@ -234,6 +234,11 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
       res.status(404).json(openAiError(`no job ${id}`, 'invalid_request_error', 'id', 'job_not_found'));
       return;
     }
+    if (job.answerDropped) {
+      const message = `job ${id} completed at ${job.finishedAt}, but its answer is no longer kept: the in-process queue drops the oldest answers past its memory limit`;
+      res.status(410).json(openAiError(message, 'invalid_request_error', 'id', 'job_answer_dropped'));
+      return;
+    }
     // A result is a whole answer (up to the provider's answer limit): in pieces, and a client that
     // stops reading is cut, as on the OpenAI endpoints, not held in memory while it keeps the connection.
     sendBody(res, 200, JSON.stringify(job), 'application/json; charset=utf-8', {}, deps.stallMs);

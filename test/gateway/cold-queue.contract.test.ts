@@ -757,6 +757,47 @@ describe('the in-process queue is bounded', () => {
   });
 });
 
+describe("the in-process queue counts completed jobs' answers", () => {
+  // Only requests counted: answers of 30 MB (an embeddings answer for 2,048 inputs), kept a week
+  // for GET /v1/jobs/:id, piled up past the limit through a long outage until the process ran out of memory.
+  it('answers of 30 MB each: the oldest are dropped to stay within 256 MB, the newest kept whole', async () => {
+    const queue = new MemoryColdQueue({ backoffMs: 20 });
+    const embedding = 'x'.repeat(30 * 1024 * 1024); // the same string each time: the queue counts each answer's bytes
+    cleanup.push(queue.work(async () => ({ status: 200, body: { object: 'list', data: [{ embedding }] } })).close);
+    const ids: string[] = [];
+    for (let i = 0; i < 24; i++) {
+      const { jobId } = await queue.enqueue(payload(`embed-${i}`));
+      await stateIs(queue, jobId, 'completed');
+      ids.push(jobId);
+    }
+    const jobs = await Promise.all(ids.map((id) => queue.get(id)));
+    const kept = jobs.filter((j) => j?.result !== null);
+    const keptBytes = kept.reduce((sum, j) => sum + Buffer.byteLength(JSON.stringify(j!.result)), 0);
+    expect(keptBytes).toBeLessThanOrEqual(256 * 1024 * 1024);
+    expect(kept.length).toBe(8); // 8 × 30 MB fit
+    expect(jobs.slice(-8)).toEqual(kept); // the newest
+    expect(jobs[0]).toMatchObject({ state: 'completed', result: null, answerDropped: true });
+    expect(await queue.counts()).toMatchObject({ completed: 24 });
+  });
+
+  it('kept answers never refuse new work: a request that fits is taken, the oldest answers dropped for it', async () => {
+    const queue = new MemoryColdQueue({ backoffMs: 20, maxBytes: 64 * 1024 });
+    const answer = 'y'.repeat(20 * 1024);
+    cleanup.push(queue.work(async () => answer).close);
+    const first = await queue.enqueue(payload('a'));
+    await stateIs(queue, first.jobId, 'completed');
+    const second = await queue.enqueue(payload('b'));
+    await stateIs(queue, second.jobId, 'completed');
+    // 40 KB of answers kept: a 40 KB request fits only once the oldest answer is dropped.
+    const big = payload('c');
+    (big.body.messages as Array<{ content: string }>)[0].content = 'z'.repeat(40 * 1024);
+    expect(await queue.enqueue(big)).toMatchObject({ created: true });
+    const [dropped, kept] = [await queue.get(first.jobId), await queue.get(second.jobId)];
+    expect([dropped?.answerDropped, dropped?.result]).toEqual([true, null]);
+    expect(kept?.result === answer).toBe(true);
+  });
+});
+
 describe('the in-process queue counts all of a request it holds', () => {
   it("a Responses request's chat translation counts against the limit as its body does", async () => {
     const queue = new MemoryColdQueue({ maxBytes: 64 * 1024 });

@@ -62,3 +62,22 @@ describe('a job whose result is a large answer', () => {
     expect(job.result.body.choices[0].message.content === CONTENT).toBe(true);
   });
 });
+
+describe('answers past the in-process queue’s limit', () => {
+  // Before, every answer was kept for its week whatever its size: 14 answers of 20 MB held 280 MB
+  // past the queue's 256 MB, and a long outage with large answers ran the gateway out of memory.
+  it('the oldest answer is dropped: its poll says so (410 job_answer_dropped), the newest is answered whole', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 13; i++) ids.push((await gateway.stack.queue.enqueue(testJob(`more-${i}`, 'another long answer'))).jobId);
+    await until(async () => (await gateway.stack.queue.counts()).completed === 14, 60_000);
+    const res = await fetch(`${gateway.url}/v1/jobs/${jobId}`);
+    expect(res.status).toBe(410);
+    const { error } = (await res.json()) as { error: { message: string; type: string; param: string; code: string } };
+    expect(error).toMatchObject({ type: 'invalid_request_error', param: 'id', code: 'job_answer_dropped' });
+    expect(error.message).toContain('no longer kept');
+    const newest = await fetch(`${gateway.url}/v1/jobs/${ids.at(-1)}`);
+    expect(newest.status).toBe(200);
+    const job = (await newest.json()) as { result: { body: { choices: Array<{ message: { content: string } }> } } };
+    expect(job.result.body.choices[0].message.content === CONTENT).toBe(true);
+  });
+});
