@@ -22,20 +22,22 @@ const shown = (v: unknown) => (typeof v === 'number' ? String(v) : cutText(JSON.
 
 /**
  * A parameter OpenAI allows absent or null, else `ok`. A plain predicate, not a chain of zod
- * checks: this is the hot path, and one message per field says all that was expected.
+ * checks: this is the hot path, and one message per field says all that was expected. `type`: the
+ * JS type it takes, which tells a refusal's invalid_type from invalid_value (param-path.ts).
  */
-function nullable<T>(ok: (v: unknown) => boolean, expected: string) {
-  return z.custom<T>(ok, { error: (issue) => `expected ${expected} or null, got ${shown(issue.input)}` }).nullish();
+function nullable<T>(ok: (v: unknown) => boolean, expected: string, type: 'number' | 'boolean') {
+  const error = (issue: { input?: unknown }) => `expected ${expected} or null, got ${shown(issue.input)}`;
+  return z.custom<T>(ok, { error, params: { type } }).nullish();
 }
-const count = () => nullable<number>((v) => Number.isInteger(v) && (v as number) > 0, 'a positive integer');
+const count = () => nullable<number>((v) => Number.isInteger(v) && (v as number) > 0, 'a positive integer', 'number');
 // NaN and ±Infinity fail both comparisons.
 const within = (min: number, max: number) =>
-  nullable<number>((v) => typeof v === 'number' && v >= min && v <= max, `a number from ${min} to ${max}`);
+  nullable<number>((v) => typeof v === 'number' && v >= min && v <= max, `a number from ${min} to ${max}`, 'number');
 
 const ChatBody = z.looseObject({
   model: ModelName,
   messages: z.array(Message).min(1),
-  stream: nullable<boolean>((v) => typeof v === 'boolean', 'true, false'),
+  stream: nullable<boolean>((v) => typeof v === 'boolean', 'true, false', 'boolean'),
   stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
   max_tokens: count(),
   max_completion_tokens: count(),
@@ -44,7 +46,7 @@ const ChatBody = z.looseObject({
   top_p: within(0, 1),
   presence_penalty: within(-2, 2),
   frequency_penalty: within(-2, 2),
-  seed: nullable<number>(Number.isInteger, 'an integer'),
+  seed: nullable<number>(Number.isInteger, 'an integer', 'number'),
 });
 type ChatBodyT = z.infer<typeof ChatBody>;
 
@@ -53,7 +55,7 @@ type ChatContext = RequestContext<ChatBodyT>;
 export function parseChatRequest(body: unknown, headers: Headers, scopes: Scopes, clientKey?: ClientKey): Parsed {
   const parsed = ChatBody.safeParse(body);
   if (!parsed.success) {
-    return bodyRefusal(parsed.error);
+    return bodyRefusal(parsed.error, body);
   }
   const routing = readRoutingHeaders(headers, scopes, parsed.data.messages, clientKey);
   if (!routing.ok) return { ok: false, message: routing.message, param: null };

@@ -35,7 +35,7 @@ export function embeddingsParser(routes: () => Route[], scopes: Scopes) {
   return (body: unknown, headers: Headers, clientKey?: ClientKey): Parsed => {
     const parsed = EmbeddingsBody.safeParse(body);
     if (!parsed.success) {
-      return bodyRefusal(parsed.error);
+      return bodyRefusal(parsed.error, body);
     }
     const tooLong = inputTooLong(parsed.data.model, parsed.data.input);
     if (tooLong) return inputRefusal(tooLong);

@@ -14,9 +14,27 @@ export function paramOf(path: ReadonlyArray<PropertyKey>): string {
   }, '');
 }
 
+/** The value at `path` in `body`: undefined for a field left out. */
+function valueAt(body: unknown, path: ReadonlyArray<PropertyKey>): unknown {
+  return path.reduce<unknown>((v, key) => (v as Record<PropertyKey, unknown> | null | undefined)?.[key], body);
+}
+
+/**
+ * OpenAI's code for an issue. A custom check says the JS type it takes as `params.type`: a value of
+ * that type failed a range, any other the type. Unions are of types here (a string or an array).
+ */
+function codeOf(issue: z.core.$ZodIssue, value: unknown): string {
+  if (value === undefined && issue.path.length) return 'missing_required_parameter';
+  if (issue.code === 'unrecognized_keys') return 'unknown_parameter';
+  if (issue.code === 'invalid_type' || issue.code === 'invalid_union') return 'invalid_type';
+  const type: unknown = issue.code === 'custom' ? issue.params?.type : undefined;
+  return type === undefined || typeof value === type ? 'invalid_value' : 'invalid_type';
+}
+
 /** The refusal of a body zod did not accept: its first issue, the field named as `param` (null: the body itself). */
-export function bodyRefusal(error: z.ZodError): Refused {
+export function bodyRefusal(error: z.ZodError, body: unknown): Refused {
   const issue = error.issues[0];
   const param = issue.path.length ? paramOf(issue.path) : null;
-  return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param };
+  const code = codeOf(issue, valueAt(body, issue.path));
+  return { ok: false, message: `${param ?? 'body'}: ${issue.message}`, param, code };
 }

@@ -65,7 +65,7 @@ export function responsesParser(routes: () => Route[], scopes: Scopes, flags: Fl
     }
     const parsed = ResponsesBody.safeParse(body);
     if (!parsed.success) {
-      return bodyRefusal(parsed.error);
+      return bodyRefusal(parsed.error, body);
     }
     if (clientKey && (parsed.data as { background?: unknown }).background === true) return BACKGROUND;
     const translated = responsesToChat(parsed.data);

@@ -82,7 +82,7 @@ describe('OpenAI compatibility', () => {
     const res = await chat(gw.url, { model: 'x', messages: [] });
     expect(res.status).toBe(400);
     expect(res.json()).toEqual({
-      error: { message: expect.stringMatching(/^messages: /), type: 'invalid_request_error', param: 'messages', code: null },
+      error: { message: expect.stringMatching(/^messages: /), type: 'invalid_request_error', param: 'messages', code: 'invalid_value' },
     });
     expect((await chat(gw.url, { messages: [{ role: 'robot', content: 'x' }], model: 'x' })).json().error.param).toBe('messages[0].role');
     const raw = await fetch(`${gw.url}/v1/chat/completions`, {

@@ -650,3 +650,48 @@ describe('GET /v1/models and errors', () => {
     expect((await fetch(`${gw.url}/admin/flags`, { ...junk, method: 'PUT' })).status).toBe(401);
   });
 });
+
+// The gateway's own 400s for a body it does not accept carried code null where OpenAI gives a code
+// a client can act on without reading the message.
+describe("a body the gateway refuses carries OpenAI's code", () => {
+  it('missing_required_parameter, invalid_type, invalid_value on chat, responses and embeddings; nothing is called', async () => {
+    const refusal = async (path: string, body: object) => {
+      const res = await fetch(`${gw.url}/v1/${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      expect(res.status).toBe(400);
+      const { error } = (await res.json()) as { error: { message: string; param: string; code: string } };
+      return [error.param, error.code, error.message.startsWith(`${error.param}: `)];
+    };
+    const chat = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] };
+    expect(await refusal('chat/completions', { model: 'gpt-4o-mini' })).toEqual(['messages', 'missing_required_parameter', true]);
+    expect(await refusal('chat/completions', { ...chat, temperature: 'hot' })).toEqual(['temperature', 'invalid_type', true]);
+    expect(await refusal('chat/completions', { ...chat, temperature: 5 })).toEqual(['temperature', 'invalid_value', true]);
+    expect(await refusal('chat/completions', { ...chat, stream: 'yes' })).toEqual(['stream', 'invalid_type', true]);
+    expect(await refusal('chat/completions', { ...chat, messages: [{ content: 'hi' }] })).toEqual([
+      'messages[0].role',
+      'missing_required_parameter',
+      true,
+    ]);
+    expect(await refusal('chat/completions', { ...chat, messages: [{ role: 'robot' }] })).toEqual([
+      'messages[0].role',
+      'invalid_value',
+      true,
+    ]);
+    expect(await refusal('responses', { input: 'hi' })).toEqual(['model', 'missing_required_parameter', true]);
+    expect(await refusal('responses', { model: 'gpt-4o-mini', input: 42 })).toEqual(['input', 'invalid_type', true]);
+    expect(await refusal('responses', { model: 'gpt-4o-mini', input: 'hi', stream: 'yes' })).toEqual(['stream', 'invalid_type', true]);
+    const embed = { model: 'text-embedding-3-small' };
+    expect(await refusal('embeddings', embed)).toEqual(['input', 'missing_required_parameter', true]);
+    expect(await refusal('embeddings', { ...embed, input: 'a', dimensions: 'many' })).toEqual(['dimensions', 'invalid_type', true]);
+    expect(await refusal('embeddings', { ...embed, input: 'a', dimensions: -1 })).toEqual(['dimensions', 'invalid_value', true]);
+    expect(await refusal('embeddings', { ...embed, input: 'a', encoding_format: 'hex' })).toEqual([
+      'encoding_format',
+      'invalid_value',
+      true,
+    ]);
+    expect(hot.received.length + warm.received.length + embedA.received.length + embedB.received.length).toBe(0);
+  });
+});
