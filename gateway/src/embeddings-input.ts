@@ -5,10 +5,11 @@
  * them is refused before any number in it is looked at.
  */
 
-/** What is wrong with an input: the message and where (`[1, 0]`: `input[1][0]`). */
+/** What is wrong with an input: the message and where (`[1, 0]`: `input[1][0]`); `wrongType`: no form fits it. */
 export interface InputIssue {
   message: string;
   path: number[];
+  wrongType?: true;
 }
 
 /** OpenAI's limits: inputs in one request, token ids summed across them, and per input of its own models. */
@@ -19,7 +20,7 @@ const OPENAI_MODEL = /^text-embedding-(3-small|3-large|ada-002)$/;
 
 const ANY_OF = 'expected a non-empty string, an array of strings, an array of token ids or an array of token-id arrays';
 const NOT_A_TOKEN = 'expected a token id (an integer from 0)';
-const shape = (path: number[] = []): InputIssue => ({ message: ANY_OF, path });
+const shape = (path: number[] = []): InputIssue => ({ message: ANY_OF, path, wrongType: true });
 
 /** The first token id that is not one (an issue at `path`), or null; a value of another type is `shape`. */
 function tokenIssue(ids: unknown[], path: number[]): InputIssue | null {

@@ -14,7 +14,9 @@ import { inputIssue, inputTooLong, type InputIssue } from './embeddings-input';
 /** The input is checked by plain loops (embeddings-input.ts): zod walks millions of token ids slowly. */
 const Input = z.unknown().superRefine((input, ctx) => {
   const issue = inputIssue(input);
-  if (issue) ctx.addIssue({ code: 'custom', message: issue.message, path: issue.path });
+  if (!issue) return;
+  const params = issue.wrongType ? { code: 'invalid_type' } : undefined;
+  ctx.addIssue({ code: 'custom', message: issue.message, path: issue.path, params });
 });
 
 const EmbeddingsBody = z.looseObject({

@@ -20,13 +20,15 @@ function valueAt(body: unknown, path: ReadonlyArray<PropertyKey>): unknown {
 }
 
 /**
- * OpenAI's code for an issue. A custom check says the JS type it takes as `params.type`: a value of
- * that type failed a range, any other the type. Unions are of types here (a string or an array).
+ * OpenAI's code for an issue. A custom check names it as `params.code`, or says the JS type it
+ * takes as `params.type`: a value of that type failed a range, any other the type. Unions are of
+ * types here (a string or an array).
  */
 function codeOf(issue: z.core.$ZodIssue, value: unknown): string {
   if (value === undefined && issue.path.length) return 'missing_required_parameter';
   if (issue.code === 'unrecognized_keys') return 'unknown_parameter';
   if (issue.code === 'invalid_type' || issue.code === 'invalid_union') return 'invalid_type';
+  if (issue.code === 'custom' && typeof issue.params?.code === 'string') return issue.params.code;
   const type: unknown = issue.code === 'custom' ? issue.params?.type : undefined;
   return type === undefined || typeof value === type ? 'invalid_value' : 'invalid_type';
 }

@@ -685,6 +685,10 @@ describe("a body the gateway refuses carries OpenAI's code", () => {
     expect(await refusal('responses', { model: 'gpt-4o-mini', input: 'hi', stream: 'yes' })).toEqual(['stream', 'invalid_type', true]);
     const embed = { model: 'text-embedding-3-small' };
     expect(await refusal('embeddings', embed)).toEqual(['input', 'missing_required_parameter', true]);
+    expect(await refusal('embeddings', { ...embed, input: 5 })).toEqual(['input', 'invalid_type', true]);
+    expect(await refusal('embeddings', { ...embed, input: [[1], 'a'] })).toEqual(['input', 'invalid_type', true]);
+    expect(await refusal('embeddings', { ...embed, input: ['a', ''] })).toEqual(['input[1]', 'invalid_value', true]);
+    expect(await refusal('embeddings', { ...embed, input: [1, -1] })).toEqual(['input[1]', 'invalid_value', true]);
     expect(await refusal('embeddings', { ...embed, input: 'a', dimensions: 'many' })).toEqual(['dimensions', 'invalid_type', true]);
     expect(await refusal('embeddings', { ...embed, input: 'a', dimensions: -1 })).toEqual(['dimensions', 'invalid_value', true]);
     expect(await refusal('embeddings', { ...embed, input: 'a', encoding_format: 'hex' })).toEqual([
