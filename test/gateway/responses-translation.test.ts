@@ -397,7 +397,7 @@ describe('responsesToChat', () => {
       'input[0].arguments',
       'invalid_value',
     ],
-    ['a temperature that is not a number', { temperature: 'hot' }, 'temperature', 'invalid_value'],
+    ['a temperature that is not a number', { temperature: 'hot' }, 'temperature', 'invalid_type'],
     [
       'a json_schema format without a schema',
       { text: { format: { type: 'json_schema', name: 'x' } } },

@@ -62,7 +62,7 @@ export type Refusal = {
   ok: false;
   message: string;
   param: string | null;
-  code: 'unsupported_parameter' | 'invalid_value' | 'missing_required_parameter';
+  code: 'unsupported_parameter' | 'invalid_value' | 'invalid_type' | 'missing_required_parameter';
   /** A value no route takes (a parameter of the wrong type): refused, not passed to a native route. */
   everywhere?: true;
 };
@@ -86,9 +86,19 @@ const invalid = (param: string, message: string) => refuse('invalid_value', para
 
 const isSet = (v: unknown) => v !== undefined && v !== null;
 
-/** Checks an optional field's type: absent or null passes; anything else must satisfy `ok` (OpenAI refuses it too). */
-function optional(body: Json, key: string, ok: (v: unknown) => boolean, what: string): void {
-  if (isSet(body[key]) && !ok(body[key])) refuse('invalid_value', key, `'${key}' must be ${what}.`, true);
+/**
+ * Checks an optional field: absent or null passes; anything else must satisfy `ok` (OpenAI refuses it
+ * too): `invalid_type` for a value not of `type`, `invalid_value` for one of it out of range.
+ */
+function optional(
+  body: Json,
+  key: string,
+  ok: (v: unknown) => boolean,
+  what: string,
+  type: 'string' | 'number' | 'boolean' | 'object',
+): void {
+  const v = body[key];
+  if (isSet(v) && !ok(v)) refuse(typeof v === type ? 'invalid_value' : 'invalid_type', key, `'${key}' must be ${what}.`, true);
 }
 const isString = (v: unknown): v is string => typeof v === 'string';
 const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
@@ -177,16 +187,16 @@ function translate(body: Json): Json {
   }
   if (body.background === true)
     unsupported('background', "'background' is not supported on this route: the answer is given on this connection.");
-  optional(body, 'background', isBoolean, 'a boolean');
-  optional(body, 'instructions', isString, 'a string');
-  optional(body, 'temperature', isNumber, 'a number');
-  optional(body, 'top_p', isNumber, 'a number');
-  optional(body, 'max_output_tokens', (v) => Number.isInteger(v) && (v as number) >= 1, 'a positive integer');
-  optional(body, 'parallel_tool_calls', isBoolean, 'a boolean');
-  optional(body, 'stream', isBoolean, 'a boolean');
-  optional(body, 'user', isString, 'a string');
-  optional(body, 'safety_identifier', isString, 'a string');
-  optional(body, 'metadata', isObject, 'an object');
+  optional(body, 'background', isBoolean, 'a boolean', 'boolean');
+  optional(body, 'instructions', isString, 'a string', 'string');
+  optional(body, 'temperature', isNumber, 'a number', 'number');
+  optional(body, 'top_p', isNumber, 'a number', 'number');
+  optional(body, 'max_output_tokens', (v) => Number.isInteger(v) && (v as number) >= 1, 'a positive integer', 'number');
+  optional(body, 'parallel_tool_calls', isBoolean, 'a boolean', 'boolean');
+  optional(body, 'stream', isBoolean, 'a boolean', 'boolean');
+  optional(body, 'user', isString, 'a string', 'string');
+  optional(body, 'safety_identifier', isString, 'a string', 'string');
+  optional(body, 'metadata', isObject, 'an object', 'object');
 
   const chat: Json = { messages: messages(body) };
   const tools = chatTools(body);
