@@ -25,11 +25,11 @@ const shown = (v: unknown) => (typeof v === 'number' ? String(v) : cutText(JSON.
  * checks: this is the hot path, and one message per field says all that was expected. `type`: the
  * JS type it takes, which tells a refusal's invalid_type from invalid_value (param-path.ts).
  */
-function nullable<T>(ok: (v: unknown) => boolean, expected: string, type: 'number' | 'boolean') {
+function nullable<T>(ok: (v: unknown) => boolean, expected: string, type: 'number' | 'integer' | 'boolean') {
   const error = (issue: { input?: unknown }) => `expected ${expected} or null, got ${shown(issue.input)}`;
   return z.custom<T>(ok, { error, params: { type } }).nullish();
 }
-const count = () => nullable<number>((v) => Number.isInteger(v) && (v as number) > 0, 'a positive integer', 'number');
+const count = () => nullable<number>((v) => Number.isInteger(v) && (v as number) > 0, 'a positive integer', 'integer');
 // NaN and ±Infinity fail both comparisons.
 const within = (min: number, max: number) =>
   nullable<number>((v) => typeof v === 'number' && v >= min && v <= max, `a number from ${min} to ${max}`, 'number');
@@ -46,7 +46,7 @@ const ChatBody = z.looseObject({
   top_p: within(0, 1),
   presence_penalty: within(-2, 2),
   frequency_penalty: within(-2, 2),
-  seed: nullable<number>(Number.isInteger, 'an integer', 'number'),
+  seed: nullable<number>(Number.isInteger, 'an integer', 'integer'),
 });
 type ChatBodyT = z.infer<typeof ChatBody>;
 

@@ -30,7 +30,12 @@ function codeOf(issue: z.core.$ZodIssue, value: unknown): string {
   if (issue.code === 'invalid_type' || issue.code === 'invalid_union') return 'invalid_type';
   if (issue.code === 'custom' && typeof issue.params?.code === 'string') return issue.params.code;
   const type: unknown = issue.code === 'custom' ? issue.params?.type : undefined;
-  return type === undefined || typeof value === type ? 'invalid_value' : 'invalid_type';
+  return type === undefined || isOfType(value, type) ? 'invalid_value' : 'invalid_type';
+}
+
+/** Whether `value` is of the JS `type` a field takes; 'integer' too: a decimal there is of the wrong type, as OpenAI says. */
+export function isOfType(value: unknown, type: unknown): boolean {
+  return type === 'integer' ? Number.isInteger(value) : typeof value === type;
 }
 
 /** The refusal of a body zod did not accept: its first issue, the field named as `param` (null: the body itself). */

@@ -669,6 +669,15 @@ describe("a body the gateway refuses carries OpenAI's code", () => {
     expect(await refusal('chat/completions', { model: 'gpt-4o-mini' })).toEqual(['messages', 'missing_required_parameter', true]);
     expect(await refusal('chat/completions', { ...chat, temperature: 'hot' })).toEqual(['temperature', 'invalid_type', true]);
     expect(await refusal('chat/completions', { ...chat, temperature: 5 })).toEqual(['temperature', 'invalid_value', true]);
+    // A decimal where an integer is taken is of the wrong type for OpenAI; a negative integer out of range.
+    expect(await refusal('chat/completions', { ...chat, max_tokens: 1.5 })).toEqual(['max_tokens', 'invalid_type', true]);
+    expect(await refusal('chat/completions', { ...chat, seed: 0.5 })).toEqual(['seed', 'invalid_type', true]);
+    expect(await refusal('chat/completions', { ...chat, max_tokens: -1 })).toEqual(['max_tokens', 'invalid_value', true]);
+    expect(await refusal('responses', { model: 'gpt-4o-mini', input: 'hi', max_output_tokens: 1.5 })).toEqual([
+      'max_output_tokens',
+      'invalid_type',
+      false,
+    ]);
     expect(await refusal('chat/completions', { ...chat, stream: 'yes' })).toEqual(['stream', 'invalid_type', true]);
     expect(await refusal('chat/completions', { ...chat, messages: [{ content: 'hi' }] })).toEqual([
       'messages[0].role',

@@ -57,6 +57,7 @@
  *   offering the Responses API.
  */
 import { isObject } from '../json-object';
+import { isOfType } from '../param-path';
 
 export type Refusal = {
   ok: false;
@@ -95,10 +96,10 @@ function optional(
   key: string,
   ok: (v: unknown) => boolean,
   what: string,
-  type: 'string' | 'number' | 'boolean' | 'object',
+  type: 'string' | 'number' | 'integer' | 'boolean' | 'object',
 ): void {
   const v = body[key];
-  if (isSet(v) && !ok(v)) refuse(typeof v === type ? 'invalid_value' : 'invalid_type', key, `'${key}' must be ${what}.`, true);
+  if (isSet(v) && !ok(v)) refuse(isOfType(v, type) ? 'invalid_value' : 'invalid_type', key, `'${key}' must be ${what}.`, true);
 }
 const isString = (v: unknown): v is string => typeof v === 'string';
 const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
@@ -191,7 +192,7 @@ function translate(body: Json): Json {
   optional(body, 'instructions', isString, 'a string', 'string');
   optional(body, 'temperature', isNumber, 'a number', 'number');
   optional(body, 'top_p', isNumber, 'a number', 'number');
-  optional(body, 'max_output_tokens', (v) => Number.isInteger(v) && (v as number) >= 1, 'a positive integer', 'number');
+  optional(body, 'max_output_tokens', (v) => Number.isInteger(v) && (v as number) >= 1, 'a positive integer', 'integer');
   optional(body, 'parallel_tool_calls', isBoolean, 'a boolean', 'boolean');
   optional(body, 'stream', isBoolean, 'a boolean', 'boolean');
   optional(body, 'user', isString, 'a string', 'string');
