@@ -207,14 +207,7 @@ describe('breakers across instances', () => {
   });
 
   it("an instance that stops after its probe lease lapsed and another took it: the other's lease is left alone", async () => {
-    const openMs = 3000;
-    hot.always({ kind: 'status', status: 500 });
-    const [a, b] = await Promise.all([instance(1, openMs), instance(2, openMs)]);
-    while (primary(a).state() !== 'open') await chat(a.url);
-    await until(async () => primary(b).state() === 'open', 5000);
-    hot.always({ kind: 'ok' });
-    await until(async () => primary(a).state() === 'half-open' && primary(b).state() === 'half-open', 10_000);
-    await until(async () => (await chat(a.url)).headers.get('x-route-tier') === 'hot', 5000); // a holds the lease
+    const [a, b] = await probingOnA();
     expect((await chat(b.url)).headers.get('x-route-tier')).toBe('warm');
     // a's lease lapsed (a probe streaming longer than two open periods) and a third instance took it.
     const [lease] = await redis.keys(`${prefix}*:primary:*:probe`);
