@@ -53,7 +53,7 @@ function arraysIssue(arrays: unknown[]): InputIssue | null {
   let first: InputIssue | null = null;
   for (let i = 0; i < arrays.length; i++) {
     const issue = tokenIssue(arrays[i] as unknown[], [i]);
-    if (issue?.message === ANY_OF) return issue; // a value of another type anywhere: no form fits
+    if (issue?.wrongType) return issue; // a value of another type anywhere: no form fits
     first ??= issue;
   }
   return first;

@@ -13,6 +13,17 @@ const TIER_KEY = Buffer.from('"service_tier"');
 /** The tier of nearly every OpenAI answer: priced as no tier at all, so not read into a string. */
 const DEFAULT_TIER = Buffer.from('"default"');
 
+const isSpace = (c: number | undefined) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+
+/** Where the value of a key that ends at `i` begins (past `:` and the spaces around it); -1 without a `:`. */
+function valueAfter(body: Buffer, i: number): number {
+  while (isSpace(body[i])) i++;
+  if (body[i] !== 0x3a /* : */) return -1;
+  i++;
+  while (isSpace(body[i])) i++;
+  return i;
+}
+
 /**
  * The `"usage": {...}` object of an OpenAI-style response, parsed on its own: the usage comes
  * last, after the choices, whose text is most of the body, so reading only it spares a parse of
@@ -23,15 +34,8 @@ const DEFAULT_TIER = Buffer.from('"default"');
 function usageObject(body: Buffer): { usage: unknown; end: number } | undefined {
   const at = body.lastIndexOf(USAGE_KEY);
   if (at < 1 || body[at - 1] === BACKSLASH) return undefined;
-  let i = at + USAGE_KEY.length;
-  const skipSpace = () => {
-    while (i < body.length && (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09)) i++;
-  };
-  skipSpace();
-  if (body[i] !== 0x3a /* : */) return undefined;
-  i++;
-  skipSpace();
-  if (body[i] !== 0x7b /* { */) return undefined;
+  let i = valueAfter(body, at + USAGE_KEY.length);
+  if (i < 0 || body[i] !== 0x7b /* { */) return undefined;
   const start = i;
   let depth = 0;
   let inString = false;
@@ -58,11 +62,9 @@ function usageObject(body: Buffer): { usage: unknown; end: number } | undefined 
  * occur inside a string); undefined without one.
  */
 function tierAfter(body: Buffer, from: number): string | undefined {
-  let i = body.indexOf(TIER_KEY, from);
-  if (i === -1) return undefined;
-  i += TIER_KEY.length;
-  while (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09 || body[i] === 0x3a) i++;
-  if (body.indexOf(DEFAULT_TIER, i) === i) return undefined;
+  const at = body.indexOf(TIER_KEY, from);
+  const i = at === -1 ? -1 : valueAfter(body, at + TIER_KEY.length);
+  if (i < 0 || body.indexOf(DEFAULT_TIER, i) === i) return undefined;
   const end = body[i] === QUOTE ? body.indexOf(QUOTE, i + 1) : -1;
   return end > i && end - i <= 32 ? body.toString('latin1', i + 1, end) : undefined;
 }
