@@ -11,7 +11,7 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 
 /** The headers a replay repeats; others (length, date, connection) belong to each answer. */
-const KEPT_HEADER = /^(content-type|x-route-[a-z-]+)$/;
+const KEPT_HEADER = /^(content-type|x-request-id|x-route-[a-z-]+)$/;
 
 type End = ServerResponse['end'];
 

@@ -91,6 +91,9 @@ describe('idempotent replay across instances', () => {
     expect(again.text).toBe(first.text);
     expect(routeHeaders(again.headers)).toEqual(routeHeaders(first.headers));
     expect(again.headers.get('content-type')).toBe(first.headers.get('content-type'));
+    // The provider's id of the answer, which the SDKs give as `_request_id` and support asks for.
+    expect(first.headers.get('x-request-id')).toBe('req_1');
+    expect(again.headers.get('x-request-id')).toBe('req_1');
     // The replay is metered as one: no tokens, no cost, marked in `decision`.
     const [replayed] = b.events();
     expect(replayed).toMatchObject({ decision: 'idempotent_replay', input_tokens: '0', output_tokens: '0', cost_usd: '0' });
@@ -103,6 +106,7 @@ describe('idempotent replay across instances', () => {
     await chat(a.url, BODY, { 'idempotency-key': 'order-8' });
     const again = await chat(a.url, { messages: BODY.messages, model: BODY.model }, { 'idempotency-key': 'order-8' });
     expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.headers.get('x-request-id')).toBe('req_1');
     expect(hot.received).toHaveLength(1);
   });
 
