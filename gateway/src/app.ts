@@ -84,6 +84,7 @@ function notFound(app: express.Express): express.RequestHandler {
     const allowed = new Set<string>();
     for (const layer of layers)
       if (layer.route && layer.match(req.path)) for (const m of Object.keys(layer.route.methods)) allowed.add(m.toUpperCase());
+    if (allowed.has('GET')) allowed.add('HEAD'); // Express answers HEAD wherever GET is served
     if (allowed.size) {
       const allow = [...allowed].join(', ');
       res.setHeader('allow', allow);

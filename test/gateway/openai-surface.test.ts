@@ -629,6 +629,9 @@ describe('GET /v1/models and errors', () => {
     // A path with the caller's own id in it is quoted short, as a 404's is, not echoed whole.
     const long = await fetch(`${gw.url}/v1/models/${'m'.repeat(5000)}`, { method: 'DELETE' });
     expect(long.status).toBe(405);
+    // What is served to GET is served to HEAD too (Express answers it), and Allow says so.
+    expect(long.headers.get('allow')).toBe('GET, HEAD');
+    expect((await fetch(`${gw.url}/v1/models`, { method: 'HEAD' })).status).toBe(200);
     expect(((await long.json()) as { error: { message: string } }).error.message.length).toBeLessThan(300);
     // So is one Express cannot decode (a stray %), not echoed whole in its error.
     const undecodable = await fetch(`${gw.url}/v1/models/%ZZ${'m'.repeat(5000)}`);
