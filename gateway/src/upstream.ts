@@ -242,6 +242,30 @@ class Preamble {
 
 type Answered = Pick<UpstreamAnswer, 'status' | 'headers' | 'latencyMs'> & ({ body: Buffer } | { first: Buffer; rest: BodyQueue });
 
+const LF_LF = Buffer.from('\n\n');
+const CRLF_CRLF = Buffer.from('\r\n\r\n');
+/**
+ * A first event larger than this is handed on before its end: failover reads an error only from a
+ * whole first event, and such errors are small.
+ */
+const FIRST_EVENT_HELD = 1024 * 1024;
+
+/** Whether the text from a line's start holds a blank line: an event's end (lines end in LF, CRLF or CR). */
+function holdsEventEnd(text: Buffer): boolean {
+  if (text.indexOf(LF_LF) !== -1 || text.indexOf(CRLF_CRLF) !== -1) return true; // how providers end events
+  let ended = false; // the byte before ended a line
+  for (let i = 0; i < text.length; i++) {
+    const b = text[i];
+    if (b !== LF && b !== CR) ended = false;
+    else if (ended) return true;
+    else {
+      ended = true;
+      if (b === CR && text[i + 1] === LF) i++;
+    }
+  }
+  return false;
+}
+
 /**
  * One call straight on undici's dispatcher. A whole answer is collected as it comes; a streamed 2xx
  * answer that is an event stream resolves with its first event's chunk and a BodyQueue for the rest (any
@@ -268,6 +292,7 @@ class Call implements Dispatcher.DispatchHandler {
   private streamed = false; // a 2xx answer to a streamed request
   private rest: BodyQueue | null = null; // once its first chunk came
   private preamble: Preamble | null = null; // made only if a stream begins with a comment
+  private held: Buffer[] | null = null; // a first event not yet whole, as it came
   private readonly chunks: Buffer[] = [];
   private size = 0; // of a whole answer so far
   /** Set once undici has let the request go on (onRequestStart): from then on a cancel aborts it. */
@@ -315,17 +340,37 @@ class Call implements Dispatcher.DispatchHandler {
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (!this.streamed) return this.collect(controller, chunk);
     if (this.rest) return this.rest.push(chunk);
+    if (this.held) return this.hold(controller, chunk); // the rest of a first event
     // Most streams begin with `data:`; one that begins with comments has not answered yet.
     let at = 0;
     if (chunk[0] === COLON || chunk[0] === LF || chunk[0] === CR || this.preamble) at = (this.preamble ??= new Preamble()).at(chunk);
     if (at === -1) return; // dropped: comments are never relayed
-    const first = at === 0 ? chunk : chunk.subarray(at);
+    this.hold(controller, at === 0 ? chunk : chunk.subarray(at));
+  }
+
+  /**
+   * The stream is handed on once its first event is whole, so that failover can read an error in it
+   * (a provider may send that event in pieces); the client could not read half an event anyway.
+   */
+  private hold(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.held) this.held.push(chunk);
+    const first = this.held ? Buffer.concat(this.held) : chunk;
+    if (!holdsEventEnd(first) && first.length < FIRST_EVENT_HELD) {
+      this.held ??= [chunk];
+      return;
+    }
+    this.held = null;
+    this.handOn(controller, first);
+  }
+
+  private handOn(controller: Dispatcher.DispatchController, first: Buffer): void {
     this.rest = new BodyQueue(controller, this.idleMs);
     this.resolve({ status: this.status, headers: this.headers, first, rest: this.rest, latencyMs: 0 });
   }
 
-  onResponseEnd(): void {
+  onResponseEnd(controller: Dispatcher.DispatchController): void {
     this.done();
+    if (this.held) this.handOn(controller, Buffer.concat(this.held)); // ended inside its first event: relayed as it came
     if (this.rest) this.rest.end();
     else if (this.streamed) this.reject(new UpstreamError('stream ended before its first event', 'PROVIDER_DOWN'));
     else {

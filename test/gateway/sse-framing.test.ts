@@ -354,6 +354,24 @@ describe('comments before the first event (a provider that says it is still work
     }
   });
 
+  it('a first event that reports an error in pieces (split where a network or a proxy splits it) is failed over all the same', async () => {
+    const failed = `data: ${JSON.stringify({ id: 'gen-2', object: 'chat.completion.chunk', created: 1, model: 'x', error: { code: 502, message: 'Provider returned error' }, choices: [] })}`;
+    // Split before `"error"` is seen, inside it, and between the event's two line ends.
+    const at = failed.indexOf('"error"');
+    for (const pieces of [
+      [failed.slice(0, at - 5), `${failed.slice(at - 5)}\n\n`],
+      [failed.slice(0, at + 20), `${failed.slice(at + 20)}\r\n`, '\r\n'],
+      [`${failed}\n`, '\n'],
+    ]) {
+      hot.always({ kind: 'raw-stream', pieces: [...pieces, 'data: [DONE]\n\n'].map((p) => Buffer.from(p)) });
+      warm.always({ kind: 'stream', chunks: 2 });
+      const { data, response } = await new OpenAI({ baseURL: `${two.url}/v1`, apiKey: 'unused', maxRetries: 0 }).chat.completions
+        .create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true })
+        .withResponse();
+      expect([response.headers.get('x-route-tier'), (await streamText(data)).text]).toEqual(['warm', 'part0 part1']);
+    }
+  });
+
   it('comments do not stop the time-to-answer, and the events after them are relayed whole', async () => {
     const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'late' }, finish_reason: 'stop' }] })}\n\n`;
     // Comments every 50 ms for about 2 s, then the answer: past a time-to-answer of 500 ms.
