@@ -93,6 +93,13 @@ function inQueue(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, sign
   return { jobId: Promise.race([inQueue, enqueued.then((job) => job.jobId)]), enqueued };
 }
 
+/**
+ * A 503 the `openai` SDKs must not retry by themselves (they retry a 5xx twice, 0.5 s and 1 s apart):
+ * a retry would run the whole failover again, against providers that have just failed every attempt,
+ * or meet a queue that only a person can switch on.
+ */
+const NO_RETRY = { 'x-should-retry': 'false' };
+
 /** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
   // Every request that would be queued meets a queue away or full: not a line each.
@@ -108,7 +115,8 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
           null,
           'cold_queue_disabled',
         );
-        sendJson(res, 503, error, headers);
+        // Only a person can switch it on: the SDKs' retries (two, within 2 s) would run the failover again for nothing.
+        sendJson(res, 503, error, { ...headers, ...NO_RETRY });
         return false;
       }
       // Aborted once the client is told 503: a job added after that is taken out again.

@@ -1,0 +1,87 @@
+// The gateway's errors as the official `openai` client meets them with its default retries (two
+// more tries of a 408, 409, 429 or 5xx, waiting as `retry-after` says, unless `x-should-retry:
+// false`): a retry the gateway asks for must be able to help, and one that would only run the
+// whole failover again against failing providers must not happen. Counted at the providers.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import OpenAI from 'openai';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { FakeProvider } from './fake-provider';
+import { captureLogger, listenStack } from './harness';
+import { TEST_REDIS_URL } from '../redis-db';
+
+const prefix = `test-client-retries-${process.pid}`;
+const BODY = { model: 'gpt-4o-mini', messages: [{ role: 'user' as const, content: 'hello' }] };
+let redis: Redis;
+let hot: FakeProvider;
+let dir = '';
+const stops: Array<() => Promise<void>> = [];
+
+beforeAll(() => {
+  redis = new Redis(TEST_REDIS_URL);
+});
+afterAll(() => redis.disconnect());
+beforeEach(async () => {
+  hot = await new FakeProvider().start();
+  dir = mkdtempSync(join(tmpdir(), 'client-retries-'));
+});
+afterEach(async () => {
+  for (const stop of stops.splice(0)) await stop();
+  await hot.stop();
+  const keys = await redis.keys(`${prefix}:*`);
+  if (keys.length) await redis.del(...keys);
+});
+
+/** A gateway stack of one Hot route (`hot`), on `queueStore`, with `map` added to its routing map. */
+async function up(queueStore: string, map: Record<string, unknown> = {}) {
+  const routes = join(dir, `routes-${stops.length}.json`);
+  writeFileSync(
+    routes,
+    JSON.stringify({
+      hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: hot.url }],
+      warm: [],
+      cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] },
+      ...map,
+    }),
+  );
+  const env = {
+    ROUTES_FILE: routes,
+    QUEUE_STORE_URL: queueStore,
+    REDIS_PREFIX: prefix,
+    METER_CSV_FILE: join(dir, `events-${stops.length}.csv`),
+    SCOPES_FILE: join(dir, 'none.yaml'),
+  };
+  const h = await listenStack(env, { http: true, worker: false }, captureLogger([]));
+  stops.push(h.stop);
+  return h;
+}
+
+/** The official client with its default retries (maxRetries 2). */
+const sdk = (url: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused' });
+
+/** What the client finally threw: status, code and the headers of the last answer. */
+async function thrown(p: Promise<unknown>) {
+  try {
+    await p;
+  } catch (error) {
+    if (error instanceof OpenAI.APIError) return { status: error.status, code: error.code, headers: error.headers };
+    throw error;
+  }
+  throw new Error('the request was answered');
+}
+
+describe('the openai client retrying the gateway errors', () => {
+  // Before: the 503 said nothing of retrying, and the client ran the whole failover twice more
+  // (0.5 s and 1 s later) against the provider that had just failed three times: five calls, not
+  // three, for a queue only a person can switch on.
+  it('503 cold_queue_disabled after every route failed: the client does not run the failover again', async () => {
+    hot.always({ kind: 'status', status: 500 });
+    const gw = await up(TEST_REDIS_URL, { flags: { enable_warm_fallback: true, enable_cold_queue: false, killed_models: [] } });
+    const refused = await thrown(sdk(gw.url).chat.completions.create(BODY));
+    expect([refused.status, refused.code]).toEqual([503, 'cold_queue_disabled']);
+    expect(hot.received).toHaveLength(3); // the gateway's own three attempts on the route, and no more
+    expect(refused.headers?.get('x-should-retry')).toBe('false');
+  });
+});
