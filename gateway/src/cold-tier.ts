@@ -100,7 +100,13 @@ function inQueue(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, sign
  */
 const NO_RETRY = { 'x-should-retry': 'false' };
 
-/** The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or unreachable. */
+/**
+ * The Cold fallback: queues the request and answers 202; 503 when the queue is switched off or
+ * unreachable. A queue unreachable when no provider was called (spend-cap routing queued the request;
+ * every route was switched off, or skipped for its open breaker) asks for a retry in 1 s: Redis is
+ * back within seconds, and the retry calls no provider. After routes were called and failed, the
+ * SDKs are told not to retry (NO_RETRY).
+ */
 export function coldFallback(deps: ColdTierDeps): ColdFallback {
   // Every request that would be queued meets a queue away or full: not a line each.
   const refusals = new RepeatLog();
@@ -143,7 +149,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
           res,
           503,
           openAiError(`${whyQueued(why)}, and the Cold queue is unreachable`, 'upstream_error', null, 'cold_queue_unavailable'),
-          { ...headers, 'retry-after': '1' },
+          { ...headers, ...(why.attempts > 0 ? NO_RETRY : { 'retry-after': '1' }) },
         );
         return false;
       }

@@ -9,8 +9,9 @@ import { Redis } from 'ioredis';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
-import { captureLogger, listenStack } from './harness';
-import { TEST_REDIS_URL } from '../redis-db';
+import { captureLogger, chat, listenStack } from './harness';
+import { TEST_REDIS_URL, hasRedisServer } from '../redis-db';
+import { OwnRedis } from '../own-redis';
 
 const prefix = `test-client-retries-${process.pid}`;
 const BODY = { model: 'gpt-4o-mini', messages: [{ role: 'user' as const, content: 'hello' }] };
@@ -84,4 +85,32 @@ describe('the openai client retrying the gateway errors', () => {
     expect(hot.received).toHaveLength(3); // the gateway's own three attempts on the route, and no more
     expect(refused.headers?.get('x-should-retry')).toBe('false');
   });
+
+  // Before: `retry-after: 1` whatever had happened, and the client ran the failover twice more, a
+  // second apart, against the provider that had just failed three times (five calls; its breaker
+  // opened during the second run); each run then waited its whole time-to-answer for the queue.
+  it.skipIf(!hasRedisServer)(
+    '503 cold_queue_unavailable after the routes failed: the client does not run the failover again; with no provider called, a retry in 1 s',
+    { timeout: 30_000 },
+    async () => {
+      const own = await new OwnRedis().start();
+      stops.push(() => own.end());
+      hot.always({ kind: 'status', status: 500 });
+      const gw = await up(own.url);
+      await own.stop(); // the queue unreachable
+      const headers = { 'x-time-to-answer-ms': '1500' };
+      const refused = await thrown(sdk(gw.url).chat.completions.create(BODY, { headers }));
+      expect([refused.status, refused.code]).toEqual([503, 'cold_queue_unavailable']);
+      expect(hot.received).toHaveLength(3); // the gateway's own three attempts, and no more
+      expect(refused.headers?.get('x-should-retry')).toBe('false');
+      // Two more failures open the route's breaker (five in a row): then no provider is called, and a
+      // retry a second later calls none either, and is queued if Redis is back by then.
+      expect((await chat(gw.url, BODY, headers)).headers.get('x-should-retry')).toBe('false');
+      expect(hot.received).toHaveLength(5);
+      const skipped = await chat(gw.url, BODY, headers);
+      expect([skipped.status, skipped.json().error.code]).toEqual([503, 'cold_queue_unavailable']);
+      expect(hot.received).toHaveLength(5);
+      expect([skipped.headers.get('retry-after'), skipped.headers.get('x-should-retry')]).toEqual(['1', null]);
+    },
+  );
 });
