@@ -5,6 +5,17 @@
  * refreshed every 100 ms (one read at a time: while Redis does not answer, the value last read stays
  * in force and no reads pile up behind it); the worker reads the store itself when it picks up a job (at most 2 s,
  * then the local copy: worker.ts).
+ *
+ * A Redis that loses its data (restarted without it, or flushed) must not lift the pause, yet a
+ * resume, or the key deleted by hand, must. Beside the flag, `pause_ai_tasks:mark` holds a number
+ * that only grows: Redis's time in ms at the last pause or resume written through the gateway (or
+ * at the first read of a pause set by hand). Each instance remembers the mark it last read with the
+ * pause. The flag gone while the mark is what this instance last read, or newer (a resume writes a
+ * newer one), is a resume; gone with the mark gone too, or older (a snapshot from before), is Redis's
+ * loss, and an instance that last read the pause puts both back (PUT_BACK), as spend-days.ts puts
+ * back a counter read below its last read. Only instances that had the pause put it back: one started
+ * after the loss knows of none, and is not paused until they do (a first start on an empty Redis is
+ * not paused).
  */
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
@@ -42,19 +53,90 @@ export class MemoryPause implements PauseFlag {
   close() {}
 }
 
+/** Lua: the next mark, Redis's clock in ms but past the mark KEYS[2] holds (a clock set back still gives a newer one). */
+const NEXT_MARK = `
+local function next_mark()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local m = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  if now <= m then now = m + 1 end
+  return now
+end`;
+
+/** KEYS: the flag, the mark. Pauses; returns the flag before and the new mark. */
+const SET_PAUSE = `
+${NEXT_MARK}
+local before = redis.call('GET', KEYS[1])
+local mark = next_mark()
+redis.call('SET', KEYS[1], '1')
+redis.call('SET', KEYS[2], string.format('%.0f', mark))
+return {before, mark}`;
+
+/** KEYS: the flag, the mark. Resumes: the mark first (a write Redis refuses leaves both as they were). */
+const CLEAR_PAUSE = `
+${NEXT_MARK}
+local mark = next_mark()
+redis.call('SET', KEYS[2], string.format('%.0f', mark))
+redis.call('DEL', KEYS[1])
+return mark`;
+
+/**
+ * KEYS: the flag, the mark. ARGV: 1 when this instance last read the pause, and the mark it read
+ * with it. Run when a read found the flag set with no mark (set by hand: marked now, so that its
+ * deletion by hand is told from a loss), or the flag gone with the mark gone or older than this
+ * instance's (a loss: both put back). Checked again here, as another instance may have acted since.
+ * Returns 1 when paused, the mark, and 1 when put back.
+ */
+const PUT_BACK = `
+${NEXT_MARK}
+local v = redis.call('GET', KEYS[1])
+local m = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if v == '1' then
+  if m == 0 then
+    m = next_mark()
+    redis.call('SET', KEYS[2], string.format('%.0f', m))
+  end
+  return {1, m, 0}
+end
+local last = tonumber(ARGV[2])
+if v or ARGV[1] ~= '1' or m >= last then return {0, m, 0} end
+redis.call('SET', KEYS[1], '1')
+redis.call('SET', KEYS[2], ARGV[2])
+return {1, last, 1}`;
+
+interface PauseCommands {
+  pauseSet(flag: string, mark: string): Promise<[string | null, number]>;
+  pauseClear(flag: string, mark: string): Promise<number>;
+  pausePutBack(flag: string, mark: string, hadPause: 0 | 1, lastMark: number): Promise<[number, number, number]>;
+}
+
+/** A mark as the scripts read it: a value that is no number (written by hand) is none. */
+const markOf = (v: string | null): number => Number(v ?? 0) || 0;
+
 export class RedisPause implements PauseFlag {
   private value = false;
+  /** The mark read or written with the value (0: none yet). */
+  private mark = 0;
   /** The read sent and not yet answered: later ones join it rather than queue behind it. */
   private reading: Promise<boolean> | null = null;
   /** This instance's sets and clears so far: a read answers for Redis as it was when the read was sent. */
   private writes = 0;
   private readonly timer: NodeJS.Timeout;
+  private readonly redis: Redis & PauseCommands;
+  private readonly markKey: string;
   constructor(
-    private readonly redis: Redis,
+    redis: Redis,
     refreshMs = 100,
     /** Tests use a key of their own; everything else the contract's `pause_ai_tasks`. */
     private readonly key = PAUSE_KEY,
+    /** Told when this instance put back a pause Redis lost. */
+    private readonly warn: (message: string) => void = () => undefined,
   ) {
+    this.markKey = `${key}:mark`;
+    redis.defineCommand('pauseSet', { numberOfKeys: 2, lua: SET_PAUSE });
+    redis.defineCommand('pauseClear', { numberOfKeys: 2, lua: CLEAR_PAUSE });
+    redis.defineCommand('pausePutBack', { numberOfKeys: 2, lua: PUT_BACK });
+    this.redis = redis as Redis & PauseCommands;
     this.timer = setInterval(() => void this.refresh().catch(() => undefined), refreshMs);
     this.timer.unref();
     void this.refresh().catch(() => undefined);
@@ -66,33 +148,47 @@ export class RedisPause implements PauseFlag {
     // Commands wait for a reconnection or a stalled Redis: one read per tick would pile up (600 a
     // minute) and all be sent when it answers.
     const writes = this.writes;
-    this.reading ??= this.redis
-      .get(this.key)
+    this.reading ??= this.read(writes)
       // A read sent before this instance's own set or clear says what Redis held before it: on a slow
       // Redis it answered "not paused" after the webhook, and the capped provider was called again.
-      .then((v) => (writes === this.writes ? (this.value = v === '1') : this.value))
+      .then(([paused, mark]) => {
+        if (writes !== this.writes) return this.value;
+        this.mark = mark;
+        return (this.value = paused);
+      })
       .finally(() => (this.reading = null));
     return this.reading;
+  }
+  /** The flag and its mark, read (a plain read: it answers also while Redis refuses writes), and put back when Redis lost them. */
+  private async read(writes: number): Promise<[boolean, number]> {
+    const [flag, markRead] = await this.redis.mget(this.key, this.markKey);
+    const mark = markOf(markRead);
+    const unmarked = flag === '1' && mark === 0;
+    const lost = flag === null && this.value && mark < this.mark;
+    // After this instance's own set or clear the read is not used (refresh), nor acted on.
+    if ((!unmarked && !lost) || writes !== this.writes) return [flag === '1', mark];
+    const [paused, after, putBack] = await this.redis
+      .pausePutBack(this.key, this.markKey, this.value ? 1 : 0, this.mark)
+      // Refused (Redis full, read-only): paused all the same, and a loss is found again at the next read.
+      .catch(() => [1, this.mark, 0] as const);
+    if (putBack) this.warn(`budget pause: ${this.key} was lost by Redis while paused (restarted without its data, or flushed): put back`);
+    return [paused === 1, after];
   }
   async set() {
     // In force here at once, before Redis has it (Redis away: this instance pauses all the same).
     this.value = true;
     this.writes++;
-    // Read and set in one transaction: a value other than 1 (an operator's hand-written 0) was "not
+    // Read and set in one script: a value other than 1 (an operator's hand-written 0) was "not
     // paused", so this pause is new and its notice goes out.
-    const [[, before]] = (await this.redis
-      .multi()
-      .get(this.key)
-      .set(this.key, '1')
-      .exec()
-      .catch((error: Error) => this.undo(error))) as [[null, string | null], unknown];
+    const [before, mark] = await this.redis.pauseSet(this.key, this.markKey).catch((error: Error) => this.undo(error));
     this.value = true; // a read sent before the set may have answered meanwhile
+    this.mark = mark;
     return before !== '1';
   }
   async clear() {
     this.value = false;
     this.writes++;
-    await this.redis.del(this.key).catch((error: Error) => this.undo(error));
+    this.mark = await this.redis.pauseClear(this.key, this.markKey).catch((error: Error) => this.undo(error));
     this.value = false;
   }
   /** Redis refused the write (full, read-only): what it holds stays in force here too, as on every other instance. */

@@ -190,7 +190,7 @@ interface StackCore {
 
 /** The stores, with the shared flags read before the first request. */
 async function openStores(env: GatewayEnv, map: RoutesMapConfig, options: StackOptions, log: Logger): Promise<Stores> {
-  const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs }, options.pauseKey);
+  const stores = createStores(env, map, { backoffMs: options.cold?.backoffMs }, options.pauseKey, (m) => log.warn(m));
   if (stores.redis) reportRedisState(stores.redis, log);
   const { flags, pause } = stores;
   // The shared flags (a kill-switch, say) are in force from the first request, not a second later;

@@ -61,8 +61,17 @@ export function keyStoreFor(env: GatewayEnv, redis: Redis | null): KeyStore {
   return redis ? new RedisKeyStore(redis, env.REDIS_PREFIX ?? 'gateway') : new FileKeyStore(env.CLIENT_KEYS_FILE);
 }
 
-/** `pauseKey`: the pause flag's key in Redis when not the contract's `pause_ai_tasks` (a drill's own). */
-export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions: QueueOptions = {}, pauseKey?: string): Stores {
+/**
+ * `pauseKey`: the pause flag's key in Redis when not the contract's `pause_ai_tasks` (a drill's own);
+ * `warn`: told when this instance puts back a pause Redis lost.
+ */
+export function createStores(
+  env: GatewayEnv,
+  map: RoutesMapConfig,
+  queueOptions: QueueOptions = {},
+  pauseKey?: string,
+  warn?: (message: string) => void,
+): Stores {
   if (!env.QUEUE_STORE_URL && env.production) {
     throw new ConfigError('QUEUE_STORE_URL is required with NODE_ENV=production (queued work must survive a restart)');
   }
@@ -86,7 +95,7 @@ export function createStores(env: GatewayEnv, map: RoutesMapConfig, queueOptions
     redis,
     prefix,
     flags: new RedisFlags(map.flags, redis, `${prefix ?? 'gateway'}:flags`),
-    pause: new RedisPause(redis, undefined, pauseKey),
+    pause: new RedisPause(redis, undefined, pauseKey, warn),
     queue: new BullColdQueue(redis, prefix, queueOptions),
     limiter: new RedisLimiter(redis, prefix ?? 'gateway', limits),
     keys: keyStoreFor(env, redis),

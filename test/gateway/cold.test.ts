@@ -51,7 +51,7 @@ afterAll(async () => {
 async function cleanRedis() {
   const keys = await redis.keys(`${prefix}:*`);
   if (keys.length) await redis.del(...keys);
-  await redis.del('pause_ai_tasks');
+  await redis.del('pause_ai_tasks', 'pause_ai_tasks:mark');
 }
 
 beforeEach(async () => {
@@ -353,6 +353,45 @@ describe('Cold tier', () => {
       return j.state === 'completed' ? j : null;
     }, 15_000);
     expect(done.attempts).toBe(1); // the one real try
+  });
+
+  it('a Redis that loses its data while paused (restarted without it, or flushed) keeps the pause: requests avoid the capped provider, jobs wait; npm run ops -- resume lifts it', async () => {
+    const a = await up({ worker: true, cold: { recheckMs: 200 } });
+    const b = await up({ worker: false });
+    expect((await admin(a.url, '/budget/webhook', { provider: 'openai', percentUsed: 85 })).status).toBe(204);
+    await until(async () => b.stack.pause.paused());
+
+    // Everything the fleet keeps in this run's database, gone, as a restart without persistence
+    // leaves it (FLUSHDB itself would also drop the run's claim of the database).
+    const kept = [...(await redis.keys(`${prefix}:*`)), ...(await redis.keys('pause_ai_tasks*'))];
+    expect(kept).toContain('pause_ai_tasks');
+    await redis.del(...kept);
+    // Before: both instances read "not paused" within 100 ms, and spending resumed.
+    await until(async () => (await redis.get('pause_ai_tasks')) === '1');
+    expect([await a.stack.pause.refresh(), await b.stack.pause.refresh()]).toEqual([true, true]);
+    expect([...a.logs, ...b.logs].join('\n')).toMatch(/pause_ai_tasks was lost by Redis while paused .*: put back/);
+    const live = await chat(b.url);
+    expect(live.headers.get('x-route-provider')).toBe('anthropic');
+    expect(hot.received).toHaveLength(0);
+    const queued = await a.stack.queue.enqueue(testJob('after-the-loss'));
+    const waiting = await until(async () => {
+      const j = await job(a.url, queued.jobId);
+      return j.deferred && j.state !== 'active' ? j : null;
+    });
+    expect(waiting).toMatchObject({ state: 'delayed', attempts: 0, deferred: { reason: 'paused by budget guardrail' } });
+
+    // The operator's resume, from a process that never saw the pause, still lifts it everywhere.
+    const opsEnv = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix };
+    expect(await ops(['resume'], opsEnv, () => {}, fail)).toBe(0);
+    await until(async () => !a.stack.pause.paused() && !b.stack.pause.paused());
+    const done = await until(async () => {
+      const j = await job(a.url, queued.jobId);
+      return j.state === 'completed' ? j : null;
+    }, 15_000);
+    expect(done.attempts).toBe(1);
+    expect([await a.stack.pause.refresh(), await b.stack.pause.refresh()]).toEqual([false, false]);
+    expect(await redis.get('pause_ai_tasks')).toBeNull();
+    expect((await chat(b.url)).headers.get('x-route-provider')).toBe('openai');
   });
 
   it('a job queued during an outage longer than its attempts span completes once a provider returns; only real tries count', async () => {

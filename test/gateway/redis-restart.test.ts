@@ -1,6 +1,6 @@
 // The gateway's Redis goes away and comes back: a Redis of the test's own (a private redis-server on
 // a free port, append-only file on, removed afterwards) that the test stops and starts again.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -468,6 +468,35 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('a Redis restarted without its data while paused does not lift the pause: the gateway puts it back, and a resume still lifts it', async () => {
+    const logs: string[] = [];
+    const gw = await listenStack({ ...env, ADMIN_TOKEN: 'admin-t' }, { http: true, worker: false }, captureLogger(logs));
+    const budget = (path: string, body?: unknown) =>
+      fetch(`${gw.url}/budget/${path}`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer admin-t', 'content-type': 'application/json' },
+        body: JSON.stringify(body ?? {}),
+      });
+    const probe = new Redis(redis.url, { retryStrategy: () => 20 });
+    probe.on('error', () => undefined); // refused while Redis is stopped
+    try {
+      expect((await budget('webhook', { provider: 'openai', percentUsed: 90 })).status).toBe(204);
+      await redis.stop();
+      rmSync(join(redis.dir, 'appendonlydir'), { recursive: true, force: true }); // restarted without its data
+      await redis.start();
+      // Before: the first read after the restart found no flag, and the capped provider was called again.
+      await until(async () => (await probe.get('pause_ai_tasks')) === '1');
+      expect(await gw.stack.pause.refresh()).toBe(true);
+      expect(logs.join('\n')).toContain('budget pause: pause_ai_tasks was lost by Redis while paused');
+      expect((await budget('resume')).status).toBe(204);
+      expect(await gw.stack.pause.refresh()).toBe(false);
+      expect(await probe.get('pause_ai_tasks')).toBeNull();
+    } finally {
+      probe.disconnect();
+      await gw.stop();
+    }
+  });
+
   it('a flag change while Redis is away is in force on this instance at once, answers 503 with Retry-After in time, and reaches the fleet once Redis is back', async () => {
     const [a, b] = await Promise.all([0, 1].map(() => listenStack({ ...env, ADMIN_TOKEN: 'admin-t' }, { http: true, worker: false })));
     const flags = (gw: { url: string }, change?: unknown) =>
@@ -826,7 +855,7 @@ describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
       // One tick every 10 ms for 2 s: before, about 200 reads of each were sent when Redis answered
       // (the notices' sweep reads one key per notice kind, six: about 1,200 EXISTS). Now a few ticks'
       // worth: the one waiting through the stall and those after it, before the stop.
-      const piled = ['get', 'hgetall', 'hmget', 'hset', 'exists'].filter((c) => (sent[c] ?? 0) > 30).map((c) => `${c}: ${sent[c]}`);
+      const piled = ['get', 'mget', 'hgetall', 'hmget', 'hset', 'exists'].filter((c) => (sent[c] ?? 0) > 30).map((c) => `${c}: ${sent[c]}`);
       expect(piled).toEqual([]);
     } finally {
       pause.close();

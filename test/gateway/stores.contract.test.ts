@@ -197,4 +197,59 @@ describe('budget pause flag in Redis (what the in-process flag cannot share)', (
     await b.clear();
     await until(() => !a.paused());
   });
+
+  it("a loss of Redis's data while paused (restarted without it, or flushed) does not lift the pause: the instances that had it put it back", async () => {
+    const key = `${space()}:pause_ai_tasks`;
+    const warned: string[] = [];
+    const [a, b] = [new RedisPause(redis, 20, key, (m) => warned.push(m)), new RedisPause(redis, 20, key, (m) => warned.push(m))];
+    closing.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    // A first start on an empty store is not paused, and writes nothing.
+    expect(await a.refresh()).toBe(false);
+    expect(await redis.keys(`${key}*`)).toEqual([]);
+    await a.set();
+    await until(() => b.paused());
+    await redis.del(key, `${key}:mark`); // what a restart without the data, or a flush, leaves
+    // An instance started after the loss knows of no pause, and follows those that had it.
+    const later = new RedisPause(redis, 20, key);
+    closing.push(() => later.close());
+    await until(async () => (await redis.get(key)) === '1');
+    for (const p of [a, b, later]) await until(() => p.refresh()); // a read sent before the put-back may answer first
+    // Put back once, by whichever read first (the check and the write are one script).
+    expect(warned).toEqual([`budget pause: ${key} was lost by Redis while paused (restarted without its data, or flushed): put back`]);
+    // A deliberate resume, from any of them, still lifts it everywhere, and it stays lifted.
+    await later.clear();
+    for (const p of [a, b, later]) await until(async () => !(await p.refresh()));
+    expect(await redis.get(key)).toBeNull();
+    // A loss while not paused leaves it not paused.
+    await redis.del(key, `${key}:mark`);
+    for (const p of [a, b, later]) expect(await p.refresh()).toBe(false);
+    expect(await redis.get(key)).toBeNull();
+  });
+
+  it('the key set to 1 by hand pauses and survives a loss; deleted by hand (as an external tool resumes) it resumes', async () => {
+    const key = `${space()}:pause_ai_tasks`;
+    const [a, b] = [new RedisPause(redis, 20, key), new RedisPause(redis, 20, key)];
+    closing.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    // Each waits for a read sent after the change (one sent before may answer first).
+    const all = (paused: boolean) => until(async () => (await a.refresh()) === paused && (await b.refresh()) === paused);
+    await redis.set(key, '1');
+    await all(true);
+    await redis.del(key); // by hand: a resume
+    await all(false);
+    expect(await redis.get(key)).toBeNull();
+    await redis.set(key, '1');
+    await all(true);
+    await redis.del(key, `${key}:mark`); // the data lost
+    await until(async () => (await redis.get(key)) === '1');
+    await all(true);
+    await redis.del(key);
+    await all(false);
+    expect(await redis.get(key)).toBeNull();
+  });
 });
