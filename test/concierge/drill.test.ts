@@ -23,13 +23,18 @@ const rate = (perMinute: number) => ({
 writeFileSync(rates, JSON.stringify({ PT: rate(0.0085), GB: rate(0.01) }));
 const REDIS = TEST_REDIS_URL;
 
-/** Runs the real command on a copy of the filled configuration with `change` applied (asynchronously: vitest's worker keeps talking). */
+/** Runs the real command on a copy of the filled configuration with `change` applied. */
 async function drill(name: string, change: (c: Record<string, any>) => void, env: NodeJS.ProcessEnv = {}) {
   const config: Concierge = filled();
   change(config);
   const file = join(dir, `${name}.json`);
   writeFileSync(file, JSON.stringify(config, null, 2));
-  const child = spawn('npm', ['run', '-s', 'concierge:drill', '--', '--config', file], {
+  return runDrill(['--config', file], env);
+}
+
+/** Runs the real command with these arguments (asynchronously: vitest's worker keeps talking). */
+async function runDrill(args: string[], env: NodeJS.ProcessEnv) {
+  const child = spawn('npm', ['run', '-s', 'concierge:drill', '--', ...args], {
     detached: true, // npm or tsx starts node beneath it: killed with it if the test ends first (children.ts)
     cwd: root,
     env: { ...process.env, TELEPHONY_RATES_FILE: rates, QUEUE_STORE_URL: '', ...env },
@@ -86,4 +91,12 @@ describe('npm run concierge:drill', () => {
     expect(run.stdout).toMatch(/1 failed \(4\)/);
     expect(run.status).toBe(1);
   }, 160_000);
+
+  it('takes CONCIERGE_FILE and TELEPHONY_RATES_FILE set empty (NAME= in an env file) as unset, as the gateway does', async () => {
+    const run = await runDrill(['--countries', 'PT'], { CONCIERGE_FILE: '', TELEPHONY_RATES_FILE: '' });
+    expect(run.stdout).toMatch(/^Concierge drill: concierge\.json against/m);
+    expect(run.row(1).measured).toContain('$.meta.model: placeholder <REALTIME_MODEL> must be replaced');
+    expect(run.row(3).measured).toMatch(/^\.data\/telephony-rates\.json: PT /);
+    expect(run.status).toBe(1);
+  }, 60_000);
 });

@@ -61,7 +61,7 @@ function options(): { file: string; countries: string[] } | { refused: string } 
   const odd = countries.filter((c) => !/^[A-Za-z]{2}$/.test(c));
   if (odd.length)
     return { refused: `--countries: expected ISO 3166 alpha-2 codes separated by commas, such as PT,GB; got ${odd.join(', ')}` };
-  return { file: values.config ?? process.env.CONCIERGE_FILE ?? 'concierge.json', countries };
+  return { file: values.config ?? (process.env.CONCIERGE_FILE || 'concierge.json'), countries };
 }
 
 /** Steps 4-8 on the drill's stack (or each marked not run, saying why), then 9-10; the stack is closed after. */
@@ -113,7 +113,7 @@ async function main(): Promise<number> {
     console.error(opts.refused);
     return 2;
   }
-  const ratesFile = process.env.TELEPHONY_RATES_FILE ?? DEFAULT_RATES_FILE;
+  const ratesFile = process.env.TELEPHONY_RATES_FILE || DEFAULT_RATES_FILE; // set empty counts as unset, as in the gateway
   const raw = readRaw(opts.file);
   const fileRows = [lintStep(opts.file), priceStep(raw), ratesStep(configuredCountries(raw, opts.countries), ratesFile)];
   const { rows, stack } = await callRows(raw, ratesFile);
