@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { once } from 'node:events';
 import { CSV_HEADER } from '../../schema/event-record';
-import { benchUsage } from './usage';
+import { benchCount, benchUsage } from './usage';
 
 benchUsage(`usage: npm run bench:archive
 Generated events converted to the Parquet archive and reported, beside the same SQL run straight in
@@ -15,7 +15,7 @@ DuckDB: time and peak memory of each step.
   BENCH_ROWS   events to generate (2000000)
 `);
 
-const ROWS = Number(process.env.BENCH_ROWS ?? 2_000_000);
+const ROWS = benchCount('BENCH_ROWS', 2_000_000);
 const dir = mkdtempSync(join(tmpdir(), 'bench-archive-'));
 const csv = join(dir, 'events.csv');
 

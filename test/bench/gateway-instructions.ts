@@ -13,9 +13,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 import { startProcess } from './start-process';
+import { benchCount } from './usage';
 
-const WARM_UP = Number(process.env.BENCH_INSTR_WARMUP ?? 3000);
-const COUNTED = Number(process.env.BENCH_INSTR_REQUESTS ?? 2000);
+const WARM_UP = benchCount('BENCH_INSTR_WARMUP', 3000);
+const COUNTED = benchCount('BENCH_INSTR_REQUESTS', 2000);
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 
 /** valgrind's callgrind with counting off until switched on, its dumps written into `dir`. */

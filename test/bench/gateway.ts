@@ -32,7 +32,7 @@ import { keysVersusOpen } from './gateway-keys';
 import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 import { startProcess } from './start-process';
-import { benchUsage } from './usage';
+import { benchChoice, benchCount, benchUsage, streamsSettings } from './usage';
 
 benchUsage(`usage: npm run bench:gateway
 The built gateway beside a no-logic reference proxy, on loopback: the hot path's throughput, latency
@@ -46,9 +46,12 @@ events, shared state, then long streams (streams.ts).
   STREAMS_PROMPT_KB   a system prompt of that many KB in each stream's request (0)
 `);
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
+const SECONDS = benchCount('BENCH_SECONDS', 8);
 /** `csv` (default): meter events to a local CSV; `web-app`: to a spool, delivered to a meter stub on loopback. */
-const METER = process.env.BENCH_METER === 'web-app' ? 'web-app' : 'csv';
+const METER = benchChoice('BENCH_METER', ['csv', 'web-app'] as const) ?? 'csv';
+const KEYS_ROUNDS = benchCount('BENCH_KEYS_ROUNDS', 8);
+const AB_ROUNDS = benchCount('BENCH_AB_ROUNDS', 6);
+streamsSettings(); // the streams bench runs last: its settings are checked now
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 
 async function load(url: string, connections: number, duration = SECONDS) {
@@ -122,18 +125,19 @@ async function comparisons(only?: string) {
   }
   if (!only || only === 'keys') {
     console.log(`\nClient keys (GATEWAY_AUTH=keys vs open; instant stub, 32 connections, ${cpus().length} CPUs; gateway-keys.ts):`);
-    for (const line of await keysVersusOpen(Number(process.env.BENCH_KEYS_ROUNDS ?? 8))) console.log(`  ${line}`);
+    for (const line of await keysVersusOpen(KEYS_ROUNDS)) console.log(`  ${line}`);
   }
   if (!only || only === 'durable') {
     console.log(`\nDurable meter events (answer after its event is on disk vs at once; instant stub, 32 connections; gateway-durable.ts):`);
-    for (const line of await durableVersusNot(Number(process.env.BENCH_AB_ROUNDS ?? 6))) console.log(`  ${line}`);
+    for (const line of await durableVersusNot(AB_ROUNDS)) console.log(`  ${line}`);
   }
   if (!only || only === 'fleet') {
     console.log(`\nShared state (one of a fleet on Redis vs alone, both to a meter stub; instant stub, 32 connections; gateway-fleet.ts):`);
-    for (const line of await fleetVersusAlone(Number(process.env.BENCH_AB_ROUNDS ?? 6))) console.log(`  ${line}`);
+    for (const line of await fleetVersusAlone(AB_ROUNDS)) console.log(`  ${line}`);
   }
 }
-const ONLY = process.env.BENCH_ONLY ?? (process.env.BENCH_KEYS_ONLY ? 'keys' : undefined);
+const PARTS = ['hot', 'steps', 'instructions', 'keys', 'durable', 'fleet', 'streams'] as const;
+const ONLY = benchChoice('BENCH_ONLY', PARTS) ?? (process.env.BENCH_KEYS_ONLY ? 'keys' : undefined);
 if (ONLY && ONLY !== 'hot') {
   // The streams run in this process's place, after its parts: one program, so that npm gives it the arguments.
   if (ONLY === 'streams') await import('./streams');

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 import { startProcess } from './start-process';
-import { benchUsage } from './usage';
+import { benchUsage, streamsSettings } from './usage';
 
 benchUsage(`usage: npx tsx test/bench/streams.ts (also the last part of npm run bench:gateway)
 Long streams at scale: concurrent streamed chat completions through the built gateway and through a
@@ -35,14 +35,12 @@ no-logic streaming reference proxy, alternately: time to first token, total time
 const only = process.env.BENCH_ONLY;
 if ((only && only !== 'streams') || process.env.BENCH_KEYS_ONLY) process.exit(0);
 
-const STREAMS = Number(process.env.STREAMS ?? 1000);
-const ROUNDS = Number(process.env.ROUNDS ?? 6);
+const { streams: STREAMS, rounds: ROUNDS, promptKb: PROMPT_KB } = streamsSettings();
 const CHUNKS = 100;
 const INTERVAL_MS = 20;
 const TICKS_PER_S = 100; // USER_HZ: /proc times are in 1/100 s on Linux
 // STREAMS_PROMPT_KB: a system prompt of that many KB before the question (0: the question alone), for
 // what a stream holds of a prompt the size real applications send (instructions, retrieved documents).
-const PROMPT_KB = Number(process.env.STREAMS_PROMPT_KB ?? 0);
 const system = PROMPT_KB > 0 ? [{ role: 'system', content: 'You answer from these notes. '.padEnd(PROMPT_KB * 1024, 'x') }] : [];
 const body = (extra: Record<string, number> = {}) =>
   JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [...system, { role: 'user', content: 'ping' }], ...extra });

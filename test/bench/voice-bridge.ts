@@ -16,9 +16,10 @@ import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { filled } from '../voice/filled';
 import type { WorkerStats } from './voice-bridge-worker';
+import { benchCount } from './usage';
 
-const CALLS = Number(process.env.BENCH_CALLS ?? 100);
-const SECONDS = Number(process.env.BENCH_BRIDGE_SECONDS ?? 10);
+const CALLS = benchCount('BENCH_CALLS', 100);
+const SECONDS = benchCount('BENCH_BRIDGE_SECONDS', 10);
 const WARMUP_S = 2;
 const TOKEN = 'bench-auth-token';
 const PUBLIC_URL = 'https://bench.example.test';

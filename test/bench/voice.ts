@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { applyEvent, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { filled } from '../voice/filled';
 import { benchBridge } from './voice-bridge';
-import { benchUsage } from './usage';
+import { benchCount, benchUsage } from './usage';
 
 benchUsage(`usage: npm run bench:voice
 Events per second through the spend guard, in process and through the built gateway's events
@@ -20,6 +20,7 @@ endpoint, then the phone bridge under concurrent calls.
   BENCH_BRIDGE_SECONDS   seconds of the bridge run (10)
   QUEUE_STORE_URL        Redis for the gateway (none: in process)
 `);
+const SECONDS = benchCount('BENCH_SECONDS', 6);
 
 const config = filled();
 const cfg = guardConfig(config);
@@ -74,7 +75,7 @@ let n = 0;
 const result = await autocannon({
   url: 'http://127.0.0.1:18191',
   connections: 16,
-  duration: Number(process.env.BENCH_SECONDS ?? 6),
+  duration: SECONDS,
   requests: [
     { method: 'POST', setupRequest: (req) => ({ ...req, path: `/v1/voice/calls/bench-${n++ % calls}/events`, headers, body: batch }) },
   ],
