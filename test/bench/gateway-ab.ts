@@ -9,16 +9,15 @@
 // process means the same JIT state and the same CPU placement for all three; separate processes
 // differed by more than 3 % between two identical gateways on a busy machine.
 import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pino from 'pino';
 import { createStack, type Stack } from '../../gateway/src/stack';
 import { median } from './median';
 import { allRoutesTo } from './start-flags';
+import { scratchDir } from './scratch';
 
 const BODY = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
 const AUTOCANNON = createRequire(import.meta.url).resolve('autocannon');
@@ -41,7 +40,7 @@ export async function startStub(): Promise<{ url: string; stop: () => void }> {
 }
 
 async function gatewayHere(stubUrl: string, side: Side) {
-  const meter = join(mkdtempSync(join(tmpdir(), 'bench-ab-')), 'events.csv');
+  const meter = join(scratchDir('bench-ab-'), 'events.csv');
   const env = typeof side.env === 'function' ? side.env() : side.env;
   const stack = await createStack({ ...allRoutesTo(stubUrl), METER_CSV_FILE: meter, ...env }, pino({ level: 'silent' }), {
     http: true,

@@ -3,13 +3,11 @@
 // answer at once and writing the event afterwards, as the gateway did before (interleaved runs,
 // gateway-ab.ts). Goal: under 5 %. Measured for both sinks: the local CSV and the web-app spool
 // (delivered to a meter stub on loopback that takes every batch).
-import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Stack } from '../../gateway/src/stack';
 import { interleaved, startStub } from './gateway-ab';
+import { scratchDir } from './scratch';
 
 /** The variant "not durable": the event is written as before, but the answer does not wait for it. */
 function releaseAtOnce(stack: Stack): void {
@@ -36,7 +34,7 @@ export async function durableVersusNot(rounds = 6, seconds = 4): Promise<string[
   try {
     for (const sink of ['csv', 'web-app'] as const) {
       const env = (): Record<string, string> =>
-        sink === 'csv' ? {} : { METER_URL: meter.url, METER_TOKEN: 'bench', METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'bench-spool-')) };
+        sink === 'csv' ? {} : { METER_URL: meter.url, METER_TOKEN: 'bench', METER_SPOOL_DIR: scratchDir('bench-spool-') };
       lines.push(`${sink === 'csv' ? 'local CSV' : 'web-app spool'}:`);
       const result = await interleaved(stub.url, {
         base: { name: 'at once', env, adjust: releaseAtOnce },

@@ -4,13 +4,11 @@
 // (interleaved runs, gateway-ab.ts). Goal: the hot path with shared state within 5 % of it alone.
 // The Redis is the machine's (127.0.0.1:6379, database 9), under a key prefix of the bench's own,
 // removed afterwards.
-import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { interleaved, startStub } from './gateway-ab';
+import { scratchDir } from './scratch';
 
 const REDIS_URL = 'redis://127.0.0.1:6379/9';
 
@@ -30,7 +28,7 @@ export async function fleetVersusAlone(rounds = 6, seconds = 4): Promise<string[
   const meterEnv = (): Record<string, string> => ({
     METER_URL: meter.url,
     METER_TOKEN: 'bench',
-    METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'bench-spool-')),
+    METER_SPOOL_DIR: scratchDir('bench-spool-'),
   });
   try {
     return await interleaved(stub.url, {

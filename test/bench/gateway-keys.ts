@@ -1,12 +1,11 @@
 // Client keys in `npm run bench:gateway`: what GATEWAY_AUTH=keys costs against the same gateway open
 // (interleaved runs, gateway-ab.ts). Goal: keys within 3 % of open.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClientAuth } from '../../gateway/src/client-auth';
 import { createKey, type KeyStore } from '../../gateway/src/client-keys';
 import { FileKeyStore } from '../../gateway/src/client-keys-file';
 import { interleaved, startStub } from './gateway-ab';
+import { scratchDir } from './scratch';
 
 /** The key check alone, in this process: µs per check of a cached key (what each request pays). */
 async function checkCost(store: KeyStore, key: string, n = 200_000): Promise<number> {
@@ -21,7 +20,7 @@ async function checkCost(store: KeyStore, key: string, n = 200_000): Promise<num
 
 export async function keysVersusOpen(rounds = 8, seconds = 4): Promise<string[]> {
   const stub = await startStub();
-  const file = join(mkdtempSync(join(tmpdir(), 'bench-keys-')), 'client-keys.json');
+  const file = join(scratchDir('bench-keys-'), 'client-keys.json');
   const store = new FileKeyStore(file);
   const { key } = await createKey(store, { tenant: 'bench' });
   try {

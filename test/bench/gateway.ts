@@ -18,10 +18,10 @@
 // Last, the long streams (streams.ts).
 // BENCH_ONLY=hot|steps|instructions|keys|durable|fleet|streams runs only that part (hot: the table above); BENCH_KEYS_ROUNDS, BENCH_AB_ROUNDS set their rounds (8, 6).
 import autocannon from 'autocannon';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { cpus, tmpdir } from 'node:os';
+import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { durableVersusNot } from './gateway-durable';
@@ -33,6 +33,7 @@ import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 import { startProcess } from './start-process';
 import { benchChoice, benchCount, benchUsage, streamsSettings } from './usage';
+import { scratchDir } from './scratch';
 
 benchUsage(`usage: npm run bench:gateway
 The built gateway beside a no-logic reference proxy, on loopback: the hot path's throughput, latency
@@ -155,7 +156,7 @@ async function meterStub(): Promise<string> {
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/exec`;
 }
 const meterEnv = async (): Promise<Record<string, string>> => {
-  const dir = mkdtempSync(join(tmpdir(), 'bench-gw-'));
+  const dir = scratchDir('bench-gw-');
   return METER === 'csv'
     ? { METER_CSV_FILE: join(dir, 'events.csv') }
     : { METER_URL: await meterStub(), METER_SPOOL_DIR: join(dir, 'spool') };

@@ -12,14 +12,15 @@
 // so a saturated generator would show. Last, each proxy's peak RSS over the whole run (VmHWM).
 // Goals: all complete; TTFT p99 ≤ 1.25x and total p99 ≤ 1.1x the reference's; gateway
 // CPU ≤ 1.5x the reference's; memory per open stream stated.
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
-import { cpus, tmpdir } from 'node:os';
+import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { median } from './median';
 import { allRoutesTo, START_NODE_FLAGS } from './start-flags';
 import { startProcess } from './start-process';
 import { benchUsage, streamsSettings } from './usage';
+import { scratchDir } from './scratch';
 
 benchUsage(`usage: npx tsx test/bench/streams.ts (also the last part of npm run bench:gateway)
 Long streams at scale: concurrent streamed chat completions through the built gateway and through a
@@ -193,7 +194,7 @@ const gateway = await startProcess(
     LOG_LEVEL: 'info',
     WORKER: 'off',
     ...allRoutesTo(stubUrl),
-    METER_CSV_FILE: join(mkdtempSync(join(tmpdir(), 'bench-streams-')), 'events.csv'),
+    METER_CSV_FILE: join(scratchDir('bench-streams-'), 'events.csv'),
   },
   /listening/,
 );

@@ -10,13 +10,14 @@
 // Goals: the delay the bridge adds, p99 ≤ 5 ms at 100 concurrent calls; 100 calls on
 // one core without a dropped frame; CPU per call-second and memory per call stated.
 import { execSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { filled } from '../voice/filled';
 import type { WorkerStats } from './voice-bridge-worker';
 import { benchCount } from './usage';
+import { scratchDir } from './scratch';
 
 const CALLS = benchCount('BENCH_CALLS', 100);
 const SECONDS = benchCount('BENCH_BRIDGE_SECONDS', 10);
@@ -155,7 +156,7 @@ export async function benchBridge(): Promise<void> {
     const { url } = await rt.ask<{ url: string }>(null, 'url');
     const tw = new Peer('twilio');
     await tw.ask(null, 'ready');
-    const dir = mkdtempSync(join(tmpdir(), 'bench-bridge-'));
+    const dir = scratchDir('bench-bridge-');
     const { child, port } =
       kind === 'relay'
         ? await spawnPinned(['test/bench/reference-relay.mjs'], { UPSTREAM: `${url}?model=x`, OPENAI_API_KEY: KEY })

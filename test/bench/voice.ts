@@ -4,13 +4,13 @@
 // Goals: ≥ 1 million events/s in process; ≥ 20,000 events/s over HTTP on one core.
 import autocannon from 'autocannon';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { applyEvent, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
 import { filled } from '../voice/filled';
 import { benchBridge } from './voice-bridge';
 import { benchCount, benchUsage } from './usage';
+import { scratchDir } from './scratch';
 
 benchUsage(`usage: npm run bench:voice
 Events per second through the spend guard, in process and through the built gateway's events
@@ -42,7 +42,7 @@ console.log(
   `in process: ${N.toLocaleString()} events in ${(performance.now() - t0).toFixed(0)} ms = ${Math.round(inProcess).toLocaleString()} events/s`,
 );
 
-const dir = mkdtempSync(join(tmpdir(), 'bench-voice-'));
+const dir = scratchDir('bench-voice-');
 writeFileSync(join(dir, 'concierge.json'), JSON.stringify(config));
 const child = spawn(process.execPath, ['gateway/dist/main.js'], {
   env: {
