@@ -10,7 +10,8 @@ import { FakeProvider } from '../gateway/fake-provider';
 import { chat, listenStack } from '../gateway/harness';
 import { median } from './median';
 
-const REDIS_URL = process.env.QUEUE_STORE_URL ?? 'redis://127.0.0.1:6379/9';
+// Set empty (NAME= in an env file) is unset, as the gateway reads it: ioredis took "" for db 0.
+const REDIS_URL = process.env.QUEUE_STORE_URL || 'redis://127.0.0.1:6379/9';
 const trials = Number(process.argv[2] ?? 10);
 const prefix = `bench-fleet-breakers-${process.pid}`;
 
