@@ -372,6 +372,18 @@ describe('comments before the first event (a provider that says it is still work
     }
   });
 
+  it('a first event that reports an error and ends in a CR (CR-only line ends, or a CRLF split between its CR and LF) is failed over', async () => {
+    const failed = `data: ${JSON.stringify({ id: 'gen-3', object: 'chat.completion.chunk', created: 1, model: 'x', error: { code: 502, message: 'Provider returned error' }, choices: [] })}`;
+    for (const pieces of [[`${failed}\r\n\r`, '\n'], [`${failed}\r\r`]]) {
+      hot.always({ kind: 'raw-stream', pieces: [...pieces, 'data: [DONE]\r\n\r\n'].map((p) => Buffer.from(p)) });
+      warm.always({ kind: 'stream', chunks: 2 });
+      const { data, response } = await new OpenAI({ baseURL: `${two.url}/v1`, apiKey: 'unused', maxRetries: 0 }).chat.completions
+        .create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true })
+        .withResponse();
+      expect([response.headers.get('x-route-tier'), (await streamText(data)).text]).toEqual(['warm', 'part0 part1']);
+    }
+  });
+
   it('comments do not stop the time-to-answer, and the events after them are relayed whole', async () => {
     const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'late' }, finish_reason: 'stop' }] })}\n\n`;
     // Comments every 50 ms for about 2 s, then the answer: past a time-to-answer of 500 ms.
