@@ -3,7 +3,8 @@
  * prompt and the tokens it generated before the cut, so the meter gets an estimate of both (marked
  * ESTIMATED, schema/estimated.ts) rather than 0 tokens and $0. So does a call whose client hung up
  * after the provider received it but before its answer began (a stream before its first event, a
- * whole answer), or that timed out then: its prompt, and no output (failover.ts).
+ * whole answer), or that timed out then: its prompt, and no output (failover.ts), but for the text of
+ * a stream's first event that had come in part (held until whole, upstream.ts).
  *
  * The rule, simple and on the high side: one token per 3 bytes of UTF-8 (about 4 characters of
  * English make a token, and one CJK character, 3 bytes, about one), rounded up.
@@ -151,7 +152,7 @@ export class GeneratedText {
 
 /**
  * The estimate of a cut call's usage: the request's body in, the generated text and audio out
- * (none for a call cut before its answer began: no `text`), at the service tier the request asked
+ * (none for a call cut before its answer began: no `text`, or that of its first event's part), at the service tier the request asked
  * for (the answer that would say which served it never came). `tierSent`: false when the call went
  * without it (a Responses request translated for a chat route): served at the standard tier.
  */

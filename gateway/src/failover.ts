@@ -290,14 +290,14 @@ export class Failover {
         // metered. One timed out on our side once the provider had it is billed too: an estimate.
         const usage = billedFailure(result.code) ? route.adapter.usage(result.answer!.body!, ctx.api) : null;
         const cutOff = result.kind === 'failure' && result.error?.received === true;
-        const failedUsage = cutOff ? estimateUsage(ctx.body, undefined, tierSent) : usage;
+        const failedUsage = cutOff ? estimateUsage(ctx.body, result.error!.generated, tierSent) : usage;
         const failed = (code: string) =>
           metered(this.meterFailure(ctx, route.label, config, latency, code, options.decision, failedUsage, cutOff));
         if (result.kind === 'cancelled') {
           this.deps.metrics?.countCall(route.label, 'client_closed', latency / 1000);
           // Received by the provider, it is billed all the same (the prompt at least): an estimate,
           // marked ESTIMATED (cut-estimate.ts). A call it never received cost nothing.
-          const estimate = result.error!.received ? estimateUsage(ctx.body, undefined, tierSent) : undefined;
+          const estimate = result.error!.received ? estimateUsage(ctx.body, result.error!.generated, tierSent) : undefined;
           metered(
             this.meterFailure(ctx, route.label, config, latency, result.code, options.decision, estimate ?? null, estimate !== undefined),
           );

@@ -8,6 +8,7 @@ import type { TLSSocket } from 'node:tls';
 import { Agent, buildConnector, Client, Pool, type Dispatcher } from 'undici';
 import { BodyQueue } from './body-queue';
 import { Cancel, type CancelSignal } from './cancel';
+import { GeneratedText } from './cut-estimate';
 import type { OutboundRequest } from './providers/adapter';
 
 /**
@@ -186,6 +187,8 @@ export class UpstreamError extends Error {
      * prompt all the same.
      */
     readonly received = false,
+    /** A stream cancelled while its first event was held, part come: the text in that part (cut-estimate.ts). */
+    readonly generated?: GeneratedText,
   ) {
     super(message);
   }
@@ -196,7 +199,10 @@ export class UpstreamError extends Error {
  * then (written to its connection) and had not answered it with an error status.
  */
 class Cancelled extends Error {
-  constructor(readonly received: boolean) {
+  constructor(
+    readonly received: boolean,
+    readonly generated?: GeneratedText,
+  ) {
     super('cancelled');
   }
 }
@@ -204,7 +210,8 @@ class Cancelled extends Error {
 function classify(error: unknown, timedOut: boolean): UpstreamError {
   const e = error as { code?: string; name?: string; message?: string };
   if (timedOut || e?.name === 'TimeoutError' || e?.code === 'UND_ERR_HEADERS_TIMEOUT' || e?.code === 'UND_ERR_BODY_TIMEOUT') {
-    return new UpstreamError('timed out', 'TIMEOUT', error instanceof Cancelled && error.received);
+    const cancelled = error instanceof Cancelled ? error : null;
+    return new UpstreamError('timed out', 'TIMEOUT', cancelled?.received === true, cancelled?.generated);
   }
   return new UpstreamError(e?.code ?? e?.message ?? 'network error', 'PROVIDER_DOWN');
 }
@@ -266,6 +273,13 @@ function holdsEventEnd(text: Buffer): boolean {
   return false;
 }
 
+/** The text generated in a first event's pieces, held when its call was cancelled: the provider bills it. */
+function generatedIn(held: Buffer[]): GeneratedText {
+  const text = new GeneratedText();
+  for (const piece of held) text.scan(piece);
+  return text;
+}
+
 /**
  * One call straight on undici's dispatcher. A whole answer is collected as it comes; a streamed 2xx
  * answer that is an event stream resolves with its first event's chunk and a BodyQueue for the rest (any
@@ -318,7 +332,7 @@ class Call implements Dispatcher.DispatchHandler {
   // reaches only old-style handlers (its UnwrapHandler does not pass it on to this one).
   private readonly onCancel = (): void => {
     const received = this.status === 0 || (this.status >= 200 && this.status < 300);
-    if (this.controller) this.controller.abort(new Cancelled(received));
+    if (this.controller) this.controller.abort(new Cancelled(received, this.held ? generatedIn(this.held) : undefined));
     else this.reject(new Cancelled(false));
   };
 
@@ -441,8 +455,10 @@ export async function callUpstream(
     return answer;
   } catch (error) {
     if (error instanceof UpstreamError) throw error;
-    if (opts.signal?.aborted && !timedOut)
-      throw new UpstreamError('the client went away', 'CLIENT_CLOSED', error instanceof Cancelled && error.received);
+    if (opts.signal?.aborted && !timedOut) {
+      const cancelled = error instanceof Cancelled ? error : null;
+      throw new UpstreamError('the client went away', 'CLIENT_CLOSED', cancelled?.received === true, cancelled?.generated);
+    }
     throw classify(error, timedOut);
   } finally {
     clearTimeout(timer);

@@ -350,6 +350,38 @@ describe('a call the client hangs up on before the answer began', () => {
     ]);
   });
 
+  it('a stream whose first event came in part (held until it is whole): the text of that part is counted, on a hang-up or a time-out', async () => {
+    gw = await startGateway(mapOf([hot.url]));
+    const begun = answersBegun();
+    const text = 'Once upon a time, a lighthouse keeper watched the sea';
+    // A first event of one long delta, its end not come yet: the gateway holds it, the client has seen nothing.
+    const part = Buffer.from(chunk({ role: 'assistant', content: text }).slice(0, -'"},"finish_reason":null}]}\n\n'.length));
+    const body = { model: 'gpt-4o-mini', messages: [{ role: 'user', content: PROMPT }], stream: true };
+    hot.next({ kind: 'raw-stream', pieces: [part], hold: true });
+    await hangUpOnceReceived('/v1/chat/completions', body, () => begun.length > 0);
+    await expect
+      .poll(async () => {
+        await gw!.meter.flush();
+        return gw!.events().length;
+      })
+      .toBe(1);
+    hot.received.length = 0;
+    hot.always({ kind: 'raw-stream', pieces: [part], hold: true });
+    const res = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': '300' },
+      body: JSON.stringify(body),
+    });
+    expect(res.status).toBe(504);
+    await gw.meter.flush();
+    const input = `${tokensOf(JSON.stringify(body))}`;
+    const output = `${tokensOf(text)}`;
+    const events = gw.events().map((e) => [e.error_code, e.input_tokens, e.output_tokens]);
+    expect(events[0]).toEqual(['CLIENT_CLOSED|ESTIMATED', input, output]);
+    expect(events.slice(1)).toEqual(hot.received.map(() => ['TIMEOUT|ESTIMATED', input, output]));
+    expect(events.length).toBeGreaterThan(1);
+  });
+
   it("a whole answer whose first bytes came: still no output counted; an error answer's, nothing estimated", async () => {
     gw = await startGateway(mapOf([hot.url]));
     const begun = answersBegun();
