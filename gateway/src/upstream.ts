@@ -257,20 +257,31 @@ const CRLF_CRLF = Buffer.from('\r\n\r\n');
  */
 const FIRST_EVENT_HELD = 1024 * 1024;
 
-/** Whether the text from a line's start holds a blank line: an event's end (lines end in LF, CRLF or CR). */
-function holdsEventEnd(text: Buffer): boolean {
-  if (text.indexOf(LF_LF) !== -1 || text.indexOf(CRLF_CRLF) !== -1) return true; // how providers end events
-  let ended = false; // the byte before ended a line
-  for (let i = 0; i < text.length; i++) {
-    const b = text[i];
-    if (b !== LF && b !== CR) ended = false;
-    else if (ended) return true;
-    else {
-      ended = true;
-      if (b === CR && text[i + 1] === LF) i++;
-    }
+/** Where a scan for an event's end left off: inside a line, after a line's end, after a CR (a LF next is part of its line end). */
+const IN_LINE = 0;
+const LINE_ENDED = 1;
+const AFTER_CR = 2;
+/** A blank line was found: the event's end. */
+const EVENT_END = -1;
+
+/**
+ * Scans the next piece of a first event for a blank line, its end (lines end in LF, CRLF or CR),
+ * from where the last piece left off (IN_LINE at a line's start): EVENT_END, or where this one
+ * leaves off. Each piece is scanned once, however many the event comes in.
+ */
+function eventEnd(piece: Buffer, state: number): number {
+  if (piece.indexOf(LF_LF) !== -1 || piece.indexOf(CRLF_CRLF) !== -1) return EVENT_END; // how providers end events
+  for (let i = 0; i < piece.length; i++) {
+    const b = piece[i];
+    if (b === LF) {
+      if (state === LINE_ENDED) return EVENT_END;
+      state = LINE_ENDED; // after a CR: the same line end
+    } else if (b === CR) {
+      if (state !== IN_LINE) return EVENT_END;
+      state = AFTER_CR;
+    } else state = IN_LINE;
   }
-  return false;
+  return state;
 }
 
 /** The text generated in a first event's pieces, held when its call was cancelled: the provider bills it. */
@@ -307,6 +318,8 @@ class Call implements Dispatcher.DispatchHandler {
   private rest: BodyQueue | null = null; // once its first chunk came
   private preamble: Preamble | null = null; // made only if a stream begins with a comment
   private held: Buffer[] | null = null; // a first event not yet whole, as it came
+  private heldBytes = 0;
+  private heldScan = IN_LINE; // where eventEnd left off in it
   private readonly chunks: Buffer[] = [];
   private size = 0; // of a whole answer so far
   /** Set once undici has let the request go on (onRequestStart): from then on a cancel aborts it. */
@@ -367,12 +380,15 @@ class Call implements Dispatcher.DispatchHandler {
    * (a provider may send that event in pieces); the client could not read half an event anyway.
    */
   private hold(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const scan = eventEnd(chunk, this.heldScan);
     if (this.held) this.held.push(chunk);
-    const first = this.held ? Buffer.concat(this.held) : chunk;
-    if (!holdsEventEnd(first) && first.length < FIRST_EVENT_HELD) {
+    if (scan !== EVENT_END && this.heldBytes + chunk.length < FIRST_EVENT_HELD) {
       this.held ??= [chunk];
+      this.heldBytes += chunk.length;
+      this.heldScan = scan;
       return;
     }
+    const first = this.held ? Buffer.concat(this.held) : chunk; // copied once, when whole
     this.held = null;
     this.handOn(controller, first);
   }

@@ -1,6 +1,9 @@
 // Server-sent events as providers really frame them: CRLF or CR line endings, JSON spread over
 // several `data:` lines, and `[DONE]` as text inside an answer. The client must get every chunk and
 // the meter the stream's usage, whatever the framing.
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider, type Behaviour } from './fake-provider';
@@ -381,6 +384,45 @@ describe('comments before the first event (a provider that says it is still work
         .create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true })
         .withResponse();
       expect([response.headers.get('x-route-tier'), (await streamText(data)).text]).toEqual(['warm', 'part0 part1']);
+    }
+  });
+
+  it('a first event past 1 MiB in small pieces is relayed whole, without holding the gateway up while it gathers them', async () => {
+    // A provider (or a proxy before it) that writes its first event 256 bytes at a time: each piece a
+    // chunk of its own, which undici hands on one by one, hundreds from each read.
+    const content = 'x'.repeat(256);
+    const head = `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"x","choices":[{"index":0,"delta":{"content":"`;
+    const pieces = 6000; // some 1.5 MiB
+    const provider = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write(head);
+        for (let i = 0; i < pieces; i++) res.write(content);
+        res.end('"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n');
+      });
+    });
+    await new Promise<void>((r) => provider.listen(0, '127.0.0.1', r));
+    const big = await startGateway(mapOf([`http://127.0.0.1:${(provider.address() as AddressInfo).port}/v1`]));
+    const delay = monitorEventLoopDelay({ resolution: 10 });
+    try {
+      delay.enable();
+      const res = await fetch(`${big.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+      });
+      delay.disable(); // the pieces gathered: the stream's answer has begun
+      // Gathered piece by piece, not copied and searched again whole with each piece (seconds, all of
+      // it with every other request on the instance held up).
+      expect(delay.max / 1e6).toBeLessThan(500); // about 3.7 s before, 0.1 s now (the provider here writes in this process too)
+      const text = await res.text();
+      expect(text).toContain(`"content":"${content.repeat(pieces)}"`);
+      expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+    } finally {
+      delay.disable();
+      await big.close();
+      await new Promise<void>((r) => provider.close(() => r()));
     }
   });
 
