@@ -264,7 +264,7 @@ export class Pipeline {
         ? fallbackVariant(scopeOf(this.deps.scopes, ctx.jobType), ctx.body)
         : null;
     if (!variant || first.kind !== 'exhausted') return first;
-    return this.deps.failover.route({ ...ctx, body: variant.body }, deadline, {
+    const second = await this.deps.failover.route({ ...ctx, body: variant.body }, deadline, {
       signal,
       skip,
       set,
@@ -273,6 +273,14 @@ export class Pipeline {
       decision: 'fallback_variant',
       priorAttempts: first.attempts,
     });
+    if (second.kind !== 'exhausted') return second;
+    // A second pass that called no route (its model killed) keeps what the first one found: that
+    // routes were called, and how the last call failed.
+    return {
+      ...second,
+      lastError: second.lastError ?? first.lastError,
+      switchedOff: first.switchedOff === true && second.switchedOff === true,
+    };
   }
 
   /**

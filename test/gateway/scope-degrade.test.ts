@@ -79,4 +79,6 @@ it('a killed smaller model is not called by the fallback: the request fails as w
   const res = await chat(gw.url, undefined, { 'x-job-type': 'summary' });
   expect(res.status).toBe(503);
   expect([...hot.received, ...warm.received].map((r) => r.body.model)).not.toContain('gpt-4o-nano');
+  // Six calls failed: the client is told no route answered (an outage to look for), not that none could be called.
+  expect([res.headers.get('x-route-attempts'), res.json().error.message]).toEqual(['6', 'no route answered (warm-1: HTTP 500)']);
 });
