@@ -1,6 +1,6 @@
 /**
  * Records what the pipeline answers on one response, for idempotent replay: the status, the
- * headers a repeat needs (content type, `x-route-*`), and the body's bytes up to a cap (a stream's
+ * headers a repeat needs (content type, `x-route-*`, `x-request-id`), and the body's bytes up to a cap (a stream's
  * events as they were sent). Everything is passed on to the client as it is written, except the
  * final `end`, which is held until `release`: the answer is stored before the client sees it end,
  * so a repeat sent the moment the first answer arrives finds it.

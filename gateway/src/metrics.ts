@@ -54,7 +54,7 @@ export class GatewayMetrics {
     });
     this.latency = new Histogram({
       name: 'gateway_route_call_seconds',
-      help: 'Provider call latency by route (to the full body, or to the first byte when streaming)',
+      help: 'Provider call latency by route (to the full body, or to the first whole event when streaming)',
       labelNames: ['route'],
       buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
       registers: [this.registry],

@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 /** What the first request answered, as a repeat gets it back. */
 export interface StoredAnswer {
   status: number;
-  /** `content-type` and the `x-route-*` headers. */
+  /** `content-type`, the `x-route-*` headers and `x-request-id`. */
   headers: Record<string, string>;
   body: Buffer;
   /** Sent as server-sent events (replayed as a stream). */

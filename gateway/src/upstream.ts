@@ -170,7 +170,7 @@ export interface UpstreamAnswer {
   headers: Record<string, string | string[] | undefined>;
   /** Whole body (non-streamed). */
   body?: Buffer;
-  /** Streamed: the first chunk, and an iterator over the rest. */
+  /** Streamed: the first event whole (with what came after it in its last piece), and an iterator over the rest. */
   first?: Buffer;
   rest?: AsyncIterator<Buffer>;
   latencyMs: number;
@@ -293,7 +293,7 @@ function generatedIn(held: Buffer[]): GeneratedText {
 
 /**
  * One call straight on undici's dispatcher. A whole answer is collected as it comes; a streamed 2xx
- * answer that is an event stream resolves with its first event's chunk and a BodyQueue for the rest (any
+ * answer that is an event stream resolves with its first event, whole, and a BodyQueue for the rest (any
  * other answer is read whole: failover.ts decides what a whole answer to a stream is). `agent.request` would wrap each call in an async resource and a Readable stream: about
  * 8 % of the gateway's instructions per request on the hot path, and more per stream and chunk.
  */
@@ -315,7 +315,7 @@ class Call implements Dispatcher.DispatchHandler {
   private status = 0;
   private headers: Answered['headers'] = {};
   private streamed = false; // a 2xx answer to a streamed request
-  private rest: BodyQueue | null = null; // once its first chunk came
+  private rest: BodyQueue | null = null; // once its first event came whole
   private preamble: Preamble | null = null; // made only if a stream begins with a comment
   private held: Buffer[] | null = null; // a first event not yet whole, as it came
   private heldBytes = 0;
@@ -429,7 +429,7 @@ class Call implements Dispatcher.DispatchHandler {
 
 /**
  * One attempt. Network errors and timeouts throw UpstreamError; any HTTP answer is returned.
- * A streamed 2xx answer resolves once the chunk with its first event has arrived (comments before it are dropped).
+ * A streamed 2xx answer resolves once its first event has arrived whole (comments before it are dropped).
  */
 export async function callUpstream(
   out: OutboundRequest,
