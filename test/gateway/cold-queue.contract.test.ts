@@ -812,6 +812,38 @@ describe('the in-process queue counts all of a request it holds', () => {
     await queue.enqueue(responses('a'));
     await expect(queue.enqueue(responses('b'))).rejects.toMatchObject({ name: 'QueueFull' });
   });
+
+  // Only the body was counted: a small request whose routing headers (x-customer-id, x-job-id,
+  // x-user-id: up to 1,000 characters each) and job record held 60 times what was
+  // counted, so a caller sending such requests while they are queued (a time-to-answer no route
+  // meets) took the process far past its limit: 50,000 of them held 160 MB, counted as 2.7 MB.
+  it('small requests with long routing headers: what the queue holds in memory stays within its limit', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const maxBytes = 2 * 1024 * 1024;
+    const queue = new MemoryColdQueue({ maxBytes });
+    const small = (): ColdPayload => {
+      const long = () => randomBytes(500).toString('hex'); // 1,000 characters, a new string each
+      return { ...payload(long()), userId: long(), jobId: long(), customerId: long() };
+    };
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    let held = 0;
+    for (; held < 100_000; held++) {
+      const refused = await queue.enqueue(small()).then(
+        () => null,
+        (error: Error) => error,
+      );
+      if (refused) {
+        expect(refused).toMatchObject({ name: 'QueueFull' });
+        break;
+      }
+    }
+    gc();
+    const grown = process.memoryUsage().heapUsed - before;
+    expect(held * JSON.stringify(small()).length).toBeLessThanOrEqual(maxBytes); // each counted at least as its JSON
+    expect(grown).toBeLessThanOrEqual(maxBytes);
+  });
 });
 
 describe('the Redis queue near its maxmemory', () => {
