@@ -7,6 +7,7 @@
  */
 import type { Redis } from 'ioredis';
 import type { ClientKey, KeyStore } from './client-keys';
+import { mustSend } from './redis-held';
 
 type Stored = Omit<ClientKey, 'lastUsed'>;
 
@@ -63,6 +64,7 @@ export class RedisKeyStore implements KeyStore {
 
   async find(hashes: string[]): Promise<Array<ClientKey | null>> {
     if (!hashes.length) return [];
+    mustSend(this.redis); // Redis away: a key not cached is refused 503 at once, its lookup not held for later
     const found = await this.redis.hmget(this.records, ...hashes);
     // Last-used is not needed to check a key; the CLI's list reads it.
     return found.map((json) => (json ? { ...(JSON.parse(json) as Stored), lastUsed: null } : null));

@@ -7,6 +7,7 @@
  * is full: a request refused by one limit takes nothing of the other.
  */
 import type { Redis } from 'ioredis';
+import { maySend, mustSend, NotSent } from './redis-held';
 import { within } from './within';
 
 export interface Limits {
@@ -66,6 +67,13 @@ function requestCounters(tenant: string, window: number, tenantLimit: number | u
 }
 
 export class RedisLimiter implements Limiter {
+  /**
+   * Tokens spent while Redis held too many commands to take more (redis-held.ts), by counter: sent
+   * with the next command once it takes them. The current window's only: a budget counts its own
+   * minute, so at most one counter per provider budget and per client key with `--tpm`.
+   */
+  private unsent = new Map<string, number>();
+  private unsentWindow = -1;
   constructor(
     private readonly redis: Redis,
     private readonly prefix: string,
@@ -77,6 +85,11 @@ export class RedisLimiter implements Limiter {
   async countWindow(counter: string, by: number): Promise<{ count: number; retryAfterS: number }> {
     const now = this.now();
     const key = `${this.prefix}:rl:${counter}:${windowOf(now)}`;
+    if (!maySend(this.redis)) {
+      if (by) this.keep(key, by, windowOf(now));
+      throw new NotSent('Redis holds too many commands: the window is not read');
+    }
+    this.sendUnsent();
     const [[, count]] = (await within(
       this.redis
         .multi()
@@ -91,6 +104,8 @@ export class RedisLimiter implements Limiter {
     const now = this.now();
     const counters = requestCounters(tenant, windowOf(now), this.limits.tenant_requests_per_minute, key);
     if (!counters.length) return null;
+    mustSend(this.redis);
+    this.sendUnsent();
     const names = counters.map((c) => `${this.prefix}:${c.name}`);
     const args = [...counters.map((c) => c.max), WINDOW_MS * 2];
     const full = (await within(this.redis.eval(COUNT_IF_ROOM, names.length, ...names, ...args), this.checkMs)) as number;
@@ -99,19 +114,42 @@ export class RedisLimiter implements Limiter {
   async providerWait(provider: string): Promise<number> {
     const budget = this.limits.provider_tokens_per_minute?.[provider];
     if (!budget) return 0;
+    mustSend(this.redis);
+    this.sendUnsent();
     const now = this.now();
     const used = Number((await within(this.redis.get(`${this.prefix}:${tokensKey(provider, windowOf(now))}`), this.checkMs)) ?? 0);
     return used >= budget ? secondsLeft(now) : 0;
   }
   spendTokens(provider: string, tokens: number): void {
     if (!tokens || !this.limits.provider_tokens_per_minute?.[provider]) return;
-    const key = `${this.prefix}:${tokensKey(provider, windowOf(this.now()))}`;
+    const window = windowOf(this.now());
+    const key = `${this.prefix}:${tokensKey(provider, window)}`;
+    if (!maySend(this.redis)) return this.keep(key, tokens, window);
+    this.sendUnsent();
     void this.redis
       .multi()
       .incrby(key, tokens)
       .pexpire(key, WINDOW_MS * 2)
       .exec()
       .catch(() => undefined);
+  }
+  /** Counts `by` on `key` of `window` for later; a new window forgets the last one's. */
+  private keep(key: string, by: number, window: number): void {
+    if (window !== this.unsentWindow) {
+      this.unsent.clear();
+      this.unsentWindow = window;
+    }
+    this.unsent.set(key, (this.unsent.get(key) ?? 0) + by);
+  }
+  /** The tokens kept while Redis took no more, sent ahead of the command that follows (of their window only). */
+  private sendUnsent(): void {
+    if (!this.unsent.size) return;
+    const kept = this.unsent;
+    this.unsent = new Map();
+    if (this.unsentWindow !== windowOf(this.now())) return;
+    const multi = this.redis.multi();
+    for (const [key, by] of kept) multi.incrby(key, by).pexpire(key, WINDOW_MS * 2);
+    void multi.exec().catch(() => undefined);
   }
 }
 

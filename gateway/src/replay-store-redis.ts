@@ -10,6 +10,7 @@
  * and keep) while no other claim has taken the key since it was lost.
  */
 import type { Redis } from 'ioredis';
+import { mustSend } from './redis-held';
 import { isAnswer, newToken, type Claim, type Lease, type NotKept, type ReplayStore, type StoredAnswer } from './replay-store';
 
 /** Claimed: nil. Another body: `X`. Running: `R`. Otherwise the whole value (answered or not kept). */
@@ -55,6 +56,7 @@ export class RedisReplayStore implements ReplayStore {
   }
 
   async claim(key: string, fingerprint: string, leaseMs: number): Promise<Claim> {
+    mustSend(this.redis); // Redis away: the request runs without replay at once, its claim not held for later
     const token = newToken();
     const lease = { key, token, fingerprint };
     const v = await this.redis.replayClaimBuffer(this.keyOf(key), running(lease), leaseMs, fingerprint);

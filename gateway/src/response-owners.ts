@@ -10,6 +10,7 @@
  * them) or, without it, in this process.
  */
 import type { Redis } from 'ioredis';
+import { mustSend } from './redis-held';
 
 /** Who a stored response is for, and the provider (the routing map's `provider`) that keeps it. */
 export interface Owner {
@@ -52,6 +53,7 @@ export class RedisResponseOwners implements ResponseOwners {
   ) {}
 
   async claim(owner: Owner, ids: string[]): Promise<void> {
+    mustSend(this.redis);
     const batch = this.redis.pipeline();
     for (const id of ids) batch.set(this.keyOf(id), encode(owner), 'EX', TTL_S, 'NX');
     const results = (await batch.exec()) ?? [];
@@ -66,6 +68,7 @@ export class RedisResponseOwners implements ResponseOwners {
   async owners(ids: string[]): Promise<Array<Owner | null>> {
     const known = await this.known.owners(ids);
     if (known.every((o) => o !== null)) return known;
+    mustSend(this.redis);
     const read = (await this.redis.mget(ids.map((id) => this.keyOf(id)))).map(decode);
     for (const [i, owner] of read.entries()) if (owner) await this.known.claim(owner, [ids[i]]);
     return read;

@@ -169,7 +169,7 @@ export class ResponseOwnership {
       await within(this.owners.claim({ tenant: ctx.customerId, provider }, ids), waitMs, 'the response owners');
     } catch (error) {
       this.warn(
-        `response ${ids[0].slice(0, QUOTED)}: its owner was not stored in time (${(error as Error).message}); a request continuing it is refused until the store has it`,
+        `response ${ids[0].slice(0, QUOTED)}: its owner was not stored in time (${(error as Error).message}); a request continuing it is refused unless the store gets it`,
       );
     }
   }
