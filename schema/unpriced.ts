@@ -4,7 +4,9 @@
  * would silently undercount. Such an event is marked in `error_code` with the code `UNPRICED`
  * (alone, or after the call's own code as `TIMEOUT|UNPRICED`), which the meter counts and shows.
  * A sender marks it either way: `error_code` holding `UNPRICED`, or `cost_usd: null` sent
- * explicitly (the ingest adds the code); a cost that is simply absent keeps meaning 0.
+ * explicitly (the ingest adds the code); a cost that is simply absent keeps meaning 0. An event
+ * with a cost known only in part (a voice response whose text tokens have no price) carries that
+ * part, which the totals keep, and `UNPRICED`, which says it is short.
  */
 
 const UNPRICED = 'UNPRICED';

@@ -1,4 +1,4 @@
-// The launch checklist's steps that read files only: 1 the lint, 2 the audio price constants,
+// The launch checklist's steps that read files only: 1 the lint, 2 the price constants,
 // 3 the telephony rates of the configured countries.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -17,7 +17,6 @@ export interface Row {
 export const pass = (ok: boolean): Row['status'] => (ok ? 'PASS' : 'FAIL');
 
 const TEMPLATE = join(import.meta.dirname, '..', '..', 'concierge.json');
-const PRICES = ['audio_in_per_million', 'audio_out_per_million'] as const;
 
 export function lintStep(file: string): Row {
   const problems = lintFile(file);
@@ -30,12 +29,20 @@ export function lintStep(file: string): Row {
   };
 }
 
-/** USD per million audio tokens of the model in @pydantic/genai-prices (the list the gateway prices with), if it knows the model. */
-function listPrices(model: string): { in: number; out: number } | null {
+type Prices = { in: number; out: number };
+
+/** USD per million audio and text tokens of the model in @pydantic/genai-prices (the list the gateway prices with), if it knows the model. */
+function listPrices(model: string): { audio: Prices; text: Prices } | null {
+  const price = (usage: Parameters<typeof calcPrice>[0]) => calcPrice(usage, model, { providerId: 'openai' })?.total_price;
   try {
-    const input = calcPrice({ input_tokens: 1_000_000, input_audio_tokens: 1_000_000 }, model, { providerId: 'openai' });
-    const output = calcPrice({ output_tokens: 1_000_000, output_audio_tokens: 1_000_000 }, model, { providerId: 'openai' });
-    return input && output ? { in: input.total_price, out: output.total_price } : null;
+    const [audioIn, audioOut, textIn, textOut] = [
+      price({ input_tokens: 1_000_000, input_audio_tokens: 1_000_000 }),
+      price({ output_tokens: 1_000_000, output_audio_tokens: 1_000_000 }),
+      price({ input_tokens: 1_000_000 }),
+      price({ output_tokens: 1_000_000 }),
+    ];
+    if (audioIn === undefined || audioOut === undefined || textIn === undefined || textOut === undefined) return null;
+    return { audio: { in: audioIn, out: audioOut }, text: { in: textIn, out: textOut } };
   } catch {
     return null;
   }
@@ -43,32 +50,49 @@ function listPrices(model: string): { in: number; out: number } | null {
 
 const same = (a: number, b: number) => Math.abs(a - b) <= 1e-9 * Math.max(1, Math.abs(b));
 
-/** Set (numbers > 0), not the template's values, and equal to the model's list prices when the list knows the model. */
+/** A price field's problem: not a number > 0, or the template's value. */
+function priceProblem(k: string, v: unknown, template: Record<string, unknown>): string | null {
+  if (typeof v !== 'number' || !(v > 0)) return `${k} is ${JSON.stringify(v) ?? 'missing'}, not a price > 0`;
+  return v === template[k] ? `${k} is the template's ${v}` : null;
+}
+
+/**
+ * Audio prices set (numbers > 0), not the template's values, and equal to the model's list prices
+ * when the list knows the model; the text prices likewise when set (absent: the text tokens go
+ * unpriced, which the row says).
+ */
 export function priceStep(raw: Record<string, any> | null): Row {
   const template = JSON.parse(readFileSync(TEMPLATE, 'utf8')).spend_guard;
   const guard = raw?.spend_guard ?? {};
   const model = typeof raw?.meta?.model === 'string' ? raw.meta.model : '';
-  const problems: string[] = [];
-  for (const k of PRICES) {
-    const v = guard[k];
-    if (typeof v !== 'number' || !(v > 0)) problems.push(`${k} is ${JSON.stringify(v) ?? 'missing'}, not a price > 0`);
-    else if (v === template[k]) problems.push(`${k} is the template's ${v}`);
-  }
+  const text = guard.text_in_per_million !== undefined || guard.text_out_per_million !== undefined;
+  const kinds = text ? (['audio', 'text'] as const) : (['audio'] as const);
+  const problems = kinds.flatMap((kind) =>
+    [`${kind}_in_per_million`, `${kind}_out_per_million`].flatMap((k) => priceProblem(k, guard[k], template) ?? []),
+  );
   const list = problems.length ? null : listPrices(model);
-  if (list && (!same(guard.audio_in_per_million, list.in) || !same(guard.audio_out_per_million, list.out)))
-    problems.push(
-      `set to ${guard.audio_in_per_million} / ${guard.audio_out_per_million} USD, but the price list has ${model} at ${list.in} / ${list.out}`,
-    );
-  const set = `audio_in_per_million ${JSON.stringify(guard.audio_in_per_million)}, audio_out_per_million ${JSON.stringify(guard.audio_out_per_million)} USD`;
+  for (const kind of kinds) {
+    const [inPrice, outPrice] = [guard[`${kind}_in_per_million`], guard[`${kind}_out_per_million`]];
+    if (list && (!same(inPrice, list[kind].in) || !same(outPrice, list[kind].out)))
+      problems.push(`${kind} set to ${inPrice} / ${outPrice} USD, but the price list has ${model} at ${list[kind].in} / ${list[kind].out}`);
+  }
+  const set = kinds
+    .map(
+      (kind) =>
+        `${kind}_in_per_million ${JSON.stringify(guard[`${kind}_in_per_million`])}, ${kind}_out_per_million ${JSON.stringify(guard[`${kind}_out_per_million`])} USD`,
+    )
+    .join('; ');
   const against = list
-    ? `; list price of ${model}: ${list.in} / ${list.out}`
+    ? `; list price of ${model}: ${kinds.map((kind) => `${kind} ${list[kind].in} / ${list[kind].out}`).join(', ')}`
     : problems.length
       ? ''
       : `; ${model || 'the model'} is not in the price list: check them against the vendor's`;
+  const unpriced = text ? '' : '; no text prices: the text tokens go unpriced (the meter marks those responses UNPRICED)';
   return {
-    step: '2. Audio price constants set from current prices',
-    measured: problems.length ? problems.join('; ') : `${set}${against}`,
-    target: "both set (> 0), not the template's, equal to the model's list price (@pydantic/genai-prices) when it has one",
+    step: '2. Price constants set from current prices',
+    measured: problems.length ? problems.join('; ') : `${set}${against}${unpriced}`,
+    target:
+      "audio prices set (> 0), not the template's, equal to the model's list price (@pydantic/genai-prices) when it has one; text prices likewise when set",
     status: pass(problems.length === 0),
   };
 }

@@ -9,6 +9,7 @@ import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import type { Concierge } from '../../gateway/src/voice/config';
 import { filled } from '../voice/filled';
+import { priceStep } from './config-steps';
 import { TEST_REDIS_URL } from '../redis-db';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -51,6 +52,9 @@ describe('npm run concierge:drill', () => {
   it('passes every step on a filled configuration, with the transcripts for step 9; no Redis key is left', async () => {
     const run = await drill('filled', () => undefined, { QUEUE_STORE_URL: REDIS });
     for (const n of [1, 2, 3, 4, 5, 6, 7, 8]) expect({ n, ...run.row(n) }).toMatchObject({ n, status: 'PASS' });
+    expect(run.row(2).measured).toMatch(
+      /text_in_per_million 0\.6, text_out_per_million 2\.4 USD; list price of gpt-realtime-mini: audio 10 \/ 20, text 0\.6 \/ 2\.4$/,
+    );
     expect(run.row(4).measured).toMatch(/per_call_usd_cap 0\.35: disconnected after \d+ answer\(s\) at 0\.\d+ USD/);
     expect(run.row(4).measured).toMatch(/max_turns 8: escalated at answer 8/);
     expect(run.row(6).measured).toMatch(/calendar events: 1\b/);
@@ -79,6 +83,21 @@ describe('npm run concierge:drill', () => {
     expect(run.stdout).toMatch(/1 failed \(1\)/);
     expect(run.status).toBe(1);
   }, 160_000);
+
+  it('step 2 checks the text prices against the price list when they are set, and says when they are not', () => {
+    const c = filled() as Record<string, any>;
+    c.spend_guard.text_out_per_million = 16;
+    expect(priceStep(c)).toMatchObject({
+      status: 'FAIL',
+      measured: 'text set to 0.6 / 16 USD, but the price list has gpt-realtime-mini at 0.6 / 2.4',
+    });
+    delete c.spend_guard.text_in_per_million;
+    delete c.spend_guard.text_out_per_million;
+    expect(priceStep(c)).toMatchObject({
+      status: 'PASS',
+      measured: expect.stringMatching(/; no text prices: the text tokens go unpriced \(the meter marks those responses UNPRICED\)$/),
+    });
+  });
 
   it('fails naming step 4 when the per-call cap is too high to ever fire within a call', async () => {
     const run = await drill('high-cap', (c) => (c.spend_guard.per_call_usd_cap = 1000));

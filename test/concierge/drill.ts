@@ -2,7 +2,7 @@
  * `npm run concierge:drill [-- --config FILE] [--countries PT,GB]`: the voice concierge's launch
  * checklist against local peers, with the operator's configuration (default CONCIERGE_FILE, else
  * concierge.json). One row per step with what it measured; exit 0 only if steps 1-8 all pass.
- *   1 lint clean              2 audio price constants       3 telephony rates of the countries
+ *   1 lint clean              2 price constants             3 telephony rates of the countries
  *   4 both caps fire          5 consent opt-out tagged      6 webhook replayed → one booking
  *   7 low confidence twice    8 after hours → recording and next-day task
  *   9-10 the operator's: the drill's transcripts to read, freezing v1 and the observability URL.

@@ -11,6 +11,7 @@ import { responseEvent } from '../../gateway/src/voice/phone/meter-event';
 import { OwnResponses } from '../../gateway/src/voice/phone/own-responses';
 import { Playback } from '../../gateway/src/voice/phone/playback';
 import { RealtimeLink } from '../../gateway/src/voice/phone/realtime-link';
+import { outputAllowance } from '../../gateway/src/voice/phone/session-config';
 import { phoneSettings } from '../../gateway/src/voice/phone/settings';
 import { TwilioCalls } from '../../gateway/src/voice/phone/twilio-calls';
 import { filled } from './filled';
@@ -231,5 +232,40 @@ describe("a realtime response's meter event", () => {
     expect(responseEvent({ ...facts('failed'), usage: undefined })).toMatchObject({ cost_usd: null, error_code: 'FAILED|UNPRICED' });
     expect(responseEvent({ ...facts('completed'), usage: { input_tokens: 3 } })).toMatchObject({ cost_usd: null, error_code: 'UNPRICED' });
     expect(responseEvent(facts('completed')).cost_usd).toBe(0);
+  });
+  it('prices its text tokens as the guard does; without text prices it carries the audio part, marked UNPRICED', () => {
+    const usage = {
+      input_tokens: 3000,
+      output_tokens: 300,
+      input_token_details: { audio_tokens: 1000, text_tokens: 2000, cached_tokens_details: { audio_tokens: 0, text_tokens: 500 } },
+      output_token_details: { audio_tokens: 200, text_tokens: 100 },
+    };
+    const audio = 1000 * 10 + 200 * 20; // USD per million: audio in 10, out 20; text in 0.6 (cached too), out 2.4
+    const priced = responseEvent({ ...facts('completed'), usage });
+    expect(priced).toMatchObject({ cost_usd: (audio + 2000 * 0.6 + 100 * 2.4) / 1e6, error_code: '' });
+    const config = filled();
+    delete config.spend_guard.text_in_per_million;
+    delete config.spend_guard.text_out_per_million;
+    expect(responseEvent({ ...facts('cancelled'), config, usage })).toMatchObject({
+      cost_usd: audio / 1e6,
+      error_code: 'CANCELLED|UNPRICED',
+    });
+    // A response without text tokens is priced whole without text prices.
+    expect(responseEvent({ ...facts('completed'), config })).toMatchObject({ cost_usd: 0, error_code: '' });
+  });
+});
+
+describe("the session's output allowance (max_output_tokens)", () => {
+  it('is what is left of the cap at the dearer output price, audio or text: no answer passes the cap by more than one token', () => {
+    const c = filled(); // audio out 20, text out 2.4 USD per million
+    c.spend_guard.per_call_usd_cap = 0.0014;
+    expect(outputAllowance(c, 0.0004)).toBe(50); // 0.001 USD left: 50 tokens of audio
+    c.spend_guard.text_out_per_million = 40; // a text price dearer than the audio's: 25 tokens of text reach the cap
+    expect(outputAllowance(c, 0.0004)).toBe(25);
+    delete c.spend_guard.text_out_per_million;
+    delete c.spend_guard.text_in_per_million;
+    expect(outputAllowance(c, 0.0004)).toBe(50);
+    c.spend_guard.disconnect_when_exceeded = false;
+    expect(outputAllowance(c, 0.0014)).toBe('inf');
   });
 });

@@ -214,6 +214,43 @@ describe('phone bridge: the policy on real events', () => {
     }
   });
 
+  it('text tokens are priced at the text prices: the meter and the guard agree and the cap is reached; without them the meter marks the response UNPRICED', async () => {
+    // The greeting's audio is 0.0001 USD, far under the cap; its text (the instructions and the
+    // conversation re-read as input, 4,000 of them cached, and the words said) brings it to the cap.
+    const usage = {
+      input_tokens: 10_000,
+      output_tokens: 105,
+      input_token_details: { audio_tokens: 0, text_tokens: 10_000, cached_tokens: 4000, cached_tokens_details: { text_tokens: 4000 } },
+      output_token_details: { audio_tokens: 5, text_tokens: 100 },
+    };
+    for (const [priced, usd] of [
+      [true, (5 * 20 + 6000 * 0.6 + 4000 * 0.06 + 100 * 2.4) / 1e6], // text in 0.6, cached 0.06, out 2.4 USD per million
+      [false, (5 * 20) / 1e6], // no text prices: the audio alone, and the meter says the cost is not whole
+    ] as const) {
+      s = await bridgeStack((c) => {
+        c.spend_guard.per_call_usd_cap = 0.004;
+        if (priced) c.spend_guard.text_in_cached_per_million = 0.06;
+        else for (const k of ['text_in_per_million', 'text_out_per_million'] as const) delete c.spend_guard[k];
+      });
+      s.realtime.brain = brain({ greeting: { audio: assistantAudio(300), usage } });
+      const call = await s.twilio.call('CA0109');
+      while (((await s.voice.get('CA0109'))?.state.turns ?? 0) < 1) await new Promise((r) => setTimeout(r, 20));
+      // The greeting's cost (at the disconnect: the closing line asked for then may be billed by now too).
+      const state = (await s.voice.get('CA0109'))!.state;
+      expect(priced ? state.estUsd_at_disconnect : state.estUsd).toBeCloseTo(usd, 9);
+      expect(state.action).toBe(priced ? 'disconnect' : 'continue');
+      if (priced) expect((await update(s, 'CA0109')).form).toEqual({ Status: 'completed' });
+      else call.hangUp();
+      const end = await s.endOf('CA0109');
+      const greeting = s.meterEvents.find((e) => e.job_id === 'CA0109' && e.input_tokens === 10_000)!;
+      expect(greeting.cost_usd).toBeCloseTo(usd, 9);
+      expect(greeting.error_code).toBe(priced ? '' : 'UNPRICED');
+      expect(end.record).toMatchObject({ ended_reason: priced ? 'per_call_cap' : 'caller_hangup' });
+      await s.close();
+      s = null;
+    }
+  });
+
   it('with disconnect_when_exceeded false the call goes on past the cap, and that is logged once, not per guard batch', async () => {
     s = await bridgeStack((c) => {
       c.spend_guard.disconnect_when_exceeded = false;

@@ -22,6 +22,8 @@ export function filled(): Concierge {
     log_to: 'https://observe.example.com/calls',
     audio_in_per_million: 10,
     audio_out_per_million: 20,
+    text_in_per_million: 0.6,
+    text_out_per_million: 2.4,
   });
   const urls: Record<string, string> = {
     book_slot: 'https://hooks.example.com/book',

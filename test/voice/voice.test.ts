@@ -9,7 +9,15 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createStack, type Stack } from '../../gateway/src/stack';
 import { lintConcierge, loadConcierge } from '../../gateway/src/voice/config';
 import { matchIntent } from '../../gateway/src/voice/intents';
-import { applyEvent, estUsdFromDurations, guardConfig, newCall, type VoiceEvent } from '../../gateway/src/voice/spend-guard';
+import {
+  applyEvent,
+  estUsdFromDurations,
+  guardConfig,
+  newCall,
+  unpricedTextWarning,
+  usageCost,
+  type VoiceEvent,
+} from '../../gateway/src/voice/spend-guard';
 import { captureLogger, listenStack } from '../gateway/harness';
 import type { CallRecord } from '../../schema/call-record';
 import { filled, template } from './filled';
@@ -218,6 +226,23 @@ describe('concierge.json and its lint', () => {
     expect(lintConcierge(c).map((p) => p.path)).toEqual(['$.spend_guard.audio_in_cached_per_million']);
   });
 
+  it('spend_guard text prices are optional, set in and out together; a cached text price needs the text input price', () => {
+    const c = filled() as any;
+    c.spend_guard.text_in_cached_per_million = 0.06;
+    expect(lintConcierge(c)).toEqual([]);
+    delete c.spend_guard.text_out_per_million;
+    expect(lintConcierge(c).map((p) => p.path)).toEqual(['$.spend_guard.text_out_per_million']);
+    delete c.spend_guard.text_in_per_million;
+    expect(lintConcierge(c).map((p) => p.path)).toEqual(['$.spend_guard.text_in_per_million']);
+    delete c.spend_guard.text_in_cached_per_million;
+    expect(lintConcierge(c)).toEqual([]); // none: the text tokens go unpriced, as the startup log says
+    expect(unpricedTextWarning(c.spend_guard)).toMatch(/text_in_per_million or text_out_per_million: .* go unpriced/);
+    expect(unpricedTextWarning(filled().spend_guard)).toBeNull();
+    c.spend_guard.text_out_per_million = 0;
+    c.spend_guard.text_in_per_million = 0.6;
+    expect(lintConcierge(c).map((p) => p.path)).toEqual(['$.spend_guard.text_out_per_million']);
+  });
+
   it('a file holding JSON that is not an object is one problem at $, not a crash', () => {
     for (const raw of [null, 42, 'text', []]) {
       const problems = lintConcierge(raw);
@@ -329,6 +354,35 @@ describe('spend guard', () => {
     expect(s.estUsd).toBe(s.billedUsd);
     expect(s.estUsdFromDurations).toBeCloseTo((10 * 10) / 1e6, 12);
     expect(s.estUsdFromDurations).toBeLessThan(s.estUsd);
+  });
+
+  it("bills the usage's text tokens at the text prices (cached text at its own), so they count toward the per-call cap", () => {
+    const c = filled(); // text in 0.6 $/M, out 2.4 $/M
+    c.spend_guard.text_in_cached_per_million = 0.06;
+    c.spend_guard.per_call_usd_cap = 0.004;
+    const g = guardConfig(c);
+    // The instructions and the conversation's text, re-read as input (4,000 of them cached), and a few words said.
+    const usage = {
+      input_token_details: { audio_tokens: 0, text_tokens: 10_000, cached_tokens_details: { text_tokens: 4000 } },
+      output_token_details: { audio_tokens: 5, text_tokens: 100 },
+    };
+    const usd = (5 * 20 + 6000 * 0.6 + 4000 * 0.06 + 100 * 2.4) / 1e6; // 0.00418: the audio alone is 0.0001
+    expect(usageCost(usage, g)).toEqual({ usd: expect.closeTo(usd, 12), unpricedTextTokens: 0 });
+    const s = applyEvent(newCall(), { type: 'assistant.response.done', usage }, g);
+    expect(s.estUsd).toBeCloseTo(usd, 12);
+    expect([s.action, s.reason, s.estUsd_at_disconnect]).toEqual(['disconnect', 'per_call_cap', s.estUsd]);
+    // Without text prices the text tokens add nothing here and are counted as unpriced (the meter marks them).
+    delete c.spend_guard.text_in_per_million;
+    delete c.spend_guard.text_in_cached_per_million;
+    delete c.spend_guard.text_out_per_million;
+    const unpriced = guardConfig(c);
+    expect(usageCost(usage, unpriced)).toEqual({ usd: expect.closeTo(0.0001, 12), unpricedTextTokens: 10_100 });
+    expect(applyEvent(newCall(), { type: 'assistant.response.done', usage }, unpriced).action).toBe('continue');
+    // A text count is checked where it enters, as an audio count is.
+    const bad = { input_token_details: { text_tokens: -1 } };
+    expect(() => applyEvent(newCall(), { type: 'assistant.response.done', usage: bad }, g)).toThrow(
+      /usage\.input_token_details\.text_tokens: expected a whole number/,
+    );
   });
 
   it('a response without usage is billed the estimate of its audio: before the first with usage and after it', () => {
@@ -628,6 +682,23 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect((await post(b.url, '/v1/voice/calls/live/events', { type: 'billing.monthly_rollup', monthly_usd: 120 })).status).toBe(200);
     expect((await post(a.url, '/v1/voice/calls', { call_id: 'new', from: '+1', at: '2026-11-23T10:00:00Z' })).status).toBe(200);
     expect((await post(a.url, '/v1/voice/billing/monthly-rollup', { monthly_usd: 'lots' })).status).toBe(400);
+  });
+
+  it('says at startup when spend_guard has no text prices: the text tokens go unpriced', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'voice-'));
+    const c = filled() as any;
+    delete c.spend_guard.text_in_per_million;
+    delete c.spend_guard.text_out_per_million;
+    writeFileSync(join(dir, 'concierge.json'), JSON.stringify(c));
+    for (const [file, warned] of [
+      [join(dir, 'concierge.json'), true],
+      [env.CONCIERGE_FILE!, false],
+    ] as const) {
+      const logs: string[] = [];
+      const stack = await createStack({ ...env, CONCIERGE_FILE: file }, captureLogger(logs), { http: true, worker: false });
+      await stack.close();
+      expect(logs.some((l) => l.includes('no text_in_per_million or text_out_per_million'))).toBe(warned);
+    }
   });
 
   it('refuses, in production, a configuration that does not lint clean', async () => {

@@ -55,6 +55,14 @@ const SpendGuard = z.strictObject({
   audio_out_per_million: positive,
   /** Cached input audio tokens (the model's lower rate for them); absent: the full input rate. */
   audio_in_cached_per_million: positive.optional(),
+  /**
+   * Text tokens (instructions, the conversation's text, the answers' words); absent: they go
+   * unpriced (the startup log says so, the meter marks the responses UNPRICED). In and out are set
+   * together; the cached rate, absent, is the text input rate.
+   */
+  text_in_per_million: positive.optional(),
+  text_in_cached_per_million: positive.optional(),
+  text_out_per_million: positive.optional(),
 });
 
 const FunctionDef = z.strictObject({
@@ -234,6 +242,26 @@ function formatProblems(c: Partial<Concierge>, check: Check): void {
   check(['workflow', 'dlq_url'], withoutCredentials, NO_CREDENTIALS);
 }
 
+/**
+ * Text prices come as a pair: with one alone, half of the text tokens would go unpriced while the
+ * configuration looks priced; a cached rate alone prices nothing (it is a rate of the input price).
+ */
+function textPriceProblems(g: Partial<Concierge['spend_guard']> | undefined, problems: Problem[]): void {
+  if (!g || typeof g !== 'object') return;
+  const set = (k: 'text_in_per_million' | 'text_out_per_million' | 'text_in_cached_per_million') => g[k] !== undefined;
+  for (const [k, other] of [
+    ['text_in_per_million', 'text_out_per_million'],
+    ['text_out_per_million', 'text_in_per_million'],
+  ] as const)
+    if (set(k) && !set(other))
+      problems.push({ path: pathOf(['spend_guard', other]), message: `missing field (set with ${k}: text tokens are priced in and out)` });
+  if (set('text_in_cached_per_million') && !set('text_in_per_million') && !set('text_out_per_million'))
+    problems.push({
+      path: pathOf(['spend_guard', 'text_in_per_million']),
+      message: 'missing field (set with text_in_cached_per_million, and text_out_per_million with it)',
+    });
+}
+
 /** The index and value of each entry that repeats an earlier one. */
 const repeats = (values: unknown[]) => values.flatMap((v, i) => (values.indexOf(v) < i ? [[i, v] as const] : []));
 
@@ -347,6 +375,7 @@ export function lintConcierge(raw: unknown): Problem[] {
       problems.push({ path, message: typeof message === 'string' ? message : message(v) });
   };
   formatProblems(c, check);
+  textPriceProblems(c.spend_guard, problems);
   const budget = c.guardrails?.latency_budget_s;
   if (typeof budget === 'number' && budget > MAX_LATENCY_S)
     problems.push({ path: pathOf(['guardrails', 'latency_budget_s']), message: latencyMessage(budget) });

@@ -20,6 +20,7 @@ import { callReducer, VoiceService } from './calls';
 import { lintFile, loadConcierge, type Concierge } from './config';
 import { mountVoice } from './endpoints';
 import { DEFAULT_RATES_FILE, readRates } from './rates';
+import { unpricedTextWarning } from './spend-guard';
 import { Workflow, type WorkflowAnswer } from './workflow';
 import { MemoryWorkflowStore, RedisWorkflowStore } from './workflow-store';
 
@@ -132,6 +133,8 @@ export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
   });
   if (loaded.problems)
     log.warn(`${options.conciergeFile}: ${loaded.problems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
+  const unpricedText = unpricedTextWarning(config.spend_guard);
+  if (unpricedText) log.warn(`${options.conciergeFile}: ${unpricedText}`);
   log.info(`voice concierge: ${options.conciergeFile}`);
   return {
     service,

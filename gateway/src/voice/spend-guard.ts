@@ -18,7 +18,10 @@
  * the per-million audio prices. When response.done carries the model's reported usage (audio
  * tokens), the call is billed from the sum of those instead and the estimate is kept beside it:
  * the estimate undercounts, because a realtime conversation is re-sent to the model every turn.
- * Cached input audio tokens are billed at the cached price when the configuration has one.
+ * Cached input audio tokens are billed at the cached price when the configuration has one. The
+ * usage's text tokens (the instructions and the conversation's text, re-read by every response;
+ * the words of the answer) are billed at the text prices when the configuration has them; without
+ * them they add nothing here, and the meter marks such a response UNPRICED (usageCost).
  * A response without usage is billed the estimate of the audio since the response before it.
  * The caller's speech is transcribed by another model, billed apart: each transcription's cost
  * (priced by the voice server) is added to the call's cost, and the next response.done checks it.
@@ -41,8 +44,8 @@ export interface CallState {
   /** The estimate from audio durations, kept beside the billed figure. */
   estUsdFromDurations: number;
   /**
-   * Sum of the cost of the model's reported audio usage, a response that reported none at the
-   * estimate of its audio; null until a response reports usage.
+   * Sum of the cost of the model's reported usage (audio, and text when priced), a response that
+   * reported none at the estimate of its audio; null until a response reports usage.
    */
   billedUsd: number | null;
   /** Sum of the transcriptions' costs (absent in a call stored before transcriptions were billed). */
@@ -65,15 +68,19 @@ export type VoiceEvent =
   | { type: 'transcription.done'; usd: number };
 
 interface RealtimeUsage {
-  input_token_details?: { audio_tokens?: number; cached_tokens_details?: { audio_tokens?: number } };
-  output_token_details?: { audio_tokens?: number };
+  input_token_details?: {
+    audio_tokens?: number;
+    text_tokens?: number;
+    cached_tokens_details?: { audio_tokens?: number; text_tokens?: number };
+  };
+  output_token_details?: { audio_tokens?: number; text_tokens?: number };
 }
 
 export class VoiceEventError extends Error {}
 
 /** The longest audio frame or time to first byte taken (an hour): longer is not a measurement. */
 const MAX_MS = 3_600_000;
-/** The most audio tokens one response may report: far above any realtime session's context. */
+/** The most audio (or text) tokens one response may report: far above any realtime session's context. */
 export const MAX_AUDIO_TOKENS = 10_000_000;
 /** The most one caller turn's transcription may cost: far above any (a whole hour is cents). */
 const MAX_TRANSCRIPTION_USD = 1000;
@@ -86,15 +93,16 @@ function measure(field: string, value: unknown, min: number, max: number, what: 
   return value as number;
 }
 
-/** Each audio token count the usage carries: a whole number from 0 to MAX_AUDIO_TOKENS. */
+/** Each audio and text token count the usage carries: a whole number from 0 to MAX_AUDIO_TOKENS. */
 function checkUsage(usage: RealtimeUsage): void {
   const at = 'assistant.response.done.usage';
   if (typeof usage !== 'object' || usage === null) throw new VoiceEventError(`${at}: expected an object`);
-  const counts: Array<[string, unknown]> = [
-    [`${at}.input_token_details.audio_tokens`, usage.input_token_details?.audio_tokens],
-    [`${at}.input_token_details.cached_tokens_details.audio_tokens`, usage.input_token_details?.cached_tokens_details?.audio_tokens],
-    [`${at}.output_token_details.audio_tokens`, usage.output_token_details?.audio_tokens],
-  ];
+  const input = usage.input_token_details;
+  const counts: Array<[string, unknown]> = (['audio_tokens', 'text_tokens'] as const).flatMap((kind): Array<[string, unknown]> => [
+    [`${at}.input_token_details.${kind}`, input?.[kind]],
+    [`${at}.input_token_details.cached_tokens_details.${kind}`, input?.cached_tokens_details?.[kind]],
+    [`${at}.output_token_details.${kind}`, usage.output_token_details?.[kind]],
+  ]);
   for (const [field, value] of counts) {
     if (value === undefined) continue;
     const n = measure(field, value, 0, MAX_AUDIO_TOKENS, `a whole number of tokens from 0 to ${MAX_AUDIO_TOKENS}`);
@@ -118,6 +126,11 @@ export interface GuardConfig {
   outPerMillion: number;
   /** Cached input audio tokens: the configuration's cached price, else the full input price. */
   cachedInPerMillion: number;
+  /** Text tokens: the configuration's text prices; null, not set (the text tokens go unpriced). */
+  textInPerMillion: number | null;
+  /** Cached input text tokens: the configuration's cached text price, else the text input price. */
+  textCachedInPerMillion: number | null;
+  textOutPerMillion: number | null;
   frustrationMarkers: string[];
   callerRequestMarkers: string[];
   handoffBelow: Partial<Record<IntentId, number>>;
@@ -136,15 +149,36 @@ const DEFAULT_CALLER_REQUEST = [
   'customer service',
 ];
 
-type AudioPrices = Pick<GuardConfig, 'inPerMillion' | 'outPerMillion' | 'cachedInPerMillion'>;
+type TokenPrices = Pick<
+  GuardConfig,
+  'inPerMillion' | 'outPerMillion' | 'cachedInPerMillion' | 'textInPerMillion' | 'textCachedInPerMillion' | 'textOutPerMillion'
+>;
 
-/** The configuration's audio prices; cached input audio at the full input price unless it names one. */
-export function audioPrices(g: Concierge['spend_guard']): AudioPrices {
+/**
+ * The configuration's token prices: audio, and text when it has text prices (null when not);
+ * cached input at the full input price unless it names one.
+ */
+export function tokenPrices(g: Concierge['spend_guard']): TokenPrices {
+  const textIn = g.text_in_per_million ?? null;
   return {
     inPerMillion: g.audio_in_per_million,
     outPerMillion: g.audio_out_per_million,
     cachedInPerMillion: g.audio_in_cached_per_million ?? g.audio_in_per_million,
+    textInPerMillion: textIn,
+    textCachedInPerMillion: g.text_in_cached_per_million ?? textIn,
+    textOutPerMillion: g.text_out_per_million ?? null,
   };
+}
+
+/**
+ * The startup warning of a configuration without text prices (null when it has them): the text
+ * tokens of its responses go unpriced, so the per-call cap and the call record leave them out and
+ * the meter marks those responses UNPRICED.
+ */
+export function unpricedTextWarning(g: Concierge['spend_guard']): string | null {
+  const missing = (['text_in_per_million', 'text_out_per_million'] as const).filter((k) => g[k] === undefined);
+  if (!missing.length) return null;
+  return `spend_guard has no ${missing.join(' or ')}: the realtime responses' text tokens (instructions and conversation re-read by every response, the answers' words) go unpriced: the per-call cap and est_audio_cost_usd leave them out, and the meter marks each response with such tokens UNPRICED`;
 }
 
 export function guardConfig(c: Concierge): GuardConfig {
@@ -157,7 +191,7 @@ export function guardConfig(c: Concierge): GuardConfig {
     latencyRepeat: rule('latency_over_budget')?.repeat ?? 2,
     perCallUsdCap: c.spend_guard.per_call_usd_cap,
     disconnectWhenExceeded: c.spend_guard.disconnect_when_exceeded,
-    ...audioPrices(c.spend_guard),
+    ...tokenPrices(c.spend_guard),
     frustrationMarkers: rule('frustration_detected')?.markers ?? [],
     callerRequestMarkers: rule('caller_request')?.markers ?? DEFAULT_CALLER_REQUEST,
     handoffBelow: Object.fromEntries(
@@ -195,18 +229,38 @@ export function estUsdFromDurations(
   return ((state.inputMs / 100) * cfg.inPerMillion) / 1e6 + ((state.outputMs / 50) * cfg.outPerMillion) / 1e6;
 }
 
+export interface UsageCost {
+  /** USD of the tokens the configuration has prices for. */
+  usd: number;
+  /** Text tokens reported that the configuration has no price for (left out of `usd`): the cost is then not whole. */
+  unpricedTextTokens: number;
+}
+
 /**
- * The cost of a response's reported audio usage (null when it reports no audio counts), shared by
- * the guard and the meter so they agree. The input audio count includes the cached part, which is
- * priced at the cached rate (never more of it than the count it is part of).
+ * The cost of a response's reported usage (null when it reports no audio counts: its audio, the
+ * bulk of it, is unknown), shared by the guard, the bridge's output allowance and the meter so they
+ * agree: its audio tokens at the audio prices, its text tokens at the text prices. Each input count
+ * includes its cached part, which is priced at the cached rate (never more of it than the count it
+ * is part of). Text tokens without a price add nothing to `usd` and are counted in `unpricedTextTokens`.
  */
-export function usageUsd(usage: RealtimeUsage, cfg: AudioPrices): number | null {
-  const inTokens = usage.input_token_details?.audio_tokens;
-  const outTokens = usage.output_token_details?.audio_tokens;
-  if (typeof inTokens !== 'number' && typeof outTokens !== 'number') return null;
-  const cached = Math.min(usage.input_token_details?.cached_tokens_details?.audio_tokens ?? 0, inTokens ?? 0);
-  const fresh = (inTokens ?? 0) - cached;
-  return (fresh * cfg.inPerMillion + cached * cfg.cachedInPerMillion + (outTokens ?? 0) * cfg.outPerMillion) / 1e6;
+export function usageCost(usage: RealtimeUsage, cfg: TokenPrices): UsageCost | null {
+  const input = usage.input_token_details;
+  const output = usage.output_token_details;
+  if (typeof input?.audio_tokens !== 'number' && typeof output?.audio_tokens !== 'number') return null;
+  const inputUsd = (kind: 'audio_tokens' | 'text_tokens', full: number, cachedRate: number) => {
+    const tokens = input?.[kind] ?? 0;
+    const cached = Math.min(input?.cached_tokens_details?.[kind] ?? 0, tokens);
+    return (tokens - cached) * full + cached * cachedRate;
+  };
+  let micro = inputUsd('audio_tokens', cfg.inPerMillion, cfg.cachedInPerMillion) + (output?.audio_tokens ?? 0) * cfg.outPerMillion;
+  let unpricedTextTokens = 0;
+  const textIn = input?.text_tokens ?? 0;
+  const textOut = output?.text_tokens ?? 0;
+  if (cfg.textInPerMillion === null) unpricedTextTokens += textIn;
+  else micro += inputUsd('text_tokens', cfg.textInPerMillion, cfg.textCachedInPerMillion ?? cfg.textInPerMillion);
+  if (cfg.textOutPerMillion === null) unpricedTextTokens += textOut;
+  else micro += textOut * cfg.textOutPerMillion;
+  return { usd: micro / 1e6, unpricedTextTokens };
 }
 
 /** Whether one of the phrases is in the text, both compared as intent triggers are (a phrase of punctuation alone: never). */
@@ -248,7 +302,7 @@ function onResponseDone(state: CallState, event: EventOf<'assistant.response.don
   state.turns++;
   const before = state.estUsdFromDurations;
   state.estUsdFromDurations = estUsdFromDurations(state, cfg);
-  const billed = event.usage ? usageUsd(event.usage, cfg) : null;
+  const billed = event.usage ? (usageCost(event.usage, cfg)?.usd ?? null) : null;
   // A response without usage (omitted, or cancelled before it) is billed the estimate of the
   // audio since the previous one, so the cap still holds; responses before the first that
   // reported usage likewise.

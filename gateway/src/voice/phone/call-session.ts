@@ -50,7 +50,7 @@ import { outputAllowance, outputLimit, sessionUpdate, TRANSCRIBE_MODEL, turnTaki
 import { TranscriptionUsage } from './transcription-usage';
 import { TurnTiming } from './turn-timing';
 import { cleanUsage, type Usage } from './usage';
-import { audioPrices, usageUsd } from '../spend-guard';
+import { tokenPrices, usageCost } from '../spend-guard';
 
 /** Whole base64 (groups of 4, padding only at the end): anything else is not audio the API or Twilio takes. */
 const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
@@ -672,7 +672,7 @@ export class CallSession {
     const usage = this.usageOf(r);
     this.feed.event({ type: 'assistant.response.done', ...(usage ? { usage } : {}) });
     // At once, not when the guard answers: the server VAD may start the next answer meanwhile.
-    const usd = usage ? usageUsd(usage, audioPrices(this.deps.config.spend_guard)) : null;
+    const usd = usage ? (usageCost(usage, tokenPrices(this.deps.config.spend_guard))?.usd ?? null) : null;
     if (usd !== null) this.spent(this.spentUsd + usd);
     const { config, provider, tenant } = this.deps;
     const latencyMs = this.timing.responseDone(id);

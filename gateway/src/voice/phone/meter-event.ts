@@ -1,21 +1,22 @@
 /**
  * Each realtime response is a model call of the meter (one row per model call), sent through the
  * same sink as chat calls so the daily and 7-day caps, the digest and the archive include the
- * phone. Tokens are the response's usage; the cost is its audio tokens at the configuration's
- * per-million prices (cached input audio at the cached price, if set), exactly what the spend guard
- * bills, so the meter, the guard and the call record agree (text tokens are counted, not priced:
- * the configuration has no text prices). The
+ * phone. Tokens are the response's usage; the cost is its audio and text tokens at the
+ * configuration's per-million prices (cached input at the cached price, if set), exactly what the
+ * spend guard bills (usageCost), so the meter, the guard and the call record agree. The
  * usage is the cleaned one (usage.ts), the same the guard is given: every count whole and >= 0.
  * A response that reported no usage (none, not an object, or no audio count the cleaning kept) has
  * an unknown cost, not $0: its event carries an empty cost and `UNPRICED` (schema/unpriced.ts),
- * which the meter counts and shows.
+ * which the meter counts and shows. A response with text tokens and a configuration without text
+ * prices has a cost known only in part: its event carries the part known (the audio, which the
+ * totals keep) and `UNPRICED`, so the meter shows the cost is not whole.
  */
 import { randomUUID } from 'node:crypto';
 import type { RealtimeResponse } from 'openai/resources/realtime/realtime';
 import type { EventRecord } from '../../../../schema/event-record';
 import { markUnpriced } from '../../../../schema/unpriced';
 import type { Concierge } from '../config';
-import { audioPrices, usageUsd } from '../spend-guard';
+import { tokenPrices, usageCost } from '../spend-guard';
 import type { Usage } from './usage';
 
 export interface ResponseFacts {
@@ -38,13 +39,13 @@ export function responseEvent(f: ResponseFacts): EventRecord {
   // Its own names only: a status of `constructor` would put a function in the record.
   const code = status && Object.hasOwn(STATUS_CODE, status) ? STATUS_CODE[status] : '';
   // Without an audio count the guard bills the response its estimate, as one without usage: no price here either.
-  const usd = f.usage ? usageUsd(f.usage, audioPrices(f.config.spend_guard)) : null;
+  const cost = f.usage ? usageCost(f.usage, tokenPrices(f.config.spend_guard)) : null;
   return callEvent(f, f.config.meta.model, {
     input_tokens: u.input_tokens ?? 0,
     output_tokens: u.output_tokens ?? 0,
     latency_ms: Math.max(0, Math.round(f.latencyMs)),
-    cost_usd: usd === null ? null : Number(usd.toFixed(9)),
-    error_code: usd === null ? markUnpriced(code) : code,
+    cost_usd: cost === null ? null : Number(cost.usd.toFixed(9)),
+    error_code: cost === null || cost.unpricedTextTokens > 0 ? markUnpriced(code) : code,
   });
 }
 

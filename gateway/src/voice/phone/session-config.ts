@@ -10,7 +10,7 @@
  *     questions and rules, the pricing message, the privacy notice, the languages, how keys the
  *     caller presses and a caller turn not transcribed are given;
  *   - every `functions` entry as a function tool whose parameters are its `args`;
- *   - `max_output_tokens`: what is left of the call's budget at the audio-out price (outputAllowance).
+ *   - `max_output_tokens`: what is left of the call's budget at the dearer output price, audio or text (outputAllowance).
  * The caller's words never go into instructions; only the operator's configuration does.
  */
 import type { RealtimeFunctionTool, RealtimeSessionCreateRequest, SessionUpdateEvent } from 'openai/resources/realtime/realtime';
@@ -145,8 +145,9 @@ const MOST_OUTPUT_TOKENS = 4096;
 
 /**
  * How many output tokens one response may have, from what is left of the call's budget
- * (`per_call_usd_cap` less what the call cost so far) at `audio_out_per_million`, rounded up: a
- * response that uses all of them reaches the cap (by at most one token's price), so the guard
+ * (`per_call_usd_cap` less what the call cost so far) at the dearer of `audio_out_per_million` and
+ * `text_out_per_million` (the limit counts both kinds of output token), rounded up: a response
+ * whose output is all at that rate reaches the cap (by at most one token's price), so the guard
  * ends the call at its response.done; none can run past it by a long answer. At least 1 (the
  * API's least); at most 4096 (its most). With `disconnect_when_exceeded` false the call goes on
  * past the cap, so answers are not cut: "inf", the API's default.
@@ -154,7 +155,8 @@ const MOST_OUTPUT_TOKENS = 4096;
 export function outputAllowance(c: Concierge, spentUsd: number): number | 'inf' {
   const g = c.spend_guard;
   if (!g.disconnect_when_exceeded) return 'inf';
-  const tokens = Math.ceil(((g.per_call_usd_cap - spentUsd) * 1e6) / g.audio_out_per_million);
+  const rate = Math.max(g.audio_out_per_million, g.text_out_per_million ?? 0);
+  const tokens = Math.ceil(((g.per_call_usd_cap - spentUsd) * 1e6) / rate);
   return Math.min(MOST_OUTPUT_TOKENS, Math.max(1, Number.isFinite(tokens) ? tokens : MOST_OUTPUT_TOKENS));
 }
 

@@ -11,8 +11,12 @@ import { isObject } from '../../json-object';
 export interface Usage {
   input_tokens?: number;
   output_tokens?: number;
-  input_token_details?: { audio_tokens?: number; cached_tokens_details?: { audio_tokens?: number } };
-  output_token_details?: { audio_tokens?: number };
+  input_token_details?: {
+    audio_tokens?: number;
+    text_tokens?: number;
+    cached_tokens_details?: { audio_tokens?: number; text_tokens?: number };
+  };
+  output_token_details?: { audio_tokens?: number; text_tokens?: number };
 }
 
 const COUNTS = [
@@ -21,6 +25,9 @@ const COUNTS = [
   ['input_token_details', 'audio_tokens'],
   ['input_token_details', 'cached_tokens_details', 'audio_tokens'],
   ['output_token_details', 'audio_tokens'],
+  ['input_token_details', 'text_tokens'],
+  ['input_token_details', 'cached_tokens_details', 'text_tokens'],
+  ['output_token_details', 'text_tokens'],
 ];
 
 type Obj = Record<string, unknown>;
