@@ -42,8 +42,8 @@ function voiceBlock(v: DigestFigures['voice']): unknown[][] {
     metric('average turns', 'avg_turns'),
     metric('average TTFB (s)', 'avg_ttfb_s'),
     metric('ASR WER (sampled calls)', 'asr_wer'),
-    metric('cost per call (audio, USD)', 'cost_per_call'),
-    metric('cost per booking (audio, USD)', 'cost_per_booking'),
+    metric('cost per call (model, USD)', 'cost_per_call'),
+    metric('cost per booking (model, USD)', 'cost_per_booking'),
     metric('calls with a cost that is not a number ≥ 0', 'unreadable_costs'),
   ];
 }

@@ -509,9 +509,9 @@ describe('call records and rollups', () => {
     expect(value('containment rate')[1]).toBeCloseTo(2 / 3, 12); // 30 days: a, b, d answered; b escalated
     expect(value('average turns')[1]).toBeCloseTo((4 + 8 + 0 + 4) / 4, 12);
     expect(value('ASR WER (sampled calls)')[1]).toBeCloseTo(0.2, 12);
-    expect(value('cost per booking (audio, USD)')[1]).toBeCloseTo((0.1 + 0.5) / 2, 12);
+    expect(value('cost per booking (model, USD)')[1]).toBeCloseTo((0.1 + 0.5) / 2, 12);
     const direct = voiceRollup(platform.spreadsheet.tab('calls')!.data.slice(1), platform.clock.ms, 30);
-    expect(value('cost per call (audio, USD)')[1]).toBeCloseTo(direct.cost_per_call!, 12);
+    expect(value('cost per call (model, USD)')[1]).toBeCloseTo(direct.cost_per_call!, 12);
     // The same records leave through the export, for `npm run report -- voice --calls <file>`.
     const csv = (meter.doGet(webEvent({ token: SECRET, action: 'export', what: 'calls', since: '2026-11-19' })) as FakeTextOutput)
       .getContent()

@@ -153,7 +153,7 @@ describe('digest', () => {
     expect(meter.refreshDigest()).toMatch(/digest refreshed/);
     const digest = platform.spreadsheet.tab('Digest')!.data;
     expect(digest.find((r) => r[0] === 'calls')!.slice(1, 3)).toEqual([1, 1]);
-    expect(digest.find((r) => r[0] === 'cost per booking (audio, USD)')!.slice(1, 3)).toEqual([0.5, 0.5]);
+    expect(digest.find((r) => r[0] === 'cost per booking (model, USD)')!.slice(1, 3)).toEqual([0.5, 0.5]);
   });
 });
 
