@@ -53,12 +53,21 @@ export class MemoryPause implements PauseFlag {
   close() {}
 }
 
-/** Lua: the next mark, Redis's clock in ms but past the mark KEYS[2] holds (a clock set back still gives a newer one). */
+/**
+ * Lua: the mark KEYS[2] holds (0: none, also for a value that is no whole number of ms, as markOf
+ * reads it: Lua's `nan`, `inf` or `-5` were numbers to the scripts); the next mark, Redis's clock in
+ * ms but past it (a clock set back still gives a newer one).
+ */
 const NEXT_MARK = `
+local function mark_held()
+  local v = redis.call('GET', KEYS[2])
+  if v and string.match(v, '^[1-9]%d*$') and #v <= 15 then return tonumber(v) end
+  return 0
+end
 local function next_mark()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local m = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  local m = mark_held()
   if now <= m then now = m + 1 end
   return now
 end`;
@@ -90,7 +99,7 @@ return mark`;
 const PUT_BACK = `
 ${NEXT_MARK}
 local v = redis.call('GET', KEYS[1])
-local m = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local m = mark_held()
 if v == '1' then
   if m == 0 then
     m = next_mark()
@@ -110,8 +119,8 @@ interface PauseCommands {
   pausePutBack(flag: string, mark: string, hadPause: 0 | 1, lastMark: number): Promise<[number, number, number]>;
 }
 
-/** A mark as the scripts read it: a value that is no number (written by hand) is none. */
-const markOf = (v: string | null): number => Number(v ?? 0) || 0;
+/** A mark as the scripts read it (mark_held): a value that is no whole number of ms, up to 15 digits (written by hand), is none. */
+const markOf = (v: string | null): number => (v !== null && /^[1-9]\d{0,14}$/.test(v) ? Number(v) : 0);
 
 export class RedisPause implements PauseFlag {
   private value = false;

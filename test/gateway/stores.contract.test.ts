@@ -253,3 +253,27 @@ describe('budget pause flag in Redis (what the in-process flag cannot share)', (
     expect(await redis.get(key)).toBeNull();
   });
 });
+
+describe('budget pause mark written by hand', () => {
+  it.each(['nan', 'inf', 'Infinity', '1e300', '-5', 'x'])(
+    'a mark that is no mark (%s) is read as none by every read and script: the pause is marked anew, a loss is put back, a resume lifts it',
+    async (bad) => {
+      const key = `${space()}:pause_ai_tasks`;
+      await redis.mset(key, '1', `${key}:mark`, bad);
+      const a = new RedisPause(redis, 60_000, key);
+      closing.push(() => a.close());
+      // Before: `nan` and `inf` were a number to the scripts and none to the read, so the pause was
+      // never marked (a script at every read), and a loss lifted it.
+      expect(await a.refresh()).toBe(true);
+      expect(await redis.get(`${key}:mark`)).toMatch(/^[1-9]\d{11,15}$/);
+      await redis.del(key, `${key}:mark`);
+      expect(await a.refresh()).toBe(true);
+      await a.clear();
+      // Before: `Infinity` and `1e300` grew into `inf` or 300 digits, and stayed so for ever.
+      expect(await redis.get(`${key}:mark`)).toMatch(/^[1-9]\d{11,15}$/);
+      expect(await a.set()).toBe(true);
+      await redis.del(key, `${key}:mark`); // lost again, before any read
+      expect(await a.refresh()).toBe(true);
+    },
+  );
+});
