@@ -72,14 +72,20 @@ local function next_mark()
   return now
 end`;
 
-/** KEYS: the flag, the mark. Pauses; returns the flag before and the new mark. */
+/**
+ * KEYS: the flag, the mark. ARGV: as PUT_BACK's. Pauses; returns the flag before, the new mark, and
+ * 1 when the flag was gone by a loss this instance had the pause through (the pause is not new then:
+ * no second notice for a pause that never lifted).
+ */
 const SET_PAUSE = `
 ${NEXT_MARK}
 local before = redis.call('GET', KEYS[1])
+local lost = 0
+if not before and ARGV[1] == '1' and mark_held() < tonumber(ARGV[2]) then lost = 1 end
 local mark = next_mark()
 redis.call('SET', KEYS[1], '1')
 redis.call('SET', KEYS[2], string.format('%.0f', mark))
-return {before, mark}`;
+return {before, mark, lost}`;
 
 /** KEYS: the flag, the mark. Resumes: the mark first (a write Redis refuses leaves both as they were). */
 const CLEAR_PAUSE = `
@@ -114,7 +120,7 @@ redis.call('SET', KEYS[2], ARGV[2])
 return {1, last, 1}`;
 
 interface PauseCommands {
-  pauseSet(flag: string, mark: string): Promise<[string | null, number]>;
+  pauseSet(flag: string, mark: string, hadPause: 0 | 1, lastMark: number): Promise<[string | null, number, number]>;
   pauseClear(flag: string, mark: string): Promise<number>;
   pausePutBack(flag: string, mark: string, hadPause: 0 | 1, lastMark: number): Promise<[number, number, number]>;
 }
@@ -180,25 +186,32 @@ export class RedisPause implements PauseFlag {
       .pausePutBack(this.key, this.markKey, this.value ? 1 : 0, this.mark)
       // Refused (Redis full, read-only): paused all the same, and a loss is found again at the next read.
       .catch(() => [1, this.mark, 0] as const);
-    if (putBack) this.warn(`budget pause: ${this.key} was lost by Redis while paused (restarted without its data, or flushed): put back`);
+    if (putBack) this.warnLost();
     return [paused === 1, after];
   }
   async set() {
+    const had = this.value ? 1 : 0;
     // In force here at once, before Redis has it (Redis away: this instance pauses all the same).
     this.value = true;
     this.writes++;
     // Read and set in one script: a value other than 1 (an operator's hand-written 0) was "not
-    // paused", so this pause is new and its notice goes out.
-    const [before, mark] = await this.redis.pauseSet(this.key, this.markKey).catch((error: Error) => this.undo(error));
+    // paused", so this pause is new and its notice goes out; a pause Redis lost is put back, not new.
+    const [before, mark, lost] = await this.redis
+      .pauseSet(this.key, this.markKey, had, this.mark)
+      .catch((error: Error) => this.undo(error));
     this.value = true; // a read sent before the set may have answered meanwhile
     this.mark = mark;
-    return before !== '1';
+    if (lost) this.warnLost();
+    return before !== '1' && !lost;
   }
   async clear() {
     this.value = false;
     this.writes++;
     this.mark = await this.redis.pauseClear(this.key, this.markKey).catch((error: Error) => this.undo(error));
     this.value = false;
+  }
+  private warnLost() {
+    this.warn(`budget pause: ${this.key} was lost by Redis while paused (restarted without its data, or flushed): put back`);
   }
   /** Redis refused the write (full, read-only): what it holds stays in force here too, as on every other instance. */
   private async undo(error: Error): Promise<never> {

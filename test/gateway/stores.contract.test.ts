@@ -277,3 +277,29 @@ describe('budget pause mark written by hand', () => {
     },
   );
 });
+
+describe('budget pause set again after a loss', () => {
+  it('a pause set on an instance that had it, after Redis lost it and before any read put it back, is not a new pause (no second notice); on one that had not, it is', async () => {
+    const key = `${space()}:pause_ai_tasks`;
+    const warned: string[] = [];
+    // No reads on their own: the webhook's set lands before any read finds the loss (Redis back
+    // from a restart, with the set queued while it was away, sent before the next read).
+    const [a, b] = [new RedisPause(redis, 60_000, key, (m) => warned.push(m)), new RedisPause(redis, 60_000, key)];
+    closing.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    await Promise.all([a.refresh(), b.refresh()]);
+    expect(await a.set()).toBe(true);
+    await redis.del(key, `${key}:mark`);
+    // Before: "new", and the pause's notice went out a second time for the pause that never lifted.
+    expect(await a.set()).toBe(false);
+    expect(warned).toEqual([`budget pause: ${key} was lost by Redis while paused (restarted without its data, or flushed): put back`]);
+    // Lost again: an instance that never read the pause cannot tell a loss from a resume.
+    await redis.del(key, `${key}:mark`);
+    expect(await b.set()).toBe(true);
+    // A resume and then a pause is a new pause, on the instance that had the one before too.
+    await b.clear();
+    expect(await a.set()).toBe(true);
+  });
+});
