@@ -87,11 +87,20 @@ redis.call('SET', KEYS[1], '1')
 redis.call('SET', KEYS[2], string.format('%.0f', mark))
 return {before, mark, lost}`;
 
-/** KEYS: the flag, the mark. Resumes: the mark first (a write Redis refuses leaves both as they were). */
+/**
+ * KEYS: the flag, the mark. Resumes: the mark first (a write Redis refuses, read-only, leaves both
+ * as they were). A Redis out of memory refuses the mark but still deletes: the flag deleted with the
+ * mark as it is is a resume all the same (as a DEL by hand), so that a paused queue that filled Redis
+ * can drain.
+ */
 const CLEAR_PAUSE = `
 ${NEXT_MARK}
 local mark = next_mark()
-redis.call('SET', KEYS[2], string.format('%.0f', mark))
+local moved = redis.pcall('SET', KEYS[2], string.format('%.0f', mark))
+if type(moved) == 'table' and moved.err then
+  if not string.find(moved.err, '^OOM') then return redis.error_reply(moved.err) end
+  mark = mark_held()
+end
 redis.call('DEL', KEYS[1])
 return mark`;
 

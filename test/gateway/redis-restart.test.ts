@@ -547,6 +547,35 @@ describe.skipIf(!hasRedisServer)('Redis goes away and comes back', () => {
     }
   });
 
+  it('a budget resume on a Redis out of memory lifts the pause everywhere, as deleting the key does (a paused queue that filled Redis can drain)', async () => {
+    const [a, b] = await Promise.all([0, 1].map(() => listenStack({ ...env, ADMIN_TOKEN: 'admin-t' }, { http: true, worker: false })));
+    const budget = (path: string, body?: unknown) =>
+      fetch(`${a.url}/budget/${path}`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer admin-t', 'content-type': 'application/json' },
+        body: JSON.stringify(body ?? {}),
+      });
+    const probe = new Redis(redis.url);
+    try {
+      expect((await budget('webhook', { provider: 'openai', percentUsed: 90 })).status).toBe(204);
+      await until(async () => b.stack.pause.paused());
+      await probe.config('SET', 'maxmemory', '1'); // every write refused: OOM (a DEL is still taken)
+      // Before: 503 "pause_ai_tasks: not set: the store refused it (OOM …)", and paused until Redis had room.
+      expect((await budget('resume')).status).toBe(204);
+      await until(async () => !(await b.stack.pause.refresh()));
+      expect(a.stack.pause.paused()).toBe(false);
+      expect(await probe.get('pause_ai_tasks')).toBeNull();
+      await probe.config('SET', 'maxmemory', '0');
+      // Still a resume once Redis has room: nobody puts it back.
+      for (const gw of [a, b]) expect(await gw.stack.pause.refresh()).toBe(false);
+      expect(await probe.get('pause_ai_tasks')).toBeNull();
+    } finally {
+      await probe.config('SET', 'maxmemory', '0');
+      probe.disconnect();
+      await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+
   it('spend caps keep reading the meter while Redis is away: its figure over the cap queues patient requests (the read waited for Redis)', async () => {
     const meter = createHttpServer((req, res) => {
       req.resume();
