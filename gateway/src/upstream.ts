@@ -6,9 +6,11 @@
 import { constants as h2, type ClientHttp2Session, type Settings } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import { Agent, buildConnector, Client, Pool, type Dispatcher } from 'undici';
+import { createParser } from 'eventsource-parser';
 import { BodyQueue } from './body-queue';
 import { Cancel, type CancelSignal } from './cancel';
 import { GeneratedText } from './cut-estimate';
+import { parseJson } from './json-object';
 import type { OutboundRequest } from './providers/adapter';
 
 /**
@@ -284,6 +286,14 @@ function eventEnd(piece: Buffer, state: number): number {
   return state;
 }
 
+/** Whether an event the stream ended in, without its blank line, reads whole: its data `[DONE]` or JSON. */
+function readsWhole(event: Buffer): boolean {
+  let data: string | null = null;
+  createParser({ onEvent: (e) => void (data ??= e.data) }).feed(`${event.toString('utf8')}\n\n`);
+  if (data === null || data === '[DONE]') return data !== null;
+  return parseJson(data) !== null;
+}
+
 /** The text generated in a first event's pieces, held when its call was cancelled: the provider bills it. */
 function generatedIn(held: Buffer[]): GeneratedText {
   const text = new GeneratedText();
@@ -400,7 +410,15 @@ class Call implements Dispatcher.DispatchHandler {
 
   onResponseEnd(controller: Dispatcher.DispatchController): void {
     this.done();
-    if (this.held) this.handOn(controller, Buffer.concat(this.held)); // ended inside its first event: relayed as it came
+    if (this.held) {
+      // Ended inside its first event: relayed when that event reads whole (a server that ends its last
+      // event without the blank line); cut short, it is a failed call, failed over, where the client
+      // got half an event it could not read.
+      const first = Buffer.concat(this.held);
+      this.held = null;
+      if (!readsWhole(first)) return this.reject(new UpstreamError('stream ended inside its first event', 'PROVIDER_DOWN'));
+      this.handOn(controller, first);
+    }
     if (this.rest) this.rest.end();
     else if (this.streamed) this.reject(new UpstreamError('stream ended before its first event', 'PROVIDER_DOWN'));
     else {

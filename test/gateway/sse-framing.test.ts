@@ -426,6 +426,22 @@ describe('comments before the first event (a provider that says it is still work
     }
   });
 
+  it('a stream that ends inside its first event is failed over; one whose only event lacks its blank line is relayed', async () => {
+    const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'whole' }, finish_reason: 'stop' }] })}`;
+    const client = new OpenAI({ baseURL: `${two.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const ask = () =>
+      client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }).withResponse();
+    // Cut short (the provider ended its response mid-event): the client would get half an event it cannot read.
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(chunk.slice(0, 60))] });
+    warm.always({ kind: 'stream', chunks: 2 });
+    const cut = await ask();
+    expect([cut.response.headers.get('x-route-tier'), (await streamText(cut.data)).text]).toEqual(['warm', 'part0 part1']);
+    // Whole, though the server ended without the blank line: the answer.
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.from(chunk)] });
+    const whole = await ask();
+    expect([whole.response.headers.get('x-route-tier'), (await streamText(whole.data)).text]).toEqual(['hot', 'whole']);
+  });
+
   it('comments do not stop the time-to-answer, and the events after them are relayed whole', async () => {
     const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'late' }, finish_reason: 'stop' }] })}\n\n`;
     // Comments every 50 ms for about 2 s, then the answer: past a time-to-answer of 500 ms.
