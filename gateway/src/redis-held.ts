@@ -6,10 +6,14 @@
  * own. An outage thus grew the process by every request it took: 2,000 requests left 4,015
  * commands held, an hour at 1,000 requests a second millions.
  *
- * Past MAX_HELD commands held on a connection (not yet sent, or sent and not answered), such a
- * command is not sent: the caller gets NotSent at once and does what it does when Redis does not
- * answer in time (a limit fails open, a claim runs without replay, a key not cached is refused
- * 503, an owner check 503). Reading the two lengths is all it costs a request.
+ * Past MAX_HELD commands held on a connection that is not up (not yet sent, or sent on the link
+ * lost and not answered), such a command is not sent: the caller gets NotSent at once and does what
+ * it does when Redis does not answer in time (a limit fails open, a claim runs without replay, a
+ * key not cached is refused 503, an owner check 503). A connection that is up sends it however many
+ * are in flight: a slow Redis answers them (at 2,500 requests a second and a second a command,
+ * 10,000 are in flight, and a revocation, a new key or a continued response must still get through),
+ * and a link that died silently is given up after DEAD_LINK_MS (stores.ts), its commands counted
+ * then. Reading the status, and while it is not up two lengths, is all it costs a request.
  */
 import type { Redis } from 'ioredis';
 
@@ -30,9 +34,9 @@ function heldCommands(redis: Redis): number {
   return (q.offlineQueue?.length ?? 0) + (q.commandQueue?.length ?? 0);
 }
 
-/** True when a request's command may be sent: the connection holds fewer than MAX_HELD. */
+/** True when a request's command may be sent: the connection is up, or holds fewer than MAX_HELD. */
 export function maySend(redis: Redis): boolean {
-  return heldCommands(redis) < MAX_HELD;
+  return redis.status === 'ready' || heldCommands(redis) < MAX_HELD;
 }
 
 /** Throws NotSent when the connection already holds MAX_HELD commands. */

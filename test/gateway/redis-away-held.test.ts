@@ -11,7 +11,8 @@ import { RedisLimiter } from '../../gateway/src/rate-limit';
 import { MAX_HELD } from '../../gateway/src/redis-held';
 import { RedisReplayStore } from '../../gateway/src/replay-store-redis';
 import { RedisResponseOwners } from '../../gateway/src/response-owners';
-import { hasRedisServer } from '../redis-db';
+import { hasRedisServer, TEST_REDIS_DB } from '../redis-db';
+import { RedisProxy } from '../redis-proxy';
 import { freePort, OwnRedis } from '../own-redis';
 
 /** Every request beyond the bound, each with a value of its own (tenant, key, id). */
@@ -98,4 +99,31 @@ describe.skipIf(!hasRedisServer)('Redis back after such an outage', () => {
       await own.end();
     }
   });
+});
+
+describe('a slow Redis that answers', () => {
+  it(
+    'a connection with 10,000 commands in flight still sends a key lookup, an owner read and a limit check',
+    { timeout: 30_000 },
+    async () => {
+      const slow = await new RedisProxy(0).start();
+      try {
+        const redis = new Redis(slow.url(TEST_REDIS_DB), { maxRetriesPerRequest: null });
+        connections.push(redis);
+        await redis.ping();
+        slow.delayMs = 800; // answers each command, late: an overloaded or distant Redis
+        // Other requests' commands in flight (2,500 requests a second, four commands each, over a second).
+        const load = Array.from({ length: MAX_HELD }, (_, i) => redis.get(`held-slow:load:${i}`).catch(() => 'lost'));
+        expect(held(redis)).toBe(MAX_HELD);
+        const limiter = new RedisLimiter(redis, `held-slow-${process.pid}`, { tenant_requests_per_minute: 10 }, Date.now, 10_000);
+        // Before: each refused NotSent at once, though Redis answers them all within a second or two.
+        await expect(new RedisKeyStore(redis, 'held-slow').find(['0'.repeat(64)])).resolves.toEqual([null]);
+        await expect(new RedisResponseOwners(redis, 'held-slow').owners(['resp_slow'])).resolves.toEqual([null]);
+        await expect(limiter.hitRequest('acme')).resolves.toBeNull();
+        expect(await Promise.all(load)).not.toContain('lost');
+      } finally {
+        await slow.stop();
+      }
+    },
+  );
 });
