@@ -71,8 +71,9 @@ afterEach(async () => {
 });
 
 /** `hooks`: where the functions' webhooks are (the target's URL unless given). */
-async function up(extraEnv: NodeJS.ProcessEnv = {}, logs: string[] = [], hooks = target.url) {
+async function up(extraEnv: NodeJS.ProcessEnv = {}, logs: string[] = [], hooks = target.url, edit: (c: any) => void = () => undefined) {
   const c = filled() as any;
+  edit(c);
   for (const f of c.functions) if (f.webhook) f.webhook = `${hooks}/${f.name}`;
   c.workflow.dlq_url = `${dlq.url}/dlq`;
   c.spend_guard.log_to = `${observe.url}/log`;
@@ -576,6 +577,33 @@ describe('after each call', () => {
     await post(gw.url, '/v1/voice/calls/sum-4xx/end', { outcome: 'abandoned', duration_s: 1 });
     await until(() => warned('sum-4xx'));
     expect(observe.seen).toHaveLength(4);
+  });
+
+  it("a voice server's call whose responses reported text tokens the configuration has no price for is metered with its known cost and UNPRICED, not as a whole figure", async () => {
+    const usage = {
+      input_token_details: { audio_tokens: 100, text_tokens: 2000 },
+      output_token_details: { audio_tokens: 50, text_tokens: 40 },
+    };
+    const costOf = async (id: string, edit: (c: any) => void) => {
+      const gw = await up({}, [], target.url, edit);
+      await post(gw.url, '/v1/voice/calls', { call_id: id, from: '+1', at: '2026-11-23T10:00:00Z' });
+      await post(gw.url, '/v1/voice/calls/' + id + '/events', [{ type: 'assistant.response.done', usage }]);
+      await post(gw.url, '/v1/voice/calls/' + id + '/end', { outcome: 'abandoned', duration_s: 30 });
+      await gw.stack.close();
+      stacks.pop();
+      const line = readFileSync(join(dir, 'events.csv'), 'utf8')
+        .split('\n')
+        .find((l) => l.includes(`,openai,gpt-realtime-mini,`) && l.includes(`,${id},`));
+      const cells = line?.split(',') ?? [];
+      return [cells[9], cells.at(-1)]; // cost_usd, error_code
+    };
+    // Audio 100 × 10 + 50 × 20; text 2000 × 0.6 + 40 × 2.4 (USD per million).
+    expect(await costOf('text-priced', () => undefined)).toEqual(['0.003296', '']);
+    const unpriced = (c: any) => {
+      delete c.spend_guard.text_in_per_million;
+      delete c.spend_guard.text_out_per_million;
+    };
+    expect(await costOf('text-unpriced', unpriced)).toEqual(['0.002', 'UNPRICED']);
   });
 
   it('a country without telephony rates is an error naming it, never a global rate', async () => {

@@ -8,6 +8,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { CallRecord } from '../../../schema/call-record';
 import type { EventRecord } from '../../../schema/event-record';
+import { markUnpriced } from '../../../schema/unpriced';
 import { retrying, type RetryPolicy } from '../backoff';
 import { MAX_CALL_S, type EndCallBody } from './bodies';
 import type { StoredCall } from './call-store';
@@ -114,6 +115,8 @@ export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDep
         customer_id: tenant,
         confidence: record.confidence_avg,
         review_required: record.escalated,
+        // Text tokens without a price: the cost is the part known, marked short as the bridge's events are.
+        ...(s.unpricedTextTokens ? { error_code: markUnpriced('') } : {}),
       }),
     );
   if (record.telephony_minutes > 0) {

@@ -50,6 +50,11 @@ export interface CallState {
   billedUsd: number | null;
   /** Sum of the transcriptions' costs (absent in a call stored before transcriptions were billed). */
   transcribedUsd?: number;
+  /**
+   * Text tokens the responses reported that the configuration has no price for (left out of
+   * `billedUsd`): when > 0 the call's cost is short, and its meter event says so (absent: none).
+   */
+  unpricedTextTokens?: number;
   lowConfidence: number;
   confidences: number[];
   ttfbMs: number[];
@@ -302,7 +307,9 @@ function onResponseDone(state: CallState, event: EventOf<'assistant.response.don
   state.turns++;
   const before = state.estUsdFromDurations;
   state.estUsdFromDurations = estUsdFromDurations(state, cfg);
-  const billed = event.usage ? (usageCost(event.usage, cfg)?.usd ?? null) : null;
+  const cost = event.usage ? usageCost(event.usage, cfg) : null;
+  const billed = cost?.usd ?? null;
+  if (cost?.unpricedTextTokens) state.unpricedTextTokens = (state.unpricedTextTokens ?? 0) + cost.unpricedTextTokens;
   // A response without usage (omitted, or cancelled before it) is billed the estimate of the
   // audio since the previous one, so the cap still holds; responses before the first that
   // reported usage likewise.
