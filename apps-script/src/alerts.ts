@@ -59,7 +59,7 @@ interface LateCrossing {
 
 export interface CapCheck {
   totals: SpendTotals;
-  /** Events marked as having no price (counted as $0 in the totals), today and in the 7 days. */
+  /** Events marked as having no price (counted at the part of their cost known, $0 when none is), today and in the 7 days. */
   unpriced: SpendTotals;
   /** Rows whose cost cell holds no number ≥ 0 (left out of the totals), today and in the 7 days. */
   unreadable: SpendTotals;
@@ -83,7 +83,7 @@ const usd = (value: number, decimals: number) => `$${value.toFixed(decimals)}`;
 function unpricedNote(unpriced: SpendTotals): string {
   if (unpriced.last7d === 0) return '';
   const calls = (n: number) => `${n} call${n === 1 ? '' : 's'}`;
-  return `${calls(unpriced.last7d)} without a price in the last 7 days (${unpriced.today} today): their cost is unknown and counted as $0, so the totals are too low`;
+  return `${calls(unpriced.last7d)} without a price in the last 7 days (${unpriced.today} today): their cost is not known in full and only the part of it known is counted ($0 when none is), so the totals are too low`;
 }
 
 /** "N rows with a cost that is not a number ≥ 0 …" (typed by hand over the meter's), or '' when there are none. */

@@ -56,7 +56,7 @@ function digestGrid(d: DigestFigures, full: string): unknown[][] {
   // Beside the scorecards, the part of each that is an estimate (calls marked ESTIMATED, counted in them).
   grid.push(pad(['Cost today (UTC)', 'Cost last 7 days', 'Cost last 30 days', 'Of which estimated: today / 7 days / 30 days']));
   grid.push(pad([d.today, d.last7d, d.last30d, text(estimatedParts(d).join(' / '))]));
-  // Their cost is unknown and counted as 0 above, so the scorecards are too low by that much.
+  // Their cost is not known in full (counted above at the part known, 0 when none is), so the scorecards are too low.
   // Beside them, the rows whose cost cell holds no number ≥ 0 (typed by hand), left out of the scorecards.
   grid.push(
     pad([

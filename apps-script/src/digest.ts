@@ -37,7 +37,7 @@ export interface DigestFigures {
   today: number;
   last7d: number;
   last30d: number;
-  /** Calls marked as having no price (their cost counts as 0 above), over the same periods. */
+  /** Calls marked as having no price (their cost counts above at the part known, 0 when none is), over the same periods. */
   unpriced: { today: number; last7d: number; last30d: number };
   /** The part of today's, the 7-day and the 30-day cost that is estimated (calls marked ESTIMATED). */
   estimated: { today: number; last7d: number; last30d: number };
@@ -182,7 +182,9 @@ function figures(tally: Tally, nowMs: number, start30: number): DigestFigures {
 /** "N calls without a price …" for people, or '' when there were none in the last 7 days. */
 export function unpricedSentence(d: DigestFigures): string {
   const n = d.unpriced.last7d;
-  return n === 0 ? '' : `${n} call${n === 1 ? '' : 's'} without a price in the last 7 days: their cost is unknown and counted as $0.`;
+  return n === 0
+    ? ''
+    : `${n} call${n === 1 ? '' : 's'} without a price in the last 7 days: their cost is not known in full, and only the part of it known is counted ($0 when none is).`;
 }
 
 /** "N rows … have a cost that is not a number ≥ 0 …" for people, or '' when there were none. */

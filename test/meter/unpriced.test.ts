@@ -78,6 +78,32 @@ describe('calls without a price', () => {
   });
 });
 
+describe('calls priced in part (a cost sent with UNPRICED: a voice response whose text tokens the concierge has no price for)', () => {
+  it('their known part counts in the totals, and the alert and the e-mail do not say they were counted as $0', () => {
+    const platform = new FakePlatform();
+    platform.clock.set('2026-11-22T12:00:00Z');
+    const meter = loadBundle(platform);
+    meter.setup();
+    platform.properties.setProperty('SECRET_TOKEN', SECRET);
+    const event = { event_id: 'part', cost_usd: 2.5, input_tokens: 900, output_tokens: 40, error_code: 'UNPRICED' };
+    expect(callJson(meter, 'doPost', { token: SECRET }, { events: [event] })).toMatchObject({ ok: true, appended: 1 });
+    const config = platform.spreadsheet.tab('Config')!.data;
+    config.find((r) => r[0] === 'SLACK_WEBHOOK_URL')![1] = WEBHOOK;
+    config.find((r) => r[0] === 'DAILY_CAP_USD')![1] = 1;
+    config.find((r) => r[0] === 'TEAM_EMAILS')![1] = 'ops@example.com';
+    meter.checkSpendCaps();
+    meter.sendWeeklyDigest();
+    const [alert] = platform.urlFetch.payloads(WEBHOOK);
+    const [mail] = platform.mail.sent;
+    expect(alert.text).toContain('Today: $2.5000 of $1.00 daily cap');
+    for (const text of [alert.text, mail.body]) {
+      expect(text).toContain('1 call without a price in the last 7 days');
+      expect(text).toContain('only the part of it known is counted ($0 when none is)');
+      expect(text).not.toContain('counted as $0');
+    }
+  });
+});
+
 describe('calls with an estimated cost (a stream cut on the gateway side, schema/estimated.ts)', () => {
   it('are stored as sent, their cost counts towards the caps, and they are not calls without a price', () => {
     const platform = new FakePlatform();
