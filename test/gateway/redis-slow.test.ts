@@ -1,5 +1,6 @@
 // A Redis that answers, but late (a second or more a command: an overloaded or distant Redis). A
 // proxy in front of the test run's Redis plays it (test/redis-proxy.ts).
+import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { TEST_REDIS_DB } from '../redis-db';
@@ -144,7 +145,15 @@ describe('a slow Redis', () => {
       const meter = await new FakeMeterWebApp().start();
       try {
         slow.delayMs = 1500;
-        const extra = { QUEUE_STORE_URL: slow.url(TEST_REDIS_DB), GATEWAY_AUTH: 'open', METER_URL: meter.url, METER_TOKEN: 'tok' };
+        // Its spool in the test's folder: the default (.data/meter-spool) is the checkout's own.
+        const spool = { METER_SPOOL_DIR: join(world.dir, 'spool') };
+        const extra = {
+          QUEUE_STORE_URL: slow.url(TEST_REDIS_DB),
+          GATEWAY_AUTH: 'open',
+          METER_URL: meter.url,
+          METER_TOKEN: 'tok',
+          ...spool,
+        };
         const gw = await world.up(extra);
         // Before: it waited a second for the first spend figures whatever its time-to-answer, and a
         // healthy provider was never called: 503 "no route answered in time".
