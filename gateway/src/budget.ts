@@ -56,9 +56,11 @@ export class MemoryPause implements PauseFlag {
 /**
  * Lua: the mark KEYS[2] holds (0: none, also for a value that is no whole number of ms, as markOf
  * reads it: Lua's `nan`, `inf` or `-5` were numbers to the scripts); the next mark, Redis's clock in
- * ms but past it (a clock set back still gives a newer one).
+ * ms but past it (a clock set back still gives a newer one); whether the flag `v` read now is gone
+ * by Redis's loss (ARGV: 1 when this instance last read the pause, and the mark it read with it):
+ * gone while the mark is gone or older than that one.
  */
-const NEXT_MARK = `
+const MARKS = `
 local function mark_held()
   local v = redis.call('GET', KEYS[2])
   if v and string.match(v, '^[1-9]%d*$') and #v <= 15 then return tonumber(v) end
@@ -70,6 +72,9 @@ local function next_mark()
   local m = mark_held()
   if now <= m then now = m + 1 end
   return now
+end
+local function lost_here(v)
+  return not v and ARGV[1] == '1' and mark_held() < tonumber(ARGV[2])
 end`;
 
 /**
@@ -78,10 +83,10 @@ end`;
  * no second notice for a pause that never lifted).
  */
 const SET_PAUSE = `
-${NEXT_MARK}
+${MARKS}
 local before = redis.call('GET', KEYS[1])
 local lost = 0
-if not before and ARGV[1] == '1' and mark_held() < tonumber(ARGV[2]) then lost = 1 end
+if lost_here(before) then lost = 1 end
 local mark = next_mark()
 redis.call('SET', KEYS[1], '1')
 redis.call('SET', KEYS[2], string.format('%.0f', mark))
@@ -94,7 +99,7 @@ return {before, mark, lost}`;
  * can drain.
  */
 const CLEAR_PAUSE = `
-${NEXT_MARK}
+${MARKS}
 local mark = next_mark()
 local moved = redis.pcall('SET', KEYS[2], string.format('%.0f', mark))
 if type(moved) == 'table' and moved.err then
@@ -112,7 +117,7 @@ return mark`;
  * Returns 1 when paused, the mark, and 1 when put back.
  */
 const PUT_BACK = `
-${NEXT_MARK}
+${MARKS}
 local v = redis.call('GET', KEYS[1])
 local m = mark_held()
 if v == '1' then
@@ -122,11 +127,10 @@ if v == '1' then
   end
   return {1, m, 0}
 end
-local last = tonumber(ARGV[2])
-if v or ARGV[1] ~= '1' or m >= last then return {0, m, 0} end
+if not lost_here(v) then return {0, m, 0} end
 redis.call('SET', KEYS[1], '1')
 redis.call('SET', KEYS[2], ARGV[2])
-return {1, last, 1}`;
+return {1, tonumber(ARGV[2]), 1}`;
 
 interface PauseCommands {
   pauseSet(flag: string, mark: string, hadPause: 0 | 1, lastMark: number): Promise<[string | null, number, number]>;

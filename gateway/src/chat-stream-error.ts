@@ -5,8 +5,8 @@
  * One rule for the chat stream passed through and for its Responses translation: either way the
  * call failed, though the stream may end properly after it.
  */
-import { createParser } from 'eventsource-parser';
 import { isObject, parseJson } from './json-object';
+import { firstEventData } from './sse';
 type Json = Record<string, unknown>;
 const REPORTED = 'the provider reported an error';
 const FAILED: Record<string, string> = { error: REPORTED, abort: 'the provider aborted the answer' };
@@ -24,7 +24,6 @@ export function chatStreamError(chunk: Json): string | null {
 /** A literal `"error"` or `"abort"` cannot occur inside a JSON string (its quotes would be escaped). */
 const ERROR_KEY = Buffer.from('"error"');
 const ABORT = Buffer.from('"abort"');
-const CR = 0x0d;
 
 /**
  * The error a whole chat answer reports in its body, or null (OpenRouter answers `200` once
@@ -45,12 +44,9 @@ export function answerError(body: Buffer): string | null {
  */
 export function firstEventError(first: Buffer): Buffer | null {
   if (first.indexOf(ERROR_KEY) === -1 && first.indexOf(ABORT) === -1) return null;
-  let data: string | null = null;
-  const parser = createParser({ onEvent: (e) => void (data ??= e.data) });
-  parser.feed(first.toString('utf8'));
   // A CR it ends in ends its line (the stream is handed on at a blank line, upstream.ts), though the
-  // parser waits for a LF that may follow it: CR-only line ends, or a CRLF split between its CR and LF.
-  if (data === null && first[first.length - 1] === CR) parser.feed('\n');
+  // parser alone would wait for a LF: CR-only line ends, or a CRLF split between its CR and LF.
+  const data = firstEventData(first);
   if (data === null) return null;
   const event = Buffer.from(data);
   return answerError(event) === null ? null : event;

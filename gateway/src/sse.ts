@@ -91,6 +91,16 @@ export interface RelayResult {
   unsent: boolean;
 }
 
+/**
+ * The data of the first event in `text`, read as if the stream ended there: a last line without its
+ * line end, or a CR the parser would wait on for a LF, still ends it. Null when it holds no event.
+ */
+export function firstEventData(text: Buffer): string | null {
+  let data: string | null = null;
+  createParser({ onEvent: (e) => void (data ??= e.data) }).feed(`${text.toString('utf8')}\n\n`);
+  return data;
+}
+
 /** An event as SSE text, LF line endings, multi-line data kept as several `data:` lines. */
 export function serialize(event: EventSourceMessage): string {
   const head = `${event.event ? `event: ${event.event}\n` : ''}${event.id !== undefined ? `id: ${event.id}\n` : ''}`;

@@ -6,12 +6,12 @@
 import { constants as h2, type ClientHttp2Session, type Settings } from 'node:http2';
 import type { TLSSocket } from 'node:tls';
 import { Agent, buildConnector, Client, Pool, type Dispatcher } from 'undici';
-import { createParser } from 'eventsource-parser';
 import { BodyQueue } from './body-queue';
 import { Cancel, type CancelSignal } from './cancel';
 import { GeneratedText } from './cut-estimate';
 import { parseJson } from './json-object';
 import type { OutboundRequest } from './providers/adapter';
+import { firstEventData } from './sse';
 
 /**
  * The connection pools to providers. No cap on connections per origin by default: long streams
@@ -288,10 +288,8 @@ function eventEnd(piece: Buffer, state: number): number {
 
 /** Whether an event the stream ended in, without its blank line, reads whole: its data `[DONE]` or JSON. */
 function readsWhole(event: Buffer): boolean {
-  let data: string | null = null;
-  createParser({ onEvent: (e) => void (data ??= e.data) }).feed(`${event.toString('utf8')}\n\n`);
-  if (data === null || data === '[DONE]') return data !== null;
-  return parseJson(data) !== null;
+  const data = firstEventData(event);
+  return data === '[DONE]' || (data !== null && parseJson(data) !== null);
 }
 
 /** The text generated in a first event's pieces, held when its call was cancelled: the provider bills it. */

@@ -72,7 +72,8 @@ export type VoiceEvent =
   | { type: 'transcript'; text: string; confidence: number; speaker: 'user' | 'assistant' }
   | { type: 'transcription.done'; usd: number };
 
-interface RealtimeUsage {
+/** The token counts of a realtime response's usage the guard prices. */
+export interface RealtimeUsage {
   input_token_details?: {
     audio_tokens?: number;
     text_tokens?: number;
@@ -82,6 +83,13 @@ interface RealtimeUsage {
 }
 
 export class VoiceEventError extends Error {}
+
+/** Where each count the guard prices is in a usage, in the order they are checked. */
+export const PRICED_COUNTS = (['audio_tokens', 'text_tokens'] as const).flatMap((kind) => [
+  ['input_token_details', kind],
+  ['input_token_details', 'cached_tokens_details', kind],
+  ['output_token_details', kind],
+]);
 
 /** The longest audio frame or time to first byte taken (an hour): longer is not a measurement. */
 const MAX_MS = 3_600_000;
@@ -102,14 +110,10 @@ function measure(field: string, value: unknown, min: number, max: number, what: 
 function checkUsage(usage: RealtimeUsage): void {
   const at = 'assistant.response.done.usage';
   if (typeof usage !== 'object' || usage === null) throw new VoiceEventError(`${at}: expected an object`);
-  const input = usage.input_token_details;
-  const counts: Array<[string, unknown]> = (['audio_tokens', 'text_tokens'] as const).flatMap((kind): Array<[string, unknown]> => [
-    [`${at}.input_token_details.${kind}`, input?.[kind]],
-    [`${at}.input_token_details.cached_tokens_details.${kind}`, input?.cached_tokens_details?.[kind]],
-    [`${at}.output_token_details.${kind}`, usage.output_token_details?.[kind]],
-  ]);
-  for (const [field, value] of counts) {
+  for (const path of PRICED_COUNTS) {
+    const value = path.reduce<unknown>((v, key) => (v as Record<string, unknown> | null | undefined)?.[key], usage);
     if (value === undefined) continue;
+    const field = `${at}.${path.join('.')}`;
     const n = measure(field, value, 0, MAX_AUDIO_TOKENS, `a whole number of tokens from 0 to ${MAX_AUDIO_TOKENS}`);
     if (!Number.isInteger(n)) throw new VoiceEventError(`${field}: expected a whole number of tokens, got ${n}`);
   }

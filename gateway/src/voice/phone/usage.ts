@@ -5,30 +5,16 @@
  * string or huge figure can neither put a made-up cost in the meter nor make the guard refuse the
  * response (which would blind it to the turn and its cost). Fields the bridge does not use are left out.
  */
-import { MAX_AUDIO_TOKENS } from '../spend-guard';
+import { MAX_AUDIO_TOKENS, PRICED_COUNTS, type RealtimeUsage } from '../spend-guard';
 import { isObject } from '../../json-object';
 
-export interface Usage {
+export interface Usage extends RealtimeUsage {
   input_tokens?: number;
   output_tokens?: number;
-  input_token_details?: {
-    audio_tokens?: number;
-    text_tokens?: number;
-    cached_tokens_details?: { audio_tokens?: number; text_tokens?: number };
-  };
-  output_token_details?: { audio_tokens?: number; text_tokens?: number };
 }
 
-const COUNTS = [
-  ['input_tokens'],
-  ['output_tokens'],
-  ['input_token_details', 'audio_tokens'],
-  ['input_token_details', 'cached_tokens_details', 'audio_tokens'],
-  ['output_token_details', 'audio_tokens'],
-  ['input_token_details', 'text_tokens'],
-  ['input_token_details', 'cached_tokens_details', 'text_tokens'],
-  ['output_token_details', 'text_tokens'],
-];
+/** The totals the meter shows, and every count the guard prices. */
+const COUNTS: ReadonlyArray<readonly string[]> = [['input_tokens'], ['output_tokens'], ...PRICED_COUNTS];
 
 type Obj = Record<string, unknown>;
 const isCount = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= MAX_AUDIO_TOKENS;
@@ -49,7 +35,7 @@ export function cleanUsage(raw: unknown): { usage: Usage | undefined; dropped: s
 }
 
 /** The value at `path`, or the first step on the way that is present but not an object (`at` says how deep). */
-function dig(o: Obj, path: string[]): { value: unknown; at: number } {
+function dig(o: Obj, path: readonly string[]): { value: unknown; at: number } {
   let cur: unknown = o;
   for (let i = 0; i < path.length; i++) {
     if (!isObject(cur)) return { value: cur, at: i };
@@ -59,7 +45,7 @@ function dig(o: Obj, path: string[]): { value: unknown; at: number } {
   return { value: cur, at: path.length };
 }
 
-function put(o: Obj, path: string[], value: number): void {
+function put(o: Obj, path: readonly string[], value: number): void {
   let cur = o;
   for (const key of path.slice(0, -1)) cur = (cur[key] ??= {}) as Obj;
   cur[path.at(-1)!] = value;
