@@ -1273,6 +1273,48 @@ describe('through the gateway, translated for a chat-only route', () => {
     }
   });
 
+  it("calls whose argument pieces a provider interleaves, the next begun before the first's arguments were whole: each call's done events carry its whole arguments", async () => {
+    const call = (index: number, id: string, text: string) => ({
+      index,
+      id,
+      type: 'function',
+      function: { name: 'get_weather', arguments: text },
+    });
+    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [
+        sse([
+          chunk({ role: 'assistant', content: null }),
+          chunk({ tool_calls: [call(0, 'call_p', '{"city":')] }),
+          chunk({ tool_calls: [call(1, 'call_o', '{"city":')] }),
+          chunk({ tool_calls: [args(0, '"Paris"}')] }),
+          chunk({ tool_calls: [args(1, '"Oslo"}')] }),
+          chunk({}, 'tool_calls'),
+        ]),
+      ],
+    });
+    const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'Paris and Oslo?', tools: [WEATHER_TOOL] });
+    const events: ResponseStreamEvent[] = [];
+    stream.on('event', (e) => events.push(e));
+    const final = await stream.finalResponse();
+    const calls = [
+      { type: 'function_call', status: 'completed', call_id: 'call_p', arguments: '{"city":"Paris"}' },
+      { type: 'function_call', status: 'completed', call_id: 'call_o', arguments: '{"city":"Oslo"}' },
+    ];
+    expect(final.output).toMatchObject(calls);
+    const done = events.flatMap((e) => (e.type === 'response.output_item.done' ? [e.item] : []));
+    expect(done).toMatchObject(calls);
+    expect(events.flatMap((e) => (e.type === 'response.function_call_arguments.done' ? [e.arguments] : []))).toEqual(
+      calls.map((c) => c.arguments),
+    );
+    // Each call's deltas, sent while it was open, make its arguments.
+    const deltas = calls.map((_, i) =>
+      events.map((e) => (e.type === 'response.function_call_arguments.delta' && e.output_index === i ? e.delta : '')).join(''),
+    );
+    expect(deltas).toEqual(calls.map((c) => c.arguments));
+  });
+
   it('parallel calls under one index, heads first, each argument piece naming its call by id: each call once, whole as streamed', async () => {
     const head = (id: string) => ({ index: 0, id, type: 'function', function: { name: 'get_weather', arguments: '' } });
     const args = (id: string, text: string) => ({ index: 0, id, function: { arguments: text } });

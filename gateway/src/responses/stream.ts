@@ -19,8 +19,9 @@
  * item is closed when the next begins (as OpenAI does), so output_index, content_index and item_id
  * always name an item the client has seen added and not yet done. A refusal streams as a `refusal`
  * content part of the message; content a provider streams as a list of parts is read as a whole
- * answer's is (answer.ts: its text parts). A call that begins while the open call has no arguments
- * yet (a provider that streams every call's head first, their arguments after) is held: the open
+ * answer's is (answer.ts: its text parts). A call that begins while the open call's arguments are
+ * not yet whole JSON (a provider that streams every call's head first, their arguments after, or
+ * that interleaves the calls' argument pieces) is held: the open
  * call keeps streaming, and the held calls are shown after it closes, each with its whole
  * arguments in one delta, so that each call's `.done` events carry its arguments. Arguments that
  * come for a call already closed (after text began) are kept for the final response without
@@ -96,6 +97,16 @@ type EventOf<T extends ResponseStreamEvent['type']> = Omit<Extract<ResponseStrea
 const argumentsDelta = (args: unknown): string =>
   typeof args === 'string' ? args : isObject(args) || Array.isArray(args) ? jsonText(args) : '';
 
+/** Whether a call's arguments so far are whole JSON (else more of them is still to come). */
+function wholeJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Items added one by one: a chunk may have more logprobs than `push(...items)` takes arguments. */
 function append<T>(to: T[], items: readonly T[]): void {
   for (const item of items) to.push(item);
@@ -128,9 +139,9 @@ export class ChatToResponsesStream {
   /** The item still open (at most one: an item is closed when the next begins). */
   private open: MessageState | CallState | null = null;
   /**
-   * Calls begun while the open call had no arguments yet (a provider that streams the calls'
-   * heads first, their arguments after): shown once the open call closes, each whole, so that no
-   * call is closed before its arguments came.
+   * Calls begun while the open call's arguments were not yet whole (a provider that streams the
+   * calls' heads first, their arguments after, or interleaves their pieces): shown once the open
+   * call closes, each whole, so that no call is closed before its arguments came.
    */
   private readonly held: CallState[] = [];
   /** While calls are held, the call whose arguments came last: the one a token limit cut. */
@@ -343,8 +354,9 @@ export class ChatToResponsesStream {
     // is a new call, and an id seen before under it (a piece naming its call) that call's.
     if (call?.providerId && id && id !== call.providerId) call = this.byId.get(`${key} ${id}`);
     if (!call) {
-      // The open call without arguments yet may get them after this one's head: this one waits.
-      const hold = this.open?.kind === 'call' && (!this.open.arguments || this.held.length > 0);
+      // The open call whose arguments are not yet whole (none yet, or a provider interleaving the
+      // calls' pieces) may get the rest after this one's head: this one waits.
+      const hold = this.open?.kind === 'call' && (this.held.length > 0 || !wholeJson(this.open.arguments));
       if (!hold) this.close(out, 'completed');
       const outputIndex = this.items.length;
       call = {
