@@ -35,6 +35,7 @@ function codeOf(issue: z.core.$ZodIssue, value: unknown): string {
 
 /** Whether `value` is of the JS `type` a field takes; 'integer' too: a decimal there is of the wrong type, as OpenAI says. */
 export function isOfType(value: unknown, type: unknown): boolean {
+  if (type === 'array') return Array.isArray(value);
   return type === 'integer' ? Number.isInteger(value) : typeof value === type;
 }
 

@@ -398,6 +398,8 @@ describe('responsesToChat', () => {
       'invalid_value',
     ],
     ['a temperature that is not a number', { temperature: 'hot' }, 'temperature', 'invalid_type'],
+    ['include given as one string, not a list', { include: 'message.output_text.logprobs' }, 'include', 'invalid_type'],
+    ['include with an entry that is not a string', { include: [1] }, 'include', 'invalid_value'],
     [
       'a json_schema format without a schema',
       { text: { format: { type: 'json_schema', name: 'x' } } },

@@ -96,7 +96,7 @@ function optional(
   key: string,
   ok: (v: unknown) => boolean,
   what: string,
-  type: 'string' | 'number' | 'integer' | 'boolean' | 'object',
+  type: 'string' | 'number' | 'integer' | 'boolean' | 'object' | 'array',
 ): void {
   const v = body[key];
   if (isSet(v) && !ok(v)) refuse(isOfType(v, type) ? 'invalid_value' : 'invalid_type', key, `'${key}' must be ${what}.`, true);
@@ -198,6 +198,8 @@ function translate(body: Json): Json {
   optional(body, 'user', isString, 'a string', 'string');
   optional(body, 'safety_identifier', isString, 'a string', 'string');
   optional(body, 'metadata', isObject, 'an object', 'object');
+  // Checked though mostly ignored: a string for the list would drop the logprobs it asks for unsaid.
+  optional(body, 'include', (v) => Array.isArray(v) && v.every(isString), 'an array of strings', 'array');
 
   const chat: Json = { messages: messages(body) };
   const tools = chatTools(body);
