@@ -1317,6 +1317,40 @@ describe('through the gateway, translated for a chat-only route', () => {
     expect(deltas).toEqual(calls.map((c) => c.arguments));
   });
 
+  it('interleaved calls cut at the token limit: every call whose arguments are not whole JSON is incomplete, not only the one fed last', async () => {
+    const call = (index: number, id: string, text: string) => ({
+      index,
+      id,
+      type: 'function',
+      function: { name: 'get_weather', arguments: text },
+    });
+    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
+    provider.next({
+      kind: 'raw-stream',
+      pieces: [
+        sse([
+          chunk({ role: 'assistant', content: null }),
+          chunk({ tool_calls: [call(0, 'call_p', '{"city":')] }),
+          chunk({ tool_calls: [call(1, 'call_o', '{"city":')] }),
+          chunk({ tool_calls: [args(0, '"Paris"')] }),
+          chunk({ tool_calls: [args(1, '"Os')] }),
+          chunk({}, 'length'),
+        ]),
+      ],
+    });
+    const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'Paris and Oslo?', tools: [WEATHER_TOOL] });
+    const done: unknown[] = [];
+    stream.on('response.output_item.done', (e) => done.push(e.item));
+    const final = await stream.finalResponse();
+    const calls = [
+      { type: 'function_call', status: 'incomplete', call_id: 'call_p', arguments: '{"city":"Paris"' },
+      { type: 'function_call', status: 'incomplete', call_id: 'call_o', arguments: '{"city":"Os' },
+    ];
+    expect(final).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' } });
+    expect(final.output).toMatchObject(calls);
+    expect(done).toMatchObject(calls);
+  });
+
   it('parallel calls under one index, heads first, each argument piece naming its call by id: each call once, whole as streamed', async () => {
     const head = (id: string) => ({ index: 0, id, type: 'function', function: { name: 'get_weather', arguments: '' } });
     const args = (id: string, text: string) => ({ index: 0, id, function: { arguments: text } });

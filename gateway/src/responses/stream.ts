@@ -404,7 +404,8 @@ export class ChatToResponsesStream {
    * Closes the open item, if any, with its `.done` events, then shows each held call whole (its
    * arguments so far in one delta). `status` is the last item's; with calls held, the one cut
    * (`incomplete`) is the call whose arguments came last (the first, when none came), and the
-   * calls after it that had none yet are cut too (theirs would have come after).
+   * calls after it that had none yet are cut too (theirs would have come after), as is any call
+   * whose arguments do not parse (a provider interleaving the calls' pieces cut them all).
    */
   private close(out: ResponseStreamEvent[], status: 'completed' | 'incomplete'): void {
     const held = this.held.splice(0);
@@ -412,7 +413,9 @@ export class ChatToResponsesStream {
     const calls = [this.open as CallState, ...held];
     const fed = this.fed ? calls.indexOf(this.fed) : -1;
     const cut = Math.max(fed, 0); // none came: the first call was cut, before its arguments
-    const statusAt = (i: number) => (i === cut || (i > cut && !calls[i].arguments) ? status : 'completed');
+    // Cut short, a call whose arguments do not parse was cut too, wherever the provider's pieces left it.
+    const broken = (i: number) => status === 'incomplete' && calls[i].arguments !== '' && !wholeJson(calls[i].arguments);
+    const statusAt = (i: number) => (i === cut || (i > cut && !calls[i].arguments) || broken(i) ? status : 'completed');
     this.closeOpen(out, statusAt(0));
     held.forEach((call, i) => {
       const args = call.arguments;
