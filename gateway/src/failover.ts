@@ -230,7 +230,7 @@ export class Failover {
   async route(ctx: RequestContext, deadline: Deadline, options: RouteOptions): Promise<Outcome> {
     let attempts = options.priorAttempts ?? 0;
     let lastError: string | null = null;
-    /** A route passed over for its breaker, or unable to serve the request: not every one switched off. */
+    /** A route passed over for its breaker: not every one switched off. */
     let notSwitchedOff = false;
     const planner = new CallPlanner(ctx);
     const set = options.set ?? this.set;
@@ -238,10 +238,7 @@ export class Failover {
     for (const route of this.candidates(options.flags, options.skip, set, options.model)) {
       const config = options.model ? { ...route.config, model: options.model } : route.config;
       const plan = planner.planFor(route, config.model);
-      if (!plan) {
-        notSwitchedOff = true; // this route cannot serve this request's API or model: not a switch, so not "switched off"
-        continue;
-      }
+      if (!plan) continue; // this route cannot serve this request's API or model: neither called nor switched off
       for (let n = 1; n <= RETRY.attempts; n++) {
         if (options.signal?.aborted) return { kind: 'exhausted', attempts, reason: 'client_closed', lastError: 'client went away' };
         if (deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS)
@@ -330,7 +327,13 @@ export class Failover {
     }
     // The routes ran out; if the time did too, that is what the client is told (504, not 503).
     const timeUp = attempts > 0 && deadline.remaining() < MIN_ATTEMPT_MS + FALLBACK_RESERVE_MS;
-    const switchedOff = attempts === (options.priorAttempts ?? 0) && !notSwitchedOff;
+    // Switched off: no route was called nor passed over for its breaker, and some route of the set
+    // serves this request (its API, and for embeddings its model), so the switches took each one. A
+    // route that cannot serve it (an embeddings route, to a chat request) takes no part: it is no switch.
+    const switchedOff =
+      attempts === (options.priorAttempts ?? 0) &&
+      !notSwitchedOff &&
+      set.routes.some((r) => planner.planFor(r, options.model ?? r.config.model) !== null);
     return { kind: 'exhausted', attempts, reason: timeUp ? 'time_to_answer' : 'all_failed', lastError, switchedOff };
   }
 

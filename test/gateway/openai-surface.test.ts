@@ -6,8 +6,9 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
+import { NONE_CALLED } from '../../gateway/src/outcome';
 import { FakeProvider } from './fake-provider';
-import { listenStack, mapOf, startGateway, type TestGateway } from './harness';
+import { ADMIN, listenStack, mapOf, startGateway, type TestGateway } from './harness';
 import { until } from './keys-harness';
 
 let hot: FakeProvider, warm: FakeProvider, embedA: FakeProvider, embedB: FakeProvider, other: FakeProvider;
@@ -409,6 +410,35 @@ describe('POST /v1/embeddings', () => {
     } finally {
       await stack.stop();
     }
+  });
+
+  // The shipped maps hold chat and embeddings routes side by side. A route that cannot serve the
+  // request (an embeddings route, to a chat request; another model's, to embeddings) was taken for
+  // one not switched off, so with its model killed the client was told "no route answered": an
+  // outage to look for where there is none.
+  it('its model killed, the client is told no route could be called, though routes of other APIs and models are in the map; chat alike', async () => {
+    const message = async (path: string, body: object) => {
+      const res = await fetch(`${gw.url}/v1/${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return [res.status, ((await res.json()) as { error: { message: string } }).error.message];
+    };
+    const flags = (killed: string[]) =>
+      fetch(`${gw.url}/admin/flags`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ killed_models: killed }),
+      });
+    expect((await flags(['text-embedding-3-small'])).status).toBe(200);
+    expect(await message('embeddings', { model: 'text-embedding-3-small', input: 'a' })).toEqual([503, NONE_CALLED]);
+    expect((await flags(['gpt-4o-mini', 'claude-3-5-haiku-latest'])).status).toBe(200);
+    expect(await message('chat/completions', { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] })).toEqual([
+      503,
+      NONE_CALLED,
+    ]);
+    expect(hot.received.length + warm.received.length + embedA.received.length + embedB.received.length + other.received.length).toBe(0);
   });
 
   it('a model no route serves is a 404 naming it; nothing is called', async () => {
