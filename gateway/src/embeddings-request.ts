@@ -27,9 +27,10 @@ const EmbeddingsBody = z.looseObject({
   user: z.string().optional(),
 });
 
+/** An input over a model's limit: a value out of range (OpenAI's `invalid_value`), as one over the request's limits is. */
 function inputRefusal(issue: InputIssue): Refused {
   const param = paramOf(['input', ...issue.path]);
-  return { ok: false, message: `${param}: ${issue.message}`, param };
+  return { ok: false, message: `${param}: ${issue.message}`, param, code: 'invalid_value' };
 }
 
 export function embeddingsParser(routes: () => Route[], scopes: Scopes) {

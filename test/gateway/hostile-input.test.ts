@@ -370,14 +370,17 @@ describe("embeddings within OpenAI's limits", () => {
     expect(embed.received.at(-1)!.body.input).toHaveLength(2048);
   });
 
+  // With OpenAI's code for a value out of range, as every other input over a limit (2,049 inputs) had: it came with code null.
   it("an input of OpenAI's own model over its 8192 tokens is a 400 naming that input; another model's is passed on", async () => {
     const input = (value: unknown, model = 'text-embedding-3-small') => post('embeddings', JSON.stringify({ model, input: value }));
     expect(await refusedWith(input(Array(8193).fill(1)), 400)).toMatchObject({
       param: 'input',
+      code: 'invalid_value',
       message: 'input: expected at most 8192 tokens per input for text-embedding-3-small (got 8193)',
     });
     expect(await refusedWith(input([[1], Array(9000).fill(1)]), 400)).toMatchObject({
       param: 'input[1]',
+      code: 'invalid_value',
       message: 'input[1]: expected at most 8192 tokens per input for text-embedding-3-small (got 9000)',
     });
     expect(calls()).toBe(0);
