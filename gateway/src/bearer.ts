@@ -7,8 +7,24 @@ function sameSecret(a: string, b: string): boolean {
   return timingSafeEqual(h(a), h(b));
 }
 
-/** JSON bodies of the operator and voice endpoints (the OpenAI endpoints read their own, http-io.ts). */
-const jsonBody = express.json({ limit: '20mb' });
+/**
+ * JSON bodies of the operator and voice endpoints, taken as the OpenAI endpoints take theirs
+ * (http-io.ts): a body without a Content-Type is read as JSON, one of another type (curl's `-d`
+ * sends a form's) is a 400 naming it. Skipped unread, it reached the endpoint as no body at all,
+ * whose answer said the body was missing.
+ */
+const readJson = express.json({ limit: '20mb', type: () => true });
+const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\s*(?:;|$)/i;
+
+function jsonBody(req: Request, res: Response, next: NextFunction): void {
+  const type = req.headers['content-type'];
+  const sent = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length']) > 0;
+  if (type !== undefined && JSON_TYPE.test(type)) return void readJson(req, res, next);
+  if (!sent) return next(); // no body: the endpoint says what it needs
+  if (type === undefined) return void readJson(req, res, next);
+  req.resume();
+  next(Object.assign(new Error(`Content-Type: expected application/json, got "${type.slice(0, 100)}"`), { status: 400 }));
+}
 
 /**
  * Bearer-token guard; no token configured means the endpoints are closed (never open by default).

@@ -684,6 +684,37 @@ describe('GET /v1/models and errors', () => {
   });
 });
 
+describe("an operator endpoint's body of another type than JSON", () => {
+  // curl's -d sends a form's Content-Type, Python's requests with data= none: the body was skipped
+  // unread and the operator told, in the endpoint's own short shape, that none had come.
+  it('is a 400 in OpenAI shape naming the Content-Type, as on /v1; one without a Content-Type is read as JSON', async () => {
+    const put = (headers: Record<string, string>) =>
+      fetch(`${gw.url}/admin/flags`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${ADMIN}`, ...headers },
+        body: Buffer.from(JSON.stringify({ killed_models: ['gpt-4o-mini'] })), // a Buffer: fetch adds no Content-Type
+      });
+    const form = await put({ 'content-type': 'application/x-www-form-urlencoded' });
+    expect(form.status).toBe(400);
+    expect(await form.json()).toEqual({
+      error: {
+        message: 'Content-Type: expected application/json, got "application/x-www-form-urlencoded"',
+        type: 'invalid_request_error',
+        param: null,
+        code: null,
+      },
+    });
+    const untyped = await put({});
+    expect([untyped.status, ((await untyped.json()) as { killed_models: string[] }).killed_models]).toEqual([200, ['gpt-4o-mini']]);
+    // A request with no body is unchanged: the endpoint says what it needs.
+    const empty = await fetch(`${gw.url}/admin/flags`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'text/plain' },
+    });
+    expect(empty.status).toBe(400);
+  });
+});
+
 // The gateway's own 400s for a body it does not accept carried code null where OpenAI gives a code
 // a client can act on without reading the message.
 describe("a body the gateway refuses carries OpenAI's code", () => {
