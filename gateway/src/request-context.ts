@@ -161,7 +161,7 @@ export function timeToAnswerOf(headers: Headers, scopes: Scopes): number | strin
     );
   const n = Number(explicit);
   if (Number.isInteger(n) && n >= 1 && n <= MAX_TIME_TO_ANSWER_MS) return Math.min(n, clientWaitMs(headers));
-  return `x-time-to-answer-ms: expected whole milliseconds from 1 to ${MAX_TIME_TO_ANSWER_MS}, got "${explicit}"`;
+  return `x-time-to-answer-ms: expected whole milliseconds from 1 to ${MAX_TIME_TO_ANSWER_MS}, got "${explicit.slice(0, 50)}"`;
 }
 
 /**

@@ -202,6 +202,19 @@ describe('routing headers', () => {
       ['café', ''],
     ]);
   });
+
+  // Every other header a refusal quotes is cut (x-must-have-answer, Content-Type, Expect); this one
+  // came back whole, kilobytes of whatever the caller sent, in the message the SDKs print and log.
+  it('a bad x-time-to-answer-ms is quoted cut short in its 400, on every endpoint; nothing is called', async () => {
+    for (const path of ['chat/completions', 'embeddings', 'responses'] as const) {
+      const refused = await refusedWith(
+        post(path, BODIES[path]('hi'), 'application/json', { 'x-time-to-answer-ms': `9${'x'.repeat(8000)}` }),
+        400,
+      );
+      expect(refused.message).toBe(`x-time-to-answer-ms: expected whole milliseconds from 1 to 600000, got "9${'x'.repeat(49)}"`);
+    }
+    expect(calls()).toBe(0);
+  });
 });
 
 describe('chat parameters', () => {
