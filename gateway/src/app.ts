@@ -7,6 +7,7 @@
  * OpenAI's shape.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import { cutText } from '../../schema/cut-text';
@@ -71,6 +72,38 @@ function countRefused(metrics: GatewayMetrics) {
   return (req: IncomingMessage, status: number) => {
     if (req.method === 'POST' && COUNTED.test(req.url ?? '')) metrics.countRequest('none', status);
   };
+}
+
+/** The headers of an offer to upgrade: `Upgrade`, and h2c's `HTTP2-Settings` (RFC 7540 3.2). */
+const OFFER = new Set(['upgrade', 'http2-settings']);
+
+/**
+ * A request that offers to upgrade and that nothing here takes, served as the HTTP/1.1 request it
+ * also is (a server may ignore the offer, RFC 9110 7.8). node hands every request with an `Upgrade`
+ * to the 'upgrade' listener with its socket, and one closed there got no answer at all: curl's
+ * `--http2` and Java's HttpClient offer h2c on every `http://` request, and met an empty reply on
+ * every path. The request is given back to the server as it came, less the offer, its body after it.
+ */
+function serveOffer(server: Server, req: IncomingMessage, socket: Duplex, head: Buffer): void {
+  const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i].toLowerCase();
+    if (OFFER.has(name)) continue;
+    let value = raw[i + 1];
+    if (name === 'connection') {
+      value = value
+        .split(',')
+        .map((token) => token.trim())
+        .filter((token) => token && !OFFER.has(token.toLowerCase()))
+        .join(', ');
+      if (!value) continue;
+    }
+    lines.push(`${raw[i]}: ${value}`);
+  }
+  // Header bytes are read as Latin-1: written back so, they are the bytes that came.
+  socket.unshift(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), head]));
+  server.emit('connection', socket);
 }
 
 /** The caller's path in a message: a known route's may carry a long id of theirs (`/v1/models/…`). */
@@ -169,7 +202,9 @@ export function createGateway(opts: GatewayOptions): Gateway {
           refuseExpectation(req, res);
         });
         server.keepAliveTimeout = 65_000;
-        server.on('upgrade', (req, socket, head) => opts.upgrade?.(req, socket, head) || socket.destroy());
+        server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+          if (!opts.upgrade?.(req, socket, head)) serveOffer(server, req, socket, head);
+        });
         server.once('error', reject);
         server.listen(port, host, () => {
           server.off('error', reject);

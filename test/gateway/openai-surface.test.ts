@@ -1,6 +1,7 @@
 // The rest of the OpenAI surface through the official client: Responses (native and translated),
 // embeddings (failover only to the same model), models, and JSON errors on every path and method.
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -646,6 +647,45 @@ describe('GET /v1/models and errors', () => {
     } finally {
       await slashed.close();
     }
+  });
+
+  // curl --http2 and Java's HttpClient offer h2c on every http:// request (Upgrade: h2c); node hands
+  // any request with an Upgrade to the server's 'upgrade' listener, which closed the connection
+  // unanswered ("Empty reply from server") on every path but the phone bridge's media stream.
+  it('a request that offers to upgrade is answered over HTTP/1.1 as it would be without the offer, its body read', async () => {
+    /** `pieces` written on a socket of its own, each once the one before is sent; what comes back until the gateway closes it. */
+    const exchange = (...pieces: string[]) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+        let got = '';
+        socket.on('data', (d) => (got += d));
+        socket.on('error', reject);
+        socket.on('close', () => {
+          const [head, body = ''] = got.split('\r\n\r\n');
+          resolve({ status: Number(head.split(' ')[1]), body });
+        });
+        const next = () => pieces.length && socket.write(pieces.shift()!, next);
+        next();
+      });
+    const h2c = 'Connection: Upgrade, HTTP2-Settings, close\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n';
+    const listed = await exchange(`GET /v1/models HTTP/1.1\r\nHost: gw\r\n${h2c}\r\n`);
+    expect(listed.status).toBe(200);
+    expect((JSON.parse(listed.body) as { data: unknown[] }).data).toHaveLength(4);
+    const body = JSON.stringify({ model: 'text-embedding-3-small', input: 'a', encoding_format: 'float' });
+    const headers = `POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\n${h2c}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
+    for (const sent of [[headers + body], [headers, body.slice(0, 10), body.slice(10)]]) {
+      const embedded = await exchange(...sent);
+      expect([embedded.status, (JSON.parse(embedded.body) as { data: Array<{ embedding: number[] }> }).data[0].embedding]).toEqual([
+        200,
+        [0.1, 0.2, 0],
+      ]);
+    }
+    expect(embedA.received.map((r) => r.body.input)).toEqual(['a', 'a']);
+    // A WebSocket asked for where none is served: the JSON 404 of the path.
+    const ws = await exchange(
+      'GET /v1/realtime HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, close\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+    );
+    expect([ws.status, (JSON.parse(ws.body) as { error: { code: string } }).error.code]).toEqual([404, 'not_found']);
   });
 
   it('answers JSON in OpenAI shape on unknown paths, wrong methods and bad bodies', async () => {
