@@ -19,7 +19,7 @@ import { endpoint } from './endpoint';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
 import { continueIfKeyed, keyGuard } from './key-guard';
-import { answerUnreadable, refuseExpectation } from './malformed-request';
+import { answerUnreadable, refuseConnect, refuseExpectation } from './malformed-request';
 import type { GatewayMetrics } from './metrics';
 import { mountModels } from './models';
 import { mountOperator } from './operator';
@@ -197,6 +197,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
         if (opts.auth) server.on('checkContinue', (req, res) => void continueIfKeyed(opts.auth!, req, res, asRequest, refused));
         // A request node cannot read as HTTP is answered with no path known: it is not counted.
         server.on('clientError', answerUnreadable);
+        server.on('connect', refuseConnect);
         server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
           refused(req, 417);
           refuseExpectation(req, res);

@@ -1,7 +1,7 @@
 /**
  * Requests node:http answers itself, before any handler sees them: one it cannot read (not
- * well-formed HTTP, headers and URL over 16 KiB, not received in time) and one that expects what
- * the gateway does not do (`Expect` other than 100-continue). Node's own answers have no body, which
+ * well-formed HTTP, headers and URL over 16 KiB, not received in time), one that expects what
+ * the gateway does not do (`Expect` other than 100-continue) and a CONNECT. Node's own answers have no body, which
  * the openai SDKs show as "431 status code (no body)"; these are in OpenAI's shape, as every other error.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -15,16 +15,32 @@ const ANSWERS: Record<string, [number, string, string]> = {
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'the request was not received in time: send it again'],
 };
 
+/** An answer written on the socket itself, in OpenAI's shape, and the connection closed once it is sent. */
+function answerOnSocket(socket: Duplex, status: number, reason: string, error: ReturnType<typeof openAiError>): void {
+  const body = JSON.stringify(error);
+  const head = `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n`;
+  socket.write(head + body);
+}
+
 /** For node's `clientError`: answered as node would (only where no answer has begun), then closed. */
 export function answerUnreadable(error: NodeJS.ErrnoException, socket: Duplex): void {
   const current = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
   if (socket.writable && !current?.headersSent) {
     const [status, reason, message] = ANSWERS[error.code ?? ''] ?? [400, 'Bad Request', 'the request is not well-formed HTTP'];
-    const body = JSON.stringify(openAiError(message));
-    const head = `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n`;
-    socket.write(head + body);
+    answerOnSocket(socket, status, reason, openAiError(message));
   }
   socket.destroy();
+}
+
+/**
+ * For node's `connect`: a CONNECT (a client that took the gateway for its proxy) is a 405, where
+ * node closed the connection unanswered as it does when no one listens for the method.
+ */
+export function refuseConnect(_req: IncomingMessage, socket: Duplex): void {
+  const message = 'CONNECT is not allowed: the gateway is no proxy; send the request itself (POST /v1/chat/completions, …)';
+  if (socket.writable)
+    answerOnSocket(socket, 405, 'Method Not Allowed', openAiError(message, 'invalid_request_error', null, 'method_not_allowed'));
+  socket.end();
 }
 
 /** For node's `checkExpectation`: an `Expect` the gateway cannot meet is a 417 naming it. */

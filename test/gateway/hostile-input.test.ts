@@ -341,6 +341,8 @@ describe('requests that are not well-formed HTTP', () => {
     ['a chunk size that is not hex', 400, post('Transfer-Encoding: chunked\r\n', `zz\r\n${chat}\r\n0\r\n\r\n`)],
     ['a bare CR in a header value', 400, post(`x-customer-id: a\rb\r\nContent-Length: ${chat.length}\r\n`)],
     ['an Expect other than 100-continue', 417, post(`Expect: 200-ok\r\nConnection: close\r\nContent-Length: ${chat.length}\r\n`)],
+    // A client that took the gateway for its proxy (HTTPS_PROXY): node closed the connection unanswered.
+    ['a CONNECT', 405, 'CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n'],
   ])('%s: a %i in OpenAI shape, nothing called', async (_, status, bytes) => {
     const got = await exchange(bytes);
     expect(got.status).toBe(status);
