@@ -20,7 +20,7 @@ import { readJsonBody } from './http-io';
 import { keyRefusal } from './key-policy';
 import type { GatewayMetrics } from './metrics';
 import type { Pipeline } from './pipeline';
-import { timeToAnswerOf, type Headers, type RequestContext } from './request-context';
+import { textHeader, timeToAnswerOf, type Headers, type RequestContext } from './request-context';
 import type { Scopes } from './scopes';
 import { storedObjectRefusal } from './stored-objects';
 
@@ -79,7 +79,7 @@ export function endpoint(deps: EndpointDeps, parse: Parser): Handler {
       const error = openAiError(parsed.message, 'invalid_request_error', parsed.param, parsed.code ?? null);
       return refuse(deps.metrics, res, parsed.status ?? 400, error);
     }
-    const refusal = who.key && keyRefusal(who.key, parsed.context.body.model, req.headers['x-customer-id'] as string | undefined);
+    const refusal = who.key && keyRefusal(who.key, parsed.context.body.model, textHeader(req.headers, 'x-customer-id'));
     if (refusal) return refuse(deps.metrics, res, refusal.status, refusal.error);
     // Before the pipeline: a request naming the operator's stored objects is neither called nor queued.
     const foreign = who.key && storedObjectRefusal(parsed.context, deps.sharedObjects ?? NONE);

@@ -8,6 +8,7 @@
  * billing another would hide its mistake. (OpenAI refuses an `OpenAI-Organization` header that does
  * not match the key in the same way.)
  */
+import { cutText } from '../../schema/cut-text';
 import type { Admission, Rejection } from './admission';
 import type { ClientKey } from './client-keys';
 import { openAiError, type OpenAiError } from './errors';
@@ -27,7 +28,8 @@ export function keyRefusal(key: ClientKey, model: string, customerHeader: string
     return { status: 403, error: openAiError(message, 'invalid_request_error', 'model', 'model_not_allowed') };
   }
   if (customerHeader && customerHeader !== key.tenant) {
-    const message = `x-customer-id "${customerHeader}" does not match this API key's tenant "${key.tenant}": send the key's tenant or leave the header out`;
+    // Quoted cut short: the caller's header, up to the 1,000 characters a meter event holds.
+    const message = `x-customer-id "${cutText(customerHeader, 100)}" does not match this API key's tenant "${key.tenant}": send the key's tenant or leave the header out`;
     return { status: 403, error: openAiError(message, 'invalid_request_error', 'x-customer-id', 'tenant_mismatch') };
   }
   return null;

@@ -59,7 +59,7 @@ const NOT_ASCII = /[\u0080-\u00ff]/; // past ASCII: node:http gives header bytes
  * A header that is text (an id or a name): node:http reads header bytes as Latin-1, so one sent as
  * UTF-8 (curl from a terminal) is read back as UTF-8; bytes that are not UTF-8 stay Latin-1.
  */
-const textHeader = (h: Headers, name: string): string | undefined => {
+export const textHeader = (h: Headers, name: string): string | undefined => {
   const v = header(h, name);
   if (v === undefined || !NOT_ASCII.test(v)) return v;
   const utf8 = Buffer.from(v, 'latin1').toString('utf8');

@@ -145,6 +145,14 @@ describe('the tenant comes from the key', () => {
     const other = await refusal(ask(url, key, { 'x-customer-id': 'beta' }));
     expect(other).toMatchObject({ status: 403, code: 'tenant_mismatch' });
     expect(other.message).toMatch(/x-customer-id "beta" does not match this API key's tenant "acme"/);
+    // The header is quoted as the characters sent (UTF-8, as curl sends it) and cut short: it came
+    // back as its Latin-1 reading ("CrÃ¨me"), up to the 1,000 characters any such header may have.
+    const utf8 = Buffer.from(`Crème ${'x'.repeat(900)}`, 'utf8').toString('latin1'); // fetch sends each char as one byte
+    const long = await refusal(ask(url, key, { 'x-customer-id': utf8 }));
+    expect(long).toMatchObject({ status: 403, code: 'tenant_mismatch' });
+    expect(long.message).toBe(
+      `x-customer-id "Crème ${'x'.repeat(94)}" does not match this API key's tenant "acme": send the key's tenant or leave the header out`,
+    );
     expect(calls()).toBe(2);
     await stack.meter.flush();
     const { readFileSync } = await import('node:fs');
