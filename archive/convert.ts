@@ -148,13 +148,27 @@ type CopyDays = (select: string, to: string) => Promise<unknown>;
 
 const COLUMNS = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
 
+/**
+ * A provider's folder name as DuckDB writes it (escaped, 3 bytes a byte past ASCII) may not fit the
+ * file system's 255 bytes a name: a provider of 300 characters, or 30 of a non-Latin script, stopped
+ * every `--partition` run of its day with "Failed to create directory". Such a provider's folder is
+ * its first 12 characters and a hash of the whole; the files still hold the provider as it is.
+ */
+const PROVIDER_FOLDER = `CASE WHEN strlen(url_encode(provider)) <= 200 THEN provider ELSE left(provider, 12) || '~' || left(md5(provider), 16) END`;
+
 function dayCopier(duck: Duck, partition: boolean): CopyDays {
   // One pass writes every day. The partition columns stay inside the files, so each file
-  // describes itself; the flat layout drops `day` and keeps the 19 fields.
+  // describes itself; the flat layout drops `day` and keeps the 19 fields. Partitioned, the
+  // folders are named by columns of their own (provider_dir=…/day_dir=…, see publish), so the
+  // files carry the provider itself and not its folder's name.
+  const day = `strftime("timestamp", '%Y%m%d')`;
   return (select, to) =>
     duck.run(
-      `COPY (SELECT ${COLUMNS}, strftime("timestamp", '%Y%m%d') AS day FROM (${select})) TO ${lit(to)} (FORMAT parquet, COMPRESSION zstd, ` +
-        `PARTITION_BY (${partition ? 'provider, day' : 'day'}), WRITE_PARTITION_COLUMNS ${partition}, FILENAME_PATTERN 'part_{i}')`,
+      partition
+        ? `COPY (SELECT ${COLUMNS}, ${day} AS day, ${PROVIDER_FOLDER} AS provider_dir, ${day} AS day_dir FROM (${select})) TO ${lit(to)} ` +
+            `(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (provider_dir, day_dir), WRITE_PARTITION_COLUMNS false, FILENAME_PATTERN 'part_{i}')`
+        : `COPY (SELECT ${COLUMNS}, ${day} AS day FROM (${select})) TO ${lit(to)} (FORMAT parquet, COMPRESSION zstd, ` +
+            `PARTITION_BY (day), WRITE_PARTITION_COLUMNS false, FILENAME_PATTERN 'part_{i}')`,
     );
 }
 
@@ -393,9 +407,14 @@ function publish(staged: string, out: string, replaced: string[], partition: boo
   for (const src of written) {
     // DuckDB writes day=<yyyymmdd>/part_N.parquet; the archive's names are events_<yyyymmdd>[_N].parquet,
     // flat in the folder, or under provider=<p>/day=<yyyymmdd>/ when partitioned.
+    // Partitioned, pass 1 and 2 write provider_dir=<p>/day_dir=<yyyymmdd>/ (dayCopier).
     let rel = src.slice(staged.length + 1);
-    const day = /day=(\d{8})/.exec(rel)?.[1];
-    const folder = partition ? dirname(rel) : '';
+    const day = /day(?:_dir)?=(\d{8})\/[^/]+$/.exec(rel)?.[1];
+    const folder = partition
+      ? dirname(rel)
+          .replace(/^provider_dir=/, 'provider=')
+          .replace(/\/day_dir=(?=\d{8}$)/, '/day=')
+      : '';
     const n = (perDir.get(dirname(rel)) ?? 0) + 1;
     perDir.set(dirname(rel), n);
     rel = join(folder, n === 1 ? `events_${day}.parquet` : `events_${day}_${n}.parquet`);
