@@ -14,12 +14,16 @@ const COST_TYPE = 'DECIMAL(18,9)';
 /**
  * A time as the meter reads it (parseRfc3339): DuckDB's cast takes neither a lower-case `t`/`z` nor
  * a leap second, so the text is upper-cased and `:60` read as the instant after `:59`; and it takes
- * hour 24, which the meter refuses (checked apart).
+ * hour 24 and an offset past 23:59 (`+24:00`, `+99:99`), which the meter refuses (checked apart).
  */
 const LEAP = `':60([.Z+-])'`;
 const instantText = (c: string) => `regexp_replace(upper(trim(${c})), ${LEAP}, ':59\\1')`;
 const leapSecond = (c: string) => `CASE WHEN regexp_matches(upper(${c}), ${LEAP}) THEN INTERVAL 1 SECOND ELSE INTERVAL 0 SECOND END`;
 const instant = (c: string) => `(CAST(${instantText(c)} AS TIMESTAMPTZ) + ${leapSecond(c)})`;
+/** A time's offset is `Z` or at most 23:59 either way (the text already has the RFC 3339 shape). */
+const offsetInRange = (c: string) =>
+  `(upper(right(trim(${c}), 1)) = 'Z' OR (substr(trim(${c}), -5, 2) <= '23' AND substr(trim(${c}), -2) <= '59'))`;
+
 /** The meter's decimal text: no sign, no `_`, no hex (DuckDB's cast takes `+5`, `1_000`, `-0`). */
 
 const q = (f: EventField) => `"${f}"`;
@@ -40,7 +44,7 @@ function checks(f: EventField): Array<[string, string]> {
     case 'time':
       return [
         [
-          `NOT (coalesce(regexp_full_match(trim(${c}), '${RFC3339_SOURCE}'), false) AND substr(trim(${c}), 12, 2) <= '23' AND TRY_CAST(${instantText(c)} AS TIMESTAMPTZ) IS NOT NULL)`,
+          `NOT (coalesce(regexp_full_match(trim(${c}), '${RFC3339_SOURCE}'), false) AND substr(trim(${c}), 12, 2) <= '23' AND ${offsetInRange(c)} AND TRY_CAST(${instantText(c)} AS TIMESTAMPTZ) IS NOT NULL)`,
           `expected ${EXPECTED_TIME}`,
         ],
       ];
