@@ -28,6 +28,13 @@ function eventsSource(archive: string): string {
   return `read_parquet([${files.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
 }
 
+/**
+ * Calls without a price (schema/unpriced.ts: `UNPRICED` among the `|`-separated codes of error_code):
+ * their cost is not in the sums, or only the part known, so the reports count them beside the sums,
+ * as the meter's alerts and Digest do.
+ */
+const UNPRICED_CALLS = `count_if(regexp_matches(error_code, '(^|[|])\\s*UNPRICED\\s*([|]|$)'))::DOUBLE AS unpriced_calls`;
+
 export function reportSql(name: ReportName, archive: string, asOf: string): string {
   const ev = eventsSource(archive);
   const day = `CAST("timestamp" AS DATE)`;
@@ -36,10 +43,10 @@ export function reportSql(name: ReportName, archive: string, asOf: string): stri
       return `SELECT ${day} AS day, provider,
           CAST(sum(cost_usd) AS DOUBLE) AS cost_usd,
           sum(input_tokens)::DOUBLE AS input_tokens, sum(output_tokens)::DOUBLE AS output_tokens,
-          sum(input_tokens + output_tokens)::DOUBLE AS tokens_total
+          sum(input_tokens + output_tokens)::DOUBLE AS tokens_total, ${UNPRICED_CALLS}
         FROM ${ev} GROUP BY ALL ORDER BY day, provider`;
     case 'customers':
-      return `SELECT customer_id, CAST(sum(cost_usd) AS DOUBLE) AS cost_usd, count(*)::DOUBLE AS calls
+      return `SELECT customer_id, CAST(sum(cost_usd) AS DOUBLE) AS cost_usd, count(*)::DOUBLE AS calls, ${UNPRICED_CALLS}
         FROM ${ev}
         WHERE ${day} BETWEEN DATE ${lit(asOf)} - INTERVAL 6 DAY AND DATE ${lit(asOf)}
         GROUP BY customer_id ORDER BY cost_usd DESC, customer_id`;

@@ -76,9 +76,17 @@ describe('npm run archive', () => {
     );
     expect(readdirSync(out)).toEqual(['events_20261121.parquet']);
     expect(await report('daily', out)).toEqual([
-      { day: '2026-11-21', provider: 'openai', cost_usd: 3.15, input_tokens: 1000, output_tokens: 430, tokens_total: 1430 },
+      {
+        day: '2026-11-21',
+        provider: 'openai',
+        cost_usd: 3.15,
+        input_tokens: 1000,
+        output_tokens: 430,
+        tokens_total: 1430,
+        unpriced_calls: 0,
+      },
     ]);
-    expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 3.15, calls: 2 }]);
+    expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 3.15, calls: 2, unpriced_calls: 0 }]);
     expect(await report('customers', out, '2026-11-28')).toEqual([]); // 7 days later: out of the window
   });
 
@@ -163,7 +171,7 @@ describe('npm run archive', () => {
       ['2026-11-20', 2],
       ['2026-11-21', 1],
     ]);
-    expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 3, calls: 2 }]);
+    expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 3, calls: 2, unpriced_calls: 0 }]);
     // --replace makes the input's days exactly its rows; the other day keeps its own events.
     await convert(csv([{ event_id: 'b', timestamp: '2026-11-22T08:00:00Z', customer_id: 'acme', cost_usd: 2 }]), { out, replace: true });
     expect((await report('export-daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([
@@ -403,12 +411,33 @@ describe('reports', () => {
       readFileSync(join(out, 'events_20261121.parquet')).subarray(0, 100),
     );
     expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 1]]);
-    expect(await report('customers', out)).toEqual([{ customer_id: '', cost_usd: 1, calls: 1 }]);
+    expect(await report('customers', out)).toEqual([{ customer_id: '', cost_usd: 1, calls: 1, unpriced_calls: 0 }]);
     // The next run removes what a run killed more than a day ago left; a run of today may still be going.
     const today = join(out, `.archive-tmp-998-${Date.now() - 60_000}`);
     mkdirSync(today);
     await convert(csv([{ event_id: 'b', timestamp: '2026-11-21T10:00:00Z', cost_usd: 2 }]), { out });
     expect(readdirSync(out).filter((f) => f.startsWith('.archive-tmp-'))).toEqual([basename(today)]);
+  });
+
+  it('daily and customers count the calls without a price (UNPRICED), whose cost is not in the sums, as the meter does', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(
+      csv([
+        at('priced', '2026-11-21T09:00:00Z', 2),
+        { ...at('null', '2026-11-21T10:00:00Z', 0), cost_usd: null }, // sent as null: UNPRICED added
+        { ...at('meter', '2026-11-21T11:00:00Z', 0), error_code: 'TIMEOUT|UNPRICED' }, // the meter's export: 0, marked
+        { ...at('part', '2026-11-21T12:00:00Z', 0.5), error_code: 'UNPRICED' }, // a cost known in part
+        { ...at('beta', '2026-11-21T13:00:00Z', 0), customer_id: 'beta', cost_usd: null },
+      ]),
+      { out },
+    );
+    expect((await report('daily', out)).map((r) => [r.day, r.provider, r.cost_usd, r.unpriced_calls])).toEqual([
+      ['2026-11-21', 'openai', 2.5, 4],
+    ]);
+    expect(await report('customers', out)).toEqual([
+      { customer_id: 'acme', cost_usd: 2.5, calls: 4, unpriced_calls: 3 },
+      { customer_id: 'beta', cost_usd: 0, calls: 1, unpriced_calls: 1 },
+    ]);
   });
 
   it("read only the archive's day files: a copy the operator keeps under the folder is not counted again", async () => {
@@ -421,7 +450,7 @@ describe('reports', () => {
       copyFileSync(day, join(out, copy));
     }
     expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 1]]);
-    expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 1, calls: 1 }]);
+    expect(await report('customers', out)).toEqual([{ customer_id: 'acme', cost_usd: 1, calls: 1, unpriced_calls: 0 }]);
   });
 
   it("a day file or partition folder linked in (a symlink onto another disk) is the archive's: reports count it, a run merges with it, expiry removes its day files", async () => {

@@ -99,7 +99,7 @@ describe('formula-looking text through the archive', () => {
     npm(['archive', '--', nightlyExport(), '--out', out]);
     const csv = npm(['report', '--', 'customers', '--archive', out, '--format', 'csv', '--as-of', '2026-11-21']);
     const [header, ...rows] = parseCsv(csv);
-    expect(header).toEqual(['customer_id', 'cost_usd', 'calls']);
+    expect(header).toEqual(['customer_id', 'cost_usd', 'calls', 'unpriced_calls']);
     for (const cell of rows.flat()) expect(cell).not.toMatch(FORMULA_START);
     for (const cell of rows.flat()) expect(cell).not.toMatch(/^\s*[=+\-@]/);
     expect(rows.map((r) => restoreText(r[0])).sort()).toEqual([...STORED].sort());
