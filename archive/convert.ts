@@ -25,6 +25,7 @@ import { fileHead, firstLine } from './file-head';
 import { findFragments, lineInInput, withoutFragments } from './fragments';
 import { ABANDONED_MS, lockArchive } from './lock';
 import { finishPublish, publishAll, publishPending } from './publish';
+import { unreadableDayFile } from './unreadable';
 
 export interface ConvertOptions {
   out: string;
@@ -344,10 +345,12 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
       run.log(`read and checked 0 rows: nothing to archive (${run.elapsed()})`);
       return { rows: 0, days: [], files: [] };
     }
-    const plan = await mergePlan(duck, first, out);
-    run.log(`read and checked ${plan.rows} rows, ${plan.days.length} day(s) (${run.elapsed()})`);
-    if (plan.moved.length > 0) run.log(`event_id(s) of the input stored on ${plan.movedDays} other day(s): removed there`);
-    const staged = (await mergedPass(duck, copyDays, plan, csvSource, work, run, options.replace)) ?? first;
+    const { plan, staged } = await withStoredFiles(duck, out, async () => {
+      const plan = await mergePlan(duck, first, out);
+      run.log(`read and checked ${plan.rows} rows, ${plan.days.length} day(s) (${run.elapsed()})`);
+      if (plan.moved.length > 0) run.log(`event_id(s) of the input stored on ${plan.movedDays} other day(s): removed there`);
+      return { plan, staged: (await mergedPass(duck, copyDays, plan, csvSource, work, run, options.replace)) ?? first };
+    });
     const files = publish(staged, out, [...plan.existing, ...plan.moved], partition);
     run.log(`archived ${plan.rows} input rows into ${files.length} file(s) for ${plan.days.length} day(s) (${run.elapsed()})`);
     return { rows: plan.rows, days: plan.days, files };
@@ -355,6 +358,22 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
     duck.close();
     // A publish that failed half-way (publish.ts) still needs its staged files: the next run finishes it.
     if (!publishPending(out)) rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The merge, which reads the stored day files: one DuckDB cannot read (cut short, a page damaged)
+ * is named, with what was expected of it (unreadable.ts), and nothing is written.
+ */
+async function withStoredFiles<T>(duck: Duck, out: string, merge: () => Promise<T>): Promise<T> {
+  try {
+    return await merge();
+  } catch (error) {
+    const problem = await unreadableDayFile(
+      duck,
+      dayFiles(out).map((f) => f.file),
+    ).catch(() => null);
+    throw problem ? new ArchiveInputError(`${problem}; nothing was written`) : error;
   }
 }
 

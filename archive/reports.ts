@@ -8,14 +8,15 @@ import { statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { csvField } from '../schema/csv-cell';
 import { dayFiles } from './day-files';
-import { lit } from './duck';
+import { lit, openDuck } from './duck';
 import { publishedView } from './publish';
+import { unreadableDayFile } from './unreadable';
 
 export const REPORTS = ['daily', 'customers', 'burn', 'export-daily'] as const;
 export type ReportName = (typeof REPORTS)[number];
 
-/** The archive's events (files carry all columns): its day files only (day-files.ts). */
-function eventsSource(archive: string): string {
+/** The archive's day files (day-files.ts), as a publish a killed run left half-done will leave them. */
+function reportFiles(archive: string): string[] {
   const dir = resolve(archive);
   // A file (a day file given for its folder) too: said as archive:expire says it, not as the scandir error.
   if (!statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`--archive ${archive}: no such folder`);
@@ -25,6 +26,12 @@ function eventsSource(archive: string): string {
     dayFiles(dir).map((f) => f.file),
   ).sort();
   if (files.length === 0) throw new Error(`--archive ${archive}: no day files (events_<yyyymmdd>.parquet, npm run archive writes them)`);
+  return files;
+}
+
+/** The archive's events (files carry all columns). */
+function eventsSource(archive: string): string {
+  const files = reportFiles(archive);
   return `read_parquet([${files.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
 }
 
@@ -75,14 +82,33 @@ export function reportSql(name: ReportName, archive: string, asOf: string): stri
  * Runs a report with `run`. A run of `npm run archive` that moves its files in between the listing of
  * the day files and their reading (a day file removed, or a staged one moved into place) fails the
  * read with "No files found": the files are listed again and the report read again, a few times.
+ * Another failure names the day file that cannot be read, if one cannot (unreadable.ts).
  */
 export async function runReport<T>(name: ReportName, archive: string, asOf: string, run: (sql: string) => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await run(reportSql(name, archive, asOf));
     } catch (error) {
-      if (attempt === 3 || !/No files found that match the pattern/.test(String((error as Error).message))) throw error;
+      if (attempt < 3 && /No files found that match the pattern/.test(String((error as Error).message))) continue;
+      throw (await unreadableIn(archive)) ?? error;
     }
+  }
+}
+
+/** The error naming a day file that cannot be read, or null (the report's own error then stands). */
+async function unreadableIn(archive: string): Promise<Error | null> {
+  let files: string[];
+  try {
+    files = reportFiles(archive);
+  } catch {
+    return null; // no such folder, no day files: said as such
+  }
+  const duck = await openDuck();
+  try {
+    const problem = await unreadableDayFile(duck, files);
+    return problem ? new Error(problem) : null;
+  } finally {
+    duck.close();
   }
 }
 

@@ -440,6 +440,36 @@ describe('reports', () => {
     ]);
   });
 
+  it('a day file that cannot be read (a page damaged inside, or cut short) is named, with what was expected, by report and by a run, which writes nothing', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(csv(['19', '20', '21'].map((d) => at(`e${d}`, `2026-11-${d}T09:00:00Z`, 1))), { out });
+    const bad = join(out, 'events_20261120.parquet');
+    const damaged = readFileSync(bad);
+    // Every page damaged, the footer whole (its length is in the 4 bytes before the closing PAR1):
+    // DuckDB's error alone named no file, or the first of the list.
+    for (let i = 4; i < damaged.length - 8 - damaged.readUInt32LE(damaged.length - 8); i++) damaged[i] ^= 0x5a;
+    writeFileSync(bad, damaged);
+    const expected = `${bad}: cannot be read (`;
+    const what = 'expected a Parquet file of events as npm run archive writes it';
+    const report = (name: string) =>
+      spawnSync('npx', ['tsx', join(root, 'bin/archive.ts'), 'report', name, '--archive', out, '--as-of', '2026-11-21'], {
+        encoding: 'utf8',
+      });
+    for (const r of [report('daily'), report('customers')]) {
+      expect(r.status).toBe(1);
+      expect(r.stderr).toContain(expected);
+      expect(r.stderr).toContain(what);
+    }
+    const before = snapshot(out);
+    // A run that merges that day reads it (another day's run need not: DuckDB skips it by its statistics).
+    await expect(convert(csv([at('e20b', '2026-11-20T10:00:00Z', 1)]), { out })).rejects.toThrow(
+      new RegExp(`^${expected.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}.*${what}.*nothing was written$`),
+    );
+    expect(snapshot(out)).toEqual(before);
+    writeFileSync(bad, damaged.subarray(0, 100)); // cut short: DuckDB named it, but not what was expected
+    expect(report('daily').stderr).toContain(`${expected}Invalid Input Error: No magic bytes found at end of file`);
+  });
+
   it("read only the archive's day files: a copy the operator keeps under the folder is not counted again", async () => {
     const out = join(scratch(), 'arch');
     const event = { event_id: 'a', timestamp: '2026-11-21T09:00:00Z', provider: 'openai', customer_id: 'acme', cost_usd: 1 };
