@@ -266,7 +266,7 @@ interface MergePlan {
 }
 
 async function mergePlan(duck: Duck, first: string, out: string): Promise<MergePlan> {
-  const written = `read_parquet(${lit(join(first, '**', '*.parquet'))}, hive_partitioning = false, union_by_name = true)`;
+  const written = `read_parquet([${parquetUnder(first).map(lit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
   const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
     `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,
   );
@@ -323,7 +323,14 @@ interface RunLog {
   elapsed: () => string;
 }
 
-const hasParquet = (dir: string) => existsSync(dir) && readdirSync(dir, { recursive: true }).some((f) => String(f).endsWith('.parquet'));
+/** The Parquet files under a folder of the run's, listed here: as a DuckDB glob, an archive folder named `archive [eu]` matched nothing. */
+const parquetUnder = (dir: string) =>
+  existsSync(dir)
+    ? readdirSync(dir, { recursive: true })
+        .map(String)
+        .filter((f) => f.endsWith('.parquet'))
+        .map((f) => join(dir, f))
+    : [];
 
 /** The run itself, while it holds the archive folder. */
 async function convertLocked(input: string, out: string, options: ConvertOptions, started: number): Promise<ConvertResult> {
@@ -341,7 +348,7 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
     const csvSource = await checkedInput(duck, copyDays, file, name, first, work, run);
     // A file with only its header (the export URL on a day without events) writes no file, and
     // read_parquet of nothing is an error: there is nothing to archive.
-    if (!hasParquet(first)) {
+    if (parquetUnder(first).length === 0) {
       run.log(`read and checked 0 rows: nothing to archive (${run.elapsed()})`);
       return { rows: 0, days: [], files: [] };
     }

@@ -90,6 +90,17 @@ describe('npm run archive', () => {
     expect(await report('customers', out, '2026-11-28')).toEqual([]); // 7 days later: out of the window
   });
 
+  it('takes an archive folder whose name holds characters DuckDB reads as a pattern ([eu], *, ?): each run, flat or partitioned, merges', async () => {
+    for (const name of ['archive [eu]', 'a*b?']) {
+      const out = join(scratch(), name);
+      await convert(csv([at('a', '2026-11-21T09:00:00Z', 1)]), { out });
+      await convert(csv([at('b', '2026-11-21T10:00:00Z', 2)]), { out, partition: true });
+      await convert(csv([at('c', '2026-11-21T11:00:00Z', 4)]), { out });
+      expect(readdirSync(out).filter((f) => !f.startsWith('.'))).toEqual(['events_20261121.parquet']);
+      expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 7]]);
+    }
+  });
+
   it('writes typed, zstd-compressed columns', async () => {
     const out = join(scratch(), 'arch');
     await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00+02:00', cost_usd: '1.5e-7', eval_score: 0.5, pii_flag: true }]), {
