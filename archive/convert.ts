@@ -18,7 +18,7 @@ import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
-import { lit, openDuck, type Duck } from './duck';
+import { lit, openDuck, pathLit, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 import { dayFiles, removeLeftoverParts, type DayFile } from './day-files';
 import { fileHead, firstLine } from './file-head';
@@ -94,7 +94,7 @@ function shown(input: string): string {
 async function daysHolding(duck: Duck, others: DayFile[], input: string): Promise<string[]> {
   if (others.length === 0) return [];
   const rows = await duck.all<{ file: string }>(
-    `SELECT DISTINCT filename AS file FROM read_parquet([${others.map((o) => lit(o.file)).join(', ')}], filename = true, hive_partitioning = false, union_by_name = true) ` +
+    `SELECT DISTINCT filename AS file FROM read_parquet([${others.map((o) => pathLit(o.file)).join(', ')}], filename = true, hive_partitioning = false, union_by_name = true) ` +
       `WHERE event_id IN (SELECT event_id FROM ${input})`,
   );
   const holding = new Set(rows.map((r) => r.file));
@@ -266,7 +266,7 @@ interface MergePlan {
 }
 
 async function mergePlan(duck: Duck, first: string, out: string): Promise<MergePlan> {
-  const written = `read_parquet([${parquetUnder(first).map(lit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
+  const written = `read_parquet([${parquetUnder(first).map(pathLit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
   const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
     `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,
   );
@@ -309,7 +309,7 @@ async function mergedPass(
     source = 'input';
   }
   const kept = keep.length
-    ? ` UNION ALL SELECT ${COLUMNS} FROM read_parquet([${keep.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM ${source})`
+    ? ` UNION ALL SELECT ${COLUMNS} FROM read_parquet([${keep.map(pathLit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM ${source})`
     : '';
   if (keep.length) run.log(`merging with ${keep.length} stored file(s) (${run.elapsed()})`);
   const staged = join(work, 'pass2');
@@ -388,7 +388,7 @@ async function withStoredFiles<T>(duck: Duck, out: string, merge: () => Promise<
 function readCsv(file: string): string {
   const columns = EVENT_FIELDS.map((f) => `${lit(f)}: 'VARCHAR'`).join(', ');
   return restoredText(
-    `read_csv(${lit(file)}, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"', ` +
+    `read_csv(${pathLit(file)}, header = true, auto_detect = false, delim = ',', quote = '"', escape = '"', ` +
       `columns = {${columns}}, all_varchar = true, null_padding = false, strict_mode = true)`,
   );
 }

@@ -21,6 +21,13 @@ export interface Duck {
 /** String literal for SQL. */
 export const lit = (value: string) => `'${value.replace(/'/g, "''")}'`;
 
+/**
+ * A file's path for DuckDB's readers (read_csv, read_parquet), which take every path as a pattern:
+ * `*`, `?` and `[…]` in it matched other files (a day file of the archive `a*b` read that of `axb`
+ * too, one of `arch[eu]` that of `arche` instead). Each is written as a set of itself (`[*]`).
+ */
+export const pathLit = (path: string) => lit(path.replace(/[[\]*?]/g, (c) => `[${c}]`));
+
 export async function openDuck(options: { memoryLimit?: string } = {}): Promise<Duck> {
   // A scratch directory lets DuckDB spill to disk instead of growing without bound.
   const scratch = mkdtempSync(join(tmpdir(), 'archive-duck-'));

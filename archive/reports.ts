@@ -8,7 +8,7 @@ import { statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { csvField } from '../schema/csv-cell';
 import { dayFiles } from './day-files';
-import { lit, openDuck } from './duck';
+import { lit, openDuck, pathLit } from './duck';
 import { publishedView } from './publish';
 import { unreadableDayFile } from './unreadable';
 
@@ -32,7 +32,7 @@ function reportFiles(archive: string): string[] {
 /** The archive's events (files carry all columns). */
 function eventsSource(archive: string): string {
   const files = reportFiles(archive);
-  return `read_parquet([${files.map(lit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
+  return `read_parquet([${files.map(pathLit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
 }
 
 /**

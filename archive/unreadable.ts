@@ -5,12 +5,12 @@
  * list, whichever failed. So after such a failure each file is read alone, every column of every
  * row, and the first that fails is named with what was expected of it.
  */
-import { lit, type Duck } from './duck';
+import { pathLit, type Duck } from './duck';
 
 export async function unreadableDayFile(duck: Duck, files: string[]): Promise<string | null> {
   for (const file of files) {
     try {
-      await duck.run(`SELECT max(hash(t)) FROM read_parquet(${lit(file)}, hive_partitioning = false) t`);
+      await duck.run(`SELECT max(hash(t)) FROM read_parquet(${pathLit(file)}, hive_partitioning = false) t`);
     } catch (error) {
       const reason = String((error as Error).message)
         .split('\n')[0]

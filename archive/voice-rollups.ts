@@ -10,7 +10,7 @@
  */
 import { statSync } from 'node:fs';
 import { CALL_FIELDS, CALLS_CSV_HEADER } from '../schema/call-record';
-import { lit } from './duck';
+import { lit, pathLit } from './duck';
 import { firstLine } from './file-head';
 
 const TYPES: Record<string, string> = {
@@ -34,7 +34,7 @@ const TYPES: Record<string, string> = {
 export function voiceRollupSql(callsCsv: string, since: string | null): string {
   const columns = CALL_FIELDS.map((f) => `${lit(f)}: '${TYPES[f]}'`).join(', ');
   const where = since ? `WHERE started_at >= TIMESTAMPTZ ${lit(`${since} 00:00:00+00`)}` : '';
-  return `WITH c AS (SELECT * FROM read_csv(${lit(callsCsv)}, header = true, auto_detect = false, null_padding = true, columns = {${columns}}) ${where}),
+  return `WITH c AS (SELECT * FROM read_csv(${pathLit(callsCsv)}, header = true, auto_detect = false, null_padding = true, columns = {${columns}}) ${where}),
     t AS (
       SELECT count(*)::DOUBLE AS calls,
         count(*) FILTER (WHERE outcome <> 'voicemail_left')::DOUBLE AS answered,

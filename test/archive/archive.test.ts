@@ -101,6 +101,27 @@ describe('npm run archive', () => {
     }
   });
 
+  it('reads the files it names and no other: [eu], * and ? in a path are not patterns that match a folder beside it', async () => {
+    for (const [name, beside] of [
+      ['arch[eu]', 'arche'],
+      ['a*b', 'axb'],
+      ['a?b', 'a_b'],
+    ]) {
+      await convert(csv([at('other', '2026-11-21T08:00:00Z', 100)]), { out: join(scratch(), beside) });
+      const out = join(scratch(), name);
+      await convert(csv([at('a', '2026-11-21T09:00:00Z', 1)]), { out });
+      await convert(csv([at('b', '2026-11-21T10:00:00Z', 2)]), { out }); // merges with its stored day
+      expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-21', 3]]);
+      expect((await report('customers', out)).map((r) => r.calls)).toEqual([2]);
+    }
+    // An input named in[1].csv beside in1.csv.
+    const input = csv([at('c', '2026-11-22T09:00:00Z', 4)], 'in[1].csv');
+    csv([at('d', '2026-11-22T09:00:00Z', 400)], 'in1.csv');
+    const out = join(scratch(), 'plain');
+    await convert(input, { out });
+    expect((await report('daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([['2026-11-22', 4]]);
+  });
+
   it('writes typed, zstd-compressed columns', async () => {
     const out = join(scratch(), 'arch');
     await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00+02:00', cost_usd: '1.5e-7', eval_score: 0.5, pii_flag: true }]), {
