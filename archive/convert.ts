@@ -253,8 +253,8 @@ async function checkedInput(duck: Duck, copyDays: CopyDays, file: string, name: 
 
 /** What pass 1 wrote, and the stored files its days touch. */
 interface MergePlan {
-  /** Pass 1's files, as a DuckDB source. */
-  written: string;
+  /** The input's rows as a DuckDB source: pass 1's files, or the table of one row per event_id when some repeat. */
+  source: string;
   rows: number;
   repeated: number;
   days: string[];
@@ -265,49 +265,44 @@ interface MergePlan {
   movedDays: number;
 }
 
-async function mergePlan(duck: Duck, first: string, out: string): Promise<MergePlan> {
+async function mergePlan(duck: Duck, first: string, out: string, csvSource: string, run: RunLog): Promise<MergePlan> {
   const written = `read_parquet([${parquetUnder(first).map(pathLit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
   const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
     `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,
   );
-  const days = n
-    ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${written} ORDER BY d`)).map((r) => r.d)
-    : [];
-  const stored = dayFiles(out);
-  const inputDays = new Set(days);
-  const others = stored.filter((s) => !inputDays.has(s.day));
-  const otherDays = new Set(await daysHolding(duck, others, written));
-  const existing = stored.filter((s) => inputDays.has(s.day)).map((s) => s.file);
-  const moved = stored.filter((s) => otherDays.has(s.day)).map((s) => s.file);
-  return { written, rows: n, repeated, days, existing, moved, movedDays: otherDays.size };
-}
-
-/**
- * Pass 2, only when needed: one row per event_id within the input (the last occurrence wins, which
- * needs line order), and the union with the stored rows kept beside the input's: the input's days
- * unless --replace, and the other days that held an event_id of the input, always (--replace is
- * about the input's days only). Returns the folder to publish, or null when pass 1's will do.
- */
-async function mergedPass(
-  duck: Duck,
-  copyDays: CopyDays,
-  plan: MergePlan,
-  csvSource: string,
-  work: string,
-  run: RunLog,
-  replace?: boolean,
-) {
-  const keep = [...(plan.existing.length > 0 && !replace ? plan.existing : []), ...plan.moved];
-  if (plan.repeated === 0 && keep.length === 0) return null;
-  let source = plan.written;
-  if (plan.repeated > 0) {
-    run.log(`${plan.repeated} repeated event_id(s) in the input: the last of each is kept`);
+  let source = written;
+  if (repeated > 0) {
+    // One row per event_id, the last of each (which needs line order): the input's days are those of
+    // the rows kept. A day that only a row replaced later in the input was on is not one of them:
+    // with --replace it was emptied, its stored events gone, though no row of the input was for it.
+    run.log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
     await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${csvSource}`);
     await duck.run(
       `CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`,
     );
     source = 'input';
   }
+  const days = n
+    ? (await duck.all<{ d: string }>(`SELECT DISTINCT strftime("timestamp", '%Y%m%d') AS d FROM ${source} ORDER BY d`)).map((r) => r.d)
+    : [];
+  const stored = dayFiles(out);
+  const inputDays = new Set(days);
+  const others = stored.filter((s) => !inputDays.has(s.day));
+  const otherDays = new Set(await daysHolding(duck, others, source));
+  const existing = stored.filter((s) => inputDays.has(s.day)).map((s) => s.file);
+  const moved = stored.filter((s) => otherDays.has(s.day)).map((s) => s.file);
+  return { source, rows: n, repeated, days, existing, moved, movedDays: otherDays.size };
+}
+
+/**
+ * Pass 2, only when needed: one row per event_id within the input (mergePlan's table), and the union with the stored rows kept beside the input's: the input's days
+ * unless --replace, and the other days that held an event_id of the input, always (--replace is
+ * about the input's days only). Returns the folder to publish, or null when pass 1's will do.
+ */
+async function mergedPass(duck: Duck, copyDays: CopyDays, plan: MergePlan, work: string, run: RunLog, replace?: boolean) {
+  const keep = [...(plan.existing.length > 0 && !replace ? plan.existing : []), ...plan.moved];
+  if (plan.repeated === 0 && keep.length === 0) return null;
+  const source = plan.source;
   const kept = keep.length
     ? ` UNION ALL SELECT ${COLUMNS} FROM read_parquet([${keep.map(pathLit).join(', ')}], hive_partitioning = false, union_by_name = true) WHERE event_id NOT IN (SELECT event_id FROM ${source})`
     : '';
@@ -353,10 +348,10 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
       return { rows: 0, days: [], files: [] };
     }
     const { plan, staged } = await withStoredFiles(duck, out, async () => {
-      const plan = await mergePlan(duck, first, out);
+      const plan = await mergePlan(duck, first, out, csvSource, run);
       run.log(`read and checked ${plan.rows} rows, ${plan.days.length} day(s) (${run.elapsed()})`);
       if (plan.moved.length > 0) run.log(`event_id(s) of the input stored on ${plan.movedDays} other day(s): removed there`);
-      return { plan, staged: (await mergedPass(duck, copyDays, plan, csvSource, work, run, options.replace)) ?? first };
+      return { plan, staged: (await mergedPass(duck, copyDays, plan, work, run, options.replace)) ?? first };
     });
     const files = publish(staged, out, [...plan.existing, ...plan.moved], partition);
     run.log(`archived ${plan.rows} input rows into ${files.length} file(s) for ${plan.days.length} day(s) (${run.elapsed()})`);

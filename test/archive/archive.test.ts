@@ -212,6 +212,27 @@ describe('npm run archive', () => {
     ]);
   });
 
+  it('--replace leaves alone a day only a repeated row the input replaced later was on: its stored events stay', async () => {
+    const out = join(scratch(), 'arch');
+    await convert(csv([at('a', '2026-11-20T09:00:00Z', 1), at('b', '2026-11-20T10:00:00Z', 2), at('c', '2026-11-22T09:00:00Z', 4)]), {
+      out,
+    });
+    // x stamped on the 20th, then again on the 22nd (its timestamp corrected): the 22nd's row wins.
+    await convert(csv([at('x', '2026-11-20T11:00:00Z', 8), at('x', '2026-11-22T11:00:00Z', 16)]), { out, replace: true });
+    expect((await report('export-daily', out)).map((r) => [r.day, r.cost_usd])).toEqual([
+      ['2026-11-20', 3],
+      ['2026-11-22', 16],
+    ]);
+    // Stored on the 20th before, x leaves it; a and b stay.
+    await convert(csv([at('x', '2026-11-20T11:00:00Z', 8)]), { out });
+    await convert(csv([at('x', '2026-11-20T11:00:00Z', 8), at('x', '2026-11-22T11:00:00Z', 32)]), { out, replace: true });
+    expect((await rowsIn(out)).map((r) => [r.event_id, r.cost_usd])).toEqual([
+      ['a', 1],
+      ['b', 2],
+      ['x', 32],
+    ]);
+  });
+
   it('partitions as provider=<p>/day=<yyyymmdd>/events_*.parquet and merges there too', async () => {
     const out = join(scratch(), 'arch');
     const input = csv([
