@@ -22,6 +22,7 @@ import { lit, openDuck, pathLit, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 import { dayFiles, removeLeftoverParts, type DayFile } from './day-files';
 import { fileHead, firstLine } from './file-head';
+import { fileLines } from './file-lines';
 import { findFragments, lineInInput, withoutFragments } from './fragments';
 import { ABANDONED_MS, lockArchive } from './lock';
 import { finishPublish, publishAll, publishPending } from './publish';
@@ -207,21 +208,25 @@ async function inputFile(input: string, name: string, options: ConvertOptions, w
 async function checkedPass(
   duck: Duck,
   copyDays: CopyDays,
-  csvSource: string,
+  file: string,
   name: string,
   to: string,
   lineOf: (line: number) => number = (line) => line,
 ): Promise<void> {
   try {
-    await copyDays(selectTypedGuarded(csvSource), to);
+    await copyDays(selectTypedGuarded(readCsv(file)), to);
   } catch (error) {
     const message = String((error as Error).message);
     // A line the CSV reader cannot split into the 19 fields (a download cut short): DuckDB's own
     // message suggests options of the reader, so it is said here in the terms of the other errors.
     const csvLine = /CSV Error on Line: (\d+)/.exec(message);
-    if (csvLine) throw new CsvLineError(`${name}: line ${lineOf(Number(csvLine[1]))}: ${csvProblem(message)}; nothing was written`);
+    if (csvLine) {
+      const at = Number(csvLine[1]);
+      const line = (await fileLines(file, [at], 'counted')).get(at)!;
+      throw new CsvLineError(`${name}: line ${lineOf(line)}: ${csvProblem(message)}; nothing was written`);
+    }
     if (!message.includes(GUARD_ERROR)) throw error;
-    await throwRowProblems(duck, csvSource, name, lineOf);
+    await throwRowProblems(duck, file, name, lineOf);
   }
 }
 
@@ -235,7 +240,7 @@ class CsvLineError extends ArchiveInputError {}
  */
 async function checkedInput(duck: Duck, copyDays: CopyDays, file: string, name: string, first: string, work: string, run: RunLog) {
   try {
-    await checkedPass(duck, copyDays, readCsv(file), name, first);
+    await checkedPass(duck, copyDays, file, name, first);
     return readCsv(file);
   } catch (error) {
     if (!(error instanceof CsvLineError)) throw error;
@@ -246,7 +251,7 @@ async function checkedInput(duck: Duck, copyDays: CopyDays, file: string, name: 
     const mended = join(work, 'without-fragments.csv');
     withoutFragments(file, mended, fragments);
     rmSync(first, { recursive: true, force: true });
-    await checkedPass(duck, copyDays, readCsv(mended), name, first, (line) => lineInInput(line, fragments));
+    await checkedPass(duck, copyDays, mended, name, first, (line) => lineInInput(line, fragments));
     return readCsv(mended);
   }
 }
@@ -398,10 +403,15 @@ function csvProblem(message: string): string {
 }
 
 /** Slow path, only for a file that failed the check: every problem with its line (header = line 1). */
-async function throwRowProblems(duck: Duck, source: string, input: string, lineOf: (line: number) => number): Promise<never> {
-  await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${source}`);
-  const bad = await duck.all<{ line: number; field: string; problem: string }>(`${STAGE_CHECKS} ORDER BY line LIMIT 20`);
-  const lines = bad.map((b) => `line ${lineOf(b.line)}, ${b.field}: ${b.problem}`);
+async function throwRowProblems(duck: Duck, file: string, input: string, lineOf: (line: number) => number): Promise<never> {
+  await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${readCsv(file)}`);
+  const bad = await duck.all<{ line: string; field: string; problem: string }>(`${STAGE_CHECKS} ORDER BY line LIMIT 20`); // line: a BIGINT, as text
+  const at = await fileLines(
+    file,
+    bad.map((b) => Number(b.line)),
+    'skipped',
+  );
+  const lines = bad.map((b) => `line ${lineOf(at.get(Number(b.line))!)}, ${b.field}: ${b.problem}`);
   throw new ArchiveInputError(
     `${input}: ${bad.length === 20 ? 'first 20 problems' : `${bad.length} problem(s)`}; nothing was written\n${lines.join('\n')}`,
   );

@@ -31,7 +31,8 @@ interface Line {
   size: number;
 }
 
-async function* lines(file: string): AsyncGenerator<Line> {
+/** The file's lines, split at LF, streamed. */
+export async function* lines(file: string): AsyncGenerator<Line> {
   let rest = Buffer.alloc(0);
   let n = 0;
   let at = 0;
@@ -50,7 +51,7 @@ async function* lines(file: string): AsyncGenerator<Line> {
 }
 
 /** Without a carriage return at its end (the meter's exports end lines with CRLF). */
-const bare = (text: Buffer) => (text.length && text[text.length - 1] === CR ? text.subarray(0, -1) : text);
+export const bare = (text: Buffer) => (text.length && text[text.length - 1] === CR ? text.subarray(0, -1) : text);
 
 /** Fields of a line read alone as a row (commas outside quotes), and whether it leaves a quote open. */
 function shape(text: Buffer): { fields: number; open: boolean } {

@@ -333,6 +333,21 @@ describe('npm run archive', () => {
     expect(snapshot(out)).toEqual(before);
   });
 
+  it("names the file's own line past a text over several lines or a blank line (DuckDB's row numbers are not lines)", async () => {
+    const out = join(scratch(), 'arch');
+    const bad = join(scratch(), 'hand.csv');
+    // Line 2 starts a row whose text holds a line break (line 3 ends it); line 4 is blank.
+    const before = `${CSV_HEADER}\r\na,2026-11-21T09:00:00Z,agent,p,m,n/a,1,1,1,1,,,,"two\r\nlines",false,false,,n/a,\r\n\r\n`;
+    for (const [last, problem] of [
+      ['b,2026-11-21T09:00:00Z,agent,p,m,n/a,1,1,1,-1,,,,c,false,false,,n/a,', 'line 5, cost_usd: expected a number >= 0, got "-1"'],
+      ['c,2026-11-21T09:0', 'line 5: expected 19 fields, got 2'],
+    ]) {
+      writeFileSync(bad, `${before}${last}\r\n`);
+      await expect(convert(bad, { out })).rejects.toThrow(problem);
+    }
+    expect(existsSync(out) ? readdirSync(out).filter((f) => f.endsWith('.parquet')) : []).toEqual([]);
+  });
+
   // The gateway's CSV after a disk that filled in the middle of a write holds the start of a row
   // on a line of its own, the row whole after it: the archive stopped at it ("expected 19 fields")
   // every night until someone deleted the line by hand.
