@@ -98,21 +98,31 @@ const csvText = (lines: string[]) => lines.join('\r\n') + '\r\n';
  * `doGet?action=export&since=YYYY-MM-DD`: rows with a timestamp on or after that UTC day, without
  * the rows `npm run archive` would refuse (a cell edited by hand), which the nightly export holds
  * back too: written as typed, one of them made the archive refuse the whole export. How many were
- * left out, and why, goes to the log (the web app's executions).
+ * left out, and why, goes to the log (the web app's executions), rows whose timestamp is no date
+ * with them.
  */
 export function exportSince(svc: Pick<MeterServices, 'spreadsheet' | 'log'>, since: string | undefined): string {
   const from = parseUtcDay(since).getTime();
   checkSheetTimeZone(svc.spreadsheet);
   const lines = [CSV_HEADER];
   const refused = new Map<string, number>();
+  let undated = 0;
   for (const row of readAllRows(getEventsSheet(svc.spreadsheet))) {
-    if (!(cellTime(row[EVENT_AT.timestamp]) >= from)) continue;
+    const t = cellTime(row[EVENT_AT.timestamp]);
+    // On no day, so on none on or after `since`: left out, and said (a row every cell of which was
+    // cleared by hand holds nothing to correct).
+    if (Number.isNaN(t) && !row.every((cell) => cell === '' || cell === null)) undated++;
+    if (!(t >= from)) continue;
     const cells = csvCells(row);
     const refusal = archiveRefusal(cells);
     if (refusal) refused.set(refusal, (refused.get(refusal) ?? 0) + 1);
     else lines.push(cells.join(','));
   }
-  if (refused.size) svc.log(`export since ${since}: ${refusedCount(refused)} left out (correct them in the events tab)`);
+  const notes = [
+    undated ? `${undated} row(s) have no readable timestamp and were left out` : '',
+    refused.size ? `${refusedCount(refused)} left out` : '',
+  ].filter(Boolean);
+  if (notes.length) svc.log(`export since ${since}: ${notes.join('; ')} (correct them in the events tab)`);
   return csvText(lines);
 }
 

@@ -146,6 +146,20 @@ describe('hand-edited cells and the archive export', () => {
     expect(ids(files(platform)[1].content)).toEqual(['next']);
   });
 
+  it('doGet?action=export logs the rows left out for a timestamp typed over into no date, which the nightly export holds back and counts too', () => {
+    // Without a date a row is on no day "on or after since": it was left out of the export unsaid.
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, { events: ['good', 'typed', 'cleared'].map((event_id, i) => ({ event_id, timestamp: `2026-11-21T10:0${i}:00Z` })) });
+    const rows = dataRows(eventsTab(platform));
+    rows[1][at('timestamp')] = 'yesterday';
+    rows[2].fill(''); // a row deleted with the Delete key: nothing to correct, nothing said
+    const out = meter.doGet(webEvent({ token: SECRET, action: 'export', since: '2026-11-21' })) as FakeTextOutput;
+    expect(ids(out.getContent())).toEqual(['good']);
+    expect(platform.logs.join('\n')).toMatch(
+      /export since 2026-11-21: 1 row\(s\) have no readable timestamp and were left out \(correct them in the events tab\)/,
+    );
+  });
+
   it('doGet?action=export leaves out the rows the archive would refuse, and logs how many and why', async () => {
     // Written as typed, they made npm run archive refuse the whole export.
     const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
