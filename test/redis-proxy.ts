@@ -2,7 +2,10 @@
  * A loopback proxy in front of the test run's Redis that plays the network: `delayMs` holds what
  * Redis sends back that long before passing it on, in order (a slow Redis: connected and answering,
  * only late, not a stall); `cut` makes the connections open now carry nothing more while they stay
- * open (a link that died without a word), and a new connection reaches Redis as before.
+ * open (a link that died without a word), and a new connection reaches Redis as before;
+ * `loseNextReply` closes the connection that Redis next answers on instead of passing the answer on
+ * (a link lost after Redis ran a command and before its answer came back: ioredis sends the command
+ * again on its new connection).
  */
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 
@@ -14,6 +17,7 @@ interface Link {
 export class RedisProxy {
   private server!: Server;
   private readonly links = new Set<Link>();
+  private losing = false;
   port = 0;
 
   constructor(public delayMs = 0) {}
@@ -51,10 +55,19 @@ export class RedisProxy {
       if (held.length) timer = setTimeout(pass, held[0].due - Date.now());
     };
     from.on('data', (chunk: Buffer) => {
+      if (this.losing) {
+        this.losing = false;
+        return link.end();
+      }
       if (!this.delayMs) return void (link.carries && to.write(chunk));
       held.push({ due: Date.now() + this.delayMs, chunk });
       timer ??= setTimeout(pass, this.delayMs);
     });
+  }
+
+  /** The next answer Redis sends is lost with its connection, closed in its place. */
+  loseNextReply(): void {
+    this.losing = true;
   }
 
   /** The connections open now carry nothing more, and stay open (no reset reaches the client). */

@@ -13,11 +13,16 @@ import type { Redis } from 'ioredis';
 import { mustSend } from './redis-held';
 import { isAnswer, newToken, type Claim, type Lease, type NotKept, type ReplayStore, type StoredAnswer } from './replay-store';
 
-/** Claimed: nil. Another body: `X`. Running: `R`. Otherwise the whole value (answered or not kept). */
+/**
+ * Claimed: nil. Another body: `X`. Running: `R`. Otherwise the whole value (answered or not kept).
+ * A key holding this very claim (its token is new to each claim) is this claim sent again: ioredis
+ * sends a command again on its new connection when the old one was lost before the answer came
+ * back, and the claim Redis had already taken was answered `R`, a 409 for the request's own key.
+ */
 const CLAIM = `
 local v = redis.call('GET', KEYS[1])
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if not v or v == ARGV[1] then
+  if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
   return false
 end
 if string.sub(v, 2, 1 + #ARGV[3]) ~= ARGV[3] then return 'X' end

@@ -3,7 +3,10 @@
 import { describe, expect, it } from 'vitest';
 import { MemoryReplayStore, type Claim, type Lease, type ReplayStore, type StoredAnswer } from '../../gateway/src/replay-store';
 import { RedisReplayStore } from '../../gateway/src/replay-store-redis';
+import { Redis } from 'ioredis';
+import { TEST_REDIS_DB } from '../redis-db';
 import { redisUnderPrefix } from '../redis-prefix';
+import { RedisProxy } from '../redis-proxy';
 
 const db = redisUnderPrefix('replay-store');
 const prefix = db.prefix;
@@ -126,6 +129,24 @@ describe('replay store: Redis only', () => {
     expect(claims.filter((c) => c.kind === 'claimed')).toHaveLength(1);
     await a.keep(leaseOf(claims.find((c) => c.kind === 'claimed')!), answer, DAY);
     expect(await b.claim('k', FP, 10_000)).toEqual({ kind: 'answered', answer });
+  });
+});
+
+describe('replay store: a claim sent again', () => {
+  it("a claim whose answer was lost with its connection, sent again on the next (ioredis does), is still the request's: not 409 for its own claim", async () => {
+    const proxy = await new RedisProxy().start();
+    const redis = new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }); // as stores.ts connects
+    try {
+      const s = new RedisReplayStore(redis, `${prefix}:again`);
+      leaseOf(await s.claim('first', FP, 10_000)); // the script loaded: the claim below runs where it is first sent
+      proxy.loseNextReply();
+      const lease = leaseOf(await s.claim('k', FP, 10_000));
+      expect(await s.keep(lease, answer, DAY)).toBe(true);
+      expect(await s.claim('k', FP, 10_000)).toEqual({ kind: 'answered', answer });
+    } finally {
+      redis.disconnect();
+      await proxy.stop();
+    }
   });
 });
 
