@@ -16,7 +16,12 @@
  */
 import type { Redis } from 'ioredis';
 
-/** Free: take it. Holding an answer: that answer. Else: busy. */
+/**
+ * Free: take it. Holding an answer: that answer. Held by this very run (its token is BullMQ's for
+ * this pickup of the job): this take sent again, which ioredis does on its new connection when the
+ * old one was lost before the answer came back; the run is the job's (it was busy, and the job
+ * waited out its own claim). Else: busy.
+ */
 const TAKE = `
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'token', ARGV[1])
@@ -25,6 +30,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local result = redis.call('HGET', KEYS[1], 'result')
 if result then return {'done', result} end
+if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then return {'mine'} end
 return {'busy'}`;
 
 /**

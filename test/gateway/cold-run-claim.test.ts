@@ -1,8 +1,11 @@
 // A Cold job's run claim (cold-run-claim.ts) in the real Redis, keys under a prefix of this process.
+import { Redis } from 'ioredis';
 import { expect, it } from 'vitest';
 import { CallMarks } from '../../gateway/src/cold-call-marks';
 import { RunClaims } from '../../gateway/src/cold-run-claim';
+import { TEST_REDIS_DB } from '../redis-db';
 import { redisUnderPrefix } from '../redis-prefix';
+import { RedisProxy } from '../redis-proxy';
 
 const db = redisUnderPrefix('cold-run-claim');
 
@@ -55,4 +58,20 @@ it("a call's mark goes once its meter event is durable, and a run's marks are se
   written();
   await run.settled();
   expect(await db.redis.exists(`${db.prefix}:calls:job-4`)).toBe(0);
+});
+
+it("a take whose answer was lost with its connection, sent again on the next (ioredis does), is still the run's: the job runs, not deferred until its own claim lapses", async () => {
+  const proxy = await new RedisProxy().start();
+  const redis = new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }); // as the worker's connection
+  try {
+    const claims = new RunClaims(redis, db.prefix, 150_000);
+    await redis.ping();
+    proxy.loseNextReply();
+    // before: busy, and the job waited 150 s for a claim that was its own
+    expect(await claims.take('job-5', 'run')).toEqual({ kind: 'mine' });
+    expect(await claims.take('job-5', 'another run')).toEqual({ kind: 'busy' });
+  } finally {
+    redis.disconnect();
+    await proxy.stop();
+  }
 });
