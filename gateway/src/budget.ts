@@ -17,6 +17,7 @@
  * after the loss knows of none, and is not paused until they do (a first start on an empty Redis is
  * not paused).
  */
+import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { z } from 'zod';
 
@@ -78,18 +79,29 @@ local function lost_here(v)
 end`;
 
 /**
- * KEYS: the flag, the mark. ARGV: as PUT_BACK's. Pauses; returns the flag before, the new mark, and
- * 1 when the flag was gone by a loss this instance had the pause through (the pause is not new then:
- * no second notice for a pause that never lifted).
+ * KEYS: the flag, the mark, the last set's answer. ARGV: as PUT_BACK's, then this set's token (new
+ * to each set). Pauses; returns 1 when the flag was set before, the new mark, and 1 when the flag was
+ * gone by a loss this instance had the pause through (the pause is not new then: no second notice
+ * for a pause that never lifted). A set Redis already ran (ioredis sends a command again on its new
+ * connection when the old one was lost before the answer came back) answers what it answered then:
+ * run again, it found its own pause, and the notice of a new pause never went out.
  */
 const SET_PAUSE = `
 ${MARKS}
-local before = redis.call('GET', KEYS[1])
+local last = redis.call('GET', KEYS[3])
+if last then
+  local token, was, m, l = string.match(last, '^(%S+) (%d) (%d+) (%d)$')
+  if token == ARGV[3] then return {tonumber(was), tonumber(m), tonumber(l)} end
+end
+local v = redis.call('GET', KEYS[1])
+local before = 0
+if v == '1' then before = 1 end
 local lost = 0
-if lost_here(before) then lost = 1 end
+if lost_here(v) then lost = 1 end
 local mark = next_mark()
 redis.call('SET', KEYS[1], '1')
 redis.call('SET', KEYS[2], string.format('%.0f', mark))
+redis.call('SET', KEYS[3], ARGV[3] .. ' ' .. before .. ' ' .. string.format('%.0f', mark) .. ' ' .. lost, 'EX', 3600)
 return {before, mark, lost}`;
 
 /**
@@ -133,7 +145,7 @@ redis.call('SET', KEYS[2], ARGV[2])
 return {1, tonumber(ARGV[2]), 1}`;
 
 interface PauseCommands {
-  pauseSet(flag: string, mark: string, hadPause: 0 | 1, lastMark: number): Promise<[string | null, number, number]>;
+  pauseSet(flag: string, mark: string, last: string, hadPause: 0 | 1, lastMark: number, token: string): Promise<[number, number, number]>;
   pauseClear(flag: string, mark: string): Promise<number>;
   pausePutBack(flag: string, mark: string, hadPause: 0 | 1, lastMark: number): Promise<[number, number, number]>;
 }
@@ -152,6 +164,7 @@ export class RedisPause implements PauseFlag {
   private readonly timer: NodeJS.Timeout;
   private readonly redis: Redis & PauseCommands;
   private readonly markKey: string;
+  private readonly lastSetKey: string;
   constructor(
     redis: Redis,
     refreshMs = 100,
@@ -161,7 +174,8 @@ export class RedisPause implements PauseFlag {
     private readonly warn: (message: string) => void = () => undefined,
   ) {
     this.markKey = `${key}:mark`;
-    redis.defineCommand('pauseSet', { numberOfKeys: 2, lua: SET_PAUSE });
+    this.lastSetKey = `${key}:set`;
+    redis.defineCommand('pauseSet', { numberOfKeys: 3, lua: SET_PAUSE });
     redis.defineCommand('pauseClear', { numberOfKeys: 2, lua: CLEAR_PAUSE });
     redis.defineCommand('pausePutBack', { numberOfKeys: 2, lua: PUT_BACK });
     this.redis = redis as Redis & PauseCommands;
@@ -210,12 +224,12 @@ export class RedisPause implements PauseFlag {
     // Read and set in one script: a value other than 1 (an operator's hand-written 0) was "not
     // paused", so this pause is new and its notice goes out; a pause Redis lost is put back, not new.
     const [before, mark, lost] = await this.redis
-      .pauseSet(this.key, this.markKey, had, this.mark)
+      .pauseSet(this.key, this.markKey, this.lastSetKey, had, this.mark, randomUUID())
       .catch((error: Error) => this.undo(error));
     this.value = true; // a read sent before the set may have answered meanwhile
     this.mark = mark;
     if (lost) this.warnLost();
-    return before !== '1' && !lost;
+    return before !== 1 && !lost;
   }
   async clear() {
     this.value = false;

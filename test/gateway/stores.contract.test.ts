@@ -7,7 +7,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryPause, RedisPause, type PauseFlag } from '../../gateway/src/budget';
 import { LocalFlags, RedisFlags, type Flags, type FlagStore } from '../../gateway/src/flags';
 import { MemoryLimiter, RedisLimiter, type Limiter, type Limits } from '../../gateway/src/rate-limit';
-import { TEST_REDIS_URL } from '../redis-db';
+import { TEST_REDIS_DB, TEST_REDIS_URL } from '../redis-db';
+import { RedisProxy } from '../redis-proxy';
 
 const prefix = `test-stores-${process.pid}`;
 let redis: Redis;
@@ -183,6 +184,27 @@ describe('budget pause flag in Redis (what the in-process flag cannot share)', (
     expect(await p.refresh()).toBe(false);
     expect(await p.set()).toBe(true);
     expect(await redis.get(key)).toBe('1');
+  });
+
+  it('a pause whose answer was lost with its connection, sent again on the next (ioredis does), is still new: its notice goes out', async () => {
+    const key = `${space()}:pause_ai_tasks`;
+    const loaded = new RedisPause(redis, 60_000, `${space()}:pause_ai_tasks`); // its scripts loaded: the set below runs where it is first sent
+    closing.push(() => loaded.close());
+    await loaded.set();
+    const proxy = await new RedisProxy().start();
+    const through = new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }); // as stores.ts connects
+    const p = new RedisPause(through, 60_000, key);
+    try {
+      expect(await p.refresh()).toBe(false);
+      proxy.loseNextReply();
+      expect(await p.set()).toBe(true); // before: false, as if another had paused first, and no notice went out
+      expect(await redis.get(key)).toBe('1');
+      expect(await p.set()).toBe(false); // a webhook sent again is still no new pause
+    } finally {
+      p.close();
+      through.disconnect();
+      await proxy.stop();
+    }
   });
 
   it('every instance sees a pause set by another within its refresh', async () => {
