@@ -5,12 +5,15 @@
  * open (a link that died without a word), and a new connection reaches Redis as before;
  * `loseNextReply` closes the connection that Redis next answers on instead of passing the answer on
  * (a link lost after Redis ran a command and before its answer came back: ioredis sends the command
- * again on its new connection).
+ * again on its new connection); `loseReplyTo` does so on the connection that next sends a command
+ * holding the text given, once Redis answers it (its commands sent before answered already).
  */
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 
 interface Link {
   carries: boolean;
+  /** The next answer Redis sends on it is lost with it (loseReplyTo). */
+  losing?: boolean;
   end: () => void;
 }
 
@@ -18,6 +21,7 @@ export class RedisProxy {
   private server!: Server;
   private readonly links = new Set<Link>();
   private losing = false;
+  private losingTo: string | null = null;
   port = 0;
 
   constructor(public delayMs = 0) {}
@@ -37,7 +41,13 @@ export class RedisProxy {
     const redis = connect(6379, '127.0.0.1');
     const link: Link = { carries: true, end: () => (client.destroy(), redis.destroy(), this.links.delete(link)) };
     this.links.add(link);
-    client.on('data', (d) => link.carries && redis.write(d));
+    client.on('data', (d: Buffer) => {
+      if (this.losingTo !== null && d.includes(this.losingTo)) {
+        this.losingTo = null;
+        link.losing = true;
+      }
+      if (link.carries) redis.write(d);
+    });
     this.late(redis, client, link);
     for (const s of [client, redis]) s.on('error', link.end).on('close', link.end);
   }
@@ -55,7 +65,7 @@ export class RedisProxy {
       if (held.length) timer = setTimeout(pass, held[0].due - Date.now());
     };
     from.on('data', (chunk: Buffer) => {
-      if (this.losing) {
+      if (this.losing || link.losing) {
         this.losing = false;
         return link.end();
       }
@@ -68,6 +78,11 @@ export class RedisProxy {
   /** The next answer Redis sends is lost with its connection, closed in its place. */
   loseNextReply(): void {
     this.losing = true;
+  }
+
+  /** The answer to the next command holding `text` is lost with its connection, closed in its place. */
+  loseReplyTo(text: string): void {
+    this.losingTo = text;
   }
 
   /** The connections open now carry nothing more, and stay open (no reset reaches the client). */

@@ -302,9 +302,16 @@ export class BullColdQueue implements ColdQueue {
     // Two instances may both get here for one request (a client's retry reaching both): BullMQ
     // keeps one job (its id), and only the first to mark it says it created it, so a person is
     // notified once. The mark outlives that race only. A mark that fails (Redis gone after the
-    // add) counts as created: a notice twice rather than a job nobody is told about.
-    const marked = await this.own.set(this.createdMark(jobId), '1', 'PX', CREATED_MARK_MS, 'NX').catch(() => 'OK' as const);
-    const created = marked === 'OK';
+    // add) counts as created: a notice twice rather than a job nobody is told about. The mark is
+    // this call's own token: one Redis took and whose answer was lost with the connection is sent
+    // again on the next (ioredis does), finds itself, and is still this call's (it found the mark
+    // taken, and nobody was told of the job). A second read only when the mark was taken.
+    const mark = randomUUID();
+    const key = this.createdMark(jobId);
+    const created = await this.own
+      .set(key, mark, 'PX', CREATED_MARK_MS, 'NX')
+      .then(async (set) => set === 'OK' || (await this.own.get(key)) === mark)
+      .catch(() => true);
     if (created && options.signal?.aborted && (await this.withdraw(jobId, await touched))) {
       if (replacing) await this.restoreDead(jobId, replacing);
       return { jobId, created: false, withdrawn: true };

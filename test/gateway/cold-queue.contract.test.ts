@@ -17,6 +17,7 @@ import { BullColdQueue } from '../../gateway/src/cold-queue-redis';
 import { within } from '../../gateway/src/within';
 import { TEST_REDIS_DB, hasRedisServer } from '../redis-db';
 import { OwnRedis } from '../own-redis';
+import { RedisProxy } from '../redis-proxy';
 
 const connection = { host: '127.0.0.1', port: 6379, db: TEST_REDIS_DB };
 let redis: Redis;
@@ -461,6 +462,20 @@ async function expectReplacedOnce(a: BullColdQueue, b: BullColdQueue, jobId: str
   expect(bAnswer).toEqual({ jobId, created: false });
   expect(await b.get(jobId)).toMatchObject({ state: 'waiting', enqueuedAt: fromA.enqueuedAt });
 }
+
+describe('a new job whose creation mark Redis took and whose answer was lost (Redis)', () => {
+  it('the mark sent again on the new connection (ioredis does) still tells the job created, so a person is notified', async () => {
+    const proxy = await new RedisProxy().start();
+    cleanup.push(() => proxy.stop());
+    const queue = new BullColdQueue({ ...connection, port: proxy.port }, `test-cq-${process.pid}-${++n}`, { backoffMs: 20 });
+    cleanup.push(() => queue.close());
+    expect((await queue.enqueue(payload('first'))).created).toBe(true); // connected, its scripts loaded
+    proxy.loseReplyTo(':created:');
+    // before: created false, as if another instance had added the job, and nobody was told of it
+    expect(await queue.enqueue(payload('k1'))).toEqual({ jobId: expect.stringMatching(/^llm-/), created: true });
+    expect((await queue.enqueue(payload('k1'))).created).toBe(false); // the same request again: the job it added
+  });
+});
 
 describe('a dead-lettered job two instances replace at once (Redis)', () => {
   it('is replaced once: the new job stays, and one instance says it created it', async () => {
