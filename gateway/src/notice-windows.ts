@@ -5,7 +5,7 @@
  * makes one message and one follow-up; in process, each process has its own.
  *
  * Redis keys (`<p>` the prefix, `<kind>` the notice's kind):
- *   `<p>:notice:<kind>`        the open window: SET NX PX, so one instance opens it
+ *   `<p>:notice:<kind>`        the open window: SET NX PX of the open's token (OPEN), so one instance opens it
  *   `<p>:notice:<kind>:held`   the notices held for the follow-up (JSON, the first 1,000 kept)
  *   `<p>:notice:<kind>:count`  how many were held, all of them counted
  *   `<p>:notice:<kind>:claim`  the instance sending the follow-up (SET NX PX, CLAIM_MS)
@@ -95,6 +95,16 @@ if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then return {{}, false} end
 if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then return {{}, false} end
 return {redis.call('LRANGE', KEYS[1], 0, -1), redis.call('GET', KEYS[2])}`;
 
+/**
+ * KEYS window; ARGV token (new to each open), ms. 1 when this open opened the window: also when it
+ * finds its own token there, this open sent again (ioredis does, on its new connection, when the old
+ * one was lost before the answer came back), which found the window open and held the first notice
+ * for the follow-up a window later.
+ */
+const OPEN = `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0`;
+
 /** KEYS held, count, claim; ARGV token, entries read, count read. Removes what the claim's take read, if the claim is still its. */
 const SENT = `
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
@@ -121,8 +131,8 @@ export class RedisNoticeWindows implements NoticeWindows {
 
   async open(kind: NoticeKind, ms: number, force = false): Promise<boolean> {
     const key = this.key(kind);
-    const set = force ? await this.redis.set(key, '1', 'PX', ms) : await this.redis.set(key, '1', 'PX', ms, 'NX');
-    return set === 'OK';
+    if (force) return (await this.redis.set(key, '1', 'PX', ms)) === 'OK';
+    return (await this.redis.eval(OPEN, 1, key, randomUUID(), ms)) === 1;
   }
 
   async hold(kind: NoticeKind, notice: Notice, ms: number): Promise<number> {

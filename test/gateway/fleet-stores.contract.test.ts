@@ -291,6 +291,24 @@ describe('notification windows in Redis', () => {
     expect(await w.lapsed(['enqueued', 'paused'])).toEqual([]);
   });
 
+  it("a window opened by a command whose answer was lost with its connection, sent again on the next (ioredis does), is still this instance's: its first notice goes out at once", async () => {
+    const link = await redisLink();
+    await link.open();
+    const client = new Redis(link.port, '127.0.0.1', { db: TEST_REDIS_DB, retryStrategy: () => 20, maxRetriesPerRequest: null });
+    client.on('error', () => undefined);
+    try {
+      const w = new RedisNoticeWindows(client, space());
+      await client.ping();
+      link.cutNextReply();
+      expect(await w.open('enqueued', 60_000)).toBe(true); // before: false, the notice held for the follow-up a minute later
+      expect(link.cut).toBe(true);
+      expect(await w.open('enqueued', 60_000)).toBe(false); // the window is open: the next notice is held
+    } finally {
+      client.disconnect();
+      await link.close();
+    }
+  });
+
   it('a take removes nothing until its notices are marked sent: one given up on leaves them to the next take once its claim lapses', async () => {
     const w = new RedisNoticeWindows(redis, space(), 300);
     await w.open('enqueued', 60_000);
