@@ -1,6 +1,7 @@
 // One contract per voice store, two implementations each: in the real Redis (db 9, keys under a
 // prefix of this process, removed afterwards) and in process. The same cases run against both,
 // through the store's interface. Expiry runs for real with lifetimes of a second.
+import { Redis } from 'ioredis';
 import { describe, expect, it, vi } from 'vitest';
 import {
   MemoryVoiceStore,
@@ -12,7 +13,9 @@ import {
 } from '../../gateway/src/voice/call-store';
 import { newCall } from '../../gateway/src/voice/spend-guard';
 import { MemoryWorkflowStore, RedisWorkflowStore, type WorkflowStore, type WorkflowTtl } from '../../gateway/src/voice/workflow-store';
+import { TEST_REDIS_DB } from '../redis-db';
 import { redisUnderPrefix } from '../redis-prefix';
+import { RedisProxy } from '../redis-proxy';
 
 const db = redisUnderPrefix('vstores');
 const prefix = db.prefix;
@@ -193,5 +196,25 @@ describe.each([
     await until(() => s.openRound('one')); // a crashed holder's round lapses
     expect(await s.delivered('two', 'b')).toBe(false); // delivered, but the round is no longer its own
     expect(await s.peekDeadLetters(10)).toEqual([]);
+  });
+});
+
+describe('workflow store in Redis: a claim sent again', () => {
+  it("a claim whose answer was lost with its connection, sent again on the next (ioredis does), is still the call's: its target is called, not waited on for a minute and 409", async () => {
+    const proxy = await new RedisProxy().start();
+    const redis = new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }); // as stores.ts connects
+    try {
+      const s = new RedisWorkflowStore<Answer>(redis, space());
+      await redis.ping();
+      proxy.loseNextReply();
+      expect(await s.claim('k')).toBe(true); // before: false, and the key held by nobody for 2 minutes
+      expect(await s.claim('k')).toBe(false); // another call with the key: held
+      expect(await s.result('k')).toBeNull();
+      await s.finish('k', { ok: true, result: { booking_id: 'b1' } });
+      expect(await s.result('k')).toEqual({ ok: true, result: { booking_id: 'b1' } });
+    } finally {
+      redis.disconnect();
+      await proxy.stop();
+    }
   });
 });

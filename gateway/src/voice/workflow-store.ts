@@ -9,6 +9,7 @@
  * round runs at a time across instances (a short lock, renewed with each delivery), so in the normal
  * case no letter is posted twice and they go oldest first.
  */
+import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { ExpiringMap } from './expiring-map';
 
@@ -51,6 +52,21 @@ export interface WorkflowStore<A> {
   holds(payload: string): Promise<boolean>;
 }
 
+/**
+ * KEYS: the key, its claim's token; ARGV: this claim's token (new to each claim), the running marker,
+ * its seconds. 1 when claimed: also when the key runs with this claim's own token, this claim sent
+ * again (ioredis does, on its new connection, when the old one was lost before the answer came
+ * back), which found the key running and waited for an answer nobody would give, then 409. The
+ * marker itself stays `running` (what instances of an earlier version read).
+ */
+const CLAIM = `
+if redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3], 'NX') then
+  redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[3])
+  return 1
+end
+if redis.call('GET', KEYS[1]) == ARGV[2] and redis.call('GET', KEYS[2]) == ARGV[1] then return 1 end
+return 0`;
+
 /** The refused letters kept for a person to look at. */
 const REFUSED_KEPT = 10_000;
 /** KEYS: pending list, round lock[, refused list]; ARGV: holder, payload, round ms[, refused kept]. */
@@ -85,7 +101,7 @@ export class RedisWorkflowStore<A> implements WorkflowStore<A> {
     return `${this.prefix}:wf:${key}`;
   }
   async claim(key: string) {
-    return (await this.redis.set(this.k(key), RUNNING, 'EX', this.ttl.runningS, 'NX')) === 'OK';
+    return (await this.redis.eval(CLAIM, 2, this.k(key), `${this.k(key)}:claim`, randomUUID(), RUNNING, this.ttl.runningS)) === 1;
   }
   async result(key: string) {
     const v = await this.redis.get(this.k(key));
