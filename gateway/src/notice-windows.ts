@@ -89,10 +89,15 @@ const HELD_GRACE_MS = 60_000;
  */
 const CLAIM_MS = 5000;
 
-/** KEYS held, count, claim; ARGV token, claim ms. The held notices and their count, claimed; none if another holds the claim. */
+/**
+ * KEYS held, count, claim; ARGV token, claim ms. The held notices and their count, claimed; none if
+ * another holds the claim. A claim holding this take's own token is this take sent again (ioredis
+ * does, on its new connection, when the old one was lost before the answer came back): it still
+ * reads them, where it found them claimed, and their follow-up waited for the lapsed sweep.
+ */
 const TAKE = `
 if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then return {{}, false} end
-if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then return {{}, false} end
+if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) and redis.call('GET', KEYS[3]) ~= ARGV[1] then return {{}, false} end
 return {redis.call('LRANGE', KEYS[1], 0, -1), redis.call('GET', KEYS[2])}`;
 
 /**

@@ -309,6 +309,30 @@ describe('notification windows in Redis', () => {
     }
   });
 
+  it("a take whose answer was lost with its connection, sent again on the next (ioredis does), still gets the notices it claimed: the follow-up goes out at the window's end", async () => {
+    const key = space();
+    const w = new RedisNoticeWindows(redis, key);
+    await w.open('enqueued', 60_000);
+    await w.hold('enqueued', { kind: 'enqueued', jobIds: ['llm-1'] }, 60_000);
+    const link = await redisLink();
+    await link.open();
+    const client = new Redis(link.port, '127.0.0.1', { db: TEST_REDIS_DB, retryStrategy: () => 20, maxRetriesPerRequest: null });
+    client.on('error', () => undefined);
+    try {
+      const through = new RedisNoticeWindows(client, key);
+      await client.ping();
+      link.cutNextReply();
+      const held = await through.take('enqueued');
+      expect(link.cut).toBe(true);
+      expect(held.notices.map((x) => x.jobIds)).toEqual([['llm-1']]); // before: none, the follow-up left for the lapsed sweep
+      await through.sent('enqueued', held);
+      expect((await w.take('enqueued')).notices).toEqual([]);
+    } finally {
+      client.disconnect();
+      await link.close();
+    }
+  });
+
   it('a take removes nothing until its notices are marked sent: one given up on leaves them to the next take once its claim lapses', async () => {
     const w = new RedisNoticeWindows(redis, space(), 300);
     await w.open('enqueued', 60_000);
