@@ -23,6 +23,23 @@ const SETTLE_WAIT_MS = 10_000;
 /** How long a mark no run took is kept: as long as a job's answer (cold-run-claim.ts). */
 const MARK_KEPT_MS = 7 * 24 * 3600_000;
 
+/**
+ * KEYS: the run's marks, this take's own list (a token new to each take); ARGV: how long that list
+ * is kept. Moves the marks to the take's list in one step and answers the list: a take sent again
+ * (ioredis does, on its new connection, when the old one was lost before the answer came back) finds
+ * the marks already moved, and still gets them, where it got none and their calls went unmetered.
+ */
+const TAKE = `
+local marks = redis.call('HVALS', KEYS[1])
+if #marks > 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('RPUSH', KEYS[2], unpack(marks))
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+return redis.call('LRANGE', KEYS[2], 0, -1)`;
+/** How long a take's list is kept: long enough for the take sent again after a reconnection. */
+const TAKEN_KEPT_MS = 600_000;
+
 /** A call under way, as its mark keeps it. */
 export interface MarkedCall {
   /** The route's id (`hot-1`, or the map's `id`). */
@@ -52,6 +69,8 @@ export class RunMarks implements CallMarker {
   constructor(
     private readonly redis: Redis,
     private readonly key: string,
+    /** Where a take of these marks keeps what it took (with the take's token appended). */
+    private readonly taken: string,
   ) {}
 
   async begin(call: MarkedCall): Promise<string> {
@@ -80,7 +99,7 @@ export class RunMarks implements CallMarker {
 
   /** The calls a run killed mid-call left marked, taken off in one step: only the run that takes them meters them. */
   async takeAbandoned(): Promise<MarkedCall[]> {
-    const [[, fields]] = (await this.redis.multi().hvals(this.key).del(this.key).exec()) as [[Error | null, string[]]];
+    const fields = (await this.redis.eval(TAKE, 2, this.key, `${this.taken}:${randomUUID()}`, TAKEN_KEPT_MS)) as string[];
     return fields.map((f) => JSON.parse(f) as MarkedCall);
   }
 }
@@ -93,6 +112,6 @@ export class CallMarks {
   ) {}
 
   of(jobId: string): RunMarks {
-    return new RunMarks(this.redis, `${this.prefix}:calls:${jobId}`);
+    return new RunMarks(this.redis, `${this.prefix}:calls:${jobId}`, `${this.prefix}:taken-calls:${jobId}`);
   }
 }

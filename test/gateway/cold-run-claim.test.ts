@@ -75,3 +75,20 @@ it("a take whose answer was lost with its connection, sent again on the next (io
     await proxy.stop();
   }
 });
+
+it("a take of a killed run's marks whose answer was lost with its connection, sent again on the next (ioredis does), still gets them: those calls are metered", async () => {
+  const killed = new CallMarks(db.redis, db.prefix).of('job-6');
+  await killed.begin({ route: 'hot-1', provider: 'openai', model: 'gpt-4o-mini', inputTokens: 12, at: Date.now() });
+  const proxy = await new RedisProxy().start();
+  const redis = new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }); // as the worker's connection
+  try {
+    await redis.ping();
+    proxy.loseNextReply();
+    // before: none, the marks gone with the first take, and the killed run's call never metered
+    expect((await new CallMarks(redis, db.prefix).of('job-6').takeAbandoned()).map((c) => c.route)).toEqual(['hot-1']);
+    expect(await new CallMarks(db.redis, db.prefix).of('job-6').takeAbandoned()).toEqual([]); // another run: taken already
+  } finally {
+    redis.disconnect();
+    await proxy.stop();
+  }
+});
