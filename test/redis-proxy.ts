@@ -5,7 +5,7 @@
  * open (a link that died without a word), and a new connection reaches Redis as before;
  * `loseNextReply` closes the connection that Redis next answers on instead of passing the answer on
  * (a link lost after Redis ran a command and before its answer came back: ioredis sends the command
- * again on its new connection); `loseReplyTo` does so on the connection that next sends a command
+ * again on its new connection; with `meanwhile`, that new connection waits for it); `loseReplyTo` does so on the connection that next sends a command
  * holding the text given, once Redis answers it (its commands sent before answered already).
  */
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
@@ -22,6 +22,9 @@ export class RedisProxy {
   private readonly links = new Set<Link>();
   private losing = false;
   private losingTo: string | null = null;
+  /** New connections wait for it (loseNextReply's `meanwhile`). */
+  private gate: Promise<unknown> | null = null;
+  private meanwhile: (() => Promise<unknown>) | null = null;
   port = 0;
 
   constructor(public delayMs = 0) {}
@@ -38,6 +41,10 @@ export class RedisProxy {
   }
 
   private pipe(client: Socket): void {
+    if (this.gate) {
+      client.pause();
+      void this.gate.finally(() => client.resume());
+    }
     const redis = connect(6379, '127.0.0.1');
     const link: Link = { carries: true, end: () => (client.destroy(), redis.destroy(), this.links.delete(link)) };
     this.links.add(link);
@@ -67,6 +74,7 @@ export class RedisProxy {
     from.on('data', (chunk: Buffer) => {
       if (this.losing || link.losing) {
         this.losing = false;
+        if (this.meanwhile) [this.gate, this.meanwhile] = [this.meanwhile().catch(() => undefined), null];
         return link.end();
       }
       if (!this.delayMs) return void (link.carries && to.write(chunk));
@@ -75,9 +83,14 @@ export class RedisProxy {
     });
   }
 
-  /** The next answer Redis sends is lost with its connection, closed in its place. */
-  loseNextReply(): void {
+  /**
+   * The next answer Redis sends is lost with its connection, closed in its place; with `meanwhile`,
+   * the connections opened after it carry nothing until it has settled (another client's commands
+   * landing between the lost answer and the command sent again).
+   */
+  loseNextReply(meanwhile?: () => Promise<unknown>): void {
     this.losing = true;
+    this.meanwhile = meanwhile ?? null;
   }
 
   /** The answer to the next command holding `text` is lost with its connection, closed in its place. */

@@ -51,7 +51,7 @@ afterAll(async () => {
 async function cleanRedis() {
   const keys = await redis.keys(`${prefix}:*`);
   if (keys.length) await redis.del(...keys);
-  await redis.del('pause_ai_tasks', 'pause_ai_tasks:mark');
+  await redis.del('pause_ai_tasks', 'pause_ai_tasks:mark', 'pause_ai_tasks:set');
 }
 
 beforeEach(async () => {

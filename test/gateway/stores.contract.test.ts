@@ -207,6 +207,30 @@ describe('budget pause flag in Redis (what the in-process flag cannot share)', (
     }
   });
 
+  it('a pause sent again after its answer was lost is still new when another instance paused meanwhile: one notice goes out', async () => {
+    const key = `${space()}:pause_ai_tasks`;
+    const loaded = new RedisPause(redis, 60_000, `${space()}:pause_ai_tasks`); // its scripts loaded: the set below runs where it is first sent
+    closing.push(() => loaded.close());
+    await loaded.set();
+    const proxy = await new RedisProxy().start();
+    const through = new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }); // as stores.ts connects
+    const [a, b] = [new RedisPause(through, 60_000, key), new RedisPause(redis, 60_000, key)];
+    try {
+      expect(await a.refresh()).toBe(false);
+      let other: boolean | undefined;
+      // The same webhook sent again to another instance (its sender saw no answer) lands in between.
+      proxy.loseNextReply(async () => (other = await b.set()));
+      expect(await a.set()).toBe(true); // before: false, the other's pause taken for the last, and no notice at all
+      expect(other).toBe(false);
+      expect(await redis.get(key)).toBe('1');
+    } finally {
+      a.close();
+      b.close();
+      through.disconnect();
+      await proxy.stop();
+    }
+  });
+
   it('every instance sees a pause set by another within its refresh', async () => {
     const key = `${space()}:pause_ai_tasks`;
     const [a, b] = [new RedisPause(redis, 20, key), new RedisPause(redis, 20, key)];
