@@ -154,9 +154,12 @@ const COLUMNS = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
  * A provider's folder name as DuckDB writes it (escaped, 3 bytes a byte past ASCII) may not fit the
  * file system's 255 bytes a name: a provider of 300 characters, or 30 of a non-Latin script, stopped
  * every `--partition` run of its day with "Failed to create directory". Such a provider's folder is
- * its first 12 characters and a hash of the whole; the files still hold the provider as it is.
+ * its first 12 characters and a hash of the whole; the files still hold the provider as it is. Every
+ * provider whose folder DuckDB can write (provider_dir=<escaped>, escaped as url_encode does, within
+ * 255 bytes) keeps its name: a provider of 220 characters had its folder moved to the short name.
  */
-const PROVIDER_FOLDER = `CASE WHEN strlen(url_encode(provider)) <= 200 THEN provider ELSE left(provider, 12) || '~' || left(md5(provider), 16) END`;
+const PROVIDER_FOLDER_MAX = 255 - 'provider_dir='.length;
+const PROVIDER_FOLDER = `CASE WHEN strlen(url_encode(provider)) <= ${PROVIDER_FOLDER_MAX} THEN provider ELSE left(provider, 12) || '~' || left(md5(provider), 16) END`;
 
 function dayCopier(duck: Duck, partition: boolean): CopyDays {
   // One pass writes every day. The partition columns stay inside the files, so each file

@@ -69,4 +69,20 @@ describe('--partition with a provider too long for a folder name', () => {
     for (const f of files(out)) for (const part of f.split('/')) expect(Buffer.byteLength(part)).toBeLessThan(255);
     expect(files(out)).toContain('provider=openai/day=20261121/events_20261121.parquet');
   });
+
+  it('a provider whose folder fits keeps the name it had before: up to 242 bytes escaped, past ASCII too', async () => {
+    const out = join(scratch(), 'arch');
+    // 242 bytes escaped: provider_dir=<p> is 255, the longest name a file system takes.
+    const fits = ['y'.repeat(242), 'é'.repeat(40), `${'z'.repeat(200)} ${'z'.repeat(39)}`];
+    const events = [...fits, 'w'.repeat(243)].map((provider, i) => ({
+      event_id: `e${i}`,
+      timestamp: '2026-11-21T09:00:00Z',
+      provider,
+      cost_usd: i + 1,
+    }));
+    await convert(csvIn(scratch(), events), { out, partition: true });
+    for (const p of fits) expect(files(out)).toContain(`provider=${encodeURIComponent(p)}/day=20261121/events_20261121.parquet`);
+    expect(files(out).filter((f) => f.startsWith(`provider=${'w'.repeat(12)}~`))).toHaveLength(1);
+    expect((await rowsIn(out)).map((r) => r.event_id)).toEqual(['e0', 'e1', 'e2', 'e3']);
+  });
 });
