@@ -8,6 +8,29 @@
 import { bare, lines } from './fragments';
 
 const QUOTE = 0x22;
+const COMMA = 0x2c;
+
+/**
+ * Whether a quoted field goes on past the end of `text`, read as DuckDB's reader reads it: a quote
+ * opens a field only as its first character, `""` in one is a quote, and a quote elsewhere is a
+ * character of the text (`a 5" screen`, typed by hand): counted as a quote, it took the rows after
+ * it for a text's lines, and a bad row further on was named on the line of a good one.
+ */
+function insideAfter(text: Buffer, inside: boolean): boolean {
+  let start = !inside; // at the start of a field
+  for (let i = 0; i < text.length; i++) {
+    const byte = text[i];
+    if (inside) {
+      if (byte !== QUOTE) continue;
+      if (text[i + 1] === QUOTE) i++;
+      else inside = false;
+    } else if (byte === QUOTE && start) {
+      inside = true;
+      start = false;
+    } else start = byte === COMMA;
+  }
+  return inside;
+}
 
 /**
  * The file's line (the header is 1) on which each of `wanted` starts: rows as the row checks number
@@ -25,7 +48,7 @@ export async function fileLines(file: string, wanted: number[], blanks: 'skipped
       row++;
       if (left.delete(row)) found.set(row, line.n);
     }
-    for (const byte of line.text) if (byte === QUOTE) inside = !inside; // "" inside quotes toggles twice
+    inside = insideAfter(line.text, inside);
   }
   for (const n of left) found.set(n, n);
   return found;

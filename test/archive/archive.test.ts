@@ -348,6 +348,30 @@ describe('npm run archive', () => {
     expect(existsSync(out) ? readdirSync(out).filter((f) => f.endsWith('.parquet')) : []).toEqual([]);
   });
 
+  it('names the line of a refused row past texts holding a quote typed by hand (5" screen): such a quote opens no text', async () => {
+    const out = join(scratch(), 'arch');
+    const bad = join(scratch(), 'hand.csv');
+    const row = (id: string, cost: string, text: string) =>
+      `${id},2026-11-21T09:00:00Z,agent,p,m,n/a,1,1,1,${cost},,,,${text},false,false,,n/a,`;
+    // DuckDB's reader takes a quote inside a text that is not quoted as a character of it (lines 2 and 3).
+    writeFileSync(
+      bad,
+      [
+        CSV_HEADER,
+        row('a', '1', 'a 5" screen'),
+        row('b', '1', '12" pizza'),
+        row('c', '-1', 'c'),
+        '',
+        row('d', '1', '"two\nlines"'),
+        row('e', '-2', 'e'),
+        '',
+      ].join('\n'),
+    );
+    const error = String(await convert(bad, { out }).catch((e: Error) => e));
+    expect(error).toContain('line 4, cost_usd: expected a number >= 0, got "-1"');
+    expect(error).toContain('line 8, cost_usd: expected a number >= 0, got "-2"');
+  });
+
   // The gateway's CSV after a disk that filled in the middle of a write holds the start of a row
   // on a line of its own, the row whole after it: the archive stopped at it ("expected 19 fields")
   // every night until someone deleted the line by hand.
