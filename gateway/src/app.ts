@@ -19,7 +19,7 @@ import { endpoint } from './endpoint';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
 import { continueIfKeyed, keyGuard } from './key-guard';
-import { answerUnreadable, refuseConnect, refuseExpectation } from './malformed-request';
+import { answerUnreadable, refuseConnect, refuseExpectation, refuseManyHeaders } from './malformed-request';
 import type { GatewayMetrics } from './metrics';
 import { mountModels } from './models';
 import { mountOperator } from './operator';
@@ -84,9 +84,17 @@ const OFFER = new Set(['upgrade', 'http2-settings']);
  * `--http2` and Java's HttpClient offer h2c on every `http://` request, and met an empty reply on
  * every path. The request is given back to the server as it came, less the offer, its body after it.
  */
-function serveOffer(server: Server, req: IncomingMessage, socket: Duplex, head: Buffer): void {
-  const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
+function serveOffer(server: Server, req: IncomingMessage, socket: Duplex, head: Buffer): boolean {
   const raw = req.rawHeaders;
+  // node keeps a request's first 1,000 headers (maxHeadersCount) and drops the rest, while its
+  // parser framed the body by all of them: written back without those, a Content-Length or
+  // Transfer-Encoding among them is lost and the body read as a request of its own.
+  const kept = server.maxHeadersCount ?? 1000;
+  if (kept > 0 && raw.length >= kept * 2) {
+    refuseManyHeaders(socket, kept);
+    return false;
+  }
+  const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i].toLowerCase();
     if (OFFER.has(name)) continue;
@@ -104,6 +112,7 @@ function serveOffer(server: Server, req: IncomingMessage, socket: Duplex, head: 
   // Header bytes are read as Latin-1: written back so, they are the bytes that came.
   socket.unshift(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), head]));
   server.emit('connection', socket);
+  return true;
 }
 
 /** The caller's path in a message: a known route's may carry a long id of theirs (`/v1/models/…`). */
@@ -204,7 +213,7 @@ export function createGateway(opts: GatewayOptions): Gateway {
         });
         server.keepAliveTimeout = 65_000;
         server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-          if (!opts.upgrade?.(req, socket, head)) serveOffer(server, req, socket, head);
+          if (!opts.upgrade?.(req, socket, head) && !serveOffer(server, req, socket, head)) refused(req, 431);
         });
         server.once('error', reject);
         server.listen(port, host, () => {

@@ -43,6 +43,16 @@ export function refuseConnect(_req: IncomingMessage, socket: Duplex): void {
   socket.end();
 }
 
+/**
+ * For a request offering to upgrade with more header lines than node keeps (`kept`): served as it
+ * came, it would lose the ones node dropped, so it is a 431, and the connection closed.
+ */
+export function refuseManyHeaders(socket: Duplex, kept: number): void {
+  const message = `request headers: over ${kept.toLocaleString('en-US')} lines with an Upgrade header`;
+  if (socket.writable) answerOnSocket(socket, 431, 'Request Header Fields Too Large', openAiError(message));
+  socket.destroy();
+}
+
 /** For node's `checkExpectation`: an `Expect` the gateway cannot meet is a 417 naming it. */
 export function refuseExpectation(req: IncomingMessage, res: ServerResponse): void {
   const expect = String(req.headers.expect).slice(0, 100);

@@ -32,6 +32,7 @@ const BODIES: Record<Endpoint, (text: string) => string> = {
   embeddings: (text) => JSON.stringify({ model: 'text-embedding-3-small', input: text }),
   responses: (text) => JSON.stringify({ model: 'gpt-4o-mini', input: text }),
 };
+const openAiErrorShape = (message: string) => ({ error: { message, type: 'invalid_request_error', param: null, code: null } });
 const calls = () => hot.received.length + embed.received.length;
 async function nothingMetered() {
   await gw.meter.flush();
@@ -350,6 +351,23 @@ describe('requests that are not well-formed HTTP', () => {
     const { error } = JSON.parse(got.body) as { error: Record<string, unknown> };
     expect(error).toMatchObject({ type: 'invalid_request_error', message: expect.any(String) });
     expect(Object.keys(error).sort()).toEqual(['code', 'message', 'param', 'type']);
+    expect(calls()).toBe(0);
+  });
+
+  // node keeps a request's first 1,000 headers; one offering to upgrade is written back from those
+  // it kept, so a Content-Length after them was lost and the body, here a request, read as one.
+  it('an offer to upgrade with over 1,000 header lines is a 431: its body is never read as a request', async () => {
+    const inner = 'GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n';
+    const offer = `Connection: Upgrade\r\nUpgrade: h2c\r\n${'x-a: b\r\n'.repeat(1100)}Content-Length: ${inner.length}\r\n`;
+    const got = await exchange(post(offer, inner));
+    expect([got.status, got.body]).toEqual([
+      431,
+      JSON.stringify(openAiErrorShape('request headers: over 1,000 lines with an Upgrade header')),
+    ]);
+    // Without the offer the same request is read whole: its body is not JSON.
+    expect(
+      (await exchange(post(`Connection: close\r\n${'x-a: b\r\n'.repeat(1100)}Content-Length: ${inner.length}\r\n`, inner))).status,
+    ).toBe(400);
     expect(calls()).toBe(0);
   });
 });
