@@ -688,6 +688,27 @@ describe('GET /v1/models and errors', () => {
     expect([ws.status, (JSON.parse(ws.body) as { error: { code: string } }).error.code]).toEqual([404, 'not_found']);
   });
 
+  // node's reader of the connection hands the offer over at once, the answer before it still being
+  // written: the offer's answer was queued behind it where nothing took it off, and never came.
+  it('an offer pipelined behind a request still being answered is answered after it', { timeout: 5000 }, async () => {
+    const chat = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+    const got = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+      let text = '';
+      socket.on('data', (d) => (text += d));
+      socket.on('error', reject);
+      socket.on('close', () => resolve(text));
+      socket.write(
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: ${chat.length}\r\n\r\n${chat}` +
+          'GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, close\r\nUpgrade: h2c\r\n\r\n',
+      );
+    });
+    const answers = got.split(/(?=HTTP\/1\.1 )/);
+    expect(answers.map((a) => a.split('\r\n')[0])).toEqual(['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK']);
+    expect(answers[0]).toContain('hello from gpt-4o-mini');
+    expect(answers[1]).toContain('"object":"list"');
+  });
+
   it('answers JSON in OpenAI shape on unknown paths, wrong methods and bad bodies', async () => {
     const unknown = await fetch(`${gw.url}/v1/completions/legacy`, { method: 'POST' });
     expect(unknown.status).toBe(404);
