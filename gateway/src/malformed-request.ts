@@ -40,7 +40,11 @@ export function refuseConnect(_req: IncomingMessage, socket: Duplex): void {
   const message = 'CONNECT is not allowed: the gateway is no proxy; send the request itself (POST /v1/chat/completions, …)';
   if (socket.writable)
     answerOnSocket(socket, 405, 'Method Not Allowed', openAiError(message, 'invalid_request_error', null, 'method_not_allowed'));
+  // Closed once the answer is sent: node's connections are half-open, and ended only, this one stayed
+  // open as long as its client kept its side so, with no timeout (node's reader has let it go).
   socket.end();
+  if (socket.writableFinished) socket.destroy();
+  else socket.once('finish', () => socket.destroy());
 }
 
 /**

@@ -1,7 +1,7 @@
 // Bodies a careless or hostile client sends to the /v1 endpoints: other charsets, a byte-order
 // mark, deep nesting, broken Unicode in the model, out-of-range numbers. Each is a 4xx in OpenAI's
 // shape naming what was wrong, before any provider is called or any event metered; never a 500.
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
 import { mapOf, startGateway, type TestGateway } from './harness';
@@ -352,6 +352,21 @@ describe('requests that are not well-formed HTTP', () => {
     expect(error).toMatchObject({ type: 'invalid_request_error', message: expect.any(String) });
     expect(Object.keys(error).sort()).toEqual(['code', 'message', 'param', 'type']);
     expect(calls()).toBe(0);
+  });
+
+  // Connections are half-open in node: a CONNECT's ended only stayed open, with no timeout, as long
+  // as its client did not end its side.
+  it('a CONNECT from a client that keeps its side open is closed once its 405 is sent', { timeout: 5000 }, async () => {
+    const closed = new Promise<string>((resolve) => gw.server.once('connection', (s: Socket) => s.once('close', () => resolve('closed'))));
+    const socket = connect({ port: Number(new URL(gw.url).port), host: '127.0.0.1', allowHalfOpen: true });
+    let got = '';
+    socket.on('data', (d) => (got += d));
+    const ended = new Promise((resolve) => socket.once('end', resolve));
+    socket.write('CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n');
+    await ended;
+    expect(got).toMatch(/^HTTP\/1\.1 405 /);
+    expect(await closed).toBe('closed');
+    socket.destroy();
   });
 
   // node keeps a request's first 1,000 headers; one offering to upgrade is written back from those
