@@ -2,6 +2,7 @@
 // started), the TwiML for each path, a stream only for a call the webhook answered, the status
 // callback, and the bridge wired into the gateway's own server (createStack).
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -209,6 +210,35 @@ describe('phone bridge inside the gateway (createStack)', () => {
     expect(all).not.toContain(AUTH_TOKEN);
     expect(all).not.toContain(API_KEY);
   });
+
+  // Connections are half-open in node, and one node's reader has handed over has no timeout left:
+  // a refused handshake's, ended only, stayed open as long as its client kept its side so.
+  it(
+    'a refused media stream handshake from a client that keeps its side open is closed once its 403 is sent',
+    { timeout: 5000 },
+    async () => {
+      const h = await listenStack(env(), { http: true, worker: false });
+      try {
+        const closed = new Promise<string>((resolve) =>
+          h.server.once('connection', (c: Socket) => c.once('close', () => resolve('closed'))),
+        );
+        const socket = connect({ port: Number(new URL(h.url).port), host: '127.0.0.1', allowHalfOpen: true });
+        let got = '';
+        socket.on('data', (d) => (got += d));
+        const ended = new Promise((resolve) => socket.once('end', resolve));
+        socket.write(
+          'GET /twilio/media HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n' +
+            'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Twilio-Signature: bad\r\n\r\n',
+        );
+        await ended;
+        expect(got).toMatch(/^HTTP\/1\.1 403 /);
+        expect(await closed).toBe('closed');
+        socket.destroy();
+      } finally {
+        await h.stop();
+      }
+    },
+  );
 
   it('a refused signature is logged with the URL it was checked over and what to fix (behind a proxy: PUBLIC_URL)', async () => {
     const lines: string[] = [];

@@ -78,6 +78,9 @@ export class MediaStreams {
       socket.end(
         'HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 26\r\n\r\ninvalid Twilio signature\r\n',
       );
+      // Closed once sent: ended only, a half-open connection node's reader has let go (no timeout
+      // left) stayed open as long as its client kept its side so.
+      socket.once('finish', () => socket.destroy());
       return true;
     }
     this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws));
