@@ -43,9 +43,10 @@ export function embeddingsParser(routes: () => Route[], scopes: Scopes) {
     const tooLong = inputTooLong(parsed.data.model, parsed.data.input);
     if (tooLong) return inputRefusal(tooLong);
     const served = models();
-    if (!served.has(parsed.data.model)) {
-      // A key that names its models is told of those only, as GET /v1/models lists it no others.
-      const allowed = clientKey?.models.length ? clientKey.models : null;
+    // A key that names its models is told of those only, as GET /v1/models lists it no others: one
+    // outside them is its 403 (endpoint.ts), served or not (a 404 for those alone told which are).
+    const allowed = clientKey?.models.length ? clientKey.models : null;
+    if (!served.has(parsed.data.model) && (!allowed || allowed.includes(parsed.data.model))) {
       const known = [...served].filter((m) => !allowed || allowed.includes(m)).join(', ') || 'none';
       return {
         ok: false,

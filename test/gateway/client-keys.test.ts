@@ -292,4 +292,31 @@ describe("each key's own limits", () => {
     for await (const m of client(url, (await w.makeKey('acme')).key).models.list()) all.push(m.id);
     expect(all.sort()).toEqual(['claude-3-5-haiku-latest', 'gpt-4o-mini']);
   });
+
+  it('embeddings tell a key that names its models nothing of the others: a model served to other keys and one no route serves get the same 403', async () => {
+    const routes = join(w.dir, 'routes-embeddings.json');
+    const hot = [
+      { provider: 'openai', model: 'text-embedding-3-small', baseUrl: w.hot.url, apis: ['embeddings'] },
+      { provider: 'openai', model: 'beta-private-embed', baseUrl: w.hot.url, apis: ['embeddings'] },
+    ];
+    writeFileSync(routes, JSON.stringify({ hot, warm: [], cold: { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] } }));
+    const { url } = await w.up({ ROUTES_FILE: routes });
+    const limited = client(url, (await w.makeKey('acme', '--models', 'text-embedding-3-small,text-embedding-3-large')).key);
+    const embed = (model: string) => refusal(limited.embeddings.create({ model, input: 'hi' }));
+    // Another tenant's model and one no route serves: the same refusal, naming the key's models only.
+    const [served, unserved] = [await embed('beta-private-embed'), await embed('nothing-such')];
+    expect([served.status, served.code]).toEqual([403, 'model_not_allowed']);
+    expect(served.message).toBe(
+      'model "beta-private-embed" is not allowed for this API key; it may use "text-embedding-3-small", "text-embedding-3-large"',
+    );
+    expect({ ...unserved, message: unserved.message.replace('nothing-such', 'beta-private-embed') }).toEqual(served);
+    // One of its own no route serves is told so, with the served ones it may use.
+    expect(await embed('text-embedding-3-large')).toMatchObject({
+      status: 404,
+      code: 'model_not_found',
+      message: 'model: no route serves embeddings of "text-embedding-3-large" (served: text-embedding-3-small)',
+    });
+    expect((await limited.embeddings.create({ model: 'text-embedding-3-small', input: 'hi' })).data).toHaveLength(1);
+    expect(calls()).toBe(1);
+  });
 });

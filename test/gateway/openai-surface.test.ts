@@ -393,7 +393,7 @@ describe('POST /v1/embeddings', () => {
     const output: string[] = [];
     expect(
       await keysCli(
-        ['create', 'beta', '--models', 'text-embedding-3-small'],
+        ['create', 'beta', '--models', 'text-embedding-3-small,text-embedding-3-large'],
         env,
         (l) => output.push(l),
         (l) => output.push(l),
@@ -405,7 +405,7 @@ describe('POST /v1/embeddings', () => {
       const error = await keyed.embeddings.create({ model: 'text-embedding-3-large', input: 'a' }).catch((e: unknown) => e);
       expect(error).toMatchObject({ status: 404, code: 'model_not_found' });
       const { message } = (error as InstanceType<typeof OpenAI.APIError>).error as { message: string };
-      expect(message).toContain('text-embedding-3-small');
+      expect(message).toBe('model: no route serves embeddings of "text-embedding-3-large" (served: text-embedding-3-small)');
       // Another tenant's model stays unnamed, as GET /v1/models does not list it to this key.
       expect(message).not.toContain('acme-private-embed');
     } finally {
