@@ -680,8 +680,31 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect(((await refused.json()) as { reason: string }).reason).toBe('monthly_cap');
     expect((await post(b.url, '/v1/voice/calls/live/events', { type: 'user.audio_frame', ms: 20 })).status).toBe(200);
     expect((await post(b.url, '/v1/voice/calls/live/events', { type: 'billing.monthly_rollup', monthly_usd: 120 })).status).toBe(200);
-    expect((await post(a.url, '/v1/voice/calls', { call_id: 'new', from: '+1', at: '2026-11-23T10:00:00Z' })).status).toBe(200);
+    expect((await post(a.url, '/v1/voice/calls', { call_id: 'new-2', from: '+1', at: '2026-11-23T10:00:00Z' })).status).toBe(200);
     expect((await post(a.url, '/v1/voice/billing/monthly-rollup', { monthly_usd: 'lots' })).status).toBe(400);
+  });
+
+  it('a start sent again answers the call as it was stored: an answered call goes on through a pause, a voicemail keeps its reason', async () => {
+    const a = await up();
+    const b = await up();
+    const start = async (url: string, body: Record<string, unknown>) => {
+      const res = await post(url, '/v1/voice/calls', { from: '+351900000000', at: '2026-11-23T10:00:00Z', ...body });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    // Answered, then the monthly cap is reached: the voice server's start sent again (its answer lost) is the same call.
+    expect((await start(a.url, { call_id: 'live' })).body.action).toBe('answer');
+    expect((await post(a.url, '/v1/voice/billing/monthly-rollup', { monthly_usd: 300 })).status).toBe(204);
+    expect(await start(b.url, { call_id: 'live' })).toMatchObject({ status: 200, body: { action: 'answer' } });
+    // A call refused while paused stays refused, also once the pause has lifted.
+    expect(await start(b.url, { call_id: 'refused' })).toMatchObject({ status: 503, body: { reason: 'monthly_cap' } });
+    expect((await post(a.url, '/v1/voice/billing/monthly-rollup', { monthly_usd: 10 })).status).toBe(204);
+    expect(await start(a.url, { call_id: 'refused' })).toMatchObject({ status: 503, body: { reason: 'monthly_cap' } });
+    // A no_answer voicemail sent again without its trigger, in business hours: still no_answer, not after_hours.
+    expect((await start(a.url, { call_id: 'missed', trigger: 'no_answer' })).body).toMatchObject({
+      action: 'voicemail',
+      reason: 'no_answer',
+    });
+    expect((await start(b.url, { call_id: 'missed' })).body).toMatchObject({ action: 'voicemail', reason: 'no_answer' });
   });
 
   it('says at startup when spend_guard has no text prices: the text tokens go unpriced', async () => {

@@ -89,23 +89,15 @@ export class VoiceService {
   async start(input: StartCallBody) {
     const c = this.deps.config;
     const at = input.at ? new Date(input.at) : this.now();
-    if (await this.deps.store.monthlyPaused()) {
-      // Kept (as a voicemail call with the pause reason) so its record can say why it was not answered.
-      await this.deps.store.create({
-        call_id: input.call_id,
-        from: input.from,
-        country: input.country ?? null,
-        started_at: at.toISOString(),
-        ended_at: null,
-        action: 'voicemail',
-        voicemail_reason: 'monthly_cap',
-        state: { ...newCall(), intent: 'voicemail' },
-        version: 0,
-      });
-      return { status: 503, body: { reason: 'monthly_cap', message: 'new calls are paused: the monthly voice spend cap is reached' } };
-    }
+    // While new calls are paused a new one is kept as a voicemail call with the pause reason, so its
+    // record can say why it was not answered.
+    const paused = await this.deps.store.monthlyPaused();
     const open = isOpen(this.hours, at, c.meta.timezone);
-    const voicemailReason = input.trigger ?? (!open && c.guardrails.after_hours_to_voicemail ? 'after_hours' : null);
+    const voicemailReason = paused
+      ? 'monthly_cap'
+      : (input.trigger ?? (!open && c.guardrails.after_hours_to_voicemail ? 'after_hours' : null));
+    // A known call_id (a start sent again, its first answer lost) is answered as it was stored: a call
+    // answered before the pause goes on, and a voicemail keeps the reason it was given.
     const call = await this.deps.store.create({
       call_id: input.call_id,
       from: input.from,
@@ -117,6 +109,8 @@ export class VoiceService {
       state: { ...newCall(), intent: voicemailReason ? 'voicemail' : 'unknown' },
       version: 0,
     });
+    if (call.action === 'voicemail' && call.voicemail_reason === 'monthly_cap')
+      return { status: 503, body: { reason: 'monthly_cap', message: 'new calls are paused: the monthly voice spend cap is reached' } };
     const voicemail = c.intents.find((i) => i.id === 'voicemail');
     return {
       status: 200,
@@ -124,7 +118,7 @@ export class VoiceService {
         action: call.action,
         ...(call.action === 'voicemail'
           ? {
-              reason: voicemailReason ?? 'after_hours',
+              reason: call.voicemail_reason ?? 'after_hours',
               function: voicemail?.on_match.call ?? 'route_to_voicemail',
               privacy_notice: voicemail?.on_match.privacy_notice ?? true,
             }
