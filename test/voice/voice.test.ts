@@ -591,6 +591,37 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect(await redis.llen(`${prefix}:voice:call:call-40:changes`)).toBe(0); // every change folded into the saved call
   });
 
+  it('a batch sent again with its Idempotency-Key (a retry after a timeout, through any instance, even at once) is counted once', async () => {
+    const a = await up();
+    const b = await up();
+    await post(a.url, '/v1/voice/calls', { call_id: 'retry', from: '+351900000000', at: '2026-11-23T10:00:00Z' });
+    const send = async (url: string, body: unknown, key?: string) => {
+      const res = await fetch(`${url}/v1/voice/calls/retry/events`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer voice-secret', ...(key ? { 'idempotency-key': key } : {}) },
+        body: JSON.stringify(body),
+      });
+      expect(res.status).toBe(200);
+      return ((await res.json()) as { state: { inputMs: number; outputMs: number; turns: number; estUsd: number } }).state;
+    };
+    const turn = [
+      { type: 'user.audio_frame', ms: 2000 },
+      { type: 'assistant.audio_frame', ms: 3000 },
+      {
+        type: 'assistant.response.done',
+        usage: { input_token_details: { audio_tokens: 1000 }, output_token_details: { audio_tokens: 2000 } },
+      },
+    ];
+    const first = await send(a.url, turn, 'turn-1');
+    expect(first).toMatchObject({ inputMs: 2000, outputMs: 3000, turns: 1, estUsd: 0.05 });
+    expect(await send(b.url, turn, 'turn-1')).toEqual(first); // sent again through the other instance
+    const both = await Promise.all([send(a.url, turn, 'turn-2'), send(b.url, turn, 'turn-2')]);
+    expect(both.map((s) => s.turns)).toEqual([2, 2]);
+    // Without a key, a batch is a new one each time, as before.
+    expect(await send(a.url, { type: 'user.audio_frame', ms: 100 })).toMatchObject({ inputMs: 4100 });
+    expect(await send(b.url, { type: 'user.audio_frame', ms: 100 })).toMatchObject({ inputMs: 4200, turns: 2, estUsd: 0.1 });
+  });
+
   it('numbers that cannot be money are refused 400 naming the field; the call’s cost stays finite and >= 0', async () => {
     const { url } = await up();
     await post(url, '/v1/voice/calls', { call_id: 'call-n', from: '+351900000000', at: '2026-11-23T10:00:00Z' });

@@ -39,6 +39,8 @@ export interface StoredCall {
   version: number;
   /** The last numbered batch of guard events applied (a batch sent again is skipped). */
   guardBatch?: GuardBatch;
+  /** The Idempotency-Keys (hashed) of the latest batches posted to the events endpoint with one, oldest first. */
+  eventKeys?: string[];
 }
 
 /** A guard feed's batch: its feed (one per call session) and its number there, rising. */

@@ -8,7 +8,7 @@
  * A batch is checked first (a bad event refuses it, naming it), then applied as one change that
  * the store appends atomically: concurrent batches for one call are all applied, in one order.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { isOpen, parseBusinessHours, type Window } from './business-hours';
 import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
@@ -22,9 +22,15 @@ import type { Workflow } from './workflow';
  * guard feed, so a batch sent again is applied once), or the call's end.
  */
 export type CallChange =
-  | { kind: 'events'; events: VoiceEvent[]; batch?: GuardBatch }
+  | { kind: 'events'; events: VoiceEvent[]; batch?: GuardBatch; key?: string }
   | { kind: 'voicemail'; reason: string }
   | { kind: 'end'; body: EndCallBody; at: string; by: string };
+
+/** The Idempotency-Keys of a call's latest event batches kept (as short hashes) to tell a batch sent again. */
+const EVENT_KEYS_KEPT = 1000;
+
+/** A batch's Idempotency-Key as kept with the call: 64 bits of its SHA-256, so any key costs a call the same. */
+const eventKey = (key: string) => createHash('sha256').update(key).digest('base64url').slice(0, 11);
 
 /** How a change applies to a call: the spend guard over the events; the record, once, at the end. */
 export function callReducer(config: Concierge): Reduce<CallChange> {
@@ -35,6 +41,11 @@ export function callReducer(config: Concierge): Reduce<CallChange> {
       const last = call.guardBatch;
       if (b && last?.feed === b.feed && b.n <= last.n) return call; // sent again: applied already
       if (b) call.guardBatch = b;
+      if (change.key !== undefined) {
+        const keys = call.eventKeys ?? [];
+        if (keys.includes(change.key)) return call; // a POST sent again with its Idempotency-Key: applied already
+        call.eventKeys = [...keys, change.key].slice(-EVENT_KEYS_KEPT);
+      }
       for (const e of change.events) {
         try {
           applyEvent(call.state, e, guard);
@@ -160,16 +171,24 @@ export class VoiceService {
     return { guarded, rollup };
   }
 
-  /** Applies a batch all-or-nothing: a bad event refuses the batch, naming it. */
-  /** `batch`: the guard feed's number for these events (the HTTP endpoint sends none). */
-  async events(id: string, events: unknown[], batch?: GuardBatch) {
+  /**
+   * Applies a batch all-or-nothing: a bad event refuses the batch, naming it. `batch`: the guard
+   * feed's number for these events (the HTTP endpoint sends none); `key`: the request's
+   * Idempotency-Key, so a batch sent again with it (a retry after a timeout) is applied once.
+   */
+  async events(id: string, events: unknown[], batch?: GuardBatch, key?: string) {
     const checked = this.check(events);
     if ('problem' in checked) {
       const known = await this.deps.store.get(id);
       if (!known) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
       return { status: 400, body: { error: checked.problem } };
     }
-    const call = await this.deps.store.apply(id, { kind: 'events', events: checked.guarded, ...(batch ? { batch } : {}) });
+    const call = await this.deps.store.apply(id, {
+      kind: 'events',
+      events: checked.guarded,
+      ...(batch ? { batch } : {}),
+      ...(key !== undefined ? { key: eventKey(key) } : {}),
+    });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
     if (checked.rollup !== null) await this.rollup(checked.rollup);
     const s = call.state;

@@ -43,7 +43,9 @@ function startCall(voice: VoiceService): Handler {
 function callEvents(voice: VoiceService): Handler {
   return async (req, res) => {
     const events = Array.isArray(req.body) ? req.body : [req.body];
-    const out = await voice.events(String(req.params.call_id), events);
+    // A voice server that sends a batch again (its answer lost to a timeout) with the same key has it counted once.
+    const key = req.get('idempotency-key');
+    const out = await voice.events(String(req.params.call_id), events, undefined, key || undefined);
     res.status(out.status).json(out.body);
   };
 }
