@@ -730,6 +730,9 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect(await start(b.url, { call_id: 'refused' })).toMatchObject({ status: 503, body: { reason: 'monthly_cap' } });
     expect((await post(a.url, '/v1/voice/billing/monthly-rollup', { monthly_usd: 10 })).status).toBe(204);
     expect(await start(a.url, { call_id: 'refused' })).toMatchObject({ status: 503, body: { reason: 'monthly_cap' } });
+    // Its record says why it was not answered, as the phone bridge's do.
+    const ended = (await (await post(b.url, '/v1/voice/calls/refused/end', { outcome: 'abandoned', duration_s: 4 })).json()) as CallRecord;
+    expect([ended.intent_primary, ended.ended_reason]).toEqual(['voicemail', 'monthly_cap']);
     // A no_answer voicemail sent again without its trigger, in business hours: still no_answer, not after_hours.
     expect((await start(a.url, { call_id: 'missed', trigger: 'no_answer' })).body).toMatchObject({
       action: 'voicemail',

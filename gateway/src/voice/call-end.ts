@@ -60,7 +60,9 @@ export function buildCallRecord(call: StoredCall, body: EndCallBody, config: Con
     // Telephony is billed per started minute.
     telephony_minutes: Math.ceil(duration / 60),
     country: call.country ?? '',
-    ended_reason: body.ended_reason ?? s.reason ?? '',
+    // A call refused while new calls were paused says so, as the phone bridge's records do.
+    ended_reason:
+      body.ended_reason ?? s.reason ?? (call.action === 'voicemail' && call.voicemail_reason === 'monthly_cap' ? 'monthly_cap' : ''),
   };
 }
 
