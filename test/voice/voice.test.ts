@@ -622,6 +622,37 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect(await send(b.url, { type: 'user.audio_frame', ms: 100 })).toMatchObject({ inputMs: 4200, turns: 2, estUsd: 0.1 });
   });
 
+  it('events after the end are refused 409 and left out of the call, not answered as counted while its record and meter events are made', async () => {
+    const a = await up();
+    const b = await up();
+    await post(a.url, '/v1/voice/calls', { call_id: 'late', from: '+351900000000', at: '2026-11-23T10:00:00Z' });
+    const turn = [
+      { type: 'assistant.audio_frame', ms: 1000 },
+      {
+        type: 'assistant.response.done',
+        usage: { input_token_details: { audio_tokens: 1000 }, output_token_details: { audio_tokens: 2000 } },
+      },
+    ];
+    const keyed = (url: string, key: string) =>
+      fetch(`${url}/v1/voice/calls/late/events`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer voice-secret', 'idempotency-key': key },
+        body: JSON.stringify(turn),
+      });
+    expect((await keyed(a.url, 'before')).status).toBe(200);
+    const record = (await (await post(a.url, '/v1/voice/calls/late/end', { outcome: 'abandoned', duration_s: 30 })).json()) as CallRecord;
+    expect([record.turns, record.est_audio_cost_usd]).toEqual([1, 0.05]);
+    const late = await post(b.url, '/v1/voice/calls/late/events', turn);
+    expect(late.status).toBe(409);
+    expect(((await late.json()) as { error: string }).error).toMatch(/^call late has ended: /);
+    // A batch applied before the end and sent again with its key is answered as applied; a new one is not.
+    expect((await keyed(b.url, 'before')).status).toBe(200);
+    expect((await keyed(a.url, 'after')).status).toBe(409);
+    // The call as stored is the call as recorded.
+    const stored = JSON.parse((await redis.get(`${prefix}:voice:call:late`))!) as { state: Record<string, number> };
+    expect(stored.state).toMatchObject({ turns: 1, outputMs: 1000, estUsd: 0.05 });
+  });
+
   it('numbers that cannot be money are refused 400 naming the field; the call’s cost stays finite and >= 0', async () => {
     const { url } = await up();
     await post(url, '/v1/voice/calls', { call_id: 'call-n', from: '+351900000000', at: '2026-11-23T10:00:00Z' });

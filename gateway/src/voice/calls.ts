@@ -41,6 +41,8 @@ export function callReducer(config: Concierge): Reduce<CallChange> {
       const last = call.guardBatch;
       if (b && last?.feed === b.feed && b.n <= last.n) return call; // sent again: applied already
       if (b) call.guardBatch = b;
+      // After the end the record is made and sent: events are in neither it nor the meter, so not in the state either.
+      if (call.record) return call;
       if (change.key !== undefined) {
         const keys = call.eventKeys ?? [];
         if (keys.includes(change.key)) return call; // a POST sent again with its Idempotency-Key: applied already
@@ -191,6 +193,15 @@ export class VoiceService {
     });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
     if (checked.rollup !== null) await this.rollup(checked.rollup);
+    // Ended before this batch (the fold is up to it): not applied, so the sender knows its cost went unrecorded.
+    // A batch sent again with its key, applied before the end, is answered as applied.
+    if (call.record && !(key !== undefined && call.eventKeys?.includes(eventKey(key))))
+      return {
+        status: 409,
+        body: {
+          error: `call ${id} has ended: its record and meter events were made at its end (${call.ended_at}), so events sent after it are not applied; send a call's events before POST /v1/voice/calls/${id}/end`,
+        },
+      };
     const s = call.state;
     return {
       status: 200,
