@@ -653,6 +653,24 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect(stored.state).toMatchObject({ turns: 1, outputMs: 1000, estUsd: 0.05 });
   });
 
+  it('a call billed by the estimate costs all its audio: frames after the last response.done (an answer reported as it plays) are in its record', async () => {
+    const { url } = await up();
+    await post(url, '/v1/voice/calls', { call_id: 'played', from: '+351900000000', at: '2026-11-23T10:00:00Z' });
+    await post(url, '/v1/voice/calls/played/events', [
+      { type: 'user.audio_frame', ms: 60_000 },
+      { type: 'assistant.audio_frame', ms: 30_000 },
+      { type: 'assistant.response.done' },
+    ]);
+    // The last answer's audio, reported as it is played to the caller, after its response.done.
+    const played = (await (await post(url, '/v1/voice/calls/played/events', { type: 'assistant.audio_frame', ms: 30_000 })).json()) as {
+      state: { outputMs: number; estUsd: number };
+    };
+    // 600 input tokens x 10/1e6 + 1,200 output tokens x 20/1e6, as the estimate's formula over the call's audio
+    expect(played.state).toMatchObject({ outputMs: 60_000, estUsd: 0.03 });
+    const record = (await (await post(url, '/v1/voice/calls/played/end', { outcome: 'abandoned', duration_s: 95 })).json()) as CallRecord;
+    expect(record.est_audio_cost_usd).toBe(0.03);
+  });
+
   it('numbers that cannot be money are refused 400 naming the field; the call’s cost stays finite and >= 0', async () => {
     const { url } = await up();
     await post(url, '/v1/voice/calls', { call_id: 'call-n', from: '+351900000000', at: '2026-11-23T10:00:00Z' });

@@ -3,7 +3,8 @@
  * Usable inside a voice server as it is, and behind the gateway's /v1/voice/* endpoints.
  *
  * Per call: inputMs, outputMs, turns, estUsd, ttfbBreaches (all from 0).
- *   user.audio_frame / assistant.audio_frame  add their duration (empty, non-positive or over an hour: refused)
+ *   user.audio_frame / assistant.audio_frame  add their duration (empty, non-positive or over an hour: refused),
+ *                                             and their cost while the call is billed by the estimate
  *   assistant.response.start                  ttfb over latency_budget_s → one more breach
  *   assistant.response.done                   one more turn, cost recomputed, then the checks in
  *                                             this order, first match wins:
@@ -293,11 +294,14 @@ function escalate(state: CallState, reason: Reason): void {
 
 type EventOf<T extends VoiceEvent['type']> = Extract<VoiceEvent, { type: T }>;
 
-function onAudioFrame(state: CallState, event: EventOf<'user.audio_frame' | 'assistant.audio_frame'>): void {
+function onAudioFrame(state: CallState, event: EventOf<'user.audio_frame' | 'assistant.audio_frame'>, cfg: GuardConfig): void {
   const expected = `a duration in milliseconds > 0 and at most ${MAX_MS} (empty frames are rejected)`;
   measure(`${event.type}.ms`, event.ms, 0, MAX_MS, expected, true);
   if (event.type === 'user.audio_frame') state.inputMs += event.ms;
   else state.outputMs += event.ms;
+  // A call billed by the estimate (no response reported usage yet) costs its audio as it is measured:
+  // frames after the last response.done (an answer reported as it is played) are in the call's cost too.
+  if (state.billedUsd === null) state.estUsd = roundUsd(estUsdFromDurations(state, cfg) + (state.transcribedUsd ?? 0));
 }
 
 function onResponseStart(state: CallState, event: EventOf<'assistant.response.start'>, cfg: GuardConfig): void {
@@ -369,7 +373,7 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
   switch (event.type) {
     case 'user.audio_frame':
     case 'assistant.audio_frame':
-      onAudioFrame(state, event);
+      onAudioFrame(state, event, cfg);
       break;
     case 'assistant.response.start':
       onResponseStart(state, event, cfg);
