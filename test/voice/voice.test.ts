@@ -697,6 +697,18 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     expect(await refused('[{"type":"billing.monthly_rollup","monthly_usd":1e309}]')).toBe(
       'events[0].monthly_usd: expected a finite number >= 0',
     );
+    // A transcript's field is named too, with what was sent.
+    const said = (fields: string) => `[{"type":"user.audio_frame","ms":20},{"type":"transcript",${fields}}]`;
+    expect(await refused(said('"text":"hi","confidence":1e309,"speaker":"user"'))).toBe(
+      'events[1].transcript.confidence: expected a number from 0 to 1, got Infinity',
+    );
+    expect(await refused(said('"text":"hi","confidence":-0.5,"speaker":"user"'))).toBe(
+      'events[1].transcript.confidence: expected a number from 0 to 1, got -0.5',
+    );
+    expect(await refused(said('"text":"hi","confidence":0.9,"speaker":"caller"'))).toBe(
+      'events[1].transcript.speaker: expected "user" or "assistant", got "caller"',
+    );
+    expect(await refused(said('"confidence":0.9,"speaker":"user"'))).toBe('events[1].transcript.text: expected text, got nothing');
     const ok = await post(url, '/v1/voice/calls/call-n/events', [
       {
         type: 'assistant.response.done',

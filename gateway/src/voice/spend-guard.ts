@@ -337,15 +337,12 @@ function onResponseDone(state: CallState, event: EventOf<'assistant.response.don
 }
 
 function onTranscript(state: CallState, event: EventOf<'transcript'>, cfg: GuardConfig): void {
-  if (
-    typeof event.text !== 'string' ||
-    typeof event.confidence !== 'number' ||
-    event.confidence < 0 ||
-    event.confidence > 1 ||
-    (event.speaker !== 'user' && event.speaker !== 'assistant')
-  ) {
-    throw new VoiceEventError('transcript: expected {text: string, confidence: 0..1, speaker: "user"|"assistant"}');
-  }
+  // Each field named, as the counts are: the sender sees which one it got wrong.
+  if (typeof event.text !== 'string')
+    throw new VoiceEventError(`transcript.text: expected text, got ${JSON.stringify(event.text) ?? 'nothing'}`);
+  measure('transcript.confidence', event.confidence, 0, 1, 'a number from 0 to 1');
+  if (event.speaker !== 'user' && event.speaker !== 'assistant')
+    throw new VoiceEventError(`transcript.speaker: expected "user" or "assistant", got ${JSON.stringify(event.speaker) ?? 'nothing'}`);
   if (event.speaker !== 'user') return;
   state.confidences.push(event.confidence);
   if (state.intent === 'unknown') state.intent = matchIntent(event.text, cfg.triggers);
