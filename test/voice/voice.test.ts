@@ -709,6 +709,13 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
       'events[1].transcript.speaker: expected "user" or "assistant", got "caller"',
     );
     expect(await refused(said('"confidence":0.9,"speaker":"user"'))).toBe('events[1].transcript.text: expected text, got nothing');
+    // What was sent is quoted cut short: a value of megabytes is not sent back whole.
+    const long = await refused(said(`"text":"hi","confidence":0.9,"speaker":"${'x'.repeat(100_000)}"`));
+    expect([long.length < 300, long.startsWith('events[1].transcript.speaker: expected "user" or "assistant", got "xxx')]).toEqual([
+      true,
+      true,
+    ]);
+    expect((await refused(`[{"type":"user.audio_frame","ms":"${'9'.repeat(100_000)}"}]`)).length).toBeLessThan(300);
     const ok = await post(url, '/v1/voice/calls/call-n/events', [
       {
         type: 'assistant.response.done',

@@ -29,6 +29,7 @@
  * Every count and duration is checked where it enters (finite, within bounds; the error names the
  * field), so the cost is always a finite number >= 0.
  */
+import { cutText } from '../../../schema/cut-text';
 import { roundUsd } from '../../../schema/spend-cap';
 import type { Concierge, IntentId } from './config';
 import { matchIntent, normalise } from './intents';
@@ -100,10 +101,15 @@ export const MAX_AUDIO_TOKENS = 10_000_000;
 const MAX_TRANSCRIPTION_USD = 1000;
 
 /** A number from a voice server as a count or duration: finite, within [min, max], else refused naming the field. */
+/** A value sent, as an error quotes it: cut short, so that one of megabytes is not sent back whole. */
+function sent(value: unknown): string {
+  const text = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? 'nothing'); // 1e309 shows as Infinity
+  return cutText(text, 100);
+}
+
 function measure(field: string, value: unknown, min: number, max: number, what: string, exclusiveMin = false): number {
   const ok = typeof value === 'number' && Number.isFinite(value) && (exclusiveMin ? value > min : value >= min) && value <= max;
-  const shown = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? String(value)); // 1e309 shows as Infinity
-  if (!ok) throw new VoiceEventError(`${field}: expected ${what}, got ${shown}`);
+  if (!ok) throw new VoiceEventError(`${field}: expected ${what}, got ${sent(value)}`);
   return value as number;
 }
 
@@ -338,11 +344,10 @@ function onResponseDone(state: CallState, event: EventOf<'assistant.response.don
 
 function onTranscript(state: CallState, event: EventOf<'transcript'>, cfg: GuardConfig): void {
   // Each field named, as the counts are: the sender sees which one it got wrong.
-  if (typeof event.text !== 'string')
-    throw new VoiceEventError(`transcript.text: expected text, got ${JSON.stringify(event.text) ?? 'nothing'}`);
+  if (typeof event.text !== 'string') throw new VoiceEventError(`transcript.text: expected text, got ${sent(event.text)}`);
   measure('transcript.confidence', event.confidence, 0, 1, 'a number from 0 to 1');
   if (event.speaker !== 'user' && event.speaker !== 'assistant')
-    throw new VoiceEventError(`transcript.speaker: expected "user" or "assistant", got ${JSON.stringify(event.speaker) ?? 'nothing'}`);
+    throw new VoiceEventError(`transcript.speaker: expected "user" or "assistant", got ${sent(event.speaker)}`);
   if (event.speaker !== 'user') return;
   state.confidences.push(event.confidence);
   if (state.intent === 'unknown') state.intent = matchIntent(event.text, cfg.triggers);
