@@ -3,6 +3,7 @@
 // shape naming what was wrong, before any provider is called or any event metered; never a 500.
 import { connect, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { rawExchange } from '../raw-http';
 import { FakeProvider } from './fake-provider';
 import { mapOf, startGateway, type TestGateway } from './harness';
 
@@ -317,20 +318,7 @@ describe('union errors', () => {
 });
 
 describe('requests that are not well-formed HTTP', () => {
-  /** Sends `bytes` on a socket of its own and reads what comes back until the gateway closes it. */
-  const exchange = (bytes: string) =>
-    new Promise<{ status: number; type: string | undefined; body: string }>((resolve, reject) => {
-      const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
-      let got = '';
-      socket.on('data', (d) => (got += d));
-      socket.on('error', reject);
-      socket.on('close', () => {
-        const [head, body = ''] = got.split('\r\n\r\n');
-        const type = /^content-type: (.*)$/im.exec(head)?.[1];
-        resolve({ status: Number(head.split(' ')[1]), type, body });
-      });
-      socket.write(bytes);
-    });
+  const exchange = (bytes: string) => rawExchange(gw.url, bytes);
   const chat = CHAT('hi');
   const post = (headers: string, body = chat) => `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n${headers}\r\n${body}`;
 

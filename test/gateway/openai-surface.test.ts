@@ -1,13 +1,13 @@
 // The rest of the OpenAI surface through the official client: Responses (native and translated),
 // embeddings (failover only to the same model), models, and JSON errors on every path and method.
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { NONE_CALLED } from '../../gateway/src/outcome';
+import { rawExchange } from '../raw-http';
 import { FakeProvider } from './fake-provider';
 import { ADMIN, listenStack, mapOf, startGateway, type TestGateway } from './harness';
 import { until } from './keys-harness';
@@ -653,20 +653,7 @@ describe('GET /v1/models and errors', () => {
   // any request with an Upgrade to the server's 'upgrade' listener, which closed the connection
   // unanswered ("Empty reply from server") on every path but the phone bridge's media stream.
   it('a request that offers to upgrade is answered over HTTP/1.1 as it would be without the offer, its body read', async () => {
-    /** `pieces` written on a socket of its own, each once the one before is sent; what comes back until the gateway closes it. */
-    const exchange = (...pieces: string[]) =>
-      new Promise<{ status: number; body: string }>((resolve, reject) => {
-        const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
-        let got = '';
-        socket.on('data', (d) => (got += d));
-        socket.on('error', reject);
-        socket.on('close', () => {
-          const [head, body = ''] = got.split('\r\n\r\n');
-          resolve({ status: Number(head.split(' ')[1]), body });
-        });
-        const next = () => pieces.length && socket.write(pieces.shift()!, next);
-        next();
-      });
+    const exchange = (...pieces: string[]) => rawExchange(gw.url, ...pieces);
     const h2c = 'Connection: Upgrade, HTTP2-Settings, close\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n';
     const listed = await exchange(`GET /v1/models HTTP/1.1\r\nHost: gw\r\n${h2c}\r\n`);
     expect(listed.status).toBe(200);
@@ -692,17 +679,11 @@ describe('GET /v1/models and errors', () => {
   // written: the offer's answer was queued behind it where nothing took it off, and never came.
   it('an offer pipelined behind a request still being answered is answered after it', { timeout: 5000 }, async () => {
     const chat = JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
-    const got = await new Promise<string>((resolve, reject) => {
-      const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
-      let text = '';
-      socket.on('data', (d) => (text += d));
-      socket.on('error', reject);
-      socket.on('close', () => resolve(text));
-      socket.write(
-        `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: ${chat.length}\r\n\r\n${chat}` +
-          'GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, close\r\nUpgrade: h2c\r\n\r\n',
-      );
-    });
+    const { text: got } = await rawExchange(
+      gw.url,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: ${chat.length}\r\n\r\n${chat}` +
+        'GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade, close\r\nUpgrade: h2c\r\n\r\n',
+    );
     const answers = got.split(/(?=HTTP\/1\.1 )/);
     expect(answers.map((a) => a.split('\r\n')[0])).toEqual(['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK']);
     expect(answers[0]).toContain('hello from gpt-4o-mini');

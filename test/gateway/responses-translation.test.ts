@@ -83,6 +83,16 @@ function whole(s: Script): ChatCompletion {
 const pieces = (text: string, size = 4) =>
   Array.from({ length: Math.ceil(text.length / size) }, (_, i) => text.slice(i * size, i * size + size));
 
+/** A tool call's first piece in a chat stream: its index, id, name and arguments so far. */
+const toolCallHead = (index: number, id: string, name = 'get_weather', text = '') => ({
+  index,
+  id,
+  type: 'function',
+  function: { name, arguments: text },
+});
+/** A later piece of the call at `index`: more of its arguments. */
+const toolCallArgs = (index: number, text: string) => ({ index, function: { arguments: text } });
+
 /** The chunks a chat provider streams for the script: role, text pieces, each call's deltas, finish, usage. */
 function chunked(s: Script): ChatCompletionChunk[] {
   const base = { id: 'chatcmpl-1', object: 'chat.completion.chunk' as const, created: 1_700_000_000, model: PROVIDER_MODEL };
@@ -662,12 +672,10 @@ describe('ChatToResponsesStream', () => {
       ...base,
       choices: [{ index: 0, delta, finish_reason: finish }],
     });
-    const head = (index: number, id: string, name: string) => ({ index, id, type: 'function', function: { name, arguments: '' } });
-    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
     const stream = new ChatToResponsesStream(REQUEST, IDS);
     const events = [
-      ...stream.push(chunk({ tool_calls: [head(0, 'call_1', 'a'), head(1, 'call_2', 'b')] })),
-      ...stream.push(chunk({ tool_calls: [args(0, '{"x":1}'), args(1, '{"y":2}')] })),
+      ...stream.push(chunk({ tool_calls: [toolCallHead(0, 'call_1', 'a'), toolCallHead(1, 'call_2', 'b')] })),
+      ...stream.push(chunk({ tool_calls: [toolCallArgs(0, '{"x":1}'), toolCallArgs(1, '{"y":2}')] })),
       ...stream.push(chunk({}, 'tool_calls')),
       ...stream.end(),
     ];
@@ -1241,19 +1249,26 @@ describe('through the gateway, translated for a chat-only route', () => {
   });
 
   it("calls whose heads a provider streams first, their arguments after: each call's done events carry its whole arguments", async () => {
-    const head = (index: number, id: string, name: string) => ({ index, id, type: 'function', function: { name, arguments: '' } });
-    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
     const weather = [WEATHER_TOOL];
     for (const [name, deltas] of Object.entries({
-      'one call after the other': [[args(0, '{"city":')], [args(0, '"Paris"}')], [args(1, '{"city":')], [args(1, '"Oslo"}')]],
-      interleaved: [[args(0, '{"city":'), args(1, '{"city":')], [args(1, '"Oslo"}')], [args(0, '"Paris"}')]],
+      'one call after the other': [
+        [toolCallArgs(0, '{"city":')],
+        [toolCallArgs(0, '"Paris"}')],
+        [toolCallArgs(1, '{"city":')],
+        [toolCallArgs(1, '"Oslo"}')],
+      ],
+      interleaved: [
+        [toolCallArgs(0, '{"city":'), toolCallArgs(1, '{"city":')],
+        [toolCallArgs(1, '"Oslo"}')],
+        [toolCallArgs(0, '"Paris"}')],
+      ],
     })) {
       provider.next({
         kind: 'raw-stream',
         pieces: [
           sse([
             chunk({ role: 'assistant', content: null }),
-            chunk({ tool_calls: [head(0, 'call_p', 'get_weather'), head(1, 'call_o', 'get_weather')] }),
+            chunk({ tool_calls: [toolCallHead(0, 'call_p', 'get_weather'), toolCallHead(1, 'call_o', 'get_weather')] }),
             ...deltas.map((d) => chunk({ tool_calls: d })),
             chunk({}, 'tool_calls'),
           ]),
@@ -1276,22 +1291,15 @@ describe('through the gateway, translated for a chat-only route', () => {
   });
 
   it("calls whose argument pieces a provider interleaves, the next begun before the first's arguments were whole: each call's done events carry its whole arguments", async () => {
-    const call = (index: number, id: string, text: string) => ({
-      index,
-      id,
-      type: 'function',
-      function: { name: 'get_weather', arguments: text },
-    });
-    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
     provider.next({
       kind: 'raw-stream',
       pieces: [
         sse([
           chunk({ role: 'assistant', content: null }),
-          chunk({ tool_calls: [call(0, 'call_p', '{"city":')] }),
-          chunk({ tool_calls: [call(1, 'call_o', '{"city":')] }),
-          chunk({ tool_calls: [args(0, '"Paris"}')] }),
-          chunk({ tool_calls: [args(1, '"Oslo"}')] }),
+          chunk({ tool_calls: [toolCallHead(0, 'call_p', 'get_weather', '{"city":')] }),
+          chunk({ tool_calls: [toolCallHead(1, 'call_o', 'get_weather', '{"city":')] }),
+          chunk({ tool_calls: [toolCallArgs(0, '"Paris"}')] }),
+          chunk({ tool_calls: [toolCallArgs(1, '"Oslo"}')] }),
           chunk({}, 'tool_calls'),
         ]),
       ],
@@ -1318,22 +1326,15 @@ describe('through the gateway, translated for a chat-only route', () => {
   });
 
   it('interleaved calls cut at the token limit: every call whose arguments are not whole JSON is incomplete, not only the one fed last', async () => {
-    const call = (index: number, id: string, text: string) => ({
-      index,
-      id,
-      type: 'function',
-      function: { name: 'get_weather', arguments: text },
-    });
-    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
     provider.next({
       kind: 'raw-stream',
       pieces: [
         sse([
           chunk({ role: 'assistant', content: null }),
-          chunk({ tool_calls: [call(0, 'call_p', '{"city":')] }),
-          chunk({ tool_calls: [call(1, 'call_o', '{"city":')] }),
-          chunk({ tool_calls: [args(0, '"Paris"')] }),
-          chunk({ tool_calls: [args(1, '"Os')] }),
+          chunk({ tool_calls: [toolCallHead(0, 'call_p', 'get_weather', '{"city":')] }),
+          chunk({ tool_calls: [toolCallHead(1, 'call_o', 'get_weather', '{"city":')] }),
+          chunk({ tool_calls: [toolCallArgs(0, '"Paris"')] }),
+          chunk({ tool_calls: [toolCallArgs(1, '"Os')] }),
           chunk({}, 'length'),
         ]),
       ],
@@ -1399,13 +1400,11 @@ describe('through the gateway, translated for a chat-only route', () => {
   });
 
   it('calls whose heads came first, cut at the token limit: the call cut, and those whose arguments had not come, are incomplete', async () => {
-    const head = (index: number, id: string) => ({ index, id, type: 'function', function: { name: 'get_weather', arguments: '' } });
-    const args = (index: number, text: string) => ({ index, function: { arguments: text } });
     for (const [name, deltas, expected] of [
       // the first call's arguments cut: the second's never came
       [
         'the first cut',
-        [[args(0, '{"city":')], [args(0, '"Pa')]],
+        [[toolCallArgs(0, '{"city":')], [toolCallArgs(0, '"Pa')]],
         [
           { status: 'incomplete', arguments: '{"city":"Pa' },
           { status: 'incomplete', arguments: '' },
@@ -1414,7 +1413,7 @@ describe('through the gateway, translated for a chat-only route', () => {
       // the second's came first, whole; the first's were cut
       [
         'the second whole, the first cut',
-        [[args(1, '{"city":"Oslo"}')], [args(0, '{"city":"Pa')]],
+        [[toolCallArgs(1, '{"city":"Oslo"}')], [toolCallArgs(0, '{"city":"Pa')]],
         [
           { status: 'incomplete', arguments: '{"city":"Pa' },
           { status: 'completed', arguments: '{"city":"Oslo"}' },
@@ -1432,7 +1431,7 @@ describe('through the gateway, translated for a chat-only route', () => {
       // one after the other, the second's cut: as a whole answer marks it
       [
         'the second cut',
-        [[args(0, '{"city":"Paris"}')], [args(1, '{"city":"Os')]],
+        [[toolCallArgs(0, '{"city":"Paris"}')], [toolCallArgs(1, '{"city":"Os')]],
         [
           { status: 'completed', arguments: '{"city":"Paris"}' },
           { status: 'incomplete', arguments: '{"city":"Os' },
@@ -1444,7 +1443,7 @@ describe('through the gateway, translated for a chat-only route', () => {
         pieces: [
           sse([
             chunk({ role: 'assistant', content: null }),
-            chunk({ tool_calls: [head(0, 'call_p'), head(1, 'call_o')] }),
+            chunk({ tool_calls: [toolCallHead(0, 'call_p'), toolCallHead(1, 'call_o')] }),
             ...deltas.map((d) => chunk({ tool_calls: d })),
             chunk({}, 'length'),
           ]),
@@ -1463,10 +1462,9 @@ describe('through the gateway, translated for a chat-only route', () => {
   });
 
   it('a stream that breaks while calls are held: response.failed lists only the items the client saw added', async () => {
-    const head = (index: number, id: string) => ({ index, id, type: 'function', function: { name: 'get_weather', arguments: '' } });
     const breaks = [
       chunk({ role: 'assistant', content: null }),
-      chunk({ tool_calls: [head(0, 'call_p'), head(1, 'call_o')] }),
+      chunk({ tool_calls: [toolCallHead(0, 'call_p'), toolCallHead(1, 'call_o')] }),
       chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
     ];
     for (const [name, pieces] of [
