@@ -226,19 +226,31 @@ function eventStream(type: string | string[] | undefined): boolean {
 const LF = 0x0a;
 const CR = 0x0d;
 const COLON = 0x3a;
+/** A byte-order mark (UTF-8), which a stream may begin with: not part of its first line. */
+const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
 
 /**
  * Where a stream's answer begins: the first line that is not a comment (`: keep-alive`, OpenRouter's
  * `: OPENROUTER PROCESSING`) or blank. Providers send comments while they wait for their model, so
  * a stream that has sent only those has not answered yet: the attempt's timer still runs, and a
  * provider that fails then is failed over like one that sent nothing (the client has seen nothing,
- * since comments are never relayed). `at` gives the index in a chunk, or -1 when it is all comment.
+ * since comments are never relayed). A byte-order mark at the stream's start is read past, as the
+ * client's decoder reads past it. `at` gives the index in a chunk, or -1 when it is all comment.
  */
 class Preamble {
   private lineStart = true;
+  /** Bytes read of a byte-order mark at the stream's start; BOM.length once past it (or there was none). */
+  private bom = 0;
   at(chunk: Buffer): number {
     for (let i = 0; i < chunk.length; i++) {
       const b = chunk[i];
+      if (this.bom < BOM.length) {
+        if (b === BOM[this.bom]) {
+          this.bom++;
+          continue; // dropped: the stream's text starts after it
+        }
+        this.bom = BOM.length;
+      }
       if (b === LF || b === CR) {
         this.lineStart = true;
       } else if (this.lineStart && b === COLON) {
@@ -376,9 +388,11 @@ class Call implements Dispatcher.DispatchHandler {
     if (!this.streamed) return this.collect(controller, chunk);
     if (this.rest) return this.rest.push(chunk);
     if (this.held) return this.hold(controller, chunk); // the rest of a first event
-    // Most streams begin with `data:`; one that begins with comments has not answered yet.
+    // Most streams begin with `data:`; one that begins with comments has not answered yet, nor has
+    // one that has sent only its byte-order mark (read past, as the client's SSE decoder reads past it).
     let at = 0;
-    if (chunk[0] === COLON || chunk[0] === LF || chunk[0] === CR || this.preamble) at = (this.preamble ??= new Preamble()).at(chunk);
+    if (chunk[0] === COLON || chunk[0] === LF || chunk[0] === CR || chunk[0] === BOM[0] || this.preamble)
+      at = (this.preamble ??= new Preamble()).at(chunk);
     if (at === -1) return; // dropped: comments are never relayed
     this.hold(controller, at === 0 ? chunk : chunk.subarray(at));
   }

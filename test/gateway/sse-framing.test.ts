@@ -357,6 +357,31 @@ describe('comments before the first event (a provider that says it is still work
     }
   });
 
+  it('a stream that begins with a byte-order mark: its comments and an error first event after it are failed over all the same', async () => {
+    const failed = `data: ${JSON.stringify({ id: 'gen-4', object: 'chat.completion.chunk', created: 1, model: 'x', error: { code: 502, message: 'Provider returned error' }, choices: [] })}\n\n`;
+    const bom = Buffer.from([0xef, 0xbb, 0xbf]);
+    // A whole stream after its mark is relayed as it came, the mark aside (first: the failures below open the route's breaker).
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    const whole = chunk({ role: 'assistant', content: 'hi' }) + chunk({}, 'stop') + 'data: [DONE]\n\n';
+    hot.always({ kind: 'raw-stream', pieces: [Buffer.concat([bom, Buffer.from(whole)])] });
+    const res = await chat(two.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect([res.headers.get('x-route-tier'), res.text]).toEqual(['hot', whole]);
+    for (const hotSays of [
+      { pieces: [Buffer.concat([bom, Buffer.from(`${failed}data: [DONE]\n\n`)])] },
+      { pieces: [Buffer.concat([bom, Buffer.from(': OPENROUTER PROCESSING\n\n')]), Buffer.from(': OPENROUTER PROC')], reset: true },
+      // The mark split from its stream, and from itself.
+      { pieces: [bom.subarray(0, 1), Buffer.concat([bom.subarray(1), Buffer.from(': OPENROUTER PROCESSING\n\n')]), Buffer.from(failed)] },
+    ]) {
+      hot.always({ kind: 'raw-stream', ...hotSays });
+      warm.always({ kind: 'stream', chunks: 2 });
+      const { data, response } = await new OpenAI({ baseURL: `${two.url}/v1`, apiKey: 'unused', maxRetries: 0 }).chat.completions
+        .create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true })
+        .withResponse();
+      expect([response.headers.get('x-route-tier'), (await streamText(data)).text]).toEqual(['warm', 'part0 part1']);
+    }
+  });
+
   it('a first event that reports an error in pieces (split where a network or a proxy splits it) is failed over all the same', async () => {
     const failed = `data: ${JSON.stringify({ id: 'gen-2', object: 'chat.completion.chunk', created: 1, model: 'x', error: { code: 502, message: 'Provider returned error' }, choices: [] })}`;
     // Split before `"error"` is seen, inside it, and between the event's two line ends.
