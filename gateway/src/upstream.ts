@@ -298,6 +298,45 @@ function eventEnd(piece: Buffer, state: number): number {
   return state;
 }
 
+/**
+ * Where a scan of a piece leaves off, past its blank lines (eventEnd's states; a blank line starts
+ * the next line afresh). A LF after a blank line ended by a CR is taken for a line end of its own, at
+ * worst making the next empty line a blank line: one more block without data.
+ */
+function lineState(piece: Buffer, state: number): number {
+  for (let i = 0; i < piece.length; i++) {
+    const b = piece[i];
+    if (b === LF) state = state === LINE_ENDED ? IN_LINE : LINE_ENDED;
+    else if (b === CR) state = state === IN_LINE ? AFTER_CR : IN_LINE;
+    else state = IN_LINE;
+  }
+  return state;
+}
+
+/** A field name only a block that makes an event has (`data`): a block without it is none. */
+const DATA = Buffer.from('data');
+
+/** Whether a piece ends with a blank line: its last two line ends (LF, CRLF or CR) one after the other. */
+function endsBlank(piece: Buffer): boolean {
+  let n = piece.length;
+  for (let ends = 0; ends < 2; ends++) {
+    if (piece[n - 1] === LF) n -= piece[n - 2] === CR ? 2 : 1;
+    else if (piece[n - 1] === CR) n -= 1;
+    else return false;
+  }
+  return true;
+}
+
+/** Whether `data` begins in the last pieces held and ends in `chunk` (however small the pieces). */
+function straddles(held: Buffer[], chunk: Buffer): boolean {
+  const ends: Buffer[] = [chunk.subarray(0, DATA.length - 1)];
+  for (let i = held.length - 1, bytes = 0; i >= 0 && bytes < DATA.length - 1; i--) {
+    ends.unshift(held[i].subarray(-(DATA.length - 1 - bytes)));
+    bytes += ends[0].length;
+  }
+  return Buffer.concat(ends).indexOf(DATA) !== -1;
+}
+
 /** Whether an event the stream ended in, without its blank line, reads whole: its data `[DONE]` or JSON. */
 function readsWhole(event: Buffer): boolean {
   const data = firstEventData(event);
@@ -340,6 +379,7 @@ class Call implements Dispatcher.DispatchHandler {
   private held: Buffer[] | null = null; // a first event not yet whole, as it came
   private heldBytes = 0;
   private heldScan = IN_LINE; // where eventEnd left off in it
+  private heldData = false; // a `data` line began in it
   private readonly chunks: Buffer[] = [];
   private size = 0; // of a whole answer so far
   /** Set once undici has let the request go on (onRequestStart): from then on a cancel aborts it. */
@@ -403,11 +443,23 @@ class Call implements Dispatcher.DispatchHandler {
    */
   private hold(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     const scan = eventEnd(chunk, this.heldScan);
+    // Blocks without a `data` line (`retry: 3000`, an `id:` or `event:` line alone) make no event: the
+    // answer has not begun, as after comments. Dropped when a piece ends with them (nothing of them
+    // reaches the client), so a provider sending them as keep-alives has them neither kept nor taken
+    // for its answer; else held with the event after them.
+    const data = this.heldData || chunk.indexOf(DATA) !== -1 || (this.held !== null && straddles(this.held, chunk));
+    if (scan === EVENT_END && !data && endsBlank(chunk)) {
+      this.held = null;
+      this.heldBytes = 0;
+      this.heldScan = IN_LINE;
+      return;
+    }
     if (this.held) this.held.push(chunk);
-    if (scan !== EVENT_END && this.heldBytes + chunk.length < FIRST_EVENT_HELD) {
+    if ((scan !== EVENT_END || !data) && this.heldBytes + chunk.length < FIRST_EVENT_HELD) {
       this.held ??= [chunk];
       this.heldBytes += chunk.length;
-      this.heldScan = scan;
+      this.heldScan = scan === EVENT_END ? lineState(chunk, this.heldScan) : scan;
+      this.heldData = data;
       return;
     }
     const first = this.held ? Buffer.concat(this.held) : chunk; // copied once, when whole

@@ -357,6 +357,53 @@ describe('comments before the first event (a provider that says it is still work
     }
   });
 
+  it('blocks without data before the first event (retry:, an id: or event: line alone) are no answer either: failed over all the same', async () => {
+    const chunk = (delta: object, finish: string | null = null) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+    // A whole stream after them is relayed, the event after them whole (first: the failures below open the route's breaker).
+    const whole = chunk({ role: 'assistant', content: 'hi' }) + chunk({}, 'stop') + 'data: [DONE]\n\n';
+    hot.always({ kind: 'raw-stream', pieces: ['retry: 3000\r\n\r\n', 'event: message\nid: 1\n', whole].map((p) => Buffer.from(p)) });
+    const res = await chat(two.url, { model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    expect([res.headers.get('x-route-tier'), res.text]).toEqual(['hot', `event: message\nid: 1\n${whole}`]);
+    // The event after one is handed on once whole, though its `data` came split from the block's end, and nothing follows yet.
+    const first = chunk({ role: 'assistant', content: 'first' });
+    hot.next({ kind: 'raw-stream', pieces: ['id: 0\n\nd', 'a', first.slice(2)].map((p) => Buffer.from(p)), hold: true });
+    const client = new OpenAI({ baseURL: `${two.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    for await (const told of await client.chat.completions.create({
+      model: 'x',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+    })) {
+      expect(told.choices[0].delta.content).toBe('first');
+      break;
+    }
+    const failed = `data: ${JSON.stringify({ id: 'gen-5', object: 'chat.completion.chunk', created: 1, model: 'x', error: { code: 502, message: 'Provider returned error' }, choices: [] })}\n\n`;
+    for (const hotSays of [
+      { pieces: ['retry: 3000\n\n', ': OPENROUTER PROCESSING\n\n', 'retry: 30'], reset: true },
+      { pieces: ['id: 0\n\nevent: ping\n\n'] },
+      { pieces: ['retry: 3000\r\r', `event: ping\r\r${failed}data: [DONE]\n\n`] },
+    ]) {
+      hot.always({ kind: 'raw-stream', ...hotSays, pieces: hotSays.pieces.map((p) => Buffer.from(p)) });
+      warm.always({ kind: 'stream', chunks: 2 });
+      const { data, response } = await client.chat.completions
+        .create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true })
+        .withResponse();
+      expect([response.headers.get('x-route-tier'), (await streamText(data)).text]).toEqual(['warm', 'part0 part1']);
+    }
+  });
+
+  it('blocks without data sent as keep-alives do not stop the time-to-answer, as comments do not', async () => {
+    hot.always({ kind: 'raw-stream', pieces: Array.from({ length: 60 }, () => Buffer.from('event: ping\n\n')), gapMs: 50, hold: true });
+    warm.always({ kind: 'status', status: 500 });
+    const res = await fetch(`${two.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': '1000' },
+      body: JSON.stringify({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+      signal: AbortSignal.timeout(5000),
+    });
+    expect([res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([504, 'time_to_answer']);
+  });
+
   it('a stream that begins with a byte-order mark: its comments and an error first event after it are failed over all the same', async () => {
     const failed = `data: ${JSON.stringify({ id: 'gen-4', object: 'chat.completion.chunk', created: 1, model: 'x', error: { code: 502, message: 'Provider returned error' }, choices: [] })}\n\n`;
     const bom = Buffer.from([0xef, 0xbb, 0xbf]);
