@@ -299,42 +299,65 @@ function eventEnd(piece: Buffer, state: number): number {
 }
 
 /**
- * Where a scan of a piece leaves off, past its blank lines (eventEnd's states; a blank line starts
- * the next line afresh). A LF after a blank line ended by a CR is taken for a line end of its own, at
- * worst making the next empty line a blank line: one more block without data.
+ * `data`, the field name of the lines that make a block an event: a block without one (`retry: 3000`,
+ * an `id:` or `event:` line alone) is none.
  */
-function lineState(piece: Buffer, state: number): number {
-  for (let i = 0; i < piece.length; i++) {
-    const b = piece[i];
-    if (b === LF) state = state === LINE_ENDED ? IN_LINE : LINE_ENDED;
-    else if (b === CR) state = state === IN_LINE ? AFTER_CR : IN_LINE;
-    else state = IN_LINE;
-  }
-  return state;
-}
-
-/** A field name only a block that makes an event has (`data`): a block without it is none. */
 const DATA = Buffer.from('data');
 
-/** Whether a piece ends with a blank line: its last two line ends (LF, CRLF or CR) one after the other. */
-function endsBlank(piece: Buffer): boolean {
-  let n = piece.length;
-  for (let ends = 0; ends < 2; ends++) {
-    if (piece[n - 1] === LF) n -= piece[n - 2] === CR ? 2 : 1;
-    else if (piece[n - 1] === CR) n -= 1;
-    else return false;
-  }
-  return true;
+/** Whether a piece begins with a `data` line (`data:`, or `data` alone): its first blank line ends the first event. */
+function startsWithData(piece: Buffer): boolean {
+  const after = piece[DATA.length];
+  return (
+    piece[0] === DATA[0] &&
+    piece[1] === DATA[1] &&
+    piece[2] === DATA[2] &&
+    piece[3] === DATA[3] &&
+    (after === COLON || after === LF || after === CR)
+  );
 }
 
-/** Whether `data` begins in the last pieces held and ends in `chunk` (however small the pieces). */
-function straddles(held: Buffer[], chunk: Buffer): boolean {
-  const ends: Buffer[] = [chunk.subarray(0, DATA.length - 1)];
-  for (let i = held.length - 1, bytes = 0; i >= 0 && bytes < DATA.length - 1; i--) {
-    ends.unshift(held[i].subarray(-(DATA.length - 1 - bytes)));
-    bytes += ends[0].length;
+/** Blocks.scan's answer when a piece ends between blocks (after a blank line) and none had a data line. */
+const BETWEEN = -2;
+
+/**
+ * The scan, line by line over its pieces, of a stream that does not begin with a `data` line: for the
+ * blank line that ends its first block with one (a block's lines are fields by their names, so `data`
+ * in a value, a comment or another name is none). Made only for such a stream; each piece is scanned once.
+ */
+class Blocks {
+  private lineStart = true;
+  private afterCR = false; // a LF next is part of its line end
+  private name = 0; // bytes of `data` the line begins with; -1 when it begins otherwise
+  private lines = false; // the block has a line so far
+  private data = false; // the block has a data line
+  /** EVENT_END at the blank line after a data line; BETWEEN when the piece ends between blocks; else IN_LINE. */
+  scan(piece: Buffer): number {
+    for (let i = 0; i < piece.length; i++) {
+      const b = piece[i];
+      if (b === LF || b === CR) {
+        const crlf = b === LF && this.afterCR;
+        this.afterCR = b === CR;
+        if (crlf) continue;
+        if (!this.lineStart) {
+          if (this.name === DATA.length) this.data = true; // `data` alone
+          this.lines = true;
+          this.lineStart = true;
+        } else if (this.data) return EVENT_END;
+        else this.lines = false; // a blank line: the block ended, without an event
+        continue;
+      }
+      this.afterCR = false;
+      if (this.lineStart) {
+        this.lineStart = false;
+        this.name = 0;
+      }
+      if (this.name === DATA.length) {
+        if (b === COLON) this.data = true;
+        this.name = -1;
+      } else if (this.name >= 0) this.name = b === DATA[this.name] ? this.name + 1 : -1;
+    }
+    return this.lineStart && !this.lines ? BETWEEN : IN_LINE;
   }
-  return Buffer.concat(ends).indexOf(DATA) !== -1;
 }
 
 /** Whether an event the stream ended in, without its blank line, reads whole: its data `[DONE]` or JSON. */
@@ -379,7 +402,8 @@ class Call implements Dispatcher.DispatchHandler {
   private held: Buffer[] | null = null; // a first event not yet whole, as it came
   private heldBytes = 0;
   private heldScan = IN_LINE; // where eventEnd left off in it
-  private heldData = false; // a `data` line began in it
+  private heldData = false; // it began with a `data` line (most streams): its first blank line ends it
+  private blocks: Blocks | null = null; // made only if a stream begins otherwise
   private readonly chunks: Buffer[] = [];
   private size = 0; // of a whole answer so far
   /** Set once undici has let the request go on (onRequestStart): from then on a cancel aborts it. */
@@ -442,24 +466,22 @@ class Call implements Dispatcher.DispatchHandler {
    * (a provider may send that event in pieces); the client could not read half an event anyway.
    */
   private hold(controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    const scan = eventEnd(chunk, this.heldScan);
     // Blocks without a `data` line (`retry: 3000`, an `id:` or `event:` line alone) make no event: the
     // answer has not begun, as after comments. Dropped when a piece ends with them (nothing of them
     // reaches the client), so a provider sending them as keep-alives has them neither kept nor taken
-    // for its answer; else held with the event after them.
-    const data = this.heldData || chunk.indexOf(DATA) !== -1 || (this.held !== null && straddles(this.held, chunk));
-    if (scan === EVENT_END && !data && endsBlank(chunk)) {
+    // for its answer; else held with the event after them, until that event's end.
+    if (this.held === null) this.heldData = startsWithData(chunk);
+    const scan = this.heldData ? eventEnd(chunk, this.heldScan) : (this.blocks ??= new Blocks()).scan(chunk);
+    if (scan === BETWEEN) {
       this.held = null;
       this.heldBytes = 0;
-      this.heldScan = IN_LINE;
       return;
     }
     if (this.held) this.held.push(chunk);
-    if ((scan !== EVENT_END || !data) && this.heldBytes + chunk.length < FIRST_EVENT_HELD) {
+    if (scan !== EVENT_END && this.heldBytes + chunk.length < FIRST_EVENT_HELD) {
       this.held ??= [chunk];
       this.heldBytes += chunk.length;
-      this.heldScan = scan === EVENT_END ? lineState(chunk, this.heldScan) : scan;
-      this.heldData = data;
+      this.heldScan = scan;
       return;
     }
     const first = this.held ? Buffer.concat(this.held) : chunk; // copied once, when whole

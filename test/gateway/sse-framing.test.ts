@@ -392,6 +392,40 @@ describe('comments before the first event (a provider that says it is still work
     }
   });
 
+  it('a block without data is no answer though `data` is in its text, and the event after it is read whole though the block ended in the same piece', async () => {
+    const failed = `data: ${JSON.stringify({ id: 'gen-6', object: 'chat.completion.chunk', created: 1, model: 'x', error: { code: 502, message: 'Provider returned error' }, choices: [] })}\n\n`;
+    for (const pieces of [
+      ['event: metadata\n\n', failed],
+      ['id: data-1\n\n', failed],
+      ['retry: 3000\n: waiting for data\n\n', failed],
+      ['event: ping\n\n' + failed.slice(0, 40), failed.slice(40)],
+      ['id: 0\r\n', '\r\n' + failed.slice(0, 40), failed.slice(40)],
+    ]) {
+      // A gateway of its own for each: hot's failures would open its breaker for the next.
+      const own = await startGateway(mapOf([hot.url], [warm.url]));
+      try {
+        hot.always({ kind: 'raw-stream', pieces: pieces.map((p) => Buffer.from(p)) });
+        warm.always({ kind: 'stream', chunks: 2 });
+        const asked = hot.received.length;
+        const { data, response } = await new OpenAI({ baseURL: `${own.url}/v1`, apiKey: 'unused', maxRetries: 0 }).chat.completions
+          .create({ model: 'x', messages: [{ role: 'user', content: 'hi' }], stream: true })
+          .withResponse();
+        const text = await streamText(data).then(
+          (told) => told.text,
+          (error: Error) => error.message,
+        );
+        expect([pieces, hot.received.length > asked, response.headers.get('x-route-tier'), text]).toEqual([
+          pieces,
+          true,
+          'warm',
+          'part0 part1',
+        ]);
+      } finally {
+        await own.close();
+      }
+    }
+  });
+
   it('blocks without data sent as keep-alives do not stop the time-to-answer, as comments do not', async () => {
     hot.always({ kind: 'raw-stream', pieces: Array.from({ length: 60 }, () => Buffer.from('event: ping\n\n')), gapMs: 50, hold: true });
     warm.always({ kind: 'status', status: 500 });
