@@ -716,6 +716,9 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
       true,
     ]);
     expect((await refused(`[{"type":"user.audio_frame","ms":"${'9'.repeat(100_000)}"}]`)).length).toBeLessThan(300);
+    // An event's type too: one of megabytes is not named back whole.
+    const type = await refused(`[{"type":"${'t'.repeat(100_000)}"}]`);
+    expect([type.length < 500, type.startsWith('events[0].type: expected one of user.audio_frame')]).toEqual([true, true]);
     const ok = await post(url, '/v1/voice/calls/call-n/events', [
       {
         type: 'assistant.response.done',

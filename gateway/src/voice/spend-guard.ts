@@ -100,13 +100,13 @@ export const MAX_AUDIO_TOKENS = 10_000_000;
 /** The most one caller turn's transcription may cost: far above any (a whole hour is cents). */
 const MAX_TRANSCRIPTION_USD = 1000;
 
-/** A number from a voice server as a count or duration: finite, within [min, max], else refused naming the field. */
 /** A value sent, as an error quotes it: cut short, so that one of megabytes is not sent back whole. */
 function sent(value: unknown): string {
   const text = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? 'nothing'); // 1e309 shows as Infinity
   return cutText(text, 100);
 }
 
+/** A number from a voice server as a count or duration: finite, within [min, max], else refused naming the field. */
 function measure(field: string, value: unknown, min: number, max: number, what: string, exclusiveMin = false): number {
   const ok = typeof value === 'number' && Number.isFinite(value) && (exclusiveMin ? value > min : value >= min) && value <= max;
   if (!ok) throw new VoiceEventError(`${field}: expected ${what}, got ${sent(value)}`);
@@ -391,7 +391,7 @@ export function applyEvent(state: CallState, event: VoiceEvent, cfg: GuardConfig
       break;
     default:
       throw new VoiceEventError(
-        `type: expected one of user.audio_frame, assistant.audio_frame, assistant.response.start, assistant.response.done, transcript, transcription.done, billing.monthly_rollup; got ${JSON.stringify((event as { type?: unknown }).type)}`,
+        `type: expected one of user.audio_frame, assistant.audio_frame, assistant.response.start, assistant.response.done, transcript, transcription.done, billing.monthly_rollup; got ${sent((event as { type?: unknown }).type)}`,
       );
   }
   return state;
