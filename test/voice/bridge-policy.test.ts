@@ -156,6 +156,32 @@ describe('phone bridge: the policy on real events', () => {
     expect(end.record).toMatchObject({ ended_reason: 'per_call_cap' });
   });
 
+  it("the budget left is the guard's: the greeting's audio, estimated while it played, is not counted again beside the usage it reported", async () => {
+    const cap = 0.002; // audio in 10, out 20 USD per million tokens: 100 output tokens
+    s = await bridgeStack((c) => {
+      c.spend_guard.per_call_usd_cap = cap;
+    });
+    // 3 s of greeting, its audio estimated at 60 output tokens (0.0012 USD) while it plays; its
+    // response reports 10 (0.0002 USD), which is what the call is billed for it.
+    s.realtime.paceMs = 10; // the guard answers for the greeting's audio before its response.done
+    s.realtime.brain = brain({
+      greeting: { audio: assistantAudio(3000), usage: { output_token_details: { audio_tokens: 10 } } },
+      turns: [{ audio: assistantAudio(20_000), transcript: 'A very long answer.' }],
+    });
+    const call = await s.twilio.call('CA0109');
+    const conn = s.realtime.conns.at(-1) ?? (await until<RtConn>(s.realtime, 'connection'));
+    await until(call, 'frame', () => call.playedBytes >= 24_000 && call.playedBytes === call.receivedBytes, 'the greeting heard');
+    while ((await s.voice.get('CA0109'))!.state.turns < 1) await new Promise((r) => setTimeout(r, 20));
+    const before = (await s.voice.get('CA0109'))!.state.estUsd;
+    expect(before).toBeCloseTo(0.0002, 9);
+    speak(call);
+    const answer = (await serverEvent(conn, 'response.done', (e) => !e.response.metadata?.bridge)).response;
+    // Held to what is left of the budget (90 tokens), not to what is left once the greeting's
+    // audio, at the estimate, is counted on top of its usage.
+    expect(answer.usage.output_token_details.audio_tokens).toBe(Math.ceil(((cap - before) * 1e6) / 20));
+    await s.endOf('CA0109');
+  });
+
   it('answers that report no usage still count toward the per-call cap (their audio, as measured), after one that did', async () => {
     s = await bridgeStack((c) => {
       c.spend_guard.per_call_usd_cap = 0.0004; // audio in 10, out 20 USD per million tokens

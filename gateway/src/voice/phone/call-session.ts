@@ -161,6 +161,8 @@ export class CallSession {
   private failedAnswers = 0;
   /** What the call cost so far, as the guard last said (or more: responses it has not answered for yet). */
   private spentUsd = 0;
+  /** Responses given to the guard: once its answer counts as many turns, its figure is the call's cost. */
+  private responsesFed = 0;
   /** The session's `max_output_tokens`, from what is left of the budget (outputAllowance). */
   private allowance: number | 'inf';
 
@@ -671,6 +673,7 @@ export class CallSession {
   private meterResponse(r: RealtimeResponse | undefined, id: string): void {
     const usage = this.usageOf(r);
     this.feed.event({ type: 'assistant.response.done', ...(usage ? { usage } : {}) });
+    this.responsesFed++;
     // At once, not when the guard answers: the server VAD may start the next answer meanwhile.
     const usd = usage ? (usageCost(usage, tokenPrices(this.deps.config.spend_guard))?.usd ?? null) : null;
     if (usd !== null) this.spent(this.spentUsd + usd);
@@ -721,7 +724,12 @@ export class CallSession {
   }
 
   private verdict(v: Verdict): void {
-    if (typeof v.state?.estUsd === 'number') this.spent(v.state.estUsd);
+    // The guard's figure can fall: before any response reported usage it costs the audio at the
+    // estimate as it plays, and the first usage replaces that estimate. Once it has answered for
+    // every response given to it, its figure is the call's cost; before, responses it has not
+    // answered for yet are counted here already, and the higher figure is kept.
+    const st = v.state;
+    if (typeof st?.estUsd === 'number') this.spent(st.estUsd, st.turns === this.responsesFed);
     if (this.phase !== 'live' || v.action === 'continue') return;
     if (v.action === 'escalate') void this.transfer(v.reason ?? 'transfer');
     else void this.disconnect(v);
@@ -732,8 +740,8 @@ export class CallSession {
    * budget, so the next response, whoever asks for it (the server VAD, the bridge), cannot pass
    * the cap by more than a token's price of output.
    */
-  private spent(usd: number): void {
-    this.spentUsd = Math.max(this.spentUsd, usd);
+  private spent(usd: number, exact = false): void {
+    this.spentUsd = exact ? usd : Math.max(this.spentUsd, usd);
     const allowance = outputAllowance(this.deps.config, this.spentUsd);
     if (allowance === this.allowance) return;
     this.allowance = allowance;

@@ -19,8 +19,8 @@ export interface Verdict {
   /** The guard's reasons are all call-ending reasons of the record. */
   reason?: EndedReason;
   estUsd_at_disconnect?: number;
-  /** The call's state after the batch: `estUsd`, what it cost so far. */
-  state?: { estUsd?: number };
+  /** The call's state after the batch: `estUsd`, what it cost so far, and its `turns` (the responses counted). */
+  state?: { estUsd?: number; turns?: number };
 }
 
 interface GuardTarget {
