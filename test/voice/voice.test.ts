@@ -615,8 +615,21 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     const first = await send(a.url, turn, 'turn-1');
     expect(first).toMatchObject({ inputMs: 2000, outputMs: 3000, turns: 1, estUsd: 0.05 });
     expect(await send(b.url, turn, 'turn-1')).toEqual(first); // sent again through the other instance
+    // Sent again with its members in another order: the same batch.
+    const reordered = turn.map((e) => Object.fromEntries(Object.entries(e).reverse()));
+    expect(await send(a.url, reordered, 'turn-1')).toEqual(first);
     const both = await Promise.all([send(a.url, turn, 'turn-2'), send(b.url, turn, 'turn-2')]);
     expect(both.map((s) => s.turns)).toEqual([2, 2]);
+    // The key sent again with another batch: refused, naming the key, and nothing of it applied.
+    const reused = await fetch(`${b.url}/v1/voice/calls/retry/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer voice-secret', 'idempotency-key': 'turn-1' },
+      body: JSON.stringify([{ type: 'user.audio_frame', ms: 700 }]),
+    });
+    expect([reused.status, ((await reused.json()) as { error: string }).error]).toEqual([
+      422,
+      'Idempotency-Key: call retry took another batch with this key; nothing of this one was applied (a new batch needs a new key)',
+    ]);
     // Without a key, a batch is a new one each time, as before.
     expect(await send(a.url, { type: 'user.audio_frame', ms: 100 })).toMatchObject({ inputMs: 4100 });
     expect(await send(b.url, { type: 'user.audio_frame', ms: 100 })).toMatchObject({ inputMs: 4200, turns: 2, estUsd: 0.1 });

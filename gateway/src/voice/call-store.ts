@@ -39,7 +39,7 @@ export interface StoredCall {
   version: number;
   /** The last numbered batch of guard events applied (a batch sent again is skipped). */
   guardBatch?: GuardBatch;
-  /** The Idempotency-Keys (hashed) of the latest batches posted to the events endpoint with one, oldest first. */
+  /** The Idempotency-Keys of the latest batches posted to the events endpoint with one (hashed, each with its batch's hash), oldest first. */
   eventKeys?: string[];
 }
 

@@ -9,6 +9,7 @@
  * the store appends atomically: concurrent batches for one call are all applied, in one order.
  */
 import { createHash, randomUUID } from 'node:crypto';
+import { canonicalJson } from '../canonical-json';
 import { isOpen, parseBusinessHours, type Window } from './business-hours';
 import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
@@ -29,8 +30,20 @@ export type CallChange =
 /** The Idempotency-Keys of a call's latest event batches kept (as short hashes) to tell a batch sent again. */
 const EVENT_KEYS_KEPT = 1000;
 
-/** A batch's Idempotency-Key as kept with the call: 64 bits of its SHA-256, so any key costs a call the same. */
-const eventKey = (key: string) => createHash('sha256').update(key).digest('base64url').slice(0, 11);
+/** The part of a kept key that is the Idempotency-Key's: 64 bits of its SHA-256, so any key costs a call the same. */
+const KEY_CHARS = 11;
+
+/**
+ * A batch's Idempotency-Key as kept with the call: the key's hash, then 36 bits of the batch's own
+ * (its JSON with keys sorted, as the gateway's replay fingerprints), so the key sent again with
+ * another batch is told from a retry (a call kept before them has the key's alone).
+ */
+const eventKey = (key: string, events: unknown[]) =>
+  createHash('sha256').update(key).digest('base64url').slice(0, KEY_CHARS) +
+  createHash('sha256').update(canonicalJson(events)).digest('base64url').slice(0, 6);
+
+/** The kept key of the batch sent with this Idempotency-Key, if the call has seen the key. */
+const keptKey = (call: StoredCall, key: string) => call.eventKeys?.find((k) => k.slice(0, KEY_CHARS) === key.slice(0, KEY_CHARS));
 
 /** How a change applies to a call: the spend guard over the events; the record, once, at the end. */
 export function callReducer(config: Concierge): Reduce<CallChange> {
@@ -44,9 +57,9 @@ export function callReducer(config: Concierge): Reduce<CallChange> {
       // After the end the record is made and sent: events are in neither it nor the meter, so not in the state either.
       if (call.record) return call;
       if (change.key !== undefined) {
-        const keys = call.eventKeys ?? [];
-        if (keys.includes(change.key)) return call; // a POST sent again with its Idempotency-Key: applied already
-        call.eventKeys = [...keys, change.key].slice(-EVENT_KEYS_KEPT);
+        // A POST sent again with its Idempotency-Key: applied already (the key with another batch: refused, not applied).
+        if (keptKey(call, change.key)) return call;
+        call.eventKeys = [...(call.eventKeys ?? []), change.key].slice(-EVENT_KEYS_KEPT);
       }
       for (const e of change.events) {
         try {
@@ -185,17 +198,28 @@ export class VoiceService {
       if (!known) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
       return { status: 400, body: { error: checked.problem } };
     }
+    const kept = key !== undefined ? eventKey(key, events) : undefined;
     const call = await this.deps.store.apply(id, {
       kind: 'events',
       events: checked.guarded,
       ...(batch ? { batch } : {}),
-      ...(key !== undefined ? { key: eventKey(key) } : {}),
+      ...(kept !== undefined ? { key: kept } : {}),
     });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
+    // The key came with another batch before: this one is not applied, and the sender is told so
+    // (taken for a retry, its audio, turns and cost would be lost without a word).
+    const seen = kept !== undefined ? keptKey(call, kept) : undefined;
+    if (seen !== undefined && seen.length > KEY_CHARS && seen !== kept)
+      return {
+        status: 422,
+        body: {
+          error: `Idempotency-Key: call ${id} took another batch with this key; nothing of this one was applied (a new batch needs a new key)`,
+        },
+      };
     if (checked.rollup !== null) await this.rollup(checked.rollup);
     // Ended before this batch (the fold is up to it): not applied, so the sender knows its cost went unrecorded.
     // A batch sent again with its key, applied before the end, is answered as applied.
-    if (call.record && !(key !== undefined && call.eventKeys?.includes(eventKey(key))))
+    if (call.record && seen === undefined)
       return {
         status: 409,
         body: {
