@@ -120,9 +120,9 @@ async function reportCommand(rest: string[]): Promise<void> {
     args: rest,
     allowPositionals: true,
     options: {
-      archive: { type: 'string', default: DEFAULT_ARCHIVE },
+      archive: { type: 'string' },
       format: { type: 'string', default: 'table' },
-      'as-of': { type: 'string', default: today() },
+      'as-of': { type: 'string' },
       since: { type: 'string' },
       calls: { type: 'string' },
     },
@@ -130,7 +130,17 @@ async function reportCommand(rest: string[]): Promise<void> {
   const format = values.format as 'table' | 'csv' | 'json';
   if (!['table', 'csv', 'json'].includes(format)) throw new UsageError(`--format: expected table, csv or json, got "${values.format}"`);
   if (positionals.length > 1) throw new UsageError(`report: expected one report name, got "${positionals.join(' ')}"`);
-  if (positionals[0] === 'voice') {
+  // An option of the other kind of report was read by neither: `daily --since D` printed every day,
+  // `voice --archive DIR` read .data/calls.csv.
+  const voice = positionals[0] === 'voice';
+  const other = (voice ? ['archive', 'as-of'] : ['calls', 'since']).find((o) => values[o as keyof typeof values] !== undefined);
+  if (other && (voice || REPORTS.includes(positionals[0] as ReportName)))
+    throw new UsageError(
+      voice
+        ? `--${other}: the voice report does not take it (it takes --calls, --since, --format)`
+        : `--${other}: only the voice report takes it, not ${positionals[0]} (which takes --archive, --as-of, --format)`,
+    );
+  if (voice) {
     // An empty CALLS_CSV_FILE counts as unset, as the gateway reads it (env.ts).
     const calls = values.calls ?? (process.env.CALLS_CSV_FILE || '.data/calls.csv');
     const since = values.since === undefined ? null : day('--since', values.since);
@@ -144,8 +154,8 @@ async function reportCommand(rest: string[]): Promise<void> {
   }
   const name = positionals[0] as ReportName;
   if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
-  const archive = folder('--archive', values.archive!);
-  const asOf = day('--as-of', values['as-of']!);
+  const archive = folder('--archive', values.archive ?? DEFAULT_ARCHIVE);
+  const asOf = day('--as-of', values['as-of'] ?? today());
   // export-daily is the specification's "daily cost to a CSV": CSV whatever --format says.
   return runReport(name, archive, asOf, (sql) => printQuery(sql, name === 'export-daily' ? 'csv' : format));
 }

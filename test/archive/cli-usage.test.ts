@@ -118,6 +118,35 @@ describe('archive CLI usage errors', () => {
     }
   });
 
+  // `report daily --since 2026-11-01` printed every day, and `report voice --archive DIR` read
+  // .data/calls.csv: an option of the other kind of report was taken and went unread.
+  it('an option of the other kind of report is a usage error naming it and the reports that take it; nothing is run', () => {
+    const calls = join(scratch(), 'calls.csv');
+    writeFileSync(calls, `${CALLS_CSV_HEADER}\n`);
+    for (const [args, message] of [
+      [
+        ['report', 'daily', '--since', '2026-11-01', '--archive', scratch()],
+        '--since: only the voice report takes it, not daily (which takes --archive, --as-of, --format)',
+      ],
+      [
+        ['report', 'burn', '--calls', calls, '--archive', scratch()],
+        '--calls: only the voice report takes it, not burn (which takes --archive, --as-of, --format)',
+      ],
+      [
+        ['report', 'voice', '--calls', calls, '--archive', scratch()],
+        '--archive: the voice report does not take it (it takes --calls, --since, --format)',
+      ],
+      [
+        ['report', 'voice', '--calls', calls, '--as-of=2026-11-01'],
+        '--as-of: the voice report does not take it (it takes --calls, --since, --format)',
+      ],
+    ] as const) {
+      const r = run(...args);
+      expect([r.status, r.stdout], args.join(' ')).toEqual([2, '']);
+      expect(r.stderr, args.join(' ')).toContain(message);
+    }
+  });
+
   it('a missing archive folder is one line naming it, exit 1, for archive:expire as for report', () => {
     const missing = join(scratch(), 'nope');
     for (const args of [
