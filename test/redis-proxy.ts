@@ -6,7 +6,8 @@
  * `loseNextReply` closes the connection that Redis next answers on instead of passing the answer on
  * (a link lost after Redis ran a command and before its answer came back: ioredis sends the command
  * again on its new connection; with `meanwhile`, that new connection waits for it); `loseReplyTo` does so on the connection that next sends a command
- * holding the text given, once Redis answers it (its commands sent before answered already).
+ * holding the text given, once Redis answers it (its commands sent before answered already);
+ * `cutOn` cuts them when one sends a command holding the text given (a link that dies mid-command).
  */
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 
@@ -22,6 +23,7 @@ export class RedisProxy {
   private readonly links = new Set<Link>();
   private losing = false;
   private losingTo: string | null = null;
+  private cutAt: string | null = null;
   /** New connections wait for it (loseNextReply's `meanwhile`). */
   private gate: Promise<unknown> | null = null;
   private meanwhile: (() => Promise<unknown>) | null = null;
@@ -49,6 +51,10 @@ export class RedisProxy {
     const link: Link = { carries: true, end: () => (client.destroy(), redis.destroy(), this.links.delete(link)) };
     this.links.add(link);
     client.on('data', (d: Buffer) => {
+      if (this.cutAt !== null && d.includes(this.cutAt)) {
+        this.cutAt = null;
+        this.cut();
+      }
       if (this.losingTo !== null && d.includes(this.losingTo)) {
         this.losingTo = null;
         link.losing = true;
@@ -96,6 +102,11 @@ export class RedisProxy {
   /** The answer to the next command holding `text` is lost with its connection, closed in its place. */
   loseReplyTo(text: string): void {
     this.losingTo = text;
+  }
+
+  /** `cut` when a connection next sends a command holding `text`, that command not passed on. */
+  cutOn(text: string): void {
+    this.cutAt = text;
   }
 
   /** The connections open now carry nothing more, and stay open (no reset reaches the client). */

@@ -10,7 +10,9 @@ import { within } from './within';
 const WAIT_MS = 5000;
 
 export async function commandStore(url: string): Promise<Redis> {
-  const redis = new Redis(url, { maxRetriesPerRequest: 1, connectTimeout: WAIT_MS });
+  // commandTimeout: a link that dies without a word after the ping (a host lost, a failover behind the
+  // same address) held the command for ever, with no word of what it waited for.
+  const redis = new Redis(url, { maxRetriesPerRequest: 1, connectTimeout: WAIT_MS, commandTimeout: WAIT_MS });
   // The connection's own error (ECONNREFUSED, a wrong password) says why; the ping's says only that it gave up.
   let cause: Error | null = null;
   redis.on('error', (error: Error) => (cause = error));
@@ -41,3 +43,8 @@ async function inDatabase(redis: Redis): Promise<void> {
     throw new Error(`QUEUE_STORE_URL names database ${db}, which the store refused: ${(error as Error).message}`, { cause: error });
   }
 }
+
+/** A command's error when the store gave no answer within the command's wait (commandTimeout). */
+export const timedOut = (error: unknown): boolean => (error as Error | null)?.message === 'Command timed out';
+/** How a command that the store left unanswered is said: ioredis's "Command timed out" names neither the store nor the wait. */
+export const NO_ANSWER = `the store at QUEUE_STORE_URL did not answer within ${WAIT_MS / 1000} s`;

@@ -8,7 +8,7 @@
  * Exit 0 done (or `--help`, which opens no store), 1 failed (no such key, store unreachable), 2 bad arguments or environment.
  */
 import type { Redis } from 'ioredis';
-import { commandStore } from './command-store';
+import { commandStore, NO_ANSWER, timedOut } from './command-store';
 import { createKey, hashKey, looksLikeKey, TENANT_PATTERN, type ClientKey, type KeySpec } from './client-keys';
 import { readEnv } from './env';
 import { ConfigError } from './errors';
@@ -162,7 +162,7 @@ export async function keysCli(args: string[], rawEnv: NodeJS.ProcessEnv, out: Pr
       if (error instanceof UsageError) err(USAGE);
       return 2;
     }
-    err(`key store: ${(error as Error).message}`);
+    err(`key store: ${timedOut(error) ? NO_ANSWER : (error as Error).message}`);
     return 1;
   } finally {
     redis?.disconnect();

@@ -11,7 +11,7 @@ import type { Redis } from 'ioredis';
 import { RedisPause } from './budget';
 import { COLD_JOB_ID } from './cold-queue';
 import { BullColdQueue } from './cold-queue-redis';
-import { commandStore } from './command-store';
+import { commandStore, NO_ANSWER, timedOut } from './command-store';
 import { readEnv, type GatewayEnv } from './env';
 import { asksForHelp } from './help';
 
@@ -75,10 +75,10 @@ export async function ops(
   try {
     return await runCommand(args, pause, queue, out, err);
   } catch (error) {
-    // An error Redis answers mid-command (a key of another type, memory full, a lost connection):
-    // one line naming the command, not Node's stack trace.
+    // An error Redis answers mid-command (a key of another type, memory full, a lost connection), or
+    // no answer within the command's wait: one line naming the command, not Node's stack trace.
     const answer = String((error as Error).message).split('\n')[0];
-    err(`${args.join(' ')} failed: the store at QUEUE_STORE_URL answered an error: ${answer}`);
+    err(`${args.join(' ')} failed: ${timedOut(error) ? NO_ANSWER : `the store at QUEUE_STORE_URL answered an error: ${answer}`}`);
     return 1;
   } finally {
     pause.close();
