@@ -6,10 +6,18 @@ type Rates = ReturnType<typeof readRates>;
 type Account = { baseUrl: string; sid: string; token: string };
 const say = (line: string) => process.stderr.write(`${line}\n`);
 const USAGE = 'usage: npm run concierge:rates -- US GB ...';
+const WHERE_HELP = 'npm run concierge:rates -- --help';
 const WHERE = `the account: TWILIO_ACCOUNT_SID, TWILIO_AUTH_TOKEN; the rates file: TELEPHONY_RATES_FILE (${DEFAULT_RATES_FILE}): docs/voice.md#telephony-rates`;
 
 /** The countries asked for, or null (said): checked before anything is fetched or written, a typo being a usage error. */
 function countriesAsked(args: string[]): string[] | null {
+  // An option, named as typed: it was read as a country ("--FILE").
+  const option = args.find((a) => a.startsWith('-'));
+  if (option !== undefined) {
+    say(`option "${option}": expected country codes only (the account and the rates file are environment values: ${WHERE_HELP})`);
+    say(USAGE);
+    return null;
+  }
   const countries = args.map((c) => c.toUpperCase());
   const bad = countries.filter((c) => !/^[A-Z]{2}$/.test(c));
   if (countries.length && !bad.length) return countries;

@@ -108,6 +108,23 @@ describe('the rates file', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  // An option was read as a country: `--file rates.json` was said as "--FILE", "RATES.JSON", not as an option.
+  it('npm run concierge:rates with an option is a usage error naming it as typed and where the settings are, before anything is fetched or written', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rates-'));
+    const file = join(dir, 'rates.json');
+    const r = spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['bin/concierge-rates.ts', 'US', '--file', 'x.json'], {
+      cwd: root,
+      encoding: 'utf8',
+      env: { ...process.env, TWILIO_PRICING_URL: url, TWILIO_ACCOUNT_SID: 'ACsid', TWILIO_AUTH_TOKEN: 'tok', TELEPHONY_RATES_FILE: file },
+    });
+    expect([r.status, r.stdout]).toEqual([2, '']);
+    expect(r.stderr.split('\n')[0]).toBe(
+      'option "--file": expected country codes only (the account and the rates file are environment values: npm run concierge:rates -- --help)',
+    );
+    expect(readdirSync(dir)).toEqual([]);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   // fetch refuses a URL with user:password in it, quoting the URL: each country's line showed the password.
   it('npm run concierge:rates with a TWILIO_PRICING_URL that is no URL, or has user:password in it, names it before anything is fetched, never the password', () => {
     const dir = mkdtempSync(join(tmpdir(), 'rates-'));
