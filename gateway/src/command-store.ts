@@ -5,7 +5,7 @@
  * request limit", which names neither the store nor the setting.
  */
 import { Redis } from 'ioredis';
-import { within } from './within';
+import { NoAnswer, within } from './within';
 
 const WAIT_MS = 5000;
 
@@ -20,7 +20,9 @@ export async function commandStore(url: string): Promise<Redis> {
     await within(redis.ping(), WAIT_MS, 'the store at QUEUE_STORE_URL');
   } catch (error) {
     redis.disconnect();
-    const why = (cause ?? (error as Error)).message;
+    const failure = cause ?? (error as Error);
+    // No answer at all: the ping's own wait (commandTimeout) or ours, said as such.
+    const why = timedOut(failure) || failure instanceof NoAnswer ? `no answer within ${WAIT_MS / 1000} s` : failure.message;
     throw new Error(`the store at QUEUE_STORE_URL did not answer: ${why}`, { cause: error });
   }
   await inDatabase(redis);

@@ -48,4 +48,13 @@ describe('a one-off command whose store stops answering mid-command', () => {
     expect(r.err).toMatch(/^pause failed: the store at QUEUE_STORE_URL did not answer within 5 s/);
     expect(r.ms).toBeLessThan(15_000);
   }, 30_000);
+
+  // A store that takes the connection and answers nothing (rediss:// to a plain Redis, a wrong port):
+  // the command's own wait is ioredis's, whose "Command timed out" names neither the store nor the wait.
+  it('a store that never answers, from the first command: the wait is named, exit 1', async () => {
+    proxy.cutOn('');
+    const r = await timed(ops, ['status']);
+    expect([r.code, r.out]).toEqual([1, []]);
+    expect(r.err).toBe('the store at QUEUE_STORE_URL did not answer: no answer within 5 s');
+  }, 30_000);
 });
