@@ -30,11 +30,21 @@ function today(): string {
 
 /** parseArgs whose own refusals (an unknown option, a missing value) are usage errors, exit 2, followed by the command's usage. */
 function parse<T extends ParseArgsConfig>(command: Command, config: T) {
+  let parsed;
   try {
-    return parseArgs(config);
+    parsed = parseArgs({ ...config, tokens: true });
   } catch (error) {
     throw new UsageError(`${(error as Error).message}\n${USAGE[command]}`);
   }
+  // parseArgs keeps the last of an option given twice: `expire --days 180 … --days 18` kept 18 days
+  // where 180 were meant, and removed the rest. Which of the two was meant is not ours to guess.
+  const seen = new Set<string>();
+  for (const token of parsed.tokens ?? [])
+    if (token.kind === 'option') {
+      if (seen.has(token.name)) throw new UsageError(`${token.rawName}: given twice; give it once\n${USAGE[command]}`);
+      seen.add(token.name);
+    }
+  return parsed;
 }
 
 /** A calendar day as YYYY-MM-DD: 2026-02-30 has the shape but is no day (DuckDB would fail on it later). */

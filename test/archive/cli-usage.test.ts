@@ -147,6 +147,24 @@ describe('archive CLI usage errors', () => {
     }
   });
 
+  // The last of an option given twice won: `--days 180 … --days 18` removed the days of ten times the window meant.
+  it('an option given twice is a usage error naming it, for every command; nothing is removed', () => {
+    const archive = join(scratch(), 'arch');
+    mkdirSync(archive);
+    const old = join(archive, 'events_20200101.parquet');
+    writeFileSync(old, 'x');
+    for (const [option, args] of [
+      ['--days', ['expire', '--archive', archive, '--days', '36500', '--days=1']],
+      ['--format', ['report', 'daily', '--format', 'csv', '--format', 'json', '--archive', archive]],
+      ['--out', ['convert', 'x.csv', '--out', archive, '--out', archive]],
+    ] as const) {
+      const r = run(...args);
+      expect([r.status, r.stdout], args.join(' ')).toEqual([2, '']);
+      expect(r.stderr.split('\n')[0], args.join(' ')).toBe(`${option}: given twice; give it once`);
+    }
+    expect(existsSync(old)).toBe(true);
+  });
+
   it('a missing archive folder is one line naming it, exit 1, for archive:expire as for report', () => {
     const missing = join(scratch(), 'nope');
     for (const args of [
