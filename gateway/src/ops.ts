@@ -125,14 +125,21 @@ async function runCommand(
   switch (command) {
     case 'status':
       return await status(pause, queue, out);
-    case 'pause':
-      await pause.set();
-      out('paused: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent');
+    // Each says whether it changed anything: "resumed" on a store that was not paused (another
+    // database than the gateways') left the operator sure the paused deployment was running again.
+    case 'pause': {
+      const fresh = await pause.set();
+      out(
+        `${fresh ? 'paused' : 'already paused'}: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent`,
+      );
       return 0;
-    case 'resume':
+    }
+    case 'resume': {
+      const was = await pause.refresh();
       await pause.clear();
-      out('resumed');
+      out(was ? 'resumed' : 'not paused: nothing to resume (pause_ai_tasks was not set in the store at QUEUE_STORE_URL)');
       return 0;
+    }
     case 'job':
       return await showJob(queue, sub, out, err);
     case 'dlq': {

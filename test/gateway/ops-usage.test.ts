@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BullColdQueue } from '../../gateway/src/cold-queue-redis';
 import { ops } from '../../gateway/src/ops';
+import { Redis } from 'ioredis';
 import { TEST_REDIS_URL } from '../redis-db';
 import { redisUnderPrefix } from '../redis-prefix';
 
@@ -140,4 +141,29 @@ describe('npm run ops usage', () => {
       expect(broken.stderr).toMatch(new RegExp(`^${args.join(' ')} failed: the store at QUEUE_STORE_URL answered an error: [^\\n]+\\n$`));
     }
   }, 20_000);
+
+  // "resumed" on a store that was not paused (a QUEUE_STORE_URL naming another database than the
+  // gateways') left the operator sure the paused deployment ran again; a second pause said "paused".
+  it('pause and resume say whether they changed anything; each is safe to repeat, exit 0', async () => {
+    const env = { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: `${db.prefix}:pause` };
+    const said = async (command: string) => {
+      const lines: string[] = [];
+      expect(await ops([command], env, (l) => lines.push(l), fail)).toBe(0);
+      return lines;
+    };
+    const redis = new Redis(TEST_REDIS_URL);
+    try {
+      await redis.del('pause_ai_tasks');
+      expect(await said('resume')).toEqual(['not paused: nothing to resume (pause_ai_tasks was not set in the store at QUEUE_STORE_URL)']);
+      const after = 'queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent';
+      expect(await said('pause')).toEqual([`paused: ${after}`]);
+      expect(await said('pause')).toEqual([`already paused: ${after}`]);
+      expect(await redis.get('pause_ai_tasks')).toBe('1');
+      expect(await said('resume')).toEqual(['resumed']);
+      expect(await redis.get('pause_ai_tasks')).toBeNull();
+    } finally {
+      await redis.del('pause_ai_tasks', 'pause_ai_tasks:mark', 'pause_ai_tasks:set');
+      redis.disconnect();
+    }
+  });
 });
