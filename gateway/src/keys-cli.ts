@@ -128,12 +128,16 @@ async function run(todo: Command, store: ReturnType<typeof keyStoreFor>, out: Pr
   }
   const id = await idOf(todo.target, store, err);
   if (id === null) return 1;
-  const revoked = await store.revoke(id, new Date());
+  const at = new Date();
+  const revoked = await store.revoke(id, at);
   if (!revoked) {
     err(`no key ${id} in ${store.where} (npm run keys -- list shows the ids)`);
     return 1;
   }
-  out(`revoked ${id} (tenant ${revoked.tenant}) at ${revoked.revoked}: every gateway refuses it within a few seconds`);
+  // A key revoked before keeps its time: said as such, not as a revocation made now.
+  if (revoked.revoked !== at.toISOString())
+    out(`already revoked ${id} (tenant ${revoked.tenant}) at ${revoked.revoked}: every gateway refuses it; nothing changed`);
+  else out(`revoked ${id} (tenant ${revoked.tenant}) at ${revoked.revoked}: every gateway refuses it within a few seconds`);
   return 0;
 }
 

@@ -50,6 +50,20 @@ describe('npm run keys', () => {
     expect(await keys('revoke', 'key_00000000')).toMatchObject({ code: 1, err: expect.stringContaining('no key key_00000000') });
   });
 
+  // A second revoke said "revoked <id> … at <the first time>", as if it had just revoked it.
+  it('revoking a key revoked before says so and keeps its time, exit 0, by id as by the key', async () => {
+    const made = (await keys('create', 'acme')).out;
+    const key = made.at(-1)!;
+    const id = made[0].split(' ')[1];
+    const first = await keys('revoke', id);
+    expect(first.out[0]).toMatch(new RegExp(`^revoked ${id} \\(tenant acme\\) at \\S+Z: every gateway refuses it within a few seconds$`));
+    const at = first.out[0].split(' ')[5].replace(/:$/, '');
+    for (const again of [id, key]) {
+      const r = await keys('revoke', again);
+      expect([r.code, r.out]).toEqual([0, [`already revoked ${id} (tenant acme) at ${at}: every gateway refuses it; nothing changed`]]);
+    }
+  });
+
   it('revoke takes the key itself, for a leaked key whose id nobody noted, and never prints it, not even when it is cut short', async () => {
     const a = (await keys('create', 'acme')).out.at(-1)!;
     const b = (await keys('create', 'acme')).out.at(-1)!;
