@@ -82,9 +82,12 @@ async function download(url: string, env: NodeJS.ProcessEnv, dir: string): Promi
   return file;
 }
 
+/** Whether the input is an export URL (a scheme is read in any case, as URLs are), else a file. */
+const isUrl = (input: string) => /^https?:\/\//i.test(input);
+
 /** The input as progress lines and errors name it: an export URL's token is a secret (logs keep stderr). */
 function shown(input: string): string {
-  return /^https?:\/\//.test(input) ? input.replace(/([?&]token=)[^&#]*/gi, '$1***') : input;
+  return isUrl(input) ? input.replace(/([?&]token=)[^&#]*/gi, '$1***') : input;
 }
 
 /**
@@ -118,7 +121,7 @@ function removeAbandonedScratch(out: string, now: number): void {
 
 /** A local input that is missing or a folder: said before the archive folder is made (a typo left an empty one). */
 function checkLocalInput(input: string): void {
-  if (/^https?:\/\//.test(input)) return;
+  if (isUrl(input)) return;
   if (!existsSync(input)) throw new ArchiveInputError(`${input}: no such file`);
   if (!statSync(input).isFile()) throw new ArchiveInputError(`${input}: not a file (a folder?), expected an event CSV`);
 }
@@ -192,7 +195,7 @@ function headerProblem(header: string): string {
 
 /** The input as a local file with the event header (a URL downloaded into `work` first). */
 async function inputFile(input: string, name: string, options: ConvertOptions, work: string): Promise<string> {
-  const file = /^https?:\/\//.test(input) ? await download(input, options.env ?? process.env, work) : resolve(input);
+  const file = isUrl(input) ? await download(input, options.env ?? process.env, work) : resolve(input);
   if (!existsSync(file) || !statSync(file).isFile()) throw new ArchiveInputError(`${name}: no such file`);
   const header = firstLine(file);
   if (header !== CSV_HEADER) {

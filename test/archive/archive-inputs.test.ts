@@ -130,6 +130,16 @@ describe('inputs', () => {
     expect(readdirSync(out)).toEqual([]);
   });
 
+  // Taken for a file path, an export URL pasted with its scheme in capitals had its token printed in "no such file".
+  it('an export URL whose scheme is in capitals is read as a URL, its token never printed', async () => {
+    const away = (await refusedUrl()).replace(/\/v1$/, '').replace(/^http:/, 'HTTP:');
+    const out = join(scratch(), 'arch');
+    const error = await convert(`${away}/exec?action=export&since=2026-11-21&token=s3cret`, { out }).catch((e: Error) => e);
+    expect(String(error)).toContain('token=*** not reached (');
+    expect(String(error)).not.toContain('s3cret');
+    expect(readdirSync(out)).toEqual([]);
+  });
+
   // It failed with "fetch failed" alone: neither the URL nor the cause named.
   it('an export URL that cannot be reached is named (its token as ***) with the cause, and nothing is written', async () => {
     const away = (await refusedUrl()).replace(/\/v1$/, '');
