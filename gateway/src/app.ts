@@ -7,7 +7,6 @@
  * OpenAI's shape.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
@@ -20,7 +19,7 @@ import { endpoint } from './endpoint';
 import { openAiError } from './errors';
 import type { FlagStore } from './flags';
 import { continueIfKeyed, keyGuard } from './key-guard';
-import { answerUnreadable, refuseConnect, refuseExpectation, refuseManyHeaders } from './malformed-request';
+import { answerUnreadable, refuseConnect, refuseExpectation } from './malformed-request';
 import type { GatewayMetrics } from './metrics';
 import { mountModels } from './models';
 import { mountOperator } from './operator';
@@ -28,6 +27,7 @@ import type { RequestPath } from './request-path';
 import { lastOf, servesChat } from './route';
 import { responsesParser } from './responses-request';
 import type { Scopes } from './scopes';
+import { serveOffer } from './upgrade-offer';
 
 export interface GatewayOptions {
   path: RequestPath;
@@ -73,60 +73,6 @@ function countRefused(metrics: GatewayMetrics) {
   return (req: IncomingMessage, status: number) => {
     if (req.method === 'POST' && COUNTED.test(req.url ?? '')) metrics.countRequest('none', status);
   };
-}
-
-/** The headers of an offer to upgrade: `Upgrade`, and h2c's `HTTP2-Settings` (RFC 7540 3.2). */
-const OFFER = new Set(['upgrade', 'http2-settings']);
-
-type Refused = ReturnType<typeof countRefused>;
-
-/**
- * A request that offers to upgrade and that nothing here takes, served as the HTTP/1.1 request it
- * also is (a server may ignore the offer, RFC 9110 7.8). node hands every request with an `Upgrade`
- * to the 'upgrade' listener with its socket, and one closed there got no answer at all: curl's
- * `--http2` and Java's HttpClient offer h2c on every `http://` request, and met an empty reply on
- * every path. The request is given back to the server as it came, less the offer, its body after it.
- */
-function serveOffer(server: Server, req: IncomingMessage, socket: Duplex, head: Buffer, refused: Refused): void {
-  const answering = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
-  if (answering) {
-    // Pipelined behind a request still being answered: the server's new reader of the connection
-    // would queue its answer behind that one, where node's reader before it never takes it off (it
-    // was never answered). It waits for the answers before it, as it would without the offer.
-    answering.once('finish', () => {
-      if (!socket.writable) return void socket.destroy(); // the last answer closed the connection
-      (socket as Socket).setTimeout(server.timeout || 0); // the idle timeout the last answer set
-      serveOffer(server, req, socket, head, refused);
-    });
-    return;
-  }
-  const raw = req.rawHeaders;
-  // node keeps a request's first 1,000 headers (maxHeadersCount) and drops the rest, while its
-  // parser framed the body by all of them: written back without those, a Content-Length or
-  // Transfer-Encoding among them is lost and the body read as a request of its own.
-  const kept = server.maxHeadersCount ?? 1000;
-  if (kept > 0 && raw.length >= kept * 2) {
-    refuseManyHeaders(socket, kept);
-    return refused(req, 431);
-  }
-  const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i].toLowerCase();
-    if (OFFER.has(name)) continue;
-    let value = raw[i + 1];
-    if (name === 'connection') {
-      value = value
-        .split(',')
-        .map((token) => token.trim())
-        .filter((token) => token && !OFFER.has(token.toLowerCase()))
-        .join(', ');
-      if (!value) continue;
-    }
-    lines.push(`${raw[i]}: ${value}`);
-  }
-  // Header bytes are read as Latin-1: written back so, they are the bytes that came.
-  socket.unshift(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), head]));
-  server.emit('connection', socket);
 }
 
 /** The caller's path in a message: a known route's may carry a long id of theirs (`/v1/models/…`). */
