@@ -82,9 +82,9 @@ end`;
  * KEYS: the flag, the mark, the last set that found the flag unset. ARGV: as PUT_BACK's, then this
  * set's token (new to each set). Pauses; returns 1 when the flag was set before, the new mark, and 1
  * when the flag was gone by a loss this instance had the pause through (the pause is not new then:
- * no second notice for a pause that never lifted). A set Redis already ran (ioredis sends a command
- * again on its new connection when the old one was lost before the answer came back) answers what it
- * answered then: run again, it found its own pause, and the notice of a new pause never went out.
+ * no second notice for a pause that never lifted). A set Redis already ran, sent again
+ * (sent-again.ts), answers what it answered then: run again, it would find its own pause, and the
+ * notice of a new pause would never go out.
  * Only a set that found the flag unset (a new pause, or one put back) is kept: one that found it set,
  * sent again, finds it set again (or, after a resume meanwhile, pauses anew). Kept too, it overwrote
  * the token of a new pause whose answer was lost when the same webhook sent to another instance (its

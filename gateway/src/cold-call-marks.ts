@@ -26,8 +26,8 @@ const MARK_KEPT_MS = 7 * 24 * 3600_000;
 /**
  * KEYS: the run's marks, this take's own list (a token new to each take); ARGV: how long that list
  * is kept. Moves the marks to the take's list in one step and answers the list: a take sent again
- * (ioredis does, on its new connection, when the old one was lost before the answer came back) finds
- * the marks already moved, and still gets them, where it got none and their calls went unmetered.
+ * (sent-again.ts) finds the marks already moved, and still gets them, where it would get none and
+ * their calls would go unmetered.
  */
 const TAKE = `
 local marks = redis.call('HVALS', KEYS[1])

@@ -303,9 +303,9 @@ export class BullColdQueue implements ColdQueue {
     // keeps one job (its id), and only the first to mark it says it created it, so a person is
     // notified once. The mark outlives that race only. A mark that fails (Redis gone after the
     // add) counts as created: a notice twice rather than a job nobody is told about. The mark is
-    // this call's own token: one Redis took and whose answer was lost with the connection is sent
-    // again on the next (ioredis does), finds itself, and is still this call's (it found the mark
-    // taken, and nobody was told of the job). A second read only when the mark was taken.
+    // this call's own token: one sent again (sent-again.ts) finds itself, and is still this call's
+    // (else it would find the mark taken, and nobody would be told of the job). A second read only
+    // when the mark was taken.
     const mark = randomUUID();
     const key = this.createdMark(jobId);
     const created = await this.own

@@ -18,9 +18,8 @@ import type { Redis } from 'ioredis';
 
 /**
  * Free: take it. Holding an answer: that answer. Held by this very run (its token is BullMQ's for
- * this pickup of the job): this take sent again, which ioredis does on its new connection when the
- * old one was lost before the answer came back; the run is the job's (it was busy, and the job
- * waited out its own claim). Else: busy.
+ * this pickup of the job): this take sent again (sent-again.ts); the run is the job's (else it
+ * would be busy, and the job would wait out its own claim). Else: busy.
  */
 const TAKE = `
 if redis.call('EXISTS', KEYS[1]) == 0 then

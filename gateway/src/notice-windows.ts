@@ -20,6 +20,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Notice, NoticeKind } from './notify';
+import { TAKE_OR_OWN } from './sent-again';
 
 export interface Held {
   notices: Notice[];
@@ -91,23 +92,24 @@ const CLAIM_MS = 5000;
 
 /**
  * KEYS held, count, claim; ARGV token, claim ms. The held notices and their count, claimed; none if
- * another holds the claim. A claim holding this take's own token is this take sent again (ioredis
- * does, on its new connection, when the old one was lost before the answer came back): it still
- * reads them, where it found them claimed, and their follow-up waited for the lapsed sweep.
+ * another holds the claim. A claim holding this take's own token is this take sent again
+ * (sent-again.ts): it still reads them, where it would find them claimed, and their follow-up would
+ * wait for the lapsed sweep.
  */
 const TAKE = `
+${TAKE_OR_OWN}
 if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then return {{}, false} end
-if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) and redis.call('GET', KEYS[3]) ~= ARGV[1] then return {{}, false} end
+if not take_or_own(KEYS[3], ARGV[1], ARGV[2]) then return {{}, false} end
 return {redis.call('LRANGE', KEYS[1], 0, -1), redis.call('GET', KEYS[2])}`;
 
 /**
  * KEYS window; ARGV token (new to each open), ms. 1 when this open opened the window: also when it
- * finds its own token there, this open sent again (ioredis does, on its new connection, when the old
- * one was lost before the answer came back), which found the window open and held the first notice
- * for the follow-up a window later.
+ * finds its own token there, this open sent again (sent-again.ts), which would find the window open
+ * and hold the first notice for the follow-up a window later.
  */
 const OPEN = `
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+${TAKE_OR_OWN}
+if take_or_own(KEYS[1], ARGV[1], ARGV[2]) then return 1 end
 return 0`;
 
 /** KEYS held, count, claim; ARGV token, entries read, count read. Removes what the claim's take read, if the claim is still its. */

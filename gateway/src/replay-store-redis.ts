@@ -15,9 +15,8 @@ import { isAnswer, newToken, type Claim, type Lease, type NotKept, type ReplaySt
 
 /**
  * Claimed: nil. Another body: `X`. Running: `R`. Otherwise the whole value (answered or not kept).
- * A key holding this very claim (its token is new to each claim) is this claim sent again: ioredis
- * sends a command again on its new connection when the old one was lost before the answer came
- * back, and the claim Redis had already taken was answered `R`, a 409 for the request's own key.
+ * A key holding this very claim (its token is new to each claim) is this claim sent again
+ * (sent-again.ts), claimed: else it would be answered `R`, a 409 for the request's own key.
  */
 const CLAIM = `
 local v = redis.call('GET', KEYS[1])

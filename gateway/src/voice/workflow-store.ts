@@ -55,9 +55,8 @@ export interface WorkflowStore<A> {
 /**
  * KEYS: the key, its claim's token; ARGV: this claim's token (new to each claim), the running marker,
  * its seconds. 1 when claimed: also when the key runs with this claim's own token, this claim sent
- * again (ioredis does, on its new connection, when the old one was lost before the answer came
- * back), which found the key running and waited for an answer nobody would give, then 409. The
- * marker itself stays `running` (what instances of an earlier version read).
+ * again (sent-again.ts), which would find the key running and wait for an answer nobody would give,
+ * then 409. The marker itself stays `running` (what instances of an earlier version read).
  */
 const CLAIM = `
 if redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3], 'NX') then
