@@ -8,14 +8,14 @@
  * A batch is checked first (a bad event refuses it, naming it), then applied as one change that
  * the store appends atomically: concurrent batches for one call are all applied, in one order.
  */
-import { createHash, randomUUID } from 'node:crypto';
-import { canonicalJson } from '../canonical-json';
+import { randomUUID } from 'node:crypto';
 import { isOpen, parseBusinessHours, type Window } from './business-hours';
 import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
 import { afterCall, buildCallRecord, endRefusal, type CallEndDeps } from './call-end';
 import type { EndCallBody, StartCallBody } from './bodies';
 import type { GuardBatch, Reduce, StoredCall, VoiceStore } from './call-store';
+import { anotherBatch, eventKey, keptKey, withKey } from './event-keys';
 import type { Workflow } from './workflow';
 
 /**
@@ -26,24 +26,6 @@ export type CallChange =
   | { kind: 'events'; events: VoiceEvent[]; batch?: GuardBatch; key?: string }
   | { kind: 'voicemail'; reason: string }
   | { kind: 'end'; body: EndCallBody; at: string; by: string };
-
-/** The Idempotency-Keys of a call's latest event batches kept (as short hashes) to tell a batch sent again. */
-const EVENT_KEYS_KEPT = 1000;
-
-/** The part of a kept key that is the Idempotency-Key's: 64 bits of its SHA-256, so any key costs a call the same. */
-const KEY_CHARS = 11;
-
-/**
- * A batch's Idempotency-Key as kept with the call: the key's hash, then 36 bits of the batch's own
- * (its JSON with keys sorted, as the gateway's replay fingerprints), so the key sent again with
- * another batch is told from a retry (a call kept before them has the key's alone).
- */
-const eventKey = (key: string, events: unknown[]) =>
-  createHash('sha256').update(key).digest('base64url').slice(0, KEY_CHARS) +
-  createHash('sha256').update(canonicalJson(events)).digest('base64url').slice(0, 6);
-
-/** The kept key of the batch sent with this Idempotency-Key, if the call has seen the key. */
-const keptKey = (call: StoredCall, key: string) => call.eventKeys?.find((k) => k.slice(0, KEY_CHARS) === key.slice(0, KEY_CHARS));
 
 /** How a change applies to a call: the spend guard over the events; the record, once, at the end. */
 export function callReducer(config: Concierge): Reduce<CallChange> {
@@ -59,7 +41,7 @@ export function callReducer(config: Concierge): Reduce<CallChange> {
       if (change.key !== undefined) {
         // A POST sent again with its Idempotency-Key: applied already (the key with another batch: refused, not applied).
         if (keptKey(call, change.key)) return call;
-        call.eventKeys = [...(call.eventKeys ?? []), change.key].slice(-EVENT_KEYS_KEPT);
+        call.eventKeys = withKey(call, change.key);
       }
       for (const e of change.events) {
         try {
@@ -209,7 +191,7 @@ export class VoiceService {
     // The key came with another batch before: this one is not applied, and the sender is told so
     // (taken for a retry, its audio, turns and cost would be lost without a word).
     const seen = kept !== undefined ? keptKey(call, kept) : undefined;
-    if (seen !== undefined && seen.length > KEY_CHARS && seen !== kept)
+    if (anotherBatch(seen, kept))
       return {
         status: 422,
         body: {
