@@ -42,10 +42,12 @@ async function runDrill(args: string[], env: NodeJS.ProcessEnv) {
     timeout: 150_000,
   });
   let stdout = '';
+  let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
   const status = await new Promise<number | null>((resolve) => child.on('close', resolve));
   const row = (n: number) => new RegExp(`^(PASS|FAIL|TODO) +${n}\\. .*\\n +measured: (.*)$`, 'm').exec(stdout);
-  return { stdout, status, row: (n: number) => ({ status: row(n)?.[1], measured: row(n)?.[2] ?? '' }) };
+  return { stdout, stderr, status, row: (n: number) => ({ status: row(n)?.[1], measured: row(n)?.[2] ?? '' }) };
 }
 
 describe('npm run concierge:drill', () => {
@@ -110,6 +112,22 @@ describe('npm run concierge:drill', () => {
     expect(run.stdout).toMatch(/1 failed \(4\)/);
     expect(run.status).toBe(1);
   }, 160_000);
+
+  it('refuses an option given twice, naming it, exit 2, before any step runs', async () => {
+    const a = join(dir, 'twice-a.json');
+    const b = join(dir, 'twice-b.json');
+    writeFileSync(a, JSON.stringify(filled()));
+    writeFileSync(b, JSON.stringify(filled()));
+    for (const [args, named] of [
+      [['--config', a, '--config', b], '--config'],
+      [['--countries=PT', '--config', a, '--countries', 'GB'], '--countries'],
+    ] as const) {
+      const run = await runDrill([...args], {});
+      expect(run.status, args.join(' ')).toBe(2);
+      expect(run.stdout).not.toContain('Concierge drill:');
+      expect(run.stderr).toContain(`${named}: given twice; give it once\nusage: npm run concierge:drill`);
+    }
+  }, 60_000);
 
   it('takes CONCIERGE_FILE and TELEPHONY_RATES_FILE set empty (NAME= in an env file) as unset, as the gateway does', async () => {
     const run = await runDrill(['--countries', 'PT'], { CONCIERGE_FILE: '', TELEPHONY_RATES_FILE: '' });

@@ -53,7 +53,16 @@ const USAGE = 'usage: npm run concierge:drill -- [--config FILE] [--countries PT
 function options(): { file: string; countries: string[] } | { refused: string } {
   let values: { config?: string; countries?: string };
   try {
-    ({ values } = parseArgs({ options: { config: { type: 'string' }, countries: { type: 'string' } } }));
+    let tokens;
+    ({ values, tokens } = parseArgs({ options: { config: { type: 'string' }, countries: { type: 'string' } }, tokens: true }));
+    // parseArgs keeps the last of an option given twice: `--config a.json --config b.json` drilled
+    // b.json alone, as if a.json had passed. Which of the two was meant is not ours to guess.
+    const seen = new Set<string>();
+    for (const token of tokens)
+      if (token.kind === 'option') {
+        if (seen.has(token.name)) return { refused: `${token.rawName}: given twice; give it once\n${USAGE}` };
+        seen.add(token.name);
+      }
   } catch (error) {
     return { refused: `${(error as Error).message}\n${USAGE}` };
   }
