@@ -29,6 +29,9 @@ export class RedisProxy {
   private meanwhile: (() => Promise<unknown>) | null = null;
   port = 0;
 
+  /** What Redis sends back passes at most this fast (0: as fast as it comes): a slow link, every byte carried. */
+  bytesPerS = 0;
+
   constructor(public delayMs = 0) {}
 
   url(db: number): string {
@@ -83,9 +86,11 @@ export class RedisProxy {
         if (this.meanwhile) [this.gate, this.meanwhile] = [this.meanwhile().catch(() => undefined), null];
         return link.end();
       }
-      if (!this.delayMs) return void (link.carries && to.write(chunk));
-      held.push({ due: Date.now() + this.delayMs, chunk });
-      timer ??= setTimeout(pass, this.delayMs);
+      if (!this.delayMs && !this.bytesPerS) return void (link.carries && to.write(chunk));
+      // A narrow link: each chunk arrives once the ones before it and itself have gone through.
+      const after = this.bytesPerS ? Math.max(Date.now(), held.at(-1)?.due ?? 0) + (chunk.length * 1000) / this.bytesPerS : Date.now();
+      held.push({ due: after + this.delayMs, chunk });
+      timer ??= setTimeout(pass, held[0].due - Date.now());
     });
   }
 

@@ -203,7 +203,7 @@ async function moveDeadLettered(
   out: (line: string) => void,
   err: (line: string) => void,
 ): Promise<number> {
-  const ids = arg === '--all' ? (await queue.deadLettered(10_000)).map((j) => j.id) : [arg];
+  const ids = arg === '--all' ? await queue.deadLetteredIds(10_000) : [arg];
   let moved = 0;
   for (const id of ids) {
     if (await queue.retryDeadLettered(id)) moved++;
