@@ -219,6 +219,9 @@ async function claimedRun(
   return result;
 }
 
+/** Dead-lettered jobs read together by deadLettered: few enough to come within a command's wait on a slow link. */
+const READ_AT_ONCE = 5;
+
 export class BullColdQueue implements ColdQueue {
   readonly durable = true;
   readonly queue: Queue<ColdPayload>;
@@ -419,8 +422,17 @@ export class BullColdQueue implements ColdQueue {
       dead_lettered: c.failed ?? 0,
     };
   }
+  /**
+   * A few jobs at a time: read in one answer (request bodies of up to 20 MB each), the list outlasted a
+   * command's wait on a slow link and said the store did not answer. One removed meanwhile is left out.
+   */
   async deadLettered(limit = 100): Promise<JobView[]> {
-    return (await this.queue.getFailed(0, limit - 1)).map((j) => view(j, 'failed'));
+    const ids = await this.deadLetteredIds(limit);
+    const jobs: JobView[] = [];
+    for (let i = 0; i < ids.length; i += READ_AT_ONCE)
+      for (const job of await Promise.all(ids.slice(i, i + READ_AT_ONCE).map((id) => this.queue.getJob(id))))
+        if (job) jobs.push(view(job, 'failed'));
+    return jobs;
   }
   /**
    * The ids alone, newest first: a move reads each job as it moves it. Read whole in one answer (request

@@ -1,7 +1,8 @@
 // `npm run ops -- dlq move --all` on a store that answers, only slowly (a narrow link, a Redis far
 // away): the commands' 5 s wait is for a store that answers nothing, not for one still sending.
 // The move read every dead-lettered job whole (request bodies of up to 20 MB) in one answer, to
-// take their ids: past 5 s of it, it said the store did not answer and moved nothing, every time.
+// take their ids: past 5 s of it, it said the store did not answer and moved nothing, every time;
+// `dlq list` read them so too.
 import { UnrecoverableError } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -59,17 +60,31 @@ afterAll(async () => {
   redis.disconnect();
 });
 
+/** `npm run ops -- <args>` through the slow link. */
+async function run(args: string[]) {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await ops(
+    args,
+    { QUEUE_STORE_URL: proxy.url(TEST_REDIS_DB), REDIS_PREFIX: prefix },
+    (l) => out.push(l),
+    (l) => err.push(l),
+  );
+  return { code, out, err };
+}
+
 describe('npm run ops on a slow store', () => {
+  it('dlq list lists every dead-lettered job, however long reading them all would take', async () => {
+    const r = await run(['dlq', 'list']);
+    expect([r.code, r.err]).toEqual([0, []]);
+    expect(r.out).toHaveLength(JOBS + 1);
+    expect(r.out.at(-1)).toBe(`${JOBS} dead-lettered job(s)`);
+    expect(r.out[0]).toMatch(/^llm-[0-9a-f]{40} {2}tenant=acme {2}attempts=1 .* last error: provider refused$/);
+  }, 60_000);
+
   it('dlq move --all moves every dead-lettered job back, however long reading them all would take', async () => {
-    const out: string[] = [];
-    const err: string[] = [];
-    const code = await ops(
-      ['dlq', 'move', '--all'],
-      { QUEUE_STORE_URL: proxy.url(TEST_REDIS_DB), REDIS_PREFIX: prefix },
-      (l) => out.push(l),
-      (l) => err.push(l),
-    );
-    expect([code, out, err]).toEqual([0, [`moved ${JOBS} job(s) back to the queue`], []]);
+    const r = await run(['dlq', 'move', '--all']);
+    expect([r.code, r.out, r.err]).toEqual([0, [`moved ${JOBS} job(s) back to the queue`], []]);
     expect(await redis.zcard(`${prefix}:ai-tasks:failed`)).toBe(0);
   }, 60_000);
 });
