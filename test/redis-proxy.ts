@@ -7,7 +7,8 @@
  * (a link lost after Redis ran a command and before its answer came back: ioredis sends the command
  * again on its new connection; with `meanwhile`, that new connection waits for it); `loseReplyTo` does so on the connection that next sends a command
  * holding the text given, once Redis answers it (its commands sent before answered already);
- * `cutOn` cuts them when one sends a command holding the text given (a link that dies mid-command).
+ * `cutOn` cuts them when one sends a command holding the text given (a link that dies mid-command);
+ * `holdUntil` holds a command until something else has been done.
  */
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 
@@ -24,6 +25,7 @@ export class RedisProxy {
   private losing = false;
   private losingTo: string | null = null;
   private cutAt: string | null = null;
+  private holding: { holds: (chunk: string) => boolean; meanwhile: () => Promise<unknown> } | null = null;
   /** New connections wait for it (loseNextReply's `meanwhile`). */
   private gate: Promise<unknown> | null = null;
   private meanwhile: (() => Promise<unknown>) | null = null;
@@ -61,6 +63,13 @@ export class RedisProxy {
       if (this.losingTo !== null && d.includes(this.losingTo)) {
         this.losingTo = null;
         link.losing = true;
+      }
+      const holding = this.holding;
+      if (holding?.holds(d.toString('latin1'))) {
+        this.holding = null;
+        client.pause();
+        void holding.meanwhile().finally(() => (client.resume(), link.carries && redis.write(d)));
+        return;
       }
       if (link.carries) redis.write(d);
     });
@@ -107,6 +116,11 @@ export class RedisProxy {
   /** The answer to the next command holding `text` is lost with its connection, closed in its place. */
   loseReplyTo(text: string): void {
     this.losingTo = text;
+  }
+
+  /** What a connection next sends that `holds` is passed on once `meanwhile` has settled (another client's commands landing first). */
+  holdUntil(holds: (chunk: string) => boolean, meanwhile: () => Promise<unknown>): void {
+    this.holding = { holds, meanwhile };
   }
 
   /** `cut` when a connection next sends a command holding `text`, that command not passed on. */

@@ -31,7 +31,8 @@ export interface PauseFlag {
   refresh(): Promise<boolean>;
   /** Sets the flag; true when it was not set before (so the pause notice goes out once). */
   set(): Promise<boolean>;
-  clear(): Promise<void>;
+  /** Clears the flag; true when it was set as it was cleared (so a resume says whether it lifted a pause). */
+  clear(): Promise<boolean>;
   close(): void;
 }
 
@@ -49,7 +50,9 @@ export class MemoryPause implements PauseFlag {
     return !was;
   }
   async clear() {
+    const was = this.value;
     this.value = false;
+    return was;
   }
   close() {}
 }
@@ -114,10 +117,12 @@ return {before, mark, lost}`;
  * KEYS: the flag, the mark. Resumes: the mark first (a write Redis refuses, read-only, leaves both
  * as they were). A Redis out of memory refuses the mark but still deletes: the flag deleted with the
  * mark as it is is a resume all the same (as a DEL by hand), so that a paused queue that filled Redis
- * can drain.
+ * can drain. Returns the new mark, and 1 when the flag was set (a pause lifted) as the clear ran.
  */
 const CLEAR_PAUSE = `
 ${MARKS}
+local was = 0
+if redis.call('GET', KEYS[1]) == '1' then was = 1 end
 local mark = next_mark()
 local moved = redis.pcall('SET', KEYS[2], string.format('%.0f', mark))
 if type(moved) == 'table' and moved.err then
@@ -125,7 +130,7 @@ if type(moved) == 'table' and moved.err then
   mark = mark_held()
 end
 redis.call('DEL', KEYS[1])
-return mark`;
+return {mark, was}`;
 
 /**
  * KEYS: the flag, the mark. ARGV: 1 when this instance last read the pause, and the mark it read
@@ -152,7 +157,7 @@ return {1, tonumber(ARGV[2]), 1}`;
 
 interface PauseCommands {
   pauseSet(flag: string, mark: string, last: string, hadPause: 0 | 1, lastMark: number, token: string): Promise<[number, number, number]>;
-  pauseClear(flag: string, mark: string): Promise<number>;
+  pauseClear(flag: string, mark: string): Promise<[number, number]>;
   pausePutBack(flag: string, mark: string, hadPause: 0 | 1, lastMark: number): Promise<[number, number, number]>;
 }
 
@@ -237,11 +242,14 @@ export class RedisPause implements PauseFlag {
     if (lost) this.warnLost();
     return before !== 1 && !lost;
   }
-  async clear() {
+  /** Read in the same script as the clear: a read before it missed a pause set in between. */
+  async clear(): Promise<boolean> {
     this.value = false;
     this.writes++;
-    this.mark = await this.redis.pauseClear(this.key, this.markKey).catch((error: Error) => this.undo(error));
+    const [mark, was] = await this.redis.pauseClear(this.key, this.markKey).catch((error: Error) => this.undo(error));
+    this.mark = mark;
     this.value = false;
+    return was === 1;
   }
   private warnLost() {
     this.warn(`budget pause: ${this.key} was lost by Redis while paused (restarted without its data, or flushed): put back`);

@@ -135,8 +135,9 @@ async function runCommand(
       return 0;
     }
     case 'resume': {
-      const was = await pause.refresh();
-      await pause.clear();
+      // Told by the clear itself: a read before it missed a pause set in between (another instance's
+      // budget pause, or one the gateways put back after Redis lost it), lifted and said "not paused".
+      const was = await pause.clear();
       out(was ? 'resumed' : 'not paused: nothing to resume (pause_ai_tasks was not set in the store at QUEUE_STORE_URL)');
       return 0;
     }

@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { BullColdQueue } from '../../gateway/src/cold-queue-redis';
 import { ops } from '../../gateway/src/ops';
 import { Redis } from 'ioredis';
-import { TEST_REDIS_URL } from '../redis-db';
+import { TEST_REDIS_DB, TEST_REDIS_URL } from '../redis-db';
+import { RedisProxy } from '../redis-proxy';
 import { redisUnderPrefix } from '../redis-prefix';
 
 const USAGE = 'usage: npm run ops -- status | pause | resume | dlq list | dlq move <id>|--all | job <id>';
@@ -164,6 +165,30 @@ describe('npm run ops usage', () => {
     } finally {
       await redis.del('pause_ai_tasks', 'pause_ai_tasks:mark', 'pause_ai_tasks:set');
       redis.disconnect();
+    }
+  });
+
+  // resume read the flag, then cleared it: a pause set in between (another instance's budget pause, or
+  // the gateways putting back one Redis lost) was lifted, and resume said nothing had been paused.
+  it('resume says resumed when it lifts a pause set just before its clear', async () => {
+    const proxy = await new RedisProxy().start();
+    const redis = new Redis(TEST_REDIS_URL);
+    try {
+      await redis.del('pause_ai_tasks');
+      // The clear, held until another instance has paused.
+      proxy.holdUntil(
+        (chunk) => chunk.includes('\r\neval') && chunk.includes('pause_ai_tasks:mark'),
+        () => redis.set('pause_ai_tasks', '1'),
+      );
+      const lines: string[] = [];
+      const env = { QUEUE_STORE_URL: proxy.url(TEST_REDIS_DB), REDIS_PREFIX: `${db.prefix}:pause` };
+      expect(await ops(['resume'], env, (l) => lines.push(l), fail)).toBe(0);
+      expect(await redis.get('pause_ai_tasks')).toBeNull();
+      expect(lines).toEqual(['resumed']);
+    } finally {
+      await redis.del('pause_ai_tasks', 'pause_ai_tasks:mark', 'pause_ai_tasks:set');
+      redis.disconnect();
+      await proxy.stop();
     }
   });
 });
