@@ -363,14 +363,15 @@ describe('requests that are not well-formed HTTP', () => {
     const inner = 'GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n';
     const offer = `Connection: Upgrade\r\nUpgrade: h2c\r\n${'x-a: b\r\n'.repeat(1100)}Content-Length: ${inner.length}\r\n`;
     const got = await exchange(post(offer, inner));
-    expect([got.status, got.body]).toEqual([
-      431,
-      JSON.stringify(openAiErrorShape('request headers: over 1,000 lines with an Upgrade header')),
-    ]);
-    // Without the offer the same request is read whole: its body is not JSON.
-    expect(
-      (await exchange(post(`Connection: close\r\n${'x-a: b\r\n'.repeat(1100)}Content-Length: ${inner.length}\r\n`, inner))).status,
-    ).toBe(400);
+    // Node 24 counts such a head over its 16 KiB itself; Node 20 and 22 read it, and the gateway refuses the offer.
+    const refusals = ['request headers: over 1,000 lines with an Upgrade header', 'request headers: over 16 KiB in all, the URL included'];
+    expect(got.status).toBe(431);
+    expect(refusals.map((m) => JSON.stringify(openAiErrorShape(m)))).toContain(got.body);
+    expect(got.text).not.toContain('"object":"list"'); // the body, a GET /v1/models, never answered
+    // Without the offer the same request is read whole: its body is not JSON (or, on Node 24, its head too large).
+    const plain = await exchange(post(`Connection: close\r\n${'x-a: b\r\n'.repeat(1100)}Content-Length: ${inner.length}\r\n`, inner));
+    expect([400, 431]).toContain(plain.status);
+    expect(plain.text).not.toContain('"object":"list"');
     expect(calls()).toBe(0);
   });
 });
