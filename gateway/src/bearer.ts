@@ -1,6 +1,7 @@
 /** Bearer-token checks for operator and voice endpoints: constant-time, and closed when no token is configured. */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import { isJsonBodyType, notJson } from './http-io';
 
 function sameSecret(a: string, b: string): boolean {
   const h = (s: string) => createHash('sha256').update(s).digest();
@@ -14,16 +15,15 @@ function sameSecret(a: string, b: string): boolean {
  * whose answer said the body was missing.
  */
 const readJson = express.json({ limit: '20mb', type: () => true });
-const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\s*(?:;|$)/i;
 
 function jsonBody(req: Request, res: Response, next: NextFunction): void {
   const type = req.headers['content-type'];
   const sent = req.headers['transfer-encoding'] !== undefined || Number(req.headers['content-length']) > 0;
-  if (type !== undefined && JSON_TYPE.test(type)) return void readJson(req, res, next);
+  if (type !== undefined && isJsonBodyType(type)) return void readJson(req, res, next);
   if (!sent) return next(); // no body: the endpoint says what it needs
   if (type === undefined) return void readJson(req, res, next);
   req.resume();
-  next(Object.assign(new Error(`Content-Type: expected application/json, got "${type.slice(0, 100)}"`), { status: 400 }));
+  next(Object.assign(new Error(notJson(type)), { status: 400 }));
 }
 
 /**

@@ -22,6 +22,10 @@ const OPENERS = [0x5b, 0x7b]; // [ {
 export type BodyResult = { ok: true; value: unknown } | { ok: false; status: 400 | 413 | 415; message: string };
 
 const JSON_TYPE = /^application\/(?:[\w.+-]*\+)?json\s*(?:;|$)/i;
+/** Whether a request body's Content-Type is JSON (`application/json`, or any `application/…+json`). */
+export const isJsonBodyType = (type: string): boolean => JSON_TYPE.test(type);
+/** The refusal of a body of another Content-Type, naming it. */
+export const notJson = (type: string): string => `Content-Type: expected application/json, got "${type.slice(0, 100)}"`;
 const CHARSET = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i;
 const UTF8 = /^utf-?8$/i;
 const DECODERS: Record<string, () => NodeJS.ReadWriteStream> = {
@@ -81,9 +85,7 @@ function parseBody(bytes: Buffer): BodyResult {
 export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<BodyResult> {
   const type = req.headers['content-type'];
   // No Content-Type at all is read as JSON (some clients omit it); any other type is refused.
-  if (type !== undefined && !JSON_TYPE.test(type)) {
-    return refuse(req, 400, `Content-Type: expected application/json, got "${type.slice(0, 100)}"`);
-  }
+  if (type !== undefined && !isJsonBodyType(type)) return refuse(req, 400, notJson(type));
   const charset = type === undefined ? null : charsetRefusal(type);
   if (charset) return refuse(req, 415, charset);
   const encoding = (req.headers['content-encoding'] ?? 'identity').trim().toLowerCase();

@@ -1290,7 +1290,11 @@ describe('through the gateway, translated for a chat-only route', () => {
     }
   });
 
-  it("calls whose argument pieces a provider interleaves, the next begun before the first's arguments were whole: each call's done events carry its whole arguments", async () => {
+  /**
+   * Two weather calls whose pieces a provider interleaves: both heads with `{"city":`, then the rest
+   * of Paris's arguments and of Oslo's, then the finish; the Response and its events as the SDK reads them.
+   */
+  async function interleavedCalls(paris: string, oslo: string, finish: string) {
     provider.next({
       kind: 'raw-stream',
       pieces: [
@@ -1298,16 +1302,20 @@ describe('through the gateway, translated for a chat-only route', () => {
           chunk({ role: 'assistant', content: null }),
           chunk({ tool_calls: [toolCallHead(0, 'call_p', 'get_weather', '{"city":')] }),
           chunk({ tool_calls: [toolCallHead(1, 'call_o', 'get_weather', '{"city":')] }),
-          chunk({ tool_calls: [toolCallArgs(0, '"Paris"}')] }),
-          chunk({ tool_calls: [toolCallArgs(1, '"Oslo"}')] }),
-          chunk({}, 'tool_calls'),
+          chunk({ tool_calls: [toolCallArgs(0, paris)] }),
+          chunk({ tool_calls: [toolCallArgs(1, oslo)] }),
+          chunk({}, finish),
         ]),
       ],
     });
     const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'Paris and Oslo?', tools: [WEATHER_TOOL] });
     const events: ResponseStreamEvent[] = [];
     stream.on('event', (e) => events.push(e));
-    const final = await stream.finalResponse();
+    return { final: await stream.finalResponse(), events };
+  }
+
+  it("calls whose argument pieces a provider interleaves, the next begun before the first's arguments were whole: each call's done events carry its whole arguments", async () => {
+    const { final, events } = await interleavedCalls('"Paris"}', '"Oslo"}', 'tool_calls');
     const calls = [
       { type: 'function_call', status: 'completed', call_id: 'call_p', arguments: '{"city":"Paris"}' },
       { type: 'function_call', status: 'completed', call_id: 'call_o', arguments: '{"city":"Oslo"}' },
@@ -1326,23 +1334,8 @@ describe('through the gateway, translated for a chat-only route', () => {
   });
 
   it('interleaved calls cut at the token limit: every call whose arguments are not whole JSON is incomplete, not only the one fed last', async () => {
-    provider.next({
-      kind: 'raw-stream',
-      pieces: [
-        sse([
-          chunk({ role: 'assistant', content: null }),
-          chunk({ tool_calls: [toolCallHead(0, 'call_p', 'get_weather', '{"city":')] }),
-          chunk({ tool_calls: [toolCallHead(1, 'call_o', 'get_weather', '{"city":')] }),
-          chunk({ tool_calls: [toolCallArgs(0, '"Paris"')] }),
-          chunk({ tool_calls: [toolCallArgs(1, '"Os')] }),
-          chunk({}, 'length'),
-        ]),
-      ],
-    });
-    const stream = client().responses.stream({ model: 'gpt-4o-mini', input: 'Paris and Oslo?', tools: [WEATHER_TOOL] });
-    const done: unknown[] = [];
-    stream.on('response.output_item.done', (e) => done.push(e.item));
-    const final = await stream.finalResponse();
+    const { final, events } = await interleavedCalls('"Paris"', '"Os', 'length');
+    const done = events.flatMap((e) => (e.type === 'response.output_item.done' ? [e.item] : []));
     const calls = [
       { type: 'function_call', status: 'incomplete', call_id: 'call_p', arguments: '{"city":"Paris"' },
       { type: 'function_call', status: 'incomplete', call_id: 'call_o', arguments: '{"city":"Os' },

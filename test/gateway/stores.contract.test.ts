@@ -186,13 +186,25 @@ describe('budget pause flag in Redis (what the in-process flag cannot share)', (
     expect(await redis.get(key)).toBe('1');
   });
 
-  it('a pause whose answer was lost with its connection, sent again on the next (ioredis does), is still new: its notice goes out', async () => {
-    const key = `${space()}:pause_ai_tasks`;
-    const loaded = new RedisPause(redis, 60_000, `${space()}:pause_ai_tasks`); // its scripts loaded: the set below runs where it is first sent
+  /**
+   * A connection as stores.ts makes one, through a proxy that can lose a reply; the pause's scripts
+   * already loaded in Redis, so that a set runs where it is first sent.
+   */
+  async function lossyLink() {
+    const loaded = new RedisPause(redis, 60_000, `${space()}:pause_ai_tasks`);
     closing.push(() => loaded.close());
     await loaded.set();
     const proxy = await new RedisProxy().start();
-    const through = new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }); // as stores.ts connects
+    return { proxy, through: new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }) };
+  }
+  async function closeLink(through: Redis, proxy: RedisProxy) {
+    through.disconnect();
+    await proxy.stop();
+  }
+
+  it('a pause whose answer was lost with its connection, sent again on the next (ioredis does), is still new: its notice goes out', async () => {
+    const key = `${space()}:pause_ai_tasks`;
+    const { proxy, through } = await lossyLink();
     const p = new RedisPause(through, 60_000, key);
     try {
       expect(await p.refresh()).toBe(false);
@@ -202,18 +214,13 @@ describe('budget pause flag in Redis (what the in-process flag cannot share)', (
       expect(await p.set()).toBe(false); // a webhook sent again is still no new pause
     } finally {
       p.close();
-      through.disconnect();
-      await proxy.stop();
+      await closeLink(through, proxy);
     }
   });
 
   it('a pause sent again after its answer was lost is still new when another instance paused meanwhile: one notice goes out', async () => {
     const key = `${space()}:pause_ai_tasks`;
-    const loaded = new RedisPause(redis, 60_000, `${space()}:pause_ai_tasks`); // its scripts loaded: the set below runs where it is first sent
-    closing.push(() => loaded.close());
-    await loaded.set();
-    const proxy = await new RedisProxy().start();
-    const through = new Redis(proxy.url(TEST_REDIS_DB), { maxRetriesPerRequest: null }); // as stores.ts connects
+    const { proxy, through } = await lossyLink();
     const [a, b] = [new RedisPause(through, 60_000, key), new RedisPause(redis, 60_000, key)];
     try {
       expect(await a.refresh()).toBe(false);
@@ -226,8 +233,7 @@ describe('budget pause flag in Redis (what the in-process flag cannot share)', (
     } finally {
       a.close();
       b.close();
-      through.disconnect();
-      await proxy.stop();
+      await closeLink(through, proxy);
     }
   });
 
