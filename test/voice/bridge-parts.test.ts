@@ -196,6 +196,23 @@ describe('what the caller heard (playback)', () => {
     expect(p.heard().map((h) => h.ms)).toEqual([200, 100, 50]);
   });
 
+  it('an answer whose audio stops coming for a while (the model slow mid-answer) is heard from where it resumes: the silence is not counted as heard', () => {
+    let t = 0;
+    const p = new Playback(() => t);
+    const first = p.sent('A', 8 * 300)!; // 300 ms at once, marked
+    t = 310;
+    p.echoed(first); // all of it heard; the model sends nothing more for 2 s
+    t = 2300;
+    const marks = Array.from({ length: 30 }, () => p.sent('A', 8 * 100)!); // the rest comes at once, and plays from now
+    t = 2500;
+    expect(p.heard()).toEqual([{ item: 'A', ms: 500 }]);
+    expect(p.endsAt()).toBe(5300);
+    t = 2520;
+    p.echoed(marks[1]); // 500 ms of it heard, as the marks say
+    t = 2600;
+    expect(p.heard()).toEqual([{ item: 'A', ms: 580 }]);
+  });
+
   it('after a clear nothing is playing, and echoes of the cleared marks change nothing', () => {
     let t = 0;
     const p = new Playback(() => t);

@@ -3,7 +3,8 @@
  * a `mark` at least every 100 ms of it and at the end of each answer; Twilio echoes a mark once the
  * audio before it has finished playing. So an echoed mark says "the caller heard this item up to
  * N ms". Between marks playback runs in real time, so the estimate is the last echoed position
- * plus the time since its echo, never more than what was sent. That is the `audio_end_ms` a
+ * plus the time since its echo, never more than what was sent; audio that comes once all sent
+ * before it has played (the model paused mid-answer) plays from when it comes. That is the `audio_end_ms` a
  * barge-in truncates the item at. (A mark per chunk would double the messages for nothing.)
  *
  * Items play in the order they were sent: an answer that comes while an earlier one still plays
@@ -62,6 +63,11 @@ export class Playback {
       segment = { item, sentMs: 0, heardMs: 0, anchorAt: Math.max(this.now(), previousEnds) };
       this.segments.push(segment);
       this.unmarkedMs = 0;
+    } else if (this.position(segment) >= segment.sentMs) {
+      // All of it sent so far has played (the model paused mid-answer): Twilio played silence
+      // meanwhile, and what comes now plays from now, not from where the estimate ran on to.
+      segment.heardMs = segment.sentMs;
+      segment.anchorAt = this.now();
     }
     segment.sentMs += bytesToMs(bytes);
     this.unmarkedMs += bytesToMs(bytes);
