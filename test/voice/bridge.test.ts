@@ -222,6 +222,40 @@ describe('phone bridge: the call path', () => {
     await s.endOf('CA0010');
   });
 
+  it('barge-in while the model pauses mid-answer (all of it sent so far heard): the answer is truncated where it stopped, and the transcript keeps only what was said', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    const talk = brain({ greeting: { audio: greeting, transcript: 'consent line' } });
+    s.realtime.brain = (ctx) => (ctx.trigger === 'turn' ? null : talk(ctx)); // the answers below are the test's
+    const call = await s.twilio.call('CA0014');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the consent line heard');
+    speak(call, 400); // agrees
+    await serverEvent(conn, 'input_audio_buffer.committed');
+    // The answer begins: 300 ms of it, its first words, then the model pauses.
+    const base = { response_id: 'resp_pause', item_id: 'item_pause', output_index: 0, content_index: 0 };
+    conn.send({ type: 'response.created', response: { id: 'resp_pause', status: 'in_progress', output: [], metadata: null } });
+    conn.send({ type: 'response.output_audio.delta', ...base, delta: assistantAudio(300).toString('base64') });
+    conn.send({ type: 'response.output_audio_transcript.delta', ...base, delta: 'Our prices' });
+    const sent = greeting.length + 2400;
+    await until(call, 'frame', () => call.receivedBytes >= sent && call.echoedBytes === call.receivedBytes, 'all of it heard');
+    speak(call, 400); // the caller speaks in the pause: the model cancels the answer
+    await serverEvent(conn, 'input_audio_buffer.speech_started');
+    const truncated = clientEvent(conn, 'conversation.item.truncate');
+    // What the model had generated meanwhile never plays: the answer ends cancelled.
+    conn.send({ type: 'response.output_audio.delta', ...base, delta: assistantAudio(2000).toString('base64') });
+    conn.send({ type: 'response.output_audio_transcript.delta', ...base, delta: ' start at fifty euros a month.' });
+    conn.send({ type: 'response.output_audio.done', ...base });
+    conn.send({ type: 'response.output_audio_transcript.done', ...base, transcript: 'Our prices start at fifty euros a month.' });
+    conn.send({ type: 'response.done', response: { id: 'resp_pause', status: 'cancelled', output: [], metadata: null } });
+    expect(await truncated).toMatchObject({ item_id: 'item_pause', content_index: 0, audio_end_ms: 300 });
+    await serverEvent(conn, 'input_audio_buffer.committed'); // the caller's turn
+    call.hangUp();
+    const end = await s.endOf('CA0014');
+    expect(call.receivedBytes).toBe(sent);
+    expect(end.transcript.filter((l) => l.speaker === 'assistant').map((l) => l.text)).toEqual(['consent line', 'Our prices…']);
+  });
+
   it('a booking by function call reaches the workflow target once although the model repeats the call; the record follows', async () => {
     s = await bridgeStack();
     const args = BOOKING;

@@ -106,6 +106,8 @@ export class CallSession {
   /** Responses metered and given to the guard as lost (responseLost): a response.done of theirs that still comes counts nothing more. */
   private readonly countedLost = new Set<string>();
   private playingResponse: string | null = null;
+  /** The item whose audio was sent last (playingResponse's). */
+  private playingItem: string | null = null;
   /** Responses of which some audio reached Twilio. */
   private readonly voiced = new Set<string>();
   /** The audio items of the current realtime session: the only ones it can truncate. */
@@ -443,7 +445,7 @@ export class CallSession {
    * said, not an answer the caller never heard.
    */
   private cutPlayback(): void {
-    if (!this.playback.playing()) return this.playback.clear();
+    if (!this.playback.playing()) return this.cutPaused();
     const heard = this.playback.heard().map((h) => ({ ...h, sentMs: this.playback.sentMs(h.item) }));
     this.toTwilio(`{"event":"clear","streamSid":"${this.streamSid}"}`);
     this.playback.clear();
@@ -453,6 +455,23 @@ export class CallSession {
     // Audio left from a lost session plays at Twilio, but its items are not in this conversation.
     for (const h of heard.filter((h) => this.sessionItems.has(h.item)))
       this.rt.send({ type: 'conversation.item.truncate', item_id: h.item, content_index: 0, audio_end_ms: h.ms });
+  }
+
+  /**
+   * Nothing is playing, yet the answer under way, now being cancelled, had sent audio, all of it
+   * heard: the model had paused mid-answer. What it generated since never plays (muted), so its
+   * item is truncated at what was sent, and its line kept as far as that, as a barge-in over audio
+   * still playing is; else the model's conversation and the transcript held words never said.
+   */
+  private cutPaused(): void {
+    const id = this.responding;
+    const item = this.playingItem;
+    const sentMs = item ? this.playback.sentMs(item) : 0;
+    this.playback.clear();
+    if (id === null || item === null || sentMs <= 0 || this.playingResponse !== id || !this.own.isMuted(id)) return;
+    this.spoken.cut(item, sentMs, sentMs);
+    if (this.sessionItems.has(item))
+      this.rt.send({ type: 'conversation.item.truncate', item_id: item, content_index: 0, audio_end_ms: Math.floor(sentMs) });
   }
 
   private created(r: RealtimeResponse | undefined): void {
@@ -581,6 +600,7 @@ export class CallSession {
     this.sessionItems.add(key);
     this.markIf(this.playback.sent(key, bytes));
     this.playingResponse = String(resp);
+    this.playingItem = key;
     this.voiced.add(this.playingResponse);
     if (this.phase === 'closing' && !this.closing!.playing) {
       this.closing!.playing = true;
