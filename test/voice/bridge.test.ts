@@ -222,6 +222,37 @@ describe('phone bridge: the call path', () => {
     await s.endOf('CA0010');
   });
 
+  it('barge-in: an answer cancelled before any of it played (its audio still on its way) is truncated at 0, so the model does not take it as said', async () => {
+    s = await bridgeStack();
+    const greeting = assistantAudio(300);
+    s.realtime.brain = brain({
+      greeting: { audio: greeting, transcript: 'consent line' },
+      turns: [{ audio: assistantAudio(3000), transcript: 'One moment.' }],
+    });
+    const call = await s.twilio.call('CA0015');
+    const conn = await firstConn(s);
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the consent line heard');
+    speak(call, 400); // agrees; a 3 s answer comes at once
+    await serverEvent(conn, 'response.done', (e) => e.response.metadata === null && e.response.status === 'completed');
+    // The next answer (as after a booking's result) has begun: created, its audio not yet here.
+    conn.send({ type: 'response.created', response: { id: 'resp_unsaid', status: 'in_progress', output: [], metadata: null } });
+    await until(call, 'frame', () => call.playedBytes >= greeting.length + 8000, 'one second of the answer heard');
+    speak(call, 400);
+    await until(call, 'clear');
+    const base = { response_id: 'resp_unsaid', item_id: 'item_unsaid', output_index: 0, content_index: 0 };
+    conn.send({ type: 'response.output_audio.delta', ...base, delta: assistantAudio(200).toString('base64') });
+    conn.send({ type: 'response.output_audio.delta', ...base, delta: assistantAudio(200).toString('base64') });
+    conn.send({ type: 'response.output_audio_transcript.done', ...base, transcript: 'Your booking is confirmed.' });
+    conn.send({ type: 'response.done', response: { id: 'resp_unsaid', status: 'cancelled', output: [], metadata: null } });
+    const truncate = await clientEvent(conn, 'conversation.item.truncate', (e) => e.item_id === 'item_unsaid');
+    expect(truncate).toMatchObject({ content_index: 0, audio_end_ms: 0 });
+    await serverEvent(conn, 'input_audio_buffer.committed'); // the caller's turn
+    call.hangUp();
+    const end = await s.endOf('CA0015');
+    expect(conn.events.filter((e: any) => e.type === 'conversation.item.truncate' && e.item_id === 'item_unsaid')).toHaveLength(1);
+    expect(end.transcript.map((l) => l.text)).not.toContain('Your booking is confirmed.');
+  });
+
   it('barge-in while the model pauses mid-answer (all of it sent so far heard): the answer is truncated where it stopped, and the transcript keeps only what was said', async () => {
     s = await bridgeStack();
     const greeting = assistantAudio(300);

@@ -591,7 +591,8 @@ export class CallSession {
     const { delta, item_id: item, response_id: resp } = e as { delta?: unknown; item_id?: unknown; response_id?: unknown };
     if (this.phase === 'transferring' || this.phase === 'ended') return;
     if (this.phase === 'closing' && resp !== this.closing?.id) return;
-    if (this.own.isMuted(String(resp)) || typeof delta !== 'string' || !B64.test(delta)) return;
+    if (this.own.isMuted(String(resp))) return this.neverHeard(item);
+    if (typeof delta !== 'string' || !B64.test(delta)) return;
     const bytes = base64Bytes(delta);
     if (!bytes) return;
     this.toTwilio(`{"event":"media","streamSid":"${this.streamSid}","media":{"payload":"${delta}"}}`);
@@ -609,6 +610,17 @@ export class CallSession {
     this.feed.frame('assistant', bytes);
     const ttfb = this.timing.firstAudio();
     if (ttfb !== null) this.feed.event({ type: 'assistant.response.start', ttfb_ms: ttfb });
+  }
+
+  /**
+   * Audio of an answer cut before any of it was sent (the caller spoke or pressed keys over the one
+   * before it, or the bridge's own line took its place): its item holds what the model generated,
+   * which the model would take as said (a booking it confirmed, never heard). Truncated at 0, once.
+   */
+  private neverHeard(item: unknown): void {
+    if (this.phase !== 'live' || typeof item !== 'string' || !item || this.sessionItems.has(item)) return;
+    this.sessionItems.add(item);
+    this.rt.send({ type: 'conversation.item.truncate', item_id: item, content_index: 0, audio_end_ms: 0 });
   }
 
   private markIf(name: string | null): void {
