@@ -8,7 +8,7 @@
  */
 import { configText, readConfig } from './config';
 import { estimatedSentence, unpricedSentence, unreadableCostSentence, type DigestFigures } from './digest';
-import { DIGEST_TAB, digestFigures, writeDigestTabs } from './digest-tab';
+import { DIGEST_TAB, digestFigures, writeDigestTabs, type EventRows } from './digest-tab';
 import { errorText } from './error-text';
 import { lookerReportUrl } from './public-tab';
 import type { MeterServices } from './services';
@@ -126,7 +126,7 @@ export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
  * The Digest tab rewritten with the e-mail's figures; '' or why it could not be. The e-mail goes
  * out either way: it has its figures, and the weekly run is not tried again for a week.
  */
-function refreshTabs(svc: MeterServices, figures: DigestFigures, eventRows: number): string {
+function refreshTabs(svc: MeterServices, figures: DigestFigures, eventRows: EventRows): string {
   try {
     writeDigestTabs(svc, figures, eventRows);
     return '';

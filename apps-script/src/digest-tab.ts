@@ -7,7 +7,7 @@
 import { fullness, warnNearCellLimit } from './cell-limit-warning';
 import { SERIES_DAYS, computeDigest, estimatedParts, type DigestFigures } from './digest';
 import { getEventsSheet, readAllRows } from './events-sheet';
-import { publicTabGrid, refreshPublicTab } from './public-tab';
+import { publicSpareRows, publicTabGrid, refreshPublicTab } from './public-tab';
 import type { MeterServices, Sheet } from './services';
 import { checkSheetTimeZone } from './sheet-time-zone';
 import { cellsByTab, giveUpSpare, growFor, insertTabs } from './tabs';
@@ -94,31 +94,38 @@ export interface DigestRefresh {
   message: string;
 }
 
+/** The events tab as the public tab follows it: its rows, and the spare rows kept beyond them (publicSpareRows). */
+export interface EventRows {
+  rows: number;
+  spare: number;
+}
+
 /** The digest's figures, from one read of the events tab (and the calls tab), and how many event rows it read. */
-export function digestFigures(svc: MeterServices): { figures: DigestFigures; eventRows: number } {
+export function digestFigures(svc: MeterServices): { figures: DigestFigures; eventRows: EventRows } {
   const rows = readAllRows(getEventsSheet(svc.spreadsheet));
   checkSheetTimeZone(svc.spreadsheet);
-  const figures = computeDigest(rows, svc.now().getTime());
+  const nowMs = svc.now().getTime();
+  const figures = computeDigest(rows, nowMs);
   figures.voice = voiceRollups(svc);
-  return { figures, eventRows: rows.length };
+  return { figures, eventRows: { rows: rows.length, spare: publicSpareRows(rows, nowMs) } };
 }
 
 /**
  * Rewrites the Digest tab's fixed block and the public tab's grid from the figures; the tabs' cells,
  * counted once the public tab is sized.
  */
-export function writeDigestTabs(svc: MeterServices, figures: DigestFigures, eventRows: number): ReturnType<typeof cellsByTab> {
+export function writeDigestTabs(svc: MeterServices, figures: DigestFigures, eventRows: EventRows): ReturnType<typeof cellsByTab> {
   const rows = digestGrid(figures, '').length;
   // First, for both tabs together: the cell limit is the one thing that can refuse them, and then neither tab changes.
   // The Digest keeps the columns it was made with (Google's 26): its rows grow back at that width.
   const width = Math.max(LAYOUT.width, svc.spreadsheet.getSheetByName(DIGEST_TAB)?.getMaxColumns() ?? 0);
-  const grids = [publicTabGrid(eventRows), { name: DIGEST_TAB, rows, columns: width }];
+  const grids = [publicTabGrid(eventRows.rows), { name: DIGEST_TAB, rows, columns: width }];
   giveUpSpare(svc.spreadsheet, grids[0], grids); // the public tab's spare rows, before the Digest is refused room
   const [, sheet] = insertTabs(svc.spreadsheet, grids);
   // Only a Digest shortened by hand is shorter than its block. Grown before the public tab takes its
   // spare rows, which it does only where they fit after: they must not take the room counted above for the Digest.
   growFor(svc.spreadsheet, sheet, rows, 0);
-  refreshPublicTab(svc, eventRows);
+  refreshPublicTab(svc, eventRows.rows, eventRows.spare);
   const tabs = cellsByTab(svc.spreadsheet);
   const grid = digestGrid(figures, fullness(tabs));
   sheet.getRange(1, 1, grid.length, LAYOUT.width).setValues(grid);
@@ -144,7 +151,7 @@ function addChart(svc: MeterServices, sheet: Sheet): void {
 }
 
 /** Writes the tabs, then warns when the spreadsheet nears the cell limit (also when the tabs were refused); what the log says of it. */
-function writeAndWarn(svc: MeterServices, figures: DigestFigures, eventRows: number): string {
+function writeAndWarn(svc: MeterServices, figures: DigestFigures, eventRows: EventRows): string {
   let tabs: ReturnType<typeof cellsByTab>;
   try {
     tabs = writeDigestTabs(svc, figures, eventRows);

@@ -23,6 +23,9 @@ function direct(rows: Cell[][], now: number) {
   };
 }
 
+/** Rows stamped over a week before the tests' clock: no busy hour of the last week adds to events_public's 1,000 spare rows. */
+const A_WEEK_BACK = '2026-11-12T10:00:00Z';
+
 describe('digest', () => {
   function withRows() {
     const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
@@ -163,7 +166,7 @@ describe('events_public and the cell limit', () => {
     const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
     meter.refreshDigest(); // the public tab exists, 1,000 rows tall
     const events = eventsTab(platform);
-    const rows = Array.from({ length: 2001 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]);
+    const rows = Array.from({ length: 2001 }, (_, i) => [`e${i}`, new Date(A_WEEK_BACK), ...Array(17).fill('')]);
     events.loadRows(2, rows);
     const others = platform.spreadsheet.sheets.filter((s) => s !== events).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
     events.maxRows = Math.floor((10_000_000 - others) / events.maxColumns);
@@ -265,7 +268,7 @@ describe('creating the Digest and events_public tabs on a nearly full spreadshee
   it("events_public deleted by hand on a large spreadsheet: made again when its own grid fits, though Google's 26 columns at its height would not", () => {
     const { platform, meter } = nearlyFull(0, ['events_public']);
     const events = eventsTab(platform);
-    const rows = Array.from({ length: 5000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]);
+    const rows = Array.from({ length: 5000 }, (_, i) => [`e${i}`, new Date(A_WEEK_BACK), ...Array(17).fill('')]);
     events.loadRows(2, rows);
     // Room for its grid (5,001 rows by 13 columns) and some; not for 5,001 rows by 26.
     events.maxRows -= Math.ceil(80_000 / events.maxColumns);
@@ -280,7 +283,7 @@ describe('creating the Digest and events_public tabs on a nearly full spreadshee
     const events = eventsTab(platform);
     events.loadRows(
       2,
-      Array.from({ length: 5000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+      Array.from({ length: 5000 }, (_, i) => [`e${i}`, new Date(A_WEEK_BACK), ...Array(17).fill('')]),
     );
     const pub = platform.spreadsheet.tab('events_public')!;
     // Room for its 5,001 rows but not for 1,000 more.
@@ -304,13 +307,46 @@ describe('events_public as the events tab grows', () => {
     const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
     eventsTab(platform).loadRows(
       2,
-      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date(A_WEEK_BACK), ...Array(17).fill('')]),
     );
     expect(meter.refreshDigest()).toMatch(/digest refreshed/);
     const pub = platform.spreadsheet.tab('events_public')!;
     expect(pub.getRange(1, 1).getFormulas()[0][0]).toMatch(/^=QUERY\(events!/);
     post(meter, { events: Array.from({ length: 500 }, (_, i) => ({ event_id: `after-${i}`, timestamp: '2026-11-22T11:00:00Z' })) });
     expect(eventsTab(platform).getLastRow()).toBeLessThanOrEqual(pub.maxRows);
+  });
+
+  it("keeps room for an hour's events when more than 1,000 arrive an hour (50,000 a day is about 2,100)", () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const hour = Date.parse('2026-11-22T09:00:00Z');
+    // The last three hours at 2,000 events an hour.
+    eventsTab(platform).loadRows(
+      2,
+      Array.from({ length: 6000 }, (_, i) => [`e${i}`, new Date(hour + i * 1800), ...Array(17).fill('')]),
+    );
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    const pub = platform.spreadsheet.tab('events_public')!;
+    // The next hour brings as many, before the next refresh.
+    platform.clock.set('2026-11-22T12:59:00Z');
+    for (let batch = 0; batch < 4; batch++) {
+      const events = Array.from({ length: 500 }, (_, i) => ({
+        event_id: `next-${batch}-${i}`,
+        timestamp: new Date(Date.parse('2026-11-22T12:00:00Z') + (batch * 500 + i) * 1700).toISOString(),
+      }));
+      expect(post(meter, { events })).toMatchObject({ ok: true, appended: 500 });
+    }
+    expect(eventsTab(platform).getLastRow()).toBe(8001);
+    expect(eventsTab(platform).getLastRow()).toBeLessThanOrEqual(pub.maxRows);
+  });
+
+  it('keeps no more than 10,000 spare rows for a backlog stamped within one hour (events imported at once)', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    eventsTab(platform).loadRows(
+      2,
+      Array.from({ length: 20_000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+    );
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    expect(platform.spreadsheet.tab('events_public')!.maxRows).toBe(20_001 + 10_000);
   });
 });
 
@@ -327,7 +363,7 @@ describe('events_public and a Digest tab shortened by hand near the cell limit',
     const events = eventsTab(platform);
     events.loadRows(
       2,
-      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date(A_WEEK_BACK), ...Array(17).fill('')]),
     );
     digest.maxRows = 10; // rows deleted by hand
     digest.data.length = 10;
@@ -351,7 +387,7 @@ describe('events_public holding spare rows when the Digest needs room', () => {
     const events = eventsTab(platform);
     events.loadRows(
       2,
-      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date('2026-11-22T10:00:00Z'), ...Array(17).fill('')]),
+      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date(A_WEEK_BACK), ...Array(17).fill('')]),
     );
     meter.refreshDigest();
     const pub = ss.tab('events_public')!;
@@ -392,7 +428,7 @@ describe('events_public after retention shrinks the events tab', () => {
   /** 6,000 events, 5,000 of them old enough for retention, and the public tab sized to all of them. */
   function peaked() {
     const { platform, meter } = freshMeter('2026-11-22T02:00:00Z');
-    const at = (i: number) => new Date(i < 5000 ? '2026-10-01T00:00:00Z' : '2026-11-21T00:00:00Z');
+    const at = (i: number) => new Date(i < 5000 ? '2026-10-01T00:00:00Z' : '2026-11-14T00:00:00Z');
     eventsTab(platform).loadRows(
       2,
       Array.from({ length: 6000 }, (_, i) => [`e${i}`, at(i), ...Array(17).fill('')]),
