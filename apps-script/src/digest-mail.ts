@@ -109,8 +109,11 @@ export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
       `MailApp quota left today is ${quota}, ${listed.length} recipient(s) needed; nothing sent (the next Monday run tries again, or send from the menu)`,
     );
   }
-  const { figures, eventRows } = digestFigures(svc);
-  const stale = refreshTabs(svc, figures, eventRows);
+  // A calls tab it cannot read leaves the Digest tab's voice block unread (and says so there): the e-mail has no voice figures.
+  const { figures, eventRows, voiceRefusal } = digestFigures(svc);
+  const stale = [refreshTabs(svc, figures, eventRows), voiceRefusal ? `its voice rollups were not read: ${voiceRefusal.message}` : '']
+    .filter(Boolean)
+    .join('; ');
   const links = digestLinks(svc, config);
   svc.mail.sendEmail({
     to: listed.join(','),

@@ -4,6 +4,7 @@
  * customers and models, the daily series with its chart, the voice rollups. The layout is fixed
  * (same cells every refresh), so the chart's range never moves.
  */
+import { MeterRefusal } from '../../schema/meter-reply';
 import { fullness, warnNearCellLimit } from './cell-limit-warning';
 import { SERIES_DAYS, computeDigest, estimatedParts, type DigestFigures } from './digest';
 import { getEventsSheet, readAllRows } from './events-sheet';
@@ -28,11 +29,11 @@ const LAYOUT = {
 const pad = (cells: unknown[]): unknown[] => [...cells, ...new Array(LAYOUT.width - cells.length).fill('')];
 const text = (s: string) => (s === '' ? '' : `'${s}`);
 
-function voiceBlock(v: DigestFigures['voice']): unknown[][] {
+function voiceBlock(v: DigestFigures['voice'], unread = ''): unknown[][] {
   const metric = (label: string, key: keyof VoiceRollup) =>
     pad([label, v ? (v.last7d[key] ?? 'n/a') : 'n/a', v ? (v.last30d[key] ?? 'n/a') : 'n/a']);
   return [
-    pad(['Voice concierge (calls tab)']),
+    pad(['Voice concierge (calls tab)', text(unread && `not read: ${unread}`)]),
     pad(['metric', 'last 7 days', 'last 30 days']),
     metric('calls', 'calls'),
     metric('answered calls', 'answered'),
@@ -85,7 +86,7 @@ function digestGrid(d: DigestFigures, full: string): unknown[][] {
   grid.push(pad(['day', 'cost_usd']));
   for (const point of d.daily) grid.push(pad([text(point.day), point.cost_usd]));
   grid.push(pad([]));
-  grid.push(...voiceBlock(d.voice));
+  grid.push(...voiceBlock(d.voice, d.voiceUnread));
   return grid;
 }
 
@@ -101,13 +102,23 @@ export interface EventRows {
 }
 
 /** The digest's figures, from one read of the events tab (and the calls tab), and how many event rows it read. */
-export function digestFigures(svc: MeterServices): { figures: DigestFigures; eventRows: EventRows } {
+export function digestFigures(svc: MeterServices): { figures: DigestFigures; eventRows: EventRows; voiceRefusal?: MeterRefusal } {
   const rows = readAllRows(getEventsSheet(svc.spreadsheet));
   checkSheetTimeZone(svc.spreadsheet);
   const nowMs = svc.now().getTime();
   const figures = computeDigest(rows, nowMs);
-  figures.voice = voiceRollups(svc);
-  return { figures, eventRows: { rows: rows.length, spare: publicSpareRows(rows, nowMs) } };
+  const eventRows = { rows: rows.length, spare: publicSpareRows(rows, nowMs) };
+  try {
+    figures.voice = voiceRollups(svc);
+  } catch (error) {
+    // The calls tab edited by hand (columns moved, renamed): the spend figures, the public tab and the
+    // weekly e-mail (which has no voice figures) do not wait for it; refreshDigest still fails saying so.
+    if (!(error instanceof MeterRefusal)) throw error;
+    figures.voice = null;
+    figures.voiceUnread = error.message;
+    return { figures, eventRows, voiceRefusal: error };
+  }
+  return { figures, eventRows };
 }
 
 /**
@@ -162,10 +173,17 @@ function writeAndWarn(svc: MeterServices, figures: DigestFigures, eventRows: Eve
   return warnNearCellLimit(svc, tabs);
 }
 
-/** `refreshDigest()`: reads the events tab once, rewrites the Digest tab's fixed block, and warns near the cell limit. */
+/**
+ * `refreshDigest()`: reads the events tab once, rewrites the Digest tab's fixed block, and warns near
+ * the cell limit. A calls tab it cannot read fails the run once the rest is written, naming why.
+ */
 export function refreshDigest(svc: MeterServices): DigestRefresh {
-  const { figures, eventRows } = digestFigures(svc);
+  const { figures, eventRows, voiceRefusal } = digestFigures(svc);
   const cells = writeAndWarn(svc, figures, eventRows);
+  if (voiceRefusal) {
+    svc.log(`refreshDigest: the spend figures are refreshed, the voice rollups are not: ${voiceRefusal.message}`);
+    throw voiceRefusal;
+  }
   const unpriced = figures.unpriced.last7d ? `; ${figures.unpriced.last7d} call(s) without a price in 7 days` : '';
   const unreadable = figures.unreadableCosts30d
     ? `; ${figures.unreadableCosts30d} row(s) with a cost that is not a number ≥ 0 in 30 days, left out`

@@ -49,8 +49,10 @@ export interface DigestFigures {
   topModels30d: ModelTokens[];
   /** Rows left out because pii_flag is true. */
   piiRowsExcluded: number;
-  /** Voice concierge rollups over the last 7 and 30 days (null when there is no calls tab). */
+  /** Voice concierge rollups over the last 7 and 30 days (null when there is no calls tab, or it could not be read). */
   voice?: { last7d: VoiceRollup; last30d: VoiceRollup } | null;
+  /** Why the calls tab could not be read (moved columns, renamed by hand), when it could not: the voice rollups are then null. */
+  voiceUnread?: string;
 }
 
 const byName = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);

@@ -154,6 +154,20 @@ describe('the calls tab with columns moved by hand, read', () => {
     expect(() => meter.refreshDigest()).toThrow(callsRefusal);
   });
 
+  it("does not hold back the spend: the Digest's spend figures are refreshed and the weekly e-mail goes out, saying why the voice block is not", () => {
+    const { platform, meter } = meterWithCallsMoved();
+    expect(post(meter, { events: [{ event_id: 'spent', cost_usd: 12.5 }] })).toMatchObject({ ok: true, appended: 1 });
+    expect(() => meter.refreshDigest()).toThrow(callsRefusal);
+    const digest = platform.spreadsheet.tab('Digest')!.data;
+    expect(digest[3].slice(0, 3)).toEqual([12.5, 12.5, 12.5]);
+    const voice = digest.findIndex((row) => row[0] === 'Voice concierge (calls tab)');
+    expect(String(digest[voice][1])).toMatch(/^not read: calls: columns were moved by hand/);
+    setConfig(platform, 'TEAM_EMAILS', 'finance@example.com');
+    expect(meter.sendWeeklyDigest()).toMatch(/^sent to 1 recipient\(s\); .*voice rollups were not read: calls: columns were moved by hand/);
+    expect(platform.mail.sent).toHaveLength(1);
+    expect(platform.mail.sent[0].subject).toBe('AI spend digest: $12.50 in the last 7 days');
+  });
+
   it('the export of the calls tab refuses with config_error', () => {
     const { meter } = meterWithCallsMoved();
     const answer = callJson(meter, 'doGet', { action: 'export', what: 'calls', since: '2026-11-01', token: SECRET });
