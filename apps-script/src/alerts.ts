@@ -79,6 +79,23 @@ function utcDay(date: Date): string {
 
 const usd = (value: number, decimals: number) => `$${value.toFixed(decimals)}`;
 
+/** A cap as set: 2 decimals, or as many as it has (up to 10): a $0.005 cap read "$0.01", above the $0.006 that crossed it. */
+function usdCap(cap: number): string {
+  let d = 2;
+  while (d < 10 && Number(cap.toFixed(d)) !== cap) d++;
+  return usd(cap, d);
+}
+
+/**
+ * A cost beside its cap, to `decimals` or as many more as it takes not to read as the cap (up to
+ * 10, roundUsd's): a 7-day cost of $200.004 crossing a $200 cap read "$200.00 of $200.00".
+ */
+function usdBeside(value: number, cap: number, decimals: number): string {
+  let d = decimals;
+  while (d < 10 && value !== cap && usd(value, d) === usd(cap, d)) d++;
+  return usd(value, d);
+}
+
 /** "N calls without a price" for the 7 days (and today), or '' when there are none. */
 function unpricedNote(unpriced: SpendTotals): string {
   if (unpriced.last7d === 0) return '';
@@ -120,8 +137,10 @@ function slackPayload(
   const headline = `AI spend alert: ${capNames(crossed)} crossed${late ? ` on ${late.day}` : ''}`;
   const dayName = late ? `${late.day} (UTC)` : 'Today (UTC)';
   const weekName = late ? `7 days to ${late.day}` : 'Last 7 days';
-  const today = `${late ? `${late.day} (not alerted that day)` : 'Today'}: ${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} daily cap`;
-  const week = `${weekName}: ${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} 7-day cap`;
+  const todayUsd = usdBeside(totals.today, caps.dailyCapUsd, 4);
+  const weekUsd = usdBeside(totals.last7d, caps.burn7dCapUsd, 2);
+  const today = `${late ? `${late.day} (not alerted that day)` : 'Today'}: ${todayUsd} of ${usdCap(caps.dailyCapUsd)} daily cap`;
+  const week = `${weekName}: ${weekUsd} of ${usdCap(caps.burn7dCapUsd)} 7-day cap`;
   const notes = [unpricedNote(check.unpriced), unreadableNote(check.unreadable), undatedNote(check.undated)].filter(Boolean);
   const noteBlocks = notes.map((note) => ({ type: 'section', text: { type: 'mrkdwn', text: `:warning: ${note}.` } }));
   return {
@@ -131,8 +150,8 @@ function slackPayload(
       {
         type: 'section',
         fields: [
-          { type: 'mrkdwn', text: `*${dayName}*\n${usd(totals.today, 4)} of ${usd(caps.dailyCapUsd, 2)} cap` },
-          { type: 'mrkdwn', text: `*${weekName}*\n${usd(totals.last7d, 2)} of ${usd(caps.burn7dCapUsd, 2)} cap` },
+          { type: 'mrkdwn', text: `*${dayName}*\n${todayUsd} of ${usdCap(caps.dailyCapUsd)} cap` },
+          { type: 'mrkdwn', text: `*${weekName}*\n${weekUsd} of ${usdCap(caps.burn7dCapUsd)} cap` },
         ],
       },
       ...noteBlocks,

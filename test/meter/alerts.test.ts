@@ -223,6 +223,25 @@ describe('checkSpendCaps', () => {
     expect(body.blocks[0].text.text).not.toMatch(/daily/);
   });
 
+  it('a cost just over its cap, or a cap below a cent, reads as over it: more decimals where the usual ones hide the difference', () => {
+    setConfig(platform, 'BURN_7D_CAP_USD', 200);
+    setConfig(platform, 'DAILY_CAP_USD', 0.005);
+    post(meter, {
+      events: [
+        { timestamp: '2026-11-20T01:00:00Z', cost_usd: 199.998 },
+        { timestamp: '2026-11-22T01:00:00Z', cost_usd: 0.006 },
+      ],
+    });
+    meter.checkSpendCaps();
+    const body = platform.urlFetch.payloads()[0];
+    expect(body.blocks[0].text.text).toMatch(/daily cap and 7-day cap crossed/);
+    const fields = body.blocks[1].fields.map((f: { text: string }) => f.text).join('\n');
+    expect(fields).toContain('$0.0060 of $0.005 cap');
+    expect(fields).toContain('$200.004 of $200.00 cap'); // not "$200.00 of $200.00"
+    expect(body.text).toContain('Today: $0.0060 of $0.005 daily cap.');
+    expect(body.text).toContain('Last 7 days: $200.004 of $200.00 7-day cap.');
+  });
+
   it('a failed post is retried on the next run, and the webhook never reaches the log', () => {
     setConfig(platform, 'DAILY_CAP_USD', 1);
     post(meter, { cost_usd: 2 });
