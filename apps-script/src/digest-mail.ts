@@ -16,7 +16,16 @@ import type { MeterServices } from './services';
 const EMAIL = /^[^\s@,;]+@[^\s@,;]+\.[^\s@,;]+$/;
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 const money = (n: number, d = 2) => `$${n.toFixed(d)}`;
-const perK = (n: number | null) => (n === null ? 'n/a' : money(n, 4));
+/**
+ * $ per 1K tokens: 4 decimals, or 2 significant digits below $0.001 (up to 10 decimals):
+ * an embedding model's $0.00002 read "$0.0000 per 1K tokens", as if it cost nothing.
+ */
+const perK = (n: number | null) => {
+  if (n === null) return 'n/a';
+  let d = 4;
+  while (d < 10 && n > 0 && n < 10 ** (1 - d)) d++;
+  return money(n, d);
+};
 
 export interface WeeklyDigestResult {
   sent: boolean;

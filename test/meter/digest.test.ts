@@ -130,6 +130,22 @@ describe('digest', () => {
     expect(platform.ui.dialogs[0].html).toContain('lookerstudio.google.com');
   });
 
+  it("the weekly e-mail shows a cheap model's $ per 1K tokens as what it costs, not as $0.0000", () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    post(meter, {
+      events: [
+        { model: 'text-embedding-3-small', input_tokens: 1_000_000, cost_usd: 0.02 },
+        { model: 'gpt-4o', input_tokens: 1000, output_tokens: 1000, cost_usd: 0.0125 },
+      ],
+    });
+    setConfig(platform, 'TEAM_EMAILS', 'finance@example.com');
+    expect(meter.sendWeeklyDigest()).toMatch(/sent to 1/);
+    const [mail] = platform.mail.sent;
+    expect(mail.body).toContain('text-embedding-3-small: 1000000 tokens, $0.02, $0.000020 per 1K tokens');
+    expect(mail.body).toContain('gpt-4o: 2000 tokens, $0.01, $0.0063 per 1K tokens');
+    expect(mail.htmlBody).toContain('<td>$0.000020</td>');
+  });
+
   it('sendWeeklyDigest e-mails TEAM_EMAILS once, within the quota, without pii rows', () => {
     const { platform, meter } = withRows();
     expect(meter.sendWeeklyDigest()).toMatch(/TEAM_EMAILS is empty/);
