@@ -349,7 +349,9 @@ export class Notifier {
           blocks: [
             // The subject is ours alone (a title and a count): plain text, nothing to escape.
             { type: 'header', text: { type: 'plain_text', text: subject } },
-            ...sections(mrkdwn).map((text) => ({ type: 'section', text: { type: 'mrkdwn', text } })),
+            // verbatim: Slack otherwise turns the text's URLs into links, `#name` into a channel's and
+            // `@here` into a mention (its "automatic parsing"), which escaping does not stop.
+            ...sections(mrkdwn).map((text) => ({ type: 'section', text: { type: 'mrkdwn', text, verbatim: true } })),
           ],
         }),
         signal: AbortSignal.timeout(this.opts.timeoutMs ?? DELIVERY_TIMEOUT_MS),

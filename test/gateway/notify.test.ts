@@ -306,6 +306,24 @@ describe('notifier', () => {
     hook.server.close();
   });
 
+  it("caller text that Slack's automatic parsing would make a mention or a link (@here, #general, a bare URL) stays text", async () => {
+    const hook = await slackHook();
+    const n = new Notifier([hook.url], { windowMs: 60_000, log: { warn: () => {}, info: () => {} } });
+    n.notify({
+      kind: 'dead_lettered',
+      jobIds: ['llm-1'],
+      tenant: '@here',
+      detail: 'last error: see #general or https://evil.example/login',
+    });
+    await n.flush();
+    // Slack parses a mrkdwn text object's plain text unless it is verbatim: `@here` pings the channel,
+    // `#general` and the URL become links. Verbatim, only the manual markup (escaped above) would be read.
+    const sections = hook.posts[0].blocks.filter((b: { type: string }) => b.type === 'section');
+    expect(sections.map((b: { text: { text: string } }) => b.text.text).join('\n')).toContain('Tenants: @here');
+    for (const section of sections) expect(section.text).toMatchObject({ type: 'mrkdwn', verbatim: true });
+    hook.server.close();
+  });
+
   it('keeps only the last 100 delivered messages, newest last (a long-running gateway does not grow)', async () => {
     const n = new Notifier(['ops@example.com'], { windowMs: 60_000, log: { warn: () => {}, info: () => {} } });
     for (let i = 0; i < 150; i++) {
