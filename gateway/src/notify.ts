@@ -67,9 +67,9 @@ const NEXT_ACTION: Record<NoticeKind, string> = {
   enqueued:
     'Retried automatically by the worker: 5 real tries (backoff 1, 2, 4, 8 s); while every route is open or the budget pause is on, jobs wait without spending tries, for up to 24 h. Clients poll GET /v1/jobs/<id>. If jobs dead-letter, move them back with `npm run ops -- dlq move <id>`.',
   paused:
-    'Queued work is paused until an operator resumes it: POST /budget/resume or `npm run ops -- resume`. Live requests avoid the capped provider.',
+    'Queued work waits, no tries spent, until an operator resumes it: POST /budget/resume or `npm run ops -- resume`. A job still waiting 24 h after it began to wait is dead-lettered (move it back with `npm run ops -- dlq move --all` once resumed). Live requests avoid the capped provider.',
   dead_lettered:
-    'These jobs used all 5 tries, waited 24 h for a route, or were refused as malformed (the last error says which). Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>` (kept 30 days), and tell the client if needed (degraded > 15 min).',
+    'These jobs used all 5 tries, waited 24 h for a route or the budget pause, or were refused as malformed (the last error says which). Inspect with `npm run ops -- dlq list`, move back with `npm run ops -- dlq move <id>` (kept 30 days), and tell the client if needed (degraded > 15 min).',
   human_review:
     'A person must answer these: spend caps are exceeded and the caller needs an answer. Their ids are listed above; `npm run ops -- job <id>` shows each (its tenant, when it was queued); the worker tries the routing for each again 24 h after it was queued. `npm run ops -- status` only counts them, among the delayed jobs.',
   queue_full:

@@ -130,7 +130,7 @@ async function runCommand(
     case 'pause': {
       const fresh = await pause.set();
       out(
-        `${fresh ? 'paused' : 'already paused'}: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent`,
+        `${fresh ? 'paused' : 'already paused'}: queued jobs wait, no attempt spent, until resume (a job still waiting after 24 h is dead-lettered); running jobs finish; no notification is sent`,
       );
       return 0;
     }

@@ -355,6 +355,25 @@ describe('Cold tier', () => {
     expect(done.attempts).toBe(1); // the one real try
   });
 
+  it("a pause longer than a job may wait dead-letters it, as the pause's notice and npm run ops -- pause say; moved back after the resume, it runs", async () => {
+    // The 24 h a job may wait in all, 1 s here: the pause counts towards it as a wait for a route does.
+    const { url, stack } = await up({ worker: true, cold: { maxDeferMs: 1000, recheckMs: 200 } });
+    expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 })).status).toBe(204);
+    const queued = await stack.queue.enqueue(testJob('paused-too-long'));
+    const dead = await deadLettered(url, queued.jobId);
+    expect(dead.lastError).toBe('no route could take it for 1 s (paused by budget guardrail)');
+    // The person on call was told the work waits until a resume: it had to be told it waits 24 h at most.
+    const notice = await until(async () => posted.find((p) => /^AI work paused by the budget guardrail/.test(p.text)));
+    expect(notice.text).toMatch(/still waiting 24 h after it began to wait is dead-lettered/);
+    const opsEnv = { QUEUE_STORE_URL: REDIS_URL, REDIS_PREFIX: prefix };
+    const said: string[] = [];
+    expect(await ops(['pause'], opsEnv, (l) => said.push(l), fail)).toBe(0);
+    expect(said[0]).toMatch(/^already paused: .*a job still waiting after 24 h is dead-lettered/);
+    expect((await admin(url, '/budget/resume')).status).toBe(204);
+    expect(await ops(['dlq', 'move', '--all'], opsEnv, () => {}, fail)).toBe(0);
+    await until(async () => (await job(url, queued.jobId)).state === 'completed');
+  });
+
   it('a Redis that loses its data while paused (restarted without it, or flushed) keeps the pause: requests avoid the capped provider, jobs wait; npm run ops -- resume lifts it', async () => {
     const a = await up({ worker: true, cold: { recheckMs: 200 } });
     const b = await up({ worker: false });
@@ -656,7 +675,9 @@ describe('Cold tier', () => {
     // The pause defers queued jobs without spending attempts: the command says so (it said they fail and are retried).
     const paused: string[] = [];
     expect(await ops(['pause'], opsEnv, (l) => paused.push(l), fail)).toBe(0);
-    expect(paused).toEqual(['paused: queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent']);
+    expect(paused).toEqual([
+      'paused: queued jobs wait, no attempt spent, until resume (a job still waiting after 24 h is dead-lettered); running jobs finish; no notification is sent',
+    ]);
     expect(await redis.get('pause_ai_tasks')).toBe('1');
     const status: string[] = [];
     await ops(['status'], opsEnv, (l) => status.push(l), fail);

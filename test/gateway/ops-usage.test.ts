@@ -156,7 +156,8 @@ describe('npm run ops usage', () => {
     try {
       await redis.del('pause_ai_tasks');
       expect(await said('resume')).toEqual(['not paused: nothing to resume (pause_ai_tasks was not set in the store at QUEUE_STORE_URL)']);
-      const after = 'queued jobs wait, no attempt spent, until resume; running jobs finish; no notification is sent';
+      const after =
+        'queued jobs wait, no attempt spent, until resume (a job still waiting after 24 h is dead-lettered); running jobs finish; no notification is sent';
       expect(await said('pause')).toEqual([`paused: ${after}`]);
       expect(await said('pause')).toEqual([`already paused: ${after}`]);
       expect(await redis.get('pause_ai_tasks')).toBe('1');
