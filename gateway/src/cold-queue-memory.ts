@@ -102,9 +102,12 @@ export class MemoryColdQueue implements ColdQueue {
   }
   async enqueue(payload: ColdPayload, options: { delayMs?: number } = {}): Promise<EnqueueResult> {
     const jobId = coldJobId(payload);
-    // A dead-lettered job of the same request gives way to a new one (ColdQueue.enqueue).
-    const dead = this.jobs.get(jobId);
-    if (dead && dead.state !== 'dead') return { jobId, created: false };
+    // A dead-lettered job of the same request gives way to a new one (ColdQueue.enqueue), and so
+    // does a completed one whose answer was dropped: found, its client was told 202 and then 410
+    // on every poll, however often the request was sent again.
+    const found = this.jobs.get(jobId);
+    const dead = found && (found.state === 'dead' || found.answerDropped) ? found : undefined;
+    if (found && !dead) return { jobId, created: false };
     // All of it is held until it is answered: its body, a Responses request's chat translation, its
     // routing headers (up to 1,000 characters each) and the job's own record.
     const bytes = Buffer.byteLength(JSON.stringify(payload)) + JOB_BYTES;
@@ -113,6 +116,7 @@ export class MemoryColdQueue implements ColdQueue {
     if (dead) {
       this.held -= dead.bytes;
       this.finished.dead.delete(jobId);
+      this.finished.completed.delete(jobId);
       this.jobs.delete(jobId); // the new job waits behind those waiting (take runs them in insertion order), as in BullMQ
     }
     this.held += bytes;

@@ -167,6 +167,7 @@ export interface ColdQueue {
    * A job for the request, or the one it already has (its id: coldJobId), waiting, running or
    * answered. A dead-lettered one is replaced by a new job: the request sent again is to be tried
    * again, and finding the dead job, its client was told it was queued while nothing would run it.
+   * So is, in process, a completed job whose answer was dropped (its poll is 410 for good).
    */
   enqueue(payload: ColdPayload, options?: EnqueueOptions): Promise<EnqueueResult>;
   get(id: string): Promise<JobView | null>;

@@ -249,7 +249,7 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
       return;
     }
     if (job.answerDropped) {
-      const message = `job ${id} completed at ${job.finishedAt}, but its answer is no longer kept: the in-process queue drops the oldest answers past its memory limit`;
+      const message = `job ${id} completed at ${job.finishedAt}, but its answer is no longer kept: the in-process queue drops the oldest answers past its memory limit; send the request again to run it again`;
       res.status(410).json(openAiError(message, 'invalid_request_error', 'id', 'job_answer_dropped'));
       return;
     }

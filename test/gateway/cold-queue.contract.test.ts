@@ -811,6 +811,25 @@ describe("the in-process queue counts completed jobs' answers", () => {
     expect([dropped?.answerDropped, dropped?.result]).toEqual([true, null]);
     expect(kept?.result === answer).toBe(true);
   });
+
+  // Found, such a job answered the request sent again 202 with its id, and every poll 410: the
+  // request could never be answered again, however often it was sent.
+  it('a request sent again whose answer was dropped runs again: a new job under its id, created (and so notified), answered', async () => {
+    const queue = new MemoryColdQueue({ backoffMs: 20, maxBytes: 64 * 1024 });
+    let runs = 0;
+    cleanup.push(queue.work(async () => `${++runs}`.padEnd(40 * 1024, 'y')).close);
+    const first = await queue.enqueue(payload('a'));
+    await stateIs(queue, first.jobId, 'completed');
+    await stateIs(queue, (await queue.enqueue(payload('b'))).jobId, 'completed'); // its answer drops the first one's
+    expect(await queue.get(first.jobId)).toMatchObject({ answerDropped: true, result: null });
+    expect(await queue.enqueue(payload('a'))).toEqual({ jobId: first.jobId, created: true });
+    const again = await until(async () => {
+      const j = await queue.get(first.jobId);
+      return j?.state === 'completed' && !j.answerDropped ? j : null;
+    });
+    expect(String(again.result).startsWith('3y')).toBe(true);
+    expect(await queue.counts()).toMatchObject({ completed: 2 });
+  });
 });
 
 describe('the in-process queue counts all of a request it holds', () => {
