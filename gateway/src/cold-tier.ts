@@ -281,7 +281,11 @@ export function mountColdTier(app: express.Express, admin: express.RequestHandle
   });
 
   app.post('/budget/resume', admin, async (_req, res) => {
-    const resuming = deps.pause.clear().then(() => deps.log.warn('budget pause lifted'));
+    // Said from the clear itself: "lifted" for a store that was not paused (another database than the
+    // paused fleet's) sent the operator away sure the queue was running again.
+    const resuming = deps.pause
+      .clear()
+      .then((was) => deps.log.warn(was ? 'budget pause lifted' : 'budget resume: not paused (pause_ai_tasks was not set), nothing lifted'));
     if (!(await stored(resuming, res, 'lifted on this instance'))) return;
     res.status(204).end();
   });

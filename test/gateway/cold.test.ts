@@ -355,6 +355,16 @@ describe('Cold tier', () => {
     expect(done.attempts).toBe(1); // the one real try
   });
 
+  it('a budget resume logs whether it lifted a pause: not "lifted" on a store that was not paused', async () => {
+    const { url, logs } = await up({ worker: false });
+    expect((await admin(url, '/budget/resume')).status).toBe(204); // logged before it answers
+    expect(logs.join('\n')).not.toMatch(/budget pause lifted/);
+    expect(logs.join('\n')).toMatch(/budget resume: not paused \(pause_ai_tasks was not set\), nothing lifted/);
+    expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 })).status).toBe(204);
+    expect((await admin(url, '/budget/resume')).status).toBe(204);
+    expect(logs.join('\n')).toMatch(/budget pause lifted/);
+  });
+
   it("a pause longer than a job may wait dead-letters it, as the pause's notice and npm run ops -- pause say; moved back after the resume, it runs", async () => {
     // The 24 h a job may wait in all, 1 s here: the pause counts towards it as a wait for a route does.
     const { url, stack } = await up({ worker: true, cold: { maxDeferMs: 1000, recheckMs: 200 } });
