@@ -107,6 +107,18 @@ describe('concierge.json and its lint', () => {
     ]);
   });
 
+  it('a function name longer than the 64 characters the Realtime API takes for a tool is a problem naming it (every call would fail to start)', () => {
+    const c = filled() as any;
+    const name = `book_${'a'.repeat(60)}`; // 65 characters
+    c.functions[0].name = name;
+    c.intents[0].on_match.call = name;
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      '$.functions[0].name: expected at most 64 characters (the Realtime API refuses a longer tool name)',
+    ]);
+    c.functions[0].name = c.intents[0].on_match.call = name.slice(0, 64);
+    expect(lintConcierge(c)).toEqual([]);
+  });
+
   it('an escalation rule whose trigger an earlier rule has, or whose reason is not the one its trigger is recorded with, is a problem naming it', () => {
     const c = filled() as any;
     // Added below the template's rule: the guard takes the first rule of a trigger, so this stricter one was never used.

@@ -65,8 +65,13 @@ const SpendGuard = z.strictObject({
   text_out_per_million: positive.optional(),
 });
 
+/** The Realtime API refuses a session whose tool has a longer name (`^[a-zA-Z0-9_-]{1,64}$`): no call could start. */
+const MAX_FUNCTION_NAME = 64;
 const FunctionDef = z.strictObject({
-  name: z.string().regex(/^[a-z][a-z0-9_]*$/, 'a snake_case function name'),
+  name: z
+    .string()
+    .regex(/^[a-z][a-z0-9_]*$/, 'a snake_case function name')
+    .max(MAX_FUNCTION_NAME, `expected at most ${MAX_FUNCTION_NAME} characters (the Realtime API refuses a longer tool name)`),
   args: z.array(z.string().min(1)),
   webhook: text.optional(),
   static_url: text.optional(),
