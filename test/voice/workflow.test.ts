@@ -237,6 +237,21 @@ describe('function-call workflow', () => {
     expect(plain).toMatchObject({ ok: true, result: 'accepted' });
   });
 
+  it('a redirect the fetch cannot follow (a 302 without Location, a 304) is not the target’s answer: retried, then dead-lettered, never a booking', async () => {
+    const gw = await up();
+    dlq.handle = (_n, _q, res) => res.writeHead(204).end();
+    for (const status of [302, 304]) {
+      target.seen = [];
+      target.handle = (_n, _q, res) => res.writeHead(status).end();
+      const answer = await called(gw.url, { ...booking, call_id: `call-${status}` });
+      expect(answer).toMatchObject({ ok: false, dead_lettered: true, replayed: false });
+      expect(answer.error).toContain(`HTTP ${status}: a redirect not followed`);
+      expect(target.seen).toHaveLength(3);
+      // Replayed as what it was: a failure, never a booking.
+      expect(await called(gw.url, { ...booking, call_id: `call-${status}` })).toMatchObject({ ok: false, replayed: true });
+    }
+  });
+
   it('failing for ever: 3 attempts, then the dead-letter URL; with that down too, nothing is lost', async () => {
     const gw = await up();
     target.handle = (_n, _q, res) => res.writeHead(503).end();

@@ -213,6 +213,11 @@ export class Workflow {
           kind: 'client',
           message: `HTTP ${res.status}: ${cutText(typeof json === 'object' ? JSON.stringify(json) : text, 500)}`,
         };
+      // A redirect fetch could not follow (a 302 without Location, a 300, a 304) reaches here as it
+      // came: no answer of the target's either. Taken as one, its empty body was a booking made (and
+      // replayed as one for a week); retried instead, then dead-lettered, as an HTML page is.
+      if (res.status < 200 || res.status >= 300)
+        return { kind: 'retry', message: `HTTP ${res.status}: a redirect not followed (no Location?), not the target's answer` };
       // Apps Script answers 200 whatever happened: a script that threw or ran out of time, or a
       // deployment that is not public (its sign-in page), comes back as an HTML page with a 200.
       // That is no answer of the target's: taken as one, a booking never made was a success (and
