@@ -630,6 +630,35 @@ describe('after each call', () => {
     const events = readFileSync(join(dir, 'events.csv'), 'utf8');
     expect(events).not.toContain('twilio');
   });
+
+  it('a rates file edited by hand (a rate that is not a price, an entry of another shape, a file not JSON) meters no telephony cost of NaN or below 0, and the call still ends: 200, its summary posted, the log naming the entry', async () => {
+    const logs: string[] = [];
+    const gw = await up({}, logs);
+    observe.handle = (_n, _q, res) => res.writeHead(204).end();
+    const files = [
+      JSON.stringify({ US: { price_unit: 'USD', inbound: { local: 'abc' }, outbound: [] } }),
+      JSON.stringify({ US: { price_unit: 'USD', inbound: { local: -0.01 }, outbound: [] } }),
+      JSON.stringify({ US: { local: 0.0085 } }),
+      '{"US": {',
+    ];
+    for (const [i, text] of files.entries()) {
+      writeFileSync(join(dir, 'rates.json'), text);
+      await post(gw.url, '/v1/voice/calls', { call_id: `rates-${i}`, from: '+1', country: 'US', at: '2026-11-23T10:00:00Z' });
+      const end = await post(gw.url, `/v1/voice/calls/rates-${i}/end`, { outcome: 'abandoned', duration_s: 30 });
+      expect(end.status).toBe(200);
+    }
+    await until(() => observe.seen.length === files.length); // every call's summary
+    await gw.stack.close();
+    stacks.pop();
+    const events = readFileSync(join(dir, 'events.csv'), 'utf8');
+    expect(events).not.toContain('twilio');
+    const notMetered = logs.filter((l) => l.includes('telephony cost not metered'));
+    expect(notMetered).toHaveLength(files.length);
+    expect(notMetered[0]).toContain('US.inbound.local: expected a price per minute (a number >= 0), got \\"abc\\"');
+    expect(notMetered[1]).toContain('US.inbound.local: expected a price per minute (a number >= 0), got -0.01');
+    expect(notMetered[2]).toContain('US.inbound: expected the per-minute prices by number type');
+    expect(notMetered[3]).toContain('not a rates file');
+  });
 });
 
 describe('telephony rates', () => {

@@ -121,25 +121,38 @@ export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDep
         ...(s.unpricedTextTokens ? { error_code: markUnpriced('') } : {}),
       }),
     );
-  if (record.telephony_minutes > 0) {
-    const rate = record.country ? inboundRate(deps.rates(), record.country) : null;
-    if (rate) {
-      deps.events.send(
-        event({
-          provider: 'twilio',
-          model: `voice-inbound-${record.country.toLowerCase()}`,
-          cost_usd: Number((record.telephony_minutes * rate.perMinute).toFixed(6)),
-          job_id: record.call_id,
-          customer_id: tenant,
-        }),
-      );
-    } else {
-      deps.log.error(
-        `call ${record.call_id}: no telephony rate for country "${record.country || 'unknown'}" (run npm run concierge:rates -- ${record.country || '<ISO>'}); telephony cost not metered, no global rate assumed`,
-      );
-    }
-  }
+  if (record.telephony_minutes > 0) telephonyCost(record, deps, tenant);
   void postSummary(record, deps);
+}
+
+/**
+ * The call's telephony cost as a meter event, from the rates file; a file that cannot be read, or
+ * whose rate for the country is not a price, is logged (the call's end, record and summary go on).
+ */
+function telephonyCost(record: CallRecord, deps: CallEndDeps, tenant: string): void {
+  let rate: ReturnType<typeof inboundRate>;
+  try {
+    rate = record.country ? inboundRate(deps.rates(), record.country) : null;
+  } catch (error) {
+    deps.log.error(
+      `call ${record.call_id}: telephony cost not metered: the rates file: ${(error as Error).message} (npm run concierge:rates -- ${record.country} writes it again)`,
+    );
+    return;
+  }
+  if (rate)
+    deps.events.send(
+      event({
+        provider: 'twilio',
+        model: `voice-inbound-${record.country.toLowerCase()}`,
+        cost_usd: Number((record.telephony_minutes * rate.perMinute).toFixed(6)),
+        job_id: record.call_id,
+        customer_id: tenant,
+      }),
+    );
+  else
+    deps.log.error(
+      `call ${record.call_id}: no telephony rate for country "${record.country || 'unknown'}" (run npm run concierge:rates -- ${record.country || '<ISO>'}); telephony cost not metered, no global rate assumed`,
+    );
 }
 
 async function postSummary(record: CallRecord, deps: CallEndDeps): Promise<void> {

@@ -85,10 +85,24 @@ export function writeRates(file: string, rates: RatesFile): void {
   renameSync(temp, file);
 }
 
-/** Inbound per-minute rate for a country: the local number rate, else the first listed; null if none. */
+/**
+ * Inbound per-minute rate for a country: the local number rate, else the first listed; null if none.
+ * The file is read at each call's end and may have been edited by hand: an entry not in the shape
+ * this module writes, or a rate that is not a price (text, below 0), is an error naming it, never
+ * a cost of NaN or below 0 sent to the meter.
+ */
 export function inboundRate(rates: RatesFile, country: string): { perMinute: number; unit: string } | null {
-  const r = rates[country];
-  if (!r) return null;
-  const perMinute = r.inbound.local ?? Object.values(r.inbound)[0];
-  return perMinute === undefined ? null : { perMinute, unit: r.price_unit };
+  const r: unknown = Object.hasOwn(rates, country) ? rates[country] : undefined;
+  if (r === undefined) return null;
+  const { inbound, price_unit: unit } = (r && typeof r === 'object' ? r : {}) as Partial<CountryRates>;
+  if (!inbound || typeof inbound !== 'object' || Array.isArray(inbound))
+    throw new Error(`${country}.inbound: expected the per-minute prices by number type, such as {"local": 0.0085}`);
+  const type = Object.hasOwn(inbound, 'local') ? 'local' : Object.keys(inbound)[0];
+  if (type === undefined) return null;
+  const perMinute: unknown = inbound[type];
+  if (typeof perMinute !== 'number' || !Number.isFinite(perMinute) || perMinute < 0)
+    throw new Error(
+      `${country}.inbound.${type}: expected a price per minute (a number >= 0), got ${JSON.stringify(perMinute) ?? 'nothing'}`,
+    );
+  return { perMinute, unit: typeof unit === 'string' ? unit : 'USD' };
 }
