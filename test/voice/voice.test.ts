@@ -111,11 +111,11 @@ describe('concierge.json and its lint', () => {
     const c = filled() as any;
     const name = `book_${'a'.repeat(60)}`; // 65 characters
     c.functions[0].name = name;
-    c.intents[0].on_match.call = name;
+    c.intents[1].on_match.call = name; // the book intent
     expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
       '$.functions[0].name: expected at most 64 characters (the Realtime API refuses a longer tool name)',
     ]);
-    c.functions[0].name = c.intents[0].on_match.call = name.slice(0, 64);
+    c.functions[0].name = c.intents[1].on_match.call = name.slice(0, 64);
     expect(lintConcierge(c)).toEqual([]);
   });
 
@@ -194,9 +194,9 @@ describe('concierge.json and its lint', () => {
     // Without it, every lead failed, and every voicemail recorded after hours was lost (logged only).
     c.functions = c.functions.filter((f: { name: string }) => f.name !== 'create_lead' && f.name !== 'route_to_voicemail');
     // The model was told to call "undefined" to book.
-    delete c.intents[0].on_match.call;
+    delete c.intents[1].on_match.call;
     expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
-      '$.intents[0].on_match.call: missing field (the book intent calls a function)',
+      '$.intents[1].on_match.call: missing field (the book intent calls a function)',
       '$.intents[2].on_match.call: missing field: without it the qualify intent calls create_lead, which is not in functions',
       '$.intents[4].on_match.call: missing field: without it the voicemail intent calls route_to_voicemail, which is not in functions',
     ]);
@@ -315,6 +315,13 @@ describe('intent matching', () => {
     expect(matchIntent('How much is it?', intents)).toBe('pricing_deflection');
     expect(matchIntent('my notebook broke', intents)).toBe('unknown');
     expect(matchIntent('rebooking', intents)).toBe('unknown');
+  });
+
+  it('the template’s reschedule triggers match: a caller moving an appointment is not taken for a booking', () => {
+    // Book came first, with "appointment": "move appointment" never matched, and every such caller was a booking.
+    expect(matchIntent('I need to move appointment to Friday', intents)).toBe('reschedule');
+    expect(matchIntent('Can I reschedule my appointment?', intents)).toBe('reschedule');
+    expect(matchIntent('I would like to book an appointment', intents)).toBe('book');
   });
 });
 
@@ -464,7 +471,7 @@ describe('spend guard', () => {
     run([user('what', 0.4)], twice);
     expect([twice.action, twice.reason]).toEqual(['escalate', 'low_confidence']);
     const c = filled();
-    c.intents[0].handoff_if_confidence_below = 0.8;
+    c.intents.find((i) => i.id === 'book')!.handoff_if_confidence_below = 0.8;
     const strict = guardConfig(c);
     const first = newCall();
     applyEvent(first, user('I want to book a table', 0.95), strict);
