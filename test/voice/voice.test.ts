@@ -119,6 +119,18 @@ describe('concierge.json and its lint', () => {
     expect(lintConcierge(c)).toEqual([]);
   });
 
+  it('a consent line, a line to say or a question of spaces alone is a problem naming it: the caller would be told nothing (not that an AI answers, nor that the call is recorded)', () => {
+    const c = filled() as any;
+    c.consent.opening_line = '   ';
+    c.intents[3].on_match.say = '\n';
+    c.intents[2].on_match.ask[1] = '';
+    expect(lintConcierge(c).map((p) => `${p.path}: ${p.message}`)).toEqual([
+      '$.consent.opening_line: expected text, not empty nor spaces alone',
+      '$.intents[2].on_match.ask[1]: expected text, not empty nor spaces alone',
+      '$.intents[3].on_match.say: expected text, not empty nor spaces alone',
+    ]);
+  });
+
   it('an escalation rule whose trigger an earlier rule has, or whose reason is not the one its trigger is recorded with, is a problem naming it', () => {
     const c = filled() as any;
     // Added below the template's rule: the guard takes the first rule of a trigger, so this stricter one was never used.

@@ -21,7 +21,8 @@ const MAX_CALLBACK_MINUTES = 10_080;
 /** Beyond this many seconds a latency budget is no budget: a value in milliseconds (1800 for 1.8 s) never fires. */
 const MAX_LATENCY_S = 60;
 const positive = z.number().positive();
-const text = z.string().min(1);
+/** Text with something in it: a consent line (a question, a link) of spaces alone is none, and the caller is told nothing. */
+const text = z.string().refine((v) => v.trim() !== '', 'expected text, not empty nor spaces alone');
 
 const Meta = z.strictObject({
   version: z.literal('1.0'),
