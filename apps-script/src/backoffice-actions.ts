@@ -35,9 +35,34 @@ function calendar(c: Ctx): Calendar {
   return cal;
 }
 
+/** A time zone's canonical name (`Portugal` is `Europe/Lisbon`), as Intl resolves it. */
+const canonicalZone = (tz: string) => new Intl.DateTimeFormat('en', { timeZone: tz }).resolvedOptions().timeZone;
+
+/**
+ * Config TIMEZONE, refused when the caller's times were agreed in another zone (the concierge's
+ * meta.timezone, sent as `timezone`): the caller's 10:00 would be booked, and texted, at another
+ * hour. A config_error, retried and dead-lettered, so the booking waits for the fix, not lost.
+ */
+function bookingZone(c: Ctx): string {
+  const tz = checkedTimeZone(configText(c.config, 'TIMEZONE') || 'Etc/UTC');
+  if (c.timeZone === undefined) return tz;
+  let agreed: string;
+  try {
+    agreed = canonicalZone(c.timeZone);
+  } catch {
+    throw new MeterRefusal('invalid_body', `timezone: "${c.timeZone}" is not an IANA time zone`);
+  }
+  if (agreed !== canonicalZone(tz))
+    throw new MeterRefusal(
+      'config_error',
+      `Config TIMEZONE is ${tz}, but the voice concierge agrees times with callers in ${c.timeZone} (its meta.timezone): set Config TIMEZONE to ${c.timeZone}, or the caller's times would be booked hours off`,
+    );
+  return tz;
+}
+
 /** Start and end of the slot the arguments name, in Config TIMEZONE; refuses what does not parse. */
 function slot(c: Ctx, dateArg: string, timeArg: string) {
-  const tz = checkedTimeZone(configText(c.config, 'TIMEZONE') || 'Etc/UTC');
+  const tz = bookingZone(c);
   const start = zonedInstant(arg(c.args, dateArg), arg(c.args, timeArg), tz, [dateArg, timeArg]);
   const end = new Date(start.getTime() + configNumber(c.config, 'BOOKING_MINUTES', 60, 1) * 60_000);
   return { tz, start, end, notPast: () => notPast(c, start, tz, [dateArg, timeArg]) };

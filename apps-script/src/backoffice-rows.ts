@@ -20,6 +20,8 @@ export interface Ctx {
   /** The idempotency key: every side effect is findable by it. */
   key: string;
   now: Date;
+  /** The time zone the caller's dates and times were agreed in (the concierge's meta.timezone), when the sender says it. */
+  timeZone?: string;
 }
 
 const EXCERPT = 280;

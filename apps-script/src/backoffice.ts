@@ -1,7 +1,7 @@
 /**
  * The voice concierge's back office, reached with `doPost?action=<function>` and a body
- * `{call_id, args, idempotency_key}` (Apps Script cannot read request headers, so the key travels
- * in the body). Each action is authenticated like ingest and idempotent: the key is recorded
+ * `{call_id, args, idempotency_key, timezone?}` (Apps Script cannot read request headers, so the key
+ * travels in the body; `timezone`, the concierge's, is the zone the caller's times were agreed in). Each action is authenticated like ingest and idempotent: the key is recorded
  * before any side effect, a replay of a finished key answers the first result and changes
  * nothing, and a retry of a key that stopped half-way (Google's services time out mid-script)
  * finishes what is missing. See backoffice-actions.ts for the actions, sms.ts for the text.
@@ -56,22 +56,24 @@ function checkArgs(action: ActionName, args: Args): void {
   }
 }
 
-function request(action: ActionName, body: unknown): { callId: string; key: string; args: Args } {
+function request(action: ActionName, body: unknown): { callId: string; key: string; args: Args; timeZone?: string } {
   if (!body || typeof body !== 'object' || Array.isArray(body))
     throw new MeterRefusal('invalid_body', 'body: expected {call_id, args, idempotency_key}');
-  const b = body as { call_id?: unknown; args?: unknown; idempotency_key?: unknown };
+  const b = body as { call_id?: unknown; args?: unknown; idempotency_key?: unknown; timezone?: unknown };
   if (typeof b.call_id !== 'string' || !ID_PATTERN.test(b.call_id)) throw new MeterRefusal('invalid_body', `call_id: expected ${ID_RULE}`);
   if (typeof b.idempotency_key !== 'string' || !IDEMPOTENCY_KEY.test(b.idempotency_key))
     throw new MeterRefusal('invalid_body', 'idempotency_key: expected 8 to 128 characters of A-Z a-z 0-9 _ -');
   if (!b.args || typeof b.args !== 'object' || Array.isArray(b.args)) throw new MeterRefusal('invalid_body', 'args: expected an object');
+  if (b.timezone !== undefined && (typeof b.timezone !== 'string' || b.timezone === ''))
+    throw new MeterRefusal('invalid_body', 'timezone: expected an IANA time zone such as Europe/Lisbon, or none');
   const args = b.args as Args;
   checkArgs(action, args);
-  return { callId: b.call_id, key: b.idempotency_key, args };
+  return { callId: b.call_id, key: b.idempotency_key, args, ...(b.timezone !== undefined ? { timeZone: b.timezone } : {}) };
 }
 
 export function backOfficeAction(svc: MeterServices, action: ActionName, body: unknown): JsonReply {
-  const { callId, key, args } = request(action, body);
-  const c: Ctx = { svc, config: readConfig(svc.spreadsheet), args, callId, key, now: svc.now() };
+  const { callId, key, args, timeZone } = request(action, body);
+  const c: Ctx = { svc, config: readConfig(svc.spreadsheet), args, callId, key, now: svc.now(), ...(timeZone ? { timeZone } : {}) };
   const steps = ACTIONS[action](c); // checks the arguments: nothing is written before this passes
   const claim = withScriptLock(svc, () => claimKey(svc, key, action, c.now));
   if (claim.done) return { ...claim.done, ok: true, replayed: true };

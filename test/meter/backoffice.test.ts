@@ -60,6 +60,31 @@ describe('book_slot', () => {
     expect(platform.calendar.live()[1].start.toISOString()).toBe('2027-10-31T00:30:00.000Z');
   });
 
+  it('a booking whose times were agreed in another zone than Config TIMEZONE (the concierge’s meta.timezone, sent as timezone) is a config_error naming both; nothing booked; the same zone, or none said, books', () => {
+    const agreedIn = (timezone: string | undefined, key: string, time = '10:30') => ({
+      ...booking(key),
+      args: { ...booking().args, time },
+      ...(timezone ? { timezone } : {}),
+    });
+    setConfig('TIMEZONE', 'Etc/UTC'); // the default, left as it was
+    const refused = act('book_slot', agreedIn('America/New_York', 'key-zone-0001'));
+    expect(refused).toEqual({
+      ok: false,
+      code: 'config_error',
+      error:
+        "Config TIMEZONE is Etc/UTC, but the voice concierge agrees times with callers in America/New_York (its meta.timezone): set Config TIMEZONE to America/New_York, or the caller's times would be booked hours off",
+    });
+    expect(isPermanentRefusal(refused.code)).toBe(false); // retried, then dead-lettered: the booking waits for the fix
+    expect(platform.calendar.live()).toHaveLength(0);
+    expect(rows('activities')).toHaveLength(0);
+    setConfig('TIMEZONE', 'America/New_York');
+    expect(act('book_slot', agreedIn('America/New_York', 'key-zone-0001'))).toMatchObject({ ok: true });
+    expect(platform.calendar.live()[0].start.toISOString()).toBe('2027-07-01T14:30:00.000Z'); // 10:30 in New York
+    expect(act('book_slot', agreedIn('US/Eastern', 'key-zone-0002', '12:00'))).toMatchObject({ ok: true }); // another name of the same zone
+    expect(act('book_slot', agreedIn(undefined, 'key-zone-0003', '14:00'))).toMatchObject({ ok: true }); // a sender that does not say
+    expect(act('book_slot', { ...booking('key-zone-0004'), timezone: 'Mars/Olympus' })).toMatchObject({ ok: false, code: 'invalid_body' });
+  });
+
   it("a slot that has already begun is refused naming the argument and today's date there; nothing booked, moved or texted", () => {
     platform.properties.setProperty('TWILIO_ACCOUNT_SID', 'AC1');
     platform.properties.setProperty('TWILIO_AUTH_TOKEN', 'tok');

@@ -1,6 +1,6 @@
 /**
  * The automation workflow: `realtime.function_called` → the function's target.
- *   webhook     POST {call_id, function, args, idempotency_key} with `Idempotency-Key`
+ *   webhook     POST {call_id, function, args, idempotency_key, timezone} with `Idempotency-Key`
  *   static_url  answer the URL (the pricing page)
  *   dial        answer the number to dial (escalate_to_human)
  *
@@ -248,7 +248,9 @@ export class Workflow {
     input: { function: string; args: Record<string, unknown>; call_id: string },
     key: string,
   ): Promise<WorkflowAnswer> {
-    const body = JSON.stringify({ call_id: input.call_id, function: input.function, args: input.args, idempotency_key: key });
+    // The zone the caller's dates and times were agreed in: the back office books in its own, and refuses another.
+    const timezone = this.deps.config.meta.timezone;
+    const body = JSON.stringify({ call_id: input.call_id, function: input.function, args: input.args, idempotency_key: key, timezone });
     const policy = this.deps.retry ?? TARGET_RETRY;
     let last: string;
     try {
