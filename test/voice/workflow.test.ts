@@ -632,7 +632,7 @@ describe('after each call', () => {
     expect(events).not.toContain('twilio');
   });
 
-  it('a rates file edited by hand (a rate that is not a price, an entry of another shape, a file not JSON) meters no telephony cost of NaN or below 0, and the call still ends: 200, its summary posted, the log naming the entry', async () => {
+  it('a rates file edited by hand (a rate that is not a price, an entry of another shape, a file not JSON) or in another currency than USD meters no telephony cost of NaN or below 0, and the call still ends: 200, its summary posted, the log naming the entry', async () => {
     const logs: string[] = [];
     const gw = await up({}, logs);
     observe.handle = (_n, _q, res) => res.writeHead(204).end();
@@ -641,6 +641,7 @@ describe('after each call', () => {
       JSON.stringify({ US: { price_unit: 'USD', inbound: { local: -0.01 }, outbound: [] } }),
       JSON.stringify({ US: { local: 0.0085 } }),
       '{"US": {',
+      JSON.stringify({ US: { price_unit: 'EUR', inbound: { local: 0.0085 }, outbound: [] } }),
     ];
     for (const [i, text] of files.entries()) {
       writeFileSync(join(dir, 'rates.json'), text);
@@ -659,6 +660,7 @@ describe('after each call', () => {
     expect(notMetered[1]).toContain('US.inbound.local: expected a price per minute (a number >= 0), got -0.01');
     expect(notMetered[2]).toContain('US.inbound: expected the per-minute prices by number type');
     expect(notMetered[3]).toContain('not a rates file');
+    expect(notMetered[4]).toContain('the rates file prices US in EUR, and the meter counts USD');
   });
 });
 

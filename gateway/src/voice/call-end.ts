@@ -139,6 +139,11 @@ function telephonyCost(record: CallRecord, deps: CallEndDeps, tenant: string): v
     );
     return;
   }
+  // The meter counts USD: a rate in another currency (an account priced in EUR) would be counted as that many dollars.
+  if (rate && rate.unit.toUpperCase() !== 'USD')
+    return void deps.log.error(
+      `call ${record.call_id}: telephony cost not metered: the rates file prices ${record.country} in ${rate.unit}, and the meter counts USD`,
+    );
   if (rate)
     deps.events.send(
       event({
