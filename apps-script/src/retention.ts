@@ -1,6 +1,6 @@
 /**
  * `applyRetention()`: hard-deletes rows of the events tab whose timestamp is older than the short
- * window (Config RETENTION_DAYS, default 30 days before today's UTC midnight), in one batched
+ * window (Config RETENTION_DAYS, default 30 days before today's UTC midnight, at least 7), in one batched
  * operation under the script lock: one read, one write of the rows that stay (shifted up, the freed
  * tail blanked in the same write), one deleteRows of the blank tail. Rows may be in any order (late
  * events with old timestamps exist).
@@ -27,6 +27,12 @@ import { readUndated } from './undated-rows';
 import { readWatermark, watermarkHolds, type Watermark } from './watermark';
 
 const DEFAULT_RETENTION_DAYS = 30;
+/**
+ * The shortest window: the 7-day figures (spend answer, cap alerts, Digest) count today and the 6
+ * UTC days before, and the first cap check of a day still counts the 7 days before it for the day
+ * that ended (alerts.ts, lateCrossing). A shorter one would delete rows they count, unsaid.
+ */
+const MIN_RETENTION_DAYS = 7;
 
 const TEXT_COLUMNS = TEXT_FIELDS.map((f) => EVENT_AT[f]);
 
@@ -45,7 +51,7 @@ export interface RetentionResult {
 }
 
 export function applyRetention(svc: MeterServices): RetentionResult {
-  const days = configNumber(readConfig(svc.spreadsheet), 'RETENTION_DAYS', DEFAULT_RETENTION_DAYS, 1);
+  const days = configNumber(readConfig(svc.spreadsheet), 'RETENTION_DAYS', DEFAULT_RETENTION_DAYS, MIN_RETENTION_DAYS);
   checkSheetTimeZone(svc.spreadsheet);
   const cutoffMs = utcDayStart(svc.now().getTime()) - days * DAY_MS;
   const cutoff = new Date(cutoffMs).toISOString();

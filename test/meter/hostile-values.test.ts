@@ -92,14 +92,14 @@ describe('number text is decimal', () => {
     expect(spend(meter)).toEqual({ ok: false, code: 'config_error', error: 'Config BURN_7D_CAP_USD must be a number >= 0, found "0x32"' });
   });
 
-  it('RETENTION_DAYS must be a whole number from 1 to 36500: 1.5 or 1e9 stops retention with the key named and deletes nothing', () => {
+  it('RETENTION_DAYS must be a whole number from 7 to 36500: 7.5 or 1e9 stops retention with the key named and deletes nothing', () => {
     const { platform, meter } = freshMeter('2026-11-22T02:00:00Z');
     post(meter, { events: [{ event_id: 'x', timestamp: '2026-11-20T13:00:00Z' }] });
     meter.exportArchive();
-    setConfig(platform, 'RETENTION_DAYS', 1.5);
-    expect(() => meter.applyRetention()).toThrow('Config RETENTION_DAYS must be a whole number from 1 to 36500, found "1.5"');
+    setConfig(platform, 'RETENTION_DAYS', 7.5);
+    expect(() => meter.applyRetention()).toThrow('Config RETENTION_DAYS must be a whole number from 7 to 36500, found "7.5"');
     setConfig(platform, 'RETENTION_DAYS', 1e9); // a whole number, but no date that far back exists
-    expect(() => meter.applyRetention()).toThrow('Config RETENTION_DAYS must be a whole number from 1 to 36500, found "1000000000"');
+    expect(() => meter.applyRetention()).toThrow('Config RETENTION_DAYS must be a whole number from 7 to 36500, found "1000000000"');
     expect(dataRows(eventsTab(platform))).toHaveLength(1);
   });
 });

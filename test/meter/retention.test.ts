@@ -2,7 +2,8 @@
 // One describe per feature: long because each behaviour is a short test of its own.
 import { describe, expect, it } from 'vitest';
 import { Formula } from './fakes/cells';
-import { dataRows, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+import { callJson } from './fakes/platform';
+import { SECRET, dataRows, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
 
 describe('applyRetention', () => {
   function seeded() {
@@ -105,6 +106,30 @@ describe('applyRetention', () => {
     meter.exportArchive();
     setConfig(platform, 'RETENTION_DAYS', 90);
     expect(meter.applyRetention()).toMatch(/no rows older than 2026-08-24/);
+  });
+
+  it("refuses a RETENTION_DAYS shorter than the caps' week, deleting nothing the 7-day spend still counts", () => {
+    // $10 on each of 7 UTC days, exported; the next day the 7-day spend is those days but the first.
+    const { platform, meter } = freshMeter('2026-11-22T02:00:00Z');
+    const days = Array.from({ length: 7 }, (_, i) => `2026-11-${String(15 + i)}`);
+    post(meter, { events: days.map((d) => ({ event_id: d, timestamp: `${d}T12:00:00Z`, cost_usd: 10 })) });
+    meter.exportArchive();
+    platform.clock.set('2026-11-22T03:00:00Z');
+    const spend = () => callJson(meter, 'doGet', { action: 'spend', token: SECRET }) as { last_7d_cost_usd: number };
+    expect(spend().last_7d_cost_usd).toBe(60);
+    for (const short of [5, 6]) {
+      setConfig(platform, 'RETENTION_DAYS', short);
+      expect(() => meter.applyRetention()).toThrow(`Config RETENTION_DAYS must be a whole number from 7 to 36500, found "${short}"`);
+      expect(dataRows(eventsTab(platform))).toHaveLength(7);
+    }
+    expect(spend().last_7d_cost_usd).toBe(60);
+    // At the shortest window, only the day the week no longer counts goes.
+    setConfig(platform, 'RETENTION_DAYS', 7);
+    expect(meter.applyRetention()).toMatch(/no rows older than 2026-11-15T00:00:00.000Z/);
+    expect(spend().last_7d_cost_usd).toBe(60);
+    platform.clock.set('2026-11-23T03:00:00Z');
+    expect(meter.applyRetention()).toMatch(/deleted 1 row\(s\) older than 2026-11-16T00:00:00.000Z/);
+    expect(dataRows(eventsTab(platform))).toHaveLength(6);
   });
 
   it('works at 100k rows with the same handful of service calls', () => {
