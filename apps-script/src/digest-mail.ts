@@ -7,7 +7,7 @@
  * (the spreadsheet full, Sheets timing out) does not stop the e-mail: it says so instead.
  */
 import { configText, readConfig } from './config';
-import { estimatedSentence, unpricedSentence, unreadableCostSentence, type DigestFigures } from './digest';
+import { estimatedSentence, unpricedSentence, unreadableCostSentence, usdText, type DigestFigures } from './digest';
 import { DIGEST_TAB, digestFigures, writeDigestTabs, type EventRows } from './digest-tab';
 import { errorText } from './error-text';
 import { lookerReportUrl } from './public-tab';
@@ -15,7 +15,8 @@ import type { MeterServices } from './services';
 
 const EMAIL = /^[^\s@,;]+@[^\s@,;]+\.[^\s@,;]+$/;
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
-const money = (n: number, d = 2) => `$${n.toFixed(d)}`;
+/** A cost: 2 decimals (today's 4), more when they would show a cost above 0 as $0.00 (digest.ts). */
+const money = usdText;
 /**
  * $ per 1K tokens: 4 decimals, or 2 significant digits below $0.001 (up to 10 decimals):
  * an embedding model's $0.00002 read "$0.0000 per 1K tokens", as if it cost nothing.
@@ -24,7 +25,7 @@ const perK = (n: number | null) => {
   if (n === null) return 'n/a';
   let d = 4;
   while (d < 10 && n > 0 && n < 10 ** (1 - d)) d++;
-  return money(n, d);
+  return `$${n.toFixed(d)}`;
 };
 
 export interface WeeklyDigestResult {
@@ -34,7 +35,7 @@ export interface WeeklyDigestResult {
 }
 
 /** What people should know about the costs: the part estimated, calls without a price, cells not read. */
-const notes = (f: DigestFigures) => [estimatedSentence(f), unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean);
+const notes = (f: DigestFigures) => [estimatedSentence(f, money), unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean);
 
 function plainBody(f: DigestFigures, links: Array<[string, string]>, stale: string): string {
   return [

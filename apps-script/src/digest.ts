@@ -198,15 +198,31 @@ export function unreadableCostSentence(d: DigestFigures): string {
     : `${rows} a cost that is not a number ≥ 0 (typed by hand, such as "$1.50"): left out of the costs; correct it in the events tab.`;
 }
 
-/** "$x / $y / $z": the estimated part of today's, the 7-day and the 30-day cost, as the scorecards round them. */
-export function estimatedParts(d: DigestFigures): [string, string, string] {
+/**
+ * A cost for people: to `decimals` places, or to 2 significant digits (up to 10 decimals, as
+ * roundUsd keeps) when those places would show a cost above 0 as nothing: $0.004 reads $0.0040, not $0.00.
+ */
+export function usdText(n: number, decimals = 2): string {
+  let d = decimals;
+  while (d < 10 && n > 0 && n < 10 ** -d) d++;
+  return `$${n.toFixed(d === decimals ? d : d + 1)}`;
+}
+
+/** A cost to exactly `decimals` places, as the Digest tab's scorecards (number formats) show it. */
+const fixedUsd = (n: number, decimals: number) => `$${n.toFixed(decimals)}`;
+
+/**
+ * "$x / $y / $z": the estimated part of today's, the 7-day and the 30-day cost, as the scorecards
+ * beside it round them (`usd`: the Digest tab's fixed places, or the e-mail's usdText).
+ */
+export function estimatedParts(d: DigestFigures, usd = fixedUsd): [string, string, string] {
   const { today, last7d, last30d } = d.estimated;
-  return [`$${today.toFixed(4)}`, `$${last7d.toFixed(2)}`, `$${last30d.toFixed(2)}`];
+  return [usd(today, 4), usd(last7d, 2), usd(last30d, 2)];
 }
 
 /** "$y of the last 7 days … is estimated …" for people, or '' when no cost of the 30 days is. */
-export function estimatedSentence(d: DigestFigures): string {
+export function estimatedSentence(d: DigestFigures, usd = fixedUsd): string {
   if (d.estimated.last30d === 0) return '';
-  const [today, last7d, last30d] = estimatedParts(d);
+  const [today, last7d, last30d] = estimatedParts(d, usd);
   return `${last7d} of the last 7 days (${today} of today, ${last30d} of the last 30 days) is estimated: calls cut off before the provider reported their usage, which it bills all the same; included in the costs above.`;
 }

@@ -146,6 +146,33 @@ describe('digest', () => {
     expect(mail.htmlBody).toContain('<td>$0.000020</td>');
   });
 
+  it('the weekly e-mail shows a sub-cent cost as what it is, not as $0.00', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    post(meter, {
+      events: [
+        {
+          customer_id: 'acme',
+          model: 'm-small',
+          timestamp: '2026-11-21T09:00:00Z',
+          cost_usd: 0.004,
+          error_code: 'CLIENT_CLOSED|ESTIMATED',
+        },
+        { customer_id: 'tiny', model: 'm-tiny', timestamp: '2026-11-22T09:00:00Z', cost_usd: 0.00003 },
+      ],
+    });
+    setConfig(platform, 'TEAM_EMAILS', 'finance@example.com');
+    expect(meter.sendWeeklyDigest()).toMatch(/sent to 1/);
+    const [mail] = platform.mail.sent;
+    expect(mail.subject).toBe('AI spend digest: $0.0040 in the last 7 days');
+    expect(mail.body).toContain('Cost today: $0.000030   Last 7 days: $0.0040   Last 30 days: $0.0040');
+    expect(mail.body).toContain('acme: $0.0040 (1 calls)');
+    expect(mail.body).toContain('tiny: $0.000030 (1 calls)');
+    expect(mail.body).toMatch(/m-tiny: \d+ tokens, \$0\.000030,/);
+    expect(mail.body).toContain('$0.0040 of the last 7 days ($0.0000 of today, $0.0040 of the last 30 days) is estimated');
+    expect(mail.htmlBody).toContain('<td>$0.000030</td><td>$0.0040</td><td>$0.0040</td>');
+    expect(mail.body).not.toMatch(/\$0\.00(?!\d)/);
+  });
+
   it('sendWeeklyDigest e-mails TEAM_EMAILS once, within the quota, without pii rows', () => {
     const { platform, meter } = withRows();
     expect(meter.sendWeeklyDigest()).toMatch(/TEAM_EMAILS is empty/);
