@@ -178,11 +178,18 @@ function writeAndWarn(svc: MeterServices, figures: DigestFigures, eventRows: Eve
  * the cell limit. A calls tab it cannot read fails the run once the rest is written, naming why.
  */
 export function refreshDigest(svc: MeterServices): DigestRefresh {
+  const done = refreshDigestTabs(svc);
+  if (done instanceof MeterRefusal) throw done;
+  return done;
+}
+
+/** refreshDigest's work; a calls tab it cannot read is returned (its refusal) once the rest is written, not thrown. */
+export function refreshDigestTabs(svc: MeterServices): DigestRefresh | MeterRefusal {
   const { figures, eventRows, voiceRefusal } = digestFigures(svc);
   const cells = writeAndWarn(svc, figures, eventRows);
   if (voiceRefusal) {
     svc.log(`refreshDigest: the spend figures are refreshed, the voice rollups are not: ${voiceRefusal.message}`);
-    throw voiceRefusal;
+    return voiceRefusal;
   }
   const unpriced = figures.unpriced.last7d ? `; ${figures.unpriced.last7d} call(s) without a price in 7 days` : '';
   const unreadable = figures.unreadableCosts30d

@@ -7,7 +7,7 @@ import { EVENT_FIELDS, type EventField } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import { archiveFolder } from './archive-export';
 import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY, configKey } from './config';
-import { DIGEST_TAB, refreshDigest } from './digest-tab';
+import { DIGEST_TAB, refreshDigestTabs } from './digest-tab';
 import { CALLS } from './calls-tab';
 import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab, insertTabs, movedColumns, refuseRenamed } from './tabs';
 import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
@@ -234,6 +234,22 @@ function orNote(report: SetupReport, step: () => void, what = ''): void {
   }
 }
 
+const rethrow = (error: unknown) => () => {
+  throw error;
+};
+
+/** The Digest refreshed by setup(): a calls tab it cannot read holds back only the voice block, and the note says so. */
+function refreshForSetup(svc: MeterServices, report: SetupReport): void {
+  orNote(
+    report,
+    () => {
+      const done = refreshDigestTabs(svc);
+      if (done instanceof MeterRefusal) orNote(report, rethrow(done), 'Digest refreshed but for its voice block: ');
+    },
+    'Digest not refreshed: ',
+  );
+}
+
 export function setup(svc: MeterServices): SetupReport {
   const report: SetupReport = { changes: [], notes: [] };
   if (svc.spreadsheet.getSpreadsheetTimeZone() !== SHEET_TIME_ZONE) {
@@ -248,7 +264,7 @@ export function setup(svc: MeterServices): SetupReport {
   }
   report.notes.push(archiveNote(svc));
   if (!svc.spreadsheet.getSheetByName(DIGEST_TAB)) report.changes.push('created the Digest and events_public tabs');
-  orNote(report, () => refreshDigest(svc), 'Digest not refreshed: ');
+  refreshForSetup(svc, report);
   setupTriggers(svc, report);
   return report;
 }

@@ -168,6 +168,15 @@ describe('the calls tab with columns moved by hand, read', () => {
     expect(platform.mail.sent[0].subject).toBe('AI spend digest: $12.50 in the last 7 days');
   });
 
+  it("setup() says the Digest's spend figures were refreshed and only its voice block was not", () => {
+    const { platform, meter } = meterWithCallsMoved();
+    expect(post(meter, { events: [{ event_id: 'spent', cost_usd: 12.5 }] })).toMatchObject({ ok: true, appended: 1 });
+    const said = meter.setup();
+    expect(said).not.toMatch(/Digest not refreshed/);
+    expect(said).toMatch(/Note: Digest refreshed but for its voice block: calls: columns were moved by hand/);
+    expect(platform.spreadsheet.tab('Digest')!.data[3].slice(0, 3)).toEqual([12.5, 12.5, 12.5]);
+  });
+
   it('the export of the calls tab refuses with config_error', () => {
     const { meter } = meterWithCallsMoved();
     const answer = callJson(meter, 'doGet', { action: 'export', what: 'calls', since: '2026-11-01', token: SECRET });
