@@ -102,13 +102,26 @@ describe.each([
     expect(await s.get('live')).not.toBeNull();
   });
 
-  it('the monthly pause is off until set, and can be lifted', async () => {
+  it("a month's spend starts at 0 without a rollup; calls' costs add up, even at once, each month apart; the rollup is the last posted", async () => {
     const s = make();
-    expect(await s.monthlyPaused()).toBe(false);
-    await s.setMonthlyPaused(true);
-    expect(await s.monthlyPaused()).toBe(true);
-    await s.setMonthlyPaused(false);
-    expect(await s.monthlyPaused()).toBe(false);
+    expect(await s.monthSpend(['2026-11', '2026-10'])).toEqual([
+      { usd: 0, rollup: null },
+      { usd: 0, rollup: null },
+    ]);
+    const adds = await Promise.all(Array.from({ length: 20 }, () => s.addMonthSpend('2026-11', 0.25)));
+    expect(adds.map((a) => a.after.usd).sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => (i + 1) * 0.25));
+    expect(adds.every((a) => a.after.usd === a.before.usd + 0.25)).toBe(true);
+    expect(await s.setMonthRollup('2026-11', 40)).toEqual({ before: { usd: 5, rollup: null }, after: { usd: 5, rollup: 40 } });
+    expect(await s.setMonthRollup('2026-11', 12.5)).toEqual({ before: { usd: 5, rollup: 40 }, after: { usd: 5, rollup: 12.5 } });
+    expect(await s.monthSpend(['2026-11', '2026-12'])).toEqual([
+      { usd: 5, rollup: 12.5 },
+      { usd: 0, rollup: null },
+    ]);
+    expect([await s.firstAtMonth('2026-12'), await s.firstAtMonth('2026-12'), await s.firstAtMonth('2027-01')]).toEqual([
+      true,
+      false,
+      true,
+    ]);
   });
 });
 

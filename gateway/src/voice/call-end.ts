@@ -98,9 +98,19 @@ function event(fields: Partial<EventRecord> & Pick<EventRecord, 'provider' | 'mo
   };
 }
 
+/**
+ * What a call cost, as the meter counts it: the model's audio and text with the caller's
+ * transcriptions (the record's est_audio_cost_usd), and its telephony when priced in USD (null: not
+ * metered). The month's voice spend adds this at the call's end.
+ */
+export function callCostUsd(record: CallRecord, telephonyUsd: number | null): number {
+  return record.est_audio_cost_usd + (telephonyUsd ?? 0);
+}
+
 /** Sends everything that follows from a finished call. Nothing here is awaited by the caller's answer except the record. */
 /** `tenant`: the customer_id of the call's events (the phone bridge's VOICE_TENANT; none for the endpoints'). */
-export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps, responsesMetered = false, tenant = ''): void {
+/** Answers what the call cost, as metered (callCostUsd). */
+export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDeps, responsesMetered = false, tenant = ''): number {
   deps.calls.send(record);
   const s = call.state;
   // Each response already went to the meter with its own usage: sending the total again would count it twice.
@@ -121,15 +131,17 @@ export function afterCall(record: CallRecord, call: StoredCall, deps: CallEndDep
         ...(s.unpricedTextTokens ? { error_code: markUnpriced('') } : {}),
       }),
     );
-  if (record.telephony_minutes > 0) telephonyCost(record, deps, tenant);
+  const telephony = record.telephony_minutes > 0 ? telephonyCost(record, deps, tenant) : null;
   void postSummary(record, deps);
+  return callCostUsd(record, telephony);
 }
 
 /**
  * The call's telephony cost as a meter event, from the rates file; a file that cannot be read, or
  * whose rate for the country is not a price, is logged (the call's end, record and summary go on).
+ * Answers the USD metered (null: none).
  */
-function telephonyCost(record: CallRecord, deps: CallEndDeps, tenant: string): void {
+function telephonyCost(record: CallRecord, deps: CallEndDeps, tenant: string): number | null {
   let rate: ReturnType<typeof inboundRate>;
   try {
     rate = record.country ? inboundRate(deps.rates(), record.country) : null;
@@ -137,27 +149,32 @@ function telephonyCost(record: CallRecord, deps: CallEndDeps, tenant: string): v
     deps.log.error(
       `call ${record.call_id}: telephony cost not metered: the rates file: ${(error as Error).message} (npm run concierge:rates -- ${record.country} writes it again)`,
     );
-    return;
+    return null;
   }
   // The meter counts USD: a rate in another currency (an account priced in EUR) would be counted as that many dollars.
-  if (rate && rate.unit.toUpperCase() !== 'USD')
-    return void deps.log.error(
+  if (rate && rate.unit.toUpperCase() !== 'USD') {
+    deps.log.error(
       `call ${record.call_id}: telephony cost not metered: the rates file prices ${record.country} in ${rate.unit}, and the meter counts USD`,
     );
-  if (rate)
-    deps.events.send(
-      event({
-        provider: 'twilio',
-        model: `voice-inbound-${record.country.toLowerCase()}`,
-        cost_usd: Number((record.telephony_minutes * rate.perMinute).toFixed(6)),
-        job_id: record.call_id,
-        customer_id: tenant,
-      }),
-    );
-  else
+    return null;
+  }
+  if (!rate) {
     deps.log.error(
       `call ${record.call_id}: no telephony rate for country "${record.country || 'unknown'}" (run npm run concierge:rates -- ${record.country || '<ISO>'}); telephony cost not metered, no global rate assumed`,
     );
+    return null;
+  }
+  const usd = Number((record.telephony_minutes * rate.perMinute).toFixed(6));
+  deps.events.send(
+    event({
+      provider: 'twilio',
+      model: `voice-inbound-${record.country.toLowerCase()}`,
+      cost_usd: usd,
+      job_id: record.call_id,
+      customer_id: tenant,
+    }),
+  );
+  return usd;
 }
 
 async function postSummary(record: CallRecord, deps: CallEndDeps): Promise<void> {

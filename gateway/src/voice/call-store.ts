@@ -1,7 +1,9 @@
 /**
  * Where calls live between the voice server's requests. In Redis (a day, or an hour after the call
- * ends), so any gateway instance can take the next event of a call; the monthly pause is a Redis
- * flag every instance honours. Without Redis, an in-process store with the same behaviour.
+ * ends), so any gateway instance can take the next event of a call; the month's voice spend (what
+ * its ended calls cost, and the last monthly rollup posted in it) is kept per UTC month in Redis
+ * too, so every instance pauses new calls alike. Without Redis, an in-process store with the same
+ * behaviour.
  *
  * A change to a call is data (`Op`), applied by the store's `reduce`. In Redis each change is
  * appended, atomically and in order, to the call's list of changes by one script, which answers
@@ -20,6 +22,21 @@ export interface CallTtl {
   endedS: number;
 }
 const CALL_TTL: CallTtl = { liveS: 24 * 3600, endedS: 3600 };
+
+/** How long a month's spend is kept: some 40 days, past the month's end. */
+const MONTH_TTL_S = 40 * 86_400;
+
+/** A UTC month's voice spend: what its ended calls cost (USD), and the last rollup posted in it (null: none). */
+export interface MonthSpend {
+  usd: number;
+  rollup: number | null;
+}
+
+/** A stored amount: finite and >= 0, else none (0, or no rollup). */
+const amount = (v: string | null | undefined): number | null => {
+  const n = v === null || v === undefined ? NaN : Number(v);
+  return Number.isFinite(n) && n >= 0 ? n : null;
+};
 
 export interface StoredCall {
   /** The call record, once the call ended (ending again answers it). */
@@ -58,8 +75,14 @@ export interface VoiceStore<Op> {
   get(id: string): Promise<StoredCall | null>;
   /** Appends a change, atomically and in order; the call with every change up to it applied. Null: no such call. */
   apply(id: string, op: Op): Promise<StoredCall | null>;
-  monthlyPaused(): Promise<boolean>;
-  setMonthlyPaused(paused: boolean): Promise<void>;
+  /** The spend of each month asked (`YYYY-MM`, UTC), in one read. */
+  monthSpend(months: string[]): Promise<MonthSpend[]>;
+  /** Adds a call's cost to its month, atomically; the month's spend before and after. */
+  addMonthSpend(month: string, usd: number): Promise<{ before: MonthSpend; after: MonthSpend }>;
+  /** Keeps a rollup as the month's last; the month's spend before and after. */
+  setMonthRollup(month: string, usd: number): Promise<{ before: MonthSpend; after: MonthSpend }>;
+  /** True for the first caller only, per month: who logs that the pause lifted at the month's turn. */
+  firstAtMonth(month: string): Promise<boolean>;
 }
 
 const ttlOf = (call: StoredCall, ttl: CallTtl) => (call.ended_at ? ttl.endedS : ttl.liveS);
@@ -67,7 +90,8 @@ const ttlOf = (call: StoredCall, ttl: CallTtl) => (call.ended_at ? ttl.endedS : 
 /** In process: the same lifetimes; every call in and out is a copy, as JSON in Redis is. */
 export class MemoryVoiceStore<Op> implements VoiceStore<Op> {
   private readonly calls = new ExpiringMap<StoredCall>();
-  private paused = false;
+  private readonly months = new Map<string, MonthSpend>();
+  private readonly turns = new Set<string>();
   constructor(
     private readonly reduce: Reduce<Op>,
     private readonly ttl: CallTtl = CALL_TTL,
@@ -89,11 +113,28 @@ export class MemoryVoiceStore<Op> implements VoiceStore<Op> {
     this.calls.set(id, structuredClone(next), ttlOf(next, this.ttl));
     return next;
   }
-  async monthlyPaused() {
-    return this.paused;
+  private month(month: string): MonthSpend {
+    return { ...(this.months.get(month) ?? { usd: 0, rollup: null }) };
   }
-  async setMonthlyPaused(paused: boolean) {
-    this.paused = paused;
+  async monthSpend(months: string[]) {
+    return months.map((m) => this.month(m));
+  }
+  async addMonthSpend(month: string, usd: number) {
+    const before = this.month(month);
+    const after = { ...before, usd: before.usd + usd };
+    this.months.set(month, after);
+    return { before, after: { ...after } };
+  }
+  async setMonthRollup(month: string, usd: number) {
+    const before = this.month(month);
+    const after = { ...before, rollup: usd };
+    this.months.set(month, after);
+    return { before, after: { ...after } };
+  }
+  async firstAtMonth(month: string) {
+    if (this.turns.has(month)) return false;
+    this.turns.add(month);
+    return true;
   }
 }
 
@@ -177,11 +218,35 @@ export class RedisVoiceStore<Op> implements VoiceStore<Op> {
       .catch(() => undefined);
     return next;
   }
-  async monthlyPaused() {
-    return (await this.redis.get(`${this.prefix}:voice:monthly_paused`)) === '1';
+  /** A month's keys: what its calls cost (INCRBYFLOAT), its last rollup, and the mark of its turn. */
+  private monthKeys(month: string): [string, string, string] {
+    const m = `${this.prefix}:voice:month:${month}`;
+    return [`${m}:usd`, `${m}:rollup`, `${m}:turn`];
   }
-  async setMonthlyPaused(paused: boolean) {
-    if (paused) await this.redis.set(`${this.prefix}:voice:monthly_paused`, '1');
-    else await this.redis.del(`${this.prefix}:voice:monthly_paused`);
+  async monthSpend(months: string[]) {
+    const values = await this.redis.mget(...months.flatMap((m) => this.monthKeys(m).slice(0, 2)));
+    return months.map((_, i) => ({ usd: amount(values[2 * i]) ?? 0, rollup: amount(values[2 * i + 1]) }));
+  }
+  async addMonthSpend(month: string, usd: number) {
+    const [spent, rollup] = this.monthKeys(month);
+    const out = (await this.redis.multi().get(spent).incrbyfloat(spent, usd).expire(spent, MONTH_TTL_S).get(rollup).exec()) ?? [];
+    const failed = out.find(([e]) => e);
+    if (failed || out.length < 4) throw failed?.[0] ?? new Error('the month spend transaction was aborted');
+    const r = amount(out[3]![1] as string | null);
+    return {
+      before: { usd: amount(out[0]![1] as string | null) ?? 0, rollup: r },
+      after: { usd: amount(out[1]![1] as string) ?? 0, rollup: r },
+    };
+  }
+  async setMonthRollup(month: string, usd: number) {
+    const [spent, rollup] = this.monthKeys(month);
+    const out = (await this.redis.multi().get(spent).get(rollup).set(rollup, String(usd), 'EX', MONTH_TTL_S).exec()) ?? [];
+    const failed = out.find(([e]) => e);
+    if (failed || out.length < 3) throw failed?.[0] ?? new Error('the month rollup transaction was aborted');
+    const own = amount(out[0]![1] as string | null) ?? 0;
+    return { before: { usd: own, rollup: amount(out[1]![1] as string | null) }, after: { usd: own, rollup: usd } };
+  }
+  async firstAtMonth(month: string) {
+    return (await this.redis.set(this.monthKeys(month)[2], '1', 'EX', MONTH_TTL_S, 'NX')) === 'OK';
   }
 }

@@ -2,8 +2,10 @@
  * The voice concierge's call service, behind the voice server's endpoints (endpoints.ts):
  *   start    answer or voicemail, with the consent line; 503 monthly_cap while new calls pause
  *   events   the spend guard over an event or a batch of events, all-or-nothing
- *   end      the call record, once (ending again answers the same record)
- *   rollup   monthly spend; at or over the cap new calls pause on every instance
+ *   end      the call record, once (ending again answers the same record); its cost added to the month's
+ *   rollup   the meter's monthly spend; at or over the cap new calls pause on every instance
+ * New calls pause while the UTC month's own spend (what its ended calls cost) or the last rollup
+ * posted in it is at or over spend_guard.monthly_usd_cap; a new month starts at 0.
  * Call state lives in the call store (call-store.ts), so any gateway instance takes any request.
  * A batch is checked first (a bad event refuses it, naming it), then applied as one change that
  * the store appends atomically: concurrent batches for one call are all applied, in one order.
@@ -12,9 +14,9 @@ import { randomUUID } from 'node:crypto';
 import { isOpen, parseBusinessHours, type Window } from './business-hours';
 import type { Concierge } from './config';
 import { applyEvent, guardConfig, newCall, VoiceEventError, type CallState, type GuardConfig, type VoiceEvent } from './spend-guard';
-import { afterCall, buildCallRecord, endRefusal, type CallEndDeps } from './call-end';
+import { afterCall, buildCallRecord, callCostUsd, endRefusal, type CallEndDeps } from './call-end';
 import type { EndCallBody, StartCallBody } from './bodies';
-import type { GuardBatch, Reduce, StoredCall, VoiceStore } from './call-store';
+import type { GuardBatch, MonthSpend, Reduce, StoredCall, VoiceStore } from './call-store';
 import { anotherBatch, eventKey, keptKey, withKey } from './event-keys';
 import type { Workflow } from './workflow';
 
@@ -61,6 +63,10 @@ export function callReducer(config: Concierge): Reduce<CallChange> {
 
 type RollupEvent = { type: 'billing.monthly_rollup'; monthly_usd: number };
 
+/** A time's UTC month, `YYYY-MM`, and the month before it. */
+const monthOf = (at: Date) => at.toISOString().slice(0, 7);
+const monthBefore = (at: Date) => monthOf(new Date(Date.UTC(at.getUTCFullYear(), at.getUTCMonth() - 1, 1)));
+
 export interface VoiceDeps {
   config: Concierge;
   store: VoiceStore<CallChange>;
@@ -82,6 +88,8 @@ export class VoiceService {
     return this.deps.workflow;
   }
   private readonly hours: Window[];
+  /** The month whose turn this instance has looked at (whether the month before was paused). */
+  private turnSeen = '';
   constructor(private readonly deps: VoiceDeps) {
     this.guard = guardConfig(deps.config);
     const parsed = parseBusinessHours(deps.config.meta.business_hours_local);
@@ -99,7 +107,7 @@ export class VoiceService {
     const at = input.at ? new Date(input.at) : this.now();
     // While new calls are paused a new one is kept as a voicemail call with the pause reason, so its
     // record can say why it was not answered.
-    const paused = await this.deps.store.monthlyPaused();
+    const paused = await this.monthlyPaused();
     const open = isOpen(this.hours, at, c.meta.timezone);
     const voicemailReason = paused
       ? 'monthly_cap'
@@ -231,14 +239,18 @@ export class VoiceService {
     const call = await this.deps.store.apply(id, { kind: 'end', body, at: now.toISOString(), by });
     if (!call) return { status: 404, body: { error: `no call ${id} (start it with POST /v1/voice/calls)` } };
     const fresh = call.endedBy === by; // this request's change made the record
-    if (fresh && this.deps.afterCall)
-      afterCall(
-        call.record!,
-        call,
-        { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log },
-        body.responses_metered,
-        tenant,
-      );
+    if (fresh) {
+      const usd = this.deps.afterCall
+        ? afterCall(
+            call.record!,
+            call,
+            { ...this.deps.afterCall, config: this.deps.config, log: this.deps.log },
+            body.responses_metered,
+            tenant,
+          )
+        : callCostUsd(call.record!, null);
+      await this.addToMonth(id, usd);
+    }
     return { status: 200, body: call.record, fresh };
   }
 
@@ -255,10 +267,49 @@ export class VoiceService {
     return this.deps.store.get(id);
   }
 
+  /** Whether a month's spend pauses new calls: its own total, or its last rollup, at or over the cap. */
+  private over(m: MonthSpend): boolean {
+    const cap = this.deps.config.spend_guard.monthly_usd_cap;
+    return m.usd >= cap || (m.rollup !== null && m.rollup >= cap);
+  }
+
+  /**
+   * Whether new calls pause now: one read of the month's spend. The first start of a month on this
+   * instance reads the month before too, and the pause it held lifting is logged once in the fleet.
+   */
+  private async monthlyPaused(): Promise<boolean> {
+    const now = this.now();
+    const month = monthOf(now);
+    if (this.turnSeen === month) return this.over((await this.deps.store.monthSpend([month]))[0]!);
+    this.turnSeen = month;
+    const [current, before] = await this.deps.store.monthSpend([month, monthBefore(now)]);
+    const paused = this.over(current!);
+    if (!paused && this.over(before!) && (await this.deps.store.firstAtMonth(month)))
+      this.deps.log.warn(`voice: new calls resumed: a new month (${month}) began`);
+    return paused;
+  }
+
+  /**
+   * Adds an ended call's cost to the month's spend (once: only the end that made the record adds).
+   * A store that fails here is logged; the call's record stands, and its cost is not counted.
+   */
+  private async addToMonth(id: string, usd: number): Promise<void> {
+    if (!Number.isFinite(usd) || usd <= 0) return;
+    const month = monthOf(this.now());
+    try {
+      const { before, after } = await this.deps.store.addMonthSpend(month, usd);
+      if (!this.over(before) && this.over(after))
+        this.deps.log.warn(`voice: monthly spend ${Number(after.usd.toFixed(6))} USD reached the cap; new calls paused`);
+    } catch (error) {
+      this.deps.log.error(`call ${id}: its cost (${usd} USD) was not added to the month's voice spend: ${(error as Error).message}`);
+    }
+  }
+
+  /** The meter's rollup of the month's spend, kept as the month's last (the month it is posted in, UTC). */
   async rollup(monthlyUsd: number): Promise<void> {
-    const paused = monthlyUsd >= this.deps.config.spend_guard.monthly_usd_cap;
-    if (paused !== (await this.deps.store.monthlyPaused()))
+    const { before, after } = await this.deps.store.setMonthRollup(monthOf(this.now()), monthlyUsd);
+    const paused = this.over(after);
+    if (paused !== this.over(before))
       this.deps.log.warn(paused ? `voice: monthly spend ${monthlyUsd} USD reached the cap; new calls paused` : 'voice: new calls resumed');
-    await this.deps.store.setMonthlyPaused(paused);
   }
 }
