@@ -316,8 +316,9 @@ export function growFor(ss: Spreadsheet, sheet: Sheet, lastRow: number, spare: n
 /**
  * Sizes the tab to exactly `columns` wide and at least `rows` tall; one taller than `rows` + `spare`
  * (left at a past peak) is cut to that, so its cells go back to the other tabs. One shorter than
- * `rows` grows to `rows` + `spare` (to `rows` alone when the spare would pass the cell limit): grown
- * to `rows` exactly, it was full again at the next row its source gained. The new grid is
+ * `rows` + `spare` grows to that (when that would pass the cell limit, one shorter than `rows` grows
+ * to `rows` alone, any other keeps its rows): grown to `rows` exactly, it was full again at the next
+ * row its source gained, and topped up only once full, it ran out every other refresh. The new grid is
  * checked against the cell limit first, so a refused resize changes nothing. Rows are cut from the
  * bottom, never below `rows`: a resize cut off half-way leaves a tab that still holds its data.
  */
@@ -325,11 +326,12 @@ export function fitGrid(ss: Spreadsheet, sheet: Sheet, rows: number, columns: nu
   const maxRows = sheet.getMaxRows();
   const maxCols = sheet.getMaxColumns();
   const added = (height: number) => height * columns - maxRows * maxCols;
-  const growing = maxRows < rows;
+  // Short of its spare rows (its source gained rows since the last fit): topped up, not only once full.
+  const short = maxRows < rows + spare;
   let height = Math.min(Math.max(maxRows, rows), rows + spare);
-  const cells = growing || added(height) > 0 ? spreadsheetCells(ss) : 0;
+  const cells = short || added(height) > 0 ? spreadsheetCells(ss) : 0;
   if (added(height) > 0) refusePastLimit(cells, added(height), `a grid of ${height} rows by ${columns} columns in "${sheet.getName()}"`);
-  if (growing && cells + added(rows + spare) <= SPREADSHEET_CELL_LIMIT) height = rows + spare;
+  if (short && cells + added(rows + spare) <= SPREADSHEET_CELL_LIMIT) height = rows + spare;
   if (maxRows > height) sheet.deleteRows(height + 1, maxRows - height);
   if (maxCols > columns) sheet.deleteColumns(columns + 1, maxCols - columns);
   else if (maxCols < columns) sheet.insertColumnsAfter(maxCols, columns - maxCols);

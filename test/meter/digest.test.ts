@@ -382,6 +382,31 @@ describe('events_public as the events tab grows', () => {
     expect(eventsTab(platform).getLastRow()).toBeLessThanOrEqual(pub.maxRows);
   });
 
+  it('keeps room for the next hours at every refresh, not only at one that grows the tab (2,000 events an hour, hour after hour)', () => {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const hour = Date.parse('2026-11-22T09:00:00Z');
+    eventsTab(platform).loadRows(
+      2,
+      Array.from({ length: 6000 }, (_, i) => [`e${i}`, new Date(hour + i * 1800), ...Array(17).fill('')]),
+    );
+    const pub = () => platform.spreadsheet.tab('events_public')!;
+    for (let h = 12; h < 16; h++) {
+      platform.clock.set(`2026-11-22T${h}:00:30Z`);
+      expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+      // Twice the busiest hour's 2,000 beyond the events, as each refresh says it keeps.
+      expect(pub().maxRows - eventsTab(platform).getLastRow()).toBeGreaterThanOrEqual(4000);
+      platform.clock.set(`2026-11-22T${h}:59:00Z`);
+      for (let batch = 0; batch < 4; batch++) {
+        const events = Array.from({ length: 500 }, (_, i) => ({
+          event_id: `h${h}-${batch}-${i}`,
+          timestamp: new Date(Date.parse(`2026-11-22T${h}:00:00Z`) + (batch * 500 + i) * 1700).toISOString(),
+        }));
+        expect(post(meter, { events })).toMatchObject({ ok: true, appended: 500 });
+      }
+      expect(eventsTab(platform).getLastRow()).toBeLessThanOrEqual(pub().maxRows);
+    }
+  });
+
   it('keeps no more than 10,000 spare rows for a backlog stamped within one hour (events imported at once)', () => {
     const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
     eventsTab(platform).loadRows(
