@@ -213,6 +213,19 @@ describe('what the caller heard (playback)', () => {
     expect(p.heard()).toEqual([{ item: 'A', ms: 580 }]);
   });
 
+  it('an answer queued behind one whose marks come back late is heard from when that one ends, though its audio resumes after a pause meanwhile', () => {
+    let t = 0;
+    const p = new Playback(() => t);
+    const a = p.sent('A', 8 * 300)!; // 300 ms, marked
+    p.sent('B', 8 * 100); // queued behind it, by the estimate from 300 ms
+    t = 500; // by the estimate all of B sent so far has played, but Twilio is still playing A
+    p.sent('B', 8 * 100);
+    t = 600;
+    p.echoed(a); // A has played only now: B starts now
+    t = 650;
+    expect(p.heard()).toEqual([{ item: 'B', ms: 50 }]);
+  });
+
   it('after a clear nothing is playing, and echoes of the cleared marks change nothing', () => {
     let t = 0;
     const p = new Playback(() => t);

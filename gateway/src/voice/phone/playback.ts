@@ -63,9 +63,11 @@ export class Playback {
       segment = { item, sentMs: 0, heardMs: 0, anchorAt: Math.max(this.now(), previousEnds) };
       this.segments.push(segment);
       this.unmarkedMs = 0;
-    } else if (this.position(segment) >= segment.sentMs) {
+    } else if (this.position(segment) >= segment.sentMs && this.firstUnheard(segment)) {
       // All of it sent so far has played (the model paused mid-answer): Twilio played silence
-      // meanwhile, and what comes now plays from now, not from where the estimate ran on to.
+      // meanwhile, and what comes now plays from now, not from where the estimate ran on to. Not
+      // while an item before it is still unheard by its marks (they come back late): it starts when
+      // that one's last mark comes back (echoed), which a position set here would keep it from.
       segment.heardMs = segment.sentMs;
       segment.anchorAt = this.now();
     }
@@ -139,6 +141,12 @@ export class Playback {
     this.pending.clear();
     this.segments = [];
     this.unmarkedMs = 0;
+  }
+
+  /** Whether no item before this one is still unheard by its marks (marks come back in order: the first pending is the earliest). */
+  private firstUnheard(s: Segment): boolean {
+    const first = this.pending.values().next().value;
+    return !first || first.segment === s;
   }
 
   /** Where playback of an item is now: its last echoed position plus the time since, within what was sent. */
