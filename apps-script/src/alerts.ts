@@ -87,12 +87,14 @@ function usdCap(cap: number): string {
 }
 
 /**
- * A cost beside its cap, to `decimals` or as many more as it takes not to read as the cap (up to
- * 10, roundUsd's): a 7-day cost of $200.004 crossing a $200 cap read "$200.00 of $200.00".
+ * A cost beside its cap, to `decimals` or as many more as it takes not to read as the cap, nor as
+ * nothing when it is not (up to 10, roundUsd's): a 7-day cost of $200.004 crossing a $200 cap read
+ * "$200.00 of $200.00", and today's $0.00003 beside a crossed 7-day cap "$0.0000".
  */
 function usdBeside(value: number, cap: number, decimals: number): string {
   let d = decimals;
-  while (d < 10 && value !== cap && usd(value, d) === usd(cap, d)) d++;
+  const hidden = () => (value !== cap && usd(value, d) === usd(cap, d)) || (value > 0 && Number(value.toFixed(d)) === 0);
+  while (d < 10 && hidden()) d++;
   return usd(value, d);
 }
 

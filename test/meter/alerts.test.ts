@@ -242,6 +242,22 @@ describe('checkSpendCaps', () => {
     expect(body.text).toContain('Last 7 days: $200.004 of $200.00 7-day cap.');
   });
 
+  it("a cost above zero beside a crossed cap reads as above zero: today's $0.00003 is not $0.0000", () => {
+    setConfig(platform, 'BURN_7D_CAP_USD', 200);
+    post(meter, {
+      events: [
+        { timestamp: '2026-11-20T01:00:00Z', cost_usd: 250 },
+        { timestamp: '2026-11-22T01:00:00Z', cost_usd: 0.00003 },
+      ],
+    });
+    meter.checkSpendCaps();
+    const body = platform.urlFetch.payloads()[0];
+    expect(body.blocks[0].text.text).toMatch(/7-day cap crossed/);
+    const fields = body.blocks[1].fields.map((f: { text: string }) => f.text).join('\n');
+    expect(fields).toContain('$0.00003 of $50.00 cap');
+    expect(body.text).toContain('Today: $0.00003 of $50.00 daily cap.');
+  });
+
   it('a failed post is retried on the next run, and the webhook never reaches the log', () => {
     setConfig(platform, 'DAILY_CAP_USD', 1);
     post(meter, { cost_usd: 2 });
