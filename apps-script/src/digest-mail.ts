@@ -34,10 +34,13 @@ export interface WeeklyDigestResult {
   message: string;
 }
 
+/** The line saying the calls tab was not read (why: its refusal's message). */
+const voiceUnread = (why: string) => `The voice rollups (calls tab) were not read, the Digest's voice block left n/a: ${why}`;
+
 /** What people should know about the costs: the part estimated, calls without a price, cells not read. */
 const notes = (f: DigestFigures) => [estimatedSentence(f, money), unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean);
 
-function plainBody(f: DigestFigures, links: Array<[string, string]>, stale: string): string {
+function plainBody(f: DigestFigures, links: Array<[string, string]>, stale: string, unread: string): string {
   return [
     `AI spend digest, week to ${f.generatedAt.slice(0, 10)} (UTC)`,
     '',
@@ -54,12 +57,13 @@ function plainBody(f: DigestFigures, links: Array<[string, string]>, stale: stri
     '',
     ...links.map(([label, url]) => `${label}: ${url}`),
     ...(stale ? [`The Digest tab could not be refreshed: ${stale}.`] : []),
+    ...(unread ? [`${voiceUnread(unread)}.`] : []),
     '',
     `Rows flagged as personal data (${f.piiRowsExcluded}) are left out.`,
   ].join('\n');
 }
 
-function htmlBody(f: DigestFigures, links: Array<[string, string]>, stale: string): string {
+function htmlBody(f: DigestFigures, links: Array<[string, string]>, stale: string, unread: string): string {
   const table = (head: string[], body: string[][]) =>
     `<table cellpadding="4" style="border-collapse:collapse"><tr>${head.map((h) => `<th align="left">${esc(h)}</th>`).join('')}</tr>` +
     body.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join('')}</tr>`).join('') +
@@ -80,6 +84,7 @@ function htmlBody(f: DigestFigures, links: Array<[string, string]>, stale: strin
     ),
     `<p>${links.map(([label, url]) => `<a href="${esc(url)}">${esc(label)}</a>`).join(' · ')}</p>`,
     ...(stale ? [`<p>The Digest tab could not be refreshed: ${esc(stale)}.</p>`] : []),
+    ...(unread ? [`<p>${esc(voiceUnread(unread))}.</p>`] : []),
     `<p style="color:#666">Rows flagged as personal data (${f.piiRowsExcluded}) are left out.</p>`,
   ].join('\n');
 }
@@ -120,19 +125,24 @@ export function sendWeeklyDigest(svc: MeterServices): WeeklyDigestResult {
     );
   }
   // A calls tab it cannot read leaves the Digest tab's voice block unread (and says so there): the e-mail has no voice figures.
+  // Said apart from a tab not refreshed: its spend figures were.
   const { figures, eventRows, voiceRefusal } = digestFigures(svc);
-  const stale = [refreshTabs(svc, figures, eventRows), voiceRefusal ? `its voice rollups were not read: ${voiceRefusal.message}` : '']
-    .filter(Boolean)
-    .join('; ');
+  const stale = refreshTabs(svc, figures, eventRows);
+  const unread = voiceRefusal?.message ?? '';
   const links = digestLinks(svc, config);
   svc.mail.sendEmail({
     to: listed.join(','),
     subject: `AI spend digest: ${money(figures.last7d)} in the last 7 days`,
-    body: plainBody(figures, links, stale),
-    htmlBody: htmlBody(figures, links, stale),
+    body: plainBody(figures, links, stale, unread),
+    htmlBody: htmlBody(figures, links, stale, unread),
     name: 'AI usage meter',
   });
-  return finish(true, listed, `sent to ${listed.length} recipient(s)${stale ? `; the Digest tab could not be refreshed (${stale})` : ''}`);
+  const notRead = unread ? `; the voice rollups were not read: ${unread}` : '';
+  return finish(
+    true,
+    listed,
+    `sent to ${listed.length} recipient(s)${stale ? `; the Digest tab could not be refreshed (${stale})` : ''}${notRead}`,
+  );
 }
 
 /**

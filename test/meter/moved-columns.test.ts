@@ -177,6 +177,22 @@ describe('the calls tab with columns moved by hand, read', () => {
     expect(platform.spreadsheet.tab('Digest')!.data[3].slice(0, 3)).toEqual([12.5, 12.5, 12.5]);
   });
 
+  it('the weekly e-mail does not say the Digest tab could not be refreshed when only its voice block was not', () => {
+    const { platform, meter } = meterWithCallsMoved();
+    expect(post(meter, { events: [{ event_id: 'spent', cost_usd: 12.5 }] })).toMatchObject({ ok: true, appended: 1 });
+    setConfig(platform, 'TEAM_EMAILS', 'finance@example.com');
+    const result = meter.sendWeeklyDigest();
+    expect(result).not.toMatch(/could not be refreshed/);
+    expect(result).toMatch(/^sent to 1 recipient\(s\); the voice rollups were not read: calls: columns were moved by hand/);
+    const [mail] = platform.mail.sent;
+    expect(mail.body).not.toMatch(/could not be refreshed/);
+    expect(mail.htmlBody).not.toMatch(/could not be refreshed/);
+    expect(mail.body).toMatch(
+      /The voice rollups \(calls tab\) were not read, the Digest's voice block left n\/a: calls: columns were moved by hand/,
+    );
+    expect(mail.htmlBody).toMatch(/The voice rollups \(calls tab\) were not read, the Digest's voice block left n\/a/);
+  });
+
   it('the export of the calls tab refuses with config_error', () => {
     const { meter } = meterWithCallsMoved();
     const answer = callJson(meter, 'doGet', { action: 'export', what: 'calls', since: '2026-11-01', token: SECRET });
