@@ -194,6 +194,38 @@ describe('phone bridge: the keypad', () => {
     expect('Please type your booking number.'.startsWith(before.slice(0, -1))).toBe(true);
   });
 
+  it('keys pressed while the model pauses mid-answer (all of it sent so far heard) cut it as speaking does: truncated where it stopped, its line marked cut', async () => {
+    s = await bridgeStack(undefined, { keypadPauseMs: 300 });
+    const greeting = assistantAudio(300);
+    const talk = brain({ greeting: { audio: greeting, transcript: 'consent line' } });
+    s.realtime.brain = (ctx) => (ctx.trigger === 'turn' ? null : talk(ctx)); // the answer below is the test's
+    const call = await s.twilio.call('CA1215');
+    const conn = await until<RtConn>(s.realtime, 'connection');
+    await until(call, 'frame', () => call.playedBytes >= greeting.length, 'the consent line heard');
+    speak(call, 400); // agrees
+    await serverEvent(conn, 'input_audio_buffer.committed');
+    const base = { response_id: 'resp_pause', item_id: 'item_pause', output_index: 0, content_index: 0 };
+    conn.send({ type: 'response.created', response: { id: 'resp_pause', status: 'in_progress', output: [], metadata: null } });
+    conn.send({ type: 'response.output_audio.delta', ...base, delta: assistantAudio(300).toString('base64') });
+    conn.send({ type: 'response.output_audio_transcript.delta', ...base, delta: 'Our prices' });
+    const sent = greeting.length + 2400;
+    await until(call, 'frame', () => call.receivedBytes >= sent && call.echoedBytes === call.receivedBytes, 'all of it heard');
+    const truncated = clientEvent(conn, 'conversation.item.truncate');
+    press(call, '9#'); // in the pause
+    expect(await truncated).toMatchObject({ item_id: 'item_pause', content_index: 0, audio_end_ms: 300 });
+    conn.send({ type: 'response.output_audio.delta', ...base, delta: assistantAudio(2000).toString('base64') });
+    conn.send({ type: 'response.output_audio_transcript.delta', ...base, delta: ' start at fifty euros a month.' });
+    conn.send({ type: 'response.output_audio.done', ...base });
+    conn.send({ type: 'response.output_audio_transcript.done', ...base, transcript: 'Our prices start at fifty euros a month.' });
+    conn.send({ type: 'response.done', response: { id: 'resp_pause', status: 'cancelled', output: [], metadata: null } });
+    await clientEvent(conn, 'conversation.item.create', (e: any) => e.item.role === 'user');
+    call.hangUp();
+    const end = await s.endOf('CA1215');
+    expect(call.receivedBytes).toBe(sent);
+    // before: "Our prices", as if the caller had been told all there was
+    expect(end.transcript.map((l) => l.text).slice(-2)).toEqual(['Our prices…', '(keys pressed: 9)']);
+  });
+
   it('keys pressed over an answer already generated cut it where the caller was: the model is told what was heard of it, as when the caller speaks over it', async () => {
     s = await bridgeStack(undefined, { keypadPauseMs: 300 });
     const greeting = assistantAudio(300);

@@ -98,6 +98,24 @@ export class AssistantTranscript {
     line.cut = true;
   }
 
+  /**
+   * The answer was cut in a pause of its audio, all of it sent heard: its line is kept as far as its
+   * words had come, marked cut, also once settled already (keys settle the line they cut first).
+   */
+  stopped(item: string): void {
+    const g = this.open.get(item);
+    if (g) {
+      this.settle(item);
+      if (g.text.trim() && this.voiced(g.response)) this.say(item, g.text.trim(), true);
+      return;
+    }
+    const line = this.lines.get(item);
+    if (!line) return;
+    this.lines.delete(item);
+    line.text = `${line.text.trim()}…`;
+    line.cut = true;
+  }
+
   private settleWith(item: string, response: string, text: string): void {
     this.settle(item);
     if (text.trim() && this.voiced(response)) this.say(item, text.trim());

@@ -108,6 +108,8 @@ export class CallSession {
   private playingResponse: string | null = null;
   /** The item whose audio was sent last (playingResponse's). */
   private playingItem: string | null = null;
+  /** The last item whose audio the model finished (response.output_audio.done): one heard whole, not cut. */
+  private audioEnded: string | null = null;
   /** Responses of which some audio reached Twilio. */
   private readonly voiced = new Set<string>();
   /** The audio items of the current realtime session: the only ones it can truncate. */
@@ -469,7 +471,8 @@ export class CallSession {
     const sentMs = item ? this.playback.sentMs(item) : 0;
     this.playback.clear();
     if (id === null || item === null || sentMs <= 0 || this.playingResponse !== id || !this.own.isMuted(id)) return;
-    this.spoken.cut(item, sentMs, sentMs);
+    // Its line as far as it had come, marked cut (keys settled it already): not when its audio was all generated and heard.
+    if (this.audioEnded !== item) this.spoken.stopped(item);
     if (this.sessionItems.has(item))
       this.rt.send({ type: 'conversation.item.truncate', item_id: item, content_index: 0, audio_end_ms: Math.floor(sentMs) });
   }
@@ -561,6 +564,7 @@ export class CallSession {
       case 'conversation.item.input_audio_transcription.failed':
         return this.heard.failed(String(e.item_id), e.error);
       case 'response.output_audio.done':
+        this.audioEnded = String(e.item_id);
         this.markIf(this.playback.mark()); // the end of the answer's audio is always marked
         return this.ownLineSent(String(e.response_id));
       case 'response.output_audio_transcript.delta':
