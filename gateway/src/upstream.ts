@@ -386,6 +386,33 @@ function dispatch(options: Dispatcher.DispatchOptions, cancel: CancelSignal, str
 }
 
 /**
+ * How many times a call is sent again after HTTP/2 streams refused it (RST_STREAM REFUSED_STREAM):
+ * the provider took none of it (RFC 9113 8.7), so each is sent again at once, not scored against the
+ * route nor metered. Streams are refused when a connection's first requests go out before the
+ * provider's SETTINGS have said how many it allows (a burst on a new connection), and when a
+ * provider's GOAWAY crosses requests already on their way: a burst then failed over, and opened the
+ * route's breaker, with the provider well. A provider refusing every stream fails as before.
+ */
+const REFUSED_AGAIN = 3;
+
+function refused(error: unknown): boolean {
+  const e = error as { code?: unknown; message?: unknown } | null;
+  return e?.code === 'ERR_HTTP2_STREAM_ERROR' && typeof e.message === 'string' && e.message.endsWith('NGHTTP2_REFUSED_STREAM');
+}
+
+/** A call its first stream refused, sent again. */
+async function sendAgain(options: Dispatcher.DispatchOptions, cancel: CancelSignal, stream: boolean, idleMs: number): Promise<Answered> {
+  for (let again = 1; ; again++) {
+    if (cancel.aborted) throw new Cancelled(false); // as a call cancelled before it was sent
+    try {
+      return await dispatch(options, cancel, stream, idleMs);
+    } catch (error) {
+      if (again >= REFUSED_AGAIN || !refused(error)) throw error;
+    }
+  }
+}
+
+/**
  * A call's handler. An object rather than closures over the call: undici and the cancel signal keep
  * it for a stream's whole length, and it holds neither the request nor its body (which the closures'
  * scope did: one more copy of the prompt per open stream).
@@ -567,7 +594,13 @@ export async function callUpstream(
       idempotent: multiplexed,
       bodyTimeout: 0,
     };
-    const answer = await dispatch(options, controller, opts.stream, streamIdleMs);
+    let answer: Answered;
+    try {
+      answer = await dispatch(options, controller, opts.stream, streamIdleMs);
+    } catch (error) {
+      if (!refused(error)) throw error;
+      answer = await sendAgain(options, controller, opts.stream, streamIdleMs);
+    }
     streaming = 'rest' in answer; // the client going away still cancels the rest of the stream
     // Set in place, not spread into a copy: a spread made an object of a new shape on every call,
     // and every later read of it missed V8's caches (about 5 % of the hot path's instructions).

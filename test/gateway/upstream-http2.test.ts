@@ -184,6 +184,40 @@ class HoldingProvider {
   }
 }
 
+/**
+ * An HTTP/2 provider that refuses its first `refuse` streams (RST_STREAM REFUSED_STREAM: taken for
+ * nothing, as a server refuses streams past its limit or after its GOAWAY), then streams every answer.
+ */
+class RefusingProvider {
+  constructor(private refuse: number) {}
+  refused = 0;
+  answered = 0;
+  private server!: Http2SecureServer;
+  url = '';
+  async start(): Promise<this> {
+    const tls = { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) };
+    this.server = createSecureServer(tls, (req, res) => {
+      if (this.refused < this.refuse) {
+        this.refused++;
+        return void req.stream.close(constants.NGHTTP2_REFUSED_STREAM);
+      }
+      this.answered++;
+      req.resume();
+      req.on('end', () => {
+        const [first, last] = chatEvents();
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end(first + last);
+      });
+    });
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.url = `https://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
+    return this;
+  }
+  stop() {
+    return new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
 const whole = {
   id: 'c',
   object: 'chat.completion',
@@ -225,7 +259,7 @@ function responsesEvents(): [string, string] {
 }
 
 let child: ChildProcess | null = null;
-let provider: TlsProvider | Http1TlsProvider | HoldingProvider | null = null;
+let provider: TlsProvider | Http1TlsProvider | HoldingProvider | RefusingProvider | null = null;
 afterEach(async () => {
   child?.kill('SIGKILL');
   await provider?.stop();
@@ -393,6 +427,23 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     })) as string[];
     const errorCode = lines[0].split(',').indexOf('error_code');
     expect(lines.slice(1).map((row) => row.split(',')[errorCode])).toEqual(Array(7).fill('')); // none refused
+  }, 20_000);
+
+  it('streams the provider refused (REFUSED_STREAM) are sent again: every client answered, none metered a failure, the breaker shut', async () => {
+    const p = (provider = await new RefusingProvider(5).start());
+    const url = await gatewayTo(p, 'on', 'refused');
+    // Five at once, each refused once (five failures in a row would open the route's breaker).
+    const bodies = await streams(url, 5);
+    for (const text of bodies) expect(text.endsWith('data: [DONE]\n\n') && text.includes('last')).toBe(true);
+    expect([p.refused, p.answered]).toEqual([5, 5]);
+    expect(await streams(url, 1)).toHaveLength(1); // the route still taken (a 503 if its breaker had opened)
+    const csv = join(dir, 'events-refused.csv');
+    const lines = (await until('6 meter events', () => {
+      const read = existsSync(csv) ? readFileSync(csv, 'utf8').trim().split('\n') : [];
+      return read.length === 7 && read;
+    })) as string[];
+    const errorCode = lines[0].split(',').indexOf('error_code');
+    expect(lines.slice(1).map((row) => row.split(',')[errorCode])).toEqual(Array(6).fill(''));
   }, 20_000);
 
   it('UPSTREAM_HTTP2=off (the default): the same streams over HTTP/1.1, one at a time per connection', async () => {
