@@ -323,6 +323,8 @@ class Relay {
   private newParser(): EventSourceParser {
     const parser = createParser({
       onEvent: (event) => {
+        // Past the provider's last word nothing is relayed, also what came in the same piece after it.
+        if (this.transform.done || this.transform.over) return;
         this.dispatched++;
         this.out += this.transform.event(event);
       },

@@ -112,6 +112,46 @@ describe('stream framing', () => {
     expect(gw.gateway.path.failover.routes[0].health.lastTwenty()).toEqual([1, 1]);
   });
 
+  it('what a provider sends after [DONE] or response.completed in the same piece is not relayed, nor metered', async () => {
+    const chunk = (value: object) =>
+      `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', ...value })}\n\n`;
+    const answer = chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }] });
+    const usage = (completion: number) => chunk({ choices: [], usage: { prompt_tokens: 7, completion_tokens: completion } });
+    // A proxy's second [DONE], a chunk and a usage chunk after the end, all in the piece that ends the stream.
+    const after = `data: [DONE]\n\n${chunk({ choices: [{ index: 0, delta: { content: ' extra' }, finish_reason: null }] })}${usage(99)}`;
+    hot.next({ kind: 'raw-stream', pieces: [Buffer.from(`${answer}${usage(1)}data: [DONE]\n\n${after}`)] });
+    const res = await chat(gw.url, {
+      model: 'x',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    expect(res.text).toBe(`${answer}${usage(1)}data: [DONE]\n\n`);
+    const response = { id: 'resp_1', object: 'response', created_at: 1, model: 'x', output: [] };
+    const event = (type: string, n: number, value: object) =>
+      `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: n, response: { ...response, ...value } })}\n\n`;
+    const completed = event('response.completed', 1, {
+      status: 'completed',
+      usage: { input_tokens: 9, output_tokens: 2, total_tokens: 11 },
+    });
+    const failedAfter = event('response.failed', 2, { status: 'failed', usage: { input_tokens: 9, output_tokens: 50, total_tokens: 59 } });
+    hot.next({
+      kind: 'raw-stream',
+      pieces: [Buffer.from(event('response.created', 0, { status: 'in_progress' }) + completed + failedAfter)],
+    });
+    const streamed = await fetch(`${gw.url}/v1/responses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'x', input: 'hi', stream: true }),
+    });
+    expect((await streamed.text()).endsWith(completed)).toBe(true);
+    await gw.meter.flush();
+    expect(gw.events().map((e) => [e.input_tokens, e.output_tokens, e.error_code])).toEqual([
+      ['7', '1', ''],
+      ['9', '2', ''],
+    ]);
+  });
+
   it('a stream with an error in it whose provider keeps its response open after [DONE]: the client gets the error and the end at once', async () => {
     const chunk = `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'x', choices: [{ index: 0, delta: { content: 'hi' }, finish_reason: null }] })}\n\n`;
     const error = `data: ${JSON.stringify({ error: { message: 'Upstream overloaded', type: 'server_error', code: 503 } })}\n\n`;
