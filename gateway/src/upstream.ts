@@ -100,19 +100,20 @@ function undiciKey(of: object, description: string): symbol | undefined {
  *   every GOAWAY as a failed connection and destroys its socket, cutting every stream on it (each a
  *   `stream_interrupted` scored against the route: a few of them open its breaker). Here, a graceful
  *   GOAWAY only makes the connection take no more requests (the pool sends them on another
- *   connection); node:http2 closes it once its last stream has ended, and undici reconnects. A
+ *   connection), and leaves the pool, closed once its last stream has ended. A
  *   GOAWAY with an error code is still undici's to handle: the provider has failed those streams.
  */
 function followSession(client: Client, known: Origin): void {
   const fields = client as unknown as Record<symbol, unknown>;
-  const [sessionKey, contextKey, passKey] = [
+  const [sessionKey, contextKey, passKey, clientsKey] = [
     undiciKey(client, 'http2Session'),
     undiciKey(client, 'http context'),
     undiciKey(known.pool, 'needDrain'),
+    undiciKey(known.pool, 'clients'),
   ];
   const session = sessionKey && (fields[sessionKey] as ClientHttp2Session | null);
   const context = contextKey && (fields[contextKey] as { busy(request: unknown): boolean } | null);
-  if (!session || !context || !passKey) return; // HTTP/1.1 (or an undici that keeps these otherwise)
+  if (!session || !context || !passKey || !clientsKey) return; // HTTP/1.1 (or an undici that keeps these otherwise)
   session.on('remoteSettings', ({ maxConcurrentStreams: most }: Settings) => {
     if (most === undefined) return;
     known.streams = Math.min(H2_STREAMS, most);
@@ -123,7 +124,14 @@ function followSession(client: Client, known: Origin): void {
   session.on('goaway', (code: number, ...rest: unknown[]) => {
     if (code !== h2.NGHTTP2_NO_ERROR) return void undiciHandlers.forEach((handler) => handler.call(session, code, ...rest));
     context.busy = () => true; // no new stream on it (undici's own check before each)
-    fields[passKey] = true; // the pool passes it by for another connection, until it has reconnected
+    fields[passKey] = true; // the pool passes it by for another connection
+    // and leaves it now, to close once its streams have ended: kept, passed by for good, every such
+    // connection stayed in the pool, and once as many as UPSTREAM_CONNECTIONS, calls waited for a
+    // connection until their time-to-answer ran out (a 504).
+    const clients = (known.pool as unknown as Record<symbol, Client[]>)[clientsKey];
+    const at = clients.indexOf(client);
+    if (at !== -1) clients.splice(at, 1);
+    client.close(() => {}); // a GOAWAY again (as servers send a second, naming their last stream) finds it closing
   });
 }
 

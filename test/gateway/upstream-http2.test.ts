@@ -218,6 +218,32 @@ class RefusingProvider {
   }
 }
 
+/** An HTTP/2 provider that closes each connection gracefully once it has answered on it (GOAWAY NO_ERROR), as a load balancer rotating its connections. */
+class RotatingProvider {
+  sessions: ServerHttp2Session[] = [];
+  private server!: Http2SecureServer;
+  url = '';
+  async start(): Promise<this> {
+    const tls = { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) };
+    this.server = createSecureServer(tls, (req, res) => {
+      req.resume();
+      req.on('end', () => {
+        const [first, last] = chatEvents();
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end(first + last, () => req.stream.session?.goaway(constants.NGHTTP2_NO_ERROR, req.stream.id));
+      });
+    });
+    this.server.on('session', (session) => this.sessions.push(session));
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.url = `https://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
+    return this;
+  }
+  stop() {
+    for (const session of this.sessions) session.destroy();
+    return new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
 const whole = {
   id: 'c',
   object: 'chat.completion',
@@ -259,14 +285,14 @@ function responsesEvents(): [string, string] {
 }
 
 let child: ChildProcess | null = null;
-let provider: TlsProvider | Http1TlsProvider | HoldingProvider | RefusingProvider | null = null;
+let provider: TlsProvider | Http1TlsProvider | HoldingProvider | RefusingProvider | RotatingProvider | null = null;
 afterEach(async () => {
   child?.kill('SIGKILL');
   await provider?.stop();
   [child, provider] = [null, null];
 });
 
-async function gatewayTo(p: { url: string }, http2: 'on' | 'off', name: string = http2): Promise<string> {
+async function gatewayTo(p: { url: string }, http2: 'on' | 'off', name: string = http2, env: Record<string, string> = {}): Promise<string> {
   const routes = join(dir, `routes-${name}.json`);
   const cold = { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] };
   writeFileSync(routes, JSON.stringify({ hot: [{ provider: 'openai', model: 'gpt-4o-mini', baseUrl: p.url }], warm: [], cold }));
@@ -281,6 +307,7 @@ async function gatewayTo(p: { url: string }, http2: 'on' | 'off', name: string =
       WORKER: 'off',
       UPSTREAM_HTTP2: http2,
       NODE_EXTRA_CA_CERTS: join(dir, 'cert.pem'),
+      ...env,
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -444,6 +471,22 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     })) as string[];
     const errorCode = lines[0].split(',').indexOf('error_code');
     expect(lines.slice(1).map((row) => row.split(',')[errorCode])).toEqual(Array(6).fill(''));
+  }, 20_000);
+
+  it('connections the provider closed gracefully leave the pool: with UPSTREAM_CONNECTIONS=1, every call after the first GOAWAY is still answered', async () => {
+    const p = (provider = await new RotatingProvider().start());
+    const url = await gatewayTo(p, 'on', 'rotating', { UPSTREAM_CONNECTIONS: '1' });
+    for (let n = 1; n <= 4; n++) {
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+        signal: AbortSignal.timeout(5000), // else it waits for its time-to-answer, then a 504
+      });
+      expect(res.status).toBe(200);
+      expect((await res.text()).endsWith('data: [DONE]\n\n')).toBe(true);
+    }
+    expect(p.sessions).toHaveLength(4); // each call on a connection of its own, the one before it closed
   }, 20_000);
 
   it('UPSTREAM_HTTP2=off (the default): the same streams over HTTP/1.1, one at a time per connection', async () => {
