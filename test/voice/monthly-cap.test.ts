@@ -117,4 +117,18 @@ describe.each([
     await b.events('d1', [{ type: 'billing.monthly_rollup', monthly_usd: 0.3 }]);
     expect(await startStatus('d2', a)).toEqual([200, 'answer']);
   });
+
+  it.runIf(name === 'Redis')(
+    'a deployment upgraded while an earlier version paused new calls stays paused until a rollup below the cap',
+    async () => {
+      const { a, b, startStatus, warned, space } = fleet();
+      await db.redis.set(`${space}:voice:monthly_paused`, '1'); // the earlier version's pause, from a rollup at the cap
+      expect(await startStatus('c1', a)).toEqual([503, 'monthly_cap']);
+      expect(await startStatus('c2', b)).toEqual([503, 'monthly_cap']);
+      expect(warned.filter((m) => m.includes('before this version'))).toHaveLength(1);
+      expect(await db.redis.exists(`${space}:voice:monthly_paused`)).toBe(0);
+      await b.rollup(0.2);
+      expect(await startStatus('c3', a)).toEqual([200, 'answer']);
+    },
+  );
 });

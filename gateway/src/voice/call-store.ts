@@ -83,6 +83,11 @@ export interface VoiceStore<Op> {
   setMonthRollup(month: string, usd: number): Promise<{ before: MonthSpend; after: MonthSpend }>;
   /** True for the first caller only, per month: who logs that the pause lifted at the month's turn. */
   firstAtMonth(month: string): Promise<boolean>;
+  /**
+   * Takes the pause an earlier version kept (`<p>:voice:monthly_paused`, set by a rollup at the cap
+   * and lifted only by a lower one): true for the first caller only, and only while it was set.
+   */
+  takeOldPause(): Promise<boolean>;
 }
 
 const ttlOf = (call: StoredCall, ttl: CallTtl) => (call.ended_at ? ttl.endedS : ttl.liveS);
@@ -135,6 +140,9 @@ export class MemoryVoiceStore<Op> implements VoiceStore<Op> {
     if (this.turns.has(month)) return false;
     this.turns.add(month);
     return true;
+  }
+  async takeOldPause() {
+    return false; // in process, an earlier version's pause went with its process
   }
 }
 
@@ -248,5 +256,12 @@ export class RedisVoiceStore<Op> implements VoiceStore<Op> {
   }
   async firstAtMonth(month: string) {
     return (await this.redis.set(this.monthKeys(month)[2], '1', 'EX', MONTH_TTL_S, 'NX')) === 'OK';
+  }
+  async takeOldPause() {
+    const key = `${this.prefix}:voice:monthly_paused`;
+    const out = (await this.redis.multi().get(key).del(key).exec()) ?? [];
+    const failed = out.find(([e]) => e);
+    if (failed || out.length < 2) throw failed?.[0] ?? new Error('the old monthly pause could not be read');
+    return out[0]![1] === '1';
   }
 }

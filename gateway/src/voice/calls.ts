@@ -90,6 +90,8 @@ export class VoiceService {
   private readonly hours: Window[];
   /** The month whose turn this instance has looked at (whether the month before was paused). */
   private turnSeen = '';
+  /** Whether this instance has taken over the pause an earlier version kept (takeOldPause). */
+  private oldPauseTaken = false;
   constructor(private readonly deps: VoiceDeps) {
     this.guard = guardConfig(deps.config);
     const parsed = parseBusinessHours(deps.config.meta.business_hours_local);
@@ -278,6 +280,7 @@ export class VoiceService {
    * instance reads the month before too, and the pause it held lifting is logged once in the fleet.
    */
   private async monthlyPaused(): Promise<boolean> {
+    await this.takeOldPause();
     const now = this.now();
     const month = monthOf(now);
     if (this.turnSeen === month) return this.over((await this.deps.store.monthSpend([month]))[0]!);
@@ -305,8 +308,28 @@ export class VoiceService {
     }
   }
 
+  /**
+   * A gateway upgraded while an earlier version's pause held (a rollup at the cap, kept as
+   * `<p>:voice:monthly_paused` until a lower one): kept as the current month's rollup at the cap,
+   * so new calls stay paused until a rollup below it or the next month. Once per instance; the
+   * first instance to look takes it.
+   */
+  private async takeOldPause(): Promise<void> {
+    if (this.oldPauseTaken) return;
+    if (await this.deps.store.takeOldPause()) {
+      const month = monthOf(this.now());
+      const cap = this.deps.config.spend_guard.monthly_usd_cap;
+      await this.deps.store.setMonthRollup(month, cap);
+      this.deps.log.warn(
+        `voice: new calls stay paused: the monthly pause set before this version is kept as ${month}'s rollup at the cap (${cap} USD); a rollup below the cap, or the next month, lifts it`,
+      );
+    }
+    this.oldPauseTaken = true;
+  }
+
   /** The meter's rollup of the month's spend, kept as the month's last (the month it is posted in, UTC). */
   async rollup(monthlyUsd: number): Promise<void> {
+    await this.takeOldPause(); // first, so this rollup is the month's last
     const { before, after } = await this.deps.store.setMonthRollup(monthOf(this.now()), monthlyUsd);
     const paused = this.over(after);
     if (paused !== this.over(before))
