@@ -9,7 +9,7 @@
 import type { BackOfficeAction } from '../../schema/backoffice-args';
 import { MeterRefusal } from '../../schema/meter-reply';
 import { configNumber, configText } from './config';
-import type { Progress } from './idempotency';
+import { keyRecorded, type Progress } from './idempotency';
 import { arg, declinedConsent, finish, locked, upsertContact, excerpt, type Ctx } from './backoffice-rows';
 import { folderFromConfig } from './folders';
 import type { Calendar, CalendarEvent, Folder } from './services';
@@ -52,7 +52,9 @@ function bookingZone(c: Ctx): string {
   } catch {
     throw new MeterRefusal('invalid_body', `timezone: "${c.timeZone}" is not an IANA time zone`);
   }
-  if (agreed !== canonicalZone(tz))
+  // A key recorded already (by a version that did not check, or before Config TIMEZONE changed)
+  // is answered, or finished, as its first attempt began it: a replay answers the first result.
+  if (agreed !== canonicalZone(tz) && !keyRecorded(c.svc, c.key))
     throw new MeterRefusal(
       'config_error',
       `Config TIMEZONE is ${tz}, but the voice concierge agrees times with callers in ${c.timeZone} (its meta.timezone): set Config TIMEZONE to ${c.timeZone}, or the caller's times would be booked hours off`,

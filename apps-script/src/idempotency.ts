@@ -24,6 +24,11 @@ function keyRow(svc: Pick<MeterServices, 'spreadsheet'>, key: string): { sheet: 
   return { sheet, row: findRow(sheet, columnIn(IDEMPOTENCY, 'key'), key) };
 }
 
+/** Whether an attempt with this key was recorded (finished, or stopped half-way). */
+export function keyRecorded(svc: Pick<MeterServices, 'spreadsheet'>, key: string): boolean {
+  return keyRow(svc, key).row > 0;
+}
+
 type Column = 'progress' | 'result';
 
 /** A cell's JSON object; null when the cell is empty; why it is unusable otherwise. */

@@ -85,6 +85,19 @@ describe('book_slot', () => {
     expect(act('book_slot', { ...booking('key-zone-0004'), timezone: 'Mars/Olympus' })).toMatchObject({ ok: false, code: 'invalid_body' });
   });
 
+  it('a replay of a key booked before the zone was checked answers the first result, whatever the zone sent now; nothing booked again', () => {
+    setConfig('TIMEZONE', 'Etc/UTC');
+    const first = act('book_slot', booking('key-zone-old1')); // an earlier workflow, which sent no timezone
+    expect(first).toMatchObject({ ok: true, replayed: false });
+    const replay = act('book_slot', { ...booking('key-zone-old1'), timezone: 'America/New_York' }); // the gateway retried, now sending it
+    expect(replay).toEqual({ ...first, replayed: true });
+    expect(platform.calendar.live()).toHaveLength(1);
+    expect(act('book_slot', { ...booking('key-zone-new1'), timezone: 'America/New_York' })).toMatchObject({
+      ok: false,
+      code: 'config_error',
+    });
+  });
+
   it("a slot that has already begun is refused naming the argument and today's date there; nothing booked, moved or texted", () => {
     platform.properties.setProperty('TWILIO_ACCOUNT_SID', 'AC1');
     platform.properties.setProperty('TWILIO_AUTH_TOKEN', 'tok');
