@@ -51,12 +51,39 @@ export interface RetentionResult {
 }
 
 export function applyRetention(svc: MeterServices): RetentionResult {
-  const days = configNumber(readConfig(svc.spreadsheet), 'RETENTION_DAYS', DEFAULT_RETENTION_DAYS, MIN_RETENTION_DAYS);
+  const config = readConfig(svc.spreadsheet);
+  let days: number;
+  try {
+    days = configNumber(config, 'RETENTION_DAYS', DEFAULT_RETENTION_DAYS, MIN_RETENTION_DAYS);
+  } catch (error) {
+    if (shortWindow(config)) pruneKeysAlone(svc, error as Error);
+    throw error;
+  }
   checkSheetTimeZone(svc.spreadsheet);
   const cutoffMs = utcDayStart(svc.now().getTime()) - days * DAY_MS;
   const cutoff = new Date(cutoffMs).toISOString();
   const keyCutoffMs = utcDayStart(svc.now().getTime()) - Math.max(days, MIN_KEY_DAYS) * DAY_MS;
   return withScriptLock(svc, () => retainAndPrune(svc, cutoffMs, cutoff, keyCutoffMs), MAINTENANCE_LOCK_MS);
+}
+
+/** A RETENTION_DAYS of 1 to 6: accepted before the caps' week set the floor, so a deployment may hold one. */
+function shortWindow(config: ReturnType<typeof readConfig>): boolean {
+  try {
+    return configNumber(config, 'RETENTION_DAYS', DEFAULT_RETENTION_DAYS, 1) < MIN_RETENTION_DAYS;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The events wait for RETENTION_DAYS to be fixed, but the idempotency keys, kept 30 days whatever
+ * a window this short says, are still pruned: the tab would otherwise grow by every action.
+ */
+function pruneKeysAlone(svc: MeterServices, refusal: Error): void {
+  const keyCutoffMs = utcDayStart(svc.now().getTime()) - MIN_KEY_DAYS * DAY_MS;
+  const keys = withScriptLock(svc, () => pruneIdempotency(svc, keyCutoffMs), MAINTENANCE_LOCK_MS);
+  const removed = keys ? `; removed ${keys} idempotency record(s) older than ${new Date(keyCutoffMs).toISOString()}` : '';
+  svc.log(`applyRetention: no events deleted: ${refusal.message}${removed}`);
 }
 
 /** Old events, then old idempotency keys, under one hold of the lock; the log says what both did. */

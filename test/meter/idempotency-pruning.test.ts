@@ -46,6 +46,13 @@ describe('applyRetention and the idempotency tab', () => {
     expect(keys(platform)).toEqual(['key-book-0001', 'key-lead-0001', 'key-lead-0002']);
   });
 
+  it("still drops the old keys when RETENTION_DAYS is a window shorter than the caps' week, refused (a value earlier versions took)", () => {
+    const { platform, meter } = monthOfActions();
+    platform.spreadsheet.tab('Config')!.data.find((r) => r[0] === 'RETENTION_DAYS')![1] = 5;
+    expect(() => meter.applyRetention()).toThrow('Config RETENTION_DAYS must be a whole number from 7 to 36500, found "5"');
+    expect(keys(platform)).toEqual(['key-lead-0002']);
+  });
+
   it.each([
     ['with spare rows', false],
     ['with no spare row (near the cell limit)', true],
