@@ -118,6 +118,36 @@ describe.each([
     expect(await startStatus('d2', a)).toEqual([200, 'answer']);
   });
 
+  it("a call ended in the month's last moment counts in that month, though the store answers its end after midnight", async () => {
+    const { space, store } = make();
+    const slow = store(space);
+    const clock = { now: new Date('2026-11-30T23:59:59.900Z') };
+    const apply = slow.apply.bind(slow);
+    slow.apply = async (id, op) => {
+      const out = await apply(id, op);
+      if (id === 'nov-last' && op.kind === 'end') clock.now = new Date('2026-12-01T00:00:00.100Z'); // its answer came after midnight
+      return out;
+    };
+    const service = new VoiceService({
+      config,
+      store: slow,
+      log: { warn: () => undefined, error: () => undefined },
+      now: () => clock.now,
+      afterCall: { calls: { send: () => undefined }, events: { send: () => undefined }, rates: () => rates, voiceProvider: 'openai' },
+    });
+    const call = async (id: string) => {
+      expect((await service.start({ call_id: id, from: '+351910000000', country: 'PT' })).status).toBe(200);
+      await service.events(id, [{ type: 'transcription.done', usd: 0.45 }]);
+      expect((await service.end(id, { outcome: 'booking', duration_s: 60 })).status).toBe(200); // 0.55 USD
+      return (await slow.get(id))!.ended_at;
+    };
+    expect(await call('nov-last')).toMatch(/^2026-11-30T23:59:59/);
+    clock.now = new Date('2026-12-01T10:00:00Z');
+    await call('dec-1'); // December's first 0.55 USD
+    const next = await service.start({ call_id: 'dec-2', from: '+351910000000', country: 'PT' });
+    expect([next.status, (next.body as { action?: string }).action]).toEqual([200, 'answer']); // 0.55 USD of December, not 1.1
+  });
+
   it.runIf(name === 'Redis')(
     'a deployment upgraded while an earlier version paused new calls stays paused until a rollup below the cap',
     async () => {

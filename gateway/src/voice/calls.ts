@@ -251,7 +251,7 @@ export class VoiceService {
             tenant,
           )
         : callCostUsd(call.record!, null);
-      await this.addToMonth(id, usd);
+      await this.addToMonth(id, usd, now);
     }
     return { status: 200, body: call.record, fresh };
   }
@@ -293,12 +293,14 @@ export class VoiceService {
   }
 
   /**
-   * Adds an ended call's cost to the month's spend (once: only the end that made the record adds).
+   * Adds an ended call's cost to the month of its end (once: only the end that made the record adds).
    * A store that fails here is logged; the call's record stands, and its cost is not counted.
    */
-  private async addToMonth(id: string, usd: number): Promise<void> {
+  private async addToMonth(id: string, usd: number, endedAt: Date): Promise<void> {
     if (!Number.isFinite(usd) || usd <= 0) return;
-    const month = monthOf(this.now());
+    // The month of the end the record says, not of the clock after the store's round trips: a call
+    // ended at 23:59:59.9 on the month's last day is that month's.
+    const month = monthOf(endedAt);
     try {
       const { before, after } = await this.deps.store.addMonthSpend(month, usd);
       if (!this.over(before) && this.over(after))
