@@ -873,6 +873,29 @@ describe('/v1/voice endpoints (HTTP, Redis)', () => {
     }
   });
 
+  it('says at startup which trigger never matches because an earlier intent takes it (a file made from the template that listed book first)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'voice-'));
+    const c = filled() as any;
+    const [reschedule, book] = c.intents; // the template's order now
+    c.intents.splice(0, 2, book, reschedule);
+    expect(matchIntent('can I move appointment to Friday?', c.intents)).toBe('book');
+    writeFileSync(join(dir, 'concierge.json'), JSON.stringify(c));
+    for (const [file, warned] of [
+      [join(dir, 'concierge.json'), true],
+      [env.CONCIERGE_FILE!, false],
+    ] as const) {
+      const logs: string[] = [];
+      const stack = await createStack({ ...env, CONCIERGE_FILE: file }, captureLogger(logs), { http: true, worker: false });
+      await stack.close();
+      const shadowed = logs.map((l) => (JSON.parse(l) as { msg: string }).msg).filter((m) => m.includes('never matches'));
+      expect(shadowed.length).toBe(warned ? 1 : 0);
+      if (warned)
+        expect(shadowed[0]).toContain(
+          '$.intents[1].triggers[2]: "move appointment" never matches: the book intent, before it, matches its "appointment" first, so such callers are recorded as book; put reschedule before book',
+        );
+    }
+  });
+
   it('refuses, in production, a configuration that does not lint clean', async () => {
     await expect(
       createStack({ ...env, NODE_ENV: 'production', CONCIERGE_FILE: join(root, 'concierge.json') }, captureLogger([]), {

@@ -21,6 +21,7 @@ import { lintFile, loadConcierge, type Concierge } from './config';
 import { mountVoice } from './endpoints';
 import { DEFAULT_RATES_FILE, readRates } from './rates';
 import { unpricedTextWarning } from './spend-guard';
+import { shadowedTriggers } from './intents';
 import { Workflow, type WorkflowAnswer } from './workflow';
 import { MemoryWorkflowStore, RedisWorkflowStore } from './workflow-store';
 
@@ -135,6 +136,7 @@ export function createVoice(loaded: LoadedVoice, shared: VoiceShared): Voice {
     log.warn(`${options.conciergeFile}: ${loaded.problems} lint problem(s); fine for a trial, refused with NODE_ENV=production`);
   const unpricedText = unpricedTextWarning(config.spend_guard);
   if (unpricedText) log.warn(`${options.conciergeFile}: ${unpricedText}`);
+  for (const shadowed of shadowedTriggers(config.intents)) log.warn(`${options.conciergeFile}: ${shadowed}`);
   log.info(`voice concierge: ${options.conciergeFile}`);
   return {
     service,

@@ -25,3 +25,24 @@ export function matchIntent(text: string, intents: Array<{ id: IntentId; trigger
   }
   return 'unknown';
 }
+
+/**
+ * The triggers that can never match, each as a sentence: an earlier intent's trigger is in them
+ * ("move appointment" after book's "appointment"), so the earlier intent wins every time. A file
+ * made from a template that listed book first still has it; logged at start, as a warning (the
+ * lint refusing it would stop a running deployment at its upgrade).
+ */
+export function shadowedTriggers(intents: Array<{ id: IntentId; triggers: string[] }>): string[] {
+  const out: string[] = [];
+  intents.forEach((intent, i) =>
+    intent.triggers.forEach((trigger, j) => {
+      const earlier = intents.slice(0, i).find((e) => e.triggers.some((t) => normalise(trigger).includes(normalise(t))));
+      if (!earlier) return;
+      const by = earlier.triggers.find((t) => normalise(trigger).includes(normalise(t)))!;
+      out.push(
+        `$.intents[${i}].triggers[${j}]: "${trigger}" never matches: the ${earlier.id} intent, before it, matches its "${by}" first, so such callers are recorded as ${earlier.id}; put ${intent.id} before ${earlier.id}`,
+      );
+    }),
+  );
+  return out;
+}
