@@ -46,7 +46,8 @@ function alertPayload(tabs: TabCells, cells: number, sheetUrl: string) {
   const text =
     `${headline}: ${count(cells)} of Google's ${count(SPREADSHEET_CELL_LIMIT)} cells. At 100 % ingest is refused ` +
     `(spreadsheet_full) and the gateway keeps the events spooled until there is room. Largest tabs: ${largest}. ` +
-    `To free room: shorten Config RETENTION_DAYS and apply retention (it deletes exported events older than it), ` +
+    `To free room: shorten Config RETENTION_DAYS (not below 7: the 7-day caps count a week of events) and apply retention ` +
+    `(it deletes exported events older than it), ` +
     `and move old rows of the back-office tabs to another spreadsheet (docs/meter.md, "Growth over months").`;
   return {
     text,

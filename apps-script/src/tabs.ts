@@ -236,7 +236,8 @@ function refusePastLimit(cells: number, added: number, what: string): void {
     `the spreadsheet is full: ${what} would take it to ${after} cells, past Google's ` +
       `${SPREADSHEET_CELL_LIMIT} limit. Nothing was written. Move to the columnar path ` +
       `(exportArchive + npm run archive, see README) and apply retention to free rows: it deletes only ` +
-      `exported events older than Config RETENTION_DAYS; shorten it when the events tab holds newer ones. ` +
+      `exported events older than Config RETENTION_DAYS; shorten it when the events tab holds newer ones ` +
+      `(not below 7: the 7-day caps count a week of events; above about 40,000 events a day the archive is the path). ` +
       `The back-office tabs are never pruned: move their old rows to another spreadsheet ` +
       `(docs/meter.md, "Growth over months").`,
   );

@@ -30,7 +30,7 @@ describe('warning before the spreadsheet is full', () => {
     expect(body.text).toMatch(/spreadsheet is 85 % full/);
     expect(body.text).toMatch(/events: 8,[\d,]+ cells/); // the tab taking the room
     expect(body.text).toMatch(/spreadsheet_full/);
-    expect(body.text).toMatch(/RETENTION_DAYS/);
+    expect(body.text).toMatch(/RETENTION_DAYS \(not below 7/); // the floor retention holds to (the caps' week)
     platform.clock.set('2026-11-22T13:00:00Z');
     expect(meter.refreshDigest()).toMatch(/already alerted today/);
     expect(platform.urlFetch.requests).toHaveLength(1);

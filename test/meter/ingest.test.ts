@@ -237,6 +237,8 @@ describe('doPost ingest', () => {
     const reply = post(meter, { events: [{ job_id: 'a' }, { job_id: 'b' }] });
     // Retention deletes only rows older than the window: with none, "apply retention" frees nothing.
     expect(reply.error).toMatch(/older than Config RETENTION_DAYS; shorten it/);
+    // Not past the floor retention refuses (the caps' week): told to go lower, an operator at 7 got an error.
+    expect(reply.error).toMatch(/not below 7/);
     expect(reply.error).toMatch(/back-office tabs/);
     expect(reply.error).toMatch(/Growth over months/);
   });
