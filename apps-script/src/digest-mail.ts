@@ -34,8 +34,12 @@ export interface WeeklyDigestResult {
   message: string;
 }
 
-/** The line saying the calls tab was not read (why: its refusal's message). */
-const voiceUnread = (why: string) => `The voice rollups (calls tab) were not read, the Digest's voice block left n/a: ${why}`;
+/**
+ * The line saying the calls tab was not read (why: its refusal's message). The Digest's voice block
+ * shows n/a only when the tab was written (`stale` empty); else it still holds the last refresh's.
+ */
+const voiceUnread = (why: string, stale: string) =>
+  `The voice rollups (calls tab) were not read${stale ? '' : ", the Digest's voice block left n/a"}: ${why}`;
 
 /** What people should know about the costs: the part estimated, calls without a price, cells not read. */
 const notes = (f: DigestFigures) => [estimatedSentence(f, money), unpricedSentence(f), unreadableCostSentence(f)].filter(Boolean);
@@ -57,7 +61,7 @@ function plainBody(f: DigestFigures, links: Array<[string, string]>, stale: stri
     '',
     ...links.map(([label, url]) => `${label}: ${url}`),
     ...(stale ? [`The Digest tab could not be refreshed: ${stale}.`] : []),
-    ...(unread ? [`${voiceUnread(unread)}.`] : []),
+    ...(unread ? [`${voiceUnread(unread, stale)}.`] : []),
     '',
     `Rows flagged as personal data (${f.piiRowsExcluded}) are left out.`,
   ].join('\n');
@@ -84,7 +88,7 @@ function htmlBody(f: DigestFigures, links: Array<[string, string]>, stale: strin
     ),
     `<p>${links.map(([label, url]) => `<a href="${esc(url)}">${esc(label)}</a>`).join(' · ')}</p>`,
     ...(stale ? [`<p>The Digest tab could not be refreshed: ${esc(stale)}.</p>`] : []),
-    ...(unread ? [`<p>${esc(voiceUnread(unread))}.</p>`] : []),
+    ...(unread ? [`<p>${esc(voiceUnread(unread, stale))}.</p>`] : []),
     `<p style="color:#666">Rows flagged as personal data (${f.piiRowsExcluded}) are left out.</p>`,
   ].join('\n');
 }

@@ -193,6 +193,21 @@ describe('the calls tab with columns moved by hand, read', () => {
     expect(mail.htmlBody).toMatch(/The voice rollups \(calls tab\) were not read, the Digest's voice block left n\/a/);
   });
 
+  it('the weekly e-mail does not say the voice block was left n/a when the Digest tab could not be written at all', () => {
+    const { platform, meter } = meterWithCallsMoved();
+    expect(() => meter.refreshDigest()).toThrow(callsRefusal);
+    const digestBefore = JSON.stringify(platform.spreadsheet.tab('Digest')!.data);
+    setConfig(platform, 'TEAM_EMAILS', 'finance@example.com');
+    platform.calls.failAfter((name) => name === 'Range.setFormula');
+    expect(meter.sendWeeklyDigest()).toMatch(/the Digest tab could not be refreshed \(Service Spreadsheets timed out/);
+    expect(JSON.stringify(platform.spreadsheet.tab('Digest')!.data)).toBe(digestBefore);
+    const [mail] = platform.mail.sent;
+    expect(mail.body).toMatch(/The Digest tab could not be refreshed: Service Spreadsheets timed out/);
+    expect(mail.body).toMatch(/The voice rollups \(calls tab\) were not read: calls: columns were moved by hand/);
+    expect(mail.body).not.toMatch(/left n\/a/);
+    expect(mail.htmlBody).not.toMatch(/left n\/a/);
+  });
+
   it('the export of the calls tab refuses with config_error', () => {
     const { meter } = meterWithCallsMoved();
     const answer = callJson(meter, 'doGet', { action: 'export', what: 'calls', since: '2026-11-01', token: SECRET });
