@@ -216,14 +216,30 @@ describe('what the caller heard (playback)', () => {
   it('an answer queued behind one whose marks come back late is heard from when that one ends, though its audio resumes after a pause meanwhile', () => {
     let t = 0;
     const p = new Playback(() => t);
+    const line = p.sent('L', 8 * 100)!; // the opening line, its marks echoed (the stream echoes them)
+    t = 100;
+    p.echoed(line);
     const a = p.sent('A', 8 * 300)!; // 300 ms, marked
-    p.sent('B', 8 * 100); // queued behind it, by the estimate from 300 ms
-    t = 500; // by the estimate all of B sent so far has played, but Twilio is still playing A
+    p.sent('B', 8 * 100); // queued behind it, by the estimate from 400 ms
+    t = 600; // by the estimate all of B sent so far has played, but Twilio is still playing A
     p.sent('B', 8 * 100);
-    t = 600;
+    t = 700;
     p.echoed(a); // A has played only now: B starts now
-    t = 650;
+    t = 750;
     expect(p.heard()).toEqual([{ item: 'B', ms: 50 }]);
+  });
+
+  it('on a stream that never echoes a mark, audio resumed after a pause plays from when it comes in answers after the first too', () => {
+    let t = 0;
+    const p = new Playback(() => t);
+    p.sent('L', 8 * 1000); // the opening line: its marks never come back (taken as heard by the call session)
+    p.mark();
+    t = 3000;
+    p.sent('A', 8 * 500); // the next answer, 500 ms, then a pause in it
+    t = 5000;
+    p.sent('A', 8 * 500); // resumed: plays from now
+    t = 5100;
+    expect(p.heard().find((h) => h.item === 'A')).toEqual({ item: 'A', ms: 600 });
   });
 
   it('after a clear nothing is playing, and echoes of the cleared marks change nothing', () => {

@@ -50,6 +50,8 @@ export class Playback {
   private segments: Segment[] = [];
   /** Audio of the last item sent since its last mark. */
   private unmarkedMs = 0;
+  /** Whether Twilio has echoed any mark: a stream that never does is not waited on (its marks are not late). */
+  private echoes = false;
 
   constructor(private readonly now: () => number = () => performance.now()) {}
 
@@ -88,6 +90,7 @@ export class Playback {
 
   /** Twilio echoed a mark: the audio before it has played. Unknown names (cleared ones) are ignored. */
   echoed(name: string): void {
+    this.echoes = true;
     const p = this.pending.get(name);
     if (!p) return;
     // Marks come back in order; drop this one and any earlier.
@@ -143,10 +146,14 @@ export class Playback {
     this.unmarkedMs = 0;
   }
 
-  /** Whether no item before this one is still unheard by its marks (marks come back in order: the first pending is the earliest). */
+  /**
+   * Whether no item before this one is still unheard by its marks (marks come back in order: the
+   * first pending is the earliest). On a stream that has never echoed a mark they never come: every
+   * item's stay pending, and waiting on them would keep each answer after the first from its pauses.
+   */
   private firstUnheard(s: Segment): boolean {
     const first = this.pending.values().next().value;
-    return !first || first.segment === s;
+    return !this.echoes || !first || first.segment === s;
   }
 
   /** Where playback of an item is now: its last echoed position plus the time since, within what was sent. */
