@@ -408,6 +408,17 @@ function refused(error: unknown): boolean {
   return e?.code === 'ERR_HTTP2_STREAM_ERROR' && typeof e.message === 'string' && e.message.endsWith('NGHTTP2_REFUSED_STREAM');
 }
 
+/**
+ * A stream refused before any answer to it came (no response headers): only then did the provider
+ * take none of the call. One refused after its headers (a server breaking the rule, a proxy passing
+ * on its upstream's reset) was answered, and maybe billed: a failed attempt, as any stream cut.
+ */
+class Refused extends Error {
+  constructor(readonly error: Error) {
+    super('refused');
+  }
+}
+
 /** A call its first stream refused, sent again. */
 async function sendAgain(options: Dispatcher.DispatchOptions, cancel: CancelSignal, stream: boolean, idleMs: number): Promise<Answered> {
   for (let again = 1; ; again++) {
@@ -415,7 +426,8 @@ async function sendAgain(options: Dispatcher.DispatchOptions, cancel: CancelSign
     try {
       return await dispatch(options, cancel, stream, idleMs);
     } catch (error) {
-      if (again >= REFUSED_AGAIN || !refused(error)) throw error;
+      if (!(error instanceof Refused)) throw error;
+      if (again >= REFUSED_AGAIN) throw error.error;
     }
   }
 }
@@ -551,7 +563,7 @@ class Call implements Dispatcher.DispatchHandler {
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     this.done();
     if (this.rest) this.rest.fail(error);
-    else this.reject(error);
+    else this.reject(this.status === 0 && refused(error) ? new Refused(error) : error);
   }
 
   /** A whole answer's chunk: past the limit the answer is refused once and its connection cut. */
@@ -606,7 +618,7 @@ export async function callUpstream(
     try {
       answer = await dispatch(options, controller, opts.stream, streamIdleMs);
     } catch (error) {
-      if (!refused(error)) throw error;
+      if (!(error instanceof Refused)) throw error;
       answer = await sendAgain(options, controller, opts.stream, streamIdleMs);
     }
     streaming = 'rest' in answer; // the client going away still cancels the rest of the stream

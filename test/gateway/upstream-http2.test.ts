@@ -189,7 +189,11 @@ class HoldingProvider {
  * nothing, as a server refuses streams past its limit or after its GOAWAY), then streams every answer.
  */
 class RefusingProvider {
-  constructor(private refuse: number) {}
+  /** `afterHeaders`: each refused stream first gets its headers (200) and part of its first event. */
+  constructor(
+    private refuse: number,
+    private readonly afterHeaders = false,
+  ) {}
   refused = 0;
   answered = 0;
   private server!: Http2SecureServer;
@@ -199,7 +203,11 @@ class RefusingProvider {
     this.server = createSecureServer(tls, (req, res) => {
       if (this.refused < this.refuse) {
         this.refused++;
-        return void req.stream.close(constants.NGHTTP2_REFUSED_STREAM);
+        if (!this.afterHeaders) return void req.stream.close(constants.NGHTTP2_REFUSED_STREAM);
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        return void res.write('data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"fir', () =>
+          req.stream.close(constants.NGHTTP2_REFUSED_STREAM),
+        );
       }
       this.answered++;
       req.resume();
@@ -471,6 +479,21 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     })) as string[];
     const errorCode = lines[0].split(',').indexOf('error_code');
     expect(lines.slice(1).map((row) => row.split(',')[errorCode])).toEqual(Array(6).fill(''));
+  }, 20_000);
+
+  it('a stream refused after its answer began (REFUSED_STREAM past its headers) is a failed attempt, not sent again unseen', async () => {
+    const p = (provider = await new RefusingProvider(1, true).start());
+    const url = await gatewayTo(p, 'on', 'refused-late');
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(200);
+    expect(await res.text()).toContain('data: [DONE]');
+    // The provider answered the first (its headers, part of its text): that attempt failed, and the call was retried as one.
+    expect(res.headers.get('x-route-attempts')).toBe('2');
+    expect([p.refused, p.answered]).toEqual([1, 1]);
   }, 20_000);
 
   it('connections the provider closed gracefully leave the pool: with UPSTREAM_CONNECTIONS=1, every call after the first GOAWAY is still answered', async () => {
