@@ -105,15 +105,17 @@ function undiciKey(of: object, description: string): symbol | undefined {
  */
 function followSession(client: Client, known: Origin): void {
   const fields = client as unknown as Record<symbol, unknown>;
-  const [sessionKey, contextKey, passKey, clientsKey] = [
+  const pool = known.pool as unknown as Record<symbol, unknown>;
+  const [sessionKey, contextKey, passKey, clientsKey, connectionKey] = [
     undiciKey(client, 'http2Session'),
     undiciKey(client, 'http context'),
     undiciKey(known.pool, 'needDrain'),
     undiciKey(known.pool, 'clients'),
+    undiciKey(Object.getPrototypeOf(known.pool) as object, 'get dispatcher'),
   ];
   const session = sessionKey && (fields[sessionKey] as ClientHttp2Session | null);
   const context = contextKey && (fields[contextKey] as { busy(request: unknown): boolean } | null);
-  if (!session || !context || !passKey || !clientsKey) return; // HTTP/1.1 (or an undici that keeps these otherwise)
+  if (!session || !context || !passKey || !clientsKey || !connectionKey) return; // HTTP/1.1 (or an undici that keeps these otherwise)
   session.on('remoteSettings', ({ maxConcurrentStreams: most }: Settings) => {
     if (most === undefined) return;
     known.streams = Math.min(H2_STREAMS, most);
@@ -128,10 +130,14 @@ function followSession(client: Client, known: Origin): void {
     // and leaves it now, to close once its streams have ended: kept, passed by for good, every such
     // connection stayed in the pool, and once as many as UPSTREAM_CONNECTIONS, calls waited for a
     // connection until their time-to-answer ran out (a 504).
-    const clients = (known.pool as unknown as Record<symbol, Client[]>)[clientsKey];
+    const clients = pool[clientsKey] as Client[];
     const at = clients.indexOf(client);
     if (at !== -1) clients.splice(at, 1);
     client.close(() => {}); // a GOAWAY again (as servers send a second, naming their last stream) finds it closing
+    // Calls waiting for a connection (every one at its streams, as many as UPSTREAM_CONNECTIONS) are
+    // handed one only when a call comes or a connection drains, which this one never does: the pool
+    // opens one for them now, else they waited for the next call, or to their time-to-answer (a 504).
+    if (pool[passKey] === true) (pool[connectionKey] as () => unknown).call(known.pool);
   });
 }
 

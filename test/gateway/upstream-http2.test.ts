@@ -512,6 +512,53 @@ describe.skipIf(!hasOpenssl)('HTTP/2 to providers', () => {
     expect(p.sessions).toHaveLength(4); // each call on a connection of its own, the one before it closed
   }, 20_000);
 
+  it('calls waiting for a connection (UPSTREAM_CONNECTIONS reached, its streams all taken) go on a new one when the provider closes it gracefully', async () => {
+    const p = (provider = await new HoldingProvider({ maxConcurrentStreams: 2 }).start());
+    // A gateway in a process of its own, which says each call it hands to its pool of connections to the provider.
+    const src = (file: string) => JSON.stringify(join(root, file));
+    const code = `const { Pool } = await import('undici');
+      const dispatch = Pool.prototype.dispatch;
+      Pool.prototype.dispatch = function (...args) { const r = dispatch.apply(this, args); console.log('handed to the pool'); return r; };
+      const { configureUpstream } = await import(${src('gateway/src/upstream.ts')});
+      const { startGateway, mapOf } = await import(${src('test/gateway/harness.ts')});
+      configureUpstream({ connections: 1, http2: true });
+      const gw = await startGateway(mapOf([${JSON.stringify(p.url)}]));
+      console.log(JSON.stringify({ url: gw.url }));`;
+    child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+      env: { PATH: process.env.PATH, NODE_EXTRA_CA_CERTS: join(dir, 'cert.pem') },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout!.on('data', (d) => (out += d));
+    const handed = () => out.split('\n').filter((l) => l === 'handed to the pool').length;
+    const line = await until('the gateway to listen', () => out.split('\n').find((l) => l.startsWith('{')), 15_000);
+    const { url } = JSON.parse(line!) as { url: string };
+    const ask = () =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-time-to-answer-ms': '5000' },
+        body: JSON.stringify({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+      }).then(async (res) => ({ status: res.status, text: await res.text() }));
+    const warm = ask(); // the connection is made, and the provider's limit of 2 streams known
+    await until('the first call held', () => p.holding === 1);
+    p.release();
+    await warm;
+    const open = [ask(), ask()]; // both streams of the only connection allowed
+    await until('two calls held', () => p.holding === 2);
+    const waiting = ask(); // waits for a connection
+    await until('the third call handed to the pool', () => handed() === 4);
+    const session = p.sessions[0];
+    session.goaway(constants.NGHTTP2_NO_ERROR, p.lastStream);
+    // Answered on a new connection while the two streams still run, not at its time-to-answer (a 504).
+    const answered = await waiting;
+    expect(answered.status).toBe(200);
+    expect(answered.text.endsWith('data: [DONE]\n\n')).toBe(true);
+    expect(p.holding).toBe(2);
+    expect(p.arrivals).toEqual([0, 0, 0, 1]);
+    p.release();
+    for (const { status, text } of await Promise.all(open)) expect([status, text.endsWith('data: [DONE]\n\n')]).toEqual([200, true]);
+  }, 20_000);
+
   it('UPSTREAM_HTTP2=off (the default): the same streams over HTTP/1.1, one at a time per connection', async () => {
     provider = await new TlsProvider().start();
     const url = await gatewayTo(provider, 'off');
