@@ -5,9 +5,8 @@
 import { EVENT_FIELDS, TEXT_FIELDS, parseDecimalText, parseRfc3339, type EventField, type EventRecord } from '../../schema/event-record';
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { CellValue, Sheet, Spreadsheet } from './services';
-import { columnLetter, fieldIndex, growFor, lastRowWithin, refuseRenamed } from './tabs';
+import { EVENTS_TAB, columnLetter, fieldIndex, growFor, lastRowWithin, refuseRenamed } from './tabs';
 
-export const EVENTS_TAB = 'events';
 export const EVENT_COLUMNS = EVENT_FIELDS.length;
 /** Rows added beyond need when the events tab grows, so that not every request pays for an insert. */
 const GROWTH_ROWS = 1000;

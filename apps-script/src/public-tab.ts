@@ -8,9 +8,8 @@ import { MeterRefusal } from '../../schema/meter-reply';
 import { configText, readConfig, type ConfigValues } from './config';
 import { EVENT_AT, cellTime, columnOf } from './events-sheet';
 import type { MeterServices, Sheet } from './services';
-import { columnLetter, fitGrid, insertTabs, type TabGrid } from './tabs';
+import { PUBLIC_TAB, columnLetter, fitGrid, insertTabs, type TabGrid } from './tabs';
 
-const PUBLIC_TAB = 'events_public';
 /** The fewest rows kept beyond the events': room for the events ingested until the next refresh. */
 const SPARE_ROWS = 1000;
 /**

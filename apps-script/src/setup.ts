@@ -9,8 +9,20 @@ import { archiveFolder } from './archive-export';
 import { CONFIG_DEFAULTS, CONFIG_TAB, OPTIONAL_CONFIG_DEFAULTS, SECRET_KEY, configKey } from './config';
 import { DIGEST_TAB, refreshDigestTabs } from './digest-tab';
 import { CALLS } from './calls-tab';
-import { ACTIVITIES, CONTACTS, IDEMPOTENCY, LEADS, TASKS, columnLetter, ensureTab, insertTabs, movedColumns, refuseRenamed } from './tabs';
-import { EVENT_COLUMNS, EVENTS_TAB, columnOf } from './events-sheet';
+import {
+  ACTIVITIES,
+  CONTACTS,
+  EVENTS_TAB,
+  IDEMPOTENCY,
+  LEADS,
+  TASKS,
+  columnLetter,
+  ensureTab,
+  insertTabs,
+  movedColumns,
+  refuseRenamed,
+} from './tabs';
+import { EVENT_COLUMNS, columnOf } from './events-sheet';
 import type { MeterServices, Sheet } from './services';
 import { SHEET_TIME_ZONE } from './sheet-time-zone';
 

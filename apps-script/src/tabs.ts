@@ -298,17 +298,44 @@ export function giveUpSpare(ss: Spreadsheet, kept: TabGrid, tabs: readonly TabGr
   if (over > 0 && cut <= maxRows - kept.rows) sheet.deleteRows(maxRows - cut + 1, cut);
 }
 
+/** The events tab (events-sheet.ts) and the pii-free tab whose QUERY shows its rows (public-tab.ts). */
+export const EVENTS_TAB = 'events';
+export const PUBLIC_TAB = 'events_public';
+
+/**
+ * Gives back `over` cells (or a few more: whole rows) of the public tab's spare rows, those it
+ * keeps beyond the events' for the events ingested until the next refresh; the cells given back.
+ * Kept are its rows for the events, those the write growing `grown` to `lastRow` adds included, so
+ * its QUERY still shows every event. Nothing changes (0) when even all of its spare would not do:
+ * the write is then refused. The next digest refresh grows the spare again where it fits.
+ */
+function takeBackPublicSpare(ss: Spreadsheet, over: number, grown: Sheet, lastRow: number): number {
+  const pub = ss.getSheetByName(PUBLIC_TAB);
+  const events = ss.getSheetByName(EVENTS_TAB);
+  if (!pub || !events || pub.getName() === grown.getName()) return 0;
+  const kept = Math.max(events.getLastRow(), events.getName() === grown.getName() ? lastRow : 0, 1);
+  const maxRows = pub.getMaxRows();
+  const width = pub.getMaxColumns();
+  const cut = Math.ceil(over / width);
+  if (cut > maxRows - kept) return 0;
+  pub.deleteRows(maxRows - cut + 1, cut);
+  return cut * width;
+}
+
 /**
  * Grows the tab to hold rows up to `lastRow`, with `spare` rows more so that not every write pays
- * for an insert (exactly what is needed near the cell limit). Refuses, before anything is written,
- * growth past the spreadsheet's cell limit (`spreadsheet_full`: the caller writes nothing).
+ * for an insert (exactly what is needed near the cell limit). Near the limit the public tab's spare
+ * rows are taken back first (takeBackPublicSpare); growth that passes the limit even so is refused
+ * before anything is written (`spreadsheet_full`: the caller writes nothing).
  */
 export function growFor(ss: Spreadsheet, sheet: Sheet, lastRow: number, spare: number): void {
   const maxRows = sheet.getMaxRows();
   const needed = lastRow - maxRows;
   if (needed <= 0) return;
-  const cells = spreadsheetCells(ss);
   const width = sheet.getMaxColumns();
+  let cells = spreadsheetCells(ss);
+  const over = cells + needed * width - SPREADSHEET_CELL_LIMIT;
+  if (over > 0) cells -= takeBackPublicSpare(ss, over, sheet, lastRow);
   refusePastLimit(cells, needed * width, `${needed} more row(s) in "${sheet.getName()}"`);
   const roomy = cells + (needed + spare) * width <= SPREADSHEET_CELL_LIMIT;
   sheet.insertRowsAfter(maxRows, roomy ? needed + spare : needed);

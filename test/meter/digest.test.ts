@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { computeDigest } from '../../apps-script/src/digest';
 import type { Cell } from './fakes/cells';
-import { eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
+import { aCall, eventsTab, freshMeter, post, setConfig } from './maintenance-setup';
 
 /** An independent, direct computation of the digest figures to compare with the module's. */
 function direct(rows: Cell[][], now: number) {
@@ -489,6 +489,65 @@ describe('events_public holding spare rows when the Digest needs room', () => {
     expect(() => meter.refreshDigest()).toThrow(/spreadsheet is full/);
     expect(pub.maxRows).toBe(4);
     expect(digest.maxRows).toBe(10);
+  });
+});
+
+describe('events_public holding spare rows when a write needs room', () => {
+  // The hourly refresh keeps the public tab its spare rows ahead of the events; near the cell limit
+  // they are the only room left, and the events (or a back-office row) were refused while they were there.
+  /** 3,000 events, the public tab 1,000 rows ahead of them, the events and calls tabs full, an operator's tab taking the rest but `room` cells. */
+  function fullButSpare(room = 0) {
+    const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
+    const ss = platform.spreadsheet;
+    const events = eventsTab(platform);
+    events.loadRows(
+      2,
+      Array.from({ length: 3000 }, (_, i) => [`e${i}`, new Date(A_WEEK_BACK), ...Array(17).fill('')]),
+    );
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+    const pub = ss.tab('events_public')!;
+    expect(pub.maxRows).toBe(3001 + 1000);
+    events.maxRows = 3001; // no empty row left in it, nor in the calls tab
+    const calls = ss.tab('calls')!;
+    calls.maxRows = Math.max(calls.getLastRow(), 1);
+    const filler = ss.insertSheet('kept by hand');
+    const others = ss.sheets.filter((s) => s !== filler).reduce((n, s) => n + s.maxRows * s.maxColumns, 0);
+    filler.maxRows = Math.floor((10_000_000 - others - room) / filler.maxColumns);
+    const snapshot = () => JSON.stringify(ss.sheets.map((s) => [s.getName(), s.maxRows, s.maxColumns, s.data]));
+    return { platform, meter, events, calls, pub, snapshot };
+  }
+  const batch = (n: number) => ({
+    events: Array.from({ length: n }, (_, i) => ({ event_id: `new-${i}`, timestamp: '2026-11-22T11:00:00Z' })),
+  });
+
+  it('ingest takes the spare rows back rather than refusing, and the public tab still shows every event', () => {
+    const { meter, events, pub } = fullButSpare();
+    // 300 events (5,700 cells) fit only in the room of the public tab's spare rows.
+    expect(post(meter, batch(300))).toMatchObject({ ok: true, appended: 300 });
+    expect(events.getLastRow()).toBe(3301);
+    expect(events.cellAt(3301, 1)).toBe('new-299');
+    expect(pub.maxRows).toBeGreaterThanOrEqual(3301); // its QUERY's rows, so no #REF!
+    expect(pub.maxRows).toBeLessThan(4001);
+    expect(pub.getRange(1, 1).getFormulas()[0][0]).toMatch(/^=QUERY\(events!/);
+    expect(post(meter, batch(300))).toMatchObject({ ok: true, appended: 0, duplicates: 300 }); // a retry writes nothing twice
+    expect(meter.refreshDigest()).toMatch(/digest refreshed/);
+  });
+
+  it('a back-office row (a call record) takes them back too', () => {
+    const { meter, calls, pub } = fullButSpare();
+    expect(post(meter, { calls: [aCall()] })).toMatchObject({ ok: true, appended: 1 });
+    expect(calls.cellAt(2, 1)).toBe('c1');
+    expect(pub.maxRows).toBeGreaterThanOrEqual(3001);
+  });
+
+  it('keeps them when the events would not fit even so: spreadsheet_full, nothing written', () => {
+    const { meter, snapshot } = fullButSpare();
+    const before = snapshot();
+    // 500 events need 9,500 cells; the spare past their rows holds 500 rows of 13 (6,500).
+    const reply = post(meter, batch(500));
+    expect(reply).toMatchObject({ ok: false, code: 'spreadsheet_full' });
+    expect(reply.error).toMatch(/^the spreadsheet is full: 500 more row\(s\) in "events" would take it to \d+ cells.*Nothing was written/);
+    expect(snapshot()).toBe(before);
   });
 });
 
