@@ -148,6 +148,22 @@ describe.each([
     expect([next.status, (next.body as { action?: string }).action]).toEqual([200, 'answer']); // 0.55 USD of December, not 1.1
   });
 
+  it('a call whose end is written after midnight counts in the month its ended_at says', async () => {
+    const { a, call, startStatus, clock } = fleet();
+    expect(await startStatus('nov-last')).toEqual([200, 'answer']);
+    await a.events('nov-last', [{ type: 'transcription.done', usd: 0.45 }]);
+    clock.now = new Date('2026-12-01T00:00:40Z'); // the phone bridge writes the record once its functions settle
+    const end = await a.end('nov-last', { outcome: 'booking', duration_s: 60, ended_at: '2026-11-30T23:59:50.000Z' });
+    expect(end.status).toBe(200);
+    clock.now = new Date('2026-12-01T10:00:00Z');
+    await call('dec-1'); // December's first 0.55 USD
+    expect(await startStatus('dec-2')).toEqual([200, 'answer']); // 0.55 USD of December, not 1.1
+    // An ended_at before the call's start is no month's end: the cost counts now, where the cap holds.
+    await a.events('dec-2', [{ type: 'transcription.done', usd: 0.45 }]);
+    await a.end('dec-2', { outcome: 'booking', duration_s: 60, ended_at: '2020-01-01T00:00:00.000Z' });
+    expect(await startStatus('dec-3')).toEqual([503, 'monthly_cap']);
+  });
+
   it.runIf(name === 'Redis')(
     'a deployment upgraded while an earlier version paused new calls stays paused until a rollup below the cap',
     async () => {

@@ -251,7 +251,10 @@ export class VoiceService {
             tenant,
           )
         : callCostUsd(call.record!, null);
-      await this.addToMonth(id, usd, now);
+      // The month the call ended in, as its record says (the phone bridge writes it up to a minute later);
+      // an ended_at before the call's start (a duration_s sent with it is what the record takes) is not.
+      const endedAt = body.ended_at && Date.parse(body.ended_at) >= Date.parse(call.started_at) ? new Date(body.ended_at) : now;
+      await this.addToMonth(id, usd, endedAt);
     }
     return { status: 200, body: call.record, fresh };
   }
