@@ -177,4 +177,62 @@ describe.each([
       expect(await startStatus('c3', a)).toEqual([200, 'answer']);
     },
   );
+
+  it.runIf(name === 'Redis')(
+    'at the upgrade, a rollup below the cap posted while another instance takes the earlier pause still lifts it',
+    async () => {
+      const { space, store } = make();
+      await db.redis.set(`${space}:voice:monthly_paused`, '1');
+      const log = { warn: () => undefined, error: () => undefined };
+      const now = () => new Date('2026-11-23T10:00:00Z');
+      const slowStore = store(space);
+      let taken!: () => void;
+      const tookOld = new Promise<void>((r) => (taken = r));
+      let rolled!: () => void;
+      const rollupDone = new Promise<void>((r) => (rolled = r));
+      const take = slowStore.takeOldPause.bind(slowStore);
+      slowStore.takeOldPause = async (month: string, cap: number) => {
+        const out = await take(month, cap);
+        taken();
+        await rollupDone; // the other instance's rollup lands before this one goes on
+        return out;
+      };
+      const a = new VoiceService({ config, store: slowStore, log, now });
+      const b = new VoiceService({ config, store: store(space), log, now });
+      const first = a.start({ call_id: 'c1', from: '+351910000000', country: 'PT' });
+      await tookOld;
+      await b.rollup(0.2); // the meter: 0.2 USD this month, after the pause was set
+      rolled();
+      await first;
+      const out = await a.start({ call_id: 'c2', from: '+351910000000', country: 'PT' });
+      expect([out.status, (out.body as { action?: string }).action]).toEqual([200, 'answer']);
+    },
+  );
+
+  it.runIf(name === 'Redis')('at the upgrade, Redis failing as the earlier pause is taken does not lose it', async () => {
+    const { space, store } = make();
+    await db.redis.set(`${space}:voice:monthly_paused`, '1');
+    const flaky = store(space);
+    const set = flaky.setMonthRollup.bind(flaky);
+    let fail = true;
+    flaky.setMonthRollup = async (month: string, usd: number) => {
+      if (fail) {
+        fail = false;
+        throw new Error('Connection is closed.');
+      }
+      return set(month, usd);
+    };
+    const a = new VoiceService({
+      config,
+      store: flaky,
+      log: { warn: () => undefined, error: () => undefined },
+      now: () => new Date('2026-11-23T10:00:00Z'),
+    });
+    const starts: unknown[] = [];
+    for (const id of ['c1', 'c2']) {
+      const out = await a.start({ call_id: id, from: '+351910000000', country: 'PT' }).catch(() => null);
+      if (out) starts.push([out.status, (out.body as { reason?: string }).reason]);
+    }
+    expect(starts.at(-1)).toEqual([503, 'monthly_cap']);
+  });
 });

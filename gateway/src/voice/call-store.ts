@@ -85,9 +85,10 @@ export interface VoiceStore<Op> {
   firstAtMonth(month: string): Promise<boolean>;
   /**
    * Takes the pause an earlier version kept (`<p>:voice:monthly_paused`, set by a rollup at the cap
-   * and lifted only by a lower one): true for the first caller only, and only while it was set.
+   * and lifted only by a lower one) and keeps it as `month`'s rollup at `cap`, in one step: true
+   * for the first caller only, and only while it was set.
    */
-  takeOldPause(): Promise<boolean>;
+  takeOldPause(month: string, cap: number): Promise<boolean>;
 }
 
 const ttlOf = (call: StoredCall, ttl: CallTtl) => (call.ended_at ? ttl.endedS : ttl.liveS);
@@ -175,6 +176,13 @@ while true do
 end
 return 1`;
 
+/** Removes an earlier version's pause; while it was set, keeps it as the month's rollup at the cap. */
+const TAKE_OLD_PAUSE = `local was = redis.call('GET', KEYS[1])
+if was == '1' then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2]) end
+redis.call('DEL', KEYS[1])
+if was == '1' then return 1 end
+return 0`;
+
 export class RedisVoiceStore<Op> implements VoiceStore<Op> {
   constructor(
     private readonly redis: Redis,
@@ -257,11 +265,17 @@ export class RedisVoiceStore<Op> implements VoiceStore<Op> {
   async firstAtMonth(month: string) {
     return (await this.redis.set(this.monthKeys(month)[2], '1', 'EX', MONTH_TTL_S, 'NX')) === 'OK';
   }
-  async takeOldPause() {
-    const key = `${this.prefix}:voice:monthly_paused`;
-    const out = (await this.redis.multi().get(key).del(key).exec()) ?? [];
-    const failed = out.find(([e]) => e);
-    if (failed || out.length < 2) throw failed?.[0] ?? new Error('the old monthly pause could not be read');
-    return out[0]![1] === '1';
+  async takeOldPause(month: string, cap: number) {
+    // One script: a rollup posted meanwhile on another instance comes after it (not overwritten by
+    // the cap), and a failure leaves the old key for the next look (the pause is never lost).
+    const taken = await this.redis.eval(
+      TAKE_OLD_PAUSE,
+      2,
+      `${this.prefix}:voice:monthly_paused`,
+      this.monthKeys(month)[1],
+      String(cap),
+      String(MONTH_TTL_S),
+    );
+    return taken === 1;
   }
 }

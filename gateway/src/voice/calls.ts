@@ -321,10 +321,9 @@ export class VoiceService {
    */
   private async takeOldPause(): Promise<void> {
     if (this.oldPauseTaken) return;
-    if (await this.deps.store.takeOldPause()) {
-      const month = monthOf(this.now());
-      const cap = this.deps.config.spend_guard.monthly_usd_cap;
-      await this.deps.store.setMonthRollup(month, cap);
+    const month = monthOf(this.now());
+    const cap = this.deps.config.spend_guard.monthly_usd_cap;
+    if (await this.deps.store.takeOldPause(month, cap)) {
       this.deps.log.warn(
         `voice: new calls stay paused: the monthly pause set before this version is kept as ${month}'s rollup at the cap (${cap} USD); a rollup below the cap, or the next month, lifts it`,
       );
