@@ -81,8 +81,14 @@ function shortWindow(config: ReturnType<typeof readConfig>): boolean {
  */
 function pruneKeysAlone(svc: MeterServices, refusal: Error): void {
   const keyCutoffMs = utcDayStart(svc.now().getTime()) - MIN_KEY_DAYS * DAY_MS;
-  const keys = withScriptLock(svc, () => pruneIdempotency(svc, keyCutoffMs), MAINTENANCE_LOCK_MS);
-  const removed = keys ? `; removed ${keys} idempotency record(s) older than ${new Date(keyCutoffMs).toISOString()}` : '';
+  let removed: string;
+  try {
+    const keys = withScriptLock(svc, () => pruneIdempotency(svc, keyCutoffMs), MAINTENANCE_LOCK_MS);
+    removed = keys ? `; removed ${keys} idempotency record(s) older than ${new Date(keyCutoffMs).toISOString()}` : '';
+  } catch (error) {
+    // The refusal is still what the run raises: it is what the operator must fix.
+    removed = `; the idempotency records were not pruned either: ${(error as Error).message}`;
+  }
   svc.log(`applyRetention: no events deleted: ${refusal.message}${removed}`);
 }
 

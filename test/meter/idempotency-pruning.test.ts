@@ -53,6 +53,19 @@ describe('applyRetention and the idempotency tab', () => {
     expect(keys(platform)).toEqual(['key-lead-0002']);
   });
 
+  it('with RETENTION_DAYS under 7 and the script lock busy, the run still raises the RETENTION_DAYS refusal to fix, and logs that no key was pruned', () => {
+    const { platform, meter } = monthOfActions();
+    platform.spreadsheet.tab('Config')!.data.find((r) => r[0] === 'RETENTION_DAYS')![1] = 5;
+    platform.lock.busy = true; // another execution holds the lock past the run's wait
+    expect(() => meter.applyRetention()).toThrow('Config RETENTION_DAYS must be a whole number from 7 to 36500, found "5"');
+    expect(platform.logs.at(-1)).toMatch(
+      /^applyRetention: no events deleted: Config RETENTION_DAYS .*; the idempotency records were not pruned either: /,
+    );
+    platform.lock.busy = false;
+    expect(() => meter.applyRetention()).toThrow('Config RETENTION_DAYS');
+    expect(keys(platform)).toEqual(['key-lead-0002']);
+  });
+
   it.each([
     ['with spare rows', false],
     ['with no spare row (near the cell limit)', true],
