@@ -164,6 +164,18 @@ describe.each([
     expect(await startStatus('dec-3')).toEqual([503, 'monthly_cap']);
   });
 
+  it("a call recorded after the month's turn that takes the month before to the cap does not log new calls paused", async () => {
+    const { a, call, startStatus, clock, warned } = fleet();
+    await call('c1'); // 0.55 USD of November
+    expect(await startStatus('nov-last')).toEqual([200, 'answer']);
+    await a.events('nov-last', [{ type: 'transcription.done', usd: 0.45 }]);
+    clock.now = new Date('2026-12-01T00:00:40Z');
+    await a.end('nov-last', { outcome: 'booking', duration_s: 60, ended_at: '2026-11-30T23:59:50.000Z' }); // November: 1.1 USD
+    clock.now = new Date('2026-12-01T10:00:00Z');
+    expect(await startStatus('dec-1')).toEqual([200, 'answer']);
+    expect(warned.filter((m) => m.includes('new calls paused'))).toEqual([]);
+  });
+
   it.runIf(name === 'Redis')(
     'a deployment upgraded while an earlier version paused new calls stays paused until a rollup below the cap',
     async () => {

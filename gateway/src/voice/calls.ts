@@ -306,7 +306,8 @@ export class VoiceService {
     const month = monthOf(endedAt);
     try {
       const { before, after } = await this.deps.store.addMonthSpend(month, usd);
-      if (!this.over(before) && this.over(after))
+      // A month already over (a call ended in its last moment, recorded after the turn) pauses nothing now.
+      if (!this.over(before) && this.over(after) && month === monthOf(this.now()))
         this.deps.log.warn(`voice: monthly spend ${Number(after.usd.toFixed(6))} USD reached the cap; new calls paused`);
     } catch (error) {
       this.deps.log.error(`call ${id}: its cost (${usd} USD) was not added to the month's voice spend: ${(error as Error).message}`);
