@@ -254,6 +254,27 @@ describe('POST /v1/responses', () => {
     expect(chatCalls(warm)).toHaveLength(0);
   });
 
+  // Only their type was checked: temperature 5 reached the provider, and a chat provider that takes
+  // any value (vLLM, Ollama) answered it where OpenAI and the gateway's own chat endpoint refuse it.
+  it('a value out of range (temperature, top_p, top_logprobs) is a 400 naming it, as chat and OpenAI refuse it; nothing is called', async () => {
+    for (const [param, value] of [
+      ['temperature', 5],
+      ['temperature', -0.5],
+      ['top_p', 1.5],
+      ['top_logprobs', 21],
+    ] as const) {
+      const refused = await client()
+        .responses.create({ model: 'gpt-4o-mini', input: 'hi', [param]: value } as never)
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+      expect(refused).toMatchObject({ status: 400, param, code: 'invalid_value' });
+    }
+    const edge = await client().responses.create({ model: 'gpt-4o-mini', input: 'hi', temperature: 2, top_p: 0, top_logprobs: 20 });
+    expect(edge.status).toBe('completed');
+    expect(hot.received).toHaveLength(1);
+    expect(chatCalls(warm)).toHaveLength(0);
+  });
+
   it('a stored prompt without input goes to a native route; the default Idempotency-Key tells conversations apart', async () => {
     const stored = await client().responses.create({ model: 'gpt-4o-mini', prompt: { id: 'pmpt_123', variables: { city: 'Lisbon' } } });
     expect(stored.output_text).toBe('native responses from gpt-4o-mini');

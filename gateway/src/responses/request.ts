@@ -190,8 +190,16 @@ function translate(body: Json): Json {
     unsupported('background', "'background' is not supported on this route: the answer is given on this connection.");
   optional(body, 'background', isBoolean, 'a boolean', 'boolean');
   optional(body, 'instructions', isString, 'a string', 'string');
-  optional(body, 'temperature', isNumber, 'a number', 'number');
-  optional(body, 'top_p', isNumber, 'a number', 'number');
+  // The ranges OpenAI's Responses API (and the chat endpoint, chat-request.ts) takes.
+  optional(body, 'temperature', (v) => isNumber(v) && v >= 0 && v <= 2, 'a number from 0 to 2', 'number');
+  optional(body, 'top_p', (v) => isNumber(v) && v >= 0 && v <= 1, 'a number from 0 to 1', 'number');
+  optional(
+    body,
+    'top_logprobs',
+    (v) => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 20,
+    'an integer from 0 to 20',
+    'integer',
+  );
   optional(body, 'max_output_tokens', (v) => Number.isInteger(v) && (v as number) >= 1, 'a positive integer', 'integer');
   optional(body, 'parallel_tool_calls', isBoolean, 'a boolean', 'boolean');
   optional(body, 'stream', isBoolean, 'a boolean', 'boolean');
