@@ -25,6 +25,9 @@ const KEY_ID = /^key_[0-9a-f]{8}$/;
 /** Bad arguments: the message names the argument and what was expected. */
 class UsageError extends Error {}
 
+/** A refusal's quote of the arguments with any key in them not shown (a leaked key pasted after `list`, or as the command). */
+const keysHidden = (text: string) => text.replace(/gk_[A-Za-z0-9_-]+/g, 'gk_… (not shown)');
+
 function wholeNumber(name: string, value: string | undefined): number {
   const n = Number(value);
   if (value === undefined || !/^\d+$/.test(value) || n < 1 || n > 1e9)
@@ -148,7 +151,7 @@ export async function keysCli(args: string[], rawEnv: NodeJS.ProcessEnv, out: Pr
   }
   const [command, ...rest] = args;
   if (!['create', 'list', 'revoke'].includes(command ?? '')) {
-    err(command ? `unknown command "${command}": expected create, list or revoke` : 'command: expected create, list or revoke');
+    err(command ? keysHidden(`unknown command "${command}": expected create, list or revoke`) : 'command: expected create, list or revoke');
     err(USAGE);
     return 2;
   }
@@ -162,7 +165,7 @@ export async function keysCli(args: string[], rawEnv: NodeJS.ProcessEnv, out: Pr
     return await run(todo, keyStoreFor(env, redis), out, err);
   } catch (error) {
     if (error instanceof UsageError || error instanceof ConfigError) {
-      err(error.message);
+      err(error instanceof UsageError ? keysHidden(error.message) : error.message);
       if (error instanceof UsageError) err(USAGE);
       return 2;
     }

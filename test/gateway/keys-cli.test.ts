@@ -93,6 +93,17 @@ describe('npm run keys', () => {
     for (const r of [revoked, unknown]) expect([...r.out, r.err].join('\n')).not.toMatch(/gk_[A-Za-z0-9_-]{4}/);
   });
 
+  it('a key given where none is taken (after list, as the command, in create) is refused without printing it', async () => {
+    const key = (await keys('create', 'acme')).out.at(-1)!;
+    for (const args of [['list', key], [key], ['create', `Bearer ${key}`], ['create', 'acme', key], ['create', 'acme', '--rpm', key]]) {
+      const r = await keys(...args);
+      expect(r.code).toBe(2);
+      expect(r.err).toContain('gk_… (not shown)');
+      expect(r.err).not.toContain(key.slice(3));
+      expect(r.out).toEqual([]);
+    }
+  });
+
   it.each([
     [['create'], /^tenant: expected the tenant/],
     [['create', '--rpm', '5'], /^tenant: expected the tenant/],
