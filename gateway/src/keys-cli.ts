@@ -47,6 +47,9 @@ function parseCreate(args: string[]): KeySpec {
   const [tenant, ...rest] = args;
   if (!tenant || tenant.startsWith('--'))
     throw new UsageError('tenant: expected the tenant the key is for, e.g. npm run keys -- create acme');
+  // A pasted key would be kept in plain text as the tenant, printed, and written into every meter event and log line.
+  if (tenant.startsWith('gk_'))
+    throw new UsageError('tenant: got a client key (gk_…, not shown) where the tenant\'s name goes; a tenant may not start with "gk_"');
   if (!TENANT_PATTERN.test(tenant))
     throw new UsageError(`tenant: expected 1-64 letters, digits, . _ @ - (starting with a letter or digit), got "${tenant.slice(0, 80)}"`);
   const spec: KeySpec = { tenant };

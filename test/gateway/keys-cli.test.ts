@@ -104,6 +104,19 @@ describe('npm run keys', () => {
     }
   });
 
+  // A key pasted as the tenant was made into one: printed, kept in plain text, written into every meter event and log line.
+  it('a key given as the tenant of create is refused, naming the argument, without printing it or making a key', async () => {
+    const key = (await keys('create', 'acme')).out.at(-1)!;
+    for (const tenant of [key, key.slice(0, 20)]) {
+      const r = await keys('create', tenant, '--rpm', '60');
+      expect(r.code).toBe(2);
+      expect(r.err).toMatch(/^tenant: got a client key \(gk_…, not shown\) where the tenant's name goes/);
+      expect(r.err).not.toContain(tenant.slice(3));
+      expect(r.out).toEqual([]);
+    }
+    expect((await keys('list')).out).toHaveLength(1);
+  });
+
   it.each([
     [['create'], /^tenant: expected the tenant/],
     [['create', '--rpm', '5'], /^tenant: expected the tenant/],
