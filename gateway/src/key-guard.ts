@@ -11,6 +11,8 @@ import { ClientAuth } from './client-auth';
 import type { ClientKey, KeyStore } from './client-keys';
 import type { GatewayEnv } from './env';
 import { sendJson } from './http-io';
+import { tenantRefusal } from './key-policy';
+import { textHeader } from './request-context';
 
 /** Under /v1 (as Express sees the path below its mount point), and case-insensitive as Express's routing. */
 const OWN_TOKEN = /^\/(voice|workflow)(\/|$)/i;
@@ -26,6 +28,12 @@ export function keyGuard(auth: ClientAuth): RequestHandler {
         .status(result.status)
         .set(result.headers ?? {})
         .json(result.error);
+      return;
+    }
+    // As on the model endpoints: a backend that believes it reads another tenant's jobs is told, not answered the key's.
+    const refusal = tenantRefusal(result.key, textHeader(req.headers, 'x-customer-id'));
+    if (refusal) {
+      res.status(refusal.status).json(refusal.error);
       return;
     }
     res.locals.clientKey = result.key;

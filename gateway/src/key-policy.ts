@@ -27,12 +27,15 @@ export function keyRefusal(key: ClientKey, model: string, customerHeader: string
     const message = `model "${model}" is not allowed for this API key; it may use ${quoted(key.models)}`;
     return { status: 403, error: openAiError(message, 'invalid_request_error', 'model', 'model_not_allowed') };
   }
-  if (customerHeader && customerHeader !== key.tenant) {
-    // Quoted cut short: the caller's header, up to the 1,000 characters a meter event holds.
-    const message = `x-customer-id "${cutText(customerHeader, 100)}" does not match this API key's tenant "${key.tenant}": send the key's tenant or leave the header out`;
-    return { status: 403, error: openAiError(message, 'invalid_request_error', 'x-customer-id', 'tenant_mismatch') };
-  }
-  return null;
+  return tenantRefusal(key, customerHeader);
+}
+
+/** Why this key may not speak for the tenant `x-customer-id` names (403), or null. */
+export function tenantRefusal(key: ClientKey, customerHeader: string | undefined): KeyRefusal | null {
+  if (!customerHeader || customerHeader === key.tenant) return null;
+  // Quoted cut short: the caller's header, up to the 1,000 characters a meter event holds.
+  const message = `x-customer-id "${cutText(customerHeader, 100)}" does not match this API key's tenant "${key.tenant}": send the key's tenant or leave the header out`;
+  return { status: 403, error: openAiError(message, 'invalid_request_error', 'x-customer-id', 'tenant_mismatch') };
 }
 
 /** What counting tokens against a key's `--tpm` needs of it: all a queued job keeps of its key (cold-queue.ts). */

@@ -67,6 +67,26 @@ describe('work belongs to its tenant', () => {
     expect((await getJob(url, id)).status).toBe(401);
   });
 
+  // It was ignored: a backend that believed it polled beta's job was answered acme's, as on no endpoint that takes the header.
+  it("GET /v1/jobs/:id with an x-customer-id naming another tenant than the key is a 403 tenant_mismatch, the key's own tenant is answered", async () => {
+    const { url } = await w.up();
+    const a = await w.makeKey('acme');
+    failAll();
+    const id = jobIdOf(await ask(url, a.key));
+    const poll = (tenant: string) =>
+      fetch(`${url}/v1/jobs/${id}`, { headers: { authorization: `Bearer ${a.key}`, 'x-customer-id': tenant } });
+    expect((await poll('acme')).status).toBe(200);
+    const other = await poll('beta');
+    expect(other.status).toBe(403);
+    expect(((await other.json()) as { error: unknown }).error).toMatchObject({
+      code: 'tenant_mismatch',
+      param: 'x-customer-id',
+      message: expect.stringMatching(/x-customer-id "beta" does not match this API key's tenant "acme"/),
+    });
+    const models = await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${a.key}`, 'x-customer-id': 'beta' } });
+    expect(models.status).toBe(403);
+  });
+
   it("a key's --tpm counts the tokens of its queued jobs too: sending x-time-to-answer-ms: 1 to go through the Cold queue does not escape it", async () => {
     const gw = await listenStack(w.env, { http: true, worker: true });
     try {
