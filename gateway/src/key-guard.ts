@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { ClientAuth } from './client-auth';
 import type { ClientKey, KeyStore } from './client-keys';
 import type { GatewayEnv } from './env';
+import { ConfigError } from './errors';
 import { sendJson } from './http-io';
 import { tenantRefusal } from './key-policy';
 import { textHeader } from './request-context';
@@ -76,13 +77,13 @@ export async function continueIfKeyed(
 /** The key an Express /v1 request came with; undefined with GATEWAY_AUTH=open. */
 export const clientKeyOf = (res: Response): ClientKey | undefined => res.locals.clientKey as ClientKey | undefined;
 
-/** How many keys are valid, if the store answers within 2 s (a start must not hang on it). */
-async function activeKeys(store: KeyStore): Promise<number | null> {
+/** How many keys are valid, if the store answers within 2 s (a start must not hang on it), or why it did not. */
+async function activeKeys(store: KeyStore): Promise<number | Error | null> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), 2000)));
   const count = store.list().then(
     (keys) => keys.filter((k) => !k.revoked).length,
-    () => null,
+    (error: Error) => error,
   );
   const n = await Promise.race([count, late]);
   clearTimeout(timer);
@@ -97,7 +98,11 @@ export async function startClientAuth(env: GatewayEnv, store: KeyStore, log: Log
     );
     return null;
   }
-  const active = await activeKeys(store);
+  const found = await activeKeys(store);
+  // A keys file that cannot be read is the operator's to mend, as a bad routing map is: started, every client got 503.
+  if (found instanceof Error && !env.QUEUE_STORE_URL)
+    throw new ConfigError(`CLIENT_KEYS_FILE: ${found.message} (every /v1 request would be refused until it is mended)`);
+  const active = typeof found === 'number' ? found : null;
   log.info(`client keys: required on /v1 (GATEWAY_AUTH=keys), kept in ${store.where}${active === null ? '' : `, ${active} valid`}`);
   if (active === 0) log.warn('no valid client key yet: every /v1 request answers 401 until `npm run keys -- create <tenant>`');
   return new ClientAuth(store, { warn: (m) => log.warn(m) }).start();

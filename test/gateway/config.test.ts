@@ -451,6 +451,23 @@ describe('npm start', () => {
     );
   });
 
+  // It started with no word of it (the start-up line left out the key count); the first request then
+  // logged "client key store unreachable" and every client got 503.
+  it('refuses, with client keys, a CLIENT_KEYS_FILE that cannot be read, naming the file and what is wrong', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'client-keys.json');
+    for (const [text, why] of [
+      ['{"keys": [', /not valid JSON|Unexpected end of JSON input/],
+      ['{"hot": []}', /expected \{"keys": \[records\]\} as npm run keys writes it/],
+    ] as const) {
+      writeFileSync(file, text);
+      const [code, err] = await started({ GATEWAY_AUTH: 'keys', CLIENT_KEYS_FILE: file });
+      expect(code).toBe(1);
+      expect(err).toMatch(new RegExp(`^gateway did not start:\nCLIENT_KEYS_FILE: ${file}: `));
+      expect(err).toMatch(why);
+    }
+  });
+
   it('refuses a METER_URL with user:password in it, naming it and showing neither the password nor the token', () => {
     const read = () => readEnv({ METER_URL: 'https://meter:hunter2@script.google.com/macros/s/x/exec', METER_TOKEN: 'mtok-s3cret' });
     expect(read).toThrow("METER_URL: expected a URL without user:password in it (the meter's token is METER_TOKEN)");
