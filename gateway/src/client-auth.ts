@@ -38,7 +38,7 @@ const UNAVAILABLE: AuthResult = {
 };
 /** The least a request waits for a lookup: a tiny time-to-answer must not refuse a key a Redis that is well knows. */
 const LOOKUP_WAIT_MIN_MS = 50;
-/** Unknown keys are remembered too (a flood of made-up keys costs no store calls), up to this many entries. */
+/** Unknown keys are remembered too (a made-up key sent again costs no store call), up to this many entries. */
 const MAX_ENTRIES = 10_000;
 
 interface Entry {

@@ -5,7 +5,7 @@
  * a temporary file renamed over the old one: a reader sees the old file or the new, never half.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -67,9 +67,14 @@ async function locked<T>(file: string, waitMs: number, change: () => Promise<T>)
   }
 }
 
+/** What tells one version of the file from another: every change the CLI makes is a new file renamed over the old (a new inode). */
+const versionOf = (s: { ino: number; size: number; mtimeMs: number } | null) => (s ? `${s.ino}:${s.size}:${s.mtimeMs}` : 'none');
+
 export class FileKeyStore implements KeyStore {
   readonly where: string;
   private readonly usedFile: string;
+  /** The records by hash as last read, and the version of the file they were read from. */
+  private parsed: { version: string; byHash: Map<string, Stored> } | null = null;
 
   /** `lockWaitMs`: how long a change waits for another change of the records before it gives up. */
   constructor(
@@ -109,8 +114,27 @@ export class FileKeyStore implements KeyStore {
     return keys.map((k) => ({ ...k, lastUsed: used[k.id] ?? null }));
   }
 
-  async find(hashes: string[]): Promise<Array<ClientKey | null>> {
+  /**
+   * The records by hash, read and parsed again only when the file changed: each new made-up key
+   * (every lookup of a key not cached) read and parsed the whole file, a flood of them a core's
+   * worth. Its version is looked up on every call, so a revocation is seen as soon as before.
+   */
+  private async byHash(): Promise<Map<string, Stored>> {
+    const version = versionOf(
+      await stat(this.file).catch((error: NodeJS.ErrnoException) => {
+        if (error.code === 'ENOENT') return null;
+        throw new Error(`${this.file}: ${error.message}`, { cause: error });
+      }),
+    );
+    if (this.parsed?.version === version) return this.parsed.byHash;
+    // Read after its version: a change between the two is read now and read again next time.
     const byHash = new Map((await this.records()).map((k) => [k.hash, k]));
+    this.parsed = { version, byHash };
+    return byHash;
+  }
+
+  async find(hashes: string[]): Promise<Array<ClientKey | null>> {
+    const byHash = await this.byHash();
     return hashes.map((h) => {
       const k = byHash.get(h);
       return k ? { ...k, lastUsed: null } : null;
