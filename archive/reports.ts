@@ -122,7 +122,9 @@ function cell(value: unknown): string {
 export function formatRows(rows: Row[], columns: string[], format: 'table' | 'csv' | 'json'): string {
   if (format === 'json') return JSON.stringify(rows, null, 2) + '\n';
   if (format === 'csv') return [columns.join(','), ...rows.map((r) => columns.map((c) => csvField(r[c])).join(','))].join('\n') + '\n';
-  const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
+  // Not Math.max(...rows): spread as arguments, a report past some 125,000 rows (burn: 2,000
+  // customers over two months) overflowed the call stack and printed nothing.
+  const widths = columns.map((c) => rows.reduce((w, r) => Math.max(w, cell(r[c]).length), c.length));
   const line = (cells: string[]) =>
     cells.map((v, i) => (typeof rows[0]?.[columns[i]] === 'number' ? v.padStart(widths[i]) : v.padEnd(widths[i]))).join('  ');
   return (

@@ -724,6 +724,26 @@ describe('reports', () => {
     expect(burn['08']).toEqual([0, 5]); // Nov 2..8: the 10 has left the window
     expect(burn['09']).toEqual([1, 6]); // "6 preceding rows" would have given 16
   });
+
+  it('burn of 2,000 customers over 90 days (180,000 rows) prints as the default table, every row', () => {
+    const events = Array.from({ length: 2000 }, (_, c) => [
+      { event_id: `a${c}`, timestamp: '2026-08-01T10:00:00Z', customer_id: `cust${c}`, cost_usd: 0.5 },
+      { event_id: `b${c}`, timestamp: '2026-10-29T10:00:00Z', customer_id: `cust${c}`, cost_usd: 0.25 },
+    ]).flat();
+    const out = join(scratch(), 'arch');
+    const tsx = join(root, 'node_modules', '.bin', 'tsx');
+    execFileSync(tsx, ['bin/archive.ts', 'convert', csv(events), '--out', out], { cwd: root, stdio: 'ignore' });
+    const burn = spawnSync(tsx, ['bin/archive.ts', 'report', 'burn', '--archive', out], {
+      cwd: root,
+      encoding: 'utf8',
+      maxBuffer: 64 << 20,
+    });
+    expect(burn.stderr).toBe('');
+    expect(burn.status).toBe(0);
+    const lines = burn.stdout.trimEnd().split('\n');
+    expect(lines).toHaveLength(2 + 2000 * 90); // header, rule, a row per customer and calendar day
+    expect(lines[2].split(/\s+/)).toEqual(['cust0', '2026-08-01', '0.5', '0.5']);
+  });
 });
 
 /**
