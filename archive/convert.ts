@@ -164,20 +164,48 @@ const COLUMNS = EVENT_FIELDS.map((f) => `"${f}"`).join(', ');
 const PROVIDER_FOLDER_MAX = 255 - 'provider_dir='.length;
 const PROVIDER_FOLDER = `CASE WHEN strlen(url_encode(provider)) <= ${PROVIDER_FOLDER_MAX} THEN provider ELSE left(provider, 12) || '~' || left(md5(provider), 16) END`;
 
+/**
+ * Partitions (day files) one COPY writes at most when a single one ran out of memory. DuckDB keeps a
+ * buffer for every partition it writes, and some 3,000 (a gateway CSV of several years, or of a year
+ * of ten providers with --partition) passed the 2 GB limit: "Out of Memory Error", nothing archived.
+ */
+const PARTITIONS_PER_COPY = 1000;
+
 function dayCopier(duck: Duck, partition: boolean): CopyDays {
   // One pass writes every day. The partition columns stay inside the files, so each file
   // describes itself; the flat layout drops `day` and keeps the 19 fields. Partitioned, the
   // folders are named by columns of their own (provider_dir=…/day_dir=…, see publish), so the
   // files carry the provider itself and not its folder's name.
   const day = `strftime("timestamp", '%Y%m%d')`;
-  return (select, to) =>
+  // Into a folder an earlier group wrote: its day folders are other days', left as they are.
+  const copy = (select: string, to: string, more = '') =>
     duck.run(
       partition
         ? `COPY (SELECT ${COLUMNS}, ${day} AS day, ${PROVIDER_FOLDER} AS provider_dir, ${day} AS day_dir FROM (${select})) TO ${lit(to)} ` +
-            `(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (provider_dir, day_dir), WRITE_PARTITION_COLUMNS false, FILENAME_PATTERN 'part_{i}')`
+            `(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (provider_dir, day_dir), WRITE_PARTITION_COLUMNS false, FILENAME_PATTERN 'part_{i}'${more})`
         : `COPY (SELECT ${COLUMNS}, ${day} AS day FROM (${select})) TO ${lit(to)} (FORMAT parquet, COMPRESSION zstd, ` +
-            `PARTITION_BY (day), WRITE_PARTITION_COLUMNS false, FILENAME_PATTERN 'part_{i}')`,
+            `PARTITION_BY (day), WRITE_PARTITION_COLUMNS false, FILENAME_PATTERN 'part_{i}'${more})`,
     );
+  return async (select, to) => {
+    try {
+      await copy(select, to);
+    } catch (error) {
+      if (!/Out of Memory Error/.test(String((error as Error).message))) throw error;
+      rmSync(to, { recursive: true, force: true });
+      // Again in groups of whole days, each its own COPY (one read of the input each).
+      const perDay = await duck.all<{ d: string; n: number }>(
+        `SELECT ${day} AS d, count(DISTINCT ${partition ? PROVIDER_FOLDER : 1})::INTEGER AS n FROM (${select}) GROUP BY d ORDER BY d`,
+      );
+      for (let i = 0; i < perDay.length;) {
+        let n = 0;
+        let j = i;
+        while (j < perDay.length && (j === i || n + perDay[j].n <= PARTITIONS_PER_COPY)) n += perDay[j++].n;
+        const days = `${day} BETWEEN ${lit(perDay[i].d)} AND ${lit(perDay[j - 1].d)}`;
+        await copy(`SELECT * FROM (${select}) WHERE ${days}`, to, ', OVERWRITE_OR_IGNORE');
+        i = j;
+      }
+    }
+  };
 }
 
 /**

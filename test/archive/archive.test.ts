@@ -255,6 +255,25 @@ describe('npm run archive', () => {
     ]);
   });
 
+  it('a year of ten providers in one input (4,000 partitions) is archived with --partition, every provider and day its file', async () => {
+    const out = join(scratch(), 'arch');
+    const day0 = Date.parse('2025-10-01T12:00:00Z');
+    const events = Array.from({ length: 400 }, (_, d) =>
+      Array.from({ length: 10 }, (_, p) => ({
+        event_id: `e${d}-${p}`,
+        timestamp: new Date(day0 + d * 86_400_000).toISOString(),
+        provider: `provider-${p}`,
+        cost_usd: 0.5,
+      })),
+    ).flat();
+    // DuckDB's buffer for each partition it writes passed the 2 GB limit: "Out of Memory Error".
+    const result = await convert(csv(events), { out, partition: true });
+    expect([result.rows, result.days.length, result.files.length]).toEqual([4000, 400, 4000]);
+    const daily = await report('daily', out);
+    expect(daily).toHaveLength(4000);
+    expect(daily.reduce((sum, r) => sum + Number(r.cost_usd), 0)).toBe(2000);
+  }, 120_000);
+
   it('partitioned, an event with an empty provider (its cell cleared by hand in the events tab) is counted, merged and expired like any other', async () => {
     const out = join(scratch(), 'arch');
     // The export writes the cleared cell as an empty field; the gateway never sends one (ingest makes it "unknown").
