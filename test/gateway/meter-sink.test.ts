@@ -1,13 +1,13 @@
 // Meter events to the web app: batches, the 302 followed with GET, spooling while the meter is
 // down, replay in order after a restart, none lost and none duplicated. And the shared flags.
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { RedisFlags } from '../../gateway/src/flags';
 import { CsvSink, eventProblem } from '../../gateway/src/meter-sink';
-import { WebAppSink } from '../../gateway/src/meter-web-app';
+import { WebAppSink, eventJson } from '../../gateway/src/meter-web-app';
 import { normalizeEvent } from '../../schema/event-record';
 import { callRecordProblem, type CallRecord } from '../../schema/call-record';
 import { aCall } from '../meter/maintenance-setup';
@@ -141,6 +141,50 @@ describe('meter sink: a spool under traffic that never stops', () => {
     expect(sink.stats.duplicates).toBe(0);
     await sink.close();
   });
+
+  it('the compaction after an outage copies what is left a piece at a time, not all of it in memory at once: 38 MB left, every event delivered once', async () => {
+    meter = await new FakeMeterWebApp().start();
+    const spoolDir = mkdtempSync(join(tmpdir(), 'spool-'));
+    const long = (what: string) => what.padEnd(1000, 'x');
+    const lines = Array.from({ length: 6000 }, (_, i) =>
+      JSON.stringify(
+        eventJson({
+          ...event(i),
+          model: long('m'),
+          region: long('r'),
+          job_id: long('j'),
+          customer_id: long('c'),
+          reviewer_id: long('v'),
+          error_code: long('x'),
+        }),
+      ),
+    );
+    const left = Buffer.from(lines.join('\n') + '\n');
+    // Half the spool delivered before the outage ended (its bytes no longer matter), the other half left.
+    const spool = join(spoolDir, 'spool.jsonl');
+    writeFileSync(spool, '');
+    truncateSync(spool, left.length);
+    appendFileSync(spool, left);
+    writeFileSync(join(spoolDir, 'spool.offset'), `${statSync(spool).ino}:${left.length}`);
+    const sink = new WebAppSink({ url: meter.url, token: 'tok', spoolDir, flushIntervalMs: 60_000, log: quiet });
+    meter.hold();
+    const delivering = sink.flush();
+    await until('the first post', () => posts() === 1);
+    // From the first batch's answer to the second post: the compaction (half delivered, half left).
+    const before = process.memoryUsage().arrayBuffers;
+    let peak = 0;
+    const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().arrayBuffers - before)), 1);
+    meter.release();
+    meter.hold();
+    await until('the second post', () => posts() === 2);
+    clearInterval(sampler);
+    expect(statSync(spool).size).toBeLessThan(left.length); // compacted to what was left
+    expect(peak).toBeLessThan(left.length / 3);
+    meter.release();
+    await delivering;
+    expect(meter.stored).toEqual(lines.map((_, i) => `e${i}`));
+    await sink.close();
+  }, 60_000);
 
   it('an offset left by a crash during a compaction is not applied to the new spool (it names the old file)', async () => {
     meter = await new FakeMeterWebApp().start();
