@@ -18,7 +18,7 @@ export const DEFAULT_ARCHIVE = '.data/archive';
 const USAGE = {
   convert: 'usage: npm run archive -- <export.csv | export URL | gateway events CSV> [--out DIR] [--partition] [--replace]',
   expire: `usage: npm run archive:expire -- [--archive DIR] [--days ${DEFAULT_ARCHIVE_DAYS}] [--dry-run]`,
-  report: `usage: npm run report -- ${REPORTS.join('|')} [--archive DIR] [--format table|csv|json] [--as-of YYYY-MM-DD] | voice [--calls FILE] [--since YYYY-MM-DD] [--format table|csv|json]`,
+  report: `usage: npm run report -- daily|burn|export-daily [--archive DIR] [--format table|csv|json] | customers [--archive DIR] [--format table|csv|json] [--as-of YYYY-MM-DD] | voice [--calls FILE] [--since YYYY-MM-DD] [--format table|csv|json]`,
 };
 type Command = keyof typeof USAGE;
 
@@ -143,12 +143,18 @@ async function reportCommand(rest: string[]): Promise<void> {
   // An option of the other kind of report was read by neither: `daily --since D` printed every day,
   // `voice --archive DIR` read .data/calls.csv.
   const voice = positionals[0] === 'voice';
+  // Likewise --as-of, which only customers reads: `export-daily --as-of 2026-10-31` printed the days after it too.
+  const takes = positionals[0] === 'customers' ? '--archive, --as-of, --format' : '--archive, --format';
   const other = (voice ? ['archive', 'as-of'] : ['calls', 'since']).find((o) => values[o as keyof typeof values] !== undefined);
   if (other && (voice || REPORTS.includes(positionals[0] as ReportName)))
     throw new UsageError(
       voice
         ? `--${other}: the voice report does not take it (it takes --calls, --since, --format)`
-        : `--${other}: only the voice report takes it, not ${positionals[0]} (which takes --archive, --as-of, --format)`,
+        : `--${other}: only the voice report takes it, not ${positionals[0]} (which takes ${takes})`,
+    );
+  if (values['as-of'] !== undefined && positionals[0] !== 'customers' && REPORTS.includes(positionals[0] as ReportName))
+    throw new UsageError(
+      `--as-of: only the customers report takes it (the as-of day and the 6 before), not ${positionals[0]}, which reads every day of the archive (it takes ${takes})`,
     );
   if (voice) {
     // An empty CALLS_CSV_FILE counts as unset, as the gateway reads it (env.ts).

@@ -126,11 +126,11 @@ describe('archive CLI usage errors', () => {
     for (const [args, message] of [
       [
         ['report', 'daily', '--since', '2026-11-01', '--archive', scratch()],
-        '--since: only the voice report takes it, not daily (which takes --archive, --as-of, --format)',
+        '--since: only the voice report takes it, not daily (which takes --archive, --format)',
       ],
       [
         ['report', 'burn', '--calls', calls, '--archive', scratch()],
-        '--calls: only the voice report takes it, not burn (which takes --archive, --as-of, --format)',
+        '--calls: only the voice report takes it, not burn (which takes --archive, --format)',
       ],
       [
         ['report', 'voice', '--calls', calls, '--archive', scratch()],
@@ -139,6 +139,15 @@ describe('archive CLI usage errors', () => {
       [
         ['report', 'voice', '--calls', calls, '--as-of=2026-11-01'],
         '--as-of: the voice report does not take it (it takes --calls, --since, --format)',
+      ],
+      // Read by customers alone: `export-daily --as-of 2026-10-31` printed the days after it as well.
+      [
+        ['report', 'export-daily', '--as-of', '2026-10-31', '--archive', scratch()],
+        '--as-of: only the customers report takes it (the as-of day and the 6 before), not export-daily, which reads every day of the archive (it takes --archive, --format)',
+      ],
+      [
+        ['report', 'customers', '--since', '2026-10-31', '--archive', scratch()],
+        '--since: only the voice report takes it, not customers (which takes --archive, --as-of, --format)',
       ],
     ] as const) {
       const r = run(...args);
