@@ -48,6 +48,20 @@ function spoolLines(buf: Buffer, max: number): SpoolLine[] {
   return lines;
 }
 
+/**
+ * A refused line as rejected.jsonl's `record`: the JSON it holds, or, for a line a failed write cut
+ * short (no JSON), its text as a JSON string. Written as it was, that line was no JSON object and jq
+ * stopped reading the file there.
+ */
+function asRecord(line: string): string {
+  try {
+    JSON.parse(line);
+    return line;
+  } catch {
+    return JSON.stringify(line);
+  }
+}
+
 /** A meter event as JSON for the web app (timestamp as RFC 3339 UTC). */
 export function eventJson(event: EventRecord): Record<string, unknown> {
   return { ...event, timestamp: formatTimestamp(event.timestamp) };
@@ -209,7 +223,7 @@ export class WebAppSink<T = EventRecord> implements MeterSink<T> {
   async setAside(lines: string[], reason: string): Promise<void> {
     this.opts.log.error(`meter: ${lines.length} event(s) ${reason}; kept in rejected.jsonl`);
     const at = new Date().toISOString();
-    const text = lines.map((l) => `{"rejected_at":"${at}","reason":${JSON.stringify(reason)},"record":${l}}\n`).join('');
+    const text = lines.map((l) => `{"rejected_at":"${at}","reason":${JSON.stringify(reason)},"record":${asRecord(l)}}\n`).join('');
     await this.spool.chain.run(() => appendFile(join(this.folder.dir, 'rejected.jsonl'), text));
   }
 

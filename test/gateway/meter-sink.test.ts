@@ -253,6 +253,10 @@ describe('meter sink: events the meter refuses', () => {
     await until('the flush, or the torn line set aside twice', () => flushed || setAside() > 1);
     expect(meter.stored).toEqual(['e0', 'e1', 'e2']);
     expect(setAside()).toBe(1);
+    // rejected.jsonl stays one JSON object a line (jq stopped at the torn text), the text kept as it was read.
+    const [kept] = rejected(spoolDir) as unknown as Array<{ reason: string; record: unknown }>;
+    expect(kept.record).toBe('{"event_id":"torn","customer_id":"Jos\ufffd');
+    expect(kept.reason).toMatch(/^refused by the meter: body: expected JSON/);
     await second.close();
   });
 
