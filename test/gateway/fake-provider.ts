@@ -67,7 +67,10 @@ export class FakeProvider {
   stalls = 0;
   private server!: Server;
   private queue: Behaviour[] = [];
-  private readonly matched: Array<{ matches: (body: Record<string, any>) => boolean; behaviour: Behaviour }> = [];
+  private readonly matched: Array<{
+    matches: (body: Record<string, any>) => boolean;
+    behaviour: Behaviour | ((body: Record<string, any>) => Behaviour);
+  }> = [];
   fallback: Behaviour = { kind: 'ok' };
   private sockets = new Set<import('node:net').Socket>();
   url = '';
@@ -83,7 +86,7 @@ export class FakeProvider {
     return this;
   }
   /** Requests whose body `matches` get `behaviour`, whatever `next` and `always` say (a request that always fails). */
-  when(matches: (body: Record<string, any>) => boolean, behaviour: Behaviour): this {
+  when(matches: (body: Record<string, any>) => boolean, behaviour: Behaviour | ((body: Record<string, any>) => Behaviour)): this {
     this.matched.push({ matches, behaviour });
     return this;
   }
@@ -129,7 +132,8 @@ export class FakeProvider {
     const path = (req.url ?? '').replace(/\?.*/, '');
     this.received.push({ path, headers: req.headers, body });
     res.setHeader('x-request-id', `req_${this.received.length}`); // as OpenAI names each answer
-    const b = this.matched.find((m) => m.matches(body))?.behaviour ?? this.queue.shift() ?? this.fallback;
+    const match = this.matched.find((m) => m.matches(body))?.behaviour;
+    const b = (typeof match === 'function' ? match(body) : match) ?? this.queue.shift() ?? this.fallback;
     const model = body.model ?? 'unknown';
     if (b.kind === 'ok' || b.kind === 'stream') {
       if (path.endsWith('/embeddings')) return answerEmbeddings(res, body);
@@ -244,6 +248,33 @@ export async function refusedUrl(): Promise<string> {
   const port = (server.address() as AddressInfo).port;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return `http://127.0.0.1:${port}/v1`;
+}
+
+/** The first tool call id of a chat request that Mistral refuses (not 9 letters and digits), if any. */
+function idMistralRefuses(body: Record<string, any>): string | undefined {
+  const ids = (body.messages ?? []).flatMap((m: any) => [
+    ...(m.role === 'tool' ? [m.tool_call_id] : []),
+    ...(m.role === 'assistant' ? (m.tool_calls ?? []).map((c: any) => c.id) : []),
+  ]);
+  return ids.find((id: unknown) => typeof id !== 'string' || !/^[a-zA-Z0-9]{9}$/.test(id));
+}
+
+/** Makes `provider` hold tool call ids to Mistral's rule, refusing others with Mistral's own 400. */
+export function asMistral(provider: FakeProvider): FakeProvider {
+  return provider.when(
+    (body) => idMistralRefuses(body) !== undefined,
+    (body) => ({
+      kind: 'status',
+      status: 400,
+      body: {
+        object: 'error',
+        message: `Tool call id was ${String(idMistralRefuses(body))} but must be a-z, A-Z, 0-9, with a length of 9.`,
+        type: 'invalid_function_call',
+        param: null,
+        code: '3280',
+      },
+    }),
+  );
 }
 
 /** The tier the request asked for, said in the answer as OpenAI says which served it (after the usage in chat's). */

@@ -4,7 +4,7 @@ import { calcPrice } from '@pydantic/genai-prices';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { idempotencyKeyFor } from '../../gateway/src/request-context';
-import { FakeProvider, refusedUrl } from './fake-provider';
+import { asMistral, FakeProvider, refusedUrl } from './fake-provider';
 import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
 
 let hot1: FakeProvider, hot2: FakeProvider, warmA: FakeProvider, warmB: FakeProvider;
@@ -207,6 +207,45 @@ describe('failover', () => {
     expect(res.status).toBe(400);
     expect(res.json().error.message).toBe('bad tool schema');
     expect(hot2.received.length + warmA.received.length).toBe(0);
+  });
+
+  it("an agent's conversation with OpenAI's tool call ids fails over to a Mistral route: each id it refuses goes as 9 letters and digits, a call and its output alike", async () => {
+    const mistral = { provider: 'mistral', model: 'mistral-small-latest', baseUrl: asMistral(warmB).url };
+    gw = await startGateway({ ...mapOf([hot1.url]), warm: [mistral] });
+    hot1.always({ kind: 'status', status: 503 });
+    const call = (id: string, city: string) => ({ id, type: 'function', function: { name: 'weather', arguments: `{"city":"${city}"}` } });
+    const messages = [
+      { role: 'user', content: 'Weather in Paris, Rome and Oslo?' },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          call('call_Qm3kX9vPzR2tLwY8nB4cJ7hD', 'Paris'),
+          call('call_Zt5uA1sE6gH0jK2lN8pQ4rV3', 'Rome'),
+          call('a1B2c3D4e', 'Oslo'),
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_Qm3kX9vPzR2tLwY8nB4cJ7hD', content: '18C' },
+      { role: 'tool', tool_call_id: 'call_Zt5uA1sE6gH0jK2lN8pQ4rV3', content: '24C' },
+      { role: 'tool', tool_call_id: 'a1B2c3D4e', content: '9C' },
+    ];
+    const ask = () => chat(gw!.url, { model: 'gpt-4o-mini', messages }, { 'x-time-to-answer-ms': '8000' });
+    const res = await ask();
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-route-provider')).toBe('mistral');
+    expect(res.json().choices[0].message.content).toBe('hello from mistral-small-latest');
+
+    const sent = warmB.received[0].body.messages;
+    const ids = sent[1].tool_calls.map((c: { id: string }) => c.id);
+    for (const id of ids) expect(id).toMatch(/^[a-zA-Z0-9]{9}$/);
+    expect(ids[2]).toBe('a1B2c3D4e'); // already valid: sent as it is
+    expect(new Set(ids).size).toBe(3);
+    expect(sent.slice(2).map((m: { tool_call_id: string }) => m.tool_call_id)).toEqual(ids); // each output still answers its call
+    expect(sent[1].tool_calls[0].function).toEqual(messages[1].tool_calls![0].function);
+    // The OpenAI route got the ids as the client sent them; the same conversation again, the same ids to Mistral.
+    expect(hot1.received[0].body.messages).toEqual(messages);
+    expect((await ask()).status).toBe(200);
+    expect(warmB.received[1].body.messages).toEqual(sent);
   });
 
   it('never answers later than the time-to-answer, even with every provider hanging', async () => {

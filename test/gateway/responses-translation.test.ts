@@ -25,7 +25,7 @@ import { chatToResponse } from '../../gateway/src/responses/answer';
 import { newResponseId } from '../../gateway/src/responses/ids';
 import { responsesToChat, type Refusal } from '../../gateway/src/responses/request';
 import { ChatToResponsesStream, sseEvent } from '../../gateway/src/responses/stream';
-import { FakeProvider } from './fake-provider';
+import { asMistral, FakeProvider } from './fake-provider';
 import { listenStack, mapOf, startGateway, type TestGateway } from './harness';
 
 // ---- chat answers, whole and streamed, from one script ------------------------------------------
@@ -1844,6 +1844,39 @@ describe('through the gateway, translated for a chat-only route', () => {
       },
       { role: 'tool', tool_call_id: 'call_a', content: '2' },
     ]);
+  });
+
+  it("an agent loop with OpenAI's call ids, Hot down, is answered by a Mistral route: each call_id it refuses goes as 9 letters and digits, a call and its output alike", async () => {
+    const hot = await new FakeProvider().start();
+    const failover = await startGateway({
+      ...mapOf([hot.url]),
+      warm: [{ provider: 'mistral', model: PROVIDER_MODEL, baseUrl: asMistral(provider).url }],
+    });
+    try {
+      hot.always({ kind: 'status', status: 503 });
+      const via = new OpenAI({ baseURL: `${failover.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const callId = 'call_Qm3kX9vPzR2tLwY8nB4cJ7hD';
+      const input: ResponseInputItem[] = [
+        { role: 'user', content: 'Weather in Paris?' },
+        { type: 'function_call', call_id: callId, name: 'weather', arguments: '{"city":"Paris"}' },
+        { type: 'function_call_output', call_id: callId, output: '18C' },
+      ];
+      const whole = await via.responses.create({ model: 'gpt-4o-mini', input });
+      expect(whole).toMatchObject({ status: 'completed', output_text: `hello from ${PROVIDER_MODEL}` });
+      provider.next({ kind: 'stream', contents: ['18C in Paris'] });
+      const streamed = await via.responses.stream({ model: 'gpt-4o-mini', input }).finalResponse();
+      expect(streamed).toMatchObject({ status: 'completed', output_text: '18C in Paris' });
+
+      expect(hot.received[0]).toMatchObject({ path: '/v1/responses', body: { input } }); // the OpenAI route got the ids as sent
+      const [first, second] = provider.received.map((r) => r.body.messages);
+      const [, assistant, tool] = first;
+      expect(assistant.tool_calls[0].id).toMatch(/^[a-zA-Z0-9]{9}$/);
+      expect(tool).toEqual({ role: 'tool', tool_call_id: assistant.tool_calls[0].id, content: '18C' });
+      expect(second).toEqual(first); // the same id each time
+    } finally {
+      await failover.close();
+      await hot.stop();
+    }
   });
 
   it('a chat stream cut mid-way ends with a numbered response.failed that keeps what arrived', async () => {

@@ -1,0 +1,66 @@
+/**
+ * Mistral's adapter: OpenAI's format, but its chat API refuses a tool call id that is not exactly
+ * 9 letters and digits (a 400, not failed over), and a conversation whose calls another provider
+ * made carries ids such as OpenAI's `call_…`. Each such id is sent as 9 letters and digits of its
+ * SHA-256 hash, in the assistant's `tool_calls` and the `tool` messages alike, so a call and its
+ * output still match; valid ids are sent as they are. Answers are not mapped back: they hold only
+ * the ids Mistral makes (already 9 letters and digits, which every provider takes), never the ones
+ * sent.
+ */
+import { createHash } from 'node:crypto';
+import { isObject } from '../json-object';
+import type { ProviderAdapter } from './adapter';
+import { openAiCompatible } from './openai-compatible';
+
+const VALID_ID = /^[a-zA-Z0-9]{9}$/;
+const ALPHANUMERIC = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/** The id Mistral takes for `id`: the same for the same id, so a call and its output keep matching. */
+function mistralId(id: string): string {
+  if (VALID_ID.test(id)) return id;
+  const hash = createHash('sha256').update(id).digest();
+  let out = '';
+  for (let i = 0; i < 9; i++) out += ALPHANUMERIC[hash[i] % ALPHANUMERIC.length];
+  return out;
+}
+
+/** `message` with its tool call ids as Mistral takes them; the same object when none needed it. */
+function withIds(message: unknown): unknown {
+  if (!isObject(message)) return message;
+  if (message.role === 'tool') {
+    const id = message.tool_call_id;
+    return typeof id === 'string' && !VALID_ID.test(id) ? { ...message, tool_call_id: mistralId(id) } : message;
+  }
+  const calls = message.tool_calls;
+  if (message.role !== 'assistant' || !Array.isArray(calls)) return message;
+  let mapped: unknown[] | undefined;
+  calls.forEach((call: unknown, i) => {
+    if (isObject(call) && typeof call.id === 'string' && !VALID_ID.test(call.id)) {
+      mapped ??= calls.slice();
+      mapped[i] = { ...call, id: mistralId(call.id) };
+    }
+  });
+  return mapped ? { ...message, tool_calls: mapped } : message;
+}
+
+/** A chat body with its tool call ids as Mistral takes them; the body itself (shared by every route) is not changed. */
+function withMistralToolIds(body: Record<string, unknown>): Record<string, unknown> {
+  const messages = body.messages;
+  if (!Array.isArray(messages)) return body;
+  let mapped: unknown[] | undefined;
+  messages.forEach((message: unknown, i) => {
+    const sent = withIds(message);
+    if (sent !== message) {
+      mapped ??= messages.slice();
+      mapped[i] = sent;
+    }
+  });
+  return mapped ? { ...body, messages: mapped } : body;
+}
+
+export const mistral: ProviderAdapter = {
+  request(route, api, body, apiKey, idempotencyKey) {
+    return openAiCompatible.request(route, api, api === 'chat' ? withMistralToolIds(body) : body, apiKey, idempotencyKey);
+  },
+  usage: openAiCompatible.usage,
+};
