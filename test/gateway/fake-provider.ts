@@ -259,21 +259,31 @@ function idMistralRefuses(body: Record<string, any>): string | undefined {
   return ids.find((id: unknown) => typeof id !== 'string' || !/^[a-zA-Z0-9]{9}$/.test(id));
 }
 
-/** Makes `provider` hold tool call ids to Mistral's rule, refusing others with Mistral's own 400. */
+/** Mistral's refusal of a chat request it does not take (a tool call id not 9 letters and digits, `stream_options`), if any. */
+function mistralRefusal(body: Record<string, any>): Behaviour | undefined {
+  const id = idMistralRefuses(body);
+  if (id !== undefined) {
+    const message = `Tool call id was ${String(id)} but must be a-z, A-Z, 0-9, with a length of 9.`;
+    return { kind: 'status', status: 400, body: { object: 'error', message, type: 'invalid_function_call', param: null, code: '3280' } };
+  }
+  if ('stream_options' in body) {
+    const detail = [
+      { type: 'extra_forbidden', loc: ['body', 'stream_options'], msg: 'Extra inputs are not permitted', input: body.stream_options },
+    ];
+    return {
+      kind: 'status',
+      status: 422,
+      body: { object: 'error', message: { detail }, type: 'invalid_request_error', param: null, code: null },
+    };
+  }
+  return undefined;
+}
+
+/** Makes `provider` take only what Mistral's chat API takes, refusing the rest with Mistral's own answer. */
 export function asMistral(provider: FakeProvider): FakeProvider {
   return provider.when(
-    (body) => idMistralRefuses(body) !== undefined,
-    (body) => ({
-      kind: 'status',
-      status: 400,
-      body: {
-        object: 'error',
-        message: `Tool call id was ${String(idMistralRefuses(body))} but must be a-z, A-Z, 0-9, with a length of 9.`,
-        type: 'invalid_function_call',
-        param: null,
-        code: '3280',
-      },
-    }),
+    (body) => mistralRefusal(body) !== undefined,
+    (body) => mistralRefusal(body)!,
   );
 }
 

@@ -4,7 +4,7 @@ import { calcPrice } from '@pydantic/genai-prices';
 import OpenAI from 'openai';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { idempotencyKeyFor } from '../../gateway/src/request-context';
-import { asMistral, FakeProvider, refusedUrl } from './fake-provider';
+import { asMistral, FakeProvider, refusedUrl, type Behaviour } from './fake-provider';
 import { ADMIN, chat, mapOf, startGateway, type TestGateway } from './harness';
 
 let hot1: FakeProvider, hot2: FakeProvider, warmA: FakeProvider, warmB: FakeProvider;
@@ -246,6 +246,54 @@ describe('failover', () => {
     expect(hot1.received[0].body.messages).toEqual(messages);
     expect((await ask()).status).toBe(200);
     expect(warmB.received[1].body.messages).toEqual(sent);
+  });
+
+  it('a stream that fails over to a Mistral route is answered, without the stream_options Mistral refuses; its usage read from its last chunk', async () => {
+    const mistral = { provider: 'mistral', model: 'mistral-small-latest', baseUrl: asMistral(warmB).url };
+    gw = await startGateway({ ...mapOf([hot1.url]), warm: [mistral] });
+    hot1.always({ kind: 'status', status: 503 });
+    // Mistral's stream: the usage comes with the finish, unasked.
+    const chunk = (delta: object, extra: object = {}) =>
+      `data: ${JSON.stringify({ id: 'm1', object: 'chat.completion.chunk', created: 1, model: 'mistral-small-latest', choices: [{ index: 0, delta, finish_reason: null }], ...extra })}\n\n`;
+    const last = `data: ${JSON.stringify({
+      id: 'm1',
+      object: 'chat.completion.chunk',
+      created: 1,
+      model: 'mistral-small-latest',
+      choices: [{ index: 0, delta: { content: '' }, finish_reason: 'stop' }],
+      usage: { prompt_tokens: 31, completion_tokens: 2, total_tokens: 33 },
+    })}\n\n`;
+    const stream: Behaviour = {
+      kind: 'raw-stream',
+      pieces: [Buffer.from(chunk({ role: 'assistant', content: 'Bon' }) + chunk({ content: 'jour' }) + last + 'data: [DONE]\n\n')],
+    };
+    for (const asked of [undefined, { include_usage: true }]) {
+      warmB.next(stream);
+      const res = await chat(
+        gw.url,
+        { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream: true, ...(asked ? { stream_options: asked } : {}) },
+        { 'x-time-to-answer-ms': '8000' },
+      );
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-route-provider')).toBe('mistral');
+      const events = res.text.split('\n\n').filter(Boolean);
+      expect(events.at(-1)).toBe('data: [DONE]');
+      const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice('data: '.length)));
+      expect(chunks.map((c) => c.choices[0].delta.content).join('')).toBe('Bonjour');
+      expect(chunks.at(-1).usage).toEqual({ prompt_tokens: 31, completion_tokens: 2, total_tokens: 33 });
+    }
+    expect(warmB.received.map((r) => 'stream_options' in r.body)).toEqual([false, false]);
+    expect(hot1.received[0].body.stream_options).toEqual({ include_usage: true }); // other kinds still asked
+    await gw.meter.flush();
+    expect(
+      gw
+        .events()
+        .filter((e) => e.provider === 'mistral')
+        .map((e) => [e.input_tokens, e.output_tokens, e.error_code]),
+    ).toEqual([
+      ['31', '2', ''],
+      ['31', '2', ''],
+    ]);
   });
 
   it('never answers later than the time-to-answer, even with every provider hanging', async () => {

@@ -58,9 +58,21 @@ function withMistralToolIds(body: Record<string, unknown>): Record<string, unkno
   return mapped ? { ...body, messages: mapped } : body;
 }
 
+/**
+ * A chat body as Mistral takes it. Mistral refuses fields it does not know (a 422), `stream_options`
+ * among them, which a chat stream always carries (call-plan.ts asks for the usage): it is left out,
+ * and the usage still comes, in the stream's last chunk, where the meter and the client read it.
+ */
+function forMistral(body: Record<string, unknown>): Record<string, unknown> {
+  const sent = withMistralToolIds(body);
+  if (!('stream_options' in sent)) return sent;
+  const { stream_options: _asked, ...rest } = sent;
+  return rest;
+}
+
 export const mistral: ProviderAdapter = {
   request(route, api, body, apiKey, idempotencyKey) {
-    return openAiCompatible.request(route, api, api === 'chat' ? withMistralToolIds(body) : body, apiKey, idempotencyKey);
+    return openAiCompatible.request(route, api, api === 'chat' ? forMistral(body) : body, apiKey, idempotencyKey);
   },
   usage: openAiCompatible.usage,
 };
