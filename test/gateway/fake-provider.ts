@@ -259,17 +259,21 @@ function idMistralRefuses(body: Record<string, any>): string | undefined {
   return ids.find((id: unknown) => typeof id !== 'string' || !/^[a-zA-Z0-9]{9}$/.test(id));
 }
 
-/** Mistral's refusal of a chat request it does not take (a tool call id not 9 letters and digits, `stream_options`), if any. */
+/** Mistral's refusal of a chat request it does not take (a tool call id not 9 letters and digits, a field it does not know), if any. */
 function mistralRefusal(body: Record<string, any>): Behaviour | undefined {
   const id = idMistralRefuses(body);
   if (id !== undefined) {
     const message = `Tool call id was ${String(id)} but must be a-z, A-Z, 0-9, with a length of 9.`;
     return { kind: 'status', status: 400, body: { object: 'error', message, type: 'invalid_function_call', param: null, code: '3280' } };
   }
-  if ('stream_options' in body) {
-    const detail = [
-      { type: 'extra_forbidden', loc: ['body', 'stream_options'], msg: 'Extra inputs are not permitted', input: body.stream_options },
-    ];
+  const unknown = ['stream_options', 'max_completion_tokens'].filter((field) => field in body);
+  if (unknown.length > 0) {
+    const detail = unknown.map((field) => ({
+      type: 'extra_forbidden',
+      loc: ['body', field],
+      msg: 'Extra inputs are not permitted',
+      input: body[field],
+    }));
     return {
       kind: 'status',
       status: 422,

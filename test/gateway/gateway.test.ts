@@ -296,6 +296,32 @@ describe('failover', () => {
     ]);
   });
 
+  it("a request with OpenAI's max_completion_tokens fails over to a Mistral route, which refuses that name: sent as max_tokens", async () => {
+    const mistral = { provider: 'mistral', model: 'mistral-small-latest', baseUrl: asMistral(warmB).url };
+    gw = await startGateway({ ...mapOf([hot1.url]), warm: [mistral] });
+    hot1.always({ kind: 'status', status: 503 });
+    const limits = [
+      { max_completion_tokens: 64 },
+      { max_completion_tokens: 64, max_tokens: 100 },
+      { max_completion_tokens: 64, max_tokens: 32 },
+    ];
+    for (const limit of limits) {
+      const res = await chat(
+        gw.url,
+        { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], ...limit },
+        { 'x-time-to-answer-ms': '8000' },
+      );
+      expect(res.status).toBe(200);
+      expect(res.json().choices[0].message.content).toBe('hello from mistral-small-latest');
+    }
+    expect(warmB.received.map((r) => [r.body.max_tokens, 'max_completion_tokens' in r.body])).toEqual([
+      [64, false],
+      [64, false], // the lower of the two: both limits kept
+      [32, false],
+    ]);
+    expect(hot1.received[0].body).toMatchObject({ max_completion_tokens: 64 }); // other kinds get it as sent
+  });
+
   it('never answers later than the time-to-answer, even with every provider hanging', async () => {
     gw = await startGateway(all());
     for (const p of [hot1, hot2, warmA, warmB]) p.always({ kind: 'hang' });

@@ -59,14 +59,17 @@ function withMistralToolIds(body: Record<string, unknown>): Record<string, unkno
 }
 
 /**
- * A chat body as Mistral takes it. Mistral refuses fields it does not know (a 422), `stream_options`
- * among them, which a chat stream always carries (call-plan.ts asks for the usage): it is left out,
- * and the usage still comes, in the stream's last chunk, where the meter and the client read it.
+ * A chat body as Mistral takes it. Mistral refuses fields it does not know (a 422), among them
+ * `stream_options`, which a chat stream always carries (call-plan.ts asks for the usage): it is left
+ * out, and the usage still comes, in the stream's last chunk, where the meter and the client read it;
+ * and `max_completion_tokens`, OpenAI's newer name for `max_tokens`: sent as `max_tokens` (the lower
+ * of the two when both are given).
  */
 function forMistral(body: Record<string, unknown>): Record<string, unknown> {
   const sent = withMistralToolIds(body);
-  if (!('stream_options' in sent)) return sent;
-  const { stream_options: _asked, ...rest } = sent;
+  if (!('stream_options' in sent) && !('max_completion_tokens' in sent)) return sent;
+  const { stream_options: _asked, max_completion_tokens: limit, ...rest } = sent;
+  if (typeof limit === 'number' && !(typeof rest.max_tokens === 'number' && rest.max_tokens <= limit)) rest.max_tokens = limit;
   return rest;
 }
 
