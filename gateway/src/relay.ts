@@ -56,16 +56,19 @@ const stringOrNull = (v: unknown): string | null => (typeof v === 'string' ? v :
 /**
  * A JSON refusal whose message is not where OpenAI's clients read it (`error.message`), moved
  * there; null for one already so (passed on as it came) or none to move. Mistral and vLLM give
- * OpenAI's fields at the top level (`{"object":"error","message",…}`), Ollama and TGI the error as
- * a string (`{"error":"…"}`), servers built on FastAPI its `detail` (a string, or the validation
- * errors as a list): the SDK read each as no error at all ("422 status code (no body)").
+ * OpenAI's fields at the top level (`{"object":"error","message",…}`, Mistral's validation errors
+ * as a `message` object with their list in `detail`), Ollama and TGI the error as a string
+ * (`{"error":"…"}`), servers built on FastAPI its `detail` (a string, or the validation errors as a
+ * list): the SDK read each as no error at all ("422 status code (no body)").
  */
 function openAiError(raw: Buffer): string | null {
   const parsed = parseJson(raw.toString('utf8'));
   if (Array.isArray(parsed)) return listedError(parsed);
   if (!isObject(parsed) || isObject(parsed.error)) return null;
   const detail = typeof parsed.detail === 'string' || parsed.detail === undefined ? parsed.detail : jsonText(parsed.detail);
-  const message = typeof parsed.error === 'string' ? parsed.error : typeof parsed.message === 'string' ? parsed.message : detail;
+  const nested = isObject(parsed.message) && parsed.message.detail !== undefined ? jsonText(parsed.message.detail) : undefined;
+  const message =
+    typeof parsed.error === 'string' ? parsed.error : typeof parsed.message === 'string' ? parsed.message : (nested ?? detail);
   if (typeof message !== 'string' || !message) return null;
   const type = stringOrNull(parsed.type) ?? stringOrNull(parsed.error_type) ?? 'invalid_request_error';
   return JSON.stringify({ error: { message, type, param: stringOrNull(parsed.param), code: stringOrNull(parsed.code) } });

@@ -474,7 +474,7 @@ describe('POST /v1/embeddings', () => {
 });
 
 describe("a provider's refusal as the SDK sees it", () => {
-  it("one in another shape than OpenAI's (Mistral's and vLLM's top-level message, a bare error string, FastAPI's detail, Gemini's list) reaches the SDK with its message, type and code", async () => {
+  it("one in another shape than OpenAI's (Mistral's and vLLM's top-level message, Mistral's validation errors, a bare error string, FastAPI's detail, Gemini's list) reaches the SDK with its message, type and code", async () => {
     // Mistral's refusal: the fields OpenAI nests in `error` are at the top level.
     const mistral = {
       object: 'error',
@@ -490,6 +490,15 @@ describe("a provider's refusal as the SDK sees it", () => {
     expect(refused).toBeInstanceOf(OpenAI.UnprocessableEntityError);
     expect(refused.message).toBe('422 Extra inputs are not permitted'); // was "422 status code (no body)"
     expect([refused.type, refused.param, refused.code]).toEqual(['invalid_request_error', 'stop', '1000']);
+    // Mistral's refusal of a field it does not know: the validation errors as the message, in an object.
+    const unknown = [{ type: 'extra_forbidden', loc: ['body', 'store'], msg: 'Extra inputs are not permitted', input: false }];
+    hot.next({ kind: 'status', status: 422, body: { ...mistral, message: { detail: unknown }, param: null, code: null } });
+    const validation = (await client()
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], store: false })
+      .catch((e: unknown) => e)) as InstanceType<typeof OpenAI.UnprocessableEntityError>;
+    expect(validation).toBeInstanceOf(OpenAI.UnprocessableEntityError);
+    expect(validation.message).toBe(`422 ${JSON.stringify(unknown)}`); // was "422 status code (no body)"
+    expect(validation.type).toBe('invalid_request_error');
     // Ollama's and TGI's: the error is a string.
     hot.next({ kind: 'status', status: 404, body: { error: "model 'gpt-4o-mini' not found" } });
     const missing = (await client()
