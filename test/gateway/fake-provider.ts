@@ -266,14 +266,18 @@ function mistralRefusal(body: Record<string, any>): Behaviour | undefined {
     const message = `Tool call id was ${String(id)} but must be a-z, A-Z, 0-9, with a length of 9.`;
     return { kind: 'status', status: 400, body: { object: 'error', message, type: 'invalid_function_call', param: null, code: '3280' } };
   }
-  const unknown = ['stream_options', 'max_completion_tokens'].filter((field) => field in body);
+  // Fields Mistral does not know: at the top level, and in an assistant message.
+  const unknown: Array<{ loc: Array<string | number>; input: unknown }> = ['stream_options', 'max_completion_tokens']
+    .filter((field) => field in body)
+    .map((field) => ({ loc: ['body', field], input: body[field] }));
+  (body.messages ?? []).forEach((m: any, i: number) => {
+    if (m.role !== 'assistant') return;
+    for (const field of Object.keys(m))
+      if (!['role', 'content', 'tool_calls', 'prefix'].includes(field))
+        unknown.push({ loc: ['body', 'messages', i, 'assistant', field], input: m[field] });
+  });
   if (unknown.length > 0) {
-    const detail = unknown.map((field) => ({
-      type: 'extra_forbidden',
-      loc: ['body', field],
-      msg: 'Extra inputs are not permitted',
-      input: body[field],
-    }));
+    const detail = unknown.map((u) => ({ type: 'extra_forbidden', ...u, msg: 'Extra inputs are not permitted' }));
     return {
       kind: 'status',
       status: 422,

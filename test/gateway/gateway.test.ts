@@ -322,6 +322,31 @@ describe('failover', () => {
     expect(hot1.received[0].body).toMatchObject({ max_completion_tokens: 64 }); // other kinds get it as sent
   });
 
+  it("OpenAI's answer message passed back as the openai client gives it (refusal, annotations) fails over to a Mistral route without the fields Mistral refuses", async () => {
+    const mistral = { provider: 'mistral', model: 'mistral-small-latest', baseUrl: asMistral(warmB).url };
+    gw = await startGateway({ ...mapOf([hot1.url]), warm: [mistral] });
+    hot1.always({ kind: 'status', status: 503 });
+    const call = { id: 'a1B2c3D4e', type: 'function', function: { name: 'weather', arguments: '{"city":"Paris"}' } };
+    const messages = [
+      { role: 'user', content: 'Weather in Paris?' },
+      { role: 'assistant', content: null, refusal: null, annotations: [], tool_calls: [call] },
+      { role: 'tool', tool_call_id: 'a1B2c3D4e', content: '18C' },
+      { role: 'assistant', content: 'It is 18C in Paris.', refusal: null, annotations: [], audio: null, function_call: null },
+      { role: 'user', content: 'And tomorrow?' },
+    ];
+    const res = await chat(gw.url, { model: 'gpt-4o-mini', messages }, { 'x-time-to-answer-ms': '8000' });
+    expect(res.status).toBe(200);
+    expect(res.json().choices[0].message.content).toBe('hello from mistral-small-latest');
+    expect(warmB.received[0].body.messages).toEqual([
+      messages[0],
+      { role: 'assistant', content: null, tool_calls: [call] },
+      messages[2],
+      { role: 'assistant', content: 'It is 18C in Paris.' },
+      messages[4],
+    ]);
+    expect(hot1.received[0].body.messages).toEqual(messages); // other kinds get it as sent
+  });
+
   it('never answers later than the time-to-answer, even with every provider hanging', async () => {
     gw = await startGateway(all());
     for (const p of [hot1, hot2, warmA, warmB]) p.always({ kind: 'hang' });

@@ -1,11 +1,11 @@
 /**
- * Mistral's adapter: OpenAI's format, but its chat API refuses a tool call id that is not exactly
- * 9 letters and digits (a 400, not failed over), and a conversation whose calls another provider
- * made carries ids such as OpenAI's `call_…`. Each such id is sent as 9 letters and digits of its
- * SHA-256 hash, in the assistant's `tool_calls` and the `tool` messages alike, so a call and its
- * output still match; valid ids are sent as they are. Answers are not mapped back: they hold only
- * the ids Mistral makes (already 9 letters and digits, which every provider takes), never the ones
- * sent.
+ * Mistral's adapter: OpenAI's format, but Mistral refuses what it does not know (a 422, not failed
+ * over: forMistral below, and ANSWER_ONLY), and a tool call id that is not exactly 9 letters and
+ * digits (a 400), where a conversation whose calls another provider made carries ids such as
+ * OpenAI's `call_…`. Each such id is sent as 9 letters and digits of its SHA-256 hash, in the
+ * assistant's `tool_calls` and the `tool` messages alike, so a call and its output still match;
+ * valid ids are sent as they are. Answers are not mapped back: they hold only the ids Mistral makes
+ * (already 9 letters and digits, which every provider takes), never the ones sent.
  */
 import { createHash } from 'node:crypto';
 import { isObject } from '../json-object';
@@ -24,32 +24,44 @@ function mistralId(id: string): string {
   return out;
 }
 
-/** `message` with its tool call ids as Mistral takes them; the same object when none needed it. */
-function withIds(message: unknown): unknown {
+/**
+ * The fields of OpenAI's answer message besides its role, content and tool calls: a client passes
+ * that message back as it came (`refusal: null`, `annotations: []`), and Mistral refuses a field
+ * it does not know (a 422). None says anything a Mistral model could read.
+ */
+const ANSWER_ONLY = ['refusal', 'annotations', 'audio', 'function_call'];
+
+/** `message` as Mistral takes it; the same object when nothing needed changing. */
+function mistralMessage(message: unknown): unknown {
   if (!isObject(message)) return message;
   if (message.role === 'tool') {
     const id = message.tool_call_id;
     return typeof id === 'string' && !VALID_ID.test(id) ? { ...message, tool_call_id: mistralId(id) } : message;
   }
+  if (message.role !== 'assistant') return message;
   const calls = message.tool_calls;
-  if (message.role !== 'assistant' || !Array.isArray(calls)) return message;
   let mapped: unknown[] | undefined;
-  calls.forEach((call: unknown, i) => {
-    if (isObject(call) && typeof call.id === 'string' && !VALID_ID.test(call.id)) {
-      mapped ??= calls.slice();
-      mapped[i] = { ...call, id: mistralId(call.id) };
-    }
-  });
-  return mapped ? { ...message, tool_calls: mapped } : message;
+  if (Array.isArray(calls))
+    calls.forEach((call: unknown, i) => {
+      if (isObject(call) && typeof call.id === 'string' && !VALID_ID.test(call.id)) {
+        mapped ??= calls.slice();
+        mapped[i] = { ...call, id: mistralId(call.id) };
+      }
+    });
+  const extra = ANSWER_ONLY.some((field) => field in message);
+  if (!mapped && !extra) return message;
+  const sent: Record<string, unknown> = { ...message, ...(mapped ? { tool_calls: mapped } : {}) };
+  if (extra) for (const field of ANSWER_ONLY) delete sent[field];
+  return sent;
 }
 
-/** A chat body with its tool call ids as Mistral takes them; the body itself (shared by every route) is not changed. */
-function withMistralToolIds(body: Record<string, unknown>): Record<string, unknown> {
+/** A chat body with its messages as Mistral takes them; the body itself (shared by every route) is not changed. */
+function withMistralMessages(body: Record<string, unknown>): Record<string, unknown> {
   const messages = body.messages;
   if (!Array.isArray(messages)) return body;
   let mapped: unknown[] | undefined;
   messages.forEach((message: unknown, i) => {
-    const sent = withIds(message);
+    const sent = mistralMessage(message);
     if (sent !== message) {
       mapped ??= messages.slice();
       mapped[i] = sent;
@@ -66,7 +78,7 @@ function withMistralToolIds(body: Record<string, unknown>): Record<string, unkno
  * of the two when both are given).
  */
 function forMistral(body: Record<string, unknown>): Record<string, unknown> {
-  const sent = withMistralToolIds(body);
+  const sent = withMistralMessages(body);
   if (!('stream_options' in sent) && !('max_completion_tokens' in sent)) return sent;
   const { stream_options: _asked, max_completion_tokens: limit, ...rest } = sent;
   if (typeof limit === 'number' && !(typeof rest.max_tokens === 'number' && rest.max_tokens <= limit)) rest.max_tokens = limit;
