@@ -31,6 +31,8 @@ export class BodyQueue implements AsyncIterator<Buffer> {
   /** When the provider last sent a chunk (or the connection was resumed), on the monotonic clock: a change of the wall clock is no silence. */
   private lastAt = performance.now();
   private idle: NodeJS.Timeout | undefined;
+  /** Cut by the idle limit: a cut on our side, which the provider bills all the same (an estimate is metered). */
+  silent = false;
 
   /** `idleMs`: 0 for no idle limit. Made when the first chunk came. */
   constructor(
@@ -99,6 +101,7 @@ export class BodyQueue implements AsyncIterator<Buffer> {
       if (this.paused || this.ended || this.error) return;
       const quiet = performance.now() - this.lastAt;
       if (quiet < this.idleMs) return this.watch(this.idleMs - quiet);
+      this.silent = true;
       this.flow.abort(new Error(`the provider sent nothing for ${this.idleMs} ms`));
     }, ms);
     this.idle.unref();

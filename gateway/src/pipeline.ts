@@ -7,6 +7,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { rejection, type Admission, type Admit } from './admission';
+import { BodyQueue } from './body-queue';
 import { Cancel } from './cancel';
 import type { CallMeter } from './call-meter';
 import { Deadline, type Clock } from './deadline';
@@ -88,6 +89,9 @@ function isJsonType(type: string): boolean {
   const media = type.split(';')[0].trim().toLowerCase();
   return media.includes('application/json') || media.endsWith('+json');
 }
+
+/** Whether a stream's provider was cut for sending nothing past the idle limit (upstream.ts). */
+const cutIdle = (answer: Answer) => answer.upstream.rest instanceof BodyQueue && answer.upstream.rest.silent;
 
 /** What a client whose stream a stop cut reads in the stream's error event. */
 const STOPPED = 'the gateway is shutting down: the stream was cut before it finished; send the request again';
@@ -312,8 +316,9 @@ export class Pipeline {
 
   /**
    * A stream cut by the provider counts against the route; one our client hung up on does not. One
-   * cut on our side (the client gone, or given up as too large) before the provider reported its
-   * usage is billed all the same: metered with an estimate, marked ESTIMATED (cut-estimate.ts).
+   * cut on our side (the client gone, given up as too large, its provider silent past the idle limit)
+   * before the provider reported its usage is billed all the same: metered with an estimate, marked
+   * ESTIMATED (cut-estimate.ts).
    */
   private async relayStream(answer: Answer, res: ServerResponse, headers: Record<string, unknown>, gone: Cancel): Promise<Served> {
     headers['content-type'] = 'text/event-stream; charset=utf-8';
@@ -341,7 +346,8 @@ export class Pipeline {
           // A client that hung up after the provider reported the failure left a failed stream, not a
           // healthy one it gave up on: the openai SDKs hang up as soon as they raise the error.
           const code = !r.broken ? '' : gone.aborted && !r.failed ? 'CLIENT_CLOSED' : (r.tooLarge ?? 'STREAM_INTERRUPTED');
-          const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null);
+          // Its provider cut by our idle limit is a cut on our side too, as a call our timer cut (failover.ts).
+          const estimated = r.broken && !r.usage && (gone.aborted || r.tooLarge !== null || cutIdle(answer));
           usage = estimated ? estimateUsage(answer.of.ctx.body, r.text, answer.of.api === answer.of.ctx.api) : r.usage;
           answer.settle({ ok: !r.broken, usage, code, relayMs: performance.now() - started, estimated });
           return claims?.length ? Promise.all([answer.durable, ...claims]).then(() => undefined) : answer.durable;
