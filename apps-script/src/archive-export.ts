@@ -132,7 +132,7 @@ export function archiveFolder(svc: MeterServices): Folder {
 }
 
 export interface ExportResult {
-  /** The files written, in order (none when no rows were due). */
+  /** The files written, in order (on a night without rows, the day's file with the header only, unless the day has one). */
   files: string[];
   rows: number;
   watermark: number;
@@ -379,9 +379,13 @@ function planFromTab(svc: MeterServices, nowMs: number): ExportPlan {
 function exportFile(svc: MeterServices, run: string, nowMs: number): { plan: ExportPlan; file: string | null; watermark: number } {
   const plan = withScriptLock(svc, () => planFromTab(svc, nowMs), MAINTENANCE_LOCK_MS);
   let file: string | null = null;
-  if (plan.out.length > 0) {
-    const folder = archiveFolder(svc);
-    file = freeName(folder, `events_${new Date(utcDayStart(nowMs) - DAY_MS).toISOString().slice(0, 10)}`);
+  const folder = archiveFolder(svc);
+  const base = `events_${new Date(utcDayStart(nowMs) - DAY_MS).toISOString().slice(0, 10)}`;
+  // A night without rows still writes the day's file, the header alone, so every day has one: a
+  // missing file read the same as an export that did not run, and a job archiving the previous
+  // day's file failed on a quiet day. Only when the day has none yet: a later run writes no second.
+  if (plan.out.length > 0 || !folder.getFilesByName(`${base}.csv`).hasNext()) {
+    file = freeName(folder, base);
     writeClaim(svc, { run, since: nowMs, file, watermark: plan.watermark, undated: plan.undated });
     folder.createFile(file, csvText(plan.csv), 'text/csv');
   }
@@ -422,7 +426,9 @@ function exportRows(svc: MeterServices, run: string, nowMs: number, left: Claim 
     ? `watermark at row ${watermark}`
     : 'watermark unchanged: the last exported event is no longer in the tab (removed by hand?)';
   const rest = plan.more ? `; more rows are due: the run stopped after ${RUN_MS / 60_000} minutes, the next export goes on` : '';
-  const message = `${earlier}${files.length ? `wrote ${wrote.join(', ')}` : 'no rows to export'}; ${where}${rest}${notes.size ? `; ${[...notes].join('; ')}` : ''}`;
+  const wroteNote =
+    rows > 0 ? `wrote ${wrote.join(', ')}` : `no rows to export${files.length ? ` (${files[0]} written with the header only)` : ''}`;
+  const message = `${earlier}${wroteNote}; ${where}${rest}${notes.size ? `; ${[...notes].join('; ')}` : ''}`;
   return { files, rows, watermark, message };
 }
 

@@ -42,6 +42,32 @@ describe('exportArchive and doGet export', () => {
     expect(meter.exportArchive()).toMatch(/no rows to export/);
   });
 
+  it("a night without events still writes the day's file, the header alone, once: a retry cut off half-way writes no second one", () => {
+    const { platform, meter } = freshMeter('2026-11-21T15:00:00Z');
+    post(meter, { events: [{ event_id: 'd1', timestamp: '2026-11-21T10:00:00Z' }] });
+    platform.clock.set('2026-11-22T01:00:00Z');
+    expect(meter.exportArchive()).toMatch(/wrote 1 row\(s\) to events_2026-11-21\.csv/);
+    // Saturday: no events. Drive takes the file, then the watermark's move times out; the retry finishes.
+    platform.clock.set('2026-11-23T01:00:00Z');
+    platform.calls.failAfter(
+      (name) => name === 'Folder.createFile',
+      (name) => SHEETS_CALL(name) || name.startsWith('Properties.'),
+    );
+    expect(() => meter.exportArchive()).toThrow(/timed out/);
+    expect(meter.exportArchive()).toMatch(/finished the previous run.*no rows to export; watermark at row 2/);
+    expect(meter.exportArchive()).toMatch(/^no rows to export; watermark at row 2$/);
+    // Sunday, quiet too: its file on the first run.
+    platform.clock.set('2026-11-24T01:00:00Z');
+    expect(meter.exportArchive()).toMatch(
+      /^no rows to export \(events_2026-11-23\.csv written with the header only\); watermark at row 2$/,
+    );
+    expect(csvOf(platform)).toEqual([
+      { name: 'events_2026-11-21.csv', lines: [CSV_HEADER, expect.stringMatching(/^d1,/)] },
+      { name: 'events_2026-11-22.csv', lines: [CSV_HEADER] },
+      { name: 'events_2026-11-23.csv', lines: [CSV_HEADER] },
+    ]);
+  });
+
   it('a backlog past what Apps Script can put in one file (50 MB) is written as several files, each row once, the watermark at the end', () => {
     const { platform, meter } = freshMeter('2026-11-22T12:00:00Z');
     // A full events tab's first export: long texts (128 characters, the record's limit) make each row about 1.1 KB, 88 MB in all.
