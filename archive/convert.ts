@@ -21,6 +21,7 @@ import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, pathLit, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 import { dayFiles, removeLeftoverParts, type DayFile } from './day-files';
+import { EXPIRED_FILE } from './expire';
 import { fileHead, firstLine } from './file-head';
 import { fileLines } from './file-lines';
 import { findFragments, lineInInput, withoutFragments } from './fragments';
@@ -304,7 +305,14 @@ interface MergePlan {
   movedDays: number;
 }
 
-async function mergePlan(duck: Duck, first: string, out: string, csvSource: string, run: RunLog): Promise<MergePlan> {
+async function mergePlan(
+  duck: Duck,
+  first: string,
+  out: string,
+  csvSource: string,
+  run: RunLog,
+  horizon: string | null,
+): Promise<MergePlan> {
   const written = `read_parquet([${parquetUnder(first).map(pathLit).join(', ')}], hive_partitioning = false, union_by_name = true)`;
   const [{ n, repeated }] = await duck.all<{ n: number; repeated: number }>(
     `SELECT count(*)::INTEGER AS n, (count(*) - count(DISTINCT event_id))::INTEGER AS repeated FROM ${written}`,
@@ -317,7 +325,8 @@ async function mergePlan(duck: Duck, first: string, out: string, csvSource: stri
     run.log(`${repeated} repeated event_id(s) in the input: the last of each is kept`);
     await duck.run(`CREATE TABLE staged AS SELECT row_number() OVER () + 1 AS line, * FROM ${csvSource}`);
     await duck.run(
-      `CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))`,
+      `CREATE TABLE input AS SELECT * EXCLUDE (line) FROM (${SELECT_TYPED} WHERE line IN (SELECT max(line) FROM staged GROUP BY event_id))` +
+        (horizon ? ` WHERE "timestamp" >= TIMESTAMP ${lit(horizon)}` : ''),
     );
     source = 'input';
   }
@@ -351,6 +360,36 @@ async function mergedPass(duck: Duck, copyDays: CopyDays, plan: MergePlan, work:
   return staged;
 }
 
+/**
+ * The cutoff `archive:expire` last removed days before (expire.ts), or null when it never ran here.
+ * A file that does not hold a day (edited by hand) is said and read as none.
+ */
+function expiredBefore(out: string, run: RunLog): string | null {
+  const file = join(out, EXPIRED_FILE);
+  if (!existsSync(file)) return null;
+  const text = readFileSync(file, 'utf8').trim();
+  if (/^\d{4}-\d{2}-\d{2}$/.test(text)) return text;
+  run.log(`${file}: expected the day archive:expire removed days before (YYYY-MM-DD), got "${text.slice(0, 40)}": no day skipped`);
+  return null;
+}
+
+/**
+ * Pass 1's files of days archive:expire removed, dropped with a line saying so: archived again, the
+ * expired days came back with each run over an input that still holds them (the gateway's CSV).
+ */
+async function skipExpired(duck: Duck, first: string, horizon: string, run: RunLog): Promise<void> {
+  const before = horizon.replace(/-/g, '');
+  const old = parquetUnder(first).filter((f) => (/day(?:_dir)?=(\d{8})\/[^/]+$/.exec(f)?.[1] ?? before) < before);
+  if (old.length === 0) return;
+  const [{ n, days }] = await duck.all<{ n: number; days: number }>(
+    `SELECT count(*)::INTEGER AS n, count(DISTINCT strftime("timestamp", '%Y%m%d'))::INTEGER AS days FROM read_parquet([${old.map(pathLit).join(', ')}], hive_partitioning = false)`,
+  );
+  for (const f of old) rmSync(f);
+  run.log(
+    `${n} row(s) of ${days} day(s) before ${horizon} skipped: archive:expire removed those days (${EXPIRED_FILE} in the archive folder; remove it to archive them again)`,
+  );
+}
+
 /** A run's progress lines, with the time since it started. */
 interface RunLog {
   log: (line: string) => void;
@@ -380,6 +419,8 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
     const copyDays = dayCopier(duck, partition);
     const first = join(work, 'pass1');
     const csvSource = await checkedInput(duck, copyDays, file, name, first, work, run);
+    const horizon = expiredBefore(out, run);
+    if (horizon) await skipExpired(duck, first, horizon, run);
     // A file with only its header (the export URL on a day without events) writes no file, and
     // read_parquet of nothing is an error: there is nothing to archive.
     if (parquetUnder(first).length === 0) {
@@ -387,7 +428,7 @@ async function convertLocked(input: string, out: string, options: ConvertOptions
       return { rows: 0, days: [], files: [] };
     }
     const { plan, staged } = await withStoredFiles(duck, out, async () => {
-      const plan = await mergePlan(duck, first, out, csvSource, run);
+      const plan = await mergePlan(duck, first, out, csvSource, run, horizon);
       run.log(`read and checked ${plan.rows} rows, ${plan.days.length} day(s) (${run.elapsed()})`);
       if (plan.moved.length > 0) run.log(`event_id(s) of the input stored on ${plan.movedDays} other day(s): removed there`);
       return { plan, staged: (await mergedPass(duck, copyDays, plan, work, run, options.replace)) ?? first };

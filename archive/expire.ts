@@ -10,13 +10,19 @@
  * It holds the archive's lock as `npm run archive` does: a run merging an old day would otherwise
  * have its stored file removed under it and write the day back.
  */
-import { rmSync, statSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { dayFiles, removeEmptiedPartitions, removeLeftoverParts } from './day-files';
 import { lockArchive } from './lock';
 import { finishPublish } from './publish';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
+/**
+ * The cutoff of the last expiry (`YYYY-MM-DD`: days before it were removed), which `npm run archive`
+ * reads: it skips input rows of those days, or archiving the gateway's ever-growing events CSV wrote
+ * every expired day back.
+ */
+export const EXPIRED_FILE = '.archive-expired';
 /** The longest window taken: 100 years. Beyond it the cutoff leaves the dates a day file can name (1e10 days overflows a Date). */
 export const MAX_ARCHIVE_DAYS = 36_500;
 export interface ExpireResult {
@@ -44,7 +50,11 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
     // folder, which would keep that folder from being emptied.
     const finished = finishPublish(root);
     const left = [...(finished ? [finished] : []), ...removeLeftoverParts(root)];
-    return { ...expireDays(root, cutoff, false), left };
+    const result = expireDays(root, cutoff, false);
+    // Whole or not at all: written beside, then renamed.
+    writeFileSync(join(root, `${EXPIRED_FILE}.tmp`), `${result.cutoff}\n`);
+    renameSync(join(root, `${EXPIRED_FILE}.tmp`), join(root, EXPIRED_FILE));
+    return { ...result, left };
   } finally {
     unlock();
   }

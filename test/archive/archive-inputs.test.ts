@@ -1,5 +1,5 @@
 // Inputs of the archive (the meter's export URL, the meter bundle's own export CSV) and expiry.
-import { mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -254,13 +254,15 @@ describe('npm run archive:expire', () => {
     }
     const now = new Date('2026-11-22T05:00:00Z'); // 180 days before: 2026-05-26
     expect(expireArchive(out, 180, now, true).removed).toHaveLength(2);
+    expect(existsSync(join(out, '.archive-expired'))).toBe(false); // a dry run records nothing
     const result = expireArchive(out, 180, now);
     expect(result.cutoff).toBe('2026-05-26');
     expect(result.removed.map((f) => f.slice(out.length + 1)).sort()).toEqual([
       'events_20260520.parquet',
       'provider=p/day=20260101/events_20260101.parquet',
     ]);
-    expect(readdirSync(out).sort()).toEqual(['events_20260527.parquet', 'events_20261120.parquet', 'notes.txt']);
+    expect(readdirSync(out).sort()).toEqual(['.archive-expired', 'events_20260527.parquet', 'events_20261120.parquet', 'notes.txt']);
+    expect(readFileSync(join(out, '.archive-expired'), 'utf8')).toBe('2026-05-26\n');
     expect(() => expireArchive(out, 0, now)).toThrow(/--days/);
   });
 });

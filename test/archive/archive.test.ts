@@ -289,7 +289,31 @@ describe('npm run archive', () => {
     await convert(csv([at('b', '2026-11-21T10:00:00Z', 2)]), { out, partition: true });
     expect((await report('daily', out)).map((r) => [r.provider, r.cost_usd])).toEqual([['openai', 3]]);
     expect(expireArchive(out, 1, new Date('2026-11-24T00:00:00Z')).removed).toHaveLength(1);
-    expect(readdirSync(out)).toEqual([]);
+    expect(readdirSync(out)).toEqual(['.archive-expired']);
+  });
+
+  it('days archive:expire removed stay removed: archiving the gateway CSV that still holds them again skips them, and says so', async () => {
+    const out = join(scratch(), 'arch');
+    const gatewayCsv = csv([at('old', '2026-01-10T09:00:00Z', 1), at('new', '2026-11-20T09:00:00Z', 2)], 'events.csv');
+    await convert(gatewayCsv, { out });
+    expect(expireArchive(out, 180, new Date('2026-11-22T05:00:00Z')).removed.map((f) => basename(f))).toEqual(['events_20260110.parquet']);
+    // The next nights: the same CSV grown by a day, then by a row written twice (one row per event_id is kept).
+    for (const repeated of [false, true]) {
+      const line = eventToCsvLine(normalizeEvent(at('next', '2026-11-21T09:00:00Z', 3), { now: () => new Date(), uuid: () => 'x' }));
+      appendFileSync(gatewayCsv, `${line}\n`);
+      const lines: string[] = [];
+      await convert(gatewayCsv, { out, log: (said) => lines.push(said) });
+      expect(lines).toContain(
+        '1 row(s) of 1 day(s) before 2026-05-26 skipped: archive:expire removed those days (.archive-expired in the archive folder; remove it to archive them again)',
+      );
+      expect(
+        readdirSync(out)
+          .filter((f) => f.endsWith('.parquet'))
+          .sort(),
+      ).toEqual(['events_20261120.parquet', 'events_20261121.parquet']);
+      expect(lines.some((said) => said.includes('repeated event_id'))).toBe(repeated);
+      expect((await rowsIn(out)).map((r) => r.event_id)).toEqual(['new', 'next']);
+    }
   });
 
   it('reports a malformed row with its line and field, and leaves the archive as it was', async () => {
