@@ -22,7 +22,7 @@ import { lit, openDuck, pathLit, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 import { dayFiles, removeLeftoverParts, type DayFile } from './day-files';
 import { EXPIRED_FILE } from './expire';
-import { fileHead, firstLine } from './file-head';
+import { fileHead, firstLine, notText } from './file-head';
 import { fileLines } from './file-lines';
 import { findFragments, lineInInput, withoutFragments } from './fragments';
 import { ABANDONED_MS, lockArchive } from './lock';
@@ -228,6 +228,8 @@ async function inputFile(input: string, name: string, options: ConvertOptions, w
   if (!existsSync(file) || !statSync(file).isFile()) throw new ArchiveInputError(`${name}: no such file`);
   const header = firstLine(file);
   if (header !== CSV_HEADER) {
+    const binary = notText(header);
+    if (binary) throw new ArchiveInputError(`${name}: ${binary}: expected an event CSV, with the event header "${CSV_HEADER}"`);
     throw new ArchiveInputError(
       `${name}: line 1: expected the event header "${CSV_HEADER}", got "${header.slice(0, 200)}" (${headerProblem(header)})`,
     );

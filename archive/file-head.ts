@@ -21,3 +21,14 @@ export function firstLine(file: string): string {
     .split(/\r?\n/, 1)[0]
     .replace(/^\uFEFF/, '');
 }
+
+/**
+ * What a file whose first line is not text is (control characters, bytes that are no UTF-8), or
+ * null: quoted in the refusal of its header, a Parquet file given for a CSV printed its binary bytes
+ * to the terminal.
+ */
+export function notText(line: string): string | null {
+  const control = (c: string) => (c < ' ' && c !== '\t' && c !== '\r') || c === '\u007f' || c === '\ufffd';
+  if (![...line].some(control)) return null;
+  return line.startsWith('PAR1') ? 'a Parquet file, not a CSV' : 'a binary file, not a CSV';
+}

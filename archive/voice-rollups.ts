@@ -11,7 +11,7 @@
 import { statSync } from 'node:fs';
 import { CALL_FIELDS, CALLS_CSV_HEADER } from '../schema/call-record';
 import { lit, pathLit } from './duck';
-import { firstLine } from './file-head';
+import { firstLine, notText } from './file-head';
 
 const TYPES: Record<string, string> = {
   call_id: 'VARCHAR',
@@ -65,5 +65,7 @@ export function callsFileProblem(file: string): string | null {
   if (statSync(file).isDirectory()) return 'a folder, expected the calls CSV';
   const header = firstLine(file);
   if (header === '' || HEADERS.includes(header)) return null;
+  const binary = notText(header);
+  if (binary) return `${binary}: expected the calls CSV, with the call header "${CALLS_CSV_HEADER}"`;
   return `line 1: expected the call header "${CALLS_CSV_HEADER}", got "${header.slice(0, 200)}"`;
 }

@@ -3,7 +3,9 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { convert } from '../../archive/convert';
 import { CALLS_CSV_HEADER } from '../../schema/call-record';
+import { CSV_HEADER } from '../../schema/event-record';
 import { csvIn, root, scratchDir } from './archive-setup';
 
 const scratch = scratchDir();
@@ -84,6 +86,24 @@ describe('archive CLI usage errors', () => {
       expect(r.stderr).toContain(said);
       expect(r.stderr).not.toContain('Conversion Error');
     }
+  });
+
+  // Its first line was quoted as a header: the file's binary bytes (NULs, escapes) went to the terminal.
+  it('a Parquet day file given for the calls CSV or as the archive input is named as one, its bytes not printed, exit 1', async () => {
+    const dir = scratch();
+    const [parquet] = (await convert(csvIn(dir, [{ event_id: 'a', timestamp: '2026-11-20T10:00:00Z' }]), { out: join(dir, 'arch') })).files;
+    const voice = run('report', 'voice', '--calls', parquet);
+    expect([voice.status, voice.stdout, voice.stderr]).toEqual([
+      1,
+      '',
+      `--calls ${parquet}: a Parquet file, not a CSV: expected the calls CSV, with the call header "${CALLS_CSV_HEADER}"\n`,
+    ]);
+    const archive = run('convert', parquet, '--out', join(dir, 'other'));
+    expect([archive.status, archive.stdout, archive.stderr]).toEqual([
+      1,
+      '',
+      `${parquet}: a Parquet file, not a CSV: expected an event CSV, with the event header "${CSV_HEADER}"\n`,
+    ]);
   });
 
   // The archive folder was made before the input was looked at: a typo left an empty one, and a folder was "no such file".
