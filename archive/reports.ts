@@ -125,8 +125,9 @@ export function formatRows(rows: Row[], columns: string[], format: 'table' | 'cs
   // Not Math.max(...rows): spread as arguments, a report past some 125,000 rows (burn: 2,000
   // customers over two months) overflowed the call stack and printed nothing.
   const widths = columns.map((c) => rows.reduce((w, r) => Math.max(w, cell(r[c]).length), c.length));
-  const line = (cells: string[]) =>
-    cells.map((v, i) => (typeof rows[0]?.[columns[i]] === 'number' ? v.padStart(widths[i]) : v.padEnd(widths[i]))).join('  ');
+  // A column of numbers by any row's value: by the first row's, a cost empty there (its calls unpriced) aligned the column left.
+  const numeric = columns.map((c) => rows.some((r) => typeof r[c] === 'number'));
+  const line = (cells: string[]) => cells.map((v, i) => (numeric[i] ? v.padStart(widths[i]) : v.padEnd(widths[i]))).join('  ');
   return (
     [line(columns), line(widths.map((w) => '-'.repeat(w))), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join('\n') + '\n'
   );

@@ -23,6 +23,7 @@ import { describe, expect, it } from 'vitest';
 import { convert } from '../../archive/convert';
 import { openDuck, lit } from '../../archive/duck';
 import { expireArchive } from '../../archive/expire';
+import { formatRows } from '../../archive/reports';
 import { CSV_HEADER, eventToCsvLine, normalizeEvent, type EventInput } from '../../schema/event-record';
 import { spawn } from '../children';
 import { appendThroughFullDisk, hasPrlimit } from '../full-disk';
@@ -768,6 +769,19 @@ describe('reports', () => {
     expect(burn['07']).toEqual([0, 15]); // Nov 1..7
     expect(burn['08']).toEqual([0, 5]); // Nov 2..8: the 10 has left the window
     expect(burn['09']).toEqual([1, 6]); // "6 preceding rows" would have given 16
+  });
+
+  it('the table aligns a column of numbers right even when its first row is empty (a provider whose calls are all unpriced)', async () => {
+    const input = join(scratch(), 'unpriced.csv');
+    const line = (id: string, provider: string, cost: string, code: string) =>
+      `${id},2026-11-21T09:00:00Z,agent,${provider},m,n/a,1,1,1,${cost},,,,acme,false,false,,n/a,${code}`;
+    writeFileSync(input, [CSV_HEADER, line('a', 'anthropic', '', 'UNPRICED'), line('b', 'openai', '12.5', '')].join('\n') + '\n');
+    const out = join(scratch(), 'arch');
+    await convert(input, { out });
+    const rows = await report('daily', out);
+    const table = formatRows(rows, Object.keys(rows[0]), 'table').split('\n');
+    const costAt = table[0].indexOf('cost_usd');
+    expect([table[2].slice(costAt, costAt + 8), table[3].slice(costAt, costAt + 8)]).toEqual(['        ', '    12.5']);
   });
 
   it('burn of 2,000 customers over 90 days (180,000 rows) prints as the default table, every row', () => {
