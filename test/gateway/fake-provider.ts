@@ -259,6 +259,39 @@ function idMistralRefuses(body: Record<string, any>): string | undefined {
   return ids.find((id: unknown) => typeof id !== 'string' || !/^[a-zA-Z0-9]{9}$/.test(id));
 }
 
+/** The fields of Mistral's chat request, as its API documents them: it refuses any other (a 422). */
+const MISTRAL_BODY = [
+  'model',
+  'messages',
+  'temperature',
+  'top_p',
+  'max_tokens',
+  'stream',
+  'stop',
+  'random_seed',
+  'metadata',
+  'response_format',
+  'tools',
+  'tool_choice',
+  'presence_penalty',
+  'frequency_penalty',
+  'n',
+  'prediction',
+  'parallel_tool_calls',
+  'reasoning_effort',
+  'prompt_mode',
+  'guardrails',
+  'prompt_cache_key',
+  'safe_prompt',
+];
+/** The fields of each message Mistral takes, by role (it has no other role). */
+const MISTRAL_MESSAGE: Record<string, readonly string[]> = {
+  system: ['role', 'content'],
+  user: ['role', 'content'],
+  assistant: ['role', 'content', 'tool_calls', 'prefix'],
+  tool: ['role', 'content', 'tool_call_id', 'name'],
+};
+
 /** Mistral's refusal of a chat request it does not take (a tool call id not 9 letters and digits, a field it does not know), if any. */
 function mistralRefusal(body: Record<string, any>): Behaviour | undefined {
   const id = idMistralRefuses(body);
@@ -266,22 +299,41 @@ function mistralRefusal(body: Record<string, any>): Behaviour | undefined {
     const message = `Tool call id was ${String(id)} but must be a-z, A-Z, 0-9, with a length of 9.`;
     return { kind: 'status', status: 400, body: { object: 'error', message, type: 'invalid_function_call', param: null, code: '3280' } };
   }
-  // Fields Mistral does not know: at the top level, and in an assistant message.
-  const unknown: Array<{ loc: Array<string | number>; input: unknown }> = ['stream_options', 'max_completion_tokens']
-    .filter((field) => field in body)
-    .map((field) => ({ loc: ['body', field], input: body[field] }));
+  // Mistral's schema forbids fields it does not have, at every level (its 422, one entry per field).
+  const unknown: Array<{ type: string; loc: Array<string | number>; msg: string; input: unknown }> = [];
+  const extra = (object: Record<string, any>, allowed: readonly string[], loc: Array<string | number>) => {
+    for (const field of Object.keys(object))
+      if (!allowed.includes(field))
+        unknown.push({ type: 'extra_forbidden', loc: [...loc, field], msg: 'Extra inputs are not permitted', input: object[field] });
+  };
+  extra(body, MISTRAL_BODY, ['body']);
   (body.messages ?? []).forEach((m: any, i: number) => {
-    if (m.role !== 'assistant') return;
-    for (const field of Object.keys(m))
-      if (!['role', 'content', 'tool_calls', 'prefix'].includes(field))
-        unknown.push({ loc: ['body', 'messages', i, 'assistant', field], input: m[field] });
+    const allowed = MISTRAL_MESSAGE[m.role];
+    if (allowed) extra(m, allowed, ['body', 'messages', i, m.role]);
+    else
+      unknown.push({
+        type: 'union_tag_invalid',
+        loc: ['body', 'messages', i],
+        msg: `Input tag '${String(m.role)}' found using <lambda>() does not match any of the expected tags: 'assistant', 'system', 'tool', 'user'`,
+        input: m,
+      });
+  });
+  (body.tools ?? []).forEach((t: any, i: number) => {
+    extra(t, ['type', 'function'], ['body', 'tools', i, 'function']);
+    extra(t.function ?? {}, ['name', 'description', 'parameters', 'strict'], ['body', 'tools', i, 'function', 'function']);
+    if (!('parameters' in (t.function ?? {})))
+      unknown.push({
+        type: 'missing',
+        loc: ['body', 'tools', i, 'function', 'function', 'parameters'],
+        msg: 'Field required',
+        input: t.function,
+      });
   });
   if (unknown.length > 0) {
-    const detail = unknown.map((u) => ({ type: 'extra_forbidden', ...u, msg: 'Extra inputs are not permitted' }));
     return {
       kind: 'status',
       status: 422,
-      body: { object: 'error', message: { detail }, type: 'invalid_request_error', param: null, code: null },
+      body: { object: 'error', message: { detail: unknown }, type: 'invalid_request_error', param: null, code: null },
     };
   }
   return undefined;

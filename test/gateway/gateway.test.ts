@@ -347,6 +347,64 @@ describe('failover', () => {
     expect(hot1.received[0].body.messages).toEqual(messages); // other kinds get it as sent
   });
 
+  it("a request with the fields of OpenAI's chat API Mistral has not fails over to a Mistral route: sent without them, seed as random_seed", async () => {
+    const mistral = { provider: 'mistral', model: 'mistral-small-latest', baseUrl: asMistral(warmB).url };
+    gw = await startGateway({ ...mapOf([hot1.url]), warm: [mistral] });
+    hot1.always({ kind: 'status', status: 503 });
+    const weather = { name: 'weather', description: 'Weather in a city', parameters: { type: 'object', properties: {} }, strict: true };
+    const call = { id: 'a1B2c3D4e', type: 'function', function: { name: 'weather', arguments: '{}' } };
+    const request = {
+      model: 'gpt-4o-mini',
+      messages: [
+        { role: 'system', content: 'Be brief.', name: 'rules' },
+        { role: 'user', content: 'Weather?', name: 'ada' },
+        { role: 'assistant', content: null, tool_calls: [call], reasoning_content: 'Asking the tool.' },
+        { role: 'tool', tool_call_id: 'a1B2c3D4e', content: '18C' },
+      ],
+      tools: [{ type: 'function', function: weather }],
+      tool_choice: 'auto',
+      parallel_tool_calls: false,
+      temperature: 0.2,
+      seed: 7,
+      metadata: { team: 'support' },
+      prompt_cache_key: 'support-v1',
+      reasoning_effort: 'low',
+      // Mistral has none of these: the answer lacks what they ask for (logprobs, a web search), no more.
+      store: false,
+      user: 'user-42',
+      safety_identifier: 'hash-42',
+      service_tier: 'auto',
+      logprobs: true,
+      top_logprobs: 2,
+      logit_bias: { '1234': -100 },
+      verbosity: 'low',
+      modalities: ['text'],
+      web_search_options: {},
+    };
+    const res = await chat(gw.url, request, { 'x-time-to-answer-ms': '8000' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-route-provider')).toBe('mistral');
+    expect(res.json().choices[0].message.content).toBe('hello from mistral-small-latest');
+    expect(warmB.received[0].body).toEqual({
+      model: 'mistral-small-latest',
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Weather?' },
+        { role: 'assistant', content: null, tool_calls: [call] },
+        request.messages[3],
+      ],
+      tools: [{ type: 'function', function: weather }],
+      tool_choice: 'auto',
+      parallel_tool_calls: false,
+      temperature: 0.2,
+      random_seed: 7,
+      metadata: { team: 'support' },
+      prompt_cache_key: 'support-v1',
+      reasoning_effort: 'low',
+    });
+    expect(hot1.received[0].body).toEqual({ ...request, model: hot1.received[0].body.model }); // other kinds get it as sent
+  });
+
   it('never answers later than the time-to-answer, even with every provider hanging', async () => {
     gw = await startGateway(all());
     for (const p of [hot1, hot2, warmA, warmB]) p.always({ kind: 'hang' });

@@ -1,6 +1,6 @@
 /**
  * Mistral's adapter: OpenAI's format, but Mistral refuses what it does not know (a 422, not failed
- * over: forMistral below, and ANSWER_ONLY), and a tool call id that is not exactly 9 letters and
+ * over: BODY and forMistral below), and a tool call id that is not exactly 9 letters and
  * digits (a 400), where a conversation whose calls another provider made carries ids such as
  * OpenAI's `call_…`. Each such id is sent as 9 letters and digits of its SHA-256 hash, in the
  * assistant's `tool_calls` and the `tool` messages alike, so a call and its output still match;
@@ -25,64 +25,115 @@ function mistralId(id: string): string {
 }
 
 /**
- * The fields of OpenAI's answer message besides its role, content and tool calls: a client passes
- * that message back as it came (`refusal: null`, `annotations: []`), and Mistral refuses a field
- * it does not know (a 422). None says anything a Mistral model could read.
+ * What Mistral's chat API documents, by level: it refuses any other field (a 422, not failed over),
+ * where a request written for OpenAI carries many (`store`, `user`, `logprobs`, a message's `name`,
+ * the `refusal: null` of OpenAI's answer passed back…). Those are left out, as LiteLLM's
+ * `drop_params` does: the answer simply lacks what they asked for (logprobs, audio, a web search).
+ * `seed` and `max_completion_tokens` go under Mistral's own names (forMistral).
  */
-const ANSWER_ONLY = ['refusal', 'annotations', 'audio', 'function_call'];
+const BODY = new Set([
+  'model',
+  'messages',
+  'temperature',
+  'top_p',
+  'max_tokens',
+  'stream',
+  'stop',
+  'random_seed',
+  'metadata',
+  'response_format',
+  'tools',
+  'tool_choice',
+  'presence_penalty',
+  'frequency_penalty',
+  'n',
+  'prediction',
+  'parallel_tool_calls',
+  'reasoning_effort',
+  'prompt_mode',
+  'guardrails',
+  'prompt_cache_key',
+  'safe_prompt',
+]);
+const MESSAGE = new Map<unknown, ReadonlySet<string>>([
+  ['system', new Set(['role', 'content'])],
+  ['user', new Set(['role', 'content'])],
+  ['assistant', new Set(['role', 'content', 'tool_calls', 'prefix'])],
+  ['tool', new Set(['role', 'content', 'tool_call_id', 'name'])],
+]);
+const TOOL = new Set(['type', 'function']);
+const FUNCTION = new Set(['name', 'description', 'parameters', 'strict']);
+
+/** `object` with only the `allowed` fields; the same object when it has no other. */
+function only(object: Record<string, unknown>, allowed: ReadonlySet<string>): Record<string, unknown> {
+  const keys = Object.keys(object);
+  if (keys.every((key) => allowed.has(key))) return object;
+  const kept: Record<string, unknown> = {};
+  for (const key of keys) if (allowed.has(key)) kept[key] = object[key];
+  return kept;
+}
+
+/** `list` with each item as `map` gives it; the same array when no item changed. */
+function mapped(list: unknown, map: (item: unknown) => unknown): unknown {
+  if (!Array.isArray(list)) return list;
+  let out: unknown[] | undefined;
+  list.forEach((item: unknown, i) => {
+    const sent = map(item);
+    if (sent !== item) {
+      out ??= list.slice();
+      out[i] = sent;
+    }
+  });
+  return out ?? list;
+}
 
 /** `message` as Mistral takes it; the same object when nothing needed changing. */
 function mistralMessage(message: unknown): unknown {
   if (!isObject(message)) return message;
+  const allowed = MESSAGE.get(message.role);
+  if (!allowed) return message;
+  let sent: Record<string, unknown> = message;
   if (message.role === 'tool') {
     const id = message.tool_call_id;
-    return typeof id === 'string' && !VALID_ID.test(id) ? { ...message, tool_call_id: mistralId(id) } : message;
+    if (typeof id === 'string' && !VALID_ID.test(id)) sent = { ...message, tool_call_id: mistralId(id) };
+  } else if (message.role === 'assistant') {
+    const calls = mapped(message.tool_calls, (call) =>
+      isObject(call) && typeof call.id === 'string' && !VALID_ID.test(call.id) ? { ...call, id: mistralId(call.id) } : call,
+    );
+    if (calls !== message.tool_calls) sent = { ...message, tool_calls: calls };
   }
-  if (message.role !== 'assistant') return message;
-  const calls = message.tool_calls;
-  let mapped: unknown[] | undefined;
-  if (Array.isArray(calls))
-    calls.forEach((call: unknown, i) => {
-      if (isObject(call) && typeof call.id === 'string' && !VALID_ID.test(call.id)) {
-        mapped ??= calls.slice();
-        mapped[i] = { ...call, id: mistralId(call.id) };
-      }
-    });
-  const extra = ANSWER_ONLY.some((field) => field in message);
-  if (!mapped && !extra) return message;
-  const sent: Record<string, unknown> = { ...message, ...(mapped ? { tool_calls: mapped } : {}) };
-  if (extra) for (const field of ANSWER_ONLY) delete sent[field];
-  return sent;
+  return only(sent, allowed);
 }
 
-/** A chat body with its messages as Mistral takes them; the body itself (shared by every route) is not changed. */
-function withMistralMessages(body: Record<string, unknown>): Record<string, unknown> {
-  const messages = body.messages;
-  if (!Array.isArray(messages)) return body;
-  let mapped: unknown[] | undefined;
-  messages.forEach((message: unknown, i) => {
-    const sent = mistralMessage(message);
-    if (sent !== message) {
-      mapped ??= messages.slice();
-      mapped[i] = sent;
-    }
-  });
-  return mapped ? { ...body, messages: mapped } : body;
+/** A function `tool` as Mistral takes it (its other kinds have fields of their own); the same object when nothing needed changing. */
+function mistralTool(tool: unknown): unknown {
+  if (!isObject(tool) || (tool.type !== undefined && tool.type !== 'function')) return tool;
+  const sent = only(tool, TOOL);
+  const fn = sent.function;
+  if (!isObject(fn)) return sent;
+  const fnSent = only(fn, FUNCTION);
+  return fnSent === fn ? sent : { ...sent, function: fnSent };
 }
 
 /**
- * A chat body as Mistral takes it. Mistral refuses fields it does not know (a 422), among them
- * `stream_options`, which a chat stream always carries (call-plan.ts asks for the usage): it is left
- * out, and the usage still comes, in the stream's last chunk, where the meter and the client read it;
- * and `max_completion_tokens`, OpenAI's newer name for `max_tokens`: sent as `max_tokens` (the lower
- * of the two when both are given).
+ * A chat body as Mistral takes it (see BODY); the body itself (shared by every route) is not
+ * changed. Among the fields left out is `stream_options`, which a chat stream always carries
+ * (call-plan.ts asks for the usage): the usage still comes, in the stream's last chunk, where the
+ * meter and the client read it. OpenAI's `max_completion_tokens` goes as `max_tokens` (the lower of
+ * the two when both are given), its `seed` as `random_seed` (Mistral's own, when given, wins).
  */
 function forMistral(body: Record<string, unknown>): Record<string, unknown> {
-  const sent = withMistralMessages(body);
-  if (!('stream_options' in sent) && !('max_completion_tokens' in sent)) return sent;
-  const { stream_options: _asked, max_completion_tokens: limit, ...rest } = sent;
-  if (typeof limit === 'number' && !(typeof rest.max_tokens === 'number' && rest.max_tokens <= limit)) rest.max_tokens = limit;
-  return rest;
+  const messages = mapped(body.messages, mistralMessage);
+  const tools = mapped(body.tools, mistralTool);
+  let sent = only(body, BODY);
+  if (sent === body && messages === body.messages && tools === body.tools) return body;
+  if (sent === body) sent = { ...body };
+  if ('messages' in sent) sent.messages = messages;
+  if ('tools' in sent) sent.tools = tools;
+  const limit = body.max_completion_tokens;
+  if (typeof limit === 'number' && !(typeof sent.max_tokens === 'number' && sent.max_tokens <= limit)) sent.max_tokens = limit;
+  if ('seed' in body && !('random_seed' in body)) sent.random_seed = body.seed;
+  return sent;
 }
 
 export const mistral: ProviderAdapter = {
