@@ -405,6 +405,21 @@ describe('failover', () => {
     expect(hot1.received[0].body).toEqual({ ...request, model: hot1.received[0].body.model }); // other kinds get it as sent
   });
 
+  it("a conversation with OpenAI's developer message (its reasoning models' system message) fails over to a Mistral route: sent as a system message", async () => {
+    const mistral = { provider: 'mistral', model: 'mistral-small-latest', baseUrl: asMistral(warmB).url };
+    gw = await startGateway({ ...mapOf([hot1.url]), warm: [mistral] });
+    hot1.always({ kind: 'status', status: 503 });
+    const messages = [
+      { role: 'developer', content: 'Answer in French.', name: 'rules' },
+      { role: 'user', content: 'Hello?' },
+    ];
+    const res = await chat(gw.url, { model: 'gpt-5-mini', messages }, { 'x-time-to-answer-ms': '8000' });
+    expect(res.status).toBe(200);
+    expect(res.json().choices[0].message.content).toBe('hello from mistral-small-latest');
+    expect(warmB.received[0].body.messages).toEqual([{ role: 'system', content: 'Answer in French.' }, messages[1]]);
+    expect(hot1.received[0].body.messages).toEqual(messages); // other kinds get it as sent
+  });
+
   it('never answers later than the time-to-answer, even with every provider hanging', async () => {
     gw = await startGateway(all());
     for (const p of [hot1, hot2, warmA, warmB]) p.always({ kind: 'hang' });

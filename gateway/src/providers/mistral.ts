@@ -90,9 +90,11 @@ function mapped(list: unknown, map: (item: unknown) => unknown): unknown {
 /** `message` as Mistral takes it; the same object when nothing needed changing. */
 function mistralMessage(message: unknown): unknown {
   if (!isObject(message)) return message;
-  const allowed = MESSAGE.get(message.role);
+  // OpenAI's `developer` message, which its reasoning models take for `system`, is Mistral's `system`.
+  const role = message.role === 'developer' ? 'system' : message.role;
+  const allowed = MESSAGE.get(role);
   if (!allowed) return message;
-  let sent: Record<string, unknown> = message;
+  let sent: Record<string, unknown> = role === message.role ? message : { ...message, role };
   if (message.role === 'tool') {
     const id = message.tool_call_id;
     if (typeof id === 'string' && !VALID_ID.test(id)) sent = { ...message, tool_call_id: mistralId(id) };
