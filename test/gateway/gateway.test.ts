@@ -420,6 +420,28 @@ describe('failover', () => {
     expect(hot1.received[0].body.messages).toEqual(messages); // other kinds get it as sent
   });
 
+  it('a function tool without parameters (one that takes none, to OpenAI) fails over to a Mistral route, which requires them: sent with none', async () => {
+    const mistral = { provider: 'mistral', model: 'mistral-small-latest', baseUrl: asMistral(warmB).url };
+    gw = await startGateway({ ...mapOf([hot1.url]), warm: [mistral] });
+    hot1.always({ kind: 'status', status: 503 });
+    const tools = [
+      { type: 'function', function: { name: 'now', description: 'The time now' } },
+      { type: 'function', function: { name: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } },
+    ];
+    const res = await chat(
+      gw.url,
+      { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'What time is it?' }], tools },
+      { 'x-time-to-answer-ms': '8000' },
+    );
+    expect(res.status).toBe(200);
+    expect(res.json().choices[0].message.content).toBe('hello from mistral-small-latest');
+    expect(warmB.received[0].body.tools).toEqual([
+      { type: 'function', function: { name: 'now', description: 'The time now', parameters: { type: 'object', properties: {} } } },
+      tools[1],
+    ]);
+    expect(hot1.received[0].body.tools).toEqual(tools); // other kinds get it as sent
+  });
+
   it('never answers later than the time-to-answer, even with every provider hanging', async () => {
     gw = await startGateway(all());
     for (const p of [hot1, hot2, warmA, warmB]) p.always({ kind: 'hang' });

@@ -63,6 +63,7 @@ const MESSAGE = new Map<unknown, ReadonlySet<string>>([
 ]);
 const TOOL = new Set(['type', 'function']);
 const FUNCTION = new Set(['name', 'description', 'parameters', 'strict']);
+const NO_PARAMETERS = { type: 'object', properties: {} };
 
 /** `object` with only the `allowed` fields; the same object when it has no other. */
 function only(object: Record<string, unknown>, allowed: ReadonlySet<string>): Record<string, unknown> {
@@ -113,7 +114,9 @@ function mistralTool(tool: unknown): unknown {
   const sent = only(tool, TOOL);
   const fn = sent.function;
   if (!isObject(fn)) return sent;
-  const fnSent = only(fn, FUNCTION);
+  let fnSent = only(fn, FUNCTION);
+  // OpenAI takes a function without `parameters` for one without any; Mistral requires them (a 422).
+  if (!('parameters' in fnSent)) fnSent = { ...fnSent, parameters: NO_PARAMETERS };
   return fnSent === fn ? sent : { ...sent, function: fnSent };
 }
 
