@@ -68,8 +68,8 @@ export class FakeProvider {
   private server!: Server;
   private queue: Behaviour[] = [];
   private readonly matched: Array<{
-    matches: (body: Record<string, any>) => boolean;
-    behaviour: Behaviour | ((body: Record<string, any>) => Behaviour);
+    matches: (body: Record<string, any>, path: string) => boolean;
+    behaviour: Behaviour | ((body: Record<string, any>, path: string) => Behaviour);
   }> = [];
   fallback: Behaviour = { kind: 'ok' };
   private sockets = new Set<import('node:net').Socket>();
@@ -86,7 +86,10 @@ export class FakeProvider {
     return this;
   }
   /** Requests whose body `matches` get `behaviour`, whatever `next` and `always` say (a request that always fails). */
-  when(matches: (body: Record<string, any>) => boolean, behaviour: Behaviour | ((body: Record<string, any>) => Behaviour)): this {
+  when(
+    matches: (body: Record<string, any>, path: string) => boolean,
+    behaviour: Behaviour | ((body: Record<string, any>, path: string) => Behaviour),
+  ): this {
     this.matched.push({ matches, behaviour });
     return this;
   }
@@ -132,8 +135,8 @@ export class FakeProvider {
     const path = (req.url ?? '').replace(/\?.*/, '');
     this.received.push({ path, headers: req.headers, body });
     res.setHeader('x-request-id', `req_${this.received.length}`); // as OpenAI names each answer
-    const match = this.matched.find((m) => m.matches(body))?.behaviour;
-    const b = (typeof match === 'function' ? match(body) : match) ?? this.queue.shift() ?? this.fallback;
+    const match = this.matched.find((m) => m.matches(body, path))?.behaviour;
+    const b = (typeof match === 'function' ? match(body, path) : match) ?? this.queue.shift() ?? this.fallback;
     const model = body.model ?? 'unknown';
     if (b.kind === 'ok' || b.kind === 'stream') {
       if (path.endsWith('/embeddings')) return answerEmbeddings(res, body);
@@ -292,9 +295,12 @@ const MISTRAL_MESSAGE: Record<string, readonly string[]> = {
   tool: ['role', 'content', 'tool_call_id', 'name'],
 };
 
-/** Mistral's refusal of a chat request it does not take (a tool call id not 9 letters and digits, a field it does not know), if any. */
-function mistralRefusal(body: Record<string, any>): Behaviour | undefined {
-  const id = idMistralRefuses(body);
+/** The fields of Mistral's embeddings request. */
+const MISTRAL_EMBEDDINGS = ['model', 'input', 'metadata', 'output_dimension', 'output_dtype', 'encoding_format'];
+
+/** Mistral's refusal of a request it does not take (a tool call id not 9 letters and digits, a field it does not know), if any. */
+function mistralRefusal(body: Record<string, any>, path: string): Behaviour | undefined {
+  const id = path.endsWith('/embeddings') ? undefined : idMistralRefuses(body);
   if (id !== undefined) {
     const message = `Tool call id was ${String(id)} but must be a-z, A-Z, 0-9, with a length of 9.`;
     return { kind: 'status', status: 400, body: { object: 'error', message, type: 'invalid_function_call', param: null, code: '3280' } };
@@ -306,7 +312,7 @@ function mistralRefusal(body: Record<string, any>): Behaviour | undefined {
       if (!allowed.includes(field))
         unknown.push({ type: 'extra_forbidden', loc: [...loc, field], msg: 'Extra inputs are not permitted', input: object[field] });
   };
-  extra(body, MISTRAL_BODY, ['body']);
+  extra(body, path.endsWith('/embeddings') ? MISTRAL_EMBEDDINGS : MISTRAL_BODY, ['body']);
   (body.messages ?? []).forEach((m: any, i: number) => {
     const allowed = MISTRAL_MESSAGE[m.role];
     if (allowed) extra(m, allowed, ['body', 'messages', i, m.role]);
@@ -339,11 +345,11 @@ function mistralRefusal(body: Record<string, any>): Behaviour | undefined {
   return undefined;
 }
 
-/** Makes `provider` take only what Mistral's chat API takes, refusing the rest with Mistral's own answer. */
+/** Makes `provider` take only what Mistral's chat and embeddings APIs take, refusing the rest with Mistral's own answer. */
 export function asMistral(provider: FakeProvider): FakeProvider {
   return provider.when(
-    (body) => mistralRefusal(body) !== undefined,
-    (body) => mistralRefusal(body)!,
+    (body, path) => mistralRefusal(body, path) !== undefined,
+    (body, path) => mistralRefusal(body, path)!,
   );
 }
 

@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { NONE_CALLED } from '../../gateway/src/outcome';
 import { rawExchange } from '../raw-http';
-import { FakeProvider } from './fake-provider';
+import { asMistral, FakeProvider } from './fake-provider';
 import { ADMIN, listenStack, mapOf, startGateway, type TestGateway } from './harness';
 import { until } from './keys-harness';
 
@@ -354,6 +354,27 @@ describe('POST /v1/embeddings', () => {
     expect(await raw.text()).toBe(answer);
     await gw.meter.flush();
     expect(gw.events().at(-1)).toMatchObject({ provider: 'openai', input_tokens: '7', error_code: '' });
+  });
+
+  it("a Mistral route is sent OpenAI's dimensions as its output_dimension and no user, which its embeddings API refuses", async () => {
+    const mistral = asMistral(await new FakeProvider().start());
+    const map = mapOf([hot.url]);
+    map.warm.push({ provider: 'mistral', model: 'codestral-embed', baseUrl: mistral.url, apis: ['embeddings'] });
+    const own = await startGateway(map);
+    try {
+      const via = new OpenAI({ baseURL: `${own.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+      const res = await via.embeddings.create({ model: 'codestral-embed', input: ['a', 'b'], dimensions: 256, user: 'user-42' });
+      expect(res.data.map((d) => d.index)).toEqual([0, 1]);
+      expect(mistral.received[0].body).toEqual({
+        model: 'codestral-embed',
+        input: ['a', 'b'],
+        encoding_format: 'base64',
+        output_dimension: 256,
+      });
+    } finally {
+      await own.close();
+      await mistral.stop();
+    }
   });
 
   it("usage given only as total_tokens (Voyage AI's embeddings answer) is the input's tokens, priced, not an unpriced call of 0 tokens", async () => {

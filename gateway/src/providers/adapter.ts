@@ -2,7 +2,7 @@
  * One interface for every provider: how to call it and how to read its usage. Every provider is
  * called in OpenAI's format (`POST {baseUrl}/chat/completions`); a provider that is not natively
  * compatible is reached through a gateway that offers that path, so one adapter serves every kind
- * but `mistral`, whose own (mistral.ts) sends a chat request as Mistral takes it (registry.ts).
+ * but `mistral`, whose own (mistral.ts) sends a request as Mistral takes it (registry.ts).
  */
 import type { ApiKind } from '../request-context';
 import type { RouteConfig } from '../routes-map';

@@ -64,6 +64,8 @@ const MESSAGE = new Map<unknown, ReadonlySet<string>>([
 const TOOL = new Set(['type', 'function']);
 const FUNCTION = new Set(['name', 'description', 'parameters', 'strict']);
 const NO_PARAMETERS = { type: 'object', properties: {} };
+/** Mistral's embeddings request; OpenAI's `dimensions` is its `output_dimension` (embeddingsForMistral). */
+const EMBEDDINGS = new Set(['model', 'input', 'metadata', 'output_dimension', 'output_dtype', 'encoding_format']);
 
 /** `object` with only the `allowed` fields; the same object when it has no other. */
 function only(object: Record<string, unknown>, allowed: ReadonlySet<string>): Record<string, unknown> {
@@ -141,9 +143,21 @@ function forMistral(body: Record<string, unknown>): Record<string, unknown> {
   return sent;
 }
 
+/**
+ * An embeddings body as Mistral takes it: OpenAI's `user` left out, its `dimensions` sent as
+ * `output_dimension` (left out, the vectors would come at the model's own size, useless to an
+ * index of the size asked for; a model that has only one refuses it, as it should).
+ */
+function embeddingsForMistral(body: Record<string, unknown>): Record<string, unknown> {
+  const sent = only(body, EMBEDDINGS);
+  if ('dimensions' in body && !('output_dimension' in body)) sent.output_dimension = body.dimensions;
+  return sent;
+}
+
 export const mistral: ProviderAdapter = {
   request(route, api, body, apiKey, idempotencyKey) {
-    return openAiCompatible.request(route, api, api === 'chat' ? forMistral(body) : body, apiKey, idempotencyKey);
+    const sent = api === 'chat' ? forMistral(body) : api === 'embeddings' ? embeddingsForMistral(body) : body;
+    return openAiCompatible.request(route, api, sent, apiKey, idempotencyKey);
   },
   usage: openAiCompatible.usage,
 };
