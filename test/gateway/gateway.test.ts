@@ -368,7 +368,6 @@ describe('failover', () => {
       seed: 7,
       metadata: { team: 'support' },
       prompt_cache_key: 'support-v1',
-      reasoning_effort: 'low',
       // Mistral has none of these: the answer lacks what they ask for (logprobs, a web search), no more.
       store: false,
       user: 'user-42',
@@ -400,7 +399,6 @@ describe('failover', () => {
       random_seed: 7,
       metadata: { team: 'support' },
       prompt_cache_key: 'support-v1',
-      reasoning_effort: 'low',
     });
     expect(hot1.received[0].body).toEqual({ ...request, model: hot1.received[0].body.model }); // other kinds get it as sent
   });
@@ -440,6 +438,39 @@ describe('failover', () => {
       tools[1],
     ]);
     expect(hot1.received[0].body.tools).toEqual(tools); // other kinds get it as sent
+  });
+
+  it("a request with OpenAI's reasoning_effort fails over to a Mistral route: answered in text, not in the list of thinking and text parts Mistral's models give when asked to reason", async () => {
+    const mistral = { provider: 'mistral', model: 'mistral-small-latest', baseUrl: asMistral(warmB).url };
+    gw = await startGateway({ ...mapOf([hot1.url]), warm: [mistral] });
+    hot1.always({ kind: 'status', status: 503 });
+    // Mistral's answer when asked to reason: its content a list of parts.
+    const thinking = [
+      { type: 'thinking', thinking: [{ type: 'text', text: 'The user greets me.' }] },
+      { type: 'text', text: 'Bonjour !' },
+    ];
+    warmB.when(
+      (body) => body.reasoning_effort !== undefined,
+      () => ({
+        kind: 'status',
+        status: 200,
+        body: {
+          id: 'm1',
+          object: 'chat.completion',
+          created: 1,
+          model: 'mistral-small-latest',
+          choices: [{ index: 0, message: { role: 'assistant', content: thinking }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: 9, completion_tokens: 12, total_tokens: 21 },
+        },
+      }),
+    );
+    const res = await client(gw.url).chat.completions.create(
+      { model: 'gpt-5-mini', messages: [{ role: 'user', content: 'Hello' }], reasoning_effort: 'low' },
+      { headers: { 'x-time-to-answer-ms': '8000' } },
+    );
+    expect(res.choices[0].message.content).toBe('hello from mistral-small-latest');
+    expect('reasoning_effort' in warmB.received[0].body).toBe(false);
+    expect(hot1.received[0].body.reasoning_effort).toBe('low'); // other kinds get it as sent
   });
 
   it('never answers later than the time-to-answer, even with every provider hanging', async () => {

@@ -29,7 +29,9 @@ function mistralId(id: string): string {
  * where a request written for OpenAI carries many (`store`, `user`, `logprobs`, a message's `name`,
  * the `refusal: null` of OpenAI's answer passed back…). Those are left out, as LiteLLM's
  * `drop_params` does: the answer simply lacks what they asked for (logprobs, audio, a web search).
- * `seed` and `max_completion_tokens` go under Mistral's own names (forMistral).
+ * `seed` and `max_completion_tokens` go under Mistral's own names (forMistral). Mistral documents
+ * `reasoning_effort`, but a model asked to reason answers with a list of thinking and text parts
+ * where OpenAI's chat clients read a string: it is left out too, and the model answers in text.
  */
 const BODY = new Set([
   'model',
@@ -49,7 +51,6 @@ const BODY = new Set([
   'n',
   'prediction',
   'parallel_tool_calls',
-  'reasoning_effort',
   'prompt_mode',
   'guardrails',
   'prompt_cache_key',
