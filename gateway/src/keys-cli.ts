@@ -39,6 +39,9 @@ function modelList(value: string | undefined): string[] {
   const models = (value ?? '').split(',').map((m) => m.trim());
   if (!value || models.some((m) => !m))
     throw new UsageError(`--models: expected model names separated by commas (e.g. gpt-4o-mini,gpt-4o), got "${value ?? ''}"`);
+  // As for the tenant: a pasted key would be kept in plain text, printed, and quoted to clients refused a model.
+  if (models.some((m) => m.startsWith('gk_')))
+    throw new UsageError('--models: got a client key (gk_…, not shown) where a model name goes; a model may not start with "gk_"');
   return models;
 }
 

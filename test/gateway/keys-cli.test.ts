@@ -117,6 +117,19 @@ describe('npm run keys', () => {
     expect((await keys('list')).out).toHaveLength(1);
   });
 
+  // It was made a model name: printed by create and list, kept in plain text, and quoted to the new key's client in every model_not_allowed.
+  it('a key given in create --models is refused, without printing it or making a key', async () => {
+    const key = (await keys('create', 'acme')).out.at(-1)!;
+    for (const models of [key, `gpt-4o,${key}`, `--models=${key}`]) {
+      const r = await keys('create', 'beta', ...(models.startsWith('--') ? [models] : ['--models', models]));
+      expect(r.code).toBe(2);
+      expect(r.err).toMatch(/^--models: got a client key \(gk_…, not shown\) where a model name goes/);
+      expect(r.err).not.toContain(key.slice(3));
+      expect(r.out).toEqual([]);
+    }
+    expect((await keys('list')).out).toHaveLength(1);
+  });
+
   it.each([
     [['create'], /^tenant: expected the tenant/],
     [['create', '--rpm', '5'], /^tenant: expected the tenant/],
