@@ -10,7 +10,7 @@
  * It holds the archive's lock as `npm run archive` does: a run merging an old day would otherwise
  * have its stored file removed under it and write the day back.
  */
-import { renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { dayFiles, removeEmptiedPartitions, removeLeftoverParts } from './day-files';
 import { lockArchive } from './lock';
@@ -18,7 +18,7 @@ import { finishPublish } from './publish';
 
 export const DEFAULT_ARCHIVE_DAYS = 180;
 /**
- * The cutoff of the last expiry (`YYYY-MM-DD`: days before it were removed), which `npm run archive`
+ * The latest cutoff of the expiries (`YYYY-MM-DD`: days before it were removed), which `npm run archive`
  * reads: it skips input rows of those days, or archiving the gateway's ever-growing events CSV wrote
  * every expired day back.
  */
@@ -51,8 +51,12 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
     const finished = finishPublish(root);
     const left = [...(finished ? [finished] : []), ...removeLeftoverParts(root)];
     const result = expireDays(root, cutoff, false);
+    // The later of this cutoff and the one recorded: after a shorter window's run, the nightly run's
+    // longer one removes nothing, and recorded, it let the archive write those days back.
+    const recorded = existsSync(join(root, EXPIRED_FILE)) ? readFileSync(join(root, EXPIRED_FILE), 'utf8').trim() : '';
+    const kept = /^\d{4}-\d{2}-\d{2}$/.test(recorded) && recorded > result.cutoff ? recorded : result.cutoff;
     // Whole or not at all: written beside, then renamed.
-    writeFileSync(join(root, `${EXPIRED_FILE}.tmp`), `${result.cutoff}\n`);
+    writeFileSync(join(root, `${EXPIRED_FILE}.tmp`), `${kept}\n`);
     renameSync(join(root, `${EXPIRED_FILE}.tmp`), join(root, EXPIRED_FILE));
     return { ...result, left };
   } finally {

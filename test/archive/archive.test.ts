@@ -317,6 +317,22 @@ describe('npm run archive', () => {
     }
   });
 
+  it('days a shorter window removed stay removed after the nightly expiry with the longer window: the later cutoff is kept', async () => {
+    const out = join(scratch(), 'arch');
+    const gatewayCsv = csv([at('july', '2026-07-01T09:00:00Z', 1), at('new', '2026-11-20T09:00:00Z', 2)], 'events.csv');
+    await convert(gatewayCsv, { out });
+    // An operator shrinks the archive to 30 days once; the nightly run keeps its 180.
+    expect(expireArchive(out, 30, new Date('2026-11-22T05:00:00Z')).removed.map((f) => basename(f))).toEqual(['events_20260701.parquet']);
+    expect(expireArchive(out, 180, new Date('2026-11-23T05:00:00Z')).removed).toEqual([]);
+    expect(readFileSync(join(out, '.archive-expired'), 'utf8')).toBe('2026-10-23\n');
+    const lines: string[] = [];
+    await convert(gatewayCsv, { out, log: (said) => lines.push(said) });
+    expect(lines).toContain(
+      '1 row(s) of 1 day(s) before 2026-10-23 skipped: archive:expire removed those days (.archive-expired in the archive folder; remove it to archive them again)',
+    );
+    expect((await rowsIn(out)).map((r) => r.event_id)).toEqual(['new']);
+  });
+
   it('reports a malformed row with its line and field, and leaves the archive as it was', async () => {
     const out = join(scratch(), 'arch');
     await convert(csv([{ event_id: 'a', timestamp: '2026-11-21T09:00:00Z', cost_usd: 1 }]), { out });
