@@ -47,7 +47,7 @@ import type { ResponseOwnership } from './responses/ownership';
 import type { Route } from './route';
 import type { Notifier } from './notify';
 import { PAUSED_MESSAGE, type PauseFlag } from './budget';
-import { within } from './within';
+import { NoAnswer, within } from './within';
 
 /** Time a queued job may take per attempt (it has no caller waiting on it). */
 const JOB_TIME_MS = 120_000;
@@ -324,6 +324,8 @@ export interface ColdWorker {
 }
 
 const HANDED_BACK = 'its worker stopped during the call: handed back for another worker';
+/** How long past the grace a stopping worker waits for its cut jobs to be handed back and its connections closed. */
+const CLOSE_MARGIN_MS = 2000;
 
 /** Socket errors of a Redis that is away (each reconnection attempt raises one). */
 const CONNECTION_CODES = new Set([
@@ -360,8 +362,17 @@ export function startWorker(queue: BullColdQueue | MemoryColdQueue, deps: Worker
   return {
     close(graceMs = Infinity) {
       if (closing) return closing;
-      const cut = Number.isFinite(graceMs) ? setTimeout(() => stopping.abort(), graceMs) : null;
-      closing = work.close().finally(() => cut && clearTimeout(cut));
+      if (!Number.isFinite(graceMs)) return (closing = work.close());
+      const cut = setTimeout(() => stopping.abort(), graceMs);
+      // BullMQ's close waits on Redis (the cut job handed back, its connections closed): a Redis that
+      // is connected but stalls would hold the stop for ever. Left after the grace and a margin; its
+      // jobs are taken back by another worker once their locks lapse.
+      closing = within(work.close(), graceMs + CLOSE_MARGIN_MS)
+        .catch((error: unknown) => {
+          if (!(error instanceof NoAnswer)) throw error;
+          deps.log.warn(`worker: not closed ${CLOSE_MARGIN_MS} ms after the grace (Redis not answering?); left as it was`);
+        })
+        .finally(() => clearTimeout(cut));
       return closing;
     },
   };

@@ -934,6 +934,34 @@ describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
     }
   });
 
+  // Frozen (SIGSTOP), Redis keeps every connection open and answers nothing. The worker's close
+  // waited on it (BullMQ's Worker.close: the cut job handed back, its connections closed), and the
+  // process never exited.
+  it('a gateway process whose worker runs a job exits 0 on SIGTERM within its grace while Redis stalls', async () => {
+    const gw = await startInstance(tmpdir(), {
+      ...Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)])),
+      WORKER: 'on',
+      SHUTDOWN_GRACE_MS: '1000',
+    });
+    try {
+      hot.next({ kind: 'ok', delayMs: 1000 }); // slower than its time-to-answer: queued, then run by the worker
+      hot.next({ kind: 'ok', delayMs: 60_000 }); // the worker's run: still under way when the grace ends
+      const queued = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '300' });
+      expect(queued.status).toBe(202);
+      await until(async () => hot.received.length === 2, 20_000);
+      redis.freeze();
+      const started = Date.now();
+      gw.child.kill('SIGTERM');
+      const code = await Promise.race([gw.exited, new Promise<string>((r) => setTimeout(() => r('still running'), 20_000))]);
+      expect(code).toBe(0); // before: still running, until Redis answered again
+      expect(Date.now() - started).toBeLessThan(1000 + 8000);
+      expect(gw.output()).toContain('worker: not closed');
+    } finally {
+      redis.thaw();
+      await gw.crash();
+    }
+  }, 60_000);
+
   it('the whole gateway, worker included, stops in a few seconds, not when Redis answers', async () => {
     const meter = await new FakeMeterWebApp().start();
     const spool = { METER_URL: meter.url, METER_TOKEN: 'tok', METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'stall-stop-')) };
