@@ -34,6 +34,7 @@ import { callUpstream, UpstreamError, type UpstreamAnswer } from './upstream';
 const MIN_ATTEMPT_MS = 50;
 /** Kept back from every attempt so the Cold fallback still fits in the time-to-answer. */
 const FALLBACK_RESERVE_MS = 25;
+/** A live request's cap on each provider call (a queued job's is its own: RouteOptions.attemptMs). */
 const ATTEMPT_TIMEOUT_MS = 30_000;
 
 /** The routes of one routing map, with the provider keys that map assigns. */
@@ -49,6 +50,8 @@ export interface FailoverDeps extends RouteSet {
   random?: () => number;
   /** The flags in force now: a model killed while a request is under way is not called by it after. */
   flags?: Pick<FlagStore, 'get'>;
+  /** The cap on each provider call unless the request has its own: ATTEMPT_TIMEOUT_MS (tests shorten it). */
+  attemptMs?: number;
 }
 
 export interface RouteOptions {
@@ -71,6 +74,8 @@ export interface RouteOptions {
   queuedAt?: number;
   /** A Cold job's run: each call is marked in Redis while under way, until its meter event is durable (cold-call-marks.ts). */
   marks?: CallMarker;
+  /** A Cold job's run: its cap on each provider call, longer than a live request's (no caller is waiting on it). */
+  attemptMs?: number;
 }
 
 /** A call no mark stands for (a live request's): its meter event needs no one told. */
@@ -95,6 +100,7 @@ const notTheRoutes = (route: Route, r: CallResult, queuedAt: number | undefined)
 interface AttemptOf {
   keyFor: KeyFor;
   signal?: CancelSignal;
+  attemptMs: number;
 }
 
 /**
@@ -183,9 +189,11 @@ const metricOutcome = (r: CallResult) =>
 export class Failover {
   private set: RouteSet;
   private readonly now: Clock;
+  private readonly attemptMs: number;
   constructor(private readonly deps: FailoverDeps) {
     this.set = { routes: deps.routes, keyFor: deps.keyFor };
     this.now = deps.now ?? Date.now;
+    this.attemptMs = deps.attemptMs ?? ATTEMPT_TIMEOUT_MS;
   }
 
   /** The routes in force now. */
@@ -211,7 +219,7 @@ export class Failover {
   private async attempt(route: Route, config: RouteConfig, ctx: RequestContext, plan: CallPlan, deadline: Deadline, o: AttemptOf) {
     const out = route.adapter.request(config, plan.api, plan.body, o.keyFor(route.tier, config.provider), ctx.idempotencyKey);
     const signal = o.signal;
-    const timeoutMs = Math.min(ATTEMPT_TIMEOUT_MS, deadline.remaining() - FALLBACK_RESERVE_MS);
+    const timeoutMs = Math.min(o.attemptMs, deadline.remaining() - FALLBACK_RESERVE_MS);
     try {
       return classifyAnswer(await callUpstream(out, { timeoutMs, signal, stream: ctx.stream }), ctx.stream, plan.api);
     } catch (error) {
@@ -234,7 +242,7 @@ export class Failover {
     let notSwitchedOff = false;
     const planner = new CallPlanner(ctx);
     const set = options.set ?? this.set;
-    const of: AttemptOf = { keyFor: set.keyFor, signal: options.signal };
+    const of: AttemptOf = { keyFor: set.keyFor, signal: options.signal, attemptMs: options.attemptMs ?? this.attemptMs };
     for (const route of this.candidates(options.flags, options.skip, set, options.model)) {
       const config = options.model ? { ...route.config, model: options.model } : route.config;
       const plan = planner.planFor(route, config.model);

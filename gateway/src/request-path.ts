@@ -33,6 +33,8 @@ export interface RequestPathOptions {
   log: Logger;
   now?: Clock;
   breaker?: Omit<BreakerOptions, 'now'>;
+  /** A live request's cap on each provider call (default 30 s; tests shorten it). */
+  attemptMs?: number;
   admit?: Admit;
   cold?: ColdFallback | null;
   skipRoute?: (route: Route) => boolean;
@@ -77,7 +79,7 @@ export function createRequestPath(o: RequestPathOptions): RequestPath {
     (route) => metrics.countUnpriced(route),
     (route) => metrics.countEstimated(route),
   );
-  const failover = new Failover({ routes, keyFor: o.keyFor, meter, metrics, now: o.now, flags: o.flags });
+  const failover = new Failover({ routes, keyFor: o.keyFor, meter, metrics, now: o.now, flags: o.flags, attemptMs: o.attemptMs });
   const pipeline = new Pipeline({
     failover,
     metrics,

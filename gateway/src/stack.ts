@@ -93,6 +93,8 @@ export interface StackOptions {
   cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number; lockMs?: number };
   /** How long a reader of GET /v1/jobs/:id may take nothing before it is cut (default 30 s; tests shorten it). */
   jobStallMs?: number;
+  /** A live request's cap on each provider call (default 30 s; tests shorten it). */
+  attemptMs?: number;
   /** The pause flag's key, when not the contract's: the drill's own, so a shared Redis's real flag is never set or cleared. */
   pauseKey?: string;
 }
@@ -273,6 +275,7 @@ function requestPathFor(core: StackCore, spend: SpendWatch, meter: MeterSink, no
     flags,
     log,
     breaker: options.breaker,
+    attemptMs: options.attemptMs,
     admit: admission({ limiter, limits: map.limits, spend, providers, cheaperModel: map.cheaper_model }),
     cold: coldFallback(coldDeps),
     skipRoute: (r) => pause.paused() && skipWhilePaused(r),

@@ -234,7 +234,9 @@ async function runJob(
     throw defer(deferred, spent.until, 'every provider it may use is over its token budget for this minute', deps);
   const deadline = new Deadline(ctx.timeToAnswerMs);
   const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
-  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, marks });
+  // Each call may take the job's whole time, not a live request's 30 s: a job queued because its answer was slow would never complete.
+  const attemptMs = ctx.timeToAnswerMs;
+  let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, marks, attemptMs });
   // A route passed over because its fleet probe lease was still being asked for can be callable by
   // now: once more at once, so that an attempt is spent only when a route that could be called failed.
   if (outcome.kind === 'exhausted' && outcome.attempts > 0 && !stopping.aborted && nextRoute(deps, flags, skip, ctx).at <= Date.now()) {
@@ -245,6 +247,7 @@ async function runJob(
       signal: stopping,
       priorAttempts: outcome.attempts,
       marks,
+      attemptMs,
     });
   }
   if (outcome.kind === 'exhausted') throw notAnswered(outcome, deferred, deps, { flags, skip, stopping, ctx });

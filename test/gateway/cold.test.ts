@@ -306,6 +306,25 @@ describe('Cold tier', () => {
     expect(readFileSync(env.METER_CSV_FILE!, 'utf8')).not.toContain('WORKER_LOST'); // the cut call is metered once
   });
 
+  // A job queued because its live answer was too slow got the live cap (30 s) on its calls too: each
+  // cut, billed, counted against the route, and the job never completed.
+  it('a queued job completes when its provider takes longer than a live call may: one provider call, one meter event', async () => {
+    const { url, stack } = await up({ worker: true, attemptMs: 300 }); // the live cap, shortened; the job's stays 120 s
+    hot.always({ kind: 'ok', delayMs: 800, content: 'slow but whole' });
+    warm.always({ kind: 'ok', delayMs: 800, content: 'slow but whole' });
+    const { jobId } = await stack.queue.enqueue({ ...testJob('slow-job'), reason: 'time_to_answer' });
+    const j = await until(async () => {
+      const got = await job(url, jobId);
+      return got.state === 'completed' || hot.received.length + warm.received.length > 1 ? got : null;
+    });
+    expect(hot.received.length + warm.received.length).toBe(1); // before: its calls cut at 300 ms, again and again
+    expect(j).toMatchObject({ state: 'completed', result: { body: { choices: [{ message: { content: 'slow but whole' } }] } } });
+    await stack.meter.flush();
+    const [header, ...rows] = readFileSync(env.METER_CSV_FILE!, 'utf8').trim().split('\n');
+    const code = header.split(',').indexOf('error_code');
+    expect(rows.map((r) => r.split(',')[code])).toEqual(['']);
+  });
+
   it('budget webhook at 85 %: queued work waits without spending attempts, live traffic avoids the capped provider, one notice', async () => {
     const { url, stack } = await up({ worker: true, cold: { recheckMs: 200 } });
     expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 }, 'wrong')).status).toBe(401);
