@@ -76,6 +76,7 @@ export interface Sheet
   getRange(a1Notation: string): Range;
   insertRowsAfter: Returning<GSheet, 'insertRowsAfter', Sheet>;
   insertColumnsAfter: Returning<GSheet, 'insertColumnsAfter', Sheet>;
+  hideSheet: Returning<GSheet, 'hideSheet', Sheet>;
   getFilter: Returning<GSheet, 'getFilter', Filter | null>;
   getCharts: Returning<GSheet, 'getCharts', EmbeddedChart[]>;
   insertChart(chart: EmbeddedChart): void;

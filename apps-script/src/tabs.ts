@@ -13,6 +13,8 @@ export interface TabSpec {
   header: readonly string[];
   /** Columns the tab had when first released; those after were added later, at the end. */
   firstWidth?: number;
+  /** Hidden when the meter makes it: a record for the code, not for people to edit. */
+  hidden?: boolean;
 }
 
 /** Rows that a back-office action writes carry its idempotency key, so a retry finds them. */
@@ -38,7 +40,12 @@ export const TASKS: TabSpec = {
   firstWidth: 8,
 };
 /** Back-office actions by idempotency key: claimed first, `progress` as steps finish, `result` when done. */
-export const IDEMPOTENCY: TabSpec = { name: 'idempotency', header: ['key', 'action', 'result', 'at', 'progress'], firstWidth: 4 };
+export const IDEMPOTENCY: TabSpec = {
+  name: 'idempotency',
+  header: ['key', 'action', 'result', 'at', 'progress'],
+  firstWidth: 4,
+  hidden: true,
+};
 
 /** 0-based position of each name in a header or field list. */
 export function fieldIndex<F extends string>(fields: readonly F[]): Record<F, number> {
@@ -134,6 +141,8 @@ export function ensureTab(ss: Spreadsheet, spec: TabSpec): Sheet {
   if (!sheet) {
     refuseRenamed(ss, spec.name, spec.header);
     [sheet] = insertTabs(ss, [{ name: spec.name, rows: 1, columns: spec.header.length }]);
+    // Only when made: a tab an operator showed stays shown.
+    if (spec.hidden) sheet.hideSheet();
   }
   // A tab made by an older version may be narrower than its header now is; a new one is wider.
   const width = sheet.getMaxColumns();

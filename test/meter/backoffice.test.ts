@@ -199,6 +199,27 @@ describe('book_slot', () => {
     expect(platform.urlFetch.requests).toHaveLength(0);
   });
 
+  it('keeps its replay record in a hidden idempotency tab, hidden by setup or by the action that makes it; one shown by hand stays shown', () => {
+    const sheets = platform.spreadsheet.sheets;
+    expect(platform.spreadsheet.tab('idempotency')!.hidden).toBe(true);
+    expect(['contacts', 'leads', 'activities', 'tasks', 'calls'].map((t) => platform.spreadsheet.tab(t)!.hidden)).toEqual([
+      false,
+      false,
+      false,
+      false,
+      false,
+    ]);
+    // Deleted by hand: the first action makes it again, hidden too.
+    sheets.splice(sheets.indexOf(platform.spreadsheet.tab('idempotency')!), 1);
+    expect(act('book_slot', booking())).toMatchObject({ ok: true });
+    expect(rows('idempotency')).toHaveLength(1);
+    expect(platform.spreadsheet.tab('idempotency')!.hidden).toBe(true);
+    // An operator who shows it to look at a key is not overruled by the next setup.
+    platform.spreadsheet.tab('idempotency')!.hidden = false;
+    meter.setup();
+    expect(platform.spreadsheet.tab('idempotency')!.hidden).toBe(false);
+  });
+
   it('refuses a missing argument or a bad date/time naming it, writing nothing', () => {
     const b = booking();
     expect(act('book_slot', { ...b, args: { ...b.args, phone: '' } })).toEqual({
