@@ -5,7 +5,9 @@
  *   containment = (answered − escalations) / answered
  *   avg turns, avg TTFB (s), ASR WER (sampled calls only), cost per call and per booking (audio)
  * "Answered" calls are those the agent handled: every outcome but voicemail_left. A rate with no
- * answered calls (or a cost per booking with no booking) is empty, never a division by zero.
+ * answered calls (or a cost per booking with no booking that has a cost) is empty, never a division
+ * by zero. A call without a cost (the meter's export writes one typed over by hand so) is left out of
+ * both costs, not counted as $0.
  * Files written before ended_reason existed have one column less: null_padding reads them too.
  */
 import { statSync } from 'node:fs';
@@ -42,14 +44,14 @@ export function voiceRollupSql(callsCsv: string, since: string | null): string {
         count(*) FILTER (WHERE escalated AND outcome <> 'voicemail_left')::DOUBLE AS escalations,
         avg(turns) AS avg_turns, avg(ttfb_s) AS avg_ttfb_s, avg(asr_wer) AS asr_wer, count(asr_wer)::DOUBLE AS wer_sampled,
         avg(est_audio_cost_usd) AS cost_per_call,
-        sum(est_audio_cost_usd) FILTER (WHERE outcome = 'booking') AS booking_cost
+        avg(est_audio_cost_usd) FILTER (WHERE outcome = 'booking') AS cost_per_booking
       FROM c)
     SELECT calls, answered AS answered_calls, bookings, escalations,
       bookings / nullif(answered, 0) AS booking_rate,
       escalations / nullif(answered, 0) AS escalation_rate,
       (answered - escalations) / nullif(answered, 0) AS containment_rate,
       avg_turns, avg_ttfb_s, asr_wer, wer_sampled AS asr_wer_sampled_calls,
-      cost_per_call, booking_cost / nullif(bookings, 0) AS cost_per_booking
+      cost_per_call, cost_per_booking
     FROM t`;
 }
 

@@ -56,7 +56,8 @@ export function voiceRollup(rows: unknown[][], nowMs: number, days: number): Voi
     avg_ttfb_s: mean(nums(AT.ttfb_s)),
     asr_wer: mean(nums(AT.asr_wer)),
     cost_per_call: mean(costs(recent)),
-    cost_per_booking: bookings.length ? costs(bookings).reduce((a, b) => a + b, 0) / bookings.length : null,
+    // Over the bookings with a cost: one typed over is left out, not counted as $0.
+    cost_per_booking: mean(costs(bookings)),
     unreadable_costs: unreadable,
   };
 }

@@ -285,6 +285,8 @@ describe('hand-edited cells of the calls tab and its export', () => {
     expect([report.calls, report.answered_calls, report.bookings]).toEqual([last7d('calls'), last7d('answered calls'), 2]);
     expect(report.cost_per_call).toBeCloseTo(last7d('cost per call (model, USD)') as number, 12);
     expect(report.cost_per_booking).toBeCloseTo(last7d('cost per booking (model, USD)') as number, 12);
+    // The booking without a cost is left out of both, not counted as $0.
+    expect(report.cost_per_booking).toBeCloseTo(0.1, 12);
     expect(platform.logs.join('\n')).toMatch(
       /export of calls since 2026-11-01: 1 row\(s\) with an est_audio_cost_usd that is not a number ≥ 0 written without a cost/,
     );
