@@ -33,18 +33,26 @@ const TYPES: Record<string, string> = {
   ended_reason: 'VARCHAR',
 };
 
+/**
+ * Costs as the event reports hold them, exact to 9 decimals: averaged as DOUBLE, three calls of
+ * $1.20, $0 and $0 printed a cost per call of 0.39999999999999997 in every format. Wider than the
+ * archive's DECIMAL(18,9): a calls file is not checked against the meter's cost limit when read.
+ */
+const COST_TYPE = 'DECIMAL(38,9)';
+const money = (mean: string) => `CAST(CAST(${mean} AS ${COST_TYPE}) AS DOUBLE)`;
+
 export function voiceRollupSql(callsCsv: string, since: string | null): string {
   const columns = CALL_FIELDS.map((f) => `${lit(f)}: '${TYPES[f]}'`).join(', ');
   const where = since ? `WHERE started_at >= TIMESTAMPTZ ${lit(`${since} 00:00:00+00`)}` : '';
-  return `WITH c AS (SELECT * FROM read_csv(${pathLit(callsCsv)}, header = true, auto_detect = false, null_padding = true, columns = {${columns}}) ${where}),
+  return `WITH c AS (SELECT *, CAST(est_audio_cost_usd AS ${COST_TYPE}) AS cost FROM read_csv(${pathLit(callsCsv)}, header = true, auto_detect = false, null_padding = true, columns = {${columns}}) ${where}),
     t AS (
       SELECT count(*)::DOUBLE AS calls,
         count(*) FILTER (WHERE outcome <> 'voicemail_left')::DOUBLE AS answered,
         count(*) FILTER (WHERE outcome = 'booking')::DOUBLE AS bookings,
         count(*) FILTER (WHERE escalated AND outcome <> 'voicemail_left')::DOUBLE AS escalations,
         avg(turns) AS avg_turns, avg(ttfb_s) AS avg_ttfb_s, avg(asr_wer) AS asr_wer, count(asr_wer)::DOUBLE AS wer_sampled,
-        avg(est_audio_cost_usd) AS cost_per_call,
-        avg(est_audio_cost_usd) FILTER (WHERE outcome = 'booking') AS cost_per_booking
+        ${money('avg(cost)')} AS cost_per_call,
+        ${money("avg(cost) FILTER (WHERE outcome = 'booking')")} AS cost_per_booking
       FROM c)
     SELECT calls, answered AS answered_calls, bookings, escalations,
       bookings / nullif(answered, 0) AS booking_rate,

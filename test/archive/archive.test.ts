@@ -24,6 +24,7 @@ import { convert } from '../../archive/convert';
 import { openDuck, lit } from '../../archive/duck';
 import { expireArchive } from '../../archive/expire';
 import { formatRows } from '../../archive/reports';
+import { CALLS_CSV_HEADER, callToCsvLine, type OUTCOMES } from '../../schema/call-record';
 import { CSV_HEADER, eventToCsvLine, normalizeEvent, type EventInput } from '../../schema/event-record';
 import { spawn } from '../children';
 import { appendThroughFullDisk, hasPrlimit } from '../full-disk';
@@ -818,6 +819,47 @@ describe('reports', () => {
     const lines = burn.stdout.trimEnd().split('\n');
     expect(lines).toHaveLength(2 + 2000 * 90); // header, rule, a row per customer and calendar day
     expect(lines[2].split(/\s+/)).toEqual(['cust0', '2026-08-01', '0.5', '0.5']);
+  });
+
+  it('report voice prints its costs as money in every format: calls of $1.20, $0 and $0 cost $0.4 each, not 0.39999999999999997', () => {
+    const call = (call_id: string, outcome: (typeof OUTCOMES)[number], est_audio_cost_usd: number) =>
+      callToCsvLine({
+        call_id,
+        started_at: '2026-11-21T10:00:00.000Z',
+        duration_s: 60,
+        model: 'gpt-realtime-mini',
+        intent_primary: 'book',
+        turns: 4,
+        ttfb_s: 1.2,
+        asr_wer: null,
+        confidence_avg: 0.9,
+        escalated: false,
+        outcome,
+        est_audio_cost_usd,
+        telephony_minutes: 1,
+        country: 'PT',
+        ended_reason: 'completed',
+      });
+    const calls = join(scratch(), 'calls.csv');
+    // Bookings of $0.10 and $0.20: $0.15 per booking, not 0.15000000000000002.
+    const lines = [call('a', 'abandoned', 1.2), call('b', 'booking', 0), call('c', 'lead_created', 0)];
+    const booked = [call('d', 'booking', 0.1), call('e', 'booking', 0.2)];
+    writeFileSync(calls, [CALLS_CSV_HEADER, ...lines].join('\n') + '\n');
+    const voice = (format: string, file = calls) =>
+      spawnSync(join(root, 'node_modules', '.bin', 'tsx'), ['bin/archive.ts', 'report', 'voice', '--calls', file, '--format', format], {
+        cwd: root,
+        encoding: 'utf8',
+      });
+    const json = JSON.parse(voice('json').stdout);
+    expect([json[0].cost_per_call, json[0].cost_per_booking]).toEqual([0.4, 0]);
+    const csvOut = voice('csv').stdout.trim().split('\n');
+    const columns = csvOut[0].split(',');
+    expect(csvOut[1].split(',')[columns.indexOf('cost_per_call')]).toBe('0.4');
+    const table = voice('table').stdout.trimEnd().split('\n');
+    expect(table[2].split(/\s+/).slice(-2)).toEqual(['0.4', '0']);
+    const bookings = join(scratch(), 'bookings.csv');
+    writeFileSync(bookings, [CALLS_CSV_HEADER, ...booked].join('\n') + '\n');
+    expect(JSON.parse(voice('json', bookings).stdout)[0].cost_per_booking).toBe(0.15);
   });
 });
 
