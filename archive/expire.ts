@@ -1,7 +1,7 @@
 /**
  * `npm run archive:expire`: removes archive files whose day is older than the long window
- * (180 days by the specification). A file's day is in its name (`events_<yyyymmdd>…parquet`), so nothing
- * has to be opened. The object-store equivalent is a lifecycle rule (see README).
+ * (180 days unless --days or ARCHIVE_RETENTION_DAYS says otherwise). A file's day is in its name
+ * (`events_<yyyymmdd>…parquet`), so nothing has to be opened. The object-store equivalent is a lifecycle rule (see README).
  *
  * Only what the archive writes is touched: day files flat in the folder or in its partition
  * folders (`provider=<p>/day=<yyyymmdd>/`), and a partition folder only once removing its last

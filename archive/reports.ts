@@ -1,5 +1,5 @@
 /**
- * Reports over the Parquet archive (the specification's aggregates: daily totals, per customer,
+ * Reports over the Parquet archive (docs/archive.md: daily totals, per customer,
  * rolling burn, daily cost as CSV). Each report is one SQL query that DuckDB runs on the files;
  * the JavaScript side only formats the result.
  * Days are UTC days; "the last 7 days" are the as-of day and the 6 before, as in the meter.

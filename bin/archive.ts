@@ -172,7 +172,7 @@ async function reportCommand(rest: string[]): Promise<void> {
   if (!REPORTS.includes(name)) throw new UsageError(`report: expected one of ${REPORTS.join(', ')}, voice; got "${positionals[0] ?? ''}"`);
   const archive = folder('--archive', values.archive ?? DEFAULT_ARCHIVE);
   const asOf = day('--as-of', values['as-of'] ?? today());
-  // export-daily is the specification's "daily cost to a CSV": CSV whatever --format says.
+  // export-daily is the daily cost as CSV (docs/archive.md): CSV whatever --format says.
   return runReport(name, archive, asOf, (sql) => printQuery(sql, name === 'export-daily' ? 'csv' : format));
 }
 

@@ -11,7 +11,7 @@ import { ID_PATTERN, ID_RULE } from './ids';
 import { MeterRefusal, type MeterReplyCode } from './meter-reply';
 import { markUnpriced } from './unpriced';
 
-/** The column order of the sheet header and of every CSV. Fixed by the specification. */
+/** The column order of the sheet header and of every CSV: fixed, since rows are read by position. */
 export const EVENT_FIELDS = [
   'event_id',
   'timestamp',
@@ -44,7 +44,7 @@ export interface EventRecord {
   event_id: string;
   /** The instant of the call. Written to the sheet as a date-time, to CSV as RFC 3339 UTC. */
   timestamp: Date;
-  /** Not checked against the enumeration (the specification says so), hence `string`. */
+  /** Not checked against the enumeration at ingest (docs/meter.md), hence `string`. */
   actor_type: ActorType | string;
   provider: string;
   model: string;
@@ -70,7 +70,7 @@ export type EventInput = { [K in EventField]?: unknown } & Record<string, unknow
 
 type Kind = 'id' | 'time' | 'text' | 'int' | 'decimal' | 'unit' | 'bool';
 
-/** Kind and ingest default of each field (the specification's "ingest default when missing"). */
+/** Kind and ingest default of each field (the value stored when the field is missing). */
 const FIELD_KIND: Record<EventField, Kind> = {
   event_id: 'id',
   timestamp: 'time',
@@ -209,7 +209,7 @@ export function parseRfc3339(text: string): Date | null {
 }
 
 function coerceNumber(field: EventField, value: unknown, expected: string, index?: number): number {
-  // The specification: "Numbers are coerced from the sent value". A number or decimal number text
+  // Numbers are coerced from the sent value: a number or decimal number text
   // coerces; booleans, objects and arrays do not (Number(true) === 1 would hide a client bug).
   let n = NaN;
   if (typeof value === 'number') n = value;
@@ -284,7 +284,7 @@ function fieldValue(field: EventField, value: unknown, opts: NormalizeOptions): 
     case 'unit':
       return isMissing(value) ? null : unitValue(field, value, index);
     case 'bool':
-      // The specification: true only when the sent value is exactly boolean true.
+      // True only when the sent value is exactly boolean true ("true" and 1 are false).
       return value === true;
   }
 }

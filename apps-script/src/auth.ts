@@ -24,7 +24,7 @@ export function requestToken(query: Record<string, unknown> | undefined, body: u
   return '';
 }
 
-/** No secret configured means the web app is open (the specification's rule); otherwise the token must match. */
+/** No secret configured means the web app is open (docs/meter.md: setup() makes one); otherwise the token must match. */
 export function isAuthorized(secret: string, token: string): boolean {
   if (secret === '') return true;
   return constantTimeEqual(secret, token);

@@ -1,6 +1,6 @@
 /**
  * The `Config` tab: `key | value` rows, found by key (an operator may add rows). Rows 2-5 hold the
- * contract's keys. The secret may also live in a Script Property, which then wins, so it can be
+ * keys every meter has. The secret may also live in a Script Property, which then wins, so it can be
  * kept out of the sheet altogether.
  */
 import { parseDecimalText } from '../../schema/event-record';
@@ -9,7 +9,7 @@ import type { Properties, Sheet, Spreadsheet } from './services';
 
 export const CONFIG_TAB = 'Config';
 
-/** The contract's keys, in the order of rows 2-5, with the specification's defaults. */
+/** The keys every meter has, in the order of rows 2-5, with their defaults (docs/meter.md). */
 export const CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | number]> = [
   ['DAILY_CAP_USD', 50],
   ['BURN_7D_CAP_USD', 200],

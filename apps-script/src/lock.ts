@@ -6,7 +6,7 @@
 import { MeterRefusal } from '../../schema/meter-reply';
 import type { MeterServices } from './services';
 
-/** The specification: "A script lock is tried for up to 5000 ms around the write". */
+/** How long a web-app request waits for the script lock before refusing with `busy` (docs/meter.md). */
 export const LOCK_WAIT_MS = 5000;
 /** Export and retention read the whole tab; they may wait longer for the lock than ingest does. */
 export const MAINTENANCE_LOCK_MS = 30_000;

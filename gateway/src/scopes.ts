@@ -1,7 +1,7 @@
 /**
  * Scope definitions (a YAML file kept by the team): per protected job
  * type (`x-job-type`), its maximum time-to-answer and its fallback variant (the `degrade` field) when Hot and Warm both
- * fail. The field names are ours (the spec leaves them open):
+ * fail. Its fields (docs/gateway.md#scopes):
  *
  *   scopes:
  *     invoice-summary:

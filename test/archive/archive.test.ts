@@ -51,7 +51,7 @@ const snapshot = (d: string) =>
     .sort();
 
 describe('npm run archive', () => {
-  it("the specification's smoke test: 0.05 and 3.10 give 3.15 in the daily totals and the 7-day customers", async () => {
+  it("the meter's smoke test (docs/meter.md): 0.05 and 3.10 give 3.15 in the daily totals and the 7-day customers", async () => {
     const out = join(scratch(), 'arch');
     await convert(
       csv([

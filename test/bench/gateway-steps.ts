@@ -1,5 +1,5 @@
 // Part of npm run bench:gateway: the gateway's own steps on the chat hot path, each alone in a loop
-// (no I/O, the bench's request and answer), in CPU µs per request: what the spec's work itself costs
+// (no I/O, the bench's request and answer), in CPU µs per request: what the steps every request needs cost
 // of the gateway's own CPU per request that the throughput table prints (gateway minus reference).
 import { Breaker } from '../../gateway/src/breaker';
 import { CallMeter } from '../../gateway/src/call-meter';

@@ -7,8 +7,8 @@
 // /proc, Linux) is printed beside its throughput: on a machine shared with other work, throughput
 // swings with the neighbours; CPU per request is what the gateway itself spends.
 // Goals: at 32, at least 70 % of direct throughput; added p50 at most 0.3 ms.
-// Then the gateway's own steps of the hot path, each alone (gateway-steps.ts): what the spec's work
-// costs of the gateway's own CPU per request.
+// Then the gateway's own steps of the hot path, each alone (gateway-steps.ts): what the steps every
+// request needs cost of the gateway's own CPU per request.
 // Then instructions per request, gateway beside reference, counted by valgrind (gateway-instructions.ts):
 // a figure that a shared machine's noise hardly moves.
 // Then client keys: GATEWAY_AUTH=keys against open, goal within 3 % (gateway-keys.ts).

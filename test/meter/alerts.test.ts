@@ -24,7 +24,7 @@ describe('checkSpendCaps', () => {
     post(meter, { cost_usd: 7 });
   }
 
-  it("the specification's smoke test: with the daily cap at 0.01 the alert fires once; reset, it stays quiet", () => {
+  it('the smoke test (docs/meter.md): with the daily cap at 0.01 the alert fires once; reset, it stays quiet', () => {
     post(meter, { events: [{ cost_usd: 0.05 }, { cost_usd: 3.1 }] });
     setConfig(platform, 'DAILY_CAP_USD', 0.01);
     meter.checkSpendCaps();

@@ -25,7 +25,7 @@ describe('doPost ingest', () => {
   beforeEach(() => ({ platform, meter } = freshMeter()));
   const rows = () => platform.spreadsheet.tab('events')!.data.slice(1);
 
-  it("the specification's smoke test: 0.05 and 3.10 append with numbers cast; spend reports 3.15 today", () => {
+  it('the smoke test (docs/meter.md): 0.05 and 3.10 append with numbers cast; spend reports 3.15 today', () => {
     const reply = post(meter, {
       events: [
         { provider: 'openai', model: 'gpt-4o-mini', input_tokens: '120', output_tokens: 30, cost_usd: '0.05' },
@@ -54,7 +54,7 @@ describe('doPost ingest', () => {
     });
   });
 
-  it('fills the ingest defaults of the specification', () => {
+  it('fills the ingest defaults of missing fields (docs/meter.md)', () => {
     platform.clock.set('2026-11-22T09:30:00.000Z');
     expect(post(meter, {})).toMatchObject({ ok: true, appended: 1 });
     const [row] = rows();

@@ -13,7 +13,7 @@ import { FakeSpreadsheet } from './fakes/spreadsheet';
 const opts = { now: () => new Date('2026-11-22T10:00:00Z'), uuid: () => '00000000-0000-4000-8000-000000000000' };
 
 describe('event record', () => {
-  it('has the 19 fields of the specification in order', () => {
+  it('has the 19 fields of the event record in their fixed order', () => {
     expect(CSV_HEADER).toBe(
       'event_id,timestamp,actor_type,provider,model,region,input_tokens,output_tokens,latency_ms,cost_usd,eval_score,confidence,job_id,customer_id,pii_flag,review_required,reviewer_id,decision,error_code',
     );
