@@ -138,7 +138,7 @@ export function readCaps(config: ConfigValues): Caps {
   };
 }
 
-/** Keys setup() adds after the contract's rows, with their defaults ('' = operator fills in). */
+/** Keys setup() adds after the rows of CONFIG_DEFAULTS, with their defaults ('' = operator fills in). */
 export const OPTIONAL_CONFIG_DEFAULTS: ReadonlyArray<readonly [string, string | number]> = [
   ['RETENTION_DAYS', 30],
   ['TEAM_EMAILS', ''],

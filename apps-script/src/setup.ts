@@ -165,7 +165,7 @@ function setupConfig(svc: MeterServices, report: SetupReport): void {
   }
   const rowOf = (key: string) => cells.findIndex(([k], i) => i > 0 && configKey(k) === key);
   const add = (key: string, value: unknown, preferred?: number) => {
-    // The contract puts its keys in rows 2-5; use that row when it is free, else add one.
+    // The keys every meter has go in rows 2-5 (CONFIG_DEFAULTS); use that row when it is free, else add one.
     const free = preferred !== undefined && String(cells[preferred][0]).trim() === '' && String(cells[preferred][1]) === '';
     const index = free ? preferred : cells.length;
     cells[index] = [key, value];

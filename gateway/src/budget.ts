@@ -179,7 +179,7 @@ export class RedisPause implements PauseFlag {
   constructor(
     redis: Redis,
     refreshMs = 100,
-    /** Tests use a key of their own; everything else the contract's `pause_ai_tasks`. */
+    /** Tests use a key of their own; everything else the shared `pause_ai_tasks`. */
     private readonly key = PAUSE_KEY,
     /** Told when this instance put back a pause Redis lost. */
     private readonly warn: (message: string) => void = () => undefined,

@@ -95,7 +95,7 @@ export interface StackOptions {
   jobStallMs?: number;
   /** A live request's cap on each provider call (default 30 s; tests shorten it). */
   attemptMs?: number;
-  /** The pause flag's key, when not the contract's: the drill's own, so a shared Redis's real flag is never set or cleared. */
+  /** The pause flag's key, when not `pause_ai_tasks`: the drill's own, so a shared Redis's real flag is never set or cleared. */
   pauseKey?: string;
 }
 

@@ -62,7 +62,7 @@ export function keyStoreFor(env: GatewayEnv, redis: Redis | null): KeyStore {
 }
 
 /**
- * `pauseKey`: the pause flag's key in Redis when not the contract's `pause_ai_tasks` (a drill's own);
+ * `pauseKey`: the pause flag's key in Redis when not `pause_ai_tasks` (a drill's own);
  * `warn`: told when this instance puts back a pause Redis lost.
  */
 export function createStores(

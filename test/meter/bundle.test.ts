@@ -21,11 +21,11 @@ describe('the bundle as built', () => {
     expect(source).not.toMatch(/\b(process|Buffer|__dirname|globalThis\.process)\b/);
   });
 
-  it('defines every global function of the contract at top level', () => {
+  it('defines at top level every global function the web app, the triggers and the menu call', () => {
     const platform = new FakePlatform();
     const meter = loadBundle(platform);
-    const contract = ['doPost', 'doGet', 'setup', 'onOpen', 'checkSpendCaps', 'applyRetention', 'exportArchive', 'sendWeeklyDigest'];
-    for (const name of contract) {
+    const globals = ['doPost', 'doGet', 'setup', 'onOpen', 'checkSpendCaps', 'applyRetention', 'exportArchive', 'sendWeeklyDigest'];
+    for (const name of globals) {
       expect(source).toMatch(new RegExp(`^function ${name}\\(`, 'm'));
       expect(typeof meter[name]).toBe('function');
     }
@@ -44,7 +44,7 @@ describe('the bundle as built', () => {
 });
 
 describe('setup()', () => {
-  it('creates the events and Config tabs as the contract says', () => {
+  it('creates the events and Config tabs as docs/meter.md says', () => {
     const platform = new FakePlatform();
     const meter = loadBundle(platform);
     meter.setup();
