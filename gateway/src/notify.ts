@@ -186,6 +186,8 @@ export class Notifier {
   }
 
   private async place(notice: Notice): Promise<void> {
+    // NOTIFY_WINDOW_MS=0: no window, each notice on its own (Redis refuses a window of 0 ms, which read as Redis away).
+    if (this.windowMs <= 0) return this.send(notice.kind, [notice], false);
     try {
       if (await within(this.windows.open(notice.kind, this.windowMs), STORE_WAIT_MS, 'Redis')) {
         this.send(notice.kind, [notice], false);

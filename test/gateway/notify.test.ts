@@ -353,6 +353,31 @@ describe('notifier', () => {
     hook.server.close();
   });
 
+  it('NOTIFY_WINDOW_MS=0 with Redis: each notice goes out on its own, with no warning that the windows are unavailable', async () => {
+    const hook = await slackHook();
+    const redis = new Redis(TEST_REDIS_URL);
+    const prefix = `test-notify-no-window-${process.pid}`;
+    const warnings: string[] = [];
+    try {
+      const n = new Notifier([hook.url], {
+        windowMs: 0,
+        windows: new RedisNoticeWindows(redis, prefix),
+        log: { warn: (m) => warnings.push(m), info: () => {} },
+      });
+      for (const id of ['llm-1', 'llm-2', 'llm-3']) n.notify({ kind: 'enqueued', jobIds: [id] });
+      await n.flush();
+      expect(hook.posts.map((p) => p.text.split('\n')[1]).sort()).toEqual(['Jobs (1): llm-1', 'Jobs (1): llm-2', 'Jobs (1): llm-3']);
+      // Before: Redis refused a window of 0 ms (SET PX 0), and each notice logged "notification windows unavailable".
+      expect(warnings).toEqual([]);
+      await n.close();
+    } finally {
+      const keys = await redis.keys(`${prefix}:*`);
+      if (keys.length) await redis.del(...keys);
+      redis.disconnect();
+      hook.server.close();
+    }
+  });
+
   it('a follow-up held by an instance that stopped (crashed) before its window ended is sent by another, once', async () => {
     const hook = await slackHook();
     const redis = new Redis(TEST_REDIS_URL);
