@@ -7,8 +7,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 const start: string = JSON.parse(readFileSync(join(import.meta.dirname, '../../package.json'), 'utf8')).scripts.start;
-const flags = /^node((?:\s+--\S+)*)\s+gateway\/dist\/main\.js$/.exec(start.trim());
-if (!flags) throw new Error(`package.json "start": expected "node [--flag ...] gateway/dist/main.js", got "${start}"`);
+// `exec`: npm's child is node itself, not a shell, so a SIGTERM sent to npm reaches the gateway.
+const flags = /^exec node((?:\s+--\S+)*)\s+gateway\/dist\/main\.js$/.exec(start.trim());
+if (!flags) throw new Error(`package.json "start": expected "exec node [--flag ...] gateway/dist/main.js", got "${start}"`);
 
 export const START_NODE_FLAGS: string[] = flags[1].split(/\s+/).filter(Boolean);
 

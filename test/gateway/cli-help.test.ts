@@ -22,7 +22,12 @@ const NOT_COMMANDS = /^(build(:.+)?|prestart|typecheck|lint|format|test|push)$/;
 const commands = Object.entries(scripts)
   .filter(([name]) => !NOT_COMMANDS.test(name))
   .map(([name, line]) => {
-    const [program, ...words] = line.split('&&').at(-1)!.trim().split(/\s+/);
+    const [program, ...words] = line
+      .split('&&')
+      .at(-1)!
+      .trim()
+      .replace(/^exec /, '')
+      .split(/\s+/);
     return [name, program === 'tsx' ? tsx : program === 'node' ? process.execPath : program, words] as const;
   });
 /** A store that is not there: a command that asked it would fail or wait. */

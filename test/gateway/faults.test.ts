@@ -12,6 +12,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider, refusedUrl } from './fake-provider';
 import { ADMIN, chat, listenStack, mapOf, startGateway, type TestGateway, writeOneRouteMap } from './harness';
 import { until } from './instances';
+import { TEST_REDIS_URL } from '../redis-db';
+import { redisUnderPrefix } from '../redis-prefix';
 import { keysCli } from '../../gateway/src/keys-cli';
 import { MemoryReplayStore } from '../../gateway/src/replay-store';
 import { MemoryColdQueue } from '../../gateway/src/cold-queue-memory';
@@ -430,6 +432,74 @@ describe('SIGTERM', () => {
     expect(res.text).toContain('finished in time');
     expect(await g.exited).toBe(0);
     expect(g.events()).toMatchObject([{ provider: 'openai', error_code: '' }]);
+  });
+
+  const npmDb = redisUnderPrefix('sigterm-npm');
+  /** npm's process groups: children.ts kills a child's group only while the child runs, and npm may end before its gateway. */
+  const npmGroups: number[] = [];
+  afterEach(() => {
+    for (const group of npmGroups.splice(0))
+      try {
+        process.kill(-group, 'SIGKILL');
+      } catch {
+        // none left
+      }
+  });
+  /**
+   * `npm start` or `npm run worker` with an environment of files in a folder of its own; npm's output is the process's
+   * (`--silent`: no npm lines). Spawned `detached`: its group, killed after the test, holds the gateway
+   * however npm ends.
+   */
+  function npmRun(args: string[], more: Record<string, string> = {}) {
+    const dir = mkdtempSync(join(tmpdir(), 'sigterm-npm-'));
+    const routes = join(dir, 'routes.json');
+    writeOneRouteMap(routes, hot.url);
+    const files = { ROUTES_FILE: routes, METER_CSV_FILE: join(dir, 'e.csv'), SCOPES_FILE: join(dir, 'none.yaml') };
+    const env = { PATH: process.env.PATH, PORT: '0', WORKER: 'off', METER_SPOOL_DIR: join(dir, 'spool'), ...files, ...more };
+    const npm = spawn('npm', [...args, '--silent'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    npmGroups.push(npm.pid!);
+    let out = '';
+    npm.stdout.on('data', (d) => (out += d));
+    const exited = new Promise<number | null>((r) => npm.on('exit', r));
+    /** SIGTERM to npm's own process (not its group), as systemd, Docker or Kubernetes send it to the command they started. */
+    const stop = () => process.kill(npm.pid!, 'SIGTERM');
+    /** Whether a process of npm's group still runs: the gateway or worker, orphaned when npm ended before it. */
+    const orphan = () => {
+      try {
+        process.kill(-npm.pid!, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    return { exited, stop, orphan, log: () => out };
+  }
+
+  // npm runs a script through sh and passes SIGTERM to its child alone: dash (/bin/sh on Debian, and
+  // in node's images) ended on it, and the gateway or worker ran on, orphaned, never told to stop.
+  it('npm start: a SIGTERM to npm reaches the gateway, which finishes the call in flight and exits 0', async () => {
+    hot.always({ kind: 'ok', delayMs: 1500, content: 'finished in time' });
+    // --ignore-scripts: not prestart's build (the tests run on the built gateway); the script itself runs as ever.
+    const g = npmRun(['start', '--ignore-scripts']);
+    const port = await until('the gateway to listen', () => /listening on :(\d+)/.exec(g.log())?.[1], 10_000);
+    const answer = chat(`http://127.0.0.1:${port}`);
+    await until('the provider to get the call', () => hot.received.length === 1);
+    g.stop();
+    const res = await answer;
+    expect([res.status, res.text]).toEqual([200, expect.stringContaining('finished in time')]);
+    expect(await g.exited).toBe(0);
+    expect(g.log()).toContain('shutting down');
+    await until('no process of it left', () => !g.orphan(), 5000);
+  });
+
+  it('npm run worker: a SIGTERM to npm stops the worker, exit 0', async () => {
+    // On the test run's Redis: a worker without one has nothing to wait for.
+    const g = npmRun(['run', 'worker'], { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: npmDb.prefix });
+    await until('the worker to run', () => g.log().includes('worker: running'), 30_000);
+    g.stop();
+    expect(await g.exited).toBe(0);
+    expect(g.log()).toContain('worker stopping');
+    await until('no process of it left', () => !g.orphan(), 5000);
   });
 
   // A terminal's Ctrl-C reaches the gateway twice under `npm start` (from the terminal and from npm).
