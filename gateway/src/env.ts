@@ -5,6 +5,7 @@
  * the routing map are read from the raw environment (their names depend on the map), and so are
  * the phone bridge's values (voice/phone/settings.ts: a bad one turns the bridge off, not the gateway).
  */
+import addressparser from 'nodemailer/lib/addressparser/index.js';
 import { z } from 'zod';
 import { parseDecimalText } from '../../schema/event-record';
 import { ConfigError } from './errors';
@@ -65,6 +66,17 @@ const decodable = (v: string) => {
   }
 };
 
+/**
+ * The sender of e-mail notices, as nodemailer reads it: a name alone (`AI Gateway`) or no address
+ * went out with an empty sender (`MAIL FROM:<>`) and no From header, which relays refuse or file as
+ * spam, found out at the first outage's notice.
+ */
+const sender = () =>
+  z.string().refine((v) => {
+    const parsed = addressparser(v, { flatten: true });
+    return parsed.length === 1 && /^[^\s@]+@[^\s@]+$/.test(parsed[0].address);
+  }, 'expected one e-mail address, a name before it if wanted: AI Gateway <ai@example.com>');
+
 const redisUrl = () =>
   url(['redis:', 'rediss:'])
     .refine(decodable, 'expected its user and password percent-encoded (a % in them is written %25)')
@@ -113,7 +125,7 @@ const Env = z.object({
   BURN_7D_CAP_USD: number(0, 1e9).default(200),
   NOTIFY_WINDOW_MS: number(0, 3_600_000, true).default(60_000),
   SMTP_URL: url(['smtp:', 'smtps:']).optional(),
-  SMTP_FROM: z.string().default('ai-gateway@localhost'),
+  SMTP_FROM: sender().default('ai-gateway@localhost'),
   ON_CALL: z.string().optional(),
   /** Connections per provider origin (unset: no cap; see upstream.ts). */
   UPSTREAM_CONNECTIONS: number(1, 1_000_000, true).optional(),

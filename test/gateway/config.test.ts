@@ -495,6 +495,17 @@ describe('npm start', () => {
     }
   });
 
+  // nodemailer sent a notice from a name alone, or no address, with an empty sender (MAIL FROM:<>)
+  // and no From header: relays refuse it or file it as spam, and nobody knew before an outage.
+  it('an SMTP_FROM that is not one e-mail address is refused by name', () => {
+    for (const from of ['AI Gateway', 'AI Gateway <>', 'a@b.test, c@d.test', 'ai@'])
+      expect(() => readEnv({ SMTP_FROM: from }), from).toThrow(
+        `SMTP_FROM: expected one e-mail address, a name before it if wanted: AI Gateway <ai@example.com>, got ${JSON.stringify(from)}`,
+      );
+    for (const from of ['ai@corp.test', 'AI Gateway <ai@corp.test>']) expect(readEnv({ SMTP_FROM: from }).SMTP_FROM).toBe(from);
+    expect(readEnv({}).SMTP_FROM).toBe('ai-gateway@localhost');
+  });
+
   it('a blank or hexadecimal number, a WORKER other than on/off and a bad LOG_LEVEL are each refused by name', async () => {
     expect(() => readEnv({ PORT: ' ' })).toThrow('PORT: expected a whole number from 0 to 65535');
     expect(() => readEnv({ PORT: '0x1F90' })).toThrow('PORT: expected a whole number from 0 to 65535, got "0x1F90"');
