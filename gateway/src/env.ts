@@ -124,7 +124,10 @@ const Env = z.object({
   DAILY_CAP_USD: number(0, 1e9).default(50),
   BURN_7D_CAP_USD: number(0, 1e9).default(200),
   NOTIFY_WINDOW_MS: number(0, 3_600_000, true).default(60_000),
-  SMTP_URL: url(['smtp:', 'smtps:']).optional(),
+  // nodemailer decodes its user and password as ioredis does (the same URIError and stack trace).
+  SMTP_URL: url(['smtp:', 'smtps:'])
+    .refine(decodable, 'expected its user and password percent-encoded (a % in them is written %25)')
+    .optional(),
   SMTP_FROM: sender().default('ai-gateway@localhost'),
   ON_CALL: z.string().optional(),
   /** Connections per provider origin (unset: no cap; see upstream.ts). */

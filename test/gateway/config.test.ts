@@ -417,6 +417,16 @@ describe('npm start', () => {
     expect(readEnv({ QUEUE_STORE_URL: 'redis://:s3cret%25pw@127.0.0.1:6379' }).QUEUE_STORE_URL).toContain('%25');
   });
 
+  // nodemailer decodes it as ioredis does: the same bare % stopped the start with "URIError: URI malformed".
+  it('refuses an SMTP_URL whose password is not percent-encoded, naming it and not showing the password', async () => {
+    const [code, err] = await started({ SMTP_URL: 'smtp://alerts:s3cret%pw@127.0.0.1:2525' });
+    expect(code).toBe(1);
+    expect(err).toBe(
+      'gateway did not start:\nenvironment:\nSMTP_URL: expected its user and password percent-encoded (a % in them is written %25)\n',
+    );
+    expect(readEnv({ SMTP_URL: 'smtp://alerts:s3cret%25pw@127.0.0.1:2525' }).SMTP_URL).toContain('%25');
+  });
+
   it('refuses to start on a bad environment value, naming it', async () => {
     const [code, err] = await started({ METER_URL: 'script.google.com/macros/s/x/exec', DAILY_CAP_USD: '-3' });
     expect(code).toBe(1);
