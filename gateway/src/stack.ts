@@ -424,9 +424,9 @@ async function closeStack(p: {
   await p.phone?.close();
   await p.voice.close();
   await p.auth?.close();
-  await p.notifier.close();
-  await p.queue.close();
-  await p.meter.close();
+  // Side by side: each waits up to 2 s on a Redis that stalls, and in a row they took the stop past
+  // Kubernetes' 30 s (the grace, the worker's 2 s, then 2 s each).
+  await Promise.all([p.notifier.close(), p.queue.close(), p.meter.close()]);
   p.flags.close();
   p.pause.close();
   await p.fleet?.close();
@@ -465,7 +465,7 @@ function teeMeter(sink: MeterSink, spend: SpendWatch, limiter: Stores['limiter']
       return sink.send(event, waitMs);
     },
     flush: () => sink.flush(),
-    close: () => sink.close().then(() => spend.close()), // spend not yet counted in Redis is sent
+    close: () => Promise.all([sink.close(), spend.close()]).then(() => undefined), // spend not yet counted in Redis is sent, beside the sink's last delivery
     status: () => sink.status(),
   };
 }
