@@ -213,9 +213,12 @@ async function claimedRun(
     await claims.release(job.id!, token).catch(() => undefined); // a retry may call again
     throw error;
   }
-  await marks.settled();
   // Kept once Redis answers, also past runMs (cold-run-claim.ts); not kept only if the command fails.
-  await claims.finish(job.id!, token, result).catch(() => undefined);
+  // Sent before waiting for its marks to go: a stop while Redis stalls ends before Redis answers that,
+  // and the answer, sent all the same, lands once Redis does, for the run that takes the job back.
+  const kept = claims.finish(job.id!, token, result).catch(() => undefined);
+  await marks.settled();
+  await kept;
   return result;
 }
 

@@ -964,6 +964,50 @@ describe.skipIf(!hasRedisServer)('a stop while Redis stalls', () => {
     }
   }, 60_000);
 
+  // The job's call answered within the grace, but its answer was kept with its run's claim only once
+  // its call's mark was confirmed gone, which a stalled Redis never confirmed before the process
+  // exited: the job was run again, a second provider call and a second meter event.
+  it('a job answered during a stop while Redis stalls is not run again by the worker that takes it back', async () => {
+    const gw = await startInstance(tmpdir(), {
+      ...Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)])),
+      WORKER: 'on',
+      SHUTDOWN_GRACE_MS: '3000',
+    });
+    const client = new Redis(redis.url);
+    let other: Awaited<ReturnType<typeof listenStack>> | null = null;
+    try {
+      hot.always({ kind: 'ok', content: 'a second run' });
+      hot.next({ kind: 'ok', delayMs: 1000 }); // slower than its time-to-answer: queued, then run by the worker
+      hot.next({ kind: 'ok', delayMs: 1000, content: 'the first run' }); // answered within the grace
+      const queued = await chat(gw.url, undefined, { 'x-time-to-answer-ms': '300' });
+      expect(queued.status).toBe(202);
+      const { jobId } = JSON.parse(queued.text) as { jobId: string };
+      await until(async () => hot.received.length === 2, 20_000);
+      redis.freeze();
+      gw.child.kill('SIGTERM');
+      expect(await gw.exited).toBe(0);
+      redis.thaw();
+      // Time passing: the run's BullMQ lock, its worker's stalled-job check and a claim without an answer (150 s) lapse.
+      const [run] = await client.keys(`*:run:${jobId}`);
+      const q = run.slice(0, -`:run:${jobId}`.length);
+      for (const key of [`${q}:${jobId}:lock`, `${q}:stalled-check`]) await client.pexpire(key, 1);
+      if ((await client.hget(run, 'result')) === null) await client.pexpire(run, 1);
+      other = await listenStack(env, { http: true, worker: true, cold: { lockMs: 500 } });
+      const done = await until(async () => {
+        const r = await fetch(`${other!.url}/v1/jobs/${jobId}`);
+        const job = r.status === 200 ? ((await r.json()) as { state: string; result?: { body: unknown } }) : null;
+        return job?.state === 'completed' && job;
+      }, 20_000);
+      expect(done.result?.body).toMatchObject({ choices: [{ message: { content: 'the first run' } }] });
+      expect(hot.received).toHaveLength(2); // before: a third call, the job's second, and its event
+    } finally {
+      redis.thaw();
+      await other?.stop();
+      client.disconnect();
+      await gw.crash();
+    }
+  }, 60_000);
+
   it('the whole gateway, worker included, stops in a few seconds, not when Redis answers', async () => {
     const meter = await new FakeMeterWebApp().start();
     const spool = { METER_URL: meter.url, METER_TOKEN: 'tok', METER_SPOOL_DIR: mkdtempSync(join(tmpdir(), 'stall-stop-')) };
