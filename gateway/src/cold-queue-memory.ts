@@ -18,6 +18,7 @@ import {
   SWEEP_MS,
   mb,
   nextDeferral,
+  foundJob,
   type ColdPayload,
   type ColdQueue,
   type Deferral,
@@ -107,7 +108,7 @@ export class MemoryColdQueue implements ColdQueue {
     // on every poll, however often the request was sent again.
     const found = this.jobs.get(jobId);
     const dead = found && (found.state === 'dead' || found.answerDropped) ? found : undefined;
-    if (found && !dead) return { jobId, created: false };
+    if (found && !dead) return this.joined(jobId, found, payload, options.delayMs ?? 0);
     // All of it is held until it is answered: its body, a Responses request's chat translation, its
     // routing headers (up to 1,000 characters each) and the job's own record.
     const bytes = Buffer.byteLength(JSON.stringify(payload)) + JOB_BYTES;
@@ -138,6 +139,15 @@ export class MemoryColdQueue implements ColdQueue {
     });
     this.wake();
     return { jobId, created: true };
+  }
+  /** A request's job found (ColdQueue.enqueue): put in a person's hands when it asks for review and the job still waits. */
+  private joined(jobId: string, found: MemoryJob, payload: ColdPayload, delayMs: number): EnqueueResult {
+    // Held to run later: as BullMQ's delayed, which holds a retry's wait too.
+    if (!payload.reviewRequired || found.payload.reviewRequired || (found.state !== 'delayed' && found.state !== 'retrying'))
+      return foundJob(jobId, found.payload.reviewRequired, payload);
+    found.payload = { ...found.payload, reviewRequired: true, reason: payload.reason };
+    found.runAt = Math.max(found.runAt, performance.now() + delayMs);
+    return { jobId, created: false, marked: true };
   }
   private wake(): void {
     for (const l of this.listeners) l();

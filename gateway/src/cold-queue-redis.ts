@@ -12,6 +12,7 @@ import {
   answered,
   coldJobId,
   DeferJob,
+  foundJob,
   JOB_ATTEMPTS,
   JOB_BACKOFF_MS,
   JOB_NAME,
@@ -288,7 +289,7 @@ export class BullColdQueue implements ColdQueue {
   ): Promise<EnqueueResult> {
     const [existing, state] = await Promise.all([this.queue.getJob(jobId), this.queue.getJobState(jobId)]);
     const dead = existing !== undefined && state === 'failed';
-    if (existing && !dead) return (options.added?.(jobId), { jobId, created: false });
+    if (existing && !dead) return (options.added?.(jobId), await joined(existing, state, payload, options.delayMs ?? 0));
     this.roomLeft(await memory);
     const replacing = dead ? await this.setDeadAside(existing!) : null;
     if (replacing === false) return (options.added?.(jobId), { jobId, created: false });
@@ -534,4 +535,23 @@ export class BullColdQueue implements ColdQueue {
     ).catch(() => undefined);
     await this.queue.close();
   }
+}
+
+/**
+ * A request's job found (ColdQueue.enqueue): put in a person's hands when it asks for review and the
+ * job is still held to run later. Its hold first: one a worker took meanwhile is not delayed any
+ * more, and changeDelay refuses it (then it runs, as found).
+ */
+async function joined(job: Job<ColdPayload>, state: string, payload: ColdPayload, delayMs: number): Promise<EnqueueResult> {
+  const found = foundJob(job.id!, job.data.reviewRequired, payload);
+  if (!payload.reviewRequired || job.data.reviewRequired || state !== 'delayed') return found;
+  if (
+    !(await job.changeDelay(delayMs).then(
+      () => true,
+      () => false,
+    ))
+  )
+    return found;
+  await job.updateData({ ...job.data, reviewRequired: true, reason: payload.reason }).catch(() => undefined);
+  return { jobId: job.id!, created: false, marked: true };
 }

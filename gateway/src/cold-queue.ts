@@ -148,6 +148,16 @@ export interface EnqueueResult {
   created: boolean;
   /** Not added, or taken out again: its client had been answered without it (EnqueueOptions.signal). */
   withdrawn?: boolean;
+  /** Whether the job found is held for a person (reviewRequired), said when not as this request asked: a job found keeps its own, unless marked. */
+  heldForReview?: boolean;
+  /** A job found, held to run later and not for a person, that this call asking for review put in a person's hands: to be told of, as a new one. */
+  marked?: boolean;
+}
+
+/** A job found for a request (ColdQueue.enqueue), its review hold said when not the one the request asked for. */
+export function foundJob(jobId: string, reviewRequired: boolean | undefined, payload: ColdPayload): EnqueueResult {
+  const held = reviewRequired === true;
+  return held === payload.reviewRequired ? { jobId, created: false } : { jobId, created: false, heldForReview: held };
 }
 
 export interface QueueCounts {
@@ -168,6 +178,9 @@ export interface ColdQueue {
    * answered. A dead-lettered one is replaced by a new job: the request sent again is to be tried
    * again, and finding the dead job, its client was told it was queued while nothing would run it.
    * So is, in process, a completed job whose answer was dropped (its poll is 410 for good).
+   * A request for review (reviewRequired) that finds its job held to run later (delayed) and not for
+   * a person marks it so, held `delayMs` from now (`marked`): the same request sent first as one that
+   * may wait must not keep a person from being told. A job running or answered is left as it is.
    */
   enqueue(payload: ColdPayload, options?: EnqueueOptions): Promise<EnqueueResult>;
   get(id: string): Promise<JobView | null>;

@@ -17,7 +17,7 @@ import type { FlagStore } from './flags';
 import { clientKeyOf } from './key-guard';
 import type { Notifier } from './notify';
 import { NONE_CALLED } from './outcome';
-import type { ColdFallback, QueueReason } from './pipeline';
+import type { ColdFallback, QueueReason, Queued } from './pipeline';
 import type { RequestContext } from './request-context';
 import { routeHeaders } from './route-headers';
 import { serialize } from './sse';
@@ -68,14 +68,15 @@ const PAUSE_STORE_WAIT_MS = 2000;
 const JOB_READ_MS = 2000;
 
 /**
- * A person is told of a new job when it is made. One made after its client was told 503 (Redis
+ * A person is told of a new job when it is made, and of a job found that this request put in a
+ * person's hands (marked). One made after its client was told 503 (Redis
  * answered past the time-to-answer) is taken out again (EnqueueOptions.signal), and not told of,
  * unless the client's retry found it meanwhile or a worker took it: then it runs, and no later
  * moment would tell anyone.
  */
 function told(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, job: EnqueueResult): EnqueueResult {
-  if (job.created) {
-    const kind = why.reviewRequired ? 'human_review' : 'enqueued';
+  if (job.created || job.marked) {
+    const kind = (job.heldForReview ?? why.reviewRequired) ? 'human_review' : 'enqueued';
     deps.notifier.notify({ kind, jobIds: [job.jobId], tenant: ctx.customerId || undefined, detail: `reason: ${why.reason}` });
   }
   return job;
@@ -112,7 +113,7 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
   const refusals = new RepeatLog();
   const late = new RepeatLog();
   return {
-    async queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<boolean> {
+    async queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<Queued | false> {
       const headers = routeHeaders('cold', 'queue', ctx.body.model, why.attempts);
       if (!deps.flags.get().enable_cold_queue) {
         const error = openAiError(
@@ -131,7 +132,11 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
       try {
         const jobId = await within(job.jobId, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
         sendQueued(res, ctx, jobId, why, headers);
-        return true;
+        const held = job.enqueued.then(
+          (j) => j.heldForReview ?? why.reviewRequired === true,
+          () => why.reviewRequired === true,
+        );
+        return { heldForReview: held };
       } catch (error) {
         answered.abort();
         if (error instanceof NoAnswer)

@@ -43,10 +43,18 @@ export interface QueueReason {
   switchedOff?: boolean;
 }
 
+/**
+ * A request queued (202). Whether its job is held for a person, once the queue says: a job found
+ * (the same request sent before) keeps its own hold, or is put in a person's hands by this one.
+ */
+export interface Queued {
+  heldForReview: Promise<boolean>;
+}
+
 /** The Cold tier as the pipeline sees it: queue the request and answer the client (202, or 503). */
 export interface ColdFallback {
-  /** True when the request was queued (202); false when refused (503: the queue switched off, full or unreachable). */
-  queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<boolean>;
+  /** Queued (202); false when refused (503: the queue switched off, full or unreachable). */
+  queue(ctx: RequestContext, res: ServerResponse, why: QueueReason): Promise<Queued | false>;
 }
 
 export interface PipelineDeps {
@@ -189,18 +197,22 @@ export class Pipeline {
       const { decision, delayMs, reviewRequired } = admission;
       this.deps.metrics.countRequest('cold', decision); // as fallBack counts its own: answered by the Cold tier
       const why = { reason: decision, attempts: 0, timeLeftMs: deadline.remaining(), delayMs, reviewRequired };
-      // Metered once queued: a request the queue refused (503) was neither queued nor given to a person.
-      if (await this.deps.cold.queue(ctx, res, why))
-        this.deps.meter.record({
-          ctx,
-          provider: 'queue',
-          model: ctx.body.model,
-          latencyMs: 0,
-          usage: null,
-          errorCode: '',
-          decision,
-          reviewRequired,
-        });
+      // Metered once queued: a request the queue refused (503) was neither queued nor given to a
+      // person. As what its job is: one found (the request sent before) may be held for a person or not.
+      const queued = await this.deps.cold.queue(ctx, res, why);
+      if (queued)
+        void queued.heldForReview.then((held) =>
+          this.deps.meter.record({
+            ctx,
+            provider: 'queue',
+            model: ctx.body.model,
+            latencyMs: 0,
+            usage: null,
+            errorCode: '',
+            decision: held ? 'human_review' : 'queue',
+            reviewRequired: held,
+          }),
+        );
       return 'complete';
     }
     // A queue decision with no queue plugged in is routed as usual.

@@ -213,6 +213,60 @@ describe('degraded routing', () => {
     ]);
   });
 
+  // One request (one idempotency key, one job) sent first as one that may wait, then as one that
+  // needs an answer: the second found the first's job on its 2-hour hold, nobody was told, and its
+  // meter event said a person had it. Now the job is held for review and a person is told; sent the
+  // other way round, the job stays with the person and the meter event says so.
+  for (const store of ['redis', 'in-process'] as const)
+    it(`a cap exceeded, one request sent as may-wait and as must-have (${store} queue): its one job goes to a person, who is told, and each meter event says what its request got`, async () => {
+      const csv = join(dir, `review-${store}.csv`);
+      const env = {
+        METER_URL: '',
+        METER_CSV_FILE: csv,
+        DAILY_CAP_USD: '0.000001',
+        ...(store === 'in-process' ? { QUEUE_STORE_URL: '' } : {}),
+      };
+      const gw = await up({}, env);
+      expect((await chat(gw.url)).status).toBe(200); // spends past the cap
+      const body = (content: string) => ({ model: 'any', messages: [{ role: 'user', content }] });
+      const later = await chat(gw.url, body('a'), { 'x-must-have-answer': 'false' });
+      const review = await chat(gw.url, body('a'));
+      expect([later.status, review.status]).toEqual([202, 202]);
+      expect(review.json().jobId).toBe(later.json().jobId);
+      const job = await gw.queue.get(review.json().jobId);
+      expect([job?.state, job?.reason]).toEqual(['delayed', 'human_review']);
+      const id = review.json().jobId as string;
+      const told = async () => (
+        await gw.notifier.flush(),
+        gw.notifier.sent.some((m) => /human review/.test(m.subject) && m.text.includes(id))
+      );
+      await until(told, 3000);
+      if (store === 'redis') {
+        // Held as a review job is, 24 h from now, not the 2 hours the first asked for.
+        const [key] = (await redis.keys(`${prefix}*:${id}`)).filter((k) => !/:(created|touches):/.test(k));
+        const [timestamp, delay] = (await redis.hmget(key, 'timestamp', 'delay')).map(Number);
+        expect(delay).toBe(24 * 3600_000);
+        expect(timestamp + delay).toBeGreaterThan(Date.now() + 23 * 3600_000);
+      }
+
+      const first = await chat(gw.url, body('b'));
+      const second = await chat(gw.url, body('b'), { 'x-must-have-answer': 'false' });
+      expect(second.json().jobId).toBe(first.json().jobId);
+      expect((await gw.queue.get(first.json().jobId))?.reason).toBe('human_review');
+      await until(async () => (await gw.meter.flush(), readFileSync(csv, 'utf8').trim().split('\n').length === 6));
+      const [header, ...rows] = readFileSync(csv, 'utf8').trim().split('\n');
+      const cols = header.split(',');
+      const events = rows.map((r) => Object.fromEntries(r.split(',').map((v, i) => [cols[i], v])));
+      // Metered once the queue says what the job is: in any order. Only the first, before a person had its job, says queue.
+      expect(events.map((e) => `${e.decision} ${e.review_required}`).sort()).toEqual([
+        'default false',
+        'human_review true',
+        'human_review true',
+        'human_review true',
+        'queue false',
+      ]);
+    });
+
   it('a cap exceeded: an embeddings request that can use cheaper goes to human review, never to the cheaper model', async () => {
     spend = { today_cost_usd: 50.01, last_7d_cost_usd: 60 };
     const gw = await up({
