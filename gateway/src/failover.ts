@@ -356,7 +356,9 @@ export class Failover {
     const status = result.answer?.status;
     // An answer too large would be as large again, and each try downloads it to the limit.
     const same = result.code === NOT_A_STREAM || result.code === NOT_JSON || result.code === 'ANSWER_TOO_LARGE';
-    if (probe || status === 401 || status === 403 || same || n === RETRY.attempts) return null;
+    // A call that ran out of its time is not tried again on its route: a route that hangs would
+    // take the time the next route needs (a queued job's call may take half of the job's).
+    if (probe || status === 401 || status === 403 || same || result.code === 'TIMEOUT' || n === RETRY.attempts) return null;
     const wait = retryAfterMs(result.answer?.headers['retry-after'], Date.now()) ?? backoffMs(n, this.deps.random);
     // Wait only if an attempt still fits afterwards.
     return wait > deadline.remaining() - MIN_ATTEMPT_MS - FALLBACK_RESERVE_MS ? null : wait;

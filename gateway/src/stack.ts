@@ -90,7 +90,7 @@ export interface StackOptions {
   breaker?: { openMs?: number };
   notifyWindowMs?: number;
   /** Cold timings: a job's backoff, how long it may be deferred, how often a deferred job looks again, a running job's lock (tests, the drill). */
-  cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number; lockMs?: number };
+  cold?: { backoffMs?: number; maxDeferMs?: number; recheckMs?: number; lockMs?: number; jobTimeMs?: number };
   /** How long a reader of GET /v1/jobs/:id may take nothing before it is cut (default 30 s; tests shorten it). */
   jobStallMs?: number;
   /** A live request's cap on each provider call (default 30 s; tests shorten it). */

@@ -234,8 +234,9 @@ async function runJob(
     throw defer(deferred, spent.until, 'every provider it may use is over its token budget for this minute', deps);
   const deadline = new Deadline(ctx.timeToAnswerMs);
   const queuedAt = Date.parse(payload.enqueuedAt); // failures where routes answer others are the job's (failover.ts)
-  // Each call may take the job's whole time, not a live request's 30 s: a job queued because its answer was slow would never complete.
-  const attemptMs = ctx.timeToAnswerMs;
+  // Each call may take half the job's time, not a live request's 30 s (a job queued because its answer
+  // was slow would never complete), nor all of it (a Hot route that hangs would leave Warm no time).
+  const attemptMs = ctx.timeToAnswerMs / 2;
   let outcome = await deps.failover.route(ctx, deadline, { flags, skip, queuedAt, signal: stopping, marks, attemptMs });
   // A route passed over because its fleet probe lease was still being asked for can be callable by
   // now: once more at once, so that an attempt is spent only when a route that could be called failed.

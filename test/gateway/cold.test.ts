@@ -325,6 +325,20 @@ describe('Cold tier', () => {
     expect(rows.map((r) => r.split(',')[code])).toEqual(['']);
   });
 
+  it("a queued job whose Hot provider hangs is answered by Warm in the same run: a call may take half the job's time, not all of it", async () => {
+    const { url, stack } = await up({ worker: true, attemptMs: 100, cold: { jobTimeMs: 3000 } });
+    hot.always({ kind: 'hang' });
+    warm.always({ kind: 'ok', content: 'from warm' });
+    const { jobId } = await stack.queue.enqueue({ ...testJob('hung-hot'), reason: 'time_to_answer' });
+    const j = await until(async () => {
+      const got = await job(url, jobId);
+      return got.state === 'completed' || got.state === 'failed' || (got.attempts ?? 0) > 0 ? got : null;
+    });
+    // Before: the hung call took the job's whole 3 s, Warm was never called and the run was spent.
+    expect(warm.received).toHaveLength(1);
+    expect(j).toMatchObject({ state: 'completed', result: { body: { choices: [{ message: { content: 'from warm' } }] } } });
+  });
+
   it('budget webhook at 85 %: queued work waits without spending attempts, live traffic avoids the capped provider, one notice', async () => {
     const { url, stack } = await up({ worker: true, cold: { recheckMs: 200 } });
     expect((await admin(url, '/budget/webhook', { provider: 'openai', percentUsed: 85 }, 'wrong')).status).toBe(401);
