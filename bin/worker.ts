@@ -7,18 +7,23 @@ import { noArguments } from '../gateway/src/no-arguments';
 holdHangups();
 
 async function run(): Promise<void> {
-  const [{ readEnv }, { createLogger }, { fail }, { createStack }, { onDatabaseRefused }] = await Promise.all([
+  const [{ readEnv }, { createLogger }, { fail }, { createStack }, { onDatabaseRefused }, { ConfigError }] = await Promise.all([
     import('../gateway/src/env'),
     import('../gateway/src/log'),
     import('../gateway/src/start'),
     import('../gateway/src/stack'),
     import('../gateway/src/stores'),
+    import('../gateway/src/errors'),
   ]);
   const settings = readEnv(process.env); // first: a bad LOG_LEVEL is named like any other bad value
-  const log = createLogger(settings.LOG_LEVEL);
-  // In production the stack refuses this instead (stores.ts): a warning first would contradict it.
+  // Without Redis it had only its own empty queue, which nothing fills: it said it was running (and
+  // ended at once, or idled), so a supervisor restarted it in a loop. In production the stack refuses it (stores.ts).
   if (!settings.QUEUE_STORE_URL && !settings.production)
-    log.warn("QUEUE_STORE_URL is not set: this worker has its own empty in-process queue; point it at the gateway's Redis");
+    throw new ConfigError(
+      "QUEUE_STORE_URL is not set: npm run worker takes queued jobs from the gateway's Redis, so set it to that Redis; " +
+        "without Redis the gateway's own worker (npm start, WORKER not off) runs its queued jobs",
+    );
+  const log = createLogger(settings.LOG_LEVEL);
   const stack = await createStack(process.env, log, { http: false, worker: true });
   if (stack.redis) onDatabaseRefused(stack.redis, (error) => fail(error, 'worker'));
   const graceMs = settings.SHUTDOWN_GRACE_MS;

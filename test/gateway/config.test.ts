@@ -291,9 +291,35 @@ describe('npm start', () => {
   // A worker alone serves nothing, yet its log told the operator its /health and /admin answered 401.
   it('npm run worker says what it uses, but nothing of operator endpoints it does not have', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'start-'));
-    const out = await outputUntil('worker.js', { METER_CSV_FILE: join(dir, 'e.csv') }, 'worker: running in this process');
-    expect(out).toContain('store: in-process');
+    const stored = { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: redis.prefix, METER_CSV_FILE: join(dir, 'e.csv') };
+    const out = await outputUntil('worker.js', stored, 'worker: running in this process');
+    expect(out).toContain('store: Redis');
     expect(out).not.toContain('ADMIN_TOKEN');
+  });
+
+  // Without Redis it logged "worker: running in this process" on an empty queue of its own, which no
+  // gateway could fill, and ended (exit 0) or idled: a supervisor restarted it in a loop, and its operator read that a worker ran.
+  it('npm run worker without QUEUE_STORE_URL refuses to start, exit 1, saying the gateway runs its queued jobs itself', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/worker.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, METER_CSV_FILE: join(dir, 'e.csv') },
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    const code = await Promise.race([
+      new Promise((r) => child.on('exit', r)),
+      until(async () => out.includes('worker: running in this process')).then(() => 'running'),
+    ]);
+    child.kill('SIGTERM');
+    expect(code).toBe(1);
+    expect(err).toBe(
+      "worker did not start:\nQUEUE_STORE_URL is not set: npm run worker takes queued jobs from the gateway's Redis, so set it to that Redis; " +
+        "without Redis the gateway's own worker (npm start, WORKER not off) runs its queued jobs\n",
+    );
+    expect(out).toBe('');
   });
 
   // WORKER=off without Redis: requests the Cold tier took were answered 202 with a job id, and no

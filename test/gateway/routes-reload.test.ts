@@ -10,6 +10,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeProvider } from './fake-provider';
 import { ADMIN, captureLogger, chat, listenStack } from './harness';
 import { until } from './keys-harness';
+import { TEST_REDIS_URL } from '../redis-db';
+import { redisUnderPrefix } from '../redis-prefix';
 
 const root = join(import.meta.dirname, '..', '..');
 const cold = { mode: 'graceful_degrade', queue: 'ai-tasks', notify: [] };
@@ -17,6 +19,7 @@ const auth = { authorization: `Bearer ${ADMIN}` };
 let one: FakeProvider, two: FakeProvider;
 let dir: string, file: string;
 let app: Awaited<ReturnType<typeof listenStack>> | undefined;
+const redis = redisUnderPrefix('reload');
 
 beforeEach(async () => {
   [one, two] = await Promise.all([new FakeProvider().start(), new FakeProvider().start()]);
@@ -275,10 +278,12 @@ describe('reloading the routing map', () => {
       // (exit 0) at the first event that wakes it, the signal: a timer keeps it up meanwhile.
       const preload = `import { register } from 'node:module'; register(${JSON.stringify(`data:text/javascript,${encodeURIComponent(hooks)}`)});
         setTimeout(() => {}, 30_000);`;
+      // A worker alone needs the gateway's Redis (it refuses to start without one).
+      const stored = entry === 'worker.js' ? { QUEUE_STORE_URL: TEST_REDIS_URL, REDIS_PREFIX: redis.prefix } : {};
       const child = spawn(
         process.execPath,
         ['--import', `data:text/javascript,${encodeURIComponent(preload)}`, join(root, 'gateway/dist', entry)],
-        { cwd: root, env: { PATH: process.env.PATH, PORT: '0', ...env() }, stdio: ['ignore', 'pipe', 'pipe'] },
+        { cwd: root, env: { PATH: process.env.PATH, PORT: '0', ...env(), ...stored }, stdio: ['ignore', 'pipe', 'pipe'] },
       );
       let out = '';
       child.stdout.on('data', (d) => (out += d));
