@@ -9,6 +9,8 @@
  * crash of the process. A record the meter would refuse (checked against the shared record's rules)
  * is never spooled: it goes to `rejected.jsonl` with the reason.
  */
+import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { Redis } from 'ioredis';
 import type { GatewayEnv } from './env';
 import {
@@ -23,6 +25,7 @@ import {
   type EventRecord,
 } from '../../schema/event-record';
 import { AppendLog } from './append-log';
+import { ConfigError } from './errors';
 import { RedisStreamSink } from './meter-stream';
 import { eventJson, WebAppSink } from './meter-web-app';
 
@@ -117,5 +120,23 @@ export function createMeterSink(env: MeterEnv, log: Log, onBacklog?: (message: s
     const prefix = env.REDIS_PREFIX ?? 'gateway';
     return new RedisStreamSink({ ...meter, redis, prefix, toJson: eventJson, fallback: spool, claimIdleMs: env.METER_CLAIM_IDLE_MS });
   }
+  appendableAtStart(env.METER_CSV_FILE);
   return new CsvSink(env.METER_CSV_FILE, CSV_HEADER, eventToCsvLine, (m) => log.error(m));
+}
+
+/**
+ * Refuses at start a METER_CSV_FILE that cannot be appended to (a folder, a parent that is a file or
+ * not writable): the gateway ran, and released every answer with its event kept only in memory. The
+ * file itself is not made here: its first write makes it with its header (append-log.ts).
+ */
+function appendableAtStart(file: string): void {
+  try {
+    mkdirSync(dirname(file), { recursive: true });
+    if (existsSync(file)) closeSync(openSync(file, 'a'));
+    else accessSync(dirname(file), constants.W_OK | constants.X_OK);
+  } catch (error) {
+    throw new ConfigError(
+      `METER_CSV_FILE: ${file} cannot be appended to (${(error as Error).message}); set it to a file this process may write`,
+    );
+  }
 }

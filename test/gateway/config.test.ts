@@ -1,6 +1,6 @@
 // Start-up configuration: the routing maps, scopes, and `npm start` with nothing configured.
 import { spawn } from '../children';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
@@ -608,6 +608,33 @@ describe('npm start', () => {
     const [code, err] = await started({ NODE_ENV: 'prod' });
     expect(code).toBe(1);
     expect(err).toContain('NODE_ENV: expected production, development or test (only production changes what the gateway does), got "prod"');
+  });
+
+  // It started all the same, and released every answer with its event only in memory (an error logged per write).
+  it('refuses a METER_CSV_FILE that cannot be appended to (a folder, a path under a file), naming it and why', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    writeFileSync(join(dir, 'plain'), '');
+    for (const [file, reason] of [
+      [dir, 'EISDIR'],
+      [join(dir, 'plain', 'e.csv'), 'EEXIST'], // mkdir of its folder, a file
+    ]) {
+      const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+        cwd: root,
+        env: { PATH: process.env.PATH, PORT: '0', WORKER: 'off', METER_CSV_FILE: file },
+      });
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (d) => (out += d));
+      child.stderr.on('data', (d) => (err += d));
+      const exited = new Promise((r) => child.on('exit', r));
+      const code = await Promise.race([exited, until(async () => out.includes('gateway listening')).then(() => 'listening')]);
+      child.kill('SIGTERM');
+      await exited;
+      expect(code).toBe(1);
+      expect(err).toMatch(new RegExp(`^gateway did not start:\nMETER_CSV_FILE: ${file} cannot be appended to \\(${reason}: `));
+      expect(err).toContain('; set it to a file this process may write\n');
+    }
+    expect(readdirSync(dir).sort()).toEqual(['plain']);
   });
 
   it('refuses a CAPPED_PROVIDER that is no provider of the map, naming those it has (a typo left the budget pause matching nothing)', async () => {
