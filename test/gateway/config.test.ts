@@ -1,6 +1,6 @@
 // Start-up configuration: the routing maps, scopes, and `npm start` with nothing configured.
 import { spawn } from '../children';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
@@ -635,6 +635,35 @@ describe('npm start', () => {
       expect(err).toContain('; set it to a file this process may write\n');
     }
     expect(readdirSync(dir).sort()).toEqual(['plain']);
+  });
+
+  // A CSV that stopped taking writes (here a folder where the file was) ended the stop in an unhandled rejection: a stack trace, exit 1.
+  it('a meter CSV that stops taking writes holds no answer, and the stop says its events are lost, exit 0', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'start-'));
+    const file = join(dir, 'e.csv');
+    const child = spawn(process.execPath, [join(root, 'gateway/dist/main.js')], {
+      cwd: root,
+      env: { PATH: process.env.PATH, PORT: '0', WORKER: 'off', METER_CSV_FILE: file },
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    const exited = new Promise((r) => child.on('exit', r));
+    await until(async () => out.includes('gateway listening'));
+    const port = /gateway listening on :(\d+)/.exec(out)![1];
+    mkdirSync(file); // no file yet (nothing written): its first write meets a folder
+    const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(200);
+    await until(async () => out.includes('line(s) kept in memory'));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(out).toContain('meter: events kept in memory not written at stop, lost: EISDIR');
+    expect(err).toBe('');
   });
 
   it('refuses a CAPPED_PROVIDER that is no provider of the map, naming those it has (a typo left the budget pause matching nothing)', async () => {
