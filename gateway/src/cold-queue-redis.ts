@@ -289,7 +289,11 @@ export class BullColdQueue implements ColdQueue {
   ): Promise<EnqueueResult> {
     const [existing, state] = await Promise.all([this.queue.getJob(jobId), this.queue.getJobState(jobId)]);
     const dead = existing !== undefined && state === 'failed';
-    if (existing && !dead) return (options.added?.(jobId), await joined(existing, state, payload, options.delayMs ?? 0));
+    if (existing && !dead) {
+      // Its hold known before the answer: the request's meter event says it, written before the request ends.
+      const found = await joined(existing, state, payload, options.delayMs ?? 0);
+      return (options.added?.(jobId, found.heldForReview), found);
+    }
     this.roomLeft(await memory);
     const replacing = dead ? await this.setDeadAside(existing!) : null;
     if (replacing === false) return (options.added?.(jobId), { jobId, created: false });

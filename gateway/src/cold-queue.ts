@@ -132,8 +132,11 @@ export interface JobView {
 
 export interface EnqueueOptions {
   delayMs?: number;
-  /** Called by a queue that finds out only later whether this call made the job, once the job is in: the answer need not wait. */
-  added?: (jobId: string) => void;
+  /**
+   * Called by a queue that finds out only later whether this call made the job, once the job is in: the answer need not wait.
+   * `heldForReview` as EnqueueResult's: a job found says its hold once this call has marked it or not.
+   */
+  added?: (jobId: string, heldForReview?: boolean) => void;
   /**
    * Aborted once the client was answered without the job (503: the queue did not answer in time).
    * A job this call adds after that is taken out again (Redis), unless a later call for the same

@@ -87,11 +87,12 @@ function told(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, job: En
  * notice) is found out after (`enqueued`).
  */
 function inQueue(deps: ColdTierDeps, ctx: RequestContext, why: QueueReason, signal: AbortSignal) {
-  let added!: (jobId: string) => void;
-  const inQueue = new Promise<string>((resolve) => (added = resolve));
+  const held = (heldForReview: boolean | undefined) => heldForReview ?? why.reviewRequired === true;
+  let added!: (jobId: string, heldForReview?: boolean) => void;
+  const inQueue = new Promise<{ jobId: string; held: boolean }>((resolve) => (added = (jobId, h) => resolve({ jobId, held: held(h) })));
   const payload = coldPayload(ctx, why.reason, why.reviewRequired);
   const enqueued = deps.queue.enqueue(payload, { delayMs: why.delayMs, added, signal }).then((job) => told(deps, ctx, why, job));
-  return { jobId: Promise.race([inQueue, enqueued.then((job) => job.jobId)]), enqueued };
+  return { jobId: Promise.race([inQueue, enqueued.then((job) => ({ jobId: job.jobId, held: held(job.heldForReview) }))]), enqueued };
 }
 
 /**
@@ -130,12 +131,8 @@ export function coldFallback(deps: ColdTierDeps): ColdFallback {
       const answered = new AbortController();
       const job = inQueue(deps, ctx, why, answered.signal);
       try {
-        const jobId = await within(job.jobId, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
+        const { jobId, held } = await within(job.jobId, Math.max(why.timeLeftMs, ENQUEUE_FLOOR_MS), 'the Cold queue');
         sendQueued(res, ctx, jobId, why, headers);
-        const held = job.enqueued.then(
-          (j) => j.heldForReview ?? why.reviewRequired === true,
-          () => why.reviewRequired === true,
-        );
         return { heldForReview: held };
       } catch (error) {
         answered.abort();

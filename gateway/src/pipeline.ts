@@ -44,11 +44,11 @@ export interface QueueReason {
 }
 
 /**
- * A request queued (202). Whether its job is held for a person, once the queue says: a job found
+ * A request queued (202). Whether its job is held for a person, as the queue said: a job found
  * (the same request sent before) keeps its own hold, or is put in a person's hands by this one.
  */
 export interface Queued {
-  heldForReview: Promise<boolean>;
+  heldForReview: boolean;
 }
 
 /** The Cold tier as the pipeline sees it: queue the request and answer the client (202, or 503). */
@@ -200,19 +200,19 @@ export class Pipeline {
       // Metered once queued: a request the queue refused (503) was neither queued nor given to a
       // person. As what its job is: one found (the request sent before) may be held for a person or not.
       const queued = await this.deps.cold.queue(ctx, res, why);
+      // Recorded before the request ends: one waiting on the queue's later commands after the 202
+      // was lost by a stop meanwhile (a Redis that stalls), the request ended and the process gone.
       if (queued)
-        void queued.heldForReview.then((held) =>
-          this.deps.meter.record({
-            ctx,
-            provider: 'queue',
-            model: ctx.body.model,
-            latencyMs: 0,
-            usage: null,
-            errorCode: '',
-            decision: held ? 'human_review' : 'queue',
-            reviewRequired: held,
-          }),
-        );
+        this.deps.meter.record({
+          ctx,
+          provider: 'queue',
+          model: ctx.body.model,
+          latencyMs: 0,
+          usage: null,
+          errorCode: '',
+          decision: queued.heldForReview ? 'human_review' : 'queue',
+          reviewRequired: queued.heldForReview,
+        });
       return 'complete';
     }
     // A queue decision with no queue plugged in is routed as usual.

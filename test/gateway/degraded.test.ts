@@ -10,7 +10,8 @@ import type { Stack } from '../../gateway/src/stack';
 import { FakeProvider } from './fake-provider';
 import { captureLogger, chat, listenStack } from './harness';
 import { until } from './keys-harness';
-import { TEST_REDIS_URL } from '../redis-db';
+import { TEST_REDIS_DB, TEST_REDIS_URL } from '../redis-db';
+import { RedisProxy } from '../redis-proxy';
 
 const REDIS_URL = TEST_REDIS_URL;
 const prefix = `test-degraded-${process.pid}`;
@@ -266,6 +267,33 @@ describe('degraded routing', () => {
         'queue false',
       ]);
     });
+
+  // Its 202 goes out once the job is added; the queue's next command (the mark saying this call made
+  // the job) can stall. The request's meter event waited for that answer, after its request had
+  // ended: a stop meanwhile (the process exits once closed) left the queued request unmetered.
+  it('a cap exceeded, a queued request whose queue stalls after its 202: its meter event is on disk before the stop ends', async () => {
+    const slow = await new RedisProxy().start();
+    let release = () => {};
+    const held = new Promise<void>((r) => (release = r));
+    try {
+      const csv = join(dir, 'stalled.csv');
+      const gw = await up({}, { METER_URL: '', METER_CSV_FILE: csv, DAILY_CAP_USD: '0.000001', QUEUE_STORE_URL: slow.url(TEST_REDIS_DB) });
+      expect((await chat(gw.url)).status).toBe(200); // spends past the cap
+      slow.holdUntil(
+        (chunk) => chunk.includes(':created:'),
+        () => held,
+      );
+      const later = await chat(gw.url, undefined, { 'x-must-have-answer': 'false' });
+      expect(later.status).toBe(202);
+      stacks.splice(stacks.indexOf(gw), 1);
+      await gw.stop();
+      const rows = readFileSync(csv, 'utf8').trim().split('\n');
+      expect(rows.filter((r) => r.includes(',queue,')).length).toBe(1);
+    } finally {
+      release();
+      await slow.stop();
+    }
+  });
 
   it('a cap exceeded: an embeddings request that can use cheaper goes to human review, never to the cheaper model', async () => {
     spend = { today_cost_usd: 50.01, last_7d_cost_usd: 60 };
