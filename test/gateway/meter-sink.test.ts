@@ -179,7 +179,9 @@ describe('meter sink: a spool under traffic that never stops', () => {
     await until('the second post', () => posts() === 2);
     clearInterval(sampler);
     expect(statSync(spool).size).toBeLessThan(left.length); // compacted to what was left
-    expect(peak).toBeLessThan(left.length / 3);
+    // Whole, the copy alone is all of it (38 MB); in pieces, what is beside it is a batch read (4 MB),
+    // its post and the fake meter's copy of it, which Node 24 collects later than Node 20 (15 MB).
+    expect(peak).toBeLessThan(left.length / 2);
     meter.release();
     await delivering;
     expect(meter.stored).toEqual(lines.map((_, i) => `e${i}`));
