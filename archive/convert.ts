@@ -21,7 +21,7 @@ import { CSV_HEADER, EVENT_FIELDS } from '../schema/event-record';
 import { lit, openDuck, pathLit, type Duck } from './duck';
 import { GUARD_ERROR, SELECT_TYPED, STAGE_CHECKS, restoredText, selectTypedGuarded } from './event-sql';
 import { dayFiles, removeLeftoverParts, type DayFile } from './day-files';
-import { EXPIRED_FILE } from './expire';
+import { EXPIRED_FILE, isCutoffDay, recordedCutoff } from './expire';
 import { fileHead, firstLine, notText } from './file-head';
 import { fileLines } from './file-lines';
 import { findFragments, lineInInput, withoutFragments } from './fragments';
@@ -367,11 +367,11 @@ async function mergedPass(duck: Duck, copyDays: CopyDays, plan: MergePlan, work:
  * A file that does not hold a day (edited by hand) is said and read as none.
  */
 function expiredBefore(out: string, run: RunLog): string | null {
-  const file = join(out, EXPIRED_FILE);
-  if (!existsSync(file)) return null;
-  const text = readFileSync(file, 'utf8').trim();
-  if (/^\d{4}-\d{2}-\d{2}$/.test(text)) return text;
-  run.log(`${file}: expected the day archive:expire removed days before (YYYY-MM-DD), got "${text.slice(0, 40)}": no day skipped`);
+  const text = recordedCutoff(out);
+  if (text === null || isCutoffDay(text)) return text;
+  run.log(
+    `${join(out, EXPIRED_FILE)}: expected the day archive:expire removed days before (YYYY-MM-DD), got "${text.slice(0, 40)}": no day skipped`,
+  );
   return null;
 }
 

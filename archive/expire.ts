@@ -23,6 +23,14 @@ export const DEFAULT_ARCHIVE_DAYS = 180;
  * every expired day back.
  */
 export const EXPIRED_FILE = '.archive-expired';
+
+/** The cutoff recorded in the archive `root` (EXPIRED_FILE's text), or null when none was. */
+export function recordedCutoff(root: string): string | null {
+  const file = join(root, EXPIRED_FILE);
+  return existsSync(file) ? readFileSync(file, 'utf8').trim() : null;
+}
+/** A cutoff as EXPIRED_FILE holds it: a day, YYYY-MM-DD. */
+export const isCutoffDay = (text: string) => /^\d{4}-\d{2}-\d{2}$/.test(text);
 /** The longest window taken: 100 years. Beyond it the cutoff leaves the dates a day file can name (1e10 days overflows a Date). */
 export const MAX_ARCHIVE_DAYS = 36_500;
 export interface ExpireResult {
@@ -53,8 +61,8 @@ export function expireArchive(archive: string, days: number, now = new Date(), d
     const result = expireDays(root, cutoff, false);
     // The later of this cutoff and the one recorded: after a shorter window's run, the nightly run's
     // longer one removes nothing, and recorded, it let the archive write those days back.
-    const recorded = existsSync(join(root, EXPIRED_FILE)) ? readFileSync(join(root, EXPIRED_FILE), 'utf8').trim() : '';
-    const kept = /^\d{4}-\d{2}-\d{2}$/.test(recorded) && recorded > result.cutoff ? recorded : result.cutoff;
+    const recorded = recordedCutoff(root) ?? '';
+    const kept = isCutoffDay(recorded) && recorded > result.cutoff ? recorded : result.cutoff;
     // Whole or not at all: written beside, then renamed.
     writeFileSync(join(root, `${EXPIRED_FILE}.tmp`), `${kept}\n`);
     renameSync(join(root, `${EXPIRED_FILE}.tmp`), join(root, EXPIRED_FILE));

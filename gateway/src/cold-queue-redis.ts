@@ -549,13 +549,11 @@ export class BullColdQueue implements ColdQueue {
 async function joined(job: Job<ColdPayload>, state: string, payload: ColdPayload, delayMs: number): Promise<EnqueueResult> {
   const found = foundJob(job.id!, job.data.reviewRequired, payload);
   if (!payload.reviewRequired || job.data.reviewRequired || state !== 'delayed') return found;
-  if (
-    !(await job.changeDelay(delayMs).then(
-      () => true,
-      () => false,
-    ))
-  )
+  try {
+    await job.changeDelay(delayMs);
+  } catch {
     return found;
+  }
   await job.updateData({ ...job.data, reviewRequired: true, reason: payload.reason }).catch(() => undefined);
   return { jobId: job.id!, created: false, marked: true };
 }
